@@ -1,0 +1,57 @@
+"""jitorch: PyTorch's programming model with a compiler inside.
+
+>>> import jitorch as torch
+>>> x = torch.randn(3, requires_grad=True)
+>>> (x * 2).sum().backward()
+>>> x.grad
+tensor([2., 2., 2.])
+"""
+from __future__ import annotations
+
+import numpy as _np
+
+# PyTorch does not warn on 0/0 or overflow; NumPy's floating-point warnings would be noise in every user script.
+_np.seterr(all="ignore")
+
+from . import _dtype  # noqa: E402
+from ._dtype import (  # noqa: E402,F401
+    bfloat16, bool, can_cast, complex64, complex128, dtype, finfo, float16, float32, float64, get_default_dtype, iinfo,
+    int8, int16, int32, int64, promote_types, result_type, set_default_dtype, uint8,
+)
+from ._device import device, get_default_device, set_default_device  # noqa: E402,F401
+from ._tensor import Size, Tensor  # noqa: E402,F401
+from . import ops  # noqa: E402,F401
+from . import _pointwise, _movement, _reduction, _conversion  # noqa: E402,F401
+from ._pointwise import *  # noqa: E402,F401,F403
+from ._movement import *  # noqa: E402,F401,F403
+from ._reduction import *  # noqa: E402,F401,F403
+from ._creation import *  # noqa: E402,F401,F403
+from ._random import *  # noqa: E402,F401,F403
+from . import autograd, return_types  # noqa: E402,F401
+from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
+from .autograd import is_inference_mode_enabled  # noqa: E402,F401
+from ._conversion import to as _to  # noqa: E402,F401
+
+half, double, long, short, cfloat, cdouble = float16, float64, int64, int16, complex64, complex128
+float = float32  # noqa: A001 - torch.float is float32
+int = int32  # noqa: A001 - torch.int is int32
+chalf = complex64
+strided = "strided"
+contiguous_format = preserve_format = channels_last = "memory_format"
+__version__ = "0.1.0"
+
+
+def is_tensor(obj):
+    return isinstance(obj, Tensor)
+
+
+def is_floating_point(input):
+    return input.is_floating_point()
+
+
+def is_complex(input):
+    return input.is_complex()
+
+
+def numel(input):
+    return input.numel()

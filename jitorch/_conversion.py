@@ -1,0 +1,129 @@
+"""dtype and device conversions: ``to``, ``type``, ``float()``/``long()``/..., ``cpu()``, ``cuda()``.
+
+>>> import jitorch
+>>> x = jitorch.tensor([1.5, -2.5])
+>>> x.long(), x.to(jitorch.float64).dtype, x.to("cpu") is x
+(tensor([ 1, -2]), jitorch.float64, True)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _dtype
+from ._device import device as _device
+from ._dispatch import apply
+from ._tensor import Tensor
+from .ops import movement as M
+
+__all__ = ["to"]
+
+
+def _parse_to(args, kwargs):
+    dtype = kwargs.pop("dtype", None)
+    device = kwargs.pop("device", None)
+    copy = kwargs.pop("copy", False)
+    kwargs.pop("non_blocking", None)
+    kwargs.pop("memory_format", None)
+    for a in args:
+        if isinstance(a, Tensor):
+            dtype, device = a.dtype, a.device
+        elif isinstance(a, _dtype.dtype):
+            dtype = a
+        elif isinstance(a, (str, _device, int)) and not isinstance(a, bool):
+            device = a
+        elif a is None:
+            continue
+        elif isinstance(a, bool):
+            continue  # non_blocking / copy given positionally
+        else:
+            dtype = _dtype.to_dtype(a)
+    if kwargs:
+        raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+    return dtype, device, copy
+
+
+def to(self, *args, **kwargs):
+    """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``; returns ``self`` when nothing changes."""
+    dtype, device, copy = _parse_to(args, dict(kwargs))
+    out = self
+    if device is not None:
+        dev = _device(device)
+        cur = self.device
+        if dev.type != cur.type or (dev.type == "cuda" and (dev.index or 0) != (cur.index or 0)):
+            out = apply(M.TO_DEVICE, out, device_type=dev.type, index=dev.index, source=(cur.type, cur.index))
+    if dtype is not None:
+        dt = _dtype.to_dtype(dtype)
+        if dt.np != out._data.dtype:
+            out = apply(M.CAST, out, dtype=dt.np)
+    if copy and out is self:
+        out = apply(M.CLONE, self)
+    return out
+
+
+def type_(self, dtype=None, non_blocking=False, **kwargs):
+    """``t.type()`` names the legacy type (``'torch.FloatTensor'``); ``t.type(dtype)`` converts."""
+    if dtype is None:
+        from ._dispatch import TORCH_TYPE_NAMES
+
+        prefix = "torch.cuda." if self.is_cuda else "torch."
+        return f"{prefix}{TORCH_TYPE_NAMES[self.dtype.name]}Tensor"
+    if isinstance(dtype, str) and dtype.endswith("Tensor"):
+        return to(self, _LEGACY[dtype.split(".")[-1]])
+    return to(self, _dtype.to_dtype(dtype))
+
+
+_LEGACY = {
+    "FloatTensor": _dtype.float32, "DoubleTensor": _dtype.float64, "HalfTensor": _dtype.float16,
+    "BFloat16Tensor": _dtype.bfloat16, "LongTensor": _dtype.int64, "IntTensor": _dtype.int32,
+    "ShortTensor": _dtype.int16, "CharTensor": _dtype.int8, "ByteTensor": _dtype.uint8, "BoolTensor": _dtype.bool,
+}
+
+
+def _as(dt):
+    def method(self, memory_format=None):
+        return to(self, dt)
+    method.__name__ = dt.name
+    return method
+
+
+def _view_dtype(self, dtype):
+    """Reinterpret the bytes as another dtype of the same size (no copy)."""
+    dt = _dtype.to_dtype(dtype)
+    if dt.itemsize != self._data.itemsize and not self._data.flags.c_contiguous:
+        raise RuntimeError(f"view(dtype): a non-contiguous tensor of {self.dtype} cannot be viewed as {dt}")
+    t = Tensor._make(self._data.view(dt.np))
+    t._ver_owner = self._root()
+    t._base = self._base if self._base is not None else self
+    return t
+
+
+def _real(self):
+    if not self.is_complex():
+        return self
+    return Tensor._make(self._data.real)
+
+
+def _imag(self):
+    if not self.is_complex():
+        raise RuntimeError("imag is not implemented for tensors with non-complex dtypes.")
+    return Tensor._make(self._data.imag)
+
+
+_METHODS = {
+    "to": to, "type": type_, "float": _as(_dtype.float32), "double": _as(_dtype.float64),
+    "half": _as(_dtype.float16), "bfloat16": _as(_dtype.bfloat16), "long": _as(_dtype.int64),
+    "int": _as(_dtype.int32), "short": _as(_dtype.int16), "char": _as(_dtype.int8), "byte": _as(_dtype.uint8),
+    "bool": _as(_dtype.bool), "cfloat": _as(_dtype.complex64), "cdouble": _as(_dtype.complex128),
+    "cpu": lambda self, memory_format=None: to(self, "cpu"),
+    "cuda": lambda self, device=None, non_blocking=False, memory_format=None: to(
+        self, _device("cuda", device) if isinstance(device, int) or device is None else device),
+    "type_as": lambda self, other: to(self, other.dtype), "_view_dtype": _view_dtype,
+    "real": property(_real), "imag": property(_imag),
+    "conj": lambda self: self if not self.is_complex() else Tensor._make(np.conj(self._data)),
+    "resolve_conj": lambda self: self, "resolve_neg": lambda self: self, "is_conj": lambda self: False,
+    "pin_memory": lambda self, device=None: self, "is_pinned": lambda self, device=None: False,
+    "share_memory_": lambda self: self, "is_shared": lambda self: False,
+    "get_device": lambda self: -1 if not self.is_cuda else self.device.index or 0,
+}
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _fn)

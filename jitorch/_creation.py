@@ -1,0 +1,315 @@
+"""Tensor creation: ``tensor``, ``from_numpy``, ``zeros``/``ones``/``full``/``empty`` and ``_like``, ranges, ``eye``.
+
+>>> import jitorch
+>>> jitorch.tensor([[1, 2], [3, 4]]).dtype, jitorch.tensor(2.5).dtype, jitorch.arange(0, 1, 0.25)
+(jitorch.int64, jitorch.float32, tensor([0.0000, 0.2500, 0.5000, 0.7500]))
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from . import _dtype
+from ._device import device as _device, get_default_device
+from ._shape import normalize_shape
+from ._tensor import Tensor
+from .runtime import array_module_for, move_array
+
+__all__ = [
+    "tensor", "as_tensor", "asarray", "from_numpy", "zeros", "ones", "full", "empty", "zeros_like", "ones_like",
+    "full_like", "empty_like", "arange", "range", "linspace", "logspace", "eye", "tril_indices", "triu_indices",
+    "scalar_tensor", "empty_strided", "complex", "polar",
+]
+
+
+def _finish(data, requires_grad=False, device=None):
+    """Wrap a host array, moving it to ``device`` when that is not the CPU."""
+    dev = get_default_device() if device is None else _device(device)
+    if dev.type != "cpu":
+        data = move_array(data, dev.type, dev.index)
+    t = Tensor._make(data)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _xp_for(device):
+    dev = get_default_device() if device is None else _device(device)
+    return array_module_for(dev.type), dev
+
+
+def _default_for_kind(arr):
+    kind = arr.dtype.kind
+    if kind == "f" and arr.dtype == np.float64:
+        return _dtype.get_default_dtype()
+    if kind == "c" and arr.dtype == np.complex128:
+        return _dtype.default_complex()
+    if kind in "iu" and arr.dtype.itemsize == 8:
+        return _dtype.int64
+    return _dtype.from_numpy_dtype(arr.dtype)
+
+
+def _contains_tensor(data):
+    if isinstance(data, Tensor):
+        return True
+    if isinstance(data, (list, tuple)) and data:
+        return _contains_tensor(data[0])
+    return False
+
+
+def _to_array(data, op):
+    if isinstance(data, (list, tuple)) and _contains_tensor(data):
+        data = _nested_host(data)
+    try:
+        arr = np.array(data)
+    except ValueError as e:
+        raise ValueError(f"{op}: expected a rectangular nested sequence of numbers ({e})") from None
+    if arr.dtype == object:
+        raise TypeError(f"{op}: could not infer dtype of {type(data).__name__} elements; expected numbers, bools or "
+                        "nested sequences of them")
+    return arr
+
+
+def _nested_host(data):
+    if isinstance(data, Tensor):
+        return data._host()
+    return [_nested_host(d) for d in data]
+
+
+def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """A new tensor holding a copy of ``data`` (nested sequences, scalars, NumPy arrays or tensors)."""
+    if isinstance(data, Tensor):
+        arr = data._host().copy()
+        dt = data.dtype
+    elif isinstance(data, np.ndarray):
+        arr = data.copy()
+        dt = _dtype.from_numpy_dtype(arr.dtype)
+    else:
+        arr = _to_array(data, "tensor")
+        dt = _default_for_kind(arr) if not isinstance(data, np.generic) else _dtype.from_numpy_dtype(arr.dtype)
+    if dtype is not None:
+        dt = _dtype.to_dtype(dtype)
+    if arr.dtype != dt.np:
+        arr = arr.astype(dt.np)
+    if device is None and isinstance(data, Tensor):
+        device = data.device
+    return _finish(arr if arr.flags.c_contiguous else arr.copy(), requires_grad, device)
+
+
+def as_tensor(data, dtype=None, device=None):
+    """Like ``tensor`` but shares memory with a tensor or NumPy array of matching dtype and device."""
+    if isinstance(data, Tensor):
+        out = data if dtype is None else data.to(_dtype.to_dtype(dtype))
+        return out if device is None else out.to(device)
+    if isinstance(data, np.ndarray) and (device is None or _device(device).type == "cpu"):
+        if dtype is None or _dtype.to_dtype(dtype).np == data.dtype:
+            return from_numpy(data)
+    return tensor(data, dtype=dtype, device=device)
+
+
+def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
+    out = tensor(obj, dtype=dtype, device=device) if copy else as_tensor(obj, dtype=dtype, device=device)
+    if requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+def from_numpy(ndarray):
+    """A tensor sharing memory with ``ndarray`` (writes are visible on both sides)."""
+    if not isinstance(ndarray, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(ndarray).__name__})")
+    _dtype.from_numpy_dtype(ndarray.dtype)  # raises PyTorch's message for unsupported dtypes
+    if any(s < 0 for s in ndarray.strides):
+        raise ValueError("At least one stride in the given numpy array is negative, and tensors with negative strides "
+                         "are not currently supported. (You can probably work around this by making a copy of your "
+                         "array with array.copy().)")
+    if isinstance(ndarray, np.memmap) or type(ndarray) is not np.ndarray:
+        ndarray = ndarray.view(np.ndarray)
+    return Tensor._make(ndarray)
+
+
+def _resolve(dtype, default=None):
+    if dtype is None:
+        return default or _dtype.get_default_dtype()
+    return _dtype.to_dtype(dtype)
+
+
+def _filled(size, value, dtype, device, requires_grad, op):
+    shape = normalize_shape(size, op)
+    if any(s < 0 for s in shape):
+        raise RuntimeError(f"{op}: Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
+    xp, dev = _xp_for(device)
+    dt = _resolve(dtype)
+    if value is None:
+        data = xp.empty(shape, dtype=dt.np)
+    elif value == 0:
+        data = xp.zeros(shape, dtype=dt.np)
+    else:
+        data = xp.full(shape, value, dtype=dt.np)
+    t = Tensor._make(data)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def zeros(*size, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
+    return _filled(size, 0, dtype, device, requires_grad, "zeros")
+
+
+def ones(*size, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
+    return _filled(size, 1, dtype, device, requires_grad, "ones")
+
+
+def empty(*size, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False,
+          memory_format=None):
+    return _filled(size, None, dtype, device, requires_grad, "empty")
+
+
+def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False):
+    return empty(size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def _fill_dtype(fill_value):
+    if isinstance(fill_value, Tensor):
+        return fill_value.dtype
+    return _dtype.scalar_dtype(fill_value)
+
+
+def full(size, fill_value, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
+    """A tensor of ``size`` filled with ``fill_value``; the dtype follows the value (bool, int64, default float)."""
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    dt = _dtype.to_dtype(dtype) if dtype is not None else _fill_dtype(fill_value)
+    return _filled((tuple(size),) if not isinstance(size, int) else (size,), fill_value, dt, device, requires_grad,
+                   "full")
+
+
+def scalar_tensor(s, *, dtype=None, device=None, requires_grad=False):
+    return full((), s, dtype=dtype or _dtype.get_default_dtype(), device=device, requires_grad=requires_grad)
+
+
+def _like(input, dtype, device):
+    return (input.dtype if dtype is None else _dtype.to_dtype(dtype)), (input.device if device is None else device)
+
+
+def zeros_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
+    dt, dev = _like(input, dtype, device)
+    return zeros(input.shape, dtype=dt, device=dev, requires_grad=requires_grad)
+
+
+def ones_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
+    dt, dev = _like(input, dtype, device)
+    return ones(input.shape, dtype=dt, device=dev, requires_grad=requires_grad)
+
+
+def empty_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
+    dt, dev = _like(input, dtype, device)
+    return empty(input.shape, dtype=dt, device=dev, requires_grad=requires_grad)
+
+
+def full_like(input, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
+    dt, dev = _like(input, dtype, device)
+    return full(input.shape, fill_value, dtype=dt, device=dev, requires_grad=requires_grad)
+
+
+def _number(x):
+    return x.item() if isinstance(x, Tensor) else x
+
+
+def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
+    """``[start, end)`` in steps; int64 when all bounds are integers, else the default float dtype."""
+    if end is None:
+        start, end = 0, start
+    start, end, step = _number(start), _number(end), _number(step)
+    if step == 0:
+        raise RuntimeError("arange: step must be nonzero")
+    if (end - start) / step < 0:
+        raise RuntimeError(f"arange: upper bound and larger bound inconsistent with step sign (start={start}, "
+                           f"end={end}, step={step})")
+    is_int = all(isinstance(v, numbers.Integral) for v in (start, end, step))
+    dt = _dtype.to_dtype(dtype) if dtype is not None else (_dtype.int64 if is_int else _dtype.get_default_dtype())
+    xp, dev = _xp_for(device)
+    n = max(0, math.ceil((end - start) / step))
+    # Computed in float64 (or int64) and then cast, so float32 ranges match PyTorch's values.
+    data = (xp.arange(n, dtype=np.float64) * step + start) if not is_int else xp.arange(start, end, step,
+                                                                                         dtype=np.int64)
+    t = Tensor._make(data.astype(dt.np, copy=False))
+    return t.requires_grad_(True) if requires_grad else t
+
+
+def range(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False):  # noqa: A001
+    if end is None:
+        start, end = 0, start
+    return arange(start, end + step / 2 if step > 0 else end + step / 2, step,
+                  dtype=dtype or _dtype.get_default_dtype(), device=device, requires_grad=requires_grad)
+
+
+def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
+    start, end = _number(start), _number(end)
+    xp, dev = _xp_for(device)
+    dt = _resolve(dtype)
+    if steps < 0:
+        raise RuntimeError("linspace: number of steps must be non-negative")
+    # PyTorch fills the second half backwards from ``end`` so the last value is exact.
+    step = (end - start) / (steps - 1) if steps > 1 else 0.0
+    idx = xp.arange(steps, dtype=np.float64)
+    half = steps // 2
+    vals = xp.where(idx < half, start + step * idx, end - step * (steps - 1 - idx))
+    if dt.category <= _dtype.INT:
+        vals = xp.trunc(vals)
+    t = Tensor._make(vals.astype(dt.np))
+    return t.requires_grad_(True) if requires_grad else t
+
+
+def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False):
+    lin = linspace(start, end, steps, dtype=_dtype.float64, device=device)
+    out = Tensor._make((base ** lin._data).astype(_resolve(dtype).np))
+    return out.requires_grad_(True) if requires_grad else out
+
+
+def eye(n, m=None, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
+    xp, dev = _xp_for(device)
+    t = Tensor._make(xp.eye(n, n if m is None else m, dtype=_resolve(dtype).np))
+    return t.requires_grad_(True) if requires_grad else t
+
+
+def _tri_indices(row, col, offset, upper, dtype, device):
+    xp, dev = _xp_for(device)
+    r, c = (xp.triu_indices if upper else xp.tril_indices)(row, offset, col)
+    return Tensor._make(xp.stack([r, c]).astype(_resolve(dtype, _dtype.int64).np))
+
+
+def tril_indices(row, col, offset=0, *, dtype=None, device=None, layout=None):
+    return _tri_indices(row, col, offset, False, dtype, device)
+
+
+def triu_indices(row, col, offset=0, *, dtype=None, device=None, layout=None):
+    return _tri_indices(row, col, offset, True, dtype, device)
+
+
+def complex(real, imag):
+    return real.to(_dtype.to_dtype(real.dtype).to_complex()) + imag * 1j
+
+
+def polar(abs, angle):
+    return complex(abs * angle.cos(), abs * angle.sin())
+
+
+def _new(kind):
+    def method(self, *args, dtype=None, device=None, requires_grad=False, **kwargs):
+        dt = self.dtype if dtype is None else dtype
+        dev = self.device if device is None else device
+        if kind == "tensor":
+            return tensor(args[0], dtype=dt, device=dev, requires_grad=requires_grad)
+        if kind == "full":
+            return full(args[0], args[1], dtype=dt, device=dev, requires_grad=requires_grad)
+        fn = {"zeros": zeros, "ones": ones, "empty": empty}[kind]
+        return fn(*args, dtype=dt, device=dev, requires_grad=requires_grad)
+    method.__name__ = f"new_{kind}"
+    return method
+
+
+for _kind in ("tensor", "zeros", "ones", "empty", "full"):
+    setattr(Tensor, f"new_{_kind}", _new(_kind))

@@ -1,0 +1,250 @@
+"""The dispatch choke point: every op on tensors passes through ``apply`` (or ``apply_inplace``).
+
+It decides, in one place, whether to hand the op to an active mode (tracing, capture), and otherwise runs the row's
+eager kernel, promotes dtypes as ``torch.result_type``, checks devices, wraps outputs, marks views, and records the
+autograd node when grad mode is on and an input requires grad.
+
+>>> import jitorch
+>>> from jitorch._dispatch import apply
+>>> from jitorch.ops.table import OPS
+>>> apply(OPS["add"], jitorch.tensor([1, 2]), 0.5)
+tensor([1.5000, 2.5000])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _dtype
+from ._tensor import Tensor
+from .autograd.grad_mode import GradState
+from .runtime import array_module_for, array_device
+
+__all__ = ["apply", "apply_inplace", "push_mode", "pop_mode", "MODES"]
+
+# Active interpreters of ops (tracers, capture recorders); the innermost one sees each op first.
+MODES: list = []
+
+_FROM_NP = _dtype.FROM_NP
+_BOOL_NP = np.dtype(np.bool_)
+TORCH_TYPE_NAMES = {
+    "bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
+    "float16": "Half", "bfloat16": "BFloat16", "float32": "Float", "float64": "Double",
+    "complex64": "ComplexFloat", "complex128": "ComplexDouble",
+}
+
+
+def push_mode(mode):
+    MODES.append(mode)
+
+
+def pop_mode():
+    return MODES.pop()
+
+
+def _xp_of(data):
+    return np if type(data) is np.ndarray else array_module_for("cuda")
+
+
+def _device_error(op, args):
+    devices = [str(a.device) for a in args if isinstance(a, Tensor)]
+    seen = list(dict.fromkeys(devices))
+    return RuntimeError(
+        f"{op.name}: Expected all tensors to be on the same device, but found at least two devices, "
+        f"{seen[0]} and {seen[1]}! Move them with .to(device) first."
+    )
+
+
+def _cast_operand(d, cnp, masks):
+    if isinstance(d, np.generic):  # NumPy scalars are weak operands, like Python scalars
+        return d.item()
+    if not hasattr(d, "dtype") or d.dtype == cnp or (masks and d.dtype == _BOOL_NP):
+        return d
+    return d.astype(cnp)
+
+
+def _compute_dtype(op, args):
+    """The dtype the op computes in, following ``torch.result_type`` (slow path: mixed dtypes or scalars)."""
+    dims, zeros, scalars = [], [], []
+    for a in args:
+        if isinstance(a, Tensor):
+            d = a._data
+            (dims if d.ndim else zeros).append(_FROM_NP[d.dtype])
+        elif a is not None:
+            scalars.append(_dtype.scalar_dtype(a))
+    return _dtype.result_type_of(dims, zeros, scalars)
+
+
+def _run_kernel(op, args, attrs):
+    """Unwrap, promote and run the row's kernel. Returns (output arrays tuple, out dtype or None)."""
+    promotion = op.promotion
+    datas = []
+    first = None
+    same = True
+    has_scalar = False
+    for a in args:
+        if isinstance(a, Tensor):
+            d = a._data
+            if first is None:
+                first = d
+            elif type(d) is not type(first):
+                raise _device_error(op, args)
+            elif d.dtype != first.dtype:
+                same = False
+            datas.append(d)
+        else:
+            has_scalar = has_scalar or a is not None
+            datas.append(a)
+    if first is None:
+        raise TypeError(f"{op.name}: expected at least one Tensor argument")
+    xp = np if type(first) is np.ndarray else _xp_of(first)
+    out_np = None
+    if promotion != "keep":
+        compute = _FROM_NP[first.dtype] if same and not has_scalar else _compute_dtype(op, args)
+        if promotion == "float" and compute.category < _dtype.FLOAT:
+            compute = _dtype.get_default_dtype()
+        elif promotion == "integral" and compute.category >= _dtype.FLOAT:
+            raise RuntimeError(f'"{op.name}" not implemented for \'{TORCH_TYPE_NAMES[compute.name]}\' '
+                               "(it takes integer or bool tensors)")
+        cnp = compute.np
+        if not same or cnp != first.dtype or has_scalar:
+            datas = [_cast_operand(d, cnp, op.masks) for d in datas]
+        out_np = _BOOL_NP if promotion == "compare" else cnp
+    try:
+        out = op.kernel(xp, *datas, **attrs)
+    except ValueError as e:
+        if "broadcast" in str(e):
+            shapes = " and ".join(str(tuple(d.shape)) for d in datas if hasattr(d, "shape"))
+            raise RuntimeError(f"{op.name}: shapes {shapes} are not broadcastable") from None
+        raise
+    except OverflowError as e:
+        raise RuntimeError(f"{op.name}: value cannot be converted to the computation dtype without overflow ({e})") \
+            from None
+    if op.nout == 1:
+        out = (out,)
+    fixed = []
+    for o in out:
+        if type(o) is not np.ndarray and (xp is np or not isinstance(o, xp.ndarray)):
+            o = xp.asarray(o)
+        if out_np is not None and o.dtype != out_np:
+            o = o.astype(out_np)
+        fixed.append(o)
+    return fixed
+
+
+def _edge(a):
+    if isinstance(a, Tensor) and a._requires_grad:
+        return (a.grad_fn, a._output_nr) if a.grad_fn is not None else (a, 0)
+    return None
+
+
+def _mark_view(out, src, op, attrs):
+    out._base = src._base if src._base is not None else src
+    out._ver_owner = src._ver_owner or src
+    step = ((op, attrs),)
+    out._view_chain = src._view_chain + step if src._base is not None else step
+
+
+def record(op, args, attrs, outs):
+    """Attach an autograd node for ``op`` to the output tensors ``outs``."""
+    node = op.node_cls(tuple(_edge(a) for a in args), attrs)
+    saves = op.saves
+    if saves == "inputs" or saves == "both":
+        node.save_inputs(args)
+    if op.meta:
+        node.in_meta = tuple((a._data.shape, _FROM_NP[a._data.dtype]) if isinstance(a, Tensor) else None
+                             for a in args)
+    if op.nout > 1:
+        node._out_meta = tuple((o._data.shape, o.dtype, o.device) for o in outs)
+    for nr, o in enumerate(outs):
+        if nr not in op.nondiff_outputs:
+            o.grad_fn = node
+            o._output_nr = nr
+            o._requires_grad = True
+    if saves == "outputs" or saves == "both":
+        node.save_output(outs)
+    return node
+
+
+def apply(op, *args, **attrs):
+    """Run ``op`` on ``args`` (tensors and Python scalars); returns a Tensor or a tuple for multi-output ops."""
+    if MODES:
+        return MODES[-1].dispatch(op, args, attrs)
+    return eager(op, args, attrs)
+
+
+def eager(op, args, attrs):
+    datas = _run_kernel(op, args, attrs)
+    outs = [Tensor._make(d) for d in datas]
+    if op.view:
+        src = args[0]
+        for o in outs:
+            _mark_view(o, src, op, attrs)
+    if GradState.enabled and op.differentiable:
+        for a in args:
+            if isinstance(a, Tensor) and a._requires_grad:
+                record(op, args, attrs, outs)
+                break
+    return outs[0] if op.nout == 1 else tuple(outs)
+
+
+def _check_inplace_allowed(op, self):
+    if self.grad_fn is None and self._requires_grad:
+        raise RuntimeError(f"{op.name}_: a leaf Variable that requires grad is being used in an in-place operation.")
+    base = self._base
+    if base is not None and base.grad_fn is None and base._requires_grad:
+        raise RuntimeError(f"{op.name}_: a view of a leaf Variable that requires grad is being used in an in-place "
+                           "operation.")
+
+
+def _check_cast(op, result, self):
+    rd, sd = _FROM_NP[result.dtype], _FROM_NP[self._data.dtype]
+    if rd.category > sd.category:
+        raise RuntimeError(f"{op.name}_: result type {TORCH_TYPE_NAMES[rd.name]} can't be cast to the desired output "
+                           f"type {TORCH_TYPE_NAMES[sd.name]}")
+    if result.shape != self._data.shape:
+        raise RuntimeError(f"{op.name}_: output with shape {list(self._data.shape)} doesn't match the broadcast "
+                           f"shape {list(result.shape)}")
+
+
+def apply_inplace(op, self, *args, cast_check=True, **attrs):
+    """Run ``op(self, *args)`` and write the result into ``self``; records autograd as PyTorch does for in-place ops.
+
+    Writing into a view of a tensor in a graph rebases the base's history (PyTorch's ``CopySlices``).
+    """
+    if MODES:
+        return MODES[-1].dispatch_inplace(op, self, args, attrs)
+    grad_needed = GradState.enabled and op.differentiable and (
+        self._requires_grad or any(isinstance(a, Tensor) and a._requires_grad for a in args))
+    if GradState.enabled and self._requires_grad:
+        _check_inplace_allowed(op, self)
+    if not grad_needed:
+        if GradState.enabled and self._base is not None and self._base._requires_grad:
+            _check_inplace_allowed(op, self)
+        result = _run_kernel(op, (self,) + args, attrs)[0]
+        if cast_check:
+            _check_cast(op, result, self)
+        self._data[...] = result
+        self._bump_version()
+        return self
+    if self._base is not None:
+        _check_inplace_allowed(op, self)
+    result = eager(op, (self,) + args, attrs)
+    if cast_check:
+        _check_cast(op, result._data, self)
+    node = result.grad_fn
+    if node is not None and node._saved_in is not None and node._saved_in[0] is self:
+        # The row saved ``self``, which is about to be overwritten: keep its old value instead.
+        old = Tensor._make(self._data.copy())
+        old.grad_fn, old._output_nr, old._requires_grad = self.grad_fn, self._output_nr, self._requires_grad
+        node.save_inputs((old,) + node._saved_in[1:])
+    self._data[...] = result._data
+    self._bump_version()
+    if node is not None and node._saved_out is not None:
+        node.save_output((self,))
+    if self._base is None:
+        self.grad_fn, self._output_nr, self._requires_grad = node, 0, True
+    else:
+        from .ops.inplace_views import rebase_view
+
+        rebase_view(self, result)
+    return self

@@ -1,0 +1,250 @@
+"""dtypes, the default dtype, and type promotion exactly as ``torch.result_type``.
+
+>>> import jitorch
+>>> jitorch.result_type(jitorch.tensor([1, 2]), 2.5)
+jitorch.float32
+"""
+from __future__ import annotations
+
+import builtins
+
+import ml_dtypes
+import numpy as np
+
+__all__ = ["dtype", "get_default_dtype", "set_default_dtype", "promote_types", "result_type", "finfo", "iinfo", "can_cast"]
+
+# Category ranks: a higher category wins in mixed promotion.
+BOOL, INT, FLOAT, COMPLEX = 0, 1, 2, 3
+
+
+class dtype:
+    """A jitorch dtype: wraps the NumPy dtype that stores it."""
+
+    __slots__ = ("name", "np", "category", "itemsize", "is_signed", "_rank")
+
+    def __init__(self, name, np_dtype, category, rank):
+        self.name = name
+        self.np = np.dtype(np_dtype)
+        self.category = category
+        self.itemsize = self.np.itemsize
+        self.is_signed = category != BOOL and name != "uint8"
+        self._rank = rank
+
+    @property
+    def is_floating_point(self):
+        return self.category == FLOAT
+
+    @property
+    def is_complex(self):
+        return self.category == COMPLEX
+
+    def to_real(self):
+        return {"complex64": float32, "complex128": float64}.get(self.name, self)
+
+    def to_complex(self):
+        return {"float64": complex128}.get(self.name, complex64)
+
+    def __repr__(self):
+        return f"jitorch.{self.name}"
+
+    def __reduce__(self):
+        return (_dtype_by_name, (self.name,))
+
+
+def _dtype_by_name(name):
+    return _BY_NAME[name]
+
+
+bool = dtype("bool", np.bool_, BOOL, 0)  # noqa: A001 - torch exposes torch.bool
+uint8 = dtype("uint8", np.uint8, INT, 1)
+int8 = dtype("int8", np.int8, INT, 1)
+int16 = dtype("int16", np.int16, INT, 2)
+int32 = dtype("int32", np.int32, INT, 3)
+int64 = dtype("int64", np.int64, INT, 4)
+float16 = dtype("float16", np.float16, FLOAT, 1)
+bfloat16 = dtype("bfloat16", ml_dtypes.bfloat16, FLOAT, 1)
+float32 = dtype("float32", np.float32, FLOAT, 2)
+float64 = dtype("float64", np.float64, FLOAT, 3)
+complex64 = dtype("complex64", np.complex64, COMPLEX, 2)
+complex128 = dtype("complex128", np.complex128, COMPLEX, 3)
+
+ALL = (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, complex64, complex128)
+_BY_NAME = {d.name: d for d in ALL}
+ALIASES = {
+    "half": float16, "float": float32, "double": float64, "long": int64, "int": int32, "short": int16,
+    "cfloat": complex64, "cdouble": complex128, "chalf": complex64,
+}
+_BY_NAME.update(ALIASES)
+FROM_NP = {d.np: d for d in ALL}
+
+
+def from_numpy_dtype(np_dtype) -> dtype:
+    try:
+        return FROM_NP[np_dtype]
+    except KeyError:
+        raise TypeError(
+            f"can't convert np.ndarray of type {np_dtype}. The only supported types are: "
+            "float64, float32, float16, bfloat16, complex64, complex128, int64, int32, int16, int8, uint8, and bool."
+        ) from None
+
+
+def to_dtype(d) -> dtype:
+    """Accepts a jitorch dtype, a NumPy dtype, a Python type or a name."""
+    if isinstance(d, dtype):
+        return d
+    if d is builtins.float:
+        return float64
+    if d is builtins.int:
+        return int64
+    if d is builtins.bool:
+        return bool
+    if d is builtins.complex:
+        return complex128
+    if isinstance(d, str):
+        if d in _BY_NAME:
+            return _BY_NAME[d]
+        raise TypeError(f"unknown dtype name {d!r}")
+    return from_numpy_dtype(np.dtype(d))
+
+
+_default_float = float32
+
+
+def get_default_dtype() -> dtype:
+    """The dtype of floating tensors created from Python floats (float32 unless changed)."""
+    return _default_float
+
+
+def set_default_dtype(d) -> None:
+    """Set the default floating dtype; only float32 and float64 (and float16/bfloat16) are allowed, as in PyTorch."""
+    global _default_float
+    d = to_dtype(d)
+    if d.category != FLOAT:
+        raise TypeError(f"only floating-point types are supported as the default type, got {d}")
+    _default_float = d
+
+
+def default_complex() -> dtype:
+    return complex128 if _default_float is float64 else complex64
+
+
+def _promote_same_category(a: dtype, b: dtype) -> dtype:
+    if a.category == INT and (a is uint8) != (b is uint8):
+        signed = b if a is uint8 else a
+        return int16 if signed is int8 else signed
+    if a.category == FLOAT and {a.name, b.name} == {"float16", "bfloat16"}:
+        return float32
+    return a if a._rank >= b._rank else b
+
+
+def _promote(a: dtype, b: dtype) -> dtype:
+    if a is b:
+        return a
+    if a.category != b.category:
+        lo, hi = (a, b) if a.category < b.category else (b, a)
+        if hi.category == COMPLEX and lo.category == FLOAT and lo is float64:
+            return complex128
+        return hi
+    return _promote_same_category(a, b)
+
+
+_PROMOTE = {(a, b): _promote(a, b) for a in ALL for b in ALL}
+
+
+def promote_types(a, b) -> dtype:
+    """The smallest dtype both promote to, as ``torch.promote_types``."""
+    return _PROMOTE[to_dtype(a), to_dtype(b)]
+
+
+def scalar_dtype(x) -> dtype:
+    """The dtype a Python scalar takes when it is a weak operand (float -> default dtype)."""
+    t = type(x)
+    if t is builtins.bool or t is np.bool_:
+        return bool
+    if t is builtins.float:
+        return _default_float
+    if t is builtins.int:
+        return int64
+    if t is builtins.complex:
+        return default_complex()
+    if isinstance(x, np.generic):  # PyTorch treats NumPy scalars like the Python numbers they hold
+        return scalar_dtype(x.item())
+    raise TypeError(f"expected a Tensor or a number, got {t.__name__}")
+
+
+def _combine_categories(higher, lower):
+    # Mirrors c10's ResultTypeState combination: a lower-priority operand only matters if its category is higher.
+    if higher is None:
+        return lower
+    if lower is None:
+        return higher
+    if higher.category == COMPLEX:
+        return higher
+    if lower.category == COMPLEX:
+        return higher.to_complex() if higher.category == FLOAT else lower
+    if higher.category == FLOAT:
+        return higher
+    if higher is bool or lower.category == FLOAT:
+        return _PROMOTE[higher, lower]
+    return higher
+
+
+def result_type_of(dims, zero_dims, scalars):
+    """Promotion of dimensioned tensor dtypes, 0-d tensor dtypes and weak Python-scalar dtypes (lists of dtypes)."""
+    acc = [None, None, None]
+    for slot, group in enumerate((dims, zero_dims, scalars)):
+        for d in group:
+            acc[slot] = d if acc[slot] is None else _PROMOTE[acc[slot], d]
+    return _combine_categories(acc[0], _combine_categories(acc[1], acc[2]))
+
+
+def result_type(*operands) -> dtype:
+    """``torch.result_type``: the dtype an arithmetic op over these tensors and scalars computes in."""
+    from ._tensor import Tensor
+
+    dims, zeros, scalars = [], [], []
+    for x in operands:
+        if isinstance(x, Tensor):
+            (dims if x._data.ndim else zeros).append(x.dtype)
+        else:
+            d = scalar_dtype(x)
+            scalars.append(int64 if d is int64 else d)
+    return result_type_of(dims, zeros, scalars)
+
+
+def can_cast(from_, to) -> builtins.bool:
+    """``torch.can_cast``: False when the cast would lower the category (float -> int, complex -> float, int -> bool)."""
+    return to_dtype(from_).category <= to_dtype(to).category
+
+
+class finfo:
+    """Machine limits of a floating dtype, as ``torch.finfo``."""
+
+    def __init__(self, type=None):
+        d = to_dtype(type) if type is not None else _default_float
+        info = ml_dtypes.finfo(d.np) if d is bfloat16 else np.finfo(d.np)
+        self.dtype = d.name
+        self.bits = info.bits
+        self.eps = float(info.eps)
+        self.max = float(info.max)
+        self.min = float(info.min)
+        self.tiny = self.smallest_normal = float(info.tiny)
+        self.resolution = float(info.resolution)
+
+    def __repr__(self):
+        return f"finfo(resolution={self.resolution}, min={self.min}, max={self.max}, eps={self.eps}, dtype={self.dtype})"
+
+
+class iinfo:
+    """Limits of an integer dtype, as ``torch.iinfo``."""
+
+    def __init__(self, type):
+        d = to_dtype(type)
+        info = np.iinfo(d.np)
+        self.dtype = d.name
+        self.bits = info.bits
+        self.max = int(info.max)
+        self.min = int(info.min)
+
+    def __repr__(self):
+        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"

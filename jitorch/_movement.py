@@ -1,0 +1,567 @@
+"""Public shape and view functions and their Tensor methods; all composites of ``ops/movement.py`` rows.
+
+>>> import jitorch
+>>> x = jitorch.arange(6).reshape(2, 3)
+>>> x.permute(1, 0).shape, x.unsqueeze(0).shape, jitorch.cat([x, x], 1).shape
+(jitorch.Size([3, 2]), jitorch.Size([1, 2, 3]), jitorch.Size([2, 6]))
+"""
+from __future__ import annotations
+
+import operator
+
+from ._dispatch import apply, apply_inplace
+from ._shape import infer_shape, normalize_shape, view_strides, wrap_dim, wrap_dims
+from ._tensor import Tensor
+from .ops import movement as M
+
+__all__ = [
+    "reshape", "permute", "transpose", "swapaxes", "swapdims", "t", "adjoint", "squeeze", "unsqueeze", "flatten",
+    "unflatten", "narrow", "select", "split", "chunk", "unbind", "tensor_split", "movedim", "moveaxis", "flip",
+    "fliplr", "flipud", "roll", "rot90", "cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack",
+    "column_stack", "tile", "broadcast_to", "broadcast_tensors", "broadcast_shapes", "as_strided", "diagonal",
+    "tril", "triu", "nonzero", "argwhere", "clone", "atleast_1d", "atleast_2d", "atleast_3d", "ravel", "diag",
+    "diag_embed", "block_diag", "meshgrid", "cartesian_prod",
+]
+
+
+def _view(self, *shape):
+    if len(shape) == 1 and not isinstance(shape[0], (int, tuple, list)) and not hasattr(shape[0], "__index__"):
+        return self._view_dtype(shape[0])
+    shape = infer_shape(normalize_shape(shape, "view"), self._data.size)
+    if shape == self._data.shape:
+        return apply(M.RESHAPE, self, shape=shape)
+    item = self._data.itemsize
+    if view_strides(self._data.shape, tuple(s // item for s in self._data.strides), shape) is None:
+        raise RuntimeError(
+            f"view size is not compatible with input tensor's size and stride (at least one dimension spans across "
+            f"two contiguous subspaces): view {list(shape)} of a tensor of shape {list(self._data.shape)} and stride "
+            f"{list(self.stride())}. Use .reshape(...) instead.")
+    return apply(M.RESHAPE, self, shape=shape)
+
+
+def reshape(input, *shape):
+    """A view when the memory layout allows it, else a copy (as PyTorch)."""
+    shape = infer_shape(normalize_shape(shape, "reshape"), input._data.size, "reshape")
+    if input._data.flags.c_contiguous:
+        return apply(M.RESHAPE, input, shape=shape)
+    item = input._data.itemsize
+    if view_strides(input._data.shape, tuple(s // item for s in input._data.strides), shape) is not None:
+        return apply(M.RESHAPE, input, shape=shape)
+    return apply(M.RESHAPE, apply(M.CONTIGUOUS, input), shape=shape)
+
+
+def permute(input, *dims):
+    dims = normalize_shape(dims, "permute")
+    if len(dims) != input._data.ndim:
+        raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match the length "
+                           f"of the desired ordering of dimensions i.e. input.dim() = {input._data.ndim} is not equal "
+                           f"to len(dims) = {len(dims)}")
+    return apply(M.PERMUTE, input, dims=wrap_dims(dims, input._data.ndim, "permute"))
+
+
+def transpose(input, dim0, dim1):
+    nd = input._data.ndim
+    d0, d1 = wrap_dim(dim0, nd, "transpose"), wrap_dim(dim1, nd, "transpose")
+    dims = list(range(nd))
+    dims[d0], dims[d1] = d1, d0
+    return apply(M.PERMUTE, input, dims=tuple(dims))
+
+
+swapaxes = swapdims = transpose
+
+
+def t(input):
+    if input._data.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {input._data.ndim}D")
+    return transpose(input, 0, 1) if input._data.ndim == 2 else input.view(input.shape)
+
+
+def adjoint(input):
+    return transpose(input, -2, -1)
+
+
+def squeeze(input, dim=None):
+    shape = input._data.shape
+    dims = wrap_dims(dim, len(shape), "squeeze")
+    new = tuple(s for i, s in enumerate(shape) if not (i in dims and s == 1))
+    return apply(M.RESHAPE, input, shape=new)
+
+
+def unsqueeze(input, dim):
+    shape = list(input._data.shape)
+    d = wrap_dim(dim, len(shape) + 1, "unsqueeze")
+    shape.insert(d, 1)
+    return apply(M.RESHAPE, input, shape=tuple(shape))
+
+
+def flatten(input, start_dim=0, end_dim=-1):
+    shape = input._data.shape
+    if not shape:
+        return reshape(input, 1)
+    s, e = wrap_dim(start_dim, len(shape), "flatten"), wrap_dim(end_dim, len(shape), "flatten")
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    n = 1
+    for x in shape[s:e + 1]:
+        n *= x
+    return reshape(input, shape[:s] + (n,) + shape[e + 1:])
+
+
+def unflatten(input, dim, sizes):
+    shape = input._data.shape
+    d = wrap_dim(dim, len(shape), "unflatten")
+    sizes = infer_shape(tuple(sizes), shape[d], "unflatten")
+    return reshape(input, shape[:d] + sizes + shape[d + 1:])
+
+
+def ravel(input):
+    return reshape(input, -1)
+
+
+def _key_for(ndim, dim, item):
+    return (slice(None),) * dim + (item,)
+
+
+def narrow(input, dim, start, length):
+    d = wrap_dim(dim, input._data.ndim, "narrow")
+    size = input._data.shape[d]
+    start = operator.index(start)
+    if start < 0:
+        start += size
+    if not 0 <= start <= size or length < 0 or start + length > size:
+        raise RuntimeError(f"narrow: start ({start}) + length ({length}) exceeds dimension size ({size}).")
+    return apply(M.SLICE, input, key=_key_for(input._data.ndim, d, slice(start, start + length)))
+
+
+def select(input, dim, index):
+    d = wrap_dim(dim, input._data.ndim, "select")
+    size = input._data.shape[d]
+    index = operator.index(index)
+    if not -size <= index < size:
+        raise IndexError(f"select(): index {index} out of range for tensor of size {list(input.shape)} at dimension "
+                         f"{d}")
+    return apply(M.SLICE, input, key=_key_for(input._data.ndim, d, index % size))
+
+
+def split(tensor, split_size_or_sections, dim=0):
+    d = wrap_dim(dim, tensor._data.ndim, "split")
+    size = tensor._data.shape[d]
+    if isinstance(split_size_or_sections, int):
+        step = split_size_or_sections
+        if step <= 0 and size:
+            raise RuntimeError(f"split expects split_size be non-negative, but got split_size={step}")
+        sizes = [min(step, size - i) for i in range(0, size, step)] if size else [0]
+    else:
+        sizes = list(split_size_or_sections)
+        if sum(sizes) != size:
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {size} (input tensor's size at "
+                               f"dimension {d}), but got split_sizes={sizes}")
+    out, start = [], 0
+    for s in sizes:
+        out.append(narrow(tensor, d, start, s))
+        start += s
+    return tuple(out)
+
+
+def chunk(input, chunks, dim=0):
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    size = input._data.shape[wrap_dim(dim, input._data.ndim, "chunk")]
+    step = max(1, -(-size // chunks))
+    return split(input, step, dim)
+
+
+def tensor_split(input, indices_or_sections, dim=0):
+    d = wrap_dim(dim, input._data.ndim, "tensor_split")
+    size = input._data.shape[d]
+    if isinstance(indices_or_sections, int):
+        n = indices_or_sections
+        bounds = [i * (size // n) + min(i, size % n) for i in range(n + 1)]
+    else:
+        bounds = [0] + [min(int(i), size) for i in indices_or_sections] + [size]
+    return tuple(narrow(input, d, a, max(0, b - a)) for a, b in zip(bounds, bounds[1:]))
+
+
+def unbind(input, dim=0):
+    d = wrap_dim(dim, input._data.ndim, "unbind")
+    return tuple(select(input, d, i) for i in range(input._data.shape[d]))
+
+
+def movedim(input, source, destination):
+    nd = input._data.ndim
+    src = wrap_dims(source if isinstance(source, (tuple, list)) else [source], nd, "movedim")
+    dst = wrap_dims(destination if isinstance(destination, (tuple, list)) else [destination], nd, "movedim")
+    order = [d for d in range(nd) if d not in src]
+    for s, d in sorted(zip(dst, src)):
+        order.insert(s, d)
+    return apply(M.PERMUTE, input, dims=tuple(order))
+
+
+moveaxis = movedim
+
+
+def flip(input, *dims):
+    dims = normalize_shape(dims, "flip")
+    return apply(M.FLIP, input, dims=wrap_dims(dims, input._data.ndim, "flip"))
+
+
+def fliplr(input):
+    return flip(input, 1)
+
+
+def flipud(input):
+    return flip(input, 0)
+
+
+def roll(input, shifts, dims=None):
+    if dims is None:
+        return roll(input.flatten(), shifts, 0).view(input.shape)
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    out = input
+    for s, d in zip(shifts, dims):
+        n = out._data.shape[wrap_dim(d, out._data.ndim, "roll")]
+        if n == 0:
+            continue
+        s %= n
+        if s:
+            out = cat([narrow(out, d, n - s, s), narrow(out, d, 0, n - s)], d)
+    return out if out is not input else clone(input)
+
+
+def rot90(input, k=1, dims=(0, 1)):
+    k %= 4
+    d0, d1 = dims
+    if k == 1:
+        return flip(input, d1).transpose(d0, d1)
+    if k == 2:
+        return flip(input, d0, d1)
+    if k == 3:
+        return flip(input, d0).transpose(d0, d1)
+    return clone(input)
+
+
+def cat(tensors, dim=0, *, out=None):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("cat(): expected a non-empty list of Tensors")
+    # PyTorch skips legacy 1-D empty tensors, whatever the other shapes.
+    kept = [t for t in tensors if not (t._data.ndim == 1 and t._data.shape[0] == 0)] or tensors[:1]
+    ref = kept[0]
+    d = wrap_dim(dim, ref._data.ndim, "cat")
+    for i, t in enumerate(kept):
+        if t._data.ndim != ref._data.ndim:
+            raise RuntimeError(f"cat(): Tensors must have same number of dimensions: got {ref._data.ndim} and "
+                               f"{t._data.ndim}")
+        for ax, (a, b) in enumerate(zip(ref._data.shape, t._data.shape)):
+            if ax != d and a != b:
+                raise RuntimeError(f"cat(): Sizes of tensors must match except in dimension {d}. Expected size {a} but "
+                                   f"got size {b} for tensor number {i} in the list.")
+    result = apply(M.CAT, *kept, dim=d)
+    if out is not None:
+        from ._pointwise import _write_out
+
+        return _write_out(result, out)
+    return result
+
+
+concat = concatenate = cat
+
+
+def stack(tensors, dim=0, *, out=None):
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    shape = tensors[0]._data.shape
+    for i, x in enumerate(tensors):
+        if x._data.shape != shape:
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(shape)} at entry 0 and "
+                               f"{list(x.shape)} at entry {i}")
+    d = wrap_dim(dim, len(shape) + 1, "stack")
+    return cat([unsqueeze(x, d) for x in tensors], d, out=out)
+
+
+def atleast_1d(*tensors):
+    out = [x.reshape(1) if x._data.ndim == 0 else x for x in _flat(tensors)]
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def atleast_2d(*tensors):
+    out = [x.reshape(1, -1) if x._data.ndim < 2 else x for x in _flat(tensors)]
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def atleast_3d(*tensors):
+    out = []
+    for x in _flat(tensors):
+        if x._data.ndim == 0:
+            x = x.reshape(1, 1, 1)
+        elif x._data.ndim == 1:
+            x = x.reshape(1, -1, 1)
+        elif x._data.ndim == 2:
+            x = x.unsqueeze(-1)
+        out.append(x)
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _flat(tensors):
+    return list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
+
+
+def hstack(tensors):
+    tensors = atleast_1d(*tensors)
+    tensors = [tensors] if isinstance(tensors, Tensor) else tensors
+    return cat(tensors, 0 if tensors[0]._data.ndim == 1 else 1)
+
+
+def vstack(tensors):
+    t2 = atleast_2d(*tensors)
+    return cat([t2] if isinstance(t2, Tensor) else t2, 0)
+
+
+def dstack(tensors):
+    t3 = atleast_3d(*tensors)
+    return cat([t3] if isinstance(t3, Tensor) else t3, 2)
+
+
+def column_stack(tensors):
+    return hstack([x.reshape(-1, 1) if x._data.ndim <= 1 else x for x in tensors])
+
+
+def expand(self, *sizes):
+    sizes = normalize_shape(sizes, "expand")
+    shape = self._data.shape
+    if len(sizes) < len(shape):
+        raise RuntimeError(f"expand: the number of sizes provided ({len(sizes)}) must be greater or equal to the number "
+                           f"of dimensions in the tensor ({len(shape)})")
+    lead = len(sizes) - len(shape)
+    out = []
+    for i, s in enumerate(sizes):
+        if i < lead:
+            if s < 0:
+                raise RuntimeError(f"expand: -1 is not allowed in a leading, non-existing dimension {i}")
+            out.append(s)
+            continue
+        cur = shape[i - lead]
+        if s == -1:
+            s = cur
+        if cur != s and cur != 1:
+            raise RuntimeError(f"The expanded size of the tensor ({s}) must match the existing size ({cur}) at "
+                               f"non-singleton dimension {i}.  Target sizes: {list(sizes)}.  Tensor sizes: "
+                               f"{list(shape)}")
+        out.append(s)
+    out = tuple(out)
+    if out == shape:
+        return apply(M.RESHAPE, self, shape=shape)
+    return apply(M.EXPAND, self, shape=out)
+
+
+def broadcast_to(input, size):
+    return expand(input, tuple(size))
+
+
+def broadcast_shapes(*shapes):
+    from ._shape import broadcast_shapes as _bs
+    from ._tensor import Size
+
+    return Size(_bs(*[(s,) if isinstance(s, int) else tuple(s) for s in shapes]))
+
+
+def broadcast_tensors(*tensors):
+    tensors = _flat(tensors)
+    shape = broadcast_shapes(*[x.shape for x in tensors])
+    return tuple(expand(x, shape) for x in tensors)
+
+
+def as_strided(input, size, stride, storage_offset=None):
+    rel = 0 if storage_offset is None else storage_offset - input.storage_offset()
+    return apply(M.AS_STRIDED, input, size=tuple(size), stride=tuple(stride), offset=rel)
+
+
+def diagonal(input, offset=0, dim1=0, dim2=1):
+    nd = input._data.ndim
+    d1, d2 = wrap_dim(dim1, nd, "diagonal"), wrap_dim(dim2, nd, "diagonal")
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    return apply(M.DIAGONAL, input, offset=offset, dim1=d1, dim2=d2)
+
+
+def diag(input, diagonal=0):
+    if input._data.ndim == 1:
+        n = input._data.shape[0] + abs(diagonal)
+        out = input.new_zeros((n, n))
+        return out.diagonal_scatter(input, diagonal)
+    if input._data.ndim == 2:
+        return diagonal_fn(input, diagonal)
+    raise RuntimeError("diag(): Supports 1D or 2D tensors. Got " + f"{input._data.ndim}D")
+
+
+diagonal_fn = diagonal
+
+
+def diag_embed(input, offset=0, dim1=-2, dim2=-1):
+    n = input._data.shape[-1] + abs(offset)
+    out = input.new_zeros(input._data.shape[:-1] + (n, n))
+    return out.diagonal_scatter(input, offset, dim1, dim2)
+
+
+def _diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
+    from .ops.inplace_views import copy_slices
+
+    nd = self._data.ndim
+    attrs = dict(offset=offset, dim1=wrap_dim(dim1, nd, "diagonal_scatter"), dim2=wrap_dim(dim2, nd, "diagonal_scatter"))
+    return copy_slices(self, src, ((M.DIAGONAL, attrs),))
+
+
+def block_diag(*tensors):
+    tensors = [x.reshape(1, -1) if x._data.ndim < 2 else x for x in tensors]
+    rows = sum(x._data.shape[0] for x in tensors)
+    cols = sum(x._data.shape[1] for x in tensors)
+    from ._dtype import result_type
+
+    out = tensors[0].new_zeros((rows, cols), dtype=result_type(*tensors))
+    r = c = 0
+    for x in tensors:
+        h, w = x._data.shape
+        out = out.slice_scatter_2d(x, r, c)
+        r, c = r + h, c + w
+    return out
+
+
+def _slice_scatter_2d(self, src, r, c):
+    from .ops.inplace_views import copy_slices
+
+    h, w = src._data.shape
+    return copy_slices(self, src, ((M.SLICE, {"key": (slice(r, r + h), slice(c, c + w))}),))
+
+
+def tril(input, diagonal=0):
+    if input._data.ndim < 2:
+        raise RuntimeError("tril: input tensor must have at least 2 dimensions")
+    return apply(M.TRIL, input, diagonal=diagonal)
+
+
+def triu(input, diagonal=0):
+    if input._data.ndim < 2:
+        raise RuntimeError("triu: input tensor must have at least 2 dimensions")
+    return apply(M.TRIU, input, diagonal=diagonal)
+
+
+def nonzero(input, *, as_tuple=False):
+    idx = apply(M.NONZERO, input)
+    if as_tuple:
+        return tuple(idx.unbind(1)) if input._data.ndim else (idx.reshape(-1),)
+    return idx
+
+
+def argwhere(input):
+    return nonzero(input)
+
+
+def clone(input, *, memory_format=None):
+    return apply(M.CLONE, input)
+
+
+def _contiguous(self, memory_format=None):
+    return self if self._data.flags.c_contiguous else apply(M.CONTIGUOUS, self)
+
+
+def tile(input, dims):
+    dims = tuple(dims)
+    if len(dims) < input._data.ndim:
+        dims = (1,) * (input._data.ndim - len(dims)) + dims
+    return _repeat(input, *dims)
+
+
+def _repeat(self, *sizes):
+    sizes = normalize_shape(sizes, "repeat")
+    if len(sizes) < self._data.ndim:
+        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor")
+    x = self.reshape((1,) * (len(sizes) - self._data.ndim) + self._data.shape)
+    # Interleave a broadcast axis before each dim, then merge: one expand and one copy.
+    shape = x._data.shape
+    expanded_shape, unsq = [], []
+    for s, r in zip(shape, sizes):
+        unsq += [1, s]
+        expanded_shape += [r, s]
+    out = x.reshape(unsq).expand(expanded_shape)
+    return out.reshape(tuple(s * r for s, r in zip(shape, sizes)))
+
+
+def meshgrid(*tensors, indexing="ij"):
+    tensors = _flat(tensors)
+    if indexing not in ("ij", "xy"):
+        raise RuntimeError(f"torch.meshgrid: indexing must be one of \"xy\" or \"ij\", but received: {indexing}")
+    swap = indexing == "xy" and len(tensors) >= 2
+    if swap:
+        tensors = [tensors[1], tensors[0]] + tensors[2:]
+    shape = tuple(x.numel() for x in tensors)
+    out = []
+    for i, x in enumerate(tensors):
+        view = [1] * len(tensors)
+        view[i] = -1
+        out.append(x.reshape(view).expand(shape))
+    if swap:
+        out = [o.transpose(0, 1) for o in out]
+        out[0], out[1] = out[1], out[0]
+    return tuple(out)
+
+
+def cartesian_prod(*tensors):
+    grids = meshgrid(*tensors, indexing="ij")
+    return stack([g.reshape(-1) for g in grids], 1) if len(tensors) > 1 else tensors[0]
+
+
+def _copy_(self, src, non_blocking=False):
+    if not isinstance(src, Tensor):
+        raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
+    if src.device != self.device:
+        src = src.to(self.device)
+    return apply_inplace(M.COPY, self, src, cast_check=False)
+
+
+def _fill_(self, value):
+    if isinstance(value, Tensor) and value._data.ndim:
+        raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value._data.ndim} "
+                           "dimensions.")
+    if isinstance(value, Tensor) and not value._requires_grad:
+        value = value.item()
+    return apply_inplace(M.FILL, self, value, cast_check=False)
+
+
+def _zero_(self):
+    return apply_inplace(M.FILL, self, 0, cast_check=False)
+
+
+_METHODS = {name: globals()[name] for name in __all__ if name not in ("cat", "concat", "concatenate", "stack",
+                                                                    "hstack", "vstack", "dstack", "column_stack",
+                                                                    "broadcast_tensors", "broadcast_shapes", "meshgrid",
+                                                                    "cartesian_prod", "block_diag", "atleast_1d",
+                                                                    "atleast_2d", "atleast_3d")}
+_METHODS.update(
+    view=_view, view_as=lambda self, other: _view(self, other.shape),
+    reshape_as=lambda self, other: reshape(self, other.shape), expand=expand,
+    expand_as=lambda self, other: expand(self, other.shape), contiguous=_contiguous, repeat=_repeat,
+    copy_=_copy_, fill_=_fill_, zero_=_zero_, diagonal_scatter=_diagonal_scatter, slice_scatter_2d=_slice_scatter_2d,
+    T=property(lambda self: permute(self, tuple(range(self._data.ndim - 1, -1, -1)))),
+    mT=property(lambda self: transpose(self, -2, -1)), H=property(lambda self: t(self).conj()),
+    mH=property(lambda self: transpose(self, -2, -1).conj()),
+    squeeze_=lambda self, dim=None: _set_geometry(self, squeeze(self, dim)),
+    unsqueeze_=lambda self, dim: _set_geometry(self, unsqueeze(self, dim)),
+    t_=lambda self: _set_geometry(self, t(self)),
+    transpose_=lambda self, a, b: _set_geometry(self, transpose(self, a, b)),
+    tril_=lambda self, diagonal=0: self.copy_(tril(self, diagonal)),
+    triu_=lambda self, diagonal=0: self.copy_(triu(self, diagonal)),
+)
+
+
+def _set_geometry(self, new):
+    # In-place shape changes swap the array view; history follows the new view.
+    self._data = new._data
+    if new.grad_fn is not None:
+        self.grad_fn = new.grad_fn
+    return self
+
+
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _fn)

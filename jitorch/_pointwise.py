@@ -1,0 +1,347 @@
+"""Public elementwise functions, their Tensor methods, operators and in-place forms.
+
+Primitives come from ``ops/pointwise.py``; everything else here is a composite of them.
+
+>>> import jitorch
+>>> a = jitorch.tensor([1, 2, 3])
+>>> (1 - a, a / 2, a // 2, a ** 2)
+(tensor([ 0, -1, -2]), tensor([0.5000, 1.0000, 1.5000]), tensor([0, 1, 1]), tensor([1, 4, 9]))
+"""
+from __future__ import annotations
+
+import math
+
+from ._dispatch import apply, apply_inplace
+from ._tensor import Tensor
+from .ops import pointwise as P
+
+__all__ = [
+    "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "floor_divide", "remainder", "fmod",
+    "pow", "float_power", "maximum", "minimum", "fmax", "fmin", "atan2", "arctan2", "hypot", "lerp", "eq", "ne", "lt",
+    "le", "gt", "ge", "greater", "greater_equal", "less", "less_equal", "not_equal", "equal", "isclose", "allclose",
+    "logical_and", "logical_or", "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
+    "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "isnan", "isinf", "isfinite", "isposinf", "isneginf",
+    "isreal", "signbit", "neg", "negative", "abs", "absolute", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p",
+    "sqrt", "rsqrt", "square", "sin", "cos", "tan", "asin", "acos", "atan", "arcsin", "arccos", "arctan", "sinh",
+    "cosh", "tanh", "asinh", "acosh", "atanh", "arcsinh", "arccosh", "arctanh", "sigmoid", "erf", "erfc", "erfinv",
+    "reciprocal", "relu", "floor", "ceil", "trunc", "fix", "round", "sign", "sgn", "frac", "nan_to_num", "where",
+    "clamp", "clip", "clamp_min", "clamp_max", "addcmul", "addcdiv", "xlogy", "logaddexp", "copysign", "deg2rad",
+    "rad2deg", "logit", "sinc",
+]
+
+
+def _write_out(result, out):
+    """The ``out=`` convention: write into ``out`` (resized when its shape differs) and return it."""
+    if out is None:
+        return result
+    from .autograd.grad_mode import no_grad
+
+    with no_grad():
+        if out.shape == result.shape:
+            out.copy_(result)
+        else:
+            out._data = result._data.astype(out._data.dtype)
+            out._bump_version()
+    return out
+
+
+def _binary(op):
+    def fn(input, other, *, out=None):
+        return _write_out(apply(op, input, other), out)
+    fn.__name__ = op.name
+    fn.__doc__ = f"Elementwise ``{op.name}`` with broadcasting and PyTorch's type promotion."
+    return fn
+
+
+def _unary(op):
+    def fn(input, *, out=None):
+        return _write_out(apply(op, input), out)
+    fn.__name__ = op.name
+    fn.__doc__ = f"Elementwise ``{op.name}``."
+    return fn
+
+
+def add(input, other, *, alpha=1, out=None):
+    """``input + alpha * other``."""
+    if alpha != 1:
+        other = apply(P.MUL, other, alpha)
+    return _write_out(apply(P.ADD, input, other), out)
+
+
+def sub(input, other, *, alpha=1, out=None):
+    """``input - alpha * other``."""
+    if alpha != 1:
+        other = apply(P.MUL, other, alpha)
+    return _write_out(apply(P.SUB, input, other), out)
+
+
+subtract = sub
+mul = multiply = _binary(P.MUL)
+
+
+def div(input, other, *, rounding_mode=None, out=None):
+    """True division, or ``rounding_mode='floor'`` / ``'trunc'``."""
+    if rounding_mode is None:
+        result = apply(P.DIV, input, other)
+    elif rounding_mode == "floor":
+        result = apply(P.FLOOR_DIVIDE, input, other)
+    elif rounding_mode == "trunc":
+        q = apply(P.DIV, input, other)
+        result = apply(P.TRUNC, q)
+        from ._dtype import result_type
+
+        dt = result_type(input, other)
+        if dt.category < 2:
+            result = result.to(dt)
+    else:
+        raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                         f"'{rounding_mode}'")
+    return _write_out(result, out)
+
+
+divide = div
+true_divide = _binary(P.DIV)
+floor_divide = _binary(P.FLOOR_DIVIDE)
+remainder = _binary(P.REMAINDER)
+fmod = _binary(P.FMOD)
+maximum = _binary(P.MAXIMUM)
+minimum = _binary(P.MINIMUM)
+atan2 = arctan2 = _binary(P.ATAN2)
+
+
+def pow(input, exponent, *, out=None):
+    """``input ** exponent`` (either may be a scalar)."""
+    if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and isinstance(input, Tensor):
+        if exponent == 2:
+            return _write_out(apply(P.MUL, input, input), out)
+    return _write_out(apply(P.POW, input, exponent), out)
+
+
+def float_power(input, exponent):
+    x = input.double() if isinstance(input, Tensor) else input
+    e = exponent.double() if isinstance(exponent, Tensor) else exponent
+    return pow(x, e)
+
+
+def fmax(input, other):
+    return where(input.isnan(), other, where(other.isnan(), input, maximum(input, other)))
+
+
+def fmin(input, other):
+    return where(input.isnan(), other, where(other.isnan(), input, minimum(input, other)))
+
+
+def hypot(input, other):
+    return sqrt(input * input + other * other)
+
+
+def lerp(input, end, weight):
+    return input + weight * (end - input)
+
+
+eq, ne, lt, le, gt, ge = (_binary(op) for op in (P.EQ, P.NE, P.LT, P.LE, P.GT, P.GE))
+greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
+logical_and, logical_or, logical_xor = _binary(P.LOGICAL_AND), _binary(P.LOGICAL_OR), _binary(P.LOGICAL_XOR)
+logical_not = _unary(P.LOGICAL_NOT)
+bitwise_and, bitwise_or, bitwise_xor = _binary(P.BITWISE_AND), _binary(P.BITWISE_OR), _binary(P.BITWISE_XOR)
+bitwise_left_shift, bitwise_right_shift = _binary(P.BITWISE_LEFT_SHIFT), _binary(P.BITWISE_RIGHT_SHIFT)
+bitwise_not = _unary(P.BITWISE_NOT)
+isnan, isinf, isfinite, signbit = _unary(P.ISNAN), _unary(P.ISINF), _unary(P.ISFINITE), _unary(P.SIGNBIT)
+
+
+def isposinf(input):
+    return input.isinf() & (input > 0)
+
+
+def isneginf(input):
+    return input.isinf() & (input < 0)
+
+
+def isreal(input):
+    return input.imag == 0 if input.is_complex() else input == input | True
+
+
+def equal(input, other) -> bool:
+    """True when both tensors have the same shape and elements."""
+    return input.shape == other.shape and bool(eq(input, other).all())
+
+
+def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    close = (input - other).abs() <= atol + rtol * other.abs()
+    close = close | (input == other)
+    if equal_nan:
+        close = close | (input.isnan() & other.isnan())
+    return close
+
+
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
+    return bool(isclose(input, other, rtol, atol, equal_nan).all())
+
+
+neg = negative = _unary(P.NEG)
+abs = absolute = _unary(P.ABS)
+exp, exp2, expm1 = _unary(P.EXP), _unary(P.EXP2), _unary(P.EXPM1)
+log, log2, log10, log1p = _unary(P.LOG), _unary(P.LOG2), _unary(P.LOG10), _unary(P.LOG1P)
+sqrt, rsqrt = _unary(P.SQRT), _unary(P.RSQRT)
+sin, cos, tan = _unary(P.SIN), _unary(P.COS), _unary(P.TAN)
+asin = arcsin = _unary(P.ASIN)
+acos = arccos = _unary(P.ACOS)
+atan = arctan = _unary(P.ATAN)
+sinh, cosh, tanh = _unary(P.SINH), _unary(P.COSH), _unary(P.TANH)
+asinh = arcsinh = _unary(P.ASINH)
+acosh = arccosh = _unary(P.ACOSH)
+atanh = arctanh = _unary(P.ATANH)
+sigmoid, relu = _unary(P.SIGMOID), _unary(P.RELU)
+erf, erfc, erfinv = _unary(P.ERF), _unary(P.ERFC), _unary(P.ERFINV)
+reciprocal = _unary(P.RECIPROCAL)
+floor, ceil, sign, frac = _unary(P.FLOOR), _unary(P.CEIL), _unary(P.SIGN), _unary(P.FRAC)
+trunc = fix = _unary(P.TRUNC)
+sgn = sign
+
+
+def square(input, *, out=None):
+    return _write_out(apply(P.MUL, input, input), out)
+
+
+def round(input, *, decimals=0, out=None):
+    return _write_out(apply(P.ROUND, input, decimals=decimals), out)
+
+
+def nan_to_num(input, nan=0.0, posinf=None, neginf=None, *, out=None):
+    return _write_out(apply(P.NAN_TO_NUM, input, nan=nan, posinf=posinf, neginf=neginf), out)
+
+
+def where(condition, input=None, other=None, *, out=None):
+    """``where(cond, a, b)`` picks elementwise; ``where(cond)`` is ``nonzero(cond, as_tuple=True)``."""
+    if input is None and other is None:
+        return condition.nonzero(as_tuple=True)
+    if isinstance(condition, Tensor) and condition.dtype.name != "bool":
+        raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
+                           f"{condition.dtype}")
+    return _write_out(apply(P.WHERE, condition, input, other), out)
+
+
+def clamp(input, min=None, max=None, *, out=None):
+    """Clamp into ``[min, max]``; bounds may be scalars or tensors."""
+    return _write_out(apply(P.CLAMP, input, min, max), out)
+
+
+clip = clamp
+
+
+def clamp_min(input, min):
+    return clamp(input, min=min)
+
+
+def clamp_max(input, max):
+    return clamp(input, max=max)
+
+
+def addcmul(input, tensor1, tensor2, *, value=1, out=None):
+    return _write_out(input + value * tensor1 * tensor2 if value != 1 else input + tensor1 * tensor2, out)
+
+
+def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
+    return _write_out(input + value * (tensor1 / tensor2), out)
+
+
+def xlogy(input, other):
+    return where(input == 0, 0.0, input * log(other))
+
+
+def logaddexp(input, other):
+    m = maximum(input, other).detach()
+    return m + log(exp(input - m) + exp(other - m))
+
+
+def copysign(input, other):
+    return abs(input) * where(signbit(other), -1.0, 1.0)
+
+
+def deg2rad(input):
+    return input * (math.pi / 180)
+
+
+def rad2deg(input):
+    return input * (180 / math.pi)
+
+
+def logit(input, eps=None):
+    x = input if eps is None else clamp(input, eps, 1 - eps)
+    return log(x / (1 - x))
+
+
+def sinc(input):
+    px = input * math.pi
+    return where(input == 0, 1.0, sin(px) / where(input == 0, 1.0, px))
+
+
+# -- methods, operators and in-place forms -----------------------------------------------------------------------
+def _inplace(op, **fixed):
+    def method(self, *args, **attrs):
+        return apply_inplace(op, self, *args, **fixed, **attrs)
+    method.__name__ = op.name + "_"
+    return method
+
+
+def _add_(self, other, *, alpha=1):
+    if alpha != 1:
+        other = apply(P.MUL, other, alpha)
+    return apply_inplace(P.ADD, self, other)
+
+
+def _sub_(self, other, *, alpha=1):
+    if alpha != 1:
+        other = apply(P.MUL, other, alpha)
+    return apply_inplace(P.SUB, self, other)
+
+
+def _div_(self, other, *, rounding_mode=None):
+    if rounding_mode is None:
+        return apply_inplace(P.DIV, self, other)
+    return self.copy_(div(self, other, rounding_mode=rounding_mode))
+
+
+def _clamp_(self, min=None, max=None):
+    return apply_inplace(P.CLAMP, self, min, max)
+
+
+def _reflect(fn):
+    return lambda self, other: fn(other, self)
+
+
+_METHODS = {name: globals()[name] for name in __all__ if name not in ("where", "equal", "allclose", "isclose")}
+_METHODS.update(
+    where=lambda self, condition, other: where(condition, self, other), equal=equal, allclose=allclose,
+    isclose=isclose,
+    add_=_add_, sub_=_sub_, subtract_=_sub_, div_=_div_, divide_=_div_, clamp_=_clamp_, clip_=_clamp_,
+    __add__=add, __radd__=_reflect(add), __iadd__=_add_, __sub__=sub, __rsub__=_reflect(sub), __isub__=_sub_,
+    __mul__=mul, __rmul__=_reflect(mul), __truediv__=div, __rtruediv__=_reflect(div), __itruediv__=_div_,
+    __floordiv__=floor_divide, __rfloordiv__=_reflect(floor_divide), __mod__=remainder,
+    __rmod__=_reflect(remainder), __pow__=pow, __rpow__=_reflect(pow), __neg__=neg, __pos__=lambda self: self,
+    __abs__=abs, __eq__=eq, __ne__=ne, __lt__=lt, __le__=le, __gt__=gt, __ge__=ge,
+    __and__=lambda a, b: (logical_and if a.dtype.name == "bool" else bitwise_and)(a, b),
+    __or__=lambda a, b: (logical_or if a.dtype.name == "bool" else bitwise_or)(a, b),
+    __xor__=lambda a, b: (logical_xor if a.dtype.name == "bool" else bitwise_xor)(a, b),
+    __invert__=lambda a: logical_not(a) if a.dtype.name == "bool" else bitwise_not(a),
+    __lshift__=bitwise_left_shift, __rshift__=bitwise_right_shift,
+)
+_METHODS.update(__rand__=_reflect(_METHODS["__and__"]), __ror__=_reflect(_METHODS["__or__"]),
+                __rxor__=_reflect(_METHODS["__xor__"]))
+for _op in (P.MUL, P.POW, P.REMAINDER, P.FMOD, P.FLOOR_DIVIDE, P.MAXIMUM, P.MINIMUM, P.ATAN2, P.NEG, P.ABS, P.EXP,
+            P.EXP2, P.EXPM1, P.LOG, P.LOG2, P.LOG10, P.LOG1P, P.SQRT, P.RSQRT, P.SIN, P.COS, P.TAN, P.ASIN, P.ACOS,
+            P.ATAN, P.SINH, P.COSH, P.TANH, P.ASINH, P.ACOSH, P.ATANH, P.SIGMOID, P.ERF, P.ERFC, P.ERFINV,
+            P.RECIPROCAL, P.RELU, P.FLOOR, P.CEIL, P.TRUNC, P.SIGN, P.FRAC, P.ROUND, P.NAN_TO_NUM, P.EQ, P.NE,
+            P.LT, P.LE, P.GT, P.GE, P.LOGICAL_AND, P.LOGICAL_OR, P.LOGICAL_XOR, P.LOGICAL_NOT, P.BITWISE_AND,
+            P.BITWISE_OR, P.BITWISE_XOR, P.BITWISE_NOT):
+    _METHODS[_op.name + "_"] = _inplace(_op)
+_METHODS.update(multiply_=_METHODS["mul_"], negative_=_METHODS["neg_"], absolute_=_METHODS["abs_"],
+                fix_=_METHODS["trunc_"], sgn_=_METHODS["sign_"], square_=lambda self: self.mul_(self),
+                __imul__=_METHODS["mul_"], __ipow__=_METHODS["pow_"], __imod__=_METHODS["remainder_"],
+                __ifloordiv__=_METHODS["floor_divide_"],
+                __iand__=lambda a, b: (a.logical_and_ if a.dtype.name == "bool" else a.bitwise_and_)(b),
+                __ior__=lambda a, b: (a.logical_or_ if a.dtype.name == "bool" else a.bitwise_or_)(b),
+                __ixor__=lambda a, b: (a.logical_xor_ if a.dtype.name == "bool" else a.bitwise_xor_)(b),
+                arcsin_=_METHODS["asin_"], arccos_=_METHODS["acos_"], arctan_=_METHODS["atan_"])
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _fn)

@@ -1,0 +1,225 @@
+"""Render NumPy arrays exactly the way PyTorch 2.x's ``repr(tensor)`` does.
+
+This module deliberately knows nothing about jitorch's ``Tensor``: the caller
+passes the raw data plus the dtype name and any trailing items (``grad_fn``,
+``requires_grad``, ``device``), so printing can be tested against real PyTorch
+in isolation. The logic mirrors ``torch/_tensor_str.py`` with the default
+print options (precision 4, threshold 1000, edgeitems 3, linewidth 80).
+
+Example:
+
+    >>> import numpy as np
+    >>> print(format_tensor(np.array([[1.0, 2.5], [-3.0, 1e5]], dtype=np.float32),
+    ...                     dtype_name="float32"))
+    tensor([[ 1.0000e+00,  2.5000e+00],
+            [-3.0000e+00,  1.0000e+05]])
+    >>> format_tensor(np.array([1, 2], dtype=np.int32), dtype_name="int32",
+    ...               suffixes=["requires_grad=True"])
+    'tensor([1, 2], dtype=jitorch.int32, requires_grad=True)'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["format_tensor"]
+
+_PRECISION = 4
+_THRESHOLD = 1000
+_EDGEITEMS = 3
+_LINEWIDTH = 80
+
+
+class _Formatter:
+    """Chooses one number style and column width for a whole tensor.
+
+    ``values`` must be a float64 array for floating data (so Python float
+    formatting sees the exact stored value, like torch's ``.item()``), or an
+    integer/bool array otherwise.
+    """
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.floating = values.dtype.kind == "f"
+        self.int_mode = True
+        self.sci_mode = False
+        self.max_width = 1
+
+        flat = values.reshape(-1)
+        if not self.floating:
+            for value in flat.tolist():
+                self.max_width = max(self.max_width, len(f"{value}"))
+            return
+
+        # Zeros and non-finite values never influence the style or the width;
+        # torch only looks at the nonzero finite ones.
+        nonzero_finite = flat[np.isfinite(flat) & (flat != 0)]
+        if nonzero_finite.size == 0:
+            return
+        magnitudes = np.abs(nonzero_finite)
+        smallest, largest = float(magnitudes.min()), float(magnitudes.max())
+        self.int_mode = bool(np.all(nonzero_finite == np.ceil(nonzero_finite)))
+        self.sci_mode = largest / smallest > 1000.0 or largest > 1.0e8 or smallest < 1.0e-4
+
+        for value in nonzero_finite.tolist():
+            if self.sci_mode:
+                width = len(f"{value:.{_PRECISION}e}")
+            elif self.int_mode:
+                # +1 for the trailing "." that marks integral floats.
+                width = len(f"{value:.0f}") + 1
+            else:
+                width = len(f"{value:.{_PRECISION}f}")
+            self.max_width = max(self.max_width, width)
+
+    def format(self, value) -> str:
+        if not self.floating:
+            text = f"{value}"
+        elif self.sci_mode:
+            text = f"{value:{self.max_width}.{_PRECISION}e}"
+        elif self.int_mode:
+            text = f"{value:.0f}"
+            if math.isfinite(value):
+                text += "."
+        else:
+            text = f"{value:.{_PRECISION}f}"
+        # rjust never truncates: nan/inf may exceed max_width, as in torch.
+        return text.rjust(self.max_width)
+
+
+def _format_value(value, real_fmt: _Formatter, imag_fmt: _Formatter | None) -> str:
+    if imag_fmt is None:
+        return real_fmt.format(value)
+    real_text = real_fmt.format(value.real)
+    imag_text = (imag_fmt.format(value.imag) + "j").lstrip()
+    # The imaginary part carries its own sign when negative (or "-0").
+    if imag_text[0] in "+-":
+        return real_text + imag_text
+    return real_text + "+" + imag_text
+
+
+def _vector_str(vec: np.ndarray, indent: int, summarize: bool,
+                real_fmt: _Formatter, imag_fmt: _Formatter | None) -> str:
+    # Each element takes its width plus ", "; complex adds the imag part + "j".
+    element_length = real_fmt.max_width + 2
+    if imag_fmt is not None:
+        element_length += imag_fmt.max_width + 1
+    per_line = max(1, math.floor((_LINEWIDTH - indent) / element_length))
+
+    def fmt(values: np.ndarray) -> list[str]:
+        return [_format_value(v, real_fmt, imag_fmt) for v in values.tolist()]
+
+    if summarize and vec.shape[0] > 2 * _EDGEITEMS:
+        # " ..." counts as an ordinary element when splitting into lines.
+        items = fmt(vec[:_EDGEITEMS]) + [" ..."] + fmt(vec[-_EDGEITEMS:])
+    else:
+        items = fmt(vec)
+
+    lines = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
+    return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
+
+
+def _nested_str(arr: np.ndarray, indent: int, summarize: bool,
+                real_fmt: _Formatter, imag_fmt: _Formatter | None) -> str:
+    if arr.ndim == 0:
+        return _format_value(arr.item(), real_fmt, imag_fmt)
+    if arr.ndim == 1:
+        return _vector_str(arr, indent, summarize, real_fmt, imag_fmt)
+
+    def sub(i: int) -> str:
+        return _nested_str(arr[i], indent + 1, summarize, real_fmt, imag_fmt)
+
+    n = arr.shape[0]
+    if summarize and n > 2 * _EDGEITEMS:
+        slices = [sub(i) for i in range(_EDGEITEMS)] + ["..."]
+        slices += [sub(i) for i in range(n - _EDGEITEMS, n)]
+    else:
+        slices = [sub(i) for i in range(n)]
+    # Deeper nesting separates blocks with more blank lines, as torch does.
+    return "[" + ("," + "\n" * (arr.ndim - 1) + " " * (indent + 1)).join(slices) + "]"
+
+
+def _summarized(arr: np.ndarray) -> np.ndarray:
+    """Only the elements that will actually be printed when summarizing.
+
+    The formatter must see just these, otherwise hidden values could change
+    the column width or trigger scientific mode.
+    """
+    picks = [
+        np.r_[0:_EDGEITEMS, size - _EDGEITEMS:size] if size > 2 * _EDGEITEMS else np.arange(size)
+        for size in arr.shape
+    ]
+    return arr[np.ix_(*picks)] if arr.ndim else arr
+
+
+def _to_printable(arr: np.ndarray) -> np.ndarray:
+    """Widen to float64/complex128 so Python's formatting sees exact values.
+
+    Covers float16 and ml_dtypes.bfloat16 (whose NumPy kind is 'V'), which
+    torch also widens before formatting; every such value is exact in float64.
+    """
+    kind = arr.dtype.kind
+    if kind in "biu":
+        return arr
+    if kind == "c":
+        return arr.astype(np.complex128)
+    if kind != "f":
+        arr = arr.astype(np.float32)
+    return arr.astype(np.float64)
+
+
+def _add_suffixes(text: str, suffixes: Sequence[str], indent: int) -> str:
+    parts = [text]
+    # Off by two relative to the visible line length; kept to match torch.
+    last_line_len = len(text) - text.rfind("\n") + 1
+    for suffix in suffixes:
+        if last_line_len + len(suffix) + 2 > _LINEWIDTH:
+            parts.append(",\n" + " " * indent + suffix)
+            last_line_len = indent + len(suffix)
+        else:
+            parts.append(", " + suffix)
+            last_line_len += len(suffix) + 2
+    parts.append(")")
+    return "".join(parts)
+
+
+def format_tensor(arr: np.ndarray, *, dtype_name: str, default_float: str = "float32",
+                  default_int: str = "int64", suffixes: Sequence[str] = (),
+                  prefix: str = "tensor(") -> str:
+    """Return PyTorch's ``repr`` of a CPU tensor holding ``arr``'s values.
+
+    ``dtype_name`` is the jitorch dtype (e.g. ``"bfloat16"``) shown in the
+    ``dtype=jitorch.<name>`` suffix when it is not the default for its kind.
+    ``suffixes`` are preformatted trailing items; ``device=...`` items are
+    moved before the dtype item because torch prints the device first.
+    """
+    arr = np.asarray(arr)
+    indent = len(prefix)
+    default_complex = "complex128" if default_float == "float64" else "complex64"
+    device_items = [s for s in suffixes if s.startswith("device=")]
+    other_items = [s for s in suffixes if not s.startswith("device=")]
+    dtype_item = f"dtype=jitorch.{dtype_name}"
+
+    items = list(device_items)
+    if arr.size == 0:
+        # No values to reveal the dtype, so torch shows it unless it is the
+        # default float; the shape is shown unless it is plainly (0,).
+        if arr.ndim != 1:
+            items.append("size=" + str(tuple(int(s) for s in arr.shape)))
+        if dtype_name != default_float:
+            items.append(dtype_item)
+        body = "[]"
+    else:
+        if dtype_name not in (default_float, default_complex, default_int, "bool"):
+            items.append(dtype_item)
+        data = _to_printable(arr)
+        summarize = data.size > _THRESHOLD
+        shown = _summarized(data) if summarize else data
+        if data.dtype.kind == "c":
+            real_fmt, imag_fmt = _Formatter(shown.real), _Formatter(shown.imag)
+        else:
+            real_fmt, imag_fmt = _Formatter(shown), None
+        body = _nested_str(data, indent, summarize, real_fmt, imag_fmt)
+    items += other_items
+    return _add_suffixes(prefix + body, items, indent)

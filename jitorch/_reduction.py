@@ -1,0 +1,261 @@
+"""Public reductions and normalizations (sum, mean, max, var, softmax, ...) as functions and Tensor methods.
+
+>>> import jitorch
+>>> x = jitorch.tensor([[1.0, 2.0], [3.0, 4.0]])
+>>> x.sum(), x.mean(dim=0), x.var(1, keepdim=True).shape, x.softmax(-1)[0]
+(tensor(10.), tensor([2., 3.]), jitorch.Size([2, 1]), tensor([0.2689, 0.7311]))
+"""
+from __future__ import annotations
+
+from . import _dtype, return_types
+from ._dispatch import apply
+from ._shape import wrap_dim, wrap_dims
+from ._tensor import Tensor
+from .ops import reduction as R
+
+__all__ = [
+    "sum", "nansum", "mean", "nanmean", "prod", "amax", "amin", "aminmax", "max", "min", "argmax", "argmin", "all",
+    "any", "var", "std", "var_mean", "std_mean", "logsumexp", "softmax", "log_softmax", "cumsum", "cumprod",
+    "count_nonzero", "norm", "trace",
+]
+
+
+def _dims(input, dim, op):
+    if isinstance(dim, (list, tuple)) and len(dim) == 0:
+        return tuple(range(input._data.ndim))
+    return wrap_dims(dim, input._data.ndim, op)
+
+
+def _sum_dtype(input, dtype):
+    if dtype is not None:
+        return _dtype.to_dtype(dtype)
+    d = input.dtype
+    return _dtype.int64 if d.category <= _dtype.INT else d
+
+
+def sum(input, dim=None, keepdim=False, *, dtype=None):
+    """Sum over ``dim`` (int, tuple, or all); integer and bool inputs sum to int64."""
+    dt = _sum_dtype(input, dtype)
+    return apply(R.SUM, input, dims=_dims(input, dim, "sum"), keepdim=keepdim, dtype=dt.np)
+
+
+def nansum(input, dim=None, keepdim=False, *, dtype=None):
+    return sum(input.nan_to_num(0.0, float("inf"), float("-inf")).where(~input.isnan(), 0.0), dim, keepdim,
+               dtype=dtype)
+
+
+def mean(input, dim=None, keepdim=False, *, dtype=None):
+    """Mean over ``dim``; the input (or ``dtype``) must be floating or complex."""
+    dt = _dtype.to_dtype(dtype) if dtype is not None else input.dtype
+    if dt.category < _dtype.FLOAT:
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be either a floating point or "
+                           f"complex dtype. Got: {_type_name(dt)}")
+    dims = _dims(input, dim, "mean")
+    n = 1
+    for d in dims:
+        n *= input._data.shape[d]
+    total = apply(R.SUM, input, dims=dims, keepdim=keepdim, dtype=dt.np)
+    return total / n if n else total * float("nan")
+
+
+def nanmean(input, dim=None, keepdim=False, *, dtype=None):
+    keep = ~input.isnan()
+    return nansum(input, dim, keepdim, dtype=dtype) / keep.sum(dim, keepdim)
+
+
+def _type_name(dt):
+    from ._dispatch import TORCH_TYPE_NAMES
+
+    return TORCH_TYPE_NAMES[dt.name]
+
+
+def prod(input, dim=None, keepdim=False, *, dtype=None):
+    dt = _sum_dtype(input, dtype)
+    dims = _dims(input, dim, "prod")
+    return apply(R.PROD, input, dims=dims, keepdim=keepdim, dtype=dt.np)
+
+
+def amax(input, dim=(), keepdim=False):
+    return apply(R.AMAX, input, dims=_dims(input, dim, "amax"), keepdim=keepdim)
+
+
+def amin(input, dim=(), keepdim=False):
+    return apply(R.AMIN, input, dims=_dims(input, dim, "amin"), keepdim=keepdim)
+
+
+def aminmax(input, *, dim=None, keepdim=False):
+    d = () if dim is None else dim
+    return return_types.aminmax(amin(input, d, keepdim), amax(input, d, keepdim))
+
+
+def _extreme(input, dim, keepdim, other, op_all, op_dim, op_pair, result_type):
+    if isinstance(dim, Tensor):
+        return op_pair(input, dim)
+    if other is not None:
+        return op_pair(input, other)
+    if dim is None:
+        if input._data.size == 0:
+            raise RuntimeError(f"{op_all.name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                               "Specify the reduction dim with the 'dim' argument.")
+        return apply(op_all, input, dims=tuple(range(input._data.ndim)), keepdim=False)
+    d = wrap_dim(dim, input._data.ndim, result_type.__name__)
+    return result_type(*apply(op_dim, input, dim=d, keepdim=keepdim))
+
+
+def max(input, dim=None, keepdim=False, *, other=None):
+    """``max(x)``, ``max(x, dim)`` -> (values, indices), or elementwise ``max(x, y)``."""
+    from ._pointwise import maximum
+
+    return _extreme(input, dim, keepdim, other, R.AMAX, R.MAX_DIM, maximum, return_types.max)
+
+
+def min(input, dim=None, keepdim=False, *, other=None):
+    """``min(x)``, ``min(x, dim)`` -> (values, indices), or elementwise ``min(x, y)``."""
+    from ._pointwise import minimum
+
+    return _extreme(input, dim, keepdim, other, R.AMIN, R.MIN_DIM, minimum, return_types.min)
+
+
+def argmax(input, dim=None, keepdim=False):
+    d = None if dim is None else wrap_dim(dim, input._data.ndim, "argmax")
+    return apply(R.ARGMAX, input, dim=d, keepdim=keepdim)
+
+
+def argmin(input, dim=None, keepdim=False):
+    d = None if dim is None else wrap_dim(dim, input._data.ndim, "argmin")
+    return apply(R.ARGMIN, input, dim=d, keepdim=keepdim)
+
+
+def all(input, dim=None, keepdim=False):
+    return apply(R.ALL, input, dims=_dims(input, dim, "all"), keepdim=keepdim)
+
+
+def any(input, dim=None, keepdim=False):
+    return apply(R.ANY, input, dims=_dims(input, dim, "any"), keepdim=keepdim)
+
+
+def _correction(unbiased, correction):
+    if correction is not None:
+        return correction
+    return 1 if unbiased is None or unbiased else 0
+
+
+def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """Variance with ``correction`` (default 1, Bessel's); ``unbiased=False`` means correction 0."""
+    if isinstance(dim, bool):
+        dim, unbiased = None, dim
+    c = _correction(unbiased, correction)
+    dims = _dims(input, dim, "var")
+    n = 1
+    for d in dims:
+        n *= input._data.shape[d]
+    centered = input - mean(input, dims, keepdim=True)
+    sq = (centered * centered.conj()).real if input.is_complex() else centered * centered
+    # PyTorch clamps the degrees of freedom at 0: the result is then inf or nan, not an error.
+    return sum(sq, dims, keepdim) / (n - c if n - c > 0 else 0)
+
+
+def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return var(input, dim, unbiased, keepdim, correction=correction).sqrt()
+
+
+def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return return_types.var_mean(var(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim))
+
+
+def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return return_types.std_mean(std(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim))
+
+
+def logsumexp(input, dim, keepdim=False):
+    """``log(sum(exp(x)))`` computed stably (shifted by the detached maximum)."""
+    if input.dtype.category < _dtype.FLOAT:
+        input = input.to(_dtype.get_default_dtype())
+    dims = _dims(input, dim, "logsumexp")
+    if input._data.size == 0:
+        return sum(input.exp(), dims, keepdim).log()
+    m = amax(input, dims, keepdim=True).detach()
+    m = m.where(m.isfinite(), 0.0)
+    out = (input - m).exp().sum(dims, keepdim=True).log() + m
+    return out if keepdim else out.squeeze(dims) if dims else out
+
+
+def _softmax_input(input, dim, dtype, op):
+    if dtype is not None:
+        input = input.to(dtype)
+    elif input.dtype.category < _dtype.FLOAT:
+        raise RuntimeError(f"\"{op}_lastdim_kernel_impl\" not implemented for '{_type_name(input.dtype)}'")
+    if dim is None:
+        dim = 0 if input._data.ndim in (0, 1, 3) else 1  # PyTorch's legacy implicit-dim choice
+    return input, wrap_dim(dim, input._data.ndim, op)
+
+
+def softmax(input, dim=None, dtype=None, _stacklevel=3):
+    """Numerically stable softmax along ``dim``."""
+    input, d = _softmax_input(input, dim, dtype, "softmax")
+    shifted = input - amax(input, d, keepdim=True).detach()
+    e = shifted.exp()
+    return e / e.sum(d, keepdim=True)
+
+
+def log_softmax(input, dim=None, dtype=None, _stacklevel=3):
+    """Numerically stable ``log(softmax(x))``."""
+    input, d = _softmax_input(input, dim, dtype, "log_softmax")
+    shifted = input - amax(input, d, keepdim=True).detach()
+    return shifted - shifted.exp().sum(d, keepdim=True).log()
+
+
+def cumsum(input, dim, *, dtype=None):
+    dt = _sum_dtype(input, dtype)
+    return apply(R.CUMSUM, input, dim=wrap_dim(dim, input._data.ndim, "cumsum"), dtype=dt.np)
+
+
+def cumprod(input, dim, *, dtype=None):
+    dt = _sum_dtype(input, dtype)
+    return apply(R.CUMPROD, input, dim=wrap_dim(dim, input._data.ndim, "cumprod"), dtype=dt.np)
+
+
+def count_nonzero(input, dim=None):
+    return sum(input != 0, dim)
+
+
+def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+    """Vector p-norms (``p`` a number, ``inf``, ``-inf``) and the Frobenius norm."""
+    from .linalg import vector_norm
+
+    if p == "fro" or p is None:
+        p = 2
+    if p == "nuc":
+        from .linalg import matrix_norm
+
+        return matrix_norm(input, "nuc", dim if dim is not None else (-2, -1), keepdim)
+    return vector_norm(input, p, dim, keepdim, dtype=dtype)
+
+
+def trace(input):
+    if input._data.ndim != 2:
+        raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {input._data.ndim}")
+    return input.diagonal().sum()
+
+
+def _sum_to_size(self, *size):
+    """Sum broadcast dims away so the result has shape ``size`` (the inverse of ``expand``)."""
+    from ._shape import normalize_shape
+
+    size = normalize_shape(size, "sum_to_size")
+    shape = self._data.shape
+    lead = len(shape) - len(size)
+    if lead < 0:
+        raise RuntimeError(f"size {{{list(size)}}} is not expandable to size {{{list(shape)}}}.")
+    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(size) if s == 1 and shape[lead + i] != 1)
+    for i, s in enumerate(size):
+        if s != 1 and s != shape[lead + i]:
+            raise RuntimeError(f"size {{{list(size)}}} is not expandable to size {{{list(shape)}}}.")
+    out = apply(R.SUM, self, dims=dims, keepdim=True, dtype=self._data.dtype) if dims else self
+    return out.reshape(size) if lead else out
+
+
+_METHODS = {name: globals()[name] for name in __all__}
+_METHODS.update(sum_to_size=_sum_to_size)
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _fn)

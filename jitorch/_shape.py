@@ -1,0 +1,124 @@
+"""Pure shape arithmetic: dim wrapping, ``-1`` inference, broadcasting, and when a reshape can be a view.
+
+>>> from jitorch._shape import view_strides, broadcast_shapes
+>>> view_strides((2, 3), (1, 2), (6,)) is None   # a transposed 2x3 cannot be flattened without a copy
+True
+>>> broadcast_shapes((3, 1), (4,))
+(3, 4)
+"""
+from __future__ import annotations
+
+import operator
+
+__all__ = ["wrap_dim", "wrap_dims", "infer_shape", "broadcast_shapes", "view_strides", "normalize_shape"]
+
+
+def wrap_dim(dim, ndim, op="op"):
+    """``dim`` in ``[-ndim, ndim)`` mapped to ``[0, ndim)``; a 0-d tensor accepts -1 and 0."""
+    try:
+        dim = operator.index(dim)
+    except TypeError:
+        raise TypeError(f"{op}: dim must be an int, got {type(dim).__name__}") from None
+    lo, hi = (-1, 0) if ndim == 0 else (-ndim, ndim - 1)
+    if not lo <= dim <= hi:
+        raise IndexError(f"{op}: Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
+    return dim % ndim if ndim else 0
+
+
+def wrap_dims(dims, ndim, op="op"):
+    """A tuple of wrapped, distinct dims (``None`` means all)."""
+    if dims is None:
+        return tuple(range(ndim))
+    if isinstance(dims, (list, tuple)):
+        out = tuple(wrap_dim(d, ndim, op) for d in dims)
+        if len(set(out)) != len(out):
+            raise RuntimeError(f"{op}: dim {list(dims)} appears multiple times in the list of dims")
+        return out
+    return (wrap_dim(dims, ndim, op),)
+
+
+def normalize_shape(args, op="op"):
+    """``f(2, 3)``, ``f((2, 3))``, ``f([2, 3])`` and ``f(Size)`` all mean the shape ``(2, 3)``."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = args[0]
+    elif len(args) == 1 and hasattr(args[0], "tolist") and not isinstance(args[0], int):
+        args = args[0].tolist()
+    try:
+        return tuple(operator.index(s) for s in args)
+    except TypeError:
+        raise TypeError(f"{op}: size must be a sequence of ints, got {args!r}") from None
+
+
+def infer_shape(shape, numel, op="view"):
+    """Resolve one ``-1`` in ``shape`` against ``numel`` elements."""
+    unknown = [i for i, s in enumerate(shape) if s == -1]
+    if len(unknown) > 1:
+        raise RuntimeError(f"{op}: only one dimension can be inferred")
+    if any(s < -1 for s in shape):
+        raise RuntimeError(f"{op}: invalid shape dimension {min(shape)}")
+    known = 1
+    for s in shape:
+        if s != -1:
+            known *= s
+    if unknown:
+        if known == 0 or numel % known:
+            raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+        shape = tuple(numel // known if s == -1 else s for s in shape)
+    elif known != numel:
+        raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+    return tuple(shape)
+
+
+def broadcast_shapes(*shapes, op="broadcast_shapes"):
+    """The shape that all ``shapes`` broadcast to; raises naming the shapes otherwise."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for s in shapes:
+        for i, n in enumerate(s, ndim - len(s)):
+            if n != 1:
+                if out[i] != 1 and out[i] != n:
+                    raise RuntimeError(f"{op}: shapes {' and '.join(str(tuple(x)) for x in shapes)} are not "
+                                       "broadcastable")
+                out[i] = n
+    return tuple(out)
+
+
+def view_strides(shape, strides, new_shape):
+    """Strides for viewing (shape, strides) as ``new_shape`` without copying, or ``None`` if that is impossible.
+
+    Dimensions are grouped into runs that are contiguous with each other; a new dimension may not straddle two runs.
+    """
+    numel = 1
+    for s in shape:
+        numel *= s
+    if numel == 0 or not shape:
+        return _contiguous_strides(new_shape)
+    new_strides = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_base_stride = strides[-1]
+    tensor_numel = 1
+    view_numel = 1
+    for tensor_d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[tensor_d]
+        if tensor_d == 0 or (shape[tensor_d - 1] != 1 and strides[tensor_d - 1] != tensor_numel * chunk_base_stride):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                new_strides[view_d] = view_numel * chunk_base_stride
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if tensor_d > 0:
+                chunk_base_stride = strides[tensor_d - 1]
+                tensor_numel = 1
+                view_numel = 1
+    if view_d != -1:
+        return None
+    return tuple(new_strides)
+
+
+def _contiguous_strides(shape):
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))

@@ -1,0 +1,400 @@
+"""``jitorch.Tensor``: an array of the device's array module (NumPy or CuPy) plus autograd fields.
+
+Views are array views: they share memory with their base, and writes through them reach it. The version counter lives
+on the root tensor that owns the memory, so views and ``detach()`` aliases share it, as in PyTorch.
+Operators and most methods are bound by the op modules (``jitorch/ops``); this file holds the tensor's own state.
+
+>>> import jitorch
+>>> x = jitorch.arange(6.0).view(2, 3)
+>>> x.t().is_contiguous(), x.stride(), x.shape
+(False, (3, 1), jitorch.Size([2, 3]))
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _dtype
+from ._device import device as _device_cls
+from .runtime import array_device
+
+__all__ = ["Tensor", "Size"]
+
+
+class Size(tuple):
+    """``jitorch.Size``: a tuple of ints with PyTorch's repr."""
+
+    def __repr__(self):
+        return f"jitorch.Size([{', '.join(str(int(s)) for s in self)}])"
+
+    def numel(self):
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+    def __getitem__(self, item):
+        out = tuple.__getitem__(self, item)
+        return Size(out) if isinstance(item, slice) else out
+
+
+class Tensor:
+    """A multi-dimensional array with autograd, PyTorch's ``torch.Tensor``.
+
+    ``Tensor(data)`` and ``Tensor(*sizes)`` are the legacy constructors (default float dtype).
+    """
+
+    # Class-level defaults keep tensor creation to one attribute store (``_data``) on the hot path.
+    grad_fn = None
+    _output_nr = 0
+    _requires_grad = False
+    _grad = None
+    _base = None  # the tensor this one is a view of (PyTorch's ``._base``)
+    _ver_owner = None  # the tensor holding the version counter, when it is not this one
+    _ver = 0
+    _view_chain = None  # ((op, attrs), ...) that rebuilds this view from ``_base``
+    _hooks = None
+    _post_acc_hooks = None
+    _retains_grad = False
+    __array_ufunc__ = None  # ``ndarray + Tensor`` must reach ``Tensor.__radd__``
+    __array_priority__ = 1000
+
+    def __new__(cls, *args, device=None):
+        from . import _creation
+
+        if len(args) == 1 and not isinstance(args[0], int):
+            data = args[0]
+            if isinstance(data, Tensor):
+                return data.to(_dtype.get_default_dtype()) if data.dtype.category == _dtype.FLOAT else data.float()
+            return _creation.tensor(data, dtype=_dtype.get_default_dtype(), device=device)
+        return _creation.empty(*args, dtype=_dtype.get_default_dtype(), device=device)
+
+    @staticmethod
+    def _make(data):
+        t = object.__new__(Tensor)
+        t._data = data
+        return t
+
+    # -- storage and geometry ---------------------------------------------------------------------------------
+    def _root(self):
+        return self._ver_owner or self
+
+    @property
+    def _version(self):
+        return (self._ver_owner or self)._ver
+
+    def _bump_version(self):
+        (self._ver_owner or self)._ver += 1
+
+    @property
+    def shape(self):
+        return Size(self._data.shape)
+
+    def size(self, dim=None):
+        if dim is None:
+            return Size(self._data.shape)
+        return self._data.shape[self._wrap_dim(dim, "size")]
+
+    def _wrap_dim(self, dim, op):
+        nd = self._data.ndim
+        lo, hi = (-1, 0) if nd == 0 else (-nd, nd - 1)
+        if not isinstance(dim, (int, np.integer)) or not lo <= dim <= hi:
+            raise IndexError(f"{op}: Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
+        return dim % nd if nd else 0
+
+    @property
+    def dtype(self):
+        return _dtype.FROM_NP[self._data.dtype]
+
+    @property
+    def device(self):
+        kind, index = array_device(self._data)
+        return _device_cls(kind, index)
+
+    @property
+    def is_cuda(self):
+        return type(self._data) is not np.ndarray
+
+    is_cpu = property(lambda self: type(self._data) is np.ndarray)
+    is_xpu = is_meta = is_sparse = is_quantized = is_mkldnn = property(lambda self: False)
+    is_nested = False
+
+    def dim(self):
+        return self._data.ndim
+
+    ndim = property(dim)
+
+    def numel(self):
+        return int(self._data.size)
+
+    nelement = numel
+
+    def element_size(self):
+        return self._data.itemsize
+
+    itemsize = property(element_size)
+    nbytes = property(lambda self: int(self._data.nbytes))
+
+    def stride(self, dim=None):
+        item = self._data.itemsize
+        strides = tuple(s // item for s in self._data.strides)
+        return strides if dim is None else strides[self._wrap_dim(dim, "stride")]
+
+    def data_ptr(self):
+        data = self._data
+        if type(data) is np.ndarray:
+            return data.__array_interface__["data"][0]
+        return int(data.data.ptr)
+
+    def storage_offset(self):
+        root = self._base if self._base is not None else self._root()
+        return (self.data_ptr() - root.data_ptr()) // self._data.itemsize
+
+    def is_contiguous(self, memory_format=None):
+        return bool(self._data.flags.c_contiguous)
+
+    def is_floating_point(self):
+        return self._data.dtype.kind == "f" or self.dtype is _dtype.bfloat16
+
+    def is_complex(self):
+        return self._data.dtype.kind == "c"
+
+    def is_signed(self):
+        return self.dtype.is_signed
+
+    # -- autograd state ---------------------------------------------------------------------------------------
+    @property
+    def requires_grad(self):
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        self.requires_grad_(flag)
+
+    def requires_grad_(self, requires_grad=True):
+        if self.grad_fn is not None:
+            if requires_grad:
+                return self
+            raise RuntimeError(
+                "you can only change requires_grad flags of leaf variables. If you want to use a computed variable in "
+                "a subgraph that doesn't require differentiation use var_no_grad = var.detach()."
+            )
+        if requires_grad and self._data.dtype.kind not in "fc" and self.dtype is not _dtype.bfloat16:
+            raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
+        self._requires_grad = bool(requires_grad)
+        return self
+
+    @property
+    def is_leaf(self):
+        return self.grad_fn is None
+
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of {type(value).__name__}")
+            if value._data.shape != self._data.shape:
+                raise RuntimeError(f"assigned grad has data of a different size: {tuple(value.shape)} vs "
+                                   f"{tuple(self.shape)}")
+            if value.dtype is not self.dtype:
+                raise RuntimeError(f"assigned grad has data of a different type: {value.dtype} vs {self.dtype}")
+        self._grad = value
+
+    @grad.deleter
+    def grad(self):
+        self._grad = None
+
+    @property
+    def data(self):
+        """An alias of the values with no autograd history and its own version counter (PyTorch's ``.data``)."""
+        return Tensor._make(self._data)
+
+    @data.setter
+    def data(self, value):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
+        self._data = value._data
+
+    def detach(self):
+        t = Tensor._make(self._data)
+        t._ver_owner = self._root()
+        return t
+
+    def detach_(self):
+        if self._base is not None and self._base._requires_grad:
+            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+        self.grad_fn = None
+        self._requires_grad = False
+        return self
+
+    @property
+    def retains_grad(self):
+        return self._retains_grad
+
+    def retain_grad(self):
+        if not self._requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self.grad_fn is None or self._retains_grad:
+            return
+        import weakref
+
+        ref = weakref.ref(self)
+
+        def store(grad):
+            t = ref()
+            if t is not None:
+                t._grad = grad.detach().clone() if t._grad is None else t._grad + grad.detach()
+
+        self.grad_fn.add_output_hook(self._output_nr, store)
+        self._retains_grad = True
+
+    def register_hook(self, hook):
+        """``hook(grad)`` runs when this tensor's gradient is computed; it may return a replacement."""
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is not None:
+            return self.grad_fn.add_output_hook(self._output_nr, hook)
+        if self._hooks is None:
+            self._hooks = []
+        from .autograd.graph import _RemovableHandle
+
+        self._hooks.append(hook)
+        return _RemovableHandle(self._hooks, hook)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        if self.grad_fn is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+        if self._post_acc_hooks is None:
+            self._post_acc_hooks = []
+        from .autograd.graph import _RemovableHandle
+
+        self._post_acc_hooks.append(hook)
+        return _RemovableHandle(self._post_acc_hooks, hook)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (``gradient`` is required for non-scalars)."""
+        from .autograd import backward
+
+        backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+
+    def _inplace_accumulate(self, other):
+        # The engine's in-place ``grad += g``: counts as a version bump like any in-place op.
+        self._data += other._data.astype(self._data.dtype, copy=False)
+        self._bump_version()
+
+    # -- conversion to Python and NumPy --------------------------------------------------------------------------
+    def item(self):
+        if self._data.size != 1:
+            raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to Scalar")
+        return self._host().reshape(()).item()
+
+    def tolist(self):
+        return self._host().tolist()
+
+    def _host(self):
+        data = self._data
+        if type(data) is not np.ndarray:
+            data = data.get()
+        return data
+
+    def numpy(self, *, force=False):
+        if self._requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        if type(self._data) is not np.ndarray:
+            if not force:
+                raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor "
+                                "to host memory first.")
+            return self._data.get()
+        return self._data
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self._host()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    def __dlpack__(self, *args, **kwargs):
+        if self._requires_grad:
+            raise RuntimeError("Can't export tensors that require gradient, use tensor.detach()")
+        return self._data.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._data.__dlpack_device__()
+
+    def __len__(self):
+        if self._data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+    def __iter__(self):
+        if self._data.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter(self.unbind(0))
+
+    def _scalar_for(self, kind):
+        n = self._data.size
+        if n != 1:
+            raise RuntimeError(f"{kind}: a Tensor with {n} elements cannot be converted to Scalar" if n else
+                               f"{kind}: a Tensor with 0 elements cannot be converted to Scalar")
+        return self._host().reshape(()).item()
+
+    def __bool__(self):
+        n = self._data.size
+        if n != 1:
+            raise RuntimeError(f"Boolean value of Tensor with {'more than one value' if n else 'no values'} is "
+                               "ambiguous")
+        return bool(self._scalar_for("bool"))
+
+    def __int__(self):
+        return int(self._scalar_for("int"))
+
+    def __float__(self):
+        return float(self._scalar_for("float"))
+
+    def __complex__(self):
+        return complex(self._scalar_for("complex"))
+
+    def __index__(self):
+        if self._data.dtype.kind not in "iub" or self._data.size != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self._scalar_for("index"))
+
+    def __format__(self, spec):
+        if self._data.ndim == 0 or (spec and self._data.size == 1):
+            return format(self._scalar_for("format"), spec)
+        return format(repr(self), spec) if spec else repr(self)
+
+    __hash__ = object.__hash__
+
+    def __repr__(self, *, tensor_contents=None):
+        from ._printing import format_tensor
+
+        suffixes = []
+        if self.is_cuda:
+            suffixes.append(f"device='{self.device}'")
+        if self.grad_fn is not None:
+            suffixes.append(f"grad_fn=<{self.grad_fn.name()}>")
+        elif self._requires_grad:
+            suffixes.append("requires_grad=True")
+        return format_tensor(self._host(), dtype_name=self.dtype.name,
+                             default_float=_dtype.get_default_dtype().name, suffixes=suffixes)
+
+    __str__ = __repr__
+
+    def __reduce_ex__(self, protocol):
+        from ._serialization_support import rebuild_tensor
+
+        return (rebuild_tensor, (self._host(), self._requires_grad, str(self.device)))
+
+    def __deepcopy__(self, memo):
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                               "protocol at the moment. If you were attempting to deepcopy a module, this may be "
+                               "because of a torch.nn.utils.weight_norm usage.")
+        new = Tensor._make(self._data.copy())
+        new._requires_grad = self._requires_grad
+        if self._grad is not None:
+            new._grad = self._grad.__deepcopy__(memo)
+        memo[id(self)] = new
+        return new

@@ -1,0 +1,261 @@
+"""The backward engine: dependency-counted topological execution of the recorded graph.
+
+Gradients for leaves are summed out of place while the graph runs and stored once at the end, so no gradient tensor is
+ever shared between two ``.grad`` fields or with a tensor the user passed in.
+
+>>> import jitorch
+>>> x = jitorch.tensor([1.0, 2.0], requires_grad=True)
+>>> (x * x).sum().backward()
+>>> x.grad
+tensor([2., 4.])
+"""
+from __future__ import annotations
+
+from .graph import Node
+from .grad_mode import GradState
+
+
+def _edge_of(t):
+    if t.grad_fn is not None:
+        return (t.grad_fn, t._output_nr)
+    if t._requires_grad:
+        return (t, 0)
+    return None
+
+
+def _accumulate(a, b):
+    return b if a is None else a + b
+
+
+def _collect_dependencies(roots):
+    """Count, for every node reachable from the roots, how many edges point at it."""
+    deps = {}
+    stack = [n for n in roots if isinstance(n, Node)]
+    seen = set(id(n) for n in stack)
+    while stack:
+        node = stack.pop()
+        for edge in node.next:
+            if edge is None:
+                continue
+            target = edge[0]
+            if not isinstance(target, Node):
+                continue
+            deps[target] = deps.get(target, 0) + 1
+            if id(target) not in seen:
+                seen.add(id(target))
+                stack.append(target)
+    return deps
+
+
+def _needed_nodes(roots, wanted_nodes, wanted_leaves):
+    """Nodes from which some wanted input is reachable (the others need not run)."""
+    memo = {}
+
+    def visit(node):
+        key = id(node)
+        if key in memo:
+            return memo[key]
+        memo[key] = False
+        stack = [(node, iter(node.next))]
+        order = []
+        # Iterative post-order DFS: deep graphs (RNNs over long sequences) must not hit the recursion limit.
+        while stack:
+            cur, it = stack[-1]
+            advanced = False
+            for edge in it:
+                if edge is None:
+                    continue
+                target = edge[0]
+                if isinstance(target, Node) and id(target) not in memo:
+                    memo[id(target)] = False
+                    stack.append((target, iter(target.next)))
+                    advanced = True
+                    break
+            if not advanced:
+                stack.pop()
+                order.append(cur)
+        for cur in order:
+            hit = cur in wanted_nodes
+            for edge in cur.next:
+                if edge is None:
+                    continue
+                target = edge[0]
+                if isinstance(target, Node):
+                    hit = hit or memo[id(target)]
+                else:
+                    hit = hit or id(target) in wanted_leaves
+            memo[id(cur)] = hit
+        return memo[key]
+
+    for r in roots:
+        if isinstance(r, Node):
+            visit(r)
+    return {k for k, v in memo.items() if v}
+
+
+def _run_pre_hooks(node, grads):
+    for output_nr, fn in list(node._pre_hooks):
+        if output_nr is None:
+            new = fn(grads)
+            if new is not None:
+                grads = tuple(new)
+        else:
+            new = fn(grads[output_nr])
+            if new is not None:
+                grads = grads[:output_nr] + (new,) + grads[output_nr + 1:]
+    return grads
+
+
+def _fix_meta(grad, meta):
+    """Reduce a broadcast gradient to the input's shape and cast it to the input's dtype."""
+    shape, dtype = meta
+    if grad._data.shape != shape:
+        grad = grad.sum_to_size(shape)
+    if grad.dtype is not dtype:
+        grad = grad.to(dtype)
+    return grad
+
+
+def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, accumulate_into_grad=True,
+                 allow_unused=False):
+    """Propagate ``root_grads`` from ``roots`` (tensors). Returns the gradients of ``inputs`` when given."""
+    root_edges = []
+    for t in roots:
+        edge = _edge_of(t)
+        if edge is None:
+            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+        root_edges.append(edge)
+
+    wanted_nodes, wanted_leaves, captured = {}, {}, {}
+    if inputs is not None:
+        for i, t in enumerate(inputs):
+            if t.grad_fn is not None:
+                wanted_nodes.setdefault(t.grad_fn, []).append((t._output_nr, i))
+            else:
+                if not t._requires_grad:
+                    raise RuntimeError("One of the differentiated Tensors does not require grad")
+                wanted_leaves.setdefault(id(t), []).append(i)
+
+    nodes = [e[0] for e in root_edges]
+    deps = _collect_dependencies(nodes)
+    needed = _needed_nodes(nodes, wanted_nodes, wanted_leaves) if inputs is not None else None
+
+    buffers = {}  # node -> list of gradients per output
+    leaf_grads = {}  # id(leaf) -> [leaf, grad]
+    ready = []
+    user_grad_ids = {id(g) for g in root_grads}
+    for (target, nr), g in zip(root_edges, root_grads):
+        if isinstance(target, Node):
+            buf = buffers.setdefault(target, [None] * _num_outputs(target))
+            buf[nr] = _accumulate(buf[nr], g)
+        else:
+            entry = leaf_grads.setdefault(id(target), [target, None])
+            entry[1] = _accumulate(entry[1], g)
+    for target in {e[0] for e in root_edges if isinstance(e[0], Node)}:
+        if deps.get(target, 0) == 0:
+            ready.append(target)
+
+    prev_enabled = GradState.enabled
+    GradState.enabled = bool(create_graph)
+    try:
+        while ready:
+            node = max(ready, key=_seq_key) if len(ready) > 1 else ready[0]
+            ready.remove(node)
+            grads = tuple(buffers.pop(node))
+            if node._pre_hooks:
+                grads = _run_pre_hooks(node, grads)
+            for output_nr, i in wanted_nodes.get(node, ()):
+                captured[i] = grads[output_nr]
+            if needed is not None and id(node) not in needed:
+                continue
+            grads = node.materialize(grads)
+            in_grads = node.apply(grads)
+            if node._hooks:
+                for hook in node._hooks:
+                    new = hook(in_grads, grads)
+                    if new is not None:
+                        in_grads = tuple(new)
+            if not retain_graph:
+                node.release()
+            meta = node.in_meta
+            for i, (edge, g) in enumerate(zip(node.next, in_grads)):
+                if edge is None:
+                    continue
+                target, nr = edge
+                if g is not None and meta is not None and meta[i] is not None:
+                    g = _fix_meta(g, meta[i])
+                if isinstance(target, Node):
+                    buf = buffers.get(target)
+                    if buf is None:
+                        buf = buffers[target] = [None] * _num_outputs(target)
+                    if g is not None:
+                        buf[nr] = _accumulate(buf[nr], g)
+                    deps[target] -= 1
+                    if deps[target] == 0:
+                        ready.append(target)
+                elif g is not None:
+                    entry = leaf_grads.setdefault(id(target), [target, None])
+                    entry[1] = _accumulate(entry[1], g)
+        return _finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_grad, create_graph,
+                              user_grad_ids, allow_unused)
+    finally:
+        GradState.enabled = prev_enabled
+
+
+def _seq_key(node):
+    return node.seq
+
+
+def _num_outputs(node):
+    return len(node._out_meta) if node._out_meta is not None else 1
+
+
+def _finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_grad, create_graph, user_grad_ids,
+                   allow_unused):
+    stored = set()
+    for leaf, g in leaf_grads.values():
+        if g is None:
+            continue
+        for hook in leaf._hooks or ():
+            new = hook(g)
+            if new is not None:
+                g = new
+        for i in wanted_leaves.get(id(leaf), ()):
+            captured[i] = g
+        if inputs is not None and not accumulate_into_grad:
+            continue
+        if inputs is not None and id(leaf) not in wanted_leaves:
+            continue
+        if not create_graph and g._requires_grad:
+            g = g.detach()
+        if leaf._grad is None:
+            # A gradient that may alias another .grad, a user tensor or a view is copied before a leaf owns it.
+            if id(g) in user_grad_ids or id(g) in stored or g._ver_owner is not None:
+                g = g.clone()
+            stored.add(id(g))
+            leaf._grad = g
+        elif create_graph:
+            leaf._grad = leaf._grad + g
+        else:
+            leaf._grad._inplace_accumulate(g)
+        for hook in leaf._post_acc_hooks or ():
+            hook(leaf)
+    if inputs is None:
+        return None
+    if accumulate_into_grad:
+        for i, t in enumerate(inputs):
+            g = captured.get(i)
+            if t.grad_fn is not None and g is not None:
+                g = g if create_graph else g.detach()
+                t._grad = g.clone() if t._grad is None else t._grad + g
+        return None
+    result = []
+    for i, t in enumerate(inputs):
+        g = captured.get(i)
+        if g is None and not allow_unused and not accumulate_into_grad:
+            raise RuntimeError(
+                "One of the differentiated Tensors appears to not have been used in the graph. "
+                "Set allow_unused=True if this is the desired behavior."
+            )
+        result.append(g)
+    return result

@@ -1,0 +1,190 @@
+"""User-defined differentiable operations: ``jitorch.autograd.Function``.
+
+>>> import jitorch
+>>> class Cube(jitorch.autograd.Function):
+...     @staticmethod
+...     def forward(ctx, x):
+...         ctx.save_for_backward(x)
+...         return x ** 3
+...     @staticmethod
+...     def backward(ctx, g):
+...         (x,) = ctx.saved_tensors
+...         return 3 * x ** 2 * g
+>>> x = jitorch.tensor(2.0, requires_grad=True)
+>>> Cube.apply(x).backward()
+>>> x.grad
+tensor(12.)
+"""
+from __future__ import annotations
+
+import functools
+
+from .graph import Node, _version_error
+from .grad_mode import GradState, no_grad
+
+__all__ = ["Function", "FunctionCtx", "once_differentiable"]
+
+
+class FunctionCtx:
+    """Methods available on ``ctx`` inside ``forward``/``setup_context`` and ``backward``."""
+
+    def save_for_backward(self, *tensors):
+        self._to_save = tensors
+
+    def save_for_forward(self, *tensors):
+        self._saved_for_forward = tensors
+
+    def mark_dirty(self, *tensors):
+        self._dirty = tensors
+
+    def mark_non_differentiable(self, *tensors):
+        self._non_differentiable = tensors
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = bool(value)
+
+    @property
+    def saved_tensors(self):
+        from .._tensor import Tensor
+
+        if self._saved is None:
+            from .graph import _FREED_MSG
+
+            raise RuntimeError(_FREED_MSG)
+        out = []
+        for kind, item, version in self._saved:
+            if kind == "input":
+                if item is not None and item._version != version:
+                    raise _version_error(item, version, self.name())
+                out.append(item)
+            else:  # an output of this function: rebuilt without a reference cycle
+                data, root, saved_version = item
+                if root._ver != saved_version:
+                    raise _version_error(Tensor._make(data), saved_version, self.name())
+                t = Tensor._make(data)
+                if GradState.enabled:
+                    t.grad_fn, t._output_nr, t._requires_grad = self, version, True
+                out.append(t)
+        return tuple(out)
+
+    saved_variables = saved_tensors
+
+
+class BackwardCFunction(Node, FunctionCtx):
+    """The node of one ``Function.apply`` call; it is also the ``ctx`` the user's methods receive."""
+
+    _function = None
+    materialize_grads = True
+    _to_save = ()
+    _dirty = ()
+    _non_differentiable = ()
+    _saved = ()
+
+    def apply(self, grads):
+        fn = self._function
+        if self.materialize_grads:
+            grads = self.materialize(grads)
+        result = fn.backward(self, *grads)
+        if not isinstance(result, tuple):
+            result = (result,)
+        n = len(self.next)
+        if len(result) < n or any(g is not None for g in result[n:]):
+            raise RuntimeError(f"function {self.name()} returned an incorrect number of gradients (expected {n}, got "
+                               f"{len(result)})")
+        return result[:n]
+
+    def release(self):
+        self._saved = None
+        self._freed = True
+
+    def materialize(self, grads):
+        return Node.materialize(self, grads)
+
+
+class _FunctionMeta(type):
+    def __init__(cls, name, bases, attrs):
+        super().__init__(name, bases, attrs)
+        cls._backward_cls = type(f"{name}Backward", (BackwardCFunction,), {"_function": cls})
+
+
+class Function(metaclass=_FunctionMeta):
+    """Subclass with static ``forward(ctx, *args)`` and ``backward(ctx, *grads)``; call ``YourFn.apply(*args)``.
+
+    ``forward(*args)`` plus ``setup_context(ctx, inputs, output)`` (the newer style) also works.
+    """
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError("You must implement the forward function for custom autograd.Function.")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("You must implement either the backward or vjp method for your custom "
+                                  "autograd.Function to use it with backward mode AD.")
+
+    vjp = backward
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        from .._dispatch import _edge
+        from .._tensor import Tensor
+
+        ctx = cls._backward_cls.__new__(cls._backward_cls)
+        Node.__init__(ctx, tuple(_edge(a) for a in args), {})
+        uses_setup = cls.setup_context is not Function.setup_context
+        with no_grad():
+            outputs = cls.forward(*args, **kwargs) if uses_setup else cls.forward(ctx, *args, **kwargs)
+        if uses_setup:
+            cls.setup_context(ctx, args, outputs)
+        single = not isinstance(outputs, tuple)
+        outs = (outputs,) if single else outputs
+        record = GradState.enabled and any(e is not None for e in ctx.next)
+        dirty = {id(t) for t in ctx._dirty}
+        nondiff = {id(t) for t in ctx._non_differentiable}
+        inputs = {id(a) for a in args if isinstance(a, Tensor)}
+        final = []
+        for o in outs:
+            if isinstance(o, Tensor):
+                if id(o) in dirty:
+                    o._bump_version()
+                    if record and o.grad_fn is None and o._requires_grad:
+                        raise RuntimeError("a leaf Variable that requires grad has been used in an in-place operation.")
+                elif id(o) in inputs and record:
+                    o = o.view_as(o)  # returning an input unchanged still gets this function's history
+            final.append(o)
+        if record:
+            tensor_outs = [(nr, o) for nr, o in enumerate(final) if isinstance(o, Tensor)]
+            ctx._out_meta = tuple((o._data.shape, o.dtype, o.device) if isinstance(o, Tensor) else ((), None, None)
+                                  for o in final)
+            ctx.in_meta = tuple((a._data.shape, a.dtype) if isinstance(a, Tensor) and a._requires_grad else None
+                                for a in args)
+            for nr, o in tensor_outs:
+                if id(o) in nondiff or id(outs[nr]) in nondiff:
+                    continue
+                o.grad_fn, o._output_nr, o._requires_grad = ctx, nr, True
+        out_ids = {id(o): nr for nr, o in enumerate(final) if isinstance(o, Tensor)}
+        out_ids.update({id(o): nr for nr, o in enumerate(outs) if isinstance(o, Tensor)})
+        saved = []
+        for t in ctx._to_save:
+            if t is None:
+                saved.append(("input", None, None))
+            elif record and id(t) in out_ids and t.grad_fn is ctx:
+                saved.append(("output", (t._data, t._root(), t._root()._ver), out_ids[id(t)]))
+            else:
+                saved.append(("input", t, t._version))
+        ctx._saved = tuple(saved)
+        ctx._to_save = ()
+        return final[0] if single else tuple(final)
+
+
+def once_differentiable(fn):
+    """Decorate a ``backward`` that is not itself differentiable: it runs without recording."""
+    @functools.wraps(fn)
+    def wrapper(ctx, *args):
+        with no_grad():
+            return fn(ctx, *args)
+    return wrapper

@@ -1,0 +1,140 @@
+"""Grad-mode switches: ``no_grad``, ``enable_grad``, ``set_grad_enabled``, ``inference_mode``.
+
+Each works as a context manager and as a decorator.
+
+>>> import jitorch
+>>> x = jitorch.ones(2, requires_grad=True)
+>>> with jitorch.no_grad():
+...     y = x * 2
+>>> y.requires_grad
+False
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+__all__ = ["no_grad", "enable_grad", "set_grad_enabled", "inference_mode", "is_grad_enabled", "is_inference_mode_enabled"]
+
+
+class GradState:
+    """The one flag the dispatcher reads on every op (a class attribute: the cheapest global read)."""
+
+    enabled = True
+    inference = False
+
+
+def is_grad_enabled() -> bool:
+    return GradState.enabled
+
+
+def is_inference_mode_enabled() -> bool:
+    return GradState.inference
+
+
+class _GradModeContext:
+    """Base of the switches: subclasses set ``_target`` (the grad mode inside)."""
+
+    _target = True
+
+    def __enter__(self):
+        self._prev = (GradState.enabled, GradState.inference)
+        GradState.enabled = self._target
+        return self
+
+    def __exit__(self, *exc):
+        GradState.enabled, GradState.inference = self._prev
+        return False
+
+    def __call__(self, fn):
+        if inspect.isclass(fn):
+            raise TypeError(f"{type(self).__name__} cannot decorate a class; decorate its methods")
+        make = self.clone
+
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def gen_wrapper(*args, **kwargs):
+                gen = fn(*args, **kwargs)
+                with make():
+                    value = next(gen)
+                while True:
+                    try:
+                        sent = yield value
+                    except BaseException as e:
+                        with make():
+                            value = gen.throw(e)
+                    else:
+                        with make():
+                            value = gen.send(sent)
+            return gen_wrapper
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with make():
+                return fn(*args, **kwargs)
+        return wrapper
+
+    def clone(self):
+        return type(self)()
+
+
+class no_grad(_GradModeContext):
+    """Disable gradient recording inside the block or the decorated function."""
+
+    _target = False
+
+    def __init__(self, orig_func=None):
+        # PyTorch also accepts ``@no_grad`` without parentheses in a few code bases.
+        self._orig = orig_func
+
+    def __new__(cls, orig_func=None):
+        self = super().__new__(cls)
+        if orig_func is not None and callable(orig_func):
+            self.__init__()
+            return self(orig_func)
+        return self
+
+
+class enable_grad(_GradModeContext):
+    """Enable gradient recording inside ``no_grad``."""
+
+    _target = True
+
+
+class set_grad_enabled(_GradModeContext):
+    """``set_grad_enabled(mode)``: applies at once (like PyTorch) and restores on exit when used with ``with``."""
+
+    def __init__(self, mode: bool):
+        self._target = bool(mode)
+        self._prev = (GradState.enabled, GradState.inference)
+        GradState.enabled = self._target
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, fn):
+        # Used as a decorator: the mode applies inside calls only, so undo the immediate switch.
+        GradState.enabled, GradState.inference = self._prev
+        return super().__call__(fn)
+
+    def clone(self):
+        prev = (GradState.enabled, GradState.inference)
+        ctx = set_grad_enabled(self._target)
+        ctx._prev = prev
+        return ctx
+
+
+class inference_mode(_GradModeContext):
+    """Like ``no_grad``; tensors made inside never record history."""
+
+    def __init__(self, mode: bool = True):
+        self.mode = bool(mode)
+        self._target = not self.mode
+
+    def __enter__(self):
+        super().__enter__()
+        GradState.inference = self.mode
+        return self
+
+    def clone(self):
+        return inference_mode(self.mode)

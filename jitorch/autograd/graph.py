@@ -1,0 +1,220 @@
+"""The recorded graph: one ``Node`` per op application, edges to the nodes that produced its inputs.
+
+A node never references the tensors it produced (that would be a cycle): a saved output is kept as its array plus
+the version it had, and rebuilt on unpacking. Saved inputs are the input tensors themselves; their version is
+checked on unpacking so an in-place change after the forward pass raises PyTorch's error.
+
+>>> import jitorch
+>>> x = jitorch.ones(2, requires_grad=True)
+>>> (x * 2).grad_fn
+<MulBackward0>
+>>> (x * 2).grad_fn.next_functions
+((<AccumulateGrad>, 0), (None, 0))
+"""
+from __future__ import annotations
+
+import itertools
+
+__all__ = ["Node", "AccumulateGrad", "node_class_for"]
+
+_seq = itertools.count()
+
+_FREED_MSG = (
+    "Trying to backward through the graph a second time (or directly access saved tensors after they have already "
+    "been freed). Saved intermediate values of the graph are freed when you call .backward() or autograd.grad(). "
+    "Specify retain_graph=True if you need to backward through the graph a second time or if you need to access "
+    "saved tensors after calling backward."
+)
+
+
+def _version_error(t, saved_version, node_name):
+    return RuntimeError(
+        "one of the variables needed for gradient computation has been modified by an inplace operation: "
+        f"[{t.dtype} {list(t.shape)}] is at version {t._version}; expected version {saved_version} instead "
+        f"(while backpropagating through {node_name}). Hint: the operation that failed was modifying a tensor "
+        "that this graph saved; use .clone() before the in-place op."
+    )
+
+
+class Node:
+    """A backward function. ``next`` holds, per input, ``(node_or_leaf_tensor, output_nr)`` or ``None``."""
+
+    __slots__ = ("next", "attrs", "in_meta", "seq", "_saved_in", "_saved_in_versions",
+                 "_saved_out", "_out_meta", "_pre_hooks", "_hooks", "_freed", "__weakref__")
+    op = None  # the OpDef whose backward this node runs (set on the per-op subclasses)
+
+    def __init__(self, next_edges, attrs):
+        self.next = next_edges
+        self.attrs = attrs
+        self.seq = next(_seq)
+        self.in_meta = None
+        self._saved_in = None
+        self._saved_out = None
+        self._out_meta = None
+        self._pre_hooks = None
+        self._hooks = None
+        self._freed = False
+
+    # -- saved values -------------------------------------------------------------------------------------------
+    def save_inputs(self, args):
+        self._saved_in = args
+        self._saved_in_versions = tuple(a._version if hasattr(a, "_data") else None for a in args)
+
+    def save_output(self, outs):
+        """``outs``: tuple of output tensors; kept as (array, root tensor, version) without a reference cycle."""
+        self._saved_out = tuple((o._data, o._root(), o._root()._ver) for o in outs)
+
+    @property
+    def inputs(self):
+        saved = self._saved_in
+        if saved is None:
+            if self._freed:
+                raise RuntimeError(_FREED_MSG)
+            raise RuntimeError(f"{self.name()}: inputs were not saved for backward (the op's row must declare them)")
+        for a, v in zip(saved, self._saved_in_versions):
+            if v is not None and a._version != v:
+                raise _version_error(a, v, self.name())
+        return saved
+
+    @property
+    def outputs(self):
+        saved = self._saved_out
+        if saved is None:
+            raise RuntimeError(_FREED_MSG if self._freed else f"{self.name()}: outputs were not saved for backward")
+        from .._tensor import Tensor
+        from .grad_mode import GradState
+
+        outs = []
+        for nr, (data, root, version) in enumerate(saved):
+            if root._ver != version:
+                raise _version_error(Tensor._make(data), version, self.name())
+            t = Tensor._make(data)
+            if GradState.enabled:  # double backward: the saved output must lead back through this node
+                t.grad_fn, t._output_nr, t._requires_grad = self, nr, True
+            outs.append(t)
+        return tuple(outs)
+
+    @property
+    def out(self):
+        return self.outputs[0]
+
+    def release(self):
+        self._saved_in = None
+        self._saved_out = None
+        self._freed = True
+
+    @property
+    def needs_input_grad(self):
+        return tuple(e is not None for e in self.next)
+
+    def needs_grad(self, i):
+        return self.next[i] is not None
+
+    # -- PyTorch-visible surface ----------------------------------------------------------------------------
+    def name(self):
+        return type(self).__name__
+
+    @property
+    def next_functions(self):
+        result = []
+        for edge in self.next:
+            if edge is None:
+                result.append((None, 0))
+            else:
+                target, nr = edge
+                result.append((target if isinstance(target, Node) else AccumulateGrad.for_leaf(target), nr))
+        return tuple(result)
+
+    def register_hook(self, fn):
+        """``fn(grad_inputs, grad_outputs)`` runs after this node; it may return replacement grad_inputs."""
+        if self._hooks is None:
+            self._hooks = []
+        self._hooks.append(fn)
+        return _RemovableHandle(self._hooks, fn)
+
+    def register_prehook(self, fn):
+        """``fn(grad_outputs)`` runs before this node; it may return replacement grad_outputs."""
+        return self.add_output_hook(None, fn)
+
+    def add_output_hook(self, output_nr, fn):
+        if self._pre_hooks is None:
+            self._pre_hooks = []
+        entry = (output_nr, fn)
+        self._pre_hooks.append(entry)
+        return _RemovableHandle(self._pre_hooks, entry)
+
+    def __repr__(self):
+        return f"<{self.name()}>"
+
+    def __call__(self, *grads):
+        return self.apply(grads)
+
+    def apply(self, grads):
+        """Gradients of the inputs given the gradients of the outputs (one per output)."""
+        backward = self.op.backward
+        result = backward(self, *grads)
+        return result if type(result) is tuple else (result,)
+
+    # -- engine helpers -------------------------------------------------------------------------------------
+    def materialize(self, grads):
+        """Fill in zeros for outputs that received no gradient (multi-output nodes only reach here)."""
+        if self._out_meta is None or all(g is not None for g in grads):
+            return grads
+        from .. import _creation
+
+        return tuple(g if g is not None else _creation.zeros(shape, dtype=dtype, device=dev)
+                     for g, (shape, dtype, dev) in zip(grads, self._out_meta))
+
+
+class AccumulateGrad:
+    """The node PyTorch shows for a leaf; jitorch's engine accumulates into leaves directly."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable):
+        self.variable = variable
+
+    @staticmethod
+    def for_leaf(t):
+        return AccumulateGrad(t)
+
+    @property
+    def next_functions(self):
+        return ()
+
+    def name(self):
+        return "torch::autograd::AccumulateGrad"
+
+    def __repr__(self):
+        return "<AccumulateGrad>"
+
+
+class _RemovableHandle:
+    _ids = itertools.count()
+
+    def __init__(self, container, item):
+        self._container, self._item = container, item
+        self.id = next(self._ids)
+
+    def remove(self):
+        if self._container is not None and self._item in self._container:
+            self._container.remove(self._item)
+        self._container = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+_NODE_CLASSES: dict = {}
+
+
+def node_class_for(op) -> type:
+    """One Node subclass per op, named like PyTorch's (``AddBackward0``), created once."""
+    cls = _NODE_CLASSES.get(op)
+    if cls is None:
+        cls = type(op.grad_name, (Node,), {"__slots__": (), "op": op})
+        _NODE_CLASSES[op] = cls
+    return cls

@@ -1,0 +1,74 @@
+"""Writing into views of tensors that are part of a graph: PyTorch's ``CopySlices``.
+
+``copy_slices(base, src, chain)`` is a functional op: a copy of ``base`` whose region selected by the view ``chain``
+holds ``src``. When ``view.add_(x)`` runs on a view of a base, the base's history becomes ``copy_slices(old base,
+new view values)``, and the view's history is the view chain replayed on the new base.
+
+It is also the backward of every injective view op: the gradient of ``x[key]`` is ``copy_slices(zeros, g, chain)``.
+
+>>> import jitorch
+>>> x = jitorch.zeros(3, requires_grad=True)
+>>> y = x * 1
+>>> y[1:].mul_(2)
+tensor([0., 0.], grad_fn=<AsStridedBackward0>)
+>>> y.grad_fn
+<CopySlices>
+"""
+from __future__ import annotations
+
+from .._dispatch import apply, record
+from ..autograd.grad_mode import enable_grad
+from .table import Opaque, defop
+
+__all__ = ["copy_slices", "replay_view", "rebase_view", "view_backward"]
+
+
+def replay_view(chain, t):
+    """Apply the view ops of ``chain`` to tensor ``t``."""
+    for op, attrs in chain:
+        t = apply(op, t, **attrs)
+    return t
+
+
+def _replay_arrays(xp, chain, arr):
+    for op, attrs in chain:
+        arr = op.kernel(xp, arr, **attrs)
+    return arr
+
+
+def _copy_slices_kernel(xp, base, src, chain):
+    out = base.copy()
+    _replay_arrays(xp, chain, out)[...] = src
+    return out
+
+
+def _copy_slices_backward(ctx, g):
+    chain = ctx.attrs["chain"]
+    g_src = replay_view(chain, g)
+    g_base = copy_slices(g, g_src.new_zeros(()).expand(g_src.shape), chain) if ctx.needs_grad(0) else None
+    return g_base, g_src
+
+
+COPY_SLICES = defop("copy_slices", _copy_slices_kernel, _copy_slices_backward, Opaque("scatter into a view region"),
+                    promotion="keep", grad_name="CopySlices", meta=True)
+
+
+def copy_slices(base, src, chain):
+    """A copy of ``base`` with ``src`` written into the region that ``chain`` selects."""
+    return apply(COPY_SLICES, base, src, chain=chain)
+
+
+def view_backward(ctx, g):
+    """Backward of an injective view op: scatter ``g`` into zeros shaped like the input."""
+    shape, dtype = ctx.in_meta[0]
+    zeros = g.new_zeros(()).expand(shape)
+    return copy_slices(zeros, g, ((ctx.op, ctx.attrs),))
+
+
+def rebase_view(view, result):
+    """After ``view`` was overwritten in place by ``result`` (which has history), rebase ``view._base``'s history."""
+    base = view._base
+    record(COPY_SLICES, (base, result), {"chain": view._view_chain}, [base])
+    with enable_grad():
+        regenerated = replay_view(view._view_chain, base)
+    view.grad_fn, view._output_nr, view._requires_grad = regenerated.grad_fn, 0, True

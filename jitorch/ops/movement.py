@@ -1,0 +1,187 @@
+"""Shape and view primitives. View rows return array views: the output shares memory with the input.
+
+>>> import jitorch
+>>> x = jitorch.zeros(2, 3)
+>>> v = x.t()
+>>> v[0, 1] = 5.0
+>>> x
+tensor([[0., 0., 0.],
+        [5., 0., 0.]])
+"""
+from __future__ import annotations
+
+from ..runtime import move_array, strided_view
+from .inplace_views import view_backward
+from .table import NOT_DIFFERENTIABLE, Opaque, Pointwise, View, defop
+
+
+def _reshape_backward(ctx, g):
+    return g.reshape(ctx.in_meta[0][0])
+
+
+RESHAPE = defop("view", lambda xp, a, shape: a.reshape(shape), _reshape_backward, View(), view=True, meta=True,
+                grad_name="ViewBackward0")
+
+
+def _inverse_permutation(dims):
+    inv = [0] * len(dims)
+    for i, d in enumerate(dims):
+        inv[d] = i
+    return tuple(inv)
+
+
+PERMUTE = defop("permute", lambda xp, a, dims: a.transpose(dims),
+                lambda ctx, g: g.permute(_inverse_permutation(ctx.attrs["dims"])), View(), view=True)
+
+EXPAND = defop("expand", lambda xp, a, shape: xp.broadcast_to(a, shape),
+               lambda ctx, g: g.sum_to_size(ctx.in_meta[0][0]), View(), view=True, meta=True)
+
+
+def _slice_kernel(xp, a, key):
+    # A trailing Ellipsis makes NumPy return a 0-d view instead of a scalar copy when every dim is indexed.
+    return a[key + (Ellipsis,)]
+
+
+SLICE = defop("slice", _slice_kernel, view_backward, View(), view=True, meta=True, grad_name="SliceBackward0")
+
+
+def _as_strided_kernel(xp, a, size, stride, offset):
+    return strided_view(xp, a, size, stride, offset)
+
+
+def _as_strided_backward(ctx, g):
+    # Scatter-add through the index map of the view: overlapping windows accumulate.
+    from .. import _creation
+
+    shape = ctx.in_meta[0][0]
+    n = 1
+    for s in shape:
+        n *= s
+    span = _span(ctx.attrs)
+    index = _creation.arange(max(n, span), device=g.device)
+    index = index.as_strided(ctx.attrs["size"], ctx.attrs["stride"], ctx.attrs["offset"]).reshape(-1)
+    flat = g.new_zeros(max(n, span)).index_add(0, index, g.reshape(-1))
+    return flat[:n].reshape(shape)
+
+
+def _span(attrs):
+    return attrs["offset"] + sum((s - 1) * st for s, st in zip(attrs["size"], attrs["stride"]) if s > 0) + 1
+
+
+AS_STRIDED = defop("as_strided", _as_strided_kernel, _as_strided_backward, View(), view=True, meta=True)
+
+
+def _diagonal_kernel(xp, a, offset, dim1, dim2):
+    # NumPy's diagonal views are read-only; PyTorch's are writable, so build the same view from strides.
+    n1, n2 = a.shape[dim1], a.shape[dim2]
+    length = max(0, min(n1, n2 - offset) if offset >= 0 else min(n1 + offset, n2))
+    item = a.itemsize
+    s1, s2 = a.strides[dim1] // item, a.strides[dim2] // item
+    start = (offset * s2 if offset >= 0 else -offset * s1) if length else 0
+    rest = [d for d in range(a.ndim) if d not in (dim1, dim2)]
+    shape = tuple(a.shape[d] for d in rest) + (length,)
+    strides = tuple(a.strides[d] // item for d in rest) + (s1 + s2,)
+    return strided_view(xp, a, shape, strides, start)
+
+
+DIAGONAL = defop("diagonal", _diagonal_kernel, view_backward, View(), view=True, meta=True)
+
+
+def _unfold_kernel(xp, a, dimension, size, step):
+    count = (a.shape[dimension] - size) // step + 1
+    st = [s // a.itemsize for s in a.strides]
+    shape = a.shape[:dimension] + (count,) + a.shape[dimension + 1:] + (size,)
+    strides = st[:dimension] + [st[dimension] * step] + st[dimension + 1:] + [st[dimension]]
+    return strided_view(xp, a, shape, strides, 0)
+
+
+def _unfold_backward(ctx, g):
+    # Windows may overlap: accumulate each window's gradient through an index map of the input.
+    from .. import _creation
+
+    shape = ctx.in_meta[0][0]
+    n = 1
+    for s in shape:
+        n *= s
+    index = _creation.arange(n, device=g.device).reshape(shape).unfold(
+        ctx.attrs["dimension"], ctx.attrs["size"], ctx.attrs["step"]).reshape(-1)
+    return g.new_zeros(n).index_add(0, index, g.reshape(-1)).reshape(shape)
+
+
+UNFOLD = defop("unfold", _unfold_kernel, _unfold_backward, View(), view=True, meta=True)
+
+FLIP = defop("flip", lambda xp, a, dims: xp.flip(a, dims).copy(), lambda ctx, g: g.flip(ctx.attrs["dims"]),
+             Opaque("reversed copy"))
+
+
+def _cat_backward(ctx, *grads):
+    (g,) = grads
+    dim = ctx.attrs["dim"]
+    out, start = [], 0
+    for meta in ctx.in_meta:
+        size = meta[0][dim] if len(meta[0]) else 0
+        out.append(g.narrow(dim, start, size) if len(meta[0]) else None)
+        start += size
+    return tuple(out)
+
+
+def _cat_kernel(xp, *arrays, dim):
+    return xp.concatenate(arrays, axis=dim)
+
+
+CAT = defop("cat", _cat_kernel, _cat_backward, Opaque("concatenation"), promotion="promote", meta=True)
+
+CLONE = defop("clone", lambda xp, a: a.copy(order="K"), lambda ctx, g: g, Pointwise("{0}"))
+CONTIGUOUS = defop("contiguous", lambda xp, a: a.copy(order="C"), lambda ctx, g: g, Pointwise("{0}"),
+                   grad_name="CloneBackward0")
+
+
+def _cast_backward(ctx, g):
+    return g.to(ctx.in_meta[0][1])
+
+
+CAST = defop("to_copy", lambda xp, a, dtype: a.astype(dtype), _cast_backward, Pointwise("({dtype}){0}"),
+             meta=True, grad_name="ToCopyBackward0")
+
+
+def _copy_kernel(xp, dst, src):
+    return xp.broadcast_to(src, dst.shape).astype(dst.dtype, copy=True) if src.shape != dst.shape or \
+        src.dtype != dst.dtype else src.copy()
+
+
+def _copy_backward(ctx, g):
+    gsrc = g.sum_to_size(ctx.in_meta[1][0]).to(ctx.in_meta[1][1]) if ctx.needs_grad(1) else None
+    return (g * 0 if ctx.needs_grad(0) else None), gsrc
+
+
+COPY = defop("copy", _copy_kernel, _copy_backward, Pointwise("{1}"), grad_name="CopyBackwards", meta=False)
+
+
+def _fill_kernel(xp, dst, value):
+    return xp.full(dst.shape, value, dtype=dst.dtype)
+
+
+FILL = defop("fill", _fill_kernel, lambda ctx, g: (g * 0, g.sum() if ctx.needs_grad(1) else None),
+             Pointwise("{1}"))
+
+TRIL = defop("tril", lambda xp, a, diagonal: xp.tril(a, diagonal), lambda ctx, g: g.tril(ctx.attrs["diagonal"]),
+             Opaque("masked copy"))
+TRIU = defop("triu", lambda xp, a, diagonal: xp.triu(a, diagonal), lambda ctx, g: g.triu(ctx.attrs["diagonal"]),
+             Opaque("masked copy"))
+
+NONZERO = defop("nonzero", lambda xp, a: xp.argwhere(a), NOT_DIFFERENTIABLE, Opaque("data-dependent shape"))
+
+
+def _to_device_kernel(xp, a, device_type, index, source):
+    return move_array(a, device_type, index)
+
+
+def _to_device_backward(ctx, g):
+    from .._device import device
+
+    kind, index = ctx.attrs["source"]
+    return g.to(device(kind, index))
+
+
+TO_DEVICE = defop("to_device", _to_device_kernel, _to_device_backward, Opaque("host/device copy"),
+                  grad_name="ToCopyBackward0")

@@ -1,0 +1,303 @@
+"""Elementwise primitives: one row each (kernel, backward in jitorch ops, fusion expression).
+
+>>> import jitorch
+>>> x = jitorch.tensor([0.5, 1.0], requires_grad=True)
+>>> y = jitorch.tanh(x) * 2 + 1
+>>> y.backward(jitorch.ones(2))
+>>> x.grad
+tensor([1.5729, 0.8399])
+"""
+from __future__ import annotations
+
+import math
+
+from ..runtime import special_module
+from .table import NOT_DIFFERENTIABLE, Pointwise, defop
+
+# -- binary arithmetic ---------------------------------------------------------------------------------------------
+ADD = defop("add", lambda xp, a, b: xp.add(a, b), lambda ctx, g: (g, g), Pointwise("{0} + {1}"),
+            promotion="promote", meta=True, ufunc="add")
+
+
+def _sub_kernel(xp, a, b):
+    if getattr(a, "dtype", None) == bool and getattr(b, "dtype", bool) == bool:
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                           "Use the `^` or `logical_xor()` operator instead.")
+    return xp.subtract(a, b)
+
+
+SUB = defop("sub", _sub_kernel, lambda ctx, g: (g, -g), Pointwise("{0} - {1}"), promotion="promote", meta=True,
+            ufunc="subtract")
+
+
+def _mul_backward(ctx, g):
+    a, b = ctx.inputs
+    return (g * b if ctx.needs_grad(0) else None), (g * a if ctx.needs_grad(1) else None)
+
+
+MUL = defop("mul", lambda xp, a, b: xp.multiply(a, b), _mul_backward, Pointwise("{0} * {1}"), promotion="promote",
+            saves="inputs", meta=True, ufunc="multiply")
+
+
+def _div_backward(ctx, g):
+    a, b = ctx.inputs
+    ga = g / b if ctx.needs_grad(0) else None
+    gb = -g * a / (b * b) if ctx.needs_grad(1) else None
+    return ga, gb
+
+
+DIV = defop("div", lambda xp, a, b: xp.true_divide(a, b), _div_backward, Pointwise("{0} / {1}"), promotion="float",
+            saves="inputs", meta=True, ufunc="true_divide")
+
+
+def _pow_kernel(xp, a, b):
+    if getattr(a, "dtype", None) is not None and a.dtype.kind in "iu" and getattr(b, "dtype", None) is None \
+            and isinstance(b, int) and b < 0:
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+    return xp.power(a, b)
+
+
+def _pow_backward(ctx, g):
+    from .. import where
+
+    a, b = ctx.inputs
+    ga = gb = None
+    if ctx.needs_grad(0):
+        ga = g * b * a ** (b - 1) if not isinstance(b, (int, float)) or b != 0 else g * 0
+    if ctx.needs_grad(1):
+        out = ctx.out
+        # d/db a**b = a**b * log(a); PyTorch defines it as 0 where a == 0 and b >= 0.
+        gb = where((a == 0) & (b >= 0), 0.0, g * out * a.log())
+    return ga, gb
+
+
+POW = defop("pow", _pow_kernel, _pow_backward, Pointwise("pow({0}, {1})"), promotion="promote", saves="both",
+            meta=True, ufunc="power")
+
+
+def _extremum_backward(ctx, g):
+    from .. import where
+
+    a, b = ctx.inputs
+    ga = where(a == b, g / 2, where(a > b if ctx.op is MAXIMUM else a < b, g, 0.0)) if ctx.needs_grad(0) else None
+    gb = where(a == b, g / 2, where(b > a if ctx.op is MAXIMUM else b < a, g, 0.0)) if ctx.needs_grad(1) else None
+    return ga, gb
+
+
+MAXIMUM = defop("maximum", lambda xp, a, b: xp.maximum(a, b), _extremum_backward, Pointwise("max({0}, {1})"),
+                promotion="promote", saves="inputs", meta=True, ufunc="maximum")
+MINIMUM = defop("minimum", lambda xp, a, b: xp.minimum(a, b), _extremum_backward, Pointwise("min({0}, {1})"),
+                promotion="promote", saves="inputs", meta=True, ufunc="minimum")
+
+
+def _atan2_backward(ctx, g):
+    a, b = ctx.inputs
+    denom = a * a + b * b
+    return (g * b / denom if ctx.needs_grad(0) else None), (-g * a / denom if ctx.needs_grad(1) else None)
+
+
+ATAN2 = defop("atan2", lambda xp, a, b: xp.arctan2(a, b), _atan2_backward, Pointwise("atan2({0}, {1})"),
+              promotion="float", saves="inputs", meta=True)
+
+
+def _remainder_backward(ctx, g):
+    a, b = ctx.inputs
+    return g, (-g * (a / b).floor() if ctx.needs_grad(1) else None)
+
+
+def _fmod_backward(ctx, g):
+    a, b = ctx.inputs
+    return g, (-g * (a / b).trunc() if ctx.needs_grad(1) else None)
+
+
+def _check_int_zero(xp, a, b, op):
+    if getattr(b, "dtype", type(b)) is not None and getattr(a, "dtype", None) is not None and a.dtype.kind in "iu":
+        if (b == 0) if not hasattr(b, "shape") else bool((b == 0).any()):
+            raise RuntimeError(f"{op}: ZeroDivisionError (integer division by zero)")
+
+
+def _remainder_kernel(xp, a, b):
+    _check_int_zero(xp, a, b, "remainder")
+    return xp.remainder(a, b)
+
+
+def _fmod_kernel(xp, a, b):
+    _check_int_zero(xp, a, b, "fmod")
+    return xp.fmod(a, b)
+
+
+def _floor_divide_kernel(xp, a, b):
+    _check_int_zero(xp, a, b, "floor_divide")
+    return xp.floor_divide(a, b)
+
+
+REMAINDER = defop("remainder", _remainder_kernel, _remainder_backward, Pointwise("remainder({0}, {1})"),
+                  promotion="promote", saves="inputs", meta=True, ufunc="remainder")
+FMOD = defop("fmod", _fmod_kernel, _fmod_backward, Pointwise("fmod({0}, {1})"), promotion="promote",
+             saves="inputs", meta=True)
+FLOOR_DIVIDE = defop("floor_divide", _floor_divide_kernel, lambda ctx, g: (g * 0, None),
+                     Pointwise("floor({0} / {1})"), promotion="promote", meta=True, ufunc="floor_divide")
+
+# -- comparisons and logic (no gradient) --------------------------------------------------------------------------
+_COMPARISONS = {"eq": ("equal", "=="), "ne": ("not_equal", "!="), "lt": ("less", "<"), "le": ("less_equal", "<="),
+                "gt": ("greater", ">"), "ge": ("greater_equal", ">=")}
+for _name, (_ufunc, _sym) in _COMPARISONS.items():
+    globals()[_name.upper()] = defop(_name, (lambda u: lambda xp, a, b: getattr(xp, u)(a, b))(_ufunc),
+                                     NOT_DIFFERENTIABLE, Pointwise(f"{{0}} {_sym} {{1}}"), promotion="compare")
+
+for _name, _sym in (("logical_and", "&&"), ("logical_or", "||"), ("logical_xor", "!=")):
+    globals()[_name.upper()] = defop(_name, (lambda u: lambda xp, a, b: getattr(xp, u)(a, b))(_name),
+                                     NOT_DIFFERENTIABLE, Pointwise(f"(bool){{0}} {_sym} (bool){{1}}"),
+                                     promotion="compare")
+LOGICAL_NOT = defop("logical_not", lambda xp, a: xp.logical_not(a), NOT_DIFFERENTIABLE, Pointwise("!{0}"),
+                    promotion="compare")
+
+for _name, _ufunc, _sym in (("bitwise_and", "bitwise_and", "&"), ("bitwise_or", "bitwise_or", "|"),
+                            ("bitwise_xor", "bitwise_xor", "^"), ("bitwise_left_shift", "left_shift", "<<"),
+                            ("bitwise_right_shift", "right_shift", ">>")):
+    globals()[_name.upper()] = defop(_name, (lambda u: lambda xp, a, b: getattr(xp, u)(a, b))(_ufunc),
+                                     NOT_DIFFERENTIABLE, Pointwise(f"{{0}} {_sym} {{1}}"), promotion="integral")
+BITWISE_NOT = defop("bitwise_not", lambda xp, a: xp.invert(a), NOT_DIFFERENTIABLE, Pointwise("~{0}"),
+                    promotion="integral")
+
+for _name, _ufunc in (("isnan", "isnan"), ("isinf", "isinf"), ("isfinite", "isfinite"), ("signbit", "signbit")):
+    globals()[_name.upper()] = defop(_name, (lambda u: lambda xp, a: getattr(xp, u)(a))(_ufunc), NOT_DIFFERENTIABLE,
+                                     Pointwise(f"{_name}({{0}})"), promotion="compare")
+
+
+# -- unary math ----------------------------------------------------------------------------------------------------
+def _unary(name, kernel, backward, expr, saves="inputs", promotion="float", ufunc=None):
+    return defop(name, kernel, backward, Pointwise(expr), promotion=promotion, saves=saves, ufunc=ufunc)
+
+
+def _special(name):
+    return lambda xp, a: getattr(special_module(xp), name)(a)
+
+
+def _x(ctx):
+    return ctx.inputs[0]
+
+
+NEG = _unary("neg", lambda xp, a: xp.negative(a), lambda ctx, g: -g, "-{0}", saves=None, promotion="keep",
+             ufunc="negative")
+ABS = _unary("abs", lambda xp, a: xp.absolute(a), lambda ctx, g: g * _x(ctx).sign(), "abs({0})", promotion="keep",
+             ufunc="absolute")
+EXP = _unary("exp", lambda xp, a: xp.exp(a), lambda ctx, g: g * ctx.out, "exp({0})", saves="outputs", ufunc="exp")
+EXP2 = _unary("exp2", lambda xp, a: xp.exp2(a), lambda ctx, g: g * ctx.out * math.log(2.0), "exp2({0})",
+              saves="outputs")
+EXPM1 = _unary("expm1", lambda xp, a: xp.expm1(a), lambda ctx, g: g * (ctx.out + 1), "expm1({0})", saves="outputs")
+LOG = _unary("log", lambda xp, a: xp.log(a), lambda ctx, g: g / _x(ctx), "log({0})", ufunc="log")
+LOG2 = _unary("log2", lambda xp, a: xp.log2(a), lambda ctx, g: g / (_x(ctx) * math.log(2.0)), "log2({0})")
+LOG10 = _unary("log10", lambda xp, a: xp.log10(a), lambda ctx, g: g / (_x(ctx) * math.log(10.0)), "log10({0})")
+LOG1P = _unary("log1p", lambda xp, a: xp.log1p(a), lambda ctx, g: g / (_x(ctx) + 1), "log1p({0})")
+SQRT = _unary("sqrt", lambda xp, a: xp.sqrt(a), lambda ctx, g: g / (2 * ctx.out), "sqrt({0})", saves="outputs",
+              ufunc="sqrt")
+RSQRT = _unary("rsqrt", lambda xp, a: 1 / xp.sqrt(a), lambda ctx, g: -0.5 * g * ctx.out ** 3, "rsqrt({0})",
+               saves="outputs")
+SIN = _unary("sin", lambda xp, a: xp.sin(a), lambda ctx, g: g * _x(ctx).cos(), "sin({0})")
+COS = _unary("cos", lambda xp, a: xp.cos(a), lambda ctx, g: -g * _x(ctx).sin(), "cos({0})")
+TAN = _unary("tan", lambda xp, a: xp.tan(a), lambda ctx, g: g * (1 + ctx.out * ctx.out), "tan({0})",
+             saves="outputs")
+ASIN = _unary("asin", lambda xp, a: xp.arcsin(a), lambda ctx, g: g * (1 - _x(ctx) ** 2).rsqrt(), "asin({0})")
+ACOS = _unary("acos", lambda xp, a: xp.arccos(a), lambda ctx, g: -g * (1 - _x(ctx) ** 2).rsqrt(), "acos({0})")
+ATAN = _unary("atan", lambda xp, a: xp.arctan(a), lambda ctx, g: g / (1 + _x(ctx) ** 2), "atan({0})")
+SINH = _unary("sinh", lambda xp, a: xp.sinh(a), lambda ctx, g: g * _x(ctx).cosh(), "sinh({0})")
+COSH = _unary("cosh", lambda xp, a: xp.cosh(a), lambda ctx, g: g * _x(ctx).sinh(), "cosh({0})")
+TANH = _unary("tanh", lambda xp, a: xp.tanh(a), lambda ctx, g: g * (1 - ctx.out * ctx.out), "tanh({0})",
+              saves="outputs", ufunc="tanh")
+ASINH = _unary("asinh", lambda xp, a: xp.arcsinh(a), lambda ctx, g: g * (_x(ctx) ** 2 + 1).rsqrt(), "asinh({0})")
+ACOSH = _unary("acosh", lambda xp, a: xp.arccosh(a), lambda ctx, g: g * (_x(ctx) ** 2 - 1).rsqrt(), "acosh({0})")
+ATANH = _unary("atanh", lambda xp, a: xp.arctanh(a), lambda ctx, g: g / (1 - _x(ctx) ** 2), "atanh({0})")
+
+
+def _sigmoid_kernel(xp, a):
+    # exp(-|a|) never overflows; this is the numerically stable logistic.
+    e = xp.exp(-xp.abs(a))
+    return xp.where(a >= 0, 1 / (1 + e), e / (1 + e)).astype(a.dtype, copy=False)
+
+
+SIGMOID = _unary("sigmoid", _sigmoid_kernel, lambda ctx, g: g * ctx.out * (1 - ctx.out), "sigmoid({0})",
+                 saves="outputs")
+ERF = _unary("erf", _special("erf"), lambda ctx, g: g * (2 / math.sqrt(math.pi)) * (-_x(ctx) ** 2).exp(), "erf({0})")
+ERFC = _unary("erfc", _special("erfc"), lambda ctx, g: g * (-2 / math.sqrt(math.pi)) * (-_x(ctx) ** 2).exp(),
+              "erfc({0})")
+ERFINV = _unary("erfinv", _special("erfinv"), lambda ctx, g: g * (math.sqrt(math.pi) / 2) * (ctx.out ** 2).exp(),
+                "erfinv({0})", saves="outputs")
+RECIPROCAL = _unary("reciprocal", lambda xp, a: xp.reciprocal(a), lambda ctx, g: -g * ctx.out * ctx.out,
+                    "1 / {0}", saves="outputs")
+RELU = _unary("relu", lambda xp, a: xp.maximum(a, 0).astype(a.dtype, copy=False),
+              lambda ctx, g: g * (ctx.out > 0), "max({0}, 0)", saves="outputs", promotion="keep")
+
+
+def _zero_grad(ctx, g):
+    return g * 0
+
+
+# Step functions: PyTorch defines their gradient as zero everywhere.
+for _name, _fn in (("floor", "floor"), ("ceil", "ceil"), ("trunc", "trunc"), ("sign", "sign"),
+                   ("frac", None)):
+    globals()[_name.upper()] = _unary(
+        _name, (lambda f: lambda xp, a: getattr(xp, f)(a) if a.dtype.kind in "fc" or f == "sign" else a.copy())(_fn)
+        if _fn else (lambda xp, a: a - xp.trunc(a)),
+        _zero_grad if _name != "frac" else (lambda ctx, g: g), f"{_name}({{0}})", saves=None, promotion="keep")
+
+
+def _round_kernel(xp, a, decimals=0):
+    if a.dtype.kind not in "fc":
+        return a.copy()
+    return xp.round(a, decimals)
+
+
+ROUND = defop("round", _round_kernel, _zero_grad, Pointwise("rint({0})"), promotion="keep")
+
+
+def _nan_to_num_kernel(xp, a, nan=0.0, posinf=None, neginf=None):
+    return xp.nan_to_num(a, nan=nan, posinf=posinf, neginf=neginf)
+
+
+NAN_TO_NUM = defop("nan_to_num", _nan_to_num_kernel, lambda ctx, g: g * _x(ctx).isfinite(),
+                   Pointwise("isfinite({0}) ? {0} : 0"), promotion="keep", saves="inputs")
+
+
+# -- ternary -------------------------------------------------------------------------------------------------------
+def _where_backward(ctx, g):
+    cond = ctx.inputs[0]
+    zero = g.new_zeros(())
+    return None, (g.where(cond, zero) if ctx.needs_grad(1) else None), \
+        (zero.where(cond, g) if ctx.needs_grad(2) else None)
+
+
+def _where_kernel(xp, cond, a, b):
+    return xp.where(cond, a, b)
+
+
+WHERE = defop("where", _where_kernel, _where_backward, Pointwise("{0} ? {1} : {2}"), promotion="promote",
+              saves="inputs", meta=True, masks=True)
+
+
+def _clamp_kernel(xp, a, lo, hi):
+    if lo is None and hi is None:
+        raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
+    out = a
+    if lo is not None:
+        out = xp.maximum(out, lo)
+    if hi is not None:
+        out = xp.minimum(out, hi)
+    return out if out is not a else a.copy()
+
+
+def _clamp_backward(ctx, g):
+    x, lo, hi = ctx.inputs
+    keep = None
+    if lo is not None:
+        keep = x >= lo
+    if hi is not None:
+        keep = (x <= hi) if keep is None else keep & (x <= hi)
+    gx = g * keep if ctx.needs_grad(0) else None
+    glo = g * (x < lo) if ctx.needs_grad(1) else None
+    ghi = g * (x > hi) if ctx.needs_grad(2) else None
+    return gx, glo, ghi
+
+
+CLAMP = defop("clamp", _clamp_kernel, _clamp_backward, Pointwise("min(max({0}, {1}), {2})"), promotion="promote",
+              saves="inputs", meta=True)

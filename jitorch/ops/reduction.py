@@ -1,0 +1,176 @@
+"""Reduction primitives. Each takes ``dims`` (a tuple of wrapped dims) and ``keepdim``.
+
+>>> import jitorch
+>>> x = jitorch.tensor([[1.0, 5.0], [3.0, 5.0]], requires_grad=True)
+>>> x.amax(1).backward(jitorch.ones(2))
+>>> x.grad   # ties share the gradient, as in PyTorch
+tensor([[0.0000, 1.0000],
+        [0.0000, 1.0000]])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .table import NOT_DIFFERENTIABLE, Reduction, defop
+
+_HALF = {"float16", "bfloat16"}
+
+
+def _keep(g, in_shape, dims, keepdim):
+    """Re-insert reduced dims of size 1 so ``g`` broadcasts against the input."""
+    if keepdim or not in_shape:
+        return g
+    shape = list(g.shape)
+    for d in sorted(dims):
+        shape.insert(d, 1)
+    return g.reshape(shape)
+
+
+def _sum_kernel(xp, a, dims, keepdim, dtype):
+    acc = np.float32 if a.dtype.name in _HALF and dtype == a.dtype else dtype
+    return xp.sum(a, axis=dims, keepdims=keepdim, dtype=acc).astype(dtype, copy=False)
+
+
+def _sum_backward(ctx, g):
+    shape = ctx.in_meta[0][0]
+    return _keep(g, shape, ctx.attrs["dims"], ctx.attrs["keepdim"]).expand(shape)
+
+
+SUM = defop("sum", _sum_kernel, _sum_backward, Reduction("sum"), meta=True)
+
+
+def _prod_kernel(xp, a, dims, keepdim, dtype):
+    return xp.prod(a, axis=dims, keepdims=keepdim, dtype=dtype)
+
+
+def _prod_backward(ctx, g):
+    (x,) = ctx.inputs
+    dims, keepdim = ctx.attrs["dims"], ctx.attrs["keepdim"]
+    g = _keep(g, x.shape, dims, keepdim)
+    if not bool((x == 0).any()):
+        return g * _keep(ctx.out, x.shape, dims, keepdim) / x
+    # With zeros, each element's gradient is the product of the others: exclusive cumulative products from both
+    # sides along the flattened reduced axes.
+    from .. import _movement as mv
+
+    keep_dims = [d for d in range(x.dim()) if d not in dims]
+    moved = x.permute(keep_dims + list(dims))
+    lead = moved.shape[:len(keep_dims)]
+    flat = moved.reshape(tuple(lead) + (-1,))
+    ones = flat.new_ones(tuple(lead) + (1,))
+    left = mv.cat([ones, flat[..., :-1]], -1).cumprod(-1)
+    right = mv.cat([ones, flat.flip(-1)[..., :-1]], -1).cumprod(-1).flip(-1)
+    others = (left * right).reshape(moved.shape)
+    inverse = [0] * x.dim()
+    for i, d in enumerate(keep_dims + list(dims)):
+        inverse[d] = i
+    return g * others.permute(inverse)
+
+
+PROD = defop("prod", _prod_kernel, _prod_backward, Reduction("prod"), saves="both")
+
+
+def _extreme_kernel(name):
+    def kernel(xp, a, dims, keepdim):
+        if a.size == 0 and any(a.shape[d] == 0 for d in dims):
+            raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+                             "reduction dim with the 'dim' argument.")
+        return getattr(xp, name)(a, axis=dims, keepdims=keepdim)
+    return kernel
+
+
+def _extreme_backward(ctx, g):
+    (x,) = ctx.inputs
+    dims, keepdim = ctx.attrs["dims"], ctx.attrs["keepdim"]
+    out = _keep(ctx.out, x.shape, dims, keepdim)
+    mask = x == out
+    count = mask.sum(dims, keepdim=True)
+    return _keep(g, x.shape, dims, keepdim) * mask / count
+
+
+AMAX = defop("amax", _extreme_kernel("amax"), _extreme_backward, Reduction("max"), saves="both")
+AMIN = defop("amin", _extreme_kernel("amin"), _extreme_backward, Reduction("min"), saves="both")
+
+
+def _arg_kernel(name):
+    def kernel(xp, a, dim, keepdim):
+        if dim is None:
+            if a.size == 0:
+                raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
+            return xp.asarray(getattr(xp, name)(a)).reshape((1,) * a.ndim if keepdim else ())
+        if a.shape[dim] == 0:
+            raise IndexError(f"{name}(): Expected reduction dim {dim} to have non-zero size.")
+        return getattr(xp, name)(a, axis=dim, keepdims=keepdim)
+    return kernel
+
+
+ARGMAX = defop("argmax", _arg_kernel("argmax"), NOT_DIFFERENTIABLE, Reduction("argmax"))
+ARGMIN = defop("argmin", _arg_kernel("argmin"), NOT_DIFFERENTIABLE, Reduction("argmin"))
+
+
+def _dim_extreme_kernel(arg, name):
+    def kernel(xp, a, dim, keepdim):
+        if a.shape[dim] == 0:
+            raise IndexError(f"{name}(): Expected reduction dim {dim} to have non-zero size.")
+        idx = getattr(xp, arg)(a, axis=dim, keepdims=True)
+        values = xp.take_along_axis(a, idx, axis=dim)
+        if not keepdim:
+            values, idx = values.squeeze(dim), idx.squeeze(dim)
+        return values, idx
+    return kernel
+
+
+def _dim_extreme_backward(ctx, g, g_idx):
+    shape = ctx.in_meta[0][0]
+    dim, keepdim = ctx.attrs["dim"], ctx.attrs["keepdim"]
+    (_, idx) = ctx.outputs
+    from .. import _creation
+
+    positions = _creation.arange(shape[dim], device=g.device).reshape([-1] + [1] * (len(shape) - dim - 1))
+    mask = positions == _keep(idx, shape, (dim,), keepdim)
+    return _keep(g, shape, (dim,), keepdim) * mask
+
+
+MAX_DIM = defop("max_dim", _dim_extreme_kernel("argmax", "max"), _dim_extreme_backward, Reduction("max"), nout=2,
+                saves="outputs", meta=True, nondiff_outputs=(1,), grad_name="MaxBackward0")
+MIN_DIM = defop("min_dim", _dim_extreme_kernel("argmin", "min"), _dim_extreme_backward, Reduction("min"), nout=2,
+                saves="outputs", meta=True, nondiff_outputs=(1,), grad_name="MinBackward0")
+
+ALL = defop("all", lambda xp, a, dims, keepdim: xp.all(a, axis=dims, keepdims=keepdim), NOT_DIFFERENTIABLE,
+            Reduction("all"))
+ANY = defop("any", lambda xp, a, dims, keepdim: xp.any(a, axis=dims, keepdims=keepdim), NOT_DIFFERENTIABLE,
+            Reduction("any"))
+
+
+def _cumsum_kernel(xp, a, dim, dtype):
+    return xp.cumsum(a, axis=dim, dtype=dtype)
+
+
+CUMSUM = defop("cumsum", _cumsum_kernel,
+               lambda ctx, g: g.flip(ctx.attrs["dim"]).cumsum(ctx.attrs["dim"]).flip(ctx.attrs["dim"]),
+               Reduction("scan_sum"))
+
+
+def _cumprod_backward(ctx, g):
+    (x,) = ctx.inputs
+    dim = ctx.attrs["dim"]
+    out = ctx.out
+    if not bool((x == 0).any()):
+        return (g * out).flip(dim).cumsum(dim).flip(dim) / x
+    # Zeros: fall back to the O(n^2) sum over j >= i of g_j * prod_{k <= j, k != i} x_k, built from masks.
+    n = x.shape[dim]
+    xm = x.movedim(dim, -1)
+    gm = g.movedim(dim, -1)
+    from .. import _creation
+
+    eye = _creation.eye(n, dtype=x.dtype, device=x.device).bool()
+    # others[..., i, j] = prod_{k <= j} (x_k if k != i else 1)
+    replaced = xm.unsqueeze(-2).expand(*xm.shape[:-1], n, n).masked_fill(eye, 1.0)
+    others = replaced.cumprod(-1)
+    upper = _creation.ones(n, n, dtype=x.dtype, device=x.device).triu()
+    grad = (others * upper * gm.unsqueeze(-2)).sum(-1)
+    return grad.movedim(-1, dim)
+
+
+CUMPROD = defop("cumprod", lambda xp, a, dim, dtype: xp.cumprod(a, axis=dim, dtype=dtype), _cumprod_backward,
+                Reduction("scan_prod"), saves="both")

@@ -1,0 +1,97 @@
+"""The op table: one ``OpDef`` row per primitive op.
+
+A row holds everything jitorch knows about a primitive:
+
+- ``kernel(xp, *arrays, **attrs)``: the eager computation, written once against the array module ``xp`` (NumPy or CuPy);
+- ``backward(ctx, *grads)``: gradients of the inputs, written in jitorch ops so double backward and tracing work
+  (``NOT_DIFFERENTIABLE`` for ops without a gradient, e.g. comparisons);
+- ``fusion``: how the code generator may fuse it: ``Pointwise(expr)`` with a C-like expression over ``{0}``, ``{1}``,
+  ``Reduction(kind)``, ``View()`` or ``Opaque()`` (a library call such as BLAS that ends a fused group);
+- ``promotion``: how input dtypes combine (``"promote"``, ``"float"``, ``"compare"``, ``"keep"``, ``"integral"``);
+- ``saves``: what the backward needs (``"inputs"``, ``"outputs"``, ``"both"`` or ``None``).
+
+Composite ops are not rows: they are functions of rows and inherit backward and fusion.
+
+>>> from jitorch.ops.table import OPS
+>>> OPS["add"].fusion
+Pointwise('{0} + {1}')
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["OpDef", "OPS", "defop", "Pointwise", "Reduction", "View", "Opaque", "NOT_DIFFERENTIABLE"]
+
+
+@dataclass(frozen=True)
+class Pointwise:
+    expr: str
+
+
+@dataclass(frozen=True)
+class Reduction:
+    kind: str
+
+
+@dataclass(frozen=True)
+class View:
+    pass
+
+
+@dataclass(frozen=True)
+class Opaque:
+    why: str = "library call"
+
+
+def NOT_DIFFERENTIABLE(ctx, *grads):  # noqa: N802 - a sentinel that reads as a constant in rows
+    raise RuntimeError(f"{ctx.name()}: this op is not differentiable")
+
+
+PROMOTIONS = ("promote", "float", "compare", "keep", "integral")
+SAVES = (None, "inputs", "outputs", "both")
+
+
+class OpDef:
+    """One primitive. See the module docstring for the columns."""
+
+    __slots__ = ("name", "kernel", "backward", "fusion", "promotion", "saves", "view", "nout", "meta",
+                 "grad_name", "ufunc", "nondiff_outputs", "differentiable", "node_cls", "masks", "__weakref__")
+
+    def __init__(self, name, kernel, backward, fusion, promotion="keep", saves=None, view=False, nout=1,
+                 meta=False, grad_name=None, ufunc=None, nondiff_outputs=(), masks=False):
+        if promotion not in PROMOTIONS:
+            raise ValueError(f"op {name}: promotion must be one of {PROMOTIONS}, got {promotion!r}")
+        if saves not in SAVES:
+            raise ValueError(f"op {name}: saves must be one of {SAVES}, got {saves!r}")
+        self.name = name
+        self.kernel = kernel
+        self.backward = backward
+        self.fusion = fusion
+        self.promotion = promotion
+        self.saves = saves
+        self.view = view
+        self.nout = nout
+        self.meta = meta  # record input shapes/dtypes; the engine reduces broadcast gradients to them
+        self.grad_name = grad_name or "".join(p.capitalize() for p in name.split("_")) + "Backward0"
+        self.ufunc = ufunc  # name of an array-module ufunc usable with ``out=`` for in-place fast paths
+        self.nondiff_outputs = nondiff_outputs
+        self.masks = masks  # bool inputs are masks: promotion never casts them
+        self.differentiable = backward is not NOT_DIFFERENTIABLE
+        from ..autograd.graph import node_class_for
+
+        self.node_cls = node_class_for(self)
+
+    def __repr__(self):
+        return f"OpDef({self.name})"
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def defop(name, kernel, backward, fusion, **kw) -> OpDef:
+    """Register one row; a name may be defined once."""
+    if name in OPS:
+        raise ValueError(f"op {name!r} is already defined")
+    op = OpDef(name, kernel, backward, fusion, **kw)
+    OPS[name] = op
+    return op

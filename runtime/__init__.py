@@ -1,0 +1,14 @@
+"""jitorch.runtime: devices, array modules, and (later) the caching allocator, streams and capture.
+
+Nothing here knows about Tensor, autograd or nn: the runtime deals in arrays, bytes and pointers.
+
+>>> from jitorch.runtime import array_module_for
+>>> array_module_for("cpu").__name__
+'numpy'
+"""
+from .devices import (array_device, array_module_for, cuda_available, device_count, is_cpu_array, scatter_add,
+                      move_array, strided_view,
+                      special_module)
+
+__all__ = ["array_module_for", "array_device", "cuda_available", "device_count", "is_cpu_array", "scatter_add",
+           "move_array", "strided_view", "special_module"]

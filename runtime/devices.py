@@ -1,0 +1,131 @@
+"""Which array module backs a device, and which device an array lives on.
+
+CPU arrays are NumPy arrays; CUDA arrays are CuPy arrays. CuPy is imported lazily so the CPU path never pays for it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_cupy = None
+_cupy_checked = False
+
+
+def _load_cupy():
+    global _cupy, _cupy_checked
+    if not _cupy_checked:
+        _cupy_checked = True
+        try:
+            import cupy
+
+            cupy.cuda.runtime.getDeviceCount()
+            _cupy = cupy
+        except Exception:  # no CuPy, no driver or no device: CUDA is simply unavailable
+            _cupy = None
+    return _cupy
+
+
+def cuda_available() -> bool:
+    return _load_cupy() is not None
+
+
+def device_count() -> int:
+    cp = _load_cupy()
+    return cp.cuda.runtime.getDeviceCount() if cp is not None else 0
+
+
+def array_module_for(device_type: str):
+    """The array module (numpy or cupy) whose functions run on ``device_type``."""
+    if device_type == "cpu":
+        return np
+    if device_type == "cuda":
+        cp = _load_cupy()
+        if cp is None:
+            raise RuntimeError(
+                "Torch not compiled with CUDA enabled: jitorch found no usable CUDA device "
+                "(install the 'cuda' extra and run on a machine with an NVIDIA GPU)"
+            )
+        return cp
+    raise RuntimeError(f"unsupported device type {device_type!r}; expected 'cpu' or 'cuda'")
+
+
+def is_cpu_array(arr) -> bool:
+    return type(arr) is np.ndarray
+
+
+def array_device(arr) -> tuple[str, int | None]:
+    """(device type, index) of an array."""
+    if type(arr) is np.ndarray:
+        return ("cpu", None)
+    return ("cuda", int(arr.device.id))
+
+
+def special_module(xp):
+    """``scipy.special`` for NumPy arrays, ``cupyx.scipy.special`` for CuPy arrays (erf, erfinv, gammaln...)."""
+    if xp is np:
+        import scipy.special
+
+        return scipy.special
+    import cupyx.scipy.special
+
+    return cupyx.scipy.special
+
+
+def scatter_add(xp, out, index, values):
+    """``out[index] += values`` with repeated indices accumulated (NumPy's ``add.at``; CuPy's ``scatter_add``)."""
+    if xp is np:
+        np.add.at(out, index, values)
+    else:
+        import cupyx
+
+        cupyx.scatter_add(out, index, values)
+
+
+def _owner(arr):
+    while isinstance(arr.base, np.ndarray):
+        arr = arr.base
+    return arr
+
+
+def strided_view(xp, arr, shape, strides, offset=0):
+    """A writable view of ``arr``'s memory with element ``strides``, starting ``offset`` elements after ``arr[0...]``.
+
+    The view is checked against the bounds of the memory that owns ``arr``: a bad geometry raises, never reads
+    outside the allocation.
+    """
+    item = arr.itemsize
+    shape, byte_strides = tuple(int(s) for s in shape), tuple(int(s) * item for s in strides)
+    if any(s < 0 for s in shape):
+        raise RuntimeError(f"as_strided: negative size in {shape}")
+    if xp is np:
+        owner = _owner(arr)
+        start = arr.__array_interface__["data"][0] - owner.__array_interface__["data"][0] + offset * item
+        if not owner.flags.c_contiguous:
+            owner = arr  # an externally created strided array: stay within its own span
+            start = offset * item
+        try:
+            return np.ndarray(shape, arr.dtype, buffer=owner.reshape(-1).view(np.uint8) if owner.size else owner,
+                              offset=start, strides=byte_strides)
+        except (TypeError, ValueError) as e:
+            raise RuntimeError(f"as_strided: size {list(shape)}, stride {list(strides)} and offset {offset} reach "
+                               f"outside the tensor's storage ({e})") from None
+    mem = arr.data
+    lo = offset * item + sum((n - 1) * s for n, s in zip(shape, byte_strides) if n > 0 and s < 0)
+    hi = offset * item + sum((n - 1) * s for n, s in zip(shape, byte_strides) if n > 0 and s > 0) + item
+    base_off = mem.ptr - mem.mem.ptr
+    if any(n == 0 for n in shape):
+        lo = hi = 0
+    if base_off + lo < 0 or base_off + hi > mem.mem.size:
+        raise RuntimeError(f"as_strided: size {list(shape)}, stride {list(strides)} and offset {offset} reach outside "
+                           "the tensor's storage")
+    return xp.ndarray(shape, arr.dtype, memptr=mem + offset * item, strides=byte_strides)
+
+
+def move_array(arr, device_type, index=None):
+    """A copy of ``arr`` on ``device_type`` (the same array when it already lives there)."""
+    if device_type == "cpu":
+        return arr if type(arr) is np.ndarray else arr.get()
+    cp = array_module_for("cuda")
+    with cp.cuda.Device(index or 0):
+        if type(arr) is not np.ndarray and arr.device.id == (index or 0):
+            return arr
+        return cp.asarray(arr)
