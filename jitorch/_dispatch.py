@@ -139,27 +139,49 @@ def _edge(a):
 
 def _mark_view(out, src, op, attrs):
     out._base = src._base if src._base is not None else src
-    out._ver_owner = src._ver_owner or src
+    out._ver_owner = src._ver_owner if src._ver_owner is not None else src
     step = ((op, attrs),)
     out._view_chain = src._view_chain + step if src._base is not None else step
 
 
 def record(op, args, attrs, outs):
     """Attach an autograd node for ``op`` to the output tensors ``outs``."""
-    node = op.node_cls(tuple(_edge(a) for a in args), attrs)
+    edges = []
+    for a in args:
+        if isinstance(a, Tensor) and a._requires_grad:
+            fn = a.grad_fn
+            edges.append((fn, a._output_nr) if fn is not None else (a, 0))
+        else:
+            edges.append(None)
+    node = op.node_cls(tuple(edges), attrs)
     saves = op.saves
     if saves == "inputs" or saves == "both":
         node.save_inputs(args)
     if op.meta:
-        node.in_meta = tuple((a._data.shape, _FROM_NP[a._data.dtype]) if isinstance(a, Tensor) else None
-                             for a in args)
-    if op.nout > 1:
+        # Input shapes and dtypes; pointwise rows skip them when no broadcast or promotion happened (the common case).
+        metas = []
+        differs = not op.pointwise
+        out = outs[0]._data
+        for a in args:
+            if isinstance(a, Tensor):
+                d = a._data
+                metas.append((d.shape, d.dtype))
+                differs = differs or d.shape != out.shape or d.dtype != out.dtype
+            else:
+                metas.append(None)
+        if differs:
+            node.in_meta = tuple(metas)
+    if op.nout == 1:
+        o = outs[0]
+        o.grad_fn = node
+        o._requires_grad = True
+    else:
         node._out_meta = tuple((o._data.shape, o.dtype, o.device) for o in outs)
-    for nr, o in enumerate(outs):
-        if nr not in op.nondiff_outputs:
-            o.grad_fn = node
-            o._output_nr = nr
-            o._requires_grad = True
+        for nr, o in enumerate(outs):
+            if nr not in op.nondiff_outputs:
+                o.grad_fn = node
+                o._output_nr = nr
+                o._requires_grad = True
     if saves == "outputs" or saves == "both":
         node.save_output(outs)
     return node
@@ -248,3 +270,106 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
 
         rebase_view(self, result)
     return self
+
+
+# -- fast paths -----------------------------------------------------------------------------------------------------
+# Eager overhead is what users feel on small tensors, so the hottest case (floating NumPy arrays of one dtype, or a
+# Python number) skips promotion and device checks and calls the row's kernel directly. Anything else takes ``eager``.
+_ndarray = np.ndarray
+_new = object.__new__
+_PROMOTE_NP = {(a.np, b.np): _dtype.promote_types(a, b).np for a in _dtype.ALL for b in _dtype.ALL}
+_SCALARS = (float, int)
+
+
+_NO_ATTRS: dict = {}
+
+
+def _record_pointwise(op, args, t):
+    """``record`` for a pointwise op whose inputs already have the output's shape and dtype (no meta needed)."""
+    edges = []
+    for a in args:
+        if type(a) is Tensor and a._requires_grad:
+            fn = a.grad_fn
+            edges.append((fn, a._output_nr) if fn is not None else (a, 0))
+        else:
+            edges.append(None)
+    node = op.node_cls(tuple(edges), _NO_ATTRS)
+    saves = op.saves
+    if saves is not None:
+        if saves != "outputs":
+            node.save_inputs(args)
+        if saves != "inputs":
+            node.save_output((t,))
+    t.grad_fn = node
+    t._requires_grad = True
+
+
+def fast_binary(op, reflected=False):
+    """A ``(a, b) -> Tensor`` for a pointwise row: ``apply`` with a shortcut for same-dtype float CPU tensors."""
+    kernel = op.kernel if op.promotion != "integral" else None
+    differentiable = op.differentiable
+    promotion = op.promotion
+
+    def run(a, b):
+        if reflected:
+            a, b = b, a
+        if kernel is not None and not MODES:
+            x = a._data if type(a) is Tensor else None
+            if x is not None and type(x) is _ndarray and x.dtype.kind == "f":
+                tb = type(b)
+                if tb is Tensor:
+                    y = b._data
+                    ok = type(y) is _ndarray
+                    if ok and y.dtype != x.dtype:
+                        # Mixed dtypes of two dimensioned arrays (a float grad times a bool mask, say): the
+                        # plain promotion table applies; 0-d operands need result_type's category rules.
+                        ok = x.ndim > 0 and y.ndim > 0 and promotion != "keep"
+                        if ok:
+                            common = _PROMOTE_NP[x.dtype, y.dtype]
+                            if promotion == "float" and common.kind not in "fc":
+                                common = _dtype.get_default_dtype().np
+                            if x.dtype != common:
+                                x = x.astype(common)
+                            if y.dtype != common:
+                                y = y.astype(common)
+                else:
+                    y = b
+                    ok = tb in _SCALARS
+                if ok:
+                    out = kernel(np, x, y)
+                    if type(out) is not _ndarray:
+                        out = np.asarray(out)
+                    t = _new(Tensor)
+                    t._data = out
+                    if GradState.enabled and differentiable and (a._requires_grad or (tb is Tensor and
+                                                                                      b._requires_grad)):
+                        if tb is Tensor and (x.shape != y.shape or a._data.dtype != b._data.dtype):
+                            record(op, (a, b), {}, (t,))
+                        else:
+                            _record_pointwise(op, (a, b), t)
+                    return t
+        return eager(op, (a, b), {}) if not MODES else MODES[-1].dispatch(op, (a, b), {})
+    run.__name__ = op.name
+    return run
+
+
+def fast_unary(op):
+    """A ``(a) -> Tensor`` for a pointwise row with the same float shortcut."""
+    kernel = op.kernel if op.promotion != "integral" else None
+    differentiable = op.differentiable
+
+    def run(a):
+        if kernel is not None and not MODES and type(a) is Tensor:
+            x = a._data
+            if type(x) is _ndarray and x.dtype.kind == "f":
+                out = kernel(np, x)
+                if type(out) is not _ndarray:
+                    out = np.asarray(out)
+                t = _new(Tensor)
+                t._data = out
+                if GradState.enabled and differentiable and a._requires_grad:
+                    _record_pointwise(op, (a,), t)
+                return t
+        return eager(op, (a,), {}) if not MODES else MODES[-1].dispatch(op, (a,), {})
+    run.__name__ = op.name
+    return run

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ._dispatch import apply, apply_inplace
+from ._dispatch import apply, apply_inplace, fast_binary, fast_unary
 from ._tensor import Tensor
 from .ops import pointwise as P
 
@@ -46,16 +46,20 @@ def _write_out(result, out):
 
 
 def _binary(op):
+    fast = fast_binary(op)
+
     def fn(input, other, *, out=None):
-        return _write_out(apply(op, input, other), out)
+        return fast(input, other) if out is None else _write_out(fast(input, other), out)
     fn.__name__ = op.name
     fn.__doc__ = f"Elementwise ``{op.name}`` with broadcasting and PyTorch's type promotion."
     return fn
 
 
 def _unary(op):
+    fast = fast_unary(op)
+
     def fn(input, *, out=None):
-        return _write_out(apply(op, input), out)
+        return fast(input) if out is None else _write_out(fast(input), out)
     fn.__name__ = op.name
     fn.__doc__ = f"Elementwise ``{op.name}``."
     return fn
@@ -315,10 +319,13 @@ _METHODS.update(
     where=lambda self, condition, other: where(condition, self, other), equal=equal, allclose=allclose,
     isclose=isclose,
     add_=_add_, sub_=_sub_, subtract_=_sub_, div_=_div_, divide_=_div_, clamp_=_clamp_, clip_=_clamp_,
-    __add__=add, __radd__=_reflect(add), __iadd__=_add_, __sub__=sub, __rsub__=_reflect(sub), __isub__=_sub_,
-    __mul__=mul, __rmul__=_reflect(mul), __truediv__=div, __rtruediv__=_reflect(div), __itruediv__=_div_,
+    __add__=fast_binary(P.ADD), __radd__=fast_binary(P.ADD, reflected=True), __iadd__=_add_,
+    __sub__=fast_binary(P.SUB), __rsub__=fast_binary(P.SUB, reflected=True), __isub__=_sub_,
+    __mul__=fast_binary(P.MUL), __rmul__=fast_binary(P.MUL, reflected=True),
+    __truediv__=fast_binary(P.DIV), __rtruediv__=fast_binary(P.DIV, reflected=True), __itruediv__=_div_,
     __floordiv__=floor_divide, __rfloordiv__=_reflect(floor_divide), __mod__=remainder,
-    __rmod__=_reflect(remainder), __pow__=pow, __rpow__=_reflect(pow), __neg__=neg, __pos__=lambda self: self,
+    __rmod__=_reflect(remainder), __pow__=pow, __rpow__=_reflect(pow), __neg__=fast_unary(P.NEG),
+    __pos__=lambda self: self,
     __abs__=abs, __eq__=eq, __ne__=ne, __lt__=lt, __le__=le, __gt__=gt, __ge__=ge,
     __and__=lambda a, b: (logical_and if a.dtype.name == "bool" else bitwise_and)(a, b),
     __or__=lambda a, b: (logical_or if a.dtype.name == "bool" else bitwise_or)(a, b),

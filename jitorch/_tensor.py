@@ -76,14 +76,14 @@ class Tensor:
 
     # -- storage and geometry ---------------------------------------------------------------------------------
     def _root(self):
-        return self._ver_owner or self
+        return self._ver_owner if self._ver_owner is not None else self
 
     @property
     def _version(self):
-        return (self._ver_owner or self)._ver
+        return (self._ver_owner if self._ver_owner is not None else self)._ver
 
     def _bump_version(self):
-        (self._ver_owner or self)._ver += 1
+        (self._ver_owner if self._ver_owner is not None else self)._ver += 1
 
     @property
     def shape(self):

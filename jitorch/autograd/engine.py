@@ -31,18 +31,16 @@ def _collect_dependencies(roots):
     """Count, for every node reachable from the roots, how many edges point at it."""
     deps = {}
     stack = [n for n in roots if isinstance(n, Node)]
-    seen = set(id(n) for n in stack)
     while stack:
         node = stack.pop()
         for edge in node.next:
             if edge is None:
                 continue
             target = edge[0]
-            if not isinstance(target, Node):
-                continue
-            deps[target] = deps.get(target, 0) + 1
-            if id(target) not in seen:
-                seen.add(id(target))
+            if target in deps:
+                deps[target] += 1
+            elif isinstance(target, Node):
+                deps[target] = 1
                 stack.append(target)
     return deps
 
@@ -111,7 +109,7 @@ def _fix_meta(grad, meta):
     shape, dtype = meta
     if grad._data.shape != shape:
         grad = grad.sum_to_size(shape)
-    if grad.dtype is not dtype:
+    if grad._data.dtype != dtype:
         grad = grad.to(dtype)
     return grad
 
@@ -159,8 +157,7 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
     GradState.enabled = bool(create_graph)
     try:
         while ready:
-            node = max(ready, key=_seq_key) if len(ready) > 1 else ready[0]
-            ready.remove(node)
+            node = ready.pop()
             grads = tuple(buffers.pop(node))
             if node._pre_hooks:
                 grads = _run_pre_hooks(node, grads)
@@ -168,7 +165,8 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
                 captured[i] = grads[output_nr]
             if needed is not None and id(node) not in needed:
                 continue
-            grads = node.materialize(grads)
+            if node._out_meta is not None:
+                grads = node.materialize(grads)
             in_grads = node.apply(grads)
             if node._hooks:
                 for hook in node._hooks:
@@ -189,9 +187,11 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
                     if buf is None:
                         buf = buffers[target] = [None] * _num_outputs(target)
                     if g is not None:
-                        buf[nr] = _accumulate(buf[nr], g)
-                    deps[target] -= 1
-                    if deps[target] == 0:
+                        prev = buf[nr]
+                        buf[nr] = g if prev is None else prev + g
+                    remaining = deps[target] - 1
+                    deps[target] = remaining
+                    if not remaining:
                         ready.append(target)
                 elif g is not None:
                     entry = leaf_grads.setdefault(id(target), [target, None])
@@ -200,10 +200,6 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
                               user_grad_ids, allow_unused)
     finally:
         GradState.enabled = prev_enabled
-
-
-def _seq_key(node):
-    return node.seq
 
 
 def _num_outputs(node):

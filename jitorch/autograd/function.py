@@ -160,7 +160,7 @@ class Function(metaclass=_FunctionMeta):
             tensor_outs = [(nr, o) for nr, o in enumerate(final) if isinstance(o, Tensor)]
             ctx._out_meta = tuple((o._data.shape, o.dtype, o.device) if isinstance(o, Tensor) else ((), None, None)
                                   for o in final)
-            ctx.in_meta = tuple((a._data.shape, a.dtype) if isinstance(a, Tensor) and a._requires_grad else None
+            ctx.in_meta = tuple((a._data.shape, a._data.dtype) if isinstance(a, Tensor) and a._requires_grad else None
                                 for a in args)
             for nr, o in tensor_outs:
                 if id(o) in nondiff or id(outs[nr]) in nondiff:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import itertools
 
-__all__ = ["Node", "AccumulateGrad", "node_class_for"]
+from .._tensor import Tensor
+from .grad_mode import GradState
 
-_seq = itertools.count()
+__all__ = ["Node", "AccumulateGrad", "node_class_for"]
 
 _FREED_MSG = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have already "
@@ -39,26 +40,32 @@ def _version_error(t, saved_version, node_name):
 class Node:
     """A backward function. ``next`` holds, per input, ``(node_or_leaf_tensor, output_nr)`` or ``None``."""
 
-    __slots__ = ("next", "attrs", "in_meta", "seq", "_saved_in", "_saved_in_versions",
-                 "_saved_out", "_out_meta", "_pre_hooks", "_hooks", "_freed", "__weakref__")
     op = None  # the OpDef whose backward this node runs (set on the per-op subclasses)
+    # Class-level defaults: a node is created per recorded op, so __init__ stores only what every node has.
+    in_meta = None
+    _saved_in = None
+    _saved_in_versions = None
+    _saved_out = None
+    _out_meta = None
+    _pre_hooks = None
+    _hooks = None
+    _freed = False
 
     def __init__(self, next_edges, attrs):
         self.next = next_edges
         self.attrs = attrs
-        self.seq = next(_seq)
-        self.in_meta = None
-        self._saved_in = None
-        self._saved_out = None
-        self._out_meta = None
-        self._pre_hooks = None
-        self._hooks = None
-        self._freed = False
 
     # -- saved values -------------------------------------------------------------------------------------------
     def save_inputs(self, args):
         self._saved_in = args
-        self._saved_in_versions = tuple(a._version if hasattr(a, "_data") else None for a in args)
+        versions = []
+        for a in args:
+            if hasattr(a, "_data"):
+                owner = a._ver_owner
+                versions.append((owner if owner is not None else a)._ver)
+            else:
+                versions.append(None)
+        self._saved_in_versions = tuple(versions)
 
     def save_output(self, outs):
         """``outs``: tuple of output tensors; kept as (array, root tensor, version) without a reference cycle."""
@@ -81,9 +88,6 @@ class Node:
         saved = self._saved_out
         if saved is None:
             raise RuntimeError(_FREED_MSG if self._freed else f"{self.name()}: outputs were not saved for backward")
-        from .._tensor import Tensor
-        from .grad_mode import GradState
-
         outs = []
         for nr, (data, root, version) in enumerate(saved):
             if root._ver != version:
@@ -215,6 +219,6 @@ def node_class_for(op) -> type:
     """One Node subclass per op, named like PyTorch's (``AddBackward0``), created once."""
     cls = _NODE_CLASSES.get(op)
     if cls is None:
-        cls = type(op.grad_name, (Node,), {"__slots__": (), "op": op})
+        cls = type(op.grad_name, (Node,), {"op": op})
         _NODE_CLASSES[op] = cls
     return cls

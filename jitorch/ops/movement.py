@@ -150,11 +150,14 @@ def _copy_kernel(xp, dst, src):
 
 
 def _copy_backward(ctx, g):
-    gsrc = g.sum_to_size(ctx.in_meta[1][0]).to(ctx.in_meta[1][1]) if ctx.needs_grad(1) else None
+    meta = ctx.in_meta  # None when src already had dst's shape and dtype
+    gsrc = None
+    if ctx.needs_grad(1):
+        gsrc = g if meta is None else g.sum_to_size(meta[1][0]).to(meta[1][1])
     return (g * 0 if ctx.needs_grad(0) else None), gsrc
 
 
-COPY = defop("copy", _copy_kernel, _copy_backward, Pointwise("{1}"), grad_name="CopyBackwards", meta=False)
+COPY = defop("copy", _copy_kernel, _copy_backward, Pointwise("{1}"), grad_name="CopyBackwards", meta=True)
 
 
 def _fill_kernel(xp, dst, value):

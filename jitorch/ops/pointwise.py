@@ -26,7 +26,7 @@ def _sub_kernel(xp, a, b):
     return xp.subtract(a, b)
 
 
-SUB = defop("sub", _sub_kernel, lambda ctx, g: (g, -g), Pointwise("{0} - {1}"), promotion="promote", meta=True,
+SUB = defop("sub", _sub_kernel, lambda ctx, g: (g, -g if ctx.needs_grad(1) else None), Pointwise("{0} - {1}"), promotion="promote", meta=True,
             ufunc="subtract")
 
 
@@ -203,7 +203,17 @@ ACOS = _unary("acos", lambda xp, a: xp.arccos(a), lambda ctx, g: -g * (1 - _x(ct
 ATAN = _unary("atan", lambda xp, a: xp.arctan(a), lambda ctx, g: g / (1 + _x(ctx) ** 2), "atan({0})")
 SINH = _unary("sinh", lambda xp, a: xp.sinh(a), lambda ctx, g: g * _x(ctx).cosh(), "sinh({0})")
 COSH = _unary("cosh", lambda xp, a: xp.cosh(a), lambda ctx, g: g * _x(ctx).sinh(), "cosh({0})")
-TANH = _unary("tanh", lambda xp, a: xp.tanh(a), lambda ctx, g: g * (1 - ctx.out * ctx.out), "tanh({0})",
+def _tanh_backward(ctx, g):
+    out = ctx.out
+    return g * (1 - out * out)
+
+
+def _sigmoid_backward(ctx, g):
+    out = ctx.out
+    return g * out * (1 - out)
+
+
+TANH = _unary("tanh", lambda xp, a: xp.tanh(a), _tanh_backward, "tanh({0})",
               saves="outputs", ufunc="tanh")
 ASINH = _unary("asinh", lambda xp, a: xp.arcsinh(a), lambda ctx, g: g * (_x(ctx) ** 2 + 1).rsqrt(), "asinh({0})")
 ACOSH = _unary("acosh", lambda xp, a: xp.arccosh(a), lambda ctx, g: g * (_x(ctx) ** 2 - 1).rsqrt(), "acosh({0})")
@@ -216,7 +226,7 @@ def _sigmoid_kernel(xp, a):
     return xp.where(a >= 0, 1 / (1 + e), e / (1 + e)).astype(a.dtype, copy=False)
 
 
-SIGMOID = _unary("sigmoid", _sigmoid_kernel, lambda ctx, g: g * ctx.out * (1 - ctx.out), "sigmoid({0})",
+SIGMOID = _unary("sigmoid", _sigmoid_kernel, _sigmoid_backward, "sigmoid({0})",
                  saves="outputs")
 ERF = _unary("erf", _special("erf"), lambda ctx, g: g * (2 / math.sqrt(math.pi)) * (-_x(ctx) ** 2).exp(), "erf({0})")
 ERFC = _unary("erfc", _special("erfc"), lambda ctx, g: g * (-2 / math.sqrt(math.pi)) * (-_x(ctx) ** 2).exp(),

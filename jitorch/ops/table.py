@@ -55,7 +55,7 @@ class OpDef:
     """One primitive. See the module docstring for the columns."""
 
     __slots__ = ("name", "kernel", "backward", "fusion", "promotion", "saves", "view", "nout", "meta",
-                 "grad_name", "ufunc", "nondiff_outputs", "differentiable", "node_cls", "masks", "__weakref__")
+                 "grad_name", "ufunc", "nondiff_outputs", "differentiable", "node_cls", "masks", "pointwise", "__weakref__")
 
     def __init__(self, name, kernel, backward, fusion, promotion="keep", saves=None, view=False, nout=1,
                  meta=False, grad_name=None, ufunc=None, nondiff_outputs=(), masks=False):
@@ -76,6 +76,7 @@ class OpDef:
         self.ufunc = ufunc  # name of an array-module ufunc usable with ``out=`` for in-place fast paths
         self.nondiff_outputs = nondiff_outputs
         self.masks = masks  # bool inputs are masks: promotion never casts them
+        self.pointwise = isinstance(fusion, Pointwise)
         self.differentiable = backward is not NOT_DIFFERENTIABLE
         from ..autograd.graph import node_class_for
 
