@@ -27,10 +27,18 @@ from ._movement import *  # noqa: E402,F401,F403
 from ._reduction import *  # noqa: E402,F401,F403
 from ._creation import *  # noqa: E402,F401,F403
 from ._random import *  # noqa: E402,F401,F403
+from . import _indexing  # noqa: E402,F401
+from ._indexing import *  # noqa: E402,F401,F403
+from ._misc import *  # noqa: E402,F401,F403
+from . import _linalg, _sorting, linalg  # noqa: E402,F401
+from ._linalg import *  # noqa: E402,F401,F403
+from ._sorting import *  # noqa: E402,F401,F403
 from . import autograd, return_types  # noqa: E402,F401
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
 from .autograd import is_inference_mode_enabled  # noqa: E402,F401
 from ._conversion import to as _to  # noqa: E402,F401
+from . import nn, optim, utils  # noqa: E402,F401
+import jitorch.utils.data  # noqa: E402,F401
 
 half, double, long, short, cfloat, cdouble = float16, float64, int64, int16, complex64, complex128
 float = float32  # noqa: A001 - torch.float is float32

@@ -25,6 +25,7 @@ __all__ = ["apply", "apply_inplace", "push_mode", "pop_mode", "MODES"]
 MODES: list = []
 
 _FROM_NP = _dtype.FROM_NP
+_new = object.__new__
 _BOOL_NP = np.dtype(np.bool_)
 TORCH_TYPE_NAMES = {
     "bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
@@ -195,6 +196,20 @@ def apply(op, *args, **attrs):
 
 
 def eager(op, args, attrs):
+    """Run one op eagerly: kernel, output wrapping, view marking and autograd recording."""
+    if op.single_keep and len(args) == 1 and type(args[0]._data) is np.ndarray:
+        # Views, reductions and casts of one CPU tensor: no promotion or device checks to do.
+        a = args[0]
+        out = op.kernel(np, a._data, **attrs)
+        if type(out) is not np.ndarray:
+            out = np.asarray(out)
+        t = _new(Tensor)
+        t._data = out
+        if op.view:
+            _mark_view(t, a, op, attrs)
+        if a._requires_grad and GradState.enabled and op.differentiable:
+            record(op, args, attrs, (t,))
+        return t
     datas = _run_kernel(op, args, attrs)
     outs = [Tensor._make(d) for d in datas]
     if op.view:
@@ -276,7 +291,8 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
 # Eager overhead is what users feel on small tensors, so the hottest case (floating NumPy arrays of one dtype, or a
 # Python number) skips promotion and device checks and calls the row's kernel directly. Anything else takes ``eager``.
 _ndarray = np.ndarray
-_new = object.__new__
+# Tensor and its subclasses that behave like it in dispatch (nn.Parameter registers itself here).
+TENSOR_TYPES = {Tensor}
 _PROMOTE_NP = {(a.np, b.np): _dtype.promote_types(a, b).np for a in _dtype.ALL for b in _dtype.ALL}
 _SCALARS = (float, int)
 
@@ -288,7 +304,7 @@ def _record_pointwise(op, args, t):
     """``record`` for a pointwise op whose inputs already have the output's shape and dtype (no meta needed)."""
     edges = []
     for a in args:
-        if type(a) is Tensor and a._requires_grad:
+        if type(a) in TENSOR_TYPES and a._requires_grad:
             fn = a.grad_fn
             edges.append((fn, a._output_nr) if fn is not None else (a, 0))
         else:
@@ -314,10 +330,11 @@ def fast_binary(op, reflected=False):
         if reflected:
             a, b = b, a
         if kernel is not None and not MODES:
-            x = a._data if type(a) is Tensor else None
+            x = a._data if type(a) in TENSOR_TYPES else None
             if x is not None and type(x) is _ndarray and x.dtype.kind == "f":
                 tb = type(b)
-                if tb is Tensor:
+                if tb in TENSOR_TYPES:
+                    tb = Tensor
                     y = b._data
                     ok = type(y) is _ndarray
                     if ok and y.dtype != x.dtype:
@@ -359,7 +376,7 @@ def fast_unary(op):
     differentiable = op.differentiable
 
     def run(a):
-        if kernel is not None and not MODES and type(a) is Tensor:
+        if kernel is not None and not MODES and type(a) in TENSOR_TYPES:
             x = a._data
             if type(x) is _ndarray and x.dtype.kind == "f":
                 out = kernel(np, x)

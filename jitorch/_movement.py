@@ -28,7 +28,7 @@ def _view(self, *shape):
     if len(shape) == 1 and not isinstance(shape[0], (int, tuple, list)) and not hasattr(shape[0], "__index__"):
         return self._view_dtype(shape[0])
     shape = infer_shape(normalize_shape(shape, "view"), self._data.size)
-    if shape == self._data.shape:
+    if shape == self._data.shape or self._data.flags.c_contiguous:
         return apply(M.RESHAPE, self, shape=shape)
     item = self._data.itemsize
     if view_strides(self._data.shape, tuple(s // item for s in self._data.strides), shape) is None:
@@ -166,9 +166,12 @@ def split(tensor, split_size_or_sections, dim=0):
 def chunk(input, chunks, dim=0):
     if chunks <= 0:
         raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
-    size = input._data.shape[wrap_dim(dim, input._data.ndim, "chunk")]
-    step = max(1, -(-size // chunks))
-    return split(input, step, dim)
+    d = wrap_dim(dim, input._data.ndim, "chunk")
+    size = input._data.shape[d]
+    if size == 0:  # PyTorch returns ``chunks`` empty pieces of an empty dim
+        return tuple(narrow(input, d, 0, 0) for _ in range(chunks))
+    step = -(-size // chunks)
+    return split(input, step, d)
 
 
 def tensor_split(input, indices_or_sections, dim=0):
@@ -501,8 +504,7 @@ def meshgrid(*tensors, indexing="ij"):
         view = [1] * len(tensors)
         view[i] = -1
         out.append(x.reshape(view).expand(shape))
-    if swap:
-        out = [o.transpose(0, 1) for o in out]
+    if swap:  # the grids of the swapped inputs, handed back in the caller's order
         out[0], out[1] = out[1], out[0]
     return tuple(out)
 

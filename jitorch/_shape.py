@@ -39,6 +39,10 @@ def wrap_dims(dims, ndim, op="op"):
 
 def normalize_shape(args, op="op"):
     """``f(2, 3)``, ``f((2, 3))``, ``f([2, 3])`` and ``f(Size)`` all mean the shape ``(2, 3)``."""
+    if len(args) == 1 and type(args[0]) is tuple:
+        args = args[0]
+        if all(type(s) is int for s in args):  # the common case needs no conversion
+            return args
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = args[0]
     elif len(args) == 1 and hasattr(args[0], "tolist") and not isinstance(args[0], int):
@@ -51,6 +55,12 @@ def normalize_shape(args, op="op"):
 
 def infer_shape(shape, numel, op="view"):
     """Resolve one ``-1`` in ``shape`` against ``numel`` elements."""
+    if -1 not in shape and min(shape, default=0) >= 0:
+        known = 1
+        for s in shape:
+            known *= s
+        if known == numel:
+            return tuple(shape)
     unknown = [i for i, s in enumerate(shape) if s == -1]
     if len(unknown) > 1:
         raise RuntimeError(f"{op}: only one dimension can be inferred")

@@ -385,7 +385,7 @@ class Tensor:
     def __reduce_ex__(self, protocol):
         from ._serialization_support import rebuild_tensor
 
-        return (rebuild_tensor, (self._host(), self._requires_grad, str(self.device)))
+        return (rebuild_tensor, (self._host(), self._requires_grad, str(self.device), type(self)))
 
     def __deepcopy__(self, memo):
         if not self.is_leaf:

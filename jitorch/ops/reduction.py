@@ -9,11 +9,12 @@ tensor([[0.0000, 1.0000],
 """
 from __future__ import annotations
 
+import ml_dtypes as _ml_dtypes
 import numpy as np
 
 from .table import NOT_DIFFERENTIABLE, Reduction, defop
 
-_HALF = {"float16", "bfloat16"}
+_HALF = {np.dtype(np.float16), np.dtype(_ml_dtypes.bfloat16)}
 
 
 def _keep(g, in_shape, dims, keepdim):
@@ -27,8 +28,9 @@ def _keep(g, in_shape, dims, keepdim):
 
 
 def _sum_kernel(xp, a, dims, keepdim, dtype):
-    acc = np.float32 if a.dtype.name in _HALF and dtype == a.dtype else dtype
-    return xp.sum(a, axis=dims, keepdims=keepdim, dtype=acc).astype(dtype, copy=False)
+    if a.dtype in _HALF and dtype == a.dtype:  # accumulate halves in float32, as PyTorch does
+        return a.sum(axis=dims, keepdims=keepdim, dtype=np.float32).astype(dtype)
+    return a.sum(axis=dims, keepdims=keepdim, dtype=dtype)
 
 
 def _sum_backward(ctx, g):
@@ -40,7 +42,7 @@ SUM = defop("sum", _sum_kernel, _sum_backward, Reduction("sum"), meta=True)
 
 
 def _prod_kernel(xp, a, dims, keepdim, dtype):
-    return xp.prod(a, axis=dims, keepdims=keepdim, dtype=dtype)
+    return a.prod(axis=dims, keepdims=keepdim, dtype=dtype)
 
 
 def _prod_backward(ctx, g):
@@ -75,7 +77,8 @@ def _extreme_kernel(name):
         if a.size == 0 and any(a.shape[d] == 0 for d in dims):
             raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
                              "reduction dim with the 'dim' argument.")
-        return getattr(xp, name)(a, axis=dims, keepdims=keepdim)
+        return getattr(a, method)(axis=dims, keepdims=keepdim)
+    method = {"amax": "max", "amin": "min"}[name]
     return kernel
 
 
@@ -96,7 +99,7 @@ def _arg_kernel(name):
     def kernel(xp, a, dim, keepdim):
         if dim is None:
             if a.size == 0:
-                raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
+                raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
             return xp.asarray(getattr(xp, name)(a)).reshape((1,) * a.ndim if keepdim else ())
         if a.shape[dim] == 0:
             raise IndexError(f"{name}(): Expected reduction dim {dim} to have non-zero size.")
@@ -136,10 +139,16 @@ MAX_DIM = defop("max_dim", _dim_extreme_kernel("argmax", "max"), _dim_extreme_ba
 MIN_DIM = defop("min_dim", _dim_extreme_kernel("argmin", "min"), _dim_extreme_backward, Reduction("min"), nout=2,
                 saves="outputs", meta=True, nondiff_outputs=(1,), grad_name="MinBackward0")
 
-ALL = defop("all", lambda xp, a, dims, keepdim: xp.all(a, axis=dims, keepdims=keepdim), NOT_DIFFERENTIABLE,
-            Reduction("all"))
-ANY = defop("any", lambda xp, a, dims, keepdim: xp.any(a, axis=dims, keepdims=keepdim), NOT_DIFFERENTIABLE,
-            Reduction("any"))
+def _logical_kernel(name):
+    def kernel(xp, a, dims, keepdim):
+        out = getattr(xp, name)(a, axis=dims, keepdims=keepdim)
+        # PyTorch keeps uint8 for all/any of uint8 tensors (a legacy of byte masks); every other dtype gives bool.
+        return out.astype(np.uint8) if a.dtype == np.uint8 else out
+    return kernel
+
+
+ALL = defop("all", _logical_kernel("all"), NOT_DIFFERENTIABLE, Reduction("all"))
+ANY = defop("any", _logical_kernel("any"), NOT_DIFFERENTIABLE, Reduction("any"))
 
 
 def _cumsum_kernel(xp, a, dim, dtype):

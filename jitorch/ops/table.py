@@ -55,7 +55,7 @@ class OpDef:
     """One primitive. See the module docstring for the columns."""
 
     __slots__ = ("name", "kernel", "backward", "fusion", "promotion", "saves", "view", "nout", "meta",
-                 "grad_name", "ufunc", "nondiff_outputs", "differentiable", "node_cls", "masks", "pointwise", "__weakref__")
+                 "grad_name", "ufunc", "nondiff_outputs", "differentiable", "node_cls", "masks", "pointwise", "single_keep", "__weakref__")
 
     def __init__(self, name, kernel, backward, fusion, promotion="keep", saves=None, view=False, nout=1,
                  meta=False, grad_name=None, ufunc=None, nondiff_outputs=(), masks=False):
@@ -77,6 +77,7 @@ class OpDef:
         self.nondiff_outputs = nondiff_outputs
         self.masks = masks  # bool inputs are masks: promotion never casts them
         self.pointwise = isinstance(fusion, Pointwise)
+        self.single_keep = promotion == "keep" and nout == 1  # eligible for the dispatcher's one-input path
         self.differentiable = backward is not NOT_DIFFERENTIABLE
         from ..autograd.graph import node_class_for
 

@@ -1,0 +1,135 @@
+"""Small torch.* utilities: DLPack interop, legacy tensor types, threads, print options, determinism flags.
+
+>>> import numpy as np, jitorch
+>>> jitorch.from_dlpack(np.arange(3.0))
+tensor([0., 1., 2.], dtype=jitorch.float64)
+>>> jitorch.LongTensor([1, 2]).dtype, isinstance(jitorch.zeros(2), jitorch.FloatTensor)
+(jitorch.int64, True)
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from . import _dtype
+from ._tensor import Tensor
+
+__all__ = [
+    "from_dlpack", "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor",
+    "ShortTensor", "CharTensor", "ByteTensor", "BoolTensor", "get_num_threads", "set_num_threads",
+    "get_num_interop_threads", "set_num_interop_threads", "set_printoptions", "use_deterministic_algorithms",
+    "are_deterministic_algorithms_enabled", "set_float32_matmul_precision", "get_float32_matmul_precision",
+    "is_nonzero", "is_same_size", "typename", "clear_autocast_cache",
+]
+
+
+def from_dlpack(ext_tensor):
+    """Zero-copy import of any object with ``__dlpack__`` (NumPy, torch, CuPy arrays)."""
+    if isinstance(ext_tensor, Tensor):
+        return ext_tensor
+    device_type, _ = ext_tensor.__dlpack_device__()
+    if int(device_type) == 1:  # kDLCPU
+        return Tensor._make(np.from_dlpack(ext_tensor))
+    from .runtime import array_module_for
+
+    return Tensor._make(array_module_for("cuda").from_dlpack(ext_tensor))
+
+
+class _LegacyTensorType(type):
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, Tensor) and obj.dtype is cls._dtype and not obj.is_cuda
+
+    def __call__(cls, *args, device=None):
+        from . import _creation
+
+        if len(args) == 1 and not isinstance(args[0], int):
+            return _creation.tensor(args[0], dtype=cls._dtype, device=device)
+        return _creation.empty(*args, dtype=cls._dtype, device=device)
+
+
+def _legacy(name, dt):
+    return _LegacyTensorType(name, (), {"_dtype": dt, "__doc__": f"Legacy constructor for {dt} tensors."})
+
+
+FloatTensor = _legacy("FloatTensor", _dtype.float32)
+DoubleTensor = _legacy("DoubleTensor", _dtype.float64)
+HalfTensor = _legacy("HalfTensor", _dtype.float16)
+BFloat16Tensor = _legacy("BFloat16Tensor", _dtype.bfloat16)
+LongTensor = _legacy("LongTensor", _dtype.int64)
+IntTensor = _legacy("IntTensor", _dtype.int32)
+ShortTensor = _legacy("ShortTensor", _dtype.int16)
+CharTensor = _legacy("CharTensor", _dtype.int8)
+ByteTensor = _legacy("ByteTensor", _dtype.uint8)
+BoolTensor = _legacy("BoolTensor", _dtype.bool)
+
+_threads = [os.cpu_count() or 1]
+
+
+def get_num_threads() -> int:
+    return _threads[0]
+
+
+def set_num_threads(n: int) -> None:
+    """Threads for jitorch's own kernels (and BLAS, through threadpoolctl when it is installed)."""
+    if n < 1:
+        raise ValueError("set_num_threads expects a positive integer")
+    _threads[0] = int(n)
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(n)
+    except ImportError:
+        pass
+
+
+def get_num_interop_threads() -> int:
+    return 1
+
+
+def set_num_interop_threads(n: int) -> None:
+    pass
+
+
+def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, sci_mode=None):
+    """Accepted for compatibility; jitorch prints with PyTorch's default options."""
+
+
+_deterministic = [False]
+
+
+def use_deterministic_algorithms(mode, *, warn_only=False):
+    _deterministic[0] = bool(mode)
+
+
+def are_deterministic_algorithms_enabled() -> bool:
+    return _deterministic[0]
+
+
+_matmul_precision = ["highest"]
+
+
+def set_float32_matmul_precision(precision: str) -> None:
+    if precision not in ("highest", "high", "medium"):
+        raise RuntimeError(f"Invalid precision {precision!r}; expected 'highest', 'high' or 'medium'")
+    _matmul_precision[0] = precision
+
+
+def get_float32_matmul_precision() -> str:
+    return _matmul_precision[0]
+
+
+def is_nonzero(input) -> bool:
+    return bool(input)
+
+
+def is_same_size(input, other) -> bool:
+    return input.shape == other.shape
+
+
+def typename(obj) -> str:
+    return obj.type() if isinstance(obj, Tensor) else type(obj).__name__
+
+
+def clear_autocast_cache() -> None:
+    pass

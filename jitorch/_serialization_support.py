@@ -1,0 +1,22 @@
+"""Pickle support for tensors: a tensor pickles as its host array, requires_grad flag and device.
+
+>>> import pickle, jitorch
+>>> pickle.loads(pickle.dumps(jitorch.ones(2, requires_grad=True)))
+tensor([1., 1.], requires_grad=True)
+"""
+from __future__ import annotations
+
+
+def rebuild_tensor(array, requires_grad, device, cls=None):
+    """Inverse of ``Tensor.__reduce_ex__``; ``cls`` restores subclasses such as ``nn.Parameter``."""
+    from ._creation import _finish
+    from ._tensor import Tensor
+
+    t = _finish(array, False, device)
+    if cls is not None and cls is not Tensor:
+        sub = object.__new__(cls)
+        sub.__dict__.update(t.__dict__)
+        t = sub
+    if requires_grad:
+        t.requires_grad_(True)
+    return t

@@ -1,0 +1,1 @@
+"""jitorch.nn (being built: see issue 3)."""

@@ -1,0 +1,1 @@
+"""jitorch.optim (being built: see issue 3)."""

@@ -1,0 +1,1 @@
+"""jitorch.utils (being built: see issue 3)."""

@@ -1,0 +1,1 @@
+"""jitorch.utils.data (being built: see issue 3)."""
