@@ -138,9 +138,27 @@ def _edge(a):
     return None
 
 
+def sync_view(v):
+    """Regenerate a view's history when its base changed in place since (PyTorch does this lazily, as here).
+
+    Without it, ``v = y[:2]; y.mul_(2); v.sum().backward()`` would skip the ``mul_``.
+    """
+    root = v._ver_owner
+    v._view_ver = root._ver
+    base = v._base
+    if base._requires_grad or v.grad_fn is not None:
+        from .autograd.grad_mode import enable_grad
+        from .ops.inplace_views import replay_view
+
+        with enable_grad():
+            regenerated = replay_view(v._view_chain, base)
+        v.grad_fn, v._output_nr, v._requires_grad = regenerated.grad_fn, 0, regenerated._requires_grad
+
+
 def _mark_view(out, src, op, attrs):
     out._base = src._base if src._base is not None else src
-    out._ver_owner = src._ver_owner if src._ver_owner is not None else src
+    root = out._ver_owner = src._ver_owner if src._ver_owner is not None else src
+    out._view_ver = root._ver
     step = ((op, attrs),)
     out._view_chain = src._view_chain + step if src._base is not None else step
 
@@ -200,6 +218,8 @@ def eager(op, args, attrs):
     if op.single_keep and len(args) == 1 and type(args[0]._data) is np.ndarray:
         # Views, reductions and casts of one CPU tensor: no promotion or device checks to do.
         a = args[0]
+        if a._base is not None and a._view_ver != a._ver_owner._ver:
+            sync_view(a)
         out = op.kernel(np, a._data, **attrs)
         if type(out) is not np.ndarray:
             out = np.asarray(out)
@@ -210,6 +230,9 @@ def eager(op, args, attrs):
         if a._requires_grad and GradState.enabled and op.differentiable:
             record(op, args, attrs, (t,))
         return t
+    for a in args:
+        if isinstance(a, Tensor) and a._base is not None and a._view_ver != a._ver_owner._ver:
+            sync_view(a)
     datas = _run_kernel(op, args, attrs)
     outs = [Tensor._make(d) for d in datas]
     if op.view:
@@ -250,6 +273,12 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
     """
     if MODES:
         return MODES[-1].dispatch_inplace(op, self, args, attrs)
+    if not getattr(self._data.flags, "writeable", True):
+        raise RuntimeError(f"{op.name}_: unsupported operation: more than one element of the written-to tensor refers "
+                           "to a single memory location (an expanded tensor). Please clone() the tensor before "
+                           "performing the operation.")
+    if self._base is not None and self._view_ver != self._ver_owner._ver:
+        sync_view(self)
     grad_needed = GradState.enabled and op.differentiable and (
         self._requires_grad or any(isinstance(a, Tensor) and a._requires_grad for a in args))
     if GradState.enabled and self._requires_grad:
@@ -353,6 +382,10 @@ def fast_binary(op, reflected=False):
                     y = b
                     ok = tb in _SCALARS
                 if ok:
+                    if a._base is not None and a._view_ver != a._ver_owner._ver:
+                        sync_view(a)
+                    if tb is Tensor and b._base is not None and b._view_ver != b._ver_owner._ver:
+                        sync_view(b)
                     out = kernel(np, x, y)
                     if type(out) is not _ndarray:
                         out = np.asarray(out)
@@ -379,6 +412,8 @@ def fast_unary(op):
         if kernel is not None and not MODES and type(a) in TENSOR_TYPES:
             x = a._data
             if type(x) is _ndarray and x.dtype.kind == "f":
+                if a._base is not None and a._view_ver != a._ver_owner._ver:
+                    sync_view(a)
                 out = kernel(np, x)
                 if type(out) is not _ndarray:
                     out = np.asarray(out)

@@ -514,6 +514,20 @@ def cartesian_prod(*tensors):
     return stack([g.reshape(-1) for g in grids], 1) if len(tensors) > 1 else tensors[0]
 
 
+def _unfold(self, dimension, size, step):
+    """All windows of ``size`` elements with stride ``step`` along ``dimension``, as a new last dim (a view)."""
+    nd = self._data.ndim
+    d = wrap_dim(dimension, max(nd, 1), "unfold")
+    length = self._data.shape[d] if nd else 1
+    if size > length:
+        raise RuntimeError(f"unfold: maximum size for tensor at dimension {d} is {length} but size is {size}")
+    if step <= 0:
+        raise RuntimeError(f"unfold: step is {step} but must be > 0")
+    if nd == 0:
+        return self.reshape(1)
+    return apply(M.UNFOLD, self, dimension=d, size=size, step=step)
+
+
 def _copy_(self, src, non_blocking=False):
     if not isinstance(src, Tensor):
         raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
@@ -544,7 +558,7 @@ _METHODS.update(
     view=_view, view_as=lambda self, other: _view(self, other.shape),
     reshape_as=lambda self, other: reshape(self, other.shape), expand=expand,
     expand_as=lambda self, other: expand(self, other.shape), contiguous=_contiguous, repeat=_repeat,
-    copy_=_copy_, fill_=_fill_, zero_=_zero_, diagonal_scatter=_diagonal_scatter, slice_scatter_2d=_slice_scatter_2d,
+    copy_=_copy_, fill_=_fill_, zero_=_zero_, unfold=_unfold, diagonal_scatter=_diagonal_scatter, slice_scatter_2d=_slice_scatter_2d,
     T=property(lambda self: permute(self, tuple(range(self._data.ndim - 1, -1, -1)))),
     mT=property(lambda self: transpose(self, -2, -1)), H=property(lambda self: t(self).conj()),
     mH=property(lambda self: transpose(self, -2, -1).conj()),

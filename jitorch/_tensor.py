@@ -52,6 +52,7 @@ class Tensor:
     _ver_owner = None  # the tensor holding the version counter, when it is not this one
     _ver = 0
     _view_chain = None  # ((op, attrs), ...) that rebuilds this view from ``_base``
+    _view_ver = 0  # the base's version when this view's history was last built
     _hooks = None
     _post_acc_hooks = None
     _retains_grad = False
@@ -189,7 +190,18 @@ class Tensor:
 
     @property
     def grad(self):
+        if self.grad_fn is not None and not self._retains_grad and self._grad is None:
+            import warnings
+
+            warnings.warn("The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad "
+                          "attribute won't be populated during autograd.backward(). If you indeed want the .grad field "
+                          "to be populated for a non-leaf Tensor, use .retain_grad() on the non-leaf Tensor.",
+                          UserWarning, stacklevel=2)
         return self._grad
+
+    @property
+    def output_nr(self):
+        return self._output_nr
 
     @grad.setter
     def grad(self, value):
@@ -248,7 +260,7 @@ class Tensor:
             if t is not None:
                 t._grad = grad.detach().clone() if t._grad is None else t._grad + grad.detach()
 
-        self.grad_fn.add_output_hook(self._output_nr, store)
+        self.grad_fn.add_retain_grad_hook(self._output_nr, store)
         self._retains_grad = True
 
     def register_hook(self, hook):

@@ -16,6 +16,10 @@ from .grad_mode import GradState
 
 
 def _edge_of(t):
+    if t._base is not None and t._view_ver != t._ver_owner._ver:
+        from .._dispatch import sync_view
+
+        sync_view(t)
     if t.grad_fn is not None:
         return (t.grad_fn, t._output_nr)
     if t._requires_grad:
@@ -161,6 +165,10 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
             grads = tuple(buffers.pop(node))
             if node._pre_hooks:
                 grads = _run_pre_hooks(node, grads)
+            if node._retain_hooks:
+                for output_nr, fn in node._retain_hooks:
+                    if grads[output_nr] is not None:
+                        fn(grads[output_nr])
             for output_nr, i in wanted_nodes.get(node, ()):
                 captured[i] = grads[output_nr]
             if needed is not None and id(node) not in needed:

@@ -18,6 +18,7 @@ tensor(12.)
 from __future__ import annotations
 
 import functools
+import weakref
 
 from .graph import Node, _version_error
 from .grad_mode import GradState, no_grad
@@ -58,8 +59,9 @@ class FunctionCtx:
                     raise _version_error(item, version, self.name())
                 out.append(item)
             else:  # an output of this function: rebuilt without a reference cycle
-                data, root, saved_version = item
-                if root._ver != saved_version:
+                data, root_ref, saved_version = item
+                root = root_ref()
+                if root is not None and root._ver != saved_version:
                     raise _version_error(Tensor._make(data), saved_version, self.name())
                 t = Tensor._make(data)
                 if GradState.enabled:
@@ -80,25 +82,34 @@ class BackwardCFunction(Node, FunctionCtx):
     _non_differentiable = ()
     _saved = ()
 
+    _positions = ()  # index of each tensor argument among the forward arguments (edges exist for tensors only)
+    _num_args = 0
+
+    @property
+    def needs_input_grad(self):
+        flags = [False] * self._num_args
+        for edge, pos in zip(self.next, self._positions):
+            flags[pos] = edge is not None
+        return tuple(flags)
+
     def apply(self, grads):
         fn = self._function
-        if self.materialize_grads:
-            grads = self.materialize(grads)
-        result = fn.backward(self, *grads)
+        backward = fn.backward if fn.backward is not Function.backward else fn.vjp
+        result = backward(self, *grads)
         if not isinstance(result, tuple):
             result = (result,)
-        n = len(self.next)
+        n = self._num_args
         if len(result) < n or any(g is not None for g in result[n:]):
             raise RuntimeError(f"function {self.name()} returned an incorrect number of gradients (expected {n}, got "
                                f"{len(result)})")
-        return result[:n]
+        return tuple(result[pos] for pos in self._positions)
 
     def release(self):
         self._saved = None
         self._freed = True
 
     def materialize(self, grads):
-        return Node.materialize(self, grads)
+        return Node.materialize(self, grads) if self.materialize_grads else grads
 
 
 class _FunctionMeta(type):
@@ -134,7 +145,9 @@ class Function(metaclass=_FunctionMeta):
         from .._tensor import Tensor
 
         ctx = cls._backward_cls.__new__(cls._backward_cls)
-        Node.__init__(ctx, tuple(_edge(a) for a in args), {})
+        ctx._positions = tuple(i for i, a in enumerate(args) if isinstance(a, Tensor))
+        ctx._num_args = len(args)
+        Node.__init__(ctx, tuple(_edge(args[i]) for i in ctx._positions), {})
         uses_setup = cls.setup_context is not Function.setup_context
         with no_grad():
             outputs = cls.forward(*args, **kwargs) if uses_setup else cls.forward(ctx, *args, **kwargs)
@@ -160,12 +173,17 @@ class Function(metaclass=_FunctionMeta):
             tensor_outs = [(nr, o) for nr, o in enumerate(final) if isinstance(o, Tensor)]
             ctx._out_meta = tuple((o._data.shape, o.dtype, o.device) if isinstance(o, Tensor) else ((), None, None)
                                   for o in final)
-            ctx.in_meta = tuple((a._data.shape, a._data.dtype) if isinstance(a, Tensor) and a._requires_grad else None
-                                for a in args)
+            ctx.in_meta = tuple((args[i]._data.shape, args[i]._data.dtype) if args[i]._requires_grad else None
+                                for i in ctx._positions)
             for nr, o in tensor_outs:
                 if id(o) in nondiff or id(outs[nr]) in nondiff:
                     continue
                 o.grad_fn, o._output_nr, o._requires_grad = ctx, nr, True
+                if id(o) in dirty and o._base is not None:
+                    # A view written in place by the function: its base's history must include it (CopySlices).
+                    from ..ops.inplace_views import rebase_view
+
+                    rebase_view(o, o)
         out_ids = {id(o): nr for nr, o in enumerate(final) if isinstance(o, Tensor)}
         out_ids.update({id(o): nr for nr, o in enumerate(outs) if isinstance(o, Tensor)})
         saved = []
@@ -173,7 +191,7 @@ class Function(metaclass=_FunctionMeta):
             if t is None:
                 saved.append(("input", None, None))
             elif record and id(t) in out_ids and t.grad_fn is ctx:
-                saved.append(("output", (t._data, t._root(), t._root()._ver), out_ids[id(t)]))
+                saved.append(("output", (t._data, weakref.ref(t._root()), t._root()._ver), out_ids[id(t)]))
             else:
                 saved.append(("input", t, t._version))
         ctx._saved = tuple(saved)

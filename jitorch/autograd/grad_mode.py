@@ -54,18 +54,26 @@ class _GradModeContext:
         if inspect.isgeneratorfunction(fn):
             @functools.wraps(fn)
             def gen_wrapper(*args, **kwargs):
+                # Every resumption of the generator runs under the mode; its return value passes through.
                 gen = fn(*args, **kwargs)
-                with make():
-                    value = next(gen)
-                while True:
-                    try:
-                        sent = yield value
-                    except BaseException as e:
-                        with make():
-                            value = gen.throw(e)
-                    else:
-                        with make():
-                            value = gen.send(sent)
+                try:
+                    with make():
+                        response = gen.send(None)
+                    while True:
+                        try:
+                            request = yield response
+                        except GeneratorExit:
+                            with make():
+                                gen.close()
+                            raise
+                        except BaseException as e:
+                            with make():
+                                response = gen.throw(e)
+                        else:
+                            with make():
+                                response = gen.send(request)
+                except StopIteration as stop:
+                    return stop.value
             return gen_wrapper
 
         @functools.wraps(fn)

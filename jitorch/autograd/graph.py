@@ -14,6 +14,7 @@ checked on unpacking so an in-place change after the forward pass raises PyTorch
 from __future__ import annotations
 
 import itertools
+import weakref
 
 from .._tensor import Tensor
 from .grad_mode import GradState
@@ -69,7 +70,9 @@ class Node:
 
     def save_output(self, outs):
         """``outs``: tuple of output tensors; kept as (array, root tensor, version) without a reference cycle."""
-        self._saved_out = tuple((o._data, o._root(), o._root()._ver) for o in outs)
+        # A weak reference to the version owner: holding the output itself would be a reference cycle, and an
+        # owner that died can no longer be modified in place.
+        self._saved_out = tuple((o._data, weakref.ref(o._root()), o._root()._ver) for o in outs)
 
     @property
     def inputs(self):
@@ -89,8 +92,9 @@ class Node:
         if saved is None:
             raise RuntimeError(_FREED_MSG if self._freed else f"{self.name()}: outputs were not saved for backward")
         outs = []
-        for nr, (data, root, version) in enumerate(saved):
-            if root._ver != version:
+        for nr, (data, root_ref, version) in enumerate(saved):
+            root = root_ref()
+            if root is not None and root._ver != version:
                 raise _version_error(Tensor._make(data), version, self.name())
             t = Tensor._make(data)
             if GradState.enabled:  # double backward: the saved output must lead back through this node
@@ -140,6 +144,14 @@ class Node:
         """``fn(grad_outputs)`` runs before this node; it may return replacement grad_outputs."""
         return self.add_output_hook(None, fn)
 
+    _retain_hooks = None
+
+    def add_retain_grad_hook(self, output_nr, fn):
+        """``retain_grad`` runs after every other hook on the output, as in PyTorch."""
+        if self._retain_hooks is None:
+            self._retain_hooks = []
+        self._retain_hooks.append((output_nr, fn))
+
     def add_output_hook(self, output_nr, fn):
         if self._pre_hooks is None:
             self._pre_hooks = []
@@ -173,14 +185,20 @@ class Node:
 class AccumulateGrad:
     """The node PyTorch shows for a leaf; jitorch's engine accumulates into leaves directly."""
 
-    __slots__ = ("variable",)
+    __slots__ = ("variable", "__weakref__")
 
     def __init__(self, variable):
         self.variable = variable
 
     @staticmethod
     def for_leaf(t):
-        return AccumulateGrad(t)
+        """The same node object for a leaf while anyone holds it (the leaf keeps only a weak reference)."""
+        ref = t.__dict__.get("_acc_ref")
+        node = ref() if ref is not None else None
+        if node is None:
+            node = AccumulateGrad(t)
+            t._acc_ref = weakref.ref(node)
+        return node
 
     @property
     def next_functions(self):

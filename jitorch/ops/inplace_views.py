@@ -72,3 +72,4 @@ def rebase_view(view, result):
     with enable_grad():
         regenerated = replay_view(view._view_chain, base)
     view.grad_fn, view._output_nr, view._requires_grad = regenerated.grad_fn, 0, True
+    view._view_ver = view._ver_owner._ver
