@@ -13,7 +13,6 @@ import numpy as _np
 # PyTorch does not warn on 0/0 or overflow; NumPy's floating-point warnings would be noise in every user script.
 _np.seterr(all="ignore")
 
-from . import _dtype  # noqa: E402
 from ._dtype import (  # noqa: E402,F401
     bfloat16, bool, can_cast, complex64, complex128, dtype, finfo, float16, float32, float64, get_default_dtype, iinfo,
     int8, int16, int32, int64, promote_types, result_type, set_default_dtype, uint8,

@@ -51,7 +51,9 @@ class device:
         return hash((self.type, self.index))
 
     def __repr__(self):
-        return f"device(type='{self.type}')" if self.index is None else f"device(type='{self.type}', index={self.index})"
+        if self.index is None:
+            return f"device(type='{self.type}')"
+        return f"device(type='{self.type}', index={self.index})"
 
     def __str__(self):
         return self.type if self.index is None else f"{self.type}:{self.index}"

@@ -17,7 +17,7 @@ import numpy as np
 from . import _dtype
 from ._tensor import Tensor
 from .autograd.grad_mode import GradState
-from .runtime import array_module_for, array_device
+from .runtime import array_module_for
 
 __all__ = ["apply", "apply_inplace", "push_mode", "pop_mode", "MODES"]
 

@@ -176,7 +176,7 @@ def multinomial(input, num_samples, replacement=False, *, generator=None, out=No
         raise RuntimeError("multinomial: probability tensor contains either `inf`, `nan` or element < 0")
     rows = probs.reshape(-1, probs.shape[-1])
     if not replacement and num_samples > rows.shape[1]:
-        raise RuntimeError(f"multinomial: cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+        raise RuntimeError("multinomial: cannot sample n_sample > prob_dist.size(-1) samples without replacement")
     rng = _rng(generator)
     out = np.empty((rows.shape[0], num_samples), dtype=np.int64)
     for i, row in enumerate(rows):

@@ -68,7 +68,6 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
          allow_unused=None, is_grads_batched=False, materialize_grads=False):
     """Gradients of ``outputs`` with respect to ``inputs``, returned rather than accumulated into ``.grad``."""
     outputs = _as_list(outputs)
-    single = not isinstance(inputs, (list, tuple))
     inputs = _as_list(inputs)
     grads = _root_grads(outputs, grad_outputs, "grad")
     if retain_graph is None:

@@ -11,8 +11,25 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..runtime import special_module
 from .table import NOT_DIFFERENTIABLE, Pointwise, defop
+
+
+def _not_implemented(kernel_name, a):
+    """PyTorch's dtype-dispatch error: ``NotImplementedError`` (a ``RuntimeError``) naming the kernel and dtype."""
+    from .._dispatch import TORCH_TYPE_NAMES
+    from .._dtype import FROM_NP
+
+    return NotImplementedError(f'"{kernel_name}" not implemented for \'{TORCH_TYPE_NAMES[FROM_NP[a.dtype].name]}\'')
+
+
+def _reject_bool(kernel_name, *arrays):
+    # Kernels receive promoted operands: a bool array here means the op computes in bool, which PyTorch rejects.
+    for a in arrays:
+        if getattr(a, "dtype", None) == np.bool_:
+            raise _not_implemented(kernel_name, a)
 
 # -- binary arithmetic ---------------------------------------------------------------------------------------------
 ADD = defop("add", lambda xp, a, b: xp.add(a, b), lambda ctx, g: (g, g), Pointwise("{0} + {1}"),
@@ -20,14 +37,14 @@ ADD = defop("add", lambda xp, a, b: xp.add(a, b), lambda ctx, g: (g, g), Pointwi
 
 
 def _sub_kernel(xp, a, b):
-    if getattr(a, "dtype", None) == bool and getattr(b, "dtype", bool) == bool:
+    if getattr(a, "dtype", None) == bool and getattr(b, "dtype", bool) == bool:  # noqa: E721 - NumPy dtype == bool
         raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
                            "Use the `^` or `logical_xor()` operator instead.")
     return xp.subtract(a, b)
 
 
-SUB = defop("sub", _sub_kernel, lambda ctx, g: (g, -g if ctx.needs_grad(1) else None), Pointwise("{0} - {1}"), promotion="promote", meta=True,
-            ufunc="subtract")
+SUB = defop("sub", _sub_kernel, lambda ctx, g: (g, -g if ctx.needs_grad(1) else None), Pointwise("{0} - {1}"),
+            promotion="promote", meta=True, ufunc="subtract")
 
 
 def _mul_backward(ctx, g):
@@ -51,6 +68,9 @@ DIV = defop("div", lambda xp, a, b: xp.true_divide(a, b), _div_backward, Pointwi
 
 
 def _pow_kernel(xp, a, b):
+    _reject_bool("pow", b)
+    if getattr(a, "dtype", None) == np.bool_:  # only a Python bool exponent gets here: x ** True is x, x ** False is 1
+        return a.copy() if b else xp.ones_like(a)
     if getattr(a, "dtype", None) is not None and a.dtype.kind in "iu" and getattr(b, "dtype", None) is None \
             and isinstance(b, int) and b < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
@@ -117,16 +137,19 @@ def _check_int_zero(xp, a, b, op):
 
 
 def _remainder_kernel(xp, a, b):
+    _reject_bool("remainder_cpu", a, b)
     _check_int_zero(xp, a, b, "remainder")
     return xp.remainder(a, b)
 
 
 def _fmod_kernel(xp, a, b):
+    _reject_bool("fmod_cpu", a, b)
     _check_int_zero(xp, a, b, "fmod")
     return xp.fmod(a, b)
 
 
 def _floor_divide_kernel(xp, a, b):
+    _reject_bool("div_floor_cpu", a, b)
     _check_int_zero(xp, a, b, "floor_divide")
     return xp.floor_divide(a, b)
 
@@ -153,10 +176,22 @@ LOGICAL_NOT = defop("logical_not", lambda xp, a: xp.logical_not(a), NOT_DIFFEREN
                     promotion="compare")
 
 for _name, _ufunc, _sym in (("bitwise_and", "bitwise_and", "&"), ("bitwise_or", "bitwise_or", "|"),
-                            ("bitwise_xor", "bitwise_xor", "^"), ("bitwise_left_shift", "left_shift", "<<"),
-                            ("bitwise_right_shift", "right_shift", ">>")):
+                            ("bitwise_xor", "bitwise_xor", "^")):
     globals()[_name.upper()] = defop(_name, (lambda u: lambda xp, a, b: getattr(xp, u)(a, b))(_ufunc),
                                      NOT_DIFFERENTIABLE, Pointwise(f"{{0}} {_sym} {{1}}"), promotion="integral")
+
+
+def _shift_kernel(ufunc, kernel_name):
+    def kernel(xp, a, b):
+        _reject_bool(kernel_name, a, b)  # shifts, unlike &, | and ^, have no bool form in PyTorch
+        return getattr(xp, ufunc)(a, b)
+    return kernel
+
+
+BITWISE_LEFT_SHIFT = defop("bitwise_left_shift", _shift_kernel("left_shift", "lshift_cpu"), NOT_DIFFERENTIABLE,
+                           Pointwise("{0} << {1}"), promotion="integral")
+BITWISE_RIGHT_SHIFT = defop("bitwise_right_shift", _shift_kernel("right_shift", "rshift_cpu"), NOT_DIFFERENTIABLE,
+                            Pointwise("{0} >> {1}"), promotion="integral")
 BITWISE_NOT = defop("bitwise_not", lambda xp, a: xp.invert(a), NOT_DIFFERENTIABLE, Pointwise("~{0}"),
                     promotion="integral")
 
@@ -171,17 +206,28 @@ def _unary(name, kernel, backward, expr, saves="inputs", promotion="float", ufun
 
 
 def _special(name):
-    return lambda xp, a: getattr(special_module(xp), name)(a)
+    # scipy.special has no half-precision loops: it returns float32/float64, so cast back to the input's dtype.
+    return lambda xp, a: getattr(special_module(xp), name)(a).astype(a.dtype, copy=False)
 
 
 def _x(ctx):
     return ctx.inputs[0]
 
 
-NEG = _unary("neg", lambda xp, a: xp.negative(a), lambda ctx, g: -g, "-{0}", saves=None, promotion="keep",
-             ufunc="negative")
-ABS = _unary("abs", lambda xp, a: xp.absolute(a), lambda ctx, g: g * _x(ctx).sign(), "abs({0})", promotion="keep",
-             ufunc="absolute")
+def _neg_kernel(xp, a):
+    if a.dtype == np.bool_:
+        raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert "
+                           "a mask, use the `~` or `logical_not()` operator instead.")
+    return xp.negative(a)
+
+
+def _abs_kernel(xp, a):
+    _reject_bool("abs_cpu", a)
+    return xp.absolute(a)
+
+
+NEG = _unary("neg", _neg_kernel, lambda ctx, g: -g, "-{0}", saves=None, promotion="keep", ufunc="negative")
+ABS = _unary("abs", _abs_kernel, lambda ctx, g: g * _x(ctx).sign(), "abs({0})", promotion="keep", ufunc="absolute")
 EXP = _unary("exp", lambda xp, a: xp.exp(a), lambda ctx, g: g * ctx.out, "exp({0})", saves="outputs", ufunc="exp")
 EXP2 = _unary("exp2", lambda xp, a: xp.exp2(a), lambda ctx, g: g * ctx.out * math.log(2.0), "exp2({0})",
               saves="outputs")
@@ -235,26 +281,55 @@ ERFINV = _unary("erfinv", _special("erfinv"), lambda ctx, g: g * (math.sqrt(math
                 "erfinv({0})", saves="outputs")
 RECIPROCAL = _unary("reciprocal", lambda xp, a: xp.reciprocal(a), lambda ctx, g: -g * ctx.out * ctx.out,
                     "1 / {0}", saves="outputs")
-RELU = _unary("relu", lambda xp, a: xp.maximum(a, 0).astype(a.dtype, copy=False),
-              lambda ctx, g: g * (ctx.out > 0), "max({0}, 0)", saves="outputs", promotion="keep")
+def _relu_kernel(xp, a):
+    if a.dtype == np.bool_:
+        raise RuntimeError("Boolean inputs not supported for relu")
+    return xp.maximum(a, 0).astype(a.dtype, copy=False)
+
+
+RELU = _unary("relu", _relu_kernel, lambda ctx, g: g * (ctx.out > 0), "max({0}, 0)", saves="outputs",
+              promotion="keep")
 
 
 def _zero_grad(ctx, g):
     return g * 0
 
 
+def _step_kernel(name):
+    # Integers are already whole: a copy. bfloat16 has NumPy kind "V", so test for integer kinds, not float ones.
+    def kernel(xp, a):
+        if a.dtype.kind in "iu":
+            return a.copy()
+        _reject_bool(f"{name}_vml_cpu", a)
+        return getattr(xp, name)(a)
+    return kernel
+
+
+def _sign_kernel(xp, a):
+    if a.dtype == np.bool_:
+        return a.copy()
+    return xp.where(a != a, a.dtype.type(0), xp.sign(a))  # PyTorch's sign(nan) is 0, NumPy's is nan
+
+
+def _frac_kernel(xp, a):
+    if a.dtype.kind in "biu":
+        raise _not_implemented("frac_cpu", a)
+    return a - xp.trunc(a)
+
+
 # Step functions: PyTorch defines their gradient as zero everywhere.
-for _name, _fn in (("floor", "floor"), ("ceil", "ceil"), ("trunc", "trunc"), ("sign", "sign"),
-                   ("frac", None)):
-    globals()[_name.upper()] = _unary(
-        _name, (lambda f: lambda xp, a: getattr(xp, f)(a) if a.dtype.kind in "fc" or f == "sign" else a.copy())(_fn)
-        if _fn else (lambda xp, a: a - xp.trunc(a)),
-        _zero_grad if _name != "frac" else (lambda ctx, g: g), f"{_name}({{0}})", saves=None, promotion="keep")
+FLOOR, CEIL, TRUNC = (_unary(n, _step_kernel(n), _zero_grad, f"{n}({{0}})", saves=None, promotion="keep")
+                      for n in ("floor", "ceil", "trunc"))
+SIGN = _unary("sign", _sign_kernel, _zero_grad, "sign({0})", saves=None, promotion="keep")
+FRAC = _unary("frac", _frac_kernel, lambda ctx, g: g, "frac({0})", saves=None, promotion="keep")
 
 
 def _round_kernel(xp, a, decimals=0):
-    if a.dtype.kind not in "fc":
+    if a.dtype.kind in "iu":
+        if decimals:
+            raise _not_implemented("round_cpu", a)
         return a.copy()
+    _reject_bool("round_vml_cpu", a)
     return xp.round(a, decimals)
 
 
@@ -288,6 +363,7 @@ WHERE = defop("where", _where_kernel, _where_backward, Pointwise("{0} ? {1} : {2
 def _clamp_kernel(xp, a, lo, hi):
     if lo is None and hi is None:
         raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
+    _reject_bool("clamp_cpu", a)
     out = a
     if lo is not None:
         out = xp.maximum(out, lo)
@@ -304,8 +380,9 @@ def _clamp_backward(ctx, g):
     if hi is not None:
         keep = (x <= hi) if keep is None else keep & (x <= hi)
     gx = g * keep if ctx.needs_grad(0) else None
-    glo = g * (x < lo) if ctx.needs_grad(1) else None
-    ghi = g * (x > hi) if ctx.needs_grad(2) else None
+    # Where min > max the result is max: that element's gradient goes to max, none to min (as PyTorch).
+    glo = g * ((x < lo) & (lo < hi) if hi is not None else x < lo) if ctx.needs_grad(1) else None
+    ghi = g * ((x > hi) | (hi < lo) if lo is not None else x > hi) if ctx.needs_grad(2) else None
     return gx, glo, ghi
 
 

@@ -55,7 +55,8 @@ class OpDef:
     """One primitive. See the module docstring for the columns."""
 
     __slots__ = ("name", "kernel", "backward", "fusion", "promotion", "saves", "view", "nout", "meta",
-                 "grad_name", "ufunc", "nondiff_outputs", "differentiable", "node_cls", "masks", "pointwise", "single_keep", "__weakref__")
+                 "grad_name", "ufunc", "nondiff_outputs", "differentiable", "node_cls", "masks", "pointwise",
+                 "single_keep", "__weakref__")
 
     def __init__(self, name, kernel, backward, fusion, promotion="keep", saves=None, view=False, nout=1,
                  meta=False, grad_name=None, ufunc=None, nondiff_outputs=(), masks=False):
