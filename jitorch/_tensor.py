@@ -228,7 +228,9 @@ class Tensor:
     def data(self, value):
         if not isinstance(value, Tensor):
             raise TypeError(f"data must be a Tensor, got {type(value).__name__}")
+        # The tensor now owns new memory: it is no longer a view, and its old base must not be kept alive.
         self._data = value._data
+        self._base = self._ver_owner = self._view_chain = None
 
     def detach(self):
         t = Tensor._make(self._data)

@@ -34,7 +34,8 @@ def _accumulate(a, b):
 def _collect_dependencies(roots):
     """Count, for every node reachable from the roots, how many edges point at it."""
     deps = {}
-    stack = [n for n in roots if isinstance(n, Node)]
+    stack = list({n for n in roots if isinstance(n, Node)})
+    expanded = set(stack)  # a root may also be reachable from another root: expand every node once
     while stack:
         node = stack.pop()
         for edge in node.next:
@@ -45,7 +46,9 @@ def _collect_dependencies(roots):
                 deps[target] += 1
             elif isinstance(target, Node):
                 deps[target] = 1
-                stack.append(target)
+                if target not in expanded:
+                    expanded.add(target)
+                    stack.append(target)
     return deps
 
 

@@ -5,6 +5,9 @@
 'inputs'
 """
 from . import inplace_views, movement, pointwise, reduction  # noqa: F401 - importing registers the rows
+from . import linalg, sorting  # noqa: F401,E402 - linear algebra and sorting rows
+from . import indexing  # noqa: F401,E402 - advanced indexing rows
+from . import conv_ops  # noqa: F401,E402 - convolution, im2col/col2im and pooling rows
 from .table import OPS, OpDef
 
 __all__ = ["OPS", "OpDef"]

@@ -1,0 +1,616 @@
+"""Indexing: ``x[key]``, ``x[key] = v`` and the gather/scatter family, composites of ``ops/indexing.py`` rows.
+
+Integers, slices, ``None`` and ``...`` make views (the ``slice`` row); index tensors, lists, arrays and bool masks
+then pick elements into a copy (the ``index`` row, whose gradient accumulates repeated picks).
+
+>>> import jitorch
+>>> x = jitorch.arange(12.0).reshape(3, 4)
+>>> x[1:, ::2], x[[0, 0], -1]
+(tensor([[ 4.,  6.],
+        [ 8., 10.]]), tensor([3., 3.]))
+>>> x[x > 9] = -1.0
+>>> x.gather(1, jitorch.tensor([[0], [1], [3]])).flatten()
+tensor([ 0.,  5., -1.])
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from . import _creation
+from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
+from ._dtype import bool as _bool
+from ._shape import broadcast_shapes, wrap_dim
+from ._tensor import Tensor
+from .ops import indexing as I
+from .ops import movement as M
+from .ops import pointwise as P
+
+__all__ = ["index_select", "gather", "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy",
+           "index_fill", "index_put", "masked_fill", "masked_select", "masked_scatter", "take_along_dim", "take",
+           "put"]
+
+_ALL = slice(None)
+_REDUCES = ("sum", "prod", "mean", "amax", "amin")
+
+
+def _type_name(t):
+    return TORCH_TYPE_NAMES[t.dtype.name]
+
+
+def _on(t, like):
+    return t if t.device == like.device else t.to(like.device)
+
+
+# -- parsing a subscript -----------------------------------------------------------------------------------------------
+def _index_tensor(t, like):
+    if t.dtype.name not in ("int64", "int32", "uint8", "bool"):
+        raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+    return _on(t.bool() if t.dtype.name == "uint8" else t, like)  # PyTorch's legacy byte masks
+
+
+def _classify(item, like):
+    """(kind, value): kind is int, slice, none, ellipsis, bool (a 0-d mask) or tensor (an index tensor)."""
+    if item is None:
+        return "none", None
+    if item is Ellipsis:
+        return "ellipsis", None
+    if isinstance(item, (bool, np.bool_)):
+        return "bool", bool(item)
+    if isinstance(item, slice):
+        return "slice", item
+    if isinstance(item, (int, np.integer)):
+        return "int", operator.index(item)
+    if isinstance(item, Tensor):
+        if item._data.ndim == 0 and item._data.dtype.kind in "iub":
+            # 0-d integer tensors select (a view), 0-d bool tensors mask, as in PyTorch.
+            return ("bool", bool(item)) if item._data.dtype.kind == "b" or item.dtype.name == "uint8" else \
+                ("int", int(item))
+        return "tensor", _index_tensor(item, like)
+    if isinstance(item, (list, tuple, np.ndarray, range)):
+        arr = np.asarray(item)
+        if arr.dtype.kind == "b" or arr.dtype == np.uint8:
+            arr = arr.astype(np.bool_)
+        elif arr.dtype.kind in "iuf" or arr.size == 0:
+            arr = arr.astype(np.int64)  # PyTorch truncates float sequences used as indices
+        else:
+            raise IndexError(f"only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables are "
+                             f"valid indices (got {type(item).__name__})")
+        if arr.ndim == 0:
+            return ("bool", bool(arr)) if arr.dtype.kind == "b" else ("int", int(arr))
+        return "tensor", _creation.tensor(arr, device=like.device)
+    if hasattr(item, "__index__") and not isinstance(item, float):
+        return "int", operator.index(item)
+    raise IndexError("only integers, slices (`:`), ellipsis (`...`), None and long or byte Variables are valid "
+                     f"indices (got {type(item).__name__})")
+
+
+def _as_items(key):
+    if type(key) is tuple:
+        return key
+    # PyTorch (and old NumPy) read a short list holding slices, sequences, tensors, None or ... as a tuple.
+    if type(key) is list and len(key) < 32 and any(
+            isinstance(k, (Tensor, list, tuple, slice, np.ndarray)) or k is None or k is Ellipsis for k in key):
+        return tuple(key)
+    return (key,)
+
+
+def _norm_slice(s, size):
+    if s.step is not None and operator.index(s.step) < 0:
+        raise ValueError("step must be greater than zero")
+    start, stop, step = s.indices(size)
+    return slice(start, max(start, stop), step), len(range(start, stop, step))
+
+
+def _parse(x, key):
+    """(basic key for the ``slice`` view row or None, key template for the ``index`` rows, index tensors)."""
+    items = [_classify(k, x) for k in _as_items(key)]
+    shape = x._data.shape
+    nd = len(shape)
+    consumed = 0
+    for kind, v in items:
+        if kind in ("int", "slice"):
+            consumed += 1
+        elif kind == "tensor":
+            consumed += v._data.ndim if v._data.dtype == np.bool_ else 1
+    if consumed > nd:
+        if nd == 0 and any(kind == "int" for kind, _ in items):
+            raise IndexError("invalid index of a 0-dim tensor. Use `tensor.item()` in Python or `tensor.item<T>()` in "
+                             "C++ to convert a 0-dim tensor to a number")
+        raise IndexError(f"too many indices for tensor of dimension {nd}")
+    basic, template, indices, vshape, masks = [], [], [], [], []
+    dim = 0
+    for kind, v in items:
+        if kind == "int":
+            size = shape[dim]
+            if not -size <= v < size:
+                raise IndexError(f"index {v} is out of bounds for dimension {dim} with size {size}")
+            basic.append(v + size if v < 0 else v)
+            dim += 1
+            continue
+        if kind == "slice":
+            s, n = _norm_slice(v, shape[dim])
+            basic.append(s)
+            vshape.append(n)
+            template.append(_ALL)
+            dim += 1
+        elif kind == "ellipsis":  # PyTorch accepts several; the first one takes all the unnamed dims
+            n = min(nd - consumed, nd - dim)
+            basic += [_ALL] * n
+            template += [_ALL] * n
+            vshape += shape[dim:dim + n]
+            dim += n
+        elif kind in ("none", "bool"):
+            basic.append(None)
+            vshape.append(1)
+            if kind == "none":
+                template.append(_ALL)
+            else:  # ``x[True]`` is a 1-element mask over a new unit dim
+                template.append(len(indices))
+                indices.append(_creation.tensor([v], device=x.device))
+        else:
+            k = v._data.ndim if v._data.dtype == np.bool_ else 1
+            if v._data.dtype == np.bool_:
+                masks.append((v, len(vshape)))
+            basic += [_ALL] * k
+            vshape += shape[dim:dim + k]
+            template.append(len(indices))
+            indices.append(v)
+            dim += k
+    vshape += shape[dim:]
+    for mask, at in masks:
+        for j, n in enumerate(mask._data.shape):
+            if vshape[at + j] != n:
+                raise IndexError(f"The shape of the mask {list(mask.shape)} at index {j} does not match the shape of "
+                                 f"the indexed tensor {list(vshape)} at index {at + j}")
+    while template and template[-1] == _ALL:
+        template.pop()
+    if indices and all(b == _ALL for b in basic):
+        return None, tuple(template), indices
+    return tuple(basic), tuple(template), indices
+
+
+def _getitem(self, key):
+    if type(key) is int and self._data.ndim:  # the common ``x[i]``, without the general parse
+        size = self._data.shape[0]
+        if -size <= key < size:
+            return apply(M.SLICE, self, key=(key + size if key < 0 else key,))
+    basic, template, indices = _parse(self, key)
+    view = self if basic is None else apply(M.SLICE, self, key=basic)
+    return apply(I.INDEX, view, *indices, key=template) if indices else view
+
+
+def _strip_leading_ones(v):
+    shape = v._data.shape
+    k = 0
+    while k < len(shape) and shape[k] == 1:
+        k += 1
+    return v.reshape(shape[k:]) if k else v
+
+
+def _setitem(self, key, value):
+    if not isinstance(value, (Tensor, int, float, complex, np.number, np.bool_)):
+        raise TypeError(f"can't assign a {type(value).__name__} to a {_type_name(self)} tensor")
+    basic, template, indices = _parse(self, key)
+    view = self if basic is None else apply(M.SLICE, self, key=basic)
+    if isinstance(value, Tensor):
+        value = _strip_leading_ones(_on(value, self))
+    if not indices:
+        view.copy_(value) if isinstance(value, Tensor) else view.fill_(value)
+        return
+    if isinstance(value, Tensor) and value.dtype is not self.dtype:
+        # PyTorch casts only on its masked_fill path (a bare mask and a 1-element value); index_put_ insists.
+        if not (isinstance(key, Tensor) and key.dtype.name in ("bool", "uint8") and value.numel() == 1):
+            raise RuntimeError(f"Index put requires the source and destination dtypes match, got {_type_name(self)} "
+                               f"for the destination and {_type_name(value)} for the source.")
+        value = value.reshape(()).to(self.dtype)
+    apply_inplace(I.INDEX_PUT, view, value, *indices, key=template, accumulate=False)
+
+
+# -- shared helpers for the functional forms ---------------------------------------------------------------------------
+def _put(self, values, indices, key, accumulate, inplace, negative=True):
+    run = apply_inplace if inplace else apply
+    if negative:  # the default attrs: keep the common rows' attrs minimal
+        return run(I.INDEX_PUT, self, values, *indices, key=key, accumulate=accumulate)
+    return run(I.INDEX_PUT, self, values, *indices, key=key, accumulate=accumulate, negative=False)
+
+
+def _check_index_dtype(index, op, allowed, message, error=RuntimeError):
+    if not isinstance(index, Tensor):
+        raise TypeError(f"{op}(): argument 'index' must be Tensor, not {type(index).__name__}")
+    if index.dtype.name not in allowed:
+        raise error(message.format(_type_name(index)))
+
+
+def _dim_indices(index, dim):
+    """Index tensors addressing ``index`` along ``dim`` and each element's own position along the other dims."""
+    nd = index._data.ndim
+    out = []
+    for d in range(nd):
+        if d == dim:
+            out.append(index)
+        else:
+            shape = [1] * nd
+            shape[d] = index._data.shape[d]
+            out.append(_creation.arange(shape[d], device=index.device).reshape(shape))
+    return out
+
+
+def _as_vector(t):
+    return t.reshape(1) if t._data.ndim == 0 else t
+
+
+# -- gather / scatter --------------------------------------------------------------------------------------------------
+def gather(input, dim, index, *, sparse_grad=False, out=None):
+    """``out[i][j] = input[index[i][j]][j]`` (for ``dim=0``); the gradient scatters back with accumulation."""
+    _check_index_dtype(index, "gather", ("int64",), "gather(): Expected dtype int64 for index")
+    return _gather(input, dim, index, negative=False)
+
+
+def _gather(input, dim, index, negative):
+    if input._data.ndim == 0 or index._data.ndim == 0:
+        return _gather(_as_vector(input), dim, _as_vector(index), negative).reshape(index.shape)
+    nd = input._data.ndim
+    d = wrap_dim(dim, nd, "gather")
+    if index._data.ndim != nd:
+        raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
+    for k in range(nd):
+        if k != d and index._data.shape[k] > input._data.shape[k]:
+            raise RuntimeError(f"Size does not match at dimension {k} expected index {list(index.shape)} to be no "
+                               f"larger than self {list(input.shape)} apart from dimension {d}")
+    try:
+        return apply(I.INDEX, input, *_dim_indices(_on(index, input), d), key=tuple(range(nd)), negative=negative)
+    except I.IndexOutOfBounds as e:
+        raise RuntimeError(str(e)) from None
+
+
+def _scatter_args(self, dim, index, src, op):
+    """(wrapped dim, index tensors, values) for the scatter family; ``values`` is a scalar or src cut to index."""
+    _check_index_dtype(index, op, ("int64",), f"{op}(): Expected dtype int64 for index")
+    nd = self._data.ndim
+    d = wrap_dim(dim, nd, op)
+    if index._data.ndim != nd or (isinstance(src, Tensor) and src._data.ndim != nd):
+        raise RuntimeError("Index tensor must have the same number of dimensions as self tensor")
+    too_big = any(k != d and i > s for k, (i, s) in enumerate(zip(index._data.shape, self._data.shape)))
+    if isinstance(src, Tensor):
+        if src.dtype is not self.dtype:
+            raise RuntimeError(f"{op}(): Expected self.dtype to be equal to src.dtype")
+        if too_big or any(i > s for i, s in zip(index._data.shape, src._data.shape)):
+            raise RuntimeError(f"Expected index {list(index.shape)} to be no larger than self {list(self.shape)} "
+                               f"apart from dimension {d} and to be no larger size than src {list(src.shape)}")
+        src = _on(src, self)
+        if src._data.shape != index._data.shape:
+            src = apply(M.SLICE, src, key=tuple(slice(0, n) for n in index._data.shape))
+    elif too_big:
+        raise RuntimeError(f"Expected index {list(index.shape)} to be no larger than self {list(self.shape)} apart "
+                           f"from dimension {d}")
+    return d, _dim_indices(_on(index, self), d), src
+
+
+def _scatter(self, dim, index, src, reduce, inplace, op="scatter", accumulate=False):
+    if reduce == "multiply":
+        return _scatter_reduce(self, dim, index, src, "prod", True, inplace)
+    if reduce not in (None, "add"):
+        raise RuntimeError(f"{op}(): reduce argument must be either add or multiply, got {reduce}")
+    if self._data.ndim == 0:
+        view = self.reshape(1)
+        out = _scatter(view, dim, _as_vector(index), _as_vector(src) if isinstance(src, Tensor) else src, reduce,
+                       inplace, op, accumulate)
+        return self if inplace else out.reshape(())
+    d, indices, values = _scatter_args(self, dim, index, src, op)
+    try:
+        return _put(self, values, indices, tuple(range(len(indices))), accumulate or reduce == "add", inplace, False)
+    except I.IndexOutOfBounds as e:
+        raise RuntimeError(str(e)) from None
+
+
+def scatter(input, dim, index, src=None, value=None, *, reduce=None):
+    """A copy of ``input`` with ``src`` (a tensor, or a scalar ``value``) written at ``index`` along ``dim``."""
+    return _scatter(input, dim, index, value if src is None else src, reduce, False)
+
+
+def scatter_add(input, dim, index, src):
+    """``scatter`` that adds into the positions; repeated positions accumulate."""
+    return _scatter(input, dim, index, src, None, False, "scatter_add", accumulate=True)
+
+
+def _scatter_reduce(self, dim, index, src, reduce, include_self, inplace):
+    if reduce not in _REDUCES:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    if self._data.ndim == 0:
+        out = _scatter_reduce(self.reshape(1), dim, _as_vector(index), _as_vector(src), reduce, include_self, inplace)
+        return self if inplace else out.reshape(())
+    d, indices, src = _scatter_args(self, dim, index, src, "scatter_reduce")
+    index = indices[d]
+    if reduce in ("sum", "mean"):
+        base = self if include_self else self.scatter(d, index, 0)
+        total = base.scatter_add(d, index, src)
+        if reduce == "mean":
+            count = _creation.ones_like(self)
+            count = (count if include_self else count.scatter(d, index, 0)).scatter_add(d, index,
+                                                                                        _creation.ones_like(src))
+            total = total / count if self.is_floating_point() or self.is_complex() else \
+                total.div(count, rounding_mode="floor")
+        return self.copy_(total) if inplace else total
+    run = apply_inplace if inplace else apply
+    try:
+        return run(I.SCATTER_REDUCE, self, index, src, dim=d, reduce=reduce, include_self=include_self)
+    except I.IndexOutOfBounds as e:
+        raise RuntimeError(str(e)) from None
+
+
+def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
+    """Reduce ``src`` into ``input`` at ``index`` along ``dim`` with sum, prod, mean, amax or amin."""
+    return _scatter_reduce(input, dim, index, src, reduce, include_self, False)
+
+
+def take_along_dim(input, indices, dim=None):
+    """``gather`` after broadcasting ``input`` and ``indices`` against each other except along ``dim``."""
+    _check_index_dtype(indices, "take_along_dim", ("int64",),
+                       "torch.take_along_dim(): dtype of indices should be Long but got {}")
+    if dim is None:  # unlike gather, negative indices wrap
+        return _gather(input.reshape(-1), 0, indices.reshape(-1), True)
+    if input._data.ndim != indices._data.ndim:
+        raise RuntimeError(f"torch.take_along_dim(): input and indices should have the same number of dimensions, but "
+                           f"got {input._data.ndim} dimensions for input, and {indices._data.ndim} dimensions for "
+                           "indices")
+    d = wrap_dim(dim, input._data.ndim, "take_along_dim")
+    sizes = list(input._data.shape)
+    sizes[d] = indices._data.shape[d]
+    shape = list(broadcast_shapes(tuple(sizes), indices._data.shape, op="take_along_dim"))
+    indices = indices.expand(shape)
+    shape[d] = input._data.shape[d]
+    return _gather(input.expand(shape), d, indices, True)
+
+
+# -- index_* along one dim ---------------------------------------------------------------------------------------------
+def _dim_index(self, dim, index, op):
+    """(dim key, 1-D index tensor) for the ops indexing one dim with a vector."""
+    d = wrap_dim(dim, self._data.ndim, op)
+    if index._data.ndim > 1:
+        raise IndexError(f"{op}(): Index is supposed to be a vector")
+    return (_ALL,) * d + (0,), _on(index.reshape(-1), self)
+
+
+def index_select(input, dim, index):
+    """The slices of ``input`` at positions ``index`` (a vector) along ``dim``."""
+    _check_index_dtype(index, "index_select", ("int64", "int32"), "index_select(): Expected dtype int32 or int64 for "
+                       "index")
+    if input._data.ndim == 0:
+        if index.numel() != 1:
+            raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {index.numel()} value(s)")
+        return index_select(input.reshape(1), 0, index).reshape(())
+    key, index = _dim_index(input, dim, index, "index_select")
+    try:
+        return apply(I.INDEX, input, index, key=key, negative=False)
+    except I.IndexOutOfBounds:
+        raise IndexError("index out of range in self") from None
+
+
+def _index_write(self, dim, index, source, op, accumulate, inplace, alpha=1):
+    """index_add / index_copy: write ``source``'s slices at ``index`` along ``dim``."""
+    if self._data.ndim == 0:
+        out = _index_write(self.reshape(1), dim, index, _as_vector(source), op, accumulate, inplace, alpha)
+        return self if inplace else out.reshape(())
+    if accumulate:
+        _check_index_dtype(index, op, ("int64", "int32"), op + "_(): Expected dtype int32/int64 for index but got: {}")
+        if source.dtype is not self.dtype:
+            raise RuntimeError(f"{op}_(): self ({_type_name(self)}) and source ({_type_name(source)}) must have the "
+                               "same scalar type")
+    else:
+        _check_index_dtype(index, op, ("int64",), op + "_(): Expected a long tensor for index, but got {}")
+        if source.dtype is not self.dtype:
+            raise RuntimeError(f"{op}_(): self and source expected to have the same dtype, but got (self) "
+                               f"{_type_name(self)} and (source) {_type_name(source)}")
+    key, index = _dim_index(self, dim, index, op)
+    d = len(key) - 1
+    source = _as_vector(source) if source._data.ndim == 0 else source
+    if source._data.shape[d:d + 1] != index._data.shape:
+        raise RuntimeError(f"{op}_(): Number of indices ({index.numel()}) should be equal to source.size(dim): "
+                           f"({source._data.shape[d] if source._data.ndim > d else 1}), for dim: {d}")
+    if source._data.ndim != self._data.ndim or any(
+            k != d and a != b for k, (a, b) in enumerate(zip(self._data.shape, source._data.shape))):
+        raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the specified dimension. Got "
+                           f"self.shape = {list(self.shape)} source.shape = {list(source.shape)}")
+    if alpha != 1:
+        source = source * (alpha if self.is_floating_point() or self.is_complex() else int(alpha))
+    try:
+        return _put(self, _on(source, self), [index], key, accumulate, inplace, negative=False)
+    except I.IndexOutOfBounds as e:
+        if not accumulate:
+            raise IndexError(f"{op}_(): {e}") from None
+        if self._data.ndim == 1:
+            raise IndexError("index out of range in self") from None
+        raise RuntimeError(f"index {e.value} is out of bounds for dimension {d} with size {e.size}") from None
+
+
+def index_add(input, dim, index, source, *, alpha=1):
+    """``input`` with ``alpha * source`` added at ``index`` along ``dim``; repeated indices accumulate."""
+    return _index_write(input, dim, index, source, "index_add", True, False, alpha)
+
+
+def index_copy(input, dim, index, source):
+    """``input`` with ``source``'s slices copied at ``index`` along ``dim``."""
+    return _index_write(input, dim, index, source, "index_copy", False, False)
+
+
+def _fill_value(self, value, op):
+    """``value`` as a 0-d tensor of ``self``'s dtype (keeping its gradient when it is a tensor)."""
+    if isinstance(value, Tensor):
+        if value._data.ndim:
+            raise RuntimeError(f"{op} only supports a 0-dimensional value tensor, but got tensor with "
+                               f"{value._data.ndim} dimension(s).")
+        return _on(value, self).to(self.dtype)
+    if not (self.is_floating_point() or self.is_complex()) and isinstance(value, float) and not math.isfinite(value):
+        raise RuntimeError(f"value cannot be converted to type {self.dtype.name}_t without overflow")
+    return _creation.full((), value, dtype=self.dtype, device=self.device)
+
+
+def _index_fill(self, dim, index, value, inplace):
+    _check_index_dtype(index, "index_fill", ("int64",), "index_fill_(): Expected dtype int64 for index.", IndexError)
+    if self._data.ndim == 0:
+        out = _index_fill(self.reshape(1), dim, index, value, inplace)
+        return self if inplace else out.reshape(())
+    key, index = _dim_index(self, dim, index, "index_fill")
+    d, size = len(key) - 1, self._data.shape[len(key) - 1]
+    # A mask of the hit slices: repeated indices fill once, so a tensor value's gradient counts each slice once.
+    try:
+        hit = apply(I.INDEX_PUT, _creation.zeros(size, dtype=_bool, device=self.device), True, index, key=(0,),
+                    accumulate=False)
+    except I.IndexOutOfBounds as e:
+        raise IndexError(f"index {e.value} is out of bounds for dimension {d} with size {size}") from None
+    mask = hit.reshape((size,) + (1,) * (self._data.ndim - d - 1))
+    return _masked_fill_(self, mask, value) if inplace else masked_fill(self, mask, value)
+
+
+def index_fill(input, dim, index, value):
+    """``input`` with the slices at ``index`` along ``dim`` set to ``value``."""
+    return _index_fill(input, dim, index, value, False)
+
+
+def _index_put(self, indices, values, accumulate, inplace):
+    if not isinstance(values, Tensor):
+        raise TypeError(f"index_put(): argument 'values' must be Tensor, not {type(values).__name__}")
+    if values.dtype is not self.dtype:
+        raise RuntimeError(f"Index put requires the source and destination dtypes match, got {_type_name(self)} for "
+                           f"the destination and {_type_name(values)} for the source.")
+    if len(indices) > self._data.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {self._data.ndim} (got {len(indices)})")
+    key, tensors = [], []
+    for t in indices:
+        if t is None:
+            key.append(_ALL)
+        else:
+            key.append(len(tensors))
+            tensors.append(_index_tensor(t, self))
+    return _put(self, _on(values, self), tensors, tuple(key), accumulate, inplace)
+
+
+def index_put(input, indices, values, accumulate=False):
+    """``input`` with ``values`` written (or, with ``accumulate``, added) at ``input[indices]``."""
+    return _index_put(input, indices, values, accumulate, False)
+
+
+# -- masks -------------------------------------------------------------------------------------------------------------
+def _check_mask(mask, message):
+    if not isinstance(mask, Tensor) or mask.dtype.name != "bool":
+        raise RuntimeError(message.format(_type_name(mask) if isinstance(mask, Tensor) else type(mask).__name__))
+
+
+def _inplace_mask(self, mask, op):
+    """``mask`` expanded to ``self``'s shape (at least 1-d), or PyTorch's error when it would grow ``self``."""
+    shape = broadcast_shapes(self._data.shape, mask._data.shape, op=op)
+    if shape != self._data.shape:
+        raise RuntimeError(f"{op}: output with shape {list(self.shape)} doesn't match the broadcast shape "
+                           f"{list(shape)}")
+    return _as_vector(_on(mask, self).expand(shape))
+
+
+def masked_fill(input, mask, value):
+    """``input`` with ``value`` (a scalar or 0-d tensor) where ``mask`` is True."""
+    _check_mask(mask, "masked_fill_ only supports boolean masks, but got mask with dtype {}")
+    return apply(P.WHERE, _on(mask, input), _fill_value(input, value, "masked_fill_"), input)
+
+
+def _masked_fill_(self, mask, value):
+    _check_mask(mask, "masked_fill_ only supports boolean masks, but got mask with dtype {}")
+    mask = _inplace_mask(self, mask, "masked_fill_")
+    target = self.reshape(1) if self._data.ndim == 0 else self
+    apply_inplace(I.INDEX_PUT, target, _fill_value(self, value, "masked_fill_"), mask, key=(0,), accumulate=False)
+    return self
+
+
+def masked_select(input, mask):
+    """The elements of ``input`` where ``mask`` is True, as a 1-D tensor (the two broadcast first)."""
+    _check_mask(mask, "masked_select: expected BoolTensor for mask")
+    shape = broadcast_shapes(input._data.shape, mask._data.shape, op="masked_select")
+    return apply(I.INDEX, _as_vector(input.expand(shape)), _as_vector(_on(mask, input).expand(shape)), key=(0,))
+
+
+def _masked_scatter(self, mask, source, inplace):
+    _check_mask(mask, "masked_scatter_ only supports boolean masks, but got mask with dtype {}")
+    if source.dtype is not self.dtype:
+        raise RuntimeError(f"masked_scatter: expected self and source to have same dtypes but got"
+                           f"{_type_name(self)} and {_type_name(source)}")
+    if inplace:
+        shape = self._data.shape
+        target, mask = (self.reshape(1) if self._data.ndim == 0 else self), _inplace_mask(self, mask, "masked_scatter_")
+    else:
+        shape = broadcast_shapes(self._data.shape, mask._data.shape, op="masked_scatter")
+        target, mask = _as_vector(self.expand(shape)), _as_vector(_on(mask, self).expand(shape))
+    n = int(mask.sum())
+    if source.numel() < n:
+        raise RuntimeError("Number of elements of source < number of ones in mask")
+    values = apply(M.SLICE, _on(source, self).reshape(-1), key=(slice(0, n),))
+    out = _put(target, values, [mask], (0,), False, inplace)
+    return self if inplace else out.reshape(shape)
+
+
+def masked_scatter(input, mask, source):
+    """``input`` with consecutive elements of ``source`` written where ``mask`` is True."""
+    return _masked_scatter(input, mask, source, False)
+
+
+# -- flat positions ----------------------------------------------------------------------------------------------------
+def _flat_check(self, index, op):
+    _check_index_dtype(index, op, ("int64",), op + "(): Expected a long tensor for index, but got {}")
+    n = self.numel()
+    arr = index._data
+    try:
+        I.check_bounds(arr, n, 0)
+    except I.IndexOutOfBounds as e:
+        raise IndexError(f"out of range: tried to access index {e.value} on a tensor of {n} elements.") from None
+
+
+def take(input, index):
+    """The elements of ``input`` (read as 1-D, row-major) at ``index``; the result has ``index``'s shape."""
+    _flat_check(input, index, "take")
+    return apply(I.INDEX, input.reshape(-1), _on(index, input), key=(0,))
+
+
+def _put_flat(self, index, source, accumulate, inplace):
+    _flat_check(self, index, "put_")
+    if source.numel() != index.numel():
+        raise IndexError(f"put_(): Expected source and index to have the same number of elements, but got "
+                         f"source.numel() = {source.numel()}, index.numel() = {index.numel()}")
+    if source.dtype is not self.dtype:
+        raise RuntimeError(f"put_(): self and source expected to have the same dtype, but got {_type_name(self)} and "
+                           f"{_type_name(source)}")
+    target = self.reshape(1) if self._data.ndim == 0 else self
+    flat = _on(index.reshape(-1), self) % max(self.numel(), 1)
+    shape = target._data.shape
+    indices, stride = [], 1
+    for size in reversed(shape):  # unravel the row-major positions into one index tensor per dim
+        indices.append((flat // stride) % size)
+        stride *= size
+    out = _put(target, _on(source.reshape(-1), self), indices[::-1], tuple(range(len(shape))), accumulate, inplace)
+    return self if inplace else out.reshape(self.shape)
+
+
+def put(input, index, source, accumulate=False):
+    """``input`` with ``source`` written (or added) at the row-major positions ``index``."""
+    return _put_flat(input, index, source, accumulate, False)
+
+
+# -- Tensor methods ----------------------------------------------------------------------------------------------------
+_METHODS = {name: globals()[name] for name in __all__}
+_METHODS.update(
+    __getitem__=_getitem, __setitem__=_setitem,
+    scatter_=lambda self, dim, index, src=None, value=None, *, reduce=None: _scatter(
+        self, dim, index, value if src is None else src, reduce, True, "scatter_"),
+    scatter_add_=lambda self, dim, index, src: _scatter(self, dim, index, src, None, True, "scatter_add_", True),
+    scatter_reduce_=lambda self, dim, index, src, reduce, *, include_self=True: _scatter_reduce(
+        self, dim, index, src, reduce, include_self, True),
+    index_add_=lambda self, dim, index, source, *, alpha=1: _index_write(self, dim, index, source, "index_add", True,
+                                                                         True, alpha),
+    index_copy_=lambda self, dim, index, source: _index_write(self, dim, index, source, "index_copy", False, True),
+    index_fill_=lambda self, dim, index, value: _index_fill(self, dim, index, value, True),
+    index_put_=lambda self, indices, values, accumulate=False: _index_put(self, indices, values, accumulate, True),
+    masked_fill_=_masked_fill_,
+    masked_scatter_=lambda self, mask, source: _masked_scatter(self, mask, source, True),
+    put_=lambda self, index, source, accumulate=False: _put_flat(self, index, source, accumulate, True),
+)
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _fn)

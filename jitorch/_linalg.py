@@ -1,0 +1,455 @@
+"""Public matrix products (``matmul``, ``mm``, ``einsum``, ``tensordot``, ``cdist``, ...), their Tensor methods and
+the legacy ``torch.*`` spellings of decompositions (``torch.inverse``, ``torch.svd``, ...).
+
+Products are composites of the ``matmul`` and ``einsum`` rows of ``ops/linalg.py``; ``einsum`` normalizes the
+equation (ellipsis, implicit output, size-1 broadcasting, sublist form) before reaching its row.
+
+>>> import jitorch
+>>> a, b = jitorch.ones(2, 3), jitorch.ones(3, 4)
+>>> (a @ b).shape, jitorch.einsum("ij,jk->ik", a, b).sum().item(), jitorch.kron(jitorch.eye(2), a).shape
+(jitorch.Size([2, 4]), 24.0, jitorch.Size([4, 6]))
+"""
+from __future__ import annotations
+
+import math
+import string
+from collections import Counter
+
+from ._dispatch import apply
+from ._pointwise import _write_out
+from ._shape import wrap_dim, wrap_dims
+from ._tensor import Tensor
+from .ops import linalg as L
+
+__all__ = [
+    "matmul", "mm", "bmm", "mv", "dot", "vdot", "inner", "outer", "ger", "addmm", "addmv", "addbmm", "baddbmm",
+    "addr", "einsum", "tensordot", "kron", "cross", "cdist", "chain_matmul", "inverse", "det", "logdet", "slogdet",
+    "cholesky", "cholesky_solve", "cholesky_inverse", "svd", "qr", "pinverse", "matrix_power",
+]
+
+
+def _check_tensors(op, *tensors):
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}(): argument must be Tensor, not {type(t).__name__}")
+
+
+def _check_dim(op, name, t, ndim):
+    if t._data.ndim != ndim:
+        kind = {1: "vector", 2: "matrix", 3: "3D tensor"}[ndim]
+        raise RuntimeError(f"{op}: {name} must be a {kind}, but got a {t._data.ndim}-D tensor of shape "
+                           f"{tuple(t.shape)}")
+
+
+def _check_inner(op, a, b, k_a, k_b):
+    if k_a != k_b:
+        raise RuntimeError(f"{op}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied ({k_a} != {k_b})")
+
+
+def matmul(input, other, *, out=None):
+    """Matrix product with NumPy/PyTorch semantics: vectors are promoted and removed, batch dims broadcast."""
+    _check_tensors("matmul", input, other)
+    return _write_out(apply(L.MATMUL, input, other), out)
+
+
+def mm(input, mat2, *, out=None):
+    """Product of two matrices (no broadcasting)."""
+    _check_dim("mm", "self", input, 2)
+    _check_dim("mm", "mat2", mat2, 2)
+    _check_inner("mm", input, mat2, input._data.shape[1], mat2._data.shape[0])
+    return matmul(input, mat2, out=out)
+
+
+def bmm(input, mat2, *, out=None):
+    """Batched product of ``(b, n, m)`` and ``(b, m, p)`` tensors (no broadcasting)."""
+    _check_dim("bmm", "batch1", input, 3)
+    _check_dim("bmm", "batch2", mat2, 3)
+    if input._data.shape[0] != mat2._data.shape[0]:
+        raise RuntimeError(f"bmm: batch sizes differ: shapes {tuple(input.shape)} and {tuple(mat2.shape)}")
+    _check_inner("bmm", input, mat2, input._data.shape[2], mat2._data.shape[1])
+    return matmul(input, mat2, out=out)
+
+
+def mv(input, vec, *, out=None):
+    """Matrix-vector product."""
+    _check_dim("mv", "self", input, 2)
+    _check_dim("mv", "vec", vec, 1)
+    _check_inner("mv", input, vec, input._data.shape[1], vec._data.shape[0])
+    return matmul(input, vec, out=out)
+
+
+def dot(input, other, *, out=None):
+    """Inner product of two 1-D tensors of the same size and dtype."""
+    _check_dim("dot", "self", input, 1)
+    _check_dim("dot", "other", other, 1)
+    if input._data.shape != other._data.shape:
+        raise RuntimeError(f"dot: inconsistent tensor size, expected tensor {list(input.shape)} and src "
+                           f"{list(other.shape)} to have the same number of elements")
+    if input.dtype is not other.dtype:
+        raise RuntimeError(f"dot: expected both vectors to have same dtype, but found {input.dtype} and {other.dtype}")
+    return matmul(input, other, out=out)
+
+
+def vdot(input, other, *, out=None):
+    """``dot(input.conj(), other)``."""
+    return dot(input.conj(), other, out=out)
+
+
+def inner(input, other, *, out=None):
+    """Sum over the last dims of both tensors (a product when either is 0-d)."""
+    if input._data.ndim == 0 or other._data.ndim == 0:
+        return _write_out(input * other, out)
+    if input._data.shape[-1] != other._data.shape[-1]:
+        raise RuntimeError(f"inner() the last dimension must match on both input tensors but got shapes "
+                           f"{list(input.shape)} and {list(other.shape)}")
+    return _write_out(tensordot(input, other, ([-1], [-1])), out)
+
+
+def outer(input, vec2, *, out=None):
+    """Outer product of two vectors."""
+    _check_dim("outer", "self", input, 1)
+    _check_dim("outer", "vec2", vec2, 1)
+    return _write_out(input.unsqueeze(1) * vec2, out)
+
+
+ger = outer
+
+
+def _scaled_sum(input, product, beta, alpha):
+    """``beta * input + alpha * product``; with ``beta == 0`` the input is ignored (its NaNs do not propagate)."""
+    if alpha != 1:
+        product = product * alpha
+    if beta == 0:
+        return product
+    return (input if beta == 1 else input * beta) + product
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
+    """``beta * input + alpha * (mat1 @ mat2)``."""
+    return _write_out(_scaled_sum(input, mm(mat1, mat2), beta, alpha), out)
+
+
+def addmv(input, mat, vec, *, beta=1, alpha=1, out=None):
+    """``beta * input + alpha * (mat @ vec)``."""
+    return _write_out(_scaled_sum(input, mv(mat, vec), beta, alpha), out)
+
+
+def addbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
+    """``beta * input + alpha * sum_b batch1[b] @ batch2[b]``."""
+    return _write_out(_scaled_sum(input, bmm(batch1, batch2).sum(0), beta, alpha), out)
+
+
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
+    """``beta * input + alpha * bmm(batch1, batch2)``."""
+    return _write_out(_scaled_sum(input, bmm(batch1, batch2), beta, alpha), out)
+
+
+def addr(input, vec1, vec2, *, beta=1, alpha=1, out=None):
+    """``beta * input + alpha * outer(vec1, vec2)``."""
+    return _write_out(_scaled_sum(input, outer(vec1, vec2), beta, alpha), out)
+
+
+def _inplace_scaled(fn):
+    def method(self, *args, beta=1, alpha=1):
+        product = fn(self.detach(), *args, beta=0, alpha=alpha)
+        if beta == 0:
+            self.zero_()
+        elif beta != 1:
+            self.mul_(beta)
+        return self.add_(product)
+    method.__name__ = fn.__name__ + "_"
+    return method
+
+
+# -- einsum --------------------------------------------------------------------------------------------------------
+def einsum(*args):
+    """Einstein summation: ``einsum("ij,jk->ik", a, b)``, ``einsum("ij,jk", [a, b])`` or the sublist form
+    ``einsum(a, [0, 1], b, [1, 2], [0, 2])``. Supports ``...``, implicit output and size-1 broadcasting."""
+    if not args:
+        raise RuntimeError("einsum(): must specify the equation string and at least one operand, or at least one "
+                           "operand and its subscripts list")
+    if isinstance(args[0], str):
+        operands = args[1:]
+        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+            operands = operands[0]
+        return _einsum(args[0].replace(" ", ""), list(operands))
+    return _einsum(*_sublist_equation(args))
+
+
+def _sublist_equation(args):
+    def letters(sub):
+        out = ""
+        for s in sub:
+            if s is Ellipsis:
+                out += "..."
+            elif isinstance(s, int) and 0 <= s < 52:
+                out += string.ascii_letters[s]
+            else:
+                raise RuntimeError(f"einsum(): expected subscript to be within the range [0, 52), but got {s}")
+        return out
+
+    explicit = len(args) % 2 == 1  # a trailing sublist after the last operand is the output
+    body = args[:-1] if explicit else args
+    operands, terms = list(body[0::2]), [letters(s) for s in body[1::2]]
+    if explicit:
+        output = letters(args[-1])
+    else:  # implicit output: labels used once, ordered by their integer value (not by letter)
+        counts = Counter("".join(terms).replace(".", ""))
+        once = sorted((string.ascii_letters.index(c) for c, k in counts.items() if k == 1))
+        output = ("..." if any("..." in t for t in terms) else "") + "".join(string.ascii_letters[i] for i in once)
+    return ",".join(terms) + "->" + output, operands
+
+
+def _einsum(equation, operands):
+    _check_tensors("einsum", *operands)
+    lhs, arrow, rhs = equation.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(operands):
+        more = "more" if len(operands) > len(terms) else "fewer"
+        raise RuntimeError(f"einsum(): {more} operands were provided than specified in the equation "
+                           f"({len(operands)} operands for {len(terms)} terms)")
+    for c in equation:
+        if not (c in string.ascii_letters or c in ",.->"):
+            raise RuntimeError("einsum(): invalid subscript given in the equation string, subscripts must be in "
+                               f"[a-zA-Z], got {c!r}")
+    ellipsis_dims = []
+    for i, (t, op) in enumerate(zip(terms, operands)):
+        named = len(t.replace("...", ""))
+        if "..." in t:
+            if t.count("...") > 1 or t.replace("...", "").count("."):
+                raise RuntimeError(f"einsum(): found more than one '...' (or a stray '.') in term {i}: {t!r}")
+            if named > op._data.ndim:
+                raise RuntimeError(f"einsum(): the number of subscripts in the equation ({named}) is more than the "
+                                   f"number of dimensions ({op._data.ndim}) for operand {i}")
+            ellipsis_dims.append(op._data.ndim - named)
+        else:
+            if named != op._data.ndim:
+                raise RuntimeError(f"einsum(): the number of subscripts in the equation ({named}) does not match the "
+                                   f"number of dimensions ({op._data.ndim}) for operand {i} and no ellipsis was given")
+            ellipsis_dims.append(0)
+    # Ellipsis dims become fresh letters, right-aligned across operands so they broadcast like NumPy's.
+    widest = max(ellipsis_dims, default=0)
+    fresh = "".join(c for c in string.ascii_letters if c not in equation)[:widest]
+    terms = [t.replace("...", fresh[widest - n:]) for t, n in zip(terms, ellipsis_dims)]
+    if arrow:
+        output = rhs.replace("...", fresh)
+        for c in set(output):
+            if output.count(c) > 1:
+                raise RuntimeError(f"einsum(): output subscript {c} appears more than once in the output")
+            if not any(c in t for t in terms):
+                raise RuntimeError(f"einsum(): output subscript {c} does not appear in the equation for any input "
+                                   "operand")
+    else:
+        counts = Counter("".join(terms))
+        output = fresh + "".join(sorted(c for c, k in counts.items() if k == 1 and c not in fresh))
+    sizes = _label_sizes(terms, operands)
+    expanded = []
+    for t, op in zip(terms, operands):
+        shape = tuple(sizes[c] for c in t)
+        expanded.append(op if shape == op._data.shape else op.expand(shape))
+    return apply(L.EINSUM, *expanded, equation=",".join(terms) + "->" + output)
+
+
+def _label_sizes(terms, operands):
+    sizes = {}
+    for i, (t, op) in enumerate(zip(terms, operands)):
+        local = {}
+        for c, n in zip(t, op._data.shape):
+            if local.get(c, n) != n:
+                raise RuntimeError(f"einsum(): subscript {c} is repeated for operand {i} but the sizes don't match, "
+                                   f"{local[c]} != {n}")
+            local[c] = n
+        for c, n in local.items():
+            seen = sizes.get(c, 1)
+            if n != 1 and seen != 1 and n != seen:
+                raise RuntimeError(f"einsum(): subscript {c} has size {n} for operand {i} which does not broadcast "
+                                   f"with previously seen size {seen}")
+            sizes[c] = n if n != 1 else seen
+    return sizes
+
+
+# -- other products ----------------------------------------------------------------------------------------------
+def tensordot(a, b, dims=2, out=None):
+    """Contract ``dims`` (a count of trailing/leading dims, or two lists of dims) of ``a`` and ``b``."""
+    if isinstance(dims, Tensor):
+        dims = dims.tolist()
+    if isinstance(dims, int):
+        if dims < 0:
+            raise RuntimeError(f"tensordot expects dims >= 0, but got dims={dims}")
+        dims_a, dims_b = list(range(a._data.ndim - dims, a._data.ndim)), list(range(dims))
+    else:
+        dims_a, dims_b = dims
+        dims_a = [dims_a] if isinstance(dims_a, int) else list(dims_a)
+        dims_b = [dims_b] if isinstance(dims_b, int) else list(dims_b)
+    if len(dims_a) != len(dims_b):
+        raise RuntimeError(f"both dimension lists should have same length, got {dims_a} and {dims_b}")
+    dims_a = list(wrap_dims(dims_a, a._data.ndim, "tensordot"))
+    dims_b = list(wrap_dims(dims_b, b._data.ndim, "tensordot"))
+    for da, db in zip(dims_a, dims_b):
+        if a._data.shape[da] != b._data.shape[db]:
+            raise RuntimeError(f"contracted dimensions need to match, but first has size {a._data.shape[da]} in dim "
+                               f"{da} and second has size {b._data.shape[db]} in dim {db}")
+    free_a = [d for d in range(a._data.ndim) if d not in dims_a]
+    free_b = [d for d in range(b._data.ndim) if d not in dims_b]
+    shape_a = tuple(a._data.shape[d] for d in free_a)
+    shape_b = tuple(b._data.shape[d] for d in free_b)
+    k = math.prod(a._data.shape[d] for d in dims_a)
+    left = a.permute(free_a + dims_a).reshape(math.prod(shape_a), k)
+    right = b.permute(dims_b + free_b).reshape(k, math.prod(shape_b))
+    return _write_out(matmul(left, right).reshape(shape_a + shape_b), out)
+
+
+def kron(input, other, *, out=None):
+    """Kronecker product (block ``input[i] * other``) over the dims of both tensors."""
+    nd = max(input._data.ndim, other._data.ndim)
+    a = input.reshape((1,) * (nd - input._data.ndim) + input._data.shape)
+    b = other.reshape((1,) * (nd - other._data.ndim) + other._data.shape)
+    a_shape, b_shape = [], []
+    for sa, sb in zip(a._data.shape, b._data.shape):
+        a_shape += [sa, 1]
+        b_shape += [1, sb]
+    product = a.reshape(a_shape) * b.reshape(b_shape)
+    return _write_out(product.reshape(tuple(sa * sb for sa, sb in zip(a._data.shape, b._data.shape))), out)
+
+
+def cross(input, other, dim=None, *, out=None):
+    """Cross product of 3-vectors along ``dim`` (default: the first dim of size 3), broadcasting the inputs."""
+    from ._movement import broadcast_tensors, stack
+
+    if input._data.ndim != other._data.ndim:
+        raise RuntimeError(f"linalg.cross: inputs must have the same number of dimensions, got shapes "
+                           f"{tuple(input.shape)} and {tuple(other.shape)}")
+    a, b = broadcast_tensors(input, other)
+    if dim is None:
+        dim = next((d for d, s in enumerate(a._data.shape) if s == 3), None)
+        if dim is None:
+            raise RuntimeError(f"cross: no dimension of size 3 in input of shape {tuple(a.shape)}")
+    d = wrap_dim(dim, a._data.ndim, "cross")
+    if a._data.shape[d] != 3:
+        raise RuntimeError(f"linalg.cross: inputs dimension {dim} must have length 3. Got {input.shape[d]} and "
+                           f"{other.shape[d]}")
+    a0, a1, a2 = a.unbind(d)
+    b0, b1, b2 = b.unbind(d)
+    return _write_out(stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], d), out)
+
+
+def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
+    """p-norm distances between the rows of ``x1`` (..., P, M) and ``x2`` (..., R, M)."""
+    from .linalg import vector_norm
+
+    if x1._data.ndim < 2 or x2._data.ndim < 2:
+        raise RuntimeError(f"cdist only supports at least 2D tensors, X1 got: {x1._data.ndim}D, X2 got: "
+                           f"{x2._data.ndim}D")
+    if x1._data.shape[-1] != x2._data.shape[-1]:
+        raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: {x1._data.shape[-1]} X2: "
+                           f"{x2._data.shape[-1]}")
+    if p < 0:
+        raise RuntimeError("cdist only supports non-negative p values")
+    rows = max(x1._data.shape[-2], x2._data.shape[-2])
+    use_mm = compute_mode == "use_mm_for_euclid_dist" or (
+        compute_mode == "use_mm_for_euclid_dist_if_necessary" and rows > 25)
+    if p == 2 and use_mm:
+        # |a - b|^2 = |a|^2 - 2 a.b + |b|^2: one matrix product instead of a (P, R, M) difference tensor.
+        sq1, sq2 = (x1 * x1).sum(-1, keepdim=True), (x2 * x2).sum(-1, keepdim=True)
+        return (sq1 - 2 * matmul(x1, x2.mT) + sq2.mT).clamp_min(1e-30).sqrt()
+    return vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p, -1)
+
+
+def chain_matmul(*matrices, out=None):
+    """Product of a chain of matrices (``linalg.multi_dot``)."""
+    from .linalg import multi_dot
+
+    return _write_out(multi_dot(list(matrices)), out)
+
+
+# -- legacy spellings of jitorch.linalg ----------------------------------------------------------------------------
+def inverse(input, *, out=None):
+    from .linalg import inv
+
+    return _write_out(inv(input), out)
+
+
+def det(input):
+    from .linalg import det as linalg_det
+
+    return linalg_det(input)
+
+
+def logdet(input):
+    """``log(det(A))``: NaN for a negative determinant, -inf for a singular matrix."""
+    from .linalg import slogdet as linalg_slogdet
+
+    sign, logabs = linalg_slogdet(input)
+    return logabs.where(sign >= 0, float("nan"))
+
+
+def slogdet(input):
+    from . import return_types
+    from .linalg import slogdet as linalg_slogdet
+
+    return return_types.slogdet(*linalg_slogdet(input))
+
+
+def cholesky(input, upper=False, *, out=None):
+    from .linalg import cholesky as linalg_cholesky
+
+    return _write_out(linalg_cholesky(input, upper=upper), out)
+
+
+def cholesky_solve(B, L, upper=False, *, out=None):
+    """Solve ``A X = B`` given the Cholesky factor of ``A``."""
+    from .linalg import solve
+
+    factor = L.mH if upper else L
+    return _write_out(solve(matmul(factor, factor.mH), B), out)
+
+
+def cholesky_inverse(L, upper=False, *, out=None):
+    """``inv(A)`` given the Cholesky factor of ``A``."""
+    from .linalg import inv
+
+    factor = L.mH if upper else L
+    return _write_out(inv(matmul(factor, factor.mH)), out)
+
+
+def svd(input, some=True, compute_uv=True, *, out=None):
+    """Legacy SVD: returns ``(U, S, V)`` (V, not Vh); zero-filled U and V when ``compute_uv=False``."""
+    from . import linalg
+
+    if not compute_uv:
+        m, n = input._data.shape[-2:]
+        batch = input._data.shape[:-2]
+        return linalg.SVD_LEGACY(input.new_zeros(batch + (m, m)), linalg.svdvals(input),
+                                 input.new_zeros(batch + (n, n)))
+    u, s, vh = linalg.svd(input, full_matrices=not some)
+    return linalg.SVD_LEGACY(u, s, vh.mH)
+
+
+def qr(input, some=True, *, out=None):
+    from . import linalg
+
+    return linalg.QR_LEGACY(*linalg.qr(input, mode="reduced" if some else "complete"))
+
+
+def pinverse(input, rcond=1e-15):
+    from .linalg import pinv
+
+    return pinv(input, rtol=rcond)
+
+
+def matrix_power(input, n):
+    from .linalg import matrix_power as linalg_matrix_power
+
+    return linalg_matrix_power(input, n)
+
+
+_METHODS = {name: globals()[name] for name in __all__ if name not in ("einsum", "tensordot", "cdist", "chain_matmul",
+                                                                     "cholesky_solve")}
+_METHODS.update(
+    __matmul__=matmul, __rmatmul__=lambda self, other: matmul(other, self),
+    cholesky_solve=lambda self, input2, upper=False: cholesky_solve(self, input2, upper),
+    addmm_=_inplace_scaled(addmm), addmv_=_inplace_scaled(addmv), addbmm_=_inplace_scaled(addbmm),
+    baddbmm_=_inplace_scaled(baddbmm), addr_=_inplace_scaled(addr),
+)
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _fn)

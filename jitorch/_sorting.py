@@ -1,0 +1,257 @@
+"""Public sorting, selection, set and counting functions (``torch.sort``, ``topk``, ``unique``, ...) and methods.
+
+Value-selecting ops compute indices with a row of ``ops/sorting.py`` and gather the values with ``take_along``, so
+their gradient is a scatter of the upstream gradient back to the selected positions.
+
+>>> import jitorch
+>>> x = jitorch.tensor([[3, 1, 2], [1, 1, 0]])
+>>> x.sort(dim=1).values, x.topk(1).indices.flatten(), jitorch.unique(x, return_counts=True)
+(tensor([[1, 2, 3],
+        [0, 1, 1]]), tensor([0, 0]), (tensor([0, 1, 2, 3]), tensor([1, 3, 1, 1])))
+"""
+from __future__ import annotations
+
+from . import _dtype, return_types
+from ._dispatch import TORCH_TYPE_NAMES, apply
+from ._shape import wrap_dim
+from ._tensor import Tensor
+from .ops import sorting as S
+
+__all__ = [
+    "sort", "argsort", "msort", "topk", "kthvalue", "median", "nanmedian", "mode", "unique", "unique_consecutive",
+    "cummax", "cummin", "searchsorted", "bucketize", "histc", "bincount", "logcumsumexp",
+]
+
+
+def _as_1d(input):
+    """0-d inputs behave as one-element vectors; returns (tensor of ndim >= 1, whether to squeeze back)."""
+    return (input.reshape(1), True) if input._data.ndim == 0 else (input, False)
+
+
+def _gather(input, indices, dim):
+    return apply(S.TAKE_ALONG, input, indices, dim=dim)
+
+
+def _select(input, index_op, result_type, dim, keepdim, op, **attrs):
+    """Shared path of kthvalue / median(dim) / mode: indices of one element per slice, values gathered."""
+    x, scalar = _as_1d(input)
+    d = wrap_dim(dim, input._data.ndim, op)
+    if x._data.shape[d] == 0:
+        raise IndexError(f"{op}(): Expected reduction dim {d} to have non-zero size.")
+    indices = apply(index_op, x, dim=d, **attrs)
+    values = _gather(x, indices, d)
+    if scalar:
+        return result_type(values.reshape(()), indices.reshape(()))
+    if not keepdim:
+        values, indices = values.squeeze(d), indices.squeeze(d)
+    return result_type(values, indices)
+
+
+def _check_not_complex(input, op):
+    if input.is_complex():
+        raise RuntimeError(f"{op}(): not implemented for complex tensors ({input.dtype})")
+
+
+def sort(input, dim=-1, descending=False, stable=False, *, out=None):
+    """Sorted values and their indices along ``dim`` (always stable; NaN sorts as the largest value)."""
+    _check_not_complex(input, "sort")
+    x, scalar = _as_1d(input)
+    d = wrap_dim(dim, input._data.ndim, "sort")
+    indices = apply(S.ARGSORT, x, dim=d, descending=bool(descending))
+    values = _gather(x, indices, d)
+    if scalar:
+        values, indices = values.reshape(()), indices.reshape(())
+    return return_types.sort(values, indices)
+
+
+def argsort(input, dim=-1, descending=False, stable=False):
+    """Indices that sort ``input`` along ``dim``."""
+    _check_not_complex(input, "argsort")
+    x, scalar = _as_1d(input)
+    indices = apply(S.ARGSORT, x, dim=wrap_dim(dim, input._data.ndim, "argsort"), descending=bool(descending))
+    return indices.reshape(()) if scalar else indices
+
+
+def msort(input):
+    """``sort(input, dim=0).values``."""
+    return sort(input, 0).values
+
+
+def topk(input, k, dim=-1, largest=True, sorted=True, *, out=None):
+    """The ``k`` largest (or smallest) elements along ``dim`` and their indices, in sorted order."""
+    _check_not_complex(input, "topk")
+    x, scalar = _as_1d(input)
+    d = wrap_dim(dim, input._data.ndim, "topk")
+    n = x._data.shape[d]
+    if not 0 <= k <= n:
+        raise RuntimeError(f"topk(): selected index k out of range (k = {k}, size of dim {d} = {n})")
+    indices = apply(S.TOPK_INDICES, x, k=int(k), dim=d, largest=bool(largest))
+    values = _gather(x, indices, d)
+    if scalar:
+        values, indices = values.reshape(()), indices.reshape(())
+    return return_types.topk(values, indices)
+
+
+def kthvalue(input, k, dim=-1, keepdim=False, *, out=None):
+    """The ``k``-th smallest element (1-based) along ``dim`` and its index."""
+    n = input._data.shape[wrap_dim(dim, input._data.ndim, "kthvalue")] if input._data.ndim else 1
+    if not 1 <= k <= n:
+        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {dim} (k = {k}, size = {n})")
+    return _select(input, S.KTHVALUE_INDICES, return_types.kthvalue, dim, keepdim, "kthvalue", k=int(k))
+
+
+def _global_median(input, ignore_nan):
+    """Median of all elements; ties (and NaNs) share the gradient evenly, as PyTorch's global median does."""
+    flat = input.reshape(-1)
+    if flat._data.size == 0:
+        return flat.sum() * float("nan")
+    index = apply(S.MEDIAN_INDICES, flat, dim=0, ignore_nan=ignore_nan)
+    value = _gather(flat, index, 0).reshape(()).detach()
+    if not input._requires_grad:
+        return value
+    mask = flat.isnan() if bool(value.isnan()) else flat == value
+    # ``value + 0`` in the forward; the gradient is spread evenly over the elements equal to the median.
+    spread = (flat - value).where(mask, 0.0).sum() / mask.sum()
+    return value + spread
+
+
+def median(input, dim=None, keepdim=False, *, out=None):
+    """Lower median of all elements, or ``(values, indices)`` along ``dim``; any NaN makes the median NaN."""
+    _check_not_complex(input, "median")
+    if dim is None:
+        return _global_median(input, ignore_nan=False)
+    return _select(input, S.MEDIAN_INDICES, return_types.median, dim, keepdim, "median", ignore_nan=False)
+
+
+def nanmedian(input, dim=None, keepdim=False, *, out=None):
+    """``median`` that ignores NaNs (NaN only when a slice is all NaN)."""
+    _check_not_complex(input, "nanmedian")
+    if dim is None:
+        return _global_median(input, ignore_nan=True)
+    return _select(input, S.MEDIAN_INDICES, return_types.nanmedian, dim, keepdim, "nanmedian", ignore_nan=True)
+
+
+def mode(input, dim=-1, keepdim=False, *, out=None):
+    """Most frequent value along ``dim`` (the smallest among equally frequent ones) and its last index."""
+    _check_not_complex(input, "mode")
+    return _select(input, S.MODE_INDICES, return_types.mode, dim, keepdim, "mode")
+
+
+def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
+    """Sorted distinct elements (or slices along ``dim``), optionally with inverse indices and counts."""
+    d = None if dim is None else wrap_dim(dim, input._data.ndim, "unique")
+    values, inverse, counts = apply(S.UNIQUE, input, dim=d)
+    return _set_result(values, inverse, counts, return_inverse, return_counts)
+
+
+def unique_consecutive(input, return_inverse=False, return_counts=False, dim=None):
+    """Collapse runs of equal consecutive elements (or slices along ``dim``)."""
+    d = None if dim is None else wrap_dim(dim, input._data.ndim, "unique_consecutive")
+    values, inverse, counts = apply(S.UNIQUE_CONSECUTIVE, input, dim=d)
+    return _set_result(values, inverse, counts, return_inverse, return_counts)
+
+
+def _set_result(values, inverse, counts, return_inverse, return_counts):
+    if return_inverse and return_counts:
+        return values, inverse, counts
+    if return_inverse:
+        return values, inverse
+    if return_counts:
+        return values, counts
+    return values
+
+
+def _cumextreme(input, dim, largest, result_type, op):
+    _check_not_complex(input, op)
+    x, scalar = _as_1d(input)
+    d = wrap_dim(dim, input._data.ndim, op)
+    indices = apply(S.CUMEXTREME_INDICES, x, dim=d, largest=largest)
+    values = _gather(x, indices, d)
+    if scalar:
+        values, indices = values.reshape(()), indices.reshape(())
+    return result_type(values, indices)
+
+
+def cummax(input, dim):
+    """Running maximum along ``dim`` and the index where it was reached."""
+    return _cumextreme(input, dim, True, return_types.cummax, "cummax")
+
+
+def cummin(input, dim):
+    """Running minimum along ``dim`` and the index where it was reached."""
+    return _cumextreme(input, dim, False, return_types.cummin, "cummin")
+
+
+def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None, sorter=None, out=None):
+    """Insertion indices of ``input`` in the innermost dim of ``sorted_sequence`` (batched over leading dims)."""
+    if side is not None:
+        if side not in ("left", "right"):
+            raise RuntimeError(f"torch.searchsorted(): side can only be 'left' or 'right' but got {side}")
+        if right and side == "left":
+            raise RuntimeError("torch.searchsorted(): side and right can't be set to opposites, got side of left "
+                               "while right was True")
+        right = side == "right"
+    values = input if isinstance(input, Tensor) else sorted_sequence.new_tensor(input)
+    seq = sorted_sequence
+    if seq._data.ndim == 0:
+        raise RuntimeError("torch.searchsorted(): boundaries tensor should have positive dimension, but got 0 "
+                           "dimension")
+    if seq._data.ndim > 1 and seq._data.shape[:-1] != values._data.shape[:-1]:
+        raise RuntimeError(f"torch.searchsorted(): boundaries tensor should be 1 dimension or the first N-1 "
+                           f"dimensions of boundaries tensor and input value tensor must match, but we got "
+                           f"boundaries tensor {list(seq.shape)} and input value tensor {list(values.shape)}")
+    if sorter is not None:
+        seq = _gather(seq, sorter, seq._data.ndim - 1)
+    out_dtype = _dtype.int32.np if out_int32 else _dtype.int64.np
+    return apply(S.SEARCHSORTED, seq.detach(), values.detach(), side="right" if right else "left",
+                 out_dtype=out_dtype)
+
+
+def bucketize(input, boundaries, *, out_int32=False, right=False, out=None):
+    """Bucket index of each element for the 1-D ``boundaries`` (``right`` picks which side is closed)."""
+    if boundaries._data.ndim != 1:
+        raise RuntimeError(f"bucketize: boundaries tensor must be 1 dimension, but got dim({boundaries._data.ndim})")
+    return searchsorted(boundaries, input, out_int32=out_int32, right=right)
+
+
+def _not_implemented_for_integers(input, kernel):
+    if input.dtype.category < _dtype.FLOAT:
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{TORCH_TYPE_NAMES[input.dtype.name]}'")
+
+
+def histc(input, bins=100, min=0, max=0, *, out=None):
+    """Histogram of ``bins`` equal-width bins over ``[min, max]`` (the data's range when both are 0)."""
+    _not_implemented_for_integers(input, "histogram_cpu")
+    if bins <= 0:
+        raise RuntimeError(f"torch.histc: bins must be > 0, but got {bins} for dimension 0")
+    if min > max:
+        raise RuntimeError(f"torch.histc: max must be larger than min, got min {min} and max {max}")
+    if input._data.size and not bool(input.isfinite().all()) and min == max:
+        raise RuntimeError(f"torch.histc: range of [{input.min().item()}, {input.max().item()}] is not finite")
+    return apply(S.HISTC, input.detach(), bins=int(bins), lo=float(min), hi=float(max))
+
+
+def bincount(input, weights=None, minlength=0):
+    """Occurrences of each value of a 1-D non-negative integer tensor (weighted sums with ``weights``)."""
+    if input.dtype.category != _dtype.INT:
+        raise NotImplementedError(f"\"bincount_cpu\" not implemented for '{TORCH_TYPE_NAMES[input.dtype.name]}'")
+    if input._data.ndim != 1 or (input._data.size and int(input.min()) < 0):
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    if weights is not None and weights._data.shape != input._data.shape:
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    return apply(S.BINCOUNT, input, None if weights is None else weights.detach(), minlength=int(minlength))
+
+
+def logcumsumexp(input, dim, *, out=None):
+    """``log(cumsum(exp(x)))`` along ``dim``, computed without overflow."""
+    _not_implemented_for_integers(input, "logcumsumexp_out_cpu")
+    x, scalar = _as_1d(input)
+    out_t = apply(S.LOGCUMSUMEXP, x, dim=wrap_dim(dim, input._data.ndim, "logcumsumexp"))
+    return out_t.reshape(()) if scalar else out_t
+
+
+_METHODS = {name: globals()[name] for name in __all__ if name not in ("searchsorted", "bucketize")}
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _fn)

@@ -1,0 +1,443 @@
+"""``nn.Module``: the base class of every layer and model.
+
+Attribute assignment registers ``Parameter``s, buffers and submodules; the module tree then drives parameter
+iteration, ``state_dict``, device/dtype moves, train/eval mode, hooks and the nested ``repr``.
+
+>>> import jitorch
+>>> from jitorch import nn
+>>> class Scale(nn.Module):
+...     def __init__(self):
+...         super().__init__()
+...         self.weight = nn.Parameter(jitorch.ones(2))
+...     def forward(self, x):
+...         return x * self.weight
+>>> net = nn.Sequential(Scale(), Scale())
+>>> [name for name, _ in net.named_parameters()]
+['0.weight', '1.weight']
+>>> net(jitorch.tensor([1.0, 2.0]))
+tensor([1., 2.], grad_fn=<MulBackward0>)
+"""
+from __future__ import annotations
+
+import inspect
+from collections import OrderedDict
+
+from ..._tensor import Tensor
+from ..parameter import Buffer, Parameter
+from . import _call, _hooks, _state, _tree
+from ._hooks import (register_module_buffer_registration_hook, register_module_forward_hook,  # noqa: F401
+                     register_module_forward_pre_hook, register_module_full_backward_hook,
+                     register_module_full_backward_pre_hook, register_module_module_registration_hook,
+                     register_module_parameter_registration_hook)
+from ._state import _IncompatibleKeys  # noqa: F401
+
+__all__ = ["Module", "register_module_forward_pre_hook", "register_module_forward_hook",
+           "register_module_full_backward_pre_hook", "register_module_full_backward_hook",
+           "register_module_buffer_registration_hook", "register_module_module_registration_hook",
+           "register_module_parameter_registration_hook"]
+
+
+def _addindent(s_, num_spaces):
+    lines = s_.split("\n")
+    if len(lines) == 1:
+        return s_
+    first = lines.pop(0)
+    rest = [(num_spaces * " ") + line if line.strip() else "" for line in lines]
+    return first + "\n" + "\n".join(rest)
+
+
+def _typename(obj):
+    if isinstance(obj, Tensor):
+        return obj.type()
+    module = type(obj).__module__
+    return type(obj).__qualname__ if module in ("builtins", None) else f"{module}.{type(obj).__qualname__}"
+
+
+def _forward_unimplemented(self, *input):
+    raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
+
+
+def _remove_from(name, *dicts_or_sets):
+    for d in dicts_or_sets:
+        if name in d:
+            if isinstance(d, dict):
+                del d[name]
+            else:
+                d.discard(name)
+
+
+class Module:
+    """Base class for all neural network modules; subclass it and define ``forward``.
+
+    Assigning a ``Parameter``, a ``Buffer`` or a ``Module`` as an attribute registers it; ``module(x)`` runs the
+    forward pre-hooks, ``forward`` and the forward hooks.
+    """
+
+    dump_patches = False
+    _version = 1
+    training: bool
+    call_super_init = False
+    forward = _forward_unimplemented
+
+    def __init__(self, *args, **kwargs):
+        if not self.call_super_init and kwargs:
+            raise TypeError(f"{type(self).__name__}.__init__() got an unexpected keyword argument "
+                            f"'{next(iter(kwargs))}'")
+        if not self.call_super_init and args:
+            raise TypeError(f"{type(self).__name__}.__init__() takes 1 positional argument but {len(args) + 1} were "
+                            "given")
+        # object.__setattr__ skips Module.__setattr__'s registration logic for the bookkeeping fields.
+        setattr_ = super().__setattr__
+        setattr_("training", True)
+        setattr_("_parameters", {})
+        setattr_("_buffers", {})
+        setattr_("_non_persistent_buffers_set", set())
+        setattr_("_backward_pre_hooks", OrderedDict())
+        setattr_("_backward_hooks", OrderedDict())
+        setattr_("_is_full_backward_hook", None)
+        setattr_("_forward_hooks", OrderedDict())
+        setattr_("_forward_hooks_with_kwargs", OrderedDict())
+        setattr_("_forward_hooks_always_called", OrderedDict())
+        setattr_("_forward_pre_hooks", OrderedDict())
+        setattr_("_forward_pre_hooks_with_kwargs", OrderedDict())
+        setattr_("_state_dict_hooks", OrderedDict())
+        setattr_("_state_dict_pre_hooks", OrderedDict())
+        setattr_("_load_state_dict_pre_hooks", OrderedDict())
+        setattr_("_load_state_dict_post_hooks", OrderedDict())
+        setattr_("_modules", {})
+        if self.call_super_init:
+            super().__init__(*args, **kwargs)
+
+    # -- registration ---------------------------------------------------------------------------------------------
+    def _check_name(self, kind, name, registry):
+        if f"_{registry}" not in self.__dict__:
+            raise AttributeError(f"cannot assign {kind} before Module.__init__() call")
+        if not isinstance(name, str):
+            raise TypeError(f"{kind} name should be a string. Got {_typename(name)}")
+        if "." in name:
+            raise KeyError(f"{kind} name can't contain \".\"" + (f", got: {name}" if kind == "module" else ""))
+        if name == "":
+            raise KeyError(f"{kind} name can't be empty string \"\"")
+        if hasattr(self, name) and name not in self.__dict__[f"_{registry}"]:
+            raise KeyError(f"attribute '{name}' already exists")
+
+    def register_buffer(self, name, tensor, persistent=True):
+        """Add a buffer (state that is not a parameter, e.g. running statistics); ``persistent`` buffers are saved."""
+        self._check_name("buffer", name, "buffers")
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"cannot assign '{_typename(tensor)}' object to buffer '{name}' (torch Tensor or None "
+                            "required)")
+        for hook in _hooks._global_buffer_registration_hooks.values():
+            out = hook(self, name, tensor)
+            tensor = tensor if out is None else out
+        self._buffers[name] = tensor
+        if persistent:
+            self._non_persistent_buffers_set.discard(name)
+        else:
+            self._non_persistent_buffers_set.add(name)
+
+    def register_parameter(self, name, param):
+        """Add a parameter (a ``Parameter``, or None to reserve the name) reachable as ``self.<name>``."""
+        self._check_name("parameter", name, "parameters")
+        if param is None:
+            self._parameters[name] = None
+            return
+        if not isinstance(param, Parameter):
+            raise TypeError(f"cannot assign '{_typename(param)}' object to parameter '{name}' (torch.nn.Parameter or "
+                            "None required)")
+        if param.grad_fn is not None:
+            raise ValueError(f"Cannot assign non-leaf Tensor to parameter '{name}'. Model parameters must be created "
+                             f"explicitly. To express '{name}' as a function of another Tensor, compute the value in "
+                             "the forward() method.")
+        for hook in _hooks._global_parameter_registration_hooks.values():
+            out = hook(self, name, param)
+            param = param if out is None else out
+        self._parameters[name] = param
+
+    def add_module(self, name, module):
+        """Add a child module reachable as ``self.<name>`` (None reserves the name)."""
+        if not isinstance(module, Module) and module is not None:
+            raise TypeError(f"{_typename(module)} is not a Module subclass")
+        self._check_name("module", name, "modules")
+        for hook in _hooks._global_module_registration_hooks.values():
+            out = hook(self, name, module)
+            module = module if out is None else out
+        self._modules[name] = module
+
+    def register_module(self, name, module):
+        """Alias of ``add_module``."""
+        self.add_module(name, module)
+
+    def get_submodule(self, target):
+        """The submodule at dotted path ``target`` (``""`` is ``self``); AttributeError names the missing part."""
+        if target == "":
+            return self
+        mod = self
+        for item in target.split("."):
+            if not hasattr(mod, item):
+                raise AttributeError(mod._get_name() + " has no attribute `" + item + "`")
+            mod = getattr(mod, item)
+            if not isinstance(mod, Module):
+                raise AttributeError("`" + item + "` is not an nn.Module")
+        return mod
+
+    def set_submodule(self, target, module, strict=False):
+        """Replace (or, unless ``strict``, add) the submodule at dotted path ``target``."""
+        if target == "":
+            raise ValueError("Cannot set the submodule without a target name!")
+        if not isinstance(module, Module):
+            raise ValueError(f"`module` is not an nn.Module, found {type(module)}")
+        parent_path, _, name = target.rpartition(".")
+        parent = self.get_submodule(parent_path)
+        if strict and not hasattr(parent, name):
+            raise AttributeError(parent._get_name() + " has no attribute `" + name + "`")
+        if hasattr(parent, name) and not isinstance(getattr(parent, name), Module):
+            raise AttributeError("`" + name + "` is not an nn.Module")
+        setattr(parent, name, module)
+
+    def get_parameter(self, target):
+        """The ``Parameter`` at dotted path ``target`` (``"layer.weight"``)."""
+        module_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(module_path)
+        if not hasattr(mod, name):
+            raise AttributeError(mod._get_name() + " has no attribute `" + name + "`")
+        param = getattr(mod, name)
+        if not isinstance(param, Parameter):
+            raise AttributeError("`" + name + "` is not an nn.Parameter")
+        return param
+
+    def get_buffer(self, target):
+        """The buffer at dotted path ``target``."""
+        module_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(module_path)
+        if not hasattr(mod, name):
+            raise AttributeError(mod._get_name() + " has no attribute `" + name + "`")
+        if name not in mod._buffers:
+            raise AttributeError("`" + name + "` is not a buffer")
+        return getattr(mod, name)
+
+    def get_extra_state(self):
+        """Override (with ``set_extra_state``) to save non-tensor state in ``state_dict``."""
+        raise RuntimeError("Reached a code path in Module.get_extra_state() that should never be called.")
+
+    def set_extra_state(self, state):
+        """Override (with ``get_extra_state``) to restore non-tensor state from ``load_state_dict``."""
+        raise RuntimeError("Reached a code path in Module.set_extra_state() that should never be called.")
+
+    # -- attribute protocol ---------------------------------------------------------------------------------------
+    def __getattr__(self, name):
+        d = self.__dict__
+        for registry in ("_parameters", "_buffers", "_modules"):
+            members = d.get(registry)
+            if members is not None and name in members:
+                return members[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __setattr__(self, name, value):
+        d = self.__dict__
+        params = d.get("_parameters")
+        if isinstance(value, Parameter):
+            if params is None:
+                raise AttributeError("cannot assign parameters before Module.__init__() call")
+            _remove_from(name, d, self._buffers, self._modules, self._non_persistent_buffers_set)
+            self.register_parameter(name, value)
+        elif params is not None and name in params:
+            if value is not None:
+                raise TypeError(f"cannot assign '{_typename(value)}' as parameter '{name}' (torch.nn.Parameter or "
+                                "None expected)")
+            self.register_parameter(name, value)
+        elif isinstance(value, Module):
+            modules = d.get("_modules")
+            if modules is None:
+                raise AttributeError("cannot assign module before Module.__init__() call")
+            _remove_from(name, d, self._parameters, self._buffers, self._non_persistent_buffers_set)
+            for hook in _hooks._global_module_registration_hooks.values():
+                out = hook(self, name, value)
+                value = value if out is None else out
+            modules[name] = value
+        elif d.get("_modules") is not None and name in d["_modules"]:
+            if value is not None:
+                raise TypeError(f"cannot assign '{_typename(value)}' as child module '{name}' (torch.nn.Module or None "
+                                "expected)")
+            for hook in _hooks._global_module_registration_hooks.values():
+                out = hook(self, name, value)
+                value = value if out is None else out
+            d["_modules"][name] = value
+        elif isinstance(value, Buffer) or (d.get("_buffers") is not None and name in d["_buffers"]):
+            self._set_buffer_attr(name, value)
+        else:
+            super().__setattr__(name, value)
+
+    def _set_buffer_attr(self, name, value):
+        if value is not None and not isinstance(value, Tensor):
+            raise TypeError(f"cannot assign '{_typename(value)}' as buffer '{name}' (torch.nn.Buffer, torch.Tensor or "
+                            "None expected)")
+        if "_buffers" not in self.__dict__:
+            raise AttributeError("cannot assign buffer before Module.__init__() call")
+        persistent = value.persistent if isinstance(value, Buffer) else name not in self._non_persistent_buffers_set
+        register = self.register_buffer
+        if getattr(register, "__func__", None) is Module.register_buffer or \
+                "persistent" in inspect.signature(register).parameters:
+            register(name, value, persistent)
+        elif not persistent:
+            raise RuntimeError("Registering a non-persistent buffer on a Module subclass that implements "
+                               "register_buffer() without the persistent argument is not allowed.")
+        else:
+            register(name, value)
+
+    def __delattr__(self, name):
+        if name in self._parameters:
+            del self._parameters[name]
+        elif name in self._buffers:
+            del self._buffers[name]
+            self._non_persistent_buffers_set.discard(name)
+        elif name in self._modules:
+            del self._modules[name]
+        else:
+            super().__delattr__(name)
+
+    def __dir__(self):
+        keys = (dir(self.__class__) + list(self.__dict__) + list(self._parameters) + list(self._modules)
+                + list(self._buffers))
+        return sorted(k for k in keys if not k[0].isdigit())
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_compiled_call_impl", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        # Modules pickled by older versions may lack the newer bookkeeping fields.
+        for name in ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks_with_kwargs",
+                     "_forward_hooks_always_called", "_state_dict_hooks", "_state_dict_pre_hooks",
+                     "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks", "_backward_pre_hooks"):
+            if name not in self.__dict__:
+                super().__setattr__(name, OrderedDict())
+        if "_non_persistent_buffers_set" not in self.__dict__:
+            super().__setattr__("_non_persistent_buffers_set", set())
+        if "_is_full_backward_hook" not in self.__dict__:
+            super().__setattr__("_is_full_backward_hook", None)
+
+    # -- iteration ------------------------------------------------------------------------------------------------
+    def _named_members(self, get_members_fn, prefix="", recurse=True, remove_duplicate=True):
+        memo = set()
+        modules = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
+        for module_prefix, module in modules:
+            for k, v in get_members_fn(module):
+                if v is None or v in memo:
+                    continue
+                if remove_duplicate:
+                    memo.add(v)
+                yield module_prefix + ("." if module_prefix else "") + k, v
+
+    def parameters(self, recurse=True):
+        """Iterator over the parameters (each shared parameter once), in registration order."""
+        for _, param in self.named_parameters(recurse=recurse):
+            yield param
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        """Iterator over ``(dotted name, parameter)``; a tied parameter appears under its first name only."""
+        yield from self._named_members(lambda m: m._parameters.items(), prefix=prefix, recurse=recurse,
+                                       remove_duplicate=remove_duplicate)
+
+    def buffers(self, recurse=True):
+        """Iterator over the buffers."""
+        for _, buf in self.named_buffers(recurse=recurse):
+            yield buf
+
+    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+        """Iterator over ``(dotted name, buffer)``."""
+        yield from self._named_members(lambda m: m._buffers.items(), prefix=prefix, recurse=recurse,
+                                       remove_duplicate=remove_duplicate)
+
+    def children(self):
+        """Iterator over the immediate child modules."""
+        for _, module in self.named_children():
+            yield module
+
+    def named_children(self):
+        """Iterator over ``(name, child module)``, each child once."""
+        memo = set()
+        for name, module in self._modules.items():
+            if module is not None and module not in memo:
+                memo.add(module)
+                yield name, module
+
+    def modules(self, remove_duplicate=True):
+        """Iterator over every module of the tree, ``self`` first (pre-order)."""
+        for _, module in self.named_modules(remove_duplicate=remove_duplicate):
+            yield module
+
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+        """Iterator over ``(dotted name, module)`` for the whole tree, ``("", self)`` first."""
+        if memo is None:
+            memo = set()
+        if self in memo:
+            return
+        if remove_duplicate:
+            memo.add(self)
+        yield prefix, self
+        for name, module in self._modules.items():
+            if module is not None:
+                yield from module.named_modules(memo, prefix + ("." if prefix else "") + name, remove_duplicate)
+
+    # -- repr -----------------------------------------------------------------------------------------------------
+    def _get_name(self):
+        return self.__class__.__name__
+
+    def extra_repr(self):
+        """Override to describe the module's configuration inside its ``repr`` (one or more lines)."""
+        return ""
+
+    def __repr__(self):
+        extra = self.extra_repr()
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = ["(" + key + "): " + _addindent(repr(module), 2) for key, module in self._modules.items()]
+        lines = extra_lines + child_lines
+        main = self._get_name() + "("
+        if lines:
+            if len(extra_lines) == 1 and not child_lines:
+                main += extra_lines[0]
+            else:
+                main += "\n  " + "\n  ".join(lines) + "\n"
+        return main + ")"
+
+    # -- tree-wide changes, calling, hooks and state dicts (in _tree.py, _call.py and _state.py) ----------------
+    train = _tree.train
+    eval = _tree.eval
+    requires_grad_ = _tree.requires_grad_
+    zero_grad = _tree.zero_grad
+    apply = _tree.apply
+    _apply = _tree._apply
+    to = _tree.to
+    cuda = _tree.cuda
+    cpu = _tree.cpu
+    type = _tree.type_
+    float = _tree.float_
+    double = _tree.double
+    half = _tree.half
+    bfloat16 = _tree.bfloat16
+    to_empty = _tree.to_empty
+    share_memory = _tree.share_memory
+
+    _call_impl = _call._call_impl
+    __call__ = _call._call_impl
+    register_forward_pre_hook = _call.register_forward_pre_hook
+    register_forward_hook = _call.register_forward_hook
+    register_full_backward_pre_hook = _call.register_full_backward_pre_hook
+    register_full_backward_hook = _call.register_full_backward_hook
+    register_backward_hook = _call.register_backward_hook
+    _get_backward_hooks = _call._get_backward_hooks
+    _get_backward_pre_hooks = _call._get_backward_pre_hooks
+
+    _save_to_state_dict = _state._save_to_state_dict
+    state_dict = _state.state_dict
+    _register_state_dict_hook = _state._register_state_dict_hook
+    register_state_dict_post_hook = _state.register_state_dict_post_hook
+    register_state_dict_pre_hook = _state.register_state_dict_pre_hook
+    _register_load_state_dict_pre_hook = _state._register_load_state_dict_pre_hook
+    register_load_state_dict_pre_hook = _state.register_load_state_dict_pre_hook
+    register_load_state_dict_post_hook = _state.register_load_state_dict_post_hook
+    _load_from_state_dict = _state._load_from_state_dict
+    load_state_dict = _state.load_state_dict

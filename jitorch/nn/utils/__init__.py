@@ -1,0 +1,14 @@
+"""``jitorch.nn.utils``: gradient clipping and parameter/vector conversion (``torch.nn.utils``).
+
+>>> import jitorch
+>>> from jitorch import nn
+>>> p = nn.Parameter(jitorch.zeros(3)); p.grad = jitorch.tensor([-2.0, 0.5, 3.0])
+>>> nn.utils.clip_grad_value_([p], 1.0); p.grad
+tensor([-1.0000,  0.5000,  1.0000])
+"""
+from . import clip_grad, convert_parameters  # noqa: F401
+from .clip_grad import clip_grad_norm, clip_grad_norm_, clip_grad_value_, clip_grads_with_norm_, get_total_norm
+from .convert_parameters import parameters_to_vector, vector_to_parameters
+
+__all__ = ["clip_grad_norm", "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "get_total_norm",
+           "parameters_to_vector", "vector_to_parameters"]

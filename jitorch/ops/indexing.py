@@ -1,0 +1,244 @@
+"""Advanced-indexing primitives: read positions picked by index arrays, write or accumulate into them.
+
+A ``key`` describes the indexed dims of input 0, left to right: ``slice(None)`` keeps a dim, an int ``i`` stands for
+the i-th index input (an integer array indexing one dim, or a bool mask covering as many dims as it has). Trailing
+dims not named by the key are kept; ``negative=False`` rejects negative indices instead of wrapping them. NumPy's
+placement rule for the indexed dims (together in place when the index arrays are adjacent, else first) is PyTorch's
+rule once integers and slices were applied as views beforehand.
+
+>>> import jitorch
+>>> from jitorch._dispatch import apply
+>>> from jitorch.ops.indexing import INDEX, INDEX_PUT
+>>> x = jitorch.arange(6.0).reshape(2, 3)
+>>> apply(INDEX, x, jitorch.tensor([2, 2]), key=(slice(None), 0))
+tensor([[2., 2.],
+        [5., 5.]])
+>>> apply(INDEX_PUT, jitorch.zeros(3), jitorch.tensor(1.0), jitorch.tensor([1, 1]), key=(0,), accumulate=True)
+tensor([0., 2., 0.])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._shape import broadcast_shapes
+from ..runtime import scatter_add
+from .table import Opaque, defop
+
+__all__ = ["INDEX", "INDEX_PUT", "SCATTER_REDUCE", "IndexOutOfBounds", "check_bounds", "expand_key", "reduce_at"]
+
+
+class IndexOutOfBounds(IndexError):
+    """An index outside ``[-size, size)``; carries the value and size so callers can word PyTorch's message."""
+
+    def __init__(self, value, dim, size):
+        super().__init__(f"index {value} is out of bounds for dimension {dim} with size {size}")
+        self.value, self.dim, self.size = value, dim, size
+
+
+def check_bounds(arr, size, dim, negative=True):
+    """Raise ``IndexOutOfBounds`` when an entry of the integer array ``arr`` is outside ``[-size, size)`` (or
+    ``[0, size)`` when ``negative`` is False: gather, scatter and index_select/add/copy do not wrap)."""
+    low = -size if negative else 0
+    if arr.size and (int(arr.min()) < low or int(arr.max()) >= size):
+        bad = arr[(arr < low) | (arr >= size)].reshape(-1)[0]
+        raise IndexOutOfBounds(int(bad), dim, size)
+
+
+def expand_key(xp, key, indices, shape, negative=True):
+    """The array-module key for ``key``: masks become their ``nonzero()`` arrays, integer arrays are bounds-checked.
+
+    As in PyTorch, index arrays must broadcast together, bounds are checked only when the result has elements, and a
+    bounds error names the ordinal of the index array among the index arrays.
+    """
+    out, checks, dim = [], [], 0
+    for entry in key:
+        if type(entry) is slice:
+            out.append(entry)
+            dim += 1
+            continue
+        arr = indices[entry]
+        if arr.dtype == np.bool_:
+            out.extend(xp.nonzero(arr))
+            dim += arr.ndim
+            continue
+        checks.append((arr, shape[dim], len(out) - sum(type(k) is slice for k in out)))
+        out.append(arr)
+        dim += 1
+    shapes = [k.shape for k in out if type(k) is not slice]
+    try:
+        picked = broadcast_shapes(*shapes)
+    except RuntimeError:
+        raise IndexError("shape mismatch: indexing tensors could not be broadcast together with shapes "
+                         + ", ".join(str(list(s)) for s in shapes)) from None
+    kept = [n for k, n in zip(out, shape) if type(k) is slice] + list(shape[len(out):])
+    if all(picked) and all(kept):
+        for arr, size, ordinal in checks:
+            check_bounds(arr, size, ordinal, negative)
+        return tuple(out)
+    # An empty result reads nothing, so PyTorch accepts any index values; the array module would still check them.
+    return tuple(k if type(k) is slice or not k.size else xp.zeros(k.shape, dtype=k.dtype) for k in out)
+
+
+def _saved_indices(ctx, start):
+    """The saved index inputs from position ``start`` on.
+
+    Only the index inputs are read back: checking the version of input 0 too (as ``ctx.inputs`` does) would make
+    ``y = x[i]; x[j] = 0; y.backward()`` fail, which PyTorch allows since it saves only the indices.
+    """
+    saved = getattr(ctx, "_saved_in", None)
+    if saved is None:
+        return tuple(ctx.inputs[start:])
+    from ..autograd.graph import _version_error
+
+    for a, version in zip(saved[start:], ctx._saved_in_versions[start:]):
+        if version is not None and a._version != version:
+            raise _version_error(a, version, ctx.name())
+    return tuple(saved[start:])
+
+
+# -- gathering: out = a[key] -------------------------------------------------------------------------------------------
+def _index_kernel(xp, a, *indices, key, negative=True):
+    return a[expand_key(xp, key, indices, a.shape, negative)]
+
+
+def _index_backward(ctx, g):
+    from .._dispatch import apply
+
+    indices = _saved_indices(ctx, 1)
+    shape = ctx.in_meta[0][0]
+    # Accumulating put: an element picked several times receives the sum of its gradients.
+    grad = apply(INDEX_PUT, g.new_zeros(shape), g, *indices, key=ctx.attrs["key"], accumulate=True)
+    return (grad,) + (None,) * len(indices)
+
+
+INDEX = defop("index", _index_kernel, _index_backward, Opaque("gather by index arrays"), saves="inputs", meta=True)
+
+
+# -- writing: out = a.copy(); out[key] = values (or += with accumulate) ------------------------------------------------
+def _index_put_kernel(xp, a, values, *indices, key, accumulate, negative=True):
+    out = a.copy()
+    k = expand_key(xp, key, indices, a.shape, negative)
+    if accumulate:
+        scatter_add(xp, out, k, values)
+    else:
+        out[k] = values
+    return out
+
+
+def _index_put_backward(ctx, g):
+    from .._dispatch import apply
+
+    indices = _saved_indices(ctx, 2)
+    key, accumulate = ctx.attrs["key"], ctx.attrs["accumulate"]
+    g_self = g_values = None
+    if ctx.needs_grad(0):
+        # Overwritten positions no longer depend on the old values.
+        g_self = g if accumulate else apply(INDEX_PUT, g, 0, *indices, key=key, accumulate=False)
+    if ctx.needs_grad(1):
+        g_values = apply(INDEX, g, *indices, key=key)  # the engine sums it to the (broadcast) values' shape
+    return (g_self, g_values) + (None,) * len(indices)
+
+
+INDEX_PUT = defop("index_put", _index_put_kernel, _index_put_backward, Opaque("scatter into indexed positions"),
+                  saves="inputs", meta=True)
+
+
+# -- reducing scatters with no gradient-friendly composite: prod, amax, amin -------------------------------------------
+_UFUNCS = {"prod": "multiply", "amax": "maximum", "amin": "minimum"}
+
+
+def _identity(reduce, dtype):
+    if reduce == "prod":
+        return 1
+    if dtype.kind == "b":
+        return reduce == "amin"
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return info.min if reduce == "amax" else info.max
+    return -np.inf if reduce == "amax" else np.inf
+
+
+def reduce_at(xp, reduce, out, key, values):
+    """``out[key] = reduce(out[key], values)`` with repeated positions combined (``ufunc.at``); ``key`` holds one
+    integer array per dim of ``out``.
+
+    Array modules without ``ufunc.at`` get rounds of duplicate-free writes: the r-th occurrence of each position in
+    round r, so every round is a plain fancy-index update.
+    """
+    ufunc = getattr(xp, _UFUNCS[reduce])
+    if xp is np:
+        ufunc.at(out, key, values)
+        return
+    key = xp.broadcast_arrays(*key)
+    lin = xp.ravel_multi_index(tuple(k % n for k, n in zip(key, out.shape)), out.shape).reshape(-1)
+    vals = xp.broadcast_to(xp.asarray(values, dtype=out.dtype), key[0].shape).reshape(-1)
+    order = xp.argsort(lin, kind="stable")
+    sorted_lin = lin[order]
+    starts = xp.concatenate([xp.ones(min(1, lin.size), dtype=bool), sorted_lin[1:] != sorted_lin[:-1]])
+    segment = xp.cumsum(starts) - 1
+    rank = xp.arange(lin.size) - xp.nonzero(starts)[0][segment]
+    flat = out.reshape(-1)
+    for r in range(int(rank.max()) + 1 if lin.size else 0):
+        pick = order[rank == r]
+        flat[lin[pick]] = ufunc(flat[lin[pick]], vals[pick])
+
+
+def _dim_key(xp, index, dim):
+    """Index arrays that make ``a[key]`` read ``a`` at ``index`` along ``dim`` and at the element's own position
+    along the other dims (the gather/scatter addressing)."""
+    nd = index.ndim
+    key = []
+    for d in range(nd):
+        if d == dim:
+            key.append(index)
+        else:
+            shape = [1] * nd
+            shape[d] = index.shape[d]
+            key.append(xp.arange(index.shape[d]).reshape(shape))
+    return tuple(key)
+
+
+def _scatter_reduce_kernel(xp, a, index, src, dim, reduce, include_self):
+    out = a.copy()
+    check_bounds(index, a.shape[dim], dim, negative=False)
+    key = _dim_key(xp, index, dim)
+    if not include_self:
+        out[key] = _identity(reduce, a.dtype)
+    reduce_at(xp, reduce, out, key, src)
+    return out
+
+
+def _scatter_reduce_backward(ctx, g):
+    from .. import _creation
+    from .._pointwise import where
+
+    self, index, src = ctx.inputs
+    result = ctx.out
+    dim, reduce, include_self = ctx.attrs["dim"], ctx.attrs["reduce"], ctx.attrs["include_self"]
+    if reduce == "prod":
+        # Products of the others, computed without dividing by zero (PyTorch's formula).
+        masked_self = self.masked_fill(self == 0, 1)
+        grad_self = g * masked_self.scatter_reduce(dim, index, src, "prod", include_self=include_self) / masked_self
+        src_zero = src == 0
+        zeros_in_slot = _creation.zeros_like(self).scatter_add(dim, index, src_zero.to(self.dtype)).gather(dim, index)
+        single_zero = src_zero & (zeros_in_slot == 1)
+        masked_src_result = self.scatter_reduce(dim, index, src.masked_fill(single_zero, 1), "prod",
+                                                include_self=include_self)
+        grad_src = where(single_zero, (g * masked_src_result).gather(dim, index),
+                         (g * result).gather(dim, index) / src.masked_fill(src_zero, 1))
+    else:
+        # Ties share the gradient evenly, as in PyTorch.
+        value = result.gather(dim, index)
+        self_is_result = self == result
+        src_is_result = src == value
+        count = self_is_result.to(self.dtype).scatter_add(dim, index, src_is_result.to(self.dtype))
+        share = g / count
+        grad_self = self_is_result * share
+        grad_src = src_is_result * share.gather(dim, index)
+    if not include_self:
+        grad_self = grad_self.scatter(dim, index, 0)
+    return (grad_self if ctx.needs_grad(0) else None), None, (grad_src if ctx.needs_grad(2) else None)
+
+
+SCATTER_REDUCE = defop("scatter_reduce", _scatter_reduce_kernel, _scatter_reduce_backward,
+                       Opaque("reducing scatter"), saves="both", grad_name="ScatterReduceBackward0")

@@ -1,0 +1,271 @@
+"""Sorting-family primitives: index producers (no gradient) and the gather/scatter pair that carries gradients.
+
+Every value-selecting op (sort, topk, kthvalue, median, mode, cummax, ...) is a composite: a row computes the
+indices, ``take_along`` gathers the values, and the gradient flows back through ``put_along_add`` (a scatter-add,
+since cummax/cummin repeat indices). The two rows are each other's backward, so double backward works.
+
+>>> import jitorch
+>>> x = jitorch.tensor([3.0, 1.0, 2.0], requires_grad=True)
+>>> values, indices = x.sort()
+>>> values.backward(jitorch.tensor([10.0, 20.0, 30.0]))
+>>> x.grad
+tensor([30., 10., 20.])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..runtime import scatter_add
+from .table import NOT_DIFFERENTIABLE, Opaque, defop
+
+_HALF = {"float16", "bfloat16"}
+
+
+# -- helpers shared by the kernels ---------------------------------------------------------------------------------
+def _open_grid(xp, index, dim):
+    """Index tuple that addresses ``out[..., index, ...]`` along ``dim`` with every other dim ranging fully."""
+    grid = []
+    for d, n in enumerate(index.shape):
+        if d == dim:
+            grid.append(index)
+        else:
+            shape = [1] * index.ndim
+            shape[d] = n
+            grid.append(xp.arange(n).reshape(shape))
+    return tuple(grid)
+
+
+def stable_argsort(xp, a, axis, descending=False):
+    """Stable argsort along ``axis``; NaN sorts as the largest value (last ascending, first descending)."""
+    def ascending(x):
+        return xp.argsort(x, axis=axis, kind="stable") if xp is np else xp.argsort(x, axis=axis)  # CuPy is stable
+
+    if not descending:
+        return ascending(a)
+    # Sorting the reversed array and reversing back keeps equal elements in their original order.
+    n = a.shape[axis]
+    return (n - 1) - xp.flip(ascending(xp.flip(a, axis)), axis)
+
+
+def _isnan(xp, a):
+    return xp.isnan(a) if a.dtype.kind in "fc" or a.dtype.name == "bfloat16" else xp.zeros(a.shape, dtype=bool)
+
+
+def scan(xp, ufunc_name, a, axis):
+    """Inclusive scan of a commutative, associative binary ufunc along ``axis``.
+
+    NumPy has ``ufunc.accumulate``; elsewhere a Hillis-Steele scan (log2(n) vectorized steps) keeps it on the device.
+    """
+    fn = getattr(xp, ufunc_name)
+    if xp is np:
+        return fn.accumulate(a, axis=axis)
+    out = xp.moveaxis(a, axis, -1).copy()
+    shift, n = 1, out.shape[-1]
+    while shift < n:
+        step = out.copy()
+        step[..., shift:] = fn(out[..., shift:], out[..., :-shift])
+        out, shift = step, shift * 2
+    return xp.moveaxis(out, -1, axis)
+
+
+# -- the differentiable gather / scatter pair ---------------------------------------------------------------------
+def _take_kernel(xp, a, index, dim):
+    return xp.take_along_axis(a, index, axis=dim)
+
+
+def _take_backward(ctx, g):
+    from .._dispatch import apply
+
+    index = ctx.inputs[1]
+    shape = ctx.in_meta[0][0]
+    return apply(PUT_ALONG_ADD, g, index, dim=ctx.attrs["dim"], size=shape[ctx.attrs["dim"]]), None
+
+
+def _put_add_kernel(xp, src, index, dim, size):
+    shape = list(src.shape)
+    shape[dim] = size
+    out = xp.zeros(tuple(shape), dtype=src.dtype)
+    scatter_add(xp, out, _open_grid(xp, index, dim), src)
+    return out
+
+
+def _put_add_backward(ctx, g):
+    from .._dispatch import apply
+
+    index = ctx.inputs[1]
+    return apply(TAKE_ALONG, g, index, dim=ctx.attrs["dim"]), None
+
+
+TAKE_ALONG = defop("take_along", _take_kernel, _take_backward, Opaque("gather"), saves="inputs", meta=True,
+                   grad_name="GatherBackward0")
+PUT_ALONG_ADD = defop("put_along_add", _put_add_kernel, _put_add_backward, Opaque("scatter-add"), saves="inputs",
+                      grad_name="ScatterAddBackward0")
+
+
+# -- index producers (not differentiable: indices have no gradient) ------------------------------------------------
+def _argsort_kernel(xp, a, dim, descending):
+    return stable_argsort(xp, a, dim, descending)
+
+
+def _topk_kernel(xp, a, k, dim, largest):
+    order = stable_argsort(xp, a, dim, descending=largest)
+    return xp.take(order, xp.arange(k), axis=dim)
+
+
+def _kth_kernel(xp, a, k, dim):
+    order = stable_argsort(xp, a, dim)
+    return xp.take(order, xp.asarray([k - 1]), axis=dim)
+
+
+def _median_kernel(xp, a, dim, ignore_nan):
+    """Index of the lower median along ``dim`` (kept as a size-1 dim)."""
+    order = stable_argsort(xp, a, dim)
+    nan = _isnan(xp, a)
+    n = a.shape[dim]
+    if ignore_nan:
+        valid = n - nan.sum(axis=dim, keepdims=True)
+        # An all-NaN slice picks the middle of its NaNs, as PyTorch does.
+        k = xp.where(valid == 0, (n - 1) // 2, (valid - 1) // 2)
+        return xp.take_along_axis(order, k.astype(order.dtype), axis=dim)
+    picked = xp.take(order, xp.asarray([(n - 1) // 2]), axis=dim)
+    # A slice with a NaN has a NaN median; PyTorch points at the first NaN.
+    first_nan = xp.argmax(nan, axis=dim, keepdims=True)
+    return xp.where(nan.any(axis=dim, keepdims=True), first_nan, picked)
+
+
+def _mode_kernel(xp, a, dim):
+    """Index of the most frequent value along ``dim`` (the smallest such value; its last occurrence)."""
+    moved = xp.moveaxis(a, dim, -1)
+    lead, n = moved.shape[:-1], moved.shape[-1]
+    rows = moved.reshape(-1, n)
+    order = stable_argsort(xp, rows, 1)
+    ordered = xp.take_along_axis(rows, order, axis=1)
+    starts = xp.ones(ordered.shape, dtype=bool)
+    starts[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    flat_starts = xp.nonzero(starts.reshape(-1))[0]
+    run_lengths = xp.diff(xp.concatenate([flat_starts, xp.asarray([rows.size])]))
+    counts = xp.zeros(rows.shape, dtype=np.int64)
+    counts.reshape(-1)[flat_starts] = run_lengths
+    best_start = xp.argmax(counts, axis=1)  # first maximum: the smallest value among equally frequent ones
+    best_len = xp.take_along_axis(counts, best_start[:, None], axis=1)
+    # The sort is stable, so a run's last element is the value's last occurrence in the input.
+    idx = xp.take_along_axis(order, best_start[:, None] + best_len - 1, axis=1)
+    return xp.moveaxis(idx.reshape(lead + (1,)), -1, dim)
+
+
+def _cumextreme_kernel(xp, a, dim, largest):
+    """Index of the running max (min) along ``dim``; ties and NaNs move the index forward, as in PyTorch."""
+    values = scan(xp, "maximum" if largest else "minimum", a, dim)
+    nan = _isnan(xp, a)
+    positions = xp.arange(a.shape[dim]).reshape((-1,) + (1,) * (a.ndim - dim - 1))
+    # The index changes exactly where the element equals the running extreme (or is a NaN).
+    hits = xp.where((a == values) | nan, positions, 0)
+    return scan(xp, "maximum", hits, dim)
+
+
+ARGSORT = defop("argsort", _argsort_kernel, NOT_DIFFERENTIABLE, Opaque("sort"))
+TOPK_INDICES = defop("topk_indices", _topk_kernel, NOT_DIFFERENTIABLE, Opaque("sort"))
+KTHVALUE_INDICES = defop("kthvalue_indices", _kth_kernel, NOT_DIFFERENTIABLE, Opaque("sort"))
+MEDIAN_INDICES = defop("median_indices", _median_kernel, NOT_DIFFERENTIABLE, Opaque("sort"))
+MODE_INDICES = defop("mode_indices", _mode_kernel, NOT_DIFFERENTIABLE, Opaque("sort and run lengths"))
+CUMEXTREME_INDICES = defop("cumextreme_indices", _cumextreme_kernel, NOT_DIFFERENTIABLE, Opaque("scan"))
+
+
+# -- scans with a gradient ----------------------------------------------------------------------------------------
+def _logcumsumexp_kernel(xp, a, dim):
+    work = a.astype(np.float32) if a.dtype.name in _HALF else a
+    return scan(xp, "logaddexp", work, dim).astype(a.dtype, copy=False)
+
+
+def _logcumsumexp_backward(ctx, g):
+    # PyTorch's formula: split the gradient by sign so every term stays in log space (no overflow).
+    (x,) = ctx.inputs
+    out, dim = ctx.out, ctx.attrs["dim"]
+    from .. import _dtype
+
+    lowest = float(np.finfo(np.float32 if x.dtype in (_dtype.float16, _dtype.bfloat16) else x._data.dtype).min)
+    log_abs = g.abs().log()
+    pos = log_abs.where(g > 0, lowest)
+    neg = log_abs.where(g < 0, lowest)
+
+    def reverse_lcse(t):
+        return t.flip(dim).logcumsumexp(dim).flip(dim)
+
+    return (reverse_lcse(pos - out) + x).exp() - (reverse_lcse(neg - out) + x).exp()
+
+
+LOGCUMSUMEXP = defop("logcumsumexp", _logcumsumexp_kernel, _logcumsumexp_backward, Opaque("scan"),
+                     promotion="float", saves="both")
+
+
+# -- set and counting ops (no gradient) ---------------------------------------------------------------------------
+def _unique_kernel(xp, a, dim):
+    if dim is None:
+        flat = a.reshape(-1)
+        order = stable_argsort(xp, flat, 0)
+        ordered = flat[order]
+        starts = xp.ones(ordered.shape, dtype=bool)
+        starts[1:] = ordered[1:] != ordered[:-1]
+        run = xp.cumsum(starts) - 1
+        inverse = xp.empty(flat.shape, dtype=np.int64)
+        inverse[order] = run
+        first = xp.nonzero(starts)[0]
+        counts = xp.diff(xp.concatenate([first, xp.asarray([flat.size])]))
+        return ordered[first], inverse.reshape(a.shape), counts.astype(np.int64)
+    values, inverse, counts = xp.unique(a, return_inverse=True, return_counts=True, axis=dim)
+    return values, inverse.reshape(-1).astype(np.int64), counts.astype(np.int64)
+
+
+def _unique_consecutive_kernel(xp, a, dim):
+    moved = a.reshape(-1) if dim is None else xp.moveaxis(a, dim, 0)
+    n = moved.shape[0]
+    rows = moved.reshape(n, -1)
+    starts = xp.ones((n,), dtype=bool)
+    if n > 1:
+        starts[1:] = (rows[1:] != rows[:-1]).any(axis=1)
+    first = xp.nonzero(starts)[0]
+    inverse = (xp.cumsum(starts) - 1).astype(np.int64)
+    counts = xp.diff(xp.concatenate([first, xp.asarray([n])])).astype(np.int64)
+    values = moved[first] if dim is None else xp.moveaxis(moved[first], 0, dim)
+    return values, inverse.reshape(a.shape) if dim is None else inverse, counts
+
+
+UNIQUE = defop("unique", _unique_kernel, NOT_DIFFERENTIABLE, Opaque("data-dependent shape"), nout=3)
+UNIQUE_CONSECUTIVE = defop("unique_consecutive", _unique_consecutive_kernel, NOT_DIFFERENTIABLE,
+                           Opaque("data-dependent shape"), nout=3)
+
+
+def _searchsorted_kernel(xp, seq, values, side, out_dtype):
+    common = xp.result_type(seq.dtype, values.dtype)
+    seq, values = seq.astype(common, copy=False), values.astype(common, copy=False)
+    if seq.ndim == 1:
+        return xp.searchsorted(seq, values, side=side).astype(out_dtype)
+    out = xp.empty(values.shape, dtype=out_dtype)
+    for row in np.ndindex(*seq.shape[:-1]):  # NumPy and CuPy search one sorted row at a time
+        out[row] = xp.searchsorted(seq[row], values[row], side=side)
+    return out
+
+
+def _histc_kernel(xp, a, bins, lo, hi):
+    if lo == hi and a.size:
+        lo, hi = a.min().item(), a.max().item()
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    flat = a.reshape(-1)
+    inside = flat[(flat >= lo) & (flat <= hi)]
+    # Bin arithmetic in the input's dtype, like PyTorch, so values on bin edges land in the same bin.
+    pos = ((inside - a.dtype.type(lo)) * a.dtype.type(bins) / (a.dtype.type(hi) - a.dtype.type(lo))).astype(np.int64)
+    pos = xp.minimum(pos, bins - 1)
+    return xp.bincount(pos, minlength=bins).astype(a.dtype)
+
+
+def _bincount_kernel(xp, a, weights, minlength):
+    if weights is None:
+        return xp.bincount(a, minlength=minlength).astype(np.int64)
+    out_dtype = weights.dtype if weights.dtype.kind == "f" else np.dtype(np.float64)
+    return xp.bincount(a, weights=weights.astype(np.float64), minlength=minlength).astype(out_dtype)
+
+
+SEARCHSORTED = defop("searchsorted", _searchsorted_kernel, NOT_DIFFERENTIABLE, Opaque("binary search"))
+HISTC = defop("histc", _histc_kernel, NOT_DIFFERENTIABLE, Opaque("histogram"), promotion="keep")
+BINCOUNT = defop("bincount", _bincount_kernel, NOT_DIFFERENTIABLE, Opaque("histogram"))

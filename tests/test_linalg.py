@@ -1,0 +1,439 @@
+"""Matrix products, einsum, norms and ``jitorch.linalg`` decompositions against PyTorch.
+
+``run(fn, *inputs)`` calls ``fn(lib, *tensors)`` with ``lib`` = jitorch and torch on the same NumPy data and compares
+values, dtypes and (random-upstream) gradients through ``helpers.check_op``. Decompositions whose outputs are only
+defined up to signs (eigh, svd) are compared through sign-invariant functions of them.
+"""
+import math
+
+import numpy as np
+import pytest
+import torch
+from helpers import check_error, check_op, gradcheck_op, gradgradcheck_op
+
+import jitorch
+
+# torch's own deprecation notices for the legacy spellings (torch.qr, torch.cholesky, ...) under test.
+pytestmark = pytest.mark.filterwarnings("ignore:.*deprecated:UserWarning")
+
+
+def run(fn, *inputs, **kw):
+    kw.setdefault("atol", 1e-5)
+    kw.setdefault("rtol", 1e-4)
+    return check_op(lambda *a: fn(jitorch, *a), lambda *a: fn(torch, *a), inputs, **kw)
+
+
+def error(fn, *inputs, match=()):
+    return check_error(lambda *a: fn(jitorch, *a), lambda *a: fn(torch, *a), inputs, match=match)
+
+
+def arr(*shape, seed=0, dtype=np.float32):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def spd(n, batch=(), seed=0, dtype=np.float64):
+    """Symmetric positive-definite matrices with distinct eigenvalues."""
+    a = arr(*batch, n, n, seed=seed, dtype=dtype)
+    return a @ np.swapaxes(a, -1, -2) + n * np.eye(n, dtype=dtype)
+
+
+def lib_of(t):
+    return torch if isinstance(t, torch.Tensor) else jitorch
+
+
+# -- matmul and friends ------------------------------------------------------------------------------------------
+MATMUL_SHAPES = [
+    ((3,), (3,)), ((2, 3), (3,)), ((3,), (3, 4)), ((2, 3), (3, 4)), ((5, 2, 3), (3, 4)), ((3,), (5, 3, 4)),
+    ((5, 2, 3), (3,)), ((5, 1, 2, 3), (4, 3, 2)), ((2, 3), (6, 3, 4)), ((0, 3), (3, 4)), ((2, 0), (0, 3)),
+]
+
+
+@pytest.mark.parametrize("shapes", MATMUL_SHAPES, ids=str)
+def test_matmul_shapes_and_grads(shapes):
+    a, b = arr(*shapes[0]), arr(*shapes[1], seed=1)
+    run(lambda lib, x, y: lib.matmul(x, y), a, b)
+    run(lambda lib, x, y: x @ y, a, b, layout=("transposed", "sliced"))
+
+
+def test_matmul_expanded_and_integer():
+    run(lambda lib, x, y: x @ y, arr(4, 3), arr(3, 3, seed=2), layout=("expanded", "transposed"))
+    run(lambda lib, x, y: x @ y, np.arange(6).reshape(2, 3), np.arange(12).reshape(3, 4))
+    run(lambda lib, x, y: x.matmul(y), arr(2, 3, dtype=np.float64), arr(3, dtype=np.float64, seed=1))
+    x, y = jitorch.ones(2, 2, dtype=jitorch.float16), jitorch.ones(2, 2, dtype=jitorch.float16)
+    assert (x @ y).dtype is jitorch.float16 and (x @ y).sum().item() == 8.0
+
+
+def test_matmul_errors():
+    error(lambda lib, x, y: lib.matmul(x, y), arr(3, 4), arr(5, 2), match=["(3, 4)", "(5, 2)"])
+    error(lambda lib, x, y: lib.matmul(x, y), np.float32(1.0) * np.ones((), np.float32), arr(3))
+    error(lambda lib, x, y: lib.matmul(x, y), arr(3, 4), arr(4, dtype=np.float64))
+    error(lambda lib, x, y: lib.matmul(x, y), arr(2, 3, 4), arr(3, 4, 2))
+    error(lambda lib, x, y: lib.mm(x, y), arr(3, 4), arr(4))
+    error(lambda lib, x, y: lib.bmm(x, y), arr(2, 3, 4), arr(3, 4, 2))
+    error(lambda lib, x, y: lib.dot(x, y), arr(3), arr(4))
+    error(lambda lib, x, y: lib.mv(x, y), arr(3, 4), arr(3))
+
+
+def test_products():
+    run(lambda lib, x, y: lib.mm(x, y), arr(2, 3), arr(3, 4), layout="transposed")
+    run(lambda lib, x, y: lib.bmm(x, y), arr(2, 3, 4), arr(2, 4, 5))
+    run(lambda lib, x, y: x.mv(y), arr(2, 3), arr(3))
+    run(lambda lib, x, y: lib.dot(x, y), arr(4), arr(4, seed=3), layout="sliced")
+    run(lambda lib, x, y: lib.vdot(x, y), arr(4), arr(4, seed=3))
+    run(lambda lib, x, y: lib.inner(x, y), arr(2, 3), arr(4, 3))
+    run(lambda lib, x, y: lib.inner(x, y), arr(2, 3), np.array(2.0, np.float32))
+    run(lambda lib, x, y: lib.outer(x, y), arr(3), arr(4))
+    run(lambda lib, x, y: x.ger(y), arr(3), arr(2))
+
+
+@pytest.mark.parametrize("beta,alpha", [(1, 1), (0.5, 2.0), (0, 1)])
+def test_addmm_family(beta, alpha):
+    run(lambda lib, i, x, y: lib.addmm(i, x, y, beta=beta, alpha=alpha), arr(4), arr(2, 3), arr(3, 4))
+    run(lambda lib, i, x, y: i.addmv(x, y, beta=beta, alpha=alpha), arr(2), arr(2, 3), arr(3))
+    run(lambda lib, i, x, y: lib.addbmm(i, x, y, beta=beta, alpha=alpha), arr(2, 4), arr(3, 2, 5), arr(3, 5, 4))
+    run(lambda lib, i, x, y: lib.baddbmm(i, x, y, beta=beta, alpha=alpha), arr(3, 2, 4), arr(3, 2, 5), arr(3, 5, 4))
+    run(lambda lib, i, x, y: lib.addr(i, x, y, beta=beta, alpha=alpha), arr(2, 3), arr(2), arr(3))
+    run(lambda lib, i, x, y: (i * 1).addmm_(x, y, beta=beta, alpha=alpha), arr(2, 4), arr(2, 3), arr(3, 4))
+    run(lambda lib, i, x, y: (i * 1).baddbmm_(x, y, beta=beta, alpha=alpha), arr(3, 2, 4), arr(3, 2, 5),
+        arr(3, 5, 4))
+
+
+def test_matmul_gradcheck():
+    for sa, sb in MATMUL_SHAPES[:9]:
+        gradcheck_op(lambda x, y: x @ y, [arr(*sa, dtype=np.float64), arr(*sb, seed=1, dtype=np.float64)])
+    gradgradcheck_op(lambda x, y: x @ y, [arr(2, 3, dtype=np.float64), arr(3, dtype=np.float64)])
+
+
+# -- einsum ------------------------------------------------------------------------------------------------------
+EINSUM_CASES = [
+    ("ij,jk->ik", [(2, 3), (3, 4)]), ("ij,jk", [(2, 3), (3, 4)]), ("ii->i", [(3, 3)]), ("ii", [(3, 3)]),
+    ("i,i", [(4,), (4,)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)]),
+    ("i,j->ij", [(3,), (2,)]), ("ijk->", [(2, 3, 4)]), ("ij->ji", [(2, 3)]), ("iij->j", [(3, 3, 2)]),
+    ("a...,a->...", [(3, 2, 4), (3,)]), ("...ij", [(2, 3, 4)]), (" b i , b j -> b i j", [(2, 3), (2, 4)]),
+    ("ij,ij->ij", [(1, 3), (2, 3)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]), ("bA,ba->Aab", [(2, 3), (2, 4)]),
+    ("ijk,ik->j", [(2, 3, 4), (2, 4)]), ("i...->...", [(3,)]),
+]
+
+
+@pytest.mark.parametrize("equation,shapes", EINSUM_CASES, ids=[c[0] for c in EINSUM_CASES])
+def test_einsum(equation, shapes):
+    arrays = [arr(*s, seed=i) for i, s in enumerate(shapes)]
+    run(lambda lib, *ts: lib.einsum(equation, *ts), *arrays)
+    run(lambda lib, *ts: lib.einsum(equation, list(ts)), *arrays, layout="sliced")
+    gradcheck_op(lambda *ts: jitorch.einsum(equation, *ts), [a.astype(np.float64) for a in arrays])
+
+
+def test_einsum_sublist_and_double_backward():
+    a, b = arr(2, 3), arr(3, 4, seed=1)
+    run(lambda lib, x, y: lib.einsum(x, [0, 1], y, [1, 2], [0, 2]), a, b)
+    run(lambda lib, x, y: lib.einsum(x, [0, 1], y, [1, 2]), a, b)
+    run(lambda lib, x: lib.einsum(x, [Ellipsis, 0]), a)
+    gradgradcheck_op(lambda x, y: jitorch.einsum("ij,jk->ik", x, y), [a.astype(np.float64), b.astype(np.float64)])
+    gradgradcheck_op(lambda x: jitorch.einsum("ii->i", x), [arr(3, 3, dtype=np.float64)])
+
+
+def test_einsum_errors():
+    error(lambda lib, x: lib.einsum("ij->ji", x), arr(2, 3, 4), match="operand 0")
+    error(lambda lib, x, y: lib.einsum("ij,jk", x, y), arr(2, 3), arr(4, 2), match="subscript j")
+    error(lambda lib, x: lib.einsum("ij,jk", x), arr(2, 3))
+    error(lambda lib, x: lib.einsum("ij->k", x), arr(2, 3))
+    error(lambda lib, x: lib.einsum("ij->ii", x), arr(2, 3))
+    error(lambda lib, x: lib.einsum("ii->i", x), arr(2, 3))
+
+
+# -- tensordot, kron, cross, cdist ------------------------------------------------------------------------------
+@pytest.mark.parametrize("dims", [2, 1, 0, ([1, 0], [0, 1]), ([2], [0]), ([-1], [-2])], ids=str)
+def test_tensordot(dims):
+    a, b = arr(3, 4, 2), arr(4, 3, 2, seed=1)
+    if dims in (2, 1, 0):
+        b = arr(*(a.shape[3 - dims:] + (2,)), seed=1) if dims else arr(2, seed=1)
+    if dims == ([-1], [-2]):
+        b = arr(4, 2, 3, seed=1)
+    run(lambda lib, x, y: lib.tensordot(x, y, dims), a, b)
+
+
+def test_tensordot_errors():
+    error(lambda lib, x, y: lib.tensordot(x, y, ([0], [0])), arr(3, 4), arr(4, 3), match="contracted")
+
+
+def test_kron_and_cross():
+    run(lambda lib, x, y: lib.kron(x, y), arr(2, 3), arr(4, 2))
+    run(lambda lib, x, y: x.kron(y), arr(3), arr(2, 2))
+    run(lambda lib, x, y: lib.kron(x, y), np.arange(4).reshape(2, 2), np.arange(3))
+    run(lambda lib, x, y: lib.cross(x, y, dim=1), arr(4, 3), arr(4, 3, seed=1))
+    run(lambda lib, x, y: lib.linalg.cross(x, y), arr(2, 4, 3), arr(1, 4, 3, seed=1))
+    error(lambda lib, x, y: lib.linalg.cross(x, y), arr(2, 4, 3), arr(4, 3, seed=1))
+    run(lambda lib, x, y: x.cross(y, 0), arr(3, 2), arr(3, 2, seed=1), layout="transposed")
+    error(lambda lib, x, y: lib.linalg.cross(x, y), arr(4, 2), arr(4, 2))
+    gradcheck_op(lambda x, y: jitorch.linalg.cross(x, y), [arr(2, 3, dtype=np.float64), arr(1, 3, dtype=np.float64)])
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0, 0.0, 3.0, math.inf])
+def test_cdist(p):
+    run(lambda lib, x, y: lib.cdist(x, y, p=p), arr(5, 3), arr(4, 3, seed=1))
+    run(lambda lib, x, y: lib.cdist(x, y, p=p), arr(2, 5, 3), arr(4, 3, seed=1), layout=("contiguous", "transposed"))
+    if p != 0:
+        gradcheck_op(lambda x, y: jitorch.cdist(x, y, p),
+                     [arr(3, 2, dtype=np.float64), arr(2, 2, seed=1, dtype=np.float64)])
+
+
+def test_cdist_matrix_product_path_and_zero_distance():
+    x = arr(30, 4)
+    run(lambda lib, a, b: lib.cdist(a, b), x, arr(27, 4, seed=1), atol=1e-4)
+    run(lambda lib, a, b: lib.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist"), x[:3], x[:3].copy())
+    error(lambda lib, a, b: lib.cdist(a, b), arr(3, 4), arr(3, 5))
+
+
+# -- norms -------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("ord", [2, 1, 0, 3, 0.5, -1, math.inf, -math.inf])
+def test_vector_norm(ord):
+    x = arr(3, 4)
+    x[1, 2] = 0.0
+    run(lambda lib, t: lib.linalg.vector_norm(t, ord), x)
+    run(lambda lib, t: lib.linalg.vector_norm(t, ord, dim=1, keepdim=True), x, layout="transposed")
+    run(lambda lib, t: lib.linalg.vector_norm(t, ord, dim=(0,)), x)
+    run(lambda lib, t: lib.linalg.vector_norm(t, ord, dtype=lib.float64), x)
+    if ord not in (0, 0.5, -1, -math.inf):
+        gradcheck_op(lambda t: jitorch.linalg.vector_norm(t, ord, 1), [arr(2, 3, dtype=np.float64)])
+
+
+def test_norm_zero_vector_gradient_and_errors():
+    run(lambda lib, t: lib.linalg.vector_norm(t), np.zeros((3,), np.float32))
+    run(lambda lib, t: lib.linalg.vector_norm(t, 3), np.zeros((3,), np.float32))
+    run(lambda lib, t: lib.norm(t, dim=1), np.zeros((2, 3), np.float32))
+    run(lambda lib, t: lib.linalg.vector_norm(t), np.array(-2.0, np.float32))
+    run(lambda lib, t: lib.linalg.vector_norm(t), np.zeros((0,), np.float32))
+    error(lambda lib, t: lib.linalg.vector_norm(t), np.arange(3))
+    error(lambda lib, t: lib.linalg.vector_norm(t, math.inf), np.zeros((0,), np.float32))
+
+
+@pytest.mark.parametrize("ord", ["fro", "nuc", 1, -1, 2, -2, math.inf, -math.inf])
+def test_matrix_norm(ord):
+    run(lambda lib, t: lib.linalg.matrix_norm(t, ord), arr(3, 4))
+    run(lambda lib, t: lib.linalg.matrix_norm(t, ord, dim=(0, 2), keepdim=True), arr(3, 2, 4))
+    run(lambda lib, t: lib.linalg.norm(t, ord), arr(4, 3), layout="transposed")
+    gradcheck_op(lambda t: jitorch.linalg.matrix_norm(t, ord), [arr(2, 3, 4, dtype=np.float64)])
+
+
+def test_linalg_norm_dispatch():
+    x = arr(2, 3, 4)
+    run(lambda lib, t: lib.linalg.norm(t), x)
+    run(lambda lib, t: lib.linalg.norm(t, dim=1), x)
+    run(lambda lib, t: lib.linalg.norm(t, 3, dim=(1,), keepdim=True), x)
+    run(lambda lib, t: lib.linalg.norm(t, "fro", dim=(0, 2)), x)
+    run(lambda lib, t: lib.linalg.norm(t, 1), arr(4))
+    run(lambda lib, t: lib.norm(t, p=1, dim=0), x)
+    run(lambda lib, t: t.norm(), x)
+    run(lambda lib, t: lib.norm(t, "nuc"), arr(3, 3))
+    error(lambda lib, t: lib.linalg.norm(t, 2), x)
+    error(lambda lib, t: lib.linalg.matrix_norm(t), arr(3))
+
+
+# -- solvers, inverses, determinants -----------------------------------------------------------------------------
+def test_solve():
+    a, b = spd(3, (2,), dtype=np.float32), arr(2, 3, 4, seed=1)
+    run(lambda lib, x, y: lib.linalg.solve(x, y), a, b)
+    run(lambda lib, x, y: lib.linalg.solve(x, y), a, arr(3, seed=1))  # vector right-hand side
+    run(lambda lib, x, y: lib.linalg.solve(x, y), a, arr(2, 3, seed=1))  # batch of vectors
+    run(lambda lib, x, y: lib.linalg.solve(x, y), a[0], arr(5, 3, 2, seed=1), layout=("transposed", "contiguous"))
+    run(lambda lib, x, y: lib.linalg.solve(x, y, left=False), a, arr(2, 4, 3, seed=1))
+    gradcheck_op(lambda x, y: jitorch.linalg.solve(x, y), [spd(3, (2,)), arr(3, 2, seed=1, dtype=np.float64)])
+    gradgradcheck_op(lambda x, y: jitorch.linalg.solve(x, y), [spd(2), arr(2, seed=1, dtype=np.float64)])
+    error(lambda lib, x, y: lib.linalg.solve(x, y), a, arr(2, 4, 1))
+
+
+def test_solve_triangular():
+    a = spd(3, dtype=np.float32)
+    for upper in (False, True):
+        run(lambda lib, x, y: lib.linalg.solve_triangular(x, y, upper=upper), a, arr(3, 2, seed=1))
+        run(lambda lib, x, y: lib.linalg.solve_triangular(x, y, upper=upper, left=False, unitriangular=True), a,
+            arr(2, 3, seed=1))
+
+
+def test_inv_det_slogdet():
+    a = arr(2, 3, 3, seed=4)
+    run(lambda lib, x: lib.linalg.inv(x), a, atol=1e-4)
+    run(lambda lib, x: lib.inverse(x), a, layout="transposed", atol=1e-4)
+    run(lambda lib, x: lib.linalg.det(x), a)
+    run(lambda lib, x: x.det(), a, layout="sliced")
+    run(lambda lib, x: lib.linalg.slogdet(x), a)
+    run(lambda lib, x: lib.slogdet(x), a)
+    run(lambda lib, x: lib.logdet(x), np.stack([spd(3, dtype=np.float32), -spd(3, dtype=np.float32)]))
+    for fn in (jitorch.linalg.inv, jitorch.linalg.det, lambda x: jitorch.linalg.slogdet(x).logabsdet):
+        gradcheck_op(fn, [a.astype(np.float64)])
+    gradgradcheck_op(jitorch.linalg.det, [arr(3, 3, dtype=np.float64)])
+    gradgradcheck_op(jitorch.linalg.inv, [spd(2)])
+
+
+def test_det_of_singular_matrix_has_the_cofactor_gradient():
+    singular = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.5, 1.0, 2.0]], np.float64)
+    # PyTorch returns the cofactor matrix (through an SVD) only with create_graph=True: compare with that path.
+    t = torch.tensor(singular, requires_grad=True)
+    (expected,) = torch.autograd.grad(torch.linalg.det(t), t, create_graph=True)
+    j = jitorch.tensor(singular, requires_grad=True)
+    jitorch.linalg.det(j).backward()
+    np.testing.assert_allclose(j.grad.numpy(), expected.detach().numpy(), atol=1e-10)
+    gradcheck_op(jitorch.linalg.det, [singular])
+
+
+def test_linalg_errors():
+    for fn in (lambda lib: lib.linalg.inv(lib.zeros(2, 2)), lambda lib: lib.linalg.cholesky(-lib.eye(2))):
+        with pytest.raises(torch.linalg.LinAlgError):
+            fn(torch)
+        with pytest.raises(jitorch.linalg.LinAlgError, match="linalg"):
+            fn(jitorch)
+    error(lambda lib, x: lib.linalg.inv(x), arr(2, 3), match="square")
+    error(lambda lib, x: lib.linalg.inv(x), np.ones((2, 2), np.int64), match="Long")
+    error(lambda lib, x: lib.linalg.det(x), arr(3))
+    error(lambda lib, x: lib.linalg.qr(x, mode="full"), arr(3, 3))
+    assert issubclass(jitorch.linalg.LinAlgError, RuntimeError)
+    with pytest.raises(jitorch.linalg.LinAlgError):
+        jitorch.linalg.inv(jitorch.zeros(3, 3))
+
+
+# -- decompositions ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky(upper):
+    a = spd(3, (2,), dtype=np.float32)
+    run(lambda lib, x: lib.linalg.cholesky(x, upper=upper), a, atol=1e-4)
+    run(lambda lib, x: lib.cholesky(x, upper), a, atol=1e-4)
+    # Through a symmetric parametrization, as PyTorch's own gradcheck of cholesky does.
+    gradcheck_op(lambda x: jitorch.linalg.cholesky(x @ x.mT + 3 * jitorch.eye(3, dtype=x.dtype), upper=upper),
+                 [arr(2, 3, 3, dtype=np.float64)])
+    run(lambda lib, x, b: lib.cholesky_solve(b, lib.linalg.cholesky(x)), spd(3), arr(3, 2, dtype=np.float64))
+    run(lambda lib, x: lib.cholesky_inverse(lib.linalg.cholesky(x)), spd(3))
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (3, 3), (3, 5), (2, 4, 2)], ids=str)
+@pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
+def test_qr(shape, mode):
+    a = arr(*shape, seed=5, dtype=np.float64)
+    differentiable = mode == "reduced" or (mode == "complete" and shape[-2] <= shape[-1])
+    run(lambda lib, x: lib.linalg.qr(x, mode=mode), a, atol=1e-8, grad=differentiable)
+    if differentiable:
+        gradcheck_op(lambda x: jitorch.linalg.qr(x, mode=mode), [a])
+    run(lambda lib, x: lib.qr(x, some=mode == "reduced").R, a, atol=1e-8, grad=differentiable)
+
+
+def test_qr_backward_errors():
+    error(lambda lib, x: lib.linalg.qr(x.requires_grad_(), mode="r").R.sum().backward(), arr(3, 3))
+    error(lambda lib, x: lib.linalg.qr(x.requires_grad_(), mode="complete").Q.sum().backward(), arr(4, 2))
+
+
+def _eigh_invariants(lib, x):
+    values, vectors = lib.linalg.eigh(x)
+    return values, vectors * vectors  # squaring removes the sign freedom of each eigenvector
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_eigh(uplo):
+    a = spd(4, (2,), seed=6)
+    run(lambda lib, x: lib.linalg.eigh(x, UPLO=uplo)[0], a, atol=1e-8)
+    run(lambda lib, x: _eigh_invariants(lib, x), a, atol=1e-8)
+    run(lambda lib, x: lib.linalg.eigvalsh(x, uplo), a, atol=1e-8)
+    gradcheck_op(lambda x: _eigh_invariants(jitorch, x + x.mT), [a])
+    gradcheck_op(lambda x: jitorch.linalg.eigvalsh(x + x.mT), [a])
+    gradgradcheck_op(lambda x: jitorch.linalg.eigvalsh(x + x.mT), [spd(2)])
+    # Repeated eigenvalues: an eigenvalue-only loss keeps a finite gradient.
+    run(lambda lib, x: lib.linalg.eigh(x).eigenvalues, np.eye(3))
+
+
+def _svd_invariants(lib, x, full_matrices=False):
+    u, s, vh = lib.linalg.svd(x, full_matrices=full_matrices)
+    k = s.shape[-1]  # with full_matrices, vectors past k are arbitrary: keep the determined ones
+    u, vh = u.narrow(-1, 0, k), vh.narrow(-2, 0, k)
+    return u * u, s, vh * vh  # squaring removes the sign freedom of each singular pair
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (3, 3), (2, 5), (2, 3, 4)], ids=str)
+def test_svd(shape):
+    a = arr(*shape, seed=7, dtype=np.float64)
+    run(lambda lib, x: _svd_invariants(lib, x), a, atol=1e-8)
+    run(lambda lib, x: lib.linalg.svd(x).S, a, atol=1e-8)
+    run(lambda lib, x: lib.linalg.svdvals(x), a, atol=1e-8)
+    run(lambda lib, x: lib.svd(x).S, a, atol=1e-8)
+    run(lambda lib, x: [t * t for t in lib.svd(x, some=False)], a, atol=1e-8, grad=False)
+    gradcheck_op(lambda x: _svd_invariants(jitorch, x), [a])
+    gradcheck_op(jitorch.linalg.svdvals, [a])
+    u, s, v = jitorch.svd(jitorch.tensor(a), compute_uv=False)
+    assert not bool(u.any()) and not bool(v.any()) and u.shape[-1] == shape[-2]
+
+
+def test_svd_full_matrices_gradient_ignores_extra_vectors():
+    run(lambda lib, x: _svd_invariants(lib, x, True), arr(4, 2, dtype=np.float64), atol=1e-8)
+    run(lambda lib, x: _svd_invariants(lib, x, True), arr(2, 5, dtype=np.float64), atol=1e-8)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (3, 3), (2, 5), (2, 3, 4)], ids=str)
+def test_pinv(shape):
+    a = arr(*shape, seed=8, dtype=np.float64)
+    run(lambda lib, x: lib.linalg.pinv(x), a, atol=1e-8)
+    run(lambda lib, x: lib.pinverse(x), a, atol=1e-8)
+    gradcheck_op(jitorch.linalg.pinv, [a])
+
+
+def test_pinv_rank_deficient_and_tolerances():
+    low_rank = arr(4, 1, dtype=np.float64) @ arr(1, 3, seed=1, dtype=np.float64)
+    run(lambda lib, x: lib.linalg.pinv(x), low_rank, atol=1e-8)
+    run(lambda lib, x: lib.linalg.pinv(x, atol=0.5), arr(3, 3, dtype=np.float64), atol=1e-8)
+    run(lambda lib, x: lib.linalg.matrix_rank(x), np.stack([low_rank, arr(4, 3, dtype=np.float64)]))
+    run(lambda lib, x: lib.linalg.matrix_rank(x, rtol=0.5), arr(4, 3, dtype=np.float64))
+
+
+@pytest.mark.parametrize("driver", [None, "gelsd"])
+def test_lstsq(driver):
+    a, b = arr(5, 3, dtype=np.float64), arr(5, 2, seed=1, dtype=np.float64)
+    run(lambda lib, x, y: lib.linalg.lstsq(x, y, driver=driver), a, b, atol=1e-8, grad=driver is None)
+    run(lambda lib, x, y: lib.linalg.lstsq(x, y, driver=driver).residuals, a, b, atol=1e-8)
+    run(lambda lib, x, y: lib.linalg.lstsq(x, y, driver=driver).solution, arr(2, 5, 3, dtype=np.float64), b,
+        atol=1e-8)
+    run(lambda lib, x, y: lib.linalg.lstsq(x, y).solution, arr(2, 4, dtype=np.float64), arr(2, 3, dtype=np.float64),
+        atol=1e-8)
+
+
+# -- products of many matrices -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [0, 1, 2, 5, -1, -3])
+def test_matrix_power(n):
+    a = spd(3, (2,), dtype=np.float64) / 4
+    run(lambda lib, x: lib.linalg.matrix_power(x, n), a, atol=1e-8)
+    run(lambda lib, x: x.matrix_power(n), a[0], atol=1e-8)
+    if n:
+        gradcheck_op(lambda x: jitorch.linalg.matrix_power(x, n), [a])
+
+
+def test_multi_dot_and_chain_matmul():
+    mats = [arr(3), arr(3, 5, seed=1), arr(5, 2, seed=2), arr(2, seed=3)]
+    run(lambda lib, *ts: lib.linalg.multi_dot(ts), *mats)
+    run(lambda lib, *ts: lib.linalg.multi_dot(ts), arr(4, 3), *mats[1:3])
+    run(lambda lib, *ts: lib.chain_matmul(*ts), arr(4, 3), *mats[1:3])
+    error(lambda lib, x: lib.linalg.multi_dot([x]), arr(3, 3))
+    error(lambda lib, x, y: lib.linalg.multi_dot([x, y]), arr(3, 3), arr(4, 3))
+
+
+def test_small_helpers():
+    run(lambda lib, x: lib.linalg.diagonal(x, offset=1), arr(2, 3, 4))
+    run(lambda lib, x, y: lib.linalg.vecdot(x, y), arr(2, 3), arr(3, seed=1))
+    run(lambda lib, x, y: lib.linalg.matmul(x, y), arr(2, 3), arr(3, seed=1))
+    run(lambda lib, x: lib.linalg.inv_ex(x).inverse, spd(3), atol=1e-8)
+    run(lambda lib, x: lib.linalg.cholesky_ex(x).L, spd(3), atol=1e-8)
+    run(lambda lib, x: lib.linalg.det(x), np.zeros((0, 0), np.float32))
+    assert jitorch.linalg.solve_ex(jitorch.eye(2), jitorch.ones(2)).info.item() == 0
+
+
+SECOND_ORDER = {
+    "cholesky": (lambda x: jitorch.linalg.cholesky(x @ x.mT + 2 * jitorch.eye(2, dtype=x.dtype)), (2, 2)),
+    "qr_tall": (lambda x: jitorch.linalg.qr(x), (3, 2)),
+    "qr_wide": (lambda x: jitorch.linalg.qr(x), (2, 3)),
+    "eigh": (lambda x: tuple(t * t for t in jitorch.linalg.eigh(x + x.mT)), (3, 3)),
+    "svd": (lambda x: tuple(t * t for t in jitorch.linalg.svd(x, full_matrices=False)), (3, 2)),
+    "svdvals": (jitorch.linalg.svdvals, (2, 3)),
+    "pinv": (jitorch.linalg.pinv, (3, 2)),
+    "slogdet": (lambda x: jitorch.linalg.slogdet(x).logabsdet, (3, 3)),
+    "vector_norm": (lambda x: jitorch.linalg.vector_norm(x, 3, -1), (2, 3)),
+}
+
+
+@pytest.mark.parametrize("name", SECOND_ORDER)
+def test_second_derivatives(name):
+    fn, shape = SECOND_ORDER[name]
+    gradgradcheck_op(fn, [arr(*shape, seed=9, dtype=np.float64)])
