@@ -23,6 +23,9 @@ __all__ = ["apply", "apply_inplace", "push_mode", "pop_mode", "MODES"]
 
 # Active interpreters of ops (tracers, capture recorders); the innermost one sees each op first.
 MODES: list = []
+# The array module kernels receive for CPU arrays. Tests swap in a NumPy restricted to CuPy's names, so a kernel that
+# would break on the GPU fails on the CPU first.
+CPU_XP = np
 
 _FROM_NP = _dtype.FROM_NP
 _new = object.__new__
@@ -97,7 +100,7 @@ def _run_kernel(op, args, attrs):
             datas.append(a)
     if first is None:
         raise TypeError(f"{op.name}: expected at least one Tensor argument")
-    xp = np if type(first) is np.ndarray else _xp_of(first)
+    xp = CPU_XP if type(first) is np.ndarray else _xp_of(first)
     out_np = None
     if promotion != "keep":
         compute = _FROM_NP[first.dtype] if same and not has_scalar else _compute_dtype(op, args)
@@ -220,7 +223,7 @@ def eager(op, args, attrs):
         a = args[0]
         if a._base is not None and a._view_ver != a._ver_owner._ver:
             sync_view(a)
-        out = op.kernel(np, a._data, **attrs)
+        out = op.kernel(CPU_XP, a._data, **attrs)
         if type(out) is not np.ndarray:
             out = np.asarray(out)
         t = _new(Tensor)
@@ -386,7 +389,7 @@ def fast_binary(op, reflected=False):
                         sync_view(a)
                     if tb is Tensor and b._base is not None and b._view_ver != b._ver_owner._ver:
                         sync_view(b)
-                    out = kernel(np, x, y)
+                    out = kernel(CPU_XP, x, y)
                     if type(out) is not _ndarray:
                         out = np.asarray(out)
                     t = _new(Tensor)
@@ -414,7 +417,7 @@ def fast_unary(op):
             if type(x) is _ndarray and x.dtype.kind == "f":
                 if a._base is not None and a._view_ver != a._ver_owner._ver:
                     sync_view(a)
-                out = kernel(np, x)
+                out = kernel(CPU_XP, x)
                 if type(out) is not _ndarray:
                     out = np.asarray(out)
                 t = _new(Tensor)

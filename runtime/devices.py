@@ -24,6 +24,11 @@ def _load_cupy():
     return _cupy
 
 
+def is_cupy(xp) -> bool:
+    """Whether ``xp`` is CuPy (anything else handed to kernels is NumPy or a NumPy stand-in)."""
+    return getattr(xp, "__name__", "") == "cupy"
+
+
 def cuda_available() -> bool:
     return _load_cupy() is not None
 
@@ -61,7 +66,7 @@ def array_device(arr) -> tuple[str, int | None]:
 
 def special_module(xp):
     """``scipy.special`` for NumPy arrays, ``cupyx.scipy.special`` for CuPy arrays (erf, erfinv, gammaln...)."""
-    if xp is np:
+    if not is_cupy(xp):
         import scipy.special
 
         return scipy.special
@@ -72,7 +77,7 @@ def special_module(xp):
 
 def scatter_add(xp, out, index, values):
     """``out[index] += values`` with repeated indices accumulated (NumPy's ``add.at``; CuPy's ``scatter_add``)."""
-    if xp is np:
+    if not is_cupy(xp):
         np.add.at(out, index, values)
     else:
         import cupyx
@@ -96,7 +101,7 @@ def strided_view(xp, arr, shape, strides, offset=0):
     shape, byte_strides = tuple(int(s) for s in shape), tuple(int(s) * item for s in strides)
     if any(s < 0 for s in shape):
         raise RuntimeError(f"as_strided: negative size in {shape}")
-    if xp is np:
+    if not is_cupy(xp):
         owner = _owner(arr)
         start = arr.__array_interface__["data"][0] - owner.__array_interface__["data"][0] + offset * item
         if not owner.flags.c_contiguous:
