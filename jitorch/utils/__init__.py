@@ -1,1 +1,7 @@
-"""jitorch.utils (being built: see issue 3)."""
+"""``jitorch.utils``: ``jitorch.utils.data`` (datasets and the DataLoader); ``jitorch.utils.tensorboard`` on import.
+
+>>> import jitorch
+>>> jitorch.utils.data.TensorDataset(jitorch.zeros(3, 2))[0]
+(tensor([0., 0.]),)
+"""
+from . import data  # noqa: F401
