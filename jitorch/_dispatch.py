@@ -158,6 +158,11 @@ def sync_view(v):
         v.grad_fn, v._output_nr, v._requires_grad = regenerated.grad_fn, 0, regenerated._requires_grad
 
 
+def _only_saved(op, args, edges):
+    keep = op.save_if(tuple(e is not None for e in edges))
+    return tuple(a if k else None for a, k in zip(args, keep))
+
+
 def _mark_view(out, src, op, attrs):
     out._base = src._base if src._base is not None else src
     root = out._ver_owner = src._ver_owner if src._ver_owner is not None else src
@@ -178,7 +183,7 @@ def record(op, args, attrs, outs):
     node = op.node_cls(tuple(edges), attrs)
     saves = op.saves
     if saves == "inputs" or saves == "both":
-        node.save_inputs(args)
+        node.save_inputs(args if op.save_if is None else _only_saved(op, args, edges))
     if op.meta:
         # Input shapes and dtypes; pointwise rows skip them when no broadcast or promotion happened (the common case).
         metas = []
@@ -345,7 +350,7 @@ def _record_pointwise(op, args, t):
     saves = op.saves
     if saves is not None:
         if saves != "outputs":
-            node.save_inputs(args)
+            node.save_inputs(args if op.save_if is None else _only_saved(op, args, edges))
         if saves != "inputs":
             node.save_output((t,))
     t.grad_fn = node

@@ -51,6 +51,7 @@ class Tensor:
     _base = None  # the tensor this one is a view of (PyTorch's ``._base``)
     _ver_owner = None  # the tensor holding the version counter, when it is not this one
     _ver = 0
+    _vc = None  # the version as a shared list, created when a saved output needs it (see _version_counter)
     _view_chain = None  # ((op, attrs), ...) that rebuilds this view from ``_base``
     _view_ver = 0  # the base's version when this view's history was last built
     _hooks = None
@@ -84,7 +85,17 @@ class Tensor:
         return (self._ver_owner if self._ver_owner is not None else self)._ver
 
     def _bump_version(self):
-        (self._ver_owner if self._ver_owner is not None else self)._ver += 1
+        root = self._ver_owner if self._ver_owner is not None else self
+        root._ver += 1
+        if root._vc is not None:
+            root._vc[0] = root._ver
+
+    def _version_counter(self):
+        """A shared one-element list tracking the version, for holders that must not keep the tensor alive."""
+        root = self._ver_owner if self._ver_owner is not None else self
+        if root._vc is None:
+            root._vc = [root._ver]
+        return root._vc
 
     @property
     def shape(self):

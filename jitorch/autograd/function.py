@@ -18,7 +18,6 @@ tensor(12.)
 from __future__ import annotations
 
 import functools
-import weakref
 
 from .graph import Node, _version_error
 from .grad_mode import GradState, no_grad
@@ -59,10 +58,9 @@ class FunctionCtx:
                     raise _version_error(item, version, self.name())
                 out.append(item)
             else:  # an output of this function: rebuilt without a reference cycle
-                data, root_ref, saved_version = item
-                root = root_ref()
-                if root is not None and root._ver != saved_version:
-                    raise _version_error(Tensor._make(data), saved_version, self.name())
+                data, counter, saved_version = item
+                if counter[0] != saved_version:
+                    raise _version_error(Tensor._make(data), saved_version, self.name(), current=counter[0])
                 t = Tensor._make(data)
                 if GradState.enabled:
                     t.grad_fn, t._output_nr, t._requires_grad = self, version, True
@@ -191,7 +189,7 @@ class Function(metaclass=_FunctionMeta):
             if t is None:
                 saved.append(("input", None, None))
             elif record and id(t) in out_ids and t.grad_fn is ctx:
-                saved.append(("output", (t._data, weakref.ref(t._root()), t._root()._ver), out_ids[id(t)]))
+                saved.append(("output", (t._data, t._version_counter(), t._version), out_ids[id(t)]))
             else:
                 saved.append(("input", t, t._version))
         ctx._saved = tuple(saved)

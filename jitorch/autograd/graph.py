@@ -29,10 +29,11 @@ _FREED_MSG = (
 )
 
 
-def _version_error(t, saved_version, node_name):
+def _version_error(t, saved_version, node_name, current=None):
     return RuntimeError(
         "one of the variables needed for gradient computation has been modified by an inplace operation: "
-        f"[{t.dtype} {list(t.shape)}] is at version {t._version}; expected version {saved_version} instead "
+        f"[{t.dtype} {list(t.shape)}] is at version {t._version if current is None else current}; expected version "
+        f"{saved_version} instead "
         f"(while backpropagating through {node_name}). Hint: the operation that failed was modifying a tensor "
         "that this graph saved; use .clone() before the in-place op."
     )
@@ -70,9 +71,9 @@ class Node:
 
     def save_output(self, outs):
         """``outs``: tuple of output tensors; kept as (array, root tensor, version) without a reference cycle."""
-        # A weak reference to the version owner: holding the output itself would be a reference cycle, and an
-        # owner that died can no longer be modified in place.
-        self._saved_out = tuple((o._data, weakref.ref(o._root()), o._root()._ver) for o in outs)
+        # The shared version counter, not the output: holding the output itself would be a reference cycle, and the
+        # output may be modified in place and then dropped before backward.
+        self._saved_out = tuple((o._data, o._version_counter(), o._version) for o in outs)
 
     @property
     def inputs(self):
@@ -92,10 +93,9 @@ class Node:
         if saved is None:
             raise RuntimeError(_FREED_MSG if self._freed else f"{self.name()}: outputs were not saved for backward")
         outs = []
-        for nr, (data, root_ref, version) in enumerate(saved):
-            root = root_ref()
-            if root is not None and root._ver != version:
-                raise _version_error(Tensor._make(data), version, self.name())
+        for nr, (data, counter, version) in enumerate(saved):
+            if counter[0] != version:
+                raise _version_error(Tensor._make(data), version, self.name(), current=counter[0])
             t = Tensor._make(data)
             if GradState.enabled:  # double backward: the saved output must lead back through this node
                 t.grad_fn, t._output_nr, t._requires_grad = self, nr, True

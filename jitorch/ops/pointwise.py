@@ -53,7 +53,7 @@ def _mul_backward(ctx, g):
 
 
 MUL = defop("mul", lambda xp, a, b: xp.multiply(a, b), _mul_backward, Pointwise("{0} * {1}"), promotion="promote",
-            saves="inputs", meta=True, ufunc="multiply")
+            saves="inputs", meta=True, ufunc="multiply", save_if=lambda needs: (needs[1], needs[0]))
 
 
 def _div_backward(ctx, g):
@@ -64,7 +64,7 @@ def _div_backward(ctx, g):
 
 
 DIV = defop("div", lambda xp, a, b: xp.true_divide(a, b), _div_backward, Pointwise("{0} / {1}"), promotion="float",
-            saves="inputs", meta=True, ufunc="true_divide")
+            saves="inputs", meta=True, ufunc="true_divide", save_if=lambda needs: (needs[1], True))
 
 
 def _pow_kernel(xp, a, b):

@@ -56,10 +56,10 @@ class OpDef:
 
     __slots__ = ("name", "kernel", "backward", "fusion", "promotion", "saves", "view", "nout", "meta",
                  "grad_name", "ufunc", "nondiff_outputs", "differentiable", "node_cls", "masks", "pointwise",
-                 "single_keep", "__weakref__")
+                 "single_keep", "save_if", "__weakref__")
 
     def __init__(self, name, kernel, backward, fusion, promotion="keep", saves=None, view=False, nout=1,
-                 meta=False, grad_name=None, ufunc=None, nondiff_outputs=(), masks=False):
+                 meta=False, grad_name=None, ufunc=None, nondiff_outputs=(), masks=False, save_if=None):
         if promotion not in PROMOTIONS:
             raise ValueError(f"op {name}: promotion must be one of {PROMOTIONS}, got {promotion!r}")
         if saves not in SAVES:
@@ -78,6 +78,9 @@ class OpDef:
         self.nondiff_outputs = nondiff_outputs
         self.masks = masks  # bool inputs are masks: promotion never casts them
         self.pointwise = isinstance(fusion, Pointwise)
+        # save_if(needs) -> which inputs to save, given which inputs need a gradient (``mul`` keeps ``b`` only when
+        # ``a`` needs one): saving less keeps less memory alive and avoids spurious in-place errors.
+        self.save_if = save_if
         self.single_keep = promotion == "keep" and nout == 1  # eligible for the dispatcher's one-input path
         self.differentiable = backward is not NOT_DIFFERENTIABLE
         from ..autograd.graph import node_class_for

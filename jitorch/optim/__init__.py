@@ -1,1 +1,27 @@
-"""jitorch.optim (being built: see issue 3)."""
+"""jitorch.optim: PyTorch's optimizers and learning-rate schedulers, updating parameters in place.
+
+Updates run on the arrays behind the tensors (NumPy on CPU, CuPy on CUDA) with PyTorch's formulas in PyTorch's
+order of operations, so a jitorch model trains step for step like the same model in PyTorch.
+
+>>> import jitorch
+>>> w = jitorch.tensor([2.0], requires_grad=True)
+>>> opt = jitorch.optim.Adam([w], lr=0.1)
+>>> sched = jitorch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+>>> for _ in range(3):
+...     opt.zero_grad()
+...     (w ** 2).sum().backward()
+...     opt.step()
+...     sched.step()
+>>> sched.get_last_lr()
+[0.0125]
+"""
+from . import lr_scheduler  # noqa: F401
+from .adadelta import Adadelta
+from .adagrad import Adagrad
+from .adam import Adam, AdamW
+from .lbfgs import LBFGS
+from .optimizer import Optimizer
+from .rmsprop import RMSprop
+from .sgd import SGD
+
+__all__ = ["Adadelta", "Adagrad", "Adam", "AdamW", "LBFGS", "Optimizer", "RMSprop", "SGD", "lr_scheduler"]

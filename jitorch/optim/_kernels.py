@@ -1,0 +1,352 @@
+"""The update primitives the optimizers are written in: on arrays (the fast path) or on tensors (``differentiable``).
+
+Each primitive is one of the tensor ops PyTorch's single-tensor optimizer implementations use (``add_`` with
+``alpha``, ``addcmul_``, ``addcdiv_``, ``lerp_`` ...), with the same order of operations and scalars rounded to the
+array's precision first, so float32 updates agree with PyTorch's to the last bits (PyTorch's CPU kernels fuse
+``a + alpha * b`` and ``lerp`` into FMAs, which round once where NumPy rounds twice). ``ARRAY_OPS`` works in place
+on the NumPy/CuPy arrays behind the tensors, with no autograd and no dispatch: the caller bumps the version counters
+of what it changed (``touched``), as a real in-place op would.
+Float16/bfloat16 arrays compute in float32 and round once per op, like PyTorch's "opmath" kernels.
+``TENSOR_OPS`` runs the same update with jitorch tensor ops so autograd records it (``differentiable=True``).
+
+>>> import numpy as np
+>>> a = np.ones(3, dtype=np.float32)
+>>> ARRAY_OPS.addcmul_(a, np.full(3, 2, np.float32), np.full(3, 3, np.float32), value=0.5)
+array([4., 4., 4.], dtype=float32)
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from .._tensor import Tensor
+from ..runtime import array_module_for
+
+__all__ = ["ARRAY_OPS", "TENSOR_OPS", "ops_for", "increment_step", "hyper"]
+
+_HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+_REAL_OF = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
+_F32 = np.float32
+
+
+def _xp(arr):
+    return np if type(arr) is np.ndarray else array_module_for("cuda")
+
+
+def _f32(arr):
+    return arr.astype(_F32)
+
+
+class _ArrayOps:
+    """In-place primitives on arrays; ``a`` is the array written (or the template of a new result)."""
+
+    differentiable = False
+
+    @staticmethod
+    def unwrap(t, real=True):
+        """The array behind ``t``; with ``real``, complex arrays as real views with a trailing (re, im) axis."""
+        data = t._data
+        kind = _REAL_OF.get(data.dtype) if real else None
+        return data if kind is None else data[..., None].view(kind)
+
+    @staticmethod
+    def wrap(arr):
+        return Tensor._make(arr)
+
+    @staticmethod
+    def touched(*tensors):
+        for t in tensors:
+            t._bump_version()
+
+    @staticmethod
+    def new_state_from(a):
+        return a.copy()
+
+    # -- results in new arrays (ufuncs return scalars for 0-d inputs, so results go to explicit ``out`` arrays) ----
+    @staticmethod
+    def neg(a):
+        xp = _xp(a)
+        return xp.negative(a, out=xp.empty_like(a))
+
+    @staticmethod
+    def add(a, b, alpha=1.0):
+        """``a + alpha * b`` (``torch.add(a, b, alpha=alpha)``)."""
+        xp = _xp(a)
+        out = xp.empty_like(a)
+        if a.dtype in _HALF:
+            out[...] = _f32(a) + _f32(b) * alpha
+        elif alpha == 1:
+            xp.add(a, b, out=out)
+        else:
+            xp.add(a, xp.multiply(b, alpha, out=out), out=out)
+        return out
+
+    @staticmethod
+    def add_scalar(a, s):
+        xp = _xp(a)
+        out = xp.empty_like(a)
+        if a.dtype in _HALF:
+            out[...] = _f32(a) + s
+        else:
+            xp.add(a, s, out=out)
+        return out
+
+    @staticmethod
+    def sqrt(a):
+        xp = _xp(a)
+        out = xp.empty_like(a)
+        if a.dtype in _HALF:
+            out[...] = xp.sqrt(_f32(a))
+        else:
+            xp.sqrt(a, out=out)
+        return out
+
+    @staticmethod
+    def addcmul(a, t1, t2, value=1.0):
+        """``a + value * t1 * t2`` in a new array."""
+        return _ArrayOps.addcmul_(a.copy(), t1, t2, value)
+
+    # -- in place ---------------------------------------------------------------------------------------------------
+    @staticmethod
+    def add_(a, b, alpha=1.0):
+        if a.dtype in _HALF:
+            a[...] = _f32(a) + _f32(b) * alpha
+            return a
+        xp = _xp(a)
+        xp.add(a, b if alpha == 1 else xp.multiply(b, alpha, out=xp.empty_like(a)), out=a)
+        return a
+
+    @staticmethod
+    def add_scalar_(a, s):
+        if a.dtype in _HALF:
+            a[...] = _f32(a) + s
+        else:
+            _xp(a).add(a, s, out=a)
+        return a
+
+    @staticmethod
+    def mul_(a, s):
+        if a.dtype in _HALF:
+            a[...] = _f32(a) * s
+        else:
+            _xp(a).multiply(a, s, out=a)
+        return a
+
+    @staticmethod
+    def mul_t_(a, b):
+        if a.dtype in _HALF:
+            a[...] = _f32(a) * _f32(b)
+        else:
+            _xp(a).multiply(a, b, out=a)
+        return a
+
+    @staticmethod
+    def div_t_(a, b):
+        if a.dtype in _HALF:
+            a[...] = _f32(a) / _f32(b)
+        else:
+            _xp(a).divide(a, b, out=a)
+        return a
+
+    @staticmethod
+    def div_scalar_(a, s):
+        if a.dtype in _HALF:
+            a[...] = _f32(a) / s
+        else:
+            _xp(a).divide(a, s, out=a)
+        return a
+
+    @staticmethod
+    def sqrt_(a):
+        if a.dtype in _HALF:
+            a[...] = _xp(a).sqrt(_f32(a))
+        else:
+            _xp(a).sqrt(a, out=a)
+        return a
+
+    @staticmethod
+    def addcmul_(a, t1, t2, value=1.0):
+        """``a += value * t1 * t2``, multiplied left to right as PyTorch's kernel does."""
+        if a.dtype in _HALF:
+            a[...] = _f32(a) + value * _f32(t1) * _f32(t2)
+            return a
+        xp = _xp(a)
+        tmp = xp.empty_like(a)
+        if value == 1:
+            xp.multiply(t1, t2, out=tmp)
+        else:
+            xp.multiply(t1, value, out=tmp)
+            xp.multiply(tmp, t2, out=tmp)
+        xp.add(a, tmp, out=a)
+        return a
+
+    @staticmethod
+    def addcdiv_(a, t1, t2, value=1.0):
+        """``a += value * t1 / t2``, in PyTorch's kernel order."""
+        if a.dtype in _HALF:
+            a[...] = _f32(a) + value * _f32(t1) / _f32(t2)
+            return a
+        xp = _xp(a)
+        tmp = xp.empty_like(a)
+        if value == 1:
+            xp.divide(t1, t2, out=tmp)
+        else:
+            xp.multiply(t1, value, out=tmp)
+            xp.divide(tmp, t2, out=tmp)
+        xp.add(a, tmp, out=a)
+        return a
+
+    @staticmethod
+    def lerp_(a, b, weight):
+        """``a += weight * (b - a)``, with PyTorch's two formulas (exact at both ends of the weight range)."""
+        half = a.dtype in _HALF
+        xp = _xp(a)
+        if half:
+            diff = xp.subtract(_f32(b), _f32(a), out=xp.empty(a.shape, dtype=_F32))
+        else:
+            diff = xp.subtract(b, a, out=xp.empty_like(a))
+        # The complement is computed in the kernel's precision, not in Python's double.
+        scalar = _F32 if half else a.dtype.type
+        w = scalar(weight)
+        if abs(w) < 0.5:
+            xp.multiply(diff, float(w), out=diff)
+            if half:
+                a[...] = _f32(a) + diff
+            else:
+                xp.add(a, diff, out=a)
+        else:
+            xp.multiply(diff, float(scalar(1) - w), out=diff)
+            if half:
+                a[...] = _f32(b) - diff
+            else:
+                xp.subtract(b, diff, out=a)
+        return a
+
+    @staticmethod
+    def maximum_(a, b):
+        _xp(a).maximum(a, b, out=a)
+        return a
+
+
+def _c(x):
+    # Inputs are cloned so no autograd node saves a tensor that a later in-place update changes (the state
+    # tensors, the parameter): PyTorch's differentiable code paths clone for the same reason.
+    return x.clone() if isinstance(x, Tensor) else x
+
+
+class _TensorOps:
+    """The same primitives as jitorch tensor ops, recorded by autograd; hyperparameters may be tensors.
+
+    In-place primitives write with ``copy_`` so the update is one differentiable node per op; the ``*_`` results
+    that callers rebind (``sqrt_``) are new tensors.
+    """
+
+    differentiable = True
+
+    @staticmethod
+    def unwrap(t, real=True):
+        return t
+
+    @staticmethod
+    def wrap(t):
+        return t
+
+    @staticmethod
+    def touched(*tensors):
+        return None
+
+    @staticmethod
+    def new_state_from(a):
+        return a.detach().clone()
+
+    @staticmethod
+    def neg(a):
+        return -_c(a)
+
+    @staticmethod
+    def add(a, b, alpha=1.0):
+        return _c(a) + _c(b) * _c(alpha)
+
+    @staticmethod
+    def add_scalar(a, s):
+        return _c(a) + _c(s)
+
+    @staticmethod
+    def sqrt(a):
+        # A clone: sqrt saves its output for backward, and callers update this result in place.
+        return _c(a).sqrt().clone()
+
+    @staticmethod
+    def addcmul(a, t1, t2, value=1.0):
+        return _c(a) + _c(t1) * _c(t2) * _c(value)
+
+    @staticmethod
+    def add_(a, b, alpha=1.0):
+        return a.copy_(_c(a) + _c(b) * _c(alpha))
+
+    @staticmethod
+    def add_scalar_(a, s):
+        return a.copy_(_c(a) + _c(s))
+
+    @staticmethod
+    def mul_(a, s):
+        return a.copy_(_c(a) * _c(s))
+
+    @staticmethod
+    def mul_t_(a, b):
+        return a.copy_(_c(a) * _c(b))
+
+    @staticmethod
+    def div_t_(a, b):
+        return a.copy_(_c(a) / _c(b))
+
+    @staticmethod
+    def div_scalar_(a, s):
+        return a.copy_(_c(a) / _c(s))
+
+    @staticmethod
+    def sqrt_(a):
+        return _c(a).sqrt().clone()
+
+    @staticmethod
+    def addcmul_(a, t1, t2, value=1.0):
+        return a.copy_(_c(a) + _c(t1) * _c(t2) * _c(value))
+
+    @staticmethod
+    def addcdiv_(a, t1, t2, value=1.0):
+        return a.copy_(_c(a) + _c(t1) / _c(t2) * _c(value))
+
+    @staticmethod
+    def lerp_(a, b, weight):
+        a0 = _c(a)
+        return a.copy_(a0 + (_c(b) - a0) * _c(weight))
+
+    @staticmethod
+    def maximum_(a, b):
+        from .._pointwise import maximum
+
+        return a.copy_(maximum(_c(a), _c(b)))
+
+
+ARRAY_OPS = _ArrayOps()
+TENSOR_OPS = _TensorOps()
+
+
+def ops_for(group):
+    """The primitives a parameter group's update runs with."""
+    return TENSOR_OPS if group.get("differentiable", False) else ARRAY_OPS
+
+
+def increment_step(step_t):
+    """``state['step'] += 1`` in place (a 0-d tensor, as in PyTorch); returns the new count as a Python float."""
+    step_t._data += 1
+    step_t._bump_version()
+    return float(step_t._data)
+
+
+def hyper(value, ops):
+    """A hyperparameter as the primitives take it: a Python float on arrays; may stay a tensor when differentiable."""
+    if isinstance(value, Tensor):
+        return value.squeeze() if ops.differentiable else float(value.item())
+    # NumPy float64 scalars would make float32 updates compute in float64; Python floats keep the array's dtype.
+    return value if ops.differentiable else float(value)

@@ -1,0 +1,210 @@
+"""Adam and AdamW (``torch.optim.Adam``, ``torch.optim.AdamW``), with AMSGrad, weight decay and maximize.
+
+>>> import jitorch
+>>> from jitorch.optim import AdamW
+>>> w = jitorch.tensor([1.0, -1.0], requires_grad=True)
+>>> opt = AdamW([w], lr=0.1, weight_decay=0.0)
+>>> (w * w).sum().backward()
+>>> opt.step()
+>>> w
+tensor([ 0.9000, -0.9000], requires_grad=True)
+>>> sorted(opt.state[w])
+['exp_avg', 'exp_avg_sq', 'step']
+"""
+from __future__ import annotations
+
+from .. import _creation
+from .._tensor import Tensor
+from ..autograd.grad_mode import enable_grad
+from ._kernels import hyper, increment_step, ops_for
+from .optimizer import (Optimizer, _check_capturable, _check_fused_flags, _check_tensor_lr,
+                        _device_dtype_check_for_fused, _get_scalar_dtype, _to_scalar, _use_grad_for_differentiable)
+
+__all__ = ["Adam", "AdamW", "adam", "adamw"]
+
+
+class Adam(Optimizer):
+    r"""Adam: ``m = lerp(m, g, 1 - beta1)``, ``v = beta2 v + (1 - beta2) g^2``, bias-corrected step.
+
+    Args:
+        params: tensors or parameter groups to optimize.
+        lr (float or Tensor): learning rate (default: 1e-3).
+        betas (tuple of two floats): decay rates of the gradient's running averages (default: (0.9, 0.999)).
+        eps (float): added to the denominator for stability (default: 1e-8).
+        weight_decay (float): L2 penalty (default: 0); decoupled (AdamW) with ``decoupled_weight_decay=True``.
+        amsgrad (bool): use the maximum of the second-moment averages (AMSGrad) (default: False).
+        maximize (bool): maximize the objective (default: False).
+        foreach, capturable, fused (bool, optional): accepted for compatibility; the update is the same.
+        differentiable (bool): record the update with autograd (default: False).
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, amsgrad=False, *,
+                 foreach=None, maximize=False, capturable=False, differentiable=False, fused=None,
+                 decoupled_weight_decay=False):
+        if isinstance(lr, Tensor):
+            if foreach and not capturable:
+                raise ValueError("lr as a Tensor is not supported for capturable=False and foreach=True")
+            _check_tensor_lr(lr)
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if not ((isinstance(betas[0], float) and isinstance(betas[1], float))
+                or (isinstance(betas[0], Tensor) and isinstance(betas[1], Tensor))):
+            raise ValueError("betas must be either both floats or both Tensors")
+        for i in (0, 1):
+            if isinstance(betas[i], Tensor):
+                if not capturable and foreach:
+                    raise ValueError(f"betas[{i}] as a Tensor is not supported for capturable=False and foreach=True")
+                if betas[i].numel() != 1:
+                    raise ValueError(f"Tensor betas[{i}] must be 1-element")
+        betas = tuple(map(_to_scalar, betas))
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "amsgrad": amsgrad,
+                    "maximize": maximize, "foreach": foreach, "capturable": capturable,
+                    "differentiable": differentiable, "fused": fused, "decoupled_weight_decay": decoupled_weight_decay}
+        super().__init__(params, defaults)
+        if fused:
+            self._step_supports_amp_scaling = True
+        _check_fused_flags(fused, foreach, differentiable)
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("amsgrad", False)
+            group.setdefault("maximize", False)
+            group.setdefault("foreach", None)
+            group.setdefault("capturable", False)
+            group.setdefault("differentiable", False)
+            group.setdefault("decoupled_weight_decay", False)
+            fused = group.setdefault("fused", None)
+            for p in group["params"]:
+                p_state = self.state.get(p, [])
+                if len(p_state) != 0 and not isinstance(p_state["step"], Tensor):
+                    # Old checkpoints saved the step as a number; steps are 0-d tensors now.
+                    on_device = group["capturable"] or group["fused"]
+                    p_state["step"] = _creation.tensor(float(p_state["step"]), dtype=_get_scalar_dtype(fused),
+                                                       device=p.device if on_device else None)
+
+    def _init_group(self, group, params_with_grad, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps):
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            params_with_grad.append(p)
+            grads.append(p.grad)
+            state = self.state[p]
+            if len(state) == 0:
+                if group["fused"]:
+                    _device_dtype_check_for_fused(p)
+                # The step is a 0-d tensor on the CPU (on the parameter's device when fused or capturable).
+                on_device = group["capturable"] or group["fused"]
+                state["step"] = _creation.zeros((), dtype=_get_scalar_dtype(group["fused"]),
+                                                device=p.device if on_device else None)
+                state["exp_avg"] = _creation.zeros_like(p)
+                state["exp_avg_sq"] = _creation.zeros_like(p)
+                if group["amsgrad"]:
+                    state["max_exp_avg_sq"] = _creation.zeros_like(p)
+            exp_avgs.append(state["exp_avg"])
+            exp_avg_sqs.append(state["exp_avg_sq"])
+            if group["amsgrad"]:
+                max_exp_avg_sqs.append(state["max_exp_avg_sq"])
+            if group["differentiable"] and state["step"].requires_grad:
+                raise RuntimeError("`requires_grad` is not supported for `step` in differentiable mode")
+            if group["foreach"] and isinstance(group["lr"], Tensor) and not group["capturable"]:
+                raise RuntimeError("lr as a Tensor is not supported for capturable=False and foreach=True")
+            if group["capturable"]:
+                _check_capturable(p, state["step"])
+            state_steps.append(state["step"])
+
+    @_use_grad_for_differentiable
+    def step(self, closure=None):
+        """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
+        self._accelerator_graph_capture_health_check()
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params_with_grad, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps = [], [], [], [], [], []
+            self._init_group(group, params_with_grad, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps)
+            beta1, beta2 = group["betas"]
+            adam(params_with_grad, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
+                 amsgrad=group["amsgrad"], beta1=beta1, beta2=beta2, lr=group["lr"],
+                 weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"],
+                 differentiable=group["differentiable"], decoupled_weight_decay=group["decoupled_weight_decay"])
+        return loss
+
+
+class AdamW(Adam):
+    r"""AdamW: Adam with decoupled weight decay, ``p = p * (1 - lr * weight_decay)`` before the Adam step.
+
+    Takes Adam's arguments with ``weight_decay`` defaulting to 1e-2 (and no ``decoupled_weight_decay``: it is
+    always on).
+    """
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False, *,
+                 maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, foreach=foreach, maximize=maximize,
+                         capturable=capturable, differentiable=differentiable, fused=fused,
+                         decoupled_weight_decay=True)
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group["decoupled_weight_decay"] = True
+
+
+def adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, foreach=None, capturable=False,
+         differentiable=False, fused=None, grad_scale=None, found_inf=None, has_complex=False,
+         decoupled_weight_decay=False, *, amsgrad, beta1, beta2, lr, weight_decay, eps, maximize):
+    """Functional Adam: updates ``params`` and the moment averages in place and counts ``state_steps``."""
+    if grad_scale is not None or found_inf is not None:
+        raise NotImplementedError("Adam: grad_scale/found_inf (AMP gradient scaling) is not supported")
+    if not all(isinstance(t, Tensor) for t in state_steps):
+        raise RuntimeError("API has changed, `state_steps` argument must contain a list of singleton tensors")
+    ops = ops_for({"differentiable": differentiable})
+    beta1, beta2, lr, weight_decay, eps = (hyper(v, ops) for v in (beta1, beta2, lr, weight_decay, eps))
+    for i, param_t in enumerate(params):
+        step = increment_step(state_steps[i])
+        param = ops.unwrap(param_t)
+        grad = ops.unwrap(grads[i])
+        exp_avg, exp_avg_sq = ops.unwrap(exp_avgs[i]), ops.unwrap(exp_avg_sqs[i])
+        if maximize:
+            grad = ops.neg(grad)
+        if weight_decay != 0:
+            if decoupled_weight_decay:
+                ops.mul_(param, 1 - lr * weight_decay)
+            else:
+                grad = ops.add(grad, param, weight_decay)
+        ops.lerp_(exp_avg, grad, 1 - beta1)
+        ops.mul_(exp_avg_sq, beta2)
+        ops.addcmul_(exp_avg_sq, grad, grad, 1 - beta2)
+        bias_correction1 = 1 - beta1 ** step
+        bias_correction2 = 1 - beta2 ** step
+        step_size = lr / bias_correction1
+        bias_correction2_sqrt = bias_correction2 ** 0.5
+        second_moment = exp_avg_sq
+        if amsgrad:
+            second_moment = ops.unwrap(max_exp_avg_sqs[i])
+            ops.maximum_(second_moment, exp_avg_sq)
+            ops.touched(max_exp_avg_sqs[i])
+        denom = ops.sqrt(second_moment)
+        ops.div_scalar_(denom, bias_correction2_sqrt)
+        ops.add_scalar_(denom, eps)
+        ops.addcdiv_(param, exp_avg, denom, -step_size)
+        ops.touched(param_t, exp_avgs[i], exp_avg_sqs[i])
+
+
+def adamw(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, foreach=None, capturable=False,
+          differentiable=False, fused=None, grad_scale=None, found_inf=None, has_complex=False, *, amsgrad, beta1,
+          beta2, lr, weight_decay, eps, maximize):
+    """Functional AdamW: ``adam`` with decoupled weight decay."""
+    adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, foreach=foreach, capturable=capturable,
+         differentiable=differentiable, fused=fused, grad_scale=grad_scale, found_inf=found_inf,
+         decoupled_weight_decay=True, amsgrad=amsgrad, beta1=beta1, beta2=beta2, lr=lr, weight_decay=weight_decay,
+         eps=eps, maximize=maximize)

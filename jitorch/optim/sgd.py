@@ -1,0 +1,128 @@
+"""Stochastic gradient descent with momentum, dampening, Nesterov momentum and weight decay (``torch.optim.SGD``).
+
+>>> import jitorch
+>>> from jitorch.optim import SGD
+>>> w = jitorch.tensor([1.0, -1.0], requires_grad=True)
+>>> opt = SGD([w], lr=0.1, momentum=0.9)
+>>> for _ in range(2):
+...     opt.zero_grad()
+...     (w * w).sum().backward()
+...     opt.step()
+>>> w
+tensor([ 0.4600, -0.4600], requires_grad=True)
+"""
+from __future__ import annotations
+
+from ..autograd.grad_mode import enable_grad
+from ._kernels import hyper, ops_for
+from .optimizer import (Optimizer, _check_fused_flags, _check_tensor_lr, _device_dtype_check_for_fused,
+                        _use_grad_for_differentiable)
+
+__all__ = ["SGD", "sgd"]
+
+
+class SGD(Optimizer):
+    r"""Stochastic gradient descent, optionally with momentum (PyTorch's update rule).
+
+    Args:
+        params: tensors or parameter groups to optimize.
+        lr (float or Tensor): learning rate (default: 1e-3).
+        momentum (float): momentum factor (default: 0).
+        dampening (float): dampening for momentum (default: 0).
+        weight_decay (float): L2 penalty added to the gradient (default: 0).
+        nesterov (bool): Nesterov momentum; needs a momentum and zero dampening (default: False).
+        maximize (bool): maximize the objective instead of minimizing it (default: False).
+        foreach, fused (bool, optional): accepted for compatibility; every variant computes the same update.
+        differentiable (bool): record the update with autograd (default: False).
+
+    The momentum buffer starts as the first gradient, then ``b = momentum * b + (1 - dampening) * g``.
+    """
+
+    def __init__(self, params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False, *,
+                 maximize=False, foreach=None, differentiable=False, fused=None):
+        _check_tensor_lr(lr)
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if momentum < 0.0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        defaults = {"lr": lr, "momentum": momentum, "dampening": dampening, "weight_decay": weight_decay,
+                    "nesterov": nesterov, "maximize": maximize, "foreach": foreach, "differentiable": differentiable,
+                    "fused": fused}
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        super().__init__(params, defaults)
+        if fused:
+            self._step_supports_amp_scaling = True
+            self._need_device_dtype_check_for_fused = True
+        _check_fused_flags(fused, foreach, differentiable)
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("nesterov", False)
+            group.setdefault("maximize", False)
+            group.setdefault("foreach", None)
+            group.setdefault("differentiable", False)
+            group.setdefault("fused", False)
+
+    def _init_group(self, group, params, grads, momentum_buffer_list):
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if group["fused"] and getattr(self, "_need_device_dtype_check_for_fused", True):
+                _device_dtype_check_for_fused(p)
+                self._need_device_dtype_check_for_fused = False
+            params.append(p)
+            grads.append(p.grad)
+            if group["momentum"] != 0:
+                momentum_buffer_list.append(self.state[p].get("momentum_buffer"))
+
+    @_use_grad_for_differentiable
+    def step(self, closure=None):
+        """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params, grads, momentum_buffer_list = [], [], []
+            self._init_group(group, params, grads, momentum_buffer_list)
+            sgd(params, grads, momentum_buffer_list, weight_decay=group["weight_decay"], momentum=group["momentum"],
+                lr=group["lr"], dampening=group["dampening"], nesterov=group["nesterov"], maximize=group["maximize"],
+                differentiable=group["differentiable"])
+            if group["momentum"] != 0:
+                for p, buf in zip(params, momentum_buffer_list):
+                    self.state[p]["momentum_buffer"] = buf
+        return loss
+
+
+def sgd(params, d_p_list, momentum_buffer_list, has_sparse_grad=False, foreach=None, fused=None, grad_scale=None,
+        found_inf=None, *, weight_decay, momentum, lr, dampening, nesterov, maximize, differentiable=False):
+    """Functional SGD: updates ``params`` in place; fills ``None`` entries of ``momentum_buffer_list``."""
+    if grad_scale is not None or found_inf is not None:
+        raise NotImplementedError("SGD: grad_scale/found_inf (AMP gradient scaling) is not supported")
+    ops = ops_for({"differentiable": differentiable})
+    weight_decay, momentum, lr, dampening = (hyper(v, ops) for v in (weight_decay, momentum, lr, dampening))
+    # Every step of SGD is linear, so complex tensors update as they are (no real view needed).
+    for i, param_t in enumerate(params):
+        param = ops.unwrap(param_t, real=False)
+        grad = ops.unwrap(d_p_list[i], real=False)
+        if maximize:
+            grad = ops.neg(grad)
+        if weight_decay != 0:
+            grad = ops.add(grad, param, weight_decay)
+        if momentum != 0:
+            buf_t = momentum_buffer_list[i]
+            if buf_t is None:
+                buf = ops.new_state_from(grad)
+                buf_t = momentum_buffer_list[i] = ops.wrap(buf)
+            else:
+                buf = ops.unwrap(buf_t, real=False)
+                ops.mul_(buf, momentum)
+                ops.add_(buf, grad, 1 - dampening)
+                ops.touched(buf_t)
+            grad = ops.add(grad, buf, momentum) if nesterov else buf
+        ops.add_(param, grad, -lr)
+        ops.touched(param_t)
