@@ -37,6 +37,8 @@ from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set
 from .autograd import is_inference_mode_enabled  # noqa: E402,F401
 from ._conversion import to as _to  # noqa: E402,F401
 from . import nn, optim, utils  # noqa: E402,F401
+from . import serialization  # noqa: E402,F401
+from .serialization import load, save  # noqa: E402,F401
 import jitorch.utils.data  # noqa: E402,F401
 
 half, double, long, short, cfloat, cdouble = float16, float64, int64, int16, complex64, complex128

@@ -1,0 +1,179 @@
+"""safetensors files for jitorch tensors, as ``safetensors.torch`` offers them for PyTorch's.
+
+``save_file``/``save`` write through the ``safetensors`` package (its NumPy-level ``serialize`` API);
+``load_file`` reads the file's JSON header and reads each tensor's bytes straight into a writable array, and
+``load`` decodes bytes with the package's ``deserialize``. bfloat16 works both ways (as ``BF16``); files are
+interchangeable with ``safetensors.torch``.
+
+>>> import jitorch
+>>> from jitorch.safetensors import load, save
+>>> out = load(save({"w": jitorch.ones(2, dtype=jitorch.bfloat16)}))
+>>> out["w"].dtype, out["w"].tolist()
+(jitorch.bfloat16, [1.0, 1.0])
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import numpy as np
+
+from . import _dtype
+from ._serialization_pickler import _memory_root
+from ._tensor import Tensor
+
+__all__ = ["save_file", "load_file", "save", "load"]
+
+_CODES = {"F64": _dtype.float64, "F32": _dtype.float32, "F16": _dtype.float16, "BF16": _dtype.bfloat16,
+          "I64": _dtype.int64, "I32": _dtype.int32, "I16": _dtype.int16, "I8": _dtype.int8, "U8": _dtype.uint8,
+          "BOOL": _dtype.bool, "C64": _dtype.complex64}
+_MAX_HEADER = 100 * 1024 * 1024  # the format's own limit on the JSON header
+
+
+def _lib():
+    try:
+        import safetensors
+    except ImportError as e:
+        raise ImportError("jitorch.safetensors needs the safetensors package: pip install safetensors") from e
+    return safetensors
+
+
+def _address(arr) -> int:
+    return arr.__array_interface__["data"][0] if isinstance(arr, np.ndarray) else int(arr.data.ptr)
+
+
+def _check_shared(tensors: dict) -> None:
+    # As safetensors.torch: tensors whose bytes overlap would be written twice and come back unshared.
+    spans = {}
+    for name, t in tensors.items():
+        arr = t._data
+        if arr.size:
+            root = _memory_root(arr)
+            spans.setdefault(id(root), []).append((_address(arr), _address(arr) + arr.nbytes, name))
+    failing = []
+    for group in spans.values():
+        group.sort()
+        current, stop = {group[0][2]}, group[0][1]
+        for start, end, name in group[1:]:
+            if start < stop:
+                current.add(name)
+            else:
+                if len(current) > 1:
+                    failing.append(current)
+                current = {name}
+            stop = max(stop, end)
+        if len(current) > 1:
+            failing.append(current)
+    if failing:
+        raise RuntimeError(
+            f"\n            Some tensors share memory, this will lead to duplicate memory on disk and potential "
+            f"differences when loading them again: {failing}.\n            A potential way to correctly save your "
+            "model is to use `save_model`.\n            More information at "
+            "https://huggingface.co/docs/safetensors/torch_shared_tensors\n            ")
+
+
+def _specs(tensors: dict, keep_alive: list) -> dict:
+    lib = _lib()
+    if not isinstance(tensors, dict):
+        raise ValueError(f"Expected a dict of [str, Tensor] but received {type(tensors)}")
+    for name, t in tensors.items():
+        if not isinstance(t, Tensor):
+            raise ValueError(f"Key `{name}` is invalid, expected torch.Tensor but received {type(t)}")
+    _check_shared(tensors)
+    specs = {}
+    for name, t in tensors.items():
+        if not t.is_contiguous():
+            raise ValueError(
+                f"You are trying to save a non contiguous tensor: `{name}` which is not allowed. It either means you "
+                "are trying to save tensors which are reference of each other in which case it's recommended to save "
+                "only the full tensors, and reslice at load time, or simply call `.contiguous()` on your tensor to "
+                "pack it before saving.")
+        arr = t._host()
+        arr = arr if arr.flags.c_contiguous else arr.copy(order="C")
+        if hasattr(lib, "TensorSpec"):
+            keep_alive.append(arr)  # the specs hold raw pointers into these arrays
+            specs[name] = lib.TensorSpec(dtype=t.dtype.name, shape=tuple(arr.shape), data_ptr=arr.ctypes.data,
+                                         data_len=arr.nbytes)
+        else:  # safetensors before 0.8 takes the bytes themselves
+            specs[name] = {"dtype": t.dtype.name, "shape": tuple(arr.shape), "data": arr.tobytes()}
+    return specs
+
+
+def save_file(tensors: dict, filename, metadata: dict | None = None) -> None:
+    """Write ``{name: tensor}`` to ``filename`` in the safetensors format; ``metadata`` is a ``{str: str}`` dict."""
+    keep_alive = []
+    _lib().serialize_file(_specs(tensors, keep_alive), os.fspath(filename), metadata=metadata)
+
+
+def save(tensors: dict, metadata: dict | None = None) -> bytes:
+    """The safetensors encoding of ``{name: tensor}`` as bytes."""
+    keep_alive = []
+    return bytes(_lib().serialize(_specs(tensors, keep_alive), metadata=metadata))
+
+
+def _finish(arrays: dict, device) -> dict:
+    out = {}
+    for name, arr in arrays.items():
+        t = Tensor._make(arr)
+        out[name] = t if device is None or str(device) == "cpu" else t.to(device)
+    return out
+
+
+def _dtype_of(code: str):
+    if code not in _CODES:
+        raise TypeError(f"safetensors dtype {code} has no jitorch counterpart")
+    return _CODES[code]
+
+
+def load(data: bytes) -> dict:
+    """Decode safetensors bytes into ``{name: tensor}`` (CPU tensors that own their memory)."""
+    arrays = {}
+    for name, info in _lib().deserialize(data):
+        dtype = _dtype_of(info["dtype"])
+        # deserialize returns a fresh bytearray per tensor: a writable buffer the tensor can keep.
+        arrays[name] = np.frombuffer(info["data"], dtype=dtype.np).reshape(info["shape"])
+    return _finish(arrays, None)
+
+
+def _invalid(message: str):
+    error = getattr(_lib(), "SafetensorError", ValueError)
+    return error(message)
+
+
+def load_file(filename, device="cpu") -> dict:
+    """Read a safetensors file into ``{name: tensor}`` on ``device`` (a name, a device, or a CUDA index)."""
+    if isinstance(device, int):
+        device = f"cuda:{device}"
+    with open(filename, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(8)
+        if len(head) != 8:
+            raise _invalid("Error while deserializing header: HeaderTooSmall")
+        (n,) = struct.unpack("<Q", head)
+        if n > _MAX_HEADER or n > size - 8:
+            raise _invalid("Error while deserializing header: InvalidHeaderLength")
+        try:
+            header = json.loads(f.read(n))
+        except ValueError as e:
+            raise _invalid(f"Error while deserializing header: InvalidHeaderDeserialization ({e})") from None
+        if not isinstance(header, dict):
+            raise _invalid("Error while deserializing header: InvalidHeaderDeserialization")
+        header.pop("__metadata__", None)
+        data_start, data_len = 8 + n, size - 8 - n
+        arrays = {}
+        for name, info in sorted(header.items(), key=lambda item: item[1].get("data_offsets", [0])[0]):
+            dtype = _dtype_of(info.get("dtype"))
+            shape, offsets = info.get("shape"), info.get("data_offsets")
+            if (not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape)
+                    or not isinstance(offsets, list) or len(offsets) != 2
+                    or not all(isinstance(o, int) for o in offsets)
+                    or not 0 <= offsets[0] <= offsets[1] <= data_len
+                    or offsets[1] - offsets[0] != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize):
+                raise _invalid(f"Error while deserializing header: InvalidTensorView for {name!r}")
+            arr = np.empty(shape, dtype=dtype.np)
+            f.seek(data_start + offsets[0])
+            if arr.nbytes and f.readinto(memoryview(arr.reshape(-1).view(np.uint8))) != arr.nbytes:
+                raise _invalid(f"Error while deserializing {name!r}: the file is truncated")
+            arrays[name] = arr
+    return _finish(arrays, device)
