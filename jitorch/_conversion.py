@@ -54,7 +54,13 @@ def to(self, *args, **kwargs):
     if dtype is not None:
         dt = _dtype.to_dtype(dtype)
         if dt.np != out._data.dtype:
-            out = apply(M.CAST, out, dtype=dt.np)
+            if dt.category < _dtype.FLOAT:  # integer and bool results never carry gradients in PyTorch
+                from .autograd.grad_mode import no_grad
+
+                with no_grad():
+                    out = apply(M.CAST, out, dtype=dt.np)
+            else:
+                out = apply(M.CAST, out, dtype=dt.np)
     if copy and out is self:
         out = apply(M.CLONE, self)
     return out

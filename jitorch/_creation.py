@@ -67,7 +67,7 @@ def _to_array(data, op):
     except ValueError as e:
         raise ValueError(f"{op}: expected a rectangular nested sequence of numbers ({e})") from None
     if arr.dtype == object:
-        raise TypeError(f"{op}: could not infer dtype of {type(data).__name__} elements; expected numbers, bools or "
+        raise RuntimeError(f"{op}: could not infer dtype of {type(data).__name__} elements; expected numbers, bools or "
                         "nested sequences of them")
     return arr
 
@@ -232,9 +232,11 @@ def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, devi
     dt = _dtype.to_dtype(dtype) if dtype is not None else (_dtype.int64 if is_int else _dtype.get_default_dtype())
     xp, dev = _xp_for(device)
     n = max(0, math.ceil((end - start) / step))
-    # Computed in float64 (or int64) and then cast, so float32 ranges match PyTorch's values.
-    data = (xp.arange(n, dtype=np.float64) * step + start) if not is_int else xp.arange(start, end, step,
-                                                                                         dtype=np.int64)
+    if is_int or dt.category <= _dtype.INT:
+        # PyTorch computes an integer range in the integer type: fractional start and step are truncated first.
+        data = int(start) + xp.arange(n, dtype=np.int64) * int(step)
+    else:  # computed in float64 and then cast, so float32 ranges match PyTorch's values
+        data = xp.arange(n, dtype=np.float64) * step + start
     t = Tensor._make(data.astype(dt.np, copy=False))
     return t.requires_grad_(True) if requires_grad else t
 
@@ -252,10 +254,12 @@ def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=Non
     dt = _resolve(dtype)
     if steps < 0:
         raise RuntimeError("linspace: number of steps must be non-negative")
+    if dt.category <= _dtype.INT:  # integer ranges start from the truncated bounds, as in PyTorch
+        start, end = math.trunc(start), math.trunc(end)
     # PyTorch fills the second half backwards from ``end`` so the last value is exact.
     step = (end - start) / (steps - 1) if steps > 1 else 0.0
     idx = xp.arange(steps, dtype=np.float64)
-    half = steps // 2
+    half = steps // 2 if steps > 1 else 1  # a single step is ``start``
     vals = xp.where(idx < half, start + step * idx, end - step * (steps - 1 - idx))
     if dt.category <= _dtype.INT:
         vals = xp.trunc(vals)

@@ -58,6 +58,13 @@ def _device_error(op, args):
     )
 
 
+def _raise_broadcast_error(op, datas, error):
+    """Turn NumPy's broadcast ValueError into PyTorch's RuntimeError naming the op and the shapes."""
+    if "broadcast" in str(error):
+        shapes = " and ".join(str(tuple(d.shape)) for d in datas if hasattr(d, "shape"))
+        raise RuntimeError(f"{op.name}: shapes {shapes} are not broadcastable") from None
+
+
 def _cast_operand(d, cnp, masks):
     if isinstance(d, np.generic):  # NumPy scalars are weak operands, like Python scalars
         return d.item()
@@ -107,8 +114,8 @@ def _run_kernel(op, args, attrs):
         if promotion == "float" and compute.category < _dtype.FLOAT:
             compute = _dtype.get_default_dtype()
         elif promotion == "integral" and compute.category >= _dtype.FLOAT:
-            raise RuntimeError(f'"{op.name}" not implemented for \'{TORCH_TYPE_NAMES[compute.name]}\' '
-                               "(it takes integer or bool tensors)")
+            raise NotImplementedError(f'"{op.name}" not implemented for \'{TORCH_TYPE_NAMES[compute.name]}\' '
+                                      "(it takes integer or bool tensors)")
         cnp = compute.np
         if not same or cnp != first.dtype or has_scalar:
             datas = [_cast_operand(d, cnp, op.masks) for d in datas]
@@ -116,13 +123,13 @@ def _run_kernel(op, args, attrs):
     try:
         out = op.kernel(xp, *datas, **attrs)
     except ValueError as e:
-        if "broadcast" in str(e):
-            shapes = " and ".join(str(tuple(d.shape)) for d in datas if hasattr(d, "shape"))
-            raise RuntimeError(f"{op.name}: shapes {shapes} are not broadcastable") from None
+        _raise_broadcast_error(op, datas, e)
         raise
-    except OverflowError as e:
-        raise RuntimeError(f"{op.name}: value cannot be converted to the computation dtype without overflow ({e})") \
-            from None
+    except OverflowError:
+        # PyTorch wraps an out-of-range Python int into the tensor's dtype (uint8 + -2 -> 254 + x).
+        datas = [xp.asarray(d).astype(out_np if out_np is not None and out_np != _BOOL_NP else first.dtype)
+                 if type(d) is int else d for d in datas]
+        out = op.kernel(xp, *datas, **attrs)
     if op.nout == 1:
         out = (out,)
     fixed = []
@@ -200,12 +207,14 @@ def record(op, args, attrs, outs):
             node.in_meta = tuple(metas)
     if op.nout == 1:
         o = outs[0]
+        if o._data.dtype.kind in "iub":  # integer and bool results are not differentiable
+            return node
         o.grad_fn = node
         o._requires_grad = True
     else:
         node._out_meta = tuple((o._data.shape, o.dtype, o.device) for o in outs)
         for nr, o in enumerate(outs):
-            if nr not in op.nondiff_outputs:
+            if nr not in op.nondiff_outputs and o._data.dtype.kind not in "iub":
                 o.grad_fn = node
                 o._output_nr = nr
                 o._requires_grad = True
@@ -274,6 +283,18 @@ def _check_cast(op, result, self):
                            f"shape {list(result.shape)}")
 
 
+def _detach_history_inplace(self):
+    """After a non-differentiable in-place op (``eq_``...), gradients through ``self`` are zero, as in PyTorch."""
+    from .ops.inplace_views import ZERO_GRAD, rebase_view
+
+    if self._base is None:
+        record(ZERO_GRAD, (self,), _NO_ATTRS, (self,))
+    else:
+        stand_in = Tensor._make(self._data)
+        record(ZERO_GRAD, (self,), _NO_ATTRS, (stand_in,))
+        rebase_view(self, stand_in)
+
+
 def apply_inplace(op, self, *args, cast_check=True, **attrs):
     """Run ``op(self, *args)`` and write the result into ``self``; records autograd as PyTorch does for in-place ops.
 
@@ -299,6 +320,8 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
             _check_cast(op, result, self)
         self._data[...] = result
         self._bump_version()
+        if GradState.enabled and not op.differentiable and self.grad_fn is not None:
+            _detach_history_inplace(self)
         return self
     if self._base is not None:
         _check_inplace_allowed(op, self)
@@ -394,7 +417,11 @@ def fast_binary(op, reflected=False):
                         sync_view(a)
                     if tb is Tensor and b._base is not None and b._view_ver != b._ver_owner._ver:
                         sync_view(b)
-                    out = kernel(CPU_XP, x, y)
+                    try:
+                        out = kernel(CPU_XP, x, y)
+                    except ValueError as e:
+                        _raise_broadcast_error(op, (x, y), e)
+                        raise
                     if type(out) is not _ndarray:
                         out = np.asarray(out)
                     t = _new(Tensor)

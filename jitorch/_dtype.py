@@ -11,7 +11,8 @@ import builtins
 import ml_dtypes
 import numpy as np
 
-__all__ = ["dtype", "get_default_dtype", "set_default_dtype", "promote_types", "result_type", "finfo", "iinfo", "can_cast"]
+__all__ = ["dtype", "get_default_dtype", "set_default_dtype", "promote_types", "result_type", "finfo", "iinfo",
+           "can_cast"]
 
 # Category ranks: a higher category wins in mixed promotion.
 BOOL, INT, FLOAT, COMPLEX = 0, 1, 2, 3
@@ -213,7 +214,7 @@ def result_type(*operands) -> dtype:
 
 
 def can_cast(from_, to) -> builtins.bool:
-    """``torch.can_cast``: False when the cast would lower the category (float -> int, complex -> float, int -> bool)."""
+    """``torch.can_cast``: False when the cast lowers the category (float -> int, complex -> float, int -> bool)."""
     return to_dtype(from_).category <= to_dtype(to).category
 
 
@@ -232,7 +233,8 @@ class finfo:
         self.resolution = float(info.resolution)
 
     def __repr__(self):
-        return f"finfo(resolution={self.resolution}, min={self.min}, max={self.max}, eps={self.eps}, dtype={self.dtype})"
+        return (f"finfo(resolution={self.resolution}, min={self.min}, max={self.max}, eps={self.eps}, "
+                f"dtype={self.dtype})")
 
 
 class iinfo:

@@ -247,7 +247,7 @@ def rot90(input, k=1, dims=(0, 1)):
 def cat(tensors, dim=0, *, out=None):
     tensors = list(tensors)
     if not tensors:
-        raise RuntimeError("cat(): expected a non-empty list of Tensors")
+        raise ValueError("cat(): expected a non-empty list of Tensors")
     # PyTorch skips legacy 1-D empty tensors, whatever the other shapes.
     kept = [t for t in tensors if not (t._data.ndim == 1 and t._data.shape[0] == 0)] or tensors[:1]
     ref = kept[0]
@@ -335,8 +335,8 @@ def expand(self, *sizes):
     sizes = normalize_shape(sizes, "expand")
     shape = self._data.shape
     if len(sizes) < len(shape):
-        raise RuntimeError(f"expand: the number of sizes provided ({len(sizes)}) must be greater or equal to the number "
-                           f"of dimensions in the tensor ({len(shape)})")
+        raise RuntimeError(f"expand: the number of sizes provided ({len(sizes)}) must be greater or equal to the "
+                           f"number of dimensions in the tensor ({len(shape)})")
     lead = len(sizes) - len(shape)
     out = []
     for i, s in enumerate(sizes):
@@ -378,7 +378,7 @@ def broadcast_tensors(*tensors):
 
 def as_strided(input, size, stride, storage_offset=None):
     rel = 0 if storage_offset is None else storage_offset - input.storage_offset()
-    return apply(M.AS_STRIDED, input, size=tuple(size), stride=tuple(stride), offset=rel)
+    return apply(M.AS_STRIDED, input, size=tuple(size), stride=tuple(stride), offset=rel, in_stride=input.stride())
 
 
 def diagonal(input, offset=0, dim1=0, dim2=1):
@@ -412,7 +412,8 @@ def _diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
     from .ops.inplace_views import copy_slices
 
     nd = self._data.ndim
-    attrs = dict(offset=offset, dim1=wrap_dim(dim1, nd, "diagonal_scatter"), dim2=wrap_dim(dim2, nd, "diagonal_scatter"))
+    attrs = dict(offset=offset, dim1=wrap_dim(dim1, nd, "diagonal_scatter"),
+                 dim2=wrap_dim(dim2, nd, "diagonal_scatter"))
     return copy_slices(self, src, ((M.DIAGONAL, attrs),))
 
 
@@ -529,6 +530,8 @@ def _unfold(self, dimension, size, step):
 
 
 def _copy_(self, src, non_blocking=False):
+    if isinstance(src, (bool, int, float)):  # PyTorch copies a number like a 0-d tensor: a fill
+        return _fill_(self, src)
     if not isinstance(src, Tensor):
         raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
     if src.device != self.device:
@@ -558,7 +561,8 @@ _METHODS.update(
     view=_view, view_as=lambda self, other: _view(self, other.shape),
     reshape_as=lambda self, other: reshape(self, other.shape), expand=expand,
     expand_as=lambda self, other: expand(self, other.shape), contiguous=_contiguous, repeat=_repeat,
-    copy_=_copy_, fill_=_fill_, zero_=_zero_, unfold=_unfold, diagonal_scatter=_diagonal_scatter, slice_scatter_2d=_slice_scatter_2d,
+    copy_=_copy_, fill_=_fill_, zero_=_zero_, unfold=_unfold, diagonal_scatter=_diagonal_scatter,
+    slice_scatter_2d=_slice_scatter_2d,
     T=property(lambda self: permute(self, tuple(range(self._data.ndim - 1, -1, -1)))),
     mT=property(lambda self: transpose(self, -2, -1)), H=property(lambda self: t(self).conj()),
     mH=property(lambda self: transpose(self, -2, -1).conj()),

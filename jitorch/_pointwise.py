@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from . import _dtype
 from ._dispatch import apply, apply_inplace, fast_binary, fast_unary
 from ._tensor import Tensor
 from .ops import pointwise as P
@@ -72,8 +73,30 @@ def add(input, other, *, alpha=1, out=None):
     return _write_out(apply(P.ADD, input, other), out)
 
 
+def _reject_bool_sub(a, b):
+    # PyTorch refuses any bool operand of a subtraction (tensor or Python bool), whatever the other operand is.
+    for x in (a, b):
+        if x.__class__ is bool or (x.__class__ is Tensor and x._data.dtype == bool):
+            raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
+                               "to invert a mask, use the `~` or `logical_not()` operator instead.")
+
+
+_fast_sub, _fast_rsub = fast_binary(P.SUB), fast_binary(P.SUB, reflected=True)
+
+
+def _sub_operator(self, other):
+    _reject_bool_sub(self, other)
+    return _fast_sub(self, other)
+
+
+def _rsub_operator(self, other):
+    _reject_bool_sub(self, other)
+    return _fast_rsub(self, other)
+
+
 def sub(input, other, *, alpha=1, out=None):
     """``input - alpha * other``."""
+    _reject_bool_sub(input, other)
     if alpha != 1:
         other = apply(P.MUL, other, alpha)
     return _write_out(apply(P.SUB, input, other), out)
@@ -98,7 +121,7 @@ def div(input, other, *, rounding_mode=None, out=None):
         if dt.category < 2:
             result = result.to(dt)
     else:
-        raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+        raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
                          f"'{rounding_mode}'")
     return _write_out(result, out)
 
@@ -116,7 +139,7 @@ atan2 = arctan2 = _binary(P.ATAN2)
 def pow(input, exponent, *, out=None):
     """``input ** exponent`` (either may be a scalar)."""
     if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and isinstance(input, Tensor):
-        if exponent == 2:
+        if exponent == 2 and input.dtype is not _dtype.bool:  # bool ** 2 promotes to int64; bool * bool does not
             return _write_out(apply(P.MUL, input, input), out)
     return _write_out(apply(P.POW, input, exponent), out)
 
@@ -135,11 +158,22 @@ def fmin(input, other):
     return where(input.isnan(), other, where(other.isnan(), input, minimum(input, other)))
 
 
+def _require_float(kernel_name, *operands):
+    """PyTorch's NotImplementedError for float-only kernels whose promoted dtype is integral or bool."""
+    dt = _dtype.result_type(*operands)
+    if dt.category < _dtype.FLOAT:
+        from ._dispatch import TORCH_TYPE_NAMES
+
+        raise NotImplementedError(f'"{kernel_name}" not implemented for \'{TORCH_TYPE_NAMES[dt.name]}\'')
+
+
 def hypot(input, other):
+    _require_float("hypot_cpu", input, other)
     return sqrt(input * input + other * other)
 
 
 def lerp(input, end, weight):
+    _require_float("lerp_kernel_scalar", input, end)
     return input + weight * (end - input)
 
 
@@ -162,7 +196,11 @@ def isneginf(input):
 
 
 def isreal(input):
-    return input.imag == 0 if input.is_complex() else input == input | True
+    if input.is_complex():
+        return input.imag == 0
+    from ._creation import ones_like
+
+    return ones_like(input, dtype=_dtype.bool)
 
 
 def equal(input, other) -> bool:
@@ -171,11 +209,21 @@ def equal(input, other) -> bool:
 
 
 def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
-    close = (input - other).abs() <= atol + rtol * other.abs()
-    close = close | (input == other)
-    if equal_nan:
+    """``|input - other| <= atol + rtol * |other|`` (finite errors only), or equal; PyTorch's algorithm."""
+    if input.dtype is not other.dtype:
+        from ._dispatch import TORCH_TYPE_NAMES
+
+        raise RuntimeError(f"isclose: {TORCH_TYPE_NAMES[input.dtype.name]} did not match "
+                           f"{TORCH_TYPE_NAMES[other.dtype.name]}")
+    close = input == other
+    if equal_nan and input.is_floating_point():
         close = close | (input.isnan() & other.isnan())
-    return close
+    if rtol == 0 and atol == 0:
+        return close
+    if input.dtype is _dtype.bool:  # bool has no subtraction: compare as the default float type
+        input, other = input.to(_dtype.get_default_dtype()), other.to(_dtype.get_default_dtype())
+    error = (input - other).abs()
+    return close | (error.isfinite() & (error <= atol + (rtol * other).abs()))
 
 
 def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
@@ -204,6 +252,8 @@ sgn = sign
 
 
 def square(input, *, out=None):
+    if input.dtype is _dtype.bool:  # PyTorch's square is pow(x, 2): a bool tensor with an int exponent is int64
+        return _write_out(apply(P.POW, input, 2), out)
     return _write_out(apply(P.MUL, input, input), out)
 
 
@@ -242,24 +292,49 @@ def clamp_max(input, max):
 
 
 def addcmul(input, tensor1, tensor2, *, value=1, out=None):
+    if _dtype.result_type(input, tensor1, tensor2) is _dtype.bool:
+        raise NotImplementedError('"addcmul_cpu_out" not implemented for \'Bool\'')
     return _write_out(input + value * tensor1 * tensor2 if value != 1 else input + tensor1 * tensor2, out)
 
 
 def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
+    if _dtype.result_type(tensor1, tensor2).category < _dtype.FLOAT:
+        raise RuntimeError("Integer division with addcdiv is no longer supported, and in a future release addcdiv will "
+                           "perform a true division of tensor1 and tensor2. Use (input + value * tensor1 / tensor2) "
+                           "instead.")
     return _write_out(input + value * (tensor1 / tensor2), out)
 
 
 def xlogy(input, other):
-    return where(input == 0, 0.0, input * log(other))
+    # 0 * log(y) is 0 where x == 0, except that a NaN y still propagates.
+    zero = input == 0
+    if not isinstance(other, Tensor):
+        other = math.nan if other != other else _scalar_log(other)
+        return where(zero & (other == other), 0.0, input * other)
+    return where(zero & ~other.isnan(), 0.0, input * log(other))
+
+
+def _scalar_log(x):
+    return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
 
 
 def logaddexp(input, other):
+    _require_float("logaddexp_cpu", input, other)
+    dt = _dtype.result_type(input, other)
+    input, other = input.to(dt), other.to(dt) if isinstance(other, Tensor) else other  # no bool arithmetic below
     m = maximum(input, other).detach()
     return m + log(exp(input - m) + exp(other - m))
 
 
 def copysign(input, other):
-    return abs(input) * where(signbit(other), -1.0, 1.0)
+    """``|input|`` with the sign of ``other``, in the promoted floating dtype (ints give the default float)."""
+    dt = _dtype.result_type(input, other)
+    if dt.category < _dtype.FLOAT:
+        dt = _dtype.get_default_dtype()
+    magnitude = abs(input.to(dt))
+    if not isinstance(other, Tensor):
+        return -magnitude if math.copysign(1.0, other) < 0 else magnitude
+    return where(signbit(other), -magnitude, magnitude)
 
 
 def deg2rad(input):
@@ -271,6 +346,8 @@ def rad2deg(input):
 
 
 def logit(input, eps=None):
+    if not input.is_floating_point():
+        input = input.to(_dtype.get_default_dtype())
     x = input if eps is None else clamp(input, eps, 1 - eps)
     return log(x / (1 - x))
 
@@ -295,6 +372,7 @@ def _add_(self, other, *, alpha=1):
 
 
 def _sub_(self, other, *, alpha=1):
+    _reject_bool_sub(self, other)
     if alpha != 1:
         other = apply(P.MUL, other, alpha)
     return apply_inplace(P.SUB, self, other)
@@ -314,41 +392,71 @@ def _reflect(fn):
     return lambda self, other: fn(other, self)
 
 
+def _pos(self):
+    if self.dtype is _dtype.bool:
+        raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
+    return self
+
+
+def _invert(self):
+    if self.dtype.category >= _dtype.FLOAT:
+        raise TypeError("~ (operator.invert) is only implemented on integer and Boolean-type tensors")
+    return bitwise_not(self)
+
+
+def _composite_inplace(fn):
+    """``self.fn_(...)`` for a composite ``fn``: PyTorch's in-place dtype and shape rules, then a copy into self."""
+    def method(self, *args, **kwargs):
+        # The composite may save ``self`` for backward; computing from a clone keeps that saved value intact.
+        result = fn(self.clone() if self._requires_grad else self, *args, **kwargs)
+        from ._dispatch import TORCH_TYPE_NAMES
+
+        if result.dtype.category > self.dtype.category:
+            raise RuntimeError(f"{fn.__name__}_: result type {TORCH_TYPE_NAMES[result.dtype.name]} can't be cast to "
+                               f"the desired output type {TORCH_TYPE_NAMES[self.dtype.name]}")
+        if result.shape != self.shape:
+            raise RuntimeError(f"{fn.__name__}_: output with shape {list(self.shape)} doesn't match the broadcast "
+                               f"shape {list(result.shape)}")
+        return self.copy_(result)
+    method.__name__ = fn.__name__ + "_"
+    return method
+
+
 _METHODS = {name: globals()[name] for name in __all__ if name not in ("where", "equal", "allclose", "isclose")}
 _METHODS.update(
     where=lambda self, condition, other: where(condition, self, other), equal=equal, allclose=allclose,
     isclose=isclose,
     add_=_add_, sub_=_sub_, subtract_=_sub_, div_=_div_, divide_=_div_, clamp_=_clamp_, clip_=_clamp_,
     __add__=fast_binary(P.ADD), __radd__=fast_binary(P.ADD, reflected=True), __iadd__=_add_,
-    __sub__=fast_binary(P.SUB), __rsub__=fast_binary(P.SUB, reflected=True), __isub__=_sub_,
+    __sub__=_sub_operator, __rsub__=_rsub_operator, __isub__=_sub_,
     __mul__=fast_binary(P.MUL), __rmul__=fast_binary(P.MUL, reflected=True),
     __truediv__=fast_binary(P.DIV), __rtruediv__=fast_binary(P.DIV, reflected=True), __itruediv__=_div_,
     __floordiv__=floor_divide, __rfloordiv__=_reflect(floor_divide), __mod__=remainder,
     __rmod__=_reflect(remainder), __pow__=pow, __rpow__=_reflect(pow), __neg__=fast_unary(P.NEG),
-    __pos__=lambda self: self,
+    __pos__=_pos,
     __abs__=abs, __eq__=eq, __ne__=ne, __lt__=lt, __le__=le, __gt__=gt, __ge__=ge,
-    __and__=lambda a, b: (logical_and if a.dtype.name == "bool" else bitwise_and)(a, b),
-    __or__=lambda a, b: (logical_or if a.dtype.name == "bool" else bitwise_or)(a, b),
-    __xor__=lambda a, b: (logical_xor if a.dtype.name == "bool" else bitwise_xor)(a, b),
-    __invert__=lambda a: logical_not(a) if a.dtype.name == "bool" else bitwise_not(a),
-    __lshift__=bitwise_left_shift, __rshift__=bitwise_right_shift,
+    # PyTorch's &, |, ^ and ~ are the bitwise ops, which on bool tensors are the logical ones.
+    __and__=bitwise_and, __or__=bitwise_or, __xor__=bitwise_xor, __invert__=_invert,
+    __rand__=_reflect(bitwise_and), __ror__=_reflect(bitwise_or), __rxor__=_reflect(bitwise_xor),
+    __lshift__=bitwise_left_shift, __rshift__=bitwise_right_shift, __rlshift__=_reflect(bitwise_left_shift),
+    __rrshift__=_reflect(bitwise_right_shift),
 )
-_METHODS.update(__rand__=_reflect(_METHODS["__and__"]), __ror__=_reflect(_METHODS["__or__"]),
-                __rxor__=_reflect(_METHODS["__xor__"]))
 for _op in (P.MUL, P.POW, P.REMAINDER, P.FMOD, P.FLOOR_DIVIDE, P.MAXIMUM, P.MINIMUM, P.ATAN2, P.NEG, P.ABS, P.EXP,
             P.EXP2, P.EXPM1, P.LOG, P.LOG2, P.LOG10, P.LOG1P, P.SQRT, P.RSQRT, P.SIN, P.COS, P.TAN, P.ASIN, P.ACOS,
             P.ATAN, P.SINH, P.COSH, P.TANH, P.ASINH, P.ACOSH, P.ATANH, P.SIGMOID, P.ERF, P.ERFC, P.ERFINV,
             P.RECIPROCAL, P.RELU, P.FLOOR, P.CEIL, P.TRUNC, P.SIGN, P.FRAC, P.ROUND, P.NAN_TO_NUM, P.EQ, P.NE,
             P.LT, P.LE, P.GT, P.GE, P.LOGICAL_AND, P.LOGICAL_OR, P.LOGICAL_XOR, P.LOGICAL_NOT, P.BITWISE_AND,
-            P.BITWISE_OR, P.BITWISE_XOR, P.BITWISE_NOT):
+            P.BITWISE_OR, P.BITWISE_XOR, P.BITWISE_NOT, P.BITWISE_LEFT_SHIFT, P.BITWISE_RIGHT_SHIFT):
     _METHODS[_op.name + "_"] = _inplace(_op)
 _METHODS.update(multiply_=_METHODS["mul_"], negative_=_METHODS["neg_"], absolute_=_METHODS["abs_"],
-                fix_=_METHODS["trunc_"], sgn_=_METHODS["sign_"], square_=lambda self: self.mul_(self),
+                fix_=_METHODS["trunc_"], sgn_=_METHODS["sign_"], square_=lambda self: self.pow_(2),
                 __imul__=_METHODS["mul_"], __ipow__=_METHODS["pow_"], __imod__=_METHODS["remainder_"],
                 __ifloordiv__=_METHODS["floor_divide_"],
-                __iand__=lambda a, b: (a.logical_and_ if a.dtype.name == "bool" else a.bitwise_and_)(b),
-                __ior__=lambda a, b: (a.logical_or_ if a.dtype.name == "bool" else a.bitwise_or_)(b),
-                __ixor__=lambda a, b: (a.logical_xor_ if a.dtype.name == "bool" else a.bitwise_xor_)(b),
+                __iand__=_METHODS["bitwise_and_"], __ior__=_METHODS["bitwise_or_"],
+                __ixor__=_METHODS["bitwise_xor_"], __ilshift__=_METHODS["bitwise_left_shift_"],
+                __irshift__=_METHODS["bitwise_right_shift_"],
                 arcsin_=_METHODS["asin_"], arccos_=_METHODS["acos_"], arctan_=_METHODS["atan_"])
+_METHODS.update({fn.__name__ + "_": _composite_inplace(fn) for fn in (
+    addcmul, addcdiv, lerp, hypot, copysign, xlogy, logit, sinc, deg2rad, rad2deg, clamp_min, clamp_max)})
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)

@@ -40,6 +40,8 @@ def sum(input, dim=None, keepdim=False, *, dtype=None):
 
 
 def nansum(input, dim=None, keepdim=False, *, dtype=None):
+    if not input.is_floating_point():  # integers hold no NaN: a plain sum (int64 for integer inputs)
+        return sum(input, dim, keepdim, dtype=dtype)
     return sum(input.nan_to_num(0.0, float("inf"), float("-inf")).where(~input.isnan(), 0.0), dim, keepdim,
                dtype=dtype)
 
@@ -59,6 +61,9 @@ def mean(input, dim=None, keepdim=False, *, dtype=None):
 
 
 def nanmean(input, dim=None, keepdim=False, *, dtype=None):
+    if input.dtype.category < _dtype.FLOAT:
+        raise RuntimeError(f"nanmean(): expected input to have floating point or complex dtype but got "
+                           f"{_type_name(input.dtype)}")
     keep = ~input.isnan()
     return nansum(input, dim, keepdim, dtype=dtype) / keep.sum(dim, keepdim)
 
@@ -70,20 +75,39 @@ def _type_name(dt):
 
 
 def prod(input, dim=None, keepdim=False, *, dtype=None):
+    if isinstance(dim, (tuple, list)):
+        raise TypeError(f"prod(): argument 'dim' (position 2) must be int, not {type(dim).__name__}")
     dt = _sum_dtype(input, dtype)
     dims = _dims(input, dim, "prod")
     return apply(R.PROD, input, dims=dims, keepdim=keepdim, dtype=dt.np)
 
 
+def _check_nonempty(input, dim, op):
+    """Reductions without an identity (max, min) need elements: PyTorch's errors for empty inputs."""
+    if input._data.size:
+        return
+    if dim is None or (isinstance(dim, (tuple, list)) and not dim):
+        raise RuntimeError(f"{op}(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+                           "reduction dim with the 'dim' argument.")
+    for d in _dims(input, dim, op):
+        if input._data.shape[d] == 0:
+            raise IndexError(f"{op}(): Expected reduction dim {d} to have non-zero size.")
+
+
 def amax(input, dim=(), keepdim=False):
+    _check_nonempty(input, dim, "amax")
     return apply(R.AMAX, input, dims=_dims(input, dim, "amax"), keepdim=keepdim)
 
 
 def amin(input, dim=(), keepdim=False):
+    _check_nonempty(input, dim, "amin")
     return apply(R.AMIN, input, dims=_dims(input, dim, "amin"), keepdim=keepdim)
 
 
 def aminmax(input, *, dim=None, keepdim=False):
+    if dim is None and input._data.size == 0:
+        raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the operation has no "
+                           "identity.")
     d = () if dim is None else dim
     return return_types.aminmax(amin(input, d, keepdim), amax(input, d, keepdim))
 
@@ -116,22 +140,36 @@ def min(input, dim=None, keepdim=False, *, other=None):
     return _extreme(input, dim, keepdim, other, R.AMIN, R.MIN_DIM, minimum, return_types.min)
 
 
+def _check_arg_input(input, op):
+    if input.dtype is _dtype.bool:
+        raise RuntimeError(f"{op}(): does not support bool input")
+
+
 def argmax(input, dim=None, keepdim=False):
+    _check_arg_input(input, "argmax")
     d = None if dim is None else wrap_dim(dim, input._data.ndim, "argmax")
     return apply(R.ARGMAX, input, dim=d, keepdim=keepdim)
 
 
 def argmin(input, dim=None, keepdim=False):
+    _check_arg_input(input, "argmin")
     d = None if dim is None else wrap_dim(dim, input._data.ndim, "argmin")
     return apply(R.ARGMIN, input, dim=d, keepdim=keepdim)
 
 
+def _logical_dims(input, dim, op):
+    # Unlike sum's, all/any's ``dim=()`` reduces nothing (an elementwise truth test), as in PyTorch.
+    if isinstance(dim, (list, tuple)) and len(dim) == 0:
+        return ()
+    return _dims(input, dim, op)
+
+
 def all(input, dim=None, keepdim=False):
-    return apply(R.ALL, input, dims=_dims(input, dim, "all"), keepdim=keepdim)
+    return apply(R.ALL, input, dims=_logical_dims(input, dim, "all"), keepdim=keepdim)
 
 
 def any(input, dim=None, keepdim=False):
-    return apply(R.ANY, input, dims=_dims(input, dim, "any"), keepdim=keepdim)
+    return apply(R.ANY, input, dims=_logical_dims(input, dim, "any"), keepdim=keepdim)
 
 
 def _correction(unbiased, correction):
@@ -144,6 +182,8 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """Variance with ``correction`` (default 1, Bessel's); ``unbiased=False`` means correction 0."""
     if isinstance(dim, bool):
         dim, unbiased = None, dim
+    if input.dtype.category < _dtype.FLOAT:
+        raise RuntimeError("std and var only support floating point and complex dtypes")
     c = _correction(unbiased, correction)
     dims = _dims(input, dim, "var")
     n = 1
@@ -156,14 +196,21 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return var(input, dim, unbiased, keepdim, correction=correction).sqrt()
+    v = var(input, dim, unbiased, keepdim, correction=correction)
+    # PyTorch's std gradient is zero where std is zero; sqrt's derivative there would give 0 * inf = nan.
+    nonzero = v != 0
+    return v.where(nonzero, 1.0).sqrt().where(nonzero, 0.0)
 
 
 def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if isinstance(dim, bool):  # var_mean(x, False): the legacy positional ``unbiased``
+        dim, unbiased = None, dim
     return return_types.var_mean(var(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim))
 
 
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if isinstance(dim, bool):
+        dim, unbiased = None, dim
     return return_types.std_mean(std(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim))
 
 
@@ -183,8 +230,8 @@ def logsumexp(input, dim, keepdim=False):
 def _softmax_input(input, dim, dtype, op):
     if dtype is not None:
         input = input.to(dtype)
-    elif input.dtype.category < _dtype.FLOAT:
-        raise RuntimeError(f"\"{op}_lastdim_kernel_impl\" not implemented for '{_type_name(input.dtype)}'")
+    elif input.dtype.category < _dtype.FLOAT and input._data.size:
+        raise NotImplementedError(f"\"{op}_lastdim_kernel_impl\" not implemented for '{_type_name(input.dtype)}'")
     if dim is None:
         dim = 0 if input._data.ndim in (0, 1, 3) else 1  # PyTorch's legacy implicit-dim choice
     return input, wrap_dim(dim, input._data.ndim, op)
@@ -193,6 +240,8 @@ def _softmax_input(input, dim, dtype, op):
 def softmax(input, dim=None, dtype=None, _stacklevel=3):
     """Numerically stable softmax along ``dim``."""
     input, d = _softmax_input(input, dim, dtype, "softmax")
+    if input._data.size == 0:  # nothing to normalize (PyTorch keeps even an integer dtype here)
+        return input.clone()
     shifted = input - amax(input, d, keepdim=True).detach()
     e = shifted.exp()
     return e / e.sum(d, keepdim=True)
@@ -201,6 +250,8 @@ def softmax(input, dim=None, dtype=None, _stacklevel=3):
 def log_softmax(input, dim=None, dtype=None, _stacklevel=3):
     """Numerically stable ``log(softmax(x))``."""
     input, d = _softmax_input(input, dim, dtype, "log_softmax")
+    if input._data.size == 0:
+        return input.clone()
     shifted = input - amax(input, d, keepdim=True).detach()
     return shifted - shifted.exp().sum(d, keepdim=True).log()
 

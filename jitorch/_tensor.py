@@ -359,6 +359,9 @@ class Tensor:
 
     def _scalar_for(self, kind):
         n = self._data.size
+        if n != 1 and kind in ("int", "float", "complex"):
+            raise ValueError(f"only one element tensors can be converted to Python scalars (a Tensor with {n} "
+                             "elements cannot be converted)")
         if n != 1:
             raise RuntimeError(f"{kind}: a Tensor with {n} elements cannot be converted to Scalar" if n else
                                f"{kind}: a Tensor with 0 elements cannot be converted to Scalar")

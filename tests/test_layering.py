@@ -1,4 +1,4 @@
-"""Imports only go down: runtime/ and codegen/ never import jitorch's Tensor, autograd, ops or nn; nothing imports torch."""
+"""Imports only go down: runtime/ and codegen/ never import Tensor, autograd, ops or nn; nothing imports torch."""
 from __future__ import annotations
 
 import ast

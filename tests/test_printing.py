@@ -102,7 +102,8 @@ def _handpicked():
         "requires_grad": lambda: torch.tensor([1.0, 2.0], requires_grad=True),
         "requires_grad_f64": lambda: torch.ones(2, 2, dtype=torch.float64, requires_grad=True),
         "grad_fn": _grad_tensor,
-        "grad_fn_after_wrapped_row": lambda: torch.linspace(-1, 1, 11, requires_grad=True).sum(0, keepdim=True) + torch.rand(10),
+        "grad_fn_after_wrapped_row":
+            lambda: torch.linspace(-1, 1, 11, requires_grad=True).sum(0, keepdim=True) + torch.rand(10),
         "suffix_long_row": lambda: torch.full((8,), 123456.7, dtype=torch.float64, requires_grad=True),
     }
 

@@ -7,6 +7,7 @@
 from . import inplace_views, movement, pointwise, reduction  # noqa: F401 - importing registers the rows
 from . import linalg, sorting  # noqa: F401,E402 - linear algebra and sorting rows
 from . import indexing  # noqa: F401,E402 - advanced indexing rows
+from . import nn_ops  # noqa: F401,E402 - nn.functional rows (binary_cross_entropy)
 from . import conv_ops  # noqa: F401,E402 - convolution, im2col/col2im and pooling rows
 from .table import OPS, OpDef
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 import numpy as np
 
 from .._shape import broadcast_shapes
-from ..runtime import scatter_add
+from ..runtime import scatter_add, ufunc_at
 from .table import Opaque, defop
 
-__all__ = ["INDEX", "INDEX_PUT", "SCATTER_REDUCE", "IndexOutOfBounds", "check_bounds", "expand_key", "reduce_at"]
+__all__ = ["INDEX", "INDEX_PUT", "SCATTER_REDUCE", "IndexOutOfBounds", "check_bounds", "expand_key", "reduce_at",
+           "reduce_in_rounds"]
 
 
 class IndexOutOfBounds(IndexError):
@@ -162,13 +163,16 @@ def reduce_at(xp, reduce, out, key, values):
     """``out[key] = reduce(out[key], values)`` with repeated positions combined (``ufunc.at``); ``key`` holds one
     integer array per dim of ``out``.
 
-    Array modules without ``ufunc.at`` get rounds of duplicate-free writes: the r-th occurrence of each position in
-    round r, so every round is a plain fancy-index update.
+    Array modules without ``ufunc.at`` (CuPy, for these ufuncs) get ``reduce_in_rounds``.
     """
+    if not ufunc_at(xp, _UFUNCS[reduce], out, key, values):
+        reduce_in_rounds(xp, reduce, out, key, values)
+
+
+def reduce_in_rounds(xp, reduce, out, key, values):
+    """``reduce_at`` in rounds of duplicate-free writes: the r-th occurrence of each position in round r, so every
+    round is a plain fancy-index update."""
     ufunc = getattr(xp, _UFUNCS[reduce])
-    if xp is np:
-        ufunc.at(out, key, values)
-        return
     key = xp.broadcast_arrays(*key)
     lin = xp.ravel_multi_index(tuple(k % n for k, n in zip(key, out.shape)), out.shape).reshape(-1)
     vals = xp.broadcast_to(xp.asarray(values, dtype=out.dtype), key[0].shape).reshape(-1)

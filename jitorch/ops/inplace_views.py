@@ -53,6 +53,10 @@ COPY_SLICES = defop("copy_slices", _copy_slices_kernel, _copy_slices_backward, O
                     promotion="keep", grad_name="CopySlices", meta=True)
 
 
+ZERO_GRAD = defop("zero_grad", lambda xp, a: a.copy(), lambda ctx, g: g * 0, Opaque("history of a non-differentiable "
+                  "in-place result"), grad_name="ZeroGradBackward0")
+
+
 def copy_slices(base, src, chain):
     """A copy of ``base`` with ``src`` written into the region that ``chain`` selects."""
     return apply(COPY_SLICES, base, src, chain=chain)

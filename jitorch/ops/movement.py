@@ -10,6 +10,8 @@ tensor([[0., 0., 0.],
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..runtime import move_array, strided_view
 from .inplace_views import view_backward
 from .table import NOT_DIFFERENTIABLE, Opaque, Pointwise, View, defop
@@ -45,27 +47,36 @@ def _slice_kernel(xp, a, key):
 SLICE = defop("slice", _slice_kernel, view_backward, View(), view=True, meta=True, grad_name="SliceBackward0")
 
 
-def _as_strided_kernel(xp, a, size, stride, offset):
+def _as_strided_kernel(xp, a, size, stride, offset, in_stride=None):
     return strided_view(xp, a, size, stride, offset)
 
 
+def _storage_positions(size, stride, offset):
+    """Flat storage offsets (relative to the input's first element) of every element of a strided geometry."""
+    pos = np.full(tuple(size), offset, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(size, stride)):
+        pos = pos + (np.arange(n, dtype=np.int64) * st).reshape([n if i == d else 1 for i in range(len(size))])
+    return pos.reshape(-1)
+
+
 def _as_strided_backward(ctx, g):
-    # Scatter-add through the index map of the view: overlapping windows accumulate.
+    # Scatter-add the gradient into the storage positions the view reads (overlapping windows accumulate), then
+    # gather the positions the input's own elements occupy: a transposed or sliced input is not laid out as arange.
     from .. import _creation
 
     shape = ctx.in_meta[0][0]
-    n = 1
-    for s in shape:
-        n *= s
-    span = _span(ctx.attrs)
-    index = _creation.arange(max(n, span), device=g.device)
-    index = index.as_strided(ctx.attrs["size"], ctx.attrs["stride"], ctx.attrs["offset"]).reshape(-1)
-    flat = g.new_zeros(max(n, span)).index_add(0, index, g.reshape(-1))
-    return flat[:n].reshape(shape)
-
-
-def _span(attrs):
-    return attrs["offset"] + sum((s - 1) * st for s, st in zip(attrs["size"], attrs["stride"]) if s > 0) + 1
+    attrs = ctx.attrs
+    in_stride = attrs.get("in_stride")
+    if in_stride is None:
+        in_stride = [int(np.prod(shape[d + 1:])) for d in range(len(shape))]
+    out_pos = _storage_positions(attrs["size"], attrs["stride"], attrs["offset"])
+    in_pos = _storage_positions(shape, in_stride, 0)
+    lo = min(out_pos.min(initial=0), in_pos.min(initial=0))
+    span = max(out_pos.max(initial=0), in_pos.max(initial=0)) - lo + 1
+    scatter = _creation.tensor(out_pos - lo, device=g.device)
+    gather = _creation.tensor(in_pos - lo, device=g.device)
+    storage = g.new_zeros(int(span)).index_add(0, scatter, g.reshape(-1))
+    return storage.index_select(0, gather).reshape(shape)
 
 
 AS_STRIDED = defop("as_strided", _as_strided_kernel, _as_strided_backward, View(), view=True, meta=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime import scatter_add
+from ..runtime import accumulate, scatter_add
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 _HALF = {"float16", "bfloat16"}
@@ -38,7 +38,8 @@ def _open_grid(xp, index, dim):
 def stable_argsort(xp, a, axis, descending=False):
     """Stable argsort along ``axis``; NaN sorts as the largest value (last ascending, first descending)."""
     def ascending(x):
-        return xp.argsort(x, axis=axis, kind="stable") if xp is np else xp.argsort(x, axis=axis)  # CuPy is stable
+        # CuPy's argsort is always stable and accepts kind="stable" (and nothing else): one spelling for both.
+        return xp.argsort(x, axis=axis, kind="stable")
 
     if not descending:
         return ascending(a)
@@ -54,11 +55,16 @@ def _isnan(xp, a):
 def scan(xp, ufunc_name, a, axis):
     """Inclusive scan of a commutative, associative binary ufunc along ``axis``.
 
-    NumPy has ``ufunc.accumulate``; elsewhere a Hillis-Steele scan (log2(n) vectorized steps) keeps it on the device.
+    NumPy has ``ufunc.accumulate`` for every ufunc; where the array module lacks it (CuPy, for all but add and
+    multiply) a Hillis-Steele scan (log2(n) vectorized steps) keeps it on the device.
     """
+    out = accumulate(xp, ufunc_name, a, axis)
+    return out if out is not None else doubling_scan(xp, ufunc_name, a, axis)
+
+
+def doubling_scan(xp, ufunc_name, a, axis):
+    """``scan`` with elementwise calls only (Hillis-Steele): what CuPy runs."""
     fn = getattr(xp, ufunc_name)
-    if xp is np:
-        return fn.accumulate(a, axis=axis)
     out = xp.moveaxis(a, axis, -1).copy()
     shift, n = 1, out.shape[-1]
     while shift < n:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["OpDef", "OPS", "defop", "Pointwise", "Reduction", "View", "Opaque", "NOT_DIFFERENTIABLE"]
+__all__ = ["OpDef", "OPS", "defop", "validate_row", "Pointwise", "Reduction", "View", "Opaque",
+           "NOT_DIFFERENTIABLE"]
 
 
 @dataclass(frozen=True)
@@ -100,4 +101,45 @@ def defop(name, kernel, backward, fusion, **kw) -> OpDef:
         raise ValueError(f"op {name!r} is already defined")
     op = OpDef(name, kernel, backward, fusion, **kw)
     OPS[name] = op
+    return op
+
+
+def validate_row(op) -> OpDef:
+    """Check that every column of ``op`` is filled and consistent; raise ``ValueError`` naming each problem.
+
+    >>> validate_row(OPS["add"])
+    OpDef(add)
+    """
+    name = getattr(op, "name", None)
+    problems = []
+    if not isinstance(name, str) or not name:
+        problems.append("name must be a non-empty string")
+    if not callable(getattr(op, "kernel", None)):
+        problems.append("kernel must be callable (xp, *arrays, **attrs)")
+    if not callable(getattr(op, "backward", None)):
+        problems.append("backward must be callable or NOT_DIFFERENTIABLE")
+    fusion = getattr(op, "fusion", None)
+    if not isinstance(fusion, (Pointwise, Reduction, View, Opaque)):
+        problems.append(f"fusion must be a Pointwise, Reduction, View or Opaque, got {fusion!r}")
+    elif isinstance(fusion, Pointwise) and not (isinstance(fusion.expr, str) and fusion.expr):
+        problems.append("a Pointwise fusion needs a non-empty expression")
+    elif isinstance(fusion, Reduction) and not (isinstance(fusion.kind, str) and fusion.kind):
+        problems.append("a Reduction fusion needs a non-empty kind")
+    if getattr(op, "promotion", None) not in PROMOTIONS:
+        problems.append(f"promotion must be one of {PROMOTIONS}")
+    if getattr(op, "saves", None) not in SAVES:
+        problems.append(f"saves must be one of {SAVES}")
+    nout = getattr(op, "nout", None)
+    if not isinstance(nout, int) or nout < 1:
+        problems.append("nout must be a positive int")
+    elif not set(getattr(op, "nondiff_outputs", ())) <= set(range(nout)):
+        problems.append("nondiff_outputs must index outputs")
+    if bool(getattr(op, "view", False)) != isinstance(fusion, View):
+        problems.append("view rows and View fusion go together")
+    if not isinstance(getattr(op, "grad_name", None), str) or not op.grad_name:
+        problems.append("grad_name must be a non-empty string")
+    if getattr(op, "differentiable", None) is not (getattr(op, "backward", None) is not NOT_DIFFERENTIABLE):
+        problems.append("differentiable must say whether backward is NOT_DIFFERENTIABLE")
+    if problems:
+        raise ValueError(f"op {name!r}: " + "; ".join(problems))
     return op

@@ -1,0 +1,333 @@
+"""Convolution, im2col/col2im and max-pooling primitives for 1, 2 and 3 spatial dims.
+
+Every kernel turns sliding windows into a strided view of the (padded) input and hands the work to ONE batched BLAS
+matmul (im2col); the adjoint (col2im) loops over kernel offsets only, each step a vectorized strided add. The three
+convolution rows are closed under differentiation, so double backward works without touching windows again:
+
+- ``convolution(x, w)``: cross-correlation, ``(N, C, *S) x (O, C/G, *K) -> (N, O, *OS)``;
+- ``convolution_transpose(g, w)``: its adjoint in ``x`` (the input gradient, and ``conv_transpose``'s forward);
+- ``convolution_weight(x, g)``: its adjoint in ``w`` (the weight gradient).
+
+>>> import jitorch
+>>> from jitorch._dispatch import apply
+>>> from jitorch.ops.conv_ops import CONVOLUTION
+>>> x, w = jitorch.ones(1, 1, 3, 3), jitorch.ones(1, 1, 2, 2)
+>>> apply(CONVOLUTION, x, w, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1)
+tensor([[[[4., 4.],
+          [4., 4.]]]])
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from ..runtime import strided_view
+from .table import Opaque, defop
+
+__all__ = ["CONVOLUTION", "CONVOLUTION_TRANSPOSE", "CONVOLUTION_WEIGHT", "IM2COL", "COL2IM", "MAX_POOL",
+           "ADAPTIVE_MAX_POOL", "CONSTANT_PAD", "conv_output_size", "adaptive_bounds"]
+
+_HALF = {"float16", "bfloat16"}
+
+
+def _apply(op, *args, **attrs):
+    from .._dispatch import apply
+
+    return apply(op, *args, **attrs)
+
+
+def conv_output_size(size, kernel, stride, padding, dilation):
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _prod(values):
+    return math.prod(values)
+
+
+def _check_same_dtype(op, *arrays):
+    if len({a.dtype for a in arrays}) > 1:
+        names = " and ".join(str(a.dtype) for a in arrays)
+        raise RuntimeError(f"{op}: expected all operands to have the same dtype, but got {names}")
+
+
+def _compute_array(a):
+    """NumPy has no half-precision BLAS: half inputs are computed in float32 and rounded once at the end."""
+    return a.astype(np.float32) if a.dtype.name in _HALF else a
+
+
+def _windows(xp, x, kernel, stride, padding, dilation, fill=0):
+    """A strided view ``(N, C, *out, *kernel)`` of the windows of ``x`` (``(N, C, *S)``) after padding by ``padding``
+    (``(left, right)`` pairs or symmetric ints) with ``fill``."""
+    pads = [(p, p) if isinstance(p, int) else tuple(p) for p in padding]
+    if any(lo or hi for lo, hi in pads):
+        x = xp.pad(x, [(0, 0), (0, 0)] + pads, constant_values=fill)
+    x = xp.ascontiguousarray(x)
+    nd = len(kernel)
+    st = [s // x.itemsize for s in x.strides]
+    out = [(x.shape[2 + i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1 for i in range(nd)]
+    shape = tuple(x.shape[:2]) + tuple(out) + tuple(kernel)
+    strides = st[:2] + [st[2 + i] * stride[i] for i in range(nd)] + [st[2 + i] * dilation[i] for i in range(nd)]
+    return strided_view(xp, x, shape, strides, 0)
+
+
+def _col(xp, x, kernel, stride, padding, dilation, groups, out_sizes=None):
+    """im2col: ``(G, N * prod(out), C/G * prod(kernel))``, one copy of the windows, ready for a batched matmul."""
+    win = _windows(xp, x, kernel, stride, padding, dilation)
+    nd = len(kernel)
+    if out_sizes is not None:  # callers whose gradient has fewer positions than the windows (see conv_transpose)
+        win = win[(slice(None), slice(None)) + tuple(slice(0, o) for o in out_sizes)]
+    n, c = x.shape[:2]
+    outs = win.shape[2:2 + nd]
+    win = win.reshape((n, groups, c // groups) + tuple(outs) + tuple(kernel))
+    perm = (1, 0) + tuple(range(3, 3 + nd)) + (2,) + tuple(range(3 + nd, 3 + 2 * nd))
+    return win.transpose(perm).reshape(groups, n * _prod(outs), (c // groups) * _prod(kernel)), tuple(outs)
+
+
+def _col2im(xp, col, spatial, kernel, stride, padding, dilation):
+    """The adjoint of the window view: ``col`` ``(N, C, *kernel, *out)`` summed back into ``(N, C, *spatial)``.
+
+    One vectorized strided add per kernel offset (9 for a 3x3 kernel), never a loop over positions.
+    """
+    nd = len(kernel)
+    n, c = col.shape[:2]
+    outs = col.shape[2 + nd:]
+    padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
+    out = xp.zeros((n, c) + padded, dtype=col.dtype)
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        key = tuple(slice(k * d, k * d + s * (o - 1) + 1, s) for k, d, s, o in zip(offset, dilation, stride, outs))
+        out[(slice(None), slice(None)) + key] += col[(slice(None), slice(None)) + offset]
+    crop = tuple(slice(p, p + s) for p, s in zip(padding, spatial))
+    return xp.ascontiguousarray(out[(slice(None), slice(None)) + crop])
+
+
+# -- convolution ----------------------------------------------------------------------------------------------------
+def _conv_kernel(xp, x, w, stride, padding, dilation, groups):
+    _check_same_dtype("convolution", x, w)
+    dtype = x.dtype
+    x, w = _compute_array(x), _compute_array(w)
+    kernel = w.shape[2:]
+    col, outs = _col(xp, x, kernel, stride, padding, dilation, groups)
+    o = w.shape[0]
+    # Contiguous operands keep matmul on BLAS (an expanded gradient would otherwise take NumPy's slow loop).
+    wm = xp.ascontiguousarray(w.reshape(groups, o // groups, -1).transpose(0, 2, 1))
+    out = xp.matmul(xp.ascontiguousarray(col), wm)  # (G, N * prod(outs), O/G)
+    n = x.shape[0]
+    out = out.reshape((groups, n, _prod(outs), o // groups)).transpose(1, 0, 3, 2).reshape((n, o) + outs)
+    return xp.ascontiguousarray(out).astype(dtype, copy=False)
+
+
+def _crop_to(t, sizes):
+    """``t`` narrowed to ``sizes`` in its spatial dims (a no-op when they already match)."""
+    for i, s in enumerate(sizes):
+        if t.shape[2 + i] != s:
+            t = t.narrow(2 + i, 0, s)
+    return t
+
+
+def _geometry(attrs):
+    return {k: attrs[k] for k in ("stride", "padding", "dilation", "groups")}
+
+
+def _conv_backward(ctx, g):
+    x, w = ctx.inputs
+    geo = _geometry(ctx.attrs)
+    gx = _apply(CONVOLUTION_TRANSPOSE, g, w, spatial=tuple(x.shape[2:]), **geo) if ctx.needs_grad(0) else None
+    gw = _apply(CONVOLUTION_WEIGHT, x, g, kernel=tuple(w.shape[2:]), **geo) if ctx.needs_grad(1) else None
+    return gx, gw
+
+
+CONVOLUTION = defop("convolution", _conv_kernel, _conv_backward, Opaque("im2col + BLAS"), saves="inputs",
+                    grad_name="ConvolutionBackward0")
+
+
+def _conv_transpose_kernel(xp, g, w, spatial, stride, padding, dilation, groups):
+    _check_same_dtype("convolution_transpose", g, w)
+    dtype = g.dtype
+    g, w = _compute_array(g), _compute_array(w)
+    n, o = g.shape[:2]
+    outs, kernel = g.shape[2:], w.shape[2:]
+    cg = w.shape[1]
+    gm = xp.ascontiguousarray(g.reshape(n, groups, o // groups, -1).transpose(1, 0, 3, 2))
+    gm = gm.reshape(groups, -1, o // groups)
+    # (G, N * prod(outs), C/G * prod(kernel))
+    col = xp.matmul(gm, xp.ascontiguousarray(w).reshape(groups, o // groups, -1))
+    nd = len(kernel)
+    col = col.reshape((groups, n) + tuple(outs) + (cg,) + tuple(kernel))
+    perm = (1, 0, 2 + nd) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(2, 2 + nd))
+    col = col.transpose(perm).reshape((n, groups * cg) + tuple(kernel) + tuple(outs))
+    return _col2im(xp, col, spatial, kernel, stride, padding, dilation).astype(dtype, copy=False)
+
+
+def _conv_transpose_backward(ctx, gy):
+    g, w = ctx.inputs
+    geo = _geometry(ctx.attrs)
+    gg = _crop_to(_apply(CONVOLUTION, gy, w, **geo), g.shape[2:]) if ctx.needs_grad(0) else None
+    gw = _apply(CONVOLUTION_WEIGHT, gy, g, kernel=tuple(w.shape[2:]), **geo) if ctx.needs_grad(1) else None
+    return gg, gw
+
+
+CONVOLUTION_TRANSPOSE = defop("convolution_transpose", _conv_transpose_kernel, _conv_transpose_backward,
+                              Opaque("BLAS + col2im"), saves="inputs", grad_name="ConvolutionBackward0")
+
+
+def _conv_weight_kernel(xp, x, g, kernel, stride, padding, dilation, groups):
+    _check_same_dtype("convolution_weight", x, g)
+    dtype = x.dtype
+    x, g = _compute_array(x), _compute_array(g)
+    n, o = g.shape[:2]
+    col, _ = _col(xp, x, kernel, stride, padding, dilation, groups, out_sizes=g.shape[2:])
+    gm = xp.ascontiguousarray(g.reshape(n, groups, o // groups, -1).transpose(1, 2, 0, 3))
+    gm = gm.reshape(groups, o // groups, -1)
+    gw = xp.matmul(gm, xp.ascontiguousarray(col))  # (G, O/G, C/G * prod(kernel))
+    return gw.reshape((o, x.shape[1] // groups) + tuple(kernel)).astype(dtype, copy=False)
+
+
+def _conv_weight_backward(ctx, ggw):
+    x, g = ctx.inputs
+    geo = _geometry(ctx.attrs)
+    gx = _apply(CONVOLUTION_TRANSPOSE, g, ggw, spatial=tuple(x.shape[2:]), **geo) if ctx.needs_grad(0) else None
+    gg = _crop_to(_apply(CONVOLUTION, x, ggw, **geo), g.shape[2:]) if ctx.needs_grad(1) else None
+    return gx, gg
+
+
+CONVOLUTION_WEIGHT = defop("convolution_weight", _conv_weight_kernel, _conv_weight_backward, Opaque("im2col + BLAS"),
+                           saves="inputs", grad_name="ConvolutionBackwardBackward0")
+
+
+# -- im2col / col2im (F.unfold / F.fold): each is the other's gradient -------------------------------------------------
+def _im2col_kernel(xp, x, kernel, stride, padding, dilation):
+    win = _windows(xp, x, kernel, stride, padding, dilation)
+    nd = len(kernel)
+    n, c = x.shape[:2]
+    perm = (0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd))
+    return win.transpose(perm).reshape(n, c * _prod(kernel), -1)
+
+
+def _im2col_backward(ctx, g):
+    a = ctx.attrs
+    return _apply(COL2IM, g, spatial=ctx.in_meta[0][0][2:], kernel=a["kernel"], stride=a["stride"],
+                  padding=a["padding"], dilation=a["dilation"])
+
+
+IM2COL = defop("im2col", _im2col_kernel, _im2col_backward, Opaque("window copy"), meta=True,
+               grad_name="Im2ColBackward0")
+
+
+def _col2im_kernel(xp, col, spatial, kernel, stride, padding, dilation):
+    outs = [conv_output_size(s, k, st, p, d) for s, k, st, p, d in zip(spatial, kernel, stride, padding, dilation)]
+    n = col.shape[0]
+    c = col.shape[1] // _prod(kernel)
+    return _col2im(xp, col.reshape((n, c) + tuple(kernel) + tuple(outs)), spatial, kernel, stride, padding, dilation)
+
+
+def _col2im_backward(ctx, g):
+    a = ctx.attrs
+    return _apply(IM2COL, g, kernel=a["kernel"], stride=a["stride"], padding=a["padding"], dilation=a["dilation"])
+
+
+COL2IM = defop("col2im", _col2im_kernel, _col2im_backward, Opaque("windowed scatter-add"), grad_name="Col2ImBackward0")
+
+
+# -- max pooling: values and the flat input index of each maximum ------------------------------------------------------
+def _lowest(dtype):
+    return -np.inf if dtype.kind == "f" or dtype.name in _HALF else np.iinfo(dtype).min
+
+
+def _flat_index(xp, coords, spatial):
+    """Flat index over ``spatial`` of per-dim coordinate arrays (broadcast together)."""
+    flat = 0
+    for c, s in zip(coords, spatial):
+        flat = flat * s + c
+    return flat
+
+
+def _window_max(xp, flat):
+    """(max, argmax) over the last axis; NaN wins, as in PyTorch."""
+    arg = flat.argmax(-1)
+    return xp.take_along_axis(flat, arg[..., None], -1)[..., 0], arg
+
+
+def _max_pool_kernel(xp, x, kernel, stride, padding, dilation, out_sizes):
+    nd = len(kernel)
+    spatial = x.shape[2:]
+    # Extra right padding makes the last (ceil_mode) window exist; it only ever sees the fill value.
+    pads = []
+    for i in range(nd):
+        need = (out_sizes[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1
+        pads.append((padding[i], max(padding[i], need - spatial[i] - padding[i])))
+    win = _windows(xp, x, kernel, stride, pads, dilation, fill=_lowest(x.dtype))
+    win = win[(slice(None), slice(None)) + tuple(slice(0, o) for o in out_sizes)]
+    values, arg = _window_max(xp, win.reshape(win.shape[:2 + nd] + (_prod(kernel),)))
+    offsets = xp.unravel_index(arg, kernel) if nd > 1 else (arg,)
+    coords = []
+    for i in range(nd):
+        shape = [1] * (2 + nd)
+        shape[2 + i] = out_sizes[i]
+        start = xp.arange(out_sizes[i]).reshape(shape) * stride[i] - padding[i]
+        coords.append(start + offsets[i] * dilation[i])
+    return values, _flat_index(xp, coords, spatial).astype(np.int64)
+
+
+def _max_pool_backward(ctx, g, _g_indices=None):
+    """Scatter-add the output gradient to the positions of the maxima (windows may share a maximum)."""
+    shape = ctx.in_meta[0][0]
+    n, c = shape[:2]
+    indices = ctx.outputs[1].detach()
+    flat = g.new_zeros((n, c, _prod(shape[2:])))
+    return flat.scatter_add(2, indices.reshape(n, c, -1), g.reshape(n, c, -1)).reshape(shape)
+
+
+MAX_POOL = defop("max_pool", _max_pool_kernel, _max_pool_backward, Opaque("windowed max"), nout=2,
+                 saves="outputs", meta=True, nondiff_outputs=(1,), grad_name="MaxPoolWithIndicesBackward0")
+
+
+def adaptive_bounds(size, out):
+    """PyTorch's adaptive windows: ``[floor(i * size / out), ceil((i + 1) * size / out))`` for each output ``i``."""
+    i = np.arange(out)
+    return (i * size) // out, -((-(i + 1) * size) // out)
+
+
+def _adaptive_max_kernel(xp, x, out_sizes):
+    nd = len(out_sizes)
+    spatial = x.shape[2:]
+    index_arrays = []
+    for i, (s, o) in enumerate(zip(spatial, out_sizes)):
+        start, end = adaptive_bounds(s, o)
+        width = int((end - start).max())
+        # Short windows repeat their last element: a repeat never changes the maximum or its first position.
+        idx = np.minimum(start[:, None] + np.arange(width), end[:, None] - 1)
+        shape = [1] * (2 * nd)
+        shape[i], shape[nd + i] = o, width
+        index_arrays.append(xp.asarray(idx.reshape(shape)))
+    win = x[(slice(None), slice(None)) + tuple(index_arrays)]  # (N, C, *out, *width)
+    widths = tuple(a.shape[nd + i] for i, a in enumerate(index_arrays))
+    values, arg = _window_max(xp, win.reshape(win.shape[:2 + nd] + (_prod(widths),)))
+    offsets = xp.unravel_index(arg, widths) if nd > 1 else (arg,)
+    coords = []
+    for i in range(nd):
+        table = index_arrays[i].reshape(out_sizes[i], widths[i])
+        shape = [1] * (2 + nd)
+        shape[2 + i] = out_sizes[i]
+        coords.append(table[xp.arange(out_sizes[i]).reshape(shape), offsets[i]])
+    return values, _flat_index(xp, coords, spatial).astype(np.int64)
+
+
+ADAPTIVE_MAX_POOL = defop("adaptive_max_pool", _adaptive_max_kernel, _max_pool_backward, Opaque("windowed max"),
+                          nout=2, saves="outputs", meta=True, nondiff_outputs=(1,),
+                          grad_name="AdaptiveMaxPoolBackward0")
+
+
+# -- constant padding: negative amounts crop, so the gradient is the same row with the amounts negated ---------------
+def _constant_pad_kernel(xp, x, pads, value):
+    crop = tuple(slice(max(-lo, 0), n - max(-hi, 0)) for n, (lo, hi) in zip(x.shape, pads))
+    return xp.pad(x[crop], [(max(lo, 0), max(hi, 0)) for lo, hi in pads], constant_values=value)
+
+
+def _constant_pad_backward(ctx, g):
+    return _apply(CONSTANT_PAD, g, pads=tuple((-lo, -hi) for lo, hi in ctx.attrs["pads"]), value=0)
+
+
+CONSTANT_PAD = defop("constant_pad_nd", _constant_pad_kernel, _constant_pad_backward, Opaque("padded copy"),
+                     grad_name="ConstantPadNdBackward0")

@@ -1,0 +1,46 @@
+"""Test configuration: the ``cuda`` marker (skipped without a CUDA device) and deterministic seeding."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+# ``from helpers import ...`` works whatever directory pytest is started from.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def pytest_collection_modifyitems(config, items):
+    cuda_items = [item for item in items if "cuda" in item.keywords]
+    if not cuda_items:
+        return
+    from jitorch.runtime import cuda_available
+
+    if cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (jitorch.runtime.cuda_available() is False)")
+    for item in cuda_items:
+        item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def seed():
+    """Seed jitorch's and torch's default generators (and NumPy's legacy one) before every test; returns the seed.
+
+    torch is seeded only when a test module already imported it: a test may check that jitorch alone never does.
+    """
+    import jitorch
+
+    value = 0
+    np.random.seed(value)
+    jitorch.manual_seed(value)
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(value)
+    return value
+
+
+@pytest.fixture
+def rng(seed):
+    """A fresh NumPy generator for the test's input data."""
+    return np.random.default_rng(seed)
