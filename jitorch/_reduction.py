@@ -23,7 +23,9 @@ __all__ = [
 def _dims(input, dim, op):
     if isinstance(dim, (list, tuple)) and len(dim) == 0:
         return tuple(range(input._data.ndim))
-    return wrap_dims(dim, input._data.ndim, op)
+    dims = wrap_dims(dim, input._data.ndim, op)
+    # A 0-d tensor accepts dim 0 / -1 and reduces over nothing.
+    return dims if input._data.ndim else ()
 
 
 def _sum_dtype(input, dtype):

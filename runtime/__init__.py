@@ -6,8 +6,8 @@ Nothing here knows about Tensor, autograd or nn: the runtime deals in arrays, by
 >>> array_module_for("cpu").__name__
 'numpy'
 """
-from .devices import (array_device, array_module_for, cuda_available, device_count, is_cpu_array, is_cupy,
-                      move_array, scatter_add, special_module, strided_view)
+from .devices import (accumulate, array_device, array_module_for, cuda_available, device_count, is_cpu_array, is_cupy,
+                      move_array, scatter_add, special_module, strided_view, ufunc_at)
 
 __all__ = ["array_module_for", "array_device", "cuda_available", "device_count", "is_cpu_array", "is_cupy",
-           "scatter_add", "move_array", "strided_view", "special_module"]
+           "scatter_add", "ufunc_at", "accumulate", "move_array", "strided_view", "special_module"]

@@ -85,6 +85,26 @@ def scatter_add(xp, out, index, values):
         cupyx.scatter_add(out, index, values)
 
 
+def ufunc_at(xp, name, out, index, values) -> bool:
+    """``out[index] = <name>(out[index], values)`` with repeated positions combined (NumPy's ``ufunc.at``).
+
+    Returns False, leaving ``out`` untouched, for CuPy: its ``ufunc.at`` exists only for the ufuncs backed by a scatter
+    kernel (and not for every dtype), so callers combine repeated positions themselves there.
+    """
+    if is_cupy(xp):
+        return False
+    getattr(np, name).at(out, index, values)
+    return True
+
+
+def accumulate(xp, name, a, axis):
+    """Inclusive scan of the binary ufunc ``name`` along ``axis`` (NumPy's ``ufunc.accumulate``), or None for CuPy,
+    whose ``ufunc.accumulate`` covers only add and multiply: callers scan with plain elementwise calls there."""
+    if is_cupy(xp):
+        return None
+    return getattr(np, name).accumulate(a, axis=axis)
+
+
 def _owner(arr):
     while isinstance(arr.base, np.ndarray):
         arr = arr.base

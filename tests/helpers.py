@@ -67,7 +67,8 @@ def _layout_of(arr, layout):
         return np.broadcast_to(base, arr.shape), base, "expanded"
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; expected one of {LAYOUTS}")
-    return arr, np.ascontiguousarray(arr), "contiguous"
+    # np.ascontiguousarray would turn a 0-d array into shape (1,); a C-ordered copy keeps 0-d inputs 0-d.
+    return arr, np.array(arr, order="C", copy=True), "contiguous"
 
 
 def _np_view(base, kind, shape):
@@ -92,7 +93,7 @@ def _torch_view(base, kind, shape):
 
 def _torch_from_np(arr):
     if arr.dtype == np_dtype("bfloat16"):
-        return torch.from_numpy(np.ascontiguousarray(arr).astype(np.float32)).to(torch.bfloat16)
+        return torch.from_numpy(np.array(arr, order="C").astype(np.float32)).to(torch.bfloat16)
     return torch.from_numpy(np.array(arr, copy=True))
 
 

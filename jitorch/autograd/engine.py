@@ -34,7 +34,7 @@ def _accumulate(a, b):
 def _collect_dependencies(roots):
     """Count, for every node reachable from the roots, how many edges point at it."""
     deps = {}
-    stack = list({n for n in roots if isinstance(n, Node)})
+    stack = list(dict.fromkeys(n for n in roots if isinstance(n, Node)))  # ordered: sums are reproducible
     expanded = set(stack)  # a root may also be reachable from another root: expand every node once
     while stack:
         node = stack.pop()
@@ -156,7 +156,7 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
         else:
             entry = leaf_grads.setdefault(id(target), [target, None])
             entry[1] = _accumulate(entry[1], g)
-    for target in {e[0] for e in root_edges if isinstance(e[0], Node)}:
+    for target in dict.fromkeys(e[0] for e in root_edges if isinstance(e[0], Node)):
         if deps.get(target, 0) == 0:
             ready.append(target)
 

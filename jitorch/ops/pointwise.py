@@ -87,7 +87,12 @@ def _pow_backward(ctx, g):
     if ctx.needs_grad(1):
         out = ctx.out
         # d/db a**b = a**b * log(a); PyTorch defines it as 0 where a == 0 and b >= 0.
-        gb = where((a == 0) & (b >= 0), 0.0, g * out * a.log())
+        if hasattr(a, "_data"):
+            gb = where((a == 0) & (b >= 0), 0.0, g * out * a.log())
+        elif a == 0:  # a Python number base: 2 ** x
+            gb = where(b >= 0, 0.0, g * out * float("-inf"))
+        else:
+            gb = g * out * math.log(a) if a > 0 else g * out * float("nan")
     return ga, gb
 
 

@@ -101,6 +101,8 @@ def _arg_kernel(name):
             if a.size == 0:
                 raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
             return xp.asarray(getattr(xp, name)(a)).reshape((1,) * a.ndim if keepdim else ())
+        if a.ndim == 0:
+            return xp.zeros((), dtype=np.int64)
         if a.shape[dim] == 0:
             raise IndexError(f"{name}(): Expected reduction dim {dim} to have non-zero size.")
         return getattr(xp, name)(a, axis=dim, keepdims=keepdim)
@@ -113,6 +115,8 @@ ARGMIN = defop("argmin", _arg_kernel("argmin"), NOT_DIFFERENTIABLE, Reduction("a
 
 def _dim_extreme_kernel(arg, name):
     def kernel(xp, a, dim, keepdim):
+        if a.ndim == 0:
+            return a.copy(), xp.zeros((), dtype=np.int64)
         if a.shape[dim] == 0:
             raise IndexError(f"{name}(): Expected reduction dim {dim} to have non-zero size.")
         idx = getattr(xp, arg)(a, axis=dim, keepdims=True)
@@ -152,7 +156,7 @@ ANY = defop("any", _logical_kernel("any"), NOT_DIFFERENTIABLE, Reduction("any"))
 
 
 def _cumsum_kernel(xp, a, dim, dtype):
-    return xp.cumsum(a, axis=dim, dtype=dtype)
+    return xp.cumsum(a, axis=dim, dtype=dtype) if a.ndim else a.astype(dtype)
 
 
 CUMSUM = defop("cumsum", _cumsum_kernel,
@@ -181,5 +185,6 @@ def _cumprod_backward(ctx, g):
     return grad.movedim(-1, dim)
 
 
-CUMPROD = defop("cumprod", lambda xp, a, dim, dtype: xp.cumprod(a, axis=dim, dtype=dtype), _cumprod_backward,
+CUMPROD = defop("cumprod", lambda xp, a, dim, dtype: xp.cumprod(a, axis=dim, dtype=dtype) if a.ndim else a.astype(dtype),
+                _cumprod_backward,
                 Reduction("scan_prod"), saves="both")
