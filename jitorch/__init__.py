@@ -40,6 +40,13 @@ from . import nn, optim, utils  # noqa: E402,F401
 from . import serialization  # noqa: E402,F401
 from .serialization import load, save  # noqa: E402,F401
 import jitorch.utils.data  # noqa: E402,F401
+from . import fx  # noqa: E402,F401
+
+from .nn.functional import (  # noqa: E402,F401 - torch exposes these at the top level too
+    batch_norm, celu, cosine_similarity, dropout, embedding, group_norm, instance_norm, layer_norm, pairwise_distance,
+    pdist, pixel_shuffle, pixel_unshuffle, prelu, selu,
+)
+from .nn.functional import conv1d, conv2d, conv_transpose1d, conv_transpose2d  # noqa: E402,F401
 
 half, double, long, short, cfloat, cdouble = float16, float64, int64, int16, complex64, complex128
 float = float32  # noqa: A001 - torch.float is float32

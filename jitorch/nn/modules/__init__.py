@@ -1,12 +1,38 @@
-"""``jitorch.nn.modules``: ``Module``, the containers and (as they are built) the layers, one file per family.
+"""``jitorch.nn.modules``: ``Module``, the containers and the layers, one file per family (PyTorch's module paths).
 
->>> from jitorch.nn.modules import Module, Sequential
->>> Sequential(Module())
+>>> from jitorch.nn.modules import Linear, Sequential, ReLU
+>>> Sequential(Linear(2, 3), ReLU())
 Sequential(
-  (0): Module()
+  (0): Linear(in_features=2, out_features=3, bias=True)
+  (1): ReLU()
 )
 """
-from .module import Module
+from . import (activation, attention, batchnorm, container, conv, distance, dropout, flatten, fold, instancenorm,
+               linear, loss, module, normalization, padding, pixelshuffle, pooling, rnn, sparse, transformer,
+               upsampling)
+from .activation import *  # noqa: F401,F403
+from .attention import *  # noqa: F401,F403
+from .batchnorm import *  # noqa: F401,F403
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
+from .conv import *  # noqa: F401,F403
+from .distance import *  # noqa: F401,F403
+from .dropout import *  # noqa: F401,F403
+from .flatten import *  # noqa: F401,F403
+from .fold import *  # noqa: F401,F403
+from .instancenorm import *  # noqa: F401,F403
+from .linear import *  # noqa: F401,F403
+from .loss import *  # noqa: F401,F403
+from .module import Module
+from .normalization import *  # noqa: F401,F403
+from .padding import *  # noqa: F401,F403
+from .pixelshuffle import *  # noqa: F401,F403
+from .pooling import *  # noqa: F401,F403
+from .rnn import *  # noqa: F401,F403
+from .sparse import *  # noqa: F401,F403
+from .transformer import *  # noqa: F401,F403
+from .upsampling import *  # noqa: F401,F403
 
-__all__ = ["Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict"]
+_FAMILIES = (activation, attention, batchnorm, conv, distance, dropout, flatten, fold, instancenorm, linear, loss,
+             normalization, padding, pixelshuffle, pooling, rnn, sparse, transformer, upsampling)
+__all__ = sorted({"Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict"}
+                 | {name for family in _FAMILIES for name in family.__all__})

@@ -1,0 +1,264 @@
+"""Activation functions of ``nn.functional`` (``relu``, ``gelu``, ``silu``, ``elu``, ``prelu``, ``glu``, ...).
+
+Each is a composite of jitorch ops. Piecewise functions are written with ``where`` so that the gradient at the kinks
+is PyTorch's (e.g. ``hardtanh``'s is 0 at its bounds), and branches that are not taken get safe inputs (``expm1`` of
+``min(x, 0)``), so a discarded branch never turns a gradient into NaN. ``inplace=True`` writes the result into
+``input`` as PyTorch does.
+
+>>> import jitorch
+>>> import jitorch.nn.functional as F
+>>> F.leaky_relu(jitorch.tensor([-2.0, 3.0]), 0.5)
+tensor([-1.,  3.])
+>>> F.hardtanh(jitorch.tensor([-2.0, 0.5, 3.0]))
+tensor([-1.0000,  0.5000,  1.0000])
+"""
+from __future__ import annotations
+
+import math
+
+from .. import _pointwise as pw
+from .._pointwise import where
+from ._functional_core import run_inplace, type_name
+
+__all__ = [
+    "relu", "relu_", "relu6", "leaky_relu", "leaky_relu_", "elu", "elu_", "selu", "selu_", "celu", "celu_", "gelu",
+    "silu", "mish", "softplus", "softsign", "sigmoid", "tanh", "hardtanh", "hardtanh_", "hardswish", "hardsigmoid",
+    "logsigmoid", "prelu", "rrelu", "rrelu_", "glu", "threshold", "threshold_", "tanhshrink", "softshrink",
+    "hardshrink",
+]
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _maybe_inplace(fn, input, inplace, *args):
+    return run_inplace(input, fn, *args) if inplace else fn(input, *args)
+
+
+def relu(input, inplace=False):
+    """``max(x, 0)``."""
+    return input.relu_() if inplace else pw.relu(input)
+
+
+def relu_(input):
+    return input.relu_()
+
+
+def _hardtanh(x, min_val, max_val):
+    # Gradient 0 at and beyond the bounds, as PyTorch's hardtanh_backward; NaN propagates.
+    return where(x <= min_val, min_val, where(x >= max_val, max_val, x))
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    """``clamp(x, min_val, max_val)`` whose gradient is 0 at the bounds."""
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
+    return _maybe_inplace(_hardtanh, input, inplace, min_val, max_val)
+
+
+def hardtanh_(input, min_val=-1.0, max_val=1.0):
+    return hardtanh(input, min_val, max_val, inplace=True)
+
+
+def relu6(input, inplace=False):
+    """``min(max(x, 0), 6)``."""
+    return hardtanh(input, 0.0, 6.0, inplace)
+
+
+def _leaky_relu(x, negative_slope):
+    return where(x > 0, x, x * negative_slope)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    """``x`` for ``x > 0``, else ``negative_slope * x``."""
+    return _maybe_inplace(_leaky_relu, input, inplace, negative_slope)
+
+
+def leaky_relu_(input, negative_slope=0.01):
+    return leaky_relu(input, negative_slope, inplace=True)
+
+
+def _elu(x, alpha, scale=1.0, input_scale=1.0):
+    negative = (x.clamp(max=0) * input_scale).expm1() * (alpha * scale)
+    return where(x > 0, x * scale if scale != 1.0 else x, negative)
+
+
+def elu(input, alpha=1.0, inplace=False):
+    """``x`` for ``x > 0``, else ``alpha * (exp(x) - 1)``."""
+    return _maybe_inplace(_elu, input, inplace, alpha)
+
+
+def elu_(input, alpha=1.0):
+    return elu(input, alpha, inplace=True)
+
+
+def selu(input, inplace=False):
+    """``scale * elu(x, alpha)`` with the self-normalizing constants."""
+    return _maybe_inplace(_elu, input, inplace, _SELU_ALPHA, _SELU_SCALE)
+
+
+def selu_(input):
+    return selu(input, inplace=True)
+
+
+def celu(input, alpha=1.0, inplace=False):
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
+    if alpha == 0:
+        raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
+    return _maybe_inplace(_elu, input, inplace, alpha, 1.0, 1.0 / alpha)
+
+
+def celu_(input, alpha=1.0):
+    return celu(input, alpha, inplace=True)
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def gelu(input, approximate="none"):
+    """``x * Phi(x)`` (``approximate='none'``) or its tanh approximation (``approximate='tanh'``)."""
+    if approximate == "none":
+        return input * 0.5 * (1 + pw.erf(input * math.sqrt(0.5)))
+    if approximate == "tanh":
+        inner = (input + input * input * input * 0.044715) * _SQRT_2_OVER_PI
+        return input * 0.5 * (1 + pw.tanh(inner))
+    raise RuntimeError("approximate argument must be either none or tanh.")
+
+
+def _silu(x):
+    return x * pw.sigmoid(x)
+
+
+def silu(input, inplace=False):
+    """``x * sigmoid(x)`` (swish)."""
+    return _maybe_inplace(_silu, input, inplace)
+
+
+def _mish(x):
+    return x * pw.tanh(softplus(x))
+
+
+def mish(input, inplace=False):
+    """``x * tanh(softplus(x))``."""
+    return _maybe_inplace(_mish, input, inplace)
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    """``log(1 + exp(beta * x)) / beta``, and ``x`` itself where ``beta * x > threshold``."""
+    scaled = input * beta
+    # exp sees at most ``threshold``: the linear branch's gradient is then never 0 * inf.
+    smooth = pw.log1p(pw.exp(scaled.clamp(max=threshold))) / beta
+    return where(scaled > threshold, input, smooth)
+
+
+def softsign(input):
+    """``x / (1 + |x|)``."""
+    return input / (input.abs() + 1)
+
+
+def sigmoid(input):
+    """``1 / (1 + exp(-x))``."""
+    return pw.sigmoid(input)
+
+
+def tanh(input):
+    """Hyperbolic tangent."""
+    return pw.tanh(input)
+
+
+def _hardswish(x):
+    # PyTorch's gradient: 0 up to -3, x / 3 + 0.5 strictly between -3 and 3, 1 from 3 on.
+    return where(x <= -3, 0.0, where(x < 3, x * (x + 3) / 6, x))
+
+
+def hardswish(input, inplace=False):
+    """``x * relu6(x + 3) / 6``."""
+    return _maybe_inplace(_hardswish, input, inplace)
+
+
+def _hardsigmoid(x):
+    return where((x > -3) & (x < 3), (x + 3) / 6, where(x >= 3, 1.0, 0.0))
+
+
+def hardsigmoid(input, inplace=False):
+    """``relu6(x + 3) / 6``."""
+    return _maybe_inplace(_hardsigmoid, input, inplace)
+
+
+def logsigmoid(input):
+    """``log(sigmoid(x))`` as ``min(x, 0) - log1p(exp(-|x|))``: no overflow for any ``x``."""
+    # minimum splits a tie's gradient, which gives PyTorch's 0.5 at x == 0.
+    return pw.minimum(input, 0.0) - pw.log1p(pw.exp(-input.abs()))
+
+
+def prelu(input, weight):
+    """``x`` for ``x > 0``, else ``weight * x``; ``weight`` has one element or one per channel (dim 1)."""
+    if weight.dim() > 1:
+        raise RuntimeError(f"prelu: Expected `weight` to be a scalar or 1D tensor, but got: ndim = {weight.dim()}")
+    n = weight.numel()
+    if n != 1:
+        channels = input.shape[1] if input.dim() >= 2 else 1
+        if n != channels:
+            raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found parameter numbers = {n} "
+                               f"and channel size = {channels}.")
+        weight = weight.reshape((1, n) + (1,) * (input.dim() - 2))
+    elif input.dim() == 0:
+        weight = weight.reshape(())
+    return where(input > 0, input, weight * input)
+
+
+def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
+    """Randomized leaky ReLU: negative slopes drawn from ``U(lower, upper)`` in training, their mean otherwise."""
+    if not training:
+        return leaky_relu(input, (lower + upper) / 2, inplace)
+
+    def sample(x):
+        slopes = x.detach().new_empty(x.shape).uniform_(lower, upper)
+        return where(x >= 0, x, x * slopes)
+    return _maybe_inplace(sample, input, inplace)
+
+
+def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):
+    return rrelu(input, lower, upper, training, inplace=True)
+
+
+def glu(input, dim=-1):
+    """Gated linear unit: ``a * sigmoid(b)`` with ``a, b`` the two halves of ``input`` along ``dim``."""
+    if input.dim() == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    d = dim + input.dim() if dim < 0 else dim
+    if input.shape[d] % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {d} is size {input.shape[d]}")
+    a, b = input.chunk(2, d)
+    return a * pw.sigmoid(b)
+
+
+def _threshold(x, threshold, value):
+    return where(x <= threshold, value, x)
+
+
+def threshold(input, threshold, value, inplace=False):
+    """``value`` where ``x <= threshold``, else ``x``."""
+    return _maybe_inplace(_threshold, input, inplace, threshold, value)
+
+
+def threshold_(input, threshold, value):
+    return run_inplace(input, _threshold, threshold, value)
+
+
+def tanhshrink(input):
+    """``x - tanh(x)``."""
+    return input - pw.tanh(input)
+
+
+def softshrink(input, lambd=0.5):
+    """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, 0 between."""
+    if lambd < 0:
+        raise RuntimeError(f"softshrink: lambda must be in range [0, inf) for input dtype "
+                           f"{type_name(input.dtype)}, but found {lambd}")
+    return where(input > lambd, input - lambd, where(input < -lambd, input + lambd, 0.0))
+
+
+def hardshrink(input, lambd=0.5):
+    """``x`` where ``|x| > lambd``, else 0."""
+    return where((input > lambd) | (input < -lambd), input, 0.0)

@@ -1,0 +1,145 @@
+"""Similarities, distances and attention in ``nn.functional``: ``cosine_similarity``, ``pairwise_distance``,
+``pdist`` and ``scaled_dot_product_attention``.
+
+``scaled_dot_product_attention`` is PyTorch's math formulation: ``softmax(q @ k^T * scale + mask) @ v``, with a
+boolean mask (True: may attend) or an additive float mask, a causal (top-left aligned) mask, dropout on the attention
+weights and grouped-query attention. A query row that may attend to nothing gives zeros, as PyTorch's kernels do.
+
+>>> import jitorch
+>>> import jitorch.nn.functional as F
+>>> F.cosine_similarity(jitorch.tensor([[1.0, 0.0]]), jitorch.tensor([[1.0, 1.0]]))
+tensor([0.7071])
+>>> q = k = v = jitorch.ones(1, 2, 3, 4)
+>>> F.scaled_dot_product_attention(q, k, v, is_causal=True).shape
+jitorch.Size([1, 2, 3, 4])
+"""
+from __future__ import annotations
+
+import math
+
+from .. import _creation, _dtype, _movement
+from ..linalg import vector_norm
+from ._functional_dropout import dropout
+
+__all__ = ["cosine_similarity", "pairwise_distance", "pdist", "scaled_dot_product_attention"]
+
+# c10's names of dtypes, which PyTorch's attention errors print.
+_C10_NAMES = {"float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16"}
+
+
+def _as_float(t):
+    return t if t.dtype.category >= _dtype.FLOAT else t.to(_dtype.get_default_dtype())
+
+
+def _clamp_min_value_only(t, eps):
+    # PyTorch clamps the norms in place under no_grad: the value is clamped, the gradient is the unclamped norm's.
+    return t + (t.clamp_min(eps) - t).detach()
+
+
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """``sum(x1 * x2) / (max(||x1||, eps) * max(||x2||, eps))`` along ``dim`` (inputs broadcast)."""
+    x1, x2 = _movement.broadcast_tensors(x1, x2)
+    common = _dtype.result_type(x1, x2)
+    x1, x2 = _as_float(x1.to(common)), _as_float(x2.to(common))
+    n1 = _clamp_min_value_only(vector_norm(x1, 2, dim, keepdim=True), eps)
+    n2 = _clamp_min_value_only(vector_norm(x2, 2, dim, keepdim=True), eps)
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """``||x1 - x2 + eps||_p`` over the last dim (inputs broadcast)."""
+    innermost = max(x1.dim(), x2.dim()) - 1
+    diff = x1 - x2 + eps
+    if innermost < 0:
+        return vector_norm(diff, p)
+    return vector_norm(diff, p, innermost, keepdim=keepdim)
+
+
+def pdist(input, p=2):
+    """p-norm distances between every pair of rows of an ``(N, M)`` input: the ``N * (N - 1) / 2`` upper triangle."""
+    if input.dim() != 2:
+        raise RuntimeError(f"pdist only supports 2D tensors, got: {input.dim()}D")
+    if p < 0:
+        raise RuntimeError("pdist only supports non-negative p values")
+    n = input.shape[0]
+    rows, cols = _creation.triu_indices(n, n, 1, device=input.device)
+    return vector_norm(input[rows] - input[cols], p, 1)
+
+
+def _repeat_heads(t, times):
+    """``t.repeat_interleave(times, dim=-3)`` by a broadcast view and a reshape."""
+    shape = tuple(t.shape)
+    expanded = t.unsqueeze(-3).expand(shape[:-2] + (times,) + shape[-2:])
+    return expanded.reshape(shape[:-3] + (shape[-3] * times,) + shape[-2:])
+
+
+def _check_sdpa(query, key, value, dropout_p):
+    if not (query.dtype is key.dtype is value.dtype):
+        names = [_C10_NAMES.get(t.dtype.name, t.dtype.name) for t in (query, key, value)]
+        raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got query.dtype: {names[0]} "
+                           f"key.dtype: {names[1]} and value.dtype: {names[2]} instead.")
+    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
+        raise RuntimeError(f"scaled_dot_product_attention: expected query, key and value of at least 2 dims, but got "
+                           f"{query.dim()}, {key.dim()} and {value.dim()}")
+    if query.shape[-1] != key.shape[-1]:
+        raise RuntimeError(f"scaled_dot_product_attention: query's last dim ({query.shape[-1]}) must match key's "
+                           f"({key.shape[-1]})")
+    if key.shape[-2] != value.shape[-2]:
+        raise RuntimeError(f"scaled_dot_product_attention: key and value must have the same sequence length, but got "
+                           f"{key.shape[-2]} and {value.shape[-2]}")
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {dropout_p}")
+
+
+def _gqa(query, key, value):
+    hq, hk, hv = query.shape[-3], key.shape[-3], value.shape[-3]
+    if hq % hk or hq % hv:
+        raise RuntimeError(f"scaled_dot_product_attention: number of heads in key/value ({hk}/{hv}) must divide the "
+                           f"number of heads in query ({hq}) when enable_gqa=True")
+    return (_repeat_heads(key, hq // hk) if hk != hq else key), (_repeat_heads(value, hq // hv) if hv != hq else value)
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """``softmax(query @ key^T * scale + mask) @ value`` over ``(..., L, E)``, ``(..., S, E)``, ``(..., S, Ev)``.
+
+    ``attn_mask``: boolean (True where attention is allowed) or float (added to the scores), broadcast to
+    ``(..., L, S)``. ``is_causal``: query ``i`` attends to keys ``0..i``. ``scale`` defaults to ``1 / sqrt(E)``.
+    ``dropout_p`` drops attention weights (always, as PyTorch's functional; pass 0 in evaluation).
+    """
+    _check_sdpa(query, key, value, dropout_p)
+    if is_causal and attn_mask is not None:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    if enable_gqa and query.dim() >= 3:
+        key, value = _gqa(query, key, value)
+    length, source = query.shape[-2], key.shape[-2]
+    scale_factor = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = query.matmul(key.transpose(-2, -1)) * scale_factor
+    keep = None
+    if is_causal:
+        keep = _creation.ones(length, source, dtype=_dtype.bool, device=query.device).tril()
+    if attn_mask is not None:
+        if attn_mask.dtype is _dtype.bool:
+            keep = attn_mask
+        elif attn_mask.dtype.category >= _dtype.FLOAT:
+            scores = scores + attn_mask
+        else:
+            raise RuntimeError(f"scaled_dot_product_attention: Expected attn_mask dtype to be bool or float, but got "
+                               f"{attn_mask.dtype}")
+    if keep is not None:
+        scores = scores.masked_fill(~keep, -math.inf)
+    dead = None
+    if keep is not None or attn_mask is not None:
+        # Rows with nothing to attend to: softmax would be 0/0. They are set to 0 before and after the softmax, so
+        # neither the output nor the gradient sees a NaN.
+        dead = ~(scores.detach() > -math.inf).any(-1, keepdim=True)
+        if bool(dead.any()):
+            scores = scores.masked_fill(dead, 0.0)
+        else:
+            dead = None
+    attn = scores.softmax(-1)
+    if dead is not None:
+        attn = attn.masked_fill(dead, 0.0)
+    if dropout_p > 0.0:
+        attn = dropout(attn, dropout_p, training=True)
+    return attn.matmul(value)

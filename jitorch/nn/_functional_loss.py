@@ -1,0 +1,299 @@
+"""Regression and classification losses of ``nn.functional``: ``mse_loss``, ``l1_loss``, ``smooth_l1_loss``,
+``huber_loss``, ``nll_loss``, ``cross_entropy``, ``binary_cross_entropy`` and ``binary_cross_entropy_with_logits``.
+
+Every loss takes ``reduction`` (``'none'``, ``'mean'`` or ``'sum'``; the deprecated ``size_average``/``reduce`` pair
+is still understood, with PyTorch's warning). ``cross_entropy`` is ``log_softmax`` followed by ``nll_loss`` (never a
+``log`` of a rounded probability) and takes class indices of shape ``(N, d1, ...)`` or class probabilities of the
+input's shape; a weighted ``'mean'`` divides by the total weight of the targets that are not ``ignore_index``.
+
+>>> import jitorch
+>>> import jitorch.nn.functional as F
+>>> logits = jitorch.tensor([[2.0, 0.0], [0.0, 2.0]])
+>>> F.cross_entropy(logits, jitorch.tensor([0, 1]))
+tensor(0.1269)
+>>> F.mse_loss(jitorch.tensor([1.0, 2.0]), jitorch.tensor([1.0, 4.0]), reduction="sum")
+tensor(4.)
+"""
+from __future__ import annotations
+
+import warnings
+
+from .. import _dtype, _movement
+from .._dispatch import apply
+from .._pointwise import where
+from ..ops.nn_ops import BINARY_CROSS_ENTROPY
+from ._functional_activation import logsigmoid
+from ._functional_core import log_softmax, type_name
+
+__all__ = ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "nll_loss", "cross_entropy",
+           "binary_cross_entropy", "binary_cross_entropy_with_logits"]
+
+
+# -- reductions -----------------------------------------------------------------------------------------------------
+def legacy_reduction(size_average, reduce, emit_warning=True):
+    """The ``reduction`` string for the deprecated ``size_average``/``reduce`` flags (PyTorch's mapping)."""
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    ret = "mean" if size_average and reduce else "sum" if reduce else "none"
+    if emit_warning:
+        warnings.warn(f"size_average and reduce args will be deprecated, please use reduction='{ret}' instead.",
+                      stacklevel=3)
+    return ret
+
+
+def resolve_reduction(size_average, reduce, reduction):
+    """The effective reduction, validated (``ValueError`` for an unknown one, as PyTorch)."""
+    if size_average is not None or reduce is not None:
+        return legacy_reduction(size_average, reduce)
+    if reduction == "elementwise_mean":
+        warnings.warn("reduction='elementwise_mean' is deprecated. Please use reduction='mean' instead.",
+                      stacklevel=3)
+        return "mean"
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    return reduction
+
+
+def reduce_loss(loss, reduction):
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss
+
+
+def _warn_size(input, target):
+    if tuple(target.shape) != tuple(input.shape):
+        warnings.warn(f"Using a target size ({target.size()}) that is different to the input size ({input.size()}). "
+                      "This will likely lead to incorrect results due to broadcasting. Please ensure they have the "
+                      "same size.", stacklevel=3)
+
+
+def _weighted(loss, weight, input, reduction, mean_by_weight=True):
+    """PyTorch's optional elementwise ``weight`` of the regression losses."""
+    if weight is None:
+        return reduce_loss(loss, reduction)
+    if tuple(weight.shape) != tuple(input.shape):
+        raise ValueError("Weights and input must have the same size.")
+    loss = loss * weight
+    if reduction == "mean" and mean_by_weight:
+        return loss.sum() / weight.sum()
+    return reduce_loss(loss, reduction)
+
+
+# -- regression -----------------------------------------------------------------------------------------------------
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    """Squared error ``(input - target) ** 2``, reduced (a weighted mean divides by the weights' sum)."""
+    _warn_size(input, target)
+    reduction = resolve_reduction(size_average, reduce, reduction)
+    dt = _dtype.result_type(input, target)
+    if dt.category < _dtype.FLOAT:
+        raise NotImplementedError(f"\"mse_cpu\" not implemented for '{type_name(dt)}'")
+    x, y = _movement.broadcast_tensors(input, target)
+    diff = x - y
+    return _weighted(diff * diff, weight, input, reduction)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+    """Absolute error ``|input - target|``, reduced (a weighted mean divides by the weights' sum)."""
+    _warn_size(input, target)
+    reduction = resolve_reduction(size_average, reduce, reduction)
+    x, y = _movement.broadcast_tensors(input, target)
+    return _weighted((x - y).abs(), weight, input, reduction)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    """``0.5 * d ** 2 / beta`` where ``|d| < beta``, else ``|d| - 0.5 * beta`` (``d = input - target``)."""
+    _warn_size(input, target)
+    reduction = resolve_reduction(size_average, reduce, reduction)
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+    x, y = _movement.broadcast_tensors(input, target)
+    d = x - y
+    z = d.abs()
+    if beta == 0.0:
+        return reduce_loss(z, reduction)
+    return reduce_loss(where(z < beta, 0.5 * d * d / beta, z - 0.5 * beta), reduction)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    """``0.5 * d ** 2`` where ``|d| < delta``, else ``delta * (|d| - 0.5 * delta)`` (``d = input - target``)."""
+    _warn_size(input, target)
+    reduction = resolve_reduction(None, None, reduction)
+    if delta <= 0:
+        raise RuntimeError("huber_loss does not support non-positive values for delta.")
+    x, y = _movement.broadcast_tensors(input, target)
+    d = x - y
+    z = d.abs()
+    loss = where(z < delta, 0.5 * d * d, delta * (z - 0.5 * delta))
+    return _weighted(loss, weight, input, reduction, mean_by_weight=False)
+
+
+# -- classification -------------------------------------------------------------------------------------------------
+def _check_class_weight(weight, input, classes):
+    if weight is None:
+        return
+    if weight.dim() != 1 or weight.numel() != classes:
+        raise RuntimeError(f"weight tensor should be defined either for all {classes} classes or no classes but got "
+                           f"weight tensor of shape: {list(weight.shape)}")
+    if weight.dtype is not input.dtype:
+        raise RuntimeError(f"expected scalar type {type_name(input.dtype)} but found {type_name(weight.dtype)}")
+
+
+def _check_nll_shapes(input, target):
+    if input.dim() < 1:
+        raise ValueError(f"Expected 1 or more dimensions (got {input.dim()})")
+    if input.dim() == 1:
+        if target.dim() > 1 or (target.dim() == 1 and target.shape[0] != 1):
+            raise RuntimeError(f"nll_loss: for a 1-D input (C), the target must be a scalar class index, but got "
+                               f"target of shape {list(target.shape)}")
+        return
+    if target.dim() == 0 or input.shape[0] != target.shape[0]:
+        batch = target.shape[0] if target.dim() else 1
+        raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size ({batch}).")
+    if tuple(target.shape[1:]) != tuple(input.shape[2:]):
+        raise RuntimeError(f"nll_loss: size mismatch (got input: {list(input.shape)} , target: "
+                           f"{list(target.shape)}); the target must be the input's shape without the class dim 1")
+
+
+def _class_targets(input, target, ignore_index, class_dim):
+    """(safe int64 targets with ignored entries set to 0, mask of the entries not ignored)."""
+    if target.dtype not in (_dtype.int64, _dtype.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {type_name(target.dtype)}")
+    target = target.long().reshape(()) if input.dim() == 1 else target.long()
+    valid = target != ignore_index
+    classes = input.shape[class_dim]
+    bad = valid & ((target < 0) | (target >= classes))
+    if bool(bad.any()):
+        raise IndexError(f"Target {int(target[bad].reshape(-1)[0])} is out of bounds.")
+    return where(valid, target, 0), valid
+
+
+def _mean_by(total_loss, total_weight):
+    """``total_loss / total_weight``, NaN when nothing was counted (as PyTorch) but with zero gradients then: a batch
+    whose targets are all ``ignore_index`` must not put NaN into the parameters' gradients."""
+    empty = total_weight == 0
+    one = 1.0 if total_weight.dtype.category >= _dtype.FLOAT else 1  # an integer count stays exact
+    return (total_loss / where(empty, one, total_weight)).masked_fill(empty, float("nan"))
+
+
+def _nll(logp, target, weight, ignore_index, reduction):
+    class_dim = 0 if logp.dim() == 1 else 1
+    safe, valid = _class_targets(logp, target, ignore_index, class_dim)
+    picked = -logp.gather(class_dim, safe.unsqueeze(class_dim)).squeeze(class_dim)
+    w = valid.to(logp.dtype) if weight is None else where(valid, weight[safe], 0.0)
+    loss = picked * w
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return _mean_by(loss.sum(), w.sum())
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    """Negative log likelihood of log-probabilities ``input`` (``(N, C, d1, ...)`` or ``(C,)``) at the class
+    indices ``target`` (``(N, d1, ...)`` or ``()``), optionally weighted per class; ``ignore_index`` targets count
+    for nothing."""
+    reduction = resolve_reduction(size_average, reduce, reduction)
+    _check_nll_shapes(input, target)
+    _check_class_weight(weight, input, input.shape[0 if input.dim() == 1 else 1])
+    return _nll(input, target, weight, ignore_index, reduction)
+
+
+def _class_view(weight, ndim, class_dim):
+    shape = [1] * ndim
+    shape[class_dim] = weight.numel()
+    return weight.reshape(shape)
+
+
+def _probability_targets(logp, target, weight, reduction, label_smoothing, class_dim):
+    if target.dtype.category < _dtype.FLOAT:
+        raise RuntimeError(f"Expected floating point type for target with class probabilities, got "
+                           f"{type_name(target.dtype)}")
+    classes = logp.shape[class_dim]
+    if label_smoothing > 0.0:
+        target = target * (1 - label_smoothing) + label_smoothing / classes
+    prod = logp * target
+    if weight is not None:
+        prod = prod * _class_view(weight, logp.dim(), class_dim)
+    if reduction == "none":
+        return -prod.sum(class_dim)
+    if reduction == "sum":
+        return -prod.sum()
+    if logp.numel() == 0:
+        return -prod.sum() * float("nan")
+    return -prod.sum() / (logp.numel() // classes)
+
+
+def _smoothed_indices(logp, target, weight, ignore_index, reduction, label_smoothing, class_dim):
+    nll = _nll(logp, target, weight, ignore_index, reduction)
+    if label_smoothing == 0.0:
+        return nll
+    classes = logp.shape[class_dim]
+    safe, valid = _class_targets(logp, target, ignore_index, class_dim)
+    if weight is not None:
+        smooth = -(logp * _class_view(weight, logp.dim(), class_dim)).sum(class_dim)
+    else:
+        smooth = -logp.sum(class_dim)
+    smooth = where(valid, smooth, 0.0)
+    if reduction == "none":
+        ret = smooth
+    elif reduction == "sum":
+        ret = smooth.sum()
+    elif weight is not None:
+        ret = _mean_by(smooth.sum(), where(valid, weight[safe], 0.0).sum())
+    else:
+        ret = _mean_by(smooth.sum(), valid.sum())
+    return (1 - label_smoothing) * nll + ret * (label_smoothing / classes)
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                  label_smoothing=0.0):
+    """Cross entropy between the logits ``input`` (``(N, C, d1, ...)`` or ``(C,)``) and class indices or class
+    probabilities; ``label_smoothing`` mixes the target with the uniform distribution."""
+    reduction = resolve_reduction(size_average, reduce, reduction)
+    if input.dim() < 1:
+        raise ValueError(f"Expected 1 or more dimensions (got {input.dim()})")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    class_dim = 0 if input.dim() == 1 else 1
+    _check_class_weight(weight, input, input.shape[class_dim])
+    if tuple(input.shape) == tuple(target.shape):
+        if ignore_index >= 0:
+            raise RuntimeError("ignore_index is not supported for floating point target")
+        logp = log_softmax(input, class_dim)
+        return _probability_targets(logp, target, weight, reduction, label_smoothing, class_dim)
+    if target.dtype.category >= _dtype.FLOAT:
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {type_name(target.dtype)}")
+    _check_nll_shapes(input, target)
+    logp = log_softmax(input, class_dim)
+    return _smoothed_indices(logp, target, weight, ignore_index, reduction, label_smoothing, class_dim)
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    """``-w * (y * log(x) + (1 - y) * log(1 - x))`` for probabilities ``x``; each log is floored at -100."""
+    reduction = resolve_reduction(size_average, reduce, reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Using a target size ({target.size()}) that is different to the input size "
+                         f"({input.size()}) is deprecated. Please ensure they have the same size.")
+    loss = apply(BINARY_CROSS_ENTROPY, input, target)
+    if weight is not None:
+        loss = loss * weight.expand(_movement.broadcast_shapes(tuple(target.shape), tuple(weight.shape)))
+    return reduce_loss(loss, reduction)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
+                                     pos_weight=None):
+    """``binary_cross_entropy(sigmoid(x), y)`` computed from the logits ``x`` without overflow;
+    ``pos_weight`` weighs the positive term (per class, broadcast over the last dim)."""
+    reduction = resolve_reduction(size_average, reduce, reduction)
+    if tuple(target.shape) != tuple(input.shape):
+        raise ValueError(f"Target size ({target.size()}) must be the same as input size ({input.size()})")
+    log_sig = logsigmoid(input)
+    if pos_weight is not None:
+        log_sig = log_sig * ((pos_weight - 1) * target + 1)
+    loss = (1 - target) * input - log_sig
+    if weight is not None:
+        loss = loss * weight
+    return reduce_loss(loss, reduction)
+

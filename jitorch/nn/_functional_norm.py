@@ -1,0 +1,256 @@
+"""Normalization in ``nn.functional``: ``batch_norm``, ``instance_norm``, ``layer_norm``, ``group_norm``,
+``rms_norm``, ``local_response_norm`` and ``normalize``.
+
+Statistics use the biased variance, as PyTorch; ``batch_norm`` and ``instance_norm`` update running statistics in
+place (without recording autograd) with ``running = (1 - momentum) * running + momentum * batch_stat``, the running
+variance taking the unbiased batch variance. Half-precision inputs are normalized in float32 and cast back, as
+PyTorch's kernels accumulate in float32.
+
+>>> import jitorch
+>>> import jitorch.nn.functional as F
+>>> x = jitorch.tensor([[1.0, 3.0], [3.0, 5.0]])
+>>> F.layer_norm(x, [2], eps=0.0)
+tensor([[-1.,  1.],
+        [-1.,  1.]])
+>>> rm, rv = jitorch.zeros(2), jitorch.ones(2)
+>>> _ = F.batch_norm(x, rm, rv, training=True)
+>>> rm, rv
+(tensor([0.2000, 0.4000]), tensor([1.1000, 1.1000]))
+"""
+from __future__ import annotations
+
+from .. import _dtype, _movement
+from .._tensor import Tensor
+from ..autograd.grad_mode import is_grad_enabled, no_grad
+
+__all__ = ["batch_norm", "instance_norm", "layer_norm", "group_norm", "rms_norm", "local_response_norm", "normalize"]
+
+_HALF = (_dtype.float16, _dtype.bfloat16)
+
+
+def _upcast(input):
+    return input.float() if input.dtype in _HALF else input
+
+
+def _channel_view(t, ndim):
+    """A per-channel vector shaped to broadcast against an ``(N, C, *)`` input."""
+    return t.reshape((1, -1) + (1,) * (ndim - 2)) if ndim > 1 else t
+
+
+def _affine(out, weight, bias, view):
+    if weight is not None:
+        out = out * view(weight)
+    if bias is not None:
+        out = out + view(bias)
+    return out
+
+
+def _normalize_over(x, dims, eps):
+    """(x - mean) / sqrt(var + eps) over ``dims``; returns (normalized, mean, biased var), stats with kept dims."""
+    mean = x.mean(dims, keepdim=True)
+    centered = x - mean
+    var = (centered * centered).mean(dims, keepdim=True)
+    return centered * (var + eps).rsqrt(), mean, var
+
+
+def _verify_batch_size(size):
+    prod = size[0]
+    for s in size[2:]:
+        prod *= s
+    if prod == 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size {size}")
+
+
+def _check_channels(name, t, channels):
+    if t is not None and t.numel() != channels:
+        raise RuntimeError(f"{name} should contain {channels} elements not {t.numel()}")
+
+
+def _check_stats_no_grad(op, running_mean, running_var):
+    # PyTorch's kernels are not differentiable in the running statistics, and say so.
+    if is_grad_enabled():
+        for name, t in (("running_mean", running_mean), ("running_var", running_var)):
+            if t is not None and t.requires_grad:
+                raise RuntimeError(f"The function '{op}' is not differentiable with respect to argument '{name}'. "
+                                   "This input cannot have requires_grad True.")
+
+
+def _update_running(running, stat, momentum):
+    with no_grad():
+        running.copy_(stat.detach().to(running.dtype) * momentum + running * (1 - momentum))
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """Normalize each channel (dim 1) over the batch and spatial dims, then scale by ``weight``, shift by ``bias``.
+
+    In training (or without running statistics) the batch's statistics are used and the running ones, if given,
+    updated in place; in evaluation the running statistics are used.
+    """
+    if training:
+        _verify_batch_size(input.size())
+    if training and eps <= 0.0:
+        raise ValueError(f"batch_norm eps must be positive during training, but got {eps}")
+    if eps < 0.0:
+        raise ValueError(f"batch_norm eps must be non-negative, but got {eps}")
+    if (running_mean is None) != (running_var is None):
+        raise ValueError("running_mean and running_var must either both be None or neither be None")
+    channels = input.shape[1] if input.dim() > 1 else 0
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        _check_channels(name, t, channels)
+    if not training and running_mean is None:
+        raise RuntimeError("running_mean must be defined in evaluation mode")
+    _check_stats_no_grad("batch_norm", running_mean, running_var)
+    x = _upcast(input)
+    ndim = x.dim()
+    view = lambda t: _channel_view(t, ndim)  # noqa: E731 - a one-line closure over ndim
+    if training:
+        dims = (0,) + tuple(range(2, ndim))
+        out, mean, var = _normalize_over(x, dims, eps)
+        if running_mean is not None:
+            n = x.numel() // channels
+            _update_running(running_mean, mean.reshape(-1), momentum)
+            _update_running(running_var, var.reshape(-1) * (n / (n - 1)), momentum)
+    else:
+        out = (x - view(running_mean)) * view(running_var + eps).rsqrt()
+    return _affine(out, weight, bias, view).to(input.dtype)
+
+
+def _verify_spatial_size(size):
+    prod = 1
+    for s in size[2:]:
+        prod *= s
+    if prod == 1:
+        raise ValueError(f"Expected more than 1 spatial element when training, got input size {size}")
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5):
+    """Normalize each channel of each sample over its spatial dims (``(N, C, *)`` input).
+
+    Running statistics, if given, are updated with the batch average of the per-instance statistics.
+    """
+    if use_input_stats:
+        _verify_spatial_size(input.size())
+    if input.dim() < 2:
+        raise RuntimeError(f"instance_norm: expected an input of shape (N, C, *), but got {list(input.shape)}")
+    if (running_mean is None) != (running_var is None):
+        raise ValueError("running_mean and running_var must either both be None or neither be None")
+    channels = input.shape[1]
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        _check_channels(name, t, channels)
+    _check_stats_no_grad("instance_norm", running_mean, running_var)
+    x = _upcast(input)
+    ndim = x.dim()
+    view = lambda t: _channel_view(t, ndim)  # noqa: E731
+    if use_input_stats:
+        dims = tuple(range(2, ndim))
+        out, mean, var = _normalize_over(x, dims, eps)
+        if running_mean is not None:
+            n = x.numel() // (x.shape[0] * channels)
+            _update_running(running_mean, mean.reshape(x.shape[0], channels).mean(0), momentum)
+            _update_running(running_var, var.reshape(x.shape[0], channels).mean(0) * (n / (n - 1)), momentum)
+    else:
+        if running_mean is None:
+            raise RuntimeError("Expected running_mean and running_var to be defined when use_input_stats is false")
+        out = (x - view(running_mean)) * view(running_var + eps).rsqrt()
+    return _affine(out, weight, bias, view).to(input.dtype)
+
+
+def _normalized_dims(input, normalized_shape, op):
+    if isinstance(normalized_shape, int) or not hasattr(normalized_shape, "__iter__"):
+        raise TypeError(f"{op}(): argument 'normalized_shape' (position 2) must be tuple of ints, not "
+                        f"{type(normalized_shape).__name__}")
+    shape = tuple(int(s) for s in normalized_shape)
+    k = len(shape)
+    if input.dim() < k or tuple(input.shape[input.dim() - k:]) != shape:
+        raise RuntimeError(f"{op}: Given normalized_shape={list(shape)}, expected input with shape "
+                           f"[*, {', '.join(map(str, shape))}], but got input of size{list(input.shape)}")
+    return shape, tuple(range(-k, 0))
+
+
+def _check_like(name, t, shape):
+    if t is not None and tuple(t.shape) != shape:
+        raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but got {name} of shape "
+                           f"{list(t.shape)} and normalized_shape = {list(shape)}")
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Normalize over the trailing ``normalized_shape`` dims, then apply elementwise ``weight`` and ``bias``."""
+    shape, dims = _normalized_dims(input, normalized_shape, "layer_norm")
+    _check_like("weight", weight, shape)
+    _check_like("bias", bias, shape)
+    out = _normalize_over(_upcast(input), dims, eps)[0]
+    return _affine(out, weight, bias, lambda t: t).to(input.dtype)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """``x / sqrt(mean(x ** 2) + eps) * weight`` over the trailing ``normalized_shape`` dims.
+
+    ``eps=None`` is the machine epsilon of the input's dtype.
+    """
+    shape, dims = _normalized_dims(input, normalized_shape, "rms_norm")
+    _check_like("weight", weight, shape)
+    if eps is None:
+        eps = _dtype.finfo(input.dtype).eps
+    x = _upcast(input)
+    out = x * ((x * x).mean(dims, keepdim=True) + eps).rsqrt()
+    if weight is not None:
+        out = out * weight
+    return out.to(input.dtype)
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """Normalize each group of ``C // num_groups`` channels of each sample, then apply per-channel affine."""
+    if input.dim() < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {input.dim()}")
+    n, channels = input.shape[0], input.shape[1]
+    _verify_batch_size([n * channels // num_groups, num_groups] + list(input.shape[2:]))
+    if channels % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by num_groups, but got input of "
+                           f"shape {list(input.shape)} and num_groups={num_groups}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and (t.dim() != 1 or t.numel() != channels):
+            raise RuntimeError(f"Expected {name} to be a vector of size equal to the number of channels in input, but "
+                               f"got {name} of shape {list(t.shape)} and input of shape {list(input.shape)}")
+    x = _upcast(input)
+    out = _normalize_over(x.reshape(n, num_groups, -1), (2,), eps)[0].reshape(x.shape)
+    ndim = x.dim()
+    return _affine(out, weight, bias, lambda t: _channel_view(t, ndim)).to(input.dtype)
+
+
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """``x / (k + alpha * mean of x ** 2 over a window of size channels) ** beta`` (channels: dim 1)."""
+    dim = input.dim()
+    if dim < 3:
+        raise ValueError(f"Expected 3D or higher dimensionality input (got {dim} dimensions)")
+    if input.numel() == 0:
+        return input
+    sq = input * input
+    # The window over channels, zero padded by size // 2 before and (size - 1) // 2 after, divided by size always
+    # (PyTorch's average pooling with the padding counted).
+    pad_shape = list(sq.shape)
+    pad_shape[1] = size // 2
+    before = sq.new_zeros(tuple(pad_shape))
+    pad_shape[1] = (size - 1) // 2
+    after = sq.new_zeros(tuple(pad_shape))
+    padded = _movement.cat([before, sq, after], 1)
+    channels = input.shape[1]
+    total = padded.narrow(1, 0, channels)
+    for offset in range(1, size):
+        total = total + padded.narrow(1, offset, channels)
+    div = (total / size * alpha + k) ** beta
+    return input / div
+
+
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """``input / max(||input||_p, eps)`` along ``dim``."""
+    if not isinstance(input, Tensor):
+        raise TypeError(f"normalize(): argument 'input' must be Tensor, not {type(input).__name__}")
+    denom = input.norm(p, dim, keepdim=True).clamp_min(eps).expand_as(input)
+    if out is None:
+        return input / denom
+    from .._pointwise import div
+
+    return div(input, denom, out=out)

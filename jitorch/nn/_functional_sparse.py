@@ -1,0 +1,175 @@
+"""Lookup tables in ``nn.functional``: ``embedding``, ``embedding_bag`` and ``one_hot``.
+
+``embedding`` is a row gather of the weight, so its gradient is a scatter-add of the upstream gradient into the rows
+that were looked up; the ``padding_idx`` row gets none (its output is detached), and ``scale_grad_by_freq`` divides
+each row's gradient by how often it occurs in the batch. ``sparse=True`` is accepted; the gradient is dense.
+
+>>> import jitorch
+>>> import jitorch.nn.functional as F
+>>> F.embedding(jitorch.tensor([[0, 2]]), jitorch.arange(6.0).reshape(3, 2))
+tensor([[[0., 1.],
+         [4., 5.]]])
+>>> F.one_hot(jitorch.tensor([0, 2]))
+tensor([[1, 0, 0],
+        [0, 0, 1]])
+"""
+from __future__ import annotations
+
+from .. import _creation, _dtype
+from .._pointwise import where
+from .._tensor import Tensor
+from ..autograd.grad_mode import no_grad
+
+__all__ = ["embedding", "embedding_bag", "one_hot"]
+
+
+def _check_indices(indices, op):
+    if indices.dtype not in (_dtype.int64, _dtype.int32):
+        raise RuntimeError(f"Expected tensor for argument #1 'indices' to have one of the following scalar types: "
+                           f"Long, Int; but got {indices.type()} instead (while checking arguments for {op})")
+
+
+def _check_range(indices, num, op):
+    if indices.numel() and (bool((indices < 0).any()) or bool((indices >= num).any())):
+        raise IndexError(f"{op}: index out of range in self (indices must be in [0, {num}))")
+
+
+def _padding_index(padding_idx, num):
+    if padding_idx is None:
+        return None
+    if padding_idx >= num or padding_idx < -num:
+        raise AssertionError("Padding_idx must be within num_embeddings")
+    return padding_idx + num if padding_idx < 0 else padding_idx
+
+
+def _renorm_rows(weight, indices, max_norm, norm_type):
+    """PyTorch's ``embedding_renorm_``: rows looked up whose norm exceeds ``max_norm`` are rescaled in place."""
+    with no_grad():
+        rows = indices.reshape(-1).unique()
+        norms = weight[rows].norm(norm_type, 1)
+        too_big = norms > max_norm
+        if bool(too_big.any()):
+            rows = rows[too_big]
+            scale = (max_norm / (norms[too_big] + 1e-7)).unsqueeze(1).to(weight.dtype)
+            weight[rows] = weight[rows] * scale
+
+
+def _straight_through_scale(out, factor):
+    # The value of ``out`` exactly, the gradient of ``out * factor``.
+    detached = out.detach()
+    return detached + (out - detached) * factor
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
+    """Rows of ``weight`` (``[num_embeddings, dim]``) picked by the integer ``input``: shape ``input.shape + [dim]``."""
+    if weight.dim() != 2:
+        raise RuntimeError(f"embedding: 'weight' must be 2-D, but got a weight of shape {list(weight.shape)}")
+    _check_indices(input, "embedding")
+    num = weight.shape[0]
+    padding_idx = _padding_index(padding_idx, num)
+    _check_range(input, num, "embedding")
+    if max_norm is not None:
+        _renorm_rows(weight, input, max_norm, norm_type)
+    out = weight.index_select(0, input.reshape(-1)).reshape(tuple(input.shape) + (weight.shape[1],))
+    if not out.requires_grad:
+        return out
+    if scale_grad_by_freq:
+        counts = input.reshape(-1).bincount(minlength=num)
+        out = _straight_through_scale(out, (1.0 / counts[input].to(weight.dtype)).unsqueeze(-1))
+    if padding_idx is not None:
+        out = where((input == padding_idx).unsqueeze(-1), out.detach(), out)
+    return out
+
+
+def _bag_ids(input, offsets, include_last_offset):
+    """(flat indices, bag id of each index, number of bags) for a 2-D input or a 1-D input with ``offsets``."""
+    if input.dim() == 2:
+        if offsets is not None:
+            raise ValueError("if input is 2D, then offsets has to be None, as input is treated is a mini-batch of "
+                             "fixed length sequences. However, found offsets of type "
+                             f"{type(offsets).__name__}")
+        bags, length = input.shape
+        ids = _creation.arange(bags, device=input.device).unsqueeze(1).expand(bags, length).reshape(-1)
+        return input.reshape(-1), ids, bags
+    if input.dim() != 1:
+        raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension {input.dim()}")
+    if offsets is None:
+        raise ValueError("offsets has to be a 1D Tensor but got None")
+    if offsets.dim() != 1:
+        raise ValueError("offsets has to be a 1D Tensor")
+    if offsets.numel() and int(offsets[0]) != 0:
+        raise RuntimeError(f"offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
+                           f"position 0. However, got {int(offsets[0])}")
+    starts = offsets.long()
+    if include_last_offset:
+        starts = starts[:-1]
+    bags = starts.numel()
+    # Bag of element k: the number of bag starts at or before k, minus one.
+    marks = _creation.zeros(input.numel() + 1, dtype=_dtype.int64, device=input.device)
+    marks = marks.index_add(0, starts.clamp(max=input.numel()), _creation.ones_like(starts))
+    ids = marks[:-1].cumsum(0) - 1
+    return input, ids, bags
+
+
+def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode="mean",
+                  sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None):
+    """Sums, means or maxima of bags of embeddings, without materializing the per-index embeddings' shape.
+
+    Bags are the rows of a 2-D ``input``, or the slices of a 1-D ``input`` that start at ``offsets``. Indices equal
+    to ``padding_idx`` are left out (an empty bag gives zeros).
+    """
+    if mode not in ("sum", "mean", "max"):
+        raise ValueError("mode has to be one of sum, mean or max")
+    if per_sample_weights is not None:
+        if mode != "sum":
+            raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. per_sample_weights is only "
+                                      f"supported for mode='sum' (got mode='{mode}'). Please open a feature request "
+                                      "on GitHub.")
+        if per_sample_weights.shape != input.shape:
+            raise ValueError(f"embedding_bag: If per_sample_weights ({list(per_sample_weights.shape)}) is not None, "
+                             f"then it must have the same shape as the input ({list(input.shape)})")
+    _check_indices(input, "embedding_bag")
+    flat, ids, bags = _bag_ids(input, offsets, include_last_offset)
+    num, dim = weight.shape
+    padding_idx = _padding_index(padding_idx, num)
+    _check_range(flat, num, "embedding_bag")
+    if max_norm is not None:
+        _renorm_rows(weight, flat, max_norm, norm_type)
+    rows = weight.index_select(0, flat)
+    if scale_grad_by_freq and rows.requires_grad:
+        counts = flat.bincount(minlength=num)
+        rows = _straight_through_scale(rows, (1.0 / counts[flat].to(weight.dtype)).unsqueeze(-1))
+    keep = None if padding_idx is None else flat != padding_idx
+    if mode == "max":
+        if keep is not None:
+            rows, ids = rows[keep], ids[keep]
+        out = weight.new_zeros((bags, dim))
+        return out.scatter_reduce(0, ids.unsqueeze(1).expand(ids.shape[0], dim), rows, "amax", include_self=False)
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.reshape(-1, 1)
+    if keep is not None:
+        rows = rows * keep.unsqueeze(1).to(rows.dtype)
+    out = weight.new_zeros((bags, dim)).index_add(0, ids, rows)
+    if mode == "mean":
+        weight_of = _creation.ones_like(ids) if keep is None else keep.long()
+        counts = _creation.zeros(bags, dtype=_dtype.int64, device=input.device).index_add(0, ids, weight_of)
+        out = out / counts.clamp(min=1).unsqueeze(1).to(out.dtype)
+    return out
+
+
+def one_hot(tensor, num_classes=-1):
+    """``[..., num_classes]`` int64 tensor with a 1 at each entry's class (``-1``: ``max + 1`` classes)."""
+    if not isinstance(tensor, Tensor) or tensor.dtype is not _dtype.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if num_classes == -1:
+        if tensor.numel() == 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        num_classes = int(tensor.max()) + 1
+    if tensor.numel():
+        if bool((tensor < 0).any()):
+            raise RuntimeError("Class values must be non-negative.")
+        if bool((tensor >= num_classes).any()):
+            raise RuntimeError("Class values must be smaller than num_classes.")
+    classes = _creation.arange(num_classes, device=tensor.device)
+    return (tensor.unsqueeze(-1) == classes).long()
+
