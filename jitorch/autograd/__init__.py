@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+from .. import _creation
+from .._tensor import Tensor
 from . import graph
 from .engine import run_backward
 from .function import Function, FunctionCtx, once_differentiable
@@ -23,14 +25,10 @@ __all__ = ["backward", "grad", "Function", "FunctionCtx", "once_differentiable",
 def _as_list(x):
     if x is None:
         return None
-    from .._tensor import Tensor
-
     return [x] if isinstance(x, Tensor) else list(x)
 
 
 def _root_grads(outputs, grad_outputs, op):
-    from .. import _creation
-
     grads = _as_list(grad_outputs) or [None] * len(outputs)
     if len(grads) != len(outputs):
         raise RuntimeError(f"{op}: got {len(grads)} gradients for {len(outputs)} outputs")

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from ..runtime import special_module
+from . import pointwise_grad
 from .table import NOT_DIFFERENTIABLE, Pointwise, defop
 
 
@@ -37,10 +38,11 @@ ADD = defop("add", lambda xp, a, b: xp.add(a, b), lambda ctx, g: (g, g), Pointwi
 
 
 def _sub_kernel(xp, a, b):
-    if getattr(a, "dtype", None) == bool and getattr(b, "dtype", bool) == bool:  # noqa: E721 - NumPy dtype == bool
+    try:
+        return xp.subtract(a, b)
+    except TypeError:  # the array modules refuse bool - bool, as PyTorch does
         raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
-                           "Use the `^` or `logical_xor()` operator instead.")
-    return xp.subtract(a, b)
+                           "Use the `^` or `logical_xor()` operator instead.") from None
 
 
 SUB = defop("sub", _sub_kernel, lambda ctx, g: (g, -g if ctx.needs_grad(1) else None), Pointwise("{0} - {1}"),
@@ -255,13 +257,11 @@ ATAN = _unary("atan", lambda xp, a: xp.arctan(a), lambda ctx, g: g / (1 + _x(ctx
 SINH = _unary("sinh", lambda xp, a: xp.sinh(a), lambda ctx, g: g * _x(ctx).cosh(), "sinh({0})")
 COSH = _unary("cosh", lambda xp, a: xp.cosh(a), lambda ctx, g: g * _x(ctx).sinh(), "cosh({0})")
 def _tanh_backward(ctx, g):
-    out = ctx.out
-    return g * (1 - out * out)
+    return pointwise_grad.tanh_backward(g, ctx.out)
 
 
 def _sigmoid_backward(ctx, g):
-    out = ctx.out
-    return g * out * (1 - out)
+    return pointwise_grad.sigmoid_backward(g, ctx.out)
 
 
 TANH = _unary("tanh", lambda xp, a: xp.tanh(a), _tanh_backward, "tanh({0})",
@@ -292,8 +292,8 @@ def _relu_kernel(xp, a):
     return xp.maximum(a, 0).astype(a.dtype, copy=False)
 
 
-RELU = _unary("relu", _relu_kernel, lambda ctx, g: g * (ctx.out > 0), "max({0}, 0)", saves="outputs",
-              promotion="keep")
+RELU = _unary("relu", _relu_kernel, lambda ctx, g: pointwise_grad.threshold_backward(g, ctx.out), "max({0}, 0)",
+              saves="outputs", promotion="keep")
 
 
 def _zero_grad(ctx, g):
