@@ -185,6 +185,8 @@ def _cumprod_backward(ctx, g):
     return grad.movedim(-1, dim)
 
 
-CUMPROD = defop("cumprod", lambda xp, a, dim, dtype: xp.cumprod(a, axis=dim, dtype=dtype) if a.ndim else a.astype(dtype),
-                _cumprod_backward,
-                Reduction("scan_prod"), saves="both")
+def _cumprod_kernel(xp, a, dim, dtype):
+    return xp.cumprod(a, axis=dim, dtype=dtype) if a.ndim else a.astype(dtype)
+
+
+CUMPROD = defop("cumprod", _cumprod_kernel, _cumprod_backward, Reduction("scan_prod"), saves="both")

@@ -7,13 +7,14 @@ Sequential(
   (1): ReLU()
 )
 """
-from . import (activation, attention, batchnorm, container, conv, distance, dropout, flatten, fold, instancenorm,
+from . import (  # noqa: F401 - the family modules are PyTorch's import paths
+    activation, attention, batchnorm, container, conv, distance, dropout, flatten, fold, instancenorm,
                linear, loss, module, normalization, padding, pixelshuffle, pooling, rnn, sparse, transformer,
                upsampling)
 from .activation import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .batchnorm import *  # noqa: F401,F403
-from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
+from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential  # noqa: F401
 from .conv import *  # noqa: F401,F403
 from .distance import *  # noqa: F401,F403
 from .dropout import *  # noqa: F401,F403
@@ -22,7 +23,7 @@ from .fold import *  # noqa: F401,F403
 from .instancenorm import *  # noqa: F401,F403
 from .linear import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
-from .module import Module
+from .module import Module  # noqa: F401
 from .normalization import *  # noqa: F401,F403
 from .padding import *  # noqa: F401,F403
 from .pixelshuffle import *  # noqa: F401,F403

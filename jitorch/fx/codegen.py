@@ -1,0 +1,169 @@
+"""Python source generation for a :class:`~jitorch.fx.Graph`: one line per node, as a ``forward`` method.
+
+Operators print as infix expressions, attribute reads as ``x.attr``, module calls as ``self.path(...)``. A value is
+set to ``None`` after its last use, so long graphs do not keep every intermediate alive::
+
+    def forward(self, x):
+        linear = self.linear(x);  x = None
+        relu = jitorch.relu(linear);  linear = None
+        return relu
+"""
+from __future__ import annotations
+
+import builtins
+import keyword
+import math
+import operator
+from dataclasses import dataclass, field
+
+from ._naming import Namespace, global_path
+from .node import Node
+
+__all__ = ["PythonCode", "python_code"]
+
+BINARY = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.floordiv: "//",
+          operator.mod: "%", operator.pow: "**", operator.matmul: "@", operator.and_: "&", operator.or_: "|",
+          operator.xor: "^", operator.lshift: "<<", operator.rshift: ">>", operator.lt: "<", operator.le: "<=",
+          operator.eq: "==", operator.ne: "!=", operator.gt: ">", operator.ge: ">="}
+UNARY = {operator.neg: "-", operator.pos: "+", operator.invert: "~"}
+# Roots of paths generated code may spell out; each is bound in the code's globals.
+_ROOTS = ("jitorch", "operator", "math")
+
+
+@dataclass
+class PythonCode:
+    """Generated ``src`` and the ``globals`` it must be executed with."""
+
+    src: str
+    globals: dict = field(default_factory=dict)
+
+
+def attr_path(root: str, qualified: str) -> str:
+    """``self.layer1`` for ``"layer1"``; ``getattr(self.seq, "0")`` for ``"seq.0"``, whose atom is no identifier."""
+    expr = root
+    for atom in qualified.split("."):
+        expr = f"{expr}.{atom}" if atom.isidentifier() and not keyword.iskeyword(atom) else f'getattr({expr}, "{atom}")'
+    return expr
+
+
+class _Emitter:
+    def __init__(self, graph):
+        import jitorch
+
+        self.globals = {"jitorch": jitorch, "operator": operator, "math": math}
+        self._names = Namespace()
+        for n in graph.nodes:
+            self._names.reserve(n.name)
+        self._by_id: dict[int, str] = {}
+
+    def global_name(self, obj, hint) -> str:
+        """Bind ``obj`` in the globals, reusing its name when the same object is bound twice."""
+        if id(obj) not in self._by_id:
+            name = self._names.create_name(f"_{hint}")
+            self.globals[name] = obj
+            self._by_id[id(obj)] = name
+        return self._by_id[id(obj)]
+
+    def callable_expr(self, fn) -> str:
+        path = global_path(fn)
+        if path and path.isidentifier() and getattr(builtins, path, None) is fn:
+            return path
+        if path and path.split(".")[0] in _ROOTS and _follow(self.globals, path) is fn:
+            return path  # spelled out only when attribute access really reaches it (a module can be shadowed)
+        return self.global_name(fn, getattr(fn, "__name__", "fn"))
+
+    def arg(self, a) -> str:
+        if isinstance(a, Node):
+            return a.name
+        if isinstance(a, tuple) and hasattr(a, "_fields"):  # a NamedTuple, such as jitorch.return_types.max
+            return f"{self.callable_expr(type(a))}({', '.join(self.arg(x) for x in a)})"
+        if isinstance(a, tuple):
+            items = [self.arg(x) for x in a]
+            return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+        if isinstance(a, list):
+            return f"[{', '.join(self.arg(x) for x in a)}]"
+        if isinstance(a, dict):
+            return "{" + ", ".join(f"{k!r}: {self.arg(v)}" for k, v in a.items()) + "}"
+        if isinstance(a, slice):
+            return f"slice({self.arg(a.start)}, {self.arg(a.stop)}, {self.arg(a.step)})"
+        if a is Ellipsis:
+            return "..."
+        if isinstance(a, float) and not math.isfinite(a):
+            return f"float('{a}')"
+        if a is None or isinstance(a, (bool, int, float, str, complex)):
+            return repr(a)
+        if type(a).__name__ == "dtype" and global_path_of_value(a):
+            return global_path_of_value(a)
+        if type(a).__name__ == "device":
+            return f"jitorch.device({str(a)!r})"
+        if callable(a) and not hasattr(a, "_data"):
+            return self.callable_expr(a)
+        return self.global_name(a, type(a).__name__.lower())
+
+    def args(self, args, kwargs) -> str:
+        parts = [self.arg(a) for a in args] + [f"{k} = {self.arg(v)}" for k, v in kwargs.items()]
+        return ", ".join(parts)
+
+    def expr(self, node: Node, root: str) -> str:
+        op, target, args, kwargs = node.op, node.target, node.args, node.kwargs
+        if op == "get_attr":
+            return attr_path(root, target)
+        if op == "call_module":
+            return f"{attr_path(root, target)}({self.args(args, kwargs)})"
+        if op == "call_method":
+            return f"{self.arg(args[0])}.{target}({self.args(args[1:], kwargs)})"
+        if target in BINARY and len(args) == 2 and not kwargs:
+            return f"{self.arg(args[0])} {BINARY[target]} {self.arg(args[1])}"
+        if target in UNARY and len(args) == 1 and not kwargs:
+            return f"{UNARY[target]}{self.arg(args[0])}"
+        if target is operator.getitem and len(args) == 2 and not kwargs:
+            return f"{self.arg(args[0])}[{self.arg(args[1])}]"
+        if target is getattr and len(args) == 2 and isinstance(args[1], str) and args[1].isidentifier():
+            return f"{self.arg(args[0])}.{args[1]}"
+        return f"{self.callable_expr(target)}({self.args(args, kwargs)})"
+
+
+def _follow(namespace, path):
+    parts = path.split(".")
+    obj = namespace[parts[0]]
+    for atom in parts[1:]:
+        obj = getattr(obj, atom, None)
+    return obj
+
+
+def global_path_of_value(value) -> str | None:
+    import jitorch
+
+    name = getattr(value, "name", None) or str(value).rsplit(".", 1)[-1]
+    return f"jitorch.{name}" if getattr(jitorch, name, None) is value else None
+
+
+def python_code(graph, root_module: str = "self") -> PythonCode:
+    """Generate ``def forward(self, ...)`` for ``graph``; see the module docstring for its shape."""
+    emit = _Emitter(graph)
+    nodes = list(graph.nodes)
+    last_use: dict[Node, Node] = {}
+    for node in nodes:
+        for inp in node.all_input_nodes:
+            last_use[inp] = node
+    freed_at: dict[Node, list] = {}
+    for value, user in last_use.items():
+        if user.op != "output":
+            freed_at.setdefault(user, []).append(value.name)
+
+    params, body = [root_module], []
+    for node in nodes:
+        if node.op == "placeholder":
+            params.append(f"{node.name} = {emit.arg(node.args[0])}" if node.args else node.name)
+            continue
+        if node.op == "output":
+            body.append(f"return {emit.arg(node.args[0])}")
+            continue
+        line = f"{node.name} = {emit.expr(node, root_module)}"
+        if node in freed_at:
+            line += ";  " + " = ".join(freed_at[node]) + " = None"
+        body.append(line)
+    if not body or not body[-1].startswith("return"):
+        body.append("return None")
+    src = f"def forward({', '.join(params)}):\n" + "".join(f"    {line}\n" for line in body)
+    return PythonCode(src, emit.globals)

@@ -1,0 +1,176 @@
+"""``GraphModule``: an ``nn.Module`` whose ``forward`` is Python generated from a :class:`Graph`.
+
+The source is registered with :mod:`linecache`, so tracebacks and debuggers show the generated lines. Edit
+``gm.graph`` and call :meth:`GraphModule.recompile` to regenerate ``forward``.
+
+>>> import jitorch
+>>> from jitorch.fx import symbolic_trace
+>>> gm = symbolic_trace(lambda x: x.exp() + 1)
+>>> gm(jitorch.zeros(2))
+tensor([2., 2.])
+"""
+from __future__ import annotations
+
+import itertools
+import linecache
+
+from .._tensor import Tensor
+from ..nn.modules.module import Module
+from ._naming import global_path, resolve_path
+from .graph import Graph
+from .node import Node, map_arg
+
+__all__ = ["GraphModule"]
+
+_FILE_IDS = itertools.count()
+
+
+def _copy_attr(src, dst, target: str):
+    """Copy ``src.<target>`` to ``dst.<target>``, creating empty parent modules on the way."""
+    *prefix, last = target.split(".")
+    for atom in prefix:
+        src = getattr(src, atom)
+        if not hasattr(dst, atom) or not isinstance(getattr(dst, atom), Module):
+            setattr(dst, atom, Module())
+        dst = getattr(dst, atom)
+    value = getattr(src, last)
+    if isinstance(src, Module) and last in src._buffers:
+        dst.register_buffer(last, value, persistent=last not in src._non_persistent_buffers_set)
+    elif isinstance(value, Tensor) and not isinstance(value, Module) and last not in getattr(src, "_parameters", {}):
+        dst.__dict__[last] = value  # a tensor constant: a plain attribute, as on the root
+    else:
+        setattr(dst, last, value)
+
+
+class GraphModule(Module):
+    """A Module made from ``root`` (a Module, or a dict of attributes) and ``graph``.
+
+    Only what the graph references (``get_attr`` and ``call_module`` targets) is copied from ``root``.
+    """
+
+    def __new__(cls, *args, **kwargs):
+        # Each instance gets its own class so ``forward`` can be a real method that recompile() replaces.
+        if not cls.__dict__.get("_one_per_instance", False):
+            cls = type(cls.__name__, (cls,), {"_one_per_instance": True, "__module__": cls.__module__})
+        return super().__new__(cls)
+
+    def __init__(self, root, graph: Graph, class_name: str = "GraphModule"):
+        super().__init__()
+        type(self).__name__ = class_name
+        type(self).__qualname__ = class_name
+        if isinstance(root, Module):
+            self.training = root.training
+            for node in graph.nodes:
+                if node.op in ("get_attr", "call_module"):
+                    _copy_attr(root, self, node.target)
+        elif isinstance(root, dict):
+            for node in graph.nodes:
+                if node.op in ("get_attr", "call_module"):
+                    if node.target not in root:
+                        raise RuntimeError(f"Node '{node.name}' references '{node.target}', which is missing from "
+                                           "the dict of attributes passed as root")
+                    _copy_attr(_Namespace(root), self, node.target)
+        else:
+            raise TypeError(f"GraphModule root must be a Module or a dict, got {type(root).__name__}")
+        self.graph = graph
+
+    @property
+    def graph(self) -> Graph:
+        return self.__dict__["_graph"]
+
+    @graph.setter
+    def graph(self, g: Graph):
+        self.__dict__["_graph"] = g
+        g.owning_module = self
+        self.recompile()
+
+    @property
+    def code(self) -> str:
+        """The generated source of ``forward``."""
+        return self.__dict__["_code"]
+
+    def recompile(self):
+        """Regenerate ``forward`` from ``self.graph``; call it after editing the graph."""
+        pc = self.graph.python_code("self")
+        src = pc.src
+        filename = f"<eval_with_key>.{next(_FILE_IDS)}"
+        # mtime None marks a non-file entry, which linecache.checkcache leaves alone.
+        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+        namespace = dict(pc.globals)
+        exec(compile(src, filename, "exec"), namespace)
+        type(self).forward = namespace["forward"]
+        self.__dict__["_code"] = src
+        return pc
+
+    def print_readable(self, print_output: bool = True) -> str:
+        """The generated module as a class definition; printed unless ``print_output`` is False."""
+        body = "".join(f"    {line}\n" for line in self.code.splitlines())
+        text = f"class {type(self).__name__}(jitorch.nn.Module):\n{body}"
+        if print_output:
+            print(text)
+        return text
+
+    def __str__(self):
+        return f"{super().__str__()}\n\n\n\n{self.code}"
+
+    # -- copying and pickling ----------------------------------------------------------------------------------------
+    def __reduce__(self):
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_graph", "_code")}
+        return _rebuild, (type(self).__name__, state, _serialize(self.graph))
+
+    def __deepcopy__(self, memo):
+        import copy
+
+        fn, (name, state, graph_state) = self.__reduce__()
+        return fn(name, copy.deepcopy(state, memo), graph_state)
+
+    def __copy__(self):
+        return GraphModule(self, self.graph)
+
+
+class _Namespace:
+    def __init__(self, attrs):
+        self._attrs = attrs
+
+    def __getattr__(self, name):
+        return self._attrs[name]
+
+
+class _NodeRef:
+    def __init__(self, name):
+        self.name = name
+
+
+def _serialize(graph: Graph) -> list:
+    """The graph as plain rows; call targets are stored as import paths where they have one."""
+    rows = []
+    for n in graph.nodes:
+        target = n.target
+        if n.op == "call_function":
+            path = global_path(target)
+            target = ("path", path) if path else ("object", target)
+        ref = lambda x: _NodeRef(x.name)
+        rows.append((n.op, n.name, target, map_arg(n.args, ref), map_arg(n.kwargs, ref)))
+    return rows
+
+
+def _deserialize(rows) -> Graph:
+    g = Graph()
+    env: dict[str, Node] = {}
+    unref = lambda a: env[a.name] if isinstance(a, _NodeRef) else a
+    from .node import map_aggregate
+
+    for op, name, target, args, kwargs in rows:
+        if op == "call_function":
+            target = resolve_path(target[1]) if target[0] == "path" else target[1]
+        env[name] = g.create_node(op, target, map_aggregate(args, unref), map_aggregate(kwargs, unref), name=name)
+    return g
+
+
+def _rebuild(class_name, state, rows):
+    gm = GraphModule.__new__(GraphModule)
+    Module.__init__(gm)
+    gm.__dict__.update(state)
+    type(gm).__name__ = type(gm).__qualname__ = class_name
+    gm.graph = _deserialize(rows)
+    return gm

@@ -1,0 +1,184 @@
+"""``Node``: one instruction of a :class:`~jitorch.fx.Graph`, with use-def edges kept up to date automatically.
+
+A node has one of six opcodes (``placeholder``, ``get_attr``, ``call_function``, ``call_method``, ``call_module``,
+``output``), a ``target`` (a name or a callable), ``args``/``kwargs`` that may contain other nodes, and ``users``:
+the nodes that read it. Assigning ``node.args`` rewires ``users`` on both ends.
+
+>>> from jitorch.fx import Graph
+>>> g = Graph()
+>>> x = g.placeholder("x")
+>>> y = g.call_method("relu", (x,))
+>>> list(x.users)
+[relu]
+"""
+from __future__ import annotations
+
+__all__ = ["Node", "map_arg", "map_aggregate", "OPCODES"]
+
+OPCODES = ("placeholder", "get_attr", "call_function", "call_method", "call_module", "output")
+
+
+def map_aggregate(a, fn):
+    """Apply ``fn`` to every leaf of ``a``, rebuilding tuples, lists, dicts and slices around the results."""
+    if isinstance(a, tuple):
+        mapped = tuple(map_aggregate(x, fn) for x in a)
+        # NamedTuples (torch.return_types-like) are rebuilt with their own constructor.
+        return type(a)(*mapped) if hasattr(a, "_fields") else mapped
+    if isinstance(a, list):
+        return [map_aggregate(x, fn) for x in a]
+    if isinstance(a, dict):
+        return {k: map_aggregate(v, fn) for k, v in a.items()}
+    if isinstance(a, slice):
+        return slice(map_aggregate(a.start, fn), map_aggregate(a.stop, fn), map_aggregate(a.step, fn))
+    return fn(a)
+
+
+def map_arg(a, fn):
+    """Apply ``fn`` to every :class:`Node` inside ``a``; other leaves are kept."""
+    return map_aggregate(a, lambda x: fn(x) if isinstance(x, Node) else x)
+
+
+class Node:
+    """One instruction. Create nodes through :class:`Graph` builders, not directly."""
+
+    def __init__(self, graph, name, op, target, args, kwargs, type=None):
+        if op not in OPCODES:
+            raise ValueError(f"Node '{name}': unknown opcode {op!r}; expected one of {OPCODES}")
+        self.graph = graph
+        self.name = name
+        self.op = op
+        self.target = target
+        self.type = type
+        self.users: dict[Node, None] = {}  # an insertion-ordered set
+        self.meta: dict = {}
+        self._input_nodes: dict[Node, None] = {}
+        self._args: tuple = ()
+        self._kwargs: dict = {}
+        self._prev = self._next = self
+        self._erased = False
+        self._update_args_kwargs(tuple(args), dict(kwargs))
+
+    # -- linked list -------------------------------------------------------------------------------------------------
+    @property
+    def next(self):
+        return self._next
+
+    @property
+    def prev(self):
+        return self._prev
+
+    def prepend(self, x: Node):
+        """Move or insert ``x`` immediately before this node."""
+        if x is self:
+            raise ValueError("Cannot prepend a node to itself")
+        x._remove_from_list()
+        p = self._prev
+        p._next, x._prev = x, p
+        x._next, self._prev = self, x
+
+    def append(self, x: Node):
+        """Move or insert ``x`` immediately after this node."""
+        self._next.prepend(x)
+
+    def _remove_from_list(self):
+        p, n = self._prev, self._next
+        p._next, n._prev = n, p
+        self._prev = self._next = self
+
+    # -- arguments and use-def edges ---------------------------------------------------------------------------------
+    @property
+    def args(self) -> tuple:
+        return self._args
+
+    @args.setter
+    def args(self, value):
+        self._update_args_kwargs(tuple(value), self._kwargs)
+
+    @property
+    def kwargs(self) -> dict:
+        return self._kwargs
+
+    @kwargs.setter
+    def kwargs(self, value):
+        self._update_args_kwargs(self._args, dict(value))
+
+    @property
+    def all_input_nodes(self) -> list:
+        """The distinct nodes this node reads, in order of first appearance."""
+        return list(self._input_nodes)
+
+    def _update_args_kwargs(self, args, kwargs):
+        for old in self._input_nodes:
+            old.users.pop(self, None)
+        self._args, self._kwargs = args, kwargs
+        self._input_nodes = {}
+        map_arg((args, kwargs), self._input_nodes.setdefault)
+        for new in self._input_nodes:
+            new.users.setdefault(self)
+
+    def update_arg(self, idx, arg):
+        args = list(self._args)
+        args[idx] = arg
+        self.args = args
+
+    def update_kwarg(self, key, arg):
+        self.kwargs = {**self._kwargs, key: arg}
+
+    def replace_all_uses_with(self, replace_with: Node, delete_user_cb=lambda user: True, *, propagate_meta=False):
+        """Make every user of this node read ``replace_with`` instead; returns the users that changed.
+
+        >>> from jitorch.fx import Graph
+        >>> g = Graph(); x = g.placeholder("x"); a = g.call_method("relu", (x,)); b = g.call_method("neg", (a,))
+        >>> a.replace_all_uses_with(x)
+        [neg]
+        >>> b.args
+        (x,)
+        """
+        if propagate_meta:
+            for k, v in self.meta.items():
+                replace_with.meta.setdefault(k, v)
+        changed = [u for u in list(self.users) if delete_user_cb(u)]
+        for user in changed:
+            user.replace_input_with(self, replace_with)
+        return changed
+
+    def replace_input_with(self, old_input: Node, new_input: Node):
+        """Substitute ``new_input`` for every occurrence of ``old_input`` in this node's args and kwargs."""
+        swap = lambda n: new_input if n is old_input else n
+        self._update_args_kwargs(map_arg(self._args, swap), map_arg(self._kwargs, swap))
+
+    # -- printing ----------------------------------------------------------------------------------------------------
+    def format_node(self) -> str:
+        """One line in the style of ``str(graph)``: ``%add : call_function[target=operator.add](args = (%x, 1))``."""
+        if self.op == "placeholder":
+            default = f" [default={self.args[0]!r}]" if self.args else ""
+            return f"%{self.name} : [num_users={len(self.users)}] = placeholder[target={self.target}]{default}"
+        if self.op == "output":
+            return f"return {_fmt(self.args[0])}"
+        target = _target_name(self.target)
+        return (f"%{self.name} : [num_users={len(self.users)}] = {self.op}[target={target}]"
+                f"(args = {_fmt(self.args)}, kwargs = {_fmt(self.kwargs)})")
+
+    def __repr__(self):
+        return self.name
+
+
+def _fmt(a):
+    if isinstance(a, Node):
+        return f"%{a.name}"
+    if isinstance(a, tuple):
+        inner = ", ".join(_fmt(x) for x in a)
+        return f"({inner},)" if len(a) == 1 else f"({inner})"
+    if isinstance(a, list):
+        return "[" + ", ".join(_fmt(x) for x in a) + "]"
+    if isinstance(a, dict):
+        return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in a.items()) + "}"
+    return repr(a)
+
+
+def _target_name(target) -> str:
+    if isinstance(target, str):
+        return target
+    from ._naming import global_path
+
+    return global_path(target) or getattr(target, "__name__", repr(target))

@@ -1,0 +1,137 @@
+"""``Proxy``: the stand-in value symbolic tracing passes through user code, recording each use as a graph node.
+
+Operators record ``call_function`` nodes on ``operator.*``, attribute reads record ``getattr``, method calls record
+``call_method``. Python control flow cannot be recorded: ``bool(proxy)`` raises :class:`TraceError`.
+
+>>> import jitorch
+>>> from jitorch.fx import symbolic_trace
+>>> gm = symbolic_trace(lambda x: (x + 1).relu())
+>>> [n.op for n in gm.graph.nodes]
+['placeholder', 'call_function', 'call_method', 'output']
+"""
+from __future__ import annotations
+
+import dis
+import operator
+import os
+import sys
+
+from .node import Node
+
+__all__ = ["Proxy", "Attribute", "TraceError"]
+
+_FX_DIR = os.path.dirname(os.path.abspath(__file__))
+_JITORCH_DIR = os.path.dirname(_FX_DIR)
+
+
+class TraceError(ValueError):
+    """Raised when symbolic tracing meets Python that depends on tensor values (``if``, ``bool``, iteration)."""
+
+
+def user_frame():
+    """The innermost frame outside jitorch itself: the line of user code that triggered the current event."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_JITORCH_DIR + os.sep):
+        frame = frame.f_back
+    return frame
+
+
+def _where():
+    frame = user_frame()
+    return f'File "{frame.f_code.co_filename}", line {frame.f_lineno}' if frame is not None else "unknown location"
+
+
+class Proxy:
+    """A traced value: every operation on it appends a node to ``self.tracer.graph`` and returns a new Proxy."""
+
+    def __init__(self, node: Node, tracer=None):
+        self.node = node
+        self.tracer = tracer
+
+    def __repr__(self):
+        return f"Proxy({self.node.name})"
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)  # copy/pickle probes must not become graph nodes
+        return Attribute(self, name)
+
+    def __call__(self, *args, **kwargs):
+        return self.tracer.create_proxy("call_method", "__call__", (self, *args), kwargs)
+
+    def __getitem__(self, index):
+        return self.tracer.create_proxy("call_function", operator.getitem, (self, index), {})
+
+    def __bool__(self):
+        return self.tracer.to_bool(self)
+
+    def __len__(self):
+        raise RuntimeError("'len' is not supported in symbolic tracing by default. If you want this call to be "
+                           "recorded, please call jitorch.fx.wrap('len') at module scope")
+
+    def __iter__(self):
+        # ``a, b = proxy`` compiles to UNPACK_SEQUENCE n, whose n we read from the caller's bytecode, as torch.fx does.
+        frame = sys._getframe(1)
+        inst = next((i for i in dis.get_instructions(frame.f_code) if i.offset >= frame.f_lasti), None)
+        if inst is not None and inst.opname == "UNPACK_SEQUENCE":
+            return (self[k] for k in range(inst.argval))
+        raise TraceError("Proxy object cannot be iterated. This can be attempted when the Proxy is used in a loop or "
+                         f"as a *args or **kwargs function argument ({_where()}). Unpack it into a fixed number of "
+                         "names, pass concrete_args, or make the code a leaf module or a jitorch.fx.wrap'ed function.")
+
+    def keys(self):
+        return self.tracer.keys(self)
+
+    def __int__(self):
+        raise TraceError(f"int() of a traced value depends on data ({_where()}); use concrete_args or wrap()")
+
+    def __float__(self):
+        raise TraceError(f"float() of a traced value depends on data ({_where()}); use concrete_args or wrap()")
+
+    def __index__(self):
+        raise TraceError(f"a traced value cannot be used as a Python index ({_where()}); use concrete_args or wrap()")
+
+
+class Attribute(Proxy):
+    """``proxy.name``: becomes ``call_method`` when called, or a ``getattr`` node when used as a value."""
+
+    def __init__(self, root: Proxy, attr: str):
+        self.root, self.attr, self.tracer = root, attr, root.tracer
+        self._node = None
+
+    @property
+    def node(self):
+        # Created lazily: ``x.relu()`` should record one call_method, not a getattr plus a call.
+        if self._node is None:
+            self._node = self.tracer.create_proxy("call_function", getattr, (self.root, self.attr), {}).node
+        return self._node
+
+    def __call__(self, *args, **kwargs):
+        return self.tracer.create_proxy("call_method", self.attr, (self.root, *args), kwargs)
+
+
+def _install_operators():
+    binary = ["add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_", "xor", "lshift",
+              "rshift"]
+    compare = ["lt", "le", "eq", "ne", "gt", "ge"]
+    unary = ["neg", "pos", "invert", "abs"]
+
+    def forward(fn):
+        return lambda self, other: self.tracer.create_proxy("call_function", fn, (self, other), {})
+
+    def reflected(fn):
+        return lambda self, other: self.tracer.create_proxy("call_function", fn, (other, self), {})
+
+    for name in binary + compare:
+        fn = getattr(operator, name)
+        dunder = name.rstrip("_")
+        setattr(Proxy, f"__{dunder}__", forward(fn))
+        if name in binary:
+            setattr(Proxy, f"__r{dunder}__", reflected(fn))
+    for name in unary:
+        fn = getattr(operator, name)
+        setattr(Proxy, f"__{name}__", lambda self, fn=fn: self.tracer.create_proxy("call_function", fn, (self,), {}))
+    Proxy.__hash__ = object.__hash__  # __eq__ records a node; proxies still need to be dict keys
+
+
+_install_operators()
