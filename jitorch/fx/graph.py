@@ -267,3 +267,9 @@ class Graph:
         from ._dot import graph_to_dot
 
         return graph_to_dot(self, name)
+
+    def to_svg(self, name: str = "graph") -> str:
+        """The graph drawn as SVG by Graphviz's ``dot`` program; RuntimeError when it is not installed."""
+        from ._dot import dot_to_svg
+
+        return dot_to_svg(self.to_dot(name))

@@ -61,11 +61,11 @@ class Interpreter:
             try:
                 self.env[node] = self.run_node(node)
             except Exception as e:
-                if not getattr(e, "_fx_noted", False):
+                # Only the innermost interpreter notes the node (a call_module may run a nested one).
+                if not any(n.startswith("While executing") for n in getattr(e, "__notes__", ())):
                     trace = node.meta.get("stack_trace")
                     e.add_note(f"While executing {node.format_node()}" + (f"\nOriginal traceback: {trace}"
                                                                            if trace else ""))
-                    e._fx_noted = True
                 raise
             if self.garbage_collect_values:
                 for dead in self.user_to_last_uses.get(node, ()):

@@ -1,0 +1,173 @@
+"""jitorch.fx passes: ShapeProp, subgraph rewriting, CSE and constant folding keep results and shrink graphs."""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+import torch
+from test_fx_helpers import assert_close, check_traced
+
+import jitorch
+from jitorch import fx, nn
+from jitorch.fx import Interpreter, replace_pattern, symbolic_trace
+from jitorch.fx.passes import CSEPass, ShapeProp, fold_constants
+
+
+def _body(x, y):
+    # written with methods only, so the same code runs on torch tensors (the oracle for strides)
+    t = x.t()
+    s = t + y
+    return s.sum(0), s.transpose(0, 1).to(dtype=y.dtype) > 0
+
+
+def test_shape_prop_matches_eager_shapes_dtypes_strides():
+    x = np.random.randn(4, 3).astype(np.float32)
+    y = np.random.randn(3, 1).astype(np.float64)
+    gm = check_traced(_body, jitorch.tensor(x), jitorch.tensor(y))
+    ShapeProp(gm).propagate(jitorch.tensor(x), jitorch.tensor(y))
+
+    env = {}
+    for node in gm.graph.nodes:  # the same values, computed by torch node by node
+        args = fx.map_arg(node.args, env.__getitem__)
+        if node.op == "placeholder":
+            env[node] = torch.tensor(x if node.name == "x" else y)
+        elif node.op == "call_method":
+            env[node] = getattr(args[0], node.target)(*args[1:], **fx.map_arg(node.kwargs, env.__getitem__))
+        elif node.op == "call_function":
+            env[node] = node.target(*args)
+        else:
+            continue
+        expected = env[node]
+        if not isinstance(expected, torch.Tensor):
+            assert "tensor_meta" not in node.meta and node.meta["type"] is not jitorch.Tensor
+            continue
+        meta = node.meta["tensor_meta"]
+        assert tuple(meta.shape) == tuple(expected.shape), node
+        assert tuple(meta.stride) == tuple(expected.stride()), node
+        assert str(meta.dtype).split(".")[-1] == str(expected.dtype).split(".")[-1], node
+        assert meta.requires_grad is False
+    t_node = next(n for n in gm.graph.nodes if n.target == "t")
+    assert tuple(t_node.meta["tensor_meta"].stride) == (1, 3)
+
+
+def test_shape_prop_on_modules_and_requires_grad():
+    m = nn.Sequential(nn.Linear(4, 6), nn.ReLU())
+    gm = check_traced(m, jitorch.randn(2, 4))
+    ShapeProp(gm).propagate(jitorch.randn(2, 4))
+    meta = [n.meta["tensor_meta"] for n in gm.graph.nodes if n.op == "call_module"]
+    assert [tuple(t.shape) for t in meta] == [(2, 6), (2, 6)]
+    assert meta[0].requires_grad and meta[0].dtype == jitorch.float32
+    assert "(2, 6)" in gm.graph.to_dot()
+
+
+def test_replace_pattern_finds_each_occurrence():
+    def f(x, y):
+        return (x * 2 + 1) - (y * 2 + 1).relu()
+
+    def pattern(a):
+        return a * 2 + 1
+
+    def replacement(a):
+        return jitorch.addcmul(jitorch.ones_like(a), a, jitorch.full_like(a, 2.0))
+
+    gm = symbolic_trace(f)
+    matches = replace_pattern(gm, pattern, replacement)
+    assert len(matches) == 2
+    assert [m.anchor.target for m in matches] == [operator.add] * 2
+    assert [m.nodes_map[next(iter(m.nodes_map))].name for m in matches] == ["add", "add_1"]
+    assert not any(n.target in (operator.mul, operator.add) for n in gm.graph.nodes)
+    check_traced(f, jitorch.randn(3), jitorch.randn(3), gm=gm)
+
+
+def test_replace_pattern_skips_overlaps_and_escaping_values():
+    def chain(x):
+        return x.neg().neg().neg()
+
+    gm = symbolic_trace(chain)
+    matches = replace_pattern(gm, lambda a: a.neg().neg(), lambda a: a)
+    assert len(matches) == 1  # the second candidate overlaps the first
+    check_traced(chain, jitorch.randn(3), gm=gm)
+
+    def escaping(x):
+        m = x * 2
+        return m + 1, m  # 'm' is used outside the candidate match
+
+    gm = symbolic_trace(escaping)
+    assert replace_pattern(gm, lambda a: a * 2 + 1, lambda a: a) == []
+    check_traced(escaping, jitorch.randn(3), gm=gm)
+
+    def literal(x):
+        return x * 3 + 1
+
+    gm = symbolic_trace(literal)
+    assert replace_pattern(gm, lambda a: a * 2 + 1, lambda a: a) == []  # literals must be equal
+
+
+def test_cse_merges_duplicates_and_keeps_results():
+    def f(x):
+        a = jitorch.exp(x) + jitorch.exp(x)
+        b = x.sum(dim=0) * x.sum(dim=0)
+        return a * b, x.sum(dim=1)
+
+    gm = symbolic_trace(f)
+    before = len(gm.graph.nodes)
+    result = CSEPass()(gm)
+    assert result.modified and len(gm.graph.nodes) == before - 2
+    check_traced(f, jitorch.randn(3, 3), gm=gm)
+    assert CSEPass()(gm).modified is False
+
+
+def test_cse_keeps_random_and_inplace_calls():
+    def f(x):
+        return jitorch.rand_like(x) + jitorch.rand_like(x), x.clone().add_(1) + x.clone().add_(1)
+
+    gm = symbolic_trace(f)
+    before = len(gm.graph.nodes)
+    CSEPass()(gm)
+    # the clones merge, but each random draw and each in-place update is kept
+    assert len(gm.graph.nodes) == before - 1
+    assert sum(n.target is jitorch.rand_like for n in gm.graph.nodes) == 2
+    gm.graph.lint()
+
+
+class Folded(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(jitorch.randn(4, 3))
+        self.register_buffer("mask", jitorch.tensor([1.0, 0.0, 1.0, 1.0]))
+
+    def forward(self, x):
+        w = (self.weight * self.mask[:, None]).t()  # depends only on attributes: foldable
+        return x @ w + jitorch.ones(4).exp().sum()
+
+
+def test_constant_folding_shrinks_graph_and_keeps_results():
+    m = Folded()
+    gm = symbolic_trace(m)
+    before = len(gm.graph.nodes)
+    assert fold_constants(gm) == 1
+    gm.graph.lint()
+    assert len(gm.graph.nodes) < before
+    assert [n.op for n in gm.graph.nodes].count("get_attr") == 2  # the folded weight and the tensor constant
+    x = jitorch.randn(2, 3)
+    assert_close(gm(x), m(x))
+    assert_close(Interpreter(gm).run(x), m(x))
+    assert fold_constants(gm) == 0
+
+
+def test_surgery_insert_replace_dce_recompile_keeps_results():
+    m = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 2))
+    gm = symbolic_trace(m)
+    relu = next(n for n in gm.graph.nodes if n.target == "1")
+    with gm.graph.inserting_after(relu):
+        clamped = gm.graph.call_function(jitorch.clamp, (relu,), {"max": 1e9})
+    relu.replace_all_uses_with(clamped, delete_user_cb=lambda u: u is not clamped)
+    with gm.graph.inserting_after(clamped):
+        gm.graph.call_method("exp", (clamped,))  # dead
+    assert gm.graph.eliminate_dead_code()
+    gm.graph.lint()
+    gm.recompile()
+    assert "jitorch.clamp(" in gm.code and "exp" not in gm.code
+    x = jitorch.randn(4, 3)
+    assert_close(gm(x), m(x))
+    assert_close(Interpreter(gm).run(x), m(x))
