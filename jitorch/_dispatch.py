@@ -248,8 +248,12 @@ def eager(op, args, attrs):
             record(op, args, attrs, (t,))
         return t
     for a in args:
-        if isinstance(a, Tensor) and a._base is not None and a._view_ver != a._ver_owner._ver:
-            sync_view(a)
+        if isinstance(a, Tensor):
+            if a._base is not None and a._view_ver != a._ver_owner._ver:
+                sync_view(a)
+        elif type(a) is np.ndarray:  # ``ndarray + tensor`` reaches Tensor.__radd__: the array acts as a tensor
+            args = tuple(Tensor._make(x) if type(x) is np.ndarray else x for x in args)
+            break
     datas = _run_kernel(op, args, attrs)
     outs = [Tensor._make(d) for d in datas]
     if op.view:
