@@ -1,0 +1,156 @@
+"""Caching-allocator overhead: malloc+free pairs per second in pure Python, on the FakeDriver (no GPU needed).
+
+Cases:
+
+- ``hot exact fit``: a 4 KiB request whose cached block fits exactly (no split, no merge);
+- ``hot split+merge``: a 4 KiB request carved from a partly used 2 MiB segment and merged back on free;
+- ``mixed trace``: a fixed pseudo-random trace (small tensors, activations of a few MiB, a few large buffers, two
+  streams, about 200 live blocks), replayed on a warm cache; reported per malloc+free pair.
+
+Each case runs on jitorch's allocator and on a minimal baseline: a dict of free lists keyed by the 512-byte rounded
+size (no streams, pools, splitting, stats), the floor a Python caching allocator could reach. CuPy's
+``cupy.cuda.MemoryPool`` is tried too; it needs a CUDA device and driver, so without a GPU the output says so.
+
+Run: ``python bench/bench_alloc.py``. Prints a table and writes ``bench/results/alloc-<date>.{json,md}``.
+"""
+from __future__ import annotations
+
+import common
+
+common.single_thread()
+
+import random  # noqa: E402
+
+from jitorch.runtime.alloc_config import AllocatorConfig  # noqa: E402
+from jitorch.runtime.allocator import CachingAllocator  # noqa: E402
+from jitorch.runtime.driver import FakeDriver  # noqa: E402
+
+KiB, MiB = 1 << 10, 1 << 20
+TARGET_PAIR_US = 2.0
+
+
+class DictOfFreeLists:
+    """The baseline: exact-size reuse keyed by 512-byte rounded size, bump-pointer addresses on a miss."""
+
+    def __init__(self):
+        self.free_lists = {}
+        self.next = 0
+
+    def malloc(self, size, stream=0):
+        size = -(-max(size, 1) // 512) * 512
+        cached = self.free_lists.get(size)
+        if cached:
+            return cached.pop()
+        ptr = self.next
+        self.next += size
+        return (ptr, size)
+
+    def free(self, handle):
+        entries = self.free_lists.get(handle[1])
+        if entries is None:
+            self.free_lists[handle[1]] = [handle]
+        else:
+            entries.append(handle)
+
+
+def make_trace(n_ops=20000, seed=0):
+    """(op, arg) pairs: ("m", (slot, size, stream)) or ("f", slot); every block is freed by the end."""
+    rng = random.Random(seed)
+    trace, live, next_slot = [], [], 0
+    for _ in range(n_ops):
+        if live and (len(live) > 200 or rng.random() < 0.5):
+            trace.append(("f", live.pop(rng.randrange(len(live)))))
+            continue
+        r = rng.random()
+        if r < 0.70:
+            size = rng.choice((4, 256, 1000, 4 * KiB, 64 * KiB, 200 * KiB))
+        elif r < 0.95:
+            size = rng.choice((1, 2, 4, 6)) * MiB + rng.randrange(0, 4096)
+        else:
+            size = rng.choice((12, 24, 48)) * MiB
+        trace.append(("m", (next_slot, size, 0 if rng.random() < 0.8 else 1)))
+        live.append(next_slot)
+        next_slot += 1
+    trace.extend(("f", slot) for slot in live)
+    return trace, next_slot
+
+
+def replay(alloc, trace, n_slots):
+    slots = [None] * n_slots
+    malloc, free = alloc.malloc, alloc.free
+    for op, arg in trace:
+        if op == "m":
+            slot, size, stream = arg
+            slots[slot] = malloc(size, stream)
+        else:
+            free(slots[arg])
+            slots[arg] = None
+
+
+def jitorch_allocator():
+    return CachingAllocator(FakeDriver(capacity=1 << 40), AllocatorConfig())
+
+
+def hot_cases(alloc, exact):
+    """A zero-argument malloc+free pair on a warm cache."""
+    keep = [alloc.malloc(4 * KiB) for _ in range(4)]
+    if exact:  # free one block between two live ones: its 4 KiB stay a separate exact-size block
+        alloc.free(keep.pop(1))
+    malloc, free = alloc.malloc, alloc.free
+
+    def pair():
+        free(malloc(4 * KiB, 0))
+
+    pair.keep = keep  # keep the neighbours alive while the case runs
+    return pair
+
+
+def cupy_status():
+    try:
+        import cupy
+
+        pool = cupy.cuda.MemoryPool()
+        pool.free_all_blocks()
+        pool.malloc(512)
+    except Exception as err:  # no device or driver: the pool cannot even query the current device
+        return f"not run: cupy.cuda.MemoryPool needs a CUDA device ({type(err).__name__}: {err})"
+    return "runnable (a GPU is present); not benchmarked here: this file measures the pure-Python policy"
+
+
+def main():
+    trace, n_slots = make_trace()
+    pairs = sum(1 for op, _ in trace if op == "m")
+    fns = {
+        "jitorch hot exact fit": hot_cases(jitorch_allocator(), exact=True),
+        "baseline hot exact fit": hot_cases(DictOfFreeLists(), exact=True),
+        "jitorch hot split+merge": hot_cases(jitorch_allocator(), exact=False),
+    }
+    warm = jitorch_allocator()
+    baseline = DictOfFreeLists()
+    fns["jitorch mixed trace"] = lambda: replay(warm, trace, n_slots)
+    fns["baseline mixed trace"] = lambda: replay(baseline, trace, n_slots)
+    timings = common.measure(fns, repeats=15, target_s=0.02)
+    rows = []
+    for name, t in timings.items():
+        per_pair = t["median_s"] / (pairs if "trace" in name else 1)
+        rows.append({"case": name, "us_per_pair": per_pair * 1e6, "pairs_per_s": 1 / per_pair,
+                     "min_us_per_pair": t["min_s"] / (pairs if "trace" in name else 1) * 1e6})
+    stats = warm.memory_stats()
+    cupy_note = cupy_status()
+    notes = (f"malloc+free pairs in pure Python on FakeDriver; target: a cached pair under {TARGET_PAIR_US} us. "
+             f"Mixed trace: {len(trace)} ops, {pairs} pairs, device mallocs on the warm run: "
+             f"{stats['num_device_alloc']}, peak reserved {stats['reserved_bytes.all.peak'] / MiB:.0f} MiB. "
+             f"CuPy MemoryPool: {cupy_note}.")
+    table = common.format_table(rows, [("case", "case", ""), ("us/pair (median)", "us_per_pair", ".3f"),
+                                       ("us/pair (min)", "min_us_per_pair", ".3f"),
+                                       ("pairs/s", "pairs_per_s", ",.0f")])
+    print(table)
+    print(notes)
+    facts = common.machine_facts()
+    facts["cupy_memory_pool"] = cupy_note
+    paths = common.write_results("alloc", rows, facts, table, notes)
+    print("wrote", *paths)
+
+
+if __name__ == "__main__":
+    main()
