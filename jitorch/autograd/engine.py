@@ -236,8 +236,12 @@ def _finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_
         if not create_graph and g._requires_grad:
             g = g.detach()
         if leaf._grad is None:
-            # A gradient that may alias another .grad, a user tensor or a view is copied before a leaf owns it.
-            if id(g) in user_grad_ids or id(g) in stored or g._ver_owner is not None:
+            if not g._data.flags.c_contiguous and leaf._data.flags.c_contiguous:
+                # PyTorch's layout contract: .grad has the parameter's layout (a transposed gradient from
+                # ``x @ w.t()`` would make every optimizer pass over it strided and slow).
+                g = g.contiguous()
+            elif id(g) in user_grad_ids or id(g) in stored or g._ver_owner is not None:
+                # A gradient that may alias another .grad, a user tensor or a view is copied before a leaf owns it.
                 g = g.clone()
             stored.add(id(g))
             leaf._grad = g
