@@ -387,6 +387,8 @@ def _record_pointwise(op, args, t):
 def fast_binary(op, reflected=False):
     """A ``(a, b) -> Tensor`` for a pointwise row: ``apply`` with a shortcut for same-dtype float CPU tensors."""
     kernel = op.kernel if op.promotion != "integral" else None
+    # The row's NumPy ufunc, called directly: for float inputs it is exactly the kernel, one Python frame cheaper.
+    ufunc = getattr(np, op.ufunc) if op.ufunc else None
     differentiable = op.differentiable
     promotion = op.promotion
 
@@ -422,7 +424,7 @@ def fast_binary(op, reflected=False):
                     if tb is Tensor and b._base is not None and b._view_ver != b._ver_owner._ver:
                         sync_view(b)
                     try:
-                        out = kernel(CPU_XP, x, y)
+                        out = ufunc(x, y) if ufunc is not None and CPU_XP is np else kernel(CPU_XP, x, y)
                     except ValueError as e:
                         _raise_broadcast_error(op, (x, y), e)
                         raise
@@ -445,6 +447,7 @@ def fast_binary(op, reflected=False):
 def fast_unary(op):
     """A ``(a) -> Tensor`` for a pointwise row with the same float shortcut."""
     kernel = op.kernel if op.promotion != "integral" else None
+    ufunc = getattr(np, op.ufunc) if op.ufunc else None
     differentiable = op.differentiable
 
     def run(a):
@@ -453,7 +456,7 @@ def fast_unary(op):
             if type(x) is _ndarray and x.dtype.kind == "f":
                 if a._base is not None and a._view_ver != a._ver_owner._ver:
                     sync_view(a)
-                out = kernel(CPU_XP, x)
+                out = ufunc(x) if ufunc is not None and CPU_XP is np else kernel(CPU_XP, x)
                 if type(out) is not _ndarray:
                     out = np.asarray(out)
                 t = _new(Tensor)
