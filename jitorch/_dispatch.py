@@ -166,8 +166,11 @@ def sync_view(v):
 
 
 def _only_saved(op, args, edges):
-    keep = op.save_if(tuple(e is not None for e in edges))
-    return tuple(a if k else None for a, k in zip(args, keep))
+    if len(args) == 2:  # the common binary case, without generators
+        k0, k1 = op.save_if((edges[0] is not None, edges[1] is not None))
+        return (args[0] if k0 else None, args[1] if k1 else None)
+    keep = op.save_if(tuple([e is not None for e in edges]))
+    return tuple([a if k else None for a, k in zip(args, keep)])
 
 
 def _mark_view(out, src, op, attrs):
@@ -379,7 +382,9 @@ def _record_pointwise(op, args, t):
         if saves != "outputs":
             node.save_inputs(args if op.save_if is None else _only_saved(op, args, edges))
         if saves != "inputs":
-            node.save_output((t,))
+            # ``t`` was just created: it owns its memory and is at version 0.
+            counter = t._vc = [0]
+            node._saved_out = ((t._data, counter, 0),)
     t.grad_fn = node
     t._requires_grad = True
 

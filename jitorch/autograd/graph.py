@@ -62,7 +62,7 @@ class Node:
         self._saved_in = args
         versions = []
         for a in args:
-            if hasattr(a, "_data"):
+            if isinstance(a, Tensor):
                 owner = a._ver_owner
                 versions.append((owner if owner is not None else a)._ver)
             else:
@@ -73,7 +73,7 @@ class Node:
         """``outs``: tuple of output tensors; kept as (array, root tensor, version) without a reference cycle."""
         # The shared version counter, not the output: holding the output itself would be a reference cycle, and the
         # output may be modified in place and then dropped before backward.
-        self._saved_out = tuple((o._data, o._version_counter(), o._version) for o in outs)
+        self._saved_out = tuple([(o._data, o._version_counter(), o._version) for o in outs])
 
     @property
     def inputs(self):
