@@ -78,9 +78,19 @@ def _matmul_backward(ctx, g):
         ga = _apply(MATMUL, g2, _h(b2))
         ga = ga.squeeze(-2) if a.dim() == 1 else ga
     if ctx.needs_grad(1):
-        gb = _apply(MATMUL, _h(a2), g2)
+        if b.dim() == 2 and _is_transposed(b) and not b.is_complex():
+            # b is a transposed view (``x @ w.t()``): computing the gradient transposed too gives w's grad in w's
+            # own contiguous layout, with no copy later.
+            gb = _apply(MATMUL, g2.mT, a2).mT
+        else:
+            gb = _apply(MATMUL, _h(a2), g2)
         gb = gb.squeeze(-1) if b.dim() == 1 else gb
     return ga, gb
+
+
+def _is_transposed(t):
+    flags = t._data.flags
+    return flags.f_contiguous and not flags.c_contiguous
 
 
 MATMUL = defop("matmul", _matmul_kernel, _matmul_backward, Opaque("BLAS"), saves="inputs", meta=True,
