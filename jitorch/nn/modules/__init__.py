@@ -9,8 +9,8 @@ Sequential(
 """
 from . import (  # noqa: F401 - the family modules are PyTorch's import paths
     activation, attention, batchnorm, container, conv, distance, dropout, flatten, fold, instancenorm,
-               linear, loss, module, normalization, padding, pixelshuffle, pooling, rnn, sparse, transformer,
-               upsampling)
+    linear, loss, module, normalization, padding, pixelshuffle, pooling, rnn, sparse, transformer,
+    upsampling)
 from .activation import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .batchnorm import *  # noqa: F401,F403

@@ -1,0 +1,76 @@
+"""A NumPy interpreter of the kernel IR: slow, plainly correct, and the oracle the compiled kernels are tested against.
+
+Buffers are passed as flat 1-D NumPy arrays; each IR `Buffer` describes the strided view of one of them.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+from scipy import special
+
+from .ir import DTYPES, identity
+
+_UNARY = {"neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "tanh": np.tanh, "erf": special.erf,
+          "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "not": np.logical_not,
+          "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "rsqrt": lambda x: 1 / np.sqrt(x)}
+_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,
+           "min": np.minimum, "pow": np.power, "and": np.logical_and, "or": np.logical_or, "lt": np.less,
+           "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal}
+_REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+
+
+def view(array, buffer, shape):
+    """The strided view that IR buffer ``buffer`` describes over flat ``array``, with ``shape``.
+
+    >>> from jitorch.codegen.ir import Buffer
+    >>> view(np.arange(6.0), Buffer("f64", (1, 2), 1), (2, 2)).tolist()
+    [[1.0, 3.0], [2.0, 4.0]]
+    """
+    if 0 in shape:
+        return np.empty(shape, array.dtype)
+    item = array.itemsize
+    return as_strided(array[buffer.offset:], shape, tuple(s * item for s in buffer.strides), writeable=True)
+
+
+def run(kernel, arrays):
+    """Execute ``kernel`` on flat arrays (one per IR buffer), writing its stores in place.
+
+    >>> from jitorch.codegen.ir import Buffer, Kernel, Store, load, op
+    >>> x, out = np.arange(4.0), np.zeros(1)
+    >>> k = Kernel((4,), (Buffer("f64", (1,)), Buffer("f64", (0,))), (Store(1, op("neg", load(0, "f64")), "sum"),), 1)
+    >>> run(k, [x, out]); out.tolist()
+    [-6.0]
+    """
+    for a, b in zip(arrays, kernel.buffers):
+        if a.dtype != DTYPES[b.dtype] or a.ndim != 1:
+            raise TypeError(f"interp.run: expected a flat {b.dtype} array, got {a.dtype} with shape {a.shape}")
+    values = {}
+    with np.errstate(all="ignore"):
+        for e in kernel.nodes():
+            values[e] = _eval(e, [values[a] for a in e.args], kernel, arrays)
+        nred = len(kernel.shape) - kernel.reduce_axes
+        for s in kernel.stores:
+            dst = view(arrays[s.buffer], kernel.buffers[s.buffer], kernel.shape)
+            v = np.broadcast_to(values[s.value], kernel.shape)
+            if s.reduce is None:
+                dst[...] = v
+                continue
+            axes = tuple(range(nred, len(kernel.shape)))
+            init = identity(s.reduce, s.value.dtype)
+            red = _REDUCE[s.reduce](v, axis=axes, initial=init, keepdims=True, dtype=v.dtype)
+            dst[...] = red
+
+
+def _eval(e, args, kernel, arrays):
+    dt = DTYPES[e.dtype]
+    if e.op == "load":
+        return view(arrays[e.value], kernel.buffers[e.value], kernel.shape)
+    if e.op == "const":
+        return dt(e.value)
+    if e.op == "cast":
+        return np.asarray(args[0]).astype(dt)
+    if e.op == "where":
+        return np.where(*args).astype(dt)
+    if e.op in _UNARY:
+        return np.asarray(_UNARY[e.op](args[0]), dt)
+    return np.asarray(_BINARY[e.op](*args), dt)

@@ -1,0 +1,269 @@
+"""Kernel IR: one loop nest over an iteration space, loads, an expression DAG, an optional reduction, stores.
+
+A kernel iterates over ``shape``. Every buffer carries one element stride per dimension of that space (0 means the
+buffer is broadcast along it) plus an element offset, so the address of a load or store is the affine function
+``offset + sum(i[d] * strides[d])``. When ``reduce_axes`` is ``r > 0`` the last ``r`` dimensions are reduced: every
+store then names a reduction op and writes once per point of the leading dimensions (its strides on the reduced
+dimensions must be 0).
+
+Expressions are hash-consed trees (equal trees compare and hash equal, so a DAG falls out of structural sharing).
+The primitive ops form a closed set (``UNARY``, ``BINARY``, ``COMPARE``, ``where``, ``cast``); backends implement
+exactly these. ``str(kernel)`` is canonical and is meant to be used as a cache key.
+
+>>> x = load(0, "f32")
+>>> k = Kernel((4, 8), (Buffer("f32", (8, 1)), Buffer("f32", (1, 0))), (Store(1, op("exp", x), "sum"),), 1)
+>>> print(k)
+kernel (4, 8) reduce=1
+  buf0 f32 strides=(8, 1) offset=0
+  buf1 f32 strides=(1, 0) offset=0
+  %0 = load buf0
+  %1 = exp %0
+  store buf1 sum %1
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+DTYPES = {"bool": np.bool_, "i32": np.int32, "i64": np.int64, "f32": np.float32, "f64": np.float64}
+FLOATS = ("f32", "f64")
+INTS = ("i32", "i64")
+
+UNARY = ("neg", "abs", "exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "sin", "cos", "not")
+BINARY = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or")
+COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
+FLOAT_ONLY = ("exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "sin", "cos", "pow", "div")
+REDUCTIONS = ("sum", "prod", "max", "min")
+PRIMITIVES = UNARY + BINARY + COMPARE + ("where", "cast", "load", "const")
+
+# Function names used in the op table's Pointwise(expr) strings, mapped onto primitives (the fusion lowering parses
+# the expression and looks calls up here; infix operators map through INFIX_OPS).
+EXPR_FUNCTIONS = {"exp": "exp", "log": "log", "tanh": "tanh", "sigmoid": "sigmoid", "erf": "erf", "sqrt": "sqrt",
+                  "rsqrt": "rsqrt", "sin": "sin", "cos": "cos", "pow": "pow", "max": "max", "min": "min",
+                  "abs": "abs", "fabs": "abs"}
+INFIX_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "<": "lt", "<=": "le", ">": "gt", ">=": "ge",
+             "==": "eq", "!=": "ne", "&&": "and", "||": "or", "!": "not", "?:": "where"}
+
+
+class Expr:
+    """One node of the expression DAG: ``op`` is a primitive name, ``args`` child nodes, ``dtype`` the result type.
+
+    ``value`` holds the buffer index of a ``load`` or the number of a ``const``. Build nodes with `load`, `const`
+    and `op`, which check dtypes.
+    """
+
+    __slots__ = ("op", "args", "dtype", "value", "_hash")
+
+    def __init__(self, op_name, args, dtype, value=None):
+        self.op, self.args, self.dtype, self.value = op_name, tuple(args), dtype, value
+        self._hash = hash((op_name, self.args, dtype, repr(value)))
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return (self is other or isinstance(other, Expr) and self._hash == other._hash and self.op == other.op
+                and self.dtype == other.dtype and repr(self.value) == repr(other.value) and self.args == other.args)
+
+    def __repr__(self):
+        inner = ", ".join(map(repr, self.args)) if self.args else repr(self.value)
+        return f"{self.op}[{self.dtype}]({inner})"
+
+
+def load(buffer, dtype):
+    """Read buffer number ``buffer`` (of element type ``dtype``) at the current point.
+
+    >>> load(0, "f32")
+    load[f32](0)
+    """
+    _check_dtype(dtype)
+    return Expr("load", (), dtype, int(buffer))
+
+
+def const(value, dtype):
+    """A constant, rounded to ``dtype`` now so that every backend sees the same number.
+
+    >>> const(0.1, "f32").value == float(np.float32(0.1))
+    True
+    """
+    _check_dtype(dtype)
+    value = DTYPES[dtype](value).item()
+    return Expr("const", (), dtype, value)
+
+
+def op(name, *args, dtype=None):
+    """Apply primitive ``name``; ``dtype`` is needed only for ``cast``.
+
+    >>> op("add", load(0, "f32"), const(1, "f32")).dtype
+    'f32'
+    >>> op("lt", load(0, "i64"), const(3, "i64")).dtype
+    'bool'
+    """
+    arity = 1 if name in UNARY or name == "cast" else 3 if name == "where" else 2
+    if name not in PRIMITIVES or name in ("load", "const"):
+        raise ValueError(f"op: unknown primitive {name!r}; expected one of {PRIMITIVES}")
+    if len(args) != arity:
+        raise ValueError(f"op: {name} takes {arity} arguments, got {len(args)}")
+    if name == "cast":
+        _check_dtype(dtype)
+        return Expr("cast", args, dtype)
+    if name == "where":
+        if args[0].dtype != "bool" or args[1].dtype != args[2].dtype:
+            raise TypeError(f"where: needs (bool, T, T), got {[a.dtype for a in args]}")
+        return Expr("where", args, args[1].dtype)
+    if len({a.dtype for a in args}) != 1:
+        raise TypeError(f"{name}: operand dtypes differ {[a.dtype for a in args]}; insert a cast")
+    dt = args[0].dtype
+    if name in FLOAT_ONLY and dt not in FLOATS:
+        raise TypeError(f"{name}: needs a float operand, got {dt}")
+    if name in ("and", "or", "not") and dt != "bool":
+        raise TypeError(f"{name}: needs bool operands, got {dt}")
+    return Expr(name, args, "bool" if name in COMPARE else dt)
+
+
+def _check_dtype(dtype):
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {tuple(DTYPES)}")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A flat array of ``dtype`` seen through per-dimension element strides and an element offset."""
+
+    dtype: str
+    strides: tuple
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class Store:
+    """Write ``value`` into buffer number ``buffer``; ``reduce`` names the reduction in a reducing kernel."""
+
+    buffer: int
+    value: Expr
+    reduce: str | None = None
+
+
+IDENTITIES = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}
+
+
+def identity(reduce, dtype):
+    """The value a reduction over zero elements returns (integer max/min use the dtype's extremes).
+
+    >>> identity("max", "i32")
+    -2147483648
+    """
+    if dtype in INTS and reduce in ("max", "min"):
+        info = np.iinfo(DTYPES[dtype])
+        return int(info.min if reduce == "max" else info.max)
+    if dtype == "bool":
+        return {"sum": 0, "prod": 1, "max": 0, "min": 1}[reduce]
+    return DTYPES[dtype](IDENTITIES[reduce]).item()
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A loop nest over ``shape`` with ``buffers``, ``stores`` and the number of trailing ``reduce_axes``."""
+
+    shape: tuple
+    buffers: tuple
+    stores: tuple
+    reduce_axes: int = 0
+
+    def __post_init__(self):
+        ndim = len(self.shape)
+        for i, b in enumerate(self.buffers):
+            if len(b.strides) != ndim:
+                raise ValueError(f"buffer {i}: {len(b.strides)} strides for a {ndim}-d iteration space")
+        if not 0 <= self.reduce_axes <= ndim:
+            raise ValueError(f"reduce_axes={self.reduce_axes} outside 0..{ndim}")
+        for s in self.stores:
+            buf = self.buffers[s.buffer]
+            if (s.reduce is not None) != (self.reduce_axes > 0):
+                raise ValueError(f"store to buffer {s.buffer}: reduce={s.reduce!r} but reduce_axes={self.reduce_axes}")
+            if s.reduce is not None and s.reduce not in REDUCTIONS:
+                raise ValueError(f"unknown reduction {s.reduce!r}; expected one of {REDUCTIONS}")
+            if self.reduce_axes and any(buf.strides[ndim - self.reduce_axes:]):
+                raise ValueError(f"store to buffer {s.buffer}: nonzero stride on a reduced axis")
+            if s.value.dtype != buf.dtype:
+                raise TypeError(f"store to buffer {s.buffer}: value is {s.value.dtype}, buffer is {buf.dtype}")
+        for node in self.nodes():
+            if node.op == "load" and self.buffers[node.value].dtype != node.dtype:
+                raise TypeError(f"load of buffer {node.value}: dtype {node.dtype} != {self.buffers[node.value].dtype}")
+
+    @property
+    def outer_shape(self):
+        """The dimensions that are not reduced (dimension 0 is the one split across threads)."""
+        return self.shape[:len(self.shape) - self.reduce_axes]
+
+    def nodes(self):
+        """Every distinct expression node, children before parents (the order `__str__` numbers them in)."""
+        seen, order = {}, []
+
+        def visit(e):
+            if e in seen:
+                return
+            for a in e.args:
+                visit(a)
+            seen[e] = len(order)
+            order.append(e)
+
+        for s in self.stores:
+            visit(s.value)
+        return order
+
+    def __str__(self):
+        lines = [f"kernel {tuple(self.shape)} reduce={self.reduce_axes}"]
+        for i, b in enumerate(self.buffers):
+            lines.append(f"  buf{i} {b.dtype} strides={tuple(b.strides)} offset={b.offset}")
+        number = {}
+        for e in self.nodes():
+            number[e] = len(number)
+            if e.op == "load":
+                rhs = f"load buf{e.value}"
+            elif e.op == "const":
+                rhs = f"const {e.dtype} {e.value!r}"
+            else:
+                rhs = " ".join([e.op + (f" {e.dtype}" if e.op == "cast" else "")] + [f"%{number[a]}" for a in e.args])
+            lines.append(f"  %{number[e]} = {rhs}")
+        for s in self.stores:
+            lines.append(f"  store buf{s.buffer} {s.reduce + ' ' if s.reduce else ''}%{number[s.value]}")
+        return "\n".join(lines)
+
+
+def collapse(kernel):
+    """Drop size-1 dimensions and merge neighbours that every buffer walks contiguously (CuPy's ``_reduce_dims``).
+
+    Reduced and kept dimensions are never merged with each other. The result has at least one kept dimension
+    (a full reduction gets a leading dimension of size 1), because backends split dimension 0 across threads.
+
+    >>> k = Kernel((2, 3, 4), (Buffer("f32", (12, 4, 1)), Buffer("f32", (12, 4, 1))), (Store(1, load(0, "f32")),))
+    >>> collapse(k).shape
+    (24,)
+    """
+    ndim, red = len(kernel.shape), kernel.reduce_axes
+    groups = [[d for d in range(ndim - red) if kernel.shape[d] != 1], [d for d in range(ndim - red, ndim)
+                                                                       if kernel.shape[d] != 1]]
+    shapes, strides = [[], []], [[[] for _ in kernel.buffers] for _ in range(2)]
+    for g, dims in enumerate(groups):
+        for d in dims:
+            mergeable = shapes[g] and all(st[-1] == b.strides[d] * kernel.shape[d]
+                                          for st, b in zip(strides[g], kernel.buffers))
+            if mergeable:
+                shapes[g][-1] *= kernel.shape[d]
+                for st, b in zip(strides[g], kernel.buffers):
+                    st[-1] = b.strides[d]
+            else:
+                shapes[g].append(kernel.shape[d])
+                for st, b in zip(strides[g], kernel.buffers):
+                    st.append(b.strides[d])
+    for g in (0, 1) if red else (0,):
+        if not shapes[g]:  # keep one kept dimension for the threads and one reduced one for the reducing stores
+            shapes[g].append(1)
+            for st in strides[g]:
+                st.append(0)
+    buffers = tuple(Buffer(b.dtype, tuple(strides[0][i] + strides[1][i]), b.offset)
+                    for i, b in enumerate(kernel.buffers))
+    return Kernel(tuple(shapes[0] + shapes[1]), buffers, kernel.stores, len(shapes[1]))

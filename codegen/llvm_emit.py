@@ -1,0 +1,243 @@
+"""Kernel IR -> textual LLVM IR (opaque pointers, strides baked in as constants, ``noalias`` buffers).
+
+The emitted function walks the collapsed iteration space with dimension 0 limited to ``[start, stop)`` so that a
+thread pool can split it. Loads and stores index ``offset + sum(i_d * stride_d)``; LLVM's loop passes strength-reduce
+that and the loop vectorizer widens the innermost loop. Reductions keep one accumulator per store in an ``alloca``
+(SROA turns it into a phi); the innermost reduced loop runs in blocks of `BLOCK` elements whose partial results are
+combined into the total (a two-level sum: stable for long float sums), and only the block accumulation carries
+``reassoc`` so that it vectorizes. The caller must pass distinct, non-overlapping buffers (``noalias``).
+"""
+from __future__ import annotations
+
+from . import llvm_math
+from .codeblock import LLVM_TYPES, LLVMBuilder, llvm_const
+from .ir import FLOATS, collapse, identity
+
+BLOCK = 4096
+_MEM_TYPES = dict(LLVM_TYPES, bool="i8")
+_FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
+_ICMP = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
+
+
+def emit_kernel(kernel, name="kernel"):
+    """Return an LLVM module (text) defining ``void @name(i64 start, i64 stop, ptr noalias buf0, ...)``.
+
+    The kernel is collapsed first (`ir.collapse`); dimension 0 of the collapsed shape is the ``[start, stop)`` range.
+    For ``out[i] = in[i] * 2.0`` on 1000 float32 elements the body reads (abridged)::
+
+        d0.head:
+          %d0.i = phi i64 [ %start, %d0.pre ], [ %d0.i.next, %d0.latch ]
+          %t0 = icmp slt i64 %d0.i, %stop
+          br i1 %t0, label %d0.body, label %d0.exit
+        d0.body:
+          %t1 = getelementptr float, ptr %buf0, i64 %d0.i
+          %t2 = load float, ptr %t1
+          %t3 = fmul float %t2, 0x4000000000000000
+          %t4 = getelementptr float, ptr %buf1, i64 %d0.i
+          store float %t3, ptr %t4
+          br label %d0.latch
+
+    >>> from jitorch.codegen.ir import Buffer, Kernel, Store, load, op, const
+    >>> k = Kernel((1000,), (Buffer("f32", (1,)), Buffer("f32", (1,))),
+    ...            (Store(1, op("mul", load(0, "f32"), const(2, "f32"))),))
+    >>> "fmul float" in emit_kernel(k)
+    True
+    """
+    kernel = collapse(kernel)
+    return _Emitter(kernel, name).module()
+
+
+class _Emitter:
+    def __init__(self, kernel, name):
+        self.k, self.name, self.b = kernel, name, LLVMBuilder()
+        self.nouter = len(kernel.outer_shape)
+
+    def module(self):
+        b, k = self.b, self.k
+        b.label("entry")
+        self.accs = [(b.emit(f"alloca {LLVM_TYPES[s.value.dtype]}"), b.emit(f"alloca {LLVM_TYPES[s.value.dtype]}"))
+                     for s in k.stores if s.reduce]
+        self._dim(0, [])
+        b.label("exit")
+        b.line("ret void")
+        params = ", ".join(["i64 %start", "i64 %stop"] + [f"ptr noalias %buf{i}" for i in range(len(k.buffers))])
+        head = "; " + str(k).replace("\n", "\n; ")
+        return "\n".join([head, *self.b.declarations(), f"define void @{self.name}({params}) nounwind {{",
+                          str(b), "}", ""])
+
+    def _loop(self, label, lo, hi, body, step=1):
+        """Emit ``for (i = lo; i < hi; i += step) body(i)``; returns the exit label."""
+        b = self.b
+        b.line(f"br label %{label}.pre")
+        b.label(f"{label}.pre")
+        b.line(f"br label %{label}.head")
+        b.label(f"{label}.head")
+        i = f"%{label}.i"
+        b.line(f"{i} = phi i64 [ {lo}, %{label}.pre ], [ {i}.next, %{label}.latch ]")
+        b.line(f"br i1 {b.emit(f'icmp slt i64 {i}, {hi}')}, label %{label}.body, label %{label}.exit")
+        b.label(f"{label}.body")
+        body(i)
+        b.line(f"br label %{label}.latch")
+        b.label(f"{label}.latch")
+        b.line(f"{i}.next = add nsw i64 {i}, {step}")
+        b.line(f"br label %{label}.head")
+        b.label(f"{label}.exit")
+
+    def _dim(self, d, idx):
+        k, b = self.k, self.b
+        if d == len(k.shape):
+            return self._point(idx)
+        if d == self.nouter and k.reduce_axes:
+            return self._reduction(idx)
+        lo, hi = ("%start", "%stop") if d == 0 else ("0", str(k.shape[d]))
+        self._loop(f"d{d}", lo, hi, lambda i: self._dim(d + 1, idx + [i]))
+        if d == 0:
+            b.line("br label %exit")
+
+    def _reduction(self, idx):
+        """Accumulators := identity; reduced loops (innermost one blocked); store the totals."""
+        k, b = self.k, self.b
+        reducing = [s for s in k.stores if s.reduce]
+        for s, (acc, _) in zip(reducing, self.accs):
+            ty = LLVM_TYPES[s.value.dtype]
+            b.line(f"store {ty} {llvm_const(identity(s.reduce, s.value.dtype), ty)}, ptr {acc}")
+        last = len(k.shape) - 1
+
+        def outer_reduced(d, ridx):
+            if d < last:
+                return self._loop(f"d{d}", "0", str(k.shape[d]), lambda i: outer_reduced(d + 1, ridx + [i]))
+            self._loop(f"d{d}b", "0", str(k.shape[d]), lambda jb: block(jb, ridx), step=BLOCK)
+
+        def block(jb, ridx):
+            for s, (_, blk) in zip(reducing, self.accs):
+                ty = LLVM_TYPES[s.value.dtype]
+                b.line(f"store {ty} {llvm_const(identity(s.reduce, s.value.dtype), ty)}, ptr {blk}")
+            end = b.emit(f"add nsw i64 {jb}, {BLOCK}")
+            end = b.emit(f"select i1 {b.emit(f'icmp slt i64 {end}, {k.shape[last]}')}, i64 {end}, i64 {k.shape[last]}")
+            self._loop(f"d{last}", jb, end, lambda j: self._point(idx + ridx + [j], blocked=True))
+            for s, (acc, blk) in zip(reducing, self.accs):
+                self._accumulate(s, acc, b.emit(f"load {LLVM_TYPES[s.value.dtype]}, ptr {blk}"), flags="")
+
+        outer_reduced(self.nouter, [])
+        for s, (acc, _) in zip(reducing, self.accs):
+            ty = LLVM_TYPES[s.value.dtype]
+            self._store(s.buffer, idx, b.emit(f"load {ty}, ptr {acc}"), s.value.dtype)
+
+    def _accumulate(self, store, slot, value, flags="reassoc "):
+        b, dt = self.b, store.value.dtype
+        ty = LLVM_TYPES[dt]
+        old = b.emit(f"load {ty}, ptr {slot}")
+        if dt in FLOATS:
+            if store.reduce in ("sum", "prod"):
+                new = b.emit(f"{'fadd' if store.reduce == 'sum' else 'fmul'} {flags}{ty} {old}, {value}")
+            else:
+                new = b.intrinsic("llvm.maximum" if store.reduce == "max" else "llvm.minimum", ty, old, value)
+        elif dt == "bool":
+            new = b.emit(f"{'or' if store.reduce in ('sum', 'max') else 'and'} i1 {old}, {value}")
+        else:
+            opcode = {"sum": "add", "prod": "mul"}.get(store.reduce)
+            new = b.emit(f"{opcode} {ty} {old}, {value}") if opcode else \
+                b.intrinsic(f"llvm.s{store.reduce}", ty, old, value)
+        b.line(f"store {ty} {new}, ptr {slot}")
+
+    def _address(self, buf, idx):
+        b, buffer = self.b, self.k.buffers[buf]
+        terms = [(i, s) for i, s in zip(idx, buffer.strides) if s]
+        offset = str(buffer.offset)
+        for i, s in terms:
+            term = i if s == 1 else b.emit(f"mul nsw i64 {i}, {s}")
+            offset = term if offset == "0" else b.emit(f"add nsw i64 {offset}, {term}")
+        return b.emit(f"getelementptr {_MEM_TYPES[buffer.dtype]}, ptr %buf{buf}, i64 {offset}")
+
+    def _store(self, buf, idx, value, dtype):
+        if dtype == "bool":
+            value = self.b.emit(f"zext i1 {value} to i8")
+        self.b.line(f"store {_MEM_TYPES[dtype]} {value}, ptr {self._address(buf, idx)}")
+
+    def _point(self, idx, blocked=False):
+        """The innermost body: evaluate the DAG once per point, then store or accumulate."""
+        values = {}
+        for e in self.k.nodes():
+            values[e] = self._expr(e, [values[a] for a in e.args], idx)
+        slots = iter(self.accs)
+        for s in self.k.stores:
+            if s.reduce:
+                self._accumulate(s, next(slots)[1 if blocked else 0], values[s.value])
+            else:
+                self._store(s.buffer, idx, values[s.value], s.value.dtype)
+
+    def _expr(self, e, args, idx):
+        b, ty, dt = self.b, LLVM_TYPES[e.dtype], e.dtype
+        if e.op == "load":
+            v = b.emit(f"load {_MEM_TYPES[dt]}, ptr {self._address(e.value, idx)}")
+            return b.emit(f"icmp ne i8 {v}, 0") if dt == "bool" else v
+        if e.op == "const":
+            return llvm_const(e.value, ty)
+        if e.op == "cast":
+            return _cast(b, args[0], e.args[0].dtype, dt)
+        if e.op == "where":
+            return b.emit(f"select i1 {args[0]}, {ty} {args[1]}, {ty} {args[2]}")
+        src = e.args[0].dtype
+        sty = LLVM_TYPES[src]
+        if e.op in _FCMP:
+            if src in FLOATS:
+                return b.emit(f"fcmp {_FCMP[e.op]} {sty} {args[0]}, {args[1]}")
+            return b.emit(f"icmp {_ICMP[e.op]} {sty} {args[0]}, {args[1]}")
+        if dt in FLOATS:
+            return _float_op(b, e.op, args, ty)
+        return _int_op(b, e.op, args, ty)
+
+
+def _float_op(b, name, args, ty):
+    simple = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
+    if name in simple:
+        return b.emit(f"{simple[name]} {ty} {args[0]}, {args[1]}")
+    if name == "neg":
+        return b.emit(f"fneg {ty} {args[0]}")
+    intrinsics = {"abs": "llvm.fabs", "sqrt": "llvm.sqrt", "max": "llvm.maximum", "min": "llvm.minimum"}
+    if name in intrinsics:
+        return b.intrinsic(intrinsics[name], ty, *args)
+    if name == "rsqrt":
+        return b.emit(f"fdiv {ty} {llvm_const(1, ty)}, {b.intrinsic('llvm.sqrt', ty, args[0])}")
+    if name == "pow":
+        return llvm_math.pow(b, args[0], args[1], ty)
+    return llvm_math.FUNCTIONS[name](b, args[0], ty)
+
+
+def _int_op(b, name, args, ty):
+    if ty == "i1":
+        logical = {"and": "and", "or": "or", "max": "or", "min": "and", "add": "or", "mul": "and"}
+        if name == "not":
+            return b.emit(f"xor i1 {args[0]}, true")
+        if name not in logical:
+            raise NotImplementedError(f"llvm backend: {name} on bool")
+        return b.emit(f"{logical[name]} i1 {args[0]}, {args[1]}")
+    simple = {"add": "add", "sub": "sub", "mul": "mul"}
+    if name in simple:
+        return b.emit(f"{simple[name]} {ty} {args[0]}, {args[1]}")
+    if name == "neg":
+        return b.emit(f"sub {ty} 0, {args[0]}")
+    if name == "abs":
+        return b.intrinsic("llvm.abs", ty, args[0], "false", arg_types=[ty, "i1"])
+    if name in ("max", "min"):
+        return b.intrinsic(f"llvm.s{name}", ty, *args)
+    raise NotImplementedError(f"llvm backend: {name} on {ty}")
+
+
+def _cast(b, value, src, dst):
+    """Conversions with C semantics (float -> int truncates; anything -> bool is ``!= 0``)."""
+    s, d = LLVM_TYPES[src], LLVM_TYPES[dst]
+    if src == dst:
+        return value
+    if dst == "bool":
+        return b.emit(f"fcmp une {s} {value}, 0.0" if src in FLOATS else f"icmp ne {s} {value}, 0")
+    if src == "bool":
+        return b.emit(f"{'uitofp' if dst in FLOATS else 'zext'} i1 {value} to {d}")
+    if src in FLOATS and dst in FLOATS:
+        return b.emit(f"{'fpext' if src == 'f32' else 'fptrunc'} {s} {value} to {d}")
+    if src in FLOATS:
+        return b.emit(f"fptosi {s} {value} to {d}")
+    if dst in FLOATS:
+        return b.emit(f"sitofp {s} {value} to {d}")
+    return b.emit(f"{'sext' if src == 'i32' else 'trunc'} {s} {value} to {d}")
+
