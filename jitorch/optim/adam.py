@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from .. import _creation
 from .._tensor import Tensor
-from ..autograd.grad_mode import enable_grad
 from ._kernels import hyper, increment_step, ops_for
+from .optimizer import evaluate_closure
 from .optimizer import (Optimizer, _check_capturable, _check_fused_flags, _check_tensor_lr,
                         _device_dtype_check_for_fused, _get_scalar_dtype, _to_scalar, _use_grad_for_differentiable)
 
@@ -125,10 +125,7 @@ class Adam(Optimizer):
     def step(self, closure=None):
         """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
         self._accelerator_graph_capture_health_check()
-        loss = None
-        if closure is not None:
-            with enable_grad():
-                loss = closure()
+        loss = evaluate_closure(closure)
         for group in self.param_groups:
             params_with_grad, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps = [], [], [], [], [], []
             self._init_group(group, params_with_grad, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps)

@@ -25,7 +25,7 @@ from itertools import chain, count
 
 from .. import _dtype
 from .._tensor import Tensor
-from ..autograd.grad_mode import set_grad_enabled
+from ..autograd.grad_mode import enable_grad, set_grad_enabled
 
 __all__ = ["Optimizer", "register_optimizer_step_pre_hook", "register_optimizer_step_post_hook", "required"]
 
@@ -417,3 +417,11 @@ class Optimizer:
         return None
 
     _cuda_graph_capture_health_check = _accelerator_graph_capture_health_check
+
+
+def evaluate_closure(closure):
+    """The loss from ``closure``, evaluated with grad enabled as ``step(closure)`` requires (``None`` without one)."""
+    if closure is None:
+        return None
+    with enable_grad():
+        return closure()

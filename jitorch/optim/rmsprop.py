@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from .. import _creation
 from .._tensor import Tensor
-from ..autograd.grad_mode import enable_grad
 from ._kernels import hyper, increment_step, ops_for
+from .optimizer import evaluate_closure
 from .optimizer import Optimizer, _check_capturable, _check_tensor_lr, _get_scalar_dtype, _use_grad_for_differentiable
 
 __all__ = ["RMSprop", "rmsprop"]
@@ -98,10 +98,7 @@ class RMSprop(Optimizer):
     def step(self, closure=None):
         """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
         self._accelerator_graph_capture_health_check()
-        loss = None
-        if closure is not None:
-            with enable_grad():
-                loss = closure()
+        loss = evaluate_closure(closure)
         for group in self.param_groups:
             params_with_grad, grads, square_avgs, grad_avgs, momentum_buffer_list, state_steps = [], [], [], [], [], []
             self._init_group(group, params_with_grad, grads, square_avgs, momentum_buffer_list, grad_avgs,

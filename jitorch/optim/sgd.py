@@ -13,8 +13,8 @@ tensor([ 0.4600, -0.4600], requires_grad=True)
 """
 from __future__ import annotations
 
-from ..autograd.grad_mode import enable_grad
 from ._kernels import hyper, ops_for
+from .optimizer import evaluate_closure
 from .optimizer import (Optimizer, _check_fused_flags, _check_tensor_lr, _device_dtype_check_for_fused,
                         _use_grad_for_differentiable)
 
@@ -82,10 +82,7 @@ class SGD(Optimizer):
     @_use_grad_for_differentiable
     def step(self, closure=None):
         """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
-        loss = None
-        if closure is not None:
-            with enable_grad():
-                loss = closure()
+        loss = evaluate_closure(closure)
         for group in self.param_groups:
             params, grads, momentum_buffer_list = [], [], []
             self._init_group(group, params, grads, momentum_buffer_list)
