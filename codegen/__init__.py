@@ -18,3 +18,8 @@ from .llvm_emit import emit_kernel
 __all__ = ["BINARY", "COMPARE", "DTYPES", "EXPR_FUNCTIONS", "INFIX_OPS", "PRIMITIVES", "REDUCTIONS", "UNARY", "Buffer",
            "CompiledKernel", "Expr", "Kernel", "Store", "collapse", "compile_function", "compile_kernel", "const",
            "emit_kernel", "identity", "interpret", "load", "op", "optimize"]
+
+# The CUDA C emitter (compiled with NVRTC; see cuda_emit for the launch contract).
+from .cuda_emit import emit_cuda  # noqa: E402
+
+__all__ += ["emit_cuda"]

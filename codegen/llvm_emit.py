@@ -182,7 +182,9 @@ class _Emitter:
         if e.op in _FCMP:
             if src in FLOATS:
                 return b.emit(f"fcmp {_FCMP[e.op]} {sty} {args[0]}, {args[1]}")
-            return b.emit(f"icmp {_ICMP[e.op]} {sty} {args[0]}, {args[1]}")
+            # bool is i1: compared signed, true would be -1 < false; NumPy orders False < True.
+            pred = _ICMP[e.op].replace("s", "u", 1) if src == "bool" and e.op not in ("eq", "ne") else _ICMP[e.op]
+            return b.emit(f"icmp {pred} {sty} {args[0]}, {args[1]}")
         if dt in FLOATS:
             return _float_op(b, e.op, args, ty)
         return _int_op(b, e.op, args, ty)

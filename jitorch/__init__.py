@@ -41,6 +41,14 @@ from . import serialization  # noqa: E402,F401
 from .serialization import load, save  # noqa: E402,F401
 import jitorch.utils.data  # noqa: E402,F401
 from . import fx  # noqa: E402,F401
+from . import accelerator, amp, backends, cuda, distributed, onnx, testing  # noqa: E402,F401
+from .amp import autocast  # noqa: E402,F401
+from .amp.autocast_mode import (  # noqa: E402,F401
+    autocast_decrement_nesting, autocast_increment_nesting, get_autocast_cpu_dtype, get_autocast_dtype,
+    get_autocast_gpu_dtype, is_autocast_cache_enabled, is_autocast_cpu_enabled, is_autocast_enabled,
+    set_autocast_cache_enabled, set_autocast_dtype, set_autocast_enabled,
+)
+from ._compile import compile  # noqa: E402,F401,A001 - torch.compile
 
 from .nn.functional import (  # noqa: E402,F401 - torch exposes these at the top level too
     batch_norm, celu, cosine_similarity, dropout, embedding, group_norm, instance_norm, layer_norm, pairwise_distance,

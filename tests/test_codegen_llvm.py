@@ -73,6 +73,21 @@ def test_integer_and_bool_ops_and_casts():
     np.testing.assert_array_equal(outs[2], (aa * 0.5).astype(np.float32))
 
 
+@pytest.mark.parametrize("cmp", ["lt", "le", "gt", "ge", "eq", "ne"])
+def test_bool_comparisons_order_false_before_true(cmp):
+    # i1 compared signed would make True (-1) smaller than False; NumPy orders False < True.
+    a, b = np.array([False, True, False, True]), np.array([False, False, True, True])
+    k = Kernel((4,), (Buffer("bool", (1,)), Buffer("bool", (1,)), Buffer("bool", (1,))),
+               (Store(2, op(cmp, load(0, "bool"), load(1, "bool"))),))
+    out, ref = np.zeros(4, bool), np.zeros(4, bool)
+    compile_kernel(k).run([a, b, out])
+    interp.run(k, [a, b, ref])
+    expected = getattr(np, {"lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal", "eq": "equal",
+                            "ne": "not_equal"}[cmp])(a, b)
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(ref, expected)
+
+
 @pytest.mark.parametrize("reduce", ["sum", "prod", "max", "min"])
 @pytest.mark.parametrize("dtype", [np.float64, np.int64])
 def test_reduction_over_a_non_contiguous_axis(reduce, dtype):

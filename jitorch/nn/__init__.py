@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 
 from . import parameter, modules, init, utils  # noqa: F401
+from . import parallel  # noqa: F401,E402
 from .parameter import Buffer, Parameter  # noqa: F401
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all

@@ -1,0 +1,69 @@
+"""The "jitorch" backend: run a traced graph with its fused groups as LLVM kernels and everything else eagerly.
+
+>>> import jitorch
+>>> from jitorch._compile.trace import trace
+>>> t = trace(lambda x: (x * 2 + 1).sum(), (jitorch.ones(3),), {})
+>>> cg = CompiledGraph(t.gm)
+>>> cg.kernel_ops, cg((jitorch.ones(3),))
+([['mul', 'add']], tensor(9.))
+"""
+from __future__ import annotations
+
+from .._tensor import Tensor
+from ..fx.node import Node, map_aggregate
+from .fusion import FusedGroup, partition
+from .lower import GroupKernel
+
+__all__ = ["CompiledGraph"]
+
+
+class CompiledGraph:
+    """A plan over ``gm.graph``: a list of steps (a `GroupKernel` with its group, or one node run eagerly)."""
+
+    def __init__(self, gm):
+        self.gm = gm
+        graph = gm.graph
+        self.placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        self.constants = {n: _fetch(gm, n.target) for n in graph.nodes if n.op == "get_attr"}
+        self.output = next(n for n in graph.nodes if n.op == "output")
+        self.units = partition(graph)
+        self.steps = [(GroupKernel(u), u) if isinstance(u, FusedGroup) else (None, u) for u in self.units]
+        # Free each intermediate after its last reader so large chains do not hold every temporary.
+        last_use = {}
+        for i, (_, u) in enumerate(self.steps):
+            for n in (u.inputs if isinstance(u, FusedGroup) else u.all_input_nodes):
+                last_use[n] = i
+        keep = set(self.output.all_input_nodes)
+        self.frees = [[] for _ in self.steps]
+        for n, i in last_use.items():
+            if n not in keep and n.op == "call_function":
+                self.frees[i].append(n)
+
+    @property
+    def kernel_ops(self):
+        """The row names each fused kernel computes, one list per kernel."""
+        return [u.ops for k, u in self.steps if k is not None]
+
+    def __call__(self, args):
+        env = dict(self.constants)
+        for n, a in zip(self.placeholders, args):
+            env[n] = a
+        for (kernel, unit), frees in zip(self.steps, self.frees):
+            if kernel is not None:
+                outs = kernel([env[p]._data for p in unit.inputs])
+                for m, o in zip(unit.outputs, outs):
+                    env[m] = Tensor._make(o)
+            else:
+                fn_args = map_aggregate(unit.args, lambda a: env[a] if isinstance(a, Node) else a)
+                fn_kwargs = map_aggregate(unit.kwargs, lambda a: env[a] if isinstance(a, Node) else a)
+                env[unit] = unit.target(*fn_args, **fn_kwargs)
+            for n in frees:
+                env.pop(n, None)
+        return map_aggregate(self.output.args[0], lambda a: env[a] if isinstance(a, Node) else a)
+
+
+def _fetch(gm, target):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj

@@ -1,0 +1,56 @@
+"""Guards: what a compiled graph assumed about its call, as named values; a call whose values differ retraces.
+
+Each tensor argument contributes its shape, dtype, device and strides (the kernels are specialized on all four);
+other arguments were baked into the graph as constants, so their values are guarded too. Grad mode and, for
+modules, the ``training`` flags and parameter identities complete the key.
+
+>>> import jitorch
+>>> names = [n for n, _ in guard_values((jitorch.ones(2, 3), 4), {})]
+>>> names[:4], names[-2:]
+(['arg0.shape', 'arg0.dtype', 'arg0.device', 'arg0.stride'], ['arg1', 'grad_mode'])
+"""
+from __future__ import annotations
+
+from .._tensor import Tensor
+from ..autograd.grad_mode import GradState
+
+__all__ = ["guard_values", "first_failure"]
+
+_SIMPLE = (int, float, bool, str, bytes, type(None), complex)
+
+
+def _constant(value):
+    """A hashable stand-in for a non-tensor argument: its value when it is plain data, else its identity."""
+    if isinstance(value, _SIMPLE):
+        return (type(value).__name__, value)
+    if isinstance(value, (tuple, list)) and all(isinstance(v, _SIMPLE) for v in value):
+        return (type(value).__name__, tuple(value))
+    return ("id", id(value))
+
+
+def guard_values(args, kwargs, module=None):
+    """``[(name, value), ...]`` for one call; equal lists mean the same compiled entry applies."""
+    out = []
+    named = [(f"arg{i}", a) for i, a in enumerate(args)] + [(k, v) for k, v in kwargs.items()]
+    for name, a in named:
+        if isinstance(a, Tensor):
+            d = a._data
+            out += [(f"{name}.shape", tuple(d.shape)), (f"{name}.dtype", str(d.dtype)),
+                    (f"{name}.device", str(a.device)), (f"{name}.stride", tuple(d.strides))]
+        else:
+            out.append((name, _constant(a)))
+    out.append(("grad_mode", GradState.enabled))
+    if module is not None:
+        out.append(("training", tuple(m.training for m in module.modules())))
+        out.append(("parameters", tuple(id(p) for p in module.parameters())))
+    return out
+
+
+def first_failure(expected, got):
+    """A readable description of the first guard that differs between two `guard_values` lists."""
+    for (name, want), (name2, have) in zip(expected, got):
+        if name != name2:
+            return f"argument structure: expected {name}, got {name2}"
+        if want != have:
+            return f"{name}: expected {want!r}, got {have!r}"
+    return f"number of guarded values: expected {len(expected)}, got {len(got)}"
