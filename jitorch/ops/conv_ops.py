@@ -30,6 +30,8 @@ __all__ = ["CONVOLUTION", "CONVOLUTION_TRANSPOSE", "CONVOLUTION_WEIGHT", "IM2COL
            "ADAPTIVE_MAX_POOL", "CONSTANT_PAD", "conv_output_size", "adaptive_bounds"]
 
 _HALF = {"float16", "bfloat16"}
+_OFFSET_MAX_KERNEL = 32  # max-pool windows up to this many elements: one op per offset, no argmax
+_FLAT_WASTE = 2.0  # the most computed frame positions per output position that the flat layout may take
 
 
 def _apply(op, *args, **attrs):
@@ -72,17 +74,73 @@ def _windows(xp, x, kernel, stride, padding, dilation, fill=0):
     return strided_view(xp, x, shape, strides, 0)
 
 
-def _col(xp, x, kernel, stride, padding, dilation, groups, out_sizes=None):
-    """im2col: ``(G, N * prod(out), C/G * prod(kernel))``, one copy of the windows, ready for a batched matmul."""
-    win = _windows(xp, x, kernel, stride, padding, dilation)
+def _pad_contiguous(xp, x, pads, fill=0):
+    """``x`` padded by ``pads`` (``(left, right)`` pairs of the spatial dims) with ``fill``, C-contiguous."""
+    if any(lo or hi for lo, hi in pads):
+        return xp.pad(x, [(0, 0), (0, 0)] + [tuple(p) for p in pads], constant_values=fill)
+    return xp.ascontiguousarray(x)
+
+
+def _flat_ok(spatial, outs, kernel, stride, padding, dilation):
+    """Whether the "flat frame" layout applies: stride 1, every output window inside the padded input, and few
+    dropped positions (on tiny images, e.g. 4x4 padded to 6x6, the GEMMs would do 1.5x the work: not worth it)."""
+    if not all(s == 1 and o + d * (k - 1) <= n + 2 * p
+               for n, o, k, s, p, d in zip(spatial, outs, kernel, stride, padding, dilation)):
+        return False
+    frame = outs[0] * _prod(n + 2 * p for n, p in zip(spatial[1:], padding[1:]))
+    return frame <= _FLAT_WASTE * _prod(outs)
+
+
+def _layout(spatial, outs, kernel, stride, padding, dilation):
+    """Pads, the frame of computed positions and the strided-view geometry shared by im2col and col2im.
+
+    The column matrices are K-major, ``(C, *kernel, N, *frame)``: every copy/add then runs over whole rows of the
+    image instead of over the 3 elements of a kernel row. With stride 1 ("flat"), a window offset is a constant shift
+    of the flattened padded image, so the frame is the first output dim times the full padded trailing dims (the few
+    positions past each output row are computed and dropped) and one copy/add per offset is a single contiguous run;
+    one extra padded row along the first dim keeps the shifted runs inside the buffer. Otherwise the frame is the
+    output itself and the runs are output rows.
+    """
     nd = len(kernel)
-    if out_sizes is not None:  # callers whose gradient has fewer positions than the windows (see conv_transpose)
-        win = win[(slice(None), slice(None)) + tuple(slice(0, o) for o in out_sizes)]
+    flat = _flat_ok(spatial, outs, kernel, stride, padding, dilation)
+    pads = [(p, p + (1 if flat and i == 0 and nd > 1 else 0)) for i, p in enumerate(padding)]
+    padded = [n + lo + hi for n, (lo, hi) in zip(spatial, pads)]
+    sp = [math.prod(padded[i + 1:]) for i in range(nd)]  # element strides of the padded spatial dims
+    kstr = [d * s for d, s in zip(dilation, sp)]
+    if flat:
+        frame = (outs[0],) + tuple(padded[1:])
+        return pads, frame, kstr, [1], [_prod(frame)]
+    return pads, tuple(outs), kstr, [st * s for st, s in zip(stride, sp)], list(outs)
+
+
+def _colT(xp, x, kernel, stride, padding, dilation, groups, outs):
+    """im2col, K-major: ``(G, C/G * prod(kernel), N * prod(frame))`` (one copy of the windows) and the frame."""
     n, c = x.shape[:2]
-    outs = win.shape[2:2 + nd]
-    win = win.reshape((n, groups, c // groups) + tuple(outs) + tuple(kernel))
-    perm = (1, 0) + tuple(range(3, 3 + nd)) + (2,) + tuple(range(3 + nd, 3 + 2 * nd))
-    return win.transpose(perm).reshape(groups, n * _prod(outs), (c // groups) * _prod(kernel)), tuple(outs)
+    pads, frame, kstr, ostr, oshape = _layout(x.shape[2:], outs, kernel, stride, padding, dilation)
+    xpad = _pad_contiguous(xp, x, pads)
+    img = _prod(xpad.shape[2:])
+    view = strided_view(xp, xpad, (c,) + tuple(kernel) + (n,) + tuple(oshape), [img] + kstr + [c * img] + ostr, 0)
+    return xp.ascontiguousarray(view).reshape(groups, (c // groups) * _prod(kernel), n * _prod(frame)), frame
+
+
+def _to_frame(xp, g, frame, groups):
+    """``g`` ``(N, O, *outs)`` as ``(G, O/G, N * prod(frame))``, zero at the frame positions past the outputs."""
+    n, o = g.shape[:2]
+    nd = g.ndim - 2
+    gt = g.transpose((1, 0) + tuple(range(2, 2 + nd)))
+    if tuple(g.shape[2:]) != tuple(frame):
+        buf = xp.zeros((o, n) + tuple(frame), dtype=g.dtype)
+        buf[(slice(None), slice(None)) + tuple(slice(0, s) for s in g.shape[2:])] = gt
+        gt = buf
+    return xp.ascontiguousarray(gt).reshape(groups, o // groups, n * _prod(frame))
+
+
+def _from_frame(xp, out, n, frame, outs):
+    """``(G, O/G, N * prod(frame))`` -> ``(N, O, *outs)``, contiguous: one copy that drops the extra frame positions."""
+    nd = len(outs)
+    out = out.reshape((out.shape[0] * out.shape[1], n) + tuple(frame))
+    out = out[(slice(None), slice(None)) + tuple(slice(0, o) for o in outs)]
+    return xp.ascontiguousarray(out.transpose((1, 0) + tuple(range(2, 2 + nd))))
 
 
 def _col2im(xp, col, spatial, kernel, stride, padding, dilation):
@@ -102,20 +160,35 @@ def _col2im(xp, col, spatial, kernel, stride, padding, dilation):
     return xp.ascontiguousarray(out[(slice(None), slice(None)) + crop])
 
 
+def _col2im_T(xp, colT, n, spatial, outs, kernel, stride, padding, dilation):
+    """col2im of a K-major ``(C * prod(kernel), N * prod(frame))`` matrix (``_colT``'s layout) into
+    ``(N, C, *spatial)``: one add per kernel offset, each over whole (flat: contiguous) runs."""
+    pads, frame, kstr, ostr, oshape = _layout(spatial, outs, kernel, stride, padding, dilation)
+    c = colT.shape[0] // _prod(kernel)
+    colT = colT.reshape((c,) + tuple(kernel) + (n,) + tuple(oshape))
+    padded = tuple(s + lo + hi for s, (lo, hi) in zip(spatial, pads))
+    out = xp.zeros((n, c) + padded, dtype=colT.dtype)
+    img = _prod(padded)
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        start = sum(k * s for k, s in zip(offset, kstr))
+        dst = strided_view(xp, out, (c, n) + tuple(oshape), [img, c * img] + ostr, start)
+        dst += colT[(slice(None),) + offset]
+    crop = tuple(slice(lo, lo + s) for (lo, _), s in zip(pads, spatial))
+    return xp.ascontiguousarray(out[(slice(None), slice(None)) + crop])
+
+
 # -- convolution ----------------------------------------------------------------------------------------------------
+# Each kernel is one (batched over groups) GEMM between the K-major column matrix and a weight or gradient matrix;
+# the operands are used as stored or as a transposed view (BLAS takes either), so no large transpose copy is made.
 def _conv_kernel(xp, x, w, stride, padding, dilation, groups):
     _check_same_dtype("convolution", x, w)
     dtype = x.dtype
     x, w = _compute_array(x), _compute_array(w)
-    kernel = w.shape[2:]
-    col, outs = _col(xp, x, kernel, stride, padding, dilation, groups)
-    o = w.shape[0]
-    # Contiguous operands keep matmul on BLAS (an expanded gradient would otherwise take NumPy's slow loop).
-    wm = xp.ascontiguousarray(w.reshape(groups, o // groups, -1).transpose(0, 2, 1))
-    out = xp.matmul(xp.ascontiguousarray(col), wm)  # (G, N * prod(outs), O/G)
-    n = x.shape[0]
-    out = out.reshape((groups, n, _prod(outs), o // groups)).transpose(1, 0, 3, 2).reshape((n, o) + outs)
-    return xp.ascontiguousarray(out).astype(dtype, copy=False)
+    kernel, n, o = w.shape[2:], x.shape[0], w.shape[0]
+    outs = tuple(conv_output_size(*a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
+    colT, frame = _colT(xp, x, kernel, stride, padding, dilation, groups, outs)
+    out = xp.matmul(xp.ascontiguousarray(w).reshape(groups, o // groups, -1), colT)  # (G, O/G, N * frame)
+    return _from_frame(xp, out, n, frame, outs).astype(dtype, copy=False)
 
 
 def _crop_to(t, sizes):
@@ -146,18 +219,12 @@ def _conv_transpose_kernel(xp, g, w, spatial, stride, padding, dilation, groups)
     _check_same_dtype("convolution_transpose", g, w)
     dtype = g.dtype
     g, w = _compute_array(g), _compute_array(w)
-    n, o = g.shape[:2]
-    outs, kernel = g.shape[2:], w.shape[2:]
-    cg = w.shape[1]
-    gm = xp.ascontiguousarray(g.reshape(n, groups, o // groups, -1).transpose(1, 0, 3, 2))
-    gm = gm.reshape(groups, -1, o // groups)
-    # (G, N * prod(outs), C/G * prod(kernel))
-    col = xp.matmul(gm, xp.ascontiguousarray(w).reshape(groups, o // groups, -1))
-    nd = len(kernel)
-    col = col.reshape((groups, n) + tuple(outs) + (cg,) + tuple(kernel))
-    perm = (1, 0, 2 + nd) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(2, 2 + nd))
-    col = col.transpose(perm).reshape((n, groups * cg) + tuple(kernel) + tuple(outs))
-    return _col2im(xp, col, spatial, kernel, stride, padding, dilation).astype(dtype, copy=False)
+    n, outs, kernel = g.shape[0], tuple(g.shape[2:]), w.shape[2:]
+    _, frame, _, _, _ = _layout(spatial, outs, kernel, stride, padding, dilation)
+    gT = _to_frame(xp, g, frame, groups)  # (G, O/G, N * frame)
+    wT = xp.ascontiguousarray(w).reshape(groups, w.shape[0] // groups, -1).transpose(0, 2, 1)
+    colT = xp.matmul(wT, gT).reshape(wT.shape[0] * wT.shape[1], gT.shape[-1])  # (C * prod(kernel), N * frame)
+    return _col2im_T(xp, colT, n, spatial, outs, kernel, stride, padding, dilation).astype(dtype, copy=False)
 
 
 def _conv_transpose_backward(ctx, gy):
@@ -176,11 +243,10 @@ def _conv_weight_kernel(xp, x, g, kernel, stride, padding, dilation, groups):
     _check_same_dtype("convolution_weight", x, g)
     dtype = x.dtype
     x, g = _compute_array(x), _compute_array(g)
-    n, o = g.shape[:2]
-    col, _ = _col(xp, x, kernel, stride, padding, dilation, groups, out_sizes=g.shape[2:])
-    gm = xp.ascontiguousarray(g.reshape(n, groups, o // groups, -1).transpose(1, 2, 0, 3))
-    gm = gm.reshape(groups, o // groups, -1)
-    gw = xp.matmul(gm, xp.ascontiguousarray(col))  # (G, O/G, C/G * prod(kernel))
+    o = g.shape[1]
+    # g may have fewer positions than x has windows (conv_transpose's weight gradient): the frame follows g.
+    colT, frame = _colT(xp, x, kernel, stride, padding, dilation, groups, tuple(g.shape[2:]))
+    gw = xp.matmul(_to_frame(xp, g, frame, groups), colT.transpose(0, 2, 1))  # (G, O/G, C/G * prod(kernel))
     return gw.reshape((o, x.shape[1] // groups) + tuple(kernel)).astype(dtype, copy=False)
 
 
@@ -249,16 +315,54 @@ def _window_max(xp, flat):
     return xp.take_along_axis(flat, arg[..., None], -1)[..., 0], arg
 
 
+def _pool_pads(spatial, kernel, stride, padding, dilation, out_sizes):
+    """Left/right pads; extra right padding makes the last (ceil_mode) window exist (it only sees the fill value)."""
+    pads = []
+    for i in range(len(kernel)):
+        need = (out_sizes[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1
+        pads.append((padding[i], max(padding[i], need - spatial[i] - padding[i])))
+    return pads
+
+
+def _window_origins(xp, spatial, stride, padding, out_sizes):
+    """Flat input index of each window's first element, ``(*out)`` (negative or past rows when in the padding)."""
+    nd = len(spatial)
+    base = 0
+    for i in range(nd):
+        shape = [1] * nd
+        shape[i] = out_sizes[i]
+        start = xp.arange(out_sizes[i], dtype=np.int64).reshape(shape) * stride[i] - padding[i]
+        base = base + start * _prod(spatial[i + 1:])
+    return base
+
+
+def _offset_max(xp, win, kernel, spatial, dilation):
+    """(max, flat input offset from the window origin of the first maximum) with one elementwise op per kernel
+    offset on strided views: no copy of the windows, no argmax over a short axis. NaN wins, as in PyTorch."""
+    offsets = list(itertools.product(*(range(k) for k in kernel)))
+    views = [win[(Ellipsis,) + o] for o in offsets]
+    best = views[0]
+    for v in views[1:]:
+        best = xp.maximum(best, v)  # propagates NaN
+    flat = [sum(k * d * _prod(spatial[i + 1:]) for i, (k, d) in enumerate(zip(o, dilation))) for o in offsets]
+    where = xp.full(best.shape, flat[-1], dtype=np.int64)
+    for v, f in zip(views[-2::-1], flat[-2::-1]):  # backwards, so the first hit in window order wins
+        hit = v == best
+        if v.dtype.kind == "f":
+            hit |= v != v
+        where = xp.where(hit, f, where)
+    return best, where
+
+
 def _max_pool_kernel(xp, x, kernel, stride, padding, dilation, out_sizes):
     nd = len(kernel)
     spatial = x.shape[2:]
-    # Extra right padding makes the last (ceil_mode) window exist; it only ever sees the fill value.
-    pads = []
-    for i in range(nd):
-        need = (out_sizes[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1
-        pads.append((padding[i], max(padding[i], need - spatial[i] - padding[i])))
+    pads = _pool_pads(spatial, kernel, stride, padding, dilation, out_sizes)
     win = _windows(xp, x, kernel, stride, pads, dilation, fill=_lowest(x.dtype))
     win = win[(slice(None), slice(None)) + tuple(slice(0, o) for o in out_sizes)]
+    if _prod(kernel) <= _OFFSET_MAX_KERNEL:
+        values, offset = _offset_max(xp, win, kernel, spatial, dilation)
+        return values, offset + _window_origins(xp, spatial, stride, padding, out_sizes)
     values, arg = _window_max(xp, win.reshape(win.shape[:2 + nd] + (_prod(kernel),)))
     offsets = xp.unravel_index(arg, kernel) if nd > 1 else (arg,)
     coords = []
@@ -271,10 +375,29 @@ def _max_pool_kernel(xp, x, kernel, stride, padding, dilation, out_sizes):
 
 
 def _max_pool_backward(ctx, g, _g_indices=None):
-    """Scatter-add the output gradient to the positions of the maxima (windows may share a maximum)."""
+    """The output gradient routed to the positions of the maxima (windows may share a maximum).
+
+    Tiling windows (stride == kernel, no padding or dilation, the common 2x2 pool) make the input a reshape
+    ``(N, C, o1, k1, o2, k2, ...)``, so the gradient is a one-hot select in that layout; otherwise a scatter-add
+    (measured: col2im of a one-hot column is slower than the scatter-add for overlapping windows).
+    """
     shape = ctx.in_meta[0][0]
     n, c = shape[:2]
     indices = ctx.outputs[1].detach()
+    a = ctx.attrs
+    if "kernel" in a and tuple(a["stride"]) == tuple(a["kernel"]) and not any(a["padding"]) and \
+            all(d == 1 for d in a["dilation"]) and all(o * k == size for o, k, size in zip(a["out_sizes"], a["kernel"],
+                                                                                         shape[2:])):
+        from .. import _creation
+
+        spatial, kernel, outs = shape[2:], a["kernel"], a["out_sizes"]
+        origin = _window_origins(np, spatial, kernel, (0,) * len(kernel), outs)
+        flat = [sum(k * _prod(spatial[i + 1:]) for i, k in enumerate(o))
+                for o in itertools.product(*(range(k) for k in kernel))]
+        split = (n, c) + tuple(v for o in outs for v in (o, 1))
+        offs = np.asarray(flat, dtype=np.int64).reshape(tuple(v for k in kernel for v in (1, k)))
+        local = (indices - _creation.tensor(origin, device=g.device)).reshape(split)
+        return g.reshape(split).where(local == _creation.tensor(offs, device=g.device), 0).reshape(shape)
     flat = g.new_zeros((n, c, _prod(shape[2:])))
     return flat.scatter_add(2, indices.reshape(n, c, -1), g.reshape(n, c, -1)).reshape(shape)
 
