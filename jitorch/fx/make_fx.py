@@ -114,11 +114,23 @@ class _RecordingMode:
         return out
 
 
-def make_fx(fn):
+def make_fx(fn, joint=False):
     """``make_fx(fn)(*example_args)``: run ``fn`` once on the examples and return a GraphModule of primitives.
 
-    Tensor arguments become placeholders; other arguments are baked in as constants.
+    Tensor arguments become placeholders; other arguments are baked in as constants. With ``joint=True`` the
+    backward is recorded too (see :func:`jitorch.fx.joint.make_joint`): ``make_fx(fn, joint=True)(*args,
+    tangents=None)`` returns a module computing ``(*outputs, *grads of the args that require grad)``.
+
+    >>> import jitorch
+    >>> w = jitorch.ones(2, requires_grad=True)
+    >>> make_fx(lambda w: (w * 3).sum(), joint=True)(w)(jitorch.zeros(2))
+    (tensor(0.), tensor([3., 3.]))
     """
+    if joint:
+        from .joint import make_joint  # joint.py builds on this module's recording mode
+
+        return make_joint(fn)
+
     @functools.wraps(fn)
     def record(*args):
         graph, root = Graph(), Module()

@@ -1,0 +1,144 @@
+"""``make_joint``: record the forward *and* the backward of a function as one graph of op-table primitives.
+
+The function runs under :mod:`make_fx`'s recording mode; then ``jitorch.autograd.grad`` runs on its outputs while
+the mode is still active. Backward formulas are written in jitorch ops, so their primitives land in the same graph,
+reading the forward's nodes wherever they use a saved tensor. The result is the *joint graph* that the compiler
+partitions into a forward and a backward and fuses: it takes ``(inputs..., tangents...)`` and returns
+``(outputs..., gradients of the inputs that require grad...)``.
+
+Every node carries ``node.meta["phase"]``: ``"forward"`` for the inputs and the forward's ops, ``"backward"`` for the
+tangents and the ops the backward ran, ``"output"`` for the output node. Forward nodes never read backward nodes.
+
+>>> import jitorch
+>>> from jitorch.fx.joint import make_joint
+>>> x = jitorch.tensor([1.0, 2.0], requires_grad=True)
+>>> gm = make_joint(lambda x: (x * x).sum())(x)
+>>> loss, grad = gm(jitorch.tensor([3.0, 4.0]))
+>>> loss, grad
+(tensor(25.), tensor([6., 8.]))
+>>> sorted({n.meta["phase"] for n in gm.graph.nodes})
+['backward', 'forward', 'output']
+"""
+from __future__ import annotations
+
+import functools
+
+from .._dispatch import pop_mode, push_mode
+from .._tensor import Tensor
+from ..autograd import grad as autograd_grad
+from ..nn.modules.module import Module
+from .graph import Graph
+from .graph_module import GraphModule
+from .make_fx import _RecordingMode
+
+__all__ = ["make_joint", "make_joint_for_module", "FORWARD", "BACKWARD"]
+
+FORWARD, BACKWARD, OUTPUT = "forward", "backward", "output"
+
+
+def _flat_tensors(result, what):
+    """The function's outputs as a list of tensors (a Tensor, or a tuple/list of them)."""
+    outs = list(result) if isinstance(result, (tuple, list)) else [result]
+    for o in outs:
+        if not isinstance(o, Tensor):
+            raise TypeError(f"make_joint: {what} must be tensors, got {type(o).__name__}")
+    return outs
+
+
+def _mark_phase(graph, phase):
+    """Label every node not labelled yet: the nodes appended since the previous call belong to ``phase``."""
+    for node in graph.nodes:
+        node.meta.setdefault("phase", phase)
+
+
+def _differentiated(outs, tangents):
+    """The (outputs, seeds) pairs to differentiate; with no tangents, the first output is a scalar loss."""
+    if tangents is None:
+        loss = outs[0]
+        if loss.numel() != 1:
+            raise RuntimeError("make_joint: without tangents the (first) output must be a scalar loss, got shape "
+                               f"{tuple(loss.shape)}; pass tangents=(...) for the outputs")
+        return [loss], None
+    if len(tangents) != len(outs):
+        raise RuntimeError(f"make_joint: got {len(tangents)} tangents for {len(outs)} outputs")
+    return outs, list(tangents)
+
+
+def make_joint(fn):
+    """``make_joint(fn)(*args, tangents=None)``: the joint forward + backward GraphModule of ``fn`` at ``args``.
+
+    Tensor ``args`` become placeholders (in order), then one placeholder per tangent. The gradients are taken with
+    respect to the tensor args with ``requires_grad=True``. Without ``tangents``, ``fn`` returns a scalar loss, or a
+    tuple whose first element is the loss (the rest are returned undifferentiated); with ``tangents`` (one per
+    output), the vector-Jacobian product is recorded. The module returns ``(*outputs, *grads)``; an input the
+    outputs do not depend on gets ``None``. Non-tensor args are baked in, as in :func:`make_fx`.
+
+    >>> import jitorch
+    >>> w = jitorch.ones(2, requires_grad=True)
+    >>> gm = make_joint(lambda w, x: w * x)(w, jitorch.ones(2), tangents=(jitorch.ones(2),))
+    >>> gm(jitorch.ones(2), jitorch.tensor([2.0, 3.0]), jitorch.tensor([1.0, 10.0]))
+    (tensor([2., 3.]), tensor([ 2., 30.]))
+    """
+    @functools.wraps(fn)
+    def record(*args, tangents=None):
+        graph, root = Graph(), Module()
+        mode = _RecordingMode(graph, root)
+        wrt = []
+        for i, a in enumerate(args):
+            node = graph.placeholder(f"arg{i}")
+            if isinstance(a, Tensor):
+                mode.bind(a, node)
+                if a.requires_grad:
+                    wrt.append(a)
+        if not wrt:
+            raise RuntimeError("make_joint: no tensor argument requires grad, so there is no backward to record")
+        _mark_phase(graph, FORWARD)
+        if tangents is not None:
+            tangents = _flat_tensors(tangents, "tangents")
+            for i, t in enumerate(tangents):
+                mode.bind(t, graph.placeholder(f"tangent{i}"))
+            _mark_phase(graph, BACKWARD)
+        push_mode(mode)
+        try:
+            outs = _flat_tensors(fn(*args), "outputs")
+            _mark_phase(graph, FORWARD)
+            roots, seeds = _differentiated(outs, tangents)
+            # create_graph=False: the backward's ops run without building another autograd graph, but the mode
+            # still records each of them.
+            grads = autograd_grad(roots, wrt, grad_outputs=seeds, allow_unused=True)
+            _mark_phase(graph, BACKWARD)
+        finally:
+            pop_mode()
+        result = tuple(mode.arg(o) for o in outs) + tuple(None if g is None else mode.arg(g) for g in grads)
+        _mark_phase(graph, BACKWARD)  # constants first seen as outputs (a gradient that is a fresh zeros tensor)
+        graph.output(result)
+        _mark_phase(graph, OUTPUT)
+        return GraphModule(root, graph)
+    return record
+
+
+def make_joint_for_module(module, loss_fn):
+    """``make_joint_for_module(module, loss_fn)(x, *extra)``: joint graph of ``loss_fn(module(x), *extra)``.
+
+    The module's parameters are lifted into the first placeholders, so the GraphModule is called as
+    ``gm(*module.parameters(), x, *extra)`` (any values of those shapes) and returns
+    ``(loss, *grads of the parameters that require grad, *grads of x / extra when they require grad)``.
+    Buffers stay constants of the graph.
+
+    >>> import jitorch
+    >>> from jitorch import nn
+    >>> lin = nn.Linear(2, 1)
+    >>> gm = make_joint_for_module(lin, lambda y: y.sum())(jitorch.ones(3, 2))
+    >>> [tuple(g.shape) for g in gm(*lin.parameters(), jitorch.ones(3, 2))[1:]]
+    [(1, 2), (1,)]
+    """
+    def record(x, *extra, tangents=None):
+        params = list(module.parameters())
+
+        def run(*flat):
+            # ``flat`` starts with the very parameter objects the module holds: the recording mode binds them
+            # to placeholders by identity, so the module's own forward reads the placeholders.
+            return loss_fn(module(flat[len(params)]), *flat[len(params) + 1:])
+
+        return make_joint(run)(*params, x, *extra, tangents=tangents)
+    return record
