@@ -22,4 +22,5 @@ from . import passes, subgraph_rewriter  # noqa: F401
 from .subgraph_rewriter import replace_pattern
 
 __all__ = ["Graph", "GraphModule", "Interpreter", "Transformer", "Node", "map_arg", "Proxy", "Attribute", "TraceError",
-           "PH", "Tracer", "symbolic_trace", "wrap", "make_fx", "make_joint", "make_joint_for_module", "passes", "subgraph_rewriter", "replace_pattern"]
+           "PH", "Tracer", "symbolic_trace", "wrap", "make_fx", "make_joint", "make_joint_for_module", "passes",
+           "subgraph_rewriter", "replace_pattern"]
