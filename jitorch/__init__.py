@@ -42,6 +42,7 @@ from .serialization import load, save  # noqa: E402,F401
 import jitorch.utils.data  # noqa: E402,F401
 from . import fx  # noqa: E402,F401
 from . import accelerator, amp, backends, cuda, distributed, onnx, testing  # noqa: E402,F401
+from . import cpu  # noqa: E402,F401
 from .amp import autocast  # noqa: E402,F401
 from .amp.autocast_mode import (  # noqa: E402,F401
     autocast_decrement_nesting, autocast_increment_nesting, get_autocast_cpu_dtype, get_autocast_dtype,

@@ -1,0 +1,129 @@
+"""The capture mode: runs every op eagerly (so capture produces real values) and records a replay step for it.
+
+Pushed on ``jitorch._dispatch.MODES`` by ``CPUGraph.capture_begin``. The recorded program is a flat list of steps
+over static arrays: the arrays of tensors made before the capture are read by reference, the arrays of tensors made
+inside it are written in place by each replay.
+
+>>> import jitorch
+>>> from jitorch.cpu import CPUGraph, graph
+>>> x = jitorch.ones(2); g = CPUGraph()
+>>> with graph(g):
+...     y = x * 3
+>>> _ = x.copy_(jitorch.tensor([1.0, 2.0])); g.replay(); y
+tensor([3., 6.])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._dispatch import apply_inplace, eager, pop_mode, push_mode
+from .._tensor import Tensor
+from ..autograd.grad_mode import GradState
+from ..ops.table import OPS
+from ._steps import inplace_step, kernel_step, plan_operands, restore_step, root_of
+
+__all__ = ["CaptureMode"]
+
+# Rows the dispatcher runs with ``cast_check=False`` (copy_, fill_, zero_): the mode hook does not receive the flag.
+_NO_CAST_CHECK = {OPS["copy"], OPS["fill"]} if "fill" in OPS else {OPS["copy"]}
+
+
+class CaptureMode:
+    """The ``MODES`` entry of one capture. ``abort`` is the graph's way to end the capture on an error."""
+
+    def __init__(self, abort):
+        self.abort = abort
+        self.steps: list = []  # replay closures, in op order
+        self.prologue: list = []  # restores of tensors created inside the capture and later mutated
+        self.descriptions: list[str] = []
+        self.born: dict[int, np.ndarray] = {}  # id -> root array of tensors created inside the capture
+        self.written: dict[int, np.ndarray] = {}  # id -> root arrays some step writes
+        self.pending_draw = None  # set by the RNG hook between a draw and the sampler wrapping it
+
+    # -- bookkeeping used by the hooks ----------------------------------------------------------------------------
+    def note_born(self, array):
+        if type(array) is np.ndarray:
+            root = root_of(array)
+            self.born.setdefault(id(root), root)
+
+    def add_step(self, step, description, written=()):
+        self.steps.append(step)
+        self.descriptions.append(description)
+        for array in written:
+            root = root_of(array)
+            self.written[id(root)] = root
+
+    def fail(self, message):
+        """End the capture, then raise: the caller's ``with`` sees the error with no mode left pushed."""
+        self.abort()
+        raise RuntimeError(message)
+
+    def _check(self, op, tensors_in):
+        if self.pending_draw is not None:
+            self.fail(f"CPU graph capture: the random sampler drawing with '{self.pending_draw[1]}' is not "
+                      "supported yet (rand, randn, randint, randperm, normal and the in-place samplers are)")
+        for t in tensors_in:
+            if type(t._data) is not np.ndarray:
+                self.fail(f"CPU graph capture: '{op.name}' got a tensor on {t.device}; a CPU graph records CPU "
+                          "tensors only (use jitorch.cuda graphs for the GPU)")
+        if GradState.enabled and op.differentiable and any(t._requires_grad for t in tensors_in):
+            self.fail(f"CPU graph capture records forward-only ops for now: '{op.name}' would record autograd "
+                      "because an input requires grad. Capture under `with jitorch.no_grad():` or detach the "
+                      "inputs (capturing a training step is not supported yet).")
+
+    def _run(self, fn, *args, **kwargs):
+        pop_mode()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            push_mode(self)
+
+    # -- the MODES protocol ---------------------------------------------------------------------------------------
+    def dispatch(self, op, args, attrs):
+        args = tuple(Tensor._make(a) if type(a) is np.ndarray else a for a in args)
+        tensors_in = [a for a in args if isinstance(a, Tensor)]
+        self._check(op, tensors_in)
+        result = eager(op, args, attrs)
+        outs = result if isinstance(result, tuple) else (result,)
+        in_arrays = [t._data for t in tensors_in]
+        targets = []
+        for o in outs:
+            d = o._data
+            if any(np.may_share_memory(d, a) for a in in_arrays):
+                targets.append(None)  # a view of an input: it follows the input without a step
+            elif not d.flags.writeable:
+                self.fail(f"CPU graph capture: '{op.name}' produced a read-only array that replay cannot refill")
+            else:
+                targets.append(d)
+        if all(t is None for t in targets):
+            return result
+        datas, casts, cnp = plan_operands(op, args)
+        self.add_step(kernel_step(op, datas, casts, cnp, attrs, targets), self._describe(op, args, outs),
+                      [t for t in targets if t is not None])
+        return result
+
+    def dispatch_inplace(self, op, self_tensor, args, attrs):
+        args = tuple(Tensor._make(a) if type(a) is np.ndarray else a for a in args)
+        tensors_in = [self_tensor] + [a for a in args if isinstance(a, Tensor)]
+        self._check(op, tensors_in)
+        target = self_tensor._data
+        root = root_of(target)
+        if id(root) in self.born and id(root) not in self.written:
+            # Made inside the capture (a creation function, not an op): replay must start from its initial value,
+            # as a CUDA graph re-runs the fill, so later replays do not compound the mutation.
+            self.prologue.append(restore_step(root, root.copy()))
+            self.written[id(root)] = root
+        self._run(apply_inplace, op, self_tensor, *args, cast_check=op not in _NO_CAST_CHECK, **attrs)
+        datas, casts, cnp = plan_operands(op, (self_tensor,) + args)
+        self.add_step(inplace_step(op, target, datas, casts, cnp, attrs),
+                      self._describe(op, (self_tensor,) + args, (self_tensor,), inplace=True), [target])
+        return self_tensor
+
+    @staticmethod
+    def _describe(op, args, outs, inplace=False):
+        def show(a):
+            if isinstance(a, Tensor):
+                return f"buf{id(a._data) & 0xffff:04x}{list(a._data.shape)}:{a._data.dtype}"
+            return repr(a)
+        name = op.name + ("_" if inplace else "")
+        return f"{', '.join(show(o) for o in outs)} = {name}({', '.join(show(a) for a in args)})"

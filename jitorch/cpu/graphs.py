@@ -1,0 +1,159 @@
+"""CPU graphs: PyTorch's CUDA graph API (``CPUGraph``, ``graph``, ``make_graphed_callables``) for CPU tensors.
+
+Inside ``with jitorch.cpu.graph(g):`` ops run eagerly, so the region computes real values, and are recorded against
+static buffers. ``g.replay()`` then reruns the recorded kernels in order on those buffers, with no dispatch, autograd
+or tensor creation. As with CUDA graphs:
+
+- tensors made before the capture and read inside it are inputs by reference: ``static_x.copy_(new)`` feeds replay;
+- tensors made inside the capture are outputs, overwritten in place by every replay (clone to keep a result);
+- Python code in the region (prints, appends, counters) runs once, at capture;
+- random ops draw new numbers on every replay, advancing the generator;
+- host reads (``item``, ``tolist``, ``numpy``, ``bool``, printing) raise and end the capture.
+
+This increment replays kernel by kernel from Python; the one-native-call replay of issue 6 builds on this recording.
+
+>>> import jitorch
+>>> x = jitorch.zeros(3)
+>>> g = jitorch.cpu.CPUGraph()
+>>> with jitorch.cpu.graph(g):
+...     y = (x + 1).relu() * 2
+>>> _ = x.copy_(jitorch.tensor([1.0, -5.0, 2.0])); g.replay(); y
+tensor([4., 0., 6.])
+"""
+from __future__ import annotations
+
+import itertools
+
+from .. import _dispatch
+from ._hooks import install, uninstall
+from ._recorder import CaptureMode
+
+__all__ = ["CPUGraph", "graph", "graph_pool_handle"]
+
+_POOL_IDS = itertools.count(1)
+
+
+def graph_pool_handle():
+    """An opaque pool id that several graphs may share (``jitorch.cuda.graph_pool_handle`` on the CPU).
+
+    CPU graphs keep each captured buffer alive by reference for the graph's lifetime, so eager code never reuses
+    them; the handle groups graphs for the buffer planning still to come.
+
+    >>> graph_pool_handle() != graph_pool_handle()
+    True
+    """
+    return ("cpu_graph_pool", next(_POOL_IDS))
+
+
+class CPUGraph:
+    """A captured sequence of CPU ops that ``replay`` reruns on the same buffers.
+
+    >>> import jitorch
+    >>> g = CPUGraph(); a = jitorch.ones(2)
+    >>> g.capture_begin(); b = a * 2; g.capture_end()
+    >>> _ = a.fill_(4.0); g.replay(); b
+    tensor([8., 8.])
+    """
+
+    def __init__(self):
+        self._steps: tuple = ()
+        self._descriptions: list[str] = []
+        self._mode = None
+        self._saved = None
+        self._pool = None
+        self._captured = False
+
+    # -- capture ----------------------------------------------------------------------------------------------
+    def capture_begin(self, pool=None):
+        if self._mode is not None:
+            raise RuntimeError("CPUGraph.capture_begin: this graph is already capturing")
+        if self._captured:
+            raise RuntimeError("CPUGraph.capture_begin: this graph already holds a capture; call reset() first")
+        self._pool = pool if pool is not None else graph_pool_handle()
+        mode = CaptureMode(self._abort)
+        self._saved = install(mode, self._abort)
+        self._mode = mode
+        _dispatch.push_mode(mode)
+
+    def capture_end(self):
+        mode = self._mode
+        if mode is None:
+            raise RuntimeError("CPUGraph.capture_end: the graph is not capturing (capture_begin first, or the "
+                               "capture already ended on an error)")
+        if mode.pending_draw is not None:
+            mode.fail(f"CPU graph capture: the random sampler drawing with '{mode.pending_draw[1]}' is not "
+                      "supported yet (rand, randn, randint, randperm, normal and the in-place samplers are)")
+        self._stop()
+        self._steps = tuple(mode.prologue + mode.steps)
+        self._descriptions = [f"restore prologue ({len(mode.prologue)} buffers)"] * bool(mode.prologue)
+        self._descriptions += mode.descriptions
+        self._captured = True
+
+    def _stop(self):
+        """Pop the mode and remove the patches (idempotent: the abort path and ``__exit__`` may both call it)."""
+        mode, self._mode = self._mode, None
+        if mode is None:
+            return
+        if mode in _dispatch.MODES:
+            _dispatch.MODES.remove(mode)
+        uninstall(self._saved)
+        self._saved = None
+
+    def _abort(self):
+        self._stop()
+        self._steps, self._descriptions, self._captured = (), [], False
+
+    # -- use ----------------------------------------------------------------------------------------------------
+    def replay(self):
+        """Rerun the captured ops on the static buffers; outputs from the capture now hold this replay's values."""
+        if not self._captured:
+            raise RuntimeError("CPUGraph.replay: nothing captured (capture_begin/capture_end, or jitorch.cpu.graph)")
+        for step in self._steps:
+            step()
+
+    def reset(self):
+        """Drop the capture and release its buffers (tensors the user still holds keep their last values)."""
+        if self._mode is not None:
+            self._abort()
+        self._steps, self._descriptions, self._captured = (), [], False
+
+    def pool(self):
+        """The pool handle this graph captured into (pass it to another graph's capture to share)."""
+        return self._pool
+
+    def debug_dump(self, debug_path=None):
+        """The recorded steps as text, one per line; written to ``debug_path`` when given."""
+        text = "\n".join(f"{i:4d}: {d}" for i, d in enumerate(self._descriptions)) + "\n"
+        if debug_path is not None:
+            with open(debug_path, "w") as f:
+                f.write(text)
+        return text
+
+    def __len__(self):
+        return len(self._steps)
+
+
+class graph:  # noqa: N801 - PyTorch's name for the context manager
+    """``with jitorch.cpu.graph(g):`` captures the block into ``g``; an error inside ends the capture cleanly.
+
+    >>> import jitorch
+    >>> g = CPUGraph(); w = jitorch.full((2,), 3.0)
+    >>> with graph(g):
+    ...     out = w * w
+    >>> len(g)
+    1
+    """
+
+    def __init__(self, cpu_graph, pool=None, stream=None):
+        self.cpu_graph, self.pool = cpu_graph, pool
+
+    def __enter__(self):
+        self.cpu_graph.capture_begin(pool=self.pool)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.cpu_graph._abort()
+            return False
+        self.cpu_graph.capture_end()
+        return False

@@ -1,0 +1,268 @@
+"""CPU graphs (issue 6): capture and replay semantics against eager jitorch.
+
+Every test zeroes the captured outputs before each replay, so a replay that writes nothing cannot pass.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jitorch
+from jitorch import _dispatch
+from jitorch.cpu import CPUGraph, graph, make_graphed_callables
+
+
+def _zero(*tensors):
+    for t in tensors:
+        t._data[...] = 0
+
+
+def _step(x, w, b):
+    return jitorch.tanh(x @ w + b).sum(dim=1, keepdim=True) * 0.5 + x.exp().mean()
+
+
+def test_replay_matches_eager_over_new_inputs():
+    gen = np.random.default_rng(0)
+    x, w, b = (jitorch.tensor(gen.standard_normal(s).astype(np.float32)) for s in ((4, 8), (8, 8), (8,)))
+    g = CPUGraph()
+    with graph(g):
+        out = _step(x, w, b)
+    for _ in range(4):
+        new = jitorch.tensor(gen.standard_normal((4, 8)).astype(np.float32))
+        x.copy_(new)
+        _zero(out)
+        g.replay()
+        np.testing.assert_allclose(out._data, _step(new, w, b)._data, rtol=1e-6, atol=1e-6)
+
+
+def test_mixed_dtypes_and_scalars_promote_as_eager():
+    i = jitorch.tensor([1, 2, 3])
+    f = jitorch.tensor([0.5, 0.25, 2.0], dtype=jitorch.float64)
+    g = CPUGraph()
+    with graph(g):
+        out = (i * f + 1.5) / 2 > i.float()
+        mixed = i + 2.5
+    i.copy_(jitorch.tensor([7, 0, -3]))
+    _zero(out, mixed)
+    g.replay()
+    assert out.tolist() == ((i * f + 1.5) / 2 > i.float()).tolist()
+    assert mixed.tolist() == (i + 2.5).tolist() and mixed.dtype == jitorch.float32
+
+
+def test_outputs_are_overwritten_by_the_next_replay():
+    x = jitorch.tensor([1.0, 2.0])
+    g = CPUGraph()
+    with graph(g):
+        y = x * 10
+    x.fill_(3.0)
+    g.replay()
+    kept = y.clone()
+    x.fill_(5.0)
+    _zero(y)
+    g.replay()
+    assert y.tolist() == [50.0, 50.0] and kept.tolist() == [30.0, 30.0]
+
+
+def test_python_side_effects_happen_once_at_capture():
+    calls = []
+    x = jitorch.ones(2)
+    g = CPUGraph()
+    with graph(g):
+        calls.append("ran")
+        y = x + 1
+    for _ in range(3):
+        _zero(y)
+        g.replay()
+    assert calls == ["ran"] and y.tolist() == [2.0, 2.0]
+
+
+def test_inplace_ops_mutate_static_inputs_on_each_replay():
+    counter = jitorch.zeros(2)
+    g = CPUGraph()
+    with graph(g):
+        counter.add_(1.0)
+        snapshot = counter * 1
+    for expected in (2.0, 3.0, 4.0):
+        _zero(snapshot)
+        g.replay()
+        assert counter.tolist() == [expected] * 2 and snapshot.tolist() == [expected] * 2
+
+
+def test_tensors_created_inside_restart_from_their_initial_value():
+    x = jitorch.tensor([1.0, 2.0])
+    g = CPUGraph()
+    with graph(g):
+        acc = jitorch.zeros(2)
+        acc.add_(x)
+        acc.mul_(2)
+    for values in ([1.0, 1.0], [3.0, -1.0]):
+        x.copy_(jitorch.tensor(values))
+        _zero(acc)
+        g.replay()
+        assert acc.tolist() == [2 * v for v in values]
+
+
+def test_views_of_static_inputs_follow_them():
+    xs = jitorch.zeros(3, 2)
+    g = CPUGraph()
+    with graph(g):
+        outs = [xs[t] * (t + 1) for t in range(3)]
+    xs.copy_(jitorch.arange(6.0).reshape(3, 2))
+    _zero(*outs)
+    g.replay()
+    assert [o.tolist() for o in outs] == [[0.0, 1.0], [4.0, 6.0], [12.0, 15.0]]
+
+
+@pytest.mark.parametrize("sample", [
+    lambda: jitorch.rand(3), lambda: jitorch.randn(2, 2), lambda: jitorch.randint(0, 1000, (4,)),
+    lambda: jitorch.normal(1.0, 2.0, (3,)), lambda: jitorch.empty(3).uniform_(-1, 1),
+    lambda: jitorch.empty(3).normal_(), lambda: jitorch.randn(3, dtype=jitorch.float64) * 2,
+])
+def test_random_ops_draw_new_numbers_on_every_replay(sample):
+    g = CPUGraph()
+    with graph(g):
+        out = sample()
+    seen = [out.clone()]
+    for _ in range(3):
+        _zero(out)
+        g.replay()
+        assert not any(bool((out == s).all()) for s in seen)
+        seen.append(out.clone())
+
+
+def test_random_replay_follows_the_generator_state():
+    g = CPUGraph()
+    with graph(g):
+        out = jitorch.randn(4)
+    jitorch.manual_seed(7)
+    _zero(out)
+    g.replay()
+    first = out.clone()
+    jitorch.manual_seed(7)
+    _zero(out)
+    g.replay()
+    assert out.tolist() == first.tolist()
+    gen = jitorch.Generator().manual_seed(3)
+    g2 = CPUGraph()
+    with graph(g2):
+        own = jitorch.rand(4, generator=gen)
+    gen.manual_seed(3)
+    _zero(own)
+    g2.replay()
+    assert own.tolist() == jitorch.rand(4, generator=gen.manual_seed(3)).tolist()
+
+
+@pytest.mark.parametrize("forbidden", [
+    lambda t: t.item(), lambda t: t.tolist(), lambda t: t.numpy(), lambda t: bool(t), lambda t: print(t),
+    lambda t: float(t), lambda t: repr(t),
+])
+def test_forbidden_ops_raise_and_end_the_capture(forbidden):
+    x = jitorch.ones(1)
+    g = CPUGraph()
+    with pytest.raises(RuntimeError, match="operation not permitted when the CPU graph is capturing"):
+        with graph(g):
+            y = x + 1
+            forbidden(y)
+    assert not _dispatch.MODES
+    assert repr(x) == "tensor([1.])" and x.item() == 1.0  # the patches are gone
+    with pytest.raises(RuntimeError, match="nothing captured"):
+        g.replay()
+    with graph(g):  # the graph is usable again
+        z = x * 4
+    _zero(z)
+    g.replay()
+    assert z.tolist() == [4.0]
+
+
+def test_unsupported_sampler_raises_and_ends_the_capture():
+    p = jitorch.full((3,), 0.5)
+    with pytest.raises(RuntimeError, match="not supported yet"):
+        with graph(CPUGraph()):
+            jitorch.bernoulli(p)
+    assert not _dispatch.MODES
+
+
+def test_autograd_inside_capture_raises_with_advice():
+    w = jitorch.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="no_grad"):
+        with graph(CPUGraph()):
+            w * 2
+    assert not _dispatch.MODES
+    g = CPUGraph()
+    with jitorch.no_grad(), graph(g):
+        y = w * 2
+    _zero(y)
+    g.replay()
+    assert y.tolist() == [2.0, 2.0]
+
+
+def test_capture_begin_end_reset_and_debug_dump(tmp_path):
+    x = jitorch.ones(3)
+    g = CPUGraph()
+    g.capture_begin()
+    y = (x + 1).exp()
+    g.capture_end()
+    assert len(g) == 2 and "add" in g.debug_dump() and "exp" in g.debug_dump(tmp_path / "dump.txt")
+    assert (tmp_path / "dump.txt").read_text() == g.debug_dump()
+    assert g.pool() is not None
+    with pytest.raises(RuntimeError, match="reset"):
+        g.capture_begin()
+    _zero(y)
+    g.replay()
+    np.testing.assert_allclose(y._data, np.exp(2.0) * np.ones(3), rtol=1e-6)
+    g.reset()
+    with pytest.raises(RuntimeError, match="nothing captured"):
+        g.replay()
+
+
+def _rnn(h, xs, w, u, b, steps):
+    for t in range(steps):
+        h = jitorch.tanh(h @ w + xs[t] @ u + b)
+    return h
+
+
+def test_rnn_cell_loop_replay_equals_eager():
+    gen = np.random.default_rng(1)
+
+    def randn(*shape, scale=1.0):
+        return jitorch.tensor((gen.standard_normal(shape) * scale).astype(np.float32))
+    w, u, b = randn(64, 64, scale=0.1), randn(64, 64, scale=0.1), randn(1, 64, scale=0.1)
+    h0, xs = randn(1, 64), randn(20, 1, 64)
+    g = CPUGraph()
+    with graph(g):
+        h = _rnn(h0, xs, w, u, b, 20)
+    for _ in range(3):
+        new_h0, new_xs = randn(1, 64), randn(20, 1, 64)
+        h0.copy_(new_h0)
+        xs.copy_(new_xs)
+        _zero(h)
+        g.replay()
+        np.testing.assert_allclose(h._data, _rnn(new_h0, new_xs, w, u, b, 20)._data, rtol=1e-5, atol=1e-6)
+
+
+def test_make_graphed_callables_replays_and_checks_inputs():
+    w = jitorch.full((3, 3), 0.5)
+    calls = []
+
+    def f(x, scale):
+        calls.append(1)
+        return jitorch.relu(x @ w) * scale, x.sum()
+    graphed = make_graphed_callables(f, (jitorch.zeros(2, 3), 2.0), num_warmup_iters=2)
+    assert len(calls) == 3  # two warm-ups and the capture
+    for values in ([[1.0, 2.0, 3.0], [-4.0, 0.0, 1.0]], [[0.0, 0.0, 1.0], [1.0, 1.0, 1.0]]):
+        x = jitorch.tensor(values)
+        out, total = graphed.static_out
+        _zero(out, total)
+        got, got_total = graphed(x, 2.0)
+        want, want_total = f(x, 2.0)
+        assert got.tolist() == want.tolist() and got_total.item() == want_total.item()
+    with pytest.raises(RuntimeError, match="shape"):
+        graphed(jitorch.zeros(3, 3), 2.0)
+    with pytest.raises(RuntimeError, match="dtype"):
+        graphed(jitorch.zeros(2, 3, dtype=jitorch.float64), 2.0)
+    with pytest.raises(RuntimeError, match="contiguous"):
+        graphed(jitorch.zeros(3, 2).t(), 2.0)
+    with pytest.raises(RuntimeError, match="baked"):
+        graphed(jitorch.zeros(2, 3), 3.0)
+    pair = make_graphed_callables((lambda a: a + 1, lambda a: a * 3), ((jitorch.zeros(2),), (jitorch.zeros(2),)))
+    assert pair[0](jitorch.ones(2)).tolist() == [2.0, 2.0] and pair[1](jitorch.ones(2)).tolist() == [3.0, 3.0]
