@@ -12,6 +12,7 @@ from ._dispatch import apply
 from ._shape import wrap_dim, wrap_dims
 from ._tensor import Tensor
 from .ops import reduction as R
+from .ops.nn_fused import FUSED_DTYPES, LOG_SOFTMAX, SOFTMAX
 
 __all__ = [
     "sum", "nansum", "mean", "nanmean", "prod", "amax", "amin", "aminmax", "max", "min", "argmax", "argmin", "all",
@@ -244,6 +245,9 @@ def softmax(input, dim=None, dtype=None, _stacklevel=3):
     input, d = _softmax_input(input, dim, dtype, "softmax")
     if input._data.size == 0:  # nothing to normalize (PyTorch keeps even an integer dtype here)
         return input.clone()
+    # One fused row (PyTorch's _softmax): one pass over the data and one autograd node instead of five.
+    if input._data.ndim and input._data.dtype in FUSED_DTYPES:
+        return apply(SOFTMAX, input, dim=d)
     shifted = input - amax(input, d, keepdim=True).detach()
     e = shifted.exp()
     return e / e.sum(d, keepdim=True)
@@ -254,6 +258,8 @@ def log_softmax(input, dim=None, dtype=None, _stacklevel=3):
     input, d = _softmax_input(input, dim, dtype, "log_softmax")
     if input._data.size == 0:
         return input.clone()
+    if input._data.ndim and input._data.dtype in FUSED_DTYPES:
+        return apply(LOG_SOFTMAX, input, dim=d)
     shifted = input - amax(input, d, keepdim=True).detach()
     return shifted - shifted.exp().sum(d, keepdim=True).log()
 

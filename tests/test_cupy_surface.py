@@ -460,6 +460,11 @@ case("activations", lambda t, m: (lambda x: tuple(_nn(n)(x) for n in (
 case("linear_softmax", lambda t, m: (_nn("linear")(m.f(2, 3), m.f(4, 3), m.f(4)), _nn("softmin")(m.f(2, 3), 1),
                                      _nn("bilinear")(m.f(2, 3), m.f(2, 2), m.f(4, 3, 2), m.f(4)),
                                      _nn("log_softmax")(m.f(2, 3), -1)))
+case("fused_rows", lambda t, m: (_nn("softmax")(m.f(2, 3, 4), 1), _nn("log_softmax")(m.f(3, 4), 0),
+                                 _nn("layer_norm")(m.f(2, 3, 4), (3, 4), m.f(3, 4), m.f(3, 4)),
+                                 _nn("layer_norm")(m.f(3, 4), (4,)),
+                                 _nn("cross_entropy")(m.f(4, 5), m.i(4, hi=5), ignore_index=2),
+                                 _nn("nll_loss")(m.f(4, 5), m.i(4, hi=5), reduction="none")))
 case("norm_layers", lambda t, m: (_nn("layer_norm")(m.f(2, 3, 4), (4,), m.f(4), m.f(4)),
                                   _nn("batch_norm")(m.f(4, 3, 2), t.zeros(3), t.ones(3), m.f(3), m.f(3), training=True),
                                   _nn("group_norm")(m.f(2, 4, 3), 2, m.f(4), m.f(4)),

@@ -127,7 +127,8 @@ def test_mlp_cross_entropy_and_mse():
 
     gm = _check_joint(nll, (w1, b1, w2, b2, x))
     names = set(_names(gm, "forward"))
-    assert {"matmul", "relu"} <= names and "log_softmax" not in names and "nll_loss" not in names
+    # log_softmax and nll_loss are fused rows (primitives), recorded as such; the public wrappers never appear.
+    assert {"matmul", "relu", "log_softmax", "nll_loss"} <= names
     assert _phases(gm)["backward"] > 0
 
     def mse(w1, b1, w2, b2, x, y):
@@ -159,7 +160,7 @@ def test_module_parameters_are_lifted_to_placeholders():
 
 
 def _attention_block(x, wq, wk, wv, wo, ln_w, ln_b):
-    """A pre-norm single-head attention block with a residual; layer_norm and softmax are composites."""
+    """A pre-norm single-head attention block with a residual (layer_norm and softmax are fused rows)."""
     h = F.layer_norm(x, (x.shape[-1],), ln_w, ln_b)
     q, k, v = h @ wq, h @ wk, h @ wv
     attn = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).softmax(-1)
@@ -173,7 +174,7 @@ def test_transformer_block_with_tangent_and_with_loss():
     x = jitorch.randn(2, 5, d, requires_grad=True)
     gm = _check_joint(_attention_block, (x, *weights, *ln), tangents=(jitorch.randn(2, 5, d),))
     names = set(_names(gm, "forward"))
-    assert {"matmul", "exp", "amax"} <= names and not {"softmax", "layer_norm"} & names
+    assert {"matmul", "softmax", "native_layer_norm"} <= names
     assert len(gm(x.detach(), *[w.detach() for w in weights + ln], jitorch.randn(2, 5, d))) == 8
 
     def loss(*args):

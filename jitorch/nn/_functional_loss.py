@@ -21,6 +21,7 @@ import warnings
 from .. import _dtype, _movement
 from .._dispatch import apply
 from .._pointwise import where
+from ..ops.nn_fused import FUSED_DTYPES, NLL_LOSS
 from ..ops.nn_ops import BINARY_CROSS_ENTROPY
 from ._functional_activation import logsigmoid
 from ._functional_core import log_softmax, type_name
@@ -178,6 +179,11 @@ def _mean_by(total_loss, total_weight):
 
 
 def _nll(logp, target, weight, ignore_index, reduction):
+    if weight is None and logp.dim() == 2 and logp._data.dtype in FUSED_DTYPES and target.dim() == 1:
+        # One row (PyTorch's nll_loss): a gather forward, a scatter into zeros backward.
+        if target.dtype not in (_dtype.int64, _dtype.uint8):
+            raise RuntimeError(f"expected target dtype to be Long or Byte, but got {type_name(target.dtype)}")
+        return apply(NLL_LOSS, logp, target, ignore_index=ignore_index, reduction=reduction)
     class_dim = 0 if logp.dim() == 1 else 1
     safe, valid = _class_targets(logp, target, ignore_index, class_dim)
     picked = -logp.gather(class_dim, safe.unsqueeze(class_dim)).squeeze(class_dim)

@@ -47,3 +47,5 @@ BINARY_CROSS_ENTROPY = defop(
     "binary_cross_entropy", _bce_kernel, _bce_backward,
     Pointwise("({1} - 1) * max(log1p(-{0}), -100) - {1} * max(log({0}), -100)"),
     promotion="float", saves="inputs", meta=True)
+
+from . import nn_fused  # noqa: F401,E402 - registers the fused softmax, layer_norm and nll_loss rows

@@ -10,6 +10,7 @@ tensor([1.0000, 0.7500])
 from __future__ import annotations
 
 from .._dispatch import fast_binary
+from ..runtime import is_cupy
 from .table import Pointwise, defop
 
 
@@ -33,7 +34,15 @@ def _sigmoid_backward_backward(ctx, gg):
 
 
 def _threshold_backward_kernel(xp, g, y):
-    return xp.where(y > 0, g, 0).astype(g.dtype, copy=False)
+    mask = y > 0
+    if is_cupy(xp):
+        return xp.where(mask, g, 0).astype(g.dtype, copy=False)
+    # NumPy's masked where/copyto are ~12x slower than a multiply here; the multiply only needs a fix-up where an
+    # infinite or NaN gradient meets the mask (inf * 0 is NaN; PyTorch gives 0 there).
+    out = g * mask
+    if not xp.isfinite(g).all():
+        out[~mask] = 0
+    return out
 
 
 def _threshold_backward_backward(ctx, gg):

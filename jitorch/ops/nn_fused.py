@@ -1,0 +1,254 @@
+"""Fused rows for the hot composites of ``nn.functional`` (PyTorch's ``_softmax``, ``_log_softmax``,
+``native_layer_norm``, ``nll_loss`` and their ``*_backward`` rows).
+
+As composites, softmax, log_softmax and layer_norm cost 5 to 12 dispatches and autograd nodes each, forward and
+backward, and allocate a temporary per step; as rows they are one kernel pass over the data and one node. Each
+backward is itself a row (one dispatch in the backward pass) whose own backward is written in jitorch ops, so double
+backward keeps working.
+
+The rows take float32/float64 only; ``nn.functional`` keeps the composites for other dtypes and layouts.
+
+>>> import jitorch
+>>> from jitorch._dispatch import apply
+>>> x = jitorch.tensor([[1.0, 2.0, 3.0]], requires_grad=True)
+>>> y = apply(SOFTMAX, x, dim=1)
+>>> y
+tensor([[0.0900, 0.2447, 0.6652]], grad_fn=<SoftmaxBackward0>)
+>>> (y * jitorch.tensor([[1.0, 0.0, 0.0]])).sum().backward()
+>>> x.grad
+tensor([[ 0.0819, -0.0220, -0.0599]])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..autograd.grad_mode import GradState
+from .table import Opaque, defop
+
+__all__ = ["SOFTMAX", "SOFTMAX_BACKWARD", "LOG_SOFTMAX", "LOG_SOFTMAX_BACKWARD", "LAYER_NORM", "LAYER_NORM_BACKWARD",
+           "NLL_LOSS", "NLL_LOSS_BACKWARD", "FUSED_DTYPES"]
+
+FUSED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _apply(op, *args, **attrs):
+    from .._dispatch import apply
+
+    return apply(op, *args, **attrs)
+
+
+# -- softmax / log_softmax --------------------------------------------------------------------------------------------
+def _softmax_kernel(xp, x, dim):
+    out = x - x.max(axis=dim, keepdims=True)  # a fresh array: the rest works in place on it
+    xp.exp(out, out=out)
+    out /= out.sum(axis=dim, keepdims=True)
+    return out
+
+
+def _softmax_backward(ctx, g):
+    return _apply(SOFTMAX_BACKWARD, g, ctx.out, dim=ctx.attrs["dim"])
+
+
+def _softmax_backward_kernel(xp, g, y, dim):
+    gy = g * y
+    s = gy.sum(axis=dim, keepdims=True)
+    gy -= y * s  # y * (g - sum(g * y))
+    return gy
+
+
+def _softmax_backward_backward(ctx, gg):
+    # out = y * (g - s), s = sum(g * y): d/dg is the same map of gg; d/dy = gg * (g - s) - g * sum(gg * y).
+    g, y = ctx.inputs
+    dim = ctx.attrs["dim"]
+    gg_g = _apply(SOFTMAX_BACKWARD, gg, y, dim=dim) if ctx.needs_grad(0) else None
+    gg_y = None
+    if ctx.needs_grad(1):
+        gg_y = gg * (g - (g * y).sum(dim, keepdim=True)) - g * (gg * y).sum(dim, keepdim=True)
+    return gg_g, gg_y
+
+
+def _log_softmax_kernel(xp, x, dim):
+    out = x - x.max(axis=dim, keepdims=True)
+    out -= xp.log(xp.exp(out).sum(axis=dim, keepdims=True))
+    return out
+
+
+def _log_softmax_backward(ctx, g):
+    return _apply(LOG_SOFTMAX_BACKWARD, g, ctx.out, dim=ctx.attrs["dim"])
+
+
+def _log_softmax_backward_kernel(xp, g, y, dim):
+    out = xp.exp(y)
+    out *= g.sum(axis=dim, keepdims=True)
+    return g - out  # g - softmax * sum(g)
+
+
+def _log_softmax_backward_backward(ctx, gg):
+    # out = g - exp(y) * sum(g): d/dg = gg - sum(gg * exp(y)); d/dy = -gg * exp(y) * sum(g).
+    g, y = ctx.inputs
+    dim = ctx.attrs["dim"]
+    p = y.exp()
+    gg_g = gg - (gg * p).sum(dim, keepdim=True) if ctx.needs_grad(0) else None
+    gg_y = -gg * p * g.sum(dim, keepdim=True) if ctx.needs_grad(1) else None
+    return gg_g, gg_y
+
+
+SOFTMAX = defop("softmax", _softmax_kernel, _softmax_backward, Opaque("max, exp and sum passes"), saves="outputs")
+SOFTMAX_BACKWARD = defop("softmax_backward_data", _softmax_backward_kernel, _softmax_backward_backward,
+                         Opaque("a reduction and a pointwise pass"), promotion="promote", saves="inputs")
+LOG_SOFTMAX = defop("log_softmax", _log_softmax_kernel, _log_softmax_backward, Opaque("max, exp and sum passes"),
+                    saves="outputs")
+LOG_SOFTMAX_BACKWARD = defop("log_softmax_backward_data", _log_softmax_backward_kernel,
+                             _log_softmax_backward_backward, Opaque("a reduction and a pointwise pass"),
+                             promotion="promote", saves="inputs")
+
+
+# -- layer_norm: (out, mean, rstd); mean and rstd are non-differentiable extras the backward reuses -------------------
+def _axes(ndim, k):
+    return tuple(range(ndim - k, ndim))
+
+
+def _layer_norm_kernel(xp, x, weight, bias, k, eps):
+    axes = _axes(x.ndim, k)
+    mean = x.mean(axis=axes, keepdims=True)
+    out = x - mean
+    var = (out * out).mean(axis=axes, keepdims=True)
+    rstd = 1 / xp.sqrt(var + eps)
+    out *= rstd
+    if weight is not None:
+        out *= weight
+    if bias is not None:
+        out += bias
+    return out, mean, rstd.astype(x.dtype, copy=False)
+
+
+def _layer_norm_grads(g, x, weight, k, eps, needs):
+    """(gx, gw, gb) in jitorch ops, mean and rstd recomputed from ``x``: differentiable to any order."""
+    dims = tuple(range(-k, 0))
+    lead = tuple(range(x.dim() - k))
+    mean = x.mean(dims, keepdim=True)
+    centered = x - mean
+    rstd = ((centered * centered).mean(dims, keepdim=True) + eps).rsqrt()
+    xhat = centered * rstd
+    gw = (g * xhat).sum(lead) if needs[1] else None
+    gb = g.sum(lead) if needs[2] else None
+    gx = None
+    if needs[0]:
+        gxh = g * weight if weight is not None else g
+        gx = rstd * (gxh - gxh.mean(dims, keepdim=True) - xhat * (gxh * xhat).mean(dims, keepdim=True))
+    return gx, gw, gb
+
+
+def _layer_norm_backward(ctx, g, _g_mean, _g_rstd):
+    x, weight, _bias = ctx.inputs
+    k, eps = ctx.attrs["k"], ctx.attrs["eps"]
+    needs = (ctx.needs_grad(0), ctx.needs_grad(1), ctx.needs_grad(2))
+    if GradState.enabled or weight is None:
+        # create_graph: the composite formula, so the gradients have a graph of their own.
+        return _layer_norm_grads(g, x, weight, k, eps, needs)
+    _, mean, rstd = ctx.outputs
+    gx, gw, gb = _apply(LAYER_NORM_BACKWARD, g, x, mean, rstd, weight, k=k, eps=eps)
+    return (gx if needs[0] else None), (gw if needs[1] else None), (gb if needs[2] else None)
+
+
+def _layer_norm_backward_kernel(xp, g, x, mean, rstd, weight, k, eps):
+    axes = _axes(x.ndim, k)
+    lead = tuple(range(x.ndim - k))
+    xhat = x - mean
+    xhat *= rstd
+    gw = (g * xhat).sum(axis=lead)
+    gb = g.sum(axis=lead)
+    gxh = g * weight
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    # gx = rstd * (gxh - mean(gxh) - xhat * mean(gxh * xhat))
+    c2 = (gxh * xhat).sum(axis=axes, keepdims=True) / n
+    c1 = gxh.sum(axis=axes, keepdims=True) / n
+    xhat *= c2
+    gxh -= xhat
+    gxh -= c1
+    gxh *= rstd
+    return gxh, gw.astype(x.dtype, copy=False), gb.astype(x.dtype, copy=False)
+
+
+def _layer_norm_backward_backward(ctx, ggx, ggw, ggb):
+    # The vector-Jacobian product of the composite formula (mean and rstd recomputed from x, so they get no edge).
+    from ..autograd import grad as autograd_grad
+    from ..autograd.grad_mode import enable_grad
+
+    g, x, _mean, _rstd, weight = ctx.inputs
+    k, eps = ctx.attrs["k"], ctx.attrs["eps"]
+    with enable_grad():
+        leaves = [t.detach().requires_grad_() for t in (g, x, weight)]
+        outs = _layer_norm_grads(*leaves[:2], leaves[2], k, eps, (True, True, True))
+        pairs = [(o, gg) for o, gg in zip(outs, (ggx, ggw, ggb)) if gg is not None]
+        grads = autograd_grad([o for o, _ in pairs], leaves, [gg for _, gg in pairs], allow_unused=True,
+                              create_graph=GradState.enabled)
+    gg_g, gg_x, gg_w = (gr if ctx.needs_grad(i) else None for gr, i in zip(grads, (0, 1, 4)))
+    return gg_g, gg_x, None, None, gg_w
+
+
+LAYER_NORM = defop("native_layer_norm", _layer_norm_kernel, _layer_norm_backward,
+                   Opaque("row statistics and an affine pass"), nout=3, saves="both", nondiff_outputs=(1, 2),
+                   grad_name="NativeLayerNormBackward0")
+LAYER_NORM_BACKWARD = defop("native_layer_norm_backward", _layer_norm_backward_kernel, _layer_norm_backward_backward,
+                            Opaque("row reductions and a pointwise pass"), nout=3, saves="inputs",
+                            grad_name="NativeLayerNormBackwardBackward0")
+
+
+# -- nll_loss with class indices, (N, C) log-probabilities, no class weights ------------------------------------------
+def _nll_targets(xp, target, classes, ignore_index):
+    target = target.astype(np.int64, copy=False)
+    valid = target != ignore_index
+    bad = valid & ((target < 0) | (target >= classes))
+    if bool(bad.any()):
+        raise IndexError(f"Target {int(target[bad].reshape(-1)[0])} is out of bounds.")
+    return xp.where(valid, target, 0), valid
+
+
+def _nll_kernel(xp, logp, target, ignore_index, reduction):
+    safe, valid = _nll_targets(xp, target, logp.shape[1], ignore_index)
+    picked = logp[xp.arange(logp.shape[0]), safe]
+    loss = xp.where(valid, -picked, 0).astype(logp.dtype, copy=False)
+    if reduction == "none":
+        return loss
+    total = loss.sum()
+    if reduction == "sum":
+        return total
+    count = int(valid.sum())
+    return (total / count if count else xp.asarray(np.nan)).astype(logp.dtype)
+
+
+def _nll_backward(ctx, g):
+    target = ctx.inputs[1]
+    a = ctx.attrs
+    return _apply(NLL_LOSS_BACKWARD, g, target, shape=ctx.in_meta[0][0], **a), None
+
+
+def _nll_backward_kernel(xp, g, target, shape, ignore_index, reduction):
+    safe, valid = _nll_targets(xp, target, shape[1], ignore_index)
+    out = xp.zeros(shape, dtype=g.dtype)
+    rows = xp.arange(shape[0])
+    if reduction == "none":
+        scale = -g
+    else:
+        count = int(valid.sum()) if reduction == "mean" else 1
+        # An all-ignored batch has a NaN loss but zero gradients (PyTorch's total_weight == 0 case).
+        scale = xp.broadcast_to(-g / max(count, 1), (shape[0],))
+    out[rows[valid], safe[valid]] = scale[valid]
+    return out
+
+
+def _nll_backward_backward(ctx, gg):
+    # The backward is linear in g, and its transpose is the forward itself: gather gg at the targets.
+    a = ctx.attrs
+    gg_g = _apply(NLL_LOSS, gg, ctx.inputs[1], ignore_index=a["ignore_index"], reduction=a["reduction"]) \
+        if ctx.needs_grad(0) else None
+    return gg_g, None
+
+
+NLL_LOSS = defop("nll_loss", _nll_kernel, _nll_backward, Opaque("gather"), saves="inputs", meta=True,
+                 save_if=lambda needs: (False, True), grad_name="NllLossBackward0")
+NLL_LOSS_BACKWARD = defop("nll_loss_backward", _nll_backward_kernel, _nll_backward_backward, Opaque("scatter"),
+                          saves="inputs", save_if=lambda needs: (False, True))
