@@ -460,6 +460,8 @@ case("activations", lambda t, m: (lambda x: tuple(_nn(n)(x) for n in (
 case("linear_softmax", lambda t, m: (_nn("linear")(m.f(2, 3), m.f(4, 3), m.f(4)), _nn("softmin")(m.f(2, 3), 1),
                                      _nn("bilinear")(m.f(2, 3), m.f(2, 2), m.f(4, 3, 2), m.f(4)),
                                      _nn("log_softmax")(m.f(2, 3), -1)))
+case("linear_row", lambda t, m: (_nn("linear")(m.f(2, 3, 4), m.f(5, 4), m.f(5)), _nn("linear")(m.f(4), m.f(2, 4)),
+                                 _nn("linear")(m.f(3, 4, dtype="float64"), m.f(2, 4, dtype="float64"))))
 case("fused_rows", lambda t, m: (_nn("softmax")(m.f(2, 3, 4), 1), _nn("log_softmax")(m.f(3, 4), 0),
                                  _nn("layer_norm")(m.f(2, 3, 4), (3, 4), m.f(3, 4), m.f(3, 4)),
                                  _nn("layer_norm")(m.f(3, 4), (4,)),

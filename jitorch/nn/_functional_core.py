@@ -15,9 +15,11 @@ from __future__ import annotations
 import warnings
 
 from .. import _reduction
-from .._dispatch import TORCH_TYPE_NAMES
+from .._dispatch import TORCH_TYPE_NAMES, apply
 from .._tensor import Tensor
 from ..autograd.grad_mode import is_grad_enabled
+from ..ops.nn_fused import FUSED_DTYPES
+from ..ops.nn_linear import LINEAR
 
 __all__ = ["linear", "bilinear", "softmax", "log_softmax", "softmin", "gumbel_softmax"]
 
@@ -62,6 +64,9 @@ def linear(input, weight, bias=None):
             cols = input.shape[-1] if input.dim() else 1
             raise RuntimeError(f"linear: mat1 and mat2 shapes cannot be multiplied ({rows}x{cols} and "
                                f"{weight.shape[1]}x{weight.shape[0]})")
+        if input._data.dtype in FUSED_DTYPES and (bias is None or tuple(bias.shape) == (weight.shape[0],)):
+            # One row: matmul and in-place bias add forward, one node whose backward sums the bias gradient directly.
+            return apply(LINEAR, input, weight, bias)
         out = input.matmul(weight.t())
     return out if bias is None else out + bias
 

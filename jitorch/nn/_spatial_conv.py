@@ -1,7 +1,7 @@
 """Convolutions and sliding-window copies: ``conv1d/2d/3d``, ``conv_transpose1d/2d/3d``, ``unfold`` and ``fold``.
 
 Each is one row of ``jitorch.ops.conv_ops`` (im2col into one BLAS matmul) plus PyTorch's argument checks and
-messages; the bias is a broadcast add.
+messages; the convolution row adds the bias itself, transposed convolutions add it as a broadcast add.
 
 >>> import jitorch
 >>> from jitorch.nn._spatial_conv import conv2d
@@ -100,8 +100,8 @@ def _convnd(name, nd, input, weight, bias, stride, padding, dilation, groups):
     if any(r > p for r, p in zip(reach, padded)):
         raise RuntimeError(f"Calculated padded input size per channel: ({' x '.join(map(str, padded))}). Kernel size: "
                            f"({' x '.join(map(str, reach))}). Kernel size can't be greater than actual input size")
-    out = apply(CONVOLUTION, input, weight, stride=stride, padding=padding, dilation=dilation, groups=groups)
-    out = _add_bias(out, bias, nd)
+    # The bias goes into the convolution row (added in place there; one reduction for its gradient).
+    out = apply(CONVOLUTION, input, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
     return out.squeeze(0) if unbatched else out
 
 

@@ -180,7 +180,7 @@ def _col2im_T(xp, colT, n, spatial, outs, kernel, stride, padding, dilation):
 # -- convolution ----------------------------------------------------------------------------------------------------
 # Each kernel is one (batched over groups) GEMM between the K-major column matrix and a weight or gradient matrix;
 # the operands are used as stored or as a transposed view (BLAS takes either), so no large transpose copy is made.
-def _conv_kernel(xp, x, w, stride, padding, dilation, groups):
+def _conv_kernel(xp, x, w, b=None, *, stride, padding, dilation, groups):
     _check_same_dtype("convolution", x, w)
     dtype = x.dtype
     x, w = _compute_array(x), _compute_array(w)
@@ -188,7 +188,11 @@ def _conv_kernel(xp, x, w, stride, padding, dilation, groups):
     outs = tuple(conv_output_size(*a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
     colT, frame = _colT(xp, x, kernel, stride, padding, dilation, groups, outs)
     out = xp.matmul(xp.ascontiguousarray(w).reshape(groups, o // groups, -1), colT)  # (G, O/G, N * frame)
-    return _from_frame(xp, out, n, frame, outs).astype(dtype, copy=False)
+    out = _from_frame(xp, out, n, frame, outs)
+    if b is not None:
+        # In place on the fresh output: no broadcast-add node; its gradient is one reduction in this backward.
+        out += b.reshape((1, o) + (1,) * len(outs))
+    return out.astype(dtype, copy=False)
 
 
 def _crop_to(t, sizes):
@@ -204,11 +208,14 @@ def _geometry(attrs):
 
 
 def _conv_backward(ctx, g):
-    x, w = ctx.inputs
+    x, w = ctx.inputs[:2]
     geo = _geometry(ctx.attrs)
     gx = _apply(CONVOLUTION_TRANSPOSE, g, w, spatial=tuple(x.shape[2:]), **geo) if ctx.needs_grad(0) else None
     gw = _apply(CONVOLUTION_WEIGHT, x, g, kernel=tuple(w.shape[2:]), **geo) if ctx.needs_grad(1) else None
-    return gx, gw
+    if len(ctx.next) == 2:
+        return gx, gw
+    gb = g.sum((0,) + tuple(range(2, g.dim()))) if ctx.needs_grad(2) else None
+    return gx, gw, gb
 
 
 CONVOLUTION = defop("convolution", _conv_kernel, _conv_backward, Opaque("im2col + BLAS"), saves="inputs",
@@ -346,11 +353,13 @@ def _offset_max(xp, win, kernel, spatial, dilation):
         best = xp.maximum(best, v)  # propagates NaN
     flat = [sum(k * d * _prod(spatial[i + 1:]) for i, (k, d) in enumerate(zip(o, dilation))) for o in offsets]
     where = xp.full(best.shape, flat[-1], dtype=np.int64)
+    # Any NaN in a window makes ``best`` NaN: with none (checked once), ``v == best`` alone finds the maximum.
+    nan = best.dtype.kind == "f" and bool(xp.isnan(best).any())
     for v, f in zip(views[-2::-1], flat[-2::-1]):  # backwards, so the first hit in window order wins
         hit = v == best
-        if v.dtype.kind == "f":
+        if nan:
             hit |= v != v
-        where = xp.where(hit, f, where)
+        xp.copyto(where, f, where=hit)  # in place: no new index array per offset
     return best, where
 
 

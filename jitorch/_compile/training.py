@@ -1,0 +1,204 @@
+"""Training through ``jitorch.compile``: a joint forward + backward graph, split in two, each half fused.
+
+When grad mode is on and an input (or a compiled Module's parameter) requires grad, `compile_training` records the
+joint graph with :func:`jitorch.fx.joint.make_joint` (the outputs' upstream gradients are its tangents), splits it
+into a forward graph returning ``(*outputs, *saved)`` — every forward value the backward reads — and a backward
+graph taking ``(*saved, *tangents)`` and returning the input gradients, compiles each with `CompiledGraph`, and wraps
+the pair in one `jitorch.autograd.Function`. A double backward (``create_graph=True``) cannot go through the
+compiled backward (it builds no graph), so that backward reruns the function eagerly and differentiates it.
+
+>>> import jitorch
+>>> x = jitorch.tensor([1.0, 2.0], requires_grad=True)
+>>> plan = compile_training(lambda x: (x * x + 1).sum(), (x,), {}, None, None)
+>>> plan.forward_kernels, plan.backward_kernels
+([['mul', 'add']], [['mul', 'mul', 'add']])
+>>> plan((x,)).backward()
+>>> x.grad
+tensor([2., 4.])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._tensor import Tensor
+from ..autograd import grad as autograd_grad
+from ..autograd.function import Function
+from ..autograd.grad_mode import GradState, enable_grad, no_grad
+from ..fx.graph import Graph
+from ..fx.graph_module import GraphModule
+from ..fx.joint import BACKWARD, FORWARD, make_joint
+from ..fx.make_fx import Primitive
+from ..fx.node import Node, map_aggregate
+from .backend import CompiledGraph, _fetch
+
+__all__ = ["TrainingPlan", "Unsupported", "compile_training"]
+
+
+class Unsupported(Exception):
+    """The joint graph cannot be compiled; the message says why and the call runs eagerly."""
+
+
+def _annotate(gm, values):
+    """Run the joint graph once on ``values`` to record each node's ``meta["val"]`` (the fusion pass needs shapes
+    and dtypes, and ``make_joint``'s recorder does not store them)."""
+    env = {}
+    placeholders = iter(values)
+    with no_grad():
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                env[node] = next(placeholders)
+            elif node.op == "get_attr":
+                env[node] = _fetch(gm, node.target)
+            elif node.op == "call_function":
+                args = map_aggregate(node.args, lambda a: env[a] if isinstance(a, Node) else a)
+                kwargs = map_aggregate(node.kwargs, lambda a: env[a] if isinstance(a, Node) else a)
+                env[node] = node.target(*args, **kwargs)
+            elif node.op != "output":
+                raise Unsupported(f"joint graph node {node.name} has op {node.op!r}")
+            val = env.get(node)
+            if isinstance(val, Tensor):
+                node.meta["val"] = (tuple(val._data.shape), val._data.dtype)
+
+
+def _check(gm):
+    """Refuse what a replayed joint graph would get wrong."""
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op == "call_function" and isinstance(target, Primitive) and target.inplace \
+                and node.meta.get("phase") == FORWARD:
+            # An in-place forward op reorders reads and writes around saved values (and eager would refuse it on a
+            # leaf that requires grad): keep eager semantics.
+            raise Unsupported(f"in-place op {target.op.name} in the forward")
+    for value in gm.__dict__.values():
+        if isinstance(value, Tensor) and value._requires_grad:
+            raise Unsupported("a tensor captured by the function requires grad (it is not a graph input)")
+
+
+def split_joint(gm, n_outs):
+    """``(forward_gm, backward_gm, n_saved)`` from a joint GraphModule whose first ``n_outs`` results are outputs."""
+    nodes = list(gm.graph.nodes)
+    results = nodes[-1].args[0]
+    outs, grads = results[:n_outs], results[n_outs:]
+    fwd = [n for n in nodes if n.meta.get("phase") == FORWARD]
+    bwd = [n for n in nodes if n.meta.get("phase") == BACKWARD]
+    fwd_set = set(fwd)
+    saved = []  # forward values the backward reads (constants are copied instead: they cost nothing to keep)
+    for n in [a for b in bwd for a in b.all_input_nodes] + [g for g in grads if isinstance(g, Node)]:
+        if n in fwd_set and n.op != "get_attr" and n not in saved:
+            saved.append(n)
+
+    fg, fmap = Graph(), {}
+    for n in fwd:
+        fmap[n] = fg.node_copy(n, fmap.__getitem__)
+    fg.output(tuple(fmap[o] for o in outs) + tuple(fmap[s] for s in saved))
+
+    bg, bmap = Graph(), {}
+    for s in saved:
+        bmap[s] = bg.placeholder(f"saved_{s.name}")
+        bmap[s].meta = dict(s.meta)
+
+    def lookup(a):
+        if a not in bmap:  # a forward constant first read here
+            bmap[a] = bg.node_copy(a)
+        return bmap[a]
+
+    for n in [n for n in bwd if n.op == "placeholder"] + [n for n in bwd if n.op != "placeholder"]:
+        bmap[n] = bg.node_copy(n, lookup)
+    bg.output(tuple(None if g is None else lookup(g) for g in grads))
+    return GraphModule(gm, fg), GraphModule(gm, bg), len(saved)
+
+
+class _CompiledTraining(Function):
+    """One call of a `TrainingPlan`: the compiled forward now, the compiled backward when gradients arrive."""
+
+    @staticmethod
+    def forward(ctx, plan, *flat):
+        res = plan.fwd(flat)
+        n = plan.n_outs
+        ctx.plan, ctx.n_flat = plan, len(flat)
+        # Saved through save_for_backward so an in-place change before backward raises, as in eager autograd.
+        ctx.save_for_backward(*flat, *res[n:])
+        return res[:n] if plan.tuple_out or n > 1 else res[0]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        plan = ctx.plan
+        saved = ctx.saved_tensors
+        flat, saved_values = saved[:ctx.n_flat], saved[ctx.n_flat:]
+        if GradState.enabled:
+            # The engine turns grad mode on for a backward exactly when create_graph=True; the compiled backward
+            # builds no graph, so differentiate an eager rerun instead.
+            with enable_grad():
+                outs = plan.eager(flat)
+                outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+                wrt = [flat[i] for i in plan.wrt]
+                got = autograd_grad(outs, wrt, grad_outputs=list(grads), create_graph=True, allow_unused=True)
+        else:
+            got = plan.bwd(tuple(saved_values) + tuple(grads))
+        full = [None] * len(flat)
+        for i, g in zip(plan.wrt, got):
+            full[i] = g
+        return (None, *full)
+
+
+class TrainingPlan:
+    """A compiled forward/backward pair for one specialization; call with the flat inputs (parameters first)."""
+
+    def __init__(self, fwd_gm, bwd_gm, n_outs, tuple_out, wrt, eager):
+        self.fwd, self.bwd = CompiledGraph(fwd_gm), CompiledGraph(bwd_gm)
+        self.n_outs, self.tuple_out, self.wrt, self.eager = n_outs, tuple_out, wrt, eager
+
+    @property
+    def forward_kernels(self):
+        return self.fwd.kernel_ops
+
+    @property
+    def backward_kernels(self):
+        return self.bwd.kernel_ops
+
+    @property
+    def kernel_ops(self):
+        return self.forward_kernels + self.backward_kernels
+
+    def __call__(self, flat):
+        return _CompiledTraining.apply(self, *flat)
+
+
+def compile_training(fn, args, kwargs, module, traced_result):
+    """Build a `TrainingPlan` for ``fn(*args, **kwargs)``; raises `Unsupported` when it must run eagerly.
+
+    ``traced_result`` is what a plain trace of the call returned (its output structure and shapes); ``None`` runs
+    the function once to learn them. A compiled Module's parameters lead the flat inputs so they get gradients.
+    """
+    keys = tuple(kwargs)
+    params = list(module.parameters()) if module is not None else []
+    user = tuple(args) + tuple(kwargs[k] for k in keys)
+    flat = tuple(params) + user
+    nargs, nparams = len(args), len(params)
+
+    def call(values):
+        # Parameters are read by the module itself (by identity): ``values`` only places them in the joint graph.
+        rest = values[nparams:]
+        return fn(*rest[:nargs], **dict(zip(keys, rest[nargs:])))
+
+    result = traced_result if traced_result is not None else call(flat)
+    tuple_out = isinstance(result, (tuple, list))
+    outs = list(result) if tuple_out else [result]
+    if not outs or not all(isinstance(o, Tensor) and o._requires_grad and o.dtype.is_floating_point for o in outs):
+        raise Unsupported("every output must be a floating-point tensor that requires grad")
+    if tuple_out and not isinstance(result, tuple):
+        raise Unsupported("a list output (only a tensor or a tuple of tensors)")
+    tangents = [Tensor._make(np.ones_like(o._data)) for o in outs]  # only their shapes and dtypes matter
+    try:
+        joint = make_joint(lambda *values: tuple(o for o in _as_list(call(values))))(*flat, tangents=tangents)
+    except Exception as err:  # anything the joint trace cannot follow runs eagerly, as an uncompiled call would
+        raise Unsupported(f"joint trace failed: {type(err).__name__}: {err}") from err
+    _check(joint)
+    _annotate(joint, list(flat) + tangents)
+    fwd_gm, bwd_gm, _ = split_joint(joint, len(outs))
+    wrt = [i for i, a in enumerate(flat) if isinstance(a, Tensor) and a._requires_grad]
+    return TrainingPlan(fwd_gm, bwd_gm, len(outs), tuple_out, wrt, call)
+
+
+def _as_list(result):
+    return list(result) if isinstance(result, (tuple, list)) else [result]

@@ -1,0 +1,148 @@
+"""jitorch.compile with autograd: a compiled forward + backward pair per specialization, equal to eager."""
+import copy
+
+import numpy as np
+import pytest
+
+import jitorch
+import jitorch.nn.functional as F
+from jitorch import nn
+
+
+class Net(nn.Module):
+    """An MLP and its loss in one module, so the compiled graph ends in a scalar."""
+
+    def __init__(self, loss):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+        self.loss = loss
+
+    def forward(self, x, y):
+        return self.loss(self.mlp(x), y)
+
+
+def _close(a, b):
+    np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("loss, target", [
+    (F.mse_loss, lambda: jitorch.randn(6, 3)),
+    (F.cross_entropy, lambda: jitorch.tensor([0, 2, 1, 1, 0, 2])),
+])
+def test_compiled_mlp_trains_like_eager_for_three_sgd_steps(loss, target):
+    jitorch.manual_seed(0)
+    eager = Net(loss)
+    model = copy.deepcopy(eager)
+    compiled = jitorch.compile(model)
+    opt_e = jitorch.optim.SGD(eager.parameters(), lr=0.1)
+    opt_c = jitorch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = jitorch.randn(6, 4), target()
+    for _ in range(3):
+        le, lc = eager(x, y), compiled(x, y)
+        _close(lc, le)
+        opt_e.zero_grad()
+        opt_c.zero_grad()
+        le.backward()
+        lc.backward()
+        for pe, pc in zip(eager.parameters(), model.parameters()):
+            _close(pc.grad, pe.grad)
+        opt_e.step()
+        opt_c.step()
+    cf = compiled._compiled_call
+    # One training specialization, compiled (not a fallback) and reused by every step; no inference entry.
+    assert len(cf.train_entries) == 1 and cf.train_entries[0].run is not None and cf.entries == []
+    assert cf.train_entries[0].break_reason is None
+
+
+def test_compiled_module_output_gets_upstream_gradient():
+    jitorch.manual_seed(1)
+    mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    compiled = jitorch.compile(copy.deepcopy(mlp))
+    x = jitorch.randn(5, 4)
+    F.mse_loss(mlp(x), jitorch.ones(5, 3)).backward()
+    out = compiled(x)
+    assert out.grad_fn is not None
+    F.mse_loss(out, jitorch.ones(5, 3)).backward()
+    for pe, pc in zip(mlp.parameters(), compiled.parameters()):
+        _close(pc.grad, pe.grad)
+
+
+def chain(x, y):
+    return ((x.sin() * y + 1).tanh() * x).sum()
+
+
+def test_pointwise_chain_gradients_equal_eager():
+    x, y = jitorch.randn(5, requires_grad=True), jitorch.randn(5)
+    xe = x.detach().clone().requires_grad_(True)
+    f = jitorch.compile(chain)
+    for _ in range(2):  # the second call reuses the compiled pair
+        x.grad = xe.grad = None
+        out = f(x, y)
+        _close(out, chain(xe, y))
+        out.backward()
+        chain(xe, y).backward()
+        _close(x.grad, xe.grad)
+    assert len(f.train_entries) == 1 and f.entries == []
+    assert f.train_entries[0].guards[-1] == ("requires_grad", (True, False))
+
+
+def test_two_tensor_outputs_and_requires_grad_guard():
+    f = jitorch.compile(lambda a, b: (a * b, (a - b).exp()))
+    a, b = jitorch.randn(3, requires_grad=True), jitorch.randn(3, requires_grad=True)
+    p, q = f(a, b)
+    (p.sum() + 2 * q.sum()).backward()
+    ad, bd = a.detach(), b.detach()
+    _close(a.grad, bd + 2 * (ad - bd).exp())
+    _close(b.grad, ad - 2 * (ad - bd).exp())
+    f(a, b.detach())  # b no longer requires grad: a second training specialization
+    assert len(f.train_entries) == 2
+
+
+def test_explain_reports_forward_and_backward_kernels():
+    x, y = jitorch.randn(5, requires_grad=True), jitorch.randn(5)
+    report = jitorch.compiler.explain(chain)(x, y)
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
+    assert report.kernels == [["sin", "mul", "add", "tanh", "mul"]]
+    # The whole backward of the chain is one kernel (the tangent's broadcast runs eagerly before it).
+    assert len(report.backward_kernels) == 1 and "tanh_backward" in report.backward_kernels[0]
+    assert "Backward kernel count: 1" in str(report)
+    mlp = jitorch.compiler.explain(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)))(jitorch.randn(2, 4))
+    assert mlp.kernels == [["relu"]] and mlp.backward_kernels == [["threshold_backward"]]
+
+
+def test_double_backward_falls_back_to_eager():
+    # create_graph=True: the compiled backward builds no graph, so that backward reruns the function eagerly.
+    f = jitorch.compile(lambda x: (x ** 3).sum())
+    x = jitorch.tensor([1.0, 2.0], requires_grad=True)
+    (g,) = jitorch.autograd.grad(f(x), x, create_graph=True)
+    _close(g, 3 * x.detach() ** 2)
+    g.sum().backward()
+    _close(x.grad, 6 * x.detach())
+    assert f.train_entries[0].run is not None
+
+
+def test_random_and_inplace_forward_fall_back_to_eager():
+    noisy = jitorch.compile(lambda x: (x * jitorch.rand(3)).sum())
+    x = jitorch.ones(3, requires_grad=True)
+    noisy(x).backward()
+    assert "random" in noisy.train_entries[0].break_reason and x.grad is not None
+    inplace = jitorch.compile(lambda x: x.mul_(2).sum())
+    base = jitorch.ones(3, requires_grad=True)
+    inplace(base * 1).backward()
+    assert "in-place" in inplace.train_entries[0].break_reason
+    _close(base.grad, jitorch.full((3,), 2.0))
+
+
+def test_modifying_an_input_in_place_before_backward_raises():
+    # The compiled backward reads saved values: an in-place change in between must raise, as eager autograd does.
+    @jitorch.compile
+    def f(x, y):
+        return (x * y).tanh().sum()
+
+    x = jitorch.randn(5, requires_grad=True)
+    y = jitorch.randn(5)
+    loss = f(x, y)
+    with jitorch.no_grad():
+        y.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
