@@ -165,15 +165,16 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
     try:
         while ready:
             node = ready.pop()
-            grads = tuple(buffers.pop(node))
+            grads = buffers.pop(node)
             if node._pre_hooks:
-                grads = _run_pre_hooks(node, grads)
+                grads = _run_pre_hooks(node, tuple(grads))
             if node._retain_hooks:
                 for output_nr, fn in node._retain_hooks:
                     if grads[output_nr] is not None:
                         fn(grads[output_nr])
-            for output_nr, i in wanted_nodes.get(node, ()):
-                captured[i] = grads[output_nr]
+            if wanted_nodes:
+                for output_nr, i in wanted_nodes.get(node, ()):
+                    captured[i] = grads[output_nr]
             if needed is not None and id(node) not in needed:
                 continue
             if node._out_meta is not None:
