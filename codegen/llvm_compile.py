@@ -3,19 +3,27 @@
 One target machine (host CPU name and features, like numba's JIT codegen) and one MCJIT engine serve the process;
 every kernel is a new module added to it. Modules are never removed (MCJIT leaks removed modules anyway), and the
 engine keeps the machine code alive for as long as the process runs.
+
+With a `cache.KernelCache`, the machine code is cached as an object file (`llvm_objcache`): a hit loads it into the
+engine without parsing or optimizing anything. Kernel functions are named by a hash of the kernel's canonical text,
+so the same kernel has the same symbol in every process and its cached object can be loaded anywhere; a function
+already in the engine is reused rather than linked twice (two definitions of one symbol would clash).
 """
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import threading
 
 import llvmlite.binding as llvm
 
 from .ir import DTYPES, collapse
 from .llvm_emit import emit_kernel
+from .llvm_objcache import emit_object, key_parts, load_object
 
 _lock = threading.Lock()
 _state = {}
+_PLACEHOLDER = "jitorch_kernel"
 
 
 def _target():
@@ -24,11 +32,23 @@ def _target():
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         target = llvm.Target.from_default_triple()
-        tm = target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                          opt=3, reloc="static", codemodel="jitdefault", jit=True)
+        cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+        # Keep llvm_objcache.OPTIONS in step with these settings: they are part of the object cache key.
+        tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="static", codemodel="jitdefault",
+                                          jit=True)
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
-        _state.update(tm=tm, engine=engine, count=0)
+        _state.update(tm=tm, engine=engine, loaded={}, target={"triple": tm.triple, "cpu": cpu, "features": features})
     return _state["tm"], _state["engine"]
+
+
+def target_info():
+    """The host target the code is built for: ``{"triple", "cpu", "features"}`` (part of every cache key).
+
+    >>> sorted(target_info())
+    ['cpu', 'features', 'triple']
+    """
+    _target()
+    return dict(_state["target"])
 
 
 def optimize(llvm_ir):
@@ -50,19 +70,43 @@ def optimize(llvm_ir):
     return mod
 
 
-def compile_function(llvm_ir, name):
-    """Optimize ``llvm_ir``, add it to the process's engine and return the address of function ``name``.
+def compile_function(llvm_ir, name, cache=None):
+    """Compile ``llvm_ir`` into the process's engine and return the address of function ``name``.
+
+    With ``cache`` (a `cache.KernelCache`), the object code is looked up first and stored after a compile. A function
+    already loaded from the same IR is reused; another IR under a loaded name is an error.
 
     >>> addr = compile_function("define i64 @twice(i64 %x) {\\n  %y = mul i64 %x, 2\\n  ret i64 %y\\n}", "twice")
     >>> ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(addr)(21)
     42
     """
-    mod = optimize(llvm_ir)
+    tm, engine = _target()
+    obj = None
+    if cache is not None:
+        # The lookup comes before the loaded-function check so the counters see every request (and tests can
+        # check that a changed key misses even when the function is already in this process).
+        obj = cache.get_or_compile(key_parts(llvm_ir, target_info()), lambda: _emit(tm, llvm_ir))
     with _lock:
-        _, engine = _target()
-        engine.add_module(mod)
-        engine.finalize_object()
-        return engine.get_function_address(name)
+        loaded = _state["loaded"].get(name)
+        if loaded is not None:
+            if loaded[0] != llvm_ir:
+                raise ValueError(f"function {name!r} is already compiled from different LLVM IR")
+            return loaded[1]
+        if obj is not None:
+            address = load_object(engine, obj, name)
+        else:
+            engine.add_module(optimize(llvm_ir))
+            engine.finalize_object()
+            address = engine.get_function_address(name)
+        _state["loaded"][name] = (llvm_ir, address)
+        return address
+
+
+def _emit(tm, llvm_ir):
+    mod = optimize(llvm_ir)
+    # Code generation shares the target machine with the engine; serialize it like the engine's own compiles.
+    with _lock:
+        return emit_object(tm, mod)
 
 
 class CompiledKernel:
@@ -79,12 +123,12 @@ class CompiledKernel:
     [-0.0, -1.0, -2.0]
     """
 
-    def __init__(self, kernel, name):
+    def __init__(self, kernel, name=None, cache=None):
         self.source = kernel
         self.kernel = collapse(kernel)
         self.outer = self.kernel.shape[0]
-        self.llvm_ir = emit_kernel(kernel, name)
-        self.address = compile_function(self.llvm_ir, name)
+        self.name, self.llvm_ir = _named_ir(kernel) if name is None else (name, emit_kernel(kernel, name))
+        self.address = compile_function(self.llvm_ir, self.name, cache)
         argtypes = [ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * len(kernel.buffers)
         self._fn = ctypes.CFUNCTYPE(None, *argtypes)(self.address)
 
@@ -104,10 +148,19 @@ class CompiledKernel:
         self(0, self.outer, *self.addresses(arrays))
 
 
-def compile_kernel(kernel):
-    """Compile an IR kernel for the host CPU (see `CompiledKernel`)."""
-    with _lock:
-        _target()
-        _state["count"] += 1
-        name = f"jitorch_kernel_{_state['count']}"
-    return CompiledKernel(kernel, name)
+def compile_kernel(kernel, cache=None):
+    """Compile an IR kernel for the host CPU (see `CompiledKernel`); ``cache``: a `cache.KernelCache` for its object.
+
+    The function's name is a hash of its LLVM IR, the same in every process (see the module notes).
+    """
+    return CompiledKernel(kernel, cache=cache)
+
+
+def _named_ir(kernel):
+    """(name, LLVM IR) with the name a hash of the IR emitted under a placeholder: equal code, equal symbol."""
+    text = emit_kernel(kernel, _PLACEHOLDER)
+    name = f"jitorch_kernel_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+    head = f"define void @{_PLACEHOLDER}("
+    if text.count(head) != 1:
+        raise AssertionError(f"expected one definition of @{_PLACEHOLDER} in the emitted module")
+    return name, text.replace(head, f"define void @{name}(")

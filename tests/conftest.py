@@ -1,7 +1,9 @@
 """Test configuration: the ``cuda`` marker (skipped without a CUDA device) and deterministic seeding."""
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +11,9 @@ import pytest
 
 # ``from helpers import ...`` works whatever directory pytest is started from.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# Compiled kernels go to a private cache for the test run, never to ~/.cache/jitorch (subprocesses inherit it).
+os.environ.setdefault("JITORCH_CACHE_DIR", tempfile.mkdtemp(prefix="jitorch-test-cache-"))
 
 
 def pytest_collection_modifyitems(config, items):

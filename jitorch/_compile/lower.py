@@ -4,7 +4,9 @@ Each member's expression comes from its row's ``Pointwise`` string (`expr.parse_
 the dtype the row computes in (what the eager dispatcher's promotion does). Inputs become strided buffers over the
 group's shape (stride 0 where they broadcast); outputs are fresh C-contiguous NumPy arrays, so no buffer overlaps
 another (the LLVM backend marks them all ``noalias``). Compiled kernels are cached in memory by their canonical IR
-text, so equal groups in different graphs share machine code.
+text, so equal groups in different graphs share machine code; their object code is also cached on disk
+(`codegen.llvm_objcache.default_cache`: ``$JITORCH_CACHE_DIR`` or ~/.cache/jitorch), so a new process loads it
+instead of compiling.
 
 >>> import numpy as np
 >>> from jitorch.codegen.ir import load
@@ -20,6 +22,7 @@ import numpy as np
 
 from ..codegen.ir import Buffer, Expr, Kernel, Store, load, op
 from ..codegen.llvm_compile import compile_kernel
+from ..codegen.llvm_objcache import default_cache
 from ..fx.node import Node
 from ..ops.table import OPS
 from ..runtime.threads import get_num_threads, parallel_for
@@ -58,7 +61,7 @@ def _compiled(kernel):
             _STATS["hits"] += 1
             return ck
     start = time.perf_counter()
-    ck = compile_kernel(kernel)
+    ck = compile_kernel(kernel, cache=default_cache())
     with _lock:
         _STATS["compiles"] += 1
         _STATS["compile_s"] += time.perf_counter() - start

@@ -1,0 +1,117 @@
+"""Compile latency of a tanh-GELU kernel: cold (empty cache) and warm (disk cache filled by an earlier process).
+
+Every sample is a fresh Python process (``--child``), so nothing is cached in memory and the numbers are what a new
+program sees. Two cases: the kernel through ``codegen.compile_kernel`` with a `KernelCache` (the LLVM compile alone,
+including making the target machine and engine), and the first call of a ``jitorch.compile``'d GELU on 1024 floats
+(tracing, fusion, lowering and the compile; the imports are timed apart). Cold samples each get a new, empty cache
+directory; warm samples reuse the directory of the cold sample before them. The issue's targets: cold compile of
+the GELU function < 200 ms, < 20 ms in a fresh process with a warm disk cache.
+
+Run: ``python bench/bench_compile_latency.py [--repeats N]``; writes bench/results/compile-latency-<date>.md/.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import common
+
+C = 0.7978845608028654
+N = 1024
+
+
+def child(case, cache_dir):
+    """Measure one fresh process; prints a JSON line of seconds."""
+    start = time.perf_counter()
+    import numpy as np
+
+    import jitorch
+    from jitorch.codegen.cache import KernelCache
+    from jitorch.codegen.ir import Buffer, Kernel, Store, const, load, op
+    from jitorch.codegen.llvm_compile import compile_kernel
+    from jitorch.codegen.llvm_objcache import default_cache
+    result = {"import_s": time.perf_counter() - start}
+    x = np.linspace(-4, 4, N, dtype=np.float32)
+    if case == "kernel":
+        v = load(0, "f32")
+        cube = op("mul", op("mul", op("mul", const(0.044715, "f32"), v), v), v)
+        y = op("mul", op("mul", const(0.5, "f32"), v),
+               op("add", const(1, "f32"), op("tanh", op("mul", const(C, "f32"), op("add", v, cube)))))
+        kernel = Kernel((N,), (Buffer("f32", (1,)), Buffer("f32", (1,))), (Store(1, y),))
+        cache = KernelCache(cache_dir)
+        start = time.perf_counter()
+        compile_kernel(kernel, cache=cache).run([x, np.zeros_like(x)])
+        result["first_s"] = time.perf_counter() - start
+    else:
+        cache = default_cache()  # jitorch.compile's cache: $JITORCH_CACHE_DIR, set by the parent
+        f = jitorch.compile(lambda t: 0.5 * t * (1 + jitorch.tanh(C * (t + 0.044715 * t * t * t))))
+        t = jitorch.tensor(x)
+        start = time.perf_counter()
+        f(t)
+        result["first_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        f(t)
+        result["second_s"] = time.perf_counter() - start
+    result["stats"] = cache.stats()
+    print(json.dumps(result))
+
+
+def sample(case, cache_dir):
+    env = dict(os.environ, JITORCH_CACHE_DIR=cache_dir)
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, "--child", case, cache_dir], env=env, capture_output=True,
+                          text=True, check=True)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["process_s"] = time.perf_counter() - start
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--child", nargs=2, metavar=("CASE", "DIR"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(*args.child)
+    samples = {(case, state): [] for case in ("kernel", "jitorch.compile") for state in ("cold", "warm")}
+    with tempfile.TemporaryDirectory(prefix="jitorch-bench-") as root:
+        for i in range(args.repeats):
+            for case in ("kernel", "jitorch.compile"):
+                directory = os.path.join(root, f"{case}-{i}")  # new and empty: a cold cache
+                for state in ("cold", "warm"):
+                    result = sample(case, directory)
+                    expect = 1 if state == "cold" else 0
+                    if result["stats"]["compiles"] != expect:
+                        raise RuntimeError(f"{case} {state}: expected {expect} compiles, got {result['stats']}")
+                    samples[case, state].append(result)
+    rows = []
+    for (case, state), results in samples.items():
+        med = {key: statistics.median(r[key] for r in results) * 1e3 for key in results[0] if key.endswith("_s")}
+        rows.append({"case": case, "cache": state, "first_call_ms": med["first_s"],
+                     "first_call_min_ms": min(r["first_s"] for r in results) * 1e3,
+                     "second_call_ms": med.get("second_s"), "import_ms": med["import_s"],
+                     "process_ms": med["process_s"], "samples": len(results)})
+    table = common.format_table(rows, [("case", "case", "s"), ("disk cache", "cache", "s"),
+                                       ("first call ms (median)", "first_call_ms", ".1f"),
+                                       ("first call ms (min)", "first_call_min_ms", ".1f"),
+                                       ("second call ms", "second_call_ms", ".3f"),
+                                       ("imports ms", "import_ms", ".0f"), ("process ms", "process_ms", ".0f")])
+    print(table)
+    import llvmlite
+    facts = dict(common.machine_facts(), llvmlite=llvmlite.__version__)
+    notes = (f"tanh-GELU on {N} float32, each sample a fresh process; median of {args.repeats}. 'kernel' is "
+             "codegen.compile_kernel with a KernelCache (LLVM only, target machine creation included); "
+             "'jitorch.compile' is the first call of the compiled function (trace, fuse, lower, compile, run). "
+             "Imports are timed apart. Targets (issue 7): cold < 200 ms, warm < 20 ms.")
+    paths = common.write_results("compile-latency", rows, facts, table, notes)
+    print("wrote", *paths)
+
+
+if __name__ == "__main__":
+    main()
