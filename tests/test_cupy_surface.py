@@ -445,6 +445,8 @@ case("max_pool", lambda t, m: (_nn("max_pool2d")(m.f(1, 2, 5, 5), 2, return_indi
                                _nn("max_pool1d")(m.f(1, 2, 7), 3, 2, padding=1, ceil_mode=True),
                                _nn("max_pool3d")(m.f(1, 1, 4, 4, 4), 2, dilation=1),
                                _nn("max_pool2d")(m.i(1, 1, 4, 4).float(), 2)))
+# max_pool_scatter: the disjoint-window gradient row (stride past the window, padding).
+case("max_pool_scatter", lambda t, m: (_nn("max_pool2d")(m.f(2, 2, 7, 7), 2, 3, padding=1),))
 case("adaptive_pool", lambda t, m: (_nn("adaptive_max_pool2d")(m.f(1, 2, 5, 7), (2, 3), return_indices=True),
                                     _nn("adaptive_max_pool1d")(m.f(2, 3, 5), 3),
                                     _nn("adaptive_avg_pool2d")(m.f(1, 2, 5, 5), 2),

@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from ..runtime import strided_view
+from .pool_ops import MAX_POOL_SCATTER, windows_disjoint
 from .table import Opaque, defop
 
 __all__ = ["CONVOLUTION", "CONVOLUTION_TRANSPOSE", "CONVOLUTION_WEIGHT", "IM2COL", "COL2IM", "MAX_POOL",
@@ -63,9 +64,7 @@ def _windows(xp, x, kernel, stride, padding, dilation, fill=0):
     """A strided view ``(N, C, *out, *kernel)`` of the windows of ``x`` (``(N, C, *S)``) after padding by ``padding``
     (``(left, right)`` pairs or symmetric ints) with ``fill``."""
     pads = [(p, p) if isinstance(p, int) else tuple(p) for p in padding]
-    if any(lo or hi for lo, hi in pads):
-        x = xp.pad(x, [(0, 0), (0, 0)] + pads, constant_values=fill)
-    x = xp.ascontiguousarray(x)
+    x = _pad_contiguous(xp, x, pads, fill)
     nd = len(kernel)
     st = [s // x.itemsize for s in x.strides]
     out = [(x.shape[2 + i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1 for i in range(nd)]
@@ -77,7 +76,11 @@ def _windows(xp, x, kernel, stride, padding, dilation, fill=0):
 def _pad_contiguous(xp, x, pads, fill=0):
     """``x`` padded by ``pads`` (``(left, right)`` pairs of the spatial dims) with ``fill``, C-contiguous."""
     if any(lo or hi for lo, hi in pads):
-        return xp.pad(x, [(0, 0), (0, 0)] + [tuple(p) for p in pads], constant_values=fill)
+        # A filled buffer and one slice copy: ``xp.pad`` costs ~100 us of Python per call on these small images.
+        out = xp.full(tuple(x.shape[:2]) + tuple(n + lo + hi for n, (lo, hi) in zip(x.shape[2:], pads)), fill,
+                      dtype=x.dtype)
+        out[(slice(None), slice(None)) + tuple(slice(lo, lo + n) for n, (lo, _) in zip(x.shape[2:], pads))] = x
+        return out
     return xp.ascontiguousarray(x)
 
 
@@ -317,8 +320,14 @@ def _flat_index(xp, coords, spatial):
 
 
 def _window_max(xp, flat):
-    """(max, argmax) over the last axis; NaN wins, as in PyTorch."""
+    """(max, argmax) over the last axis; NaN wins and, as in PyTorch's ``val > max || isnan(val)`` scan, the last
+    NaN of a window is its index (``argmax`` alone would give the first)."""
     arg = flat.argmax(-1)
+    if flat.dtype.kind == "f":
+        nan = xp.isnan(flat)
+        if bool(nan.any()):
+            last = flat.shape[-1] - 1 - nan[..., ::-1].argmax(-1)
+            arg = xp.where(nan.any(-1), last, arg)
     return xp.take_along_axis(flat, arg[..., None], -1)[..., 0], arg
 
 
@@ -356,10 +365,11 @@ def _offset_max(xp, win, kernel, spatial, dilation):
     # Any NaN in a window makes ``best`` NaN: with none (checked once), ``v == best`` alone finds the maximum.
     nan = best.dtype.kind == "f" and bool(xp.isnan(best).any())
     for v, f in zip(views[-2::-1], flat[-2::-1]):  # backwards, so the first hit in window order wins
-        hit = v == best
-        if nan:
-            hit |= v != v
-        xp.copyto(where, f, where=hit)  # in place: no new index array per offset
+        xp.copyto(where, f, where=v == best)  # in place: no new index array per offset
+    if nan:
+        # ``v == best`` never holds in a NaN window; PyTorch's scan (``val > max || isnan(val)``) keeps its last NaN.
+        for v, f in zip(views, flat):
+            xp.copyto(where, f, where=v != v)
     return best, where
 
 
@@ -386,27 +396,16 @@ def _max_pool_kernel(xp, x, kernel, stride, padding, dilation, out_sizes):
 def _max_pool_backward(ctx, g, _g_indices=None):
     """The output gradient routed to the positions of the maxima (windows may share a maximum).
 
-    Tiling windows (stride == kernel, no padding or dilation, the common 2x2 pool) make the input a reshape
-    ``(N, C, o1, k1, o2, k2, ...)``, so the gradient is a one-hot select in that layout; otherwise a scatter-add
-    (measured: col2im of a one-hot column is slower than the scatter-add for overlapping windows).
+    Disjoint windows (stride >= dilated kernel, e.g. the common 2x2 pool) give each input position at most one
+    gradient: one indexed-store row. Otherwise a scatter-add (measured: col2im of a one-hot column is slower than the
+    scatter-add for overlapping windows).
     """
     shape = ctx.in_meta[0][0]
     n, c = shape[:2]
     indices = ctx.outputs[1].detach()
     a = ctx.attrs
-    if "kernel" in a and tuple(a["stride"]) == tuple(a["kernel"]) and not any(a["padding"]) and \
-            all(d == 1 for d in a["dilation"]) and all(o * k == size for o, k, size in zip(a["out_sizes"], a["kernel"],
-                                                                                         shape[2:])):
-        from .. import _creation
-
-        spatial, kernel, outs = shape[2:], a["kernel"], a["out_sizes"]
-        origin = _window_origins(np, spatial, kernel, (0,) * len(kernel), outs)
-        flat = [sum(k * _prod(spatial[i + 1:]) for i, k in enumerate(o))
-                for o in itertools.product(*(range(k) for k in kernel))]
-        split = (n, c) + tuple(v for o in outs for v in (o, 1))
-        offs = np.asarray(flat, dtype=np.int64).reshape(tuple(v for k in kernel for v in (1, k)))
-        local = (indices - _creation.tensor(origin, device=g.device)).reshape(split)
-        return g.reshape(split).where(local == _creation.tensor(offs, device=g.device), 0).reshape(shape)
+    if "kernel" in a and windows_disjoint(a["kernel"], a["stride"], a["dilation"]):
+        return _apply(MAX_POOL_SCATTER, g, indices, shape=tuple(shape))
     flat = g.new_zeros((n, c, _prod(shape[2:])))
     return flat.scatter_add(2, indices.reshape(n, c, -1), g.reshape(n, c, -1)).reshape(shape)
 
