@@ -367,6 +367,13 @@ _SCALARS = (float, int)
 _NO_ATTRS: dict = {}
 
 
+def _edge_inline(a):
+    if not a._requires_grad:
+        return None
+    fn = a.grad_fn
+    return (fn, a._output_nr) if fn is not None else (a, 0)
+
+
 def _record_pointwise(op, args, t):
     """``record`` for a pointwise op whose inputs already have the output's shape and dtype (no meta needed)."""
     edges = []
@@ -396,6 +403,7 @@ def fast_binary(op, reflected=False):
     ufunc = getattr(np, op.ufunc) if op.ufunc else None
     differentiable = op.differentiable
     promotion = op.promotion
+    saves, node_cls = op.saves, op.node_cls
 
     def run(a, b):
         if reflected:
@@ -441,6 +449,13 @@ def fast_binary(op, reflected=False):
                                                                                       b._requires_grad)):
                         if tb is Tensor and (x.shape != y.shape or a._data.dtype != b._data.dtype):
                             record(op, (a, b), {}, (t,))
+                        elif saves is None:
+                            # The hottest autograd case (add/sub of same-shape tensors): the node inline.
+                            node = _new(node_cls)
+                            node.next = (_edge_inline(a), _edge_inline(b) if tb is Tensor else None)
+                            node.attrs = _NO_ATTRS
+                            t.grad_fn = node
+                            t._requires_grad = True
                         else:
                             _record_pointwise(op, (a, b), t)
                     return t
