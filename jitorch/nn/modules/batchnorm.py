@@ -17,9 +17,9 @@ BatchNorm1d(2, eps=1e-05, momentum=0.1, affine=True, bias=True, track_running_st
 from __future__ import annotations
 
 from ... import _creation, _dtype
-from .. import functional as F, init
-from ..parameter import Parameter
+from .. import functional as F
 from .module import Module
+from .normalization import _make_affine, _reset_affine
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"]
 
@@ -39,15 +39,7 @@ class _NormBase(Module):
         self.momentum = momentum
         self.affine = affine
         self.track_running_stats = track_running_stats
-        if affine:
-            self.weight = Parameter(_creation.empty(num_features, **kw))
-            if bias:
-                self.bias = Parameter(_creation.empty(num_features, **kw))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _make_affine(self, affine, bias, num_features, device, dtype)
         if track_running_stats:
             self.register_buffer("running_mean", _creation.zeros(num_features, **kw))
             self.register_buffer("running_var", _creation.ones(num_features, **kw))
@@ -66,10 +58,7 @@ class _NormBase(Module):
 
     def reset_parameters(self):
         self.reset_running_stats()
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self)
 
     def _check_input_dim(self, input):
         raise NotImplementedError
