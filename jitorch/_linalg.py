@@ -15,7 +15,7 @@ import math
 import string
 from collections import Counter
 
-from ._dispatch import apply
+from ._dispatch import apply, fast_binary
 from ._pointwise import _write_out
 from ._shape import wrap_dim, wrap_dims
 from ._tensor import Tensor
@@ -46,10 +46,20 @@ def _check_inner(op, a, b, k_a, k_b):
         raise RuntimeError(f"{op}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied ({k_a} != {k_b})")
 
 
+_fast_matmul = fast_binary(L.MATMUL)
+
+
 def matmul(input, other, *, out=None):
     """Matrix product with NumPy/PyTorch semantics: vectors are promoted and removed, batch dims broadcast."""
     _check_tensors("matmul", input, other)
-    return _write_out(apply(L.MATMUL, input, other), out)
+    return _fast_matmul(input, other) if out is None else _write_out(apply(L.MATMUL, input, other), out)
+
+
+def _matmul_operator(self, other):
+    # ``a @ b`` is the hottest linear-algebra call in small loops (RNN cells): straight to the fast path.
+    if isinstance(other, Tensor):
+        return _fast_matmul(self, other)
+    return matmul(self, other)
 
 
 def mm(input, mat2, *, out=None):
@@ -446,7 +456,7 @@ def matrix_power(input, n):
 _METHODS = {name: globals()[name] for name in __all__ if name not in ("einsum", "tensordot", "cdist", "chain_matmul",
                                                                      "cholesky_solve")}
 _METHODS.update(
-    __matmul__=matmul, __rmatmul__=lambda self, other: matmul(other, self),
+    __matmul__=_matmul_operator, __rmatmul__=lambda self, other: matmul(other, self),
     cholesky_solve=lambda self, input2, upper=False: cholesky_solve(self, input2, upper),
     addmm_=_inplace_scaled(addmm), addmv_=_inplace_scaled(addmv), addbmm_=_inplace_scaled(addbmm),
     baddbmm_=_inplace_scaled(baddbmm), addr_=_inplace_scaled(addr),

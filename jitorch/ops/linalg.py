@@ -15,11 +15,13 @@ from __future__ import annotations
 import math
 import string
 
+import ml_dtypes
 import numpy as np
 
 from .table import Opaque, Reduction, defop
 
 _HALF = {"float16", "bfloat16"}
+_HALF_DTYPES = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
 
 
 class LinAlgError(RuntimeError):
@@ -60,8 +62,12 @@ def _matmul_kernel(xp, a, b):
     if k_a != k_b:
         raise RuntimeError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied "
                            f"({k_a} != {k_b})")
-    _same_dtype("matmul", (a, b))
-    return _in_float32(xp, xp.matmul, a, b)
+    dtype = a.dtype
+    if dtype != b.dtype:
+        _same_dtype("matmul", (a, b))
+    if dtype in _HALF_DTYPES:  # NumPy has no half-precision matmul kernels
+        return xp.matmul(a.astype(np.float32), b.astype(np.float32)).astype(dtype)
+    return xp.matmul(a, b)
 
 
 def _matmul_backward(ctx, g):
