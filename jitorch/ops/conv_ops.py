@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from ..runtime import strided_view
-from .pool_ops import MAX_POOL_SCATTER, windows_disjoint
+from .pool_ops import MAX_POOL_SCATTER, pair_pool_max, windows_disjoint
 from .table import Opaque, defop
 
 __all__ = ["CONVOLUTION", "CONVOLUTION_TRANSPOSE", "CONVOLUTION_WEIGHT", "IM2COL", "COL2IM", "MAX_POOL",
@@ -376,6 +376,10 @@ def _offset_max(xp, win, kernel, spatial, dilation):
 def _max_pool_kernel(xp, x, kernel, stride, padding, dilation, out_sizes):
     nd = len(kernel)
     spatial = x.shape[2:]
+    if (nd == 2 and tuple(kernel) == (2, 2) and tuple(stride) == (2, 2) and not any(padding)
+            and tuple(dilation) == (1, 1) and tuple(out_sizes) == (spatial[0] // 2, spatial[1] // 2)
+            and spatial[0] % 2 == 0 and spatial[1] % 2 == 0):
+        return pair_pool_max(xp, x)  # the common MaxPool2d(2): windows are a reshape view
     pads = _pool_pads(spatial, kernel, stride, padding, dilation, out_sizes)
     win = _windows(xp, x, kernel, stride, pads, dilation, fill=_lowest(x.dtype))
     win = win[(slice(None), slice(None)) + tuple(slice(0, o) for o in out_sizes)]
