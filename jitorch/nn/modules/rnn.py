@@ -1,5 +1,6 @@
-"""Recurrent layers: ``RNN`` (tanh/relu), ``LSTM`` (optional projections) and ``GRU``, plus their single-step cells
-``RNNCell``, ``LSTMCell`` and ``GRUCell``.
+"""Recurrent layers: ``RNN`` (tanh/relu), ``LSTM`` (optional projections) and ``GRU`` (tensor or
+``PackedSequence`` input),
+plus their single-step cells ``RNNCell``, ``LSTMCell`` and ``GRUCell``.
 
 Parameters carry PyTorch's names (``weight_ih_l0``, ``bias_hh_l1_reverse``, ``weight_hr_l0``...) so ``state_dict``s
 load across frameworks. The input projection of a whole sequence is one matmul; the recurrence then runs one small
@@ -21,6 +22,7 @@ import warnings
 from ... import _creation
 from .. import init
 from ..parameter import Parameter
+from ._rnn_packed import check_packed, is_packed, packed_zeros, run_packed
 from ._rnn_steps import CELLS, run_stack
 from .module import Module
 
@@ -169,6 +171,11 @@ class RNNBase(Module):
         return (output.transpose(0, 1) if self.batch_first else output), finals
 
     def _single_state_forward(self, input, hx, name):
+        if is_packed(input):
+            hx = packed_zeros(self, input, self.hidden_size) if hx is None else hx
+            check_packed(self, input, (hx,), (self.hidden_size,))
+            output, (h,) = run_packed(self, input, (hx,))
+            return output, h
         input, is_batched = self._batched(input, name)
         if hx is not None:
             if is_batched and hx.dim() != 3:
@@ -246,8 +253,13 @@ class LSTM(RNNBase):
                                "Expected hidden[1] size {}, got {}")
 
     def forward(self, input, hx=None):
-        input, is_batched = self._batched(input, "LSTM")
         real_hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
+        if is_packed(input):
+            if hx is None:
+                hx = (packed_zeros(self, input, real_hidden), packed_zeros(self, input, self.hidden_size))
+            check_packed(self, input, tuple(hx), (real_hidden, self.hidden_size))
+            return run_packed(self, input, tuple(hx))
+        input, is_batched = self._batched(input, "LSTM")
         if hx is None:
             hx = (self._zeros(input, real_hidden), self._zeros(input, self.hidden_size))
         elif is_batched:

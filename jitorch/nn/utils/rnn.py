@@ -2,7 +2,7 @@
 
 A ``PackedSequence`` stores a batch of sequences time step by time step: ``data`` holds, for each step ``t``, the
 ``batch_sizes[t]`` sequences still running, longest first. Everything here is built from differentiable tensor ops,
-so gradients flow back through packing and padding. (jitorch's RNN modules do not take a ``PackedSequence`` yet.)
+so gradients flow back through packing and padding. ``RNN``/``LSTM``/``GRU`` take a ``PackedSequence`` as input.
 
 >>> import jitorch
 >>> from jitorch.nn.utils.rnn import pack_sequence, pad_packed_sequence, pad_sequence

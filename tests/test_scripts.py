@@ -1,0 +1,94 @@
+"""Realistic PyTorch scripts (tests/scripts/) run unchanged under jitorch (through the ``torch`` shim) and real torch.
+
+Each script runs twice in subprocesses: with tests/torch_shim first on PYTHONPATH (``import torch`` gives jitorch)
+and with the installed PyTorch. Both must exit 0. Scripts whose computation is deterministic given their NumPy-made
+initial weights must print the same metrics; for stochastic training the jitorch loss must fall.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS = HERE / "scripts"
+SHIM = HERE / "torch_shim"
+METRIC = re.compile(r"^(\w+)=(\S+)$")
+
+# script -> (atol, rtol) for the agreement of every printed metric with real torch; None: stochastic training.
+DETERMINISTIC = {
+    "micrograd.py": (1e-5, 1e-5),
+    "poly_lbfgs.py": (1e-3, 1e-3),
+    "checkpoint_resume.py": (1e-4, 1e-4),
+}
+MIN_ACCURACY = {"resnet_blocks.py": 0.9, "transformer_cls.py": 0.9}
+ALL = sorted(p.name for p in SCRIPTS.glob("*.py"))
+
+
+def _env(shim: bool) -> dict:
+    env = dict(os.environ)
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != SHIM]
+    if shim:
+        parts.insert(0, str(SHIM))
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def _start(script: str, shim: bool, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(SCRIPTS / script)], cwd=cwd, env=_env(shim),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen, label: str) -> dict[str, float]:
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, f"{label} failed (exit {proc.returncode}):\n{out[-3000:]}\n{err[-5000:]}"
+    metrics = {}
+    for line in out.splitlines():
+        m = METRIC.match(line.strip())
+        if m:
+            metrics[m.group(1)] = float(m.group(2))
+    assert metrics, f"{label} printed no name=value metrics:\n{out[-2000:]}"
+    return metrics
+
+
+def test_shim_aliases_torch_to_jitorch(tmp_path):
+    code = ("import torch, torch.nn.functional as F, jitorch, jitorch.nn.functional as G\n"
+            "from torch.utils.data import DataLoader\n"
+            "import torch.optim.lr_scheduler as s\n"
+            "assert torch is jitorch and F is G and F.__spec__.name == 'jitorch.nn.functional'\n"
+            "assert DataLoader is jitorch.utils.data.DataLoader and s is jitorch.optim.lr_scheduler\n"
+            "print('ok')\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(True), capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
+
+
+def test_every_script_is_covered():
+    assert len(ALL) >= 6
+    assert set(DETERMINISTIC) <= set(ALL)
+
+
+@pytest.mark.parametrize("script", ALL)
+def test_script_runs_under_jitorch_and_torch(script, tmp_path):
+    (tmp_path / "jt").mkdir()
+    (tmp_path / "pt").mkdir()
+    jt_proc = _start(script, True, tmp_path / "jt")
+    pt_proc = _start(script, False, tmp_path / "pt")
+    jt = _finish(jt_proc, f"{script} under jitorch")
+    pt = _finish(pt_proc, f"{script} under torch")
+    assert set(jt) == set(pt)
+    assert all(math.isfinite(v) for v in jt.values()), jt
+    if script in DETERMINISTIC:
+        atol, rtol = DETERMINISTIC[script]
+        for name, expected in pt.items():
+            assert math.isclose(jt[name], expected, rel_tol=rtol, abs_tol=atol), (name, jt[name], expected)
+    else:
+        assert jt["final_loss"] < jt["initial_loss"], jt
+        assert pt["final_loss"] < pt["initial_loss"], pt
+    if script in MIN_ACCURACY:
+        assert jt["accuracy"] >= MIN_ACCURACY[script], jt
