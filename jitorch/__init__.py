@@ -41,7 +41,7 @@ from . import serialization  # noqa: E402,F401
 from .serialization import load, save  # noqa: E402,F401
 import jitorch.utils.data  # noqa: E402,F401
 from . import fx  # noqa: E402,F401
-from . import accelerator, amp, backends, cuda, distributed, onnx, testing  # noqa: E402,F401
+from . import accelerator, amp, backends, cuda, distributed, distributions, onnx, testing  # noqa: E402,F401
 from . import cpu  # noqa: E402,F401
 from .amp import autocast  # noqa: E402,F401
 from .amp.autocast_mode import (  # noqa: E402,F401

@@ -1,0 +1,20 @@
+"""``jitorch.distributions``: PyTorch's probability distributions built from jitorch ops.
+
+``log_prob`` and ``entropy`` are differentiable in the parameters, ``rsample`` is reparameterized, and every draw goes
+through jitorch's random functions, so ``jitorch.manual_seed`` makes sampling reproducible.
+
+>>> import jitorch
+>>> import jitorch.distributions as D
+>>> d = D.Normal(jitorch.tensor([0.0]), jitorch.tensor([1.0]))
+>>> round(float(d.log_prob(jitorch.tensor([0.0]))), 4)
+-0.9189
+"""
+from . import constraints
+from .discrete import Bernoulli, Categorical
+from .distribution import Distribution
+from .multivariate_normal import Independent, MultivariateNormal
+from .kl import kl_divergence, register_kl
+from .normal import Normal, Uniform
+
+__all__ = ["Bernoulli", "Categorical", "Distribution", "Independent", "MultivariateNormal", "Normal", "Uniform",
+           "constraints", "kl_divergence", "register_kl"]

@@ -1,0 +1,148 @@
+"""``Distribution``: the base class with PyTorch's shapes, argument validation and sampling protocol."""
+from __future__ import annotations
+
+import jitorch as torch
+
+from . import constraints
+from .utils import lazy_property
+
+__all__ = ["Distribution"]
+
+
+class Distribution:
+    has_rsample = False
+    has_enumerate_support = False
+    _validate_args = __debug__
+
+    @staticmethod
+    def set_default_validate_args(value):
+        if value not in (True, False):
+            raise ValueError
+        Distribution._validate_args = value
+
+    def __init__(self, batch_shape=torch.Size(), event_shape=torch.Size(), validate_args=None):
+        self._batch_shape = torch.Size(batch_shape)
+        self._event_shape = torch.Size(event_shape)
+        if validate_args is not None:
+            self._validate_args = validate_args
+        if self._validate_args:
+            try:
+                arg_constraints = self.arg_constraints
+            except NotImplementedError:
+                arg_constraints = {}
+            for param, constraint in arg_constraints.items():
+                if constraints.is_dependent(constraint):
+                    continue
+                if param not in self.__dict__ and isinstance(getattr(type(self), param, None), lazy_property):
+                    continue  # the other parametrization was given
+                value = getattr(self, param)
+                valid = constraint.check(value)
+                if not bool(valid.all()):
+                    raise ValueError(
+                        f"Expected parameter {param} ({type(value).__name__} of shape {tuple(value.shape)}) "
+                        f"of distribution {self!r} to satisfy the constraint {constraint!r}, "
+                        f"but found invalid values:\n{value}")
+
+    def expand(self, batch_shape, _instance=None):
+        raise NotImplementedError
+
+    @property
+    def batch_shape(self):
+        return self._batch_shape
+
+    @property
+    def event_shape(self):
+        return self._event_shape
+
+    @property
+    def arg_constraints(self):
+        raise NotImplementedError
+
+    @property
+    def support(self):
+        raise NotImplementedError
+
+    @property
+    def mean(self):
+        raise NotImplementedError(f"{self.__class__} does not implement mean")
+
+    @property
+    def mode(self):
+        raise NotImplementedError(f"{self.__class__} does not implement mode")
+
+    @property
+    def variance(self):
+        raise NotImplementedError(f"{self.__class__} does not implement variance")
+
+    @property
+    def stddev(self):
+        return self.variance.sqrt()
+
+    def sample(self, sample_shape=torch.Size()):
+        with torch.no_grad():
+            return self.rsample(sample_shape)
+
+    def rsample(self, sample_shape=torch.Size()):
+        raise NotImplementedError
+
+    def sample_n(self, n):
+        return self.sample(torch.Size((n,)))
+
+    def log_prob(self, value):
+        raise NotImplementedError
+
+    def cdf(self, value):
+        raise NotImplementedError
+
+    def icdf(self, value):
+        raise NotImplementedError
+
+    def enumerate_support(self, expand=True):
+        raise NotImplementedError
+
+    def entropy(self):
+        raise NotImplementedError
+
+    def perplexity(self):
+        return torch.exp(self.entropy())
+
+    def _extended_shape(self, sample_shape=torch.Size()):
+        if not isinstance(sample_shape, torch.Size):
+            sample_shape = torch.Size(sample_shape)
+        return torch.Size(tuple(sample_shape) + tuple(self._batch_shape) + tuple(self._event_shape))
+
+    def _validate_sample(self, value):
+        if not torch.is_tensor(value):
+            raise ValueError("The value argument to log_prob must be a Tensor")
+        event_dim_start = len(value.size()) - len(self._event_shape)
+        if tuple(value.size()[event_dim_start:]) != tuple(self._event_shape):
+            raise ValueError(f"The right-most size of value must match event_shape: {value.size()} vs "
+                             f"{self._event_shape}.")
+        actual_shape = value.size()
+        expected_shape = tuple(self._batch_shape) + tuple(self._event_shape)
+        for i, j in zip(reversed(actual_shape), reversed(expected_shape)):
+            if i != 1 and j != 1 and i != j:
+                raise ValueError(f"Value is not broadcastable with batch_shape+event_shape: {actual_shape} vs "
+                                 f"{expected_shape}.")
+        try:
+            support = self.support
+        except NotImplementedError:
+            return
+        valid = support.check(value)
+        if not bool(valid.all()):
+            raise ValueError(
+                f"Expected value argument ({type(value).__name__} of shape {tuple(value.shape)}) to be within the "
+                f"support ({support!r}) of the distribution {self!r}, but found invalid values:\n{value}")
+
+    def _get_checked_instance(self, cls, _instance=None):
+        if _instance is None and type(self).__init__ != cls.__init__:
+            raise NotImplementedError(f"Subclass {self.__class__.__name__} of {cls.__name__} that defines a custom "
+                                      "__init__() method must also define a custom .expand() method.")
+        return self.__new__(type(self)) if _instance is None else _instance
+
+    def __repr__(self):
+        param_names = [k for k in self.arg_constraints if k in self.__dict__]
+        args_string = ", ".join(
+            f"{p}: {self.__dict__[p] if self.__dict__[p].numel() == 1 else self.__dict__[p].size()}"
+            for p in param_names)
+        return self.__class__.__name__ + "(" + args_string + ")"

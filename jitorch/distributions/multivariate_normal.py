@@ -1,0 +1,172 @@
+"""``MultivariateNormal`` (``covariance_matrix``, ``precision_matrix`` or ``scale_tril``) and ``Independent``."""
+from __future__ import annotations
+
+import math
+
+import jitorch as torch
+
+from . import constraints
+from .distribution import Distribution
+from .utils import lazy_property
+
+__all__ = ["Independent", "MultivariateNormal"]
+
+
+def _batch_mahalanobis(bL, bx):
+    """Squared Mahalanobis distance ``x^T (L L^T)^-1 x`` over broadcast batches."""
+    sol = torch.linalg.solve_triangular(bL, bx.unsqueeze(-1), upper=False).squeeze(-1)
+    return sol.pow(2).sum(-1)
+
+
+class MultivariateNormal(Distribution):
+    arg_constraints = {"loc": constraints.real_vector, "covariance_matrix": constraints.positive_definite,
+                       "precision_matrix": constraints.positive_definite, "scale_tril": constraints.lower_cholesky}
+    support = constraints.real_vector
+    has_rsample = True
+
+    def __init__(self, loc, covariance_matrix=None, precision_matrix=None, scale_tril=None, validate_args=None):
+        if loc.dim() < 1:
+            raise ValueError("loc must be at least one-dimensional.")
+        if (covariance_matrix is not None) + (scale_tril is not None) + (precision_matrix is not None) != 1:
+            raise ValueError("Exactly one of covariance_matrix or precision_matrix or scale_tril may be specified.")
+        matrix = next(m for m in (scale_tril, covariance_matrix, precision_matrix) if m is not None)
+        if matrix.dim() < 2:
+            raise ValueError("scale_tril, covariance_matrix or precision_matrix must be at least two-dimensional, "
+                             "with optional leading batch dimensions")
+        batch_shape = torch.broadcast_shapes(tuple(matrix.shape[:-2]), tuple(loc.shape[:-1]))
+        if scale_tril is not None:
+            self.scale_tril = scale_tril.expand(tuple(batch_shape) + (-1, -1))
+        elif covariance_matrix is not None:
+            self.covariance_matrix = covariance_matrix.expand(tuple(batch_shape) + (-1, -1))
+        else:
+            self.precision_matrix = precision_matrix.expand(tuple(batch_shape) + (-1, -1))
+        self.loc = loc.expand(tuple(batch_shape) + (-1,))
+        super().__init__(batch_shape, self.loc.shape[-1:], validate_args=validate_args)
+        if scale_tril is not None:
+            self._unbroadcasted_scale_tril = scale_tril
+        elif covariance_matrix is not None:
+            self._unbroadcasted_scale_tril = torch.linalg.cholesky(covariance_matrix)
+        else:
+            cov = torch.linalg.inv(precision_matrix)
+            self._unbroadcasted_scale_tril = torch.linalg.cholesky(cov)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(MultivariateNormal, _instance)
+        batch_shape = torch.Size(batch_shape)
+        loc_shape = tuple(batch_shape) + tuple(self.event_shape)
+        cov_shape = loc_shape + tuple(self.event_shape)
+        new.loc = self.loc.expand(loc_shape)
+        new._unbroadcasted_scale_tril = self._unbroadcasted_scale_tril
+        for name in ("covariance_matrix", "scale_tril", "precision_matrix"):
+            if name in self.__dict__:
+                setattr(new, name, self.__dict__[name].expand(cov_shape))
+        Distribution.__init__(new, batch_shape, self.event_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @lazy_property
+    def scale_tril(self):
+        return self._unbroadcasted_scale_tril.expand(tuple(self._batch_shape) + tuple(self._event_shape) * 2)
+
+    @lazy_property
+    def covariance_matrix(self):
+        L = self._unbroadcasted_scale_tril
+        return (L @ L.mT).expand(tuple(self._batch_shape) + tuple(self._event_shape) * 2)
+
+    @lazy_property
+    def precision_matrix(self):
+        return torch.linalg.inv(self.covariance_matrix)
+
+    @property
+    def mean(self):
+        return self.loc
+
+    @property
+    def mode(self):
+        return self.loc
+
+    @property
+    def variance(self):
+        return self._unbroadcasted_scale_tril.pow(2).sum(-1).expand(self._batch_shape + self._event_shape)
+
+    def rsample(self, sample_shape=torch.Size()):
+        shape = self._extended_shape(sample_shape)
+        eps = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        return self.loc + (self._unbroadcasted_scale_tril @ eps.unsqueeze(-1)).squeeze(-1)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        diff = value - self.loc
+        L = self._unbroadcasted_scale_tril
+        L = L.expand(tuple(diff.shape[:-1]) + tuple(L.shape[-2:]))
+        M = _batch_mahalanobis(L, diff)
+        half_log_det = self._unbroadcasted_scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+        return -0.5 * (self._event_shape[0] * math.log(2 * math.pi) + M) - half_log_det
+
+    def entropy(self):
+        half_log_det = self._unbroadcasted_scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+        H = 0.5 * self._event_shape[0] * (1.0 + math.log(2 * math.pi)) + half_log_det
+        return H if len(self._batch_shape) == 0 else H.expand(self._batch_shape)
+
+
+def _sum_rightmost(value, dim):
+    return value if dim == 0 else value.reshape(tuple(value.shape[:value.dim() - dim]) + (-1,)).sum(-1)
+
+
+class Independent(Distribution):
+    """Reinterpret the rightmost ``reinterpreted_batch_ndims`` batch dims of ``base_distribution`` as event dims."""
+
+    arg_constraints = {}
+
+    def __init__(self, base_distribution, reinterpreted_batch_ndims, validate_args=None):
+        if reinterpreted_batch_ndims > len(base_distribution.batch_shape):
+            raise ValueError("Expected reinterpreted_batch_ndims <= len(base_distribution.batch_shape), actual "
+                             f"{reinterpreted_batch_ndims} vs {len(base_distribution.batch_shape)}")
+        shape = tuple(base_distribution.batch_shape) + tuple(base_distribution.event_shape)
+        event_dim = reinterpreted_batch_ndims + len(base_distribution.event_shape)
+        self.base_dist = base_distribution
+        self.reinterpreted_batch_ndims = reinterpreted_batch_ndims
+        super().__init__(shape[:len(shape) - event_dim], shape[len(shape) - event_dim:], validate_args=validate_args)
+
+    @property
+    def has_rsample(self):
+        return self.base_dist.has_rsample
+
+    @property
+    def has_enumerate_support(self):
+        return False
+
+    @property
+    def support(self):
+        result = self.base_dist.support
+        if self.reinterpreted_batch_ndims:
+            result = constraints.independent(result, self.reinterpreted_batch_ndims)
+        return result
+
+    @property
+    def mean(self):
+        return self.base_dist.mean
+
+    @property
+    def mode(self):
+        return self.base_dist.mode
+
+    @property
+    def variance(self):
+        return self.base_dist.variance
+
+    def sample(self, sample_shape=torch.Size()):
+        return self.base_dist.sample(sample_shape)
+
+    def rsample(self, sample_shape=torch.Size()):
+        return self.base_dist.rsample(sample_shape)
+
+    def log_prob(self, value):
+        return _sum_rightmost(self.base_dist.log_prob(value), self.reinterpreted_batch_ndims)
+
+    def entropy(self):
+        return _sum_rightmost(self.base_dist.entropy(), self.reinterpreted_batch_ndims)
+
+    def __repr__(self):
+        return f"{self.__class__.__name__}({self.base_dist}, {self.reinterpreted_batch_ndims})"
