@@ -16,7 +16,7 @@ from __future__ import annotations
 from .. import _creation
 from .._tensor import Tensor
 from ._kernels import hyper, increment_step, ops_for
-from .optimizer import evaluate_closure
+from .optimizer import evaluate_closure, upgrade_step
 from .optimizer import (Optimizer, _check_capturable, _check_fused_flags, _check_tensor_lr,
                         _device_dtype_check_for_fused, _get_scalar_dtype, _to_scalar, _use_grad_for_differentiable)
 
@@ -85,11 +85,7 @@ class Adam(Optimizer):
             fused = group.setdefault("fused", None)
             for p in group["params"]:
                 p_state = self.state.get(p, [])
-                if len(p_state) != 0 and not isinstance(p_state["step"], Tensor):
-                    # Old checkpoints saved the step as a number; steps are 0-d tensors now.
-                    on_device = group["capturable"] or group["fused"]
-                    p_state["step"] = _creation.tensor(float(p_state["step"]), dtype=_get_scalar_dtype(fused),
-                                                       device=p.device if on_device else None)
+                upgrade_step(p_state, p, group["capturable"] or group["fused"], fused)
 
     def _init_group(self, group, params_with_grad, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps):
         for p in group["params"]:

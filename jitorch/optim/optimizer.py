@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from copy import deepcopy
 from itertools import chain, count
 
-from .. import _dtype
+from .. import _creation, _dtype
 from .._tensor import Tensor
 from ..autograd.grad_mode import enable_grad, set_grad_enabled
 
@@ -425,3 +425,10 @@ def evaluate_closure(closure):
         return None
     with enable_grad():
         return closure()
+
+
+def upgrade_step(p_state, p, on_device, fused=None):
+    """Old checkpoints stored ``state["step"]`` as a number; PyTorch's optimizers now keep a 0-d tensor."""
+    if len(p_state) != 0 and not isinstance(p_state["step"], Tensor):
+        p_state["step"] = _creation.tensor(float(p_state["step"]), dtype=_get_scalar_dtype(fused),
+                                           device=p.device if on_device else None)

@@ -12,9 +12,8 @@
 from __future__ import annotations
 
 from .. import _creation
-from .._tensor import Tensor
 from ._kernels import hyper, increment_step, ops_for
-from .optimizer import evaluate_closure
+from .optimizer import evaluate_closure, upgrade_step
 from .optimizer import Optimizer, _check_capturable, _check_tensor_lr, _get_scalar_dtype, _use_grad_for_differentiable
 
 __all__ = ["RMSprop", "rmsprop"]
@@ -65,9 +64,7 @@ class RMSprop(Optimizer):
             group.setdefault("capturable", False)
             for p in group["params"]:
                 p_state = self.state.get(p, [])
-                if len(p_state) != 0 and not isinstance(p_state["step"], Tensor):
-                    p_state["step"] = _creation.tensor(float(p_state["step"]), dtype=_get_scalar_dtype(),
-                                                       device=p.device if group["capturable"] else None)
+                upgrade_step(p_state, p, group["capturable"])
 
     def _init_group(self, group, params_with_grad, grads, square_avgs, momentum_buffer_list, grad_avgs,
                     state_steps):
