@@ -10,12 +10,11 @@ jitorch.Size([2, 8, 16, 16])
 """
 from __future__ import annotations
 
-import math
 
 from ... import _creation
 from .. import _functional_spatial as F
-from .. import init
 from ..parameter import Parameter
+from .linear import reset_weight_and_bias
 from .module import Module
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
@@ -81,11 +80,7 @@ class _ConvNd(Module):
 
     def reset_parameters(self):
         """Kaiming-uniform weight (``a=sqrt(5)``) and uniform bias in ``+-1/sqrt(fan_in)``, as PyTorch."""
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+        reset_weight_and_bias(self.weight, self.bias)
 
     def extra_repr(self):
         s = "{in_channels}, {out_channels}, kernel_size={kernel_size}, stride={stride}"
