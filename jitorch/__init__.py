@@ -29,6 +29,8 @@ from ._random import *  # noqa: E402,F401,F403
 from . import _indexing  # noqa: E402,F401
 from ._indexing import *  # noqa: E402,F401,F403
 from ._misc import *  # noqa: E402,F401,F403
+from ._math_extra import *  # noqa: E402,F401,F403
+from ._movement_extra import *  # noqa: E402,F401,F403
 from . import _linalg, _sorting, linalg  # noqa: E402,F401
 from ._linalg import *  # noqa: E402,F401,F403
 from ._sorting import *  # noqa: E402,F401,F403
@@ -43,6 +45,7 @@ import jitorch.utils.data  # noqa: E402,F401
 from . import fx  # noqa: E402,F401
 from . import accelerator, amp, backends, cuda, distributed, distributions, onnx, testing  # noqa: E402,F401
 from . import cpu  # noqa: E402,F401
+from . import special  # noqa: E402,F401
 from .amp import autocast  # noqa: E402,F401
 from .amp.autocast_mode import (  # noqa: E402,F401
     autocast_decrement_nesting, autocast_increment_nesting, get_autocast_cpu_dtype, get_autocast_dtype,

@@ -311,7 +311,16 @@ def xlogy(input, other):
     if not isinstance(other, Tensor):
         other = math.nan if other != other else _scalar_log(other)
         return where(zero & (other == other), 0.0, input * other)
-    return where(zero & ~other.isnan(), 0.0, input * log(other))
+    return x_times_log(input, log(other), zero & ~other.isnan())
+
+
+def x_times_log(x, log_y, zero):
+    """``x * log_y`` that is 0 where ``zero``, with torch's gradient there: d/dx is still ``log_y``."""
+    value = x * where(zero, 0.0, log_y)
+    if not x.requires_grad:
+        return value
+    carry = where(zero & log_y.isfinite(), log_y, 0.0)  # zero in value; carries d/dx where x == 0
+    return value + (x - x.detach()) * carry
 
 
 def _scalar_log(x):

@@ -232,6 +232,11 @@ case("composite_pointwise", lambda t, m: (lambda x, y: (t.lerp(x, y, 0.3), t.hyp
                                                          t.copysign(x, y), t.float_power(x.abs(), 2),
                                                          t.logaddexp(x, y)))(m.f(2, 3), m.f(2, 3)))
 
+case("special_functions", lambda t, m: (lambda x: (t.lgamma(x), t.digamma(x), t.polygamma(2, x), t.i0(x),
+                                                     t.special.i1(x), t.lgamma(x.half())))(m.f(2, 3, lo=0.5, hi=3)))
+case("gcd_lcm", lambda t, m: (t.gcd(m.i(2, 3, lo=1, hi=20), m.i(3, lo=1, hi=20)),
+                              t.lcm(m.i(2, 3, lo=1, hi=20), m.i(3, lo=1, hi=20))))
+
 # Reductions.
 case("sum", lambda t, m: (lambda x: (x.sum(), x.sum(1), x.sum((0, 2), keepdim=True), x.sum(dtype=t.float64)))(
     m.f(2, 3, 4)))

@@ -1,0 +1,374 @@
+"""More of torch's numeric API, written as composites of existing ops (so autograd, tracing and fusion come free).
+
+Special functions (``lgamma``, ``digamma``, ``polygamma``, ``i0``, ``mvlgamma``), differences and integrals
+(``diff``, ``trapezoid``, ``cumulative_trapezoid``), statistics (``quantile``, ``nanquantile``, ``cov``,
+``corrcoef``), ``repeat_interleave``, ``vander``, ``combinations``, ``heaviside``, ``logaddexp2``, ``ldexp``,
+``gcd``/``lcm``, ``dist``, ``renorm``.
+
+>>> import jitorch
+>>> jitorch.diff(jitorch.tensor([1, 4, 9, 16]))
+tensor([3, 5, 7])
+>>> jitorch.repeat_interleave(jitorch.tensor([1, 2]), 2)
+tensor([1, 1, 2, 2])
+>>> jitorch.quantile(jitorch.tensor([1.0, 2.0, 3.0, 4.0]), 0.5)
+tensor(2.5000)
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from . import _dtype
+from ._dispatch import apply
+from ._shape import wrap_dim
+from ._tensor import Tensor
+from .ops import special as S
+
+__all__ = ["lgamma", "digamma", "polygamma", "i0", "mvlgamma", "gcd", "lcm", "diff", "trapezoid", "trapz",
+           "cumulative_trapezoid", "quantile", "nanquantile", "cov", "corrcoef", "repeat_interleave", "vander",
+           "combinations", "heaviside", "logaddexp2", "ldexp", "dist", "renorm", "positive", "angle"]
+
+
+def lgamma(input, *, out=None):
+    """Elementwise ``log(|Gamma(x)|)``."""
+    return _out(apply(S.LGAMMA, input), out)
+
+
+def digamma(input, *, out=None):
+    """Elementwise ``d/dx log(Gamma(x))``."""
+    return _out(apply(S.DIGAMMA, input), out)
+
+
+def polygamma(n, input, *, out=None):
+    """The ``n``-th derivative of digamma."""
+    if int(n) < 0:
+        raise RuntimeError(f"polygamma(n, x) does not support negative n (got n={n})")
+    return _out(apply(S.POLYGAMMA, input, n=int(n)), out)
+
+
+def i0(input, *, out=None):
+    """Modified Bessel function of the first kind, order 0."""
+    return _out(apply(S.I0, input), out)
+
+
+def mvlgamma(input, p):
+    """Multivariate log-gamma of dimension ``p``: sum of lgamma(x - j/2) plus a constant."""
+    if p < 1:
+        raise RuntimeError(f"mvlgamma: p has to be greater than or equal to 1, got {p}")
+    const = p * (p - 1) / 4 * math.log(math.pi)
+    return sum(lgamma(input - j / 2) for j in range(p)) + const
+
+
+def gcd(input, other, *, out=None):
+    """Elementwise greatest common divisor of integer tensors."""
+    return _out(apply(S.GCD, input, other), out)
+
+
+def lcm(input, other, *, out=None):
+    """Elementwise least common multiple of integer tensors."""
+    return _out(apply(S.LCM, input, other), out)
+
+
+def _out(result, out):
+    if out is None:
+        return result
+    out.copy_(result) if out.shape == result.shape else out.resize_(result.shape).copy_(result)
+    return out
+
+
+def diff(input, n=1, dim=-1, prepend=None, append=None):
+    """``n``-th forward difference along ``dim`` (booleans use xor, as torch)."""
+    from ._movement import cat, narrow
+
+    if input.dim() == 0:
+        raise RuntimeError("diff expects input to be at least one-dimensional")
+    dim = wrap_dim(dim, input.dim())
+    parts = [t for t in (prepend, input, append) if t is not None]
+    x = cat([p if p.dim() else p.expand(input.shape[:dim] + (1,) + input.shape[dim + 1:]) for p in parts], dim) \
+        if len(parts) > 1 else input
+    for _ in range(n):
+        length = x.shape[dim]
+        if length == 0:
+            break
+        hi, lo = narrow(x, dim, 1, length - 1), narrow(x, dim, 0, length - 1)
+        x = hi ^ lo if x.dtype == _dtype.bool else hi - lo
+    return x
+
+
+def trapezoid(y, x=None, *, dx=None, dim=-1):
+    """Integral of ``y`` along ``dim`` by the trapezoid rule, with sample points ``x`` or spacing ``dx``."""
+    from ._movement import narrow
+
+    dim = wrap_dim(dim, y.dim())
+    n = y.shape[dim]
+    if n == 0:
+        return y.sum(dim) * 0
+    avg = (narrow(y, dim, 1, n - 1) + narrow(y, dim, 0, n - 1)) / 2
+    if x is None:
+        return avg.sum(dim) * (1.0 if dx is None else dx)
+    if not isinstance(x, Tensor):
+        return avg.sum(dim) * x
+    spacing = diff(x, dim=-1 if x.dim() == 1 else dim)
+    if x.dim() == 1:
+        spacing = spacing.reshape((-1,) + (1,) * (y.dim() - dim - 1))
+    return (avg * spacing).sum(dim)
+
+
+trapz = trapezoid
+
+
+def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
+    """Running trapezoid integral along ``dim`` (one element shorter than ``y`` there)."""
+    from ._movement import narrow
+
+    dim = wrap_dim(dim, y.dim())
+    n = y.shape[dim]
+    avg = (narrow(y, dim, 1, max(n - 1, 0)) + narrow(y, dim, 0, max(n - 1, 0))) / 2
+    if isinstance(x, Tensor):
+        spacing = diff(x, dim=-1 if x.dim() == 1 else dim)
+        if x.dim() == 1:
+            spacing = spacing.reshape((-1,) + (1,) * (y.dim() - dim - 1))
+        avg = avg * spacing
+    elif x is not None or dx is not None:
+        avg = avg * (x if x is not None else dx)
+    return avg.cumsum(dim)
+
+
+_INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, name):
+    from ._creation import tensor
+    from ._movement import movedim
+    from ._sorting import sort
+
+    if interpolation not in _INTERPOLATIONS:
+        raise ValueError(f"{name}() interpolation must be one of {', '.join(_INTERPOLATIONS)}. "
+                         f"Got '{interpolation}'")
+    if not input.dtype.is_floating_point:
+        raise RuntimeError(f"{name}() input tensor must be either float or double dtype")
+    scalar_q = not isinstance(q, Tensor)
+    qs = tensor(q, dtype=input.dtype) if scalar_q else q.to(input.dtype)
+    if qs.dim() > 1:
+        raise RuntimeError(f"{name}() q must be a scalar or 1D tensor")
+    if bool(((qs < 0) | (qs > 1)).any()):
+        raise RuntimeError(f"{name}() q values must be in the range [0, 1]")
+    x = input.reshape(-1) if dim is None else movedim(input, dim, -1)
+    sorted_x = sort(x, dim=-1).values  # NaN sorts last
+    count = (~sorted_x.isnan()).sum(-1, keepdim=True) if ignore_nan else None
+    n = sorted_x.shape[-1]
+    if n == 0:
+        raise IndexError(f"{name}() input tensor must be non-empty")
+    last = (count - 1).to(input.dtype) if ignore_nan else n - 1
+    rank = qs.reshape((-1,) + (1,) * sorted_x.dim()) * last  # [Q, ..., 1]
+    if interpolation == "lower":
+        rank = rank.floor()
+    elif interpolation == "higher":
+        rank = rank.ceil()
+    elif interpolation == "nearest":
+        rank = rank.round()
+    lo = rank.floor().clamp(min=0).long()
+    hi = rank.ceil().clamp(min=0).long()
+    expanded = sorted_x.expand(rank.shape[:1] + sorted_x.shape)
+    lo_v = expanded.gather(-1, lo.expand(rank.shape[:1] + sorted_x.shape[:-1] + (1,)))
+    hi_v = expanded.gather(-1, hi.expand(rank.shape[:1] + sorted_x.shape[:-1] + (1,)))
+    if interpolation == "midpoint":
+        weight = (hi > lo).to(input.dtype) * 0.5
+    else:
+        weight = rank - lo.to(input.dtype)
+    out = lo_v + weight * (hi_v - lo_v)
+    if ignore_nan:
+        out = out.where(count > 0, math.nan)
+    elif not ignore_nan:
+        out = out.where(~sorted_x.isnan().any(-1, keepdim=True), math.nan)
+    out = out.squeeze(-1)  # [Q, ...]
+    if dim is not None and keepdim:
+        out = out.unsqueeze(wrap_dim(dim, input.dim()) + 1)
+    elif dim is None and keepdim:
+        out = out.reshape((out.shape[0],) + (1,) * input.dim())
+    return out[0] if scalar_q else out
+
+
+def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
+    """The ``q``-th quantiles along ``dim`` (all elements when ``dim`` is None); NaN if the slice has NaN."""
+    return _quantile(input, q, dim, keepdim, interpolation, False, "quantile")
+
+
+def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
+    """``quantile`` that ignores NaN values."""
+    return _quantile(input, q, dim, keepdim, interpolation, True, "nanquantile")
+
+
+def cov(input, *, correction=1, fweights=None, aweights=None):
+    """Covariance matrix of the variables in the rows of ``input`` (observations in the columns)."""
+    if input.dim() > 2:
+        raise ValueError(f"cov(): expected input to have two or fewer dimensions but got an input with {input.dim()} "
+                         "dimensions")
+    x = input.reshape(1, -1) if input.dim() < 2 else input
+    if not x.dtype.is_floating_point and not x.dtype.is_complex:
+        x = x.to(_dtype.get_default_dtype())
+    w = None
+    if fweights is not None:
+        w = fweights.to(x.dtype)
+    if aweights is not None:
+        w = aweights.to(x.dtype) if w is None else w * aweights.to(x.dtype)
+    if w is None:
+        total = x.shape[1]
+        mean = x.mean(1, keepdim=True)
+        norm = total - correction
+    else:
+        total = w.sum()
+        mean = (x * w).sum(1, keepdim=True) / total
+        norm = total - correction * ((w * aweights.to(x.dtype)).sum() / total if aweights is not None else 1)
+    centered = x - mean
+    weighted = centered if w is None else centered * w
+    c = weighted @ centered.conj().t()
+    c = c / (norm if isinstance(norm, Tensor) else max(norm, 0))
+    return c.squeeze() if input.dim() < 2 else c
+
+
+def corrcoef(input):
+    """Pearson correlation coefficients of the rows of ``input``, clipped to [-1, 1]."""
+    c = cov(input)
+    if c.dim() == 0:
+        return c / c
+    d = c.diagonal().sqrt()
+    return (c / d.unsqueeze(1) / d.unsqueeze(0)).clamp(-1, 1)
+
+
+def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
+    """Repeat each element ``repeats`` times along ``dim`` (flattened when ``dim`` is None)."""
+    from ._creation import tensor
+    from ._indexing import index_select
+
+    if repeats is None:  # torch.repeat_interleave(repeats): indices repeated by their counts
+        counts = input
+        if counts.dim() != 1 or counts.dtype.is_floating_point:
+            raise RuntimeError("repeat_interleave: repeats must be a 1-d integer tensor")
+        return tensor(np.repeat(np.arange(counts.shape[0]), counts.numpy()), device=counts.device)
+    x = input.reshape(-1) if dim is None else input
+    dim = 0 if dim is None else wrap_dim(dim, x.dim())
+    size = x.shape[dim] if x.dim() else 1
+    if isinstance(repeats, Tensor):
+        if repeats.dim() > 1 or repeats.dtype.is_floating_point:
+            raise RuntimeError("repeat_interleave: repeats must be 0-dim or 1-dim integer tensor")
+        counts = repeats.cpu().numpy().reshape(-1)
+    else:
+        counts = np.asarray([int(repeats)])
+    if counts.size == 1:
+        counts = np.full(size, counts[0])
+    if counts.size != size:
+        raise RuntimeError(f"repeat_interleave: repeats must have the same size as input along dim, but got "
+                           f"repeats.size(0) = {counts.size} and input.size({dim}) = {size}")
+    if (counts < 0).any():
+        raise RuntimeError("repeat_interleave: repeats can not be negative")
+    index = tensor(np.repeat(np.arange(size), counts), device=input.device)
+    if output_size is not None and index.shape[0] != output_size:
+        raise RuntimeError(f"repeat_interleave: output_size {output_size} does not match {index.shape[0]}")
+    if x.dim() == 0:
+        x = x.reshape(1)
+    return index_select(x, dim, index)
+
+
+def vander(x, N=None, increasing=False):  # noqa: N803 - torch's argument name
+    """Vandermonde matrix: columns are powers of ``x`` (decreasing unless ``increasing``)."""
+    from ._movement import stack
+
+    if x.dim() != 1:
+        raise RuntimeError("x must be a one-dimensional tensor.")
+    n = x.shape[0] if N is None else N
+    if n < 0:
+        raise RuntimeError("N must be non-negative.")
+    if not x.dtype.is_floating_point and not x.dtype.is_complex:
+        x = x.to(_dtype.int64)
+    powers = range(n) if increasing else range(n - 1, -1, -1)
+    cols = [x ** p if p else x.new_ones(x.shape) for p in powers]
+    return stack(cols, 1) if cols else x.new_zeros((x.shape[0], 0))
+
+
+def combinations(input, r=2, with_replacement=False):
+    """All length-``r`` combinations of the elements of a 1-d tensor, one per row."""
+    from ._creation import tensor
+    from ._movement import stack
+
+    if input.dim() != 1:
+        raise RuntimeError(f"Expect a 1D vector, but got shape {list(input.shape)}")
+    if r < 0:
+        raise RuntimeError(f"Expect a non-negative number, but got {r}")
+    if r == 0:
+        return input.new_empty((0,))
+    pick = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+    rows = list(pick(range(input.shape[0]), r))
+    if not rows:
+        return input.new_empty((0, r))
+    index = tensor(np.asarray(rows, dtype=np.int64), device=input.device)
+    return stack([input[index[:, k]] for k in range(r)], 1)
+
+
+def heaviside(input, values):
+    """0 where ``input < 0``, 1 where ``input > 0`` and ``values`` where ``input == 0``."""
+    if isinstance(values, Tensor) and values.dtype != input.dtype:
+        raise RuntimeError(f"heaviside is not yet implemented for tensors with different dtypes, got "
+                           f"{input.dtype} and {values.dtype}")
+    from ._pointwise import where
+
+    step = where(input > 0, input.new_ones(()), input.new_zeros(()))
+    return where(input == 0, values, step)
+
+
+def logaddexp2(input, other):
+    """``log2(2**input + 2**other)`` without overflow."""
+    from ._pointwise import maximum
+
+    m = maximum(input, other).detach()
+    return m + ((input - m).exp2() + (other - m).exp2()).log2()
+
+
+def ldexp(input, other, *, out=None):
+    """``input * 2**other``."""
+    result = input * (2.0 ** other if not isinstance(other, Tensor) else other.to(_dtype.float32).exp2())
+    return _out(result, out)
+
+
+def dist(input, other, p=2):
+    """The ``p``-norm of ``input - other``."""
+    from .linalg import vector_norm
+
+    return vector_norm(input - other, p)
+
+
+def renorm(input, p, dim, maxnorm):
+    """Rescale each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` to norm ``maxnorm``."""
+    from .linalg import vector_norm
+
+    dim = wrap_dim(dim, input.dim())
+    others = tuple(d for d in range(input.dim()) if d != dim)
+    norms = vector_norm(input, p, dim=others, keepdim=True)
+    scale = (maxnorm / (norms + 1e-7)).where(norms > maxnorm, 1.0)
+    return input * scale
+
+
+def positive(input):
+    """``input`` itself (an error for bool tensors, as torch)."""
+    if input.dtype == _dtype.bool:
+        raise TypeError("The `+` operator, on a bool tensor is not supported.")
+    return input
+
+
+def angle(input):
+    """Elementwise argument: ``atan2(imag, real)`` for complex, ``pi`` for negative reals and 0 otherwise."""
+    if input.dtype.is_complex:
+        return input.imag.atan2(input.real)
+    x = input if input.dtype.is_floating_point else input.to(_dtype.get_default_dtype())
+    return (x < 0).to(x.dtype) * math.pi + x.where(x.isnan(), 0.0)  # NaN stays NaN
+
+
+_METHODS = {name: globals()[name] for name in ("lgamma", "digamma", "i0", "mvlgamma", "gcd", "lcm", "diff",
+                                                "quantile", "nanquantile", "cov", "corrcoef", "repeat_interleave",
+                                                "heaviside", "logaddexp2", "ldexp", "dist", "renorm", "positive",
+                                                "angle")}
+_METHODS["polygamma"] = lambda self, n: polygamma(n, self)
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _fn)

@@ -1,0 +1,232 @@
+"""More of torch's shape API as composites: ``split_with_sizes``, ``hsplit``/``vsplit``/``dsplit``,
+``slice_scatter``/``select_scatter``, ``fill_diagonal_``, ``resize_``, legacy ``new``, and small aliases.
+
+>>> import jitorch
+>>> [t.shape for t in jitorch.hsplit(jitorch.zeros(2, 6), 3)]
+[jitorch.Size([2, 2]), jitorch.Size([2, 2]), jitorch.Size([2, 2])]
+>>> jitorch.zeros(3, 3).fill_diagonal_(1.0)
+tensor([[1., 0., 0.],
+        [0., 1., 0.],
+        [0., 0., 1.]])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._shape import wrap_dim
+from .runtime import array_module_for
+from ._tensor import Tensor
+
+__all__ = ["split_with_sizes", "hsplit", "vsplit", "dsplit", "slice_scatter", "select_scatter", "is_same_size",
+           "conj", "real", "imag", "view_as_real", "view_as_complex"]
+
+
+def split_with_sizes(input, split_sizes, dim=0):
+    """Split into pieces of exactly ``split_sizes`` along ``dim`` (they must sum to its size)."""
+    dim = wrap_dim(dim, input.dim())
+    if sum(split_sizes) != input.shape[dim]:
+        raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {input.shape[dim]} (input tensor's "
+                           f"size at dimension {dim}), but got split_sizes={list(split_sizes)}")
+    return input.split(list(split_sizes), dim)
+
+
+def _split_along(input, sections, dim, name, min_dim):
+    from ._movement import tensor_split
+
+    if input.dim() < min_dim:
+        raise RuntimeError(f"torch.{name} requires a tensor with at least {min_dim} dimension, but got a tensor with "
+                           f"{input.dim()} dimensions!")
+    if isinstance(sections, int) and input.shape[dim] % sections:
+        raise RuntimeError(f"torch.{name} attempted to split along dimension {dim}, but the size of the dimension "
+                           f"{input.shape[dim]} is not divisible by the split_size {sections}!")
+    return tensor_split(input, sections, dim)
+
+
+def hsplit(input, sections):
+    """Split along dim 1 (dim 0 for 1-d tensors)."""
+    return _split_along(input, sections, 1 if input.dim() > 1 else 0, "hsplit", 1)
+
+
+def vsplit(input, sections):
+    """Split along dim 0 of a tensor with at least 2 dims."""
+    return _split_along(input, sections, 0, "vsplit", 2)
+
+
+def dsplit(input, sections):
+    """Split along dim 2 of a tensor with at least 3 dims."""
+    return _split_along(input, sections, 2, "dsplit", 3)
+
+
+def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
+    """A copy of ``input`` with ``input[..., start:end:step, ...]`` (along ``dim``) replaced by ``src``."""
+    dim = wrap_dim(dim, input.dim())
+    out = input.clone()
+    key = (slice(None),) * dim + (slice(start, end, step),)
+    out[key] = src
+    return out
+
+
+def select_scatter(input, src, dim, index):
+    """A copy of ``input`` with ``input.select(dim, index)`` replaced by ``src``."""
+    dim = wrap_dim(dim, input.dim())
+    out = input.clone()
+    out[(slice(None),) * dim + (index,)] = src
+    return out
+
+
+def is_same_size(input, other):
+    """True when the two tensors have the same shape."""
+    return tuple(input.shape) == tuple(other.shape)
+
+
+def conj(input):
+    """Complex conjugate (the tensor itself for real dtypes)."""
+    return input.conj()
+
+
+def real(input):
+    """Real part (the tensor itself for real dtypes)."""
+    return input.real
+
+
+def imag(input):
+    """Imaginary part; an error for real tensors, as torch."""
+    return input.imag
+
+
+def view_as_real(input):
+    """A real view ``[..., 2]`` of a complex tensor (no copy: writes reach ``input``)."""
+    if not input.dtype.is_complex:
+        raise RuntimeError("view_as_real is only supported for complex tensors")
+    return _wrap_view(input, input._data.view(input._data.real.dtype).reshape(tuple(input.shape) + (2,)))
+
+
+def view_as_complex(input):
+    """A complex view of a real tensor whose last dim has size 2 and stride 1."""
+    data = input._data
+    if input.dtype.name not in ("float32", "float64"):
+        raise RuntimeError(f"view_as_complex is only supported for float and double tensors, but got a tensor of "
+                           f"scalar type: {input.dtype}")
+    if input.dim() == 0 or input.shape[-1] != 2:
+        raise RuntimeError("Tensor must have a last dimension of size 2")
+    if data.strides[-1] != data.itemsize:
+        raise RuntimeError("Tensor must have a last dimension with stride 1")
+    if any(s % (2 * data.itemsize) for s in data.strides[:-1]):
+        raise RuntimeError("Tensor must have a stride divisible by 2 for all but last dimension")
+    complex_dtype = np.complex64 if data.dtype == np.float32 else np.complex128
+    return _wrap_view(input, data.view(complex_dtype)[..., 0])
+
+
+def _wrap_view(base, array):
+    # A dtype-changing view is outside the autograd view machinery: refuse it on graph tensors rather than return
+    # a tensor whose gradient would silently not flow.
+    if base.requires_grad:
+        raise RuntimeError("view_as_real/view_as_complex: autograd through complex views is not supported; "
+                           "call .detach() first or use .real/.imag")
+    out = Tensor._make(array)
+    out._ver_owner = base._root()  # an alias like ``detach()``: in-place writes bump the shared version
+    return out
+
+
+def _fill_diagonal_(self, fill_value, wrap=False):
+    """Fill the main diagonal in place (all dims equal for >2-d; ``wrap`` restarts it below a tall matrix)."""
+    from .autograd.grad_mode import no_grad
+
+    if self.dim() < 2:
+        raise RuntimeError("dimensions must larger than 1")
+    if self.dim() > 2 and len(set(self.shape)) != 1:
+        raise RuntimeError("all dimensions of input must be of equal length")
+    rows, cols = self.shape[0], self.shape[1]
+    n = min(self.shape) if self.dim() > 2 else min(rows, cols)
+    idx = np.arange(n)
+    if self.dim() == 2 and wrap and rows > cols + 1:
+        step = cols + 1
+        flat_rows = np.arange(0, rows * cols, step) // cols
+        keep = flat_rows < rows
+        idx_r = flat_rows[keep]
+        idx_c = (np.arange(0, rows * cols, step) % cols)[keep]
+        key = (idx_r, idx_c)
+    else:
+        key = (idx,) * self.dim()
+    from ._creation import tensor
+
+    key = tuple(tensor(k) for k in key)
+    if self.requires_grad and self.is_leaf:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    ctx = no_grad() if not self.requires_grad else _nullcontext()
+    with ctx:
+        self[key] = fill_value
+    return self
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _resize_(self, *sizes, memory_format=None):
+    """Reshape in place to ``sizes``, keeping the leading elements; new elements are uninitialised (here: zeros)."""
+    from ._shape import normalize_shape
+
+    shape = normalize_shape(sizes, "resize_")
+    if self.requires_grad:
+        raise RuntimeError("cannot resize variables that require grad")
+    numel = int(np.prod(shape, dtype=np.int64))
+    flat = self._data.reshape(-1)
+    if numel <= flat.size and self._data.flags.c_contiguous:
+        self._data = flat[:numel].reshape(shape)
+    else:
+        xp = array_module_for(self.device.type)
+        grown = xp.zeros(numel, dtype=self._data.dtype)
+        keep = min(numel, flat.size)
+        grown[:keep] = flat[:keep]
+        self._data = grown.reshape(shape)
+    return self
+
+
+def _new(self, *args, **kwargs):
+    """Legacy ``t.new(...)``: ``t``'s dtype and device; sizes give an uninitialised tensor, a sequence gives data."""
+    from ._creation import empty, tensor
+
+    if len(args) == 1 and not isinstance(args[0], (int, np.integer)):
+        if isinstance(args[0], Tensor):
+            raise TypeError(f"new(): expected a sequence or sizes, got a Tensor (use {args[0]!r}.clone())")
+        return tensor(args[0], dtype=self.dtype, device=self.device)
+    return empty(*args, dtype=self.dtype, device=self.device) if args else empty(0, dtype=self.dtype,
+                                                                                  device=self.device)
+
+
+_METHODS = dict(split_with_sizes=split_with_sizes, hsplit=hsplit, vsplit=vsplit, dsplit=dsplit,
+                slice_scatter=slice_scatter, select_scatter=select_scatter, is_same_size=is_same_size,
+                fill_diagonal_=_fill_diagonal_, resize_=_resize_, resize_as_=lambda self, other: _resize_(
+                    self, tuple(other.shape)), new=_new, ndimension=lambda self: self.dim(),
+                is_nonzero=lambda self: _is_nonzero(self), is_inference=lambda self: False,
+                swapdims_=lambda self, a, b: self.transpose_(a, b), swapaxes_=lambda self, a, b: self.transpose_(a, b),
+                cumsum_=lambda self, dim, *, dtype=None: self.copy_(self.cumsum(dim, dtype=dtype)),
+                cumprod_=lambda self, dim, *, dtype=None: self.copy_(self.cumprod(dim, dtype=dtype)),
+                greater_=lambda self, other: self.gt_(other), greater_equal_=lambda self, other: self.ge_(other),
+                less_=lambda self, other: self.lt_(other), less_equal_=lambda self, other: self.le_(other),
+                not_equal_=lambda self, other: self.ne_(other),
+                true_divide_=lambda self, other: self.div_(other),
+                float_power_=lambda self, other: _float_power_(self, other))
+
+
+def _is_nonzero(self):
+    if self.numel() != 1:
+        raise RuntimeError(f"Boolean value of Tensor with {'no values' if self.numel() == 0 else 'more than one value'}"
+                           " is ambiguous")
+    return bool(self.reshape(()).item())
+
+
+def _float_power_(self, other):
+    if self.dtype.name not in ("float64", "complex128"):
+        raise RuntimeError(f"the base given to float_power_ has dtype {self.dtype} but the operation's result "
+                           "requires dtype Double")
+    return self.copy_(self.float_power(other))
+
+
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _fn)

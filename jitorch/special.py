@@ -1,0 +1,80 @@
+"""``jitorch.special``: torch.special's functions, as aliases and composites of existing ops.
+
+>>> import jitorch
+>>> jitorch.special.expit(jitorch.tensor([0.0]))
+tensor([0.5000])
+>>> jitorch.special.entr(jitorch.tensor([0.0, 0.5]))
+tensor([0.0000, 0.3466])
+"""
+from __future__ import annotations
+
+import math
+
+from . import _math_extra as _m
+from . import _pointwise as _p
+from ._dispatch import apply
+from .ops import special as _rows
+
+__all__ = ["expit", "logit", "erf", "erfc", "erfcx", "erfinv", "gammaln", "digamma", "psi", "polygamma",
+           "multigammaln", "i0", "i1", "ndtr", "ndtri", "log1p", "expm1", "exp2", "sinc", "round", "xlogy", "xlog1py",
+           "entr", "softmax", "log_softmax", "logsumexp"]
+
+expit, logit, erf, erfc, erfinv = _p.sigmoid, _p.logit, _p.erf, _p.erfc, _p.erfinv
+log1p, expm1, exp2, sinc, round, xlogy = _p.log1p, _p.expm1, _p.exp2, _p.sinc, _p.round, _p.xlogy  # noqa: A001
+gammaln, digamma, psi, polygamma, i0 = _m.lgamma, _m.digamma, _m.digamma, _m.polygamma, _m.i0
+
+
+def multigammaln(input, p):
+    """Multivariate log-gamma (``torch.mvlgamma``)."""
+    return _m.mvlgamma(input, p)
+
+
+def i1(input):
+    """Modified Bessel function of the first kind, order 1."""
+    return apply(_rows.I1, input)
+
+
+def erfcx(input):
+    """Scaled complementary error function ``exp(x**2) * erfc(x)``."""
+    return (input * input).exp() * _p.erfc(input)
+
+
+def ndtr(input):
+    """Standard normal CDF."""
+    return 0.5 * _p.erfc(-input * (1 / math.sqrt(2)))
+
+
+def ndtri(input):
+    """Inverse of the standard normal CDF."""
+    return math.sqrt(2) * _p.erfinv(2 * input - 1)
+
+
+def xlog1py(input, other):
+    """``input * log1p(other)``, 0 where ``input`` is 0 (unless ``other`` is NaN)."""
+    from ._tensor import Tensor
+
+    if not isinstance(other, Tensor):
+        other = input.new_full((), other)
+    return _p.x_times_log(input, other.log1p(), (input == 0) & ~other.isnan())
+
+
+def entr(input):
+    """Elementwise entropy term ``-x * log(x)``: 0 at 0 and ``-inf`` for negative ``x``."""
+    x = input if input.dtype.is_floating_point else input.float()
+    value = -x * x.log()
+    return _p.where(x == 0, 0.0, _p.where(x < 0, -math.inf, value))
+
+
+def softmax(input, dim, *, dtype=None):
+    """``softmax`` along ``dim``."""
+    return input.softmax(dim, dtype=dtype)
+
+
+def log_softmax(input, dim, *, dtype=None):
+    """``log_softmax`` along ``dim``."""
+    return input.log_softmax(dim, dtype=dtype)
+
+
+def logsumexp(input, dim, keepdim=False):
+    """``log(sum(exp(input)))`` along ``dim``, stable."""
+    return input.logsumexp(dim, keepdim)
