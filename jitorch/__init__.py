@@ -56,7 +56,7 @@ from ._compile import compile  # noqa: E402,F401,A001 - torch.compile
 
 from .nn.functional import (  # noqa: E402,F401 - torch exposes these at the top level too
     batch_norm, celu, cosine_similarity, dropout, embedding, group_norm, instance_norm, layer_norm, pairwise_distance,
-    pdist, pixel_shuffle, pixel_unshuffle, prelu, selu,
+    pdist, pixel_shuffle, pixel_unshuffle, prelu, selu, threshold, rrelu, hardshrink,
 )
 from .nn.functional import conv1d, conv2d, conv_transpose1d, conv_transpose2d  # noqa: E402,F401
 

@@ -211,7 +211,8 @@ _METHODS = dict(split_with_sizes=split_with_sizes, hsplit=hsplit, vsplit=vsplit,
                 less_=lambda self, other: self.lt_(other), less_equal_=lambda self, other: self.le_(other),
                 not_equal_=lambda self, other: self.ne_(other),
                 true_divide_=lambda self, other: self.div_(other),
-                float_power_=lambda self, other: _float_power_(self, other))
+                float_power_=lambda self, other: _float_power_(self, other),
+                layout=property(lambda self: "strided"))  # jitorch.strided; only dense tensors exist
 
 
 def _is_nonzero(self):

@@ -227,3 +227,12 @@ def test_special_namespace_binary_and_reductions():
         check_op(lambda t: getattr(jitorch.special, fn)(t, 1), lambda t: getattr(torch.special, fn)(t, 1), [x],
                  atol=1e-10)
     check_op(jitorch.special.entr, torch.special.entr, [np.array([-1.0, 0.0, 2.0])], grad=False)
+
+
+def test_top_level_aliases():
+    x = make_array((3, 4), "float32", RNG)
+    check_op(lambda t: jitorch.threshold(t, 0.5, -2.0), lambda t: torch.threshold(t, 0.5, -2.0), [x])
+    check_op(lambda t: jitorch.hardshrink(t, 0.7), lambda t: torch.hardshrink(t, 0.7), [x])
+    check_op(lambda t: jitorch.rrelu(t), lambda t: torch.rrelu(t), [x])  # eval mode: a fixed slope
+    assert jitorch.nn.DataParallel is jitorch.nn.parallel.DataParallel
+    assert jitorch.zeros(2).layout == jitorch.strided
