@@ -28,7 +28,7 @@ from .ops import special as S
 
 __all__ = ["lgamma", "digamma", "polygamma", "i0", "mvlgamma", "gcd", "lcm", "diff", "trapezoid", "trapz",
            "cumulative_trapezoid", "quantile", "nanquantile", "cov", "corrcoef", "repeat_interleave", "vander",
-           "combinations", "heaviside", "logaddexp2", "ldexp", "dist", "renorm", "positive", "angle"]
+           "combinations", "heaviside", "logaddexp2", "ldexp", "dist", "renorm", "positive", "angle", "matrix_exp"]
 
 
 def lgamma(input, *, out=None):
@@ -365,10 +365,17 @@ def angle(input):
     return (x < 0).to(x.dtype) * math.pi + x.where(x.isnan(), 0.0)  # NaN stays NaN
 
 
+def matrix_exp(input):
+    """``torch.matrix_exp``: ``linalg.matrix_exp``."""
+    from ._linalg_extra import matrix_exp as _matrix_exp
+
+    return _matrix_exp(input)
+
+
 _METHODS = {name: globals()[name] for name in ("lgamma", "digamma", "i0", "mvlgamma", "gcd", "lcm", "diff",
                                                 "quantile", "nanquantile", "cov", "corrcoef", "repeat_interleave",
                                                 "heaviside", "logaddexp2", "ldexp", "dist", "renorm", "positive",
-                                                "angle")}
+                                                "angle", "matrix_exp")}
 _METHODS["polygamma"] = lambda self, n: polygamma(n, self)
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)

@@ -28,7 +28,7 @@ from .ops.linalg import LinAlgError
 __all__ = [
     "LinAlgError", "norm", "vector_norm", "matrix_norm", "solve", "solve_ex", "solve_triangular", "inv", "inv_ex",
     "det", "slogdet", "cholesky", "cholesky_ex", "qr", "eigh", "eigvalsh", "svd", "svdvals", "pinv", "lstsq",
-    "matrix_rank", "matrix_power", "multi_dot", "diagonal", "cross", "matmul", "vecdot",
+    "matrix_rank", "matrix_power", "multi_dot", "diagonal", "cross", "matmul", "vecdot", "matrix_exp", "cond", "vander",
 ]
 
 
@@ -390,3 +390,6 @@ def cross(input, other, *, dim=-1, out=None):
 def vecdot(x, y, *, dim=-1, out=None):
     """``sum(x.conj() * y, dim)``."""
     return _write_out((x.conj() * y).sum(dim), out)
+
+
+from ._linalg_extra import cond, matrix_exp, vander  # noqa: E402 - composites of the functions above

@@ -1,0 +1,70 @@
+"""``linalg.matrix_exp``, ``linalg.cond`` and ``linalg.vander`` as composites of matmul, solve and norms.
+
+>>> import jitorch
+>>> jitorch.linalg.matrix_exp(jitorch.zeros(2, 2))
+tensor([[1., 0.],
+        [0., 1.]])
+"""
+from __future__ import annotations
+
+import math
+
+from ._tensor import Tensor
+
+__all__ = ["matrix_exp", "cond", "vander"]
+
+# Pade [13/13] coefficients (Higham, "The scaling and squaring method for the matrix exponential revisited", 2005).
+_B13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0, 129060195264000.0,
+        10559470521600.0, 670442572800.0, 33522128640.0, 1323241920.0, 40840800.0, 960960.0, 16380.0, 182.0, 1.0)
+_THETA13 = 5.371920351148152  # the 1-norm up to which [13/13] is accurate to double precision without scaling
+
+
+def matrix_exp(A):  # noqa: N803 - torch's argument name
+    """``exp(A)`` of square matrices (batched) by scaling and squaring with a [13/13] Pade approximant."""
+    from .linalg import matrix_norm, solve
+
+    if A.dim() < 2 or A.shape[-1] != A.shape[-2]:
+        raise RuntimeError(f"linalg.matrix_exp: A must be batches of square matrices, but they are "
+                           f"{A.shape[-2] if A.dim() >= 2 else ''} by {A.shape[-1] if A.dim() else ''} matrices")
+    if not A.dtype.is_floating_point and not A.dtype.is_complex:
+        raise RuntimeError(f"linalg.matrix_exp: expected a floating point or complex tensor, got {A.dtype}")
+    if A.numel() == 0:
+        return A.clone()
+    norm = matrix_norm(A.detach(), 1).max().item()
+    squarings = max(0, math.ceil(math.log2(norm / _THETA13))) if norm > _THETA13 else 0
+    a = A / (2.0 ** squarings)
+    eye = a.new_zeros(a.shape[-1:]).add(1).diag_embed().expand(a.shape)
+    b = _B13
+    a2 = a @ a
+    a4 = a2 @ a2
+    a6 = a4 @ a2
+    u = a @ (a6 @ (b[13] * a6 + b[11] * a4 + b[9] * a2) + b[7] * a6 + b[5] * a4 + b[3] * a2 + b[1] * eye)
+    v = a6 @ (b[12] * a6 + b[10] * a4 + b[8] * a2) + b[6] * a6 + b[4] * a4 + b[2] * a2 + b[0] * eye
+    r = solve(v - u, v + u)
+    for _ in range(squarings):
+        r = r @ r
+    return r
+
+
+def cond(A, p=None):  # noqa: N803 - torch's argument name
+    """Condition number of ``A`` in the ``p`` norm (the 2-norm ratio of singular values by default)."""
+    from .linalg import inv, matrix_norm, svdvals
+
+    if p is None or p in (2, -2):
+        s = svdvals(A)
+        big, small = s[..., 0], s[..., -1]
+        return big / small if p != -2 else small / big
+    return matrix_norm(A, p) * matrix_norm(inv(A), p)
+
+
+def vander(x, N=None):  # noqa: N803 - torch's argument name
+    """Vandermonde matrix with increasing powers along the last dim (batched over leading dims)."""
+    from ._movement import stack
+
+    if not isinstance(x, Tensor) or x.dim() < 1:
+        raise ValueError("linalg.vander: x must have at least one dimension")
+    n = x.shape[-1] if N is None else N
+    if n <= 1 and N is not None and n < 1:
+        raise ValueError("N must be greater than 1.")
+    cols = [x.new_ones(x.shape)] + [x ** k for k in range(1, n)]
+    return stack(cols[:n], -1)
