@@ -49,8 +49,15 @@ def graph_to_dot(graph, name: str = "graph") -> str:
 
 
 def dot_to_svg(dot_text: str) -> str:
-    """Render DOT text to SVG with Graphviz's ``dot`` program; raises RuntimeError when it is not installed."""
+    """Render DOT text to SVG with Graphviz's ``dot`` program (``dot -Tsvg``, the text on its standard input).
+
+    Raises RuntimeError when ``dot`` is not on PATH or fails; the message carries what ``dot`` printed.
+    """
     exe = shutil.which("dot")
     if exe is None:
-        raise RuntimeError("rendering SVG needs Graphviz's 'dot' program on PATH; use Graph.to_dot() for the text")
-    return subprocess.run([exe, "-Tsvg"], input=dot_text, capture_output=True, text=True, check=True).stdout
+        raise RuntimeError("rendering SVG needs Graphviz's 'dot' program on PATH (install Graphviz, e.g. "
+                           "`apt-get install graphviz`); use Graph.to_dot() for the DOT text")
+    proc = subprocess.run([exe, "-Tsvg"], input=dot_text, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"Graphviz's dot failed with exit code {proc.returncode}: {proc.stderr.strip()}")
+    return proc.stdout

@@ -152,9 +152,21 @@ def python_code(graph, root_module: str = "self") -> PythonCode:
             freed_at.setdefault(user, []).append(value.name)
 
     params, body = [root_module], []
+    after_default = keyword_only = False
     for node in nodes:
         if node.op == "placeholder":
-            params.append(f"{node.name} = {emit.arg(node.args[0])}" if node.args else node.name)
+            star = node.target[:2].count("*") if isinstance(node.target, str) else 0
+            if star:  # ``*args`` / ``**kwargs``: the Proxy stood for the whole tuple or dict
+                params.append("*" * star + node.name)
+                keyword_only = True
+            elif node.args:
+                params.append(f"{node.name} = {emit.arg(node.args[0])}")
+                after_default = True
+            else:
+                if after_default and not keyword_only:
+                    params.append("*")  # a keyword-only parameter without default, after one with a default
+                    keyword_only = True
+                params.append(node.name)
             continue
         if node.op == "output":
             body.append(f"return {emit.arg(node.args[0])}")

@@ -79,7 +79,7 @@ class Graph:
     graph():
         %x : [num_users=1] = placeholder[target=x]
         %sum_1 : [num_users=1] = call_method[target=sum](args = (%x,), kwargs = {})
-        return %sum_1
+        return sum_1
     """
 
     def __init__(self, owning_module=None):
@@ -179,11 +179,25 @@ class Graph:
             val_map[node] = self.node_copy(node, val_map.__getitem__)
         return None
 
-    def eliminate_dead_code(self) -> bool:
-        """Erase nodes whose results are unused and that have no side effects; returns whether anything changed."""
+    def __deepcopy__(self, memo):
+        """A copy with new nodes (same names, targets and a copy of each ``meta``); argument values are shared."""
+        new = Graph()
+        memo[id(self)] = new
+        out = new.graph_copy(self, {}, return_output_node=True)
+        if out is not None:
+            value, old_output = out
+            new.output(value, type_expr=old_output.type).meta = dict(old_output.meta)
+        return new
+
+    def eliminate_dead_code(self, is_impure_node=None) -> bool:
+        """Erase nodes whose results are unused and that have no side effects; returns whether anything changed.
+
+        ``is_impure_node(node)`` overrides which nodes count as having side effects.
+        """
+        impure = is_impure_node or is_impure
         changed = False
         for node in reversed(self.nodes):
-            if not node.users and not is_impure(node):
+            if not node.users and not impure(node):
                 self.erase_node(node)
                 changed = True
         return changed

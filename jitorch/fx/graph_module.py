@@ -121,8 +121,15 @@ class GraphModule(Module):
     def __deepcopy__(self, memo):
         import copy
 
-        fn, (name, state, graph_state) = self.__reduce__()
-        return fn(name, copy.deepcopy(state, memo), graph_state)
+        # Unlike pickling, a deep copy keeps each node's ``meta`` (ShapeProp results, stack traces).
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_graph", "_code")}
+        gm = GraphModule.__new__(GraphModule)
+        memo[id(self)] = gm
+        Module.__init__(gm)
+        gm.__dict__.update(copy.deepcopy(state, memo))
+        type(gm).__name__ = type(gm).__qualname__ = type(self).__name__
+        gm.graph = copy.deepcopy(self.graph, memo)
+        return gm
 
     def __copy__(self):
         return GraphModule(self, self.graph)

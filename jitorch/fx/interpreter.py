@@ -80,6 +80,10 @@ class Interpreter:
 
     # -- one method per opcode -----------------------------------------------------------------------------------------
     def placeholder(self, target, args, kwargs):
+        if target.startswith("**"):
+            return {}  # ``run`` takes positional values only
+        if target.startswith("*"):
+            return tuple(self.args_iter)  # ``*args`` takes every remaining value
         try:
             return next(self.args_iter)
         except StopIteration:
@@ -143,6 +147,8 @@ class Transformer(Interpreter):
 
     def placeholder(self, target, args, kwargs):
         default = args[0] if args else inspect.Parameter.empty
+        if target.startswith("*"):
+            return Proxy(self.new_graph.create_node("placeholder", target, name=target.lstrip("*")), self.tracer)
         return Proxy(self.new_graph.placeholder(target, default_value=default), self.tracer)
 
     def get_attr(self, target, args, kwargs):

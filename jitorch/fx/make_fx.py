@@ -114,10 +114,11 @@ class _RecordingMode:
         return out
 
 
-def make_fx(fn, joint=False):
+def make_fx(fn, joint=False, tracing_mode="real"):
     """``make_fx(fn)(*example_args)``: run ``fn`` once on the examples and return a GraphModule of primitives.
 
-    Tensor arguments become placeholders; other arguments are baked in as constants. With ``joint=True`` the
+    Tensor arguments become placeholders; other arguments are baked in as constants. As torch's default
+    ``tracing_mode="real"``, the ops run on the examples' values (the only mode jitorch has). With ``joint=True`` the
     backward is recorded too (see :func:`jitorch.fx.joint.make_joint`): ``make_fx(fn, joint=True)(*args,
     tangents=None)`` returns a module computing ``(*outputs, *grads of the args that require grad)``.
 
@@ -126,6 +127,9 @@ def make_fx(fn, joint=False):
     >>> make_fx(lambda w: (w * 3).sum(), joint=True)(w)(jitorch.zeros(2))
     (tensor(0.), tensor([3., 3.]))
     """
+    if tracing_mode != "real":
+        raise NotImplementedError(f"make_fx(tracing_mode={tracing_mode!r}): jitorch records on the real example "
+                                  "tensors only (tracing_mode='real'); it has no fake or symbolic tensors yet")
     if joint:
         from .joint import make_joint  # joint.py builds on this module's recording mode
 

@@ -147,15 +147,28 @@ class Node:
         swap = lambda n: new_input if n is old_input else n
         self._update_args_kwargs(map_arg(self._args, swap), map_arg(self._kwargs, swap))
 
+    @property
+    def stack_trace(self) -> str | None:
+        """Where tracing recorded this node: ``File "...", line N`` of the user's code, or None."""
+        return self.meta.get("stack_trace")
+
+    def is_impure(self) -> bool:
+        """Whether dead-code elimination and CSE must keep this node (inputs, output, in-place and random calls)."""
+        from .graph import is_impure
+
+        return is_impure(self)
+
     # -- printing ----------------------------------------------------------------------------------------------------
     def format_node(self) -> str:
         """One line in the style of ``str(graph)``: ``%add : call_function[target=operator.add](args = (%x, 1))``."""
         if self.op == "placeholder":
-            default = f" [default={self.args[0]!r}]" if self.args else ""
+            default = f"(default={self.args[0]!r})" if self.args else ""
             return f"%{self.name} : [num_users={len(self.users)}] = placeholder[target={self.target}]{default}"
         if self.op == "output":
-            return f"return {_fmt(self.args[0])}"
+            return f"return {_fmt(self.args[0], sigil='')}"
         target = _target_name(self.target)
+        if self.op == "get_attr":
+            return f"%{self.name} : [num_users={len(self.users)}] = get_attr[target={target}]"
         return (f"%{self.name} : [num_users={len(self.users)}] = {self.op}[target={target}]"
                 f"(args = {_fmt(self.args)}, kwargs = {_fmt(self.kwargs)})")
 
@@ -163,17 +176,18 @@ class Node:
         return self.name
 
 
-def _fmt(a):
+def _fmt(a, sigil="%"):
+    """An argument as ``str(graph)`` prints it: nodes as ``%name`` (bare names in the ``return`` line)."""
     if isinstance(a, Node):
-        return f"%{a.name}"
+        return f"{sigil}{a.name}"
     if isinstance(a, tuple):
-        inner = ", ".join(_fmt(x) for x in a)
+        inner = ", ".join(_fmt(x, sigil) for x in a)
         return f"({inner},)" if len(a) == 1 else f"({inner})"
     if isinstance(a, list):
-        return "[" + ", ".join(_fmt(x) for x in a) + "]"
+        return "[" + ", ".join(_fmt(x, sigil) for x in a) + "]"
     if isinstance(a, dict):
-        return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in a.items()) + "}"
-    return repr(a)
+        return "{" + ", ".join(f"{k}: {_fmt(v, sigil)}" for k, v in a.items()) + "}"
+    return a if isinstance(a, str) and sigil else repr(a)  # torch.fx prints string arguments bare
 
 
 def _target_name(target) -> str:
@@ -181,4 +195,7 @@ def _target_name(target) -> str:
         return target
     from ._naming import global_path
 
-    return global_path(target) or getattr(target, "__name__", repr(target))
+    path = global_path(target)
+    if path is not None and "." not in path:
+        return f"builtins.{path}"  # as torch.fx prints ``builtins.getattr``
+    return path or getattr(target, "__name__", repr(target))

@@ -75,9 +75,7 @@ class Proxy:
         inst = next((i for i in dis.get_instructions(frame.f_code) if i.offset >= frame.f_lasti), None)
         if inst is not None and inst.opname == "UNPACK_SEQUENCE":
             return (self[k] for k in range(inst.argval))
-        raise TraceError("Proxy object cannot be iterated. This can be attempted when the Proxy is used in a loop or "
-                         f"as a *args or **kwargs function argument ({_where()}). Unpack it into a fixed number of "
-                         "names, pass concrete_args, or make the code a leaf module or a jitorch.fx.wrap'ed function.")
+        return self.tracer.iter(self)
 
     def keys(self):
         return self.tracer.keys(self)

@@ -24,11 +24,13 @@ from __future__ import annotations
 import builtins
 import functools
 import inspect
+import math
 import sys
 import types
 
+from ._patching import CURRENT, FLAT_ORDER, Patcher, defer_to_proxy, recording, with_flat_signature
 from .graph import Graph
-from .proxy import Proxy, TraceError, user_frame
+from .proxy import Attribute, Proxy, TraceError, _where, user_frame
 
 __all__ = ["Tracer", "symbolic_trace", "wrap", "PH"]
 
@@ -39,7 +41,6 @@ _TENSOR_OPERATORS = [f"__{p}{n}__" for n in ("add", "sub", "mul", "truediv", "fl
                                               "or", "xor", "lshift", "rshift") for p in ("", "r")]
 _TENSOR_OPERATORS += ["__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"]
 _WRAPPED: list[tuple[dict, str]] = []  # (module globals, function name) registered by ``wrap``
-_CURRENT: list = []  # active tracers, innermost last
 
 
 class _PlaceholderMarker:
@@ -69,74 +70,6 @@ def wrap(fn_or_name):
     return fn_or_name
 
 
-def _has_proxy(a) -> bool:
-    if isinstance(a, Proxy):
-        return True
-    if isinstance(a, (tuple, list)):
-        return any(_has_proxy(x) for x in a)
-    if isinstance(a, dict):
-        return any(_has_proxy(x) for x in a.values())
-    return False
-
-
-def _recording(fn):
-    """``fn``, except that a call with a Proxy argument is recorded by the innermost tracer."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if _CURRENT and (_has_proxy(args) or _has_proxy(kwargs)):
-            return _CURRENT[-1].create_proxy("call_function", fn, args, kwargs)
-        return fn(*args, **kwargs)
-    wrapper.__fx_original__ = fn
-    return wrapper
-
-
-class _Patcher:
-    """Attribute and dict-entry patches, undone in reverse order by :meth:`restore`."""
-
-    def __init__(self):
-        self._undo = []
-        self._patched_globals = set()
-        self.by_original = {}  # original function -> recording wrapper
-
-    def setattr(self, obj, name, value):
-        self._undo.append((obj, name, obj.__dict__.get(name, _MISSING) if isinstance(obj, type) else
-                           getattr(obj, name, _MISSING)))
-        setattr(obj, name, value)
-
-    def setitem(self, d, name, value):
-        self._undo.append((d, name, d.get(name, _MISSING)))
-        d[name] = value
-
-    def patch_globals(self, g: dict):
-        """Swap recorded functions bound in ``g`` (``from jitorch import relu``) for their recording wrappers."""
-        if id(g) in self._patched_globals:
-            return
-        self._patched_globals.add(id(g))
-        for name, value in list(g.items()):
-            try:
-                wrapper = self.by_original.get(value)
-            except TypeError:  # unhashable
-                continue
-            if wrapper is not None:
-                self.setitem(g, name, wrapper)
-
-    def restore(self):
-        for target, name, old in reversed(self._undo):
-            if isinstance(target, dict):
-                if old is _MISSING:
-                    target.pop(name, None)
-                else:
-                    target[name] = old
-            elif old is _MISSING:
-                delattr(target, name)
-            else:
-                setattr(target, name, old)
-        self._undo.clear()
-
-
-_MISSING = object()
-
-
 class Tracer:
     """Turns a module or function into a :class:`Graph`. Override :meth:`is_leaf_module` to choose which submodules
     stay opaque ``call_module`` nodes (default: the layers of ``jitorch.nn``, but not ``Sequential``).
@@ -148,7 +81,10 @@ class Tracer:
     ...         return False
     """
 
-    def __init__(self, autowrap_functions=()):
+    def __init__(self, autowrap_modules=(math,), autowrap_functions=()):
+        # Functions of these modules (``math.sqrt``...) and these functions are recorded as ``call_function`` when
+        # called with a Proxy, instead of running (``math.sqrt(proxy)`` would otherwise need ``float(proxy)``).
+        self._autowrap_modules = tuple(autowrap_modules)
         self._autowrap_functions = tuple(autowrap_functions)
         self.graph = None
         self.root = None
@@ -182,8 +118,15 @@ class Tracer:
             "argument it depends on, move the branch into a function marked with jitorch.fx.wrap (or a leaf "
             "module), or use jitorch.compile, which falls back to eager execution for data-dependent code.")
 
+    def iter(self, obj: Proxy):
+        """Called when a Proxy is iterated other than by unpacking into a fixed number of names; raises TraceError."""
+        raise TraceError("Proxy object cannot be iterated. This can be attempted when the Proxy is used in a loop or "
+                         f"as a *args or **kwargs function argument ({_where()}). Unpack it into a fixed number of "
+                         "names, pass concrete_args, or make the code a leaf module or a jitorch.fx.wrap'ed function.")
+
     def keys(self, obj: Proxy):
-        return obj.keys()
+        """Called for ``**proxy``; the default records ``proxy.keys()``, as torch.fx does."""
+        return Attribute(obj, "keys")()
 
     # -- recording ---------------------------------------------------------------------------------------------------
     def create_node(self, kind, target, args, kwargs, name=None, type_expr=None):
@@ -254,38 +197,55 @@ class Tracer:
         self._module_paths = {id(m): name for name, m in self.root.named_modules()}
         self._tensor_names = {id(t): n for n, t in (*self.root.named_parameters(), *self.root.named_buffers())}
         self._attr_nodes, self._constant_count, self._keepalive = {}, 0, []
-        args = self._placeholders(fn, skip, concrete_args or {})
+        fn, args, kwargs = self._placeholders(fn, skip, concrete_args or {})
         if skip:
             args.insert(0, root)
-        self._patcher = _Patcher()
-        _CURRENT.append(self)
+        self._patcher = Patcher()
+        CURRENT.append(self)
         try:
             self._patch_everything(fn)
-            result = fn(*args)
+            result = fn(*args, **kwargs)
             self.create_node("output", "output", (self.create_arg(result),), {})
         finally:
-            _CURRENT.pop()
+            CURRENT.pop()
             self._patcher.restore()
         return self.graph
 
     def _placeholders(self, fn, skip, concrete_args):
+        """One placeholder per parameter of ``fn`` (after ``skip``); returns the function to call and its inputs.
+
+        Keyword-only parameters are passed by keyword. ``*args`` and ``**kwargs`` each become one placeholder (target
+        ``"*args"`` / ``"**kwargs"``) whose Proxy stands for the whole tuple or dict; to bind a Proxy to them, ``fn`` is
+        called through a copy whose code treats them as ordinary positional parameters.
+        """
         params = list(inspect.signature(fn).parameters.values())[skip:]
         unknown = set(concrete_args) - {p.name for p in params}
         if unknown:
             raise TraceError(f"concrete_args names {sorted(unknown)}, which are not parameters of {fn.__name__}")
-        args = []
+        star = [p for p in params if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        args, kwargs = [], {}
         for p in params:
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
-                raise TraceError(f"cannot trace parameter {p} of {fn.__name__}: only positional parameters become "
-                                 "graph inputs; bind the others with concrete_args or functools.partial")
             value = concrete_args.get(p.name, PH)
-            if value is PH:
-                args.append(self.proxy(self.graph.placeholder(p.name, default_value=p.default)))
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                if value is not PH:
+                    raise TraceError(f"concrete_args cannot specialize {p} of {fn.__name__}: bind it with "
+                                     "functools.partial, or give the function named parameters")
+                prefix = "*" if p.kind is p.VAR_POSITIONAL else "**"
+                proxy = self.proxy(self.graph.create_node("placeholder", prefix + p.name, name=p.name))
+            elif value is PH:
+                proxy = self.proxy(self.graph.placeholder(p.name, default_value=p.default))
             else:
                 # The input stays in the signature (callers may still pass it) but the graph is specialized to it.
                 self.graph.placeholder(p.name, default_value=value)
-                args.append(value)
-        return args
+                proxy = value
+            if p.kind is p.KEYWORD_ONLY and not star:
+                kwargs[p.name] = proxy
+            else:
+                args.append((FLAT_ORDER[p.kind], len(args), proxy))
+        args = [a for *_, a in sorted(args, key=lambda t: t[:2])]  # the flat code's order: see with_flat_signature
+        if star:
+            fn = with_flat_signature(fn)
+        return fn, args, kwargs
 
     def _patch_everything(self, fn):
         from .._tensor import Tensor
@@ -297,15 +257,21 @@ class Tracer:
             module = sys.modules[modname]
             for name, value in list(vars(module).items()):
                 if isinstance(value, types.FunctionType) and not name.startswith("_") and name not in _NEVER_RECORD:
-                    wrapper = patcher.by_original.get(value) or _recording(value)
+                    wrapper = patcher.by_original.get(value) or recording(value)
                     patcher.by_original[value] = wrapper
                     patcher.setattr(module, name, wrapper)
         for g, name in _WRAPPED:
             original = g.get(name, getattr(builtins, name, None))
             if original is not None:
-                patcher.setitem(g, name, _recording(original))
+                patcher.setitem(g, name, recording(original))
+        for module in self._autowrap_modules:
+            for name, value in list(vars(module).items()):
+                if callable(value) and not isinstance(value, type) and not name.startswith("_"):
+                    wrapper = patcher.by_original.get(value) or recording(value)
+                    patcher.by_original[value] = wrapper
+                    patcher.setattr(module, name, wrapper)
         for f in self._autowrap_functions:
-            patcher.by_original[f] = _recording(f)
+            patcher.by_original[f] = recording(f)
         patcher.patch_globals(getattr(fn, "__globals__", {}))
 
         original_call, original_getattr = Module.__call__, Module.__getattr__
@@ -325,15 +291,7 @@ class Tracer:
         for name in _TENSOR_OPERATORS:
             method = getattr(Tensor, name, None)
             if method is not None:
-                patcher.setattr(Tensor, name, _defer_to_proxy(method))
-
-
-def _defer_to_proxy(method):
-    # ``tensor + proxy``: returning NotImplemented lets Python call ``Proxy.__radd__``, which records the node.
-    @functools.wraps(method)
-    def operator_method(self, other):
-        return NotImplemented if isinstance(other, Proxy) else method(self, other)
-    return operator_method
+                patcher.setattr(Tensor, name, defer_to_proxy(method))
 
 
 def _source_line(filename, lineno):

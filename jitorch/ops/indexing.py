@@ -99,7 +99,9 @@ def _saved_indices(ctx, start):
 
 # -- gathering: out = a[key] -------------------------------------------------------------------------------------------
 def _index_kernel(xp, a, *indices, key, negative=True):
-    return a[expand_key(xp, key, indices, a.shape, negative)]
+    # NumPy lays out an index on an inner dim with transposed strides; torch's result is contiguous.
+    out = a[expand_key(xp, key, indices, a.shape, negative)]
+    return out if out.flags.c_contiguous else out.copy()
 
 
 def _index_backward(ctx, g):

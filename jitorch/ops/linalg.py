@@ -111,7 +111,14 @@ def parse_equation(equation):
 
 def _einsum_kernel(xp, *arrays, equation):
     _same_dtype("einsum()", arrays)
-    return _in_float32(xp, lambda *arrs: xp.einsum(equation, *arrs, optimize=len(arrs) > 1), *arrays)
+    if len(arrays) == 1:  # one operand: a view (permutation, diagonal) or a reduction, as torch
+        return _in_float32(xp, lambda arr: xp.einsum(equation, arr), *arrays)
+    # A contraction's result is a new contiguous tensor in torch; NumPy's may come back transposed.
+    return _in_float32(xp, lambda *arrs: _c_order(xp.einsum(equation, *arrs, optimize=True)), *arrays)
+
+
+def _c_order(out):
+    return out if out.flags.c_contiguous else out.copy()
 
 
 def _einsum_backward(ctx, g):

@@ -41,7 +41,13 @@ EXPAND = defop("expand", lambda xp, a, shape: xp.broadcast_to(a, shape),
 
 def _slice_kernel(xp, a, key):
     # A trailing Ellipsis makes NumPy return a 0-d view instead of a scalar copy when every dim is indexed.
-    return a[key + (Ellipsis,)]
+    out = a[key + (Ellipsis,)]
+    if None in key:
+        # NumPy gives a None-inserted dim stride 0; torch gives it the stride an unsqueeze would (size * stride of
+        # the next dim). Re-inserting the size-1 dims by reshape (never a copy) yields torch's strides.
+        shape = out.shape
+        out = out.reshape(tuple(n for n in shape if n != 1)).reshape(shape)
+    return out
 
 
 SLICE = defop("slice", _slice_kernel, view_backward, View(), view=True, meta=True, grad_name="SliceBackward0")
