@@ -17,6 +17,7 @@ when the kernel never stores to them, all ``__restrict__``: the caller passes di
 """
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 
 from .codeblock import CodeBlock
@@ -154,7 +155,10 @@ def index_plans(kernel):
     k = collapse(kernel)
     bufs = k.buffers
     loaded = sorted({e.value for e in k.nodes() if e.op == "load"})
-    stored = sorted({s.buffer for s in k.stores})
+    stored = sorted({s.buffer for s in k.stores if s.buffer is not None})
+    # buffers a reduced loop writes point by point (a softmax's output) need inner offsets too
+    in_loop = sorted({s.buffer for s in k.stores if s.buffer is not None and not s.reduce and not s.row}
+                     if k.reduce_axes else set())
     index64 = index64_needed(k.shape, [b.strides for b in bufs], [b.offset for b in bufs])
 
     def plan(dims, buffers, prefix, offsets):
@@ -167,7 +171,8 @@ def index_plans(kernel):
     # an empty reduction reads nothing, and unused offsets would draw NVRTC warning 177
     read = loaded if _size(k.shape[nouter:]) else []
     return (plan(range(nouter), sorted(set(read) | set(stored)), "p", [b.offset for b in bufs]),
-            plan(range(nouter, len(k.shape)), loaded, "r", [f"po{b}" for b in range(len(bufs))]))
+            plan(range(nouter, len(k.shape)), sorted(set(loaded) | set(in_loop)), "r",
+                 [f"po{b}" for b in range(len(bufs))]))
 
 
 def _size(shape):
@@ -194,7 +199,7 @@ class _Emitter:
         self.k, self.name, self.kind = kernel, name, kind
         self.nodes = kernel.nodes()
         self.names = {e: f"v{i}" for i, e in enumerate(self.nodes)}
-        self.stored = sorted({s.buffer for s in kernel.stores})
+        self.stored = sorted({s.buffer for s in kernel.stores if s.buffer is not None})
         self.plans = index_plans(kernel)
         self.index64 = self.plans[0].index64
         self.ity = "long long" if self.index64 else "unsigned int"
@@ -250,57 +255,100 @@ class _Emitter:
                 cb.line(f"buf{s.buffer}[o{s.buffer}] = {self.names[s.value]};")
 
     def _reduction(self):
+        """Per output point, one loop over the reduced points per phase; between phases the block's totals are
+        broadcast through shared memory (``fin{j}``), so later phases and row stores read final statistics."""
         k, cb = self.k, self.cb
         outer, inner = self.plans
         outer_n, red_n = _size(outer.shape), _size(inner.shape)
         if outer_n == 0:
             cb.line("// no output points: nothing to do")
             return
-        stores = [s for s in k.stores if s.reduce]
+        reducing = [(j, s) for j, s in enumerate(k.stores) if s.reduce]
         block = self.kind == "block_reduce"
         if block:
-            for j, s in enumerate(stores):
+            for j, s in reducing:
                 cb.line(f"__shared__ {C_TYPES[s.value.dtype]} partials{j}[32];")
+                if k.phases > 1 or any(st.row for st in k.stores):
+                    cb.line(f"__shared__ {C_TYPES[s.value.dtype]} bcast{j};")
             loop = self._grid_stride("p", outer_n, f"({self.ity})blockIdx.x", "gridDim.x")
         else:
             loop = self._grid_stride("p", outer_n, self._thread_index(), "stride")
         with loop:
             for line in outer.c_lines("p"):
                 cb.line(line)
-            for j, s in enumerate(stores):
-                dt = s.value.dtype
-                cb.line(f"{C_TYPES[dt]} acc{j} = {c_const(identity(s.reduce, dt), dt)};")
-            first, step = ("threadIdx.x", "blockDim.x") if block else (c_int(0, self.index64), "1")
-            if red_n:  # an empty reduction leaves the identities (and an empty loop would draw NVRTC warning 186)
-                with self._grid_stride("r", red_n, first, step):
-                    for line in inner.c_lines("r"):
+            for phase in range(k.phases):
+                self._phase(phase, inner, red_n, block)
+            rows = [s for s in k.stores if s.row]
+            if rows:
+                with (_braces(cb, "if (threadIdx.x == 0u)") if block else _nothing()):
+                    self._values(lambda b: f"po{b}", rows, f"w{k.phases}_")
+                    for s in rows:
+                        cb.line(f"buf{s.buffer}[po{s.buffer}] = {self._name(s.value, f'w{k.phases}_')};")
+
+    def _phase(self, phase, inner, red_n, block):
+        k, cb = self.k, self.cb
+        stores = [(j, s) for j, s in enumerate(k.stores) if s.phase == phase and not s.row]
+        reducing = [(j, s) for j, s in stores if s.reduce]
+        tag = f"w{phase}_" if phase else ""  # phase 0 keeps the single-pass kernels' names
+        for j, s in reducing:
+            dt = s.value.dtype
+            cb.line(f"{C_TYPES[dt]} acc{j} = {c_const(identity(s.reduce, dt), dt)};")
+        first, step = ("threadIdx.x", "blockDim.x") if block else (c_int(0, self.index64), "1")
+        if red_n and stores:  # an empty reduction leaves the identities (an empty loop draws NVRTC warning 186)
+            used = {e.value for e in k.nodes([s for _, s in stores]) if e.op == "load"}
+            used |= {s.buffer for _, s in stores if not s.reduce}
+            with self._grid_stride("r", red_n, first, step):
+                for line in inner.c_lines("r"):
+                    m = re.match(r"const [\w ]+ ro(\d+) = ", line)
+                    if m is None or int(m.group(1)) in used:  # a phase may touch fewer buffers than the kernel
                         cb.line(line)
-                    self._values(lambda b: f"ro{b}")
-                    for j, s in enumerate(stores):
-                        cb.line(f"acc{j} = {combine(s.reduce, f'acc{j}', self.names[s.value], s.value.dtype)};")
+                self._values(lambda b: f"ro{b}", [s for _, s in stores], tag)
+                for j, s in stores:
+                    value = self._name(s.value, tag)
+                    if s.reduce:
+                        cb.line(f"acc{j} = {combine(s.reduce, f'acc{j}', value, s.value.dtype)};")
+                    else:
+                        cb.line(f"buf{s.buffer}[ro{s.buffer}] = {value};")
+        broadcast = k.phases > 1 or any(st.row for st in k.stores)
+        for j, s in reducing:
             if block:
-                for j, s in enumerate(stores):
-                    cb.line(f"acc{j} = {_helper_name(s.reduce, s.value.dtype)}(acc{j}, partials{j});")
-                with _braces(cb, "if (threadIdx.x == 0u)"):
-                    self._store_accumulators(stores)
-            else:
-                self._store_accumulators(stores)
+                cb.line(f"acc{j} = {_helper_name(s.reduce, s.value.dtype)}(acc{j}, partials{j});")
+                if broadcast:
+                    with _braces(cb, "if (threadIdx.x == 0u)"):
+                        cb.line(f"bcast{j} = acc{j};")
+        if block and broadcast and reducing:
+            cb.line("__syncthreads();")
+        for j, s in reducing:
+            ct = C_TYPES[s.value.dtype]
+            if broadcast:
+                cb.line(f"const {ct} fin{j} = {'bcast' if block else 'acc'}{j};")
+            if s.buffer is not None:
+                with (_braces(cb, "if (threadIdx.x == 0u)") if block else _nothing()):
+                    cb.line(f"buf{s.buffer}[po{s.buffer}] = acc{j};")
 
-    def _store_accumulators(self, stores):
-        for j, s in enumerate(stores):
-            self.cb.line(f"buf{s.buffer}[po{s.buffer}] = acc{j};")
+    def _name(self, e, tag):
+        return f"{tag}{self.names[e]}"
 
-    def _values(self, offset):
-        """One ``const`` per DAG node, children first (so shared subexpressions are computed once)."""
-        for e in self.nodes:
-            ct, name = C_TYPES[e.dtype], self.names[e]
+    def _values(self, offset, stores=None, tag=""):
+        """One ``const`` per DAG node of ``stores``, children first (shared subexpressions are computed once);
+        names carry ``tag`` so that each phase's values are distinct variables."""
+        nodes = self.nodes if stores is None else self.k.nodes(stores)
+        for e in nodes:
+            ct, name = C_TYPES[e.dtype], tag + self.names[e]
             if e.op == "load":
                 rhs = f"buf{e.value}[{offset(e.value)}]"
             elif e.op == "const":
                 rhs = c_const(e.value, e.dtype)
+            elif e.op == "acc":
+                rhs = f"fin{e.value}"
             else:
                 if not e.args:
                     raise UnsupportedPrimitive(f"cuda backend: primitive {e.op!r} is not supported")
                 arg_dtype = e.args[1].dtype if e.op == "where" else e.args[0].dtype
-                rhs = c_op(e.op, [self.names[a] for a in e.args], arg_dtype, e.dtype)
+                rhs = c_op(e.op, [tag + self.names[a] for a in e.args], arg_dtype, e.dtype)
             self.cb.line(f"const {ct} {name} = {rhs};")
+
+
+@contextmanager
+def _nothing():
+    yield

@@ -44,27 +44,48 @@ def run(kernel, arrays):
     for a, b in zip(arrays, kernel.buffers):
         if a.dtype != DTYPES[b.dtype] or a.ndim != 1:
             raise TypeError(f"interp.run: expected a flat {b.dtype} array, got {a.dtype} with shape {a.shape}")
-    values = {}
+    nred = len(kernel.shape) - kernel.reduce_axes
+    axes = tuple(range(nred, len(kernel.shape)))
+    accs = {}
     with np.errstate(all="ignore"):
-        for e in kernel.nodes():
-            values[e] = _eval(e, [values[a] for a in e.args], kernel, arrays)
-        nred = len(kernel.shape) - kernel.reduce_axes
-        for s in kernel.stores:
-            dst = view(arrays[s.buffer], kernel.buffers[s.buffer], kernel.shape)
-            v = np.broadcast_to(values[s.value], kernel.shape)
-            if s.reduce is None:
-                dst[...] = v
-                continue
-            axes = tuple(range(nred, len(kernel.shape)))
-            init = identity(s.reduce, s.value.dtype)
-            red = _REDUCE[s.reduce](v, axis=axes, initial=init, keepdims=True, dtype=v.dtype)
-            dst[...] = red
+        # Phase by phase over all outer points at once: the same result as each row running its phases in turn,
+        # because a point only ever reads its own row's accumulators and its own earlier stores.
+        for phase in range(kernel.phases):
+            numbered = [(j, s) for j, s in enumerate(kernel.stores) if s.phase == phase and not s.row]
+            stores = [s for _, s in numbered]
+            values = _evaluate(kernel, arrays, stores, accs)
+            for j, s in numbered:
+                v = np.broadcast_to(values[s.value], kernel.shape)
+                if s.reduce is None:
+                    view(arrays[s.buffer], kernel.buffers[s.buffer], kernel.shape)[...] = v
+                    continue
+                init = identity(s.reduce, s.value.dtype)
+                extra = {"dtype": v.dtype} if s.reduce in ("sum", "prod") else {}
+                accs[j] = _REDUCE[s.reduce](v, axis=axes, initial=init, keepdims=True, **extra)
+            for j, s in numbered:
+                if s.reduce is not None and s.buffer is not None:
+                    view(arrays[s.buffer], kernel.buffers[s.buffer], kernel.shape)[...] = accs[j]
+        rows = [s for s in kernel.stores if s.row]
+        row_shape = kernel.outer_shape + (1,) * kernel.reduce_axes
+        values = _evaluate(kernel, arrays, rows, accs, row_shape)
+        for s in rows:
+            view(arrays[s.buffer], kernel.buffers[s.buffer], row_shape)[...] = values[s.value]
 
 
-def _eval(e, args, kernel, arrays):
+def _evaluate(kernel, arrays, stores, accs, shape=None):
+    values = {}
+    for e in kernel.nodes(stores):
+        if e.op == "acc":
+            values[e] = accs[e.value]
+        else:
+            values[e] = _eval(e, [values[a] for a in e.args], kernel, arrays, shape or kernel.shape)
+    return values
+
+
+def _eval(e, args, kernel, arrays, shape):
     dt = DTYPES[e.dtype]
     if e.op == "load":
-        return view(arrays[e.value], kernel.buffers[e.value], kernel.shape)
+        return view(arrays[e.value], kernel.buffers[e.value], shape)
     if e.op == "const":
         return dt(e.value)
     if e.op == "cast":

@@ -6,6 +6,14 @@ buffer is broadcast along it) plus an element offset, so the address of a load o
 store then names a reduction op and writes once per point of the leading dimensions (its strides on the reduced
 dimensions must be 0).
 
+A reducing kernel may run several *phases* over the reduced dimensions of each outer point, as a hand-written
+softmax does (max; then exp and sum; then the scaled write). A store's ``phase`` says in which pass it runs; an
+``acc`` expression (`reduced`) reads the final value of a reducing store of an earlier phase, so pointwise stores
+and later reductions can use row statistics. Reducing stores without a buffer (``buffer=None``) only feed later
+phases. ``row`` stores run once per outer point after the last phase (``mean`` and ``rstd`` outputs); they may
+read accumulators and buffers with zero strides on the reduced dimensions. A pointwise store may be read back by
+a later phase at the same point (a softmax keeps ``exp(x - max)`` in its output and rescales it in place).
+
 Expressions are hash-consed trees (equal trees compare and hash equal, so a DAG falls out of structural sharing).
 The primitive ops form a closed set (``UNARY``, ``BINARY``, ``COMPARE``, ``where``, ``cast``); backends implement
 exactly these. ``str(kernel)`` is canonical and is meant to be used as a cache key.
@@ -36,7 +44,7 @@ BINARY = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or")
 COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
 FLOAT_ONLY = ("exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "sin", "cos", "pow", "div")
 REDUCTIONS = ("sum", "prod", "max", "min")
-PRIMITIVES = UNARY + BINARY + COMPARE + ("where", "cast", "load", "const")
+PRIMITIVES = UNARY + BINARY + COMPARE + ("where", "cast", "load", "const", "acc")
 
 # Function names used in the op table's Pointwise(expr) strings, mapped onto primitives (the fusion lowering parses
 # the expression and looks calls up here; infix operators map through INFIX_OPS).
@@ -50,8 +58,8 @@ INFIX_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "<": "lt", "<=": "l
 class Expr:
     """One node of the expression DAG: ``op`` is a primitive name, ``args`` child nodes, ``dtype`` the result type.
 
-    ``value`` holds the buffer index of a ``load`` or the number of a ``const``. Build nodes with `load`, `const`
-    and `op`, which check dtypes.
+    ``value`` holds the buffer index of a ``load``, the number of a ``const`` or the store index of an ``acc``.
+    Build nodes with `load`, `const`, `reduced` and `op`, which check dtypes.
     """
 
     __slots__ = ("op", "args", "dtype", "value", "_hash")
@@ -93,6 +101,16 @@ def const(value, dtype):
     return Expr("const", (), dtype, value)
 
 
+def reduced(store, dtype):
+    """The final value of reducing store number ``store`` (of an earlier phase), broadcast over reduced dimensions.
+
+    >>> reduced(0, "f32")
+    acc[f32](0)
+    """
+    _check_dtype(dtype)
+    return Expr("acc", (), dtype, int(store))
+
+
 def op(name, *args, dtype=None):
     """Apply primitive ``name``; ``dtype`` is needed only for ``cast``.
 
@@ -102,7 +120,7 @@ def op(name, *args, dtype=None):
     'bool'
     """
     arity = 1 if name in UNARY or name == "cast" else 3 if name == "where" else 2
-    if name not in PRIMITIVES or name in ("load", "const"):
+    if name not in PRIMITIVES or name in ("load", "const", "acc"):
         raise ValueError(f"op: unknown primitive {name!r}; expected one of {PRIMITIVES}")
     if len(args) != arity:
         raise ValueError(f"op: {name} takes {arity} arguments, got {len(args)}")
@@ -139,11 +157,15 @@ class Buffer:
 
 @dataclass(frozen=True)
 class Store:
-    """Write ``value`` into buffer number ``buffer``; ``reduce`` names the reduction in a reducing kernel."""
+    """Write ``value`` into buffer number ``buffer``; ``reduce`` names a reduction (``buffer`` may then be None:
+    an accumulator only later phases read); ``phase`` the pass over the reduced dimensions it runs in; ``row``: once
+    per outer point after the last phase."""
 
-    buffer: int
+    buffer: int | None
     value: Expr
     reduce: str | None = None
+    phase: int = 0
+    row: bool = False
 
 
 IDENTITIES = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}
@@ -179,27 +201,53 @@ class Kernel:
                 raise ValueError(f"buffer {i}: {len(b.strides)} strides for a {ndim}-d iteration space")
         if not 0 <= self.reduce_axes <= ndim:
             raise ValueError(f"reduce_axes={self.reduce_axes} outside 0..{ndim}")
-        for s in self.stores:
-            buf = self.buffers[s.buffer]
-            if (s.reduce is not None) != (self.reduce_axes > 0):
-                raise ValueError(f"store to buffer {s.buffer}: reduce={s.reduce!r} but reduce_axes={self.reduce_axes}")
+        red = self.reduce_axes
+        for j, s in enumerate(self.stores):
+            if s.reduce is not None and not red:
+                raise ValueError(f"store {j}: reduce={s.reduce!r} but reduce_axes=0")
+            if (s.phase or s.row) and not red:
+                raise ValueError(f"store {j}: phases and row stores need reduce_axes > 0")
             if s.reduce is not None and s.reduce not in REDUCTIONS:
                 raise ValueError(f"unknown reduction {s.reduce!r}; expected one of {REDUCTIONS}")
-            if self.reduce_axes and any(buf.strides[ndim - self.reduce_axes:]):
+            if s.reduce is not None and s.row:
+                raise ValueError(f"store {j}: a row store does not reduce")
+            if s.buffer is None:
+                if s.reduce is None:
+                    raise ValueError(f"store {j}: only a reducing store may have no buffer")
+                continue
+            buf = self.buffers[s.buffer]
+            if (s.reduce is not None or s.row) and any(buf.strides[ndim - red:]):
                 raise ValueError(f"store to buffer {s.buffer}: nonzero stride on a reduced axis")
             if s.value.dtype != buf.dtype:
                 raise TypeError(f"store to buffer {s.buffer}: value is {s.value.dtype}, buffer is {buf.dtype}")
-        for node in self.nodes():
-            if node.op == "load" and self.buffers[node.value].dtype != node.dtype:
-                raise TypeError(f"load of buffer {node.value}: dtype {node.dtype} != {self.buffers[node.value].dtype}")
+        for j, s in enumerate(self.stores):
+            for node in self.nodes([s]):
+                if node.op == "load" and self.buffers[node.value].dtype != node.dtype:
+                    raise TypeError(f"load of buffer {node.value}: dtype {node.dtype} != "
+                                    f"{self.buffers[node.value].dtype}")
+                if node.op == "acc":
+                    src = self.stores[node.value] if 0 <= node.value < len(self.stores) else None
+                    if src is None or src.reduce is None or src.value.dtype != node.dtype:
+                        raise ValueError(f"store {j}: acc {node.value} is not a reducing store of dtype {node.dtype}")
+                    if not s.row and src.phase >= s.phase:
+                        raise ValueError(f"store {j} (phase {s.phase}) reads acc {node.value} of phase {src.phase}; "
+                                         "an accumulator is final only after its phase")
+                if s.row and node.op == "load" and any(self.buffers[node.value].strides[ndim - red:]):
+                    raise ValueError(f"row store {j} loads buffer {node.value}, which varies along a reduced axis")
+
+    @property
+    def phases(self):
+        """The number of passes over the reduced dimensions (1 for a kernel without phases)."""
+        return 1 + max((s.phase for s in self.stores), default=0)
 
     @property
     def outer_shape(self):
         """The dimensions that are not reduced (dimension 0 is the one split across threads)."""
         return self.shape[:len(self.shape) - self.reduce_axes]
 
-    def nodes(self):
-        """Every distinct expression node, children before parents (the order `__str__` numbers them in)."""
+    def nodes(self, stores=None):
+        """Every distinct expression node of ``stores`` (default all), children before parents (the order `__str__`
+        numbers them in)."""
         seen, order = {}, []
 
         def visit(e):
@@ -210,7 +258,7 @@ class Kernel:
             seen[e] = len(order)
             order.append(e)
 
-        for s in self.stores:
+        for s in self.stores if stores is None else stores:
             visit(s.value)
         return order
 
@@ -225,11 +273,15 @@ class Kernel:
                 rhs = f"load buf{e.value}"
             elif e.op == "const":
                 rhs = f"const {e.dtype} {e.value!r}"
+            elif e.op == "acc":
+                rhs = f"acc {e.dtype} store{e.value}"
             else:
                 rhs = " ".join([e.op + (f" {e.dtype}" if e.op == "cast" else "")] + [f"%{number[a]}" for a in e.args])
             lines.append(f"  %{number[e]} = {rhs}")
         for s in self.stores:
-            lines.append(f"  store buf{s.buffer} {s.reduce + ' ' if s.reduce else ''}%{number[s.value]}")
+            where = (f" phase={s.phase}" if s.phase else "") + (" row" if s.row else "")
+            target = "none" if s.buffer is None else f"buf{s.buffer}"
+            lines.append(f"  store {target} {s.reduce + ' ' if s.reduce else ''}%{number[s.value]}{where}")
         return "\n".join(lines)
 
 

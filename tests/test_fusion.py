@@ -58,11 +58,18 @@ def test_matmul_runs_eagerly_with_a_fused_epilogue():
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-6)
 
 
-def test_reduction_and_shape_change_split_groups():
+def test_reduction_with_prologue_and_broadcast_epilogue_is_one_kernel():
     x = jitorch.randn(6, 5)
     got, want, kernels = _compiled(lambda v: (v.exp() - v.exp().sum(1, keepdim=True)).relu() * 2, x)
-    assert len(kernels) == 2  # exp (read by the sum and by sub) | sub, relu, mul
+    assert kernels == [["exp", "exp", "sum", "sub", "relu", "mul"]]
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+
+
+def test_squeezed_row_value_is_not_broadcast_as_a_row():
+    x = jitorch.randn(5, 5)  # x - x.sum(1) broadcasts the row sums along dim 1, not dim 0
+    got, want, kernels = _compiled(lambda v: (v * 2 - (v * 2).sum(1)).exp(), x)
+    assert len(kernels) == 2
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5)
 
 
 def test_unfusable_rows_run_eagerly_and_integers_fuse():

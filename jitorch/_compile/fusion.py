@@ -1,20 +1,35 @@
 """Partition a traced primitive graph into fused groups and eagerly-run nodes, in a valid execution order.
 
-A group is a maximal set of ``Pointwise`` rows over one iteration space (the members' common output shape) joined
-producer to consumer; inputs of other shapes broadcast into it. Two rules keep the result equal to eager:
+A group is a set of rows over one iteration space ``shape`` whose last ``reduce_axes`` dimensions may be reduced,
+joined producer to consumer; inputs of other shapes broadcast into it. Members live in one of three spaces:
+
+- ``point``: pointwise rows over the whole space (an elementwise chain, a reduction's prologue, or an epilogue
+  that combines row statistics with the input, as softmax's ``exp(x - max)`` does);
+- ``row`` / ``rowsq``: reductions over the trailing ``reduce_axes`` (keepdim or not) and pointwise rows over
+  their shape (``sum / n``, ``rsqrt(var + eps)``);
+- softmax, log_softmax and native_layer_norm rows over the last dimensions, decomposed by the lowering into
+  reductions and pointwise expressions.
+
+The lowering runs each group as ONE kernel that makes as many passes over a row as its chain of reductions needs
+(softmax: max; exp and sum; scale), with the rows split across threads. Rules that keep the result equal to eager:
 
 - no path may leave a group and come back into it (the group runs as one kernel, all at once);
-- groups never span an in-place node (an in-place op orders the reads and writes around it).
+- groups never span an in-place node (an in-place op orders the reads and writes around it);
+- a point member never reads a squeezed (``keepdim=False``) row value: its broadcast is not the row's;
+- at most `MAX_PHASES` passes per kernel.
 
 >>> import jitorch
 >>> from jitorch._compile.trace import trace
 >>> t = trace(lambda x, y: (x * y + 1).relu().sum() * 2, (jitorch.ones(4), jitorch.ones(4)), {})
 >>> [u.names if isinstance(u, FusedGroup) else u.name for u in partition(t.gm.graph)]
-[['mul', 'add', 'relu'], 'sum_1', 'mul_1']
+[['mul', 'add', 'relu', 'sum_1'], 'mul_1']
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..codegen.ir import load
 from ..fx.make_fx import Primitive
@@ -22,19 +37,27 @@ from ..fx.node import Node
 from .expr import Unfusable
 from .lower import IR_DTYPES, node_expr
 
-__all__ = ["FusedGroup", "partition"]
+__all__ = ["FusedGroup", "partition", "MAX_PHASES"]
+
+MAX_PHASES = 4
+REDUCE_ROWS = {"sum": "sum", "prod": "prod", "amax": "max", "amin": "min"}
+ROW_OPS = ("softmax", "log_softmax", "native_layer_norm")
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 @dataclass
 class FusedGroup:
-    """Members in graph order, their shape, external tensor inputs (first-use order) and values read outside."""
+    """Members in graph order, their space, external tensor inputs (first-use order) and values read outside."""
 
     gid: int
     shape: tuple
     segment: int
+    reduce_axes: int = 0
     nodes: list = field(default_factory=list)
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
+    space: dict = field(default_factory=dict)  # member -> "point", "row", "rowsq" or "op" (a row op or its items)
+    phase: dict = field(default_factory=dict)  # member -> the pass its value is available from
 
     @property
     def names(self):
@@ -42,7 +65,13 @@ class FusedGroup:
 
     @property
     def ops(self):
-        return [n.target.op.name for n in self.nodes]
+        return [n.target.op.name for n in self.nodes if isinstance(n.target, Primitive)]
+
+    @property
+    def row_shapes(self):
+        """(keepdim shape, squeezed shape) of the reduced values."""
+        outer = tuple(self.shape[:len(self.shape) - self.reduce_axes])
+        return outer + (1,) * self.reduce_axes, outer
 
 
 def _tensor_inputs(node):
@@ -76,17 +105,107 @@ def fusible(node):
     return True
 
 
+def reduction_axes(node):
+    """For a fusible reduction row (sum, prod, amax, amin over trailing dims, no dtype change): (its input's shape,
+    the number of reduced trailing dims); else None."""
+    t = node.target
+    if node.op != "call_function" or not isinstance(t, Primitive) or t.inplace or t.op.name not in REDUCE_ROWS:
+        return None
+    if len(node.args) != 1 or not isinstance(node.args[0], Node) or set(node.kwargs) - {"dims", "keepdim", "dtype"}:
+        return None
+    x = node.args[0]
+    if "val" not in x.meta or "val" not in node.meta:
+        return None
+    (shape, dtype), out_dtype = x.meta["val"], node.meta["val"][1]
+    if dtype != out_dtype or IR_DTYPES.get(dtype) in (None, "bool") or not shape:
+        return None
+    nd, dims = len(shape), node.kwargs.get("dims")
+    dims = tuple(range(nd)) if dims is None else tuple(sorted(d % nd for d in dims))
+    if not dims or dims != tuple(range(nd - len(dims), nd)):
+        return None
+    if t.op.name in ("amax", "amin") and any(shape[d] == 0 for d in dims):
+        return None  # eager raises its error
+    return tuple(shape), len(dims)
+
+
+def row_op_axes(node):
+    """For softmax/log_softmax over the last dim or native_layer_norm of float inputs: (input shape, reduced dims)."""
+    t = node.target
+    if node.op != "call_function" or not isinstance(t, Primitive) or t.op.name not in ROW_OPS:
+        return None
+    x = node.args[0]
+    if not isinstance(x, Node) or "val" not in x.meta:
+        return None
+    shape, dtype = x.meta["val"]
+    if dtype not in _FLOATS or not shape:
+        return None
+    if t.op.name == "native_layer_norm":
+        k = node.kwargs.get("k")
+        for a in node.args[1:]:
+            if a is not None and (not isinstance(a, Node) or a.meta.get("val", (None, None))[1] != dtype):
+                return None
+        return (tuple(shape), k) if isinstance(k, int) and 0 < k <= len(shape) else None
+    dim = node.kwargs.get("dim")
+    return (tuple(shape), 1) if isinstance(dim, int) and dim % len(shape) == len(shape) - 1 else None
+
+
+def _space(shape, group):
+    if shape == group.shape:
+        return "point"
+    keep, squeezed = group.row_shapes
+    if group.reduce_axes and shape == keep:
+        return "row"
+    if group.reduce_axes and shape == squeezed:
+        return "rowsq"
+    return None
+
+
+def _placement(n, kind, info, group, member):
+    """(space, phase) of ``n`` if it can join ``group`` (given its members), else None."""
+    internal = [p for p in _tensor_inputs(n) if member.get(p) == group.gid]
+    if kind == "point":
+        space = _space(n.meta["val"][0], group)
+        allowed = {"point": ("point", "row"), "row": ("row",), "rowsq": ("rowsq",)}.get(space)
+        if space is None or any(group.space[p] not in allowed for p in internal):
+            return None
+        return space, max((group.phase[p] for p in internal), default=0)
+    shape, r = info
+    if shape != group.shape or group.reduce_axes not in (0, r) or any(group.space[p] != "point" for p in internal):
+        return None
+    base = max((group.phase[p] for p in internal), default=0)
+    if kind == "reduce":
+        return ("row" if n.kwargs.get("keepdim") else "rowsq"), base + 1
+    return "op", base + 2
+
+
 def _merge(groups, anc, ext_anc, ids):
     """Merge groups ``ids`` into the first; rename them in every ancestor set."""
     keep, others = ids[0], set(ids[1:])
     for gid in ids[1:]:
-        groups[keep].nodes.extend(groups.pop(gid).nodes)
+        old = groups.pop(gid)
+        groups[keep].nodes.extend(old.nodes)
+        groups[keep].space.update(old.space)
+        groups[keep].phase.update(old.phase)
+        groups[keep].reduce_axes = max(groups[keep].reduce_axes, old.reduce_axes)
         ext_anc[keep] |= ext_anc.pop(gid)
     for sets in (anc, ext_anc):
         for key, s in sets.items():
             if s & others:
                 sets[key] = (s - others) | {keep}
     return keep
+
+
+def _classify(n, member):
+    """('point' | 'reduce' | 'op' | 'item', info) or (None, None)."""
+    if n.op == "call_function" and n.target is operator.getitem and n.args[0] in member:
+        return "item", None
+    if fusible(n):
+        return "point", None
+    info = reduction_axes(n)
+    if info is not None:
+        return "reduce", info
+    info = row_op_axes(n)
+    return ("op", info) if info is not None else (None, None)
 
 
 def _group_nodes(nodes):
@@ -96,28 +215,50 @@ def _group_nodes(nodes):
         ins = _tensor_inputs(n)
         if n.op == "call_function" and isinstance(n.target, Primitive) and n.target.inplace:
             segment += 1  # an in-place node is a barrier
-        if not fusible(n):
+        kind, info = _classify(n, member)
+        if kind is None:
             anc[n] = set().union(*(anc.get(p, set()) for p in ins))
             continue
-        shape = n.meta["val"][0]
+        if kind == "item":  # an output of a row op: lives where the op does
+            gid = member[n.args[0]]
+            g = groups[gid]
+            g.nodes.append(n)
+            g.space[n] = _space(tuple(n.meta["val"][0]), g) if "val" in n.meta else "op"
+            g.phase[n] = g.phase[n.args[0]]
+            member[n] = gid
+            anc[n] = set(anc[n.args[0]])
+            continue
         candidates = {member[p] for p in ins if p in member}
-        candidates = {g for g in candidates if groups[g].shape == shape and groups[g].segment == segment}
+        candidates = {c for c in candidates if groups[c].segment == segment
+                      and _placement(n, kind, info, groups[c], member) is not None}
         # A candidate that also reaches n through a node outside it would close a cycle.
         for p in ins:
             if member.get(p) not in candidates:
                 candidates -= anc.get(p, set())
         chosen = sorted(candidates)
-        if len(chosen) > 1 and any(g in ext_anc[h] for g in chosen for h in chosen if g != h):
+        if len(chosen) > 1 and (any(g in ext_anc[h] for g in chosen for h in chosen if g != h)
+                                or len({groups[g].shape for g in chosen}) > 1
+                                or len({groups[g].reduce_axes for g in chosen} - {0}) > 1):
             chosen = [max(chosen, key=lambda g: len(groups[g].nodes))]
+        gid = None
         if chosen:
             gid = _merge(groups, anc, ext_anc, chosen) if len(chosen) > 1 else chosen[0]
             for m in groups[gid].nodes:
                 member[m] = gid
-        else:
+            place = _placement(n, kind, info, groups[gid], member)
+            if place is None or place[1] >= MAX_PHASES + (kind == "reduce"):
+                gid = None  # the merged group no longer takes it, or a pass too many: start a new group
+        if gid is None:
+            shape = n.meta["val"][0] if kind == "point" else info[0]
             gid, next_id = next_id, next_id + 1
-            groups[gid] = FusedGroup(gid, shape, segment)
+            groups[gid] = FusedGroup(gid, tuple(shape), segment)
             ext_anc[gid] = set()
-        groups[gid].nodes.append(n)
+            place = _placement(n, kind, info, groups[gid], member)
+        g = groups[gid]
+        if kind != "point":
+            g.reduce_axes = info[1]
+        g.nodes.append(n)
+        g.space[n], g.phase[n] = place
         member[n] = gid
         for p in ins:
             if member.get(p) != gid:

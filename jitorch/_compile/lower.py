@@ -15,17 +15,20 @@ mul[f32](load[f32](0), const[f32](2.0))
 """
 from __future__ import annotations
 
+import operator
 import threading
 import time
 
 import numpy as np
 
-from ..codegen.ir import Buffer, Expr, Kernel, Store, load, op
+from ..codegen.ir import Buffer, Expr, Kernel, Store, load, op, reduced
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..fx.node import Node
 from ..ops.table import OPS
+from ..runtime import host_cache
 from ..runtime.threads import get_num_threads, parallel_for
+from . import lower_rows
 from .expr import Unfusable, parse_expr
 
 __all__ = ["IR_DTYPES", "GroupKernel", "node_expr", "node_expr_for", "clear_kernel_cache", "kernel_cache_stats"]
@@ -106,53 +109,177 @@ def node_expr(node, operands):
 class GroupKernel:
     """Runs one `fusion.FusedGroup`: ``kernel(input_arrays) -> output_arrays`` (in ``group.outputs`` order).
 
-    The IR depends on the inputs' strides, so one compiled variant is kept per stride pattern (guards make that
-    one pattern in practice).
+    The expressions are built once (``structure``); the IR's buffers depend on the inputs' strides, so one compiled
+    variant is kept per stride pattern (guards make that one pattern in practice). Buffers are the outputs first,
+    then one load slot per (input, shape it broadcasts to): a row value reads its input with zero strides along the
+    reduced dimensions, a point value with its broadcast strides.
     """
 
     def __init__(self, group):
         self.group = group
         self.shape = tuple(group.shape)
+        self.reduce_axes = getattr(group, "reduce_axes", 0)
+        nouter = len(self.shape) - self.reduce_axes
+        self.outer_shape = self.shape[:nouter]
         self.numel = int(np.prod(self.shape))
-        self.in_dtypes = [IR_DTYPES[p.meta["val"][1]] for p in group.inputs]
+        self.outer_numel = int(np.prod(self.outer_shape))
+        self.out_shapes = [tuple(m.meta["val"][0]) for m in group.outputs]
         self.out_dtypes = [IR_DTYPES[m.meta["val"][1]] for m in group.outputs]
         self.variants: dict[tuple, object] = {}
-        ndim = len(self.shape)
-        self.out_strides = tuple(int(np.prod(self.shape[d + 1:])) for d in range(ndim))
+        self.slots: dict[tuple, int] = {}  # (input position, broadcast shape) -> buffer index
+        self.stores: list = []
+        self._reductions: dict = {}
+        self._structure()
 
-    def build(self, in_strides):
-        """The IR kernel for inputs with these element strides (already broadcast to the group's shape)."""
-        g = self.group
-        env = {p: load(i, dt) for i, (p, dt) in enumerate(zip(g.inputs, self.in_dtypes))}
+    # -- structure: expressions and stores, independent of strides -------------------------------------------------
+    def _load(self, node, shape):
+        key = (self.group.inputs.index(node), tuple(shape))
+        if key not in self.slots:
+            self.slots[key] = len(self.out_dtypes) + len(self.slots)
+        return load(self.slots[key], IR_DTYPES[node.meta["val"][1]])
+
+    def reduce(self, kind, value):
+        """An accumulator of ``kind`` over ``value`` (one store per distinct reduction)."""
+        key = (kind, value)
+        if key not in self._reductions:
+            self.stores.append(Store(None, value, kind, self._phase(value)))
+            self._reductions[key] = reduced(len(self.stores) - 1, value.dtype)
+        return self._reductions[key]
+
+    def _phase(self, e, memo=None):
+        """The first pass in which ``e`` can be evaluated: after every accumulator it reads is final."""
+        memo = {} if memo is None else memo
+        if e not in memo:
+            memo[e] = self.stores[e.value].phase + 1 if e.op == "acc" else \
+                max((self._phase(a, memo) for a in e.args), default=0)
+        return memo[e]
+
+    def _operand(self, env, a, shape):
+        if not isinstance(a, Node):
+            return a
+        return env[a] if a in env else self._load(a, shape)
+
+    def _structure(self):
+        g, env = self.group, {}
+        spaces = getattr(g, "space", {})
         for m in g.nodes:
-            env[m] = node_expr(m, [env[a] if isinstance(a, Node) else a for a in m.args])
-        buffers = [Buffer(dt, s) for dt, s in zip(self.in_dtypes, in_strides)]
-        buffers += [Buffer(dt, self.out_strides) for dt in self.out_dtypes]
-        stores = tuple(Store(len(g.inputs) + j, env[m]) for j, m in enumerate(g.outputs))
-        return Kernel(self.shape, tuple(buffers), stores)
+            shape = tuple(m.meta["val"][0]) if "val" in m.meta and m.meta["val"] else self.shape
+            if m.op == "call_function" and m.target is operator.getitem:
+                env[m] = env[m.args[0]][m.args[1]]
+                continue
+            name = m.target.op.name
+            if spaces.get(m, "point") in ("point", "row", "rowsq") and name not in REDUCE_KINDS:
+                env[m] = node_expr(m, [self._operand(env, a, shape) for a in m.args])
+            elif name in REDUCE_KINDS:
+                env[m] = self.reduce(REDUCE_KINDS[name], self._operand(env, m.args[0], self.shape))
+            elif name == "native_layer_norm":
+                x, w, b = (self._operand(env, a, self.shape) for a in m.args)
+                n = int(np.prod(self.shape[len(self.outer_shape):]))
+                env[m] = lower_rows.layer_norm(self, x, n, w, b, m.kwargs["eps"])
+            else:
+                fn = lower_rows.softmax if name == "softmax" else lower_rows.log_softmax
+                env[m] = fn(self, self._operand(env, m.args[0], self.shape), self.shape[-1])
+        for j, m in enumerate(g.outputs):
+            value = env[m]
+            if self.out_shapes[j] == self.shape:
+                self.stores.append(Store(j, value, phase=self._phase(value) if self.reduce_axes else 0))
+            else:
+                self.stores.append(Store(j, value, row=True))
+        self._stash()
 
-    def _views(self, arrays):
-        views = []
-        for a in arrays:
-            b = np.broadcast_to(a, self.shape)
-            if any(s % b.itemsize for s in b.strides):  # strides the IR cannot express in elements
-                b = np.broadcast_to(np.ascontiguousarray(a), self.shape)
-            views.append(b)
-        return views
+    def _stash(self):
+        """Keep an expensive value of an earlier pass in the output it feeds instead of recomputing it: softmax's
+        ``exp(x - max)`` is stored in pass 1 (where the sum needs it anyway) and rescaled in place in pass 2."""
+        for j, s in enumerate(list(self.stores)):
+            if s.buffer is None or s.row or s.phase == 0:
+                continue
+            best = None
+            for e in Kernel_nodes(s.value):
+                if e.dtype == s.value.dtype and self._phase(e) < s.phase and _expensive(e):
+                    best = e if best is None or _size(e) > _size(best) else best
+            if best is not None:
+                self.stores.append(Store(s.buffer, best, phase=self._phase(best)))
+                self.stores[j] = Store(s.buffer, _substitute(s.value, best, load(s.buffer, s.value.dtype)),
+                                       phase=s.phase)
+
+    # -- per stride pattern --------------------------------------------------------------------------------------
+    def build(self, slot_strides):
+        """The IR kernel for load slots with these element strides (over the group's iteration space)."""
+        red = self.reduce_axes
+        buffers = []
+        for shape, dt in zip(self.out_shapes, self.out_dtypes):
+            if shape == self.shape:
+                buffers.append(Buffer(dt, _contiguous(self.shape)))
+            else:
+                buffers.append(Buffer(dt, _contiguous(self.outer_shape) + (0,) * red))
+        dtypes = {}
+        for (pos, _), index in self.slots.items():
+            dtypes[index] = IR_DTYPES[self.group.inputs[pos].meta["val"][1]]
+        for index, strides in zip(sorted(dtypes), slot_strides):
+            buffers.append(Buffer(dtypes[index], strides))
+        return Kernel(self.shape, tuple(buffers), tuple(self.stores), red)
+
+    def _slot_views(self, arrays):
+        """Per load slot, (array broadcast to its shape, element strides over the iteration space)."""
+        red, out = self.reduce_axes, []
+        for (pos, shape), _ in sorted(self.slots.items(), key=lambda kv: kv[1]):
+            a = arrays[pos]
+            b = np.broadcast_to(a, shape)
+            if any(st % b.itemsize for st in b.strides):  # strides the IR cannot express in elements
+                b = np.broadcast_to(np.ascontiguousarray(a), shape)
+            strides = tuple(st // b.itemsize for st in b.strides)
+            if shape != self.shape:  # a row value: constant along the reduced dims
+                strides = (strides[:len(shape) - red] if len(shape) == len(self.shape) else strides) + (0,) * red
+            out.append((b, strides))
+        return out
 
     def __call__(self, arrays):
-        outs = [np.empty(self.shape, _NP[dt]) for dt in self.out_dtypes]
-        if self.numel == 0:
+        outs = [host_cache.empty(shape, _NP[dt]) for shape, dt in zip(self.out_shapes, self.out_dtypes)]
+        if (self.outer_numel if self.reduce_axes else self.numel) == 0:
             return outs
-        views = self._views(arrays)
-        key = tuple(tuple(s // v.itemsize for s in v.strides) for v in views)
+        views = self._slot_views(arrays)
+        key = tuple(st for _, st in views)
         ck = self.variants.get(key)
         if ck is None:
             ck = self.variants[key] = _compiled(self.build(key))
-        addrs = [v.__array_interface__["data"][0] for v in views] + [o.ctypes.data for o in outs]
-        if self.numel >= PARALLEL_MIN and get_num_threads() > 1:
+        addrs = [o.ctypes.data for o in outs] + [v.__array_interface__["data"][0] for v, _ in views]
+        if self.numel >= PARALLEL_MIN and get_num_threads() > 1 and ck.outer > 1:
             inner = max(1, self.numel // max(ck.outer, 1))
             parallel_for(lambda start, stop: ck(start, stop, *addrs), ck.outer, grain=max(1, (1 << 15) // inner))
         else:
             ck(0, ck.outer, *addrs)
         return outs
+
+
+REDUCE_KINDS = {"sum": "sum", "prod": "prod", "amax": "max", "amin": "min"}
+_EXPENSIVE = ("exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "pow")
+
+
+def _contiguous(shape):
+    return tuple(int(np.prod(shape[d + 1:])) for d in range(len(shape)))
+
+
+def Kernel_nodes(e, seen=None):  # noqa: N802
+    """Every node under ``e`` (children first)."""
+    seen = {} if seen is None else seen
+    if e not in seen:
+        for a in e.args:
+            Kernel_nodes(a, seen)
+        seen[e] = None
+    return list(seen)
+
+
+def _expensive(e):
+    return any(n.op in _EXPENSIVE for n in Kernel_nodes(e))
+
+
+def _size(e):
+    return len(Kernel_nodes(e))
+
+
+def _substitute(e, old, new):
+    if e == old:
+        return new
+    if not e.args:
+        return e
+    return Expr(e.op, [_substitute(a, old, new) for a in e.args], e.dtype, e.value)
