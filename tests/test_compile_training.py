@@ -102,7 +102,7 @@ def test_explain_reports_forward_and_backward_kernels():
     x, y = jitorch.randn(5, requires_grad=True), jitorch.randn(5)
     report = jitorch.compiler.explain(chain)(x, y)
     assert (report.graph_count, report.graph_break_count) == (1, 0)
-    assert report.kernels == [["sin", "mul", "add", "tanh", "mul"]]
+    assert report.kernels == [["sin", "mul", "add", "tanh", "mul", "sum"]]  # the sum fuses as an epilogue
     # The whole backward of the chain is one kernel (the tangent's broadcast runs eagerly before it).
     assert len(report.backward_kernels) == 1 and "tanh_backward" in report.backward_kernels[0]
     assert "Backward kernel count: 1" in str(report)
@@ -146,3 +146,71 @@ def test_modifying_an_input_in_place_before_backward_raises():
         y.mul_(2)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+def test_backward_recomputes_elementwise_chains_instead_of_saving_them():
+    import torch
+
+    from jitorch._compile.training import compile_training
+
+    def gelu_mlp(x, w):
+        h = x @ w
+        return 0.5 * h * (1 + jitorch.tanh(0.7978845608028654 * (h + 0.044715 * h * h * h)))
+
+    rng = np.random.default_rng(0)
+    xd, wd, gd = (rng.standard_normal(s).astype(np.float32) for s in ((4, 5), (5, 6), (4, 6)))
+    x, w = jitorch.tensor(xd), jitorch.tensor(wd, requires_grad=True)
+    saving = compile_training(gelu_mlp, (x, w), {}, None, None, recompute=False)
+    recomputing = compile_training(gelu_mlp, (x, w), {}, None, None)
+    # Without recomputation the backward keeps h and six of GELU's intermediates; with it, only x and h.
+    assert (saving.n_saved, recomputing.n_saved) == (7, 2)
+    assert "tanh" in recomputing.backward_kernels[0] and "tanh" not in saving.backward_kernels[0]
+    wt = torch.tensor(wd, requires_grad=True)
+    torch.nn.functional.gelu(torch.tensor(xd) @ wt, approximate="tanh").backward(torch.tensor(gd))
+    for plan in (saving, recomputing):
+        w.grad = None
+        plan((x, w)).backward(jitorch.tensor(gd))
+        np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block (attention + GELU MLP) ending in a loss, as bench_compile_train.py runs it."""
+
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x, y):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = F.softmax(q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5, dim=-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+        x = x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+        return F.mse_loss(x, y)
+
+
+def test_compiled_transformer_block_trains_like_eager_for_three_adam_steps():
+    jitorch.manual_seed(3)
+    eager = Block()
+    model = copy.deepcopy(eager)
+    compiled = jitorch.compile(model)
+    opt_e = jitorch.optim.Adam(eager.parameters(), lr=1e-2)
+    opt_c = jitorch.optim.Adam(model.parameters(), lr=1e-2)
+    x, y = jitorch.randn(2, 5, 16), jitorch.randn(2, 5, 16)
+    for _ in range(3):
+        le, lc = eager(x, y), compiled(x, y)
+        np.testing.assert_allclose(lc.item(), le.item(), rtol=1e-5)
+        opt_e.zero_grad()
+        opt_c.zero_grad()
+        le.backward()
+        lc.backward()
+        for pe, pc in zip(eager.parameters(), model.parameters()):
+            np.testing.assert_allclose(pc.grad.numpy(), pe.grad.numpy(), rtol=1e-4, atol=1e-6)
+        opt_e.step()
+        opt_c.step()
+    entry = compiled._compiled_call.train_entries[0]
+    assert entry.run is not None and entry.break_reason is None and entry.backward_kernel_ops

@@ -10,16 +10,20 @@ tensor([1., 1., 1.])
 from __future__ import annotations
 
 import time
+from importlib.util import find_spec
 import warnings
 import weakref
 from dataclasses import dataclass, field
 
+from .._dispatch import MODES
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..nn.modules.module import Module
 from .backend import CompiledGraph
 from .guards import first_failure, guard_values
 from .lower import clear_kernel_cache, kernel_cache_stats
+from .optimized_module import OptimizedModule
+from .replay import Replay, _compile_outputs
 from .trace import trace
 from .training import Unsupported, compile_training
 
@@ -40,14 +44,20 @@ config = _Config()
 
 @dataclass
 class Entry:
-    """One compiled specialization: its guards, how to run it (``None``: eagerly), and what it cost."""
+    """One specialization: its guards and how it runs.
+
+    ``run(args, kwargs)`` is a compiled graph (no break), a `Replay` of recorded segments (graph breaks), or ``None``
+    (eagerly, ``break_reason`` says why).
+    """
 
     guards: list
     run: object = None
     break_reason: str | None = None
+    replay: Replay | None = None
     kernel_ops: list = field(default_factory=list)  # the forward's fused kernels
     backward_kernel_ops: list = field(default_factory=list)  # a training entry's backward kernels
     plan: object = None  # a training entry's TrainingPlan
+    breaks: list = field(default_factory=list)  # the graph breaks recorded (segments.Break)
     trace_s: float = 0.0
     compile_s: float = 0.0
 
@@ -61,7 +71,9 @@ class CompiledFunction:
         self._limit = recompile_limit
         self.entries: list[Entry] = []  # inference specializations
         self.train_entries: list[Entry] = []  # forward + backward specializations (some input requires grad)
+        self._branches = 0  # branches recorded after a specialization's first call (they count as recompiles)
         self._fell_back = False
+        self._warned = False
         self.__wrapped__ = fn
         for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
             if hasattr(fn, attr):
@@ -78,7 +90,25 @@ class CompiledFunction:
     def reset(self):
         self.entries.clear()
         self.train_entries.clear()
-        self._fell_back = False
+        self._branches = 0
+        self._fell_back = self._warned = False
+
+    def _compiles(self):
+        return len(self.entries) + len(self.train_entries) + self._branches
+
+    def _take_branch(self):
+        """The budget a replay asks for before recording a new branch."""
+        if self._compiles() >= self.recompile_limit:
+            return False
+        self._branches += 1
+        return True
+
+    def _warn_limit(self, failing):
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"jitorch.compile: {getattr(self._fn, '__name__', self._fn)!s} reached recompile_limit "
+                          f"({self.recompile_limit}); failing guard: {failing}; running eagerly from now on",
+                          RuntimeWarning, stacklevel=3)
 
     def _needs_grad(self, tensors):
         if not GradState.enabled:
@@ -94,7 +124,8 @@ class CompiledFunction:
 
     def __call__(self, *args, **kwargs):
         fn = self._fn
-        if self.backend == "eager":
+        if self.backend == "eager" or MODES:
+            # Inside another trace (a compiled function calling this one) the outer recorder must see every op.
             return fn(*args, **kwargs)
         tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
         if self.backend == "jitorch" and any(t.device.type != "cpu" for t in tensors):
@@ -113,106 +144,112 @@ class CompiledFunction:
             if [v for _, v in entry.guards] == key:
                 if entry.run is None:
                     return fn(*args, **kwargs)
-                return entry.run(tuple(args) + tuple(kwargs.values()))
+                return entry.run(args, kwargs)
         if self._fell_back:
             return fn(*args, **kwargs)
-        if len(entries) >= self.recompile_limit:
+        if self._compiles() >= self.recompile_limit:
             self._fell_back = True
-            warnings.warn(f"jitorch.compile: {getattr(fn, '__name__', fn)!s} reached recompile_limit "
-                          f"({self.recompile_limit}); failing guard: {first_failure(entries[-1].guards, guards)}"
-                          "; running eagerly from now on", RuntimeWarning, stacklevel=2)
+            last = (entries or self.entries or self.train_entries)[-1].guards
+            self._warn_limit(first_failure(last, guards))
             return fn(*args, **kwargs)
         if training:
             return self._compile_training(guards, args, kwargs)
         return self._compile(guards, args, kwargs)
 
-    def _break(self, entries, entry, reason, result):
-        """Record why this specialization runs eagerly and return the eager ``result`` (or raise for fullgraph)."""
+    def _eager_entry(self, entry, reason, result):
+        """Record why this specialization runs eagerly and return the eager ``result``."""
         if self.fullgraph:
-            entries.pop()
             raise RuntimeError(f"jitorch.compile(fullgraph=True): cannot capture one graph: {reason}")
         entry.break_reason = reason
         return result
 
     def _compile_training(self, guards, args, kwargs):
         start = time.perf_counter()
-        traced = trace(self._fn, args, kwargs)
-        entry = Entry(guards, trace_s=time.perf_counter() - start)
+        traced = trace(self._fn, args, kwargs, fullgraph=self.fullgraph)
+        entry = Entry(guards, trace_s=time.perf_counter() - start, breaks=traced.info.graph_breaks)
         self.train_entries.append(entry)
         if traced.break_reason is not None:
-            return self._break(self.train_entries, entry, traced.break_reason, traced.result)
+            # Graph breaks under autograd run eagerly (each segment would need its own backward).
+            return self._eager_entry(entry, traced.break_reason, traced.result)
         llvm_before = kernel_cache_stats()["compile_s"]
         try:
             plan = compile_training(self._fn, args, kwargs, self._module, traced.result)
         except Unsupported as err:
             # The trace ran the function eagerly with autograd recording: its result is this call's answer.
-            return self._break(self.train_entries, entry, str(err), traced.result)
+            return self._eager_entry(entry, str(err), traced.result)
         module = self._module
 
-        def run(flat):
+        def run(args, kwargs):
             params = tuple(module.parameters()) if module is not None else ()
-            return plan(params + tuple(flat))
+            return plan(params + tuple(args) + tuple(kwargs.values()))
 
         entry.run, entry.kernel_ops, entry.backward_kernel_ops = run, plan.forward_kernels, plan.backward_kernels
         entry.plan = plan
-        out = run(tuple(args) + tuple(kwargs.values()))  # the first run compiles the forward kernels
+        out = run(args, kwargs)  # the first run compiles the forward kernels
         entry.compile_s = kernel_cache_stats()["compile_s"] - llvm_before
         return out
 
     def _compile(self, guards, args, kwargs):
         start = time.perf_counter()
-        traced = trace(self._fn, args, kwargs)
-        entry = Entry(guards, trace_s=time.perf_counter() - start)
+        traced = trace(self._fn, args, kwargs, fullgraph=self.fullgraph)
+        info = traced.info
+        entry = Entry(guards, trace_s=time.perf_counter() - start, breaks=info.graph_breaks)
         self.entries.append(entry)
-        reason = traced.break_reason
-        if reason is None and GradState.enabled and any(
-                isinstance(v, Tensor) and v._requires_grad for v in traced.gm.__dict__.values()):
-            reason = "a tensor captured by the function requires grad (inference-only backend)"
-        if reason is not None:
-            return self._break(self.entries, entry, reason, traced.result)
-        flat = tuple(args) + tuple(kwargs.values())
+        if info.unsound is not None:
+            return self._eager_entry(entry, info.unsound, traced.result)
         llvm_before = kernel_cache_stats()["compile_s"]
-        if callable(self.backend):
-            compiled = self.backend(traced.gm, list(flat))
-            entry.run = lambda call_args: compiled(*call_args)
-            out = entry.run(flat)
+        if traced.gm is None:
+            if callable(self.backend):  # a callable backend is handed whole graphs only
+                return self._eager_entry(entry, traced.break_reason, traced.result)
+            self._segmented(entry, info)
+        elif callable(self.backend):
+            compiled = self.backend(traced.gm, list(args) + list(kwargs.values()))
+            entry.run = lambda args, kwargs: compiled(*args, *kwargs.values())
         else:
             graph = CompiledGraph(traced.gm)
-            entry.run, entry.kernel_ops = graph, graph.kernel_ops
-            out = graph(flat)  # the first run compiles the kernels for these strides
+            entry.kernel_ops = graph.kernel_ops
+            entry.run = lambda args, kwargs: graph(tuple(args) + tuple(kwargs.values()))
+        if entry.replay is None:
+            # The first run compiles the kernels for these strides. Running the graph again is safe: a graph
+            # without breaks writes into no outside tensor (such writes are breaks).
+            result = entry.run(args, kwargs)
+        else:
+            result = traced.result
         entry.compile_s = kernel_cache_stats()["compile_s"] - llvm_before
-        return out
+        return result
 
+    def _segmented(self, entry, info):
+        """Graph breaks: compile each recorded segment; later calls replay the Python with the segments compiled."""
+        replay = Replay(info.root, self._take_branch)
+        for seg in info.root.walk():
+            if seg.record_outputs:
+                seg.compiled[(tuple(n.name for n in seg.record_outputs), len(seg.steps))] = \
+                    _compile_outputs(seg, seg.record_outputs, len(seg.steps))
+        fn = self._fn
 
-class OptimizedModule(Module):
-    """A module wrapper whose ``forward`` is compiled; it shares the original's parameters, buffers and submodules
-    (the same dicts), so ``state_dict()`` keys are unchanged.
-    """
+        def run(args, kwargs):
+            before = kernel_cache_stats()["compile_s"]
+            out = replay.call(fn, args, kwargs)
+            if replay.info is not None:
+                entry.breaks += replay.info.graph_breaks
+            if replay.limit_hit:
+                self._warn_limit(replay.bailed)
+            entry.compile_s += kernel_cache_stats()["compile_s"] - before
+            return out
 
-    def __init__(self, mod, compiled):
-        super().__init__()
-        object.__setattr__(self, "_orig_mod", mod)
-        object.__setattr__(self, "_compiled_call", compiled)
-        for registry in ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"):
-            self.__dict__[registry] = mod.__dict__[registry]
-        self.training = mod.training
+        entry.run, entry.replay = run, replay
+        entry.break_reason = "; ".join(b.describe() for b in entry.breaks) or None
 
-    def forward(self, *args, **kwargs):
-        return self._compiled_call(*args, **kwargs)
-
-    def train(self, mode=True):
-        self._orig_mod.train(mode)
-        self.training = mode
-        return self
-
-    def __getattr__(self, name):
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(self.__dict__["_orig_mod"], name)
-
-    def __repr__(self):
-        return f"OptimizedModule({self._orig_mod!r})"
+    @staticmethod
+    def segment_kernels(entry):
+        """The fused kernels of every compiled segment graph of ``entry``."""
+        if entry.replay is None:
+            return entry.kernel_ops
+        ops = []
+        for seg in entry.replay.root.walk():
+            for graph in seg.compiled.values():
+                ops += graph.kernel_ops
+        return ops
 
 
 def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="jitorch", options=None,
@@ -225,9 +262,13 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     ``train_entries``); random ops, in-place forward ops and untraceable backwards run eagerly, and so does a
     backward with ``create_graph=True``. A callable backend only ever gets inference graphs. Shapes are always
     specialized (``dynamic`` is accepted and ignored); a call that misses every guard retraces, up to
-    ``recompile_limit`` (``options`` or ``jitorch.compiler.config``), then runs eagerly with one warning. A
-    function that reads tensor values into Python (``.item()``, ``if x.sum() > 0``) runs eagerly, or raises with
-    ``fullgraph=True``.
+    ``recompile_limit`` (``options`` or ``jitorch.compiler.config``), then runs eagerly with one warning.
+    A graph break (a tensor value read into Python: ``.item()``, ``if x.sum() > 0``; an op with a data-dependent
+    shape; an in-place write into an input) splits the call into compiled segments: later calls rerun the Python
+    with the ops deferred, run each segment compiled, and record a new branch when a value read differs from every
+    recorded one (see `jitorch._compile.replay`). ``fullgraph=True`` raises at the first break, naming the line.
+    Under autograd a break makes that specialization run eagerly. ``mode="reduce-overhead"`` uses CPU graph
+    capture and replay when ``jitorch._compile.reduce_overhead`` is present.
     ``backend="eager"`` calls the function untouched; a callable backend receives ``(GraphModule, example_inputs)``
     and what it returns is called instead; ``disable=True`` returns ``model`` itself.
 
@@ -252,6 +293,12 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
         backend = "jitorch"
     if not callable(backend) and backend not in ("jitorch", "eager"):
         raise RuntimeError(f"jitorch.compile: unknown backend {backend!r}; expected 'jitorch', 'eager' or a callable")
+    if mode == "reduce-overhead" and backend == "jitorch" and find_spec("jitorch._compile.reduce_overhead"):
+        from .reduce_overhead import compile_reduce_overhead  # CPU graph capture and replay
+
+        if isinstance(model, Module):
+            return OptimizedModule(model, compile_reduce_overhead(model, module=model))
+        return compile_reduce_overhead(model)
     if isinstance(model, Module):
         compiled = CompiledFunction(model, fullgraph=fullgraph, backend=backend, recompile_limit=limit, module=model)
         return OptimizedModule(model, compiled)

@@ -1,9 +1,9 @@
 """``jitorch.compiler.explain(fn)(*args)``: compile and run once, then report what happened.
 
 >>> import jitorch
->>> report = explain(lambda x: (x * 2).exp().sum())(jitorch.ones(4))
->>> report.graph_count, report.kernel_count, report.kernels
-(1, 1, [['mul', 'exp']])
+>>> report = explain(lambda x: (x * 2).exp() + 1)(jitorch.ones(4))
+>>> report.graph_count, report.graph_break_count, report.kernels
+(1, 0, [['mul', 'exp', 'add']])
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ __all__ = ["ExplainOutput", "explain"]
 class ExplainOutput:
     graph_count: int = 0
     graph_break_count: int = 0
-    break_reasons: list = field(default_factory=list)
+    break_reasons: list = field(default_factory=list)  # "file:line: reason (source line)"
+    ops_per_graph: list = field(default_factory=list)  # each graph's primitives (None: not recorded)
     kernel_count: int = 0
     kernels: list = field(default_factory=list)  # the row names each (forward) kernel fuses
     backward_kernels: list = field(default_factory=list)  # a training graph's backward kernels
@@ -31,6 +32,7 @@ class ExplainOutput:
     def __str__(self):
         lines = [f"Graph count: {self.graph_count}", f"Graph break count: {self.graph_break_count}"]
         lines += [f"  break reason: {r}" for r in self.break_reasons]
+        lines += [f"  graph {i}: {len(ops)} ops" for i, ops in enumerate(self.ops_per_graph) if ops is not None]
         lines.append(f"Kernel count: {self.kernel_count} ({self.ops_fused} ops fused)")
         lines += [f"  kernel {i}: {' -> '.join(ops)}" for i, ops in enumerate(self.kernels)]
         if self.backward_kernels:
@@ -42,24 +44,51 @@ class ExplainOutput:
         return "\n".join(lines)
 
 
+def _graphs(entry):
+    """``[op names]`` of each graph an entry compiled: its segments (graph breaks), or its one graph."""
+    if entry.replay is not None:
+        return [[n.target.__name__ for n, _ in seg.steps] for seg in entry.replay.root.walk() if seg.steps]
+    if entry.run is None:
+        return []
+    if entry.plan is not None:
+        return [[n.target.__name__ for n in entry.plan.fwd.gm.graph.nodes if n.op == "call_function"]]
+    return [None]  # a graph handed to a callable backend, or compiled whole
+
+
 def explain(fn, **compile_kwargs):
-    """``explain(fn)(*args, **kwargs)`` compiles ``fn`` afresh, runs it once and returns an `ExplainOutput`."""
+    """``explain(fn)(*args, **kwargs)`` compiles ``fn`` afresh, runs it once and returns an `ExplainOutput`.
+
+    Each graph break is reported as ``file:line: reason (source line)``; a break on a value read adds the guard
+    on that value (``file:line: Tensor.__bool__() == True``) to ``guards``.
+    """
     def run(*args, **kwargs):
         cf = CompiledFunction(fn, module=fn if isinstance(fn, Module) else None, **compile_kwargs)
         cf(*args, **kwargs)
         out = ExplainOutput()
         for e in cf.entries + cf.train_entries:
-            if e.break_reason is not None:
+            graphs = _graphs(e)
+            out.graph_count += len(graphs)
+            out.ops_per_graph += graphs
+            for b in e.breaks:
+                out.graph_break_count += 1
+                out.break_reasons.append(b.describe())
+                out.guards += [f"{b.where}: Tensor.{b.name}() == {_key_text(k)}" for k in b.children]
+            if e.run is None and not e.breaks and e.break_reason:  # a whole specialization that runs eagerly
                 out.graph_break_count += 1
                 out.break_reasons.append(e.break_reason)
-            else:
-                out.graph_count += 1
-            out.kernels += e.kernel_ops
+            out.kernels += CompiledFunction.segment_kernels(e)
             out.backward_kernels += e.backward_kernel_ops
-            out.guards += [f"{name} == {value!r}" for name, value in e.guards]
+            out.guards = [f"{name} == {value!r}" for name, value in e.guards] + out.guards
             out.trace_s += e.trace_s
             out.compile_s += e.compile_s
         out.kernel_count = len(out.kernels)
         out.ops_fused = sum(len(k) for k in out.kernels)
         return out
     return run
+
+
+def _key_text(key):
+    if isinstance(key, bool):
+        return repr(key)
+    kind, value = key
+    return repr(float.fromhex(value)) if kind == "float" else str(value)

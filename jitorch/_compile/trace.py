@@ -1,34 +1,35 @@
-"""Trace a call into a primitive graph (``make_fx``'s recorder) and notice data-dependent Python.
+"""Trace a call into a primitive graph with shapes and dtypes, and notice what no single graph can hold.
 
-Each node gets ``meta["val"] = (shape, numpy dtype)`` of the value it produced on the example inputs; the fusion
-pass needs it to know iteration spaces and dtypes. While tracing, the Tensor methods that hand a value to Python
-(``item``, ``bool``, ``float``, ``tolist``...) are watched: the trace still finishes with the real value (so the
-call's result is correct), but the graph it recorded only holds for that value, so it is marked as broken.
+`trace` runs the function once under the segment recorder (segments.py). Each node gets ``meta["val"] = (shape,
+numpy dtype)`` of the value it produced on the example inputs (the fusion pass needs iteration spaces and dtypes).
+When the call had no graph break and drew no random numbers outside an op, ``Trace.gm`` is the whole call as one
+GraphModule taking the flat arguments (tensors created inside the function become constants, as in ``make_fx``);
+otherwise ``gm`` is ``None``, ``break_reason`` says why (with the user's file:line), and ``Trace.info`` holds the
+recorded segments for a replay.
 
 >>> import jitorch
 >>> t = trace(lambda x: x * 2 if x.sum() > 0 else x, (jitorch.ones(2),), {})
->>> t.break_reason
-'Tensor.__bool__() reads a tensor value into Python (data-dependent control flow)'
+>>> t.gm is None, t.break_reason.endswith("(data-dependent control flow) (t = trace(lambda x: x * 2 if x.sum() > 0 "
+...                                       "else x, (jitorch.ones(2),), {}))")
+(True, True)
+>>> [n.target.__name__ for n in trace(lambda x: x.exp() + 1, (jitorch.ones(2),), {}).gm.graph.nodes
+...  if n.op == "call_function"]
+['exp', 'add']
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
-from .. import _random
-from .._dispatch import pop_mode, push_mode
 from .._tensor import Tensor
 from ..fx.graph import Graph
 from ..fx.graph_module import GraphModule
-from ..fx.make_fx import _RecordingMode
-from ..fx.node import map_aggregate
+from ..fx.node import Node, map_aggregate
 from ..nn.modules.module import Module
+from .segments import RecordInfo, record
 
-__all__ = ["Trace", "trace"]
+__all__ = ["Trace", "trace", "full_graph"]
 
-# Methods that move a tensor's value into Python, where the tracer cannot follow it.
-_WATCHED = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "__array__", "__complex__")
-_lock = threading.Lock()
+RANDOM_REASON = "random sampling inside the function (a compiled graph would replay fixed numbers)"
 
 
 @dataclass
@@ -36,70 +37,47 @@ class Trace:
     gm: GraphModule | None
     result: object
     break_reason: str | None
+    info: RecordInfo | None = None
 
 
-class _MetaMode(_RecordingMode):
-    """The recorder, plus each node's shape and dtype, plus a note when Python reads a tensor value."""
-
-    break_reason = None
-
-    def bind(self, tensor, node):
-        super().bind(tensor, node)
-        node.meta["val"] = (tuple(tensor._data.shape), tensor._data.dtype)
-
-
-def _watch_random(mode):
-    """Every sampler draws its generator through ``_random._rng``: a traced draw would freeze into a constant."""
-    original = _random._rng
-
-    def watched(generator):
-        if mode.break_reason is None:
-            mode.break_reason = "random sampling inside the function (a compiled graph would replay fixed numbers)"
-        return original(generator)
-
-    _random._rng = watched
-    return original
-
-
-def _watch(mode):
-    originals = {name: getattr(Tensor, name) for name in _WATCHED}
-
-    def wrap(name, fn):
-        def watched(self, *args, **kwargs):
-            if mode.break_reason is None:
-                mode.break_reason = f"Tensor.{name}() reads a tensor value into Python (data-dependent control flow)"
-            return fn(self, *args, **kwargs)
-        return watched
-
-    for name, fn in originals.items():
-        setattr(Tensor, name, wrap(name, fn))
-    return originals
-
-
-def trace(fn, args, kwargs):
-    """Run ``fn(*args, **kwargs)`` once under the recorder; keyword arguments become trailing placeholders."""
-    keys = tuple(kwargs)
-    flat = tuple(args) + tuple(kwargs[k] for k in keys)
-    nargs = len(args)
-    graph, root = Graph(), Module()
-    mode = _MetaMode(graph, root)
+def full_graph(info, flat):
+    """The root segment of a break-free recording as one GraphModule over the flat arguments ``arg0..argN``."""
+    seg = info.root
+    graph, root, env = Graph(), Module(), {}
+    args = []
     for i, a in enumerate(flat):
         node = graph.placeholder(f"arg{i}")
         if isinstance(a, Tensor):
-            mode.bind(a, node)
-    # One trace at a time: the watched methods are patched on the class.
-    with _lock:
-        originals = _watch(mode)
-        original_rng = _watch_random(mode)
-        push_mode(mode)
-        try:
-            result = fn(*flat[:nargs], **dict(zip(keys, flat[nargs:])))
-        finally:
-            pop_mode()
-            _random._rng = original_rng
-            for name, method in originals.items():
-                setattr(Tensor, name, method)
-    if mode.break_reason is not None:
-        return Trace(None, result, mode.break_reason)
-    graph.output(map_aggregate(result, mode.arg))
-    return Trace(GraphModule(root, graph), result, None)
+            node.meta["val"] = (tuple(a._data.shape), a._data.dtype)
+        args.append(node)
+    for p, obj in zip(seg.placeholders, info.externals):
+        hit = next((i for i, a in enumerate(flat) if a is obj), None)
+        if hit is not None:
+            env[p] = args[hit]
+        else:  # made outside the recorded ops (a creation function, a captured tensor): a constant
+            name = f"_tensor_constant{len(root.__dict__)}"
+            root.__dict__[name] = obj
+            env[p] = graph.get_attr(name)
+            env[p].meta = dict(p.meta)
+    for n in seg.graph.nodes:
+        if n.op != "placeholder":
+            env[n] = graph.node_copy(n, env.__getitem__)
+    graph.output(map_aggregate(info.output, lambda a: env[a] if isinstance(a, Node) else a))
+    return GraphModule(root, graph)
+
+
+def trace(fn, args, kwargs, fullgraph=False):
+    """Run ``fn(*args, **kwargs)`` once under the recorder; keyword arguments become trailing placeholders.
+
+    ``fullgraph=True`` raises ``RuntimeError`` at the first graph break, naming the user's source line.
+    """
+    keys = tuple(kwargs)
+    flat = tuple(args) + tuple(kwargs[k] for k in keys)
+    nargs = len(args)
+    info = record(lambda *a: fn(*a[:nargs], **dict(zip(keys, a[nargs:]))), flat, {}, fullgraph=fullgraph)
+    breaks = info.graph_breaks
+    if breaks:
+        return Trace(None, info.result, breaks[0].describe(), info)
+    if info.random:
+        return Trace(None, info.result, RANDOM_REASON, info)
+    return Trace(full_graph(info, flat), info.result, None, info)

@@ -74,8 +74,67 @@ def _check(gm):
             raise Unsupported("a tensor captured by the function requires grad (it is not a graph input)")
 
 
-def split_joint(gm, n_outs):
-    """``(forward_gm, backward_gm, n_saved)`` from a joint GraphModule whose first ``n_outs`` results are outputs."""
+def _cheap(node):
+    """A forward value the backward may recompute: one pointwise row (deterministic, no attributes to honour)."""
+    target = node.target
+    return node.op == "call_function" and isinstance(target, Primitive) and not target.inplace \
+        and target.op.pointwise and "val" in node.meta
+
+
+def _bytes(node):
+    if node.op == "placeholder":  # an input is alive anyway (a parameter, the batch): keeping it costs nothing
+        return 0
+    shape, dtype = node.meta["val"]
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def recompute_plan(saved):
+    """``(saved', recomputed)``: save the inputs of elementwise chains and recompute the chains in the backward.
+
+    Every saved value made by a pointwise row is replaced, transitively, by the inputs of its pointwise chain (the
+    chain's boundary: inputs, matmuls, reductions...). The backward recomputes the chain inside its own fused
+    kernels, so e.g. GELU's ``x*x``, ``tanh(...)`` and ``1 + tanh(...)`` are no longer kept between the passes. Each
+    connected chain is recomputed only when that keeps strictly fewer bytes (a lone ReLU would not: its input is as
+    large as its output).
+    """
+    chains = {}  # node -> the chain (a shared list) it belongs to
+    for s in saved:
+        if not _cheap(s) or s in chains:
+            continue
+        chain, stack = [], [s]
+        while stack:
+            n = stack.pop()
+            if n in chains:
+                if chains[n] is not chain:  # two saved values share a chain: merge
+                    other = chains[n]
+                    chain.extend(other)
+                    for m in other:
+                        chains[m] = chain
+                continue
+            chains[n] = chain
+            chain.append(n)
+            stack.extend(a for a in n.all_input_nodes if _cheap(a))
+    keep = [s for s in saved if s not in chains]
+    recomputed = set()
+    for chain in {id(c): c for c in chains.values()}.values():
+        members = set(chain)
+        boundary = [a for n in chain for a in n.all_input_nodes if a not in members and a.op != "get_attr"]
+        boundary = list(dict.fromkeys(boundary))
+        old = sum(_bytes(s) for s in saved if s in members)
+        new = sum(_bytes(b) for b in boundary if b not in keep)
+        if new < old:
+            recomputed |= members
+            keep += [b for b in boundary if b not in keep]
+        else:
+            keep += [s for s in saved if s in members and s not in keep]
+    return [s for s in saved if s in keep] + [k for k in keep if k not in saved], recomputed
+
+
+def split_joint(gm, n_outs, recompute=True):
+    """``(forward_gm, backward_gm, n_saved)`` from a joint GraphModule whose first ``n_outs`` results are outputs.
+
+    With ``recompute`` the backward recomputes cheap elementwise values instead of receiving them (`recompute_plan`).
+    """
     nodes = list(gm.graph.nodes)
     results = nodes[-1].args[0]
     outs, grads = results[:n_outs], results[n_outs:]
@@ -86,6 +145,9 @@ def split_joint(gm, n_outs):
     for n in [a for b in bwd for a in b.all_input_nodes] + [g for g in grads if isinstance(g, Node)]:
         if n in fwd_set and n.op != "get_attr" and n not in saved:
             saved.append(n)
+    recomputed = set()
+    if recompute:
+        saved, recomputed = recompute_plan(saved)
 
     fg, fmap = Graph(), {}
     for n in fwd:
@@ -102,7 +164,8 @@ def split_joint(gm, n_outs):
             bmap[a] = bg.node_copy(a)
         return bmap[a]
 
-    for n in [n for n in bwd if n.op == "placeholder"] + [n for n in bwd if n.op != "placeholder"]:
+    for n in [n for n in bwd if n.op == "placeholder"] + [n for n in fwd if n in recomputed] + \
+            [n for n in bwd if n.op != "placeholder"]:
         bmap[n] = bg.node_copy(n, lookup)
     bg.output(tuple(None if g is None else lookup(g) for g in grads))
     return GraphModule(gm, fg), GraphModule(gm, bg), len(saved)
@@ -144,8 +207,9 @@ class _CompiledTraining(Function):
 class TrainingPlan:
     """A compiled forward/backward pair for one specialization; call with the flat inputs (parameters first)."""
 
-    def __init__(self, fwd_gm, bwd_gm, n_outs, tuple_out, wrt, eager):
+    def __init__(self, fwd_gm, bwd_gm, n_outs, tuple_out, wrt, eager, n_saved=0):
         self.fwd, self.bwd = CompiledGraph(fwd_gm), CompiledGraph(bwd_gm)
+        self.n_saved = n_saved  # forward values kept for the backward
         self.n_outs, self.tuple_out, self.wrt, self.eager = n_outs, tuple_out, wrt, eager
 
     @property
@@ -164,7 +228,7 @@ class TrainingPlan:
         return _CompiledTraining.apply(self, *flat)
 
 
-def compile_training(fn, args, kwargs, module, traced_result):
+def compile_training(fn, args, kwargs, module, traced_result, recompute=True):
     """Build a `TrainingPlan` for ``fn(*args, **kwargs)``; raises `Unsupported` when it must run eagerly.
 
     ``traced_result`` is what a plain trace of the call returned (its output structure and shapes); ``None`` runs
@@ -195,9 +259,17 @@ def compile_training(fn, args, kwargs, module, traced_result):
         raise Unsupported(f"joint trace failed: {type(err).__name__}: {err}") from err
     _check(joint)
     _annotate(joint, list(flat) + tangents)
-    fwd_gm, bwd_gm, _ = split_joint(joint, len(outs))
     wrt = [i for i, a in enumerate(flat) if isinstance(a, Tensor) and a._requires_grad]
-    return TrainingPlan(fwd_gm, bwd_gm, len(outs), tuple_out, wrt, call)
+    try:
+        fwd_gm, bwd_gm, n_saved = split_joint(joint, len(outs), recompute)
+        return TrainingPlan(fwd_gm, bwd_gm, len(outs), tuple_out, wrt, call, n_saved)
+    except AssertionError:
+        if not recompute:
+            raise
+        # fusion.partition cannot schedule some backward graphs with recomputed chains (a grouping cycle, reported
+        # to the fusion pass): save the values instead.
+        fwd_gm, bwd_gm, n_saved = split_joint(joint, len(outs), False)
+        return TrainingPlan(fwd_gm, bwd_gm, len(outs), tuple_out, wrt, call, n_saved)
 
 
 def _as_list(result):

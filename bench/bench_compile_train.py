@@ -1,0 +1,162 @@
+"""Compiled training steps: jitorch.compile vs jitorch eager vs torch eager vs torch.compile.
+
+Cases: an MLP 784-512-512-10 (batch 128, cross-entropy, SGD) and a pre-norm transformer block (d_model 128, 4 heads,
+seq 64, batch 16, GELU MLP, MSE loss, Adam). The loss is inside the compiled module, so one compiled call covers the
+forward, and its backward runs the compiled backward. Same initial weights and data in every library.
+
+Run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_compile_train.py
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import os
+
+import common
+
+common.single_thread()
+os.environ.setdefault("JITORCH_NUM_THREADS", "1")  # compiled kernels too: one thread, as every peer here
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import jitorch  # noqa: E402
+
+common.single_thread()
+
+
+def mlp(lib):
+    nn, F = lib.nn, lib.nn.functional
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.net(x), y)
+
+    return MLP()
+
+
+def block(lib, d=128, heads=4):
+    nn, F = lib.nn, lib.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x, y):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+            q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
+            att = F.softmax(q @ k.transpose(-2, -1) / (d // heads) ** 0.5, dim=-1)
+            x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+            x = x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+            return F.mse_loss(x, y)
+
+    return Block()
+
+
+def _data(name, rng):
+    if name == "mlp":
+        return rng.standard_normal((128, 784)).astype(np.float32), rng.integers(0, 10, 128)
+    return rng.standard_normal((16, 64, 128)).astype(np.float32), rng.standard_normal((16, 64, 128)).astype(np.float32)
+
+
+CASES = {"MLP 784-512-512-10 b128 (SGD)": ("mlp", mlp, lambda lib, p: lib.optim.SGD(p, lr=0.01, momentum=0.9)),
+         "transformer block d128 seq64 b16 (Adam)": ("block", block, lambda lib, p: lib.optim.Adam(p, lr=1e-3))}
+
+
+def _step(model, opt, x, y):
+    def step():
+        opt.zero_grad()
+        loss = model(x, y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def run_case(label, repeats, target_s):
+    name, build, make_opt = CASES[label]
+    xd, yd = _data(name, np.random.default_rng(0))
+    torch.manual_seed(0)
+    steps, losses, compile_s, errors = {}, {}, {}, {}
+    for lib_name in ("torch", "torch.compile", "jitorch", "jitorch.compile"):
+        lib = torch if lib_name.startswith("torch") else jitorch
+        model = build(lib)
+        if lib is jitorch:  # the torch model's initial weights
+            torch.manual_seed(0)
+            ref = build(torch)
+            with jitorch.no_grad():
+                for p, q in zip(model.parameters(), ref.parameters()):
+                    p.copy_(jitorch.tensor(q.detach().numpy()))
+        else:
+            torch.manual_seed(0)
+            model = build(torch)
+        opt = make_opt(lib, model.parameters())
+        x, y = lib.tensor(xd), lib.tensor(yd)
+        run = model
+        if lib_name.endswith(".compile"):
+            run = lib.compile(model)
+        step = _step(run, opt, x, y)
+        try:
+            start = time.perf_counter()
+            losses[lib_name] = [float(step().item()) for _ in range(2)]
+            compile_s[lib_name] = time.perf_counter() - start
+            steps[lib_name] = step
+        except Exception as exc:  # a peer that cannot run this case is reported, not fatal
+            errors[lib_name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+    timings = common.measure(steps, repeats=repeats, target_s=target_s)
+    row = {"case": label, "errors": errors, "first_two_losses": losses,
+           "first_two_steps_s": {k: round(v, 3) for k, v in compile_s.items()}}
+    for lib_name, t in timings.items():
+        row[f"{lib_name}_ms"] = t["median_s"] * 1e3
+    je, jc = row.get("jitorch_ms"), row.get("jitorch.compile_ms")
+    te, tc = row.get("torch_ms"), row.get("torch.compile_ms")
+    row["compile_over_eager"] = je / jc if je and jc else None
+    row["jitorch_compile_over_torch"] = te / jc if te and jc else None
+    row["jitorch_compile_over_torch_compile"] = tc / jc if tc and jc else None
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=11)
+    parser.add_argument("--target-s", type=float, default=0.2)
+    args = parser.parse_args()
+    rows = []
+    for label in CASES:
+        print(f"  {label} ...", flush=True)
+        rows.append(run_case(label, args.repeats, args.target_s))
+    columns = [("case", "case", ""), ("jitorch eager (ms)", "jitorch_ms", ".2f"),
+               ("jitorch.compile (ms)", "jitorch.compile_ms", ".2f"), ("torch eager (ms)", "torch_ms", ".2f"),
+               ("torch.compile (ms)", "torch.compile_ms", ".2f"), ("compile speedup vs jitorch eager",
+                                                                   "compile_over_eager", ".2f"),
+               ("vs torch eager", "jitorch_compile_over_torch", ".2f"),
+               ("vs torch.compile", "jitorch_compile_over_torch_compile", ".2f")]
+    table = common.format_table(rows, columns)
+    facts = common.machine_facts()
+    facts["jitorch"] = jitorch.__version__
+    problems = [f"- {r['case']}: {lib}: {err}" for r in rows for lib, err in r["errors"].items()]
+    notes = (f"Median milliseconds per training step (zero_grad, forward + loss, backward, optimizer step) over "
+             f"{args.repeats} interleaved samples of ~{args.target_s} s, after two warm-up steps (which include "
+             "compilation; see first_two_steps_s in the JSON). Speedup columns: other time / jitorch.compile time "
+             "(> 1: jitorch.compile is faster). One thread everywhere. Target: jitorch.compile >= 1.2x jitorch "
+             "eager.")
+    if problems:
+        notes += "\n\nProblems:\n\n" + "\n".join(problems)
+    common.write_results("compile-train", rows, facts, table, notes)
+    print()
+    print(table)
+    if problems:
+        print("\n".join(["", "problems:", *problems]))
+
+
+if __name__ == "__main__":
+    main()

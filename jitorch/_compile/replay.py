@@ -1,0 +1,285 @@
+"""Replay a graph-broken function: rerun its Python with the ops deferred, and run each segment compiled.
+
+Each op the function dispatches is matched against the recorded segment's next step (the same row, the same
+recorded tensors, equal Python constants, outside tensors of the recorded shapes, dtypes and strides) and returns a
+`LazyTensor`. At the segment's break the pending segment is *flushed*: one `CompiledGraph` computes every lazy
+tensor still alive (the others are intermediates the fused kernels never write to memory), then the break runs for
+real: the value is read (its key picks the next segment, or a new branch is recorded from here), or the eager op
+runs. Python itself runs exactly as in eager mode, so its side effects happen once per call, in order.
+
+Anything the record did not foresee is never guessed: an op that differs from the record, a read of a lazy
+tensor's values outside a break (the `LazyArray` flushes itself) or a branch beyond ``recompile_limit`` computes
+what is pending and lets the rest of the call run eagerly.
+
+>>> import jitorch
+>>> from jitorch._compile.segments import record
+>>> def f(x):
+...     return x * 2 if x.sum() > 0 else x - 1
+>>> info = record(f, (jitorch.ones(2),), {})
+>>> run = Replay(info.root, budget=lambda: True)
+>>> run.call(f, (-jitorch.ones(2),), {}), run.new_branches  # the other branch: recorded on the way
+(tensor([-2., -2.]), 1)
+>>> run.call(f, (jitorch.ones(2),), {}), run.new_branches
+(tensor([2., 2.]), 0)
+"""
+from __future__ import annotations
+
+import weakref
+
+from .._dispatch import apply, apply_inplace, pop_mode, push_mode
+from .._tensor import Tensor
+from ..fx.graph import Graph
+from ..fx.graph_module import GraphModule
+from ..fx.node import Node
+from ..nn.modules.module import Module
+from .backend import CompiledGraph
+from .lazy import LazyArray, LazyTensor, lazy_tensor, realize
+from .segments import ESCAPES, RecordInfo, Recorder, Segment, _ModeBase, same_constant, value_key, watching
+
+__all__ = ["Replay"]
+
+
+def _compile_outputs(seg, nodes, upto):
+    """A `CompiledGraph` of ``seg`` computing ``nodes``: only their ancestors and the in-place steps before
+    ``upto`` (a write into a buffer that a requested view shares must still happen)."""
+    needed, stack = set(), list(nodes)
+    stack += [n for n, _ in seg.steps[:upto] if getattr(n.target, "inplace", False)]
+    while stack:
+        n = stack.pop()
+        if n not in needed:
+            needed.add(n)
+            stack.extend(n.all_input_nodes)
+    graph, env = Graph(), {}
+    for n in seg.graph.nodes:
+        if n.op == "placeholder" or n in needed:
+            env[n] = graph.node_copy(n, env.__getitem__)
+    graph.output(tuple(env[n] for n in nodes))
+    return CompiledGraph(GraphModule(Module(), graph))
+
+
+class Replay(_ModeBase):
+    """Runs calls of a specialization; ``budget()`` says whether another branch may be recorded."""
+
+    def __init__(self, root, budget):
+        self.root, self.budget = root, budget
+        self.info = None  # the RecordInfo of a branch recorded during the last call
+        self.new_branches = 0
+        self.bailed = None  # why the last call finished eagerly, if it did
+        self.kernel_log = []  # (segment, CompiledGraph) for every compile
+        self.limit_hit = False
+        self._recorder = None
+
+    # -- one call ----------------------------------------------------------------------------------------------------
+    def call(self, fn, args, kwargs):
+        self._enter(self.root)
+        self.live, self.new_branches, self.bailed, self.info = True, 0, None, None
+        with watching(self):
+            push_mode(self)
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                pop_mode()
+        return self._finish(result, args, kwargs)
+
+    def _finish(self, result, args, kwargs):
+        if self.info is not None:  # a new branch was recorded during this call
+            self._recorder.finish(result)
+        else:
+            seg = self.seg
+            if self.live and (self.pos != len(seg.steps) or seg.end.kind != "return"):
+                self.bailed = "the function returned earlier than recorded"
+            self.flush(upto=self.pos)
+        for value in list(args) + list(kwargs.values()) + (list(result) if isinstance(result, (tuple, list))
+                                                             else [result]):
+            if isinstance(value, Tensor) and type(value.__dict__.get("_data")) is LazyArray:
+                realize(value)
+        return result
+
+    def _enter(self, seg):
+        self.seg, self.pos, self.bound, self.pending = seg, 0, {}, []
+
+    # -- matching ----------------------------------------------------------------------------------------------------
+    def _match(self, template, value):
+        if isinstance(template, Node):
+            if not isinstance(value, Tensor):
+                return False
+            arr = value.__dict__.get("_data")
+            if type(arr) is LazyArray:
+                if arr.real is None:
+                    if arr.owner is not self or arr.node is not template:
+                        return False
+                    if type(value) is Tensor:  # an alias made without an op (detach, .data): realize it too
+                        value.__class__ = LazyTensor
+                        self.pending.append((weakref.ref(arr), weakref.ref(value)))
+                    return True
+                realize(value)
+                arr = value._data
+            if template.op != "placeholder":
+                return False
+            bound = self.bound.get(template)
+            if bound is not None:
+                return bound is value
+            shape, dtype = template.meta["val"]
+            if arr.shape != shape or arr.dtype != dtype or arr.strides != template.meta["stride"] \
+                    or value.is_cuda:
+                return False
+            self.bound[template] = value
+            return True
+        if isinstance(template, (tuple, list)) and isinstance(value, (tuple, list)):
+            return type(template) is type(value) and len(template) == len(value) and all(
+                self._match(t, v) for t, v in zip(template, value))
+        if isinstance(template, dict) and isinstance(value, dict):
+            return template.keys() == value.keys() and all(self._match(template[k], value[k]) for k in template)
+        if isinstance(value, Tensor):
+            return False
+        return same_constant(template, value)
+
+    def _lazy(self, node):
+        shape, dtype = node.meta["val"]
+        arr = LazyArray(self, node, (shape, dtype, node.meta["stride"]))
+        t = lazy_tensor(arr)
+        self.pending.append((weakref.ref(arr), weakref.ref(t)))
+        return t
+
+    def _next_step(self, op, inplace, args, attrs):
+        if self.pos < len(self.seg.steps):
+            node, outs = self.seg.steps[self.pos]
+            target = node.target
+            if getattr(target, "op", None) is op and target.inplace == inplace and len(node.args) == len(args) \
+                    and self._match(node.args, args) and self._match(node.kwargs, attrs):
+                self.pos += 1
+                return node, outs
+        return None
+
+    # -- the mode --------------------------------------------------------------------------------------------------
+    def dispatch(self, op, args, attrs):
+        if self.live:
+            step = self._next_step(op, False, tuple(args), attrs)
+            if step is not None:
+                outs = step[1]
+                return tuple(self._lazy(n) for n in outs) if isinstance(outs, tuple) else self._lazy(outs)
+            if self._at_break("eager", op.name):
+                self.flush()
+                out = self._run(apply, op, *args, **attrs)
+                self._enter(self.seg.end.next)
+                return out
+            self._bail(f"the function ran {op.name}() where the record has something else")
+        _realize_all(args)
+        return self._run(apply, op, *args, **attrs)
+
+    def dispatch_inplace(self, op, t, args, attrs):
+        if self.live:
+            step = self._next_step(op, True, (t,) + tuple(args), attrs)
+            if step is not None:
+                node = step[0]
+                shape, dtype = node.meta["val"]
+                arr = LazyArray(self, node, (shape, dtype, node.meta["stride"]))
+                t._data = arr
+                self.pending.append((weakref.ref(arr), weakref.ref(t)))
+                return t
+            if self._at_break("eager", op.name + "_"):
+                self.flush()
+                out = self._run(apply_inplace, op, t, *args, **attrs)
+                self._enter(self.seg.end.next)
+                return out
+            self._bail(f"the function ran {op.name}_() where the record has something else")
+        realize(t)
+        _realize_all(args)
+        return self._run(apply_inplace, op, t, *args, **attrs)
+
+    def host_read(self, name, t, fn, args, kwargs):
+        if not self.live:
+            realize(t)
+            return fn(t, *args, **kwargs)
+        kind = "escape" if name in ESCAPES else "host"
+        if not self._at_break(kind, name):
+            self._bail(f"Tensor.{name}() was called where the record has no break")
+            realize(t)
+            return self._run(fn, t, *args, **kwargs)
+        self.flush()
+        realize(t)
+        value = self._run(fn, t, *args, **kwargs)
+        brk = self.seg.end
+        if kind == "escape":
+            self.live = False
+            return value
+        key = value_key(name, value)
+        child = brk.children.get(key)
+        if child is not None:
+            self._enter(child)
+        elif self.budget():
+            self._record_branch(brk, key)
+        else:
+            self._bail(f"branch guard at {brk.where}: Tensor.{name}() gave {value!r}, recorded "
+                       f"{sorted(map(str, brk.children))}; recompile_limit reached", limit=True)
+        return value
+
+    def _record_branch(self, brk, key):
+        """Record the rest of this call as a new child of ``brk``: the recorder takes over the mode."""
+        self.new_branches += 1
+        info = RecordInfo(False)
+        seg = brk.children[key] = Segment()
+        info.root = seg
+        recorder = Recorder(info, seg)
+        self._recorder = recorder
+        self.info = info
+        self.live = False
+        self.become(recorder)
+
+    def random_draw(self):
+        pass  # a draw outside an op makes a new tensor, bound as a segment input: nothing is frozen
+
+    def _at_break(self, kind, name):
+        end = self.seg.end
+        return self.pos == len(self.seg.steps) and end is not None and end.kind == kind and end.name == name
+
+    def _bail(self, why, limit=False):
+        self.flush(upto=self.pos)
+        self.live, self.bailed = False, why
+        self.limit_hit = limit
+
+    # -- flushing ----------------------------------------------------------------------------------------------------
+    def materialize(self, arr):
+        """A `LazyArray`'s values were needed outside a break: compute what is pending; the rest runs eagerly."""
+        if self.live and arr.owner is self:
+            self._bail("a deferred tensor's values were read outside a recorded break")
+        else:
+            self.flush(upto=self.pos)
+        if arr.real is None:
+            raise RuntimeError("jitorch.compile: internal error: a deferred tensor outlived its graph")
+
+    def flush(self, upto=None):
+        """Compute every pending lazy tensor that is still alive with one compiled graph of the segment."""
+        pending, self.pending = self.pending, []
+        live = [(a, t) for a, t in ((ra(), rt()) for ra, rt in pending) if a is not None and a.real is None]
+        if live:
+            seg = self.seg
+            upto = len(seg.steps) if upto is None else upto
+            nodes = list(dict.fromkeys(a.node for a, _ in live))
+            key = (tuple(n.name for n in nodes), upto)
+            graph = seg.compiled.get(key)
+            if graph is None:
+                graph = seg.compiled[key] = _compile_outputs(seg, nodes, upto)
+                self.kernel_log.append((seg, graph))
+            outs = self._run(graph, [self.bound.get(p) for p in seg.placeholders])
+            index = {n: i for i, n in enumerate(nodes)}
+            for a, _ in live:
+                out = outs[index[a.node]]
+                if out._data.shape != a.shape or out._data.dtype != a.dtype:
+                    # Python already saw the recorded geometry: refuse rather than continue with a wrong shape.
+                    raise RuntimeError(f"jitorch.compile: {a.node.target.__name__}() produced shape "
+                                       f"{tuple(out._data.shape)} but the recorded graph has {a.shape}; its output "
+                                       "shape depends on tensor values. Run this function without jitorch.compile.")
+                a.set_real(out._data, out)
+            for _, t in live:
+                if t is not None:
+                    realize(t)
+
+
+def _realize_all(values):
+    """Aliases still holding a realized `LazyArray` get the plain array before an eager op reads them."""
+    for v in values:
+        if isinstance(v, Tensor) and type(v.__dict__.get("_data")) is LazyArray:
+            realize(v)
+        elif isinstance(v, (tuple, list)):
+            _realize_all(v)

@@ -1,0 +1,361 @@
+"""Record a call as a tree of graph *segments* separated by graph breaks.
+
+The recorder is a dispatcher mode: every op runs eagerly (the first call's answer is eager's) and is appended to
+the current segment's graph. Tensors that were not produced inside the segment (arguments, parameters, tensors made
+by creation functions, earlier segments' values) become the segment's placeholders, bound by position at replay, so
+nothing is frozen into a constant. A segment ends at a *break*:
+
+- ``host``: a tensor value read into Python (``bool(t)`` in an ``if``, ``.item()``, ``.tolist()``, ``int(t)``...).
+  The value is the guard of the next segment: ``Break.children`` maps each value seen to the segment recorded after
+  it, so a later call whose value differs records (or reuses) another branch.
+- ``eager``: an op the graph cannot hold (a data-dependent output shape such as ``nonzero``; an in-place write into a
+  tensor from outside the segment or into a view), run eagerly at that point on every call.
+- ``escape``: ``.numpy()`` / ``np.asarray(t)`` hands out memory Python may write; the rest of the call runs eagerly.
+- ``return``: the end of the function.
+
+Python side effects are never replayed from a record: every call reruns the function's Python (see replay.py), so
+prints, appends and counters happen exactly as in eager mode; only tensor work is deferred and compiled.
+
+>>> import jitorch
+>>> def f(x):
+...     y = x * 2
+...     return y + 1 if y.sum() > 0 else y - 1
+>>> rec = record(f, (jitorch.ones(2),), {}, fullgraph=False)
+>>> rec.result, [b.kind for b in rec.breaks]
+(tensor([3., 3.]), ['host', 'return'])
+"""
+from __future__ import annotations
+
+import linecache
+import operator
+import os
+import sys
+import threading
+import weakref
+from contextlib import contextmanager
+
+import numpy as np
+
+from .. import _random
+from .._dispatch import MODES, apply, apply_inplace, pop_mode, push_mode
+from .._tensor import Tensor
+from ..fx.graph import Graph
+from ..fx.make_fx import _primitive
+from ..fx.node import map_aggregate
+from ..ops.table import Opaque
+
+__all__ = ["Segment", "Break", "Recorder", "record", "watching", "user_location", "value_key"]
+
+# Methods that move a tensor's value into Python, where no graph can follow it.
+WATCHED = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "__array__", "__complex__")
+ESCAPES = ("numpy", "__array__")
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_lock = threading.RLock()
+_session = []  # the active recorder or replay mode: the watched methods report to it
+
+
+class Break:
+    """How a segment ends; ``children`` (host) or ``next`` (eager) is the segment that follows."""
+
+    def __init__(self, kind, name, reason, where="", source=""):
+        self.kind, self.name, self.reason, self.where, self.source = kind, name, reason, where, source
+        self.children = {}  # host: value key -> Segment
+        self.next = None  # eager: the Segment after the op
+
+    def describe(self):
+        at = f"{self.where}: " if self.where else ""
+        line = f" ({self.source})" if self.source else ""
+        return f"{at}{self.reason}{line}"
+
+
+class Segment:
+    """One graph: placeholders for outside tensors, one node per recorded op (``steps``), and its `Break`."""
+
+    def __init__(self):
+        self.graph = Graph()
+        self.placeholders = []
+        self.steps = []  # (node, output nodes) in dispatch order; the replay matches calls against them
+        self.end = None
+        self.record_outputs = []  # the nodes whose tensors were alive at the break when recorded
+        self.compiled = {}  # names of the requested outputs -> (CompiledGraph, output nodes)
+
+    def walk(self):
+        """This segment and every segment after it, depth first."""
+        yield self
+        if self.end is not None:
+            for child in list(self.end.children.values()) + ([self.end.next] if self.end.next else []):
+                yield from child.walk()
+
+
+def user_location():
+    """``(file:line, source line)`` of the innermost frame outside jitorch: the user's line that caused a break."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PKG + os.sep):
+        frame = frame.f_back
+    if frame is None:
+        return "", ""
+    name, line = frame.f_code.co_filename, frame.f_lineno
+    return f"{name}:{line}", linecache.getline(name, line).strip()
+
+
+def value_key(name, value):
+    """An exact, hashable key for a value read into Python (floats by their hex form: -0.0 and nan included)."""
+    if name == "__bool__":
+        return bool(value)
+    if isinstance(value, float):
+        return ("float", value.hex())
+    if isinstance(value, (bool, int)):
+        return (type(value).__name__, value)
+    return (type(value).__name__, repr(value))
+
+
+def host_reason(name):
+    if name in ESCAPES:
+        return f"Tensor.{name}() hands tensor memory to Python (the rest of the call runs eagerly)"
+    return f"Tensor.{name}() reads a tensor value into Python (data-dependent control flow)"
+
+
+@contextmanager
+def watching(mode):
+    """Report value reads and random draws to ``mode`` while the function runs (one session at a time)."""
+    with _lock:
+        originals = {name: getattr(Tensor, name) for name in WATCHED}
+        original_rng = _random._rng
+
+        def wrap(name, fn):
+            def watched(self, *args, **kwargs):
+                current = _session[-1] if _session else None
+                if current is None or current.busy:
+                    return fn(self, *args, **kwargs)
+                return current.host_read(name, self, fn, args, kwargs)
+            watched.__name__ = name
+            return watched
+
+        def rng(generator):
+            if _session and not _session[-1].busy:
+                _session[-1].random_draw()
+            return original_rng(generator)
+
+        for name, fn in originals.items():
+            setattr(Tensor, name, wrap(name, fn))
+        _random._rng = rng
+        _session.append(mode)
+        try:
+            yield
+        finally:
+            _session.pop()
+            _random._rng = original_rng
+            for name, fn in originals.items():
+                setattr(Tensor, name, fn)
+
+
+class _ModeBase:
+    """What the recorder and the replay share: running an op with the mode off, and swapping modes mid-call."""
+
+    busy = False
+
+    def _run(self, fn, *args, **kwargs):
+        active = bool(MODES) and MODES[-1] is self  # a flush after the call has no mode to lift
+        if active:
+            pop_mode()
+        self.busy = True
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.busy = False
+            if active:
+                push_mode(self)
+
+    def become(self, other):
+        """Hand the rest of the call to ``other`` (the replay switching to recording a new branch)."""
+        MODES[MODES.index(self)] = other
+        _session[_session.index(self)] = other
+
+
+def data_dependent(op, args):
+    """Whether the output shape of ``op`` depends on tensor values (a replay could not know it in advance)."""
+    if isinstance(op.fusion, Opaque) and "data-dependent" in op.fusion.why or op.name == "bincount":
+        return True
+    # Indexing with a boolean mask keeps as many elements as the mask has True values.
+    return op.name == "index" and any(isinstance(a, Tensor) and a._data.dtype == np.bool_ for a in args[1:])
+
+
+class Recorder(_ModeBase):
+    """The recording mode; ``info`` collects what the specialization needs to know (breaks, random draws)."""
+
+    def __init__(self, info, segment):
+        self.info = info
+        self.live = True
+        self._start(segment)
+
+    def _start(self, segment):
+        self.seg = segment
+        self.nodes, self.by_array, self.externals, self._refs = {}, {}, {}, {}
+        self.ext_objs = []  # strong references: an outside tensor's id must not be reused while recording
+        if segment is self.info.root:
+            self.info.externals = self.ext_objs
+
+    # -- binding tensors to nodes -------------------------------------------------------------------------------------
+    def _forget(self, table, key, ref):
+        if self._refs.get((table, key)) is ref:
+            del self._refs[(table, key)]
+            getattr(self, table).pop(key, None)
+
+    def bind(self, t, node):
+        node.meta["val"] = (tuple(t._data.shape), t._data.dtype)
+        node.meta["stride"] = tuple(t._data.strides)
+        for table, obj in (("nodes", t), ("by_array", t._data)):
+            key = id(obj)
+            getattr(self, table)[key] = node
+            self._refs[(table, key)] = weakref.ref(obj, lambda r, k=key, tb=table: self._forget(tb, k, r))
+
+    def local(self, t):
+        return self.nodes.get(id(t)) or self.by_array.get(id(t._data))
+
+    def arg(self, a):
+        if not isinstance(a, Tensor):
+            return a
+        node = self.local(a) or self.externals.get(id(a))
+        if node is None:
+            node = self.seg.graph.placeholder(f"in{len(self.seg.placeholders)}")
+            node.meta["val"] = (tuple(a._data.shape), a._data.dtype)
+            node.meta["stride"] = tuple(a._data.strides)
+            self.seg.placeholders.append(node)
+            self.externals[id(a)] = node
+            self.ext_objs.append(a)
+        return node
+
+    # -- the mode --------------------------------------------------------------------------------------------------
+    def dispatch(self, op, args, attrs):
+        if not self.live:
+            return self._run(apply, op, *args, **attrs)
+        if data_dependent(op, args):
+            return self._eager(op, False, f"{op.name}() has a data-dependent output shape", args, attrs)
+        out = self._run(apply, op, *args, **attrs)
+        outs = out if isinstance(out, tuple) else (out,)
+        if not all(isinstance(o, Tensor) for o in outs):
+            self._end(Break("eager", op.name, f"{op.name}() returns Python values", *user_location()))
+            self._start(Segment())
+            return out
+        self._note_grad(op, outs)
+        graph = self.seg.graph
+        node = graph.call_function(_primitive(op.name), map_aggregate(args, self.arg), map_aggregate(attrs, self.arg))
+        node.meta["step"] = len(self.seg.steps)
+        if isinstance(out, tuple):
+            got = tuple(graph.call_function(operator.getitem, (node, i)) for i in range(len(out)))
+            for o, n in zip(out, got):
+                self.bind(o, n)
+        else:
+            got = node
+            self.bind(out, node)
+        self.seg.steps.append((node, got))
+        return out
+
+    def dispatch_inplace(self, op, t, args, attrs):
+        if not self.live:
+            return self._run(apply_inplace, op, t, *args, **attrs)
+        if self.nodes.get(id(t)) is None or t._base is not None:
+            why = f"in-place {op.name}_() writes into a tensor from outside the graph (an input, a view or an " \
+                  "earlier graph's value)"
+            return self._eager(op, True, why, (t,) + tuple(args), attrs)
+        out = self._run(apply_inplace, op, t, *args, **attrs)
+        self._note_grad(op, (t,))
+        node = self.seg.graph.call_function(_primitive(op.name, True), (self.arg(t), *map_aggregate(args, self.arg)),
+                                            map_aggregate(attrs, self.arg))
+        node.meta["step"] = len(self.seg.steps)
+        self.bind(t, node)
+        self.seg.steps.append((node, node))
+        return out
+
+    def _note_grad(self, op, outs):
+        if self.info.unsound is None and any(o._requires_grad for o in outs):
+            self.info.unsound = f"{op.name}() produced a tensor that requires grad (an inference graph has no backward)"
+
+    def _eager(self, op, inplace, why, args, attrs):
+        brk = self._end(Break("eager", op.name + ("_" if inplace else ""), why, *user_location()))
+        out = self._run(apply_inplace if inplace else apply, op, *args, **attrs)
+        brk.next = Segment()
+        self._start(brk.next)
+        return out
+
+    def host_read(self, name, t, fn, args, kwargs):
+        if not self.live:
+            return fn(t, *args, **kwargs)
+        kind = "escape" if name in ESCAPES else "host"
+        brk = self._end(Break(kind, name, host_reason(name), *user_location()))
+        value = self._run(fn, t, *args, **kwargs)
+        if kind == "escape":
+            self.live = False
+        else:
+            brk.children[value_key(name, value)] = Segment()
+            self._start(next(iter(brk.children.values())))
+        return value
+
+    def random_draw(self):
+        self.info.random = True
+
+    def _end(self, brk):
+        if brk.kind != "return" and self.info.fullgraph:
+            raise RuntimeError(f"jitorch.compile(fullgraph=True): graph break at {brk.describe()}. Remove the "
+                               "break or call jitorch.compile without fullgraph=True to run that part eagerly.")
+        self.seg.end = brk
+        # What is alive here is what a replay will most likely need: the segment is compiled for it up front.
+        alive = set(self.nodes.values()) | set(self.by_array.values())
+        self.seg.record_outputs = [n for n in self.seg.graph.nodes if n in alive]
+        self.info.breaks.append(brk)
+        return brk
+
+    def finish(self, result=None):
+        if self.live:
+            if self.seg is self.info.root:  # no break: the whole call is one graph; map its outputs
+                self.info.output = map_aggregate(result, self.arg)
+            self._end(Break("return", "return", "end of the function"))
+
+
+class RecordInfo:
+    """What one recording saw."""
+
+    def __init__(self, fullgraph):
+        self.fullgraph = fullgraph
+        self.breaks = []  # every Break in recording order (the last is the return)
+        self.random = False  # a random draw outside an op (a creation function): the graph cannot bake it
+        self.unsound = None  # a reason the inference graph would be wrong (an output requires grad)
+        self.result = None
+        self.root = None
+        self.output = None  # without breaks: the result with tensors replaced by nodes of the root segment
+        self.externals = []  # the root segment's outside tensors, in placeholder order
+
+    @property
+    def graph_breaks(self):
+        return [b for b in self.breaks if b.kind != "return"]
+
+
+def record(fn, args, kwargs, *, fullgraph=False, segment=None):
+    """Run ``fn`` once under a `Recorder` and return its `RecordInfo` (``result`` is the eager answer)."""
+    info = RecordInfo(fullgraph)
+    info.root = segment or Segment()
+    mode = Recorder(info, info.root)
+    with watching(mode):
+        push_mode(mode)
+        try:
+            info.result = fn(*args, **kwargs)
+        finally:
+            pop_mode()
+    mode.finish(info.result)
+    return info
+
+
+def same_constant(a, b):
+    """Whether a replayed non-tensor argument equals the recorded one (types included: 1, 1.0 and True differ)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same_constant(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    if isinstance(a, float) and a != a:
+        return b != b
+    try:
+        return bool(a == b)
+    except Exception:  # an object with an odd __eq__: only itself will do
+        return a is b
