@@ -182,18 +182,64 @@ def test_unsupported_sampler_raises_and_ends_the_capture():
     assert not _dispatch.MODES
 
 
-def test_autograd_inside_capture_raises_with_advice():
-    w = jitorch.ones(2, requires_grad=True)
-    with pytest.raises(RuntimeError, match="no_grad"):
-        with graph(CPUGraph()):
-            w * 2
-    assert not _dispatch.MODES
+def _mlp(lib, weights):
+    net = lib.nn.Sequential(lib.nn.Linear(8, 16), lib.nn.Tanh(), lib.nn.Linear(16, 4))
+    with lib.no_grad():
+        for p, a in zip(net.parameters(), weights):
+            p.copy_(lib.tensor(a))
+    return net
+
+
+def _train_step(lib, net, opt, x, y, accumulate=False):
+    if not accumulate:
+        opt.zero_grad(set_to_none=True)
+    loss = lib.nn.functional.mse_loss(net(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_training_step_replay_equals_eager_for_ten_steps(accumulate):
+    gen = np.random.default_rng(5)
+    weights = [(gen.standard_normal(s) * 0.3).astype(np.float32) for s in ((16, 8), (16,), (4, 16), (4,))]
+    data = [(gen.standard_normal((32, 8)).astype(np.float32), gen.standard_normal((32, 4)).astype(np.float32))
+            for _ in range(12)]
+    # The eager twin is the reference (eager training itself is tested against torch in the optim and nn suites).
+    jnet, tnet = _mlp(jitorch, weights), _mlp(jitorch, weights)
+    jopt = jitorch.optim.SGD(jnet.parameters(), lr=0.05, momentum=0.9)
+    topt = jitorch.optim.SGD(tnet.parameters(), lr=0.05, momentum=0.9)
+    # Warm-up outside the capture (momentum buffers are created on the first step), as with CUDA graphs.
+    for net, opt in ((jnet, jopt), (tnet, topt)):
+        _train_step(jitorch, net, opt, jitorch.tensor(data[0][0]), jitorch.tensor(data[0][1]))
+    sx, sy = jitorch.tensor(data[1][0]), jitorch.tensor(data[1][1])
     g = CPUGraph()
-    with jitorch.no_grad(), graph(g):
-        y = w * 2
-    _zero(y)
-    g.replay()
-    assert y.tolist() == [2.0, 2.0]
+    with graph(g):
+        loss = _train_step(jitorch, jnet, jopt, sx, sy, accumulate)
+    _train_step(jitorch, tnet, topt, jitorch.tensor(data[1][0]), jitorch.tensor(data[1][1]), accumulate)
+    assert g.native, g.native_report()  # forward, backward and update: one native call
+    for x, y in data[2:]:
+        sx.copy_(jitorch.tensor(x))
+        sy.copy_(jitorch.tensor(y))
+        _zero(loss)
+        g.replay()
+        want = _train_step(jitorch, tnet, topt, jitorch.tensor(x), jitorch.tensor(y), accumulate)
+        np.testing.assert_allclose(loss._data, want._data, rtol=1e-5)
+        for p, q in zip(jnet.parameters(), tnet.parameters()):
+            np.testing.assert_allclose(p._data, q._data, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(p.grad._data, q.grad._data, rtol=1e-5, atol=1e-6)
+
+
+def test_optimizer_with_a_python_step_count_refuses_capture():
+    w = jitorch.ones(3, requires_grad=True)
+    opt = jitorch.optim.Adam([w], lr=0.1)
+    (w * 2).sum().backward()
+    opt.step()
+    with pytest.raises(RuntimeError, match="step count"):
+        with graph(CPUGraph()):
+            (w * 2).sum().backward()
+            opt.step()
+    assert not _dispatch.MODES
 
 
 def test_capture_begin_end_reset_and_debug_dump(tmp_path):

@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import _random
 from .._tensor import Tensor
+from ._recorder import Record
 from ._steps import draw_step
 
 __all__ = ["install", "uninstall", "FORBIDDEN"]
@@ -63,7 +64,8 @@ def _take_draw(mode, values):
 
 def install(mode, abort):
     """Install the patches for ``mode``; returns the originals for ``uninstall``."""
-    saved = {"tensor": {name: Tensor.__dict__[name] for name in FORBIDDEN if name in Tensor.__dict__},
+    saved = {"tensor": {name: Tensor.__dict__[name] for name in FORBIDDEN + ("_inplace_accumulate",)
+                        if name in Tensor.__dict__},
              "make": Tensor.__dict__["_make"],
              "random": {name: getattr(_random, name) for name in ("_rng", "_sample", "_fill_from", "_finish")}}
     original = saved["random"]
@@ -77,8 +79,14 @@ def install(mode, abort):
                                "region.")
         return refuse
 
-    for name in saved["tensor"]:
-        setattr(Tensor, name, forbid(name))
+    for name in FORBIDDEN:
+        if name in saved["tensor"]:
+            setattr(Tensor, name, forbid(name))
+
+    def accumulate(self, other):
+        # The engine's ``grad += g`` on raw arrays would escape the recording: run it as an op instead.
+        self.add_(other if other.dtype == self.dtype else other.to(self.dtype))
+    Tensor._inplace_accumulate = accumulate
     make = saved["make"].__func__
 
     def make_noting(data):
@@ -95,8 +103,8 @@ def install(mode, abort):
         if pending is not None:
             if type(t._data) is not np.ndarray:
                 mode.fail("CPU graph capture: random sampling on a non-CPU device cannot be recorded")
-            mode.add_step(draw_step(*pending[:4], t._data), f"buf{id(t._data) & 0xffff:04x} = draw {pending[1]}",
-                          [t._data])
+            mode.add_step(Record("draw", draw_step(*pending[:4], t._data),
+                                 f"buf{id(t._data) & 0xffff:04x} = draw {pending[1]}", outs=[t._data]))
         return t
 
     def fill_from(self, values):
@@ -104,8 +112,8 @@ def install(mode, abort):
         if pending is not None:
             # The drawn array becomes a static buffer refilled by each replay; the copy_ into ``self`` that
             # ``_fill_from`` runs next is recorded by the mode as reading from it.
-            mode.add_step(draw_step(*pending[:4], values), f"buf{id(values) & 0xffff:04x} = draw {pending[1]}",
-                          [values])
+            mode.add_step(Record("draw", draw_step(*pending[:4], values),
+                                 f"buf{id(values) & 0xffff:04x} = draw {pending[1]}", outs=[values]))
         return original["_fill_from"](self, values)
 
     def finish(data, *args, **kwargs):

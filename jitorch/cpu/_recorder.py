@@ -14,15 +14,37 @@ tensor([3., 6.])
 """
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from .._dispatch import apply_inplace, eager, pop_mode, push_mode
 from .._tensor import Tensor
-from ..autograd.grad_mode import GradState
 from ..ops.table import OPS
 from ._steps import inplace_step, kernel_step, plan_operands, restore_step, root_of
 
-__all__ = ["CaptureMode"]
+__all__ = ["CaptureMode", "Record"]
+
+
+@dataclass
+class Record:
+    """One replay step with what the native lowering needs: the closure ``fn`` plus its operands, structured.
+
+    ``kind`` is ``"kernel"`` (``op`` on ``datas`` into ``outs``; None entries are aliases), ``"inplace"`` (``datas[0]``
+    is the target, ``outs == [target]``), ``"draw"`` (``fn`` refills ``outs[0]`` from the generator) or
+    ``"restore"`` (copy ``datas[0]``, a snapshot, into ``outs[0]``).
+    """
+
+    kind: str
+    fn: object
+    description: str
+    op: object = None
+    datas: list = field(default_factory=list)
+    casts: tuple = ()
+    cnp: object = None
+    attrs: dict = field(default_factory=dict)
+    outs: list = field(default_factory=list)
 
 # Rows the dispatcher runs with ``cast_check=False`` (copy_, fill_, zero_): the mode hook does not receive the flag.
 _NO_CAST_CHECK = {OPS["copy"], OPS["fill"]} if "fill" in OPS else {OPS["copy"]}
@@ -31,11 +53,14 @@ _NO_CAST_CHECK = {OPS["copy"], OPS["fill"]} if "fill" in OPS else {OPS["copy"]}
 class CaptureMode:
     """The ``MODES`` entry of one capture. ``abort`` is the graph's way to end the capture on an error."""
 
+    # Optimizers update with tensor ops (not raw array arithmetic) while this is set, so their updates are recorded.
+    records_updates = True
+
     def __init__(self, abort):
         self.abort = abort
-        self.steps: list = []  # replay closures, in op order
-        self.prologue: list = []  # restores of tensors created inside the capture and later mutated
-        self.descriptions: list[str] = []
+        self.records: list[Record] = []  # replay steps, in op order
+        self.prologue: list[Record] = []  # restores of tensors created inside the capture and later mutated
+        self.handles: list = []  # (weakref to a tensor made inside, its root array): who may still read a buffer
         self.born: dict[int, np.ndarray] = {}  # id -> root array of tensors created inside the capture
         self.written: dict[int, np.ndarray] = {}  # id -> root arrays some step writes
         self.pending_draw = None  # set by the RNG hook between a draw and the sampler wrapping it
@@ -46,10 +71,11 @@ class CaptureMode:
             root = root_of(array)
             self.born.setdefault(id(root), root)
 
-    def add_step(self, step, description, written=()):
-        self.steps.append(step)
-        self.descriptions.append(description)
-        for array in written:
+    def add_step(self, record):
+        self.records.append(record)
+        for array in record.outs:
+            if array is None:
+                continue
             root = root_of(array)
             self.written[id(root)] = root
 
@@ -66,10 +92,6 @@ class CaptureMode:
             if type(t._data) is not np.ndarray:
                 self.fail(f"CPU graph capture: '{op.name}' got a tensor on {t.device}; a CPU graph records CPU "
                           "tensors only (use jitorch.cuda graphs for the GPU)")
-        if GradState.enabled and op.differentiable and any(t._requires_grad for t in tensors_in):
-            self.fail(f"CPU graph capture records forward-only ops for now: '{op.name}' would record autograd "
-                      "because an input requires grad. Capture under `with jitorch.no_grad():` or detach the "
-                      "inputs (capturing a training step is not supported yet).")
 
     def _run(self, fn, *args, **kwargs):
         pop_mode()
@@ -89,6 +111,8 @@ class CaptureMode:
         targets = []
         for o in outs:
             d = o._data
+            if type(d) is np.ndarray:
+                self.handles.append((weakref.ref(o), root_of(d)))
             if any(np.may_share_memory(d, a) for a in in_arrays):
                 targets.append(None)  # a view of an input: it follows the input without a step
             elif not d.flags.writeable:
@@ -98,8 +122,8 @@ class CaptureMode:
         if all(t is None for t in targets):
             return result
         datas, casts, cnp = plan_operands(op, args)
-        self.add_step(kernel_step(op, datas, casts, cnp, attrs, targets), self._describe(op, args, outs),
-                      [t for t in targets if t is not None])
+        self.add_step(Record("kernel", kernel_step(op, datas, casts, cnp, attrs, targets),
+                             self._describe(op, args, outs), op, datas, casts, cnp, attrs, targets))
         return result
 
     def dispatch_inplace(self, op, self_tensor, args, attrs):
@@ -108,15 +132,19 @@ class CaptureMode:
         self._check(op, tensors_in)
         target = self_tensor._data
         root = root_of(target)
+        self.handles.append((weakref.ref(self_tensor), root))
         if id(root) in self.born and id(root) not in self.written:
             # Made inside the capture (a creation function, not an op): replay must start from its initial value,
             # as a CUDA graph re-runs the fill, so later replays do not compound the mutation.
-            self.prologue.append(restore_step(root, root.copy()))
+            snapshot = root.copy()
+            self.prologue.append(Record("restore", restore_step(root, snapshot), "restore", datas=[snapshot],
+                                        outs=[root]))
             self.written[id(root)] = root
         self._run(apply_inplace, op, self_tensor, *args, cast_check=op not in _NO_CAST_CHECK, **attrs)
         datas, casts, cnp = plan_operands(op, (self_tensor,) + args)
-        self.add_step(inplace_step(op, target, datas, casts, cnp, attrs),
-                      self._describe(op, (self_tensor,) + args, (self_tensor,), inplace=True), [target])
+        self.add_step(Record("inplace", inplace_step(op, target, datas, casts, cnp, attrs),
+                             self._describe(op, (self_tensor,) + args, (self_tensor,), inplace=True), op, datas, casts,
+                             cnp, attrs, [target]))
         return self_tensor
 
     @staticmethod

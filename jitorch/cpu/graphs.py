@@ -10,7 +10,12 @@ or tensor creation. As with CUDA graphs:
 - random ops draw new numbers on every replay, advancing the generator;
 - host reads (``item``, ``tolist``, ``numpy``, ``bool``, printing) raise and end the capture.
 
-This increment replays kernel by kernel from Python; the one-native-call replay of issue 6 builds on this recording.
+Replay is native: at the first ``replay()`` the recorded steps are lowered to machine code by the LLVM backend
+(`_native`): consecutive elementwise ops fuse into one loop, reductions become loops, matrix products become
+generated vector loops or BLAS calls, intermediates no one holds live in one planned arena, and the whole step runs
+as ONE call into native code (random draws run first, from Python, so each replay still draws new numbers). A step
+the backend cannot lower replays as its recorded Python closure between native segments, never with a different
+answer; ``g.native`` says whether the replay is a single native call and ``g.native_report()`` lists what fell back.
 
 >>> import jitorch
 >>> x = jitorch.zeros(3)
@@ -23,6 +28,7 @@ tensor([4., 0., 6.])
 from __future__ import annotations
 
 import itertools
+import os
 
 from .. import _dispatch
 from ._hooks import install, uninstall
@@ -31,6 +37,8 @@ from ._recorder import CaptureMode
 __all__ = ["CPUGraph", "graph", "graph_pool_handle"]
 
 _POOL_IDS = itertools.count(1)
+# ``JITORCH_CPU_GRAPH_NATIVE=0`` replays every graph step by step from Python (the reference path).
+NATIVE = os.environ.get("JITORCH_CPU_GRAPH_NATIVE", "1") != "0"
 
 
 def graph_pool_handle():
@@ -57,7 +65,10 @@ class CPUGraph:
 
     def __init__(self):
         self._steps: tuple = ()
-        self._descriptions: list[str] = []
+        self._records: list = []
+        self._visible: set = set()
+        self._native = None  # the NativeReplay, built at the first replay
+        self._native_error = None
         self._mode = None
         self._saved = None
         self._pool = None
@@ -84,9 +95,11 @@ class CPUGraph:
             mode.fail(f"CPU graph capture: the random sampler drawing with '{mode.pending_draw[1]}' is not "
                       "supported yet (rand, randn, randint, randperm, normal and the in-place samplers are)")
         self._stop()
-        self._steps = tuple(mode.prologue + mode.steps)
-        self._descriptions = [f"restore prologue ({len(mode.prologue)} buffers)"] * bool(mode.prologue)
-        self._descriptions += mode.descriptions
+        self._records = mode.prologue + mode.records
+        self._steps = tuple(r.fn for r in self._records)
+        # Tensors still alive now may be read by the user after a replay; every other intermediate is internal.
+        self._visible = {id(root) for ref, root in mode.handles if ref() is not None}
+        self._native, self._native_error = None, None
         self._captured = True
 
     def _stop(self):
@@ -101,21 +114,71 @@ class CPUGraph:
 
     def _abort(self):
         self._stop()
-        self._steps, self._descriptions, self._captured = (), [], False
+        self._forget()
+
+    def _forget(self):
+        self._steps, self._records, self._visible, self._captured = (), [], set(), False
+        self._native, self._native_error = None, None
 
     # -- use ----------------------------------------------------------------------------------------------------
     def replay(self):
         """Rerun the captured ops on the static buffers; outputs from the capture now hold this replay's values."""
         if not self._captured:
             raise RuntimeError("CPUGraph.replay: nothing captured (capture_begin/capture_end, or jitorch.cpu.graph)")
+        native = self._build()
+        if native is not None:
+            native()
+            return
         for step in self._steps:
             step()
+
+    def _build(self):
+        """The native replay, lowered and compiled once (None when disabled or when lowering failed)."""
+        if self._native is None and self._native_error is None and self._captured:
+            if not NATIVE:
+                self._native_error = "disabled by JITORCH_CPU_GRAPH_NATIVE=0"
+                return None
+            from ._native import NativeReplay
+
+            try:
+                self._native = NativeReplay(self._records, self._visible)
+            except Exception as e:  # noqa: BLE001 - any lowering bug must cost speed, never a wrong answer
+                self._native_error = f"{type(e).__name__}: {e}"
+        return self._native
+
+    @property
+    def native(self):
+        """Whether ``replay()`` is ONE native call (plus random draws); lowers the graph if not done yet.
+
+        >>> import jitorch
+        >>> g = CPUGraph(); x = jitorch.ones(3)
+        >>> with graph(g):
+        ...     y = x.exp() * 2
+        >>> g.native
+        True
+        """
+        if not self._captured:
+            return False
+        native = self._build()
+        return native is not None and native.native
+
+    def native_report(self):
+        """How the replay runs: ``{"native", "calls", "segments", "fallbacks": [(step, reason)], "error"}``.
+
+        ``calls`` counts native calls (a fused group is one), ``segments`` the alternating native and Python parts.
+        """
+        native = self._build() if self._captured else None
+        if native is None:
+            return {"native": False, "calls": 0, "segments": len(self._steps), "fallbacks": [],
+                    "error": self._native_error}
+        return {"native": native.native, "calls": native.ncalls, "segments": len(native.segments),
+                "fallbacks": list(native.fallbacks), "draws": len(native.draws), "error": None}
 
     def reset(self):
         """Drop the capture and release its buffers (tensors the user still holds keep their last values)."""
         if self._mode is not None:
             self._abort()
-        self._steps, self._descriptions, self._captured = (), [], False
+        self._forget()
 
     def pool(self):
         """The pool handle this graph captured into (pass it to another graph's capture to share)."""
@@ -123,7 +186,7 @@ class CPUGraph:
 
     def debug_dump(self, debug_path=None):
         """The recorded steps as text, one per line; written to ``debug_path`` when given."""
-        text = "\n".join(f"{i:4d}: {d}" for i, d in enumerate(self._descriptions)) + "\n"
+        text = "\n".join(f"{i:4d}: {r.description}" for i, r in enumerate(self._records)) + "\n"
         if debug_path is not None:
             with open(debug_path, "w") as f:
                 f.write(text)

@@ -333,12 +333,23 @@ TENSOR_OPS = _TensorOps()
 
 
 def ops_for(group):
-    """The primitives a parameter group's update runs with."""
-    return TENSOR_OPS if group.get("differentiable", False) else ARRAY_OPS
+    """The primitives a parameter group's update runs with (tensor ops while a CPU graph captures: it records them)."""
+    return TENSOR_OPS if group.get("differentiable", False) or _capturing() else ARRAY_OPS
+
+
+def _capturing():
+    from .._dispatch import MODES
+
+    return bool(MODES) and getattr(MODES[-1], "records_updates", False)
 
 
 def increment_step(step_t):
     """``state['step'] += 1`` in place (a 0-d tensor, as in PyTorch); returns the new count as a Python float."""
+    if _capturing():
+        # The count feeds Python-number bias corrections: a replay would reuse the captured step's numbers.
+        raise RuntimeError("CPU graph capture: this optimizer's step count is a Python number in its update, which "
+                           "replay would not advance; capture SGD/RMSprop-style updates, or step this optimizer "
+                           "outside the captured region")
     step_t._data += 1
     step_t._bump_version()
     return float(step_t._data)

@@ -1,0 +1,298 @@
+"""``jitorch.compile(fn, mode="reduce-overhead")``: capture ``fn`` once as a CPU graph, then replay it per call.
+
+The first call runs ``fn`` eagerly (a warm-up: lazy state such as optimizer buffers is made outside the capture, as
+PyTorch's CUDA graph trees do); the second captures it on static input buffers and returns the capture's results;
+later calls replay. Each call checks every tensor argument against the captured one (shape, dtype, device,
+contiguity) and raises a clear error on a mismatch; non-tensor arguments are baked into the graph and must be
+equal. A new input is taken by pointer substitution when the replay is one native call: its address goes into the
+graph's pointer table, with no copy (it is copied into the static buffer instead when it overlaps memory the graph
+writes, e.g. an output of the previous call passed back in, or when some step replays in Python).
+
+Outputs live in the graph's buffers and are rewritten by the next call. Instead of silently changing, an output
+of an earlier call raises when used after a later call (a generation counter per call); ``out.clone()`` keeps it.
+
+Not captured, run eagerly instead (``fallback_reason`` says why): calls that need autograd (grad mode on and a
+tensor input or parameter requiring grad) and tensors on a CUDA device (no CUDA graph capture in jitorch yet).
+
+>>> import jitorch
+>>> f = compile_reduce_overhead(lambda x: (x * 2).exp())
+>>> for v in (0.0, 1.0, 0.5):
+...     y = f(jitorch.full((2,), v))
+>>> y
+tensor([2.7183, 2.7183])
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .._tensor import Tensor
+from ..autograd.grad_mode import GradState
+from ..cpu import CPUGraph, graph
+from ..cpu._steps import root_of
+
+__all__ = ["compile_reduce_overhead", "ReduceOverheadFunction", "OverwrittenOutputError"]
+
+
+class OverwrittenOutputError(RuntimeError):
+    """An output of a reduce-overhead call was used after a later call rewrote its buffer."""
+
+
+class _Overwritten(Tensor):
+    """The class an output takes when a later call rewrites its buffer: any use raises."""
+
+    def __getattribute__(self, name):
+        if name in ("__class__", "__dict__", "_overwritten_message"):
+            return object.__getattribute__(self, name)
+        raise OverwrittenOutputError(object.__getattribute__(self, "_overwritten_message"))
+
+    def __repr__(self):
+        raise OverwrittenOutputError(object.__getattribute__(self, "_overwritten_message"))
+
+
+def _flatten(tree, leaves):
+    if isinstance(tree, (tuple, list)):
+        return type(tree), [_flatten(x, leaves) for x in tree]
+    if isinstance(tree, dict):
+        return dict, {k: _flatten(v, leaves) for k, v in tree.items()}
+    leaves.append(tree)
+    return None, len(leaves) - 1
+
+
+def _unflatten(spec, leaves):
+    kind, inner = spec
+    if kind is None:
+        return leaves[inner]
+    if kind is dict:
+        return {k: _unflatten(v, leaves) for k, v in inner.items()}
+    items = [_unflatten(x, leaves) for x in inner]
+    return kind(*items) if hasattr(kind, "_fields") else kind(items)
+
+
+def _describe(t):
+    return f"shape {list(t.shape)}, dtype {t.dtype}, device {t.device}, contiguous={t.is_contiguous()}"
+
+
+def _span(array):
+    start = array.__array_interface__["data"][0]
+    return start, start + array.nbytes
+
+
+class ReduceOverheadFunction:
+    """The callable `compile_reduce_overhead` returns. ``generation`` counts graph runs; ``graph`` is the `CPUGraph`."""
+
+    def __init__(self, fn, module=None):
+        self.fn, self.module = fn, module
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+        self.graph = None
+        self.calls = 0
+        self.generation = 0
+        self.fallback_reason = None
+        self._live = []  # outputs handed out by the latest call (poisoned by the next one)
+
+    # -- checks ---------------------------------------------------------------------------------------------------
+    def _needs_eager(self, leaves):
+        tensors = [t for t in leaves if isinstance(t, Tensor)]
+        if any(type(t._data) is not np.ndarray for t in tensors):
+            return "CUDA tensors: jitorch has no CUDA graph capture yet, so the call runs eagerly"
+        if not GradState.enabled:
+            return None
+        params = list(self.module.parameters()) if self.module is not None else []
+        if any(t.requires_grad for t in tensors + params):
+            return "autograd: an input or parameter requires grad, so the call runs eagerly"
+        return None
+
+    def _check(self, leaves):
+        fast = self.fast_layouts
+        if len(leaves) == len(fast) and all(
+                f is None and (new is static or (type(new) is type(static) and new == static)) or
+                f is not None and type(new) is Tensor and type(new._data) is np.ndarray and new._data.shape == f[0]
+                and new._data.dtype == f[1] and new._data.flags.c_contiguous == f[2]
+                for f, new, static in zip(fast, leaves, self.static)):
+            return  # the common case, without building device and dtype objects
+        if len(leaves) != len(self.static):
+            raise TypeError(f"{self.__name__} (mode='reduce-overhead'): expected {len(self.static)} arguments as at "
+                            f"capture, got {len(leaves)}")
+        for i, (static, new) in enumerate(zip(self.static, leaves)):
+            if isinstance(static, Tensor):
+                if not isinstance(new, Tensor):
+                    raise TypeError(f"{self.__name__} (mode='reduce-overhead'): argument {i} must be a Tensor as at "
+                                    f"capture, got {type(new).__name__}")
+                want = self.layouts[i]
+                got = (tuple(new.shape), new.dtype, new.device, new.is_contiguous())
+                if got != want:
+                    names = [n for n, a, b in zip(("shape", "dtype", "device", "contiguity"), want, got) if a != b]
+                    raise RuntimeError(
+                        f"{self.__name__} (mode='reduce-overhead'): argument {i} does not match the captured input "
+                        f"({', '.join(names)} differ{'s' if len(names) == 1 else ''}): expected shape "
+                        f"{list(want[0])}, dtype {want[1]}, device {want[2]}, contiguous={want[3]}; got "
+                        f"{_describe(new)}. The CPU graph replays on fixed buffers: pass inputs like the captured "
+                        "ones, or compile another function for other shapes.")
+            elif new is not static and not (type(new) is type(static) and new == static):
+                raise RuntimeError(f"{self.__name__} (mode='reduce-overhead'): non-tensor argument {i} was "
+                                   f"{static!r} at capture and is baked into the graph; got {new!r}")
+
+    # -- capture --------------------------------------------------------------------------------------------------
+    def _capture(self, spec, leaves):
+        self.static = [Tensor._make(np.array(t._data, order="C", copy=True)) if isinstance(t, Tensor) else t
+                       for t in leaves]
+        self.fast_layouts = [(t._data.shape, t._data.dtype, t._data.flags.c_contiguous) if isinstance(t, Tensor)
+                             and t.is_contiguous() == t._data.flags.c_contiguous else None if not isinstance(t, Tensor)
+                             else (None, None, None) for t in leaves]
+        self.layouts = [(tuple(t.shape), t.dtype, t.device, t.is_contiguous()) if isinstance(t, Tensor) else None
+                        for t in leaves]
+        g = CPUGraph()
+        args, kwargs = _unflatten(spec, self.static)
+        with graph(g):
+            out = self.fn(*args, **kwargs)
+        self.graph = g
+        self.out_spec_leaves = []
+        self.out_spec = _flatten(out, self.out_spec_leaves)
+        native = g._build()
+        self.native = native if native is not None and native.native else None
+        self.slots = [None] * len(self.static)
+        static_roots = {id(t._data): i for i, t in enumerate(self.static) if isinstance(t, Tensor)}
+        written = {}
+        if native is not None:
+            for rec in native.records:
+                for a in rec.outs:
+                    if a is not None:
+                        root = root_of(a)
+                        written[id(root)] = root
+        # Memory the replay writes: static roots (intermediates the native code keeps in its arena are not used).
+        internal = native.internal if native is not None else set()
+        self.written_spans = [_span(r) for rid, r in written.items() if rid not in internal]
+        self.written_spans += [_span(native.arena)] if native is not None else []
+        self.mutated = [isinstance(t, Tensor) and id(t._data) in written for t in self.static]
+        if self.native is not None:
+            self.slots = [self.native.slot_of(t._data) if isinstance(t, Tensor) else None for t in self.static]
+        # How each output maps onto memory: ("input", i, offset, strides) for views of a static input, else graph.
+        self.out_kinds = []
+        for o in self.out_spec_leaves:
+            if isinstance(o, Tensor) and type(o._data) is np.ndarray:
+                root = root_of(o._data)
+                i = static_roots.get(id(root))
+                if i is not None:
+                    off = o._data.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+                    self.out_kinds.append(("input", i, off, o._data.strides))
+                    continue
+                self.out_kinds.append(("graph",))
+            else:
+                self.out_kinds.append(("value",))
+        return out
+
+    # -- calls ----------------------------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        leaves = []
+        spec = _flatten((args, kwargs), leaves)
+        self.calls += 1
+        if self.graph is None:
+            reason = self._needs_eager(leaves)
+            if reason is not None or self.calls == 1:
+                if reason is not None and self.fallback_reason is None:
+                    self.fallback_reason = reason
+                    warnings.warn(f"jitorch.compile(mode='reduce-overhead') of {self.__name__}: {reason}",
+                                  stacklevel=2)
+                return self.fn(*args, **kwargs)
+            self._capture(spec, leaves)
+            for i, mutated in enumerate(self.mutated):
+                if mutated:  # the capture ran on a private copy: in-place updates of an input reach the caller
+                    np.copyto(leaves[i]._data, self.static[i]._data)
+            return self._hand_out(list(self.out_spec_leaves), leaves)
+        self._check(leaves)
+        reason = self._needs_eager(leaves)
+        if reason is not None:
+            return self.fn(*args, **kwargs)
+        return self._replay(leaves)
+
+    def _replay(self, leaves):
+        native, table = self.native, None
+        substituted, copied = [], []
+        new_arrays = [t._data if isinstance(t, Tensor) else None for t in leaves]
+        if native is not None and not self._overlaps(new_arrays):
+            table = native.table
+            for i, a in enumerate(new_arrays):
+                if a is not None and self.slots[i] is not None:
+                    table[self.slots[i]] = a.__array_interface__["data"][0]
+                    substituted.append(i)
+        for i, a in enumerate(new_arrays):
+            if a is not None and i not in substituted and a is not self.static[i]._data:
+                np.copyto(self.static[i]._data, a)
+                copied.append(i)
+        self._poison()
+        try:
+            self.graph.replay()
+        finally:
+            if table is not None:
+                table[:] = native.static_table
+        for i in copied:
+            if self.mutated[i]:
+                np.copyto(new_arrays[i], self.static[i]._data)  # in-place ops on an input reach the caller's tensor
+        leaves_out = []
+        for o, kind in zip(self.out_spec_leaves, self.out_kinds):
+            if kind[0] == "input" and kind[1] in substituted:
+                leaves_out.append(self._input_view(o, leaves[kind[1]], kind))
+            else:
+                leaves_out.append(o)
+        return self._hand_out(leaves_out, leaves)
+
+    def _overlaps(self, arrays):
+        spans = [_span(a) for a in arrays if a is not None]
+        for s, e in spans:
+            if any(s < we and ws < e for ws, we in self.written_spans):
+                return True
+        spans.sort()
+        return any(spans[j][0] < spans[j - 1][1] for j in range(1, len(spans)))
+
+    @staticmethod
+    def _input_view(o, new, kind):
+        _, _, off, strides = kind
+        root = root_of(new._data)
+        base_off = new._data.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        if off == 0 and o._data.shape == new._data.shape and strides == new._data.strides:
+            return new
+        view = np.ndarray(o._data.shape, o._data.dtype, buffer=root, offset=base_off + off, strides=strides)
+        return Tensor._make(view)
+
+    def _poison(self):
+        """Make the outputs of the previous call raise on use: the replay about to run rewrites their buffers."""
+        if not self._live:
+            return
+        message = (f"accessing tensor output of CPU graphs (jitorch.compile mode='reduce-overhead' of "
+                   f"{self.__name__}) that has been overwritten by a subsequent run: it came from run "
+                   f"{self.generation} of the graph and run {self.generation + 1} has since reused its buffer. To "
+                   "keep an output, clone it (out.clone()) before calling the compiled function again.")
+        for t in self._live:
+            if type(t) is Tensor:
+                t.__dict__["_overwritten_message"] = message
+                t.__class__ = _Overwritten
+        self._live = []
+
+    def _hand_out(self, outs, leaves):
+        """Fresh tensors over the graph's output buffers for this call (so the next call can retire them)."""
+        self.generation += 1
+        inputs = {id(t) for t in leaves if isinstance(t, Tensor)}
+        fresh = []
+        for o, kind in zip(outs, self.out_kinds):
+            if kind[0] == "graph" and id(o) not in inputs:
+                t = Tensor._make(o._data)
+                self._live.append(t)
+                fresh.append(t)
+            else:
+                fresh.append(o)
+        return _unflatten(self.out_spec, fresh)
+
+
+def compile_reduce_overhead(fn, *, module=None):
+    """``fn`` as a captured-and-replayed CPU graph (see the module notes); ``module``: the Module ``fn`` runs, if any.
+
+    >>> import jitorch
+    >>> f = compile_reduce_overhead(lambda a, b: a @ b + 1)
+    >>> for _ in range(3):
+    ...     out = f(jitorch.ones(2, 3), jitorch.ones(3, 2))
+    >>> out
+    tensor([[4., 4.],
+            [4., 4.]])
+    """
+    return ReduceOverheadFunction(fn, module=module)

@@ -1,0 +1,242 @@
+"""One recorded step -> what the native program needs: an elementwise expression, a reduction kernel or a product.
+
+Each function takes a `_recorder.Record` and either returns a description over the step's arrays or raises
+`NotLowerable` with the reason, which `CPUGraph.native_report` shows; such a step replays as its Python closure.
+Nothing here decides about buffers: `_native` maps arrays to table slots and fuses the elementwise steps.
+
+>>> import numpy as np
+>>> from jitorch.ops.table import OPS
+>>> from jitorch.cpu._recorder import Record
+>>> a, out = np.ones(3, np.float32), np.empty(3, np.float32)
+>>> item = elementwise(Record("kernel", None, "", OPS["exp"], [a], (), np.dtype(np.float32), {}, [out]))
+>>> item.shape, item.name
+((3,), 'exp')
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._compile.expr import Unfusable
+from .._compile.lower import IR_DTYPES, node_expr_for
+from ..codegen.ir import Buffer, Kernel, Store, load, op as ir_op
+from ._steps import root_of
+
+__all__ = ["NotLowerable", "Elementwise", "elementwise", "reduction", "matmul", "linear", "linear_backward",
+           "blas_address", "element_strides", "BLAS_MIN_FLOPS"]
+
+# Products with at least this many multiply-adds call BLAS; smaller ones run the generated loop, where a library
+# call's fixed cost (argument checks, dispatch, packing) would dominate.
+BLAS_MIN_FLOPS = 64 * 64 * 64
+_REDUCTIONS = {"sum": "sum", "prod": "prod", "amax": "max", "amin": "min"}
+_BLAS: dict[str, int | None] = {}
+
+
+class NotLowerable(Exception):
+    """The step has no native form; the message says why (shown by ``CPUGraph.native_report``)."""
+
+
+def element_strides(array, shape=None):
+    """``array``'s strides in elements (broadcast to ``shape`` when given); raises for strides between elements."""
+    view = array if shape is None or array.shape == tuple(shape) else np.broadcast_to(array, shape)
+    if any(s % view.itemsize for s in view.strides):
+        raise NotLowerable(f"strides {view.strides} are not whole elements of {view.dtype}")
+    return tuple(s // view.itemsize for s in view.strides)
+
+
+def _ir_dtype(array, what):
+    dt = IR_DTYPES.get(array.dtype)
+    if dt is None:
+        raise NotLowerable(f"{what} has dtype {array.dtype}, which the native backend does not handle")
+    return dt
+
+
+@dataclass
+class Elementwise:
+    """A pointwise step: ``out = name(operands)`` over ``shape`` (operands are arrays or Python numbers)."""
+
+    name: str
+    shape: tuple
+    operands: list
+    out: np.ndarray
+    out_dtype: str
+
+    def expr(self, operand_exprs):
+        """The IR expression of this step given IR expressions (or numbers) for its operands."""
+        try:
+            return node_expr_for(self.name, operand_exprs, self.out_dtype)
+        except (Unfusable, TypeError, ValueError) as e:
+            raise NotLowerable(f"{self.name}: {e}") from None
+
+
+def elementwise(rec):
+    """The `Elementwise` of a pointwise kernel or in-place record (checked against a trial expression)."""
+    op = rec.op
+    if op is None or not op.pointwise or op.nout != 1:
+        raise NotLowerable(f"{getattr(op, 'name', rec.kind)} is not a pointwise row")
+    attrs = dict(rec.attrs)
+    if op.name == "to_copy":
+        attrs.pop("dtype", None)
+    if attrs:
+        raise NotLowerable(f"{op.name} has attributes {sorted(attrs)}")
+    out = rec.outs[0]
+    if out is None:
+        raise NotLowerable(f"{op.name} writes no buffer")
+    out_dtype = _ir_dtype(out, f"{op.name}'s output")
+    if op.promotion not in ("compare", "keep") and rec.cnp is not None and np.dtype(rec.cnp) != out.dtype:
+        raise NotLowerable(f"{op.name} computes in {rec.cnp} and writes {out.dtype}")
+    operands = []
+    for d in rec.datas:
+        if isinstance(d, np.ndarray):
+            _ir_dtype(d, f"an operand of {op.name}")
+            element_strides(d, out.shape)
+            operands.append(d)
+        elif isinstance(d, (int, float)) and not isinstance(d, bool):
+            operands.append(d)
+        else:
+            raise NotLowerable(f"{op.name} has the operand {d!r}")
+    element_strides(out)
+    item = Elementwise(op.name, tuple(out.shape), operands, out, out_dtype)
+    trial = [load(i, IR_DTYPES[d.dtype]) if isinstance(d, np.ndarray) else d for i, d in enumerate(operands)]
+    item.expr(trial)
+    return item
+
+
+def reduction(rec):
+    """``(kernel, input_array, output_array)``: a sum/prod/amax/amin record as an IR reduction kernel."""
+    op = rec.op
+    kind = _REDUCTIONS.get(getattr(op, "name", None))
+    if kind is None or rec.kind != "kernel" or set(rec.attrs) - {"dims", "keepdim", "dtype"}:
+        raise NotLowerable(f"{getattr(op, 'name', rec.kind)} is not a sum/prod/amax/amin reduction")
+    (a,), out = rec.datas, rec.outs[0]
+    if not isinstance(a, np.ndarray) or out is None:
+        raise NotLowerable(f"{op.name}: unexpected operands")
+    in_dt, out_dt = _ir_dtype(a, f"{op.name}'s input"), _ir_dtype(out, f"{op.name}'s output")
+    if in_dt != out_dt and (kind in ("max", "min") or in_dt == "bool" and kind == "prod"):
+        raise NotLowerable(f"{op.name} from {in_dt} to {out_dt}")
+    dims = tuple(sorted(d % max(a.ndim, 1) for d in rec.attrs["dims"])) if a.ndim else ()
+    kept = [d for d in range(a.ndim) if d not in dims]
+    a_st = element_strides(a)
+    out_st = element_strides(out)
+    if rec.attrs.get("keepdim"):
+        out_kept = [out_st[d] for d in kept]
+    else:
+        out_kept = list(out_st)
+    if len(out_kept) != len(kept):
+        raise NotLowerable(f"{op.name}: output rank does not match the kept dimensions")
+    shape = tuple(a.shape[d] for d in kept) + tuple(a.shape[d] for d in dims)
+    value = load(0, in_dt)
+    if in_dt != out_dt:
+        value = ir_op("cast", value, dtype=out_dt)
+    buffers = (Buffer(in_dt, tuple(a_st[d] for d in kept) + tuple(a_st[d] for d in dims)),
+               Buffer(out_dt, tuple(out_kept) + (0,) * len(dims)))
+    # A full reduction of a 0-d tensor, or over no dims, is a copy: one reduced dimension of size 1 keeps the form.
+    if not dims:
+        shape, buffers = shape + (1,), tuple(Buffer(b.dtype, b.strides + (0,)) for b in buffers)
+    return Kernel(shape, buffers, (Store(1, value, kind),), max(len(dims), 1)), a, out
+
+
+def matmul(rec):
+    """``dict(dtype, m, n, k, a, a_strides, b, b_strides, c, c_strides)`` for a 1-D/2-D float matmul record."""
+    if getattr(rec.op, "name", None) != "matmul" or rec.kind != "kernel":
+        raise NotLowerable("not a matmul")
+    (a, b), c = rec.datas, rec.outs[0]
+    if not all(isinstance(x, np.ndarray) for x in (a, b)) or c is None:
+        raise NotLowerable("matmul: unexpected operands")
+    if a.ndim not in (1, 2) or b.ndim not in (1, 2):
+        raise NotLowerable(f"matmul of {a.ndim}-d and {b.ndim}-d arrays (batched products replay in Python)")
+    dt = IR_DTYPES.get(a.dtype)
+    if dt not in ("f32", "f64") or b.dtype != a.dtype or c.dtype != a.dtype:
+        raise NotLowerable(f"matmul of {a.dtype} and {b.dtype} into {c.dtype}")
+    sa, sb, sc = element_strides(a), element_strides(b), element_strides(c)
+    a_st = sa if a.ndim == 2 else (0, sa[0])
+    m, k = (a.shape if a.ndim == 2 else (1, a.shape[0]))
+    b_st = sb if b.ndim == 2 else (sb[0], 0)
+    n = b.shape[1] if b.ndim == 2 else 1
+    if a.ndim == 2 and b.ndim == 2:
+        c_st = sc
+    elif a.ndim == 2:
+        c_st = (sc[0], 1)
+    elif b.ndim == 2:
+        c_st = (0, sc[0])
+    else:
+        c_st = (0, 1)
+    return dict(dtype=dt, m=int(m), n=int(n), k=int(k), a=a, a_strides=a_st, b=b, b_strides=b_st, c=c,
+                c_strides=c_st)
+
+
+def _matrix(a, what):
+    """``a`` as a 2-D ``(rows, last)`` view sharing its memory (as the linear rows' ``_rows``), or refuse."""
+    if a.ndim == 2:
+        return a
+    m = a.reshape(-1, a.shape[-1]) if a.ndim else None
+    if m is None or (m.size and not np.shares_memory(m, a)):
+        raise NotLowerable(f"{what} of shape {a.shape} is not a 2-D view")
+    return m
+
+
+def _gemm(a, b, c):
+    dt = IR_DTYPES.get(a.dtype)
+    if dt not in ("f32", "f64") or b.dtype != a.dtype or c.dtype != a.dtype:
+        raise NotLowerable(f"a product of {a.dtype} and {b.dtype} into {c.dtype}")
+    return dict(dtype=dt, m=int(a.shape[0]), n=int(b.shape[1]), k=int(a.shape[1]), a=a, a_strides=element_strides(a),
+                b=b, b_strides=element_strides(b), c=c, c_strides=element_strides(c))
+
+
+def linear(rec):
+    """``[("gemm", spec), ("ew", bias add)]``: the ``linear`` row as ``x @ w.T`` then ``out += b`` (fusible)."""
+    if rec.kind != "kernel":
+        raise NotLowerable("an in-place linear")
+    (x, w, b), out = rec.datas, rec.outs[0]
+    x2, out2 = _matrix(x, "linear's input"), _matrix(out, "linear's output")
+    parts = [("gemm", _gemm(x2, w.T, out2))]
+    if b is not None:
+        if not isinstance(b, np.ndarray) or b.dtype != out.dtype:
+            raise NotLowerable("linear's bias")
+        element_strides(b, out2.shape)
+        parts.append(("ew", Elementwise("add", tuple(out2.shape), [out2, b], out2, IR_DTYPES[out.dtype])))
+    return parts
+
+
+def linear_backward(rec):
+    """The gradients ``g @ w``, ``g.T @ x`` and ``g.sum(0)`` that ``needs`` asks for, as products and a reduction."""
+    g, x, w = rec.datas
+    gx, gw, gb = rec.outs
+    needs = rec.attrs.get("needs", (True, True, True))
+    g2 = _matrix(g, "linear's gradient")
+    parts = []
+    if needs[0]:
+        parts.append(("gemm", _gemm(g2, w, _matrix(gx, "the input gradient"))))
+    if needs[1]:
+        parts.append(("gemm", _gemm(g2.T, _matrix(x, "linear's input"), gw)))
+    if needs[2]:
+        dt = _ir_dtype(gb, "the bias gradient")
+        gs, bs = element_strides(g2), element_strides(gb)
+        kernel = Kernel((g2.shape[1], g2.shape[0]), (Buffer(dt, (gs[1], gs[0])), Buffer(dt, (bs[0], 0))),
+                        (Store(1, load(0, dt), "sum"),), 1)
+        parts.append(("red", (kernel, g2, gb)))
+    return parts
+
+
+def blas_address(dtype):
+    """The address of SciPy's Fortran-ABI ``sgemm``/``dgemm`` (OpenBLAS), or None without SciPy."""
+    if dtype not in _BLAS:
+        try:
+            from scipy.linalg import cython_blas
+        except ImportError:
+            _BLAS[dtype] = None
+            return None
+        capsule = cython_blas.__pyx_capi__["sgemm" if dtype == "f32" else "dgemm"]
+        get_name, get_pointer = ctypes.pythonapi.PyCapsule_GetName, ctypes.pythonapi.PyCapsule_GetPointer
+        get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+        get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        _BLAS[dtype] = get_pointer(capsule, get_name(capsule))
+    return _BLAS[dtype]
+
+
+def view_of(array):
+    """``(root, byte offset of array's first element in root)``."""
+    root = root_of(array)
+    return root, array.__array_interface__["data"][0] - root.__array_interface__["data"][0]

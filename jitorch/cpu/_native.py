@@ -1,0 +1,371 @@
+"""The recorded steps of a CPU graph as native code: fused groups, planned buffers, one call per replay.
+
+`NativeReplay(records, visible)` lowers a capture:
+
+1. each step becomes an item: an elementwise step (`_lower.elementwise`), a reduction, a matrix product, a copy
+   (the restore prologue), a random draw (run first, from Python, so each replay still advances the generator), or
+   a Python step (the recorded closure, with the reason the native backend refused it);
+2. consecutive elementwise items over one iteration space fuse into one loop: a value a later member reads at the
+   same element stays in a register, and is stored only if someone else can see the buffer;
+3. buffers: tensors the user holds (``visible``), inputs and anything a Python step touches keep their NumPy
+   arrays at fixed addresses; the other intermediates are internal: stored only when read outside their group, in
+   one arena where buffers whose live ranges do not overlap share memory;
+4. the items between Python steps become native `codegen.llvm_program.Program` s over one pointer table.
+
+When no step falls back, ``replay()`` is the draws plus ONE native call (``native`` is True).
+
+>>> import jitorch
+>>> from jitorch.cpu import CPUGraph, graph
+>>> x = jitorch.ones(4); g = CPUGraph()
+>>> with graph(g):
+...     y = (x * 2 + 1).tanh()
+>>> g.replay(); g.native, g.native_report()["calls"]
+(True, 1)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._compile.lower import IR_DTYPES
+from ..codegen.ir import Buffer, Kernel, Store, load
+from ..codegen.llvm_objcache import default_cache
+from ..codegen.llvm_program import Copy, Gemm, KernelCall, Ref, compile_program
+from ._lower import BLAS_MIN_FLOPS, NotLowerable, blas_address, element_strides, elementwise, linear, \
+    linear_backward, matmul, reduction, view_of
+
+__all__ = ["NativeReplay"]
+
+_ALIGN = 64
+
+
+class _Item:
+    __slots__ = ("kind", "rec", "payload", "reads", "writes", "reason")
+
+    def __init__(self, kind, rec, payload=None, reads=(), writes=(), reason=None):
+        self.kind, self.rec, self.payload, self.reason = kind, rec, payload, reason
+        self.reads, self.writes = list(reads), list(writes)
+
+
+def _key(array, shape):
+    root, offset = view_of(array)
+    return id(root), offset, element_strides(array, shape), array.dtype
+
+
+def _part(rec, kind, payload):
+    if kind == "gemm":
+        _no_overlap(rec, [payload["a"], payload["b"]], payload["c"])
+        return _Item("gemm", rec, payload, [payload["a"], payload["b"]], [payload["c"]])
+    if kind == "red":
+        kernel, a, out = payload
+        _no_overlap(rec, [a], out)
+        return _Item("red", rec, kernel, [a], [out])
+    return _Item("ew", rec, payload, [a for a in payload.operands if isinstance(a, np.ndarray)], [payload.out])
+
+
+def _classify(rec):
+    """The `_Item` s of one record (a ``linear`` is a product and a fusible bias add); refusals are Python items."""
+    if rec.kind == "draw":
+        return [_Item("draw", rec)]
+    if rec.kind == "restore":
+        return [_Item("copy", rec, None, [rec.datas[0]], [rec.outs[0]])]
+    name = getattr(rec.op, "name", None)
+    try:
+        if name == "linear":
+            return [_part(rec, kind, payload) for kind, payload in linear(rec)]
+        if name == "linear_backward":
+            return [_part(rec, kind, payload) for kind, payload in linear_backward(rec)]
+    except NotLowerable as e:
+        return [_Item("py", rec, reason=str(e))]
+    return [_classify_one(rec)]
+
+
+def _classify_one(rec):
+    try:
+        if rec.op is not None and rec.op.pointwise:
+            item = elementwise(rec)
+            out_key = _key(item.out, item.shape)
+            for a in item.operands:
+                if isinstance(a, np.ndarray):
+                    k = _key(a, item.shape)
+                    if k[0] == out_key[0] and k != out_key:
+                        raise NotLowerable(f"{item.name} reads its own output through another view")
+            return _Item("ew", rec, item, [a for a in item.operands if isinstance(a, np.ndarray)], [item.out])
+        if rec.op is not None and rec.op.name == "matmul":
+            spec = matmul(rec)
+            _no_overlap(rec, [spec["a"], spec["b"]], spec["c"])
+            return _Item("gemm", rec, spec, [spec["a"], spec["b"]], [spec["c"]])
+        kernel, a, out = reduction(rec)
+        _no_overlap(rec, [a], out)
+        return _Item("red", rec, kernel, [a], [out])
+    except NotLowerable as e:
+        return _Item("py", rec, reason=str(e))
+
+
+def _no_overlap(rec, inputs, out):
+    if any(view_of(a)[0] is view_of(out)[0] for a in inputs):
+        raise NotLowerable(f"{rec.op.name} writes into one of its inputs")
+
+
+class NativeReplay:
+    """The native form of a recorded step list (see the module notes). Call it to replay."""
+
+    def __init__(self, records, visible):
+        self.records = list(records)
+        self.roots: dict[int, np.ndarray] = {}
+        items = [it for r in self.records for it in _classify(r)]
+        self.draws = [it.rec.fn for it in items if it.kind == "draw"]
+        items = [it for it in items if it.kind != "draw"]
+        for it in items:
+            for a in it.reads + it.writes:
+                root = view_of(a)[0]
+                self.roots.setdefault(id(root), root)
+        self.fallbacks = [(it.rec.description, it.reason) for it in items if it.kind == "py"]
+        units = self._group(items)
+        self.internal = self._internal(units, visible)
+        self._plan(units)
+
+    # -- grouping ---------------------------------------------------------------------------------------------
+    @staticmethod
+    def _group(items):
+        """Units in order: ``("ew", [items])`` fused groups, or single items."""
+        units, group = [], None
+        for it in items:
+            if it.kind == "ew" and group is not None and _joins(group, it.payload):
+                group["members"].append(it)
+                _note(group, it.payload)
+                continue
+            if group is not None:
+                units.append(("ew", group["members"]))
+                group = None
+            if it.kind == "ew":
+                group = {"shape": it.payload.shape, "members": [it], "written": {}, "read": {}}
+                _note(group, it.payload)
+            else:
+                units.append((it.kind, [it]))
+        if group is not None:
+            units.append(("ew", group["members"]))
+        return units
+
+    def _internal(self, units, visible):
+        """Roots no one outside the native code can observe: intermediates born at a kernel step, held by nobody."""
+        first_write, python_roots, candidates = {}, set(), set()
+        for u, (kind, members) in enumerate(units):
+            for it in members:
+                if kind == "py":
+                    rec = it.rec
+                    for a in list(rec.datas) + list(rec.outs):
+                        if isinstance(a, np.ndarray):
+                            python_roots.add(id(view_of(a)[0]))
+                    continue
+                for a in it.writes:
+                    root = view_of(a)[0]
+                    first_write.setdefault(id(root), (u, it, a))
+        for rid, (_, it, a) in first_write.items():
+            if (it.rec.kind == "kernel" and a is self.roots[rid] and a.flags.c_contiguous and rid not in visible
+                    and rid not in python_roots):
+                candidates.add(rid)
+        # An internal root must be written before anything reads it in each replay.
+        for u, (kind, members) in enumerate(units):
+            for it in members:
+                for a in it.reads:
+                    rid = id(view_of(a)[0])
+                    if rid in candidates and first_write[rid][0] > u:
+                        candidates.discard(rid)
+        return candidates
+
+    # -- planning and code ------------------------------------------------------------------------------------
+    def _plan(self, units):
+        readers: dict[int, set] = {}
+        for u, (_, members) in enumerate(units):
+            for it in members:
+                for a in it.reads:
+                    readers.setdefault(id(view_of(a)[0]), set()).add(u)
+        segments, calls, uses = [], [], {}  # uses: internal root -> [first, last] call index (over all segments)
+        ncall = 0
+
+        def use(array):
+            rid = id(view_of(array)[0])
+            if rid in self.internal:
+                span = uses.setdefault(rid, [ncall, ncall])
+                span[1] = ncall
+
+        for u, (kind, members) in enumerate(units):
+            if kind == "py":
+                if calls:
+                    segments.append(("native", calls))
+                    calls = []
+                segments.append(("python", members[0].rec.fn))
+                continue
+            if kind == "ew":
+                built = self._fused(members, u, readers)
+                if built is None:
+                    continue
+                kernel, arrays = built
+                for a in arrays:
+                    use(a)
+                calls.append(("kernel", kernel, arrays))
+            elif kind == "red":
+                it = members[0]
+                use(it.reads[0])
+                use(it.writes[0])
+                calls.append(("kernel", it.payload, [it.reads[0], it.writes[0]]))
+            elif kind == "gemm":
+                spec = members[0].payload
+                for a in (spec["a"], spec["b"], spec["c"]):
+                    use(a)
+                calls.append(("gemm", spec, None))
+            elif kind == "copy":
+                rec = members[0].rec
+                calls.append(("copy", rec.outs[0], rec.datas[0]))
+            ncall += 1
+        if calls:
+            segments.append(("native", calls))
+        self._arena(uses)
+        self.slots: dict[int, int] = {}
+        addresses = []
+        for rid, root in self.roots.items():
+            if rid not in self.internal:
+                self.slots[rid] = len(addresses)
+                addresses.append(root.__array_interface__["data"][0])
+        self.arena_slot = len(addresses)
+        addresses.append(self.arena.__array_interface__["data"][0])
+        self.blas_slots = {}
+        for dt in ("f32", "f64"):
+            address = blas_address(dt)
+            if address is not None:
+                self.blas_slots[dt] = len(addresses)
+                addresses.append(address)
+        self.table = np.array(addresses, dtype=np.uint64)
+        self.static_table = self.table.copy()
+        self.table_address = self.table.__array_interface__["data"][0]
+        self.segments = []
+        self.ncalls = 0
+        for kind, body in segments:
+            if kind == "python":
+                self.segments.append(("python", body))
+            else:
+                lowered = [self._call(c) for c in body]
+                self.ncalls += len(lowered)
+                self.segments.append(("native", compile_program(lowered, default_cache())))
+
+    def _fused(self, members, unit, readers):
+        """(IR kernel, arrays per buffer) for one fused group, or None when it stores nothing anyone reads."""
+        shape = members[0].payload.shape
+        buffers, arrays, env = {}, [], {}
+
+        def buffer(a):
+            k = _key(a, shape)
+            if k not in buffers:
+                buffers[k] = len(arrays)
+                arrays.append(a)
+            return buffers[k]
+
+        last = {}
+        for it in members:
+            item = it.payload
+            exprs = []
+            for a in item.operands:
+                if isinstance(a, np.ndarray):
+                    k = _key(a, shape)
+                    exprs.append(env[k] if k in env else load(buffer(a), IR_DTYPES[a.dtype]))
+                else:
+                    exprs.append(a)
+            k = _key(item.out, shape)
+            env[k] = item.expr(exprs)
+            last[k] = item.out
+        stores = []
+        for k, out in last.items():
+            rid = k[0]
+            if rid in self.internal and not (readers.get(rid, set()) - {unit}):
+                continue  # read only inside this loop: it stays in registers
+            stores.append(Store(buffer(out), env[k]))
+        if not stores:
+            return None
+        bufs = tuple(Buffer(IR_DTYPES[a.dtype], element_strides(a, shape)) for a in arrays)
+        return Kernel(shape, bufs, tuple(stores)), arrays
+
+    def _arena(self, uses):
+        """Offsets for the internal roots that are materialized; roots with disjoint live ranges share bytes."""
+        placed, self.offsets = [], {}
+        for rid, (start, stop) in sorted(uses.items(), key=lambda kv: kv[1][0]):
+            size = -(-self.roots[rid].nbytes // _ALIGN) * _ALIGN
+            offset = 0
+            for other_off, other_size, o_start, o_stop in sorted(placed):
+                if o_stop < start or o_start > stop or other_off + other_size <= offset:
+                    continue
+                if other_off >= offset + size:
+                    break
+                offset = other_off + other_size
+            placed.append((offset, size, start, stop))
+            self.offsets[rid] = offset
+        total = max((o + s for o, s, _, _ in placed), default=0)
+        self.arena = np.zeros(max(total, _ALIGN), dtype=np.uint8)
+
+    def _ref(self, array):
+        root, offset = view_of(array)
+        rid = id(root)
+        if rid in self.internal:
+            return Ref(self.arena_slot, self.offsets[rid] + offset)
+        return Ref(self.slots[rid], offset)
+
+    def _call(self, call):
+        kind = call[0]
+        if kind == "kernel":
+            return KernelCall(call[1], tuple(self._ref(a) for a in call[2]))
+        if kind == "copy":
+            return Copy(self._ref(call[1]), self._ref(call[2]), call[1].nbytes)
+        s = call[1]
+        slot = self.blas_slots.get(s["dtype"]) if s["m"] * s["n"] * s["k"] >= BLAS_MIN_FLOPS else None
+        blas = Ref(slot) if slot is not None else None
+        return Gemm(s["dtype"], s["m"], s["n"], s["k"], self._ref(s["a"]), s["a_strides"], self._ref(s["b"]),
+                    s["b_strides"], self._ref(s["c"]), s["c_strides"], blas)
+
+    # -- use ------------------------------------------------------------------------------------------------------
+    @property
+    def native(self):
+        """True when a replay is the draws plus one native call (no step fell back to Python)."""
+        return len(self.segments) <= 1 and all(kind == "native" for kind, _ in self.segments)
+
+    def slot_of(self, array):
+        """The table slot holding ``array``'s address when ``array`` is a whole static root, else None."""
+        root, offset = view_of(array)
+        if root is not array or id(root) in self.internal:
+            return None
+        return self.slots.get(id(root))
+
+    def __call__(self):
+        for draw in self.draws:
+            draw()
+        for kind, fn in self.segments:
+            if kind == "native":
+                fn(self.table_address)
+            else:
+                fn()
+
+
+def _joins(group, item):
+    """Whether ``item`` can run inside ``group``'s loop: same space, and every shared buffer seen at one element."""
+    if item.shape != group["shape"]:
+        return False
+    shape = group["shape"]
+    for a in item.operands:
+        if isinstance(a, np.ndarray):
+            k = _key(a, shape)
+            w = group["written"].get(k[0])
+            if w is not None and w != k:
+                return False
+    k = _key(item.out, shape)
+    if any(r != k for r in group["read"].get(k[0], ())):
+        return False
+    w = group["written"].get(k[0])
+    return w is None or w == k
+
+
+def _note(group, item):
+    shape = group["shape"]
+    for a in item.operands:
+        if isinstance(a, np.ndarray):
+            k = _key(a, shape)
+            group["read"].setdefault(k[0], set()).add(k)
+    k = _key(item.out, shape)
+    group["written"][k[0]] = k
