@@ -1,6 +1,6 @@
-"""Caching-allocator overhead: malloc+free pairs per second in pure Python, on the FakeDriver (no GPU needed).
+"""Allocator costs: the caching allocator's malloc+free pairs, the host buffer cache, and (with a GPU) the device.
 
-Cases:
+Policy cases (pure Python, on the FakeDriver, no GPU needed):
 
 - ``hot exact fit``: a 4 KiB request whose cached block fits exactly (no split, no merge);
 - ``hot split+merge``: a 4 KiB request carved from a partly used 2 MiB segment and merged back on free;
@@ -8,8 +8,14 @@ Cases:
   streams, about 200 live blocks), replayed on a warm cache; reported per malloc+free pair.
 
 Each case runs on jitorch's allocator and on a minimal baseline: a dict of free lists keyed by the 512-byte rounded
-size (no streams, pools, splitting, stats), the floor a Python caching allocator could reach. CuPy's
-``cupy.cuda.MemoryPool`` is tried too; it needs a CUDA device and driver, so without a GPU the output says so.
+size (no streams, pools, splitting, stats), the floor a Python caching allocator could reach.
+
+Host buffers: ``np.add(x, 1)`` into a fresh NumPy array versus into ``jitorch.runtime.host_cache.empty`` (freed
+buffers reused, pages already mapped), and into one preallocated array (the floor), at 4, 32 and 64 MiB.
+
+GPU (only with a device): the same hot pair and mixed trace on jitorch's allocator over ``CupyDriver`` (real
+``cudaMalloc``), CuPy's ``cupy.cuda.MemoryPool`` and, when torch with CUDA is installed, torch's caching allocator
+(``torch.cuda.caching_allocator_alloc``/``delete``). Without a GPU the output says so.
 
 Run: ``python bench/bench_alloc.py``. Prints a table and writes ``bench/results/alloc-<date>.{json,md}``.
 """
@@ -105,16 +111,86 @@ def hot_cases(alloc, exact):
     return pair
 
 
-def cupy_status():
+class CupyPoolAdapter:
+    """``cupy.cuda.MemoryPool`` with the allocator's interface: freeing is dropping the pointer (refcounting)."""
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    def malloc(self, size, stream=0):
+        return self.pool.malloc(size)
+
+    def free(self, ptr):
+        pass  # the replay drops its reference right after; the pool takes the memory back then
+
+
+class TorchAdapter:
+    """torch's CUDA caching allocator through its raw-pointer API."""
+
+    def __init__(self, torch):
+        self.alloc, self.delete = torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete
+
+    def malloc(self, size, stream=0):
+        return self.alloc(size)
+
+    def free(self, ptr):
+        self.delete(ptr)
+
+
+def gpu_cases(trace, n_slots):
+    """The GPU allocators' cases, or (None, why not) without a device."""
     try:
         import cupy
 
-        pool = cupy.cuda.MemoryPool()
-        pool.free_all_blocks()
-        pool.malloc(512)
-    except Exception as err:  # no device or driver: the pool cannot even query the current device
-        return f"not run: cupy.cuda.MemoryPool needs a CUDA device ({type(err).__name__}: {err})"
-    return "runnable (a GPU is present); not benchmarked here: this file measures the pure-Python policy"
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            raise RuntimeError("no device")
+    except Exception as err:  # no CuPy, driver or device
+        return None, f"not run: no GPU ({type(err).__name__}: {err})"
+    from jitorch.runtime.cupy_driver import CupyDriver
+
+    allocators = {"jitorch (CupyDriver)": lambda: CachingAllocator(CupyDriver(0), AllocatorConfig()),
+                  "cupy MemoryPool": lambda: CupyPoolAdapter(cupy.cuda.MemoryPool())}
+    note = "torch: not installed"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            allocators["torch caching allocator"] = lambda: TorchAdapter(torch)
+            note = f"torch {torch.__version__}"
+        else:
+            note = "torch: no CUDA build"
+    except ImportError:
+        pass
+    fns = {}
+    for name, make in allocators.items():
+        alloc = make()
+        malloc, free = alloc.malloc, alloc.free
+        keep = [malloc(4 * KiB, 0) for _ in range(3)]
+
+        def pair(malloc=malloc, free=free, keep=keep):
+            free(malloc(4 * KiB, 0))
+
+        fns[f"GPU {name} hot pair"] = pair
+        warm = make()
+        fns[f"GPU {name} mixed trace"] = (lambda warm=warm: replay(warm, trace, n_slots))
+    return fns, note
+
+
+def host_cases():
+    """``np.add`` into a fresh array, a cached buffer, and a preallocated one, per size (MiB)."""
+    import numpy as np
+
+    from jitorch.runtime.host_cache import HostCache
+
+    cache = HostCache(threshold=1 << 20)
+    fns = {}
+    for mib in (4, 32, 64):
+        x = np.ones(mib * MiB // 4, np.float32)
+        out = np.empty_like(x)
+        fns[f"host {mib} MiB fresh np.empty"] = (lambda x=x: np.add(x, 1.0))
+        fns[f"host {mib} MiB host_cache"] = (lambda x=x: np.add(x, 1.0, out=cache.empty(x.shape, x.dtype)))
+        fns[f"host {mib} MiB preallocated"] = (lambda x=x, out=out: np.add(x, 1.0, out=out))
+    return fns
 
 
 def main():
@@ -129,25 +205,36 @@ def main():
     baseline = DictOfFreeLists()
     fns["jitorch mixed trace"] = lambda: replay(warm, trace, n_slots)
     fns["baseline mixed trace"] = lambda: replay(baseline, trace, n_slots)
+    gpu_fns, gpu_note = gpu_cases(trace, n_slots)
     timings = common.measure(fns, repeats=15, target_s=0.02)
+    timings.update(common.measure(host_cases(), repeats=9, target_s=0.02))
+    if gpu_fns:
+        timings.update(common.measure(gpu_fns, repeats=9, target_s=0.02))
     rows = []
     for name, t in timings.items():
-        per_pair = t["median_s"] / (pairs if "trace" in name else 1)
-        rows.append({"case": name, "us_per_pair": per_pair * 1e6, "pairs_per_s": 1 / per_pair,
-                     "min_us_per_pair": t["min_s"] / (pairs if "trace" in name else 1) * 1e6})
+        per = pairs if "trace" in name else 1
+        rows.append({"case": name, "us_per_pair": t["median_s"] / per * 1e6, "pairs_per_s": per / t["median_s"],
+                     "min_us_per_pair": t["min_s"] / per * 1e6})
+    by_case = {row["case"]: row["us_per_pair"] for row in rows}
+    host_notes = []
+    for mib in (4, 32, 64):
+        fresh, cached = by_case[f"host {mib} MiB fresh np.empty"], by_case[f"host {mib} MiB host_cache"]
+        floor = by_case[f"host {mib} MiB preallocated"]
+        host_notes.append(f"{mib} MiB: fresh {fresh / 1e3:.2f} ms, cached {cached / 1e3:.2f} ms "
+                          f"({fresh / cached:.2f}x), preallocated {floor / 1e3:.2f} ms")
     stats = warm.memory_stats()
-    cupy_note = cupy_status()
     notes = (f"malloc+free pairs in pure Python on FakeDriver; target: a cached pair under {TARGET_PAIR_US} us. "
              f"Mixed trace: {len(trace)} ops, {pairs} pairs, device mallocs on the warm run: "
              f"{stats['num_device_alloc']}, peak reserved {stats['reserved_bytes.all.peak'] / MiB:.0f} MiB. "
-             f"CuPy MemoryPool: {cupy_note}.")
+             f"Host buffers (np.add into the output; 'us/pair' is us per call): {'; '.join(host_notes)}. "
+             f"GPU: {gpu_note}.")
     table = common.format_table(rows, [("case", "case", ""), ("us/pair (median)", "us_per_pair", ".3f"),
                                        ("us/pair (min)", "min_us_per_pair", ".3f"),
                                        ("pairs/s", "pairs_per_s", ",.0f")])
     print(table)
     print(notes)
     facts = common.machine_facts()
-    facts["cupy_memory_pool"] = cupy_note
+    facts["gpu"] = gpu_note
     paths = common.write_results("alloc", rows, facts, table, notes)
     print("wrote", *paths)
 

@@ -18,6 +18,8 @@ from . import _dtype
 from ._tensor import Tensor
 from .autograd.grad_mode import GradState
 from .runtime import array_module_for
+from .runtime.host_cache import THRESHOLD as _HOST_MIN
+from .runtime.host_cache import empty as _host_empty
 
 __all__ = ["apply", "apply_inplace", "push_mode", "pop_mode", "MODES"]
 
@@ -437,7 +439,15 @@ def fast_binary(op, reflected=False):
                     if tb is Tensor and b._base is not None and b._view_ver != b._ver_owner._ver:
                         sync_view(b)
                     try:
-                        out = ufunc(x, y) if ufunc is not None and CPU_XP is np else kernel(CPU_XP, x, y)
+                        if ufunc is None or CPU_XP is not np:
+                            out = kernel(CPU_XP, x, y)
+                        elif x.nbytes >= _HOST_MIN and x.flags.c_contiguous and (
+                                tb is not Tensor or (y.shape == x.shape and y.flags.c_contiguous)):
+                            # A large output into a cached buffer whose pages are already mapped (host_cache).
+                            # Same dtype as x: one float dtype, or a weak Python scalar.
+                            out = ufunc(x, y, out=_host_empty(x.shape, x.dtype))
+                        else:
+                            out = ufunc(x, y)
                     except ValueError as e:
                         _raise_broadcast_error(op, (x, y), e)
                         raise
@@ -476,7 +486,12 @@ def fast_unary(op):
             if type(x) is _ndarray and x.dtype.kind == "f":
                 if a._base is not None and a._view_ver != a._ver_owner._ver:
                     sync_view(a)
-                out = ufunc(x) if ufunc is not None and CPU_XP is np else kernel(CPU_XP, x)
+                if ufunc is None or CPU_XP is not np:
+                    out = kernel(CPU_XP, x)
+                elif x.nbytes >= _HOST_MIN and x.flags.c_contiguous:
+                    out = ufunc(x, out=_host_empty(x.shape, x.dtype))  # see fast_binary
+                else:
+                    out = ufunc(x)
                 if type(out) is not _ndarray:
                     out = np.asarray(out)
                 t = _new(Tensor)

@@ -347,6 +347,23 @@ class Tensor:
     def __dlpack_device__(self):
         return self._data.__dlpack_device__()
 
+    @property
+    def __cuda_array_interface__(self):
+        """CUDA tensors only (an AttributeError otherwise, so ``hasattr`` tells them apart), as in torch."""
+        if type(self._data) is np.ndarray:
+            raise AttributeError(f"Can't get __cuda_array_interface__ on non-CUDA tensor type: {self.type()} If CUDA "
+                                 "data is required use tensor.cuda() to copy tensor to device memory.")
+        if self._requires_grad:
+            raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad. If gradients "
+                               "aren't required, use var.detach() to get Variable that doesn't require grad.")
+        return self._data.__cuda_array_interface__
+
+    def record_stream(self, stream):
+        """Mark this CUDA tensor's memory as in use by ``stream`` (see ``jitorch.cuda.streams.record_stream``)."""
+        from .cuda.streams import record_stream
+
+        record_stream(self, stream)
+
     def __len__(self):
         if self._data.ndim == 0:
             raise TypeError("len() of a 0-d tensor")

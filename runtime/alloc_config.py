@@ -11,6 +11,10 @@ The value is a comma-separated list of ``key:value`` pairs. Supported keys:
 - ``roundup_power2_divisions``: either one power of two (``4``: round sizes up to quarter steps between powers of
   two) or per-size-interval values ``[256:1,512:2,>:8]`` keyed by the interval's lower bound in MiB (a power of
   two; ``>`` means "all larger intervals"). 0 or 1 means plain 512-byte rounding.
+- ``backend``: ``native`` (default: CuPy allocates through jitorch's caching allocator) or ``cupy`` (CuPy's own
+  ``MemoryPool``; jitorch's memory statistics then report that pool's figures only).
+- ``host_cache_max_mb`` (>= 0): freed large host (NumPy) buffers kept for reuse by :mod:`.host_cache`, at most;
+  0 disables the cache. Default: the smaller of 1 GiB and an eighth of RAM.
 
 >>> cfg = parse_alloc_conf("max_split_size_mb:128,garbage_collection_threshold:0.6,roundup_power2_divisions:4")
 >>> cfg.max_split_size, cfg.garbage_collection_threshold, cfg.divisions_for(1200)
@@ -48,6 +52,8 @@ class AllocatorConfig:
     max_non_split_rounding: int = 20 * MiB
     garbage_collection_threshold: float = 0.0
     roundup_power2_divisions: list = field(default_factory=lambda: [0] * ROUNDUP_INTERVALS)
+    host_cache_max: int | None = None  # bytes; None: host_cache picks its default
+    backend: str = "native"
 
     def divisions_for(self, size: int) -> int:
         """How many power-of-two divisions apply to a request of ``size`` bytes."""
@@ -136,8 +142,8 @@ def parse_alloc_conf(text: str) -> AllocatorConfig:
             entries.append(text[start:i])
             start = i + 1
     entries.append(text[start:])
-    known = ("garbage_collection_threshold", "max_non_split_rounding_mb", "max_split_size_mb",
-             "roundup_power2_divisions")
+    known = ("backend", "garbage_collection_threshold", "host_cache_max_mb", "max_non_split_rounding_mb",
+             "max_split_size_mb", "roundup_power2_divisions")
     for entry in (e.strip() for e in entries):
         if not entry:
             continue
@@ -160,6 +166,15 @@ def parse_alloc_conf(text: str) -> AllocatorConfig:
             if not 0.0 < threshold < 1.0:
                 _fail(f"garbage_collection_threshold must be between 0 and 1 (exclusive), got {value}")
             cfg.garbage_collection_threshold = threshold
+        elif key == "backend":
+            if value not in ("native", "cupy"):
+                _fail(f"backend must be 'native' or 'cupy', got {value!r}")
+            cfg.backend = value
+        elif key == "host_cache_max_mb":
+            mb = _number(key, value)
+            if mb < 0:
+                _fail(f"host_cache_max_mb must be >= 0, got {mb}")
+            cfg.host_cache_max = mb * MiB
         elif key == "roundup_power2_divisions":
             cfg.roundup_power2_divisions = _parse_divisions(value)
         else:

@@ -17,11 +17,21 @@ def _load_cupy():
         try:
             import cupy
 
-            cupy.cuda.runtime.getDeviceCount()
-            _cupy = cupy
+            _cupy = cupy if cupy.cuda.runtime.getDeviceCount() > 0 else None
         except Exception:  # no CuPy, no driver or no device: CUDA is simply unavailable
             _cupy = None
+        if _cupy is not None:
+            _install_allocator()
     return _cupy
+
+
+def _install_allocator():
+    """Make CuPy allocate through jitorch's caching allocator, unless ``JITORCH_ALLOC_CONF`` says ``backend:cupy``."""
+    from .alloc_config import AllocatorConfig
+    from .cuda_memory import install
+
+    if AllocatorConfig.from_env().backend == "native":
+        install()
 
 
 def is_cupy(xp) -> bool:

@@ -13,10 +13,12 @@ RuntimeError: torch.cuda.Stream requires CUDA support
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ._lazy import cupy, has_cuda, require_cuda
 
 __all__ = ["Stream", "ExternalStream", "Event", "current_stream", "default_stream", "set_stream", "stream",
-           "StreamContext"]
+           "StreamContext", "record_stream"]
 
 
 class Stream:
@@ -25,9 +27,32 @@ class Stream:
     def __init__(self, device=None, priority=0, **kwargs):
         if not has_cuda():
             raise RuntimeError("torch.cuda.Stream requires CUDA support")
-        self._cp = kwargs.get("_wrap") or cupy().cuda.Stream(non_blocking=True)
-        self.device = device
-        self.priority = priority
+        wrapped = kwargs.get("_wrap")
+        if wrapped is None:
+            # torch's priority: 0 is the default, negative numbers are higher priorities (clamped to the device's
+            # range, as CUDA does).
+            from .. import cuda
+
+            with cuda.device(device if device is not None else -1):
+                wrapped = cupy().cuda.Stream(non_blocking=True, priority=int(priority) if priority else None)
+        self._cp = wrapped
+        from ._lazy import device_index
+
+        self.device_index = device_index(device)
+        self.priority = int(priority)
+
+    @property
+    def device(self):
+        from .._device import device as _device
+
+        return _device("cuda", self.device_index)
+
+    @staticmethod
+    def priority_range():
+        """(lowest, highest) priority numbers of this device's streams, e.g. ``(0, -5)``."""
+        require_cuda()
+        least, greatest = cupy().cuda.runtime.deviceGetStreamPriorityRange()
+        return int(least), int(greatest)
 
     @property
     def cuda_stream(self) -> int:
@@ -58,6 +83,13 @@ class Stream:
 
     def __repr__(self):
         return f"<jitorch.cuda.Stream device={self.device} cuda_stream={self.cuda_stream:#x}>"
+
+    def __enter__(self):
+        self._context = StreamContext(self)
+        return self._context.__enter__()
+
+    def __exit__(self, *exc):
+        return self._context.__exit__(*exc)
 
 
 class ExternalStream(Stream):
@@ -139,3 +171,21 @@ class StreamContext:
 def stream(stream) -> StreamContext:
     """``with jitorch.cuda.stream(s): ...`` queues the block's work on ``s``."""
     return StreamContext(stream)
+
+
+def record_stream(tensor, stream) -> None:
+    """``tensor.record_stream(stream)``: ``stream`` uses the tensor's memory too, so once the tensor is freed the
+    caching allocator waits for the work queued on ``stream`` so far before reusing it (no synchronisation now).
+
+    Raises ``RuntimeError`` for a CPU tensor. Memory the allocator does not own (imported through DLPack) is left
+    alone, as in torch.
+    """
+    data = tensor._data
+    if type(data) is np.ndarray:
+        raise RuntimeError("record_stream: expected a CUDA tensor, got a CPU tensor")
+    from ..runtime.cuda_memory import installed_hook
+
+    hook = installed_hook()
+    if hook is not None:
+        handle = stream if isinstance(stream, int) else stream.cuda_stream
+        hook.record_stream(data, handle)
