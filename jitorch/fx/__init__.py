@@ -18,9 +18,11 @@ from .proxy import Attribute, Proxy, TraceError
 from .tracer import PH, Tracer, symbolic_trace, wrap
 from .joint import make_joint, make_joint_for_module
 from .make_fx import make_fx
+from ._fake import DataDependentOutputException, DynamicOutputShapeException
 from . import passes, subgraph_rewriter  # noqa: F401
 from .subgraph_rewriter import replace_pattern
 
-__all__ = ["Graph", "GraphModule", "Interpreter", "Transformer", "Node", "map_arg", "Proxy", "Attribute", "TraceError",
+__all__ = ["DataDependentOutputException", "DynamicOutputShapeException",
+           "Graph", "GraphModule", "Interpreter", "Transformer", "Node", "map_arg", "Proxy", "Attribute", "TraceError",
            "PH", "Tracer", "symbolic_trace", "wrap", "make_fx", "make_joint", "make_joint_for_module", "passes",
            "subgraph_rewriter", "replace_pattern"]

@@ -1,8 +1,13 @@
-"""``make_fx``: record the jitorch *primitives* a function runs on real tensors, through the dispatcher's mode hook.
+"""``make_fx``: record the jitorch *primitives* a function runs, through the dispatcher's mode hook.
 
-Unlike :func:`symbolic_trace`, nothing is symbolic: the function runs eagerly on the example inputs while a mode on
-``jitorch._dispatch.MODES`` sees every ``apply`` and appends one ``call_function`` per op-table row. Python control
-flow is therefore resolved by the example values, and composites appear as the primitives they are built from.
+Unlike :func:`symbolic_trace`, nothing is symbolic: the function runs eagerly while a mode on
+``jitorch._dispatch.MODES`` sees every ``apply`` and appends one ``call_function`` per op-table row, so composites
+appear as the primitives they are built from. With ``tracing_mode="real"`` it runs on the example inputs and Python
+control flow is resolved by their values; with ``tracing_mode="fake"`` it runs on fake twins that have only the
+inputs' shapes, dtypes and strides (see :mod:`jitorch.fx._fake`), and anything that needs a value raises.
+
+Every tensor-valued node gets ``meta["val"] = (shape, numpy dtype)`` and ``meta["stride"]`` (byte strides), as the
+compiler's traces do, and ``meta["tensor_meta"]`` (a :class:`~jitorch.fx.passes.TensorMetadata`, as ShapeProp).
 
 >>> import jitorch
 >>> from jitorch.fx import make_fx
@@ -24,8 +29,11 @@ from ..ops.table import OPS
 from .graph import Graph
 from .graph_module import GraphModule
 from .node import map_aggregate
+from .passes.shape_prop import extract_tensor_metadata
 
 __all__ = ["make_fx", "Primitive"]
+
+TRACING_MODES = ("real", "fake", "symbolic")
 
 
 class Primitive:
@@ -69,6 +77,10 @@ class _RecordingMode:
         self._constants = 0
 
     def bind(self, tensor, node):
+        data = tensor._data
+        node.meta["val"] = (tuple(data.shape), data.dtype)
+        node.meta["stride"] = tuple(data.strides)
+        node.meta["tensor_meta"] = extract_tensor_metadata(tensor)
         self.nodes[id(tensor)] = node
         # ``detach()`` and similar wrap the same array without an op: they must still read from this node.
         self.by_array[id(tensor._data)] = node
@@ -98,6 +110,8 @@ class _RecordingMode:
         node = self.graph.call_function(_primitive(op.name), map_aggregate(args, self.arg),
                                         map_aggregate(attrs, self.arg))
         if isinstance(out, tuple):
+            node.meta["tensor_meta"] = tuple(extract_tensor_metadata(o) if isinstance(o, Tensor) else None
+                                             for o in out)
             for i, o in enumerate(out):
                 if isinstance(o, Tensor):
                     self.bind(o, self.graph.call_function(operator.getitem, (node, i)))
@@ -117,24 +131,44 @@ class _RecordingMode:
 def make_fx(fn, joint=False, tracing_mode="real"):
     """``make_fx(fn)(*example_args)``: run ``fn`` once on the examples and return a GraphModule of primitives.
 
-    Tensor arguments become placeholders; other arguments are baked in as constants. As torch's default
-    ``tracing_mode="real"``, the ops run on the examples' values (the only mode jitorch has). With ``joint=True`` the
-    backward is recorded too (see :func:`jitorch.fx.joint.make_joint`): ``make_fx(fn, joint=True)(*args,
+    Tensor arguments become placeholders; other arguments are baked in as constants, and tensors the function
+    closes over (a module's parameters and buffers) or creates become ``get_attr`` constants. With ``joint=True``
+    the backward is recorded too (see :func:`jitorch.fx.joint.make_joint`): ``make_fx(fn, joint=True)(*args,
     tangents=None)`` returns a module computing ``(*outputs, *grads of the args that require grad)``.
+
+    ``tracing_mode="real"`` (torch's default) runs the ops on the examples' values. ``tracing_mode="fake"`` never
+    reads nor writes the example tensors: it runs on zero-filled twins with the same shapes, dtypes, strides and
+    ``requires_grad`` (pages nobody touches cost no memory), and raises
+    :class:`~jitorch.fx._fake.DataDependentOutputException` (a ``RuntimeError``) where the graph would depend on
+    values: a host read such as ``.item()`` or ``if t.sum() > 0``, or an op whose output shape depends on values
+    (``nonzero``, ``unique``, boolean-mask indexing). ``tracing_mode="symbolic"`` (symbolic sizes) is not
+    implemented.
 
     >>> import jitorch
     >>> w = jitorch.ones(2, requires_grad=True)
     >>> make_fx(lambda w: (w * 3).sum(), joint=True)(w)(jitorch.zeros(2))
     (tensor(0.), tensor([3., 3.]))
+    >>> gm = make_fx(lambda x: x.reshape(-1, 4).sum(0), tracing_mode="fake")(jitorch.full((2, 8), float("nan")))
+    >>> gm.graph.find_nodes(op="placeholder")[0].meta["val"], gm(jitorch.ones(2, 8))
+    (((2, 8), dtype('float32')), tensor([4., 4., 4., 4.]))
     """
-    if tracing_mode != "real":
-        raise NotImplementedError(f"make_fx(tracing_mode={tracing_mode!r}): jitorch records on the real example "
-                                  "tensors only (tracing_mode='real'); it has no fake or symbolic tensors yet")
+    if tracing_mode not in TRACING_MODES:
+        raise AssertionError(f"tracing_mode must be real/fake/symbolic, got {tracing_mode}")
+    if tracing_mode == "symbolic":
+        raise NotImplementedError("make_fx(tracing_mode='symbolic'): jitorch has no symbolic sizes yet; use "
+                                  "tracing_mode='fake' (shapes and dtypes of the examples, no data) or 'real'")
     if joint:
         from .joint import make_joint  # joint.py builds on this module's recording mode
 
-        return make_joint(fn)
+        record = make_joint(fn)
+    else:
+        record = _make_record(fn)
+    if tracing_mode == "fake":
+        return _faked(record)
+    return record
 
+
+def _make_record(fn):
     @functools.wraps(fn)
     def record(*args):
         graph, root = Graph(), Module()
@@ -151,3 +185,16 @@ def make_fx(fn, joint=False, tracing_mode="real"):
         graph.output(map_aggregate(result, mode.arg))
         return GraphModule(root, graph)
     return record
+
+
+def _faked(record):
+    """``record`` run on fake twins of its tensor arguments (and tangents), under :class:`FakeTensorMode`."""
+    from ._fake import FakeTensorMode
+
+    @functools.wraps(record)
+    def run(*args, **kwargs):
+        with FakeTensorMode() as fake:
+            args = map_aggregate(args, lambda a: fake.from_real(a) if isinstance(a, Tensor) else a)
+            kwargs = map_aggregate(kwargs, lambda a: fake.from_real(a) if isinstance(a, Tensor) else a)
+            return record(*args, **kwargs)
+    return run
