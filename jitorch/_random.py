@@ -1,6 +1,10 @@
 """Random numbers: ``Generator``, ``manual_seed`` and the sampling functions (``rand``, ``randn``, ``randint``, ...).
 
-jitorch's streams come from NumPy's PCG64; they are reproducible under ``manual_seed`` but are not PyTorch's values.
+Each device has its own generators. CPU streams come from NumPy's PCG64; CUDA streams are drawn on the device by a
+``DeviceStream`` (``jitorch._random_device``: CuPy's Philox generator), one default generator per CUDA device, so a
+CUDA sample never passes through the host. Which one draws is chosen by the device's array module
+(``runtime.array_module_for``). ``manual_seed`` seeds the CPU generator and every CUDA one. The streams are
+reproducible under ``manual_seed`` but are not PyTorch's values.
 
 >>> import jitorch
 >>> _ = jitorch.manual_seed(0); a = jitorch.rand(3)
@@ -13,6 +17,8 @@ import numpy as np
 
 from . import _dtype
 from ._creation import _finish
+from ._device import device as _device, get_default_device
+from ._random_device import DeviceStream
 from ._shape import normalize_shape
 from ._tensor import Tensor
 
@@ -20,23 +26,56 @@ __all__ = ["Generator", "manual_seed", "seed", "initial_seed", "get_rng_state", 
            "rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "poisson", "rand_like",
            "randn_like", "randint_like"]
 
+_DEFAULT_SEED = 67280421310721  # PyTorch's default seed value
+
 
 class Generator:
-    """A random stream: ``Generator().manual_seed(42)``."""
+    """A random stream on one device: ``Generator().manual_seed(42)``, ``Generator(device="cuda")``.
+
+    A CUDA generator draws on its device (no host copies); creating one without CUDA raises ``RuntimeError``, as
+    CPU-only PyTorch does.
+
+    >>> g = Generator().manual_seed(42)
+    >>> g.initial_seed(), g.device.type
+    (42, 'cpu')
+    """
 
     def __init__(self, device="cpu"):
-        from ._device import device as _device
+        from .runtime import array_module_for, is_cupy
 
-        self.device = _device(device)
-        self._seed = 67280421310721  # PyTorch's default seed value
-        self._rng = np.random.Generator(np.random.PCG64(self._seed))
+        dev = _device(device)
+        self._seed = _DEFAULT_SEED
+        xp = array_module_for(dev.type)
+        if is_cupy(xp):
+            index = dev.index if dev.index is not None else int(xp.cuda.runtime.getDevice())
+            dev = _device(f"{dev.type}:{index}")
+            self._rng = DeviceStream(xp, self._seed, index)
+        else:
+            self._rng = np.random.Generator(np.random.PCG64(self._seed))
+        self.device = dev
+
+    @classmethod
+    def _over(cls, stream, device="cpu"):
+        """A generator drawing from ``stream`` (a ``DeviceStream``) for tensors on ``device`` (tests use this to run
+        the device path with a stand-in array module)."""
+        g = cls.__new__(cls)
+        g.device, g._seed, g._rng = _device(device), stream._seed, stream
+        return g
+
+    @property
+    def _on_device(self):
+        return isinstance(self._rng, DeviceStream)
 
     def manual_seed(self, seed):
         seed = int(seed)
         if seed < 0:
             seed += 1 << 64
         self._seed = seed
-        self._rng = np.random.Generator(np.random.PCG64(seed))
+        if self._on_device:
+            self._rng.reseed(seed)
+        else:
+            # A new NumPy Generator (CPU graph replay looks ``_rng`` up at each draw for this reason).
+            self._rng = np.random.Generator(np.random.PCG64(seed))
         return self
 
     def seed(self):
@@ -48,35 +87,82 @@ class Generator:
         return self._seed
 
     def get_state(self):
+        """The stream's state as a CPU ``uint8`` tensor (for a CUDA generator: a copy of the device state)."""
+        if self._on_device:
+            return _finish(self._rng.get_state(), device="cpu")
         import pickle
 
         state = pickle.dumps(self._rng.bit_generator.state)
-        return _finish(np.frombuffer(state, dtype=np.uint8).copy())
+        return _finish(np.frombuffer(state, dtype=np.uint8).copy(), device="cpu")
 
     def set_state(self, new_state):
+        if self._on_device:
+            self._rng.set_state(new_state._host())
+            self._seed = self._rng._seed
+            return self
         import pickle
 
         self._rng.bit_generator.state = pickle.loads(new_state._host().tobytes())
         return self
 
     def clone_state(self):
-        g = Generator(self.device)
+        g = Generator(self.device) if not self._on_device else Generator._over(
+            DeviceStream(self._rng.xp, self._seed, self._rng.index), self.device)
         g._seed = self._seed
-        g._rng.bit_generator.state = self._rng.bit_generator.state
+        g.set_state(self.get_state())
         return g
 
 
 default_generator = Generator()
+# One default generator per CUDA device, made on first use; ``_cuda_seed`` is the last ``manual_seed`` for those
+# made later (seeding never initialises CUDA, as in PyTorch, where CUDA seeding is queued until CUDA starts).
+_cuda_generators: dict = {}
+_cuda_seed = None
+
+
+def cuda_generator(index=None):
+    """The default generator of CUDA device ``index`` (the current device when None); needs CUDA.
+
+    >>> import jitorch
+    >>> try:
+    ...     g = cuda_generator()
+    ... except RuntimeError:
+    ...     g = None   # no CUDA device here
+    >>> g is None or g.device.type == "cuda"
+    True
+    """
+    from .runtime import array_module_for
+
+    xp = array_module_for("cuda")
+    index = int(xp.cuda.runtime.getDevice()) if index is None else int(index)
+    g = _cuda_generators.get(index)
+    if g is None:
+        g = Generator(f"cuda:{index}")
+        if _cuda_seed is not None:
+            g.manual_seed(_cuda_seed)
+        _cuda_generators[index] = g
+    return g
+
+
+def _seed_cuda_all(seed):
+    global _cuda_seed
+    _cuda_seed = seed
+    for g in _cuda_generators.values():
+        g.manual_seed(seed)
 
 
 def manual_seed(seed):
-    """Seed the default generator (and CUDA generators); returns the default generator."""
+    """Seed the CPU generator and every CUDA device's generator; returns the CPU generator."""
     default_generator.manual_seed(seed)
+    _seed_cuda_all(default_generator.initial_seed())
     return default_generator
 
 
 def seed():
-    return default_generator.seed()
+    """Seed every generator with a fresh non-deterministic seed and return it."""
+    s = default_generator.seed()
+    _seed_cuda_all(s)
+    return s
 
 
 def initial_seed():
@@ -91,8 +177,29 @@ def set_rng_state(new_state):
     default_generator.set_state(new_state)
 
 
+def _generator_for(generator, device):
+    """The generator drawing for a tensor on ``device``: the given one (same device type) or that device's default."""
+    dev = get_default_device() if device is None else _device(device)
+    if generator is None:
+        return default_generator if dev.type == "cpu" else cuda_generator(dev.index)
+    if generator.device.type != dev.type:
+        raise RuntimeError(f"Expected a '{dev.type}' device type for generator but found '{generator.device.type}'")
+    return generator
+
+
 def _rng(generator):
+    """Where samplers draw: NumPy's Generator (CPU) or a ``DeviceStream`` (CUDA), both with NumPy's method names.
+
+    CPU graph capture and ``jitorch.compile`` wrap this function to see every draw.
+    """
     return (generator or default_generator)._rng
+
+
+def _draw_kw(gen, t):
+    """The ``dtype`` keyword a device draw for ``t`` takes (NumPy's CPU methods have none and draw float64)."""
+    if not gen._on_device:
+        return {}
+    return {"dtype": np.float64 if t._data.dtype == np.float64 else np.float32}
 
 
 def _float_dtype(dtype):
@@ -101,7 +208,9 @@ def _float_dtype(dtype):
 
 
 def _sample(values, dt, device, requires_grad):
-    return _finish(np.asarray(values).astype(dt.np, copy=False), requires_grad, device)
+    # Draws are NumPy arrays on the CPU and device arrays on CUDA: cast where they are, never through the host.
+    data = np.asarray(values) if isinstance(values, np.generic) or not hasattr(values, "astype") else values
+    return _finish(data.astype(dt.np, copy=False), requires_grad, device)
 
 
 def rand(*size, generator=None, out=None, dtype=None, layout=None, device=None, requires_grad=False,
@@ -110,7 +219,8 @@ def rand(*size, generator=None, out=None, dtype=None, layout=None, device=None, 
     dt = _float_dtype(dtype)
     shape = normalize_shape(size, "rand")
     gen_dtype = np.float64 if dt is _dtype.float64 else np.float32
-    return _sample(_rng(generator).random(shape, dtype=gen_dtype), dt, device, requires_grad)
+    rng = _rng(_generator_for(generator, device))
+    return _sample(rng.random(shape, dtype=gen_dtype), dt, device, requires_grad)
 
 
 def randn(*size, generator=None, out=None, dtype=None, layout=None, device=None, requires_grad=False,
@@ -119,7 +229,8 @@ def randn(*size, generator=None, out=None, dtype=None, layout=None, device=None,
     dt = _float_dtype(dtype)
     shape = normalize_shape(size, "randn")
     gen_dtype = np.float64 if dt is _dtype.float64 else np.float32
-    return _sample(_rng(generator).standard_normal(shape, dtype=gen_dtype), dt, device, requires_grad)
+    rng = _rng(_generator_for(generator, device))
+    return _sample(rng.standard_normal(shape, dtype=gen_dtype), dt, device, requires_grad)
 
 
 def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None, layout=None, device=None,
@@ -135,21 +246,24 @@ def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     dt = _dtype.int64 if dtype is None else _dtype.to_dtype(dtype)
     shape = normalize_shape((size,) if isinstance(size, int) else tuple(size), "randint")
-    return _sample(_rng(generator).integers(low, high, shape), dt, device, requires_grad)
+    rng = _rng(_generator_for(generator, device))
+    return _sample(rng.integers(low, high, shape), dt, device, requires_grad)
 
 
 def randperm(n, *, generator=None, out=None, dtype=None, layout=None, device=None, requires_grad=False,
              pin_memory=False):
+    """A random permutation of ``0 .. n-1``."""
     dt = _dtype.int64 if dtype is None else _dtype.to_dtype(dtype)
-    return _sample(_rng(generator).permutation(n), dt, device, requires_grad)
+    rng = _rng(_generator_for(generator, device))
+    return _sample(rng.permutation(n), dt, device, requires_grad)
 
 
 def normal(mean=0.0, std=1.0, size=None, *, generator=None, out=None, dtype=None, device=None, requires_grad=False):
     """Normal samples; ``mean`` and ``std`` may be tensors (broadcast) or numbers with a ``size``."""
     if isinstance(mean, Tensor) or isinstance(std, Tensor):
         ref = mean if isinstance(mean, Tensor) else std
-        shape = np.broadcast_shapes(np.shape(mean._host() if isinstance(mean, Tensor) else mean),
-                                    np.shape(std._host() if isinstance(std, Tensor) else std))
+        shape = np.broadcast_shapes(tuple(mean.shape) if isinstance(mean, Tensor) else np.shape(mean),
+                                    tuple(std.shape) if isinstance(std, Tensor) else np.shape(std))
         noise = randn(shape, generator=generator, dtype=ref.dtype, device=ref.device)
         return (noise * std + mean).detach()
     if isinstance(std, (int, float)) and std < 0:
@@ -160,24 +274,33 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, out=None, dtype=None
 
 def bernoulli(input, p=None, *, generator=None, out=None):
     """0/1 samples with probabilities ``input`` (or the scalar ``p``)."""
+    gen = _generator_for(generator, input.device)
+    if gen._on_device:  # no range check: it would read the probabilities on the host (see _random_device)
+        probs = input._data if p is None else p
+        return _finish(_rng(gen).bernoulli(probs, input._data.shape, input._data.dtype), False, input.device)
     probs = input._host() if p is None else np.full(input._data.shape, p)
     if np.any((probs < 0) | (probs > 1)):
         raise RuntimeError("bernoulli: Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
-    draws = _rng(generator).random(probs.shape) < probs
+    draws = _rng(gen).random(probs.shape) < probs
     return _finish(draws.astype(input._data.dtype), False, input.device)
 
 
 def multinomial(input, num_samples, replacement=False, *, generator=None, out=None):
     """Indices sampled from the rows of ``input`` (non-negative weights, not necessarily normalized)."""
+    if input.dim() not in (1, 2):
+        raise RuntimeError(f"multinomial: prob_dist must be 1 or 2 dim, got {input.dim()}")
+    if not replacement and num_samples > input.shape[-1]:
+        raise RuntimeError("multinomial: cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    gen = _generator_for(generator, input.device)
+    if gen._on_device:
+        data = input._data
+        drawn = _rng(gen).multinomial(data.reshape(-1, data.shape[-1]), num_samples, replacement)
+        return _finish(drawn.reshape(data.shape[:-1] + (num_samples,)), False, input.device)
     probs = input._host().astype(np.float64)
-    if probs.ndim not in (1, 2):
-        raise RuntimeError(f"multinomial: prob_dist must be 1 or 2 dim, got {probs.ndim}")
     if np.any(probs < 0) or not np.all(np.isfinite(probs)):
         raise RuntimeError("multinomial: probability tensor contains either `inf`, `nan` or element < 0")
     rows = probs.reshape(-1, probs.shape[-1])
-    if not replacement and num_samples > rows.shape[1]:
-        raise RuntimeError("multinomial: cannot sample n_sample > prob_dist.size(-1) samples without replacement")
-    rng = _rng(generator)
+    rng = _rng(gen)
     out = np.empty((rows.shape[0], num_samples), dtype=np.int64)
     for i, row in enumerate(rows):
         total = row.sum()
@@ -196,7 +319,10 @@ def multinomial(input, num_samples, replacement=False, *, generator=None, out=No
 
 
 def poisson(input, generator=None):
-    return _finish(_rng(generator).poisson(input._host()).astype(input._data.dtype), False, input.device)
+    """Poisson counts with rates ``input``, in ``input``'s dtype."""
+    gen = _generator_for(generator, input.device)
+    lam = input._data if gen._on_device else input._host()
+    return _finish(_rng(gen).poisson(lam, lam.shape).astype(input._data.dtype), False, input.device)
 
 
 def rand_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
@@ -211,48 +337,58 @@ def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_g
     return randint(low, high, input.shape, dtype=dtype or input.dtype, device=device or input.device)
 
 
-# -- in-place samplers --------------------------------------------------------------------------------------------
+# -- in-place samplers: drawn by the generator of the tensor's device ----------------------------------------------
 def _fill_from(self, values):
     from .autograd.grad_mode import no_grad
 
+    data = np.asarray(values) if isinstance(values, np.generic) or not hasattr(values, "astype") else values
     with no_grad():
-        self.copy_(_finish(np.asarray(values), False, self.device))
+        self.copy_(_finish(data, False, self.device))
     return self
 
 
 def _uniform_(self, from_=0.0, to=1.0, *, generator=None):
-    return _fill_from(self, _rng(generator).uniform(from_, to, self._data.shape))
+    gen = _generator_for(generator, self.device)
+    return _fill_from(self, _rng(gen).uniform(from_, to, self._data.shape, **_draw_kw(gen, self)))
 
 
 def _normal_(self, mean=0.0, std=1.0, *, generator=None):
-    return _fill_from(self, _rng(generator).normal(mean, std, self._data.shape))
+    gen = _generator_for(generator, self.device)
+    return _fill_from(self, _rng(gen).normal(mean, std, self._data.shape, **_draw_kw(gen, self)))
 
 
 def _random_(self, from_=0, to=None, *, generator=None):
     if to is None:
         from_, to = 0, from_ if from_ else (2 ** 24 if self.is_floating_point() else np.iinfo(self._data.dtype).max)
-    return _fill_from(self, _rng(generator).integers(from_, to, self._data.shape))
+    return _fill_from(self, _rng(_generator_for(generator, self.device)).integers(from_, to, self._data.shape))
 
 
 def _bernoulli_(self, p=0.5, *, generator=None):
+    gen = _generator_for(generator, self.device)
+    if gen._on_device:
+        probs = p.to(self.device)._data if isinstance(p, Tensor) else p
+        return _fill_from(self, _rng(gen).bernoulli(probs, self._data.shape, _draw_kw(gen, self)["dtype"]))
     probs = p._host() if isinstance(p, Tensor) else p
-    return _fill_from(self, _rng(generator).random(self._data.shape) < probs)
+    return _fill_from(self, _rng(gen).random(self._data.shape) < probs)
 
 
 def _exponential_(self, lambd=1.0, *, generator=None):
-    return _fill_from(self, _rng(generator).exponential(1.0 / lambd, self._data.shape))
+    gen = _generator_for(generator, self.device)
+    return _fill_from(self, _rng(gen).exponential(1.0 / lambd, self._data.shape, **_draw_kw(gen, self)))
 
 
 def _log_normal_(self, mean=1.0, std=2.0, *, generator=None):
-    return _fill_from(self, _rng(generator).lognormal(mean, std, self._data.shape))
+    gen = _generator_for(generator, self.device)
+    return _fill_from(self, _rng(gen).lognormal(mean, std, self._data.shape, **_draw_kw(gen, self)))
 
 
 def _cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
-    return _fill_from(self, median + sigma * _rng(generator).standard_cauchy(self._data.shape))
+    gen = _generator_for(generator, self.device)
+    return _fill_from(self, median + sigma * _rng(gen).standard_cauchy(self._data.shape, **_draw_kw(gen, self)))
 
 
 def _geometric_(self, p, *, generator=None):
-    return _fill_from(self, _rng(generator).geometric(p, self._data.shape))
+    return _fill_from(self, _rng(_generator_for(generator, self.device)).geometric(p, self._data.shape))
 
 
 for _name, _fn in dict(uniform_=_uniform_, normal_=_normal_, random_=_random_, bernoulli_=_bernoulli_,

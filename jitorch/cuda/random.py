@@ -1,63 +1,75 @@
-"""``jitorch.cuda`` seeding: the ``torch.cuda`` RNG functions.
+"""``jitorch.cuda`` seeding: the ``torch.cuda`` RNG functions, over one device generator per CUDA device.
 
-jitorch draws CUDA random numbers from the default generator (then moves them), so ``jitorch.manual_seed`` already
-covers CUDA tensors. Seeding CUDA alone is therefore a no-op, as it is in CPU-only PyTorch, where the call is queued
-for a CUDA initialisation that never comes.
+Each CUDA device has a default ``jitorch.Generator`` that draws on the device (``jitorch._random_device``);
+``jitorch.manual_seed`` seeds them all. Without CUDA, seeding is a no-op as in CPU-only PyTorch, where the call is
+queued for a CUDA initialisation that never comes, and reading a state raises PyTorch's ``AssertionError``.
 
 >>> import jitorch.cuda
 >>> jitorch.cuda.manual_seed(0)          # a no-op without CUDA, like torch
 >>> jitorch.cuda.manual_seed_all(0)
->>> jitorch.cuda.get_rng_state_all()
-[]
+>>> jitorch.cuda.get_rng_state_all() == [] or jitorch.cuda.is_available()
+True
 """
 from __future__ import annotations
 
-from ._lazy import has_cuda, require_cuda
+from ._lazy import device_index, has_cuda, require_cuda
 
 __all__ = ["manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state", "set_rng_state",
            "get_rng_state_all", "set_rng_state_all"]
 
 
+def _generator(device=None):
+    from .._random import cuda_generator
+
+    return cuda_generator(None if device is None else device_index(device))
+
+
 def manual_seed(seed) -> None:
     """Seed the current CUDA device's generator; without CUDA nothing happens (torch queues it lazily)."""
-    int(seed)  # torch accepts anything int() takes; reject the rest the same way
+    seed = int(seed)  # torch accepts anything int() takes; reject the rest the same way
+    if has_cuda():
+        _generator().manual_seed(seed)
 
 
 def manual_seed_all(seed) -> None:
     """Seed every CUDA device's generator; a no-op without CUDA."""
-    int(seed)
+    seed = int(seed)
+    for i in range(_count()):
+        _generator(i).manual_seed(seed)
 
 
 def seed() -> None:
     """Seed the current CUDA generator with a random number; a no-op without CUDA."""
+    if has_cuda():
+        _generator().seed()
 
 
 def seed_all() -> None:
-    """Seed every CUDA generator with a random number; a no-op without CUDA."""
+    """Seed every CUDA generator with one random number; a no-op without CUDA."""
+    if has_cuda():
+        manual_seed_all(_generator().seed())
 
 
 def initial_seed() -> int:
     """The current CUDA generator's seed; CPU-only torch raises ``AssertionError`` here."""
     require_cuda()
-    from .._random import default_generator
-
-    return default_generator.initial_seed()
+    return _generator().initial_seed()
 
 
 def get_rng_state(device="cuda"):
-    """The CUDA generator state as a ``uint8`` tensor; raises without CUDA like torch."""
-    require_cuda()
-    from .._random import get_rng_state as _get
+    """The CUDA generator's state as a CPU ``uint8`` tensor (its seed, then the device's Philox states).
 
-    return _get()
+    Raises without CUDA, like torch. The state is larger than PyTorch's 16 bytes; it round-trips through
+    ``set_rng_state`` on the same kind of device.
+    """
+    require_cuda()
+    return _generator(device).get_state()
 
 
 def set_rng_state(new_state, device="cuda") -> None:
     """Restore a state from ``get_rng_state``; queued (a no-op) without CUDA, like torch."""
     if has_cuda():
-        from .._random import set_rng_state as _set
-
-        _set(new_state)
+        _generator(device).set_state(new_state)
 
 
 def get_rng_state_all() -> list:
@@ -74,4 +86,4 @@ def set_rng_state_all(new_states) -> None:
 def _count() -> int:
     from ..runtime import device_count
 
-    return device_count()
+    return device_count() if has_cuda() else 0

@@ -22,7 +22,8 @@ import numpy as np
 from .._tensor import Tensor
 from ..runtime import array_module_for
 
-__all__ = ["ARRAY_OPS", "TENSOR_OPS", "ops_for", "increment_step", "hyper"]
+__all__ = ["ARRAY_OPS", "TENSOR_OPS", "ops_for", "increment_step", "advance_step", "refuse_capture", "capturing",
+           "hyper"]
 
 _HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 _REAL_OF = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
@@ -334,25 +335,51 @@ TENSOR_OPS = _TensorOps()
 
 def ops_for(group):
     """The primitives a parameter group's update runs with (tensor ops while a CPU graph captures: it records them)."""
-    return TENSOR_OPS if group.get("differentiable", False) or _capturing() else ARRAY_OPS
+    return TENSOR_OPS if group.get("differentiable", False) or capturing() else ARRAY_OPS
 
 
-def _capturing():
+def capturing():
+    """Whether a CPU graph is capturing (its mode records optimizer updates made of tensor ops)."""
     from .._dispatch import MODES
 
     return bool(MODES) and getattr(MODES[-1], "records_updates", False)
 
 
 def increment_step(step_t):
-    """``state['step'] += 1`` in place (a 0-d tensor, as in PyTorch); returns the new count as a Python float."""
-    if _capturing():
-        # The count feeds Python-number bias corrections: a replay would reuse the captured step's numbers.
-        raise RuntimeError("CPU graph capture: this optimizer's step count is a Python number in its update, which "
-                           "replay would not advance; capture SGD/RMSprop-style updates, or step this optimizer "
-                           "outside the captured region")
+    """``state['step'] += 1`` in place (a 0-d tensor, as in PyTorch); returns the new count as a Python float.
+
+    For updates that read the count as a Python number (non-capturable Adam, Adagrad's lr decay): a CPU graph
+    would replay the captured number forever, so capturing one ends the capture with an error.
+    """
+    if capturing():
+        refuse_capture("CPU graph capture of an optimizer step: this optimizer's step count is a Python number in "
+                       "its update, which replay would not advance; construct the optimizer with capturable=True "
+                       "(where it has one), or step it outside the captured region")
     step_t._data += 1
     step_t._bump_version()
     return float(step_t._data)
+
+
+def advance_step(step_t):
+    """``state['step'] += 1`` for updates that never read the count in Python (capturable ones, RMSprop, Adadelta).
+
+    While a CPU graph captures, the increment is a recorded op, so every replay advances the count.
+    """
+    if capturing():
+        step_t.add_(1)
+        return
+    step_t._data += 1
+    step_t._bump_version()
+
+
+def refuse_capture(message):
+    """End the CPU graph capture in progress, then raise ``RuntimeError(message)`` (an uncapturable step)."""
+    from .._dispatch import MODES
+
+    mode = MODES[-1]
+    if hasattr(mode, "fail"):
+        mode.fail(message)
+    raise RuntimeError(message)
 
 
 def hyper(value, ops):

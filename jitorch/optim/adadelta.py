@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from .. import _creation
-from ._kernels import hyper, increment_step, ops_for
+from ._kernels import advance_step, hyper, ops_for
 from .optimizer import evaluate_closure, upgrade_step
 from .optimizer import Optimizer, _check_capturable, _check_tensor_lr, _get_scalar_dtype, _use_grad_for_differentiable
 
@@ -28,7 +28,8 @@ class Adadelta(Optimizer):
         rho (float): decay of the running averages (default: 0.9).
         eps (float): added inside the square roots for stability (default: 1e-6).
         weight_decay (float): L2 penalty (default: 0).
-        foreach, capturable (bool, optional): accepted for compatibility.
+        capturable (bool): allow capturing step() in a graph (the count is never read in Python) (default: False).
+        foreach (bool, optional): accepted for compatibility.
         maximize (bool): maximize the objective (default: False).
         differentiable (bool): record the update with autograd (default: False).
     """
@@ -98,7 +99,7 @@ def adadelta(params, grads, square_avgs, acc_deltas, state_steps, capturable=Fal
     lr, rho, eps, weight_decay = (hyper(v, ops) for v in (lr, rho, eps, weight_decay))
     for param_t, grad_t, square_avg_t, acc_delta_t, step_t in zip(params, grads, square_avgs, acc_deltas,
                                                                   state_steps):
-        increment_step(step_t)
+        advance_step(step_t)
         param, grad = ops.unwrap(param_t), ops.unwrap(grad_t)
         square_avg, acc_delta = ops.unwrap(square_avg_t), ops.unwrap(acc_delta_t)
         if maximize:

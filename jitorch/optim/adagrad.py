@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .. import _creation
 from .._tensor import Tensor
-from ._kernels import hyper, increment_step, ops_for
+from ._kernels import advance_step, capturing, hyper, increment_step, ops_for
 from .optimizer import evaluate_closure
 from .optimizer import (Optimizer, _check_fused_flags, _check_tensor_lr, _device_dtype_check_for_fused,
                         _get_scalar_dtype, _use_grad_for_differentiable)
@@ -125,7 +125,12 @@ def adagrad(params, grads, state_sums, state_steps, fused=None, grad_scale=None,
     ops = ops_for({"differentiable": differentiable})
     lr, weight_decay, lr_decay, eps = (hyper(v, ops) for v in (lr, weight_decay, lr_decay, eps))
     for param_t, grad_t, sum_t, step_t in zip(params, grads, state_sums, state_steps):
-        step = increment_step(step_t)
+        if lr_decay == 0 and capturing():
+            # Without decay the rate does not depend on the count: the step is capturable as is.
+            advance_step(step_t)
+            step = 1.0
+        else:
+            step = increment_step(step_t)
         param, grad, state_sum = ops.unwrap(param_t), ops.unwrap(grad_t), ops.unwrap(sum_t)
         if maximize:
             grad = ops.neg(grad)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .. import _creation
 from .._tensor import Tensor
-from ._kernels import hyper, increment_step, ops_for
+from ._kernels import advance_step, hyper, increment_step, ops_for
 from .optimizer import evaluate_closure, upgrade_step
 from .optimizer import (Optimizer, _check_capturable, _check_fused_flags, _check_tensor_lr,
                         _device_dtype_check_for_fused, _get_scalar_dtype, _to_scalar, _use_grad_for_differentiable)
@@ -34,7 +34,10 @@ class Adam(Optimizer):
         weight_decay (float): L2 penalty (default: 0); decoupled (AdamW) with ``decoupled_weight_decay=True``.
         amsgrad (bool): use the maximum of the second-moment averages (AMSGrad) (default: False).
         maximize (bool): maximize the objective (default: False).
-        foreach, capturable, fused (bool, optional): accepted for compatibility; the update is the same.
+        capturable (bool): keep the step count in a tensor and compute the bias corrections with tensor ops, so
+            the step can be captured in a graph (``jitorch.cpu.graph``, CUDA graphs) and every replay advances
+            the count (default: False). Unlike PyTorch, CPU parameters may be capturable too.
+        foreach, fused (bool, optional): accepted for compatibility; the update is the same.
         differentiable (bool): record the update with autograd (default: False).
     """
 
@@ -129,7 +132,8 @@ class Adam(Optimizer):
             adam(params_with_grad, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
                  amsgrad=group["amsgrad"], beta1=beta1, beta2=beta2, lr=group["lr"],
                  weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"],
-                 differentiable=group["differentiable"], decoupled_weight_decay=group["decoupled_weight_decay"])
+                 capturable=group["capturable"], differentiable=group["differentiable"],
+                 decoupled_weight_decay=group["decoupled_weight_decay"])
         return loss
 
 
@@ -160,6 +164,13 @@ def adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, for
         raise NotImplementedError("Adam: grad_scale/found_inf (AMP gradient scaling) is not supported")
     if not all(isinstance(t, Tensor) for t in state_steps):
         raise RuntimeError("API has changed, `state_steps` argument must contain a list of singleton tensors")
+    if capturable and not differentiable:
+        for i, param in enumerate(params):
+            _capturable_adam_step(param, grads[i], exp_avgs[i], exp_avg_sqs[i],
+                                  max_exp_avg_sqs[i] if amsgrad else None, state_steps[i], beta1=beta1, beta2=beta2,
+                                  lr=lr, weight_decay=weight_decay, eps=eps, maximize=maximize,
+                                  decoupled_weight_decay=decoupled_weight_decay)
+        return
     ops = ops_for({"differentiable": differentiable})
     beta1, beta2, lr, weight_decay, eps = (hyper(v, ops) for v in (beta1, beta2, lr, weight_decay, eps))
     for i, param_t in enumerate(params):
@@ -191,6 +202,43 @@ def adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, for
         ops.add_scalar_(denom, eps)
         ops.addcdiv_(param, exp_avg, denom, -step_size)
         ops.touched(param_t, exp_avgs[i], exp_avg_sqs[i])
+
+
+def _capturable_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step_t, *, beta1, beta2, lr, weight_decay,
+                          eps, maximize, decoupled_weight_decay):
+    """One parameter's Adam update in tensor ops only, PyTorch's ``capturable=True`` formula.
+
+    The count stays in ``step_t`` and the bias corrections are 0-d tensors computed from it, so nothing in the update
+    is a Python number that depends on the step: a captured step replays with the count it has at each replay.
+    The step size is folded into the denominator (``addcdiv_`` takes no tensor ``value``), as PyTorch does.
+    """
+    from .._pointwise import maximum
+
+    advance_step(step_t)
+    if maximize:
+        grad = -grad
+    if weight_decay != 0:
+        if decoupled_weight_decay:
+            param.mul_(1 - lr * weight_decay)
+        else:
+            grad = grad.add(param, alpha=weight_decay)
+    if param.is_complex():
+        from .. import view_as_real
+
+        param, grad, exp_avg, exp_avg_sq = (view_as_real(t) for t in (param, grad, exp_avg, exp_avg_sq))
+        max_exp_avg_sq = None if max_exp_avg_sq is None else view_as_real(max_exp_avg_sq)
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    bias_correction1 = 1 - beta1 ** step_t
+    bias_correction2 = 1 - beta2 ** step_t
+    step_size_neg = (lr / bias_correction1).neg()
+    bias_correction2_sqrt = bias_correction2.sqrt()
+    second_moment = exp_avg_sq
+    if max_exp_avg_sq is not None:
+        max_exp_avg_sq.copy_(maximum(max_exp_avg_sq, exp_avg_sq))
+        second_moment = max_exp_avg_sq
+    denom = (second_moment.sqrt() / (bias_correction2_sqrt * step_size_neg)).add_(eps / step_size_neg)
+    param.addcdiv_(exp_avg, denom)
 
 
 def adamw(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, foreach=None, capturable=False,

@@ -109,8 +109,11 @@ def _device_dtype_check_for_fused(p):
 
 
 def _check_capturable(param, step_t):
-    """``capturable=True`` keeps the step on the parameter's device, which must be one graphs can capture."""
-    supported = ["cuda"]
+    """``capturable=True`` keeps the step on the parameter's device, which must be one graphs can capture.
+
+    jitorch captures CPU graphs too (``jitorch.cpu.graph``), so the CPU is supported where PyTorch refuses it.
+    """
+    supported = ["cuda", "cpu"]
     if not (param.device.type == step_t.device.type and param.device.type in supported):
         raise AssertionError(f"If capturable=True, params and state_steps must be on supported devices: {supported}.")
 
@@ -414,7 +417,16 @@ class Optimizer:
 
     # Graph capture of ``step`` is not supported yet; the check exists so code written for PyTorch can call it.
     def _accelerator_graph_capture_health_check(self):
-        return None
+        """Refuse to capture ``step()`` in a CPU graph unless every group is ``capturable`` (PyTorch's check).
+
+        A non-capturable step computes its bias corrections from a Python step count, which replay would freeze.
+        """
+        from ._kernels import capturing, refuse_capture
+
+        if capturing() and not all(group.get("capturable", False) for group in self.param_groups):
+            refuse_capture(f"Attempting CPU graph capture of step() for an instance of {type(self).__name__} but "
+                           "param_groups' capturable is False: its step count is a Python number in the update, "
+                           "which replay would not advance. Construct it with capturable=True.")
 
     _cuda_graph_capture_health_check = _accelerator_graph_capture_health_check
 

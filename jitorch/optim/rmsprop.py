@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from .. import _creation
-from ._kernels import hyper, increment_step, ops_for
+from ._kernels import advance_step, hyper, ops_for
 from .optimizer import evaluate_closure, upgrade_step
 from .optimizer import Optimizer, _check_capturable, _check_tensor_lr, _get_scalar_dtype, _use_grad_for_differentiable
 
@@ -30,7 +30,8 @@ class RMSprop(Optimizer):
         weight_decay (float): L2 penalty (default: 0).
         momentum (float): momentum factor (default: 0).
         centered (bool): normalize by the estimated variance of the gradient (default: False).
-        capturable, foreach (bool, optional): accepted for compatibility.
+        capturable (bool): allow capturing step() in a graph (the count is never read in Python) (default: False).
+        foreach (bool, optional): accepted for compatibility.
         maximize (bool): maximize the objective (default: False).
         differentiable (bool): record the update with autograd (default: False).
     """
@@ -114,7 +115,7 @@ def rmsprop(params, grads, square_avgs, grad_avgs, momentum_buffer_list, state_s
     ops = ops_for({"differentiable": differentiable})
     lr, alpha, eps, weight_decay, momentum = (hyper(v, ops) for v in (lr, alpha, eps, weight_decay, momentum))
     for i, param_t in enumerate(params):
-        increment_step(state_steps[i])
+        advance_step(state_steps[i])
         param = ops.unwrap(param_t)
         grad = ops.unwrap(grads[i])
         square_avg = ops.unwrap(square_avgs[i])

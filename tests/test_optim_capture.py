@@ -1,0 +1,213 @@
+"""Optimizer steps captured in CPU graphs: ``capturable=True`` Adam/AdamW (the step count lives in a tensor), SGD,
+RMSprop and Adagrad, replayed for ten training steps against eager jitorch and eager torch 2.13 on the same data.
+
+torch refuses ``capturable=True`` for CPU parameters, so the torch reference is its ``capturable=False`` update
+(same math; the bias corrections round differently, hence float32 tolerances rather than bit equality).
+"""
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch
+from jitorch import _dispatch
+from jitorch.cpu import CPUGraph, graph
+
+REPLAYS = 10
+TOL = dict(rtol=2e-5, atol=2e-6)
+
+
+def _weights(seed):
+    gen = np.random.default_rng(seed)
+    return [(gen.standard_normal(s) * 0.3).astype(np.float32) for s in ((16, 8), (16,), (4, 16), (4,))]
+
+
+def _batches(seed, count):
+    gen = np.random.default_rng(seed + 1)
+    return [(gen.standard_normal((32, 8)).astype(np.float32), gen.standard_normal((32, 4)).astype(np.float32))
+            for _ in range(count)]
+
+
+def _mlp(lib, weights):
+    net = lib.nn.Sequential(lib.nn.Linear(8, 16), lib.nn.Tanh(), lib.nn.Linear(16, 4))
+    with lib.no_grad():
+        for p, w in zip(net.parameters(), weights):
+            p.copy_(lib.tensor(w))
+    return net
+
+
+def _train_step(lib, net, opt, x, y):
+    opt.zero_grad(set_to_none=True)
+    loss = lib.nn.functional.mse_loss(net(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def _host(t):
+    return t.detach().numpy() if isinstance(t, torch.Tensor) else np.asarray(t._data)
+
+
+def _assert_params(a, b, **tol):
+    for p, q in zip(a.parameters(), b.parameters()):
+        np.testing.assert_allclose(_host(p), _host(q), **tol)
+
+
+CAPTURE_CASES = [
+    ("Adam", dict(lr=0.01), dict(capturable=True)),
+    ("Adam", dict(lr=0.01, amsgrad=True, weight_decay=0.05), dict(capturable=True)),
+    ("Adam", dict(lr=0.02, betas=(0.8, 0.99), maximize=True), dict(capturable=True)),
+    ("AdamW", dict(lr=0.01, weight_decay=0.1), dict(capturable=True)),
+    ("AdamW", dict(lr=0.01, amsgrad=True), dict(capturable=True)),
+    ("SGD", dict(lr=0.05, momentum=0.9), {}),
+    ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01), {}),
+    ("SGD", dict(lr=0.05, momentum=0.8, dampening=0.2), {}),
+    ("RMSprop", dict(lr=0.01, momentum=0.5, centered=True), dict(capturable=True)),
+    ("Adagrad", dict(lr=0.05), {}),
+]
+
+
+def _case_id(case):
+    name, kwargs, extra = case
+    return name + "".join(f"-{k}={v}" for k, v in {**kwargs, **extra}.items())
+
+
+@pytest.mark.parametrize("case", CAPTURE_CASES, ids=_case_id)
+def test_captured_training_step_replays_like_eager_and_torch(case):
+    name, kwargs, extra = case
+    weights, data = _weights(3), _batches(3, REPLAYS + 2)
+    captured, eager, reference = _mlp(jitorch, weights), _mlp(jitorch, weights), _mlp(torch, weights)
+    copt = getattr(jitorch.optim, name)(captured.parameters(), **kwargs, **extra)
+    eopt = getattr(jitorch.optim, name)(eager.parameters(), **kwargs, **extra)
+    ropt = getattr(torch.optim, name)(reference.parameters(), **kwargs)
+    # Warm-up outside the capture creates the optimizer state, as CUDA graphs require.
+    for lib, net, opt in ((jitorch, captured, copt), (jitorch, eager, eopt), (torch, reference, ropt)):
+        _train_step(lib, net, opt, lib.tensor(data[0][0]), lib.tensor(data[0][1]))
+    sx, sy = jitorch.tensor(data[1][0]), jitorch.tensor(data[1][1])
+    g = CPUGraph()
+    with graph(g):
+        static_loss = _train_step(jitorch, captured, copt, sx, sy)
+    _train_step(jitorch, eager, eopt, jitorch.tensor(data[1][0]), jitorch.tensor(data[1][1]))
+    _train_step(torch, reference, ropt, torch.tensor(data[1][0]), torch.tensor(data[1][1]))
+    _assert_params(captured, eager, **TOL)  # the capture ran the step eagerly (as tensor ops: rounding may differ)
+    for x, y in data[2:]:
+        sx.copy_(jitorch.tensor(x))
+        sy.copy_(jitorch.tensor(y))
+        g.replay()
+        want = _train_step(jitorch, eager, eopt, jitorch.tensor(x), jitorch.tensor(y))
+        ref_loss = _train_step(torch, reference, ropt, torch.tensor(x), torch.tensor(y))
+        np.testing.assert_allclose(_host(static_loss), _host(want), **TOL)
+        np.testing.assert_allclose(_host(static_loss), ref_loss.item(), rtol=1e-4)
+        _assert_params(captured, eager, **TOL)
+        _assert_params(captured, reference, rtol=1e-4, atol=2e-5)
+    if "capturable" in extra or name in ("RMSprop", "Adagrad"):
+        steps = [float(copt.state[p]["step"]._data) for p in captured.parameters()]
+        assert steps == [REPLAYS + 2.0] * 4  # every replay advanced the tensor step count
+    report = g.native_report()
+    assert set(report) >= {"native", "calls", "segments", "fallbacks", "error"}
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "RMSprop", "Adadelta"])
+def test_capturable_false_refuses_capture_like_torch(name):
+    w = jitorch.nn.Parameter(jitorch.ones(3))
+    opt = getattr(jitorch.optim, name)([w], lr=0.1)
+    (w * 2).sum().backward()
+    opt.step()
+    before = w.detach().clone()
+    with pytest.raises(RuntimeError, match=f"instance of {name} but param_groups' capturable is False.*"
+                                           "capturable=True"):
+        with graph(CPUGraph()):
+            opt.step()
+    assert not _dispatch.MODES and bool((w == before).all())  # refused before any update
+
+
+def test_refusal_ends_a_manual_capture_too():
+    w = jitorch.nn.Parameter(jitorch.ones(3))
+    opt = jitorch.optim.Adam([w], lr=0.1)
+    (w * 2).sum().backward()
+    opt.step()
+    g = CPUGraph()
+    g.capture_begin()
+    with pytest.raises(RuntimeError, match="capturable=True"):
+        opt.step()
+    assert not _dispatch.MODES
+    with pytest.raises(RuntimeError, match="not capturing"):
+        g.capture_end()
+
+
+def test_adagrad_with_lr_decay_refuses_capture():
+    w = jitorch.nn.Parameter(jitorch.ones(3))
+    opt = jitorch.optim.Adagrad([w], lr=0.1, lr_decay=0.01)
+    (w * 2).sum().backward()
+    opt.step()
+    with pytest.raises(RuntimeError, match="step count is a Python number"):
+        with graph(CPUGraph()):
+            opt.step()
+    assert not _dispatch.MODES
+
+
+# -- capturable=True eagerly: PyTorch's capturable formula, compared with torch's (CPU-only) capturable=False ------
+EAGER_CASES = [
+    ("Adam", dict(lr=0.01)),
+    ("Adam", dict(lr=0.01, amsgrad=True, weight_decay=0.1, maximize=True)),
+    ("Adam", dict(lr=0.01, decoupled_weight_decay=True, weight_decay=0.1)),
+    ("AdamW", dict(lr=0.01, weight_decay=0.2, amsgrad=True)),
+    ("RMSprop", dict(lr=0.01, centered=True, momentum=0.5)),
+    ("Adadelta", dict(lr=0.5, weight_decay=0.1)),
+]
+
+
+@pytest.mark.parametrize("case", EAGER_CASES, ids=lambda c: c[0] + "".join(f"-{k}={v}" for k, v in c[1].items()))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_capturable_eager_updates_match_torch(case, dtype, rng):
+    name, kwargs = case
+    shapes = ((4, 3), (3,), ())
+    values = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    mine = [jitorch.nn.Parameter(jitorch.tensor(v)) for v in values]
+    theirs = [torch.nn.Parameter(torch.tensor(v)) for v in values]
+    mopt = getattr(jitorch.optim, name)(mine, capturable=True, **kwargs)
+    topt = getattr(torch.optim, name)(theirs, capturable=False, **kwargs)
+    # The tensor step is float32 (as PyTorch's), so float64 Adam's bias corrections are float32 numbers: early on,
+    # 1 - 0.999 ** step loses three digits of float32's seven, a 1e-5 relative error in the step size.
+    tol = dict(rtol=5e-5, atol=5e-6) if dtype is np.float32 else dict(rtol=1e-5, atol=5e-7)
+    for _ in range(20):
+        for m, t, s in zip(mine, theirs, shapes):
+            g = rng.standard_normal(s).astype(dtype)
+            m.grad, t.grad = jitorch.tensor(g), torch.tensor(g)
+        mopt.step()
+        topt.step()
+        for m, t in zip(mine, theirs):
+            np.testing.assert_allclose(_host(m), _host(t), **tol)
+    for m in mine:
+        step = mopt.state[m]["step"]
+        assert step.dtype is jitorch.float32 and step.device.type == "cpu" and float(step._data) == 20.0
+
+
+def test_torch_refuses_capturable_on_cpu_where_jitorch_accepts():
+    # The premise of the comparison above: torch's capturable=True needs an accelerator.
+    p = torch.nn.Parameter(torch.ones(2))
+    p.grad = torch.ones(2)
+    with pytest.raises(AssertionError, match="capturable=True"):
+        torch.optim.Adam([p], capturable=True).step()
+    q = jitorch.nn.Parameter(jitorch.ones(2))
+    q.grad = jitorch.ones(2)
+    opt = jitorch.optim.Adam([q], capturable=True)
+    opt.step()
+    assert float(opt.state[q]["step"]._data) == 1.0
+
+
+def test_capturable_state_dict_round_trip_keeps_a_tensor_step():
+    w = jitorch.nn.Parameter(jitorch.ones(3))
+    opt = jitorch.optim.Adam([w], lr=0.1, capturable=True)
+    w.grad = jitorch.ones(3)
+    opt.step()
+    w2 = jitorch.nn.Parameter(w.detach().clone())
+    opt2 = jitorch.optim.Adam([w2], lr=0.1, capturable=True)
+    opt2.load_state_dict(copy.deepcopy(opt.state_dict()))  # as torch.save/load would hand it over
+    step = opt2.state[w2]["step"]
+    assert step.dtype is jitorch.float32 and float(step._data) == 1.0
+    w.grad, w2.grad = jitorch.full((3,), 0.5), jitorch.full((3,), 0.5)
+    opt.step()
+    opt2.step()
+    assert w.tolist() == w2.tolist()
