@@ -58,8 +58,9 @@ EOF
 
   echo "## CUDA tests (GPU suite, CPU-side runtime tests)"
   # Files that need torch as an oracle are added only when torch imports (it is not needed on the GPU machine).
-  files="tests/test_cuda_gpu.py tests/test_cuda_runtime.py tests/test_allocator.py"
+  files="tests/test_cuda_gpu.py tests/test_cuda_graphs_gpu.py tests/test_cuda_runtime.py tests/test_allocator.py"
   if "$PY" -c "import torch" 2>/dev/null; then files="$files tests/test_pointwise.py"; fi
+  if "$PY" -c "import torch, hypothesis" 2>/dev/null; then files="$files tests/test_cuda_graphs.py"; fi
   timeout 300 "$PY" -m pytest -q -p no:cacheprovider -p no:randomly -x -rs $files 2>&1 | tail -40
   echo "tests exit status: ${PIPESTATUS[0]}"
 
@@ -70,6 +71,10 @@ EOF
   echo "## allocator benchmark (policy on FakeDriver, host buffers; CupyDriver, CuPy pool and torch with a GPU)"
   timeout 150 "$PY" bench/bench_alloc.py 2>&1 | tail -40
   cp bench/results/alloc-*.md "$out_dir/" 2>/dev/null || true
+  echo "## CUDA graphs benchmark (RNN cell, 100 steps: graph replay vs eager CUDA; target >= 5x)"
+  timeout 120 "$PY" bench/bench_cuda_graphs.py 2>&1 | tail -20
+  echo "bench_cuda_graphs exit status: ${PIPESTATUS[0]}"
+  cp bench/results/cuda_graphs-*.md "$out_dir/" 2>/dev/null || true
   echo "## elapsed: $((SECONDS - start)) s"
 } 2>&1 | tee "$log"
 echo "wrote $log"

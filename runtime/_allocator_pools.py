@@ -81,6 +81,10 @@ class PrivatePoolsMixin:
         finally:
             self.end_allocate_to_pool(pool_id)
 
+    def capturing(self) -> bool:
+        """Whether any private pool is receiving allocations now (a graph capture is under way)."""
+        return bool(self._captures)
+
     def pool_use_count(self, pool_id) -> int:
         """How many users hold ``pool_id`` (0 once released or unknown)."""
         pool = self._private.get(pool_id)

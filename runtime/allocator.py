@@ -9,13 +9,14 @@ from bisect import bisect_left
 from collections import deque
 
 from ._allocator_block import Block, BlockPool
+from ._allocator_capture import PoolCapture
 from ._allocator_pools import PrivatePoolsMixin
 from ._allocator_report import ReportingMixin
 from ._allocator_segments import MIN_BLOCK, SMALL_SIZE, OutOfMemoryError, SegmentsMixin, segment_size
 from ._allocator_stats import LARGE, SMALL, AllocatorStats, count_split, stat_update, stat_update_unpooled
 from .alloc_config import AllocatorConfig
 
-__all__ = ["CachingAllocator", "OutOfMemoryError", "round_size", "segment_size"]
+__all__ = ["CachingAllocator", "OutOfMemoryError", "PoolCapture", "round_size", "segment_size"]
 
 
 def round_size(size, divisions=0):

@@ -126,11 +126,24 @@ class CupyAllocatorHook:
                 owner.alloc.record_stream(owner.block, stream)
 
     def empty_cache(self) -> None:
-        """Release every whole cached segment of every device."""
+        """Release every whole cached segment of every device; a device capturing a graph is left alone, since
+        ``cudaFree`` (which synchronises the device) would invalidate the capture."""
         with self._lock:
             self._drain()
             for alloc in self._allocators.values():
-                alloc.empty_cache()
+                if not alloc.capturing():
+                    alloc.empty_cache()
+
+    def pool_capture(self, capturer, device=None):
+        """A :class:`~jitorch.runtime.allocator.PoolCapture` on ``device``'s allocator (default: the current device)
+        whose allocator calls hold this hook's lock: what ``jitorch.cuda.CUDAGraph`` captures through."""
+        from ._allocator_capture import PoolCapture
+
+        return PoolCapture(self.allocator(device), capturer, lock=self._lock)
+
+    def capturing(self) -> bool:
+        """Whether any device's allocator is routing allocations to a private pool (a capture is under way)."""
+        return any(alloc.capturing() for alloc in self._allocators.values())
 
 
 def _owner_of(array):

@@ -111,6 +111,8 @@ class FakeDriver:
         self._next = base
         self._next_event = 0
         self._capturing: set = set()
+        self._invalidated: dict = {}  # capturing stream -> why its capture can no longer end in a graph
+        self._graphs = 0
         self.calls = {"malloc": 0, "free": 0, "malloc_failed": 0, "event_create": 0, "event_record": 0,
                       "event_query": 0, "event_synchronize": 0}
 
@@ -146,6 +148,12 @@ class FakeDriver:
 
     def event_record(self, event: FakeEvent, stream=0) -> None:
         self.calls["event_record"] += 1
+        if stream in self._capturing:
+            # Legal in CUDA, but the event would become a node of the graph and never be "reached" eagerly:
+            # the allocator must defer cross-stream frees instead, so the fake refuses loudly.
+            self.invalidate_capture(stream, "event_record")
+            raise RuntimeError(f"FakeDriver.event_record: stream {stream} is capturing; the allocator must not "
+                               "record its events during a capture")
         event.stream, event.recorded, event.done = stream, True, False
 
     def event_query(self, event: FakeEvent) -> bool:
@@ -162,11 +170,53 @@ class FakeDriver:
 
     # -- stream capture -----------------------------------------------------------------------------------------
     def begin_capture(self, stream) -> None:
-        """Mark ``stream`` as capturing (what ``cudaStreamBeginCapture`` would do)."""
+        """Mark ``stream`` as capturing (what ``cudaStreamBeginCapture`` would do).
+
+        As with CUDA, the legacy default stream ``0`` cannot capture and a stream cannot capture twice at once.
+        """
+        if stream == 0:
+            raise RuntimeError("FakeDriver.begin_capture: cannot capture on the default (legacy) stream")
+        if stream in self._capturing:
+            raise RuntimeError(f"FakeDriver.begin_capture: stream {stream} is already capturing")
         self._capturing.add(stream)
 
-    def end_capture(self, stream) -> None:
+    def end_capture(self, stream) -> "FakeGraph":
+        """End the capture of ``stream`` and return its graph; an invalidated capture ends too, but raises.
+
+        Like ``cudaStreamEndCapture``, the stream is no longer capturing afterwards whatever the outcome.
+        """
+        if stream not in self._capturing:
+            raise RuntimeError(f"FakeDriver.end_capture: stream {stream} is not capturing")
         self._capturing.discard(stream)
+        if self._invalidated.pop(stream, None) is not None:
+            raise RuntimeError(f"FakeDriver.end_capture: the capture on stream {stream} was invalidated "
+                               "(cudaErrorStreamCaptureInvalidated)")
+        self._graphs += 1
+        return FakeGraph(self._graphs, stream)
+
+    def invalidate_capture(self, stream, reason="an operation not permitted when the stream is capturing") -> None:
+        """Model an uncapturable call on a capturing ``stream``: the capture stays open but ``end_capture`` fails."""
+        if stream in self._capturing:
+            self._invalidated[stream] = reason
 
     def stream_is_capturing(self, stream) -> bool:
         return stream in self._capturing
+
+
+class FakeGraph:
+    """The graph :meth:`FakeDriver.end_capture` returns: counts its launches (nothing runs on a fake device).
+
+    >>> d = FakeDriver(); d.begin_capture(7); g = d.end_capture(7); g.launch(0); g.launches
+    1
+    """
+
+    __slots__ = ("id", "stream", "launches")
+
+    def __init__(self, ident, stream):
+        self.id, self.stream, self.launches = ident, stream, 0
+
+    def launch(self, stream=0) -> None:
+        self.launches += 1
+
+    def __repr__(self):
+        return f"FakeGraph({self.id}, captured on stream {self.stream}, launches={self.launches})"

@@ -12,7 +12,10 @@ Outputs live in the graph's buffers and are rewritten by the next call. Instead 
 of an earlier call raises when used after a later call (a generation counter per call); ``out.clone()`` keeps it.
 
 Not captured, run eagerly instead (``fallback_reason`` says why): calls that need autograd (grad mode on and a
-tensor input or parameter requiring grad) and tensors on a CUDA device (no CUDA graph capture in jitorch yet).
+tensor input or parameter requiring grad) and calls mixing CPU and CUDA tensors.
+
+CUDA tensors are captured as a ``jitorch.cuda.CUDAGraph`` (private memory pool, side-stream capture): each call copies
+the new inputs into the static ones on the device, replays, and copies back inputs the graph writes in place.
 
 >>> import jitorch
 >>> f = compile_reduce_overhead(lambda x: (x * 2).exp())
@@ -79,6 +82,12 @@ def _span(array):
     return start, start + array.nbytes
 
 
+def _cuda_span(array):
+    """The byte range of the allocation under a CuPy array (views of one buffer overlap)."""
+    mem = array.data.mem
+    return mem.ptr, mem.ptr + mem.size
+
+
 class ReduceOverheadFunction:
     """The callable `compile_reduce_overhead` returns. ``generation`` counts graph runs; ``graph`` is the `CPUGraph`."""
 
@@ -90,12 +99,14 @@ class ReduceOverheadFunction:
         self.generation = 0
         self.fallback_reason = None
         self._live = []  # outputs handed out by the latest call (poisoned by the next one)
+        self.cuda = False  # captured as a CUDA graph
 
     # -- checks ---------------------------------------------------------------------------------------------------
     def _needs_eager(self, leaves):
         tensors = [t for t in leaves if isinstance(t, Tensor)]
-        if any(type(t._data) is not np.ndarray for t in tensors):
-            return "CUDA tensors: jitorch has no CUDA graph capture yet, so the call runs eagerly"
+        on_cuda = [type(t._data) is not np.ndarray for t in tensors]
+        if any(on_cuda) and not all(on_cuda):
+            return "a mix of CPU and CUDA tensor arguments: no single graph covers both, so the call runs eagerly"
         if not GradState.enabled:
             return None
         params = list(self.module.parameters()) if self.module is not None else []
@@ -127,7 +138,7 @@ class ReduceOverheadFunction:
                         f"{self.__name__} (mode='reduce-overhead'): argument {i} does not match the captured input "
                         f"({', '.join(names)} differ{'s' if len(names) == 1 else ''}): expected shape "
                         f"{list(want[0])}, dtype {want[1]}, device {want[2]}, contiguous={want[3]}; got "
-                        f"{_describe(new)}. The CPU graph replays on fixed buffers: pass inputs like the captured "
+                        f"{_describe(new)}. The graph replays on fixed buffers: pass inputs like the captured "
                         "ones, or compile another function for other shapes.")
             elif new is not static and not (type(new) is type(static) and new == static):
                 raise RuntimeError(f"{self.__name__} (mode='reduce-overhead'): non-tensor argument {i} was "
@@ -135,6 +146,8 @@ class ReduceOverheadFunction:
 
     # -- capture --------------------------------------------------------------------------------------------------
     def _capture(self, spec, leaves):
+        if any(isinstance(t, Tensor) and type(t._data) is not np.ndarray for t in leaves):
+            return self._capture_cuda(spec, leaves)
         self.static = [Tensor._make(np.array(t._data, order="C", copy=True)) if isinstance(t, Tensor) else t
                        for t in leaves]
         self.fast_layouts = [(t._data.shape, t._data.dtype, t._data.flags.c_contiguous) if isinstance(t, Tensor)
@@ -198,13 +211,57 @@ class ReduceOverheadFunction:
             self._capture(spec, leaves)
             for i, mutated in enumerate(self.mutated):
                 if mutated:  # the capture ran on a private copy: in-place updates of an input reach the caller
-                    np.copyto(leaves[i]._data, self.static[i]._data)
+                    if self.cuda:
+                        leaves[i]._data[...] = self.static[i]._data
+                    else:
+                        np.copyto(leaves[i]._data, self.static[i]._data)
             return self._hand_out(list(self.out_spec_leaves), leaves)
         self._check(leaves)
         reason = self._needs_eager(leaves)
         if reason is not None:
             return self.fn(*args, **kwargs)
-        return self._replay(leaves)
+        return self._replay_cuda(leaves) if self.cuda else self._replay(leaves)
+
+    # -- CUDA -----------------------------------------------------------------------------------------------------
+    def _capture_cuda(self, spec, leaves):
+        """Capture on private contiguous copies of the inputs as a CUDA graph, then replay once for this call."""
+        from ..cuda import CUDAGraph, graph as cuda_graph
+
+        self.cuda = True
+        self.static = [t.detach().contiguous().clone() if isinstance(t, Tensor) else t for t in leaves]
+        self.fast_layouts = [(None, None, None) if isinstance(t, Tensor) else None for t in leaves]
+        self.layouts = [(tuple(t.shape), t.dtype, t.device, t.is_contiguous()) if isinstance(t, Tensor) else None
+                        for t in leaves]
+        versions = [t._version if isinstance(t, Tensor) else None for t in self.static]
+        g = CUDAGraph()
+        args, kwargs = _unflatten(spec, self.static)
+        with cuda_graph(g):
+            out = self.fn(*args, **kwargs)
+        self.graph = g
+        self.out_spec_leaves = []
+        self.out_spec = _flatten(out, self.out_spec_leaves)
+        self.mutated = [isinstance(t, Tensor) and t._version != v for t, v in zip(self.static, versions)]
+        spans = [_cuda_span(t._data) for t in self.static if isinstance(t, Tensor)]
+        self.out_kinds = []
+        for o in self.out_spec_leaves:
+            if not isinstance(o, Tensor):
+                self.out_kinds.append(("value",))
+            else:  # a view of a static input is handed out as is; anything else lives in the graph's pool
+                s, e = _cuda_span(o._data)
+                self.out_kinds.append(("static",) if any(s < we and ws < e for ws, we in spans) else ("graph",))
+        g.replay()  # capture only recorded the work: run it for this call's results
+        return out
+
+    def _replay_cuda(self, leaves):
+        for static, new in zip(self.static, leaves):
+            if isinstance(new, Tensor) and new is not static:
+                static._data[...] = new._data
+        self._poison()
+        self.graph.replay()
+        for i, mutated in enumerate(self.mutated):
+            if mutated:  # in-place ops on an input reach the caller's tensor
+                leaves[i]._data[...] = self.static[i]._data
+        return self._hand_out(list(self.out_spec_leaves), leaves)
 
     def _replay(self, leaves):
         native, table = self.native, None
@@ -259,7 +316,8 @@ class ReduceOverheadFunction:
         """Make the outputs of the previous call raise on use: the replay about to run rewrites their buffers."""
         if not self._live:
             return
-        message = (f"accessing tensor output of CPU graphs (jitorch.compile mode='reduce-overhead' of "
+        kind = "CUDA" if self.cuda else "CPU"
+        message = (f"accessing tensor output of {kind} graphs (jitorch.compile mode='reduce-overhead' of "
                    f"{self.__name__}) that has been overwritten by a subsequent run: it came from run "
                    f"{self.generation} of the graph and run {self.generation + 1} has since reused its buffer. To "
                    "keep an output, clone it (out.clone()) before calling the compiled function again.")

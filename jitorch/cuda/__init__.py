@@ -18,11 +18,14 @@ from .random import *  # noqa: F401,F403
 from .random import __all__ as _random_all
 from .streams import *  # noqa: F401,F403
 from .streams import __all__ as _streams_all
+from .graphs import CUDAGraph, graph, graph_pool_handle, is_current_stream_capturing  # noqa: F401
+from ._graphed_callables import make_graphed_callables  # noqa: F401
 from ..runtime import OutOfMemoryError  # noqa: F401
 
 __all__ = ["is_available", "device_count", "is_initialized", "init", "current_device", "set_device", "device",
            "device_of", "get_device_name", "get_device_properties", "get_device_capability", "get_arch_list",
-           "synchronize", "is_bf16_supported", "ipc_collect", "OutOfMemoryError", "amp"] + \
+           "synchronize", "is_bf16_supported", "ipc_collect", "OutOfMemoryError", "amp", "CUDAGraph", "graph",
+           "graph_pool_handle", "is_current_stream_capturing", "make_graphed_callables"] + \
     list(_memory_all) + list(_random_all) + list(_streams_all)
 
 
