@@ -45,6 +45,7 @@ import jitorch.utils.data  # noqa: E402,F401
 from . import fx  # noqa: E402,F401
 from . import accelerator, amp, backends, cuda, distributed, distributions, onnx, testing  # noqa: E402,F401
 from . import cpu  # noqa: E402,F401
+from .cpu import amp as _cpu_amp  # noqa: E402,F401 - ``jitorch.cpu.amp``, as ``torch.cpu.amp``
 from . import special  # noqa: E402,F401
 from .amp import autocast  # noqa: E402,F401
 from .amp.autocast_mode import (  # noqa: E402,F401
@@ -66,7 +67,9 @@ int = int32  # noqa: A001 - torch.int is int32
 chalf = complex64
 strided = "strided"
 contiguous_format = preserve_format = channels_last = "memory_format"
-__version__ = "0.1.0"
+from . import torch_version  # noqa: E402
+
+__version__ = torch_version.TorchVersion("0.1.0")
 
 
 def is_tensor(obj):

@@ -16,6 +16,7 @@ import string
 from collections import Counter
 
 from ._dispatch import apply, fast_binary
+from .amp._cast_mode import autocast_lower
 from ._pointwise import _write_out
 from ._shape import wrap_dim, wrap_dims
 from ._tensor import Tensor
@@ -134,6 +135,7 @@ def _scaled_sum(input, product, beta, alpha):
     return (input if beta == 1 else input * beta) + product
 
 
+@autocast_lower
 def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
     """``beta * input + alpha * (mat1 @ mat2)``."""
     return _write_out(_scaled_sum(input, mm(mat1, mat2), beta, alpha), out)
@@ -144,11 +146,13 @@ def addmv(input, mat, vec, *, beta=1, alpha=1, out=None):
     return _write_out(_scaled_sum(input, mv(mat, vec), beta, alpha), out)
 
 
+@autocast_lower
 def addbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
     """``beta * input + alpha * sum_b batch1[b] @ batch2[b]``."""
     return _write_out(_scaled_sum(input, bmm(batch1, batch2).sum(0), beta, alpha), out)
 
 
+@autocast_lower
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
     """``beta * input + alpha * bmm(batch1, batch2)``."""
     return _write_out(_scaled_sum(input, bmm(batch1, batch2), beta, alpha), out)

@@ -1,10 +1,9 @@
 """``jitorch.amp.autocast``: the autocast context manager/decorator and its per-device state.
 
-jitorch keeps the same autocast state torch does (enabled flag and dtype per device type, nesting, cache flag),
-so ``is_autocast_enabled``/``get_autocast_dtype`` read the same inside and outside a region. What it does not do yet
-is cast: inside ``autocast("cpu", dtype=jitorch.bfloat16)`` matmul, linear and conv still run in the inputs' dtype
-(float32), which is numerically at least as accurate as torch's bfloat16 result. No warning is given, because
-scripts written for torch run correctly; only the output dtype differs.
+jitorch keeps the same autocast state torch does (enabled flag and dtype per device type, nesting, cache flag), so
+``is_autocast_enabled``/``get_autocast_dtype`` read the same inside and outside a region. An enabled region pushes a
+dispatcher mode (``_cast_mode.AutocastMode``) that casts as PyTorch does: matmul-family ops run in the autocast dtype,
+a listed set (losses, ``linalg`` decompositions) in float32, the rest by ordinary promotion.
 
 >>> import jitorch
 >>> import jitorch.amp
@@ -19,6 +18,8 @@ from __future__ import annotations
 import functools
 import threading
 import warnings
+
+from .._dispatch import MODES, push_mode
 
 __all__ = ["autocast", "is_autocast_available", "is_autocast_enabled", "set_autocast_enabled", "get_autocast_dtype",
            "set_autocast_dtype", "is_autocast_cache_enabled", "set_autocast_cache_enabled", "clear_autocast_cache",
@@ -105,7 +106,13 @@ def set_autocast_cache_enabled(enabled: bool) -> None:
 
 
 def clear_autocast_cache() -> None:
-    """jitorch keeps no cast-weight cache, so there is nothing to clear."""
+    """Forget the casts of weights kept within autocast regions (done when the outermost region exits)."""
+    from ._cast_mode import active_mode
+
+    for device_type in ("cpu", "cuda"):
+        mode = active_mode(device_type)
+        if mode is not None:
+            mode.cache.clear()
 
 
 def autocast_increment_nesting() -> int:
@@ -165,11 +172,27 @@ class autocast:
         set_autocast_dtype(self.device, self.fast_dtype)
         autocast_increment_nesting()
         set_autocast_cache_enabled(self._cache_enabled)
+        self._mode = None
+        if self._enabled:
+            from ._cast_mode import AutocastMode
+
+            top = MODES[-1] if MODES else None
+            if not (isinstance(top, AutocastMode) and top.device_type == self.device):  # else that one casts
+                self._mode = AutocastMode(self.device)
+                push_mode(self._mode)
         return self
 
     def __exit__(self, exc_type, exc_val, exc_tb):
         if autocast_decrement_nesting() == 0:
             clear_autocast_cache()
+        mode = getattr(self, "_mode", None)
+        if mode is not None:
+            self._mode = None
+            # By identity: a mode pushed inside this region and left open must not be popped in its place.
+            for i in range(len(MODES) - 1, -1, -1):
+                if MODES[i] is mode:
+                    del MODES[i]
+                    break
         set_autocast_enabled(self.device, self.prev)
         set_autocast_dtype(self.device, self.prev_fastdtype)
         set_autocast_cache_enabled(self.prev_cache_enabled)

@@ -18,6 +18,7 @@ import math
 
 from .. import _pointwise as pw
 from .._pointwise import where
+from ..amp._cast_mode import autocast_lower
 from ._functional_core import run_inplace, type_name
 
 __all__ = [
@@ -191,6 +192,7 @@ def logsigmoid(input):
     return pw.minimum(input, 0.0) - pw.log1p(pw.exp(-input.abs()))
 
 
+@autocast_lower
 def prelu(input, weight):
     """``x`` for ``x > 0``, else ``weight * x``; ``weight`` has one element or one per channel (dim 1)."""
     if weight.dim() > 1:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 from .. import _creation, _dtype, _movement
+from ..amp._cast_mode import autocast_lower
 from ..linalg import vector_norm
 from ._functional_dropout import dropout
 
@@ -99,6 +100,7 @@ def _gqa(query, key, value):
     return (_repeat_heads(key, hq // hk) if hk != hq else key), (_repeat_heads(value, hq // hv) if hv != hq else value)
 
 
+@autocast_lower
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
     """``softmax(query @ key^T * scale + mask) @ value`` over ``(..., L, E)``, ``(..., S, E)``, ``(..., S, Ev)``.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import warnings
 
 from .. import _reduction
+from ..amp._cast_mode import autocast_lower
 from .._dispatch import TORCH_TYPE_NAMES, apply
 from .._tensor import Tensor
 from ..autograd.grad_mode import is_grad_enabled
@@ -46,6 +47,7 @@ def check_tensor(value, op, name="input"):
 
 
 # -- linear maps ----------------------------------------------------------------------------------------------------
+@autocast_lower
 def linear(input, weight, bias=None):
     """``input @ weight.T + bias`` over the last dim of ``input`` (``weight``: ``[out, in]`` or ``[in]``)."""
     check_tensor(input, "linear")

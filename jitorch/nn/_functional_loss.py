@@ -21,6 +21,7 @@ import warnings
 from .. import _dtype, _movement
 from .._dispatch import apply
 from .._pointwise import where
+from ..amp._cast_mode import autocast_float32
 from ..ops.nn_fused import FUSED_DTYPES, NLL_LOSS
 from ..ops.nn_ops import BINARY_CROSS_ENTROPY
 from ._functional_activation import logsigmoid
@@ -83,6 +84,7 @@ def _weighted(loss, weight, input, reduction, mean_by_weight=True):
 
 
 # -- regression -----------------------------------------------------------------------------------------------------
+@autocast_float32
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Squared error ``(input - target) ** 2``, reduced (a weighted mean divides by the weights' sum)."""
     _warn_size(input, target)
@@ -95,6 +97,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", we
     return _weighted(diff * diff, weight, input, reduction)
 
 
+@autocast_float32
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Absolute error ``|input - target|``, reduced (a weighted mean divides by the weights' sum)."""
     _warn_size(input, target)
@@ -103,6 +106,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", wei
     return _weighted((x - y).abs(), weight, input, reduction)
 
 
+@autocast_float32
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     """``0.5 * d ** 2 / beta`` where ``|d| < beta``, else ``|d| - 0.5 * beta`` (``d = input - target``)."""
     _warn_size(input, target)
@@ -117,6 +121,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     return reduce_loss(where(z < beta, 0.5 * d * d / beta, z - 0.5 * beta), reduction)
 
 
+@autocast_float32
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     """``0.5 * d ** 2`` where ``|d| < delta``, else ``delta * (|d| - 0.5 * delta)`` (``d = input - target``)."""
     _warn_size(input, target)
@@ -196,6 +201,7 @@ def _nll(logp, target, weight, ignore_index, reduction):
     return _mean_by(loss.sum(), w.sum())
 
 
+@autocast_float32
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
     """Negative log likelihood of log-probabilities ``input`` (``(N, C, d1, ...)`` or ``(C,)``) at the class
     indices ``target`` (``(N, d1, ...)`` or ``()``), optionally weighted per class; ``ignore_index`` targets count
@@ -253,6 +259,7 @@ def _smoothed_indices(logp, target, weight, ignore_index, reduction, label_smoot
     return (1 - label_smoothing) * nll + ret * (label_smoothing / classes)
 
 
+@autocast_float32
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
                   label_smoothing=0.0):
     """Cross entropy between the logits ``input`` (``(N, C, d1, ...)`` or ``(C,)``) and class indices or class
@@ -276,6 +283,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     return _smoothed_indices(logp, target, weight, ignore_index, reduction, label_smoothing, class_dim)
 
 
+@autocast_float32
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
     """``-w * (y * log(x) + (1 - y) * log(1 - x))`` for probabilities ``x``; each log is floored at -100."""
     reduction = resolve_reduction(size_average, reduce, reduction)
@@ -288,6 +296,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     return reduce_loss(loss, reduction)
 
 
+@autocast_float32
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
                                      pos_weight=None):
     """``binary_cross_entropy(sigmoid(x), y)`` computed from the logits ``x`` without overflow;

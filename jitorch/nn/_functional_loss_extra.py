@@ -19,6 +19,7 @@ import warnings
 
 from .. import _creation, _dtype
 from .._pointwise import minimum, where
+from ..amp._cast_mode import autocast_float32
 from ..autograd.grad_mode import no_grad
 from ._functional_activation import logsigmoid, softplus
 from ._functional_attention import _clamp_min_value_only, pairwise_distance
@@ -35,6 +36,7 @@ def _xlogx(t):
     return where(zero, 0.0, t * where(zero, 1.0, t).log())
 
 
+@autocast_float32
 def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
     """Kullback-Leibler divergence ``target * (log(target) - input)`` for log-probabilities ``input``.
 
@@ -60,6 +62,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     return reduce_loss(loss, reduction)
 
 
+@autocast_float32
 def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,
                      reduction="mean"):
     """Poisson negative log likelihood: ``exp(input) - target * input`` (``log_input``), else
@@ -101,6 +104,7 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
     return reduce_loss(loss, reduction)
 
 
+@autocast_float32
 def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
     """``1 - cos(x1, x2)`` where ``target == 1``, ``max(0, cos(x1, x2) - margin)`` where ``target == -1``."""
     reduction = resolve_reduction(size_average, reduce, reduction)
@@ -121,6 +125,7 @@ def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, r
     return reduce_loss(loss, reduction)
 
 
+@autocast_float32
 def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
     """``max(0, -target * (input1 - input2) + margin)``."""
     reduction = resolve_reduction(size_average, reduce, reduction)
@@ -130,6 +135,7 @@ def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, red
     return reduce_loss((-target * (input1 - input2) + margin).clamp_min(0), reduction)
 
 
+@autocast_float32
 def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
     """``input`` where ``target == 1``, ``max(0, margin - input)`` where ``target == -1``."""
     reduction = resolve_reduction(size_average, reduce, reduction)
@@ -144,6 +150,7 @@ def _check_triplet_dims(anchor, positive, negative):
                            f"dimensions, but got: anchor {a}D, positive {p}D, and negative {n}D inputs")
 
 
+@autocast_float32
 def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False, size_average=None,
                         reduce=None, reduction="mean"):
     """``max(0, margin + d(anchor, positive) - d(anchor, negative))`` with the p-norm pairwise distance ``d``."""
@@ -174,6 +181,7 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
     return reduce_loss((margin + dist_pos - dist_neg).clamp_min(0), reduction)
 
 
+@autocast_float32
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """Two-class logistic loss ``log(1 + exp(-target * input))`` (targets are 1 or -1)."""
     reduction = resolve_reduction(size_average, reduce, reduction)
@@ -190,6 +198,7 @@ def _multi_targets(input, target, op):
     return flat_input
 
 
+@autocast_float32
 def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None, reduction="mean"):
     """Multi-class hinge loss: ``sum_{i != y} max(0, margin - x[y] + x[i]) ** p / C`` (times ``weight[y]``)."""
     reduction = resolve_reduction(size_average, reduce, reduction)
@@ -216,6 +225,7 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
     return reduce_loss(loss, reduction)
 
 
+@autocast_float32
 def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """Multi-label hinge loss: ``sum_{j in targets, i not in targets} max(0, 1 - (x[j] - x[i])) / C``.
 

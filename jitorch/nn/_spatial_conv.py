@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import math
 
-from .._dispatch import apply
+from .._dispatch import MODES, apply
+from ..amp._cast_mode import autocast_lower
+from ..autograd.grad_mode import is_grad_enabled
+from ..ops.conv_layouts import STASH
 from ..ops.conv_ops import COL2IM, CONSTANT_PAD, CONVOLUTION, CONVOLUTION_TRANSPOSE, IM2COL, conv_output_size
 from ._spatial_args import batchify, check_input_dims, lower_type_name, ntuple, torch_type_name
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "unfold", "fold"]
 
+_KEEP_WINDOWS_BYTES = 16 << 20  # training memory for time: beyond this the backward copies the windows again
 _AXES = {1: ("width",), 2: ("height", "width"), 3: ("depth", "height", "width")}
 
 
@@ -100,21 +104,41 @@ def _convnd(name, nd, input, weight, bias, stride, padding, dilation, groups):
     if any(r > p for r, p in zip(reach, padded)):
         raise RuntimeError(f"Calculated padded input size per channel: ({' x '.join(map(str, padded))}). Kernel size: "
                            f"({' x '.join(map(str, reach))}). Kernel size can't be greater than actual input size")
-    # The bias goes into the convolution row (added in place there; one reduction for its gradient).
-    out = apply(CONVOLUTION, input, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    # The bias goes into the convolution row (added in place there; its gradient comes with the weight's).
+    keep = _keep_windows(input, weight, kernel)
+    if keep:
+        STASH.want = True
+    try:
+        out = apply(CONVOLUTION, input, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    finally:
+        if keep:
+            STASH.want = False
+            cols, STASH.cols = STASH.cols, None
+    if keep and cols is not None and out.grad_fn is not None:
+        out.grad_fn.conv_cols = cols  # the backward's weight gradient reuses the forward's window matrix
     return out.squeeze(0) if unbatched else out
 
 
+def _keep_windows(input, weight, kernel):
+    """Whether the forward's window matrix should be kept for the weight gradient: plain eager autograd (no tracing or
+    capture mode, whose replays would not refresh it) and small enough (it is ``prod(kernel)`` times the input)."""
+    return (weight.requires_grad and is_grad_enabled() and not MODES
+            and input.numel() * math.prod(kernel) * 4 <= _KEEP_WINDOWS_BYTES)
+
+
+@autocast_lower
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """1-D cross-correlation of ``(N, C_in, L)`` (or ``(C_in, L)``) with ``weight`` ``(C_out, C_in/groups, k)``."""
     return _convnd("conv1d", 1, input, weight, bias, stride, padding, dilation, groups)
 
 
+@autocast_lower
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D cross-correlation; ``padding`` may be ints or ``'valid'``/``'same'`` (odd totals pad right, as torch)."""
     return _convnd("conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
 
 
+@autocast_lower
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """3-D cross-correlation of ``(N, C_in, D, H, W)`` with ``(C_out, C_in/groups, kD, kH, kW)``."""
     return _convnd("conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
@@ -155,12 +179,14 @@ def _conv_transposend(name, nd, input, weight, bias, stride, padding, output_pad
     return out.squeeze(0) if unbatched else out
 
 
+@autocast_lower
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """1-D transposed convolution; ``weight`` is ``(C_in, C_out/groups, k)``."""
     return _conv_transposend("conv_transpose1d", 1, input, weight, bias, stride, padding, output_padding, groups,
                              dilation)
 
 
+@autocast_lower
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """2-D transposed convolution (the gradient of ``conv2d`` in its input); ``weight`` ``(C_in, C_out/groups, kH,
     kW)``."""
@@ -168,6 +194,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
                              dilation)
 
 
+@autocast_lower
 def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """3-D transposed convolution; ``weight`` is ``(C_in, C_out/groups, kD, kH, kW)``."""
     return _conv_transposend("conv_transpose3d", 3, input, weight, bias, stride, padding, output_padding, groups,

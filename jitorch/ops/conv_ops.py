@@ -1,12 +1,16 @@
 """Convolution, im2col/col2im and max-pooling primitives for 1, 2 and 3 spatial dims.
 
-Every kernel turns sliding windows into a strided view of the (padded) input and hands the work to ONE batched BLAS
-matmul (im2col); the adjoint (col2im) loops over kernel offsets only, each step a vectorized strided add. The three
-convolution rows are closed under differentiation, so double backward works without touching windows again:
+Every kernel copies sliding windows of the (padded) input into a matrix and hands the work to ONE batched BLAS
+matmul (im2col, in the layout of conv_layouts.py with the longest copy runs); the adjoint (col2im) loops over kernel
+offsets only, each step a vectorized strided add. The three convolution rows are closed under differentiation, so
+double backward works without touching windows again:
 
 - ``convolution(x, w)``: cross-correlation, ``(N, C, *S) x (O, C/G, *K) -> (N, O, *OS)``;
 - ``convolution_transpose(g, w)``: its adjoint in ``x`` (the input gradient, and ``conv_transpose``'s forward);
 - ``convolution_weight(x, g)``: its adjoint in ``w`` (the weight gradient).
+
+A fourth, non-differentiable row, ``convolution_weight_cols``, gives the weight and bias gradients in first-order eager
+backward from the window matrix the forward kept (conv2d and friends ask for it), skipping a second window copy.
 
 >>> import jitorch
 >>> from jitorch._dispatch import apply
@@ -23,16 +27,17 @@ import math
 
 import numpy as np
 
-from ..runtime import strided_view
+from .conv_layouts import (col2im, col2im_T, conv_forward, conv_weight, k_major_layout, to_frame, weight_from_cols,
+                           windows)
 from .pool_ops import MAX_POOL_SCATTER, pair_pool_max, windows_disjoint
-from .table import Opaque, defop
+from .._tensor import Tensor
+from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 __all__ = ["CONVOLUTION", "CONVOLUTION_TRANSPOSE", "CONVOLUTION_WEIGHT", "IM2COL", "COL2IM", "MAX_POOL",
            "ADAPTIVE_MAX_POOL", "CONSTANT_PAD", "conv_output_size", "adaptive_bounds"]
 
 _HALF = {"float16", "bfloat16"}
 _OFFSET_MAX_KERNEL = 32  # max-pool windows up to this many elements: one op per offset, no argmax
-_FLAT_WASTE = 2.0  # the most computed frame positions per output position that the flat layout may take
 
 
 def _apply(op, *args, **attrs):
@@ -60,141 +65,17 @@ def _compute_array(a):
     return a.astype(np.float32) if a.dtype.name in _HALF else a
 
 
-def _windows(xp, x, kernel, stride, padding, dilation, fill=0):
-    """A strided view ``(N, C, *out, *kernel)`` of the windows of ``x`` (``(N, C, *S)``) after padding by ``padding``
-    (``(left, right)`` pairs or symmetric ints) with ``fill``."""
-    pads = [(p, p) if isinstance(p, int) else tuple(p) for p in padding]
-    x = _pad_contiguous(xp, x, pads, fill)
-    nd = len(kernel)
-    st = [s // x.itemsize for s in x.strides]
-    out = [(x.shape[2 + i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1 for i in range(nd)]
-    shape = tuple(x.shape[:2]) + tuple(out) + tuple(kernel)
-    strides = st[:2] + [st[2 + i] * stride[i] for i in range(nd)] + [st[2 + i] * dilation[i] for i in range(nd)]
-    return strided_view(xp, x, shape, strides, 0)
-
-
-def _pad_contiguous(xp, x, pads, fill=0):
-    """``x`` padded by ``pads`` (``(left, right)`` pairs of the spatial dims) with ``fill``, C-contiguous."""
-    if any(lo or hi for lo, hi in pads):
-        # A filled buffer and one slice copy: ``xp.pad`` costs ~100 us of Python per call on these small images.
-        out = xp.full(tuple(x.shape[:2]) + tuple(n + lo + hi for n, (lo, hi) in zip(x.shape[2:], pads)), fill,
-                      dtype=x.dtype)
-        out[(slice(None), slice(None)) + tuple(slice(lo, lo + n) for n, (lo, _) in zip(x.shape[2:], pads))] = x
-        return out
-    return xp.ascontiguousarray(x)
-
-
-def _flat_ok(spatial, outs, kernel, stride, padding, dilation):
-    """Whether the "flat frame" layout applies: stride 1, every output window inside the padded input, and few
-    dropped positions (on tiny images, e.g. 4x4 padded to 6x6, the GEMMs would do 1.5x the work: not worth it)."""
-    if not all(s == 1 and o + d * (k - 1) <= n + 2 * p
-               for n, o, k, s, p, d in zip(spatial, outs, kernel, stride, padding, dilation)):
-        return False
-    frame = outs[0] * _prod(n + 2 * p for n, p in zip(spatial[1:], padding[1:]))
-    return frame <= _FLAT_WASTE * _prod(outs)
-
-
-def _layout(spatial, outs, kernel, stride, padding, dilation):
-    """Pads, the frame of computed positions and the strided-view geometry shared by im2col and col2im.
-
-    The column matrices are K-major, ``(C, *kernel, N, *frame)``: every copy/add then runs over whole rows of the
-    image instead of over the 3 elements of a kernel row. With stride 1 ("flat"), a window offset is a constant shift
-    of the flattened padded image, so the frame is the first output dim times the full padded trailing dims (the few
-    positions past each output row are computed and dropped) and one copy/add per offset is a single contiguous run;
-    one extra padded row along the first dim keeps the shifted runs inside the buffer. Otherwise the frame is the
-    output itself and the runs are output rows.
-    """
-    nd = len(kernel)
-    flat = _flat_ok(spatial, outs, kernel, stride, padding, dilation)
-    pads = [(p, p + (1 if flat and i == 0 and nd > 1 else 0)) for i, p in enumerate(padding)]
-    padded = [n + lo + hi for n, (lo, hi) in zip(spatial, pads)]
-    sp = [math.prod(padded[i + 1:]) for i in range(nd)]  # element strides of the padded spatial dims
-    kstr = [d * s for d, s in zip(dilation, sp)]
-    if flat:
-        frame = (outs[0],) + tuple(padded[1:])
-        return pads, frame, kstr, [1], [_prod(frame)]
-    return pads, tuple(outs), kstr, [st * s for st, s in zip(stride, sp)], list(outs)
-
-
-def _colT(xp, x, kernel, stride, padding, dilation, groups, outs):
-    """im2col, K-major: ``(G, C/G * prod(kernel), N * prod(frame))`` (one copy of the windows) and the frame."""
-    n, c = x.shape[:2]
-    pads, frame, kstr, ostr, oshape = _layout(x.shape[2:], outs, kernel, stride, padding, dilation)
-    xpad = _pad_contiguous(xp, x, pads)
-    img = _prod(xpad.shape[2:])
-    view = strided_view(xp, xpad, (c,) + tuple(kernel) + (n,) + tuple(oshape), [img] + kstr + [c * img] + ostr, 0)
-    return xp.ascontiguousarray(view).reshape(groups, (c // groups) * _prod(kernel), n * _prod(frame)), frame
-
-
-def _to_frame(xp, g, frame, groups):
-    """``g`` ``(N, O, *outs)`` as ``(G, O/G, N * prod(frame))``, zero at the frame positions past the outputs."""
-    n, o = g.shape[:2]
-    nd = g.ndim - 2
-    gt = g.transpose((1, 0) + tuple(range(2, 2 + nd)))
-    if tuple(g.shape[2:]) != tuple(frame):
-        buf = xp.zeros((o, n) + tuple(frame), dtype=g.dtype)
-        buf[(slice(None), slice(None)) + tuple(slice(0, s) for s in g.shape[2:])] = gt
-        gt = buf
-    return xp.ascontiguousarray(gt).reshape(groups, o // groups, n * _prod(frame))
-
-
-def _from_frame(xp, out, n, frame, outs):
-    """``(G, O/G, N * prod(frame))`` -> ``(N, O, *outs)``, contiguous: one copy that drops the extra frame positions."""
-    nd = len(outs)
-    out = out.reshape((out.shape[0] * out.shape[1], n) + tuple(frame))
-    out = out[(slice(None), slice(None)) + tuple(slice(0, o) for o in outs)]
-    return xp.ascontiguousarray(out.transpose((1, 0) + tuple(range(2, 2 + nd))))
-
-
-def _col2im(xp, col, spatial, kernel, stride, padding, dilation):
-    """The adjoint of the window view: ``col`` ``(N, C, *kernel, *out)`` summed back into ``(N, C, *spatial)``.
-
-    One vectorized strided add per kernel offset (9 for a 3x3 kernel), never a loop over positions.
-    """
-    nd = len(kernel)
-    n, c = col.shape[:2]
-    outs = col.shape[2 + nd:]
-    padded = tuple(s + 2 * p for s, p in zip(spatial, padding))
-    out = xp.zeros((n, c) + padded, dtype=col.dtype)
-    for offset in itertools.product(*(range(k) for k in kernel)):
-        key = tuple(slice(k * d, k * d + s * (o - 1) + 1, s) for k, d, s, o in zip(offset, dilation, stride, outs))
-        out[(slice(None), slice(None)) + key] += col[(slice(None), slice(None)) + offset]
-    crop = tuple(slice(p, p + s) for p, s in zip(padding, spatial))
-    return xp.ascontiguousarray(out[(slice(None), slice(None)) + crop])
-
-
-def _col2im_T(xp, colT, n, spatial, outs, kernel, stride, padding, dilation):
-    """col2im of a K-major ``(C * prod(kernel), N * prod(frame))`` matrix (``_colT``'s layout) into
-    ``(N, C, *spatial)``: one add per kernel offset, each over whole (flat: contiguous) runs."""
-    pads, frame, kstr, ostr, oshape = _layout(spatial, outs, kernel, stride, padding, dilation)
-    c = colT.shape[0] // _prod(kernel)
-    colT = colT.reshape((c,) + tuple(kernel) + (n,) + tuple(oshape))
-    padded = tuple(s + lo + hi for s, (lo, hi) in zip(spatial, pads))
-    out = xp.zeros((n, c) + padded, dtype=colT.dtype)
-    img = _prod(padded)
-    for offset in itertools.product(*(range(k) for k in kernel)):
-        start = sum(k * s for k, s in zip(offset, kstr))
-        dst = strided_view(xp, out, (c, n) + tuple(oshape), [img, c * img] + ostr, start)
-        dst += colT[(slice(None),) + offset]
-    crop = tuple(slice(lo, lo + s) for (lo, _), s in zip(pads, spatial))
-    return xp.ascontiguousarray(out[(slice(None), slice(None)) + crop])
-
-
 # -- convolution ----------------------------------------------------------------------------------------------------
-# Each kernel is one (batched over groups) GEMM between the K-major column matrix and a weight or gradient matrix;
-# the operands are used as stored or as a transposed view (BLAS takes either), so no large transpose copy is made.
+# Each kernel is one GEMM (batched over groups) between a window matrix and a weight or gradient matrix, in the
+# layout of conv_layouts.py with the longest copy runs.
 def _conv_kernel(xp, x, w, b=None, *, stride, padding, dilation, groups):
     _check_same_dtype("convolution", x, w)
     dtype = x.dtype
     x, w = _compute_array(x), _compute_array(w)
-    kernel, n, o = w.shape[2:], x.shape[0], w.shape[0]
-    outs = tuple(conv_output_size(*a) for a in zip(x.shape[2:], kernel, stride, padding, dilation))
-    colT, frame = _colT(xp, x, kernel, stride, padding, dilation, groups, outs)
-    out = xp.matmul(xp.ascontiguousarray(w).reshape(groups, o // groups, -1), colT)  # (G, O/G, N * frame)
-    out = _from_frame(xp, out, n, frame, outs)
-    if b is not None:
-        # In place on the fresh output: no broadcast-add node; its gradient is one reduction in this backward.
-        out += b.reshape((1, o) + (1,) * len(outs))
+    outs = tuple(conv_output_size(*a) for a in zip(x.shape[2:], w.shape[2:], stride, padding, dilation))
+    # The bias is added in place on the fresh output: no broadcast-add node; its gradient is one reduction in this
+    # row's backward.
+    out = conv_forward(xp, x, w, b, stride, [(p, p) for p in padding], dilation, groups, outs)
     return out.astype(dtype, copy=False)
 
 
@@ -214,11 +95,34 @@ def _conv_backward(ctx, g):
     x, w = ctx.inputs[:2]
     geo = _geometry(ctx.attrs)
     gx = _apply(CONVOLUTION_TRANSPOSE, g, w, spatial=tuple(x.shape[2:]), **geo) if ctx.needs_grad(0) else None
-    gw = _apply(CONVOLUTION_WEIGHT, x, g, kernel=tuple(w.shape[2:]), **geo) if ctx.needs_grad(1) else None
-    if len(ctx.next) == 2:
+    has_bias = len(ctx.next) == 3
+    cols = ctx.__dict__.pop("conv_cols", None)  # the forward's window matrix, kept by conv2d and friends
+    gb = None
+    if cols is not None and ctx.needs_grad(1) and not _grad_enabled() and not _modes():
+        # Plain eager first-order backward (no graph to record, no trace or capture that would replay the kept matrix
+        # as a constant), so the non-differentiable row may stand in for the weight row.
+        frame = {"frame": cols[2]} if len(cols) > 2 else {}
+        gw, gb = _apply(CONVOLUTION_WEIGHT_COLS, Tensor._make(cols[1]), g, layout=cols[0], kernel=tuple(w.shape[2:]),
+                        channels=x.shape[1], groups=geo["groups"], **frame)
+    else:
+        gw = _apply(CONVOLUTION_WEIGHT, x, g, kernel=tuple(w.shape[2:]), **geo) if ctx.needs_grad(1) else None
+    if not has_bias:
         return gx, gw
-    gb = g.sum((0,) + tuple(range(2, g.dim()))) if ctx.needs_grad(2) else None
-    return gx, gw, gb
+    if not ctx.needs_grad(2):
+        return gx, gw, None
+    return gx, gw, gb if gb is not None else g.sum((0,) + tuple(range(2, g.dim())))
+
+
+def _grad_enabled():
+    from ..autograd.grad_mode import GradState
+
+    return GradState.enabled
+
+
+def _modes():
+    from .._dispatch import MODES
+
+    return MODES
 
 
 CONVOLUTION = defop("convolution", _conv_kernel, _conv_backward, Opaque("im2col + BLAS"), saves="inputs",
@@ -229,12 +133,24 @@ def _conv_transpose_kernel(xp, g, w, spatial, stride, padding, dilation, groups)
     _check_same_dtype("convolution_transpose", g, w)
     dtype = g.dtype
     g, w = _compute_array(g), _compute_array(w)
-    n, outs, kernel = g.shape[0], tuple(g.shape[2:]), w.shape[2:]
-    _, frame, _, _, _ = _layout(spatial, outs, kernel, stride, padding, dilation)
-    gT = _to_frame(xp, g, frame, groups)  # (G, O/G, N * frame)
+    n, outs, kernel = g.shape[0], tuple(g.shape[2:]), tuple(w.shape[2:])
+    left = [d * (k - 1) - p for k, p, d in zip(kernel, padding, dilation)]
+    if all(s == 1 for s in stride) and min(left) >= 0 and 2 * w.shape[1] * groups >= w.shape[0]:
+        # At stride 1 the transposed convolution is a plain one of g, padded by the kernel's reach, with the flipped
+        # kernel: one window copy and one GEMM, no scatter of window columns back into an image. Not when it has far
+        # fewer output than input channels (an image model's first layer): its GEMM would be a thin one over windows
+        # of many channels, and the product of the weight and g followed by col2im moves less.
+        pads = [(lo, s + d * (k - 1) - lo - o) for lo, s, d, k, o in zip(left, spatial, dilation, kernel, outs)]
+        cin, cout = w.shape[0] // groups, w.shape[1]
+        wf = w.reshape((groups, cin, cout) + kernel).swapaxes(1, 2).reshape((groups * cout, cin) + kernel)
+        wf = wf[(Ellipsis,) + (slice(None, None, -1),) * len(kernel)]
+        out = conv_forward(xp, g, wf, None, stride, pads, dilation, groups, tuple(spatial))
+        return out.astype(dtype, copy=False)
+    _, frame, _, _, _ = k_major_layout(spatial, outs, kernel, stride, padding, dilation)
+    gT = to_frame(xp, g, frame, groups)  # (G, O/G, N * frame)
     wT = xp.ascontiguousarray(w).reshape(groups, w.shape[0] // groups, -1).transpose(0, 2, 1)
     colT = xp.matmul(wT, gT).reshape(wT.shape[0] * wT.shape[1], gT.shape[-1])  # (C * prod(kernel), N * frame)
-    return _col2im_T(xp, colT, n, spatial, outs, kernel, stride, padding, dilation).astype(dtype, copy=False)
+    return col2im_T(xp, colT, n, spatial, outs, kernel, stride, padding, dilation).astype(dtype, copy=False)
 
 
 def _conv_transpose_backward(ctx, gy):
@@ -253,11 +169,8 @@ def _conv_weight_kernel(xp, x, g, kernel, stride, padding, dilation, groups):
     _check_same_dtype("convolution_weight", x, g)
     dtype = x.dtype
     x, g = _compute_array(x), _compute_array(g)
-    o = g.shape[1]
-    # g may have fewer positions than x has windows (conv_transpose's weight gradient): the frame follows g.
-    colT, frame = _colT(xp, x, kernel, stride, padding, dilation, groups, tuple(g.shape[2:]))
-    gw = xp.matmul(_to_frame(xp, g, frame, groups), colT.transpose(0, 2, 1))  # (G, O/G, C/G * prod(kernel))
-    return gw.reshape((o, x.shape[1] // groups) + tuple(kernel)).astype(dtype, copy=False)
+    gw = conv_weight(xp, x, g, tuple(kernel), stride, [(p, p) for p in padding], dilation, groups)
+    return gw.astype(dtype, copy=False)
 
 
 def _conv_weight_backward(ctx, ggw):
@@ -272,9 +185,21 @@ CONVOLUTION_WEIGHT = defop("convolution_weight", _conv_weight_kernel, _conv_weig
                            saves="inputs", grad_name="ConvolutionBackwardBackward0")
 
 
+def _weight_cols_kernel(xp, cols, g, layout, kernel, channels, groups, frame=None):
+    dtype = g.dtype
+    gw, gb = weight_from_cols(xp, layout, cols, _compute_array(g), kernel, channels, groups, frame)
+    return gw.astype(dtype, copy=False), gb.astype(dtype, copy=False)
+
+
+# The weight and bias gradients from the window matrix the forward kept (``conv_layouts.STASH``): first-order backward
+# only, so its own gradient is never needed; double backward goes through CONVOLUTION_WEIGHT.
+CONVOLUTION_WEIGHT_COLS = defop("convolution_weight_cols", _weight_cols_kernel, NOT_DIFFERENTIABLE,
+                                Opaque("BLAS"), nout=2, grad_name="ConvolutionBackwardBackward0")
+
+
 # -- im2col / col2im (F.unfold / F.fold): each is the other's gradient -------------------------------------------------
 def _im2col_kernel(xp, x, kernel, stride, padding, dilation):
-    win = _windows(xp, x, kernel, stride, padding, dilation)
+    win = windows(xp, x, kernel, stride, padding, dilation)
     nd = len(kernel)
     n, c = x.shape[:2]
     perm = (0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd))
@@ -295,7 +220,7 @@ def _col2im_kernel(xp, col, spatial, kernel, stride, padding, dilation):
     outs = [conv_output_size(s, k, st, p, d) for s, k, st, p, d in zip(spatial, kernel, stride, padding, dilation)]
     n = col.shape[0]
     c = col.shape[1] // _prod(kernel)
-    return _col2im(xp, col.reshape((n, c) + tuple(kernel) + tuple(outs)), spatial, kernel, stride, padding, dilation)
+    return col2im(xp, col.reshape((n, c) + tuple(kernel) + tuple(outs)), spatial, kernel, stride, padding, dilation)
 
 
 def _col2im_backward(ctx, g):
@@ -381,7 +306,7 @@ def _max_pool_kernel(xp, x, kernel, stride, padding, dilation, out_sizes):
             and spatial[0] % 2 == 0 and spatial[1] % 2 == 0):
         return pair_pool_max(xp, x)  # the common MaxPool2d(2): windows are a reshape view
     pads = _pool_pads(spatial, kernel, stride, padding, dilation, out_sizes)
-    win = _windows(xp, x, kernel, stride, pads, dilation, fill=_lowest(x.dtype))
+    win = windows(xp, x, kernel, stride, pads, dilation, fill=_lowest(x.dtype))
     win = win[(slice(None), slice(None)) + tuple(slice(0, o) for o in out_sizes)]
     if _prod(kernel) <= _OFFSET_MAX_KERNEL:
         values, offset = _offset_max(xp, win, kernel, spatial, dilation)
