@@ -183,6 +183,10 @@ def _mark_view(out, src, op, attrs):
     out._view_chain = src._view_chain + step if src._base is not None else step
 
 
+# Reductions whose ``dtype=`` may ask for an integer result from a tensor that requires grad.
+_INTEGER_RESULT_REFUSED = frozenset({"sum", "prod", "cumsum", "cumprod"})
+
+
 def record(op, args, attrs, outs):
     """Attach an autograd node for ``op`` to the output tensors ``outs``."""
     edges = []
@@ -213,6 +217,9 @@ def record(op, args, attrs, outs):
     if op.nout == 1:
         o = outs[0]
         if o._data.dtype.kind in "iub":  # integer and bool results are not differentiable
+            if op.name in _INTEGER_RESULT_REFUSED:
+                # torch refuses a differentiable reduction asked for an integer dtype rather than drop the graph.
+                raise RuntimeError(f"Autograd not support dtype: {TORCH_TYPE_NAMES[o._data.dtype.name]}")
             return node
         o.grad_fn = node
         o._requires_grad = True
