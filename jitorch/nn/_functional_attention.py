@@ -133,12 +133,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     dead = None
     if keep is not None or attn_mask is not None:
         # Rows with nothing to attend to: softmax would be 0/0. They are set to 0 before and after the softmax, so
-        # neither the output nor the gradient sees a NaN.
+        # neither the output nor the gradient sees a NaN. Always applied (no branch on the values), so a traced or
+        # compiled graph stays right for inputs whose masks differ from the example's.
         dead = ~(scores.detach() > -math.inf).any(-1, keepdim=True)
-        if bool(dead.any()):
-            scores = scores.masked_fill(dead, 0.0)
-        else:
-            dead = None
+        scores = scores.masked_fill(dead, 0.0)
     attn = scores.softmax(-1)
     if dead is not None:
         attn = attn.masked_fill(dead, 0.0)
