@@ -70,3 +70,18 @@ def test_linear_backward_row_double_backward():
         return apply(LINEAR_BACKWARD, g, x, w, needs=(True, True, True))
 
     assert gradcheck(fn, (g, x, w))
+
+
+def test_linear_row_keeps_half_dtypes_forward_and_backward():
+    from jitorch._dispatch import apply
+    from jitorch.ops.nn_linear import LINEAR
+
+    for dt in (jitorch.bfloat16, jitorch.float16):
+        x = jitorch.ones(2, 3, dtype=dt, requires_grad=True)
+        w = jitorch.ones(4, 3, dtype=dt, requires_grad=True)
+        b = jitorch.zeros(4, dtype=dt, requires_grad=True)
+        out = apply(LINEAR, x, w, b)
+        assert out.dtype == dt
+        out.backward(jitorch.ones(2, 4, dtype=dt))
+        assert x.grad.dtype == w.grad.dtype == b.grad.dtype == dt
+        assert x.grad.tolist() == [[4.0] * 3] * 2 and b.grad.tolist() == [2.0] * 4

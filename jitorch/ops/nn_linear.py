@@ -41,7 +41,8 @@ def _linear_kernel(xp, x, w, b):
         out = out.reshape(x.shape[:-1] + (w.shape[0],))
     if b is not None:
         out += b  # in place: the matmul result is fresh
-    return out
+    # NumPy's matmul of bfloat16 (ml_dtypes) returns float32: round back to the inputs' dtype, as torch's result is.
+    return out if out.dtype == x.dtype else out.astype(x.dtype)
 
 
 def _grads_composite(g, x, w, needs):
@@ -75,7 +76,7 @@ def _linear_backward_kernel(xp, g, x, w, needs):
         gw = xp.matmul(g2.T, _rows(x))
     if needs[2]:
         gb = g2.sum(axis=0)
-    return gx, gw, gb
+    return tuple(r if r.dtype == g.dtype else r.astype(g.dtype) for r in (gx, gw, gb))  # bfloat16 matmul: float32
 
 
 def _linear_backward_backward(ctx, ggx, ggw, ggb):
