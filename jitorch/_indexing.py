@@ -22,11 +22,10 @@ import numpy as np
 from . import _creation
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
 from ._dtype import bool as _bool
-from ._shape import broadcast_shapes, wrap_dim
+from ._shape import wrap_dim
 from ._tensor import Tensor
 from .ops import indexing as I
 from .ops import movement as M
-from .ops import pointwise as P
 
 __all__ = ["index_select", "gather", "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy",
            "index_fill", "index_put", "masked_fill", "masked_select", "masked_scatter", "take_along_dim", "take",
@@ -242,127 +241,10 @@ def _as_vector(t):
     return t.reshape(1) if t._data.ndim == 0 else t
 
 
-# -- gather / scatter --------------------------------------------------------------------------------------------------
-def gather(input, dim, index, *, sparse_grad=False, out=None):
-    """``out[i][j] = input[index[i][j]][j]`` (for ``dim=0``); the gradient scatters back with accumulation."""
-    _check_index_dtype(index, "gather", ("int64",), "gather(): Expected dtype int64 for index")
-    return _gather(input, dim, index, negative=False)
-
-
-def _gather(input, dim, index, negative):
-    if input._data.ndim == 0 or index._data.ndim == 0:
-        return _gather(_as_vector(input), dim, _as_vector(index), negative).reshape(index.shape)
-    nd = input._data.ndim
-    d = wrap_dim(dim, nd, "gather")
-    if index._data.ndim != nd:
-        raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
-    for k in range(nd):
-        if k != d and index._data.shape[k] > input._data.shape[k]:
-            raise RuntimeError(f"Size does not match at dimension {k} expected index {list(index.shape)} to be no "
-                               f"larger than self {list(input.shape)} apart from dimension {d}")
-    try:
-        return apply(I.INDEX, input, *_dim_indices(_on(index, input), d), key=tuple(range(nd)), negative=negative)
-    except I.IndexOutOfBounds as e:
-        raise RuntimeError(str(e)) from None
-
-
-def _scatter_args(self, dim, index, src, op):
-    """(wrapped dim, index tensors, values) for the scatter family; ``values`` is a scalar or src cut to index."""
-    _check_index_dtype(index, op, ("int64",), f"{op}(): Expected dtype int64 for index")
-    nd = self._data.ndim
-    d = wrap_dim(dim, nd, op)
-    if index._data.ndim != nd or (isinstance(src, Tensor) and src._data.ndim != nd):
-        raise RuntimeError("Index tensor must have the same number of dimensions as self tensor")
-    too_big = any(k != d and i > s for k, (i, s) in enumerate(zip(index._data.shape, self._data.shape)))
-    if isinstance(src, Tensor):
-        if src.dtype is not self.dtype:
-            raise RuntimeError(f"{op}(): Expected self.dtype to be equal to src.dtype")
-        if too_big or any(i > s for i, s in zip(index._data.shape, src._data.shape)):
-            raise RuntimeError(f"Expected index {list(index.shape)} to be no larger than self {list(self.shape)} "
-                               f"apart from dimension {d} and to be no larger size than src {list(src.shape)}")
-        src = _on(src, self)
-        if src._data.shape != index._data.shape:
-            src = apply(M.SLICE, src, key=tuple(slice(0, n) for n in index._data.shape))
-    elif too_big:
-        raise RuntimeError(f"Expected index {list(index.shape)} to be no larger than self {list(self.shape)} apart "
-                           f"from dimension {d}")
-    return d, _dim_indices(_on(index, self), d), src
-
-
-def _scatter(self, dim, index, src, reduce, inplace, op="scatter", accumulate=False):
-    if reduce == "multiply":
-        return _scatter_reduce(self, dim, index, src, "prod", True, inplace)
-    if reduce not in (None, "add"):
-        raise RuntimeError(f"{op}(): reduce argument must be either add or multiply, got {reduce}")
-    if self._data.ndim == 0:
-        view = self.reshape(1)
-        out = _scatter(view, dim, _as_vector(index), _as_vector(src) if isinstance(src, Tensor) else src, reduce,
-                       inplace, op, accumulate)
-        return self if inplace else out.reshape(())
-    d, indices, values = _scatter_args(self, dim, index, src, op)
-    try:
-        return _put(self, values, indices, tuple(range(len(indices))), accumulate or reduce == "add", inplace, False)
-    except I.IndexOutOfBounds as e:
-        raise RuntimeError(str(e)) from None
-
-
-def scatter(input, dim, index, src=None, value=None, *, reduce=None):
-    """A copy of ``input`` with ``src`` (a tensor, or a scalar ``value``) written at ``index`` along ``dim``."""
-    return _scatter(input, dim, index, value if src is None else src, reduce, False)
-
-
-def scatter_add(input, dim, index, src):
-    """``scatter`` that adds into the positions; repeated positions accumulate."""
-    return _scatter(input, dim, index, src, None, False, "scatter_add", accumulate=True)
-
-
-def _scatter_reduce(self, dim, index, src, reduce, include_self, inplace):
-    if reduce not in _REDUCES:
-        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
-    if self._data.ndim == 0:
-        out = _scatter_reduce(self.reshape(1), dim, _as_vector(index), _as_vector(src), reduce, include_self, inplace)
-        return self if inplace else out.reshape(())
-    d, indices, src = _scatter_args(self, dim, index, src, "scatter_reduce")
-    index = indices[d]
-    if reduce in ("sum", "mean"):
-        base = self if include_self else self.scatter(d, index, 0)
-        total = base.scatter_add(d, index, src)
-        if reduce == "mean":
-            count = _creation.ones_like(self)
-            count = (count if include_self else count.scatter(d, index, 0)).scatter_add(d, index,
-                                                                                        _creation.ones_like(src))
-            total = total / count if self.is_floating_point() or self.is_complex() else \
-                total.div(count, rounding_mode="floor")
-        return self.copy_(total) if inplace else total
-    run = apply_inplace if inplace else apply
-    try:
-        return run(I.SCATTER_REDUCE, self, index, src, dim=d, reduce=reduce, include_self=include_self)
-    except I.IndexOutOfBounds as e:
-        raise RuntimeError(str(e)) from None
-
-
-def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
-    """Reduce ``src`` into ``input`` at ``index`` along ``dim`` with sum, prod, mean, amax or amin."""
-    return _scatter_reduce(input, dim, index, src, reduce, include_self, False)
-
-
-def take_along_dim(input, indices, dim=None):
-    """``gather`` after broadcasting ``input`` and ``indices`` against each other except along ``dim``."""
-    _check_index_dtype(indices, "take_along_dim", ("int64",),
-                       "torch.take_along_dim(): dtype of indices should be Long but got {}")
-    if dim is None:  # unlike gather, negative indices wrap
-        return _gather(input.reshape(-1), 0, indices.reshape(-1), True)
-    if input._data.ndim != indices._data.ndim:
-        raise RuntimeError(f"torch.take_along_dim(): input and indices should have the same number of dimensions, but "
-                           f"got {input._data.ndim} dimensions for input, and {indices._data.ndim} dimensions for "
-                           "indices")
-    d = wrap_dim(dim, input._data.ndim, "take_along_dim")
-    sizes = list(input._data.shape)
-    sizes[d] = indices._data.shape[d]
-    shape = list(broadcast_shapes(tuple(sizes), indices._data.shape, op="take_along_dim"))
-    indices = indices.expand(shape)
-    shape[d] = input._data.shape[d]
-    return _gather(input.expand(shape), d, indices, True)
+# -- gather / scatter live in _indexing_scatter.py --------------------------------------------------------------------
+from ._indexing_scatter import (  # noqa: E402 - they use the helpers above
+    _scatter, _scatter_reduce, gather, scatter, scatter_add, scatter_reduce, take_along_dim,
+)
 
 
 # -- index_* along one dim ---------------------------------------------------------------------------------------------
@@ -493,105 +375,10 @@ def index_put(input, indices, values, accumulate=False):
     return _index_put(input, indices, values, accumulate, False)
 
 
-# -- masks -------------------------------------------------------------------------------------------------------------
-def _check_mask(mask, message):
-    if not isinstance(mask, Tensor) or mask.dtype.name != "bool":
-        raise RuntimeError(message.format(_type_name(mask) if isinstance(mask, Tensor) else type(mask).__name__))
-
-
-def _inplace_mask(self, mask, op):
-    """``mask`` expanded to ``self``'s shape (at least 1-d), or PyTorch's error when it would grow ``self``."""
-    shape = broadcast_shapes(self._data.shape, mask._data.shape, op=op)
-    if shape != self._data.shape:
-        raise RuntimeError(f"{op}: output with shape {list(self.shape)} doesn't match the broadcast shape "
-                           f"{list(shape)}")
-    return _as_vector(_on(mask, self).expand(shape))
-
-
-def masked_fill(input, mask, value):
-    """``input`` with ``value`` (a scalar or 0-d tensor) where ``mask`` is True."""
-    _check_mask(mask, "masked_fill_ only supports boolean masks, but got mask with dtype {}")
-    return apply(P.WHERE, _on(mask, input), _fill_value(input, value, "masked_fill_"), input)
-
-
-def _masked_fill_(self, mask, value):
-    _check_mask(mask, "masked_fill_ only supports boolean masks, but got mask with dtype {}")
-    mask = _inplace_mask(self, mask, "masked_fill_")
-    target = self.reshape(1) if self._data.ndim == 0 else self
-    apply_inplace(I.INDEX_PUT, target, _fill_value(self, value, "masked_fill_"), mask, key=(0,), accumulate=False)
-    return self
-
-
-def masked_select(input, mask):
-    """The elements of ``input`` where ``mask`` is True, as a 1-D tensor (the two broadcast first)."""
-    _check_mask(mask, "masked_select: expected BoolTensor for mask")
-    shape = broadcast_shapes(input._data.shape, mask._data.shape, op="masked_select")
-    return apply(I.INDEX, _as_vector(input.expand(shape)), _as_vector(_on(mask, input).expand(shape)), key=(0,))
-
-
-def _masked_scatter(self, mask, source, inplace):
-    _check_mask(mask, "masked_scatter_ only supports boolean masks, but got mask with dtype {}")
-    if source.dtype is not self.dtype:
-        raise RuntimeError(f"masked_scatter: expected self and source to have same dtypes but got"
-                           f"{_type_name(self)} and {_type_name(source)}")
-    if inplace:
-        shape = self._data.shape
-        target, mask = (self.reshape(1) if self._data.ndim == 0 else self), _inplace_mask(self, mask, "masked_scatter_")
-    else:
-        shape = broadcast_shapes(self._data.shape, mask._data.shape, op="masked_scatter")
-        target, mask = _as_vector(self.expand(shape)), _as_vector(_on(mask, self).expand(shape))
-    n = int(mask.sum())
-    if source.numel() < n:
-        raise RuntimeError("Number of elements of source < number of ones in mask")
-    values = apply(M.SLICE, _on(source, self).reshape(-1), key=(slice(0, n),))
-    out = _put(target, values, [mask], (0,), False, inplace)
-    return self if inplace else out.reshape(shape)
-
-
-def masked_scatter(input, mask, source):
-    """``input`` with consecutive elements of ``source`` written where ``mask`` is True."""
-    return _masked_scatter(input, mask, source, False)
-
-
-# -- flat positions ----------------------------------------------------------------------------------------------------
-def _flat_check(self, index, op):
-    _check_index_dtype(index, op, ("int64",), op + "(): Expected a long tensor for index, but got {}")
-    n = self.numel()
-    arr = index._data
-    try:
-        I.check_bounds(arr, n, 0)
-    except I.IndexOutOfBounds as e:
-        raise IndexError(f"out of range: tried to access index {e.value} on a tensor of {n} elements.") from None
-
-
-def take(input, index):
-    """The elements of ``input`` (read as 1-D, row-major) at ``index``; the result has ``index``'s shape."""
-    _flat_check(input, index, "take")
-    return apply(I.INDEX, input.reshape(-1), _on(index, input), key=(0,))
-
-
-def _put_flat(self, index, source, accumulate, inplace):
-    _flat_check(self, index, "put_")
-    if source.numel() != index.numel():
-        raise IndexError(f"put_(): Expected source and index to have the same number of elements, but got "
-                         f"source.numel() = {source.numel()}, index.numel() = {index.numel()}")
-    if source.dtype is not self.dtype:
-        raise RuntimeError(f"put_(): self and source expected to have the same dtype, but got {_type_name(self)} and "
-                           f"{_type_name(source)}")
-    target = self.reshape(1) if self._data.ndim == 0 else self
-    flat = _on(index.reshape(-1), self) % max(self.numel(), 1)
-    shape = target._data.shape
-    indices, stride = [], 1
-    for size in reversed(shape):  # unravel the row-major positions into one index tensor per dim
-        indices.append((flat // stride) % size)
-        stride *= size
-    out = _put(target, _on(source.reshape(-1), self), indices[::-1], tuple(range(len(shape))), accumulate, inplace)
-    return self if inplace else out.reshape(self.shape)
-
-
-def put(input, index, source, accumulate=False):
-    """``input`` with ``source`` written (or added) at the row-major positions ``index``."""
-    return _put_flat(input, index, source, accumulate, False)
+# -- masks and flat positions live in _indexing_masks.py --------------------------------------------------------------
+from ._indexing_masks import (  # noqa: E402 - they use the helpers above
+    _masked_fill_, _masked_scatter, _put_flat, masked_fill, masked_scatter, masked_select, put, take,
+)
 
 
 # -- Tensor methods ----------------------------------------------------------------------------------------------------

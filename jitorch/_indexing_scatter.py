@@ -1,0 +1,142 @@
+"""Gather and scatter: ``gather``, ``scatter``/``scatter_add``/``scatter_reduce``, ``take_along_dim``.
+
+Split from ``_indexing.py`` (which re-exports these); they share its index helpers.
+
+>>> import jitorch
+>>> x = jitorch.tensor([[1.0, 2.0], [3.0, 4.0]])
+>>> jitorch.gather(x, 1, jitorch.tensor([[1], [0]])).flatten().tolist()
+[2.0, 3.0]
+"""
+from __future__ import annotations
+
+from . import _creation
+from ._dispatch import apply, apply_inplace
+from ._indexing import _REDUCES, _as_vector, _check_index_dtype, _dim_indices, _on, _put
+from ._shape import broadcast_shapes, wrap_dim
+from ._tensor import Tensor
+from .ops import indexing as I
+from .ops import movement as M
+
+__all__ = ["gather", "scatter", "scatter_add", "scatter_reduce", "take_along_dim"]
+
+# -- gather / scatter --------------------------------------------------------------------------------------------------
+def gather(input, dim, index, *, sparse_grad=False, out=None):
+    """``out[i][j] = input[index[i][j]][j]`` (for ``dim=0``); the gradient scatters back with accumulation."""
+    _check_index_dtype(index, "gather", ("int64",), "gather(): Expected dtype int64 for index")
+    return _gather(input, dim, index, negative=False)
+
+
+def _gather(input, dim, index, negative):
+    if input._data.ndim == 0 or index._data.ndim == 0:
+        return _gather(_as_vector(input), dim, _as_vector(index), negative).reshape(index.shape)
+    nd = input._data.ndim
+    d = wrap_dim(dim, nd, "gather")
+    if index._data.ndim != nd:
+        raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
+    for k in range(nd):
+        if k != d and index._data.shape[k] > input._data.shape[k]:
+            raise RuntimeError(f"Size does not match at dimension {k} expected index {list(index.shape)} to be no "
+                               f"larger than self {list(input.shape)} apart from dimension {d}")
+    try:
+        return apply(I.INDEX, input, *_dim_indices(_on(index, input), d), key=tuple(range(nd)), negative=negative)
+    except I.IndexOutOfBounds as e:
+        raise RuntimeError(str(e)) from None
+
+
+def _scatter_args(self, dim, index, src, op):
+    """(wrapped dim, index tensors, values) for the scatter family; ``values`` is a scalar or src cut to index."""
+    _check_index_dtype(index, op, ("int64",), f"{op}(): Expected dtype int64 for index")
+    nd = self._data.ndim
+    d = wrap_dim(dim, nd, op)
+    if index._data.ndim != nd or (isinstance(src, Tensor) and src._data.ndim != nd):
+        raise RuntimeError("Index tensor must have the same number of dimensions as self tensor")
+    too_big = any(k != d and i > s for k, (i, s) in enumerate(zip(index._data.shape, self._data.shape)))
+    if isinstance(src, Tensor):
+        if src.dtype is not self.dtype:
+            raise RuntimeError(f"{op}(): Expected self.dtype to be equal to src.dtype")
+        if too_big or any(i > s for i, s in zip(index._data.shape, src._data.shape)):
+            raise RuntimeError(f"Expected index {list(index.shape)} to be no larger than self {list(self.shape)} "
+                               f"apart from dimension {d} and to be no larger size than src {list(src.shape)}")
+        src = _on(src, self)
+        if src._data.shape != index._data.shape:
+            src = apply(M.SLICE, src, key=tuple(slice(0, n) for n in index._data.shape))
+    elif too_big:
+        raise RuntimeError(f"Expected index {list(index.shape)} to be no larger than self {list(self.shape)} apart "
+                           f"from dimension {d}")
+    return d, _dim_indices(_on(index, self), d), src
+
+
+def _scatter(self, dim, index, src, reduce, inplace, op="scatter", accumulate=False):
+    if reduce == "multiply":
+        return _scatter_reduce(self, dim, index, src, "prod", True, inplace)
+    if reduce not in (None, "add"):
+        raise RuntimeError(f"{op}(): reduce argument must be either add or multiply, got {reduce}")
+    if self._data.ndim == 0:
+        view = self.reshape(1)
+        out = _scatter(view, dim, _as_vector(index), _as_vector(src) if isinstance(src, Tensor) else src, reduce,
+                       inplace, op, accumulate)
+        return self if inplace else out.reshape(())
+    d, indices, values = _scatter_args(self, dim, index, src, op)
+    try:
+        return _put(self, values, indices, tuple(range(len(indices))), accumulate or reduce == "add", inplace, False)
+    except I.IndexOutOfBounds as e:
+        raise RuntimeError(str(e)) from None
+
+
+def scatter(input, dim, index, src=None, value=None, *, reduce=None):
+    """A copy of ``input`` with ``src`` (a tensor, or a scalar ``value``) written at ``index`` along ``dim``."""
+    return _scatter(input, dim, index, value if src is None else src, reduce, False)
+
+
+def scatter_add(input, dim, index, src):
+    """``scatter`` that adds into the positions; repeated positions accumulate."""
+    return _scatter(input, dim, index, src, None, False, "scatter_add", accumulate=True)
+
+
+def _scatter_reduce(self, dim, index, src, reduce, include_self, inplace):
+    if reduce not in _REDUCES:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    if self._data.ndim == 0:
+        out = _scatter_reduce(self.reshape(1), dim, _as_vector(index), _as_vector(src), reduce, include_self, inplace)
+        return self if inplace else out.reshape(())
+    d, indices, src = _scatter_args(self, dim, index, src, "scatter_reduce")
+    index = indices[d]
+    if reduce in ("sum", "mean"):
+        base = self if include_self else self.scatter(d, index, 0)
+        total = base.scatter_add(d, index, src)
+        if reduce == "mean":
+            count = _creation.ones_like(self)
+            count = (count if include_self else count.scatter(d, index, 0)).scatter_add(d, index,
+                                                                                        _creation.ones_like(src))
+            total = total / count if self.is_floating_point() or self.is_complex() else \
+                total.div(count, rounding_mode="floor")
+        return self.copy_(total) if inplace else total
+    run = apply_inplace if inplace else apply
+    try:
+        return run(I.SCATTER_REDUCE, self, index, src, dim=d, reduce=reduce, include_self=include_self)
+    except I.IndexOutOfBounds as e:
+        raise RuntimeError(str(e)) from None
+
+
+def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):
+    """Reduce ``src`` into ``input`` at ``index`` along ``dim`` with sum, prod, mean, amax or amin."""
+    return _scatter_reduce(input, dim, index, src, reduce, include_self, False)
+
+
+def take_along_dim(input, indices, dim=None):
+    """``gather`` after broadcasting ``input`` and ``indices`` against each other except along ``dim``."""
+    _check_index_dtype(indices, "take_along_dim", ("int64",),
+                       "torch.take_along_dim(): dtype of indices should be Long but got {}")
+    if dim is None:  # unlike gather, negative indices wrap
+        return _gather(input.reshape(-1), 0, indices.reshape(-1), True)
+    if input._data.ndim != indices._data.ndim:
+        raise RuntimeError(f"torch.take_along_dim(): input and indices should have the same number of dimensions, but "
+                           f"got {input._data.ndim} dimensions for input, and {indices._data.ndim} dimensions for "
+                           "indices")
+    d = wrap_dim(dim, input._data.ndim, "take_along_dim")
+    sizes = list(input._data.shape)
+    sizes[d] = indices._data.shape[d]
+    shape = list(broadcast_shapes(tuple(sizes), indices._data.shape, op="take_along_dim"))
+    indices = indices.expand(shape)
+    shape[d] = input._data.shape[d]
+    return _gather(input.expand(shape), d, indices, True)
