@@ -19,6 +19,8 @@ from .._dispatch import MODES
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..nn.modules.module import Module
+from ..optim._fused import CompiledOptimizerStep
+from ..optim.optimizer import Optimizer
 from .backend import CompiledGraph
 from .guards import first_failure, guard_values
 from .lower import clear_kernel_cache, kernel_cache_stats
@@ -110,40 +112,34 @@ class CompiledFunction:
                           f"({self.recompile_limit}); failing guard: {failing}; running eagerly from now on",
                           RuntimeWarning, stacklevel=3)
 
-    def _needs_grad(self, tensors):
-        if not GradState.enabled:
-            return False
-        params = self._module.parameters() if self._module is not None else ()
-        return any(t._requires_grad for t in tensors) or any(p._requires_grad for p in params)
-
-    def _grad_flags(self, args, kwargs):
-        """The ``requires_grad`` of every tensor argument and parameter: a training entry is specialized on them."""
-        flags = tuple(a._requires_grad if isinstance(a, Tensor) else None for a in list(args) + list(kwargs.values()))
-        params = self._module.parameters() if self._module is not None else ()
-        return flags + tuple(p._requires_grad for p in params)
-
     def __call__(self, *args, **kwargs):
         fn = self._fn
         if self.backend == "eager" or MODES:
             # Inside another trace (a compiled function calling this one) the outer recorder must see every op.
             return fn(*args, **kwargs)
         tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
-        if self.backend == "jitorch" and any(t.device.type != "cpu" for t in tensors):
-            return fn(*args, **kwargs)
-        training = self._needs_grad(tensors)
+        # One traversal of the module per call: guards, grad flags and the training plan's inputs share it.
+        params = tuple(self._module.parameters()) if self._module is not None else ()
+        training = GradState.enabled and (any(t._requires_grad for t in tensors)
+                                          or any(p._requires_grad for p in params))
         if training and self.backend != "jitorch":
             return fn(*args, **kwargs)  # a callable backend is handed inference graphs only
-        guards = guard_values(args, kwargs, self._module)
+        guards = guard_values(args, kwargs, self._module, params)
         # Training specializations live apart, so ``entries`` keeps meaning "inference graphs".
         entries = self.entries
         if training:
-            guards.append(("requires_grad", self._grad_flags(args, kwargs)))
+            # The ``requires_grad`` of every tensor argument and parameter: a training entry is specialized on them.
+            flags = tuple(a._requires_grad if isinstance(a, Tensor) else None
+                          for a in list(args) + list(kwargs.values()))
+            guards.append(("requires_grad", flags + tuple(p._requires_grad for p in params)))
             entries = self.train_entries
         key = [v for _, v in guards]
         for entry in entries:
             if [v for _, v in entry.guards] == key:
                 if entry.run is None:
                     return fn(*args, **kwargs)
+                if entry.plan is not None:
+                    return entry.plan(params + tuple(args) + tuple(kwargs.values()))
                 return entry.run(args, kwargs)
         if self._fell_back:
             return fn(*args, **kwargs)
@@ -168,6 +164,8 @@ class CompiledFunction:
         traced = trace(self._fn, args, kwargs, fullgraph=self.fullgraph)
         entry = Entry(guards, trace_s=time.perf_counter() - start, breaks=traced.info.graph_breaks)
         self.train_entries.append(entry)
+        if traced.info.hidden_write is not None:
+            return self._eager_entry(entry, traced.info.hidden_write, traced.result)
         if traced.break_reason is not None:
             # Graph breaks under autograd run eagerly (each segment would need its own backward).
             return self._eager_entry(entry, traced.break_reason, traced.result)
@@ -195,12 +193,16 @@ class CompiledFunction:
         info = traced.info
         entry = Entry(guards, trace_s=time.perf_counter() - start, breaks=info.graph_breaks)
         self.entries.append(entry)
-        if info.unsound is not None:
-            return self._eager_entry(entry, info.unsound, traced.result)
+        if info.hidden_write is not None or info.unsound is not None:
+            return self._eager_entry(entry, info.hidden_write or info.unsound, traced.result)
         llvm_before = kernel_cache_stats()["compile_s"]
         if traced.gm is None:
             if callable(self.backend):  # a callable backend is handed whole graphs only
                 return self._eager_entry(entry, traced.break_reason, traced.result)
+            if any(a.is_cuda for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)):
+                # Segment replay defers ops on host-side lazy arrays; CUDA calls with graph breaks stay eager.
+                return self._eager_entry(entry, f"{traced.break_reason} (graph breaks on CUDA run eagerly)",
+                                         traced.result)
             self._segmented(entry, info)
         elif callable(self.backend):
             compiled = self.backend(traced.gm, list(args) + list(kwargs.values()))
@@ -269,6 +271,8 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     recorded one (see `jitorch._compile.replay`). ``fullgraph=True`` raises at the first break, naming the line.
     Under autograd a break makes that specialization run eagerly. ``mode="reduce-overhead"`` uses CPU graph
     capture and replay when ``jitorch._compile.reduce_overhead`` is present.
+    ``jitorch.compile(opt.step)`` returns the optimizer step with its Adam/AdamW/SGD groups updated by fused
+    kernels (`jitorch.optim._fused.CompiledOptimizerStep`).
     ``backend="eager"`` calls the function untouched; a callable backend receives ``(GraphModule, example_inputs)``
     and what it returns is called instead; ``disable=True`` returns ``model`` itself.
 
@@ -291,6 +295,8 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
         raise RuntimeError(f"jitorch.compile: unrecognized options {sorted(options)}")
     if backend == "inductor":  # code written for torch.compile's default keeps working
         backend = "jitorch"
+    if backend == "jitorch" and _optimizer_step(model):
+        return CompiledOptimizerStep(model)
     if not callable(backend) and backend not in ("jitorch", "eager"):
         raise RuntimeError(f"jitorch.compile: unknown backend {backend!r}; expected 'jitorch', 'eager' or a callable")
     if mode == "reduce-overhead" and backend == "jitorch" and find_spec("jitorch._compile.reduce_overhead"):
@@ -305,6 +311,12 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     if not callable(model):
         raise TypeError(f"jitorch.compile: expected a function or a Module, got {type(model).__name__}")
     return CompiledFunction(model, fullgraph=fullgraph, backend=backend, recompile_limit=limit)
+
+
+def _optimizer_step(fn):
+    """Whether ``fn`` is an optimizer's bound ``step`` (it writes arrays directly: no graph can stand for it)."""
+    owner = getattr(fn, "__self__", None)
+    return isinstance(owner, Optimizer) and getattr(fn, "__name__", None) == "step"
 
 
 def reset():

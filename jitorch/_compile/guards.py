@@ -28,8 +28,11 @@ def _constant(value):
     return ("id", id(value))
 
 
-def guard_values(args, kwargs, module=None):
-    """``[(name, value), ...]`` for one call; equal lists mean the same compiled entry applies."""
+def guard_values(args, kwargs, module=None, params=None):
+    """``[(name, value), ...]`` for one call; equal lists mean the same compiled entry applies.
+
+    ``params``: ``tuple(module.parameters())`` when the caller already has it (one traversal per call).
+    """
     out = []
     named = [(f"arg{i}", a) for i, a in enumerate(args)] + [(k, v) for k, v in kwargs.items()]
     for name, a in named:
@@ -42,7 +45,7 @@ def guard_values(args, kwargs, module=None):
     out.append(("grad_mode", GradState.enabled))
     if module is not None:
         out.append(("training", tuple(m.training for m in module.modules())))
-        out.append(("parameters", tuple(id(p) for p in module.parameters())))
+        out.append(("parameters", tuple(id(p) for p in (module.parameters() if params is None else params))))
     return out
 
 

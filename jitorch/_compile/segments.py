@@ -136,14 +136,28 @@ def watching(mode):
                 _session[-1].random_draw()
             return original_rng(generator)
 
+        original_bump = Tensor._bump_version
+
+        def bump(self):
+            # A version bump outside every recorded op: memory written behind the dispatcher's back (an optimizer's
+            # array-level update, a ``.data`` write). The graph holds no such write, so its replay would skip it.
+            current = _session[-1] if _session else None
+            if current is not None and not current.busy:
+                hidden = getattr(current, "hidden_write", None)
+                if hidden is not None:
+                    hidden()
+            return original_bump(self)
+
         for name, fn in originals.items():
             setattr(Tensor, name, wrap(name, fn))
+        Tensor._bump_version = bump
         _random._rng = rng
         _session.append(mode)
         try:
             yield
         finally:
             _session.pop()
+            Tensor._bump_version = original_bump
             _random._rng = original_rng
             for name, fn in originals.items():
                 setattr(Tensor, name, fn)
@@ -294,6 +308,11 @@ class Recorder(_ModeBase):
     def random_draw(self):
         self.info.random = True
 
+    def hidden_write(self):
+        if self.live and self.info.hidden_write is None:
+            self.info.hidden_write = ("a tensor was written outside the traced ops (an in-place update of raw arrays, "
+                                      "as an optimizer's step makes): a compiled graph would not repeat the write")
+
     def _end(self, brk):
         if brk.kind != "return" and self.info.fullgraph:
             raise RuntimeError(f"jitorch.compile(fullgraph=True): graph break at {brk.describe()}. Remove the "
@@ -320,6 +339,7 @@ class RecordInfo:
         self.breaks = []  # every Break in recording order (the last is the return)
         self.random = False  # a random draw outside an op (a creation function): the graph cannot bake it
         self.unsound = None  # a reason the inference graph would be wrong (an output requires grad)
+        self.hidden_write = None  # a reason no graph may replace the call: memory written outside every op
         self.result = None
         self.root = None
         self.output = None  # without breaks: the result with tensors replaced by nodes of the root segment

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from .. import _creation
 from .._tensor import Tensor
-from ._kernels import advance_step, hyper, increment_step, ops_for
+from ._fused import fused_adam
+from ._kernels import advance_step, capturing, hyper, increment_step, ops_for
 from .optimizer import evaluate_closure, upgrade_step
 from .optimizer import (Optimizer, _check_capturable, _check_fused_flags, _check_tensor_lr,
                         _device_dtype_check_for_fused, _get_scalar_dtype, _to_scalar, _use_grad_for_differentiable)
@@ -37,7 +38,9 @@ class Adam(Optimizer):
         capturable (bool): keep the step count in a tensor and compute the bias corrections with tensor ops, so
             the step can be captured in a graph (``jitorch.cpu.graph``, CUDA graphs) and every replay advances
             the count (default: False). Unlike PyTorch, CPU parameters may be capturable too.
-        foreach, fused (bool, optional): accepted for compatibility; the update is the same.
+        foreach (bool, optional): accepted for compatibility; the update is the same.
+        fused (bool, optional): update each float32/float64 CPU parameter and its state in one pass of a generated
+            kernel (`jitorch.optim._fused`); other tensors take the unfused update.
         differentiable (bool): record the update with autograd (default: False).
     """
 
@@ -132,7 +135,7 @@ class Adam(Optimizer):
             adam(params_with_grad, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
                  amsgrad=group["amsgrad"], beta1=beta1, beta2=beta2, lr=group["lr"],
                  weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"],
-                 capturable=group["capturable"], differentiable=group["differentiable"],
+                 capturable=group["capturable"], differentiable=group["differentiable"], fused=group["fused"],
                  decoupled_weight_decay=group["decoupled_weight_decay"])
         return loss
 
@@ -159,7 +162,18 @@ class AdamW(Adam):
 def adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, foreach=None, capturable=False,
          differentiable=False, fused=None, grad_scale=None, found_inf=None, has_complex=False,
          decoupled_weight_decay=False, *, amsgrad, beta1, beta2, lr, weight_decay, eps, maximize):
-    """Functional Adam: updates ``params`` and the moment averages in place and counts ``state_steps``."""
+    """Functional Adam: updates ``params`` and the moment averages in place and counts ``state_steps``.
+
+    ``fused=True`` runs one generated kernel per parameter (`_fused.fused_adam`) for contiguous float32/float64 CPU
+    tensors; other tensors take the unfused update, which computes the same result.
+    """
+    if fused and differentiable:
+        raise RuntimeError("Adam with fused=True does not support differentiable=True")
+    if fused and not capturing() and fused_adam(
+            params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, amsgrad=amsgrad, beta1=beta1,
+            beta2=beta2, lr=lr, weight_decay=weight_decay, eps=eps, maximize=maximize,
+            decoupled_weight_decay=decoupled_weight_decay, grad_scale=grad_scale, found_inf=found_inf):
+        return
     if grad_scale is not None or found_inf is not None:
         raise NotImplementedError("Adam: grad_scale/found_inf (AMP gradient scaling) is not supported")
     if not all(isinstance(t, Tensor) for t in state_steps):

@@ -13,7 +13,8 @@ tensor([ 0.4600, -0.4600], requires_grad=True)
 """
 from __future__ import annotations
 
-from ._kernels import hyper, ops_for
+from ._fused import fused_sgd
+from ._kernels import capturing, hyper, ops_for
 from .optimizer import evaluate_closure
 from .optimizer import (Optimizer, _check_fused_flags, _check_tensor_lr, _device_dtype_check_for_fused,
                         _use_grad_for_differentiable)
@@ -32,7 +33,9 @@ class SGD(Optimizer):
         weight_decay (float): L2 penalty added to the gradient (default: 0).
         nesterov (bool): Nesterov momentum; needs a momentum and zero dampening (default: False).
         maximize (bool): maximize the objective instead of minimizing it (default: False).
-        foreach, fused (bool, optional): accepted for compatibility; every variant computes the same update.
+        foreach (bool, optional): accepted for compatibility; every variant computes the same update.
+        fused (bool, optional): update each float32/float64 CPU parameter and its momentum buffer in one pass of a
+            generated kernel (`jitorch.optim._fused`); other tensors take the unfused update.
         differentiable (bool): record the update with autograd (default: False).
 
     The momentum buffer starts as the first gradient, then ``b = momentum * b + (1 - dampening) * g``.
@@ -88,7 +91,7 @@ class SGD(Optimizer):
             self._init_group(group, params, grads, momentum_buffer_list)
             sgd(params, grads, momentum_buffer_list, weight_decay=group["weight_decay"], momentum=group["momentum"],
                 lr=group["lr"], dampening=group["dampening"], nesterov=group["nesterov"], maximize=group["maximize"],
-                differentiable=group["differentiable"])
+                differentiable=group["differentiable"], fused=group["fused"])
             if group["momentum"] != 0:
                 for p, buf in zip(params, momentum_buffer_list):
                     self.state[p]["momentum_buffer"] = buf
@@ -97,7 +100,17 @@ class SGD(Optimizer):
 
 def sgd(params, d_p_list, momentum_buffer_list, has_sparse_grad=False, foreach=None, fused=None, grad_scale=None,
         found_inf=None, *, weight_decay, momentum, lr, dampening, nesterov, maximize, differentiable=False):
-    """Functional SGD: updates ``params`` in place; fills ``None`` entries of ``momentum_buffer_list``."""
+    """Functional SGD: updates ``params`` in place; fills ``None`` entries of ``momentum_buffer_list``.
+
+    ``fused=True`` runs one generated kernel per parameter (`_fused.fused_sgd`) for contiguous float32/float64 CPU
+    tensors; other tensors take the unfused update, which computes the same result.
+    """
+    if fused and differentiable:
+        raise RuntimeError("`fused` does not support `differentiable`")
+    if fused and not differentiable and not capturing() and fused_sgd(
+            params, d_p_list, momentum_buffer_list, weight_decay=weight_decay, momentum=momentum, lr=lr,
+            dampening=dampening, nesterov=nesterov, maximize=maximize, grad_scale=grad_scale, found_inf=found_inf):
+        return
     if grad_scale is not None or found_inf is not None:
         raise NotImplementedError("SGD: grad_scale/found_inf (AMP gradient scaling) is not supported")
     ops = ops_for({"differentiable": differentiable})

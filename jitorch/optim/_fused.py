@@ -1,0 +1,309 @@
+"""``fused=True`` optimizer updates: one generated LLVM kernel per (update rule, dtype, flags) that reads each
+element of the parameter, its gradient and its state once and writes the new values back in the same pass.
+
+The unfused update (`_kernels.ARRAY_OPS`) makes one NumPy pass per primitive (Adam: ``lerp_``, ``mul_``,
+``addcmul_``, ``sqrt``, ``div_``, ``add_``, ``addcdiv_``; nine passes over memory and three temporaries); the fused
+kernel makes one. The arithmetic follows PyTorch's CPU fused kernels (``FusedAdamKernel.cpp``,
+``FusedSGDKernel.cpp``): scalars rounded to the parameter's dtype, the ``lerp`` branch on the size of its weight,
+AMSGrad's maximum, decoupled (AdamW) or L2 weight decay, ``maximize``, and AMP's ``grad_scale`` (the gradient is
+unscaled in place) / ``found_inf`` (the step is skipped and Adam's count rolled back).
+
+Every hyperparameter is read from a small scalar array at run time (the learning rate of a scheduler, the bias
+corrections of each step), so a kernel compiles once per flag set and dtype, not once per step. Structural flags
+(AMSGrad, maximize, weight decay on/off, Nesterov, first momentum step) select the kernel. The kernel is compiled for
+a 1-D iteration space and run over each parameter's element range with ``kernel(0, numel, *addresses)``.
+
+Float32 and float64 CPU tensors that are contiguous take the fused kernel; anything else (half precision, complex,
+CUDA, non-contiguous state) returns ``False`` from `fused_adam`/`fused_sgd` so the caller runs the unfused update,
+which computes the same result.
+
+SGD with momentum (``_sgd_ir("f32", False, False, True, False, False, False)``) emits this IR; the scalar array
+holds ``weight_decay, momentum, 1 - dampening, lr, 1 / grad_scale``, and buffers 0 and 2 are read and written::
+
+    kernel (1099511627776,) reduce=0
+      buf0 f32 strides=(1,) offset=0        param
+      buf1 f32 strides=(1,) offset=0        grad
+      buf2 f32 strides=(1,) offset=0        momentum_buffer
+      buf3 f32 strides=(0,) offset=0        scalars[0] ... buf7: scalars[4]
+      ...
+      %0 = load buf2
+      %1 = load buf4
+      %2 = mul %0 %1
+      %3 = load buf5
+      %4 = load buf1
+      %5 = mul %3 %4
+      %6 = add %2 %5
+      %7 = load buf0
+      %8 = load buf6
+      %9 = mul %8 %6
+      %10 = sub %7 %9
+      store buf2 %6
+      store buf0 %10
+
+>>> import jitorch
+>>> w = jitorch.tensor([1.0, -1.0], requires_grad=True)
+>>> opt = jitorch.optim.Adam([w], lr=0.1, fused=True)
+>>> (w * w).sum().backward()
+>>> opt.step()
+>>> w
+tensor([ 0.9000, -0.9000], requires_grad=True)
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..codegen.ir import Buffer, Kernel, Store, load, op
+from ..codegen.llvm_compile import compile_kernel
+from ..codegen.llvm_objcache import default_cache
+from .._tensor import Tensor
+
+__all__ = ["fused_adam", "fused_sgd", "fused_kernel_count"]
+
+_IR = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+# The kernel's nominal length: the loop runs over [0, numel) passed at each call, so one kernel serves every size.
+_SPAN = 1 << 40
+_lock = threading.Lock()
+_KERNELS: dict[tuple, object] = {}
+
+
+def fused_kernel_count():
+    """How many fused optimizer kernels this process has compiled (one per update rule, dtype and flag set)."""
+    return len(_KERNELS)
+
+
+def _kernel(key, build):
+    ck = _KERNELS.get(key)
+    if ck is None:
+        with _lock:
+            ck = _KERNELS.get(key)
+            if ck is None:
+                ck = _KERNELS[key] = compile_kernel(build(), cache=default_cache())
+    return ck
+
+
+class _Scalars:
+    """Names scalar slots: ``s("lr")`` loads slot ``lr`` of the scalar array (buffer ``first + index``)."""
+
+    def __init__(self, names, first, dt):
+        self.names, self.first, self.dt = names, first, dt
+
+    def __call__(self, name):
+        return load(self.first + self.names.index(name), self.dt)
+
+    def buffers(self):
+        return [Buffer(self.dt, (0,), offset=i) for i in range(len(self.names))]
+
+
+# -- Adam / AdamW ---------------------------------------------------------------------------------------------------
+_ADAM_SCALARS = ("w1", "one_minus_w1", "beta2", "one_minus_beta2", "weight_decay", "decay", "step_size",
+                 "bc2_sqrt", "eps", "inv_scale")
+# Buffers: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq, 4 max_exp_avg_sq (a placeholder without AMSGrad), 5.. scalars.
+
+
+def _adam_ir(dt, amsgrad, maximize, wd_mode, small_weight, scaled):
+    """The Adam update over buffers param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq and the scalars."""
+    s = _Scalars(_ADAM_SCALARS, 5, dt)
+    p, g = load(0, dt), load(1, dt)
+    stores = []
+    if scaled:  # AMP: the gradient is unscaled in place, as PyTorch's fused kernel does
+        g = op("mul", g, s("inv_scale"))
+        stores.append(Store(1, g))
+    if maximize:
+        g = op("neg", g)
+    if wd_mode == "decoupled":
+        p = op("mul", p, s("decay"))
+    elif wd_mode == "l2":
+        g = op("add", g, op("mul", p, s("weight_decay")))
+    m = load(2, dt)
+    diff = op("sub", g, m)
+    if small_weight:  # lerp as ATen computes it: from the nearer end
+        m = op("add", m, op("mul", s("w1"), diff))
+    else:
+        m = op("sub", g, op("mul", diff, s("one_minus_w1")))
+    v = op("add", op("mul", load(3, dt), s("beta2")), op("mul", op("mul", s("one_minus_beta2"), g), g))
+    second = v
+    if amsgrad:
+        second = op("max", load(4, dt), v)
+        stores.append(Store(4, second))
+    denom = op("add", op("div", op("sqrt", second), s("bc2_sqrt")), s("eps"))
+    p = op("sub", p, op("div", op("mul", s("step_size"), m), denom))
+    stores += [Store(2, m), Store(3, v), Store(0, p)]
+    buffers = [Buffer(dt, (1,)) for _ in range(5)] + s.buffers()
+    return Kernel((_SPAN,), tuple(buffers), tuple(stores))
+
+
+def _usable(*tensor_lists):
+    """Whether every tensor is a contiguous float32/float64 CPU array of one dtype (the fused kernel's domain)."""
+    dtype = None
+    for tensors in tensor_lists:
+        for t in tensors:
+            a = t._data
+            if type(a) is not np.ndarray or a.dtype not in _IR or not a.flags.c_contiguous:
+                return False
+            if dtype is None:
+                dtype = a.dtype
+            elif a.dtype != dtype:
+                return False
+    return True
+
+
+def _scalar(v):
+    return float(v.item()) if isinstance(v, Tensor) else float(v)
+
+
+def _amp(grad_scale, found_inf):
+    """``(skip, inv_scale)`` for AMP's ``grad_scale``/``found_inf`` tensors."""
+    skip = found_inf is not None and _scalar(found_inf) == 1.0
+    inv = None if grad_scale is None else 1.0 / _scalar(grad_scale)
+    return skip, inv
+
+
+def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, amsgrad, beta1, beta2, lr,
+               weight_decay, eps, maximize, decoupled_weight_decay, grad_scale=None, found_inf=None):
+    """Adam/AdamW with one fused kernel call per parameter; ``False`` (nothing changed) when a tensor is outside
+    the kernel's domain (the caller then runs the unfused update).
+
+    Advances ``state_steps`` (PyTorch's fused Adam keeps them as float32 tensors) before the update, and rolls them
+    back when ``found_inf`` is set, as ``torch._fused_adam_`` does.
+    """
+    lists = [params, grads, exp_avgs, exp_avg_sqs] + ([max_exp_avg_sqs] if amsgrad else [])
+    if not _usable(*lists):
+        return False
+    beta1, beta2, lr, weight_decay, eps = map(_scalar, (beta1, beta2, lr, weight_decay, eps))
+    skip, inv_scale = _amp(grad_scale, found_inf)
+    w1 = 1.0 - beta1
+    wd_mode = None if weight_decay == 0 else "decoupled" if decoupled_weight_decay else "l2"
+    dtype = params[0]._data.dtype if params else None
+    key = ("adam", _IR.get(dtype), amsgrad, maximize, wd_mode, abs(w1) < 0.5, inv_scale is not None)
+    for i, param_t in enumerate(params):
+        step_t = state_steps[i]
+        step_t._data += 1
+        step_t._bump_version()
+        if skip:
+            step_t._data -= 1
+            continue
+        step = float(step_t._data)
+        bc1 = 1.0 - beta1 ** step
+        bc2 = 1.0 - beta2 ** step
+        scalars = np.array([w1, 1.0 - w1, beta2, 1.0 - beta2, weight_decay, 1.0 - lr * weight_decay, lr / bc1,
+                            bc2 ** 0.5, eps, 1.0 if inv_scale is None else inv_scale], dtype=dtype)
+        arrays = [param_t._data, grads[i]._data, exp_avgs[i]._data, exp_avg_sqs[i]._data,
+                  (max_exp_avg_sqs[i] if amsgrad else exp_avgs[i])._data]
+        ck = _kernel(key, lambda: _adam_ir(key[1], *key[2:]))
+        scalar_addr = scalars.ctypes.data
+        ck(0, arrays[0].size, *(a.ctypes.data for a in arrays), *([scalar_addr] * len(_ADAM_SCALARS)))
+        touched = [param_t, exp_avgs[i], exp_avg_sqs[i]] + ([max_exp_avg_sqs[i]] if amsgrad else [])
+        if inv_scale is not None:
+            touched.append(grads[i])
+        for t in touched:
+            t._bump_version()
+    return True
+
+
+# -- SGD ------------------------------------------------------------------------------------------------------------
+_SGD_SCALARS = ("weight_decay", "momentum", "one_minus_dampening", "lr", "inv_scale")
+# Buffers: 0 param, 1 grad, 2 momentum_buffer (a placeholder without momentum), 3.. scalars.
+
+
+def _sgd_ir(dt, maximize, decay, momentum, first, nesterov, scaled):
+    s = _Scalars(_SGD_SCALARS, 3, dt)
+    p, g = load(0, dt), load(1, dt)
+    stores = []
+    if scaled:
+        g = op("mul", g, s("inv_scale"))
+        stores.append(Store(1, g))
+    if maximize:
+        g = op("neg", g)
+    if decay:
+        g = op("add", g, op("mul", p, s("weight_decay")))
+    if momentum:
+        buf = g if first else op("add", op("mul", load(2, dt), s("momentum")), op("mul", s("one_minus_dampening"), g))
+        stores.append(Store(2, buf))
+        g = op("add", g, op("mul", s("momentum"), buf)) if nesterov else buf
+    stores.append(Store(0, op("sub", p, op("mul", s("lr"), g))))
+    buffers = [Buffer(dt, (1,)) for _ in range(3)] + s.buffers()
+    return Kernel((_SPAN,), tuple(buffers), tuple(stores))
+
+
+def fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening, nesterov, maximize,
+              grad_scale=None, found_inf=None):
+    """SGD with one fused kernel call per parameter; ``False`` (nothing changed) outside the kernel's domain.
+
+    As ``torch._fused_sgd_``: when every momentum buffer is ``None`` this is the first step, the buffers are created
+    (``empty_like(grad)``) and filled with the gradient; ``None`` entries of ``momentum_buffer_list`` are replaced.
+    """
+    if not _usable(params, grads, [b for b in momentum_buffer_list if b is not None]):
+        return False
+    weight_decay, momentum, lr, dampening = map(_scalar, (weight_decay, momentum, lr, dampening))
+    skip, inv_scale = _amp(grad_scale, found_inf)
+    if skip:
+        return True
+    first = momentum != 0 and all(b is None for b in momentum_buffer_list)
+    if momentum != 0 and not first and any(b is None for b in momentum_buffer_list):
+        return False  # a partly initialized list (parameters that got gradients late): the unfused rule handles it
+    dtype = params[0]._data.dtype if params else None
+    key = ("sgd", _IR.get(dtype), maximize, weight_decay != 0, momentum != 0, first, nesterov, inv_scale is not None)
+    scalars = np.array([weight_decay, momentum, 1.0 - dampening, lr, 1.0 if inv_scale is None else inv_scale],
+                       dtype=dtype)
+    scalar_addrs = [scalars.ctypes.data] * len(_SGD_SCALARS)
+    ck = _kernel(key, lambda: _sgd_ir(key[1], *key[2:])) if params else None
+    for i, param_t in enumerate(params):
+        grad = grads[i]._data
+        if first:
+            momentum_buffer_list[i] = Tensor._make(np.empty_like(grad))
+        buf = momentum_buffer_list[i]._data if momentum != 0 else grad
+        ck(0, grad.size, param_t._data.ctypes.data, grad.ctypes.data, buf.ctypes.data, *scalar_addrs)
+        param_t._bump_version()
+        if momentum != 0:
+            momentum_buffer_list[i]._bump_version()
+        if inv_scale is not None:
+            grads[i]._bump_version()
+    return True
+
+
+# -- jitorch.compile(opt.step) --------------------------------------------------------------------------------------
+_FUSABLE = ("Adam", "AdamW", "SGD")
+
+
+class CompiledOptimizerStep:
+    """What ``jitorch.compile(opt.step)`` returns: the step with every eligible group updated by the fused kernels.
+
+    An optimizer's update writes the parameters' arrays directly, which no traced graph would repeat, so instead of
+    tracing it the step runs as written with ``fused=True`` for the parameter groups of Adam, AdamW and SGD whose
+    parameters are float32/float64 CPU tensors and that are neither ``differentiable`` nor ``foreach=True`` (one
+    pass per parameter instead of one per arithmetic op, as torch.compile's generated optimizer kernels). Other
+    optimizers and groups run their usual step. The groups' own ``fused`` settings are restored after every call.
+
+    >>> import jitorch
+    >>> w = jitorch.tensor([1.0, -1.0], requires_grad=True)
+    >>> opt = jitorch.optim.SGD([w], lr=0.1)
+    >>> step = jitorch.compile(opt.step)
+    >>> (w * w).sum().backward()
+    >>> step()
+    >>> w, opt.param_groups[0]["fused"]
+    (tensor([ 0.8000, -0.8000], requires_grad=True), None)
+    """
+
+    def __init__(self, step):
+        self.__wrapped__ = self._step = step
+        self.optimizer = step.__self__
+        for attr in ("__name__", "__qualname__", "__doc__"):
+            setattr(self, attr, getattr(step, attr, None))
+
+    def _eligible(self, group):
+        if type(self.optimizer).__name__ not in _FUSABLE or group.get("fused") or group.get("differentiable") \
+                or group.get("foreach") or "fused" not in group:
+            return False
+        return all(type(p._data) is np.ndarray and p._data.dtype in _IR for p in group["params"])
+
+    def __call__(self, *args, **kwargs):
+        switched = [g for g in self.optimizer.param_groups if self._eligible(g)]
+        for group in switched:
+            group["fused"] = True
+        try:
+            return self._step(*args, **kwargs)
+        finally:
+            for group in switched:
+                group["fused"] = None
