@@ -164,3 +164,26 @@ def move_array(arr, device_type, index=None):
         if type(arr) is not np.ndarray and arr.device.id == (index or 0):
             return arr
         return cp.asarray(arr)
+
+
+def compute_capability(index: int = 0) -> tuple[int, int]:
+    """(major, minor) compute capability of CUDA device ``index``, e.g. ``(9, 0)`` on an H100/H200: the SM arch
+    generated code is compiled for (``sm_90``)."""
+    cp = array_module_for("cuda")
+    return _device_facts(cp, index)[:2]
+
+
+def multiprocessor_count(index: int = 0) -> int:
+    """The number of SMs of CUDA device ``index`` (132 on an H200): what launch grids are sized by."""
+    cp = array_module_for("cuda")
+    return _device_facts(cp, index)[2]
+
+
+_FACTS: dict[int, tuple[int, int, int]] = {}
+
+
+def _device_facts(cp, index):
+    if index not in _FACTS:  # device properties never change while the process runs; the query is slow
+        props = cp.cuda.runtime.getDeviceProperties(index)
+        _FACTS[index] = (int(props["major"]), int(props["minor"]), int(props["multiProcessorCount"]))
+    return _FACTS[index]

@@ -1,5 +1,8 @@
 """The "jitorch" backend: run a traced graph with its fused groups as LLVM kernels and everything else eagerly.
 
+Groups whose inputs live on a CUDA device run as CUDA kernels instead (`lower_cuda`: NVRTC cubins launched through
+CuPy on the current stream); the choice is made per call from the input arrays.
+
 >>> import jitorch
 >>> from jitorch._compile.trace import trace
 >>> t = trace(lambda x: (x * 2 + 1).sum(), (jitorch.ones(3),), {})
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 from .._tensor import Tensor
 from ..fx.node import Node, map_aggregate
+from . import lower_cuda
 from .fusion import FusedGroup, partition
 from .lower import GroupKernel
 
@@ -50,7 +54,8 @@ class CompiledGraph:
             env[n] = a
         for (kernel, unit), frees in zip(self.steps, self.frees):
             if kernel is not None:
-                outs = kernel([env[p]._data for p in unit.inputs])
+                arrays = [env[p]._data for p in unit.inputs]
+                outs = lower_cuda.run(kernel, arrays) if lower_cuda.on_device(arrays) else kernel(arrays)
                 for m, o in zip(unit.outputs, outs):
                     env[m] = Tensor._make(o)
             else:
