@@ -21,7 +21,7 @@ from .runtime import array_module_for
 from .runtime.host_cache import THRESHOLD as _HOST_MIN
 from .runtime.host_cache import empty as _host_empty
 
-__all__ = ["apply", "apply_inplace", "push_mode", "pop_mode", "MODES"]
+__all__ = ["apply", "apply_inplace", "push_mode", "pop_mode", "run_below", "MODES"]
 
 # Active interpreters of ops (tracers, capture recorders); the innermost one sees each op first.
 MODES: list = []
@@ -45,6 +45,18 @@ def push_mode(mode):
 
 def pop_mode():
     return MODES.pop()
+
+
+def run_below(mode, fn, *args, **kwargs):
+    """Call ``fn`` with ``mode`` (the innermost) popped, so the ops it runs reach the modes beneath; then restore it.
+
+    Modes assign it as a method: ``_run = run_below`` gives ``self._run(apply, op, *args)``.
+    """
+    pop_mode()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        push_mode(mode)
 
 
 def _xp_of(data):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._dispatch import apply_inplace, eager, pop_mode, push_mode
+from .._dispatch import apply_inplace, eager, run_below
 from .._tensor import Tensor
 from ..ops.table import OPS
 from ._steps import inplace_step, kernel_step, plan_operands, restore_step, root_of
@@ -93,12 +93,7 @@ class CaptureMode:
                 self.fail(f"CPU graph capture: '{op.name}' got a tensor on {t.device}; a CPU graph records CPU "
                           "tensors only (use jitorch.cuda graphs for the GPU)")
 
-    def _run(self, fn, *args, **kwargs):
-        pop_mode()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            push_mode(self)
+    _run = run_below  # ``self._run(fn, *args)``: fn runs with this mode popped
 
     # -- the MODES protocol ---------------------------------------------------------------------------------------
     def dispatch(self, op, args, attrs):

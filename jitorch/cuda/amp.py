@@ -16,31 +16,12 @@ import functools
 import warnings
 
 from .. import amp as _amp
+from ..amp._deprecated import device_amp_classes
 
 __all__ = ["autocast", "GradScaler", "custom_fwd", "custom_bwd"]
 
 
-class autocast(_amp.autocast):
-    """Deprecated: ``jitorch.amp.autocast("cuda", ...)``."""
-
-    def __init__(self, enabled: bool = True, dtype=None, cache_enabled: bool = True):
-        warnings.warn("`torch.cuda.amp.autocast(args...)` is deprecated. Please use "
-                      "`torch.amp.autocast('cuda', args...)` instead.", FutureWarning, stacklevel=2)
-        from .. import _dtype
-
-        super().__init__("cuda", enabled=enabled, dtype=_dtype.float16 if dtype is None else dtype,
-                         cache_enabled=cache_enabled)
-
-
-class GradScaler(_amp.GradScaler):
-    """Deprecated: ``jitorch.amp.GradScaler("cuda", ...)``."""
-
-    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 growth_interval: int = 2000, enabled: bool = True) -> None:
-        warnings.warn("`torch.cuda.amp.GradScaler(args...)` is deprecated. Please use "
-                      "`torch.amp.GradScaler('cuda', args...)` instead.", FutureWarning, stacklevel=2)
-        super().__init__("cuda", init_scale=init_scale, growth_factor=growth_factor, backoff_factor=backoff_factor,
-                         growth_interval=growth_interval, enabled=enabled)
+autocast, GradScaler = device_amp_classes("cuda", "float16", __name__)
 
 
 def custom_fwd(fwd=None, *, cast_inputs=None):

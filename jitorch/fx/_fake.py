@@ -34,7 +34,7 @@ import threading
 
 import numpy as np
 
-from .._dispatch import MODES, apply, apply_inplace, pop_mode, push_mode
+from .._dispatch import apply, apply_inplace, MODES, pop_mode, push_mode, run_below
 from .._dispatch import record as record_autograd
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
@@ -170,12 +170,7 @@ class FakeTensorMode:
         return fake
 
     # -- the mode -----------------------------------------------------------------------------------------------
-    def _run(self, fn, *args, **attrs):
-        pop_mode()
-        try:
-            return fn(*args, **attrs)
-        finally:
-            push_mode(self)
+    _run = run_below  # ``self._run(fn, *args)``: fn runs with this mode popped
 
     def _any_fake(self, args, attrs):
         return any(self.is_fake(t) for t in _tensors((*args, *attrs.values())))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import operator
 
-from .._dispatch import apply, apply_inplace, pop_mode, push_mode
+from .._dispatch import apply, apply_inplace, pop_mode, push_mode, run_below
 from .._tensor import Tensor
 from ..nn.modules.module import Module
 from ..ops.table import OPS
@@ -98,12 +98,7 @@ class _RecordingMode:
             self.bind(a, node)
         return node
 
-    def _run(self, fn, *args, **attrs):
-        pop_mode()
-        try:
-            return fn(*args, **attrs)
-        finally:
-            push_mode(self)
+    _run = run_below  # ``self._run(fn, *args)``: fn runs with this mode popped
 
     def dispatch(self, op, args, attrs):
         out = self._run(apply, op, *args, **attrs)
