@@ -26,6 +26,8 @@ tensor([2.7183, 2.7183])
 """
 from __future__ import annotations
 
+from ..utils._pytree import flatten_into, unflatten_from
+
 import warnings
 
 import numpy as np
@@ -52,25 +54,6 @@ class _Overwritten(Tensor):
 
     def __repr__(self):
         raise OverwrittenOutputError(object.__getattribute__(self, "_overwritten_message"))
-
-
-def _flatten(tree, leaves):
-    if isinstance(tree, (tuple, list)):
-        return type(tree), [_flatten(x, leaves) for x in tree]
-    if isinstance(tree, dict):
-        return dict, {k: _flatten(v, leaves) for k, v in tree.items()}
-    leaves.append(tree)
-    return None, len(leaves) - 1
-
-
-def _unflatten(spec, leaves):
-    kind, inner = spec
-    if kind is None:
-        return leaves[inner]
-    if kind is dict:
-        return {k: _unflatten(v, leaves) for k, v in inner.items()}
-    items = [_unflatten(x, leaves) for x in inner]
-    return kind(*items) if hasattr(kind, "_fields") else kind(items)
 
 
 def _describe(t):
@@ -156,12 +139,12 @@ class ReduceOverheadFunction:
         self.layouts = [(tuple(t.shape), t.dtype, t.device, t.is_contiguous()) if isinstance(t, Tensor) else None
                         for t in leaves]
         g = CPUGraph()
-        args, kwargs = _unflatten(spec, self.static)
+        args, kwargs = unflatten_from(spec, self.static)
         with graph(g):
             out = self.fn(*args, **kwargs)
         self.graph = g
         self.out_spec_leaves = []
-        self.out_spec = _flatten(out, self.out_spec_leaves)
+        self.out_spec = flatten_into(out, self.out_spec_leaves)
         native = g._build()
         self.native = native if native is not None and native.native else None
         self.slots = [None] * len(self.static)
@@ -198,7 +181,7 @@ class ReduceOverheadFunction:
     # -- calls ----------------------------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         leaves = []
-        spec = _flatten((args, kwargs), leaves)
+        spec = flatten_into((args, kwargs), leaves)
         self.calls += 1
         if self.graph is None:
             reason = self._needs_eager(leaves)
@@ -234,12 +217,12 @@ class ReduceOverheadFunction:
                         for t in leaves]
         versions = [t._version if isinstance(t, Tensor) else None for t in self.static]
         g = CUDAGraph()
-        args, kwargs = _unflatten(spec, self.static)
+        args, kwargs = unflatten_from(spec, self.static)
         with cuda_graph(g):
             out = self.fn(*args, **kwargs)
         self.graph = g
         self.out_spec_leaves = []
-        self.out_spec = _flatten(out, self.out_spec_leaves)
+        self.out_spec = flatten_into(out, self.out_spec_leaves)
         self.mutated = [isinstance(t, Tensor) and t._version != v for t, v in zip(self.static, versions)]
         spans = [_cuda_span(t._data) for t in self.static if isinstance(t, Tensor)]
         self.out_kinds = []
@@ -339,7 +322,7 @@ class ReduceOverheadFunction:
                 fresh.append(t)
             else:
                 fresh.append(o)
-        return _unflatten(self.out_spec, fresh)
+        return unflatten_from(self.out_spec, fresh)
 
 
 def compile_reduce_overhead(fn, *, module=None):

@@ -15,6 +15,8 @@ Outputs and gradients returned are detached views of the graphs' static buffers:
 """
 from __future__ import annotations
 
+from ..utils._pytree import flatten_into, unflatten_from
+
 from .._creation import zeros_like
 from .._tensor import Tensor
 from ..autograd import Function, grad as _autograd_grad
@@ -22,20 +24,6 @@ from ._lazy import has_cuda
 from .graphs import CUDAGraph, graph, graph_pool_handle
 
 __all__ = ["make_graphed_callables"]
-
-
-def _flatten(tree, leaves):
-    if isinstance(tree, (tuple, list)):
-        return type(tree), [_flatten(x, leaves) for x in tree]
-    leaves.append(tree)
-    return None, len(leaves) - 1
-
-
-def _unflatten(spec, leaves):
-    kind, inner = spec
-    if kind is None:
-        return leaves[inner]
-    return kind(_unflatten(x, leaves) for x in inner)
 
 
 def _is_module(obj):
@@ -86,7 +74,7 @@ def _warm_up(captured, num_warmup_iters, allow_unused):
     for c in captured:
         for _ in range(num_warmup_iters):
             leaves = []
-            _flatten(c.fn(*c.args), leaves)
+            flatten_into(c.fn(*c.args), leaves)
             outs = tuple(o for o in leaves if isinstance(o, Tensor) and o.requires_grad)
             ins = tuple(t for t in c.surface if t.requires_grad)
             if outs and ins:
@@ -98,7 +86,7 @@ def _warm_up(captured, num_warmup_iters, allow_unused):
 def _capture_forward(c, pool):
     with graph(c.fwd, pool=pool):
         leaves = []
-        c.out_spec = _flatten(c.fn(*c.args), leaves)
+        c.out_spec = flatten_into(c.fn(*c.args), leaves)
     if not all(isinstance(o, Tensor) for o in leaves):
         raise TypeError("make_graphed_callables: a graphed callable must return Tensors (or tuples/lists of them)")
     c.outputs = tuple(leaves)
@@ -154,7 +142,7 @@ def _make_function(c):
                 raise RuntimeError(f"graphed callable: argument {i} must match the sample argument (shape "
                                    f"{list(static.shape)}, dtype {static.dtype}, device {static.device}); got {got}")
         outputs = Graphed.apply(*(tuple(user_args) + c.params))
-        return _unflatten(c.out_spec, list(outputs))
+        return unflatten_from(c.out_spec, list(outputs))
     return functionalized
 
 
