@@ -31,3 +31,21 @@ def check_traced(root, *inputs, gm=None, concrete_args=None):
     assert_close(fx.Interpreter(gm).run(*inputs), expected)
     assert_close(gm(*inputs), expected)
     return gm
+
+
+def digits_cnn(T):
+    """The model of examples/train_digits.py (kept identical; the example imports scikit-learn, tests do not)."""
+    nn = T.nn
+
+    class DigitsCNN(nn.Module):
+        def __init__(self, num_classes=10):
+            super().__init__()
+            self.features = nn.Sequential(
+                nn.Conv2d(1, 16, kernel_size=3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                nn.Conv2d(16, 32, kernel_size=3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            )
+            self.classifier = nn.Sequential(nn.Flatten(), nn.Dropout(0.1), nn.Linear(32 * 2 * 2, num_classes))
+
+        def forward(self, x):
+            return self.classifier(self.features(x))
+    return DigitsCNN

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.fx
-from test_fx_helpers import assert_close, check_traced
+from test_fx_helpers import assert_close, check_traced, digits_cnn
 from torch.fx.passes.shape_prop import ShapeProp as TorchShapeProp
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -23,24 +23,6 @@ from jitorch.fx.make_fx import Primitive
 from jitorch.fx.passes import ShapeProp
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
-
-
-def digits_cnn(T):
-    """The model of examples/train_digits.py (kept identical; the example imports scikit-learn, tests do not)."""
-    nn = T.nn
-
-    class DigitsCNN(nn.Module):
-        def __init__(self, num_classes=10):
-            super().__init__()
-            self.features = nn.Sequential(
-                nn.Conv2d(1, 16, kernel_size=3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                nn.Conv2d(16, 32, kernel_size=3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            )
-            self.classifier = nn.Sequential(nn.Flatten(), nn.Dropout(0.1), nn.Linear(32 * 2 * 2, num_classes))
-
-        def forward(self, x):
-            return self.classifier(self.features(x))
-    return DigitsCNN
 
 
 def attention_block(T):
