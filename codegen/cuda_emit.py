@@ -24,7 +24,7 @@ from .codeblock import CodeBlock
 from .cuda_index import IndexPlan, c_int, index64_needed
 from .cuda_ops import C_TYPES, UnsupportedPrimitive, c_const, c_op, combine
 from .cuda_templates import _check_name
-from .ir import collapse, identity
+from .ir import ARG_REDUCTIONS, collapse, identity
 
 __all__ = ["SMALL_REDUCTION", "UnsupportedPrimitive", "emit_cuda", "strategy", "block_reduce_helper", "index_plans"]
 
@@ -196,6 +196,10 @@ def _braces(cb, header):
 
 class _Emitter:
     def __init__(self, kernel, name, kind):
+        arg = [s.reduce for s in kernel.stores if s.reduce in ARG_REDUCTIONS]
+        if arg:  # a block combine would need (value, index) pairs through the shuffles
+            raise UnsupportedPrimitive(f"cuda backend: {arg[0]} reductions are not supported; run the row eagerly "
+                                       "(CuPy's argmax)")
         self.k, self.name, self.kind = kernel, name, kind
         self.nodes = kernel.nodes()
         self.names = {e: f"v{i}" for i, e in enumerate(self.nodes)}

@@ -136,12 +136,14 @@ def combine(reduce, a, b, dt):
     ('(a + b)', '(a < b ? a : b)', '(a && b)')
     """
     if dt == "bool":
-        return f"({a} {'||' if reduce in ('sum', 'max') else '&&'} {b})"
+        return f"({a} {'||' if reduce in ('sum', 'max', 'maxnum') else '&&'} {b})"
+    if reduce == "maxnum" and dt in FLOATS:
+        return f"{'fmaxf' if dt == 'f32' else 'fmax'}({a}, {b})"  # nan skipped, as this reduction means
     if reduce in ("sum", "prod"):
         if dt in FLOATS:
             return f"({a} {'+' if reduce == 'sum' else '*'} {b})"
         return _int_op("add" if reduce == "sum" else "mul", [a, b], dt)
-    sym = ">" if reduce == "max" else "<"
+    sym = ">" if reduce in ("max", "maxnum") else "<"
     if dt in FLOATS:
         return f"(({a} != {a} || {a} {sym} {b}) ? {a} : {b})"
     return f"({a} {sym} {b} ? {a} : {b})"

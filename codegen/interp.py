@@ -8,7 +8,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 from scipy import special
 
-from .ir import DTYPES, identity
+from .ir import ARG_REDUCTIONS, DTYPES, identity
 
 _UNARY = {"neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "tanh": np.tanh, "erf": special.erf,
           "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "not": np.logical_not,
@@ -16,7 +16,7 @@ _UNARY = {"neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "tanh
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,
            "min": np.minimum, "pow": np.power, "and": np.logical_and, "or": np.logical_or, "lt": np.less,
            "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal}
-_REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+_REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "maxnum": np.fmax.reduce}
 
 
 def view(array, buffer, shape):
@@ -59,6 +59,9 @@ def run(kernel, arrays):
                 if s.reduce is None:
                     view(arrays[s.buffer], kernel.buffers[s.buffer], kernel.shape)[...] = v
                     continue
+                if s.reduce in ARG_REDUCTIONS:
+                    accs[j] = _arg_reduce(s.reduce, v, kernel.outer_shape, len(axes))
+                    continue
                 init = identity(s.reduce, s.value.dtype)
                 extra = {"dtype": v.dtype} if s.reduce in ("sum", "prod") else {}
                 accs[j] = _REDUCE[s.reduce](v, axis=axes, initial=init, keepdims=True, **extra)
@@ -70,6 +73,14 @@ def run(kernel, arrays):
         values = _evaluate(kernel, arrays, rows, accs, row_shape)
         for s in rows:
             view(arrays[s.buffer], kernel.buffers[s.buffer], row_shape)[...] = values[s.value]
+
+
+def _arg_reduce(kind, v, outer, nred):
+    """Flat row-major index of the first max (min) over the trailing ``nred`` axes (0 for an empty reduction),
+    keepdims; NumPy's argmax/argmin already return the first nan."""
+    rows = v.reshape(tuple(outer) + (-1,))
+    index = getattr(np, kind)(rows, axis=-1) if rows.shape[-1] else np.zeros(tuple(outer), np.int64)
+    return index.astype(np.int64).reshape(tuple(outer) + (1,) * nred)
 
 
 def _evaluate(kernel, arrays, stores, accs, shape=None):

@@ -14,6 +14,9 @@ phases. ``row`` stores run once per outer point after the last phase (``mean`` a
 read accumulators and buffers with zero strides on the reduced dimensions. A pointwise store may be read back by
 a later phase at the same point (a softmax keeps ``exp(x - max)`` in its output and rescales it in place).
 
+``argmax``/``argmin`` stores compare their value and write the i64 flat index (row-major over the reduced
+dimensions) of the first extreme. `simplify` rewrites store values into cheaper equal forms (GELU's ``1 + tanh``).
+
 Expressions are hash-consed trees (equal trees compare and hash equal, so a DAG falls out of structural sharing).
 The primitive ops form a closed set (``UNARY``, ``BINARY``, ``COMPARE``, ``where``, ``cast``); backends implement
 exactly these. ``str(kernel)`` is canonical and is meant to be used as a cache key.
@@ -43,7 +46,12 @@ UNARY = ("neg", "abs", "exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", 
 BINARY = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or")
 COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
 FLOAT_ONLY = ("exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "sin", "cos", "pow", "div")
-REDUCTIONS = ("sum", "prod", "max", "min")
+REDUCTIONS = ("sum", "prod", "max", "min", "maxnum", "argmax", "argmin")
+# ``maxnum`` is a max that skips nan (C's fmax from -inf: a row of nan gives -inf): cheaper than ``max``, for a
+# row statistic whose nan would poison the result anyway (softmax's shift: a nan element makes the row's sum nan).
+# Index reductions: the store's value is compared; the (i64) result is the row-major flat index over the reduced
+# dimensions of the first maximum (minimum), a nan counting as larger (smaller) than any number, as NumPy and torch.
+ARG_REDUCTIONS = ("argmax", "argmin")
 PRIMITIVES = UNARY + BINARY + COMPARE + ("where", "cast", "load", "const", "acc")
 
 # Function names used in the op table's Pointwise(expr) strings, mapped onto primitives (the fusion lowering parses
@@ -167,8 +175,13 @@ class Store:
     phase: int = 0
     row: bool = False
 
+    @property
+    def dtype(self):
+        """The type written: the value's, or ``i64`` for an index reduction."""
+        return "i64" if self.reduce in ARG_REDUCTIONS else self.value.dtype
 
-IDENTITIES = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}
+
+IDENTITIES = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf, "maxnum": -math.inf}
 
 
 def identity(reduce, dtype):
@@ -176,7 +189,10 @@ def identity(reduce, dtype):
 
     >>> identity("max", "i32")
     -2147483648
+
+    An index reduction starts from the identity of the comparison it makes (``argmax``: that of ``max``).
     """
+    reduce = {"argmax": "max", "argmin": "min", "maxnum": "max"}.get(reduce, reduce)
     if dtype in INTS and reduce in ("max", "min"):
         info = np.iinfo(DTYPES[dtype])
         return int(info.min if reduce == "max" else info.max)
@@ -218,8 +234,8 @@ class Kernel:
             buf = self.buffers[s.buffer]
             if (s.reduce is not None or s.row) and any(buf.strides[ndim - red:]):
                 raise ValueError(f"store to buffer {s.buffer}: nonzero stride on a reduced axis")
-            if s.value.dtype != buf.dtype:
-                raise TypeError(f"store to buffer {s.buffer}: value is {s.value.dtype}, buffer is {buf.dtype}")
+            if s.dtype != buf.dtype:
+                raise TypeError(f"store to buffer {s.buffer}: value is {s.dtype}, buffer is {buf.dtype}")
         for j, s in enumerate(self.stores):
             for node in self.nodes([s]):
                 if node.op == "load" and self.buffers[node.value].dtype != node.dtype:
@@ -227,7 +243,7 @@ class Kernel:
                                     f"{self.buffers[node.value].dtype}")
                 if node.op == "acc":
                     src = self.stores[node.value] if 0 <= node.value < len(self.stores) else None
-                    if src is None or src.reduce is None or src.value.dtype != node.dtype:
+                    if src is None or src.reduce is None or src.dtype != node.dtype:
                         raise ValueError(f"store {j}: acc {node.value} is not a reducing store of dtype {node.dtype}")
                     if not s.row and src.phase >= s.phase:
                         raise ValueError(f"store {j} (phase {s.phase}) reads acc {node.value} of phase {src.phase}; "
@@ -319,3 +335,58 @@ def collapse(kernel):
     buffers = tuple(Buffer(b.dtype, tuple(strides[0][i] + strides[1][i]), b.offset)
                     for i, b in enumerate(kernel.buffers))
     return Kernel(tuple(shapes[0] + shapes[1]), buffers, kernel.stores, len(shapes[1]))
+
+
+def simplify(stores):
+    """``stores`` with rewrites that make them cheaper to evaluate and change their values by rounding only.
+
+    ``1 + tanh(z)`` (GELU's tanh form) becomes ``2 / (1 + exp(-2 z))``: one exp and a division instead of a tanh,
+    whose small-argument arm and sign handling cost as much again, and no cancellation where ``tanh(z)`` nears -1.
+    A constant factor of ``z`` folds into the ``-2`` (scaling by a power of two is exact). The rewrite applies only
+    when nothing else reads the ``tanh``, so it never adds work.
+
+    >>> z = op("mul", const(0.5, "f32"), load(0, "f32"))
+    >>> s = simplify([Store(1, op("add", const(1, "f32"), op("tanh", z)))])[0]
+    >>> print(s.value)
+    div[f32](const[f32](2.0), add[f32](const[f32](1.0), exp[f32](mul[f32](const[f32](-1.0), load[f32](0)))))
+    """
+    parents = {}
+    seen = set()
+
+    def count(e):
+        if e in seen:
+            return
+        seen.add(e)
+        for a in set(e.args):
+            parents[a] = parents.get(a, 0) + 1
+            count(a)
+
+    for s in stores:
+        parents[s.value] = parents.get(s.value, 0) + 1
+        count(s.value)
+    memo = {}
+
+    def rewrite(e):
+        if e not in memo:
+            new = Expr(e.op, [rewrite(a) for a in e.args], e.dtype, e.value) if e.args else e
+            memo[e] = _one_plus_tanh(e, new, parents) or new
+        return memo[e]
+
+    return [Store(s.buffer, rewrite(s.value), s.reduce, s.phase, s.row) for s in stores]
+
+
+def _one_plus_tanh(old, new, parents):
+    if new.op != "add" or new.dtype not in FLOATS:
+        return None
+    one = const(1, new.dtype)
+    for i in (0, 1):
+        t, other, t_old = new.args[i], new.args[1 - i], old.args[i]
+        if other == one and t.op == "tanh" and parents.get(t_old, 0) == 1:
+            z, factor = t.args[0], -2.0
+            if z.op == "mul" and any(a.op == "const" for a in z.args):
+                c, w = (z.args[0], z.args[1]) if z.args[0].op == "const" else (z.args[1], z.args[0])
+                if math.isfinite(DTYPES[new.dtype](2.0 * c.value)):
+                    z, factor = w, -2.0 * c.value
+            arg = op("mul", const(factor, new.dtype), z)
+            return op("div", const(2, new.dtype), op("add", one, op("exp", arg)))
+    return None

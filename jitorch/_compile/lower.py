@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from ..codegen.ir import Buffer, Expr, Kernel, Store, load, op, reduced
+from ..codegen.ir import Buffer, Expr, Kernel, Store, load, op, reduced, simplify
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..fx.node import Node
@@ -143,7 +143,7 @@ class GroupKernel:
         key = (kind, value)
         if key not in self._reductions:
             self.stores.append(Store(None, value, kind, self._phase(value)))
-            self._reductions[key] = reduced(len(self.stores) - 1, value.dtype)
+            self._reductions[key] = reduced(len(self.stores) - 1, self.stores[-1].dtype)
         return self._reductions[key]
 
     def _phase(self, e, memo=None):
@@ -177,14 +177,15 @@ class GroupKernel:
                 n = int(np.prod(self.shape[len(self.outer_shape):]))
                 env[m] = lower_rows.layer_norm(self, x, n, w, b, m.kwargs["eps"])
             else:
-                fn = lower_rows.softmax if name == "softmax" else lower_rows.log_softmax
-                env[m] = fn(self, self._operand(env, m.args[0], self.shape), self.shape[-1])
+                fn = getattr(lower_rows, name.replace("_data", ""))
+                env[m] = fn(self, *(self._operand(env, a, self.shape) for a in m.args))
         for j, m in enumerate(g.outputs):
             value = env[m]
             if self.out_shapes[j] == self.shape:
                 self.stores.append(Store(j, value, phase=self._phase(value) if self.reduce_axes else 0))
             else:
                 self.stores.append(Store(j, value, row=True))
+        self.stores = simplify(self.stores)
         self._stash()
 
     def _stash(self):
@@ -251,7 +252,7 @@ class GroupKernel:
         return outs
 
 
-REDUCE_KINDS = {"sum": "sum", "prod": "prod", "amax": "max", "amin": "min"}
+REDUCE_KINDS = {"sum": "sum", "prod": "prod", "amax": "max", "amin": "min", "argmax": "argmax", "argmin": "argmin"}
 _EXPENSIVE = ("exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "pow")
 
 
