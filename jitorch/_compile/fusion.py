@@ -5,10 +5,11 @@ joined producer to consumer; inputs of other shapes broadcast into it. Members l
 
 - ``point``: pointwise rows over the whole space (an elementwise chain, a reduction's prologue, or an epilogue
   that combines row statistics with the input, as softmax's ``exp(x - max)`` does);
-- ``row`` / ``rowsq``: reductions over the trailing ``reduce_axes`` (keepdim or not) and pointwise rows over
-  their shape (``sum / n``, ``rsqrt(var + eps)``);
-- softmax, log_softmax and native_layer_norm rows over the last dimensions, decomposed by the lowering into
-  reductions and pointwise expressions.
+- ``row`` / ``rowsq``: reductions over the trailing ``reduce_axes`` (keepdim or not; sum, prod, amax, amin, and
+  argmax / argmin, whose int64 index may feed pointwise rows too) and pointwise rows over their shape
+  (``sum / n``, ``rsqrt(var + eps)``);
+- softmax, log_softmax and native_layer_norm rows over the last dimensions, and the backward rows of softmax and
+  log_softmax, decomposed by the lowering into reductions and pointwise expressions.
 
 The lowering runs each group as ONE kernel that makes as many passes over a row as its chain of reductions needs
 (softmax: max; exp and sum; scale), with the rows split across threads. Rules that keep the result equal to eager:
@@ -16,7 +17,7 @@ The lowering runs each group as ONE kernel that makes as many passes over a row 
 - no path may leave a group and come back into it (the group runs as one kernel, all at once);
 - groups never span an in-place node (an in-place op orders the reads and writes around it);
 - a point member never reads a squeezed (``keepdim=False``) row value: its broadcast is not the row's;
-- at most `MAX_PHASES` passes per kernel.
+- at most `MAX_PHASES` passes per kernel, `MAX_NODES` members and `MAX_INPUTS` tensor inputs.
 
 >>> import jitorch
 >>> from jitorch._compile.trace import trace
@@ -37,11 +38,16 @@ from ..fx.node import Node
 from .expr import Unfusable
 from .lower import IR_DTYPES, node_expr
 
-__all__ = ["FusedGroup", "partition", "MAX_PHASES"]
+__all__ = ["FusedGroup", "partition", "MAX_PHASES", "MAX_NODES", "MAX_INPUTS"]
 
 MAX_PHASES = 4
-REDUCE_ROWS = {"sum": "sum", "prod": "prod", "amax": "max", "amin": "min"}
-ROW_OPS = ("softmax", "log_softmax", "native_layer_norm")
+# Kernel size limits: LLVM's compile time grows faster than linearly with a function's size, and every input is a
+# pointer argument (and a register or a stack slot in the loop); a group that would pass either starts a new one.
+MAX_NODES = 128
+MAX_INPUTS = 24
+REDUCE_ROWS = {"sum": "sum", "prod": "prod", "amax": "max", "amin": "min", "argmax": "argmax", "argmin": "argmin"}
+ROW_OPS = ("softmax", "log_softmax", "native_layer_norm", "softmax_backward_data", "log_softmax_backward_data")
+_BACKWARD_ROWS = ("softmax_backward_data", "log_softmax_backward_data")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -106,24 +112,29 @@ def fusible(node):
 
 
 def reduction_axes(node):
-    """For a fusible reduction row (sum, prod, amax, amin over trailing dims, no dtype change): (its input's shape,
-    the number of reduced trailing dims); else None."""
+    """For a fusible reduction row (sum, prod, amax, amin without a dtype change, argmax, argmin; over trailing dims):
+    (its input's shape, the number of reduced trailing dims); else None."""
     t = node.target
     if node.op != "call_function" or not isinstance(t, Primitive) or t.inplace or t.op.name not in REDUCE_ROWS:
         return None
-    if len(node.args) != 1 or not isinstance(node.args[0], Node) or set(node.kwargs) - {"dims", "keepdim", "dtype"}:
+    arg = t.op.name in ("argmax", "argmin")
+    if len(node.args) != 1 or not isinstance(node.args[0], Node) or \
+            set(node.kwargs) - ({"dim", "keepdim"} if arg else {"dims", "keepdim", "dtype"}):
         return None
     x = node.args[0]
     if "val" not in x.meta or "val" not in node.meta:
         return None
     (shape, dtype), out_dtype = x.meta["val"], node.meta["val"][1]
-    if dtype != out_dtype or IR_DTYPES.get(dtype) in (None, "bool") or not shape:
+    if (out_dtype != np.dtype(np.int64) if arg else dtype != out_dtype) or IR_DTYPES.get(dtype) in (None, "bool") \
+            or not shape:
         return None
-    nd, dims = len(shape), node.kwargs.get("dims")
+    nd, dims = len(shape), node.kwargs.get("dim" if arg else "dims")
+    if arg and dims is not None:
+        dims = (dims,)
     dims = tuple(range(nd)) if dims is None else tuple(sorted(d % nd for d in dims))
     if not dims or dims != tuple(range(nd - len(dims), nd)):
         return None
-    if t.op.name in ("amax", "amin") and any(shape[d] == 0 for d in dims):
+    if t.op.name in ("amax", "amin", "argmax", "argmin") and any(shape[d] == 0 for d in dims):
         return None  # eager raises its error
     return tuple(shape), len(dims)
 
@@ -145,6 +156,11 @@ def row_op_axes(node):
             if a is not None and (not isinstance(a, Node) or a.meta.get("val", (None, None))[1] != dtype):
                 return None
         return (tuple(shape), k) if isinstance(k, int) and 0 < k <= len(shape) else None
+    if t.op.name in _BACKWARD_ROWS:  # (grad, output): both of the input's shape and dtype
+        y = node.args[1]
+        if not isinstance(y, Node) or y.meta.get("val", (None, None)) != (shape, dtype) \
+                or node.meta.get("val", (None, None))[1] != dtype:
+            return None
     dim = node.kwargs.get("dim")
     return (tuple(shape), 1) if isinstance(dim, int) and dim % len(shape) == len(shape) - 1 else None
 
@@ -165,7 +181,8 @@ def _placement(n, kind, info, group, member):
     internal = [p for p in _tensor_inputs(n) if member.get(p) == group.gid]
     if kind == "point":
         space = _space(n.meta["val"][0], group)
-        allowed = {"point": ("point", "row"), "row": ("row",), "rowsq": ("rowsq",)}.get(space)
+        # ("op": a single-output row op such as softmax, whose value is over the whole space: an epilogue.)
+        allowed = {"point": ("point", "row", "op"), "row": ("row",), "rowsq": ("rowsq",)}.get(space)
         if space is None or any(group.space[p] not in allowed for p in internal):
             return None
         return space, max((group.phase[p] for p in internal), default=0)
@@ -208,6 +225,15 @@ def _classify(n, member):
     return ("op", info) if info is not None else (None, None)
 
 
+def _fits(parts, n):
+    """Whether groups ``parts`` merged, plus node ``n``, stay within `MAX_NODES` members and `MAX_INPUTS` inputs."""
+    members = {m for g in parts for m in g.nodes} | {n}
+    if len(members) > MAX_NODES:
+        return False
+    inputs = {p for m in members for p in _tensor_inputs(m)} - members
+    return len(inputs) <= MAX_INPUTS
+
+
 def _group_nodes(nodes):
     groups, member, anc, ext_anc = {}, {}, {}, {}
     segment, next_id = 0, 0
@@ -229,7 +255,7 @@ def _group_nodes(nodes):
             anc[n] = set(anc[n.args[0]])
             continue
         candidates = {member[p] for p in ins if p in member}
-        candidates = {c for c in candidates if groups[c].segment == segment
+        candidates = {c for c in candidates if groups[c].segment == segment and _fits([groups[c]], n)
                       and _placement(n, kind, info, groups[c], member) is not None}
         # A candidate that also reaches n through a node outside it would close a cycle.
         for p in ins:
@@ -238,8 +264,12 @@ def _group_nodes(nodes):
         chosen = sorted(candidates)
         if len(chosen) > 1 and (any(g in ext_anc[h] for g in chosen for h in chosen if g != h)
                                 or len({groups[g].shape for g in chosen}) > 1
-                                or len({groups[g].reduce_axes for g in chosen} - {0}) > 1):
-            chosen = [max(chosen, key=lambda g: len(groups[g].nodes))]
+                                or len({groups[g].reduce_axes for g in chosen} - {0}) > 1
+                                or not _fits([groups[g] for g in chosen], n)):
+            # One group alone: it must not reach n through an input living elsewhere (e.g. a recomputed forward
+            # chain at the top of a backward graph, read again after a matmul that consumed it).
+            alone = [g for g in chosen if not any(g in anc.get(p, ()) for p in ins if member.get(p) != g)]
+            chosen = [max(alone, key=lambda g: len(groups[g].nodes))] if alone else []
         gid = None
         if chosen:
             gid = _merge(groups, anc, ext_anc, chosen) if len(chosen) > 1 else chosen[0]

@@ -11,7 +11,7 @@ compiled backward (it builds no graph), so that backward reruns the function eag
 >>> x = jitorch.tensor([1.0, 2.0], requires_grad=True)
 >>> plan = compile_training(lambda x: (x * x + 1).sum(), (x,), {}, None, None)
 >>> plan.forward_kernels, plan.backward_kernels
-([['mul', 'add']], [['mul', 'mul', 'add']])
+([['mul', 'add', 'sum']], [['mul', 'mul', 'add']])
 >>> plan((x,)).backward()
 >>> x.grad
 tensor([2., 4.])

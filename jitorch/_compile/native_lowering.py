@@ -1,0 +1,324 @@
+"""The native calls of one `CompiledGraph` step, over abstract addresses, and the programs they compile to.
+
+`lower_group` and `lower_row` turn a fused group or a row (with the values one Python run recorded) into calls
+``("kernel", ir_kernel, refs)`` or ``("gemm", spec, ra, rb, rc)`` whose refs are ``(origin, byte offset)`` pairs of
+the `native_runner.NativeRunner` plan, or raise `NotLowerable`; `to_calls` resolves the refs to table slots and
+compiles each run of native calls into one `codegen.llvm_program.Program`. The rows go through the same lowering as
+CPU graph replay (`jitorch.cpu._lower`): ``linear`` is a product then a fused bias add, ``linear_backward`` two
+products and a column sum, a batched ``matmul`` one product per batch entry. For ``y = relu(x @ w)`` the program's
+calls read::
+
+    Gemm(f32, m=2, n=3, k=3, a=Ref(0), b=Ref(1), c=Ref(3, 64))      # table: x, w, out, arena, sgemm, dgemm
+    KernelCall(relu, refs=(Ref(2), Ref(3, 64)))
+
+>>> import jitorch
+>>> from jitorch._compile.trace import trace
+>>> from jitorch._compile.backend import CompiledGraph
+>>> w = jitorch.ones(3, 3)
+>>> cg = CompiledGraph(trace(lambda x: (x @ w).relu(), (jitorch.ones(2, 3),), {}).gm)
+>>> _ = [cg((jitorch.ones(2, 3),)) for _ in range(3)]
+>>> cg.native.report()["native_calls"]  # the product and the ReLU loop
+2
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..codegen.ir import Buffer, Kernel, Store, load
+from ..codegen.llvm_objcache import default_cache
+from ..codegen.llvm_program import Gemm, KernelCall, Ref, blas_operands, compile_program, vector_fits
+from ..cpu._lower import BLAS_MIN_FLOPS, NotLowerable, blas_address, element_strides, elementwise, linear, \
+    linear_backward, matmul, reduction
+from ..cpu._recorder import Record
+from ..cpu._steps import plan_operands
+from ..fx.make_fx import Primitive
+from ..fx.node import Node
+from .lower import IR_DTYPES
+
+__all__ = ["NotLowerable", "lower_group", "lower_row", "to_calls", "plan_arena", "MAX_BATCH"]
+
+_ALIGN = 64
+MAX_BATCH = 1024  # a batched matmul with more products than this runs its row (one call each would bloat the code)
+_POINTWISE_SKIP = ("to_copy",)
+
+
+def _addr(a):
+    return a.__array_interface__["data"][0]
+
+
+def _root(a):
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _bounds(a):
+    if a.size == 0:
+        return _addr(a), _addr(a)
+    lo = hi = _addr(a)
+    for n, s in zip(a.shape, a.strides):
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return lo, hi + a.itemsize
+
+
+def _ref(plan, arr, nodes, t):
+    """``arr``'s abstract address: a root made in this graph, or a view of one of ``nodes``' values."""
+    root = arr
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if id(root) in plan.by_root:
+        return plan.use(plan.ref(arr), t)
+    for n in nodes:
+        loc = plan.locs.get(n)
+        if not isinstance(n, Node) or loc is None or not isinstance(loc[0], int):
+            continue
+        a = plan.array(n)
+        r = a
+        while isinstance(r.base, np.ndarray):
+            r = r.base
+        if r is root and _within(arr, a):
+            return plan.use(plan.ref(arr, n), t)
+    raise NotLowerable("an operand of unknown origin")
+
+
+def _within(arr, outer):
+    lo, hi = _bounds(arr)
+    olo, ohi = _bounds(outer)
+    return olo <= lo and hi <= ohi
+
+
+def lower_group(plan, kernel, unit, t):
+    """The call of one fused group's kernel (the IR `GroupKernel.build` makes for the recorded strides)."""
+    arrays = [plan.array(p) for p in unit.inputs]
+    if (kernel.outer_numel if kernel.reduce_axes else kernel.numel) == 0:
+        raise NotLowerable("an empty iteration space")
+    if any(s % a.itemsize for a in arrays for s in a.strides):
+        raise NotLowerable("strides between elements")
+    views = kernel._slot_views(arrays)
+    ir = kernel.build(tuple(st for _, st in views))
+    refs = []
+    for m in unit.outputs:
+        arr = plan.array(m)
+        plan.produce(arr, t)
+        refs.append(plan.use(plan.ref(arr), t))
+    for (pos, _shape), _ in sorted(kernel.slots.items(), key=lambda kv: kv[1]):
+        refs.append(_ref(plan, arrays[pos], [unit.inputs[pos]], t))
+    return [("kernel", ir, refs)]
+
+
+def _parts(plan, parts, nodes, t):
+    calls = []
+    for kind, payload in parts:
+        if kind == "gemm":
+            s = payload
+            spec = {k: s[k] for k in ("dtype", "m", "n", "k", "a_strides", "b_strides", "c_strides")}
+            spec["blas"] = s.get("blas", False)
+            calls.append(("gemm", spec, _ref(plan, s["a"], nodes, t), _ref(plan, s["b"], nodes, t),
+                          _ref(plan, s["c"], nodes, t)))
+        elif kind == "red":
+            k, a, out = payload
+            calls.append(("kernel", k, [_ref(plan, a, nodes, t), _ref(plan, out, nodes, t)]))
+        else:
+            calls.append(_elementwise_call(plan, payload, nodes, t))
+    return calls
+
+
+def _elementwise_call(plan, item, nodes, t):
+    """One pointwise item as a kernel: operands are buffers (numbers are constants), the output the last buffer;
+    a 0-d value is a one-element space."""
+    shape = item.shape or (1,)
+    arrays, exprs = [], []
+    for a in item.operands:
+        if isinstance(a, np.ndarray):
+            exprs.append(load(len(arrays), IR_DTYPES[a.dtype]))
+            arrays.append(a)
+        else:
+            exprs.append(a)
+    same = [i for i, a in enumerate(arrays) if a is item.out]
+    expr = item.expr(exprs)
+    if not same:
+        arrays.append(item.out)
+    buffers = tuple(Buffer(IR_DTYPES[a.dtype], element_strides(a, item.shape) if item.shape else (0,))
+                    for a in arrays)
+    store = Store(same[0] if same else len(arrays) - 1, expr)
+    return ("kernel", Kernel(shape, buffers, (store,)), [_ref(plan, a, nodes, t) for a in arrays])
+
+
+def _batched_matmul(plan, node, a, b, c, t):
+    if a.ndim < 2 or b.ndim < 2:
+        raise NotLowerable("a batched matmul of a vector")
+    dt = IR_DTYPES.get(a.dtype)
+    if dt not in ("f32", "f64") or b.dtype != a.dtype or c.dtype != a.dtype:
+        raise NotLowerable(f"matmul of {a.dtype} and {b.dtype} into {c.dtype}")
+    batch = c.shape[:-2]
+    count = int(np.prod(batch))
+    if count > MAX_BATCH:
+        raise NotLowerable(f"a batched matmul of {count} products")
+    m, n, k = c.shape[-2], c.shape[-1], a.shape[-1]
+    ab = np.broadcast_to(a, batch + a.shape[-2:])
+    bb = np.broadcast_to(b, batch + b.shape[-2:])
+    spec = dict(dtype=dt, m=int(m), n=int(n), k=int(k), a_strides=element_strides(a)[-2:],
+                b_strides=element_strides(b)[-2:], c_strides=element_strides(c)[-2:])
+    ra, rb, rc = _ref(plan, a, node.all_input_nodes, t), _ref(plan, b, node.all_input_nodes, t), \
+        _ref(plan, c, [], t)
+    calls = []
+    for idx in np.ndindex(*batch):
+        offs = [sum(i * s for i, s in zip(idx, x.strides[:-2])) for x in (ab, bb, c)]
+        calls.append(("gemm", spec, (ra[0], ra[1] + offs[0]), (rb[0], rb[1] + offs[1]), (rc[0], rc[1] + offs[2])))
+    return calls
+
+
+def lower_row(plan, node, t):
+    """The calls of one row node, from its recorded operands and results."""
+    target = node.target
+    if not isinstance(target, Primitive) or target.inplace:
+        raise NotLowerable("not an op-table row")
+    op, name = target.op, target.op.name
+    if any(isinstance(v, Node) for v in node.kwargs.values()) or \
+            not all(isinstance(a, (Node, int, float, type(None))) for a in node.args):
+        raise NotLowerable("operands in keywords or containers")
+    value = plan.env[node]
+    outs = [v._data for v in value] if isinstance(value, tuple) else [value._data]
+    datas = [plan.array(a) if isinstance(a, Node) else a for a in node.args]
+    rec = Record("kernel", None, node.name, op, datas, (), None, dict(node.kwargs), outs)
+    inputs = node.all_input_nodes
+    if name == "linear" and len(datas) == 3:
+        parts = linear(rec)
+    elif name == "linear_backward":
+        parts = [_column_sum(plan, p) if k == "red" else (k, p) for k, p in linear_backward(rec)]
+    elif name == "matmul":
+        a, b = datas
+        if a.ndim > 2 or b.ndim > 2:
+            for o in outs:
+                plan.produce(o, t)
+            return _batched_matmul(plan, node, a, b, outs[0], t)
+        parts = [("gemm", matmul(rec))]
+    elif name == "copy_slices":
+        return _copy_slices(plan, node, datas, outs[0], t)
+    elif op.pointwise and op.nout == 1 and name not in _POINTWISE_SKIP:
+        args = [plan.env[a] if isinstance(a, Node) else a for a in node.args]
+        datas, casts, cnp = plan_operands(op, args)
+        rec = Record("kernel", None, node.name, op, datas, casts, cnp, dict(node.kwargs), outs)
+        parts = [("ew", elementwise(rec))]
+    else:
+        parts = [("red", reduction(rec))]
+    for o in outs:
+        plan.produce(o, t)
+    for kind, payload in parts:
+        if kind == "gemm":
+            _no_overlap(payload["c"], [payload["a"], payload["b"]])
+    return _parts(plan, parts, inputs, t)
+
+
+def _copy_slices(plan, node, datas, out, t):
+    """``copy_slices(base, src, chain)`` as two copy loops: ``out = base`` (broadcast), then ``src`` into the region
+    of ``out`` the view chain selects (its strides and offset found by running the chain on the recorded output)."""
+    base, src = datas[0], datas[1]
+    dt = IR_DTYPES.get(out.dtype)
+    if not (isinstance(base, np.ndarray) and isinstance(src, np.ndarray)) or dt in (None, "bool") or \
+            base.dtype != out.dtype or src.dtype != out.dtype or out.size == 0:
+        raise NotLowerable("copy_slices of other dtypes, or empty")
+    region = out
+    for view_op, attrs in node.kwargs["chain"]:
+        region = view_op.kernel(np, region, **attrs)
+    root = out if out.base is None else out.base
+    if region.size == 0 or not np.shares_memory(region, root) or region.ndim == 0 or out.ndim == 0:
+        raise NotLowerable("copy_slices into an empty or 0-d region")
+    plan.produce(out, t)
+    inputs = node.all_input_nodes
+
+    def copy(dst, value):
+        buffers = (Buffer(dt, element_strides(dst)), Buffer(dt, element_strides(value, dst.shape)))
+        return ("kernel", Kernel(dst.shape, buffers, (Store(0, load(1, dt)),)),
+                [_ref(plan, dst, [], t), _ref(plan, value, inputs, t)])
+
+    return [copy(out, base), copy(region, src)]
+
+
+def _column_sum(plan, payload):
+    """The bias gradient ``g.sum(0)`` as the product ``ones(1, m) @ g`` through BLAS: a strided reduction loop reads
+    ``g`` column by column (several times slower than the library's row-wise pass)."""
+    _kernel, g2, gb = payload
+    dt = IR_DTYPES.get(g2.dtype)
+    if dt not in ("f32", "f64") or gb.dtype != g2.dtype or blas_address(dt) is None:
+        return "red", payload
+    ones = plan.static(np.ones((1, g2.shape[0]), g2.dtype))
+    return "gemm", dict(dtype=dt, m=1, n=int(g2.shape[1]), k=int(g2.shape[0]), a=ones,
+                        a_strides=(int(g2.shape[0]), 1), b=g2, b_strides=element_strides(g2), c=gb,
+                        c_strides=(int(gb.shape[0]), element_strides(gb)[0]), blas=True)
+
+
+def _no_overlap(out, ins):
+    if any(np.may_share_memory(out, a) for a in ins):
+        raise NotLowerable("a product writing into one of its operands")
+
+
+def to_calls(plan, nslots):
+    """``(table, segments, ncalls)``: the pointer table (inputs, outputs and Python roots rewritten per call; the
+    arena and BLAS entry points fixed) and the steps with each run of native calls compiled into one program."""
+    addresses = [0] * nslots
+    addresses[plan.arena_slot] = _addr(plan.arena)
+    for o in plan.origins:
+        if o.kind == "static":
+            o.slot = len(addresses)
+            addresses.append(_addr(o.array))
+    blas = {}
+    for dt in ("f32", "f64"):
+        address = blas_address(dt)
+        if address is not None:
+            blas[dt] = len(addresses)
+            addresses.append(address)
+    table = np.array(addresses, dtype=np.uint64)
+
+    def ref(r):
+        o = plan.origins[r[0]]
+        if o.kind == "root":
+            return Ref(plan.arena_slot, o.offset + r[1])
+        if o.kind == "static":
+            return Ref(o.slot, r[1])
+        return Ref(o.slot, r[1])
+
+    segments, ncalls = [], 0
+    for step in plan.steps:
+        if step[0] == "py":
+            segments.append(("py", step))
+            continue
+        calls = []
+        for c in step[1]:
+            if c[0] == "kernel":
+                calls.append(KernelCall(c[1], tuple(ref(r) for r in c[2])))
+            else:
+                s = c[1]
+                g = Gemm(s["dtype"], s["m"], s["n"], s["k"], ref(c[2]), s["a_strides"], ref(c[3]), s["b_strides"],
+                         ref(c[4]), s["c_strides"])
+                # BLAS for large products, and for small ones the register loop cannot take (the generic
+                # reduction loop it would get instead is several times slower than a library call).
+                big = s["m"] * s["n"] * s["k"] >= BLAS_MIN_FLOPS or s.get("blas") or not vector_fits(g)
+                slot = blas.get(s["dtype"]) if big and blas_operands(g) is not None else None
+                calls.append(replace(g, blas=Ref(slot)) if slot is not None else g)
+        ncalls += len(calls)
+        segments.append(("native", compile_program(calls, default_cache())))
+    return table, segments, ncalls
+
+
+def plan_arena(origins):
+    """Byte offsets in one arena: allocations whose lifetimes (first..last step) overlap get disjoint bytes."""
+    placed = []
+    for o in sorted(origins, key=lambda o: o.first):
+        size = -(-o.array.nbytes // _ALIGN) * _ALIGN
+        offset = 0
+        for other_off, other_size, start, stop in sorted(placed):
+            if stop < o.first or start > o.last or other_off + other_size <= offset:
+                continue
+            if other_off >= offset + size:
+                break
+            offset = other_off + other_size
+        placed.append((offset, size, o.first, o.last))
+        o.offset = offset
+    total = max((off + size for off, size, _, _ in placed), default=0)
+    return np.zeros(max(total, _ALIGN), dtype=np.uint8)
