@@ -68,8 +68,12 @@ def cache_key(key_parts: dict) -> str:
 def default_directory() -> Path:
     """``$JITORCH_CACHE_DIR``, or ``~/.cache/jitorch``: per user, never a shared path like ``/tmp``.
 
-    >>> default_directory().name
-    'jitorch'
+    >>> import os
+    >>> configured = os.environ.pop("JITORCH_CACHE_DIR", None)
+    >>> default_directory().relative_to(Path.home()).as_posix()
+    '.cache/jitorch'
+    >>> if configured is not None:
+    ...     os.environ["JITORCH_CACHE_DIR"] = configured
     """
     configured = os.environ.get("JITORCH_CACHE_DIR")
     return Path(configured).expanduser() if configured else Path.home() / ".cache" / "jitorch"

@@ -31,8 +31,8 @@ collection triggered from within this module); the queue is drained under a lock
 
 >>> import numpy as np
 >>> from jitorch.runtime.host_cache import HostCache
->>> cache = HostCache(max_cached_bytes=1 << 30)
->>> a = cache.empty((1024, 1024), np.float32)        # 4 MiB: cached path
+>>> cache = HostCache(threshold=1 << 20, max_cached_bytes=1 << 30)
+>>> a = cache.empty((1024, 1024), np.float32)        # 4 MiB, over this cache's threshold: cached path
 >>> a.shape, a.dtype, a.flags.c_contiguous
 ((1024, 1024), dtype('float32'), True)
 >>> address = a.ctypes.data; del a

@@ -10,7 +10,7 @@ It is also the backward of every injective view op: the gradient of ``x[key]`` i
 >>> x = jitorch.zeros(3, requires_grad=True)
 >>> y = x * 1
 >>> y[1:].mul_(2)
-tensor([0., 0.], grad_fn=<AsStridedBackward0>)
+tensor([0., 0.], grad_fn=<SliceBackward0>)
 >>> y.grad_fn
 <CopySlices>
 """

@@ -4,8 +4,8 @@
 >>> x = jitorch.tensor([[1.0, 5.0], [3.0, 5.0]], requires_grad=True)
 >>> x.amax(1).backward(jitorch.ones(2))
 >>> x.grad   # ties share the gradient, as in PyTorch
-tensor([[0.0000, 1.0000],
-        [0.0000, 1.0000]])
+tensor([[0., 1.],
+        [0., 1.]])
 """
 from __future__ import annotations
 

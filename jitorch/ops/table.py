@@ -14,7 +14,7 @@ Composite ops are not rows: they are functions of rows and inherit backward and 
 
 >>> from jitorch.ops.table import OPS
 >>> OPS["add"].fusion
-Pointwise('{0} + {1}')
+Pointwise(expr='{0} + {1}')
 """
 from __future__ import annotations
 
