@@ -74,6 +74,41 @@ def test_layer_norm_matches_torch(shape, affine, dtype):
         _compare(lambda a: F.layer_norm(a, shape), lambda a: torch.nn.functional.layer_norm(a, shape), [x], dtype)
 
 
+@pytest.mark.parametrize("shape,k", [((16, 64, 128), 1), ((4, 6, 8), 2), ((3, 5000), 1)],
+                         ids=["transformer-rows", "two-dims", "long-rows-pairwise"])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_layer_norm_rows_equal_the_composite_and_torch(shape, k, layout):
+    """Row statistics by BLAS products (rows up to 4096) or pairwise sums (longer): forward and backward rows against
+    the composite formula in float64 and against torch in float32, on contiguous and transposed inputs."""
+    rng = np.random.default_rng(8)
+    norm = shape[len(shape) - k:]
+    x = rng.standard_normal(shape) * 3 + 2
+    w, b = rng.standard_normal(norm), rng.standard_normal(norm)
+    g = rng.standard_normal(shape)
+    for dtype in (np.float64, np.float32):
+        xj = jitorch.tensor(x.astype(dtype))
+        if layout == "transposed":  # the same values, through a non-contiguous view
+            xj = jitorch.tensor(np.ascontiguousarray(np.swapaxes(x, 0, -1)).astype(dtype)).transpose(0, -1)
+        wj, bj, gj = (jitorch.tensor(a.astype(dtype)) for a in (w, b, g))
+        out, mean, rstd = apply(nn_fused.LAYER_NORM, xj, wj, bj, k=k, eps=1e-5)
+        grads = apply(nn_fused.LAYER_NORM_BACKWARD, gj, xj, mean, rstd, wj, k=k, eps=1e-5)
+        if dtype == np.float64:
+            dims = tuple(range(-k, 0))
+            centered = xj - xj.mean(dims, keepdim=True)
+            want = centered * ((centered * centered).mean(dims, keepdim=True) + 1e-5).rsqrt() * wj + bj
+            np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
+            want_grads = nn_fused._layer_norm_grads(gj, xj, wj, k, 1e-5, (True, True, True))
+            for got, exp in zip(grads, want_grads):
+                np.testing.assert_allclose(got.numpy(), exp.numpy(), rtol=1e-10, atol=1e-10)
+        else:
+            tx, tw, tb = (torch.tensor(a.astype(dtype), requires_grad=True) for a in (x, w, b))
+            tout = torch.nn.functional.layer_norm(tx, norm, tw, tb)
+            tout.backward(torch.tensor(g.astype(dtype)))
+            np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-4, atol=1e-4)
+            for got, exp in zip(grads, (tx.grad, tw.grad, tb.grad)):
+                np.testing.assert_allclose(got.numpy(), exp.numpy(), rtol=1e-4, atol=2e-3)
+
+
 def test_layer_norm_gradgradcheck():
     rng = np.random.default_rng(4)
     args = tuple(jitorch.tensor(a, requires_grad=True) for a in (rng.standard_normal((3, 4)), rng.standard_normal(4),

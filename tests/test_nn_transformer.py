@@ -116,6 +116,52 @@ def test_mha_unbatched_and_is_causal():
         jt(x, x, x, is_causal=True)
 
 
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("mask", ["none", "causal", "float2d", "bool2d", "float3d"])
+def test_mha_packed_self_attention_path(batch_first, mask):
+    """need_weights=False self-attention: strided heads into the attention row, no activation copies."""
+    jt, th = pair(jattn.MultiheadAttention, torch.nn.MultiheadAttention, 8, 2, batch_first=batch_first)
+    masks = {"causal": causal_mask(5, dtype=np.float32), "float2d": causal_mask(5, dtype=np.float32),
+             "bool2d": causal_mask(5), "float3d": np.broadcast_to(causal_mask(5, dtype=np.float32), (6, 5, 5)).copy()}
+
+    def call(m, x):
+        lib = jitorch if isinstance(x, jitorch.Tensor) else torch
+        kw = {} if mask == "none" else {"attn_mask": lib.tensor(masks[mask]), "is_causal": mask == "causal"}
+        return m(x, x, x, need_weights=False, **kw)[0]
+
+    x = arr(3, 5, 8) if batch_first else arr(5, 3, 8)
+    check_call(jt, th, call, [x], **TOL)
+    out = call(jt, jitorch.tensor(x, requires_grad=True))
+    assert out.is_contiguous()
+    names, stack = [], [out.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None and node not in names:
+            names.append(node)
+            stack.extend(fn for fn, _ in node.next_functions)
+    names = [type(n).__name__ for n in names]
+    # One attention node, the q/k/v and output projections, and views only: no copy of the activations either way.
+    assert names.count("ScaledDotProductFlashAttentionForCpuBackward0") == 1 and names.count("LinearBackward0") == 4
+    assert not {"CloneBackward0", "ContiguousBackward0", "MatmulBackward0", "SoftmaxBackward0"} & set(names)
+
+
+def test_mha_packed_path_dropout_equals_the_general_path():
+    """With dropout, the packed path draws the same mask as the general one (query not the key object)."""
+    mha = jattn.MultiheadAttention(8, 2, dropout=0.3, batch_first=True)
+    x = arr(3, 5, 8)
+    grad = jitorch.tensor(arr(3, 5, 8, seed=4))
+    results = []
+    for packed in (True, False):
+        xj = jitorch.tensor(x, requires_grad=True)
+        jitorch.manual_seed(5)
+        out = mha(xj, xj, xj, need_weights=False)[0] if packed else mha(xj * 1.0, xj, xj, need_weights=False)[0]
+        out.backward(grad)
+        results.append([out.detach().numpy(), xj.grad.numpy(), mha.in_proj_weight.grad.numpy().copy()])
+        mha.zero_grad()
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_mha_init_and_errors():
     mha = jattn.MultiheadAttention(16, 4, add_bias_kv=True)
     assert not mha.in_proj_bias.detach().numpy().any() and not mha.out_proj.bias.detach().numpy().any()

@@ -4,6 +4,9 @@
 ``scaled_dot_product_attention`` is PyTorch's math formulation: ``softmax(q @ k^T * scale + mask) @ v``, with a
 boolean mask (True: may attend) or an additive float mask, a causal (top-left aligned) mask, dropout on the attention
 weights and grouped-query attention. A query row that may attend to nothing gives zeros, as PyTorch's kernels do.
+Float32/float64 inputs of one batch shape go to the attention row (``jitorch/ops/nn_attention.py``: one node, two
+batched matmuls around an in-place softmax); other dtypes, broadcast batch dims and masks that need a gradient take
+the composite of the same formula.
 
 >>> import jitorch
 >>> import jitorch.nn.functional as F
@@ -18,8 +21,12 @@ from __future__ import annotations
 import math
 
 from .. import _creation, _dtype, _movement
+from .._dispatch import apply
 from ..amp._cast_mode import autocast_lower
+from ..autograd.grad_mode import is_grad_enabled
 from ..linalg import vector_norm
+from ..ops.nn_attention import SDPA, attention_weights
+from ..ops.nn_fused import FUSED_DTYPES
 from ._functional_dropout import dropout
 
 __all__ = ["cosine_similarity", "pairwise_distance", "pdist", "scaled_dot_product_attention"]
@@ -114,32 +121,45 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
     if enable_gqa and query.dim() >= 3:
         key, value = _gqa(query, key, value)
-    length, source = query.shape[-2], key.shape[-2]
     scale_factor = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    scores = query.matmul(key.transpose(-2, -1)) * scale_factor
-    keep = None
-    if is_causal:
-        keep = _creation.ones(length, source, dtype=_dtype.bool, device=query.device).tril()
-    if attn_mask is not None:
-        if attn_mask.dtype is _dtype.bool:
-            keep = attn_mask
-        elif attn_mask.dtype.category >= _dtype.FLOAT:
-            scores = scores + attn_mask
-        else:
-            raise RuntimeError(f"scaled_dot_product_attention: Expected attn_mask dtype to be bool or float, but got "
-                               f"{attn_mask.dtype}")
-    if keep is not None:
-        scores = scores.masked_fill(~keep, -math.inf)
-    dead = None
-    if keep is not None or attn_mask is not None:
-        # Rows with nothing to attend to: softmax would be 0/0. They are set to 0 before and after the softmax, so
-        # neither the output nor the gradient sees a NaN. Always applied (no branch on the values), so a traced or
-        # compiled graph stays right for inputs whose masks differ from the example's.
-        dead = ~(scores.detach() > -math.inf).any(-1, keepdim=True)
-        scores = scores.masked_fill(dead, 0.0)
-    attn = scores.softmax(-1)
-    if dead is not None:
-        attn = attn.masked_fill(dead, 0.0)
+    if attn_mask is not None and attn_mask.dtype is not _dtype.bool and attn_mask.dtype.category < _dtype.FLOAT:
+        raise RuntimeError(f"scaled_dot_product_attention: Expected attn_mask dtype to be bool or float, but got "
+                           f"{attn_mask.dtype}")
+    if _row_takes(query, key, value, attn_mask):
+        drop = None
+        if dropout_p > 0.0:
+            drop = _dropout_scale(query, key, dropout_p)
+        return apply(SDPA, query, key, value, attn_mask, drop, scale=scale_factor, is_causal=bool(is_causal))[0]
+    attn = attention_weights(query, key, attn_mask, scale_factor, is_causal)
     if dropout_p > 0.0:
         attn = dropout(attn, dropout_p, training=True)
     return attn.matmul(value)
+
+
+def _row_takes(query, key, value, attn_mask):
+    """Whether the attention row computes this call: float32/64 of one dtype and batch shape, a mask that broadcasts
+    to the scores without widening them and needs no gradient (the row gives masks none)."""
+    if query._data.dtype not in FUSED_DTYPES or query.dim() < 2 or not query.numel() or not key.numel():
+        return False
+    batch = tuple(query.shape[:-2])
+    if tuple(key.shape[:-2]) != batch or tuple(value.shape[:-2]) != batch:
+        return False
+    if attn_mask is None:
+        return True
+    if attn_mask.dtype is not _dtype.bool and attn_mask.dtype is not query.dtype:
+        return False
+    if attn_mask.requires_grad and is_grad_enabled():
+        return False
+    scores = batch + (query.shape[-2], key.shape[-2])
+    mask_shape = tuple(attn_mask.shape)
+    if len(mask_shape) > len(scores):
+        return False
+    return all(m in (1, s) for m, s in zip(mask_shape[::-1], scores[::-1]))
+
+
+def _dropout_scale(query, key, p):
+    """The dropout factors of the attention weights (0 or ``1 / (1 - p)``), drawn as ``F.dropout`` draws its mask."""
+    shape = tuple(query.shape[:-1]) + (key.shape[-2],)
+    if p == 1.0:
+        return query.detach().new_zeros(shape)
+    return query.detach().new_empty(shape).bernoulli_(1 - p) / (1 - p)

@@ -3,7 +3,8 @@
 Inputs are sequence-first, ``(L, N, E)`` (or unbatched ``(L, E)``). Boolean masks mean True = masked out (the
 reverse of ``scaled_dot_product_attention``'s) and are turned into additive ``-inf`` masks. With ``need_weights`` the
 attention weights are computed explicitly and returned (averaged over heads by default); otherwise the call goes to
-``scaled_dot_product_attention``.
+``scaled_dot_product_attention`` (self-attention with the packed projection: straight to the attention row, on
+strided views of the projection, with no copy of the activations).
 
 >>> import jitorch
 >>> import jitorch.nn.functional as F
@@ -20,7 +21,9 @@ import math
 import warnings
 
 from .. import _creation, _dtype, _movement
-from ._functional_attention import scaled_dot_product_attention
+from .._dispatch import apply
+from ..ops.nn_attention import SDPA
+from ._functional_attention import _dropout_scale, _row_takes, scaled_dot_product_attention
 from ._functional_core import linear
 from ._functional_dropout import dropout
 
@@ -130,6 +133,40 @@ def _static(static, projected, bsz, num_heads, head_dim, name):
     return static
 
 
+def _packed_self_attention(x, num_heads, in_w, in_b, out_w, out_b, attn_mask, dropout_p, is_causal):
+    """Self-attention with the packed projection weights and no copy of the activations: ``(L, N, E)`` in and out.
+
+    The three projections are made with row blocks of ``in_proj_weight`` (the same GEMM work as one packed product),
+    so the heads are views of three separate results: the backward then adds three ``(L, N, E)`` gradients, where
+    views of one packed result would each scatter into a zeroed ``(L, N, 3E)`` gradient. The attention row writes its
+    output in the layout where merging the heads back is a view. A ``batch_first`` module passes its ``(N, L, E)``
+    input transposed: it is projected in its own memory order, and the result goes back as the transposed view of an
+    ``(N, L, E)`` array.
+    """
+    length, bsz, embed_dim = x.shape
+    head_dim = embed_dim // num_heads
+    batch_major = not x.is_contiguous() and x.transpose(0, 1).is_contiguous()
+    src = x.transpose(0, 1) if batch_major else x
+    # (N, H, L, hd) views of (N, L, E) or (L, N, E) results; the output memory is (N, L, H, hd) or (L, N, H, hd).
+    dims, out_perm = ((0, 2, 1, 3), (0, 2, 1, 3)) if batch_major else ((1, 2, 0, 3), (2, 0, 1, 3))
+    biases = in_b.chunk(3) if in_b is not None else (None, None, None)
+    q, k, v = (linear(src, w, b).view(*src.shape[:2], num_heads, head_dim).permute(*dims)
+               for w, b in zip(in_w.chunk(3), biases))
+    if attn_mask is not None:
+        attn_mask = attn_mask.unsqueeze(0) if attn_mask.shape[0] == 1 else \
+            attn_mask.reshape(bsz, num_heads, length, -1)
+    if _row_takes(q, k, v, attn_mask):
+        drop = _dropout_scale(q, k, dropout_p) if dropout_p > 0.0 else None
+        out = apply(SDPA, q, k, v, attn_mask, drop, scale=1.0 / math.sqrt(head_dim), is_causal=bool(is_causal),
+                    out_perm=out_perm)[0]
+    else:
+        out = scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)
+    out = linear(out.permute(*out_perm).reshape(-1, embed_dim), out_w, out_b)
+    if batch_major:
+        return out.view(bsz, length, embed_dim).transpose(0, 1)
+    return out.view(length, bsz, embed_dim)
+
+
 def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias,
                                  bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias,
                                  training=True, key_padding_mask=None, need_weights=True, attn_mask=None,
@@ -164,6 +201,14 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         raise AssertionError(f"key's sequence and batch dims {key.shape[:2]} do not match value's {value.shape[:2]}")
     if not use_separate_proj_weight and tuple(key.shape) != tuple(value.shape):
         raise AssertionError(f"key shape {key.shape} does not match value shape {value.shape}")
+    if (not need_weights and query is key and key is value and not use_separate_proj_weight and bias_k is None
+            and bias_v is None and not add_zero_attn and static_k is None and static_v is None
+            and key_padding_mask is None):
+        if attn_mask is not None:
+            attn_mask = _check_attn_mask(attn_mask, tgt_len, src_len, bsz, num_heads)
+        out = _packed_self_attention(query, num_heads, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias,
+                                     attn_mask, dropout_p if training else 0.0, is_causal)
+        return (out if is_batched else out.squeeze(1)), None
     q, k, v = _project(query, key, value, in_proj_weight, in_proj_bias, use_separate_proj_weight, q_proj_weight,
                        k_proj_weight, v_proj_weight)
     if attn_mask is not None:
