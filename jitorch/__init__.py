@@ -18,6 +18,9 @@ from ._dtype import (  # noqa: E402,F401
     int8, int16, int32, int64, promote_types, result_type, set_default_dtype, uint8,
 )
 from ._device import device, get_default_device, set_default_device  # noqa: E402,F401
+from .runtime.host_malloc import tune_malloc as _tune_malloc  # noqa: E402
+
+_tune_malloc()  # glibc: keep freed activation buffers in the heap (see runtime/host_malloc.py)
 from ._tensor import Size, Tensor  # noqa: E402,F401
 from . import ops  # noqa: E402,F401
 from . import _pointwise, _movement, _reduction, _conversion  # noqa: E402,F401

@@ -15,6 +15,8 @@ The value is a comma-separated list of ``key:value`` pairs. Supported keys:
   ``MemoryPool``; jitorch's memory statistics then report that pool's figures only).
 - ``host_cache_max_mb`` (>= 0): freed large host (NumPy) buffers kept for reuse by :mod:`.host_cache`, at most;
   0 disables the cache. Default: the smaller of 1 GiB and an eighth of RAM.
+- ``host_malloc_tuning``: ``True`` (default) or ``False``: whether :mod:`.host_malloc` tunes glibc's malloc so
+  freed tensor buffers below 32 MiB are reused instead of returned to the OS and faulted in again.
 
 >>> cfg = parse_alloc_conf("max_split_size_mb:128,garbage_collection_threshold:0.6,roundup_power2_divisions:4")
 >>> cfg.max_split_size, cfg.garbage_collection_threshold, cfg.divisions_for(1200)
@@ -53,6 +55,7 @@ class AllocatorConfig:
     garbage_collection_threshold: float = 0.0
     roundup_power2_divisions: list = field(default_factory=lambda: [0] * ROUNDUP_INTERVALS)
     host_cache_max: int | None = None  # bytes; None: host_cache picks its default
+    host_malloc_tuning: bool = True
     backend: str = "native"
 
     def divisions_for(self, size: int) -> int:
@@ -142,8 +145,8 @@ def parse_alloc_conf(text: str) -> AllocatorConfig:
             entries.append(text[start:i])
             start = i + 1
     entries.append(text[start:])
-    known = ("backend", "garbage_collection_threshold", "host_cache_max_mb", "max_non_split_rounding_mb",
-             "max_split_size_mb", "roundup_power2_divisions")
+    known = ("backend", "garbage_collection_threshold", "host_cache_max_mb", "host_malloc_tuning",
+             "max_non_split_rounding_mb", "max_split_size_mb", "roundup_power2_divisions")
     for entry in (e.strip() for e in entries):
         if not entry:
             continue
@@ -175,6 +178,10 @@ def parse_alloc_conf(text: str) -> AllocatorConfig:
             if mb < 0:
                 _fail(f"host_cache_max_mb must be >= 0, got {mb}")
             cfg.host_cache_max = mb * MiB
+        elif key == "host_malloc_tuning":
+            if value not in ("True", "False"):
+                _fail(f"host_malloc_tuning must be True or False, got {value!r}")
+            cfg.host_malloc_tuning = value == "True"
         elif key == "roundup_power2_divisions":
             cfg.roundup_power2_divisions = _parse_divisions(value)
         else:
