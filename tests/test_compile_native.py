@@ -253,3 +253,26 @@ def test_pointwise_rows_outside_groups_and_zero_d_values(dtype):
         out = cg((x,))
     _close(out, (tx.sum() / 35.0) * tx.amax(1))
     assert cg.native is not None
+
+
+def test_plan_follows_the_thread_count():
+    # A plan made at one thread runs large kernels natively (single-threaded); at two threads they must go back to the
+    # thread-splitting runner, so the plan is remade when the thread count changes.
+    from jitorch.runtime.threads import get_num_threads, set_num_threads
+
+    old = get_num_threads()
+    x = jitorch.randn(native_runner.PARALLEL_MIN * 2)
+    graph = CompiledGraph(trace(lambda t: (t * 2).tanh() + 1, (x,), {}).gm)
+    expected = ((x * 2).tanh() + 1).numpy()
+    try:
+        set_num_threads(1)
+        for _ in range(3):
+            np.testing.assert_allclose(graph((x,)).numpy(), expected, rtol=1e-6, atol=1e-6)
+        assert graph.native is not None and graph._native_threads == 1
+        set_num_threads(2)
+        for _ in range(3):
+            np.testing.assert_allclose(graph((x,)).numpy(), expected, rtol=1e-6, atol=1e-6)
+        assert graph._native_threads == 2
+        assert graph.native is None or any("large kernel" in why for _, why in graph.native.fallbacks)
+    finally:
+        set_num_threads(old)

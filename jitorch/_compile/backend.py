@@ -17,6 +17,7 @@ from ..fx.node import Node, map_aggregate
 from . import lower_cuda, native_runner
 from .fusion import FusedGroup, partition
 from .lower import GroupKernel
+from ..runtime.threads import get_num_threads
 
 __all__ = ["CompiledGraph"]
 
@@ -51,6 +52,9 @@ class CompiledGraph:
         return [u.ops for k, u in self.steps if k is not None]
 
     def __call__(self, args):
+        if self.native is not None and self._native_threads != get_num_threads():
+            # The plan chose per kernel between one native call and a thread split for the old thread count.
+            self.native, self.native_reason, self._calls = None, None, 0
         if self.native is not None:
             out = self.native(args)
             if out is not native_runner.FALLBACK:
@@ -58,6 +62,7 @@ class CompiledGraph:
         elif self.native_reason is None and native_runner.ENABLED:
             self._calls += 1
             if self._calls >= 2:
+                self._native_threads = get_num_threads()
                 out = native_runner.attach(self, args)
                 if out is not native_runner.FALLBACK:
                     return out
