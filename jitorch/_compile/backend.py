@@ -66,6 +66,11 @@ class CompiledGraph:
                 out = native_runner.attach(self, args)
                 if out is not native_runner.FALLBACK:
                     return out
+        return self.run_steps(args)[0]
+
+    def run_steps(self, args, keep_values=False):
+        """Run the steps in Python: ``(outputs, env)``; values are dropped after their last use unless
+        ``keep_values`` (the native runner records every value's layout from such a run)."""
         env = dict(self.constants)
         for n, a in zip(self.placeholders, args):
             env[n] = a
@@ -79,9 +84,10 @@ class CompiledGraph:
                 fn_args = map_aggregate(unit.args, lambda a: env[a] if isinstance(a, Node) else a)
                 fn_kwargs = map_aggregate(unit.kwargs, lambda a: env[a] if isinstance(a, Node) else a)
                 env[unit] = unit.target(*fn_args, **fn_kwargs)
-            for n in frees:
-                env.pop(n, None)
-        return map_aggregate(self.output.args[0], lambda a: env[a] if isinstance(a, Node) else a)
+            if not keep_values:
+                for n in frees:
+                    env.pop(n, None)
+        return map_aggregate(self.output.args[0], lambda a: env[a] if isinstance(a, Node) else a), env
 
 
 def _fetch(gm, target):

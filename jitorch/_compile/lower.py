@@ -220,14 +220,15 @@ class GroupKernel:
             buffers.append(Buffer(dtypes[index], strides))
         return Kernel(self.shape, tuple(buffers), tuple(self.stores), red)
 
-    def _slot_views(self, arrays):
-        """Per load slot, (array broadcast to its shape, element strides over the iteration space)."""
+    def _slot_views(self, arrays, xp=np):
+        """Per load slot, (array broadcast to its shape, element strides over the iteration space); ``xp`` is the
+        arrays' module (CuPy for the CUDA lowering)."""
         red, out = self.reduce_axes, []
         for (pos, shape), _ in sorted(self.slots.items(), key=lambda kv: kv[1]):
             a = arrays[pos]
-            b = np.broadcast_to(a, shape)
+            b = xp.broadcast_to(a, shape)
             if any(st % b.itemsize for st in b.strides):  # strides the IR cannot express in elements
-                b = np.broadcast_to(np.ascontiguousarray(a), shape)
+                b = xp.broadcast_to(xp.ascontiguousarray(a), shape)
             strides = tuple(st // b.itemsize for st in b.strides)
             if shape != self.shape:  # a row value: constant along the reduced dims
                 strides = (strides[:len(shape) - red] if len(shape) == len(self.shape) else strides) + (0,) * red

@@ -226,15 +226,6 @@ class CudaGroupKernel:
     def _slot_views(self, xp, arrays):
         """Per load slot: (view, element strides over the iteration space, element offset of the view's element 0
         from its lowest-addressed element), in buffer order."""
-        gk, red, out = self.gk, self.gk.reduce_axes, []
-        for (pos, shape), _ in sorted(gk.slots.items(), key=lambda kv: kv[1]):
-            a = arrays[pos]
-            b = xp.broadcast_to(a, shape)
-            if any(st % b.itemsize for st in b.strides):  # strides the IR cannot express in elements
-                b = xp.broadcast_to(xp.ascontiguousarray(a), shape)
-            strides = tuple(st // b.itemsize for st in b.strides)
-            if shape != gk.shape:  # a row value: constant along the reduced dims
-                strides = (strides[:len(shape) - red] if len(shape) == len(gk.shape) else strides) + (0,) * red
-            lowest = sum(min(0, s * (n - 1)) for s, n in zip(strides, gk.shape) if n > 0)
-            out.append((b, strides, -lowest))
-        return out
+        shape = self.gk.shape
+        return [(b, strides, -sum(min(0, s * (n - 1)) for s, n in zip(strides, shape) if n > 0))
+                for b, strides in self.gk._slot_views(arrays, xp)]

@@ -78,19 +78,7 @@ def _arrays(value):
 
 def record(cg, args):
     """Run ``cg``'s steps in Python as its runner does, keeping every value: ``(outputs, env)``."""
-    env = dict(cg.constants)
-    for n, a in zip(cg.placeholders, args):
-        env[n] = a
-    for kernel, unit in cg.steps:
-        if kernel is not None:
-            outs = kernel([env[p]._data for p in unit.inputs])
-            for m, o in zip(unit.outputs, outs):
-                env[m] = Tensor._make(o)
-        else:
-            fn_args = map_aggregate(unit.args, lambda a: env[a] if isinstance(a, Node) else a)
-            fn_kwargs = map_aggregate(unit.kwargs, lambda a: env[a] if isinstance(a, Node) else a)
-            env[unit] = unit.target(*fn_args, **fn_kwargs)
-    return map_aggregate(cg.output.args[0], lambda a: env[a] if isinstance(a, Node) else a), env
+    return cg.run_steps(args, keep_values=True)
 
 
 def attach(cg, args):
