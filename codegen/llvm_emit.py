@@ -11,10 +11,10 @@ after its loop (later phases read them as loop invariants), and ends each outer 
 caller must pass distinct, non-overlapping buffers (``noalias``); a buffer stored in one phase and read back in a
 later one is one pointer, which ``noalias`` allows.
 
-Loop hints (``!llvm.loop`` metadata): the innermost reduced loops are never fully unrolled (a 1024-wide row
-unrolled lets GVN carry a whole row of vectors from one pass to the next, spilled to the stack: layer norm ran
-1.3x slower) and interleave 4 vectors; an innermost pointwise loop around transcendental functions interleaves 4
-(GELU: 15% faster). Index reductions (``argmax``/``argmin``) keep (best, flat index) per point, unblocked.
+Loop hints (``!llvm.loop`` metadata): an innermost pointwise loop around transcendental functions interleaves 4
+vectors (GELU: 15% faster). Reduced row loops carry none: unroll/interleave hints there hit LLVM bugs (rows that
+never end, a vectorizer assertion), tested by tests/test_fusion_row_sizes.py. Index reductions
+(``argmax``/``argmin``) keep (best, flat index) per point, unblocked.
 """
 from __future__ import annotations
 
@@ -157,11 +157,10 @@ class _Emitter:
                 end = b.emit(f"add nsw i64 {jb}, {BLOCK}")
                 end = b.emit(f"select i1 {b.emit(f'icmp slt i64 {end}, {k.shape[last]}')}, i64 {end}, "
                              f"i64 {k.shape[last]}")
-                # No full unrolling of the row (GVN would then keep a whole row of vectors live from one pass to
-                # the next, spilled to the stack); the vectorizer still interleaves accumulators.
-                self._loop(f"{tag}{last}", jb, end, lambda i: self._point(idx + ridx + [i], stores, blocked=True),
-                           hint=self._hint('!"llvm.loop.unroll.disable"',
-                                           '!"llvm.loop.interleave.count", i32 4'))
+                # No loop metadata here: unroll and interleave hints on these row loops hit LLVM bugs (an
+                # interleave count with unroll.disable gave rows that never end; unroll.disable alone trips the
+                # vectorizer's cost-model assertion on softmax), so the row loop is left to LLVM's defaults.
+                self._loop(f"{tag}{last}", jb, end, lambda i: self._point(idx + ridx + [i], stores, blocked=True))
                 for j, s in reducing:
                     total, blk = self.accs[j]
                     part = b.emit(f"load {LLVM_TYPES[s.value.dtype]}, ptr {blk}")

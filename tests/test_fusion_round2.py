@@ -140,8 +140,7 @@ def test_contiguous_dimensions_collapse_and_strided_ones_do_not():
 
 def test_loop_hints_in_emitted_llvm():
     row = Kernel((8, 1024), (Buffer("f32", (1024, 1)), Buffer("f32", (1, 0))), (Store(1, load(0, "f32"), "sum"),), 1)
-    text = emit_kernel(row)
-    assert '!"llvm.loop.unroll.disable"' in text and '!"llvm.loop.interleave.count", i32 4' in text
+    assert "llvm.loop" not in emit_kernel(row)  # row loops carry no hints (LLVM bugs: see llvm_emit's notes)
     cheap = Kernel((64,), (Buffer("f32", (1,)), Buffer("f32", (1,))), (Store(1, op("neg", load(0, "f32"))),))
     costly = Kernel((64,), (Buffer("f32", (1,)), Buffer("f32", (1,))), (Store(1, op("exp", load(0, "f32"))),))
     assert "llvm.loop" not in emit_kernel(cheap) and "interleave.count" in emit_kernel(costly)
@@ -184,8 +183,9 @@ def test_argmax_over_a_leading_dim_or_empty_rows_stays_eager():
 def test_loop_metadata_ids_of_kernels_pasted_into_one_module_are_distinct():
     import re
 
-    row = Kernel((8, 1024), (Buffer("f32", (1024, 1)), Buffer("f32", (1, 0))), (Store(1, load(0, "f32"), "sum"),), 1)
-    ids = [set(re.findall(r"^!(\d+) =", emit_kernel(row, name), re.M)) for name in ("k0", "k1", "k10", "a_long_name")]
+    costly = Kernel((64,), (Buffer("f32", (1,)), Buffer("f32", (1,))), (Store(1, op("exp", load(0, "f32"))),))
+    ids = [set(re.findall(r"^!(\d+) =", emit_kernel(costly, name), re.M))
+           for name in ("k0", "k1", "k10", "a_long_name")]
     assert all(ids) and sum(map(len, ids)) == len(set().union(*ids))
 
 
