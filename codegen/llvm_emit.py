@@ -13,7 +13,8 @@ later one is one pointer, which ``noalias`` allows.
 
 Loop hints (``!llvm.loop`` metadata): an innermost pointwise loop around transcendental functions interleaves 4
 vectors (GELU: 15% faster). Reduced row loops carry none: unroll/interleave hints there hit LLVM bugs (rows that
-never end, a vectorizer assertion), tested by tests/test_fusion_row_sizes.py. Index reductions
+never end, a vectorizer assertion), tested by tests/test_fusion_row_sizes.py; their row length is read through a
+volatile slot instead, so LLVM cannot fully unroll a row. Index reductions
 (``argmax``/``argmin``) keep (best, flat index) per point, unblocked.
 """
 from __future__ import annotations
@@ -74,6 +75,15 @@ class _Emitter:
                          b.emit(f"alloca {'i64' if s.reduce in ARG_REDUCTIONS else LLVM_TYPES[s.value.dtype]}"))
                      for j, s in enumerate(k.stores) if s.reduce}
         self.acc_values = {}
+        # The reduced row length, read through a volatile slot so LLVM cannot treat it as a constant: a known
+        # 1024-wide row gets fully unrolled, and GVN then carries a whole row of vectors from one pass to the next,
+        # spilled to the stack (layer norm 1.3x slower). Loop-hint metadata would say the same, but those hints hit
+        # LLVM bugs here (rows that never end, a vectorizer assertion); see tests/test_fusion_row_sizes.py.
+        self.row_len = None
+        if any(s.reduce for s in k.stores) and k.reduce_axes:
+            slot = b.emit("alloca i64")
+            b.line(f"store volatile i64 {k.shape[-1]}, ptr {slot}")
+            self.row_len = b.emit(f"load volatile i64, ptr {slot}")
         self._dim(0, [])
         b.label("exit")
         b.line("ret void")
@@ -155,11 +165,8 @@ class _Emitter:
                     ty = LLVM_TYPES[s.value.dtype]
                     b.line(f"store {ty} {llvm_const(identity(s.reduce, s.value.dtype), ty)}, ptr {self.accs[j][1]}")
                 end = b.emit(f"add nsw i64 {jb}, {BLOCK}")
-                end = b.emit(f"select i1 {b.emit(f'icmp slt i64 {end}, {k.shape[last]}')}, i64 {end}, "
-                             f"i64 {k.shape[last]}")
-                # No loop metadata here: unroll and interleave hints on these row loops hit LLVM bugs (an
-                # interleave count with unroll.disable gave rows that never end; unroll.disable alone trips the
-                # vectorizer's cost-model assertion on softmax), so the row loop is left to LLVM's defaults.
+                n = self.row_len if self.row_len is not None else k.shape[last]
+                end = b.emit(f"select i1 {b.emit(f'icmp slt i64 {end}, {n}')}, i64 {end}, i64 {n}")
                 self._loop(f"{tag}{last}", jb, end, lambda i: self._point(idx + ridx + [i], stores, blocked=True))
                 for j, s in reducing:
                     total, blk = self.accs[j]
