@@ -38,6 +38,22 @@ def _f32(arr):
     return arr.astype(_F32)
 
 
+
+def _addc_(a, t1, t2, value, ufunc):
+    """``a += (value * t1) <ufunc> t2`` in place (``multiply`` or ``divide``), half types computed in float32."""
+    if a.dtype in _HALF:
+        a[...] = _f32(a) + getattr(_xp(a), ufunc)(value * _f32(t1), _f32(t2))
+        return a
+    xp = _xp(a)
+    tmp = xp.empty_like(a)
+    if value == 1:
+        getattr(xp, ufunc)(t1, t2, out=tmp)
+    else:
+        xp.multiply(t1, value, out=tmp)
+        getattr(xp, ufunc)(tmp, t2, out=tmp)
+    xp.add(a, tmp, out=a)
+    return a
+
 class _ArrayOps:
     """In-place primitives on arrays; ``a`` is the array written (or the template of a new result)."""
 
@@ -168,34 +184,12 @@ class _ArrayOps:
     @staticmethod
     def addcmul_(a, t1, t2, value=1.0):
         """``a += value * t1 * t2``, multiplied left to right as PyTorch's kernel does."""
-        if a.dtype in _HALF:
-            a[...] = _f32(a) + value * _f32(t1) * _f32(t2)
-            return a
-        xp = _xp(a)
-        tmp = xp.empty_like(a)
-        if value == 1:
-            xp.multiply(t1, t2, out=tmp)
-        else:
-            xp.multiply(t1, value, out=tmp)
-            xp.multiply(tmp, t2, out=tmp)
-        xp.add(a, tmp, out=a)
-        return a
+        return _addc_(a, t1, t2, value, "multiply")
 
     @staticmethod
     def addcdiv_(a, t1, t2, value=1.0):
         """``a += value * t1 / t2``, in PyTorch's kernel order."""
-        if a.dtype in _HALF:
-            a[...] = _f32(a) + value * _f32(t1) / _f32(t2)
-            return a
-        xp = _xp(a)
-        tmp = xp.empty_like(a)
-        if value == 1:
-            xp.divide(t1, t2, out=tmp)
-        else:
-            xp.multiply(t1, value, out=tmp)
-            xp.divide(tmp, t2, out=tmp)
-        xp.add(a, tmp, out=a)
-        return a
+        return _addc_(a, t1, t2, value, "divide")
 
     @staticmethod
     def lerp_(a, b, weight):

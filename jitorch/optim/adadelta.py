@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from .. import _creation
 from ._kernels import advance_step, hyper, ops_for
-from .optimizer import evaluate_closure, upgrade_step
-from .optimizer import Optimizer, _check_capturable, _check_tensor_lr, _get_scalar_dtype, _use_grad_for_differentiable
+from .optimizer import evaluate_closure, new_step, upgrade_step
+from .optimizer import Optimizer, _check_capturable, _check_tensor_lr, _use_grad_for_differentiable
 
 __all__ = ["Adadelta", "adadelta"]
 
@@ -68,8 +68,7 @@ class Adadelta(Optimizer):
             grads.append(p.grad)
             state = self.state[p]
             if len(state) == 0:
-                state["step"] = _creation.zeros((), dtype=_get_scalar_dtype(),
-                                                device=p.device if group["capturable"] else None)
+                state["step"] = new_step(p, group["capturable"])
                 state["square_avg"] = _creation.zeros_like(p)
                 state["acc_delta"] = _creation.zeros_like(p)
             square_avgs.append(state["square_avg"])

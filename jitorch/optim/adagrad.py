@@ -14,7 +14,7 @@ from __future__ import annotations
 from .. import _creation
 from .._tensor import Tensor
 from ._kernels import advance_step, capturing, hyper, increment_step, ops_for
-from .optimizer import evaluate_closure
+from .optimizer import evaluate_closure, new_step
 from .optimizer import (Optimizer, _check_fused_flags, _check_tensor_lr, _device_dtype_check_for_fused,
                         _get_scalar_dtype, _use_grad_for_differentiable)
 
@@ -65,7 +65,7 @@ class Adagrad(Optimizer):
 
     @staticmethod
     def _init_state(state, p, fused, initial_accumulator_value):
-        state["step"] = _creation.zeros((), dtype=_get_scalar_dtype(fused), device=p.device if fused else None)
+        state["step"] = new_step(p, fused, fused)
         init_value = (complex(initial_accumulator_value, initial_accumulator_value) if p.is_complex()
                       else initial_accumulator_value)
         state["sum"] = _creation.full_like(p, init_value)

@@ -17,9 +17,9 @@ from .. import _creation
 from .._tensor import Tensor
 from ._fused import fused_adam
 from ._kernels import advance_step, capturing, hyper, increment_step, ops_for
-from .optimizer import evaluate_closure, upgrade_step
+from .optimizer import evaluate_closure, new_step, upgrade_step
 from .optimizer import (Optimizer, _check_capturable, _check_fused_flags, _check_tensor_lr,
-                        _device_dtype_check_for_fused, _get_scalar_dtype, _to_scalar, _use_grad_for_differentiable)
+                        _device_dtype_check_for_fused, _to_scalar, _use_grad_for_differentiable)
 
 __all__ = ["Adam", "AdamW", "adam", "adamw"]
 
@@ -104,9 +104,7 @@ class Adam(Optimizer):
                 if group["fused"]:
                     _device_dtype_check_for_fused(p)
                 # The step is a 0-d tensor on the CPU (on the parameter's device when fused or capturable).
-                on_device = group["capturable"] or group["fused"]
-                state["step"] = _creation.zeros((), dtype=_get_scalar_dtype(group["fused"]),
-                                                device=p.device if on_device else None)
+                state["step"] = new_step(p, group["capturable"] or group["fused"], group["fused"])
                 state["exp_avg"] = _creation.zeros_like(p)
                 state["exp_avg_sq"] = _creation.zeros_like(p)
                 if group["amsgrad"]:

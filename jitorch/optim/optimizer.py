@@ -101,6 +101,11 @@ def _get_scalar_dtype(is_fused=None):
     return _dtype.float64 if _dtype.get_default_dtype() is _dtype.float64 else _dtype.float32
 
 
+def new_step(p, on_device, fused=None):
+    """A fresh ``state['step']``: a 0-d zero on the CPU, or on ``p``'s device when fused or capturable."""
+    return _creation.zeros((), dtype=_get_scalar_dtype(fused), device=p.device if on_device else None)
+
+
 def _device_dtype_check_for_fused(p):
     supported = ["cuda", "cpu"]
     if not (p.device.type in supported and p.is_floating_point()):
