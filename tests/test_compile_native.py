@@ -113,11 +113,10 @@ def test_transformer_block_input_gradient_matches_torch_with_native_halves():
     plan = compiled._compiled_call.train_entries[0].plan
     fwd, bwd = plan.fwd.native, plan.bwd.native
     assert fwd is not None and bwd is not None
-    # The forward is one program (products, batched products, views, fused kernels); the backward runs only the
-    # two layer norm backwards in Python (the split's slice writes are copy loops), so it is three programs.
-    assert fwd.report()["programs"] == 1 and fwd.report()["python_steps"] == []
-    steps = [name.rstrip("_0123456789") for name, _ in bwd.report()["python_steps"]]
-    assert steps == ["native_layer_norm_backward"] * 2 and bwd.report()["programs"] == 3
+    # Each half is one program (products, batched products, views, fused kernels; the split's slice writes are copy
+    # loops, and the layer norm backwards are decomposed into fused row kernels and sums).
+    for half in (fwd, bwd):
+        assert half.report()["programs"] == 1 and half.report()["python_steps"] == []
 
 
 def test_block_weight_gradients_match_eager_over_adam_steps():

@@ -30,6 +30,8 @@ from ..fx.joint import BACKWARD, FORWARD, make_joint
 from ..fx.make_fx import Primitive
 from ..fx.node import Node, map_aggregate
 from .backend import CompiledGraph, _fetch
+from .decompose import decompose
+from .fusion import fusible, reduction_axes, row_op_axes
 
 __all__ = ["TrainingPlan", "Unsupported", "compile_training"]
 
@@ -164,11 +166,30 @@ def split_joint(gm, n_outs, recompute=True):
             bmap[a] = bg.node_copy(a)
         return bmap[a]
 
-    for n in [n for n in bwd if n.op == "placeholder"] + [n for n in fwd if n in recomputed] + \
-            [n for n in bwd if n.op != "placeholder"]:
+    # A recomputed chain is copied once per kind of reader, right before its first reader. Readers that fuse
+    # (pointwise rows, reductions) get a copy that fuses into their own kernel and reads only the chain's inputs;
+    # a library call (a matmul reading GELU's output) gets a copy whose kernel writes just the value it reads.
+    # One shared copy would make its kernel write every intermediate that some fused reader needs.
+    copies = {True: {}, False: {}}
+
+    def recompute(a, fused):
+        done = copies[fused]
+        if a not in done:
+            done[a] = bg.node_copy(a, lambda p: recompute(p, fused) if p in recomputed else lookup(p))
+        return done[a]
+
+    for n in [n for n in bwd if n.op == "placeholder"]:
         bmap[n] = bg.node_copy(n, lookup)
-    bg.output(tuple(None if g is None else lookup(g) for g in grads))
+    for n in [n for n in bwd if n.op != "placeholder"]:
+        fused = _fuses(n)
+        bmap[n] = bg.node_copy(n, lambda a: recompute(a, fused) if a in recomputed else lookup(a))
+    bg.output(tuple(None if g is None else recompute(g, False) if g in recomputed else lookup(g) for g in grads))
     return GraphModule(gm, fg), GraphModule(gm, bg), len(saved)
+
+
+def _fuses(node):
+    """Whether the fusion pass may put ``node`` in a kernel (then recomputed values it reads fuse in with it)."""
+    return fusible(node) or reduction_axes(node) is not None or row_op_axes(node) is not None
 
 
 class _CompiledTraining(Function):
@@ -259,6 +280,8 @@ def compile_training(fn, args, kwargs, module, traced_result, recompute=True):
         raise Unsupported(f"joint trace failed: {type(err).__name__}: {err}") from err
     _check(joint)
     _annotate(joint, list(flat) + tangents)
+    if decompose(joint):
+        _annotate(joint, list(flat) + tangents)  # the inlined nodes' shapes
     wrt = [i for i, a in enumerate(flat) if isinstance(a, Tensor) and a._requires_grad]
     try:
         fwd_gm, bwd_gm, n_saved = split_joint(joint, len(outs), recompute)

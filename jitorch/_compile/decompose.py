@@ -1,0 +1,119 @@
+"""Decompositions: opaque rows of a joint graph rewritten into primitives the fusion pass can put in kernels.
+
+Eager autograd runs ``native_layer_norm_backward`` as one NumPy row (several passes over the input). In a compiled
+backward its input gradient is a two-reduction row pattern that fuses into ONE kernel together with the pointwise
+rows around it (the residual gradients), and its weight and bias gradients are sums over the leading dimensions
+of values that kernel writes anyway. Each decomposition is a function of jitorch ops, recorded with `make_fx` at
+the node's shapes and inlined in place of the node; outputs nobody reads are dropped.
+
+>>> import jitorch
+>>> from jitorch.fx.joint import make_joint
+>>> x, w, b = jitorch.randn(4, 8, requires_grad=True), jitorch.ones(8, requires_grad=True), jitorch.zeros(8)
+>>> gm = make_joint(lambda x, w: jitorch.nn.functional.layer_norm(x, (8,), w, b))(x, w, tangents=(jitorch.ones(4, 8),))
+>>> from jitorch._compile.training import _annotate
+>>> _annotate(gm, [x, w, jitorch.ones(4, 8)])
+>>> decompose(gm)
+1
+>>> sorted({n.target.op.name for n in gm.graph.nodes if n.op == "call_function" and hasattr(n.target, "op")})[:4]
+['div', 'mul', 'native_layer_norm', 'sub']
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from .. import _tensor
+from ..fx.make_fx import Primitive, make_fx
+from ..fx.node import Node
+
+__all__ = ["decompose", "DECOMPOSITIONS"]
+
+
+def _layer_norm_backward(g, x, mean, rstd, weight, *, k, eps):
+    """(grad_input, grad_weight, grad_bias) from the saved row statistics."""
+    nd = x.dim()
+    dims, lead = tuple(range(nd - k, nd)), tuple(range(nd - k))
+    n = int(np.prod(x.shape[nd - k:]))
+    xhat = (x - mean) * rstd
+    gxh = g * weight if weight is not None else g
+    c1 = gxh.sum(dims, keepdim=True) / n
+    c2 = (gxh * xhat).sum(dims, keepdim=True) / n
+    gx = rstd * (gxh - c1 - xhat * c2)
+    gw = (g * xhat).sum(lead) if lead else g * xhat
+    gb = g.sum(lead) if lead else g
+    return gx, gw, gb
+
+
+DECOMPOSITIONS = {"native_layer_norm_backward": _layer_norm_backward}
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _example(node):
+    shape, dtype = node.meta["val"]
+    return _tensor.Tensor._make(np.zeros(shape, dtype))
+
+
+def _decomposable(node):
+    if node.op != "call_function" or not isinstance(node.target, Primitive) or node.target.inplace:
+        return False
+    if node.target.op.name not in DECOMPOSITIONS:
+        return False
+    tensors = [a for a in node.args if isinstance(a, Node)]
+    return all("val" in a.meta and a.meta["val"][1] in _FLOATS for a in tensors) and \
+        not any(isinstance(a, (list, tuple)) for a in node.args)
+
+
+def _inline(gm, node):
+    """Replace ``node`` (and its ``getitem`` readers) by the recorded decomposition."""
+    fn = DECOMPOSITIONS[node.target.op.name]
+    positions = [i for i, a in enumerate(node.args) if isinstance(a, Node)]
+
+    def call(*tensors):
+        args = list(node.args)
+        for i, t in zip(positions, tensors):
+            args[i] = t
+        return fn(*args, **node.kwargs)
+
+    sub = make_fx(call)(*[_example(node.args[i]) for i in positions])
+    graph, env, added = gm.graph, {}, []
+    placeholders = iter(node.args[i] for i in positions)
+    with graph.inserting_before(node):
+        for m in sub.graph.nodes:
+            if m.op == "placeholder":
+                env[m] = next(placeholders)
+            elif m.op == "get_attr":  # a constant the decomposition made (a scalar tensor): move it over
+                name = f"_decomposed_{node.name}_{m.target}"
+                setattr(gm, name, getattr(sub, m.target))
+                env[m] = graph.get_attr(name)
+                added.append(env[m])
+            elif m.op == "call_function":
+                env[m] = graph.node_copy(m, env.__getitem__)
+                added.append(env[m])
+            else:
+                outs = [env[a] for a in m.args[0]]
+    for new in added:
+        new.meta = {k: v for k, v in node.meta.items() if k == "phase"}
+    for user in list(node.users):
+        if user.op == "call_function" and user.target is operator.getitem:
+            user.replace_all_uses_with(outs[user.args[1]])
+            graph.erase_node(user)
+    graph.erase_node(node)
+    for new in reversed(added):  # outputs nobody reads (a bias gradient of a layer without bias)
+        if not new.users:
+            graph.erase_node(new)
+
+
+def decompose(gm):
+    """Inline every decomposable node of ``gm`` (nodes need ``meta["val"]``); returns how many were rewritten.
+    The caller re-annotates the graph: the new nodes carry only their phase."""
+    done = 0
+    for node in [n for n in gm.graph.nodes if _decomposable(n)]:
+        if any(u.op != "call_function" or u.target is not operator.getitem for u in node.users):
+            continue  # a reader of the whole tuple: keep the row
+        _inline(gm, node)
+        done += 1
+    if done:
+        gm.graph.lint()
+        gm.recompile()
+    return done

@@ -1,0 +1,88 @@
+"""What the compiled backward's kernels read and write: recomputed chains per reader, layer norm's backward fused."""
+import numpy as np
+import pytest
+import torch
+
+import jitorch
+import jitorch.nn.functional as F
+from jitorch._compile.fusion import FusedGroup
+from jitorch._compile.training import compile_training
+
+
+def _groups(graph):
+    return [u for k, u in graph.steps if isinstance(u, FusedGroup)]
+
+
+def _gelu(h):
+    return 0.5 * h * (1 + jitorch.tanh(0.7978845608028654 * (h + 0.044715 * h * h * h)))
+
+
+def test_recomputed_chain_is_copied_per_reader_so_no_kernel_writes_intermediates():
+    # The backward needs gelu(h) for w2's gradient (a matmul) and gelu'(h) for w1's (a fused pointwise product):
+    # one kernel recomputes gelu(h) and writes only it, the other recomputes what gelu' needs from h itself.
+    rng = np.random.default_rng(0)
+    xd, w1d, w2d, gd = (rng.standard_normal(s).astype(np.float32) for s in ((4, 5), (5, 6), (6, 3), (4, 3)))
+    x = jitorch.tensor(xd)
+    w1, w2 = jitorch.tensor(w1d, requires_grad=True), jitorch.tensor(w2d, requires_grad=True)
+    plan = compile_training(lambda x, w1, w2: _gelu(x @ w1) @ w2, (x, w1, w2), {}, None, None)
+    tanh_groups = [u for u in _groups(plan.bwd) if "tanh" in u.ops]
+    assert len(tanh_groups) == 2
+    assert sorted(len(u.outputs) for u in tanh_groups) == [1, 1]
+    assert sorted(len(u.inputs) for u in tanh_groups) == [1, 2]  # h alone; h and the upstream gradient
+    out = plan((x, w1, w2))
+    out.backward(jitorch.tensor(gd))
+    tw1, tw2 = torch.tensor(w1d, requires_grad=True), torch.tensor(w2d, requires_grad=True)
+    (torch.nn.functional.gelu(torch.tensor(xd) @ tw1, approximate="tanh") @ tw2).backward(torch.tensor(gd))
+    np.testing.assert_allclose(out.detach().numpy(), (torch.nn.functional.gelu(
+        torch.tensor(xd) @ tw1, approximate="tanh") @ tw2).detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(w1.grad.numpy(), tw1.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(w2.grad.numpy(), tw2.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape, k, affine, dtype", [
+    ((6, 8), 1, True, np.float32),
+    ((3, 4, 10), 1, True, np.float64),
+    ((3, 4, 5), 2, True, np.float32),
+    ((5, 7), 1, False, np.float32),
+    ((2, 0, 6), 1, True, np.float32),
+])
+def test_layer_norm_backward_is_decomposed_into_a_fused_row_kernel(shape, k, affine, dtype):
+    rng = np.random.default_rng(1)
+    norm = shape[len(shape) - k:]
+    xd = (rng.standard_normal(shape) * 3 + 1).astype(dtype)
+    wd, bd = (rng.standard_normal(norm).astype(dtype) for _ in range(2))
+    gd = rng.standard_normal(shape).astype(dtype)
+    x = jitorch.tensor(xd, requires_grad=True)
+    params = (jitorch.tensor(wd, requires_grad=True), jitorch.tensor(bd, requires_grad=True)) if affine else ()
+
+    def fn(x, *wb):
+        return F.layer_norm(x * 2, norm, *wb, eps=1e-5) + x
+
+    plan = compile_training(fn, (x, *params), {}, None, None)
+    names = [n.target.op.name for n in plan.bwd.gm.graph.nodes if hasattr(n.target, "op")]
+    assert "native_layer_norm_backward" not in names
+    if shape[1] and affine:  # (without a weight, autograd differentiates the composite formula instead)
+        # One kernel makes both row reductions and the input gradient, with the residual's gradient added in.
+        rows = [u for u in _groups(plan.bwd) if u.ops.count("sum") == 2]
+        assert len(rows) == 1 and rows[0].reduce_axes == k and "add" in rows[0].ops
+    plan((x, *params)).backward(jitorch.tensor(gd))
+    tx = torch.tensor(xd, requires_grad=True)
+    tp = [torch.tensor(a, requires_grad=True) for a in (wd, bd)] if affine else []
+    (torch.nn.functional.layer_norm(tx * 2, norm, *tp, eps=1e-5) + tx).backward(torch.tensor(gd))
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-12)
+    for got, want in zip((x, *params), (tx, *tp)):
+        assert got.grad.dtype == jitorch.float32 if dtype == np.float32 else jitorch.float64
+        np.testing.assert_allclose(got.grad.numpy(), want.grad.numpy(), **tol)
+
+
+def test_decomposed_layer_norm_backward_keeps_double_backward_eager():
+    x = jitorch.randn(3, 4, dtype=jitorch.float64, requires_grad=True)
+    w = jitorch.randn(4, dtype=jitorch.float64, requires_grad=True)
+    compiled = jitorch.compile(lambda x, w: F.layer_norm(x, (4,), w).pow(2).sum())
+    (gx,) = jitorch.autograd.grad(compiled(x, w), (x,), create_graph=True)
+    (ggw,) = jitorch.autograd.grad(gx.sum(), (w,))
+    tx, tw = (torch.tensor(t.detach().numpy(), requires_grad=True) for t in (x, w))
+    (tgx,) = torch.autograd.grad(torch.nn.functional.layer_norm(tx, (4,), tw).pow(2).sum(), (tx,), create_graph=True)
+    (tggw,) = torch.autograd.grad(tgx.sum(), (tw,))
+    np.testing.assert_allclose(gx.detach().numpy(), tgx.detach().numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ggw.numpy(), tggw.numpy(), rtol=1e-8, atol=1e-10)
