@@ -5,7 +5,7 @@ seq 64, batch 16, GELU MLP, MSE loss, Adam), and the MLP with ``Adam(fused=True)
 inside the compiled module, so one compiled call covers the forward, and its backward runs the compiled backward.
 Same initial weights and data in every library.
 
-Run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_compile_train.py
+Run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_compile_train.py [--threads 2]
 """
 from __future__ import annotations
 
@@ -14,17 +14,22 @@ import time
 
 import os
 
+import sys
+
 import common
 
-common.single_thread()
-os.environ.setdefault("JITORCH_NUM_THREADS", "1")  # compiled kernels too: one thread, as every peer here
+# --threads N (default 1) must reach BLAS and OpenMP before NumPy or torch load: they read it once.
+THREADS = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 1
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+             "JITORCH_NUM_THREADS"):  # compiled kernels too: as many threads as every peer here
+    os.environ.setdefault(_var, str(THREADS))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import jitorch  # noqa: E402
 
-common.single_thread()
+torch.set_num_threads(THREADS)
 
 
 def mlp(lib):
@@ -76,12 +81,17 @@ CASES = {"MLP 784-512-512-10 b128 (SGD)": ("mlp", mlp, lambda lib, p: lib.optim.
                                                        lambda lib, p: lib.optim.Adam(p, lr=1e-3, fused=True))}
 
 
-def _step(model, opt, x, y):
+# "+opt": the optimizer's step compiled too (torch.compile(opt.step) / jitorch.compile(opt.step)), as a compiled
+# training loop would; the plain ".compile" variants compile the model only.
+VARIANTS = ("torch", "torch.compile", "torch.compile+opt", "jitorch", "jitorch.compile", "jitorch.compile+opt")
+
+
+def _step(model, opt, opt_step, x, y):
     def step():
         opt.zero_grad()
         loss = model(x, y)
         loss.backward()
-        opt.step()
+        opt_step()
         return loss
     return step
 
@@ -91,7 +101,7 @@ def run_case(label, repeats, target_s):
     xd, yd = _data(name, np.random.default_rng(0))
     torch.manual_seed(0)
     steps, losses, compile_s, errors = {}, {}, {}, {}
-    for lib_name in ("torch", "torch.compile", "jitorch", "jitorch.compile"):
+    for lib_name in VARIANTS:
         lib = torch if lib_name.startswith("torch") else jitorch
         model = build(lib)
         if lib is jitorch:  # the torch model's initial weights
@@ -105,10 +115,12 @@ def run_case(label, repeats, target_s):
             model = build(torch)
         opt = make_opt(lib, model.parameters())
         x, y = lib.tensor(xd), lib.tensor(yd)
-        run = model
-        if lib_name.endswith(".compile"):
+        run, opt_step = model, opt.step
+        if ".compile" in lib_name:
             run = lib.compile(model)
-        step = _step(run, opt, x, y)
+        if lib_name.endswith("+opt"):
+            opt_step = lib.compile(opt.step)
+        step = _step(run, opt, opt_step, x, y)
         try:
             start = time.perf_counter()
             losses[lib_name] = [float(step().item()) for _ in range(2)]
@@ -121,11 +133,13 @@ def run_case(label, repeats, target_s):
            "first_two_steps_s": {k: round(v, 3) for k, v in compile_s.items()}}
     for lib_name, t in timings.items():
         row[f"{lib_name}_ms"] = t["median_s"] * 1e3
-    je, jc = row.get("jitorch_ms"), row.get("jitorch.compile_ms")
-    te, tc = row.get("torch_ms"), row.get("torch.compile_ms")
+    je, jc, jo = row.get("jitorch_ms"), row.get("jitorch.compile_ms"), row.get("jitorch.compile+opt_ms")
+    te, tc, to = row.get("torch_ms"), row.get("torch.compile_ms"), row.get("torch.compile+opt_ms")
     row["compile_over_eager"] = je / jc if je and jc else None
+    row["compile_opt_over_eager"] = je / jo if je and jo else None
     row["jitorch_compile_over_torch"] = te / jc if te and jc else None
     row["jitorch_compile_over_torch_compile"] = tc / jc if tc and jc else None
+    row["jitorch_compile_opt_over_torch_compile_opt"] = to / jo if to and jo else None
     return row
 
 
@@ -133,17 +147,22 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--target-s", type=float, default=0.2)
+    parser.add_argument("--threads", type=int, default=1, help="BLAS, OpenMP, torch and jitorch kernel threads")
     args = parser.parse_args()
     rows = []
     for label in CASES:
         print(f"  {label} ...", flush=True)
         rows.append(run_case(label, args.repeats, args.target_s))
     columns = [("case", "case", ""), ("jitorch eager (ms)", "jitorch_ms", ".2f"),
-               ("jitorch.compile (ms)", "jitorch.compile_ms", ".2f"), ("torch eager (ms)", "torch_ms", ".2f"),
-               ("torch.compile (ms)", "torch.compile_ms", ".2f"), ("compile speedup vs jitorch eager",
-                                                                   "compile_over_eager", ".2f"),
-               ("vs torch eager", "jitorch_compile_over_torch", ".2f"),
-               ("vs torch.compile", "jitorch_compile_over_torch_compile", ".2f")]
+               ("jitorch.compile (ms)", "jitorch.compile_ms", ".2f"),
+               ("jitorch.compile +opt (ms)", "jitorch.compile+opt_ms", ".2f"), ("torch eager (ms)", "torch_ms", ".2f"),
+               ("torch.compile (ms)", "torch.compile_ms", ".2f"),
+               ("torch.compile +opt (ms)", "torch.compile+opt_ms", ".2f"),
+               ("compile / jitorch eager", "compile_over_eager", ".2f"),
+               ("compile +opt / jitorch eager", "compile_opt_over_eager", ".2f"),
+               ("compile vs torch eager", "jitorch_compile_over_torch", ".2f"),
+               ("compile vs torch.compile", "jitorch_compile_over_torch_compile", ".2f"),
+               ("+opt vs torch.compile +opt", "jitorch_compile_opt_over_torch_compile_opt", ".2f")]
     table = common.format_table(rows, columns)
     facts = common.machine_facts()
     facts["jitorch"] = jitorch.__version__
@@ -151,11 +170,14 @@ def main():
     notes = (f"Median milliseconds per training step (zero_grad, forward + loss, backward, optimizer step) over "
              f"{args.repeats} interleaved samples of ~{args.target_s} s, after two warm-up steps (which include "
              "compilation; see first_two_steps_s in the JSON). Speedup columns: other time / jitorch.compile time "
-             "(> 1: jitorch.compile is faster). One thread everywhere. Target: jitorch.compile >= 1.2x jitorch "
-             "eager.")
+             "(> 1: jitorch.compile is faster). \"+opt\": the optimizer step is compiled too "
+             "(`jitorch.compile(opt.step)`, `torch.compile(opt.step)`), as a compiled training loop does; the plain "
+             "compile columns compile the model only. Threads: see the machine facts. Target: a compiled training "
+             "step >= 1.2x jitorch eager.")
     if problems:
         notes += "\n\nProblems:\n\n" + "\n".join(problems)
-    common.write_results("compile-train", rows, facts, table, notes)
+    common.write_results("compile-train" if args.threads == 1 else f"compile-train-{args.threads}threads", rows,
+                         facts, table, notes)
     print()
     print(table)
     if problems:

@@ -86,3 +86,52 @@ def test_decomposed_layer_norm_backward_keeps_double_backward_eager():
     (tggw,) = torch.autograd.grad(tgx.sum(), (tw,))
     np.testing.assert_allclose(gx.detach().numpy(), tgx.detach().numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(ggw.numpy(), tggw.numpy(), rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("reduction, ignore_index, dtype", [
+    ("mean", -100, np.float32), ("sum", -100, np.float32), ("none", -100, np.float32),
+    ("mean", 1, np.float64), ("mean", 7, np.float32),
+])
+def test_nll_loss_backward_is_decomposed_and_fuses_into_log_softmax_backward(reduction, ignore_index, dtype):
+    rng = np.random.default_rng(2)
+    xd = rng.standard_normal((9, 5)).astype(dtype)
+    yd = rng.integers(0, 5, 9)
+    yd[[2, 6]] = ignore_index if ignore_index == -100 else 1
+    gd = rng.standard_normal(() if reduction != "none" else (9,)).astype(dtype)
+    x, y = jitorch.tensor(xd, requires_grad=True), jitorch.tensor(yd)
+
+    def fn(x, y):
+        return F.cross_entropy(x * 1.5, y, ignore_index=ignore_index, reduction=reduction)
+
+    plan = compile_training(fn, (x, y), {}, None, None)
+    names = [n.target.op.name for n in plan.bwd.gm.graph.nodes if hasattr(n.target, "op")]
+    assert "nll_loss_backward" not in names
+    # The masked gradient, log_softmax's backward and the outer * 1.5 are one kernel.
+    assert [ops for ops in plan.backward_kernels if "log_softmax_backward_data" in ops][0][-1] == "mul"
+    out = plan((x, y))
+    out.backward(jitorch.tensor(gd))
+    tx = torch.tensor(xd, requires_grad=True)
+    ref = torch.nn.functional.cross_entropy(tx * 1.5, torch.tensor(yd), ignore_index=ignore_index,
+                                            reduction=reduction)
+    ref.backward(torch.tensor(gd))
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), **tol)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), **tol)
+
+
+def test_all_ignored_batch_gives_nan_loss_and_zero_gradients_when_compiled():
+    x = jitorch.randn(4, 3, requires_grad=True)
+    y = jitorch.full((4,), -100, dtype=jitorch.int64)
+    plan = compile_training(lambda x, y: F.cross_entropy(x, y), (x, y), {}, None, None)
+    loss = plan((x, y))
+    loss.backward()
+    assert np.isnan(loss.item()) and np.array_equal(x.grad.numpy(), np.zeros((4, 3), np.float32))
+
+
+def test_compiled_cross_entropy_still_rejects_out_of_range_targets():
+    x = jitorch.randn(4, 3, requires_grad=True)
+    compiled = jitorch.compile(lambda x, y: F.cross_entropy(x, y))
+    compiled(x, jitorch.tensor([0, 1, 2, 1])).backward()
+    for _ in range(3):  # past the planning calls, into the native runner
+        with pytest.raises(IndexError, match="Target 5 is out of bounds"):
+            compiled(x, jitorch.tensor([0, 5, 2, 1]))

@@ -3,7 +3,8 @@
 Eager autograd runs ``native_layer_norm_backward`` as one NumPy row (several passes over the input). In a compiled
 backward its input gradient is a two-reduction row pattern that fuses into ONE kernel together with the pointwise
 rows around it (the residual gradients), and its weight and bias gradients are sums over the leading dimensions
-of values that kernel writes anyway. Each decomposition is a function of jitorch ops, recorded with `make_fx` at
+of values that kernel writes anyway. ``nll_loss_backward`` (eager: a scatter into zeros) becomes a masked broadcast
+that fuses into log_softmax's backward kernel. Each decomposition is a function of jitorch ops, recorded with `make_fx` at
 the node's shapes and inlined in place of the node; outputs nobody reads are dropped.
 
 >>> import jitorch
@@ -22,6 +23,8 @@ from __future__ import annotations
 import operator
 
 import numpy as np
+
+import jitorch
 
 from .. import _tensor
 from ..fx.make_fx import Primitive, make_fx
@@ -45,7 +48,32 @@ def _layer_norm_backward(g, x, mean, rstd, weight, *, k, eps):
     return gx, gw, gb
 
 
-DECOMPOSITIONS = {"native_layer_norm_backward": _layer_norm_backward}
+def _nll_loss_backward(g, target, *, shape, ignore_index, reduction):
+    """The gradient of nll_loss as a masked broadcast, which fuses into log_softmax's backward kernel (eager scatters
+    into zeros). The forward already checked the targets' range on the same (saved, unchanged) targets."""
+    if len(shape) != 2:
+        raise _Keep
+    n, c = shape
+    t = target.reshape(n, 1)
+    # (Boolean and integer arithmetic stays out of kernels: the mask is one comparison, counts are float sums.)
+    # An ignored class inside the range must not match its column.
+    hit = jitorch.arange(c) == (jitorch.where(t != ignore_index, t, -1) if 0 <= ignore_index < c else t)
+    if reduction == "none":
+        scale = -g.reshape(n, 1)
+    elif reduction == "mean":
+        one, zero = jitorch.ones((), dtype=g.dtype), jitorch.zeros((), dtype=g.dtype)
+        count = jitorch.where(t != ignore_index, one, zero).sum()
+        scale = -g / jitorch.maximum(count, one)  # all ignored: zero gradients, as eager
+    else:
+        scale = -g
+    return jitorch.where(hit, scale, jitorch.zeros((), dtype=g.dtype))
+
+
+class _Keep(Exception):
+    """A decomposition declines this node (an unusual shape): it stays one row."""
+
+
+DECOMPOSITIONS = {"native_layer_norm_backward": _layer_norm_backward, "nll_loss_backward": _nll_loss_backward}
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -60,13 +88,17 @@ def _decomposable(node):
     if node.target.op.name not in DECOMPOSITIONS:
         return False
     tensors = [a for a in node.args if isinstance(a, Node)]
-    return all("val" in a.meta and a.meta["val"][1] in _FLOATS for a in tensors) and \
+    # (The leading operand is the gradient; others may be integer targets.)
+    return bool(tensors) and all("val" in a.meta for a in tensors) and tensors[0].meta["val"][1] in _FLOATS and \
         not any(isinstance(a, (list, tuple)) for a in node.args)
 
 
 def _inline(gm, node):
     """Replace ``node`` (and its ``getitem`` readers) by the recorded decomposition."""
     fn = DECOMPOSITIONS[node.target.op.name]
+    if node.target.op.nout > 1 and \
+            any(u.op != "call_function" or u.target is not operator.getitem for u in node.users):
+        return False  # a reader of the whole tuple: keep the row
     positions = [i for i, a in enumerate(node.args) if isinstance(a, Node)]
 
     def call(*tensors):
@@ -75,7 +107,10 @@ def _inline(gm, node):
             args[i] = t
         return fn(*args, **node.kwargs)
 
-    sub = make_fx(call)(*[_example(node.args[i]) for i in positions])
+    try:
+        sub = make_fx(call)(*[_example(node.args[i]) for i in positions])
+    except _Keep:
+        return False
     graph, env, added = gm.graph, {}, []
     placeholders = iter(node.args[i] for i in positions)
     with graph.inserting_before(node):
@@ -91,9 +126,11 @@ def _inline(gm, node):
                 env[m] = graph.node_copy(m, env.__getitem__)
                 added.append(env[m])
             else:
-                outs = [env[a] for a in m.args[0]]
+                outs = [env[a] for a in m.args[0]] if isinstance(m.args[0], (tuple, list)) else [env[m.args[0]]]
     for new in added:
         new.meta = {k: v for k, v in node.meta.items() if k == "phase"}
+    if node.target.op.nout == 1:
+        node.replace_all_uses_with(outs[0])
     for user in list(node.users):
         if user.op == "call_function" and user.target is operator.getitem:
             user.replace_all_uses_with(outs[user.args[1]])
@@ -102,6 +139,7 @@ def _inline(gm, node):
     for new in reversed(added):  # outputs nobody reads (a bias gradient of a layer without bias)
         if not new.users:
             graph.erase_node(new)
+    return True
 
 
 def decompose(gm):
@@ -109,10 +147,7 @@ def decompose(gm):
     The caller re-annotates the graph: the new nodes carry only their phase."""
     done = 0
     for node in [n for n in gm.graph.nodes if _decomposable(n)]:
-        if any(u.op != "call_function" or u.target is not operator.getitem for u in node.users):
-            continue  # a reader of the whole tuple: keep the row
-        _inline(gm, node)
-        done += 1
+        done += _inline(gm, node)
     if done:
         gm.graph.lint()
         gm.recompile()
