@@ -135,3 +135,33 @@ def test_compiled_cross_entropy_still_rejects_out_of_range_targets():
     for _ in range(3):  # past the planning calls, into the native runner
         with pytest.raises(IndexError, match="Target 5 is out of bounds"):
             compiled(x, jitorch.tensor([0, 5, 2, 1]))
+
+
+@pytest.mark.parametrize("pieces, covered", [
+    (lambda h: h.split(3, dim=-1), True),
+    (lambda h: h.chunk(2, dim=1), True),
+    (lambda h: (h[:, :2], h[:, 3:]), False),  # a gap: the adds stay, and the gradient must still be right
+])
+def test_split_gradient_is_one_cat_not_scatters_and_adds(pieces, covered):
+    rng = np.random.default_rng(3)
+    xd, gd = rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal((4, 6)).astype(np.float32)
+    x = jitorch.tensor(xd, requires_grad=True)
+
+    def fn(x, lib):
+        parts = pieces(x * 2)
+        return lib.cat([p.tanh() * (i + 1) for i, p in enumerate(parts)], dim=1)
+
+    plan = compile_training(lambda x: fn(x, jitorch), (x,), {}, None, None)
+    names = [n.target.op.name for n in plan.bwd.gm.graph.nodes if hasattr(n.target, "op")]
+    assert ("cat" in names and "copy_slices" not in names) if covered else "copy_slices" in names
+    out = plan((x,))
+    out.backward(jitorch.tensor(gd[:, :out.shape[1]]))
+    tx = torch.tensor(xd, requires_grad=True)
+    ref = fn(tx, torch)
+    ref.backward(torch.tensor(gd[:, :ref.shape[1]]))
+    np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    for _ in range(2):  # the native runner's copy loops give the same gradient
+        x.grad = None
+        plan((x,)).backward(jitorch.tensor(gd[:, :out.shape[1]]))
+        np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)

@@ -4,8 +4,9 @@ Eager autograd runs ``native_layer_norm_backward`` as one NumPy row (several pas
 backward its input gradient is a two-reduction row pattern that fuses into ONE kernel together with the pointwise
 rows around it (the residual gradients), and its weight and bias gradients are sums over the leading dimensions
 of values that kernel writes anyway. ``nll_loss_backward`` (eager: a scatter into zeros) becomes a masked broadcast
-that fuses into log_softmax's backward kernel. Each decomposition is a function of jitorch ops, recorded with `make_fx` at
-the node's shapes and inlined in place of the node; outputs nobody reads are dropped.
+that fuses into log_softmax's backward kernel. Each decomposition is a function of jitorch ops, recorded with
+`make_fx` at the node's shapes and inlined in place of the node; outputs nobody reads are dropped. A split's
+gradient (one scatter into zeros per piece, then adds) becomes one ``cat``.
 
 >>> import jitorch
 >>> from jitorch.fx.joint import make_joint
@@ -27,7 +28,7 @@ import numpy as np
 import jitorch
 
 from .. import _tensor
-from ..fx.make_fx import Primitive, make_fx
+from ..fx.make_fx import Primitive, _primitive, make_fx
 from ..fx.node import Node
 
 __all__ = ["decompose", "DECOMPOSITIONS"]
@@ -75,6 +76,7 @@ class _Keep(Exception):
 
 DECOMPOSITIONS = {"native_layer_norm_backward": _layer_norm_backward, "nll_loss_backward": _nll_loss_backward}
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_CAT = _primitive("cat")
 
 
 def _example(node):
@@ -142,10 +144,79 @@ def _inline(gm, node):
     return True
 
 
+def _zero_base(gm, node):
+    """Whether ``node`` is a zero tensor broadcast (a view backward's ``zeros.expand(shape)``)."""
+    while node.op == "call_function" and isinstance(node.target, Primitive) and node.target.op.name == "expand":
+        node = node.args[0]
+    if node.op != "get_attr":
+        return False
+    value = getattr(gm, node.target, None)
+    return isinstance(value, _tensor.Tensor) and value._data.size == 1 and not value._data.any()
+
+
+def _slab(gm, node):
+    """``(dim, start, stop, src)`` when ``node`` is ``copy_slices(zeros, src, [slice along one dim])``, else None."""
+    if node.op != "call_function" or not isinstance(node.target, Primitive) or \
+            node.target.op.name != "copy_slices" or not _zero_base(gm, node.args[0]):
+        return None
+    chain = node.kwargs.get("chain", ())
+    if len(chain) != 1 or chain[0][0].name != "slice":
+        return None
+    key, shape = chain[0][1].get("key"), node.meta["val"][0]
+    if not isinstance(key, tuple) or len(key) != len(shape) or not all(isinstance(k, slice) for k in key):
+        return None
+    cut = [(d, k.indices(shape[d])) for d, k in enumerate(key) if k.indices(shape[d]) != (0, shape[d], 1)]
+    if len(cut) != 1 or cut[0][1][2] != 1:
+        return None
+    d, (start, stop, _) = cut[0]
+    return d, start, stop, node.args[1]
+
+
+def _slabs(gm, node, root=True):
+    """The slabs a tree of adds sums (inner adds read once), or None."""
+    if node.op == "call_function" and isinstance(node.target, Primitive) and node.target.op.name == "add" and \
+            not node.kwargs and len(node.args) == 2 and all(isinstance(a, Node) for a in node.args) and \
+            (root or len(node.users) == 1):
+        parts = [_slabs(gm, a, False) for a in node.args]
+        return None if None in parts else parts[0] + parts[1]
+    if not root and len(node.users) == 1:
+        slab = _slab(gm, node)
+        return None if slab is None else [slab]
+    return None
+
+
+def _cat_slice_sums(gm):
+    """``copy_slices(zeros, a, [.., 0:16]) + copy_slices(zeros, b, [.., 16:48])`` (a split's or chunk's gradient,
+    one scatter per piece and adds, five full-size passes) as ``cat([a, b], dim)``: one write."""
+    graph, done = gm.graph, 0
+    for node in list(graph.nodes):
+        slabs = _slabs(gm, node) if "val" in node.meta else None
+        if not slabs or len({d for d, *_ in slabs}) != 1:
+            continue
+        slabs.sort(key=lambda s: s[1])
+        dim, size = slabs[0][0], node.meta["val"][0][slabs[0][0]]
+        if [s[1] for s in slabs] != [0] + [s[2] for s in slabs[:-1]] or slabs[-1][2] != size or \
+                any(s[3].meta.get("val", (None, None))[1] != node.meta["val"][1] for s in slabs):
+            continue  # gaps, overlaps or a dtype change: keep the adds
+        with graph.inserting_before(node):
+            cat = graph.call_function(_CAT, tuple(s[3] for s in slabs), {"dim": dim})
+        cat.meta = {k: v for k, v in node.meta.items() if k == "phase"}
+        node.replace_all_uses_with(cat)
+        dead = [node]
+        while dead:
+            n = dead.pop()
+            if not n.users and n.op in ("call_function", "get_attr"):
+                dead.extend(n.all_input_nodes)
+                graph.erase_node(n)
+        done += 1
+    return done
+
+
 def decompose(gm):
-    """Inline every decomposable node of ``gm`` (nodes need ``meta["val"]``); returns how many were rewritten.
-    The caller re-annotates the graph: the new nodes carry only their phase."""
-    done = 0
+    """Inline every decomposable node of ``gm`` (nodes need ``meta["val"]``) and turn sums of slice scatters into
+    ``cat``; returns how many rewrites were made. The caller re-annotates the graph: new nodes carry only their
+    phase."""
+    done = _cat_slice_sums(gm)
     for node in [n for n in gm.graph.nodes if _decomposable(n)]:
         done += _inline(gm, node)
     if done:

@@ -200,6 +200,8 @@ def lower_row(plan, node, t):
         parts = [("gemm", matmul(rec))]
     elif name == "copy_slices":
         return _copy_slices(plan, node, datas, outs[0], t)
+    elif name == "cat":
+        return _cat(plan, node, datas, outs[0], t)
     elif op.pointwise and op.nout == 1 and name not in _POINTWISE_SKIP:
         args = [plan.env[a] if isinstance(a, Node) else a for a in node.args]
         datas, casts, cnp = plan_operands(op, args)
@@ -231,13 +233,32 @@ def _copy_slices(plan, node, datas, out, t):
         raise NotLowerable("copy_slices into an empty or 0-d region")
     plan.produce(out, t)
     inputs = node.all_input_nodes
+    return [_copy(plan, out, base, inputs, t), _copy(plan, region, src, inputs, t)]
 
-    def copy(dst, value):
-        buffers = (Buffer(dt, element_strides(dst)), Buffer(dt, element_strides(value, dst.shape)))
-        return ("kernel", Kernel(dst.shape, buffers, (Store(0, load(1, dt)),)),
-                [_ref(plan, dst, [], t), _ref(plan, value, inputs, t)])
 
-    return [copy(out, base), copy(region, src)]
+def _cat(plan, node, datas, out, t):
+    """``cat(a, b, ..., dim)`` as one copy loop per piece into its slab of ``out``."""
+    dt = IR_DTYPES.get(out.dtype)
+    if dt in (None, "bool") or out.size == 0 or out.ndim == 0 or \
+            not all(isinstance(a, np.ndarray) and a.dtype == out.dtype for a in datas):
+        raise NotLowerable("cat of other dtypes, or empty")
+    plan.produce(out, t)
+    dim, start, calls = node.kwargs["dim"] % out.ndim, 0, []
+    for a in datas:
+        stop = start + a.shape[dim]
+        if a.size:
+            region = out[(slice(None),) * dim + (slice(start, stop),)]
+            calls.append(_copy(plan, region, a, node.all_input_nodes, t))
+        start = stop
+    return calls
+
+
+def _copy(plan, dst, value, inputs, t):
+    """A copy loop ``dst[...] = value`` (broadcast) over the pointer table."""
+    dt = IR_DTYPES[dst.dtype]
+    buffers = (Buffer(dt, element_strides(dst)), Buffer(dt, element_strides(value, dst.shape)))
+    return ("kernel", Kernel(dst.shape, buffers, (Store(0, load(1, dt)),)),
+            [_ref(plan, dst, [], t), _ref(plan, value, inputs, t)])
 
 
 def _column_sum(plan, payload):
