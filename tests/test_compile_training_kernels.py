@@ -106,6 +106,8 @@ def test_nll_loss_backward_is_decomposed_and_fuses_into_log_softmax_backward(red
     plan = compile_training(fn, (x, y), {}, None, None)
     names = [n.target.op.name for n in plan.bwd.gm.graph.nodes if hasattr(n.target, "op")]
     assert "nll_loss_backward" not in names
+    fwd_names = [n.target.op.name for n in plan.fwd.gm.graph.nodes if hasattr(n.target, "op")]
+    assert "nll_loss" not in fwd_names and fwd_names[0] == "nll_check_targets"  # the host check comes first
     # The masked gradient, log_softmax's backward and the outer * 1.5 are one kernel.
     assert [ops for ops in plan.backward_kernels if "log_softmax_backward_data" in ops][0][-1] == "mul"
     out = plan((x, y))

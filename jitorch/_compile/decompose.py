@@ -28,8 +28,10 @@ import numpy as np
 import jitorch
 
 from .. import _tensor
+from .._dispatch import apply
 from ..fx.make_fx import Primitive, _primitive, make_fx
 from ..fx.node import Node
+from ..ops.nn_fused import NLL_CHECK_TARGETS
 
 __all__ = ["decompose", "DECOMPOSITIONS"]
 
@@ -70,11 +72,30 @@ def _nll_loss_backward(g, target, *, shape, ignore_index, reduction):
     return jitorch.where(hit, scale, jitorch.zeros((), dtype=g.dtype))
 
 
+def _nll_loss(logp, target, *, ignore_index, reduction):
+    """nll_loss as a masked sum that fuses with log_softmax's output; the targets' range check (eager's IndexError)
+    stays a host step, moved before everything else so it does not split the native program."""
+    if logp.dim() != 2:
+        raise _Keep
+    n, c = logp.shape
+    t = apply(NLL_CHECK_TARGETS, target, classes=c, ignore_index=ignore_index).reshape(n, 1)
+    hit = jitorch.arange(c) == (jitorch.where(t != ignore_index, t, -1) if 0 <= ignore_index < c else t)
+    picked = jitorch.where(hit, logp, jitorch.zeros((), dtype=logp.dtype))
+    if reduction == "none":
+        return -picked.sum(1)
+    total = -picked.sum()
+    if reduction == "sum":
+        return total
+    one, zero = jitorch.ones((), dtype=logp.dtype), jitorch.zeros((), dtype=logp.dtype)
+    return total / jitorch.where(t != ignore_index, one, zero).sum()  # all ignored: 0/0, nan as eager
+
+
 class _Keep(Exception):
     """A decomposition declines this node (an unusual shape): it stays one row."""
 
 
-DECOMPOSITIONS = {"native_layer_norm_backward": _layer_norm_backward, "nll_loss_backward": _nll_loss_backward}
+DECOMPOSITIONS = {"native_layer_norm_backward": _layer_norm_backward, "nll_loss_backward": _nll_loss_backward,
+                  "nll_loss": _nll_loss}
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _CAT = _primitive("cat")
 
@@ -131,6 +152,11 @@ def _inline(gm, node):
                 outs = [env[a] for a in m.args[0]] if isinstance(m.args[0], (tuple, list)) else [env[m.args[0]]]
     for new in added:
         new.meta = {k: v for k, v in node.meta.items() if k == "phase"}
+        if new.op == "call_function" and isinstance(new.target, Primitive) and new.target.op is NLL_CHECK_TARGETS:
+            # Host checks run first: placed later they would split the native program in two.
+            inp = new.args[0]
+            anchor = inp if inp.op != "placeholder" else [n for n in graph.nodes if n.op == "placeholder"][-1]
+            anchor.append(new)
     if node.target.op.nout == 1:
         node.replace_all_uses_with(outs[0])
     for user in list(node.users):

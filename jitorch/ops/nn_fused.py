@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd.grad_mode import GradState
-from .table import Opaque, defop
+from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 __all__ = ["SOFTMAX", "SOFTMAX_BACKWARD", "LOG_SOFTMAX", "LOG_SOFTMAX_BACKWARD", "LAYER_NORM", "LAYER_NORM_BACKWARD",
            "NLL_LOSS", "NLL_LOSS_BACKWARD", "FUSED_DTYPES"]
@@ -285,5 +285,14 @@ def _nll_backward_backward(ctx, gg):
 
 NLL_LOSS = defop("nll_loss", _nll_kernel, _nll_backward, Opaque("gather"), saves="inputs", meta=True,
                  save_if=lambda needs: (False, True), grad_name="NllLossBackward0")
+def _nll_check_kernel(xp, target, classes, ignore_index):
+    """nll_loss's range check alone, for a compiled loss whose gather runs in fused kernels: the targets (a copy, as
+    int64) or the eager error."""
+    _nll_targets(xp, target, classes, ignore_index)
+    return target.astype(np.int64, copy=True)
+
+
+NLL_CHECK_TARGETS = defop("nll_check_targets", _nll_check_kernel, NOT_DIFFERENTIABLE,
+                          Opaque("a range check read on the host"))
 NLL_LOSS_BACKWARD = defop("nll_loss_backward", _nll_backward_kernel, _nll_backward_backward, Opaque("scatter"),
                           saves="inputs", save_if=lambda needs: (False, True))
