@@ -261,7 +261,7 @@ def test_plan_follows_the_thread_count():
     from jitorch.runtime.threads import get_num_threads, set_num_threads
 
     old = get_num_threads()
-    x = jitorch.randn(native_runner.PARALLEL_MIN * 2)
+    x = jitorch.randn(native_runner.PROGRAM_SPLIT_MIN * 2)
     graph = CompiledGraph(trace(lambda t: (t * 2).tanh() + 1, (x,), {}).gm)
     expected = ((x * 2).tanh() + 1).numpy()
     try:

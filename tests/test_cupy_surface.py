@@ -474,6 +474,9 @@ case("fused_rows", lambda t, m: (_nn("softmax")(m.f(2, 3, 4), 1), _nn("log_softm
                                  _nn("layer_norm")(m.f(3, 4), (4,)),
                                  _nn("cross_entropy")(m.f(4, 5), m.i(4, hi=5), ignore_index=2),
                                  _nn("nll_loss")(m.f(4, 5), m.i(4, hi=5), reduction="none")))
+# The range check a compiled nll_loss keeps on the host (jitorch._compile.decompose).
+case("nll_check_targets", lambda t, m: _dispatch.apply(OPS["nll_check_targets"], m.i(4, hi=5), classes=5,
+                                                       ignore_index=2))
 case("norm_layers", lambda t, m: (_nn("layer_norm")(m.f(2, 3, 4), (4,), m.f(4), m.f(4)),
                                   _nn("batch_norm")(m.f(4, 3, 2), t.zeros(3), t.ones(3), m.f(3), m.f(3), training=True),
                                   _nn("group_norm")(m.f(2, 4, 3), 2, m.f(4), m.f(4)),

@@ -26,6 +26,7 @@ from .guards import first_failure, guard_values
 from .lower import clear_kernel_cache, kernel_cache_stats
 from .optimized_module import OptimizedModule
 from .replay import Replay, _compile_outputs
+from .segment_training import SegmentRun
 from .trace import trace
 from .training import Unsupported, compile_training
 
@@ -167,8 +168,16 @@ class CompiledFunction:
         if traced.info.hidden_write is not None:
             return self._eager_entry(entry, traced.info.hidden_write, traced.result)
         if traced.break_reason is not None:
-            # Graph breaks under autograd run eagerly (each segment would need its own backward).
-            return self._eager_entry(entry, traced.break_reason, traced.result)
+            tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
+            tensors += list(self._module.parameters()) if self._module is not None else []
+            if not traced.info.graph_breaks or any(a.is_cuda for a in tensors):
+                # Random draws without a break keep eager numbers; segment replay runs on the host only.
+                return self._eager_entry(entry, traced.break_reason, traced.result)
+            # Each segment between breaks gets its own compiled forward and backward (segment_training.py).
+            llvm_before = kernel_cache_stats()["compile_s"]
+            self._segmented(entry, traced.info, training=True)
+            entry.compile_s = kernel_cache_stats()["compile_s"] - llvm_before
+            return traced.result
         llvm_before = kernel_cache_stats()["compile_s"]
         try:
             plan = compile_training(self._fn, args, kwargs, self._module, traced.result)
@@ -220,27 +229,42 @@ class CompiledFunction:
         entry.compile_s = kernel_cache_stats()["compile_s"] - llvm_before
         return result
 
-    def _segmented(self, entry, info):
-        """Graph breaks: compile each recorded segment; later calls replay the Python with the segments compiled."""
-        replay = Replay(info.root, self._take_branch)
+    def _segmented(self, entry, info, training=False):
+        """Graph breaks: compile each recorded segment; later calls replay the Python with the segments compiled.
+
+        ``training``: the segments' values that require grad are compiled with their backward (`SegmentRun`),
+        ahead on the recording's own inputs.
+        """
+        replay = Replay(info.root, self._take_branch, training=training)
         for seg in info.root.walk():
-            if seg.record_outputs:
-                seg.compiled[(tuple(n.name for n in seg.record_outputs), len(seg.steps))] = \
-                    _compile_outputs(seg, seg.record_outputs, len(seg.steps))
+            nodes, upto = seg.record_outputs, len(seg.steps)
+            if training and any(n.meta.get("rg") for n in nodes):
+                # Autograd kept values alive that the replay drops: the ones read later are what it flushes.
+                nodes = [n for n in nodes if n.meta.get("used")]
+                if nodes and seg.untrainable is None:
+                    _compile_training_segment(seg, nodes, upto, info.examples.get(seg))
+            elif nodes:
+                seg.compiled[(tuple(n.name for n in nodes), upto)] = _compile_outputs(seg, nodes, upto)
+        info.examples.clear()
         fn = self._fn
 
         def run(args, kwargs):
-            before = kernel_cache_stats()["compile_s"]
+            before, logged = kernel_cache_stats()["compile_s"], len(replay.kernel_log)
             out = replay.call(fn, args, kwargs)
             if replay.info is not None:
                 entry.breaks += replay.info.graph_breaks
+                replay.info.examples.clear()
             if replay.limit_hit:
                 self._warn_limit(replay.bailed)
+            if training and len(replay.kernel_log) != logged:
+                entry.backward_kernel_ops = _backward_kernels(replay.root)
             entry.compile_s += kernel_cache_stats()["compile_s"] - before
             return out
 
         entry.run, entry.replay = run, replay
         entry.break_reason = "; ".join(b.describe() for b in entry.breaks) or None
+        if training:
+            entry.backward_kernel_ops = _backward_kernels(info.root)
 
     @staticmethod
     def segment_kernels(entry):
@@ -269,8 +293,10 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     shape; an in-place write into an input) splits the call into compiled segments: later calls rerun the Python
     with the ops deferred, run each segment compiled, and record a new branch when a value read differs from every
     recorded one (see `jitorch._compile.replay`). ``fullgraph=True`` raises at the first break, naming the line.
-    Under autograd a break makes that specialization run eagerly. ``mode="reduce-overhead"`` uses CPU graph
-    capture and replay when ``jitorch._compile.reduce_overhead`` is present.
+    Under autograd each segment between breaks gets its own compiled forward and backward, the break itself and
+    in-place ops running eagerly (see `jitorch._compile.segment_training`); on CUDA a break makes that
+    specialization run eagerly. ``mode="reduce-overhead"`` uses CPU graph capture and replay when
+    ``jitorch._compile.reduce_overhead`` is present.
     ``jitorch.compile(opt.step)`` returns the optimizer step with its Adam/AdamW/SGD groups updated by fused
     kernels (`jitorch.optim._fused.CompiledOptimizerStep`).
     ``backend="eager"`` calls the function untouched; a callable backend receives ``(GraphModule, example_inputs)``
@@ -311,6 +337,26 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     if not callable(model):
         raise TypeError(f"jitorch.compile: expected a function or a Module, got {type(model).__name__}")
     return CompiledFunction(model, fullgraph=fullgraph, backend=backend, recompile_limit=limit)
+
+
+def _compile_training_segment(seg, nodes, upto, examples):
+    """Compile a segment's stages for its recorded live values ahead, on the values it was recorded with."""
+    if examples is None or len(examples) != len(seg.placeholders):
+        return
+    try:
+        run = SegmentRun(seg, nodes, upto)
+    except Unsupported:  # in-place steps: a training replay runs them eagerly
+        return
+    flags = tuple(a._requires_grad for a in examples)
+    try:
+        run(examples, forward_only=True)  # compiles each stage (and its forward kernels)
+    except Exception:  # the recording's inputs changed since (a later in-place write): compile at the first replay
+        return
+    seg.compiled[(tuple(n.name for n in nodes), upto, flags)] = run
+
+
+def _backward_kernels(root):
+    return [k for seg in root.walk() for run in seg.compiled.values() for k in getattr(run, "backward_kernels", ())]
 
 
 def _optimizer_step(fn):

@@ -87,12 +87,36 @@ class LazyArray:
         return f"LazyArray(shape={self.shape}, dtype={self.dtype}, realized={self.real is not None})"
 
 
+def _grad_fn(self):
+    arr = self.__dict__.get("_data")
+    if type(arr) is LazyArray and getattr(arr.owner, "training", False):
+        # The history comes with the values (a training replay's flush).
+        if arr.real is None:
+            arr.owner.materialize(arr, "a deferred tensor's autograd history was read (grad_fn, is_leaf, a hook, "
+                                       "backward)")
+        realize(self)
+        return self.grad_fn
+    return self.__dict__.get("grad_fn")
+
+
+def _set_grad_fn(self, value):
+    self.__dict__["grad_fn"] = value
+
+
 class LazyTensor(Tensor):
     """A `Tensor` over a `LazyArray`; once realized its class is set back to `Tensor`.
 
     The properties a device check would read from the array's type (``device``, ``is_cpu``...) answer from the trace:
-    replay only runs on CPU.
+    replay only runs on CPU. Under a training replay ``grad_fn`` (and so ``is_leaf``, hooks, ``backward``) realizes
+    the tensor first: its history is the compiled segment's, known only once it ran.
     """
+
+    grad_fn = property(_grad_fn, _set_grad_fn)
+
+    def detach(self):
+        return _alias(Tensor.detach(self))
+
+    data = property(lambda self: _alias(Tensor.data.fget(self)), Tensor.data.fset)
 
     device = property(lambda self: _device_cls("cpu"))
     is_cuda = property(lambda self: False)
@@ -105,6 +129,19 @@ class LazyTensor(Tensor):
         return self.data_ptr()
 
 
+def _alias(t):
+    """An alias of a deferred tensor made without an op (``detach()``, ``.data``): deferred too, realized with it."""
+    arr = t.__dict__.get("_data")
+    if type(arr) is LazyArray:
+        t.__class__ = LazyTensor
+        t.__dict__["_lazy_alias"] = True
+        if arr.real is not None:
+            realize(t)
+        elif hasattr(arr.owner, "adopt"):
+            arr.owner.adopt(arr, t)
+    return t
+
+
 def lazy_tensor(arr):
     t = object.__new__(LazyTensor)
     t._data = arr
@@ -112,12 +149,26 @@ def lazy_tensor(arr):
 
 
 def realize(t):
-    """Give ``t`` (any Tensor holding a `LazyArray`) its real array and make it a plain `Tensor` again."""
-    arr = t.__dict__.get("_data")
+    """Give ``t`` (any Tensor holding a `LazyArray`) its real array and make it a plain `Tensor` again.
+
+    The tensor a deferred op returned takes the graph output's fields (a view keeps its base; a training replay's
+    value its ``grad_fn``) and shares its version counter, so saved-tensor checks see in-place writes to either. An
+    alias made without an op (``detach()``, ``.data``) keeps its own fields: it only gets the array.
+    """
+    d = t.__dict__
+    alias = d.pop("_lazy_alias", False) or type(t) is not LazyTensor
+    arr = d.get("_data")
     if type(arr) is LazyArray:
         real = arr.force()
-        if arr.source is not None and type(t) is LazyTensor:
-            t.__dict__.update(arr.source.__dict__)  # a view keeps its base and version owner
+        source = arr.source
+        if source is not None and not alias:
+            d.pop("_requires_grad", None)  # the recorded flag stood in until now; the output's own one holds
+            d.update(source.__dict__)
+            if source._ver_owner is None:
+                t._ver_owner = source
+        owner = d.get("_ver_owner")
+        if alias and owner is not None and owner._ver_owner is not None:
+            t._ver_owner = owner._ver_owner  # a detach() of a realized tensor: one level to the shared counter
         t._data = real
     if type(t) is LazyTensor:
         t.__class__ = Tensor

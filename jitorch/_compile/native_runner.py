@@ -43,6 +43,11 @@ from ..runtime import host_cache
 from ..runtime.threads import get_num_threads
 from .fusion import FusedGroup
 from .lower import PARALLEL_MIN
+
+# A kernel leaves the one-call program to be split across threads only when it is this large: a Python step between
+# programs costs ~50-100 us (more right after BLAS has evicted the interpreter's caches), so a ReLU over 128x512
+# (~15 us on one thread) is cheaper run natively on one thread than split.
+PROGRAM_SPLIT_MIN = max(PARALLEL_MIN, 1 << 20)
 from .native_lowering import NotLowerable, _addr, _bounds, _root, lower_group, lower_row, plan_arena, to_calls
 
 __all__ = ["FALLBACK", "ENABLED", "NativeRunner", "attach"]
@@ -239,7 +244,7 @@ class NativeRunner:
                 self._set_loc(node)
 
     def _group(self, step, kernel, unit, threads):
-        if threads > 1 and kernel.numel >= PARALLEL_MIN:
+        if threads > 1 and kernel.numel >= PROGRAM_SPLIT_MIN:
             return self._python(step, kernel, unit, "a large kernel: the Python runner splits it across threads")
         try:
             calls = lower_group(self, kernel, unit, self.t)

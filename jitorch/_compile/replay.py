@@ -11,6 +11,12 @@ Anything the record did not foresee is never guessed: an op that differs from th
 tensor's values outside a break (the `LazyArray` flushes itself) or a branch beyond ``recompile_limit`` computes
 what is pending and lets the rest of the call run eagerly.
 
+A ``training`` replay (a specialization where inputs or parameters require grad) also matches each op's grad mode
+and which of its tensors require grad against the record, and flushes the values that require grad through
+`segment_training.SegmentRun`: compiled forward and backward, the live tensors getting the compiled Function as
+their ``grad_fn``. Reading a deferred tensor's ``grad_fn`` (``is_leaf``, hooks, ``backward``) flushes, and an
+in-place op, which the compiled segments do not hold, runs the rest of the call eagerly.
+
 >>> import jitorch
 >>> from jitorch._compile.segments import record
 >>> def f(x):
@@ -26,15 +32,20 @@ from __future__ import annotations
 
 import weakref
 
+import numpy as np
+
 from .._dispatch import apply, apply_inplace, pop_mode, push_mode
 from .._tensor import Tensor
+from ..autograd.grad_mode import GradState
 from ..fx.graph import Graph
 from ..fx.graph_module import GraphModule
 from ..fx.node import Node
 from ..nn.modules.module import Module
 from .backend import CompiledGraph
 from .lazy import LazyArray, LazyTensor, lazy_tensor, realize
-from .segments import ESCAPES, RecordInfo, Recorder, Segment, _ModeBase, same_constant, value_key, watching
+from .segment_training import SegmentRun
+from .segments import ESCAPES, RecordInfo, Recorder, Segment, _ModeBase, value_key, watching
+from .training import Unsupported
 
 __all__ = ["Replay"]
 
@@ -60,19 +71,20 @@ def _compile_outputs(seg, nodes, upto):
 class Replay(_ModeBase):
     """Runs calls of a specialization; ``budget()`` says whether another branch may be recorded."""
 
-    def __init__(self, root, budget):
-        self.root, self.budget = root, budget
+    def __init__(self, root, budget, training=False):
+        self.root, self.budget, self.training = root, budget, training
         self.info = None  # the RecordInfo of a branch recorded during the last call
         self.new_branches = 0
         self.bailed = None  # why the last call finished eagerly, if it did
         self.kernel_log = []  # (segment, CompiledGraph) for every compile
         self.limit_hit = False
         self._recorder = None
+        self._pos, self._detached = 0, ()  # the tensor being matched among an op's tensors; the detached reads
 
     # -- one call ----------------------------------------------------------------------------------------------------
     def call(self, fn, args, kwargs):
-        self._enter(self.root)
         self.live, self.new_branches, self.bailed, self.info = True, 0, None, None
+        self._enter(self.root)
         with watching(self):
             push_mode(self)
             try:
@@ -97,6 +109,8 @@ class Replay(_ModeBase):
 
     def _enter(self, seg):
         self.seg, self.pos, self.bound, self.pending = seg, 0, {}, []
+        if self.training and seg.untrainable and self.live:
+            self._bail(seg.untrainable)
 
     # -- matching ----------------------------------------------------------------------------------------------------
     def _match(self, template, value):
@@ -104,17 +118,25 @@ class Replay(_ModeBase):
             if not isinstance(value, Tensor):
                 return False
             arr = value.__dict__.get("_data")
+            pos = self._pos
+            self._pos += 1
+            rg = value._requires_grad
             if type(arr) is LazyArray:
                 if arr.real is None:
                     if arr.owner is not self or arr.node is not template:
                         return False
+                    # The record's autograd identity: the tensor itself, or a detached read (an alias, detach_()).
+                    alias = type(value) is Tensor or "_lazy_alias" in value.__dict__
+                    if rg != (template.meta.get("rg", False) and pos not in self._detached) or alias and rg:
+                        return False
                     if type(value) is Tensor:  # an alias made without an op (detach, .data): realize it too
                         value.__class__ = LazyTensor
+                        value.__dict__["_lazy_alias"] = True
                         self.pending.append((weakref.ref(arr), weakref.ref(value)))
                     return True
                 realize(value)
                 arr = value._data
-            if template.op != "placeholder":
+            if template.op != "placeholder" or rg != template.meta.get("rg", False):
                 return False
             bound = self.bound.get(template)
             if bound is not None:
@@ -134,10 +156,16 @@ class Replay(_ModeBase):
             return False
         return same_constant(template, value)
 
+    def adopt(self, arr, t):
+        """Realize ``t`` (an alias of ``arr`` made without an op) when ``arr`` is computed."""
+        self.pending.append((weakref.ref(arr), weakref.ref(t)))
+
     def _lazy(self, node):
         shape, dtype = node.meta["val"]
         arr = LazyArray(self, node, (shape, dtype, node.meta["stride"]))
         t = lazy_tensor(arr)
+        if node.meta.get("rg"):  # Python may ask before the flush (``if t.requires_grad``)
+            t._requires_grad = True
         self.pending.append((weakref.ref(arr), weakref.ref(t)))
         return t
 
@@ -145,7 +173,9 @@ class Replay(_ModeBase):
         if self.pos < len(self.seg.steps):
             node, outs = self.seg.steps[self.pos]
             target = node.target
+            self._pos, self._detached = 0, node.meta.get("detach", ())
             if getattr(target, "op", None) is op and target.inplace == inplace and len(node.args) == len(args) \
+                    and node.meta.get("grad", GradState.enabled) == GradState.enabled \
                     and self._match(node.args, args) and self._match(node.kwargs, attrs):
                 self.pos += 1
                 return node, outs
@@ -169,7 +199,8 @@ class Replay(_ModeBase):
 
     def dispatch_inplace(self, op, t, args, attrs):
         if self.live:
-            step = self._next_step(op, True, (t,) + tuple(args), attrs)
+            # Under autograd a deferred in-place op would need its own functional backward: run it eagerly.
+            step = None if self.training else self._next_step(op, True, (t,) + tuple(args), attrs)
             if step is not None:
                 node = step[0]
                 shape, dtype = node.meta["val"]
@@ -182,7 +213,8 @@ class Replay(_ModeBase):
                 out = self._run(apply_inplace, op, t, *args, **attrs)
                 self._enter(self.seg.end.next)
                 return out
-            self._bail(f"the function ran {op.name}_() where the record has something else")
+            self._bail(f"in-place {op.name}_() under autograd runs eagerly with the rest of the call" if self.training
+                       else f"the function ran {op.name}_() where the record has something else")
         realize(t)
         _realize_all(args)
         return self._run(apply_inplace, op, t, *args, **attrs)
@@ -239,29 +271,33 @@ class Replay(_ModeBase):
         self.limit_hit = limit
 
     # -- flushing ----------------------------------------------------------------------------------------------------
-    def materialize(self, arr):
+    def materialize(self, arr, why="a deferred tensor's values were read outside a recorded break"):
         """A `LazyArray`'s values were needed outside a break: compute what is pending; the rest runs eagerly."""
         if self.live and arr.owner is self:
-            self._bail("a deferred tensor's values were read outside a recorded break")
+            self._bail(why)
         else:
             self.flush(upto=self.pos)
         if arr.real is None:
             raise RuntimeError("jitorch.compile: internal error: a deferred tensor outlived its graph")
 
     def flush(self, upto=None):
-        """Compute every pending lazy tensor that is still alive with one compiled graph of the segment."""
+        """Compute every pending lazy tensor that is still alive with one compiled graph of the segment (under
+        training, the compiled stages of `SegmentRun` when some of them require grad)."""
         pending, self.pending = self.pending, []
         live = [(a, t) for a, t in ((ra(), rt()) for ra, rt in pending) if a is not None and a.real is None]
         if live:
             seg = self.seg
             upto = len(seg.steps) if upto is None else upto
             nodes = list(dict.fromkeys(a.node for a, _ in live))
+            flat = [self.bound.get(p) for p in seg.placeholders]
             key = (tuple(n.name for n in nodes), upto)
+            if self.training and any(n.meta.get("rg") for n in nodes):
+                key += (tuple(None if v is None else v._requires_grad for v in flat),)
             graph = seg.compiled.get(key)
             if graph is None:
-                graph = seg.compiled[key] = _compile_outputs(seg, nodes, upto)
+                graph = seg.compiled[key] = self._plan(seg, nodes, upto, len(key) == 3)
                 self.kernel_log.append((seg, graph))
-            outs = self._run(graph, [self.bound.get(p) for p in seg.placeholders])
+            outs = self._run(graph, flat)
             index = {n: i for i, n in enumerate(nodes)}
             for a, _ in live:
                 out = outs[index[a.node]]
@@ -271,9 +307,25 @@ class Replay(_ModeBase):
                                        f"{tuple(out._data.shape)} but the recorded graph has {a.shape}; its output "
                                        "shape depends on tensor values. Run this function without jitorch.compile.")
                 a.set_real(out._data, out)
+            own = {id(a.source): t for a, t in live if type(t) is LazyTensor and "_lazy_alias" not in t.__dict__}
             for _, t in live:
                 if t is not None:
                     realize(t)
+            for t in own.values():
+                # A view of another live value: its base is the user's tensor (the one in-place writes rebase),
+                # not the graph's copy of it.
+                base = t.__dict__.get("_base")
+                if base is not None and id(base) in own:
+                    t._base = own[id(base)]
+
+    @staticmethod
+    def _plan(seg, nodes, upto, training):
+        if not training:
+            return _compile_outputs(seg, nodes, upto)
+        try:
+            return SegmentRun(seg, nodes, upto)
+        except Unsupported as err:  # a training replay never defers in-place ops, so this is a bug, not a fallback
+            raise RuntimeError(f"jitorch.compile: internal error: {err}") from err
 
 
 def _realize_all(values):
@@ -283,3 +335,19 @@ def _realize_all(values):
             realize(v)
         elif isinstance(v, (tuple, list)):
             _realize_all(v)
+
+
+def same_constant(a, b):
+    """Whether a replayed non-tensor argument equals the recorded one (types included: 1, 1.0 and True differ)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same_constant(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    if isinstance(a, float) and a != a:
+        return b != b
+    try:
+        return bool(a == b)
+    except Exception:  # an object with an odd __eq__: only itself will do
+        return a is b

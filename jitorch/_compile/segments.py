@@ -39,10 +39,12 @@ import numpy as np
 from .. import _random
 from .._dispatch import MODES, apply, apply_inplace, pop_mode, push_mode
 from .._tensor import Tensor
+from ..autograd.grad_mode import GradState
 from ..fx.graph import Graph
 from ..fx.make_fx import _primitive
 from ..fx.node import map_aggregate
 from ..ops.table import Opaque
+from .segment_training import TrainingNotes
 
 __all__ = ["Segment", "Break", "Recorder", "record", "watching", "user_location", "value_key"]
 
@@ -77,7 +79,8 @@ class Segment:
         self.steps = []  # (node, output nodes) in dispatch order; the replay matches calls against them
         self.end = None
         self.record_outputs = []  # the nodes whose tensors were alive at the break when recorded
-        self.compiled = {}  # names of the requested outputs -> (CompiledGraph, output nodes)
+        self.compiled = {}  # (names of the requested outputs, steps, [grad flags]) -> CompiledGraph or SegmentRun
+        self.untrainable = None  # why autograd through this segment's graph would differ from eager autograd
 
     def walk(self):
         """This segment and every segment after it, depth first."""
@@ -194,12 +197,13 @@ def data_dependent(op, args):
     return op.name == "index" and any(isinstance(a, Tensor) and a._data.dtype == np.bool_ for a in args[1:])
 
 
-class Recorder(_ModeBase):
+class Recorder(_ModeBase, TrainingNotes):
     """The recording mode; ``info`` collects what the specialization needs to know (breaks, random draws)."""
 
     def __init__(self, info, segment):
         self.info = info
         self.live = True
+        self._pos, self._detached, self.produced = 0, [], {}  # see TrainingNotes
         self._start(segment)
 
     def _start(self, segment):
@@ -218,6 +222,8 @@ class Recorder(_ModeBase):
     def bind(self, t, node):
         node.meta["val"] = (tuple(t._data.shape), t._data.dtype)
         node.meta["stride"] = tuple(t._data.strides)
+        node.meta["rg"] = t._requires_grad
+        self.produced[id(t)] = self.produced[id(t._data)] = node
         for table, obj in (("nodes", t), ("by_array", t._data)):
             key = id(obj)
             getattr(self, table)[key] = node
@@ -234,9 +240,12 @@ class Recorder(_ModeBase):
             node = self.seg.graph.placeholder(f"in{len(self.seg.placeholders)}")
             node.meta["val"] = (tuple(a._data.shape), a._data.dtype)
             node.meta["stride"] = tuple(a._data.strides)
+            node.meta["rg"] = a._requires_grad
             self.seg.placeholders.append(node)
             self.externals[id(a)] = node
             self.ext_objs.append(a)
+            self.use(a)
+        self._check_identity(a, node)
         return node
 
     # -- the mode --------------------------------------------------------------------------------------------------
@@ -248,13 +257,17 @@ class Recorder(_ModeBase):
         out = self._run(apply, op, *args, **attrs)
         outs = out if isinstance(out, tuple) else (out,)
         if not all(isinstance(o, Tensor) for o in outs):
+            self.use(args)
             self._end(Break("eager", op.name, f"{op.name}() returns Python values", *user_location()))
             self._start(Segment())
             return out
         self._note_grad(op, outs)
         graph = self.seg.graph
+        self._pos, self._detached = 0, []
         node = graph.call_function(_primitive(op.name), map_aggregate(args, self.arg), map_aggregate(attrs, self.arg))
-        node.meta["step"] = len(self.seg.steps)
+        node.meta["step"], node.meta["grad"] = len(self.seg.steps), GradState.enabled
+        if self._detached:
+            node.meta["detach"] = frozenset(self._detached)
         if isinstance(out, tuple):
             got = tuple(graph.call_function(operator.getitem, (node, i)) for i in range(len(out)))
             for o, n in zip(out, got):
@@ -274,9 +287,12 @@ class Recorder(_ModeBase):
             return self._eager(op, True, why, (t,) + tuple(args), attrs)
         out = self._run(apply_inplace, op, t, *args, **attrs)
         self._note_grad(op, (t,))
+        # A training replay runs in-place ops eagerly, so how their tensors require grad is not checked.
+        self._pos, self._detached, untrainable = 0, [], self.seg.untrainable
         node = self.seg.graph.call_function(_primitive(op.name, True), (self.arg(t), *map_aggregate(args, self.arg)),
                                             map_aggregate(attrs, self.arg))
-        node.meta["step"] = len(self.seg.steps)
+        self.seg.untrainable = untrainable
+        node.meta["step"], node.meta["grad"] = len(self.seg.steps), GradState.enabled
         self.bind(t, node)
         self.seg.steps.append((node, node))
         return out
@@ -286,6 +302,7 @@ class Recorder(_ModeBase):
             self.info.unsound = f"{op.name}() produced a tensor that requires grad (an inference graph has no backward)"
 
     def _eager(self, op, inplace, why, args, attrs):
+        self.use(args)
         brk = self._end(Break("eager", op.name + ("_" if inplace else ""), why, *user_location()))
         out = self._run(apply_inplace if inplace else apply, op, *args, **attrs)
         brk.next = Segment()
@@ -296,6 +313,7 @@ class Recorder(_ModeBase):
         if not self.live:
             return fn(t, *args, **kwargs)
         kind = "escape" if name in ESCAPES else "host"
+        self.use(t)
         brk = self._end(Break(kind, name, host_reason(name), *user_location()))
         value = self._run(fn, t, *args, **kwargs)
         if kind == "escape":
@@ -321,10 +339,13 @@ class Recorder(_ModeBase):
         # What is alive here is what a replay will most likely need: the segment is compiled for it up front.
         alive = set(self.nodes.values()) | set(self.by_array.values())
         self.seg.record_outputs = [n for n in self.seg.graph.nodes if n in alive]
+        if any(n.meta["rg"] for n in self.seg.record_outputs):  # a training specialization compiles them ahead
+            self.info.examples[self.seg] = self.ext_objs
         self.info.breaks.append(brk)
         return brk
 
     def finish(self, result=None):
+        self.use(result)
         if self.live:
             if self.seg is self.info.root:  # no break: the whole call is one graph; map its outputs
                 self.info.output = map_aggregate(result, self.arg)
@@ -344,6 +365,7 @@ class RecordInfo:
         self.root = None
         self.output = None  # without breaks: the result with tensors replaced by nodes of the root segment
         self.externals = []  # the root segment's outside tensors, in placeholder order
+        self.examples = {}  # Segment -> its outside tensors, in placeholder order (to compile ahead on)
 
     @property
     def graph_breaks(self):
@@ -363,19 +385,3 @@ def record(fn, args, kwargs, *, fullgraph=False, segment=None):
             pop_mode()
     mode.finish(info.result)
     return info
-
-
-def same_constant(a, b):
-    """Whether a replayed non-tensor argument equals the recorded one (types included: 1, 1.0 and True differ)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, (tuple, list)):
-        return len(a) == len(b) and all(same_constant(x, y) for x, y in zip(a, b))
-    if isinstance(a, np.ndarray):
-        return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
-    if isinstance(a, float) and a != a:
-        return b != b
-    try:
-        return bool(a == b)
-    except Exception:  # an object with an odd __eq__: only itself will do
-        return a is b
