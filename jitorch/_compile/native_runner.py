@@ -44,13 +44,14 @@ from ..runtime.threads import get_num_threads
 from .fusion import FusedGroup
 from .lower import PARALLEL_MIN
 
+from .native_lowering import NotLowerable, _addr, _bounds, _root, lower_group, lower_row, plan_arena, to_calls
+
+__all__ = ["FALLBACK", "ENABLED", "NativeRunner", "attach"]
+
 # A kernel leaves the one-call program to be split across threads only when it is this large: a Python step between
 # programs costs ~50-100 us (more right after BLAS has evicted the interpreter's caches), so a ReLU over 128x512
 # (~15 us on one thread) is cheaper run natively on one thread than split.
 PROGRAM_SPLIT_MIN = max(PARALLEL_MIN, 1 << 20)
-from .native_lowering import NotLowerable, _addr, _bounds, _root, lower_group, lower_row, plan_arena, to_calls
-
-__all__ = ["FALLBACK", "ENABLED", "NativeRunner", "attach"]
 
 FALLBACK = object()  # a call the native runner declines: run the Python runner
 ENABLED = os.environ.get("JITORCH_COMPILE_NATIVE", "1") != "0"
