@@ -43,7 +43,6 @@ from ..runtime import host_cache
 from ..runtime.threads import get_num_threads
 from .fusion import FusedGroup
 from .lower import PARALLEL_MIN
-
 from .native_lowering import NotLowerable, _addr, _bounds, _root, lower_group, lower_row, plan_arena, to_calls
 
 __all__ = ["FALLBACK", "ENABLED", "NativeRunner", "attach"]
