@@ -9,6 +9,7 @@ Run::
     python examples/char_gpt.py                   # jitorch, 800 steps (30-60 s on this 2-core machine)
     python examples/char_gpt.py --backend torch   # the very same code on PyTorch
     python examples/char_gpt.py --steps 30        # a smoke test
+    python examples/char_gpt.py --compile         # training through torch.compile(model)
 
 Everything below the imports is plain PyTorch; only the backend switch knows there are two libraries.
 """
@@ -35,6 +36,7 @@ def parse_args(argv=None):
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--attention", choices=("manual", "sdpa"), default="manual",
                         help="masked_fill + softmax, or F.scaled_dot_product_attention(is_causal=True)")
+    parser.add_argument("--compile", action="store_true", help="train through torch.compile(model)")
     parser.add_argument("--sample-chars", type=int, default=300)
     parser.add_argument("--text", type=Path, default=DEFAULT_TEXT)
     parser.add_argument("--seed", type=int, default=0)
@@ -150,11 +152,12 @@ def main():
     print(f"backend {ARGS.backend}: {len(text)} characters, vocabulary {len(chars)}, "
           f"{sum(p.numel() for p in model.parameters())} parameters, uniform loss {math.log(len(chars)):.3f}")
 
+    train_model = torch.compile(model) if ARGS.compile else model
     log_every = max(1, ARGS.steps // 10)
     start = time.perf_counter()
     for step in range(1, ARGS.steps + 1):
         x, y = get_batch(data, ARGS.batch_size, ARGS.block_size)
-        _, loss = model(x, y)
+        _, loss = train_model(x, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -214,3 +214,33 @@ def test_compiled_transformer_block_trains_like_eager_for_three_adam_steps():
         opt_c.step()
     entry = compiled._compiled_call.train_entries[0]
     assert entry.run is not None and entry.break_reason is None and entry.backward_kernel_ops
+
+
+def test_embedding_model_compiles_as_one_graph_and_checks_indices_in_the_graph():
+    # embedding's range check lives in index_select's kernel: no value read into Python, so no graph break.
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.head = nn.Embedding(7, 4), nn.Linear(4, 7)
+
+        def forward(self, idx, y):
+            return F.cross_entropy(self.head(self.emb(idx)).view(-1, 7), y.view(-1))
+
+    jitorch.manual_seed(0)
+    eager = Tagger()
+    model = copy.deepcopy(eager)
+    compiled = jitorch.compile(model)
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        idx, y = (jitorch.tensor(rng.integers(0, 7, (2, 5))) for _ in range(2))
+        for m in (eager, model):
+            m.zero_grad()
+        _close(compiled(idx, y), eager(idx, y))
+        compiled(idx, y).backward()
+        eager(idx, y).backward()
+        for pc, pe in zip(model.parameters(), eager.parameters()):
+            _close(pc.grad, pe.grad)
+    entry = compiled._compiled_call.train_entries[0]
+    assert entry.plan is not None and entry.break_reason is None
+    with pytest.raises(IndexError, match="out of bounds|out of range"):
+        compiled(jitorch.tensor([[0, 9, 1, 2, 3], [0, 1, 2, 3, 4]]), jitorch.zeros(2, 5, dtype=jitorch.int64))

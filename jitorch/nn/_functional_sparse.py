@@ -67,10 +67,15 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     _check_indices(input, "embedding")
     num = weight.shape[0]
     padding_idx = _padding_index(padding_idx, num)
-    _check_range(input, num, "embedding")
     if max_norm is not None:
+        _check_range(input, num, "embedding")
         _renorm_rows(weight, input, max_norm, norm_type)
-    out = weight.index_select(0, input.reshape(-1)).reshape(tuple(input.shape) + (weight.shape[1],))
+    try:
+        # The row's kernel checks the range: no value is read into Python, so a compiled model keeps one graph.
+        out = weight.index_select(0, input.reshape(-1))
+    except IndexError:
+        raise IndexError(f"embedding: index out of range in self (indices must be in [0, {num}))") from None
+    out = out.reshape(tuple(input.shape) + (weight.shape[1],))
     if not out.requires_grad:
         return out
     if scale_grad_by_freq:
