@@ -22,7 +22,7 @@ from .. import _dtype, _movement
 from .._dispatch import apply
 from .._pointwise import where
 from ..amp._cast_mode import autocast_float32
-from ..ops.nn_fused import FUSED_DTYPES, NLL_LOSS
+from ..ops.nn_fused import FUSED_DTYPES, NLL_CHECK_TARGETS, NLL_LOSS
 from ..ops.nn_ops import BINARY_CROSS_ENTROPY
 from ._functional_activation import logsigmoid
 from ._functional_core import log_softmax, type_name
@@ -167,11 +167,9 @@ def _class_targets(input, target, ignore_index, class_dim):
     if target.dtype not in (_dtype.int64, _dtype.uint8):
         raise RuntimeError(f"expected target dtype to be Long or Byte, but got {type_name(target.dtype)}")
     target = target.long().reshape(()) if input.dim() == 1 else target.long()
+    # The range check runs inside a row's kernel (no value read into Python): a compiled loss stays one graph.
+    target = apply(NLL_CHECK_TARGETS, target, classes=input.shape[class_dim], ignore_index=ignore_index)
     valid = target != ignore_index
-    classes = input.shape[class_dim]
-    bad = valid & ((target < 0) | (target >= classes))
-    if bool(bad.any()):
-        raise IndexError(f"Target {int(target[bad].reshape(-1)[0])} is out of bounds.")
     return where(valid, target, 0), valid
 
 
