@@ -189,3 +189,22 @@ def test_joint_graph_with_no_grad_region_and_flipped_view_schedules_and_matches_
         grads.append((a.detach().numpy(), b.detach().numpy(), x.grad.numpy(), y.grad.numpy()))
     for got, want in zip(*grads):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_weighted_cross_entropy_compiles_as_one_graph_with_its_range_check():
+    rng = np.random.default_rng(6)
+    wd, xd, gd = rng.random(5).astype(np.float32), rng.standard_normal((4, 5)).astype(np.float32), np.float32(0.7)
+    yd = np.array([0, 1, 4, 2])
+    w = jitorch.tensor(wd)
+    compiled = jitorch.compile(lambda x, y: F.cross_entropy(x, y, weight=w, ignore_index=1))
+    x = jitorch.tensor(xd, requires_grad=True)
+    out = compiled(x, jitorch.tensor(yd))
+    out.backward(jitorch.tensor(gd))
+    assert compiled.train_entries[0].plan is not None and compiled.train_entries[0].break_reason is None
+    tx = torch.tensor(xd, requires_grad=True)
+    ref = torch.nn.functional.cross_entropy(tx, torch.tensor(yd), weight=torch.tensor(wd), ignore_index=1)
+    ref.backward(torch.tensor(gd))
+    np.testing.assert_allclose(out.item(), ref.item(), rtol=1e-5)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(IndexError, match="Target 7 is out of bounds"):
+        compiled(x, jitorch.tensor([0, 1, 7, 2]))
