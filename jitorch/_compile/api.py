@@ -21,7 +21,8 @@ from ..autograd.grad_mode import GradState
 from ..nn.modules.module import Module
 from ..optim._fused import CompiledOptimizerStep
 from ..optim.optimizer import Optimizer
-from .backend import CompiledGraph
+from .backend import CompiledGraph, whole_call_runner
+from .functionalize import CompileState
 from .guards import first_failure, guard_values
 from .lower import clear_kernel_cache, kernel_cache_stats
 from .optimized_module import OptimizedModule
@@ -160,9 +161,16 @@ class CompiledFunction:
         entry.break_reason = reason
         return result
 
+    def _buffers(self):
+        return tuple(self._module.buffers()) if self._module is not None else ()
+
     def _compile_training(self, guards, args, kwargs):
         start = time.perf_counter()
-        traced = trace(self._fn, args, kwargs, fullgraph=self.fullgraph)
+        buffers = self._buffers()
+        # Compiling runs the function more than once: the call's own draws and buffer updates happen once.
+        before = CompileState(buffers)
+        traced = trace(self._fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
+        after = CompileState(buffers)
         entry = Entry(guards, trace_s=time.perf_counter() - start, breaks=traced.info.graph_breaks)
         self.train_entries.append(entry)
         if traced.info.hidden_write is not None:
@@ -171,11 +179,12 @@ class CompiledFunction:
             tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
             tensors += list(self._module.parameters()) if self._module is not None else []
             if not traced.info.graph_breaks or any(a.is_cuda for a in tensors):
-                # Random draws without a break keep eager numbers; segment replay runs on the host only.
+                # Random draws outside ops without a break keep eager numbers; segment replay runs on the host only.
                 return self._eager_entry(entry, traced.break_reason, traced.result)
             # Each segment between breaks gets its own compiled forward and backward (segment_training.py).
             llvm_before = kernel_cache_stats()["compile_s"]
             self._segmented(entry, traced.info, training=True)
+            after.restore()  # the stages compiled ahead ran on the recording's inputs
             entry.compile_s = kernel_cache_stats()["compile_s"] - llvm_before
             return traced.result
         llvm_before = kernel_cache_stats()["compile_s"]
@@ -183,7 +192,9 @@ class CompiledFunction:
             plan = compile_training(self._fn, args, kwargs, self._module, traced.result)
         except Unsupported as err:
             # The trace ran the function eagerly with autograd recording: its result is this call's answer.
+            after.restore()
             return self._eager_entry(entry, str(err), traced.result)
+        before.restore()  # the compiled run below is this call
         module = self._module
 
         def run(args, kwargs):
@@ -198,12 +209,17 @@ class CompiledFunction:
 
     def _compile(self, guards, args, kwargs):
         start = time.perf_counter()
-        traced = trace(self._fn, args, kwargs, fullgraph=self.fullgraph)
+        buffers = self._buffers()
+        before = CompileState(buffers)
+        traced = trace(self._fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
         info = traced.info
         entry = Entry(guards, trace_s=time.perf_counter() - start, breaks=info.graph_breaks)
         self.entries.append(entry)
         if info.hidden_write is not None or info.unsound is not None:
             return self._eager_entry(entry, info.hidden_write or info.unsound, traced.result)
+        if traced.writes and callable(self.backend):
+            return self._eager_entry(entry, "the call updates module buffers in place (a callable backend is handed "
+                                            "graphs without side effects)", traced.result)
         llvm_before = kernel_cache_stats()["compile_s"]
         if traced.gm is None:
             if callable(self.backend):  # a callable backend is handed whole graphs only
@@ -219,10 +235,11 @@ class CompiledFunction:
         else:
             graph = CompiledGraph(traced.gm)
             entry.kernel_ops = graph.kernel_ops
-            entry.run = lambda args, kwargs: graph(tuple(args) + tuple(kwargs.values()))
+            entry.run = whole_call_runner(graph, traced.writes)
         if entry.replay is None:
-            # The first run compiles the kernels for these strides. Running the graph again is safe: a graph
-            # without breaks writes into no outside tensor (such writes are breaks).
+            # The first run compiles the kernels for these strides. It is this call: the trace's draws and buffer
+            # updates are undone first (a graph without breaks writes no other outside tensor: such writes break).
+            before.restore()
             result = entry.run(args, kwargs)
         else:
             result = traced.result
@@ -235,7 +252,7 @@ class CompiledFunction:
         ``training``: the segments' values that require grad are compiled with their backward (`SegmentRun`),
         ahead on the recording's own inputs.
         """
-        replay = Replay(info.root, self._take_branch, training=training)
+        replay = Replay(info.root, self._take_branch, training=training, buffers=self._buffers())
         for seg in info.root.walk():
             nodes, upto = seg.record_outputs, len(seg.steps)
             if training and any(n.meta.get("rg") for n in nodes):
@@ -285,9 +302,12 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     The ``"jitorch"`` backend traces the call on its real inputs, fuses chains of pointwise ops over one shape into
     LLVM kernels and runs the rest eagerly. When grad mode is on and an input or parameter requires grad, it
     compiles the forward and the backward (see `jitorch._compile.training`; those specializations are kept in
-    ``train_entries``); random ops, in-place forward ops and untraceable backwards run eagerly, and so does a
-    backward with ``create_graph=True``. A callable backend only ever gets inference graphs. Shapes are always
-    specialized (``dynamic`` is accepted and ignored); a call that misses every guard retraces, up to
+    ``train_entries``); random draws outside ops (``jitorch.rand``), in-place forward ops and untraceable backwards
+    run eagerly, and so does a backward with ``create_graph=True``. Dropout is compiled: its mask is a graph node
+    drawn afresh on every call, in eager's order, so with the same seed a compiled call draws eager's masks. A
+    compiled Module's in-place buffer updates (BatchNorm's running statistics, ``num_batches_tracked``) are graph
+    values written back into the buffers after each run. A callable backend only ever gets inference graphs. Shapes
+    are always specialized (``dynamic`` is accepted and ignored); a call that misses every guard retraces, up to
     ``recompile_limit`` (``options`` or ``jitorch.compiler.config``), then runs eagerly with one warning.
     A graph break (a tensor value read into Python: ``.item()``, ``if x.sum() > 0``; an op with a data-dependent
     shape; an in-place write into an input) splits the call into compiled segments: later calls rerun the Python

@@ -19,7 +19,7 @@ from .fusion import FusedGroup, partition
 from .lower import GroupKernel
 from ..runtime.threads import get_num_threads
 
-__all__ = ["CompiledGraph"]
+__all__ = ["CompiledGraph", "write_back", "whole_call_runner"]
 
 
 class CompiledGraph:
@@ -88,6 +88,27 @@ class CompiledGraph:
                 for n in frees:
                     env.pop(n, None)
         return map_aggregate(self.output.args[0], lambda a: env[a] if isinstance(a, Node) else a), env
+
+
+def write_back(buffers, values):
+    """Store each graph value into its buffer's own memory after a run (one version bump each, as the eager in-place
+    update made): a compiled call's functional buffer updates (see `functionalize`)."""
+    for buf, value in zip(buffers, values):
+        buf._data[...] = value._data
+        buf._bump_version()
+
+
+def whole_call_runner(graph, writes):
+    """``run(args, kwargs)`` of a whole-call `CompiledGraph`; with buffer ``writes`` the graph returns ``(result,
+    *new values)`` and each value is written back into its buffer before the result is returned."""
+    if not writes:
+        return lambda args, kwargs: graph(tuple(args) + tuple(kwargs.values()))
+
+    def run(args, kwargs):
+        out = graph(tuple(args) + tuple(kwargs.values()))
+        write_back(writes, out[1:])
+        return out[0]
+    return run
 
 
 def _fetch(gm, target):

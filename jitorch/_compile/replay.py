@@ -42,6 +42,7 @@ from ..fx.graph_module import GraphModule
 from ..fx.node import Node
 from ..nn.modules.module import Module
 from .backend import CompiledGraph
+from .functionalize import is_random
 from .lazy import LazyArray, LazyTensor, lazy_tensor, realize
 from .segment_training import SegmentRun
 from .segments import ESCAPES, RecordInfo, Recorder, Segment, _ModeBase, value_key, watching
@@ -54,7 +55,8 @@ def _compile_outputs(seg, nodes, upto):
     """A `CompiledGraph` of ``seg`` computing ``nodes``: only their ancestors and the in-place steps before
     ``upto`` (a write into a buffer that a requested view shares must still happen)."""
     needed, stack = set(), list(nodes)
-    stack += [n for n, _ in seg.steps[:upto] if getattr(n.target, "inplace", False)]
+    # Random rows draw even when nothing reads their values: the generator advances as in eager mode.
+    stack += [n for n, _ in seg.steps[:upto] if getattr(n.target, "inplace", False) or is_random(n)]
     while stack:
         n = stack.pop()
         if n not in needed:
@@ -71,8 +73,9 @@ def _compile_outputs(seg, nodes, upto):
 class Replay(_ModeBase):
     """Runs calls of a specialization; ``budget()`` says whether another branch may be recorded."""
 
-    def __init__(self, root, budget, training=False):
+    def __init__(self, root, budget, training=False, buffers=()):
         self.root, self.budget, self.training = root, budget, training
+        self.buffers = buffers  # a compiled module's buffers: a new branch records their writes functionally
         self.info = None  # the RecordInfo of a branch recorded during the last call
         self.new_branches = 0
         self.bailed = None  # why the last call finished eagerly, if it did
@@ -109,6 +112,8 @@ class Replay(_ModeBase):
 
     def _enter(self, seg):
         self.seg, self.pos, self.bound, self.pending = seg, 0, {}, []
+        # The LazyArray of each deferred buffer write -> (the buffer, the memory its values go to).
+        self.written = weakref.WeakKeyDictionary()
         if self.training and seg.untrainable and self.live:
             self._bail(seg.untrainable)
 
@@ -174,7 +179,8 @@ class Replay(_ModeBase):
             node, outs = self.seg.steps[self.pos]
             target = node.target
             self._pos, self._detached = 0, node.meta.get("detach", ())
-            if getattr(target, "op", None) is op and target.inplace == inplace and len(node.args) == len(args) \
+            recorded_inplace = getattr(target, "inplace", False) or node.meta.get("functional", False)
+            if getattr(target, "op", None) is op and recorded_inplace == inplace and len(node.args) == len(args) \
                     and node.meta.get("grad", GradState.enabled) == GradState.enabled \
                     and self._match(node.args, args) and self._match(node.kwargs, attrs):
                 self.pos += 1
@@ -199,12 +205,17 @@ class Replay(_ModeBase):
 
     def dispatch_inplace(self, op, t, args, attrs):
         if self.live:
-            # Under autograd a deferred in-place op would need its own functional backward: run it eagerly.
-            step = None if self.training else self._next_step(op, True, (t,) + tuple(args), attrs)
+            # Under autograd a deferred in-place op would need its own functional backward: run it eagerly. A
+            # module buffer's write was recorded functionally and needs none.
+            step = None
+            if not self.training or self._functional_next():
+                step = self._next_step(op, True, (t,) + tuple(args), attrs)
             if step is not None:
-                node = step[0]
+                node = step[1]
                 shape, dtype = node.meta["val"]
                 arr = LazyArray(self, node, (shape, dtype, node.meta["stride"]))
+                if step[0].meta.get("functional"):
+                    self._defer_write(t, step[0], arr)
                 t._data = arr
                 self.pending.append((weakref.ref(arr), weakref.ref(t)))
                 return t
@@ -218,6 +229,25 @@ class Replay(_ModeBase):
         realize(t)
         _realize_all(args)
         return self._run(apply_inplace, op, t, *args, **attrs)
+
+    def _functional_next(self):
+        return self.pos < len(self.seg.steps) and self.seg.steps[self.pos][0].meta.get("functional", False)
+
+    def _defer_write(self, t, node, arr):
+        """``t`` (a module buffer) is about to hold ``arr``, its deferred new value: the graph's placeholder for the
+        old value reads the old array, and the flush stores the new values into that array (the buffer keeps its
+        memory, as the eager write does)."""
+        current = t._data
+        if type(current) is LazyArray and current in self.written:  # written before in this segment
+            self.written[arr] = (t, self.written[current][1])
+            return
+        if type(current) is LazyArray:
+            realize(t)
+            current = t._data
+        old = node.args[0]
+        if old in self.bound:
+            self.bound[old] = Tensor._make(current)
+        self.written[arr] = (t, current)
 
     def host_read(self, name, t, fn, args, kwargs):
         if not self.live:
@@ -249,7 +279,7 @@ class Replay(_ModeBase):
     def _record_branch(self, brk, key):
         """Record the rest of this call as a new child of ``brk``: the recorder takes over the mode."""
         self.new_branches += 1
-        info = RecordInfo(False)
+        info = RecordInfo(False, self.buffers)
         seg = brk.children[key] = Segment()
         info.root = seg
         recorder = Recorder(info, seg)
@@ -299,6 +329,7 @@ class Replay(_ModeBase):
                 self.kernel_log.append((seg, graph))
             outs = self._run(graph, flat)
             index = {n: i for i, n in enumerate(nodes)}
+            writes = []
             for a, _ in live:
                 out = outs[index[a.node]]
                 if out._data.shape != a.shape or out._data.dtype != a.dtype:
@@ -306,7 +337,16 @@ class Replay(_ModeBase):
                     raise RuntimeError(f"jitorch.compile: {a.node.target.__name__}() produced shape "
                                        f"{tuple(out._data.shape)} but the recorded graph has {a.shape}; its output "
                                        "shape depends on tensor values. Run this function without jitorch.compile.")
-                a.set_real(out._data, out)
+                if a in self.written:
+                    writes.append((a, out))
+                else:
+                    a.set_real(out._data, out)
+            order = {n: i for i, n in enumerate(seg.graph.nodes)}
+            for a, out in sorted(writes, key=lambda w: order[w[0].node]):  # the last write's values stay
+                buf, memory = self.written[a]
+                memory[...] = out._data
+                a.set_real(memory)
+                buf._bump_version()
             own = {id(a.source): t for a, t in live if type(t) is LazyTensor and "_lazy_alias" not in t.__dict__}
             for _, t in live:
                 if t is not None:

@@ -34,6 +34,7 @@ from ..fx.graph_module import GraphModule
 from ..fx.node import map_aggregate
 from ..nn.modules.module import Module
 from .backend import CompiledGraph
+from .functionalize import is_random
 from .segment_plan import SegmentPlan, _needed, interpret
 from .training import Unsupported
 
@@ -146,6 +147,9 @@ class SegmentRun:
         # with one differentiable output runs its backward exactly when eager autograd would reach that value. A
         # value that requires grad and that two stages would compute becomes a stage of its own (not recomputed).
         cuts = {n for n in self.nodes if n.meta.get("rg")}
+        # Each random row is a stage of its own, run once per flush in program order (never recomputed by two
+        # stages, never skipped): the generator advances as in eager mode, and the backward reads the drawn values.
+        cuts |= {n for n, _ in seg.steps[:upto] if is_random(n)}
         while True:
             users = {}
             for c in cuts:

@@ -9,7 +9,9 @@ nothing is frozen into a constant. A segment ends at a *break*:
   The value is the guard of the next segment: ``Break.children`` maps each value seen to the segment recorded after
   it, so a later call whose value differs records (or reuses) another branch.
 - ``eager``: an op the graph cannot hold (a data-dependent output shape such as ``nonzero``; an in-place write into a
-  tensor from outside the segment or into a view), run eagerly at that point on every call.
+  tensor from outside the segment or into a view), run eagerly at that point on every call. A compiled module's
+  buffers are the exception: their in-place updates are recorded as functional nodes (``Segment.writes``; see
+  `functionalize`), which the whole-call graph returns for write-back and a replay defers like any value.
 - ``escape``: ``.numpy()`` / ``np.asarray(t)`` hands out memory Python may write; the rest of the call runs eagerly.
 - ``return``: the end of the function.
 
@@ -44,6 +46,7 @@ from ..fx.graph import Graph
 from ..fx.make_fx import _primitive
 from ..fx.node import map_aggregate
 from ..ops.table import Opaque
+from .functionalize import functional_write_ok, record_buffer_write
 from .segment_training import TrainingNotes
 
 __all__ = ["Segment", "Break", "Recorder", "record", "watching", "user_location", "value_key"]
@@ -81,6 +84,7 @@ class Segment:
         self.record_outputs = []  # the nodes whose tensors were alive at the break when recorded
         self.compiled = {}  # (names of the requested outputs, steps, [grad flags]) -> CompiledGraph or SegmentRun
         self.untrainable = None  # why autograd through this segment's graph would differ from eager autograd
+        self.writes = {}  # id(buffer) -> (buffer, node of its last value): module buffers written functionally
 
     def walk(self):
         """This segment and every segment after it, depth first."""
@@ -281,6 +285,8 @@ class Recorder(_ModeBase, TrainingNotes):
     def dispatch_inplace(self, op, t, args, attrs):
         if not self.live:
             return self._run(apply_inplace, op, t, *args, **attrs)
+        if id(t) in self.info.buffers and functional_write_ok(t, args):
+            return self._write_buffer(op, t, args, attrs)
         if self.nodes.get(id(t)) is None or t._base is not None:
             why = f"in-place {op.name}_() writes into a tensor from outside the graph (an input, a view or an " \
                   "earlier graph's value)"
@@ -296,6 +302,9 @@ class Recorder(_ModeBase, TrainingNotes):
         self.bind(t, node)
         self.seg.steps.append((node, node))
         return out
+
+    def _write_buffer(self, op, t, args, attrs):
+        return record_buffer_write(self, op, t, args, attrs)
 
     def _note_grad(self, op, outs):
         if self.info.unsound is None and any(o._requires_grad for o in outs):
@@ -355,10 +364,11 @@ class Recorder(_ModeBase, TrainingNotes):
 class RecordInfo:
     """What one recording saw."""
 
-    def __init__(self, fullgraph):
+    def __init__(self, fullgraph, buffers=()):
         self.fullgraph = fullgraph
         self.breaks = []  # every Break in recording order (the last is the return)
         self.random = False  # a random draw outside an op (a creation function): the graph cannot bake it
+        self.buffers = {id(b): b for b in buffers}  # module buffers whose in-place writes are recorded functionally
         self.unsound = None  # a reason the inference graph would be wrong (an output requires grad)
         self.hidden_write = None  # a reason no graph may replace the call: memory written outside every op
         self.result = None
@@ -372,9 +382,14 @@ class RecordInfo:
         return [b for b in self.breaks if b.kind != "return"]
 
 
-def record(fn, args, kwargs, *, fullgraph=False, segment=None):
-    """Run ``fn`` once under a `Recorder` and return its `RecordInfo` (``result`` is the eager answer)."""
-    info = RecordInfo(fullgraph)
+def record(fn, args, kwargs, *, fullgraph=False, segment=None, buffers=()):
+    """Run ``fn`` once under a `Recorder` and return its `RecordInfo` (``result`` is the eager answer).
+
+    In-place writes into ``buffers`` (a module's buffers) become functional nodes, not graph breaks (see
+    `functionalize`); writes into the arguments themselves stay breaks.
+    """
+    flat = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
+    info = RecordInfo(fullgraph, [b for b in buffers if not any(b is a for a in flat)])
     info.root = segment or Segment()
     mode = Recorder(info, info.root)
     with watching(mode):

@@ -2,10 +2,11 @@
 
 `trace` runs the function once under the segment recorder (segments.py). Each node gets ``meta["val"] = (shape,
 numpy dtype)`` of the value it produced on the example inputs (the fusion pass needs iteration spaces and dtypes).
-When the call had no graph break and drew no random numbers outside an op, ``Trace.gm`` is the whole call as one
-GraphModule taking the flat arguments (tensors created inside the function become constants, as in ``make_fx``);
-otherwise ``gm`` is ``None``, ``break_reason`` says why (with the user's file:line), and ``Trace.info`` holds the
-recorded segments for a replay.
+When the call had no graph break and drew no random numbers outside an op (random rows such as dropout's mask are
+nodes that draw on every run), ``Trace.gm`` is the whole call as one GraphModule taking the flat arguments (tensors
+created inside the function become constants, as in ``make_fx``; module buffers it updates are returned for
+write-back); otherwise ``gm`` is ``None``, ``break_reason`` says why (with the user's file:line), and ``Trace.info``
+holds the recorded segments for a replay.
 
 >>> import jitorch
 >>> t = trace(lambda x: x * 2 if x.sum() > 0 else x, (jitorch.ones(2),), {})
@@ -38,10 +39,14 @@ class Trace:
     result: object
     break_reason: str | None
     info: RecordInfo | None = None
+    writes: tuple = ()  # buffers the call updates in place: ``gm`` returns ``(result, *their new values)``
 
 
 def full_graph(info, flat):
-    """The root segment of a break-free recording as one GraphModule over the flat arguments ``arg0..argN``."""
+    """The root segment of a break-free recording as one GraphModule over the flat arguments ``arg0..argN``.
+
+    When the call wrote module buffers (``seg.writes``) the graph returns ``(result, *new buffer values)``.
+    """
     seg = info.root
     graph, root, env = Graph(), Module(), {}
     args = []
@@ -62,22 +67,28 @@ def full_graph(info, flat):
     for n in seg.graph.nodes:
         if n.op != "placeholder":
             env[n] = graph.node_copy(n, env.__getitem__)
-    graph.output(map_aggregate(info.output, lambda a: env[a] if isinstance(a, Node) else a))
+    out = map_aggregate(info.output, lambda a: env[a] if isinstance(a, Node) else a)
+    if seg.writes:
+        out = (out, *(env[n] for _, n in seg.writes.values()))
+    graph.output(out)
     return GraphModule(root, graph)
 
 
-def trace(fn, args, kwargs, fullgraph=False):
+def trace(fn, args, kwargs, fullgraph=False, buffers=()):
     """Run ``fn(*args, **kwargs)`` once under the recorder; keyword arguments become trailing placeholders.
 
-    ``fullgraph=True`` raises ``RuntimeError`` at the first graph break, naming the user's source line.
+    ``fullgraph=True`` raises ``RuntimeError`` at the first graph break, naming the user's source line. In-place
+    updates of ``buffers`` (a compiled module's) are recorded functionally: ``Trace.writes`` lists the buffers
+    written, in the order of the values ``gm`` returns after the result.
     """
     keys = tuple(kwargs)
     flat = tuple(args) + tuple(kwargs[k] for k in keys)
     nargs = len(args)
-    info = record(lambda *a: fn(*a[:nargs], **dict(zip(keys, a[nargs:]))), flat, {}, fullgraph=fullgraph)
+    info = record(lambda *a: fn(*a[:nargs], **dict(zip(keys, a[nargs:]))), flat, {}, fullgraph=fullgraph,
+                  buffers=buffers)
     breaks = info.graph_breaks
     if breaks:
         return Trace(None, info.result, breaks[0].describe(), info)
     if info.random:
         return Trace(None, info.result, RANDOM_REASON, info)
-    return Trace(full_graph(info, flat), info.result, None, info)
+    return Trace(full_graph(info, flat), info.result, None, info, tuple(b for b, _ in info.root.writes.values()))

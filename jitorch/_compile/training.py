@@ -3,9 +3,12 @@
 When grad mode is on and an input (or a compiled Module's parameter) requires grad, `compile_training` records the
 joint graph with :func:`jitorch.fx.joint.make_joint` (the outputs' upstream gradients are its tangents), splits it
 into a forward graph returning ``(*outputs, *saved)`` — every forward value the backward reads — and a backward
-graph taking ``(*saved, *tangents)`` and returning the input gradients, compiles each with `CompiledGraph`, and wraps
-the pair in one `jitorch.autograd.Function`. A double backward (``create_graph=True``) cannot go through the
-compiled backward (it builds no graph), so that backward reruns the function eagerly and differentiates it.
+graph taking ``(*saved, *tangents)`` and returning the input gradients, compiles each with `CompiledGraph`, and
+wraps the pair in one `jitorch.autograd.Function`. Dropout's masks are random nodes of the forward, drawn afresh per
+call and saved for the backward (never recomputed); a compiled Module's buffer updates (BatchNorm's running
+statistics) are forward outputs written back into the buffers after each call (`functionalize`). A double backward
+(``create_graph=True``) cannot go through the compiled backward (it builds no graph), so that backward reruns the
+function eagerly and differentiates it.
 
 >>> import jitorch
 >>> x = jitorch.tensor([1.0, 2.0], requires_grad=True)
@@ -29,8 +32,9 @@ from ..fx.graph_module import GraphModule
 from ..fx.joint import BACKWARD, FORWARD, make_joint
 from ..fx.make_fx import Primitive
 from ..fx.node import Node, map_aggregate
-from .backend import CompiledGraph, _fetch
+from .backend import CompiledGraph, _fetch, write_back
 from .decompose import decompose
+from .functionalize import CompileState, functionalize, is_random, rng_state, set_rng_state
 from .fusion import fusible, reduction_axes, row_op_axes
 
 __all__ = ["TrainingPlan", "Unsupported", "compile_training"]
@@ -63,7 +67,8 @@ def _annotate(gm, values):
 
 
 def _check(gm):
-    """Refuse what a replayed joint graph would get wrong."""
+    """Refuse what a replayed joint graph would get wrong (a module's buffer updates were made functional first:
+    `functionalize`)."""
     for node in gm.graph.nodes:
         target = node.target
         if node.op == "call_function" and isinstance(target, Primitive) and target.inplace \
@@ -197,11 +202,16 @@ class _CompiledTraining(Function):
 
     @staticmethod
     def forward(ctx, plan, *flat):
+        # A double backward reruns the function eagerly: it must draw the masks this forward draws.
+        ctx.rng = None
+        if plan.random:
+            ctx.rng = rng_state(cuda=any(isinstance(a, Tensor) and a.is_cuda for a in flat))
         res = plan.fwd(flat)
-        n = plan.n_outs
+        n, k = plan.n_outs, len(plan.writes)
+        write_back(plan.writes, res[n:n + k])
         ctx.plan, ctx.n_flat = plan, len(flat)
         # Saved through save_for_backward so an in-place change before backward raises, as in eager autograd.
-        ctx.save_for_backward(*flat, *res[n:])
+        ctx.save_for_backward(*flat, *res[n + k:])
         return res[:n] if plan.tuple_out or n > 1 else res[0]
 
     @staticmethod
@@ -212,11 +222,18 @@ class _CompiledTraining(Function):
         if GradState.enabled:
             # The engine turns grad mode on for a backward exactly when create_graph=True; the compiled backward
             # builds no graph, so differentiate an eager rerun instead.
-            with enable_grad():
-                outs = plan.eager(flat)
-                outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-                wrt = [flat[i] for i in plan.wrt]
-                got = autograd_grad(outs, wrt, grad_outputs=list(grads), create_graph=True, allow_unused=True)
+            # The rerun draws the forward's numbers and leaves the generators and buffers as they are now.
+            now = CompileState(plan.writes)
+            if ctx.rng is not None:
+                set_rng_state(ctx.rng)
+            try:
+                with enable_grad():
+                    outs = plan.eager(flat)
+                    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+                    wrt = [flat[i] for i in plan.wrt]
+                    got = autograd_grad(outs, wrt, grad_outputs=list(grads), create_graph=True, allow_unused=True)
+            finally:
+                now.restore()
         else:
             got = plan.bwd(tuple(saved_values) + tuple(grads))
         full = [None] * len(flat)
@@ -228,10 +245,13 @@ class _CompiledTraining(Function):
 class TrainingPlan:
     """A compiled forward/backward pair for one specialization; call with the flat inputs (parameters first)."""
 
-    def __init__(self, fwd_gm, bwd_gm, n_outs, tuple_out, wrt, eager, n_saved=0):
+    def __init__(self, fwd_gm, bwd_gm, n_outs, tuple_out, wrt, eager, n_saved=0, writes=()):
         self.fwd, self.bwd = CompiledGraph(fwd_gm), CompiledGraph(bwd_gm)
         self.n_saved = n_saved  # forward values kept for the backward
         self.n_outs, self.tuple_out, self.wrt, self.eager = n_outs, tuple_out, wrt, eager
+        # Buffers the forward updates: it returns their new values after the outputs (written back each call).
+        self.writes = tuple(writes)
+        self.random = any(is_random(n) for n in fwd_gm.graph.nodes)
 
     @property
     def forward_kernels(self):
@@ -278,21 +298,28 @@ def compile_training(fn, args, kwargs, module, traced_result, recompute=True):
         joint = make_joint(lambda *values: tuple(o for o in _as_list(call(values))))(*flat, tangents=tangents)
     except Exception as err:  # anything the joint trace cannot follow runs eagerly, as an uncompiled call would
         raise Unsupported(f"joint trace failed: {type(err).__name__}: {err}") from err
+    # A module's buffer updates (BatchNorm's running statistics) become forward outputs written back per call.
+    writes = functionalize(joint, list(module.buffers()) if module is not None else [])
+    if writes:
+        out_node = next(n for n in joint.graph.nodes if n.op == "output")
+        results = out_node.args[0]
+        out_node.args = (results[:len(outs)] + tuple(n for _, n in writes) + results[len(outs):],)
     _check(joint)
     _annotate(joint, list(flat) + tangents)
     if decompose(joint):
         _annotate(joint, list(flat) + tangents)  # the inlined nodes' shapes
     wrt = [i for i, a in enumerate(flat) if isinstance(a, Tensor) and a._requires_grad]
+    n_fwd, bufs = len(outs) + len(writes), [b for b, _ in writes]
     try:
-        fwd_gm, bwd_gm, n_saved = split_joint(joint, len(outs), recompute)
-        return TrainingPlan(fwd_gm, bwd_gm, len(outs), tuple_out, wrt, call, n_saved)
+        fwd_gm, bwd_gm, n_saved = split_joint(joint, n_fwd, recompute)
+        return TrainingPlan(fwd_gm, bwd_gm, len(outs), tuple_out, wrt, call, n_saved, bufs)
     except AssertionError:
         if not recompute:
             raise
         # fusion.partition cannot schedule some backward graphs with recomputed chains (a grouping cycle, reported
         # to the fusion pass): save the values instead.
-        fwd_gm, bwd_gm, n_saved = split_joint(joint, len(outs), False)
-        return TrainingPlan(fwd_gm, bwd_gm, len(outs), tuple_out, wrt, call, n_saved)
+        fwd_gm, bwd_gm, n_saved = split_joint(joint, n_fwd, False)
+        return TrainingPlan(fwd_gm, bwd_gm, len(outs), tuple_out, wrt, call, n_saved, bufs)
 
 
 def _as_list(result):

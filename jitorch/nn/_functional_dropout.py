@@ -18,6 +18,10 @@ from __future__ import annotations
 import math
 import warnings
 
+from .. import _dtype
+from .._dispatch import apply
+from ..ops.random_ops import BERNOULLI_MASK
+
 __all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
 
 # SELU's alpha * scale: alpha dropout sets dropped units to SELU's negative saturation value.
@@ -42,10 +46,10 @@ def _dropout(input, p, training, inplace, feature=False, alpha=False):
         shape = tuple(input.shape[:2]) + (1,) * (input.dim() - 2)
     else:
         shape = tuple(input.shape)
-    noise = input.detach().new_empty(shape)
-    if not noise.is_floating_point():
-        noise = noise.float()
-    noise.bernoulli_(1 - p)
+    # The mask is one row (see ops/random_ops.py), so a compiled graph draws it afresh on each run, from the same
+    # generator and in the same order as this eager code. The 0-d tensor only carries the mask's dtype and device.
+    ref = input.new_empty((), dtype=input.dtype if input.is_floating_point() else _dtype.float32)
+    noise = apply(BERNOULLI_MASK, ref, p=1 - p, shape=shape)
     if alpha:
         a = 1.0 / math.sqrt((_ALPHA * _ALPHA * p + 1) * (1 - p))
         shift = (noise - 1) * (_ALPHA * a) + _ALPHA * a * p

@@ -10,6 +10,7 @@ from . import indexing  # noqa: F401,E402 - advanced indexing rows
 from . import nn_ops  # noqa: F401,E402 - nn.functional rows (binary_cross_entropy)
 from . import conv_ops  # noqa: F401,E402 - convolution, im2col/col2im and pooling rows
 from . import special  # noqa: F401,E402 - lgamma, digamma, Bessel, gcd rows
+from . import random_ops  # noqa: F401,E402 - rows that draw random numbers (dropout's mask)
 from .table import OPS, OpDef
 
 __all__ = ["OPS", "OpDef"]

@@ -1,0 +1,159 @@
+"""Side effects a compiled graph keeps: random draws and in-place updates of module buffers.
+
+- A *random node* runs a row that draws on every run (``ops.random_ops.RANDOM_ROWS``, dropout's mask). Compiled code
+  runs each one exactly once per call, in program order, so it consumes the generator as eager code does.
+- A *buffer write* (BatchNorm's ``running_mean.copy_(...)``, ``num_batches_tracked.add_(1)``) is recorded
+  functionally: the new value is a node (``copy(old, op(old, ...))``, or the ``copy``/``fill`` row itself), later
+  reads of the buffer read that node, the graph returns the buffer's last value, and ``backend.write_back`` stores
+  it into the buffer's own memory after each run. Writes into views, into tensors that require grad, or with
+  arguments that require grad are not functionalized (the callers keep their eager handling of those).
+- `CompileState`: compiling runs the function more than once (trace, joint trace, shape annotation, the first
+  compiled run); the generators' states and the module's buffers are put back so a call draws and updates once.
+
+>>> import jitorch
+>>> from jitorch.fx import make_fx
+>>> buf = jitorch.zeros(2)
+>>> gm = make_fx(lambda x: buf.add_(x) * 2)(jitorch.ones(2))
+>>> writes = functionalize(gm, [buf])
+>>> [n.target.__name__ for n in gm.graph.nodes if n.op == "call_function"], writes[0][0] is buf
+(['add', 'copy', 'mul'], True)
+"""
+from __future__ import annotations
+
+from .. import _random
+from .._dispatch import apply, apply_inplace
+from .._tensor import Tensor
+from ..autograd.grad_mode import GradState
+from ..fx.make_fx import Primitive, _primitive
+from ..fx.node import map_aggregate
+from ..ops.random_ops import RANDOM_ROWS
+
+__all__ = ["is_random", "functional_ops", "functional_write_ok", "record_buffer_write", "functionalize",
+           "CompileState", "rng_state", "set_rng_state"]
+
+# Rows whose out-of-place kernel already returns the written tensor's shape and dtype: no trailing copy.
+_SELF_SHAPED = ("copy", "fill")
+
+
+def is_random(node):
+    """Whether ``node`` runs a row that draws random numbers on every run."""
+    target = node.target
+    return node.op == "call_function" and isinstance(target, Primitive) and target.op in RANDOM_ROWS
+
+
+def functional_ops(op):
+    """The rows that compute ``op_``'s written value out of place: ``[op]``, then ``copy`` into the old value's
+    shape and dtype unless ``op``'s kernel already gives them."""
+    return [op.name] if op.name in _SELF_SHAPED else [op.name, "copy"]
+
+
+def functional_write_ok(t, args):
+    """Whether an in-place write into the buffer ``t`` may be recorded functionally: not into a view, and nothing
+    in it records autograd (eager would give the buffer a history)."""
+    if t._base is not None:
+        return False
+    if not GradState.enabled:
+        return True
+    return not t._requires_grad and not any(isinstance(a, Tensor) and a._requires_grad for a in args)
+
+
+def record_buffer_write(rec, op, t, args, attrs):
+    """The segment recorder ``rec`` records ``op_`` into the module buffer ``t`` as functional nodes: the new value
+    is a node, later reads of ``t`` read it, and the graph's runner writes it back (``Segment.writes``)."""
+    rec._pos, rec._detached = 0, []
+    old = rec.arg(t)
+    args_n, attrs_n = map_aggregate(args, rec.arg), map_aggregate(attrs, rec.arg)
+    value = rec._run(apply, op, t, *args, **attrs)  # the written value, while ``t`` still holds the old one
+    rec._run(apply_inplace, op, t, *args, **attrs)  # the write itself, with eager's checks
+    seg = rec.seg
+    names = functional_ops(op)
+    node = seg.graph.call_function(_primitive(names[0]), (old, *args_n), attrs_n)
+    data = value._data
+    # ``functional``: the replay matches this step against the in-place call that made it.
+    node.meta.update(val=(tuple(data.shape), data.dtype), stride=tuple(data.strides), rg=False,
+                     step=len(seg.steps), grad=GradState.enabled, functional=True)
+    last = node if len(names) == 1 else seg.graph.call_function(_primitive("copy"), (old, node))
+    rec.bind(t, last)
+    seg.steps.append((node, last))
+    seg.writes[id(t)] = (t, last)
+    return t
+
+
+def functionalize(gm, buffers):
+    """Rewrite the forward in-place writes of ``gm`` into the tensors ``buffers`` (its ``get_attr`` constants) as
+    functional nodes; returns ``[(buffer, node of its last value)]`` in the order of first write.
+
+    Later readers of a written buffer read the new node (the recording already made them read the in-place node).
+    """
+    ids = {id(b) for b in buffers}
+    if not ids:
+        return []
+    owner = {}  # node -> the buffer whose current value it is
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            obj = _fetch(gm, node.target)
+            if id(obj) in ids:
+                owner[node] = obj
+    writes = {}
+    graph = gm.graph
+    for node in list(graph.nodes):
+        target = node.target
+        if not (node.op == "call_function" and isinstance(target, Primitive) and target.inplace
+                and node.meta.get("phase", "forward") == "forward" and node.args and node.args[0] in owner):
+            continue
+        buf, old = owner[node.args[0]], node.args[0]
+        with graph.inserting_before(node):
+            names = functional_ops(target.op)
+            new = graph.call_function(_primitive(names[0]), node.args, dict(node.kwargs))
+            if len(names) > 1:
+                new.meta = dict(node.meta)
+                new = graph.call_function(_primitive("copy"), (old, new))
+        new.meta = dict(node.meta)
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)
+        owner[new] = buf
+        writes[id(buf)] = (buf, new)
+    return list(writes.values())
+
+
+def _fetch(gm, target):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class CompileState:
+    """The generators' states and copies of ``buffers`` now; `restore` puts them back.
+
+    >>> import jitorch
+    >>> buf = jitorch.zeros(1)
+    >>> state = CompileState([buf])
+    >>> _ = buf.add_(1), jitorch.rand(1)
+    >>> state.restore(); buf
+    tensor([0.])
+    """
+
+    def __init__(self, buffers=()):
+        self.rng = rng_state()
+        self.buffers = [(b, b._data.copy()) for b in buffers if isinstance(b, Tensor)]
+
+    def restore(self):
+        set_rng_state(self.rng)
+        for buf, data in self.buffers:
+            buf._data[...] = data
+
+
+def rng_state(cuda=True):
+    """Every generator's stream position: the CPU default's and (``cuda``) each CUDA default's made so far."""
+    gens = [_random.default_generator] + (list(_random._cuda_generators.values()) if cuda else [])
+    return [(g, g._rng, g._rng.bit_generator.state if not g._on_device else g.get_state()) for g in gens]
+
+
+def set_rng_state(state):
+    for gen, stream, value in state:
+        gen._rng = stream  # a manual_seed since replaced the CPU stream object
+        if gen._on_device:
+            gen.set_state(value)
+        else:
+            stream.bit_generator.state = value

@@ -1,0 +1,50 @@
+"""Random rows: ops whose kernel draws from jitorch's generators each time it runs.
+
+``bernoulli_mask(ref, p=, shape=)`` is a fresh ``shape`` tensor of ``ref``'s dtype and device whose elements are 1
+with probability ``p`` (dropout's mask). ``ref`` is only where the dtype and device come from; callers pass a 0-d
+tensor made for the purpose, so in a graph the draw depends on no computed value and every scheduler keeps it at
+its place in program order: draws happen in eager's order, from the same generator, so compiled code with the same
+seed gets eager's masks. Being a row (not a creation function) makes it a node of compiled graphs that draws
+fresh numbers on every run; its fusion rule is opaque, so no pass fuses, recomputes or folds it.
+
+The CPU draw reads the default generator's stream at each call, as ``Tensor.bernoulli_`` draws it (CPU graph
+capture records the row as a step that reruns the kernel, drawing again per replay). A device draw goes through
+``Tensor.bernoulli_`` itself, whose draw CUDA graph capture replays from a static buffer.
+
+>>> import jitorch
+>>> from jitorch._dispatch import apply
+>>> _ = jitorch.manual_seed(0)
+>>> m = apply(BERNOULLI_MASK, jitorch.empty(()), p=0.5, shape=(2, 3))
+>>> m.shape, sorted(set(m.flatten().tolist())) in ([0.0, 1.0], [0.0], [1.0])
+(jitorch.Size([2, 3]), True)
+>>> _ = jitorch.manual_seed(0)
+>>> bool((jitorch.empty(2, 3).bernoulli_(0.5) == m).all())  # the numbers Tensor.bernoulli_ draws
+True
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .table import NOT_DIFFERENTIABLE, Opaque, defop
+
+__all__ = ["BERNOULLI_MASK", "RANDOM_ROWS"]
+
+
+def _bernoulli_mask_kernel(xp, ref, p, shape):
+    from .. import _random
+    from .._tensor import Tensor
+
+    if type(ref) is np.ndarray:
+        # The generator's stream looked up now: ``manual_seed`` replaces it.
+        return (_random.default_generator._rng.random(shape) < p).astype(ref.dtype)
+    out = Tensor._make(xp.empty(shape, ref.dtype))
+    _random._bernoulli_(out, p, generator=_random.cuda_generator(ref.device.id))
+    return out._data
+
+
+BERNOULLI_MASK = defop("bernoulli_mask", _bernoulli_mask_kernel, NOT_DIFFERENTIABLE,
+                       Opaque("random draw: fresh numbers on every run"))
+
+# Rows whose every run draws: never folded, recomputed, deduplicated or skipped (compiled code runs each once, in
+# program order, as eager does).
+RANDOM_ROWS = frozenset({BERNOULLI_MASK})

@@ -1,0 +1,361 @@
+"""jitorch.compile of models with dropout (random nodes drawn afresh per call) and BatchNorm in training mode
+(running statistics updated functionally and written back), against eager jitorch (same seed: same masks, bit for
+bit) and PyTorch (the same masks applied, or no randomness at all)."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch
+import jitorch.nn.functional as F
+from jitorch import nn
+
+
+def _np(t):
+    return t.detach().numpy()
+
+
+def _close(a, b, rtol=1e-5, atol=1e-6):
+    np.testing.assert_allclose(_np(a) if isinstance(a, jitorch.Tensor) else a.detach().numpy(),
+                               _np(b) if isinstance(b, jitorch.Tensor) else b.detach().numpy(), rtol=rtol, atol=atol)
+
+
+def _torch(t):
+    return torch.tensor(_np(t))
+
+
+def _forward_ops(entry):
+    return [n.target.__name__ for n in entry.plan.fwd.gm.graph.nodes if n.op == "call_function"]
+
+
+class MLP(nn.Module):
+    def __init__(self, p=0.4):
+        super().__init__()
+        self.l1, self.drop, self.l2 = nn.Linear(6, 16), nn.Dropout(p), nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.l2(self.drop(F.relu(self.l1(x))))
+
+
+def _mask(seed, shape, p):
+    """The mask (0 or 1 / (1 - p)) the first dropout after ``manual_seed(seed)`` draws, from eager jitorch."""
+    jitorch.manual_seed(seed)
+    return F.dropout(jitorch.ones(shape), p)
+
+
+def test_dropout_training_compiles_one_graph_and_draws_eager_masks():
+    jitorch.manual_seed(0)
+    eager = MLP()
+    model = copy.deepcopy(eager)
+    compiled = jitorch.compile(model)
+    rng = np.random.default_rng(0)
+    outs = []
+    for step in range(4):
+        x = jitorch.tensor(rng.standard_normal((5, 6)).astype(np.float32))
+        up = jitorch.tensor(rng.standard_normal((5, 3)).astype(np.float32))
+        jitorch.manual_seed(10 + step)
+        oe = eager(x)
+        after_e = jitorch.rand(3)  # the generator ends where eager leaves it
+        jitorch.manual_seed(10 + step)
+        oc = compiled(x)
+        after_c = jitorch.rand(3)
+        _close(oc, oe)
+        np.testing.assert_array_equal(_np(after_c), _np(after_e))
+        for m in (eager, model):
+            m.zero_grad()
+        oe.backward(up)
+        oc.backward(up)
+        for pe, pc in zip(eager.parameters(), model.parameters()):
+            _close(pc.grad, pe.grad)
+        # PyTorch with the mask eager jitorch drew for this seed: outputs and gradients.
+        mask = _torch(_mask(10 + step, (5, 16), 0.4))
+        w1, b1, w2, b2 = (_torch(p).requires_grad_() for p in model.parameters())
+        ot = torch.nn.functional.linear(torch.relu(torch.nn.functional.linear(_torch(x), w1, b1)) * mask, w2, b2)
+        ot.backward(_torch(up))
+        _close(oc, ot)
+        for pc, pt in zip(model.parameters(), (w1, b1, w2, b2)):
+            _close(pc.grad, pt.grad)
+        outs.append(oc)
+    cf = compiled._compiled_call
+    entry = cf.train_entries[0]
+    assert len(cf.train_entries) == 1 and entry.plan is not None and entry.break_reason is None and not entry.breaks
+    assert "bernoulli_mask" in _forward_ops(entry) and entry.plan.forward_kernels
+    # The backward reads the saved mask: no random row is recomputed there.
+    assert not any(n.target.__name__ == "bernoulli_mask" for n in entry.plan.bwd.gm.graph.nodes
+                   if n.op == "call_function")
+    # Fresh masks on every call: the same input gives other outputs without reseeding.
+    x = jitorch.ones(5, 6)
+    assert not np.array_equal(_np(compiled(x)), _np(compiled(x)))
+
+
+def test_dropout_eval_is_identity_on_its_own_specialization():
+    jitorch.manual_seed(1)
+    model = MLP(0.5)
+    compiled = jitorch.compile(model)
+    x = jitorch.randn(4, 6)
+    compiled(x).sum().backward()
+    compiled.eval()
+    out = compiled(x)
+    w1, b1, w2, b2 = (_torch(p) for p in model.parameters())
+    _close(out, torch.nn.functional.linear(torch.relu(torch.nn.functional.linear(_torch(x), w1, b1)), w2, b2))
+    _close(compiled(x), out)
+    cf = compiled._compiled_call
+    assert len(cf.train_entries) == 2 and all(e.plan is not None for e in cf.train_entries)
+    assert "bernoulli_mask" not in _forward_ops(cf.train_entries[1])
+
+
+@pytest.mark.parametrize("drop", [
+    lambda h: F.dropout2d(h, 0.5),
+    lambda h: F.alpha_dropout(h, 0.3, training=True),
+    lambda h: F.feature_alpha_dropout(h, 0.3, training=True),
+])
+def test_feature_and_alpha_dropout_compile_with_eager_masks(drop):
+    def f(x, w):
+        return drop((x * w).tanh()) * 2
+
+    compiled = jitorch.compile(f)
+    x = jitorch.randn(3, 4, 2, 2)
+    w = jitorch.randn(3, 4, 2, 2, requires_grad=True)
+    we = w.detach().clone().requires_grad_()
+    up = jitorch.randn(3, 4, 2, 2)
+    for seed in (3, 4):
+        w.grad = we.grad = None
+        jitorch.manual_seed(seed)
+        oe = f(x, we)
+        jitorch.manual_seed(seed)
+        oc = compiled(x, w)
+        _close(oc, oe)
+        oe.backward(up)
+        oc.backward(up)
+        _close(w.grad, we.grad)
+    assert compiled.train_entries[0].plan is not None
+
+
+def test_dropout_with_a_graph_break_draws_every_mask_in_eager_order():
+    def f(x, w):
+        h = F.dropout(x @ w, 0.5)
+        F.dropout(h, 0.5)  # drawn and never read: the generator still advances
+        if h.sum() > -1e9:
+            h = h * 2
+        return (F.dropout(h, 0.5) * 3).sum()
+
+    compiled = jitorch.compile(f)
+    for step in range(3):
+        x = jitorch.randn(3, 4)
+        w = jitorch.randn(4, 5, requires_grad=True)
+        we = w.detach().clone().requires_grad_()
+        jitorch.manual_seed(step)
+        le = f(x, we)
+        le.backward()
+        after_e = jitorch.rand(2)
+        jitorch.manual_seed(step)
+        lc = compiled(x, w)
+        lc.backward()
+        after_c = jitorch.rand(2)
+        _close(lc, le)
+        np.testing.assert_array_equal(_np(after_c), _np(after_e))
+        _close(w.grad, we.grad)
+        with jitorch.no_grad():
+            jitorch.manual_seed(step)
+            ie = f(x, we)
+            jitorch.manual_seed(step)
+            _close(compiled(x, w), ie)
+    entry = compiled.train_entries[0]
+    assert entry.replay is not None and entry.replay.bailed is None and entry.breaks
+    assert compiled.entries[0].replay.bailed is None
+
+
+def test_double_backward_through_compiled_dropout_reuses_the_forward_mask():
+    def f(x):
+        return (F.dropout(x, 0.5) ** 3).sum()
+
+    compiled = jitorch.compile(f)
+    x = jitorch.randn(6, requires_grad=True)
+    xe = x.detach().clone().requires_grad_()
+    for seed in (0, 1):
+        jitorch.manual_seed(seed)
+        (ge,) = jitorch.autograd.grad(f(xe), xe, create_graph=True)
+        (gge,) = jitorch.autograd.grad(ge.sum(), xe)
+        after_e = jitorch.rand(2)
+        jitorch.manual_seed(seed)
+        (gc,) = jitorch.autograd.grad(compiled(x), x, create_graph=True)
+        (ggc,) = jitorch.autograd.grad(gc.sum(), x)
+        after_c = jitorch.rand(2)
+        _close(gc, ge)
+        _close(ggc, gge)
+        np.testing.assert_array_equal(_np(after_c), _np(after_e))
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn, self.fc = nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, x):
+        return self.fc(F.max_pool2d(F.relu(self.bn(self.conv(x))), 2).flatten(1))
+
+
+def _torch_cnn(model):
+    t = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                            torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(4 * 4 * 4, 5))
+    with torch.no_grad():
+        for pt, pj in zip(t.parameters(), model.parameters()):
+            pt.copy_(_torch(pj))
+    return t
+
+
+def _buffers_close(model, eager, ref):
+    bn = model.bn
+    for name in ("running_mean", "running_var"):
+        _close(getattr(bn, name), getattr(eager.bn, name))
+        _close(getattr(bn, name), getattr(ref[1], name))
+    assert int(bn.num_batches_tracked) == int(eager.bn.num_batches_tracked) == int(ref[1].num_batches_tracked)
+
+
+def test_batchnorm_cnn_trains_in_one_graph_like_eager_and_torch():
+    jitorch.manual_seed(2)
+    eager = CNN()
+    model = copy.deepcopy(eager)
+    ref = _torch_cnn(model)
+    compiled = jitorch.compile(model)
+    running_mean = model.bn.running_mean
+    opts = [jitorch.optim.SGD(m.parameters(), lr=0.1) for m in (eager, model)]
+    opt_t = torch.optim.SGD(ref.parameters(), lr=0.1)
+    rng = np.random.default_rng(2)
+    for _ in range(5):
+        x = jitorch.tensor(rng.standard_normal((6, 3, 8, 8)).astype(np.float32))
+        y = jitorch.tensor(rng.integers(0, 5, 6))
+        le, lc = F.cross_entropy(eager(x), y), F.cross_entropy(compiled(x), y)
+        lt = torch.nn.functional.cross_entropy(ref(_torch(x)), _torch(y))
+        _close(lc, le)
+        _close(lc, lt)
+        for opt in opts:
+            opt.zero_grad()
+        opt_t.zero_grad()
+        le.backward()
+        lc.backward()
+        lt.backward()
+        for pe, pc, pt in zip(eager.parameters(), model.parameters(), ref.parameters()):
+            _close(pc.grad, pe.grad)
+            _close(pc.grad, pt.grad, rtol=1e-4, atol=1e-5)
+        for opt in opts:
+            opt.step()
+        opt_t.step()
+        _buffers_close(model, eager, ref)
+    cf = compiled._compiled_call
+    entry = cf.train_entries[0]
+    assert len(cf.train_entries) == 1 and entry.plan is not None and not entry.breaks and entry.break_reason is None
+    assert sorted(map(id, entry.plan.writes)) == sorted(map(id, model.bn.buffers()))
+    assert model.bn.running_mean is running_mean  # written back into the buffer's own memory
+    report = jitorch.compiler.explain(copy.deepcopy(model))(jitorch.randn(6, 3, 8, 8))
+    assert report.graph_count == 1 and report.graph_break_count == 0
+    # Evaluation reads the running statistics (its own specialization).
+    compiled.eval()
+    eager.eval()
+    ref.eval()
+    x = jitorch.randn(6, 3, 8, 8)
+    out = compiled(x)
+    _close(out, eager(x))
+    _close(out, ref(_torch(x)), rtol=1e-4, atol=1e-5)
+    assert int(model.bn.num_batches_tracked) == 5
+
+
+def test_batchnorm_inference_compile_in_train_mode_updates_the_buffers():
+    class Twice(nn.Module):
+        """The same BatchNorm twice: its second call reads the statistics the first one wrote."""
+
+        def __init__(self):
+            super().__init__()
+            self.lin, self.bn = nn.Linear(4, 6), nn.BatchNorm1d(6, momentum=0.3)
+
+        def forward(self, x):
+            return self.bn(self.bn(self.lin(x)).relu())
+
+    jitorch.manual_seed(3)
+    eager = Twice()
+    model = copy.deepcopy(eager)
+    compiled = jitorch.compile(model)
+    ref = torch.nn.BatchNorm1d(6, momentum=0.3)
+    memory = model.bn.running_var._data
+    with jitorch.no_grad():
+        for _ in range(4):  # the third call onwards runs the native runner
+            x = jitorch.randn(8, 4)
+            oe, oc = eager(x), compiled(x)
+            _close(oc, oe)
+            with torch.no_grad():
+                ot = ref(ref(torch.nn.functional.linear(_torch(x), _torch(model.lin.weight),
+                                                        _torch(model.lin.bias))).relu())
+            _close(oc, ot, rtol=1e-4, atol=1e-5)
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                _close(getattr(model.bn, name), getattr(eager.bn, name))
+                _close(getattr(model.bn, name), getattr(ref, name))
+    entry = compiled._compiled_call.entries[0]
+    assert entry.replay is None and not entry.breaks and entry.break_reason is None and entry.kernel_ops
+    assert model.bn.running_var._data is memory
+
+
+def test_batchnorm_with_a_graph_break_replays_the_buffer_updates():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.bn = nn.Linear(4, 6), nn.BatchNorm1d(6)
+
+        def forward(self, x):
+            h = self.bn(self.lin(x))
+            if h.sum() > -1e9:
+                h = h * 2
+            return self.bn(h)
+
+    jitorch.manual_seed(4)
+    eager = Net()
+    model = copy.deepcopy(eager)
+    compiled = jitorch.compile(model)
+    memory = model.bn.running_mean._data
+    for grad in (True, False):
+        with jitorch.set_grad_enabled(grad):
+            for _ in range(3):
+                x = jitorch.randn(5, 4)
+                _close(compiled(x), eager(x))
+                for name in ("running_mean", "running_var", "num_batches_tracked"):
+                    _close(getattr(model.bn, name), getattr(eager.bn, name))
+    cf = compiled._compiled_call
+    for entry in (cf.train_entries[0], cf.entries[0]):
+        assert entry.replay is not None and entry.replay.bailed is None
+        assert all(b.kind == "host" for b in entry.breaks)  # the buffer writes are no breaks
+    assert model.bn.running_mean._data is memory
+
+
+def test_in_place_write_into_a_plain_input_still_breaks():
+    def f(x, y):
+        y.add_(1)
+        return x * y
+
+    compiled = jitorch.compile(f)
+    y_e, y_c = jitorch.zeros(3), jitorch.zeros(3)
+    x = jitorch.arange(3.0)
+    for _ in range(3):
+        np.testing.assert_array_equal(_np(compiled(x, y_c)), _np(f(x, y_e)))
+    np.testing.assert_array_equal(_np(y_c), _np(y_e))
+    entry = compiled.entries[0]
+    assert [b.name for b in entry.breaks] == ["add_"] and entry.replay is not None
+
+
+def test_buffer_written_with_a_tensor_that_requires_grad_is_not_functionalized():
+    class Leaky(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(jitorch.ones(3))
+            self.register_buffer("acc", jitorch.zeros(3))
+
+        def forward(self, x):
+            self.acc.add_(x * self.w)  # eager gives the buffer a history: no functional write
+            return self.acc.sum()
+
+    model = Leaky()
+    compiled = jitorch.compile(model)
+    loss = compiled(jitorch.ones(3))
+    loss.backward()
+    np.testing.assert_array_equal(_np(model.w.grad), np.ones(3, np.float32))
+    entry = compiled._compiled_call.train_entries[0]
+    assert entry.plan is None and entry.break_reason is not None
