@@ -208,3 +208,45 @@ def test_weighted_cross_entropy_compiles_as_one_graph_with_its_range_check():
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
     with pytest.raises(IndexError, match="Target 7 is out of bounds"):
         compiled(x, jitorch.tensor([0, 1, 7, 2]))
+
+
+@pytest.mark.parametrize("shape, out_channels, stride, padding, groups, bias", [
+    ((4, 3, 10, 10), 8, 1, 1, 1, True),    # K-major windows (long rows)
+    ((4, 16, 6, 6), 8, 1, 1, 1, True),     # channels-last windows (short rows, many channels)
+    ((2, 4, 9, 9), 6, 2, 0, 2, False),     # strided, grouped, no bias
+])
+def test_conv_backward_reuses_the_forwards_window_matrix(shape, out_channels, stride, padding, groups, bias):
+    rng = np.random.default_rng(7)
+    xd = rng.standard_normal(shape).astype(np.float32)
+    wd = (rng.standard_normal((out_channels, shape[1] // groups, 3, 3)) * 0.3).astype(np.float32)
+    bd = rng.standard_normal(out_channels).astype(np.float32)
+    x, w = jitorch.tensor(xd, requires_grad=True), jitorch.tensor(wd, requires_grad=True)
+    params = (w, jitorch.tensor(bd, requires_grad=True)) if bias else (w,)
+
+    def fn(x, w, b=None, lib=jitorch):
+        return lib.nn.functional.conv2d(x * 1.0, w, b, stride=stride, padding=padding, groups=groups).relu()
+
+    plan = compile_training(fn, (x, *params), {}, None, None)
+    fwd = [n.target.op.name for n in plan.fwd.gm.graph.nodes if hasattr(n.target, "op")]
+    bwd = [n.target.op.name for n in plan.bwd.gm.graph.nodes if hasattr(n.target, "op")]
+    assert "convolution_cols" in fwd and "convolution" not in fwd
+    assert "convolution_weight_cols" in bwd and "convolution_weight" not in bwd
+    assert ("sum" not in bwd) if bias else True  # the bias gradient comes with the weight's
+    out = plan((x, *params))
+    gd = rng.standard_normal(tuple(out.shape)).astype(np.float32)
+    out.backward(jitorch.tensor(gd))
+    tx, tw = torch.tensor(xd, requires_grad=True), torch.tensor(wd, requires_grad=True)
+    tp = (tw, torch.tensor(bd, requires_grad=True)) if bias else (tw,)
+    ref = fn(tx, *tp, lib=torch)
+    ref.backward(torch.tensor(gd))
+    np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-5)
+    for got, want in zip((x, *params), (tx, *tp)):
+        np.testing.assert_allclose(got.grad.numpy(), want.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_conv_with_a_large_window_matrix_recomputes_it_in_the_backward():
+    x = jitorch.randn(8, 16, 64, 64)  # windows: 8 * 16 * 64 * 64 * 9 * 4 bytes = 18 MiB > 16 MiB
+    w = jitorch.randn(4, 16, 3, 3, requires_grad=True)
+    plan = compile_training(lambda x, w: jitorch.nn.functional.conv2d(x, w, padding=1), (x, w), {}, None, None)
+    bwd = [n.target.op.name for n in plan.bwd.gm.graph.nodes if hasattr(n.target, "op")]
+    assert "convolution_weight" in bwd and "convolution_weight_cols" not in bwd

@@ -474,6 +474,10 @@ case("fused_rows", lambda t, m: (_nn("softmax")(m.f(2, 3, 4), 1), _nn("log_softm
                                  _nn("layer_norm")(m.f(3, 4), (4,)),
                                  _nn("cross_entropy")(m.f(4, 5), m.i(4, hi=5), ignore_index=2),
                                  _nn("nll_loss")(m.f(4, 5), m.i(4, hi=5), reduction="none")))
+# A compiled training graph's convolution that also returns its window matrix (jitorch._compile.decompose).
+case("convolution_cols", lambda t, m: _dispatch.apply(OPS["convolution_cols"], m.f(2, 3, 6, 6, grad=False),
+                                                      m.f(4, 3, 3, 3, grad=False), m.f(4, grad=False),
+                                                      stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1))
 # The range check a compiled nll_loss keeps on the host (jitorch._compile.decompose).
 case("nll_check_targets", lambda t, m: _dispatch.apply(OPS["nll_check_targets"], m.i(4, hi=5), classes=5,
                                                        ignore_index=2))

@@ -6,7 +6,8 @@ rows around it (the residual gradients), and its weight and bias gradients are s
 of values that kernel writes anyway. ``nll_loss_backward`` (eager: a scatter into zeros) becomes a masked broadcast
 that fuses into log_softmax's backward kernel. Each decomposition is a function of jitorch ops, recorded with
 `make_fx` at the node's shapes and inlined in place of the node; outputs nobody reads are dropped. A split's
-gradient (one scatter into zeros per piece, then adds) becomes one ``cat``.
+gradient (one scatter into zeros per piece, then adds) becomes one ``cat``. A convolution's forward hands its window
+matrix to the backward's weight gradient, as eager autograd does, instead of the backward copying the windows again.
 
 >>> import jitorch
 >>> from jitorch.fx.joint import make_joint
@@ -30,7 +31,9 @@ import jitorch
 from .. import _tensor
 from .._dispatch import apply
 from ..fx.make_fx import Primitive, _primitive, make_fx
+from ..fx.joint import BACKWARD, FORWARD
 from ..fx.node import Node
+from ..ops.conv_layouts import STASH
 from ..ops.nn_fused import NLL_CHECK_TARGETS
 
 __all__ = ["decompose", "DECOMPOSITIONS"]
@@ -98,6 +101,7 @@ DECOMPOSITIONS = {"native_layer_norm_backward": _layer_norm_backward, "nll_loss_
                   "nll_loss": _nll_loss}
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _CAT = _primitive("cat")
+_CONV_COLS, _WEIGHT_COLS = _primitive("convolution_cols"), _primitive("convolution_weight_cols")
 
 
 def _example(node):
@@ -238,11 +242,85 @@ def _cat_slice_sums(gm):
     return done
 
 
+_KEEP_WINDOWS_BYTES = 16 << 20  # as eager conv2d: beyond this the backward copies the windows again
+
+
+def _geometry(node):
+    return tuple(node.kwargs.get(k) for k in ("stride", "padding", "dilation", "groups"))
+
+
+def _conv_windows(gm):
+    """Give a compiled backward the forward's window matrix, as eager autograd does: ``convolution(x, w, b)`` in the
+    forward becomes ``convolution_cols`` (its output and window matrix), and the backward's
+    ``convolution_weight(x, g)`` (a second im2col of ``x``) becomes ``convolution_weight_cols(cols, g)``, whose
+    second output also replaces the bias gradient's ``g.sum((0, 2, ...))``."""
+    graph, done = gm.graph, 0
+    convs = [n for n in graph.nodes if _row(n, "convolution") and n.meta.get("phase") == FORWARD]
+    for w_node in [n for n in graph.nodes if _row(n, "convolution_weight") and n.meta.get("phase") == BACKWARD]:
+        x, g = w_node.args[:2]
+        conv = next((c for c in convs if c.args[0] is x and _geometry(c) == _geometry(w_node)
+                     and tuple(c.args[1].meta["val"][0][2:]) == tuple(w_node.kwargs.get("kernel", ()))), None)
+        if conv is None or "val" not in x.meta or x.meta["val"][1] not in _FLOATS:
+            continue
+        shape, dtype = x.meta["val"]
+        kernel = tuple(w_node.kwargs["kernel"])
+        if int(np.prod(shape)) * int(np.prod(kernel)) * np.dtype(dtype).itemsize > _KEEP_WINDOWS_BYTES:
+            continue
+        layout = _window_layout(conv)
+        with graph.inserting_before(conv):
+            both = graph.call_function(_CONV_COLS, conv.args, dict(conv.kwargs))
+            out = graph.call_function(operator.getitem, (both, 0))
+            cols = graph.call_function(operator.getitem, (both, 1))
+        for n in (both, out, cols):
+            n.meta = {"phase": FORWARD}
+        conv.replace_all_uses_with(out)
+        graph.erase_node(conv)
+        convs.remove(conv)
+        frame = {"frame": layout[1]} if len(layout) > 1 else {}
+        with graph.inserting_before(w_node):
+            attrs = dict(layout=layout[0], kernel=kernel, channels=shape[1], groups=w_node.kwargs["groups"], **frame)
+            grads = graph.call_function(_WEIGHT_COLS, (cols, g), attrs)
+            gw = graph.call_function(operator.getitem, (grads, 0))
+        for n in (grads, gw):
+            n.meta = {"phase": BACKWARD}
+        w_node.replace_all_uses_with(gw)
+        graph.erase_node(w_node)
+        bias_dims = (0,) + tuple(range(2, len(shape)))
+        for user in list(g.users):
+            if _row(user, "sum") and tuple(user.kwargs.get("dims") or ()) == bias_dims and \
+                    not user.kwargs.get("keepdim") and user.kwargs.get("dtype") in (None, np.dtype(dtype)):
+                with graph.inserting_after(gw):
+                    gb = graph.call_function(operator.getitem, (grads, 1))
+                gb.meta = {"phase": BACKWARD}
+                user.replace_all_uses_with(gb)
+                graph.erase_node(user)
+                break
+        done += 1
+    return done
+
+
+def _window_layout(conv):
+    """``(layout,)`` or ``("k_major", frame)`` of the window matrix ``conv`` makes: the forward run once on zeros."""
+    arrays = [np.zeros(a.meta["val"][0], a.meta["val"][1]) if isinstance(a, Node) else a for a in conv.args]
+    STASH.want = True
+    try:
+        conv.target.op.kernel(np, *arrays, **conv.kwargs)
+    finally:
+        STASH.want = False
+        stash, STASH.cols = STASH.cols, None
+    return (stash[0],) if stash[0] != "k_major" else (stash[0], stash[2])
+
+
+def _row(node, name):
+    return node.op == "call_function" and isinstance(node.target, Primitive) and not node.target.inplace and \
+        node.target.op.name == name
+
+
 def decompose(gm):
     """Inline every decomposable node of ``gm`` (nodes need ``meta["val"]``) and turn sums of slice scatters into
     ``cat``; returns how many rewrites were made. The caller re-annotates the graph: new nodes carry only their
     phase."""
-    done = _cat_slice_sums(gm)
+    done = _cat_slice_sums(gm) + _conv_windows(gm)
     for node in [n for n in gm.graph.nodes if _decomposable(n)]:
         done += _inline(gm, node)
     if done:

@@ -27,8 +27,8 @@ import math
 
 import numpy as np
 
-from .conv_layouts import (col2im, col2im_T, conv_forward, conv_weight, k_major_layout, to_frame, weight_from_cols,
-                           windows)
+from .conv_layouts import (STASH, col2im, col2im_T, conv_forward, conv_weight, k_major_layout, to_frame,
+                           weight_from_cols, windows)
 from .pool_ops import MAX_POOL_SCATTER, pair_pool_max, windows_disjoint
 from .._tensor import Tensor
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
@@ -190,6 +190,21 @@ def _weight_cols_kernel(xp, cols, g, layout, kernel, channels, groups, frame=Non
     gw, gb = weight_from_cols(xp, layout, cols, _compute_array(g), kernel, channels, groups, frame)
     return gw.astype(dtype, copy=False), gb.astype(dtype, copy=False)
 
+
+def _conv_cols_kernel(xp, x, w, b=None, *, stride, padding, dilation, groups):
+    STASH.want = True
+    try:
+        out = _conv_kernel(xp, x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    finally:
+        STASH.want = False
+        cols, STASH.cols = STASH.cols, None
+    return out, cols[1]
+
+
+# ``convolution`` that also returns its window matrix: a compiled training graph saves it for
+# ``convolution_weight_cols`` in the backward (jitorch._compile.decompose), as eager autograd keeps it on the node. Only
+# compiled graphs call it, and their backward is recorded separately (a double backward reruns eagerly).
+CONVOLUTION_COLS = defop("convolution_cols", _conv_cols_kernel, NOT_DIFFERENTIABLE, Opaque("im2col + BLAS"), nout=2)
 
 # The weight and bias gradients from the window matrix the forward kept (``conv_layouts.STASH``): first-order backward
 # only, so its own gradient is never needed; double backward goes through CONVOLUTION_WEIGHT.
