@@ -1,7 +1,8 @@
 """Compiled training steps: jitorch.compile vs jitorch eager vs torch eager vs torch.compile.
 
 Cases: an MLP 784-512-512-10 (batch 128, cross-entropy, SGD), a pre-norm transformer block (d_model 128, 4 heads,
-seq 64, batch 16, GELU MLP, MSE loss, Adam), and the MLP with ``Adam(fused=True)`` in every library. The loss is
+seq 64, batch 16, GELU MLP, MSE loss, Adam), a small CNN on 28x28 images (two convolutions, BatchNorm, max-pooling,
+dropout; SGD), and the MLP with ``Adam(fused=True)`` in every library. The loss is
 inside the compiled module, so one compiled call covers the forward, and its backward runs the compiled backward.
 Same initial weights and data in every library.
 
@@ -24,10 +25,10 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUME
              "JITORCH_NUM_THREADS"):  # compiled kernels too: as many threads as every peer here
     os.environ.setdefault(_var, str(THREADS))
 
+import jitorch  # noqa: E402 - before NumPy, as a user's script would: jitorch sets OpenBLAS's thread policy
+
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-import jitorch  # noqa: E402
 
 torch.set_num_threads(THREADS)
 
@@ -68,7 +69,25 @@ def block(lib, d=128, heads=4):
     return Block()
 
 
+def cnn(lib):
+    nn, F = lib.nn, lib.nn.functional
+
+    class CNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                                     nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                                     nn.Dropout(0.1), nn.Linear(32 * 7 * 7, 10))
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.net(x), y)
+
+    return CNN()
+
+
 def _data(name, rng):
+    if name == "cnn":
+        return rng.standard_normal((128, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, 128)
     if name == "mlp":
         return rng.standard_normal((128, 784)).astype(np.float32), rng.integers(0, 10, 128)
     return rng.standard_normal((16, 64, 128)).astype(np.float32), rng.standard_normal((16, 64, 128)).astype(np.float32)
@@ -76,6 +95,8 @@ def _data(name, rng):
 
 CASES = {"MLP 784-512-512-10 b128 (SGD)": ("mlp", mlp, lambda lib, p: lib.optim.SGD(p, lr=0.01, momentum=0.9)),
          "transformer block d128 seq64 b16 (Adam)": ("block", block, lambda lib, p: lib.optim.Adam(p, lr=1e-3)),
+         "CNN conv-BN-pool x2, dropout, 28x28 b128 (SGD)": ("cnn", cnn,
+                                                            lambda lib, p: lib.optim.SGD(p, lr=0.01, momentum=0.9)),
          # Every column here uses the fused optimizer (jitorch eager too): the compile speedup is the model's alone.
          "MLP 784-512-512-10 b128 (Adam fused=True)": ("mlp", mlp,
                                                        lambda lib, p: lib.optim.Adam(p, lr=1e-3, fused=True))}

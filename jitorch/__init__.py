@@ -8,7 +8,8 @@ tensor([2., 2., 2.])
 """
 from __future__ import annotations
 
-import numpy as _np
+from . import runtime as _runtime  # noqa: F401 - first: it sets OpenBLAS's thread policy before NumPy loads it
+import numpy as _np  # noqa: E402
 
 # PyTorch does not warn on 0/0 or overflow; NumPy's floating-point warnings would be noise in every user script.
 _np.seterr(all="ignore")

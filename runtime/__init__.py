@@ -6,6 +6,7 @@ Nothing here knows about Tensor, autograd or nn: the runtime deals in arrays, by
 >>> array_module_for("cpu").__name__
 'numpy'
 """
+from . import _blas_threads  # noqa: F401 - first: before .devices imports NumPy, which loads OpenBLAS
 from .devices import (accumulate, array_device, array_module_for, cuda_available, device_count, is_cpu_array, is_cupy,
                       move_array, scatter_add, special_module, strided_view, ufunc_at)
 from .alloc_config import AllocConfigError, AllocatorConfig, parse_alloc_conf
