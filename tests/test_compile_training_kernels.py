@@ -250,3 +250,65 @@ def test_conv_with_a_large_window_matrix_recomputes_it_in_the_backward():
     plan = compile_training(lambda x, w: jitorch.nn.functional.conv2d(x, w, padding=1), (x, w), {}, None, None)
     bwd = [n.target.op.name for n in plan.bwd.gm.graph.nodes if hasattr(n.target, "op")]
     assert "convolution_weight" in bwd and "convolution_weight_cols" not in bwd
+
+
+class _InplaceNet(jitorch.nn.Module):
+    """In-place ops on the graph's own values: ``+=``, ``mul_`` and ``ReLU(inplace=True)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = jitorch.nn.Linear(8, 16), jitorch.nn.Linear(16, 3)
+        self.act = jitorch.nn.ReLU(inplace=True)
+
+    def forward(self, x, y):
+        h = self.a(x)
+        h += 1.0
+        h.mul_(2)
+        return F.cross_entropy(self.b(self.act(h)), y)
+
+
+def test_inplace_ops_on_intermediates_compile_as_out_of_place_nodes():
+    import copy
+
+    jitorch.manual_seed(8)
+    eager = _InplaceNet()
+    model = copy.deepcopy(eager)
+    compiled = jitorch.compile(model)
+    rng = np.random.default_rng(8)
+    for _ in range(3):
+        x, y = jitorch.tensor(rng.standard_normal((5, 8)).astype(np.float32)), jitorch.tensor(rng.integers(0, 3, 5))
+        eager.zero_grad()
+        model.zero_grad()
+        lc, le = compiled(x, y), eager(x, y)
+        lc.backward()
+        le.backward()
+        np.testing.assert_allclose(lc.item(), le.item(), rtol=1e-6)
+        for pc, pe in zip(model.parameters(), eager.parameters()):
+            np.testing.assert_allclose(pc.grad.numpy(), pe.grad.numpy(), rtol=1e-5, atol=1e-6)
+    entry = compiled._compiled_call.train_entries[0]
+    assert entry.plan is not None and entry.break_reason is None
+    assert ["add", "copy", "mul", "copy", "relu", "copy"] in entry.kernel_ops  # one fused kernel
+
+
+@pytest.mark.parametrize("alias", ["detach", "view"])
+def test_inplace_write_seen_through_an_alias_is_not_functionalized(alias):
+    # The write must reach the other name: keep eager semantics (the specialization runs eagerly).
+    def f(x, w):
+        h = x * w
+        if alias == "detach":
+            h.detach().mul_(2)
+            return (h * 3).sum()
+        v = h[0]
+        h.relu_()
+        return v.sum() * 2 + h.sum()
+
+    rng = np.random.default_rng(9)
+    xd, wd = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    results = []
+    for fn in (jitorch.compile(f), f):
+        x, w = jitorch.tensor(xd), jitorch.tensor(wd, requires_grad=True)
+        out = fn(x, w)
+        out.backward()
+        results.append((out.item(), w.grad.numpy()))
+    np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-6)
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-6)

@@ -29,6 +29,7 @@ from ..fx.node import map_aggregate
 from ..ops.random_ops import RANDOM_ROWS
 
 __all__ = ["is_random", "functional_ops", "functional_write_ok", "record_buffer_write", "functionalize",
+           "functionalize_intermediates",
            "CompileState", "rng_state", "set_rng_state"]
 
 # Rows whose out-of-place kernel already returns the written tensor's shape and dtype: no trailing copy.
@@ -114,6 +115,38 @@ def functionalize(gm, buffers):
         owner[new] = buf
         writes[id(buf)] = (buf, new)
     return list(writes.values())
+
+
+def functionalize_intermediates(gm):
+    """Forward in-place ops on values the graph itself made (``nn.ReLU(inplace=True)``, ``h += b``) as out-of-place
+    nodes; returns how many. Only where nothing else can see the old value: the base is not an input, a constant, a
+    view or a random draw, has no view taken of it, and no node after the write reads it (a read there would be an
+    alias made without an op, such as ``detach()``, which shares the base's node).
+    """
+    graph, order, done = gm.graph, {n: i for i, n in enumerate(gm.graph.nodes)}, 0
+    for node in list(graph.nodes):
+        target = node.target
+        if not (node.op == "call_function" and isinstance(target, Primitive) and target.inplace
+                and node.meta.get("phase", "forward") == "forward" and node.args):
+            continue
+        base = node.args[0]
+        if base.op != "call_function" or not isinstance(base.target, Primitive) or base.target.op.view or \
+                is_random(base) or target.op in RANDOM_ROWS:
+            continue
+        if any(isinstance(u.target, Primitive) and u.target.op.view for u in base.users) or \
+                any(order.get(u, -1) > order[node] for u in base.users):
+            continue
+        names = functional_ops(target.op)
+        with graph.inserting_before(node):
+            new = graph.call_function(_primitive(names[0]), node.args, dict(node.kwargs))
+            if len(names) > 1:  # the written tensor's shape and dtype, as the in-place op keeps them
+                new.meta = dict(node.meta)
+                new = graph.call_function(_primitive("copy"), (base, new))
+        new.meta = dict(node.meta)
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)
+        done += 1
+    return done
 
 
 def _fetch(gm, target):

@@ -34,7 +34,8 @@ from ..fx.make_fx import Primitive
 from ..fx.node import Node, map_aggregate
 from .backend import CompiledGraph, _fetch, write_back
 from .decompose import decompose
-from .functionalize import CompileState, functionalize, is_random, rng_state, set_rng_state
+from .functionalize import CompileState, functionalize, functionalize_intermediates, is_random, rng_state, \
+    set_rng_state
 from .fusion import fusible, reduction_axes, row_op_axes
 
 __all__ = ["TrainingPlan", "Unsupported", "compile_training"]
@@ -304,6 +305,7 @@ def compile_training(fn, args, kwargs, module, traced_result, recompute=True):
         out_node = next(n for n in joint.graph.nodes if n.op == "output")
         results = out_node.args[0]
         out_node.args = (results[:len(outs)] + tuple(n for _, n in writes) + results[len(outs):],)
+    functionalize_intermediates(joint)  # ReLU(inplace=True) and friends on the graph's own values
     _check(joint)
     _annotate(joint, list(flat) + tangents)
     if decompose(joint):
