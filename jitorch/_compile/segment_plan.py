@@ -41,6 +41,8 @@ from ..fx.make_fx import _RecordingMode
 from ..fx.node import Node, map_aggregate
 from ..nn.modules.module import Module
 from .backend import CompiledGraph
+from .decompose import decompose
+from .functionalize import functionalize_intermediates
 from .training import Unsupported, _annotate, _check, split_joint
 
 __all__ = ["SegmentPlan", "interpret"]
@@ -137,8 +139,11 @@ class SegmentPlan:
             raise
         except Exception as err:  # anything the joint trace cannot follow runs eagerly
             raise Unsupported(f"joint trace failed: {type(err).__name__}: {err}") from err
+        functionalize_intermediates(joint)
         _check(joint)
         _annotate(joint, values)
+        if decompose(joint):
+            _annotate(joint, values)  # the inlined nodes' shapes
         try:
             self._split(joint, True)
         except AssertionError:  # fusion cannot schedule some recomputed chains (see compile_training)
