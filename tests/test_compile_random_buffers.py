@@ -359,3 +359,42 @@ def test_buffer_written_with_a_tensor_that_requires_grad_is_not_functionalized()
     np.testing.assert_array_equal(_np(model.w.grad), np.ones(3, np.float32))
     entry = compiled._compiled_call.train_entries[0]
     assert entry.plan is None and entry.break_reason is not None
+
+
+def test_compiled_function_over_a_closed_over_model_trains_compiled():
+    # ``@compile def step(x, y): return loss(model(x), y)``: the model's parameters become graph inputs and its
+    # BatchNorm updates are functional, as for ``compile(model)``.
+    import copy
+
+    jitorch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Dropout(0.2),
+                          nn.Linear(4 * 36, 3))
+    ref = copy.deepcopy(model)
+
+    @jitorch.compile
+    def step(x, y):
+        return F.cross_entropy(model(x), y)
+
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        x = jitorch.tensor(rng.standard_normal((5, 1, 6, 6)).astype(np.float32))
+        y = jitorch.tensor(rng.integers(0, 3, 5))
+        model.zero_grad()
+        ref.zero_grad()
+        jitorch.manual_seed(i)
+        got = step(x, y)
+        got.backward()
+        jitorch.manual_seed(i)
+        want = F.cross_entropy(ref(x), y)
+        want.backward()
+        np.testing.assert_allclose(got.item(), want.item(), rtol=1e-5)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(model[1].running_var.numpy(), ref[1].running_var.numpy(), rtol=1e-5)
+    assert int(model[1].num_batches_tracked) == 3
+    entry = step.train_entries[0]
+    assert entry.plan is not None and entry.break_reason is None and len(step.train_entries) == 1
+    model.eval()
+    ref.eval()
+    with jitorch.no_grad():  # the training flags are guarded: eval mode is its own specialization
+        np.testing.assert_allclose(step(x, y).item(), F.cross_entropy(ref(x), y).item(), rtol=1e-5)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from .._dispatch import MODES
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
+from ..nn.modules.container import ModuleList
 from ..nn.modules.module import Module
 from ..optim._fused import CompiledOptimizerStep
 from ..optim.optimizer import Optimizer
@@ -72,6 +73,7 @@ class CompiledFunction:
     def __init__(self, fn, *, fullgraph=False, backend="jitorch", recompile_limit=None, module=None):
         self._fn, self.fullgraph, self.backend = fn, fullgraph, backend
         self._module = module
+        self._reached_key, self._reached = None, None  # a function's modules (see _owner)
         self._limit = recompile_limit
         self.entries: list[Entry] = []  # inference specializations
         self.train_entries: list[Entry] = []  # forward + backward specializations (some input requires grad)
@@ -121,12 +123,13 @@ class CompiledFunction:
             return fn(*args, **kwargs)
         tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
         # One traversal of the module per call: guards, grad flags and the training plan's inputs share it.
-        params = tuple(self._module.parameters()) if self._module is not None else ()
+        owner = self._owner()
+        params = tuple(owner.parameters()) if owner is not None else ()
         training = GradState.enabled and (any(t._requires_grad for t in tensors)
                                           or any(p._requires_grad for p in params))
         if training and self.backend != "jitorch":
             return fn(*args, **kwargs)  # a callable backend is handed inference graphs only
-        guards = guard_values(args, kwargs, self._module, params)
+        guards = guard_values(args, kwargs, owner, params)
         # Training specializations live apart, so ``entries`` keeps meaning "inference graphs".
         entries = self.entries
         if training:
@@ -161,8 +164,24 @@ class CompiledFunction:
         entry.break_reason = reason
         return result
 
+    def _owner(self):
+        """The module whose parameters and buffers the compiled code reads: the compiled module, or for a function
+        the modules it reaches by name (``self``, closure cells, globals it names) gathered in a `ModuleList`, so a
+        ``@compile`` training step over a global ``model`` trains compiled (parameters as graph inputs, buffer
+        updates functional) and is guarded on their identities and ``training`` flags."""
+        if self._module is not None:
+            return self._module
+        found = _modules_named_by(self._fn)
+        key = tuple(id(m) for m in found)
+        if key != self._reached_key:
+            self._reached_key = key
+            self._reached = ModuleList(found) if found else None
+        return self._reached
+
     def _buffers(self):
-        return tuple(self._module.buffers()) if self._module is not None else ()
+        """Buffers whose in-place updates the graph records functionally (see `_owner`)."""
+        owner = self._owner()
+        return tuple(owner.buffers()) if owner is not None else ()
 
     def _compile_training(self, guards, args, kwargs):
         start = time.perf_counter()
@@ -177,7 +196,7 @@ class CompiledFunction:
             return self._eager_entry(entry, traced.info.hidden_write, traced.result)
         if traced.break_reason is not None:
             tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
-            tensors += list(self._module.parameters()) if self._module is not None else []
+            tensors += list(self._owner().parameters()) if self._owner() is not None else []
             if not traced.info.graph_breaks or any(a.is_cuda for a in tensors):
                 # Random draws outside ops without a break keep eager numbers; segment replay runs on the host only.
                 return self._eager_entry(entry, traced.break_reason, traced.result)
@@ -189,13 +208,13 @@ class CompiledFunction:
             return traced.result
         llvm_before = kernel_cache_stats()["compile_s"]
         try:
-            plan = compile_training(self._fn, args, kwargs, self._module, traced.result)
+            plan = compile_training(self._fn, args, kwargs, self._owner(), traced.result)
         except Unsupported as err:
             # The trace ran the function eagerly with autograd recording: its result is this call's answer.
             after.restore()
             return self._eager_entry(entry, str(err), traced.result)
         before.restore()  # the compiled run below is this call
-        module = self._module
+        module = self._owner()
 
         def run(args, kwargs):
             params = tuple(module.parameters()) if module is not None else ()
@@ -357,6 +376,26 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     if not callable(model):
         raise TypeError(f"jitorch.compile: expected a function or a Module, got {type(model).__name__}")
     return CompiledFunction(model, fullgraph=fullgraph, backend=backend, recompile_limit=limit)
+
+
+def _modules_named_by(fn):
+    """Modules a function reaches directly: its bound ``self``, its closure cells and the globals its code names."""
+    found = [getattr(fn, "__self__", None)]
+    func = getattr(fn, "__func__", fn)
+    code = getattr(func, "__code__", None)
+    if code is not None:
+        found += [c.cell_contents for c in (func.__closure__ or ()) if _filled(c)]
+        names = getattr(func, "__globals__", {})
+        found += [names[n] for n in code.co_names if n in names]
+    return [m for m in found if isinstance(m, Module)]
+
+
+def _filled(cell):
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell (a name assigned later)
+        return False
+    return True
 
 
 def _compile_training_segment(seg, nodes, upto, examples):
