@@ -321,11 +321,14 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     The ``"jitorch"`` backend traces the call on its real inputs, fuses chains of pointwise ops over one shape into
     LLVM kernels and runs the rest eagerly. When grad mode is on and an input or parameter requires grad, it
     compiles the forward and the backward (see `jitorch._compile.training`; those specializations are kept in
-    ``train_entries``); random draws outside ops (``jitorch.rand``), in-place forward ops and untraceable backwards
-    run eagerly, and so does a backward with ``create_graph=True``. Dropout is compiled: its mask is a graph node
-    drawn afresh on every call, in eager's order, so with the same seed a compiled call draws eager's masks. A
-    compiled Module's in-place buffer updates (BatchNorm's running statistics, ``num_batches_tracked``) are graph
-    values written back into the buffers after each run. A callable backend only ever gets inference graphs. Shapes
+    ``train_entries``); random draws outside ops (``jitorch.rand``), in-place forward ops on inputs or on values
+    seen through a view or alias, and untraceable backwards run eagerly, and so does a backward with
+    ``create_graph=True``; in-place ops on the graph's own values (``ReLU(inplace=True)``, ``h += b``) become
+    out-of-place nodes. Dropout is compiled: its mask is a graph node drawn afresh on every call, in eager's order,
+    so with the same seed a compiled call draws eager's masks. In-place buffer updates (BatchNorm's running
+    statistics, ``num_batches_tracked``) of the compiled Module, or of the modules a compiled function names
+    (``self``, closure cells, globals), are graph values written back into the buffers after each run; those
+    modules' parameters are graph inputs and their identities and ``training`` flags are guarded. A callable backend only ever gets inference graphs. Shapes
     are always specialized (``dynamic`` is accepted and ignored); a call that misses every guard retraces, up to
     ``recompile_limit`` (``options`` or ``jitorch.compiler.config``), then runs eagerly with one warning.
     A graph break (a tensor value read into Python: ``.item()``, ``if x.sum() > 0``; an op with a data-dependent
