@@ -27,6 +27,7 @@ from ..autograd.grad_mode import GradState
 from ..fx.make_fx import Primitive, _primitive
 from ..fx.node import map_aggregate
 from ..ops.random_ops import RANDOM_ROWS
+from .backend import _fetch
 
 __all__ = ["is_random", "functional_ops", "functional_write_ok", "record_buffer_write", "functionalize",
            "functionalize_intermediates",
@@ -147,13 +148,6 @@ def functionalize_intermediates(gm):
         graph.erase_node(node)
         done += 1
     return done
-
-
-def _fetch(gm, target):
-    obj = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 class CompileState:
