@@ -328,8 +328,9 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     so with the same seed a compiled call draws eager's masks. In-place buffer updates (BatchNorm's running
     statistics, ``num_batches_tracked``) of the compiled Module, or of the modules a compiled function names
     (``self``, closure cells, globals), are graph values written back into the buffers after each run; those
-    modules' parameters are graph inputs and their identities and ``training`` flags are guarded. A callable backend only ever gets inference graphs. Shapes
-    are always specialized (``dynamic`` is accepted and ignored); a call that misses every guard retraces, up to
+    modules' parameters are graph inputs and their identities and ``training`` flags are guarded. A callable
+    backend only ever gets inference graphs. Shapes are always specialized (``dynamic`` is accepted and ignored); a
+    call that misses every guard retraces, up to
     ``recompile_limit`` (``options`` or ``jitorch.compiler.config``), then runs eagerly with one warning.
     A graph break (a tensor value read into Python: ``.item()``, ``if x.sum() > 0``; an op with a data-dependent
     shape; an in-place write into an input) splits the call into compiled segments: later calls rerun the Python

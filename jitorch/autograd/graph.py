@@ -106,6 +106,20 @@ class Node:
     def out(self):
         return self.outputs[0]
 
+    def output(self, nr):
+        """Saved output ``nr`` alone, version-checked alone: a backward that reads only side outputs (batch norm's
+        statistics) must not fail because its main output was later changed in place (``ReLU(inplace=True)``)."""
+        saved = self._saved_out
+        if saved is None:
+            raise RuntimeError(_FREED_MSG if self._freed else f"{self.name()}: outputs were not saved for backward")
+        data, counter, version = saved[nr]
+        if counter[0] != version:
+            raise _version_error(Tensor._make(data), version, self.name(), current=counter[0])
+        t = Tensor._make(data)
+        if GradState.enabled:
+            t.grad_fn, t._output_nr, t._requires_grad = self, nr, True
+        return t
+
     def release(self):
         self._saved_in = None
         self._saved_out = None

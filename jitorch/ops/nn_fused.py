@@ -170,7 +170,7 @@ def _layer_norm_backward(ctx, g, _g_mean, _g_rstd):
     if GradState.enabled or weight is None:
         # create_graph: the composite formula, so the gradients have a graph of their own.
         return _layer_norm_grads(g, x, weight, k, eps, needs)
-    _, mean, rstd = ctx.outputs
+    mean, rstd = ctx.output(1), ctx.output(2)  # ``out`` itself may since have been changed in place
     gx, gw, gb = _apply(LAYER_NORM_BACKWARD, g, x, mean, rstd, weight, k=k, eps=eps)
     return (gx if needs[0] else None), (gw if needs[1] else None), (gb if needs[2] else None)
 

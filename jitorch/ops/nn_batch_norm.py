@@ -1,0 +1,125 @@
+"""Batch normalization with batch statistics (training mode) as one row, and its backward as another.
+
+``native_batch_norm(x, weight, bias)`` normalizes each channel (dim 1) over every other dim and returns ``(out,
+mean, var)`` (biased variance, stats shaped ``(1, C, 1, ...)``, non-differentiable: the caller updates running
+statistics from them). Written as ten jitorch ops, its forward and backward made about 25 full passes over the
+input; as rows they make about 9 and 12 (a (128, 16, 28, 28) forward + backward: 12.2 ms before, PyTorch 6.1 ms).
+
+>>> import jitorch
+>>> from jitorch._dispatch import apply
+>>> out, mean, var = apply(BATCH_NORM, jitorch.tensor([[1.0, 2.0], [3.0, 6.0]]), None, None, eps=0.0)
+>>> out, mean.reshape(-1), var.reshape(-1)
+(tensor([[-1., -1.],
+        [ 1.,  1.]]), tensor([2., 4.]), tensor([1., 4.]))
+"""
+from __future__ import annotations
+
+from ..autograd.grad_mode import GradState
+from .table import Opaque, defop
+
+__all__ = ["BATCH_NORM", "BATCH_NORM_BACKWARD", "batch_norm_grads"]
+
+
+def _dims(ndim):
+    return (0,) + tuple(range(2, ndim))
+
+
+def _per_channel(t, ndim):
+    return t.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+def _channel_sums(xp, a, b=None):
+    """Per-channel sums of ``a`` (or of ``a * b``) over every dim but 1, as products: ``(N, C, K) @ ones`` and an
+    einsum dot run 2.5-3x faster than NumPy's reductions over dims (0, 2, 3) and leave no temporary."""
+    a3 = a.reshape(a.shape[0], a.shape[1], -1)
+    if b is None:
+        return (a3 @ xp.ones(a3.shape[2], dtype=a.dtype)).sum(axis=0)
+    return xp.einsum("nck,nck->c", a3, b.reshape(a3.shape))
+
+
+def _batch_norm_kernel(xp, x, weight, bias, eps):
+    n = x.size // x.shape[1]
+    mean = _per_channel(_channel_sums(xp, x) / n, x.ndim)
+    out = x - mean
+    var = _per_channel(_channel_sums(xp, out, out) / n, x.ndim)
+    scale = 1 / xp.sqrt(var + eps)
+    if weight is not None:
+        scale = scale * _per_channel(weight, x.ndim)
+    out *= scale
+    if bias is not None:
+        out += _per_channel(bias, x.ndim)
+    return out, mean, var
+
+
+def batch_norm_grads(g, x, weight, eps, needs):
+    """(gx, gw, gb) in jitorch ops, the statistics recomputed from ``x``: differentiable to any order."""
+    dims = _dims(x.dim())
+    mean = x.mean(dims, keepdim=True)
+    centered = x - mean
+    rstd = ((centered * centered).mean(dims, keepdim=True) + eps).rsqrt()
+    xhat = centered * rstd
+    gw = (g * xhat).sum(dims) if needs[1] else None
+    gb = g.sum(dims) if needs[2] else None
+    gx = None
+    if needs[0]:
+        gxh = g * _per_channel(weight, x.dim()) if weight is not None else g
+        gx = rstd * (gxh - gxh.mean(dims, keepdim=True) - xhat * (gxh * xhat).mean(dims, keepdim=True))
+    return gx, gw, gb
+
+
+def _batch_norm_backward(ctx, g, _g_mean, _g_var):
+    x, weight, _bias = ctx.inputs
+    eps = ctx.attrs["eps"]
+    needs = (ctx.needs_grad(0), ctx.needs_grad(1), ctx.needs_grad(2))
+    if GradState.enabled:  # create_graph: the composite formula, so the gradients have a graph of their own
+        return batch_norm_grads(g, x, weight, eps, needs)
+    mean, var = ctx.output(1), ctx.output(2)  # ``out`` itself may since have been changed in place
+    from .._dispatch import apply
+
+    gx, gw, gb = apply(BATCH_NORM_BACKWARD, g, x, mean, var, weight, eps=eps)
+    return (gx if needs[0] else None), (gw if needs[1] else None), (gb if needs[2] else None)
+
+
+def _batch_norm_backward_kernel(xp, g, x, mean, var, weight, eps):
+    n = x.size // x.shape[1]
+    rstd = 1 / xp.sqrt(var + eps)
+    xhat = x - mean
+    xhat *= rstd
+    gb = _channel_sums(xp, g)
+    gw = _channel_sums(xp, g, xhat)
+    # gx = weight * rstd * (g - mean(g) - xhat * mean(g * xhat)), the means over the reduced dims
+    xhat *= _per_channel(gw / n, x.ndim)
+    gx = g - xhat
+    gx -= _per_channel(gb / n, x.ndim)
+    scale = rstd if weight is None else rstd * _per_channel(weight, x.ndim)
+    gx *= scale
+    return gx, gw.astype(x.dtype, copy=False), gb.astype(x.dtype, copy=False)
+
+
+def _batch_norm_backward_backward(ctx, ggx, ggw, ggb):
+    # The vector-Jacobian product of the composite formula (statistics recomputed from x, so they get no edge).
+    from ..autograd import grad as autograd_grad
+    from ..autograd.grad_mode import enable_grad
+
+    g, x, _mean, _var, weight = ctx.inputs
+    eps = ctx.attrs["eps"]
+    with enable_grad():
+        leaves = [t.detach().requires_grad_() if t is not None else None for t in (g, x, weight)]
+        outs = batch_norm_grads(leaves[0], leaves[1], leaves[2], eps, (True, weight is not None, True))
+        pairs = [(o, gg) for o, gg in zip(outs, (ggx, ggw, ggb)) if gg is not None and o is not None]
+        wrt = [t for t in leaves if t is not None]
+        grads = autograd_grad([o for o, _ in pairs], wrt, [gg for _, gg in pairs], allow_unused=True,
+                              create_graph=GradState.enabled)
+    grads = list(grads) + [None] * (3 - len(grads))
+    gg_g, gg_x = grads[0], grads[1]
+    gg_w = grads[2] if weight is not None else None
+    return (gg_g if ctx.needs_grad(0) else None), (gg_x if ctx.needs_grad(1) else None), None, None, \
+        (gg_w if ctx.needs_grad(4) else None)
+
+
+BATCH_NORM = defop("native_batch_norm", _batch_norm_kernel, _batch_norm_backward,
+                   Opaque("channel statistics and an affine pass"), nout=3, saves="both", nondiff_outputs=(1, 2),
+                   grad_name="NativeBatchNormBackward0")
+BATCH_NORM_BACKWARD = defop("native_batch_norm_backward", _batch_norm_backward_kernel, _batch_norm_backward_backward,
+                            Opaque("channel reductions and a pointwise pass"), nout=3, saves="inputs",
+                            grad_name="NativeBatchNormBackwardBackward0")

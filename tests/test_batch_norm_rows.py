@@ -1,0 +1,69 @@
+"""Training-mode batch_norm through the native_batch_norm rows: forward, gradients (random upstream gradients),
+running statistics, non-contiguous and 2-D/3-D/5-D inputs, float64 gradcheck and gradgradcheck, against torch."""
+import numpy as np
+import pytest
+import torch
+from helpers import check_op, gradcheck_op, gradgradcheck_op, make_array
+
+import jitorch
+
+
+def _bn(lib, affine):
+    def fn(x, *wb):
+        w, b = wb if affine else (None, None)
+        return lib.nn.functional.batch_norm(x, None, None, w, b, training=True, eps=1e-5)
+    return fn
+
+
+@pytest.mark.parametrize("shape", [(6, 3), (4, 3, 5), (3, 4, 5, 6), (2, 3, 2, 3, 4)])
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_batch_norm_training_matches_torch(shape, affine, dtype):
+    rng = np.random.default_rng(0)
+    x = make_array(shape, dtype, rng) * 2 + 0.5
+    wb = [make_array((shape[1],), dtype, rng), make_array((shape[1],), dtype, rng)] if affine else []
+    tol = dict(atol=1e-5, rtol=1e-4) if dtype == "float32" else dict(atol=1e-10, rtol=1e-9)
+    check_op(_bn(jitorch, affine), _bn(torch, affine), [x, *wb], **tol)
+
+
+def test_batch_norm_non_contiguous_input_matches_torch():
+    x = make_array((5, 4, 3, 6), "float32", np.random.default_rng(1))
+    wb = [make_array((4,), "float32"), make_array((4,), "float32")]
+    check_op(_bn(jitorch, True), _bn(torch, True), [x, *wb], layout=["transposed", "contiguous", "contiguous"],
+             atol=1e-5, rtol=1e-4)
+
+
+def test_batch_norm_running_statistics_match_torch():
+    rng = np.random.default_rng(2)
+    xs = [rng.standard_normal((8, 3, 4, 4)).astype(np.float32) * 3 + 1 for _ in range(3)]
+    jb, tb = jitorch.nn.BatchNorm2d(3, momentum=0.3), torch.nn.BatchNorm2d(3, momentum=0.3)
+    for x in xs:
+        jb(jitorch.tensor(x))
+        tb(torch.tensor(x))
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        np.testing.assert_allclose(getattr(jb, name).numpy(), getattr(tb, name).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_gradcheck_and_gradgradcheck(affine):
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal((4, 3, 5)) * 2 + 1] + ([rng.standard_normal(3), rng.standard_normal(3)]
+                                                        if affine else [])
+    gradcheck_op(_bn(jitorch, affine), arrays)
+    gradgradcheck_op(_bn(jitorch, affine), arrays)
+
+
+@pytest.mark.parametrize("norm", ["batch", "layer"])
+def test_output_changed_in_place_after_a_norm_does_not_break_its_backward(norm):
+    # The rows' backward reads only their saved statistics, as torch's: ``ReLU(inplace=True)`` after them is fine.
+    rng = np.random.default_rng(4)
+    xd = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    gd = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    grads = []
+    for lib in (jitorch, torch):
+        x = lib.tensor(xd, requires_grad=True)
+        layer = lib.nn.BatchNorm1d(3) if norm == "batch" else lib.nn.LayerNorm(5)
+        out = lib.nn.functional.relu(layer(x), inplace=True)
+        out.backward(lib.tensor(gd))
+        grads.append(x.grad.detach().numpy())
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-4, atol=1e-5)
