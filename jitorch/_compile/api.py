@@ -28,7 +28,8 @@ from .guards import first_failure, guard_values
 from .lower import clear_kernel_cache, kernel_cache_stats
 from .optimized_module import OptimizedModule
 from .replay import Replay, _compile_outputs
-from .segment_training import SegmentRun
+from .reached import modules_named_by
+from .segment_training import backward_kernels, compile_training_segment
 from .trace import trace
 from .training import Unsupported, compile_training
 
@@ -171,7 +172,7 @@ class CompiledFunction:
         updates functional) and is guarded on their identities and ``training`` flags."""
         if self._module is not None:
             return self._module
-        found = _modules_named_by(self._fn)
+        found = modules_named_by(self._fn)
         key = tuple(id(m) for m in found)
         if key != self._reached_key:
             self._reached_key = key
@@ -278,7 +279,7 @@ class CompiledFunction:
                 # Autograd kept values alive that the replay drops: the ones read later are what it flushes.
                 nodes = [n for n in nodes if n.meta.get("used")]
                 if nodes and seg.untrainable is None:
-                    _compile_training_segment(seg, nodes, upto, info.examples.get(seg))
+                    compile_training_segment(seg, nodes, upto, info.examples.get(seg))
             elif nodes:
                 seg.compiled[(tuple(n.name for n in nodes), upto)] = _compile_outputs(seg, nodes, upto)
         info.examples.clear()
@@ -293,14 +294,14 @@ class CompiledFunction:
             if replay.limit_hit:
                 self._warn_limit(replay.bailed)
             if training and len(replay.kernel_log) != logged:
-                entry.backward_kernel_ops = _backward_kernels(replay.root)
+                entry.backward_kernel_ops = backward_kernels(replay.root)
             entry.compile_s += kernel_cache_stats()["compile_s"] - before
             return out
 
         entry.run, entry.replay = run, replay
         entry.break_reason = "; ".join(b.describe() for b in entry.breaks) or None
         if training:
-            entry.backward_kernel_ops = _backward_kernels(info.root)
+            entry.backward_kernel_ops = backward_kernels(info.root)
 
     @staticmethod
     def segment_kernels(entry):
@@ -380,46 +381,6 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     if not callable(model):
         raise TypeError(f"jitorch.compile: expected a function or a Module, got {type(model).__name__}")
     return CompiledFunction(model, fullgraph=fullgraph, backend=backend, recompile_limit=limit)
-
-
-def _modules_named_by(fn):
-    """Modules a function reaches directly: its bound ``self``, its closure cells and the globals its code names."""
-    found = [getattr(fn, "__self__", None)]
-    func = getattr(fn, "__func__", fn)
-    code = getattr(func, "__code__", None)
-    if code is not None:
-        found += [c.cell_contents for c in (func.__closure__ or ()) if _filled(c)]
-        names = getattr(func, "__globals__", {})
-        found += [names[n] for n in code.co_names if n in names]
-    return [m for m in found if isinstance(m, Module)]
-
-
-def _filled(cell):
-    try:
-        cell.cell_contents
-    except ValueError:  # an empty cell (a name assigned later)
-        return False
-    return True
-
-
-def _compile_training_segment(seg, nodes, upto, examples):
-    """Compile a segment's stages for its recorded live values ahead, on the values it was recorded with."""
-    if examples is None or len(examples) != len(seg.placeholders):
-        return
-    try:
-        run = SegmentRun(seg, nodes, upto)
-    except Unsupported:  # in-place steps: a training replay runs them eagerly
-        return
-    flags = tuple(a._requires_grad for a in examples)
-    try:
-        run(examples, forward_only=True)  # compiles each stage (and its forward kernels)
-    except Exception:  # the recording's inputs changed since (a later in-place write): compile at the first replay
-        return
-    seg.compiled[(tuple(n.name for n in nodes), upto, flags)] = run
-
-
-def _backward_kernels(root):
-    return [k for seg in root.walk() for run in seg.compiled.values() for k in getattr(run, "backward_kernels", ())]
 
 
 def _optimizer_step(fn):

@@ -38,7 +38,7 @@ from .functionalize import is_random
 from .segment_plan import SegmentPlan, _needed, interpret
 from .training import Unsupported
 
-__all__ = ["SegmentRun", "TrainingNotes"]
+__all__ = ["SegmentRun", "TrainingNotes", "compile_training_segment", "backward_kernels"]
 
 
 class TrainingNotes:
@@ -218,3 +218,24 @@ class SegmentRun:
                 got = runner(inputs)
             values.update(zip(outs, got))
         return [values[n] for n in self.nodes]
+
+
+def compile_training_segment(seg, nodes, upto, examples):
+    """Compile a segment's stages for its recorded live values ahead, on the values it was recorded with."""
+    if examples is None or len(examples) != len(seg.placeholders):
+        return
+    try:
+        run = SegmentRun(seg, nodes, upto)
+    except Unsupported:  # in-place steps: a training replay runs them eagerly
+        return
+    flags = tuple(a._requires_grad for a in examples)
+    try:
+        run(examples, forward_only=True)  # compiles each stage (and its forward kernels)
+    except Exception:  # the recording's inputs changed since (a later in-place write): compile at the first replay
+        return
+    seg.compiled[(tuple(n.name for n in nodes), upto, flags)] = run
+
+
+def backward_kernels(root):
+    """The backward kernels of every compiled stage under ``root``."""
+    return [k for seg in root.walk() for run in seg.compiled.values() for k in getattr(run, "backward_kernels", ())]
