@@ -15,6 +15,7 @@ input; as rows they make about 9 and 12 (a (128, 16, 28, 28) forward + backward:
 from __future__ import annotations
 
 from ..autograd.grad_mode import GradState
+from .nn_fused import norm_backward_backward, norm_grads
 from .table import Opaque, defop
 
 __all__ = ["BATCH_NORM", "BATCH_NORM_BACKWARD", "batch_norm_grads"]
@@ -54,17 +55,7 @@ def _batch_norm_kernel(xp, x, weight, bias, eps):
 def batch_norm_grads(g, x, weight, eps, needs):
     """(gx, gw, gb) in jitorch ops, the statistics recomputed from ``x``: differentiable to any order."""
     dims = _dims(x.dim())
-    mean = x.mean(dims, keepdim=True)
-    centered = x - mean
-    rstd = ((centered * centered).mean(dims, keepdim=True) + eps).rsqrt()
-    xhat = centered * rstd
-    gw = (g * xhat).sum(dims) if needs[1] else None
-    gb = g.sum(dims) if needs[2] else None
-    gx = None
-    if needs[0]:
-        gxh = g * _per_channel(weight, x.dim()) if weight is not None else g
-        gx = rstd * (gxh - gxh.mean(dims, keepdim=True) - xhat * (gxh * xhat).mean(dims, keepdim=True))
-    return gx, gw, gb
+    return norm_grads(g, x, weight, dims, dims, eps, needs, lambda w: _per_channel(w, x.dim()))
 
 
 def _batch_norm_backward(ctx, g, _g_mean, _g_var):
@@ -97,24 +88,9 @@ def _batch_norm_backward_kernel(xp, g, x, mean, var, weight, eps):
 
 
 def _batch_norm_backward_backward(ctx, ggx, ggw, ggb):
-    # The vector-Jacobian product of the composite formula (statistics recomputed from x, so they get no edge).
-    from ..autograd import grad as autograd_grad
-    from ..autograd.grad_mode import enable_grad
-
-    g, x, _mean, _var, weight = ctx.inputs
     eps = ctx.attrs["eps"]
-    with enable_grad():
-        leaves = [t.detach().requires_grad_() if t is not None else None for t in (g, x, weight)]
-        outs = batch_norm_grads(leaves[0], leaves[1], leaves[2], eps, (True, weight is not None, True))
-        pairs = [(o, gg) for o, gg in zip(outs, (ggx, ggw, ggb)) if gg is not None and o is not None]
-        wrt = [t for t in leaves if t is not None]
-        grads = autograd_grad([o for o, _ in pairs], wrt, [gg for _, gg in pairs], allow_unused=True,
-                              create_graph=GradState.enabled)
-    grads = list(grads) + [None] * (3 - len(grads))
-    gg_g, gg_x = grads[0], grads[1]
-    gg_w = grads[2] if weight is not None else None
-    return (gg_g if ctx.needs_grad(0) else None), (gg_x if ctx.needs_grad(1) else None), None, None, \
-        (gg_w if ctx.needs_grad(4) else None)
+    return norm_backward_backward(ctx, lambda g, x, w, needs: batch_norm_grads(g, x, w, eps, needs),
+                                  ctx.inputs[4], (ggx, ggw, ggb))
 
 
 BATCH_NORM = defop("native_batch_norm", _batch_norm_kernel, _batch_norm_backward,

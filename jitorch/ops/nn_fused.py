@@ -146,21 +146,44 @@ def _layer_norm_kernel(xp, x, weight, bias, k, eps):
     return out, mean, rstd.astype(x.dtype, copy=False)
 
 
-def _layer_norm_grads(g, x, weight, k, eps, needs):
-    """(gx, gw, gb) in jitorch ops, mean and rstd recomputed from ``x``: differentiable to any order."""
-    dims = tuple(range(-k, 0))
-    lead = tuple(range(x.dim() - k))
+def norm_grads(g, x, weight, dims, param_dims, eps, needs, weight_view=lambda w: w):
+    """(gx, gw, gb) of a normalization over ``dims`` with an affine ``weight`` (broadcast by ``weight_view``) whose
+    gradients sum over ``param_dims``, in jitorch ops with the statistics recomputed from ``x``: differentiable to
+    any order. Layer norm: the trailing dims, and the leading ones for the parameters; batch norm: all but dim 1."""
     mean = x.mean(dims, keepdim=True)
     centered = x - mean
     rstd = ((centered * centered).mean(dims, keepdim=True) + eps).rsqrt()
     xhat = centered * rstd
-    gw = (g * xhat).sum(lead) if needs[1] else None
-    gb = g.sum(lead) if needs[2] else None
+    gw = ((g * xhat).sum(param_dims) if param_dims else g * xhat) if needs[1] else None
+    gb = (g.sum(param_dims) if param_dims else g) if needs[2] else None
     gx = None
     if needs[0]:
-        gxh = g * weight if weight is not None else g
+        gxh = g * weight_view(weight) if weight is not None else g
         gx = rstd * (gxh - gxh.mean(dims, keepdim=True) - xhat * (gxh * xhat).mean(dims, keepdim=True))
     return gx, gw, gb
+
+
+def norm_backward_backward(ctx, grads, weight, ggs):
+    """The vector-Jacobian product of ``grads(g, x, weight, needs)`` (a `norm_grads` composite; the statistics are
+    recomputed from x, so they get no edge) for a backward row with inputs ``(g, x, stat, stat, weight)``."""
+    from ..autograd import grad as autograd_grad
+    from ..autograd.grad_mode import enable_grad
+
+    g, x = ctx.inputs[:2]
+    with enable_grad():
+        leaves = [t.detach().requires_grad_() if t is not None else None for t in (g, x, weight)]
+        outs = grads(leaves[0], leaves[1], leaves[2], (True, weight is not None, True))
+        pairs = [(o, gg) for o, gg in zip(outs, ggs) if gg is not None and o is not None]
+        wrt = [t for t in leaves if t is not None]
+        got = list(autograd_grad([o for o, _ in pairs], wrt, [gg for _, gg in pairs], allow_unused=True,
+                                 create_graph=GradState.enabled)) + [None]
+    gg_w = got[2] if weight is not None else None
+    return (got[0] if ctx.needs_grad(0) else None), (got[1] if ctx.needs_grad(1) else None), None, None, \
+        (gg_w if ctx.needs_grad(4) else None)
+
+
+def _layer_norm_grads(g, x, weight, k, eps, needs):
+    return norm_grads(g, x, weight, tuple(range(-k, 0)), tuple(range(x.dim() - k)), eps, needs)
 
 
 def _layer_norm_backward(ctx, g, _g_mean, _g_rstd):
@@ -208,20 +231,9 @@ def _layer_norm_backward_kernel(xp, g, x, mean, rstd, weight, k, eps):
 
 
 def _layer_norm_backward_backward(ctx, ggx, ggw, ggb):
-    # The vector-Jacobian product of the composite formula (mean and rstd recomputed from x, so they get no edge).
-    from ..autograd import grad as autograd_grad
-    from ..autograd.grad_mode import enable_grad
-
-    g, x, _mean, _rstd, weight = ctx.inputs
     k, eps = ctx.attrs["k"], ctx.attrs["eps"]
-    with enable_grad():
-        leaves = [t.detach().requires_grad_() for t in (g, x, weight)]
-        outs = _layer_norm_grads(*leaves[:2], leaves[2], k, eps, (True, True, True))
-        pairs = [(o, gg) for o, gg in zip(outs, (ggx, ggw, ggb)) if gg is not None]
-        grads = autograd_grad([o for o, _ in pairs], leaves, [gg for _, gg in pairs], allow_unused=True,
-                              create_graph=GradState.enabled)
-    gg_g, gg_x, gg_w = (gr if ctx.needs_grad(i) else None for gr, i in zip(grads, (0, 1, 4)))
-    return gg_g, gg_x, None, None, gg_w
+    return norm_backward_backward(ctx, lambda g, x, w, needs: _layer_norm_grads(g, x, w, k, eps, needs),
+                                  ctx.inputs[4], (ggx, ggw, ggb))
 
 
 LAYER_NORM = defop("native_layer_norm", _layer_norm_kernel, _layer_norm_backward,
