@@ -398,3 +398,16 @@ def test_compiled_function_over_a_closed_over_model_trains_compiled():
     ref.eval()
     with jitorch.no_grad():  # the training flags are guarded: eval mode is its own specialization
         np.testing.assert_allclose(step(x, y).item(), F.cross_entropy(ref(x), y).item(), rtol=1e-5)
+
+
+def test_explain_of_a_decorated_step_sees_the_model_it_closes_over():
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(inplace=True), nn.Dropout(0.1), nn.Linear(16, 3))
+
+    @jitorch.compile
+    def step(x, y):
+        return F.cross_entropy(model(x), y)
+
+    x, y = jitorch.randn(4, 8), jitorch.randint(0, 3, (4,))
+    report = jitorch.compiler.explain(step)(x, y)
+    assert report.graph_count == 1 and report.graph_break_count == 0 and report.backward_kernels
+    assert any(g.startswith("parameters == ") for g in report.guards)

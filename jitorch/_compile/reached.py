@@ -16,9 +16,14 @@ __all__ = ["modules_named_by"]
 
 
 def modules_named_by(fn):
-    """Modules a function reaches directly: its bound ``self``, its closure cells and the globals its code names."""
+    """Modules a function reaches directly: its bound ``self``, its closure cells and the globals its code names
+    (through ``__wrapped__`` decorators)."""
     found = [getattr(fn, "__self__", None)]
     func = getattr(fn, "__func__", fn)
+    while getattr(func, "__wrapped__", None) is not None:  # decorators (functools.wraps), a compiled function
+        func = func.__wrapped__
+        found.append(getattr(func, "__self__", None))
+        func = getattr(func, "__func__", func)
     code = getattr(func, "__code__", None)
     if code is not None:
         found += [c.cell_contents for c in (func.__closure__ or ()) if _filled(c)]
