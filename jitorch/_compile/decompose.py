@@ -160,7 +160,8 @@ def _inline(gm, node):
             # Host checks run first: placed later they would split the native program in two.
             inp = new.args[0]
             anchor = inp if inp.op != "placeholder" else [n for n in graph.nodes if n.op == "placeholder"][-1]
-            anchor.append(new)
+            if anchor.next is not new:  # (already there: constant targets, read right before the check)
+                anchor.append(new)
     if node.target.op.nout == 1:
         node.replace_all_uses_with(outs[0])
     for user in list(node.users):

@@ -2,7 +2,8 @@
 
 Each tensor argument contributes its shape, dtype, device and strides (the kernels are specialized on all four);
 other arguments were baked into the graph as constants, so their values are guarded too. Grad mode and, for
-modules, the ``training`` flags and parameter identities complete the key.
+modules, the ``training`` flags, parameter and buffer identities and the ``__constants__`` hyperparameters
+(``momentum``, ``eps``, ``p``) complete the key.
 
 >>> import jitorch
 >>> names = [n for n, _ in guard_values((jitorch.ones(2, 3), 4), {})]
@@ -44,8 +45,15 @@ def guard_values(args, kwargs, module=None, params=None):
             out.append((name, _constant(a)))
     out.append(("grad_mode", GradState.enabled))
     if module is not None:
-        out.append(("training", tuple(m.training for m in module.modules())))
+        mods = tuple(module.modules())
+        out.append(("training", tuple(m.training for m in mods)))
         out.append(("parameters", tuple(id(p) for p in (module.parameters() if params is None else params))))
+        # The graph reads buffers as constants and writes BatchNorm's statistics back into them: a buffer
+        # replaced by another tensor (``bn.running_mean = t``) must retrace, or the old one is read and written.
+        out.append(("buffers", tuple(id(b) for m in mods for b in m._buffers.values())))
+        # Hyperparameters (``momentum``, ``eps``, dropout's ``p``) were baked into the graph as constants.
+        out.append(("hyperparameters", tuple(tuple(m.__dict__.get(k) for k in type(m).__constants__)
+                                             for m in mods if getattr(type(m), "__constants__", None))))
     return out
 
 

@@ -277,8 +277,12 @@ class NativeRunner:
         return None
 
     def _finish(self):
-        out_nodes = [a for a in _flat(self.cg.output.args[0]) if isinstance(a, Node)]
-        self.out_flat = _flat(self.cg.output.args[0]) if isinstance(self.cg.output.args[0], tuple) else None
+        result = self.cg.output.args[0]
+        out_nodes = [a for a in _flat(result) if isinstance(a, Node)]
+        # The fast return path maps a flat tuple; nested results (``((a, b), c)``, a call's result followed by its
+        # buffer writes) go through map_aggregate.
+        flat = isinstance(result, tuple) and not any(isinstance(a, (tuple, list, dict)) for a in result)
+        self.out_flat = list(result) if flat else None
         end = self.t + 1
         for n in out_nodes:
             loc = self.locs.get(n)
@@ -428,4 +432,9 @@ def _source(plan, node, arr):
 
 
 def _flat(args):
-    return list(args) if isinstance(args, (tuple, list)) else [args]
+    """The leaves of a (nested) graph result."""
+    if isinstance(args, (tuple, list)):
+        return [leaf for a in args for leaf in _flat(a)]
+    if isinstance(args, dict):
+        return [leaf for a in args.values() for leaf in _flat(a)]
+    return [args]

@@ -38,7 +38,7 @@ from .functionalize import CompileState, functionalize, functionalize_intermedia
     set_rng_state
 from .fusion import fusible, reduction_axes, row_op_axes
 
-__all__ = ["TrainingPlan", "Unsupported", "compile_training"]
+__all__ = ["TrainingPlan", "Unsupported", "as_output_dtypes", "compile_training"]
 
 
 class Unsupported(Exception):
@@ -198,6 +198,12 @@ def _fuses(node):
     return fusible(node) or reduction_axes(node) is not None or row_op_axes(node) is not None
 
 
+def as_output_dtypes(grads, dtypes):
+    """Upstream gradients in their outputs' dtypes: the engine hands a root gradient over as the caller gave it
+    (``out64.backward(grad32)``), and the compiled backward reads its memory as the traced tangent's dtype."""
+    return tuple(g if g is None or g.dtype == d else g.to(d) for g, d in zip(grads, dtypes))
+
+
 class _CompiledTraining(Function):
     """One call of a `TrainingPlan`: the compiled forward now, the compiled backward when gradients arrive."""
 
@@ -211,6 +217,7 @@ class _CompiledTraining(Function):
         n, k = plan.n_outs, len(plan.writes)
         write_back(plan.writes, res[n:n + k])
         ctx.plan, ctx.n_flat = plan, len(flat)
+        ctx.dtypes = tuple(o.dtype for o in res[:n])
         # Saved through save_for_backward so an in-place change before backward raises, as in eager autograd.
         ctx.save_for_backward(*flat, *res[n + k:])
         return res[:n] if plan.tuple_out or n > 1 else res[0]
@@ -220,6 +227,7 @@ class _CompiledTraining(Function):
         plan = ctx.plan
         saved = ctx.saved_tensors
         flat, saved_values = saved[:ctx.n_flat], saved[ctx.n_flat:]
+        grads = as_output_dtypes(grads, ctx.dtypes)
         if GradState.enabled:
             # The engine turns grad mode on for a backward exactly when create_graph=True; the compiled backward
             # builds no graph, so differentiate an eager rerun instead.

@@ -117,6 +117,13 @@ class _RecordingMode:
     def dispatch_inplace(self, op, self_tensor, args, attrs):
         target = self.arg(self_tensor)
         out = self._run(apply_inplace, op, self_tensor, *args, **attrs)
+        saved = getattr(self_tensor.grad_fn, "_saved_in", None)
+        if saved and isinstance(saved[0], Tensor) and saved[0] is not self_tensor and id(saved[0]) not in self.nodes:
+            # apply_inplace saved a copy of the old value for the backward (``mask.mul_(x)``: x's gradient reads
+            # it): that copy is the value before this write, not a constant of the trace.
+            old = saved[0]
+            self.nodes[id(old)], self.by_array[id(old._data)] = target, target
+            self._alive.append(old)
         node = self.graph.call_function(_primitive(op.name, True), (target, *map_aggregate(args, self.arg)),
                                         map_aggregate(attrs, self.arg))
         self.bind(self_tensor, node)  # later readers of the tensor see the updated value
