@@ -312,3 +312,38 @@ def test_inplace_write_seen_through_an_alias_is_not_functionalized(alias):
         results.append((out.item(), w.grad.numpy()))
     np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-6)
     np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-6)
+
+
+def test_batch_norm_then_inplace_relu_trains_compiled():
+    # torchvision's ``bn -> ReLU(inplace=True)``: the ReLU writes into one output of the batch-norm row.
+    import copy
+
+    class Net(jitorch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            nn = jitorch.nn
+            self.net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4),
+                                     nn.ReLU(inplace=True), nn.Flatten(), nn.Linear(4 * 36, 3))
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.net(x), y)
+
+    jitorch.manual_seed(0)
+    eager = Net()
+    model = copy.deepcopy(eager)
+    compiled = jitorch.compile(model)
+    rng = np.random.default_rng(10)
+    for _ in range(3):
+        x = jitorch.tensor(rng.standard_normal((5, 1, 6, 6)).astype(np.float32))
+        y = jitorch.tensor(rng.integers(0, 3, 5))
+        eager.zero_grad()
+        model.zero_grad()
+        lc, le = compiled(x, y), eager(x, y)
+        lc.backward()
+        le.backward()
+        np.testing.assert_allclose(lc.item(), le.item(), rtol=1e-5)
+        for pc, pe in zip(model.parameters(), eager.parameters()):
+            np.testing.assert_allclose(pc.grad.numpy(), pe.grad.numpy(), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(model.net[1].running_var.numpy(), eager.net[1].running_var.numpy(), rtol=1e-6)
+    entry = compiled._compiled_call.train_entries[0]
+    assert entry.plan is not None and entry.break_reason is None

@@ -20,12 +20,14 @@
 """
 from __future__ import annotations
 
+import operator
+
 from .. import _random
 from .._dispatch import apply, apply_inplace
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..fx.make_fx import Primitive, _primitive
-from ..fx.node import map_aggregate
+from ..fx.node import Node, map_aggregate
 from ..ops.random_ops import RANDOM_ROWS
 from .backend import _fetch
 
@@ -131,8 +133,7 @@ def functionalize_intermediates(gm):
                 and node.meta.get("phase", "forward") == "forward" and node.args):
             continue
         base = node.args[0]
-        if base.op != "call_function" or not isinstance(base.target, Primitive) or base.target.op.view or \
-                is_random(base) or target.op in RANDOM_ROWS:
+        if not _made_here(base) or target.op in RANDOM_ROWS:
             continue
         if any(isinstance(u.target, Primitive) and u.target.op.view for u in base.users) or \
                 any(order.get(u, -1) > order[node] for u in base.users):
@@ -148,6 +149,15 @@ def functionalize_intermediates(gm):
         graph.erase_node(node)
         done += 1
     return done
+
+
+def _made_here(node):
+    """Whether ``node`` is a fresh value of this graph: a non-view, non-random row's result, or one output of a
+    multi-output row (batch norm's ``out``, read through ``getitem``)."""
+    if node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[0], Node):
+        node = node.args[0]
+    return node.op == "call_function" and isinstance(node.target, Primitive) and not node.target.op.view and \
+        not node.target.inplace and not is_random(node)
 
 
 class CompileState:
