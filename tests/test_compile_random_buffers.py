@@ -411,3 +411,21 @@ def test_explain_of_a_decorated_step_sees_the_model_it_closes_over():
     report = jitorch.compiler.explain(step)(x, y)
     assert report.graph_count == 1 and report.graph_break_count == 0 and report.backward_kernels
     assert any(g.startswith("parameters == ") for g in report.guards)
+
+
+def test_a_returned_buffer_is_the_buffer_itself_in_compiled_inference():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn, self.lin = nn.BatchNorm1d(3), nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.lin(self.bn(x)), self.bn.running_mean
+
+    net = Net()
+    compiled = jitorch.compile(net)
+    x = jitorch.randn(4, 3)
+    with jitorch.no_grad():
+        for _ in range(4):  # the trace, the planning call and the native runner
+            _, rm = compiled(x)
+            assert rm is net.bn.running_mean

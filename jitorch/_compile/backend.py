@@ -107,7 +107,10 @@ def whole_call_runner(graph, writes):
     def run(args, kwargs):
         out = graph(tuple(args) + tuple(kwargs.values()))
         write_back(writes, out[1:])
-        return out[0]
+        # A buffer the call returns (``return y, bn.running_mean``) is the buffer itself, as in eager mode, not the
+        # graph's copy of its new value.
+        buffer_of = {id(v): b for b, v in zip(writes, out[1:])}
+        return map_aggregate(out[0], lambda a: buffer_of.get(id(a), a) if isinstance(a, Tensor) else a)
     return run
 
 
