@@ -429,3 +429,58 @@ def test_a_returned_buffer_is_the_buffer_itself_in_compiled_inference():
         for _ in range(4):  # the trace, the planning call and the native runner
             _, rm = compiled(x)
             assert rm is net.bn.running_mean
+
+
+class _BasicBlock(nn.Module):
+    """torchvision's BasicBlock shape: conv-BN-ReLU(inplace), conv-BN, ``out += identity``, ReLU(inplace)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(4, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4)
+        self.c2, self.b2 = nn.Conv2d(4, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4)
+        self.relu, self.fc = nn.ReLU(inplace=True), nn.Linear(4 * 16, 3)
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.b1(self.c1(x)))
+        out = self.b2(self.c2(out))
+        out += identity
+        return self.fc(self.relu(out).flatten(1))
+
+
+class _Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.1, batch_first=True)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.head(self.layer(x).mean(1))
+
+
+@pytest.mark.parametrize("make, shape", [(_BasicBlock, (6, 4, 4, 4)), (_Encoder, (4, 5, 16))])
+def test_common_blocks_train_compiled_as_one_graph_like_eager(make, shape):
+    import copy
+
+    jitorch.manual_seed(0)
+    eager = make()
+    model = copy.deepcopy(eager)
+    compiled = jitorch.compile(model)
+    rng = np.random.default_rng(0)
+    for step in range(3):
+        x = jitorch.tensor(rng.standard_normal(shape).astype(np.float32))
+        y = jitorch.tensor(rng.integers(0, 3, shape[0]))
+        losses = []
+        for net in (eager, compiled):
+            jitorch.manual_seed(step)  # the same dropout masks
+            (model if net is compiled else eager).zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            losses.append(loss.item())
+        np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+        for pc, pe in zip(model.parameters(), eager.parameters()):
+            np.testing.assert_allclose(pc.grad.numpy(), pe.grad.numpy(), rtol=1e-4, atol=1e-6)
+        for bc, be in zip(model.buffers(), eager.buffers()):
+            np.testing.assert_allclose(bc.numpy(), be.numpy(), rtol=1e-6)
+    entry = compiled._compiled_call.train_entries[0]
+    assert entry.plan is not None and entry.break_reason is None

@@ -27,6 +27,7 @@ from ..autograd.grad_mode import is_grad_enabled
 from ..linalg import vector_norm
 from ..ops.nn_attention import SDPA, attention_weights
 from ..ops.nn_fused import FUSED_DTYPES
+from ..ops.random_ops import BERNOULLI_MASK
 from ._functional_dropout import dropout
 
 __all__ = ["cosine_similarity", "pairwise_distance", "pdist", "scaled_dot_product_attention"]
@@ -162,4 +163,6 @@ def _dropout_scale(query, key, p):
     shape = tuple(query.shape[:-1]) + (key.shape[-2],)
     if p == 1.0:
         return query.detach().new_zeros(shape)
-    return query.detach().new_empty(shape).bernoulli_(1 - p) / (1 - p)
+    # The mask row (ops/random_ops.py) draws the numbers ``bernoulli_`` would, and a compiled graph draws it afresh.
+    ref = query.detach().new_empty(())
+    return apply(BERNOULLI_MASK, ref, p=1 - p, shape=shape) / (1 - p)
