@@ -64,6 +64,11 @@ EAGER_TABLE = {
     "max_pool2d": (lambda x: jitorch.nn.functional.max_pool2d(x, 2), [(2, 3, 12, 12)], None),
     "cross_entropy": (lambda a: jitorch.nn.functional.cross_entropy(a, jitorch.tensor([1, 0, 3], device=a.device)),
                       [(3, 5)], None),
+    # The native_batch_norm row (channel sums as products on CuPy).
+    "batch_norm_train": (lambda a, w: jitorch.nn.functional.batch_norm(a, None, None, w, None, training=True),
+                         [(8, 4, 5, 5), (4,)], None),
+    "embedding": (lambda w: jitorch.nn.functional.embedding(jitorch.tensor([[1, 0, 3]], device=w.device), w),
+                  [(5, 6)], None),
 }
 
 
@@ -78,10 +83,11 @@ def test_eager_ops_on_cuda_match_cpu(name, rng):
     np.testing.assert_allclose(got.cpu().numpy(), expected.numpy(), rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.parametrize("name", ["mul", "tanh", "matmul", "softmax", "sum"])
+@pytest.mark.parametrize("name", ["mul", "tanh", "matmul", "softmax", "sum", "batch_norm"])
 def test_backward_on_cuda_matches_cpu(name, rng):
     fns = {"mul": lambda a, b: a * b, "tanh": lambda a, b: a.tanh() * b, "matmul": lambda a, b: a @ b.t(),
-           "softmax": lambda a, b: jitorch.softmax(a * b, dim=1), "sum": lambda a, b: (a + b).sum(1, keepdim=True)}
+           "softmax": lambda a, b: jitorch.softmax(a * b, dim=1), "sum": lambda a, b: (a + b).sum(1, keepdim=True),
+           "batch_norm": lambda a, b: jitorch.nn.functional.batch_norm(a * b, None, None, training=True)}
     grads = []
     for device in ("cpu", "cuda"):
         data = np.random.default_rng(3)
@@ -265,3 +271,15 @@ def test_manual_seed_reproduces_device_draws():
     b = jitorch.randn(1000, device="cuda")
     assert a.device.type == "cuda" and bool((a == b).all())
     assert abs(float(a.mean())) < 0.2
+
+
+def test_dropout_mask_row_draws_on_the_device_and_differs_per_call():
+    x = jitorch.ones(64, 64, device="cuda")
+    jitorch.cuda.manual_seed(0)
+    a = jitorch.nn.functional.dropout(x, 0.5)
+    b = jitorch.nn.functional.dropout(x, 0.5)
+    jitorch.cuda.manual_seed(0)
+    a2 = jitorch.nn.functional.dropout(x, 0.5)
+    assert a.device.type == "cuda" and set(np.unique(a.cpu().numpy())) <= {0.0, 2.0}
+    assert not np.array_equal(a.cpu().numpy(), b.cpu().numpy())
+    np.testing.assert_array_equal(a.cpu().numpy(), a2.cpu().numpy())  # the device generator's seed reproduces it
