@@ -155,3 +155,23 @@ def test_batch_norm_result_with_its_running_mean_without_grad():
             out, mean = step(x)
             np.testing.assert_allclose(_np(out), _np(eager(x)), rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(_np(mean), _np(eager.running_mean), rtol=1e-6)
+
+
+def test_a_changed_plain_module_attribute_retraces():
+    # ``self.temperature`` was baked into the graph as a constant: changing it after compiling must not be ignored.
+    class Scaled(jitorch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.temperature = jitorch.nn.Linear(3, 3), 2.0
+
+        def forward(self, x):
+            return self.lin(x) / self.temperature
+
+    model = Scaled()
+    compiled = jitorch.compile(model)
+    x = jitorch.randn(2, 3)
+    with jitorch.no_grad():
+        for t in (2.0, 4.0, 0.5):
+            model.temperature = t
+            for _ in range(3):  # through the native runner too
+                np.testing.assert_allclose(compiled(x).numpy(), model(x).numpy(), rtol=1e-6)

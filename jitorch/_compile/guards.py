@@ -2,8 +2,8 @@
 
 Each tensor argument contributes its shape, dtype, device and strides (the kernels are specialized on all four);
 other arguments were baked into the graph as constants, so their values are guarded too. Grad mode and, for
-modules, the ``training`` flags, parameter and buffer identities and the ``__constants__`` hyperparameters
-(``momentum``, ``eps``, ``p``) complete the key.
+modules, the ``training`` flags, parameter and buffer identities and every public plain-data attribute
+(``momentum``, ``eps``, ``p``, a user's ``self.temperature``) complete the key.
 
 >>> import jitorch
 >>> names = [n for n, _ in guard_values((jitorch.ones(2, 3), 4), {})]
@@ -51,10 +51,17 @@ def guard_values(args, kwargs, module=None, params=None):
         # The graph reads buffers as constants and writes BatchNorm's statistics back into them: a buffer
         # replaced by another tensor (``bn.running_mean = t``) must retrace, or the old one is read and written.
         out.append(("buffers", tuple(id(b) for m in mods for b in m._buffers.values())))
-        # Hyperparameters (``momentum``, ``eps``, dropout's ``p``) were baked into the graph as constants.
-        out.append(("hyperparameters", tuple(tuple(m.__dict__.get(k) for k in type(m).__constants__)
-                                             for m in mods if getattr(type(m), "__constants__", None))))
+        # Plain-data attributes (``momentum``, ``eps``, dropout's ``p``, a user's ``self.temperature``) were baked
+        # into the graph as constants: changing one must retrace.
+        out.append(("attributes", tuple(_plain_attributes(m) for m in mods)))
     return out
+
+
+def _plain_attributes(module):
+    """``(name, value)`` of a module's public plain-data attributes (numbers, strings, None and tuples of them)."""
+    return tuple((k, v) for k, v in module.__dict__.items()
+                 if k[0] != "_" and k != "training" and (isinstance(v, _SIMPLE) or (
+                     type(v) is tuple and all(isinstance(e, _SIMPLE) for e in v))))
 
 
 def first_failure(expected, got):
