@@ -484,3 +484,15 @@ def test_common_blocks_train_compiled_as_one_graph_like_eager(make, shape):
             np.testing.assert_allclose(bc.numpy(), be.numpy(), rtol=1e-6)
     entry = compiled._compiled_call.train_entries[0]
     assert entry.plan is not None and entry.break_reason is None
+
+
+def test_inference_graph_functionalizes_inplace_relu_and_residual_add():
+    block = _BasicBlock().eval()
+    compiled = jitorch.compile(block)
+    x = jitorch.randn(3, 4, 4, 4)
+    with jitorch.no_grad():
+        for _ in range(4):  # the trace, the planning call, then the native runner
+            np.testing.assert_allclose(compiled(x).numpy(), block(x).numpy(), rtol=1e-5, atol=1e-6)
+    entry = compiled._compiled_call.entries[0]
+    # ``out += identity`` and both ReLU(inplace=True) fused into the batch-norm epilogues: no in-place row is left.
+    assert ["sub", "mul", "mul", "add", "add", "copy", "relu", "copy"] in entry.kernel_ops

@@ -23,7 +23,7 @@ from ..nn.modules.module import Module
 from ..optim._fused import CompiledOptimizerStep
 from ..optim.optimizer import Optimizer
 from .backend import CompiledGraph, whole_call_runner
-from .functionalize import CompileState
+from .functionalize import CompileState, functionalize_intermediates
 from .guards import first_failure, guard_values
 from .lower import clear_kernel_cache, kernel_cache_stats
 from .optimized_module import OptimizedModule
@@ -253,6 +253,8 @@ class CompiledFunction:
             compiled = self.backend(traced.gm, list(args) + list(kwargs.values()))
             entry.run = lambda args, kwargs: compiled(*args, *kwargs.values())
         else:
+            if functionalize_intermediates(traced.gm):  # ReLU(inplace=True) and friends fuse and go native
+                traced.gm.recompile()
             graph = CompiledGraph(traced.gm)
             entry.kernel_ops = graph.kernel_ops
             entry.run = whole_call_runner(graph, traced.writes)
