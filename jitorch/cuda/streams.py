@@ -107,6 +107,7 @@ class Event:
     def __init__(self, enable_timing=False, blocking=False, interprocess=False, external=False):
         if not has_cuda():
             raise RuntimeError("Tried to instantiate dummy base class Event")
+        self.enable_timing = bool(enable_timing)
         self._cp = cupy().cuda.Event(block=blocking, disable_timing=not enable_timing, interprocess=interprocess)
 
     def record(self, stream=None) -> None:
@@ -123,6 +124,8 @@ class Event:
 
     def elapsed_time(self, end_event) -> float:
         """Milliseconds between this event and ``end_event`` (both need ``enable_timing=True``)."""
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
         return float(cupy().cuda.get_elapsed_time(self._cp, end_event._cp))
 
 
