@@ -228,15 +228,9 @@ def main():
              f"{stats['num_device_alloc']}, peak reserved {stats['reserved_bytes.all.peak'] / MiB:.0f} MiB. "
              f"Host buffers (np.add into the output; 'us/pair' is us per call): {'; '.join(host_notes)}. "
              f"GPU: {gpu_note}.")
-    table = common.format_table(rows, [("case", "case", ""), ("us/pair (median)", "us_per_pair", ".3f"),
-                                       ("us/pair (min)", "min_us_per_pair", ".3f"),
-                                       ("pairs/s", "pairs_per_s", ",.0f")])
-    print(table)
-    print(notes)
-    facts = common.machine_facts()
-    facts["gpu"] = gpu_note
-    paths = common.write_results("alloc", rows, facts, table, notes)
-    print("wrote", *paths)
+    common.report("alloc", rows, [("case", "case", ""), ("us/pair (median)", "us_per_pair", ".3f"),
+                                  ("us/pair (min)", "min_us_per_pair", ".3f"), ("pairs/s", "pairs_per_s", ",.0f")],
+                  notes, gpu=gpu_note)
 
 
 if __name__ == "__main__":

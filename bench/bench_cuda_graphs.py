@@ -64,12 +64,9 @@ def cupy_cases(data, sync):
 
 
 def torch_cases(data):
-    try:
-        import torch
-    except ImportError:
-        return {}, "torch not installed"
-    if not torch.cuda.is_available():
-        return {}, "torch without CUDA"
+    torch, note = common.torch_cuda()
+    if torch is None:
+        return {}, note
     t = {k: torch.from_numpy(v).cuda() for k, v in data.items()}
 
     def eager():
@@ -85,8 +82,7 @@ def torch_cases(data):
     with torch.cuda.graph(g):
         eager()
     sync = torch.cuda.synchronize
-    return {"torch eager": lambda: (eager(), sync()), "torch graph replay": lambda: (g.replay(), sync())}, \
-        f"torch {torch.__version__}"
+    return {"torch eager": lambda: (eager(), sync()), "torch graph replay": lambda: (g.replay(), sync())}, note
 
 
 def main():
@@ -110,15 +106,10 @@ def main():
     notes = (f"RNN cell h = tanh(h @ W + x_t @ U + b), [1,{H}] state, {H}x{H}, {STEPS} steps per call; medians of 15 "
              f"samples with a device sync per call. jitorch graph replay is {ratio:.1f}x jitorch eager (target "
              f">= {TARGET:.0f}x: {verdict}). Peers: {torch_note}.")
-    table = common.format_table(rows, [("case", "case", ""), ("ms/call (median)", "ms_per_call", ".3f"),
-                                       ("us/step", "us_per_step", ".2f"),
-                                       ("x vs jitorch eager", "speedup_vs_jitorch_eager", ".1f")])
-    print(table)
-    print(notes)
-    facts = common.machine_facts()
-    facts["gpu"] = jitorch.cuda.get_device_name()
-    print("wrote", *common.write_results("cuda_graphs", rows, facts, table, notes))
-    return 0 if ratio >= TARGET else 1
+    common.report("cuda_graphs", rows, [("case", "case", ""), ("ms/call (median)", "ms_per_call", ".3f"),
+                                        ("us/step", "us_per_step", ".2f"),
+                                        ("x vs jitorch eager", "speedup_vs_jitorch_eager", ".1f")], notes,
+                  gpu=jitorch.cuda.get_device_name())
 
 
 if __name__ == "__main__":

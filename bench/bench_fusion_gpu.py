@@ -69,18 +69,15 @@ def event_time(cupy, fn, samples=15, target_s=0.02):
 
 
 def torch_cases(arrays):
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
-        return {}, "torch not installed"
-    if not torch.cuda.is_available():
-        return {}, "torch without CUDA"
+    torch, note = common.torch_cuda()
+    if torch is None:
+        return {}, note
+    F = torch.nn.functional
     t = {k: [torch.from_numpy(a).cuda() for a in v] for k, v in arrays.items()}
     return {"gelu": lambda: F.gelu(t["gelu"][0], approximate="tanh"),
             "softmax": lambda: torch.softmax(t["softmax"][0], dim=-1),
             "layer_norm": lambda: F.layer_norm(t["layer_norm"][0], (COLS,), t["layer_norm"][1],
-                                               t["layer_norm"][2])}, f"torch {torch.__version__}"
+                                               t["layer_norm"][2])}, note
 
 
 def main():
@@ -120,19 +117,15 @@ def main():
                          "x_vs_torch": times["torch eager"] / s if "torch eager" in times else None,
                          "kernels": launches if name == "jitorch.compile" else None,
                          "first_call_s": first_s if name == "jitorch.compile" else None})
-    table = common.format_table(rows, [("case", "case", ""), ("impl", "impl", ""), ("ms (median)", "ms", ".3f"),
-                                       ("GB/s", "gb_s", ".0f"), ("x vs jitorch eager", "x_vs_jitorch_eager", ".2f"),
-                                       ("x vs torch", "x_vs_torch", ".2f"), ("kernels/call", "kernels", "d"),
-                                       ("first call s", "first_call_s", ".2f")])
+    columns = [("case", "case", ""), ("impl", "impl", ""), ("ms (median)", "ms", ".3f"), ("GB/s", "gb_s", ".0f"),
+               ("x vs jitorch eager", "x_vs_jitorch_eager", ".2f"), ("x vs torch", "x_vs_torch", ".2f"),
+               ("kernels/call", "kernels", "d"), ("first call s", "first_call_s", ".2f")]
     notes = (f"GELU on {N_GELU} float32; softmax and layer norm on {ROWS}x{COLS} float32. Medians of 15 event-timed "
              "samples on the current stream. GB/s counts input + output bytes once; the roofline copies as many "
              f"bytes. first call = trace + NVRTC compile (or cache load) + run. Peers: {torch_note}.")
-    print(table)
-    print(notes)
-    facts = common.machine_facts()
     major, minor = jitorch.cuda.get_device_capability()
-    facts.update(gpu=jitorch.cuda.get_device_name(), arch=f"sm_{major}{minor}", cupy=cupy.__version__)
-    print("wrote", *common.write_results("fusion_gpu", rows, facts, table, notes))
+    common.report("fusion_gpu", rows, columns, notes, gpu=jitorch.cuda.get_device_name(), arch=f"sm_{major}{minor}",
+                  cupy=cupy.__version__)
     return 0
 
 

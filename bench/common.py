@@ -122,3 +122,23 @@ def write_results(name, rows, facts, table, notes=""):
     md_path.write_text(f"# {name} ({datetime.date.today().isoformat()})\n\n{notes}\n\n## Machine\n\n{fact_lines}\n\n"
                        f"## Results\n\n{table}\n")
     return json_path, md_path
+
+
+def report(name, rows, columns, notes, **facts):
+    """Print the table and notes, write both with the machine facts (plus ``facts``) to ``results/``; the table."""
+    table = format_table(rows, columns)
+    print(table)
+    print(notes)
+    print("wrote", *write_results(name, rows, dict(machine_facts(), **facts), table, notes))
+    return table
+
+
+def torch_cuda():
+    """``(torch, note)`` when torch with CUDA is importable, else ``(None, why not)``: the GPU peers' guard."""
+    try:
+        import torch
+    except ImportError:
+        return None, "torch not installed"
+    if not torch.cuda.is_available():
+        return None, "torch without CUDA"
+    return torch, f"torch {torch.__version__}"

@@ -126,6 +126,12 @@ def _parse_divisions(text):
     return table
 
 
+# Sizes given in MiB: option -> (config attribute, lower bound, whether the bound itself is refused).
+_MIB_OPTIONS = {"max_split_size_mb": ("max_split_size", 20, True),
+                "max_non_split_rounding_mb": ("max_non_split_rounding", 0, False),
+                "host_cache_max_mb": ("host_cache_max", 0, False)}
+
+
 def parse_alloc_conf(text: str) -> AllocatorConfig:
     """Parse a ``JITORCH_ALLOC_CONF`` string; raises :class:`AllocConfigError` naming the bad entry.
 
@@ -154,16 +160,12 @@ def parse_alloc_conf(text: str) -> AllocatorConfig:
         key, value = key.strip(), value.strip()
         if not sep or not value:
             _fail(f"expected 'key:value', got {entry!r}")
-        if key == "max_split_size_mb":
+        if key in _MIB_OPTIONS:
+            attr, low, strict = _MIB_OPTIONS[key]
             mb = _number(key, value)
-            if mb <= 20:
-                _fail(f"max_split_size_mb must be > 20, got {mb}")
-            cfg.max_split_size = mb * MiB
-        elif key == "max_non_split_rounding_mb":
-            mb = _number(key, value)
-            if mb < 0:
-                _fail(f"max_non_split_rounding_mb must be >= 0, got {mb}")
-            cfg.max_non_split_rounding = mb * MiB
+            if mb < low or (strict and mb == low):
+                _fail(f"{key} must be {'>' if strict else '>='} {low}, got {mb}")
+            setattr(cfg, attr, mb * MiB)
         elif key == "garbage_collection_threshold":
             threshold = _number(key, value, float)
             if not 0.0 < threshold < 1.0:
@@ -173,11 +175,6 @@ def parse_alloc_conf(text: str) -> AllocatorConfig:
             if value not in ("native", "cupy"):
                 _fail(f"backend must be 'native' or 'cupy', got {value!r}")
             cfg.backend = value
-        elif key == "host_cache_max_mb":
-            mb = _number(key, value)
-            if mb < 0:
-                _fail(f"host_cache_max_mb must be >= 0, got {mb}")
-            cfg.host_cache_max = mb * MiB
         elif key == "host_malloc_tuning":
             if value not in ("True", "False"):
                 _fail(f"host_malloc_tuning must be True or False, got {value!r}")

@@ -10,6 +10,7 @@ import torch
 import jitorch
 import jitorch.nn.functional as F
 from jitorch import nn
+from training_helpers import classification_batches, train_like_eager
 
 
 def _np(t):
@@ -460,29 +461,7 @@ class _Encoder(nn.Module):
 
 @pytest.mark.parametrize("make, shape", [(_BasicBlock, (6, 4, 4, 4)), (_Encoder, (4, 5, 16))])
 def test_common_blocks_train_compiled_as_one_graph_like_eager(make, shape):
-    import copy
-
-    jitorch.manual_seed(0)
-    eager = make()
-    model = copy.deepcopy(eager)
-    compiled = jitorch.compile(model)
-    rng = np.random.default_rng(0)
-    for step in range(3):
-        x = jitorch.tensor(rng.standard_normal(shape).astype(np.float32))
-        y = jitorch.tensor(rng.integers(0, 3, shape[0]))
-        losses = []
-        for net in (eager, compiled):
-            jitorch.manual_seed(step)  # the same dropout masks
-            (model if net is compiled else eager).zero_grad()
-            loss = F.cross_entropy(net(x), y)
-            loss.backward()
-            losses.append(loss.item())
-        np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
-        for pc, pe in zip(model.parameters(), eager.parameters()):
-            np.testing.assert_allclose(pc.grad.numpy(), pe.grad.numpy(), rtol=1e-4, atol=1e-6)
-        for bc, be in zip(model.buffers(), eager.buffers()):
-            np.testing.assert_allclose(bc.numpy(), be.numpy(), rtol=1e-6)
-    entry = compiled._compiled_call.train_entries[0]
+    entry = train_like_eager(make, classification_batches(shape, 3, seed=0), loss=F.cross_entropy)
     assert entry.plan is not None and entry.break_reason is None
 
 

@@ -7,6 +7,7 @@ import pytest
 import jitorch
 import jitorch.nn.functional as F
 from jitorch import nn
+from training_helpers import train_like_eager
 
 
 class Net(nn.Module):
@@ -226,21 +227,11 @@ def test_embedding_model_compiles_as_one_graph_and_checks_indices_in_the_graph()
         def forward(self, idx, y):
             return F.cross_entropy(self.head(self.emb(idx)).view(-1, 7), y.view(-1))
 
-    jitorch.manual_seed(0)
-    eager = Tagger()
-    model = copy.deepcopy(eager)
-    compiled = jitorch.compile(model)
     rng = np.random.default_rng(5)
-    for _ in range(3):
-        idx, y = (jitorch.tensor(rng.integers(0, 7, (2, 5))) for _ in range(2))
-        for m in (eager, model):
-            m.zero_grad()
-        _close(compiled(idx, y), eager(idx, y))
-        compiled(idx, y).backward()
-        eager(idx, y).backward()
-        for pc, pe in zip(model.parameters(), eager.parameters()):
-            _close(pc.grad, pe.grad)
-    entry = compiled._compiled_call.train_entries[0]
+    batches = [tuple(jitorch.tensor(rng.integers(0, 7, (2, 5))) for _ in range(2)) for _ in range(3)]
+    entry = train_like_eager(Tagger, batches)
     assert entry.plan is not None and entry.break_reason is None
+    compiled = jitorch.compile(Tagger())
+    compiled(*batches[0]).backward()
     with pytest.raises(IndexError, match="out of bounds|out of range"):
         compiled(jitorch.tensor([[0, 9, 1, 2, 3], [0, 1, 2, 3, 4]]), jitorch.zeros(2, 5, dtype=jitorch.int64))

@@ -7,6 +7,7 @@ import jitorch
 import jitorch.nn.functional as F
 from jitorch._compile.fusion import FusedGroup
 from jitorch._compile.training import compile_training
+from training_helpers import classification_batches, train_like_eager
 
 
 def _groups(graph):
@@ -267,35 +268,9 @@ class _InplaceNet(jitorch.nn.Module):
         return F.cross_entropy(self.b(self.act(h)), y)
 
 
-def _trains_like_eager(make, x_shape, classes, seed, steps=3):
-    """Compile a fresh ``make()`` module and train it next to an eager copy; returns the compiled entry."""
-    import copy
-
-    jitorch.manual_seed(seed)
-    eager = make()
-    model = copy.deepcopy(eager)
-    compiled = jitorch.compile(model)
-    rng = np.random.default_rng(seed)
-    for _ in range(steps):
-        x = jitorch.tensor(rng.standard_normal(x_shape).astype(np.float32))
-        y = jitorch.tensor(rng.integers(0, classes, x_shape[0]))
-        eager.zero_grad()
-        model.zero_grad()
-        lc, le = compiled(x, y), eager(x, y)
-        lc.backward()
-        le.backward()
-        np.testing.assert_allclose(lc.item(), le.item(), rtol=1e-5)
-        for pc, pe in zip(model.parameters(), eager.parameters()):
-            np.testing.assert_allclose(pc.grad.numpy(), pe.grad.numpy(), rtol=1e-4, atol=1e-6)
-        for bc, be in zip(model.buffers(), eager.buffers()):
-            np.testing.assert_allclose(bc.numpy(), be.numpy(), rtol=1e-6)
-    entry = compiled._compiled_call.train_entries[0]
-    assert entry.plan is not None and entry.break_reason is None
-    return entry
-
-
 def test_inplace_ops_on_intermediates_compile_as_out_of_place_nodes():
-    entry = _trains_like_eager(_InplaceNet, (5, 8), 3, seed=8)
+    entry = train_like_eager(_InplaceNet, classification_batches((5, 8), 3, seed=8), seed=8)
+    assert entry.plan is not None and entry.break_reason is None
     assert ["add", "copy", "mul", "copy", "relu", "copy"] in entry.kernel_ops  # one fused kernel
 
 
@@ -335,4 +310,5 @@ def test_batch_norm_then_inplace_relu_trains_compiled():
         def forward(self, x, y):
             return F.cross_entropy(self.net(x), y)
 
-    _trains_like_eager(Net, (5, 1, 6, 6), 3, seed=10)
+    entry = train_like_eager(Net, classification_batches((5, 1, 6, 6), 3, seed=10), seed=10)
+    assert entry.plan is not None and entry.break_reason is None

@@ -10,11 +10,7 @@ import pytest
 import jitorch
 from jitorch import _dispatch
 from jitorch.cpu import CPUGraph, graph, make_graphed_callables
-
-
-def _zero(*tensors):
-    for t in tensors:
-        t._data[...] = 0
+from training_helpers import assert_replay_follows_seed, small_mlp, zero
 
 
 def _step(x, w, b):
@@ -30,7 +26,7 @@ def test_replay_matches_eager_over_new_inputs():
     for _ in range(4):
         new = jitorch.tensor(gen.standard_normal((4, 8)).astype(np.float32))
         x.copy_(new)
-        _zero(out)
+        zero(out)
         g.replay()
         np.testing.assert_allclose(out._data, _step(new, w, b)._data, rtol=1e-6, atol=1e-6)
 
@@ -43,7 +39,7 @@ def test_mixed_dtypes_and_scalars_promote_as_eager():
         out = (i * f + 1.5) / 2 > i.float()
         mixed = i + 2.5
     i.copy_(jitorch.tensor([7, 0, -3]))
-    _zero(out, mixed)
+    zero(out, mixed)
     g.replay()
     assert out.tolist() == ((i * f + 1.5) / 2 > i.float()).tolist()
     assert mixed.tolist() == (i + 2.5).tolist() and mixed.dtype == jitorch.float32
@@ -58,7 +54,7 @@ def test_outputs_are_overwritten_by_the_next_replay():
     g.replay()
     kept = y.clone()
     x.fill_(5.0)
-    _zero(y)
+    zero(y)
     g.replay()
     assert y.tolist() == [50.0, 50.0] and kept.tolist() == [30.0, 30.0]
 
@@ -71,7 +67,7 @@ def test_python_side_effects_happen_once_at_capture():
         calls.append("ran")
         y = x + 1
     for _ in range(3):
-        _zero(y)
+        zero(y)
         g.replay()
     assert calls == ["ran"] and y.tolist() == [2.0, 2.0]
 
@@ -83,7 +79,7 @@ def test_inplace_ops_mutate_static_inputs_on_each_replay():
         counter.add_(1.0)
         snapshot = counter * 1
     for expected in (2.0, 3.0, 4.0):
-        _zero(snapshot)
+        zero(snapshot)
         g.replay()
         assert counter.tolist() == [expected] * 2 and snapshot.tolist() == [expected] * 2
 
@@ -97,7 +93,7 @@ def test_tensors_created_inside_restart_from_their_initial_value():
         acc.mul_(2)
     for values in ([1.0, 1.0], [3.0, -1.0]):
         x.copy_(jitorch.tensor(values))
-        _zero(acc)
+        zero(acc)
         g.replay()
         assert acc.tolist() == [2 * v for v in values]
 
@@ -108,7 +104,7 @@ def test_views_of_static_inputs_follow_them():
     with graph(g):
         outs = [xs[t] * (t + 1) for t in range(3)]
     xs.copy_(jitorch.arange(6.0).reshape(3, 2))
-    _zero(*outs)
+    zero(*outs)
     g.replay()
     assert [o.tolist() for o in outs] == [[0.0, 1.0], [4.0, 6.0], [12.0, 15.0]]
 
@@ -124,7 +120,7 @@ def test_random_ops_draw_new_numbers_on_every_replay(sample):
         out = sample()
     seen = [out.clone()]
     for _ in range(3):
-        _zero(out)
+        zero(out)
         g.replay()
         assert not any(bool((out == s).all()) for s in seen)
         seen.append(out.clone())
@@ -134,20 +130,13 @@ def test_random_replay_follows_the_generator_state():
     g = CPUGraph()
     with graph(g):
         out = jitorch.randn(4)
-    jitorch.manual_seed(7)
-    _zero(out)
-    g.replay()
-    first = out.clone()
-    jitorch.manual_seed(7)
-    _zero(out)
-    g.replay()
-    assert out.tolist() == first.tolist()
+    assert_replay_follows_seed(g, out, 7)
     gen = jitorch.Generator().manual_seed(3)
     g2 = CPUGraph()
     with graph(g2):
         own = jitorch.rand(4, generator=gen)
     gen.manual_seed(3)
-    _zero(own)
+    zero(own)
     g2.replay()
     assert own.tolist() == jitorch.rand(4, generator=gen.manual_seed(3)).tolist()
 
@@ -169,7 +158,7 @@ def test_forbidden_ops_raise_and_end_the_capture(forbidden):
         g.replay()
     with graph(g):  # the graph is usable again
         z = x * 4
-    _zero(z)
+    zero(z)
     g.replay()
     assert z.tolist() == [4.0]
 
@@ -180,14 +169,6 @@ def test_unsupported_sampler_raises_and_ends_the_capture():
         with graph(CPUGraph()):
             jitorch.bernoulli(p)
     assert not _dispatch.MODES
-
-
-def _mlp(lib, weights):
-    net = lib.nn.Sequential(lib.nn.Linear(8, 16), lib.nn.Tanh(), lib.nn.Linear(16, 4))
-    with lib.no_grad():
-        for p, a in zip(net.parameters(), weights):
-            p.copy_(lib.tensor(a))
-    return net
 
 
 def _train_step(lib, net, opt, x, y, accumulate=False):
@@ -206,7 +187,7 @@ def test_training_step_replay_equals_eager_for_ten_steps(accumulate):
     data = [(gen.standard_normal((32, 8)).astype(np.float32), gen.standard_normal((32, 4)).astype(np.float32))
             for _ in range(12)]
     # The eager twin is the reference (eager training itself is tested against torch in the optim and nn suites).
-    jnet, tnet = _mlp(jitorch, weights), _mlp(jitorch, weights)
+    jnet, tnet = small_mlp(jitorch, weights), small_mlp(jitorch, weights)
     jopt = jitorch.optim.SGD(jnet.parameters(), lr=0.05, momentum=0.9)
     topt = jitorch.optim.SGD(tnet.parameters(), lr=0.05, momentum=0.9)
     # Warm-up outside the capture (momentum buffers are created on the first step), as with CUDA graphs.
@@ -221,7 +202,7 @@ def test_training_step_replay_equals_eager_for_ten_steps(accumulate):
     for x, y in data[2:]:
         sx.copy_(jitorch.tensor(x))
         sy.copy_(jitorch.tensor(y))
-        _zero(loss)
+        zero(loss)
         g.replay()
         want = _train_step(jitorch, tnet, topt, jitorch.tensor(x), jitorch.tensor(y), accumulate)
         np.testing.assert_allclose(loss._data, want._data, rtol=1e-5)
@@ -253,7 +234,7 @@ def test_capture_begin_end_reset_and_debug_dump(tmp_path):
     assert g.pool() is not None
     with pytest.raises(RuntimeError, match="reset"):
         g.capture_begin()
-    _zero(y)
+    zero(y)
     g.replay()
     np.testing.assert_allclose(y._data, np.exp(2.0) * np.ones(3), rtol=1e-6)
     g.reset()
@@ -281,7 +262,7 @@ def test_rnn_cell_loop_replay_equals_eager():
         new_h0, new_xs = randn(1, 64), randn(20, 1, 64)
         h0.copy_(new_h0)
         xs.copy_(new_xs)
-        _zero(h)
+        zero(h)
         g.replay()
         np.testing.assert_allclose(h._data, _rnn(new_h0, new_xs, w, u, b, 20)._data, rtol=1e-5, atol=1e-6)
 
@@ -298,7 +279,7 @@ def test_make_graphed_callables_replays_and_checks_inputs():
     for values in ([[1.0, 2.0, 3.0], [-4.0, 0.0, 1.0]], [[0.0, 0.0, 1.0], [1.0, 1.0, 1.0]]):
         x = jitorch.tensor(values)
         out, total = graphed.static_out
-        _zero(out, total)
+        zero(out, total)
         got, got_total = graphed(x, 2.0)
         want, want_total = f(x, 2.0)
         assert got.tolist() == want.tolist() and got_total.item() == want_total.item()

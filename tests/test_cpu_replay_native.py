@@ -11,11 +11,7 @@ import torch
 
 import jitorch
 from jitorch.cpu import CPUGraph, graph
-
-
-def _zero(*tensors):
-    for t in tensors:
-        t._data[...] = 0
+from training_helpers import assert_replay_follows_seed, zero
 
 
 def _pair(gen, *shape, scale=1.0, dtype=np.float32):
@@ -43,7 +39,7 @@ def test_rnn_loop_is_one_native_call_and_matches_torch():
         (nh, th), (nx, tx) = _pair(gen, 1, 64), _pair(gen, 30, 1, 64)
         h0.copy_(nh)
         xs.copy_(nx)
-        _zero(h)
+        zero(h)
         g.replay()
         np.testing.assert_allclose(h._data, _rnn(torch, th, tx, tw, tu, tb, 30).numpy(), rtol=1e-5, atol=1e-5)
     # Intermediates nobody holds live in the arena, which reuses memory: far smaller than 90 [1, 64] buffers.
@@ -68,7 +64,7 @@ def test_elementwise_chain_fuses_into_one_loop():
     for _ in range(3):
         nx, tx = _pair(gen, 1000)
         x.copy_(nx)
-        _zero(out)
+        zero(out)
         g.replay()
         np.testing.assert_allclose(out._data, _chain(tx).numpy(), rtol=2e-5, atol=1e-6)
 
@@ -82,7 +78,7 @@ def test_held_intermediates_are_written_and_dead_ones_are_not():
     assert g.native and g.native_report()["calls"] == 1
     assert g._native.arena.nbytes <= 64  # the dead (kept + 1) and exp values stay in registers
     x.copy_(jitorch.arange(8.0) / 8)
-    _zero(kept, out)
+    zero(kept, out)
     g.replay()
     tx = torch.arange(8.0) / 8
     np.testing.assert_allclose(kept._data, (tx * 3).numpy(), rtol=1e-6)
@@ -105,7 +101,7 @@ def test_reductions_replay_natively(fn):
     for _ in range(2):
         nx, tx = _pair(gen, 3, 5, 7)
         x.copy_(nx)
-        _zero(out)
+        zero(out)
         g.replay()
         np.testing.assert_allclose(out._data, fn(tx).numpy(), rtol=1e-5, atol=1e-5)
 
@@ -133,7 +129,7 @@ def test_matmuls_replay_natively(shapes, fn, dtype):
         (na, ta), (nb, tb) = _pair(gen, *shapes[0], dtype=dtype), _pair(gen, *shapes[1], dtype=dtype)
         a.copy_(na)
         b.copy_(nb)
-        _zero(out)
+        zero(out)
         g.replay()
         tol = 1e-4 if dtype == np.float32 else 1e-10
         np.testing.assert_allclose(out._data, fn(ta, tb).numpy(), rtol=tol, atol=tol)
@@ -151,7 +147,7 @@ def test_mixed_dtypes_broadcast_and_comparisons():
     assert g.native, g.native_report()
     i.copy_(jitorch.tensor([[1], [-2], [3], [0]]))
     f.copy_(jitorch.tensor([0.5, 0.25, 2.0], dtype=jitorch.float64))
-    _zero(a, mask, picked, c)
+    zero(a, mask, picked, c)
     g.replay()
     ti, tf = torch.tensor([[1], [-2], [3], [0]]), torch.tensor([0.5, 0.25, 2.0], dtype=torch.float64)
     ta = (ti * tf + 1.5) / 2
@@ -171,7 +167,7 @@ def test_in_place_updates_and_restores_run_natively():
         acc.mul_(counter)
     assert g.native, g.native_report()
     for expected in (2.0, 3.0, 4.0):
-        _zero(acc)
+        zero(acc)
         g.replay()
         assert counter.tolist() == [expected] * 2 and acc.tolist() == [expected, 2 * expected]
 
@@ -188,7 +184,7 @@ def test_unlowerable_steps_fall_back_between_native_segments():
     gen = np.random.default_rng(4)
     nx, tx = _pair(gen, 3, 4)
     x.copy_(nx)
-    _zero(y, z)
+    zero(y, z)
     g.replay()
     np.testing.assert_allclose(z._data, ((tx * 2).cumsum(dim=1) + 1).tanh().numpy(), rtol=1e-6)
 
@@ -212,17 +208,11 @@ def test_random_draws_stay_graph_safe_in_native_replay():
     assert g.native and g.native_report()["draws"] == 1
     seen = []
     for _ in range(3):
-        _zero(out)
+        zero(out)
         g.replay()
         assert not any(bool((out == s).all()) for s in seen)
         seen.append(out.clone())
-    jitorch.manual_seed(5)
-    g.replay()
-    first = out.clone()
-    jitorch.manual_seed(5)
-    _zero(out)
-    g.replay()
-    assert out.tolist() == first.tolist()
+    assert_replay_follows_seed(g, out, 5)
 
 
 def test_python_replay_switch(monkeypatch):
@@ -232,6 +222,6 @@ def test_python_replay_switch(monkeypatch):
     g = CPUGraph()
     with graph(g):
         y = x * 5
-    _zero(y)
+    zero(y)
     g.replay()
     assert y.tolist() == [5.0] * 3 and not g.native and "disabled" in g.native_report()["error"]

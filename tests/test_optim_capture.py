@@ -13,6 +13,7 @@ import torch
 import jitorch
 from jitorch import _dispatch
 from jitorch.cpu import CPUGraph, graph
+from training_helpers import small_mlp
 
 REPLAYS = 10
 TOL = dict(rtol=2e-5, atol=2e-6)
@@ -27,14 +28,6 @@ def _batches(seed, count):
     gen = np.random.default_rng(seed + 1)
     return [(gen.standard_normal((32, 8)).astype(np.float32), gen.standard_normal((32, 4)).astype(np.float32))
             for _ in range(count)]
-
-
-def _mlp(lib, weights):
-    net = lib.nn.Sequential(lib.nn.Linear(8, 16), lib.nn.Tanh(), lib.nn.Linear(16, 4))
-    with lib.no_grad():
-        for p, w in zip(net.parameters(), weights):
-            p.copy_(lib.tensor(w))
-    return net
 
 
 def _train_step(lib, net, opt, x, y):
@@ -77,7 +70,7 @@ def _case_id(case):
 def test_captured_training_step_replays_like_eager_and_torch(case):
     name, kwargs, extra = case
     weights, data = _weights(3), _batches(3, REPLAYS + 2)
-    captured, eager, reference = _mlp(jitorch, weights), _mlp(jitorch, weights), _mlp(torch, weights)
+    captured, eager, reference = small_mlp(jitorch, weights), small_mlp(jitorch, weights), small_mlp(torch, weights)
     copt = getattr(jitorch.optim, name)(captured.parameters(), **kwargs, **extra)
     eopt = getattr(jitorch.optim, name)(eager.parameters(), **kwargs, **extra)
     ropt = getattr(torch.optim, name)(reference.parameters(), **kwargs)

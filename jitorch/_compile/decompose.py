@@ -34,7 +34,7 @@ from ..fx.make_fx import Primitive, _primitive, make_fx
 from ..fx.joint import BACKWARD, FORWARD
 from ..fx.node import Node
 from ..ops.conv_layouts import STASH
-from ..ops.nn_fused import NLL_CHECK_TARGETS
+from ..ops.nn_fused import NLL_CHECK_TARGETS, norm_grads
 
 __all__ = ["decompose", "DECOMPOSITIONS"]
 
@@ -42,16 +42,8 @@ __all__ = ["decompose", "DECOMPOSITIONS"]
 def _layer_norm_backward(g, x, mean, rstd, weight, *, k, eps):
     """(grad_input, grad_weight, grad_bias) from the saved row statistics."""
     nd = x.dim()
-    dims, lead = tuple(range(nd - k, nd)), tuple(range(nd - k))
-    n = int(np.prod(x.shape[nd - k:]))
-    xhat = (x - mean) * rstd
-    gxh = g * weight if weight is not None else g
-    c1 = gxh.sum(dims, keepdim=True) / n
-    c2 = (gxh * xhat).sum(dims, keepdim=True) / n
-    gx = rstd * (gxh - c1 - xhat * c2)
-    gw = (g * xhat).sum(lead) if lead else g * xhat
-    gb = g.sum(lead) if lead else g
-    return gx, gw, gb
+    return norm_grads(g, x, weight, tuple(range(nd - k, nd)), tuple(range(nd - k)), eps, (True, True, True),
+                      stats=(mean, rstd))
 
 
 def _nll_loss_backward(g, target, *, shape, ignore_index, reduction):

@@ -56,19 +56,24 @@ def kernel_cache_stats():
         return dict(_STATS, entries=len(_KERNELS))
 
 
-def _compiled(kernel):
-    text = str(kernel)
-    with _lock:
-        ck = _KERNELS.get(text)
-        if ck is not None:
-            _STATS["hits"] += 1
-            return ck
+def memo_build(table, stats, lock, key, build):
+    """``table[key]``, built by ``build()`` on a miss (outside ``lock``: compiles take long); counts hits, compiles
+    and compile seconds in ``stats``. Shared by the LLVM kernels here and the CUDA programs of lower_cuda.py."""
+    with lock:
+        found = table.get(key)
+        if found is not None:
+            stats["hits"] += 1
+            return found
     start = time.perf_counter()
-    ck = compile_kernel(kernel, cache=default_cache())
-    with _lock:
-        _STATS["compiles"] += 1
-        _STATS["compile_s"] += time.perf_counter() - start
-        return _KERNELS.setdefault(text, ck)
+    built = build()
+    with lock:
+        stats["compiles"] += 1
+        stats["compile_s"] += time.perf_counter() - start
+        return table.setdefault(key, built)
+
+
+def _compiled(kernel):
+    return memo_build(_KERNELS, _STATS, _lock, str(kernel), lambda: compile_kernel(kernel, cache=default_cache()))
 
 
 def node_expr_for(name, operands, out_dtype):

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 import weakref
 
 import numpy as np
@@ -37,7 +36,7 @@ from ..codegen.ir import Buffer, Kernel
 from ..codegen.llvm_objcache import default_cache, jitorch_version
 from ..fx.node import Node, map_aggregate
 from ..runtime import devices
-from .lower import IR_DTYPES
+from .lower import IR_DTYPES, memo_build
 
 __all__ = ["CudaGroupKernel", "CupyDevice", "on_device", "run", "set_device_backend", "cuda_kernel_stats",
            "clear_cuda_kernel_cache"]
@@ -131,19 +130,9 @@ def _kernel_name(ops):
 
 
 def _program(kernel, name, arch, sm_count):
-    key = (str(kernel), name, arch, sm_count)
-    with _lock:
-        program = _PROGRAMS.get(key)
-        if program is not None:
-            _STATS["hits"] += 1
-            return program
-    start = time.perf_counter()
-    program = cuda_launch.build_program(kernel, name, arch, sm_count=sm_count, cache=default_cache(),
-                                        extra_key={"jitorch": jitorch_version()})
-    with _lock:
-        _STATS["compiles"] += 1
-        _STATS["compile_s"] += time.perf_counter() - start
-        return _PROGRAMS.setdefault(key, program)
+    return memo_build(_PROGRAMS, _STATS, _lock, (str(kernel), name, arch, sm_count),
+                      lambda: cuda_launch.build_program(kernel, name, arch, sm_count=sm_count, cache=default_cache(),
+                                                        extra_key={"jitorch": jitorch_version()}))
 
 
 def _device_index(arrays):

@@ -146,13 +146,18 @@ def _layer_norm_kernel(xp, x, weight, bias, k, eps):
     return out, mean, rstd.astype(x.dtype, copy=False)
 
 
-def norm_grads(g, x, weight, dims, param_dims, eps, needs, weight_view=lambda w: w):
+def norm_grads(g, x, weight, dims, param_dims, eps, needs, weight_view=lambda w: w, stats=None):
     """(gx, gw, gb) of a normalization over ``dims`` with an affine ``weight`` (broadcast by ``weight_view``) whose
-    gradients sum over ``param_dims``, in jitorch ops with the statistics recomputed from ``x``: differentiable to
-    any order. Layer norm: the trailing dims, and the leading ones for the parameters; batch norm: all but dim 1."""
-    mean = x.mean(dims, keepdim=True)
-    centered = x - mean
-    rstd = ((centered * centered).mean(dims, keepdim=True) + eps).rsqrt()
+    gradients sum over ``param_dims``, in jitorch ops. Layer norm: the trailing dims, and the leading ones for the
+    parameters; batch norm: all but dim 1. The statistics are recomputed from ``x`` (differentiable to any order)
+    unless ``stats=(mean, rstd)`` are given (a compiled backward's decomposition: jitorch._compile.decompose)."""
+    if stats is None:
+        mean = x.mean(dims, keepdim=True)
+        centered = x - mean
+        rstd = ((centered * centered).mean(dims, keepdim=True) + eps).rsqrt()
+    else:
+        mean, rstd = stats
+        centered = x - mean
     xhat = centered * rstd
     gw = ((g * xhat).sum(param_dims) if param_dims else g * xhat) if needs[1] else None
     gb = (g.sum(param_dims) if param_dims else g) if needs[2] else None
