@@ -25,7 +25,9 @@ from . import llvm_math
 from .codeblock import LLVM_TYPES, LLVMBuilder, llvm_const
 from .ir import ARG_REDUCTIONS, FLOATS, collapse, identity
 
-BLOCK = 4096
+# Each vector lane adds BLOCK / (lanes x interleave) terms in float32 before the block sum goes into the total:
+# 512 keeps a float32 sum of 10^7 equal terms within 1e-7 on 8-lane AVX2 (4096 gave 1.3e-6 there).
+BLOCK = 512
 EXPENSIVE = ("exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "pow")
 _MEM_TYPES = dict(LLVM_TYPES, bool="i8")
 _FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
@@ -295,7 +297,7 @@ def _metadata_base(name):
 
 
 def _total_type(store):
-    """The type of a reduction's running total: float32 sums add their 4096-element block sums in double, so
+    """The type of a reduction's running total: float32 sums add their `BLOCK`-element block sums in double, so
     10^7 terms lose nothing to a large total swallowing small block sums."""
     return "double" if store.value.dtype == "f32" and store.reduce == "sum" else LLVM_TYPES[store.value.dtype]
 
