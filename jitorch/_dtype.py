@@ -170,6 +170,8 @@ def scalar_dtype(x) -> dtype:
         return default_complex()
     if isinstance(x, np.generic):  # PyTorch treats NumPy scalars like the Python numbers they hold
         return scalar_dtype(x.item())
+    if isinstance(x, (builtins.int, builtins.float)):  # subclasses (a traced size: compile's SymSize)
+        return scalar_dtype(builtins.float(x) if isinstance(x, builtins.float) else builtins.int(x))
     raise TypeError(f"expected a Tensor or a number, got {t.__name__}")
 
 

@@ -40,7 +40,8 @@ def test_guard_misses_recompile_and_hits_reuse():
 
 
 def test_recompile_limit_falls_back_with_one_warning():
-    f = jitorch.compile(lambda x: x.exp() * 2, options={"recompile_limit": 2})
+    # dynamic=False: every size is a specialization (by default the second size makes the dimension symbolic).
+    f = jitorch.compile(lambda x: x.exp() * 2, dynamic=False, options={"recompile_limit": 2})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for n in range(1, 6):

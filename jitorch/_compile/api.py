@@ -1,4 +1,5 @@
-"""``jitorch.compile``: trace on first call, fuse pointwise chains into LLVM kernels, guard, and fall back to eager.
+"""`CompiledFunction`: trace on first call, fuse pointwise chains into LLVM kernels, guard, and fall back to eager
+(``jitorch.compile`` itself, the public entry point, is in entry.py).
 
 >>> import jitorch
 >>> @jitorch.compile
@@ -10,7 +11,6 @@ tensor([1., 1., 1.])
 from __future__ import annotations
 
 import time
-from importlib.util import find_spec
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -19,10 +19,8 @@ from .._dispatch import MODES
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..nn.modules.container import ModuleList
-from ..nn.modules.module import Module
-from ..optim._fused import CompiledOptimizerStep
-from ..optim.optimizer import Optimizer
 from .backend import CompiledGraph, whole_call_runner
+from .dynamic_compile import dims_to_make_dynamic, dynamic_inference, dynamic_training
 from .functionalize import CompileState, functionalize_intermediates
 from .guards import first_failure, guard_values
 from .lower import clear_kernel_cache, kernel_cache_stats
@@ -33,9 +31,8 @@ from .segment_training import backward_kernels, compile_training_segment
 from .trace import trace
 from .training import Unsupported, compile_training
 
-__all__ = ["compile", "CompiledFunction", "OptimizedModule", "config", "reset"]
+__all__ = ["CompiledFunction", "OptimizedModule", "config", "reset"]
 
-_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 _LIVE = weakref.WeakSet()  # every CompiledFunction, so reset() can clear their caches
 
 
@@ -66,13 +63,16 @@ class Entry:
     breaks: list = field(default_factory=list)  # the graph breaks recorded (segments.Break)
     trace_s: float = 0.0
     compile_s: float = 0.0
+    dynamic: object = None  # a DynamicSpec: the entry stands for every size of its symbolic dimensions
+    dynamic_reason: str | None = None  # why the sizes that changed stay specialized
 
 
 class CompiledFunction:
     """The callable `compile` returns for a function (and the forward of an `OptimizedModule`)."""
 
-    def __init__(self, fn, *, fullgraph=False, backend="jitorch", recompile_limit=None, module=None):
-        self._fn, self.fullgraph, self.backend = fn, fullgraph, backend
+    def __init__(self, fn, *, fullgraph=False, backend="jitorch", recompile_limit=None, module=None, dynamic=None):
+        self._fn, self.fullgraph, self.backend, self.dynamic = fn, fullgraph, backend, dynamic
+        self._dynamic_dims, self._dynamic_failed = set(), set()  # (argument name, dim) marked; sets that failed
         self._module = module
         self._reached_key, self._reached = None, None  # a function's modules (see _owner)
         self._limit = recompile_limit
@@ -147,6 +147,11 @@ class CompiledFunction:
                 if entry.plan is not None:
                     return entry.plan(params + tuple(args) + tuple(kwargs.values()))
                 return entry.run(args, kwargs)
+        for entry in entries:
+            if entry.dynamic is not None:
+                hit = entry.dynamic.lookup(guards, list(args) + list(kwargs.values()))
+                if hit is not None:
+                    return hit.run(args, kwargs, params)
         if self._fell_back:
             return fn(*args, **kwargs)
         if self._compiles() >= self.recompile_limit:
@@ -208,8 +213,10 @@ class CompiledFunction:
             entry.compile_s = kernel_cache_stats()["compile_s"] - llvm_before
             return traced.result
         llvm_before = kernel_cache_stats()["compile_s"]
+        dims = dims_to_make_dynamic(self, self.train_entries[:-1], guards, args, kwargs)
+        found = dims and dynamic_training(self, entry, dims, guards, args, kwargs, self._owner())
         try:
-            plan = compile_training(self._fn, args, kwargs, self._owner(), traced.result)
+            plan = found[1].plan if found else compile_training(self._fn, args, kwargs, self._owner(), traced.result)
         except Unsupported as err:
             # The trace ran the function eagerly with autograd recording: its result is this call's answer.
             after.restore()
@@ -223,6 +230,8 @@ class CompiledFunction:
 
         entry.run, entry.kernel_ops, entry.backward_kernel_ops = run, plan.forward_kernels, plan.backward_kernels
         entry.plan = plan
+        if found:  # the plan was instantiated from the template at these sizes; other sizes get their own
+            entry.dynamic, entry.guards = found[0], found[0].guards
         out = run(args, kwargs)  # the first run compiles the forward kernels
         entry.compile_s = kernel_cache_stats()["compile_s"] - llvm_before
         return out
@@ -253,11 +262,17 @@ class CompiledFunction:
             compiled = self.backend(traced.gm, list(args) + list(kwargs.values()))
             entry.run = lambda args, kwargs: compiled(*args, *kwargs.values())
         else:
-            if functionalize_intermediates(traced.gm):  # ReLU(inplace=True) and friends fuse and go native
-                traced.gm.recompile()
-            graph = CompiledGraph(traced.gm)
-            entry.kernel_ops = graph.kernel_ops
-            entry.run = whole_call_runner(graph, traced.writes)
+            dims = dims_to_make_dynamic(self, self.entries[:-1], guards, args, kwargs)
+            found = dims and dynamic_inference(self, entry, dims, guards, args, kwargs, buffers, traced.writes)
+            if found:
+                entry.dynamic, entry.guards, entry.kernel_ops = found[0], found[0].guards, found[1].kernel_ops
+                entry.run = lambda args, kwargs: found[1].run(args, kwargs, ())
+            else:
+                if functionalize_intermediates(traced.gm):  # ReLU(inplace=True) and friends fuse and go native
+                    traced.gm.recompile()
+                graph = CompiledGraph(traced.gm)
+                entry.kernel_ops = graph.kernel_ops
+                entry.run = whole_call_runner(graph, traced.writes)
         if entry.replay is None:
             # The first run compiles the kernels for these strides. It is this call: the trace's draws and buffer
             # updates are undone first (a graph without breaks writes no other outside tensor: such writes break).
@@ -315,80 +330,6 @@ class CompiledFunction:
             for graph in seg.compiled.values():
                 ops += graph.kernel_ops
         return ops
-
-
-def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="jitorch", options=None,
-            disable=False):
-    """Compile a function or a Module; usable as ``@jitorch.compile`` or ``@jitorch.compile(...)``.
-
-    The ``"jitorch"`` backend traces the call on its real inputs, fuses chains of pointwise ops over one shape into
-    LLVM kernels and runs the rest eagerly. When grad mode is on and an input or parameter requires grad, it
-    compiles the forward and the backward (see `jitorch._compile.training`; those specializations are kept in
-    ``train_entries``); random draws outside ops (``jitorch.rand``), in-place forward ops on inputs or on values
-    seen through a view or alias, and untraceable backwards run eagerly, and so does a backward with
-    ``create_graph=True``; in-place ops on the graph's own values (``ReLU(inplace=True)``, ``h += b``) become
-    out-of-place nodes. Dropout is compiled: its mask is a graph node drawn afresh on every call, in eager's order,
-    so with the same seed a compiled call draws eager's masks. In-place buffer updates (BatchNorm's running
-    statistics, ``num_batches_tracked``) of the compiled Module, or of the modules a compiled function names
-    (``self``, closure cells, globals), are graph values written back into the buffers after each run; those
-    modules' parameters are graph inputs and their identities and ``training`` flags are guarded. A callable
-    backend only ever gets inference graphs. Shapes are always specialized (``dynamic`` is accepted and ignored); a
-    call that misses every guard retraces, up to
-    ``recompile_limit`` (``options`` or ``jitorch.compiler.config``), then runs eagerly with one warning.
-    A graph break (a tensor value read into Python: ``.item()``, ``if x.sum() > 0``; an op with a data-dependent
-    shape; an in-place write into an input) splits the call into compiled segments: later calls rerun the Python
-    with the ops deferred, run each segment compiled, and record a new branch when a value read differs from every
-    recorded one (see `jitorch._compile.replay`). ``fullgraph=True`` raises at the first break, naming the line.
-    Under autograd each segment between breaks gets its own compiled forward and backward, the break itself and
-    in-place ops running eagerly (see `jitorch._compile.segment_training`); on CUDA a break makes that
-    specialization run eagerly. ``mode="reduce-overhead"`` uses CPU graph capture and replay when
-    ``jitorch._compile.reduce_overhead`` is present.
-    ``jitorch.compile(opt.step)`` returns the optimizer step with its Adam/AdamW/SGD groups updated by fused
-    kernels (`jitorch.optim._fused.CompiledOptimizerStep`).
-    ``backend="eager"`` calls the function untouched; a callable backend receives ``(GraphModule, example_inputs)``
-    and what it returns is called instead; ``disable=True`` returns ``model`` itself.
-
-    >>> import jitorch
-    >>> lin = jitorch.nn.Linear(3, 2)
-    >>> opt = jitorch.compile(lin)
-    >>> list(opt.state_dict()) == list(lin.state_dict())
-    True
-    """
-    if model is None:
-        return lambda m: compile(m, fullgraph=fullgraph, dynamic=dynamic, mode=mode, backend=backend,
-                                 options=options, disable=disable)
-    if disable:
-        return model
-    if mode not in _MODES:
-        raise RuntimeError(f"jitorch.compile: unrecognized mode={mode!r}; expected one of {_MODES[1:]}")
-    options = dict(options or {})
-    limit = options.pop("recompile_limit", None)
-    if options:
-        raise RuntimeError(f"jitorch.compile: unrecognized options {sorted(options)}")
-    if backend == "inductor":  # code written for torch.compile's default keeps working
-        backend = "jitorch"
-    if backend == "jitorch" and _optimizer_step(model):
-        return CompiledOptimizerStep(model)
-    if not callable(backend) and backend not in ("jitorch", "eager"):
-        raise RuntimeError(f"jitorch.compile: unknown backend {backend!r}; expected 'jitorch', 'eager' or a callable")
-    if mode == "reduce-overhead" and backend == "jitorch" and find_spec("jitorch._compile.reduce_overhead"):
-        from .reduce_overhead import compile_reduce_overhead  # CPU graph capture and replay
-
-        if isinstance(model, Module):
-            return OptimizedModule(model, compile_reduce_overhead(model, module=model))
-        return compile_reduce_overhead(model)
-    if isinstance(model, Module):
-        compiled = CompiledFunction(model, fullgraph=fullgraph, backend=backend, recompile_limit=limit, module=model)
-        return OptimizedModule(model, compiled)
-    if not callable(model):
-        raise TypeError(f"jitorch.compile: expected a function or a Module, got {type(model).__name__}")
-    return CompiledFunction(model, fullgraph=fullgraph, backend=backend, recompile_limit=limit)
-
-
-def _optimizer_step(fn):
-    """Whether ``fn`` is an optimizer's bound ``step`` (it writes arrays directly: no graph can stand for it)."""
-    owner = getattr(fn, "__self__", None)
-    return isinstance(owner, Optimizer) and getattr(fn, "__name__", None) == "step"
 
 
 def reset():

@@ -28,6 +28,8 @@ class ExplainOutput:
     guards: list = field(default_factory=list)  # "name == value" strings
     trace_s: float = 0.0
     compile_s: float = 0.0  # LLVM time (kernels already in the cache cost nothing)
+    dynamic: list = field(default_factory=list)  # "arg0.shape[0] -> s0" per dynamic specialization
+    static_reasons: list = field(default_factory=list)  # why sizes that changed (or dynamic=True) stay specialized
 
     def __str__(self):
         lines = [f"Graph count: {self.graph_count}", f"Graph break count: {self.graph_break_count}"]
@@ -38,6 +40,8 @@ class ExplainOutput:
         if self.backward_kernels:
             lines.append(f"Backward kernel count: {len(self.backward_kernels)}")
             lines += [f"  backward kernel {i}: {' -> '.join(ops)}" for i, ops in enumerate(self.backward_kernels)]
+        lines += [f"Dynamic sizes: {d} (each >= 2)" for d in self.dynamic]
+        lines += [f"Sizes kept static: {r}" for r in self.static_reasons]
         lines.append(f"Guards ({len(self.guards)}):")
         lines += [f"  {g}" for g in self.guards]
         lines.append(f"Compile time: trace {self.trace_s * 1e3:.1f} ms, LLVM {self.compile_s * 1e3:.1f} ms")
@@ -59,7 +63,8 @@ def explain(fn, **compile_kwargs):
     """``explain(fn)(*args, **kwargs)`` compiles ``fn`` afresh, runs it once and returns an `ExplainOutput`.
 
     Each graph break is reported as ``file:line: reason (source line)``; a break on a value read adds the guard
-    on that value (``file:line: Tensor.__bool__() == True``) to ``guards``.
+    on that value (``file:line: Tensor.__bool__() == True``) to ``guards``. ``explain(fn, dynamic=True)`` shows
+    which sizes became symbols (``dynamic``) or why they stay static (``static_reasons``).
     """
     def run(*args, **kwargs):
         cf = CompiledFunction(fn, module=fn if isinstance(fn, Module) else None, **compile_kwargs)
@@ -79,6 +84,10 @@ def explain(fn, **compile_kwargs):
             out.kernels += CompiledFunction.segment_kernels(e)
             out.backward_kernels += e.backward_kernel_ops
             out.guards = [f"{name} == {value!r}" for name, value in e.guards] + out.guards
+            if e.dynamic is not None:
+                out.dynamic.append(e.dynamic.describe())
+            if e.dynamic_reason is not None:
+                out.static_reasons.append(e.dynamic_reason)
             out.trace_s += e.trace_s
             out.compile_s += e.compile_s
         out.kernel_count = len(out.kernels)

@@ -21,6 +21,8 @@ tensor([2., 4.])
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .._tensor import Tensor
@@ -38,7 +40,8 @@ from .functionalize import CompileState, functionalize, functionalize_intermedia
     set_rng_state
 from .fusion import fusible, reduction_axes, row_op_axes
 
-__all__ = ["TrainingPlan", "Unsupported", "as_output_dtypes", "compile_training"]
+__all__ = ["JointSpec", "TrainingPlan", "Unsupported", "as_output_dtypes", "compile_training", "joint_for",
+           "plan_from_joint"]
 
 
 class Unsupported(Exception):
@@ -278,12 +281,35 @@ class TrainingPlan:
         return _CompiledTraining.apply(self, *flat)
 
 
+@dataclass
+class JointSpec:
+    """A call's joint graph (annotated and decomposed) and what a `TrainingPlan` over it needs besides."""
+
+    joint: GraphModule
+    n_outs: int  # the call's outputs
+    tuple_out: bool
+    wrt: list  # flat indices of the inputs that require grad
+    call: object  # the function over the flat inputs (the eager double backward reruns it)
+    writes: list  # buffers the forward updates, in the order of their values after the outputs
+
+    @property
+    def extra(self):
+        """What must be equal between two traces for one template to stand for both (see dynamic_shapes.py)."""
+        return self.n_outs, self.tuple_out, tuple(self.wrt), tuple(id(b) for b in self.writes)
+
+
 def compile_training(fn, args, kwargs, module, traced_result, recompute=True):
     """Build a `TrainingPlan` for ``fn(*args, **kwargs)``; raises `Unsupported` when it must run eagerly.
 
     ``traced_result`` is what a plain trace of the call returned (its output structure and shapes); ``None`` runs
     the function once to learn them. A compiled Module's parameters lead the flat inputs so they get gradients.
     """
+    spec = joint_for(fn, args, kwargs, module, traced_result)
+    return plan_from_joint(spec, spec.joint, recompute)
+
+
+def joint_for(fn, args, kwargs, module, traced_result):
+    """The `JointSpec` of ``fn(*args, **kwargs)`` (see `compile_training`)."""
     keys = tuple(kwargs)
     params = list(module.parameters()) if module is not None else []
     user = tuple(args) + tuple(kwargs[k] for k in keys)
@@ -319,17 +345,23 @@ def compile_training(fn, args, kwargs, module, traced_result, recompute=True):
     if decompose(joint):
         _annotate(joint, list(flat) + tangents)  # the inlined nodes' shapes
     wrt = [i for i, a in enumerate(flat) if isinstance(a, Tensor) and a._requires_grad]
-    n_fwd, bufs = len(outs) + len(writes), [b for b, _ in writes]
+    return JointSpec(joint, len(outs), tuple_out, wrt, call, [b for b, _ in writes])
+
+
+def plan_from_joint(spec, joint, recompute=True):
+    """The `TrainingPlan` of ``joint`` (``spec.joint``, or the same graph instantiated at other sizes)."""
+    n_fwd = spec.n_outs + len(spec.writes)
+    args = (spec.n_outs, spec.tuple_out, spec.wrt, spec.call)
     try:
         fwd_gm, bwd_gm, n_saved = split_joint(joint, n_fwd, recompute)
-        return TrainingPlan(fwd_gm, bwd_gm, len(outs), tuple_out, wrt, call, n_saved, bufs)
+        return TrainingPlan(fwd_gm, bwd_gm, *args, n_saved, spec.writes)
     except AssertionError:
         if not recompute:
             raise
         # fusion.partition cannot schedule some backward graphs with recomputed chains (a grouping cycle, reported
         # to the fusion pass): save the values instead.
         fwd_gm, bwd_gm, n_saved = split_joint(joint, n_fwd, False)
-        return TrainingPlan(fwd_gm, bwd_gm, len(outs), tuple_out, wrt, call, n_saved, bufs)
+        return TrainingPlan(fwd_gm, bwd_gm, *args, n_saved, spec.writes)
 
 
 def _as_list(result):

@@ -7,6 +7,7 @@ uses TF32, cuDNN or reduced-precision reductions, so the strictest settings alre
 >>> jitorch.backends.cudnn.benchmark = True
 >>> jitorch.backends.cuda.matmul.allow_tf32
 False
+>>> jitorch.backends.cudnn.benchmark = False
 """
 from . import cpu, cuda, cudnn, mps, opt_einsum  # noqa: F401
 

@@ -1,0 +1,115 @@
+"""How a `CompiledFunction` turns a guard miss on sizes into a dynamic specialization (see dynamic_shapes.py).
+
+`dims_to_make_dynamic` picks the dimensions (``dynamic=None``: the ones that changed against a static entry, and
+those marked before; ``dynamic=True``: all of size >= 2); `dynamic_inference` and `dynamic_training` probe the
+call through the same trace the static path uses (`trace.trace` or `training.joint_for`) and return the
+`DynamicSpec` with what runs this call, or ``None`` with the reason kept for ``explain``.
+
+>>> import jitorch
+>>> f = jitorch.compile(lambda x: x.relu() + 1)
+>>> _ = f(jitorch.ones(4, 3)), f(jitorch.ones(6, 3))
+>>> sorted(f._dynamic_dims)
+[('arg0', 0)]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .._tensor import Tensor
+from .backend import CompiledGraph, whole_call_runner
+from .dynamic_shapes import NotDynamic, build_dynamic, changed_dims, every_dim
+from .functionalize import functionalize_intermediates
+from .trace import trace
+from .training import Unsupported, joint_for, plan_from_joint
+
+__all__ = ["Instance", "dims_to_make_dynamic", "dynamic_inference", "dynamic_training"]
+
+
+@dataclass
+class Instance:
+    """A dynamic specialization instantiated at one size: ``run(args, kwargs, params)`` and its kernels."""
+
+    run: object
+    kernel_ops: list = field(default_factory=list)
+    backward_kernel_ops: list = field(default_factory=list)
+    plan: object = None
+
+
+def dims_to_make_dynamic(cf, entries, guards, args, kwargs):
+    """``[(argument name, dim)]`` for this call's new specialization, or ``[]`` to specialize every size."""
+    if cf.dynamic is False:
+        return []
+    if cf.dynamic is True:
+        dims = every_dim(args, kwargs)
+    else:
+        cf._dynamic_dims.update(changed_dims(entries, guards))
+        dims = sorted(cf._dynamic_dims)
+    named = dict(zip([f"arg{i}" for i in range(len(args))] + list(kwargs), list(args) + list(kwargs.values())))
+    for name, d in dims:
+        t = named.get(name)
+        if not isinstance(t, Tensor) or d >= t._data.ndim or t._data.shape[d] < 2 or not t._data.flags.c_contiguous:
+            return []  # sizes 0 and 1 stay specialized, as in torch; strided inputs keep exact guards
+    if not dims or frozenset(dims) in cf._dynamic_failed:
+        return []
+    return dims
+
+
+def _attempt(cf, dims, make, entry):
+    try:
+        return make()
+    except (NotDynamic, Unsupported) as err:
+        cf._dynamic_failed.add(frozenset(dims))
+        entry.dynamic_reason = str(err)
+        return None
+
+
+def dynamic_inference(cf, entry, dims, guards, args, kwargs, buffers, writes):
+    """An inference specialization over ``dims``: ``(spec, Instance for this call)`` or ``None``."""
+    nargs, keys = len(args), tuple(kwargs)
+
+    def builder(flat):
+        t = trace(cf._fn, tuple(flat[:nargs]), dict(zip(keys, flat[nargs:])), buffers=buffers)
+        if t.gm is None or t.info.hidden_write is not None or t.info.unsound is not None:
+            raise NotDynamic(t.break_reason or t.info.hidden_write or t.info.unsound)
+        return t.gm, tuple(id(b) for b in t.writes)
+
+    def build(gm):
+        if functionalize_intermediates(gm):
+            gm.recompile()
+        graph = CompiledGraph(gm)
+        runner = whole_call_runner(graph, writes)
+        return Instance(lambda a, k, params: runner(a, k), graph.kernel_ops)
+
+    return _attempt(cf, dims, lambda: _with_instance(build_dynamic(builder, args, kwargs, dims, build, guards),
+                                                     args, kwargs), entry)
+
+
+def dynamic_training(cf, entry, dims, guards, args, kwargs, module):
+    """A training specialization over ``dims``: ``(spec, Instance for this call)`` or ``None``."""
+    nargs, keys = len(args), tuple(kwargs)
+    specs = []
+
+    def builder(flat):
+        try:
+            spec = joint_for(cf._fn, tuple(flat[:nargs]), dict(zip(keys, flat[nargs:])), module, None)
+        except Unsupported as err:
+            raise NotDynamic(str(err)) from err
+        specs.append(spec)
+        return spec.joint, spec.extra
+
+    def build(joint):
+        plan = plan_from_joint(specs[0], joint)  # the first trace is the call's own sizes
+        return Instance(lambda a, k, params: plan(params + tuple(a) + tuple(k.values())), plan.forward_kernels,
+                        plan.backward_kernels, plan)
+
+    def make():
+        spec = build_dynamic(builder, args, kwargs, dims, build, guards)
+        del specs[1:]  # the probes' specs hold graphs of their own: keep only the call's
+        return _with_instance(spec, args, kwargs)
+
+    return _attempt(cf, dims, make, entry)
+
+
+def _with_instance(spec, args, kwargs):
+    sizes = spec.sizes(list(args) + list(kwargs.values()))
+    return spec, spec.at(sizes)

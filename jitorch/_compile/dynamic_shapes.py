@@ -1,0 +1,257 @@
+"""Automatic dynamic shapes: one compiled specialization for every size of the dimensions that changed.
+
+A call that misses every guard only in the sizes of some tensor arguments' dimensions (``dynamic=None``, the
+default), or any first call with ``dynamic=True`` (every dimension of size >= 2), makes those dimensions symbols;
+dimensions of equal size share one (torch's duck sizing) and stay equal. The call is traced again at probe sizes
+next to its own (the grid ``R + {0, 1, 2}^n``, at most 2 symbols), on inputs tiled from its data, and once more at
+``R + 3`` to check; `shape_fit.Fit` turns the traces into one template graph whose integers are polynomials of
+the symbols. A
+symbol whose probe fails (an error, another graph) stays specialized; when nothing is left, or the check fails, the
+call compiles static as before. Later calls with sizes >= 2 in those dimensions (sizes 0 and 1 stay specialized)
+take the template, with the Python comparisons on sizes it recorded (``if x.shape[1] > 64``) checked for their
+sizes, without running the function's Python again and without counting against ``recompile_limit``; the graph
+for each new size is instantiated from the template and its kernels compiled for that size (kept per size).
+
+>>> import jitorch
+>>> f = jitorch.compile(lambda x: (x * 2).sum(-1))
+>>> [f(jitorch.ones(n, 3)).shape[0] for n in (4, 5, 6, 7)]
+[4, 5, 6, 7]
+>>> len(f.entries), f.entries[-1].dynamic.describe()
+(2, 'arg0.shape[0] -> s0')
+"""
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+
+import numpy as np
+
+from .._tensor import Tensor
+from ..runtime.devices import array_module_for, is_cpu_array
+from .shape_fit import DEGREE, Fit, NotDynamic, Signature, recording_sizes, rebuild
+
+__all__ = ["Sym", "DynamicSpec", "changed_dims", "every_dim", "build_dynamic", "NotDynamic", "MAX_SYMBOLS"]
+
+MAX_SYMBOLS = 2  # probes grow as 3^n
+MAX_SIZES = 64  # instantiated sizes kept per dynamic specialization
+
+
+class Sym:
+    """A symbolic size in a dynamic specialization's guards (``s0``, ``s1``...)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+    def __eq__(self, other):
+        return isinstance(other, Sym) and other.index == self.index
+
+    def __hash__(self):
+        return hash(("Sym", self.index))
+
+    def __repr__(self):
+        return f"s{self.index}"
+
+
+def _names(args, kwargs):
+    return [f"arg{i}" for i in range(len(args))] + list(kwargs)
+
+
+def changed_dims(entries, guards):
+    """``[(argument name, dim)]`` whose sizes are all that differ between ``guards`` and one static entry's."""
+    for entry in entries:
+        if entry.dynamic is not None or len(entry.guards) != len(guards):
+            continue
+        dims, same = [], True
+        for (name, old), (name2, new) in zip(entry.guards, guards):
+            if name != name2:
+                same = False
+            elif old == new or name.endswith(".stride"):  # strides follow the sizes; contiguity is checked later
+                continue
+            elif name.endswith(".shape") and len(old) == len(new):
+                dims += [(name[:-6], d) for d, (a, b) in enumerate(zip(old, new)) if a != b]
+            else:
+                same = False
+            if not same:
+                break
+        if same and dims:
+            return dims
+    return []
+
+
+def every_dim(args, kwargs):
+    """``dynamic=True``: every dimension of size >= 2 of every tensor argument."""
+    return [(name, d) for name, a in zip(_names(args, kwargs), list(args) + list(kwargs.values()))
+            if isinstance(a, Tensor) for d, n in enumerate(a._data.shape) if n >= 2]
+
+
+def _tiled(t, resize):
+    """``t`` with dimension ``d`` tiled to ``n`` for each ``(d, n)`` of ``resize`` (values stay in range)."""
+    data = t._data
+    xp = np if is_cpu_array(data) else array_module_for("cuda")
+    for d, n in resize:
+        data = data.take(xp.arange(n) % data.shape[d], axis=d)
+    out = Tensor._make(xp.ascontiguousarray(data))
+    return out.requires_grad_() if t._requires_grad else out
+
+
+class DynamicSpec:
+    """The symbols of a dynamic specialization, its fitted template, and its instantiations per size.
+
+    ``dims``: ``[(argument name, flat index, dim, symbol)]``; ``build(gm)`` makes what runs one size from an
+    instantiated template graph.
+    """
+
+    def __init__(self, dims, fit, template, build, guards):
+        self.dims, self.fit, self.template, self.build = dims, fit, template, build
+        self.n = fit.n
+        self._by_name = {}
+        for name, _, d, k in dims:
+            self._by_name.setdefault(name, {})[d] = Sym(k)
+        self.guards = self.key(guards)
+        self._key = [v for _, v in self.guards]
+        self._sizes = OrderedDict()
+
+    def describe(self):
+        return ", ".join(f"{name}.shape[{d}] -> s{k}" for name, _, d, k in self.dims)
+
+    def key(self, guards):
+        """``guards`` with the symbolic sizes as `Sym` and the strides of their tensors as ``"contiguous"``."""
+        out = []
+        for name, value in guards:
+            base, _, what = name.rpartition(".")
+            syms = self._by_name.get(base)
+            if syms is not None and what == "shape":
+                value = tuple(syms.get(d, v) for d, v in enumerate(value))
+            elif syms is not None and what == "stride":
+                value = "contiguous"
+            out.append((name, value))
+        return out
+
+    def sizes(self, flat):
+        """Each symbol's size in this call, or ``None`` when the call is not one of this specialization's."""
+        sizes = [None] * self.n
+        for _, i, d, k in self.dims:
+            data = flat[i]._data
+            n = data.shape[d]
+            if n < 2 or (sizes[k] is not None and sizes[k] != n) or not data.flags.c_contiguous:
+                return None
+            sizes[k] = n
+        return tuple(sizes)
+
+    def lookup(self, guards, flat):
+        """What runs this call (built on the first call at its sizes), or ``None`` when the guards say no."""
+        sizes = self.sizes(flat)
+        if sizes is None or [v for _, v in self.key(guards)] != self._key or not self.fit.holds(sizes):
+            return None
+        return self.at(sizes)
+
+    def at(self, sizes):
+        found = self._sizes.get(sizes)
+        if found is None:
+            found = self._sizes[sizes] = self.build(rebuild(self.template, self.fit.at(sizes)))
+            if len(self._sizes) > MAX_SIZES:
+                self._sizes.popitem(last=False)
+        else:
+            self._sizes.move_to_end(sizes)
+        return found
+
+
+def _symbols(dims, names, flat):
+    """``(dims with flat index and symbol, each symbol's size)``: equal sizes share a symbol."""
+    index = {n: i for i, n in enumerate(names)}
+    values, out = [], []
+    for name, d in dims:
+        i = index.get(name)
+        t = flat[i] if i is not None else None
+        if not isinstance(t, Tensor) or d >= t._data.ndim:
+            continue
+        n = t._data.shape[d]
+        if n < 2:
+            raise NotDynamic(f"{name}.shape[{d}] is {n} (sizes 0 and 1 stay specialized)")
+        if not t._data.flags.c_contiguous:
+            raise NotDynamic(f"{name} is not contiguous")
+        if n not in values:
+            values.append(n)
+        out.append((name, i, d, values.index(n)))
+    return out, values
+
+
+def _probe(builder, flat, dims, sizes):
+    """The builder's ``(Signature, extra)`` on ``flat`` with each symbol's dimensions tiled to ``sizes``."""
+    resize = {}
+    for _, i, d, k in dims:
+        if flat[i]._data.shape[d] != sizes[k]:
+            resize.setdefault(i, []).append((d, sizes[k]))
+    probe = [(_tiled(a, resize[i]) if i in resize else a) for i, a in enumerate(flat)]
+    with recording_sizes() as log:
+        gm, extra = builder(probe)
+    return Signature(gm, log), extra
+
+
+def build_dynamic(builder, args, kwargs, dims, build, guards):
+    """A `DynamicSpec` over ``dims`` (``[(argument name, dim)]``), or `NotDynamic` saying why not.
+
+    ``builder(flat)`` traces the call on flat arguments and returns ``(graph module, extra)``: the graph is fitted,
+    ``extra`` (output structure, buffers written) must be equal at every probe.
+    """
+    names, flat = _names(args, kwargs), list(args) + list(kwargs.values())
+    dims, real = _symbols(dims, names, flat)
+    if not dims:
+        raise NotDynamic("no dimension to make dynamic")
+    try:
+        base_sig, base_extra = _probe(builder, flat, dims, real)
+    except NotDynamic:
+        raise
+    except Exception as err:  # noqa: BLE001 - code that cannot take a traced size: the static path traces it
+        raise NotDynamic(f"tracing with symbolic sizes failed: {type(err).__name__}: {err}") from err
+
+    def attempt(sizes):
+        try:
+            sig, extra = _probe(builder, flat, dims, sizes)
+        except Exception as err:  # noqa: BLE001 - a probe the function rejects keeps that size specialized
+            return None, f"at sizes {tuple(sizes)}: {type(err).__name__}: {err}"
+        if extra != base_extra:
+            return None, f"at sizes {tuple(sizes)}: another output structure"
+        why = base_sig.mismatch(sig)
+        return (sig, None) if why is None else (None, f"at sizes {tuple(sizes)}: {why}")
+
+    alive, reasons, grid = [], [], {}
+    for k in range(len(real)):
+        sig, why = attempt([v + (j == k) for j, v in enumerate(real)])
+        if sig is None:
+            reasons.append(why)
+        else:
+            alive.append(k)
+            grid[k] = sig
+    if not alive:
+        raise NotDynamic(reasons[0])
+    if len(alive) > MAX_SYMBOLS:
+        raise NotDynamic(f"{len(alive)} symbolic sizes (at most {MAX_SYMBOLS})")
+    # Renumber the symbols left; the dropped ones' dimensions keep their exact guards.
+    renumber = {k: n for n, k in enumerate(alive)}
+    kept = [(name, i, d, renumber[k]) for name, i, d, k in dims if k in renumber]
+
+    def sizes_at(offset):
+        return [v + offset[renumber[k]] if k in renumber else v for k, v in enumerate(real)]
+
+    fitted = {}
+    for offset in itertools.product(range(DEGREE + 1), repeat=len(alive)):
+        ones = [n for n, o in enumerate(offset) if o]
+        if not ones:
+            fitted[offset] = base_sig
+        elif len(ones) == 1 and offset[ones[0]] == 1:
+            fitted[offset] = grid[alive[ones[0]]]
+        else:
+            sig, why = attempt(sizes_at(offset))
+            if sig is None:
+                raise NotDynamic(why)
+            fitted[offset] = sig
+    fit = Fit([real[k] for k in alive], fitted)
+    check = (DEGREE + 1,) * len(alive)
+    sig, why = attempt(sizes_at(check))
+    why = why or fit.check([real[k] + DEGREE + 1 for k in alive], sig)
+    if why is not None:
+        raise NotDynamic(why)
+    return DynamicSpec(kept, fit, base_sig.gm, build, guards)

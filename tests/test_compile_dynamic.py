@@ -1,0 +1,201 @@
+"""Automatic dynamic shapes in jitorch.compile: one specialization stands for every size of the dimensions that
+changed, checked against torch (the oracle) and against eager jitorch at each size."""
+import copy
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch
+import jitorch.nn.functional as F
+from jitorch._compile import dynamic_shapes
+from jitorch._compile.shape_fit import Fit, Signature, recording_sizes, rebuild
+from jitorch._compile.trace import trace
+from jitorch.fx import Interpreter
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from bench_compile_train import block  # noqa: E402 - the benchmark's transformer block, in either library
+
+
+def _randn(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def test_the_second_size_makes_the_dimension_symbolic_and_the_python_runs_no_more():
+    rng = np.random.default_rng(0)
+    calls = []
+
+    def f(x, w):
+        calls.append(1)
+        return (x @ w).relu().softmax(-1) * x.shape[0] + x.sum(-1, keepdim=True)
+
+    cf = jitorch.compile(f, options={"recompile_limit": 2})
+    w = _randn(rng, 6, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no recompile-limit warning
+        for step, n in enumerate([4, 7, 3, 9, 12, 25, 2, 7]):
+            x = _randn(rng, n, 6)
+            got = cf(jitorch.tensor(x), jitorch.tensor(w))
+            tx, tw = torch.tensor(x), torch.tensor(w)
+            want = (tx @ tw).relu().softmax(-1) * n + tx.sum(-1, keepdim=True)
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+            if step == 1:
+                after_dynamic = len(calls)
+    assert len(calls) == after_dynamic  # later sizes instantiate the template: the function is not traced again
+    assert len(cf.entries) == 2 and cf.entries[0].dynamic is None
+    spec = cf.entries[1].dynamic
+    assert spec.describe() == "arg0.shape[0] -> s0"
+    assert sorted(spec._sizes) == [(2,), (3,), (7,), (9,), (12,), (25,)]
+
+
+def test_sizes_zero_and_one_stay_specialized():
+    cf = jitorch.compile(lambda x: (x * 2).sum(0))
+    for n in (4, 5, 1, 0, 6):
+        x = np.arange(n * 3, dtype=np.float32).reshape(n, 3)
+        np.testing.assert_allclose(cf(jitorch.tensor(x)).numpy(), (x * 2).sum(0))
+    shapes = [e.guards[0][1] for e in cf.entries]
+    assert [e.dynamic is not None for e in cf.entries] == [False, True, False, False]
+    assert shapes[2:] == [(1, 3), (0, 3)]
+
+
+def test_a_comparison_on_a_size_guards_the_template():
+    def f(x):
+        y = x * 2 if x.shape[0] > 16 else x * 3
+        return y[: min(x.size(0), 30)]
+
+    cf = jitorch.compile(f)
+    for n in (3, 4, 20, 5, 9, 25, 40, 33):
+        x = jitorch.arange(n * 2, dtype=jitorch.float32).view(n, 2)
+        want = (x * (2 if n > 16 else 3))[: min(n, 30)]
+        assert cf(x).tolist() == want.tolist(), n
+    dynamic = [e.dynamic for e in cf.entries if e.dynamic is not None]
+    # 3 -> 4 makes s0 (probes 5, 6 and 7 compare as 4 does); 20 takes the other branch of `> 16`, 40 of min().
+    assert len(dynamic) == 3 and all(d.describe() == "arg0.shape[0] -> s0" for d in dynamic)
+    assert [d.fit.holds((9,)) for d in dynamic] == [True, False, False]
+    assert [d.fit.holds((25,)) for d in dynamic] == [False, True, False]
+    assert [d.fit.holds((33,)) for d in dynamic] == [False, False, True]
+
+
+@pytest.mark.parametrize("fn, why", [
+    (lambda x: x * len(x), "len() of a tensor"),
+    (lambda x: x.view(x.shape[0] // 2, -1), "// of a size"),
+    (lambda x: x[: int(x.shape[0] / 3)], "int() of a size"),
+    (lambda x: jitorch.arange(x.shape[0], dtype=jitorch.float32) * x[:, 0], "differ"),
+])
+def test_values_no_polynomial_describes_keep_the_sizes_static(fn, why):
+    cf = jitorch.compile(fn)
+    for n in (6, 8, 10):
+        x = jitorch.randn(n, 4)
+        np.testing.assert_allclose(cf(x).numpy(), fn(x).numpy(), rtol=1e-6)
+    assert len(cf.entries) == 3 and all(e.dynamic is None for e in cf.entries)
+    reason = cf.entries[1].dynamic_reason
+    assert why in reason and reason.startswith("at sizes (")
+    assert cf.entries[2].dynamic_reason is None  # a failed set of dimensions is not probed again
+
+
+def test_dynamic_true_drops_the_dimensions_the_function_rejects():
+    lin = jitorch.nn.Linear(6, 3)
+    cf = jitorch.compile(lambda x: lin(x).tanh(), dynamic=True)
+    with jitorch.no_grad():
+        for n in (5, 8, 2):
+            x = jitorch.randn(n, 6)
+            np.testing.assert_allclose(cf(x).numpy(), lin(x).tanh().numpy(), rtol=1e-5, atol=1e-6)
+    assert len(cf.entries) == 1 and cf.entries[0].dynamic.describe() == "arg0.shape[0] -> s0"
+    text = str(jitorch.compiler.explain(lambda x: lin(x).tanh(), dynamic=True)(jitorch.randn(5, 6)))
+    assert "Dynamic sizes: arg0.shape[0] -> s0 (each >= 2)" in text and "arg0.shape == (s0, 6)" in text
+
+
+def test_dynamic_false_specializes_every_size():
+    cf = jitorch.compile(lambda x: x + 1, dynamic=False)
+    for n in (2, 3, 4):
+        cf(jitorch.ones(n))
+    assert len(cf.entries) == 3 and all(e.dynamic is None for e in cf.entries)
+
+
+def test_equal_sizes_share_a_symbol_and_must_stay_equal():
+    cf = jitorch.compile(lambda x, y: x * y)
+    for n in (3, 4, 6):
+        cf(jitorch.ones(n, 2), jitorch.ones(n, 1))
+    assert cf.entries[-1].dynamic.describe() == "arg0.shape[0] -> s0, arg1.shape[0] -> s0"
+    with pytest.raises(RuntimeError, match="broadcast"):  # not silently the template's: a trace that fails as eager
+        cf(jitorch.ones(7, 2), jitorch.ones(5, 1))
+
+
+def test_strided_inputs_keep_exact_guards():
+    cf = jitorch.compile(lambda x: x * 2)
+    for n in (3, 4):
+        x = jitorch.randn(2, n).t()
+        np.testing.assert_allclose(cf(x).numpy(), (x * 2).numpy())
+    assert all(e.dynamic is None for e in cf.entries)
+
+
+def test_attention_scores_fit_and_two_symbols_train_like_eager():
+    rng = np.random.default_rng(1)
+    torch.manual_seed(0)
+    reference = block(torch)
+    jitorch.manual_seed(0)
+    eager = block(jitorch)
+    with jitorch.no_grad():
+        for p, q in zip(eager.parameters(), reference.parameters()):
+            p.copy_(jitorch.tensor(q.detach().numpy()))
+    model = copy.deepcopy(eager)
+    compiled = jitorch.compile(model)
+    for b, t in [(2, 5), (2, 7), (2, 11), (3, 7), (4, 9), (2, 5)]:
+        x, y = _randn(rng, b, t, 128), _randn(rng, b, t, 128)
+        grads = []
+        for net, owner in ((compiled, model), (eager, eager)):
+            owner.zero_grad()
+            loss = net(jitorch.tensor(x), jitorch.tensor(y))
+            loss.backward()
+            grads.append([p.grad.numpy() for p in owner.parameters()])
+        reference.zero_grad()
+        want = reference(torch.tensor(x), torch.tensor(y))
+        want.backward()
+        np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-5)
+        for gc, ge, p in zip(grads[0], grads[1], reference.parameters()):
+            np.testing.assert_allclose(gc, ge, rtol=1e-4, atol=1e-6)
+            np.testing.assert_allclose(gc, p.grad.numpy(), rtol=1e-3, atol=1e-5)
+    entries = compiled._compiled_call.train_entries
+    described = [e.dynamic.describe() for e in entries if e.dynamic is not None]
+    # (2, 5) -> (2, 7): the sequence length (t * t scores: degree 2); (3, 7): the batch joins it.
+    assert described == ["arg0.shape[1] -> s0, arg1.shape[1] -> s0",
+                         "arg0.shape[0] -> s0, arg0.shape[1] -> s1, arg1.shape[0] -> s0, arg1.shape[1] -> s1"]
+    assert len(entries) == 3
+
+
+def test_rebuilt_graphs_lint_interpret_and_run_like_eager():
+    def f(x):
+        b, t, d = x.shape
+        scores = (x @ x.transpose(1, 2)).softmax(-1)
+        return (scores @ x).reshape(b * t, d).sum(0) / t
+
+    sigs = {}
+    for offset in range(4):
+        with recording_sizes() as log:
+            gm = trace(f, (jitorch.ones(2, 5 + offset, 3),), {}).gm
+        sigs[offset] = Signature(gm, log)
+    fit = Fit((5,), {(k,): sigs[k] for k in range(3)})
+    assert fit.check((8,), sigs[3]) is None and fit.terms == [(0,), (1,), (2,)]  # t * t strides: degree 2
+    x = jitorch.randn(2, 13, 3)
+    gm = rebuild(sigs[0].gm, fit.at((13,)))
+    gm.graph.lint()
+    want = f(x).numpy()
+    np.testing.assert_allclose(Interpreter(gm).run(x).numpy(), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gm(x).numpy(), want, rtol=1e-5, atol=1e-6)
+    compiled = jitorch.compile(f)
+    for t in (5, 6, 13):
+        x = jitorch.randn(2, t, 3)
+        np.testing.assert_allclose(compiled(x).numpy(), f(x).numpy(), rtol=1e-5, atol=1e-6)
+    assert compiled.entries[-1].dynamic is not None
+
+
+def test_instantiated_sizes_are_bounded(monkeypatch):
+    monkeypatch.setattr(dynamic_shapes, "MAX_SIZES", 3)
+    cf = jitorch.compile(lambda x: F.gelu(x) * 2)
+    for n in (2, 3, 4, 5, 6, 7, 3):
+        x = jitorch.randn(n, 4)
+        np.testing.assert_allclose(cf(x).numpy(), (F.gelu(x) * 2).numpy(), rtol=1e-5, atol=1e-6)
+    assert list(cf.entries[1].dynamic._sizes) == [(6,), (7,), (3,)]
