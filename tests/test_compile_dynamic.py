@@ -12,7 +12,8 @@ import torch
 import jitorch
 import jitorch.nn.functional as F
 from jitorch._compile import dynamic_shapes
-from jitorch._compile.shape_fit import Fit, Signature, recording_sizes, rebuild
+from jitorch._compile.shape_fit import Fit, Signature, rebuild
+from jitorch._compile.sym_sizes import recording_sizes
 from jitorch._compile.trace import trace
 from jitorch.fx import Interpreter
 
@@ -83,7 +84,7 @@ def test_a_comparison_on_a_size_guards_the_template():
     (lambda x: x * len(x), "len() of a tensor"),
     (lambda x: x.view(x.shape[0] // 2, -1), "// of a size"),
     (lambda x: x[: int(x.shape[0] / 3)], "int() of a size"),
-    (lambda x: jitorch.arange(x.shape[0], dtype=jitorch.float32) * x[:, 0], "differ"),
+    (lambda x: jitorch.tensor(list(range(x.shape[0])), dtype=jitorch.float32) * x[:, 0], "differ"),
 ])
 def test_values_no_polynomial_describes_keep_the_sizes_static(fn, why):
     cf = jitorch.compile(fn)
@@ -94,6 +95,23 @@ def test_values_no_polynomial_describes_keep_the_sizes_static(fn, why):
     reason = cf.entries[1].dynamic_reason
     assert why in reason and reason.startswith("at sizes (")
     assert cf.entries[2].dynamic_reason is None  # a failed set of dimensions is not probed again
+
+
+def test_tensors_made_inside_are_made_again_at_each_size():
+    def f(x, lib):
+        t = x.shape[1]
+        pos = lib.arange(t, dtype=lib.float32)
+        causal = lib.ones(t, t).tril()
+        return (x @ causal) * pos + lib.full_like(x, 0.5) + lib.zeros(x.shape[0], 1)
+
+    cf = jitorch.compile(lambda x: f(x, jitorch))
+    rng = np.random.default_rng(2)
+    for t in (4, 5, 9, 13, 2):
+        x = _randn(rng, 3, t)
+        np.testing.assert_allclose(cf(jitorch.tensor(x)).numpy(), f(torch.tensor(x), torch).numpy(), rtol=1e-5,
+                                   atol=1e-5)
+    assert [e.dynamic is not None for e in cf.entries] == [False, True], [e.dynamic_reason for e in cf.entries]
+    assert sorted(cf.entries[1].dynamic._sizes) == [(2,), (5,), (9,), (13,)]
 
 
 def test_dynamic_true_drops_the_dimensions_the_function_rejects():
@@ -174,13 +192,13 @@ def test_rebuilt_graphs_lint_interpret_and_run_like_eager():
 
     sigs = {}
     for offset in range(4):
-        with recording_sizes() as log:
+        with recording_sizes() as rec:
             gm = trace(f, (jitorch.ones(2, 5 + offset, 3),), {}).gm
-        sigs[offset] = Signature(gm, log)
+        sigs[offset] = Signature(gm, rec)
     fit = Fit((5,), {(k,): sigs[k] for k in range(3)})
     assert fit.check((8,), sigs[3]) is None and fit.terms == [(0,), (1,), (2,)]  # t * t strides: degree 2
     x = jitorch.randn(2, 13, 3)
-    gm = rebuild(sigs[0].gm, fit.at((13,)))
+    gm = rebuild(sigs[0], fit.at((13,)))
     gm.graph.lint()
     want = f(x).numpy()
     np.testing.assert_allclose(Interpreter(gm).run(x).numpy(), want, rtol=1e-5, atol=1e-6)

@@ -28,7 +28,8 @@ import numpy as np
 
 from .._tensor import Tensor
 from ..runtime.devices import array_module_for, is_cpu_array
-from .shape_fit import DEGREE, Fit, NotDynamic, Signature, recording_sizes, rebuild
+from .shape_fit import DEGREE, Fit, Signature, rebuild
+from .sym_sizes import NotDynamic, recording_sizes
 
 __all__ = ["Sym", "DynamicSpec", "changed_dims", "every_dim", "build_dynamic", "NotDynamic", "MAX_SYMBOLS"]
 
@@ -185,9 +186,9 @@ def _probe(builder, flat, dims, sizes):
         if flat[i]._data.shape[d] != sizes[k]:
             resize.setdefault(i, []).append((d, sizes[k]))
     probe = [(_tiled(a, resize[i]) if i in resize else a) for i, a in enumerate(flat)]
-    with recording_sizes() as log:
+    with recording_sizes() as rec:
         gm, extra = builder(probe)
-    return Signature(gm, log), extra
+    return Signature(gm, rec), extra
 
 
 def build_dynamic(builder, args, kwargs, dims, build, guards):
@@ -254,4 +255,4 @@ def build_dynamic(builder, args, kwargs, dims, build, guards):
     why = why or fit.check([real[k] + DEGREE + 1 for k in alive], sig)
     if why is not None:
         raise NotDynamic(why)
-    return DynamicSpec(kept, fit, base_sig.gm, build, guards)
+    return DynamicSpec(kept, fit, base_sig, build, guards)

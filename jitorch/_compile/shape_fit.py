@@ -2,9 +2,10 @@
 
 A graph traced at several sizes of its dynamic dimensions (the symbols) is flattened into a `Signature`: the
 structure (node kinds, names, targets, dtypes, floats, strings, constants) and, apart, every integer it holds
-(view shapes, split sizes, each node's shape and strides in ``meta``) together with every comparison the traced
-Python made on a size it read through ``Tensor.shape`` or ``size()`` (`recording_sizes`; ``len(x)``, ``t // 2``,
-``t % 8`` and ``int(t / 3)`` are structure: no polynomial is a floor). Graphs traced on the grid
+(view shapes, split sizes, each node's shape and strides in ``meta``, the sizes a creation function made a constant
+with) together with every comparison the traced Python made on a size it read through ``Tensor.shape`` or
+``size()`` (`sym_sizes.recording_sizes`; ``len(x)``, ``t // 2``, ``t % 8`` and ``int(t / 3)`` are structure: no
+polynomial is a floor). Graphs traced on the grid
 ``R + {0, 1, 2}^n`` (``R``: the real sizes) give each integer a polynomial of degree <= 2 in each size (`Fit`),
 checked at one more point by the caller; `rebuild` turns the template graph into the graph for other sizes, and
 `Fit.holds` says whether every recorded comparison still comes out the same there (else those sizes take another
@@ -16,183 +17,31 @@ branch of the Python code).
 ...     return x.view(x.shape[0] * x.shape[0], -1).sum(1)
 >>> sigs = {}
 >>> for n in (3, 4, 5, 6):
-...     with recording_sizes() as log:
+...     with recording_sizes() as rec:
 ...         gm = trace(f, (jitorch.ones(n, n, 2),), {}).gm
-...     sigs[n] = Signature(gm, log)
+...     sigs[n] = Signature(gm, rec)
 >>> fit = Fit((3,), {(0,): sigs[3], (1,): sigs[4], (2,): sigs[5]})
 >>> fit.check((6,), sigs[6]) is None
 True
->>> print(rebuild(sigs[3].gm, fit.at((9,))).code.strip().splitlines()[1].strip())
+>>> print(rebuild(sigs[3], fit.at((9,))).code.strip().splitlines()[1].strip())
 view = _view(arg0, shape = (81, 2));  arg0 = None
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
-import operator
-import threading
 
 import numpy as np
 
-from .._tensor import Size, Tensor
+from .._tensor import Tensor
 from ..fx.graph import Graph
 from ..fx.graph_module import GraphModule
 from ..fx.node import Node
+from .sym_sizes import COMPARE, NotDynamic, recording_sizes  # noqa: F401 - recording_sizes: the doctest's
 
-__all__ = ["SymSize", "recording_sizes", "Signature", "Fit", "rebuild", "NotDynamic"]
+__all__ = ["Signature", "Fit", "rebuild"]
 
 _INT = object()  # where a signature's structure holds one of its integers
 DEGREE = 2  # of the fitted polynomials in each size (`Fit` interpolates on 3 points per symbol)
-_COMPARISONS = {"__lt__": operator.lt, "__le__": operator.le, "__gt__": operator.gt, "__ge__": operator.ge,
-                "__eq__": operator.eq, "__ne__": operator.ne}
-# A log entry is (kind, lhs, rhs, result); a "read" (len(), a floor) holds its value as structure: nothing to check.
-_COMPARE = dict(_COMPARISONS, read=lambda a, b: True)
-_ARITH = ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__neg__", "__pos__", "__abs__",
-          "__pow__", "__lshift__", "__rshift__")
-# No polynomial is a floor: what these give is structure (a template stands for the sizes where it comes out equal).
-_FLOORS = ("__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__divmod__", "__rdivmod__")
-_FLOAT_TO_INT = ("__int__", "__floor__", "__ceil__", "__trunc__", "__round__")
-_SPELLING = {"__floordiv__": "//", "__rfloordiv__": "//", "__mod__": "%", "__rmod__": "%", "__divmod__": "divmod()",
-             "__rdivmod__": "divmod()", "__int__": "int()", "__floor__": "math.floor()", "__ceil__": "math.ceil()",
-             "__trunc__": "math.trunc()", "__round__": "round()"}
-_state = threading.local()
-
-
-class NotDynamic(Exception):
-    """The traces do not fit one graph over the sizes; the message says why (the shapes stay specialized)."""
-
-
-class SymSize(int):
-    """A size read from a tensor while `recording_sizes` is on: an ``int`` whose comparisons are recorded, and whose
-    arithmetic keeps the type, so ``x.shape[1] * 2 > 100`` is recorded too."""
-
-    __slots__ = ()
-    __hash__ = int.__hash__
-
-    def __repr__(self):
-        return int.__repr__(self)
-
-    __str__ = __repr__
-
-
-def _comparison(name, compare):
-    def method(self, other):
-        mine = int(self) if isinstance(self, int) else float(self)
-        result = compare(mine, other)
-        log = getattr(_state, "log", None)
-        if log is not None and isinstance(other, (int, float)):
-            log.append((name, mine, other, result))
-        return result
-    method.__name__ = name
-    return method
-
-
-def _arithmetic(name):
-    base = getattr(int, name)
-
-    def method(self, *other):
-        out = base(self, *other)
-        return SymSize(out) if type(out) is int else out
-    method.__name__ = name
-    return method
-
-
-class SymFloat(float):
-    """A size divided (``x.shape[1] / 2``): a ``float`` whose comparisons are recorded as a `SymSize`'s are."""
-
-    __slots__ = ()
-    __hash__ = float.__hash__
-
-    def __repr__(self):
-        return float.__repr__(self)
-
-    __str__ = __repr__
-
-
-def _floor(name, base):
-    def method(self, *other):
-        out = base(self, *other)
-        log = getattr(_state, "log", None)
-        if log is not None and out is not NotImplemented:
-            log.append(("read", _Read(name, out), 0, True))
-        return out
-    method.__name__ = name
-    return method
-
-
-def _true_division(name):
-    base = getattr(int, name)
-
-    def method(self, other):
-        out = base(self, other)
-        return SymFloat(out) if type(out) is float else out
-    method.__name__ = name
-    return method
-
-
-for _name, _fn in _COMPARISONS.items():
-    setattr(SymSize, _name, _comparison(_name, _fn))
-    setattr(SymFloat, _name, _comparison(_name, _fn))
-for _name in _ARITH:
-    setattr(SymSize, _name, _arithmetic(_name))
-SymSize.__truediv__, SymSize.__rtruediv__ = _true_division("__truediv__"), _true_division("__rtruediv__")
-for _name in _FLOORS:
-    setattr(SymSize, _name, _floor(_name, getattr(int, _name)))
-for _name in _FLOAT_TO_INT:
-    setattr(SymFloat, _name, _floor(_name, getattr(float, _name)))
-
-
-@contextlib.contextmanager
-def recording_sizes():
-    """Within the block, the sizes tensors report on this thread are `SymSize`; yields the comparison log."""
-    log = []
-    saved = Tensor.shape, Tensor.size, Tensor.__len__
-    owner = threading.get_ident()
-
-    def sym(shape):
-        return Size(SymSize(s) for s in shape) if threading.get_ident() == owner else Size(shape)
-
-    def size(self, dim=None):
-        if dim is None:
-            return sym(self._data.shape)
-        out = saved[1](self, dim)
-        return SymSize(out) if threading.get_ident() == owner else out
-
-    def length(self):
-        out = saved[2](self)
-        if threading.get_ident() == owner:
-            # len() hands Python a plain int whose comparisons nothing sees: the size it read is structure, so
-            # a template only stands for sizes where it reads the same.
-            log.append(("read", _Read("len", out), 0, True))
-        return out
-
-    Tensor.shape, Tensor.size, Tensor.__len__ = property(lambda self: sym(self._data.shape)), size, length
-    _state.log = log
-    try:
-        yield log
-    finally:
-        Tensor.shape, Tensor.size, Tensor.__len__ = saved
-        _state.log = None
-
-
-class _Read:
-    """A value Python computed from sizes that no polynomial describes (``len(x)``, ``t // 2``, ``int(t / 3)``):
-    structure, equal only to the same value."""
-
-    __slots__ = ("how", "value")
-
-    def __init__(self, how, value):
-        self.how, self.value = how, value
-
-    def __eq__(self, other):
-        return isinstance(other, _Read) and other.how == self.how and other.value == self.value
-
-    def __repr__(self):
-        if self.how == "len":
-            return f"len() of a tensor = {self.value} (x.shape[0] keeps a size symbolic)"
-        return f"{_SPELLING.get(self.how, self.how)} of a size = {self.value}"
-
-
 def _is_int(leaf):
     return isinstance(leaf, (int, np.integer)) and not isinstance(leaf, (bool, np.bool_))
 
@@ -215,11 +64,22 @@ def _map(obj, leaf):
     return leaf(obj)
 
 
-def _node_parts(gm, node):
+# Recorder notes about Python's later reads of a value (segment_training.py), not about what the graph computes:
+# they follow the order in which earlier calls touched the inputs, so traces may differ there. Copied from the base.
+_BOOKKEEPING = ("used",)
+
+
+def _node_parts(gm, node, recipes):
     """What a node contributes to a signature: kind, name, target, arguments, metadata and, for a constant, the
-    object itself."""
-    const = _fetch(gm, node.target) if node.op == "get_attr" else None
-    return (node.op, node.name, node.target, node.args, node.kwargs, dict(sorted(node.meta.items())), const)
+    object itself, or how a creation function made it (``("recipe", fn, args, kwargs)``: sizes in its arguments)."""
+    const = None
+    if node.op == "get_attr":
+        const = _fetch(gm, node.target)
+        recipe = recipes.get(id(const))
+        if recipe is not None:
+            const = ("recipe",) + recipe
+    meta = {k: v for k, v in sorted(node.meta.items()) if k not in _BOOKKEEPING}
+    return (node.op, node.name, node.target, node.args, node.kwargs, meta, const)
 
 
 def _fetch(gm, target):
@@ -232,8 +92,10 @@ def _fetch(gm, target):
 class Signature:
     """A traced graph and its comparison log as ``structure`` (leaves compared across traces) and ``ints``."""
 
-    def __init__(self, gm, log=()):
+    def __init__(self, gm, recording=None):
         self.gm, self.structure, ints = gm, [], []
+        log = recording.log if recording is not None else []
+        self.recipes = recording.recipes if recording is not None else {}
 
         def leaf(x):
             if _is_int(x):
@@ -242,7 +104,7 @@ class Signature:
             else:
                 self.structure.append(x.name if isinstance(x, Node) else x)
             return x
-        _map([_node_parts(gm, n) for n in gm.graph.nodes], leaf)
+        _map([_node_parts(gm, n, self.recipes) for n in gm.graph.nodes], leaf)
         self.log_ints = len(ints)  # the log's integers follow the graph's
         self.log = [(name, _INT if _is_int(a) else a, _INT if _is_int(b) else b, result)
                     for name, a, b, result in log]
@@ -332,7 +194,7 @@ class Fit:
         found = self._holds.get(sizes)
         if found is None:
             values = iter(self.at(sizes)[self.sig.log_ints:].tolist())
-            found = all(_COMPARE[name](next(values) if a is _INT else a, next(values) if b is _INT else b) == result
+            found = all(COMPARE[name](next(values) if a is _INT else a, next(values) if b is _INT else b) == result
                         for name, a, b, result in self.sig.log)
             self._holds[sizes] = found
         return found
@@ -351,8 +213,9 @@ def _binomial_product(d, k):
     return out
 
 
-def rebuild(gm, ints):
-    """A copy of the template ``gm`` with its integers replaced by ``ints`` (`Fit.at`); constants are shared."""
+def rebuild(sig, ints):
+    """A copy of the template ``sig.gm`` with its integers replaced by ``ints`` (`Fit.at`); constants are shared,
+    except those a creation function made, which are made again with the new sizes."""
     values = iter(int(v) for v in ints)
 
     def leaf(x):
@@ -360,13 +223,18 @@ def rebuild(gm, ints):
             v = next(values)
             return type(x)(v) if isinstance(x, np.integer) else v
         return x
-    graph, env = Graph(), {}
+    gm, graph, env, made = sig.gm, Graph(), {}, {}
     for node in gm.graph.nodes:
-        op, name, target, args, kwargs, meta, _ = _map(_node_parts(gm, node), leaf)
+        op, name, target, args, kwargs, meta, const = _map(_node_parts(gm, node, sig.recipes), leaf)
         new = graph.create_node(op, target, _remap(args, env), _remap(kwargs, env), name=name, type_expr=node.type)
-        new.meta = meta
+        new.meta = dict(meta, **{k: node.meta[k] for k in _BOOKKEEPING if k in node.meta})
         env[node] = new
-    return GraphModule(gm, graph)
+        if isinstance(const, tuple) and const[:1] == ("recipe",):
+            made[target] = const[1](*const[2], **const[3])
+    out = GraphModule(gm, graph)
+    for target, tensor in made.items():
+        out.__dict__[target] = tensor  # a tensor constant: a plain attribute (get_attr targets here have no dots)
+    return out
 
 
 def _remap(obj, env):
