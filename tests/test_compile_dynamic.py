@@ -25,7 +25,8 @@ def _randn(rng, *shape):
     return rng.standard_normal(shape).astype(np.float32)
 
 
-def test_the_second_size_makes_the_dimension_symbolic_and_the_python_runs_no_more():
+def test_the_second_size_makes_the_dimension_symbolic_and_the_python_runs_no_more(monkeypatch):
+    monkeypatch.setattr(jitorch.compiler.config, "dynamic_eager_calls", 0)  # compile each size at first sight
     rng = np.random.default_rng(0)
     calls = []
 
@@ -50,6 +51,23 @@ def test_the_second_size_makes_the_dimension_symbolic_and_the_python_runs_no_mor
     spec = cf.entries[1].dynamic
     assert spec.describe() == "arg0.shape[0] -> s0"
     assert sorted(spec._sizes) == [(2,), (3,), (7,), (9,), (12,), (25,)]
+
+
+def test_a_size_runs_eagerly_until_its_second_call():
+    calls = []
+
+    def f(x):
+        calls.append(x.shape[0])
+        return (x * 2).exp().sum(-1)
+
+    cf = jitorch.compile(f)
+    for n in (4, 5, 10, 12, 10, 12, 12, 3):
+        x = jitorch.randn(n, 3)
+        np.testing.assert_allclose(cf(x).numpy(), (x * 2).exp().sum(-1).numpy(), rtol=1e-5)
+    spec = cf.entries[1].dynamic
+    # 4: a static compile; 5 builds the template (probes at 6, 7 and 8); 10, 12 and 3 run eagerly once, then compile.
+    assert [n for n in calls if n in (10, 12, 3)] == [10, 12, 3] and sorted(spec._sizes) == [(5,), (10,), (12,)]
+    assert cf.entries[1].kernel_ops == spec.at((12,)).kernel_ops == [["mul", "exp", "sum"]]
 
 
 def test_sizes_zero_and_one_stay_specialized():
@@ -97,7 +115,8 @@ def test_values_no_polynomial_describes_keep_the_sizes_static(fn, why):
     assert cf.entries[2].dynamic_reason is None  # a failed set of dimensions is not probed again
 
 
-def test_tensors_made_inside_are_made_again_at_each_size():
+def test_tensors_made_inside_are_made_again_at_each_size(monkeypatch):
+    monkeypatch.setattr(jitorch.compiler.config, "dynamic_eager_calls", 0)
     def f(x, lib):
         t = x.shape[1]
         pos = lib.arange(t, dtype=lib.float32)
@@ -212,6 +231,7 @@ def test_rebuilt_graphs_lint_interpret_and_run_like_eager():
 
 def test_instantiated_sizes_are_bounded(monkeypatch):
     monkeypatch.setattr(dynamic_shapes, "MAX_SIZES", 3)
+    monkeypatch.setattr(jitorch.compiler.config, "dynamic_eager_calls", 0)
     cf = jitorch.compile(lambda x: F.gelu(x) * 2)
     for n in (2, 3, 4, 5, 6, 7, 3):
         x = jitorch.randn(n, 4)

@@ -21,6 +21,7 @@ from ..autograd.grad_mode import GradState
 from ..nn.modules.container import ModuleList
 from .backend import CompiledGraph, whole_call_runner
 from .dynamic_compile import dims_to_make_dynamic, dynamic_inference, dynamic_training
+from .dynamic_shapes import EAGER
 from .functionalize import CompileState, functionalize_intermediates
 from .guards import first_failure, guard_values
 from .lower import clear_kernel_cache, kernel_cache_stats
@@ -37,9 +38,14 @@ _LIVE = weakref.WeakSet()  # every CompiledFunction, so reset() can clear their 
 
 
 class _Config:
-    """Process-wide settings (``jitorch.compiler.config``); ``recompile_limit`` as in ``torch._dynamo.config``."""
+    """Process-wide settings (``jitorch.compiler.config``); ``recompile_limit`` as in ``torch._dynamo.config``.
+
+    ``dynamic_eager_calls``: how many calls at a new size a dynamic specialization runs eagerly before it compiles
+    that size's kernels (a size seen once, as in a generation loop, costs no compile time).
+    """
 
     recompile_limit = 8
+    dynamic_eager_calls = 1
 
 
 config = _Config()
@@ -149,7 +155,9 @@ class CompiledFunction:
                 return entry.run(args, kwargs)
         for entry in entries:
             if entry.dynamic is not None:
-                hit = entry.dynamic.lookup(guards, list(args) + list(kwargs.values()))
+                hit = entry.dynamic.lookup(guards, list(args) + list(kwargs.values()), config.dynamic_eager_calls)
+                if hit is EAGER:
+                    return fn(*args, **kwargs)
                 if hit is not None:
                     return hit.run(args, kwargs, params)
         if self._fell_back:

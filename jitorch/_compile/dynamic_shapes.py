@@ -9,13 +9,14 @@ the symbols. A
 symbol whose probe fails (an error, another graph) stays specialized; when nothing is left, or the check fails, the
 call compiles static as before. Later calls with sizes >= 2 in those dimensions (sizes 0 and 1 stay specialized)
 take the template, with the Python comparisons on sizes it recorded (``if x.shape[1] > 64``) checked for their
-sizes, without running the function's Python again and without counting against ``recompile_limit``; the graph
-for each new size is instantiated from the template and its kernels compiled for that size (kept per size).
+sizes, without counting against ``recompile_limit``. A size's first call runs eagerly
+(``jitorch.compiler.config.dynamic_eager_calls``); from its second the graph is instantiated from the template,
+without running the function's Python again, and its kernels compiled for that size (kept per size).
 
 >>> import jitorch
 >>> f = jitorch.compile(lambda x: (x * 2).sum(-1))
->>> [f(jitorch.ones(n, 3)).shape[0] for n in (4, 5, 6, 7)]
-[4, 5, 6, 7]
+>>> [f(jitorch.ones(n, 3)).shape[0] for n in (4, 5, 6, 7, 6)]
+[4, 5, 6, 7, 6]
 >>> len(f.entries), f.entries[-1].dynamic.describe()
 (2, 'arg0.shape[0] -> s0')
 """
@@ -31,10 +32,11 @@ from ..runtime.devices import array_module_for, is_cpu_array
 from .shape_fit import DEGREE, Fit, Signature, rebuild
 from .sym_sizes import NotDynamic, recording_sizes
 
-__all__ = ["Sym", "DynamicSpec", "changed_dims", "every_dim", "build_dynamic", "NotDynamic", "MAX_SYMBOLS"]
+__all__ = ["EAGER", "Sym", "DynamicSpec", "changed_dims", "every_dim", "build_dynamic", "NotDynamic", "MAX_SYMBOLS"]
 
 MAX_SYMBOLS = 2  # probes grow as 3^n
 MAX_SIZES = 64  # instantiated sizes kept per dynamic specialization
+EAGER = object()  # `DynamicSpec.lookup`: run this call eagerly (a size not seen often enough yet to compile)
 
 
 class Sym:
@@ -113,6 +115,7 @@ class DynamicSpec:
         self.guards = self.key(guards)
         self._key = [v for _, v in self.guards]
         self._sizes = OrderedDict()
+        self._seen = {}  # calls at sizes not compiled yet
 
     def describe(self):
         return ", ".join(f"{name}.shape[{d}] -> s{k}" for name, _, d, k in self.dims)
@@ -141,14 +144,24 @@ class DynamicSpec:
             sizes[k] = n
         return tuple(sizes)
 
-    def lookup(self, guards, flat):
-        """What runs this call (built on the first call at its sizes), or ``None`` when the guards say no."""
+    def lookup(self, guards, flat, eager_calls=0):
+        """What runs this call, `EAGER` while its sizes have had fewer than ``eager_calls`` calls (they compile on
+        the next), or ``None`` when the guards say no."""
         sizes = self.sizes(flat)
         if sizes is None or [v for _, v in self.key(guards)] != self._key or not self.fit.holds(sizes):
             return None
+        if sizes not in self._sizes:
+            seen = self._seen.get(sizes, 0)
+            if seen < eager_calls:
+                if len(self._seen) > 4 * MAX_SIZES:
+                    self._seen.clear()
+                self._seen[sizes] = seen + 1
+                return EAGER
+            self._seen.pop(sizes, None)
         return self.at(sizes)
 
     def at(self, sizes):
+        """The instantiation at ``sizes``, built (graph and kernels) on its first use."""
         found = self._sizes.get(sizes)
         if found is None:
             found = self._sizes[sizes] = self.build(rebuild(self.template, self.fit.at(sizes)))
