@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from .._tensor import Tensor
 from .backend import CompiledGraph, whole_call_runner
 from .dynamic_shapes import NotDynamic, build_dynamic, changed_dims, every_dim
-from .functionalize import functionalize_intermediates
+from .functionalize import CompileState, functionalize_intermediates
 from .trace import trace
 from .training import Unsupported, joint_for, plan_from_joint
 
@@ -80,8 +80,9 @@ def dynamic_inference(cf, entry, dims, guards, args, kwargs, buffers, writes):
         runner = whole_call_runner(graph, writes)
         return Instance(lambda a, k, params: runner(a, k), graph.kernel_ops)
 
-    return _attempt(cf, dims, lambda: _with_instance(build_dynamic(builder, args, kwargs, dims, build, guards),
-                                                     args, kwargs), entry)
+    restoring = _restoring(buffers)
+    return _attempt(cf, dims, lambda: _with_instance(
+        build_dynamic(builder, args, kwargs, dims, build, guards, restoring), args, kwargs), entry)
 
 
 def dynamic_training(cf, entry, dims, guards, args, kwargs, module):
@@ -98,16 +99,33 @@ def dynamic_training(cf, entry, dims, guards, args, kwargs, module):
         return spec.joint, spec.extra
 
     def build(joint):
-        plan = plan_from_joint(specs[0], joint)  # the first trace is the call's own sizes
+        plan = plan_from_joint(specs[0], joint)  # the first trace is the call's own sizes: its output structure
         return Instance(lambda a, k, params: plan(params + tuple(a) + tuple(k.values())), plan.forward_kernels,
                         plan.backward_kernels, plan)
 
+    def restoring(fn):
+        try:
+            return _restoring(tuple(module.buffers()) if module is not None else ())(fn)
+        finally:
+            del specs[1:]  # the probes' and later sizes' specs hold graphs of their own: keep only the call's
+
     def make():
-        spec = build_dynamic(builder, args, kwargs, dims, build, guards)
-        del specs[1:]  # the probes' specs hold graphs of their own: keep only the call's
+        spec = build_dynamic(builder, args, kwargs, dims, build, guards, restoring)
+        del specs[1:]
         return _with_instance(spec, args, kwargs)
 
     return _attempt(cf, dims, make, entry)
+
+
+def _restoring(buffers):
+    """``run(fn)``: ``fn()`` with the buffers and random generators as they were before it (a trace's updates)."""
+    def run(fn):
+        state = CompileState(buffers)
+        try:
+            return fn()
+        finally:
+            state.restore()
+    return run
 
 
 def _with_instance(spec, args, kwargs):

@@ -10,8 +10,9 @@ symbol whose probe fails (an error, another graph) stays specialized; when nothi
 call compiles static as before. Later calls with sizes >= 2 in those dimensions (sizes 0 and 1 stay specialized)
 take the template, with the Python comparisons on sizes it recorded (``if x.shape[1] > 64``) checked for their
 sizes, without counting against ``recompile_limit``. A size's first call runs eagerly
-(``jitorch.compiler.config.dynamic_eager_calls``); from its second the graph is instantiated from the template,
-without running the function's Python again, and its kernels compiled for that size (kept per size).
+(``jitorch.compiler.config.dynamic_eager_calls``); its second traces the call once more, checks the trace against
+the template's prediction and compiles that size's kernels (kept per size). That trace is what runs: the template
+decides which calls belong to the specialization, never what a size computes.
 
 >>> import jitorch
 >>> f = jitorch.compile(lambda x: (x * 2).sum(-1))
@@ -102,12 +103,14 @@ def _tiled(t, resize):
 class DynamicSpec:
     """The symbols of a dynamic specialization, its fitted template, and its instantiations per size.
 
-    ``dims``: ``[(argument name, flat index, dim, symbol)]``; ``build(gm)`` makes what runs one size from an
-    instantiated template graph.
+    ``dims``: ``[(argument name, flat index, dim, symbol)]``; ``build(gm)`` makes what runs one size from a graph
+    of that size; ``trace(flat)`` traces a call as the probes did (its side effects undone) and returns its
+    `Signature`, or raises `NotDynamic`.
     """
 
-    def __init__(self, dims, fit, template, build, guards):
-        self.dims, self.fit, self.template, self.build = dims, fit, template, build
+    def __init__(self, dims, fit, template, build, guards, trace):
+        self.dims, self.fit, self.template, self.build, self.trace = dims, fit, template, build, trace
+        self.mismatches = []  # sizes whose own trace differed from the template's prediction, and how
         self.n = fit.n
         self._by_name = {}
         for name, _, d, k in dims:
@@ -158,13 +161,29 @@ class DynamicSpec:
                 self._seen[sizes] = seen + 1
                 return EAGER
             self._seen.pop(sizes, None)
-        return self.at(sizes)
+        return self.at(sizes, flat)
 
-    def at(self, sizes):
-        """The instantiation at ``sizes``, built (graph and kernels) on its first use."""
+    def at(self, sizes, flat=None):
+        """What runs ``sizes``, built (graph and kernels) on its first use: from a trace of the call ``flat``,
+        checked against the template (the probes cannot see every floor of jitorch's own size arithmetic: a
+        size whose trace differs runs its own graph, and the difference is kept in ``mismatches``), or from the
+        template alone when no call is given (the call that built the template, whose trace it is)."""
         found = self._sizes.get(sizes)
         if found is None:
-            found = self._sizes[sizes] = self.build(rebuild(self.template, self.fit.at(sizes)))
+            if flat is None:
+                graph = rebuild(self.template, self.fit.at(sizes))
+            else:
+                try:
+                    sig = self.trace(flat)
+                except NotDynamic as err:
+                    self.mismatches.append((sizes, str(err)))
+                    found = self._sizes[sizes] = EAGER
+                    return found
+                why = self.fit.check(sizes, sig)
+                if why is not None:
+                    self.mismatches.append((sizes, why))
+                graph = sig.gm
+            found = self._sizes[sizes] = self.build(graph)
             if len(self._sizes) > MAX_SIZES:
                 self._sizes.popitem(last=False)
         else:
@@ -204,11 +223,12 @@ def _probe(builder, flat, dims, sizes):
     return Signature(gm, rec), extra
 
 
-def build_dynamic(builder, args, kwargs, dims, build, guards):
+def build_dynamic(builder, args, kwargs, dims, build, guards, restoring):
     """A `DynamicSpec` over ``dims`` (``[(argument name, dim)]``), or `NotDynamic` saying why not.
 
     ``builder(flat)`` traces the call on flat arguments and returns ``(graph module, extra)``: the graph is fitted,
-    ``extra`` (output structure, buffers written) must be equal at every probe.
+    ``extra`` (output structure, buffers written) must be equal at every probe. ``restoring(fn)`` runs ``fn()``
+    with the call's side effects (buffer updates, random draws) undone afterwards: a later size's own trace.
     """
     names, flat = _names(args, kwargs), list(args) + list(kwargs.values())
     dims, real = _symbols(dims, names, flat)
@@ -268,4 +288,10 @@ def build_dynamic(builder, args, kwargs, dims, build, guards):
     why = why or fit.check([real[k] + DEGREE + 1 for k in alive], sig)
     if why is not None:
         raise NotDynamic(why)
-    return DynamicSpec(kept, fit, base_sig, build, guards)
+    def trace(flat):
+        sig, extra = restoring(lambda: _probe(builder, flat, [], []))
+        if extra != base_extra:
+            raise NotDynamic("another output structure")
+        return sig
+
+    return DynamicSpec(kept, fit, base_sig, build, guards, trace)
