@@ -182,7 +182,7 @@ class DynamicSpec:
                 why = self.fit.check(sizes, sig)
                 if why is not None:
                     self.mismatches.append((sizes, why))
-                graph = sig.gm
+                graph = rebuild(sig, sig.ints)  # the trace itself, its sizes plain ints again
             found = self._sizes[sizes] = self.build(graph)
             if len(self._sizes) > MAX_SIZES:
                 self._sizes.popitem(last=False)
