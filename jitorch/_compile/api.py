@@ -40,11 +40,13 @@ _LIVE = weakref.WeakSet()  # every CompiledFunction, so reset() can clear their 
 class _Config:
     """Process-wide settings (``jitorch.compiler.config``); ``recompile_limit`` as in ``torch._dynamo.config``.
 
+    ``dynamic_after_changes``: a dimension whose size changed this many times becomes symbolic (``dynamic=None``).
     ``dynamic_eager_calls``: how many calls at a new size a dynamic specialization runs eagerly before it compiles
     that size's kernels (a size seen once, as in a generation loop, costs no compile time).
     """
 
     recompile_limit = 8
+    dynamic_after_changes = 2
     dynamic_eager_calls = 1
 
 
@@ -99,6 +101,10 @@ class CompiledFunction:
     @property
     def recompile_limit(self):
         return self._limit if self._limit is not None else config.recompile_limit
+
+    @staticmethod
+    def dynamic_after_changes():
+        return config.dynamic_after_changes
 
     def reset(self):
         self.entries.clear()

@@ -1,13 +1,16 @@
 """How a `CompiledFunction` turns a guard miss on sizes into a dynamic specialization (see dynamic_shapes.py).
 
-`dims_to_make_dynamic` picks the dimensions (``dynamic=None``: the ones that changed against a static entry, and
-those marked before; ``dynamic=True``: all of size >= 2); `dynamic_inference` and `dynamic_training` probe the
-call through the same trace the static path uses (`trace.trace` or `training.joint_for`) and return the
+`dims_to_make_dynamic` picks the dimensions (``dynamic=None``: the ones that changed twice over the entries, and
+those marked before; ``dynamic=True``: all of size >= 2); `dynamic_inference` and `dynamic_training` probe the call
+through the same trace the static path uses (`trace.trace` or `training.joint_for`) and return the
 `DynamicSpec` with what runs this call, or ``None`` with the reason kept for ``explain``.
 
 >>> import jitorch
 >>> f = jitorch.compile(lambda x: x.relu() + 1)
 >>> _ = f(jitorch.ones(4, 3)), f(jitorch.ones(6, 3))
+>>> sorted(f._dynamic_dims)  # one change: two specializations
+[]
+>>> _ = f(jitorch.ones(8, 3))
 >>> sorted(f._dynamic_dims)
 [('arg0', 0)]
 """
@@ -42,7 +45,7 @@ def dims_to_make_dynamic(cf, entries, guards, args, kwargs):
     if cf.dynamic is True:
         dims = every_dim(args, kwargs)
     else:
-        cf._dynamic_dims.update(changed_dims(entries, guards))
+        cf._dynamic_dims.update(changed_dims(entries, guards, cf.dynamic_after_changes()))
         dims = sorted(cf._dynamic_dims)
     named = dict(zip([f"arg{i}" for i in range(len(args))] + list(kwargs), list(args) + list(kwargs.values())))
     for name, d in dims:

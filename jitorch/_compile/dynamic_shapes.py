@@ -1,7 +1,8 @@
 """Automatic dynamic shapes: one compiled specialization for every size of the dimensions that changed.
 
-A call that misses every guard only in the sizes of some tensor arguments' dimensions (``dynamic=None``, the
-default), or any first call with ``dynamic=True`` (every dimension of size >= 2), makes those dimensions symbols;
+A call that misses every guard only in the sizes of some tensor arguments' dimensions, when such a dimension has
+changed twice (its third size; ``dynamic=None``, the default, and ``jitorch.compiler.config.dynamic_after_changes``),
+or any first call with ``dynamic=True`` (every dimension of size >= 2), makes those dimensions symbols;
 dimensions of equal size share one (torch's duck sizing) and stay equal. The call is traced again at probe sizes
 next to its own (the grid ``R + {0, 1, 2}^n``, at most 2 symbols), on inputs tiled from its data, and once more at
 ``R + 3`` to check; `shape_fit.Fit` turns the traces into one template graph whose integers are polynomials of
@@ -19,7 +20,7 @@ decides which calls belong to the specialization, never what a size computes.
 >>> [f(jitorch.ones(n, 3)).shape[0] for n in (4, 5, 6, 7, 6)]
 [4, 5, 6, 7, 6]
 >>> len(f.entries), f.entries[-1].dynamic.describe()
-(2, 'arg0.shape[0] -> s0')
+(3, 'arg0.shape[0] -> s0')
 """
 from __future__ import annotations
 
@@ -62,26 +63,29 @@ def _names(args, kwargs):
     return [f"arg{i}" for i in range(len(args))] + list(kwargs)
 
 
-def changed_dims(entries, guards):
-    """``[(argument name, dim)]`` whose sizes are all that differ between ``guards`` and one static entry's."""
+def changed_dims(entries, guards, changes=2):
+    """``[(argument name, dim)]`` that took more than ``changes`` sizes over this call and the entries whose guards
+    differ from its own only in sizes (a dimension that changed ``changes`` times; a dynamic entry's symbols are
+    no sizes)."""
+    seen = {}
     for entry in entries:
-        if entry.dynamic is not None or len(entry.guards) != len(guards):
+        if len(entry.guards) != len(guards):
             continue
         dims, same = [], True
         for (name, old), (name2, new) in zip(entry.guards, guards):
             if name != name2:
                 same = False
-            elif old == new or name.endswith(".stride"):  # strides follow the sizes; contiguity is checked later
-                continue
             elif name.endswith(".shape") and len(old) == len(new):
-                dims += [(name[:-6], d) for d, (a, b) in enumerate(zip(old, new)) if a != b]
-            else:
+                dims += [((name[:-6], d), a, b) for d, (a, b) in enumerate(zip(old, new))]
+            elif old != new and not name.endswith(".stride"):  # strides follow sizes; contiguity is checked later
                 same = False
             if not same:
                 break
-        if same and dims:
-            return dims
-    return []
+        if same:
+            for dim, a, b in dims:
+                if not isinstance(a, Sym):
+                    seen.setdefault(dim, {b}).add(a)
+    return sorted(dim for dim, sizes in seen.items() if len(sizes) > changes)
 
 
 def every_dim(args, kwargs):

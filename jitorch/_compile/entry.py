@@ -38,7 +38,8 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     (``self``, closure cells, globals), are graph values written back into the buffers after each run; those
     modules' parameters are graph inputs and their identities and ``training`` flags are guarded. A callable
     backend only ever gets inference graphs. Shapes: with ``dynamic=None`` (the default) a call that misses the
-    guards of a compiled graph only in some dimensions' sizes makes those dimensions symbolic: one specialization
+    guards of compiled graphs only in some dimensions' sizes, one of which changed twice (its third size), makes
+    those dimensions symbolic: one specialization
     then serves every size >= 2 there (sizes 0 and 1 stay specialized), its graph fitted over probe traces,
     comparisons on sizes guarded; a size's first call runs eagerly, its second compiles it (`dynamic_shapes`);
     ``dynamic=True`` tries every dimension from the first call, ``dynamic=False`` specializes every size. Any other
