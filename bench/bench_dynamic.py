@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from bench_compile_train import block, mlp  # noqa: E402
+from jitorch._compile.lower import clear_kernel_cache  # noqa: E402
 
 torch.set_num_threads(1)
 QUICK = "--quick" in sys.argv
@@ -73,7 +74,9 @@ def _variant(variant, build, make_opt, data):
     opt = make_opt(lib, model.parameters())
     run = model
     if lib is jitorch:
-        jitorch.compiler.reset()
+        # Cold kernel caches, in memory and on disk (not jitorch.compiler.reset(): it would also forget the other
+        # variants' compiled entries, which then recompile during the steady passes).
+        clear_kernel_cache()
         os.environ["JITORCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-dynamic-jitorch-")
     if variant == "torch.compile":
         torch._dynamo.reset()
@@ -139,11 +142,12 @@ def main():
                ("max loss diff vs torch", "max_loss_rel_diff_vs_torch", ".1e")]
     notes = ("Training steps (zero_grad, forward + loss, backward, optimizer step) over a schedule of sizes. 'first "
              "pass': seconds for one pass over the schedule, compilation included (cold caches: every variant gets "
-             "empty jitorch and inductor cache directories); 'second pass': jitorch plans and compiles each size's "
-             f"native program on its second call; 'steady': median ms per step of the {PASSES - WARM_PASSES} passes "
-             "after those, interleaved across the variants. jitorch.compile makes the changing dimensions symbolic "
-             "at the second size (one template, each size's kernels compiled once); dynamic=False compiles each "
-             "size until recompile_limit (8), then runs eagerly. Losses are compared with torch eager step by step.")
+             "empty jitorch and inductor cache directories); 'second pass': the sizes' second calls (jitorch.compile "
+             "traces and compiles a symbolic size there; a static entry plans its native program); 'steady': median "
+             f"ms per step of the {PASSES - WARM_PASSES} passes after those, interleaved across the variants. "
+             "jitorch.compile makes a dimension symbolic at its third size (a first call at a size runs eagerly, the "
+             "second traces and compiles it); dynamic=False compiles each size until recompile_limit (8), then runs "
+             "eagerly. Losses are compared with torch eager step by step.")
     common.report("dynamic", out, columns, notes)
 
 

@@ -2,11 +2,11 @@
 (``jitorch.compile`` itself, the public entry point, is in entry.py).
 
 >>> import jitorch
->>> @jitorch.compile
-... def f(x):
-...     return jitorch.tanh(x) * 2 + 1
->>> f(jitorch.zeros(3))
-tensor([1., 1., 1.])
+>>> cf = CompiledFunction(lambda x: jitorch.tanh(x) * 2 + 1)
+>>> cf(jitorch.zeros(3)), cf(jitorch.zeros(2, 2)).shape
+(tensor([1., 1., 1.]), jitorch.Size([2, 2]))
+>>> [e.guards[0] for e in cf.entries]
+[('arg0.shape', (3,)), ('arg0.shape', (2, 2))]
 """
 from __future__ import annotations
 

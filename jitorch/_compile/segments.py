@@ -48,6 +48,7 @@ from ..fx.node import map_aggregate
 from ..ops.table import Opaque
 from .functionalize import functional_write_ok, record_buffer_write
 from .segment_training import TrainingNotes
+from .view_writes import NOT_FUNCTIONAL, functional_write, noting_created
 
 __all__ = ["Segment", "Break", "Recorder", "record", "watching", "user_location", "value_key"]
 
@@ -288,6 +289,9 @@ class Recorder(_ModeBase, TrainingNotes):
         if id(t) in self.info.buffers and functional_write_ok(t, args):
             return self._write_buffer(op, t, args, attrs)
         if self.nodes.get(id(t)) is None or t._base is not None:
+            out = functional_write(self, op, t, args, attrs)  # a view of the graph's own tensors, or one it made
+            if out is not NOT_FUNCTIONAL:
+                return out
             why = f"in-place {op.name}_() writes into a tensor from outside the graph (an input, a view or an " \
                   "earlier graph's value)"
             return self._eager(op, True, why, (t,) + tuple(args), attrs)
@@ -376,6 +380,7 @@ class RecordInfo:
         self.output = None  # without breaks: the result with tensors replaced by nodes of the root segment
         self.externals = []  # the root segment's outside tensors, in placeholder order
         self.examples = {}  # Segment -> its outside tensors, in placeholder order (to compile ahead on)
+        self.created = {}  # id -> tensor made by a creation function during the call (view_writes.py)
 
     @property
     def graph_breaks(self):
@@ -392,7 +397,7 @@ def record(fn, args, kwargs, *, fullgraph=False, segment=None, buffers=()):
     info = RecordInfo(fullgraph, [b for b in buffers if not any(b is a for a in flat)])
     info.root = segment or Segment()
     mode = Recorder(info, info.root)
-    with watching(mode):
+    with watching(mode), noting_created(info):
         push_mode(mode)
         try:
             info.result = fn(*args, **kwargs)

@@ -1,0 +1,120 @@
+"""In-place writes the recorder turns into graph values: writes into views of the graph's own tensors
+(``h[:, -1] = 0``), and writes into tensors the call made itself (``mask = torch.zeros(t); mask[:, 0] = 1``,
+``out = torch.empty(b, n); out[:, i] = ...``), which used to be graph breaks.
+
+A write ``op_(view, *args)`` becomes ``new = op(view, *args)`` (the row's functional form) and, for a view,
+``new_base = copy_slices(base, new, chain)``; later reads of the view and of its base read those nodes. A tensor
+the call made is a graph constant holding its value from before the first write. The write stays a graph break
+(eager semantics) when anything requires grad, when another live view of the base would see the write, or when
+the functional form would change the dtype or shape (an in-place op casts into its tensor).
+
+>>> import jitorch
+>>> from jitorch._compile.trace import trace
+>>> def f(x):
+...     out = jitorch.zeros(x.shape[0], 2)
+...     out[:, 1] = x.sum(1)
+...     return out
+>>> t = trace(f, (jitorch.ones(3, 4),), {})
+>>> t.break_reason, [n.target.__name__ for n in t.gm.graph.nodes if n.op == "call_function"]
+(None, ['sum', 'slice', 'copy', 'copy_slices'])
+>>> t.gm(jitorch.ones(3, 4)).tolist()
+[[0.0, 4.0], [0.0, 4.0], [0.0, 4.0]]
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+
+from .._dispatch import apply, apply_inplace
+from .._tensor import Tensor
+from ..autograd.grad_mode import GradState
+from ..fx.make_fx import _primitive
+from ..fx.node import map_aggregate
+
+__all__ = ["NOT_FUNCTIONAL", "noting_created", "functional_write"]
+
+NOT_FUNCTIONAL = object()
+_CREATION = ("zeros", "ones", "full", "empty", "arange", "eye", "linspace", "zeros_like", "ones_like", "empty_like",
+             "full_like", "tensor")
+
+
+@contextlib.contextmanager
+def noting_created(info):
+    """Within the block, the tensors ``jitorch.zeros`` and the other creation functions make on this thread are
+    noted in ``info.created`` (ids, the tensors kept alive so that ids stay unique)."""
+    module, owner = sys.modules["jitorch"], threading.get_ident()
+    originals = {name: getattr(module, name) for name in _CREATION}
+
+    def noting(fn):
+        def made(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            if isinstance(out, Tensor) and threading.get_ident() == owner and kwargs.get("out") is None:
+                info.created[id(out)] = out
+            return out
+        made.__name__ = fn.__name__
+        return made
+
+    for name, fn in originals.items():
+        setattr(module, name, noting(fn))
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(module, name, fn)
+
+
+def _tensors(obj):
+    out = []
+    map_aggregate(obj, lambda a: out.append(a) if isinstance(a, Tensor) else None)
+    return out
+
+
+def functional_write(rec, op, t, args, attrs):
+    """Record ``op_(t, *args)`` as graph values and run it (the call's own effect); `NOT_FUNCTIONAL` when the write
+    must stay a graph break (nothing has run then)."""
+    base = t if t._base is None else t._base
+    if t._base is not None and (t._view_chain is None or base._base is not None):
+        return NOT_FUNCTIONAL
+    local = rec.local(base) is not None
+    made = id(base) in rec.info.created
+    if t is base and (local or not made) or not (local or made):
+        return NOT_FUNCTIONAL  # a whole graph tensor takes the in-place node path; inputs and outside tensors break
+    if any(x._requires_grad for x in [t, base] + _tensors((args, attrs))):
+        return NOT_FUNCTIONAL  # autograd's view rebasing stays eager
+    for (table, _), ref in list(rec._refs.items()):
+        other = ref()
+        if table == "nodes" and other is not None and other is not t and other is not base and other._base is base \
+                and not _copies_itself(op, t, args, other):
+            return NOT_FUNCTIONAL  # another view would see the write in eager mode
+    new = rec._run(apply, op, t, *args, **attrs)
+    if new._data.dtype != t._data.dtype or new._data.shape != t._data.shape:
+        return NOT_FUNCTIONAL
+    base_node = rec.arg(base)
+    if made and not local:
+        # The graph's constant is the tensor's value before this first write, not the tensor (written below).
+        for i, obj in enumerate(rec.ext_objs):
+            if obj is base:
+                rec.ext_objs[i] = Tensor._make(base._data.copy())
+    view_node = rec.arg(t) if t is not base else base_node
+    arg_nodes, attr_nodes = map_aggregate(args, rec.arg), map_aggregate(attrs, rec.arg)
+    out = rec._run(apply_inplace, op, t, *args, **attrs)
+    graph = rec.seg.graph
+    new_view = _step(rec, graph.call_function(_primitive(op.name), (view_node, *arg_nodes), attr_nodes))
+    if t is not base:
+        rec.bind(base, _step(rec, graph.call_function(_primitive("copy_slices"), (base_node, new_view),
+                                                      {"chain": t._view_chain})))
+    rec.bind(t, new_view)
+    return out
+
+
+def _copies_itself(op, t, args, other):
+    """``m[0] = v`` where ``v`` is the view ``m[0]`` (what ``m[0] += 3`` ends with): the region keeps its values, so
+    ``v`` sees nothing new."""
+    return op.name == "copy" and len(args) == 1 and args[0] is other and other._view_chain == t._view_chain
+
+
+def _step(rec, node):
+    node.meta["step"], node.meta["grad"] = len(rec.seg.steps), GradState.enabled
+    rec.seg.steps.append((node, node))
+    return node

@@ -1,0 +1,98 @@
+"""In-place writes into views of a compiled call's own tensors, and into tensors it made, stay in one graph; writes
+another view would see, or that autograd must follow, stay graph breaks. Checked against torch (the oracle)."""
+import numpy as np
+import pytest
+import torch
+
+import jitorch
+from jitorch.fx import Interpreter
+from jitorch._compile.trace import trace
+
+
+def masked(lib, x):
+    h = x * 2
+    h[:, -1] = 0
+    return h + 1
+
+
+def made_mask(lib, x):
+    m = lib.zeros(x.shape)
+    m[:, -1] = 1
+    m[0] += 3
+    return x + m
+
+
+def filled_columns(lib, x):
+    out = lib.empty(x.shape[0], 3)
+    for i in range(3):
+        out[:, i] = x.sum(1) * i
+    return out
+
+
+def causal(lib, x):
+    t = x.shape[1]
+    mask = lib.ones(t, t, dtype=lib.bool).tril()
+    scores = x @ x.transpose(0, 1)[:, :t]
+    scores.masked_fill_(~mask, float("-inf"))
+    return scores.softmax(-1)
+
+
+def whole_made_tensor(lib, x):
+    m = lib.full((x.shape[0], 1), 2.0)
+    m.mul_(x[:, :1])
+    return x * m
+
+
+@pytest.mark.parametrize("fn, kernels", [(masked, 2), (made_mask, 3), (filled_columns, 3), (causal, 1),
+                                         (whole_made_tensor, 2)])
+def test_writes_into_own_and_made_tensors_stay_in_one_graph(fn, kernels):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 4)).astype(np.float32)
+    want = fn(torch, torch.tensor(x)).numpy()
+    traced = trace(lambda a: fn(jitorch, a), (jitorch.tensor(x),), {})
+    assert traced.break_reason is None
+    traced.gm.graph.lint()
+    np.testing.assert_allclose(Interpreter(traced.gm).run(jitorch.tensor(x)).numpy(), want, rtol=1e-5, atol=1e-6)
+    cf = jitorch.compile(lambda a: fn(jitorch, a))
+    for _ in range(4):  # the Python runner, then the native one: the made tensor's constant is its value before
+        np.testing.assert_allclose(cf(jitorch.tensor(x)).numpy(), want, rtol=1e-5, atol=1e-6)
+    entry = cf.entries[0]
+    assert entry.breaks == [] and entry.run is not None and len(entry.kernel_ops) == kernels
+
+
+def aliased(lib, x):
+    h = x * 2
+    v = h[0]
+    h[:, 0] = 5  # v sees this write in eager mode
+    return v + 1
+
+
+def into_input(lib, x):
+    x[:, 0] = 1
+    return x * 2
+
+
+@pytest.mark.parametrize("fn", [aliased, into_input])
+def test_writes_other_tensors_see_stay_graph_breaks(fn):
+    x = np.random.default_rng(1).standard_normal((3, 3)).astype(np.float32)
+    want = fn(torch, torch.tensor(x)).numpy()
+    report = jitorch.compiler.explain(lambda a: fn(jitorch, a))(jitorch.tensor(x))
+    assert report.graph_break_count == 1 and "writes into a tensor from outside the graph" in report.break_reasons[0]
+    cf = jitorch.compile(lambda a: fn(jitorch, a))
+    for _ in range(3):
+        np.testing.assert_allclose(cf(jitorch.tensor(x)).numpy(), want, rtol=1e-6)
+
+
+def test_a_write_autograd_must_follow_keeps_eager_gradients():
+    def fn(lib, x):
+        h = x * 2
+        h[:, 0] = 0
+        return (h * h).sum()
+
+    x = np.random.default_rng(2).standard_normal((3, 3)).astype(np.float32)
+    tx = torch.tensor(x, requires_grad=True)
+    fn(torch, tx).backward()
+    cf = jitorch.compile(lambda a: fn(jitorch, a))
+    jx = jitorch.tensor(x, requires_grad=True)
+    cf(jx).backward()
+    np.testing.assert_allclose(jx.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
