@@ -96,3 +96,26 @@ def test_a_write_autograd_must_follow_keeps_eager_gradients():
     jx = jitorch.tensor(x, requires_grad=True)
     cf(jx).backward()
     np.testing.assert_allclose(jx.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+
+
+def test_make_fx_graphs_write_into_clones_of_the_tensors_the_function_made():
+    from jitorch.fx.make_fx import make_fx
+
+    outside = jitorch.zeros(2)
+
+    def fn(x):
+        m = jitorch.zeros(2, 2)
+        m[:, 0] = 1
+        m[0] += 2
+        m.mul_(x)
+        outside.add_(1)  # a tensor from outside: the write is the function's side effect, kept
+        return m + outside
+
+    x = jitorch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    want = fn(x).tolist()  # outside is 1 now
+    gm = make_fx(fn)(x)  # outside is 2
+    gm.graph.lint()
+    assert "clone" in gm.code
+    first, second = gm(x), gm(x)  # outside is 3, then 4: the made tensor starts from zeros each run
+    assert first.tolist() == [[6.0, 7.0], [6.0, 3.0]] and second.tolist() == [[7.0, 8.0], [7.0, 4.0]]
+    assert want == [[4.0, 5.0], [4.0, 1.0]] and outside.tolist() == [4.0, 4.0]

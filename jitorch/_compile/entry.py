@@ -33,18 +33,18 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     seen through a view or alias, and untraceable backwards run eagerly, and so does a backward with
     ``create_graph=True``; in-place ops on the graph's own values (``ReLU(inplace=True)``, ``h += b``) become
     out-of-place nodes, and in inference graphs so do writes into their views and into tensors the call made
-    (``out[:, i] = ...``, ``mask[:, 0] = 1``: `view_writes`). Dropout is compiled: its mask is a graph node drawn afresh on every call, in eager's order,
-    so with the same seed a compiled call draws eager's masks. In-place buffer updates (BatchNorm's running
-    statistics, ``num_batches_tracked``) of the compiled Module, or of the modules a compiled function names
-    (``self``, closure cells, globals), are graph values written back into the buffers after each run; those
-    modules' parameters are graph inputs and their identities and ``training`` flags are guarded. A callable
-    backend only ever gets inference graphs. Shapes: with ``dynamic=None`` (the default) a call that misses the
-    guards of compiled graphs only in some dimensions' sizes, one of which changed twice (its third size), makes
-    those dimensions symbolic: one specialization then serves every size >= 2 there (sizes 0 and 1 stay specialized), its graph fitted over probe traces,
-    comparisons on sizes guarded; a size's first call runs eagerly, its second compiles it (`dynamic_shapes`);
-    ``dynamic=True`` tries every dimension from the first call, ``dynamic=False`` specializes every size. Any other
-    call that misses every guard retraces, up to ``recompile_limit`` (``options`` or ``jitorch.compiler.config``),
-    then runs eagerly with one warning.
+    (``out[:, i] = ...``, ``mask[:, 0] = 1``: `view_writes`). Dropout is compiled: its mask is a graph node drawn
+    afresh on every call, in eager's order, so with the same seed a compiled call draws eager's masks. In-place
+    buffer updates (BatchNorm's running statistics, ``num_batches_tracked``) of the compiled Module, or of the
+    modules a compiled function names (``self``, closure cells, globals), are graph values written back into the
+    buffers after each run; those modules' parameters are graph inputs and their identities and ``training`` flags
+    are guarded. A callable backend only ever gets inference graphs. Shapes: with ``dynamic=None`` (the default) a
+    call that misses the guards of compiled graphs only in some dimensions' sizes, one of which changed twice (its
+    third size), makes those dimensions symbolic: one specialization then serves every size >= 2 there (sizes 0 and
+    1 stay specialized), its graph fitted over probe traces, comparisons on sizes guarded; a size's first call runs
+    eagerly, its second compiles it (`dynamic_shapes`); ``dynamic=True`` tries every dimension from the first call,
+    ``dynamic=False`` specializes every size. Any other call that misses every guard retraces, up to
+    ``recompile_limit`` (``options`` or ``jitorch.compiler.config``), then runs eagerly with one warning.
     A graph break (a tensor value read into Python: ``.item()``, ``if x.sum() > 0``; an op with a data-dependent
     shape; an in-place write into an input) splits the call into compiled segments: later calls rerun the Python
     with the ops deferred, run each segment compiled, and record a new branch when a value read differs from every

@@ -397,7 +397,7 @@ def record(fn, args, kwargs, *, fullgraph=False, segment=None, buffers=()):
     info = RecordInfo(fullgraph, [b for b in buffers if not any(b is a for a in flat)])
     info.root = segment or Segment()
     mode = Recorder(info, info.root)
-    with watching(mode), noting_created(info):
+    with watching(mode), noting_created(info.created):
         push_mode(mode)
         try:
             info.result = fn(*args, **kwargs)

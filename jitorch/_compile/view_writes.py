@@ -22,48 +22,16 @@ the functional form would change the dtype or shape (an in-place op casts into i
 """
 from __future__ import annotations
 
-import contextlib
-import sys
-import threading
-
 from .._dispatch import apply, apply_inplace
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
+from ..fx._created import noting_created  # noqa: F401 - segments.record takes it from here
 from ..fx.make_fx import _primitive
 from ..fx.node import map_aggregate
 
 __all__ = ["NOT_FUNCTIONAL", "noting_created", "functional_write"]
 
 NOT_FUNCTIONAL = object()
-_CREATION = ("zeros", "ones", "full", "empty", "arange", "eye", "linspace", "zeros_like", "ones_like", "empty_like",
-             "full_like", "tensor")
-
-
-@contextlib.contextmanager
-def noting_created(info):
-    """Within the block, the tensors ``jitorch.zeros`` and the other creation functions make on this thread are
-    noted in ``info.created`` (ids, the tensors kept alive so that ids stay unique)."""
-    module, owner = sys.modules["jitorch"], threading.get_ident()
-    originals = {name: getattr(module, name) for name in _CREATION}
-
-    def noting(fn):
-        def made(*args, **kwargs):
-            out = fn(*args, **kwargs)
-            if isinstance(out, Tensor) and threading.get_ident() == owner and kwargs.get("out") is None:
-                info.created[id(out)] = out
-            return out
-        made.__name__ = fn.__name__
-        return made
-
-    for name, fn in originals.items():
-        setattr(module, name, noting(fn))
-    try:
-        yield
-    finally:
-        for name, fn in originals.items():
-            setattr(module, name, fn)
-
-
 def _tensors(obj):
     out = []
     map_aggregate(obj, lambda a: out.append(a) if isinstance(a, Tensor) else None)

@@ -29,6 +29,7 @@ from ..autograd import grad as autograd_grad
 from ..nn.modules.module import Module
 from .graph import Graph
 from .graph_module import GraphModule
+from ._created import noting_created
 from .make_fx import _RecordingMode
 
 __all__ = ["make_joint", "make_joint_for_module", "FORWARD", "BACKWARD"]
@@ -100,7 +101,8 @@ def make_joint(fn):
             _mark_phase(graph, BACKWARD)
         push_mode(mode)
         try:
-            outs = _flat_tensors(fn(*args), "outputs")
+            with noting_created(mode.created):
+                outs = _flat_tensors(fn(*args), "outputs")
             _mark_phase(graph, FORWARD)
             roots, seeds = _differentiated(outs, tangents)
             # create_graph=False: the backward's ops run without building another autograd graph, but the mode

@@ -28,6 +28,7 @@ from ..nn.modules.module import Module
 from ..ops.table import OPS
 from .graph import Graph
 from .graph_module import GraphModule
+from ._created import noting_created
 from .node import map_aggregate
 from .passes.shape_prop import extract_tensor_metadata
 
@@ -75,6 +76,7 @@ class _RecordingMode:
         self.by_array: dict[int, object] = {}  # id(tensor._data) -> the same node
         self._alive = []  # keep recorded tensors alive so their ids are not reused during the trace
         self._constants = 0
+        self.created = {}  # tensors the function made (`_created.noting_created`)
 
     def bind(self, tensor, node):
         data = tensor._data
@@ -114,7 +116,28 @@ class _RecordingMode:
             self.bind(out, node)
         return out
 
+    def _own_constant(self, t):
+        """Before a write into a tensor the function made (a ``get_attr`` constant, or a view of one): the constant
+        keeps the value from before the write, and the graph writes into a clone of it, so running the graph twice
+        does not write twice (``m = zeros(2); m.add_(1)``). A tensor from outside stays the constant written: that
+        write is the function's side effect."""
+        base = t if t._base is None else t._base
+        if id(base) not in self.created or (t._base is not None and t._view_chain is None):
+            return
+        node = self.arg(base)
+        if node.op != "get_attr":
+            return
+        self.root.__dict__[node.target] = Tensor._make(base._data.copy())
+        clone = self.graph.call_function(_primitive("clone"), (node,))
+        self.bind(base, clone)
+        if t is not base:
+            view = clone
+            for view_op, view_attrs in t._view_chain:
+                view = self.graph.call_function(_primitive(view_op.name), (view,), dict(view_attrs))
+            self.bind(t, view)
+
     def dispatch_inplace(self, op, self_tensor, args, attrs):
+        self._own_constant(self_tensor)
         target = self.arg(self_tensor)
         out = self._run(apply_inplace, op, self_tensor, *args, **attrs)
         saved = getattr(self_tensor.grad_fn, "_saved_in", None)
@@ -181,7 +204,8 @@ def _make_record(fn):
                 mode.bind(a, node)
         push_mode(mode)
         try:
-            result = fn(*args)
+            with noting_created(mode.created):
+                result = fn(*args)
         finally:
             pop_mode()
         graph.output(map_aggregate(result, mode.arg))
