@@ -119,3 +119,38 @@ def test_make_fx_graphs_write_into_clones_of_the_tensors_the_function_made():
     first, second = gm(x), gm(x)  # outside is 3, then 4: the made tensor starts from zeros each run
     assert first.tolist() == [[6.0, 7.0], [6.0, 3.0]] and second.tolist() == [[7.0, 8.0], [7.0, 4.0]]
     assert want == [[4.0, 5.0], [4.0, 1.0]] and outside.tolist() == [4.0, 4.0]
+
+
+def _rnn_loop(lib, lin, x):
+    b, steps, _ = x.shape
+    out = lib.zeros(b, steps, 3)
+    h = lib.zeros(b, 3)
+    for t in range(steps):
+        h = (lin(x[:, t]) + h).tanh()
+        out[:, t] = h  # a write autograd follows, into a tensor the call made
+    mask = lib.ones(steps, 3)
+    mask[0] = 0
+    return (out * mask).pow(2).sum()
+
+
+def test_writes_into_made_tensors_train_compiled_with_torchs_gradients():
+    rng = np.random.default_rng(3)
+    w, bias = rng.standard_normal((3, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    xs = [rng.standard_normal((2, 4, 3)).astype(np.float32) for _ in range(3)]
+    ref = torch.nn.Linear(3, 3)
+    lin = jitorch.nn.Linear(3, 3)
+    with torch.no_grad(), jitorch.no_grad():
+        ref.weight.copy_(torch.tensor(w)), ref.bias.copy_(torch.tensor(bias))
+        lin.weight.copy_(jitorch.tensor(w)), lin.bias.copy_(jitorch.tensor(bias))
+    cf = jitorch.compile(lambda x: _rnn_loop(jitorch, lin, x))
+    for x in xs:
+        lin.zero_grad(), ref.zero_grad()
+        loss = cf(jitorch.tensor(x))
+        loss.backward()
+        want = _rnn_loop(torch, ref, torch.tensor(x))
+        want.backward()
+        np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-5)
+        np.testing.assert_allclose(lin.weight.grad.numpy(), ref.weight.grad.numpy(), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(lin.bias.grad.numpy(), ref.bias.grad.numpy(), rtol=1e-4, atol=1e-6)
+    entry = cf.train_entries[0]
+    assert entry.break_reason is None and entry.plan is not None  # the joint graph, not an eager fallback

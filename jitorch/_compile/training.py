@@ -39,6 +39,7 @@ from .decompose import decompose
 from .functionalize import CompileState, functionalize, functionalize_intermediates, is_random, rng_state, \
     set_rng_state
 from .fusion import fusible, reduction_axes, row_op_axes
+from .view_writes import functionalize_view_writes
 
 __all__ = ["JointSpec", "TrainingPlan", "Unsupported", "as_output_dtypes", "compile_training", "joint_for",
            "plan_from_joint"]
@@ -340,6 +341,7 @@ def joint_for(fn, args, kwargs, module, traced_result):
         results = out_node.args[0]
         out_node.args = (results[:len(outs)] + tuple(n for _, n in writes) + results[len(outs):],)
     functionalize_intermediates(joint)  # ReLU(inplace=True) and friends on the graph's own values
+    functionalize_view_writes(joint)  # ``out[:, i] = h``, ``mask[:, 0] = 1`` into the graph's values and clones
     _check(joint)
     _annotate(joint, list(flat) + tangents)
     if decompose(joint):

@@ -5,8 +5,9 @@
 A write ``op_(view, *args)`` becomes ``new = op(view, *args)`` (the row's functional form) and, for a view,
 ``new_base = copy_slices(base, new, chain)``; later reads of the view and of its base read those nodes. A tensor
 the call made is a graph constant holding its value from before the first write. The write stays a graph break
-(eager semantics) when anything requires grad, when another live view of the base would see the write, or when
-the functional form would change the dtype or shape (an in-place op casts into its tensor).
+(eager semantics) when another live view of the base would see the write, or when the functional form would
+change the dtype or shape (an in-place op casts into its tensor). Under autograd the compiled training path
+traces the call again (`training.joint_for`) and `functionalize_view_writes` does the same on its joint graph.
 
 >>> import jitorch
 >>> from jitorch._compile.trace import trace
@@ -26,10 +27,11 @@ from .._dispatch import apply, apply_inplace
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..fx._created import noting_created  # noqa: F401 - segments.record takes it from here
-from ..fx.make_fx import _primitive
-from ..fx.node import map_aggregate
+from ..fx.make_fx import Primitive, _primitive
+from ..fx.node import Node, map_aggregate
+from .functionalize import RANDOM_ROWS, _made_here, functional_ops
 
-__all__ = ["NOT_FUNCTIONAL", "noting_created", "functional_write"]
+__all__ = ["NOT_FUNCTIONAL", "noting_created", "functional_write", "functionalize_view_writes"]
 
 NOT_FUNCTIONAL = object()
 def _tensors(obj):
@@ -48,8 +50,6 @@ def functional_write(rec, op, t, args, attrs):
     made = id(base) in rec.info.created
     if t is base and (local or not made) or not (local or made):
         return NOT_FUNCTIONAL  # a whole graph tensor takes the in-place node path; inputs and outside tensors break
-    if any(x._requires_grad for x in [t, base] + _tensors((args, attrs))):
-        return NOT_FUNCTIONAL  # autograd's view rebasing stays eager
     for (table, _), ref in list(rec._refs.items()):
         other = ref()
         if table == "nodes" and other is not None and other is not t and other is not base and other._base is base \
@@ -67,6 +67,7 @@ def functional_write(rec, op, t, args, attrs):
     view_node = rec.arg(t) if t is not base else base_node
     arg_nodes, attr_nodes = map_aggregate(args, rec.arg), map_aggregate(attrs, rec.arg)
     out = rec._run(apply_inplace, op, t, *args, **attrs)
+    rec._note_grad(op, (t, base))  # an inference graph cannot stand for a write autograd follows
     graph = rec.seg.graph
     new_view = _step(rec, graph.call_function(_primitive(op.name), (view_node, *arg_nodes), attr_nodes))
     if t is not base:
@@ -86,3 +87,61 @@ def _step(rec, node):
     node.meta["step"], node.meta["grad"] = len(rec.seg.steps), GradState.enabled
     rec.seg.steps.append((node, node))
     return node
+
+
+def functionalize_view_writes(gm):
+    """A joint graph's forward writes into views of its own values (after make_fx: ``fill_(slice(clone(m)))``) as
+    ``copy_slices(base, op(view), chain)``, later readers of the base reading the new value; returns how many.
+
+    Only where no other view of the base is read after the write (it would see the write in eager mode) and the
+    view is a chain of view ops over a value the graph made. The whole-tensor case is `functionalize_intermediates`.
+    """
+    done, graph = 0, gm.graph
+    for node in list(graph.nodes):
+        target = node.target
+        if not (node.op == "call_function" and isinstance(target, Primitive) and target.inplace and node.args
+                and node.meta.get("phase", "forward") == "forward"):
+            continue
+        chain, views, base = [], [], node.args[0]
+        while _is_view(base):
+            chain.append((base.target.op, dict(base.kwargs)))
+            views.append(base)
+            base = base.args[0]
+        if not chain or not _made_here(base) or target.op in RANDOM_ROWS:
+            continue
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        if any(order[u] > order[node] and u is not node for v in views for u in v.users) or \
+                any(order[u] > order[node] for u in _other_views(base, views, order, order[node])):
+            continue  # the old view, or another view of the base taken before the write, is read after it
+        names = functional_ops(target.op)
+        with graph.inserting_before(node):
+            new = graph.call_function(_primitive(names[0]), node.args, dict(node.kwargs))
+            new.meta = dict(node.meta)
+            if len(names) > 1:  # the view's shape and dtype, as the in-place op keeps them
+                new = graph.call_function(_primitive("copy"), (node.args[0], new))
+                new.meta = dict(node.meta)
+            new_base = graph.call_function(_primitive("copy_slices"), (base, new), {"chain": tuple(reversed(chain))})
+            new_base.meta = dict(base.meta)
+        for user in list(base.users):
+            if user is not new_base and order.get(user, -1) > order[node]:
+                user.replace_input_with(base, new_base)
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)
+        done += 1
+    return done
+
+
+def _is_view(node):
+    return isinstance(node, Node) and node.op == "call_function" and isinstance(node.target, Primitive) and \
+        node.target.op.view and not node.target.inplace and bool(node.args)
+
+
+def _other_views(base, chain, order, before):
+    """Every reader of a view of ``base`` (views of views too) taken before position ``before``, outside ``chain``
+    (views taken after the write are views of the new value: they are rewired to it)."""
+    out, stack = [], [u for u in base.users if _is_view(u) and u not in chain and order[u] < before]
+    while stack:
+        v = stack.pop()
+        for u in v.users:
+            (stack if _is_view(u) else out).append(u)
+    return out
