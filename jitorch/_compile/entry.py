@@ -32,7 +32,7 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     ``train_entries``); random draws outside ops (``jitorch.rand``), in-place forward ops on inputs or on values
     seen through a view or alias, and untraceable backwards run eagerly, and so does a backward with
     ``create_graph=True``; in-place ops on the graph's own values (``ReLU(inplace=True)``, ``h += b``) become
-    out-of-place nodes, and so do writes into their views and into tensors the call made         
+    out-of-place nodes, and so do writes into their views and into tensors the call made
     (``out[:, i] = ...``, ``mask[:, 0] = 1``: `view_writes`). Dropout is compiled: its mask is a graph node drawn
     afresh on every call, in eager's order, so with the same seed a compiled call draws eager's masks. In-place
     buffer updates (BatchNorm's running statistics, ``num_batches_tracked``) of the compiled Module, or of the
