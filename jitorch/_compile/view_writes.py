@@ -4,9 +4,9 @@
 
 A write ``op_(view, *args)`` becomes ``new = op(view, *args)`` (the row's functional form) and, for a view,
 ``new_base = copy_slices(base, new, chain)``; later reads of the view and of its base read those nodes. A tensor
-the call made is a graph constant holding its value from before the first write. The write stays a graph break
-(eager semantics) when another live view of the base would see the write, or when the functional form would
-change the dtype or shape (an in-place op casts into its tensor). Under autograd the compiled training path
+the call made is a graph constant holding its value from before the first write; the base's other live views see
+the write, as in eager mode, each taken again from the new base. The write stays a graph break when the functional
+form would change the dtype or shape (an in-place op casts into its tensor). Under autograd the compiled training path
 traces the call again (`training.joint_for`) and `functionalize_view_writes` does the same on its joint graph.
 
 >>> import jitorch
@@ -50,11 +50,11 @@ def functional_write(rec, op, t, args, attrs):
     made = id(base) in rec.info.created
     if t is base and (local or not made) or not (local or made):
         return NOT_FUNCTIONAL  # a whole graph tensor takes the in-place node path; inputs and outside tensors break
-    for (table, _), ref in list(rec._refs.items()):
-        other = ref()
-        if table == "nodes" and other is not None and other is not t and other is not base and other._base is base \
-                and not _copies_itself(op, t, args, other):
-            return NOT_FUNCTIONAL  # another view would see the write in eager mode
+    others = [obj for (table, _), ref in list(rec._refs.items())
+              if table == "nodes" and (obj := ref()) is not None and obj is not t and obj is not base
+              and obj._base is base]
+    if any(o._view_chain is None for o in others):
+        return NOT_FUNCTIONAL
     new = rec._run(apply, op, t, *args, **attrs)
     if new._data.dtype != t._data.dtype or new._data.shape != t._data.shape:
         return NOT_FUNCTIONAL
@@ -71,16 +71,16 @@ def functional_write(rec, op, t, args, attrs):
     graph = rec.seg.graph
     new_view = _step(rec, graph.call_function(_primitive(op.name), (view_node, *arg_nodes), attr_nodes))
     if t is not base:
-        rec.bind(base, _step(rec, graph.call_function(_primitive("copy_slices"), (base_node, new_view),
-                                                      {"chain": t._view_chain})))
+        new_base = _step(rec, graph.call_function(_primitive("copy_slices"), (base_node, new_view),
+                                                  {"chain": t._view_chain}))
+        rec.bind(base, new_base)
+        for other in others:  # the other views see the write, as in eager mode: each is taken again from the base
+            node = new_base
+            for view_op, view_attrs in other._view_chain:
+                node = _step(rec, graph.call_function(_primitive(view_op.name), (node,), dict(view_attrs)))
+            rec.bind(other, node)
     rec.bind(t, new_view)
     return out
-
-
-def _copies_itself(op, t, args, other):
-    """``m[0] = v`` where ``v`` is the view ``m[0]`` (what ``m[0] += 3`` ends with): the region keeps its values, so
-    ``v`` sees nothing new."""
-    return op.name == "copy" and len(args) == 1 and args[0] is other and other._view_chain == t._view_chain
 
 
 def _step(rec, node):
