@@ -111,13 +111,14 @@ def test_a_comparison_on_a_size_guards_the_template():
 ])
 def test_values_no_polynomial_describes_keep_the_sizes_static(fn, why):
     cf = jitorch.compile(fn)
-    for n in (6, 8, 10, 12):
+    for n in (6, 8, 10, 12, 14, 16):
         x = jitorch.randn(n, 4)
         np.testing.assert_allclose(cf(x).numpy(), fn(x).numpy(), rtol=1e-6)
-    assert len(cf.entries) == 4 and all(e.dynamic is None for e in cf.entries)
+    assert len(cf.entries) == 6 and all(e.dynamic is None for e in cf.entries)
     reason = cf.entries[2].dynamic_reason
     assert why in reason and reason.startswith("at sizes (")
-    assert cf.entries[3].dynamic_reason is None  # a failed set of dimensions is not probed again
+    # A failed set of dimensions is tried at 3 sizes, then no more.
+    assert [e.dynamic_reason is not None for e in cf.entries] == [False, False, True, True, True, False]
 
 
 def test_tensors_made_inside_are_made_again_at_each_size(monkeypatch):
@@ -255,3 +256,27 @@ def test_a_size_the_template_mispredicts_runs_its_own_trace():
         np.testing.assert_allclose(cf(x).numpy(), fn(x).numpy())
     spec = cf.entries[2].dynamic
     assert [s for s, _ in spec.mismatches] == [(18,)] and "differ" in spec.mismatches[0][1]
+
+
+def test_a_kink_the_probes_cross_is_tried_again_past_it_and_dynamic_true_drops_only_that_dimension():
+    def branchy(x):
+        return x.exp() if x.shape[1] > 4 else x.sin()
+
+    cf = jitorch.compile(branchy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no recompile-limit fallback
+        for n in list(range(2, 14)) * 2:
+            x = jitorch.randn(3, n)
+            np.testing.assert_allclose(cf(x).numpy(), branchy(x).numpy(), rtol=1e-6)
+    # 4's probes cross the kink (5 takes the other branch); 5's probes are all past it.
+    assert [e.dynamic is not None for e in cf.entries] == [False, False, False, True]
+    assert "'sin' and 'exp'" in cf.entries[2].dynamic_reason
+
+    def rows(x):
+        return x.exp() if x.shape[0] > 4 else x.sin()
+
+    cf = jitorch.compile(rows, dynamic=True)
+    for n in (2, 5, 9, 2, 5, 9):
+        x = jitorch.randn(3, n)
+        np.testing.assert_allclose(cf(x).numpy(), rows(x).numpy(), rtol=1e-6)
+    assert len(cf.entries) == 1 and cf.entries[0].dynamic.describe() == "arg0.shape[1] -> s0"

@@ -87,7 +87,7 @@ class CompiledFunction:
 
     def __init__(self, fn, *, fullgraph=False, backend="jitorch", recompile_limit=None, module=None, dynamic=None):
         self._fn, self.fullgraph, self.backend, self.dynamic = fn, fullgraph, backend, dynamic
-        self._dynamic_dims, self._dynamic_failed = set(), set()  # (argument name, dim) marked; sets that failed
+        self._dynamic_dims, self._dynamic_failed = set(), {}  # (argument name, dim) marked; failures per set
         self._module = module
         self._reached_key, self._reached = None, None  # a function's modules (see _owner)
         self._limit = recompile_limit

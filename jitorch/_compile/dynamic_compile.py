@@ -25,6 +25,8 @@ from .functionalize import CompileState, functionalize_intermediates
 from .trace import trace
 from .training import Unsupported, joint_for, plan_from_joint
 
+RETRIES = 3  # dynamic attempts per set of dimensions
+
 __all__ = ["Instance", "dims_to_make_dynamic", "dynamic_inference", "dynamic_training"]
 
 
@@ -52,7 +54,7 @@ def dims_to_make_dynamic(cf, entries, guards, args, kwargs):
         t = named.get(name)
         if not isinstance(t, Tensor) or d >= t._data.ndim or t._data.shape[d] < 2 or not t._data.flags.c_contiguous:
             return []  # sizes 0 and 1 stay specialized, as in torch; strided inputs keep exact guards
-    if not dims or frozenset(dims) in cf._dynamic_failed:
+    if not dims or cf._dynamic_failed.get(frozenset(dims), 0) >= RETRIES:
         return []
     return dims
 
@@ -61,7 +63,9 @@ def _attempt(cf, dims, make, entry):
     try:
         return make()
     except (NotDynamic, Unsupported) as err:
-        cf._dynamic_failed.add(frozenset(dims))
+        # Tried again at later sizes: probes next to a kink (``if x.shape[1] > 4`` probed from 4) fail where later
+        # sizes, all past it, fit.
+        cf._dynamic_failed[frozenset(dims)] = cf._dynamic_failed.get(frozenset(dims), 0) + 1
         entry.dynamic_reason = str(err)
         return None
 

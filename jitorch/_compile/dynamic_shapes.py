@@ -255,43 +255,51 @@ def build_dynamic(builder, args, kwargs, dims, build, guards, restoring):
         why = base_sig.mismatch(sig)
         return (sig, None) if why is None else (None, f"at sizes {tuple(sizes)}: {why}")
 
-    alive, reasons, grid = [], [], {}
+    probes = {}
+
+    def probe(sizes):  # each point traced once, however often the grid is laid again
+        key = tuple(sizes)
+        if key not in probes:
+            probes[key] = attempt(sizes)
+        return probes[key]
+
+    alive, reasons = [], []
     for k in range(len(real)):
-        sig, why = attempt([v + (j == k) for j, v in enumerate(real)])
-        if sig is None:
-            reasons.append(why)
-        else:
-            alive.append(k)
-            grid[k] = sig
-    if not alive:
-        raise NotDynamic(reasons[0])
-    if len(alive) > MAX_SYMBOLS:
-        raise NotDynamic(f"{len(alive)} symbolic sizes (at most {MAX_SYMBOLS})")
-    # Renumber the symbols left; the dropped ones' dimensions keep their exact guards.
-    renumber = {k: n for n, k in enumerate(alive)}
-    kept = [(name, i, d, renumber[k]) for name, i, d, k in dims if k in renumber]
+        sig, why = probe([v + (j == k) for j, v in enumerate(real)])
+        (reasons.append(why) if sig is None else alive.append(k))
+    while True:
+        if not alive:
+            raise NotDynamic(reasons[0])
+        if len(alive) > MAX_SYMBOLS:
+            raise NotDynamic(f"{len(alive)} symbolic sizes (at most {MAX_SYMBOLS})")
+        # Renumber the symbols left; the dropped ones' dimensions keep their exact guards.
+        renumber = {k: n for n, k in enumerate(alive)}
 
-    def sizes_at(offset):
-        return [v + offset[renumber[k]] if k in renumber else v for k, v in enumerate(real)]
+        def sizes_at(offset):
+            return [v + offset[renumber[k]] if k in renumber else v for k, v in enumerate(real)]
 
-    fitted = {}
-    for offset in itertools.product(range(DEGREE + 1), repeat=len(alive)):
-        ones = [n for n, o in enumerate(offset) if o]
-        if not ones:
-            fitted[offset] = base_sig
-        elif len(ones) == 1 and offset[ones[0]] == 1:
-            fitted[offset] = grid[alive[ones[0]]]
-        else:
-            sig, why = attempt(sizes_at(offset))
+        fitted, dropped = {}, None
+        for offset in itertools.product(range(DEGREE + 1), repeat=len(alive)):
+            sig, why = (base_sig, None) if not any(offset) else probe(sizes_at(offset))
             if sig is None:
-                raise NotDynamic(why)
+                moving = [alive[n] for n, o in enumerate(offset) if o]
+                if len(moving) > 1:
+                    raise NotDynamic(why)
+                dropped = moving[0]  # this symbol alone fails further out (``x.shape[0] > 4``): it stays static
+                reasons.append(why)
+                break
             fitted[offset] = sig
+        if dropped is None:
+            break
+        alive.remove(dropped)
+    kept = [(name, i, d, renumber[k]) for name, i, d, k in dims if k in renumber]
     fit = Fit([real[k] for k in alive], fitted)
     check = (DEGREE + 1,) * len(alive)
-    sig, why = attempt(sizes_at(check))
+    sig, why = probe(sizes_at(check))
     why = why or fit.check([real[k] + DEGREE + 1 for k in alive], sig)
     if why is not None:
         raise NotDynamic(why)
+
     def trace(flat):
         sig, extra = restoring(lambda: _probe(builder, flat, [], []))
         if extra != base_extra:
