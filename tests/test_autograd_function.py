@@ -653,3 +653,24 @@ def test_gradcheck_detects_a_wrong_backward():
         assert lib.autograd.gradcheck(WrongSquare.apply, (x,), raise_exception=False) is False
         with pytest.raises(RuntimeError, match="Jacobian mismatch"):
             lib.autograd.gradcheck(WrongSquare.apply, (x,))
+
+
+def test_apply_regenerates_the_history_of_a_view_whose_base_was_written():
+    grads = []
+    for lib in (jitorch, torch):
+        class Double(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, v):
+                return v * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * 2
+
+        x = lib.ones(3, requires_grad=True)
+        y = x * 1
+        v = y[:2]
+        y.mul_(3)  # v's history must include this write
+        Double.apply(v).sum().backward()
+        grads.append(x.grad.tolist())
+    assert grads[0] == grads[1] == [6.0, 6.0, 0.0]

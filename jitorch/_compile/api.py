@@ -52,7 +52,9 @@ class _Config:
 
 config = _Config()
 # NOTE: a training replay that runs an in-place write at a graph break (into a view of a compiled segment's output)
-# gave wrong input gradients (tests/test_compile_view_writes.py): such specializations run eagerly until it is fixed.
+# gave wrong input gradients (tests/test_compile_view_writes.py). Half of it was autograd.Function.apply skipping a
+# stale view's regeneration (fixed); a write into a view of a segment's view output (``h = (x * 2)[:, :2]``, a
+# break, ``h[:, 0] = 1``) still loses its gradient on the first replay. Such specializations run eagerly.
 _EAGER_WRITES = " (an in-place write at a graph break under autograd: the call runs eagerly)"
 
 
