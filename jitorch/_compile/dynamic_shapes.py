@@ -1,16 +1,16 @@
 """Automatic dynamic shapes: one compiled specialization for every size of the dimensions that changed.
 
 A call that misses every guard only in the sizes of some tensor arguments' dimensions, when such a dimension has
-changed twice (its third size; ``dynamic=None``, the default, and ``jitorch.compiler.config.dynamic_after_changes``),
-or any first call with ``dynamic=True`` (every dimension of size >= 2), makes those dimensions symbols;
-dimensions of equal size share one (torch's duck sizing) and stay equal. The call is traced again at probe sizes
-next to its own (the grid ``R + {0, 1, 2}^n``, at most 2 symbols), on inputs tiled from its data, and once more at
-``R + 3`` to check; `shape_fit.Fit` turns the traces into one template graph whose integers are polynomials of
-the symbols. A
-symbol whose probe fails (an error, another graph) stays specialized; when nothing is left, or the check fails, the
-call compiles static as before. Later calls with sizes >= 2 in those dimensions (sizes 0 and 1 stay specialized)
-take the template, with the Python comparisons on sizes it recorded (``if x.shape[1] > 64``) checked for their
-sizes, without counting against ``recompile_limit``. A size's first call runs eagerly
+changed twice (its third size; ``dynamic=None``, the default, and
+``jitorch.compiler.config.dynamic_after_changes``), or any first call with ``dynamic=True`` (every dimension of size
+>= 2), makes those dimensions symbols; dimensions of equal size share one (torch's duck sizing) and stay equal. The
+call is traced again at probe sizes next to its own (the grid ``R + {0, 1, 2}^n``, at most 2 symbols), on inputs
+tiled from its data, and once more at ``R + 3`` to check; `shape_fit.Fit` turns the traces into one template graph
+whose integers are polynomials of the symbols. A symbol whose probe fails (an error, another graph) stays
+specialized; when nothing is left, or the check fails, the call compiles static as before, and the dimensions are
+tried again at the next sizes (3 attempts). Later calls with sizes >= 2 in those dimensions (sizes 0 and 1 stay
+specialized) take the template, with the Python comparisons on sizes it recorded (``if x.shape[1] > 64``) checked
+for their sizes, without counting against ``recompile_limit``. A size's first call runs eagerly
 (``jitorch.compiler.config.dynamic_eager_calls``); its second traces the call once more, checks the trace against
 the template's prediction and compiles that size's kernels (kept per size). That trace is what runs: the template
 decides which calls belong to the specialization, never what a size computes.
