@@ -201,3 +201,18 @@ def test_an_inference_write_next_to_a_graph_break_replays_right():
         x = rng.standard_normal((2, 3)).astype(np.float32)
         np.testing.assert_allclose(cf(jitorch.tensor(x)).numpy(), _item_then_write(torch.tensor(x)).numpy(),
                                    rtol=1e-5)
+
+
+def test_a_write_that_casts_into_a_made_tensor_stays_in_the_graph():
+    def fn(lib, x):
+        m = lib.zeros(x.shape[0], 2, dtype=lib.int64)
+        m[:, 1] = x.sum(1) * 10  # float into an int64 view: the in-place copy truncates
+        return m * 2
+
+    x = np.random.default_rng(6).standard_normal((4, 3)).astype(np.float32)
+    want = fn(torch, torch.tensor(x)).numpy()
+    cf = jitorch.compile(lambda a: fn(jitorch, a))
+    for _ in range(3):
+        got = cf(jitorch.tensor(x)).numpy()
+        assert got.dtype == want.dtype and (got == want).all()
+    assert cf.entries[0].breaks == []

@@ -111,10 +111,6 @@ class CompiledFunction:
     def recompile_limit(self):
         return self._limit if self._limit is not None else config.recompile_limit
 
-    @staticmethod
-    def dynamic_after_changes():
-        return config.dynamic_after_changes
-
     def reset(self):
         self.entries.clear()
         self.train_entries.clear()
@@ -168,13 +164,14 @@ class CompiledFunction:
                 if entry.plan is not None:
                     return entry.plan(params + tuple(args) + tuple(kwargs.values()))
                 return entry.run(args, kwargs)
-        for entry in entries:
-            if entry.dynamic is not None:
-                hit = entry.dynamic.lookup(guards, list(args) + list(kwargs.values()), config.dynamic_eager_calls)
-                if hit is EAGER:
-                    return fn(*args, **kwargs)
-                if hit is not None:
-                    return hit.run(args, kwargs, params)
+        dynamic = [e for e in entries if e.dynamic is not None]
+        flat = list(args) + list(kwargs.values()) if dynamic else None
+        for entry in dynamic:
+            hit = entry.dynamic.lookup(guards, flat, config.dynamic_eager_calls)
+            if hit is EAGER:
+                return fn(*args, **kwargs)
+            if hit is not None:
+                return hit.run(args, kwargs, params)
         if self._fell_back:
             return fn(*args, **kwargs)
         if self._compiles() >= self.recompile_limit:
@@ -238,7 +235,7 @@ class CompiledFunction:
             entry.compile_s = kernel_cache_stats()["compile_s"] - llvm_before
             return traced.result
         llvm_before = kernel_cache_stats()["compile_s"]
-        dims = dims_to_make_dynamic(self, self.train_entries[:-1], guards, args, kwargs)
+        dims = dims_to_make_dynamic(self, self.train_entries[:-1], guards, args, kwargs, config.dynamic_after_changes)
         found = dims and dynamic_training(self, entry, dims, guards, args, kwargs, self._owner())
         try:
             plan = found[1].plan if found else compile_training(self._fn, args, kwargs, self._owner(), traced.result)
@@ -287,7 +284,7 @@ class CompiledFunction:
             compiled = self.backend(traced.gm, list(args) + list(kwargs.values()))
             entry.run = lambda args, kwargs: compiled(*args, *kwargs.values())
         else:
-            dims = dims_to_make_dynamic(self, self.entries[:-1], guards, args, kwargs)
+            dims = dims_to_make_dynamic(self, self.entries[:-1], guards, args, kwargs, config.dynamic_after_changes)
             found = dims and dynamic_inference(self, entry, dims, guards, args, kwargs, buffers, traced.writes)
             if found:
                 entry.dynamic, entry.guards, entry.kernel_ops = found[0], found[0].guards, found[1].kernel_ops

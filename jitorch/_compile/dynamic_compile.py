@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from .._tensor import Tensor
 from .backend import CompiledGraph, whole_call_runner
 from .dynamic_shapes import NotDynamic, build_dynamic, changed_dims, every_dim
+from .guards import argument_names
 from .functionalize import CompileState, functionalize_intermediates
 from .trace import trace
 from .training import Unsupported, joint_for, plan_from_joint
@@ -36,20 +37,20 @@ class Instance:
 
     run: object
     kernel_ops: list = field(default_factory=list)
-    backward_kernel_ops: list = field(default_factory=list)
-    plan: object = None
+    plan: object = None  # a training size's TrainingPlan
 
 
-def dims_to_make_dynamic(cf, entries, guards, args, kwargs):
-    """``[(argument name, dim)]`` for this call's new specialization, or ``[]`` to specialize every size."""
+def dims_to_make_dynamic(cf, entries, guards, args, kwargs, changes=2):
+    """``[(argument name, dim)]`` for this call's new specialization, or ``[]`` to specialize every size
+    (``changes``: how often a dimension's size changed before it is made dynamic)."""
     if cf.dynamic is False:
         return []
     if cf.dynamic is True:
         dims = every_dim(args, kwargs)
     else:
-        cf._dynamic_dims.update(changed_dims(entries, guards, cf.dynamic_after_changes()))
+        cf._dynamic_dims.update(changed_dims(entries, guards, changes))
         dims = sorted(cf._dynamic_dims)
-    named = dict(zip([f"arg{i}" for i in range(len(args))] + list(kwargs), list(args) + list(kwargs.values())))
+    named = dict(zip(argument_names(args, kwargs), list(args) + list(kwargs.values())))
     for name, d in dims:
         t = named.get(name)
         if not isinstance(t, Tensor) or d >= t._data.ndim or t._data.shape[d] < 2 or not t._data.flags.c_contiguous:
@@ -107,8 +108,7 @@ def dynamic_training(cf, entry, dims, guards, args, kwargs, module):
 
     def build(joint):
         plan = plan_from_joint(specs[0], joint)  # the first trace is the call's own sizes: its output structure
-        return Instance(lambda a, k, params: plan(params + tuple(a) + tuple(k.values())), plan.forward_kernels,
-                        plan.backward_kernels, plan)
+        return Instance(lambda a, k, params: plan(params + tuple(a) + tuple(k.values())), plan.forward_kernels, plan)
 
     def restoring(fn):
         try:

@@ -31,6 +31,7 @@ import numpy as np
 
 from .._tensor import Tensor
 from ..runtime.devices import array_module_for, is_cpu_array
+from .guards import argument_names
 from .shape_fit import DEGREE, Fit, Signature, rebuild
 from .sym_sizes import NotDynamic, recording_sizes
 
@@ -57,10 +58,6 @@ class Sym:
 
     def __repr__(self):
         return f"s{self.index}"
-
-
-def _names(args, kwargs):
-    return [f"arg{i}" for i in range(len(args))] + list(kwargs)
 
 
 def changed_dims(entries, guards, changes=2):
@@ -90,7 +87,7 @@ def changed_dims(entries, guards, changes=2):
 
 def every_dim(args, kwargs):
     """``dynamic=True``: every dimension of size >= 2 of every tensor argument."""
-    return [(name, d) for name, a in zip(_names(args, kwargs), list(args) + list(kwargs.values()))
+    return [(name, d) for name, a in zip(argument_names(args, kwargs), list(args) + list(kwargs.values()))
             if isinstance(a, Tensor) for d, n in enumerate(a._data.shape) if n >= 2]
 
 
@@ -196,19 +193,13 @@ class DynamicSpec:
 
 
 def _symbols(dims, names, flat):
-    """``(dims with flat index and symbol, each symbol's size)``: equal sizes share a symbol."""
+    """``(dims with flat index and symbol, each symbol's size)``: equal sizes share a symbol. The dimensions are
+    of contiguous tensor arguments and of size >= 2 (`dynamic_compile.dims_to_make_dynamic` picked them)."""
     index = {n: i for i, n in enumerate(names)}
     values, out = [], []
     for name, d in dims:
-        i = index.get(name)
-        t = flat[i] if i is not None else None
-        if not isinstance(t, Tensor) or d >= t._data.ndim:
-            continue
-        n = t._data.shape[d]
-        if n < 2:
-            raise NotDynamic(f"{name}.shape[{d}] is {n} (sizes 0 and 1 stay specialized)")
-        if not t._data.flags.c_contiguous:
-            raise NotDynamic(f"{name} is not contiguous")
+        i = index[name]
+        n = flat[i]._data.shape[d]
         if n not in values:
             values.append(n)
         out.append((name, i, d, values.index(n)))
@@ -234,10 +225,8 @@ def build_dynamic(builder, args, kwargs, dims, build, guards, restoring):
     ``extra`` (output structure, buffers written) must be equal at every probe. ``restoring(fn)`` runs ``fn()``
     with the call's side effects (buffer updates, random draws) undone afterwards: a later size's own trace.
     """
-    names, flat = _names(args, kwargs), list(args) + list(kwargs.values())
+    names, flat = argument_names(args, kwargs), list(args) + list(kwargs.values())
     dims, real = _symbols(dims, names, flat)
-    if not dims:
-        raise NotDynamic("no dimension to make dynamic")
     try:
         base_sig, base_extra = _probe(builder, flat, dims, real)
     except NotDynamic:

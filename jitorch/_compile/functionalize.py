@@ -64,23 +64,31 @@ def functional_write_ok(t, args):
 def record_buffer_write(rec, op, t, args, attrs):
     """The segment recorder ``rec`` records ``op_`` into the module buffer ``t`` as functional nodes: the new value
     is a node, later reads of ``t`` read it, and the graph's runner writes it back (``Segment.writes``)."""
+    # ``functional``: the replay matches this step against the in-place call that made it.
+    rec.seg.writes[id(t)] = (t, record_functional_write(rec, op, t, rec.arg(t), args, attrs, functional=True))
+    return t
+
+
+def record_functional_write(rec, op, t, old, args, attrs, functional=False):
+    """Run ``op_(t, *args)`` (the write itself, with eager's checks) and record it as the out-of-place node(s) of
+    its written value from ``old`` (``t``'s node before the write); later reads of ``t`` read the last of them,
+    which is returned. ``functional`` marks the step for the replay to match against the in-place call."""
     rec._pos, rec._detached = 0, []
-    old = rec.arg(t)
     args_n, attrs_n = map_aggregate(args, rec.arg), map_aggregate(attrs, rec.arg)
     value = rec._run(apply, op, t, *args, **attrs)  # the written value, while ``t`` still holds the old one
-    rec._run(apply_inplace, op, t, *args, **attrs)  # the write itself, with eager's checks
+    rec._run(apply_inplace, op, t, *args, **attrs)
     seg = rec.seg
     names = functional_ops(op)
     node = seg.graph.call_function(_primitive(names[0]), (old, *args_n), attrs_n)
     data = value._data
-    # ``functional``: the replay matches this step against the in-place call that made it.
-    node.meta.update(val=(tuple(data.shape), data.dtype), stride=tuple(data.strides), rg=False,
-                     step=len(seg.steps), grad=GradState.enabled, functional=True)
+    node.meta.update(val=(tuple(data.shape), data.dtype), stride=tuple(data.strides), rg=value._requires_grad,
+                     step=len(seg.steps), grad=GradState.enabled)
+    if functional:
+        node.meta["functional"] = True
     last = node if len(names) == 1 else seg.graph.call_function(_primitive("copy"), (old, node))
     rec.bind(t, last)
     seg.steps.append((node, last))
-    seg.writes[id(t)] = (t, last)
-    return t
+    return last
 
 
 def functionalize(gm, buffers):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 
-__all__ = ["guard_values", "first_failure"]
+__all__ = ["guard_values", "first_failure", "argument_names"]
 
 _SIMPLE = (int, float, bool, str, bytes, type(None), complex)
 
@@ -35,8 +35,7 @@ def guard_values(args, kwargs, module=None, params=None):
     ``params``: ``tuple(module.parameters())`` when the caller already has it (one traversal per call).
     """
     out = []
-    named = [(f"arg{i}", a) for i, a in enumerate(args)] + [(k, v) for k, v in kwargs.items()]
-    for name, a in named:
+    for name, a in zip(argument_names(args, kwargs), (*args, *kwargs.values())):
         if isinstance(a, Tensor):
             d = a._data
             out += [(f"{name}.shape", tuple(d.shape)), (f"{name}.dtype", str(d.dtype)),
@@ -55,6 +54,11 @@ def guard_values(args, kwargs, module=None, params=None):
         # into the graph as constants: changing one must retrace.
         out.append(("attributes", tuple(_plain_attributes(m) for m in mods)))
     return out
+
+
+def argument_names(args, kwargs):
+    """The guards' names of the flat arguments: ``arg0, arg1, ...``, then the keywords."""
+    return [f"arg{i}" for i in range(len(args))] + list(kwargs)
 
 
 def _plain_attributes(module):

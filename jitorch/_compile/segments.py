@@ -48,7 +48,8 @@ from ..fx.node import map_aggregate
 from ..ops.table import Opaque
 from .functionalize import functional_write_ok, record_buffer_write
 from .segment_training import TrainingNotes
-from .view_writes import NOT_FUNCTIONAL, functional_write, noting_created
+from ..fx._created import noting_created
+from .view_writes import NOT_FUNCTIONAL, functional_write
 
 __all__ = ["Segment", "Break", "Recorder", "record", "watching", "user_location", "value_key"]
 

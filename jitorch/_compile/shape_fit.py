@@ -12,6 +12,7 @@ checked at one more point by the caller; `rebuild` turns the template graph into
 branch of the Python code).
 
 >>> import jitorch
+>>> from jitorch._compile.sym_sizes import recording_sizes
 >>> from jitorch._compile.trace import trace
 >>> def f(x):
 ...     return x.view(x.shape[0] * x.shape[0], -1).sum(1)
@@ -36,7 +37,7 @@ from .._tensor import Tensor
 from ..fx.graph import Graph
 from ..fx.graph_module import GraphModule
 from ..fx.node import Node
-from .sym_sizes import COMPARE, NotDynamic, recording_sizes  # noqa: F401 - recording_sizes: the doctest's
+from .sym_sizes import COMPARE, NotDynamic
 
 __all__ = ["Signature", "Fit", "rebuild"]
 

@@ -23,7 +23,9 @@ import operator
 import sys
 import threading
 
+from .._creation import full
 from .._tensor import Size, Tensor
+from ..fx._created import watching_creation
 
 __all__ = ["SymSize", "SymFloat", "NotDynamic", "Recording", "recording_sizes", "COMPARE"]
 
@@ -146,33 +148,21 @@ class Recording:
         self._keep.append(out)  # ids stay unique while the recording lives
 
 
-# Creation functions whose tensors a template makes again at each size (``torch.arange(t)`` for positions).
-_CREATION = ("arange", "zeros", "ones", "full", "empty", "eye", "linspace")
+# ``*_like`` functions read a traced value: their recipe is ``full`` of its (symbolic) shape, and this fill value.
 _LIKE = {"zeros_like": 0, "ones_like": 1, "empty_like": 0, "full_like": None}
 
 
-def _plain(obj):
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_plain(x) for x in obj) if not hasattr(obj, "_fields") else obj
-    return int(obj) if isinstance(obj, SymSize) else float(obj) if isinstance(obj, SymFloat) else obj
-
-
-def _recorded(name, fn, owner, rec, originals):
-    def made(*args, **kwargs):
-        # The function computes with plain numbers (what it derives from sizes is no comparison of the caller's);
-        # the recipe keeps the sizes the template fits.
-        out = fn(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
-        if threading.get_ident() != owner or kwargs.get("out") is not None or not isinstance(out, Tensor):
-            return out
-        if name in _LIKE:  # as ``full`` of the input's (symbolic) shape: the input itself is a traced value
+def _recipe(rec):
+    """What `watching_creation` reports, kept as ``rec``'s recipes: how to make each tensor again at other sizes.
+    (The creation function's own arithmetic on sizes is jitorch's: `_by_user` keeps it out of the log.)"""
+    def made(name, fn, args, kwargs, out):
+        if name in _LIKE:
             like, value = args[0], _LIKE[name]
             value = kwargs.get("fill_value", args[1] if len(args) > 1 else None) if value is None else value
             kw = {"dtype": kwargs.get("dtype") or like.dtype, "device": kwargs.get("device") or like.device}
-            rec.made(out, (originals["full"], (tuple(like.shape), value), kw))
+            rec.made(out, (full, (tuple(like.shape), value), kw))
         else:
             rec.made(out, (fn, args, kwargs))
-        return out
-    made.__name__ = name
     return made
 
 
@@ -184,8 +174,6 @@ def recording_sizes():
     log = rec.log
     saved = Tensor.shape, Tensor.size, Tensor.__len__
     owner = threading.get_ident()
-    module = sys.modules["jitorch"]
-    originals = {n: getattr(module, n) for n in _CREATION + tuple(_LIKE)}
 
     def sym(shape):
         return Size(SymSize(s) for s in shape) if threading.get_ident() == owner else Size(shape)
@@ -205,15 +193,12 @@ def recording_sizes():
         return out
 
     Tensor.shape, Tensor.size, Tensor.__len__ = property(lambda self: sym(self._data.shape)), size, length
-    for n, fn in originals.items():
-        setattr(module, n, _recorded(n, fn, owner, rec, originals))
     _state.log = log
     try:
-        yield rec
+        with watching_creation(_recipe(rec)):
+            yield rec
     finally:
         Tensor.shape, Tensor.size, Tensor.__len__ = saved
-        for n, fn in originals.items():
-            setattr(module, n, fn)
         _state.log = None
 
 

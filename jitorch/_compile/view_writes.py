@@ -2,12 +2,13 @@
 (``h[:, -1] = 0``), and writes into tensors the call made itself (``mask = torch.zeros(t); mask[:, 0] = 1``,
 ``out = torch.empty(b, n); out[:, i] = ...``), which used to be graph breaks.
 
-A write ``op_(view, *args)`` becomes ``new = op(view, *args)`` (the row's functional form) and, for a view,
-``new_base = copy_slices(base, new, chain)``; later reads of the view and of its base read those nodes. A tensor
-the call made is a graph constant holding its value from before the first write; the base's other live views see
-the write, as in eager mode, each taken again from the new base. The write stays a graph break when the functional
-form would change the dtype or shape (an in-place op casts into its tensor). Under autograd the compiled training path
-traces the call again (`training.joint_for`) and `functionalize_view_writes` does the same on its joint graph.
+A write ``op_(view, *args)`` becomes ``new = op(view, *args)`` (the row's functional form, cast back into the
+view's dtype and shape as the in-place op does: `functionalize.record_functional_write`, shared with module
+buffer writes) and, for a view, ``new_base = copy_slices(base, new, chain)``; later reads of the view and of its
+base read those nodes. A tensor the call made is a graph constant holding its value from before the first write;
+the base's other live views see the write, as in eager mode, each taken again from the new base. Under autograd
+the compiled training path traces the call again (`training.joint_for`) and `functionalize_view_writes` does the
+same on its joint graph.
 
 >>> import jitorch
 >>> from jitorch._compile.trace import trace
@@ -23,23 +24,15 @@ traces the call again (`training.joint_for`) and `functionalize_view_writes` doe
 """
 from __future__ import annotations
 
-from .._dispatch import apply, apply_inplace
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
-from ..fx._created import noting_created  # noqa: F401 - segments.record takes it from here
-from ..fx.make_fx import Primitive, _primitive
-from ..fx.node import Node, map_aggregate
-from .functionalize import RANDOM_ROWS, _made_here, functional_ops
+from ..fx.make_fx import Primitive, _primitive, view_nodes
+from ..fx.node import Node
+from .functionalize import RANDOM_ROWS, _made_here, functional_ops, record_functional_write
 
-__all__ = ["NOT_FUNCTIONAL", "noting_created", "functional_write", "functionalize_view_writes"]
+__all__ = ["NOT_FUNCTIONAL", "functional_write", "functionalize_view_writes"]
 
 NOT_FUNCTIONAL = object()
-def _tensors(obj):
-    out = []
-    map_aggregate(obj, lambda a: out.append(a) if isinstance(a, Tensor) else None)
-    return out
-
-
 def functional_write(rec, op, t, args, attrs):
     """Record ``op_(t, *args)`` as graph values and run it (the call's own effect); `NOT_FUNCTIONAL` when the write
     must stay a graph break (nothing has run then)."""
@@ -55,9 +48,6 @@ def functional_write(rec, op, t, args, attrs):
               and obj._base is base]
     if any(o._view_chain is None for o in others):
         return NOT_FUNCTIONAL
-    new = rec._run(apply, op, t, *args, **attrs)
-    if new._data.dtype != t._data.dtype or new._data.shape != t._data.shape:
-        return NOT_FUNCTIONAL
     base_node = rec.arg(base)
     if made and not local:
         # The graph's constant is the tensor's value before this first write, not the tensor (written below).
@@ -65,22 +55,16 @@ def functional_write(rec, op, t, args, attrs):
             if obj is base:
                 rec.ext_objs[i] = Tensor._make(base._data.copy())
     view_node = rec.arg(t) if t is not base else base_node
-    arg_nodes, attr_nodes = map_aggregate(args, rec.arg), map_aggregate(attrs, rec.arg)
-    out = rec._run(apply_inplace, op, t, *args, **attrs)
+    new_view = record_functional_write(rec, op, t, view_node, args, attrs)
     rec._note_grad(op, (t, base))  # an inference graph cannot stand for a write autograd follows
     graph = rec.seg.graph
-    new_view = _step(rec, graph.call_function(_primitive(op.name), (view_node, *arg_nodes), attr_nodes))
     if t is not base:
         new_base = _step(rec, graph.call_function(_primitive("copy_slices"), (base_node, new_view),
                                                   {"chain": t._view_chain}))
         rec.bind(base, new_base)
         for other in others:  # the other views see the write, as in eager mode: each is taken again from the base
-            node = new_base
-            for view_op, view_attrs in other._view_chain:
-                node = _step(rec, graph.call_function(_primitive(view_op.name), (node,), dict(view_attrs)))
-            rec.bind(other, node)
-    rec.bind(t, new_view)
-    return out
+            rec.bind(other, [_step(rec, n) for n in view_nodes(graph, new_base, other._view_chain)][-1])
+    return t
 
 
 def _step(rec, node):

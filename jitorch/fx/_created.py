@@ -19,32 +19,38 @@ import threading
 
 from .._tensor import Tensor
 
-__all__ = ["noting_created"]
+__all__ = ["watching_creation", "noting_created", "CREATION"]
 
-_CREATION = ("zeros", "ones", "full", "empty", "arange", "eye", "linspace", "zeros_like", "ones_like", "empty_like",
-             "full_like", "tensor")
+CREATION = ("zeros", "ones", "full", "empty", "arange", "eye", "linspace", "zeros_like", "ones_like", "empty_like",
+            "full_like", "tensor")
 
 
 @contextlib.contextmanager
-def noting_created(created):
-    """Within the block, the tensors ``jitorch.zeros`` and the other creation functions make on this thread are
-    noted in the dict ``created`` (id -> tensor: kept alive so that ids stay unique)."""
+def watching_creation(made):
+    """Within the block, each tensor ``jitorch.zeros`` or another of `CREATION` makes on this thread (not into an
+    ``out=``) is reported as ``made(name, fn, args, kwargs, tensor)``, ``fn`` being the unwatched function."""
     module, owner = sys.modules["jitorch"], threading.get_ident()
-    originals = {name: getattr(module, name) for name in _CREATION}
+    originals = {name: getattr(module, name) for name in CREATION}
 
-    def noting(fn):
-        def made(*args, **kwargs):
+    def watched(name, fn):
+        def make(*args, **kwargs):
             out = fn(*args, **kwargs)
             if isinstance(out, Tensor) and threading.get_ident() == owner and kwargs.get("out") is None:
-                created[id(out)] = out
+                made(name, fn, args, kwargs, out)
             return out
-        made.__name__ = fn.__name__
-        return made
+        make.__name__ = fn.__name__
+        return make
 
     for name, fn in originals.items():
-        setattr(module, name, noting(fn))
+        setattr(module, name, watched(name, fn))
     try:
         yield
     finally:
         for name, fn in originals.items():
             setattr(module, name, fn)
+
+
+def noting_created(created):
+    """Within the block, the tensors the creation functions make on this thread are noted in the dict ``created``
+    (id -> tensor: kept alive so that ids stay unique)."""
+    return watching_creation(lambda name, fn, args, kwargs, out: created.__setitem__(id(out), out))

@@ -67,6 +67,16 @@ def _primitive(name, inplace=False):
     return Primitive(OPS[name], inplace)
 
 
+def view_nodes(graph, node, chain):
+    """The nodes that take the view ``chain`` (a tensor's ``_view_chain``: ``((op, attrs), ...)``) of ``node``, in
+    order; the last is the view."""
+    out = []
+    for op, attrs in chain:
+        node = graph.call_function(_primitive(op.name), (node,), dict(attrs))
+        out.append(node)
+    return out
+
+
 class _RecordingMode:
     """The dispatcher mode: run each op eagerly (with the mode popped) and append a node for it."""
 
@@ -131,10 +141,7 @@ class _RecordingMode:
         clone = self.graph.call_function(_primitive("clone"), (node,))
         self.bind(base, clone)
         if t is not base:
-            view = clone
-            for view_op, view_attrs in t._view_chain:
-                view = self.graph.call_function(_primitive(view_op.name), (view,), dict(view_attrs))
-            self.bind(t, view)
+            self.bind(t, view_nodes(self.graph, clone, t._view_chain)[-1])
 
     def dispatch_inplace(self, op, self_tensor, args, attrs):
         self._own_constant(self_tensor)
