@@ -73,7 +73,8 @@ class Gemm:
 
     ``blas`` is the `Ref` of a table entry holding the address of a Fortran-ABI ``sgemm``/``dgemm`` to call (the
     address lives in the table, not the code, so the machine code is the same in every process and can be cached),
-    or None for the generated loop.
+    or None for the generated loop; ``blas_int_bits`` is the width of the integers that function takes (64 for an
+    ILP64 build such as NumPy's OpenBLAS).
     """
 
     dtype: str
@@ -87,10 +88,11 @@ class Gemm:
     c: Ref
     c_strides: tuple
     blas: Ref | None = None
+    blas_int_bits: int = 32
 
     def spec(self):
         return (self.dtype, self.m, self.n, self.k, self.a_strides, self.b_strides, self.c_strides,
-                self.blas is not None)
+                self.blas is not None, self.blas_int_bits)
 
 
 @dataclass(frozen=True)
@@ -191,8 +193,8 @@ def blas_operands(g):
 def _blas_gemm(g, name):
     """A call of ``?gemm_`` through the pointer ``%fn``; Fortran takes every argument by reference (allocas)::
 
-        %n = alloca i32
-        store i32 90, ptr %n
+        %n = alloca i64                  ; i32 for an LP64 BLAS (``blas_int_bits``)
+        store i64 90, ptr %n
         ...
         call void %fn(ptr %ta, ptr %tb, ptr %n, ptr %m, ptr %k, ptr %alpha, ptr %b, ptr %ldb, ptr %a, ...)
     """
@@ -200,8 +202,9 @@ def _blas_gemm(g, name):
     transb, transa, ldb, lda, ldc = blas_operands(g)
     lines = [f"define internal void @{name}(ptr %a, ptr %b, ptr %c, ptr %fn) noinline nounwind {{", "entry:"]
     ints = {"n": g.n, "m": g.m, "k": g.k, "ldb": ldb, "lda": lda, "ldc": ldc}
+    it = f"i{g.blas_int_bits}"
     for key, value in ints.items():
-        lines += [f"  %{key} = alloca i32", f"  store i32 {value}, ptr %{key}"]
+        lines += [f"  %{key} = alloca {it}", f"  store {it} {value}, ptr %{key}"]
     for key, value in (("ta", transb), ("tb", transa)):
         lines += [f"  %{key} = alloca i8", f"  store i8 {ord(value)}, ptr %{key}"]
     lines += [f"  %alpha = alloca {ty}", f"  store {ty} 1.0, ptr %alpha",

@@ -29,8 +29,8 @@ import numpy as np
 from ..codegen.ir import Buffer, Kernel, Store, load
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_program import Gemm, KernelCall, Ref, blas_operands, compile_program, vector_fits
-from ..cpu._lower import BLAS_MIN_FLOPS, NotLowerable, blas_address, element_strides, elementwise, linear, \
-    linear_backward, matmul, reduction
+from ..cpu._lower import BLAS_MIN_FLOPS, NotLowerable, blas_address, blas_int_bits, element_strides, elementwise, \
+    linear, linear_backward, matmul, reduction
 from ..cpu._recorder import Record
 from ..cpu._steps import plan_operands
 from ..fx.make_fx import Primitive
@@ -321,7 +321,8 @@ def to_calls(plan, nslots):
                 # reduction loop it would get instead is several times slower than a library call).
                 big = s["m"] * s["n"] * s["k"] >= BLAS_MIN_FLOPS or s.get("blas") or not vector_fits(g)
                 slot = blas.get(s["dtype"]) if big and blas_operands(g) is not None else None
-                calls.append(replace(g, blas=Ref(slot)) if slot is not None else g)
+                calls.append(replace(g, blas=Ref(slot), blas_int_bits=blas_int_bits(s["dtype"]))
+                             if slot is not None else g)
         ncalls += len(calls)
         segments.append(("native", compile_program(calls, default_cache())))
     return table, segments, ncalls

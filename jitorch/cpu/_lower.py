@@ -14,7 +14,6 @@ Nothing here decides about buffers: `_native` maps arrays to table slots and fus
 """
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,16 +21,16 @@ import numpy as np
 from .._compile.expr import Unfusable
 from .._compile.lower import IR_DTYPES, node_expr_for
 from ..codegen.ir import Buffer, Kernel, Store, load, op as ir_op
+from ..runtime.host_blas import gemm_function
 from ._steps import root_of
 
 __all__ = ["NotLowerable", "Elementwise", "elementwise", "reduction", "matmul", "linear", "linear_backward",
-           "blas_address", "element_strides", "BLAS_MIN_FLOPS"]
+           "blas_address", "blas_int_bits", "element_strides", "BLAS_MIN_FLOPS"]
 
 # Products with at least this many multiply-adds call BLAS; smaller ones run the generated loop, where a library
 # call's fixed cost (argument checks, dispatch, packing) would dominate.
 BLAS_MIN_FLOPS = 64 * 64 * 64
 _REDUCTIONS = {"sum": "sum", "prod": "prod", "amax": "max", "amin": "min"}
-_BLAS: dict[str, int | None] = {}
 
 
 class NotLowerable(Exception):
@@ -221,19 +220,15 @@ def linear_backward(rec):
 
 
 def blas_address(dtype):
-    """The address of SciPy's Fortran-ABI ``sgemm``/``dgemm`` (OpenBLAS), or None without SciPy."""
-    if dtype not in _BLAS:
-        try:
-            from scipy.linalg import cython_blas
-        except ImportError:
-            _BLAS[dtype] = None
-            return None
-        capsule = cython_blas.__pyx_capi__["sgemm" if dtype == "f32" else "dgemm"]
-        get_name, get_pointer = ctypes.pythonapi.PyCapsule_GetName, ctypes.pythonapi.PyCapsule_GetPointer
-        get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
-        get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-        _BLAS[dtype] = get_pointer(capsule, get_name(capsule))
-    return _BLAS[dtype]
+    """The address of the Fortran-ABI ``sgemm``/``dgemm`` native programs call (see `runtime.host_blas`), or None."""
+    fn = gemm_function(dtype)
+    return None if fn is None else fn.address
+
+
+def blas_int_bits(dtype):
+    """The integer width of `blas_address`'s function (64 for NumPy's ILP64 OpenBLAS)."""
+    fn = gemm_function(dtype)
+    return 32 if fn is None else fn.int_bits
 
 
 def view_of(array):

@@ -30,7 +30,7 @@ from .._compile.lower import IR_DTYPES
 from ..codegen.ir import Buffer, Kernel, Store, load
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_program import Copy, Gemm, KernelCall, Ref, compile_program
-from ._lower import BLAS_MIN_FLOPS, NotLowerable, blas_address, element_strides, elementwise, linear, \
+from ._lower import BLAS_MIN_FLOPS, NotLowerable, blas_address, blas_int_bits, element_strides, elementwise, linear, \
     linear_backward, matmul, reduction, view_of
 
 __all__ = ["NativeReplay"]
@@ -318,7 +318,7 @@ class NativeReplay:
         slot = self.blas_slots.get(s["dtype"]) if s["m"] * s["n"] * s["k"] >= BLAS_MIN_FLOPS else None
         blas = Ref(slot) if slot is not None else None
         return Gemm(s["dtype"], s["m"], s["n"], s["k"], self._ref(s["a"]), s["a_strides"], self._ref(s["b"]),
-                    s["b_strides"], self._ref(s["c"]), s["c_strides"], blas)
+                    s["b_strides"], self._ref(s["c"]), s["c_strides"], blas, blas_int_bits(s["dtype"]))
 
     # -- use ------------------------------------------------------------------------------------------------------
     @property
