@@ -204,3 +204,41 @@ def test_capturable_state_dict_round_trip_keeps_a_tensor_step():
     opt.step()
     opt2.step()
     assert w.tolist() == w2.tolist()
+
+
+def test_replay_after_an_lr_change_raises_naming_the_option():
+    w = jitorch.nn.Parameter(jitorch.ones(3))
+    opt = jitorch.optim.SGD([w], lr=0.5, momentum=0.9)
+    w.grad = jitorch.full((3,), 2.0)
+    opt.step()
+    g = CPUGraph()
+    with graph(g):
+        opt.step()
+    g.replay()  # unchanged options replay
+    opt.param_groups[0]["momentum"] = 0.5
+    before = w.detach().clone()
+    with pytest.raises(jitorch.cpu.CaptureInvalidated, match=r"SGD.param_groups\[0\]\['momentum'\] is 0.5 but was "
+                                                             r"0.9 at capture"):
+        g.replay()
+    assert bool((w == before).all())  # refused before any step ran
+
+
+@pytest.mark.parametrize("tensor_lr", [False, True], ids=["float-lr", "tensor-lr"])
+def test_reduce_overhead_training_step_follows_an_lr_schedule_like_torch(tensor_lr):
+    """A whole captured step (zero_grad, forward, backward, SGD) under StepLR: each lr change captures again."""
+    weights, data = _weights(5), _batches(5, 8)
+    net, ref = small_mlp(jitorch, weights), small_mlp(torch, weights)
+    lr0 = 0.05
+    opt = jitorch.optim.SGD(net.parameters(), lr=jitorch.tensor(lr0) if tensor_lr else lr0, momentum=0.9)
+    ropt = torch.optim.SGD(ref.parameters(), lr=torch.tensor(lr0) if tensor_lr else lr0, momentum=0.9)
+    sched = jitorch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    rsched = torch.optim.lr_scheduler.StepLR(ropt, step_size=2, gamma=0.5)
+    step = jitorch.compile(lambda x, y: _train_step(jitorch, net, opt, x, y).detach(), mode="reduce-overhead")
+    for x, y in data:
+        loss = step(jitorch.tensor(x), jitorch.tensor(y))
+        want = _train_step(torch, ref, ropt, torch.tensor(x), torch.tensor(y))
+        np.testing.assert_allclose(_host(loss), want.item(), rtol=1e-4)
+        _assert_params(net, ref, rtol=1e-4, atol=2e-5)
+        sched.step()
+        rsched.step()
+    assert step.recaptures == 3  # lr changed after steps 2, 4 and 6

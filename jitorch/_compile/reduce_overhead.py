@@ -8,6 +8,10 @@ equal. A new input is taken by pointer substitution when the replay is one nativ
 graph's pointer table, with no copy (it is copied into the static buffer instead when it overlaps memory the graph
 writes, e.g. an output of the previous call passed back in, or when some step replays in Python).
 
+Python numbers an optimizer step reads (``lr``, ``momentum``, ``weight_decay``...) are baked into the capture and
+guarded: a call after one changed (an LR scheduler's step) captures again with the new value, never replays the old
+one; past `RECAPTURE_WARNING` recaptures a warning says the step would run better uncaptured.
+
 Outputs live in the graph's buffers and are rewritten by the next call. Instead of silently changing, an output
 of an earlier call raises when used after a later call (a generation counter per call); ``out.clone()`` keeps it.
 
@@ -38,6 +42,10 @@ from ..cpu import CPUGraph, graph
 from ..cpu._steps import root_of
 
 __all__ = ["compile_reduce_overhead", "ReduceOverheadFunction", "OverwrittenOutputError"]
+
+
+# Captures redone for changed hyperparameters before the warning that the step would run better uncaptured.
+RECAPTURE_WARNING = 8
 
 
 class OverwrittenOutputError(RuntimeError):
@@ -83,6 +91,7 @@ class ReduceOverheadFunction:
         self.fallback_reason = None
         self._live = []  # outputs handed out by the latest call (poisoned by the next one)
         self.cuda = False  # captured as a CUDA graph
+        self.recaptures = 0  # captures redone because a baked-in Python value (an optimizer's lr) changed
 
     # -- checks ---------------------------------------------------------------------------------------------------
     def _needs_eager(self, leaves):
@@ -183,6 +192,10 @@ class ReduceOverheadFunction:
         leaves = []
         spec = flatten_into((args, kwargs), leaves)
         self.calls += 1
+        if self.graph is not None and not self.cuda:
+            changed = self.graph.changed_value()
+            if changed is not None:  # a baked-in hyperparameter moved: this call captures again, with the new one
+                self._recapture(changed)
         if self.graph is None:
             reason = self._needs_eager(leaves)
             if reason is not None or self.calls == 1:
@@ -204,6 +217,17 @@ class ReduceOverheadFunction:
         if reason is not None:
             return self.fn(*args, **kwargs)
         return self._replay_cuda(leaves) if self.cuda else self._replay(leaves)
+
+    def _recapture(self, changed):
+        self.recaptures += 1
+        if self.recaptures == RECAPTURE_WARNING:
+            warnings.warn(f"jitorch.compile(mode='reduce-overhead') of {self.__name__}: captured again "
+                          f"{self.recaptures} times because a Python value the step reads changed ({changed}); each "
+                          "capture costs an eager call and a native compile. A learning-rate schedule changing lr "
+                          "every step is better served by mode=None", stacklevel=3)
+        # The old graph's outputs keep their buffers (nothing rewrites them any more): they stay valid.
+        self._live = []
+        self.graph = None
 
     # -- CUDA -----------------------------------------------------------------------------------------------------
     def _capture_cuda(self, spec, leaves):

@@ -10,6 +10,6 @@ jitorch.Size([2])
 from __future__ import annotations
 
 from .callables import make_graphed_callables
-from .graphs import CPUGraph, graph, graph_pool_handle
+from .graphs import CaptureInvalidated, CPUGraph, graph, graph_pool_handle
 
-__all__ = ["CPUGraph", "graph", "graph_pool_handle", "make_graphed_callables"]
+__all__ = ["CPUGraph", "CaptureInvalidated", "graph", "graph_pool_handle", "make_graphed_callables"]

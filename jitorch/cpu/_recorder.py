@@ -64,6 +64,9 @@ class CaptureMode:
         self.born: dict[int, np.ndarray] = {}  # id -> root array of tensors created inside the capture
         self.written: dict[int, np.ndarray] = {}  # id -> root arrays some step writes
         self.pending_draw = None  # set by the RNG hook between a draw and the sampler wrapping it
+        # (what, read, value): Python values the capture baked into its steps (an optimizer's lr); replay checks
+        # ``read() == value`` first, as a replay with a changed lr would silently keep the captured one.
+        self.value_guards: list = []
 
     # -- bookkeeping used by the hooks ----------------------------------------------------------------------------
     def note_born(self, array):
@@ -78,6 +81,10 @@ class CaptureMode:
                 continue
             root = root_of(array)
             self.written[id(root)] = root
+
+    def guard_value(self, what, read, value):
+        """Note that the steps recorded so far depend on the Python value ``read()`` being ``value``."""
+        self.value_guards.append((what, read, value))
 
     def fail(self, message):
         """End the capture, then raise: the caller's ``with`` sees the error with no mode left pushed."""

@@ -8,6 +8,8 @@ or tensor creation. As with CUDA graphs:
 - tensors made inside the capture are outputs, overwritten in place by every replay (clone to keep a result);
 - Python code in the region (prints, appends, counters) runs once, at capture;
 - random ops draw new numbers on every replay, advancing the generator;
+- Python numbers an optimizer step read (``lr``, ``momentum``...) are baked in: ``replay()`` checks them and raises
+  `CaptureInvalidated` when one changed (a scheduler's new lr), instead of silently using the captured value;
 - host reads (``item``, ``tolist``, ``numpy``, ``bool``, printing) raise and end the capture.
 
 Replay is native: at the first ``replay()`` the recorded steps are lowered to machine code by the LLVM backend
@@ -34,11 +36,15 @@ from .. import _dispatch
 from ._hooks import install, uninstall
 from ._recorder import CaptureMode
 
-__all__ = ["CPUGraph", "graph", "graph_pool_handle"]
+__all__ = ["CPUGraph", "graph", "graph_pool_handle", "CaptureInvalidated"]
 
 _POOL_IDS = itertools.count(1)
 # ``JITORCH_CPU_GRAPH_NATIVE=0`` replays every graph step by step from Python (the reference path).
 NATIVE = os.environ.get("JITORCH_CPU_GRAPH_NATIVE", "1") != "0"
+
+
+class CaptureInvalidated(RuntimeError):
+    """A Python value the capture baked in (an optimizer hyperparameter) has changed since: the replay would be wrong."""
 
 
 def graph_pool_handle():
@@ -73,6 +79,7 @@ class CPUGraph:
         self._saved = None
         self._pool = None
         self._captured = False
+        self._guards: list = []
 
     # -- capture ----------------------------------------------------------------------------------------------
     def capture_begin(self, pool=None):
@@ -99,6 +106,7 @@ class CPUGraph:
         self._steps = tuple(r.fn for r in self._records)
         # Tensors still alive now may be read by the user after a replay; every other intermediate is internal.
         self._visible = {id(root) for ref, root in mode.handles if ref() is not None}
+        self._guards = list(mode.value_guards)
         self._native, self._native_error = None, None
         self._captured = True
 
@@ -118,19 +126,41 @@ class CPUGraph:
 
     def _forget(self):
         self._steps, self._records, self._visible, self._captured = (), [], set(), False
-        self._native, self._native_error = None, None
+        self._native, self._native_error, self._guards = None, None, []
 
     # -- use ----------------------------------------------------------------------------------------------------
     def replay(self):
         """Rerun the captured ops on the static buffers; outputs from the capture now hold this replay's values."""
         if not self._captured:
             raise RuntimeError("CPUGraph.replay: nothing captured (capture_begin/capture_end, or jitorch.cpu.graph)")
+        changed = self.changed_value()
+        if changed is not None:
+            raise CaptureInvalidated(f"CPUGraph.replay: {changed}, and the captured steps use the old value. Capture "
+                                     "again (g.reset(), then capture), or keep the value fixed while replaying")
         native = self._build()
         if native is not None:
             native()
             return
         for step in self._steps:
             step()
+
+    def changed_value(self):
+        """Which baked-in Python value differs from its value at capture (a sentence), or None if none does.
+
+        >>> import jitorch
+        >>> w = jitorch.nn.Parameter(jitorch.ones(2)); opt = jitorch.optim.SGD([w], lr=0.5)
+        >>> w.grad = jitorch.ones(2); g = CPUGraph()
+        >>> with graph(g):
+        ...     opt.step()
+        >>> opt.param_groups[0]["lr"] = 0.1
+        >>> g.changed_value()
+        "SGD.param_groups[0]['lr'] is 0.1 but was 0.5 at capture"
+        """
+        for what, read, value in self._guards:
+            now = read()
+            if now != value and not (now != now and value != value):  # nan == nan here: an unchanged nan
+                return f"{what} is {now!r} but was {value!r} at capture"
+        return None
 
     def _build(self):
         """The native replay, lowered and compiled once (None when disabled or when lowering failed)."""

@@ -339,6 +339,32 @@ def capturing():
     return bool(MODES) and getattr(MODES[-1], "records_updates", False)
 
 
+def _plain(value):
+    """A hyperparameter as a comparable Python value (a one-element tensor read as a number)."""
+    if isinstance(value, Tensor):
+        return float(value._data.reshape(-1)[0]) if value.numel() == 1 else id(value)
+    if isinstance(value, (tuple, list)):
+        return tuple(_plain(v) for v in value)
+    return value
+
+
+def guard_hyperparameters(optimizer):
+    """While a CPU graph captures ``optimizer.step()``: every group option becomes a guard of the capture.
+
+    The update reads them as Python numbers, so the recorded steps hold the values of this moment; the graph checks
+    them before each replay (a scheduler changing ``lr`` must not be ignored silently).
+    """
+    from .._dispatch import MODES
+
+    mode = MODES[-1]
+    name = type(optimizer).__name__
+    for i, group in enumerate(optimizer.param_groups):
+        for key in group:
+            if key != "params":
+                mode.guard_value(f"{name}.param_groups[{i}][{key!r}]",
+                                 lambda group=group, key=key: _plain(group.get(key)), _plain(group[key]))
+
+
 def increment_step(step_t):
     """``state['step'] += 1`` in place (a 0-d tensor, as in PyTorch); returns the new count as a Python float.
 

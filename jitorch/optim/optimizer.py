@@ -26,6 +26,7 @@ from itertools import chain, count
 from .. import _creation, _dtype
 from .._tensor import Tensor
 from ..autograd.grad_mode import enable_grad, set_grad_enabled
+from ._kernels import capturing, guard_hyperparameters
 
 __all__ = ["Optimizer", "register_optimizer_step_pre_hook", "register_optimizer_step_post_hook", "required"]
 
@@ -161,6 +162,8 @@ def _with_step_hooks(step):
             return step(*args, **kwargs)
         self._in_hooked_step = True
         try:
+            if capturing():
+                guard_hyperparameters(self)
             for pre_hook in chain(_global_optimizer_pre_hooks.values(), self._optimizer_step_pre_hooks.values()):
                 result = pre_hook(self, args, kwargs)
                 if result is not None:
