@@ -44,7 +44,7 @@ NATIVE = os.environ.get("JITORCH_CPU_GRAPH_NATIVE", "1") != "0"
 
 
 class CaptureInvalidated(RuntimeError):
-    """A Python value the capture baked in (an optimizer hyperparameter) has changed since: the replay would be wrong."""
+    """A Python value the capture baked in (an optimizer hyperparameter) changed since: the replay would be wrong."""
 
 
 def graph_pool_handle():
