@@ -31,7 +31,7 @@ from ..runtime.threads import get_num_threads, parallel_for
 from . import lower_rows
 from .expr import Unfusable, parse_expr
 
-__all__ = ["IR_DTYPES", "GroupKernel", "node_expr", "node_expr_for", "clear_kernel_cache", "kernel_cache_stats"]
+__all__ = ["IR_DTYPES", "Passes", "GroupKernel", "node_expr", "node_expr_for", "clear_kernel_cache", "kernel_cache_stats"]
 
 IR_DTYPES = {np.dtype(np.bool_): "bool", np.dtype(np.int32): "i32", np.dtype(np.int64): "i64",
              np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
@@ -111,7 +111,52 @@ def node_expr(node, operands):
     return node_expr_for(node.target.op.name, operands, IR_DTYPES[node.meta["val"][1]])
 
 
-class GroupKernel:
+class Passes:
+    """Stores placed in passes: `reduce` makes an accumulator, and each store goes to the first pass after every
+    accumulator it reads is final. Shared by fused groups (`GroupKernel`) and the row ops of CPU graph replay.
+
+    >>> b = Passes(); x = load(1, "f32"); shifted = op("sub", x, b.reduce("max", x))
+    >>> b.stores[0].phase, b._phase(shifted)  # the max accumulates in pass 0; x - max is ready in pass 1
+    (0, 1)
+    """
+
+    def __init__(self):
+        self.stores: list = []
+        self._reductions: dict = {}
+
+    def reduce(self, kind, value):
+        """An accumulator of ``kind`` over ``value`` (one store per distinct reduction)."""
+        key = (kind, value)
+        if key not in self._reductions:
+            self.stores.append(Store(None, value, kind, self._phase(value)))
+            self._reductions[key] = reduced(len(self.stores) - 1, self.stores[-1].dtype)
+        return self._reductions[key]
+
+    def _phase(self, e, memo=None):
+        """The first pass in which ``e`` can be evaluated: after every accumulator it reads is final."""
+        memo = {} if memo is None else memo
+        if e not in memo:
+            memo[e] = self.stores[e.value].phase + 1 if e.op == "acc" else \
+                max((self._phase(a, memo) for a in e.args), default=0)
+        return memo[e]
+
+    def _stash(self):
+        """Keep an expensive value of an earlier pass in the output it feeds instead of recomputing it: softmax's
+        ``exp(x - max)`` is stored in pass 1 (where the sum needs it anyway) and rescaled in place in pass 2."""
+        for j, s in enumerate(list(self.stores)):
+            if s.buffer is None or s.row or s.phase == 0:
+                continue
+            best = None
+            for e in Kernel_nodes(s.value):
+                if e.dtype == s.value.dtype and self._phase(e) < s.phase and _expensive(e):
+                    best = e if best is None or _size(e) > _size(best) else best
+            if best is not None:
+                self.stores.append(Store(s.buffer, best, phase=self._phase(best)))
+                self.stores[j] = Store(s.buffer, _substitute(s.value, best, load(s.buffer, s.value.dtype)),
+                                       phase=s.phase)
+
+
+class GroupKernel(Passes):
     """Runs one `fusion.FusedGroup`: ``kernel(input_arrays) -> output_arrays`` (in ``group.outputs`` order).
 
     The expressions are built once (``structure``); the IR's buffers depend on the inputs' strides, so one compiled
@@ -132,8 +177,7 @@ class GroupKernel:
         self.out_dtypes = [IR_DTYPES[m.meta["val"][1]] for m in group.outputs]
         self.variants: dict[tuple, object] = {}
         self.slots: dict[tuple, int] = {}  # (input position, broadcast shape) -> buffer index
-        self.stores: list = []
-        self._reductions: dict = {}
+        Passes.__init__(self)
         self._structure()
 
     # -- structure: expressions and stores, independent of strides -------------------------------------------------
@@ -142,22 +186,6 @@ class GroupKernel:
         if key not in self.slots:
             self.slots[key] = len(self.out_dtypes) + len(self.slots)
         return load(self.slots[key], IR_DTYPES[node.meta["val"][1]])
-
-    def reduce(self, kind, value):
-        """An accumulator of ``kind`` over ``value`` (one store per distinct reduction)."""
-        key = (kind, value)
-        if key not in self._reductions:
-            self.stores.append(Store(None, value, kind, self._phase(value)))
-            self._reductions[key] = reduced(len(self.stores) - 1, self.stores[-1].dtype)
-        return self._reductions[key]
-
-    def _phase(self, e, memo=None):
-        """The first pass in which ``e`` can be evaluated: after every accumulator it reads is final."""
-        memo = {} if memo is None else memo
-        if e not in memo:
-            memo[e] = self.stores[e.value].phase + 1 if e.op == "acc" else \
-                max((self._phase(a, memo) for a in e.args), default=0)
-        return memo[e]
 
     def _operand(self, env, a, shape):
         if not isinstance(a, Node):
@@ -192,21 +220,6 @@ class GroupKernel:
                 self.stores.append(Store(j, value, row=True))
         self.stores = simplify(self.stores)
         self._stash()
-
-    def _stash(self):
-        """Keep an expensive value of an earlier pass in the output it feeds instead of recomputing it: softmax's
-        ``exp(x - max)`` is stored in pass 1 (where the sum needs it anyway) and rescaled in place in pass 2."""
-        for j, s in enumerate(list(self.stores)):
-            if s.buffer is None or s.row or s.phase == 0:
-                continue
-            best = None
-            for e in Kernel_nodes(s.value):
-                if e.dtype == s.value.dtype and self._phase(e) < s.phase and _expensive(e):
-                    best = e if best is None or _size(e) > _size(best) else best
-            if best is not None:
-                self.stores.append(Store(s.buffer, best, phase=self._phase(best)))
-                self.stores[j] = Store(s.buffer, _substitute(s.value, best, load(s.buffer, s.value.dtype)),
-                                       phase=s.phase)
 
     # -- per stride pattern --------------------------------------------------------------------------------------
     def build(self, slot_strides):

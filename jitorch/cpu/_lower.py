@@ -24,7 +24,8 @@ from ..codegen.ir import Buffer, Kernel, Store, load, op as ir_op
 from ..runtime.host_blas import gemm_function
 from ._steps import root_of
 
-__all__ = ["NotLowerable", "Elementwise", "elementwise", "reduction", "matmul", "linear", "linear_backward",
+__all__ = ["NotLowerable", "Elementwise", "elementwise", "reduction", "matmul", "batched_matmul", "copy_slices",
+           "copy_kernel", "linear", "linear_backward",
            "blas_address", "blas_int_bits", "element_strides", "BLAS_MIN_FLOPS"]
 
 # Products with at least this many multiply-adds call BLAS; smaller ones run the generated loop, where a library
@@ -164,6 +165,54 @@ def matmul(rec):
         c_st = (0, 1)
     return dict(dtype=dt, m=int(m), n=int(n), k=int(k), a=a, a_strides=a_st, b=b, b_strides=b_st, c=c,
                 c_strides=c_st)
+
+
+# A batched matmul with more products than this replays its row (one call each would bloat the code).
+MAX_BATCH = 1024
+
+
+def batched_matmul(rec):
+    """One `matmul` spec per batch entry of a batched float product (each over 2-D views of the operands)."""
+    if getattr(rec.op, "name", None) != "matmul" or rec.kind != "kernel":
+        raise NotLowerable("not a matmul")
+    (a, b), c = rec.datas, rec.outs[0]
+    if not all(isinstance(x, np.ndarray) for x in (a, b)) or c is None or a.ndim < 2 or b.ndim < 2:
+        raise NotLowerable("a batched matmul of a vector")
+    dt = IR_DTYPES.get(a.dtype)
+    if dt not in ("f32", "f64") or b.dtype != a.dtype or c.dtype != a.dtype:
+        raise NotLowerable(f"matmul of {a.dtype} and {b.dtype} into {c.dtype}")
+    batch = c.shape[:-2]
+    if int(np.prod(batch)) > MAX_BATCH:
+        raise NotLowerable(f"a batched matmul of {int(np.prod(batch))} products")
+    ab, bb = np.broadcast_to(a, batch + a.shape[-2:]), np.broadcast_to(b, batch + b.shape[-2:])
+    return [_gemm(ab[idx], bb[idx], c[idx]) for idx in np.ndindex(*batch)]
+
+
+def copy_slices(rec):
+    """``[(dst, value)]``: ``copy_slices(base, src, chain)`` as ``out[...] = base`` then ``region[...] = src``, the
+    region found by running the view chain on the recorded output."""
+    (base, src), out = rec.datas, rec.outs[0]
+    dt = IR_DTYPES.get(getattr(out, "dtype", None))
+    if not (isinstance(base, np.ndarray) and isinstance(src, np.ndarray)) or dt in (None, "bool") or \
+            base.dtype != out.dtype or src.dtype != out.dtype or out.size == 0 or out.ndim == 0:
+        raise NotLowerable("copy_slices of other dtypes, or empty")
+    region = out
+    for view_op, attrs in rec.attrs["chain"]:
+        region = view_op.kernel(np, region, **attrs)
+    if region.size == 0 or region.ndim == 0 or not np.shares_memory(region, out):
+        raise NotLowerable("copy_slices into an empty or 0-d region")
+    if np.may_share_memory(out, base) or np.may_share_memory(out, src):
+        raise NotLowerable("copy_slices writing into one of its operands")
+    element_strides(base, out.shape)
+    element_strides(src, region.shape)
+    return [(out, base), (region, src)]
+
+
+def copy_kernel(dst, value):
+    """The IR loop ``dst[...] = value`` (broadcast): buffers ``(dst, value)``."""
+    dt = IR_DTYPES[dst.dtype]
+    buffers = (Buffer(dt, element_strides(dst)), Buffer(dt, element_strides(value, dst.shape)))
+    return Kernel(dst.shape, buffers, (Store(0, load(1, dt)),))
 
 
 def _matrix(a, what):

@@ -30,8 +30,9 @@ from .._compile.lower import IR_DTYPES
 from ..codegen.ir import Buffer, Kernel, Store, load
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_program import Copy, Gemm, KernelCall, Ref, compile_program
-from ._lower import BLAS_MIN_FLOPS, NotLowerable, blas_address, blas_int_bits, element_strides, elementwise, linear, \
-    linear_backward, matmul, reduction, view_of
+from ._lower import BLAS_MIN_FLOPS, NotLowerable, batched_matmul, blas_address, blas_int_bits, copy_kernel, \
+    copy_slices, element_strides, elementwise, linear, linear_backward, matmul, reduction, view_of
+from ._lower_rows import ROW_OPS, row_op
 
 __all__ = ["NativeReplay"]
 
@@ -74,6 +75,16 @@ def _classify(rec):
             return [_part(rec, kind, payload) for kind, payload in linear(rec)]
         if name == "linear_backward":
             return [_part(rec, kind, payload) for kind, payload in linear_backward(rec)]
+        if name == "matmul" and rec.kind == "kernel" and min(getattr(d, "ndim", 0) for d in rec.datas) >= 2 and \
+                max(d.ndim for d in rec.datas) > 2:
+            return [_part(rec, "gemm", spec) for spec in batched_matmul(rec)]
+        if name == "copy_slices" and rec.kind == "kernel":
+            return [_Item("kern", rec, (copy_kernel(dst, value), [dst, value]), [value], [dst])
+                    for dst, value in copy_slices(rec)]
+        if name in ROW_OPS:
+            kernel, arrays = row_op(rec)
+            n = len(rec.outs)
+            return [_Item("kern", rec, (kernel, arrays), arrays[n:], arrays[:n])]
     except NotLowerable as e:
         return [_Item("py", rec, reason=str(e))]
     return [_classify_one(rec)]
@@ -209,6 +220,11 @@ class NativeReplay:
                 use(it.reads[0])
                 use(it.writes[0])
                 calls.append(("kernel", it.payload, [it.reads[0], it.writes[0]]))
+            elif kind == "kern":  # a kernel built whole (row ops, copies): its arrays per IR buffer
+                kernel, arrays = members[0].payload
+                for a in arrays:
+                    use(a)
+                calls.append(("kernel", kernel, arrays))
             elif kind == "gemm":
                 spec = members[0].payload
                 for a in (spec["a"], spec["b"], spec["c"]):
