@@ -65,7 +65,7 @@ ROWS = {
                        {"log_softmax", "log_softmax_backward_data"}),
     "softmax-of-transpose": (lambda lib, x: lib.softmax(x.transpose(0, 1) * 2, dim=-1), [(9, 4)], {"softmax"}),
     "layer_norm-affine": (lambda lib, x, w, b: lib.nn.functional.layer_norm(x, (24,), w, b), [(3, 5, 24), (24,), (24,)],
-                          {"native_layer_norm"}),
+                          {"native_layer_norm", "native_layer_norm_backward"}),
     "layer_norm-2-dims": (lambda lib, x: lib.nn.functional.layer_norm(x, (4, 6)), [(5, 4, 6)], {"native_layer_norm"}),
 }
 
@@ -106,8 +106,9 @@ def test_a_training_step_with_layer_norm_and_softmax_is_one_native_call():
     assert report["native"] and report["segments"] == 1, report
 
 
-def test_affine_layer_norm_backward_is_the_one_python_step():
-    """Its weight and bias gradients reduce over the outer dims, across rows: not a row kernel (yet)."""
-    fn, shapes, _ = ROWS["layer_norm-affine"]
-    report = _replays_like_torch(fn, shapes)
-    assert _fallback_ops(report) == {"native_layer_norm_backward"} and report["segments"] == 2
+@pytest.mark.parametrize("shapes", [[(3, 5, 24), (24,), (24,)], [(7, 4, 6), (4, 6), (4, 6)], [(1, 33), (33,), (33,)]],
+                         ids=["rows-3d", "two-normalized-dims", "one-row"])
+def test_affine_layer_norm_backward_replays_as_a_row_and_a_column_kernel(shapes):
+    """The input gradient reduces along rows; the weight and bias gradients across them (a second kernel)."""
+    report = _replays_like_torch(lambda lib, x, w, b: lib.nn.functional.layer_norm(x, shapes[1], w, b) * 1.5, shapes)
+    assert report["native"] and report["segments"] == 1, report["fallbacks"]

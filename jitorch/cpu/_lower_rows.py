@@ -20,11 +20,11 @@ import numpy as np
 
 from .._compile import lower_rows
 from .._compile.lower import IR_DTYPES, Passes
-from ..codegen.ir import Buffer, Kernel, Store, load, simplify
+from ..codegen.ir import Buffer, Kernel, Store, const, load, op, simplify
 from ._lower import NotLowerable, element_strides
 from ._steps import root_of
 
-__all__ = ["ROW_OPS", "row_op"]
+__all__ = ["ROW_OPS", "row_op", "layer_norm_backward"]
 
 ROW_OPS = ("softmax", "log_softmax", "softmax_backward_data", "log_softmax_backward_data", "native_layer_norm")
 
@@ -91,3 +91,49 @@ def row_op(rec):
     for a in arrays[len(outs):]:
         buffers.append(Buffer(dt, element_strides(a, shape)))
     return Kernel(shape, tuple(buffers), tuple(builder.stores), red), arrays
+
+
+def layer_norm_backward(rec):
+    """``[(kernel, arrays)]`` of ``native_layer_norm_backward``: a row kernel for the input gradient
+    ``rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat))`` (two sums per row), then a column kernel that sums
+    ``g * xhat`` and ``g`` over the rows into the weight and bias gradients."""
+    if rec.kind != "kernel":
+        raise NotLowerable("an in-place native_layer_norm_backward")
+    g, x, mean, rstd, weight = rec.datas
+    k = rec.attrs.get("k")
+    outs = list(rec.outs)
+    arrays = [a for a in (g, x, mean, rstd, weight) if a is not None]
+    if not isinstance(x, np.ndarray) or x.dtype not in (np.float32, np.float64) or x.size == 0 or \
+            not isinstance(k, int) or not 0 < k < x.ndim or any(o is None for o in outs) or \
+            not all(isinstance(a, np.ndarray) and a.dtype == x.dtype for a in arrays + outs):
+        raise NotLowerable("native_layer_norm_backward of other dtypes, shapes or an empty input")
+    if any(np.may_share_memory(o, a) for o in outs for a in arrays):
+        raise NotLowerable("native_layer_norm_backward writes into one of its operands")
+    shape, dt, outer = tuple(x.shape), IR_DTYPES[x.dtype], x.ndim - k
+    n = int(np.prod(shape[outer:]))
+    inputs = [g, x, mean, rstd] + ([weight] if weight is not None else [])
+    strides = [element_strides(a, shape) for a in inputs]
+
+    def loads(first):
+        vals = [load(first + i, dt) for i in range(len(inputs))]
+        xhat = op("mul", op("sub", vals[1], vals[2]), vals[3])
+        return vals[0], xhat, vals[3], (op("mul", vals[0], vals[4]) if weight is not None else vals[0])
+
+    rows = Passes()
+    _, xhat, r, gxh = loads(1)
+    count = const(n, dt)
+    c1 = op("div", rows.reduce("sum", gxh), count)
+    c2 = op("div", rows.reduce("sum", op("mul", gxh, xhat)), count)
+    gx = op("mul", op("sub", op("sub", gxh, c1), op("mul", xhat, c2)), r)
+    rows.stores.append(Store(0, gx, phase=rows._phase(gx)))
+    row_kernel = Kernel(shape, tuple([Buffer(dt, element_strides(outs[0]))] + [Buffer(dt, st) for st in strides]),
+                        tuple(simplify(rows.stores)), k)
+    # Columns: the normalized dims lead, the row dims are reduced.
+    perm = list(range(outer, x.ndim)) + list(range(outer))
+    col_shape = tuple(shape[d] for d in perm)
+    gv, xhat, _, _ = loads(2)
+    col_buffers = [Buffer(dt, element_strides(o) + (0,) * outer) for o in outs[1:]]
+    col_buffers += [Buffer(dt, tuple(st[d] for d in perm)) for st in strides]
+    col_kernel = Kernel(col_shape, tuple(col_buffers), (Store(0, op("mul", gv, xhat), "sum"), Store(1, gv, "sum")),
+                        outer)
+    return [(row_kernel, [outs[0]] + inputs), (col_kernel, outs[1:] + inputs)]

@@ -32,7 +32,7 @@ from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_program import Copy, Gemm, KernelCall, Ref, compile_program
 from ._lower import BLAS_MIN_FLOPS, NotLowerable, batched_matmul, blas_address, blas_int_bits, copy_kernel, \
     copy_slices, element_strides, elementwise, linear, linear_backward, matmul, reduction, view_of
-from ._lower_rows import ROW_OPS, row_op
+from ._lower_rows import ROW_OPS, layer_norm_backward, row_op
 
 __all__ = ["NativeReplay"]
 
@@ -81,6 +81,9 @@ def _classify(rec):
         if name == "copy_slices" and rec.kind == "kernel":
             return [_Item("kern", rec, (copy_kernel(dst, value), [dst, value]), [value], [dst])
                     for dst, value in copy_slices(rec)]
+        if name == "native_layer_norm_backward":
+            return [_Item("kern", rec, (kernel, arrays), arrays[n:], arrays[:n])
+                    for (kernel, arrays), n in zip(layer_norm_backward(rec), (1, 2))]
         if name in ROW_OPS:
             kernel, arrays = row_op(rec)
             n = len(rec.outs)
