@@ -31,7 +31,8 @@ from ..runtime.threads import get_num_threads, parallel_for
 from . import lower_rows
 from .expr import Unfusable, parse_expr
 
-__all__ = ["IR_DTYPES", "Passes", "GroupKernel", "node_expr", "node_expr_for", "clear_kernel_cache", "kernel_cache_stats"]
+__all__ = ["IR_DTYPES", "Passes", "GroupKernel", "node_expr", "node_expr_for", "clear_kernel_cache",
+           "kernel_cache_stats"]
 
 IR_DTYPES = {np.dtype(np.bool_): "bool", np.dtype(np.int32): "i32", np.dtype(np.int64): "i64",
              np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}

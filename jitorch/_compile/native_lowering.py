@@ -29,8 +29,8 @@ import numpy as np
 from ..codegen.ir import Buffer, Kernel, Store, load
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_program import Gemm, KernelCall, Ref, blas_operands, compile_program, vector_fits
-from ..cpu._lower import BLAS_MIN_FLOPS, NotLowerable, blas_address, blas_int_bits, element_strides, elementwise, \
-    linear, linear_backward, matmul, reduction
+from ..cpu._lower import BLAS_MIN_FLOPS, NotLowerable, blas_address, blas_int_bits, column_sum, element_strides, \
+    elementwise, linear, linear_backward, matmul, reduction
 from ..cpu._recorder import Record
 from ..cpu._steps import plan_operands
 from ..fx.make_fx import Primitive
@@ -262,16 +262,9 @@ def _copy(plan, dst, value, inputs, t):
 
 
 def _column_sum(plan, payload):
-    """The bias gradient ``g.sum(0)`` as the product ``ones(1, m) @ g`` through BLAS: a strided reduction loop reads
-    ``g`` column by column (several times slower than the library's row-wise pass)."""
-    _kernel, g2, gb = payload
-    dt = IR_DTYPES.get(g2.dtype)
-    if dt not in ("f32", "f64") or gb.dtype != g2.dtype or blas_address(dt) is None:
-        return "red", payload
-    ones = plan.static(np.ones((1, g2.shape[0]), g2.dtype))
-    return "gemm", dict(dtype=dt, m=1, n=int(g2.shape[1]), k=int(g2.shape[0]), a=ones,
-                        a_strides=(int(g2.shape[0]), 1), b=g2, b_strides=element_strides(g2), c=gb,
-                        c_strides=(int(gb.shape[0]), element_strides(gb)[0]), blas=True)
+    """The bias gradient through BLAS (`cpu._lower.column_sum`), its ones vector a static of the plan."""
+    g2 = payload[1]
+    return column_sum(payload, plan.static(np.ones((1, g2.shape[0]), g2.dtype)))
 
 
 def _no_overlap(out, ins):

@@ -30,8 +30,8 @@ from .._compile.lower import IR_DTYPES
 from ..codegen.ir import Buffer, Kernel, Store, load
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_program import Copy, Gemm, KernelCall, Ref, compile_program
-from ._lower import BLAS_MIN_FLOPS, NotLowerable, batched_matmul, blas_address, blas_int_bits, copy_kernel, \
-    copy_slices, element_strides, elementwise, linear, linear_backward, matmul, reduction, view_of
+from ._lower import BLAS_MIN_FLOPS, NotLowerable, batched_matmul, blas_address, blas_int_bits, column_sum, \
+    copy_kernel, copy_slices, element_strides, elementwise, linear, linear_backward, matmul, reduction, view_of
 from ._lower_rows import ROW_OPS, layer_norm_backward, row_op
 
 __all__ = ["NativeReplay"]
@@ -74,7 +74,9 @@ def _classify(rec):
         if name == "linear":
             return [_part(rec, kind, payload) for kind, payload in linear(rec)]
         if name == "linear_backward":
-            return [_part(rec, kind, payload) for kind, payload in linear_backward(rec)]
+            parts = [column_sum(p, np.ones((1, p[1].shape[0]), p[1].dtype)) if k == "red" else (k, p)
+                     for k, p in linear_backward(rec)]
+            return [_part(rec, kind, payload) for kind, payload in parts]
         if name == "matmul" and rec.kind == "kernel" and min(getattr(d, "ndim", 0) for d in rec.datas) >= 2 and \
                 max(d.ndim for d in rec.datas) > 2:
             return [_part(rec, "gemm", spec) for spec in batched_matmul(rec)]
@@ -334,7 +336,8 @@ class NativeReplay:
         if kind == "copy":
             return Copy(self._ref(call[1]), self._ref(call[2]), call[1].nbytes)
         s = call[1]
-        slot = self.blas_slots.get(s["dtype"]) if s["m"] * s["n"] * s["k"] >= BLAS_MIN_FLOPS else None
+        big = s["m"] * s["n"] * s["k"] >= BLAS_MIN_FLOPS or s.get("blas", False)
+        slot = self.blas_slots.get(s["dtype"]) if big else None
         blas = Ref(slot) if slot is not None else None
         return Gemm(s["dtype"], s["m"], s["n"], s["k"], self._ref(s["a"]), s["a_strides"], self._ref(s["b"]),
                     s["b_strides"], self._ref(s["c"]), s["c_strides"], blas, blas_int_bits(s["dtype"]))
