@@ -47,7 +47,10 @@ def test_column_reductions_equal_the_interpreter(rows, cols, dtype, reduce):
     # A float32 sum's error bound grows with the column's magnitude sum (cancellation leaves small totals).
     scale = float(np.abs(x.astype(np.float64)).sum(0).max()) if reduce == "sum" else 1.0
     # A float32 product rounds once per row: its relative error grows with the row count.
-    tol = dict(rtol=5e-8 * rows if reduce == "prod" else 2e-6, atol=1e-6 * scale) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12 * scale)
+    if dtype == np.float32:
+        tol = dict(rtol=5e-8 * rows if reduce == "prod" else 2e-6, atol=1e-6 * scale)
+    else:
+        tol = dict(rtol=1e-12, atol=1e-12 * scale)
     np.testing.assert_allclose(got, want[reduce].astype(dtype), **tol)
     np.testing.assert_allclose(got, ref, **tol)
 

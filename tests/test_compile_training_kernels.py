@@ -140,6 +140,32 @@ def test_compiled_cross_entropy_still_rejects_out_of_range_targets():
             compiled(x, jitorch.tensor([0, 5, 2, 1]))
 
 
+def test_target_range_check_runs_natively_and_keeps_raising_like_eager():
+    """The check is a count the native program leaves for the runner, not a Python step between programs."""
+    rng = np.random.default_rng(8)
+    xd = rng.standard_normal((6, 4)).astype(np.float32)
+    compiled = jitorch.compile(lambda x, y: F.cross_entropy(x, y))
+    x = jitorch.tensor(xd, requires_grad=True)
+    good = jitorch.tensor([0, 3, 2, 1, -100, 3])
+    for _ in range(3):
+        x.grad = None
+        compiled(x, good).backward()
+    runner = compiled.train_entries[0].plan.fwd.native
+    assert runner is not None and runner.report()["python_steps"] == [] and len(runner.checks) == 1
+    for bad, value in (([0, 3, 4, 1, -100, 3], 4), ([0, -2, 2, 1, 1, 3], -2)):
+        with pytest.raises(IndexError, match=f"Target {value} is out of bounds"):
+            compiled(x, jitorch.tensor(bad))
+    x.grad = None
+    loss = compiled(x, good)
+    loss.backward()
+    tx = torch.tensor(xd, requires_grad=True)
+    ref = torch.nn.functional.cross_entropy(tx, torch.tensor([0, 3, 2, 1, -100, 3]))
+    ref.backward()
+    assert runner.broken is None
+    np.testing.assert_allclose(loss.item(), ref.item(), rtol=1e-6)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("pieces, covered", [
     (lambda h: h.split(3, dim=-1), True),
     (lambda h: h.chunk(2, dim=1), True),

@@ -112,3 +112,74 @@ def test_affine_layer_norm_backward_replays_as_a_row_and_a_column_kernel(shapes)
     """The input gradient reduces along rows; the weight and bias gradients across them (a second kernel)."""
     report = _replays_like_torch(lambda lib, x, w, b: lib.nn.functional.layer_norm(x, shapes[1], w, b) * 1.5, shapes)
     assert report["native"] and report["segments"] == 1, report["fallbacks"]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("ignore", [False, True], ids=["all-valid", "ignore-index"])
+def test_cross_entropy_replays_natively_like_torch(reduction, ignore):
+    gen = np.random.default_rng(11)
+    n, c = 9, 5
+    x = jitorch.tensor(gen.standard_normal((n, c)).astype(np.float32), requires_grad=True)
+    target = jitorch.tensor(gen.integers(0, c, n))
+    up = jitorch.tensor(gen.standard_normal(() if reduction != "none" else (n,)).astype(np.float32))
+    g = CPUGraph()
+    with graph(g):
+        x.grad = None
+        loss = jitorch.nn.functional.cross_entropy(x, target, reduction=reduction, ignore_index=2 if ignore else -100)
+        loss.backward(up)
+    report = g.native_report()
+    assert report["native"] and report["segments"] == 1, report["fallbacks"]
+    for _ in range(REPLAYS):
+        xd, td = gen.standard_normal((n, c)).astype(np.float32), gen.integers(0, c, n)
+        ud = gen.standard_normal(tuple(up.shape)).astype(np.float32)
+        with jitorch.no_grad():
+            x.copy_(jitorch.tensor(xd))
+            target.copy_(jitorch.tensor(td))
+            up.copy_(jitorch.tensor(ud))
+        zero(loss)
+        zero(x.grad)
+        g.replay()
+        tx = torch.tensor(xd, requires_grad=True)
+        want = torch.nn.functional.cross_entropy(tx, torch.tensor(td), reduction=reduction,
+                                                 ignore_index=2 if ignore else -100)
+        want.backward(torch.tensor(ud))
+        np.testing.assert_allclose(loss._data, want.detach().numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(x.grad._data, tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_an_out_of_range_target_stops_a_captured_training_step_before_the_update():
+    gen = np.random.default_rng(12)
+    net = jitorch.nn.Linear(4, 3)
+    opt = jitorch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    x, target = jitorch.tensor(gen.standard_normal((6, 4)).astype(np.float32)), jitorch.tensor([0, 1, 2, 0, 1, 2])
+
+    def step():
+        opt.zero_grad()
+        jitorch.nn.functional.cross_entropy(net(x), target).backward()
+        opt.step()
+    step()
+    g = CPUGraph()
+    with graph(g):
+        step()
+    assert g.native
+    g.replay()
+    before = [p.detach().clone() for p in net.parameters()]
+    target.copy_(jitorch.tensor([0, 1, 3, 0, 1, 2]))
+    with pytest.raises(IndexError, match="Target 3 is out of bounds"):
+        g.replay()
+    assert all(bool((p == q).all()) for p, q in zip(net.parameters(), before))  # nothing ran
+
+
+def test_targets_made_inside_the_capture_keep_the_python_step():
+    """The range check runs before the replay, so it needs targets the replay does not write."""
+    x = jitorch.randn(5, 4, requires_grad=True)
+    labels = jitorch.tensor([0, 1, 2, 3, 0])
+    g = CPUGraph()
+    with graph(g):
+        loss = jitorch.nn.functional.cross_entropy(x, (labels + 1) % 4)
+    reasons = {desc.split("= ", 1)[1].split("(", 1)[0]: why for desc, why in g.native_report()["fallbacks"]}
+    assert reasons.get("nll_loss") == "its target check reads an array the replay writes"
+    labels.copy_(jitorch.tensor([3, 2, 1, 0, 3]))
+    g.replay()
+    want = torch.nn.functional.cross_entropy(torch.tensor(x._data), torch.tensor([0, 3, 2, 1, 0]))
+    np.testing.assert_allclose(loss._data, want.numpy(), rtol=1e-6)

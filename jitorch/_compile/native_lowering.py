@@ -26,7 +26,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..codegen.ir import Buffer, Kernel, Store, load
+from ..codegen.ir import Buffer, Kernel, Store, const, load, op as ir_op
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_program import Gemm, KernelCall, Ref, blas_operands, compile_program, vector_fits
 from ..cpu._lower import BLAS_MIN_FLOPS, NotLowerable, blas_address, blas_int_bits, column_sum, element_strides, \
@@ -202,6 +202,8 @@ def lower_row(plan, node, t):
         return _copy_slices(plan, node, datas, outs[0], t)
     elif name == "cat":
         return _cat(plan, node, datas, outs[0], t)
+    elif name == "nll_check_targets":
+        return _nll_check(plan, node, datas[0], outs[0], t)
     elif op.pointwise and op.nout == 1 and name not in _POINTWISE_SKIP:
         args = [plan.env[a] if isinstance(a, Node) else a for a in node.args]
         datas, casts, cnp = plan_operands(op, args)
@@ -251,6 +253,30 @@ def _cat(plan, node, datas, out, t):
             calls.append(_copy(plan, region, a, node.all_input_nodes, t))
         start = stop
     return calls
+
+
+def _nll_check(plan, node, target, out, t):
+    """``nll_check_targets``: the int64 copy of the targets, and a count of out-of-range ones into a static scratch
+    that the runner reads after the program (`NativeRunner.checks`), raising eager's IndexError when it is not 0.
+    The fused loss reads the targets through masks, never as addresses, so a bad target reads no stray memory."""
+    dt = IR_DTYPES.get(target.dtype)
+    if dt not in ("i32", "i64") or out.dtype != np.int64 or target.ndim != 1 or target.size == 0:
+        raise NotLowerable("nll_check_targets of other dtypes, shapes, or empty")
+    plan.produce(out, t)
+    classes, ignore = node.kwargs["classes"], node.kwargs["ignore_index"]
+    scratch = plan.static(np.zeros(1, np.int64))
+    plan.checks.append((scratch, node))
+    v = load(1, dt)
+    copy = Kernel(out.shape, (Buffer("i64", element_strides(out)), Buffer(dt, element_strides(target))),
+                  (Store(0, v if dt == "i64" else ir_op("cast", v, dtype="i64")),))
+    v = load(0, dt)
+    bad = ir_op("and", ir_op("ne", v, const(ignore, dt)),
+                ir_op("or", ir_op("lt", v, const(0, dt)), ir_op("ge", v, const(classes, dt))))
+    count = Kernel((1,) + target.shape, (Buffer(dt, (0,) + element_strides(target)), Buffer("i64", (0, 0))),
+                   (Store(1, ir_op("cast", bad, dtype="i64"), "sum"),), 1)
+    inputs = node.all_input_nodes
+    return [("kernel", copy, [_ref(plan, out, [], t), _ref(plan, target, inputs, t)]),
+            ("kernel", count, [_ref(plan, target, inputs, t), _ref(plan, scratch, [], t)])]
 
 
 def _copy(plan, dst, value, inputs, t):

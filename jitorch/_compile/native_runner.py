@@ -131,6 +131,9 @@ class NativeRunner:
         self.fallbacks: list[tuple[str, str]] = []
         self.steps: list = []  # ("native", abstract calls) or ("py", kernel or None, unit, fresh outputs)
         self.materialize: dict = {}  # node -> how a Python step gets its value: "rerun" or ("root", ...)
+        # (scratch, node): a count the program leaves in ``scratch``; not 0 means the row must raise as eagerly
+        # (``nll_check_targets``: an out-of-range target), which the node's rerun does.
+        self.checks: list = []
         threads = get_num_threads()
         for node in cg.placeholders + list(cg.constants):
             pairs = _arrays(env.get(node))
@@ -368,6 +371,12 @@ class NativeRunner:
                 seg(self.table_address)
             elif not self._step(seg, env, roots, table):
                 self.broken = f"{seg[2]}: a Python row returned another layout than planned"
+                return FALLBACK
+        for scratch, node in self.checks:
+            if scratch[0]:
+                args = map_aggregate(node.args, lambda a: self._value(a, env, roots) if isinstance(a, Node) else a)
+                node.target(*args, **node.kwargs)  # raises the row's own error
+                self.broken = f"{node.name}: the native check and the row disagree"
                 return FALLBACK
         out = self.out_flat
         if out is not None:

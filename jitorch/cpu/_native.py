@@ -32,6 +32,7 @@ from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_program import Copy, Gemm, KernelCall, Ref, compile_program
 from ._lower import BLAS_MIN_FLOPS, NotLowerable, batched_matmul, blas_address, blas_int_bits, column_sum, \
     copy_kernel, copy_slices, element_strides, elementwise, linear, linear_backward, matmul, reduction, view_of
+from ._lower_nll import nll_loss, nll_loss_backward
 from ._lower_rows import ROW_OPS, layer_norm_backward, row_op
 
 __all__ = ["NativeReplay"]
@@ -40,11 +41,12 @@ _ALIGN = 64
 
 
 class _Item:
-    __slots__ = ("kind", "rec", "payload", "reads", "writes", "reason")
+    __slots__ = ("kind", "rec", "payload", "reads", "writes", "reason", "check")
 
-    def __init__(self, kind, rec, payload=None, reads=(), writes=(), reason=None):
+    def __init__(self, kind, rec, payload=None, reads=(), writes=(), reason=None, check=None):
         self.kind, self.rec, self.payload, self.reason = kind, rec, payload, reason
         self.reads, self.writes = list(reads), list(writes)
+        self.check = check  # (callable, array it reads): run before the replay, the array unchanged during it
 
 
 def _key(array, shape):
@@ -86,6 +88,11 @@ def _classify(rec):
         if name == "native_layer_norm_backward":
             return [_Item("kern", rec, (kernel, arrays), arrays[n:], arrays[:n])
                     for (kernel, arrays), n in zip(layer_norm_backward(rec), (1, 2))]
+        if name in ("nll_loss", "nll_loss_backward") and rec.kind == "kernel":
+            low = (nll_loss if name == "nll_loss" else nll_loss_backward)(rec)
+            return [_Item("kern", rec, (kernel, arrays), [a for a in arrays if not any(a is w for w in writes)],
+                          writes, check=(low.check, low.target) if i == 0 else None)
+                    for i, (kernel, arrays, writes) in enumerate(low.kernels)]
         if name in ROW_OPS:
             kernel, arrays = row_op(rec)
             n = len(rec.outs)
@@ -117,6 +124,21 @@ def _classify_one(rec):
         return _Item("py", rec, reason=str(e))
 
 
+def _checked(items):
+    """Items whose check reads an array some step writes (so it cannot run first) replay their record instead."""
+    # Every array a record writes, Python steps and draws included (their items list no writes).
+    written = {id(view_of(a)[0]) for it in items for a in list(it.writes) + list(it.rec.outs or ())
+               if isinstance(a, np.ndarray)}
+    bad = {id(it.rec) for it in items if it.check is not None and id(view_of(it.check[1])[0]) in written}
+    out = []
+    for it in items:
+        if id(it.rec) not in bad:
+            out.append(it)
+        elif not out or out[-1].rec is not it.rec:
+            out.append(_Item("py", it.rec, reason="its target check reads an array the replay writes"))
+    return out
+
+
 def _no_overlap(rec, inputs, out):
     if any(view_of(a)[0] is view_of(out)[0] for a in inputs):
         raise NotLowerable(f"{rec.op.name} writes into one of its inputs")
@@ -128,8 +150,10 @@ class NativeReplay:
     def __init__(self, records, visible):
         self.records = list(records)
         self.roots: dict[int, np.ndarray] = {}
-        items = [it for r in self.records for it in _classify(r)]
+        items = _checked([it for r in self.records for it in _classify(r)])
         self.draws = [it.rec.fn for it in items if it.kind == "draw"]
+        # Checks a step made eagerly (nll_loss's target range) run before the replay: nothing has changed yet.
+        self.checks = [it.check[0] for it in items if it.check is not None]
         items = [it for it in items if it.kind != "draw"]
         for it in items:
             for a in it.reads + it.writes:
@@ -356,6 +380,8 @@ class NativeReplay:
         return self.slots.get(id(root))
 
     def __call__(self):
+        for check in self.checks:
+            check()
         for draw in self.draws:
             draw()
         for kind, fn in self.segments:
