@@ -192,6 +192,29 @@ def test_writes_next_to_graph_breaks_keep_eager_gradients_on_every_call(fn):
         want.sum().backward()
         np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-5)
         np.testing.assert_allclose(jx.grad.numpy(), tx.grad.numpy(), rtol=1e-5)
+    entry = cf.train_entries[0]
+    assert entry.run is not None, entry.break_reason  # replayed segments, not an eager fallback
+
+
+def _write_into_exp_output(lib, x):
+    h = x.exp()
+    k = h.sum().item()
+    h.add_(1.0)  # eager autograd saved exp's output: its backward raises
+    return h * k
+
+
+def test_a_write_into_a_saved_output_at_a_break_gives_the_true_gradient_where_eager_raises():
+    """The compiled segment recomputes exp from x instead of saving its output, so the write invalidates nothing:
+    replays return d/dx of the function computed, where eager autograd (and the recording call) raise."""
+    cf = jitorch.compile(lambda x: _write_into_exp_output(jitorch, x), dynamic=False)
+    x = np.random.default_rng(9).standard_normal((2, 3)).astype(np.float32)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        cf(jitorch.tensor(x, requires_grad=True)).sum().backward()
+    for _ in range(2):
+        jx = jitorch.tensor(x, requires_grad=True)
+        cf(jx).sum().backward()
+        k = np.exp(x.astype(np.float64)).sum()
+        np.testing.assert_allclose(jx.grad.numpy(), k * np.exp(x), rtol=1e-5)
 
 
 def test_an_inference_write_next_to_a_graph_break_replays_right():

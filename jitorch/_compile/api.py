@@ -51,15 +51,6 @@ class _Config:
 
 
 config = _Config()
-# NOTE: a training replay that runs an in-place write at a graph break (into a view of a compiled segment's output)
-# gave wrong input gradients (tests/test_compile_view_writes.py). Half of it was autograd.Function.apply skipping a
-# stale view's regeneration (fixed); a write into a view of a segment's view output (``h = (x * 2)[:, :2]``, a
-# break, ``h[:, 0] = 1``) still loses its gradient on the first replay. Such specializations run eagerly.
-_EAGER_WRITES = " (an in-place write at a graph break under autograd: the call runs eagerly)"
-
-
-def _writes_in_place(brk):
-    return brk.kind == "eager" and brk.name.endswith("_")
 
 
 @dataclass
@@ -226,8 +217,6 @@ class CompiledFunction:
             if not traced.info.graph_breaks or any(a.is_cuda for a in tensors):
                 # Random draws outside ops without a break keep eager numbers; segment replay runs on the host only.
                 return self._eager_entry(entry, traced.break_reason, traced.result)
-            if any(_writes_in_place(b) for b in traced.info.graph_breaks):
-                return self._eager_entry(entry, traced.break_reason + _EAGER_WRITES, traced.result)
             # Each segment between breaks gets its own compiled forward and backward (segment_training.py).
             llvm_before = kernel_cache_stats()["compile_s"]
             self._segmented(entry, traced.info, training=True)
@@ -330,10 +319,6 @@ class CompiledFunction:
             if replay.info is not None:
                 entry.breaks += replay.info.graph_breaks
                 replay.info.examples.clear()
-                if training and any(_writes_in_place(b) for b in replay.info.graph_breaks):
-                    # The branch just recorded ran eagerly; replays of it would not (see _EAGER_WRITES).
-                    entry.run, entry.replay = None, None
-                    entry.break_reason = "; ".join(b.describe() for b in entry.breaks) + _EAGER_WRITES
             if replay.limit_hit:
                 self._warn_limit(replay.bailed)
             if training and len(replay.kernel_log) != logged:

@@ -43,7 +43,7 @@ from ..nn.modules.module import Module
 from .backend import CompiledGraph
 from .decompose import decompose
 from .functionalize import functionalize_intermediates
-from .training import Unsupported, _annotate, _check, split_joint
+from .training import Unsupported, _annotate, _check, own_outputs, split_joint
 
 __all__ = ["SegmentPlan", "interpret"]
 
@@ -175,7 +175,7 @@ class _SegmentStage(Function):
     @staticmethod
     def forward(ctx, plan, *flat):
         res = plan.fwd(flat)
-        outs = tuple(res[:plan.n_outs])
+        outs = own_outputs(res[:plan.n_outs], flat)
         # The inputs are kept (not saved) for a double backward only, which checks their versions itself: saving
         # them would make an in-place write eager autograd allows raise at backward.
         ctx.plan, ctx.flat = plan, flat

@@ -202,6 +202,16 @@ def _fuses(node):
     return fusible(node) or reduction_axes(node) is not None or row_op_axes(node) is not None
 
 
+def own_outputs(outs, inputs):
+    """Outputs of a compiled forward as tensors of their own: a view of one of the graph's intermediates (the Python
+    runner's slice of a product) is cut from that base, which has no autograd history; the native runner's outputs
+    never have one. Otherwise an in-place write into the output would rebase it on the history-less base and lose
+    the Function's gradient. Views of an input keep their base."""
+    ins = {id(a) for a in inputs if isinstance(a, Tensor)}
+    return tuple(Tensor._make(o._data) if isinstance(o, Tensor) and o.__dict__.get("_base") is not None
+                 and id(o._base) not in ins else o for o in outs)
+
+
 def as_output_dtypes(grads, dtypes):
     """Upstream gradients in their outputs' dtypes: the engine hands a root gradient over as the caller gave it
     (``out64.backward(grad32)``), and the compiled backward reads its memory as the traced tangent's dtype."""
@@ -219,6 +229,7 @@ class _CompiledTraining(Function):
             ctx.rng = rng_state(cuda=any(isinstance(a, Tensor) and a.is_cuda for a in flat))
         res = plan.fwd(flat)
         n, k = plan.n_outs, len(plan.writes)
+        res = own_outputs(res[:n], flat) + tuple(res[n:])
         write_back(plan.writes, res[n:n + k])
         ctx.plan, ctx.n_flat = plan, len(flat)
         ctx.dtypes = tuple(o.dtype for o in res[:n])

@@ -94,9 +94,8 @@ def functionalize_view_writes(gm):
         if not chain or not _made_here(base) or target.op in RANDOM_ROWS:
             continue
         order = {n: i for i, n in enumerate(graph.nodes)}
-        if any(order[u] > order[node] and u is not node for v in views for u in v.users) or \
-                any(order[u] > order[node] for u in _other_views(base, views, order, order[node])):
-            continue  # the old view, or another view of the base taken before the write, is read after it
+        if any(order[u] > order[node] for u in _other_views(base, views, order, order[node])):
+            continue  # another view of the base taken before the write is read after it
         names = functional_ops(target.op)
         with graph.inserting_before(node):
             new = graph.call_function(_primitive(names[0]), node.args, dict(node.kwargs))
@@ -106,6 +105,17 @@ def functionalize_view_writes(gm):
                 new.meta = dict(node.meta)
             new_base = graph.call_function(_primitive("copy_slices"), (base, new), {"chain": tuple(reversed(chain))})
             new_base.meta = dict(base.meta)
+            # The written view and the views it was taken through, read after the write (``h = y[:, :2]``;
+            # ``h[:, 0] = 1``; ``return h``), are taken again from the new base: they see the write, as in eager.
+            derived, cur = {}, new_base
+            for v in reversed(views):
+                cur = graph.call_function(v.target, (cur,) + tuple(v.args[1:]), dict(v.kwargs))
+                cur.meta = dict(v.meta)
+                derived[v] = cur
+        for v in views:
+            for user in list(v.users):
+                if user is not node and order.get(user, -1) > order[node]:
+                    user.replace_input_with(v, derived[v])
         for user in list(base.users):
             if user is not new_base and order.get(user, -1) > order[node]:
                 user.replace_input_with(base, new_base)
