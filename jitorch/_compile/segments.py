@@ -54,8 +54,12 @@ from .view_writes import NOT_FUNCTIONAL, functional_write
 __all__ = ["Segment", "Break", "Recorder", "record", "watching", "user_location", "value_key"]
 
 # Methods that move a tensor's value into Python, where no graph can follow it.
-WATCHED = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "__array__", "__complex__")
-ESCAPES = ("numpy", "__array__")
+WATCHED = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "__array__", "__complex__",
+           "backward")
+# After these the rest of the call runs eagerly. ``backward`` in a compiled training step (``loss.backward()``, then
+# ``opt.step()``): the forward before it is a compiled training segment, whose compiled backward the eager
+# ``backward`` runs; the optimizer's writes that follow would otherwise make the whole call eager.
+ESCAPES = ("numpy", "__array__", "backward")
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _lock = threading.RLock()
 _session = []  # the active recorder or replay mode: the watched methods report to it
@@ -119,6 +123,9 @@ def value_key(name, value):
 
 
 def host_reason(name):
+    if name == "backward":
+        return ("Tensor.backward() runs autograd: the compiled forward's backward, then the rest of the call (an "
+                "optimizer step) eagerly")
     if name in ESCAPES:
         return f"Tensor.{name}() hands tensor memory to Python (the rest of the call runs eagerly)"
     return f"Tensor.{name}() reads a tensor value into Python (data-dependent control flow)"
