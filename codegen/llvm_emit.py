@@ -379,8 +379,8 @@ class _Emitter:
 
 def _column_layout(k):
     """Whether a (collapsed) kernel is a column reduction (see the module notes): one kept and one reduced dim, only
-    reducing stores of plain kinds into buffers no load reads, every strided input contiguous along the kept dim and
-    none along the reduced one."""
+    reducing stores of plain kinds into buffers no load reads, every input contiguous or constant along the kept dim
+    and the contiguous ones strided along the reduced one."""
     if len(k.shape) != 2 or k.reduce_axes != 1 or k.phases != 1 or k.shape[0] < 2 or k.shape[1] < 2:
         return False
     if not all(s.reduce in ("sum", "prod", "max", "min", "maxnum") and s.buffer is not None and not s.row
@@ -390,9 +390,11 @@ def _column_layout(k):
     loads = {e.value for e in k.nodes() if e.op == "load"}
     if loads & written or not loads:
         return False
-    strided = [k.buffers[i].strides for i in loads if any(k.buffers[i].strides)]
-    return bool(strided) and all(abs(st[0]) <= 1 and abs(st[1]) != 1 for st in strided) and \
-        any(abs(st[0]) == 1 for st in strided)
+    strides = [k.buffers[i].strides for i in loads]
+    # Along the kept dim an input is contiguous (walked by the vector loop) or constant (a per-row value such as
+    # layer norm's mean, loaded once per row); along the reduced dim a contiguous one would keep the row path.
+    return all(st[0] == 0 or (abs(st[0]) == 1 and abs(st[1]) != 1) for st in strides) and \
+        any(abs(st[0]) == 1 for st in strides)
 
 
 def _metadata_base(name):

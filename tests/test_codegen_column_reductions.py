@@ -82,3 +82,22 @@ def test_row_contiguous_reductions_keep_the_row_path():
                          Store(1, op("sub", load(0, "f32"), const(1, "f32")), "sum", 1)), 1)
     assert not any(_column_layout(collapse(k)) for k in (row, reads_output, two_passes))
     assert "alloca [64 x" not in emit_kernel(row)
+
+
+def test_per_row_values_ride_along_a_column_reduction():
+    """Layer norm's weight gradient: sum over rows of g * (x - mean[r]) * rstd[r], the row statistics constant along
+    the kept dim."""
+    rng = np.random.default_rng(3)
+    rows, cols = 300, 70
+    g, x = (rng.standard_normal((rows, cols)).astype(np.float32) for _ in range(2))
+    mean, rstd = rng.standard_normal(rows).astype(np.float32), rng.uniform(0.5, 2, rows).astype(np.float32)
+    ld = [load(i, "f32") for i in range(4)]
+    value = op("mul", ld[0], op("mul", op("sub", ld[1], ld[2]), ld[3]))
+    kernel = Kernel((cols, rows), (Buffer("f32", (1, cols)), Buffer("f32", (1, cols)), Buffer("f32", (0, 1)),
+                                   Buffer("f32", (0, 1)), Buffer("f32", (1, 0))), (Store(4, value, "sum"),), 1)
+    assert _column_layout(collapse(kernel))
+    out = np.zeros(cols, np.float32)
+    ck = compile_kernel(kernel)
+    ck(0, ck.outer, g.ctypes.data, x.ctypes.data, mean.ctypes.data, rstd.ctypes.data, out.ctypes.data)
+    want = (g.astype(np.float64) * (x - mean[:, None]) * rstd[:, None]).sum(0)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
