@@ -239,3 +239,59 @@ def test_a_write_that_casts_into_a_made_tensor_stays_in_the_graph():
         got = cf(jitorch.tensor(x)).numpy()
         assert got.dtype == want.dtype and (got == want).all()
     assert cf.entries[0].breaks == []
+
+
+def _write_in_a_branch(lib, x):
+    y = x * 2
+    h = y[:, 1:3]
+    if x.sum() > -1000:  # a graph break; the write below is into a view of the first segment's values
+        h[:, 0] = 5
+    return y * 1.5
+
+
+def _alias_outputs(lib, x):
+    y = x * 2
+    return y, y[:, :2]
+
+
+def _sibling_view(lib, x):
+    y = x * 2
+    a = y[:, :4]
+    k = a[:, :2]  # taken before the write, through the written view's own parent
+    h = a[:, 1:3]
+    h[:, 0] = 1
+    return k * 3
+
+
+def test_a_write_into_a_view_of_a_segment_value_keeps_its_gradient_on_replays():
+    cf = jitorch.compile(lambda x: _write_in_a_branch(jitorch, x), dynamic=False)
+    rng = np.random.default_rng(10)
+    for _ in range(4):
+        x = rng.standard_normal((3, 4)).astype(np.float32)
+        up = rng.standard_normal((3, 4)).astype(np.float32)
+        jx, tx = jitorch.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        cf(jx).backward(jitorch.tensor(up))
+        _write_in_a_branch(torch, tx).backward(torch.tensor(up))
+        np.testing.assert_allclose(jx.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+
+
+def test_an_output_that_views_another_output_stays_a_view_on_every_call():
+    cf = jitorch.compile(lambda x: _alias_outputs(jitorch, x), dynamic=False)
+    for _ in range(4):  # past the Python runner's calls
+        results = []
+        for lib, f in ((torch, lambda x: _alias_outputs(torch, x)), (jitorch, cf)):
+            x = lib.ones(2, 3, requires_grad=True)
+            a, b = f(x)
+            b[:, 0] = 7  # a[:, 0] becomes 7 and x[:, 0] gets no gradient
+            a.sum().backward()
+            results.append((a.detach().numpy().tolist(), x.grad.numpy().tolist()))
+        assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_view_beside_the_written_one_sees_the_write(grad):
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    want = _sibling_view(torch, torch.tensor(x)).numpy()
+    cf = jitorch.compile(lambda v: _sibling_view(jitorch, v), dynamic=False)
+    for _ in range(2):
+        np.testing.assert_array_equal(cf(jitorch.tensor(x, requires_grad=grad)).detach().numpy(), want)

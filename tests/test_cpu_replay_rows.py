@@ -183,3 +183,26 @@ def test_targets_made_inside_the_capture_keep_the_python_step():
     g.replay()
     want = torch.nn.functional.cross_entropy(torch.tensor(x._data), torch.tensor([0, 3, 2, 1, 0]))
     np.testing.assert_allclose(loss._data, want.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("view", [False, True], ids=["tensor", "view"])
+def test_an_in_place_product_saves_the_old_value_at_every_replay(view):
+    """``y.mul_(w)``'s gradient for ``w`` reads y before the write: autograd's copy of it is a replay step too."""
+    def run(lib, x, w):
+        y = x * 2
+        (y[:, :2] if view else y).mul_(w)
+        (y * y).sum().backward()
+    x, w = jitorch.ones(2, 3, requires_grad=True), jitorch.ones(2 if view else 3, requires_grad=True)
+    g = CPUGraph()
+    with graph(g):
+        x.grad = w.grad = None
+        run(jitorch, x, w)
+    for xv, wv in ((3.0, 5.0), (-1.0, 2.0)):
+        with jitorch.no_grad():
+            x.copy_(jitorch.full((2, 3), xv))
+            w.copy_(jitorch.full(tuple(w.shape), wv))
+        g.replay()
+        tx, tw = torch.full((2, 3), xv, requires_grad=True), torch.full(tuple(w.shape), wv, requires_grad=True)
+        run(torch, tx, tw)
+        np.testing.assert_allclose(w.grad._data, tw.grad.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(x.grad._data, tx.grad.numpy(), rtol=1e-6)

@@ -265,7 +265,10 @@ def _nll_check(plan, node, target, out, t):
     plan.produce(out, t)
     classes, ignore = node.kwargs["classes"], node.kwargs["ignore_index"]
     scratch = plan.static(np.zeros(1, np.int64))
-    plan.checks.append((scratch, node))
+    # The native step these calls join (the last one, or a new one): checked right after it, before a later
+    # Python row (a weighted loss's gather) could fail on the bad target with another error.
+    steps = plan.steps
+    plan.checks.append((scratch, node, len(steps) - 1 if steps and steps[-1][0] == "native" else len(steps)))
     v = load(1, dt)
     copy = Kernel(out.shape, (Buffer("i64", element_strides(out)), Buffer(dt, element_strides(target))),
                   (Store(0, v if dt == "i64" else ir_op("cast", v, dtype="i64")),))

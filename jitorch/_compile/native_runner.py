@@ -132,8 +132,8 @@ class NativeRunner:
         self.fallbacks: list[tuple[str, str]] = []
         self.steps: list = []  # ("native", abstract calls) or ("py", kernel or None, unit, fresh outputs)
         self.materialize: dict = {}  # node -> how a Python step gets its value: "rerun" or ("root", ...)
-        # (scratch, node): a count the program leaves in ``scratch``; not 0 means the row must raise as eagerly
-        # (``nll_check_targets``: an out-of-range target), which the node's rerun does.
+        # (scratch, node, step): a count the native step leaves in ``scratch``; not 0 means the row must raise as
+        # eagerly (``nll_check_targets``: an out-of-range target), which the node's rerun does, right after that step.
         self.checks: list = []
         threads = get_num_threads()
         for node in cg.placeholders + list(cg.constants):
@@ -324,6 +324,9 @@ class NativeRunner:
         self.n_in = sum(1 for o in self.origins if o.kind == "in")
         self.nodes_in = [o.node for o in self.origins if o.kind == "in"]
         self._lock = threading.Lock()
+        self.checks_after: dict = {}
+        for scratch, node, step in self.checks:
+            self.checks_after.setdefault(step, []).append((scratch, node))
         self.pool = [None] * len(self.outs)
         self.pool_addrs = [0] * len(self.outs)
         self._seen = [None] * len(self.inputs)  # (weak reference, address) of each input at the last call
@@ -377,22 +380,29 @@ class NativeRunner:
             addrs.append(self.pool_addrs[i])
         table = self.table
         table[:len(addrs)] = addrs
-        for kind, seg in self.segments:
+        checks = self.checks_after
+        for i, (kind, seg) in enumerate(self.segments):
             if kind == "native":
                 seg(self.table_address)
+                if i in checks and not self._checked(checks[i], env, roots):
+                    return FALLBACK
             elif not self._step(seg, env, roots, table):
                 self.broken = f"{seg[2]}: a Python row returned another layout than planned"
-                return FALLBACK
-        for scratch, node in self.checks:
-            if scratch[0]:
-                args = map_aggregate(node.args, lambda a: self._value(a, env, roots) if isinstance(a, Node) else a)
-                node.target(*args, **node.kwargs)  # raises the row's own error
-                self.broken = f"{node.name}: the native check and the row disagree"
                 return FALLBACK
         out = self.out_flat
         if out is not None:
             return tuple(self._value(a, env, roots) if isinstance(a, Node) else a for a in out)
         return map_aggregate(cg.output.args[0], lambda a: self._value(a, env, roots) if isinstance(a, Node) else a)
+
+    def _checked(self, checks, env, roots):
+        """False (after raising the row's own error, normally) when a native check counted a bad value."""
+        for scratch, node in checks:
+            if scratch[0]:
+                args = map_aggregate(node.args, lambda a: self._value(a, env, roots) if isinstance(a, Node) else a)
+                node.target(*args, **node.kwargs)  # raises the row's own error
+                self.broken = f"{node.name}: the native check and the row disagree"
+                return False
+        return True
 
     def _value(self, node, env, roots):
         v = env.get(node, _MISSING)

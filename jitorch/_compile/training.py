@@ -206,10 +206,12 @@ def own_outputs(outs, inputs):
     """Outputs of a compiled forward as tensors of their own: a view of one of the graph's intermediates (the Python
     runner's slice of a product) is cut from that base, which has no autograd history; the native runner's outputs
     never have one. Otherwise an in-place write into the output would rebase it on the history-less base and lose
-    the Function's gradient. Views of an input keep their base."""
-    ins = {id(a) for a in inputs if isinstance(a, Tensor)}
+    the Function's gradient. Views of an input (or of an input's base) or of another output keep their base."""
+    keep = {id(a) for a in inputs if isinstance(a, Tensor)}
+    keep |= {id(a._base) for a in inputs if isinstance(a, Tensor) and a._base is not None}
+    keep |= {id(o) for o in outs if isinstance(o, Tensor)}
     return tuple(Tensor._make(o._data) if isinstance(o, Tensor) and o.__dict__.get("_base") is not None
-                 and id(o._base) not in ins else o for o in outs)
+                 and id(o._base) not in keep else o for o in outs)
 
 
 def as_output_dtypes(grads, dtypes):
@@ -266,6 +268,21 @@ class _CompiledTraining(Function):
         return (None, *full)
 
 
+def _aliased_outputs(gm, n_outs):
+    """Whether one of the first ``n_outs`` outputs of ``gm`` is a view (through view rows) of another of them."""
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    outs = list(out[:n_outs]) if isinstance(out, (tuple, list)) else [out]
+    mine = {o for o in outs if isinstance(o, Node)}
+    for o in mine:
+        node = o
+        while isinstance(node, Node) and node.op == "call_function" and isinstance(node.target, Primitive) and \
+                node.target.op.view and not node.target.inplace and node.args:
+            node = node.args[0]
+            if node in mine:
+                return True
+    return False
+
+
 class TrainingPlan:
     """A compiled forward/backward pair for one specialization; call with the flat inputs (parameters first)."""
 
@@ -276,6 +293,10 @@ class TrainingPlan:
         # Buffers the forward updates: it returns their new values after the outputs (written back each call).
         self.writes = tuple(writes)
         self.random = any(is_random(n) for n in fwd_gm.graph.nodes)
+        if _aliased_outputs(fwd_gm, n_outs):
+            # The native runner hands out plain arrays: a view output would lose its view of the other output, and
+            # a write into it the gradient through that one. The Python runner's outputs keep their bases.
+            self.fwd.native_reason = "an output is a view of another output"
 
     @property
     def forward_kernels(self):

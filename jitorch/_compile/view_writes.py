@@ -131,9 +131,11 @@ def _is_view(node):
 
 
 def _other_views(base, chain, order, before):
-    """Every reader of a view of ``base`` (views of views too) taken before position ``before``, outside ``chain``
-    (views taken after the write are views of the new value: they are rewired to it)."""
-    out, stack = [], [u for u in base.users if _is_view(u) and u not in chain and order[u] < before]
+    """Every reader of a view of ``base`` (views of views too, and views of the chain's own views: ``k = a[:, :2]``
+    beside the written ``a[:, 1:3]``) taken before position ``before``, outside ``chain`` (views taken after the
+    write are views of the new value: they are rewired to it)."""
+    out, stack = [], [u for v in [base, *chain] for u in v.users if _is_view(u) and u not in chain
+                      and order[u] < before]
     while stack:
         v = stack.pop()
         for u in v.users:

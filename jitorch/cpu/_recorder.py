@@ -142,12 +142,36 @@ class CaptureMode:
             self.prologue.append(Record("restore", restore_step(root, snapshot), "restore", datas=[snapshot],
                                         outs=[root]))
             self.written[id(root)] = root
+        before = len(self.records)
         self._run(apply_inplace, op, self_tensor, *args, cast_check=op not in _NO_CAST_CHECK, **attrs)
+        self._record_saved_old_value(self_tensor, target, before)
         datas, casts, cnp = plan_operands(op, (self_tensor,) + args)
         self.add_step(Record("inplace", inplace_step(op, target, datas, casts, cnp, attrs),
                              self._describe(op, (self_tensor,) + args, (self_tensor,), inplace=True), op, datas, casts,
                              cnp, attrs, [target]))
         return self_tensor
+
+    def _record_saved_old_value(self, self_tensor, target, at):
+        """An in-place op whose backward reads the value it overwrote (``y.mul_(w)``: the gradient of ``w`` is
+        ``g * y_old``) makes autograd keep a copy of the old value; that copy must be taken again by each replay,
+        before the op's step, or every backward replay would read the capture's value."""
+        base = self_tensor._base
+        node = base.grad_fn if base is not None else self_tensor.grad_fn
+        while node is not None:
+            saved = getattr(node, "_saved_in", None)
+            old = saved[0] if saved else None
+            if isinstance(old, Tensor) and type(old._data) is np.ndarray and old._data is not target and \
+                    old._data.base is None and old._data.shape == target.shape and not np.shares_memory(old._data,
+                                                                                                       target):
+                copy = OPS["clone"]
+                self.records.insert(at, Record("kernel", kernel_step(copy, [target], (), None, {}, [old._data]),
+                                               "saved old value = clone(target)", copy, [target], (), None, {},
+                                               [old._data]))
+                self.written[id(old._data)] = old._data
+                return
+            # A view written in place: the row's node is the base's CopySlices' last input.
+            nxt = getattr(node, "next_functions", ())
+            node = nxt[-1][0] if nxt and type(node).__name__ == "CopySlices" else None
 
     @staticmethod
     def _describe(op, args, outs, inplace=False):

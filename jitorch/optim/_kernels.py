@@ -340,9 +340,11 @@ def capturing():
 
 
 def _plain(value):
-    """A hyperparameter as a comparable Python value (a one-element tensor read as a number)."""
+    """A hyperparameter as a comparable Python value. A tensor one is read live by the captured steps (changed in
+    place by a scheduler, it needs no new capture): only its memory must stay the same (the array the steps hold,
+    so its id is not reused while the graph lives)."""
     if isinstance(value, Tensor):
-        return float(value._data.reshape(-1)[0]) if value.numel() == 1 else id(value)
+        return ("tensor memory", id(value._data))
     if isinstance(value, (tuple, list)):
         return tuple(_plain(v) for v in value)
     return value
