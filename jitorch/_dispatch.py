@@ -233,7 +233,8 @@ def record(op, args, attrs, outs):
                 # torch refuses a differentiable reduction asked for an integer dtype rather than drop the graph.
                 raise RuntimeError(f"Autograd not support dtype: {TORCH_TYPE_NAMES[o._data.dtype.name]}")
             return node
-        o.grad_fn = node
+        # _output_nr too: a CopySlices recorded on output 1 of a multi-output node must not keep pointing at slot 1.
+        o.grad_fn, o._output_nr = node, 0
         o._requires_grad = True
     else:
         node._out_meta = tuple((o._data.shape, o.dtype, o.device) for o in outs)

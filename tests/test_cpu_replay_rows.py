@@ -206,3 +206,18 @@ def test_an_in_place_product_saves_the_old_value_at_every_replay(view):
         run(torch, tx, tw)
         np.testing.assert_allclose(w.grad._data, tw.grad.numpy(), rtol=1e-6)
         np.testing.assert_allclose(x.grad._data, tx.grad.numpy(), rtol=1e-6)
+
+
+def test_an_in_place_op_under_no_grad_records_no_saved_value():
+    """No autograd node: nothing to snapshot (an earlier node's saved input must not be overwritten)."""
+    x, w = jitorch.ones(3, requires_grad=True), jitorch.ones(3, requires_grad=True)
+    g = CPUGraph()
+    with graph(g):
+        y = x * w
+        with jitorch.no_grad():
+            y.mul_(2)
+    with jitorch.no_grad():
+        x.copy_(jitorch.full((3,), 3.0))
+        w.copy_(jitorch.full((3,), 5.0))
+    g.replay()
+    assert y._data.tolist() == [30.0] * 3 and x._data.tolist() == [3.0] * 3

@@ -268,19 +268,34 @@ class _CompiledTraining(Function):
         return (None, *full)
 
 
-def _aliased_outputs(gm, n_outs):
-    """Whether one of the first ``n_outs`` outputs of ``gm`` is a view (through view rows) of another of them."""
+def _view_roots(gm, n_outs):
+    """``(outputs, {output: the nodes it views through view rows, nearest first})`` of ``gm``'s first outputs."""
     out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-    outs = list(out[:n_outs]) if isinstance(out, (tuple, list)) else [out]
-    mine = {o for o in outs if isinstance(o, Node)}
-    for o in mine:
-        node = o
+    outs = [o for o in (list(out[:n_outs]) if isinstance(out, (tuple, list)) else [out]) if isinstance(o, Node)]
+    chains = {}
+    for o in outs:
+        node, chain = o, []
         while isinstance(node, Node) and node.op == "call_function" and isinstance(node.target, Primitive) and \
                 node.target.op.view and not node.target.inplace and node.args:
             node = node.args[0]
-            if node in mine:
-                return True
-    return False
+            chain.append(node)
+        chains[o] = chain
+    return set(outs), chains
+
+
+def _aliased_outputs(gm, n_outs):
+    """Whether one of the first ``n_outs`` outputs of ``gm`` is a view (through view rows) of another of them."""
+    mine, chains = _view_roots(gm, n_outs)
+    return any(n in mine for chain in chains.values() for n in chain)
+
+
+def _sibling_outputs(gm, n_outs):
+    """Two outputs viewing one intermediate that is not an output (``y[:, :2], y[:, 1:3]``): compiled outputs are
+    cut from such a base, so a write into one would not reach the other's gradient."""
+    mine, chains = _view_roots(gm, n_outs)
+    roots = [chain[-1] for o, chain in chains.items() if chain and chain[-1] not in mine
+             and chain[-1].op != "placeholder"]
+    return len(roots) != len(set(roots))
 
 
 class TrainingPlan:
@@ -388,6 +403,8 @@ def plan_from_joint(spec, joint, recompute=True):
     args = (spec.n_outs, spec.tuple_out, spec.wrt, spec.call)
     try:
         fwd_gm, bwd_gm, n_saved = split_joint(joint, n_fwd, recompute)
+        if _sibling_outputs(fwd_gm, spec.n_outs):
+            raise Unsupported("two outputs are views of one intermediate (a write into one must reach the other)")
         return TrainingPlan(fwd_gm, bwd_gm, *args, n_saved, spec.writes)
     except AssertionError:
         if not recompute:

@@ -143,8 +143,11 @@ class CaptureMode:
                                         outs=[root]))
             self.written[id(root)] = root
         before = len(self.records)
+        owner = self_tensor._base if self_tensor._base is not None else self_tensor
+        node_before = owner.grad_fn
         self._run(apply_inplace, op, self_tensor, *args, cast_check=op not in _NO_CAST_CHECK, **attrs)
-        self._record_saved_old_value(self_tensor, target, before)
+        if owner.grad_fn is not node_before:  # this op recorded autograd history (under no_grad it does not)
+            self._record_saved_old_value(self_tensor, target, before)
         datas, casts, cnp = plan_operands(op, (self_tensor,) + args)
         self.add_step(Record("inplace", inplace_step(op, target, datas, casts, cnp, attrs),
                              self._describe(op, (self_tensor,) + args, (self_tensor,), inplace=True), op, datas, casts,

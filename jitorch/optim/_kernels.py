@@ -339,12 +339,28 @@ def capturing():
     return bool(MODES) and getattr(MODES[-1], "records_updates", False)
 
 
+class _Memory:
+    """A tensor hyperparameter's guard: equal while it is the same memory; shown with the value it held."""
+
+    __slots__ = ("ident", "text")
+
+    def __init__(self, t):
+        self.ident = id(t._data)
+        self.text = f"a tensor holding {t._data.reshape(-1)[:4].tolist()}" if t._data.size else "an empty tensor"
+
+    def __eq__(self, other):
+        return isinstance(other, _Memory) and other.ident == self.ident
+
+    def __repr__(self):
+        return self.text
+
+
 def _plain(value):
     """A hyperparameter as a comparable Python value. A tensor one is read live by the captured steps (changed in
     place by a scheduler, it needs no new capture): only its memory must stay the same (the array the steps hold,
     so its id is not reused while the graph lives)."""
     if isinstance(value, Tensor):
-        return ("tensor memory", id(value._data))
+        return _Memory(value)
     if isinstance(value, (tuple, list)):
         return tuple(_plain(v) for v in value)
     return value
