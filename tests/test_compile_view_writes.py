@@ -275,17 +275,26 @@ def test_a_write_into_a_view_of_a_segment_value_keeps_its_gradient_on_replays():
         np.testing.assert_allclose(jx.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
 
 
-def test_an_output_that_views_another_output_stays_a_view_on_every_call():
-    cf = jitorch.compile(lambda x: _alias_outputs(jitorch, x), dynamic=False)
-    for _ in range(4):  # past the Python runner's calls
+def _caller_writes_like_torch(fn, shape, use, calls=4):
+    """Compile ``fn`` (two outputs); per call, ``use(a, b)`` writes into the outputs in place and returns a loss;
+    values and ``x.grad`` must equal torch's on every call (past the Python runner's first calls)."""
+    cf = jitorch.compile(lambda x: fn(jitorch, x), dynamic=False)
+    for _ in range(calls):
         results = []
-        for lib, f in ((torch, lambda x: _alias_outputs(torch, x)), (jitorch, cf)):
-            x = lib.ones(2, 3, requires_grad=True)
+        for lib, f in ((torch, lambda x: fn(torch, x)), (jitorch, cf)):
+            x = lib.ones(*shape, requires_grad=True)
             a, b = f(x)
-            b[:, 0] = 7  # a[:, 0] becomes 7 and x[:, 0] gets no gradient
-            a.sum().backward()
+            use(a, b).backward()
             results.append((a.detach().numpy().tolist(), x.grad.numpy().tolist()))
         assert results[0] == results[1]
+    return cf
+
+
+def test_an_output_that_views_another_output_stays_a_view_on_every_call():
+    def use(a, b):
+        b[:, 0] = 7  # a[:, 0] becomes 7 and x[:, 0] gets no gradient
+        return a.sum()
+    _caller_writes_like_torch(_alias_outputs, (2, 3), use)
 
 
 @pytest.mark.parametrize("grad", [False, True])
@@ -307,32 +316,20 @@ def _tuple_outputs(lib, x):
 
 
 def test_overlapping_view_outputs_of_one_intermediate_run_eagerly_with_eager_gradients():
-    cf = jitorch.compile(lambda x: _two_views(jitorch, x), dynamic=False)
-    for _ in range(3):
-        grads = []
-        for lib, f in ((torch, lambda x: _two_views(torch, x)), (jitorch, cf)):
-            x = lib.ones(2, 4, requires_grad=True)
-            a, b = f(x)
-            a[:, 1] = 7.0  # b[:, 0] sees it: no gradient reaches x[:, 1] through b
-            (a.sum() + (b * 10).sum()).backward()
-            grads.append(x.grad.numpy().tolist())
-        assert grads[0] == grads[1]
+    def use(a, b):
+        a[:, 1] = 7.0  # b[:, 0] sees it: no gradient reaches x[:, 1] through b
+        return a.sum() + (b * 10).sum()
+    cf = _caller_writes_like_torch(_two_views, (2, 4), use, calls=3)
     assert "views of one intermediate" in cf.train_entries[0].break_reason
 
 
 @pytest.mark.parametrize("write", ["setitem", "mul_"])
 def test_a_write_into_a_view_of_the_second_output_backpropagates(write):
     """CopySlices on output 1 of a two-output node: its edge must point at slot 0 of the new node."""
-    cf = jitorch.compile(lambda x: _tuple_outputs(jitorch, x), dynamic=False)
-    for _ in range(3):
-        grads = []
-        for lib, f in ((torch, lambda x: _tuple_outputs(torch, x)), (jitorch, cf)):
-            x = lib.ones(2, 4, requires_grad=True)
-            a, b = f(x)
-            if write == "setitem":
-                b[:, 0] = 7.0
-            else:
-                b[:, :2].mul_(5.0)
-            (a.sum() + b.sum()).backward()
-            grads.append(x.grad.numpy().tolist())
-        assert grads[0] == grads[1]
+    def use(a, b):
+        if write == "setitem":
+            b[:, 0] = 7.0
+        else:
+            b[:, :2].mul_(5.0)
+        return a.sum() + b.sum()
+    _caller_writes_like_torch(_tuple_outputs, (2, 4), use, calls=3)
