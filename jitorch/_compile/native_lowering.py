@@ -29,18 +29,17 @@ import numpy as np
 from ..codegen.ir import Buffer, Kernel, Store, const, load, op as ir_op
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_program import Gemm, KernelCall, Ref, blas_operands, compile_program, vector_fits
-from ..cpu._lower import BLAS_MIN_FLOPS, NotLowerable, blas_address, blas_int_bits, column_sum, element_strides, \
-    elementwise, linear, linear_backward, matmul, reduction
+from ..cpu._lower import BLAS_MIN_FLOPS, NotLowerable, batched_operands, blas_address, blas_int_bits, column_sum, \
+    copy_kernel, copy_slices, element_strides, elementwise, linear, linear_backward, matmul, reduction
 from ..cpu._recorder import Record
 from ..cpu._steps import plan_operands
 from ..fx.make_fx import Primitive
 from ..fx.node import Node
 from .lower import IR_DTYPES
 
-__all__ = ["NotLowerable", "lower_group", "lower_row", "to_calls", "plan_arena", "MAX_BATCH"]
+__all__ = ["NotLowerable", "lower_group", "lower_row", "to_calls", "plan_arena"]
 
 _ALIGN = 64
-MAX_BATCH = 1024  # a batched matmul with more products than this runs its row (one call each would bloat the code)
 _POINTWISE_SKIP = ("to_copy",)
 
 
@@ -150,18 +149,11 @@ def _elementwise_call(plan, item, nodes, t):
 
 
 def _batched_matmul(plan, node, a, b, c, t):
-    if a.ndim < 2 or b.ndim < 2:
-        raise NotLowerable("a batched matmul of a vector")
-    dt = IR_DTYPES.get(a.dtype)
-    if dt not in ("f32", "f64") or b.dtype != a.dtype or c.dtype != a.dtype:
-        raise NotLowerable(f"matmul of {a.dtype} and {b.dtype} into {c.dtype}")
-    batch = c.shape[:-2]
-    count = int(np.prod(batch))
-    if count > MAX_BATCH:
-        raise NotLowerable(f"a batched matmul of {count} products")
+    """One product per batch entry: the operands' references offset by each entry's bytes (checks shared with CPU
+    graph replay, `cpu._lower.batched_operands`)."""
+    ab, bb, batch = batched_operands(a, b, c)
+    dt = IR_DTYPES[a.dtype]
     m, n, k = c.shape[-2], c.shape[-1], a.shape[-1]
-    ab = np.broadcast_to(a, batch + a.shape[-2:])
-    bb = np.broadcast_to(b, batch + b.shape[-2:])
     spec = dict(dtype=dt, m=int(m), n=int(n), k=int(k), a_strides=element_strides(a)[-2:],
                 b_strides=element_strides(b)[-2:], c_strides=element_strides(c)[-2:])
     ra, rb, rc = _ref(plan, a, node.all_input_nodes, t), _ref(plan, b, node.all_input_nodes, t), \
@@ -198,8 +190,10 @@ def lower_row(plan, node, t):
                 plan.produce(o, t)
             return _batched_matmul(plan, node, a, b, outs[0], t)
         parts = [("gemm", matmul(rec))]
-    elif name == "copy_slices":
-        return _copy_slices(plan, node, datas, outs[0], t)
+    elif name == "copy_slices":  # ``out = base``, then ``src`` into the chain's region (`cpu._lower.copy_slices`)
+        pairs = copy_slices(rec)
+        plan.produce(outs[0], t)
+        return [_copy(plan, dst, value, inputs, t) for dst, value in pairs]
     elif name == "cat":
         return _cat(plan, node, datas, outs[0], t)
     elif name == "nll_check_targets":
@@ -217,25 +211,6 @@ def lower_row(plan, node, t):
         if kind == "gemm":
             _no_overlap(payload["c"], [payload["a"], payload["b"]])
     return _parts(plan, parts, inputs, t)
-
-
-def _copy_slices(plan, node, datas, out, t):
-    """``copy_slices(base, src, chain)`` as two copy loops: ``out = base`` (broadcast), then ``src`` into the region
-    of ``out`` the view chain selects (its strides and offset found by running the chain on the recorded output)."""
-    base, src = datas[0], datas[1]
-    dt = IR_DTYPES.get(out.dtype)
-    if not (isinstance(base, np.ndarray) and isinstance(src, np.ndarray)) or dt in (None, "bool") or \
-            base.dtype != out.dtype or src.dtype != out.dtype or out.size == 0:
-        raise NotLowerable("copy_slices of other dtypes, or empty")
-    region = out
-    for view_op, attrs in node.kwargs["chain"]:
-        region = view_op.kernel(np, region, **attrs)
-    root = out if out.base is None else out.base
-    if region.size == 0 or not np.shares_memory(region, root) or region.ndim == 0 or out.ndim == 0:
-        raise NotLowerable("copy_slices into an empty or 0-d region")
-    plan.produce(out, t)
-    inputs = node.all_input_nodes
-    return [_copy(plan, out, base, inputs, t), _copy(plan, region, src, inputs, t)]
 
 
 def _cat(plan, node, datas, out, t):
@@ -284,10 +259,7 @@ def _nll_check(plan, node, target, out, t):
 
 def _copy(plan, dst, value, inputs, t):
     """A copy loop ``dst[...] = value`` (broadcast) over the pointer table."""
-    dt = IR_DTYPES[dst.dtype]
-    buffers = (Buffer(dt, element_strides(dst)), Buffer(dt, element_strides(value, dst.shape)))
-    return ("kernel", Kernel(dst.shape, buffers, (Store(0, load(1, dt)),)),
-            [_ref(plan, dst, [], t), _ref(plan, value, inputs, t)])
+    return ("kernel", copy_kernel(dst, value), [_ref(plan, dst, [], t), _ref(plan, value, inputs, t)])
 
 
 def _column_sum(plan, payload):

@@ -39,7 +39,7 @@ from .decompose import decompose
 from .functionalize import CompileState, functionalize, functionalize_intermediates, is_random, rng_state, \
     set_rng_state
 from .fusion import fusible, reduction_axes, row_op_axes
-from .view_writes import functionalize_view_writes
+from .view_writes import functionalize_view_writes, is_view
 
 __all__ = ["JointSpec", "TrainingPlan", "Unsupported", "as_output_dtypes", "compile_training", "joint_for",
            "plan_from_joint"]
@@ -275,8 +275,7 @@ def _view_roots(gm, n_outs):
     chains = {}
     for o in outs:
         node, chain = o, []
-        while isinstance(node, Node) and node.op == "call_function" and isinstance(node.target, Primitive) and \
-                node.target.op.view and not node.target.inplace and node.args:
+        while is_view(node):
             node = node.args[0]
             chain.append(node)
         chains[o] = chain

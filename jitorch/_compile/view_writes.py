@@ -30,7 +30,7 @@ from ..fx.make_fx import Primitive, _primitive, view_nodes
 from ..fx.node import Node
 from .functionalize import RANDOM_ROWS, _made_here, functional_ops, record_functional_write
 
-__all__ = ["NOT_FUNCTIONAL", "functional_write", "functionalize_view_writes"]
+__all__ = ["NOT_FUNCTIONAL", "functional_write", "functionalize_view_writes", "is_view"]
 
 NOT_FUNCTIONAL = object()
 def functional_write(rec, op, t, args, attrs):
@@ -87,7 +87,7 @@ def functionalize_view_writes(gm):
                 and node.meta.get("phase", "forward") == "forward"):
             continue
         chain, views, base = [], [], node.args[0]
-        while _is_view(base):
+        while is_view(base):
             chain.append((base.target.op, dict(base.kwargs)))
             views.append(base)
             base = base.args[0]
@@ -125,7 +125,8 @@ def functionalize_view_writes(gm):
     return done
 
 
-def _is_view(node):
+def is_view(node):
+    """Whether ``node`` is an out-of-place view row of the graph (slice, transpose, view...)."""
     return isinstance(node, Node) and node.op == "call_function" and isinstance(node.target, Primitive) and \
         node.target.op.view and not node.target.inplace and bool(node.args)
 
@@ -134,10 +135,10 @@ def _other_views(base, chain, order, before):
     """Every reader of a view of ``base`` (views of views too, and views of the chain's own views: ``k = a[:, :2]``
     beside the written ``a[:, 1:3]``) taken before position ``before``, outside ``chain`` (views taken after the
     write are views of the new value: they are rewired to it)."""
-    out, stack = [], [u for v in [base, *chain] for u in v.users if _is_view(u) and u not in chain
+    out, stack = [], [u for v in [base, *chain] for u in v.users if is_view(u) and u not in chain
                       and order[u] < before]
     while stack:
         v = stack.pop()
         for u in v.users:
-            (stack if _is_view(u) else out).append(u)
+            (stack if is_view(u) else out).append(u)
     return out

@@ -24,9 +24,9 @@ from ..codegen.ir import Buffer, Kernel, Store, load, op as ir_op
 from ..runtime.host_blas import gemm_function
 from ._steps import root_of
 
-__all__ = ["NotLowerable", "Elementwise", "elementwise", "reduction", "matmul", "batched_matmul", "copy_slices",
-           "copy_kernel", "linear", "linear_backward", "column_sum",
-           "blas_address", "blas_int_bits", "element_strides", "BLAS_MIN_FLOPS"]
+__all__ = ["NotLowerable", "Elementwise", "elementwise", "reduction", "matmul", "batched_operands", "batched_matmul",
+           "copy_slices", "copy_kernel", "linear", "linear_backward", "column_sum", "blas_address", "blas_int_bits",
+           "element_strides", "BLAS_MIN_FLOPS", "MAX_BATCH"]
 
 # Products with at least this many multiply-adds call BLAS; smaller ones run the generated loop, where a library
 # call's fixed cost (argument checks, dispatch, packing) would dominate.
@@ -171,11 +171,9 @@ def matmul(rec):
 MAX_BATCH = 1024
 
 
-def batched_matmul(rec):
-    """One `matmul` spec per batch entry of a batched float product (each over 2-D views of the operands)."""
-    if getattr(rec.op, "name", None) != "matmul" or rec.kind != "kernel":
-        raise NotLowerable("not a matmul")
-    (a, b), c = rec.datas, rec.outs[0]
+def batched_operands(a, b, c):
+    """``(ab, bb, batch)``: a batched float product's operands broadcast over its batch dims, or `NotLowerable`.
+    Shared by CPU graph replay (`batched_matmul`) and the compile path's native runner."""
     if not all(isinstance(x, np.ndarray) for x in (a, b)) or c is None or a.ndim < 2 or b.ndim < 2:
         raise NotLowerable("a batched matmul of a vector")
     dt = IR_DTYPES.get(a.dtype)
@@ -184,7 +182,15 @@ def batched_matmul(rec):
     batch = c.shape[:-2]
     if int(np.prod(batch)) > MAX_BATCH:
         raise NotLowerable(f"a batched matmul of {int(np.prod(batch))} products")
-    ab, bb = np.broadcast_to(a, batch + a.shape[-2:]), np.broadcast_to(b, batch + b.shape[-2:])
+    return np.broadcast_to(a, batch + a.shape[-2:]), np.broadcast_to(b, batch + b.shape[-2:]), batch
+
+
+def batched_matmul(rec):
+    """One `matmul` spec per batch entry of a batched float product (each over 2-D views of the operands)."""
+    if getattr(rec.op, "name", None) != "matmul" or rec.kind != "kernel":
+        raise NotLowerable("not a matmul")
+    (a, b), c = rec.datas, rec.outs[0]
+    ab, bb, batch = batched_operands(a, b, c)
     return [_gemm(ab[idx], bb[idx], c[idx]) for idx in np.ndindex(*batch)]
 
 
