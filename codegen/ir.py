@@ -281,7 +281,7 @@ class Kernel:
     def __str__(self):
         lines = [f"kernel {tuple(self.shape)} reduce={self.reduce_axes}"]
         for i, b in enumerate(self.buffers):
-            lines.append(f"  buf{i} {b.dtype} strides={tuple(b.strides)} offset={b.offset}")
+            lines.append(f"  buf{i} {b.dtype} strides={tuple(b.strides)} offset={b.offset!r}")
         number = {}
         for e in self.nodes():
             number[e] = len(number)

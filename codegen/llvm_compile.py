@@ -18,12 +18,14 @@ import threading
 import llvmlite.binding as llvm
 
 from .ir import DTYPES, collapse
+from .ir_params import arguments, parametrize
 from .llvm_emit import emit_kernel
 from .llvm_objcache import emit_object, key_parts, load_object
 
 _lock = threading.Lock()
 _state = {}
 _PLACEHOLDER = "jitorch_kernel"
+_CTYPES = {"i64": ctypes.c_int64, "i32": ctypes.c_int32, "float": ctypes.c_float, "double": ctypes.c_double}
 
 
 def _target():
@@ -112,6 +114,9 @@ def _emit(tm, llvm_ir):
 class CompiledKernel:
     """A JIT-compiled IR kernel: ``kernel(start, stop, *buffer_addresses)`` runs dimension 0 over ``[start, stop)``.
 
+    The machine code is size-generic (`ir_params.parametrize`): this kernel's sizes, strides and offsets are
+    ``values``, passed on every call, so a kernel that differs only in them reuses the compiled function.
+
     ``outer`` is the size of that dimension (the range to split across threads); ``kernel.run(arrays)`` is the
     single-threaded convenience that takes flat NumPy arrays, one per IR buffer. The ctypes call releases the GIL.
 
@@ -127,13 +132,15 @@ class CompiledKernel:
         self.source = kernel
         self.kernel = collapse(kernel)
         self.outer = self.kernel.shape[0]
-        self.name, self.llvm_ir = _named_ir(kernel) if name is None else (name, emit_kernel(kernel, name))
+        template, self.values = parametrize(kernel)
+        self.name, self.llvm_ir = _named_ir(template) if name is None else (name, emit_kernel(template, name))
         self.address = compile_function(self.llvm_ir, self.name, cache)
-        argtypes = [ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * len(kernel.buffers)
+        argtypes = [ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * len(kernel.buffers) + \
+            [_CTYPES[ty] for ty in arguments(template)]
         self._fn = ctypes.CFUNCTYPE(None, *argtypes)(self.address)
 
     def __call__(self, start, stop, *addresses):
-        self._fn(start, stop, *addresses)
+        self._fn(start, stop, *addresses, *self.values)
 
     def addresses(self, arrays):
         """Base addresses of flat arrays after checking their dtypes against the IR buffers."""

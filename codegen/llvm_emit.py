@@ -1,4 +1,8 @@
-"""Kernel IR -> textual LLVM IR (opaque pointers, strides baked in as constants, ``noalias`` buffers).
+"""Kernel IR -> textual LLVM IR (opaque pointers, ``noalias`` buffers).
+
+Sizes, strides, offsets and constants are literals in a kernel as built, and ``%q<i>`` arguments in a template
+from `ir_params.parametrize`, which is what the compilers emit (one function for every size); the emitter writes
+either, so it never folds a size into code: structural choices read only what a template keeps literal.
 
 The emitted function walks the collapsed iteration space with dimension 0 limited to ``[start, stop)`` so that a
 thread pool can split it. Loads and stores index ``offset + sum(i_d * stride_d)``; LLVM's loop passes strength-reduce
@@ -30,6 +34,7 @@ import hashlib
 from . import llvm_math
 from .codeblock import LLVM_TYPES, LLVMBuilder, llvm_const
 from .ir import ARG_REDUCTIONS, FLOATS, collapse, identity
+from .ir_params import Sym, arguments, is_template, literal_size, unit_stride
 
 # Each vector lane adds BLOCK / (lanes x interleave) terms in float32 before the block sum goes into the total:
 # 512 keeps a float32 sum of 10^7 equal terms within 1e-7 on 8-lane AVX2 (4096 gave 1.3e-6 there).
@@ -69,7 +74,7 @@ def emit_kernel(kernel, name="kernel"):
     >>> "fmul float" in emit_kernel(k)
     True
     """
-    kernel = collapse(kernel)
+    kernel = kernel if is_template(kernel) else collapse(kernel)
     return _Emitter(kernel, name).module()
 
 
@@ -106,7 +111,8 @@ class _Emitter:
             self._dim(0, [])
         b.label("exit")
         b.line("ret void")
-        params = ", ".join(["i64 %start", "i64 %stop"] + [f"ptr noalias %buf{i}" for i in range(len(k.buffers))])
+        params = ", ".join(["i64 %start", "i64 %stop"] + [f"ptr noalias %buf{i}" for i in range(len(k.buffers))]
+                           + [f"{ty} %q{j}" for j, ty in enumerate(arguments(k))])
         head = "; " + str(k).replace("\n", "\n; ")
         return "\n".join([head, *self.b.declarations(), f"define void @{self.name}({params}) nounwind {{",
                           str(b), "}", *self.metadata, ""])
@@ -359,7 +365,7 @@ class _Emitter:
             v = b.emit(f"load {_MEM_TYPES[dt]}, ptr {self._address(e.value, idx)}")
             return b.emit(f"icmp ne i8 {v}, 0") if dt == "bool" else v
         if e.op == "const":
-            return llvm_const(e.value, ty)
+            return str(e.value) if isinstance(e.value, Sym) else llvm_const(e.value, ty)
         if e.op == "cast":
             return _cast(b, args[0], e.args[0].dtype, dt)
         if e.op == "where":
@@ -381,7 +387,8 @@ def _column_layout(k):
     """Whether a (collapsed) kernel is a column reduction (see the module notes): one kept and one reduced dim, only
     reducing stores of plain kinds into buffers no load reads, every input contiguous or constant along the kept dim
     and the contiguous ones strided along the reduced one."""
-    if len(k.shape) != 2 or k.reduce_axes != 1 or k.phases != 1 or k.shape[0] < 2 or k.shape[1] < 2:
+    if len(k.shape) != 2 or k.reduce_axes != 1 or k.phases != 1 or literal_size(k.shape[0], 2) or \
+            literal_size(k.shape[1], 2):
         return False
     if not all(s.reduce in ("sum", "prod", "max", "min", "maxnum") and s.buffer is not None and not s.row
                for s in k.stores):
@@ -393,8 +400,8 @@ def _column_layout(k):
     strides = [k.buffers[i].strides for i in loads]
     # Along the kept dim an input is contiguous (walked by the vector loop) or constant (a per-row value such as
     # layer norm's mean, loaded once per row); along the reduced dim a contiguous one would keep the row path.
-    return all(st[0] == 0 or (abs(st[0]) == 1 and abs(st[1]) != 1) for st in strides) and \
-        any(abs(st[0]) == 1 for st in strides)
+    return all(st[0] == 0 or (unit_stride(st[0]) and not unit_stride(st[1])) for st in strides) and \
+        any(unit_stride(st[0]) for st in strides)
 
 
 def _metadata_base(name):

@@ -6,18 +6,25 @@ matrix product (`Gemm`: a vector loop for small sizes, a BLAS call through a fun
 the caller owns) holds one address per distinct allocation, so a caller can substitute an input by rewriting one
 table entry, with no copy and no recompile, as long as the new memory has the same layout.
 
-Each distinct kernel becomes one ``internal noinline`` function (calls with equal IR share it, so a 100-step loop
-compiles three functions, not three hundred); the program only loads table entries, offsets them and calls. For a
-two-call program the emitted text reads (abridged)::
+The program is size-generic: every integer of its calls (sizes, strides, byte offsets, byte counts) and constant is read from
+an ``i64`` array that the `Program` holds, not baked into the code, so the same calls at other sizes are the same
+text, hence the same cached machine code, with other integers. Each distinct kernel becomes one ``internal noinline``
+function (calls whose kernels differ only in those integers share it, so a 100-step loop compiles three functions,
+not three hundred); the program only loads table entries and integers, offsets pointers and calls. For a two-call
+program the emitted text reads (abridged)::
 
     define internal void @k0(i64 %start, i64 %stop, ptr noalias %buf0, ptr noalias %buf1) noinline nounwind {...}
-    define void @jitorch_program_1f2e...(ptr %table) nounwind {
+    define void @jitorch_program_1f2e...(ptr %table, ptr %ints) nounwind {
     entry:
-      %s0 = load ptr, ptr %table
-      %s1.a = getelementptr ptr, ptr %table, i64 1
-      %s1 = load ptr, ptr %s1.a
-      %p0 = getelementptr i8, ptr %s1, i64 256
-      call void @k0(i64 0, i64 64, ptr %s0, ptr %p0)
+      %t0 = getelementptr i64, ptr %ints, i64 0
+      %t1 = load i64, ptr %t0
+      %t2 = load ptr, ptr %table
+      %t3 = getelementptr ptr, ptr %table, i64 1
+      %t4 = load ptr, ptr %t3
+      %t5 = getelementptr i64, ptr %ints, i64 1
+      %t6 = load i64, ptr %t5
+      %t7 = getelementptr i8, ptr %t4, i64 %t6
+      call void @k0(i64 0, i64 %t1, ptr %t2, ptr %t7)
       ...
 
 >>> import ctypes, numpy as np
@@ -36,14 +43,18 @@ import hashlib
 from dataclasses import dataclass
 
 from .codeblock import LLVM_TYPES, LLVMBuilder
+import numpy as np
+
 from .ir import Buffer, Kernel, Store, collapse, load, op
+from .ir_params import arguments, bits, parametrize
 from .llvm_compile import compile_function
 from .llvm_emit import emit_kernel
 
 __all__ = ["Ref", "KernelCall", "Gemm", "Copy", "emit_program", "compile_program", "Program", "VECTOR_BYTES"]
 
-# A product whose output rows fit in this many bytes accumulates each row in one LLVM vector (registers).
+# A product whose output rows fit in this many bytes accumulates each row in registers, VECTOR_CHUNK bytes at a time.
 VECTOR_BYTES = 512
+VECTOR_CHUNK = 128
 _ITEM = {"f32": 4, "f64": 8}
 
 
@@ -90,10 +101,6 @@ class Gemm:
     blas: Ref | None = None
     blas_int_bits: int = 32
 
-    def spec(self):
-        return (self.dtype, self.m, self.n, self.k, self.a_strides, self.b_strides, self.c_strides,
-                self.blas is not None, self.blas_int_bits)
-
 
 @dataclass(frozen=True)
 class Copy:
@@ -135,38 +142,57 @@ def gemm_reduction_kernel(g):
 
 
 def _vector_gemm(g, name):
-    """Rows of ``c`` accumulated in one ``<n x T>`` vector each: ``acc = fmuladd(splat(a[i, k]), b[k, :], acc)``.
+    """Rows of ``c`` in chunks of one ``<W x T>`` vector (`VECTOR_CHUNK` bytes), each accumulated in registers:
+    ``acc = fmuladd(splat(a[i, k]), b[k, j0:j0 + W], acc)``; the last chunk of a row is masked.
 
-    Needs unit column strides in ``b`` and ``c``. For ``m = 1, n = k = 64`` float32 the inner block reads::
+    Needs unit column strides in ``b`` and ``c``. Every size and stride is an argument, so one function serves
+    every size. For float32 the inner block reads::
 
-        %t6 = load <64 x float>, ptr %t5, align 4
-        %t7 = call <64 x float> @llvm.fmuladd.v64f32(<64 x float> %t4, <64 x float> %t6, <64 x float> %acc)
+        %b.val = call <32 x float> @llvm.masked.load.v32f32.p0(ptr %b.ptr, i32 4, <32 x i1> %mask, ...)
+        %acc.next = call <32 x float> @llvm.fmuladd.v32f32(<32 x float> %a.splat, <32 x float> %b.val, ...)
     """
     ty = LLVM_TYPES[g.dtype]
-    vt = f"<{g.n} x {ty}>"
-    (a0, a1), (b0, _), (c0, _) = g.a_strides, g.b_strides, g.c_strides
-    fma = f"llvm.fmuladd.v{g.n}{'f32' if g.dtype == 'f32' else 'f64'}"
-    lines = [f"define internal void @{name}(ptr noalias %a, ptr noalias %b, ptr noalias %c) noinline nounwind {{",
+    w = VECTOR_CHUNK // _ITEM[g.dtype]
+    vt, mt, it = f"<{w} x {ty}>", f"<{w} x i1>", f"<{w} x i64>"
+    suffix = f"v{w}{'f32' if g.dtype == 'f32' else 'f64'}"
+    fma, mload, mstore = f"llvm.fmuladd.{suffix}", f"llvm.masked.load.{suffix}.p0", f"llvm.masked.store.{suffix}.p0"
+    align = _ITEM[g.dtype]
+    lanes = ", ".join(f"i64 {i}" for i in range(w))
+    lines = [f"define internal void @{name}(ptr noalias %a, ptr noalias %b, ptr noalias %c, i64 %m, i64 %n, "
+             "i64 %k, i64 %a0, i64 %a1, i64 %b0, i64 %c0) noinline nounwind {",
              "entry:", "  br label %i.head",
-             "i.head:", "  %i = phi i64 [ 0, %entry ], [ %i.next, %k.exit ]",
-             f"  %i.ok = icmp slt i64 %i, {g.m}", "  br i1 %i.ok, label %i.body, label %exit",
-             "i.body:", f"  %a.row = mul nsw i64 %i, {a0}", "  br label %k.head",
-             "k.head:", "  %kk = phi i64 [ 0, %i.body ], [ %kk.next, %k.body ]",
-             f"  %acc = phi {vt} [ zeroinitializer, %i.body ], [ %acc.next, %k.body ]",
-             f"  %k.ok = icmp slt i64 %kk, {g.k}", "  br i1 %k.ok, label %k.body, label %k.exit",
-             "k.body:", f"  %a.col = mul nsw i64 %kk, {a1}", "  %a.off = add nsw i64 %a.row, %a.col",
+             "i.head:", "  %i = phi i64 [ 0, %entry ], [ %i.next, %j.exit ]",
+             "  %i.ok = icmp slt i64 %i, %m", "  br i1 %i.ok, label %i.body, label %exit",
+             "i.body:", "  %a.row = mul nsw i64 %i, %a0", "  %c.row = mul nsw i64 %i, %c0", "  br label %j.head",
+             "j.head:", "  %j = phi i64 [ 0, %i.body ], [ %j.next, %k.exit ]",
+             "  %j.ok = icmp slt i64 %j, %n", "  br i1 %j.ok, label %j.body, label %j.exit",
+             "j.body:", "  %left = sub nsw i64 %n, %j",
+             f"  %left.ins = insertelement {it} poison, i64 %left, i64 0",
+             f"  %left.splat = shufflevector {it} %left.ins, {it} poison, <{w} x i32> zeroinitializer",
+             f"  %mask = icmp slt {it} <{lanes}>, %left.splat", "  br label %k.head",
+             "k.head:", "  %kk = phi i64 [ 0, %j.body ], [ %kk.next, %k.body ]",
+             f"  %acc = phi {vt} [ zeroinitializer, %j.body ], [ %acc.next, %k.body ]",
+             "  %k.ok = icmp slt i64 %kk, %k", "  br i1 %k.ok, label %k.body, label %k.exit",
+             "k.body:", "  %a.col = mul nsw i64 %kk, %a1", "  %a.off = add nsw i64 %a.row, %a.col",
              f"  %a.ptr = getelementptr {ty}, ptr %a, i64 %a.off", f"  %a.val = load {ty}, ptr %a.ptr",
              f"  %a.ins = insertelement {vt} poison, {ty} %a.val, i64 0",
-             f"  %a.splat = shufflevector {vt} %a.ins, {vt} poison, <{g.n} x i32> zeroinitializer",
-             f"  %b.off = mul nsw i64 %kk, {b0}", f"  %b.ptr = getelementptr {ty}, ptr %b, i64 %b.off",
-             f"  %b.val = load {vt}, ptr %b.ptr, align {_ITEM[g.dtype]}",
+             f"  %a.splat = shufflevector {vt} %a.ins, {vt} poison, <{w} x i32> zeroinitializer",
+             "  %b.row = mul nsw i64 %kk, %b0", "  %b.off = add nsw i64 %b.row, %j",
+             f"  %b.ptr = getelementptr {ty}, ptr %b, i64 %b.off",
+             f"  %b.val = call {vt} @{mload}(ptr %b.ptr, i32 {align}, {mt} %mask, {vt} zeroinitializer)",
              f"  %acc.next = call {vt} @{fma}({vt} %a.splat, {vt} %b.val, {vt} %acc)",
              "  %kk.next = add nsw i64 %kk, 1", "  br label %k.head",
-             "k.exit:", f"  %c.off = mul nsw i64 %i, {c0}", f"  %c.ptr = getelementptr {ty}, ptr %c, i64 %c.off",
-             f"  store {vt} %acc, ptr %c.ptr, align {_ITEM[g.dtype]}",
-             "  %i.next = add nsw i64 %i, 1", "  br label %i.head",
+             "k.exit:", "  %c.off = add nsw i64 %c.row, %j", f"  %c.ptr = getelementptr {ty}, ptr %c, i64 %c.off",
+             f"  call void @{mstore}({vt} %acc, ptr %c.ptr, i32 {align}, {mt} %mask)",
+             f"  %j.next = add nsw i64 %j, {w}", "  br label %j.head",
+             "j.exit:", "  %i.next = add nsw i64 %i, 1", "  br label %i.head",
              "exit:", "  ret void", "}"]
-    return {f"declare {vt} @{fma}({vt}, {vt}, {vt})"}, "\n".join(lines)
+    return {f"declare {vt} @{fma}({vt}, {vt}, {vt})", f"declare {vt} @{mload}(ptr, i32, {mt}, {vt})",
+            f"declare void @{mstore}({vt}, ptr, i32, {mt})"}, "\n".join(lines)
+
+
+def _vector_ints(g):
+    return (g.m, g.n, g.k, g.a_strides[0], g.a_strides[1], g.b_strides[0], g.c_strides[0])
 
 
 def blas_operands(g):
@@ -191,28 +217,39 @@ def blas_operands(g):
 
 
 def _blas_gemm(g, name):
-    """A call of ``?gemm_`` through the pointer ``%fn``; Fortran takes every argument by reference (allocas)::
+    """A call of ``?gemm_`` through the pointer ``%fn``; Fortran takes every argument by reference (allocas). The
+    sizes and leading dimensions are arguments (`_blas_ints`); the transposes are part of the code::
 
-        %n = alloca i64                  ; i32 for an LP64 BLAS (``blas_int_bits``)
-        store i64 90, ptr %n
+        %n.v = alloca i64                ; i32 for an LP64 BLAS (``blas_int_bits``)
+        store i64 %n, ptr %n.v
         ...
-        call void %fn(ptr %ta, ptr %tb, ptr %n, ptr %m, ptr %k, ptr %alpha, ptr %b, ptr %ldb, ptr %a, ...)
+        call void %fn(ptr %ta, ptr %tb, ptr %n.v, ptr %m.v, ptr %k.v, ptr %alpha, ptr %b, ptr %ldb.v, ptr %a, ...)
     """
     ty = LLVM_TYPES[g.dtype]
-    transb, transa, ldb, lda, ldc = blas_operands(g)
-    lines = [f"define internal void @{name}(ptr %a, ptr %b, ptr %c, ptr %fn) noinline nounwind {{", "entry:"]
-    ints = {"n": g.n, "m": g.m, "k": g.k, "ldb": ldb, "lda": lda, "ldc": ldc}
+    transb, transa = blas_operands(g)[:2]
+    names = ("n", "m", "k", "ldb", "lda", "ldc")
     it = f"i{g.blas_int_bits}"
-    for key, value in ints.items():
-        lines += [f"  %{key} = alloca {it}", f"  store {it} {value}, ptr %{key}"]
+    lines = [f"define internal void @{name}(ptr %a, ptr %b, ptr %c, ptr %fn, "
+             f"{', '.join(f'i64 %{key}' for key in names)}) noinline nounwind {{", "entry:"]
+    for key in names:
+        value = f"%{key}"
+        if it != "i64":
+            lines.append(f"  %{key}.t = trunc i64 %{key} to {it}")
+            value = f"%{key}.t"
+        lines += [f"  %{key}.v = alloca {it}", f"  store {it} {value}, ptr %{key}.v"]
     for key, value in (("ta", transb), ("tb", transa)):
         lines += [f"  %{key} = alloca i8", f"  store i8 {ord(value)}, ptr %{key}"]
     lines += [f"  %alpha = alloca {ty}", f"  store {ty} 1.0, ptr %alpha",
               f"  %beta = alloca {ty}", f"  store {ty} 0.0, ptr %beta",
-              "  call void %fn(ptr %ta, ptr %tb, ptr %n, ptr %m, ptr %k, ptr %alpha, ptr %b, ptr %ldb, ptr %a, "
-              "ptr %lda, ptr %beta, ptr %c, ptr %ldc)",
+              "  call void %fn(ptr %ta, ptr %tb, ptr %n.v, ptr %m.v, ptr %k.v, ptr %alpha, ptr %b, ptr %ldb.v, "
+              "ptr %a, ptr %lda.v, ptr %beta, ptr %c, ptr %ldc.v)",
               "  ret void", "}"]
     return set(), "\n".join(lines)
+
+
+def _blas_ints(g):
+    _, _, ldb, lda, ldc = blas_operands(g)
+    return (g.n, g.m, g.k, ldb, lda, ldc)
 
 
 def _uses_blas(g):
@@ -225,27 +262,24 @@ def vector_fits(g):
             and 0 < g.n * _ITEM[g.dtype] <= VECTOR_BYTES)
 
 
-def _gemm_function(g, name):
-    if g.m == 0 or g.n == 0:
-        return set(), f"define internal void @{name}(ptr %a, ptr %b, ptr %c) noinline nounwind {{\nentry:\n" \
-                      "  ret void\n}"
-    if _uses_blas(g):
-        return _blas_gemm(g, name)
-    if vector_fits(g):
-        return _vector_gemm(g, name)
-    decls, body = _kernel_function(gemm_reduction_kernel(g), name)
-    # The emitter's signature is (start, stop, a, b, c): wrap it in the three-pointer one.
-    outer = collapse(gemm_reduction_kernel(g)).shape[0]
-    wrapper = (f"define internal void @{name}.w(ptr %a, ptr %b, ptr %c) noinline nounwind {{\nentry:\n"
-               f"  call void @{name}(i64 0, i64 {outer}, ptr %a, ptr %b, ptr %c)\n  ret void\n}}")
-    return decls, body + "\n" + wrapper
+def emit_program(calls, name, ints=None):
+    """The LLVM module (text) defining ``void @name(ptr %table, ptr %ints)`` that runs ``calls`` in order.
 
-
-def emit_program(calls, name):
-    """The LLVM module (text) defining ``void @name(ptr %table)`` that runs ``calls`` in order (module notes)."""
+    The program is size-generic: every size, stride, byte offset and byte count of the calls, and the kernels'
+    constants (`ir_params.parametrize`), is appended to ``ints`` (a list; the caller passes its values as ``%ints``,
+    an array of i64, a float in the low bytes of its entry) and read from there, so the text
+    depends only on the calls' structure (which kernels, which kind of product, which table slots) and a program
+    at another size is the same machine code with other ``ints``.
+    """
+    ints = [] if ints is None else ints
     decls, functions, body = set(), [], LLVMBuilder()
     kernels, gemms, slots = {}, {}, {}
     body.label("entry")
+
+    def integer(value, ty="i64"):
+        at = body.emit(f"getelementptr i64, ptr %ints, i64 {len(ints)}")
+        ints.append(bits(value, ty))
+        return body.emit(f"load {ty}, ptr {at}")
 
     def pointer(ref):
         if ref.slot not in slots:
@@ -255,40 +289,55 @@ def emit_program(calls, name):
                 entry = body.emit(f"getelementptr ptr, ptr %table, i64 {ref.slot}")
                 slots[ref.slot] = body.emit(f"load ptr, ptr {entry}")
         base = slots[ref.slot]
-        return base if ref.byte_offset == 0 else body.emit(f"getelementptr i8, ptr {base}, i64 {ref.byte_offset}")
+        return base if ref.byte_offset == 0 else \
+            body.emit(f"getelementptr i8, ptr {base}, i64 {integer(ref.byte_offset)}")
+
+    def kernel_call(kernel, refs):
+        template, values = parametrize(kernel)
+        key = str(template)
+        if key not in kernels:
+            kernels[key] = f"k{len(kernels)}"
+            d, text = _kernel_function(template, kernels[key])
+            decls.update(d)
+            functions.append(text)
+        outer = collapse(kernel).shape[0]
+        args = [f"i64 {integer(outer) if outer > 1 else outer}"] + [f"ptr {pointer(r)}" for r in refs] + \
+            [f"{ty} {integer(v, ty)}" for v, ty in zip(values, arguments(template))]
+        body.line(f"call void @{kernels[key]}(i64 0, {', '.join(args)})")
+
+    def gemm_call(g, kind, make, values, extra=()):
+        if kind not in gemms:
+            gemms[kind] = f"g{len(gemms)}"
+            d, text = make(g, gemms[kind])
+            decls.update(d)
+            functions.append(text)
+        args = [f"ptr {pointer(r)}" for r in (g.a, g.b, g.c, *extra)] + [f"i64 {integer(v)}" for v in values]
+        body.line(f"call void @{gemms[kind]}({', '.join(args)})")
 
     for call in calls:
         if isinstance(call, KernelCall):
-            key = str(call.kernel)
-            if key not in kernels:
-                kernels[key] = f"k{len(kernels)}"
-                d, text = _kernel_function(call.kernel, kernels[key])
-                decls |= d
-                functions.append(text)
-            outer = collapse(call.kernel).shape[0]
-            args = ", ".join(f"ptr {pointer(r)}" for r in call.refs)
-            body.line(f"call void @{kernels[key]}(i64 0, i64 {outer}, {args})")
+            kernel_call(call.kernel, call.refs)
         elif isinstance(call, Gemm):
-            key = call.spec()
-            if key not in gemms:
-                fname = f"g{len(gemms)}"
-                d, text = _gemm_function(call, fname)
-                gemms[key] = fname + ".w" if f"@{fname}.w(" in text else fname  # the reduction's wrapper
-                decls |= d
-                functions.append(text)
-            args = [pointer(call.a), pointer(call.b), pointer(call.c)]
+            if call.m == 0 or call.n == 0:
+                continue
             if _uses_blas(call):
-                args.append(pointer(call.blas))
-            body.line(f"call void @{gemms[key]}({', '.join(f'ptr {a}' for a in args)})")
+                kind = ("blas", call.dtype, *blas_operands(call)[:2], call.blas_int_bits)
+                gemm_call(call, kind, _blas_gemm, _blas_ints(call), (call.blas,))
+            elif vector_fits(call):
+                gemm_call(call, ("vector", call.dtype), _vector_gemm, _vector_ints(call))
+            else:
+                kernel_call(gemm_reduction_kernel(call), (call.a, call.b, call.c))
         elif isinstance(call, Copy):
             if call.nbytes:
                 decls.add("declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)")
                 dst, src = pointer(call.dst), pointer(call.src)
-                body.line(f"call void @llvm.memcpy.p0.p0.i64(ptr {dst}, ptr {src}, i64 {call.nbytes}, i1 false)")
+                body.line(f"call void @llvm.memcpy.p0.p0.i64(ptr {dst}, ptr {src}, i64 {integer(call.nbytes)}, "
+                          "i1 false)")
         else:
             raise TypeError(f"emit_program: unknown call {call!r}")
     body.line("ret void")
-    return "\n".join([*sorted(decls), *functions, f"define void @{name}(ptr %table) nounwind {{", str(body), "}", ""])
+    return "\n".join([*sorted(decls), *functions, f"define void @{name}(ptr %table, ptr %ints) nounwind {{",
+                      str(body), "}", ""])
 
 
 class Program:
@@ -298,7 +347,8 @@ class Program:
     """
 
     def __init__(self, calls, cache=None):
-        placeholder = emit_program(calls, "jitorch_program")
+        ints = []
+        placeholder = emit_program(calls, "jitorch_program", ints)
         # Named by a hash of the code: equal programs share machine code, in this process and (through the object
         # cache on disk) in the next one; each caller brings its own table.
         digest = hashlib.sha256(placeholder.encode()).hexdigest()[:24]
@@ -306,11 +356,13 @@ class Program:
         self.source = placeholder.replace("define void @jitorch_program(", f"define void @{self.name}(")
         self.ncalls = len(calls)
         self.nfunctions = self.source.count("define internal")
+        self.ints = np.array(ints, dtype=np.int64)
+        self._ints_address = self.ints.ctypes.data
         self.address = compile_function(self.source, self.name, cache)
-        self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self.address)
+        self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(self.address)
 
     def __call__(self, table_address):
-        self._fn(table_address)
+        self._fn(table_address, self._ints_address)
 
 
 def compile_program(calls, cache=None):

@@ -111,8 +111,17 @@ def test_changed_cpu_features_or_compiler_miss(tmp_path, monkeypatch):
 
 def test_kernel_names_hash_the_code_and_one_name_one_definition():
     a, b = compile_kernel(gelu_kernel(n=5)), compile_kernel(gelu_kernel(n=5))
-    c = compile_kernel(gelu_kernel(n=6))
+    c = compile_kernel(gelu_kernel(n=5, dtype="f64"))
     assert a.name == b.name and a.address == b.address and c.name != a.name
+    # Sizes are arguments of the code (size-generic kernels): another length is the same function.
+    d = compile_kernel(gelu_kernel(n=6))
+    assert d.name == a.name and d.address == a.address and (a.values[0], d.values[0]) == (5, 6)
+    for ck, n in ((a, 5), (d, 6)):
+        x, out = np.linspace(-3, 3, n, dtype=np.float32), np.zeros(n + 1, np.float32)
+        ck(0, ck.outer, x.ctypes.data, out.ctypes.data)
+        np.testing.assert_allclose(out[:n], 0.5 * x * (1 + np.tanh(C * (x + 0.044715 * x ** 3))), rtol=1e-5,
+                                   atol=1e-6)
+        assert out[n] == 0  # the loop stops at this kernel's own size
     assert a.name.startswith("jitorch_kernel_") and f"define void @{a.name}(" in a.llvm_ir
     twice = "define i64 @{0}(i64 %x) {{\n  %y = mul i64 %x, {1}\n  ret i64 %y\n}}"
     compile_function(twice.format("objcache_test_fn", 2), "objcache_test_fn")

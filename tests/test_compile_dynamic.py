@@ -280,3 +280,36 @@ def test_a_kink_the_probes_cross_is_tried_again_past_it_and_dynamic_true_drops_o
         x = jitorch.randn(3, n)
         np.testing.assert_allclose(cf(x).numpy(), rows(x).numpy(), rtol=1e-6)
     assert len(cf.entries) == 1 and cf.entries[0].dynamic.describe() == "arg0.shape[1] -> s0"
+
+
+def test_new_sizes_compile_no_machine_code():
+    """Kernels and native programs are size-generic (codegen/ir_params.py): once the dynamic entry has run its
+    first size through every stage (eager call, compiled kernels, native program), other sizes compile nothing."""
+    from jitorch.codegen import llvm_compile
+
+    rng = np.random.default_rng(3)
+    jitorch.manual_seed(0)
+    model = block(jitorch)
+    eager = copy.deepcopy(model)
+    compiled = jitorch.compile(model)
+
+    def steps(t):
+        x, y = _randn(rng, 2, t, 128), _randn(rng, 2, t, 128)
+        for _ in range(3):
+            for net in (compiled, eager):
+                net.zero_grad()
+                loss = net(jitorch.tensor(x), jitorch.tensor(y))
+                loss.backward()
+                if net is eager:
+                    np.testing.assert_allclose(got, loss.item(), rtol=1e-5)
+                    for p, q in zip(model.parameters(), eager.parameters()):
+                        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-6)
+                got = loss.item()
+
+    for t in (5, 7, 11):
+        steps(t)
+    assert [e.dynamic is not None for e in compiled._compiled_call.train_entries] == [False, False, True]
+    before = len(llvm_compile._state["loaded"])
+    for t in (13, 29, 40):
+        steps(t)
+    assert len(llvm_compile._state["loaded"]) == before

@@ -1,0 +1,153 @@
+"""Size-generic kernels and programs (codegen/ir_params.py): one compiled function per kernel structure, any size.
+
+Every kernel is checked against the IR interpreter at each size, and the number of functions in the JIT engine
+proves that other sizes reused the first size's machine code.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jitorch.codegen import interp, llvm_compile
+from jitorch.codegen.ir import Buffer, Kernel, Store, const, load, op, reduced
+from jitorch.codegen.ir_params import Sym, parametrize
+from jitorch.codegen.llvm_compile import compile_kernel
+from jitorch.codegen.llvm_program import Copy, Gemm, KernelCall, Ref, compile_program
+from jitorch.runtime.host_blas import gemm_function
+
+
+def _loaded():
+    """Functions compiled into this process's engine so far."""
+    return len(llvm_compile._state.get("loaded", {}))
+
+
+def _scaled_bias(rows, cols):
+    """out = x * (1 / numel) + b[col]: the constant changes with the size, as a mean's does."""
+    x, b = load(0, "f32"), load(1, "f32")
+    value = op("add", op("mul", x, const(1 / (rows * cols), "f32")), b)
+    return Kernel((rows, cols), (Buffer("f32", (cols, 1)), Buffer("f32", (0, 1)), Buffer("f32", (cols, 1))),
+                  (Store(2, value),)), [(rows, cols), (cols,), (rows, cols)]
+
+
+def _softmax(rows, cols):
+    """Three phases over each row: max, sum of exp(x - max), the scaled write."""
+    x = load(0, "f64")
+    e = op("exp", op("sub", x, reduced(0, "f64")))
+    stores = (Store(None, x, "max"), Store(None, e, "sum", phase=1), Store(1, op("div", e, reduced(1, "f64")), phase=2))
+    return Kernel((rows, cols), (Buffer("f64", (cols, 1)), Buffer("f64", (cols, 1))), stores, 1), \
+        [(rows, cols), (rows, cols)]
+
+
+def _column_sum(rows, cols):
+    """out[c] = sum_r x[r, c] (the emitter's column path), x read from an offset into its buffer."""
+    return Kernel((cols, rows), (Buffer("f32", (1, cols), 3), Buffer("f32", (1, 0))),
+                  (Store(1, load(0, "f32"), "sum"),), 1), [(rows * cols + 3,), (cols,)]
+
+
+def _argmax_strided(rows, cols):
+    """Row argmax of every other column of a (rows, 2 * cols) array."""
+    return Kernel((rows, cols), (Buffer("i64", (2 * cols, 2)), Buffer("i64", (1, 0))),
+                  (Store(1, load(0, "i64"), "argmax"),), 1), [(rows, 2 * cols), (rows,)]
+
+
+def _arrays(rng, kernel, shapes):
+    out = []
+    for b, shape in zip(kernel.buffers, shapes):
+        dt = {"f32": np.float32, "f64": np.float64, "i64": np.int64}[b.dtype]
+        a = rng.standard_normal(shape) * 3 if b.dtype != "i64" else rng.integers(-50, 50, shape)
+        out.append(np.ascontiguousarray(a, dtype=dt).reshape(-1))
+    return out
+
+
+@pytest.mark.parametrize("family", [_scaled_bias, _softmax, _column_sum, _argmax_strided])
+def test_a_kernel_at_other_sizes_reuses_one_function_and_equals_the_interpreter(family):
+    rng = np.random.default_rng(0)
+    compiled = []
+    for i, (rows, cols) in enumerate([(5, 7), (33, 64), (2, 1027), (130, 3)]):
+        kernel, shapes = family(rows, cols)
+        arrays = _arrays(rng, kernel, shapes)
+        want = [a.copy() for a in arrays]
+        interp.run(kernel, want)
+        before = _loaded()
+        ck = compile_kernel(kernel)
+        if i:  # the first size compiled the function; every other size only binds its integers
+            assert _loaded() == before and ck.address == compiled[0].address
+        compiled.append(ck)
+        ck(0, ck.outer, *[a.ctypes.data for a in arrays])
+        for got, ref in zip(arrays, want):
+            np.testing.assert_allclose(got, ref, rtol=2e-6, atol=1e-6)
+    assert len({ck.name for ck in compiled}) == 1
+
+
+def test_structural_integers_and_folded_constants_stay_in_the_code():
+    x = load(0, "f32")
+    value = op("mul", op("add", op("mul", x, const(0.5, "f32")), const(1, "f32")), const(0.044715, "f32"))
+
+    def kernel(stride, n):
+        return Kernel((n,), (Buffer("f32", (stride,)), Buffer("f32", (1,))), (Store(1, value),))
+
+    (t1, v1), (t2, v2) = parametrize(kernel(1, 10)), parametrize(kernel(1, 20))
+    assert str(t1) == str(t2) and v1 == (10, np.float32(0.044715).item()) and v2[0] == 20
+    assert "const f32 0.5" in str(t1) and "const f32 1.0" in str(t1) and "$q1" in str(t1)
+    # A unit stride is what the vectorizer relies on: stride 2 is another template, stride 3 then shares it.
+    assert str(parametrize(kernel(2, 10))[0]) != str(t1) == str(parametrize(kernel(1, 999))[0])
+    assert str(parametrize(kernel(2, 10))[0]) == str(parametrize(kernel(3, 10))[0])
+    # Sizes 0 and 1 branch the code: they stay literal.
+    assert parametrize(kernel(1, 1))[0].shape == (1,)
+    assert isinstance(parametrize(kernel(1, 2))[0].shape[0], Sym)
+
+
+def _product_program(rng, m, n, k, dtype):
+    """Gemms of every kind plus a kernel and a copy at byte offsets, over one table: (program, table, arrays, check)."""
+    np_dt = {"f32": np.float32, "f64": np.float64}[dtype]
+    a = rng.standard_normal((m, k)).astype(np_dt)
+    bt = rng.standard_normal((n, 2 * k)).astype(np_dt)  # b = bt[:, ::2].T: strided, column stride 2 * k
+    b = rng.standard_normal((k, n + 3)).astype(np_dt)   # rows padded: a row stride larger than n
+    outs = [np.zeros((m, n), np_dt) for _ in range(3)] + [np.zeros(m * n + 5, np_dt)]
+    arrays = [a, bt, b, *outs]
+    fn = gemm_function(dtype)
+    table = np.array([x.ctypes.data for x in arrays] + [fn.address if fn else 0], np.uint64)
+    item = a.itemsize
+    calls = [Gemm(dtype, m, n, k, Ref(0), (k, 1), Ref(2), (n + 3, 1), Ref(3), (n, 1)),  # register chunks
+             Gemm(dtype, m, n, k, Ref(0), (k, 1), Ref(1), (2, 2 * k), Ref(4), (n, 1))]  # the reduction loop
+    if fn is not None:
+        calls.append(Gemm(dtype, m, n, k, Ref(0), (k, 1), Ref(2), (n + 3, 1), Ref(5), (n, 1), Ref(7),
+                          fn.int_bits))
+    calls.append(KernelCall(Kernel((m * n,), (Buffer(dtype, (1,)), Buffer(dtype, (1,))),
+                                   (Store(1, op("mul", load(0, dtype), const(3.25, dtype))),)),
+                            (Ref(3), Ref(6, 2 * item))))
+    calls.append(Copy(Ref(6, 2 * item), Ref(6, 2 * item), 0))
+    want = a.astype(np.float64) @ b[:, :n].astype(np.float64)
+
+    def check():
+        assert len(arrays) == 7  # keeps every operand alive while the table points at them
+        tol = dict(rtol=1e-4, atol=1e-4 * k) if dtype == "f32" else dict(rtol=1e-10, atol=1e-10 * k)
+        np.testing.assert_allclose(outs[0], want, **tol)
+        np.testing.assert_allclose(outs[1], a.astype(np.float64) @ bt[:, ::2].T.astype(np.float64), **tol)
+        if fn is not None:
+            np.testing.assert_allclose(outs[2], want, **tol)
+        np.testing.assert_allclose(outs[3][2:2 + m * n], (outs[0] * np_dt(3.25)).reshape(-1), rtol=1e-6)
+        assert not outs[3][:2].any() and not outs[3][2 + m * n:].any()
+    return compile_program(calls), table, check
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_a_program_at_other_sizes_is_the_same_machine_code(dtype):
+    rng = np.random.default_rng(1)
+    programs = []
+    # n crosses the register chunk (32 float32 / 16 float64 lanes) in every way: below, at, above, several chunks
+    # (up to VECTOR_BYTES a row: past that a product is another kind of code).
+    wide = (100, 128) if dtype == "f32" else (47, 64)
+    for m, n, k in [(3, 33, 5), (7, 16, 64), (20, 32, 9), (4, wide[0], 3), (2, wide[1], 17), (9, 15, 2)]:
+        before = _loaded()
+        prog, table, check = _product_program(rng, m, n, k, dtype)
+        if programs:
+            assert _loaded() == before and prog.address == programs[0].address
+        programs.append(prog)
+        prog(table.ctypes.data)
+        check()
+    # Sizes of 1 are structural (other code, not other integers), and still right.
+    for m, n, k in [(1, 1, 1), (1, 40, 3), (5, 1, 7), (6, 2, 1)]:
+        prog, table, check = _product_program(rng, m, n, k, dtype)
+        prog(table.ctypes.data)
+        check()
