@@ -48,7 +48,7 @@ import numpy as np
 from .ir import Buffer, Kernel, Store, collapse, load, op
 from .ir_params import arguments, bits, parametrize
 from .llvm_compile import compile_function
-from .llvm_emit import emit_kernel
+from .llvm_emit import _metadata_base, emit_kernel
 
 __all__ = ["Ref", "KernelCall", "Gemm", "Copy", "emit_program", "compile_program", "Program", "VECTOR_BYTES"]
 
@@ -141,54 +141,84 @@ def gemm_reduction_kernel(g):
     return Kernel((g.m, g.n, g.k), buffers, (Store(2, op("mul", a, b), "sum"),), 1)
 
 
+def _vector_chunk(g):
+    """Lanes per register chunk: a narrow product (``n`` of one small chunk) gets one, so it wastes no lanes."""
+    item = _ITEM[g.dtype]
+    return VECTOR_CHUNK // 2 // item if g.n * item <= VECTOR_CHUNK // 2 else VECTOR_CHUNK // item
+
+
 def _vector_gemm(g, name):
-    """Rows of ``c`` in chunks of one ``<W x T>`` vector (`VECTOR_CHUNK` bytes), each accumulated in registers:
-    ``acc = fmuladd(splat(a[i, k]), b[k, j0:j0 + W], acc)``; the last chunk of a row is masked.
+    """Rows of ``c`` in chunks accumulated in registers: ``acc = fmuladd(splat(a[i, k]), b[k, j:j + V], acc)``.
 
-    Needs unit column strides in ``b`` and ``c``. Every size and stride is an argument, so one function serves
-    every size. For float32 the inner block reads::
+    With ``W`` = `_vector_chunk` lanes, a row goes in plain ``<2W x T>`` chunks while ``2W`` columns are left (a
+    64-wide float32 row in one pass), then one plain ``<W x T>`` chunk if ``W`` are left, then one masked ``<W x T>``
+    chunk for the rest. Needs unit column strides in ``b`` and ``c``. Every size and stride is an argument (only
+    ``W`` is code), so one function serves every size; the k loops are unrolled by 4, as a known ``k`` would be.
+    For float32 the wide chunk's inner block reads::
 
-        %b.val = call <32 x float> @llvm.masked.load.v32f32.p0(ptr %b.ptr, i32 4, <32 x i1> %mask, ...)
-        %acc.next = call <32 x float> @llvm.fmuladd.v32f32(<32 x float> %a.splat, <32 x float> %b.val, ...)
+        %w.b = load <64 x float>, ptr %w.bp, align 4
+        %w.acc.next = call <64 x float> @llvm.fmuladd.v64f32(<64 x float> %w.a.splat, <64 x float> %w.b, ...)
     """
-    ty = LLVM_TYPES[g.dtype]
-    w = VECTOR_CHUNK // _ITEM[g.dtype]
-    vt, mt, it = f"<{w} x {ty}>", f"<{w} x i1>", f"<{w} x i64>"
-    suffix = f"v{w}{'f32' if g.dtype == 'f32' else 'f64'}"
-    fma, mload, mstore = f"llvm.fmuladd.{suffix}", f"llvm.masked.load.{suffix}.p0", f"llvm.masked.store.{suffix}.p0"
-    align = _ITEM[g.dtype]
-    lanes = ", ".join(f"i64 {i}" for i in range(w))
-    lines = [f"define internal void @{name}(ptr noalias %a, ptr noalias %b, ptr noalias %c, i64 %m, i64 %n, "
-             "i64 %k, i64 %a0, i64 %a1, i64 %b0, i64 %c0) noinline nounwind {",
-             "entry:", "  br label %i.head",
-             "i.head:", "  %i = phi i64 [ 0, %entry ], [ %i.next, %j.exit ]",
-             "  %i.ok = icmp slt i64 %i, %m", "  br i1 %i.ok, label %i.body, label %exit",
-             "i.body:", "  %a.row = mul nsw i64 %i, %a0", "  %c.row = mul nsw i64 %i, %c0", "  br label %j.head",
-             "j.head:", "  %j = phi i64 [ 0, %i.body ], [ %j.next, %k.exit ]",
-             "  %j.ok = icmp slt i64 %j, %n", "  br i1 %j.ok, label %j.body, label %j.exit",
-             "j.body:", "  %left = sub nsw i64 %n, %j",
-             f"  %left.ins = insertelement {it} poison, i64 %left, i64 0",
-             f"  %left.splat = shufflevector {it} %left.ins, {it} poison, <{w} x i32> zeroinitializer",
-             f"  %mask = icmp slt {it} <{lanes}>, %left.splat", "  br label %k.head",
-             "k.head:", "  %kk = phi i64 [ 0, %j.body ], [ %kk.next, %k.body ]",
-             f"  %acc = phi {vt} [ zeroinitializer, %j.body ], [ %acc.next, %k.body ]",
-             "  %k.ok = icmp slt i64 %kk, %k", "  br i1 %k.ok, label %k.body, label %k.exit",
-             "k.body:", "  %a.col = mul nsw i64 %kk, %a1", "  %a.off = add nsw i64 %a.row, %a.col",
-             f"  %a.ptr = getelementptr {ty}, ptr %a, i64 %a.off", f"  %a.val = load {ty}, ptr %a.ptr",
-             f"  %a.ins = insertelement {vt} poison, {ty} %a.val, i64 0",
-             f"  %a.splat = shufflevector {vt} %a.ins, {vt} poison, <{w} x i32> zeroinitializer",
-             "  %b.row = mul nsw i64 %kk, %b0", "  %b.off = add nsw i64 %b.row, %j",
-             f"  %b.ptr = getelementptr {ty}, ptr %b, i64 %b.off",
-             f"  %b.val = call {vt} @{mload}(ptr %b.ptr, i32 {align}, {mt} %mask, {vt} zeroinitializer)",
-             f"  %acc.next = call {vt} @{fma}({vt} %a.splat, {vt} %b.val, {vt} %acc)",
-             "  %kk.next = add nsw i64 %kk, 1", "  br label %k.head",
-             "k.exit:", "  %c.off = add nsw i64 %c.row, %j", f"  %c.ptr = getelementptr {ty}, ptr %c, i64 %c.off",
-             f"  call void @{mstore}({vt} %acc, ptr %c.ptr, i32 {align}, {mt} %mask)",
-             f"  %j.next = add nsw i64 %j, {w}", "  br label %j.head",
-             "j.exit:", "  %i.next = add nsw i64 %i, 1", "  br label %i.head",
-             "exit:", "  ret void", "}"]
-    return {f"declare {vt} @{fma}({vt}, {vt}, {vt})", f"declare {vt} @{mload}(ptr, i32, {mt}, {vt})",
-            f"declare void @{mstore}({vt}, ptr, i32, {mt})"}, "\n".join(lines)
+    ty, item = LLVM_TYPES[g.dtype], _ITEM[g.dtype]
+    w = _vector_chunk(g)
+    short = f"{'f32' if g.dtype == 'f32' else 'f64'}"
+    decls, lines, meta = set(), [], []
+    unroll = _metadata_base(name)
+    meta += [f"!{unroll} = distinct !{{!{unroll}, !{unroll + 1}}}", f'!{unroll + 1} = !{{!"llvm.loop.unroll.count", i32 4}}']
+
+    def chunk(tag, lanes, masked, after):
+        """One chunk of ``lanes`` columns at ``%j``: the k loop, the store, then ``%j`` += lanes and ``br after``."""
+        vt = f"<{lanes} x {ty}>"
+        fma = f"llvm.fmuladd.v{lanes}{short}"
+        decls.add(f"declare {vt} @{fma}({vt}, {vt}, {vt})")
+        pre = [f"{tag}.pre:"]
+        if masked:
+            it, mt = f"<{lanes} x i64>", f"<{lanes} x i1>"
+            mload, mstore = f"llvm.masked.load.v{lanes}{short}.p0", f"llvm.masked.store.v{lanes}{short}.p0"
+            decls.update({f"declare {vt} @{mload}(ptr, i32, {mt}, {vt})", f"declare void @{mstore}({vt}, ptr, i32, {mt})"})
+            index = ", ".join(f"i64 {i}" for i in range(lanes))
+            pre += [f"  %{tag}.left.ins = insertelement {it} poison, i64 %left, i64 0",
+                    f"  %{tag}.left = shufflevector {it} %{tag}.left.ins, {it} poison, <{lanes} x i32> zeroinitializer",
+                    f"  %{tag}.mask = icmp slt {it} <{index}>, %{tag}.left"]
+            load_b = f"  %{tag}.b = call {vt} @{mload}(ptr %{tag}.bp, i32 {item}, {mt} %{tag}.mask, {vt} zeroinitializer)"
+            store_c = f"  call void @{mstore}({vt} %{tag}.acc, ptr %{tag}.cp, i32 {item}, {mt} %{tag}.mask)"
+        else:
+            load_b = f"  %{tag}.b = load {vt}, ptr %{tag}.bp, align {item}"
+            store_c = f"  store {vt} %{tag}.acc, ptr %{tag}.cp, align {item}"
+        lines.extend(pre + [f"  br label %{tag}.head",
+                     f"{tag}.head:", f"  %{tag}.kk = phi i64 [ 0, %{tag}.pre ], [ %{tag}.kk.next, %{tag}.body ]",
+                     f"  %{tag}.acc = phi {vt} [ zeroinitializer, %{tag}.pre ], [ %{tag}.acc.next, %{tag}.body ]",
+                     f"  %{tag}.ok = icmp slt i64 %{tag}.kk, %k",
+                     f"  br i1 %{tag}.ok, label %{tag}.body, label %{tag}.exit",
+                     f"{tag}.body:", f"  %{tag}.ac = mul nsw i64 %{tag}.kk, %a1",
+                     f"  %{tag}.ao = add nsw i64 %a.row, %{tag}.ac",
+                     f"  %{tag}.ap = getelementptr {ty}, ptr %a, i64 %{tag}.ao", f"  %{tag}.a = load {ty}, ptr %{tag}.ap",
+                     f"  %{tag}.a.ins = insertelement {vt} poison, {ty} %{tag}.a, i64 0",
+                     f"  %{tag}.a.splat = shufflevector {vt} %{tag}.a.ins, {vt} poison, <{lanes} x i32> zeroinitializer",
+                     f"  %{tag}.br = mul nsw i64 %{tag}.kk, %b0", f"  %{tag}.bo = add nsw i64 %{tag}.br, %j",
+                     f"  %{tag}.bp = getelementptr {ty}, ptr %b, i64 %{tag}.bo", load_b,
+                     f"  %{tag}.acc.next = call {vt} @{fma}({vt} %{tag}.a.splat, {vt} %{tag}.b, {vt} %{tag}.acc)",
+                     f"  %{tag}.kk.next = add nsw i64 %{tag}.kk, 1", f"  br label %{tag}.head, !llvm.loop !{unroll}",
+                     f"{tag}.exit:", f"  %{tag}.co = add nsw i64 %c.row, %j",
+                     f"  %{tag}.cp = getelementptr {ty}, ptr %c, i64 %{tag}.co", store_c,
+                     f"  %{tag}.j = add nsw i64 %j, {lanes}", f"  br label %{after}"])
+
+    lines += [f"define internal void @{name}(ptr noalias %a, ptr noalias %b, ptr noalias %c, i64 %m, i64 %n, "
+              "i64 %k, i64 %a0, i64 %a1, i64 %b0, i64 %c0) noinline nounwind {",
+              "entry:", "  br label %i.head",
+              "i.head:", "  %i = phi i64 [ 0, %entry ], [ %i.next, %j.exit ]",
+              "  %i.ok = icmp slt i64 %i, %m", "  br i1 %i.ok, label %i.body, label %exit",
+              "i.body:", "  %a.row = mul nsw i64 %i, %a0", "  %c.row = mul nsw i64 %i, %c0", "  br label %j.head",
+              "j.head:", "  %j = phi i64 [ 0, %i.body ], [ %w.j, %w.exit ], [ %p.j, %p.exit ], [ %t.j, %t.exit ]",
+              "  %left = sub nsw i64 %n, %j", f"  %wide = icmp sge i64 %left, {2 * w}",
+              "  br i1 %wide, label %w.pre, label %one",
+              "one:", f"  %plain = icmp sge i64 %left, {w}", "  br i1 %plain, label %p.pre, label %rest",
+              "rest:", "  %some = icmp sgt i64 %left, 0", "  br i1 %some, label %t.pre, label %j.exit"]
+    chunk("w", 2 * w, False, "j.head")
+    chunk("p", w, False, "j.head")
+    chunk("t", w, True, "j.head")
+    lines += ["j.exit:", "  %i.next = add nsw i64 %i, 1", "  br label %i.head", "exit:", "  ret void", "}"]
+    return decls, "\n".join(lines + meta)
 
 
 def _vector_ints(g):
@@ -324,7 +354,7 @@ def emit_program(calls, name, ints=None):
                 kind = ("blas", call.dtype, *blas_operands(call)[:2], call.blas_int_bits)
                 gemm_call(call, kind, _blas_gemm, _blas_ints(call), (call.blas,))
             elif vector_fits(call):
-                gemm_call(call, ("vector", call.dtype), _vector_gemm, _vector_ints(call))
+                gemm_call(call, ("vector", call.dtype, _vector_chunk(call)), _vector_gemm, _vector_ints(call))
             else:
                 kernel_call(gemm_reduction_kernel(call), (call.a, call.b, call.c))
         elif isinstance(call, Copy):

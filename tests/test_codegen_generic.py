@@ -135,10 +135,12 @@ def _product_program(rng, m, n, k, dtype):
 def test_a_program_at_other_sizes_is_the_same_machine_code(dtype):
     rng = np.random.default_rng(1)
     programs = []
-    # n crosses the register chunk (32 float32 / 16 float64 lanes) in every way: below, at, above, several chunks
-    # (up to VECTOR_BYTES a row: past that a product is another kind of code).
-    wide = (100, 128) if dtype == "f32" else (47, 64)
-    for m, n, k in [(3, 33, 5), (7, 16, 64), (20, 32, 9), (4, wide[0], 3), (2, wide[1], 17), (9, 15, 2)]:
+    # n crosses the register chunks (32 and 64 float32 lanes, 16 and 32 float64) in every way: below, at, above,
+    # several; up to VECTOR_BYTES a row (a wider product is another kind of code), past half a chunk (a narrower
+    # one gets narrower chunks).
+    wide = (100, 128, 96) if dtype == "f32" else (47, 64, 40)
+    for m, n, k in [(3, 33, 5), (7, 17, 64), (20, 32, 9), (4, wide[0], 3), (2, wide[1], 17), (9, 31, 2),
+                    (2, wide[2], 3)]:
         before = _loaded()
         prog, table, check = _product_program(rng, m, n, k, dtype)
         if programs:
@@ -146,8 +148,8 @@ def test_a_program_at_other_sizes_is_the_same_machine_code(dtype):
         programs.append(prog)
         prog(table.ctypes.data)
         check()
-    # Sizes of 1 are structural (other code, not other integers), and still right.
-    for m, n, k in [(1, 1, 1), (1, 40, 3), (5, 1, 7), (6, 2, 1)]:
+    # Sizes of 1 and narrow products are other code, not other integers, and still right.
+    for m, n, k in [(1, 1, 1), (1, 40, 3), (5, 1, 7), (6, 2, 1), (5, 10, 7), (3, 16, 4), (4, 8, 9)]:
         prog, table, check = _product_program(rng, m, n, k, dtype)
         prog(table.ctypes.data)
         check()
