@@ -296,15 +296,15 @@ def test_new_sizes_compile_no_machine_code():
     def steps(t):
         x, y = _randn(rng, 2, t, 128), _randn(rng, 2, t, 128)
         for _ in range(3):
+            losses = []
             for net in (compiled, eager):
                 net.zero_grad()
                 loss = net(jitorch.tensor(x), jitorch.tensor(y))
                 loss.backward()
-                if net is eager:
-                    np.testing.assert_allclose(got, loss.item(), rtol=1e-5)
-                    for p, q in zip(model.parameters(), eager.parameters()):
-                        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-6)
-                got = loss.item()
+                losses.append(loss.item())
+            np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+            for p, q in zip(model.parameters(), eager.parameters()):
+                np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-4, atol=1e-6)
 
     # Sizes past 16 and below 90: a product's code is the same kind over them (narrower rows get narrower register
     # chunks, and past t * t * 32 = 64^3 the attention products go to BLAS).

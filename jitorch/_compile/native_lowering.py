@@ -22,14 +22,13 @@ calls read::
 """
 from __future__ import annotations
 
-from dataclasses import replace
 
 import numpy as np
 
 from ..codegen.ir import Buffer, Kernel, Store, const, load, op as ir_op
 from ..codegen.llvm_objcache import default_cache
-from ..codegen.llvm_program import Gemm, KernelCall, Ref, blas_operands, compile_program, vector_fits
-from ..cpu._lower import BLAS_MIN_FLOPS, NotLowerable, batched_operands, blas_address, blas_int_bits, column_sum, \
+from ..codegen.llvm_program import KernelCall, Ref, compile_program
+from ..cpu._lower import NotLowerable, product_call, batched_operands, blas_address, column_sum, \
     copy_kernel, copy_slices, element_strides, elementwise, linear, linear_backward, matmul, reduction
 from ..cpu._recorder import Record
 from ..cpu._steps import plan_operands
@@ -308,15 +307,7 @@ def to_calls(plan, nslots):
             if c[0] == "kernel":
                 calls.append(KernelCall(c[1], tuple(ref(r) for r in c[2])))
             else:
-                s = c[1]
-                g = Gemm(s["dtype"], s["m"], s["n"], s["k"], ref(c[2]), s["a_strides"], ref(c[3]), s["b_strides"],
-                         ref(c[4]), s["c_strides"])
-                # BLAS for large products, and for small ones the register loop cannot take (the generic
-                # reduction loop it would get instead is several times slower than a library call).
-                big = s["m"] * s["n"] * s["k"] >= BLAS_MIN_FLOPS or s.get("blas") or not vector_fits(g)
-                slot = blas.get(s["dtype"]) if big and blas_operands(g) is not None else None
-                calls.append(replace(g, blas=Ref(slot), blas_int_bits=blas_int_bits(s["dtype"]))
-                             if slot is not None else g)
+                calls.append(product_call(c[1], ref(c[2]), ref(c[3]), ref(c[4]), blas.get(c[1]["dtype"])))
         ncalls += len(calls)
         segments.append(("native", compile_program(calls, default_cache())))
     return table, segments, ncalls

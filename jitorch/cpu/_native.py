@@ -29,8 +29,8 @@ import numpy as np
 from .._compile.lower import IR_DTYPES
 from ..codegen.ir import Buffer, Kernel, Store, load
 from ..codegen.llvm_objcache import default_cache
-from ..codegen.llvm_program import Copy, Gemm, KernelCall, Ref, compile_program
-from ._lower import BLAS_MIN_FLOPS, NotLowerable, batched_matmul, blas_address, blas_int_bits, column_sum, \
+from ..codegen.llvm_program import Copy, KernelCall, Ref, compile_program
+from ._lower import NotLowerable, product_call, batched_matmul, blas_address, column_sum, \
     copy_kernel, copy_slices, element_strides, elementwise, linear, linear_backward, matmul, reduction, view_of
 from ._lower_nll import nll_loss, nll_loss_backward
 from ._lower_rows import ROW_OPS, layer_norm_backward, row_op
@@ -359,12 +359,8 @@ class NativeReplay:
             return KernelCall(call[1], tuple(self._ref(a) for a in call[2]))
         if kind == "copy":
             return Copy(self._ref(call[1]), self._ref(call[2]), call[1].nbytes)
-        s = call[1]
-        big = s["m"] * s["n"] * s["k"] >= BLAS_MIN_FLOPS or s.get("blas", False)
-        slot = self.blas_slots.get(s["dtype"]) if big else None
-        blas = Ref(slot) if slot is not None else None
-        return Gemm(s["dtype"], s["m"], s["n"], s["k"], self._ref(s["a"]), s["a_strides"], self._ref(s["b"]),
-                    s["b_strides"], self._ref(s["c"]), s["c_strides"], blas, blas_int_bits(s["dtype"]))
+        return product_call(call[1], self._ref(call[1]["a"]), self._ref(call[1]["b"]), self._ref(call[1]["c"]),
+                            self.blas_slots.get(call[1]["dtype"]))
 
     # -- use ------------------------------------------------------------------------------------------------------
     @property
