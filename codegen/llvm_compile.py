@@ -155,6 +155,20 @@ class CompiledKernel:
         self(0, self.outer, *self.addresses(arrays))
 
 
+_TEMPLATES: dict = {}
+
+
+def template_address(template, cache=None):
+    """The address of the function compiled from a template (`ir_params.parametrize`), compiled on first use:
+    ``f(i64 start, i64 stop, ptr buf0, ..., arguments...)``. A native program calls it through this address."""
+    key = str(template)
+    found = _TEMPLATES.get(key)
+    if found is None:
+        name, llvm_ir = _named_ir(template)
+        found = _TEMPLATES.setdefault(key, compile_function(llvm_ir, name, cache))
+    return found
+
+
 def compile_kernel(kernel, cache=None):
     """Compile an IR kernel for the host CPU (see `CompiledKernel`); ``cache``: a `cache.KernelCache` for its object.
 

@@ -8,24 +8,30 @@ table entry, with no copy and no recompile, as long as the new memory has the sa
 
 The program is size-generic: every integer of its calls (sizes, strides, byte offsets, byte counts) and constant is
 read from an ``i64`` array that the `Program` holds, not baked into the code, so the same calls at other sizes are
-the same text, hence the same cached machine code, with other integers (products: `llvm_gemm`). Each distinct
-kernel becomes one ``internal noinline`` function (calls whose kernels differ only in those integers share it, so a
-100-step loop compiles three functions, not three hundred); the program only loads table entries and integers,
-offsets pointers and calls. For a two-call program the emitted text reads (abridged)::
+the same text, hence the same cached machine code, with other integers (products: `llvm_gemm`). Kernels are not in
+the program's code either: each distinct kernel template is a function of its own (`llvm_compile.template_address`,
+shared by every program and by single kernel calls; calls whose kernels differ only in those integers share it, so
+a 100-step loop compiles three functions, not three hundred), and the program calls it through its address, also
+kept in the integer array. So a program's own compile is its call sequence: it only loads table entries and
+integers, offsets pointers and calls. For a one-kernel program the emitted text reads::
 
-    define internal void @k0(i64 %start, i64 %stop, ptr noalias %buf0, ptr noalias %buf1) noinline nounwind {...}
     define void @jitorch_program_1f2e...(ptr %table, ptr %ints) nounwind {
     entry:
       %t0 = getelementptr i64, ptr %ints, i64 0
-      %t1 = load i64, ptr %t0
-      %t2 = load ptr, ptr %table
-      %t3 = getelementptr ptr, ptr %table, i64 1
-      %t4 = load ptr, ptr %t3
-      %t5 = getelementptr i64, ptr %ints, i64 1
-      %t6 = load i64, ptr %t5
-      %t7 = getelementptr i8, ptr %t4, i64 %t6
-      call void @k0(i64 0, i64 %t1, ptr %t2, ptr %t7)
-      ...
+      %t1 = load ptr, ptr %t0
+      %t2 = getelementptr i64, ptr %ints, i64 1
+      %t3 = load i64, ptr %t2
+      %t4 = load ptr, ptr %table
+      %t5 = getelementptr ptr, ptr %table, i64 1
+      %t6 = load ptr, ptr %t5
+      %t7 = getelementptr i64, ptr %ints, i64 2
+      %t8 = load i64, ptr %t7
+      %t9 = getelementptr i8, ptr %t6, i64 %t8
+      %t10 = getelementptr i64, ptr %ints, i64 3
+      %t11 = load i64, ptr %t10
+      call void %t1(i64 0, i64 %t3, ptr %t4, ptr %t9, i64 %t11)
+      ret void
+    }
 
 >>> import ctypes, numpy as np
 >>> from jitorch.codegen.ir import Buffer, Kernel, Store, load, op
@@ -47,8 +53,7 @@ import numpy as np
 from .codeblock import LLVMBuilder
 from .ir import Kernel, collapse
 from .ir_params import arguments, bits, parametrize
-from .llvm_compile import compile_function
-from .llvm_emit import emit_kernel
+from .llvm_compile import compile_function, template_address
 from .llvm_gemm import blas_gemm, blas_ints, blas_operands, gemm_reduction_kernel, uses_blas, vector_chunk, \
     vector_fits, vector_gemm, vector_ints
 
@@ -108,18 +113,12 @@ class Copy:
     nbytes: int
 
 
-def _kernel_function(kernel, name):
-    """(declarations, the kernel's function text renamed ``@name``, internal and never inlined)."""
-    text = emit_kernel(kernel, name)
-    decls = {line for line in text.splitlines() if line.startswith("declare ")}
-    start = text.index(f"define void @{name}(")
-    body = text[start:].replace(f"define void @{name}(", f"define internal void @{name}(", 1)
-    body = body.replace(") nounwind {", ") noinline nounwind {", 1)
-    return decls, body
-
-
-def emit_program(calls, name, ints=None):
+def emit_program(calls, name, ints, link):
     """The LLVM module (text) defining ``void @name(ptr %table, ptr %ints)`` that runs ``calls`` in order.
+
+    A kernel is called through its function's address, ``link(template)`` (kept in ``ints``, not the code): kernels
+    compile once as functions of their own (`llvm_compile.template_address`), shared by every program and by the
+    Python-side calls, and a program's own compile is only its call sequence.
 
     The program is size-generic: every size, stride, byte offset and byte count of the calls, and the kernels'
     constants (`ir_params.parametrize`), is appended to ``ints`` (a list; the caller passes its values as ``%ints``,
@@ -127,7 +126,6 @@ def emit_program(calls, name, ints=None):
     depends only on the calls' structure (which kernels, which kind of product, which table slots) and a program
     at another size is the same machine code with other ``ints``.
     """
-    ints = [] if ints is None else ints
     decls, functions, body = set(), [], LLVMBuilder()
     kernels, gemms, slots = {}, {}, {}
     body.label("entry")
@@ -152,14 +150,11 @@ def emit_program(calls, name, ints=None):
         template, values = parametrize(kernel)
         key = str(template)
         if key not in kernels:
-            kernels[key] = f"k{len(kernels)}"
-            d, text = _kernel_function(template, kernels[key])
-            decls.update(d)
-            functions.append(text)
+            kernels[key] = integer(link(template), "ptr")
         outer = collapse(kernel).shape[0]
         args = [f"i64 {integer(outer) if outer > 1 else outer}"] + [f"ptr {pointer(r)}" for r in refs] + \
             [f"{ty} {integer(v, ty)}" for v, ty in zip(values, arguments(template))]
-        body.line(f"call void @{kernels[key]}(i64 0, {', '.join(args)})")
+        body.line(f"call void {kernels[key]}(i64 0, {', '.join(args)})")
 
     def gemm_call(g, kind, make, values, extra=()):
         if kind not in gemms:
@@ -199,19 +194,18 @@ def emit_program(calls, name, ints=None):
 class Program:
     """A compiled program: ``program(table_address)`` runs it (the ctypes call releases the GIL).
 
-    ``source`` is the LLVM IR text; ``ncalls`` the number of calls it makes; ``nfunctions`` the distinct kernels.
+    ``source`` is the LLVM IR text; ``ncalls`` the number of calls it makes; ``ints`` its integer array.
     """
 
     def __init__(self, calls, cache=None):
         ints = []
-        placeholder = emit_program(calls, "jitorch_program", ints)
+        placeholder = emit_program(calls, "jitorch_program", ints, lambda t: template_address(t, cache))
         # Named by a hash of the code: equal programs share machine code, in this process and (through the object
         # cache on disk) in the next one; each caller brings its own table.
         digest = hashlib.sha256(placeholder.encode()).hexdigest()[:24]
         self.name = f"jitorch_program_{digest}"
         self.source = placeholder.replace("define void @jitorch_program(", f"define void @{self.name}(")
         self.ncalls = len(calls)
-        self.nfunctions = self.source.count("define internal")
         self.ints = np.array(ints, dtype=np.int64)
         self._ints_address = self.ints.ctypes.data
         self.address = compile_function(self.source, self.name, cache)
