@@ -203,18 +203,45 @@ def _write_into_exp_output(lib, x):
     return h * k
 
 
-def test_a_write_into_a_saved_output_at_a_break_gives_the_true_gradient_where_eager_raises():
-    """The compiled segment recomputes exp from x instead of saving its output, so the write invalidates nothing:
-    replays return d/dx of the function computed, where eager autograd (and the recording call) raise."""
-    cf = jitorch.compile(lambda x: _write_into_exp_output(jitorch, x), dynamic=False)
+def test_a_write_into_a_saved_output_at_a_break_raises_on_every_call_as_eagerly():
+    """The compiled segment recomputes exp from x rather than reading its output, but it saves that output as eager
+    autograd does, so the write makes every call's backward raise, as torch's."""
     x = np.random.default_rng(9).standard_normal((2, 3)).astype(np.float32)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        cf(jitorch.tensor(x, requires_grad=True)).sum().backward()
-    for _ in range(2):
-        jx = jitorch.tensor(x, requires_grad=True)
-        cf(jx).sum().backward()
-        k = np.exp(x.astype(np.float64)).sum()
-        np.testing.assert_allclose(jx.grad.numpy(), k * np.exp(x), rtol=1e-5)
+        _write_into_exp_output(torch, torch.tensor(x, requires_grad=True)).sum().backward()
+    cf = jitorch.compile(lambda x: _write_into_exp_output(jitorch, x), dynamic=False)
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            cf(jitorch.tensor(x, requires_grad=True)).sum().backward()
+    # Without the write the same values train: the saved output costs no gradient.
+    cg = jitorch.compile(lambda x: (lambda h: h * h.sum().item())(x.exp()), dynamic=False)
+    for _ in range(3):
+        jx, tx = jitorch.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        cg(jx).sum().backward()
+        (lambda h: h * h.sum().item())(tx.exp()).sum().backward()
+        np.testing.assert_allclose(jx.grad.numpy(), tx.grad.numpy(), rtol=1e-5)
+
+
+def test_a_write_into_a_compiled_output_eager_saved_raises_at_backward():
+    """A whole compiled graph (no break): the caller writes into an output eager autograd keeps (exp's, softmax's),
+    then calls backward; torch raises, and so does the compiled function, at every call. Outputs eager does not
+    keep (a product's) stay writable."""
+    fns = {"exp": lambda lib, x: x.exp(), "softmax view": lambda lib, x: lib.softmax(x, -1)[:, :2],
+           "product": lambda lib, x: x * 3}
+    x = np.random.default_rng(10).standard_normal((2, 3)).astype(np.float32)
+    for name, fn in fns.items():
+        cf = jitorch.compile(lambda t, fn=fn: fn(jitorch, t), dynamic=False)
+        for lib, run in ((torch, lambda t, fn=fn: fn(torch, t)), (jitorch, cf), (jitorch, cf), (jitorch, cf)):
+            t = lib.tensor(x, requires_grad=True)
+            y = run(t)
+            with lib.no_grad():
+                y.add_(1)
+            if name == "product":
+                y.sum().backward()
+                np.testing.assert_allclose(t.grad.numpy(), np.full_like(x, 3))
+            else:
+                with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                    y.sum().backward()
 
 
 def test_an_inference_write_next_to_a_graph_break_replays_right():

@@ -43,7 +43,7 @@ from ..nn.modules.module import Module
 from .backend import CompiledGraph
 from .decompose import decompose
 from .functionalize import functionalize_intermediates
-from .training import Unsupported, _annotate, _check, own_outputs, split_joint
+from .training import Unsupported, _annotate, _check, eager_saved_outputs, own_outputs, split_joint
 
 __all__ = ["SegmentPlan", "interpret"]
 
@@ -133,6 +133,7 @@ class SegmentPlan:
             # With several, a backward reaching only some would run the others' backward on zeros.
             raise Unsupported(f"a compiled stage has one output that requires grad, got {sum(self.diff)}")
         self.wrt = [i for i, a in enumerate(flat) if isinstance(a, Tensor) and a._requires_grad]
+        self.eager_saved = tuple(i for i in eager_saved_outputs(gm, self.n_outs) if self.diff[i])
         try:
             joint, values = _joint(gm, flat, self.diff)
         except Unsupported:
@@ -180,7 +181,10 @@ class _SegmentStage(Function):
         # them would make an in-place write eager autograd allows raise at backward.
         ctx.plan, ctx.flat = plan, flat
         ctx.versions = tuple(a._version if isinstance(a, Tensor) else None for a in flat)
-        ctx.save_for_backward(*res[plan.n_outs:])
+        # The output eager autograd would keep for the backward is saved too: a write into it then raises, as eagerly.
+        checked = [outs[i] for i in plan.eager_saved]
+        ctx.n_checked = len(checked)
+        ctx.save_for_backward(*res[plan.n_outs:], *checked)
         ctx.mark_non_differentiable(*(o for o, d in zip(outs, plan.diff) if not d))
         ctx.set_materialize_grads(False)
         return outs
@@ -189,6 +193,7 @@ class _SegmentStage(Function):
     def backward(ctx, *grads):
         plan, flat = ctx.plan, ctx.flat
         saved = ctx.saved_tensors
+        saved = saved[:len(saved) - ctx.n_checked]
         (grad,) = [g for g, d in zip(grads, plan.diff) if d]
         if grad is None:
             return (None,) * (1 + len(flat))

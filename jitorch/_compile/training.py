@@ -214,6 +214,25 @@ def own_outputs(outs, inputs):
                  and id(o._base) not in keep else o for o in outs)
 
 
+def eager_saved_outputs(gm, n_outs):
+    """Indices of the first ``n_outs`` outputs of ``gm`` that eager autograd keeps for the backward: made (through
+    views) by a row that saves its output (``exp``, ``tanh``, ``softmax``...). Eagerly, a write into such a value
+    before the backward raises; the compiled backward recomputes it or keeps its own copy, so the compiled Function
+    saves these outputs too, and the same write raises there."""
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    outs = list(out[:n_outs]) if isinstance(out, (tuple, list)) else [out]
+    found = []
+    for i, node in enumerate(outs):
+        while isinstance(node, Node) and node.op == "call_function" and isinstance(node.target, Primitive):
+            if node.target.op.saves in ("outputs", "both") and not node.target.inplace:
+                found.append(i)
+                break
+            if not is_view(node):
+                break
+            node = node.args[0]
+    return tuple(found)
+
+
 def as_output_dtypes(grads, dtypes):
     """Upstream gradients in their outputs' dtypes: the engine hands a root gradient over as the caller gave it
     (``out64.backward(grad32)``), and the compiled backward reads its memory as the traced tangent's dtype."""
@@ -235,15 +254,18 @@ class _CompiledTraining(Function):
         write_back(plan.writes, res[n:n + k])
         ctx.plan, ctx.n_flat = plan, len(flat)
         ctx.dtypes = tuple(o.dtype for o in res[:n])
-        # Saved through save_for_backward so an in-place change before backward raises, as in eager autograd.
-        ctx.save_for_backward(*flat, *res[n + k:])
+        # Saved through save_for_backward so an in-place change before backward raises, as in eager autograd; the
+        # outputs eager autograd would keep too (their values are not what the compiled backward reads).
+        checked = [res[i] for i in plan.eager_saved]
+        ctx.n_checked = len(checked)
+        ctx.save_for_backward(*flat, *res[n + k:], *checked)
         return res[:n] if plan.tuple_out or n > 1 else res[0]
 
     @staticmethod
     def backward(ctx, *grads):
         plan = ctx.plan
         saved = ctx.saved_tensors
-        flat, saved_values = saved[:ctx.n_flat], saved[ctx.n_flat:]
+        flat, saved_values = saved[:ctx.n_flat], saved[ctx.n_flat:len(saved) - ctx.n_checked]
         grads = as_output_dtypes(grads, ctx.dtypes)
         if GradState.enabled:
             # The engine turns grad mode on for a backward exactly when create_graph=True; the compiled backward
@@ -307,6 +329,7 @@ class TrainingPlan:
         # Buffers the forward updates: it returns their new values after the outputs (written back each call).
         self.writes = tuple(writes)
         self.random = any(is_random(n) for n in fwd_gm.graph.nodes)
+        self.eager_saved = eager_saved_outputs(fwd_gm, n_outs)
         if _aliased_outputs(fwd_gm, n_outs):
             # The native runner hands out plain arrays: a view output would lose its view of the other output, and
             # a write into it the gradient through that one. The Python runner's outputs keep their bases.
