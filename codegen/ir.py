@@ -279,9 +279,9 @@ class Kernel:
         return order
 
     def __str__(self):
-        lines = [f"kernel {tuple(self.shape)} reduce={self.reduce_axes}"]
+        lines = [f"kernel {_ints(self.shape)} reduce={self.reduce_axes}"]
         for i, b in enumerate(self.buffers):
-            lines.append(f"  buf{i} {b.dtype} strides={tuple(b.strides)} offset={b.offset!r}")
+            lines.append(f"  buf{i} {b.dtype} strides={_ints(b.strides)} offset={_ints(b.offset)}")
         number = {}
         for e in self.nodes():
             number[e] = len(number)
@@ -299,6 +299,14 @@ class Kernel:
             target = "none" if s.buffer is None else f"buf{s.buffer}"
             lines.append(f"  store {target} {s.reduce + ' ' if s.reduce else ''}%{number[s.value]}{where}")
         return "\n".join(lines)
+
+
+def _ints(value):
+    """Canonical text of an integer or a tuple of them: NumPy integers print as plain ones (``np.int64(3)`` would
+    make another cache key for the same kernel); a template's arguments (`ir_params.Sym`) print as ``$q<i>``."""
+    if isinstance(value, tuple):
+        return "(" + ", ".join(map(_ints, value)) + ("," if len(value) == 1 else "") + ")"
+    return str(int(value)) if isinstance(value, (int, np.integer)) else repr(value)
 
 
 def collapse(kernel):

@@ -4,9 +4,9 @@
 of the emitted function. Structural integers stay literal, because code generation branches on them: sizes 0 and
 1, strides 0 (broadcast), 1 and -1 (contiguous, the vectorized direction), offset 0. Constants of the expression
 become arguments too (a mean's ``1 / N`` changes with the size), except `LITERAL_CONSTANTS`, which LLVM folds
-(``x * 1``, ``x + 0``, a halving). So two kernels that differ only in their sizes, their other strides and offsets
-or their constants give the same template, the same LLVM text and one compiled function: a training step at a new
-sequence length or batch size finds every kernel compiled.
+(``x * 1``, ``x + 0``, a halving), and a power's exponent. So two kernels that differ only in their sizes, their
+other strides and offsets or their constants give the same template, the same LLVM text and one compiled function:
+a training step at a new sequence length or batch size finds every kernel compiled.
 
 >>> from jitorch.codegen.ir import Buffer, Kernel, Store, load, op
 >>> def scaled(rows):
@@ -80,15 +80,17 @@ def parametrize(kernel):
                     for b in k.buffers)
     rebuilt = {}
 
-    def constants(e):
-        found = rebuilt.get(e)
+    def constants(e, keep=False):
+        found = rebuilt.get((e, keep))
         if found is None:
             if e.op == "const":
-                keep = e.dtype == "bool" or e.value in LITERAL_CONSTANTS
+                keep = keep or e.dtype == "bool" or e.value in LITERAL_CONSTANTS
                 found = Expr("const", (), e.dtype, hoist(e.value, keep, LLVM_TYPES[e.dtype]))
             else:
-                found = e if not e.args else Expr(e.op, [constants(a) for a in e.args], e.dtype, e.value)
-            rebuilt[e] = found
+                # A power's constant exponent stays code: llvm_math folds its integer and odd checks.
+                found = e if not e.args else Expr(e.op, [constants(a, e.op == "pow" and i == 1)
+                                                         for i, a in enumerate(e.args)], e.dtype, e.value)
+            rebuilt[e, keep] = found
         return found
 
     stores = tuple(Store(s.buffer, constants(s.value), s.reduce, s.phase, s.row) for s in k.stores)

@@ -28,19 +28,29 @@ _PLACEHOLDER = "jitorch_kernel"
 _CTYPES = {"i64": ctypes.c_int64, "i32": ctypes.c_int32, "float": ctypes.c_float, "double": ctypes.c_double}
 
 
+_init_lock = threading.Lock()
+
+
 def _target():
     """(target machine, engine), made once; llvmlite >= 0.45 must not call ``llvm.initialize()``."""
-    if not _state:
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        target = llvm.Target.from_default_triple()
-        cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-        # Keep llvm_objcache.OPTIONS in step with these settings: they are part of the object cache key.
-        tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="static", codemodel="jitdefault",
-                                          jit=True)
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
-        _state.update(tm=tm, engine=engine, loaded={}, target={"triple": tm.triple, "cpu": cpu, "features": features})
+    if "ready" not in _state:
+        with _init_lock:  # threads compiling their first kernels at once must not each make an engine
+            if "ready" not in _state:
+                _make_target()
     return _state["tm"], _state["engine"]
+
+
+def _make_target():
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_default_triple()
+    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    # Keep llvm_objcache.OPTIONS in step with these settings: they are part of the object cache key.
+    tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="static", codemodel="jitdefault",
+                                      jit=True)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+    _state.update(tm=tm, engine=engine, loaded={}, target={"triple": tm.triple, "cpu": cpu, "features": features})
+    _state["ready"] = True  # last: a thread that sees it sees the rest
 
 
 def target_info():

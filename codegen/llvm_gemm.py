@@ -68,7 +68,7 @@ _CHUNK = """{t}.pre:
   {load}
   %{t}.acc.next = call {vt} @llvm.fmuladd.v{v}{s}({vt} %{t}.a.splat, {vt} %{t}.b, {vt} %{t}.acc)
   %{t}.kk.next = add nsw i64 %{t}.kk, 1
-  br label %{t}.head, !llvm.loop !{unroll}
+  br label %{t}.head, !llvm.loop !{loop}
 {t}.exit:
   %{t}.co = add nsw i64 %c.row, %j
   %{t}.cp = getelementptr {ty}, ptr %c, i64 %{t}.co
@@ -111,8 +111,10 @@ j.exit:
 exit:
   ret void
 }}
-!{unroll} = distinct !{{!{unroll}, !{hint}}}
-!{hint} = !{{!"llvm.loop.unroll.count", i32 4}}"""
+!{hint} = !{{!"llvm.loop.unroll.count", i32 4}}
+!{w_loop} = distinct !{{!{w_loop}, !{hint}}}
+!{p_loop} = distinct !{{!{p_loop}, !{hint}}}
+!{t_loop} = distinct !{{!{t_loop}, !{hint}}}"""
 
 
 def vector_gemm(g, name):
@@ -129,7 +131,7 @@ def vector_gemm(g, name):
     """
     ty, item, s = LLVM_TYPES[g.dtype], _ITEM[g.dtype], g.dtype
     w = vector_chunk(g)
-    unroll = _metadata_base(name)
+    hint = _metadata_base(name)  # then one loop id per chunk's k loop: each loop needs its own
     decls, chunks = set(), []
     for t, v, masked in (("w", 2 * w, False), ("p", w, False), ("t", w, True)):
         vt, mt = f"<{v} x {ty}>", f"<{v} x i1>"
@@ -144,8 +146,10 @@ def vector_gemm(g, name):
         else:
             load = f"%{t}.b = load {vt}, ptr %{t}.bp, align {item}"
             store, mask = f"store {vt} %{t}.acc, ptr %{t}.cp, align {item}", ""
-        chunks.append(_CHUNK.format(t=t, v=v, vt=vt, ty=ty, s=s, load=load, store=store, mask=mask, unroll=unroll))
-    text = _ROWS.format(name=name, w=w, w2=2 * w, chunks="\n".join(chunks), unroll=unroll, hint=unroll + 1)
+        loop = hint + 1 + "wpt".index(t)
+        chunks.append(_CHUNK.format(t=t, v=v, vt=vt, ty=ty, s=s, load=load, store=store, mask=mask, loop=loop))
+    text = _ROWS.format(name=name, w=w, w2=2 * w, chunks="\n".join(chunks), hint=hint, w_loop=hint + 1,
+                        p_loop=hint + 2, t_loop=hint + 3)
     return decls, text
 
 

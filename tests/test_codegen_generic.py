@@ -153,3 +153,43 @@ def test_a_program_at_other_sizes_is_the_same_machine_code(dtype):
         prog, table, check = _product_program(rng, m, n, k, dtype)
         prog(table.ctypes.data)
         check()
+
+
+def test_numpy_integers_and_power_exponents_keep_one_canonical_text():
+    x = load(0, "f32")
+    cube = Kernel((6,), (Buffer("f32", (1,)), Buffer("f32", (1,))), (Store(1, op("pow", x, const(3, "f32"))),))
+    same = Kernel((np.int64(6),), (Buffer("f32", (np.int64(1),), np.int64(0)), Buffer("f32", (1,))),
+                  (Store(1, op("pow", x, const(3, "f32"))),))
+    assert str(same) == str(cube)
+    template, values = parametrize(cube)
+    assert values == (6,) and "const f32 3.0" in str(template)  # the exponent is code: pow folds its checks
+    out = np.zeros(6, np.float32)
+    compile_kernel(same).run([np.arange(6, dtype=np.float32), out])
+    np.testing.assert_allclose(out, np.arange(6.0) ** 3, rtol=1e-6)
+
+
+_FIRST_COMPILES = r"""
+from concurrent.futures import ThreadPoolExecutor
+import numpy as np
+from jitorch.codegen import llvm_compile
+from jitorch.codegen.ir import Buffer, Kernel, Store, const, load, op
+def job(i):
+    value = op("add", load(0, "f64"), const(3.0 + i, "f64"))
+    k = Kernel((8,), (Buffer("f64", (1,)), Buffer("f64", (1,))), (Store(1, value),))
+    x, o = np.arange(8.0), np.zeros(8)
+    llvm_compile.compile_kernel(k).run([x, o])
+    assert (o == x + 3.0 + i).all()
+with ThreadPoolExecutor(16) as ex:
+    list(ex.map(job, range(32)))
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("attempt", range(2))
+def test_threads_compiling_the_first_kernels_of_a_process_share_one_engine(attempt):
+    """The engine is made once under a lock: threads racing to make it crashed the process (1 run in 6)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FIRST_COMPILES], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
