@@ -31,7 +31,8 @@ import numpy as np
 from .codeblock import LLVM_TYPES
 from .ir import Buffer, Expr, Kernel, Store, collapse
 
-__all__ = ["Sym", "parametrize", "arguments", "is_template", "literal_size", "unit_stride", "bits", "LITERAL_CONSTANTS"]
+__all__ = ["Sym", "parametrize", "arguments", "outer_size", "is_template", "literal_size", "unit_stride", "bits",
+           "LITERAL_CONSTANTS"]
 
 LITERAL_CONSTANTS = (0, 1, -1, 2, -2, 0.5, -0.5)
 
@@ -106,6 +107,13 @@ def arguments(kernel):
     for v in found:
         types[v.index] = v.ty
     return types
+
+
+def outer_size(template, values):
+    """The size of dimension 0 (the range callers split across threads) of the kernel ``parametrize`` made
+    ``(template, values)`` from."""
+    n = template.shape[0]
+    return values[n.index] if isinstance(n, Sym) else n
 
 
 def is_template(kernel):

@@ -17,18 +17,16 @@ import threading
 
 import llvmlite.binding as llvm
 
-from .ir import DTYPES, collapse
-from .ir_params import arguments, parametrize
+from .ir import DTYPES
+from .ir_params import arguments, outer_size, parametrize
 from .llvm_emit import emit_kernel
 from .llvm_objcache import emit_object, key_parts, load_object
 
 _lock = threading.Lock()
+_init_lock = threading.Lock()
 _state = {}
 _PLACEHOLDER = "jitorch_kernel"
 _CTYPES = {"i64": ctypes.c_int64, "i32": ctypes.c_int32, "float": ctypes.c_float, "double": ctypes.c_double}
-
-
-_init_lock = threading.Lock()
 
 
 def _target():
@@ -140,10 +138,10 @@ class CompiledKernel:
 
     def __init__(self, kernel, name=None, cache=None):
         self.source = kernel
-        self.kernel = collapse(kernel)
-        self.outer = self.kernel.shape[0]
         template, self.values = parametrize(kernel)
-        self.name, self.llvm_ir = _named_ir(template) if name is None else (name, emit_kernel(template, name))
+        # ``kernel``: the collapsed template the machine code was built from (its sizes in ``values``).
+        self.kernel, self.outer = template, outer_size(template, self.values)
+        self.name, self.llvm_ir = _template_ir(template) if name is None else (name, emit_kernel(template, name))
         self.address = compile_function(self.llvm_ir, self.name, cache)
         argtypes = [ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * len(kernel.buffers) + \
             [_CTYPES[ty] for ty in arguments(template)]
@@ -165,18 +163,11 @@ class CompiledKernel:
         self(0, self.outer, *self.addresses(arrays))
 
 
-_TEMPLATES: dict = {}
-
-
 def template_address(template, cache=None):
     """The address of the function compiled from a template (`ir_params.parametrize`), compiled on first use:
     ``f(i64 start, i64 stop, ptr buf0, ..., arguments...)``. A native program calls it through this address."""
-    key = str(template)
-    found = _TEMPLATES.get(key)
-    if found is None:
-        name, llvm_ir = _named_ir(template)
-        found = _TEMPLATES.setdefault(key, compile_function(llvm_ir, name, cache))
-    return found
+    name, llvm_ir = _template_ir(template)
+    return compile_function(llvm_ir, name, cache)
 
 
 def compile_kernel(kernel, cache=None):
@@ -187,11 +178,19 @@ def compile_kernel(kernel, cache=None):
     return CompiledKernel(kernel, cache=cache)
 
 
-def _named_ir(kernel):
-    """(name, LLVM IR) with the name a hash of the IR emitted under a placeholder: equal code, equal symbol."""
-    text = emit_kernel(kernel, _PLACEHOLDER)
-    name = f"jitorch_kernel_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
-    head = f"define void @{_PLACEHOLDER}("
-    if text.count(head) != 1:
-        raise AssertionError(f"expected one definition of @{_PLACEHOLDER} in the emitted module")
-    return name, text.replace(head, f"define void @{name}(")
+_TEMPLATES: dict = {}
+
+
+def _template_ir(template):
+    """(name, LLVM IR) of a template, the name a hash of the IR emitted under a placeholder: equal code, equal symbol.
+    Kept per template text: every program and kernel of that structure, at any size, asks for the same one."""
+    key = str(template)
+    found = _TEMPLATES.get(key)
+    if found is None:
+        text = emit_kernel(template, _PLACEHOLDER)
+        name = f"jitorch_kernel_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+        head = f"define void @{_PLACEHOLDER}("
+        if text.count(head) != 1:
+            raise AssertionError(f"expected one definition of @{_PLACEHOLDER} in the emitted module")
+        found = _TEMPLATES.setdefault(key, (name, text.replace(head, f"define void @{name}(")))
+    return found

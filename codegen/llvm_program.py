@@ -51,8 +51,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .codeblock import LLVMBuilder
-from .ir import Kernel, collapse
-from .ir_params import arguments, bits, parametrize
+from .ir import Kernel
+from .ir_params import arguments, bits, outer_size, parametrize
 from .llvm_compile import compile_function, template_address
 from .llvm_gemm import blas_gemm, blas_ints, blas_operands, gemm_reduction_kernel, uses_blas, vector_chunk, \
     vector_fits, vector_gemm, vector_ints
@@ -120,11 +120,9 @@ def emit_program(calls, name, ints, link):
     compile once as functions of their own (`llvm_compile.template_address`), shared by every program and by the
     Python-side calls, and a program's own compile is only its call sequence.
 
-    The program is size-generic: every size, stride, byte offset and byte count of the calls, and the kernels'
-    constants (`ir_params.parametrize`), is appended to ``ints`` (a list; the caller passes its values as ``%ints``,
-    an array of i64, a float in the low bytes of its entry) and read from there, so the text
-    depends only on the calls' structure (which kernels, which kind of product, which table slots) and a program
-    at another size is the same machine code with other ``ints``.
+    Every integer and constant of the calls is appended to ``ints`` (a list: the caller passes its values as
+    ``%ints``, an array of i64, a float in the low bytes of its entry), so the text depends only on the calls'
+    structure (which kernels, which kind of product, which table slots): see the module notes.
     """
     decls, functions, body = set(), [], LLVMBuilder()
     kernels, gemms, slots = {}, {}, {}
@@ -151,7 +149,7 @@ def emit_program(calls, name, ints, link):
         key = str(template)
         if key not in kernels:
             kernels[key] = integer(link(template), "ptr")
-        outer = collapse(kernel).shape[0]
+        outer = outer_size(template, values)
         args = [f"i64 {integer(outer) if outer > 1 else outer}"] + [f"ptr {pointer(r)}" for r in refs] + \
             [f"{ty} {integer(v, ty)}" for v, ty in zip(values, arguments(template))]
         body.line(f"call void {kernels[key]}(i64 0, {', '.join(args)})")

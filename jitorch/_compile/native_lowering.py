@@ -22,14 +22,13 @@ calls read::
 """
 from __future__ import annotations
 
-
 import numpy as np
 
 from ..codegen.ir import Buffer, Kernel, Store, const, load, op as ir_op
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_program import KernelCall, Ref, compile_program
-from ..cpu._lower import NotLowerable, product_call, batched_operands, blas_address, column_sum, \
-    copy_kernel, copy_slices, element_strides, elementwise, linear, linear_backward, matmul, reduction
+from ..cpu._lower import NotLowerable, batched_operands, blas_address, column_sum, copy_kernel, copy_slices, \
+    element_strides, elementwise, linear, linear_backward, matmul, product_call, reduction
 from ..cpu._recorder import Record
 from ..cpu._steps import plan_operands
 from ..fx.make_fx import Primitive

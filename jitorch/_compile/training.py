@@ -219,17 +219,12 @@ def eager_saved_outputs(gm, n_outs):
     views) by a row that saves its output (``exp``, ``tanh``, ``softmax``...). Eagerly, a write into such a value
     before the backward raises; the compiled backward recomputes it or keeps its own copy, so the compiled Function
     saves these outputs too, and the same write raises there."""
-    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-    outs = list(out[:n_outs]) if isinstance(out, (tuple, list)) else [out]
     found = []
-    for i, node in enumerate(outs):
-        while isinstance(node, Node) and node.op == "call_function" and isinstance(node.target, Primitive):
-            if node.target.op.saves in ("outputs", "both") and not node.target.inplace:
-                found.append(i)
-                break
-            if not is_view(node):
-                break
-            node = node.args[0]
+    for i, o in enumerate(_output_nodes(gm, n_outs)):
+        made = (_view_chain(o) or [o])[-1]
+        if isinstance(made, Node) and made.op == "call_function" and isinstance(made.target, Primitive) and \
+                made.target.op.saves in ("outputs", "both") and not made.target.inplace:
+            found.append(i)
     return tuple(found)
 
 
@@ -290,18 +285,25 @@ class _CompiledTraining(Function):
         return (None, *full)
 
 
+def _output_nodes(gm, n_outs):
+    """The first ``n_outs`` outputs of ``gm`` (nodes, or constants)."""
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    return list(out[:n_outs]) if isinstance(out, (tuple, list)) else [out]
+
+
+def _view_chain(node):
+    """The nodes ``node`` views through view rows, nearest first (empty when it is not a view)."""
+    chain = []
+    while is_view(node):
+        node = node.args[0]
+        chain.append(node)
+    return chain
+
+
 def _view_roots(gm, n_outs):
     """``(outputs, {output: the nodes it views through view rows, nearest first})`` of ``gm``'s first outputs."""
-    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-    outs = [o for o in (list(out[:n_outs]) if isinstance(out, (tuple, list)) else [out]) if isinstance(o, Node)]
-    chains = {}
-    for o in outs:
-        node, chain = o, []
-        while is_view(node):
-            node = node.args[0]
-            chain.append(node)
-        chains[o] = chain
-    return set(outs), chains
+    outs = [o for o in _output_nodes(gm, n_outs) if isinstance(o, Node)]
+    return set(outs), {o: _view_chain(o) for o in outs}
 
 
 def _aliased_outputs(gm, n_outs):

@@ -30,8 +30,8 @@ from .._compile.lower import IR_DTYPES
 from ..codegen.ir import Buffer, Kernel, Store, load
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_program import Copy, KernelCall, Ref, compile_program
-from ._lower import NotLowerable, product_call, batched_matmul, blas_address, column_sum, \
-    copy_kernel, copy_slices, element_strides, elementwise, linear, linear_backward, matmul, reduction, view_of
+from ._lower import NotLowerable, batched_matmul, blas_address, column_sum, copy_kernel, copy_slices, \
+    element_strides, elementwise, linear, linear_backward, matmul, product_call, reduction, view_of
 from ._lower_nll import nll_loss, nll_loss_backward
 from ._lower_rows import ROW_OPS, layer_norm_backward, row_op
 
