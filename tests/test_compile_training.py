@@ -99,6 +99,45 @@ def test_two_tensor_outputs_and_requires_grad_guard():
     assert len(f.train_entries) == 2
 
 
+def test_non_differentiable_outputs_beside_the_loss_compile_in_one_graph():
+    """``return loss, logits.argmax(1), loss.detach()`` (an accuracy, a logged value) as eager returns them: no
+    graph break; the extra outputs do not require grad; gradients, and a double backward, equal eager."""
+    rng = np.random.default_rng(7)
+    net = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 4))
+    twin = copy.deepcopy(net)
+
+    def step(model, x, y):
+        logits = model(x)
+        loss = F.cross_entropy(logits, y)
+        return loss, logits.argmax(1), (logits.argmax(1) == y).sum(), loss.detach() * 2
+
+    compiled = jitorch.compile(lambda x, y: step(net, x, y))
+    report = jitorch.compiler.explain(lambda x, y: step(twin, x, y))(jitorch.randn(5, 6),
+                                                                     jitorch.tensor([0, 1, 2, 3, 0]))
+    assert (report.graph_count, report.graph_break_count) == (1, 0), report
+    for _ in range(3):
+        x, y = jitorch.tensor(rng.standard_normal((5, 6)).astype(np.float32)), jitorch.tensor(rng.integers(0, 4, 5))
+        got, want = compiled(x, y), step(twin, x, y)
+        assert [o.requires_grad for o in got] == [o.requires_grad for o in want] == [True, False, False, False]
+        assert [o.dtype for o in got] == [o.dtype for o in want]
+        for g, w in zip(got, want):
+            _close(g.detach(), w.detach())
+        scale = float(rng.uniform(0.5, 2))
+        got[0].backward(jitorch.tensor(scale))
+        want[0].backward(jitorch.tensor(scale))
+        for p, q in zip(net.parameters(), twin.parameters()):
+            _close(p.grad, q.grad)
+            p.grad, q.grad = None, None
+    assert compiled.train_entries[0].plan is not None
+    w = net[0].weight
+    (g,) = jitorch.autograd.grad(compiled(x, y)[0], w, create_graph=True)
+    (h,) = jitorch.autograd.grad(step(twin, x, y)[0], twin[0].weight, create_graph=True)
+    _close(g.detach(), h.detach())
+    (gg,) = jitorch.autograd.grad((g * g).sum(), w)
+    (hh,) = jitorch.autograd.grad((h * h).sum(), twin[0].weight)
+    _close(gg, hh)
+
+
 def test_explain_reports_forward_and_backward_kernels():
     x, y = jitorch.randn(5, requires_grad=True), jitorch.randn(5)
     report = jitorch.compiler.explain(chain)(x, y)

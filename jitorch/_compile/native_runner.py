@@ -194,9 +194,18 @@ class NativeRunner:
 
     def static(self, array):
         """A constant array the runner keeps (at a fixed address in the table)."""
+        if array.base is not None:  # origins are roots: a view would be looked up by its base's id, never found
+            array = array.copy()
         o = self._origin("static", array, None, self.t)
         self.by_root[id(array)] = o
         return array
+
+    def _forget(self, mark):
+        """Drop the origins a refused lowering registered (its results, constants): the Python step that runs
+        instead makes its own results, which a kept native root would alias (a wrong value, a write past a buffer)."""
+        del self.origins[mark:]
+        for rid in [rid for rid, o in self.by_root.items() if o >= mark]:
+            del self.by_root[rid]
 
     def _set_loc(self, node):
         """The locations of ``node``'s value, from the roots already known or the node it views."""
@@ -250,9 +259,11 @@ class NativeRunner:
     def _group(self, step, kernel, unit, threads):
         if threads > 1 and kernel.numel >= PROGRAM_SPLIT_MIN:
             return self._python(step, kernel, unit, "a large kernel: the Python runner splits it across threads")
+        mark = len(self.origins)
         try:
             calls = lower_group(self, kernel, unit, self.t)
         except NotLowerable as err:
+            self._forget(mark)
             return self._python(step, kernel, unit, str(err))
         self._native(step, calls)
         for m in unit.outputs:
@@ -272,9 +283,11 @@ class NativeRunner:
             return None
         if any(aliases):
             raise _Refuse(f"{node.name} returns values both new and in existing memory")
+        mark = len(self.origins)
         try:
             calls = lower_row(self, node, self.t)
         except NotLowerable as err:
+            self._forget(mark)
             return self._python(step, None, node, str(err))
         self._native(step, calls)
         self._set_loc(node)

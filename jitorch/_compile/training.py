@@ -248,7 +248,8 @@ class _CompiledTraining(Function):
         res = own_outputs(res[:n], flat) + tuple(res[n:])
         write_back(plan.writes, res[n:n + k])
         ctx.plan, ctx.n_flat = plan, len(flat)
-        ctx.dtypes = tuple(o.dtype for o in res[:n])
+        ctx.dtypes = tuple(o.dtype for o, d in zip(res[:n], plan.diff) if d)
+        ctx.mark_non_differentiable(*(o for o, d in zip(res[:n], plan.diff) if not d))
         # Saved through save_for_backward so an in-place change before backward raises, as in eager autograd; the
         # outputs eager autograd would keep too (their values are not what the compiled backward reads).
         checked = [res[i] for i in plan.eager_saved]
@@ -261,7 +262,7 @@ class _CompiledTraining(Function):
         plan = ctx.plan
         saved = ctx.saved_tensors
         flat, saved_values = saved[:ctx.n_flat], saved[ctx.n_flat:len(saved) - ctx.n_checked]
-        grads = as_output_dtypes(grads, ctx.dtypes)
+        grads = as_output_dtypes([g for g, d in zip(grads, plan.diff) if d], ctx.dtypes)
         if GradState.enabled:
             # The engine turns grad mode on for a backward exactly when create_graph=True; the compiled backward
             # builds no graph, so differentiate an eager rerun instead.
@@ -273,6 +274,7 @@ class _CompiledTraining(Function):
                 with enable_grad():
                     outs = plan.eager(flat)
                     outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+                    outs = [o for o, d in zip(outs, plan.diff) if d]
                     wrt = [flat[i] for i in plan.wrt]
                     got = autograd_grad(outs, wrt, grad_outputs=list(grads), create_graph=True, allow_unused=True)
             finally:
@@ -324,8 +326,10 @@ def _sibling_outputs(gm, n_outs):
 class TrainingPlan:
     """A compiled forward/backward pair for one specialization; call with the flat inputs (parameters first)."""
 
-    def __init__(self, fwd_gm, bwd_gm, n_outs, tuple_out, wrt, eager, n_saved=0, writes=()):
+    def __init__(self, fwd_gm, bwd_gm, n_outs, tuple_out, wrt, eager, n_saved=0, writes=(), diff=None):
         self.fwd, self.bwd = CompiledGraph(fwd_gm), CompiledGraph(bwd_gm)
+        # Per output: differentiated (the backward takes its gradient) or returned non-differentiable.
+        self.diff = tuple(diff) if diff is not None else (True,) * n_outs
         self.n_saved = n_saved  # forward values kept for the backward
         self.n_outs, self.tuple_out, self.wrt, self.eager = n_outs, tuple_out, wrt, eager
         # Buffers the forward updates: it returns their new values after the outputs (written back each call).
@@ -363,11 +367,12 @@ class JointSpec:
     wrt: list  # flat indices of the inputs that require grad
     call: object  # the function over the flat inputs (the eager double backward reruns it)
     writes: list  # buffers the forward updates, in the order of their values after the outputs
+    diff: tuple = ()  # per output: whether it is differentiated (has a tangent); empty means every one
 
     @property
     def extra(self):
         """What must be equal between two traces for one template to stand for both (see dynamic_shapes.py)."""
-        return self.n_outs, self.tuple_out, tuple(self.wrt), tuple(id(b) for b in self.writes)
+        return self.n_outs, self.tuple_out, tuple(self.wrt), tuple(id(b) for b in self.writes), self.diff
 
 
 def compile_training(fn, args, kwargs, module, traced_result, recompute=True):
@@ -396,11 +401,17 @@ def joint_for(fn, args, kwargs, module, traced_result):
     result = traced_result if traced_result is not None else call(flat)
     tuple_out = isinstance(result, (tuple, list))
     outs = list(result) if tuple_out else [result]
-    if not outs or not all(isinstance(o, Tensor) and o._requires_grad and o.dtype.is_floating_point for o in outs):
-        raise Unsupported("every output must be a floating-point tensor that requires grad")
+    if not outs or not all(isinstance(o, Tensor) for o in outs):
+        raise Unsupported("an output that is not a tensor (only a tensor or a tuple of tensors)")
+    # Outputs returned beside the loss that eager autograd does not differentiate (indices, counts, detached
+    # values) are forward outputs without a tangent, marked non-differentiable as eager leaves them.
+    diff = tuple(bool(o._requires_grad and o.dtype.is_floating_point) for o in outs)
+    if not any(diff):
+        raise Unsupported("no output is a floating-point tensor that requires grad")
     if tuple_out and not isinstance(result, tuple):
         raise Unsupported("a list output (only a tensor or a tuple of tensors)")
-    tangents = [Tensor._make(np.ones_like(o._data)) for o in outs]  # only their shapes and dtypes matter
+    # Only their shapes and dtypes matter.
+    tangents = [Tensor._make(np.ones_like(o._data)) if d else None for o, d in zip(outs, diff)]
     try:
         joint = make_joint(lambda *values: tuple(o for o in _as_list(call(values))))(*flat, tangents=tangents)
     except Exception as err:  # anything the joint trace cannot follow runs eagerly, as an uncompiled call would
@@ -414,29 +425,31 @@ def joint_for(fn, args, kwargs, module, traced_result):
     functionalize_intermediates(joint)  # ReLU(inplace=True) and friends on the graph's own values
     functionalize_view_writes(joint)  # ``out[:, i] = h``, ``mask[:, 0] = 1`` into the graph's values and clones
     _check(joint)
-    _annotate(joint, list(flat) + tangents)
+    values = list(flat) + [t for t in tangents if t is not None]
+    _annotate(joint, values)
     if decompose(joint):
-        _annotate(joint, list(flat) + tangents)  # the inlined nodes' shapes
+        _annotate(joint, values)  # the inlined nodes' shapes
     wrt = [i for i, a in enumerate(flat) if isinstance(a, Tensor) and a._requires_grad]
-    return JointSpec(joint, len(outs), tuple_out, wrt, call, [b for b, _ in writes])
+    return JointSpec(joint, len(outs), tuple_out, wrt, call, [b for b, _ in writes], diff)
 
 
 def plan_from_joint(spec, joint, recompute=True):
     """The `TrainingPlan` of ``joint`` (``spec.joint``, or the same graph instantiated at other sizes)."""
     n_fwd = spec.n_outs + len(spec.writes)
     args = (spec.n_outs, spec.tuple_out, spec.wrt, spec.call)
+    diff = spec.diff or (True,) * spec.n_outs
     try:
         fwd_gm, bwd_gm, n_saved = split_joint(joint, n_fwd, recompute)
         if _sibling_outputs(fwd_gm, spec.n_outs):
             raise Unsupported("two outputs are views of one intermediate (a write into one must reach the other)")
-        return TrainingPlan(fwd_gm, bwd_gm, *args, n_saved, spec.writes)
+        return TrainingPlan(fwd_gm, bwd_gm, *args, n_saved, spec.writes, diff)
     except AssertionError:
         if not recompute:
             raise
         # fusion.partition cannot schedule some backward graphs with recomputed chains (a grouping cycle, reported
         # to the fusion pass): save the values instead.
         fwd_gm, bwd_gm, n_saved = split_joint(joint, n_fwd, False)
-        return TrainingPlan(fwd_gm, bwd_gm, *args, n_saved, spec.writes)
+        return TrainingPlan(fwd_gm, bwd_gm, *args, n_saved, spec.writes, diff)
 
 
 def _as_list(result):

@@ -62,7 +62,9 @@ def _differentiated(outs, tangents):
         return [loss], None
     if len(tangents) != len(outs):
         raise RuntimeError(f"make_joint: got {len(tangents)} tangents for {len(outs)} outputs")
-    return outs, list(tangents)
+    # A None tangent: that output is not differentiated (an index, a count returned beside the loss).
+    pairs = [(o, t) for o, t in zip(outs, tangents) if t is not None]
+    return [o for o, _ in pairs], [t for _, t in pairs]
 
 
 def make_joint(fn):
@@ -71,7 +73,8 @@ def make_joint(fn):
     Tensor ``args`` become placeholders (in order), then one placeholder per tangent. The gradients are taken with
     respect to the tensor args with ``requires_grad=True``. Without ``tangents``, ``fn`` returns a scalar loss, or a
     tuple whose first element is the loss (the rest are returned undifferentiated); with ``tangents`` (one per
-    output), the vector-Jacobian product is recorded. The module returns ``(*outputs, *grads)``; an input the
+    output; None for an output not to differentiate, which gets no placeholder), the vector-Jacobian product is
+    recorded. The module returns ``(*outputs, *grads)``; an input the
     outputs do not depend on gets ``None``. Non-tensor args are baked in, as in :func:`make_fx`.
 
     >>> import jitorch
@@ -95,9 +98,11 @@ def make_joint(fn):
             raise RuntimeError("make_joint: no tensor argument requires grad, so there is no backward to record")
         _mark_phase(graph, FORWARD)
         if tangents is not None:
-            tangents = _flat_tensors(tangents, "tangents")
+            tangents = list(tangents)
+            _flat_tensors([t for t in tangents if t is not None], "tangents")
             for i, t in enumerate(tangents):
-                mode.bind(t, graph.placeholder(f"tangent{i}"))
+                if t is not None:
+                    mode.bind(t, graph.placeholder(f"tangent{i}"))
             _mark_phase(graph, BACKWARD)
         push_mode(mode)
         try:

@@ -349,7 +349,8 @@ def _max_pool_backward(ctx, g, _g_indices=None):
     indices = ctx.outputs[1].detach()
     a = ctx.attrs
     if "kernel" in a and windows_disjoint(a["kernel"], a["stride"], a["dilation"]):
-        return _apply(MAX_POOL_SCATTER, g, indices, shape=tuple(shape))
+        return _apply(MAX_POOL_SCATTER, g, indices, shape=tuple(shape), stride=tuple(a["stride"]),
+                      padding=tuple(a["padding"]))
     flat = g.new_zeros((n, c, _prod(shape[2:])))
     return flat.scatter_add(2, indices.reshape(n, c, -1), g.reshape(n, c, -1)).reshape(shape)
 

@@ -57,7 +57,9 @@ def pair_pool_max(xp, x):
     return values, index
 
 
-def _scatter_kernel(xp, g, indices, shape):
+def _scatter_kernel(xp, g, indices, shape, stride=None, padding=None):
+    # ``stride`` and ``padding`` (the pool's) are for native lowerings, which compute each input position's window
+    # instead of storing at the indices (`jitorch.cpu._lower_pool`); this store does not need them.
     rows = shape[0] * shape[1]
     size = math.prod(shape[2:])
     out = xp.zeros(rows * size, dtype=g.dtype)
