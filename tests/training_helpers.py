@@ -30,7 +30,8 @@ def train_like_eager(make, batches, loss=None, seed=0):
         for pc, pe in zip(model.parameters(), eager.parameters()):
             np.testing.assert_allclose(pc.grad.numpy(), pe.grad.numpy(), rtol=1e-4, atol=1e-6)
         for bc, be in zip(model.buffers(), eager.buffers()):
-            np.testing.assert_allclose(bc.numpy(), be.numpy(), rtol=1e-6)
+            # Running statistics: compiled kernels sum in another order than NumPy's (a few float32 ulp).
+            np.testing.assert_allclose(bc.numpy(), be.numpy(), rtol=1e-5, atol=1e-7)
     return compiled._compiled_call.train_entries[0]
 
 

@@ -29,7 +29,7 @@ from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_program import KernelCall, Ref, compile_program
 from ..cpu._lower import NotLowerable, batched_operands, blas_address, column_sum, copy_kernel, copy_slices, \
     element_strides, elementwise, linear, linear_backward, matmul, product_call, reduction
-from ..cpu._lower_pool import POOL_OPS
+from ..cpu._lower_kernels import KERNEL_ROWS
 from ..cpu._recorder import Record
 from ..cpu._steps import plan_operands
 from ..fx.make_fx import Primitive
@@ -197,8 +197,8 @@ def lower_row(plan, node, t):
         return _cat(plan, node, datas, outs[0], t)
     elif name == "nll_check_targets":
         return _nll_check(plan, node, datas[0], outs[0], t)
-    elif name in POOL_OPS:
-        lowered = POOL_OPS[name](rec, constant=plan.static)
+    elif name in KERNEL_ROWS:
+        lowered = KERNEL_ROWS[name](rec, constant=plan.static)
         for o in outs:
             plan.produce(o, t)
         return [("kernel", k, [_ref(plan, a, inputs, t) for a in arrays]) for k, arrays, _ in lowered]

@@ -33,7 +33,7 @@ from ..codegen.llvm_program import Copy, KernelCall, Ref, compile_program
 from ._lower import NotLowerable, batched_matmul, blas_address, column_sum, copy_kernel, copy_slices, \
     element_strides, elementwise, linear, linear_backward, matmul, product_call, reduction, view_of
 from ._lower_nll import nll_loss, nll_loss_backward
-from ._lower_pool import POOL_OPS
+from ._lower_kernels import KERNEL_ROWS
 from ._lower_rows import ROW_OPS, layer_norm_backward, row_op
 
 __all__ = ["NativeReplay"]
@@ -94,9 +94,9 @@ def _classify(rec):
             return [_Item("kern", rec, (kernel, arrays), [a for a in arrays if not any(a is w for w in writes)],
                           writes, check=(low.check, low.target) if i == 0 else None)
                     for i, (kernel, arrays, writes) in enumerate(low.kernels)]
-        if name in POOL_OPS and rec.kind == "kernel":
+        if name in KERNEL_ROWS and rec.kind == "kernel":
             return [_Item("kern", rec, (kernel, arrays), [a for a in arrays if not any(a is w for w in writes)],
-                          writes) for kernel, arrays, writes in POOL_OPS[name](rec)]
+                          writes) for kernel, arrays, writes in KERNEL_ROWS[name](rec)]
         if name in ROW_OPS:
             kernel, arrays = row_op(rec)
             n = len(rec.outs)
