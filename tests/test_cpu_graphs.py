@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import jitorch
 from jitorch import _dispatch
@@ -293,3 +294,34 @@ def test_make_graphed_callables_replays_and_checks_inputs():
         graphed(jitorch.zeros(2, 3), 3.0)
     pair = make_graphed_callables((lambda a: a + 1, lambda a: a * 3), ((jitorch.zeros(2),), (jitorch.zeros(2),)))
     assert pair[0](jitorch.ones(2)).tolist() == [2.0, 2.0] and pair[1](jitorch.ones(2)).tolist() == [3.0, 3.0]
+
+
+@pytest.mark.parametrize("channels, size", [(1, 28), (16, 10)])  # K-major (few channels) and channels-last windows
+def test_cpu_graph_convolution_keeps_its_windows_for_the_weight_gradient(channels, size):
+    """In a capture, conv2d keeps its window matrix for the weight gradient as eager does; each replay refills it,
+    so the gradients of every replay are that replay's (torch computes them from scratch)."""
+    rng = np.random.default_rng(channels)
+    jconv, tconv = jitorch.nn.Conv2d(channels, 8, 3, padding=1), torch.nn.Conv2d(channels, 8, 3, padding=1)
+    with torch.no_grad():
+        tconv.weight.copy_(torch.tensor(jconv.weight.detach().numpy()))
+        tconv.bias.copy_(torch.tensor(jconv.bias.detach().numpy()))
+    shape = (4, channels, size, size)
+    x = jitorch.tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
+    gup = jitorch.tensor(rng.standard_normal((4, 8, size, size)).astype(np.float32))
+    g = CPUGraph()
+    with graph(g):
+        (jconv(x) * gup).sum().backward()
+    ops = {r.op.name for r in g._records if r.op is not None}
+    assert "convolution_weight_cols" in ops and "convolution_weight" not in ops, ops
+    for _ in range(3):
+        xd, gd = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(gup.shape).astype(np.float32)
+        with jitorch.no_grad():
+            x.copy_(jitorch.tensor(xd))
+            gup.copy_(jitorch.tensor(gd))
+        g.replay()
+        tx = torch.tensor(xd, requires_grad=True)
+        tconv.weight.grad = tconv.bias.grad = None
+        (tconv(tx) * torch.tensor(gd)).sum().backward()
+        for got, want in ((x.grad, tx.grad), (jconv.weight.grad, tconv.weight.grad),
+                          (jconv.bias.grad, tconv.bias.grad)):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)

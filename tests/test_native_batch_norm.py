@@ -104,3 +104,4 @@ def test_compiled_batch_norm_trains_like_torch(shape, affine, transposed):
     plan = compiled.train_entries[0].plan
     steps = plan.fwd.native.report()["python_steps"] + plan.bwd.native.report()["python_steps"]
     assert not any(name.startswith("native_batch_norm") for name, _ in steps), steps
+

@@ -22,7 +22,8 @@ import numpy as np
 from .._dispatch import apply_inplace, eager, run_below
 from .._tensor import Tensor
 from ..ops.table import OPS
-from ._steps import inplace_step, kernel_step, plan_operands, restore_step, root_of
+from ..ops.conv_layouts import STASH
+from ._steps import inplace_step, kernel_step, plan_operands, restore_step, root_of, window_keeping_step
 
 __all__ = ["CaptureMode", "Record"]
 
@@ -48,6 +49,7 @@ class Record:
 
 # Rows the dispatcher runs with ``cast_check=False`` (copy_, fill_, zero_): the mode hook does not receive the flag.
 _NO_CAST_CHECK = {OPS["copy"], OPS["fill"]} if "fill" in OPS else {OPS["copy"]}
+_CONVOLUTION = OPS["convolution"]
 
 
 class CaptureMode:
@@ -55,6 +57,8 @@ class CaptureMode:
 
     # Optimizers update with tensor ops (not raw array arithmetic) while this is set, so their updates are recorded.
     records_updates = True
+    # conv2d keeps its window matrix for the weight gradient: the replay of its step refills it.
+    keeps_conv_windows = True
 
     def __init__(self, abort):
         self.abort = abort
@@ -124,6 +128,13 @@ class CaptureMode:
         if all(t is None for t in targets):
             return result
         datas, casts, cnp = plan_operands(op, args)
+        if op is _CONVOLUTION and STASH.want and STASH.cols is not None and targets[0] is not None:
+            # conv2d keeps the window matrix for its weight gradient (`conv_ops.windows_kept_under`): the step
+            # refills that very array, which the gradient's step reads.
+            cols = STASH.cols[1]
+            self.add_step(Record("kernel", window_keeping_step(op, datas, casts, cnp, attrs, targets[0], cols),
+                                 self._describe(op, args, outs), op, datas, casts, cnp, attrs, [targets[0], cols]))
+            return result
         self.add_step(Record("kernel", kernel_step(op, datas, casts, cnp, attrs, targets),
                              self._describe(op, args, outs), op, datas, casts, cnp, attrs, targets))
         return result

@@ -19,7 +19,8 @@ from .. import _dtype
 from .._dispatch import _cast_operand, _compute_dtype
 from .._tensor import Tensor
 
-__all__ = ["plan_operands", "kernel_step", "inplace_step", "draw_step", "restore_step", "root_of"]
+__all__ = ["plan_operands", "kernel_step", "window_keeping_step", "inplace_step", "draw_step", "restore_step",
+           "root_of"]
 
 _FROM_NP = _dtype.FROM_NP
 _BOOL = np.dtype(np.bool_)
@@ -110,6 +111,24 @@ def kernel_step(op, datas, casts, cnp, attrs, outs):
         for target, value in zip(outs, results):
             if target is not None:
                 np.copyto(target, value, casting="unsafe")
+    return step
+
+
+def window_keeping_step(op, datas, casts, cnp, attrs, out, cols):
+    """A convolution whose capture kept its window matrix ``cols`` for the weight gradient: each replay writes the
+    new windows into ``cols`` (``conv_layouts.STASH.into``), so the gradient's step reads this replay's windows."""
+    from ..ops.conv_layouts import STASH
+
+    kernel = op.kernel
+    read = _operand_reader(datas, casts, cnp)
+
+    def step():
+        STASH.want, STASH.into = True, cols
+        try:
+            result = kernel(np, *read(), **attrs)
+        finally:
+            STASH.want, STASH.into, STASH.cols = False, None, None
+        np.copyto(out, result, casting="unsafe")
     return step
 
 

@@ -16,7 +16,8 @@ from .._dispatch import MODES, apply
 from ..amp._cast_mode import autocast_lower
 from ..autograd.grad_mode import is_grad_enabled
 from ..ops.conv_layouts import STASH
-from ..ops.conv_ops import COL2IM, CONSTANT_PAD, CONVOLUTION, CONVOLUTION_TRANSPOSE, IM2COL, conv_output_size
+from ..ops.conv_ops import COL2IM, CONSTANT_PAD, CONVOLUTION, CONVOLUTION_TRANSPOSE, IM2COL, conv_output_size, \
+    windows_kept_under
 from ._spatial_args import batchify, check_input_dims, lower_type_name, ntuple, torch_type_name
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "unfold", "fold"]
@@ -120,9 +121,9 @@ def _convnd(name, nd, input, weight, bias, stride, padding, dilation, groups):
 
 
 def _keep_windows(input, weight, kernel):
-    """Whether the forward's window matrix should be kept for the weight gradient: plain eager autograd (no tracing or
-    capture mode, whose replays would not refresh it) and small enough (it is ``prod(kernel)`` times the input)."""
-    return (weight.requires_grad and is_grad_enabled() and not MODES
+    """Whether the forward's window matrix should be kept for the weight gradient: eager autograd or a CPU graph
+    capture (`conv_ops.windows_kept_under`), and small enough (it is ``prod(kernel)`` times the input)."""
+    return (weight.requires_grad and is_grad_enabled() and windows_kept_under(MODES)
             and input.numel() * math.prod(kernel) * 4 <= _KEEP_WINDOWS_BYTES)
 
 

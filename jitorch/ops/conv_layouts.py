@@ -96,7 +96,19 @@ def _channels_last_padded(xp, x, pads):
     return buf
 
 
-def _col_cl(xp, x, kernel, stride, pads, dilation, outs):
+def _filled(xp, view, into, shape):
+    """``view`` as a new C-contiguous array of ``shape``, or copied into ``into`` (``STASH.into``: a CPU graph's
+    replay refills the window matrix its capture kept, which the weight gradient's step reads)."""
+    if into is None:
+        return xp.ascontiguousarray(view).reshape(shape)
+    if into.shape != tuple(shape) or into.dtype != view.dtype or not into.flags.c_contiguous:
+        raise RuntimeError(f"convolution: the kept window matrix is {into.shape} {into.dtype}, but this call makes "
+                           f"{tuple(shape)} {view.dtype}")
+    xp.copyto(into.reshape(view.shape), view)
+    return into
+
+
+def _col_cl(xp, x, kernel, stride, pads, dilation, outs, into=None):
     """im2col, channels-last: ``(N * prod(outs), prod(kernel) * C)`` (columns ordered kernel offset, then channel)."""
     n, c = x.shape[:2]
     nd = len(kernel)
@@ -105,7 +117,7 @@ def _col_cl(xp, x, kernel, stride, pads, dilation, outs):
     shape = (n,) + tuple(outs) + tuple(kernel) + (c,)
     strides = ([st[0]] + [st[1 + i] * stride[i] for i in range(nd)] + [st[1 + i] * dilation[i] for i in range(nd)]
                + [1])
-    return xp.ascontiguousarray(strided_view(xp, buf, shape, strides, 0)).reshape(n * _prod(outs), _prod(kernel) * c)
+    return _filled(xp, strided_view(xp, buf, shape, strides, 0), into, (n * _prod(outs), _prod(kernel) * c))
 
 
 def _weight_cl(xp, w):
@@ -156,7 +168,7 @@ def k_major_layout(spatial, outs, kernel, stride, padding, dilation, flat=True):
     return pads, tuple(outs), kstr, [st * s for st, s in zip(stride, sp)], list(outs)
 
 
-def _col_k(xp, x, kernel, stride, pads, dilation, groups, outs, flat=False):
+def _col_k(xp, x, kernel, stride, pads, dilation, groups, outs, flat=False, into=None):
     """im2col, K-major: (``(G, C/G * prod(kernel), N * prod(frame))``, frame), one copy. The frame is the output, or
     with ``flat`` and a layout that allows it, ``k_major_layout``'s flat frame (long rows: the copy is one run per
     kernel offset and image, for a few dropped positions)."""
@@ -170,14 +182,14 @@ def _col_k(xp, x, kernel, stride, pads, dilation, groups, outs, flat=False):
             img = _prod(xpad.shape[2:])
             view = strided_view(xp, xpad, (c,) + tuple(kernel) + (n,) + tuple(oshape), [img] + kstr + [c * img] + ostr,
                                 0)
-            return xp.ascontiguousarray(view).reshape(groups, (c // groups) * _prod(kernel), n * _prod(frame)), frame
+            return _filled(xp, view, into, (groups, (c // groups) * _prod(kernel), n * _prod(frame))), frame
     xpad = pad_contiguous(xp, x, pads)
     st = [s // xpad.itemsize for s in xpad.strides]
     shape = (c,) + tuple(kernel) + (n,) + tuple(outs)
     strides = ([st[1]] + [st[2 + i] * dilation[i] for i in range(nd)] + [st[0]]
                + [st[2 + i] * stride[i] for i in range(nd)])
     view = strided_view(xp, xpad, shape, strides, 0)
-    return xp.ascontiguousarray(view).reshape(groups, (c // groups) * _prod(kernel), n * _prod(outs)), tuple(outs)
+    return _filled(xp, view, into, (groups, (c // groups) * _prod(kernel), n * _prod(outs))), tuple(outs)
 
 
 def to_frame(xp, g, frame, groups):
@@ -199,6 +211,7 @@ class _Stash(threading.local):
 
     want = False
     cols = None
+    into = None  # an array to write the window matrix into instead of a new one (see `_filled`)
 
 
 STASH = _Stash()
@@ -209,14 +222,14 @@ def conv_forward(xp, x, w, b, stride, pads, dilation, groups, outs):
     ``(O, C/G, *kernel)``, plus the bias ``b`` (or None): ``(N, O, *outs)``, C-contiguous, one GEMM."""
     kernel, n, o = tuple(w.shape[2:]), x.shape[0], w.shape[0]
     if channels_last(x.shape[1], kernel, stride, dilation, outs, groups):
-        col = _col_cl(xp, x, kernel, stride, pads, dilation, outs)
+        col = _col_cl(xp, x, kernel, stride, pads, dilation, outs, STASH.into)
         if STASH.want:
             STASH.cols = ("channels_last", col)
         out = col @ _weight_cl(xp, w).T  # (N * prod(outs), O)
         if b is not None:
             out += b  # in place on the fresh product, contiguous along O
         return _from_cl(xp, out, n, outs)
-    colT, frame = _col_k(xp, x, kernel, stride, pads, dilation, groups, outs, flat=_long_rows(outs))
+    colT, frame = _col_k(xp, x, kernel, stride, pads, dilation, groups, outs, flat=_long_rows(outs), into=STASH.into)
     if STASH.want:
         STASH.cols = ("k_major", colT, frame)
     out = xp.matmul(xp.ascontiguousarray(w).reshape(groups, o // groups, -1), colT)  # (G, O/G, N * prod(frame))

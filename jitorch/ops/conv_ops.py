@@ -34,7 +34,7 @@ from .._tensor import Tensor
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 __all__ = ["CONVOLUTION", "CONVOLUTION_TRANSPOSE", "CONVOLUTION_WEIGHT", "IM2COL", "COL2IM", "MAX_POOL",
-           "ADAPTIVE_MAX_POOL", "CONSTANT_PAD", "conv_output_size", "adaptive_bounds"]
+           "ADAPTIVE_MAX_POOL", "CONSTANT_PAD", "conv_output_size", "adaptive_bounds", "windows_kept_under"]
 
 _HALF = {"float16", "bfloat16"}
 _OFFSET_MAX_KERNEL = 32  # max-pool windows up to this many elements: one op per offset, no argmax
@@ -98,9 +98,9 @@ def _conv_backward(ctx, g):
     has_bias = len(ctx.next) == 3
     cols = ctx.__dict__.pop("conv_cols", None)  # the forward's window matrix, kept by conv2d and friends
     gb = None
-    if cols is not None and ctx.needs_grad(1) and not _grad_enabled() and not _modes():
-        # Plain eager first-order backward (no graph to record, no trace or capture that would replay the kept matrix
-        # as a constant), so the non-differentiable row may stand in for the weight row.
+    if cols is not None and ctx.needs_grad(1) and not _grad_enabled() and windows_kept_under(_modes()):
+        # First-order backward (no graph to record) in eager or in a capture that refills the kept matrix, so the
+        # non-differentiable row may stand in for the weight row.
         frame = {"frame": cols[2]} if len(cols) > 2 else {}
         gw, gb = _apply(CONVOLUTION_WEIGHT_COLS, Tensor._make(cols[1]), g, layout=cols[0], kernel=tuple(w.shape[2:]),
                         channels=x.shape[1], groups=geo["groups"], **frame)
@@ -123,6 +123,13 @@ def _modes():
     from .._dispatch import MODES
 
     return MODES
+
+
+def windows_kept_under(modes):
+    """Whether a convolution's window matrix may be kept for its weight gradient under the dispatch ``modes``: plain
+    eager, or a CPU graph capture, whose replay refills the kept matrix in place (``keeps_conv_windows``). Not while
+    tracing, whose graph would bake the matrix in as a constant."""
+    return not modes or len(modes) == 1 and getattr(modes[0], "keeps_conv_windows", False)
 
 
 CONVOLUTION = defop("convolution", _conv_kernel, _conv_backward, Opaque("im2col + BLAS"), saves="inputs",
