@@ -144,8 +144,10 @@ def run_case(label, repeats, target_s):
         x, y = lib.tensor(xd), lib.tensor(yd)
         run, opt_step = model, opt.step
         if lib_name.endswith(" step"):
+            # The step is bound now: a closure over the loop's variable would call the last variant's step (the
+            # torch.compile column once measured torch.compile tracing jitorch's step).
             eager_step = _step(model, opt, opt.step, x, y)
-            step = lib.compile(lambda: eager_step().detach(), mode="reduce-overhead")
+            step = lib.compile(lambda eager_step=eager_step: eager_step().detach(), mode="reduce-overhead")
         else:
             if ".compile" in lib_name:
                 run = lib.compile(model)
