@@ -186,6 +186,21 @@ def test_autograd_grad_with_respect_to_non_leaf():
     _close(*results)
 
 
+
+def test_grad_with_respect_to_a_non_leaf_leaves_its_history_for_a_later_backward():
+    """``grad(y, h)`` captures the gradient flowing into ``h`` without running ``h``'s own node: a later backward
+    through ``h`` still works and reaches the leaf, as in torch."""
+    xj, xt = _pair((4,))
+    grads, leaf = [], []
+    for lib, x in ((jitorch, xj), (torch, xt)):
+        h = x * 2.0 + x.exp()
+        (g,) = lib.autograd.grad((h * h).sum(), h)
+        (h.sin()).sum().backward()
+        grads.append(g)
+        leaf.append(x.grad)
+    _close(*grads)
+    _close(*leaf)
+
 # -- higher-order gradients ------------------------------------------------------------------------------------------
 
 HIGHER_ORDER_FUNCS = {

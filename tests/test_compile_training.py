@@ -138,6 +138,52 @@ def test_non_differentiable_outputs_beside_the_loss_compile_in_one_graph():
     _close(gg, hh)
 
 
+_W1 = jitorch.tensor(np.random.default_rng(8).standard_normal((6, 8)).astype(np.float32) * 0.4, requires_grad=True)
+
+
+def _global_mlp(x, b1, w2):
+    """Reads the global ``_W1`` and the closure-free arguments: a tutorial's hand-made parameters."""
+    return F.cross_entropy(jitorch.tanh(x @ _W1 + b1) @ w2, jitorch.tensor([0, 1, 2, 3, 0]))
+
+
+def test_free_tensors_that_require_grad_are_compiled_graph_inputs():
+    """Tensors that require grad reached by name (a global, closure cells) are lifted into the training graph and
+    get gradients, with no graph break, as a module's parameters: hand-written SGD over them trains like eager."""
+    global _W1
+    rng = np.random.default_rng(9)
+    b1 = jitorch.zeros(8, requires_grad=True)
+    u = jitorch.tensor(rng.standard_normal((8, 4)).astype(np.float32) * 0.4, requires_grad=True)
+    w2 = u * 1.0  # not a leaf: its gradient flows on into ``u``
+    compiled = jitorch.compile(lambda x: (_global_mlp(x, b1, w2), _global_mlp(x, b1, w2).detach()))
+    report = jitorch.compiler.explain(lambda x: _global_mlp(x, b1, w2))(jitorch.randn(5, 6))
+    assert (report.graph_count, report.graph_break_count) == (1, 0), report
+    twins = [t.detach().clone().requires_grad_() for t in (_W1, b1, u)]
+    for _ in range(3):
+        x = jitorch.tensor(rng.standard_normal((5, 6)).astype(np.float32))
+        loss, logged = compiled(x)
+        assert loss.requires_grad and not logged.requires_grad and logged is not loss
+        loss.backward()
+        tw1, tb1, tu = twins
+        want = F.cross_entropy(jitorch.tanh(x @ tw1 + tb1) @ (tu * 1.0), jitorch.tensor([0, 1, 2, 3, 0]))
+        want.backward()
+        _close(loss.detach(), want.detach())
+        with jitorch.no_grad():
+            for p, q in zip((_W1, b1, u), twins):
+                _close(p.grad, q.grad)
+                p -= 0.5 * p.grad
+                q -= 0.5 * q.grad
+                p.grad, q.grad = None, None
+        w2 = u * 1.0  # rebound to a new tensor: the guard on the lifted tensors' identities retraces
+    assert compiled.train_entries[0].plan is not None
+    # A new global: compiled anew, and the gradient is the new tensor's.
+    _W1 = jitorch.tensor(rng.standard_normal((6, 8)).astype(np.float32), requires_grad=True)
+    x = jitorch.tensor(rng.standard_normal((5, 6)).astype(np.float32))
+    compiled(x)[0].backward()
+    twin = _W1.detach().clone().requires_grad_()
+    F.cross_entropy(jitorch.tanh(x @ twin + b1.detach()) @ w2.detach(), jitorch.tensor([0, 1, 2, 3, 0])).backward()
+    _close(_W1.grad, twin.grad)
+
+
 def test_explain_reports_forward_and_backward_kernels():
     x, y = jitorch.randn(5, requires_grad=True), jitorch.randn(5)
     report = jitorch.compiler.explain(chain)(x, y)

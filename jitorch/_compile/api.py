@@ -27,7 +27,7 @@ from .guards import first_failure, guard_values
 from .lower import clear_kernel_cache, kernel_cache_stats
 from .optimized_module import OptimizedModule
 from .replay import Replay, _compile_outputs
-from .reached import modules_named_by
+from .reached import FreeTensors, modules_named_by, tensors_named_by
 from .segment_training import backward_kernels, compile_training_segment
 from .trace import trace
 from .training import Unsupported, compile_training
@@ -83,6 +83,7 @@ class CompiledFunction:
         self._dynamic_dims, self._dynamic_failed = set(), {}  # (argument name, dim) marked; failures per set
         self._module = module
         self._reached_key, self._reached = None, None  # a function's modules (see _owner)
+        self._lifted: list = []  # weak references to tensors that require grad, found read by a trace (see _owner)
         self._limit = recompile_limit
         self.entries: list[Entry] = []  # inference specializations
         self.train_entries: list[Entry] = []  # forward + backward specializations (some input requires grad)
@@ -189,11 +190,31 @@ class CompiledFunction:
         if self._module is not None:
             return self._module
         found = modules_named_by(self._fn)
-        key = tuple(id(m) for m in found)
+        owned = {id(p) for m in found for p in m.parameters()}
+        self._lifted = [r for r in self._lifted if r() is not None]
+        free = []
+        for t in tensors_named_by(self._fn) + [r() for r in self._lifted]:
+            if id(t) not in owned and t.requires_grad:
+                owned.add(id(t))
+                free.append(t)
+        key = tuple(id(m) for m in found) + tuple(id(t) for t in free)
         if key != self._reached_key:
             self._reached_key = key
-            self._reached = ModuleList(found) if found else None
+            held = found + ([FreeTensors(free)] if free else [])
+            self._reached = ModuleList(held) if held else None
         return self._reached
+
+    def _lift(self, traced):
+        """Note the tensors that require grad a function's trace read as constants, so `_owner` holds them as graph
+        inputs; False when there are none, or for a compiled module (its parameters are the module's)."""
+        if self._module is not None or traced.gm is None:
+            return False
+        owner = self._owner()
+        known = {id(p) for p in owner.parameters()} if owner is not None else set()
+        new = [v for v in traced.gm.__dict__.values() if isinstance(v, Tensor) and v._requires_grad
+               and id(v) not in known]
+        self._lifted += [weakref.ref(v) for v in new]
+        return bool(new)
 
     def _buffers(self):
         """Buffers whose in-place updates the graph records functionally (see `_owner`)."""
@@ -206,6 +227,11 @@ class CompiledFunction:
         # Compiling runs the function more than once: the call's own draws and buffer updates happen once.
         before = CompileState(buffers)
         traced = trace(self._fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
+        if self._lift(traced):
+            # The trace read tensors that require grad which the function reaches through other code (a helper's
+            # global): they become graph inputs, and this call starts over with them in the guards.
+            before.restore()
+            return self(*args, **kwargs)
         after = CompileState(buffers)
         entry = Entry(guards, trace_s=time.perf_counter() - start, breaks=traced.info.graph_breaks)
         self.train_entries.append(entry)
@@ -252,6 +278,9 @@ class CompiledFunction:
         buffers = self._buffers()
         before = CompileState(buffers)
         traced = trace(self._fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
+        if GradState.enabled and self._lift(traced):
+            before.restore()  # a tensor it reads requires grad: this is a training call after all
+            return self(*args, **kwargs)
         info = traced.info
         entry = Entry(guards, trace_s=time.perf_counter() - start, breaks=info.graph_breaks)
         self.entries.append(entry)

@@ -1,23 +1,55 @@
 """The modules a compiled function reaches by name: its bound ``self``, its closure cells, the globals its code names.
 
 ``jitorch.compile`` reads their parameters as graph inputs and records their buffer updates functionally, so a
-``@compile`` training step over a global ``model`` trains compiled like ``compile(model)``.
+``@compile`` training step over a global ``model`` trains compiled like ``compile(model)``. Tensors that require grad
+reached the same way (``w = torch.randn(3, 3, requires_grad=True)`` used inside the function) are held by a
+`FreeTensors` module as its parameters, so they are graph inputs that get gradients too.
 
 >>> import jitorch
 >>> net = jitorch.nn.Linear(2, 2)
 >>> modules_named_by(lambda x: net(x)) == [net]
 True
+>>> w = jitorch.ones(2, requires_grad=True)
+>>> [t is w for t in tensors_named_by(lambda x: x * w)]
+[True]
 """
 from __future__ import annotations
 
+from .._tensor import Tensor
 from ..nn.modules.module import Module
 
-__all__ = ["modules_named_by"]
+__all__ = ["modules_named_by", "tensors_named_by", "FreeTensors"]
+
+
+class FreeTensors(Module):
+    """Tensors that require grad, reached by a compiled function by name, held as this module's parameters: the
+    compiled training graph takes them as inputs and hands back their gradients, as for a module's parameters.
+    Plain tensors, not `Parameter` s, and possibly results of other ops: they are placed in the table directly."""
+
+    def __init__(self, tensors):
+        super().__init__()
+        for i, t in enumerate(tensors):
+            self._parameters[f"tensor{i}"] = t
+
+
+def tensors_named_by(fn):
+    """Tensors that require grad among what a function reaches by name (see `modules_named_by`), in order, once."""
+    seen, out = set(), []
+    for t in _named(fn):
+        if isinstance(t, Tensor) and t.requires_grad and id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out
 
 
 def modules_named_by(fn):
     """Modules a function reaches directly: its bound ``self``, its closure cells and the globals its code names
     (through ``__wrapped__`` decorators)."""
+    return [m for m in _named(fn) if isinstance(m, Module)]
+
+
+def _named(fn):
+    """Every object a function reaches directly (see `modules_named_by`)."""
     found = [getattr(fn, "__self__", None)]
     func = getattr(fn, "__func__", fn)
     while getattr(func, "__wrapped__", None) is not None:  # decorators (functools.wraps), a compiled function
@@ -29,7 +61,7 @@ def modules_named_by(fn):
         found += [c.cell_contents for c in (func.__closure__ or ()) if _filled(c)]
         names = getattr(func, "__globals__", {})
         found += [names[n] for n in code.co_names if n in names]
-    return [m for m in found if isinstance(m, Module)]
+    return found
 
 
 def _filled(cell):

@@ -246,6 +246,10 @@ class _CompiledTraining(Function):
         res = plan.fwd(flat)
         n, k = plan.n_outs, len(plan.writes)
         res = own_outputs(res[:n], flat) + tuple(res[n:])
+        if not all(plan.diff):
+            # A non-differentiable output is a tensor of its own even when the graph returns the same value twice
+            # (``loss, loss.detach()``): marking it must not mark the differentiable one.
+            res = tuple(Tensor._make(o._data) if i < n and not plan.diff[i] else o for i, o in enumerate(res))
         write_back(plan.writes, res[n:n + k])
         ctx.plan, ctx.n_flat = plan, len(flat)
         ctx.dtypes = tuple(o.dtype for o, d in zip(res[:n], plan.diff) if d)

@@ -53,7 +53,8 @@ def _collect_dependencies(roots):
 
 
 def _needed_nodes(roots, wanted_nodes, wanted_leaves):
-    """Nodes from which some wanted input is reachable (the others need not run)."""
+    """Nodes that must run: some wanted input lies below them (the others need not run; a wanted non-leaf's own
+    node only has its gradient captured)."""
     memo = {}
 
     def visit(node):
@@ -80,22 +81,27 @@ def _needed_nodes(roots, wanted_nodes, wanted_leaves):
                 stack.pop()
                 order.append(cur)
         for cur in order:
-            hit = cur in wanted_nodes
+            below = False
             for edge in cur.next:
                 if edge is None:
                     continue
                 target = edge[0]
                 if isinstance(target, Node):
-                    hit = hit or memo[id(target)]
+                    below = below or memo[id(target)]
                 else:
-                    hit = hit or id(target) in wanted_leaves
-            memo[id(cur)] = hit
+                    below = below or id(target) in wanted_leaves
+            runs[id(cur)] = below
+            memo[id(cur)] = below or cur in wanted_nodes
         return memo[key]
 
+    # memo: a wanted input is this node's output or lies below it; runs: one lies below it, so the node must run.
+    # A wanted non-leaf's own node only has its gradient captured: running it would free its history, which
+    # ``grad(y, h)`` must leave for a later backward through ``h``.
+    runs = {}
     for r in roots:
         if isinstance(r, Node):
             visit(r)
-    return {k for k, v in memo.items() if v}
+    return {k for k, v in runs.items() if v}
 
 
 def _run_pre_hooks(node, grads):
