@@ -184,6 +184,50 @@ def test_free_tensors_that_require_grad_are_compiled_graph_inputs():
     _close(_W1.grad, twin.grad)
 
 
+class _Heads(nn.Module):
+    """A model that returns a dict (as Hugging Face models do), with a named tuple, a list, a number and None."""
+
+    Pair = __import__("collections").namedtuple("Pair", "mean spread")
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(6, 8), nn.GELU(), nn.Linear(8, 4))
+
+    def forward(self, x, y):
+        logits = self.body(x)
+        loss = F.cross_entropy(logits, y)
+        return {"loss": loss, "logits": logits, "stats": self.Pair(logits.mean(), logits.std()),
+                "extra": [None, (logits.argmax(1) == y).sum(), x.shape[0]]}
+
+
+def test_structured_outputs_train_compiled_like_eager():
+    rng = np.random.default_rng(11)
+    eager = _Heads()
+    model = copy.deepcopy(eager)
+    compiled = jitorch.compile(model)
+    x0, y0 = jitorch.randn(5, 6), jitorch.tensor([0, 1, 2, 3, 0])
+    report = jitorch.compiler.explain(copy.deepcopy(eager))(x0, y0)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), report
+    for _ in range(3):
+        x, y = jitorch.tensor(rng.standard_normal((5, 6)).astype(np.float32)), jitorch.tensor(rng.integers(0, 4, 5))
+        got, want = compiled(x, y), eager(x, y)
+        assert list(got) == list(want) and type(got["stats"]) is _Heads.Pair and isinstance(got["extra"], list)
+        assert got["extra"][0] is None and got["extra"][2] == 5
+        pairs = [(got["loss"], want["loss"]), (got["logits"], want["logits"]), (got["stats"].mean, want["stats"].mean),
+                 (got["stats"].spread, want["stats"].spread), (got["extra"][1], want["extra"][1])]
+        for g, w in pairs:
+            assert g.requires_grad == w.requires_grad and g.dtype == w.dtype
+            _close(g.detach(), w.detach())
+        # Every differentiable output gets a random upstream gradient.
+        seeds = [jitorch.tensor(rng.standard_normal(tuple(g.shape)).astype(np.float32)) for g, _ in pairs[:4]]
+        jitorch.autograd.backward([g for g, _ in pairs[:4]], seeds)
+        jitorch.autograd.backward([w for _, w in pairs[:4]], seeds)
+        for p, q in zip(model.parameters(), eager.parameters()):
+            _close(p.grad, q.grad)
+            p.grad, q.grad = None, None
+    assert compiled._compiled_call.train_entries[0].plan is not None
+
+
 def test_explain_reports_forward_and_backward_kernels():
     x, y = jitorch.randn(5, requires_grad=True), jitorch.randn(5)
     report = jitorch.compiler.explain(chain)(x, y)

@@ -34,6 +34,7 @@ from ..fx.graph_module import GraphModule
 from ..fx.joint import BACKWARD, FORWARD, make_joint
 from ..fx.make_fx import Primitive
 from ..fx.node import Node, map_aggregate
+from ..utils._pytree import tree_flatten, tree_unflatten
 from .backend import CompiledGraph, _fetch, write_back
 from .decompose import decompose
 from .functionalize import CompileState, functionalize, functionalize_intermediates, is_random, rng_state, \
@@ -276,8 +277,7 @@ class _CompiledTraining(Function):
                 set_rng_state(ctx.rng)
             try:
                 with enable_grad():
-                    outs = plan.eager(flat)
-                    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+                    outs = [o for o in tree_flatten(plan.eager(flat))[0] if isinstance(o, Tensor)]
                     outs = [o for o, d in zip(outs, plan.diff) if d]
                     wrt = [flat[i] for i in plan.wrt]
                     got = autograd_grad(outs, wrt, grad_outputs=list(grads), create_graph=True, allow_unused=True)
@@ -330,8 +330,10 @@ def _sibling_outputs(gm, n_outs):
 class TrainingPlan:
     """A compiled forward/backward pair for one specialization; call with the flat inputs (parameters first)."""
 
-    def __init__(self, fwd_gm, bwd_gm, n_outs, tuple_out, wrt, eager, n_saved=0, writes=(), diff=None):
+    def __init__(self, fwd_gm, bwd_gm, n_outs, tuple_out, wrt, eager, n_saved=0, writes=(), diff=None,
+                 structure=None):
         self.fwd, self.bwd = CompiledGraph(fwd_gm), CompiledGraph(bwd_gm)
+        self.structure = structure  # how the tensor outputs go back into the call's dicts and lists
         # Per output: differentiated (the backward takes its gradient) or returned non-differentiable.
         self.diff = tuple(diff) if diff is not None else (True,) * n_outs
         self.n_saved = n_saved  # forward values kept for the backward
@@ -358,7 +360,8 @@ class TrainingPlan:
         return self.forward_kernels + self.backward_kernels
 
     def __call__(self, flat):
-        return _CompiledTraining.apply(self, *flat)
+        out = _CompiledTraining.apply(self, *flat)
+        return out if self.structure is None else rebuild_outputs(self.structure, out)
 
 
 @dataclass
@@ -372,11 +375,13 @@ class JointSpec:
     call: object  # the function over the flat inputs (the eager double backward reruns it)
     writes: list  # buffers the forward updates, in the order of their values after the outputs
     diff: tuple = ()  # per output: whether it is differentiated (has a tangent); empty means every one
+    structure: tuple | None = None  # `output_structure` of the result: None for a tensor or a tuple of them
 
     @property
     def extra(self):
         """What must be equal between two traces for one template to stand for both (see dynamic_shapes.py)."""
-        return self.n_outs, self.tuple_out, tuple(self.wrt), tuple(id(b) for b in self.writes), self.diff
+        return (self.n_outs, self.tuple_out, tuple(self.wrt), tuple(id(b) for b in self.writes), self.diff,
+                repr(self.structure))
 
 
 def compile_training(fn, args, kwargs, module, traced_result, recompute=True):
@@ -403,21 +408,24 @@ def joint_for(fn, args, kwargs, module, traced_result):
         return fn(*rest[:nargs], **dict(zip(keys, rest[nargs:])))
 
     result = traced_result if traced_result is not None else call(flat)
-    tuple_out = isinstance(result, (tuple, list))
-    outs = list(result) if tuple_out else [result]
+    structure = output_structure(result)
+    tuple_out = structure is not None or isinstance(result, tuple)
+    outs = [o for o in tree_flatten(result)[0] if isinstance(o, Tensor)] if tuple_out else [result]
     if not outs or not all(isinstance(o, Tensor) for o in outs):
-        raise Unsupported("an output that is not a tensor (only a tensor or a tuple of tensors)")
+        raise Unsupported("an output that is not a tensor or a structure of tensors (dicts, lists, tuples)")
     # Outputs returned beside the loss that eager autograd does not differentiate (indices, counts, detached
     # values) are forward outputs without a tangent, marked non-differentiable as eager leaves them.
     diff = tuple(bool(o._requires_grad and o.dtype.is_floating_point) for o in outs)
     if not any(diff):
         raise Unsupported("no output is a floating-point tensor that requires grad")
-    if tuple_out and not isinstance(result, tuple):
-        raise Unsupported("a list output (only a tensor or a tuple of tensors)")
     # Only their shapes and dtypes matter.
     tangents = [Tensor._make(np.ones_like(o._data)) if d else None for o, d in zip(outs, diff)]
+
+    def tensors_of(*values):
+        return tuple(o for o in tree_flatten(call(values))[0] if isinstance(o, Tensor))
+
     try:
-        joint = make_joint(lambda *values: tuple(o for o in _as_list(call(values))))(*flat, tangents=tangents)
+        joint = make_joint(tensors_of)(*flat, tangents=tangents)
     except Exception as err:  # anything the joint trace cannot follow runs eagerly, as an uncompiled call would
         raise Unsupported(f"joint trace failed: {type(err).__name__}: {err}") from err
     # A module's buffer updates (BatchNorm's running statistics) become forward outputs written back per call.
@@ -434,7 +442,7 @@ def joint_for(fn, args, kwargs, module, traced_result):
     if decompose(joint):
         _annotate(joint, values)  # the inlined nodes' shapes
     wrt = [i for i, a in enumerate(flat) if isinstance(a, Tensor) and a._requires_grad]
-    return JointSpec(joint, len(outs), tuple_out, wrt, call, [b for b, _ in writes], diff)
+    return JointSpec(joint, len(outs), tuple_out, wrt, call, [b for b, _ in writes], diff, structure)
 
 
 def plan_from_joint(spec, joint, recompute=True):
@@ -442,19 +450,46 @@ def plan_from_joint(spec, joint, recompute=True):
     n_fwd = spec.n_outs + len(spec.writes)
     args = (spec.n_outs, spec.tuple_out, spec.wrt, spec.call)
     diff = spec.diff or (True,) * spec.n_outs
+    structure = spec.structure
     try:
         fwd_gm, bwd_gm, n_saved = split_joint(joint, n_fwd, recompute)
         if _sibling_outputs(fwd_gm, spec.n_outs):
             raise Unsupported("two outputs are views of one intermediate (a write into one must reach the other)")
-        return TrainingPlan(fwd_gm, bwd_gm, *args, n_saved, spec.writes, diff)
+        return TrainingPlan(fwd_gm, bwd_gm, *args, n_saved, spec.writes, diff, structure)
     except AssertionError:
         if not recompute:
             raise
         # fusion.partition cannot schedule some backward graphs with recomputed chains (a grouping cycle, reported
         # to the fusion pass): save the values instead.
         fwd_gm, bwd_gm, n_saved = split_joint(joint, n_fwd, False)
-        return TrainingPlan(fwd_gm, bwd_gm, *args, n_saved, spec.writes, diff)
+        return TrainingPlan(fwd_gm, bwd_gm, *args, n_saved, spec.writes, diff, structure)
 
 
-def _as_list(result):
-    return list(result) if isinstance(result, (tuple, list)) else [result]
+_TENSOR = object()  # a tensor's place among a structure's leaves
+_CONSTANT_LEAVES = (type(None), bool, int, float, str)
+
+
+def output_structure(result):
+    """``(spec, leaves)`` of a result that is not a tensor or a plain tuple of tensors (``{"loss": l, "logits": y}``,
+    lists, nested tuples with None): its tensors are the compiled outputs, its other leaves constants of the trace
+    (as an inference graph returns them). None for a tensor or a tuple of tensors; `Unsupported` for other leaves."""
+    if isinstance(result, Tensor) or type(result) is tuple and all(isinstance(o, Tensor) for o in result):
+        return None
+    leaves, spec = tree_flatten(result)
+    kept = []
+    for leaf in leaves:
+        if isinstance(leaf, Tensor):
+            kept.append(_TENSOR)
+        elif isinstance(leaf, _CONSTANT_LEAVES):
+            kept.append(leaf)
+        else:
+            raise Unsupported(f"an output leaf of type {type(leaf).__name__} (tensors, numbers, strings and None in "
+                              "tuples, lists and dicts)")
+    return spec, tuple(kept)
+
+
+def rebuild_outputs(structure, tensors):
+    """The call's result from the compiled tensor outputs, in the places `output_structure` recorded."""
+    spec, leaves = structure
+    it = iter(tensors)
+    return tree_unflatten([next(it) if leaf is _TENSOR else leaf for leaf in leaves], spec)
