@@ -16,12 +16,12 @@ CPU's features could fault with an illegal instruction, so a changed feature fla
 """
 from __future__ import annotations
 
-import importlib.metadata
 import threading
 
 import llvmlite
 import llvmlite.binding as llvm
 
+from .._version import __version__
 from .cache import KernelCache, default_directory
 
 __all__ = ["OPTIONS", "compiler_version", "default_cache", "emit_object", "jitorch_version", "key_parts",
@@ -32,22 +32,16 @@ OPTIONS = "O3 loop+slp vectorize unroll, reloc=static, codemodel=jitdefault"
 
 _lock = threading.Lock()
 _DEFAULT_CACHES: dict[str, KernelCache] = {}
-_VERSION: list[str] = []
 
 
 def jitorch_version() -> str:
-    """The installed jitorch's version, read from package metadata (codegen must not import jitorch itself).
+    """jitorch's version, from its leaf ``_version`` module (package metadata costs ~5 ms of email parsing on a
+    process's first compile; codegen must not import jitorch's upper layers, and this module is none).
 
     >>> isinstance(jitorch_version(), str)
     True
     """
-    if not _VERSION:
-        try:
-            _VERSION.append(importlib.metadata.version("jitorch"))
-        except importlib.metadata.PackageNotFoundError:
-            # A source checkout on sys.path without install metadata; CODEGEN_VERSION still separates formats.
-            _VERSION.append("unknown")
-    return _VERSION[0]
+    return __version__
 
 
 def compiler_version() -> str:

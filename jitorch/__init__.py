@@ -72,8 +72,9 @@ chalf = complex64
 strided = "strided"
 contiguous_format = preserve_format = channels_last = "memory_format"
 from . import torch_version  # noqa: E402
+from ._version import __version__ as _plain_version  # noqa: E402
 
-__version__ = torch_version.TorchVersion("0.1.0")
+__version__ = torch_version.TorchVersion(_plain_version)
 
 
 def is_tensor(obj):
