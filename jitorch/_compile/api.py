@@ -27,7 +27,7 @@ from .guards import first_failure, guard_values
 from .lower import clear_kernel_cache, kernel_cache_stats
 from .optimized_module import OptimizedModule
 from .replay import Replay, _compile_outputs
-from .reached import FreeTensors, modules_named_by, tensors_named_by
+from .reached import FreeTensors, reached_by
 from .segment_training import backward_kernels, compile_training_segment
 from .trace import trace
 from .training import Unsupported, compile_training
@@ -189,14 +189,18 @@ class CompiledFunction:
         updates functional) and is guarded on their identities and ``training`` flags."""
         if self._module is not None:
             return self._module
-        found = modules_named_by(self._fn)
-        owned = {id(p) for m in found for p in m.parameters()}
-        self._lifted = [r for r in self._lifted if r() is not None]
-        free = []
-        for t in tensors_named_by(self._fn) + [r() for r in self._lifted]:
-            if id(t) not in owned and t.requires_grad:
-                owned.add(id(t))
-                free.append(t)
+        found, free = reached_by(self._fn)
+        if self._lifted:
+            self._lifted = [r for r in self._lifted if r() is not None]
+            free += [t for t in (r() for r in self._lifted) if t.requires_grad]
+        if free:  # the modules' parameters are traversed only when there are tensors to check against them
+            owned = {id(p) for m in found for p in m.parameters()}
+            kept = []
+            for t in free:
+                if id(t) not in owned:
+                    owned.add(id(t))
+                    kept.append(t)
+            free = kept
         key = tuple(id(m) for m in found) + tuple(id(t) for t in free)
         if key != self._reached_key:
             self._reached_key = key

@@ -18,7 +18,7 @@ from __future__ import annotations
 from .._tensor import Tensor
 from ..nn.modules.module import Module
 
-__all__ = ["modules_named_by", "tensors_named_by", "FreeTensors"]
+__all__ = ["reached_by", "modules_named_by", "tensors_named_by", "FreeTensors"]
 
 
 class FreeTensors(Module):
@@ -32,20 +32,30 @@ class FreeTensors(Module):
             self._parameters[f"tensor{i}"] = t
 
 
+def reached_by(fn):
+    """``(modules, tensors that require grad)`` a function reaches by name (see `modules_named_by`): one walk, each
+    object once, in order."""
+    modules, tensors, seen = [], [], set()
+    for obj in _named(fn):
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, Module):
+            modules.append(obj)
+        elif isinstance(obj, Tensor) and obj.requires_grad:
+            tensors.append(obj)
+    return modules, tensors
+
+
 def tensors_named_by(fn):
-    """Tensors that require grad among what a function reaches by name (see `modules_named_by`), in order, once."""
-    seen, out = set(), []
-    for t in _named(fn):
-        if isinstance(t, Tensor) and t.requires_grad and id(t) not in seen:
-            seen.add(id(t))
-            out.append(t)
-    return out
+    """Tensors that require grad among what a function reaches by name (see `modules_named_by`)."""
+    return reached_by(fn)[1]
 
 
 def modules_named_by(fn):
     """Modules a function reaches directly: its bound ``self``, its closure cells and the globals its code names
     (through ``__wrapped__`` decorators)."""
-    return [m for m in _named(fn) if isinstance(m, Module)]
+    return reached_by(fn)[0]
 
 
 def _named(fn):

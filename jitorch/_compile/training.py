@@ -330,12 +330,10 @@ def _sibling_outputs(gm, n_outs):
 class TrainingPlan:
     """A compiled forward/backward pair for one specialization; call with the flat inputs (parameters first)."""
 
-    def __init__(self, fwd_gm, bwd_gm, n_outs, tuple_out, wrt, eager, n_saved=0, writes=(), diff=None,
-                 structure=None):
+    def __init__(self, fwd_gm, bwd_gm, n_outs, tuple_out, wrt, eager, n_saved, writes, diff, structure):
         self.fwd, self.bwd = CompiledGraph(fwd_gm), CompiledGraph(bwd_gm)
         self.structure = structure  # how the tensor outputs go back into the call's dicts and lists
-        # Per output: differentiated (the backward takes its gradient) or returned non-differentiable.
-        self.diff = tuple(diff) if diff is not None else (True,) * n_outs
+        self.diff = diff  # per output: differentiated (the backward takes its gradient) or non-differentiable
         self.n_saved = n_saved  # forward values kept for the backward
         self.n_outs, self.tuple_out, self.wrt, self.eager = n_outs, tuple_out, wrt, eager
         # Buffers the forward updates: it returns their new values after the outputs (written back each call).
@@ -374,8 +372,8 @@ class JointSpec:
     wrt: list  # flat indices of the inputs that require grad
     call: object  # the function over the flat inputs (the eager double backward reruns it)
     writes: list  # buffers the forward updates, in the order of their values after the outputs
-    diff: tuple = ()  # per output: whether it is differentiated (has a tangent); empty means every one
-    structure: tuple | None = None  # `output_structure` of the result: None for a tensor or a tuple of them
+    diff: tuple  # per output: whether it is differentiated (has a tangent)
+    structure: tuple | None  # `output_structure` of the result: None for a tensor or a tuple of them
 
     @property
     def extra(self):
@@ -410,9 +408,9 @@ def joint_for(fn, args, kwargs, module, traced_result):
     result = traced_result if traced_result is not None else call(flat)
     structure = output_structure(result)
     tuple_out = structure is not None or isinstance(result, tuple)
-    outs = [o for o in tree_flatten(result)[0] if isinstance(o, Tensor)] if tuple_out else [result]
-    if not outs or not all(isinstance(o, Tensor) for o in outs):
-        raise Unsupported("an output that is not a tensor or a structure of tensors (dicts, lists, tuples)")
+    outs = [o for o in tree_flatten(result)[0] if isinstance(o, Tensor)]
+    if not outs:
+        raise Unsupported("an output with no tensor in it (a tensor, or dicts, lists and tuples of them)")
     # Outputs returned beside the loss that eager autograd does not differentiate (indices, counts, detached
     # values) are forward outputs without a tangent, marked non-differentiable as eager leaves them.
     diff = tuple(bool(o._requires_grad and o.dtype.is_floating_point) for o in outs)
@@ -449,20 +447,18 @@ def plan_from_joint(spec, joint, recompute=True):
     """The `TrainingPlan` of ``joint`` (``spec.joint``, or the same graph instantiated at other sizes)."""
     n_fwd = spec.n_outs + len(spec.writes)
     args = (spec.n_outs, spec.tuple_out, spec.wrt, spec.call)
-    diff = spec.diff or (True,) * spec.n_outs
-    structure = spec.structure
     try:
         fwd_gm, bwd_gm, n_saved = split_joint(joint, n_fwd, recompute)
         if _sibling_outputs(fwd_gm, spec.n_outs):
             raise Unsupported("two outputs are views of one intermediate (a write into one must reach the other)")
-        return TrainingPlan(fwd_gm, bwd_gm, *args, n_saved, spec.writes, diff, structure)
+        return TrainingPlan(fwd_gm, bwd_gm, *args, n_saved, spec.writes, spec.diff, spec.structure)
     except AssertionError:
         if not recompute:
             raise
         # fusion.partition cannot schedule some backward graphs with recomputed chains (a grouping cycle, reported
         # to the fusion pass): save the values instead.
         fwd_gm, bwd_gm, n_saved = split_joint(joint, n_fwd, False)
-        return TrainingPlan(fwd_gm, bwd_gm, *args, n_saved, spec.writes, diff, structure)
+        return TrainingPlan(fwd_gm, bwd_gm, *args, n_saved, spec.writes, spec.diff, spec.structure)
 
 
 _TENSOR = object()  # a tensor's place among a structure's leaves

@@ -66,6 +66,12 @@ def _part(rec, kind, payload):
     return _Item("ew", rec, payload, [a for a in payload.operands if isinstance(a, np.ndarray)], [payload.out])
 
 
+def _kernel_item(rec, kernel, arrays, writes, check=None):
+    """A whole-kernel item: it reads every array it does not write."""
+    return _Item("kern", rec, (kernel, arrays), [a for a in arrays if not any(a is w for w in writes)], writes,
+                 check=check)
+
+
 def _classify(rec):
     """The `_Item` s of one record (a ``linear`` is a product and a fusible bias add); refusals are Python items."""
     if rec.kind == "draw":
@@ -91,12 +97,10 @@ def _classify(rec):
                     for (kernel, arrays), n in zip(layer_norm_backward(rec), (1, 2))]
         if name in ("nll_loss", "nll_loss_backward") and rec.kind == "kernel":
             low = (nll_loss if name == "nll_loss" else nll_loss_backward)(rec)
-            return [_Item("kern", rec, (kernel, arrays), [a for a in arrays if not any(a is w for w in writes)],
-                          writes, check=(low.check, low.target) if i == 0 else None)
-                    for i, (kernel, arrays, writes) in enumerate(low.kernels)]
+            return [_kernel_item(rec, *lowered, check=(low.check, low.target) if i == 0 else None)
+                    for i, lowered in enumerate(low.kernels)]
         if name in KERNEL_ROWS and rec.kind == "kernel":
-            return [_Item("kern", rec, (kernel, arrays), [a for a in arrays if not any(a is w for w in writes)],
-                          writes) for kernel, arrays, writes in KERNEL_ROWS[name](rec)]
+            return [_kernel_item(rec, *lowered) for lowered in KERNEL_ROWS[name](rec)]
         if name in ROW_OPS:
             kernel, arrays = row_op(rec)
             n = len(rec.outs)

@@ -18,6 +18,7 @@ import numpy as np
 from .. import _dtype
 from .._dispatch import _cast_operand, _compute_dtype
 from .._tensor import Tensor
+from ..ops.conv_layouts import STASH
 
 __all__ = ["plan_operands", "kernel_step", "window_keeping_step", "inplace_step", "draw_step", "restore_step",
            "root_of"]
@@ -117,8 +118,6 @@ def kernel_step(op, datas, casts, cnp, attrs, outs):
 def window_keeping_step(op, datas, casts, cnp, attrs, out, cols):
     """A convolution whose capture kept its window matrix ``cols`` for the weight gradient: each replay writes the
     new windows into ``cols`` (``conv_layouts.STASH.into``), so the gradient's step reads this replay's windows."""
-    from ..ops.conv_layouts import STASH
-
     kernel = op.kernel
     read = _operand_reader(datas, casts, cnp)
 
