@@ -213,11 +213,28 @@ def _sample(values, dt, device, requires_grad):
     return _finish(data.astype(dt.np, copy=False), requires_grad, device)
 
 
+def _default_draw(name, dt, shape, device, requires_grad):
+    """A sample from the device's default generator as a random row (``ops/random_ops.py``): compiled graphs and
+    CPU graph replays draw it afresh on every run, in eager's order, with eager's numbers."""
+    from ._creation import empty
+    from ._dispatch import apply
+    from .ops import random_ops
+
+    if not dt.is_floating_point:
+        raise RuntimeError(f"{name}: samples are floating point, not {dt}: pass a floating dtype (randint draws "
+                           f"integers)")
+    ref = empty((), dtype=dt, device=device)
+    out = apply(random_ops.UNIFORM_SAMPLE if name == "rand" else random_ops.NORMAL_SAMPLE, ref, shape=shape)
+    return out.requires_grad_() if requires_grad else out
+
+
 def rand(*size, generator=None, out=None, dtype=None, layout=None, device=None, requires_grad=False,
          pin_memory=False):
     """Uniform samples in [0, 1)."""
     dt = _float_dtype(dtype)
     shape = normalize_shape(size, "rand")
+    if generator is None:
+        return _default_draw("rand", dt, shape, device, requires_grad)
     gen_dtype = np.float64 if dt is _dtype.float64 else np.float32
     rng = _rng(_generator_for(generator, device))
     return _sample(rng.random(shape, dtype=gen_dtype), dt, device, requires_grad)
@@ -228,6 +245,8 @@ def randn(*size, generator=None, out=None, dtype=None, layout=None, device=None,
     """Standard normal samples."""
     dt = _float_dtype(dtype)
     shape = normalize_shape(size, "randn")
+    if generator is None:
+        return _default_draw("randn", dt, shape, device, requires_grad)
     gen_dtype = np.float64 if dt is _dtype.float64 else np.float32
     rng = _rng(_generator_for(generator, device))
     return _sample(rng.standard_normal(shape, dtype=gen_dtype), dt, device, requires_grad)

@@ -276,3 +276,25 @@ def test_plan_follows_the_thread_count():
         assert graph.native is None or any("large kernel" in why for _, why in graph.native.fallbacks)
     finally:
         set_num_threads(old)
+
+
+def test_random_draws_run_ahead_of_one_program_with_eager_numbers():
+    # Dropout's mask sits between two products in program order; it reads no computed value, so it is drawn first
+    # and the products, ReLU and the mask's arithmetic stay one program.
+    rng = np.random.default_rng(8)
+    (x, _), (w1, _), (w2, _) = _pair(rng, 6, 5), _pair(rng, 5, 5), _pair(rng, 5, 3)
+
+    def f(x, w1, w2):
+        h = F.dropout(F.relu(x @ w1), 0.3)
+        return (h + 0.1 * jitorch.randn(6, 5)) @ w2
+
+    cg = _graph(f, x, w1, w2)
+    names = [n.target.__name__ for n in cg.gm.graph.nodes if n.op == "call_function"]
+    assert names[:2] == ["bernoulli_mask", "normal_sample"]
+    for seed in range(4):  # the runner is planned on the second call, used from the third
+        jitorch.manual_seed(seed)
+        got = cg((x, w1, w2))
+        jitorch.manual_seed(seed)
+        _close(got, torch.tensor(f(x, w1, w2).numpy()), rtol=1e-5, atol=1e-6)
+    assert cg.native is not None and cg.native.report()["programs"] == 1
+    assert _fallback_ops(cg.native) == ["bernoulli_mask", "normal_sample"]

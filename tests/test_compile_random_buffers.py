@@ -90,6 +90,74 @@ def test_dropout_training_compiles_one_graph_and_draws_eager_masks():
     assert not np.array_equal(_np(compiled(x)), _np(compiled(x)))
 
 
+class Reparameterized(nn.Module):
+    """A VAE's sampling step: ``mu + eps * std`` with ``eps = randn_like(std)``, and uniform noise on the input."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc, self.dec = nn.Linear(6, 8), nn.Linear(4, 6)
+
+    def forward(self, x):
+        x = x + 0.01 * jitorch.rand_like(x)
+        mu, logvar = self.enc(x).chunk(2, dim=-1)
+        z = mu + jitorch.randn_like(mu) * (0.5 * logvar).exp()
+        return self.dec(z)
+
+
+def test_rand_and_randn_train_compiled_in_one_graph_with_eager_numbers():
+    jitorch.manual_seed(0)
+    eager = Reparameterized()
+    model = copy.deepcopy(eager)
+    compiled = jitorch.compile(model)
+    rng = np.random.default_rng(2)
+    for step in range(3):
+        x = jitorch.tensor(rng.standard_normal((5, 6)).astype(np.float32))
+        up = jitorch.tensor(rng.standard_normal((5, 6)).astype(np.float32))
+        outs, after = [], []
+        for net in (eager, compiled):
+            jitorch.manual_seed(20 + step)
+            outs.append(net(x))
+            after.append(jitorch.rand(3))  # the generator ends where eager leaves it
+        _close(outs[1], outs[0])
+        np.testing.assert_array_equal(_np(after[1]), _np(after[0]))
+        for m in (eager, model):
+            m.zero_grad()
+        for o in outs:
+            o.backward(up)
+        for pe, pc in zip(eager.parameters(), model.parameters()):
+            _close(pc.grad, pe.grad)
+    # PyTorch with the noise eager jitorch drew for the last seed.
+    jitorch.manual_seed(22)
+    noise, eps = jitorch.rand(5, 6), jitorch.randn(5, 4)
+    w1, b1, w2, b2 = (_torch(p).requires_grad_() for p in model.parameters())
+    h = torch.nn.functional.linear(_torch(x) + 0.01 * _torch(noise), w1, b1)
+    ot = torch.nn.functional.linear(h[:, :4] + _torch(eps) * (0.5 * h[:, 4:]).exp(), w2, b2)
+    ot.backward(_torch(up))
+    _close(outs[1], ot)
+    for pc, pt in zip(model.parameters(), (w1, b1, w2, b2)):
+        _close(pc.grad, pt.grad, rtol=1e-4)
+    entry = compiled._compiled_call.train_entries[0]
+    assert len(compiled._compiled_call.train_entries) == 1 and entry.break_reason is None and not entry.breaks
+    assert {"uniform_sample", "normal_sample"} <= set(_forward_ops(entry))
+    assert not any(n.target.__name__.endswith("_sample") for n in entry.plan.bwd.gm.graph.nodes
+                   if n.op == "call_function")  # the backward reads the saved draw
+    x = jitorch.ones(5, 6)
+    assert not np.array_equal(_np(compiled(x)), _np(compiled(x)))  # fresh numbers on every call
+
+
+def test_compiled_inference_draws_rand_each_call_and_fuses_the_arithmetic_around_it():
+    f = jitorch.compile(lambda x: (x + 0.5 * jitorch.randn(4, 3, dtype=jitorch.float64)).tanh())
+    x = jitorch.ones(4, 3, dtype=jitorch.float64)
+    jitorch.manual_seed(4)
+    got = f(x)
+    jitorch.manual_seed(4)
+    # The same draws (the fused tanh is within a few ulp of NumPy's).
+    _close(got, (x + 0.5 * jitorch.randn(4, 3, dtype=jitorch.float64)).tanh(), rtol=1e-13, atol=0)
+    assert got.dtype is jitorch.float64 and not np.array_equal(_np(f(x)), _np(f(x)))
+    report = jitorch.compiler.explain(f)(x)
+    assert report.graph_break_count == 0 and report.kernels == [["mul", "add", "tanh"]]
+
+
 def test_dropout_eval_is_identity_on_its_own_specialization():
     jitorch.manual_seed(1)
     model = MLP(0.5)

@@ -252,7 +252,8 @@ def test_double_backward_falls_back_to_eager():
 
 
 def test_random_and_inplace_forward_fall_back_to_eager():
-    noisy = jitorch.compile(lambda x: (x * jitorch.rand(3)).sum())
+    # (rand and randn are random rows and compile; randint has no row yet.)
+    noisy = jitorch.compile(lambda x: (x * jitorch.randint(0, 2, (3,))).sum())
     x = jitorch.ones(3, requires_grad=True)
     noisy(x).backward()
     assert "random" in noisy.train_entries[0].break_reason and x.grad is not None
@@ -364,3 +365,22 @@ def test_embedding_model_compiles_as_one_graph_and_checks_indices_in_the_graph()
     compiled(*batches[0]).backward()
     with pytest.raises(IndexError, match="out of bounds|out of range"):
         compiled(jitorch.tensor([[0, 9, 1, 2, 3], [0, 1, 2, 3, 4]]), jitorch.zeros(2, 5, dtype=jitorch.int64))
+
+
+def test_stacked_layer_norms_in_nn_transformer_train_like_eager_with_every_backward_decomposed():
+    # The decoder's layer norm reads the encoder's final norm: one decomposed backward feeds the next.
+    class Seq2Seq(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Transformer(8, 2, 1, 1, 16, dropout=0.0, batch_first=True)
+
+        def forward(self, src, tgt):
+            return (self.net(src, tgt) ** 2).mean()
+
+    rng = np.random.default_rng(11)
+    batches = [tuple(jitorch.tensor(rng.standard_normal((2, 5, 8)).astype(np.float32)) for _ in range(2))
+               for _ in range(3)]
+    entry = train_like_eager(Seq2Seq, batches)
+    assert entry.run is not None and entry.break_reason is None
+    rows = {n.target.op.name for n in entry.plan.bwd.gm.graph.nodes if hasattr(n.target, "op")}
+    assert "native_layer_norm_backward" not in rows

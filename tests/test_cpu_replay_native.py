@@ -215,6 +215,26 @@ def test_random_draws_stay_graph_safe_in_native_replay():
     assert_replay_follows_seed(g, out, 5)
 
 
+def test_dropout_masks_draw_before_one_native_call_and_equal_eager_masks():
+    # A random row reads no computed value, so it draws ahead of the native program instead of splitting it.
+    gen = np.random.default_rng(3)
+    x, _ = _pair(gen, 6, 8)
+    w, _ = _pair(gen, 8, 8)
+    g = CPUGraph()
+    with jitorch.no_grad(), graph(g):
+        out = jitorch.nn.functional.dropout((x @ w).relu(), 0.5) * 2 + jitorch.rand(6, 8)
+    report = g.native_report()
+    assert g.native and report["segments"] == 1 and report["draws"] == 2 and report["fallbacks"] == []
+    for seed in (1, 2):
+        jitorch.manual_seed(seed)
+        zero(out)
+        g.replay()
+        jitorch.manual_seed(seed)
+        with jitorch.no_grad():
+            expected = jitorch.nn.functional.dropout((x @ w).relu(), 0.5) * 2 + jitorch.rand(6, 8)
+        np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-6)
+
+
 def test_python_replay_switch(monkeypatch):
     from jitorch.cpu import graphs
     monkeypatch.setattr(graphs, "NATIVE", False)

@@ -245,9 +245,11 @@ def test_cpu_tensors_are_untouched_by_a_cuda_capture():
     assert values[:3] == (3.0, [1.0, 2.0], True) and "tensor" in values[3] and ended == [] and not guards.draws
 
 
+# With the default generator rand and randn are random rows whose device kernel draws through these same hooks; the
+# fake device's arrays are NumPy's, which that kernel draws on the host, so these name their generator.
 SAMPLERS = {
-    "rand": lambda: jitorch.rand(3, 4),
-    "randn": lambda: jitorch.randn(5, dtype=jitorch.float64),
+    "rand": lambda: jitorch.rand(3, 4, generator=jitorch.default_generator),
+    "randn": lambda: jitorch.randn(5, dtype=jitorch.float64, generator=jitorch.default_generator),
     "randint": lambda: jitorch.randint(0, 100, (6,)),
     "randperm": lambda: jitorch.randperm(7),
     "normal_": lambda: jitorch.empty(4).normal_(2.0, 0.5),

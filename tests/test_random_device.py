@@ -6,6 +6,8 @@ What is checked here: every sampler runs with only CuPy's API; what reaches a te
 (never re-made on the host), with no device-to-host copy; reproducibility under ``manual_seed``; the state round
 trip; distribution moments; device/generator mismatch errors and seeding of the per-device generators.
 """
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -16,6 +18,7 @@ from jitorch import _random
 from jitorch._random import Generator
 from jitorch._random_device import DeviceStream
 from jitorch._tensor import Tensor
+from jitorch.ops import random_ops
 
 SAMPLERS = {
     "rand": lambda g: jitorch.rand(3, 4, generator=g),
@@ -240,3 +243,21 @@ def test_cuda_moments_and_state_round_trip():
     h = jitorch.Generator(device="cuda").manual_seed(3)
     assert bool((jitorch.randn(5, device="cuda", generator=g) == jitorch.randn(5, device="cuda", generator=h)).all())
 
+
+
+@pytest.mark.parametrize("row, sampler", [(random_ops.UNIFORM_SAMPLE, jitorch.rand),
+                                          (random_ops.NORMAL_SAMPLE, jitorch.randn)])
+def test_random_rows_draw_device_samples_like_the_sampler(row, sampler, device_gen, made, monkeypatch):
+    # rand()/randn() with the default generator are these rows; on a device their kernel draws there, through the
+    # samplers' hooks (which CUDA graph capture replaces), the numbers the sampler itself draws.
+    class DeviceRef(DeviceArray):
+        device = types.SimpleNamespace(id=0)
+
+    monkeypatch.setattr(_random, "cuda_generator", lambda index=None: device_gen)
+    ref = np.zeros((), np.float32).view(DeviceRef)
+    device_gen.manual_seed(5)
+    made.clear()
+    out = row.kernel(fake_cupy(), ref, (3, 4))
+    assert DeviceArray in made and out.shape == (3, 4) and out.dtype == np.float32
+    device_gen.manual_seed(5)
+    np.testing.assert_array_equal(out, sampler(3, 4, generator=device_gen).numpy())

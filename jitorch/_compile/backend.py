@@ -13,7 +13,9 @@ CuPy on the current stream); the choice is made per call from the input arrays.
 from __future__ import annotations
 
 from .._tensor import Tensor
+from ..fx.make_fx import Primitive
 from ..fx.node import Node, map_aggregate
+from ..ops.random_ops import RANDOM_ROWS
 from . import lower_cuda, native_runner
 from .fusion import FusedGroup, partition
 from .lower import GroupKernel
@@ -22,12 +24,42 @@ from ..runtime.threads import get_num_threads
 __all__ = ["CompiledGraph", "write_back", "whole_call_runner"]
 
 
+def draws_first(graph):
+    """Move the random rows that read only inputs and constants (dropout's mask, ``rand``) ahead of all computation,
+    in their order: no other node consumes the generator, so the numbers stay eager's, and a draw no longer splits
+    the native program between the ops around it. Returns whether a node moved.
+
+    >>> import jitorch
+    >>> from jitorch.fx import make_fx
+    >>> gm = make_fx(lambda x: (x * 2) + jitorch.rand(3))(jitorch.ones(3))
+    >>> draws_first(gm.graph), [n.target.__name__ for n in gm.graph.nodes if n.op == "call_function"]
+    (True, ['uniform_sample', 'mul', 'add'])
+    """
+    nodes = list(graph.nodes)
+    first = next((n for n in nodes if n.op not in ("placeholder", "get_attr")), None)
+    moved = False
+    for node in nodes[nodes.index(first) if first is not None else len(nodes):]:
+        if node.op == "call_function" and isinstance(node.target, Primitive) and node.target.op in RANDOM_ROWS and \
+                all(a.op in ("placeholder", "get_attr") for a in node.all_input_nodes):
+            if node is first:  # already first: later draws go after it
+                first = node.next
+                continue
+            for a in node.all_input_nodes:  # a constant recorded next to its draw moves with it
+                if a.op == "get_attr":
+                    first.prepend(a)
+            first.prepend(node)
+            moved = True
+    return moved
+
+
 class CompiledGraph:
     """A plan over ``gm.graph``: a list of steps (a `GroupKernel` with its group, or one node run eagerly)."""
 
     def __init__(self, gm):
         self.gm = gm
         graph = gm.graph
+        if draws_first(graph):
+            gm.recompile()
         self.placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         self.constants = {n: _fetch(gm, n.target) for n in graph.nodes if n.op == "get_attr"}
         self.output = next(n for n in graph.nodes if n.op == "output")

@@ -130,7 +130,7 @@ def _inline(gm, node):
         sub = make_fx(call)(*[_example(node.args[i]) for i in positions])
     except _Keep:
         return False
-    graph, env, added = gm.graph, {}, []
+    graph, env, added, recorded = gm.graph, {}, [], {}
     placeholders = iter(node.args[i] for i in positions)
     with graph.inserting_before(node):
         for m in sub.graph.nodes:
@@ -144,10 +144,13 @@ def _inline(gm, node):
             elif m.op == "call_function":
                 env[m] = graph.node_copy(m, env.__getitem__)
                 added.append(env[m])
+                recorded[env[m]] = m.meta.get("val")
             else:
                 outs = [env[a] for a in m.args[0]] if isinstance(m.args[0], (tuple, list)) else [env[m.args[0]]]
     for new in added:
         new.meta = {k: v for k, v in node.meta.items() if k == "phase"}
+        if recorded.get(new) is not None:  # a later decomposition may read this node (stacked layer norms)
+            new.meta["val"] = recorded[new]
         if new.op == "call_function" and isinstance(new.target, Primitive) and new.target.op is NLL_CHECK_TARGETS:
             # Host checks run first: placed later they would split the native program in two.
             inp = new.args[0]

@@ -34,6 +34,7 @@ from ..cpu._recorder import Record
 from ..cpu._steps import plan_operands
 from ..fx.make_fx import Primitive
 from ..fx.node import Node
+from ..ops.random_ops import RANDOM_ROWS
 from .lower import IR_DTYPES
 
 __all__ = ["NotLowerable", "lower_group", "lower_row", "to_calls", "plan_arena"]
@@ -170,6 +171,8 @@ def lower_row(plan, node, t):
     if not isinstance(target, Primitive) or target.inplace:
         raise NotLowerable("not an op-table row")
     op, name = target.op, target.op.name
+    if op in RANDOM_ROWS:
+        raise NotLowerable("a random draw: it runs in Python, ahead of the program")
     if any(isinstance(v, Node) for v in node.kwargs.values()) or \
             not all(isinstance(a, (Node, int, float, type(None))) for a in node.args):
         raise NotLowerable("operands in keywords or containers")

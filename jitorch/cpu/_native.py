@@ -30,6 +30,7 @@ from .._compile.lower import IR_DTYPES
 from ..codegen.ir import Buffer, Kernel, Store, load
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_program import Copy, KernelCall, Ref, compile_program
+from ..ops.random_ops import RANDOM_ROWS
 from ._lower import NotLowerable, batched_matmul, blas_address, column_sum, copy_kernel, copy_slices, \
     element_strides, elementwise, linear, linear_backward, matmul, product_call, reduction, view_of
 from ._lower_nll import nll_loss, nll_loss_backward
@@ -74,7 +75,8 @@ def _kernel_item(rec, kernel, arrays, writes, check=None):
 
 def _classify(rec):
     """The `_Item` s of one record (a ``linear`` is a product and a fusible bias add); refusals are Python items."""
-    if rec.kind == "draw":
+    if rec.kind == "draw" or (rec.kind == "kernel" and rec.op in RANDOM_ROWS):
+        # A random row reads no computed value (its operand only carries a dtype): it draws before the native call.
         return [_Item("draw", rec)]
     if rec.kind == "restore":
         return [_Item("copy", rec, None, [rec.datas[0]], [rec.outs[0]])]

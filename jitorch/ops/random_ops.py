@@ -1,11 +1,13 @@
 """Random rows: ops whose kernel draws from jitorch's generators each time it runs.
 
 ``bernoulli_mask(ref, p=, shape=)`` is a fresh ``shape`` tensor of ``ref``'s dtype and device whose elements are 1
-with probability ``p`` (dropout's mask). ``ref`` is only where the dtype and device come from; callers pass a 0-d
-tensor made for the purpose, so in a graph the draw depends on no computed value and every scheduler keeps it at
-its place in program order: draws happen in eager's order, from the same generator, so compiled code with the same
-seed gets eager's masks. Being a row (not a creation function) makes it a node of compiled graphs that draws
-fresh numbers on every run; its fusion rule is opaque, so no pass fuses, recomputes or folds it.
+with probability ``p`` (dropout's mask); ``uniform_sample(ref, shape=)`` and ``normal_sample(ref, shape=)`` are
+``rand`` and ``randn`` from the device's default generator. ``ref`` is only where the dtype and device come from;
+callers pass a 0-d tensor made for the purpose, so in a graph the draw depends on no computed value. Draws keep
+their order among themselves (compiled graphs move them ahead of all computation, which consumes no random numbers),
+so compiled code with the same seed gets eager's numbers. Being a row (not a creation function) makes it a node of
+compiled graphs that draws fresh numbers on every run; its fusion rule is opaque, so no pass fuses, recomputes or
+folds it.
 
 The CPU draw reads the default generator's stream at each call, as ``Tensor.bernoulli_`` draws it (CPU graph
 capture records the row as a step that reruns the kernel, drawing again per replay). A device draw goes through
@@ -27,7 +29,7 @@ import numpy as np
 
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
-__all__ = ["BERNOULLI_MASK", "RANDOM_ROWS"]
+__all__ = ["BERNOULLI_MASK", "UNIFORM_SAMPLE", "NORMAL_SAMPLE", "RANDOM_ROWS"]
 
 
 def _bernoulli_mask_kernel(xp, ref, p, shape):
@@ -45,6 +47,32 @@ def _bernoulli_mask_kernel(xp, ref, p, shape):
 BERNOULLI_MASK = defop("bernoulli_mask", _bernoulli_mask_kernel, NOT_DIFFERENTIABLE,
                        Opaque("random draw: fresh numbers on every run"))
 
+def _default_draw(method):
+    """A kernel drawing ``method`` ("random", "standard_normal") from the default generator of ``ref``'s device,
+    as ``jitorch.rand``/``randn`` draw it: float64 for float64, float32 otherwise, then cast to ``ref``'s dtype."""
+    def kernel(xp, ref, shape):
+        from .. import _random
+        from .._dtype import to_dtype
+
+        draw_dtype = np.float64 if np.dtype(ref.dtype) == np.float64 else np.float32
+        if type(ref) is np.ndarray:
+            # ``_rng`` looked up now (``manual_seed`` replaces the stream); CPU graph capture reruns this kernel.
+            return getattr(_random.default_generator._rng, method)(shape, dtype=draw_dtype).astype(ref.dtype,
+                                                                                                 copy=False)
+        # On a device the draw goes through the samplers' hooks, which CUDA graph capture turns into a static
+        # buffer refilled before each replay.
+        gen = _random.cuda_generator(ref.device.id)
+        values = getattr(_random._rng(gen), method)(shape, dtype=draw_dtype)
+        return _random._sample(values, to_dtype(np.dtype(ref.dtype)), gen.device, False)._data
+    kernel.__name__ = f"_{method}_kernel"
+    return kernel
+
+
+UNIFORM_SAMPLE = defop("uniform_sample", _default_draw("random"), NOT_DIFFERENTIABLE,
+                       Opaque("random draw: fresh numbers on every run"))
+NORMAL_SAMPLE = defop("normal_sample", _default_draw("standard_normal"), NOT_DIFFERENTIABLE,
+                      Opaque("random draw: fresh numbers on every run"))
+
 # Rows whose every run draws: never folded, recomputed, deduplicated or skipped (compiled code runs each once, in
 # program order, as eager does).
-RANDOM_ROWS = frozenset({BERNOULLI_MASK})
+RANDOM_ROWS = frozenset({BERNOULLI_MASK, UNIFORM_SAMPLE, NORMAL_SAMPLE})
