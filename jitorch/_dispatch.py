@@ -39,6 +39,16 @@ TORCH_TYPE_NAMES = {
 }
 
 
+def is_compiling():
+    """Whether ``jitorch.compile`` is tracing, recording or replaying the code running now (``torch.compiler.
+    is_compiling``): code may choose a form the compiler handles, as a checkpointed block does.
+
+    >>> is_compiling()
+    False
+    """
+    return any(getattr(m, "compiling", False) for m in MODES)
+
+
 def push_mode(mode):
     MODES.append(mode)
 

@@ -1,4 +1,4 @@
-"""``jitorch.compiler``: ``reset()``, ``explain(fn)(*args)`` and ``config`` (``recompile_limit``).
+"""``jitorch.compiler``: ``reset()``, ``explain(fn)(*args)``, ``is_compiling()`` and ``config`` (``recompile_limit``).
 
 >>> import jitorch
 >>> jitorch.compiler.config.recompile_limit
@@ -6,5 +6,6 @@
 """
 from ._compile.api import config, reset  # noqa: F401
 from ._compile.explain import ExplainOutput, explain  # noqa: F401
+from ._dispatch import is_compiling  # noqa: F401
 
-__all__ = ["config", "explain", "reset", "ExplainOutput"]
+__all__ = ["config", "explain", "reset", "is_compiling", "ExplainOutput"]

@@ -149,3 +149,21 @@ def test_random_sampling_inside_a_compiled_function_is_not_frozen():
     x = jitorch.zeros(4)
     first, second = noisy(x), noisy(x)
     assert not bool((first == second).all())
+
+
+def test_is_compiling_is_true_only_while_jitorch_compile_traces():
+    seen = []
+
+    def f(x):
+        seen.append(jitorch.compiler.is_compiling())
+        return x * 2
+
+    compiled = jitorch.compile(f)
+    x = jitorch.ones(3)
+    for _ in range(3):
+        compiled(x)
+    f(x)
+    g = jitorch.cpu.CPUGraph()
+    with jitorch.cpu.graph(g):  # capture is not compilation (as CUDA graph capture in PyTorch)
+        f(x)
+    assert seen[0] is True and seen[-2:] == [False, False] and not jitorch.compiler.is_compiling()

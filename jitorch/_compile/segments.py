@@ -183,6 +183,7 @@ class _ModeBase:
     """What the recorder and the replay share: running an op with the mode off, and swapping modes mid-call."""
 
     busy = False
+    compiling = True  # ``jitorch.compiler.is_compiling()`` while a call is recorded or replayed
 
     def _run(self, fn, *args, **kwargs):
         active = bool(MODES) and MODES[-1] is self  # a flush after the call has no mode to lift

@@ -19,7 +19,7 @@ import weakref
 from .._tensor import Tensor
 from .grad_mode import GradState
 
-__all__ = ["Node", "AccumulateGrad", "node_class_for"]
+__all__ = ["Node", "AccumulateGrad", "node_class_for", "Deferred", "recording_nodes"]
 
 _FREED_MSG = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have already "
@@ -39,6 +39,32 @@ def _version_error(t, saved_version, node_name, current=None):
     )
 
 
+class Deferred:
+    """Saved values dropped after the forward (activation checkpointing): the first node of the region that needs
+    them calls ``fill()``, which recomputes the region and stores the values into every node of it."""
+
+    __slots__ = ("fill",)
+
+    def __init__(self, fill):
+        self.fill = fill
+
+
+# Lists collecting the nodes recorded while a checkpointed region runs (the innermost region last).
+_recording: list = []
+
+
+class recording_nodes:  # noqa: N801 - a context manager, named for what it does
+    """Collect the nodes recorded inside the ``with`` block, in order, into ``self.nodes``."""
+
+    def __enter__(self):
+        self.nodes = []
+        _recording.append(self.nodes)
+        return self
+
+    def __exit__(self, *exc):
+        _recording.remove(self.nodes)
+
+
 class Node:
     """A backward function. ``next`` holds, per input, ``(node_or_leaf_tensor, output_nr)`` or ``None``."""
 
@@ -56,6 +82,8 @@ class Node:
     def __init__(self, next_edges, attrs):
         self.next = next_edges
         self.attrs = attrs
+        if _recording:
+            _recording[-1].append(self)
 
     # -- saved values -------------------------------------------------------------------------------------------
     def save_inputs(self, args):
@@ -78,6 +106,9 @@ class Node:
     @property
     def inputs(self):
         saved = self._saved_in
+        if type(saved) is Deferred:
+            saved.fill()
+            saved = self._saved_in
         if saved is None:
             if self._freed:
                 raise RuntimeError(_FREED_MSG)
@@ -90,6 +121,9 @@ class Node:
     @property
     def outputs(self):
         saved = self._saved_out
+        if type(saved) is Deferred:
+            saved.fill()
+            saved = self._saved_out
         if saved is None:
             raise RuntimeError(_FREED_MSG if self._freed else f"{self.name()}: outputs were not saved for backward")
         outs = []
@@ -110,6 +144,9 @@ class Node:
         """Saved output ``nr`` alone, version-checked alone: a backward that reads only side outputs (batch norm's
         statistics) must not fail because its main output was later changed in place (``ReLU(inplace=True)``)."""
         saved = self._saved_out
+        if type(saved) is Deferred:
+            saved.fill()
+            saved = self._saved_out
         if saved is None:
             raise RuntimeError(_FREED_MSG if self._freed else f"{self.name()}: outputs were not saved for backward")
         data, counter, version = saved[nr]

@@ -80,6 +80,8 @@ def view_nodes(graph, node, chain):
 class _RecordingMode:
     """The dispatcher mode: run each op eagerly (with the mode popped) and append a node for it."""
 
+    compiling = True  # ``jitorch.compiler.is_compiling()`` while a graph is traced
+
     def __init__(self, graph, root):
         self.graph, self.root = graph, root
         self.nodes: dict[int, object] = {}  # id(tensor) -> the node that produced its current value

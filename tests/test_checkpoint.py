@@ -1,0 +1,166 @@
+"""jitorch.utils.checkpoint against torch.utils.checkpoint and against the same code without checkpointing."""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch
+from jitorch.autograd.graph import Deferred
+from jitorch.utils.checkpoint import checkpoint, checkpoint_sequential
+from training_helpers import train_like_eager
+
+MODES = [pytest.param(False, id="non-reentrant"), pytest.param(True, id="reentrant")]
+
+
+def _weights(seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(np.float32) * 0.5 for s in ((6, 5), (6,), (3, 6), (3,))]
+
+
+def _block(lib, w1, b1, w2, b2):
+    F = lib.nn.functional
+    return lambda x: F.linear(lib.tanh(F.linear(x, w1, b1)), w2, b2).sigmoid()
+
+
+@pytest.mark.parametrize("reentrant", MODES)
+def test_gradients_equal_torch_checkpoint_with_a_random_upstream_gradient(reentrant):
+    rng = np.random.default_rng(1)
+    xd, gd = rng.standard_normal((4, 5)).astype(np.float32), rng.standard_normal((4, 3)).astype(np.float32)
+    results = []
+    for lib, ckpt in ((jitorch, checkpoint), (torch, torch.utils.checkpoint.checkpoint)):
+        params = [lib.tensor(w, requires_grad=True) for w in _weights()]
+        x = lib.tensor(xd, requires_grad=True)
+        out = ckpt(_block(lib, *params), x * 2, use_reentrant=reentrant)
+        out.backward(lib.tensor(gd))
+        results.append([out.detach().numpy(), x.grad.numpy()] + [p.grad.numpy() for p in params])
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_non_reentrant_drops_saved_values_and_recomputes_once_in_the_backward():
+    calls = []
+    params = [jitorch.tensor(w, requires_grad=True) for w in _weights()]
+    block = _block(jitorch, *params)
+
+    def fn(x):
+        calls.append(1)
+        return block(x)
+
+    x = jitorch.randn(4, 5, requires_grad=True)
+    out = checkpoint(fn, x, use_reentrant=False)
+    node = out.grad_fn
+    # Every node of the region keeps a recompute marker instead of its saved values.
+    assert type(node._saved_out) is Deferred or type(node._saved_in) is Deferred
+    assert len(calls) == 1
+    (gx,) = jitorch.autograd.grad(out.sum(), x)  # autograd.grad works through the non-reentrant form
+    assert len(calls) == 2
+    expected = jitorch.autograd.grad(block(x).sum(), x)[0]
+    np.testing.assert_allclose(gx.numpy(), expected.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("reentrant", MODES)
+def test_dropout_recomputes_the_forward_masks_and_leaves_the_generator_alone(reentrant):
+    net = jitorch.nn.Sequential(jitorch.nn.Linear(5, 8), jitorch.nn.Dropout(0.5), jitorch.nn.Linear(8, 2))
+    x = jitorch.randn(6, 5, requires_grad=True)
+    grads, after = [], []
+    for use in (False, True):
+        net.zero_grad()
+        x.grad = None
+        jitorch.manual_seed(3)
+        out = checkpoint(net, x, use_reentrant=reentrant) if use else net(x)
+        out.backward(jitorch.ones(6, 2))
+        after.append(jitorch.rand(2).tolist())
+        grads.append([x.grad.numpy().copy()] + [p.grad.numpy().copy() for p in net.parameters()])
+    for got, want in zip(*grads):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert after[0] == after[1]
+
+
+def test_in_place_change_of_an_input_after_the_forward_raises():
+    x = jitorch.randn(3, requires_grad=True)
+    h = x * 1
+    out = checkpoint(lambda t: t.exp(), h, use_reentrant=False)
+    with jitorch.no_grad():
+        h.add_(1)
+    with pytest.raises(RuntimeError, match="modified in place after the forward"):
+        out.sum().backward()
+
+
+def test_a_recomputation_that_runs_other_ops_raises():
+    runs = []
+
+    def fn(t):
+        runs.append(1)
+        return t.exp() if len(runs) == 1 else t.exp().sin()
+
+    x = jitorch.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="recorded 2 ops where its forward recorded 1"):
+        checkpoint(fn, x, use_reentrant=False).sum().backward()
+
+
+def test_missing_use_reentrant_warns_and_reentrant_refuses_keywords():
+    x = jitorch.ones(2, requires_grad=True)
+    with pytest.warns(UserWarning, match="use_reentrant parameter should be passed explicitly"):
+        checkpoint(lambda t: t * 2, x)
+    with pytest.raises(ValueError, match="Unexpected keyword arguments: scale"):
+        checkpoint(lambda t, scale: t * scale, x, use_reentrant=True, scale=2)
+    out = checkpoint(lambda t, scale: t * scale, x, use_reentrant=False, scale=3.0)
+    out.sum().backward()
+    assert x.grad.tolist() == [3.0, 3.0]
+    with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True"):
+        assert not checkpoint(lambda t: t * 2, jitorch.ones(2), use_reentrant=True).requires_grad
+
+
+@pytest.mark.parametrize("reentrant", MODES)
+def test_checkpoint_sequential_equals_torch(reentrant):
+    weights = _weights(4)
+    rng = np.random.default_rng(2)
+    xd, gd = rng.standard_normal((4, 5)).astype(np.float32), rng.standard_normal((4, 3)).astype(np.float32)
+    results = []
+    for lib, seq in ((jitorch, checkpoint_sequential), (torch, torch.utils.checkpoint.checkpoint_sequential)):
+        net = lib.nn.Sequential(lib.nn.Linear(5, 6), lib.nn.Tanh(), lib.nn.Linear(6, 3), lib.nn.Sigmoid())
+        with lib.no_grad():
+            for p, w in zip(net.parameters(), weights):
+                p.copy_(lib.tensor(w))
+        x = lib.tensor(xd, requires_grad=True)
+        out = seq(net, 2, x, use_reentrant=reentrant)
+        out.backward(lib.tensor(gd))
+        results.append([out.detach().numpy(), x.grad.numpy()] + [p.grad.numpy() for p in net.parameters()])
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_nested_checkpoints_and_double_backward():
+    x = jitorch.randn(4, dtype=jitorch.float64, requires_grad=True)
+
+    def inner(t):
+        return t.sin() * t
+
+    def outer(t):
+        return checkpoint(inner, t.exp(), use_reentrant=False).tanh()
+
+    assert jitorch.autograd.gradcheck(lambda t: checkpoint(outer, t, use_reentrant=False), (x,))
+    assert jitorch.autograd.gradgradcheck(lambda t: checkpoint(outer, t, use_reentrant=False), (x,))
+
+
+@pytest.mark.parametrize("reentrant", MODES)
+def test_compiled_model_with_a_checkpointed_block_trains_like_eager(reentrant):
+    class Net(jitorch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pre, self.a, self.b = jitorch.nn.Linear(5, 5), jitorch.nn.Linear(5, 8), jitorch.nn.Linear(8, 3)
+
+        def forward(self, x, y):
+            # (The checkpointed input requires grad: a reentrant checkpoint gives the parameters inside no gradient
+            # otherwise, in PyTorch too.)
+            h = checkpoint(lambda t: jitorch.nn.functional.gelu(self.a(t)), self.pre(x), use_reentrant=reentrant)
+            return jitorch.nn.functional.mse_loss(self.b(h), y)
+
+    rng = np.random.default_rng(6)
+    batches = [(jitorch.tensor(rng.standard_normal((4, 5)).astype(np.float32)),
+                jitorch.tensor(rng.standard_normal((4, 3)).astype(np.float32))) for _ in range(3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning
+        entry = train_like_eager(Net, batches)
+    assert entry.plan is not None and entry.break_reason is None
