@@ -293,6 +293,13 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, out=None, dtype=None
 
 def bernoulli(input, p=None, *, generator=None, out=None):
     """0/1 samples with probabilities ``input`` (or the scalar ``p``)."""
+    if generator is None:  # random rows (``ops/random_ops.py``): compiled graphs draw them afresh on every run
+        from ._dispatch import apply
+        from .ops import random_ops
+
+        if p is None:
+            return apply(random_ops.BERNOULLI_SAMPLE, input.detach())
+        return apply(random_ops.BERNOULLI_MASK, input.new_empty(()), p=p, shape=tuple(input.shape))
     gen = _generator_for(generator, input.device)
     if gen._on_device:  # no range check: it would read the probabilities on the host (see _random_device)
         probs = input._data if p is None else p

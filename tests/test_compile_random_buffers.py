@@ -543,3 +543,20 @@ def test_inference_graph_functionalizes_inplace_relu_and_residual_add():
     entry = compiled._compiled_call.entries[0]
     # ``out += identity`` and both ReLU(inplace=True) fused into the batch-norm epilogues: no in-place row is left.
     assert ["sub", "mul", "mul", "add", "add", "copy", "relu", "copy"] in entry.kernel_ops
+
+
+def test_bernoulli_of_computed_probabilities_compiles_and_keeps_later_draws_after_it():
+    # The rand after bernoulli(probs) reads only a constant, but moving it ahead would change its numbers.
+    def f(x):
+        return jitorch.bernoulli(x.sigmoid()) * 2 + jitorch.rand(4, 5) + x
+
+    compiled = jitorch.compile(f)
+    x = jitorch.randn(4, 5)
+    for seed in range(4):
+        jitorch.manual_seed(seed)
+        got = compiled(x)
+        jitorch.manual_seed(seed)
+        _close(got, f(x))
+    report = jitorch.compiler.explain(f)(x)
+    assert report.graph_break_count == 0
+    assert compiled.entries[0].break_reason is None

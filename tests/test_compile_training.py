@@ -367,6 +367,35 @@ def test_embedding_model_compiles_as_one_graph_and_checks_indices_in_the_graph()
         compiled(jitorch.tensor([[0, 9, 1, 2, 3], [0, 1, 2, 3, 4]]), jitorch.zeros(2, 5, dtype=jitorch.int64))
 
 
+@pytest.mark.parametrize("bad, error", [(-1, "Class values must be non-negative"),
+                                        (7, "Class values must be smaller than num_classes"),
+                                        (9, "embedding_bag: index 1 of input takes value 9")])
+def test_one_hot_and_embedding_bag_check_values_in_the_graph_without_a_break(bad, error):
+    # Their range checks are a row (check_range), not a Python ``if`` on a value read.
+    class Bags(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bag, self.head = nn.EmbeddingBag(7, 4, mode="mean"), nn.Linear(4, 7)
+
+        def forward(self, idx, y):
+            target = F.one_hot(y, 7).float()
+            return F.binary_cross_entropy_with_logits(self.head(self.bag(idx)), target)
+
+    rng = np.random.default_rng(9)
+    batches = [(jitorch.tensor(rng.integers(0, 7, (3, 4))), jitorch.tensor(rng.integers(0, 7, 3))) for _ in range(3)]
+    entry = train_like_eager(Bags, batches)
+    assert entry.plan is not None and entry.break_reason is None
+    compiled = jitorch.compile(Bags())
+    compiled(*batches[0]).backward()
+    idx, y = batches[0][0].clone(), batches[0][1].clone()
+    if "embedding_bag" in error:
+        idx[0, 1] = bad
+    else:
+        y[0] = bad
+    with pytest.raises(RuntimeError, match=error):
+        compiled(idx, y)
+
+
 def test_stacked_layer_norms_in_nn_transformer_train_like_eager_with_every_backward_decomposed():
     # The decoder's layer norm reads the encoder's final norm: one decomposed backward feeds the next.
     class Seq2Seq(nn.Module):

@@ -168,8 +168,28 @@ def test_unsupported_sampler_raises_and_ends_the_capture():
     p = jitorch.full((3,), 0.5)
     with pytest.raises(RuntimeError, match="not supported yet"):
         with graph(CPUGraph()):
-            jitorch.bernoulli(p)
+            jitorch.poisson(p)
     assert not _dispatch.MODES
+
+
+def test_bernoulli_of_computed_probabilities_replays_in_order_with_later_draws():
+    # bernoulli(probs) reruns in its place; the rand after it must not draw ahead of it.
+    x = jitorch.zeros(6)
+    g = CPUGraph()
+    with graph(g):
+        sample = jitorch.bernoulli((x + 0.5).clamp(0, 1)) + jitorch.rand(6)
+    report = g.native_report()
+    assert [reason for _, reason in report["fallbacks"]] == [
+        "a random draw from computed values (it reruns in its place)",
+        "a random draw after one that reruns in its place"]
+    for seed in (3, 4):
+        x.copy_(jitorch.linspace(-0.5, 0.5, 6))
+        jitorch.manual_seed(seed)
+        zero(sample)
+        g.replay()
+        jitorch.manual_seed(seed)
+        expected = jitorch.bernoulli((x + 0.5).clamp(0, 1)) + jitorch.rand(6)
+        assert sample.tolist() == expected.tolist()
 
 
 def _train_step(lib, net, opt, x, y, accumulate=False):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from .._tensor import Tensor
 from ..fx.make_fx import Primitive
 from ..fx.node import Node, map_aggregate
-from ..ops.random_ops import RANDOM_ROWS
+from ..ops.random_ops import CONSTANT_DRAWS, RANDOM_ROWS
 from . import lower_cuda, native_runner
 from .fusion import FusedGroup, partition
 from .lower import GroupKernel
@@ -27,7 +27,8 @@ __all__ = ["CompiledGraph", "write_back", "whole_call_runner"]
 def draws_first(graph):
     """Move the random rows that read only inputs and constants (dropout's mask, ``rand``) ahead of all computation,
     in their order: no other node consumes the generator, so the numbers stay eager's, and a draw no longer splits
-    the native program between the ops around it. Returns whether a node moved.
+    the native program between the ops around it. A draw that reads a computed value (``bernoulli(probs)``) stays,
+    and so do the draws after it. Returns whether a node moved.
 
     >>> import jitorch
     >>> from jitorch.fx import make_fx
@@ -39,16 +40,19 @@ def draws_first(graph):
     first = next((n for n in nodes if n.op not in ("placeholder", "get_attr")), None)
     moved = False
     for node in nodes[nodes.index(first) if first is not None else len(nodes):]:
-        if node.op == "call_function" and isinstance(node.target, Primitive) and node.target.op in RANDOM_ROWS and \
-                all(a.op in ("placeholder", "get_attr") for a in node.all_input_nodes):
-            if node is first:  # already first: later draws go after it
-                first = node.next
-                continue
-            for a in node.all_input_nodes:  # a constant recorded next to its draw moves with it
-                if a.op == "get_attr":
-                    first.prepend(a)
-            first.prepend(node)
-            moved = True
+        if node.op != "call_function" or not isinstance(node.target, Primitive) or node.target.op not in RANDOM_ROWS:
+            continue
+        if node.target.op not in CONSTANT_DRAWS or \
+                not all(a.op in ("placeholder", "get_attr") for a in node.all_input_nodes):
+            break  # a draw that must wait for its operands: later draws stay after it
+        if node is first:  # already first: later draws go after it
+            first = node.next
+            continue
+        for a in node.all_input_nodes:  # a constant recorded next to its draw moves with it
+            if a.op == "get_attr":
+                first.prepend(a)
+        first.prepend(node)
+        moved = True
     return moved
 
 

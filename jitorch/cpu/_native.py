@@ -30,7 +30,7 @@ from .._compile.lower import IR_DTYPES
 from ..codegen.ir import Buffer, Kernel, Store, load
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_program import Copy, KernelCall, Ref, compile_program
-from ..ops.random_ops import RANDOM_ROWS
+from ..ops.random_ops import CONSTANT_DRAWS, RANDOM_ROWS
 from ._lower import NotLowerable, batched_matmul, blas_address, column_sum, copy_kernel, copy_slices, \
     element_strides, elementwise, linear, linear_backward, matmul, product_call, reduction, view_of
 from ._lower_nll import nll_loss, nll_loss_backward
@@ -75,9 +75,11 @@ def _kernel_item(rec, kernel, arrays, writes, check=None):
 
 def _classify(rec):
     """The `_Item` s of one record (a ``linear`` is a product and a fusible bias add); refusals are Python items."""
-    if rec.kind == "draw" or (rec.kind == "kernel" and rec.op in RANDOM_ROWS):
-        # A random row reads no computed value (its operand only carries a dtype): it draws before the native call.
+    if rec.kind == "draw" or (rec.kind == "kernel" and rec.op in CONSTANT_DRAWS):
+        # Its operand only carries a dtype: it draws before the native call (`_draws_in_order` keeps the order).
         return [_Item("draw", rec)]
+    if rec.kind == "kernel" and rec.op in RANDOM_ROWS:
+        return [_Item("py", rec, reason="a random draw from computed values (it reruns in its place)")]
     if rec.kind == "restore":
         return [_Item("copy", rec, None, [rec.datas[0]], [rec.outs[0]])]
     name = getattr(rec.op, "name", None)
@@ -134,6 +136,19 @@ def _classify_one(rec):
         return _Item("py", rec, reason=str(e))
 
 
+def _draws_in_order(items):
+    """Draws run before the native call; one recorded after a draw that must stay in place (a Python step) would
+    then consume the generator first, so those rerun in their place too."""
+    out, waiting = [], False
+    for it in items:
+        if it.kind == "py" and it.rec.kind == "kernel" and it.rec.op in RANDOM_ROWS:
+            waiting = True
+        elif it.kind == "draw" and waiting:
+            it = _Item("py", it.rec, reason="a random draw after one that reruns in its place")
+        out.append(it)
+    return out
+
+
 def _checked(items):
     """Items whose check reads an array some step writes (so it cannot run first) replay their record instead."""
     # Every array a record writes, Python steps and draws included (their items list no writes).
@@ -160,7 +175,7 @@ class NativeReplay:
     def __init__(self, records, visible):
         self.records = list(records)
         self.roots: dict[int, np.ndarray] = {}
-        items = _checked([it for r in self.records for it in _classify(r)])
+        items = _draws_in_order(_checked([it for r in self.records for it in _classify(r)]))
         self.draws = [it.rec.fn for it in items if it.kind == "draw"]
         # Checks a step made eagerly (nll_loss's target range) run before the replay: nothing has changed yet.
         self.checks = [it.check[0] for it in items if it.check is not None]

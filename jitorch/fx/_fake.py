@@ -65,7 +65,6 @@ HOST_READS = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__
 # goes on as torch's fake kernels do (they skip such checks).
 VALIDATION_READS = frozenset({
     ("_functional_loss.py", "_class_targets"), ("_functional_sparse.py", "_check_range"),
-    ("_functional_sparse.py", "one_hot", "__bool__"),  # not one_hot's int(max) + 1 when num_classes=-1
     ("_functional_loss_extra.py", "gaussian_nll_loss"), ("_functional_loss_extra.py", "multi_margin_loss"),
     ("_functional_loss_extra.py", "multilabel_margin_loss"), ("_math_extra.py", "_quantile"),
     ("_sorting.py", "histc"),

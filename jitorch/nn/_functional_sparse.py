@@ -16,9 +16,11 @@ tensor([[1, 0, 0],
 from __future__ import annotations
 
 from .. import _creation, _dtype
+from .._dispatch import apply
 from .._pointwise import where
 from .._tensor import Tensor
 from ..autograd.grad_mode import no_grad
+from ..ops.nn_ops import CHECK_RANGE
 
 __all__ = ["embedding", "embedding_bag", "one_hot"]
 
@@ -32,6 +34,12 @@ def _check_indices(indices, op):
 def _check_range(indices, num, op):
     if indices.numel() and (bool((indices < 0).any()) or bool((indices >= num).any())):
         raise IndexError(f"{op}: index out of range in self (indices must be in [0, {num}))")
+
+
+def _checked_range(indices, num, op):
+    """``indices``, checked in ``[0, num)`` by a row (so compiled graphs keep the check without a graph break)."""
+    message = f"{op}: index {{index}} of input takes value {{value}} which is not in the valid range [0, {num})"
+    return apply(CHECK_RANGE, indices, low=0, high=num, below=message, above=message)
 
 
 def _padding_index(padding_idx, num):
@@ -137,7 +145,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     flat, ids, bags = _bag_ids(input, offsets, include_last_offset)
     num, dim = weight.shape
     padding_idx = _padding_index(padding_idx, num)
-    _check_range(flat, num, "embedding_bag")
+    flat = _checked_range(flat, num, "embedding_bag")
     if max_norm is not None:
         _renorm_rows(weight, flat, max_norm, norm_type)
     rows = weight.index_select(0, flat)
@@ -170,11 +178,8 @@ def one_hot(tensor, num_classes=-1):
         if tensor.numel() == 0:
             raise RuntimeError("Can not infer total number of classes from empty tensor.")
         num_classes = int(tensor.max()) + 1
-    if tensor.numel():
-        if bool((tensor < 0).any()):
-            raise RuntimeError("Class values must be non-negative.")
-        if bool((tensor >= num_classes).any()):
-            raise RuntimeError("Class values must be smaller than num_classes.")
+    tensor = apply(CHECK_RANGE, tensor, low=0, high=num_classes, below="Class values must be non-negative.",
+                   above="Class values must be smaller than num_classes.")
     classes = _creation.arange(num_classes, device=tensor.device)
     return (tensor.unsqueeze(-1) == classes).long()
 

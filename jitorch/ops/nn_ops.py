@@ -18,9 +18,9 @@ tensor([-2.0000e+00,  1.0000e+12])
 """
 from __future__ import annotations
 
-from .table import Pointwise, defop
+from .table import NOT_DIFFERENTIABLE, Opaque, Pointwise, defop
 
-__all__ = ["BINARY_CROSS_ENTROPY"]
+__all__ = ["BINARY_CROSS_ENTROPY", "CHECK_RANGE"]
 
 _EPSILON = 1e-12  # PyTorch's floor of x * (1 - x) in the gradient
 
@@ -49,3 +49,20 @@ BINARY_CROSS_ENTROPY = defop(
     promotion="float", saves="inputs", meta=True)
 
 from . import nn_fused  # noqa: F401,E402 - registers the fused softmax, layer_norm and nll_loss rows
+
+
+def _check_range_kernel(xp, t, low, high, below, above):
+    """A copy of the integer tensor ``t`` when every value is in ``[low, high)``; else eager's ``RuntimeError``: the
+    ``below`` or ``above`` message, formatted with the first offending flat ``index`` and ``value``."""
+    if t.size:
+        flat = t.reshape(-1)
+        for bad, message in ((flat < low, below), (flat >= high, above)):
+            if bool(bad.any()):
+                i = int(bad.argmax())
+                raise RuntimeError(message.format(index=i, value=int(flat[i]), low=low, high=high))
+    return t.copy()
+
+
+# An index check as a row rather than a Python ``if``: a compiled graph keeps it (run on the host where it stands)
+# instead of breaking at the value read, and the op reading the checked copy cannot run before it.
+CHECK_RANGE = defop("check_range", _check_range_kernel, NOT_DIFFERENTIABLE, Opaque("a range check read on the host"))
