@@ -110,8 +110,10 @@ def reduction(rec):
     """``(kernel, input_array, output_array)``: a sum/prod/amax/amin record as an IR reduction kernel."""
     op = rec.op
     kind = _REDUCTIONS.get(getattr(op, "name", None))
-    if kind is None or rec.kind != "kernel" or set(rec.attrs) - {"dims", "keepdim", "dtype"}:
-        raise NotLowerable(f"{getattr(op, 'name', rec.kind)} is not a sum/prod/amax/amin reduction")
+    if kind is None:
+        raise NotLowerable(f"{getattr(op, 'name', rec.kind)} has no native form (its NumPy row replays)")
+    if rec.kind != "kernel" or set(rec.attrs) - {"dims", "keepdim", "dtype"}:
+        raise NotLowerable(f"{op.name} with {rec.kind} operands or attributes {sorted(rec.attrs)}")
     (a,), out = rec.datas, rec.outs[0]
     if not isinstance(a, np.ndarray) or out is None:
         raise NotLowerable(f"{op.name}: unexpected operands")
