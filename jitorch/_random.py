@@ -265,6 +265,14 @@ def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     dt = _dtype.int64 if dtype is None else _dtype.to_dtype(dtype)
     shape = normalize_shape((size,) if isinstance(size, int) else tuple(size), "randint")
+    if generator is None:  # a random row, as rand's (see _default_draw)
+        from ._creation import empty
+        from ._dispatch import apply
+        from .ops import random_ops
+
+        out = apply(random_ops.INTEGER_SAMPLE, empty((), dtype=dt, device=device), shape=shape, low=int(low),
+                    high=int(high))
+        return out.requires_grad_() if requires_grad else out
     rng = _rng(_generator_for(generator, device))
     return _sample(rng.integers(low, high, shape), dt, device, requires_grad)
 

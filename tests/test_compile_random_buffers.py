@@ -560,3 +560,29 @@ def test_bernoulli_of_computed_probabilities_compiles_and_keeps_later_draws_afte
     report = jitorch.compiler.explain(f)(x)
     assert report.graph_break_count == 0
     assert compiled.entries[0].break_reason is None
+
+
+class Denoiser(nn.Module):
+    """A diffusion training step's loss: random timesteps, noise, and the schedule's entries at those steps."""
+
+    def __init__(self, steps=10):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(7, 16), nn.SiLU(), nn.Linear(16, 6))
+        self.register_buffer("alpha_bar", jitorch.linspace(0.99, 0.1, steps))
+        self.steps = steps
+
+    def forward(self, x0):
+        t = jitorch.randint(0, self.steps, (x0.shape[0],))
+        noise = jitorch.randn_like(x0)
+        a = self.alpha_bar[t].unsqueeze(1)
+        xt = a.sqrt() * x0 + (1 - a).sqrt() * noise
+        pred = self.net(jitorch.cat([xt, t.unsqueeze(1).float() / self.steps], 1))
+        return F.mse_loss(pred, noise)
+
+
+def test_diffusion_step_with_randint_timesteps_trains_compiled_like_eager():
+    rng = np.random.default_rng(12)
+    batches = [(jitorch.tensor(rng.standard_normal((8, 6)).astype(np.float32)),) for _ in range(3)]
+    entry = train_like_eager(Denoiser, batches)  # the same seed per step in both runs: the same draws
+    assert entry.plan is not None and entry.break_reason is None
+    assert {"integer_sample", "normal_sample"} <= set(_forward_ops(entry))

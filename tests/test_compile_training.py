@@ -252,8 +252,8 @@ def test_double_backward_falls_back_to_eager():
 
 
 def test_random_and_inplace_forward_fall_back_to_eager():
-    # (rand and randn are random rows and compile; randint has no row yet.)
-    noisy = jitorch.compile(lambda x: (x * jitorch.randint(0, 2, (3,))).sum())
+    # (rand, randn and randint are random rows and compile; randperm has no row.)
+    noisy = jitorch.compile(lambda x: (x * jitorch.randperm(3)).sum())
     x = jitorch.ones(3, requires_grad=True)
     noisy(x).backward()
     assert "random" in noisy.train_entries[0].break_reason and x.grad is not None

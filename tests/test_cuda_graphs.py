@@ -245,12 +245,12 @@ def test_cpu_tensors_are_untouched_by_a_cuda_capture():
     assert values[:3] == (3.0, [1.0, 2.0], True) and "tensor" in values[3] and ended == [] and not guards.draws
 
 
-# With the default generator rand and randn are random rows whose device kernel draws through these same hooks; the
-# fake device's arrays are NumPy's, which that kernel draws on the host, so these name their generator.
+# With the default generator rand, randn and randint are random rows whose device kernel draws through these same
+# hooks; the fake device's arrays are NumPy's, which that kernel draws on the host, so these name their generator.
 SAMPLERS = {
     "rand": lambda: jitorch.rand(3, 4, generator=jitorch.default_generator),
     "randn": lambda: jitorch.randn(5, dtype=jitorch.float64, generator=jitorch.default_generator),
-    "randint": lambda: jitorch.randint(0, 100, (6,)),
+    "randint": lambda: jitorch.randint(0, 100, (6,), generator=jitorch.default_generator),
     "randperm": lambda: jitorch.randperm(7),
     "normal_": lambda: jitorch.empty(4).normal_(2.0, 0.5),
     "uniform_": lambda: jitorch.empty(2, 2).uniform_(-1, 1),

@@ -37,22 +37,23 @@ def draws_first(graph):
     (True, ['uniform_sample', 'mul', 'add'])
     """
     nodes = list(graph.nodes)
-    first = next((n for n in nodes if n.op not in ("placeholder", "get_attr")), None)
-    moved = False
-    for node in nodes[nodes.index(first) if first is not None else len(nodes):]:
+    at = next((i for i, n in enumerate(nodes) if n.op not in ("placeholder", "get_attr")), len(nodes))
+    before, first, moved = set(nodes[:at]), nodes[at] if at < len(nodes) else None, False
+    for node in nodes[at:]:
         if node.op != "call_function" or not isinstance(node.target, Primitive) or node.target.op not in RANDOM_ROWS:
             continue
         if node.target.op not in CONSTANT_DRAWS or \
                 not all(a.op in ("placeholder", "get_attr") for a in node.all_input_nodes):
             break  # a draw that must wait for its operands: later draws stay after it
-        if node is first:  # already first: later draws go after it
-            first = node.next
-            continue
-        for a in node.all_input_nodes:  # a constant recorded next to its draw moves with it
-            if a.op == "get_attr":
+        for a in [*node.all_input_nodes, node]:  # a constant recorded next to its draw moves with it
+            if a in before:
+                continue
+            if a is first:
+                first = a.next
+            else:
                 first.prepend(a)
-        first.prepend(node)
-        moved = True
+                moved = True
+            before.add(a)
     return moved
 
 

@@ -1,14 +1,14 @@
 """Random rows: ops whose kernel draws from jitorch's generators each time it runs.
 
 ``bernoulli_mask(ref, p=, shape=)`` is a fresh ``shape`` tensor of ``ref``'s dtype and device whose elements are 1
-with probability ``p`` (dropout's mask); ``uniform_sample(ref, shape=)`` and ``normal_sample(ref, shape=)`` are
-``rand`` and ``randn`` from the device's default generator. For these ``ref`` is only where the dtype and device
-come from; callers pass a 0-d tensor made for the purpose, so in a graph the draw depends on no computed value
-(``CONSTANT_DRAWS``). ``bernoulli_sample(probs)`` is ``bernoulli(probs)``. Draws keep their order among themselves
-(compiled graphs move constant draws ahead of all computation, which consumes no random numbers, up to the first
-draw that reads a computed value), so compiled code with the same seed gets eager's numbers. Being a row (not a
-creation function) makes each a node of compiled graphs that draws fresh numbers on every run; its fusion rule is
-opaque, so no pass fuses, recomputes or folds it.
+with probability ``p`` (dropout's mask); ``uniform_sample(ref, shape=)``, ``normal_sample(ref, shape=)`` and
+``integer_sample(ref, shape=, low=, high=)`` are ``rand``, ``randn`` and ``randint`` from the device's default
+generator. For these ``ref`` is only where the dtype and device come from; callers pass a 0-d tensor made for the
+purpose, so in a graph the draw depends on no computed value (``CONSTANT_DRAWS``). ``bernoulli_sample(probs)`` is
+``bernoulli(probs)``. Draws keep their order among themselves (compiled graphs move constant draws ahead of all
+computation, which consumes no random numbers, up to the first draw that reads a computed value), so compiled code
+with the same seed gets eager's numbers. Being a row (not a creation function) makes each a node of compiled graphs
+that draws fresh numbers on every run; its fusion rule is opaque, so no pass fuses, recomputes or folds it.
 
 The CPU draw reads the default generator's stream at each call, as ``Tensor.bernoulli_`` draws it (CPU graph
 capture records the row as a step that reruns the kernel, drawing again per replay). A device draw goes through
@@ -30,7 +30,8 @@ import numpy as np
 
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
-__all__ = ["BERNOULLI_MASK", "UNIFORM_SAMPLE", "NORMAL_SAMPLE", "BERNOULLI_SAMPLE", "RANDOM_ROWS", "CONSTANT_DRAWS"]
+__all__ = ["BERNOULLI_MASK", "UNIFORM_SAMPLE", "NORMAL_SAMPLE", "INTEGER_SAMPLE", "BERNOULLI_SAMPLE", "RANDOM_ROWS",
+           "CONSTANT_DRAWS"]
 
 
 def _bernoulli_mask_kernel(xp, ref, p, shape):
@@ -75,6 +76,22 @@ UNIFORM_SAMPLE = defop("uniform_sample", _default_draw("random"), NOT_DIFFERENTI
 NORMAL_SAMPLE = defop("normal_sample", _default_draw("standard_normal"), NOT_DIFFERENTIABLE,
                       Opaque("random draw: fresh numbers on every run"))
 
+def _integer_sample_kernel(xp, ref, shape, low, high):
+    """``randint(low, high, shape)`` from the default generator of ``ref``'s device, in ``ref``'s dtype."""
+    from .. import _random
+    from .._dtype import to_dtype
+
+    if type(ref) is np.ndarray:
+        return _random.default_generator._rng.integers(low, high, shape).astype(ref.dtype, copy=False)
+    gen = _random.cuda_generator(ref.device.id)
+    values = _random._rng(gen).integers(low, high, shape)
+    return _random._sample(values, to_dtype(np.dtype(ref.dtype)), gen.device, False)._data
+
+
+INTEGER_SAMPLE = defop("integer_sample", _integer_sample_kernel, NOT_DIFFERENTIABLE,
+                       Opaque("random draw: fresh numbers on every run"))
+
+
 def _bernoulli_sample_kernel(xp, probs):
     """0/1 draws with the probabilities ``probs`` (``torch.bernoulli(probs)``), from the default generator of their
     device, as ``jitorch.bernoulli`` draws them."""
@@ -93,7 +110,7 @@ BERNOULLI_SAMPLE = defop("bernoulli_sample", _bernoulli_sample_kernel, NOT_DIFFE
 
 # Rows whose every run draws: never folded, recomputed, deduplicated or skipped (compiled code runs each once, in
 # program order, as eager does).
-RANDOM_ROWS = frozenset({BERNOULLI_MASK, UNIFORM_SAMPLE, NORMAL_SAMPLE, BERNOULLI_SAMPLE})
+RANDOM_ROWS = frozenset({BERNOULLI_MASK, UNIFORM_SAMPLE, NORMAL_SAMPLE, INTEGER_SAMPLE, BERNOULLI_SAMPLE})
 # Those whose operand is a 0-d tensor made for the purpose: they read no computed value, so they may draw ahead of
 # the computation (as long as they stay in order with every other draw).
-CONSTANT_DRAWS = frozenset({BERNOULLI_MASK, UNIFORM_SAMPLE, NORMAL_SAMPLE})
+CONSTANT_DRAWS = frozenset({BERNOULLI_MASK, UNIFORM_SAMPLE, NORMAL_SAMPLE, INTEGER_SAMPLE})
