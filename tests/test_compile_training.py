@@ -184,6 +184,46 @@ def test_free_tensors_that_require_grad_are_compiled_graph_inputs():
     _close(_W1.grad, twin.grad)
 
 
+_REBOUND = None
+
+
+def _rebound_loss(x, y):
+    return ((x @ _REBOUND - y) ** 2).mean()
+
+
+def test_a_global_rebound_every_step_keeps_one_training_entry_and_stays_correct():
+    # ``w = (w - lr * w.grad).requires_grad_()``: a new tensor each step, looked up by name on every call, guarded by
+    # layout in training. Inference graphs hold it as a constant, so there its identity still decides.
+    global _REBOUND
+    rng = np.random.default_rng(10)
+    _REBOUND = jitorch.tensor(rng.standard_normal((4, 3)).astype(np.float32), requires_grad=True)
+    twin = _REBOUND.detach().clone().requires_grad_()
+    x, y = (jitorch.tensor(rng.standard_normal(s).astype(np.float32)) for s in ((6, 4), (6, 3)))
+    compiled = jitorch.compile(_rebound_loss)
+    for _ in range(10):
+        loss = compiled(x, y)
+        loss.backward()
+        want = ((x @ twin - y) ** 2).mean()
+        want.backward()
+        _close(loss.detach(), want.detach())
+        _close(_REBOUND.grad, twin.grad)
+        with jitorch.no_grad():
+            _REBOUND = (_REBOUND - 0.1 * _REBOUND.grad).requires_grad_()
+            twin = (twin - 0.1 * twin.grad).requires_grad_()
+    assert len(compiled.train_entries) == 1 and compiled.train_entries[0].plan is not None
+    with jitorch.no_grad():
+        for _ in range(2):
+            _close(compiled(x, y), _rebound_loss(x, y))
+            _REBOUND = _REBOUND * 0.5  # a new constant for the inference graph: retraced, never stale
+    _REBOUND = jitorch.tensor(rng.standard_normal((4, 5)).astype(np.float32), requires_grad=True)
+    y5 = jitorch.tensor(rng.standard_normal((6, 5)).astype(np.float32))
+    compiled(x, y5).backward()  # another layout: a second training entry
+    twin = _REBOUND.detach().clone().requires_grad_()
+    ((x @ twin - y5) ** 2).mean().backward()
+    _close(_REBOUND.grad, twin.grad)
+    assert len(compiled.train_entries) == 2
+
+
 class _Heads(nn.Module):
     """A model that returns a dict (as Hugging Face models do), with a named tuple, a list, a number and None."""
 

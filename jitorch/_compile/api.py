@@ -139,7 +139,7 @@ class CompiledFunction:
                                           or any(p._requires_grad for p in params))
         if training and self.backend != "jitorch":
             return fn(*args, **kwargs)  # a callable backend is handed inference graphs only
-        guards = guard_values(args, kwargs, owner, params)
+        guards = guard_values(args, kwargs, owner, params, by_value=training)
         # Training specializations live apart, so ``entries`` keeps meaning "inference graphs".
         entries = self.entries
         if training:
@@ -190,21 +190,24 @@ class CompiledFunction:
         if self._module is not None:
             return self._module
         found, free = reached_by(self._fn)
+        named = len(free)
         if self._lifted:
             self._lifted = [r for r in self._lifted if r() is not None]
             free += [t for t in (r() for r in self._lifted) if t.requires_grad]
+        by_name = 0
         if free:  # the modules' parameters are traversed only when there are tensors to check against them
             owned = {id(p) for m in found for p in m.parameters()}
             kept = []
-            for t in free:
+            for i, t in enumerate(free):
                 if id(t) not in owned:
                     owned.add(id(t))
                     kept.append(t)
+                    by_name += i < named
             free = kept
         key = tuple(id(m) for m in found) + tuple(id(t) for t in free)
         if key != self._reached_key:
             self._reached_key = key
-            held = found + ([FreeTensors(free)] if free else [])
+            held = found + ([FreeTensors(free, by_name)] if free else [])
             self._reached = ModuleList(held) if held else None
         return self._reached
 

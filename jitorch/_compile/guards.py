@@ -29,10 +29,17 @@ def _constant(value):
     return ("id", id(value))
 
 
-def guard_values(args, kwargs, module=None, params=None):
+def _layout(t):
+    d = t._data
+    return ("tensor", tuple(d.shape), str(d.dtype), str(t.device), tuple(d.strides))
+
+
+def guard_values(args, kwargs, module=None, params=None, by_value=False):
     """``[(name, value), ...]`` for one call; equal lists mean the same compiled entry applies.
 
     ``params``: ``tuple(module.parameters())`` when the caller already has it (one traversal per call).
+    ``by_value``: a training call, whose graph takes the parameters as inputs: those a module marks in
+    ``_guard_by_value`` (tensors looked up by name on every call) are guarded by layout instead of identity.
     """
     out = []
     for name, a in zip(argument_names(args, kwargs), (*args, *kwargs.values())):
@@ -46,7 +53,10 @@ def guard_values(args, kwargs, module=None, params=None):
     if module is not None:
         mods = tuple(module.modules())
         out.append(("training", tuple(m.training for m in mods)))
-        out.append(("parameters", tuple(id(p) for p in (module.parameters() if params is None else params))))
+        params = tuple(module.parameters()) if params is None else params
+        marked = {id(p) for m in mods for k, p in m._parameters.items() if k in m.__dict__.get("_guard_by_value", ())} \
+            if by_value else ()
+        out.append(("parameters", tuple(_layout(p) if id(p) in marked else id(p) for p in params)))
         # The graph reads buffers as constants and writes BatchNorm's statistics back into them: a buffer
         # replaced by another tensor (``bn.running_mean = t``) must retrace, or the old one is read and written.
         out.append(("buffers", tuple(id(b) for m in mods for b in m._buffers.values())))

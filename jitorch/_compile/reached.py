@@ -1,9 +1,11 @@
-"""The modules a compiled function reaches by name: its bound ``self``, its closure cells, the globals its code names.
+"""The modules a compiled function reaches by name: its bound ``self``, its closure cells, the globals its code names,
+and the same for the user's plain functions it names, two calls deep (jitorch's own functions are not followed).
 
 ``jitorch.compile`` reads their parameters as graph inputs and records their buffer updates functionally, so a
 ``@compile`` training step over a global ``model`` trains compiled like ``compile(model)``. Tensors that require grad
 reached the same way (``w = torch.randn(3, 3, requires_grad=True)`` used inside the function) are held by a
-`FreeTensors` module as its parameters, so they are graph inputs that get gradients too.
+`FreeTensors` module as its parameters, so they are graph inputs that get gradients too. Everything is looked up
+again on every call, so a tensor rebound between calls (``w = (w - lr * w.grad).requires_grad_()``) is the new one.
 
 >>> import jitorch
 >>> net = jitorch.nn.Linear(2, 2)
@@ -14,6 +16,8 @@ True
 [True]
 """
 from __future__ import annotations
+
+from types import FunctionType as _FunctionType
 
 from .._tensor import Tensor
 from ..nn.modules.module import Module
@@ -26,10 +30,15 @@ class FreeTensors(Module):
     compiled training graph takes them as inputs and hands back their gradients, as for a module's parameters.
     Plain tensors, not `Parameter` s, and possibly results of other ops: they are placed in the table directly."""
 
-    def __init__(self, tensors):
+    def __init__(self, tensors, by_name=0):
         super().__init__()
         for i, t in enumerate(tensors):
             self._parameters[f"tensor{i}"] = t
+        # The first ``by_name`` were found by name this call (a global ``w``, a closure cell) and are looked up again
+        # on every call: a training entry guards them by shape, dtype, device and strides, not identity, so
+        # ``w = (w - lr * w.grad).requires_grad_()`` keeps the compiled entry. (Tensors the trace found through
+        # other code are guarded by identity: nothing would look them up again.)
+        self._guard_by_value = frozenset(f"tensor{i}" for i in range(by_name))
 
 
 def reached_by(fn):
@@ -58,8 +67,17 @@ def modules_named_by(fn):
     return reached_by(fn)[0]
 
 
-def _named(fn):
-    """Every object a function reaches directly (see `modules_named_by`)."""
+_HELPER_DEPTH = 2  # plain functions followed below the compiled one (``loss_fn`` -> ``mlp`` -> ``layer``)
+_LIBRARY = __name__.split(".")[0] + "."
+
+
+def _named(fn, depth=0, seen=None):
+    """Every object a function reaches directly (see `modules_named_by`), and what the user's plain functions it
+    names reach, a few calls deep: a helper's global ``w`` is looked up by name on every call too."""
+    seen = set() if seen is None else seen
+    if id(fn) in seen:
+        return []
+    seen.add(id(fn))
     found = [getattr(fn, "__self__", None)]
     func = getattr(fn, "__func__", fn)
     while getattr(func, "__wrapped__", None) is not None:  # decorators (functools.wraps), a compiled function
@@ -71,6 +89,10 @@ def _named(fn):
         found += [c.cell_contents for c in (func.__closure__ or ()) if _filled(c)]
         names = getattr(func, "__globals__", {})
         found += [names[n] for n in code.co_names if n in names]
+    if depth < _HELPER_DEPTH:
+        for obj in list(found):
+            if isinstance(obj, _FunctionType) and not (obj.__module__ or "").startswith(_LIBRARY):
+                found += _named(obj, depth + 1, seen)
     return found
 
 
