@@ -472,3 +472,17 @@ def test_bad_operand_types_and_values(rng):
 def test_mixed_device_operands_raise():
     with pytest.raises(RuntimeError, match="same device"):
         jitorch.ones(2) + jitorch.ones(2, device="cuda")
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_large_float32_erf_and_exact_gelu_match_torch_through_the_native_eager_kernel(layout):
+    # From 4096 contiguous float32 elements erf runs a generated kernel (jitorch/ops/native_eager.py) instead of
+    # SciPy's loop; non-contiguous inputs keep SciPy's, and their layout.
+    x = make_array((96, 80), "float32", np.random.default_rng(4), -9.0, 9.0)
+    check_op(jitorch.erf, torch.erf, [x], layout=layout)
+    check_op(jitorch.nn.functional.gelu, torch.nn.functional.gelu, [x], layout=layout, atol=2e-6)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -4.5, 3.9], np.float32)
+    big = np.resize(special, 8192)
+    got = jitorch.erf(jitorch.tensor(big)).numpy()
+    np.testing.assert_allclose(got[:8], torch.erf(torch.tensor(special)).numpy(), rtol=2e-7, atol=0)  # nan, inf
+    assert np.signbit(got[1]) and got.shape == big.shape
