@@ -45,11 +45,16 @@ def _mask(seed, shape, p):
     return F.dropout(jitorch.ones(shape), p)
 
 
-def test_dropout_training_compiles_one_graph_and_draws_eager_masks():
-    jitorch.manual_seed(0)
-    eager = MLP()
+def _twins(make, seed=0):
+    """An eager module, a deep copy with the same weights, and that copy compiled."""
+    jitorch.manual_seed(seed)
+    eager = make()
     model = copy.deepcopy(eager)
-    compiled = jitorch.compile(model)
+    return eager, model, jitorch.compile(model)
+
+
+def test_dropout_training_compiles_one_graph_and_draws_eager_masks():
+    eager, model, compiled = _twins(MLP)
     rng = np.random.default_rng(0)
     outs = []
     for step in range(4):
@@ -105,10 +110,7 @@ class Reparameterized(nn.Module):
 
 
 def test_rand_and_randn_train_compiled_in_one_graph_with_eager_numbers():
-    jitorch.manual_seed(0)
-    eager = Reparameterized()
-    model = copy.deepcopy(eager)
-    compiled = jitorch.compile(model)
+    eager, model, compiled = _twins(Reparameterized)
     rng = np.random.default_rng(2)
     for step in range(3):
         x = jitorch.tensor(rng.standard_normal((5, 6)).astype(np.float32))
