@@ -13,6 +13,8 @@ True
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import _dtype
@@ -216,15 +218,21 @@ def _sample(values, dt, device, requires_grad):
 def _default_draw(name, dt, shape, device, requires_grad):
     """A sample from the device's default generator as a random row (``ops/random_ops.py``): compiled graphs and
     CPU graph replays draw it afresh on every run, in eager's order, with eager's numbers."""
-    from ._creation import empty
+    from ._creation import complex as _complex, empty
     from ._dispatch import apply
     from .ops import random_ops
 
-    if not dt.is_floating_point:
-        raise RuntimeError(f"{name}: samples are floating point, not {dt}: pass a floating dtype (randint draws "
-                           f"integers)")
-    ref = empty((), dtype=dt, device=device)
-    out = apply(random_ops.UNIFORM_SAMPLE if name == "rand" else random_ops.NORMAL_SAMPLE, ref, shape=shape)
+    row = random_ops.UNIFORM_SAMPLE if name == "rand" else random_ops.NORMAL_SAMPLE
+    if dt.is_complex:  # as torch: real and imaginary parts drawn apart (each of variance 1/2 for randn)
+        parts = apply(row, empty((), dtype=dt.to_real(), device=device), shape=tuple(shape) + (2,))
+        if name == "randn":
+            parts = parts * math.sqrt(0.5)
+        out = _complex(parts[..., 0], parts[..., 1])
+    elif not dt.is_floating_point:
+        raise NotImplementedError(f"{name}: samples are floating point, not {dt}: pass a floating or complex "
+                                  f"dtype (randint draws integers)")
+    else:
+        out = apply(row, empty((), dtype=dt, device=device), shape=shape)
     return out.requires_grad_() if requires_grad else out
 
 
@@ -307,6 +315,8 @@ def bernoulli(input, p=None, *, generator=None, out=None):
 
         if p is None:
             return apply(random_ops.BERNOULLI_SAMPLE, input.detach())
+        if not 0 <= p <= 1:
+            raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p}")
         return apply(random_ops.BERNOULLI_MASK, input.new_empty(()), p=p, shape=tuple(input.shape))
     gen = _generator_for(generator, input.device)
     if gen._on_device:  # no range check: it would read the probabilities on the host (see _random_device)

@@ -164,3 +164,52 @@ def test_compiled_model_with_a_checkpointed_block_trains_like_eager(reentrant):
         warnings.simplefilter("error")  # no fallback warning
         entry = train_like_eager(Net, batches)
     assert entry.plan is not None and entry.break_reason is None
+
+
+def test_a_nested_region_that_records_nothing_leaves_the_outer_one_intact():
+    from jitorch.autograd import graph
+
+    x, c = jitorch.randn(3, requires_grad=True), jitorch.randn(3)
+    out = checkpoint(lambda t: t * checkpoint(lambda u: u.exp(), c, use_reentrant=False), x, use_reentrant=False)
+    out.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), c.exp().numpy(), rtol=1e-6)
+    assert graph._recording == []
+
+
+def test_recomputation_runs_under_the_forwards_autocast_state():
+    lin = jitorch.nn.Linear(4, 4)
+    x = jitorch.randn(2, 4, requires_grad=True)
+    with jitorch.autocast("cpu", dtype=jitorch.bfloat16):
+        y = checkpoint(lambda t: lin(t).relu(), x, use_reentrant=False)
+    assert y.dtype is jitorch.bfloat16
+    y.float().sum().backward()  # outside autocast, as training loops do
+    with jitorch.autocast("cpu", dtype=jitorch.bfloat16):
+        plain = lin(x).relu()
+    (gx,) = jitorch.autograd.grad(plain.float().sum(), x)
+    np.testing.assert_allclose(x.grad.numpy(), gx.numpy(), rtol=1e-2, atol=1e-2)
+
+
+def test_an_outside_tensor_changed_in_place_before_the_backward_raises_as_without_checkpoint():
+    w = jitorch.randn(3)
+    for use in (False, True):
+        x = jitorch.randn(3, requires_grad=True)
+        f = (lambda t: (t * w).exp())
+        y = checkpoint(f, x, use_reentrant=False) if use else f(x)
+        with jitorch.no_grad():
+            w.mul_(2)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()
+
+
+def test_a_stale_view_argument_is_synced_before_the_region():
+    grads = []
+    for use in (False, True):
+        x = jitorch.tensor([0.3, -1.2, 0.7, 2.0], requires_grad=True)
+        y = x * 1
+        v = y[:2]
+        y.mul_(2)  # v's history is regenerated lazily, at its next use
+        out = checkpoint(lambda t: t.sin(), v, use_reentrant=False) if use else v.sin()
+        out.sum().backward()
+        grads.append(x.grad.numpy())
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-6)
+    assert grads[1][2:].tolist() == [0.0, 0.0] and grads[1][0] != 0

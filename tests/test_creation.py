@@ -273,5 +273,17 @@ def test_range_includes_the_end():
 def test_random_errors():
     for fn in (lambda T: T.randint(3, 3, (2,)), lambda T: T.normal(0.0, -1.0, (2,)),
                lambda T: T.multinomial(T.tensor([-1.0, 2.0]), 1), lambda T: T.multinomial(T.ones(2), 3),
-               lambda T: T.bernoulli(T.tensor([1.5]))):
+               lambda T: T.bernoulli(T.tensor([1.5])), lambda T: T.bernoulli(T.ones(2), p=1.5),
+               lambda T: T.randn(2, dtype=T.int64)):
         check_error(lambda: fn(jitorch), lambda: fn(torch))
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_complex_rand_and_randn_draw_both_parts_like_torch(dtype):
+    # torch: independent real and imaginary parts, each N(0, 1/2) for randn and U[0, 1) for rand.
+    dt = getattr(jitorch, dtype)
+    z = jitorch.randn(20000, dtype=dt)
+    assert z.dtype is dt and abs(float(z.real.var()) - 0.5) < 0.03 and abs(float(z.imag.var()) - 0.5) < 0.03
+    assert abs(float((z.real * z.imag).mean())) < 0.02  # not the same numbers twice
+    u = jitorch.rand(20000, dtype=dt)
+    assert 0 <= float(u.real.min()) and float(u.imag.max()) < 1 and abs(float(u.imag.mean()) - 0.5) < 0.02

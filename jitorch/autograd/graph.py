@@ -14,6 +14,7 @@ checked on unpacking so an in-place change after the forward pass raises PyTorch
 from __future__ import annotations
 
 import itertools
+import threading
 import weakref
 
 from .._tensor import Tensor
@@ -49,20 +50,33 @@ class Deferred:
         self.fill = fill
 
 
-# Lists collecting the nodes recorded while a checkpointed region runs (the innermost region last).
+# ``(thread id, list)`` per checkpointed region running now, innermost last: its thread's nodes go in the list.
 _recording: list = []
 
 
 class recording_nodes:  # noqa: N801 - a context manager, named for what it does
-    """Collect the nodes recorded inside the ``with`` block, in order, into ``self.nodes``."""
+    """Collect the nodes this thread records inside the ``with`` block, in order, into ``self.nodes``."""
 
     def __enter__(self):
         self.nodes = []
-        _recording.append(self.nodes)
+        self._entry = (threading.get_ident(), self.nodes)
+        _recording.append(self._entry)
         return self
 
     def __exit__(self, *exc):
-        _recording.remove(self.nodes)
+        # By identity: two regions that recorded nothing hold equal (empty) lists.
+        for i in range(len(_recording) - 1, -1, -1):
+            if _recording[i] is self._entry:
+                del _recording[i]
+                break
+
+
+def _record(node):
+    ident = threading.get_ident()
+    for owner, nodes in reversed(_recording):
+        if owner == ident:
+            nodes.append(node)
+            return
 
 
 class Node:
@@ -83,7 +97,7 @@ class Node:
         self.next = next_edges
         self.attrs = attrs
         if _recording:
-            _recording[-1].append(self)
+            _record(self)
 
     # -- saved values -------------------------------------------------------------------------------------------
     def save_inputs(self, args):

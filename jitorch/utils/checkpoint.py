@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+import weakref
 
 from .. import _random
-from .._dispatch import is_compiling
+from .._dispatch import is_compiling, sync_view
+from ..amp.autocast_mode import autocast, get_autocast_dtype, is_autocast_enabled
 from .._tensor import Tensor
 from ..autograd import backward as _backward
 from ..autograd.function import Function
 from ..autograd.grad_mode import enable_grad, no_grad
-from ..autograd.graph import Deferred, recording_nodes
+from ..autograd.graph import Deferred, _version_error, recording_nodes
 
 __all__ = ["checkpoint", "checkpoint_sequential", "noop_context_fn"]
 
@@ -39,9 +41,36 @@ def noop_context_fn():
     return contextlib.nullcontext(), contextlib.nullcontext()
 
 
-def _rng_states():
+def _rng_states(args=()):
+    # A CUDA generator first used inside the region must exist now, or its forward draws could not be replayed.
+    for a in args:
+        if isinstance(a, Tensor) and a.is_cuda:
+            _random.cuda_generator(a.device.index)
     states = [(_random.default_generator, _random.default_generator.get_state())]
     return states + [(g, g.get_state()) for g in _random._cuda_generators.values()]
+
+
+def _autocast_state():
+    return {dev: (is_autocast_enabled(dev), get_autocast_dtype(dev)) for dev in ("cpu", "cuda")}
+
+
+def _autocast_as(state):
+    """A context entering the autocast ``state`` of the forward (the backward usually runs outside it)."""
+    stack = contextlib.ExitStack()
+    for dev, (enabled, dtype) in state.items():
+        if enabled:
+            stack.enter_context(autocast(dev, dtype=dtype))
+        elif is_autocast_enabled(dev):
+            stack.enter_context(autocast(dev, enabled=False))
+    return stack
+
+
+def _sync_views(args):
+    """Regenerate stale views among the arguments now, outside the region: during the recomputation they are
+    already current, so the forward and the recomputation record the same ops."""
+    for a in args:
+        if isinstance(a, Tensor) and a._base is not None and a._view_ver != a._ver_owner._ver:
+            sync_view(a)
 
 
 @contextlib.contextmanager
@@ -73,34 +102,61 @@ def _check_unchanged(versions):
                 "Clone the input before modifying it.")
 
 
+def _outside_saved(nodes):
+    """``(weakref, version, node name)`` of the tensors the region's nodes saved that it did not make (parameters,
+    closed-over tensors): the recomputation saves them again, so their version checks must happen here."""
+    inside = {id(n) for n in nodes}
+    watched = []
+    for n in nodes:
+        saved = n._saved_in
+        if saved is None:
+            continue
+        for a, v in zip(saved, n._saved_in_versions):
+            if isinstance(a, Tensor) and v is not None and (a.grad_fn is None or id(a.grad_fn) not in inside):
+                watched.append((weakref.ref(a), v, n.name()))
+    return watched
+
+
 def _without_reentrant(function, preserve, context_fn, args, kwargs):
-    rng = _rng_states() if preserve else None
-    versions = _versions(list(args) + list(kwargs.values()))
+    flat = list(args) + list(kwargs.values())
+    _sync_views(flat)
+    rng = _rng_states(flat) if preserve else None
+    versions, amp = _versions(flat), _autocast_state()
     forward_ctx, recompute_ctx = context_fn()
     with recording_nodes() as region, forward_ctx:
         out = function(*args, **kwargs)
-    nodes = region.nodes
-    if not nodes:
+    if not region.nodes:
         return out
+    watched = _outside_saved(region.nodes)
+    # Weak: the nodes hold this closure (through their Deferred), which must not keep them alive in turn.
+    nodes = [weakref.ref(n) for n in region.nodes]
 
     def fill():
         _check_unchanged(versions)
-        with _rng_as_at_forward(rng), enable_grad(), recording_nodes() as again, recompute_ctx:
+        for ref, version, name in watched:
+            t = ref()
+            if t is not None and t._version != version:
+                raise _version_error(t, version, name)
+        with _rng_as_at_forward(rng), _autocast_as(amp), enable_grad(), recording_nodes() as again, recompute_ctx:
             function(*args, **kwargs)
-        differ = [f"{a.name()} vs {b.name()}" for a, b in zip(nodes, again.nodes) if type(a) is not type(b)]
+        olds = [r() for r in nodes]
+        differ = [f"{a.name()} vs {b.name()}" for a, b in zip(olds, again.nodes)
+                  if a is not None and type(a) is not type(b)]
         if len(again.nodes) != len(nodes) or differ:
             raise RuntimeError(
                 f"checkpoint: recomputing the checkpointed function recorded {len(again.nodes)} ops where its "
                 f"forward recorded {len(nodes)} (first difference: {differ[0] if differ else 'the count'}); it must "
                 "run the same ops each time (no control flow on values that change between the runs)")
-        for old, new in zip(nodes, again.nodes):
+        for old, new in zip(olds, again.nodes):
+            if old is None:
+                continue
             if type(old._saved_in) is Deferred:
                 old._saved_in, old._saved_in_versions = new._saved_in, new._saved_in_versions
             if type(old._saved_out) is Deferred:
                 old._saved_out = new._saved_out
 
     deferred = Deferred(fill)
-    for node in nodes:
+    for node in region.nodes:
         if node._saved_in is not None:
             node._saved_in = deferred
         if node._saved_out is not None:
@@ -113,15 +169,15 @@ class _Reentrant(Function):
 
     @staticmethod
     def forward(ctx, function, preserve, *args):
-        ctx.function, ctx.rng = function, _rng_states() if preserve else None
-        ctx.args, ctx.versions = args, _versions(args)
+        ctx.function, ctx.rng = function, _rng_states(args) if preserve else None
+        ctx.args, ctx.versions, ctx.amp = args, _versions(args), _autocast_state()
         return function(*args)
 
     @staticmethod
     def backward(ctx, *grads):
         _check_unchanged(ctx.versions)
         inputs = [a.detach().requires_grad_(a.requires_grad) if isinstance(a, Tensor) else a for a in ctx.args]
-        with _rng_as_at_forward(ctx.rng), enable_grad():
+        with _rng_as_at_forward(ctx.rng), _autocast_as(ctx.amp), enable_grad():
             outs = ctx.function(*inputs)
         outs = (outs,) if isinstance(outs, Tensor) else tuple(outs)
         pairs = [(o, g) for o, g in zip(outs, grads) if isinstance(o, Tensor) and o.requires_grad and g is not None]
