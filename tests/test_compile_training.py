@@ -224,6 +224,29 @@ def test_a_global_rebound_every_step_keeps_one_training_entry_and_stays_correct(
     assert len(compiled.train_entries) == 2
 
 
+_PARAMS = {}
+
+
+def test_a_tensor_in_a_global_dict_rebound_every_step_trains_the_new_one():
+    rng = np.random.default_rng(13)
+    x = jitorch.tensor(rng.standard_normal((3, 4)).astype(np.float32))
+    start = rng.standard_normal((4, 4)).astype(np.float32)
+    compiled = jitorch.compile(lambda x: ((x @ _PARAMS["w"]).tanh() ** 2).sum())
+    runs = []
+    for fn in (lambda x: ((x @ _PARAMS["w"]).tanh() ** 2).sum(), compiled):
+        _PARAMS["w"] = jitorch.tensor(start, requires_grad=True)
+        losses = []
+        for _ in range(3):
+            loss = fn(x)
+            loss.backward()
+            losses.append(loss.item())
+            w = _PARAMS["w"]
+            _PARAMS["w"] = (w - 0.5 * w.grad).detach().requires_grad_()
+        runs.append(losses)
+    np.testing.assert_allclose(runs[1], runs[0], rtol=1e-5)
+    assert len(compiled.train_entries) == 1
+
+
 class _Heads(nn.Module):
     """A model that returns a dict (as Hugging Face models do), with a named tuple, a list, a number and None."""
 

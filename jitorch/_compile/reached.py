@@ -46,14 +46,27 @@ def reached_by(fn):
     object once, in order."""
     modules, tensors, seen = [], [], set()
     for obj in _named(fn):
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, Module):
-            modules.append(obj)
-        elif isinstance(obj, Tensor) and obj.requires_grad:
-            tensors.append(obj)
+        # A small container's entries count as named: ``params["w"]`` is looked up again on every call too.
+        entries = _entries(obj)
+        for item in [obj] if entries is None else [obj, *entries]:
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            if isinstance(item, Module):
+                modules.append(item)
+            elif isinstance(item, Tensor) and item.requires_grad:
+                tensors.append(item)
     return modules, tensors
+
+
+_MAX_ENTRIES = 64
+
+
+def _entries(obj):
+    """The values of a dict, list or tuple of at most `_MAX_ENTRIES` entries, else None."""
+    if type(obj) in (dict, list, tuple) and len(obj) <= _MAX_ENTRIES:
+        return list(obj.values()) if type(obj) is dict else list(obj)
+    return None
 
 
 def tensors_named_by(fn):
