@@ -236,6 +236,23 @@ def _default_draw(name, dt, shape, device, requires_grad):
     return out.requires_grad_() if requires_grad else out
 
 
+def _generator_draw(name, method, generator, dt, shape, device, requires_grad):
+    """``rand``/``randn`` from a given generator (drawn where it lives); complex dtypes draw both parts, as torch."""
+    if not (dt.is_floating_point or dt.is_complex):
+        raise NotImplementedError(f"{name}: samples are floating point, not {dt}: pass a floating or complex dtype "
+                                  f"(randint draws integers)")
+    real = dt.to_real() if dt.is_complex else dt
+    gen_dtype = np.float64 if real is _dtype.float64 else np.float32
+    rng = _rng(_generator_for(generator, device))
+    if not dt.is_complex:
+        return _sample(getattr(rng, method)(shape, dtype=gen_dtype), dt, device, requires_grad)
+    parts = getattr(rng, method)(tuple(shape) + (2,), dtype=gen_dtype)
+    if name == "randn":
+        parts = parts * gen_dtype(math.sqrt(0.5))
+    return _sample(parts.view(np.complex128 if gen_dtype is np.float64 else np.complex64).reshape(shape), dt, device,
+                   requires_grad)
+
+
 def rand(*size, generator=None, out=None, dtype=None, layout=None, device=None, requires_grad=False,
          pin_memory=False):
     """Uniform samples in [0, 1)."""
@@ -243,9 +260,7 @@ def rand(*size, generator=None, out=None, dtype=None, layout=None, device=None, 
     shape = normalize_shape(size, "rand")
     if generator is None:
         return _default_draw("rand", dt, shape, device, requires_grad)
-    gen_dtype = np.float64 if dt is _dtype.float64 else np.float32
-    rng = _rng(_generator_for(generator, device))
-    return _sample(rng.random(shape, dtype=gen_dtype), dt, device, requires_grad)
+    return _generator_draw("rand", "random", generator, dt, shape, device, requires_grad)
 
 
 def randn(*size, generator=None, out=None, dtype=None, layout=None, device=None, requires_grad=False,
@@ -255,9 +270,7 @@ def randn(*size, generator=None, out=None, dtype=None, layout=None, device=None,
     shape = normalize_shape(size, "randn")
     if generator is None:
         return _default_draw("randn", dt, shape, device, requires_grad)
-    gen_dtype = np.float64 if dt is _dtype.float64 else np.float32
-    rng = _rng(_generator_for(generator, device))
-    return _sample(rng.standard_normal(shape, dtype=gen_dtype), dt, device, requires_grad)
+    return _generator_draw("randn", "standard_normal", generator, dt, shape, device, requires_grad)
 
 
 def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None, layout=None, device=None,

@@ -282,8 +282,9 @@ def test_random_errors():
 def test_complex_rand_and_randn_draw_both_parts_like_torch(dtype):
     # torch: independent real and imaginary parts, each N(0, 1/2) for randn and U[0, 1) for rand.
     dt = getattr(jitorch, dtype)
-    z = jitorch.randn(20000, dtype=dt)
-    assert z.dtype is dt and abs(float(z.real.var()) - 0.5) < 0.03 and abs(float(z.imag.var()) - 0.5) < 0.03
-    assert abs(float((z.real * z.imag).mean())) < 0.02  # not the same numbers twice
-    u = jitorch.rand(20000, dtype=dt)
-    assert 0 <= float(u.real.min()) and float(u.imag.max()) < 1 and abs(float(u.imag.mean()) - 0.5) < 0.02
+    for gen in (None, jitorch.Generator().manual_seed(3)):  # a random row, or the generator's own draw
+        z = jitorch.randn(20000, dtype=dt, generator=gen)
+        assert z.dtype is dt and abs(float(z.real.var()) - 0.5) < 0.03 and abs(float(z.imag.var()) - 0.5) < 0.03
+        assert abs(float((z.real * z.imag).mean())) < 0.02  # not the same numbers twice
+        u = jitorch.rand(20000, dtype=dt, generator=gen)
+        assert 0 <= float(u.real.min()) and float(u.imag.max()) < 1 and abs(float(u.imag.mean()) - 0.5) < 0.02
