@@ -172,6 +172,13 @@ def _edge(a):
     return None
 
 
+def sync_views(args):
+    """`sync_view` every argument that is a view whose base changed in place since it was taken."""
+    for a in args:
+        if isinstance(a, Tensor) and a._base is not None and a._view_ver != a._ver_owner._ver:
+            sync_view(a)
+
+
 def sync_view(v):
     """Regenerate a view's history when its base changed in place since (PyTorch does this lazily, as here).
 

@@ -215,42 +215,44 @@ def _sample(values, dt, device, requires_grad):
     return _finish(data.astype(dt.np, copy=False), requires_grad, device)
 
 
-def _default_draw(name, dt, shape, device, requires_grad):
-    """A sample from the device's default generator as a random row (``ops/random_ops.py``): compiled graphs and
-    CPU graph replays draw it afresh on every run, in eager's order, with eager's numbers."""
-    from ._creation import complex as _complex, empty
+def _row_sample(row, dt, device, **attrs):
+    """A random row's sample (``ops/random_ops.py``) of dtype ``dt`` on ``device``: compiled graphs and CPU graph
+    replays draw it afresh on every run, in eager's order, with eager's numbers. Its operand only carries the dtype
+    and device."""
+    from ._creation import empty
     from ._dispatch import apply
+
+    return apply(row, empty((), dtype=dt, device=device), **attrs)
+
+
+def _float_sample(name, method, generator, dt, shape, device, requires_grad):
+    """``rand`` (``method="random"``) or ``randn`` (``"standard_normal"``): a random row for the default generator,
+    else the generator's own draw; complex dtypes draw both parts, as torch (each of variance 1/2 for randn)."""
+    from ._creation import complex as _complex
     from .ops import random_ops
 
-    row = random_ops.UNIFORM_SAMPLE if name == "rand" else random_ops.NORMAL_SAMPLE
-    if dt.is_complex:  # as torch: real and imaginary parts drawn apart (each of variance 1/2 for randn)
-        parts = apply(row, empty((), dtype=dt.to_real(), device=device), shape=tuple(shape) + (2,))
-        if name == "randn":
-            parts = parts * math.sqrt(0.5)
-        out = _complex(parts[..., 0], parts[..., 1])
-    elif not dt.is_floating_point:
-        raise NotImplementedError(f"{name}: samples are floating point, not {dt}: pass a floating or complex "
-                                  f"dtype (randint draws integers)")
-    else:
-        out = apply(row, empty((), dtype=dt, device=device), shape=shape)
-    return out.requires_grad_() if requires_grad else out
-
-
-def _generator_draw(name, method, generator, dt, shape, device, requires_grad):
-    """``rand``/``randn`` from a given generator (drawn where it lives); complex dtypes draw both parts, as torch."""
     if not (dt.is_floating_point or dt.is_complex):
         raise NotImplementedError(f"{name}: samples are floating point, not {dt}: pass a floating or complex dtype "
                                   f"(randint draws integers)")
-    real = dt.to_real() if dt.is_complex else dt
-    gen_dtype = np.float64 if real is _dtype.float64 else np.float32
-    rng = _rng(_generator_for(generator, device))
-    if not dt.is_complex:
-        return _sample(getattr(rng, method)(shape, dtype=gen_dtype), dt, device, requires_grad)
-    parts = getattr(rng, method)(tuple(shape) + (2,), dtype=gen_dtype)
-    if name == "randn":
-        parts = parts * gen_dtype(math.sqrt(0.5))
-    return _sample(parts.view(np.complex128 if gen_dtype is np.float64 else np.complex64).reshape(shape), dt, device,
-                   requires_grad)
+    if generator is None:
+        row = random_ops.UNIFORM_SAMPLE if method == "random" else random_ops.NORMAL_SAMPLE
+
+        def draw(real, size):
+            return _row_sample(row, real, device, shape=size)
+    else:
+        rng = _rng(_generator_for(generator, device))
+
+        def draw(real, size):
+            values = getattr(rng, method)(size, dtype=np.float64 if real is _dtype.float64 else np.float32)
+            return _sample(values, real, device, False)
+    if dt.is_complex:
+        parts = draw(dt.to_real(), tuple(shape) + (2,))
+        if method == "standard_normal":
+            parts = parts * math.sqrt(0.5)
+        out = _complex(parts[..., 0], parts[..., 1])
+    else:
+        out = draw(dt, shape)
+    return out.requires_grad_() if requires_grad else out
 
 
 def rand(*size, generator=None, out=None, dtype=None, layout=None, device=None, requires_grad=False,
@@ -258,9 +260,7 @@ def rand(*size, generator=None, out=None, dtype=None, layout=None, device=None, 
     """Uniform samples in [0, 1)."""
     dt = _float_dtype(dtype)
     shape = normalize_shape(size, "rand")
-    if generator is None:
-        return _default_draw("rand", dt, shape, device, requires_grad)
-    return _generator_draw("rand", "random", generator, dt, shape, device, requires_grad)
+    return _float_sample("rand", "random", generator, dt, shape, device, requires_grad)
 
 
 def randn(*size, generator=None, out=None, dtype=None, layout=None, device=None, requires_grad=False,
@@ -268,9 +268,7 @@ def randn(*size, generator=None, out=None, dtype=None, layout=None, device=None,
     """Standard normal samples."""
     dt = _float_dtype(dtype)
     shape = normalize_shape(size, "randn")
-    if generator is None:
-        return _default_draw("randn", dt, shape, device, requires_grad)
-    return _generator_draw("randn", "standard_normal", generator, dt, shape, device, requires_grad)
+    return _float_sample("randn", "standard_normal", generator, dt, shape, device, requires_grad)
 
 
 def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None, layout=None, device=None,
@@ -286,13 +284,10 @@ def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     dt = _dtype.int64 if dtype is None else _dtype.to_dtype(dtype)
     shape = normalize_shape((size,) if isinstance(size, int) else tuple(size), "randint")
-    if generator is None:  # a random row, as rand's (see _default_draw)
-        from ._creation import empty
-        from ._dispatch import apply
+    if generator is None:
         from .ops import random_ops
 
-        out = apply(random_ops.INTEGER_SAMPLE, empty((), dtype=dt, device=device), shape=shape, low=int(low),
-                    high=int(high))
+        out = _row_sample(random_ops.INTEGER_SAMPLE, dt, device, shape=shape, low=int(low), high=int(high))
         return out.requires_grad_() if requires_grad else out
     rng = _rng(_generator_for(generator, device))
     return _sample(rng.integers(low, high, shape), dt, device, requires_grad)
@@ -330,7 +325,7 @@ def bernoulli(input, p=None, *, generator=None, out=None):
             return apply(random_ops.BERNOULLI_SAMPLE, input.detach())
         if not 0 <= p <= 1:
             raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p}")
-        return apply(random_ops.BERNOULLI_MASK, input.new_empty(()), p=p, shape=tuple(input.shape))
+        return _row_sample(random_ops.BERNOULLI_MASK, input.dtype, input.device, p=p, shape=tuple(input.shape))
     gen = _generator_for(generator, input.device)
     if gen._on_device:  # no range check: it would read the probabilities on the host (see _random_device)
         probs = input._data if p is None else p

@@ -54,7 +54,7 @@ def guard_values(args, kwargs, module=None, params=None, by_value=False):
         mods = tuple(module.modules())
         out.append(("training", tuple(m.training for m in mods)))
         params = tuple(module.parameters()) if params is None else params
-        marked = {id(p) for m in mods for k, p in m._parameters.items() if k in m.__dict__.get("_guard_by_value", ())} \
+        marked = {id(m._parameters[k]) for m in mods if "_guard_by_value" in m.__dict__ for k in m._guard_by_value} \
             if by_value else ()
         out.append(("parameters", tuple(_layout(p) if id(p) in marked else id(p) for p in params)))
         # The graph reads buffers as constants and writes BatchNorm's statistics back into them: a buffer

@@ -139,14 +139,12 @@ class Function(metaclass=_FunctionMeta):
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        from .._dispatch import _edge, sync_view
+        from .._dispatch import _edge, sync_views
         from .._tensor import Tensor
 
-        for a in args:
-            # A view whose base was written in place since: its history is regenerated first, as every op's
-            # inputs are (else ``v = y[:2]; y.mul_(2); F.apply(v)`` would differentiate around the ``mul_``).
-            if isinstance(a, Tensor) and a._base is not None and a._view_ver != a._ver_owner._ver:
-                sync_view(a)
+        # A view whose base was written in place since: its history is regenerated first, as every op's inputs
+        # are (else ``v = y[:2]; y.mul_(2); F.apply(v)`` would differentiate around the ``mul_``).
+        sync_views(args)
         ctx = cls._backward_cls.__new__(cls._backward_cls)
         ctx._positions = tuple(i for i, a in enumerate(args) if isinstance(a, Tensor))
         ctx._num_args = len(args)

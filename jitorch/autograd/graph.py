@@ -100,6 +100,14 @@ class Node:
             _record(self)
 
     # -- saved values -------------------------------------------------------------------------------------------
+    def _saved(self, name):
+        """``_saved_in`` or ``_saved_out``, recomputed first if activation checkpointing deferred it."""
+        saved = getattr(self, name)
+        if type(saved) is Deferred:
+            saved.fill()
+            saved = getattr(self, name)
+        return saved
+
     def save_inputs(self, args):
         self._saved_in = args
         versions = []
@@ -119,10 +127,7 @@ class Node:
 
     @property
     def inputs(self):
-        saved = self._saved_in
-        if type(saved) is Deferred:
-            saved.fill()
-            saved = self._saved_in
+        saved = self._saved("_saved_in")
         if saved is None:
             if self._freed:
                 raise RuntimeError(_FREED_MSG)
@@ -134,10 +139,7 @@ class Node:
 
     @property
     def outputs(self):
-        saved = self._saved_out
-        if type(saved) is Deferred:
-            saved.fill()
-            saved = self._saved_out
+        saved = self._saved("_saved_out")
         if saved is None:
             raise RuntimeError(_FREED_MSG if self._freed else f"{self.name()}: outputs were not saved for backward")
         outs = []
@@ -157,10 +159,7 @@ class Node:
     def output(self, nr):
         """Saved output ``nr`` alone, version-checked alone: a backward that reads only side outputs (batch norm's
         statistics) must not fail because its main output was later changed in place (``ReLU(inplace=True)``)."""
-        saved = self._saved_out
-        if type(saved) is Deferred:
-            saved.fill()
-            saved = self._saved_out
+        saved = self._saved("_saved_out")
         if saved is None:
             raise RuntimeError(_FREED_MSG if self._freed else f"{self.name()}: outputs were not saved for backward")
         data, counter, version = saved[nr]

@@ -64,7 +64,7 @@ HOST_READS = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__
 # (file, function, method) where the function also reads values it needs. On zeros the check passes, so the trace
 # goes on as torch's fake kernels do (they skip such checks).
 VALIDATION_READS = frozenset({
-    ("_functional_loss.py", "_class_targets"), ("_functional_sparse.py", "_check_range"),
+    ("_functional_loss.py", "_class_targets"),
     ("_functional_loss_extra.py", "gaussian_nll_loss"), ("_functional_loss_extra.py", "multi_margin_loss"),
     ("_functional_loss_extra.py", "multilabel_margin_loss"), ("_math_extra.py", "_quantile"),
     ("_sorting.py", "histc"),

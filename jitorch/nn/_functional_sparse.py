@@ -31,15 +31,11 @@ def _check_indices(indices, op):
                            f"Long, Int; but got {indices.type()} instead (while checking arguments for {op})")
 
 
-def _check_range(indices, num, op):
-    if indices.numel() and (bool((indices < 0).any()) or bool((indices >= num).any())):
-        raise IndexError(f"{op}: index out of range in self (indices must be in [0, {num}))")
-
-
-def _checked_range(indices, num, op):
+def _checked_range(indices, num, op, error="RuntimeError", message=None):
     """``indices``, checked in ``[0, num)`` by a row (so compiled graphs keep the check without a graph break)."""
-    message = f"{op}: index {{index}} of input takes value {{value}} which is not in the valid range [0, {num})"
-    return apply(CHECK_RANGE, indices, low=0, high=num, below=message, above=message)
+    if message is None:
+        message = f"{op}: index {{index}} of input takes value {{value}} which is not in the valid range [0, {num})"
+    return apply(CHECK_RANGE, indices, low=0, high=num, below=message, above=message, error=error)
 
 
 def _padding_index(padding_idx, num):
@@ -76,7 +72,8 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     num = weight.shape[0]
     padding_idx = _padding_index(padding_idx, num)
     if max_norm is not None:
-        _check_range(input, num, "embedding")
+        input = _checked_range(input, num, "embedding", "IndexError",
+                               f"embedding: index out of range in self (indices must be in [0, {num}))")
         _renorm_rows(weight, input, max_norm, norm_type)
     try:
         # The row's kernel checks the range: no value is read into Python, so a compiled model keeps one graph.

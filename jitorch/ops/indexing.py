@@ -86,12 +86,9 @@ def _saved_indices(ctx, start):
     Only the index inputs are read back: checking the version of input 0 too (as ``ctx.inputs`` does) would make
     ``y = x[i]; x[j] = 0; y.backward()`` fail, which PyTorch allows since it saves only the indices.
     """
-    from ..autograd.graph import Deferred, _version_error
+    from ..autograd.graph import _version_error
 
-    saved = getattr(ctx, "_saved_in", None)
-    if type(saved) is Deferred:  # dropped by activation checkpointing: recomputed now
-        saved.fill()
-        saved = ctx._saved_in
+    saved = ctx._saved("_saved_in")
     if saved is None:
         return tuple(ctx.inputs[start:])
 

@@ -51,15 +51,18 @@ BINARY_CROSS_ENTROPY = defop(
 from . import nn_fused  # noqa: F401,E402 - registers the fused softmax, layer_norm and nll_loss rows
 
 
-def _check_range_kernel(xp, t, low, high, below, above):
-    """A copy of the integer tensor ``t`` when every value is in ``[low, high)``; else eager's ``RuntimeError``: the
+_ERRORS = {"RuntimeError": RuntimeError, "IndexError": IndexError}
+
+
+def _check_range_kernel(xp, t, low, high, below, above, error="RuntimeError"):
+    """A copy of the integer tensor ``t`` when every value is in ``[low, high)``; else eager's ``error``: the
     ``below`` or ``above`` message, formatted with the first offending flat ``index`` and ``value``."""
     if t.size:
         flat = t.reshape(-1)
         for bad, message in ((flat < low, below), (flat >= high, above)):
             if bool(bad.any()):
                 i = int(bad.argmax())
-                raise RuntimeError(message.format(index=i, value=int(flat[i]), low=low, high=high))
+                raise _ERRORS[error](message.format(index=i, value=int(flat[i]), low=low, high=high))
     return t.copy()
 
 

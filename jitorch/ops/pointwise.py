@@ -280,9 +280,12 @@ def _sigmoid_kernel(xp, a):
 
 SIGMOID = _unary("sigmoid", _sigmoid_kernel, _sigmoid_backward, "sigmoid({0})",
                  saves="outputs")
+_SPECIAL_ERF = _special("erf")
+
+
 def _erf_kernel(xp, a):
     out = native_eager.unary("erf", a)  # float32 on the CPU: SciPy's loop is about 30x slower
-    return _special("erf")(xp, a) if out is None else out
+    return _SPECIAL_ERF(xp, a) if out is None else out
 
 
 ERF = _unary("erf", _erf_kernel, lambda ctx, g: g * (2 / math.sqrt(math.pi)) * (-_x(ctx) ** 2).exp(), "erf({0})")

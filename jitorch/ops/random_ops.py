@@ -50,44 +50,40 @@ BERNOULLI_MASK = defop("bernoulli_mask", _bernoulli_mask_kernel, NOT_DIFFERENTIA
                        Opaque("random draw: fresh numbers on every run"))
 
 
-def _default_draw(method):
-    """A kernel drawing ``method`` ("random", "standard_normal") from the default generator of ``ref``'s device,
-    as ``jitorch.rand``/``randn`` draw it: float64 for float64, float32 otherwise, then cast to ``ref``'s dtype."""
-    def kernel(xp, ref, shape):
-        from .. import _random
-        from .._dtype import to_dtype
+def _draw(ref, method, *args, **kwargs):
+    """``method`` of the default generator of ``ref``'s device, in ``ref``'s dtype, as the samplers draw it.
 
-        draw_dtype = np.float64 if np.dtype(ref.dtype) == np.float64 else np.float32
-        if type(ref) is np.ndarray:
-            # ``_rng`` looked up now (``manual_seed`` replaces the stream); CPU graph capture reruns this kernel.
-            return getattr(_random.default_generator._rng, method)(shape, dtype=draw_dtype).astype(ref.dtype,
-                                                                                                 copy=False)
-        # On a device the draw goes through the samplers' hooks, which CUDA graph capture turns into a static
-        # buffer refilled before each replay.
-        gen = _random.cuda_generator(ref.device.id)
-        values = getattr(_random._rng(gen), method)(shape, dtype=draw_dtype)
-        return _random._sample(values, to_dtype(np.dtype(ref.dtype)), gen.device, False)._data
-    kernel.__name__ = f"_{method}_kernel"
-    return kernel
-
-
-UNIFORM_SAMPLE = defop("uniform_sample", _default_draw("random"), NOT_DIFFERENTIABLE,
-                       Opaque("random draw: fresh numbers on every run"))
-NORMAL_SAMPLE = defop("normal_sample", _default_draw("standard_normal"), NOT_DIFFERENTIABLE,
-                      Opaque("random draw: fresh numbers on every run"))
-
-def _integer_sample_kernel(xp, ref, shape, low, high):
-    """``randint(low, high, shape)`` from the default generator of ``ref``'s device, in ``ref``'s dtype."""
+    On the CPU the stream is looked up now (``manual_seed`` replaces it; CPU graph capture reruns the kernel). On a
+    device the draw goes through the samplers' hooks, which CUDA graph capture turns into a static buffer refilled
+    before each replay."""
     from .. import _random
     from .._dtype import to_dtype
 
     if type(ref) is np.ndarray:
-        return _random.default_generator._rng.integers(low, high, shape).astype(ref.dtype, copy=False)
+        return getattr(_random.default_generator._rng, method)(*args, **kwargs).astype(ref.dtype, copy=False)
     gen = _random.cuda_generator(ref.device.id)
-    values = _random._rng(gen).integers(low, high, shape)
+    values = getattr(_random._rng(gen), method)(*args, **kwargs)
     return _random._sample(values, to_dtype(np.dtype(ref.dtype)), gen.device, False)._data
 
 
+def _float_draw(method):
+    """A kernel drawing ``method`` ("random", "standard_normal") as ``jitorch.rand``/``randn`` do: float64 for
+    float64, float32 otherwise, then cast to ``ref``'s dtype."""
+    def kernel(xp, ref, shape):
+        return _draw(ref, method, shape, dtype=np.float64 if np.dtype(ref.dtype) == np.float64 else np.float32)
+    kernel.__name__ = f"_{method}_kernel"
+    return kernel
+
+
+def _integer_sample_kernel(xp, ref, shape, low, high):
+    """``randint(low, high, shape)``, in ``ref``'s dtype."""
+    return _draw(ref, "integers", low, high, shape)
+
+
+UNIFORM_SAMPLE = defop("uniform_sample", _float_draw("random"), NOT_DIFFERENTIABLE,
+                       Opaque("random draw: fresh numbers on every run"))
+NORMAL_SAMPLE = defop("normal_sample", _float_draw("standard_normal"), NOT_DIFFERENTIABLE,
+                      Opaque("random draw: fresh numbers on every run"))
 INTEGER_SAMPLE = defop("integer_sample", _integer_sample_kernel, NOT_DIFFERENTIABLE,
                        Opaque("random draw: fresh numbers on every run"))
 

@@ -25,7 +25,7 @@ import warnings
 import weakref
 
 from .. import _random
-from .._dispatch import is_compiling, sync_view
+from .._dispatch import is_compiling, sync_views
 from ..amp.autocast_mode import autocast, get_autocast_dtype, is_autocast_enabled
 from .._tensor import Tensor
 from ..autograd import backward as _backward
@@ -63,14 +63,6 @@ def _autocast_as(state):
         elif is_autocast_enabled(dev):
             stack.enter_context(autocast(dev, enabled=False))
     return stack
-
-
-def _sync_views(args):
-    """Regenerate stale views among the arguments now, outside the region: during the recomputation they are
-    already current, so the forward and the recomputation record the same ops."""
-    for a in args:
-        if isinstance(a, Tensor) and a._base is not None and a._view_ver != a._ver_owner._ver:
-            sync_view(a)
 
 
 @contextlib.contextmanager
@@ -119,7 +111,8 @@ def _outside_saved(nodes):
 
 def _without_reentrant(function, preserve, context_fn, args, kwargs):
     flat = list(args) + list(kwargs.values())
-    _sync_views(flat)
+    # Stale views are regenerated outside the region, so the forward and the recomputation record the same ops.
+    sync_views(flat)
     rng = _rng_states(flat) if preserve else None
     versions, amp = _versions(flat), _autocast_state()
     forward_ctx, recompute_ctx = context_fn()
