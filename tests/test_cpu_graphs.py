@@ -319,15 +319,18 @@ def test_make_graphed_callables_replays_and_checks_inputs():
 @pytest.mark.parametrize("channels, size", [(1, 28), (16, 10)])  # K-major (few channels) and channels-last windows
 def test_cpu_graph_convolution_keeps_its_windows_for_the_weight_gradient(channels, size):
     """In a capture, conv2d keeps its window matrix for the weight gradient as eager does; each replay refills it,
-    so the gradients of every replay are that replay's (torch computes them from scratch)."""
+    so the gradients of every replay are that replay's (torch computes them from scratch). Stride 2: a stride-1
+    convolution may take the direct kernel, which makes no window matrix."""
     rng = np.random.default_rng(channels)
-    jconv, tconv = jitorch.nn.Conv2d(channels, 8, 3, padding=1), torch.nn.Conv2d(channels, 8, 3, padding=1)
+    jconv = jitorch.nn.Conv2d(channels, 8, 3, padding=1, stride=2)
+    tconv = torch.nn.Conv2d(channels, 8, 3, padding=1, stride=2)
+    out = (size + 1) // 2
     with torch.no_grad():
         tconv.weight.copy_(torch.tensor(jconv.weight.detach().numpy()))
         tconv.bias.copy_(torch.tensor(jconv.bias.detach().numpy()))
     shape = (4, channels, size, size)
     x = jitorch.tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
-    gup = jitorch.tensor(rng.standard_normal((4, 8, size, size)).astype(np.float32))
+    gup = jitorch.tensor(rng.standard_normal((4, 8, out, out)).astype(np.float32))
     g = CPUGraph()
     with graph(g):
         (jconv(x) * gup).sum().backward()

@@ -1,0 +1,247 @@
+"""Direct 2-D convolution at stride 1 as one LLVM function: register tiles of output channels by output columns.
+
+im2col copies the input ``prod(kernel)`` times before its GEMM; at stride 1 a window row is a contiguous run of the
+padded input, so the product can read the input in place. For each image, block of ``OB`` output channels, output
+row and chunk of ``L`` output columns, ``OB`` vector accumulators sum over input channels and the (unrolled) kernel
+taps ``acc[j] += splat(w[o0 + j, c, ky, kx]) * x[c, h + ky*dh, w0 + kx*dw : ... + L]``; the last chunk of a row is
+stored through a mask. Loads of the last chunk may run up to ``L - 1`` elements past a row (into the next row, or
+past the end, so the input buffer carries ``L`` elements of slack); those lanes are never stored.
+
+Every size is an argument; the code depends only on the element type, ``L``, ``OB`` and the kernel's shape. The
+weight comes packed as ``(O / OB, C / G, KH, KW, OB)`` (`pack_weight`), so a tap's ``OB`` weights are adjacent.
+For a 3x3 float32 kernel with ``OB = 8`` and ``L = 16`` one tap emits::
+
+    %x.4.p = getelementptr float, ptr %x, i64 %x.4.o
+    %x.4 = load <16 x float>, ptr %x.4.p, align 4
+    %w.4.0 = load float, ptr %w.4.0.p, align 4
+    ...
+    %acc.0.4 = call <16 x float> @llvm.fmuladd.v16f32(<16 x float> %x.4, <16 x float> %w.4.0.s, <16 x float> ...)
+
+>>> import numpy as np
+>>> fn = DirectConv("f32", (3, 3), lanes=8, block=2)
+>>> x, w = np.random.rand(1, 2, 6, 7).astype(np.float32), np.random.rand(4, 2, 3, 3).astype(np.float32)
+>>> out = fn(x, w, np.zeros(4, np.float32), ((0, 0), (0, 0)), groups=1, dilation=(1, 1))
+>>> ref = sum(w[None, :, c, ky, kx, None, None] * x[:, c, None, ky:ky + 4, kx:kx + 5]
+...           for c in range(2) for ky in range(3) for kx in range(3))
+>>> bool(np.allclose(out, ref, rtol=1e-5))
+True
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+
+import numpy as np
+
+from .codeblock import LLVM_TYPES, CodeBlock
+from .llvm_compile import compile_function, target_info
+
+__all__ = ["DirectConv", "conv_lanes", "conv_registers", "pack_weight"]
+
+_ITEM = {"f32": 4, "f64": 8}
+_ARGS = ("cg", "hp", "wp", "ho", "wo", "obt", "obg", "cx", "ot", "dh", "dw")
+
+
+def conv_lanes(dtype):
+    """Output columns per register chunk: one full vector register of the host (AVX-512 or narrower)."""
+    wide = "+avx512f" in target_info()["features"].split(",")
+    return (64 if wide else 32) // _ITEM[dtype]
+
+
+def conv_registers():
+    """Vector registers of the host: 32 with AVX-512, 16 otherwise (what a kernel's accumulators must fit in)."""
+    return 32 if "+avx512f" in target_info()["features"].split(",") else 16
+
+
+def pack_weight(w, block):
+    """``(O, C/G, KH, KW)`` -> ``(O / block, C/G, KH, KW, block)``, C-contiguous: a tap's block of weights adjacent.
+
+    >>> pack_weight(np.arange(8.0).reshape(4, 2, 1, 1), 2)[:, :, 0, 0].tolist()
+    [[[0.0, 2.0], [1.0, 3.0]], [[4.0, 6.0], [5.0, 7.0]]]
+    """
+    o, cg, kh, kw = w.shape
+    return np.ascontiguousarray(w.reshape(o // block, block, cg, kh, kw).transpose(0, 2, 3, 4, 1))
+
+
+def _function_ir(name, dtype, kernel, lanes, block):
+    """The LLVM IR of the direct convolution ``name`` (see the module notes for its loops and arguments)."""
+    ty = LLVM_TYPES[dtype]
+    vt, item = f"<{lanes} x {ty}>", _ITEM[dtype]
+    kh, kw = kernel
+    taps = kh * kw
+    fma = f"@llvm.fmuladd.v{lanes}{dtype}"
+    mt = f"<{lanes} x i1>"
+    store_masked = f"@llvm.masked.store.v{lanes}{dtype}.p0"
+    cb = CodeBlock()
+    line = cb.line
+    ints = ", ".join(f"i64 %{a}" for a in _ARGS)
+    line(f"declare {vt} {fma}({vt}, {vt}, {vt})")
+    line(f"declare void {store_masked}({vt}, ptr, i32, {mt})")
+    line(f"define void @{name}(i64 %start, i64 %stop, ptr noalias %x, ptr noalias %w, ptr noalias %bias, "
+         f"ptr noalias %out, {ints}) nounwind {{")
+    line("entry:")
+
+    def splat(dst, scalar):
+        line(f"  {dst}.i = insertelement {vt} poison, {ty} {scalar}, i64 0")
+        line(f"  {dst} = shufflevector {vt} {dst}.i, {vt} poison, <{lanes} x i32> zeroinitializer")
+
+    line("  %hw = mul nsw i64 %hp, %wp")
+    line("  %howo = mul nsw i64 %ho, %wo")
+    line("  %kstep = mul nsw i64 %dh, %wp")
+    for ky in range(kh):
+        for kx in range(kw):
+            i = ky * kw + kx
+            line(f"  %tap.{i}.y = mul nsw i64 %kstep, {ky}")
+            line(f"  %tap.{i}.x = mul nsw i64 %dw, {kx}")
+            line(f"  %tap.{i} = add nsw i64 %tap.{i}.y, %tap.{i}.x")
+    for j in range(block):
+        line(f"  %oj.{j} = mul nsw i64 %howo, {j}")
+    line("  br label %t.head")
+    line("t.head:")
+    line("  %t = phi i64 [ %start, %entry ], [ %t.next, %h.exit ]")
+    line("  %t.ok = icmp slt i64 %t, %stop")
+    line("  br i1 %t.ok, label %t.body, label %exit")
+    line("t.body:")
+    line("  %n = sdiv i64 %t, %obt")
+    line("  %ob = srem i64 %t, %obt")
+    line("  %grp = sdiv i64 %ob, %obg")
+    line(f"  %o0 = mul nsw i64 %ob, {block}")
+    line("  %xn0 = mul nsw i64 %n, %cx")
+    line("  %xg = mul nsw i64 %grp, %cg")
+    line("  %xn1 = add nsw i64 %xn0, %xg")
+    line("  %xbase = mul nsw i64 %xn1, %hw")
+    line("  %wb0 = mul nsw i64 %ob, %cg")
+    line(f"  %wbase = mul nsw i64 %wb0, {taps * block}")
+    line("  %on0 = mul nsw i64 %n, %ot")
+    line("  %on1 = add nsw i64 %on0, %o0")
+    line("  %obase = mul nsw i64 %on1, %howo")
+    for j in range(block):
+        line(f"  %b.{j}.o = add nsw i64 %o0, {j}")
+        line(f"  %b.{j}.p = getelementptr {ty}, ptr %bias, i64 %b.{j}.o")
+        line(f"  %b.{j} = load {ty}, ptr %b.{j}.p, align {item}")
+        splat(f"%b.{j}.s", f"%b.{j}")
+    line("  br label %h.head")
+    line("h.head:")
+    line("  %h = phi i64 [ 0, %t.body ], [ %h.next, %w.exit ]")
+    line("  %h.ok = icmp slt i64 %h, %ho")
+    line("  br i1 %h.ok, label %h.body, label %h.exit")
+    line("h.body:")
+    line("  %xh0 = mul nsw i64 %h, %wp")
+    line("  %xh = add nsw i64 %xbase, %xh0")
+    line("  %oh0 = mul nsw i64 %h, %wo")
+    line("  %oh = add nsw i64 %obase, %oh0")
+    line("  br label %w.head")
+    line("w.head:")
+    line("  %w0 = phi i64 [ 0, %h.body ], [ %w0.next, %store.done ]")
+    line("  %w.ok = icmp slt i64 %w0, %wo")
+    line("  br i1 %w.ok, label %w.body, label %w.exit")
+    line("w.body:")
+    line("  %xw = add nsw i64 %xh, %w0")
+    line("  br label %c.head")
+    line("c.head:")
+    line("  %c = phi i64 [ 0, %w.body ], [ %c.next, %c.body ]")
+    for j in range(block):
+        line(f"  %acc.{j} = phi {vt} [ %b.{j}.s, %w.body ], [ %acc.{j}.{taps - 1}, %c.body ]")
+    line("  %c.ok = icmp slt i64 %c, %cg")
+    line("  br i1 %c.ok, label %c.body, label %c.exit")
+    line("c.body:")
+    line("  %xc0 = mul nsw i64 %c, %hw")
+    line("  %xc = add nsw i64 %xw, %xc0")
+    line(f"  %wc0 = mul nsw i64 %c, {taps * block}")
+    line("  %wc = add nsw i64 %wbase, %wc0")
+    for i in range(taps):
+        line(f"  %x.{i}.o = add nsw i64 %xc, %tap.{i}")
+        line(f"  %x.{i}.p = getelementptr {ty}, ptr %x, i64 %x.{i}.o")
+        line(f"  %x.{i} = load {vt}, ptr %x.{i}.p, align {item}")
+        for j in range(block):
+            line(f"  %w.{i}.{j}.o = add nsw i64 %wc, {i * block + j}")
+            line(f"  %w.{i}.{j}.p = getelementptr {ty}, ptr %w, i64 %w.{i}.{j}.o")
+            line(f"  %w.{i}.{j} = load {ty}, ptr %w.{i}.{j}.p, align {item}")
+            splat(f"%w.{i}.{j}.s", f"%w.{i}.{j}")
+            prev = f"%acc.{j}" if i == 0 else f"%acc.{j}.{i - 1}"
+            line(f"  %acc.{j}.{i} = call {vt} {fma}({vt} %x.{i}, {vt} %w.{i}.{j}.s, {vt} {prev})")
+    line("  %c.next = add nsw i64 %c, 1")
+    line("  br label %c.head")
+    line("c.exit:")
+    line("  %left = sub nsw i64 %wo, %w0")
+    line(f"  %full = icmp sge i64 %left, {lanes}")
+    line("  br i1 %full, label %store.full, label %store.tail")
+    for part in ("full", "tail"):
+        line(f"store.{part}:")
+        if part == "tail":
+            line(f"  %left.i = insertelement <{lanes} x i64> poison, i64 %left, i64 0")
+            line(f"  %left.s = shufflevector <{lanes} x i64> %left.i, <{lanes} x i64> poison, "
+                 f"<{lanes} x i32> zeroinitializer")
+            lane_ids = ", ".join(f"i64 {k}" for k in range(lanes))
+            line(f"  %mask = icmp slt <{lanes} x i64> <{lane_ids}>, %left.s")
+        for j in range(block):
+            line(f"  %{part}.{j}.o0 = add nsw i64 %oh, %oj.{j}")
+            line(f"  %{part}.{j}.o = add nsw i64 %{part}.{j}.o0, %w0")
+            line(f"  %{part}.{j}.p = getelementptr {ty}, ptr %out, i64 %{part}.{j}.o")
+            if part == "full":
+                line(f"  store {vt} %acc.{j}, ptr %full.{j}.p, align {item}")
+            else:
+                line(f"  call void {store_masked}({vt} %acc.{j}, ptr %tail.{j}.p, i32 {item}, {mt} %mask)")
+        line("  br label %store.done")
+    line("store.done:")
+    line(f"  %w0.next = add nsw i64 %w0, {lanes}")
+    line("  br label %w.head")
+    line("w.exit:")
+    line("  %h.next = add nsw i64 %h, 1")
+    line("  br label %h.head")
+    line("h.exit:")
+    line("  %t.next = add nsw i64 %t, 1")
+    line("  br label %t.head")
+    line("exit:")
+    line("  ret void")
+    line("}")
+    return str(cb)
+
+
+class DirectConv:
+    """A compiled direct convolution for one element type, kernel shape, chunk width and output-channel block.
+
+    ``fn(x, w, bias, pads, groups, dilation, parallel=None)`` convolves ``(N, C, H, W)``, padded with zeros by
+    ``pads`` (``((top, bottom), (left, right))``), with ``(O, C/G, KH, KW)`` weights (``O / G`` a multiple of
+    ``block``) and a bias ``(O,)``: ``(N, O, Ho, Wo)``. ``parallel`` (``parallel(fn, n)`` calls ``fn(start, stop)``
+    over ``range(n)``, as `runtime.threads.parallel_for` does) splits the images and channel blocks across threads.
+    """
+
+    def __init__(self, dtype, kernel, lanes, block, cache=None):
+        self.dtype, self.kernel, self.lanes, self.block = dtype, tuple(kernel), lanes, block
+        text = _function_ir("jitorch_conv", dtype, self.kernel, lanes, block)
+        self.name = f"jitorch_conv_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+        self.llvm_ir = text.replace("@jitorch_conv(", f"@{self.name}(")
+        address = compile_function(self.llvm_ir, self.name, cache)
+        self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 2 + [ctypes.c_void_p] * 4 +
+                                            [ctypes.c_int64] * len(_ARGS)))(address)
+
+    def __call__(self, x, w, bias, pads, groups, dilation, parallel=None):
+        n, cx, h, wd = x.shape
+        o, cg, kh, kw = w.shape
+        (top, bottom), (left, right) = pads
+        hp, wp = h + top + bottom, wd + left + right
+        dh, dw = dilation
+        ho, wo = hp - dh * (kh - 1), wp - dw * (kw - 1)
+        np_dtype = np.dtype({"f32": np.float32, "f64": np.float64}[self.dtype])
+        if (kh, kw) != self.kernel or (o // groups) % self.block or cg * groups != cx or ho < 1 or wo < 1:
+            raise ValueError(f"direct convolution: input {x.shape}, weight {w.shape}, groups {groups} do not fit "
+                             f"this {self.kernel} kernel with blocks of {self.block}")
+        # Padded in one copy, with slack past the last row for the last chunk's unmasked loads.
+        size = n * cx * hp * wp
+        flat = np.zeros(size + self.lanes, np_dtype)
+        flat[:size].reshape(n, cx, hp, wp)[:, :, top:top + h, left:left + wd] = x
+        packed = pack_weight(np.asarray(w, np_dtype), self.block)
+        b = np.ascontiguousarray(bias, np_dtype)
+        out = np.empty((n, o, ho, wo), np_dtype)
+        obt = o // self.block
+        ints = (cg, hp, wp, ho, wo, obt, (o // groups) // self.block, cx, o, dh, dw)
+        ptrs = [a.__array_interface__["data"][0] for a in (flat, packed, b, out)]
+
+        def run(start, stop):
+            self._fn(start, stop, *ptrs, *ints)
+        if parallel is None:
+            run(0, n * obt)
+        else:
+            parallel(run, n * obt)
+        return out

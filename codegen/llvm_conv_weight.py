@@ -1,0 +1,200 @@
+"""The weight gradient of a stride-1 2-D convolution as one LLVM function, reading the input in place (no im2col).
+
+``gw[o, c, ky, kx] = sum over n, h, w of g[n, o, h, w] * x[n, c, h + ky*dh, w + kx*dw]`` (``x`` padded). For a block
+of ``OB`` output channels and one input channel, ``OB * KH * KW`` vector accumulators run over every image, output
+row and chunk of ``L`` output columns: ``acc[j][tap] += g[n, o0 + j, h, w0:w0 + L] * x[n, c, row(tap), col(tap)]``;
+each is summed across its lanes at the end. Loads go through a mask (all lanes but the tail of a row), so lanes
+past a row load zeros and ``0 * inf`` never happens.
+
+For a 3x3 float32 kernel with ``OB = 2`` and ``L = 16`` one tap emits::
+
+    %x.4 = call <16 x float> @llvm.masked.load.v16f32.p0(ptr %x.4.p, i32 4, <16 x i1> %mask, <16 x float> zeroinit...
+    %acc.0.4.n = call <16 x float> @llvm.fmuladd.v16f32(<16 x float> %g.0, <16 x float> %x.4, <16 x float> %acc.0.4)
+    %acc.1.4.n = call <16 x float> @llvm.fmuladd.v16f32(<16 x float> %g.1, <16 x float> %x.4, <16 x float> %acc.1.4)
+
+>>> import numpy as np
+>>> fn = DirectConvWeight("f32", (2, 2), lanes=8, block=1)
+>>> x, g = np.random.rand(2, 1, 4, 5).astype(np.float32), np.random.rand(2, 3, 3, 4).astype(np.float32)
+>>> gw = fn(x, g, ((0, 0), (0, 0)), groups=1, dilation=(1, 1))
+>>> ref = [[[(g[:, o] * x[:, 0, ky:ky + 3, kx:kx + 4]).sum() for kx in range(2)] for ky in range(2)] for o in range(3)]
+>>> bool(np.allclose(gw[:, 0], ref, rtol=1e-5))
+True
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+
+import numpy as np
+
+from .codeblock import LLVM_TYPES, CodeBlock
+from .llvm_compile import compile_function
+
+__all__ = ["DirectConvWeight"]
+
+_ITEM = {"f32": 4, "f64": 8}
+_ARGS = ("batch", "cg", "hp", "wp", "ho", "wo", "obg", "cx", "ot", "dh", "dw")
+
+
+def _function_ir(name, dtype, kernel, lanes, block):
+    """The LLVM IR of the weight-gradient kernel ``name`` (see the module notes)."""
+    ty = LLVM_TYPES[dtype]
+    vt, item, mt = f"<{lanes} x {ty}>", _ITEM[dtype], f"<{lanes} x i1>"
+    kh, kw = kernel
+    taps = kh * kw
+    fma, load_masked = f"@llvm.fmuladd.v{lanes}{dtype}", f"@llvm.masked.load.v{lanes}{dtype}.p0"
+    reduce = f"@llvm.vector.reduce.fadd.v{lanes}{dtype}"
+    accs = [(j, i) for j in range(block) for i in range(taps)]
+    cb = CodeBlock()
+    line = cb.line
+    line(f"declare {vt} {fma}({vt}, {vt}, {vt})")
+    line(f"declare {vt} {load_masked}(ptr, i32, {mt}, {vt})")
+    line(f"declare {ty} {reduce}({ty}, {vt})")
+    line(f"define void @{name}(i64 %start, i64 %stop, ptr noalias %x, ptr noalias %g, ptr noalias %out, "
+         f"{', '.join(f'i64 %{a}' for a in _ARGS)}) nounwind {{")
+    line("entry:")
+    line("  %hw = mul nsw i64 %hp, %wp")
+    line("  %howo = mul nsw i64 %ho, %wo")
+    line("  %kstep = mul nsw i64 %dh, %wp")
+    for ky in range(kh):
+        for kx in range(kw):
+            i = ky * kw + kx
+            line(f"  %tap.{i}.y = mul nsw i64 %kstep, {ky}")
+            line(f"  %tap.{i}.x = mul nsw i64 %dw, {kx}")
+            line(f"  %tap.{i} = add nsw i64 %tap.{i}.y, %tap.{i}.x")
+    for j in range(block):
+        line(f"  %gj.{j} = mul nsw i64 %howo, {j}")
+    lane_ids = ", ".join(f"i64 {k}" for k in range(lanes))
+    line("  br label %t.head")
+    line("t.head:")
+    line("  %t = phi i64 [ %start, %entry ], [ %t.next, %n.exit ]")
+    line("  %t.ok = icmp slt i64 %t, %stop")
+    line("  br i1 %t.ok, label %t.body, label %exit")
+    line("t.body:")
+    line("  %ob = sdiv i64 %t, %cg")
+    line("  %c = srem i64 %t, %cg")
+    line("  %grp = sdiv i64 %ob, %obg")
+    line(f"  %o0 = mul nsw i64 %ob, {block}")
+    line("  %ch0 = mul nsw i64 %grp, %cg")
+    line("  %ch = add nsw i64 %ch0, %c")
+    line("  br label %n.head")
+    # The accumulators live in phis of the n, h and w loops: a loop starts from its parent's value and hands its
+    # own back at its exit (the phi at its head dominates the exit).
+    nest = (("n", "t.body", "%batch", "h.exit", None), ("h", "n.body", "%ho", "w.exit", "n"),
+            ("w", "h.body", "%wo", "w.body", "h"))
+    for var, pre, bound, back, parent in nest:
+        line(f"{var}.head:")
+        line(f"  %{var} = phi i64 [ 0, %{pre} ], [ %{var}.next, %{back} ]")
+        inner = {"n": "h", "h": "w", "w": None}[var]
+        for j, i in accs:
+            init = "zeroinitializer" if parent is None else f"%acc.{j}.{i}.{parent}"
+            carried = f"%acc.{j}.{i}.{inner}" if inner else f"%acc.{j}.{i}.new"
+            line(f"  %acc.{j}.{i}.{var} = phi {vt} [ {init}, %{pre} ], [ {carried}, %{back} ]")
+        line(f"  %{var}.ok = icmp slt i64 %{var}, {bound}")
+        line(f"  br i1 %{var}.ok, label %{var}.body, label %{var}.exit")
+        line(f"{var}.body:")
+        if var == "n":
+            line("  %xn0 = mul nsw i64 %n, %cx")
+            line("  %xn1 = add nsw i64 %xn0, %ch")
+            line("  %xn = mul nsw i64 %xn1, %hw")
+            line("  %gn0 = mul nsw i64 %n, %ot")
+            line("  %gn1 = add nsw i64 %gn0, %o0")
+            line("  %gn = mul nsw i64 %gn1, %howo")
+            line("  br label %h.head")
+        elif var == "h":
+            line("  %xh0 = mul nsw i64 %h, %wp")
+            line("  %xh = add nsw i64 %xn, %xh0")
+            line("  %gh0 = mul nsw i64 %h, %wo")
+            line("  %gh = add nsw i64 %gn, %gh0")
+            line("  br label %w.head")
+        else:
+            line("  %left = sub nsw i64 %wo, %w")
+            line(f"  %left.i = insertelement <{lanes} x i64> poison, i64 %left, i64 0")
+            line(f"  %left.s = shufflevector <{lanes} x i64> %left.i, <{lanes} x i64> poison, "
+                 f"<{lanes} x i32> zeroinitializer")
+            line(f"  %mask = icmp slt <{lanes} x i64> <{lane_ids}>, %left.s")
+            line("  %xw = add nsw i64 %xh, %w")
+            line("  %gw = add nsw i64 %gh, %w")
+            masked = f"i32 {item}, {mt} %mask, {vt} zeroinitializer"
+            for j in range(block):
+                line(f"  %g.{j}.o = add nsw i64 %gw, %gj.{j}")
+                line(f"  %g.{j}.p = getelementptr {ty}, ptr %g, i64 %g.{j}.o")
+                line(f"  %g.{j} = call {vt} {load_masked}(ptr %g.{j}.p, {masked})")
+            for i in range(taps):
+                line(f"  %x.{i}.o = add nsw i64 %xw, %tap.{i}")
+                line(f"  %x.{i}.p = getelementptr {ty}, ptr %x, i64 %x.{i}.o")
+                line(f"  %x.{i} = call {vt} {load_masked}(ptr %x.{i}.p, {masked})")
+                for j in range(block):
+                    line(f"  %acc.{j}.{i}.new = call {vt} {fma}({vt} %g.{j}, {vt} %x.{i}, {vt} %acc.{j}.{i}.w)")
+            line(f"  %w.next = add nsw i64 %w, {lanes}")
+            line("  br label %w.head")
+    line("w.exit:")
+    line("  %h.next = add nsw i64 %h, 1")
+    line("  br label %h.head")
+    line("h.exit:")
+    line("  %n.next = add nsw i64 %n, 1")
+    line("  br label %n.head")
+    line("n.exit:")
+    for j, i in accs:
+        line(f"  %sum.{j}.{i} = call reassoc {ty} {reduce}({ty} -0.0, {vt} %acc.{j}.{i}.n)")
+        line(f"  %out.{j}.{i}.r0 = add nsw i64 %o0, {j}")
+        line(f"  %out.{j}.{i}.r1 = mul nsw i64 %out.{j}.{i}.r0, %cg")
+        line(f"  %out.{j}.{i}.r2 = add nsw i64 %out.{j}.{i}.r1, %c")
+        line(f"  %out.{j}.{i}.r3 = mul nsw i64 %out.{j}.{i}.r2, {taps}")
+        line(f"  %out.{j}.{i}.o = add nsw i64 %out.{j}.{i}.r3, {i}")
+        line(f"  %out.{j}.{i}.p = getelementptr {ty}, ptr %out, i64 %out.{j}.{i}.o")
+        line(f"  store {ty} %sum.{j}.{i}, ptr %out.{j}.{i}.p, align {item}")
+    line("  %t.next = add nsw i64 %t, 1")
+    line("  br label %t.head")
+    line("exit:")
+    line("  ret void")
+    line("}")
+    return str(cb)
+
+
+class DirectConvWeight:
+    """A compiled weight-gradient kernel for one element type, kernel shape, chunk width and output-channel block.
+
+    ``fn(x, g, pads, groups, dilation, parallel=None)``: the gradient ``(O, C/G, KH, KW)`` of a stride-1
+    convolution of ``x`` ``(N, C, H, W)``, zero-padded by ``pads``, given its output gradient ``g``
+    ``(N, O, Ho, Wo)``; ``Ho`` and ``Wo`` may be smaller than the padded input allows (the windows follow ``g``).
+    ``parallel`` as in `llvm_conv.DirectConv` (over output-channel blocks times input channels).
+    """
+
+    def __init__(self, dtype, kernel, lanes, block, cache=None):
+        self.dtype, self.kernel, self.lanes, self.block = dtype, tuple(kernel), lanes, block
+        text = _function_ir("jitorch_conv_weight", dtype, self.kernel, lanes, block)
+        self.name = f"jitorch_conv_weight_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+        self.llvm_ir = text.replace("@jitorch_conv_weight(", f"@{self.name}(")
+        address = compile_function(self.llvm_ir, self.name, cache)
+        self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 2 + [ctypes.c_void_p] * 3 +
+                                            [ctypes.c_int64] * len(_ARGS)))(address)
+
+    def __call__(self, x, g, pads, groups, dilation, parallel=None):
+        n, cx, h, wd = x.shape
+        _, o, ho, wo = g.shape
+        kh, kw = self.kernel
+        (top, bottom), (left, right) = pads
+        hp, wp = h + top + bottom, wd + left + right
+        dh, dw = dilation
+        np_dtype = np.dtype({"f32": np.float32, "f64": np.float64}[self.dtype])
+        if (o // groups) % self.block or cx % groups or g.shape[0] != n or ho + dh * (kh - 1) > hp \
+                or wo + dw * (kw - 1) > wp:
+            raise ValueError(f"direct convolution weight: input {x.shape}, gradient {g.shape}, groups {groups} do "
+                             f"not fit this {self.kernel} kernel with blocks of {self.block}")
+        cg = cx // groups
+        xpad = np.zeros((n, cx, hp, wp), np_dtype)
+        xpad[:, :, top:top + h, left:left + wd] = x
+        gc = np.ascontiguousarray(g, np_dtype)
+        out = np.empty((o, cg, kh, kw), np_dtype)
+        items = (o // self.block) * cg
+        ints = (n, cg, hp, wp, ho, wo, (o // groups) // self.block, cx, o, dh, dw)
+        ptrs = [a.__array_interface__["data"][0] for a in (xpad, gc, out)]
+
+        def run(start, stop):
+            self._fn(start, stop, *ptrs, *ints)
+        if parallel is None:
+            run(0, items)
+        else:
+            parallel(run, items)
+        return out

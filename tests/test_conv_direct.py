@@ -1,0 +1,198 @@
+"""The direct stride-1 convolution kernel (`codegen.llvm_conv`) against a NumPy reference, and the convolutions that
+take it (`ops.conv_direct`) against PyTorch, forward and backward."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import jitorch
+from helpers import check_op, gradcheck_op, make_array
+from jitorch.codegen.llvm_conv import DirectConv, conv_lanes
+from jitorch.codegen.llvm_conv_weight import DirectConvWeight
+from jitorch.nn import _functional_spatial as F
+from jitorch.ops.conv_direct import direct_forward, direct_weight
+from jitorch.runtime.threads import parallel_for
+
+CONV_TOL = dict(atol=1e-4, rtol=1e-4)
+
+
+def reference(x, w, b, pads, groups, dilation):
+    """Cross-correlation in float64 by summing shifted slices (one per input channel and tap)."""
+    (top, bottom), (left, right) = pads
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    o, cg, kh, kw = w.shape
+    dh, dw = dilation
+    ho, wo = xp.shape[2] - dh * (kh - 1), xp.shape[3] - dw * (kw - 1)
+    out = np.zeros((x.shape[0], o, ho, wo)) + b.astype(np.float64)[None, :, None, None]
+    og = o // groups
+    for oc in range(o):
+        for c in range(cg):
+            ch = (oc // og) * cg + c
+            for ky in range(kh):
+                for kx in range(kw):
+                    out[:, oc] += w[oc, c, ky, kx] * xp[:, ch, ky * dh:ky * dh + ho, kx * dw:kx * dw + wo]
+    return out
+
+
+KERNEL_CASES = [  # (dtype, lanes, block, kernel, dilation, groups, C, O, H, W, pads)
+    ("f32", 16, 8, (3, 3), (1, 1), 1, 3, 16, 5, 16, ((1, 1), (1, 1))),
+    ("f32", 16, 8, (3, 3), (1, 1), 1, 2, 8, 4, 17, ((1, 1), (1, 1))),  # one full chunk and a 1-lane tail
+    ("f32", 8, 4, (2, 3), (2, 1), 2, 4, 8, 6, 9, ((0, 1), (2, 0))),  # asymmetric pads, dilation, groups
+    ("f32", 16, 1, (1, 1), (1, 1), 4, 4, 4, 3, 15, ((0, 0), (0, 0))),  # depthwise 1x1, masked only
+    ("f32", 8, 2, (5, 5), (1, 2), 1, 3, 6, 7, 31, ((2, 2), (4, 4))),
+    ("f64", 8, 8, (3, 3), (1, 1), 1, 5, 8, 4, 8, ((1, 1), (1, 1))),
+    ("f64", 4, 2, (3, 1), (3, 1), 1, 2, 2, 9, 3, ((3, 3), (0, 0))),
+    ("f32", 16, 8, (3, 3), (1, 1), 1, 0, 8, 4, 16, ((1, 1), (1, 1))),  # no input channels: the bias alone
+]
+
+
+@pytest.mark.parametrize("case", KERNEL_CASES)
+@pytest.mark.parametrize("threads", [None, 2])
+def test_direct_kernel_matches_reference(case, threads):
+    """Every chunk width and block runs on any x86 host (LLVM splits or widens the vectors)."""
+    dtype, lanes, block, kernel, dilation, groups, c, o, h, w, pads = case
+    rng = np.random.default_rng(len(str(case)))
+    np_dtype = np.float32 if dtype == "f32" else np.float64
+    x = rng.standard_normal((3, c, h, w)).astype(np_dtype)
+    wt = rng.standard_normal((o, c // groups) + kernel).astype(np_dtype)
+    b = rng.standard_normal(o).astype(np_dtype)
+    fn = DirectConv(dtype, kernel, lanes, block)
+    parallel = None if threads is None else (lambda f, n: parallel_for(f, n, num_threads=threads))
+    got = fn(x, wt, b, pads, groups, dilation, parallel)
+    want = reference(x, wt, b, pads, groups, dilation)
+    assert got.dtype == np_dtype and got.shape == want.shape
+    tol = 1e-5 if dtype == "f32" else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tol, atol=10 * tol if dtype == "f32" else tol)
+
+
+def weight_reference(x, g, kernel, pads, groups, dilation):
+    """The weight gradient in float64: one windowed product-sum per output channel, input channel and tap."""
+    (top, bottom), (left, right) = pads
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    n, o, ho, wo = g.shape
+    cg = x.shape[1] // groups
+    out = np.zeros((o, cg) + kernel)
+    for oc in range(o):
+        for c in range(cg):
+            ch = (oc // (o // groups)) * cg + c
+            for ky in range(kernel[0]):
+                for kx in range(kernel[1]):
+                    win = xp[:, ch, ky * dilation[0]:ky * dilation[0] + ho, kx * dilation[1]:kx * dilation[1] + wo]
+                    out[oc, c, ky, kx] = (g[:, oc].astype(np.float64) * win).sum()
+    return out
+
+
+@pytest.mark.parametrize("case, block", [(case, block) for case in KERNEL_CASES for block in (1, 2)
+                                         if (case[7] // case[5]) % block == 0])  # blocks that divide a group
+def test_direct_weight_kernel_matches_reference(case, block):
+    dtype, lanes, _, kernel, dilation, groups, c, o, h, w, pads = case
+    rng = np.random.default_rng(len(str(case)) + block)
+    np_dtype = np.float32 if dtype == "f32" else np.float64
+    x = rng.standard_normal((3, c, h, w)).astype(np_dtype)
+    ho = h + sum(pads[0]) - dilation[0] * (kernel[0] - 1)
+    wo = w + sum(pads[1]) - dilation[1] * (kernel[1] - 1)
+    g = rng.standard_normal((3, o, ho, wo)).astype(np_dtype)
+    fn = DirectConvWeight(dtype, kernel, lanes, block)
+    got = fn(x, g, pads, groups, dilation, lambda f, n: parallel_for(f, n, num_threads=2))
+    want = weight_reference(x, g, kernel, pads, groups, dilation)
+    assert got.dtype == np_dtype and got.shape == want.shape
+    tol = 1e-5 if dtype == "f32" else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tol, atol=10 * tol if dtype == "f32" else tol)
+
+
+def test_direct_weight_kernel_windows_follow_the_gradient():
+    """A transposed convolution's weight gradient has fewer output positions than the input has windows."""
+    rng = np.random.default_rng(7)
+    x, g = rng.standard_normal((2, 3, 9, 20)).astype(np.float32), rng.standard_normal((2, 4, 5, 17)).astype(np.float32)
+    got = DirectConvWeight("f32", (3, 3), 16, 2)(x, g, ((1, 0), (0, 1)), 1, (1, 1))
+    np.testing.assert_allclose(got, weight_reference(x, g, (3, 3), ((1, 0), (0, 1)), 1, (1, 1)), rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="direct convolution weight"):
+        DirectConvWeight("f32", (3, 3), 16, 2)(x, g[:, :, :, :1].repeat(30, 3), ((0, 0), (0, 0)), 1, (1, 1))
+
+
+def test_direct_weight_kernel_masks_what_lies_past_a_row():
+    """Lanes past a row load zeros: an inf just past the gradient's row must not make 0 * inf = nan."""
+    x = np.ones((1, 1, 2, 20), np.float32)
+    x[:, :, :, 17:] = np.inf  # past the 17 columns the 1x1 windows of a 17-wide gradient read
+    g = np.ones((1, 1, 2, 17), np.float32)
+    got = DirectConvWeight("f32", (1, 1), 16, 1)(x, g, ((0, 0), (0, 0)), 1, (1, 1))
+    assert got.ravel().tolist() == [34.0]
+
+
+def test_direct_kernel_rejects_a_mismatched_weight():
+    fn = DirectConv("f32", (3, 3), 8, 4)
+    x = np.zeros((1, 4, 5, 5), np.float32)
+    with pytest.raises(ValueError, match=r"direct convolution: input \(1, 4, 5, 5\), weight \(6, 4, 3, 3\)"):
+        fn(x, np.zeros((6, 4, 3, 3), np.float32), np.zeros(6, np.float32), ((0, 0), (0, 0)), 1, (1, 1))
+
+
+def test_tail_lanes_never_reach_the_output():
+    """A row's last chunk reads on into the next row: the nan and inf it meets there must not leak into the columns
+    it stores (a 1x1 kernel of weight 1 returns the input exactly)."""
+    x = np.ones((1, 1, 3, 18), np.float32)
+    x[0, 0, 1, 0], x[0, 0, 2, 0] = np.nan, np.inf
+    fn = DirectConv("f32", (1, 1), 16, 1)
+    got = fn(x, np.ones((1, 1, 1, 1), np.float32), np.zeros(1, np.float32), ((0, 0), (0, 0)), 1, (1, 1))
+    np.testing.assert_array_equal(got, x)
+
+
+# Widths of 16 and 32 fill every lane of 8- and 16-lane chunks: these take the direct kernel on any host.
+DIRECT_CASES = [  # (input shape, weight shape, padding, dilation, groups)
+    ((2, 3, 6, 16), (8, 3, 3, 3), 1, 1, 1),
+    ((2, 4, 5, 32), (8, 2, 3, 3), 1, 1, 2),
+    ((1, 4, 7, 16), (4, 1, 3, 3), (2, 1), (2, 1), 4),  # depthwise, dilated
+    ((2, 2, 6, 34), (6, 2, 3, 3), 0, 1, 1),
+    ((3, 5, 4, 16), (16, 5, 1, 1), 0, 1, 1),
+]
+
+
+@pytest.mark.parametrize("xs, ws, padding, dilation, groups", DIRECT_CASES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv2d_on_the_direct_path_matches_torch(xs, ws, padding, dilation, groups, bias):
+    rng = np.random.default_rng(sum(xs) + sum(ws))
+    x, w = make_array(xs, rng=rng), make_array(ws, rng=rng)
+    b = make_array((ws[0],), rng=rng) if bias else None
+    pad2 = (padding, padding) if isinstance(padding, int) else padding
+    dil2 = (dilation, dilation) if isinstance(dilation, int) else dilation
+    outs = tuple(n + 2 * p - d * (k - 1) for n, p, d, k in zip(xs[2:], pad2, dil2, ws[2:]))
+    assert direct_forward(np, x, w, b, (1, 1), [(p, p) for p in pad2], dil2, groups, outs) is not None
+    g = make_array((xs[0], ws[0]) + outs, rng=rng)
+    assert direct_weight(np, x, g, ws[2:], (1, 1), [(p, p) for p in pad2], dil2, groups) is not None
+    check_op(lambda x, w, b: F.conv2d(x, w, b, 1, padding, dilation, groups),
+             lambda x, w, b: TF.conv2d(x, w, b, 1, padding, dilation, groups), [x, w, b], **CONV_TOL)
+
+
+@pytest.mark.parametrize("layout", ["sliced", "transposed"])
+def test_direct_path_non_contiguous_inputs(layout):
+    rng = np.random.default_rng(3)
+    x, w = make_array((2, 3, 16, 16), rng=rng), make_array((8, 3, 3, 3), rng=rng)
+    check_op(lambda x, w: F.conv2d(x, w, None, 1, 1), lambda x, w: TF.conv2d(x, w, None, 1, 1), [x, w],
+             layout=[layout, "contiguous"], **CONV_TOL)
+
+
+def test_conv1d_and_float64_on_the_direct_path():
+    rng = np.random.default_rng(4)
+    x, w, b = make_array((2, 3, 32), rng=rng), make_array((8, 3, 5), rng=rng), make_array((8,), rng=rng)
+    check_op(lambda x, w, b: F.conv1d(x, w, b, 1, 2), lambda x, w, b: TF.conv1d(x, w, b, 1, 2), [x, w, b],
+             **CONV_TOL)
+    x64, w64 = make_array((2, 3, 4, 16), "float64", rng), make_array((4, 3, 3, 3), "float64", rng)
+    check_op(lambda x, w: F.conv2d(x, w, None, 1, 1), lambda x, w: TF.conv2d(x, w, None, 1, 1), [x64, w64],
+             atol=1e-10, rtol=1e-10)
+    gradcheck_op(lambda x, w: F.conv2d(x, w, None, 1, 1), [make_array((1, 2, 3, 16), rng=rng),
+                                                          make_array((2, 2, 3, 3), rng=rng)])
+
+
+def test_direct_path_propagates_nan_and_inf_like_torch():
+    x = make_array((1, 2, 4, 16), rng=np.random.default_rng(5))
+    x[0, 0, 1, 3], x[0, 1, 3, 15] = np.nan, np.inf
+    w = make_array((8, 2, 3, 3), rng=np.random.default_rng(6))
+    got = F.conv2d(jitorch.tensor(x), jitorch.tensor(w), None, 1, 1).numpy()
+    want = TF.conv2d(torch.tensor(x), torch.tensor(w), None, 1, 1).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_lanes_match_the_host():
+    assert conv_lanes("f32") in (8, 16) and conv_lanes("f64") == conv_lanes("f32") // 2
