@@ -229,14 +229,14 @@ class DirectConv:
                              f"this {self.kernel} kernel with blocks of {self.block}")
         # Padded in one copy, with slack past the last row for the last chunk's unmasked loads.
         size = n * cx * hp * wp
-        flat = np.zeros(size + self.lanes, np_dtype)
-        flat[:size].reshape(n, cx, hp, wp)[:, :, top:top + h, left:left + wd] = x
+        buf = np.zeros(size + self.lanes, np_dtype)
+        buf[:size].reshape(n, cx, hp, wp)[:, :, top:top + h, left:left + wd] = x
         packed = pack_weight(np.asarray(w, np_dtype), self.block)
         b = np.ascontiguousarray(bias, np_dtype)
         out = np.empty((n, o, ho, wo), np_dtype)
         obt = o // self.block
         ints = (cg, hp, wp, ho, wo, obt, (o // groups) // self.block, cx, o, dh, dw)
-        ptrs = [a.__array_interface__["data"][0] for a in (flat, packed, b, out)]
+        ptrs = [a.__array_interface__["data"][0] for a in (buf, packed, b, out)]
 
         def run(start, stop):
             self._fn(start, stop, *ptrs, *ints)

@@ -36,8 +36,9 @@ _ITEM = {"f32": 4, "f64": 8}
 _ARGS = ("batch", "cg", "hp", "wp", "ho", "wo", "obg", "cx", "ot", "dh", "dw")
 
 
-def _function_ir(name, dtype, kernel, lanes, block):
-    """The LLVM IR of the weight-gradient kernel ``name`` (see the module notes)."""
+def _function_ir(name, dtype, kernel, lanes, block, single=False):
+    """The LLVM IR of the weight-gradient kernel ``name`` (see the module notes); ``single``: for output rows of at
+    most ``lanes`` columns."""
     ty = LLVM_TYPES[dtype]
     vt, item, mt = f"<{lanes} x {ty}>", _ITEM[dtype], f"<{lanes} x i1>"
     kh, kw = kernel
@@ -65,6 +66,31 @@ def _function_ir(name, dtype, kernel, lanes, block):
     for j in range(block):
         line(f"  %gj.{j} = mul nsw i64 %howo, {j}")
     lane_ids = ", ".join(f"i64 {k}" for k in range(lanes))
+
+    def chunk(col, acc_in, mask):
+        """The loads and multiply-adds of one chunk of columns starting at ``col`` of the current row."""
+        line(f"  %xw = add nsw i64 %xh, {col}")
+        line(f"  %gw = add nsw i64 %gh, {col}")
+        masked = f"i32 {item}, {mt} {mask}, {vt} zeroinitializer"
+        for j in range(block):
+            line(f"  %g.{j}.o = add nsw i64 %gw, %gj.{j}")
+            line(f"  %g.{j}.p = getelementptr {ty}, ptr %g, i64 %g.{j}.o")
+            line(f"  %g.{j} = call {vt} {load_masked}(ptr %g.{j}.p, {masked})")
+        for i in range(taps):
+            line(f"  %x.{i}.o = add nsw i64 %xw, %tap.{i}")
+            line(f"  %x.{i}.p = getelementptr {ty}, ptr %x, i64 %x.{i}.o")
+            line(f"  %x.{i} = call {vt} {load_masked}(ptr %x.{i}.p, {masked})")
+            for j in range(block):
+                line(f"  %acc.{j}.{i}.new = call {vt} {fma}({vt} %g.{j}, {vt} %x.{i}, {vt} %acc.{j}.{i}.{acc_in})")
+
+    def mask_of(name, left):
+        line(f"  %{name}.i = insertelement <{lanes} x i64> poison, i64 {left}, i64 0")
+        line(f"  %{name}.s = shufflevector <{lanes} x i64> %{name}.i, <{lanes} x i64> poison, "
+             f"<{lanes} x i32> zeroinitializer")
+        line(f"  %{name} = icmp slt <{lanes} x i64> <{lane_ids}>, %{name}.s")
+
+    if single:
+        mask_of("rowmask", "%wo")
     line("  br label %t.head")
     line("t.head:")
     line("  %t = phi i64 [ %start, %entry ], [ %t.next, %n.exit ]")
@@ -78,14 +104,19 @@ def _function_ir(name, dtype, kernel, lanes, block):
     line("  %ch0 = mul nsw i64 %grp, %cg")
     line("  %ch = add nsw i64 %ch0, %c")
     line("  br label %n.head")
-    # The accumulators live in phis of the n, h and w loops: a loop starts from its parent's value and hands its
-    # own back at its exit (the phi at its head dominates the exit).
-    nest = (("n", "t.body", "%batch", "h.exit", None), ("h", "n.body", "%ho", "w.exit", "n"),
-            ("w", "h.body", "%wo", "w.body", "h"))
+    # The accumulators live in phis of the loops: a loop starts from its parent's value and hands its own back at
+    # its exit (the phi at its head dominates the exit). Rows of one chunk (``single``) have no column loop: the
+    # row loop is innermost, so its addresses become pointer increments.
+    if single:
+        nest = (("n", "t.body", "%batch", "h.exit", None), ("h", "n.body", "%ho", "h.body", "n"))
+    else:
+        nest = (("n", "t.body", "%batch", "h.exit", None), ("h", "n.body", "%ho", "w.exit", "n"),
+                ("w", "h.body", "%wo", "w.body", "h"))
+    inner_of = {v[0]: (nest[k + 1][0] if k + 1 < len(nest) else None) for k, v in enumerate(nest)}
     for var, pre, bound, back, parent in nest:
         line(f"{var}.head:")
         line(f"  %{var} = phi i64 [ 0, %{pre} ], [ %{var}.next, %{back} ]")
-        inner = {"n": "h", "h": "w", "w": None}[var]
+        inner = inner_of[var]
         for j, i in accs:
             init = "zeroinitializer" if parent is None else f"%acc.{j}.{i}.{parent}"
             carried = f"%acc.{j}.{i}.{inner}" if inner else f"%acc.{j}.{i}.new"
@@ -106,31 +137,22 @@ def _function_ir(name, dtype, kernel, lanes, block):
             line("  %xh = add nsw i64 %xn, %xh0")
             line("  %gh0 = mul nsw i64 %h, %wo")
             line("  %gh = add nsw i64 %gn, %gh0")
-            line("  br label %w.head")
+            if single:
+                chunk("0", "h", "%rowmask")
+                line("  %h.next = add nsw i64 %h, 1")
+                line("  br label %h.head")
+            else:
+                line("  br label %w.head")
         else:
             line("  %left = sub nsw i64 %wo, %w")
-            line(f"  %left.i = insertelement <{lanes} x i64> poison, i64 %left, i64 0")
-            line(f"  %left.s = shufflevector <{lanes} x i64> %left.i, <{lanes} x i64> poison, "
-                 f"<{lanes} x i32> zeroinitializer")
-            line(f"  %mask = icmp slt <{lanes} x i64> <{lane_ids}>, %left.s")
-            line("  %xw = add nsw i64 %xh, %w")
-            line("  %gw = add nsw i64 %gh, %w")
-            masked = f"i32 {item}, {mt} %mask, {vt} zeroinitializer"
-            for j in range(block):
-                line(f"  %g.{j}.o = add nsw i64 %gw, %gj.{j}")
-                line(f"  %g.{j}.p = getelementptr {ty}, ptr %g, i64 %g.{j}.o")
-                line(f"  %g.{j} = call {vt} {load_masked}(ptr %g.{j}.p, {masked})")
-            for i in range(taps):
-                line(f"  %x.{i}.o = add nsw i64 %xw, %tap.{i}")
-                line(f"  %x.{i}.p = getelementptr {ty}, ptr %x, i64 %x.{i}.o")
-                line(f"  %x.{i} = call {vt} {load_masked}(ptr %x.{i}.p, {masked})")
-                for j in range(block):
-                    line(f"  %acc.{j}.{i}.new = call {vt} {fma}({vt} %g.{j}, {vt} %x.{i}, {vt} %acc.{j}.{i}.w)")
+            mask_of("mask", "%left")
+            chunk("%w", "w", "%mask")
             line(f"  %w.next = add nsw i64 %w, {lanes}")
             line("  br label %w.head")
-    line("w.exit:")
-    line("  %h.next = add nsw i64 %h, 1")
-    line("  br label %h.head")
+    if not single:
+        line("w.exit:")
+        line("  %h.next = add nsw i64 %h, 1")
+        line("  br label %h.head")
     line("h.exit:")
     line("  %n.next = add nsw i64 %n, 1")
     line("  br label %n.head")
@@ -163,12 +185,14 @@ class DirectConvWeight:
 
     def __init__(self, dtype, kernel, lanes, block, cache=None):
         self.dtype, self.kernel, self.lanes, self.block = dtype, tuple(kernel), lanes, block
-        text = _function_ir("jitorch_conv_weight", dtype, self.kernel, lanes, block)
-        self.name = f"jitorch_conv_weight_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
-        self.llvm_ir = text.replace("@jitorch_conv_weight(", f"@{self.name}(")
-        address = compile_function(self.llvm_ir, self.name, cache)
-        self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 2 + [ctypes.c_void_p] * 3 +
-                                            [ctypes.c_int64] * len(_ARGS)))(address)
+        self._fns = [self._compile(single, cache) for single in (False, True)]
+
+    def _compile(self, single, cache):
+        text = _function_ir("jitorch_conv_weight", self.dtype, self.kernel, self.lanes, self.block, single)
+        name = f"jitorch_conv_weight_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+        address = compile_function(text.replace("@jitorch_conv_weight(", f"@{name}("), name, cache)
+        return ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 2 + [ctypes.c_void_p] * 3 +
+                                        [ctypes.c_int64] * len(_ARGS)))(address)
 
     def __call__(self, x, g, pads, groups, dilation, parallel=None):
         n, cx, h, wd = x.shape
@@ -191,8 +215,10 @@ class DirectConvWeight:
         ints = (n, cg, hp, wp, ho, wo, (o // groups) // self.block, cx, o, dh, dw)
         ptrs = [a.__array_interface__["data"][0] for a in (xpad, gc, out)]
 
+        fn = self._fns[wo <= self.lanes]  # rows of one chunk: the variant whose row loop is innermost
+
         def run(start, stop):
-            self._fn(start, stop, *ptrs, *ints)
+            fn(start, stop, *ptrs, *ints)
         if parallel is None:
             run(0, items)
         else:

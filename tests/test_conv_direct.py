@@ -12,7 +12,7 @@ from helpers import check_op, gradcheck_op, make_array
 from jitorch.codegen.llvm_conv import DirectConv, conv_lanes
 from jitorch.codegen.llvm_conv_weight import DirectConvWeight
 from jitorch.nn import _functional_spatial as F
-from jitorch.ops.conv_direct import direct_forward, direct_weight
+from jitorch.ops.conv_direct import direct_forward, direct_transpose, direct_weight
 from jitorch.runtime.threads import parallel_for
 
 CONV_TOL = dict(atol=1e-4, rtol=1e-4)
@@ -196,3 +196,40 @@ def test_direct_path_propagates_nan_and_inf_like_torch():
 
 def test_conv_lanes_match_the_host():
     assert conv_lanes("f32") in (8, 16) and conv_lanes("f64") == conv_lanes("f32") // 2
+
+
+STRIDED_CASES = [  # (stride, padding, dilation, groups, input shape, weight shape): 16 output columns
+    (2, 1, 1, 1, (2, 4, 9, 32), (8, 4, 3, 3)),
+    (3, 2, 2, 1, (1, 4, 11, 48), (4, 4, 3, 3)),  # one tap per phase (gcd(3, 2) = 1)
+    ((2, 1), (1, 0), 2, 2, (2, 4, 10, 24), (8, 2, 3, 5)),  # gcd(2, 2) = 2: even rows only, dilation 1 there
+    (2, 0, 1, 4, (1, 8, 7, 32), (8, 2, 2, 2)),
+]
+
+
+@pytest.mark.parametrize("stride, padding, dilation, groups, xs, ws", STRIDED_CASES)
+def test_strided_conv2d_by_phases_matches_torch(stride, padding, dilation, groups, xs, ws):
+    """The forward, the weight gradient and the input gradient (a strided transposed convolution) all by phase."""
+    rng = np.random.default_rng(sum(xs))
+    x, w, b = make_array(xs, rng=rng), make_array(ws, rng=rng), make_array((ws[0],), rng=rng)
+    st, pd, dl = (tuple(v) if isinstance(v, tuple) else (v, v) for v in (stride, padding, dilation))
+    outs = tuple((n + 2 * p - d * (k - 1) - 1) // s + 1 for n, p, d, k, s in zip(xs[2:], pd, dl, ws[2:], st))
+    assert outs[-1] == 16
+    pads = [(p, p) for p in pd]
+    assert direct_forward(np, x, w, b, st, pads, dl, groups, outs) is not None
+    g = make_array((xs[0], ws[0]) + outs, rng=rng)
+    assert direct_weight(np, x, g, ws[2:], st, pads, dl, groups) is not None
+    assert direct_transpose(np, g, w, xs[2:], st, pd, dl, groups) is not None
+    check_op(lambda x, w, b: F.conv2d(x, w, b, stride, padding, dilation, groups),
+             lambda x, w, b: TF.conv2d(x, w, b, stride, padding, dilation, groups), [x, w, b], **CONV_TOL)
+
+
+def test_strided_conv1d_and_transposed_conv_by_phases_match_torch():
+    rng = np.random.default_rng(9)
+    x, w = make_array((2, 4, 33), rng=rng), make_array((8, 4, 3), rng=rng)
+    check_op(lambda x, w: F.conv1d(x, w, None, 2, 1), lambda x, w: TF.conv1d(x, w, None, 2, 1), [x, w], **CONV_TOL)
+    # conv_transpose2d's forward is the strided transposed convolution; its weight is (in, out / groups, kh, kw).
+    y, wt = make_array((2, 8, 8, 16), rng=rng), make_array((8, 4, 3, 3), rng=rng)
+    check_op(lambda y, wt: F.conv_transpose2d(y, wt, None, 2, 1, 1),
+             lambda y, wt: TF.conv_transpose2d(y, wt, None, 2, 1, 1), [y, wt], **CONV_TOL)
+    gradcheck_op(lambda x, w: F.conv2d(x, w, None, 2, 1), [make_array((1, 2, 5, 32), rng=rng),
+                                                          make_array((4, 2, 3, 3), rng=rng)])

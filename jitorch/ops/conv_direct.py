@@ -1,20 +1,25 @@
-"""Stride-1 1-D and 2-D CPU convolutions through the generated direct kernel (`codegen.llvm_conv`), no im2col.
+"""1-D and 2-D CPU convolutions through the generated direct kernels (`codegen.llvm_conv`, `llvm_conv_weight`).
 
-The window copy of im2col writes ``prod(kernel)`` times the input before BLAS sees it; the direct kernel reads the
+The window copy of im2col writes ``prod(kernel)`` times the input before BLAS sees it; the direct kernels read the
 padded input in place, so a 3x3 layer of a small-image CNN runs 2-4x faster than copy + GEMM (measured in
-``bench/bench_conv.py``). It computes whole register chunks of output columns, so rows that fill too little of the
-last chunk (7 or 8 columns in 16 lanes) stay with the GEMM, as do strided convolutions, 3-D ones and device arrays.
+``bench/bench_conv.py``). A strided convolution is split into stride-1 ones by phase (`_phases`): the forward, the
+weight gradient and the transposed convolution (the input gradient) all run as direct kernels. The kernels compute
+whole register chunks of output columns, so rows that fill too little of the last chunk (7 or 8 columns in 16
+lanes) stay with the GEMM, as do 3-D convolutions and device arrays.
 
 >>> import numpy as np
 >>> x, w = np.ones((1, 1, 4, 16), np.float32), np.ones((8, 1, 3, 3), np.float32)
 >>> direct_forward(np, x, w, None, (1, 1), [(1, 1), (1, 1)], (1, 1), 1, (4, 16))[0, 0, :2, :3]
 array([[4., 6., 6.],
        [6., 9., 9.]], dtype=float32)
->>> direct_forward(np, x, w, None, (2, 2), [(1, 1), (1, 1)], (1, 1), 1, (2, 8)) is None  # strided: the GEMM's
-True
+>>> x = np.ones((1, 1, 4, 32), np.float32)
+>>> direct_forward(np, x, w, None, (2, 2), [(1, 1), (1, 1)], (1, 1), 1, (2, 16))[0, 0, :, :3]  # by phase
+array([[4., 6., 6.],
+       [6., 9., 9.]], dtype=float32)
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -24,12 +29,19 @@ from ..codegen.llvm_conv_weight import DirectConvWeight
 from ..codegen.llvm_objcache import default_cache
 from ..runtime.threads import get_num_threads, parallel_for
 
-__all__ = ["direct_forward", "direct_weight"]
+__all__ = ["direct_forward", "direct_transpose", "direct_weight"]
 
 _DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _MIN_LANE_USE = 0.75  # the share of the row's register lanes that must hold output columns
+# A strided transposed convolution's phases write one column more than the output has (17 of a 16-wide row): a
+# second, nearly empty chunk still beats its GEMM + col2im.
+_MIN_LANE_USE_TRANSPOSED = 0.5
 _MAX_TAPS = 64  # the taps are unrolled: a larger kernel would make an oversized function
 _PARALLEL_MIN_FLOPS = 2_000_000
+# The weight kernel pays per output row (its accumulators are set up for each): on rows of one register chunk it
+# loses to im2col + GEMM once the GEMM is deep (measured: 14x14, 128 -> 128 channels, 3x3: 54 ms against 32 ms; 16 ->
+# 32 channels: 6.4 against 8.0 ms).
+_WEIGHT_GEMM_DEPTH = 256
 _kernels: dict = {}
 
 
@@ -38,19 +50,71 @@ def _block(per_group):
     return next(b for b in (8, 4, 2, 1) if per_group % b == 0)
 
 
-def _applies(xp, x, other, stride, outs, taps):
+def _lanes_ok(width, dtype, least=_MIN_LANE_USE):
+    lanes = conv_lanes(dtype)
+    return width / (-(-width // lanes) * lanes) >= least
+
+
+def _applies(xp, x, other, outs, taps):
     """The element type's name when the direct kernels take this convolution, else None."""
     dtype = _DTYPES.get(x.dtype)
     if (xp is not np or type(x) is not np.ndarray or dtype is None or other.dtype != x.dtype
-            or len(outs) not in (1, 2) or any(s != 1 for s in stride) or min(outs) < 1 or taps > _MAX_TAPS):
+            or len(outs) not in (1, 2) or min(outs) < 1 or taps > _MAX_TAPS):
         return None
-    lanes = conv_lanes(dtype)
-    return dtype if outs[-1] / (-(-outs[-1] // lanes) * lanes) >= _MIN_LANE_USE else None
+    return dtype if _lanes_ok(outs[-1], dtype) else None
 
 
-def _as_2d(pads, dilation, *arrays):
+def _as_2d(pads, dilation, stride, *arrays):
     """A 1-D convolution's operands as 2-D ones of height 1."""
-    return [a[:, :, None, :] for a in arrays] + [[(0, 0), tuple(pads[0])], (1, dilation[0])]
+    return [a[:, :, None, :] for a in arrays] + [[(0, 0), tuple(pads[0])], (1, dilation[0]), (1, stride[0])]
+
+
+def _phases(k, s, d):
+    """The taps of one dimension grouped by phase, as ``(phase, first tap, tap step, taps, first offset,
+    dilation)`` for each phase that has taps.
+
+    At stride ``s`` tap ``t`` reads padded row ``s*i + d*t = s*(i + q) + p`` with ``p = d*t mod s``, so the taps of
+    phase ``p`` (every ``s / gcd(s, d)``-th one) are a stride-1 convolution of rows ``p, p + s, ...`` with dilation
+    ``d / gcd(s, d)``: a strided convolution is a sum of ``s`` stride-1 ones per dimension.
+
+    >>> _phases(3, 2, 1)  # a 3-tap kernel at stride 2: taps 0 and 2 on even rows, tap 1 on odd ones
+    [(0, 0, 2, 2, 0, 1), (1, 1, 2, 1, 0, 1)]
+    """
+    g = math.gcd(s, d)
+    found = []
+    for p in range(s):
+        taps = [t for t in range(k) if d * t % s == p]
+        if taps:
+            found.append((p, taps[0], s // g, len(taps), d * taps[0] // s, d // g))
+    return found
+
+
+def _phase_grid(kernel, stride, dilation):
+    return list(itertools.product(*(_phases(k, s, d) for k, s, d in zip(kernel, stride, dilation))))
+
+
+def _padded(x, pads):
+    n, c, h, w = x.shape
+    (top, bottom), (left, right) = pads
+    out = np.zeros((n, c, h + top + bottom, w + left + right), x.dtype)
+    out[:, :, top:top + h, left:left + w] = x
+    return out
+
+
+def _phase_input(xpad, stride, phase, extent):
+    """The rows and columns of the padded input that one phase's stride-1 convolution reads (a strided view)."""
+    (py, _, _, _, qy, _), (px, _, _, _, qx, _) = phase
+    return xpad[:, :, py::stride[0], px::stride[1]][:, :, qy:qy + extent[0], qx:qx + extent[1]]
+
+
+def _sub_kernel(w, phase):
+    (_, ky, ty, _, _, _), (_, kx, tx, _, _, _) = phase
+    return w[:, :, ky::ty, kx::tx]
+
+
+def _extent(outs, phase):
+    """The rows and columns one phase reads for ``outs`` outputs: ``outs + dilation * (taps - 1)``."""
+    return tuple(o + d * (m - 1) for o, (_, _, _, m, _, d) in zip(outs, phase))
 
 
 def _kernel(cls, dtype, kernel, block):
@@ -65,39 +129,114 @@ def _parallel(flops):
     return parallel_for if get_num_threads() > 1 and flops >= _PARALLEL_MIN_FLOPS else None
 
 
-def direct_forward(xp, x, w, b, stride, pads, dilation, groups, outs):
-    """`conv_layouts.conv_forward` 's result through the direct kernel, or None when this path does not apply."""
-    dtype = _applies(xp, x, w, stride, outs, math.prod(w.shape[2:]))
-    if dtype is None:
-        return None
-    if len(outs) == 1:
-        x, w, pads, dilation = _as_2d(pads, dilation, x, w)
+def _forward(dtype, x, w, b, pads, dilation, groups, outs):
+    """One stride-1 2-D convolution through `DirectConv`."""
     n, o = x.shape[0], w.shape[0]
     fn = _kernel(DirectConv, dtype, w.shape[2:], _block(o // groups))
     bias = np.zeros(o, x.dtype) if b is None else b
-    out = fn(x, w, bias, [tuple(p) for p in pads], groups, tuple(dilation),
-             _parallel(2 * n * o * w[0].size * math.prod(outs)))
-    return out.reshape((n, o) + tuple(outs))
+    return fn(x, w, bias, [tuple(p) for p in pads], groups, tuple(dilation),
+              _parallel(2 * n * o * w[0].size * math.prod(outs)))
+
+
+def direct_forward(xp, x, w, b, stride, pads, dilation, groups, outs):
+    """`conv_layouts.conv_forward` 's result through the direct kernel, or None when this path does not apply.
+    A strided convolution is the sum of its phases' stride-1 ones (`_phases`), the bias added by the first."""
+    dtype = _applies(xp, x, w, outs, math.prod(w.shape[2:]))
+    if dtype is None:
+        return None
+    nd = len(outs)
+    if nd == 1:
+        x, w, pads, dilation, stride = _as_2d(pads, dilation, stride, x, w)
+        outs = (1,) + tuple(outs)
+    if all(s == 1 for s in stride):
+        out = _forward(dtype, x, w, b, pads, dilation, groups, outs)
+    else:
+        xpad, out = _padded(x, pads), None
+        for phase in _phase_grid(w.shape[2:], stride, dilation):
+            xs = _phase_input(xpad, stride, phase, _extent(outs, phase))
+            y = _forward(dtype, xs, _sub_kernel(w, phase), b if out is None else None, [(0, 0), (0, 0)],
+                         [p[5] for p in phase], groups, outs)
+            out = y if out is None else np.add(out, y, out=out)
+    return out.reshape(out.shape[:2] + tuple(outs)[-nd:])
+
+
+def direct_transpose(xp, g, w, spatial, stride, padding, dilation, groups):
+    """The transposed convolution (a convolution's input gradient) of ``g`` ``(N, O, *outs)`` with the convolution's
+    weight ``w`` ``(O, C/G, *kernel)`` into ``(N, C, *spatial)``, or None when the direct kernel does not apply.
+
+    Phase by phase (`_phases`), the rows a phase's taps write are a full stride-1 correlation of ``g`` with that
+    phase's flipped sub-kernel, added into the padded result, which is cropped at the end.
+    """
+    outs, nd = tuple(g.shape[2:]), len(spatial)
+    dtype = _applies(xp, g, w, outs, math.prod(w.shape[2:]))
+    if dtype is None:
+        return None
+    if 2 * w.shape[1] * groups < w.shape[0]:
+        # Far fewer output than input channels (an image model's first layer): register blocks of one or two
+        # channels; the GEMM + col2im is faster (measured: 3 channels from 32, 6.4 ms against 3.2).
+        return None
+    pads = [(p, p) for p in padding]
+    if nd == 1:
+        g, w, pads, dilation, stride = _as_2d(pads, dilation, stride, g, w)
+        outs, spatial = (1,) + outs, (1,) + tuple(spatial)
+    padded = [s + lo + hi for s, (lo, hi) in zip(spatial, pads)]
+    grid = _phase_grid(w.shape[2:], stride, dilation)
+    for phase in grid:
+        ext = _extent(outs, phase)
+        rows = [-(-(n - p[0]) // s) for n, p, s in zip(padded, phase, stride)]
+        if not _lanes_ok(ext[1], dtype, _MIN_LANE_USE_TRANSPOSED) or any(
+                p[4] + e > r for p, e, r in zip(phase, ext, rows)):
+            return None
+    o, cg = w.shape[:2]
+    gx = np.zeros((g.shape[0], cg * groups) + tuple(padded), g.dtype)
+    for phase in grid:
+        ws = _sub_kernel(w, phase)
+        k = ws.shape[2:]
+        wf = ws.reshape((groups, o // groups, cg) + k).swapaxes(1, 2).reshape((groups * cg, o // groups) + k)
+        reach = [(p[5] * (m - 1),) * 2 for p, m in zip(phase, k)]
+        ext = _extent(outs, phase)
+        y = _forward(dtype, g, wf[:, :, ::-1, ::-1], None, reach, [p[5] for p in phase], groups, ext)
+        view = _phase_input(gx, stride, phase, ext)
+        view += y
+    crop = tuple(slice(lo, lo + s) for (lo, _), s in zip(pads, spatial))
+    out = np.ascontiguousarray(gx[(slice(None), slice(None)) + crop])
+    return out.reshape(out.shape[:2] + tuple(spatial)[-nd:])
+
+
+def _weight_block(per_group, taps):
+    """The weight kernel's accumulators are ``block * taps`` vector registers plus the loaded values: a block of 2
+    where that fits the host's registers (16 or 32), else 1, else None (the GEMM's)."""
+    return next((b for b in (2, 1) if per_group % b == 0 and b * (taps + 1) + 2 <= conv_registers()), None)
 
 
 def direct_weight(xp, x, g, kernel, stride, pads, dilation, groups):
-    """`conv_layouts.conv_weight` 's result (the weight gradient) through the direct kernel, or None.
-
-    Its accumulators are ``block * prod(kernel)`` vector registers, plus the loaded values: the block is 2 where
-    that fits the host's registers (16 or 32), 1 otherwise, and a kernel too large for either stays with the GEMM.
-    """
-    taps, outs = math.prod(kernel), tuple(g.shape[2:])
-    dtype = _applies(xp, x, g, stride, outs, taps)
+    """`conv_layouts.conv_weight` 's result (the weight gradient) through the direct kernel, or None; strided
+    convolutions phase by phase (`_phases`). Short rows with many input channels stay with the GEMM
+    (`_WEIGHT_GEMM_DEPTH`)."""
+    outs, nd = tuple(g.shape[2:]), len(kernel)
+    dtype = _applies(xp, x, g, outs, math.prod(kernel))
     if dtype is None:
         return None
-    per_group, regs = g.shape[1] // groups, conv_registers()
-    block = next((b for b in (2, 1) if per_group % b == 0 and b * (taps + 1) + 2 <= regs), None)
-    if block is None:
+    if outs[-1] < 1.5 * conv_lanes(dtype) and (x.shape[1] // groups) * math.prod(kernel) > _WEIGHT_GEMM_DEPTH:
         return None
-    if len(outs) == 1:
-        x, g, pads, dilation = _as_2d(pads, dilation, x, g)
-        kernel = (1,) + tuple(kernel)
-    fn = _kernel(DirectConvWeight, dtype, kernel, block)
-    gw = fn(x, g, [tuple(p) for p in pads], groups, tuple(dilation),
-            _parallel(2 * g.size * (x.shape[1] // groups) * taps))
-    return gw.reshape(gw.shape[:2] + tuple(kernel)[-len(outs):])
+    if nd == 1:
+        x, g, pads, dilation, stride = _as_2d(pads, dilation, stride, x, g)
+        kernel, outs = (1,) + tuple(kernel), (1,) + outs
+    grid = _phase_grid(kernel, stride, dilation)
+    blocks = [_weight_block(g.shape[1] // groups, math.prod(m[3] for m in phase)) for phase in grid]
+    if None in blocks:
+        return None
+    flops = _parallel(2 * g.size * (x.shape[1] // groups) * math.prod(kernel))
+    if all(s == 1 for s in stride):
+        gw = _kernel(DirectConvWeight, dtype, kernel, blocks[0])(x, g, [tuple(p) for p in pads], groups,
+                                                                 tuple(dilation), flops)
+    else:
+        xpad = _padded(x, pads)
+        gw = np.empty(g.shape[1:2] + (x.shape[1] // groups,) + tuple(kernel), x.dtype)
+        for phase, block in zip(grid, blocks):
+            xs = _phase_input(xpad, stride, phase, _extent(outs, phase))
+            sub = tuple(p[3] for p in phase)
+            part = _kernel(DirectConvWeight, dtype, sub, block)(xs, g, [(0, 0), (0, 0)], groups,
+                                                               tuple(p[5] for p in phase), flops)
+            _sub_kernel(gw, phase)[...] = part
+    return gw.reshape(gw.shape[:2] + tuple(kernel)[-nd:])

@@ -29,6 +29,7 @@ import numpy as np
 
 from .conv_layouts import (STASH, col2im, col2im_T, conv_forward, conv_weight, k_major_layout, to_frame,
                            weight_from_cols, windows)
+from .conv_direct import direct_transpose
 from .pool_ops import MAX_POOL_SCATTER, pair_pool_max, windows_disjoint
 from .._tensor import Tensor
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
@@ -152,6 +153,9 @@ def _conv_transpose_kernel(xp, g, w, spatial, stride, padding, dilation, groups)
         wf = w.reshape((groups, cin, cout) + kernel).swapaxes(1, 2).reshape((groups * cout, cin) + kernel)
         wf = wf[(Ellipsis,) + (slice(None, None, -1),) * len(kernel)]
         out = conv_forward(xp, g, wf, None, stride, pads, dilation, groups, tuple(spatial))
+        return out.astype(dtype, copy=False)
+    out = direct_transpose(xp, g, w, spatial, stride, padding, dilation, groups)
+    if out is not None:
         return out.astype(dtype, copy=False)
     _, frame, _, _, _ = k_major_layout(spatial, outs, kernel, stride, padding, dilation)
     gT = to_frame(xp, g, frame, groups)  # (G, O/G, N * frame)
