@@ -16,15 +16,18 @@ from pathlib import Path
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
-_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+                "JITORCH_NUM_THREADS")
 
 
 def single_thread():
-    """Pin BLAS/OpenMP (NumPy, torch) to one thread so the three libraries compare per core."""
+    """Pin BLAS/OpenMP (NumPy, torch) and jitorch's kernel threads to one thread so the libraries compare per core."""
     for var in _THREAD_VARS:
         os.environ.setdefault(var, "1")
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
+    if "jitorch" in sys.modules:
+        sys.modules["jitorch"].set_num_threads(int(os.environ["JITORCH_NUM_THREADS"]))
 
 
 def _calibrate(timer, target_s):

@@ -42,6 +42,7 @@ _PARALLEL_MIN_FLOPS = 2_000_000
 # loses to im2col + GEMM once the GEMM is deep (measured: 14x14, 128 -> 128 channels, 3x3: 54 ms against 32 ms; 16 ->
 # 32 channels: 6.4 against 8.0 ms).
 _WEIGHT_GEMM_DEPTH = 256
+_WEIGHT_GEMM_DEPTH_LONG = 1024  # any rows: 256 -> 256 channels at 32x32, 129 ms against the GEMM's 112
 _kernels: dict = {}
 
 
@@ -211,13 +212,14 @@ def _weight_block(per_group, taps):
 
 def direct_weight(xp, x, g, kernel, stride, pads, dilation, groups):
     """`conv_layouts.conv_weight` 's result (the weight gradient) through the direct kernel, or None; strided
-    convolutions phase by phase (`_phases`). Short rows with many input channels stay with the GEMM
-    (`_WEIGHT_GEMM_DEPTH`)."""
+    convolutions phase by phase (`_phases`). Deep products (many input channels) stay with the GEMM, which is
+    faster there (`_WEIGHT_GEMM_DEPTH`)."""
     outs, nd = tuple(g.shape[2:]), len(kernel)
     dtype = _applies(xp, x, g, outs, math.prod(kernel))
     if dtype is None:
         return None
-    if outs[-1] < 1.5 * conv_lanes(dtype) and (x.shape[1] // groups) * math.prod(kernel) > _WEIGHT_GEMM_DEPTH:
+    depth = (x.shape[1] // groups) * math.prod(kernel)
+    if depth > _WEIGHT_GEMM_DEPTH_LONG or outs[-1] < 1.5 * conv_lanes(dtype) and depth > _WEIGHT_GEMM_DEPTH:
         return None
     if nd == 1:
         x, g, pads, dilation, stride = _as_2d(pads, dilation, stride, x, g)
