@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import re
 import threading
 
 import llvmlite.binding as llvm
@@ -61,6 +62,16 @@ def target_info():
     return dict(_state["target"])
 
 
+def _prefer_wide_vectors(llvm_ir):
+    """With AVX-512, ask for 512-bit vectors: LLVM's Intel server tunings prefer 256 bits (against the frequency drop
+    of early AVX-512 parts), which halves the lanes of the compute-bound loops (measured on an Emerald Rapids host:
+    exp 0.70 -> 0.52 ns an element, erf 1.45 -> 1.16, tanh 0.90 -> 0.66, with data in cache). Explicit vectors
+    (`llvm_gemm`, `llvm_conv`) are unaffected."""
+    if "+avx512f" not in _state["target"]["features"].split(","):
+        return llvm_ir
+    return re.sub(r"^(define [^\n]*\)[^\n{]*)\{$", r'\1 "prefer-vector-width"="512" {', llvm_ir, flags=re.M)
+
+
 def optimize(llvm_ir):
     """Parse, verify and run the O3 pipeline with loop+SLP vectorization; returns the optimized module.
 
@@ -69,7 +80,7 @@ def optimize(llvm_ir):
     True
     """
     tm, _ = _target()
-    mod = llvm.parse_assembly(llvm_ir)
+    mod = llvm.parse_assembly(_prefer_wide_vectors(llvm_ir))
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True

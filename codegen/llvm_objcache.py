@@ -28,7 +28,7 @@ __all__ = ["OPTIONS", "compiler_version", "default_cache", "emit_object", "jitor
            "load_object"]
 
 # The settings llvm_compile builds the target machine and pipeline with; they change the bytes, so they key them.
-OPTIONS = "O3 loop+slp vectorize unroll, reloc=static, codemodel=jitdefault"
+OPTIONS = "O3 loop+slp vectorize unroll, reloc=static, codemodel=jitdefault, prefer-vector-width=512 with AVX-512"
 
 _lock = threading.Lock()
 _DEFAULT_CACHES: dict[str, KernelCache] = {}
