@@ -239,9 +239,11 @@ def test_weighted_cross_entropy_compiles_as_one_graph_with_its_range_check():
         compiled(x, jitorch.tensor(yd)).backward(jitorch.tensor(gd))
 
 
+# Output rows of 10, 5 and 4 columns fill too little of an 8- or 16-lane register chunk for the direct kernels, so
+# these convolutions make window matrices on any host.
 @pytest.mark.parametrize("shape, out_channels, stride, padding, groups, bias", [
     ((4, 3, 10, 10), 8, 1, 1, 1, True),    # K-major windows (long rows)
-    ((4, 16, 6, 6), 8, 1, 1, 1, True),     # channels-last windows (short rows, many channels)
+    ((4, 16, 5, 5), 8, 1, 1, 1, True),     # channels-last windows (short rows, many channels)
     ((2, 4, 9, 9), 6, 2, 0, 2, False),     # strided, grouped, no bias
 ])
 def test_conv_backward_reuses_the_forwards_window_matrix(shape, out_channels, stride, padding, groups, bias):
@@ -270,6 +272,32 @@ def test_conv_backward_reuses_the_forwards_window_matrix(shape, out_channels, st
     ref.backward(torch.tensor(gd))
     np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-5)
     for got, want in zip((x, *params), (tx, *tp)):
+        np.testing.assert_allclose(got.grad.numpy(), want.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_direct_convolution_trains_compiled_without_a_window_matrix(stride):
+    """Rows of 16 or 32 columns take the direct kernels (`ops.conv_direct`), which keep no window matrix: the
+    backward has the plain weight-gradient row, and gradients match torch."""
+    rng = np.random.default_rng(8)
+    xd = rng.standard_normal((3, 4, 6, 32)).astype(np.float32)
+    wd = (rng.standard_normal((8, 4, 3, 3)) * 0.3).astype(np.float32)
+    x, w = jitorch.tensor(xd, requires_grad=True), jitorch.tensor(wd, requires_grad=True)
+
+    def fn(x, w, lib=jitorch):
+        return lib.nn.functional.conv2d(x * 1.0, w, None, stride=stride, padding=1).relu()
+
+    plan = compile_training(fn, (x, w), {}, None, None)
+    bwd = [n.target.op.name for n in plan.bwd.gm.graph.nodes if hasattr(n.target, "op")]
+    assert "convolution_weight" in bwd and "convolution_weight_cols" not in bwd
+    out = plan((x, w))
+    gd = rng.standard_normal(tuple(out.shape)).astype(np.float32)
+    out.backward(jitorch.tensor(gd))
+    tx, tw = torch.tensor(xd, requires_grad=True), torch.tensor(wd, requires_grad=True)
+    ref = fn(tx, tw, lib=torch)
+    ref.backward(torch.tensor(gd))
+    np.testing.assert_allclose(out.detach().numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-5)
+    for got, want in ((x, tx), (w, tw)):
         np.testing.assert_allclose(got.grad.numpy(), want.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 

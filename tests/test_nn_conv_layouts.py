@@ -17,6 +17,17 @@ from nn_oracle import torch_single_thread  # noqa: F401 - an autouse fixture: on
 CONV_TOL = dict(atol=2e-4, rtol=1e-4)  # float32 sums of up to ~300 products of values in [-3, 3]
 
 
+@pytest.fixture(autouse=True)
+def gemm_layouts_only(monkeypatch):
+    """This file is about the GEMM layouts: the direct kernels (tests/test_conv_direct.py), which take rows that fill
+    their register chunks (a lane count that varies by host), are switched off so every case here reaches a layout."""
+    from jitorch.ops import conv_ops
+
+    monkeypatch.setattr(conv_layouts, "direct_forward", lambda *args: None)
+    monkeypatch.setattr(conv_layouts, "direct_weight", lambda *args: None)
+    monkeypatch.setattr(conv_ops, "direct_transpose", lambda *args: None)
+
+
 def arr(*shape, seed=0, dtype="float32"):
     return make_array(shape, dtype, np.random.default_rng(seed))
 

@@ -263,6 +263,8 @@ def _conv_windows(gm):
         if int(np.prod(shape)) * int(np.prod(kernel)) * np.dtype(dtype).itemsize > _KEEP_WINDOWS_BYTES:
             continue
         layout = _window_layout(conv)
+        if layout is None:  # the direct kernel (`ops.conv_direct`): no window matrix to keep
+            continue
         with graph.inserting_before(conv):
             both = graph.call_function(_CONV_COLS, conv.args, dict(conv.kwargs))
             out = graph.call_function(operator.getitem, (both, 0))
@@ -296,7 +298,8 @@ def _conv_windows(gm):
 
 
 def _window_layout(conv):
-    """``(layout,)`` or ``("k_major", frame)`` of the window matrix ``conv`` makes: the forward run once on zeros."""
+    """``(layout,)`` or ``("k_major", frame)`` of the window matrix ``conv`` makes: the forward run once on zeros.
+    None when it makes none (a direct convolution)."""
     arrays = [np.zeros(a.meta["val"][0], a.meta["val"][1]) if isinstance(a, Node) else a for a in conv.args]
     STASH.want = True
     try:
@@ -304,6 +307,8 @@ def _window_layout(conv):
     finally:
         STASH.want = False
         stash, STASH.cols = STASH.cols, None
+    if stash is None:
+        return None
     return (stash[0],) if stash[0] != "k_major" else (stash[0], stash[2])
 
 
