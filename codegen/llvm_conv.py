@@ -43,13 +43,21 @@ _ARGS = ("cg", "hp", "wp", "ho", "wo", "obt", "obg", "cx", "ot", "dh", "dw")
 
 
 def conv_lanes(dtype):
-    """Output columns per register chunk: one full vector register of the host (AVX-512 or narrower)."""
+    """Output columns per register chunk: one full vector register of the host (AVX-512 or narrower).
+
+    >>> conv_lanes("f32") in (8, 16), conv_lanes("f64") * 2 == conv_lanes("f32")
+    (True, True)
+    """
     wide = "+avx512f" in target_info()["features"].split(",")
     return (64 if wide else 32) // _ITEM[dtype]
 
 
 def conv_registers():
-    """Vector registers of the host: 32 with AVX-512, 16 otherwise (what a kernel's accumulators must fit in)."""
+    """Vector registers of the host: 32 with AVX-512, 16 otherwise (what a kernel's accumulators must fit in).
+
+    >>> conv_registers() in (16, 32)
+    True
+    """
     return 32 if "+avx512f" in target_info()["features"].split(",") else 16
 
 
@@ -224,9 +232,15 @@ class DirectConv:
         dh, dw = dilation
         ho, wo = hp - dh * (kh - 1), wp - dw * (kw - 1)
         np_dtype = np.dtype({"f32": np.float32, "f64": np.float64}[self.dtype])
-        if (kh, kw) != self.kernel or (o // groups) % self.block or cg * groups != cx or ho < 1 or wo < 1:
-            raise ValueError(f"direct convolution: input {x.shape}, weight {w.shape}, groups {groups} do not fit "
-                             f"this {self.kernel} kernel with blocks of {self.block}")
+        where = f"direct convolution: input {x.shape}, weight {w.shape}, groups {groups}, pads {pads}, dilation " \
+                f"{dilation}"
+        if (kh, kw) != self.kernel or o % groups or (o // groups) % self.block or cg * groups != cx:
+            raise ValueError(f"{where}: do not fit this {self.kernel} kernel with blocks of {self.block} output "
+                             "channels (need O and C divisible by groups, O / groups by the block)")
+        if ho < 1 or wo < 1:
+            raise ValueError(f"{where}: the padded input is smaller than the dilated kernel")
+        if tuple(np.shape(bias)) != (o,):
+            raise ValueError(f"{where}: expected a bias of shape ({o},), got {tuple(np.shape(bias))}")
         # Padded in one copy, with slack past the last row for the last chunk's unmasked loads.
         size = n * cx * hp * wp
         buf = np.zeros(size + self.lanes, np_dtype)

@@ -185,7 +185,14 @@ class DirectConvWeight:
 
     def __init__(self, dtype, kernel, lanes, block, cache=None):
         self.dtype, self.kernel, self.lanes, self.block = dtype, tuple(kernel), lanes, block
-        self._fns = [self._compile(single, cache) for single in (False, True)]
+        self._cache, self._fns = cache, {}
+
+    def _function(self, single):
+        """The variant for rows of at most one chunk (``single``) or for longer rows, compiled on first use."""
+        fn = self._fns.get(single)
+        if fn is None:
+            fn = self._fns[single] = self._compile(single, self._cache)
+        return fn
 
     def _compile(self, single, cache):
         text = _function_ir("jitorch_conv_weight", self.dtype, self.kernel, self.lanes, self.block, single)
@@ -202,10 +209,13 @@ class DirectConvWeight:
         hp, wp = h + top + bottom, wd + left + right
         dh, dw = dilation
         np_dtype = np.dtype({"f32": np.float32, "f64": np.float64}[self.dtype])
-        if (o // groups) % self.block or cx % groups or g.shape[0] != n or ho + dh * (kh - 1) > hp \
-                or wo + dw * (kw - 1) > wp:
-            raise ValueError(f"direct convolution weight: input {x.shape}, gradient {g.shape}, groups {groups} do "
-                             f"not fit this {self.kernel} kernel with blocks of {self.block}")
+        where = f"direct convolution weight: input {x.shape}, gradient {g.shape}, groups {groups}, pads {pads}, " \
+                f"dilation {dilation}"
+        if o % groups or (o // groups) % self.block or cx % groups or g.shape[0] != n:
+            raise ValueError(f"{where}: do not fit this {self.kernel} kernel with blocks of {self.block} output "
+                             "channels (need one batch, O and C divisible by groups, O / groups by the block)")
+        if ho + dh * (kh - 1) > hp or wo + dw * (kw - 1) > wp:
+            raise ValueError(f"{where}: the gradient has more positions than the padded input has windows")
         cg = cx // groups
         xpad = np.zeros((n, cx, hp, wp), np_dtype)
         xpad[:, :, top:top + h, left:left + wd] = x
@@ -215,7 +225,7 @@ class DirectConvWeight:
         ints = (n, cg, hp, wp, ho, wo, (o // groups) // self.block, cx, o, dh, dw)
         ptrs = [a.__array_interface__["data"][0] for a in (xpad, gc, out)]
 
-        fn = self._fns[wo <= self.lanes]  # rows of one chunk: the variant whose row loop is innermost
+        fn = self._function(wo <= self.lanes)  # rows of one chunk: the variant whose row loop is innermost
 
         def run(start, stop):
             fn(start, stop, *ptrs, *ints)

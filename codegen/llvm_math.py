@@ -18,7 +18,7 @@ tanh       1.32      2.12      expm1(2|x|) / (expm1(2|x|) + 2), series for expm1
 sigmoid    2.31      2.16      1 / (1 + exp(-|x|)), mirrored for x < 0
 erf        1.27      5.71      float32: x * poly(x^2) below 1, 1 - exp(-x^2) * poly below 4 (fits);
                                float64: positive series, continued fraction tail
-sin, cos   0.87      3.84      7-part (float64: 10-part) pi/2 reduction in double, exact for
+sin, cos   0.87      3.89      7-part (float64: 10-part) pi/2 reduction in double, exact for
                                |x| < 1.7e12 (float64: 1.9 ulp below 30, 2.7 below 1e5); beyond,
                                no Payne-Hanek reduction: within [-1, 1] but not accurate;
                                float32 polynomials in float on the reduced argument as a float pair

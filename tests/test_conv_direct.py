@@ -121,11 +121,23 @@ def test_direct_weight_kernel_masks_what_lies_past_a_row():
     assert got.ravel().tolist() == [34.0]
 
 
-def test_direct_kernel_rejects_a_mismatched_weight():
+def test_direct_kernel_rejects_a_mismatched_weight_or_bias():
+    """The kernels index with these sizes: anything inconsistent is refused before a read past a buffer."""
     fn = DirectConv("f32", (3, 3), 8, 4)
     x = np.zeros((1, 4, 5, 5), np.float32)
     with pytest.raises(ValueError, match=r"direct convolution: input \(1, 4, 5, 5\), weight \(6, 4, 3, 3\)"):
         fn(x, np.zeros((6, 4, 3, 3), np.float32), np.zeros(6, np.float32), ((0, 0), (0, 0)), 1, (1, 1))
+    one = DirectConv("f32", (1, 1), 16, 1)
+    x = np.zeros((1, 4, 4, 16), np.float32)
+    with pytest.raises(ValueError, match="divisible by groups"):  # 5 output channels in 2 groups
+        one(x, np.zeros((5, 2, 1, 1), np.float32), np.zeros(5, np.float32), ((0, 0), (0, 0)), 2, (1, 1))
+    with pytest.raises(ValueError, match=r"expected a bias of shape \(4,\), got \(1,\)"):
+        one(x, np.zeros((4, 4, 1, 1), np.float32), np.zeros(1, np.float32), ((0, 0), (0, 0)), 1, (1, 1))
+    with pytest.raises(ValueError, match="smaller than the dilated kernel"):
+        fn(np.zeros((1, 4, 2, 16), np.float32), np.zeros((4, 4, 3, 3), np.float32), np.zeros(4, np.float32),
+           ((0, 0), (0, 0)), 1, (1, 1))
+    with pytest.raises(ValueError, match="divisible by groups"):
+        DirectConvWeight("f32", (1, 1), 16, 1)(x, np.zeros((1, 5, 4, 16), np.float32), ((0, 0), (0, 0)), 2, (1, 1))
 
 
 def test_tail_lanes_never_reach_the_output():
@@ -233,3 +245,51 @@ def test_strided_conv1d_and_transposed_conv_by_phases_match_torch():
              lambda y, wt: TF.conv_transpose2d(y, wt, None, 2, 1, 1), [y, wt], **CONV_TOL)
     gradcheck_op(lambda x, w: F.conv2d(x, w, None, 2, 1), [make_array((1, 2, 5, 32), rng=rng),
                                                           make_array((4, 2, 3, 3), rng=rng)])
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_input_gradient_with_an_inf_weight_matches_torch(stride):
+    """Transposed convolutions as full correlations would multiply g's zero padding by the weight (0 * inf = nan):
+    with a non-finite weight the GEMM + col2im runs, whose sums hold only real products, as torch's do."""
+    rng = np.random.default_rng(11)
+    xd, wd = rng.standard_normal((1, 8, 8, 32)).astype(np.float32), rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
+    wd[0, 0, 0, 0] = np.inf
+    got = jitorch.tensor(xd, requires_grad=True)
+    F.conv2d(got, jitorch.tensor(wd), None, stride, 1).sum().backward()
+    want = torch.tensor(xd, requires_grad=True)
+    TF.conv2d(want, torch.tensor(wd), None, stride, 1).sum().backward()
+    np.testing.assert_array_equal(np.isnan(got.grad.numpy()), np.isnan(want.grad.numpy()))
+    np.testing.assert_array_equal(np.isinf(got.grad.numpy()), np.isinf(want.grad.numpy()))
+    finite = np.isfinite(want.grad.numpy())
+    np.testing.assert_allclose(got.grad.numpy()[finite], want.grad.numpy()[finite], **CONV_TOL)
+
+
+def test_cpu_graph_replays_a_direct_convolution():
+    """A captured step whose convolution takes the direct kernels replays with each replay's own inputs."""
+    from jitorch.cpu import CPUGraph, graph
+
+    rng = np.random.default_rng(12)
+    conv = jitorch.nn.Conv2d(4, 8, 3, padding=1)
+    tconv = torch.nn.Conv2d(4, 8, 3, padding=1)
+    with torch.no_grad():
+        tconv.weight.copy_(torch.tensor(conv.weight.detach().numpy()))
+        tconv.bias.copy_(torch.tensor(conv.bias.detach().numpy()))
+    x = jitorch.zeros(2, 4, 5, 16, requires_grad=True)
+    assert direct_forward(np, x.detach().numpy(), conv.weight.detach().numpy(), None, (1, 1), [(1, 1), (1, 1)],
+                          (1, 1), 1, (5, 16)) is not None
+    g = CPUGraph()
+    with graph(g):
+        out = conv(x)
+        out.sum().backward()
+    for _ in range(2):
+        xd = rng.standard_normal(tuple(x.shape)).astype(np.float32)
+        with jitorch.no_grad():
+            x.copy_(jitorch.tensor(xd))
+        g.replay()
+        tx = torch.tensor(xd, requires_grad=True)
+        tconv.weight.grad = tconv.bias.grad = None
+        tout = tconv(tx)
+        tout.sum().backward()
+        np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), **CONV_TOL)
+        for mine, ref in ((x.grad, tx.grad), (conv.weight.grad, tconv.weight.grad), (conv.bias.grad, tconv.bias.grad)):
+            np.testing.assert_allclose(mine.numpy(), ref.numpy(), **CONV_TOL)

@@ -316,15 +316,15 @@ def test_make_graphed_callables_replays_and_checks_inputs():
     assert pair[0](jitorch.ones(2)).tolist() == [2.0, 2.0] and pair[1](jitorch.ones(2)).tolist() == [3.0, 3.0]
 
 
-@pytest.mark.parametrize("channels, size", [(1, 10), (16, 10)])  # K-major (few channels) and channels-last windows
-def test_cpu_graph_convolution_keeps_its_windows_for_the_weight_gradient(channels, size):
+@pytest.mark.parametrize("channels, size, stride", [(1, 5, 1), (16, 10, 2)])  # K-major and channels-last windows
+def test_cpu_graph_convolution_keeps_its_windows_for_the_weight_gradient(channels, size, stride):
     """In a capture, conv2d keeps its window matrix for the weight gradient as eager does; each replay refills it,
     so the gradients of every replay are that replay's (torch computes them from scratch). Five output columns: too
     few for the direct kernels' register chunks (which make no window matrix), so the GEMM path runs."""
     rng = np.random.default_rng(channels)
-    jconv = jitorch.nn.Conv2d(channels, 8, 3, padding=1, stride=2)
-    tconv = torch.nn.Conv2d(channels, 8, 3, padding=1, stride=2)
-    out = (size + 1) // 2
+    jconv = jitorch.nn.Conv2d(channels, 8, 3, padding=1, stride=stride)
+    tconv = torch.nn.Conv2d(channels, 8, 3, padding=1, stride=stride)
+    out = (size - 1) // stride + 1
     with torch.no_grad():
         tconv.weight.copy_(torch.tensor(jconv.weight.detach().numpy()))
         tconv.bias.copy_(torch.tensor(jconv.bias.detach().numpy()))

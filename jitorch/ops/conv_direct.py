@@ -37,7 +37,7 @@ _MIN_LANE_USE = 0.75  # the share of the row's register lanes that must hold out
 # second, nearly empty chunk still beats its GEMM + col2im.
 _MIN_LANE_USE_TRANSPOSED = 0.5
 _MAX_TAPS = 64  # the taps are unrolled: a larger kernel would make an oversized function
-_PARALLEL_MIN_FLOPS = 2_000_000
+_PARALLEL_MIN_FLOPS = 2_000_000  # about 0.1 ms of one core: below it, waking a second thread costs what it saves
 # The weight kernel pays per output row (its accumulators are set up for each): on rows of one register chunk it
 # loses to im2col + GEMM once the GEMM is deep (measured: 14x14, 128 -> 128 channels, 3x3: 54 ms against 32 ms; 16 ->
 # 32 channels: 6.4 against 8.0 ms).
@@ -52,6 +52,7 @@ def _block(per_group):
 
 
 def _lanes_ok(width, dtype, least=_MIN_LANE_USE):
+    """Whether rows of ``width`` output columns fill at least ``least`` of the register chunks that hold them."""
     lanes = conv_lanes(dtype)
     return width / (-(-width // lanes) * lanes) >= least
 
@@ -95,6 +96,7 @@ def _phase_grid(kernel, stride, dilation):
 
 
 def _padded(x, pads):
+    """``x`` zero-padded by ``((top, bottom), (left, right))``, C-contiguous (one copy)."""
     n, c, h, w = x.shape
     (top, bottom), (left, right) = pads
     out = np.zeros((n, c, h + top + bottom, w + left + right), x.dtype)
@@ -109,6 +111,7 @@ def _phase_input(xpad, stride, phase, extent):
 
 
 def _sub_kernel(w, phase):
+    """The taps of ``w`` (any array whose last two axes are the kernel's) that one phase applies: a strided view."""
     (_, ky, ty, _, _, _), (_, kx, tx, _, _, _) = phase
     return w[:, :, ky::ty, kx::tx]
 
@@ -119,6 +122,8 @@ def _extent(outs, phase):
 
 
 def _kernel(cls, dtype, kernel, block):
+    """The compiled `DirectConv` or `DirectConvWeight` for these parameters, made once per process (its machine
+    code comes from the disk cache after the first run)."""
     key = (cls, dtype, tuple(kernel), conv_lanes(dtype), block)
     fn = _kernels.get(key)
     if fn is None:
@@ -127,6 +132,7 @@ def _kernel(cls, dtype, kernel, block):
 
 
 def _parallel(flops):
+    """`runtime.threads.parallel_for` when several threads are set and the work is worth splitting, else None."""
     return parallel_for if get_num_threads() > 1 and flops >= _PARALLEL_MIN_FLOPS else None
 
 
@@ -167,10 +173,19 @@ def direct_transpose(xp, g, w, spatial, stride, padding, dilation, groups):
 
     Phase by phase (`_phases`), the rows a phase's taps write are a full stride-1 correlation of ``g`` with that
     phase's flipped sub-kernel, added into the padded result, which is cropped at the end.
+
+    >>> g, w = np.ones((1, 8, 2, 16), np.float32), np.ones((8, 8, 3, 3), np.float32)
+    >>> direct_transpose(np, g, w, (4, 32), (2, 2), (1, 1), (1, 1), 1)[0, 0, :2, :4]  # as torch's conv2d_input
+    array([[ 8., 16.,  8., 16.],
+           [16., 32., 16., 32.]], dtype=float32)
     """
     outs, nd = tuple(g.shape[2:]), len(spatial)
     dtype = _applies(xp, g, w, outs, math.prod(w.shape[2:]))
     if dtype is None:
+        return None
+    if not np.isfinite(w).all():
+        # The phases' full correlations multiply the zero padding of g by every weight: 0 * inf would be nan where
+        # the GEMM + col2im (and torch) sum only real products.
         return None
     if 2 * w.shape[1] * groups < w.shape[0]:
         # Far fewer output than input channels (an image model's first layer): register blocks of one or two
@@ -213,7 +228,14 @@ def _weight_block(per_group, taps):
 def direct_weight(xp, x, g, kernel, stride, pads, dilation, groups):
     """`conv_layouts.conv_weight` 's result (the weight gradient) through the direct kernel, or None; strided
     convolutions phase by phase (`_phases`). Deep products (many input channels) stay with the GEMM, which is
-    faster there (`_WEIGHT_GEMM_DEPTH`)."""
+    faster there (`_WEIGHT_GEMM_DEPTH`).
+
+    >>> x, g = np.ones((2, 1, 4, 32), np.float32), np.ones((2, 8, 4, 32), np.float32)
+    >>> direct_weight(np, x, g, (3, 3), (1, 1), [(1, 1), (1, 1)], (1, 1), 1)[0, 0]  # windows inside, on an edge
+    array([[186., 192., 186.],
+           [248., 256., 248.],
+           [186., 192., 186.]], dtype=float32)
+    """
     outs, nd = tuple(g.shape[2:]), len(kernel)
     dtype = _applies(xp, x, g, outs, math.prod(kernel))
     if dtype is None:
@@ -228,10 +250,10 @@ def direct_weight(xp, x, g, kernel, stride, pads, dilation, groups):
     blocks = [_weight_block(g.shape[1] // groups, math.prod(m[3] for m in phase)) for phase in grid]
     if None in blocks:
         return None
-    flops = _parallel(2 * g.size * (x.shape[1] // groups) * math.prod(kernel))
+    parallel = _parallel(2 * g.size * (x.shape[1] // groups) * math.prod(kernel))
     if all(s == 1 for s in stride):
         gw = _kernel(DirectConvWeight, dtype, kernel, blocks[0])(x, g, [tuple(p) for p in pads], groups,
-                                                                 tuple(dilation), flops)
+                                                                 tuple(dilation), parallel)
     else:
         xpad = _padded(x, pads)
         gw = np.empty(g.shape[1:2] + (x.shape[1] // groups,) + tuple(kernel), x.dtype)
@@ -239,6 +261,6 @@ def direct_weight(xp, x, g, kernel, stride, pads, dilation, groups):
             xs = _phase_input(xpad, stride, phase, _extent(outs, phase))
             sub = tuple(p[3] for p in phase)
             part = _kernel(DirectConvWeight, dtype, sub, block)(xs, g, [(0, 0), (0, 0)], groups,
-                                                               tuple(p[5] for p in phase), flops)
+                                                               tuple(p[5] for p in phase), parallel)
             _sub_kernel(gw, phase)[...] = part
     return gw.reshape(gw.shape[:2] + tuple(kernel)[-nd:])

@@ -211,6 +211,7 @@ class _Stash(threading.local):
     will need its gradient): its backward then skips the window copy. Per thread, so no other call can interleave."""
 
     want = False
+    need = False  # set by ``convolution_cols``: the window matrix must be made (no direct kernel)
     cols = None
     into = None  # an array to write the window matrix into instead of a new one (see `_filled`)
 
@@ -222,7 +223,7 @@ def conv_forward(xp, x, w, b, stride, pads, dilation, groups, outs):
     """Cross-correlation of ``x`` ``(N, C, *S)`` padded by ``pads`` (``(left, right)`` pairs) with ``w``
     ``(O, C/G, *kernel)``, plus the bias ``b`` (or None): ``(N, O, *outs)``, C-contiguous, one GEMM."""
     kernel, n, o = tuple(w.shape[2:]), x.shape[0], w.shape[0]
-    if STASH.into is None:  # a replay that refills a kept window matrix needs the copy
+    if STASH.into is None and not STASH.need:  # a replay refilling a kept window matrix, or its row, needs the copy
         out = direct_forward(xp, x, w, b, stride, pads, dilation, groups, outs)
         if out is not None:
             return out
@@ -300,10 +301,10 @@ def col2im(xp, col, spatial, kernel, stride, padding, dilation):
     return xp.ascontiguousarray(out[(slice(None), slice(None)) + crop])
 
 
-def col2im_T(xp, colT, n, spatial, outs, kernel, stride, padding, dilation):
-    """col2im of a K-major ``(C * prod(kernel), N * prod(frame))`` matrix (``k_major_layout``'s frame) into
-    ``(N, C, *spatial)``: one add per kernel offset, each over whole (flat: contiguous) runs."""
-    pads, frame, kstr, ostr, oshape = k_major_layout(spatial, outs, kernel, stride, padding, dilation)
+def col2im_T(xp, colT, n, spatial, outs, kernel, stride, padding, dilation, flat=True):
+    """col2im of a K-major ``(C * prod(kernel), N * prod(frame))`` matrix (``k_major_layout``'s frame, flat or not)
+    into ``(N, C, *spatial)``: one add per kernel offset, each over whole (flat: contiguous) runs."""
+    pads, frame, kstr, ostr, oshape = k_major_layout(spatial, outs, kernel, stride, padding, dilation, flat)
     c = colT.shape[0] // _prod(kernel)
     colT = colT.reshape((c,) + tuple(kernel) + (n,) + tuple(oshape))
     padded = tuple(s + lo + hi for s, (lo, hi) in zip(spatial, pads))

@@ -143,11 +143,13 @@ def _conv_transpose_kernel(xp, g, w, spatial, stride, padding, dilation, groups)
     g, w = _compute_array(g), _compute_array(w)
     n, outs, kernel = g.shape[0], tuple(g.shape[2:]), tuple(w.shape[2:])
     left = [d * (k - 1) - p for k, p, d in zip(kernel, padding, dilation)]
-    if all(s == 1 for s in stride) and min(left) >= 0 and 2 * w.shape[1] * groups >= w.shape[0]:
+    finite = bool(xp.isfinite(w).all())
+    if all(s == 1 for s in stride) and min(left) >= 0 and 2 * w.shape[1] * groups >= w.shape[0] and finite:
         # At stride 1 the transposed convolution is a plain one of g, padded by the kernel's reach, with the flipped
         # kernel: one window copy and one GEMM, no scatter of window columns back into an image. Not when it has far
         # fewer output than input channels (an image model's first layer): its GEMM would be a thin one over windows
-        # of many channels, and the product of the weight and g followed by col2im moves less.
+        # of many channels, and the product of the weight and g followed by col2im moves less. Nor with an inf or nan
+        # weight: the padding of g times it would put nan where col2im's sums of real products (torch's) have none.
         pads = [(lo, s + d * (k - 1) - lo - o) for lo, s, d, k, o in zip(left, spatial, dilation, kernel, outs)]
         cin, cout = w.shape[0] // groups, w.shape[1]
         wf = w.reshape((groups, cin, cout) + kernel).swapaxes(1, 2).reshape((groups * cout, cin) + kernel)
@@ -157,11 +159,12 @@ def _conv_transpose_kernel(xp, g, w, spatial, stride, padding, dilation, groups)
     out = direct_transpose(xp, g, w, spatial, stride, padding, dilation, groups)
     if out is not None:
         return out.astype(dtype, copy=False)
-    _, frame, _, _, _ = k_major_layout(spatial, outs, kernel, stride, padding, dilation)
+    # The flat frame's dropped positions are zeros of g: with an inf weight they would turn into nan.
+    _, frame, _, _, _ = k_major_layout(spatial, outs, kernel, stride, padding, dilation, finite)
     gT = to_frame(xp, g, frame, groups)  # (G, O/G, N * frame)
     wT = xp.ascontiguousarray(w).reshape(groups, w.shape[0] // groups, -1).transpose(0, 2, 1)
     colT = xp.matmul(wT, gT).reshape(wT.shape[0] * wT.shape[1], gT.shape[-1])  # (C * prod(kernel), N * frame)
-    return col2im_T(xp, colT, n, spatial, outs, kernel, stride, padding, dilation).astype(dtype, copy=False)
+    return col2im_T(xp, colT, n, spatial, outs, kernel, stride, padding, dilation, finite).astype(dtype, copy=False)
 
 
 def _conv_transpose_backward(ctx, gy):
@@ -203,11 +206,11 @@ def _weight_cols_kernel(xp, cols, g, layout, kernel, channels, groups, frame=Non
 
 
 def _conv_cols_kernel(xp, x, w, b=None, *, stride, padding, dilation, groups):
-    STASH.want = True
+    STASH.want = STASH.need = True
     try:
         out = _conv_kernel(xp, x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
     finally:
-        STASH.want = False
+        STASH.want = STASH.need = False
         cols, STASH.cols = STASH.cols, None
     return out, cols[1]
 
