@@ -36,7 +36,7 @@ import numpy as np
 from .codeblock import LLVM_TYPES, CodeBlock
 from .llvm_compile import compile_function, target_info
 
-__all__ = ["DirectConv", "conv_lanes", "conv_registers", "pack_weight"]
+__all__ = ["DirectConv", "conv_lanes", "conv_registers", "emit_geometry", "pack_weight"]
 
 _ITEM = {"f32": 4, "f64": 8}
 _ARGS = ("cg", "hp", "wp", "ho", "wo", "obt", "obg", "cx", "ot", "dh", "dw")
@@ -71,6 +71,33 @@ def pack_weight(w, block):
     return np.ascontiguousarray(w.reshape(o // block, block, cg, kh, kw).transpose(0, 2, 3, 4, 1))
 
 
+def emit_geometry(line, kernel, block, plane):
+    """The entry block's offsets shared by both convolution kernels: the padded plane ``%hw``, the output plane
+    ``%howo``, each tap's input offset ``%tap.{i}`` and each output channel's plane offset ``%{plane}.{j}``.
+    For a 1x2 kernel and a block of 1 it emits::
+
+        %hw = mul nsw i64 %hp, %wp
+        %howo = mul nsw i64 %ho, %wo
+        %kstep = mul nsw i64 %dh, %wp
+        %tap.0.y = mul nsw i64 %kstep, 0
+        ...
+        %tap.1 = add nsw i64 %tap.1.y, %tap.1.x
+        %oj.0 = mul nsw i64 %howo, 0
+    """
+    line("  %hw = mul nsw i64 %hp, %wp")
+    line("  %howo = mul nsw i64 %ho, %wo")
+    line("  %kstep = mul nsw i64 %dh, %wp")
+    kh, kw = kernel
+    for ky in range(kh):
+        for kx in range(kw):
+            i = ky * kw + kx
+            line(f"  %tap.{i}.y = mul nsw i64 %kstep, {ky}")
+            line(f"  %tap.{i}.x = mul nsw i64 %dw, {kx}")
+            line(f"  %tap.{i} = add nsw i64 %tap.{i}.y, %tap.{i}.x")
+    for j in range(block):
+        line(f"  %{plane}.{j} = mul nsw i64 %howo, {j}")
+
+
 def _function_ir(name, dtype, kernel, lanes, block):
     """The LLVM IR of the direct convolution ``name`` (see the module notes for its loops and arguments)."""
     ty = LLVM_TYPES[dtype]
@@ -93,17 +120,7 @@ def _function_ir(name, dtype, kernel, lanes, block):
         line(f"  {dst}.i = insertelement {vt} poison, {ty} {scalar}, i64 0")
         line(f"  {dst} = shufflevector {vt} {dst}.i, {vt} poison, <{lanes} x i32> zeroinitializer")
 
-    line("  %hw = mul nsw i64 %hp, %wp")
-    line("  %howo = mul nsw i64 %ho, %wo")
-    line("  %kstep = mul nsw i64 %dh, %wp")
-    for ky in range(kh):
-        for kx in range(kw):
-            i = ky * kw + kx
-            line(f"  %tap.{i}.y = mul nsw i64 %kstep, {ky}")
-            line(f"  %tap.{i}.x = mul nsw i64 %dw, {kx}")
-            line(f"  %tap.{i} = add nsw i64 %tap.{i}.y, %tap.{i}.x")
-    for j in range(block):
-        line(f"  %oj.{j} = mul nsw i64 %howo, {j}")
+    emit_geometry(line, kernel, block, "oj")
     line("  br label %t.head")
     line("t.head:")
     line("  %t = phi i64 [ %start, %entry ], [ %t.next, %h.exit ]")

@@ -29,6 +29,7 @@ import numpy as np
 
 from .codeblock import LLVM_TYPES, CodeBlock
 from .llvm_compile import compile_function
+from .llvm_conv import emit_geometry
 
 __all__ = ["DirectConvWeight"]
 
@@ -54,17 +55,7 @@ def _function_ir(name, dtype, kernel, lanes, block, single=False):
     line(f"define void @{name}(i64 %start, i64 %stop, ptr noalias %x, ptr noalias %g, ptr noalias %out, "
          f"{', '.join(f'i64 %{a}' for a in _ARGS)}) nounwind {{")
     line("entry:")
-    line("  %hw = mul nsw i64 %hp, %wp")
-    line("  %howo = mul nsw i64 %ho, %wo")
-    line("  %kstep = mul nsw i64 %dh, %wp")
-    for ky in range(kh):
-        for kx in range(kw):
-            i = ky * kw + kx
-            line(f"  %tap.{i}.y = mul nsw i64 %kstep, {ky}")
-            line(f"  %tap.{i}.x = mul nsw i64 %dw, {kx}")
-            line(f"  %tap.{i} = add nsw i64 %tap.{i}.y, %tap.{i}.x")
-    for j in range(block):
-        line(f"  %gj.{j} = mul nsw i64 %howo, {j}")
+    emit_geometry(line, kernel, block, "gj")
     lane_ids = ", ".join(f"i64 {k}" for k in range(lanes))
 
     def chunk(col, acc_in, mask):
