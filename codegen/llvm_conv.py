@@ -34,11 +34,11 @@ import hashlib
 import numpy as np
 
 from .codeblock import LLVM_TYPES, CodeBlock
+from .ir import DTYPES
 from .llvm_compile import compile_function, target_info
 
 __all__ = ["DirectConv", "conv_lanes", "conv_registers", "emit_geometry", "pack_weight"]
 
-_ITEM = {"f32": 4, "f64": 8}
 _ARGS = ("cg", "hp", "wp", "ho", "wo", "obt", "obg", "cx", "ot", "dh", "dw")
 
 
@@ -49,7 +49,7 @@ def conv_lanes(dtype):
     (True, True)
     """
     wide = "+avx512f" in target_info()["features"].split(",")
-    return (64 if wide else 32) // _ITEM[dtype]
+    return (64 if wide else 32) // np.dtype(DTYPES[dtype]).itemsize
 
 
 def conv_registers():
@@ -101,7 +101,7 @@ def emit_geometry(line, kernel, block, plane):
 def _function_ir(name, dtype, kernel, lanes, block):
     """The LLVM IR of the direct convolution ``name`` (see the module notes for its loops and arguments)."""
     ty = LLVM_TYPES[dtype]
-    vt, item = f"<{lanes} x {ty}>", _ITEM[dtype]
+    vt, item = f"<{lanes} x {ty}>", np.dtype(DTYPES[dtype]).itemsize
     kh, kw = kernel
     taps = kh * kw
     fma = f"@llvm.fmuladd.v{lanes}{dtype}"
@@ -248,7 +248,7 @@ class DirectConv:
         hp, wp = h + top + bottom, wd + left + right
         dh, dw = dilation
         ho, wo = hp - dh * (kh - 1), wp - dw * (kw - 1)
-        np_dtype = np.dtype({"f32": np.float32, "f64": np.float64}[self.dtype])
+        np_dtype = np.dtype(DTYPES[self.dtype])
         where = f"direct convolution: input {x.shape}, weight {w.shape}, groups {groups}, pads {pads}, dilation " \
                 f"{dilation}"
         if (kh, kw) != self.kernel or o % groups or (o // groups) % self.block or cg * groups != cx:

@@ -28,12 +28,12 @@ import hashlib
 import numpy as np
 
 from .codeblock import LLVM_TYPES, CodeBlock
+from .ir import DTYPES
 from .llvm_compile import compile_function
 from .llvm_conv import emit_geometry
 
 __all__ = ["DirectConvWeight"]
 
-_ITEM = {"f32": 4, "f64": 8}
 _ARGS = ("batch", "cg", "hp", "wp", "ho", "wo", "obg", "cx", "ot", "dh", "dw")
 
 
@@ -41,7 +41,7 @@ def _function_ir(name, dtype, kernel, lanes, block, single=False):
     """The LLVM IR of the weight-gradient kernel ``name`` (see the module notes); ``single``: for output rows of at
     most ``lanes`` columns."""
     ty = LLVM_TYPES[dtype]
-    vt, item, mt = f"<{lanes} x {ty}>", _ITEM[dtype], f"<{lanes} x i1>"
+    vt, item, mt = f"<{lanes} x {ty}>", np.dtype(DTYPES[dtype]).itemsize, f"<{lanes} x i1>"
     kh, kw = kernel
     taps = kh * kw
     fma, load_masked = f"@llvm.fmuladd.v{lanes}{dtype}", f"@llvm.masked.load.v{lanes}{dtype}.p0"
@@ -199,7 +199,7 @@ class DirectConvWeight:
         (top, bottom), (left, right) = pads
         hp, wp = h + top + bottom, wd + left + right
         dh, dw = dilation
-        np_dtype = np.dtype({"f32": np.float32, "f64": np.float64}[self.dtype])
+        np_dtype = np.dtype(DTYPES[self.dtype])
         where = f"direct convolution weight: input {x.shape}, gradient {g.shape}, groups {groups}, pads {pads}, " \
                 f"dilation {dilation}"
         if o % groups or (o // groups) % self.block or cx % groups or g.shape[0] != n:

@@ -23,9 +23,8 @@ def gemm_layouts_only(monkeypatch):
     their register chunks (a lane count that varies by host), are switched off so every case here reaches a layout."""
     from jitorch.ops import conv_ops
 
-    monkeypatch.setattr(conv_layouts, "direct_forward", lambda *args: None)
-    monkeypatch.setattr(conv_layouts, "direct_weight", lambda *args: None)
-    monkeypatch.setattr(conv_ops, "direct_transpose", lambda *args: None)
+    for name in ("direct_forward", "direct_weight", "direct_transpose"):
+        monkeypatch.setattr(conv_ops, name, lambda *args: None)
 
 
 def arr(*shape, seed=0, dtype="float32"):

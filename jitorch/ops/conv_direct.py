@@ -28,6 +28,7 @@ from ..codegen.llvm_conv import DirectConv, conv_lanes, conv_registers
 from ..codegen.llvm_conv_weight import DirectConvWeight
 from ..codegen.llvm_objcache import default_cache
 from ..runtime.threads import get_num_threads, parallel_for
+from .conv_layouts import pad_contiguous
 
 __all__ = ["direct_forward", "direct_transpose", "direct_weight"]
 
@@ -95,15 +96,6 @@ def _phase_grid(kernel, stride, dilation):
     return list(itertools.product(*(_phases(k, s, d) for k, s, d in zip(kernel, stride, dilation))))
 
 
-def _padded(x, pads):
-    """``x`` zero-padded by ``((top, bottom), (left, right))``, C-contiguous (one copy)."""
-    n, c, h, w = x.shape
-    (top, bottom), (left, right) = pads
-    out = np.zeros((n, c, h + top + bottom, w + left + right), x.dtype)
-    out[:, :, top:top + h, left:left + w] = x
-    return out
-
-
 def _phase_input(xpad, stride, phase, extent):
     """The rows and columns of the padded input that one phase's stride-1 convolution reads (a strided view)."""
     (py, _, _, _, qy, _), (px, _, _, _, qx, _) = phase
@@ -158,7 +150,7 @@ def direct_forward(xp, x, w, b, stride, pads, dilation, groups, outs):
     if all(s == 1 for s in stride):
         out = _forward(dtype, x, w, b, pads, dilation, groups, outs)
     else:
-        xpad, out = _padded(x, pads), None
+        xpad, out = pad_contiguous(np, x, pads), None
         for phase in _phase_grid(w.shape[2:], stride, dilation):
             xs = _phase_input(xpad, stride, phase, _extent(outs, phase))
             y = _forward(dtype, xs, _sub_kernel(w, phase), b if out is None else None, [(0, 0), (0, 0)],
@@ -197,20 +189,19 @@ def direct_transpose(xp, g, w, spatial, stride, padding, dilation, groups):
         outs, spatial = (1,) + outs, (1,) + tuple(spatial)
     padded = [s + lo + hi for s, (lo, hi) in zip(spatial, pads)]
     grid = _phase_grid(w.shape[2:], stride, dilation)
-    for phase in grid:
-        ext = _extent(outs, phase)
+    extents = [_extent(outs, phase) for phase in grid]
+    for phase, ext in zip(grid, extents):
         rows = [-(-(n - p[0]) // s) for n, p, s in zip(padded, phase, stride)]
         if not _lanes_ok(ext[1], dtype, _MIN_LANE_USE_TRANSPOSED) or any(
                 p[4] + e > r for p, e, r in zip(phase, ext, rows)):
             return None
     o, cg = w.shape[:2]
     gx = np.zeros((g.shape[0], cg * groups) + tuple(padded), g.dtype)
-    for phase in grid:
+    for phase, ext in zip(grid, extents):
         ws = _sub_kernel(w, phase)
         k = ws.shape[2:]
         wf = ws.reshape((groups, o // groups, cg) + k).swapaxes(1, 2).reshape((groups * cg, o // groups) + k)
         reach = [(p[5] * (m - 1),) * 2 for p, m in zip(phase, k)]
-        ext = _extent(outs, phase)
         y = _forward(dtype, g, wf[:, :, ::-1, ::-1], None, reach, [p[5] for p in phase], groups, ext)
         view = _phase_input(gx, stride, phase, ext)
         view += y
@@ -255,7 +246,7 @@ def direct_weight(xp, x, g, kernel, stride, pads, dilation, groups):
         gw = _kernel(DirectConvWeight, dtype, kernel, blocks[0])(x, g, [tuple(p) for p in pads], groups,
                                                                  tuple(dilation), parallel)
     else:
-        xpad = _padded(x, pads)
+        xpad = pad_contiguous(np, x, pads)
         gw = np.empty(g.shape[1:2] + (x.shape[1] // groups,) + tuple(kernel), x.dtype)
         for phase, block in zip(grid, blocks):
             xs = _phase_input(xpad, stride, phase, _extent(outs, phase))

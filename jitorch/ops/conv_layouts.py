@@ -27,7 +27,6 @@ import math
 import threading
 
 from ..runtime import strided_view
-from .conv_direct import direct_forward, direct_weight
 
 __all__ = ["STASH", "conv_forward", "conv_weight", "weight_from_cols", "col2im", "col2im_T", "k_major_layout",
            "windows", "pad_contiguous", "to_frame"]
@@ -211,7 +210,6 @@ class _Stash(threading.local):
     will need its gradient): its backward then skips the window copy. Per thread, so no other call can interleave."""
 
     want = False
-    need = False  # set by ``convolution_cols``: the window matrix must be made (no direct kernel)
     cols = None
     into = None  # an array to write the window matrix into instead of a new one (see `_filled`)
 
@@ -223,10 +221,6 @@ def conv_forward(xp, x, w, b, stride, pads, dilation, groups, outs):
     """Cross-correlation of ``x`` ``(N, C, *S)`` padded by ``pads`` (``(left, right)`` pairs) with ``w``
     ``(O, C/G, *kernel)``, plus the bias ``b`` (or None): ``(N, O, *outs)``, C-contiguous, one GEMM."""
     kernel, n, o = tuple(w.shape[2:]), x.shape[0], w.shape[0]
-    if STASH.into is None and not STASH.need:  # a replay refilling a kept window matrix, or its row, needs the copy
-        out = direct_forward(xp, x, w, b, stride, pads, dilation, groups, outs)
-        if out is not None:
-            return out
     if channels_last(x.shape[1], kernel, stride, dilation, outs, groups):
         col = _col_cl(xp, x, kernel, stride, pads, dilation, outs, STASH.into)
         if STASH.want:
@@ -273,9 +267,6 @@ def conv_weight(xp, x, g, kernel, stride, pads, dilation, groups):
     follow ``g``.
     """
     c, outs = x.shape[1], tuple(g.shape[2:])
-    gw = direct_weight(xp, x, g, kernel, stride, pads, dilation, groups)
-    if gw is not None:
-        return gw
     if channels_last(c, kernel, stride, dilation, outs, groups):
         return weight_from_cols(xp, "channels_last", _col_cl(xp, x, kernel, stride, pads, dilation, outs), g, kernel,
                                 c, groups)[0]

@@ -29,7 +29,7 @@ import numpy as np
 
 from .conv_layouts import (STASH, col2im, col2im_T, conv_forward, conv_weight, k_major_layout, to_frame,
                            weight_from_cols, windows)
-from .conv_direct import direct_transpose
+from .conv_direct import direct_forward, direct_transpose, direct_weight
 from .pool_ops import MAX_POOL_SCATTER, pair_pool_max, windows_disjoint
 from .._tensor import Tensor
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
@@ -67,16 +67,27 @@ def _compute_array(a):
 
 
 # -- convolution ----------------------------------------------------------------------------------------------------
-# Each kernel is one GEMM (batched over groups) between a window matrix and a weight or gradient matrix, in the
-# layout of conv_layouts.py with the longest copy runs.
-def _conv_kernel(xp, x, w, b=None, *, stride, padding, dilation, groups):
+# Each kernel is a generated direct convolution (conv_direct.py) where that applies, else one GEMM (batched over
+# groups) between a window matrix and a weight or gradient matrix, in the layout of conv_layouts.py with the longest
+# copy runs.
+def _forward(xp, x, w, b, stride, pads, dilation, groups, outs, windows=False):
+    """The convolution through the direct kernel or `conv_forward`. ``windows``: a caller that needs the window
+    matrix (``convolution_cols``), as does a replay refilling a kept one (``STASH.into``), takes the GEMM."""
+    if not windows and STASH.into is None:
+        out = direct_forward(xp, x, w, b, stride, pads, dilation, groups, outs)
+        if out is not None:
+            return out
+    return conv_forward(xp, x, w, b, stride, pads, dilation, groups, outs)
+
+
+def _conv_kernel(xp, x, w, b=None, *, stride, padding, dilation, groups, windows=False):
     _check_same_dtype("convolution", x, w)
     dtype = x.dtype
     x, w = _compute_array(x), _compute_array(w)
     outs = tuple(conv_output_size(*a) for a in zip(x.shape[2:], w.shape[2:], stride, padding, dilation))
     # The bias is added in place on the fresh output: no broadcast-add node; its gradient is one reduction in this
     # row's backward.
-    out = conv_forward(xp, x, w, b, stride, [(p, p) for p in padding], dilation, groups, outs)
+    out = _forward(xp, x, w, b, stride, [(p, p) for p in padding], dilation, groups, outs, windows)
     return out.astype(dtype, copy=False)
 
 
@@ -154,7 +165,7 @@ def _conv_transpose_kernel(xp, g, w, spatial, stride, padding, dilation, groups)
         cin, cout = w.shape[0] // groups, w.shape[1]
         wf = w.reshape((groups, cin, cout) + kernel).swapaxes(1, 2).reshape((groups * cout, cin) + kernel)
         wf = wf[(Ellipsis,) + (slice(None, None, -1),) * len(kernel)]
-        out = conv_forward(xp, g, wf, None, stride, pads, dilation, groups, tuple(spatial))
+        out = _forward(xp, g, wf, None, stride, pads, dilation, groups, tuple(spatial))
         return out.astype(dtype, copy=False)
     out = direct_transpose(xp, g, w, spatial, stride, padding, dilation, groups)
     if out is not None:
@@ -183,7 +194,10 @@ def _conv_weight_kernel(xp, x, g, kernel, stride, padding, dilation, groups):
     _check_same_dtype("convolution_weight", x, g)
     dtype = x.dtype
     x, g = _compute_array(x), _compute_array(g)
-    gw = conv_weight(xp, x, g, tuple(kernel), stride, [(p, p) for p in padding], dilation, groups)
+    pads = [(p, p) for p in padding]
+    gw = direct_weight(xp, x, g, tuple(kernel), stride, pads, dilation, groups)
+    if gw is None:
+        gw = conv_weight(xp, x, g, tuple(kernel), stride, pads, dilation, groups)
     return gw.astype(dtype, copy=False)
 
 
@@ -206,11 +220,12 @@ def _weight_cols_kernel(xp, cols, g, layout, kernel, channels, groups, frame=Non
 
 
 def _conv_cols_kernel(xp, x, w, b=None, *, stride, padding, dilation, groups):
-    STASH.want = STASH.need = True
+    STASH.want = True
     try:
-        out = _conv_kernel(xp, x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
+        out = _conv_kernel(xp, x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups,
+                           windows=True)
     finally:
-        STASH.want = STASH.need = False
+        STASH.want = False
         cols, STASH.cols = STASH.cols, None
     return out, cols[1]
 
