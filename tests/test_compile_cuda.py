@@ -23,6 +23,7 @@ from jitorch._compile.trace import trace
 from jitorch.codegen import cache as kcache, cuda_launch, cuda_vector, interp, nvrtc
 from jitorch.codegen.cuda_ops import UnsupportedPrimitive
 from jitorch.codegen.ir import Buffer, Kernel, Store, load, op
+from jitorch.ops import activation_ops
 
 ARCHS = ("sm_80", "sm_90")
 
@@ -148,6 +149,11 @@ PATTERNS = {
     "chain": (chain, [(33, 17), (33, 17)], 1, 1e-6),
     "broadcast": (lambda a, b, c: (a * b + c).tanh() - c, [(15, 20), (15, 1), (1, 20)], 1, 1e-6),
     "gelu": (gelu_tanh, [(4097,)], 1, 1e-6),
+    # The activation rows and their backward rows (jitorch/ops/activation_ops.py): two independent groups.
+    "gelu_rows": (lambda x, g: (activation_ops.gelu(x), activation_ops.gelu_backward(g, x)), [(4097,)] * 2, 2, 1e-6),
+    "gelu_tanh_rows": (lambda x, g: (activation_ops.gelu_tanh(x), activation_ops.gelu_tanh_backward(g, x)),
+                       [(4097,)] * 2, 2, 1e-6),
+    "silu_rows": (lambda x, g: (activation_ops.silu(x), activation_ops.silu_backward(g, x)), [(4097,)] * 2, 2, 1e-6),
     "row_sum_epilogue": (lambda v: (v.exp() - v.exp().sum(1, keepdim=True)).relu() * 2, [(6, 5)], 1, 1e-5),
     "row_sum_block": (lambda v: (v * v).sum(1), [(8, 3000)], 1, 1e-4),
     "softmax": (lambda v: jitorch.softmax(v, dim=-1), [(16, 77)], 1, 1e-6),

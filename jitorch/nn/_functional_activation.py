@@ -14,11 +14,11 @@ tensor([-1.0000,  0.5000,  1.0000])
 """
 from __future__ import annotations
 
-import math
 
 from .. import _pointwise as pw
 from .._pointwise import where
 from ..amp._cast_mode import autocast_lower
+from ..ops import activation_ops
 from ._functional_core import run_inplace, type_name
 
 __all__ = [
@@ -113,26 +113,20 @@ def celu_(input, alpha=1.0):
     return celu(input, alpha, inplace=True)
 
 
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 def gelu(input, approximate="none"):
     """``x * Phi(x)`` (``approximate='none'``) or its tanh approximation (``approximate='tanh'``)."""
     if approximate == "none":
-        return input * 0.5 * (1 + pw.erf(input * math.sqrt(0.5)))
+        return activation_ops.gelu(input)
     if approximate == "tanh":
-        inner = (input + input * input * input * 0.044715) * _SQRT_2_OVER_PI
-        return input * 0.5 * (1 + pw.tanh(inner))
+        return activation_ops.gelu_tanh(input)
     raise RuntimeError("approximate argument must be either none or tanh.")
-
-
-def _silu(x):
-    return x * pw.sigmoid(x)
 
 
 def silu(input, inplace=False):
     """``x * sigmoid(x)`` (swish)."""
-    return _maybe_inplace(_silu, input, inplace)
+    return _maybe_inplace(activation_ops.silu, input, inplace)
 
 
 def _mish(x):

@@ -1,44 +1,67 @@
-"""Eager CPU kernels that NumPy or SciPy run slowly, as generated LLVM kernels (`codegen.llvm_math`).
+"""Eager CPU kernels that NumPy or SciPy run slowly, as generated LLVM kernels of the rows' own fusion expressions.
 
 SciPy's float32 ``erf`` takes about 30 ns an element (exact GELU, ``nn.GELU()``'s default, is built on it); the
-inline polynomial takes about 1. A row's kernel asks `unary` first and keeps its NumPy/SciPy code for everything
-this does not take: other dtypes, device arrays, small or non-contiguous inputs. Kernels are size-generic and come
-from the disk cache, so each size costs one lookup, then a dict hit.
+inline polynomial takes about 1. A row whose NumPy code takes several passes (the stable sigmoid: five; GELU's
+backward: eight) is memory-bound on each of them, where one generated pass reads each input once. So a row's kernel
+asks `pointwise` first, which compiles the row's ``Pointwise`` expression (the same string the fuser reads, so the
+eager and the fused answer are one formula) and keeps its NumPy/SciPy code for everything this does not take:
+other dtypes, device arrays, small, broadcast or non-contiguous inputs. Kernels are size-generic and come from the
+disk cache, so each size costs one lookup, then a dict hit; large inputs are split over jitorch's threads.
 
 >>> import numpy as np
+>>> from jitorch.ops.table import OPS
 >>> x = np.linspace(-3, 3, 5000, dtype=np.float32)
->>> bool(np.abs(unary("erf", x) - __import__("scipy").special.erf(x)).max() < 1e-6)
+>>> bool(np.abs(pointwise(OPS["erf"], x) - __import__("scipy").special.erf(x)).max() < 1e-6)
 True
->>> unary("erf", x[:10]) is None  # small: SciPy's loop is faster than a kernel call
+>>> pointwise(OPS["erf"], x[:10]) is None  # small: SciPy's loop is faster than a kernel call
 True
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..codegen.ir import Buffer, Kernel, Store, load, op
+from ..codegen.ir import Buffer, Kernel, Store, load
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
+from ..runtime import host_cache
+from ..runtime.threads import get_num_threads, parallel_for
 
-__all__ = ["unary"]
+__all__ = ["pointwise"]
 
 _MIN_SIZE = 4096  # below this a ctypes call costs more than SciPy's loop saves
+_PARALLEL_MIN = 1 << 16  # elements from which a second thread pays for its hand-off (as compiled groups)
+_GRAIN = 1 << 15
 _MAX_KERNELS = 256
 _kernels: dict = {}
 
 
-def unary(name, a):
-    """``name(a)`` (an IR unary op) of a C-contiguous float32 NumPy array through a native kernel, or None when this
-    path does not apply (the caller computes it its own way)."""
-    if type(a) is not np.ndarray or a.dtype != np.float32 or a.size < _MIN_SIZE or not a.flags.c_contiguous:
+def _build(row, nargs, size):
+    from .._compile.expr import parse_expr  # the compiler package imports the op rows: load it on first use
+
+    expr = parse_expr(row.fusion.expr, [load(i, "f32") for i in range(nargs)], "f32")
+    buffers = tuple(Buffer("f32", (1,)) for _ in range(nargs + 1))
+    return compile_kernel(Kernel((size,), buffers, (Store(nargs, expr),)), cache=default_cache())
+
+
+def pointwise(row, *arrays):
+    """Row ``row``'s ``Pointwise`` expression over same-shape C-contiguous float32 NumPy arrays, as one native
+    kernel, or None when this path does not apply (the caller computes it its own way)."""
+    first = arrays[0]
+    if type(first) is not np.ndarray or first.dtype != np.float32 or first.size < _MIN_SIZE:
         return None
-    key = (name, a.size)
+    for a in arrays:
+        if type(a) is not np.ndarray or a.dtype != np.float32 or a.shape != first.shape or not a.flags.c_contiguous:
+            return None
+    key = (row.name, len(arrays), first.size)
     kernel = _kernels.get(key)
     if kernel is None:
         if len(_kernels) >= _MAX_KERNELS:
             _kernels.clear()
-        ir = Kernel((a.size,), (Buffer("f32", (1,)), Buffer("f32", (1,))), (Store(1, op(name, load(0, "f32"))),))
-        kernel = _kernels[key] = compile_kernel(ir, cache=default_cache())
-    out = np.empty(a.shape, np.float32)
-    kernel.run([a.reshape(-1), out.reshape(-1)])
+        kernel = _kernels[key] = _build(row, len(arrays), first.size)
+    out = host_cache.empty(first.shape, np.float32)
+    addresses = [a.ctypes.data for a in arrays] + [out.ctypes.data]
+    if first.size >= _PARALLEL_MIN and get_num_threads() > 1:
+        parallel_for(lambda start, stop: kernel(start, stop, *addresses), kernel.outer, grain=_GRAIN)
+    else:
+        kernel(0, kernel.outer, *addresses)
     return out

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from .._dispatch import fast_binary
 from ..runtime import is_cupy
+from . import native_eager
 from .table import Pointwise, defop
 
 
 def _tanh_backward_kernel(xp, g, y):
-    return g * (1 - y * y)
+    out = native_eager.pointwise(TANH_BACKWARD, g, y)  # one pass instead of three
+    return g * (1 - y * y) if out is None else out
 
 
 def _tanh_backward_backward(ctx, gg):
@@ -24,7 +26,8 @@ def _tanh_backward_backward(ctx, gg):
 
 
 def _sigmoid_backward_kernel(xp, g, y):
-    return g * y * (1 - y)
+    out = native_eager.pointwise(SIGMOID_BACKWARD, g, y)
+    return g * y * (1 - y) if out is None else out
 
 
 def _sigmoid_backward_backward(ctx, gg):
@@ -34,6 +37,9 @@ def _sigmoid_backward_backward(ctx, gg):
 
 
 def _threshold_backward_kernel(xp, g, y):
+    out = native_eager.pointwise(THRESHOLD_BACKWARD, g, y)  # one pass for the mask, product and inf check below
+    if out is not None:
+        return out
     mask = y > 0
     if is_cupy(xp):
         return xp.where(mask, g, 0).astype(g.dtype, copy=False)
