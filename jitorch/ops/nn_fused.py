@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd.grad_mode import GradState
+from . import native_rows
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 __all__ = ["SOFTMAX", "SOFTMAX_BACKWARD", "LOG_SOFTMAX", "LOG_SOFTMAX_BACKWARD", "LAYER_NORM", "LAYER_NORM_BACKWARD",
@@ -39,6 +40,9 @@ def _apply(op, *args, **attrs):
 
 # -- softmax / log_softmax --------------------------------------------------------------------------------------------
 def _softmax_kernel(xp, x, dim):
+    out = native_rows.softmax(x, dim)  # CPU, last dim: one generated kernel of three passes
+    if out is not None:
+        return out
     out = x - x.max(axis=dim, keepdims=True)  # a fresh array: the rest works in place on it
     xp.exp(out, out=out)
     out /= out.sum(axis=dim, keepdims=True)
@@ -50,6 +54,9 @@ def _softmax_backward(ctx, g):
 
 
 def _softmax_backward_kernel(xp, g, y, dim):
+    out = native_rows.softmax_backward(g, y, dim)
+    if out is not None:
+        return out
     gy = g * y
     s = gy.sum(axis=dim, keepdims=True)
     gy -= y * s  # y * (g - sum(g * y))
@@ -68,6 +75,9 @@ def _softmax_backward_backward(ctx, gg):
 
 
 def _log_softmax_kernel(xp, x, dim):
+    out = native_rows.log_softmax(x, dim)
+    if out is not None:
+        return out
     out = x - x.max(axis=dim, keepdims=True)
     out -= xp.log(xp.exp(out).sum(axis=dim, keepdims=True))
     return out
@@ -78,6 +88,9 @@ def _log_softmax_backward(ctx, g):
 
 
 def _log_softmax_backward_kernel(xp, g, y, dim):
+    out = native_rows.log_softmax_backward(g, y, dim)
+    if out is not None:
+        return out
     out = xp.exp(y)
     out *= g.sum(axis=dim, keepdims=True)
     return g - out  # g - softmax * sum(g)
@@ -119,6 +132,9 @@ def _rows_of(a, n):
 
 
 def _layer_norm_kernel(xp, x, weight, bias, k, eps):
+    native = native_rows.layer_norm(x, weight, bias, k, eps)
+    if native is not None:
+        return native
     axes = _axes(x.ndim, k)
     stat_shape = x.shape[:x.ndim - k] + (1,) * k
     n = 1
@@ -204,6 +220,9 @@ def _layer_norm_backward(ctx, g, _g_mean, _g_rstd):
 
 
 def _layer_norm_backward_kernel(xp, g, x, mean, rstd, weight, k, eps):
+    native = native_rows.layer_norm_backward(g, x, mean, rstd, weight, k)
+    if native is not None:
+        return native
     axes = _axes(x.ndim, k)
     n = 1
     for a in axes:

@@ -1,0 +1,182 @@
+"""Eager CPU softmax, log_softmax, their backward rows and layer norm as generated row kernels (one per row op).
+
+NumPy makes each of these four to seven passes over the data with a temporary per pass; torch's native kernels make
+two or three, and so do these: the compiled path's own row lowering (`jitorch._compile.lower_rows`: the max, then
+the exp kept in the output while its sum accumulates, then the rescale), built here for a plain ``(rows, n)``
+layout. They take C-contiguous float32/float64 NumPy arrays reduced over the last dimension(s) with at least
+`MIN_SIZE` elements, and return None for anything else (the caller keeps its NumPy code). Kernels are size-generic
+and cached on disk; rows are split over jitorch's threads.
+
+>>> import numpy as np
+>>> x = np.random.default_rng(0).standard_normal((64, 100)).astype(np.float32)
+>>> y = softmax(x)
+>>> bool(np.allclose(y, np.exp(x) / np.exp(x).sum(1, keepdims=True), rtol=1e-6))
+True
+>>> softmax(x[:2]) is None  # small: NumPy's passes cost less than a kernel call
+True
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..codegen.ir import Buffer, Kernel, Store, const, load, op, simplify
+from ..codegen.llvm_compile import compile_kernel
+from ..codegen.llvm_objcache import default_cache
+from ..runtime import host_cache
+from ..runtime.threads import get_num_threads, parallel_for
+
+__all__ = ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "layer_norm", "layer_norm_backward",
+           "MIN_SIZE"]
+
+MIN_SIZE = 4096
+_PARALLEL_MIN = 1 << 16
+_IR = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+_MAX_KERNELS = 256
+_kernels: dict = {}
+
+
+def _usable(arrays):
+    first = arrays[0]
+    if type(first) is not np.ndarray or first.dtype not in _IR or first.size < MIN_SIZE or first.ndim == 0:
+        return False
+    return all(type(a) is np.ndarray and a.dtype == first.dtype and a.shape == first.shape and a.flags.c_contiguous
+               for a in arrays)
+
+
+def _build(name, dt, nin, extras, eps, rows, n):
+    """The row kernel of ``name`` over a C-contiguous (rows, n) space. Buffers: the outputs (the full result, then
+    per-row values), the inputs, then the ``extras`` present (layer norm's weight and bias, vectors of n)."""
+    from .._compile import lower_rows  # the compiler package imports the op rows: load it on first use
+    from .._compile.lower import Passes
+
+    b = Passes()
+    nout = {"layer_norm": 3, "layer_norm_backward": 2}.get(name, 1)
+    xs = [load(nout + i, dt) for i in range(nin)]
+    params, slot = [], nout + nin
+    for present in extras:
+        params.append(load(slot, dt) if present else None)
+        slot += present
+    if name == "layer_norm":
+        values = lower_rows.layer_norm(b, xs[0], n, *params, eps)
+    elif name == "layer_norm_backward":
+        values = _layer_norm_grad_input(b, *xs, params[0], n)
+    else:
+        values = (getattr(lower_rows, name)(b, *xs),)
+    stores = list(b.stores)
+    for j, value in enumerate(values):
+        full = j == 0 or name == "layer_norm_backward"
+        stores.append(Store(j, value, phase=b._phase(value)) if full else Store(j, value, row=True))
+    b.stores = simplify(stores)
+    b._stash()
+    rows_in = ROW_INPUTS.get(name, ())
+    buffers = [Buffer(dt, (n, 1))] + [Buffer(dt, (n, 1) if name == "layer_norm_backward" else (1, 0))] * (nout - 1) + \
+        [Buffer(dt, (1, 0) if i in rows_in else (n, 1)) for i in range(nin)] + [Buffer(dt, (0, 1))] * sum(extras)
+    return compile_kernel(Kernel((rows, n), tuple(buffers), tuple(b.stores), 1), cache=default_cache())
+
+
+ROW_INPUTS = {"layer_norm_backward": (2, 3)}  # inputs with one value per row (mean, rstd)
+
+
+def _layer_norm_grad_input(b, g, x, mean, rstd, weight, n):
+    """(gx, xhat): ``rstd * (gxh - mean(gxh) - xhat * mean(gxh * xhat))`` with ``gxh = g * weight`` and
+    ``xhat = (x - mean) * rstd``; xhat is kept for the weight gradient's column sum."""
+    dt = x.dtype
+    xhat = op("mul", op("sub", x, mean), rstd)
+    gxh = g if weight is None else op("mul", g, weight)
+    inv_n = const(1 / n, dt)
+    c1 = op("mul", b.reduce("sum", gxh), inv_n)
+    c2 = op("mul", b.reduce("sum", op("mul", gxh, xhat)), inv_n)
+    return op("mul", rstd, op("sub", op("sub", gxh, c1), op("mul", xhat, c2))), xhat
+
+
+def _run(name, arrays, rows, n, extras=(), eps=None, nout=1):
+    dt = _IR[arrays[0].dtype]
+    present = tuple(e is not None for e in extras)
+    key = (name, dt, len(arrays), present, eps, rows, n)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        if len(_kernels) >= _MAX_KERNELS:
+            _kernels.clear()
+        kernel = _kernels[key] = _build(name, dt, len(arrays), present, eps, rows, n)
+    dtype = arrays[0].dtype
+    full = name == "layer_norm_backward"
+    outs = [host_cache.empty((rows, n), dtype)] + [host_cache.empty((rows, n), dtype) if full else np.empty(rows, dtype)
+                                                   for _ in range(nout - 1)]
+    addresses = [o.ctypes.data for o in outs] + [a.ctypes.data for a in arrays] + \
+        [e.ctypes.data for e in extras if e is not None]
+    if rows * n >= _PARALLEL_MIN and get_num_threads() > 1 and rows > 1:
+        parallel_for(lambda start, stop: kernel(start, stop, *addresses), kernel.outer,
+                     grain=max(1, (1 << 15) // n))
+    else:
+        kernel(0, kernel.outer, *addresses)
+    return outs
+
+
+def _last_dim(x, dim):
+    return dim in (-1, x.ndim - 1)
+
+
+def softmax(x, dim=-1):
+    """Softmax of a C-contiguous float array over its last dimension, or None (see the module notes)."""
+    if not _usable((x,)) or not _last_dim(x, dim):
+        return None
+    return _run("softmax", (x,), x.size // x.shape[-1], x.shape[-1])[0].reshape(x.shape)
+
+
+def log_softmax(x, dim=-1):
+    """Log-softmax over the last dimension, or None."""
+    if not _usable((x,)) or not _last_dim(x, dim):
+        return None
+    return _run("log_softmax", (x,), x.size // x.shape[-1], x.shape[-1])[0].reshape(x.shape)
+
+
+def softmax_backward(g, y, dim=-1):
+    """``y * (g - sum(g * y))`` over the last dimension, or None."""
+    if not _usable((g, y)) or not _last_dim(g, dim):
+        return None
+    return _run("softmax_backward", (g, y), g.size // g.shape[-1], g.shape[-1])[0].reshape(g.shape)
+
+
+def log_softmax_backward(g, y, dim=-1):
+    """``g - exp(y) * sum(g)`` over the last dimension, or None."""
+    if not _usable((g, y)) or not _last_dim(g, dim):
+        return None
+    return _run("log_softmax_backward", (g, y), g.size // g.shape[-1], g.shape[-1])[0].reshape(g.shape)
+
+
+def layer_norm(x, weight, bias, k, eps):
+    """(out, mean, rstd) of layer norm over the last ``k`` dimensions (statistics shaped as the row's), or None."""
+    if not _usable((x,)) or not 1 <= k <= x.ndim:
+        return None
+    n = 1
+    for s in x.shape[x.ndim - k:]:
+        n *= s
+    for p in (weight, bias):
+        if p is not None and not (type(p) is np.ndarray and p.dtype == x.dtype and p.size == n and
+                                  p.flags.c_contiguous):
+            return None
+    rows = x.size // n
+    out, mean, rstd = _run("layer_norm", (x,), rows, n, (weight, bias), float(eps), nout=3)
+    stat_shape = x.shape[:x.ndim - k] + (1,) * k
+    return out.reshape(x.shape), mean.reshape(stat_shape), rstd.reshape(stat_shape)
+
+
+def layer_norm_backward(g, x, mean, rstd, weight, k):
+    """(gx, gw, gb) of layer norm over the last ``k`` dimensions from the forward's statistics, or None: gx in one
+    row kernel (which also writes xhat), the parameter gradients as column sums (BLAS)."""
+    if not _usable((g, x)) or not 1 <= k <= x.ndim or weight is None:
+        return None
+    n = 1
+    for s in x.shape[x.ndim - k:]:
+        n *= s
+    rows = x.size // n
+    stats = [np.ascontiguousarray(a, x.dtype).reshape(-1) for a in (mean, rstd)]
+    if type(weight) is not np.ndarray or weight.dtype != x.dtype or weight.size != n or \
+            not weight.flags.c_contiguous or any(a.size != rows for a in stats):
+        return None
+    gx, xhat = _run("layer_norm_backward", (g, x, *stats), rows, n, (weight,), None, nout=2)
+    g2 = g.reshape(rows, n)
+    gw = np.einsum("ij,ij->j", g2, xhat) if n <= 4096 else (g2 * xhat).sum(axis=0)
+    gb = np.ones(rows, x.dtype) @ g2 if n <= 4096 else g2.sum(axis=0)
+    shape = x.shape[x.ndim - k:]
+    return gx.reshape(x.shape), gw.reshape(shape), gb.reshape(shape)

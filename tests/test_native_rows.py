@@ -1,0 +1,100 @@
+"""Eager softmax, log_softmax and layer norm through the generated row kernels (jitorch/ops/native_rows.py).
+
+From 4096 contiguous float elements reduced over the last dimension(s) the rows run one generated kernel instead of
+NumPy's passes; everything else keeps NumPy. Both must match torch, forward and backward.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch
+import jitorch.nn.functional as JF
+import torch.nn.functional as TF
+from jitorch.ops import native_rows
+
+from helpers import check_op, make_array
+
+SHAPES = [(64, 100), (3, 37, 129), (5000, 1), (2, 4096)]
+
+
+def _kernels_for(name):
+    return {k for k in native_rows._kernels if k[0] == name}
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("fn", ["softmax", "log_softmax"])
+def test_softmax_rows_match_torch_forward_and_backward_through_the_kernels(fn, dtype, shape):
+    x = make_array(shape, dtype, np.random.default_rng(len(shape)), -8.0, 8.0)
+    tol = 2e-6 if dtype == "float32" else 1e-12
+    native_rows._kernels.clear()
+    check_op(lambda a: getattr(JF, fn)(a, dim=-1), lambda a: getattr(TF, fn)(a, dim=-1), [x], atol=tol, rtol=tol)
+    assert _kernels_for(fn) and _kernels_for(f"{fn}_backward"), "the generated kernels did not run"
+
+
+@pytest.mark.parametrize("fn", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("layout", ["transposed", "sliced"])
+def test_softmax_rows_keep_numpy_for_other_dims_and_layouts(fn, layout):
+    x = make_array((80, 90), "float32", np.random.default_rng(1), -5.0, 5.0)
+    native_rows._kernels.clear()
+    check_op(lambda a: getattr(JF, fn)(a, dim=0), lambda a: getattr(TF, fn)(a, dim=0), [x], atol=2e-6)
+    check_op(lambda a: getattr(JF, fn)(a, dim=-1), lambda a: getattr(TF, fn)(a, dim=-1), [x], layout=layout,
+             atol=2e-6)
+    assert not _kernels_for(fn)
+
+
+@pytest.mark.parametrize("shape,k", [((64, 128), 1), ((16, 8, 40), 2), ((4097, 3), 1), ((8, 1024), 1)], ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_matches_torch_forward_and_backward_through_the_kernels(shape, k, dtype, affine):
+    rng = np.random.default_rng(2)
+    x = make_array(shape, dtype, rng, -4.0, 4.0) + 3.0  # an offset: the variance must not cancel
+    params = [make_array(shape[-k:], dtype, rng) for _ in range(2)] if affine else [None, None]
+    tol = 1e-5 if dtype == "float32" else 1e-11
+    native_rows._kernels.clear()
+    check_op(lambda a, w, b: JF.layer_norm(a, shape[-k:], w, b, eps=1e-4),
+             lambda a, w, b: TF.layer_norm(a, shape[-k:], w, b, eps=1e-4), [x, *params], atol=tol, rtol=tol,
+             grad_atol=4 * tol, grad_rtol=20 * tol)  # rows of 3 with a small variance amplify rounding
+    assert _kernels_for("layer_norm")
+    if affine:
+        assert _kernels_for("layer_norm_backward")
+
+
+def test_rows_with_nan_and_inf_match_torch():
+    x = np.random.default_rng(3).standard_normal((64, 128)).astype(np.float32)
+    x[1, 5], x[2, 7], x[3, :] = np.nan, np.inf, -np.inf
+    x[4, 9] = -np.inf
+    for jf, tf in ((JF.softmax, TF.softmax), (JF.log_softmax, TF.log_softmax)):
+        got, want = jf(jitorch.tensor(x), dim=-1).numpy(), tf(torch.tensor(x), dim=-1).numpy()
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7, equal_nan=True)
+    got = JF.layer_norm(jitorch.tensor(x), (128,)).numpy()
+    np.testing.assert_allclose(got, TF.layer_norm(torch.tensor(x), (128,)).numpy(), rtol=1e-5, atol=1e-5,
+                               equal_nan=True)
+
+
+def test_row_kernels_give_the_same_answer_on_one_and_two_threads():
+    x = np.random.default_rng(4).standard_normal((700, 300)).astype(np.float32)
+    w = np.random.default_rng(5).standard_normal(300).astype(np.float32)
+    old = jitorch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2):
+            jitorch.set_num_threads(threads)
+            y = native_rows.softmax(x)
+            results.append([y, native_rows.log_softmax(x), native_rows.softmax_backward(x, y),
+                            *native_rows.layer_norm(x, w, w, 1, 1e-5)])
+    finally:
+        jitorch.set_num_threads(old)
+    for one, two in zip(*results):
+        np.testing.assert_array_equal(one, two)
+
+
+def test_small_and_mismatched_inputs_take_numpy():
+    x = np.ones((4, 8), np.float32)
+    assert native_rows.softmax(x) is None and native_rows.layer_norm(x, None, None, 1, 1e-5) is None
+    big = np.ones((64, 128), np.float32)
+    assert native_rows.softmax(big, dim=0) is None
+    assert native_rows.softmax_backward(big, big.astype(np.float64)) is None
+    assert native_rows.layer_norm(big, np.ones(128, np.float64), None, 1, 1e-5) is None
