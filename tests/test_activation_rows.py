@@ -219,3 +219,10 @@ def test_compiled_gelu_and_silu_mlp_trains_like_torch_with_fused_backward_rows(a
     report = jitorch.compiler.explain(lambda inp: JF.gelu(inp @ a, approximate=approximate))(jitorch.randn(4, 16))
     row = "gelu" if approximate == "none" else "gelu_tanh"
     assert report.kernels == [[row]] and [f"{row}_backward"] in report.backward_kernels
+
+
+def test_tanh_gelu_second_derivative_is_zero_not_nan_for_huge_inputs():
+    x = jitorch.tensor([1e8, 2e8, 1e9, -1e9, 1e30], requires_grad=True)
+    (g,) = jitorch.autograd.grad(JF.gelu(x, approximate="tanh").sum(), x, create_graph=True)
+    assert type(g.grad_fn).__name__ == "GeluBackwardBackward0"
+    assert np.array_equal(jitorch.autograd.grad(g.sum(), x)[0].numpy(), np.zeros(5, np.float32))

@@ -124,6 +124,9 @@ def _gelu_second(x):
 
 
 def _gelu_tanh_second(x):
+    # Beyond |x| = 100 sech(u) underflows to 0 in both float types, and x t du^2 would overflow to inf (0 * inf is
+    # nan): the clamp keeps every factor finite there, where the value (and its derivative) is 0 anyway.
+    x = x.clamp(-100.0, 100.0)
     u = _BETA * (x + _KAPPA * x * x * x)
     t, sech = u.tanh(), 1 / u.cosh()  # sech^2, not 1 - t^2 (see _E)
     du = _BETA * (1 + 3 * _KAPPA * x * x)
@@ -159,7 +162,8 @@ def _second_backward(first, second):
 
 def _rows(name, kernel, backward, grad_kernel, expr, grad_expr, second, grad_name):
     backward_row = defop(f"{name}_backward", grad_kernel, _second_backward(f"{name}_backward", second),
-                         Pointwise(grad_expr), promotion="keep", saves="inputs", meta=True)
+                         Pointwise(grad_expr), promotion="keep", saves="inputs", meta=True,
+                         grad_name=grad_name.replace("Backward0", "BackwardBackward0"))
     row = defop(name, kernel, backward, Pointwise(expr), promotion="keep", saves="inputs", grad_name=grad_name)
     return row, backward_row, fast_unary(row), fast_binary(backward_row)
 
