@@ -20,7 +20,7 @@ import numpy as np
 
 from .._dispatch import fast_binary, fast_unary
 from ..runtime import special_module
-from . import native_eager
+from . import native_eager, pointwise
 from .table import Pointwise, defop
 
 _SQRT1_2 = math.sqrt(0.5)
@@ -50,7 +50,7 @@ def _float_input(name, x):
                                   "first")
 
 
-def _widened(xp, fn, *arrays):
+def _widened(fn, *arrays):
     """``fn`` on float32 copies of half-precision inputs, cast back (torch computes them in float too)."""
     low = arrays[0].dtype.itemsize < 4
     out = fn(*(a.astype(np.float32) for a in arrays)) if low else fn(*arrays)
@@ -60,7 +60,7 @@ def _widened(xp, fn, *arrays):
 def _native_or(row, numpy_fn, xp, *arrays):
     _float_input(row.name, arrays[0])
     out = native_eager.pointwise(row, *arrays)
-    return _widened(xp, numpy_fn, *arrays) if out is None else out
+    return _widened(numpy_fn, *arrays) if out is None else out
 
 
 def _cdf(xp, x):
@@ -78,11 +78,6 @@ def _tanh_inner(xp, x):
 def _sech2_inner(xp, x):
     e = xp.exp(-2 * xp.abs(_BETA * (x + _KAPPA * x * x * x)))
     return 4 * e / ((1 + e) * (1 + e))
-
-
-def _sigmoid(xp, x):
-    e = xp.exp(-xp.abs(x))
-    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
 
 
 def _gelu_kernel(xp, x):
@@ -106,12 +101,12 @@ def _gelu_tanh_backward_kernel(xp, g, x):
 
 
 def _silu_kernel(xp, x):
-    return _native_or(SILU, lambda a: a * _sigmoid(xp, a), xp, x)
+    return _native_or(SILU, lambda a: a * pointwise.SIGMOID.kernel(xp, a), xp, x)
 
 
 def _silu_backward_kernel(xp, g, x):
     def grad(g, a):
-        s = _sigmoid(xp, a)
+        s = pointwise.SIGMOID.kernel(xp, a)
         return g * s * (1 + a * (1 - s))
     return _native_or(SILU_BACKWARD, grad, xp, g, x)
 

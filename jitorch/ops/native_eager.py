@@ -26,7 +26,7 @@ from ..codegen.llvm_objcache import default_cache
 from ..runtime import host_cache
 from ..runtime.threads import get_num_threads, parallel_for
 
-__all__ = ["pointwise"]
+__all__ = ["pointwise", "launch"]
 
 _MIN_SIZE = 4096  # below this a ctypes call costs more than SciPy's loop saves
 _PARALLEL_MIN = 1 << 16  # elements from which a second thread pays for its hand-off (as compiled groups)
@@ -59,9 +59,13 @@ def pointwise(row, *arrays):
             _kernels.clear()
         kernel = _kernels[key] = _build(row, len(arrays), first.size)
     out = host_cache.empty(first.shape, np.float32)
-    addresses = [a.ctypes.data for a in arrays] + [out.ctypes.data]
-    if first.size >= _PARALLEL_MIN and get_num_threads() > 1:
-        parallel_for(lambda start, stop: kernel(start, stop, *addresses), kernel.outer, grain=_GRAIN)
+    launch(kernel, [a.ctypes.data for a in arrays] + [out.ctypes.data], first.size, _GRAIN)
+    return out
+
+
+def launch(kernel, addresses, numel, grain):
+    """Run a compiled kernel over its outer range, split over jitorch's threads from `_PARALLEL_MIN` elements."""
+    if numel >= _PARALLEL_MIN and get_num_threads() > 1 and kernel.outer > 1:
+        parallel_for(lambda start, stop: kernel(start, stop, *addresses), kernel.outer, grain=grain)
     else:
         kernel(0, kernel.outer, *addresses)
-    return out

@@ -23,13 +23,12 @@ from ..codegen.ir import Buffer, Kernel, Store, const, load, op, simplify
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..runtime import host_cache
-from ..runtime.threads import get_num_threads, parallel_for
+from .native_eager import launch
 
 __all__ = ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "layer_norm", "layer_norm_backward",
            "MIN_SIZE"]
 
 MIN_SIZE = 4096
-_PARALLEL_MIN = 1 << 16
 _IR = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _MAX_KERNELS = 256
 _kernels: dict = {}
@@ -104,11 +103,7 @@ def _run(name, arrays, rows, n, extras=(), eps=None, nout=1):
                                                    for _ in range(nout - 1)]
     addresses = [o.ctypes.data for o in outs] + [a.ctypes.data for a in arrays] + \
         [e.ctypes.data for e in extras if e is not None]
-    if rows * n >= _PARALLEL_MIN and get_num_threads() > 1 and rows > 1:
-        parallel_for(lambda start, stop: kernel(start, stop, *addresses), kernel.outer,
-                     grain=max(1, (1 << 15) // n))
-    else:
-        kernel(0, kernel.outer, *addresses)
+    launch(kernel, addresses, rows * n, max(1, (1 << 15) // n))
     return outs
 
 
