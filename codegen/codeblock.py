@@ -84,10 +84,11 @@ class LLVMBuilder(CodeBlock):
         self.line(f"{name} = {text}")
         return name
 
-    def intrinsic(self, base, ty, *args, arg_types=None):
-        """Call LLVM intrinsic ``base`` overloaded on ``ty`` (``llvm.fabs`` -> ``@llvm.fabs.f32``)."""
+    def intrinsic(self, base, ty, *args, arg_types=None, overloads=None):
+        """Call LLVM intrinsic ``base`` overloaded on ``ty`` (``llvm.fabs`` -> ``@llvm.fabs.f32``), or on the types
+        ``overloads`` (``llvm.ldexp`` on ``("float", "i32")`` -> ``@llvm.ldexp.f32.i32``)."""
         arg_types = arg_types or [ty] * len(args)
-        suffix = {"float": "f32", "double": "f64"}.get(ty, ty)
+        suffix = ".".join({"float": "f32", "double": "f64"}.get(t, t) for t in (overloads or (ty,)))
         name = f"{base}.{suffix}"
         self.declared[name] = f"declare {ty} @{name}({', '.join(arg_types)})"
         return self.emit(f"call {ty} @{name}({', '.join(f'{t} {a}' for t, a in zip(arg_types, args))})")

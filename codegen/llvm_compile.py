@@ -21,45 +21,13 @@ import llvmlite.binding as llvm
 from .ir import DTYPES
 from .ir_params import arguments, outer_size, parametrize
 from .llvm_emit import emit_kernel
+from .llvm_host import has_avx512, target, target_info
 from .llvm_objcache import emit_object, key_parts, load_object
 
 _lock = threading.Lock()
-_init_lock = threading.Lock()
-_state = {}
+_state = {"loaded": {}}  # function name -> (LLVM IR, address) of what the engine holds
 _PLACEHOLDER = "jitorch_kernel"
 _CTYPES = {"i64": ctypes.c_int64, "i32": ctypes.c_int32, "float": ctypes.c_float, "double": ctypes.c_double}
-
-
-def _target():
-    """(target machine, engine), made once; llvmlite >= 0.45 must not call ``llvm.initialize()``."""
-    if "ready" not in _state:
-        with _init_lock:  # threads compiling their first kernels at once must not each make an engine
-            if "ready" not in _state:
-                _make_target()
-    return _state["tm"], _state["engine"]
-
-
-def _make_target():
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    target = llvm.Target.from_default_triple()
-    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-    # Keep llvm_objcache.OPTIONS in step with these settings: they are part of the object cache key.
-    tm = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="static", codemodel="jitdefault",
-                                      jit=True)
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
-    _state.update(tm=tm, engine=engine, loaded={}, target={"triple": tm.triple, "cpu": cpu, "features": features})
-    _state["ready"] = True  # last: a thread that sees it sees the rest
-
-
-def target_info():
-    """The host target the code is built for: ``{"triple", "cpu", "features"}`` (part of every cache key).
-
-    >>> sorted(target_info())
-    ['cpu', 'features', 'triple']
-    """
-    _target()
-    return dict(_state["target"])
 
 
 def _prefer_wide_vectors(llvm_ir):
@@ -67,7 +35,7 @@ def _prefer_wide_vectors(llvm_ir):
     of early AVX-512 parts), which halves the lanes of the compute-bound loops (measured on an Emerald Rapids host:
     exp 0.70 -> 0.52 ns an element, erf 1.45 -> 1.16, tanh 0.90 -> 0.66, with data in cache). Explicit vectors
     (`llvm_gemm`, `llvm_conv`) are unaffected."""
-    if "+avx512f" not in _state["target"]["features"].split(","):
+    if not has_avx512():
         return llvm_ir
     return re.sub(r"^(define [^\n]*\)[^\n{]*)\{$", r'\1 "prefer-vector-width"="512" {', llvm_ir, flags=re.M)
 
@@ -79,7 +47,7 @@ def optimize(llvm_ir):
     >>> "ret i64 %x" in str(mod)
     True
     """
-    tm, _ = _target()
+    tm, _ = target()
     mod = llvm.parse_assembly(_prefer_wide_vectors(llvm_ir))
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
@@ -101,7 +69,7 @@ def compile_function(llvm_ir, name, cache=None):
     >>> ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(addr)(21)
     42
     """
-    tm, engine = _target()
+    tm, engine = target()
     obj = None
     if cache is not None:
         # The lookup comes before the loaded-function check so the counters see every request (and tests can

@@ -35,7 +35,8 @@ import numpy as np
 
 from .codeblock import LLVM_TYPES, CodeBlock
 from .ir import DTYPES
-from .llvm_compile import compile_function, target_info
+from .llvm_compile import compile_function
+from .llvm_host import has_avx512
 
 __all__ = ["DirectConv", "conv_lanes", "conv_registers", "emit_geometry", "pack_weight"]
 
@@ -48,8 +49,7 @@ def conv_lanes(dtype):
     >>> conv_lanes("f32") in (8, 16), conv_lanes("f64") * 2 == conv_lanes("f32")
     (True, True)
     """
-    wide = "+avx512f" in target_info()["features"].split(",")
-    return (64 if wide else 32) // np.dtype(DTYPES[dtype]).itemsize
+    return (64 if has_avx512() else 32) // np.dtype(DTYPES[dtype]).itemsize
 
 
 def conv_registers():
@@ -58,7 +58,7 @@ def conv_registers():
     >>> conv_registers() in (16, 32)
     True
     """
-    return 32 if "+avx512f" in target_info()["features"].split(",") else 16
+    return 32 if has_avx512() else 16
 
 
 def pack_weight(w, block):

@@ -120,3 +120,20 @@ def test_sin_cos_uniform_at_large_arguments_and_bounded_beyond(name, dtype):
     assert np.all(np.abs(run_unary(name, huge)) <= 1)
     if name == "sin":
         assert np.signbit(run_unary(name, np.array([-0.0, 0.0], dtype))).tolist() == [True, False]
+
+
+@pytest.mark.parametrize("avx512", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ["exp", "sigmoid", "tanh", "erf"])
+def test_exp_family_on_both_scaling_paths(name, dtype, avx512, monkeypatch):
+    """2^k is ``llvm.ldexp`` on AVX-512 hosts and exponent-field multiplies elsewhere; whichever this host uses, the
+    other is emitted too and must meet the same bound (subnormal results, overflow, nan and infinities included)."""
+    from jitorch.codegen import llvm_compile, llvm_math
+    monkeypatch.setattr(llvm_math, "has_avx512", lambda: avx512)
+    monkeypatch.setattr(llvm_compile, "_TEMPLATES", {})  # emitted IR is kept per template text: emit it anew
+    x = points(dtype)
+    x = np.concatenate([x, np.linspace(-110 if dtype == np.float32 else -760, 100, 20001).astype(dtype)])
+    with np.errstate(all="ignore"):
+        err = ulp_error(run_unary(name, x), np.asarray(REFS[name](x), LD), dtype)
+    bound = (F32_ULP if dtype == np.float32 else F64_ULP)[name] + (2 if np.finfo(LD).nmant <= 52 else 0)
+    assert not np.isnan(err).any() and err.max() <= bound, (name, float(np.nanmax(err)))
