@@ -25,6 +25,7 @@ from .dynamic_shapes import EAGER
 from .functionalize import CompileState, functionalize_intermediates
 from .guards import first_failure, guard_values
 from .lower import clear_kernel_cache, kernel_cache_stats
+from .named_values import NamedValues
 from .optimized_module import OptimizedModule
 from .replay import Replay, _compile_outputs
 from .reached import FreeTensors, reached_by
@@ -84,6 +85,7 @@ class CompiledFunction:
         self._module = module
         self._reached_key, self._reached = None, None  # a function's modules (see _owner)
         self._lifted: list = []  # weak references to tensors that require grad, found read by a trace (see _owner)
+        self._named_values = None  # the plain values the code reads by name, guarded by value (named_values.py)
         self._limit = recompile_limit
         self.entries: list[Entry] = []  # inference specializations
         self.train_entries: list[Entry] = []  # forward + backward specializations (some input requires grad)
@@ -140,6 +142,9 @@ class CompiledFunction:
         if training and self.backend != "jitorch":
             return fn(*args, **kwargs)  # a callable backend is handed inference graphs only
         guards = guard_values(args, kwargs, owner, params, by_value=training)
+        if self._named_values is None:
+            self._named_values = NamedValues(fn, self._module)
+        guards += self._named_values.values()
         # Training specializations live apart, so ``entries`` keeps meaning "inference graphs".
         entries = self.entries
         if training:
@@ -181,6 +186,10 @@ class CompiledFunction:
             raise RuntimeError(f"jitorch.compile(fullgraph=True): cannot capture one graph: {reason}")
         entry.break_reason = reason
         return result
+
+    def _random_reason(self):
+        return (f"the code reads Python-level random numbers ({self._named_values.random_source}): a graph would "
+                f"freeze the values drawn while tracing; draw them with jitorch (torch.rand) to compile")
 
     def _owner(self):
         """The module whose parameters and buffers the compiled code reads: the compiled module, or for a function
@@ -242,6 +251,8 @@ class CompiledFunction:
         after = CompileState(buffers)
         entry = Entry(guards, trace_s=time.perf_counter() - start, breaks=traced.info.graph_breaks)
         self.train_entries.append(entry)
+        if self._named_values.random_source is not None:
+            return self._eager_entry(entry, self._random_reason(), traced.result)
         if traced.info.hidden_write is not None:
             return self._eager_entry(entry, traced.info.hidden_write, traced.result)
         if traced.break_reason is not None:
@@ -291,6 +302,8 @@ class CompiledFunction:
         info = traced.info
         entry = Entry(guards, trace_s=time.perf_counter() - start, breaks=info.graph_breaks)
         self.entries.append(entry)
+        if self._named_values.random_source is not None:
+            return self._eager_entry(entry, self._random_reason(), traced.result)
         if info.hidden_write is not None or info.unsound is not None:
             return self._eager_entry(entry, info.hidden_write or info.unsound, traced.result)
         if traced.writes and callable(self.backend):

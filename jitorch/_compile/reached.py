@@ -22,7 +22,7 @@ from types import FunctionType as _FunctionType
 from .._tensor import Tensor
 from ..nn.modules.module import Module
 
-__all__ = ["reached_by", "modules_named_by", "tensors_named_by", "FreeTensors"]
+__all__ = ["reached_by", "modules_named_by", "tensors_named_by", "functions_reached", "FreeTensors"]
 
 
 class FreeTensors(Module):
@@ -84,29 +84,48 @@ _HELPER_DEPTH = 2  # plain functions followed below the compiled one (``loss_fn`
 _LIBRARY = __name__.split(".")[0] + "."
 
 
-def _named(fn, depth=0, seen=None):
+def functions_reached(fn):
+    """``[(function, bound selves, objects it names)]`` for a function and the user's plain functions it names, a few
+    calls deep, depth first: ``function`` unwrapped from bound methods and ``__wrapped__`` decorators (None when
+    there is no Python code, a module say), and the objects its code reaches directly: its closure cells' contents
+    and the globals it names.
+
+    >>> scale = 2.0
+    >>> [(f.__name__, named) for f, _, named in functions_reached(lambda x: x * scale)]
+    [('<lambda>', [2.0])]
+    """
+    out, seen = [], set()
+
+    def visit(f, depth):
+        if id(f) in seen:
+            return
+        seen.add(id(f))
+        selves = [getattr(f, "__self__", None)]
+        func = getattr(f, "__func__", f)
+        while getattr(func, "__wrapped__", None) is not None:  # decorators (functools.wraps), a compiled function
+            func = func.__wrapped__
+            selves.append(getattr(func, "__self__", None))
+            func = getattr(func, "__func__", func)
+        code = getattr(func, "__code__", None)
+        named = []
+        if code is not None:
+            named += [c.cell_contents for c in (func.__closure__ or ()) if _filled(c)]
+            names = getattr(func, "__globals__", {})
+            named += [names[n] for n in code.co_names if n in names]
+        out.append((func if code is not None else None, selves, named))
+        if depth < _HELPER_DEPTH:
+            for obj in named:
+                if isinstance(obj, _FunctionType) and not (obj.__module__ or "").startswith(_LIBRARY):
+                    visit(obj, depth + 1)
+
+    visit(fn, 0)
+    return out
+
+
+def _named(fn):
     """Every object a function reaches directly (see `modules_named_by`), and what the user's plain functions it
     names reach, a few calls deep: a helper's global ``w`` is looked up by name on every call too."""
-    seen = set() if seen is None else seen
-    if id(fn) in seen:
-        return []
-    seen.add(id(fn))
-    found = [getattr(fn, "__self__", None)]
-    func = getattr(fn, "__func__", fn)
-    while getattr(func, "__wrapped__", None) is not None:  # decorators (functools.wraps), a compiled function
-        func = func.__wrapped__
-        found.append(getattr(func, "__self__", None))
-        func = getattr(func, "__func__", func)
-    code = getattr(func, "__code__", None)
-    if code is not None:
-        found += [c.cell_contents for c in (func.__closure__ or ()) if _filled(c)]
-        names = getattr(func, "__globals__", {})
-        found += [names[n] for n in code.co_names if n in names]
-    if depth < _HELPER_DEPTH:
-        for obj in list(found):
-            if isinstance(obj, _FunctionType) and not (obj.__module__ or "").startswith(_LIBRARY):
-                found += _named(obj, depth + 1, seen)
-    return found
+    return [obj for _, selves, named in functions_reached(fn) for obj in (*selves, *named)]
 
 
 def _filled(cell):

@@ -40,6 +40,8 @@ from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..cpu import CPUGraph, graph
 from ..cpu._steps import root_of
+from .guards import first_failure
+from .named_values import NamedValues
 
 __all__ = ["compile_reduce_overhead", "ReduceOverheadFunction", "OverwrittenOutputError"]
 
@@ -92,9 +94,14 @@ class ReduceOverheadFunction:
         self._live = []  # outputs handed out by the latest call (poisoned by the next one)
         self.cuda = False  # captured as a CUDA graph
         self.recaptures = 0  # captures redone because a baked-in Python value (an optimizer's lr) changed
+        self.named = NamedValues(fn, module)  # plain values the code reads by name, baked into a capture
+        self._named_at_capture = None
 
     # -- checks ---------------------------------------------------------------------------------------------------
     def _needs_eager(self, leaves):
+        if self.named.random_source is not None:
+            return (f"the code reads Python-level random numbers ({self.named.random_source}): a capture would "
+                    "replay the values drawn while capturing")
         tensors = [t for t in leaves if isinstance(t, Tensor)]
         on_cuda = [type(t._data) is not np.ndarray for t in tensors]
         if any(on_cuda) and not all(on_cuda):
@@ -138,6 +145,7 @@ class ReduceOverheadFunction:
 
     # -- capture --------------------------------------------------------------------------------------------------
     def _capture(self, spec, leaves):
+        self._named_at_capture = self.named.values()
         if any(isinstance(t, Tensor) and type(t._data) is not np.ndarray for t in leaves):
             return self._capture_cuda(spec, leaves)
         self.static = [Tensor._make(np.array(t._data, order="C", copy=True)) if isinstance(t, Tensor) else t
@@ -192,8 +200,8 @@ class ReduceOverheadFunction:
         leaves = []
         spec = flatten_into((args, kwargs), leaves)
         self.calls += 1
-        if self.graph is not None and not self.cuda:
-            changed = self.graph.changed_value()
+        if self.graph is not None:
+            changed = (None if self.cuda else self.graph.changed_value()) or self._changed_named_value()
             if changed is not None:  # a baked-in hyperparameter moved: this call captures again, with the new one
                 self._recapture(changed)
         if self.graph is None:
@@ -217,6 +225,13 @@ class ReduceOverheadFunction:
         if reason is not None:
             return self.fn(*args, **kwargs)
         return self._replay_cuda(leaves) if self.cuda else self._replay(leaves)
+
+    def _changed_named_value(self):
+        """The first value read by name (a global ``SCALE``, ``cfg.temperature``) that differs from the capture's."""
+        now = self.named.values()
+        if now != self._named_at_capture:
+            return first_failure(self._named_at_capture, now)
+        return None
 
     def _recapture(self, changed):
         self.recaptures += 1

@@ -1,0 +1,172 @@
+"""Plain data a compiled function reads by name, guarded by value: a trace runs the function's Python once, so
+``x * SCALE`` bakes SCALE's value into the graph as a constant, and a later ``SCALE = 3.0`` must retrace instead of
+reusing 2.0 (torch.compile guards the globals it reads the same way).
+
+What is read again on every call, for the compiled function, the user's helpers it names
+(`reached.functions_reached`) and, for a compiled module, the ``forward`` of each of its modules' own classes:
+- the numbers, strings, None and tuples of them held by a global the code names or by a closure cell;
+- those an object held there has under an attribute name the code uses (``cfg.temperature``, ``config.LR``,
+  ``self.cfg.scale``: one object deep below a module or plain object), or a dict under a string constant of the
+  code (``table["shift"]``);
+- tensors held the same ways, by identity (a rebound ``W``), and functions and classes (a rebound helper).
+
+Python-level random numbers (``random.random()``, ``np.random.rand()``) would be frozen the same way; a function whose
+code names a source of them runs eagerly (`NamedValues.random_source`).
+
+>>> SCALE = 2.0
+>>> watched = NamedValues(lambda x: x * SCALE)
+>>> watched.values()
+[('global SCALE', ('float', 2.0))]
+"""
+from __future__ import annotations
+
+import random as _random
+import sys
+import types
+
+import numpy as np
+
+from .._tensor import Tensor
+from ..autograd.grad_mode import GradState
+from ..nn.modules.module import Module
+from .guards import _SIMPLE, _constant
+from .reached import _LIBRARY, functions_reached
+
+__all__ = ["NamedValues"]
+
+_MISSING = object()
+_CODE_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)
+_RANDOM_TYPES = (_random.Random, np.random.Generator, np.random.RandomState)
+
+
+def _plain(value):
+    return isinstance(value, _SIMPLE) or (type(value) is tuple and all(isinstance(v, _SIMPLE) for v in value))
+
+
+def _namespace(obj):
+    """Where attribute names of ``obj`` are looked up, or None for values whose attributes are code or tensors
+    rather than settings."""
+    if isinstance(obj, (Tensor, *_CODE_TYPES)) or not hasattr(obj, "__dict__"):
+        return None
+    return obj.__dict__  # plain objects, modules (``self.cfg``) and Python modules (``config.LR``)
+
+
+def _random_source(obj, names):
+    """A name for ``obj`` when it hands out Python-level random numbers, else None."""
+    if obj is _random or obj is np.random:
+        return obj.__name__
+    if obj is np and "random" in names:
+        return "numpy.random"
+    owner = getattr(obj, "__self__", None)  # ``from random import uniform``: a bound method of random's instance
+    if isinstance(obj, _RANDOM_TYPES) or isinstance(owner, _RANDOM_TYPES):
+        return f"{type(owner if isinstance(owner, _RANDOM_TYPES) else obj).__module__}.{getattr(obj, '__name__', '')}"
+    return None
+
+
+class NamedValues:
+    """The plain values a function reads by name (see the module notes); `values` reads them for one call."""
+
+    def __init__(self, fn, module=None):
+        self._probes = []  # (label, read, names): read() is the current value, names what the code calls on it
+        self.random_source = None
+        reached = functions_reached(fn)
+        for m in module.modules() if module is not None else ():
+            forward = type(m).__dict__.get("forward")
+            if isinstance(forward, types.FunctionType) and not (forward.__module__ or "").startswith(_LIBRARY):
+                self._probe(f"module {type(m).__name__}", lambda m=m: m, _code_names(forward.__code__))
+                reached += functions_reached(forward)
+        for func, selves, _ in reached:
+            if func is not None:
+                names = _code_names(func.__code__)
+                for obj in selves:
+                    if obj is not None:
+                        self._probe("self", lambda obj=obj: obj, names)
+                self._watch(func, names)
+
+    def _watch(self, func, names):
+        scope = func.__globals__
+        for name in names:
+            if name in scope:
+                self._probe(f"global {name}", lambda scope=scope, name=name: scope.get(name, _MISSING), names)
+        for name, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
+            self._probe(f"cell {name}", lambda cell=cell: _cell_value(cell), names)
+
+    def _probe(self, label, read, names):
+        value = read()
+        found = _random_source(value, names)
+        if found is not None:
+            self.random_source = self.random_source or found
+        if not _library_module(value):
+            self._probes.append((label, read, names))
+
+    def values(self):
+        """``[(label, constant)]`` for this call: plain values by value, functions and classes by identity."""
+        out = []
+        for label, read, names in self._probes:
+            value = read()
+            if value is _MISSING:
+                out.append((label, None))
+            elif _plain(value):
+                out.append((label, _constant(value)))
+            elif isinstance(value, _CODE_TYPES):
+                out.append((label, ("id", id(value))))
+            elif isinstance(value, Tensor):
+                _tensor(out, label, value)
+            else:
+                _attributes(out, label, value, names, depth=1)
+        return out
+
+
+def _code_names(code):
+    """Names a code object and the code nested in it (comprehensions, inner functions) use, sorted: globals and
+    attributes alike, and the string constants that may be dict keys."""
+    def collect(c):
+        found = set(c.co_names)
+        for const in c.co_consts:
+            if isinstance(const, types.CodeType):
+                found |= collect(const)
+            elif type(const) is str and len(const) <= 64:
+                found.add(const)
+        return found
+    return tuple(sorted(collect(code)))
+
+
+def _library_module(value):
+    """Python modules whose attributes are code, not settings: the standard library, installed packages, jitorch."""
+    if not isinstance(value, types.ModuleType):
+        return False
+    root = value.__name__.split(".")[0]
+    path = getattr(value, "__file__", None) or ""
+    return (root in sys.stdlib_module_names or value.__name__.startswith(_LIBRARY[:-1]) or "site-packages" in path
+            or "dist-packages" in path or not path)
+
+
+def _attributes(out, label, obj, names, depth):
+    space = obj if type(obj) is dict else _namespace(obj)  # subscripts use string constants: ``table["shift"]``
+    if space is None:
+        return
+    for name in names:
+        value = space.get(name, _MISSING)
+        if value is _MISSING:
+            continue
+        if _plain(value):
+            out.append((f"{label}.{name}", _constant(value)))
+        elif isinstance(value, Tensor):
+            _tensor(out, f"{label}.{name}", value)
+        elif depth and not isinstance(value, Module):
+            _attributes(out, f"{label}.{name}", value, names, depth - 1)
+
+
+def _tensor(out, label, t):
+    """A tensor read by name is a constant of the graph, guarded by identity (the graph holds it, so its id is not
+    reused), except one that requires grad in grad mode: that is a graph input, looked up on every call and guarded
+    by layout with the parameters (`reached.FreeTensors`)."""
+    if not (t._requires_grad and GradState.enabled):
+        out.append((label, ("tensor", id(t))))
+
+
+def _cell_value(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell (a name assigned later)
+        return _MISSING
