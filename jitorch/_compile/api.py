@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import warnings
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .._dispatch import MODES
 from .._tensor import Tensor
@@ -23,7 +23,8 @@ from .backend import CompiledGraph, whole_call_runner
 from .dynamic_compile import dims_to_make_dynamic, dynamic_inference, dynamic_training
 from .dynamic_shapes import EAGER
 from .functionalize import CompileState, functionalize_intermediates
-from .guards import first_failure, guard_values
+from ..utils._pytree import unflatten_from
+from .guards import first_failure, guard_values, structure_key
 from .lower import clear_kernel_cache, kernel_cache_stats
 from .named_values import NamedValues
 from .optimized_module import OptimizedModule
@@ -52,6 +53,50 @@ class _Config:
 
 
 config = _Config()
+
+
+_CONTAINERS = (tuple, list, dict)
+
+
+def _holds_tensor(value):
+    if isinstance(value, _CONTAINERS):
+        return any(_holds_tensor(v) for v in (value.values() if isinstance(value, dict) else value))
+    return isinstance(value, Tensor)
+
+
+def _flatten_tensors(tree, leaves):
+    """`jitorch.utils._pytree.flatten_into`, except that a container holding no tensor is one leaf: the function
+    gets that very object (a list it appends to stays the caller's), guarded by value or identity."""
+    if isinstance(tree, _CONTAINERS) and _holds_tensor(tree):
+        if isinstance(tree, dict):
+            return dict, {k: _flatten_tensors(v, leaves) for k, v in tree.items()}
+        return type(tree), [_flatten_tensors(v, leaves) for v in tree]
+    leaves.append(tree)
+    return None, len(leaves) - 1
+_MADE_REQUIRING_GRAD = ("the call makes tensors that require grad itself (``torch.ones(3, requires_grad=True)`` inside "
+                        "it): a compiled graph cannot hand their gradients back; make them outside and pass them in")
+
+
+@dataclass(frozen=True)
+class _Site:
+    """How one call reaches the graph: the function over the call's (flat) arguments, the structure guard, and
+    whether tensors that require grad were already lifted into the graph's inputs once this call."""
+
+    fn: object
+    structure: tuple | None
+    relifted: bool = False
+
+
+class _FlatCall:
+    """``fn`` over the flat leaves of ``(args, kwargs)``: rebuilds the call's tuples, lists and dicts first."""
+
+    def __init__(self, fn, spec):
+        self.fn, self.spec = fn, spec
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+
+    def __call__(self, *leaves):
+        args, kwargs = unflatten_from(self.spec, leaves)
+        return self.fn(*args, **kwargs)
 
 
 @dataclass
@@ -101,6 +146,18 @@ class CompiledFunction:
                     pass
         _LIVE.add(self)
 
+    def __getstate__(self):
+        """Copies (``copy.deepcopy`` of a compiled model for an EMA or a best-so-far snapshot) and pickles start with
+        no compiled entries: those hold machine code and ctypes pointers, and are rebuilt on the first call."""
+        state = self.__dict__.copy()
+        state.update(entries=[], train_entries=[], _branches=0, _fell_back=False, _warned=False, _lifted=[],
+                     _named_values=None, _reached_key=None, _reached=None, _dynamic_dims=set(), _dynamic_failed={})
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        _LIVE.add(self)
+
     @property
     def recompile_limit(self):
         return self._limit if self._limit is not None else config.recompile_limit
@@ -129,10 +186,21 @@ class CompiledFunction:
                           RuntimeWarning, stacklevel=3)
 
     def __call__(self, *args, **kwargs):
-        fn = self._fn
         if self.backend == "eager" or MODES:
             # Inside another trace (a compiled function calling this one) the outer recorder must see every op.
-            return fn(*args, **kwargs)
+            return self._fn(*args, **kwargs)
+        if any(isinstance(a, _CONTAINERS) and _holds_tensor(a) for a in (*args, *kwargs.values())):
+            # Tensors inside tuples, lists and dicts (a batch dict, an (x, y) pair) are graph inputs like the others:
+            # the call is compiled over its flat leaves, and the structure that rebuilds them is guarded.
+            leaves = []
+            spec = (tuple, [(tuple, [_flatten_tensors(a, leaves) for a in args]),
+                            (dict, {k: _flatten_tensors(v, leaves) for k, v in kwargs.items()})])
+            return self._call(_Site(_FlatCall(self._fn, spec), ("structure", structure_key(spec))), tuple(leaves), {})
+        # The graph takes keyword arguments in the order of the first call: another order is another entry.
+        return self._call(_Site(self._fn, ("keywords", tuple(kwargs)) if kwargs else None), args, kwargs)
+
+    def _call(self, site, args, kwargs):
+        fn = site.fn
         tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
         # One traversal of the module per call: guards, grad flags and the training plan's inputs share it.
         owner = self._owner()
@@ -142,6 +210,8 @@ class CompiledFunction:
         if training and self.backend != "jitorch":
             return fn(*args, **kwargs)  # a callable backend is handed inference graphs only
         guards = guard_values(args, kwargs, owner, params, by_value=training)
+        if site.structure is not None:
+            guards.append(site.structure)
         if self._named_values is None:
             self._named_values = NamedValues(fn, self._module)
         guards += self._named_values.values()
@@ -177,8 +247,8 @@ class CompiledFunction:
             self._warn_limit(first_failure(last, guards))
             return fn(*args, **kwargs)
         if training:
-            return self._compile_training(guards, args, kwargs)
-        return self._compile(guards, args, kwargs)
+            return self._compile_training(site, guards, args, kwargs)
+        return self._compile(site, guards, args, kwargs)
 
     def _eager_entry(self, entry, reason, result):
         """Record why this specialization runs eagerly and return the eager ``result``."""
@@ -237,20 +307,24 @@ class CompiledFunction:
         owner = self._owner()
         return tuple(owner.buffers()) if owner is not None else ()
 
-    def _compile_training(self, guards, args, kwargs):
+    def _compile_training(self, site, guards, args, kwargs):
+        fn = site.fn
         start = time.perf_counter()
         buffers = self._buffers()
         # Compiling runs the function more than once: the call's own draws and buffer updates happen once.
         before = CompileState(buffers)
-        traced = trace(self._fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
-        if self._lift(traced):
+        traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
+        lifted = self._lift(traced)
+        if lifted and not site.relifted:
             # The trace read tensors that require grad which the function reaches through other code (a helper's
             # global): they become graph inputs, and this call starts over with them in the guards.
             before.restore()
-            return self(*args, **kwargs)
+            return self._call(replace(site, relifted=True), args, kwargs)
         after = CompileState(buffers)
         entry = Entry(guards, trace_s=time.perf_counter() - start, breaks=traced.info.graph_breaks)
         self.train_entries.append(entry)
+        if lifted:  # new ones again: made by the call itself (``torch.ones(3, requires_grad=True)`` inside it)
+            return self._eager_entry(entry, _MADE_REQUIRING_GRAD, traced.result)
         if self._named_values.random_source is not None:
             return self._eager_entry(entry, self._random_reason(), traced.result)
         if traced.info.hidden_write is not None:
@@ -263,7 +337,7 @@ class CompiledFunction:
                 return self._eager_entry(entry, traced.break_reason, traced.result)
             # Each segment between breaks gets its own compiled forward and backward (segment_training.py).
             llvm_before = kernel_cache_stats()["compile_s"]
-            self._segmented(entry, traced.info, training=True)
+            self._segmented(fn, entry, traced.info, training=True)
             after.restore()  # the stages compiled ahead ran on the recording's inputs
             entry.compile_s = kernel_cache_stats()["compile_s"] - llvm_before
             return traced.result
@@ -271,7 +345,7 @@ class CompiledFunction:
         dims = dims_to_make_dynamic(self, self.train_entries[:-1], guards, args, kwargs, config.dynamic_after_changes)
         found = dims and dynamic_training(self, entry, dims, guards, args, kwargs, self._owner())
         try:
-            plan = found[1].plan if found else compile_training(self._fn, args, kwargs, self._owner(), traced.result)
+            plan = found[1].plan if found else compile_training(fn, args, kwargs, self._owner(), traced.result)
         except Unsupported as err:
             # The trace ran the function eagerly with autograd recording: its result is this call's answer.
             after.restore()
@@ -291,17 +365,21 @@ class CompiledFunction:
         entry.compile_s = kernel_cache_stats()["compile_s"] - llvm_before
         return out
 
-    def _compile(self, guards, args, kwargs):
+    def _compile(self, site, guards, args, kwargs):
+        fn = site.fn
         start = time.perf_counter()
         buffers = self._buffers()
         before = CompileState(buffers)
-        traced = trace(self._fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
-        if GradState.enabled and self._lift(traced):
+        traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
+        lifted = GradState.enabled and self._lift(traced)
+        if lifted and not site.relifted:
             before.restore()  # a tensor it reads requires grad: this is a training call after all
-            return self(*args, **kwargs)
+            return self._call(replace(site, relifted=True), args, kwargs)
         info = traced.info
         entry = Entry(guards, trace_s=time.perf_counter() - start, breaks=info.graph_breaks)
         self.entries.append(entry)
+        if lifted:
+            return self._eager_entry(entry, _MADE_REQUIRING_GRAD, traced.result)
         if self._named_values.random_source is not None:
             return self._eager_entry(entry, self._random_reason(), traced.result)
         if info.hidden_write is not None or info.unsound is not None:
@@ -317,7 +395,7 @@ class CompiledFunction:
                 # Segment replay defers ops on host-side lazy arrays; CUDA calls with graph breaks stay eager.
                 return self._eager_entry(entry, f"{traced.break_reason} (graph breaks on CUDA run eagerly)",
                                          traced.result)
-            self._segmented(entry, info)
+            self._segmented(fn, entry, info)
         elif callable(self.backend):
             compiled = self.backend(traced.gm, list(args) + list(kwargs.values()))
             entry.run = lambda args, kwargs: compiled(*args, *kwargs.values())
@@ -343,7 +421,7 @@ class CompiledFunction:
         entry.compile_s = kernel_cache_stats()["compile_s"] - llvm_before
         return result
 
-    def _segmented(self, entry, info, training=False):
+    def _segmented(self, fn, entry, info, training=False):
         """Graph breaks: compile each recorded segment; later calls replay the Python with the segments compiled.
 
         ``training``: the segments' values that require grad are compiled with their backward (`SegmentRun`),
@@ -360,7 +438,6 @@ class CompiledFunction:
             elif nodes:
                 seg.compiled[(tuple(n.name for n in nodes), upto)] = _compile_outputs(seg, nodes, upto)
         info.examples.clear()
-        fn = self._fn
 
         def run(args, kwargs):
             before, logged = kernel_cache_stats()["compile_s"], len(replay.kernel_log)

@@ -141,6 +141,8 @@ class DynamicSpec:
         """Each symbol's size in this call, or ``None`` when the call is not one of this specialization's."""
         sizes = [None] * self.n
         for _, i, d, k in self.dims:
+            if i >= len(flat) or not isinstance(flat[i], Tensor) or d >= flat[i]._data.ndim:
+                return None  # another argument structure or rank: the other guards decide
             data = flat[i]._data
             n = data.shape[d]
             if n < 2 or (sizes[k] is not None and sizes[k] != n) or not data.flags.c_contiguous:

@@ -12,6 +12,8 @@ modules, the ``training`` flags, parameter and buffer identities and every publi
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 
@@ -20,13 +22,55 @@ __all__ = ["guard_values", "first_failure", "argument_names"]
 _SIMPLE = (int, float, bool, str, bytes, type(None), complex)
 
 
+class _Same:
+    """Equal to another `_Same` of the very same object. It holds the object, so that an entry's guard keeps it
+    alive: an ``id`` alone can be reused by a new object once the old one is freed, and would then match it."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return type(other) is _Same and other.obj is self.obj
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"the {type(self.obj).__name__} object at {id(self.obj):#x}"
+
+
+_SMALL_ARRAY = 4096  # elements: NumPy arrays up to this size are guarded by value, larger ones by identity
+
+
 def _constant(value):
-    """A hashable stand-in for a non-tensor argument: its value when it is plain data, else its identity."""
+    """A stand-in for a non-tensor argument, compared with ``==``: plain data (NumPy scalars and small arrays too)
+    by value, anything else by identity (`_Same`)."""
     if isinstance(value, _SIMPLE):
         return (type(value).__name__, value)
     if isinstance(value, (tuple, list)) and all(isinstance(v, _SIMPLE) for v in value):
         return (type(value).__name__, tuple(value))
-    return ("id", id(value))
+    if isinstance(value, np.generic):  # a timestep from np.arange, an index from randint
+        return (f"numpy.{value.dtype}", value.item())
+    if type(value) is np.ndarray and value.size <= _SMALL_ARRAY:
+        return ("ndarray", value.shape, value.dtype.str, value.tobytes())
+    return _Same(value)
+
+
+def structure_key(spec):
+    """A comparable key of a `jitorch.utils._pytree` spec that keeps dict key order (dicts compare equal in any
+    order, but their leaves are numbered in insertion order).
+
+    >>> from jitorch.utils._pytree import tree_flatten
+    >>> structure_key(tree_flatten({"b": 1, "a": 2})[1]) == structure_key(tree_flatten({"a": 2, "b": 1})[1])
+    False
+    """
+    kind, inner = spec
+    if kind is None:
+        return None
+    if kind is dict:
+        return (dict, tuple((k, structure_key(v)) for k, v in inner.items()))
+    return (kind, tuple(structure_key(v) for v in inner))
 
 
 def _layout(t):

@@ -24,14 +24,24 @@ class OptimizedModule(Module):
         object.__setattr__(self, "_compiled_call", compiled)
         for registry in ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"):
             self.__dict__[registry] = mod.__dict__[registry]
-        self.training = mod.training
+
+    @property
+    def training(self):
+        """The original module's flag: ``model.eval()`` on either one is seen by both, as with torch.compile."""
+        mod = self.__dict__.get("_orig_mod")
+        return True if mod is None else mod.training
+
+    @training.setter
+    def training(self, mode):
+        mod = self.__dict__.get("_orig_mod")  # None while Module.__init__ sets its default
+        if mod is not None:
+            mod.training = mode
 
     def forward(self, *args, **kwargs):
         return self._compiled_call(*args, **kwargs)
 
     def train(self, mode=True):
         self._orig_mod.train(mode)
-        self.training = mode
         return self
 
     def __getattr__(self, name):

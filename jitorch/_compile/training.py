@@ -252,21 +252,26 @@ class _CompiledTraining(Function):
             # (``loss, loss.detach()``): marking it must not mark the differentiable one.
             res = tuple(Tensor._make(o._data) if i < n and not plan.diff[i] else o for i, o in enumerate(res))
         write_back(plan.writes, res[n:n + k])
-        ctx.plan, ctx.n_flat = plan, len(flat)
+        ctx.plan = plan
         ctx.dtypes = tuple(o.dtype for o, d in zip(res[:n], plan.diff) if d)
         ctx.mark_non_differentiable(*(o for o, d in zip(res[:n], plan.diff) if not d))
         # Saved through save_for_backward so an in-place change before backward raises, as in eager autograd; the
         # outputs eager autograd would keep too (their values are not what the compiled backward reads).
         checked = [res[i] for i in plan.eager_saved]
         ctx.n_checked = len(checked)
-        ctx.save_for_backward(*flat, *res[n + k:], *checked)
+        # Non-tensor arguments (a flag, a count in a tuple of inputs) are kept aside: only tensors are saved.
+        ctx.others = [(i, a) for i, a in enumerate(flat) if not isinstance(a, Tensor)]
+        ctx.n_flat = len(flat) - len(ctx.others)
+        ctx.save_for_backward(*(a for a in flat if isinstance(a, Tensor)), *res[n + k:], *checked)
         return res[:n] if plan.tuple_out or n > 1 else res[0]
 
     @staticmethod
     def backward(ctx, *grads):
         plan = ctx.plan
         saved = ctx.saved_tensors
-        flat, saved_values = saved[:ctx.n_flat], saved[ctx.n_flat:len(saved) - ctx.n_checked]
+        flat, saved_values = list(saved[:ctx.n_flat]), saved[ctx.n_flat:len(saved) - ctx.n_checked]
+        for i, a in ctx.others:
+            flat.insert(i, a)
         grads = as_output_dtypes([g for g, d in zip(grads, plan.diff) if d], ctx.dtypes)
         if GradState.enabled:
             # The engine turns grad mode on for a backward exactly when create_graph=True; the compiled backward
