@@ -348,3 +348,21 @@ def test_cpu_graph_convolution_keeps_its_windows_for_the_weight_gradient(channel
         for got, want in ((x.grad, tx.grad), (jconv.weight.grad, tconv.weight.grad),
                           (jconv.bias.grad, tconv.bias.grad)):
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("replace", ["resize_", "data"])
+def test_an_input_given_new_memory_invalidates_the_capture(replace):
+    from jitorch.cpu.graphs import CaptureInvalidated
+    x = jitorch.arange(8, dtype=jitorch.float32)
+    g = CPUGraph()
+    with graph(g):
+        z = x * 10
+    x.copy_(jitorch.ones(8))  # new values in the same memory: what replay is for
+    g.replay()
+    assert z.tolist() == [10.0] * 8
+    if replace == "resize_":
+        x.resize_(16)
+    else:
+        x.data = jitorch.full((8,), 7.0)
+    with pytest.raises(CaptureInvalidated, match="holds other memory than at capture"):
+        g.replay()

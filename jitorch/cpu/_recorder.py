@@ -71,6 +71,9 @@ class CaptureMode:
         # (what, read, value): Python values the capture baked into its steps (an optimizer's lr); replay checks
         # ``read() == value`` first, as a replay with a changed lr would silently keep the captured one.
         self.value_guards: list = []
+        # id -> (weakref to a tensor made outside the capture that a step reads, the array it held, a description):
+        # steps read that very array, so a tensor given new storage (``resize_``, ``x.data = y``) would be ignored.
+        self.inputs: dict = {}
 
     # -- bookkeeping used by the hooks ----------------------------------------------------------------------------
     def note_born(self, array):
@@ -85,6 +88,14 @@ class CaptureMode:
                 continue
             root = root_of(array)
             self.written[id(root)] = root
+
+    def note_inputs(self, tensors):
+        """Remember the tensors made outside the capture that the steps read, with the arrays they read."""
+        for t in tensors:
+            d = t._data
+            root = root_of(d)
+            if id(t) not in self.inputs and id(root) not in self.born and id(root) not in self.written:
+                self.inputs[id(t)] = (weakref.ref(t), d, f"buf{id(d) & 0xffff:04x}{list(d.shape)}:{d.dtype}")
 
     def guard_value(self, what, read, value):
         """Note that the steps recorded so far depend on the Python value ``read()`` being ``value``."""
@@ -111,6 +122,7 @@ class CaptureMode:
         args = tuple(Tensor._make(a) if type(a) is np.ndarray else a for a in args)
         tensors_in = [a for a in args if isinstance(a, Tensor)]
         self._check(op, tensors_in)
+        self.note_inputs(tensors_in)
         result = eager(op, args, attrs)
         outs = result if isinstance(result, tuple) else (result,)
         in_arrays = [t._data for t in tensors_in]
@@ -143,6 +155,7 @@ class CaptureMode:
         args = tuple(Tensor._make(a) if type(a) is np.ndarray else a for a in args)
         tensors_in = [self_tensor] + [a for a in args if isinstance(a, Tensor)]
         self._check(op, tensors_in)
+        self.note_inputs(tensors_in)
         target = self_tensor._data
         root = root_of(target)
         self.handles.append((weakref.ref(self_tensor), root))

@@ -80,6 +80,7 @@ class CPUGraph:
         self._pool = None
         self._captured = False
         self._guards: list = []
+        self._inputs: list = []  # (weakref, array, description) of tensors made outside that the steps read
 
     # -- capture ----------------------------------------------------------------------------------------------
     def capture_begin(self, pool=None):
@@ -107,6 +108,7 @@ class CPUGraph:
         # Tensors still alive now may be read by the user after a replay; every other intermediate is internal.
         self._visible = {id(root) for ref, root in mode.handles if ref() is not None}
         self._guards = list(mode.value_guards)
+        self._inputs = list(mode.inputs.values())
         self._native, self._native_error = None, None
         self._captured = True
 
@@ -126,7 +128,7 @@ class CPUGraph:
 
     def _forget(self):
         self._steps, self._records, self._visible, self._captured = (), [], set(), False
-        self._native, self._native_error, self._guards = None, None, []
+        self._native, self._native_error, self._guards, self._inputs = None, None, [], []
 
     # -- use ----------------------------------------------------------------------------------------------------
     def replay(self):
@@ -160,6 +162,11 @@ class CPUGraph:
             now = read()
             if now != value and not (now != now and value != value):  # nan == nan here: an unchanged nan
                 return f"{what} is {now!r} but was {value!r} at capture"
+        for ref, array, what in self._inputs:
+            t = ref()
+            if t is not None and t._data is not array:
+                return (f"the input tensor {what} holds other memory than at capture (resize_, or an assignment to "
+                        f"its .data; fill it with copy_ instead)")
         return None
 
     def _build(self):
