@@ -7,4 +7,4 @@ explain.py.
 from .api import CompiledFunction, OptimizedModule, config, reset  # noqa: F401
 from .entry import compile  # noqa: F401
 from .explain import ExplainOutput, explain  # noqa: F401
-from .. import compiler  # noqa: F401,E402 - importing it makes ``jitorch.compiler`` an attribute of the package
+from .. import compiler, _dynamo  # noqa: F401,E402 - makes them attributes of the package

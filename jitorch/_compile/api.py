@@ -50,6 +50,9 @@ class _Config:
     recompile_limit = 8
     dynamic_after_changes = 2
     dynamic_eager_calls = 1
+    # ``torch.compiler.set_stance``: "default"; "force_eager" runs every compiled function eagerly;
+    # "eager_on_recompile" runs a call that matches no compiled entry eagerly; "fail_on_recompile" raises instead.
+    stance = "default"
 
 
 config = _Config()
@@ -73,6 +76,8 @@ def _flatten_tensors(tree, leaves):
         return type(tree), [_flatten_tensors(v, leaves) for v in tree]
     leaves.append(tree)
     return None, len(leaves) - 1
+
+
 _MADE_REQUIRING_GRAD = ("the call makes tensors that require grad itself (``torch.ones(3, requires_grad=True)`` inside "
                         "it): a compiled graph cannot hand their gradients back; make them outside and pass them in")
 
@@ -186,7 +191,7 @@ class CompiledFunction:
                           RuntimeWarning, stacklevel=3)
 
     def __call__(self, *args, **kwargs):
-        if self.backend == "eager" or MODES:
+        if self.backend == "eager" or MODES or config.stance == "force_eager":
             # Inside another trace (a compiled function calling this one) the outer recorder must see every op.
             return self._fn(*args, **kwargs)
         if any(isinstance(a, _CONTAINERS) and _holds_tensor(a) for a in (*args, *kwargs.values())):
@@ -241,6 +246,13 @@ class CompiledFunction:
                 return hit.run(args, kwargs, params)
         if self._fell_back:
             return fn(*args, **kwargs)
+        if config.stance != "default" and (self.entries or self.train_entries):
+            if config.stance == "fail_on_recompile":
+                last = (entries or self.entries or self.train_entries)[-1].guards
+                raise RuntimeError(f"jitorch.compile: {getattr(self._fn, '__name__', self._fn)!s} would recompile "
+                                   f"under set_stance('fail_on_recompile'); failing guard: "
+                                   f"{first_failure(last, guards)}")
+            return fn(*args, **kwargs)  # eager_on_recompile
         if self._compiles() >= self.recompile_limit:
             self._fell_back = True
             last = (entries or self.entries or self.train_entries)[-1].guards

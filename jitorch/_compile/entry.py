@@ -20,6 +20,15 @@ from .optimized_module import OptimizedModule
 __all__ = ["compile"]
 
 _MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+_EAGER_BACKENDS = ("aot_eager", "aot_eager_decomp_partition", "aot_ts")
+# Inductor's tuning knobs that scripts pass through ``options``: accepted and ignored (jitorch has its own code
+# generator; none of them changes what a call computes).
+_INDUCTOR_OPTIONS = frozenset({
+    "max_autotune", "max_autotune_pointwise", "max_autotune_gemm", "epilogue_fusion", "shape_padding",
+    "coordinate_descent_tuning", "freezing", "force_same_precision", "triton.cudagraphs", "triton.cudagraph_trees",
+    "trace.enabled", "trace.graph_diagram", "aggressive_fusion", "layout_optimization", "cpp_wrapper",
+    "size_asserts", "benchmark_kernel", "fallback_random", "debug", "verbose_progress",
+})
 
 
 def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="jitorch", options=None,
@@ -73,14 +82,19 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
         raise RuntimeError(f"jitorch.compile: unrecognized mode={mode!r}; expected one of {_MODES[1:]}")
     options = dict(options or {})
     limit = options.pop("recompile_limit", None)
-    if options:
-        raise RuntimeError(f"jitorch.compile: unrecognized options {sorted(options)}")
+    unknown = sorted(k for k in options if k not in _INDUCTOR_OPTIONS)
+    if unknown:
+        raise RuntimeError(f"jitorch.compile: unexpected optimization option(s) {unknown}; accepted: "
+                           f"'recompile_limit' and Inductor's tuning options (ignored here)")
     if backend == "inductor":  # code written for torch.compile's default keeps working
         backend = "jitorch"
+    if backend in _EAGER_BACKENDS:  # torch's debugging backends compute eager's results: so does running eagerly
+        backend = "eager"
     if backend == "jitorch" and _optimizer_step(model):
         return CompiledOptimizerStep(model)
     if not callable(backend) and backend not in ("jitorch", "eager"):
-        raise RuntimeError(f"jitorch.compile: unknown backend {backend!r}; expected 'jitorch', 'eager' or a callable")
+        raise RuntimeError(f"jitorch.compile: unknown backend {backend!r}; expected 'jitorch' ('inductor'), 'eager' "
+                           f"({', '.join(repr(b) for b in _EAGER_BACKENDS)}) or a callable")
     if mode == "reduce-overhead" and backend == "jitorch" and find_spec("jitorch._compile.reduce_overhead"):
         from .reduce_overhead import compile_reduce_overhead  # CPU graph capture and replay
 

@@ -40,6 +40,14 @@ class OptimizedModule(Module):
     def forward(self, *args, **kwargs):
         return self._compiled_call(*args, **kwargs)
 
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        """Also takes a checkpoint saved from a model compiled by torch.compile, whose keys start with
+        ``_orig_mod.`` (jitorch's own keys are the original module's)."""
+        prefix = "_orig_mod."
+        if state_dict and all(k.startswith(prefix) for k in state_dict):
+            state_dict = type(state_dict)((k[len(prefix):], v) for k, v in state_dict.items())
+        return self._orig_mod.load_state_dict(state_dict, strict=strict, assign=assign)
+
     def train(self, mode=True):
         self._orig_mod.train(mode)
         return self
