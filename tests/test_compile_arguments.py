@@ -141,3 +141,46 @@ def test_copies_and_pickles_of_a_called_compiled_module():
     assert compiled.training is False
     compiled.train()
     assert model.training is True and compiled.training is True
+
+
+def test_a_batch_dict_whose_sizes_change_gets_a_dynamic_entry():
+    lin = nn.Linear(4, 3)
+
+    def f(batch):
+        return lin(batch["x"]).relu().sum(0) + batch["y"]
+
+    cf = jitorch.compile(f)
+    for n in (3, 5, 7, 9, 11):
+        batch = {"x": jitorch.randn(n, 4), "y": jitorch.randn(3)}
+        with jitorch.no_grad():
+            _close(cf(batch), f(batch))
+        x = jitorch.randn(n, 4, requires_grad=True)
+        cf({"x": x, "y": batch["y"]}).sum().backward()
+        got = x.grad.clone()
+        x.grad = None
+        f({"x": x, "y": batch["y"]}).sum().backward()
+        _close(got, x.grad)
+    assert [e.dynamic is not None for e in cf.entries] == [False, False, True]
+    assert [e.dynamic is not None for e in cf.train_entries] == [False, False, True]
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_an_argument_passed_twice_is_guarded(grad):
+    def f(a, b):
+        return a * 2 + b
+
+    cf = jitorch.compile(f)
+    x, y = jitorch.randn(3, requires_grad=grad), jitorch.randn(3, requires_grad=grad)
+    for a, b in [(x, x), (x, y), (y, y), (y, x)]:
+        _close(cf(a, b), f(a, b))
+
+
+def test_self_attention_with_one_tensor_for_q_k_v_gets_a_dynamic_entry():
+    def attn(q, k, v):
+        return (q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5).softmax(-1) @ v
+
+    cf = jitorch.compile(attn)
+    for t in range(4, 12):
+        q = jitorch.randn(2, 4, t, 8)
+        _close(cf(q, q, q), attn(q, q, q))
+    assert len(cf.entries) == 3 and cf.entries[-1].dynamic is not None and not cf._fell_back

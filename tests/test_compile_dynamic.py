@@ -315,3 +315,40 @@ def test_new_sizes_compile_no_machine_code():
     for t in (26, 37, 50):
         steps(t)
     assert len(llvm_compile._state["loaded"]) == before
+
+
+def test_dynamic_true_over_more_sizes_than_symbols_makes_the_changing_one_symbolic():
+    def rms_pool(x):
+        return (x * (x.pow(2).mean(-1, keepdim=True) + 1e-6).rsqrt()).mean(1)
+
+    cf = jitorch.compile(rms_pool, dynamic=True)
+    for t in range(4, 14):
+        x = jitorch.randn(2, t, 8)
+        np.testing.assert_allclose(cf(x).numpy(), rms_pool(x).numpy(), rtol=1e-5, atol=1e-6)
+    assert len(cf.entries) == 2 and cf.entries[1].dynamic is not None and not cf._fell_back
+
+
+def test_a_graph_broken_training_step_over_many_batch_sizes_stays_compiled():
+    jitorch.manual_seed(0)
+    model = jitorch.nn.Sequential(jitorch.nn.Linear(6, 8), jitorch.nn.ReLU(), jitorch.nn.Linear(8, 3))
+    twin = jitorch.nn.Sequential(jitorch.nn.Linear(6, 8), jitorch.nn.ReLU(), jitorch.nn.Linear(8, 3))
+    twin.load_state_dict(model.state_dict())
+    opts = [jitorch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin)]
+
+    def step(m, opt, x, y):
+        opt.zero_grad()
+        loss = jitorch.nn.functional.cross_entropy(m(x), y)
+        loss.backward()  # a graph break
+        opt.step()
+        return loss.detach()
+
+    compiled = jitorch.compile(lambda x, y: step(model, opts[0], x, y))
+    rng = np.random.default_rng(0)
+    for b in range(4, 4 + 2 * jitorch.compiler.config.recompile_limit):
+        x = jitorch.tensor(rng.standard_normal((b, 6)).astype(np.float32))
+        y = jitorch.tensor(rng.integers(0, 3, b))
+        np.testing.assert_allclose(compiled(x, y).numpy(), step(twin, opts[1], x, y).numpy(), rtol=1e-5)
+    assert not compiled._fell_back
+    assert sum(e.size_variant for e in compiled.train_entries) >= jitorch.compiler.config.recompile_limit
+    for p, q in zip(model.parameters(), twin.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-5, atol=1e-6)

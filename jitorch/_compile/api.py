@@ -21,7 +21,7 @@ from ..autograd.grad_mode import GradState
 from ..nn.modules.container import ModuleList
 from .backend import CompiledGraph, whole_call_runner
 from .dynamic_compile import dims_to_make_dynamic, dynamic_inference, dynamic_training
-from .dynamic_shapes import EAGER
+from .dynamic_shapes import EAGER, changed_dims
 from .functionalize import CompileState, functionalize_intermediates
 from ..utils._pytree import unflatten_from
 from .guards import first_failure, guard_values, structure_key
@@ -59,6 +59,13 @@ config = _Config()
 
 
 _CONTAINERS = (tuple, list, dict)
+MAX_SIZE_VARIANTS = 64
+
+
+def _size_variant(entries, guards):
+    """Whether this call differs only in sizes from a graph-broken entry (one replayed in segments)."""
+    segmented = [e for e in entries if e.replay is not None and e.dynamic is None]
+    return bool(segmented) and bool(changed_dims(segmented, guards, 0))
 
 
 def _holds_tensor(value):
@@ -124,6 +131,16 @@ class Entry:
     compile_s: float = 0.0
     dynamic: object = None  # a DynamicSpec: the entry stands for every size of its symbolic dimensions
     dynamic_reason: str | None = None  # why the sizes that changed stay specialized
+    size_variant: bool = False  # a graph-broken entry at other sizes than another (not a recompile: see _call)
+    _key: list = field(default=None, repr=False)
+    _key_of: list = field(default=None, repr=False)
+
+    @property
+    def key(self):
+        """The guards' values, what a call's guard values are compared with (kept while ``guards`` is the same)."""
+        if self._key_of is not self.guards:
+            self._key, self._key_of = [v for _, v in self.guards], self.guards
+        return self._key
 
 
 class CompiledFunction:
@@ -174,7 +191,7 @@ class CompiledFunction:
         self._fell_back = self._warned = False
 
     def _compiles(self):
-        return len(self.entries) + len(self.train_entries) + self._branches
+        return sum(not e.size_variant for e in (*self.entries, *self.train_entries)) + self._branches
 
     def _take_branch(self):
         """The budget a replay asks for before recording a new branch."""
@@ -230,7 +247,7 @@ class CompiledFunction:
             entries = self.train_entries
         key = [v for _, v in guards]
         for entry in entries:
-            if [v for _, v in entry.guards] == key:
+            if entry.key == key:
                 if entry.run is None:
                     return fn(*args, **kwargs)
                 if entry.plan is not None:
@@ -253,6 +270,19 @@ class CompiledFunction:
                                    f"under set_stance('fail_on_recompile'); failing guard: "
                                    f"{first_failure(last, guards)}")
             return fn(*args, **kwargs)  # eager_on_recompile
+        if _size_variant(entries, guards):
+            # Graph breaks keep sizes static (each segment's graph is exact), so a sequence length or last batch
+            # that changes makes entries that differ in sizes only: kept, up to MAX_SIZE_VARIANTS, beside the
+            # recompile limit (the kernels are size-generic: a new size traces again but compiles no machine code).
+            variants = [e for e in entries if e.size_variant]
+            if len(variants) >= MAX_SIZE_VARIANTS:
+                entries.remove(variants[0])
+            count = len(entries)
+            out = self._compile_training(site, guards, args, kwargs) if training else \
+                self._compile(site, guards, args, kwargs)
+            for e in entries[count:]:
+                e.size_variant = True
+            return out
         if self._compiles() >= self.recompile_limit:
             self._fell_back = True
             last = (entries or self.entries or self.train_entries)[-1].guards
@@ -355,7 +385,7 @@ class CompiledFunction:
             return traced.result
         llvm_before = kernel_cache_stats()["compile_s"]
         dims = dims_to_make_dynamic(self, self.train_entries[:-1], guards, args, kwargs, config.dynamic_after_changes)
-        found = dims and dynamic_training(self, entry, dims, guards, args, kwargs, self._owner())
+        found = dims and dynamic_training(self, fn, entry, dims, guards, args, kwargs, self._owner())
         try:
             plan = found[1].plan if found else compile_training(fn, args, kwargs, self._owner(), traced.result)
         except Unsupported as err:
@@ -413,7 +443,8 @@ class CompiledFunction:
             entry.run = lambda args, kwargs: compiled(*args, *kwargs.values())
         else:
             dims = dims_to_make_dynamic(self, self.entries[:-1], guards, args, kwargs, config.dynamic_after_changes)
-            found = dims and dynamic_inference(self, entry, dims, guards, args, kwargs, buffers, traced.writes)
+            found = dims and dynamic_inference(self, fn, entry, dims, guards, args, kwargs, buffers,
+                                                 traced.writes)
             if found:
                 entry.dynamic, entry.guards, entry.kernel_ops = found[0], found[0].guards, found[1].kernel_ops
                 entry.run = lambda args, kwargs: found[1].run(args, kwargs, ())

@@ -1,7 +1,8 @@
 """How a `CompiledFunction` turns a guard miss on sizes into a dynamic specialization (see dynamic_shapes.py).
 
 `dims_to_make_dynamic` picks the dimensions (``dynamic=None``: the ones that changed twice over the entries, and
-those marked before; ``dynamic=True``: all of size >= 2); `dynamic_inference` and `dynamic_training` probe the call
+those marked before; ``dynamic=True``: all of size >= 2, or when they hold more sizes than a specialization has
+symbols, those seen at two sizes); `dynamic_inference` and `dynamic_training` probe the call
 through the same trace the static path uses (`trace.trace` or `training.joint_for`) and return the
 `DynamicSpec` with what runs this call, or ``None`` with the reason kept for ``explain``.
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 
 from .._tensor import Tensor
 from .backend import CompiledGraph, whole_call_runner
-from .dynamic_shapes import NotDynamic, build_dynamic, changed_dims, every_dim
+from .dynamic_shapes import MAX_SYMBOLS, NotDynamic, build_dynamic, changed_dims, every_dim
 from .guards import argument_names
 from .functionalize import CompileState, functionalize_intermediates
 from .trace import trace
@@ -47,6 +48,10 @@ def dims_to_make_dynamic(cf, entries, guards, args, kwargs, changes=2):
         return []
     if cf.dynamic is True:
         dims = every_dim(args, kwargs)
+        named = dict(zip(argument_names(args, kwargs), list(args) + list(kwargs.values())))
+        if len({named[name]._data.shape[d] for name, d in dims}) > MAX_SYMBOLS:
+            # More sizes than symbols (a (B, T, C) input): the dimensions seen at two sizes, from the second call.
+            dims = changed_dims(entries, guards, 1)
     else:
         cf._dynamic_dims.update(changed_dims(entries, guards, changes))
         dims = sorted(cf._dynamic_dims)
@@ -71,12 +76,13 @@ def _attempt(cf, dims, make, entry):
         return None
 
 
-def dynamic_inference(cf, entry, dims, guards, args, kwargs, buffers, writes):
-    """An inference specialization over ``dims``: ``(spec, Instance for this call)`` or ``None``."""
+def dynamic_inference(cf, fn, entry, dims, guards, args, kwargs, buffers, writes):
+    """An inference specialization of ``fn`` (the call's function over its flat arguments) over ``dims``: ``(spec,
+    Instance for this call)`` or ``None``."""
     nargs, keys = len(args), tuple(kwargs)
 
     def builder(flat):
-        t = trace(cf._fn, tuple(flat[:nargs]), dict(zip(keys, flat[nargs:])), buffers=buffers)
+        t = trace(fn, tuple(flat[:nargs]), dict(zip(keys, flat[nargs:])), buffers=buffers)
         if t.gm is None or t.info.hidden_write is not None or t.info.unsound is not None:
             raise NotDynamic(t.break_reason or t.info.hidden_write or t.info.unsound)
         return t.gm, tuple(id(b) for b in t.writes)
@@ -93,14 +99,14 @@ def dynamic_inference(cf, entry, dims, guards, args, kwargs, buffers, writes):
         build_dynamic(builder, args, kwargs, dims, build, guards, restoring), args, kwargs), entry)
 
 
-def dynamic_training(cf, entry, dims, guards, args, kwargs, module):
-    """A training specialization over ``dims``: ``(spec, Instance for this call)`` or ``None``."""
+def dynamic_training(cf, fn, entry, dims, guards, args, kwargs, module):
+    """A training specialization of ``fn`` over ``dims``: ``(spec, Instance for this call)`` or ``None``."""
     nargs, keys = len(args), tuple(kwargs)
     specs = []
 
     def builder(flat):
         try:
-            spec = joint_for(cf._fn, tuple(flat[:nargs]), dict(zip(keys, flat[nargs:])), module, None)
+            spec = joint_for(fn, tuple(flat[:nargs]), dict(zip(keys, flat[nargs:])), module, None)
         except Unsupported as err:
             raise NotDynamic(str(err)) from err
         specs.append(spec)

@@ -214,7 +214,11 @@ def _probe(builder, flat, dims, sizes):
     for _, i, d, k in dims:
         if flat[i]._data.shape[d] != sizes[k]:
             resize.setdefault(i, []).append((d, sizes[k]))
-    probe = [(_tiled(a, resize[i]) if i in resize else a) for i, a in enumerate(flat)]
+    tiled, probe = {}, []  # one tiled tensor per argument object: an argument passed twice stays one (q = k = v)
+    for i, a in enumerate(flat):
+        if i in resize and id(a) not in tiled:
+            tiled[id(a)] = _tiled(a, resize[i])
+        probe.append(tiled[id(a)] if i in resize else a)
     with recording_sizes() as rec:
         gm, extra = builder(probe)
     return Signature(gm, rec), extra

@@ -7,8 +7,8 @@ modules, the ``training`` flags, parameter and buffer identities and every publi
 
 >>> import jitorch
 >>> names = [n for n, _ in guard_values((jitorch.ones(2, 3), 4), {})]
->>> names[:4], names[-2:]
-(['arg0.shape', 'arg0.dtype', 'arg0.device', 'arg0.stride'], ['arg1', 'grad_mode'])
+>>> names[:4], names[-3:]
+(['arg0.shape', 'arg0.dtype', 'arg0.device', 'arg0.stride'], ['arg1', 'aliases', 'grad_mode'])
 """
 from __future__ import annotations
 
@@ -93,6 +93,11 @@ def guard_values(args, kwargs, module=None, params=None, by_value=False):
                     (f"{name}.device", str(a.device)), (f"{name}.stride", tuple(d.strides))]
         else:
             out.append((name, _constant(a)))
+    # The graph reads an argument passed twice (``f(x, x)``, self-attention's ``q = k = v``) from one input:
+    # another call with distinct tensors must not reuse it.
+    first = {}
+    out.append(("aliases", tuple(first.setdefault(id(a), i) for i, a in enumerate((*args, *kwargs.values()))
+                                 if isinstance(a, Tensor))))
     out.append(("grad_mode", GradState.enabled))
     if module is not None:
         mods = tuple(module.modules())
