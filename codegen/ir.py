@@ -105,7 +105,12 @@ def const(value, dtype):
     True
     """
     _check_dtype(dtype)
-    value = DTYPES[dtype](value).item()
+    np_type = DTYPES[dtype]
+    if isinstance(value, int) and np.issubdtype(np_type, np.integer):
+        # Wrapped to the type's width, as a C cast and PyTorch do (int32 + 2**40 adds 0), not refused.
+        info = np.iinfo(np_type)
+        value = (value - int(info.min)) % (1 << info.bits) + int(info.min)
+    value = np_type(value).item()
     return Expr("const", (), dtype, value)
 
 

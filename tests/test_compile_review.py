@@ -175,3 +175,12 @@ def test_a_changed_plain_module_attribute_retraces():
             model.temperature = t
             for _ in range(3):  # through the native runner too
                 np.testing.assert_allclose(compiled(x).numpy(), model(x).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int16", "uint8", "int64"])
+def test_integer_constants_wrap_to_the_tensor_width_as_in_torch(dtype):
+    for c in (2 ** 40 + 5, -(2 ** 33) - 3, 300, -1):
+        f = jitorch.compile(lambda x: x + c)
+        got = f(jitorch.arange(4, dtype=getattr(jitorch, dtype)))
+        want = torch.arange(4, dtype=getattr(torch, dtype)) + c
+        assert got.tolist() == want.tolist() and str(got.dtype)[-5:] == str(want.dtype)[-5:]
