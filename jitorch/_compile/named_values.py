@@ -68,12 +68,13 @@ class NamedValues:
 
     def __init__(self, fn, module=None):
         self._probes = []  # (label, read, names): read() is the current value, names what the code calls on it
+        self._modules = set()  # ids of the modules whose attributes are probed
         self.random_source = None
         reached = functions_reached(fn)
         for m in module.modules() if module is not None else ():
             forward = type(m).__dict__.get("forward")
             if isinstance(forward, types.FunctionType) and not (forward.__module__ or "").startswith(_LIBRARY):
-                self._probe(f"module {type(m).__name__}", lambda m=m: m, _code_names(forward.__code__))
+                self._module_probes(f"module {type(m).__name__}", m, _code_names(forward.__code__))
                 reached += functions_reached(forward)
         for func, selves, _ in reached:
             if func is not None:
@@ -82,6 +83,18 @@ class NamedValues:
                     if obj is not None:
                         self._probe("self", lambda obj=obj: obj, names)
                 self._watch(func, names)
+
+    def _module_probes(self, label, m, names):
+        """A module's own plain attributes are guarded with its state (`guards.guard_values`); what the code reads
+        of it besides (a plain object ``self.cfg``, a tensor that is neither parameter nor buffer ``self.mask``) is
+        probed attribute by attribute: a model of many blocks must not cost a walk of each per call."""
+        if id(m) in self._modules:
+            return
+        self._modules.add(id(m))
+        for name in names:
+            value = m.__dict__.get(name, _MISSING)
+            if value is not _MISSING and not _plain(value) and not isinstance(value, Module):
+                self._probe(f"{label}.{name}", lambda m=m, name=name: m.__dict__.get(name, _MISSING), names)
 
     def _watch(self, func, names):
         scope = func.__globals__
@@ -96,7 +109,9 @@ class NamedValues:
         found = _random_source(value, names)
         if found is not None:
             self.random_source = self.random_source or found
-        if not _library_module(value):
+        if isinstance(value, Module):
+            self._module_probes(label, value, names)
+        elif not _library_module(value):
             self._probes.append((label, read, names))
 
     def values(self):
