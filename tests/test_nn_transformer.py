@@ -345,3 +345,29 @@ def test_gradcheck_float64():
     layer = jtr.TransformerEncoderLayer(4, 2, 6, 0.0, activation="gelu", norm_first=True, dtype=jitorch.float64)
     mask = jtr.Transformer.generate_square_subsequent_mask(3, dtype=jitorch.float64)
     assert jitorch.autograd.gradcheck(lambda x: layer(x, src_mask=mask), (q,), eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("pad_kind", ["left_aligned", "holes", "none"])
+@pytest.mark.parametrize("final_norm", [False, True])
+def test_encoder_inference_zeroes_padded_positions_where_torch_nests(pad_kind, final_norm):
+    from jitorch.nn.modules.normalization import LayerNorm
+
+    torch.manual_seed(0)
+    th = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True), 2,
+                                     norm=torch.nn.LayerNorm(8) if final_norm else None)
+    jt = jtr.TransformerEncoder(jtr.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True), 2,
+                                norm=LayerNorm(8) if final_norm else None)
+    copy_weights(jt, th)
+    pad = np.zeros((3, 6), bool)
+    if pad_kind == "left_aligned":
+        pad[1, 4:] = pad[2, 2:] = True
+    elif pad_kind == "holes":
+        pad[1, 2] = pad[2, 4] = True
+    x = arr(3, 6, 8)
+    th.eval(), jt.eval()
+    with torch.no_grad(), jitorch.no_grad():
+        want = th(torch.tensor(x), src_key_padding_mask=torch.tensor(pad))
+        got = jt(jitorch.tensor(x), src_key_padding_mask=jitorch.tensor(pad))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+    if pad_kind == "left_aligned" and not final_norm:
+        assert np.all(got.numpy()[1, 4:] == 0)

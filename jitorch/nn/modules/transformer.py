@@ -2,7 +2,10 @@
 ``TransformerDecoder`` and ``Transformer``, with PyTorch's submodule names (so ``state_dict``s load across) and its
 post-norm / pre-norm (``norm_first``) residual blocks.
 
-PyTorch's inference fast paths (fused kernels, nested tensors) compute the same function and are not reproduced.
+PyTorch's inference fast paths (fused kernels, nested tensors) compute the same function and are not reproduced,
+except for one visible effect: where PyTorch's encoder runs a padded batch as a nested tensor (eval mode, no
+gradients, a left-aligned ``src_key_padding_mask``, no ``mask``), its output is zero at the padded positions, and
+so is jitorch's (`_nested_path_keep`).
 
 >>> import jitorch
 >>> from jitorch.nn.modules.transformer import Transformer, TransformerEncoder, TransformerEncoderLayer
@@ -221,9 +224,37 @@ class TransformerEncoder(Module):
         output = src
         for mod in self.layers:
             output = mod(output, src_mask=mask, is_causal=is_causal, src_key_padding_mask=src_key_padding_mask)
+        keep = self._nested_path_keep(src, mask, src_key_padding_mask)
+        if keep is not None:
+            output = output.masked_fill(keep.logical_not().unsqueeze(-1), 0.0)
         if self.norm is not None:
             output = self.norm(output)
         return output
+
+    def _nested_path_keep(self, src, mask, padding):
+        """The ``(N, S)`` mask of real tokens when PyTorch would run this call as a nested tensor (whose padded
+        positions come out as zeros), else None: its conditions, in its order."""
+        from ... import backends
+        from ..._dispatch import is_compiling
+        from ...amp.autocast_mode import is_autocast_enabled
+        from ...autograd.grad_mode import is_grad_enabled
+
+        first = self.layers[0]
+        if not (backends.mha.get_fastpath_enabled() and self.use_nested_tensor and not first.training
+                and src.dim() == 3 and padding is not None and mask is None and not is_autocast_enabled()):
+            return None
+        if self.mask_check and is_compiling():
+            return None
+        params = list(first.parameters())
+        if is_grad_enabled() and (src.requires_grad or any(p.requires_grad for p in params)):
+            return None
+        keep = padding == 0  # canonical: 0 for a token, -inf for padding
+        if self.mask_check:
+            # Left-aligned only: each row's tokens, then its padding (PyTorch checks this before nesting).
+            counts = keep.sum(1, keepdim=True)
+            if not bool((keep == (_creation.arange(keep.shape[1]).unsqueeze(0) < counts)).all()):
+                return None
+        return keep
 
 
 class TransformerDecoder(Module):
