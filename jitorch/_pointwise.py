@@ -113,17 +113,34 @@ def div(input, other, *, rounding_mode=None, out=None):
     elif rounding_mode == "floor":
         result = apply(P.FLOOR_DIVIDE, input, other)
     elif rounding_mode == "trunc":
-        q = apply(P.DIV, input, other)
-        result = apply(P.TRUNC, q)
-        from ._dtype import result_type
-
-        dt = result_type(input, other)
-        if dt.category < 2:
-            result = result.to(dt)
+        result = _div_trunc(input, other)
     else:
         raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
                          f"'{rounding_mode}'")
     return _write_out(result, out)
+
+
+def _div_trunc(input, other):
+    dt = _dtype.result_type(input, other)
+    if dt.category == _dtype.BOOL:
+        raise NotImplementedError("\"div_trunc_cpu\" not implemented for 'Bool'")
+    if dt.category == _dtype.FLOAT:
+        a, b = (x.detach() if isinstance(x, Tensor) else x for x in (input, other))
+        q = apply(P.TRUNC, apply(P.DIV, a, b))
+        if not any(isinstance(x, Tensor) and x.requires_grad for x in (input, other)):
+            return q
+        # PyTorch's gradient of a rounded division is zero, also where other == 0 (where trunc's zero times 1/other
+        # would be nan): floor division's zero-gradient row links q to the inputs. Both are nan at the same places.
+        return where(q.isnan(), apply(P.FLOOR_DIVIDE, input, other), q)
+    # Integers stay exact (a float quotient rounds above 2**24 or 2**53) and division by zero raises as floor
+    # division does: the floor quotient is one below the truncated one where it is negative and inexact.
+    try:
+        q = apply(P.FLOOR_DIVIDE, input, other)
+    except RuntimeError as e:
+        if "ZeroDivisionError" not in str(e):
+            raise
+        raise RuntimeError("div(rounding_mode='trunc'): ZeroDivisionError (integer division by zero)") from None
+    return q + ((q * other != input) & (q < 0))
 
 
 divide = div

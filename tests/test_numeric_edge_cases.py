@@ -1,0 +1,49 @@
+"""Edge values against PyTorch: integers beyond float precision, infinities, overflow-prone inputs, half-precision
+accumulation, empty batches and special values, each where a naive formula goes wrong."""
+import numpy as np
+import pytest
+import torch
+from helpers import check_error, check_op
+
+import jitorch
+
+BIG = [2**31 - 1, 2**53 + 1, 10**18 + 7, -(10**18) - 7, -7, 7, 0, -2**31]
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int16", "uint8"])
+def test_div_trunc_is_exact_for_integers(dtype):
+    info = np.iinfo(dtype)
+    a = np.array([v for v in BIG if info.min <= v <= info.max] + [info.max, info.min + 1], dtype)
+    for b in (np.array([-1, 1, 3, -3, 2, -2, 7, 5, 1, -1][:a.size], dtype) if info.min < 0 else
+              np.array([1, 3, 2, 7, 5, 1, 1][:a.size], dtype),):
+        b = np.resize(b, a.shape)
+        check_op(lambda x, y: jitorch.div(x, y, rounding_mode="trunc"),
+                 lambda x, y: torch.div(x, y, rounding_mode="trunc"), [a, b])
+        check_op(lambda x: jitorch.div(x, 3, rounding_mode="trunc"), lambda x: torch.div(x, 3, rounding_mode="trunc"),
+                 [a])
+    check_op(lambda x, y: jitorch.div(x, y, rounding_mode="trunc"),
+             lambda x, y: torch.div(x, y, rounding_mode="trunc"), [a[:0], np.array(3, dtype)])  # empty, 0-d
+
+
+def test_div_trunc_compiled_and_inplace_stay_exact():
+    a, b = [2**53 + 1, 10**18 + 7, -(10**18) - 7], [1, 3, 3]
+    fn = jitorch.compile(lambda x, y: jitorch.div(x, y, rounding_mode="trunc"))
+    assert fn(jitorch.tensor(a), jitorch.tensor(b)).tolist() == torch.div(torch.tensor(a), torch.tensor(b),
+                                                                          rounding_mode="trunc").tolist()
+    x = jitorch.tensor([-7, 7, 5])
+    x.div_(jitorch.tensor([2, -2, 5]), rounding_mode="trunc")
+    assert x.tolist() == [-3, -3, 1]
+
+
+def test_div_trunc_by_integer_zero_raises():
+    a, z = np.array([5, -5, 0]), np.array([0, 1, 2])
+    err = check_error(lambda x, y: jitorch.div(x, y, rounding_mode="trunc"),
+                      lambda x, y: torch.div(x, y, rounding_mode="trunc"), [a, z], match="ZeroDivisionError")
+    assert "div(rounding_mode='trunc')" in str(err)
+    check_error(lambda x: jitorch.div(x, 0, rounding_mode="trunc"), lambda x: torch.div(x, 0, rounding_mode="trunc"),
+                [a], match="ZeroDivisionError")
+    check_error(lambda x, y: jitorch.div(x, y, rounding_mode="trunc"),
+                lambda x, y: torch.div(x, y, rounding_mode="trunc"), [a > 0, a < 0], match="Bool")
+    # float division by zero is not an error
+    check_op(lambda x, y: jitorch.div(x, y, rounding_mode="trunc"), lambda x, y: torch.div(x, y, rounding_mode="trunc"),
+             [np.array([5.0, -5.0, 0.0, 7.5]), np.array([0.0, 0.0, 0.0, -2.0])])
