@@ -47,3 +47,33 @@ def test_div_trunc_by_integer_zero_raises():
     # float division by zero is not an error
     check_op(lambda x, y: jitorch.div(x, y, rounding_mode="trunc"), lambda x, y: torch.div(x, y, rounding_mode="trunc"),
              [np.array([5.0, -5.0, 0.0, 7.5]), np.array([0.0, 0.0, 0.0, -2.0])])
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (0, 3, 4), (2, 3, 0), (0, 3, 2, 2)])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_batch_norm_on_an_empty_batch_keeps_running_stats(shape, compiled):
+    results = []
+    for m in (torch, jitorch):
+        bn = (m.nn.BatchNorm1d if len(shape) < 4 else m.nn.BatchNorm2d)(3)
+        with m.no_grad():
+            bn.running_mean.fill_(0.5)
+            bn.running_var.fill_(2.0)
+        f = jitorch.compile(bn) if compiled and m is jitorch else bn
+        x = m.ones(*shape, requires_grad=True)
+        y = f(x)
+        y.sum().backward()
+        bn.eval()
+        results.append((tuple(y.shape), bn.running_mean.tolist(), bn.running_var.tolist(),
+                        int(bn.num_batches_tracked), bn.weight.grad.tolist(), bn(m.ones(2, *shape[1:])).tolist()))
+    assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 4), (2, 3, 0)])
+def test_instance_norm_running_stats_of_empty_inputs(shape):
+    # torch: empty instances keep the running statistics; an empty batch of instances makes them nan
+    stats = []
+    for m in (torch, jitorch):
+        rm, rv = m.full((3,), 0.5), m.ones(3)
+        m.nn.functional.instance_norm(m.ones(*shape), rm, rv)
+        stats.append(np.array([rm.tolist(), rv.tolist()]))
+    np.testing.assert_array_equal(stats[1], stats[0])

@@ -19,6 +19,8 @@ tensor([[-1.,  1.],
 """
 from __future__ import annotations
 
+import math
+
 from .. import _dtype, _movement
 from .._tensor import Tensor
 from ..autograd.grad_mode import is_grad_enabled, no_grad
@@ -83,6 +85,13 @@ def _update_running(running, stat, momentum):
         running.copy_(stat.detach().to(running.dtype) * momentum + running * (1 - momentum))
 
 
+def _update_batch_stats(running_mean, running_var, mean, var, n, momentum):
+    # An empty batch has no statistics (its mean is nan): PyTorch leaves the running ones as they were.
+    if running_mean is not None and n > 0:
+        _update_running(running_mean, mean.reshape(-1), momentum)
+        _update_running(running_var, var.reshape(-1) * (n / (n - 1)), momentum)
+
+
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """Normalize each channel (dim 1) over the batch and spatial dims, then scale by ``weight``, shift by ``bias``.
 
@@ -113,16 +122,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                 all(t is None or t._data.dtype == x._data.dtype for t in (weight, bias)):
             # One row (PyTorch's native_batch_norm) and one for its backward: a third of the composite's passes.
             out, mean, var = apply(BATCH_NORM, x, weight, bias, eps=eps)
-            if running_mean is not None:
-                n = x.numel() // channels
-                _update_running(running_mean, mean.reshape(-1), momentum)
-                _update_running(running_var, var.reshape(-1) * (n / (n - 1)), momentum)
+            _update_batch_stats(running_mean, running_var, mean, var, x.numel() // channels, momentum)
             return out.to(input.dtype)
         out, mean, var = _normalize_over(x, dims, eps)
-        if running_mean is not None:
-            n = x.numel() // channels
-            _update_running(running_mean, mean.reshape(-1), momentum)
-            _update_running(running_var, var.reshape(-1) * (n / (n - 1)), momentum)
+        _update_batch_stats(running_mean, running_var, mean, var, x.numel() // max(channels, 1), momentum)
     else:
         out = (x - view(running_mean)) * view(running_var + eps).rsqrt()
     return _affine(out, weight, bias, view).to(input.dtype)
@@ -159,8 +162,10 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     if use_input_stats:
         dims = tuple(range(2, ndim))
         out, mean, var = _normalize_over(x, dims, eps)
-        if running_mean is not None:
-            n = x.numel() // (x.shape[0] * channels)
+        n = math.prod(x.shape[2:])
+        # As in PyTorch (batch norm of the (1, N*C, *) view, then a mean over N): empty instances leave the running
+        # statistics as they were; an empty batch of instances makes them nan.
+        if running_mean is not None and n > 0:
             _update_running(running_mean, mean.reshape(x.shape[0], channels).mean(0), momentum)
             _update_running(running_var, var.reshape(x.shape[0], channels).mean(0) * (n / (n - 1)), momentum)
     else:
