@@ -320,10 +320,9 @@ def heaviside(input, values):
 
 def logaddexp2(input, other):
     """``log2(2**input + 2**other)`` without overflow."""
-    from ._pointwise import maximum
+    from ._pointwise import log_add_exp
 
-    m = maximum(input, other).detach()
-    return m + ((input - m).exp2() + (other - m).exp2()).log2()
+    return log_add_exp(input, other, base2=True)
 
 
 def ldexp(input, other, *, out=None):

@@ -345,11 +345,20 @@ def _scalar_log(x):
 
 
 def logaddexp(input, other):
-    _require_float("logaddexp_cpu", input, other)
+    """``log(exp(input) + exp(other))`` without overflow."""
+    return log_add_exp(input, other, base2=False)
+
+
+def log_add_exp(input, other, *, base2):
+    """logaddexp (``base2``: logaddexp2) as torch computes it: ``max + log1p(exp(-|input - other|))``."""
+    _require_float("logaddexp2_cpu" if base2 else "logaddexp_cpu", input, other)
     dt = _dtype.result_type(input, other)
     input, other = input.to(dt), other.to(dt) if isinstance(other, Tensor) else other  # no bool arithmetic below
-    m = maximum(input, other).detach()
-    return m + log(exp(input - m) + exp(other - m))
+    # log1p keeps the tail's precision where it is tiny (a far smaller operand); the nan it gets from inf - inf
+    # where both are the same infinity gives way to that infinity, while gradients stay nan there as torch's.
+    tail = -abs(input - other)
+    tail = log1p(exp2(tail)) * (1 / math.log(2)) if base2 else log1p(exp(tail))
+    return where(isinf(input) & (input == other), input, maximum(input, other) + tail)
 
 
 def copysign(input, other):

@@ -77,3 +77,29 @@ def test_instance_norm_running_stats_of_empty_inputs(shape):
         m.nn.functional.instance_norm(m.ones(*shape), rm, rv)
         stats.append(np.array([rm.tolist(), rv.tolist()]))
     np.testing.assert_array_equal(stats[1], stats[0])
+
+
+LOG_ADD_A = [np.inf, -np.inf, np.inf, -1.0, 1e-7, 1e-38, 2.0, 2.0, -np.inf, 30.0, -np.inf, np.nan]
+LOG_ADD_B = [3.0, -np.inf, np.inf, np.inf, -9.0, -87.5, 2.0, -80.0, 4.0, -30.0, np.inf, 1.0]
+
+
+@pytest.mark.parametrize("name", ["logaddexp", "logaddexp2"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_logaddexp_infinities_and_tiny_tails(name, dtype):
+    a, b = np.array(LOG_ADD_A, dtype), np.array(LOG_ADD_B, dtype)
+    rtol = 1e-6 if dtype == "float32" else 1e-14
+    check_op(getattr(jitorch, name), getattr(torch, name), [a, b], atol=0, rtol=rtol)  # grads: nan where torch's are
+    check_op(getattr(jitorch, name), getattr(torch, name), [a.reshape(3, 4), b[:4]], atol=0, rtol=rtol)  # broadcast
+    check_op(getattr(jitorch, name), getattr(torch, name), [np.array(5.0, dtype), np.array(-np.inf, dtype)])  # 0-d
+    check_op(getattr(jitorch, name), getattr(torch, name), [a[:0], b[:1]])  # empty
+    fn = jitorch.compile(getattr(jitorch, name))
+    np.testing.assert_allclose(fn(jitorch.tensor(a), jitorch.tensor(b)).numpy(),
+                               getattr(torch, name)(torch.tensor(a), torch.tensor(b)).numpy(), rtol=rtol)
+
+
+@pytest.mark.parametrize("name", ["logaddexp", "logaddexp2"])
+def test_logaddexp_half_and_errors(name):
+    rng = np.random.default_rng(0)
+    a, b = rng.uniform(-20, 20, 64).astype(np.float16), rng.uniform(-20, 20, 64).astype(np.float16)
+    check_op(getattr(jitorch, name), getattr(torch, name), [a, b], atol=1e-2, rtol=2e-3)
+    check_error(getattr(jitorch, name), getattr(torch, name), [np.arange(3), np.arange(3)], match="Long")
