@@ -185,8 +185,17 @@ def _require_float(kernel_name, *operands):
 
 
 def hypot(input, other):
+    """``sqrt(input**2 + other**2)`` without overflow or underflow of the squares."""
     _require_float("hypot_cpu", input, other)
-    return sqrt(input * input + other * other)
+    dt = _dtype.result_type(input, other)
+    input, other = input.to(dt), other.to(dt) if isinstance(other, Tensor) else other
+    # float32 squares overflow above 2e19 and vanish below 1e-23: divide by the larger magnitude first. hypot is
+    # homogeneous, so a constant (detached) scale leaves the gradient input / hypot; 0, inf and nan keep scale 1.
+    m = maximum(abs(input), abs(other)).detach()
+    scale = where((m > 0) & isfinite(m), m, 1.0)
+    x, y = input / scale, other / scale
+    result = scale * sqrt(x * x + y * y)
+    return where(isinf(input) | isinf(other), math.inf, result)  # as std::hypot, an infinity beats a nan
 
 
 def lerp(input, end, weight):

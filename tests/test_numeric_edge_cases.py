@@ -103,3 +103,27 @@ def test_logaddexp_half_and_errors(name):
     a, b = rng.uniform(-20, 20, 64).astype(np.float16), rng.uniform(-20, 20, 64).astype(np.float16)
     check_op(getattr(jitorch, name), getattr(torch, name), [a, b], atol=1e-2, rtol=2e-3)
     check_error(getattr(jitorch, name), getattr(torch, name), [np.arange(3), np.arange(3)], match="Long")
+
+
+HYPOT_A = [1e30, 3e19, 3.4e38, 3e-30, 0.0, np.inf, np.nan, -np.inf, 3.0, -2e20, 1e-45, -1e-40]
+HYPOT_B = [20.0, 4e19, 1.0, 4e-30, 0.0, np.nan, np.inf, 2.0, -4.0, 0.5, 0.0, 1e-40]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_hypot_neither_overflows_nor_underflows(dtype):
+    a, b = np.array(HYPOT_A, dtype), np.array(HYPOT_B, dtype)
+    check_op(jitorch.hypot, torch.hypot, [a, b], atol=0, rtol=1e-6, grad=False)
+    # torch's gradient g * a / hypot rounds g * a to a subnormal first: compared on normal inputs only
+    check_op(jitorch.hypot, torch.hypot, [a[:10], b[:10]], atol=0, rtol=1e-6)
+    check_op(jitorch.hypot, torch.hypot, [a[:10].reshape(2, 5), b[:5]], atol=0, rtol=1e-6)  # broadcast
+    check_op(jitorch.hypot, torch.hypot, [np.array(3e30, dtype), np.array(-4e30, dtype)], atol=0, rtol=1e-6)  # 0-d
+    check_op(jitorch.hypot, torch.hypot, [a[:0], b[:1]])  # empty
+    fn = jitorch.compile(jitorch.hypot)
+    np.testing.assert_allclose(fn(jitorch.tensor(a), jitorch.tensor(b)).numpy(),
+                               torch.hypot(torch.tensor(a), torch.tensor(b)).numpy(), rtol=1e-6)
+
+
+def test_hypot_half_precision():
+    a, b = np.array([6e4, 3e-3, 1.0, 200.0], np.float16), np.array([3e4, 4e-3, -1.0, 300.0], np.float16)
+    check_op(jitorch.hypot, torch.hypot, [a, b], atol=0, rtol=1e-3, grad=False)  # the first overflows to inf
+    check_op(jitorch.hypot, torch.hypot, [a[1:], b[1:]], atol=0, rtol=1e-3, grad_rtol=4e-3)
