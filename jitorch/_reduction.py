@@ -181,9 +181,18 @@ def _correction(unbiased, correction):
     return 1 if unbiased is None or unbiased else 0
 
 
+_HALVES = (_dtype.float16, _dtype.bfloat16)
+
+
 def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """Variance with ``correction`` (default 1, Bessel's); ``unbiased=False`` means correction 0."""
-    if isinstance(dim, bool):
+    v = _var(input, dim, unbiased, keepdim, correction)
+    return v.to(input.dtype) if input.dtype in _HALVES else v
+
+
+def _var(input, dim, unbiased, keepdim, correction):
+    """The variance, in float32 for half inputs: PyTorch computes in float32 and rounds the result once."""
+    if isinstance(dim, bool):  # var(x, False): the legacy positional ``unbiased``
         dim, unbiased = None, dim
     if input.dtype.category < _dtype.FLOAT:
         raise RuntimeError("std and var only support floating point and complex dtypes")
@@ -192,6 +201,8 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     n = 1
     for d in dims:
         n *= input._data.shape[d]
+    if input.dtype in _HALVES:
+        input = input.float()
     centered = input - mean(input, dims, keepdim=True)
     sq = (centered * centered.conj()).real if input.is_complex() else centered * centered
     # PyTorch clamps the degrees of freedom at 0: the result is then inf or nan, not an error.
@@ -199,10 +210,11 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    v = var(input, dim, unbiased, keepdim, correction=correction)
+    v = _var(input, dim, unbiased, keepdim, correction)
     # PyTorch's std gradient is zero where std is zero; sqrt's derivative there would give 0 * inf = nan.
     nonzero = v != 0
-    return v.where(nonzero, 1.0).sqrt().where(nonzero, 0.0)
+    s = v.where(nonzero, 1.0).sqrt().where(nonzero, 0.0)
+    return s.to(input.dtype) if input.dtype in _HALVES else s
 
 
 def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):

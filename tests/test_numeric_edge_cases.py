@@ -3,7 +3,7 @@ accumulation, empty batches and special values, each where a naive formula goes 
 import numpy as np
 import pytest
 import torch
-from helpers import check_error, check_op
+from helpers import check_error, check_op, np_dtype
 
 import jitorch
 
@@ -127,3 +127,30 @@ def test_hypot_half_precision():
     a, b = np.array([6e4, 3e-3, 1.0, 200.0], np.float16), np.array([3e4, 4e-3, -1.0, 300.0], np.float16)
     check_op(jitorch.hypot, torch.hypot, [a, b], atol=0, rtol=1e-3, grad=False)  # the first overflows to inf
     check_op(jitorch.hypot, torch.hypot, [a[1:], b[1:]], atol=0, rtol=1e-3, grad_rtol=4e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+def test_scans_accumulate_wider_than_their_dtype(name, dtype):
+    # torch's running value is float32 for halves and float64 for float32 (CPU), each output rounded once
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4096)) if name == "cumsum" else 1 + 0.01 * rng.standard_normal((3, 4096))
+    x = x.astype(np_dtype(dtype))
+    for dim in (1, 0):
+        check_op(lambda t: getattr(jitorch, name)(t, dim), lambda t: getattr(torch, name)(t, dim), [x], atol=0, rtol=0,
+                 grad=name == "cumsum")
+    check_op(lambda t: getattr(jitorch, name)(t, 0, dtype=jitorch.float32),
+             lambda t: getattr(torch, name)(t, 0, dtype=torch.float32), [x[0]], atol=0, rtol=0, grad=False)
+    compiled = jitorch.compile(lambda t: getattr(t, name)(1))(jitorch.from_numpy(x))
+    np.testing.assert_array_equal(compiled.double().numpy(), getattr(torch, name)(
+        torch.from_numpy(x.astype(np.float32)).to(getattr(torch, dtype)), 1).double().numpy())
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_reductions_round_once(dtype):
+    x = np.random.default_rng(0).standard_normal((64, 512)).astype(np_dtype(dtype))
+    for jt_fn, th_fn in [(lambda t: t.sum(1), lambda t: t.sum(1)), (lambda t: t.mean(0), lambda t: t.mean(0)),
+                         (lambda t: t.var(1), lambda t: t.var(1)), (lambda t: t.std(0), lambda t: t.std(0)),
+                         (lambda t: jitorch.var_mean(t, 1), lambda t: torch.var_mean(t, 1))]:
+        check_op(jt_fn, th_fn, [x], atol=0, rtol=0, grad=False)
+    check_op(lambda t: t.var(1), lambda t: t.var(1), [x[:4, :8]], atol=1e-2, rtol=1e-2)  # gradient in half

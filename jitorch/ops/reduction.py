@@ -12,6 +12,7 @@ from __future__ import annotations
 import ml_dtypes as _ml_dtypes
 import numpy as np
 
+from ..runtime import is_cupy
 from .table import NOT_DIFFERENTIABLE, Reduction, defop
 
 _HALF = {np.dtype(np.float16), np.dtype(_ml_dtypes.bfloat16)}
@@ -155,11 +156,21 @@ ALL = defop("all", _logical_kernel("all"), NOT_DIFFERENTIABLE, Reduction("all"))
 ANY = defop("any", _logical_kernel("any"), NOT_DIFFERENTIABLE, Reduction("any"))
 
 
-def _cumsum_kernel(xp, a, dim, dtype):
-    return xp.cumsum(a, axis=dim, dtype=dtype) if a.ndim else a.astype(dtype)
+def _scan_kernel(name):
+    def kernel(xp, a, dim, dtype):
+        if not a.ndim:
+            return a.astype(dtype)
+        # As PyTorch (acc_type): the running value is float32 for halves and, on the host, float64 for float32; each
+        # output is rounded once. A running value in the output type drifts with the length of the scan.
+        dtype = np.dtype(dtype)
+        acc = np.float32 if dtype in _HALF else np.float64 if dtype == np.float32 and not is_cupy(xp) else None
+        if acc is not None:
+            return getattr(xp, name)(a, axis=dim, dtype=acc).astype(dtype)
+        return getattr(xp, name)(a, axis=dim, dtype=dtype)
+    return kernel
 
 
-CUMSUM = defop("cumsum", _cumsum_kernel,
+CUMSUM = defop("cumsum", _scan_kernel("cumsum"),
                lambda ctx, g: g.flip(ctx.attrs["dim"]).cumsum(ctx.attrs["dim"]).flip(ctx.attrs["dim"]),
                Reduction("scan_sum"))
 
@@ -185,8 +196,4 @@ def _cumprod_backward(ctx, g):
     return grad.movedim(-1, dim)
 
 
-def _cumprod_kernel(xp, a, dim, dtype):
-    return xp.cumprod(a, axis=dim, dtype=dtype) if a.ndim else a.astype(dtype)
-
-
-CUMPROD = defop("cumprod", _cumprod_kernel, _cumprod_backward, Reduction("scan_prod"), saves="both")
+CUMPROD = defop("cumprod", _scan_kernel("cumprod"), _cumprod_backward, Reduction("scan_prod"), saves="both")
