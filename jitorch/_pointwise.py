@@ -198,9 +198,27 @@ def hypot(input, other):
     return where(isinf(input) | isinf(other), math.inf, result)  # as std::hypot, an infinity beats a nan
 
 
-def lerp(input, end, weight):
-    _require_float("lerp_kernel_scalar", input, end)
-    return input + weight * (end - input)
+def lerp(input, end, weight, *, out=None):
+    """``input + weight * (end - input)``, from the nearer end as torch computes it: exact at ``weight`` 0 and 1."""
+    tensor_weight = isinstance(weight, Tensor)
+    _require_float("lerp_kernel_tensor" if tensor_weight else "lerp_kernel_scalar", input, end)
+    for name, t in (("end", end), ("weight", weight)):
+        if isinstance(t, Tensor) and t.dtype is not input.dtype and (name == "end" or t.dim()):
+            raise RuntimeError(f"lerp: expected dtype {input.dtype} for `{name}` (the dtype of input) but got dtype "
+                               f"{t.dtype}; convert it with .to(input.dtype)")
+    dt = input.dtype
+    if dt in (_dtype.float16, _dtype.bfloat16):  # torch computes halves in float32 and rounds once
+        input, end = input.float(), end.float() if isinstance(end, Tensor) else end
+        weight = weight.float() if tensor_weight else weight
+    # input + w * diff where |w| < 0.5, else end - (1 - w) * diff, written as one product so that d/dw = diff
+    # reaches the weight unmasked (0 * inf would be nan) and 1 - w rounds in the compute dtype, as torch's.
+    if tensor_weight:
+        small = abs(weight) < 0.5
+        base, coef = where(small, input, end), where(small, weight, weight - 1)
+    else:
+        small = -0.5 < weight < 0.5
+        base, coef = (input, weight) if small else (end, input.new_full((), weight) - 1)
+    return _write_out((base + coef * (end - input)).to(dt), out)
 
 
 eq, ne, lt, le, gt, ge = (_binary(op) for op in (P.EQ, P.NE, P.LT, P.LE, P.GT, P.GE))

@@ -154,3 +154,43 @@ def test_half_reductions_round_once(dtype):
                          (lambda t: jitorch.var_mean(t, 1), lambda t: torch.var_mean(t, 1))]:
         check_op(jt_fn, th_fn, [x], atol=0, rtol=0, grad=False)
     check_op(lambda t: t.var(1), lambda t: t.var(1), [x[:4, :8]], atol=1e-2, rtol=1e-2)  # gradient in half
+
+
+LERP_WEIGHTS = [0.0, 0.25, 0.49, 0.5, 0.75, 1.0, -0.7, 1.6, np.nan]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_lerp_uses_the_nearer_end(dtype):
+    a = np.array([1e8, 3.0, -2.5, 0.0, 1e-3, 7.0, 1e8, -1e8, 1.0], dtype)
+    b = np.array([1.0, np.inf, 4.0, 1e8, -1e-3, -7.0, 1.0, 3.0, 2.0], dtype)
+    # torch fuses w * diff + base into an FMA (one rounding, NumPy has two) and its gradient is g * (1 - w) where
+    # here it is g - g * w: both round differently; what matters is the branch (1e8 -> 1 at w = 1 is off by 1 without)
+    f32 = dtype == "float32"
+    tol = dict(atol=1e-9 if f32 else 1e-18, rtol=1e-6 if f32 else 1e-14, grad_atol=1e-5 if f32 else 1e-13,
+               grad_rtol=1e-5)
+    assert jitorch.lerp(jitorch.tensor(a), jitorch.tensor(b), 1.0).tolist()[2:] == b.tolist()[2:]
+    for w in LERP_WEIGHTS:
+        check_op(lambda x, y: jitorch.lerp(x, y, w), lambda x, y: torch.lerp(x, y, w), [a, b], **tol)
+    w = np.array(LERP_WEIGHTS, dtype)
+    check_op(jitorch.lerp, torch.lerp, [a, b, w], **tol)
+    check_op(jitorch.lerp, torch.lerp, [a.reshape(3, 3), b[:3], w[:3].reshape(3, 1)], **tol)  # broadcast
+    check_op(jitorch.lerp, torch.lerp, [a[:0], b[:1], np.array(0.75, dtype)])  # empty, 0-d weight
+    check_op(jitorch.lerp, torch.lerp, [np.array(1e8, dtype), np.array(1.0, dtype), np.array(1.0, dtype)])  # 0-d
+    fn = jitorch.compile(jitorch.lerp)
+    np.testing.assert_allclose(fn(jitorch.tensor(a), jitorch.tensor(b), jitorch.tensor(w)).numpy(),
+                               torch.lerp(torch.tensor(a), torch.tensor(b), torch.tensor(w)).numpy(),
+                               atol=tol["atol"], rtol=tol["rtol"])
+
+
+def test_lerp_half_in_place_and_errors():
+    a, b = np.array([1e4, 3.0, -2.5], np.float16), np.array([1.0, 5.0, 4.0], np.float16)
+    for w in (0.3, 0.9, 1.0):
+        check_op(lambda x, y: jitorch.lerp(x, y, w), lambda x, y: torch.lerp(x, y, w), [a, b], atol=0, rtol=0,
+                 grad=False)
+        check_op(lambda x, y: x.clone().lerp_(y, w), lambda x, y: x.clone().lerp_(y, w), [a, b], atol=0, rtol=0,
+                 grad=False)
+    check_error(jitorch.lerp, torch.lerp, [a, b.astype(np.float32), 0.5], match=["lerp", "end"])
+    check_error(jitorch.lerp, torch.lerp, [a.astype(np.float32), b.astype(np.float32), np.array([0.5])],
+                match=["lerp", "weight"])
+    check_error(jitorch.lerp, torch.lerp, [np.arange(3), np.arange(3), 0.5], match="Long")
+    check_error(jitorch.lerp, torch.lerp, [np.arange(3), np.arange(3), np.arange(3)], match="lerp_kernel_tensor")
