@@ -194,3 +194,20 @@ def test_lerp_half_in_place_and_errors():
                 match=["lerp", "weight"])
     check_error(jitorch.lerp, torch.lerp, [np.arange(3), np.arange(3), 0.5], match="Long")
     check_error(jitorch.lerp, torch.lerp, [np.arange(3), np.arange(3), np.arange(3)], match="lerp_kernel_tensor")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_hardsigmoid_keeps_nan(dtype):
+    x = np.array([np.nan, -np.inf, np.inf, -3.0, 3.0, 0.0, -2.9, 2.5], dtype)
+    check_op(jitorch.nn.functional.hardsigmoid, torch.nn.functional.hardsigmoid, [x], atol=1e-3, rtol=1e-3)
+    check_op(lambda t: jitorch.nn.functional.hardsigmoid(t.clone(), inplace=True),
+             lambda t: torch.nn.functional.hardsigmoid(t.clone(), inplace=True), [x], atol=1e-3, rtol=1e-3)
+
+
+def test_lgamma_and_trigamma_at_minus_infinity():
+    x = np.array([np.nan, -np.inf, np.inf, -3.0, 0.0, -1.0, -2.5, 0.5], np.float32)
+    check_op(jitorch.lgamma, torch.lgamma, [x], atol=1e-6, rtol=1e-5)  # the gradient: digamma
+    check_op(jitorch.lgamma, torch.lgamma, [x.astype(np.float16)[1:3]])
+    check_op(jitorch.special.gammaln, torch.special.gammaln, [x], grad=False)
+    for n in (0, 1, 2, 3):
+        check_op(lambda t: jitorch.polygamma(n, t), lambda t: torch.polygamma(n, t), [x[:3]], grad=False)

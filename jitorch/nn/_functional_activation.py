@@ -172,7 +172,8 @@ def hardswish(input, inplace=False):
 
 
 def _hardsigmoid(x):
-    return where((x > -3) & (x < 3), (x + 3) / 6, where(x >= 3, 1.0, 0.0))
+    # nan is neither side of the ramp: it stays nan, with torch's zero gradient (hence detached)
+    return where((x > -3) & (x < 3), (x + 3) / 6, where(x >= 3, 1.0, where(x <= -3, 0.0, x.detach())))
 
 
 def hardsigmoid(input, inplace=False):

@@ -27,7 +27,17 @@ def _scipy(name):
 
 def _polygamma_kernel(xp, a, n=0):
     wide = a.astype(np.float32) if a.dtype.itemsize < 4 else a
-    return special_module(xp).polygamma(n, wide).astype(a.dtype, copy=False)
+    out = special_module(xp).polygamma(n, wide).astype(a.dtype, copy=False)
+    # torch's values at the infinities, where SciPy's differ: trigamma(-inf) (past infinitely many poles, by the
+    # reflection formula) is nan, not inf; for n >= 2 (zeta(n + 1, x) times n!) polygamma(n, inf) is nan, not 0.
+    if n >= 1:
+        out = xp.where(a == (-np.inf if n == 1 else np.inf), np.nan, out).astype(a.dtype, copy=False)
+    return out
+
+
+def _lgamma_kernel(xp, a):
+    # log|Gamma| grows without bound towards -inf between its poles: torch's lgamma(-inf) is inf, SciPy's -inf.
+    return xp.where(a == -np.inf, np.inf, _scipy("gammaln")(xp, a)).astype(a.dtype, copy=False)
 
 
 def _apply(op, *args, **attrs):
@@ -47,7 +57,7 @@ def _i1_backward(ctx, g):
 # ends at them and they run as library kernels.
 _LIB = Opaque("special function from scipy.special / cupyx.scipy.special")
 
-LGAMMA = defop("lgamma", _scipy("gammaln"), lambda ctx, g: g * _apply(DIGAMMA, ctx.inputs[0]), _LIB,
+LGAMMA = defop("lgamma", _lgamma_kernel, lambda ctx, g: g * _apply(DIGAMMA, ctx.inputs[0]), _LIB,
                promotion="float", saves="inputs")
 DIGAMMA = defop("digamma", _scipy("digamma"), lambda ctx, g: g * _apply(POLYGAMMA, ctx.inputs[0], n=1), _LIB,
                 promotion="float", saves="inputs")
