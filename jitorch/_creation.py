@@ -274,8 +274,12 @@ def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_
 
 
 def eye(n, m=None, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
+    m = n if m is None else m
+    for name, v in (("n", n), ("m", m)):
+        if v < 0:
+            raise RuntimeError(f"eye(): {name} must be greater or equal to 0, got {v}")
     xp, dev = _xp_for(device)
-    t = Tensor._make(xp.eye(n, n if m is None else m, dtype=_resolve(dtype).np))
+    t = Tensor._make(xp.eye(n, m, dtype=_resolve(dtype).np))
     return t.requires_grad_(True) if requires_grad else t
 
 

@@ -288,6 +288,8 @@ def _index_write(self, dim, index, source, op, accumulate, inplace, alpha=1):
                                f"{_type_name(self)} and (source) {_type_name(source)}")
     key, index = _dim_index(self, dim, index, op)
     d = len(key) - 1
+    if not accumulate:
+        _check_copy_shapes(self, source, index, d)
     source = _as_vector(source) if source._data.ndim == 0 else source
     if source._data.shape[d:d + 1] != index._data.shape:
         raise RuntimeError(f"{op}_(): Number of indices ({index.numel()}) should be equal to source.size(dim): "
@@ -301,11 +303,30 @@ def _index_write(self, dim, index, source, op, accumulate, inplace, alpha=1):
     try:
         return _put(self, _on(source, self), [index], key, accumulate, inplace, negative=False)
     except I.IndexOutOfBounds as e:
-        if not accumulate:
-            raise IndexError(f"{op}_(): {e}") from None
+        if not accumulate:  # e counts dims of the index key, which may start before dim: name dim itself
+            raise IndexError(f"{op}_(): index {e.value} is out of bounds for dimension {d} with size {e.size}") \
+                from None
         if self._data.ndim == 1:
             raise IndexError("index out of range in self") from None
         raise RuntimeError(f"index {e.value} is out of bounds for dimension {d} with size {e.size}") from None
+
+
+def _check_copy_shapes(self, source, index, d):
+    """index_copy's shape checks, in torch's order and with its error types."""
+    if source._data.ndim and source._data.ndim != self._data.ndim:
+        raise IndexError(f"index_copy_(): When source and destination are not scalars, their dimensionality must "
+                         f"match. Source dimensionality ({source._data.ndim}), destination dimensionality "
+                         f"({self._data.ndim})")
+    dest_slice = self._data.shape[:d] + self._data.shape[d + 1:]
+    source_slice = source._data.shape[:d] + source._data.shape[d + 1:]
+    if dest_slice != source_slice:
+        raise RuntimeError(f"index_copy_(): Source/destination tensor must have same slice shapes. Destination slice "
+                           f"shape: {' '.join(map(str, dest_slice))} at dimension {d} and source slice shape: "
+                           f"{' '.join(map(str, source_slice))} at dimension 0.")
+    n = source._data.shape[d] if source._data.ndim else 1
+    if index.numel() != n:
+        raise IndexError(f"index_copy_(): Number of indices ({index.numel()}) should be equal to source.size(dim) "
+                         f"({n}), for dim: {d}")
 
 
 def index_add(input, dim, index, source, *, alpha=1):

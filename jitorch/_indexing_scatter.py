@@ -20,9 +20,12 @@ from .ops import movement as M
 __all__ = ["gather", "scatter", "scatter_add", "scatter_reduce", "take_along_dim"]
 
 # -- gather / scatter --------------------------------------------------------------------------------------------------
+_INDEX_DTYPES = ("int64", "int32")
+
+
 def gather(input, dim, index, *, sparse_grad=False, out=None):
     """``out[i][j] = input[index[i][j]][j]`` (for ``dim=0``); the gradient scatters back with accumulation."""
-    _check_index_dtype(index, "gather", ("int64",), "gather(): Expected dtype int64 for index")
+    _check_index_dtype(index, "gather", _INDEX_DTYPES, "gather(): Expected dtype int32/int64 for index, got {}")
     return _gather(input, dim, index, negative=False)
 
 
@@ -45,7 +48,8 @@ def _gather(input, dim, index, negative):
 
 def _scatter_args(self, dim, index, src, op):
     """(wrapped dim, index tensors, values) for the scatter family; ``values`` is a scalar or src cut to index."""
-    _check_index_dtype(index, op, ("int64",), f"{op}(): Expected dtype int64 for index")
+    # torch names every scatter variant "scatter" here
+    _check_index_dtype(index, op, _INDEX_DTYPES, "scatter(): Expected dtype int32/int64 for index, got {}")
     nd = self._data.ndim
     d = wrap_dim(dim, nd, op)
     if index._data.ndim != nd or (isinstance(src, Tensor) and src._data.ndim != nd):

@@ -3,7 +3,7 @@
 Special functions (``lgamma``, ``digamma``, ``polygamma``, ``i0``, ``mvlgamma``), differences and integrals
 (``diff``, ``trapezoid``, ``cumulative_trapezoid``), statistics (``quantile``, ``nanquantile``, ``cov``,
 ``corrcoef``), ``repeat_interleave``, ``vander``, ``combinations``, ``heaviside``, ``logaddexp2``, ``ldexp``,
-``gcd``/``lcm``, ``dist``, ``renorm``.
+``gcd``/``lcm``, ``nextafter``, ``dist``, ``renorm``.
 
 >>> import jitorch
 >>> jitorch.diff(jitorch.tensor([1, 4, 9, 16]))
@@ -21,14 +21,15 @@ import math
 import numpy as np
 
 from . import _dtype
-from ._dispatch import apply
+from ._dispatch import apply, apply_inplace
 from ._shape import wrap_dim
 from ._tensor import Tensor
 from .ops import special as S
 
 __all__ = ["lgamma", "digamma", "polygamma", "i0", "mvlgamma", "gcd", "lcm", "diff", "trapezoid", "trapz",
            "cumulative_trapezoid", "quantile", "nanquantile", "cov", "corrcoef", "repeat_interleave", "vander",
-           "combinations", "heaviside", "logaddexp2", "ldexp", "dist", "renorm", "positive", "angle", "matrix_exp"]
+           "combinations", "heaviside", "logaddexp2", "ldexp", "dist", "renorm", "positive", "angle", "matrix_exp",
+           "nextafter"]
 
 
 def lgamma(input, *, out=None):
@@ -71,9 +72,17 @@ def lcm(input, other, *, out=None):
     return _out(apply(S.LCM, input, other), out)
 
 
+def nextafter(input, other, *, out=None):
+    """The next floating-point value after ``input`` towards ``other``."""
+    return _out(apply(S.NEXTAFTER, input, other), out)
+
+
 def _out(result, out):
     if out is None:
         return result
+    from ._pointwise import check_out_dtype
+
+    check_out_dtype(result, out)
     out.copy_(result) if out.shape == result.shape else out.resize_(result.shape).copy_(result)
     return out
 
@@ -320,7 +329,7 @@ def heaviside(input, values):
 
 def logaddexp2(input, other):
     """``log2(2**input + 2**other)`` without overflow."""
-    from ._pointwise import log_add_exp
+    from ._pointwise_stable import log_add_exp
 
     return log_add_exp(input, other, base2=True)
 
@@ -376,5 +385,6 @@ _METHODS = {name: globals()[name] for name in ("lgamma", "digamma", "i0", "mvlga
                                                 "heaviside", "logaddexp2", "ldexp", "dist", "renorm", "positive",
                                                 "angle", "matrix_exp")}
 _METHODS["polygamma"] = lambda self, n: polygamma(n, self)
+_METHODS.update(nextafter=nextafter, nextafter_=lambda self, other: apply_inplace(S.NEXTAFTER, self, other))
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 
-from ._dispatch import apply, apply_inplace
+from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
 from ._shape import infer_shape, normalize_shape, view_strides, wrap_dim, wrap_dims
 from ._tensor import Tensor
 from .ops import movement as M
@@ -126,10 +126,15 @@ def narrow(input, dim, start, length):
     d = wrap_dim(dim, input._data.ndim, "narrow")
     size = input._data.shape[d]
     start = operator.index(start)
+    if not -size <= start <= size:
+        raise IndexError(f"narrow(): start out of range (expected to be in range of [{-size}, {size}], but got "
+                         f"{start}) for dimension {d} of size {size}")
+    if length < 0:
+        raise RuntimeError(f"narrow(): length must be non-negative, got {length}")
     if start < 0:
         start += size
-    if not 0 <= start <= size or length < 0 or start + length > size:
-        raise RuntimeError(f"narrow: start ({start}) + length ({length}) exceeds dimension size ({size}).")
+    if start + length > size:
+        raise RuntimeError(f"narrow(): start ({start}) + length ({length}) exceeds dimension size ({size}).")
     return apply(M.SLICE, input, key=_key_for(input._data.ndim, d, slice(start, start + length)))
 
 
@@ -248,6 +253,10 @@ def cat(tensors, dim=0, *, out=None):
     tensors = list(tensors)
     if not tensors:
         raise ValueError("cat(): expected a non-empty list of Tensors")
+    for i, t in enumerate(tensors):
+        if t._data.ndim == 0:
+            raise RuntimeError(f"cat(): zero-dimensional tensor (at position {i}) cannot be concatenated; use "
+                               "torch.stack, or reshape it to (1,) first")
     # PyTorch skips legacy 1-D empty tensors, whatever the other shapes.
     kept = [t for t in tensors if not (t._data.ndim == 1 and t._data.shape[0] == 0)] or tensors[:1]
     ref = kept[0]
@@ -264,7 +273,10 @@ def cat(tensors, dim=0, *, out=None):
     if out is not None:
         from ._pointwise import _write_out
 
-        return _write_out(result, out)
+        if result.dtype.category > out.dtype.category:  # torch's cat says so with a TypeError of its own
+            raise TypeError(f"cat(): input types can't be cast to the desired output type "
+                            f"{TORCH_TYPE_NAMES[out.dtype.name]}; pass an out tensor of dtype {result.dtype}")
+        return _write_out(result, out, "cat")
     return result
 
 

@@ -31,10 +31,11 @@ __all__ = [
 ]
 
 
-def _write_out(result, out):
+def _write_out(result, out, op=None):
     """The ``out=`` convention: write into ``out`` (resized when its shape differs) and return it."""
     if out is None:
         return result
+    check_out_dtype(result, out, op)
     from .autograd.grad_mode import no_grad
 
     with no_grad():
@@ -46,11 +47,21 @@ def _write_out(result, out):
     return out
 
 
+def check_out_dtype(result, out, op=None):
+    """torch's ``out=`` rule: the result may widen into ``out`` but not drop a category (float -> int, int -> bool)."""
+    if result.dtype.category > out.dtype.category:
+        from ._dispatch import TORCH_TYPE_NAMES
+
+        raise RuntimeError(f"{op + ': ' if op else ''}result type {TORCH_TYPE_NAMES[result.dtype.name]} can't be cast "
+                           f"to the desired output type {TORCH_TYPE_NAMES[out.dtype.name]} (the dtype of out=); pass "
+                           f"an out tensor of dtype {result.dtype} or wider")
+
+
 def _binary(op):
     fast = fast_binary(op)
 
     def fn(input, other, *, out=None):
-        return fast(input, other) if out is None else _write_out(fast(input, other), out)
+        return fast(input, other) if out is None else _write_out(fast(input, other), out, op.name)
     fn.__name__ = op.name
     fn.__doc__ = f"Elementwise ``{op.name}`` with broadcasting and PyTorch's type promotion."
     return fn
@@ -60,7 +71,7 @@ def _unary(op):
     fast = fast_unary(op)
 
     def fn(input, *, out=None):
-        return fast(input) if out is None else _write_out(fast(input), out)
+        return fast(input) if out is None else _write_out(fast(input), out, op.name)
     fn.__name__ = op.name
     fn.__doc__ = f"Elementwise ``{op.name}``."
     return fn
@@ -70,7 +81,7 @@ def add(input, other, *, alpha=1, out=None):
     """``input + alpha * other``."""
     if alpha != 1:
         other = apply(P.MUL, other, alpha)
-    return _write_out(apply(P.ADD, input, other), out)
+    return _write_out(apply(P.ADD, input, other), out, "add")
 
 
 def _reject_bool_sub(a, b):
@@ -99,7 +110,7 @@ def sub(input, other, *, alpha=1, out=None):
     _reject_bool_sub(input, other)
     if alpha != 1:
         other = apply(P.MUL, other, alpha)
-    return _write_out(apply(P.SUB, input, other), out)
+    return _write_out(apply(P.SUB, input, other), out, "sub")
 
 
 subtract = sub
@@ -117,7 +128,7 @@ def div(input, other, *, rounding_mode=None, out=None):
     else:
         raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
                          f"'{rounding_mode}'")
-    return _write_out(result, out)
+    return _write_out(result, out, "div")
 
 
 def _div_trunc(input, other):
@@ -157,8 +168,8 @@ def pow(input, exponent, *, out=None):
     """``input ** exponent`` (either may be a scalar)."""
     if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and isinstance(input, Tensor):
         if exponent == 2 and input.dtype is not _dtype.bool:  # bool ** 2 promotes to int64; bool * bool does not
-            return _write_out(apply(P.MUL, input, input), out)
-    return _write_out(apply(P.POW, input, exponent), out)
+            return _write_out(apply(P.MUL, input, input), out, "pow")
+    return _write_out(apply(P.POW, input, exponent), out, "pow")
 
 
 def float_power(input, exponent):
@@ -182,43 +193,6 @@ def _require_float(kernel_name, *operands):
         from ._dispatch import TORCH_TYPE_NAMES
 
         raise NotImplementedError(f'"{kernel_name}" not implemented for \'{TORCH_TYPE_NAMES[dt.name]}\'')
-
-
-def hypot(input, other):
-    """``sqrt(input**2 + other**2)`` without overflow or underflow of the squares."""
-    _require_float("hypot_cpu", input, other)
-    dt = _dtype.result_type(input, other)
-    input, other = input.to(dt), other.to(dt) if isinstance(other, Tensor) else other
-    # float32 squares overflow above 2e19 and vanish below 1e-23: divide by the larger magnitude first. hypot is
-    # homogeneous, so a constant (detached) scale leaves the gradient input / hypot; 0, inf and nan keep scale 1.
-    m = maximum(abs(input), abs(other)).detach()
-    scale = where((m > 0) & isfinite(m), m, 1.0)
-    x, y = input / scale, other / scale
-    result = scale * sqrt(x * x + y * y)
-    return where(isinf(input) | isinf(other), math.inf, result)  # as std::hypot, an infinity beats a nan
-
-
-def lerp(input, end, weight, *, out=None):
-    """``input + weight * (end - input)``, from the nearer end as torch computes it: exact at ``weight`` 0 and 1."""
-    tensor_weight = isinstance(weight, Tensor)
-    _require_float("lerp_kernel_tensor" if tensor_weight else "lerp_kernel_scalar", input, end)
-    for name, t in (("end", end), ("weight", weight)):
-        if isinstance(t, Tensor) and t.dtype is not input.dtype and (name == "end" or t.dim()):
-            raise RuntimeError(f"lerp: expected dtype {input.dtype} for `{name}` (the dtype of input) but got dtype "
-                               f"{t.dtype}; convert it with .to(input.dtype)")
-    dt = input.dtype
-    if dt in (_dtype.float16, _dtype.bfloat16):  # torch computes halves in float32 and rounds once
-        input, end = input.float(), end.float() if isinstance(end, Tensor) else end
-        weight = weight.float() if tensor_weight else weight
-    # input + w * diff where |w| < 0.5, else end - (1 - w) * diff, written as one product so that d/dw = diff
-    # reaches the weight unmasked (0 * inf would be nan) and 1 - w rounds in the compute dtype, as torch's.
-    if tensor_weight:
-        small = abs(weight) < 0.5
-        base, coef = where(small, input, end), where(small, weight, weight - 1)
-    else:
-        small = -0.5 < weight < 0.5
-        base, coef = (input, weight) if small else (end, input.new_full((), weight) - 1)
-    return _write_out((base + coef * (end - input)).to(dt), out)
 
 
 eq, ne, lt, le, gt, ge = (_binary(op) for op in (P.EQ, P.NE, P.LT, P.LE, P.GT, P.GE))
@@ -297,16 +271,16 @@ sgn = sign
 
 def square(input, *, out=None):
     if input.dtype is _dtype.bool:  # PyTorch's square is pow(x, 2): a bool tensor with an int exponent is int64
-        return _write_out(apply(P.POW, input, 2), out)
-    return _write_out(apply(P.MUL, input, input), out)
+        return _write_out(apply(P.POW, input, 2), out, "square")
+    return _write_out(apply(P.MUL, input, input), out, "square")
 
 
 def round(input, *, decimals=0, out=None):
-    return _write_out(apply(P.ROUND, input, decimals=decimals), out)
+    return _write_out(apply(P.ROUND, input, decimals=decimals), out, "round")
 
 
 def nan_to_num(input, nan=0.0, posinf=None, neginf=None, *, out=None):
-    return _write_out(apply(P.NAN_TO_NUM, input, nan=nan, posinf=posinf, neginf=neginf), out)
+    return _write_out(apply(P.NAN_TO_NUM, input, nan=nan, posinf=posinf, neginf=neginf), out, "nan_to_num")
 
 
 def where(condition, input=None, other=None, *, out=None):
@@ -316,12 +290,12 @@ def where(condition, input=None, other=None, *, out=None):
     if isinstance(condition, Tensor) and condition.dtype.name != "bool":
         raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
                            f"{condition.dtype}")
-    return _write_out(apply(P.WHERE, condition, input, other), out)
+    return _write_out(apply(P.WHERE, condition, input, other), out, "where")
 
 
 def clamp(input, min=None, max=None, *, out=None):
     """Clamp into ``[min, max]``; bounds may be scalars or tensors."""
-    return _write_out(apply(P.CLAMP, input, min, max), out)
+    return _write_out(apply(P.CLAMP, input, min, max), out, "clamp")
 
 
 clip = clamp
@@ -338,7 +312,7 @@ def clamp_max(input, max):
 def addcmul(input, tensor1, tensor2, *, value=1, out=None):
     if _dtype.result_type(input, tensor1, tensor2) is _dtype.bool:
         raise NotImplementedError('"addcmul_cpu_out" not implemented for \'Bool\'')
-    return _write_out(input + value * tensor1 * tensor2 if value != 1 else input + tensor1 * tensor2, out)
+    return _write_out(input + value * tensor1 * tensor2 if value != 1 else input + tensor1 * tensor2, out, "addcmul")
 
 
 def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
@@ -346,7 +320,7 @@ def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
         raise RuntimeError("Integer division with addcdiv is no longer supported, and in a future release addcdiv will "
                            "perform a true division of tensor1 and tensor2. Use (input + value * tensor1 / tensor2) "
                            "instead.")
-    return _write_out(input + value * (tensor1 / tensor2), out)
+    return _write_out(input + value * (tensor1 / tensor2), out, "addcdiv")
 
 
 def xlogy(input, other):
@@ -369,23 +343,6 @@ def x_times_log(x, log_y, zero):
 
 def _scalar_log(x):
     return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
-
-
-def logaddexp(input, other):
-    """``log(exp(input) + exp(other))`` without overflow."""
-    return log_add_exp(input, other, base2=False)
-
-
-def log_add_exp(input, other, *, base2):
-    """logaddexp (``base2``: logaddexp2) as torch computes it: ``max + log1p(exp(-|input - other|))``."""
-    _require_float("logaddexp2_cpu" if base2 else "logaddexp_cpu", input, other)
-    dt = _dtype.result_type(input, other)
-    input, other = input.to(dt), other.to(dt) if isinstance(other, Tensor) else other  # no bool arithmetic below
-    # log1p keeps the tail's precision where it is tiny (a far smaller operand); the nan it gets from inf - inf
-    # where both are the same infinity gives way to that infinity, while gradients stay nan there as torch's.
-    tail = -abs(input - other)
-    tail = log1p(exp2(tail)) * (1 / math.log(2)) if base2 else log1p(exp(tail))
-    return where(isinf(input) & (input == other), input, maximum(input, other) + tail)
 
 
 def copysign(input, other):
@@ -483,6 +440,8 @@ def _composite_inplace(fn):
     method.__name__ = fn.__name__ + "_"
     return method
 
+
+from ._pointwise_stable import hypot, lerp, log_add_exp, logaddexp  # noqa: E402,F401 - split for size; re-exported
 
 _METHODS = {name: globals()[name] for name in __all__ if name not in ("where", "equal", "allclose", "isclose")}
 _METHODS.update(

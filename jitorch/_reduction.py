@@ -276,14 +276,23 @@ def log_softmax(input, dim=None, dtype=None, _stacklevel=3):
     return shifted - shifted.exp().sum(d, keepdim=True).log()
 
 
-def cumsum(input, dim, *, dtype=None):
-    dt = _sum_dtype(input, dtype)
-    return apply(R.CUMSUM, input, dim=wrap_dim(dim, input._data.ndim, "cumsum"), dtype=dt.np)
+def cumsum(input, dim, *, dtype=None, out=None):
+    return _scan(R.CUMSUM, input, dim, dtype, out)
 
 
-def cumprod(input, dim, *, dtype=None):
-    dt = _sum_dtype(input, dtype)
-    return apply(R.CUMPROD, input, dim=wrap_dim(dim, input._data.ndim, "cumprod"), dtype=dt.np)
+def cumprod(input, dim, *, dtype=None, out=None):
+    return _scan(R.CUMPROD, input, dim, dtype, out)
+
+
+def _scan(op, input, dim, dtype, out):
+    from ._pointwise import _write_out
+
+    # with out= and no dtype, torch scans in out's dtype
+    dt = _sum_dtype(input, dtype if dtype is not None or out is None else out.dtype)
+    if out is not None and out.dtype is not dt:
+        raise RuntimeError(f"{op.name}: Expected out tensor to have dtype {dt}, but got {out.dtype} instead; pass "
+                           f"an out tensor of the requested dtype")
+    return _write_out(apply(op, input, dim=wrap_dim(dim, input._data.ndim, op.name), dtype=dt.np), out, op.name)
 
 
 def count_nonzero(input, dim=None):

@@ -236,6 +236,7 @@ case("special_functions", lambda t, m: (lambda x: (t.lgamma(x), t.digamma(x), t.
                                                      t.special.i1(x), t.lgamma(x.half())))(m.f(2, 3, lo=0.5, hi=3)))
 case("gcd_lcm", lambda t, m: (t.gcd(m.i(2, 3, lo=1, hi=20), m.i(3, lo=1, hi=20)),
                               t.lcm(m.i(2, 3, lo=1, hi=20), m.i(3, lo=1, hi=20))))
+case("nextafter", lambda t, m: (t.nextafter(m.f(2, 3), m.f(3)), t.nextafter(m.f(4).half(), m.f(4).half())))
 
 # Reductions.
 case("sum", lambda t, m: (lambda x: (x.sum(), x.sum(1), x.sum((0, 2), keepdim=True), x.sum(dtype=t.float64)))(

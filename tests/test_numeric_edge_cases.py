@@ -211,3 +211,144 @@ def test_lgamma_and_trigamma_at_minus_infinity():
     check_op(jitorch.special.gammaln, torch.special.gammaln, [x], grad=False)
     for n in (0, 1, 2, 3):
         check_op(lambda t: jitorch.polygamma(n, t), lambda t: torch.polygamma(n, t), [x[:3]], grad=False)
+
+
+# -- smaller mismatches: out= casting, index dtypes, errors, nextafter ------------------------------------------------
+@pytest.mark.parametrize("fn", [
+    lambda m, x: m.add(x, x, out=m.zeros(3, dtype=m.int64)),
+    lambda m, x: m.mul(x.int(), 2, out=m.zeros(3, dtype=m.bool)),
+    lambda m, x: m.div(x.int(), 2, out=m.zeros(3, dtype=m.int32)),
+    lambda m, x: m.sin(x, out=m.zeros(3, dtype=m.int64)),
+    lambda m, x: m.where(x > 0, x, m.zeros(3), out=m.zeros(3, dtype=m.int64)),
+    lambda m, x: m.lgamma(x, out=m.zeros(3, dtype=m.int64)),
+])
+def test_out_must_hold_the_result_category(fn):
+    check_error(lambda x: fn(jitorch, x), lambda x: fn(torch, x), [np.array([1.5, -2.0, 3.0], np.float32)],
+                match=["can't be cast to the desired output type", "out="])
+
+
+def test_cat_out_must_hold_the_result_category():
+    check_error(lambda x: jitorch.cat([x, x], out=jitorch.zeros(6, dtype=jitorch.int64)),
+                lambda x: torch.cat([x, x], out=torch.zeros(6, dtype=torch.int64)), [np.ones(3, np.float32)],
+                match=["cat()", "can't be cast to the desired output type Long"])
+
+
+def test_out_may_widen_the_result():
+    x = np.array([1, -2, 3], np.int32)
+    for fn in (lambda m, t: m.add(t, t, out=m.zeros(3, dtype=m.int64)), lambda m, t: m.add(t, 1, out=m.zeros(3)),
+               lambda m, t: m.eq(t, 1, out=m.zeros(3, dtype=m.int64)), lambda m, t: m.add(t, t, out=m.zeros(0))):
+        check_op(lambda t: fn(jitorch, t), lambda t: fn(torch, t), [x], grad=False)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_gather_and_scatter_take_int32_indices(dtype):
+    x = np.arange(12, dtype=np.float64).reshape(3, 4)
+    i = np.array([[0, 3], [2, 2], [-0, 1]], dtype)
+    check_op(lambda a, idx: jitorch.gather(a, 1, idx), lambda a, idx: torch.gather(a, 1, idx), [x, i])
+    check_op(lambda a, idx: a.scatter_add(1, idx, a[:, :2] * 2), lambda a, idx: a.scatter_add(1, idx, a[:, :2] * 2),
+             [x, i])
+    check_op(lambda a, idx: a.scatter(1, idx, 7.0), lambda a, idx: a.scatter(1, idx, 7.0), [x, i])
+    check_op(lambda a, idx: a.scatter_reduce(1, idx, a[:, :2], "amax"),
+             lambda a, idx: a.scatter_reduce(1, idx, a[:, :2], "amax"), [x, i])
+    fn = jitorch.compile(lambda a, idx: jitorch.gather(a, 1, idx))
+    assert fn(jitorch.tensor(x), jitorch.tensor(i)).tolist() == torch.gather(torch.tensor(x), 1,
+                                                                             torch.tensor(i)).tolist()
+    check_error(lambda a, idx: jitorch.gather(a, 1, idx), lambda a, idx: torch.gather(a, 1, idx),
+                [x, i.astype(np.int16)], match=["gather()", "int32/int64", "Short"])
+    check_error(lambda a, idx: a.scatter(1, idx, 1.0), lambda a, idx: a.scatter(1, idx, 1.0),
+                [x, i.astype(np.int16)], match="int32/int64")
+    check_error(lambda a, idx: jitorch.gather(a, 1, idx), lambda a, idx: torch.gather(a, 1, idx),
+                [x, np.array([[4]], dtype)], match="index 4 is out of bounds for dimension 1 with size 4")
+
+
+def test_cat_of_zero_dim_tensors_and_negative_eye_raise_clearly():
+    for tensors in ([np.array(1.0), np.array(2.0)], [np.array([1.0]), np.array(2.0)]):
+        pos = 1 if tensors[0].ndim else 0
+        check_error(lambda *ts: jitorch.cat(ts), lambda *ts: torch.cat(ts), tensors,
+                    match=["cat()", f"zero-dimensional tensor (at position {pos})"])
+    check_op(lambda *ts: jitorch.stack(ts), lambda *ts: torch.stack(ts), [np.array(1.0), np.array(2.0)])
+    check_error(lambda: jitorch.eye(-2), lambda: torch.eye(-2), match=["eye()", "n must be", "-2"])
+    check_error(lambda: jitorch.eye(2, -1), lambda: torch.eye(2, -1), match=["eye()", "m must be", "-1"])
+    check_op(lambda: jitorch.eye(0), lambda: torch.eye(0), [])
+    check_op(lambda: jitorch.eye(2, 0), lambda: torch.eye(2, 0), [])
+
+
+@pytest.mark.parametrize("start,length", [(-6, 1), (4, 0), (0, -1), (-1, 2), (2, 2)])
+def test_narrow_errors_report_start_as_given(start, length):
+    err = check_error(lambda x: x.narrow(1, start, length), lambda x: x.narrow(1, start, length),
+                      [np.zeros((2, 3), np.float32)], match="narrow()")
+    if not -3 <= start <= 3:
+        assert f"but got {start})" in str(err)
+    for ok_start, ok_length in [(-3, 3), (3, 0), (-1, 1)]:
+        check_op(lambda x: x.narrow(1, ok_start, ok_length), lambda x: x.narrow(1, ok_start, ok_length),
+                 [np.arange(6.0).reshape(2, 3)])
+
+
+@pytest.mark.parametrize("dim,index,source_shape", [
+    (1, [5], (2, 1, 3)), (1, [-6], (2, 1, 3)), (0, [2], (1, 5, 3)), (-1, [7], (2, 5, 1)),
+    (0, [0], (2, 5, 3)), (1, [0], (2, 1, 4)), (1, [0, 1], (2, 1, 3)), (0, [0], (5, 3))])
+def test_index_copy_errors_name_the_right_dimension(dim, index, source_shape):
+    check_error(lambda x, s: x.index_copy(dim, jitorch.tensor(index), s),
+                lambda x, s: x.index_copy(dim, torch.tensor(index), s),
+                [np.zeros((2, 5, 3), np.float32), np.ones(source_shape, np.float32)], match="index_copy_()")
+    if dim != 0 and len(source_shape) == 3 and source_shape[-1] == 3 and max(index) >= 5 or min(index) < -5:
+        err = check_error(lambda x, s: x.index_copy(dim, jitorch.tensor(index), s),
+                          lambda x, s: x.index_copy(dim, torch.tensor(index), s),
+                          [np.zeros((2, 5, 3), np.float32), np.ones(source_shape, np.float32)])
+        assert f"out of bounds for dimension {dim % 3} with size 5" in str(err)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_nextafter(dtype):
+    a = np.array([1.0, 0.0, -0.0, np.inf, np.nan, 2.0, -1.0, 65504.0], np_dtype(dtype))
+    b = np.array([2.0, -1.0, 1.0, 0.0, 1.0, 2.0, -np.inf, np.inf], np_dtype(dtype))
+    check_op(jitorch.nextafter, torch.nextafter, [a, b], atol=0, rtol=0)  # gradient: g to input, none to other
+    check_op(jitorch.nextafter, torch.nextafter, [a.reshape(2, 4), b[:4]], atol=0, rtol=0)
+    check_op(jitorch.nextafter, torch.nextafter, [a[:0], b[:1]], atol=0, rtol=0)
+    check_op(jitorch.nextafter, torch.nextafter, [a[:1], b.reshape(2, 4)], atol=0, rtol=0, grad_rtol=1e-2)  # broadcast
+    check_op(lambda x, y: x.clone().nextafter_(y), lambda x, y: x.clone().nextafter_(y), [a, b], atol=0, rtol=0)
+    check_op(lambda x, y: torch_out(jitorch, x, y), lambda x, y: torch_out(torch, x, y), [a, b], atol=0, rtol=0,
+             grad=False)
+    compiled = jitorch.compile(lambda x, y: jitorch.nextafter(x, y) * 1)(jitorch.from_numpy(a), jitorch.from_numpy(b))
+    np.testing.assert_array_equal(compiled.double().numpy(), torch.nextafter(
+        torch.from_numpy(a.astype(np.float32)).to(getattr(torch, dtype)),
+        torch.from_numpy(b.astype(np.float32)).to(getattr(torch, dtype))).double().numpy())
+
+
+def torch_out(m, x, y):
+    out = m.empty(0, dtype=x.dtype)
+    m.nextafter(x, y, out=out)
+    return out
+
+
+def test_nextafter_promotes_and_rejects_integers():
+    check_op(jitorch.nextafter, torch.nextafter, [np.array([1, 2]), np.array([2.0, 0.0], np.float32)], rtol=0)
+    check_op(jitorch.nextafter, torch.nextafter, [np.float32(1) * np.ones(2, np.float32), np.zeros(2)], rtol=0)
+    check_error(jitorch.nextafter, torch.nextafter, [np.array([1, 2]), np.array([2, 0])], match="Long")
+
+
+@pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+def test_scans_take_out(name):
+    x = np.array([[1.5, -2.0, 3.0], [0.5, 1.0, 2.0]], np.float32)
+    for out_dtype, out_shape, dtype in [("float32", (2, 3), None), ("float64", (2, 3), None), ("int64", (2, 3), None),
+                                        ("float32", (0,), None), ("float64", (2, 3), "float64")]:
+        def run(m, t, out_dtype=out_dtype, out_shape=out_shape, dtype=dtype):
+            out = m.zeros(out_shape, dtype=getattr(m, out_dtype))
+            r = getattr(m, name)(t, 1, out=out, **({"dtype": getattr(m, dtype)} if dtype else {}))
+            assert r is out
+            return out
+        check_op(lambda t: run(jitorch, t), lambda t: run(torch, t), [x], grad=False)
+    check_error(lambda t: getattr(jitorch, name)(t, 1, dtype=jitorch.float64, out=jitorch.zeros(2, 3)),
+                lambda t: getattr(torch, name)(t, 1, dtype=torch.float64, out=torch.zeros(2, 3)), [x],
+                match=[name, "Expected out tensor to have dtype"])
+
+
+@pytest.mark.parametrize("name", ["nextafter", "div_floor"])
+def test_no_gradient_to_an_operand_passes_through_its_cast(name):
+    # the row gives other no gradient (None); the cast node in front of other must not run with it
+    def fn(m, x, y):
+        if name == "nextafter":
+            return m.nextafter(x.half(), y.half())
+        return m.div(x.half(), y.half() + 2, rounding_mode="floor")
+    x, y = np.array([1.0, 2.0, -3.5], np.float32), np.array([0.5, 2.0, 1.0], np.float32)
+    check_op(lambda a, b: fn(jitorch, a, b), lambda a, b: fn(torch, a, b), [x, y], atol=0, rtol=0)

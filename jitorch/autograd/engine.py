@@ -185,7 +185,9 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
                 continue
             if node._out_meta is not None:
                 grads = node.materialize(grads)
-            in_grads = node.apply(grads)
+            # A node reached only by "no gradient" (a row's None, as floor_divide's to its divisor) passes none on:
+            # its backward would get None where it expects a tensor.
+            in_grads = node.apply(grads) if any(g is not None for g in grads) else (None,) * len(node.next)
             if node._hooks:
                 for hook in node._hooks:
                     new = hook(in_grads, grads)

@@ -1,4 +1,4 @@
-"""Special-function primitives (log-gamma, digamma, polygamma, Bessel I0/I1, gcd/lcm): one row each.
+"""Special-function primitives (log-gamma, digamma, polygamma, Bessel I0/I1, gcd/lcm, nextafter): one row each.
 
 Kernels come from ``scipy.special`` on the CPU and ``cupyx.scipy.special`` on CUDA; backward rules are written in
 jitorch ops, so each derivative is itself differentiable (digamma' is polygamma(1), polygamma(n)' is polygamma(n+1)).
@@ -69,3 +69,24 @@ I0 = defop("i0", _scipy("i0"), lambda ctx, g: g * _apply(I1, ctx.inputs[0]), _LI
 I1 = defop("i1", _scipy("i1"), _i1_backward, _LIB, promotion="float", saves="both")
 GCD = defop("gcd", lambda xp, a, b: xp.gcd(a, b), NOT_DIFFERENTIABLE, _LIB, promotion="integral")
 LCM = defop("lcm", lambda xp, a, b: xp.lcm(a, b), NOT_DIFFERENTIABLE, _LIB, promotion="integral")
+
+
+def _nextafter_kernel(xp, a, b):
+    if a.dtype.kind in "biu":  # bfloat16 has kind "V": test for the integer kinds
+        from .pointwise import _not_implemented
+
+        raise _not_implemented("nextafter_cpu", a)
+    return xp.nextafter(a, b)
+
+
+def _nextafter_backward(ctx, g):
+    # torch's: the identity to input (the result is within one ulp of it) except where the result is other, none
+    # to other
+    from .. import where
+
+    a, b = ctx.inputs
+    return where(a != b, g, 0.0), None
+
+
+NEXTAFTER = defop("nextafter", _nextafter_kernel, _nextafter_backward, Opaque("libm nextafter"), promotion="promote",
+                  saves="inputs", meta=True)

@@ -1,0 +1,73 @@
+"""Elementwise composites whose naive formula fails at extreme values: ``hypot`` (squares that overflow),
+``lerp`` (torch's two branches, exact at both ends), ``logaddexp``/``logaddexp2`` (infinities, tiny tails).
+
+Split from ``_pointwise.py``, which re-exports them and attaches the Tensor methods.
+
+>>> import jitorch
+>>> jitorch.hypot(jitorch.tensor([3e30]), jitorch.tensor([4e30]))
+tensor([5.0000e+30])
+>>> jitorch.lerp(jitorch.tensor([1e8]), jitorch.tensor([1.0]), 1.0)
+tensor([1.])
+"""
+from __future__ import annotations
+
+import math
+
+from . import _dtype
+from ._pointwise import (_require_float, _write_out, abs, exp, exp2, isfinite, isinf, log1p, maximum, sqrt,
+                         where)
+from ._tensor import Tensor
+
+
+def hypot(input, other):
+    """``sqrt(input**2 + other**2)`` without overflow or underflow of the squares."""
+    _require_float("hypot_cpu", input, other)
+    dt = _dtype.result_type(input, other)
+    input, other = input.to(dt), other.to(dt) if isinstance(other, Tensor) else other
+    # float32 squares overflow above 2e19 and vanish below 1e-23: divide by the larger magnitude first. hypot is
+    # homogeneous, so a constant (detached) scale leaves the gradient input / hypot; 0, inf and nan keep scale 1.
+    m = maximum(abs(input), abs(other)).detach()
+    scale = where((m > 0) & isfinite(m), m, 1.0)
+    x, y = input / scale, other / scale
+    result = scale * sqrt(x * x + y * y)
+    return where(isinf(input) | isinf(other), math.inf, result)  # as std::hypot, an infinity beats a nan
+
+
+def lerp(input, end, weight, *, out=None):
+    """``input + weight * (end - input)``, from the nearer end as torch computes it: exact at ``weight`` 0 and 1."""
+    tensor_weight = isinstance(weight, Tensor)
+    _require_float("lerp_kernel_tensor" if tensor_weight else "lerp_kernel_scalar", input, end)
+    for name, t in (("end", end), ("weight", weight)):
+        if isinstance(t, Tensor) and t.dtype is not input.dtype and (name == "end" or t.dim()):
+            raise RuntimeError(f"lerp: expected dtype {input.dtype} for `{name}` (the dtype of input) but got dtype "
+                               f"{t.dtype}; convert it with .to(input.dtype)")
+    dt = input.dtype
+    if dt in (_dtype.float16, _dtype.bfloat16):  # torch computes halves in float32 and rounds once
+        input, end = input.float(), end.float() if isinstance(end, Tensor) else end
+        weight = weight.float() if tensor_weight else weight
+    # input + w * diff where |w| < 0.5, else end - (1 - w) * diff, written as one product so that d/dw = diff
+    # reaches the weight unmasked (0 * inf would be nan) and 1 - w rounds in the compute dtype, as torch's.
+    if tensor_weight:
+        small = abs(weight) < 0.5
+        base, coef = where(small, input, end), where(small, weight, weight - 1)
+    else:
+        small = -0.5 < weight < 0.5
+        base, coef = (input, weight) if small else (end, input.new_full((), weight) - 1)
+    return _write_out((base + coef * (end - input)).to(dt), out, "lerp")
+
+
+def logaddexp(input, other):
+    """``log(exp(input) + exp(other))`` without overflow."""
+    return log_add_exp(input, other, base2=False)
+
+
+def log_add_exp(input, other, *, base2):
+    """logaddexp (``base2``: logaddexp2) as torch computes it: ``max + log1p(exp(-|input - other|))``."""
+    _require_float("logaddexp2_cpu" if base2 else "logaddexp_cpu", input, other)
+    dt = _dtype.result_type(input, other)
+    input, other = input.to(dt), other.to(dt) if isinstance(other, Tensor) else other  # no bool arithmetic below
+    # log1p keeps the tail's precision where it is tiny (a far smaller operand); the nan it gets from inf - inf
+    # where both are the same infinity gives way to that infinity, while gradients stay nan there as torch's.
+    tail = -abs(input - other)
+    tail = log1p(exp2(tail)) * (1 / math.log(2)) if base2 else log1p(exp(tail))
+    return where(isinf(input) & (input == other), input, maximum(input, other) + tail)
