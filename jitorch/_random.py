@@ -89,22 +89,22 @@ class Generator:
         return self._seed
 
     def get_state(self):
-        """The stream's state as a CPU ``uint8`` tensor (for a CUDA generator: a copy of the device state)."""
+        """The stream's state as a CPU ``uint8`` tensor (for a CUDA generator: a copy of the device state).
+
+        >>> g = Generator().manual_seed(3); state = g.get_state(); a = g._rng.random()
+        >>> _ = g.set_state(state); g._rng.random() == a, state.shape
+        (True, jitorch.Size([48]))
+        """
         if self._on_device:
             return _finish(self._rng.get_state(), device="cpu")
-        import pickle
-
-        state = pickle.dumps(self._rng.bit_generator.state)
-        return _finish(np.frombuffer(state, dtype=np.uint8).copy(), device="cpu")
+        return _finish(_pack_pcg64(self._rng.bit_generator.state), device="cpu")
 
     def set_state(self, new_state):
         if self._on_device:
             self._rng.set_state(new_state._host())
             self._seed = self._rng._seed
             return self
-        import pickle
-
-        self._rng.bit_generator.state = pickle.loads(new_state._host().tobytes())
+        self._rng.bit_generator.state = _unpack_pcg64(np.asarray(new_state._host(), dtype=np.uint8).tobytes())
         return self
 
     def clone_state(self):
@@ -113,6 +113,49 @@ class Generator:
         g._seed = self._seed
         g.set_state(self.get_state())
         return g
+
+
+# A CPU generator's state as plain bytes: a magic word, then PCG64's 128-bit state and increment and its buffered
+# 32-bit draw. Never a pickle: a state tensor comes from checkpoints, which must not be able to run code.
+_PCG64_MAGIC = b"jtPCG64\x01"
+_PCG64_BYTES = 48
+
+
+def _pack_pcg64(state):
+    inner = state["state"]
+    raw = _PCG64_MAGIC + int(inner["state"]).to_bytes(16, "little") + int(inner["inc"]).to_bytes(16, "little") + \
+        int(state["has_uint32"]).to_bytes(4, "little") + int(state["uinteger"]).to_bytes(4, "little")
+    return np.frombuffer(raw, dtype=np.uint8).copy()
+
+
+def _unpack_pcg64(raw):
+    if len(raw) == _PCG64_BYTES and raw[:8] == _PCG64_MAGIC:
+        field = lambda a, b: int.from_bytes(raw[a:b], "little")  # noqa: E731
+        return {"bit_generator": "PCG64", "state": {"state": field(8, 24), "inc": field(24, 40)},
+                "has_uint32": field(40, 44), "uinteger": field(44, 48)}
+    legacy = _legacy_state(raw)
+    if legacy is not None:
+        return legacy
+    raise RuntimeError(f"set_rng_state: expected a jitorch CPU generator state ({_PCG64_BYTES} bytes from "
+                       f"get_rng_state), got {len(raw)} bytes (PyTorch's mt19937 states cannot be restored here)")
+
+
+def _legacy_state(raw):
+    """States saved by jitorch before 0.1.1 were pickles of PCG64's state dict: read with an unpickler that
+    refuses every global, so only plain dicts, strings and integers can come out (no code runs)."""
+    import io
+    import pickle
+
+    class _PlainOnly(pickle.Unpickler):
+        def find_class(self, module, name):
+            raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
+
+    try:
+        state = _PlainOnly(io.BytesIO(raw)).load()
+    except Exception:  # noqa: BLE001 - anything that is not such a pickle is not a state
+        return None
+    ok = isinstance(state, dict) and state.get("bit_generator") == "PCG64" and isinstance(state.get("state"), dict)
+    return state if ok else None
 
 
 default_generator = Generator()

@@ -288,3 +288,35 @@ def test_complex_rand_and_randn_draw_both_parts_like_torch(dtype):
         assert abs(float((z.real * z.imag).mean())) < 0.02  # not the same numbers twice
         u = jitorch.rand(20000, dtype=dt, generator=gen)
         assert 0 <= float(u.real.min()) and float(u.imag.max()) < 1 and abs(float(u.imag.mean()) - 0.5) < 0.02
+
+
+def test_rng_state_bytes_are_never_unpickled(tmp_path):
+    import os
+    import pickle
+
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    payload = jitorch.tensor(np.frombuffer(pickle.dumps(Evil()), dtype=np.uint8).copy())
+    with pytest.raises(RuntimeError, match="expected a jitorch CPU generator state"):
+        jitorch.set_rng_state(payload)
+    assert not marker.exists()
+    with pytest.raises(RuntimeError, match="mt19937"):
+        jitorch.set_rng_state(jitorch.tensor(torch.get_rng_state().numpy()))
+
+
+def test_rng_state_round_trips_and_old_pickled_states_still_load():
+    state = jitorch.get_rng_state()
+    assert state.dtype == jitorch.uint8 and state.shape == (48,)
+    first = jitorch.rand(5)
+    jitorch.set_rng_state(state)
+    assert jitorch.equal(jitorch.rand(5), first)
+    import pickle
+
+    legacy = np.frombuffer(pickle.dumps(jitorch.default_generator._rng.bit_generator.state), dtype=np.uint8).copy()
+    after = jitorch.rand(3)
+    jitorch.set_rng_state(jitorch.tensor(legacy))
+    assert jitorch.equal(jitorch.rand(3), after)
