@@ -9,7 +9,9 @@ The cache holds machine code that jitorch will run, so it must not be plantable 
 Inductor once used a predictable shared path another user could fill first). The directory is created 0700; a
 directory not owned by us or writable by group/others is refused (one warning, memory cache only); an entry not
 owned by us or writable by others is ignored, recompiled and replaced. A corrupt or truncated entry is treated
-the same way. If the directory cannot be created or written, the disk cache is switched off with one warning.
+the same way, and so is one that is not a regular file (a FIFO is opened without blocking; a directory in an entry's
+place is left there, and that one kernel is kept in memory only). If the directory cannot be created or written,
+the disk cache is switched off with one warning.
 
 >>> import tempfile
 >>> cache = KernelCache(tempfile.mkdtemp())
@@ -202,16 +204,26 @@ class KernelCache:
             return None
         path = self.directory / f"{key}.bin"
         try:
-            # O_NOFOLLOW: a symlink entry could point at any file; fstat checks the file actually opened.
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            # O_NOFOLLOW: a symlink entry could point at any file. O_NONBLOCK: opening a FIFO planted as an entry
+            # would otherwise wait forever for a writer. fstat then checks the file actually opened is a regular one
+            # (a directory opens fine and fails only on read).
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
         except FileNotFoundError:
             return None
         except OSError as exc:
             self._refuse(path, f"cannot open it ({exc})")
             return None
-        with os.fdopen(fd, "rb") as file:
-            reason = _unsafe_reason(os.fstat(file.fileno()), "the entry", stat.S_IWOTH)
-            data = b"" if reason else file.read()
+        try:
+            info = os.fstat(fd)  # before any fdopen, which raises IsADirectoryError itself
+            reason = None if stat.S_ISREG(info.st_mode) else f"not a regular file ({stat.filemode(info.st_mode)})"
+            reason = reason or _unsafe_reason(info, "the entry", stat.S_IWOTH)
+            if not reason:
+                with os.fdopen(fd, "rb", closefd=False) as file:
+                    data = file.read()
+        except OSError as exc:
+            reason = f"cannot read it ({exc})"
+        finally:
+            os.close(fd)
         if reason:
             self._refuse(path, reason)
             return None
@@ -236,6 +248,8 @@ class KernelCache:
                 file.write(_MAGIC + digest + b"\n" + binary)
             os.replace(tmp, self.directory / f"{key}.bin")
             tmp = None
+        except IsADirectoryError:
+            pass  # a directory in the entry's place, refused by `_load`: this key stays in memory, the rest on disk
         except OSError as exc:
             self._disable(f"cannot write to {self.directory} ({exc})")
         finally:

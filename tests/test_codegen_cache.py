@@ -280,3 +280,42 @@ def test_debug_logs_cache_compiles(tmp_path, monkeypatch, capsys):
     cache.get_or_compile(PARTS, lambda: b"x")
     err = capsys.readouterr().err
     assert "cache miss" in err and "(test, sm_90): compiled in" in err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_entries_that_are_not_regular_files_are_refused_without_blocking(tmp_path, kind):
+    """A FIFO in an entry's place used to block ``open`` forever (no writer ever comes) and a directory raised
+    IsADirectoryError out of the lookup; both are refused with a warning and the kernel is compiled. The worker
+    thread and its timeout turn a hang into a failure instead of a stuck test run."""
+    fill(tmp_path)
+    path = entry_path(tmp_path)
+    path.unlink()
+    os.mkfifo(path, 0o600) if kind == "fifo" else path.mkdir(mode=0o700)
+    cache, result = KernelCache(tmp_path), {}
+
+    def lookup():
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            try:
+                result["value"] = cache.get_or_compile(PARTS, lambda: b"recompiled")
+            except Exception as exc:  # reaches the assertion below
+                result["value"] = exc
+            result["warnings"] = [str(w.message) for w in record if issubclass(w.category, CacheWarning)]
+
+    worker = threading.Thread(target=lookup, daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    if worker.is_alive():
+        with open(path, "wb"):  # a writer end unblocks the hung open, so the thread can finish
+            pass
+        pytest.fail(f"the lookup blocked on a {kind} entry")
+    assert result["value"] == b"recompiled"
+    assert len(result["warnings"]) == 1 and "not a regular file" in result["warnings"][0], result["warnings"]
+    assert (cache.rejected, cache.compiles, cache.disk_hits) == (1, 1, 0) and cache.disk_enabled
+    if kind == "fifo":  # the FIFO is replaced by a proper entry, which the next process loads
+        assert stat.S_ISREG(path.lstat().st_mode)
+        assert KernelCache(tmp_path).get_or_compile(PARTS, lambda: pytest.fail("must load")) == b"recompiled"
+    else:  # the directory stays (it is not ours to delete); other kernels still go to disk
+        assert path.is_dir()
+        other = {**PARTS, "source": "other"}
+        assert cache.get_or_compile(other, lambda: b"2") == b"2" and entry_path(tmp_path, other).is_file()
