@@ -2,8 +2,10 @@
 
 A call to libm's ``tanhf`` keeps a loop scalar (design notes section 8: 346 ms against 7.7 ms for GELU on 2^24
 floats), so every function here is range reduction plus a polynomial, with special values chosen by ``select``
-(no branches). Only LLVM intrinsics that map to vector instructions are used (``rint``, ``fabs``, ``copysign``,
-``fma``, ``sqrt``). Each function takes the builder, the operand and the LLVM type and returns the result's name.
+(no branches). Only LLVM intrinsics that map to vector instructions are used (``rint``, ``floor``, ``fabs``,
+``copysign``, ``fma``, ``sqrt``, ``smax``), and loads from a constant table indexed by the exponent (`llvm_trig`),
+which vectorize as gathers. Each function takes the builder, the operand and the LLVM type and returns the result's
+name.
 
 Accuracy, measured by tests/test_codegen_math.py on 10^5 points per function spread over every binade plus 0, -0,
 +-inf and nan: the maximum error in units in the last place of the result, against 80-bit long double NumPy
@@ -19,10 +21,11 @@ tanh       1.32      2.12      expm1(2|x|) / (expm1(2|x|) + 2), series for expm1
 sigmoid    2.24      2.16      1 / (1 + exp(-|x|)), mirrored for x < 0
 erf        1.27      5.71      float32: x * poly(x^2) below 1, 1 - exp(poly(x)) to 3.92 (fits);
                                float64: positive series, continued fraction tail
-sin, cos   0.87      3.89      7-part (float64: 10-part) pi/2 reduction in double, exact for
-                               |x| < 1.7e12 (float64: 1.9 ulp below 30, 2.7 below 1e5); beyond,
-                               no Payne-Hanek reduction: within [-1, 1] but not accurate;
-                               float32 polynomials in float on the reduced argument as a float pair
+sin, cos   0.86      1.33      (llvm_trig) reduction by pi/2: Cody-Waite below 2^40, Payne-Hanek
+                               (2/pi by exponent from a table) up to the largest finite x, also
+                               at each binade's closest x to a multiple of pi/2; float32
+                               polynomials in float on the reduced argument as a float pair,
+                               float64 fdlibm's with the reduced argument's low part
 pow        0.50      (*)       exp(y log|x|), float32 in double; C99 special cases by select
 =========  ========  ========  ==============================================================
 
@@ -32,71 +35,14 @@ pow        0.50      (*)       exp(y log|x|), float32 in double; C99 special cas
 from __future__ import annotations
 
 import math
-import struct
 
-from .codeblock import llvm_const
+from .llvm_float import INT_FIELDS, Float, float_bits
 from .llvm_host import has_avx512
-
-_INT = {"float": ("i32", 23, 127, 0xFF), "double": ("i64", 52, 1023, 0x7FF)}
-
-
-class _Float:
-    """Arithmetic on one floating type, emitting into a builder (keeps the formulas below readable)."""
-
-    def __init__(self, b, ty):
-        self.b, self.ty = b, ty
-
-    def c(self, v):
-        return llvm_const(v, self.ty)
-
-    def bin(self, opcode, x, y):
-        return self.b.emit(f"{opcode} {self.ty} {x}, {y}")
-
-    def add(self, x, y):
-        return self.bin("fadd", x, y)
-
-    def sub(self, x, y):
-        return self.bin("fsub", x, y)
-
-    def mul(self, x, y):
-        return self.bin("fmul", x, y)
-
-    def div(self, x, y):
-        return self.bin("fdiv", x, y)
-
-    def cmp(self, pred, x, y):
-        return self.b.emit(f"fcmp {pred} {self.ty} {x}, {y}")
-
-    def select(self, cond, x, y):
-        return self.b.emit(f"select i1 {cond}, {self.ty} {x}, {self.ty} {y}")
-
-    def call(self, name, *args):
-        return self.b.intrinsic(f"llvm.{name}", self.ty, *args)
-
-    def fma(self, x, y, z):
-        """x * y + z as ``llvm.fmuladd``: one fused instruction where the target has FMA, mul+add elsewhere."""
-        return self.call("fmuladd", x, y, z)
-
-    def poly(self, x, coeffs):
-        """Horner evaluation of ``coeffs[0] + coeffs[1] x + ...`` (one fmuladd per coefficient)."""
-        acc = self.c(coeffs[-1])
-        for k in reversed(coeffs[:-1]):
-            acc = self.fma(acc, x, self.c(k))
-        return acc
-
-    def isnan(self, x):
-        return self.cmp("uno", x, x)
-
-
-def _bits(value, ty):
-    """The bit pattern of ``value`` as a ``ty`` (``float`` or ``double``), an unsigned integer."""
-    fmt, size = ("<f", 4) if ty == "float" else ("<d", 8)
-    return int.from_bytes(struct.pack(fmt, value), "little")
-
+from .llvm_trig import cos, sin
 
 def _exponent_field(f, k):
     """2**k as a ``f.ty`` built from its exponent field, for an i32 k that keeps the result normal."""
-    ity, mant, bias, _ = _INT[f.ty]
+    ity, mant, bias, _ = INT_FIELDS[f.ty]
     b = f.b
     if ity != "i32":
         k = b.emit(f"sext i32 {k} to {ity}")
@@ -140,14 +86,14 @@ def _exp_reduced(f, x):
     bit-pattern subtraction rather than a float-to-int conversion, so a nan operand gives a defined (if meaningless)
     k where ``fptosi`` would give poison, and a nan result needs no select. ``x`` must be clamped to keep
     ``|k| < 2**(mantissa - 1)``."""
-    ity, mant = _INT[f.ty][:2]
+    ity, mant = INT_FIELDS[f.ty][:2]
     ln2_hi, ln2_lo = _LN2[f.ty]
     magic = f.c(1.5 * 2.0 ** mant)
     t = f.call("fma", x, f.c(1 / math.log(2)), magic)
     k = f.sub(t, magic)
     r = f.fma(k, f.c(-ln2_lo), f.fma(k, f.c(-ln2_hi), x))
     p = f.poly(r, _EXP_F32 if f.ty == "float" else [1 / math.factorial(i) for i in range(14)])
-    k_int = f.b.emit(f"sub {ity} {f.b.emit(f'bitcast {f.ty} {t} to {ity}')}, {_bits(1.5 * 2.0 ** mant, f.ty)}")
+    k_int = f.b.emit(f"sub {ity} {f.b.emit(f'bitcast {f.ty} {t} to {ity}')}, {float_bits(1.5 * 2.0 ** mant, f.ty)}")
     return p, (k_int if ity == "i32" else f.b.emit(f"trunc i64 {k_int} to i32"))
 
 
@@ -156,7 +102,7 @@ def exp(b, x, ty):
     0x3FF7154760000000, float 0x4168000000000000)``, a degree-6 polynomial and, with AVX-512, ``call float
     @llvm.ldexp.f32.i32(float %t14, i32 %t16)``. Clamping keeps k in range; nan passes through (see
     `_exp_reduced`)."""
-    f = _Float(b, ty)
+    f = Float(b, ty)
     lo, hi = (-104.0, 89.0) if ty == "float" else (-746.0, 710.0)
     xc = f.select(f.cmp("olt", x, f.c(lo)), f.c(lo), x)
     xc = f.select(f.cmp("ogt", xc, f.c(hi)), f.c(hi), xc)
@@ -182,7 +128,7 @@ def _tanh_f32(b, x):
     is < 1/2; above, 1 - 2 / (e^(2a) + 1) with e^(2a) by `_exp_reduced` (2a clamped at 40, where the result
     rounds to 1), which loses nothing since the result is >= 1/2. nan takes the polynomial arm (``ult``) and passes.
     """
-    f = _Float(b, "float")
+    f = Float(b, "float")
     a = f.call("fabs", x)
     a2 = f.mul(a, a)
     small = f.fma(f.mul(a, a2), f.poly(a2, _TANH_F32_SMALL), a)
@@ -201,7 +147,7 @@ def tanh(b, x, ty):
     """
     if ty == "float":
         return _tanh_f32(b, x)
-    f = _Float(b, ty)
+    f = Float(b, ty)
     a = f.call("fabs", x)
     m = _expm1_nonneg(f, f.add(a, a))
     t = f.div(m, f.add(m, f.c(2)))
@@ -211,7 +157,7 @@ def tanh(b, x, ty):
 
 def sigmoid(b, x, ty):
     """With e = exp(-|x|): 1 / (1 + e) for x >= 0 and e / (1 + e) below, so tiny results underflow gradually."""
-    f = _Float(b, ty)
+    f = Float(b, ty)
     e = exp(b, f.bin("fsub", f.c(-0.0), f.call("fabs", x)), ty)
     r = f.div(f.c(1), f.add(f.c(1), e))
     return f.select(f.cmp("olt", x, f.c(0)), f.mul(e, r), r)
@@ -222,8 +168,8 @@ def log(b, x, ty):
 
     Subnormal inputs are scaled by 2**(mantissa bits + 2) first; x < 0 gives nan, 0 gives -inf, inf gives inf.
     """
-    f = _Float(b, ty)
-    ity, mant, bias, emask = _INT[ty]
+    f = Float(b, ty)
+    ity, mant, bias, emask = INT_FIELDS[ty]
     tiny = f.cmp("olt", x, f.c(2.0 ** (1 - bias)))
     scale = mant + 2
     xs = f.select(tiny, f.mul(x, f.c(2.0 ** scale)), x)
@@ -279,7 +225,7 @@ def _erf_float(b, x):
     """erf for float: ``x * (c + x^2 P(x^2))`` below 1, ``1 - exp(Q(x))`` with Q a fit of log(erfc) up to 3.92, 1
     beyond (0.96 ulp for the tail in exact exp; 1.27 ulp measured). Emits Horner steps such as
     ``%t7 = call float @llvm.fmuladd.f32(float 0x3F15E32720000000, float %t6, float 0xBF4AB85040000000)``."""
-    f = _Float(b, "float")
+    f = Float(b, "float")
     a = f.call("fabs", x)
     a = f.select(f.cmp("ogt", a, f.c(_ERF_ONE)), f.c(_ERF_ONE), a)  # nan stays nan (the ordered compare is false)
     hi = f.mul(a, a)
@@ -302,7 +248,7 @@ def erf(b, x, ty):
     limit, split, terms = 6.0, 2.0, 34
 
     def body(b, v):
-        f = _Float(b, "double")
+        f = Float(b, "double")
         a = f.call("fabs", v)
         a = f.select(f.cmp("ogt", a, f.c(limit)), f.c(limit), a)
         hi = f.mul(a, a)
@@ -325,81 +271,6 @@ def erf(b, x, ty):
     return _in_double(b, x, ty, body)
 
 
-# pi/2 as doubles of 13 significant bits each: for |k| < 2^40 every k * part is exact and so is every subtraction but
-# the last few, so the reduced argument is accurate for |x| < 2^40 * pi/2 (1.7e12). float32 takes the first 7 parts
-# (91 bits, leaving 3.8e-29), float64, whose arguments cancel more bits, all 10 (130 bits, leaving 2.3e-41).
-_PIO2_PARTS = (1.570556640625, 0.0002396702766418457, 1.5890691429376602e-08, 2.5632829192545614e-12,
-               6.123031769111886e-17, 2.022043007385876e-21, 2.2320345996685396e-25, 3.7945442136295076e-29,
-               4.665113900447363e-33, 4.7699356704460635e-37)
-_PIO2_PARTS_F32 = 7
-_PIO2_EXACT = 2.0 ** 40 * 1.5  # below 2^40 * pi/2: |k| < 2^40
-# float32 sin and cos of the reduced argument on [-pi/4, pi/4]: minimax polynomials (Cephes' sinf/cosf constants).
-_SIN_F32 = (1.0, -1.6666654611e-1, 8.3321608736e-3, -1.9515295891e-4)
-_COS_F32 = (1.0, -0.5, 4.166664568298827e-2, -1.388731625493765e-3, 2.443315711809948e-5)
-
-
-def _reduce_pio2(f, b, v, shift, parts):
-    """(r, odd, negative) for a double ``v`` already clamped to the exact range: ``v = k*pi/2 + r`` by Cody-Waite
-    with the first ``parts`` of `_PIO2_PARTS`, and the quadrant ``q = (k + shift) mod 4`` as two flags (``q`` is
-    taken in double, ``k - 4 floor(k/4)``, then converted: |k| may exceed any 32-bit integer)."""
-    k = f.call("rint", f.mul(v, f.c(2 / math.pi)))
-    r, minus_k = v, f.bin("fsub", f.c(-0.0), k)
-    for part in _PIO2_PARTS[:parts]:
-        r = f.call("fma", minus_k, f.c(part), r)
-    kk = f.add(k, f.c(shift)) if shift else k
-    q = b.emit(f"fptosi double {f.call('fma', f.c(-4), f.call('floor', f.mul(kk, f.c(0.25))), kk)} to i32")
-    return r, b.emit(f"trunc i32 {q} to i1"), b.emit(f"icmp uge i32 {q}, 2")
-
-
-def _sincos(b, x, ty, shift):
-    """sin(x + shift * pi/2): the reduction by pi/2 in double (`_reduce_pio2`), then sin or cos of the reduced
-    argument by quadrant. float32 evaluates the polynomials in float (8 or 16 lanes a register instead of 4 or 8),
-    rounding the reduced argument once; float64 uses Taylor polynomials in double. Arguments are clamped to the
-    exact range of the reduction first (beyond it the result is that of the bound: within [-1, 1], not accurate),
-    and inf and nan give nan."""
-    f = _Float(b, ty)
-    finite = f.cmp("olt", f.call("fabs", x), f.c(math.inf))
-    bound = f.c(_PIO2_EXACT)
-    xc = f.select(finite, x, f.c(0))
-    xc = f.select(f.cmp("ogt", xc, bound), bound, xc)
-    xc = f.select(f.cmp("olt", xc, f.bin("fsub", f.c(-0.0), bound)), f.bin("fsub", f.c(-0.0), bound), xc)
-    wide = xc if ty == "double" else b.emit(f"fpext float {xc} to double")
-    d = _Float(b, "double")
-    r, odd, neg = _reduce_pio2(d, b, wide, shift, _PIO2_PARTS_F32 if ty == "float" else len(_PIO2_PARTS))
-    if ty == "float":
-        # The reduced argument as a float pair hi + lo; the leading terms r and 1 - r^2/2 are summed last, with
-        # the rounding error of 1 - r^2/2 and lo's first-order terms (lo, -hi*lo) added back.
-        hi = b.emit(f"fptrunc double {r} to float")
-        lo = b.emit(f"fptrunc double {d.sub(r, b.emit(f'fpext float {hi} to double'))} to float")
-        r2 = f.mul(hi, hi)
-        sin_r = f.add(hi, f.fma(f.mul(hi, r2), f.poly(r2, _SIN_F32[1:]), lo))
-        half = f.mul(r2, f.c(0.5))
-        w = f.sub(f.c(1), half)
-        err = f.sub(f.sub(f.c(1), w), half)
-        tail = f.sub(err, f.mul(hi, lo))
-        cos_r = f.add(w, f.fma(f.mul(r2, r2), f.poly(r2, _COS_F32[2:]), tail))
-    else:
-        r2 = f.mul(r, r)
-        sin_r = f.mul(r, f.poly(r2, [(-1) ** i / math.factorial(2 * i + 1) for i in range(9)]))
-        cos_r = f.poly(r2, [(-1) ** i / math.factorial(2 * i) for i in range(10)])
-    out = f.select(odd, cos_r, sin_r)
-    out = f.select(neg, f.bin("fsub", f.c(-0.0), out), out)
-    out = f.select(finite, out, f.c(math.nan))
-    if shift:
-        return out
-    return f.select(f.cmp("oeq", x, f.c(0)), x, out)  # sin(-0) = -0: the reduction's subtractions lose the sign
-
-
-def sin(b, x, ty):
-    """sin(x); see `_sincos` for the reduction."""
-    return _sincos(b, x, ty, 0)
-
-
-def cos(b, x, ty):
-    """cos(x) = sin(x + pi/2), taken as a quadrant shift of 1."""
-    return _sincos(b, x, ty, 1)
-
-
 def pow(b, x, y, ty):
     """x**y = exp(y * log|x|) with C99's special cases (float32 is computed in double), by selects such as
     ``%t70 = select i1 %t69, double 0x3FF0000000000000, double %t66``.
@@ -410,7 +281,7 @@ def pow(b, x, y, ty):
     |y| >= 2^53, or 2^24 in float32, is even); nan for a finite x < 0 with a non-integer y; and 1 for y = +-0,
     for x = 1 (even with a nan y) and for x = -1 with y = +-inf (where y * log|x| is inf * 0 = nan)."""
     def body(b, xv, yv):
-        f = _Float(b, "double")
+        f = Float(b, "double")
         ax = f.call("fabs", xv)
         r = exp(b, f.mul(yv, log(b, ax, "double")), "double")
         is_int = f.cmp("oeq", f.call("floor", yv), yv)  # true for +-inf too: they are even, not odd
