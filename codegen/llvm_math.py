@@ -26,15 +26,14 @@ sin, cos   0.86      1.33      (llvm_trig) reduction by pi/2: Cody-Waite below 2
                                at each binade's closest x to a multiple of pi/2; float32
                                polynomials in float on the reduced argument as a float pair,
                                float64 fdlibm's with the reduced argument's low part
-pow        0.50      (*)       exp(y log|x|), float32 in double; C99 special cases by select
+pow        0.50      1.55      exp(y log|x|), float32 in double, float64 with log|x| and y log|x|
+                               as pairs (0.98 but near the overflow limit); C99 special cases
 =========  ========  ========  ==============================================================
-
-(*) float64 pow loses the rounding of y log|x| amplified by |y log|x||: 1.6 ulp per unit of it, 88 ulp on
-|x| <= 10, |y| <= 8 and 1120 ulp near the overflow limit (tests/test_codegen_math.py: pow_ulp_bound).
 """
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 from .llvm_float import INT_FIELDS, Float, float_bits
 from .llvm_host import has_avx512
@@ -78,9 +77,10 @@ _LN2 = {"float": (0.693145751953125, 1.428606765330187045e-06),
         "double": (6.93147180369123816490e-01, 1.90821492927058770002e-10)}
 
 
-def _exp_reduced(f, x):
+def _exp_reduced(f, x, lo=None):
     """(p, k) with e**x = p * 2**k: k = round(x / ln 2) as an i32 and p = e**r for r = x - k ln 2, reduced by
-    Cody-Waite with ln 2 in two parts (``k * ln2_hi`` is exact, so the first fma is a plain subtraction).
+    Cody-Waite with ln 2 in two parts (``k * ln2_hi`` is exact, so the first fma is a plain subtraction). ``lo``, a
+    low part of the argument (e**(x + lo), `pow`), is added to r.
 
     k comes from one fma with 1.5 * 2**mantissa added, which leaves k in the low bits of the sum: the integer k is a
     bit-pattern subtraction rather than a float-to-int conversion, so a nan operand gives a defined (if meaningless)
@@ -92,6 +92,7 @@ def _exp_reduced(f, x):
     t = f.call("fma", x, f.c(1 / math.log(2)), magic)
     k = f.sub(t, magic)
     r = f.fma(k, f.c(-ln2_lo), f.fma(k, f.c(-ln2_hi), x))
+    r = f.add(r, lo) if lo is not None else r
     p = f.poly(r, _EXP_F32 if f.ty == "float" else [1 / math.factorial(i) for i in range(14)])
     k_int = f.b.emit(f"sub {ity} {f.b.emit(f'bitcast {f.ty} {t} to {ity}')}, {float_bits(1.5 * 2.0 ** mant, f.ty)}")
     return p, (k_int if ity == "i32" else f.b.emit(f"trunc i64 {k_int} to i32"))
@@ -163,12 +164,10 @@ def sigmoid(b, x, ty):
     return f.select(f.cmp("olt", x, f.c(0)), f.mul(e, r), r)
 
 
-def log(b, x, ty):
-    """Natural log: x = m * 2**e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh((m-1)/(m+1)) as an odd series.
-
-    Subnormal inputs are scaled by 2**(mantissa bits + 2) first; x < 0 gives nan, 0 gives -inf, inf gives inf.
-    """
-    f = Float(b, ty)
+def _log_decompose(f, x):
+    """(e, m) with x = m * 2**e, m in [sqrt(1/2), sqrt(2)) and e as a float, for a positive x (subnormals are scaled
+    by 2**(mantissa bits + 2) first): bit fields, so ``%t4 = and i64 %t3, 4503599627370495`` and the like."""
+    b, ty = f.b, f.ty
     ity, mant, bias, emask = INT_FIELDS[ty]
     tiny = f.cmp("olt", x, f.c(2.0 ** (1 - bias)))
     scale = mant + 2
@@ -181,18 +180,58 @@ def log(b, x, ty):
     big = f.cmp("ogt", m, f.c(math.sqrt(2)))
     m = f.select(big, f.mul(m, f.c(0.5)), m)
     e = b.emit(f"add {ity} {e}, {b.emit(f'zext i1 {big} to {ity}')}")
+    return b.emit(f"sitofp {ity} {e} to {ty}"), m
+
+
+_LN2_LOG = {"float": (0.693145751953125, 1.428606765330187045e-06),
+            "double": (6.93147180369123816490e-01, 1.90821492927058770002e-10)}  # e * hi is exact
+
+
+def log(b, x, ty):
+    """Natural log: x = m * 2**e (`_log_decompose`), log m = 2 atanh((m-1)/(m+1)) as an odd series, emitting
+    ``%t20 = fdiv double %t18, %t19`` and Horner steps. x < 0 gives nan, 0 gives -inf, inf gives inf.
+    """
+    f = Float(b, ty)
+    ef, m = _log_decompose(f, x)
     s_ = f.div(f.sub(m, f.c(1)), f.add(m, f.c(1)))
     s2 = f.mul(s_, s_)
     terms = 5 if ty == "float" else 11
     two_s = f.add(s_, s_)
     log_m = f.add(two_s, f.mul(f.mul(two_s, s2), f.poly(s2, [1 / (2 * i + 3) for i in range(terms)])))
-    ef = b.emit(f"sitofp {ity} {e} to {ty}")
-    ln2_hi, ln2_lo = (0.693145751953125, 1.428606765330187045e-06) if ty == "float" else \
-        (6.93147180369123816490e-01, 1.90821492927058770002e-10)
+    ln2_hi, ln2_lo = _LN2_LOG[ty]
     res = f.add(f.mul(ef, f.c(ln2_hi)), f.add(log_m, f.mul(ef, f.c(ln2_lo))))
     res = f.select(f.cmp("oeq", x, f.c(math.inf)), x, res)
     res = f.select(f.cmp("oeq", x, f.c(0)), f.c(-math.inf), res)
     return f.select(f.cmp("ult", x, f.c(0)), f.c(math.nan), res)
+
+
+_TWO_THIRDS = (2 / 3, float(Fraction(2, 3) - Fraction(2 / 3)))  # 2/3 as a pair
+
+
+def _log_pair(f, x):
+    """log x for a positive finite double as a pair hi + lo, relative error about 2^-64 (`pow` needs that much:
+    exp(y log x) amplifies it by |y log x|, up to 745). With s = (m-1)/(m+1) as a pair (one division, the residual
+    by fma), log m = 2s + 2s^3/3 + 2s^5 U(s^2): e ln2_hi + 2s by `Float.two_sum`, 2s^3/3 as exact products of
+    pairs, U, s's low part and e ln2_lo (all below 2^-12 of the result) in plain double. Emits ``%t23 = call
+    double @llvm.fma.f64(double %t22, double %t20, double %t21)`` residuals and pair products."""
+    ef, m = _log_decompose(f, x)
+    num = f.sub(m, f.c(1))  # exact, as is den - 1 below
+    den = f.add(m, f.c(1))
+    den_lo = f.sub(m, f.sub(den, f.c(1)))
+    inv = f.div(f.c(1), den)
+    s = f.mul(num, inv)
+    s_lo = f.mul(f.sub(f.call("fma", f.neg(s), den, num), f.mul(s, den_lo)), inv)  # (m-1)/(m+1) - s
+    q, q_lo = f.two_prod(s, s)
+    s3, s3_lo = f.two_prod(s, q)
+    s3_lo = f.fma(s, q_lo, s3_lo)
+    t, t_lo = f.two_prod(s3, f.c(_TWO_THIRDS[0]))
+    t_lo = f.fma(s3, f.c(_TWO_THIRDS[1]), f.fma(s3_lo, f.c(_TWO_THIRDS[0]), t_lo))
+    u = f.mul(f.mul(s3, q), f.poly(q, [2 / (2 * i + 5) for i in range(11)]))
+    ln2_hi, ln2_lo = _LN2_LOG["double"]
+    hi, lo = f.two_sum(f.mul(ef, f.c(ln2_hi)), f.add(s, s))
+    hi, lo2 = f.fast_two_sum(hi, t)  # |t| < |2s| / 100 and |e ln2 + 2s| > ln2 / 2 for e != 0
+    small = f.add(f.fma(s_lo, f.fma(q, f.c(2), f.c(2)), u), f.fma(ef, f.c(ln2_lo), t_lo))  # s_lo: d(2s + 2s^3/3)
+    return hi, f.add(f.add(lo, lo2), small)
 
 
 def _in_double(b, x, ty, fn):
@@ -271,6 +310,22 @@ def erf(b, x, ty):
     return _in_double(b, x, ty, body)
 
 
+def _exp_of_product(f, y, ax):
+    """e**(y log ax) for doubles, with log ax a pair (`_log_pair`) and y times it a pair p + p_lo (`Float.two_prod`),
+    whose p_lo joins exp's reduced argument (``%t90 = fadd double %t88, %t81``). Zero, infinite and nan ax give
+    log ax = -inf, inf or nan as `log` does (its pair is computed on 1 there), and p_lo is dropped where exp
+    saturates (|p| >= 746), is nan or infinite."""
+    usable = f.b.emit(f"and i1 {f.cmp('ogt', ax, f.c(0))}, {f.cmp('olt', ax, f.c(math.inf))}")
+    hi, lo = _log_pair(f, f.select(usable, ax, f.c(1)))
+    hi = f.select(usable, hi, f.select(f.cmp("oeq", ax, f.c(0)), f.c(-math.inf), ax))  # inf and nan pass as ax
+    p, p_err = f.two_prod(y, hi)
+    p_lo = f.fma(y, f.select(usable, lo, f.c(0)), p_err)
+    p_lo = f.select(f.cmp("olt", f.call("fabs", p), f.c(746)), p_lo, f.c(0))
+    pc = f.select(f.cmp("olt", p, f.c(-746.0)), f.c(-746.0), p)
+    pc = f.select(f.cmp("ogt", pc, f.c(710.0)), f.c(710.0), pc)
+    return _ldexp(f, *_exp_reduced(f, pc, p_lo))
+
+
 def pow(b, x, y, ty):
     """x**y = exp(y * log|x|) with C99's special cases (float32 is computed in double), by selects such as
     ``%t70 = select i1 %t69, double 0x3FF0000000000000, double %t66``.
@@ -279,11 +334,17 @@ def pow(b, x, y, ty):
     +-inf and exp gives inf or +0 for zero and infinite bases and for y = +-inf with |x| != 1. What remains:
     the sign, -r when x's sign bit is set (-0 and -inf included) and y is an odd integer (floor(y/2) != y/2; every
     |y| >= 2^53, or 2^24 in float32, is even); nan for a finite x < 0 with a non-integer y; and 1 for y = +-0,
-    for x = 1 (even with a nan y) and for x = -1 with y = +-inf (where y * log|x| is inf * 0 = nan)."""
+    for x = 1 (even with a nan y) and for x = -1 with y = +-inf (where y * log|x| is inf * 0 = nan).
+
+    float64 carries y * log|x| as a pair (`_exp_of_product`), since exp multiplies its rounding error by up to 745;
+    float32 is accurate enough from double."""
     def body(b, xv, yv):
         f = Float(b, "double")
         ax = f.call("fabs", xv)
-        r = exp(b, f.mul(yv, log(b, ax, "double")), "double")
+        if ty == "double":
+            r = _exp_of_product(f, yv, ax)
+        else:
+            r = exp(b, f.mul(yv, log(b, ax, "double")), "double")
         is_int = f.cmp("oeq", f.call("floor", yv), yv)  # true for +-inf too: they are even, not odd
         half = f.mul(yv, f.c(0.5))
         odd = b.emit(f"and i1 {is_int}, {f.cmp('une', f.call('floor', half), half)}")
