@@ -147,11 +147,25 @@ def op(name, *args, dtype=None):
     if len({a.dtype for a in args}) != 1:
         raise TypeError(f"{name}: operand dtypes differ {[a.dtype for a in args]}; insert a cast")
     dt = args[0].dtype
+    if name == "pow" and dt in FLOATS and args[1].op == "const" and args[1].value in _POW_BY_CONSTANT:
+        return _POW_BY_CONSTANT[args[1].value](args[0])
     if name in FLOAT_ONLY and dt not in FLOATS:
         raise TypeError(f"{name}: needs a float operand, got {dt}")
     if name in ("and", "or", "not") and dt != "bool":
         raise TypeError(f"{name}: needs bool operands, got {dt}")
     return Expr(name, args, "bool" if name in COMPARE else dt)
+
+
+# PyTorch computes a float tensor to these scalar powers by these formulas, not by pow (their special values and
+# roundings differ: (-0) ** -0.5 is rsqrt's -inf, C99 pow's +inf; x ** 3 rounds twice), and so do the kernels.
+_POW_BY_CONSTANT = {
+    0.5: lambda x: op("sqrt", x),
+    2.0: lambda x: op("mul", x, x),
+    3.0: lambda x: op("mul", op("mul", x, x), x),
+    -0.5: lambda x: op("rsqrt", x),
+    -1.0: lambda x: op("div", const(1, x.dtype), x),
+    -2.0: lambda x: op("div", const(1, x.dtype), op("mul", x, x)),
+}
 
 
 def _check_dtype(dtype):

@@ -161,15 +161,22 @@ def test_a_program_at_other_sizes_is_the_same_machine_code(dtype):
 
 def test_numpy_integers_and_power_exponents_keep_one_canonical_text():
     x = load(0, "f32")
-    cube = Kernel((6,), (Buffer("f32", (1,)), Buffer("f32", (1,))), (Store(1, op("pow", x, const(3, "f32"))),))
+    cube = Kernel((6,), (Buffer("f32", (1,)), Buffer("f32", (1,))), (Store(1, op("pow", x, const(4, "f32"))),))
     same = Kernel((np.int64(6),), (Buffer("f32", (np.int64(1),), np.int64(0)), Buffer("f32", (1,))),
-                  (Store(1, op("pow", x, const(3, "f32"))),))
+                  (Store(1, op("pow", x, const(4, "f32"))),))
     assert str(same) == str(cube)
     template, values = parametrize(cube)
-    assert values == (6,) and "const f32 3.0" in str(template)  # the exponent is code: pow folds its checks
+    assert values == (6,) and "const f32 4.0" in str(template)  # the exponent is code: pow folds its checks
     out = np.zeros(6, np.float32)
     compile_kernel(same).run([np.arange(6, dtype=np.float32), out])
-    np.testing.assert_allclose(out, np.arange(6.0) ** 3, rtol=1e-6)
+    np.testing.assert_allclose(out, np.arange(6.0) ** 4, rtol=1e-6)
+
+
+def test_powers_torch_computes_by_formula_become_those_formulas():
+    x = load(0, "f32")
+    assert op("pow", x, const(3, "f32")) == op("mul", op("mul", x, x), x)
+    assert op("pow", x, const(-0.5, "f32")) == op("rsqrt", x)
+    assert op("pow", x, const(1.5, "f32")).op == "pow"
 
 
 _FIRST_COMPILES = r"""

@@ -184,3 +184,17 @@ def test_integer_constants_wrap_to_the_tensor_width_as_in_torch(dtype):
         got = f(jitorch.arange(4, dtype=getattr(jitorch, dtype)))
         want = torch.arange(4, dtype=getattr(torch, dtype)) + c
         assert got.tolist() == want.tolist() and str(got.dtype)[-5:] == str(want.dtype)[-5:]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("exponent", [0.5, -0.5, 2.0, 3, -1, -2.0, 1.5, 0.0])
+def test_scalar_powers_are_torchs_formulas_eager_and_compiled(exponent, dtype):
+    # torch computes x ** 0.5 as sqrt, ** -0.5 as rsqrt, ** 3 as x*x*x...: their signed zeros, infinities and
+    # roundings are not C99 pow's ((-0) ** -0.5 is -inf).
+    vals = [-0.0, float("-inf"), 4.0, 0.0, float("inf"), -2.5, float("nan"), 1e-30, 3.3, -1.7, 1e20, 0.1]
+    x, tx = jitorch.tensor(vals, dtype=getattr(jitorch, dtype)), torch.tensor(vals, dtype=getattr(torch, dtype))
+    want = (tx ** exponent).numpy()
+    for got in ((x ** exponent).numpy(), jitorch.compile(lambda x: x ** exponent)(x).numpy()):
+        np.testing.assert_array_equal(got, want)
+        real = ~np.isnan(want)
+        np.testing.assert_array_equal(np.signbit(got)[real], np.signbit(want)[real])

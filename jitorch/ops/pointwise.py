@@ -77,7 +77,23 @@ def _pow_kernel(xp, a, b):
     if getattr(a, "dtype", None) is not None and a.dtype.kind in "iu" and getattr(b, "dtype", None) is None \
             and isinstance(b, int) and b < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
+    if isinstance(b, (int, float)) and getattr(a, "dtype", None) is not None and a.dtype.kind == "f":
+        special = _POW_BY_SCALAR.get(b)
+        if special is not None:
+            return special(xp, a)
     return xp.power(a, b)
+
+
+# PyTorch's formulas for a float tensor to these scalar powers (codegen/ir.py's ``_POW_BY_CONSTANT`` for kernels):
+# their special values and roundings are what torch returns, not C99 pow's ((-0) ** -0.5 is -inf, x ** 3 rounds twice).
+_POW_BY_SCALAR = {
+    0.5: lambda xp, a: xp.sqrt(a),
+    2: lambda xp, a: a * a,
+    3: lambda xp, a: a * a * a,
+    -0.5: lambda xp, a: 1 / xp.sqrt(a),
+    -1: lambda xp, a: 1 / a,
+    -2: lambda xp, a: 1 / (a * a),
+}
 
 
 def _pow_backward(ctx, g):
