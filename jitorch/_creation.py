@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _dtype
 from ._device import device as _device, get_default_device
-from ._shape import normalize_shape
+from ._shape import normalize_shape, sizes_or_keyword
 from ._tensor import Tensor
 from .runtime import array_module_for, move_array
 
@@ -154,17 +154,17 @@ def _filled(size, value, dtype, device, requires_grad, op):
     return t
 
 
-def zeros(*size, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
-    return _filled(size, 0, dtype, device, requires_grad, "zeros")
+def zeros(*sizes, size=None, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
+    return _filled(sizes_or_keyword(sizes, size, "zeros"), 0, dtype, device, requires_grad, "zeros")
 
 
-def ones(*size, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
-    return _filled(size, 1, dtype, device, requires_grad, "ones")
+def ones(*sizes, size=None, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
+    return _filled(sizes_or_keyword(sizes, size, "ones"), 1, dtype, device, requires_grad, "ones")
 
 
-def empty(*size, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False,
+def empty(*sizes, size=None, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False,
           memory_format=None):
-    return _filled(size, None, dtype, device, requires_grad, "empty")
+    return _filled(sizes_or_keyword(sizes, size, "empty"), None, dtype, device, requires_grad, "empty")
 
 
 def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False):
@@ -305,19 +305,30 @@ def polar(abs, angle):
     return complex(abs * angle.cos(), abs * angle.sin())
 
 
-def _new(kind):
-    def method(self, *args, dtype=None, device=None, requires_grad=False, **kwargs):
-        dt = self.dtype if dtype is None else dtype
-        dev = self.device if device is None else device
-        if kind == "tensor":
-            return tensor(args[0], dtype=dt, device=dev, requires_grad=requires_grad)
-        if kind == "full":
-            return full(args[0], args[1], dtype=dt, device=dev, requires_grad=requires_grad)
-        fn = {"zeros": zeros, "ones": ones, "empty": empty}[kind]
-        return fn(*args, dtype=dt, device=dev, requires_grad=requires_grad)
-    method.__name__ = f"new_{kind}"
+def _new_kw(self, dtype, device):
+    return (self.dtype if dtype is None else dtype), (self.device if device is None else device)
+
+
+def _new_sized(fn):
+    # NOTE: ``size`` is torch's keyword for the sizes; a catch-all ``**kwargs`` here once swallowed it silently.
+    def method(self, *sizes, size=None, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
+        dt, dev = _new_kw(self, dtype, device)
+        return fn(*sizes_or_keyword(sizes, size, f"new_{fn.__name__}"), dtype=dt, device=dev,
+                  requires_grad=requires_grad)
+    method.__name__ = f"new_{fn.__name__}"
     return method
 
 
-for _kind in ("tensor", "zeros", "ones", "empty", "full"):
-    setattr(Tensor, f"new_{_kind}", _new(_kind))
+def _new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
+    dt, dev = _new_kw(self, dtype, device)
+    return tensor(data, dtype=dt, device=dev, requires_grad=requires_grad)
+
+
+def _new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False, layout=None,
+              pin_memory=False):
+    dt, dev = _new_kw(self, dtype, device)
+    return full(size, fill_value, dtype=dt, device=dev, requires_grad=requires_grad)
+
+
+Tensor.new_tensor, Tensor.new_full = _new_tensor, _new_full
+Tensor.new_zeros, Tensor.new_ones, Tensor.new_empty = _new_sized(zeros), _new_sized(ones), _new_sized(empty)

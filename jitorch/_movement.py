@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
-from ._shape import infer_shape, normalize_shape, view_strides, wrap_dim, wrap_dims
+from ._shape import infer_shape, normalize_shape, sizes_or_keyword, view_strides, wrap_dim, wrap_dims
 from ._tensor import Tensor
 from .ops import movement as M
 
@@ -24,10 +24,12 @@ __all__ = [
 ]
 
 
-def _view(self, *shape):
+def _view(self, *shape, size=None, dtype=None):
+    if dtype is not None and not shape and size is None:
+        return self._view_dtype(dtype)
     if len(shape) == 1 and not isinstance(shape[0], (int, tuple, list)) and not hasattr(shape[0], "__index__"):
         return self._view_dtype(shape[0])
-    shape = infer_shape(normalize_shape(shape, "view"), self._data.size)
+    shape = infer_shape(normalize_shape(sizes_or_keyword(shape, size, "view"), "view"), self._data.size)
     if shape == self._data.shape or self._data.flags.c_contiguous:
         return apply(M.RESHAPE, self, shape=shape)
     item = self._data.itemsize
@@ -39,9 +41,10 @@ def _view(self, *shape):
     return apply(M.RESHAPE, self, shape=shape)
 
 
-def reshape(input, *shape):
+def reshape(input, *sizes, shape=None):
     """A view when the memory layout allows it, else a copy (as PyTorch)."""
-    shape = infer_shape(normalize_shape(shape, "reshape"), input._data.size, "reshape")
+    shape = infer_shape(normalize_shape(sizes_or_keyword(sizes, shape, "reshape", "shape"), "reshape"),
+                        input._data.size, "reshape")
     if input._data.flags.c_contiguous:
         return apply(M.RESHAPE, input, shape=shape)
     item = input._data.itemsize
@@ -50,8 +53,8 @@ def reshape(input, *shape):
     return apply(M.RESHAPE, apply(M.CONTIGUOUS, input), shape=shape)
 
 
-def permute(input, *dims):
-    dims = normalize_shape(dims, "permute")
+def permute(input, *order, dims=None):
+    dims = normalize_shape(sizes_or_keyword(order, dims, "permute", "dims"), "permute")
     if len(dims) != input._data.ndim:
         raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match the length "
                            f"of the desired ordering of dimensions i.e. input.dim() = {input._data.ndim} is not equal "
@@ -67,7 +70,11 @@ def transpose(input, dim0, dim1):
     return apply(M.PERMUTE, input, dims=tuple(dims))
 
 
-swapaxes = swapdims = transpose
+def swapaxes(input, axis0, axis1):
+    return transpose(input, axis0, axis1)
+
+
+swapdims = transpose
 
 
 def t(input):
@@ -179,7 +186,14 @@ def chunk(input, chunks, dim=0):
     return split(input, step, d)
 
 
-def tensor_split(input, indices_or_sections, dim=0):
+def tensor_split(input, indices_or_sections=None, dim=0, *, sections=None, indices=None):
+    # NOTE: torch's overloads name the second argument ``sections``, ``indices`` or ``tensor_indices_or_sections``.
+    given = [v for v in (indices_or_sections, sections, indices) if v is not None]
+    if len(given) != 1:
+        raise TypeError("tensor_split() expects exactly one of sections, indices or tensor_indices_or_sections")
+    indices_or_sections = given[0]
+    if isinstance(indices_or_sections, Tensor):
+        indices_or_sections = indices_or_sections.tolist()
     d = wrap_dim(dim, input._data.ndim, "tensor_split")
     size = input._data.shape[d]
     if isinstance(indices_or_sections, int):
@@ -208,8 +222,8 @@ def movedim(input, source, destination):
 moveaxis = movedim
 
 
-def flip(input, *dims):
-    dims = normalize_shape(dims, "flip")
+def flip(input, *order, dims=None):
+    dims = normalize_shape(sizes_or_keyword(order, dims, "flip", "dims"), "flip")
     return apply(M.FLIP, input, dims=wrap_dims(dims, input._data.ndim, "flip"))
 
 
@@ -343,8 +357,8 @@ def column_stack(tensors):
     return hstack([x.reshape(-1, 1) if x._data.ndim <= 1 else x for x in tensors])
 
 
-def expand(self, *sizes):
-    sizes = normalize_shape(sizes, "expand")
+def expand(self, *sizes, size=None):
+    sizes = normalize_shape(sizes_or_keyword(sizes, size, "expand"), "expand")
     shape = self._data.shape
     if len(sizes) < len(shape):
         raise RuntimeError(f"expand: the number of sizes provided ({len(sizes)}) must be greater or equal to the "
@@ -412,15 +426,15 @@ def _contiguous(self, memory_format=None):
     return self if self._data.flags.c_contiguous else apply(M.CONTIGUOUS, self)
 
 
-def tile(input, dims):
-    dims = tuple(dims)
+def tile(input, *order, dims=None):
+    dims = normalize_shape(sizes_or_keyword(order, dims, "tile", "dims"), "tile")
     if len(dims) < input._data.ndim:
         dims = (1,) * (input._data.ndim - len(dims)) + dims
     return _repeat(input, *dims)
 
 
-def _repeat(self, *sizes):
-    sizes = normalize_shape(sizes, "repeat")
+def _repeat(self, *sizes, repeats=None):
+    sizes = normalize_shape(sizes_or_keyword(sizes, repeats, "repeat", "repeats"), "repeat")
     if len(sizes) < self._data.ndim:
         raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor")
     x = self.reshape((1,) * (len(sizes) - self._data.ndim) + self._data.shape)
@@ -484,6 +498,7 @@ _METHODS.update(
     view=_view, view_as=lambda self, other: _view(self, other.shape),
     reshape_as=lambda self, other: reshape(self, other.shape), expand=expand,
     expand_as=lambda self, other: expand(self, other.shape), contiguous=_contiguous, repeat=_repeat,
+    split=lambda self, split_size, dim=0: split(self, split_size, dim),
     copy_=_copy_, fill_=_fill_, zero_=_zero_, unfold=_unfold, diagonal_scatter=_diagonal_scatter,
     slice_scatter_2d=_slice_scatter_2d,
     T=property(lambda self: permute(self, tuple(range(self._data.ndim - 1, -1, -1)))),
@@ -492,7 +507,7 @@ _METHODS.update(
     squeeze_=lambda self, dim=None: _set_geometry(self, squeeze(self, dim)),
     unsqueeze_=lambda self, dim: _set_geometry(self, unsqueeze(self, dim)),
     t_=lambda self: _set_geometry(self, t(self)),
-    transpose_=lambda self, a, b: _set_geometry(self, transpose(self, a, b)),
+    transpose_=lambda self, dim0, dim1: _set_geometry(self, transpose(self, dim0, dim1)),
     tril_=lambda self, diagonal=0: self.copy_(tril(self, diagonal)),
     triu_=lambda self, diagonal=0: self.copy_(triu(self, diagonal)),
 )

@@ -167,11 +167,11 @@ class _nullcontext:
         return False
 
 
-def _resize_(self, *sizes, memory_format=None):
+def _resize_(self, *sizes, size=None, memory_format=None):
     """Reshape in place to ``sizes``, keeping the leading elements; new elements are uninitialised (here: zeros)."""
-    from ._shape import normalize_shape
+    from ._shape import normalize_shape, sizes_or_keyword
 
-    shape = normalize_shape(sizes, "resize_")
+    shape = normalize_shape(sizes_or_keyword(sizes, size, "resize_"), "resize_")
     if self.requires_grad:
         raise RuntimeError("cannot resize variables that require grad")
     numel = int(np.prod(shape, dtype=np.int64))
@@ -204,7 +204,8 @@ _METHODS = dict(split_with_sizes=split_with_sizes, hsplit=hsplit, vsplit=vsplit,
                 fill_diagonal_=_fill_diagonal_, resize_=_resize_, resize_as_=lambda self, other: _resize_(
                     self, tuple(other.shape)), new=_new, ndimension=lambda self: self.dim(),
                 is_nonzero=lambda self: _is_nonzero(self), is_inference=lambda self: False,
-                swapdims_=lambda self, a, b: self.transpose_(a, b), swapaxes_=lambda self, a, b: self.transpose_(a, b),
+                swapdims_=lambda self, dim0, dim1: self.transpose_(dim0, dim1),
+                swapaxes_=lambda self, axis0, axis1: self.transpose_(axis0, axis1),
                 cumsum_=lambda self, dim, *, dtype=None: self.copy_(self.cumsum(dim, dtype=dtype)),
                 cumprod_=lambda self, dim, *, dtype=None: self.copy_(self.cumprod(dim, dtype=dtype)),
                 greater_=lambda self, other: self.gt_(other), greater_equal_=lambda self, other: self.ge_(other),

@@ -21,7 +21,7 @@ from . import _dtype
 from ._creation import _finish
 from ._device import device as _device, get_default_device
 from ._random_device import DeviceStream
-from ._shape import normalize_shape
+from ._shape import normalize_shape, sizes_or_keyword
 from ._tensor import Tensor
 
 __all__ = ["Generator", "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "default_generator",
@@ -298,19 +298,19 @@ def _float_sample(name, method, generator, dt, shape, device, requires_grad):
     return out.requires_grad_() if requires_grad else out
 
 
-def rand(*size, generator=None, out=None, dtype=None, layout=None, device=None, requires_grad=False,
-         pin_memory=False):
+def rand(*sizes, size=None, generator=None, out=None, dtype=None, layout=None, device=None,
+         requires_grad=False, pin_memory=False):
     """Uniform samples in [0, 1)."""
     dt = _float_dtype(dtype)
-    shape = normalize_shape(size, "rand")
+    shape = normalize_shape(sizes_or_keyword(sizes, size, "rand"), "rand")
     return _float_sample("rand", "random", generator, dt, shape, device, requires_grad)
 
 
-def randn(*size, generator=None, out=None, dtype=None, layout=None, device=None, requires_grad=False,
-          pin_memory=False):
+def randn(*sizes, size=None, generator=None, out=None, dtype=None, layout=None, device=None,
+          requires_grad=False, pin_memory=False):
     """Standard normal samples."""
     dt = _float_dtype(dtype)
-    shape = normalize_shape(size, "randn")
+    shape = normalize_shape(sizes_or_keyword(sizes, size, "randn"), "randn")
     return _float_sample("randn", "standard_normal", generator, dt, shape, device, requires_grad)
 
 

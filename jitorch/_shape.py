@@ -53,6 +53,15 @@ def normalize_shape(args, op="op"):
         raise TypeError(f"{op}: size must be a sequence of ints, got {args!r}") from None
 
 
+def sizes_or_keyword(args, keyword, op, name="size"):
+    """Positional sizes (``zeros(2, 3)``) or torch's keyword for them (``zeros(size=(2, 3))``), never both."""
+    if keyword is None:
+        return args
+    if args:
+        raise TypeError(f"{op}() got multiple values for argument '{name}'")
+    return (keyword,)
+
+
 def infer_shape(shape, numel, op="view"):
     """Resolve one ``-1`` in ``shape`` against ``numel`` elements."""
     if -1 not in shape and min(shape, default=0) >= 0:
