@@ -91,3 +91,17 @@ def is_complex(input):
 
 def numel(input):
     return input.numel()
+
+
+def _install_numpy_names():
+    # NOTE: last, once every module has bound its functions and Tensor methods (see _numpy_names.py).
+    import sys
+
+    from . import _numpy_names as names
+
+    for owner, listed in ((sys.modules[__name__], names.FUNCTIONS), (Tensor, names.METHODS), (linalg, names.LINALG),
+                          (special, names.SPECIAL), (nn.functional, names.FUNCTIONAL)):
+        names.install(owner, listed)
+
+
+_install_numpy_names()
