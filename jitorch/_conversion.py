@@ -75,6 +75,10 @@ def type_(self, dtype=None, non_blocking=False, **kwargs):
         return f"{prefix}{TORCH_TYPE_NAMES[self.dtype.name]}Tensor"
     if isinstance(dtype, str) and dtype.endswith("Tensor"):
         return to(self, _LEGACY[dtype.split(".")[-1]])
+    if dtype is Tensor:  # t.type(torch.Tensor): the default dtype, as torch
+        return to(self, _dtype.get_default_dtype())
+    if isinstance(dtype, type) and isinstance(getattr(dtype, "_dtype", None), _dtype.dtype):  # torch.IntTensor
+        return to(self, dtype._dtype)
     return to(self, _dtype.to_dtype(dtype))
 
 

@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import builtins
 import math
 import numbers
 
@@ -55,7 +56,7 @@ def _contains_tensor(data):
     if isinstance(data, Tensor):
         return True
     if isinstance(data, (list, tuple)) and data:
-        return _contains_tensor(data[0])
+        return any(_contains_tensor(d) for d in data) if not isinstance(data[0], _PY_SCALARS) else False
     return False
 
 
@@ -75,7 +76,48 @@ def _to_array(data, op):
 def _nested_host(data):
     if isinstance(data, Tensor):
         return data._host()
-    return [_nested_host(d) for d in data]
+    if isinstance(data, (list, tuple)):
+        return [_nested_host(d) for d in data]
+    return data
+
+
+_PY_SCALARS = (builtins.bool, builtins.int, builtins.float, builtins.complex)  # ``complex`` is shadowed below
+
+
+def _python_scalar_dtype(kinds):
+    """The dtype torch infers for a sequence of Python numbers of these types (floats: the default dtype)."""
+    if builtins.complex in kinds:
+        return _dtype.default_complex()
+    if builtins.float in kinds:
+        return _dtype.get_default_dtype()
+    return _dtype.int64 if builtins.int in kinds else _dtype.bool
+
+
+def _inferred_dtype(data):
+    """torch's dtype for nested ``data``: Python numbers by kind (floats: the default dtype), NumPy scalars, arrays
+    and tensors keep their own dtype, all promoted together; None for anything else (NumPy's inference then rules).
+
+    NOTE: NumPy would make ``[np.float64(1.5), 2.0]`` float64 and so would torch, but jitorch maps NumPy's float64 to
+    the default dtype for Python floats, so the NumPy scalars must be told apart from the floats here.
+    """
+    if isinstance(data, (list, tuple)):
+        kinds = set(map(type, data))
+        if kinds <= set(_PY_SCALARS):  # the common case: one C-level pass, no recursion
+            return _python_scalar_dtype(kinds) if kinds else _dtype.get_default_dtype()
+        out = _python_scalar_dtype(kinds & set(_PY_SCALARS)) if kinds & set(_PY_SCALARS) else None
+        for d in data:
+            if type(d) in _PY_SCALARS:
+                continue
+            dt = _inferred_dtype(d)
+            if dt is None:
+                return None
+            out = dt if out is None else _dtype.promote_types(out, dt)
+        return out
+    if isinstance(data, Tensor):
+        return data.dtype
+    if isinstance(data, (np.ndarray, np.generic)):
+        return _dtype.FROM_NP.get(data.dtype)
+    return None
 
 
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
@@ -88,7 +130,10 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
         dt = _dtype.from_numpy_dtype(arr.dtype)
     else:
         arr = _to_array(data, "tensor")
-        dt = _default_for_kind(arr) if not isinstance(data, np.generic) else _dtype.from_numpy_dtype(arr.dtype)
+        if isinstance(data, np.generic):
+            dt = _dtype.from_numpy_dtype(arr.dtype)
+        else:
+            dt = (_inferred_dtype(data) if isinstance(data, (list, tuple)) else None) or _default_for_kind(arr)
     if dtype is not None:
         dt = _dtype.to_dtype(dtype)
     if arr.dtype != dt.np:

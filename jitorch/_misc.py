@@ -42,14 +42,18 @@ class _LegacyTensorType(type):
 
     def __call__(cls, *args, device=None):
         from . import _creation
+        from ._tensor import Size
 
-        if len(args) == 1 and not isinstance(args[0], int):
+        if not args:  # empty and 1-D, as torch.FloatTensor()
+            return _creation.empty(0, dtype=cls._dtype, device=device)
+        if len(args) == 1 and not isinstance(args[0], (int, Size)):  # FloatTensor(x.size()) is sizes, not data
             return _creation.tensor(args[0], dtype=cls._dtype, device=device)
         return _creation.empty(*args, dtype=cls._dtype, device=device)
 
 
 def _legacy(name, dt):
-    return _LegacyTensorType(name, (), {"_dtype": dt, "__doc__": f"Legacy constructor for {dt} tensors."})
+    return _LegacyTensorType(name, (), {"_dtype": dt, "dtype": dt, "is_cuda": False,
+                                        "__doc__": f"Legacy constructor for {dt} tensors."})
 
 
 FloatTensor = _legacy("FloatTensor", _dtype.float32)

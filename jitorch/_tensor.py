@@ -63,7 +63,9 @@ class Tensor:
     def __new__(cls, *args, device=None):
         from . import _creation
 
-        if len(args) == 1 and not isinstance(args[0], int):
+        if not args:  # torch.Tensor() is an empty 1-D tensor, the start of ``preds = torch.cat([preds, p])`` loops
+            return _creation.empty(0, dtype=_dtype.get_default_dtype(), device=device)
+        if len(args) == 1 and not isinstance(args[0], (int, Size)):  # a Size is sizes, not data
             data = args[0]
             if isinstance(data, Tensor):
                 return data.to(_dtype.get_default_dtype()) if data.dtype.category == _dtype.FLOAT else data.float()

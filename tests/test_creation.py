@@ -24,7 +24,11 @@ def _dt(T, name):
 
 
 DATA = [1, 2.5, True, [1, 2, 3], [1.0, 2], [True, False], [[1, 2], [3, 4]], [[1.5], [2]], [], [[]], 3 + 4j,
-        [1, 2.5j], np.float32(1.5), np.int16(3), np.array([1, 2], dtype=np.int8), np.array([[1.5]], dtype=np.float16)]
+        [1, 2.5j], np.float32(1.5), np.int16(3), np.array([1, 2], dtype=np.int8), np.array([[1.5]], dtype=np.float16),
+        # NumPy scalars in a sequence keep their dtype, promoted with the Python numbers' (floats: the default dtype)
+        [np.float64(1.5), np.float64(2.5)], [1.0, np.float64(2)], [[np.float64(1)]], (np.float64(1), 2),
+        [np.float32(1), np.float64(2)], [np.float16(1), 2], [np.float16(1), 2.0], [np.int32(1), np.int32(2)],
+        [np.int32(1), 2], [np.int8(1), 2.5], [np.complex128(1 + 2j)], [np.array([1.0, 2.0]), np.array([3.0, 4.0])]]
 
 
 @pytest.mark.parametrize("data", DATA, ids=[repr(d)[:20] for d in DATA])
@@ -32,7 +36,9 @@ def test_tensor_infers_dtype_and_shape(data):
     _both(lambda T: T.tensor(data))
     complex_data = isinstance(data, complex) or (isinstance(data, list) and any(isinstance(v, complex) for v in data))
     for name in ("float64", "int32", "bool"):
-        if not complex_data and not isinstance(data, np.generic):  # torch rejects NumPy scalars with a dtype=
+        numpy_scalars = isinstance(data, np.generic) or (isinstance(data, list) and any(
+            isinstance(v, np.generic) for v in data))
+        if not complex_data and not numpy_scalars:  # torch rejects NumPy scalars with a dtype=
             _both(lambda T: T.tensor(data, dtype=_dt(T, name)))
     _both(lambda T: T.as_tensor(data))
 
@@ -40,6 +46,8 @@ def test_tensor_infers_dtype_and_shape(data):
 @pytest.mark.filterwarnings("ignore:To copy construct from a tensor:UserWarning")
 def test_tensor_from_tensors_and_requires_grad():
     _both(lambda T: T.tensor([T.tensor(1.0), T.tensor(2.0)]))
+    _both(lambda T: T.tensor([T.tensor(1.0, dtype=T.float64), T.tensor(2.0, dtype=T.float64)]))
+    _both(lambda T: T.tensor([T.tensor(1.0), np.float64(2.0)]))  # was a TypeError: the NumPy scalar was iterated
     _both(lambda T: T.tensor(T.arange(3)))
     j, t = _both(lambda T: T.tensor([1.0, 2.0], requires_grad=True))
     assert j.requires_grad and j.is_leaf
@@ -53,7 +61,7 @@ def test_default_dtype_controls_float_creation():
         torch.set_default_dtype(torch.float64)
         for fn in (lambda T: T.tensor(1.5), lambda T: T.zeros(2), lambda T: T.arange(0.0, 1.0, 0.5),
                    lambda T: T.tensor([1, 2]) / 2, lambda T: T.full((2,), 1.5), lambda T: T.linspace(0, 1, 3),
-                   lambda T: T.tensor(1 + 2j)):
+                   lambda T: T.tensor(1 + 2j), lambda T: T.tensor([np.float32(1), 2.0]), lambda T: T.tensor([1j])):
             _both(fn)
     finally:
         jitorch.set_default_dtype(old)
@@ -320,3 +328,37 @@ def test_rng_state_round_trips_and_old_pickled_states_still_load():
     after = jitorch.rand(3)
     jitorch.set_rng_state(jitorch.tensor(legacy))
     assert jitorch.equal(jitorch.rand(3), after)
+
+
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+def test_default_collate_keeps_numpy_float64():
+    """DataLoader batches of np.float64 targets stayed float32: the list of NumPy scalars took the default dtype."""
+    batch = [np.float64(1.5), np.float64(2.5)]
+    assert_same(jitorch.utils.data.default_collate(batch), torch.utils.data.default_collate(batch))
+
+
+UNINITIALISED = [  # torch.Tensor() and the typed legacy constructors: no arguments is empty 1-D, a Size is a shape
+    lambda T: T.Tensor(), lambda T: T.FloatTensor(), lambda T: T.LongTensor(), lambda T: T.Tensor(T.Size([2, 3])),
+    lambda T: T.FloatTensor(T.ones(2, 3).size()), lambda T: T.DoubleTensor(T.Size([2])), lambda T: T.Tensor(T.Size([])),
+    lambda T: T.Tensor(2, 3),
+]
+
+
+@pytest.mark.parametrize("make", UNINITIALISED)
+def test_legacy_constructors_of_sizes(make):
+    j, t = make(jitorch), make(torch)
+    assert tuple(j.shape) == tuple(t.shape) and str(j.dtype).split(".")[-1] == str(t.dtype).split(".")[-1]
+
+
+@pytest.mark.parametrize("make", [lambda T: T.Tensor((2, 3)), lambda T: T.cat([T.Tensor(), T.ones(2)]),
+                                  lambda T: T.IntTensor([1, 2]), lambda T: T.Tensor([[1.5]])])
+def test_legacy_constructors_of_data(make):
+    _both(make)
+
+
+@pytest.mark.parametrize("kind", ["IntTensor", "LongTensor", "DoubleTensor", "HalfTensor", "BoolTensor", "Tensor"])
+def test_type_converts_to_a_legacy_type_class(kind):
+    """``x.type(torch.IntTensor)`` was a NumPy TypeError about an object dtype."""
+    _both(lambda T: T.tensor([1.5, -2.5, 0.0]).type(getattr(T, kind)))
+    if kind != "Tensor":
+        assert getattr(jitorch, kind).dtype is getattr(jitorch, kind)().dtype
