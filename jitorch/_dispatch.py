@@ -210,6 +210,8 @@ def _mark_view(out, src, op, attrs):
     out._view_ver = root._ver
     step = ((op, attrs),)
     out._view_chain = src._view_chain + step if src._base is not None else step
+    if out._inference is not src._inference:  # a view is an inference tensor when its base is, whatever the mode
+        out._inference = src._inference
 
 
 # Reductions whose ``dtype=`` may ask for an integer result from a tensor that requires grad.
@@ -284,6 +286,8 @@ def eager(op, args, attrs):
             out = np.asarray(out)
         t = _new(Tensor)
         t._data = out
+        if GradState.inference:  # what Tensor._make does for the other paths
+            t._inference = True
         if op.view:
             _mark_view(t, a, op, attrs)
         if a._requires_grad and GradState.enabled and op.differentiable:
@@ -492,6 +496,8 @@ def fast_binary(op, reflected=False):
                         out = np.asarray(out)
                     t = _new(Tensor)
                     t._data = out
+                    if GradState.inference:
+                        t._inference = True
                     if GradState.enabled and differentiable and (a._requires_grad or (tb is Tensor and
                                                                                       b._requires_grad)):
                         if tb is Tensor and (x.shape != y.shape or a._data.dtype != b._data.dtype):
@@ -533,6 +539,8 @@ def fast_unary(op):
                     out = np.asarray(out)
                 t = _new(Tensor)
                 t._data = out
+                if GradState.inference:
+                    t._inference = True
                 if GradState.enabled and differentiable and a._requires_grad:
                     _record_pointwise(op, (a,), t)
                 return t

@@ -203,7 +203,7 @@ _METHODS = dict(split_with_sizes=split_with_sizes, hsplit=hsplit, vsplit=vsplit,
                 slice_scatter=slice_scatter, select_scatter=select_scatter, is_same_size=is_same_size,
                 fill_diagonal_=_fill_diagonal_, resize_=_resize_, resize_as_=lambda self, other: _resize_(
                     self, tuple(other.shape)), new=_new, ndimension=lambda self: self.dim(),
-                is_nonzero=lambda self: _is_nonzero(self), is_inference=lambda self: False,
+                is_nonzero=lambda self: _is_nonzero(self),
                 swapdims_=lambda self, dim0, dim1: self.transpose_(dim0, dim1),
                 swapaxes_=lambda self, axis0, axis1: self.transpose_(axis0, axis1),
                 cumsum_=lambda self, dim, *, dtype=None: self.copy_(self.cumsum(dim, dtype=dtype)),

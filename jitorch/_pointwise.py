@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from . import _dtype
 from ._dispatch import apply, apply_inplace, fast_binary, fast_unary
 from ._tensor import Tensor
@@ -411,6 +413,21 @@ def _reflect(fn):
     return lambda self, other: fn(other, self)
 
 
+_OPERANDS = (Tensor, int, float, complex, np.generic, np.ndarray)
+
+
+def _comparison(fn):
+    """``fn`` as an operator. An operand no op takes (None, a list, a string) gives NotImplemented, so Python falls
+    back as it does for torch: ``mask == None`` is False (not an elementwise tensor), ``t != [1]`` True, ``t < None``
+    a TypeError."""
+    def method(self, other):
+        if type(other) is not Tensor and not isinstance(other, _OPERANDS):
+            return NotImplemented
+        return fn(self, other)
+    method.__name__ = f"__{fn.__name__}__"
+    return method
+
+
 def _pos(self):
     if self.dtype is _dtype.bool:
         raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
@@ -455,7 +472,8 @@ _METHODS.update(
     __floordiv__=floor_divide, __rfloordiv__=_reflect(floor_divide), __mod__=remainder,
     __rmod__=_reflect(remainder), __pow__=pow, __rpow__=_reflect(pow), __neg__=fast_unary(P.NEG),
     __pos__=_pos,
-    __abs__=abs, __eq__=eq, __ne__=ne, __lt__=lt, __le__=le, __gt__=gt, __ge__=ge,
+    __abs__=abs, __eq__=_comparison(eq), __ne__=_comparison(ne), __lt__=_comparison(lt), __le__=_comparison(le),
+    __gt__=_comparison(gt), __ge__=_comparison(ge),
     # PyTorch's &, |, ^ and ~ are the bitwise ops, which on bool tensors are the logical ones.
     __and__=bitwise_and, __or__=bitwise_or, __xor__=bitwise_xor, __invert__=_invert,
     __rand__=_reflect(bitwise_and), __ror__=_reflect(bitwise_or), __rxor__=_reflect(bitwise_xor),

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _dtype
 from ._device import device as _device_cls
+from ._grad_state import GradState
 from .runtime import array_device
 
 __all__ = ["Tensor", "Size"]
@@ -57,6 +58,7 @@ class Tensor:
     _hooks = None
     _post_acc_hooks = None
     _retains_grad = False
+    _inference = False  # made inside inference_mode (set where tensors are made: _make and the dispatcher)
     __array_ufunc__ = None  # ``ndarray + Tensor`` must reach ``Tensor.__radd__``
     __array_priority__ = 1000
 
@@ -76,6 +78,8 @@ class Tensor:
     def _make(data):
         t = object.__new__(Tensor)
         t._data = data
+        if GradState.inference:
+            t._inference = True
         return t
 
     # -- storage and geometry ---------------------------------------------------------------------------------
@@ -375,6 +379,15 @@ class Tensor:
         if self._data.ndim == 0:
             raise TypeError("iteration over a 0-d tensor")
         return iter(self.unbind(0))
+
+    def __contains__(self, element):
+        # Without it, ``in`` iterates rows and asks each for a bool: ambiguous past 1-D. torch compares elementwise.
+        if isinstance(element, (Tensor, int, float, complex, np.number, np.bool_)):
+            return bool((self == element).any())
+        raise RuntimeError(f"Tensor.__contains__ only supports Tensor or scalar, but you passed in a {type(element)}.")
+
+    def is_inference(self):
+        return self._inference
 
     def _scalar_for(self, kind):
         n = self._data.size

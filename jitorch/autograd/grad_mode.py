@@ -14,15 +14,12 @@ from __future__ import annotations
 import functools
 import inspect
 
+from .._grad_state import GradState
+
 __all__ = ["no_grad", "enable_grad", "set_grad_enabled", "inference_mode", "is_grad_enabled",
            "is_inference_mode_enabled"]
 
 
-class GradState:
-    """The one flag the dispatcher reads on every op (a class attribute: the cheapest global read)."""
-
-    enabled = True
-    inference = False
 
 
 def is_grad_enabled() -> bool:
