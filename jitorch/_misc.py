@@ -1,4 +1,4 @@
-"""Small torch.* utilities: DLPack interop, legacy tensor types, threads, print options, determinism flags.
+"""Small torch.* utilities: DLPack interop, legacy tensor types, threads, determinism flags.
 
 >>> import numpy as np, jitorch
 >>> jitorch.from_dlpack(np.arange(3.0))
@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from . import _dtype
+from ._printing import set_printoptions  # noqa: F401 - torch.set_printoptions
 from ._tensor import Tensor
 
 __all__ = [
@@ -93,10 +94,6 @@ def get_num_interop_threads() -> int:
 
 def set_num_interop_threads(n: int) -> None:
     pass
-
-
-def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, sci_mode=None):
-    """Accepted for compatibility; jitorch prints with PyTorch's default options."""
 
 
 _deterministic = [False]

@@ -3,8 +3,9 @@
 This module deliberately knows nothing about jitorch's ``Tensor``: the caller
 passes the raw data plus the dtype name and any trailing items (``grad_fn``,
 ``requires_grad``, ``device``), so printing can be tested against real PyTorch
-in isolation. The logic mirrors ``torch/_tensor_str.py`` with the default
-print options (precision 4, threshold 1000, edgeitems 3, linewidth 80).
+in isolation. The logic mirrors ``torch/_tensor_str.py``, print options
+(``set_printoptions``: precision, threshold, edgeitems, linewidth, sci_mode,
+profiles) included.
 
 Example:
 
@@ -20,17 +21,63 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["format_tensor"]
+__all__ = ["format_tensor", "set_printoptions", "get_printoptions", "printoptions"]
 
-_PRECISION = 4
-_THRESHOLD = 1000
-_EDGEITEMS = 3
-_LINEWIDTH = 80
+
+class _PrintOptions:
+    # NOTE: a plain class, not a dataclass: tests load this file by path, outside any package.
+    def __init__(self):
+        self.precision, self.threshold, self.edgeitems, self.linewidth = 4, 1000, 3, 80
+        self.sci_mode = None  # None: chosen per tensor from its values
+
+
+OPTIONS = _PrintOptions()
+_PROFILES = {"default": (4, 1000, 3, 80), "short": (2, 1000, 2, 80), "full": (4, math.inf, 3, 80)}
+
+
+def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None, profile=None, sci_mode=None):
+    """Print options of tensor reprs, as ``torch.set_printoptions``: a ``profile`` (``"default"``, ``"short"``,
+    ``"full"``) first, then the options given; ``sci_mode`` is always set (None: chosen from the values).
+
+    >>> import jitorch
+    >>> jitorch.set_printoptions(precision=2, sci_mode=False)
+    >>> jitorch.tensor([1.23456, 1e-10])
+    tensor([1.23, 0.00])
+    >>> jitorch.set_printoptions(profile="default")
+    """
+    if profile in _PROFILES:
+        (OPTIONS.precision, OPTIONS.threshold, OPTIONS.edgeitems, OPTIONS.linewidth) = _PROFILES[profile]
+    if precision is not None:
+        OPTIONS.precision = precision
+    if threshold is not None:
+        OPTIONS.threshold = threshold
+    if edgeitems is not None:
+        OPTIONS.edgeitems = edgeitems
+    if linewidth is not None:
+        OPTIONS.linewidth = linewidth
+    OPTIONS.sci_mode = sci_mode
+
+
+def get_printoptions() -> dict:
+    """The current options, as keywords ``set_printoptions`` takes."""
+    return dict(vars(OPTIONS))
+
+
+@contextlib.contextmanager
+def printoptions(**kwargs):
+    """``set_printoptions(**kwargs)`` inside the block only."""
+    old = get_printoptions()
+    set_printoptions(**kwargs)
+    try:
+        yield
+    finally:
+        set_printoptions(**old)
 
 
 class _Formatter:
@@ -61,29 +108,33 @@ class _Formatter:
         magnitudes = np.abs(nonzero_finite)
         smallest, largest = float(magnitudes.min()), float(magnitudes.max())
         self.int_mode = bool(np.all(nonzero_finite == np.ceil(nonzero_finite)))
-        self.sci_mode = largest / smallest > 1000.0 or largest > 1.0e8 or smallest < 1.0e-4
+        if OPTIONS.sci_mode is None:
+            self.sci_mode = largest / smallest > 1000.0 or largest > 1.0e8 or smallest < 1.0e-4
+        else:
+            self.sci_mode = bool(OPTIONS.sci_mode)
+        precision = OPTIONS.precision
 
         for value in nonzero_finite.tolist():
             if self.sci_mode:
-                width = len(f"{value:.{_PRECISION}e}")
+                width = len(f"{value:.{precision}e}")
             elif self.int_mode:
                 # +1 for the trailing "." that marks integral floats.
                 width = len(f"{value:.0f}") + 1
             else:
-                width = len(f"{value:.{_PRECISION}f}")
+                width = len(f"{value:.{precision}f}")
             self.max_width = max(self.max_width, width)
 
     def format(self, value) -> str:
         if not self.floating:
             text = f"{value}"
         elif self.sci_mode:
-            text = f"{value:{self.max_width}.{_PRECISION}e}"
+            text = f"{value:{self.max_width}.{OPTIONS.precision}e}"
         elif self.int_mode:
             text = f"{value:.0f}"
             if math.isfinite(value):
                 text += "."
         else:
-            text = f"{value:.{_PRECISION}f}"
+            text = f"{value:.{OPTIONS.precision}f}"
         # rjust never truncates: nan/inf may exceed max_width, as in torch.
         return text.rjust(self.max_width)
 
@@ -105,14 +156,17 @@ def _vector_str(vec: np.ndarray, indent: int, summarize: bool,
     element_length = real_fmt.max_width + 2
     if imag_fmt is not None:
         element_length += imag_fmt.max_width + 1
-    per_line = max(1, math.floor((_LINEWIDTH - indent) / element_length))
+    per_line = max(1, math.floor((OPTIONS.linewidth - indent) / element_length))
 
     def fmt(values: np.ndarray) -> list[str]:
         return [_format_value(v, real_fmt, imag_fmt) for v in values.tolist()]
 
-    if summarize and vec.shape[0] > 2 * _EDGEITEMS:
+    edge = OPTIONS.edgeitems
+    if summarize and not edge:
+        items = ["..."]
+    elif summarize and vec.shape[0] > 2 * edge:
         # " ..." counts as an ordinary element when splitting into lines.
-        items = fmt(vec[:_EDGEITEMS]) + [" ..."] + fmt(vec[-_EDGEITEMS:])
+        items = fmt(vec[:edge]) + [" ..."] + fmt(vec[vec.shape[0] - edge:])
     else:
         items = fmt(vec)
 
@@ -130,10 +184,10 @@ def _nested_str(arr: np.ndarray, indent: int, summarize: bool,
     def sub(i: int) -> str:
         return _nested_str(arr[i], indent + 1, summarize, real_fmt, imag_fmt)
 
-    n = arr.shape[0]
-    if summarize and n > 2 * _EDGEITEMS:
-        slices = [sub(i) for i in range(_EDGEITEMS)] + ["..."]
-        slices += [sub(i) for i in range(n - _EDGEITEMS, n)]
+    n, edge = arr.shape[0], OPTIONS.edgeitems
+    if summarize and n > 2 * edge:
+        slices = [sub(i) for i in range(edge)] + ["..."]
+        slices += [sub(i) for i in range(n - edge, n)]
     else:
         slices = [sub(i) for i in range(n)]
     # Deeper nesting separates blocks with more blank lines, as torch does.
@@ -146,10 +200,8 @@ def _summarized(arr: np.ndarray) -> np.ndarray:
     The formatter must see just these, otherwise hidden values could change
     the column width or trigger scientific mode.
     """
-    picks = [
-        np.r_[0:_EDGEITEMS, size - _EDGEITEMS:size] if size > 2 * _EDGEITEMS else np.arange(size)
-        for size in arr.shape
-    ]
+    edge = OPTIONS.edgeitems
+    picks = [np.r_[0:edge, size - edge:size] if size > 2 * edge else np.arange(size) for size in arr.shape]
     return arr[np.ix_(*picks)] if arr.ndim else arr
 
 
@@ -174,7 +226,7 @@ def _add_suffixes(text: str, suffixes: Sequence[str], indent: int) -> str:
     # Off by two relative to the visible line length; kept to match torch.
     last_line_len = len(text) - text.rfind("\n") + 1
     for suffix in suffixes:
-        if last_line_len + len(suffix) + 2 > _LINEWIDTH:
+        if last_line_len + len(suffix) + 2 > OPTIONS.linewidth:
             parts.append(",\n" + " " * indent + suffix)
             last_line_len = indent + len(suffix)
         else:
@@ -211,10 +263,12 @@ def format_tensor(arr: np.ndarray, *, dtype_name: str, default_float: str = "flo
             items.append(dtype_item)
         body = "[]"
     else:
+        summarize = arr.size > OPTIONS.threshold
+        if not OPTIONS.edgeitems:  # nothing of the values is shown past the threshold, so the shape is
+            items.append("size=" + str(tuple(int(s) for s in arr.shape)))
         if dtype_name not in (default_float, default_complex, default_int, "bool"):
             items.append(dtype_item)
         data = _to_printable(arr)
-        summarize = data.size > _THRESHOLD
         shown = _summarized(data) if summarize else data
         if data.dtype.kind == "c":
             real_fmt, imag_fmt = _Formatter(shown.real), _Formatter(shown.imag)
