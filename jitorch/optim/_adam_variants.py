@@ -1,0 +1,83 @@
+"""What Adamax, NAdam and RAdam share: hyperparameter checks, lazily created state, and a step that hands each
+parameter with a gradient to the subclass's update, written with tensor ops in the order of PyTorch's single-tensor
+implementations (``torch/optim/{adamax,nadam,radam}.py``), which PyTorch also runs for CPU parameters.
+"""
+from __future__ import annotations
+
+from .. import _creation, _movement_extra
+from .._tensor import Tensor
+from ._kernels import increment_step
+from .optimizer import Optimizer, _get_scalar_dtype, _to_scalar, _use_grad_for_differentiable, evaluate_closure
+
+__all__ = ["AdamVariant"]
+
+
+class AdamVariant(Optimizer):
+    """Base of the Adam variants: ``_state_names`` are zero-initialised like the parameter; ``_update`` is the rule."""
+
+    _state_names = ("exp_avg", "exp_avg_sq")
+    _flags = {"foreach": None, "maximize": False, "capturable": False, "differentiable": False}
+
+    def __init__(self, params, defaults):
+        lr, eps, betas, weight_decay = defaults["lr"], defaults["eps"], defaults["betas"], defaults["weight_decay"]
+        if isinstance(lr, Tensor) and lr.numel() != 1:
+            raise ValueError("Tensor lr must be 1-element")
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        super().__init__(params, defaults)
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        for group in self.param_groups:
+            for key, value in self._flags.items():
+                group.setdefault(key, value)
+            for p in group["params"]:
+                p_state = self.state.get(p, {})
+                for key in ("step", "mu_product"):
+                    if key in p_state and not isinstance(p_state[key], Tensor):  # old checkpoints: numbers
+                        p_state[key] = _creation.tensor(float(p_state[key]), dtype=_get_scalar_dtype())
+
+    def _new_state(self, p, group):
+        state = {"step": _creation.tensor(0.0, dtype=_get_scalar_dtype())}
+        for name in self._state_names:
+            state[name] = _creation.zeros_like(p)
+        return state
+
+    @_use_grad_for_differentiable
+    def step(self, closure=None):
+        """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
+        loss = evaluate_closure(closure)
+        for group in self.param_groups:
+            lr = _to_scalar(group["lr"])
+            if isinstance(lr, Tensor) and not group["differentiable"]:
+                lr = lr.item()
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
+                state = self.state[p]
+                if len(state) == 0:
+                    state.update(self._new_state(p, group))
+                grad = p.grad if not group["maximize"] else -p.grad
+                step = increment_step(state["step"])
+                if p.is_complex():  # complex parameters update as pairs of reals, as in torch
+                    p, grad = _real(p if group["differentiable"] else p.detach()), _real(grad)
+                    state = {k: _real(v) if k != "step" else v for k, v in state.items()}
+                self._update(p, grad, state, group, lr, step)
+        return loss
+
+    def _update(self, param, grad, state, group, lr, step):
+        raise NotImplementedError
+
+
+def _real(t):
+    return _movement_extra.view_as_real(t) if t.is_complex() else t

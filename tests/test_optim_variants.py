@@ -1,0 +1,113 @@
+"""Adamax, NAdam and RAdam against torch.optim 2.13, step for step (parameters and every state entry), with the
+helpers and tolerances of test_optim.py; float64 runs show the update rules are torch's, float32 runs its rounding."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from test_optim import STEPS, TOL, _assert_same, _case_id, _np, _params, _strip_tensors, _train
+
+import jitorch
+
+CASES = [
+    ("Adamax", dict()), ("Adamax", dict(lr=0.01, weight_decay=0.1)), ("Adamax", dict(lr=0.05, maximize=True)),
+    ("Adamax", dict(lr=0.1, betas=(0.5, 0.9), eps=1e-6)),
+    ("NAdam", dict()), ("NAdam", dict(lr=0.01, weight_decay=0.1)),
+    ("NAdam", dict(lr=0.01, weight_decay=0.1, decoupled_weight_decay=True)),
+    ("NAdam", dict(lr=0.05, momentum_decay=0.01, maximize=True)), ("NAdam", dict(lr=0.1, betas=(0.5, 0.9))),
+    ("RAdam", dict()), ("RAdam", dict(lr=0.01, weight_decay=0.1)),
+    ("RAdam", dict(lr=0.01, weight_decay=0.1, decoupled_weight_decay=True)), ("RAdam", dict(lr=0.05, maximize=True)),
+    ("RAdam", dict(lr=0.1, betas=(0.5, 0.9), eps=1e-6)),  # rho_t > 5 from the 6th step: both branches run
+]
+
+
+def _pair(name, jps, tps, **kwargs):
+    return getattr(jitorch.optim, name)(jps, **kwargs), getattr(torch.optim, name)(tps, **kwargs)
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_updates_match_torch_step_for_step(case, dtype):
+    name, kwargs = case
+    rng = np.random.default_rng(0)
+    jps, tps = _params(rng, dtype)
+    _train(*_pair(name, jps, tps, **kwargs), jps, tps, rng, STEPS, TOL[dtype])
+
+
+@pytest.mark.parametrize("name", ["Adamax", "NAdam", "RAdam"])
+def test_training_a_model_matches_torch(name):
+    rng = np.random.default_rng(3)
+    w0, x = rng.standard_normal((4, 3)), rng.standard_normal((5, 4))
+    trajectories = []
+    for lib in (jitorch, torch):
+        w = lib.tensor(w0.copy(), requires_grad=True)
+        opt = getattr(lib.optim, name)([w], lr=0.05, weight_decay=0.01)
+        for _ in range(STEPS):
+            opt.zero_grad()
+            ((lib.tensor(x) @ w).tanh() ** 2).sum().backward()
+            opt.step()
+        trajectories.append(_np(w))
+    np.testing.assert_allclose(trajectories[0], trajectories[1], rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("name", ["Adamax", "NAdam", "RAdam"])
+def test_state_dict_round_trip_and_tensor_lr(name):
+    rng = np.random.default_rng(8)
+    jps, tps = _params(rng)
+    jopt, topt = getattr(jitorch.optim, name)(jps, lr=jitorch.tensor(0.02)), getattr(torch.optim, name)(
+        tps, lr=torch.tensor(0.02))
+    _train(jopt, topt, jps, tps, rng, STEPS // 2, TOL[np.float32])
+    jsd, tsd = copy.deepcopy(jopt.state_dict()), copy.deepcopy(topt.state_dict())
+    assert _strip_tensors(jsd) == _strip_tensors(tsd)
+    assert [list(s) for s in jsd["state"].values()] == [list(s) for s in tsd["state"].values()]  # key order too
+    jps2 = [jitorch.tensor(_np(p).copy(), requires_grad=True) for p in jps]
+    tps2 = [torch.tensor(_np(p).copy(), requires_grad=True) for p in tps]
+    jopt2, topt2 = _pair(name, jps2, tps2, lr=0.5)
+    jopt2.load_state_dict(jsd)
+    topt2.load_state_dict(tsd)
+    _assert_same(jopt2, topt2, jps2, tps2, TOL[np.float32], "after loading")
+    _train(jopt2, topt2, jps2, tps2, rng, STEPS // 2, TOL[np.float32])
+
+
+@pytest.mark.parametrize("name", ["Adamax", "NAdam", "RAdam"])
+def test_complex_parameters_update_as_real_pairs(name):
+    rng = np.random.default_rng(2)
+    a = (rng.standard_normal((3, 2)) + 1j * rng.standard_normal((3, 2))).astype(np.complex64)
+    jp, tp = jitorch.tensor(a.copy(), requires_grad=True), torch.tensor(a.copy(), requires_grad=True)
+    jopt, topt = _pair(name, [jp], [tp], lr=0.01)
+    for _ in range(STEPS):
+        g = (rng.standard_normal(a.shape) + 1j * rng.standard_normal(a.shape)).astype(np.complex64)
+        jp.grad, tp.grad = jitorch.tensor(g.copy()), torch.tensor(g.copy())
+        jopt.step()
+        topt.step()
+    np.testing.assert_allclose(_np(jp), _np(tp), **TOL[np.float32])
+
+
+@pytest.mark.parametrize("name", ["Adamax", "NAdam", "RAdam"])
+def test_differentiable_update_is_recorded_by_autograd(name):
+    grads = []
+    for lib in (jitorch, torch):
+        w = lib.tensor([1.0, -2.0, 0.5], requires_grad=True)
+        p = w * 1.5
+        opt = getattr(lib.optim, name)([p], lr=0.1, weight_decay=0.1, differentiable=True, betas=(0.5, 0.9))
+        for k in range(7 if name == "RAdam" else 1):  # RAdam's rectified branch starts at the 6th step
+            p.grad = w * (k + 2.0) - 0.25
+            opt.step()
+        (p * lib.tensor([1.0, 2.0, 3.0])).sum().backward()
+        grads.append(_np(w.grad))
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", [("Adamax", dict(lr=-1.0)), ("NAdam", dict(eps=-1.0)),
+                                  ("RAdam", dict(betas=(1.0, 0.9))), ("NAdam", dict(momentum_decay=-1.0)),
+                                  ("RAdam", dict(weight_decay=-0.1)), ("Adamax", dict(betas=(0.9, 1.5)))],
+                         ids=_case_id)
+def test_invalid_hyperparameters_raise_torchs_errors(case):
+    name, kwargs = case
+    with pytest.raises(ValueError) as terr:
+        getattr(torch.optim, name)([torch.zeros(1, requires_grad=True)], **kwargs)
+    with pytest.raises(ValueError) as jerr:
+        getattr(jitorch.optim, name)([jitorch.zeros(1, requires_grad=True)], **kwargs)
+    assert str(jerr.value) == str(terr.value)
