@@ -58,6 +58,7 @@ from .amp.autocast_mode import (  # noqa: E402,F401
     set_autocast_cache_enabled, set_autocast_dtype, set_autocast_enabled,
 )
 from ._compile import compile  # noqa: E402,F401,A001 - torch.compile
+from . import func  # noqa: E402,F401
 
 from .nn.functional import (  # noqa: E402,F401 - torch exposes these at the top level too
     batch_norm, celu, cosine_similarity, dropout, embedding, group_norm, instance_norm, layer_norm, pairwise_distance,
