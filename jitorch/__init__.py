@@ -9,6 +9,7 @@ tensor([2., 2., 2.])
 from __future__ import annotations
 
 from . import runtime as _runtime  # noqa: F401 - first: it sets OpenBLAS's thread policy before NumPy loads it
+import math as _math  # noqa: E402
 import numpy as _np  # noqa: E402
 
 # PyTorch does not warn on 0/0 or overflow; NumPy's floating-point warnings would be noise in every user script.
@@ -58,7 +59,11 @@ from .amp.autocast_mode import (  # noqa: E402,F401
     set_autocast_cache_enabled, set_autocast_dtype, set_autocast_enabled,
 )
 from ._compile import compile  # noqa: E402,F401,A001 - torch.compile
-from . import func  # noqa: E402,F401
+from . import func, jit, multiprocessing, random  # noqa: E402,F401
+from ._method_functions import *  # noqa: E402,F401,F403
+from .autograd.anomaly_mode import (  # noqa: E402,F401
+    is_anomaly_check_nan_enabled, is_anomaly_enabled, set_anomaly_enabled,
+)
 
 from .nn.functional import (  # noqa: E402,F401 - torch exposes these at the top level too
     batch_norm, celu, cosine_similarity, dropout, embedding, group_norm, instance_norm, layer_norm, pairwise_distance,
@@ -66,6 +71,8 @@ from .nn.functional import (  # noqa: E402,F401 - torch exposes these at the top
 )
 from .nn.functional import conv1d, conv2d, conv_transpose1d, conv_transpose2d  # noqa: E402,F401
 
+pi, e, inf, nan = _math.pi, _math.e, _math.inf, _math.nan
+newaxis = None
 half, double, long, short, cfloat, cdouble = float16, float64, int64, int16, complex64, complex128
 float = float32  # noqa: A001 - torch.float is float32
 int = int32  # noqa: A001 - torch.int is int32

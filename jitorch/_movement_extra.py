@@ -18,7 +18,21 @@ from .runtime import array_module_for
 from ._tensor import Tensor
 
 __all__ = ["split_with_sizes", "hsplit", "vsplit", "dsplit", "slice_scatter", "select_scatter", "is_same_size",
-           "conj", "real", "imag", "view_as_real", "view_as_complex"]
+           "conj", "real", "imag", "view_as_real", "view_as_complex", "diagflat", "row_stack"]
+
+
+def diagflat(input, offset=0):
+    """The flattened ``input`` on the ``offset``-th diagonal of a square matrix."""
+    from ._movement import diag
+
+    return diag(input.reshape(-1), offset)
+
+
+def row_stack(tensors, *, out=None):
+    """``vstack`` (torch's older name)."""
+    from ._movement import vstack
+
+    return vstack(tensors)
 
 
 def split_with_sizes(input, split_sizes, dim=0):

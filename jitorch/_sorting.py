@@ -19,7 +19,7 @@ from .ops import sorting as S
 
 __all__ = [
     "sort", "argsort", "msort", "topk", "kthvalue", "median", "nanmedian", "mode", "unique", "unique_consecutive",
-    "cummax", "cummin", "searchsorted", "bucketize", "histc", "bincount", "logcumsumexp",
+    "cummax", "cummin", "searchsorted", "bucketize", "histc", "bincount", "logcumsumexp", "isin",
 ]
 
 
@@ -252,6 +252,31 @@ def logcumsumexp(input, dim, *, out=None):
     return out_t.reshape(()) if scalar else out_t
 
 
-_METHODS = {name: globals()[name] for name in __all__ if name not in ("searchsorted", "bucketize")}
+def isin(elements, test_elements, *, assume_unique=False, invert=False):
+    """Whether each of ``elements`` is among ``test_elements`` (either may be a scalar): a binary search of each
+    element in the sorted test values, so memory stays linear. NaN is in nothing, as NaN != NaN."""
+    from ._creation import tensor
+
+    if not isinstance(elements, Tensor) and not isinstance(test_elements, Tensor):
+        raise TypeError("isin(): at least one of elements and test_elements must be a Tensor")
+    like = elements if isinstance(elements, Tensor) else test_elements
+    elements = elements if isinstance(elements, Tensor) else tensor(elements, device=like.device)
+    test_elements = test_elements if isinstance(test_elements, Tensor) else tensor(test_elements, device=like.device)
+    for t in (elements, test_elements):
+        if t.dtype is _dtype.bool:
+            raise RuntimeError("Unsupported input type encountered for isin(): Bool")
+    common = _dtype.promote_types(elements.dtype, test_elements.dtype)
+    values = sort(test_elements.reshape(-1).to(common)).values
+    x = elements.to(common)
+    if values._data.size == 0:
+        found = x.new_zeros(x.shape, dtype=_dtype.bool)
+    else:
+        idx = searchsorted(values, x.reshape(-1)).clamp_(max=values._data.size - 1)
+        found = (values[idx] == x.reshape(-1)).reshape(x.shape)
+    return ~found if invert else found
+
+
+_METHODS = {name: globals()[name] for name in __all__ if name not in ("searchsorted", "bucketize", "isin")}
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)
+

@@ -11,6 +11,7 @@ from __future__ import annotations
 from .. import _creation
 from .._tensor import Tensor
 from . import functional, graph
+from .anomaly_mode import detect_anomaly, set_detect_anomaly
 from .engine import run_backward
 from .function import Function, FunctionCtx, once_differentiable
 from .grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
@@ -19,7 +20,7 @@ from .gradcheck import gradcheck, gradgradcheck
 
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "once_differentiable", "no_grad", "enable_grad",
            "set_grad_enabled", "inference_mode", "is_grad_enabled", "is_inference_mode_enabled", "gradcheck",
-           "gradgradcheck", "graph", "Variable", "functional"]
+           "gradgradcheck", "graph", "Variable", "functional", "detect_anomaly", "set_detect_anomaly"]
 
 
 def _as_list(x):

@@ -11,6 +11,7 @@ tensor([2., 4.])
 """
 from __future__ import annotations
 
+from .anomaly_mode import AnomalyState, check_gradients
 from .graph import Node
 from .grad_mode import GradState
 
@@ -188,6 +189,8 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
             # A node reached only by "no gradient" (a row's None, as floor_divide's to its divisor) passes none on:
             # its backward would get None where it expects a tensor.
             in_grads = node.apply(grads) if any(g is not None for g in grads) else (None,) * len(node.next)
+            if AnomalyState.enabled:
+                check_gradients(node, in_grads)
             if node._hooks:
                 for hook in node._hooks:
                     new = hook(in_grads, grads)
