@@ -24,6 +24,7 @@ from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
 from ._dtype import bool as _bool
 from ._shape import wrap_dim
 from ._tensor import Tensor
+from .autograd.graph import named
 from .ops import indexing as I
 from .ops import movement as M
 
@@ -175,10 +176,24 @@ def _getitem(self, key):
     if type(key) is int and self._data.ndim:  # the common ``x[i]``, without the general parse
         size = self._data.shape[0]
         if -size <= key < size:
-            return apply(M.SLICE, self, key=(key + size if key < 0 else key,))
+            return named(apply(M.SLICE, self, key=(key + size if key < 0 else key,)), "SelectBackward0")
     basic, template, indices = _parse(self, key)
     view = self if basic is None else apply(M.SLICE, self, key=basic)
-    return apply(I.INDEX, view, *indices, key=template) if indices else view
+    if indices:
+        return apply(I.INDEX, view, *indices, key=template)
+    return named(view, _basic_index_name(key)) if view._requires_grad and type(view) is Tensor else view
+
+
+def _basic_index_name(key):
+    """torch applies a basic index item by item (select, slice, unsqueeze); its grad_fn is the last one's."""
+    for item in reversed(key if isinstance(key, tuple) else (key,)):
+        if item is None:
+            return "UnsqueezeBackward0"
+        if isinstance(item, slice):
+            return "SliceBackward0"
+        if item is not Ellipsis:
+            return "SelectBackward0"
+    return "AliasBackward0"
 
 
 def _strip_leading_ones(v):

@@ -20,6 +20,7 @@ from .amp._cast_mode import autocast_lower
 from ._pointwise import _write_out
 from ._shape import wrap_dim, wrap_dims
 from ._tensor import Tensor
+from .autograd.graph import named
 from .ops import linalg as L
 
 __all__ = [
@@ -53,13 +54,22 @@ _fast_matmul = fast_binary(L.MATMUL)
 def matmul(input, other, *, out=None):
     """Matrix product with NumPy/PyTorch semantics: vectors are promoted and removed, batch dims broadcast."""
     _check_tensors("matmul", input, other)
-    return _fast_matmul(input, other) if out is None else _write_out(apply(L.MATMUL, input, other), out)
+    if out is not None:
+        return _write_out(apply(L.MATMUL, input, other), out)
+    return _product_named(_fast_matmul(input, other), input, other)
+
+
+def _product_named(result, a, b):
+    # torch records a vector product as dot or mv, not mm.
+    if b._data.ndim == 1 and a._data.ndim <= 2 and result._requires_grad:
+        return named(result, "DotBackward0" if a._data.ndim == 1 else "MvBackward0")
+    return result
 
 
 def _matmul_operator(self, other):
     # ``a @ b`` is the hottest linear-algebra call in small loops (RNN cells): straight to the fast path.
     if isinstance(other, Tensor):
-        return _fast_matmul(self, other)
+        return _product_named(_fast_matmul(self, other), self, other)
     return matmul(self, other)
 
 

@@ -12,6 +12,7 @@ import operator
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
 from ._shape import infer_shape, normalize_shape, sizes_or_keyword, view_strides, wrap_dim, wrap_dims
 from ._tensor import Tensor
+from .autograd.graph import named
 from .ops import movement as M
 
 __all__ = [
@@ -67,7 +68,7 @@ def transpose(input, dim0, dim1):
     d0, d1 = wrap_dim(dim0, nd, "transpose"), wrap_dim(dim1, nd, "transpose")
     dims = list(range(nd))
     dims[d0], dims[d1] = d1, d0
-    return apply(M.PERMUTE, input, dims=tuple(dims))
+    return named(apply(M.PERMUTE, input, dims=tuple(dims)), "TransposeBackward0")
 
 
 def swapaxes(input, axis0, axis1):
@@ -80,7 +81,7 @@ swapdims = transpose
 def t(input):
     if input._data.ndim > 2:
         raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {input._data.ndim}D")
-    return transpose(input, 0, 1) if input._data.ndim == 2 else input.view(input.shape)
+    return named(transpose(input, 0, 1) if input._data.ndim == 2 else input.view(input.shape), "TBackward0")
 
 
 def adjoint(input):
@@ -91,14 +92,16 @@ def squeeze(input, dim=None):
     shape = input._data.shape
     dims = wrap_dims(dim, len(shape), "squeeze")
     new = tuple(s for i, s in enumerate(shape) if not (i in dims and s == 1))
-    return apply(M.RESHAPE, input, shape=new)
+    # torch's overloads: squeeze(), squeeze(int), squeeze(dims)
+    variant = 0 if dim is None else 2 if isinstance(dim, (tuple, list)) else 1
+    return named(apply(M.RESHAPE, input, shape=new), f"SqueezeBackward{variant}")
 
 
 def unsqueeze(input, dim):
     shape = list(input._data.shape)
     d = wrap_dim(dim, len(shape) + 1, "unsqueeze")
     shape.insert(d, 1)
-    return apply(M.RESHAPE, input, shape=tuple(shape))
+    return named(apply(M.RESHAPE, input, shape=tuple(shape)), "UnsqueezeBackward0")
 
 
 def flatten(input, start_dim=0, end_dim=-1):
@@ -152,7 +155,7 @@ def select(input, dim, index):
     if not -size <= index < size:
         raise IndexError(f"select(): index {index} out of range for tensor of size {list(input.shape)} at dimension "
                          f"{d}")
-    return apply(M.SLICE, input, key=_key_for(input._data.ndim, d, index % size))
+    return named(apply(M.SLICE, input, key=_key_for(input._data.ndim, d, index % size)), "SelectBackward0")
 
 
 def split(tensor, split_size_or_sections, dim=0):
@@ -169,8 +172,9 @@ def split(tensor, split_size_or_sections, dim=0):
             raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {size} (input tensor's size at "
                                f"dimension {d}), but got split_sizes={sizes}")
     out, start = [], 0
+    name = "SplitBackward0" if isinstance(split_size_or_sections, int) else "SplitWithSizesBackward0"
     for s in sizes:
-        out.append(narrow(tensor, d, start, s))
+        out.append(named(narrow(tensor, d, start, s), name))
         start += s
     return tuple(out)
 
@@ -206,7 +210,7 @@ def tensor_split(input, indices_or_sections=None, dim=0, *, sections=None, indic
 
 def unbind(input, dim=0):
     d = wrap_dim(dim, input._data.ndim, "unbind")
-    return tuple(select(input, d, i) for i in range(input._data.shape[d]))
+    return tuple(named(select(input, d, i), "UnbindBackward0") for i in range(input._data.shape[d]))
 
 
 def movedim(input, source, destination):
@@ -307,7 +311,7 @@ def stack(tensors, dim=0, *, out=None):
             raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(shape)} at entry 0 and "
                                f"{list(x.shape)} at entry {i}")
     d = wrap_dim(dim, len(shape) + 1, "stack")
-    return cat([unsqueeze(x, d) for x in tensors], d, out=out)
+    return named(cat([unsqueeze(x, d) for x in tensors], d, out=out), "StackBackward0")
 
 
 def atleast_1d(*tensors):

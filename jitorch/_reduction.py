@@ -11,6 +11,7 @@ from . import _dtype, return_types
 from ._dispatch import apply
 from ._shape import wrap_dim, wrap_dims
 from ._tensor import Tensor
+from .autograd.graph import named
 from .ops import reduction as R
 from .ops.nn_fused import FUSED_DTYPES, LOG_SOFTMAX, SOFTMAX
 
@@ -60,7 +61,7 @@ def mean(input, dim=None, keepdim=False, *, dtype=None):
     for d in dims:
         n *= input._data.shape[d]
     total = apply(R.SUM, input, dims=dims, keepdim=keepdim, dtype=dt.np)
-    return total / n if n else total * float("nan")
+    return named(total / n if n else total * float("nan"), "MeanBackward0" if dim is None else "MeanBackward1")
 
 
 def nanmean(input, dim=None, keepdim=False, *, dtype=None):
