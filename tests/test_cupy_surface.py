@@ -30,6 +30,7 @@ import jitorch
 from jitorch import _dispatch
 from jitorch.ops import OPS
 from jitorch.ops import indexing as indexing_ops
+from jitorch.ops import rnn_ops
 from jitorch.ops import sorting as sorting_ops
 from jitorch.runtime import devices as runtime_devices
 from jitorch.runtime import is_cupy
@@ -475,6 +476,14 @@ case("fused_rows", lambda t, m: (_nn("softmax")(m.f(2, 3, 4), 1), _nn("log_softm
                                  _nn("layer_norm")(m.f(3, 4), (4,)),
                                  _nn("cross_entropy")(m.f(4, 5), m.i(4, hi=5), ignore_index=2),
                                  _nn("nll_loss")(m.f(4, 5), m.i(4, hi=5), reduction="none")))
+# The recurrent scan rows and their backward rows (LSTM with a projection, reverse directions, GRU's b_hh, relu).
+case("rnn_scan_rows", lambda t, m: (
+    rnn_ops.scan("LSTM", m.f(3, 2, 8), (m.f(2, 1), m.f(2, 2)), m.f(8, 1), w_hr=m.f(1, 2), reverse=True),
+    rnn_ops.scan("LSTM", m.f(3, 2, 8), (m.f(2, 2), m.f(2, 2)), m.f(8, 2)),
+    rnn_ops.scan("GRU", m.f(3, 2, 6), (m.f(2, 2),), m.f(6, 2), b_hh=m.f(6)),
+    rnn_ops.scan("GRU", m.f(3, 2, 6), (m.f(2, 2),), m.f(6, 2), reverse=True),
+    rnn_ops.scan("RNN", m.f(3, 2, 2), (m.f(2, 2),), m.f(2, 2), relu=True, reverse=True),
+    rnn_ops.scan("RNN", m.f(3, 2, 2), (m.f(2, 2),), m.f(2, 2))))
 # A compiled training graph's convolution that also returns its window matrix (jitorch._compile.decompose).
 case("convolution_cols", lambda t, m: _dispatch.apply(OPS["convolution_cols"], m.f(2, 3, 6, 6, grad=False),
                                                       m.f(4, 3, 3, 3, grad=False), m.f(4, grad=False),

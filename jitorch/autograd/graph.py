@@ -242,8 +242,11 @@ class Node:
             return grads
         from .. import _creation
 
-        return tuple(g if g is not None else _creation.zeros(shape, dtype=dtype, device=dev)
-                     for g, (shape, dtype, dev) in zip(grads, self._out_meta))
+        # Non-differentiable outputs (indices, statistics, an RNN's workspace) never get a gradient, and no backward
+        # reads one: filling zeros of their size (attention's probabilities) would be wasted work.
+        skip = self.op.nondiff_outputs if self.op is not None else ()  # custom Functions have no row
+        return tuple(g if g is not None or nr in skip else _creation.zeros(shape, dtype=dtype, device=dev)
+                     for nr, (g, (shape, dtype, dev)) in enumerate(zip(grads, self._out_meta)))
 
 
 class AccumulateGrad:

@@ -13,6 +13,7 @@ from . import special  # noqa: F401,E402 - lgamma, digamma, Bessel, gcd rows
 from . import random_ops  # noqa: F401,E402 - rows that draw random numbers (dropout's mask)
 from . import nn_batch_norm  # noqa: F401,E402 - batch norm with batch statistics, and its backward
 from . import activation_ops  # noqa: F401,E402 - GELU and SiLU with their backward rows
+from . import rnn_ops  # noqa: F401,E402 - RNN/LSTM/GRU recurrences as scan rows
 from .table import OPS, OpDef
 
 __all__ = ["OPS", "OpDef"]

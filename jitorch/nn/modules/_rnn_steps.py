@@ -1,8 +1,9 @@
-"""The recurrence math of ``RNN``/``LSTM``/``GRU`` and their cells, in differentiable jitorch ops.
+"""The layer loop of ``RNN``/``LSTM``/``GRU`` and their cells.
 
-A layer direction projects its whole input sequence with ONE matmul (``x W_ih^T + b_ih``), then loops over time with
-one ``h W_hh^T`` matmul per step; gate order and formulas are PyTorch's (LSTM: i, f, g, o; GRU: r, z, n with
-``b_hn`` inside ``r * (...)``).
+A layer direction projects its whole input sequence with ONE product (``x W_ih^T + b_ih``, plus ``b_hh`` where it
+sits outside the nonlinearity), then runs the recurrence as one scan row (`jitorch.ops.rnn_ops`): one node forward
+and backward, whatever the length. A cell is a scan of one step. Gate order and formulas are PyTorch's (LSTM: i, f,
+g, o; GRU: r, z, n with ``b_hn`` inside ``r * (...)``).
 
 >>> import jitorch
 >>> from jitorch.nn.modules._rnn_steps import CELLS
@@ -15,12 +16,21 @@ tensor([[2., 2., 2., 2.],
 from __future__ import annotations
 
 from ..._movement import cat, stack
+from ...ops.nn_fused import FUSED_DTYPES
+from ...ops.nn_linear import LINEAR
+from ...ops.rnn_ops import scan
 
 __all__ = ["CELLS", "run_stack"]
 
+_FAMILY = {"LSTM": "LSTM", "GRU": "GRU", "RNN_TANH": "RNN", "RNN_RELU": "RNN"}
+
 
 def _project(x, weight, bias):
-    """``x W^T + b`` over the last dim, as one 2-D matmul whatever ``x``'s leading dims."""
+    """``x W^T + b`` over the last dim, as one 2-D product whatever ``x``'s leading dims."""
+    if x._data.dtype in FUSED_DTYPES:
+        from ..._dispatch import apply
+
+        return apply(LINEAR, x, weight, bias)
     lead = tuple(x.shape[:-1])
     out = x.reshape(-1, x.shape[-1]).matmul(weight.t())
     if bias is not None:
@@ -28,53 +38,27 @@ def _project(x, weight, bias):
     return out.reshape(lead + (weight.shape[0],))
 
 
-def _rnn_step(relu):
-    def step(gi, states, w_hh_t, b_hh, w_hr_t=None):
-        pre = gi + states[0].matmul(w_hh_t)
-        if b_hh is not None:
-            pre = pre + b_hh
-        return (pre.relu() if relu else pre.tanh(),)
-    return step
+def _input_gates(mode, x, w_ih, b_ih, b_hh):
+    """The input projection; LSTM's and Elman's ``b_hh`` sit outside the nonlinearity, so it joins ``b_ih`` here
+    (GRU's ``b_hn`` is multiplied by r: it stays in the step)."""
+    if mode != "GRU" and b_hh is not None:
+        b_ih = b_hh if b_ih is None else b_ih + b_hh
+    return _project(x, w_ih, b_ih)
 
 
-def _lstm_step(gi, states, w_hh_t, b_hh, w_hr_t=None):
-    h, c = states
-    gates = gi + h.matmul(w_hh_t)
-    if b_hh is not None:
-        gates = gates + b_hh
-    i, f, g, o = gates.chunk(4, 1)
-    c = f.sigmoid() * c + i.sigmoid() * g.tanh()
-    h = o.sigmoid() * c.tanh()
-    if w_hr_t is not None:
-        h = h.matmul(w_hr_t)
-    return h, c
-
-
-def _gru_step(gi, states, w_hh_t, b_hh, w_hr_t=None):
-    (h,) = states
-    gh = h.matmul(w_hh_t)
-    if b_hh is not None:
-        gh = gh + b_hh
-    i_r, i_z, i_n = gi.chunk(3, 1)
-    h_r, h_z, h_n = gh.chunk(3, 1)
-    r = (i_r + h_r).sigmoid()
-    z = (i_z + h_z).sigmoid()
-    n = (i_n + r * h_n).tanh()
-    return (n + z * (h - n),)
-
-
-_STEPS = {"RNN_TANH": _rnn_step(False), "RNN_RELU": _rnn_step(True), "LSTM": _lstm_step, "GRU": _gru_step}
+def _scan(mode, gi, states, w_hh, b_hh, w_hr, reverse):
+    return scan(_FAMILY[mode], gi, states, w_hh, b_hh if mode == "GRU" else None, w_hr, relu=mode == "RNN_RELU",
+                reverse=reverse)
 
 
 def _cell(mode):
-    step = _STEPS[mode]
-
     def cell(x, states, w_ih, w_hh, b_ih, b_hh):
-        return step(_project(x, w_ih, b_ih), states, w_hh.t(), b_hh)
+        gi = _input_gates(mode, x, w_ih, b_ih, b_hh).unsqueeze(0)
+        return tuple(_scan(mode, gi, tuple(states), w_hh, b_hh, None, False)[1:])
     return cell
 
 
-CELLS = {mode: _cell(mode) for mode in _STEPS}
+CELLS = {mode: _cell(mode) for mode in _FAMILY}
 
 
 def _unpack(weights, has_bias, has_proj):
@@ -85,20 +69,12 @@ def _unpack(weights, has_bias, has_proj):
 
 
 def _run_direction(mode, x, states, weights, has_bias, has_proj, reverse):
-    """One layer, one direction over ``x`` ``(T, B, I)``; returns (outputs ``(T, B, H)``, final states)."""
+    """One layer, one direction over ``x`` ``(T, B, I)``: one product for every step's input gates, then one scan
+    row. Returns (outputs ``(T, B, H)``, final states)."""
     w_ih, w_hh, b_ih, b_hh, w_hr = _unpack(weights, has_bias, has_proj)
-    gi_all = _project(x, w_ih, b_ih)
-    if mode != "GRU" and b_hh is not None:  # both biases sit outside the nonlinearity: add b_hh once, not per step
-        gi_all, b_hh = gi_all + b_hh, None
-    step = _STEPS[mode]
-    w_hh_t = w_hh.t()
-    w_hr_t = w_hr.t() if w_hr is not None else None
-    inputs = gi_all.unbind(0)
-    outputs = [None] * len(inputs)
-    for t in (reversed(range(len(inputs))) if reverse else range(len(inputs))):
-        states = step(inputs[t], states, w_hh_t, b_hh, w_hr_t)
-        outputs[t] = states[0]
-    return stack(outputs), states
+    gi = _input_gates(mode, x, w_ih, b_ih, b_hh)
+    outs = _scan(mode, gi, states, w_hh, b_hh, w_hr, reverse)
+    return outs[0], outs[1:]
 
 
 def run_stack(mode, x, states, flat_weights, num_layers, num_directions, has_bias, has_proj, dropout, training):
