@@ -476,14 +476,15 @@ case("fused_rows", lambda t, m: (_nn("softmax")(m.f(2, 3, 4), 1), _nn("log_softm
                                  _nn("layer_norm")(m.f(3, 4), (4,)),
                                  _nn("cross_entropy")(m.f(4, 5), m.i(4, hi=5), ignore_index=2),
                                  _nn("nll_loss")(m.f(4, 5), m.i(4, hi=5), reduction="none")))
-# The recurrent scan rows and their backward rows (LSTM with a projection, reverse directions, GRU's b_hh, relu).
+# The recurrent scan rows and their backward rows (LSTM with a projection, reverse directions, GRU's b_hh, relu), in
+# float64: float32 CPU arrays take the generated step kernels (rnn_native), which the surface run would not.
 case("rnn_scan_rows", lambda t, m: (
-    rnn_ops.scan("LSTM", m.f(3, 2, 8), (m.f(2, 1), m.f(2, 2)), m.f(8, 1), w_hr=m.f(1, 2), reverse=True),
-    rnn_ops.scan("LSTM", m.f(3, 2, 8), (m.f(2, 2), m.f(2, 2)), m.f(8, 2)),
-    rnn_ops.scan("GRU", m.f(3, 2, 6), (m.f(2, 2),), m.f(6, 2), b_hh=m.f(6)),
-    rnn_ops.scan("GRU", m.f(3, 2, 6), (m.f(2, 2),), m.f(6, 2), reverse=True),
-    rnn_ops.scan("RNN", m.f(3, 2, 2), (m.f(2, 2),), m.f(2, 2), relu=True, reverse=True),
-    rnn_ops.scan("RNN", m.f(3, 2, 2), (m.f(2, 2),), m.f(2, 2))))
+    rnn_ops.scan("LSTM", m.d(3, 2, 8), (m.d(2, 1), m.d(2, 2)), m.d(8, 1), w_hr=m.d(1, 2), reverse=True),
+    rnn_ops.scan("LSTM", m.d(3, 2, 8), (m.d(2, 2), m.d(2, 2)), m.d(8, 2)),
+    rnn_ops.scan("GRU", m.d(3, 2, 6), (m.d(2, 2),), m.d(6, 2), b_hh=m.d(6)),
+    rnn_ops.scan("GRU", m.d(3, 2, 6), (m.d(2, 2),), m.d(6, 2), reverse=True),
+    rnn_ops.scan("RNN", m.d(3, 2, 2), (m.d(2, 2),), m.d(2, 2), relu=True, reverse=True),
+    rnn_ops.scan("RNN", m.d(3, 2, 2), (m.d(2, 2),), m.d(2, 2))))
 # A compiled training graph's convolution that also returns its window matrix (jitorch._compile.decompose).
 case("convolution_cols", lambda t, m: _dispatch.apply(OPS["convolution_cols"], m.f(2, 3, 6, 6, grad=False),
                                                       m.f(4, 3, 3, 3, grad=False), m.f(4, grad=False),
