@@ -86,9 +86,12 @@ def special_module(xp):
 
 
 def scatter_add(xp, out, index, values):
-    """``out[index] += values`` with repeated indices accumulated (NumPy's ``add.at``; CuPy's ``scatter_add``)."""
+    """``out[index] += values`` with repeated indices accumulated (NumPy's ``add.at``, or its faster exact forms in
+    `host_scatter`; CuPy's ``scatter_add``)."""
     if not is_cupy(xp):
-        np.add.at(out, index, values)
+        from .host_scatter import add_at
+
+        add_at(out, index, values)
     else:
         import cupyx
 
