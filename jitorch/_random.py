@@ -384,6 +384,8 @@ def multinomial(input, num_samples, replacement=False, *, generator=None, out=No
     """Indices sampled from the rows of ``input`` (non-negative weights, not necessarily normalized)."""
     if input.dim() not in (1, 2):
         raise RuntimeError(f"multinomial: prob_dist must be 1 or 2 dim, got {input.dim()}")
+    if num_samples <= 0:
+        raise RuntimeError("multinomial: cannot sample n_sample <= 0 samples")
     if not replacement and num_samples > input.shape[-1]:
         raise RuntimeError("multinomial: cannot sample n_sample > prob_dist.size(-1) samples without replacement")
     gen = _generator_for(generator, input.device)
@@ -394,22 +396,9 @@ def multinomial(input, num_samples, replacement=False, *, generator=None, out=No
     probs = input._host().astype(np.float64)
     if np.any(probs < 0) or not np.all(np.isfinite(probs)):
         raise RuntimeError("multinomial: probability tensor contains either `inf`, `nan` or element < 0")
-    rows = probs.reshape(-1, probs.shape[-1])
-    rng = _rng(gen)
-    out = np.empty((rows.shape[0], num_samples), dtype=np.int64)
-    for i, row in enumerate(rows):
-        total = row.sum()
-        if total <= 0:
-            raise RuntimeError("multinomial: invalid multinomial distribution (sum of probabilities <= 0)")
-        if replacement:
-            out[i] = rng.choice(row.size, size=num_samples, replace=True, p=row / total)
-        else:
-            # Gumbel top-k: sampling without replacement in proportion to the weights.
-            keys = np.where(row > 0, np.log(np.where(row > 0, row, 1)) - np.log(-np.log(rng.random(row.size))), -np.inf)
-            if num_samples > int((row > 0).sum()):
-                raise RuntimeError("multinomial: invalid multinomial distribution (with replacement=False, not enough "
-                                   "non-negative category to sample)")
-            out[i] = np.argsort(-keys, kind="stable")[:num_samples]
+    from ._random_multinomial import sample_rows
+
+    out = sample_rows(_rng(gen), probs.reshape(-1, probs.shape[-1]), num_samples, replacement)
     return _finish(out.reshape(probs.shape[:-1] + (num_samples,)), False, input.device)
 
 
