@@ -96,7 +96,7 @@ def lstm_forward(xp, gi, h0, c0, w_hh, w_hr, reverse):
     steps, batch, gates = gi.shape
     hid, out = gates // 4, h0.shape[-1]
     ws, sections = _workspace(xp, gi.dtype, steps, batch, workspace_widths("LSTM", hid, out))
-    if rnn_native.applies(xp, gi, h0, c0, w_hh, w_hr):
+    if rnn_native.applies(xp, steps, gi, h0, c0, w_hh, w_hr):
         return _rounded(rnn_native.lstm_forward(xp, gi, h0, c0, w_hh, w_hr, reverse, sections), low) + (ws,)
     acts, cs, tcs, hs = sections
     w_t, w_hr_t = _transposed(xp, w_hh), (None if w_hr is None else _transposed(xp, w_hr))
@@ -167,7 +167,8 @@ def lstm_backward(xp, gy, ghn, gcn, h0, c0, w_hh, w_hr, ws, reverse):
     steps, batch, out = gy.shape
     hid = w_hh.shape[0] // 4
     sections = _sections(ws.astype(gy.dtype, copy=False), steps, batch, workspace_widths("LSTM", hid, out))
-    loop = rnn_native.lstm_backward if rnn_native.applies(xp, gy, ghn, gcn, c0, w_hh, w_hr) else _lstm_backward_loop
+    native = rnn_native.applies(xp, steps, gy, ghn, gcn, c0, w_hh, w_hr)
+    loop = rnn_native.lstm_backward if native else _lstm_backward_loop
     d_gates, dh, dc, dhs = loop(xp, gy, ghn, gcn, c0, w_hh, w_hr, sections, reverse)
     acts, _, tcs, hs = sections
     d_w_hh = _weight_grad(xp, d_gates, hs, h0, reverse)
@@ -187,7 +188,7 @@ def gru_forward(xp, gi, h0, w_hh, b_hh, reverse):
     steps, batch, gates = gi.shape
     hid = gates // 3
     ws, sections = _workspace(xp, gi.dtype, steps, batch, workspace_widths("GRU", hid, hid))
-    if rnn_native.applies(xp, gi, h0, w_hh, b_hh):
+    if rnn_native.applies(xp, steps, gi, h0, w_hh, b_hh):
         return _rounded(rnn_native.gru_forward(xp, gi, h0, w_hh, b_hh, reverse, sections), low) + (ws,)
     rzs, ns, hns, hs = sections
     w_t = _transposed(xp, w_hh)
@@ -248,7 +249,7 @@ def gru_backward(xp, gy, ghn, h0, w_hh, b_hh, ws, reverse):
     (gy, ghn, h0, w_hh), low = _low(gy, ghn, h0, w_hh)
     steps, batch, hid = gy.shape
     sections = _sections(ws.astype(gy.dtype, copy=False), steps, batch, workspace_widths("GRU", hid, hid))
-    loop = rnn_native.gru_backward if rnn_native.applies(xp, gy, ghn, h0, w_hh) else _gru_backward_loop
+    loop = rnn_native.gru_backward if rnn_native.applies(xp, steps, gy, ghn, h0, w_hh) else _gru_backward_loop
     d_gi, d_gh, dh = loop(xp, gy, ghn, h0, w_hh, sections, reverse)
     d_w_hh = _weight_grad(xp, d_gh, sections[3], h0, reverse)
     d_b_hh = d_gh.reshape(-1, 3 * hid).sum(axis=0) if b_hh is not None else xp.zeros((0,), dtype=gy.dtype)

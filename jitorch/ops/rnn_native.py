@@ -49,9 +49,12 @@ _F32 = np.dtype(np.float32)
 _ITEM = 4
 
 
-def applies(xp, *arrays):
-    """Whether the native programs take these arrays: float32 NumPy arrays (None: an absent one)."""
-    return ENABLED and xp is np and all(a is None or (type(a) is np.ndarray and a.dtype == _F32) for a in arrays)
+def applies(xp, steps, *arrays):
+    """Whether the native programs take a scan of ``steps`` over these arrays: float32 NumPy arrays (None: an absent
+    one) over at least two steps. A single step (a cell) is faster as NumPy calls than through the program's
+    setup, which asks each array for its address."""
+    return ENABLED and steps >= 2 and xp is np and all(
+        a is None or (type(a) is np.ndarray and a.dtype == _F32) for a in arrays)
 
 
 def _address(a):
