@@ -21,10 +21,10 @@ from ..autograd.grad_mode import GradState
 from ..nn.modules.container import ModuleList
 from .backend import CompiledGraph, whole_call_runner
 from .dynamic_compile import dims_to_make_dynamic, dynamic_inference, dynamic_training
-from .dynamic_shapes import EAGER, changed_dims
+from .dynamic_shapes import EAGER
 from .functionalize import CompileState, functionalize_intermediates
-from ..utils._pytree import unflatten_from
-from .guards import first_failure, guard_values, structure_key
+from .call_site import MAX_SIZE_VARIANTS, site_for, size_variant
+from .guards import first_failure, guard_values
 from .lower import clear_kernel_cache, kernel_cache_stats
 from .named_values import NamedValues
 from .optimized_module import OptimizedModule
@@ -58,57 +58,8 @@ class _Config:
 config = _Config()
 
 
-_CONTAINERS = (tuple, list, dict)
-MAX_SIZE_VARIANTS = 64
-
-
-def _size_variant(entries, guards):
-    """Whether this call differs only in sizes from a graph-broken entry (one replayed in segments)."""
-    segmented = [e for e in entries if e.replay is not None and e.dynamic is None]
-    return bool(segmented) and bool(changed_dims(segmented, guards, 0))
-
-
-def _holds_tensor(value):
-    if isinstance(value, _CONTAINERS):
-        return any(_holds_tensor(v) for v in (value.values() if isinstance(value, dict) else value))
-    return isinstance(value, Tensor)
-
-
-def _flatten_tensors(tree, leaves):
-    """`jitorch.utils._pytree.flatten_into`, except that a container holding no tensor is one leaf: the function
-    gets that very object (a list it appends to stays the caller's), guarded by value or identity."""
-    if isinstance(tree, _CONTAINERS) and _holds_tensor(tree):
-        if isinstance(tree, dict):
-            return dict, {k: _flatten_tensors(v, leaves) for k, v in tree.items()}
-        return type(tree), [_flatten_tensors(v, leaves) for v in tree]
-    leaves.append(tree)
-    return None, len(leaves) - 1
-
-
 _MADE_REQUIRING_GRAD = ("the call makes tensors that require grad itself (``torch.ones(3, requires_grad=True)`` inside "
                         "it): a compiled graph cannot hand their gradients back; make them outside and pass them in")
-
-
-@dataclass(frozen=True)
-class _Site:
-    """How one call reaches the graph: the function over the call's (flat) arguments, the structure guard, and
-    whether tensors that require grad were already lifted into the graph's inputs once this call."""
-
-    fn: object
-    structure: tuple | None
-    relifted: bool = False
-
-
-class _FlatCall:
-    """``fn`` over the flat leaves of ``(args, kwargs)``: rebuilds the call's tuples, lists and dicts first."""
-
-    def __init__(self, fn, spec):
-        self.fn, self.spec = fn, spec
-        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
-
-    def __call__(self, *leaves):
-        args, kwargs = unflatten_from(self.spec, leaves)
-        return self.fn(*args, **kwargs)
 
 
 @dataclass
@@ -211,15 +162,7 @@ class CompiledFunction:
         if self.backend == "eager" or MODES or config.stance == "force_eager":
             # Inside another trace (a compiled function calling this one) the outer recorder must see every op.
             return self._fn(*args, **kwargs)
-        if any(isinstance(a, _CONTAINERS) and _holds_tensor(a) for a in (*args, *kwargs.values())):
-            # Tensors inside tuples, lists and dicts (a batch dict, an (x, y) pair) are graph inputs like the others:
-            # the call is compiled over its flat leaves, and the structure that rebuilds them is guarded.
-            leaves = []
-            spec = (tuple, [(tuple, [_flatten_tensors(a, leaves) for a in args]),
-                            (dict, {k: _flatten_tensors(v, leaves) for k, v in kwargs.items()})])
-            return self._call(_Site(_FlatCall(self._fn, spec), ("structure", structure_key(spec))), tuple(leaves), {})
-        # The graph takes keyword arguments in the order of the first call: another order is another entry.
-        return self._call(_Site(self._fn, ("keywords", tuple(kwargs)) if kwargs else None), args, kwargs)
+        return self._call(*site_for(self._fn, args, kwargs))
 
     def _call(self, site, args, kwargs):
         fn = site.fn
@@ -235,7 +178,7 @@ class CompiledFunction:
         if site.structure is not None:
             guards.append(site.structure)
         if self._named_values is None:
-            self._named_values = NamedValues(fn, self._module)
+            self._named_values = NamedValues(self._fn, self._module)
         guards += self._named_values.values()
         # Training specializations live apart, so ``entries`` keeps meaning "inference graphs".
         entries = self.entries
@@ -270,7 +213,7 @@ class CompiledFunction:
                                    f"under set_stance('fail_on_recompile'); failing guard: "
                                    f"{first_failure(last, guards)}")
             return fn(*args, **kwargs)  # eager_on_recompile
-        if _size_variant(entries, guards):
+        if size_variant(entries, guards):
             # Graph breaks keep sizes static (each segment's graph is exact), so a sequence length or last batch
             # that changes makes entries that differ in sizes only: kept, up to MAX_SIZE_VARIANTS, beside the
             # recompile limit (the kernels are size-generic: a new size traces again but compiles no machine code).
@@ -298,10 +241,6 @@ class CompiledFunction:
             raise RuntimeError(f"jitorch.compile(fullgraph=True): cannot capture one graph: {reason}")
         entry.break_reason = reason
         return result
-
-    def _random_reason(self):
-        return (f"the code reads Python-level random numbers ({self._named_values.random_source}): a graph would "
-                f"freeze the values drawn while tracing; draw them with jitorch (torch.rand) to compile")
 
     def _owner(self):
         """The module whose parameters and buffers the compiled code reads: the compiled module, or for a function
@@ -368,7 +307,7 @@ class CompiledFunction:
         if lifted:  # new ones again: made by the call itself (``torch.ones(3, requires_grad=True)`` inside it)
             return self._eager_entry(entry, _MADE_REQUIRING_GRAD, traced.result)
         if self._named_values.random_source is not None:
-            return self._eager_entry(entry, self._random_reason(), traced.result)
+            return self._eager_entry(entry, self._named_values.random_reason(), traced.result)
         if traced.info.hidden_write is not None:
             return self._eager_entry(entry, traced.info.hidden_write, traced.result)
         if traced.break_reason is not None:
@@ -423,7 +362,7 @@ class CompiledFunction:
         if lifted:
             return self._eager_entry(entry, _MADE_REQUIRING_GRAD, traced.result)
         if self._named_values.random_source is not None:
-            return self._eager_entry(entry, self._random_reason(), traced.result)
+            return self._eager_entry(entry, self._named_values.random_reason(), traced.result)
         if info.hidden_write is not None or info.unsound is not None:
             return self._eager_entry(entry, info.hidden_write or info.unsound, traced.result)
         if traced.writes and callable(self.backend):

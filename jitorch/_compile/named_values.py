@@ -114,6 +114,11 @@ class NamedValues:
         elif not _library_module(value):
             self._probes.append((label, read, names))
 
+    def random_reason(self):
+        """Why a function that reads Python-level random numbers runs eagerly."""
+        return (f"the code reads Python-level random numbers ({self.random_source}): a graph would freeze the values "
+                f"drawn while tracing; draw them with jitorch (torch.rand) to compile")
+
     def values(self):
         """``[(label, constant)]`` for this call: plain values by value, functions and classes by identity."""
         out = []

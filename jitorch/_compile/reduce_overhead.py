@@ -100,8 +100,7 @@ class ReduceOverheadFunction:
     # -- checks ---------------------------------------------------------------------------------------------------
     def _needs_eager(self, leaves):
         if self.named.random_source is not None:
-            return (f"the code reads Python-level random numbers ({self.named.random_source}): a capture would "
-                    "replay the values drawn while capturing")
+            return self.named.random_reason()
         tensors = [t for t in leaves if isinstance(t, Tensor)]
         on_cuda = [type(t._data) is not np.ndarray for t in tensors]
         if any(on_cuda) and not all(on_cuda):
