@@ -7,12 +7,12 @@
 """
 from __future__ import annotations
 
-import numpy as np
 
 from . import _dtype
 from ._device import device as _device
 from ._dispatch import apply
 from ._tensor import Tensor
+from .ops import complex_ops as C
 from .ops import movement as M
 
 __all__ = ["to"]
@@ -110,13 +110,17 @@ def _view_dtype(self, dtype):
 def _real(self):
     if not self.is_complex():
         return self
-    return Tensor._make(self._data.real)
+    return apply(C.REAL, self)
 
 
 def _imag(self):
     if not self.is_complex():
         raise RuntimeError("imag is not implemented for tensors with non-complex dtypes.")
-    return Tensor._make(self._data.imag)
+    return apply(C.IMAG, self)
+
+
+def _conj(self):
+    return apply(C.CONJ, self) if self.is_complex() else self
 
 
 _METHODS = {
@@ -129,7 +133,7 @@ _METHODS = {
         self, _device("cuda", device) if isinstance(device, int) or device is None else device),
     "type_as": lambda self, other: to(self, other.dtype), "_view_dtype": _view_dtype,
     "real": property(_real), "imag": property(_imag),
-    "conj": lambda self: self if not self.is_complex() else Tensor._make(np.conj(self._data)),
+    "conj": _conj, "conj_physical": _conj,
     "resolve_conj": lambda self: self, "resolve_neg": lambda self: self, "is_conj": lambda self: False,
     "pin_memory": lambda self, device=None: self, "is_pinned": lambda self, device=None: False,
     "share_memory_": lambda self: self, "is_shared": lambda self: False,

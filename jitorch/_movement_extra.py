@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._dispatch import apply
 from ._shape import wrap_dim
 from .runtime import array_module_for
 from ._tensor import Tensor
+from .ops import complex_ops as C
 
 __all__ = ["split_with_sizes", "hsplit", "vsplit", "dsplit", "slice_scatter", "select_scatter", "is_same_size",
-           "conj", "real", "imag", "view_as_real", "view_as_complex", "diagflat", "row_stack"]
+           "conj", "conj_physical", "real", "imag", "view_as_real", "view_as_complex", "diagflat", "row_stack"]
 
 
 def diagflat(input, offset=0):
@@ -98,6 +100,11 @@ def conj(input):
     return input.conj()
 
 
+def conj_physical(input):
+    """Complex conjugate as a new tensor (jitorch's ``conj`` copies too: there is no lazy conjugate bit)."""
+    return input.conj()
+
+
 def real(input):
     """Real part (the tensor itself for real dtypes)."""
     return input.real
@@ -111,8 +118,8 @@ def imag(input):
 def view_as_real(input):
     """A real view ``[..., 2]`` of a complex tensor (no copy: writes reach ``input``)."""
     if not input.dtype.is_complex:
-        raise RuntimeError("view_as_real is only supported for complex tensors")
-    return _wrap_view(input, input._data.view(input._data.real.dtype).reshape(tuple(input.shape) + (2,)))
+        raise RuntimeError(f"view_as_real is only supported for complex tensors, got {input.dtype}")
+    return apply(C.VIEW_AS_REAL, input)
 
 
 def view_as_complex(input):
@@ -122,24 +129,15 @@ def view_as_complex(input):
         raise RuntimeError(f"view_as_complex is only supported for float and double tensors, but got a tensor of "
                            f"scalar type: {input.dtype}")
     if input.dim() == 0 or input.shape[-1] != 2:
-        raise RuntimeError("Tensor must have a last dimension of size 2")
+        raise RuntimeError(f"view_as_complex: Tensor must have a last dimension of size 2, got shape "
+                           f"{list(input.shape)}")
     if data.strides[-1] != data.itemsize:
-        raise RuntimeError("Tensor must have a last dimension with stride 1")
+        raise RuntimeError(f"view_as_complex: Tensor must have a last dimension with stride 1, got strides "
+                           f"{list(input.stride())}")
     if any(s % (2 * data.itemsize) for s in data.strides[:-1]):
-        raise RuntimeError("Tensor must have a stride divisible by 2 for all but last dimension")
-    complex_dtype = np.complex64 if data.dtype == np.float32 else np.complex128
-    return _wrap_view(input, data.view(complex_dtype)[..., 0])
-
-
-def _wrap_view(base, array):
-    # A dtype-changing view is outside the autograd view machinery: refuse it on graph tensors rather than return
-    # a tensor whose gradient would silently not flow.
-    if base.requires_grad:
-        raise RuntimeError("view_as_real/view_as_complex: autograd through complex views is not supported; "
-                           "call .detach() first or use .real/.imag")
-    out = Tensor._make(array)
-    out._ver_owner = base._root()  # an alias like ``detach()``: in-place writes bump the shared version
-    return out
+        raise RuntimeError(f"view_as_complex: Tensor must have a stride divisible by 2 for all but last dimension, "
+                           f"got strides {list(input.stride())}")
+    return apply(C.VIEW_AS_COMPLEX, input)
 
 
 def _fill_diagonal_(self, fill_value, wrap=False):

@@ -268,7 +268,14 @@ erf, erfc, erfinv = _unary(P.ERF), _unary(P.ERFC), _unary(P.ERFINV)
 reciprocal = _unary(P.RECIPROCAL)
 floor, ceil, sign, frac = _unary(P.FLOOR), _unary(P.CEIL), _unary(P.SIGN), _unary(P.FRAC)
 trunc = fix = _unary(P.TRUNC)
-sgn = sign
+
+
+def sgn(input, *, out=None):
+    """``sign`` of a real tensor; ``z / |z|`` (0 at 0) of a complex one, as torch (its gradient follows)."""
+    if not input.is_complex():
+        return sign(input, out=out)
+    size = input.abs()
+    return _write_out(input / size.where(size != 0, 1.0), out, "sgn")
 
 
 def square(input, *, out=None):

@@ -45,6 +45,8 @@ def make_array(shape, dtype="float32", rng=None, low=-3.0, high=3.0):
     shape = tuple(shape)
     if dtype == "bool":
         return np.asarray(rng.random(shape) < 0.5)
+    if dtype in ("complex64", "complex128"):
+        return np.asarray((rng.uniform(low, high, shape) + 1j * rng.uniform(low, high, shape)).astype(dtype))
     if dtype in INT_DTYPES:
         info = np.iinfo(dtype)
         lo, hi = max(int(np.ceil(low)), info.min), min(int(np.floor(high)), info.max)
@@ -98,7 +100,7 @@ def _torch_from_np(arr):
 
 
 def _can_require_grad(arr):
-    return arr.dtype.kind == "f" or arr.dtype == np_dtype("bfloat16")
+    return arr.dtype.kind in "fc" or arr.dtype == np_dtype("bfloat16")
 
 
 def to_jitorch(arr, layout="contiguous", requires_grad=False):
@@ -239,6 +241,8 @@ def _check_backward(jt_items, th_items, leaves, atol, rtol, seed):
         if not t.requires_grad:
             continue
         g = rng.standard_normal(tuple(t.shape)).astype(np.float64)
+        if t.is_complex():  # a complex upstream gradient exercises both parts of the conjugate-Wirtinger rule
+            g = g + 1j * rng.standard_normal(tuple(t.shape))
         jt_roots.append(j)
         th_roots.append(t)
         jt_grads.append(jitorch.tensor(g, dtype=j.dtype))
@@ -284,8 +288,9 @@ def check_error(jt_fn, torch_fn, inputs=(), *, match=(), layout="contiguous"):
 def _gradcheck_inputs(arrays):
     out = []
     for x in arrays:
-        if isinstance(x, np.ndarray) and x.dtype.kind == "f":
-            out.append(jitorch.tensor(x.astype(np.float64), requires_grad=True))
+        if isinstance(x, np.ndarray) and x.dtype.kind in "fc":
+            wide = np.complex128 if x.dtype.kind == "c" else np.float64
+            out.append(jitorch.tensor(x.astype(wide), requires_grad=True))
         elif isinstance(x, np.ndarray):
             out.append(jitorch.tensor(x))
         else:
@@ -294,7 +299,8 @@ def _gradcheck_inputs(arrays):
 
 
 def gradcheck_op(fn, arrays, *, eps=1e-6, atol=1e-5, rtol=1e-3):
-    """``jitorch.autograd.gradcheck`` of ``fn`` with float arrays as float64 leaves (other values pass unchanged)."""
+    """``jitorch.autograd.gradcheck`` of ``fn`` with float (complex) arrays as float64 (complex128) leaves; other values
+    pass unchanged."""
     assert jitorch.autograd.gradcheck(fn, _gradcheck_inputs(arrays), eps=eps, atol=atol, rtol=rtol)
 
 

@@ -297,6 +297,9 @@ case("block_meshgrid", lambda t, m: (t.block_diag(m.f(2, 2), m.f(1, 3)), t.meshg
 case("clone_contiguous", lambda t, m: (lambda x: (x.clone(), x.t().contiguous(), x.t().clone()))(m.f(3, 4)))
 case("casts", lambda t, m: (lambda x: (x.double(), x.half(), x.to(t.int32), x.long(), x.bool(), x.to(t.float64),
                                        x.type(t.float16), m.i(3).float()))(m.f(3, 4)))
+# Complex values: conj, the real/imag views and the real <-> complex views, through their gradients.
+case("complex_views", lambda t, m: (lambda z: (t.view_as_real(z.conj()), z.real * 2, z.imag, z.abs(),
+                                                t.view_as_real(z * z)))(t.view_as_complex(m.f(3, 2))))
 case("copy_fill", lambda t, m: (lambda y: (y.clone().copy_(m.f(3)), y.clone().copy_(m.i(2, 3)),
                                            y.clone().fill_(2.0), y.clone().zero_(), t.zeros(2, 3).copy_(y),
                                            y.clone().fill_(m.f())))(m.f(2, 3) * 1))

@@ -70,12 +70,40 @@ def _analytical_jacobian(func, inputs, diff_inputs, output_index):
     return jacs
 
 
+def _as_real_function(func, inputs):
+    """``func`` over real tensors: complex inputs enter as their ``[..., 2]`` real views and complex outputs leave as
+    theirs. PyTorch's complex gradient (``dL/dx + i dL/dy``) is the real view of the real function's gradient, so both
+    Jacobians are compared as real matrices, as ``torch.autograd.gradcheck`` does."""
+    from .._movement_extra import view_as_complex, view_as_real
+    from .._tensor import Tensor
+
+    complex_at = {i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.is_complex()}
+    if not complex_at:
+        return lambda *args: _real_outputs(func(*args)), inputs
+    real_inputs = tuple(view_as_real(x.detach()).clone().requires_grad_(x._requires_grad) if i in complex_at else x
+                        for i, x in enumerate(inputs))
+
+    def real_func(*args):
+        return _real_outputs(func(*(view_as_complex(a) if i in complex_at else a for i, a in enumerate(args))))
+
+    return real_func, real_inputs
+
+
+def _real_outputs(out):
+    from .._movement_extra import view_as_real
+    from .._tensor import Tensor
+
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return tuple(view_as_real(o) if isinstance(o, Tensor) and o.is_complex() else o for o in outs)
+
+
 def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, nondet_tol=0.0,
               check_undefined_grad=True, check_grad_dtypes=False, check_batched_grad=False,
               check_batched_forward_grad=False, check_forward_ad=False, check_backward_ad=True, fast_mode=False,
               masked=None):
     """True when autograd's gradients match finite differences (use float64 inputs that require grad)."""
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    func, inputs = _as_real_function(func, inputs)
     diff_inputs = [x for x in _tensors(inputs) if x._requires_grad]
     if not diff_inputs:
         raise ValueError("gradcheck expects at least one input tensor to require gradient")

@@ -153,11 +153,18 @@ CONTIGUOUS = defop("contiguous", lambda xp, a: a.copy(order="C"), lambda ctx, g:
                    grad_name="CloneBackward0")
 
 
+def _cast_kernel(xp, a, dtype):
+    if a.dtype.kind == "c" and np.dtype(dtype).kind != "c":
+        a = a.real  # PyTorch drops the imaginary part; NumPy would too, with a ComplexWarning
+    return a.astype(dtype)
+
+
 def _cast_backward(ctx, g):
+    # A real -> complex cast's gradient is the real part of the complex gradient (the cast kernel takes it).
     return g.to(ctx.in_meta[0][1])
 
 
-CAST = defop("to_copy", lambda xp, a, dtype: a.astype(dtype), _cast_backward, Pointwise("({dtype}){0}"),
+CAST = defop("to_copy", _cast_kernel, _cast_backward, Pointwise("({dtype}){0}"),
              meta=True, grad_name="ToCopyBackward0")
 
 

@@ -33,6 +33,24 @@ def _reject_bool(kernel_name, *arrays):
         if getattr(a, "dtype", None) == np.bool_:
             raise _not_implemented(kernel_name, a)
 
+def _holomorphic(backward):
+    """The backward of a holomorphic op for complex values too, from its real formula ``g * f'(x)``.
+
+    PyTorch's gradient at complex ``z`` is ``g * conj(f'(z))`` (the conjugate Wirtinger derivative), which is the real
+    formula run on ``conj(g)`` and conjugated: a row keeps one formula for both, and real gradients skip the wrapper.
+    """
+    def run(ctx, *grads):
+        g = grads[0]
+        if g is None or g._data.dtype.kind != "c":
+            return backward(ctx, *grads)
+        out = backward(ctx, *(x.conj() if x is not None else None for x in grads))
+        if isinstance(out, tuple):
+            return tuple(o.conj() if o is not None else None for o in out)
+        return out.conj()
+
+    return run
+
+
 # -- binary arithmetic ---------------------------------------------------------------------------------------------
 ADD = defop("add", lambda xp, a, b: xp.add(a, b), lambda ctx, g: (g, g), Pointwise("{0} + {1}"),
             promotion="promote", meta=True, ufunc="add")
@@ -55,8 +73,9 @@ def _mul_backward(ctx, g):
     return (g * b if ctx.needs_grad(0) else None), (g * a if ctx.needs_grad(1) else None)
 
 
-MUL = defop("mul", lambda xp, a, b: xp.multiply(a, b), _mul_backward, Pointwise("{0} * {1}"), promotion="promote",
-            saves="inputs", meta=True, ufunc="multiply", save_if=lambda needs: (needs[1], needs[0]))
+MUL = defop("mul", lambda xp, a, b: xp.multiply(a, b), _holomorphic(_mul_backward), Pointwise("{0} * {1}"),
+            promotion="promote", saves="inputs", meta=True, ufunc="multiply",
+            save_if=lambda needs: (needs[1], needs[0]))
 
 
 def _div_backward(ctx, g):
@@ -66,8 +85,8 @@ def _div_backward(ctx, g):
     return ga, gb
 
 
-DIV = defop("div", lambda xp, a, b: xp.true_divide(a, b), _div_backward, Pointwise("{0} / {1}"), promotion="float",
-            saves="inputs", meta=True, ufunc="true_divide", save_if=lambda needs: (needs[1], True))
+DIV = defop("div", lambda xp, a, b: xp.true_divide(a, b), _holomorphic(_div_backward), Pointwise("{0} / {1}"),
+            promotion="float", saves="inputs", meta=True, ufunc="true_divide", save_if=lambda needs: (needs[1], True))
 
 
 def _pow_kernel(xp, a, b):
@@ -115,8 +134,8 @@ def _pow_backward(ctx, g):
     return ga, gb
 
 
-POW = defop("pow", _pow_kernel, _pow_backward, Pointwise("pow({0}, {1})"), promotion="promote", saves="both",
-            meta=True, ufunc="power")
+POW = defop("pow", _pow_kernel, _holomorphic(_pow_backward), Pointwise("pow({0}, {1})"), promotion="promote",
+            saves="both", meta=True, ufunc="power")
 
 
 def _extremum_backward(ctx, g):
@@ -225,7 +244,8 @@ for _name, _ufunc in (("isnan", "isnan"), ("isinf", "isinf"), ("isfinite", "isfi
 
 
 # -- unary math ----------------------------------------------------------------------------------------------------
-def _unary(name, kernel, backward, expr, saves="inputs", promotion="float", ufunc=None):
+def _unary(name, kernel, backward, expr, saves="inputs", promotion="float", ufunc=None, holomorphic=False):
+    backward = _holomorphic(backward) if holomorphic else backward
     return defop(name, kernel, backward, Pointwise(expr), promotion=promotion, saves=saves, ufunc=ufunc)
 
 
@@ -251,28 +271,34 @@ def _abs_kernel(xp, a):
 
 
 NEG = _unary("neg", _neg_kernel, lambda ctx, g: -g, "-{0}", saves=None, promotion="keep", ufunc="negative")
-ABS = _unary("abs", _abs_kernel, lambda ctx, g: g * _x(ctx).sign(), "abs({0})", promotion="keep", ufunc="absolute")
-EXP = _unary("exp", lambda xp, a: xp.exp(a), lambda ctx, g: g * ctx.out, "exp({0})", saves="outputs", ufunc="exp")
+ABS = _unary("abs", _abs_kernel, lambda ctx, g: g * _x(ctx).sgn(), "abs({0})", promotion="keep", ufunc="absolute")
+EXP = _unary("exp", lambda xp, a: xp.exp(a), lambda ctx, g: g * ctx.out, "exp({0})", saves="outputs", ufunc="exp",
+             holomorphic=True)
 EXP2 = _unary("exp2", lambda xp, a: xp.exp2(a), lambda ctx, g: g * ctx.out * math.log(2.0), "exp2({0})",
-              saves="outputs")
-EXPM1 = _unary("expm1", lambda xp, a: xp.expm1(a), lambda ctx, g: g * (ctx.out + 1), "expm1({0})", saves="outputs")
-LOG = _unary("log", lambda xp, a: xp.log(a), lambda ctx, g: g / _x(ctx), "log({0})", ufunc="log")
-LOG2 = _unary("log2", lambda xp, a: xp.log2(a), lambda ctx, g: g / (_x(ctx) * math.log(2.0)), "log2({0})")
-LOG10 = _unary("log10", lambda xp, a: xp.log10(a), lambda ctx, g: g / (_x(ctx) * math.log(10.0)), "log10({0})")
-LOG1P = _unary("log1p", lambda xp, a: xp.log1p(a), lambda ctx, g: g / (_x(ctx) + 1), "log1p({0})")
+              saves="outputs", holomorphic=True)
+EXPM1 = _unary("expm1", lambda xp, a: xp.expm1(a), lambda ctx, g: g * (ctx.out + 1), "expm1({0})", saves="outputs",
+               holomorphic=True)
+LOG = _unary("log", lambda xp, a: xp.log(a), lambda ctx, g: g / _x(ctx), "log({0})", ufunc="log", holomorphic=True)
+LOG2 = _unary("log2", lambda xp, a: xp.log2(a), lambda ctx, g: g / (_x(ctx) * math.log(2.0)), "log2({0})",
+              holomorphic=True)
+LOG10 = _unary("log10", lambda xp, a: xp.log10(a), lambda ctx, g: g / (_x(ctx) * math.log(10.0)), "log10({0})",
+               holomorphic=True)
+LOG1P = _unary("log1p", lambda xp, a: xp.log1p(a), lambda ctx, g: g / (_x(ctx) + 1), "log1p({0})", holomorphic=True)
 SQRT = _unary("sqrt", lambda xp, a: xp.sqrt(a), lambda ctx, g: g / (2 * ctx.out), "sqrt({0})", saves="outputs",
-              ufunc="sqrt")
+              ufunc="sqrt", holomorphic=True)
 RSQRT = _unary("rsqrt", lambda xp, a: 1 / xp.sqrt(a), lambda ctx, g: -0.5 * g * ctx.out ** 3, "rsqrt({0})",
-               saves="outputs")
-SIN = _unary("sin", lambda xp, a: xp.sin(a), lambda ctx, g: g * _x(ctx).cos(), "sin({0})")
-COS = _unary("cos", lambda xp, a: xp.cos(a), lambda ctx, g: -g * _x(ctx).sin(), "cos({0})")
+               saves="outputs", holomorphic=True)
+SIN = _unary("sin", lambda xp, a: xp.sin(a), lambda ctx, g: g * _x(ctx).cos(), "sin({0})", holomorphic=True)
+COS = _unary("cos", lambda xp, a: xp.cos(a), lambda ctx, g: -g * _x(ctx).sin(), "cos({0})", holomorphic=True)
 TAN = _unary("tan", lambda xp, a: xp.tan(a), lambda ctx, g: g * (1 + ctx.out * ctx.out), "tan({0})",
-             saves="outputs")
-ASIN = _unary("asin", lambda xp, a: xp.arcsin(a), lambda ctx, g: g * (1 - _x(ctx) ** 2).rsqrt(), "asin({0})")
-ACOS = _unary("acos", lambda xp, a: xp.arccos(a), lambda ctx, g: -g * (1 - _x(ctx) ** 2).rsqrt(), "acos({0})")
-ATAN = _unary("atan", lambda xp, a: xp.arctan(a), lambda ctx, g: g / (1 + _x(ctx) ** 2), "atan({0})")
-SINH = _unary("sinh", lambda xp, a: xp.sinh(a), lambda ctx, g: g * _x(ctx).cosh(), "sinh({0})")
-COSH = _unary("cosh", lambda xp, a: xp.cosh(a), lambda ctx, g: g * _x(ctx).sinh(), "cosh({0})")
+             saves="outputs", holomorphic=True)
+ASIN = _unary("asin", lambda xp, a: xp.arcsin(a), lambda ctx, g: g * (1 - _x(ctx) ** 2).rsqrt(), "asin({0})",
+              holomorphic=True)
+ACOS = _unary("acos", lambda xp, a: xp.arccos(a), lambda ctx, g: -g * (1 - _x(ctx) ** 2).rsqrt(), "acos({0})",
+              holomorphic=True)
+ATAN = _unary("atan", lambda xp, a: xp.arctan(a), lambda ctx, g: g / (1 + _x(ctx) ** 2), "atan({0})", holomorphic=True)
+SINH = _unary("sinh", lambda xp, a: xp.sinh(a), lambda ctx, g: g * _x(ctx).cosh(), "sinh({0})", holomorphic=True)
+COSH = _unary("cosh", lambda xp, a: xp.cosh(a), lambda ctx, g: g * _x(ctx).sinh(), "cosh({0})", holomorphic=True)
 def _tanh_backward(ctx, g):
     return pointwise_grad.tanh_backward(g, ctx.out)
 
@@ -282,10 +308,13 @@ def _sigmoid_backward(ctx, g):
 
 
 TANH = _unary("tanh", lambda xp, a: xp.tanh(a), _tanh_backward, "tanh({0})",
-              saves="outputs", ufunc="tanh")
-ASINH = _unary("asinh", lambda xp, a: xp.arcsinh(a), lambda ctx, g: g * (_x(ctx) ** 2 + 1).rsqrt(), "asinh({0})")
-ACOSH = _unary("acosh", lambda xp, a: xp.arccosh(a), lambda ctx, g: g * (_x(ctx) ** 2 - 1).rsqrt(), "acosh({0})")
-ATANH = _unary("atanh", lambda xp, a: xp.arctanh(a), lambda ctx, g: g / (1 - _x(ctx) ** 2), "atanh({0})")
+              saves="outputs", ufunc="tanh", holomorphic=True)
+ASINH = _unary("asinh", lambda xp, a: xp.arcsinh(a), lambda ctx, g: g * (_x(ctx) ** 2 + 1).rsqrt(), "asinh({0})",
+               holomorphic=True)
+ACOSH = _unary("acosh", lambda xp, a: xp.arccosh(a), lambda ctx, g: g * (_x(ctx) ** 2 - 1).rsqrt(), "acosh({0})",
+               holomorphic=True)
+ATANH = _unary("atanh", lambda xp, a: xp.arctanh(a), lambda ctx, g: g / (1 - _x(ctx) ** 2), "atanh({0})",
+               holomorphic=True)
 
 
 def _sigmoid_kernel(xp, a):
@@ -313,7 +342,7 @@ ERFC = _unary("erfc", _special("erfc"), lambda ctx, g: g * (-2 / math.sqrt(math.
 ERFINV = _unary("erfinv", _special("erfinv"), lambda ctx, g: g * (math.sqrt(math.pi) / 2) * (ctx.out ** 2).exp(),
                 "erfinv({0})", saves="outputs")
 RECIPROCAL = _unary("reciprocal", lambda xp, a: xp.reciprocal(a), lambda ctx, g: -g * ctx.out * ctx.out,
-                    "1 / {0}", saves="outputs")
+                    "1 / {0}", saves="outputs", holomorphic=True)
 def _relu_kernel(xp, a):
     if a.dtype == np.bool_:
         raise RuntimeError("Boolean inputs not supported for relu")
