@@ -52,6 +52,7 @@ from . import accelerator, amp, backends, cuda, distributed, distributions, onnx
 from . import cpu  # noqa: E402,F401
 from .cpu import amp as _cpu_amp  # noqa: E402,F401 - ``jitorch.cpu.amp``, as ``torch.cpu.amp``
 from . import special  # noqa: E402,F401
+from . import fft  # noqa: E402,F401 - torch.fft
 from .amp import autocast  # noqa: E402,F401
 from .amp.autocast_mode import (  # noqa: E402,F401
     autocast_decrement_nesting, autocast_increment_nesting, get_autocast_cpu_dtype, get_autocast_dtype,

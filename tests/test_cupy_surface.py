@@ -300,6 +300,10 @@ case("casts", lambda t, m: (lambda x: (x.double(), x.half(), x.to(t.int32), x.lo
 # Complex values: conj, the real/imag views and the real <-> complex views, through their gradients.
 case("complex_views", lambda t, m: (lambda z: (t.view_as_real(z.conj()), z.real * 2, z.imag, z.abs(),
                                                 t.view_as_real(z * z)))(t.view_as_complex(m.f(3, 2))))
+# FFTs: the c2c, r2c and c2r rows (scipy.fft's surface is cupyx.scipy.fft's) through their gradients.
+case("fft", lambda t, m: (lambda x: (t.view_as_real(t.fft.fft(x)), t.view_as_real(t.fft.rfft(x, n=5)),
+                                     t.fft.irfft(t.fft.rfft(x), n=4), t.fft.hfft(t.fft.ifft(x), n=7),
+                                     t.view_as_real(t.fft.fftn(x, s=(3, 6), norm="ortho"))))(m.f(2, 4)))
 case("copy_fill", lambda t, m: (lambda y: (y.clone().copy_(m.f(3)), y.clone().copy_(m.i(2, 3)),
                                            y.clone().fill_(2.0), y.clone().zero_(), t.zeros(2, 3).copy_(y),
                                            y.clone().fill_(m.f())))(m.f(2, 3) * 1))

@@ -9,6 +9,7 @@ from . import linalg, sorting  # noqa: F401,E402 - linear algebra and sorting ro
 from . import indexing  # noqa: F401,E402 - advanced indexing rows
 from . import nn_ops  # noqa: F401,E402 - nn.functional rows (binary_cross_entropy)
 from . import complex_ops  # noqa: F401,E402 - conj, real/imag and the real <-> complex views
+from . import fft  # noqa: F401,E402 - FFT rows (c2c, r2c, c2r)
 from . import conv_ops  # noqa: F401,E402 - convolution, im2col/col2im and pooling rows
 from . import special  # noqa: F401,E402 - lgamma, digamma, Bessel, gcd rows
 from . import random_ops  # noqa: F401,E402 - rows that draw random numbers (dropout's mask)
