@@ -36,6 +36,7 @@ from ._indexing import *  # noqa: E402,F401,F403
 from ._misc import *  # noqa: E402,F401,F403
 from ._math_extra import *  # noqa: E402,F401,F403
 from ._movement_extra import *  # noqa: E402,F401,F403
+from ._spectral import *  # noqa: E402,F401,F403
 from . import _linalg, _sorting, linalg  # noqa: E402,F401
 from ._linalg import *  # noqa: E402,F401,F403
 from ._sorting import *  # noqa: E402,F401,F403
