@@ -368,7 +368,9 @@ def positive(input):
 def angle(input):
     """Elementwise argument: ``atan2(imag, real)`` for complex, ``pi`` for negative reals and 0 otherwise."""
     if input.dtype.is_complex:
-        return input.imag.atan2(input.real)
+        # angle(0) is 0 with a zero gradient in torch; atan2's gradient at (0, 0) would be 0/0.
+        safe = input.where(input != 0, 1.0)
+        return safe.imag.atan2(safe.real)
     x = input if input.dtype.is_floating_point else input.to(_dtype.get_default_dtype())
     return (x < 0).to(x.dtype) * math.pi + x.where(x.isnan(), 0.0)  # NaN stays NaN
 

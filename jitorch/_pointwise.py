@@ -275,7 +275,9 @@ def sgn(input, *, out=None):
     if not input.is_complex():
         return sign(input, out=out)
     size = input.abs()
-    return _write_out(input / size.where(size != 0, 1.0), out, "sgn")
+    nonzero = size != 0
+    # At 0 the value and (as torch) the gradient are 0: the division sees 1 there, and ``where`` drops its gradient.
+    return _write_out((input / size.where(nonzero, 1.0)).where(nonzero, 0.0), out, "sgn")
 
 
 def square(input, *, out=None):

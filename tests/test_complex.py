@@ -120,3 +120,10 @@ def test_gradcheck_catches_a_wrong_complex_gradient():
         assert not jitorch.autograd.gradcheck(lambda a: a.conj() * 1, (z,), raise_exception=False)
     finally:
         complex_ops.CONJ.backward = right
+
+
+@pytest.mark.parametrize("name", ["angle", "sgn", "abs"])
+def test_gradients_at_zero_match_torch(name):
+    # torch defines angle(0) = sgn(0) = 0 with zero gradients (atan2's and the division's would be 0/0 there).
+    z = np.array([0j, 1 + 1j, -2 + 0j, 0.5 - 0.25j, 0j])
+    check_op(lambda a: UNARY[name](jitorch, a), lambda a: UNARY[name](torch, a), [z], atol=1e-12, rtol=1e-12)
