@@ -40,6 +40,12 @@ from ._spectral import *  # noqa: E402,F401,F403
 from . import _linalg, _sorting, linalg  # noqa: E402,F401
 from ._linalg import *  # noqa: E402,F401,F403
 from ._sorting import *  # noqa: E402,F401,F403
+from . import _overrides  # noqa: E402
+from ._overrides import publish as _publish  # noqa: E402
+
+# Before the submodules below capture them (``class ReLU: _fn = F.relu``): a public function handed a
+# ``jitorch.fx.Proxy`` records itself, however the caller reached it (see _overrides.py).
+_publish(globals())
 from . import autograd, return_types  # noqa: E402,F401
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled  # noqa: E402,F401
 from .autograd import is_inference_mode_enabled  # noqa: E402,F401
@@ -103,8 +109,17 @@ def numel(input):
     return input.numel()
 
 
+def _assert(condition, message):
+    """``assert condition, message`` as a function, so that ``jitorch.fx`` can record it (``torch._assert``)."""
+    assert condition, message
+
+
+_publish(globals())  # the functions defined above and the re-exports of nn.functional
+_assert = _overrides.public(_assert)  # private by name, but recorded when handed a Proxy, as torch._assert
+
+
 def _install_numpy_names():
-    # NOTE: last, once every module has bound its functions and Tensor methods (see _numpy_names.py).
+    # NOTE: last, once every module has bound (and published) its functions and Tensor methods (_numpy_names.py).
     import sys
 
     from . import _numpy_names as names

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 
+from ._overrides import public
+
 __all__ = ["numpy_names", "install"]
 
 # torch.X and Tensor.X: native in torch, with a ``dim`` or ``keepdim`` parameter (the list
@@ -66,4 +68,7 @@ def install(owner, names):
     for name in names:
         fn = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
         if callable(fn) and not getattr(fn, "__numpy_names__", False):
-            setattr(owner, name, numpy_names(fn))
+            original = getattr(fn, "__jitorch_original__", None)
+            # A public function (_overrides.py): the renaming goes inside, the hand-over to a Proxy stays outermost,
+            # so a traced call records the function the module holds.
+            setattr(owner, name, numpy_names(fn) if original is None else public(numpy_names(original)))

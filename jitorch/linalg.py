@@ -393,3 +393,7 @@ def vecdot(x, y, *, dim=-1, out=None):
 
 
 from ._linalg_extra import cond, matrix_exp, vander  # noqa: E402 - composites of the functions above
+
+from ._overrides import publish as _publish  # noqa: E402
+
+_publish(globals())  # see jitorch/_overrides.py

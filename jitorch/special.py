@@ -78,3 +78,7 @@ def log_softmax(input, dim, *, dtype=None):
 def logsumexp(input, dim, keepdim=False):
     """``log(sum(exp(input)))`` along ``dim``, stable."""
     return input.logsumexp(dim, keepdim)
+
+from ._overrides import publish as _publish  # noqa: E402
+
+_publish(globals())  # see jitorch/_overrides.py

@@ -1,7 +1,9 @@
 """The patches a symbolic trace installs: functions that record a node when handed a Proxy, and their undoing.
 
-jitorch has no ``__torch_function__``, so :class:`~jitorch.fx.Tracer` swaps the public functions a Proxy can reach for
-recording wrappers (``recording``) and restores them when the trace ends (``Patcher``).
+jitorch's own functions record themselves (``__jitorch_function__``, see :mod:`jitorch._overrides`); the functions
+named by ``jitorch.fx.wrap`` and those of ``autowrap_modules`` (``math``) are not jitorch's, so
+:class:`~jitorch.fx.Tracer` swaps them for recording wrappers (``recording``) and restores them when the trace ends
+(``Patcher``), as torch.fx does.
 """
 from __future__ import annotations
 
@@ -11,27 +13,27 @@ import types
 
 from .proxy import Proxy, TraceError
 
-__all__ = ["CURRENT", "FLAT_ORDER", "Patcher", "defer_to_proxy", "recording", "with_flat_signature"]
-
-CURRENT: list = []  # active tracers, innermost last
+__all__ = ["FLAT_ORDER", "Patcher", "recording", "with_flat_signature"]
 
 
-def has_proxy(a) -> bool:
+def _first_proxy(a):
     if isinstance(a, Proxy):
-        return True
-    if isinstance(a, (tuple, list)):
-        return any(has_proxy(x) for x in a)
-    if isinstance(a, dict):
-        return any(has_proxy(x) for x in a.values())
-    return False
+        return a
+    values = a.values() if isinstance(a, dict) else a if isinstance(a, (tuple, list)) else ()
+    for x in values:
+        found = _first_proxy(x)
+        if found is not None:
+            return found
+    return None
 
 
 def recording(fn):
-    """``fn``, except that a call with a Proxy argument is recorded by the innermost tracer."""
+    """``fn``, except that a call with a Proxy argument is recorded by that Proxy's tracer."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if CURRENT and (has_proxy(args) or has_proxy(kwargs)):
-            return CURRENT[-1].create_proxy("call_function", fn, args, kwargs)
+        proxy = _first_proxy((args, kwargs))
+        if proxy is not None:
+            return proxy.tracer.create_proxy("call_function", fn, args, kwargs)
         return fn(*args, **kwargs)
     wrapper.__fx_original__ = fn
     return wrapper
@@ -101,11 +103,3 @@ def with_flat_signature(fn):
                         + bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS),
                         co_kwonlyargcount=0)
     return types.FunctionType(flat, fn.__globals__, fn.__name__, None, fn.__closure__)
-
-
-def defer_to_proxy(method):
-    # ``tensor + proxy``: returning NotImplemented lets Python call ``Proxy.__radd__``, which records the node.
-    @functools.wraps(method)
-    def operator_method(self, other):
-        return NotImplemented if isinstance(other, Proxy) else method(self, other)
-    return operator_method

@@ -46,14 +46,31 @@ def attr_path(root: str, qualified: str) -> str:
     return expr
 
 
+# Names generated code spells out bare: a parameter of that name would shadow them, so it is called by its node name.
+_BARE = frozenset({"self", "jitorch", "operator", "math", "getattr", "slice", "float"})
+
+
+def parameter_name(node: Node) -> str:
+    """The name of a placeholder in the signature: its target (the traced function's own parameter name, so keyword
+    calls work) unless that cannot be a parameter here; then its node name."""
+    name = node.target.lstrip("*") if isinstance(node.target, str) else ""
+    if not name.isidentifier() or keyword.iskeyword(name) or name in _BARE:
+        return node.name
+    return name
+
+
 class _Emitter:
     def __init__(self, graph):
         import jitorch
 
         self.globals = {"jitorch": jitorch, "operator": operator, "math": math}
         self._names = Namespace()
+        self.shadowed = set()  # parameter names that hide a builtin of the same name (``input``, ``max``)
         for n in graph.nodes:
             self._names.reserve(n.name)
+            if n.op == "placeholder":
+                self._names.reserve(parameter_name(n))
+                self.shadowed.add(parameter_name(n))
         self._by_id: dict[int, str] = {}
 
     def global_name(self, obj, hint) -> str:
@@ -66,7 +83,7 @@ class _Emitter:
 
     def callable_expr(self, fn) -> str:
         path = global_path(fn)
-        if path and path.isidentifier() and getattr(builtins, path, None) is fn:
+        if path and path.isidentifier() and getattr(builtins, path, None) is fn and path not in self.shadowed:
             return path
         if path and path.split(".")[0] in _ROOTS and _follow(self.globals, path) is fn:
             return path  # spelled out only when attribute access really reaches it (a module can be shadowed)
@@ -156,17 +173,22 @@ def python_code(graph, root_module: str = "self") -> PythonCode:
     for node in nodes:
         if node.op == "placeholder":
             star = node.target[:2].count("*") if isinstance(node.target, str) else 0
+            name = parameter_name(node)
+            if name in params:  # two placeholders of one target (a hand-built graph): the unique node names
+                name = node.name
             if star:  # ``*args`` / ``**kwargs``: the Proxy stood for the whole tuple or dict
-                params.append("*" * star + node.name)
+                params.append("*" * star + name)
                 keyword_only = True
             elif node.args:
-                params.append(f"{node.name} = {emit.arg(node.args[0])}")
+                params.append(f"{name} = {emit.arg(node.args[0])}")
                 after_default = True
             else:
                 if after_default and not keyword_only:
                     params.append("*")  # a keyword-only parameter without default, after one with a default
                     keyword_only = True
-                params.append(node.name)
+                params.append(name)
+            if name != node.name:  # ``def forward(self, input)`` keeps the caller's keyword; the body uses input_1
+                body.append(f"{node.name} = {name}")
             continue
         if node.op == "output":
             body.append(f"return {emit.arg(node.args[0])}")
@@ -177,5 +199,8 @@ def python_code(graph, root_module: str = "self") -> PythonCode:
         body.append(line)
     if not body or not body[-1].startswith("return"):
         body.append("return None")
-    src = f"def forward({', '.join(params)}):\n" + "".join(f"    {line}\n" for line in body)
+    lines = [line + "\n" for line in body]
+    if graph._body_transformer is not None:  # Graph.on_generate_code
+        lines = graph._body_transformer(lines)
+    src = f"def forward({', '.join(params)}):\n" + "".join(f"    {line}\n" for line in "".join(lines).splitlines())
     return PythonCode(src, emit.globals)

@@ -82,12 +82,14 @@ class Graph:
         return sum_1
     """
 
-    def __init__(self, owning_module=None):
+    def __init__(self, owning_module=None, tracer_cls=None, tracer_extras=None):
         self._root = Node(self, "", "placeholder", "", (), {})  # sentinel of the circular list
         self._insert = self._root.prepend
         self._len = 0
         self._namespace = Namespace()
         self.owning_module = owning_module
+        self._tracer_cls, self._tracer_extras = tracer_cls, tracer_extras  # the tracer that recorded it, if any
+        self._body_transformer = None  # see on_generate_code
 
     @property
     def nodes(self) -> _NodeList:
@@ -181,7 +183,7 @@ class Graph:
 
     def __deepcopy__(self, memo):
         """A copy with new nodes (same names, targets and a copy of each ``meta``); argument values are shared."""
-        new = Graph()
+        new = Graph(tracer_cls=self._tracer_cls, tracer_extras=self._tracer_extras)
         memo[id(self)] = new
         out = new.graph_copy(self, {}, return_output_node=True)
         if out is not None:
@@ -269,6 +271,29 @@ class Graph:
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
         print("\n".join(lines))
+
+    def on_generate_code(self, make_transformer):
+        """Transform the generated code: ``make_transformer(current)`` returns a function from the list of the body's
+        lines to a new list (``current`` is the transformer registered before, or None). It stays registered; used as
+        a context manager, it is undone at the end of the block.
+
+        >>> import jitorch
+        >>> from jitorch.fx import symbolic_trace
+        >>> gm = symbolic_trace(lambda x: x + 1)
+        >>> with gm.graph.on_generate_code(lambda old: lambda body: ["print('hi')\\n", *body]):
+        ...     print(gm.recompile().src.splitlines()[1].strip())
+        print('hi')
+        """
+        old = self._body_transformer
+        self._body_transformer = make_transformer(old)
+
+        @contextlib.contextmanager
+        def restore_on_exit():
+            try:
+                yield
+            finally:
+                self._body_transformer = old
+        return restore_on_exit()
 
     def python_code(self, root_module: str = "self"):
         """The generated source: a :class:`~jitorch.fx.codegen.PythonCode` with ``src`` and ``globals``."""

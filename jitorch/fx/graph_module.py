@@ -16,6 +16,7 @@ import linecache
 
 from .._tensor import Tensor
 from ..nn.modules.module import Module
+from ..nn.parameter import Parameter
 from ._naming import global_path, resolve_path
 from .graph import Graph
 from .node import Node, map_arg
@@ -38,6 +39,20 @@ def _copy_attr(src, dst, target: str):
         dst.register_buffer(last, value, persistent=last not in src._non_persistent_buffers_set)
     elif isinstance(value, Tensor) and not isinstance(value, Module) and last not in getattr(src, "_parameters", {}):
         dst.__dict__[last] = value  # a tensor constant: a plain attribute, as on the root
+    else:
+        setattr(dst, last, value)
+
+
+def _assign_attr(value, dst, target: str):
+    """Install ``value`` (from a dict root) as ``dst.<target>``, creating empty parent modules on the way: a plain
+    tensor becomes a buffer and a Parameter a parameter, as torch.fx does."""
+    *prefix, last = target.split(".")
+    for atom in prefix:
+        if not isinstance(getattr(dst, atom, None), Module):
+            setattr(dst, atom, Module())
+        dst = getattr(dst, atom)
+    if isinstance(value, Tensor) and not isinstance(value, Parameter):
+        dst.register_buffer(last, value)
     else:
         setattr(dst, last, value)
 
@@ -69,7 +84,7 @@ class GraphModule(Module):
                     if node.target not in root:
                         raise RuntimeError(f"Node '{node.name}' references '{node.target}', which is missing from "
                                            "the dict of attributes passed as root")
-                    _copy_attr(_Namespace(root), self, node.target)
+                    _assign_attr(root[node.target], self, node.target)
         else:
             raise TypeError(f"GraphModule root must be a Module or a dict, got {type(root).__name__}")
         self.graph = graph
@@ -133,14 +148,6 @@ class GraphModule(Module):
 
     def __copy__(self):
         return GraphModule(self, self.graph)
-
-
-class _Namespace:
-    def __init__(self, attrs):
-        self._attrs = attrs
-
-    def __getattr__(self, name):
-        return self._attrs[name]
 
 
 class _NodeRef:

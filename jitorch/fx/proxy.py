@@ -3,6 +3,12 @@
 Operators record ``call_function`` nodes on ``operator.*``, attribute reads record ``getattr``, method calls record
 ``call_method``. Python control flow cannot be recorded: ``bool(proxy)`` raises :class:`TraceError`.
 
+A Proxy passed to any public jitorch function (``jitorch.relu``, ``F.gelu``, ``jitorch.special.expit``...) records a
+``call_function`` on that function, and one passed to a Tensor method records a ``call_method``, through the
+``__jitorch_function__`` protocol (:mod:`jitorch._overrides`), PyTorch's ``__torch_function__``: the function may be
+reached through any name or container. ``Proxy(node)`` made outside a trace appends to ``node.graph`` through a
+:class:`GraphAppendingTracer`.
+
 >>> import jitorch
 >>> from jitorch.fx import symbolic_trace
 >>> gm = symbolic_trace(lambda x: (x + 1).relu())
@@ -16,9 +22,10 @@ import operator
 import os
 import sys
 
+from .. import _overrides
 from .node import Node
 
-__all__ = ["Proxy", "Attribute", "TraceError"]
+__all__ = ["Proxy", "Attribute", "TraceError"]  # and GraphAppendingTracer, from tracer.py (see __getattr__)
 
 _FX_DIR = os.path.dirname(os.path.abspath(__file__))
 _JITORCH_DIR = os.path.dirname(_FX_DIR)
@@ -45,8 +52,31 @@ class Proxy:
     """A traced value: every operation on it appends a node to ``self.tracer.graph`` and returns a new Proxy."""
 
     def __init__(self, node: Node, tracer=None):
+        _count(self)
+        if tracer is None:  # made outside a trace: one tracer per graph, so its Proxies can meet in one call
+            from .tracer import GraphAppendingTracer
+
+            tracer = node.graph.__dict__.get("_appending_tracer") or GraphAppendingTracer(node.graph)
+            node.graph.__dict__["_appending_tracer"] = tracer
         self.node = node
         self.tracer = tracer
+
+    def __del__(self):
+        if self.__dict__.pop("_counted", False):  # a copy made without __init__ was never counted
+            _overrides.release()
+
+    @classmethod
+    def __jitorch_function__(cls, func, args, kwargs):
+        """A public function or Tensor method called with a Proxy among its arguments: record it."""
+        tracers = {id(p.tracer): p.tracer for p in _proxies((args, kwargs))}
+        if len(tracers) > 1:
+            raise RuntimeError(f"{getattr(func, '__name__', func)} was called with Proxies of {len(tracers)} different "
+                               f"tracers ({_where()}); values of different traces cannot be mixed")
+        tracer = next(iter(tracers.values()))
+        method = _overrides.tensor_method_name(func)
+        if method is not None:
+            return tracer.create_proxy("call_method", method, args, kwargs)
+        return tracer.create_proxy("call_function", func, args, kwargs)
 
     def __repr__(self):
         return f"Proxy({self.node.name})"
@@ -94,6 +124,7 @@ class Attribute(Proxy):
     """``proxy.name``: becomes ``call_method`` when called, or a ``getattr`` node when used as a value."""
 
     def __init__(self, root: Proxy, attr: str):
+        _count(self)
         self.root, self.attr, self.tracer = root, attr, root.tracer
         self._node = None
 
@@ -106,6 +137,31 @@ class Attribute(Proxy):
 
     def __call__(self, *args, **kwargs):
         return self.tracer.create_proxy("call_method", self.attr, (self.root, *args), kwargs)
+
+
+def _count(proxy):
+    # While any Proxy is alive, public functions and Tensor methods look for Proxies among their arguments.
+    _overrides.acquire()
+    proxy.__dict__["_counted"] = True
+
+
+def _proxies(a):
+    if isinstance(a, Proxy):
+        yield a
+    elif isinstance(a, (tuple, list)):
+        for x in a:
+            yield from _proxies(x)
+    elif isinstance(a, dict):
+        for x in a.values():
+            yield from _proxies(x)
+
+
+def __getattr__(name):
+    if name == "GraphAppendingTracer":  # defined with Tracer, which imports this module
+        from .tracer import GraphAppendingTracer
+
+        return GraphAppendingTracer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _install_operators():

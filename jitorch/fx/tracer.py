@@ -1,10 +1,10 @@
 """Symbolic tracing: run user code on :class:`Proxy` inputs and record what it does into a :class:`Graph`.
 
-jitorch has no ``__torch_function__``, so while a trace runs the tracer *patches* the entry points a Proxy can reach:
-the functions of ``jitorch``, ``jitorch.nn.functional`` and ``jitorch.linalg`` (and the same objects bound in the
-traced code's globals) record a ``call_function`` when any argument is a Proxy; ``Module.__call__`` routes through
-:meth:`Tracer.call_module`; ``Module.__getattr__`` turns parameters and buffers into ``get_attr`` nodes; Tensor
-operators defer to the Proxy. Everything is restored when the trace ends, even on error.
+Public jitorch functions and Tensor methods record themselves when handed a Proxy (the ``__jitorch_function__``
+protocol of :mod:`jitorch._overrides`). What remains is patched while a trace runs, as torch.fx does:
+``Module.__call__`` routes through :meth:`Tracer.call_module`; ``Module.__getattr__`` turns parameters and buffers
+into ``get_attr`` nodes (through :meth:`Tracer.getattr`); functions named by :func:`wrap` and those of
+``autowrap_modules`` (``math``) record a ``call_function``. Everything is restored when the trace ends, even on error.
 
 >>> import jitorch
 >>> from jitorch.fx import symbolic_trace
@@ -23,32 +23,17 @@ from __future__ import annotations
 
 import builtins
 import functools
-import inspect
 import math
 import sys
-import types
 
-from ._patching import CURRENT, FLAT_ORDER, Patcher, defer_to_proxy, recording, with_flat_signature
+from ._concrete import PH, placeholders
+from ._patching import Patcher, recording
 from .graph import Graph
 from .proxy import Attribute, Proxy, TraceError, _where, user_frame
 
-__all__ = ["Tracer", "symbolic_trace", "wrap", "PH"]
+__all__ = ["Tracer", "GraphAppendingTracer", "ParameterProxy", "symbolic_trace", "wrap", "PH"]
 
-_NAMESPACES = ("jitorch", "jitorch.nn.functional", "jitorch.linalg")
-# Functions that must keep running eagerly even when handed a Proxy (they inspect types, not values).
-_NEVER_RECORD = {"is_tensor", "is_floating_point", "is_complex", "is_grad_enabled", "get_default_dtype", "typename"}
-_TENSOR_OPERATORS = [f"__{p}{n}__" for n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and",
-                                              "or", "xor", "lshift", "rshift") for p in ("", "r")]
-_TENSOR_OPERATORS += ["__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"]
 _WRAPPED: list[tuple[dict, str]] = []  # (module globals, function name) registered by ``wrap``
-
-
-class _PlaceholderMarker:
-    def __repr__(self):
-        return "PH"
-
-
-PH = _PlaceholderMarker()  # in ``concrete_args``: keep this argument symbolic
 
 
 def wrap(fn_or_name):
@@ -72,7 +57,12 @@ def wrap(fn_or_name):
 
 class Tracer:
     """Turns a module or function into a :class:`Graph`. Override :meth:`is_leaf_module` to choose which submodules
-    stay opaque ``call_module`` nodes (default: the layers of ``jitorch.nn``, but not ``Sequential``).
+    stay opaque ``call_module`` nodes (default: the layers of ``jitorch.nn``, but not ``Sequential``), and the other
+    hooks (:meth:`create_proxy`, :meth:`create_node`, :meth:`getattr`, :meth:`call_module`) to observe or change
+    what is recorded: every node, placeholders and ``get_attr`` included, goes through them.
+
+    With ``param_shapes_constant=True``, the shape of a parameter (``w.shape``, ``w.size()``, ``w.dim()``) is read as
+    a constant instead of recorded.
 
     >>> from jitorch import nn
     >>> from jitorch.fx import Tracer
@@ -81,11 +71,12 @@ class Tracer:
     ...         return False
     """
 
-    def __init__(self, autowrap_modules=(math,), autowrap_functions=()):
+    def __init__(self, autowrap_modules=(math,), autowrap_functions=(), param_shapes_constant=False):
         # Functions of these modules (``math.sqrt``...) and these functions are recorded as ``call_function`` when
         # called with a Proxy, instead of running (``math.sqrt(proxy)`` would otherwise need ``float(proxy)``).
         self._autowrap_modules = tuple(autowrap_modules)
         self._autowrap_functions = tuple(autowrap_functions)
+        self.param_shapes_constant = param_shapes_constant
         self.graph = None
         self.root = None
         self._module_paths, self._tensor_names, self._attr_nodes = {}, {}, {}
@@ -105,6 +96,23 @@ class Tracer:
             return self.create_proxy("call_module", path, args, kwargs)
         self._patcher.patch_globals(getattr(type(m).forward, "__globals__", {}))
         return forward(*args, **kwargs)
+
+    def getattr(self, attr: str, attr_val, parameter_proxy_cache: dict):
+        """What traced code gets for ``module.attr`` (a submodule, parameter or buffer read through
+        ``Module.__getattr__``): a Proxy of a ``get_attr`` node for the root's parameters and buffers, made once per
+        name and kept in ``parameter_proxy_cache``; ``attr_val`` itself otherwise."""
+        from .._tensor import Tensor
+        from ..nn.parameter import Parameter
+
+        if not isinstance(attr_val, Tensor) or id(attr_val) not in self._tensor_names:
+            return attr_val
+        name = self._tensor_names[id(attr_val)]
+        if name not in parameter_proxy_cache:
+            node = self._tensor_attr(attr_val)
+            constant_shape = self.param_shapes_constant and isinstance(attr_val, Parameter)
+            parameter_proxy_cache[name] = (ParameterProxy(node, self, attr_val) if constant_shape
+                                           else self.proxy(node))
+        return parameter_proxy_cache[name]
 
     def to_bool(self, obj: Proxy):
         frame = user_frame()
@@ -132,7 +140,7 @@ class Tracer:
     def create_node(self, kind, target, args, kwargs, name=None, type_expr=None):
         node = self.graph.create_node(kind, target, args, kwargs, name, type_expr)
         frame = user_frame()
-        if frame is not None:
+        if frame is not None and kind not in ("placeholder", "output"):
             node.meta["stack_trace"] = f'File "{frame.f_code.co_filename}", line {frame.f_lineno}'
         return node
 
@@ -167,15 +175,20 @@ class Tracer:
         return a
 
     def _tensor_attr(self, t):
+        """The ``get_attr`` node of a tensor: a parameter or buffer of the root, or a constant stored on it."""
         name = self._tensor_names.get(id(t))
         if name is None:  # a tensor made in user code: store it on the root as a constant
+            if self.root is None:
+                raise TraceError(f"a tensor of shape {tuple(t.shape)} was passed with a Proxy ({_where()}), but this "
+                                 "tracer has no root module to keep it on; register it on the module and read it "
+                                 "with graph.get_attr")
             name = f"_tensor_constant{self._constant_count}"
             self._constant_count += 1
             self.root.__dict__[name] = t
             self._tensor_names[id(t)] = name
             self._keepalive.append(t)
         if name not in self._attr_nodes:
-            self._attr_nodes[name] = self.create_node("get_attr", name, (), {})
+            self._attr_nodes[name] = self.create_proxy("get_attr", name, (), {}).node
         return self._attr_nodes[name]
 
     def path_of_module(self, mod) -> str:
@@ -193,73 +206,28 @@ class Tracer:
             self.root, fn, skip = root, type(root).forward, 1
         else:
             self.root, fn, skip = Module(), root, 0
-        self.graph = Graph()
+        self.graph = Graph(tracer_cls=type(self))
         self._module_paths = {id(m): name for name, m in self.root.named_modules()}
         self._tensor_names = {id(t): n for n, t in (*self.root.named_parameters(), *self.root.named_buffers())}
         self._attr_nodes, self._constant_count, self._keepalive = {}, 0, []
-        fn, args, kwargs = self._placeholders(fn, skip, concrete_args or {})
-        if skip:
-            args.insert(0, root)
         self._patcher = Patcher()
-        CURRENT.append(self)
         try:
+            fn, args, kwargs = placeholders(self, fn, skip, concrete_args or {})
+            if skip:
+                args.insert(0, root)
             self._patch_everything(fn)
             result = fn(*args, **kwargs)
             self.create_node("output", "output", (self.create_arg(result),), {})
         finally:
-            CURRENT.pop()
             self._patcher.restore()
         return self.graph
 
-    def _placeholders(self, fn, skip, concrete_args):
-        """One placeholder per parameter of ``fn`` (after ``skip``); returns the function to call and its inputs.
-
-        Keyword-only parameters are passed by keyword. ``*args`` and ``**kwargs`` each become one placeholder (target
-        ``"*args"`` / ``"**kwargs"``) whose Proxy stands for the whole tuple or dict; to bind a Proxy to them, ``fn`` is
-        called through a copy whose code treats them as ordinary positional parameters.
-        """
-        params = list(inspect.signature(fn).parameters.values())[skip:]
-        unknown = set(concrete_args) - {p.name for p in params}
-        if unknown:
-            raise TraceError(f"concrete_args names {sorted(unknown)}, which are not parameters of {fn.__name__}")
-        star = [p for p in params if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-        args, kwargs = [], {}
-        for p in params:
-            value = concrete_args.get(p.name, PH)
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                if value is not PH:
-                    raise TraceError(f"concrete_args cannot specialize {p} of {fn.__name__}: bind it with "
-                                     "functools.partial, or give the function named parameters")
-                prefix = "*" if p.kind is p.VAR_POSITIONAL else "**"
-                proxy = self.proxy(self.graph.create_node("placeholder", prefix + p.name, name=p.name))
-            elif value is PH:
-                proxy = self.proxy(self.graph.placeholder(p.name, default_value=p.default))
-            else:
-                # The input stays in the signature (callers may still pass it) but the graph is specialized to it.
-                self.graph.placeholder(p.name, default_value=value)
-                proxy = value
-            if p.kind is p.KEYWORD_ONLY and not star:
-                kwargs[p.name] = proxy
-            else:
-                args.append((FLAT_ORDER[p.kind], len(args), proxy))
-        args = [a for *_, a in sorted(args, key=lambda t: t[:2])]  # the flat code's order: see with_flat_signature
-        if star:
-            fn = with_flat_signature(fn)
-        return fn, args, kwargs
-
     def _patch_everything(self, fn):
-        from .._tensor import Tensor
+        """What a Proxy cannot take over by itself: functions named by ``wrap``, those of the autowrap modules
+        (``math.sqrt`` is no jitorch function), and the Module attribute and call paths."""
         from ..nn.modules.module import Module
 
         patcher, tracer = self._patcher, self
-        for modname in _NAMESPACES:
-            __import__(modname)
-            module = sys.modules[modname]
-            for name, value in list(vars(module).items()):
-                if isinstance(value, types.FunctionType) and not name.startswith("_") and name not in _NEVER_RECORD:
-                    wrapper = patcher.by_original.get(value) or recording(value)
-                    patcher.by_original[value] = wrapper
-                    patcher.setattr(module, name, wrapper)
         for g, name in _WRAPPED:
             original = g.get(name, getattr(builtins, name, None))
             if original is not None:
@@ -275,23 +243,63 @@ class Tracer:
         patcher.patch_globals(getattr(fn, "__globals__", {}))
 
         original_call, original_getattr = Module.__call__, Module.__getattr__
+        parameter_proxy_cache: dict = {}
 
         def module_call(mod, *args, **kwargs):
             forward = functools.partial(original_call, mod)
             return tracer.call_module(mod, forward, args, kwargs)
 
         def module_getattr(mod, name):
-            value = original_getattr(mod, name)
-            if isinstance(value, Tensor) and id(value) in tracer._tensor_names:
-                return tracer.proxy(tracer._tensor_attr(value))
-            return value
+            return tracer.getattr(name, original_getattr(mod, name), parameter_proxy_cache)
 
         patcher.setattr(Module, "__call__", module_call)
         patcher.setattr(Module, "__getattr__", module_getattr)
-        for name in _TENSOR_OPERATORS:
-            method = getattr(Tensor, name, None)
-            if method is not None:
-                patcher.setattr(Tensor, name, defer_to_proxy(method))
+
+
+class GraphAppendingTracer(Tracer):
+    """The tracer of a Proxy made outside symbolic tracing, ``Proxy(node)``: what is done with it is appended to
+    ``graph`` (torch.fx's recipe for decompositions and hand-built graphs).
+
+    >>> import jitorch
+    >>> from jitorch.fx import Graph, GraphModule, Proxy
+    >>> g = Graph()
+    >>> x = Proxy(g.placeholder("x"))
+    >>> _ = g.output(jitorch.relu(x * 2).node)
+    >>> GraphModule(jitorch.nn.Module(), g)(jitorch.tensor([-1.0, 1.0]))
+    tensor([0., 2.])
+    """
+
+    def __init__(self, graph: Graph):
+        super().__init__()
+        self.graph = graph
+
+
+class ParameterProxy(Proxy):
+    """The Proxy of a parameter under ``Tracer(param_shapes_constant=True)``: its shape is read, not recorded."""
+
+    def __init__(self, node, tracer, param):
+        super().__init__(node, tracer)
+        self.__dict__["param"] = param
+
+    @property
+    def shape(self):
+        return self.param.shape
+
+    @property
+    def ndim(self):
+        return self.param.ndim
+
+    def size(self, dim=None):
+        return self.param.size(dim) if dim is not None else self.param.size()
+
+    def dim(self):
+        return self.param.dim()
+
+    def numel(self):
+        return self.param.numel()
+
+    def nelement(self):
+        return self.param.numel()
 
 
 def _source_line(filename, lineno):
@@ -303,7 +311,8 @@ def _source_line(filename, lineno):
 def symbolic_trace(root, concrete_args: dict | None = None):
     """Trace ``root`` (an ``nn.Module`` or function) into a :class:`~jitorch.fx.GraphModule`.
 
-    ``concrete_args`` maps parameter names to fixed values, specializing the graph (for flags that steer ``if``).
+    ``concrete_args`` maps parameter names to fixed values, specializing the graph (for flags that steer ``if``); the
+    graph checks that later calls pass the same values. ``PH`` leaves stay symbolic (``{"d": {"a": PH}}``).
 
     >>> import jitorch
     >>> from jitorch import nn

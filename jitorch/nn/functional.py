@@ -38,3 +38,7 @@ from ._functional_spatial import *  # noqa: F401,F403,E402
 from ._functional_spatial import __all__ as _spatial_all  # noqa: E402
 
 __all__ += [name for name in _spatial_all if name not in __all__]
+
+from .._overrides import publish as _publish  # noqa: E402
+
+_publish(globals())  # see jitorch/_overrides.py

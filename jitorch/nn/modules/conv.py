@@ -12,7 +12,7 @@ from __future__ import annotations
 
 
 from ... import _creation
-from .. import _functional_spatial as F
+from .. import functional as F  # the public functions: a traced Proxy records them
 from ..parameter import Parameter
 from .linear import reset_weight_and_bias
 from .module import Module

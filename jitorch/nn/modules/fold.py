@@ -13,7 +13,7 @@ tensor([[1., 2., 2., 1.],
 """
 from __future__ import annotations
 
-from .. import _functional_spatial as F
+from .. import functional as F  # the public functions: a traced Proxy records them
 from .module import Module
 
 __all__ = ["Fold", "Unfold"]

@@ -11,7 +11,7 @@ tensor([[[2., 1., 0., 1., 2., 3., 2.]]])
 """
 from __future__ import annotations
 
-from .. import _functional_spatial as F
+from .. import functional as F  # the public functions: a traced Proxy records them
 from .module import Module
 
 __all__ = ["ConstantPad1d", "ConstantPad2d", "ConstantPad3d", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d",

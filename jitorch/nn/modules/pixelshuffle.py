@@ -7,7 +7,7 @@ jitorch.Size([1, 2, 6, 6])
 """
 from __future__ import annotations
 
-from .. import _functional_spatial as F
+from .. import functional as F  # the public functions: a traced Proxy records them
 from .module import Module
 
 __all__ = ["PixelShuffle", "PixelUnshuffle"]

@@ -9,7 +9,7 @@ jitorch.Size([2, 3, 1, 1])
 """
 from __future__ import annotations
 
-from .. import _functional_spatial as F
+from .. import functional as F  # the public functions: a traced Proxy records them
 from .module import Module
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",

@@ -11,7 +11,7 @@ jitorch.Size([1, 3, 8, 8])
 """
 from __future__ import annotations
 
-from .. import _functional_spatial as F
+from .. import functional as F  # the public functions: a traced Proxy records them
 from .module import Module
 
 __all__ = ["Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d"]

@@ -1,0 +1,173 @@
+"""``__jitorch_function__``: how a value that is not a Tensor (``jitorch.fx.Proxy``) takes over the public functions
+and Tensor methods it is passed to, as ``__torch_function__`` does in PyTorch.
+
+A type opts in by defining ``__jitorch_function__(cls, func, args, kwargs)`` and counting its live instances with
+:func:`acquire` / :func:`release`. Then, while any such instance is alive:
+
+- every public function (``jitorch.*``, ``jitorch.nn.functional.*``, ``jitorch.linalg.*``, ``jitorch.special.*``)
+  that finds one among its arguments (also inside lists, tuples and dicts) hands the call over: ``func`` is the public
+  function itself, whatever name or container the caller reached it through (``self.act = F.gelu``, a dict of
+  activations, a closure);
+- every Tensor method does the same with ``func`` the method (:func:`tensor_method_name` gives its name), and the
+  binary operators return ``NotImplemented``, so Python asks the other operand's reflected operator.
+
+The functions are wrapped once, at import (:func:`publish`): the wrapper costs one call and one integer test while no
+overriding value exists. Methods are looked up on the class at each call, so their wrappers are installed only while
+one exists (:func:`acquire` installs them, the last :func:`release` removes them): eager code pays nothing for them.
+
+>>> import jitorch
+>>> class Logged:
+...     calls = []
+...     def __init__(self): acquire()
+...     def __del__(self): release()
+...     @classmethod
+...     def __jitorch_function__(cls, func, args, kwargs):
+...         cls.calls.append(tensor_method_name(func) or func.__name__)
+...         return "intercepted"
+>>> v = Logged()
+>>> jitorch.relu(v), jitorch.ones(2).mul(v), jitorch.cat([jitorch.ones(1), v])
+('intercepted', 'intercepted', 'intercepted')
+>>> del v
+>>> Logged.calls, jitorch.ones(1).mul(2)
+(['relu', 'mul', 'cat'], tensor([2.]))
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import types
+
+__all__ = ["acquire", "release", "publish", "public", "find_override", "tensor_method_name", "NEVER_OVERRIDDEN"]
+
+# Public functions that inspect a value's type instead of computing on it: they must answer for the value itself.
+NEVER_OVERRIDDEN = frozenset({"is_tensor", "is_storage", "is_floating_point", "is_complex", "is_grad_enabled",
+                              "is_inference_mode_enabled", "get_default_dtype", "typename", "is_nonzero"})
+# Tensor operators that answer NotImplemented, so that ``tensor + proxy`` becomes ``proxy.__radd__(tensor)``.
+_OPERATORS = frozenset(f"__{p}{n}__" for n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
+                                                "and", "or", "xor", "lshift", "rshift") for p in ("", "r")) | {
+    "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"}
+# Dunder methods that do compute with their arguments; the other dunders (repr, copy, pickling...) are left alone.
+_DUNDER_METHODS = frozenset({"__getitem__", "__setitem__"})
+
+_live = 0  # overriding values alive now
+_lock = threading.RLock()
+_wrappers: dict[int, object] = {}  # id(original function) -> its public wrapper: aliases share one
+_methods: dict[int, str] = {}  # id(installed Tensor method wrapper) -> its name (``mul`` and ``multiply`` share code)
+_installed: list = []  # (class, name, original) of the Tensor methods replaced while values are alive
+
+
+def find_override(args, kwargs=None):
+    """The first argument (searching lists, tuples and dicts) whose type defines ``__jitorch_function__``, or None."""
+    for a in args:
+        found = _search(a)
+        if found is not None:
+            return found
+    if kwargs:
+        for a in kwargs.values():
+            found = _search(a)
+            if found is not None:
+                return found
+    return None
+
+
+def _search(a):
+    if hasattr(type(a), "__jitorch_function__"):
+        return a
+    if type(a) in (list, tuple):
+        for x in a:
+            found = _search(x)
+            if found is not None:
+                return found
+    elif type(a) is dict:
+        return find_override(a.values())
+    return None
+
+
+def public(fn):
+    """``fn`` as the public function: it hands calls with an overriding argument to that argument's type."""
+    wrapper = _wrappers.get(id(fn))
+    if wrapper is not None:
+        return wrapper
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if _live:
+            found = find_override(args, kwargs)
+            if found is not None:
+                return type(found).__jitorch_function__(wrapper, args, kwargs)
+        return fn(*args, **kwargs)
+    wrapper.__jitorch_original__ = fn
+    _wrappers[id(fn)] = wrapper
+    _wrappers[id(wrapper)] = wrapper  # publishing a namespace twice keeps the first wrapper
+    return wrapper
+
+
+def publish(namespace: dict):
+    """Replace each public function of a module's ``namespace`` by its :func:`public` wrapper."""
+    for name, value in list(namespace.items()):
+        if isinstance(value, types.FunctionType) and not name.startswith("_") and name not in NEVER_OVERRIDDEN:
+            namespace[name] = public(value)
+
+
+def tensor_method_name(func) -> str | None:
+    """The name ``func`` has on Tensor when it is a Tensor method handing a call over (not a public function)."""
+    return _methods.get(id(func))
+
+
+def acquire():
+    """Note one more live overriding value; the first installs the Tensor method wrappers."""
+    global _live
+    with _lock:
+        _live += 1
+        if _live == 1:
+            _install_methods()
+
+
+def release():
+    """Note one overriding value fewer; the last removes the Tensor method wrappers."""
+    global _live
+    with _lock:
+        _live -= 1
+        if _live == 0:
+            _uninstall_methods()
+
+
+def _install_methods():
+    from ._tensor import Tensor
+
+    for name, original in list(vars(Tensor).items()):
+        if not isinstance(original, types.FunctionType):
+            continue
+        if name in _OPERATORS:
+            wrapper = _operator(original)
+        elif not name.startswith("_") or name in _DUNDER_METHODS:
+            wrapper = _method(original)
+            _methods[id(wrapper)] = name
+        else:
+            continue
+        _installed.append((Tensor, name, original))
+        setattr(Tensor, name, wrapper)
+
+
+def _uninstall_methods():
+    for cls, name, original in reversed(_installed):
+        setattr(cls, name, original)
+    _installed.clear()
+    _methods.clear()
+
+
+def _method(original):
+    @functools.wraps(original)
+    def method(*args, **kwargs):
+        found = find_override(args, kwargs)
+        if found is not None:
+            return type(found).__jitorch_function__(method, args, kwargs)
+        return original(*args, **kwargs)
+    return method
+
+
+def _operator(original):
+    @functools.wraps(original)
+    def operator_method(self, other):
+        return NotImplemented if _search(other) is not None else original(self, other)
+    return operator_method
