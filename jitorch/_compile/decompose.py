@@ -127,7 +127,9 @@ def _inline(gm, node):
         return fn(*args, **node.kwargs)
 
     try:
-        sub = make_fx(call)(*[_example(node.args[i]) for i in positions])
+        # The examples are zeros of the node's shapes: a decomposition reading values would read those; the
+        # refusal of such reads is make_fx's public default, not this internal use's.
+        sub = make_fx(call, _error_on_data_dependent_ops=False)(*[_example(node.args[i]) for i in positions])
     except _Keep:
         return False
     graph, env, added, recorded = gm.graph, {}, [], {}

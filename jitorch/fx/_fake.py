@@ -42,7 +42,7 @@ from ..ops.table import OPS, Opaque
 from ..runtime.devices import strided_view
 
 __all__ = ["FakeTensorMode", "DataDependentOutputException", "DynamicOutputShapeException", "DATA_DEPENDENT_ROWS",
-           "HOST_READS"]
+           "HOST_READS", "read_site"]
 
 
 class DataDependentOutputException(RuntimeError):
@@ -128,6 +128,18 @@ def _caller():
             entry = frame.f_code.co_name
         frame = frame.f_back
     return entry, ""
+
+
+def read_site(frame, name):
+    """``(allowed, shown, inside)`` for a host read ``name`` (``item``, ``__bool__``...) made by the code of ``frame``:
+    whether it only guards an input-validation error (`VALIDATION_READS`), the read as the user would write it, and
+    `` inside fn()`` when a jitorch function made it."""
+    path = os.path.abspath(frame.f_code.co_filename)
+    site = (os.path.basename(path), frame.f_code.co_name)
+    library = path.startswith(_PKG + os.sep)
+    allowed = library and (site in VALIDATION_READS or (*site, name) in VALIDATION_READS)
+    shown = name.strip("_") + "()" if name.startswith("_") else f"Tensor.{name}()"
+    return allowed, shown, f" inside {site[1]}()" if library else ""
 
 
 def _advice(where):
@@ -264,18 +276,12 @@ class FakeTensorMode:
     # -- host reads -----------------------------------------------------------------------------------------------
     def host_read(self, name, t, original, args, kwargs):
         if self.is_fake(t):
-            frame = sys._getframe(2)  # the code that asked for the value
-            path = os.path.abspath(frame.f_code.co_filename)
-            site = (os.path.basename(path), frame.f_code.co_name)
-            if not path.startswith(_PKG + os.sep) or (site not in VALIDATION_READS and
-                                                      (*site, name) not in VALIDATION_READS):
-                where = _caller()[1]
-                shown = name.strip("_") + "()" if name.startswith("_") else f"Tensor.{name}()"
-                inside = f" inside {site[1]}()" if path.startswith(_PKG + os.sep) else ""
+            allowed, shown, inside = read_site(sys._getframe(2), name)  # frame 2: the code that asked for the value
+            if not allowed:
                 raise DataDependentOutputException(
                     f"make_fx(tracing_mode='fake'): {shown}{inside} reads the value of a fake tensor of shape "
                     f"{tuple(t._data.shape)}, dtype {t.dtype}; a graph made from that value would depend on data "
-                    f"the trace does not have{_advice(where)}")
+                    f"the trace does not have{_advice(_caller()[1])}")
         return original(t, *args, **kwargs)
 
     def __enter__(self):

@@ -30,7 +30,7 @@ from ..nn.modules.module import Module
 from .graph import Graph
 from .graph_module import GraphModule
 from ._created import noting_created
-from .make_fx import _RecordingMode
+from .make_fx import _RecordingMode, value_reads_guard
 
 __all__ = ["make_joint", "make_joint_for_module", "FORWARD", "BACKWARD"]
 
@@ -67,7 +67,7 @@ def _differentiated(outs, tangents):
     return [o for o, _ in pairs], [t for _, t in pairs]
 
 
-def make_joint(fn):
+def make_joint(fn, *, decompositions=None, refuse_value_reads=False):
     """``make_joint(fn)(*args, tangents=None)``: the joint forward + backward GraphModule of ``fn`` at ``args``.
 
     Tensor ``args`` become placeholders (in order), then one placeholder per tangent. The gradients are taken with
@@ -76,6 +76,8 @@ def make_joint(fn):
     output; None for an output not to differentiate, which gets no placeholder), the vector-Jacobian product is
     recorded. The module returns ``(*outputs, *grads)``; an input the
     outputs do not depend on gets ``None``. Non-tensor args are baked in, as in :func:`make_fx`.
+    ``decompositions`` and ``refuse_value_reads`` are make_fx's (``decomposition_table``, and the refusal of reads
+    of input-dependent values in the forward, which ``make_fx(joint=True)`` asks for; the compiler does not).
 
     >>> import jitorch
     >>> w = jitorch.ones(2, requires_grad=True)
@@ -86,7 +88,7 @@ def make_joint(fn):
     @functools.wraps(fn)
     def record(*args, tangents=None):
         graph, root = Graph(), Module()
-        mode = _RecordingMode(graph, root)
+        mode = _RecordingMode(graph, root, decompositions)
         wrt = []
         for i, a in enumerate(args):
             node = graph.placeholder(f"arg{i}")
@@ -106,7 +108,7 @@ def make_joint(fn):
             _mark_phase(graph, BACKWARD)
         push_mode(mode)
         try:
-            with noting_created(mode.created):
+            with noting_created(mode.created), value_reads_guard(mode, refuse_value_reads):
                 outs = _flat_tensors(fn(*args), "outputs")
             _mark_phase(graph, FORWARD)
             roots, seeds = _differentiated(outs, tangents)

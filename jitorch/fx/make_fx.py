@@ -19,12 +19,15 @@ tensor([1., 1., 1.])
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import operator
 
+from .. import _overrides
 from .._dispatch import apply, apply_inplace, pop_mode, push_mode, run_below
 from .._tensor import Tensor
 from ..nn.modules.module import Module
+from ..nn.parameter import Parameter
 from ..ops.table import OPS
 from .graph import Graph
 from .graph_module import GraphModule
@@ -32,7 +35,7 @@ from ._created import noting_created
 from .node import map_aggregate
 from .passes.shape_prop import extract_tensor_metadata
 
-__all__ = ["make_fx", "Primitive"]
+__all__ = ["make_fx", "Primitive", "bind_inputs"]
 
 TRACING_MODES = ("real", "fake", "symbolic")
 
@@ -45,6 +48,10 @@ class Primitive:
         self.__name__ = f"{op.name}_" if inplace else op.name
 
     def __call__(self, *args, **attrs):
+        if _overrides._live:  # a Proxy among the arguments (symbolic_trace of a make_fx graph) records the call
+            found = _overrides.find_override(args, attrs)
+            if found is not None:
+                return type(found).__jitorch_function__(self, args, attrs)
         if self.inplace:
             return apply_inplace(self.op, args[0], *args[1:], **attrs)
         return apply(self.op, *args, **attrs)
@@ -82,13 +89,17 @@ class _RecordingMode:
 
     compiling = True  # ``jitorch.compiler.is_compiling()`` while a graph is traced
 
-    def __init__(self, graph, root):
+    def __init__(self, graph, root, decompositions=None, module=None):
         self.graph, self.root = graph, root
         self.nodes: dict[int, object] = {}  # id(tensor) -> the node that produced its current value
         self.by_array: dict[int, object] = {}  # id(tensor._data) -> the same node
         self._alive = []  # keep recorded tensors alive so their ids are not reused during the trace
-        self._constants = 0
+        self._constants = self._params = 0
         self.created = {}  # tensors the function made (`_created.noting_created`)
+        # make_fx's decomposition_table: op name or Primitive -> a function of jitorch ops run (and recorded) instead
+        self.decompositions = dict(decompositions or {})
+        self._decomposing: set = set()  # the rows whose decomposition is running: a call inside is the row itself
+        self._buffers = {id(b) for b in module.buffers()} if module is not None else set()
 
     def bind(self, tensor, node):
         data = tensor._data
@@ -105,16 +116,39 @@ class _RecordingMode:
             return a
         node = self.nodes.get(id(a)) or self.by_array.get(id(a._data))
         if node is None:  # made outside the recorded ops (a creation function, a captured tensor): a constant
+            node = self._constant(a)
+        return node
+
+    def _constant(self, t):
+        """A ``get_attr`` node for a tensor from outside the recorded ops. As torch's make_fx, a Parameter stays a
+        parameter of the result (``_param_constant0``) and a buffer of the traced module a buffer; other tensors
+        are plain attributes (``_tensor_constant0``)."""
+        if isinstance(t, Parameter):
+            name = f"_param_constant{self._params}"
+            self._params += 1
+            self.root.register_parameter(name, t)
+        else:
             name = f"_tensor_constant{self._constants}"
             self._constants += 1
-            self.root.__dict__[name] = a
-            node = self.graph.get_attr(name)
-            self.bind(a, node)
+            if id(t) in self._buffers:
+                self.root.register_buffer(name, t)
+            else:
+                self.root.__dict__[name] = t
+        node = self.graph.get_attr(name)
+        self.bind(t, node)
         return node
 
     _run = run_below  # ``self._run(fn, *args)``: fn runs with this mode popped
 
     def dispatch(self, op, args, attrs):
+        if self.decompositions and op.name not in self._decomposing:
+            decomposition = self.decompositions.get(op.name) or self.decompositions.get(_primitive(op.name))
+            if decomposition is not None:
+                self._decomposing.add(op.name)
+                try:
+                    return decomposition(*args, **attrs)  # its ops come back through this mode and are recorded
+                finally:
+                    self._decomposing.discard(op.name)
         out = self._run(apply, op, *args, **attrs)
         node = self.graph.call_function(_primitive(op.name), map_aggregate(args, self.arg),
                                         map_aggregate(attrs, self.arg))
@@ -162,21 +196,31 @@ class _RecordingMode:
         return out
 
 
-def make_fx(fn, joint=False, tracing_mode="real"):
-    """``make_fx(fn)(*example_args)``: run ``fn`` once on the examples and return a GraphModule of primitives.
+def make_fx(f, decomposition_table=None, tracing_mode="real", _allow_non_fake_inputs=False, *, pre_dispatch=False,
+            record_module_stack=False, _allow_fake_constant=False, _error_on_data_dependent_ops=True,
+            record_stack_traces=False, proxy_module_inputs=False, joint=False):
+    """``make_fx(f)(*example_args)``: run ``f`` once on the examples and return a GraphModule of primitives.
 
-    Tensor arguments become placeholders; other arguments are baked in as constants, and tensors the function
-    closes over (a module's parameters and buffers) or creates become ``get_attr`` constants. With ``joint=True``
-    the backward is recorded too (see :func:`jitorch.fx.joint.make_joint`): ``make_fx(fn, joint=True)(*args,
-    tangents=None)`` returns a module computing ``(*outputs, *grads of the args that require grad)``.
+    The signature is torch's. Tensor arguments become placeholders, and so do lists, tuples and dicts holding
+    tensors (the graph reads their tensors with ``getitem``); other arguments are baked in as constants. Tensors
+    the function closes over or creates become ``get_attr`` constants: a Parameter stays a parameter of the result
+    (``_param_constant0``), a buffer of a traced module a buffer. ``decomposition_table`` maps an op-table row (its
+    name or :class:`Primitive`) to a function of jitorch ops recorded in its place.
 
-    ``tracing_mode="real"`` (torch's default) runs the ops on the examples' values. ``tracing_mode="fake"`` never
-    reads nor writes the example tensors: it runs on zero-filled twins with the same shapes, dtypes, strides and
-    ``requires_grad`` (pages nobody touches cost no memory), and raises
-    :class:`~jitorch.fx._fake.DataDependentOutputException` (a ``RuntimeError``) where the graph would depend on
-    values: a host read such as ``.item()`` or ``if t.sum() > 0``, or an op whose output shape depends on values
-    (``nonzero``, ``unique``, boolean-mask indexing). ``tracing_mode="symbolic"`` (symbolic sizes) is not
-    implemented.
+    ``tracing_mode="real"`` (torch's default) runs the ops on the examples' values, and, as torch, refuses to read
+    a value computed from the inputs (``.item()``, ``if t.sum() > 0``): the graph would keep what the examples chose
+    (:class:`~jitorch.fx._fake.DataDependentOutputException`; ``_error_on_data_dependent_ops=False`` lets the value
+    be read and baked in). ``tracing_mode="fake"`` never reads nor writes the example tensors: it runs on
+    zero-filled twins with the same shapes, dtypes, strides and ``requires_grad`` (pages nobody touches cost no
+    memory), and raises :class:`~jitorch.fx._fake.DataDependentOutputException` (a ``RuntimeError``) where the
+    graph would depend on values: a host read, or an op whose output shape depends on values (``nonzero``,
+    ``unique``, boolean-mask indexing). ``tracing_mode="symbolic"`` (symbolic sizes) is not implemented.
+
+    With ``joint=True`` (jitorch's, keyword-only) the backward is recorded too (see
+    :func:`jitorch.fx.joint.make_joint`): ``make_fx(f, joint=True)(*args, tangents=None)`` returns a module
+    computing ``(*outputs, *grads of the args that require grad)``. ``_allow_non_fake_inputs``,
+    ``record_module_stack``, ``_allow_fake_constant``, ``record_stack_traces`` and ``proxy_module_inputs`` are
+    accepted for torch's callers and change nothing here.
 
     >>> import jitorch
     >>> w = jitorch.ones(2, requires_grad=True)
@@ -185,35 +229,69 @@ def make_fx(fn, joint=False, tracing_mode="real"):
     >>> gm = make_fx(lambda x: x.reshape(-1, 4).sum(0), tracing_mode="fake")(jitorch.full((2, 8), float("nan")))
     >>> gm.graph.find_nodes(op="placeholder")[0].meta["val"], gm(jitorch.ones(2, 8))
     (((2, 8), dtype('float32')), tensor([4., 4., 4., 4.]))
+    >>> gm = make_fx(lambda xs: xs[0] * xs[1])([jitorch.ones(2), jitorch.ones(2)])
+    >>> gm([jitorch.ones(2), jitorch.full((2,), 3.0)])
+    tensor([3., 3.])
     """
     if tracing_mode not in TRACING_MODES:
         raise AssertionError(f"tracing_mode must be real/fake/symbolic, got {tracing_mode}")
     if tracing_mode == "symbolic":
         raise NotImplementedError("make_fx(tracing_mode='symbolic'): jitorch has no symbolic sizes yet; use "
                                   "tracing_mode='fake' (shapes and dtypes of the examples, no data) or 'real'")
+    if pre_dispatch:
+        raise NotImplementedError("make_fx(pre_dispatch=True): jitorch records op-table primitives after its "
+                                  "dispatcher, with autograd already applied; there is no pre-dispatch graph")
+    options = {"decompositions": decomposition_table,
+               "refuse_value_reads": tracing_mode == "real" and _error_on_data_dependent_ops}
     if joint:
         from .joint import make_joint  # joint.py builds on this module's recording mode
 
-        record = make_joint(fn)
+        record = make_joint(f, **options)
     else:
-        record = _make_record(fn)
+        record = _make_record(f, **options)
     if tracing_mode == "fake":
         return _faked(record)
     return record
 
 
-def _make_record(fn):
+def bind_inputs(mode, node, value):
+    """Bind the tensors of the argument ``value`` (a tensor, or a list, tuple or dict holding some) to ``node``, its
+    placeholder: a tensor inside a container is read from it by ``getitem`` nodes, so the graph takes the same
+    structure again and computes on the new tensors in it (torch flattens such inputs too)."""
+    if isinstance(value, Tensor):
+        mode.bind(value, node)
+        return
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for key, item in items:
+        if _holds_tensor(item):
+            bind_inputs(mode, mode.graph.call_function(operator.getitem, (node, key)), item)
+
+
+def _holds_tensor(value):
+    if isinstance(value, Tensor):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_tensor(v) for v in value.values())
+    return isinstance(value, (list, tuple)) and any(_holds_tensor(v) for v in value)
+
+
+def value_reads_guard(mode, refuse):
+    """The context that makes host reads of values computed from the inputs raise, when ``refuse``."""
+    from ._value_reads import refusing_value_reads
+
+    return refusing_value_reads(mode) if refuse else contextlib.nullcontext()
+
+
+def _make_record(fn, decompositions=None, refuse_value_reads=False):
     @functools.wraps(fn)
     def record(*args):
         graph, root = Graph(), Module()
-        mode = _RecordingMode(graph, root)
+        mode = _RecordingMode(graph, root, decompositions, fn if isinstance(fn, Module) else None)
         for i, a in enumerate(args):
-            node = graph.placeholder(f"arg{i}")
-            if isinstance(a, Tensor):
-                mode.bind(a, node)
+            bind_inputs(mode, graph.placeholder(f"arg{i}"), a)
         push_mode(mode)
         try:
-            with noting_created(mode.created):
+            with noting_created(mode.created), value_reads_guard(mode, refuse_value_reads):
                 result = fn(*args)
         finally:
             pop_mode()
