@@ -4,7 +4,9 @@ from __future__ import annotations
 import operator
 
 import numpy as np
+import pytest
 import torch
+import torch.fx
 from test_fx_helpers import assert_close, check_traced
 
 import jitorch
@@ -101,6 +103,41 @@ def test_replace_pattern_skips_overlaps_and_escaping_values():
 
     gm = symbolic_trace(literal)
     assert replace_pattern(gm, lambda a: a * 2 + 1, lambda a: a) == []  # literals must be equal
+
+
+def _halves_relu(lib):
+    def f(x, y):
+        a, b = x.chunk(2, dim=-1)
+        c, d = y.chunk(2, dim=-1)
+        return a.relu() + b.relu() * (c.relu() - d.relu())
+
+    def pattern(x):
+        a, b = x.chunk(2, dim=-1)
+        return a.relu(), b.relu()
+
+    def replacement(x):
+        a, b = x.relu().chunk(2, dim=-1)
+        return a, b
+    return f, pattern, replacement
+
+
+def test_replace_pattern_with_several_outputs_as_torch_fx():
+    f, pattern, replacement = _halves_relu(jitorch)
+    gm = symbolic_trace(f)
+    matches = replace_pattern(gm, pattern, replacement)
+    t_gm = torch.fx.symbolic_trace(f)
+    assert len(matches) == len(torch.fx.subgraph_rewriter.replace_pattern(t_gm, pattern, replacement)) == 2
+    x, y = jitorch.randn(3, 4), jitorch.randn(3, 4)
+    check_traced(f, x, y, gm=gm)
+    assert [n.target for n in gm.graph.nodes if n.op == "call_method"].count("relu") == 2  # one per input now
+    alive = set(gm.graph.nodes)
+    assert not [n for m in matches for p, n in m.nodes_map.items() if p.op != "placeholder" and n in alive]
+
+
+def test_replace_pattern_wants_as_many_replacement_outputs():
+    f, pattern, _ = _halves_relu(jitorch)
+    with pytest.raises(ValueError, match="the pattern returns 2 values but the replacement returns 1"):
+        replace_pattern(symbolic_trace(f), pattern, lambda x: x.relu())
 
 
 def test_cse_merges_duplicates_and_keeps_results():

@@ -1,7 +1,8 @@
 """``replace_pattern``: find every non-overlapping occurrence of a pattern's dataflow and splice in a replacement.
 
 Pattern placeholders match any value; literals must be equal; the pattern's intermediate values must not be used
-outside the match (they are deleted). The pattern and the replacement take their inputs in the same order.
+outside the match (they are deleted). The pattern and the replacement take their inputs in the same order, and
+return as many values (one, or a tuple: each returned value of the match takes the uses of the pattern's).
 
 >>> import jitorch
 >>> from jitorch.fx import symbolic_trace, replace_pattern
@@ -45,6 +46,8 @@ def _match_value(p, g, mapping) -> bool:
 
 
 def _match_node(pn: Node, gn: Node, mapping) -> bool:
+    """Extend ``mapping`` (pattern node -> graph node) so that ``pn``'s dataflow matches ``gn``'s; on failure
+    ``mapping`` is left as it was."""
     if pn in mapping:
         return mapping[pn] is gn
     if pn.op == "placeholder":
@@ -52,32 +55,58 @@ def _match_node(pn: Node, gn: Node, mapping) -> bool:
         return True
     if pn.op != gn.op or pn.target != gn.target or len(pn.args) != len(gn.args):
         return False
-    mapping[pn] = gn
-    if _match_value(pn.args, gn.args, mapping) and _match_value(pn.kwargs, gn.kwargs, mapping):
+    trial = {**mapping, pn: gn}
+    if _match_value(pn.args, gn.args, trial) and _match_value(pn.kwargs, gn.kwargs, trial):
+        mapping.update(trial)
         return True
-    del mapping[pn]
     return False
 
 
+def _returns(graph, what):
+    """The nodes a pattern or replacement returns: one node, or the nodes of a returned tuple or list."""
+    out = next(n for n in graph.nodes if n.op == "output").args[0]
+    values = list(out) if isinstance(out, (tuple, list)) else [out]
+    if not values or not all(isinstance(v, Node) for v in values):
+        raise ValueError(f"replace_pattern: the {what} must return traced values (one, or a tuple of them)")
+    return values
+
+
+def _match_returns(graph, returns, gn):
+    """A node map matching every returned pattern node, the first one at ``gn``, or None."""
+    mapping: dict = {}
+    if not _match_node(returns[0], gn, mapping):
+        return None
+    for r in returns[1:]:
+        # The other outputs hang off the part already matched: try the graph nodes of the same call.
+        if not any(_match_node(r, candidate, mapping) for candidate in graph.nodes
+                   if candidate.op == r.op and candidate.target == r.target):
+            return None
+    return mapping
+
+
 def _find_matches(graph, pattern_graph):
-    outputs = [n for n in pattern_graph.nodes if n.op == "output"]
-    anchor = outputs[0].args[0]
-    if not isinstance(anchor, Node):
-        raise ValueError("replace_pattern: the pattern must return a single traced value")
+    returns = _returns(pattern_graph, "pattern")
     internal_pattern = [n for n in pattern_graph.nodes if n.op not in ("placeholder", "output")]
+    order = {n: i for i, n in enumerate(graph.nodes)}
     claimed, matches = set(), []
     for gn in graph.nodes:
-        mapping: dict = {}
-        if not _match_node(anchor, gn, mapping):
+        mapping = _match_returns(graph, returns, gn)
+        if mapping is None:
             continue
         inner = {mapping[p] for p in internal_pattern}
-        if inner & claimed:
-            continue  # overlaps an earlier match
-        # Deleting the match must not orphan a reader outside it: only the anchor may escape.
-        if any(u not in inner for g in inner if g is not gn for u in g.users):
+        outputs = {mapping[r] for r in returns}
+        if inner & claimed or len(outputs) < len(returns):
+            continue  # overlaps an earlier match, or two outputs matched one node
+        # Deleting the match must not orphan a reader outside it: only the returned values may escape.
+        if any(u not in inner for g in inner - outputs for u in g.users):
+            continue
+        # The replacement goes before the first output; the values it reads must be defined there.
+        first = min(outputs, key=order.__getitem__)
+        inputs = [mapping[p] for p in pattern_graph.nodes if p.op == "placeholder" and p in mapping]
+        if any(order[i] > order[first] for i in inputs):
             continue
         claimed |= inner
-        matches.append(Match(gn, mapping))
+        matches.append(Match(mapping[returns[0]], mapping))
     return matches
 
 
@@ -89,13 +118,21 @@ def replace_pattern_with_filters(gm, pattern, replacement, match_filters=()):
     if len(pattern_inputs) != len(replacement_inputs):
         raise ValueError(f"replace_pattern: the pattern takes {len(pattern_inputs)} inputs but the replacement takes "
                          f"{len(replacement_inputs)}")
+    returns, replaced = _returns(pattern_graph, "pattern"), _returns(replacement_graph, "replacement")
+    if len(returns) != len(replaced):
+        raise ValueError(f"replace_pattern: the pattern returns {len(returns)} values but the replacement returns "
+                         f"{len(replaced)}")
     matches = [m for m in _find_matches(graph, pattern_graph)
                if all(f(m, graph, pattern_graph) for f in match_filters)]
     for match in matches:
         val_map = {r: match.nodes_map[p] for p, r in zip(pattern_inputs, replacement_inputs)}
-        with graph.inserting_before(match.anchor):
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        first = min((match.nodes_map[r] for r in returns), key=order.__getitem__)
+        with graph.inserting_before(first):
             new_out = graph.graph_copy(replacement_graph, val_map)
-        match.anchor.replace_all_uses_with(new_out)
+        new_out = list(new_out) if isinstance(new_out, (tuple, list)) else [new_out]
+        for r, new in zip(returns, new_out):
+            match.nodes_map[r].replace_all_uses_with(new)
         inner = [match.nodes_map[p] for p in pattern_graph.nodes if p.op not in ("placeholder", "output")]
         for node in reversed(inner):
             if not node.users and not node._erased:
@@ -107,5 +144,8 @@ def replace_pattern_with_filters(gm, pattern, replacement, match_filters=()):
 
 def replace_pattern(gm, pattern, replacement):
     """Replace each match of ``pattern`` in ``gm`` with ``replacement`` (functions or GraphModules); returns the
-    list of :class:`Match` (anchor node and pattern-to-graph node map), in graph order."""
+    list of :class:`Match` (anchor node and pattern-to-graph node map), in graph order.
+
+    A pattern may return several values (a tuple); the replacement then returns as many, which take their uses in
+    order."""
     return replace_pattern_with_filters(gm, pattern, replacement)
