@@ -128,6 +128,58 @@ class GraphModule(Module):
     def __str__(self):
         return f"{super().__str__()}\n\n\n\n{self.code}"
 
+    # -- submodules ----------------------------------------------------------------------------------------------------
+    def add_submodule(self, target: str, m: Module) -> bool:
+        """Install ``m`` at the dotted path ``target``, creating empty parent modules; False when a parent on the
+        path exists and is not a Module."""
+        *prefix, last = target.split(".")
+        mod = self
+        for atom in prefix:
+            sub = getattr(mod, atom, None)
+            if sub is None:
+                sub = Module()
+                mod.add_module(atom, sub)
+            if not isinstance(sub, Module):
+                return False
+            mod = sub
+        mod.add_module(last, m)
+        return True
+
+    def delete_submodule(self, target: str) -> bool:
+        """Remove the submodule at ``target``; False when there is none (the path or the module is missing)."""
+        *prefix, last = target.split(".")
+        mod = self
+        for atom in prefix:
+            mod = getattr(mod, atom, None)
+            if not isinstance(mod, Module):
+                return False
+        if last not in mod._modules:
+            return False
+        del mod._modules[last]
+        return True
+
+    def delete_all_unused_submodules(self):
+        """Remove the submodules no ``call_module`` or ``get_attr`` node uses (nor their parents)."""
+        used = set()
+        for node in self.graph.nodes:
+            if node.op in ("call_module", "get_attr"):
+                atoms = node.target.split(".")
+                used.update(".".join(atoms[:i]) for i in range(1, len(atoms) + 1))
+                if node.op == "call_module":  # the module's own children are used by it
+                    used.update(f"{node.target}.{name}" for name, _ in self.get_submodule(node.target).named_modules()
+                                if name)
+        for name, _ in sorted(self.named_modules(), key=lambda t: -t[0].count(".")):
+            if name and name not in used:
+                self.delete_submodule(name)
+
+    def to_folder(self, folder, module_name: str = "FxModule"):
+        """Write the module as a Python package: ``module.py`` (a class with the generated ``forward``),
+        ``state_dict.pt`` and ``attributes.pkl`` (submodules, constants and the functions the code names); then
+        ``from folder import <module_name>`` builds it again."""
+        from ._folder import write_folder
+
+        write_folder(self, folder, module_name)
+
     # -- copying and pickling ----------------------------------------------------------------------------------------
     def __reduce__(self):
         state = {k: v for k, v in self.__dict__.items() if k not in ("_graph", "_code")}

@@ -51,8 +51,11 @@ class Interpreter:
         for value, user in last_use.items():
             self.user_to_last_uses.setdefault(user, []).append(value)
 
-    def run(self, *args, initial_env: dict | None = None):
-        """Run the graph on ``args`` and return what its output node returns."""
+    def run(self, *args, initial_env: dict | None = None, enable_io_processing: bool = True):
+        """Run the graph on ``args`` and return what its output node returns.
+
+        ``initial_env`` maps nodes to values they are not recomputed for. ``enable_io_processing`` is torch's switch
+        for graphs whose code flattens inputs (pytree codegen); jitorch's graphs take their inputs as they are."""
         self.env = dict(initial_env or {})
         self.args_iter = iter(args)
         for node in self.graph.nodes:
@@ -73,6 +76,15 @@ class Interpreter:
             if node.op == "output":
                 return self.env[node]
         return None
+
+    def boxed_run(self, args_list: list):
+        """``run`` on the values of ``args_list``, which is emptied first, so the caller's references to the inputs
+        do not keep them alive while the graph runs (the boxed calling convention)."""
+        env, values = {}, iter(args_list)
+        for node in self.graph.find_nodes(op="placeholder"):
+            env[node] = next(values)
+        args_list.clear()
+        return self.run(initial_env=env)
 
     def run_node(self, n: Node):
         args, kwargs = self.fetch_args_kwargs_from_env(n)

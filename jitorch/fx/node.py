@@ -13,9 +13,14 @@ the nodes that read it. Assigning ``node.args`` rewires ``users`` on both ends.
 """
 from __future__ import annotations
 
-__all__ = ["Node", "map_arg", "map_aggregate", "OPCODES"]
+from typing import Any, Callable, Optional, Union
+
+__all__ = ["Node", "map_arg", "map_aggregate", "OPCODES", "Argument", "Target"]
 
 OPCODES = ("placeholder", "get_attr", "call_function", "call_method", "call_module", "output")
+# The types of ``node.target`` and of what ``node.args``/``kwargs`` hold, as torch.fx.node names them.
+Target = Union[Callable[..., Any], str]
+Argument = Optional[Union[tuple, list, dict, slice, range, "Node", str, int, float, bool, complex, Any]]
 
 
 def map_aggregate(a, fn):
@@ -151,6 +156,25 @@ class Node:
     def stack_trace(self) -> str | None:
         """Where tracing recorded this node: ``File "...", line N`` of the user's code, or None."""
         return self.meta.get("stack_trace")
+
+    def normalized_arguments(self, root, arg_types=None, kwarg_types=None, normalize_to_only_use_kwargs=False):
+        """This call's arguments bound to the target's signature, defaults filled in (an ``ArgsKwargsPair``), for
+        ``call_function`` and ``call_module`` nodes; None when the signature cannot say (``*args``, builtins).
+
+        >>> import jitorch
+        >>> from jitorch.fx import symbolic_trace
+        >>> gm = symbolic_trace(lambda x: jitorch.nn.functional.leaky_relu(x, 0.2))
+        >>> gm.graph.find_nodes(op="call_function")[0].normalized_arguments(gm).kwargs["inplace"]
+        False
+        """
+        from .operator_schemas import normalize_function, normalize_module
+
+        if self.op == "call_function":
+            return normalize_function(self.target, self.args, self.kwargs, arg_types, kwarg_types,
+                                      normalize_to_only_use_kwargs)
+        if self.op == "call_module":
+            return normalize_module(root, self.target, self.args, self.kwargs, normalize_to_only_use_kwargs)
+        return None
 
     def is_impure(self) -> bool:
         """Whether dead-code elimination and CSE must keep this node (inputs, output, in-place and random calls)."""

@@ -1,4 +1,5 @@
-"""Graph passes: shape propagation, common-subexpression elimination, constant folding.
+"""Graph passes: shape propagation, common-subexpression elimination, constant folding; ``split_module`` (in its
+module, as in torch: ``from jitorch.fx.passes.split_module import split_module``).
 
 >>> from jitorch.fx.passes import ShapeProp, CSEPass, fold_constants
 """
