@@ -181,4 +181,5 @@ class Transformer(Interpreter):
         self.tracer.create_node = lambda *a, **k: self.new_graph.create_node(*a, **k)
         result = self.run(*(object() for _ in self.graph.find_nodes(op="placeholder")))
         self.new_graph.output(map_aggregate(result, lambda x: x.node if isinstance(x, Proxy) else x))
+        self.env = {}  # drop the Proxies: while one is alive, every Tensor method call looks for Proxies
         return GraphModule(self.module, self.new_graph)
