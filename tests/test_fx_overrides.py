@@ -3,6 +3,7 @@
 layer's class attribute, or through a parent layer's forward. Proxies made outside a trace append to their graph."""
 from __future__ import annotations
 
+import copy
 import gc
 
 import pytest
@@ -154,6 +155,18 @@ def test_eager_code_is_untouched_once_the_proxies_are_gone():
     assert _overrides._live == 0 and jitorch.Tensor.__dict__["mul"] is original  # the method wrappers are removed
     assert_close(jitorch.ones(2).mul(3), [3.0, 3.0])
     assert jitorch.relu.__jitorch_original__ is not jitorch.relu and gm(jitorch.ones(4)).shape == (4,)
+
+
+def test_copies_of_proxies_do_not_unbalance_the_count_of_live_ones():
+    gc.collect()
+    before = _overrides._live
+    g = fx.Graph()
+    p = fx.Proxy(g.placeholder("x"))
+    copies = [copy.copy(p), copy.copy(p)]
+    assert _overrides._live == before + 1
+    del p, copies
+    gc.collect()
+    assert _overrides._live == before
 
 
 def test_type_inspecting_functions_answer_for_the_proxy_itself():

@@ -62,7 +62,8 @@ class Proxy:
         self.tracer = tracer
 
     def __del__(self):
-        if self.__dict__.pop("_counted", False):  # a copy made without __init__ was never counted
+        if id(self) in _COUNTED:  # a copy made without __init__ (copy.copy) was never counted
+            _COUNTED.discard(id(self))
             _overrides.release()
 
     @classmethod
@@ -139,10 +140,13 @@ class Attribute(Proxy):
         return self.tracer.create_proxy("call_method", self.attr, (self.root, *args), kwargs)
 
 
+_COUNTED: set = set()  # ids of the live Proxies counted by _overrides.acquire (__del__ releases each once)
+
+
 def _count(proxy):
     # While any Proxy is alive, public functions and Tensor methods look for Proxies among their arguments.
     _overrides.acquire()
-    proxy.__dict__["_counted"] = True
+    _COUNTED.add(id(proxy))
 
 
 def _proxies(a):
