@@ -37,6 +37,22 @@ class Size(tuple):
         out = tuple.__getitem__(self, item)
         return Size(out) if isinstance(item, slice) else out
 
+    # Concatenation and repetition stay Sizes, as torch's (``batch_shape + event_shape``, ``shape[:-1] + (n,)``).
+    def __add__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Size(tuple.__add__(self, other))
+
+    def __radd__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return Size(tuple.__add__(other, self))
+
+    def __mul__(self, n):
+        return Size(tuple.__mul__(self, n))
+
+    __rmul__ = __mul__
+
 
 class Tensor:
     """A multi-dimensional array with autograd, PyTorch's ``torch.Tensor``.

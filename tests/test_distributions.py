@@ -214,6 +214,30 @@ def test_kl_registry():
 
     assert JD.kl_divergence(p, MyNormal(0.0, 2.0)).item() == 42.0
     with pytest.raises(NotImplementedError, match="No KL"):
+        JD.kl_divergence(JD.Normal(0.0, 1.0), JD.Categorical(jitorch.ones(2)))
+    # Normal and Bernoulli are both exponential families: the Bregman fallback matches, and refuses, as torch's.
+    with pytest.raises(NotImplementedError, match="different exponential families"):
         JD.kl_divergence(JD.Normal(0.0, 1.0), JD.Bernoulli(0.5))
     with pytest.raises(TypeError):
         JD.register_kl(int, JD.Normal)
+
+
+def test_independent_expand_matches_torch():
+    shapes = []
+    for D, T in ((JD, jitorch), (TD, torch)):
+        d = D.Independent(D.Normal(T.zeros(2, 3, dtype=T.float64), 1.0), 1).expand((5, 2))
+        x = T.tensor(X[0, :2, :3].copy())
+        shapes.append((tuple(d.batch_shape), tuple(d.event_shape), tuple(d.base_dist.batch_shape),
+                       tuple(d.sample((4,)).shape), d.log_prob(x).detach().numpy()))
+    assert shapes[0][:4] == shapes[1][:4]
+    np.testing.assert_allclose(shapes[0][4], shapes[1][4], rtol=1e-12)
+    with pytest.raises(NotImplementedError, match="cartesian product"):
+        JD.Independent(JD.Bernoulli(jitorch.full((2,), 0.5)), 1).enumerate_support()
+
+
+def test_shape_arithmetic_stays_a_size():
+    # torch code writes batch_shape + event_shape and shape[:-1] + (n,): both are Sizes in torch.
+    d = JD.MultivariateNormal(jitorch.zeros(4, 3), jitorch.eye(3))
+    for s in (d.batch_shape + d.event_shape, d.batch_shape + (2,), (2,) + d.batch_shape, d.event_shape * 2):
+        assert isinstance(s, jitorch.Size)
+    assert d.batch_shape + d.event_shape == (4, 3) and repr(d.event_shape * 2) == "jitorch.Size([3, 3])"

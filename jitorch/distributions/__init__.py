@@ -1,7 +1,8 @@
 """``jitorch.distributions``: PyTorch's probability distributions built from jitorch ops.
 
 ``log_prob`` and ``entropy`` are differentiable in the parameters, ``rsample`` is reparameterized, and every draw goes
-through jitorch's random functions, so ``jitorch.manual_seed`` makes sampling reproducible.
+through jitorch's random functions, so ``jitorch.manual_seed`` makes sampling reproducible. One module per family,
+under torch's module names.
 
 >>> import jitorch
 >>> import jitorch.distributions as D
@@ -10,11 +11,15 @@ through jitorch's random functions, so ``jitorch.manual_seed`` makes sampling re
 -0.9189
 """
 from . import constraints
-from .discrete import Bernoulli, Categorical
+from .bernoulli import Bernoulli
+from .categorical import Categorical
 from .distribution import Distribution
-from .multivariate_normal import Independent, MultivariateNormal
+from .exp_family import ExponentialFamily
+from .independent import Independent
 from .kl import kl_divergence, register_kl
-from .normal import Normal, Uniform
+from .multivariate_normal import MultivariateNormal
+from .normal import Normal
+from .uniform import Uniform
 
-__all__ = ["Bernoulli", "Categorical", "Distribution", "Independent", "MultivariateNormal", "Normal", "Uniform",
-           "constraints", "kl_divergence", "register_kl"]
+__all__ = ["Bernoulli", "Categorical", "Distribution", "ExponentialFamily", "Independent", "MultivariateNormal",
+           "Normal", "Uniform", "constraints", "kl_divergence", "register_kl"]

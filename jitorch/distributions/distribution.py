@@ -1,6 +1,8 @@
 """``Distribution``: the base class with PyTorch's shapes, argument validation and sampling protocol."""
 from __future__ import annotations
 
+import warnings
+
 import jitorch as torch
 
 from . import constraints
@@ -30,6 +32,9 @@ class Distribution:
                 arg_constraints = self.arg_constraints
             except NotImplementedError:
                 arg_constraints = {}
+                warnings.warn(f"{self.__class__} does not define `arg_constraints`. Please set "
+                              "`arg_constraints = {}` or initialize the distribution with `validate_args=False` to "
+                              "turn off validation.", stacklevel=2)
             for param, constraint in arg_constraints.items():
                 if constraints.is_dependent(constraint):
                     continue
@@ -119,7 +124,7 @@ class Distribution:
             raise ValueError(f"The right-most size of value must match event_shape: {value.size()} vs "
                              f"{self._event_shape}.")
         actual_shape = value.size()
-        expected_shape = tuple(self._batch_shape) + tuple(self._event_shape)
+        expected_shape = self._batch_shape + self._event_shape
         for i, j in zip(reversed(actual_shape), reversed(expected_shape)):
             if i != 1 and j != 1 and i != j:
                 raise ValueError(f"Value is not broadcastable with batch_shape+event_shape: {actual_shape} vs "
@@ -127,6 +132,8 @@ class Distribution:
         try:
             support = self.support
         except NotImplementedError:
+            warnings.warn(f"{self.__class__} does not define `support` to enable sample validation. Please initialize "
+                          "the distribution with `validate_args=False` to turn off validation.", stacklevel=2)
             return
         valid = support.check(value)
         if not bool(valid.all()):

@@ -2,22 +2,41 @@
 from __future__ import annotations
 
 import math
+import warnings
+from functools import total_ordering
 
 import jitorch as torch
 import jitorch.nn.functional as F
 
-from .discrete import Bernoulli, Categorical
+from .bernoulli import Bernoulli
+from .categorical import Categorical
 from .distribution import Distribution
-from .multivariate_normal import Independent, MultivariateNormal, _batch_mahalanobis, _sum_rightmost
-from .normal import Normal, Uniform
+from .exp_family import ExponentialFamily
+from .independent import Independent
+from .multivariate_normal import MultivariateNormal, _batch_mahalanobis
+from .normal import Normal
+from .uniform import Uniform
+from .utils import _sum_rightmost
 
 __all__ = ["kl_divergence", "register_kl"]
 
-_KL_REGISTRY = {}
+_KL_REGISTRY = {}  # (type_p, type_q) -> fun
+_KL_MEMOIZE = {}  # the resolved function per concrete pair of types
 
 
 def register_kl(type_p, type_q):
-    """Decorator registering a pairwise function ``kl(p, q)`` for ``kl_divergence``."""
+    """Decorator registering a pairwise function ``kl(p, q)`` for ``kl_divergence``; subclasses inherit it.
+
+    >>> import jitorch
+    >>> import jitorch.distributions as D
+    >>> class Unit(D.Normal):
+    ...     pass
+    >>> @D.register_kl(Unit, Unit)
+    ... def _kl_unit(p, q):
+    ...     return jitorch.zeros(p.batch_shape)
+    >>> D.kl_divergence(Unit(0.0, 1.0), Unit(1.0, 1.0)).item()
+    0.0
+    """
     if not (isinstance(type_p, type) and issubclass(type_p, Distribution)):
         raise TypeError(f"Expected type_p to be a Distribution subclass but got {type_p}")
     if not (isinstance(type_q, type) and issubclass(type_q, Distribution)):
@@ -25,38 +44,84 @@ def register_kl(type_p, type_q):
 
     def decorator(fun):
         _KL_REGISTRY[type_p, type_q] = fun
+        _KL_MEMOIZE.clear()  # a new registration may be a better match for pairs resolved before
         return fun
 
     return decorator
 
 
+@total_ordering
+class _Match:
+    """A registered pair ordered by specificity: the first differing type that is a subclass wins."""
+
+    __slots__ = ["types"]
+
+    def __init__(self, *types):
+        self.types = types
+
+    def __eq__(self, other):
+        return self.types == other.types
+
+    def __le__(self, other):
+        for x, y in zip(self.types, other.types):
+            if not issubclass(x, y):
+                return False
+            if x is not y:
+                break
+        return True
+
+
 def _dispatch_kl(type_p, type_q):
+    """The most specific registered pair matching ``(type_p, type_q)``; warns when p-first and q-first disagree."""
     matches = [(p, q) for p, q in _KL_REGISTRY if issubclass(type_p, p) and issubclass(type_q, q)]
     if not matches:
-        return None
-    mro_p, mro_q = type_p.__mro__, type_q.__mro__
-    best = min(matches, key=lambda m: (mro_p.index(m[0]), mro_q.index(m[1])))
-    return _KL_REGISTRY[best]
+        return NotImplemented
+    left_p, left_q = min(_Match(*m) for m in matches).types
+    right_q, right_p = min(_Match(*reversed(m)) for m in matches).types
+    left_fun = _KL_REGISTRY[left_p, left_q]
+    right_fun = _KL_REGISTRY[right_p, right_q]
+    if left_fun is not right_fun:
+        warnings.warn(f"Ambiguous kl_divergence({type_p.__name__}, {type_q.__name__}). Please "
+                      f"register_kl({left_p.__name__}, {right_q.__name__})", RuntimeWarning, stacklevel=2)
+    return left_fun
 
 
 def kl_divergence(p, q):
-    """KL(p || q) for a registered pair of distribution types; batch-shaped."""
-    fun = _dispatch_kl(type(p), type(q))
-    if fun is None:
+    """KL(p || q) for a registered pair of distribution types; batch-shaped.
+
+    >>> import jitorch
+    >>> import jitorch.distributions as D
+    >>> round(D.kl_divergence(D.Normal(0.0, 1.0), D.Normal(1.0, 1.0)).item(), 4)
+    0.5
+    """
+    try:
+        fun = _KL_MEMOIZE[type(p), type(q)]
+    except KeyError:
+        fun = _dispatch_kl(type(p), type(q))
+        _KL_MEMOIZE[type(p), type(q)] = fun
+    if fun is NotImplemented:
         raise NotImplementedError(f"No KL(p || q) is implemented for p type {p.__class__.__name__} and "
                                   f"q type {q.__class__.__name__}")
     return fun(p, q)
 
 
+def _infinite_like(tensor):
+    return torch.full_like(tensor, math.inf)
+
+
 def _where(cond, fill, t):
+    """``t`` with ``fill`` where ``cond`` (torch writes these through masked assignment)."""
     return torch.where(cond, torch.full_like(t, fill), t)
 
 
-@register_kl(Normal, Normal)
-def _kl_normal_normal(p, q):
-    var_ratio = (p.scale / q.scale).pow(2)
-    t1 = ((p.loc - q.loc) / q.scale).pow(2)
-    return 0.5 * (var_ratio + t1 - 1 - var_ratio.log())
+def _x_log_x(tensor):
+    return torch.special.xlogy(tensor, tensor)
+
+
+def _batch_trace_XXT(bmat):
+    """``trace(X X^T)`` of each matrix in a batch."""
+    n, m = bmat.size(-1), bmat.size(-2)
+    return bmat.reshape(-1, m * n).pow(2).sum(-1).reshape(bmat.shape[:-2])
 
 
 @register_kl(Bernoulli, Bernoulli)
@@ -76,29 +141,52 @@ def _kl_categorical_categorical(p, q):
     return t.sum(-1)
 
 
+@register_kl(ExponentialFamily, ExponentialFamily)
+def _kl_expfamily_expfamily(p, q):
+    """The Bregman divergence of the log normalizer, for same-family pairs with no closed form registered."""
+    if type(p) is not type(q):
+        raise NotImplementedError("The cross KL-divergence between different exponential families cannot be "
+                                  "computed using Bregman divergences")
+    p_nparams = [nparam.detach().requires_grad_() for nparam in p._natural_params]
+    q_nparams = q._natural_params
+    lg_normal = p._log_normalizer(*p_nparams)
+    gradients = torch.autograd.grad(lg_normal.sum(), p_nparams, create_graph=True)
+    result = q._log_normalizer(*q_nparams) - lg_normal
+    for pnp, qnp, g in zip(p_nparams, q_nparams, gradients):
+        result = result - _sum_rightmost((qnp - pnp) * g, len(q.event_shape))
+    return result
+
+
+def _check_event_shapes(p, q, what):
+    if p.event_shape != q.event_shape:
+        raise ValueError(f"KL-divergence between two {what} with different event shapes cannot be computed")
+
+
+@register_kl(MultivariateNormal, MultivariateNormal)
+def _kl_multivariatenormal_multivariatenormal(p, q):
+    _check_event_shapes(p, q, "Multivariate Normals")
+    half_term1 = (q._unbroadcasted_scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+                  - p._unbroadcasted_scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1))
+    shape = torch.broadcast_shapes(q._unbroadcasted_scale_tril.shape[:-2], p._unbroadcasted_scale_tril.shape[:-2])
+    n = p.event_shape[0]
+    q_scale_tril = q._unbroadcasted_scale_tril.expand(shape + (n, n))
+    p_scale_tril = p._unbroadcasted_scale_tril.expand(shape + (n, n))
+    term2 = _batch_trace_XXT(torch.linalg.solve_triangular(q_scale_tril, p_scale_tril, upper=False))
+    term3 = _batch_mahalanobis(q._unbroadcasted_scale_tril, q.loc - p.loc)
+    return half_term1 + 0.5 * (term2 + term3 - n)
+
+
+@register_kl(Normal, Normal)
+def _kl_normal_normal(p, q):
+    var_ratio = (p.scale / q.scale).pow(2)
+    t1 = ((p.loc - q.loc) / q.scale).pow(2)
+    return 0.5 * (var_ratio + t1 - 1 - var_ratio.log())
+
+
 @register_kl(Uniform, Uniform)
 def _kl_uniform_uniform(p, q):
     result = ((q.high - q.low) / (p.high - p.low)).log()
     return _where((q.low > p.low) | (q.high < p.high), math.inf, result)
-
-
-@register_kl(MultivariateNormal, MultivariateNormal)
-def _kl_mvn_mvn(p, q):
-    if p.event_shape != q.event_shape:
-        raise ValueError("KL-divergence between two Multivariate Normals with different event shapes cannot be "
-                         "computed")
-    half_det_p = p._unbroadcasted_scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
-    half_det_q = q._unbroadcasted_scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
-    n = p.event_shape[0]
-    shape = torch.broadcast_shapes(tuple(p._unbroadcasted_scale_tril.shape[:-2]),
-                                   tuple(q._unbroadcasted_scale_tril.shape[:-2]))
-    q_L = q._unbroadcasted_scale_tril.expand(tuple(shape) + (n, n))
-    p_L = p._unbroadcasted_scale_tril.expand(tuple(shape) + (n, n))
-    term2 = torch.linalg.solve_triangular(q_L, p_L, upper=False).pow(2).flatten(-2).sum(-1)
-    diff = q.loc - p.loc
-    q_L = q._unbroadcasted_scale_tril.expand(tuple(diff.shape[:-1]) + (n, n))
-    term3 = _batch_mahalanobis(q_L, diff)
-    return half_det_q - half_det_p + 0.5 * (term2 + term3 - n)
 
 
 @register_kl(Independent, Independent)

@@ -1,4 +1,4 @@
-"""``MultivariateNormal`` (``covariance_matrix``, ``precision_matrix`` or ``scale_tril``) and ``Independent``."""
+"""``MultivariateNormal``, parametrized by ``covariance_matrix``, ``precision_matrix`` or ``scale_tril``."""
 from __future__ import annotations
 
 import math
@@ -7,15 +7,31 @@ import jitorch as torch
 
 from . import constraints
 from .distribution import Distribution
-from .utils import lazy_property
+from .utils import _standard_normal, lazy_property
 
-__all__ = ["Independent", "MultivariateNormal"]
+__all__ = ["MultivariateNormal"]
 
 
 def _batch_mahalanobis(bL, bx):
-    """Squared Mahalanobis distance ``x^T (L L^T)^-1 x`` over broadcast batches."""
+    """Squared Mahalanobis distance ``x^T (L L^T)^-1 x``, the batch dims of ``bL`` and ``bx`` broadcast."""
+    shape = tuple(torch.broadcast_shapes(tuple(bL.shape[:-2]), tuple(bx.shape[:-1])))
+    bL = bL.expand(shape + tuple(bL.shape[-2:]))
+    bx = bx.expand(shape + tuple(bx.shape[-1:]))
     sol = torch.linalg.solve_triangular(bL, bx.unsqueeze(-1), upper=False).squeeze(-1)
     return sol.pow(2).sum(-1)
+
+
+def _batch_mv(bmat, bvec):
+    """Matrix-vector products over broadcast batches."""
+    return torch.matmul(bmat, bvec.unsqueeze(-1)).squeeze(-1)
+
+
+def _precision_to_scale_tril(P):
+    """The Cholesky factor of ``P^-1`` without inverting ``P``: ``flip(cholesky(flip(P)))^-T`` is lower triangular."""
+    Lf = torch.linalg.cholesky(torch.flip(P, (-2, -1)))
+    L_inv = torch.transpose(torch.flip(Lf, (-2, -1)), -2, -1)
+    Id = torch.eye(P.shape[-1], dtype=P.dtype, device=P.device)
+    return torch.linalg.solve_triangular(L_inv, Id, upper=False)
 
 
 class MultivariateNormal(Distribution):
@@ -47,8 +63,7 @@ class MultivariateNormal(Distribution):
         elif covariance_matrix is not None:
             self._unbroadcasted_scale_tril = torch.linalg.cholesky(covariance_matrix)
         else:
-            cov = torch.linalg.inv(precision_matrix)
-            self._unbroadcasted_scale_tril = torch.linalg.cholesky(cov)
+            self._unbroadcasted_scale_tril = _precision_to_scale_tril(precision_matrix)
 
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(MultivariateNormal, _instance)
@@ -60,7 +75,7 @@ class MultivariateNormal(Distribution):
         for name in ("covariance_matrix", "scale_tril", "precision_matrix"):
             if name in self.__dict__:
                 setattr(new, name, self.__dict__[name].expand(cov_shape))
-        Distribution.__init__(new, batch_shape, self.event_shape, validate_args=False)
+        super(MultivariateNormal, new).__init__(batch_shape, self.event_shape, validate_args=False)
         new._validate_args = self._validate_args
         return new
 
@@ -91,16 +106,14 @@ class MultivariateNormal(Distribution):
 
     def rsample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)
-        eps = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
-        return self.loc + (self._unbroadcasted_scale_tril @ eps.unsqueeze(-1)).squeeze(-1)
+        eps = _standard_normal(shape, dtype=self.loc.dtype, device=self.loc.device)
+        return self.loc + _batch_mv(self._unbroadcasted_scale_tril, eps)
 
     def log_prob(self, value):
         if self._validate_args:
             self._validate_sample(value)
         diff = value - self.loc
-        L = self._unbroadcasted_scale_tril
-        L = L.expand(tuple(diff.shape[:-1]) + tuple(L.shape[-2:]))
-        M = _batch_mahalanobis(L, diff)
+        M = _batch_mahalanobis(self._unbroadcasted_scale_tril, diff)
         half_log_det = self._unbroadcasted_scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
         return -0.5 * (self._event_shape[0] * math.log(2 * math.pi) + M) - half_log_det
 
@@ -108,65 +121,3 @@ class MultivariateNormal(Distribution):
         half_log_det = self._unbroadcasted_scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
         H = 0.5 * self._event_shape[0] * (1.0 + math.log(2 * math.pi)) + half_log_det
         return H if len(self._batch_shape) == 0 else H.expand(self._batch_shape)
-
-
-def _sum_rightmost(value, dim):
-    return value if dim == 0 else value.reshape(tuple(value.shape[:value.dim() - dim]) + (-1,)).sum(-1)
-
-
-class Independent(Distribution):
-    """Reinterpret the rightmost ``reinterpreted_batch_ndims`` batch dims of ``base_distribution`` as event dims."""
-
-    arg_constraints = {}
-
-    def __init__(self, base_distribution, reinterpreted_batch_ndims, validate_args=None):
-        if reinterpreted_batch_ndims > len(base_distribution.batch_shape):
-            raise ValueError("Expected reinterpreted_batch_ndims <= len(base_distribution.batch_shape), actual "
-                             f"{reinterpreted_batch_ndims} vs {len(base_distribution.batch_shape)}")
-        shape = tuple(base_distribution.batch_shape) + tuple(base_distribution.event_shape)
-        event_dim = reinterpreted_batch_ndims + len(base_distribution.event_shape)
-        self.base_dist = base_distribution
-        self.reinterpreted_batch_ndims = reinterpreted_batch_ndims
-        super().__init__(shape[:len(shape) - event_dim], shape[len(shape) - event_dim:], validate_args=validate_args)
-
-    @property
-    def has_rsample(self):
-        return self.base_dist.has_rsample
-
-    @property
-    def has_enumerate_support(self):
-        return False
-
-    @property
-    def support(self):
-        result = self.base_dist.support
-        if self.reinterpreted_batch_ndims:
-            result = constraints.independent(result, self.reinterpreted_batch_ndims)
-        return result
-
-    @property
-    def mean(self):
-        return self.base_dist.mean
-
-    @property
-    def mode(self):
-        return self.base_dist.mode
-
-    @property
-    def variance(self):
-        return self.base_dist.variance
-
-    def sample(self, sample_shape=torch.Size()):
-        return self.base_dist.sample(sample_shape)
-
-    def rsample(self, sample_shape=torch.Size()):
-        return self.base_dist.rsample(sample_shape)
-
-    def log_prob(self, value):
-        return _sum_rightmost(self.base_dist.log_prob(value), self.reinterpreted_batch_ndims)
-
-    def entropy(self):
-        return _sum_rightmost(self.base_dist.entropy(), self.reinterpreted_batch_ndims)
-
-    def __repr__(self):
-        return f"{self.__class__.__name__}({self.base_dist}, {self.reinterpreted_batch_ndims})"

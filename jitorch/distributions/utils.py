@@ -1,4 +1,4 @@
-"""Helpers shared by the distributions: argument broadcasting and probs/logits conversion."""
+"""Helpers shared by the distributions: argument broadcasting, probs/logits conversion, triangular packing."""
 from __future__ import annotations
 
 from numbers import Number
@@ -6,7 +6,10 @@ from numbers import Number
 import jitorch as torch
 import jitorch.nn.functional as F
 
-__all__ = ["broadcast_all", "clamp_probs", "lazy_property", "logits_to_probs", "probs_to_logits"]
+__all__ = ["broadcast_all", "clamp_probs", "lazy_property", "logits_to_probs", "probs_to_logits", "tril_matrix_to_vec",
+           "vec_to_tril_matrix"]
+
+euler_constant = 0.57721566490153286060  # Euler-Mascheroni constant
 
 
 def broadcast_all(*values):
@@ -20,6 +23,12 @@ def broadcast_all(*values):
         device = ref.device if ref is not None else None
         values = [v if torch.is_tensor(v) else torch.tensor(v, dtype=dtype, device=device) for v in values]
     return torch.broadcast_tensors(*values)
+
+
+def _one_of(probs, logits):
+    """The check of every ``probs``-or-``logits`` distribution."""
+    if (probs is None) == (logits is None):
+        raise ValueError("Either `probs` or `logits` must be specified, but not both.")
 
 
 def clamp_probs(probs):
@@ -50,5 +59,43 @@ class lazy_property:
             return self
         with torch.enable_grad():
             value = self.wrapped(instance)
-        instance.__dict__[self.wrapped.__name__] = value
+        setattr(instance, self.wrapped.__name__, value)
         return value
+
+
+def _standard_normal(shape, dtype, device):
+    return torch.randn(tuple(shape), dtype=dtype, device=device)
+
+
+def _sum_rightmost(value, dim):
+    """Sum out the ``dim`` rightmost dims of ``value``."""
+    if dim == 0:
+        return value
+    return value.reshape(tuple(value.shape[:value.dim() - dim]) + (-1,)).sum(-1)
+
+
+def _tril_mask(n, diag, device):
+    arange = torch.arange(n, device=device)
+    return arange < arange.view(-1, 1) + (diag + 1)
+
+
+def tril_matrix_to_vec(mat, diag=0):
+    """The lower triangle (from diagonal ``diag``) of a batch of ``n x n`` matrices, in row order."""
+    n = mat.shape[-1]
+    if diag < -n or diag >= n:
+        raise ValueError(f"diag ({diag}) provided is outside [{-n}, {n - 1}].")
+    return mat[..., _tril_mask(n, diag, mat.device)]
+
+
+def vec_to_tril_matrix(vec, diag=0):
+    """Inverse of ``tril_matrix_to_vec``: the ``n x n`` matrix whose lower triangle from ``diag`` is ``vec``."""
+    n = (-(1 + 2 * diag) + ((1 + 2 * diag) ** 2 + 8 * vec.shape[-1] + 4 * abs(diag) * (diag + 1)) ** 0.5) / 2
+    if round(n) - n > torch.finfo(vec.dtype).eps:
+        raise ValueError(f"The size of last dimension is {vec.shape[-1]} which cannot be expressed as "
+                         "the lower triangular part of a square D x D matrix.")
+    n = round(n)
+    mask = _tril_mask(n, diag, vec.device)
+    # A scatter into zeros, not an in-place index_put: the result stays differentiable in ``vec``.
+    flat = torch.zeros(tuple(vec.shape[:-1]) + (n * n,), dtype=vec.dtype, device=vec.device)
+    index = mask.reshape(-1).nonzero().squeeze(-1).expand(tuple(vec.shape[:-1]) + (-1,))
+    return flat.scatter(-1, index, vec).reshape(tuple(vec.shape[:-1]) + (n, n))
