@@ -36,12 +36,32 @@ FAMILIES = {
              ("log_prob", "entropy", "mean", "mode", "variance", "stddev"), 1e-8),
     "Dirichlet": (lambda D, T, a: D.Dirichlet(a), (POS + 0.5,), SIMPLEX,
                   ("log_prob", "entropy", "mean", "mode", "variance"), 1e-8),
+    "Exponential": (lambda D, T, r: D.Exponential(r), (POS,), NONNEG,
+                    ("log_prob", "cdf", "icdf", "entropy", "mean", "mode", "variance", "stddev"), 1e-9),
+    "Laplace": (lambda D, T, m, s: D.Laplace(m, s), (LOC, POS4), REAL,
+                ("log_prob", "cdf", "icdf", "entropy", "mean", "mode", "variance", "stddev"), 1e-9),
+    "LogNormal": (lambda D, T, m, s: D.LogNormal(m, s), (LOC, POS4), NONNEG,
+                  ("log_prob", "cdf", "icdf", "entropy", "mean", "mode", "variance"), 1e-9),
     "StudentT": (lambda D, T, df, m, s: D.StudentT(df + 2, m, s), (POS, LOC, POS4), REAL,
                  ("log_prob", "entropy", "mean", "mode", "variance"), 1e-8),
     "StudentT_low_df": (lambda D, T, df, m, s: D.StudentT(df, m, s), (POS * 1.5, LOC, POS4), REAL,
                         ("log_prob", "mean", "variance"), 1e-8),
+    "Cauchy": (lambda D, T, m, s: D.Cauchy(m, s), (LOC, POS4), REAL,
+               ("log_prob", "cdf", "icdf", "entropy", "mean", "mode", "variance"), 1e-9),
+    "HalfNormal": (lambda D, T, s: D.HalfNormal(s), (POS,), NONNEG,
+                   ("log_prob", "cdf", "icdf", "entropy", "mean", "mode", "variance"), 1e-9),
+    "HalfCauchy": (lambda D, T, s: D.HalfCauchy(s), (POS,), NONNEG,
+                   ("log_prob", "cdf", "icdf", "entropy", "mean", "mode", "variance"), 1e-9),
+    "Gumbel": (lambda D, T, m, s: D.Gumbel(m, s), (LOC, POS4), REAL,
+               ("log_prob", "cdf", "icdf", "entropy", "mean", "mode", "variance", "stddev"), 1e-9),
+    "VonMises": (lambda D, T, m, k: D.VonMises(m, k), (LOC, POS * 3), ANGLE,
+                 ("log_prob", "mean", "mode", "variance"), 1e-9),
     "Normal": (lambda D, T, m, s: D.Normal(m, s), (LOC, POS4), REAL,
                ("log_prob", "cdf", "icdf", "entropy", "mean", "mode", "variance", "stddev"), 1e-9),
+    "RelaxedBernoulli": (lambda D, T, t, p: D.RelaxedBernoulli(t, probs=p), (TEMP, PROB), UNIT, ("log_prob",),
+                         1e-9),
+    "RelaxedOneHotCategorical": (lambda D, T, t, lg: D.RelaxedOneHotCategorical(t, logits=lg), (TEMP, LOGITS),
+                                 SIMPLEX, ("log_prob",), 1e-9),
 }
 
 CASES = [(family, method) for family, spec in FAMILIES.items() for method in spec[3]]
@@ -87,3 +107,19 @@ def test_cdf_and_icdf_are_compared_wherever_torch_has_them():
                 continue
             assert method in covered[family.split("_")[0]], (family, method)
 
+
+def test_scalar_parameters_and_values():
+    compare(lambda D, T, x: D.Gamma(2.0, 3.0).log_prob(x) + D.Laplace(0.5, 2.0).cdf(x), np.array(0.7))
+    compare(lambda D, T, x: D.Beta(2.0, 0.5).log_prob(x), np.array(0.3))
+    compare(lambda D, T, x: D.StudentT(3.0).log_prob(x) + D.Exponential(1.5).log_prob(x.abs()), np.array(-0.4))
+
+
+def test_float32_parameters_stay_float32():
+    import jitorch
+    import jitorch.distributions as JD
+
+    a = jitorch.tensor([1.5, 2.5])
+    for d in (JD.Gamma(a, a), JD.Beta(a, a), JD.Dirichlet(a), JD.StudentT(a), JD.Laplace(a, a), JD.Exponential(a)):
+        x = d.sample((3,))
+        assert x.dtype == jitorch.float32
+        assert d.log_prob(x).dtype == jitorch.float32

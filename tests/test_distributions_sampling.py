@@ -23,14 +23,26 @@ def _make(D, T):
         "Chi2": D.Chi2(t([1.0, 3.0, 10.0])),
         "Beta": D.Beta(t([0.5, 2.0, 8.0]), t([0.5, 3.0, 1.5])),
         "Dirichlet": D.Dirichlet(t([[0.5, 1.0, 2.0], [5.0, 5.0, 10.0]])),
+        "Exponential": D.Exponential(t([0.5, 2.0])),
+        "Laplace": D.Laplace(t([0.0, 2.0]), t([1.0, 0.5])),
+        "LogNormal": D.LogNormal(t([0.0, 0.5]), t([0.5, 0.25])),
         "StudentT": D.StudentT(t([5.0, 10.0]), t([1.0, -1.0]), t([1.0, 2.0])),
+        "Cauchy": D.Cauchy(t([0.0, 1.0]), t([1.0, 0.5])),
+        "HalfNormal": D.HalfNormal(t([1.0, 3.0])),
+        "HalfCauchy": D.HalfCauchy(t([1.0, 3.0])),
+        "Gumbel": D.Gumbel(t([0.0, 1.0]), t([1.0, 2.0])),
+        "VonMises": D.VonMises(t([0.0, 1.0, -2.5]), t([0.5, 4.0, 30.0])),
+        "RelaxedBernoulli": D.RelaxedBernoulli(t(0.5), probs=t([0.2, 0.7])),
+        "RelaxedOneHotCategorical": D.RelaxedOneHotCategorical(t(0.5), probs=t([0.2, 0.3, 0.5])),
+        "TransformedDistribution": D.TransformedDistribution(D.Normal(t([0.0, 1.0]), t([1.0, 0.3])),
+                                                             [D.TanhTransform(), D.AffineTransform(2.0, 3.0)]),
         "Independent": D.Independent(D.Gamma(t([[1.0, 2.0], [3.0, 4.0]]), t(1.0)), 1),
     }
 
 
 J, T = _make(JD, jitorch), _make(TD, torch)
 NAMES = sorted(J)
-HEAVY_TAILED = ()  # no mean or variance: compared by quartiles
+HEAVY_TAILED = ("Cauchy", "HalfCauchy")  # no mean or variance: compared by quartiles
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -90,7 +102,15 @@ RSAMPLE = {  # name: (make(D, *params), params); every parameter must get a fini
     "Chi2": (lambda D, k: D.Chi2(k), ([1.0, 7.0],)),
     "Beta": (lambda D, a, b: D.Beta(a, b), ([0.5, 3.0], [2.0, 0.7])),
     "Dirichlet": (lambda D, c: D.Dirichlet(c), ([0.5, 1.0, 4.0],)),
+    "Exponential": (lambda D, r: D.Exponential(r), ([0.5, 2.0],)),
+    "Laplace": (lambda D, m, s: D.Laplace(m, s), ([0.0, 1.0], [1.0, 2.0])),
+    "LogNormal": (lambda D, m, s: D.LogNormal(m, s), ([0.0, 1.0], [1.0, 2.0])),
     "StudentT": (lambda D, df, m, s: D.StudentT(df, m, s), ([3.0, 9.0], [0.0, 1.0], [1.0, 2.0])),
+    "Cauchy": (lambda D, m, s: D.Cauchy(m, s), ([0.0, 1.0], [1.0, 2.0])),
+    "HalfNormal": (lambda D, s: D.HalfNormal(s), ([1.0, 2.0],)),
+    "HalfCauchy": (lambda D, s: D.HalfCauchy(s), ([1.0, 2.0],)),
+    "RelaxedBernoulli": (lambda D, t, p: D.RelaxedBernoulli(t, probs=p), (0.5, [0.2, 0.9])),
+    "RelaxedOneHotCategorical": (lambda D, t, lg: D.RelaxedOneHotCategorical(t, logits=lg), (0.5, [0.2, 0.9, -1.0])),
 }
 
 
@@ -135,12 +155,23 @@ def test_enumerate_support_matches_torch(make, expand):
     lambda D, T: D.Beta(T.tensor([1.0]), T.tensor([-0.5])),
     lambda D, T: D.Dirichlet(T.tensor([1.0, -2.0])),
     lambda D, T: D.Dirichlet(T.tensor(1.0)),
+    lambda D, T: D.Exponential(T.tensor([-1.0])),
+    lambda D, T: D.Laplace(0.0, -1.0),
+    lambda D, T: D.LogNormal(0.0, 0.0),
     lambda D, T: D.StudentT(T.tensor([-1.0])),
+    lambda D, T: D.Cauchy(0.0, -2.0),
+    lambda D, T: D.HalfNormal(T.tensor([-1.0])),
     lambda D, T: D.Chi2(T.tensor([-3.0])),
+    lambda D, T: D.VonMises(0.0, -1.0),
+    lambda D, T: D.TransformedDistribution(D.Normal(0.0, 1.0), "exp"),
     lambda D, T: D.Gamma(1.0, 1.0).log_prob(T.tensor(-1.0)),
     lambda D, T: D.Beta(1.0, 1.0).log_prob(T.tensor(1.5)),
     lambda D, T: D.Dirichlet(T.ones(3)).log_prob(T.tensor([0.5, 0.6, 0.1])),
     lambda D, T: D.Dirichlet(T.ones(3)).log_prob(T.tensor([0.5, 0.5])),
+    lambda D, T: D.HalfNormal(1.0).log_prob(T.tensor(-0.5)),
+    lambda D, T: D.LogNormal(0.0, 1.0).log_prob(T.tensor(0.0)),
+    lambda D, T: D.RelaxedBernoulli(T.tensor(0.5), probs=T.tensor(0.3)).log_prob(T.tensor(1.5)),
+    lambda D, T: D.Exponential(T.ones(3)).log_prob(T.ones(2)),
     lambda D, T: D.Dirichlet(T.ones(2, 3)).log_prob(T.full((3, 3), 1 / 3)),
 ])
 def test_validation_errors_match_torch(make):
@@ -159,15 +190,18 @@ def test_validate_args_false_and_unvalidated_values():
 
 
 def test_seeded_samplers_are_reproducible():
-    for name in ("Gamma", "Beta", "Dirichlet", "StudentT"):
+    for name in ("Gamma", "Beta", "Dirichlet", "VonMises", "StudentT"):
         jitorch.manual_seed(11)
         a = J[name].sample((50,))
         jitorch.manual_seed(11)
         assert bool((a == J[name].sample((50,))).all()), name
 
 
-MODULES = ["bernoulli", "beta", "categorical", "chi2", "constraints", "dirichlet", "distribution", "exp_family",
-           "gamma", "independent", "kl", "multivariate_normal", "normal", "studentT", "uniform", "utils"]
+MODULES = ["bernoulli", "beta", "categorical", "cauchy", "chi2", "constraint_registry", "constraints", "dirichlet",
+           "distribution", "exp_family", "exponential", "gamma", "gumbel", "half_cauchy", "half_normal",
+           "independent", "kl", "laplace", "log_normal", "multivariate_normal", "normal", "relaxed_bernoulli",
+           "relaxed_categorical", "studentT", "transformed_distribution", "transforms", "uniform", "utils",
+           "von_mises"]
 
 
 @pytest.mark.parametrize("module", MODULES)

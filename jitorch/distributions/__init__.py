@@ -10,22 +10,38 @@ Dirichlet, Chi2 and StudentT through implicit gradients), and every draw goes th
 >>> round(float(d.log_prob(jitorch.tensor([0.0]))), 4)
 -0.9189
 """
-from . import constraints
+from . import constraints, transforms
 from .bernoulli import Bernoulli
 from .beta import Beta
 from .categorical import Categorical
+from .cauchy import Cauchy
 from .chi2 import Chi2
+from .constraint_registry import biject_to, transform_to
 from .dirichlet import Dirichlet
 from .distribution import Distribution
 from .exp_family import ExponentialFamily
+from .exponential import Exponential
 from .gamma import Gamma
+from .gumbel import Gumbel
+from .half_cauchy import HalfCauchy
+from .half_normal import HalfNormal
 from .independent import Independent
 from .kl import kl_divergence, register_kl
+from .laplace import Laplace
+from .log_normal import LogNormal
 from .multivariate_normal import MultivariateNormal
 from .normal import Normal
+from .relaxed_bernoulli import RelaxedBernoulli
+from .relaxed_categorical import RelaxedOneHotCategorical
 from .studentT import StudentT
+from .transformed_distribution import TransformedDistribution
+from .transforms import *  # noqa: F403
 from .uniform import Uniform
+from .von_mises import VonMises
 
-__all__ = ["Bernoulli", "Beta", "Categorical", "Chi2", "Dirichlet", "Distribution", "ExponentialFamily", "Gamma",
-           "Independent", "MultivariateNormal", "Normal", "StudentT", "Uniform", "constraints", "kl_divergence",
-           "register_kl"]
+__all__ = ["Bernoulli", "Beta", "Categorical", "Cauchy", "Chi2", "Dirichlet", "Distribution", "Exponential",
+           "ExponentialFamily", "Gamma", "Gumbel", "HalfCauchy", "HalfNormal", "Independent", "Laplace", "LogNormal",
+           "MultivariateNormal", "Normal", "RelaxedBernoulli", "RelaxedOneHotCategorical", "StudentT",
+           "TransformedDistribution", "Uniform", "VonMises", "biject_to", "constraints", "kl_divergence",
+           "register_kl", "transform_to", "transforms"]
+__all__.extend(transforms.__all__)
