@@ -32,8 +32,17 @@ def _make(D, T):
         "HalfCauchy": D.HalfCauchy(t([1.0, 3.0])),
         "Gumbel": D.Gumbel(t([0.0, 1.0]), t([1.0, 2.0])),
         "VonMises": D.VonMises(t([0.0, 1.0, -2.5]), t([0.5, 4.0, 30.0])),
+        "Poisson": D.Poisson(t([0.5, 4.0, 30.0])),
+        "Binomial": D.Binomial(t([3.0, 10.0, 100.0, 40.0, 0.0]), probs=t([0.3, 0.5, 0.2, 0.9, 0.5])),
+        "Geometric": D.Geometric(t([0.2, 0.7])),
+        "OneHotCategorical": D.OneHotCategorical(probs=t([[0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])),
+        "Multinomial": D.Multinomial(10, probs=t([0.2, 0.3, 0.5])),
         "RelaxedBernoulli": D.RelaxedBernoulli(t(0.5), probs=t([0.2, 0.7])),
         "RelaxedOneHotCategorical": D.RelaxedOneHotCategorical(t(0.5), probs=t([0.2, 0.3, 0.5])),
+        "LowRankMultivariateNormal": D.LowRankMultivariateNormal(t([1.0, 0.0, -1.0]), t([[1.0], [0.5], [0.0]]),
+                                                                 t([1.0, 2.0, 0.5])),
+        "MixtureSameFamily": D.MixtureSameFamily(D.Categorical(probs=t([0.3, 0.7])),
+                                                 D.Normal(t([-2.0, 2.0]), t([1.0, 0.5]))),
         "TransformedDistribution": D.TransformedDistribution(D.Normal(t([0.0, 1.0]), t([1.0, 0.3])),
                                                              [D.TanhTransform(), D.AffineTransform(2.0, 3.0)]),
         "Independent": D.Independent(D.Gamma(t([[1.0, 2.0], [3.0, 4.0]]), t(1.0)), 1),
@@ -97,6 +106,26 @@ def test_sample_moments(name):
     assert np.all(np.abs(x.var(0) - var) <= 6 * np.sqrt(np.maximum(m4 - x.var(0) ** 2, 0) / n) + 1e-12)
 
 
+def test_discrete_samples_take_support_values():
+    jitorch.manual_seed(2)
+    b = J["Binomial"].sample((5000,)).numpy()
+    assert (b == np.round(b)).all() and (b >= 0).all() and (b <= J["Binomial"].total_count.numpy()).all()
+    assert (b[:, 4] == 0).all()  # total_count 0
+    p = J["Poisson"].sample((1000,)).numpy()
+    assert (p == np.round(p)).all() and (p >= 0).all()
+    m = J["Multinomial"].sample((1000,)).numpy()
+    assert (m.sum(-1) == 10).all()
+    oh = J["OneHotCategorical"].sample((1000,)).numpy()
+    assert (oh.sum(-1) == 1).all() and set(np.unique(oh)) == {0.0, 1.0}
+
+
+def test_extreme_binomial_and_poisson_parameters():
+    jitorch.manual_seed(3)
+    b = JD.Binomial(jitorch.tensor([1e6, 50.0, 7.0]), probs=jitorch.tensor([0.5, 1.0, 0.0])).sample((200,)).numpy()
+    assert abs(b[:, 0].mean() - 5e5) < 6 * np.sqrt(2.5e5 / 200)
+    assert (b[:, 1] == 50).all() and (b[:, 2] == 0).all()
+
+
 RSAMPLE = {  # name: (make(D, *params), params); every parameter must get a finite gradient through rsample
     "Gamma": (lambda D, a, b: D.Gamma(a, b), ([0.3, 4.0], [1.0, 2.0])),
     "Chi2": (lambda D, k: D.Chi2(k), ([1.0, 7.0],)),
@@ -111,6 +140,9 @@ RSAMPLE = {  # name: (make(D, *params), params); every parameter must get a fini
     "HalfCauchy": (lambda D, s: D.HalfCauchy(s), ([1.0, 2.0],)),
     "RelaxedBernoulli": (lambda D, t, p: D.RelaxedBernoulli(t, probs=p), (0.5, [0.2, 0.9])),
     "RelaxedOneHotCategorical": (lambda D, t, lg: D.RelaxedOneHotCategorical(t, logits=lg), (0.5, [0.2, 0.9, -1.0])),
+    "LowRankMultivariateNormal": (lambda D, m, w, d: D.LowRankMultivariateNormal(m, w, d),
+                                  ([0.0, 1.0], [[1.0], [0.5]], [1.0, 2.0])),
+    "OneHotCategoricalStraightThrough": (lambda D, p: D.OneHotCategoricalStraightThrough(probs=p), ([0.2, 0.8],)),
 }
 
 
@@ -140,6 +172,8 @@ def test_expand_matches_torch(name):
 
 
 @pytest.mark.parametrize("make", [
+    lambda D, T: D.Binomial(T.tensor([4.0, 4.0]), probs=T.tensor([0.2, 0.6])),
+    lambda D, T: D.OneHotCategorical(logits=T.zeros(2, 3)),
     lambda D, T: D.Independent(D.Bernoulli(T.tensor([0.3, 0.6])), 0),
     lambda D, T: D.Categorical(logits=T.zeros(2, 3)),
 ])
@@ -161,13 +195,29 @@ def test_enumerate_support_matches_torch(make, expand):
     lambda D, T: D.StudentT(T.tensor([-1.0])),
     lambda D, T: D.Cauchy(0.0, -2.0),
     lambda D, T: D.HalfNormal(T.tensor([-1.0])),
+    lambda D, T: D.Poisson(T.tensor([-1.0])),
+    lambda D, T: D.Binomial(T.tensor([2.5]), probs=T.tensor([0.5])),
+    lambda D, T: D.Binomial(3, probs=T.tensor([1.5])),
+    lambda D, T: D.Binomial(3),
+    lambda D, T: D.Geometric(T.tensor([0.0])),
+    lambda D, T: D.Geometric(T.tensor([1.5])),
+    lambda D, T: D.Multinomial(3, probs=T.tensor([0.5, -0.5])),
+    lambda D, T: D.OneHotCategorical(probs=T.tensor([0.5, -0.5])),
     lambda D, T: D.Chi2(T.tensor([-3.0])),
     lambda D, T: D.VonMises(0.0, -1.0),
+    lambda D, T: D.LowRankMultivariateNormal(T.zeros(2), T.ones(2, 1), T.tensor([1.0, -1.0])),
+    lambda D, T: D.LowRankMultivariateNormal(T.zeros(2), T.ones(3, 1), T.ones(2)),
+    lambda D, T: D.MixtureSameFamily(D.Normal(0.0, 1.0), D.Normal(T.zeros(2), 1.0)),
+    lambda D, T: D.MixtureSameFamily(D.Categorical(logits=T.zeros(3)), D.Normal(T.zeros(2), 1.0)),
     lambda D, T: D.TransformedDistribution(D.Normal(0.0, 1.0), "exp"),
     lambda D, T: D.Gamma(1.0, 1.0).log_prob(T.tensor(-1.0)),
     lambda D, T: D.Beta(1.0, 1.0).log_prob(T.tensor(1.5)),
     lambda D, T: D.Dirichlet(T.ones(3)).log_prob(T.tensor([0.5, 0.6, 0.1])),
     lambda D, T: D.Dirichlet(T.ones(3)).log_prob(T.tensor([0.5, 0.5])),
+    lambda D, T: D.Poisson(2.0).log_prob(T.tensor(1.5)),
+    lambda D, T: D.Binomial(3, probs=T.tensor(0.3)).log_prob(T.tensor(4.0)),
+    lambda D, T: D.OneHotCategorical(logits=T.zeros(3)).log_prob(T.tensor([1.0, 1.0, 0.0])),
+    lambda D, T: D.Multinomial(3, logits=T.zeros(2)).log_prob(T.tensor([3.0, 1.0])),
     lambda D, T: D.HalfNormal(1.0).log_prob(T.tensor(-0.5)),
     lambda D, T: D.LogNormal(0.0, 1.0).log_prob(T.tensor(0.0)),
     lambda D, T: D.RelaxedBernoulli(T.tensor(0.5), probs=T.tensor(0.3)).log_prob(T.tensor(1.5)),
@@ -190,18 +240,19 @@ def test_validate_args_false_and_unvalidated_values():
 
 
 def test_seeded_samplers_are_reproducible():
-    for name in ("Gamma", "Beta", "Dirichlet", "VonMises", "StudentT"):
+    for name in ("Gamma", "Beta", "Dirichlet", "Binomial", "VonMises", "StudentT", "Multinomial"):
         jitorch.manual_seed(11)
         a = J[name].sample((50,))
         jitorch.manual_seed(11)
         assert bool((a == J[name].sample((50,))).all()), name
 
 
-MODULES = ["bernoulli", "beta", "categorical", "cauchy", "chi2", "constraint_registry", "constraints", "dirichlet",
-           "distribution", "exp_family", "exponential", "gamma", "gumbel", "half_cauchy", "half_normal",
-           "independent", "kl", "laplace", "log_normal", "multivariate_normal", "normal", "relaxed_bernoulli",
-           "relaxed_categorical", "studentT", "transformed_distribution", "transforms", "uniform", "utils",
-           "von_mises"]
+MODULES = ["bernoulli", "beta", "binomial", "categorical", "cauchy", "chi2", "constraint_registry", "constraints",
+           "dirichlet", "distribution", "exp_family", "exponential", "gamma", "geometric", "gumbel", "half_cauchy",
+           "half_normal", "independent", "kl", "laplace", "log_normal", "lowrank_multivariate_normal",
+           "mixture_same_family", "multinomial", "multivariate_normal", "normal", "one_hot_categorical", "poisson",
+           "relaxed_bernoulli", "relaxed_categorical", "studentT", "transformed_distribution", "transforms",
+           "uniform", "utils", "von_mises"]
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -211,3 +262,9 @@ def test_submodules_have_torchs_names(module):
     missing = [name for name in getattr(theirs, "__all__", []) if not hasattr(ours, name)]
     assert not missing, missing
 
+
+def test_package_exports_every_implemented_family():
+    not_ported = {"ContinuousBernoulli", "FisherSnedecor", "GeneralizedPareto", "InverseGamma", "Kumaraswamy",
+                  "LKJCholesky", "LogisticNormal", "NegativeBinomial", "Pareto", "Weibull", "Wishart"}
+    missing = [name for name in TD.__all__ if not hasattr(JD, name) and name not in not_ported]
+    assert not missing, missing

@@ -13,6 +13,7 @@ Dirichlet, Chi2 and StudentT through implicit gradients), and every draw goes th
 from . import constraints, transforms
 from .bernoulli import Bernoulli
 from .beta import Beta
+from .binomial import Binomial
 from .categorical import Categorical
 from .cauchy import Cauchy
 from .chi2 import Chi2
@@ -22,6 +23,7 @@ from .distribution import Distribution
 from .exp_family import ExponentialFamily
 from .exponential import Exponential
 from .gamma import Gamma
+from .geometric import Geometric
 from .gumbel import Gumbel
 from .half_cauchy import HalfCauchy
 from .half_normal import HalfNormal
@@ -29,8 +31,13 @@ from .independent import Independent
 from .kl import kl_divergence, register_kl
 from .laplace import Laplace
 from .log_normal import LogNormal
+from .lowrank_multivariate_normal import LowRankMultivariateNormal
+from .mixture_same_family import MixtureSameFamily
+from .multinomial import Multinomial
 from .multivariate_normal import MultivariateNormal
 from .normal import Normal
+from .one_hot_categorical import OneHotCategorical, OneHotCategoricalStraightThrough
+from .poisson import Poisson
 from .relaxed_bernoulli import RelaxedBernoulli
 from .relaxed_categorical import RelaxedOneHotCategorical
 from .studentT import StudentT
@@ -39,9 +46,10 @@ from .transforms import *  # noqa: F403
 from .uniform import Uniform
 from .von_mises import VonMises
 
-__all__ = ["Bernoulli", "Beta", "Categorical", "Cauchy", "Chi2", "Dirichlet", "Distribution", "Exponential",
-           "ExponentialFamily", "Gamma", "Gumbel", "HalfCauchy", "HalfNormal", "Independent", "Laplace", "LogNormal",
-           "MultivariateNormal", "Normal", "RelaxedBernoulli", "RelaxedOneHotCategorical", "StudentT",
-           "TransformedDistribution", "Uniform", "VonMises", "biject_to", "constraints", "kl_divergence",
-           "register_kl", "transform_to", "transforms"]
+__all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Dirichlet", "Distribution",
+           "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfCauchy", "HalfNormal",
+           "Independent", "Laplace", "LogNormal", "LowRankMultivariateNormal", "MixtureSameFamily", "Multinomial",
+           "MultivariateNormal", "Normal", "OneHotCategorical", "OneHotCategoricalStraightThrough", "Poisson",
+           "RelaxedBernoulli", "RelaxedOneHotCategorical", "StudentT", "TransformedDistribution", "Uniform",
+           "VonMises", "biject_to", "constraints", "kl_divergence", "register_kl", "transform_to", "transforms"]
 __all__.extend(transforms.__all__)
