@@ -45,6 +45,7 @@ from .transformed_distribution import TransformedDistribution
 from .transforms import *  # noqa: F403
 from .uniform import Uniform
 from .von_mises import VonMises
+from . import _kl_cross  # noqa: F401, E402 (registers the cross-family KL pairs)
 
 __all__ = ["Bernoulli", "Beta", "Binomial", "Categorical", "Cauchy", "Chi2", "Dirichlet", "Distribution",
            "Exponential", "ExponentialFamily", "Gamma", "Geometric", "Gumbel", "HalfCauchy", "HalfNormal",
