@@ -31,6 +31,8 @@ from ._movement import *  # noqa: E402,F401,F403
 from ._reduction import *  # noqa: E402,F401,F403
 from ._creation import *  # noqa: E402,F401,F403
 from ._random import *  # noqa: E402,F401,F403
+from ._random_params import *  # noqa: E402,F401,F403
+from . import _random_inplace  # noqa: E402,F401 - Tensor.uniform_, normal_, random_...
 from . import _indexing  # noqa: E402,F401
 from ._indexing import *  # noqa: E402,F401,F403
 from ._misc import *  # noqa: E402,F401,F403

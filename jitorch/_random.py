@@ -10,10 +10,15 @@ reproducible under ``manual_seed`` but are not PyTorch's values.
 >>> _ = jitorch.manual_seed(0); a = jitorch.rand(3)
 >>> _ = jitorch.manual_seed(0); bool((a == jitorch.rand(3)).all())
 True
+
+The samplers with tensor parameters (``normal``, ``bernoulli``, ``multinomial``, ``poisson``) are in
+``_random_params``, the in-place ones (``Tensor.uniform_``...) in ``_random_inplace``. Graph captures patch ``_rng``,
+``_sample``, ``_fill_from`` and ``_finish`` here, so those modules call them through this module.
 """
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -22,11 +27,9 @@ from ._creation import _finish
 from ._device import device as _device, get_default_device
 from ._random_device import DeviceStream
 from ._shape import normalize_shape, sizes_or_keyword
-from ._tensor import Tensor
 
 __all__ = ["Generator", "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "default_generator",
-           "rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "poisson", "rand_like",
-           "randn_like", "randint_like"]
+           "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like"]
 
 _DEFAULT_SEED = 67280421310721  # PyTorch's default seed value
 
@@ -69,7 +72,12 @@ class Generator:
         return isinstance(self._rng, DeviceStream)
 
     def manual_seed(self, seed):
-        seed = int(seed)
+        if isinstance(seed, float) or not hasattr(seed, "__index__"):
+            raise RuntimeError(f"manual_seed expected a long, but got {type(seed).__name__}")
+        seed = operator.index(seed)
+        # torch reads the seed as an int64 or a uint64: any other value overflows, never wraps.
+        if not -(1 << 63) <= seed < 1 << 64:
+            raise ValueError(f"manual_seed: seed {seed} is outside [-2**63, 2**64) (Overflow when unpacking long long)")
         if seed < 0:
             seed += 1 << 64
         self._seed = seed
@@ -197,8 +205,11 @@ def _seed_cuda_all(seed):
 
 
 def manual_seed(seed):
-    """Seed the CPU generator and every CUDA device's generator; returns the CPU generator."""
-    default_generator.manual_seed(seed)
+    """Seed the CPU generator and every CUDA device's generator; returns the CPU generator.
+
+    As ``torch.manual_seed``, anything ``int()`` takes is a seed (``1.5`` seeds 1); ``Generator.manual_seed`` wants an
+    integer."""
+    default_generator.manual_seed(int(seed))
     _seed_cuda_all(default_generator.initial_seed())
     return default_generator
 
@@ -244,7 +255,7 @@ def _draw_kw(gen, t):
     """The ``dtype`` keyword a device draw for ``t`` takes (NumPy's CPU methods have none and draw float64)."""
     if not gen._on_device:
         return {}
-    return {"dtype": np.float64 if t._data.dtype == np.float64 else np.float32}
+    return {"dtype": np.float64 if t._data.dtype in (np.float64, np.complex128) else np.float32}
 
 
 def _float_dtype(dtype):
@@ -298,6 +309,15 @@ def _float_sample(name, method, generator, dt, shape, device, requires_grad):
     return out.requires_grad_() if requires_grad else out
 
 
+def _fill_from(self, values):
+    """Write a draw into ``self`` with ``copy_`` (the in-place samplers of ``_random_inplace``): recorded as torch
+    records a sampler, the overwritten value getting a zero gradient. Graph captures patch this function to turn
+    the draw into a replay step, so the samplers must call it through the module."""
+    data = np.asarray(values) if isinstance(values, np.generic) or not hasattr(values, "astype") else values
+    self.copy_(_finish(data, False, self.device))
+    return self
+
+
 def rand(*sizes, size=None, generator=None, out=None, dtype=None, layout=None, device=None,
          requires_grad=False, pin_memory=False):
     """Uniform samples in [0, 1)."""
@@ -344,71 +364,6 @@ def randperm(n, *, generator=None, out=None, dtype=None, layout=None, device=Non
     return _sample(rng.permutation(n), dt, device, requires_grad)
 
 
-def normal(mean=0.0, std=1.0, size=None, *, generator=None, out=None, dtype=None, device=None, requires_grad=False):
-    """Normal samples; ``mean`` and ``std`` may be tensors (broadcast) or numbers with a ``size``."""
-    if isinstance(mean, Tensor) or isinstance(std, Tensor):
-        ref = mean if isinstance(mean, Tensor) else std
-        shape = np.broadcast_shapes(tuple(mean.shape) if isinstance(mean, Tensor) else np.shape(mean),
-                                    tuple(std.shape) if isinstance(std, Tensor) else np.shape(std))
-        noise = randn(shape, generator=generator, dtype=ref.dtype, device=ref.device)
-        return (noise * std + mean).detach()
-    if isinstance(std, (int, float)) and std < 0:
-        raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
-    shape = () if size is None else normalize_shape((size,) if isinstance(size, int) else tuple(size), "normal")
-    return randn(shape, generator=generator, dtype=dtype, device=device) * std + mean
-
-
-def bernoulli(input, p=None, *, generator=None, out=None):
-    """0/1 samples with probabilities ``input`` (or the scalar ``p``)."""
-    if generator is None:  # random rows (``ops/random_ops.py``): compiled graphs draw them afresh on every run
-        from ._dispatch import apply
-        from .ops import random_ops
-
-        if p is None:
-            return apply(random_ops.BERNOULLI_SAMPLE, input.detach())
-        if not 0 <= p <= 1:
-            raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p}")
-        return _row_sample(random_ops.BERNOULLI_MASK, input.dtype, input.device, p=p, shape=tuple(input.shape))
-    gen = _generator_for(generator, input.device)
-    if gen._on_device:  # no range check: it would read the probabilities on the host (see _random_device)
-        probs = input._data if p is None else p
-        return _finish(_rng(gen).bernoulli(probs, input._data.shape, input._data.dtype), False, input.device)
-    probs = input._host() if p is None else np.full(input._data.shape, p)
-    if np.any((probs < 0) | (probs > 1)):
-        raise RuntimeError("bernoulli: Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
-    draws = _rng(gen).random(probs.shape) < probs
-    return _finish(draws.astype(input._data.dtype), False, input.device)
-
-
-def multinomial(input, num_samples, replacement=False, *, generator=None, out=None):
-    """Indices sampled from the rows of ``input`` (non-negative weights, not necessarily normalized)."""
-    if input.dim() not in (1, 2):
-        raise RuntimeError(f"multinomial: prob_dist must be 1 or 2 dim, got {input.dim()}")
-    if num_samples <= 0:
-        raise RuntimeError("multinomial: cannot sample n_sample <= 0 samples")
-    if not replacement and num_samples > input.shape[-1]:
-        raise RuntimeError("multinomial: cannot sample n_sample > prob_dist.size(-1) samples without replacement")
-    gen = _generator_for(generator, input.device)
-    if gen._on_device:
-        data = input._data
-        drawn = _rng(gen).multinomial(data.reshape(-1, data.shape[-1]), num_samples, replacement)
-        return _finish(drawn.reshape(data.shape[:-1] + (num_samples,)), False, input.device)
-    probs = input._host().astype(np.float64)
-    if np.any(probs < 0) or not np.all(np.isfinite(probs)):
-        raise RuntimeError("multinomial: probability tensor contains either `inf`, `nan` or element < 0")
-    from ._random_multinomial import sample_rows
-
-    out = sample_rows(_rng(gen), probs.reshape(-1, probs.shape[-1]), num_samples, replacement)
-    return _finish(out.reshape(probs.shape[:-1] + (num_samples,)), False, input.device)
-
-
-def poisson(input, generator=None):
-    """Poisson counts with rates ``input``, in ``input``'s dtype."""
-    gen = _generator_for(generator, input.device)
-    lam = input._data if gen._on_device else input._host()
-    return _finish(_rng(gen).poisson(lam, lam.shape).astype(input._data.dtype), False, input.device)
-
-
 def rand_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
     return rand(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
 
@@ -419,64 +374,3 @@ def randn_like(input, *, dtype=None, device=None, requires_grad=False, memory_fo
 
 def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_grad=False, memory_format=None):
     return randint(low, high, input.shape, dtype=dtype or input.dtype, device=device or input.device)
-
-
-# -- in-place samplers: drawn by the generator of the tensor's device ----------------------------------------------
-def _fill_from(self, values):
-    from .autograd.grad_mode import no_grad
-
-    data = np.asarray(values) if isinstance(values, np.generic) or not hasattr(values, "astype") else values
-    with no_grad():
-        self.copy_(_finish(data, False, self.device))
-    return self
-
-
-def _uniform_(self, from_=0.0, to=1.0, *, generator=None):
-    gen = _generator_for(generator, self.device)
-    return _fill_from(self, _rng(gen).uniform(from_, to, self._data.shape, **_draw_kw(gen, self)))
-
-
-def _normal_(self, mean=0.0, std=1.0, *, generator=None):
-    gen = _generator_for(generator, self.device)
-    return _fill_from(self, _rng(gen).normal(mean, std, self._data.shape, **_draw_kw(gen, self)))
-
-
-def _random_(self, from_=0, to=None, *, generator=None):
-    if to is None:
-        from_, to = 0, from_ if from_ else (2 ** 24 if self.is_floating_point() else np.iinfo(self._data.dtype).max)
-    return _fill_from(self, _rng(_generator_for(generator, self.device)).integers(from_, to, self._data.shape))
-
-
-def _bernoulli_(self, p=0.5, *, generator=None):
-    gen = _generator_for(generator, self.device)
-    if gen._on_device:
-        probs = p.to(self.device)._data if isinstance(p, Tensor) else p
-        return _fill_from(self, _rng(gen).bernoulli(probs, self._data.shape, _draw_kw(gen, self)["dtype"]))
-    probs = p._host() if isinstance(p, Tensor) else p
-    return _fill_from(self, _rng(gen).random(self._data.shape) < probs)
-
-
-def _exponential_(self, lambd=1.0, *, generator=None):
-    gen = _generator_for(generator, self.device)
-    return _fill_from(self, _rng(gen).exponential(1.0 / lambd, self._data.shape, **_draw_kw(gen, self)))
-
-
-def _log_normal_(self, mean=1.0, std=2.0, *, generator=None):
-    gen = _generator_for(generator, self.device)
-    return _fill_from(self, _rng(gen).lognormal(mean, std, self._data.shape, **_draw_kw(gen, self)))
-
-
-def _cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
-    gen = _generator_for(generator, self.device)
-    return _fill_from(self, median + sigma * _rng(gen).standard_cauchy(self._data.shape, **_draw_kw(gen, self)))
-
-
-def _geometric_(self, p, *, generator=None):
-    return _fill_from(self, _rng(_generator_for(generator, self.device)).geometric(p, self._data.shape))
-
-
-for _name, _fn in dict(uniform_=_uniform_, normal_=_normal_, random_=_random_, bernoulli_=_bernoulli_,
-                       exponential_=_exponential_, log_normal_=_log_normal_, cauchy_=_cauchy_,
-                       geometric_=_geometric_, bernoulli=bernoulli,
-                       multinomial=multinomial).items():
-    setattr(Tensor, _name, _fn)

@@ -100,10 +100,10 @@ class DeviceStream:
         with self._on_device():
             return self._generator().standard_normal(size, dtype=self._float(dtype))
 
-    def integers(self, low, high=None, size=None):
-        """Integers in ``[low, high)`` as int64."""
+    def integers(self, low, high=None, size=None, endpoint=False):
+        """Integers in ``[low, high)`` (``endpoint``: ``[low, high]``, so every int64 can be drawn) as int64."""
         with self._on_device():
-            return self._generator().integers(low, high, size, dtype=np.int64)
+            return self._generator().integers(low, high, size, dtype=np.int64, endpoint=endpoint)
 
     def uniform(self, low=0.0, high=1.0, size=None, dtype=np.float64):
         u = self.random(size, dtype)

@@ -35,14 +35,14 @@ __all__ = ["BERNOULLI_MASK", "UNIFORM_SAMPLE", "NORMAL_SAMPLE", "INTEGER_SAMPLE"
 
 
 def _bernoulli_mask_kernel(xp, ref, p, shape):
-    from .. import _random
+    from .. import _random, _random_inplace
     from .._tensor import Tensor
 
     if type(ref) is np.ndarray:
         # The generator's stream looked up now: ``manual_seed`` replaces it.
         return (_random.default_generator._rng.random(shape) < p).astype(ref.dtype)
     out = Tensor._make(xp.empty(shape, ref.dtype))
-    _random._bernoulli_(out, p, generator=_random.cuda_generator(ref.device.id))
+    _random_inplace._bernoulli_(out, p, generator=_random.cuda_generator(ref.device.id))
     return out._data
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from typing import Generic, TypeVar
 
-from ... import _creation, _dtype, _random
+from ... import _creation, _dtype, _random, _random_params
 
 __all__ = ["BatchSampler", "RandomSampler", "Sampler", "SequentialSampler", "SubsetRandomSampler",
            "WeightedRandomSampler"]
@@ -126,7 +126,8 @@ class WeightedRandomSampler(Sampler[int]):
         self.generator = generator
 
     def __iter__(self):
-        rand_tensor = _random.multinomial(self.weights, self.num_samples, self.replacement, generator=self.generator)
+        rand_tensor = _random_params.multinomial(self.weights, self.num_samples, self.replacement,
+                                                 generator=self.generator)
         yield from iter(rand_tensor.tolist())
 
     def __len__(self) -> int:
