@@ -27,6 +27,7 @@ from ._tensor import Tensor
 from .autograd.graph import named
 from .ops import indexing as I
 from .ops import movement as M
+from .amp._cast_mode import autocast_policy
 
 __all__ = ["index_select", "gather", "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy",
            "index_fill", "index_put", "masked_fill", "masked_select", "masked_scatter", "take_along_dim", "take",
@@ -349,6 +350,7 @@ def index_add(input, dim, index, source, *, alpha=1):
     return _index_write(input, dim, index, source, "index_add", True, False, alpha)
 
 
+@autocast_policy(cpu="promote")
 def index_copy(input, dim, index, source):
     """``input`` with ``source``'s slices copied at ``index`` along ``dim``."""
     return _index_write(input, dim, index, source, "index_copy", False, False)

@@ -18,6 +18,7 @@ from collections import Counter
 from ._dispatch import apply, fast_binary
 from .amp._cast_mode import autocast_lower
 from ._pointwise import _write_out
+from .amp._cast_mode import autocast_policy
 from ._shape import wrap_dim, wrap_dims
 from ._tensor import Tensor
 from .autograd.graph import named
@@ -91,6 +92,7 @@ def bmm(input, mat2, *, out=None):
     return matmul(input, mat2, out=out)
 
 
+@autocast_policy(cpu="unlisted")
 def mv(input, vec, *, out=None):
     """Matrix-vector product."""
     _check_dim("mv", "self", input, 2)
@@ -99,6 +101,7 @@ def mv(input, vec, *, out=None):
     return matmul(input, vec, out=out)
 
 
+@autocast_policy(cpu="unlisted", cuda="promote")
 def dot(input, other, *, out=None):
     """Inner product of two 1-D tensors of the same size and dtype."""
     _check_dim("dot", "self", input, 1)
@@ -111,6 +114,7 @@ def dot(input, other, *, out=None):
     return matmul(input, other, out=out)
 
 
+@autocast_policy(cpu="unlisted", cuda="promote")
 def vdot(input, other, *, out=None):
     """``dot(input.conj(), other)``."""
     return dot(input.conj(), other, out=out)
@@ -318,9 +322,16 @@ def tensordot(a, b, dims=2, out=None):
     shape_a = tuple(a._data.shape[d] for d in free_a)
     shape_b = tuple(b._data.shape[d] for d in free_b)
     k = math.prod(a._data.shape[d] for d in dims_a)
+    if not free_a and not free_b:  # a full contraction: ATen sums products (no mm), so autocast leaves it alone
+        return _write_out(_full_contraction(a.permute(dims_a), b.permute(dims_b)), out)
     left = a.permute(free_a + dims_a).reshape(math.prod(shape_a), k)
     right = b.permute(dims_b + free_b).reshape(k, math.prod(shape_b))
     return _write_out(matmul(left, right).reshape(shape_a + shape_b), out)
+
+
+@autocast_policy(cpu="unlisted")
+def _full_contraction(a, b):
+    return matmul(a.reshape(-1), b.reshape(-1))
 
 
 def kron(input, other, *, out=None):
@@ -357,6 +368,7 @@ def cross(input, other, dim=None, *, out=None):
     return _write_out(stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], d), out)
 
 
+@autocast_policy(cpu="fp32", cuda="fp32")
 def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     """p-norm distances between the rows of ``x1`` (..., P, M) and ``x2`` (..., R, M)."""
     from .linalg import vector_norm
@@ -455,6 +467,7 @@ def qr(input, some=True, *, out=None):
     return linalg.QR_LEGACY(*linalg.qr(input, mode="reduced" if some else "complete"))
 
 
+@autocast_policy(cpu="fp32")
 def pinverse(input, rcond=1e-15):
     from .linalg import pinv
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from ._tensor import Tensor
+from .amp._cast_mode import autocast_policy
 
 __all__ = ["matrix_exp", "cond", "vander"]
 
@@ -19,6 +20,7 @@ _B13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796
 _THETA13 = 5.371920351148152  # the 1-norm up to which [13/13] is accurate to double precision without scaling
 
 
+@autocast_policy(cpu="unlisted", cuda="unlisted")
 def matrix_exp(A):  # noqa: N803 - torch's argument name
     """``exp(A)`` of square matrices (batched) by scaling and squaring with a [13/13] Pade approximant."""
     from .linalg import matrix_norm, solve
@@ -30,6 +32,8 @@ def matrix_exp(A):  # noqa: N803 - torch's argument name
         raise RuntimeError(f"linalg.matrix_exp: expected a floating point or complex tensor, got {A.dtype}")
     if A.numel() == 0:
         return A.clone()
+    if A.dtype.is_floating_point and A.dtype.itemsize == 2:  # float16/bfloat16: solved in float32, rounded once
+        return matrix_exp(A.float()).to(A.dtype)
     norm = matrix_norm(A.detach(), 1).max().item()
     squarings = max(0, math.ceil(math.log2(norm / _THETA13))) if norm > _THETA13 else 0
     a = A / (2.0 ** squarings)

@@ -24,6 +24,7 @@ from . import _dtype
 from ._dispatch import apply, apply_inplace
 from ._shape import wrap_dim
 from ._tensor import Tensor
+from .amp._cast_mode import autocast_policy
 from .ops import special as S
 
 __all__ = ["lgamma", "digamma", "polygamma", "i0", "mvlgamma", "gcd", "lcm", "diff", "trapezoid", "trapz",
@@ -200,11 +201,13 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, name):
     return out[0] if scalar_q else out
 
 
+@autocast_policy(cpu="fp32")
 def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
     """The ``q``-th quantiles along ``dim`` (all elements when ``dim`` is None); NaN if the slice has NaN."""
     return _quantile(input, q, dim, keepdim, interpolation, False, "quantile")
 
 
+@autocast_policy(cpu="fp32")
 def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
     """``quantile`` that ignores NaN values."""
     return _quantile(input, q, dim, keepdim, interpolation, True, "nanquantile")

@@ -17,6 +17,7 @@ from ._dispatch import apply
 from ._shape import wrap_dim
 from .runtime import array_module_for
 from ._tensor import Tensor
+from .amp._cast_mode import autocast_policy
 from .ops import complex_ops as C
 
 __all__ = ["split_with_sizes", "hsplit", "vsplit", "dsplit", "slice_scatter", "select_scatter", "is_same_size",
@@ -122,6 +123,7 @@ def view_as_real(input):
     return apply(C.VIEW_AS_REAL, input)
 
 
+@autocast_policy(cpu="fp32")
 def view_as_complex(input):
     """A complex view of a real tensor whose last dim has size 2 and stride 1."""
     data = input._data

@@ -11,6 +11,7 @@ from . import _dtype, return_types
 from ._dispatch import apply
 from ._shape import wrap_dim, wrap_dims
 from ._tensor import Tensor
+from .amp._cast_mode import autocast_policy
 from .autograd.graph import named
 from .ops import reduction as R
 from .ops.nn_fused import FUSED_DTYPES, LOG_SOFTMAX, SOFTMAX
@@ -313,6 +314,7 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     return vector_norm(input, p, dim, keepdim, dtype=dtype)
 
 
+@autocast_policy(cpu="fp32")
 def trace(input):
     if input._data.ndim != 2:
         raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {input._data.ndim}")

@@ -22,6 +22,7 @@ from ._linalg import matmul
 from ._pointwise import _write_out
 from ._shape import wrap_dims
 from ._tensor import Tensor
+from .amp._cast_mode import autocast_policy
 from .ops import linalg as L
 from .ops.linalg import LinAlgError
 
@@ -282,6 +283,7 @@ def matrix_rank(A, *, atol=None, rtol=None, hermitian=False, tol=None, out=None)
     return _write_out((s > limit).sum(-1), out)
 
 
+@autocast_policy(cpu="fp32", cuda="unlisted")
 def lstsq(A, B, rcond=None, *, driver=None):
     """Least-squares solution of ``A X = B`` (through the pseudo-inverse), with rank and, for the SVD drivers,
     singular values and residuals as ``torch.linalg.lstsq`` reports them."""
@@ -387,6 +389,7 @@ def cross(input, other, *, dim=-1, out=None):
     return _cross(input, other, dim, out=out)
 
 
+@autocast_policy(cpu="lower", cuda="lower")
 def vecdot(x, y, *, dim=-1, out=None):
     """``sum(x.conj() * y, dim)``."""
     return _write_out((x.conj() * y).sum(dim), out)

@@ -9,6 +9,11 @@ policy and, before running it with the mode popped (so the next mode, or eager, 
   decompositions of ``linalg``) get their lower-precision floating inputs cast to float32;
 - every other row runs as called, so mixed inputs follow ordinary type promotion (``bf16 + fp32 -> fp32``).
 
+An op PyTorch runs as one kernel but jitorch composes from rows carries PyTorch's rule for it on its public function
+(``autocast_policy``): ``trace``, ``cdist``, ``quantile`` and the 3-d pools go to float32 on CPU, ``linalg.vecdot``
+lowers, ``index_copy`` promotes, and ``mv``, ``dot`` or adaptive average pooling, on no CPU list, run as called
+although they are made of matmul rows.
+
 float64 tensors are never cast, and only tensors on the mode's device are. The casts are ordinary ``to`` ops recorded
 by autograd, so gradients reach the float32 leaves in float32. Within one region, the cast of a float32 leaf that
 requires grad (a weight) is made once and reused while the leaf is unchanged (PyTorch's cast cache).
@@ -30,12 +35,14 @@ from .. import _dtype
 from .._dispatch import MODES, apply, apply_inplace, pop_mode, push_mode
 from .._tensor import Tensor
 
-__all__ = ["AutocastMode", "POLICIES", "active_mode", "autocast_float32", "autocast_lower"]
+__all__ = ["AutocastMode", "POLICIES", "active_mode", "autocast_float32", "autocast_lower", "autocast_policy"]
 
 _LOWER = frozenset({"matmul", "linear", "convolution", "convolution_transpose", "einsum"})
+# The rows of PyTorch's CPU float32 list (aten/src/ATen/autocast_mode.cpp); ops jitorch builds from several rows
+# carry the rule on their public function instead (``autocast_policy``: trace, cdist, quantile, 3-d pooling...).
+# det/slogdet are not on it: torch refuses them in bfloat16 under autocast too.
 _CPU_FP32 = frozenset({"nll_loss", "binary_cross_entropy", "prod", "linalg_cholesky", "linalg_inv", "linalg_solve",
-                       "linalg_qr", "linalg_svd", "linalg_svdvals", "linalg_eigh", "linalg_eigvalsh", "linalg_det",
-                       "linalg_slogdet"})
+                       "linalg_qr", "linalg_svd", "linalg_svdvals", "linalg_eigh", "linalg_eigvalsh"})
 # CUDA's float32 list is longer (PyTorch keeps pointwise transcendental functions, norms and reductions in float32
 # there); the rows jitorch has of it:
 _CUDA_FP32 = _CPU_FP32 | frozenset({"acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p",
@@ -146,18 +153,30 @@ def _region_mode(args, kwargs):
     return None
 
 
-def _policy_decorator(lower):
+def _promoted(lower, args, kwargs):
+    """ATen's promote policy (``autocast::prioritize``): float32 when a floating argument is float32, else the
+    autocast dtype ``lower``; float64 arguments take no part (and are not cast)."""
+    if any(isinstance(a, Tensor) and a._data.dtype == np.float32 for a in (*args, *kwargs.values())):
+        return _dtype.float32
+    return lower
+
+
+def _policy_decorator(rules):
     def decorate(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             mode = _region_mode(args, kwargs) if MODES else None
-            if mode is None:
+            rule = None if mode is None else rules.get(mode.device_type, rules.get("cuda"))
+            if rule is None:  # not one op on this device: its rows autocast one by one
                 return fn(*args, **kwargs)
             from .autocast_mode import get_autocast_dtype
 
-            target = get_autocast_dtype(mode.device_type) if lower else _dtype.float32
-            args = tuple(mode._cast(a, target) for a in args)
-            kwargs = {k: mode._cast(v, target) for k, v in kwargs.items()}
+            target = {"lower": lambda: get_autocast_dtype(mode.device_type), "fp32": lambda: _dtype.float32,
+                      "promote": lambda: _promoted(get_autocast_dtype(mode.device_type), args, kwargs),
+                      "unlisted": lambda: None}[rule]()
+            if target is not None:
+                args = tuple(mode._cast(a, target) for a in args)
+                kwargs = {k: mode._cast(v, target) for k, v in kwargs.items()}
             # One op to PyTorch: its parts run with autocast off, as ATen's kernel runs below the Autocast key.
             enabled = mode._state.enabled
             enabled[mode.device_type] = False
@@ -167,6 +186,22 @@ def _policy_decorator(lower):
                 enabled[mode.device_type] = True
         return wrapper
     return decorate
+
+
+def autocast_policy(cpu=None, cuda=None):
+    """Decorator for a function that is one ATen op, with PyTorch's autocast rule for it on CPU and on CUDA (whose
+    rule other device types follow): ``"lower"`` casts its floating tensor arguments to the autocast dtype,
+    ``"fp32"`` to float32, ``"promote"`` to the widest floating dtype among them, and ``"unlisted"`` casts nothing;
+    in all four ``fn`` then runs with autocast off, so the rows it is made of (a ``mv`` made of a matmul row) do not
+    autocast on their own. ``None``: the op is not one kernel on that device, its rows autocast as usual.
+
+    >>> import jitorch
+    >>> first_dot = autocast_policy(cpu="unlisted", cuda="promote")(lambda a, b: a @ b)
+    >>> with jitorch.autocast("cpu"):
+    ...     first_dot(jitorch.ones(2), jitorch.ones(2)).dtype, (jitorch.ones(2) @ jitorch.ones(2)).dtype
+    (jitorch.float32, jitorch.bfloat16)
+    """
+    return _policy_decorator({"cpu": cpu, "cuda": cuda})
 
 
 def autocast_float32(fn):
@@ -179,10 +214,10 @@ def autocast_float32(fn):
     ...     half_mean(jitorch.ones(2, dtype=jitorch.bfloat16)).dtype
     jitorch.float32
     """
-    return _policy_decorator(lower=False)(fn)
+    return _policy_decorator({"cpu": "fp32", "cuda": "fp32"})(fn)
 
 
 def autocast_lower(fn):
     """Decorator: under autocast, ``fn``'s floating tensor arguments are cast to the autocast dtype and ``fn`` runs
     with autocast off (PyTorch's lower-precision list: ``addmm``, ``scaled_dot_product_attention``...)."""
-    return _policy_decorator(lower=True)(fn)
+    return _policy_decorator({"cpu": "lower", "cuda": "lower"})(fn)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .._dispatch import apply
 from .._movement import cat
+from ..amp._cast_mode import autocast_policy
 from ..ops.conv_ops import CONSTANT_PAD
 
 __all__ = ["pad"]
@@ -112,6 +113,10 @@ def pad(input, pad, mode="constant", value=None):
         raise _unsupported(n, input)
     pairs = _pairs(input, pad)
     _check_non_constant(mode, input, pairs, n)
+    return (_edges_fp32 if (mode, n) in _CPU_FP32_PADS else _edges)(input, pairs, mode)
+
+
+def _edges(input, pairs, mode):
     out = input
     for dim, lo, hi in pairs:
         if mode == "circular" and (lo < 0 or hi < 0):
@@ -121,3 +126,9 @@ def pad(input, pad, mode="constant", value=None):
         if lo or hi:
             out = _pad_dim(out, dim, lo, hi, mode)
     return out
+
+
+# torch's CPU autocast runs these kernels (reflection_pad1d/2d, replication_pad1d/2d/3d) in float32; the others
+# (reflection_pad3d, circular) are not on its lists.
+_CPU_FP32_PADS = {("reflect", 1), ("reflect", 2), ("replicate", 1), ("replicate", 2), ("replicate", 3)}
+_edges_fp32 = autocast_policy(cpu="fp32")(_edges)

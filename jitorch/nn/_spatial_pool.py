@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import _creation
 from .._dispatch import apply
+from ..amp._cast_mode import autocast_policy
 from ..ops.conv_ops import ADAPTIVE_MAX_POOL, CONSTANT_PAD, CONVOLUTION, MAX_POOL, adaptive_bounds
 from ._spatial_args import ntuple
 
@@ -114,8 +115,14 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
 
 def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
     """Max over sliding windows of ``(N, C, D, H, W)``."""
-    out = _max_poolnd("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode)
-    return out if return_indices else out[0]
+    if return_indices:  # torch's max_pool3d_with_indices: not on an autocast list
+        return max_pool3d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode)
+    return _max_pool3d_values(input, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@autocast_policy(cpu="fp32")  # torch's max_pool3d (the values only): float32 on CPU
+def _max_pool3d_values(input, kernel_size, stride, padding, dilation, ceil_mode):
+    return _max_poolnd("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode)[0]
 
 
 def _avg_divisor(size, kernel, stride, pad, out, count_include_pad):
@@ -152,11 +159,13 @@ def _avg_poolnd(name, nd, input, kernel_size, stride, padding, ceil_mode, count_
     return out.squeeze(0) if x is not input else out
 
 
+@autocast_policy(cpu="unlisted", cuda="unlisted")  # a convolution row inside, but not a listed op
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
     """Mean over sliding windows of ``(N, C, L)``."""
     return _avg_poolnd("avg_pool1d", 1, input, kernel_size, stride, padding, ceil_mode, count_include_pad, None)
 
 
+@autocast_policy(cpu="unlisted", cuda="unlisted")  # a convolution row inside, but not a listed op
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     """Mean over sliding windows of ``(N, C, H, W)``; zero padding counts unless ``count_include_pad=False``."""
@@ -164,6 +173,7 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
                        divisor_override)
 
 
+@autocast_policy(cpu="fp32", cuda="unlisted")
 def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     """Mean over sliding windows of ``(N, C, D, H, W)``."""
@@ -203,16 +213,19 @@ def _adaptive_avg_poolnd(name, nd, input, output_size):
     return out
 
 
+@autocast_policy(cpu="unlisted", cuda="unlisted")
 def adaptive_avg_pool1d(input, output_size):
     """Average pooling to a fixed length ``output_size``."""
     return _adaptive_avg_poolnd("adaptive_avg_pool1d", 1, input, output_size)
 
 
+@autocast_policy(cpu="unlisted", cuda="unlisted")
 def adaptive_avg_pool2d(input, output_size):
     """Average pooling to a fixed ``(H_out, W_out)`` (``None`` keeps that input size)."""
     return _adaptive_avg_poolnd("adaptive_avg_pool2d", 2, input, output_size)
 
 
+@autocast_policy(cpu="fp32", cuda="unlisted")
 def adaptive_avg_pool3d(input, output_size):
     """Average pooling to a fixed ``(D_out, H_out, W_out)``."""
     return _adaptive_avg_poolnd("adaptive_avg_pool3d", 3, input, output_size)
@@ -235,6 +248,7 @@ def adaptive_max_pool2d_with_indices(input, output_size, return_indices=False):
     return _adaptive_max_poolnd("adaptive_max_pool2d", 2, input, output_size)
 
 
+@autocast_policy(cpu="fp32")
 def adaptive_max_pool3d_with_indices(input, output_size, return_indices=False):
     return _adaptive_max_poolnd("adaptive_max_pool3d", 3, input, output_size)
 
@@ -253,7 +267,7 @@ def adaptive_max_pool2d(input, output_size, return_indices=False):
 
 def adaptive_max_pool3d(input, output_size, return_indices=False):
     """Max pooling to a fixed ``(D_out, H_out, W_out)``."""
-    out = _adaptive_max_poolnd("adaptive_max_pool3d", 3, input, output_size)
+    out = adaptive_max_pool3d_with_indices(input, output_size)  # one ATen op either way: float32 on CPU
     return out if return_indices else out[0]
 
 
@@ -303,11 +317,13 @@ def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_siz
     return _max_unpoolnd(1, input, indices, kernel_size, stride, padding, output_size)
 
 
+@autocast_policy(cpu="fp32")
 def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
     """Partial inverse of ``max_pool2d``."""
     return _max_unpoolnd(2, input, indices, kernel_size, stride, padding, output_size)
 
 
+@autocast_policy(cpu="fp32")
 def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
     """Partial inverse of ``max_pool3d``."""
     return _max_unpoolnd(3, input, indices, kernel_size, stride, padding, output_size)

@@ -18,6 +18,7 @@ import warnings
 
 from .. import _creation
 from .._movement import stack
+from ..amp._cast_mode import autocast_policy
 
 __all__ = ["affine_grid", "grid_sample"]
 
@@ -99,6 +100,7 @@ def _tap(flat, iy, ix, height, width):
     return picked.reshape((n, c) + tuple(ix.shape[1:])) * valid.unsqueeze(1).to(flat.dtype)
 
 
+@autocast_policy(cpu="fp32", cuda="promote")
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
     """Sample ``input`` ``(N, C, H, W)`` at the normalized ``(x, y)`` locations of ``grid`` ``(N, Ho, Wo, 2)``."""
     if mode not in ("bilinear", "nearest", "bicubic"):
