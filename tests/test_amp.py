@@ -208,3 +208,54 @@ def test_no_warning_for_cpu_autocast():
         warnings.simplefilter("error")
         with jitorch.autocast("cpu", dtype=jitorch.bfloat16):
             jitorch.ones(2, 2) @ jitorch.ones(2, 2)
+
+
+# -- custom_fwd / custom_bwd ---------------------------------------------------------------------------------------
+def _square_fn(lib, cast_inputs):
+    """A Function recording, inside forward and backward, the input dtype and the autocast state it ran under."""
+    seen = {}
+
+    class Square(lib.autograd.Function):
+        @staticmethod
+        @lib.amp.custom_fwd(device_type="cpu", cast_inputs=cast_inputs)
+        def forward(ctx, a, extras):
+            seen["fwd"] = (str(a.dtype), str(extras["b"][0].dtype), lib.is_autocast_enabled("cpu"))
+            ctx.save_for_backward(a)
+            return a @ a.T
+
+        @staticmethod
+        @lib.amp.custom_bwd(device_type="cpu")
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            seen["bwd"] = (lib.is_autocast_enabled("cpu"), str(lib.get_autocast_dtype("cpu")))
+            return (g + g.T) @ a.to(g.dtype), None
+
+    return Square, seen
+
+
+@pytest.mark.parametrize("cast", [True, False], ids=["cast_inputs_float32", "no_cast_inputs"])
+@pytest.mark.parametrize("inside", [True, False], ids=["in_autocast", "outside_autocast"])
+def test_custom_fwd_and_custom_bwd_follow_torch(cast, inside):
+    results = []
+    for lib in (jitorch, torch):
+        fn, seen = _square_fn(lib, lib.float32 if cast else None)
+        x = lib.from_numpy(arr(3, 2)).requires_grad_()
+        extras = {"b": [lib.ones(2, dtype=lib.bfloat16)]}
+        with lib.autocast("cpu", dtype=lib.bfloat16, enabled=inside):
+            y = fn.apply(x.to(lib.bfloat16), extras)
+        y.float().sum().backward()  # outside the region: custom_bwd restores the forward's state
+        results.append((str(y.dtype).split(".")[1], [s.split(".")[-1] for s in seen["fwd"][:2]], seen["fwd"][2],
+                        seen["bwd"][0], seen["bwd"][1].split(".")[-1], x.grad.numpy().copy()))
+    jt, th = results
+    assert jt[:5] == th[:5]
+    np.testing.assert_allclose(jt[5], th[5], **BF16_TOL)
+    # the premise: cast inputs (float32, autocast off) and the caller's state differ somewhere
+    assert (jt[1][0] == "float32") == (cast and inside)
+
+
+def test_custom_fwd_requires_a_device_type_string():
+    for lib in (jitorch, torch):
+        with pytest.raises(ValueError, match="device_type"):
+            lib.amp.custom_fwd(lambda ctx, x: x, device_type=None)
+        with pytest.raises(ValueError, match="device_type"):
+            lib.amp.custom_bwd(lambda ctx, g: g, device_type=1)

@@ -218,19 +218,79 @@ def _torch_name(dtype) -> str:
     return "torch." + str(dtype).rsplit(".", 1)[-1]
 
 
+def _cast(value, device_type, dtype):
+    """``value`` with its floating tensors on ``device_type`` (float64 excepted) cast to ``dtype``, through lists,
+    tuples and dicts, as torch's ``amp.autocast_mode._cast``."""
+    import collections.abc
+
+    import numpy as np
+
+    from .._tensor import Tensor
+
+    if isinstance(value, Tensor):
+        eligible = value.is_floating_point() and value.device.type == device_type and value.dtype.name != "float64"
+        return value.to(dtype) if eligible else value
+    if isinstance(value, (str, bytes, np.ndarray)):
+        return value
+    if isinstance(value, collections.abc.Mapping):
+        return {_cast(k, device_type, dtype): _cast(v, device_type, dtype) for k, v in value.items()}
+    if isinstance(value, collections.abc.Iterable):
+        items = (_cast(v, device_type, dtype) for v in value)
+        return type(value)(items) if isinstance(value, (list, tuple)) else items
+    return value
+
+
 def custom_fwd(fwd=None, *, device_type: str, cast_inputs=None):
-    """Decorator for ``autograd.Function.forward`` under autocast; runs ``fwd`` unchanged (jitorch does not cast)."""
+    """Decorator for a custom ``autograd.Function.forward`` (as torch's): with ``cast_inputs``, inside an enabled
+    autocast region of ``device_type`` the floating inputs are cast to that dtype and ``forward`` runs with autocast
+    off; without it, ``forward`` runs under the caller's autocast. Either way ``ctx`` records the state for
+    ``custom_bwd``.
+
+    >>> import jitorch
+    >>> class Square(jitorch.autograd.Function):
+    ...     @staticmethod
+    ...     @custom_fwd(device_type="cpu", cast_inputs=jitorch.float32)
+    ...     def forward(ctx, a):
+    ...         return a @ a
+    ...     @staticmethod
+    ...     @custom_bwd(device_type="cpu")
+    ...     def backward(ctx, g):
+    ...         return g
+    >>> with jitorch.autocast("cpu"):
+    ...     Square.apply(jitorch.ones(2, 2, dtype=jitorch.bfloat16)).dtype
+    jitorch.float32
+    """
     if not isinstance(device_type, str):
         raise ValueError(f"Expected `device_type` of type `str`, got: `{type(device_type)}`")
     if fwd is None:
         return functools.partial(custom_fwd, device_type=device_type, cast_inputs=cast_inputs)
-    return fwd
+
+    @functools.wraps(fwd)
+    def decorate_fwd(*args, **kwargs):
+        ctx = args[0]
+        ctx._dtype = get_autocast_dtype(device_type)
+        if cast_inputs is None:
+            ctx._fwd_used_autocast = is_autocast_enabled(device_type)
+            return fwd(*args, **kwargs)
+        ctx._fwd_used_autocast = False  # the forward ran in cast_inputs: its backward runs without autocast
+        if not is_autocast_enabled(device_type):
+            return fwd(*args, **kwargs)
+        with autocast(device_type=device_type, enabled=False):
+            return fwd(*_cast(args, device_type, cast_inputs), **_cast(kwargs, device_type, cast_inputs))
+    return decorate_fwd
 
 
 def custom_bwd(bwd=None, *, device_type: str):
-    """Decorator for ``autograd.Function.backward`` under autocast; runs ``bwd`` unchanged."""
+    """Decorator for a custom ``autograd.Function.backward``: it runs under the autocast state (enabled, dtype) its
+    ``custom_fwd`` forward ran under, as torch's, wherever the backward pass is started."""
     if not isinstance(device_type, str):
         raise ValueError(f"Expected `device_type` of type `str`, got: `{type(device_type)}`")
     if bwd is None:
         return functools.partial(custom_bwd, device_type=device_type)
-    return bwd
+
+    @functools.wraps(bwd)
+    def decorate_bwd(*args, **kwargs):
+        ctx = args[0]
+        with autocast(device_type=device_type, enabled=ctx._fwd_used_autocast, dtype=ctx._dtype):
+            return bwd(*args, **kwargs)
+    return decorate_bwd
