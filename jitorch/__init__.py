@@ -17,7 +17,8 @@ _np.seterr(all="ignore")
 
 from ._dtype import (  # noqa: E402,F401
     bfloat16, bool, can_cast, complex64, complex128, dtype, finfo, float16, float32, float64, get_default_dtype, iinfo,
-    int8, int16, int32, int64, promote_types, result_type, set_default_dtype, uint8,
+    int8, int16, int32, int64, jagged, layout, promote_types, result_type, set_default_dtype, sparse_bsc, sparse_bsr,
+    sparse_coo, sparse_csc, sparse_csr, strided, uint8,
 )
 from ._device import device, get_default_device, set_default_device  # noqa: E402,F401
 from .runtime.host_malloc import tune_malloc as _tune_malloc  # noqa: E402
@@ -87,7 +88,6 @@ half, double, long, short, cfloat, cdouble = float16, float64, int64, int16, com
 float = float32  # noqa: A001 - torch.float is float32
 int = int32  # noqa: A001 - torch.int is int32
 chalf = complex64
-strided = "strided"
 contiguous_format = preserve_format = channels_last = "memory_format"
 from . import torch_version  # noqa: E402
 from ._version import __version__ as _plain_version  # noqa: E402

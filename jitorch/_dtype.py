@@ -1,4 +1,4 @@
-"""dtypes, the default dtype, and type promotion exactly as ``torch.result_type``.
+"""dtypes, the default dtype, type promotion exactly as ``torch.result_type``, and ``layout``.
 
 >>> import jitorch
 >>> jitorch.result_type(jitorch.tensor([1, 2]), 2.5)
@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["dtype", "get_default_dtype", "set_default_dtype", "promote_types", "result_type", "finfo", "iinfo",
-           "can_cast"]
+           "can_cast", "layout", "strided"]
 
 # Category ranks: a higher category wins in mixed promotion.
 BOOL, INT, FLOAT, COMPLEX = 0, 1, 2, 3
@@ -252,3 +252,36 @@ class iinfo:
 
     def __repr__(self):
         return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"
+
+
+class layout:
+    """``torch.layout``: how a tensor's elements are stored. Every jitorch tensor is dense (``strided``); torch's
+    other layouts exist as names, so checkpoints and comparisons that carry them round-trip. One object per name:
+    pickling writes the name (``jitorch.save`` as torch's ``torch.serialization._get_layout('torch.strided')``).
+
+    >>> import pickle
+    >>> strided, pickle.loads(pickle.dumps(strided)) is strided
+    (jitorch.strided, True)
+    """
+
+    __slots__ = ("name",)
+    _by_name: dict = {}
+
+    def __new__(cls, name):
+        known = cls._by_name.get(name)
+        if known is None:
+            known = cls._by_name[name] = object.__new__(cls)
+            known.name = name
+        return known
+
+    def __repr__(self):
+        return f"jitorch.{self.name}"
+
+    def __reduce__(self):
+        return self.name  # a module global of this module, as torch.layout pickles
+
+
+strided = layout("strided")
+sparse_coo, sparse_csr, sparse_csc = layout("sparse_coo"), layout("sparse_csr"), layout("sparse_csc")
+sparse_bsr, sparse_bsc, jagged = layout("sparse_bsr"), layout("sparse_bsc"), layout("jagged")
+_mkldnn = layout("_mkldnn")

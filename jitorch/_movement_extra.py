@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _dtype
 from ._dispatch import apply
 from ._shape import wrap_dim
 from .runtime import array_module_for
@@ -227,7 +228,7 @@ _METHODS = dict(split_with_sizes=split_with_sizes, hsplit=hsplit, vsplit=vsplit,
                 not_equal_=lambda self, other: self.ne_(other),
                 true_divide_=lambda self, other: self.div_(other),
                 float_power_=lambda self, other: _float_power_(self, other),
-                layout=property(lambda self: "strided"))  # jitorch.strided; only dense tensors exist
+                layout=property(lambda self: _dtype.strided))  # only dense tensors exist
 
 
 def _is_nonzero(self):

@@ -23,7 +23,7 @@ import numpy as np
 
 from ._serialization_pickler import StorageTable, make_pickler
 from ._serialization_rebuild import UntypedStorage, restore_location_fn
-from ._serialization_unpickler import check_storage_pid, make_unpickler
+from ._serialization_unpickler import check_storage_pid, make_unpickler, refuse_frames
 
 __all__ = ["legacy_save", "legacy_load", "MAGIC_NUMBER", "PROTOCOL_VERSION"]
 
@@ -66,6 +66,8 @@ def legacy_load(stream, map_location, *, weights_only: bool, pickle_module, pick
         return make_unpickler(stream, weights_only=weights_only, persistent_load=persistent_load,
                               pickle_module=pickle_module, **pickle_load_args)
 
+    if weights_only:
+        refuse_frames(stream)
     if unpickler().load() != MAGIC_NUMBER:
         raise RuntimeError("Invalid magic number; corrupt file?")
     protocol_version = unpickler().load()

@@ -25,6 +25,7 @@ from collections import OrderedDict
 import numpy as np
 
 from . import _dtype
+from ._shape import _contiguous_strides
 from ._device import device as _device
 from ._tensor import Size, Tensor
 
@@ -68,6 +69,7 @@ REBUILD_FROM_TYPE_V2 = TorchGlobal("torch._tensor", "_rebuild_from_type_v2")
 TORCH_TENSOR = TorchGlobal("torch", "Tensor")
 TORCH_DEVICE = TorchGlobal("torch", "device")
 TORCH_SIZE = TorchGlobal("torch", "Size")
+TORCH_GET_LAYOUT = TorchGlobal("torch.serialization", "_get_layout")
 
 
 def _save_torch_global(pickler, obj):
@@ -175,14 +177,14 @@ class StorageTable:
                 elif block.dtype is not dtype:
                     raise RuntimeError("Cannot save multiple tensors or storages that view the same data as "
                                        "different types")
-                return block.ref, offset // item, tuple(arr.shape), tuple(s // item for s in strides)
+                elems = tuple(s // item for s in strides)
+                if arr.size == 0 and not any(elems):  # NumPy zeroes an empty array's strides; torch's are (3, 1)
+                    elems = _contiguous_strides(arr.shape)
+                return block.ref, offset // item, tuple(arr.shape), elems
         # Negative or misaligned strides, or memory no tensor geometry can describe: a compact copy of its own.
         compact = arr.copy(order="C")
         ref = self._new_storage(compact, dtype, location, compact.nbytes)
-        strides = [1] * arr.ndim
-        for i in range(arr.ndim - 2, -1, -1):
-            strides[i] = strides[i + 1] * max(arr.shape[i + 1], 1)
-        return ref, 0, tuple(arr.shape), tuple(strides)
+        return ref, 0, tuple(arr.shape), _contiguous_strides(arr.shape)
 
     def raw_records(self):
         """Yield ``(key, 1-D uint8 host array, dtype)`` per storage in key order (device storages copied one by one)."""
@@ -250,6 +252,8 @@ def make_pickler(stream, protocol: int, table: StorageTable, pickle_module=pickl
                 return TORCH_DEVICE, (obj.type,) if obj.index is None else (obj.type, obj.index)
             if cls is Size:
                 return TORCH_SIZE, (tuple(int(s) for s in obj),)
+            if cls is _dtype.layout:  # as torch.save writes torch.strided
+                return TORCH_GET_LAYOUT, (f"torch.{obj.name}",)
             return NotImplemented
 
     return TorchFormatPickler(stream, protocol)

@@ -143,7 +143,9 @@ def _view(storage, dtype, storage_offset, size, stride):
     typed = raw.view(dtype.np)
     xp = np if isinstance(raw, np.ndarray) else array_module_for("cuda")
     # strided_view checks the geometry against the storage: a corrupt or hostile file cannot reach other memory.
-    return Tensor._make(strided_view(xp, typed, tuple(size), tuple(stride), int(storage_offset)))
+    t = Tensor._make(strided_view(xp, typed, tuple(size), tuple(stride), int(storage_offset)))
+    t._own_offset = int(storage_offset)  # a view of the storage, as torch's set_: storage_offset() reports it
+    return t
 
 
 def _apply_metadata(t, metadata):
@@ -217,6 +219,15 @@ def _rebuild_device_tensor_from_cpu_tensor(data, dtype, device, requires_grad):
     return t.requires_grad_(True) if requires_grad else t
 
 
+def _get_layout(name):
+    """``torch.serialization._get_layout('torch.strided')``: how torch pickles a layout, read as jitorch's."""
+    prefix, _, short = str(name).partition(".")
+    known = _dtype.layout._by_name.get(short)
+    if prefix != "torch" or known is None:
+        raise RuntimeError(f"jitorch.load: the checkpoint names the layout {name!r}, which torch does not have")
+    return known
+
+
 def _unsupported(kind):
     def rebuild(*args, **kwargs):
         raise RuntimeError(f"jitorch.load cannot rebuild {kind} tensors: jitorch has none")
@@ -243,6 +254,7 @@ def _torch_names():
         "torch._tensor.Tensor": Tensor,
         "torch.Size": Size,
         "torch.device": _device,
+        "torch.serialization._get_layout": _get_layout,
         "torch.storage.UntypedStorage": StorageType("UntypedStorage", _dtype.uint8),
         "torch.UntypedStorage": StorageType("UntypedStorage", _dtype.uint8),
     }

@@ -26,7 +26,7 @@ from codecs import encode
 from ._serialization_rebuild import TORCH_ONLY_DTYPES, StorageType, torch_name
 
 __all__ = ["add_safe_globals", "get_safe_globals", "clear_safe_globals", "safe_globals", "make_unpickler",
-           "weights_only_message", "is_allowed_global"]
+           "weights_only_message", "is_allowed_global", "refuse_frames"]
 
 _BLOCKED_MODULES = ("sys", "os", "posix", "nt")
 _PYTHON_ALLOWED = {
@@ -186,6 +186,21 @@ def make_unpickler(stream, *, weights_only: bool, persistent_load=None, pickle_m
             return persistent_load(pid)
 
     return JitorchUnpickler(stream, **kwargs)
+
+
+def refuse_frames(stream) -> None:
+    """torch's weights-only unpickler has no FRAME opcode (149): a pickle of protocol 4 or above (``pickle.dump``'s
+    default, framed from its first opcode on) fails there with an ``UnpicklingError``. The legacy loader calls this
+    on its first pickle, so a plain pickle (or a protocol-4 legacy file) fails as in torch; zip checkpoints of
+    protocol 4 stay readable. Unseekable streams go unchecked."""
+    try:
+        start = stream.tell()
+        head = stream.read(3)
+        stream.seek(start)
+    except (AttributeError, OSError):
+        return
+    if len(head) == 3 and head[0] == pickle.PROTO[0] and head[1] >= 4 and head[2] == pickle.FRAME[0]:
+        raise pickle.UnpicklingError(f"Unsupported operand {pickle.FRAME[0]}")
 
 
 def check_storage_pid(pid, weights_only: bool):

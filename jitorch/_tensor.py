@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _dtype
 from ._device import device as _device_cls
+from ._shape import _contiguous_strides
 from ._grad_state import GradState
 from .runtime import array_device
 
@@ -66,6 +67,7 @@ class Tensor:
     _requires_grad = False
     _grad = None
     _base = None  # the tensor this one is a view of (PyTorch's ``._base``)
+    _own_offset = 0  # storage offset of a tensor that views no tensor (nonzero when rebuilt over a loaded storage)
     _ver_owner = None  # the tensor holding the version counter, when it is not this one
     _ver = 0
     _vc = None  # the version as a shared list, created when a saved output needs it (see _version_counter)
@@ -171,6 +173,9 @@ class Tensor:
     def stride(self, dim=None):
         item = self._data.itemsize
         strides = tuple(s // item for s in self._data.strides)
+        if self._data.size == 0 and not any(strides):
+            # NumPy zeroes every stride of an empty array; torch keeps the contiguous ones: zeros(0, 3) is (3, 1).
+            strides = _contiguous_strides(self._data.shape)
         return strides if dim is None else strides[self._wrap_dim(dim, "stride")]
 
     def data_ptr(self):
@@ -181,7 +186,9 @@ class Tensor:
 
     def storage_offset(self):
         root = self._base if self._base is not None else self._root()
-        return (self.data_ptr() - root.data_ptr()) // self._data.itemsize
+        if root is self:
+            return self._own_offset
+        return root.storage_offset() + (self.data_ptr() - root.data_ptr()) // self._data.itemsize
 
     def is_contiguous(self, memory_format=None):
         return bool(self._data.flags.c_contiguous)

@@ -3,7 +3,9 @@
 ``save_file``/``save`` write through the ``safetensors`` package (its NumPy-level ``serialize`` API);
 ``load_file`` reads the file's JSON header and reads each tensor's bytes straight into a writable array, and
 ``load`` decodes bytes with the package's ``deserialize``. bfloat16 works both ways (as ``BF16``); files are
-interchangeable with ``safetensors.torch``.
+interchangeable with ``safetensors.torch``. ``save_model``/``load_model`` save and load a module's state dict with
+safetensors.torch's handling of tied weights: of the names sharing memory, one (covering all of it) is written and
+the others are noted in the metadata and skipped on load.
 
 >>> import jitorch
 >>> from jitorch.safetensors import load, save
@@ -23,7 +25,7 @@ from . import _dtype
 from ._serialization_pickler import _memory_root
 from ._tensor import Tensor
 
-__all__ = ["save_file", "load_file", "save", "load"]
+__all__ = ["save_file", "load_file", "save", "load", "save_model", "load_model"]
 
 _CODES = {"F64": _dtype.float64, "F32": _dtype.float32, "F16": _dtype.float16, "BF16": _dtype.bfloat16,
           "I64": _dtype.int64, "I32": _dtype.int32, "I16": _dtype.int16, "I8": _dtype.int8, "U8": _dtype.uint8,
@@ -141,8 +143,13 @@ def _invalid(message: str):
     return error(message)
 
 
-def load_file(filename, device="cpu") -> dict:
-    """Read a safetensors file into ``{name: tensor}`` on ``device`` (a name, a device, or a CUDA index)."""
+def load_file(filename, device="cpu", *, backend="mmap") -> dict:
+    """Read a safetensors file into ``{name: tensor}`` on ``device`` (a name, a device, or a CUDA index).
+
+    ``backend`` is accepted for safetensors.torch's signature: both of its values read the same bytes here.
+    """
+    if backend not in ("mmap", "pread"):
+        raise _invalid(f'backend "{backend}" is invalid (expected one of: "mmap", "pread")')
     if isinstance(device, int):
         device = f"cuda:{device}"
     with open(filename, "rb") as f:
@@ -177,3 +184,108 @@ def load_file(filename, device="cpu") -> dict:
                 raise _invalid(f"Error while deserializing {name!r}: the file is truncated")
             arrays[name] = arr
     return _finish(arrays, device)
+
+
+# -- modules: tied weights written once, as safetensors.torch.save_model / load_model ---------------------------------
+def _span(arr):
+    """``(first byte, one past the last byte)`` that ``arr`` reaches in its allocation."""
+    start = _address(arr)
+    if not arr.size:
+        return start, start
+    low = sum((n - 1) * st for n, st in zip(arr.shape, arr.strides) if st < 0)
+    high = sum((n - 1) * st for n, st in zip(arr.shape, arr.strides) if st > 0)
+    return start + low, start + high + arr.itemsize
+
+
+def _shared_names(state_dict: dict) -> list:
+    """Groups of names whose tensors overlap in memory (safetensors.torch's ``_find_shared_tensors``)."""
+    by_root = {}
+    for name, t in state_dict.items():
+        if t._data.size:
+            by_root.setdefault(id(_memory_root(t._data)), []).append(name)
+    groups = []
+    for names in by_root.values():
+        areas = sorted(_span(state_dict[n]._data) + (n,) for n in names)
+        groups.append({areas[0][2]})
+        stop = areas[0][1]
+        for start, end, name in areas[1:]:
+            if start >= stop:
+                groups.append({name})
+            else:
+                groups[-1].add(name)
+            stop = max(stop, end)
+    return [g for g in groups if len(g) > 1]
+
+
+def _is_complete(t) -> bool:
+    arr = t._data
+    root = _memory_root(arr)
+    return _address(arr) == _address(root) and arr.nbytes == root.nbytes
+
+
+def _duplicates(state_dict: dict, preferred=()) -> dict:
+    """``{kept name: [names dropped as its aliases]}``: of each shared group, the first name (sorted; a
+    ``preferred`` one first) whose tensor covers the whole memory is kept."""
+    preferred = set(preferred)
+    out = {}
+    for group in _shared_names(state_dict):
+        complete = sorted(n for n in group if _is_complete(state_dict[n]))
+        if not complete:
+            raise RuntimeError(f"Error while trying to find names to remove to save state dict, but found no suitable "
+                               f"name to keep for saving amongst: {group}. None is covering the entire storage. "
+                               f"Refusing to save/load the model since you could be storing much more memory than "
+                               f"needed.")
+        keep = next((n for n in complete if n in preferred), complete[0])
+        out[keep] = sorted(n for n in group if n != keep)
+    return out
+
+
+def save_model(model, filename, metadata: dict | None = None, force_contiguous: bool = True) -> None:
+    """Save ``model.state_dict()`` to ``filename``, writing tied weights once (the dropped names go into the
+    metadata, mapped to the kept one).
+
+    >>> import os, tempfile, jitorch
+    >>> m = jitorch.nn.Sequential(jitorch.nn.Linear(2, 2), jitorch.nn.Linear(2, 2))
+    >>> m[1].weight = m[0].weight
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
+    >>> save_model(m, path); sorted(load_file(path))
+    ['0.bias', '0.weight', '1.bias']
+    >>> load_model(m, path)
+    (set(), [])
+    """
+    state_dict = model.state_dict()
+    for kept, dropped in _duplicates(state_dict).items():
+        for name in dropped:
+            metadata = {} if metadata is None else metadata
+            metadata.setdefault(name, kept)  # never overwrite the caller's own entries
+            del state_dict[name]
+    if force_contiguous:
+        state_dict = {k: v.contiguous() for k, v in state_dict.items()}
+    try:
+        save_file(state_dict, filename, metadata=metadata)
+    except ValueError as e:
+        raise ValueError(f"{e} Or use save_model(..., force_contiguous=True), read the docs for potential "
+                         f"caveats.") from None
+
+
+def load_model(model, filename, strict: bool = True, device="cpu", *, backend="mmap"):
+    """Load a ``save_model`` file into ``model``; names tied to a loaded one count as loaded. Returns ``(missing,
+    unexpected)``; with ``strict`` either raises ``RuntimeError``."""
+    state_dict = load_file(filename, device=device, backend=backend)
+    aliases = _duplicates(model.state_dict(), preferred=state_dict.keys())
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    missing = set(missing)
+    for dropped in aliases.values():
+        for name in dropped:
+            if name in missing:
+                missing.remove(name)
+            else:
+                unexpected.append(name)
+    if strict and (missing or unexpected):
+        error = f"Error(s) in loading state_dict for {model.__class__.__name__}:"
+        if missing:
+            error += "\n    Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in sorted(missing))
+        if unexpected:
+            error += "\n    Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in sorted(unexpected))
+        raise RuntimeError(error)
+    return missing, unexpected

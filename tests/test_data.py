@@ -212,6 +212,13 @@ def test_distributed_sampler(n, replicas, drop_last):
                lambda: tdata.DistributedSampler(range(4), num_replicas=2, rank=2))
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"rank": 0}, {"num_replicas": 2}])
+def test_distributed_sampler_without_a_process_group_is_a_value_error(kwargs):
+    # the missing values come from the default process group, which does not exist: torch's ValueError
+    same_error(lambda: jdata.DistributedSampler(range(4), **kwargs),
+               lambda: tdata.DistributedSampler(range(4), **kwargs))
+
+
 # -- collation ----------------------------------------------------------------------------------------------------
 def _samples(fw):
     return [

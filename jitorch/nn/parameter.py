@@ -22,7 +22,7 @@ __all__ = ["Parameter", "Buffer", "is_lazy"]
 # Per-instance fields of Tensor itself; anything else in a parameter's __dict__ is user state that pickling keeps.
 _TENSOR_FIELDS = frozenset({
     "_data", "grad_fn", "_output_nr", "_requires_grad", "_grad", "_base", "_ver_owner", "_ver", "_view_chain",
-    "_hooks", "_post_acc_hooks", "_retains_grad", "_acc_ref", "_vc", "_view_ver",
+    "_hooks", "_post_acc_hooks", "_retains_grad", "_acc_ref", "_vc", "_view_ver", "_own_offset",
 })
 
 
@@ -49,6 +49,8 @@ class Parameter(Tensor):
 
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()
+
+    __str__ = __repr__  # Tensor's __str__ is its own __repr__, not this one
 
     def __deepcopy__(self, memo):
         if id(self) in memo:

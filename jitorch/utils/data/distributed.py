@@ -9,15 +9,10 @@ from __future__ import annotations
 import math
 
 from ... import _random
+from ... import distributed as _dist
 from .sampler import Sampler
 
 __all__ = ["DistributedSampler"]
-
-
-def _default_world(what):
-    # jitorch has no process groups yet: without an explicit value there is nothing to ask.
-    raise RuntimeError(f"Default process group has not been initialized, please make sure to call "
-                       f"init_process_group (pass {what} explicitly to DistributedSampler).")
 
 
 class DistributedSampler(Sampler):
@@ -30,10 +25,12 @@ class DistributedSampler(Sampler):
 
     def __init__(self, dataset, num_replicas: int | None = None, rank: int | None = None, shuffle: bool = True,
                  seed: int = 0, drop_last: bool = False) -> None:
+        # As torch: the missing values come from the default process group, which raises ValueError when there
+        # is none (jitorch has no process-group backend, so there never is one).
         if num_replicas is None:
-            _default_world("num_replicas")
+            num_replicas = _dist.get_world_size()
         if rank is None:
-            _default_world("rank")
+            rank = _dist.get_rank()
         if rank >= num_replicas or rank < 0:
             raise ValueError(f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]")
         self.dataset = dataset
