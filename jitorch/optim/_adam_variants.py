@@ -7,7 +7,8 @@ from __future__ import annotations
 from .. import _creation, _movement_extra
 from .._tensor import Tensor
 from ._kernels import increment_step
-from .optimizer import Optimizer, _get_scalar_dtype, _to_scalar, _use_grad_for_differentiable, evaluate_closure
+from .optimizer import (Optimizer, _check_adam_hyperparameters, _check_tensor_lr, _get_scalar_dtype, _to_scalar,
+                        _use_grad_for_differentiable, evaluate_closure)
 
 __all__ = ["AdamVariant"]
 
@@ -20,18 +21,8 @@ class AdamVariant(Optimizer):
 
     def __init__(self, params, defaults):
         lr, eps, betas, weight_decay = defaults["lr"], defaults["eps"], defaults["betas"], defaults["weight_decay"]
-        if isinstance(lr, Tensor) and lr.numel() != 1:
-            raise ValueError("Tensor lr must be 1-element")
-        if not 0.0 <= lr:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if not 0.0 <= betas[0] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
-        if not 0.0 <= betas[1] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        _check_tensor_lr(lr)
+        _check_adam_hyperparameters(lr, eps, betas, weight_decay)
         super().__init__(params, defaults)
 
     def __setstate__(self, state):

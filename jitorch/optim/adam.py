@@ -18,7 +18,7 @@ from .._tensor import Tensor
 from ._fused import fused_adam
 from ._kernels import advance_step, capturing, hyper, increment_step, ops_for
 from .optimizer import evaluate_closure, new_step, upgrade_step
-from .optimizer import (Optimizer, _check_capturable, _check_fused_flags, _check_tensor_lr,
+from .optimizer import (Optimizer, _check_adam_hyperparameters, _check_capturable, _check_fused_flags, _check_tensor_lr,
                         _device_dtype_check_for_fused, _to_scalar, _use_grad_for_differentiable)
 
 __all__ = ["Adam", "AdamW", "adam", "adamw"]
@@ -51,16 +51,7 @@ class Adam(Optimizer):
             if foreach and not capturable:
                 raise ValueError("lr as a Tensor is not supported for capturable=False and foreach=True")
             _check_tensor_lr(lr)
-        if not 0.0 <= lr:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if not 0.0 <= eps:
-            raise ValueError(f"Invalid epsilon value: {eps}")
-        if not 0.0 <= betas[0] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
-        if not 0.0 <= betas[1] < 1.0:
-            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
-        if not 0.0 <= weight_decay:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        _check_adam_hyperparameters(lr, eps, betas, weight_decay)
         if not ((isinstance(betas[0], float) and isinstance(betas[1], float))
                 or (isinstance(betas[0], Tensor) and isinstance(betas[1], Tensor))):
             raise ValueError("betas must be either both floats or both Tensors")

@@ -137,6 +137,20 @@ def _check_tensor_lr(lr):
         raise ValueError("Tensor lr must be 1-element")
 
 
+def _check_adam_hyperparameters(lr, eps, betas, weight_decay):
+    """torch's range checks of the Adam family's hyperparameters, with its messages."""
+    if not 0.0 <= lr:
+        raise ValueError(f"Invalid learning rate: {lr}")
+    if not 0.0 <= eps:
+        raise ValueError(f"Invalid epsilon value: {eps}")
+    if not 0.0 <= betas[0] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+    if not 0.0 <= betas[1] < 1.0:
+        raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+    if not 0.0 <= weight_decay:
+        raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+
+
 def _use_grad_for_differentiable(func):
     """Run ``step`` with grad mode on only for ``differentiable=True`` optimizers (no graph otherwise)."""
 
