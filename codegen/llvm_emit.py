@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 
-from . import llvm_math
+from . import llvm_math, llvm_trig
 from .codeblock import LLVM_TYPES, LLVMBuilder, llvm_const
 from .ir import ARG_REDUCTIONS, FLOATS, collapse, identity
 from .ir_params import Sym, arguments, is_template, literal_size, unit_stride
@@ -44,6 +44,9 @@ COLUMN_TILE = 64  # kept elements per tile of a column reduction: its partials a
 # lanes share it), so blocks are short: on 10^6 rows of 0.1, 512 gave 4e-6 relative error and 32 gives 3.3e-7
 # (torch's column sum: 5.5e-7; NumPy's, which adds row after row in float32: 1e-2).
 COLUMN_BLOCK = 32
+# Elements per block of a pointwise loop with sin or cos (`_Emitter._versioned`): the check pass leaves the block's
+# inputs in L1 for the compute pass.
+TRIG_BLOCK = 512
 EXPENSIVE = ("exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "pow")
 _MEM_TYPES = dict(LLVM_TYPES, bool="i8")
 _FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
@@ -87,6 +90,11 @@ class _Emitter:
     def module(self):
         b, k = self.b, self.k
         b.label("entry")
+        # sin and cos of a pointwise kernel run in versioned blocks (`_versioned`); reductions keep the full form.
+        self.trig_args = [] if k.reduce_axes else list(dict.fromkeys(
+            e.args[0] for e in k.nodes() if e.op in ("sin", "cos")))
+        self.trig_small = False
+        self.big_slot = b.emit("alloca i8") if self.trig_args else None
         # store index -> (total, block) accumulator slots; SROA turns them into phis
         # (an index reduction's slots: (best value, its flat index), updated per point, never blocked)
         self.accs = {j: (b.emit(f"alloca {_total_type(s)}"),
@@ -155,13 +163,62 @@ class _Emitter:
         if d == self.nouter and k.reduce_axes:
             return self._reduction(idx)
         lo, hi = ("%start", "%stop") if d == 0 else ("0", str(k.shape[d]))
-        # An innermost loop around transcendental functions: several vectors in flight hide the latency of their
-        # long dependency chains (the vectorizer alone picks one, register pressure being its worry).
-        hint = self._hint('!"llvm.loop.interleave.count", i32 4') if d == len(k.shape) - 1 and self._expensive() \
-            else ""
-        self._loop(f"d{d}", lo, hi, lambda i: self._dim(d + 1, idx + [i]), hint=hint)
+        innermost = d == len(k.shape) - 1
+        if innermost and self.trig_args:
+            self._versioned(d, lo, hi, idx)
+        else:
+            # An innermost loop around transcendental functions: several vectors in flight hide the latency of
+            # their long dependency chains (the vectorizer alone picks one, register pressure being its worry).
+            hint = self._hint('!"llvm.loop.interleave.count", i32 4') if innermost and self._expensive() else ""
+            self._loop(f"d{d}", lo, hi, lambda i: self._dim(d + 1, idx + [i]), hint=hint)
         if d == 0:
             b.line("br label %exit")
+
+    def _versioned(self, d, lo, hi, idx):
+        """The innermost loop of a pointwise kernel with sin or cos, in blocks of `TRIG_BLOCK`: a first loop asks
+        whether any argument of the block is at least `llvm_trig.SMALL` (a vectorized or-reduction), and the block
+        then runs a loop whose sin and cos reduce by Cody-Waite alone, or one that also has Payne-Hanek's (a select
+        per element cannot skip the gathers: both would run). Emits, per block::
+
+            %t40 = fcmp oge float %t39, 0x4270000000000000
+            ...
+            br i1 %t45, label %d0s.go, label %d0f.go
+        """
+        b = self.b
+        hint = self._hint('!"llvm.loop.interleave.count", i32 4')
+
+        def block(jb):
+            end = b.emit(f"add nsw i64 {jb}, {TRIG_BLOCK}")
+            end = b.emit(f"select i1 {b.emit(f'icmp slt i64 {end}, {hi}')}, i64 {end}, i64 {hi}")
+            b.line(f"store i8 0, ptr {self.big_slot}")
+            self._loop(f"d{d}c", jb, end, lambda i: self._note_big_arguments(idx + [i]))
+            big = b.emit(f"icmp ne i8 {b.emit(f'load i8, ptr {self.big_slot}')}, 0")
+            b.line(f"br i1 {big}, label %d{d}s.go, label %d{d}f.go")
+            for tag, small in (("f", True), ("s", False)):
+                b.label(f"d{d}{tag}.go")
+                self.trig_small = small
+                self._loop(f"d{d}{tag}", jb, end, lambda i: self._dim(d + 1, idx + [i]), hint=hint)
+                b.line(f"br label %d{d}v.join")
+            self.trig_small = False
+            b.label(f"d{d}v.join")
+
+        self._loop(f"d{d}v", lo, hi, block, step=TRIG_BLOCK)
+
+    def _note_big_arguments(self, idx):
+        """``big |= |a| >= SMALL[type]`` for the argument ``a`` of each sin and cos at this point."""
+        b = self.b
+        values = {}
+        for e in _dag(self.trig_args):
+            values[e] = self._expr(e, [values[a] for a in e.args], idx)
+        big = None
+        for a in self.trig_args:
+            ty = LLVM_TYPES[a.dtype]
+            magnitude = b.intrinsic("llvm.fabs", ty, values[a])
+            flag = b.emit(f"fcmp oge {ty} {magnitude}, {llvm_const(llvm_trig.SMALL[ty], ty)}")
+            big = flag if big is None else b.emit(f"or i1 {big}, {flag}")
+        seen = b.emit(f"load i8, ptr {self.big_slot}")
+        flag = b.emit(f"zext i1 {big} to i8")
+        b.line(f"store i8 {b.emit(f'or i8 {seen}, {flag}')}, ptr {self.big_slot}")
 
     def _reduction(self, idx):
         """Per phase: accumulators := identity; reduced loops (innermost one blocked); totals final. Then row stores."""
@@ -378,9 +435,27 @@ class _Emitter:
             # bool is i1: compared signed, true would be -1 < false; NumPy orders False < True.
             pred = _ICMP[e.op].replace("s", "u", 1) if src == "bool" and e.op not in ("eq", "ne") else _ICMP[e.op]
             return b.emit(f"icmp {pred} {sty} {args[0]}, {args[1]}")
+        if dt in FLOATS and e.op in ("sin", "cos") and self.trig_small:
+            return (llvm_trig.sin if e.op == "sin" else llvm_trig.cos)(b, args[0], ty, small=True)
         if dt in FLOATS:
             return _float_op(b, e.op, args, ty)
         return _int_op(b, e.op, args, ty)
+
+
+def _dag(exprs):
+    """The distinct nodes below ``exprs``, children before parents."""
+    seen, order = set(), []
+
+    def visit(e):
+        if e not in seen:
+            seen.add(e)
+            for a in e.args:
+                visit(a)
+            order.append(e)
+
+    for e in exprs:
+        visit(e)
+    return order
 
 
 def _column_layout(k):

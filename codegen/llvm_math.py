@@ -21,11 +21,11 @@ tanh       1.32      2.12      expm1(2|x|) / (expm1(2|x|) + 2), series for expm1
 sigmoid    2.24      2.16      1 / (1 + exp(-|x|)), mirrored for x < 0
 erf        1.27      5.71      float32: x * poly(x^2) below 1, 1 - exp(poly(x)) to 3.92 (fits);
                                float64: positive series, continued fraction tail
-sin, cos   0.86      1.33      (llvm_trig) reduction by pi/2: Cody-Waite below 2^40, Payne-Hanek
-                               (2/pi by exponent from a table) up to the largest finite x, also
-                               at each binade's closest x to a multiple of pi/2; float32
-                               polynomials in float on the reduced argument as a float pair,
-                               float64 fdlibm's with the reduced argument's low part
+sin, cos   0.90      1.33      (llvm_trig) reduction by pi/2: Cody-Waite below 2^40 (float32: in
+                               float below 2^17), Payne-Hanek (2/pi by exponent from a table) up to
+                               the largest finite x, also at each binade's closest x to a multiple
+                               of pi/2; float32 polynomials in float on the reduced argument as a
+                               float pair, float64 fdlibm's with the reduced argument's low part
 pow        0.50      1.55      exp(y log|x|), float32 in double, float64 with log|x| and y log|x|
                                as pairs (0.98 but near the overflow limit); C99 special cases
 =========  ========  ========  ==============================================================

@@ -1,7 +1,9 @@
 """sin and cos as straight-line LLVM IR (see `llvm_math` for the rules its emitters follow and the accuracy table):
 the argument reduced by pi/2 to r in [-pi/4, pi/4] and a quadrant q, then sin or cos polynomials of r chosen by q.
 
-Both reductions below run on every element and a select keeps one, so the loop has no branch and still vectorizes:
+The full form runs both reductions below on every element and a select keeps one, so the loop has no branch and
+still vectorizes; as both cost, `llvm_emit` runs pointwise loops in blocks and gives the blocks whose arguments are all
+below `SMALL` a loop of the ``small`` form: Cody-Waite alone, in float for float32 (`_cody_waite_f32`, below 2^17).
 
 - Cody-Waite, for |x| < 2^40: k = rint(x * 2/pi) and r = x - k pi/2, with pi/2 as a sum of three doubles P1 + P2 +
   P3. x - k P1 is representable (it is a multiple of 2^-53 below 1), so one fma computes it exactly.
@@ -18,10 +20,15 @@ import functools
 import math
 from fractions import Fraction
 
+import numpy as np
+
 from .codeblock import llvm_const
-from .llvm_float import Float
+from .llvm_float import Float, float_bits
 
 _HUGE = 2.0 ** 40  # Cody-Waite below (|k| < 2^40 keeps its products exact enough), Payne-Hanek from here
+# What the ``small`` variant takes: float32 reduces in float below 2^17 (`_cody_waite_f32`), float64 in double below
+# 2^40 (`_cody_waite`).
+SMALL = {"float": 2.0 ** 17, "double": _HUGE}
 _BITS = 1280  # bits of 2/pi after the point: the float64 table reaches 2^-1181 (its smallest chunk at e = 971)
 _F64_FIRST = 1023 + 40  # the exponent field of _HUGE: the float64 table's first row
 _F64_SCALE = 600  # float64 rows are stored times 2^600 and x times 2^-600, keeping the small chunks normal
@@ -138,6 +145,35 @@ def _cody_waite(d, b, v, wide):
     return r, d.fma(minus_k, d.c(p3), d.add(err, w_err)), q
 
 
+@functools.cache
+def _pio2_parts_f32():
+    """pi/2 as three floats, each the nearest float to what the previous ones leave."""
+    rest, parts = Fraction(_machin_pi(_BITS), 1 << (_BITS + 1)), []
+    for _ in range(3):
+        parts.append(float(np.float32(float(rest))))
+        rest -= Fraction(parts[-1])
+    return tuple(parts)
+
+
+def _cody_waite_f32(f, b, x):
+    """(hi, lo, q) for a float ``x`` with |x| < 2^17, in float arithmetic (twice the lanes of a double reduction):
+    k from one fma with 1.5 * 2^23 added (q is then a bit-pattern subtraction), x - k P1 exact in one fma (both are
+    multiples of 2^-23 and the difference is below 1), k P2 an exact pair (`Float.two_prod`) taken off with
+    `Float.two_sum`, and k P3 with the rounding errors into lo: 72 bits of pi/2, so r keeps 2^-26 of its value even
+    where x comes within 2^-29 of a multiple of pi/2. Emits ``%t5 = call float @llvm.fma.f32(float %x, float
+    0x3FE45F3060000000, float 0x4168000000000000)`` and ``%t9 = call float @llvm.fma.f32(float %t8, float
+    0x3FF921FB60000000, float %x)``."""
+    p1, p2, p3 = _pio2_parts_f32()
+    magic = f.c(1.5 * 2.0 ** 23)
+    t = f.call("fma", x, f.c(2 / math.pi), magic)
+    minus_k = f.neg(f.sub(t, magic))
+    q = b.emit(f"sub i32 {b.emit(f'bitcast float {t} to i32')}, {float_bits(1.5 * 2.0 ** 23, 'float')}")
+    r1 = f.call("fma", minus_k, f.c(p1), x)
+    p, p_err = f.two_prod(minus_k, f.c(p2))
+    hi, s_err = f.two_sum(r1, p)
+    return hi, f.fma(minus_k, f.c(p3), f.add(s_err, p_err)), q
+
+
 def _payne_hanek_f32(d, b, x, v):
     """(r, q) for a float ``x`` = m 2^e: with the row h0, h1' of its exponent, x h0 = m h0 is an exact pair p0 + e0
     (`Float.two_prod`); n0 = rint(p0) goes into q and f = p0 - n0 + e0 is exact (multiples of 2^-51 below 1) and
@@ -213,24 +249,38 @@ _COS_F64 = (1.0, -0.5, 4.16666666666666019037e-02, -1.38888888888741095749e-03, 
             -2.75573143513906633035e-07, 2.08757232129817482790e-09, -1.13596475577881948265e-11)
 
 
-def _sincos(b, x, ty, shift):
-    """sin(x + shift * pi/2): `_reduce`, then sin or cos of the reduced argument by quadrant. float32 evaluates the
-    polynomials in float (8 or 16 lanes a register instead of 4 or 8) on the reduced argument rounded to a float
-    pair; float64 uses fdlibm's polynomials in double with r_lo's first-order terms. inf and nan give nan.
+def _sincos(b, x, ty, shift, small=False):
+    """sin(x + shift * pi/2): `_reduce`, then sin or cos of the reduced argument by quadrant. ``small``: the caller
+    knows |x| < `SMALL` (or x is not finite), so only Cody-Waite is emitted, in float for float32 (`llvm_emit`
+    runs such a loop for the blocks whose arguments all are: Payne-Hanek's gathers more than double the cost).
+    float32 evaluates the polynomials in float (8 or 16 lanes a register instead of 4 or 8) on the reduced argument
+    rounded to a float pair; float64 uses fdlibm's polynomials in double with r_lo's first-order terms. inf and nan
+    give nan.
     After the reduction it emits the quadrant's flags (``%t32 = trunc i32 %t31 to i1``), the polynomials (float:
     ``%t42 = call float @llvm.fmuladd.f32(float %t41, float %t39, float 0xBFC5555460000000)``) and selects."""
     f = Float(b, ty)
     ax = f.call("fabs", x)
     finite = f.cmp("olt", ax, f.c(math.inf))
-    r, r_lo, q = _reduce(b, f.select(finite, x, f.c(0)), ty, f.cmp("oge", ax, f.c(_HUGE)))
+    xf = f.select(finite, x, f.c(0))
+    pair = None  # float's reduced argument as a float pair, when reduced in float
+    if small and ty == "float":
+        pair = _cody_waite_f32(f, b, xf)
+        q = pair[2]
+    elif small:
+        r, r_lo, q = _cody_waite(Float(b, "double"), b, xf, True)
+    else:
+        r, r_lo, q = _reduce(b, xf, ty, f.cmp("oge", ax, f.c(_HUGE)))
     q = b.emit(f"add i32 {q}, {shift}") if shift else q
     odd = b.emit(f"trunc i32 {q} to i1")
     neg = b.emit(f"icmp ne i32 {b.emit(f'and i32 {q}, 2')}, 0")
     if ty == "float":
         # The reduced argument as a float pair hi + lo; the leading terms r and 1 - r^2/2 are summed last, with
         # the rounding error of 1 - r^2/2 and lo's first-order terms (lo, -hi*lo) added back.
-        hi = b.emit(f"fptrunc double {r} to float")
-        lo = b.emit(f"fptrunc double {Float(b, 'double').sub(r, b.emit(f'fpext float {hi} to double'))} to float")
+        if pair is not None:
+            hi, lo = pair[:2]
+        else:
+            hi = b.emit(f"fptrunc double {r} to float")
+            lo = b.emit(f"fptrunc double {Float(b, 'double').sub(r, b.emit(f'fpext float {hi} to double'))} to float")
         r2 = f.mul(hi, hi)
         sin_r = f.add(hi, f.fma(f.mul(hi, r2), f.poly(r2, _SIN_F32[1:]), lo))
         half = f.mul(r2, f.c(0.5))
@@ -251,11 +301,11 @@ def _sincos(b, x, ty, shift):
     return f.select(f.cmp("oeq", x, f.c(0)), x, out)  # sin(-0) = -0: the reduction's subtractions lose the sign
 
 
-def sin(b, x, ty):
+def sin(b, x, ty, small=False):
     """sin(x); see `_sincos` for the polynomials and `_reduce` for the reduction."""
-    return _sincos(b, x, ty, 0)
+    return _sincos(b, x, ty, 0, small)
 
 
-def cos(b, x, ty):
+def cos(b, x, ty, small=False):
     """cos(x) = sin(x + pi/2), taken as a quadrant shift of 1."""
-    return _sincos(b, x, ty, 1)
+    return _sincos(b, x, ty, 1, small)

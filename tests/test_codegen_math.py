@@ -283,3 +283,33 @@ def test_doctests():
     for module in (llvm_float, llvm_trig):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_trig_blocks_take_the_short_reduction_only_when_every_argument_allows(name, dtype):
+    """A pointwise loop with sin/cos runs blocks whose arguments are all small through a Cody-Waite-only loop and
+    the others through the loop with Payne-Hanek: one huge argument in a block must send that block (only) there,
+    and the float32 short path reduces in float up to its limit. Also inside an expression and a 2-d strided space."""
+    from jitorch.codegen.llvm_emit import TRIG_BLOCK, emit_kernel
+    from jitorch.codegen.llvm_trig import SMALL
+
+    ty = "float" if dtype == np.float32 else "double"
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-SMALL[ty], SMALL[ty], 5 * TRIG_BLOCK + 77).astype(dtype)
+    x[2 * TRIG_BLOCK + 5] = dtype(3e30)  # the third block must take the long path
+    x[-1] = dtype(-SMALL[ty])  # at the limit: long path for the last block
+    dt = "f32" if dtype == np.float32 else "f64"
+    got = run_unary(name, x)
+    ref = np.asarray(REFS[name](x), LD)
+    bound = (F32_ULP if dtype == np.float32 else F64_ULP)[name] + (2 if np.finfo(LD).nmant <= 52 else 0)
+    assert ulp_error(got, ref, dtype).max() <= bound
+    # sin(2 * x) over a transposed 2-d view: the check evaluates the argument expression, not a load.
+    a = rng.uniform(-100, 100, (37, 29)).astype(dtype)
+    arg = op("mul", load(0, dt), const(2, dt))
+    k = Kernel((29, 37), (Buffer(dt, (1, 29)), Buffer(dt, (37, 1))), (Store(1, op(name, arg)),))
+    out = np.empty((29, 37), dtype)
+    compile_kernel(k).run([a, out])
+    want = np.asarray(REFS[name]((2 * a.astype(LD)).T), LD)
+    assert ulp_error(out, want, dtype).max() <= bound
+    assert "d1f.go" in emit_kernel(k) and "d1s.go" in emit_kernel(k)

@@ -188,7 +188,9 @@ def test_shapes_expand_and_properties():
     lambda D, T: D.Bernoulli(0.3).log_prob(T.tensor(0.5)),
     lambda D, T: D.Categorical(logits=T.zeros(3)).log_prob(T.tensor(3)),
 ])
-def test_validation_errors_match_torch(make):
+def test_validation_errors_match_torch(make, monkeypatch):
+    # torch.compile (run by earlier test files) turns torch's default argument validation off for the process.
+    monkeypatch.setattr(TD.Distribution, "_validate_args", True)
     with pytest.raises(ValueError) as t_err:
         make(TD, torch)
     with pytest.raises(ValueError) as j_err:
