@@ -48,8 +48,31 @@ class Distribution:
                         f"of distribution {self!r} to satisfy the constraint {constraint!r}, "
                         f"but found invalid values:\n{value}")
 
+    # A family lists in ``_batch_params`` its attributes that carry the batch dims first (tensors, or distributions it
+    # is built on) and in ``_shared_attrs`` those without batch dims; ``expand`` then follows from them, where torch
+    # spells it out per family. ``_batch_params`` has no default here: the class declaring it is the one whose
+    # ``__init__`` ``expand`` stands in for (see ``_get_checked_instance``).
+    _shared_attrs = ()
+
     def expand(self, batch_shape, _instance=None):
-        raise NotImplementedError
+        """A ``batch_shape`` view of ``self``: each held batch parameter broadcast, keeping its dims right of the batch
+        dims (an event dim, a categorical's events), no argument validation (the parameters were checked)."""
+        owner = next((cls for cls in type(self).__mro__ if "_batch_params" in vars(cls)), None)
+        if owner is None:
+            raise NotImplementedError
+        new = self._get_checked_instance(owner, _instance)
+        batch_shape = torch.Size(batch_shape)
+        ndims = len(self._batch_shape)
+        for name in owner._batch_params:
+            if name in self.__dict__:  # of ``probs`` and ``logits``, the given one (and the other once computed)
+                value = self.__dict__[name]
+                rest = value.batch_shape[ndims:] if isinstance(value, Distribution) else value.shape[ndims:]
+                setattr(new, name, value.expand(batch_shape + tuple(rest)))
+        for name in owner._shared_attrs:
+            setattr(new, name, getattr(self, name))
+        super(owner, new).__init__(batch_shape, self._event_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
 
     @property
     def batch_shape(self):

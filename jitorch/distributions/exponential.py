@@ -1,8 +1,6 @@
 """``Exponential``: waiting times of rate ``rate``."""
 from __future__ import annotations
 
-from numbers import Number
-
 import jitorch as torch
 
 from . import constraints
@@ -17,6 +15,7 @@ class Exponential(ExponentialFamily):
     support = constraints.nonnegative
     has_rsample = True
     _mean_carrier_measure = 0
+    _batch_params = ("rate",)
 
     @property
     def mean(self):
@@ -36,16 +35,7 @@ class Exponential(ExponentialFamily):
 
     def __init__(self, rate, validate_args=None):
         (self.rate,) = broadcast_all(rate)
-        batch_shape = torch.Size() if isinstance(rate, Number) else self.rate.size()
-        super().__init__(batch_shape, validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(Exponential, _instance)
-        batch_shape = torch.Size(batch_shape)
-        new.rate = self.rate.expand(batch_shape)
-        super(Exponential, new).__init__(batch_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
+        super().__init__(self.rate.size(), validate_args=validate_args)
 
     def rsample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)

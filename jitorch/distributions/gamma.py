@@ -1,8 +1,6 @@
 """``Gamma``: shape ``concentration``, inverse scale ``rate``; reparameterized through implicit gradients."""
 from __future__ import annotations
 
-from numbers import Number
-
 import jitorch as torch
 
 from . import constraints
@@ -32,6 +30,7 @@ class Gamma(ExponentialFamily):
     support = constraints.nonnegative
     has_rsample = True
     _mean_carrier_measure = 0
+    _batch_params = ("concentration", "rate")
 
     @property
     def mean(self):
@@ -47,20 +46,7 @@ class Gamma(ExponentialFamily):
 
     def __init__(self, concentration, rate, validate_args=None):
         self.concentration, self.rate = broadcast_all(concentration, rate)
-        if isinstance(concentration, Number) and isinstance(rate, Number):
-            batch_shape = torch.Size()
-        else:
-            batch_shape = self.concentration.size()
-        super().__init__(batch_shape, validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(Gamma, _instance)
-        batch_shape = torch.Size(batch_shape)
-        new.concentration = self.concentration.expand(batch_shape)
-        new.rate = self.rate.expand(batch_shape)
-        super(Gamma, new).__init__(batch_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
+        super().__init__(self.concentration.size(), validate_args=validate_args)
 
     def rsample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)

@@ -21,6 +21,9 @@ class Independent(Distribution):
     """
 
     arg_constraints = {}
+    # ``base_dist``'s batch dims past ours (the reinterpreted ones) stay when it is expanded.
+    _batch_params = ("base_dist",)
+    _shared_attrs = ("reinterpreted_batch_ndims",)
 
     def __init__(self, base_distribution, reinterpreted_batch_ndims, validate_args=None):
         if reinterpreted_batch_ndims > len(base_distribution.batch_shape):
@@ -31,16 +34,6 @@ class Independent(Distribution):
         self.base_dist = base_distribution
         self.reinterpreted_batch_ndims = reinterpreted_batch_ndims
         super().__init__(shape[:len(shape) - event_dim], shape[len(shape) - event_dim:], validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(Independent, _instance)
-        batch_shape = torch.Size(batch_shape)
-        # The reinterpreted dims are the leading event dims: they stay, after the new batch shape.
-        new.base_dist = self.base_dist.expand(batch_shape + self.event_shape[:self.reinterpreted_batch_ndims])
-        new.reinterpreted_batch_ndims = self.reinterpreted_batch_ndims
-        super(Independent, new).__init__(batch_shape, self.event_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
 
     @property
     def has_rsample(self):

@@ -25,6 +25,9 @@ class Multinomial(Distribution):
     """
 
     arg_constraints = {"probs": constraints.simplex, "logits": constraints.real_vector}
+    # As torch, ``_binomial`` (which only ``entropy`` uses) is not carried over by ``expand``.
+    _batch_params = ("_categorical",)
+    _shared_attrs = ("total_count",)
 
     @property
     def mean(self):
@@ -43,15 +46,6 @@ class Multinomial(Distribution):
         batch_shape = self._categorical.batch_shape
         event_shape = self._categorical.param_shape[-1:]
         super().__init__(batch_shape, event_shape, validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(Multinomial, _instance)
-        batch_shape = torch.Size(batch_shape)
-        new.total_count = self.total_count
-        new._categorical = self._categorical.expand(batch_shape)
-        super(Multinomial, new).__init__(batch_shape, self.event_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
 
     def _new(self, *args, **kwargs):
         return self._categorical._new(*args, **kwargs)

@@ -1,8 +1,6 @@
 """``Poisson``: counts with mean ``rate``."""
 from __future__ import annotations
 
-from numbers import Number
-
 import jitorch as torch
 
 from . import constraints
@@ -15,6 +13,7 @@ __all__ = ["Poisson"]
 class Poisson(ExponentialFamily):
     arg_constraints = {"rate": constraints.nonnegative}
     support = constraints.nonnegative_integer
+    _batch_params = ("rate",)
 
     @property
     def mean(self):
@@ -30,16 +29,7 @@ class Poisson(ExponentialFamily):
 
     def __init__(self, rate, validate_args=None):
         (self.rate,) = broadcast_all(rate)
-        batch_shape = torch.Size() if isinstance(rate, Number) else self.rate.size()
-        super().__init__(batch_shape, validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(Poisson, _instance)
-        batch_shape = torch.Size(batch_shape)
-        new.rate = self.rate.expand(batch_shape)
-        super(Poisson, new).__init__(batch_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
+        super().__init__(self.rate.size(), validate_args=validate_args)
 
     def sample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)

@@ -1,8 +1,6 @@
 """``Uniform``: the reparameterized uniform on ``[low, high)``."""
 from __future__ import annotations
 
-from numbers import Number
-
 import jitorch as torch
 
 from . import constraints
@@ -14,6 +12,7 @@ __all__ = ["Uniform"]
 
 class Uniform(Distribution):
     has_rsample = True
+    _batch_params = ("low", "high")
 
     @property
     def arg_constraints(self):
@@ -21,20 +20,7 @@ class Uniform(Distribution):
 
     def __init__(self, low, high, validate_args=None):
         self.low, self.high = broadcast_all(low, high)
-        if isinstance(low, Number) and isinstance(high, Number):
-            batch_shape = torch.Size()
-        else:
-            batch_shape = self.low.size()
-        super().__init__(batch_shape, validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(Uniform, _instance)
-        batch_shape = torch.Size(batch_shape)
-        new.low = self.low.expand(batch_shape)
-        new.high = self.high.expand(batch_shape)
-        super(Uniform, new).__init__(batch_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
+        super().__init__(self.low.size(), validate_args=validate_args)
 
     @constraints.dependent_property(is_discrete=False, event_dim=0)
     def support(self):
