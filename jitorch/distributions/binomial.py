@@ -7,8 +7,8 @@ import math
 import jitorch as torch
 
 from . import constraints
+from ._mixins import ProbsOrLogitsParam
 from .distribution import Distribution
-from .utils import _one_of, broadcast_all, lazy_property, logits_to_probs, probs_to_logits
 
 __all__ = ["Binomial"]
 
@@ -97,38 +97,16 @@ def _clamp_by_zero(x):
     return (x.clamp(min=0) + x - x.clamp(max=0)) / 2
 
 
-class Binomial(Distribution):
+class Binomial(ProbsOrLogitsParam, Distribution):
     arg_constraints = {"total_count": constraints.nonnegative_integer, "probs": constraints.unit_interval,
                        "logits": constraints.real}
     has_enumerate_support = True
+    _batch_params = ("total_count", "probs", "logits")
 
     def __init__(self, total_count=1, probs=None, logits=None, validate_args=None):
-        _one_of(probs, logits)
-        if probs is not None:
-            self.total_count, self.probs = broadcast_all(total_count, probs)
-            self.total_count = self.total_count.type_as(self.probs)
-        else:
-            self.total_count, self.logits = broadcast_all(total_count, logits)
-            self.total_count = self.total_count.type_as(self.logits)
-        self._param = self.probs if probs is not None else self.logits
+        total_count, self._param = self._set_probs_or_logits(probs, logits, total_count)
+        self.total_count = total_count.type_as(self._param)
         super().__init__(self._param.size(), validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(Binomial, _instance)
-        batch_shape = torch.Size(batch_shape)
-        new.total_count = self.total_count.expand(batch_shape)
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(batch_shape)
-            new._param = new.probs
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(batch_shape)
-            new._param = new.logits
-        super(Binomial, new).__init__(batch_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
-
-    def _new(self, *args, **kwargs):
-        return self._param.new(*args, **kwargs)
 
     @constraints.dependent_property(is_discrete=True, event_dim=0)
     def support(self):
@@ -145,18 +123,6 @@ class Binomial(Distribution):
     @property
     def variance(self):
         return self.total_count * self.probs * (1 - self.probs)
-
-    @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        return logits_to_probs(self.logits, is_binary=True)
-
-    @property
-    def param_shape(self):
-        return self._param.size()
 
     def sample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)
@@ -186,7 +152,4 @@ class Binomial(Distribution):
         if not self.total_count.min() == total_count:
             raise NotImplementedError("Inhomogeneous total count not supported by `enumerate_support`.")
         values = torch.arange(1 + total_count, dtype=self._param.dtype, device=self._param.device)
-        values = values.view((-1,) + (1,) * len(self._batch_shape))
-        if expand:
-            values = values.expand((-1,) + tuple(self._batch_shape))
-        return values
+        return self._enumerated(values, expand)

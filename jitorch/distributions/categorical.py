@@ -4,15 +4,19 @@ from __future__ import annotations
 import jitorch as torch
 
 from . import constraints
+from ._mixins import ProbsOrLogitsParam
 from .distribution import Distribution
-from .utils import _one_of, lazy_property, logits_to_probs, probs_to_logits
+from .utils import _delegated, _one_of
 
 __all__ = ["Categorical"]
 
 
-class Categorical(Distribution):
+class Categorical(ProbsOrLogitsParam, Distribution):
     arg_constraints = {"probs": constraints.simplex, "logits": constraints.real_vector}
     has_enumerate_support = True
+    _is_binary = False
+    _batch_params = ("probs", "logits")
+    _shared_attrs = ("_num_events",)
 
     def __init__(self, probs=None, logits=None, validate_args=None):
         _one_of(probs, logits)
@@ -29,39 +33,9 @@ class Categorical(Distribution):
         batch_shape = self._param.size()[:-1] if self._param.dim() > 1 else torch.Size()
         super().__init__(batch_shape, validate_args=validate_args)
 
-    def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(Categorical, _instance)
-        batch_shape = torch.Size(batch_shape)
-        param_shape = tuple(batch_shape) + (self._num_events,)
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(param_shape)
-            new._param = new.probs
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(param_shape)
-            new._param = new.logits
-        new._num_events = self._num_events
-        super(Categorical, new).__init__(batch_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
-
-    def _new(self, *args, **kwargs):
-        return self._param.new(*args, **kwargs)
-
     @constraints.dependent_property(is_discrete=True, event_dim=0)
     def support(self):
         return constraints.integer_interval(0, self._num_events - 1)
-
-    @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs)
-
-    @lazy_property
-    def probs(self):
-        return logits_to_probs(self.logits)
-
-    @property
-    def param_shape(self):
-        return self._param.size()
 
     @property
     def mean(self):
@@ -98,8 +72,21 @@ class Categorical(Distribution):
         return -p_log_p.sum(-1)
 
     def enumerate_support(self, expand=True):
-        values = torch.arange(self._num_events, dtype=torch.long, device=self._param.device)
-        values = values.view((-1,) + (1,) * len(self._batch_shape))
-        if expand:
-            values = values.expand((-1,) + tuple(self._batch_shape))
-        return values
+        return self._enumerated(torch.arange(self._num_events, dtype=torch.long, device=self._param.device), expand)
+
+
+class OnCategorical:
+    """Mixin of the families built on a ``Categorical`` held as ``_categorical`` (OneHotCategorical,
+    ExpRelaxedCategorical, Multinomial): its parameters are theirs."""
+
+    probs = _delegated("_categorical", "probs")
+    logits = _delegated("_categorical", "logits")
+    param_shape = _delegated("_categorical", "param_shape")
+
+    def _set_categorical(self, probs, logits):
+        """Build ``_categorical`` from the given one of ``probs``/``logits``; returns the batch and event shapes."""
+        self._categorical = Categorical(probs, logits)
+        return self._categorical.batch_shape, self._categorical.param_shape[-1:]
+
+    def _new(self, *args, **kwargs):
+        return self._categorical._new(*args, **kwargs)

@@ -131,6 +131,15 @@ class Distribution:
     def entropy(self):
         raise NotImplementedError
 
+    def _enumerated(self, values, expand):
+        """``values``, the support listed along dim 0 (each an event), with the batch dims inserted after that dim:
+        of size 1, or, ``expand``, of the batch shape (``enumerate_support``'s layout)."""
+        n, event = values.shape[0], tuple(values.shape[1:])
+        values = values.view((n,) + (1,) * len(self._batch_shape) + event)
+        if expand:
+            values = values.expand((n,) + tuple(self._batch_shape) + event)
+        return values
+
     def perplexity(self):
         return torch.exp(self.entropy())
 

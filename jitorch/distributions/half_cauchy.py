@@ -6,6 +6,7 @@ import math
 import jitorch as torch
 
 from . import constraints
+from ._mixins import FoldedAtZero
 from .cauchy import Cauchy
 from .transformed_distribution import TransformedDistribution
 from .transforms import AbsTransform
@@ -13,7 +14,7 @@ from .transforms import AbsTransform
 __all__ = ["HalfCauchy"]
 
 
-class HalfCauchy(TransformedDistribution):
+class HalfCauchy(FoldedAtZero, TransformedDistribution):
     arg_constraints = {"scale": constraints.positive}
     support = constraints.nonnegative
     has_rsample = True
@@ -27,35 +28,13 @@ class HalfCauchy(TransformedDistribution):
         return super().expand(batch_shape, _instance=new)
 
     @property
-    def scale(self):
-        return self.base_dist.scale
-
-    @property
     def mean(self):
         return torch.full(self._extended_shape(), math.inf, dtype=self.scale.dtype, device=self.scale.device)
-
-    @property
-    def mode(self):
-        return torch.zeros_like(self.scale)
 
     @property
     def variance(self):
         return self.base_dist.variance
 
-    def log_prob(self, value):
-        if self._validate_args:
-            self._validate_sample(value)
-        value = torch.as_tensor(value, dtype=self.base_dist.scale.dtype, device=self.base_dist.scale.device)
-        log_prob = self.base_dist.log_prob(value) + math.log(2)
-        return torch.where(value >= 0, log_prob, -math.inf)
-
-    def cdf(self, value):
-        if self._validate_args:
-            self._validate_sample(value)
-        return 2 * self.base_dist.cdf(value) - 1
-
-    def icdf(self, prob):
-        return self.base_dist.icdf((prob + 1) / 2)
-
-    def entropy(self):
-        return self.base_dist.entropy() - math.log(2)
+    def _folded_value(self, value):
+        # torch's HalfCauchy (not its HalfNormal) takes the value in the scale's dtype, a number too.
+        return torch.as_tensor(value, dtype=self.scale.dtype, device=self.scale.device)

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import math
 
-import jitorch as torch
 
 from . import constraints
+from ._mixins import FoldedAtZero
 from .normal import Normal
 from .transformed_distribution import TransformedDistribution
 from .transforms import AbsTransform
@@ -13,7 +13,7 @@ from .transforms import AbsTransform
 __all__ = ["HalfNormal"]
 
 
-class HalfNormal(TransformedDistribution):
+class HalfNormal(FoldedAtZero, TransformedDistribution):
     arg_constraints = {"scale": constraints.positive}
     support = constraints.nonnegative
     has_rsample = True
@@ -27,34 +27,9 @@ class HalfNormal(TransformedDistribution):
         return super().expand(batch_shape, _instance=new)
 
     @property
-    def scale(self):
-        return self.base_dist.scale
-
-    @property
     def mean(self):
         return self.scale * math.sqrt(2 / math.pi)
 
     @property
-    def mode(self):
-        return torch.zeros_like(self.scale)
-
-    @property
     def variance(self):
         return self.scale.pow(2) * (1 - 2 / math.pi)
-
-    def log_prob(self, value):
-        if self._validate_args:
-            self._validate_sample(value)
-        log_prob = self.base_dist.log_prob(value) + math.log(2)
-        return torch.where(value >= 0, log_prob, -math.inf)
-
-    def cdf(self, value):
-        if self._validate_args:
-            self._validate_sample(value)
-        return 2 * self.base_dist.cdf(value) - 1
-
-    def icdf(self, prob):
-        return self.base_dist.icdf((prob + 1) / 2)
-
-    def entropy(self):
-        return self.base_dist.entropy() - math.log(2)

@@ -4,25 +4,18 @@ from __future__ import annotations
 import jitorch as torch
 
 from . import constraints
+from ._mixins import MeanModeAtLoc
 from .distribution import Distribution
 from .utils import broadcast_all
 
 __all__ = ["Laplace"]
 
 
-class Laplace(Distribution):
+class Laplace(MeanModeAtLoc, Distribution):
     arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
     support = constraints.real
     has_rsample = True
     _batch_params = ("loc", "scale")
-
-    @property
-    def mean(self):
-        return self.loc
-
-    @property
-    def mode(self):
-        return self.loc
 
     @property
     def variance(self):

@@ -5,6 +5,7 @@ from . import constraints
 from .normal import Normal
 from .transformed_distribution import TransformedDistribution
 from .transforms import ExpTransform
+from .utils import _delegated
 
 __all__ = ["LogNormal"]
 
@@ -22,13 +23,8 @@ class LogNormal(TransformedDistribution):
         new = self._get_checked_instance(LogNormal, _instance)
         return super().expand(batch_shape, _instance=new)
 
-    @property
-    def loc(self):
-        return self.base_dist.loc
-
-    @property
-    def scale(self):
-        return self.base_dist.scale
+    loc = _delegated("base_dist", "loc")
+    scale = _delegated("base_dist", "scale")
 
     @property
     def mean(self):

@@ -7,6 +7,7 @@ import math
 import jitorch as torch
 
 from . import constraints
+from ._mixins import MeanModeAtLoc
 from .distribution import Distribution
 from .multivariate_normal import _batch_mahalanobis, _batch_mv
 from .utils import _standard_normal, lazy_property
@@ -38,7 +39,7 @@ def _batch_lowrank_mahalanobis(W, D, x, capacitance_tril):
     return mahalanobis_term1 - mahalanobis_term2
 
 
-class LowRankMultivariateNormal(Distribution):
+class LowRankMultivariateNormal(MeanModeAtLoc, Distribution):
     arg_constraints = {"loc": constraints.real_vector, "cov_factor": constraints.independent(constraints.real, 2),
                        "cov_diag": constraints.independent(constraints.positive, 1)}
     support = constraints.real_vector
@@ -69,14 +70,6 @@ class LowRankMultivariateNormal(Distribution):
         self._unbroadcasted_cov_diag = cov_diag
         self._capacitance_tril = _batch_capacitance_tril(cov_factor, cov_diag)
         super().__init__(batch_shape, event_shape, validate_args=validate_args)
-
-    @property
-    def mean(self):
-        return self.loc
-
-    @property
-    def mode(self):
-        return self.loc
 
     @lazy_property
     def variance(self):

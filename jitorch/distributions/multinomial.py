@@ -7,14 +7,14 @@ import jitorch as torch
 
 from . import constraints
 from .binomial import Binomial
-from .categorical import Categorical
+from .categorical import OnCategorical
 from .distribution import Distribution
 from .utils import broadcast_all
 
 __all__ = ["Multinomial"]
 
 
-class Multinomial(Distribution):
+class Multinomial(OnCategorical, Distribution):
     """``total_count`` must be one int (``log_prob`` does not need it: it is the sum of the value's counts).
 
     >>> import jitorch
@@ -41,30 +41,13 @@ class Multinomial(Distribution):
         if not isinstance(total_count, int):
             raise NotImplementedError("inhomogeneous total_count is not supported")
         self.total_count = total_count
-        self._categorical = Categorical(probs=probs, logits=logits)
+        batch_shape, event_shape = self._set_categorical(probs, logits)
         self._binomial = Binomial(total_count=total_count, probs=self.probs)
-        batch_shape = self._categorical.batch_shape
-        event_shape = self._categorical.param_shape[-1:]
         super().__init__(batch_shape, event_shape, validate_args=validate_args)
-
-    def _new(self, *args, **kwargs):
-        return self._categorical._new(*args, **kwargs)
 
     @constraints.dependent_property(is_discrete=True, event_dim=1)
     def support(self):
         return constraints.multinomial(self.total_count)
-
-    @property
-    def logits(self):
-        return self._categorical.logits
-
-    @property
-    def probs(self):
-        return self._categorical.probs
-
-    @property
-    def param_shape(self):
-        return self._categorical.param_shape
 
     def sample(self, sample_shape=torch.Size()):
         sample_shape = torch.Size(sample_shape)

@@ -6,6 +6,7 @@ import math
 import jitorch as torch
 
 from . import constraints
+from ._mixins import MeanModeAtLoc
 from .distribution import Distribution
 from .utils import _standard_normal, lazy_property
 
@@ -34,7 +35,7 @@ def _precision_to_scale_tril(P):
     return torch.linalg.solve_triangular(L_inv, Id, upper=False)
 
 
-class MultivariateNormal(Distribution):
+class MultivariateNormal(MeanModeAtLoc, Distribution):
     arg_constraints = {"loc": constraints.real_vector, "covariance_matrix": constraints.positive_definite,
                        "precision_matrix": constraints.positive_definite, "scale_tril": constraints.lower_cholesky}
     support = constraints.real_vector
@@ -80,14 +81,6 @@ class MultivariateNormal(Distribution):
     @lazy_property
     def precision_matrix(self):
         return torch.linalg.inv(self.covariance_matrix)
-
-    @property
-    def mean(self):
-        return self.loc
-
-    @property
-    def mode(self):
-        return self.loc
 
     @property
     def variance(self):

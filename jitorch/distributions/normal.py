@@ -7,13 +7,14 @@ from numbers import Real
 import jitorch as torch
 
 from . import constraints
+from ._mixins import MeanModeAtLoc
 from .exp_family import ExponentialFamily
 from .utils import _standard_normal, broadcast_all
 
 __all__ = ["Normal"]
 
 
-class Normal(ExponentialFamily):
+class Normal(MeanModeAtLoc, ExponentialFamily):
     arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
     support = constraints.real
     has_rsample = True
@@ -23,14 +24,6 @@ class Normal(ExponentialFamily):
     def __init__(self, loc, scale, validate_args=None):
         self.loc, self.scale = broadcast_all(loc, scale)
         super().__init__(self.loc.size(), validate_args=validate_args)
-
-    @property
-    def mean(self):
-        return self.loc
-
-    @property
-    def mode(self):
-        return self.loc
 
     @property
     def stddev(self):

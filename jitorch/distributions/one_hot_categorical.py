@@ -5,38 +5,23 @@ import jitorch as torch
 import jitorch.nn.functional as F
 
 from . import constraints
-from .categorical import Categorical
+from .categorical import OnCategorical
 from .distribution import Distribution
+from .utils import _delegated
 
 __all__ = ["OneHotCategorical", "OneHotCategoricalStraightThrough"]
 
 
-class OneHotCategorical(Distribution):
+class OneHotCategorical(OnCategorical, Distribution):
     arg_constraints = {"probs": constraints.simplex, "logits": constraints.real_vector}
     support = constraints.one_hot
     has_enumerate_support = True
     _batch_params = ("_categorical",)
 
     def __init__(self, probs=None, logits=None, validate_args=None):
-        self._categorical = Categorical(probs, logits)
-        batch_shape = self._categorical.batch_shape
-        event_shape = self._categorical.param_shape[-1:]
-        super().__init__(batch_shape, event_shape, validate_args=validate_args)
+        super().__init__(*self._set_categorical(probs, logits), validate_args=validate_args)
 
-    def _new(self, *args, **kwargs):
-        return self._categorical._new(*args, **kwargs)
-
-    @property
-    def _param(self):
-        return self._categorical._param
-
-    @property
-    def probs(self):
-        return self._categorical.probs
-
-    @property
-    def logits(self):
-        return self._categorical.logits
+    _param = _delegated("_categorical", "_param")
 
     @property
     def mean(self):
@@ -50,10 +35,6 @@ class OneHotCategorical(Distribution):
     @property
     def variance(self):
         return self._categorical.probs * (1 - self._categorical.probs)
-
-    @property
-    def param_shape(self):
-        return self._categorical.param_shape
 
     def sample(self, sample_shape=torch.Size()):
         probs = self._categorical.probs
@@ -70,12 +51,8 @@ class OneHotCategorical(Distribution):
         return self._categorical.entropy()
 
     def enumerate_support(self, expand=True):
-        n = self.event_shape[0]
-        values = torch.eye(n, dtype=self._param.dtype, device=self._param.device)
-        values = values.view((n,) + (1,) * len(self.batch_shape) + (n,))
-        if expand:
-            values = values.expand((n,) + tuple(self.batch_shape) + (n,))
-        return values
+        values = torch.eye(self.event_shape[0], dtype=self._param.dtype, device=self._param.device)
+        return self._enumerated(values, expand)
 
 
 class OneHotCategoricalStraightThrough(OneHotCategorical):

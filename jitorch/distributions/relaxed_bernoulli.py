@@ -1,66 +1,30 @@
 """``RelaxedBernoulli`` (binary Concrete / Gumbel-softmax) and its logit-space base ``LogitRelaxedBernoulli``."""
 from __future__ import annotations
 
-from numbers import Number
-
 import jitorch as torch
 
 from . import constraints
+from ._mixins import ProbsOrLogitsParam
 from .distribution import Distribution
 from .transformed_distribution import TransformedDistribution
 from .transforms import SigmoidTransform
-from .utils import _one_of, broadcast_all, clamp_probs, lazy_property, logits_to_probs, probs_to_logits
+from .utils import _delegated, broadcast_all, clamp_probs
 
 __all__ = ["LogitRelaxedBernoulli", "RelaxedBernoulli"]
 
 
-class LogitRelaxedBernoulli(Distribution):
+class LogitRelaxedBernoulli(ProbsOrLogitsParam, Distribution):
     """The logit of a ``RelaxedBernoulli`` sample: ``(logit(u) + logits) / temperature``, ``u ~ U(0, 1)``."""
 
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
     support = constraints.real
+    _batch_params = ("probs", "logits")
+    _shared_attrs = ("temperature",)
 
     def __init__(self, temperature, probs=None, logits=None, validate_args=None):
         self.temperature = temperature
-        _one_of(probs, logits)
-        if probs is not None:
-            is_scalar = isinstance(probs, Number)
-            (self.probs,) = broadcast_all(probs)
-        else:
-            is_scalar = isinstance(logits, Number)
-            (self.logits,) = broadcast_all(logits)
-        self._param = self.probs if probs is not None else self.logits
-        batch_shape = torch.Size() if is_scalar else self._param.size()
-        super().__init__(batch_shape, validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(LogitRelaxedBernoulli, _instance)
-        batch_shape = torch.Size(batch_shape)
-        new.temperature = self.temperature
-        if "probs" in self.__dict__:
-            new.probs = self.probs.expand(batch_shape)
-            new._param = new.probs
-        if "logits" in self.__dict__:
-            new.logits = self.logits.expand(batch_shape)
-            new._param = new.logits
-        super(LogitRelaxedBernoulli, new).__init__(batch_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
-
-    def _new(self, *args, **kwargs):
-        return self._param.new(*args, **kwargs)
-
-    @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        return logits_to_probs(self.logits, is_binary=True)
-
-    @property
-    def param_shape(self):
-        return self._param.size()
+        (self._param,) = self._set_probs_or_logits(probs, logits)
+        super().__init__(self._param.size(), validate_args=validate_args)
 
     def rsample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)
@@ -98,14 +62,6 @@ class RelaxedBernoulli(TransformedDistribution):
         new = self._get_checked_instance(RelaxedBernoulli, _instance)
         return super().expand(batch_shape, _instance=new)
 
-    @property
-    def temperature(self):
-        return self.base_dist.temperature
-
-    @property
-    def logits(self):
-        return self.base_dist.logits
-
-    @property
-    def probs(self):
-        return self.base_dist.probs
+    temperature = _delegated("base_dist", "temperature")
+    logits = _delegated("base_dist", "logits")
+    probs = _delegated("base_dist", "probs")

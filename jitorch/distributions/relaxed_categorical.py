@@ -4,16 +4,16 @@ from __future__ import annotations
 import jitorch as torch
 
 from . import constraints
-from .categorical import Categorical
+from .categorical import OnCategorical
 from .distribution import Distribution
 from .transformed_distribution import TransformedDistribution
 from .transforms import ExpTransform
-from .utils import broadcast_all, clamp_probs
+from .utils import _delegated, broadcast_all, clamp_probs
 
 __all__ = ["ExpRelaxedCategorical", "RelaxedOneHotCategorical"]
 
 
-class ExpRelaxedCategorical(Distribution):
+class ExpRelaxedCategorical(OnCategorical, Distribution):
     """The log of a ``RelaxedOneHotCategorical`` sample: ``log_softmax((logits + gumbels) / temperature)``."""
 
     arg_constraints = {"probs": constraints.simplex, "logits": constraints.real_vector}
@@ -23,26 +23,9 @@ class ExpRelaxedCategorical(Distribution):
     _shared_attrs = ("temperature",)
 
     def __init__(self, temperature, probs=None, logits=None, validate_args=None):
-        self._categorical = Categorical(probs, logits)
+        batch_shape, event_shape = self._set_categorical(probs, logits)
         self.temperature = temperature
-        batch_shape = self._categorical.batch_shape
-        event_shape = self._categorical.param_shape[-1:]
         super().__init__(batch_shape, event_shape, validate_args=validate_args)
-
-    def _new(self, *args, **kwargs):
-        return self._categorical._new(*args, **kwargs)
-
-    @property
-    def param_shape(self):
-        return self._categorical.param_shape
-
-    @property
-    def logits(self):
-        return self._categorical.logits
-
-    @property
-    def probs(self):
-        return self._categorical.probs
 
     def rsample(self, sample_shape=torch.Size()):
         shape = self._extended_shape(sample_shape)
@@ -77,14 +60,6 @@ class RelaxedOneHotCategorical(TransformedDistribution):
         new = self._get_checked_instance(RelaxedOneHotCategorical, _instance)
         return super().expand(batch_shape, _instance=new)
 
-    @property
-    def temperature(self):
-        return self.base_dist.temperature
-
-    @property
-    def logits(self):
-        return self.base_dist.logits
-
-    @property
-    def probs(self):
-        return self.base_dist.probs
+    temperature = _delegated("base_dist", "temperature")
+    logits = _delegated("base_dist", "logits")
+    probs = _delegated("base_dist", "probs")

@@ -63,6 +63,12 @@ class lazy_property:
         return value
 
 
+def _delegated(holder, name):
+    """A read-only property reading ``name`` off the attribute ``holder``: the parameters of a family that is built
+    on another distribution (``LogNormal.loc`` is ``base_dist.loc``) are that one's."""
+    return property(lambda self: getattr(getattr(self, holder), name), doc=f"``self.{holder}.{name}``")
+
+
 def _standard_normal(shape, dtype, device):
     return torch.randn(tuple(shape), dtype=dtype, device=device)
 

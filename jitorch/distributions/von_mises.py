@@ -6,6 +6,7 @@ import math
 import jitorch as torch
 
 from . import constraints
+from ._mixins import MeanModeAtLoc
 from .distribution import Distribution
 from .utils import broadcast_all, lazy_property
 
@@ -60,7 +61,7 @@ def _rejection_sample(loc, concentration, proposal_r, shape):
     return ((x + math.pi + loc) % (2 * math.pi) - math.pi).reshape(shape)
 
 
-class VonMises(Distribution):
+class VonMises(MeanModeAtLoc, Distribution):
     arg_constraints = {"loc": constraints.real, "concentration": constraints.positive}
     support = constraints.real
     has_rsample = False
@@ -107,14 +108,6 @@ class VonMises(Distribution):
             loc = self.loc.expand(batch_shape)
             concentration = self.concentration.expand(batch_shape)
             return type(self)(loc, concentration, validate_args=validate_args)
-
-    @property
-    def mean(self):
-        return self.loc
-
-    @property
-    def mode(self):
-        return self.loc
 
     @lazy_property
     def variance(self):
