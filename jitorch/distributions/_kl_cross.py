@@ -59,12 +59,6 @@ def _kl_beta_uniform(p, q):
     return _where((q.low > p.support.lower_bound) | (q.high < p.support.upper_bound), math.inf, result)
 
 
-@register_kl(Exponential, Beta)
-@register_kl(Exponential, Uniform)
-def _kl_exponential_infinity(p, q):
-    return _infinite_like(p.rate)
-
-
 @register_kl(Exponential, Gamma)
 def _kl_exponential_gamma(p, q):
     ratio = q.rate / p.rate
@@ -93,12 +87,6 @@ def _kl_exponential_normal(p, q):
     return t1 - 1 + (t2 - t3 + t4) / var_normal
 
 
-@register_kl(Gamma, Beta)
-@register_kl(Gamma, Uniform)
-def _kl_gamma_infinity(p, q):
-    return _infinite_like(p.concentration)
-
-
 @register_kl(Gamma, Exponential)
 def _kl_gamma_exponential(p, q):
     return -p.entropy() - q.rate.log() + q.rate * p.concentration / p.rate
@@ -125,14 +113,6 @@ def _kl_gamma_normal(p, q):
     return t1 + (p.concentration - 1) * p.concentration.digamma() + (t2 - t3 + t4) / var_normal
 
 
-@register_kl(Gumbel, Beta)
-@register_kl(Gumbel, Exponential)
-@register_kl(Gumbel, Gamma)
-@register_kl(Gumbel, Uniform)
-def _kl_gumbel_infinity(p, q):
-    return _infinite_like(p.loc)
-
-
 @register_kl(Gumbel, Normal)
 def _kl_gumbel_normal(p, q):
     param_ratio = p.scale / q.scale
@@ -140,14 +120,6 @@ def _kl_gumbel_normal(p, q):
     t2 = (math.pi * param_ratio * 0.5).pow(2) / 3
     t3 = ((p.loc + p.scale * euler_constant - q.loc) / q.scale).pow(2) * 0.5
     return -t1 + t2 + t3 - (euler_constant + 1)
-
-
-@register_kl(Laplace, Beta)
-@register_kl(Laplace, Exponential)
-@register_kl(Laplace, Gamma)
-@register_kl(Laplace, Uniform)
-def _kl_laplace_infinity(p, q):
-    return _infinite_like(p.loc)
 
 
 @register_kl(Laplace, Normal)
@@ -159,14 +131,6 @@ def _kl_laplace_normal(p, q):
     t3 = p.loc * q.loc
     t4 = 0.5 * q.loc.pow(2)
     return -t1 + scale_sqr_var_ratio + (t2 - t3 + t4) / var_normal - 1
-
-
-@register_kl(Normal, Beta)
-@register_kl(Normal, Exponential)
-@register_kl(Normal, Gamma)
-@register_kl(Normal, Uniform)
-def _kl_normal_infinity(p, q):
-    return _infinite_like(p.loc)
 
 
 @register_kl(Normal, Gumbel)
@@ -189,12 +153,6 @@ def _kl_normal_laplace(p, q):
     t2 = math.sqrt(2 / math.pi) * p.scale * torch.exp(-0.5 * loc_diff_scale_ratio.pow(2))
     t3 = loc_diff * torch.erf(math.sqrt(0.5) * loc_diff_scale_ratio)
     return -t1 + (t2 + t3) / q.scale - 0.5 * (1 + math.log(0.5 * math.pi))
-
-
-@register_kl(Poisson, Bernoulli)
-@register_kl(Poisson, Binomial)
-def _kl_poisson_infinity(p, q):
-    return _infinite_like(p.rate)
 
 
 @register_kl(Uniform, Beta)
@@ -241,3 +199,23 @@ def _kl_uniform_normal(p, q):
     t2 = common_term.pow(2) / 12
     t3 = ((p.high + p.low - 2 * q.loc) / 2).pow(2)
     return t1 + 0.5 * (t2 + t3) / q.scale.pow(2)
+
+
+def _kl_infinite(type_p, param):
+    """KL(p || q) for a q whose support misses part of p's: infinite, shaped as ``p``'s ``param``."""
+    def kl(p, q):
+        return _infinite_like(getattr(p, param))
+    kl.__name__ = kl.__qualname__ = f"_kl_{type_p.__name__.lower()}_infinity"  # torch's name, for tracebacks
+    return kl
+
+
+# (p's type, the parameter giving the shape, the q types whose support is too small), in torch's pairs. One function per
+# p type, registered for each of its q types, as torch's: the ambiguity check of ``kl_divergence`` compares them.
+for _type_p, _param, _types_q in ((Exponential, "rate", (Beta, Uniform)), (Gamma, "concentration", (Beta, Uniform)),
+                                  (Gumbel, "loc", (Beta, Exponential, Gamma, Uniform)),
+                                  (Laplace, "loc", (Beta, Exponential, Gamma, Uniform)),
+                                  (Normal, "loc", (Beta, Exponential, Gamma, Uniform)),
+                                  (Poisson, "rate", (Bernoulli, Binomial))):
+    _kl = _kl_infinite(_type_p, _param)
+    for _type_q in _types_q:
+        register_kl(_type_p, _type_q)(_kl)
