@@ -61,16 +61,20 @@ class ReshapeTransform(Transform):
         return self._swap(shape, self.out_shape, self.in_shape)
 
 
+def _cached_parts(tseq, cache_size):
+    """``tseq``, checked to be transforms, as a list of them with ``cache_size``."""
+    if not all(isinstance(t, Transform) for t in tseq):
+        raise AssertionError("All elements of tseq must be Transform instances")
+    return [t.with_cache(cache_size) for t in tseq] if cache_size else list(tseq)
+
+
 class CatTransform(Transform):
     """``tseq[i]`` applied to the ``i``-th slice (of ``lengths[i]``) along ``dim``."""
 
     def __init__(self, tseq, dim=0, lengths=None, cache_size=0):
-        if not all(isinstance(t, Transform) for t in tseq):
-            raise AssertionError("All elements of tseq must be Transform instances")
-        if cache_size:
-            tseq = [t.with_cache(cache_size) for t in tseq]
+        tseq = _cached_parts(tseq, cache_size)
         super().__init__(cache_size=cache_size)
-        self.transforms = list(tseq)
+        self.transforms = tseq
         self.lengths = list([1] * len(self.transforms) if lengths is None else lengths)
         if len(self.lengths) != len(self.transforms):
             raise AssertionError(f"lengths ({len(self.lengths)}) must match transforms ({len(self.transforms)})")
@@ -126,12 +130,9 @@ class StackTransform(Transform):
     """``tseq[i]`` applied to index ``i`` of ``dim``."""
 
     def __init__(self, tseq, dim=0, cache_size=0):
-        if not all(isinstance(t, Transform) for t in tseq):
-            raise AssertionError("All elements of tseq must be Transform instances")
-        if cache_size:
-            tseq = [t.with_cache(cache_size) for t in tseq]
+        tseq = _cached_parts(tseq, cache_size)
         super().__init__(cache_size=cache_size)
-        self.transforms = list(tseq)
+        self.transforms = tseq
         self.dim = dim
 
     def with_cache(self, cache_size=1):

@@ -42,10 +42,7 @@ class SoftmaxTransform(Transform):
             raise ValueError("Too few dimensions on input")
         return shape
 
-    def inverse_shape(self, shape):
-        if len(shape) < 1:
-            raise ValueError("Too few dimensions on input")
-        return shape
+    inverse_shape = forward_shape  # the shape is kept both ways
 
 
 class StickBreakingTransform(Transform):

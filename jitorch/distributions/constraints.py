@@ -278,29 +278,26 @@ class _Square(Constraint):
                           device=value.device)
 
 
+def _refined(coarse, fine):
+    """Each matrix constraint checks its parent's first: ``coarse`` where it fails anywhere (``fine`` may not apply
+    then, an eigendecomposition of a non-square matrix), else ``fine()``, as torch."""
+    return coarse if not bool(coarse.all()) else fine()
+
+
 class _Symmetric(_Square):
     def check(self, value):
-        square = super().check(value)
-        if not bool(square.all()):
-            return square
-        return torch.isclose(value, value.mT, atol=1e-6).all(-2).all(-1)
+        return _refined(super().check(value), lambda: torch.isclose(value, value.mT, atol=1e-6).all(-2).all(-1))
 
 
 class _PositiveSemidefinite(_Symmetric):
     def check(self, value):
-        sym = super().check(value)
-        if not bool(sym.all()):
-            return sym
-        return torch.linalg.eigvalsh(value).ge(0).all(-1)
+        return _refined(super().check(value), lambda: torch.linalg.eigvalsh(value).ge(0).all(-1))
 
 
 class _PositiveDefinite(_Symmetric):
     def check(self, value):
-        sym = super().check(value)
-        if not bool(sym.all()):
-            return sym
         # torch asks cholesky_ex for its info code; jitorch's cholesky_ex raises instead, so: all eigenvalues > 0.
-        return torch.linalg.eigvalsh(value).gt(0).all(-1)
+        return _refined(super().check(value), lambda: torch.linalg.eigvalsh(value).gt(0).all(-1))
 
 
 class _Cat(Constraint):

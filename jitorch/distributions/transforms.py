@@ -85,8 +85,7 @@ class PowerTransform(Transform):
     def forward_shape(self, shape):
         return torch.broadcast_shapes(shape, getattr(self.exponent, "shape", ()))
 
-    def inverse_shape(self, shape):
-        return torch.broadcast_shapes(shape, getattr(self.exponent, "shape", ()))
+    inverse_shape = forward_shape  # either way, broadcast with the exponent
 
 
 class SigmoidTransform(Transform):
@@ -185,9 +184,7 @@ class AffineTransform(Transform):
     def domain(self):
         return constraints.real if self.event_dim == 0 else constraints.independent(constraints.real, self.event_dim)
 
-    @constraints.dependent_property(is_discrete=False)
-    def codomain(self):
-        return constraints.real if self.event_dim == 0 else constraints.independent(constraints.real, self.event_dim)
+    codomain = domain  # onto the same space
 
     def with_cache(self, cache_size=1):
         if self._cache_size == cache_size:
@@ -232,8 +229,7 @@ class AffineTransform(Transform):
     def forward_shape(self, shape):
         return torch.broadcast_shapes(shape, getattr(self.loc, "shape", ()), getattr(self.scale, "shape", ()))
 
-    def inverse_shape(self, shape):
-        return torch.broadcast_shapes(shape, getattr(self.loc, "shape", ()), getattr(self.scale, "shape", ()))
+    inverse_shape = forward_shape  # either way, broadcast with loc and scale
 
 
 class CumulativeDistributionTransform(Transform):
