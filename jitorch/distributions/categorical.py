@@ -75,7 +75,7 @@ class Categorical(ProbsOrLogitsParam, Distribution):
         return self._enumerated(torch.arange(self._num_events, dtype=torch.long, device=self._param.device), expand)
 
 
-class OnCategorical:
+class CategoricalBased:
     """Mixin of the families built on a ``Categorical`` held as ``_categorical`` (OneHotCategorical,
     ExpRelaxedCategorical, Multinomial): its parameters are theirs."""
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import jitorch as torch
 
+from .utils import _delegated
+
 __all__ = ["Constraint", "boolean", "cat", "corr_cholesky", "dependent", "dependent_property", "greater_than",
            "greater_than_eq", "independent", "integer_interval", "interval", "half_open_interval", "is_dependent",
            "less_than", "lower_cholesky", "lower_triangular", "MixtureSameFamilyConstraint", "multinomial",
@@ -77,18 +79,21 @@ class _DependentProperty(property, _Dependent):
         return _DependentProperty(fn, is_discrete=self._is_discrete, event_dim=self._event_dim)
 
 
+def _checked_base(base_constraint):
+    """The constraint that an independent or mixture constraint wraps (and whose ``is_discrete`` is theirs)."""
+    if not isinstance(base_constraint, Constraint):
+        raise AssertionError(f"base_constraint must be a Constraint, got {type(base_constraint).__name__}")
+    return base_constraint
+
+
 class _IndependentConstraint(Constraint):
     def __init__(self, base_constraint, reinterpreted_batch_ndims):
-        if not isinstance(base_constraint, Constraint):
-            raise AssertionError(f"base_constraint must be a Constraint, got {type(base_constraint).__name__}")
+        self.base_constraint = _checked_base(base_constraint)
         if not isinstance(reinterpreted_batch_ndims, int) or reinterpreted_batch_ndims < 0:
             raise AssertionError(f"reinterpreted_batch_ndims must be an int >= 0, got {reinterpreted_batch_ndims!r}")
-        self.base_constraint = base_constraint
         self.reinterpreted_batch_ndims = reinterpreted_batch_ndims
 
-    @property
-    def is_discrete(self):
-        return self.base_constraint.is_discrete
+    is_discrete = _delegated("base_constraint", "is_discrete")
 
     @property
     def event_dim(self):
@@ -109,17 +114,10 @@ class MixtureSameFamilyConstraint(Constraint):
     """The support of a mixture: the component support checked with the value broadcast over the components."""
 
     def __init__(self, base_constraint):
-        if not isinstance(base_constraint, Constraint):
-            raise AssertionError(f"base_constraint must be a Constraint, got {type(base_constraint).__name__}")
-        self.base_constraint = base_constraint
+        self.base_constraint = _checked_base(base_constraint)
 
-    @property
-    def is_discrete(self):
-        return self.base_constraint.is_discrete
-
-    @property
-    def event_dim(self):
-        return self.base_constraint.event_dim
+    is_discrete = _delegated("base_constraint", "is_discrete")
+    event_dim = _delegated("base_constraint", "event_dim")
 
     def check(self, value):
         result = self.base_constraint.check(value.unsqueeze(-1 - self.event_dim))

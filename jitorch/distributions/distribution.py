@@ -50,8 +50,9 @@ class Distribution:
 
     # A family lists in ``_batch_params`` its attributes that carry the batch dims first (tensors, or distributions it
     # is built on) and in ``_shared_attrs`` those without batch dims; ``expand`` then follows from them, where torch
-    # spells it out per family. ``_batch_params`` has no default here: the class declaring it is the one whose
-    # ``__init__`` ``expand`` stands in for (see ``_get_checked_instance``).
+    # spells it out per family. ``_batch_params`` has no default here: the class declaring it is the family that
+    # ``expand`` rebuilds, so a subclass with its own ``__init__`` must still write its ``expand``, as in torch
+    # (``_get_checked_instance``).
     _shared_attrs = ()
 
     def expand(self, batch_shape, _instance=None):

@@ -7,14 +7,14 @@ import jitorch as torch
 
 from . import constraints
 from .binomial import Binomial
-from .categorical import OnCategorical
+from .categorical import CategoricalBased
 from .distribution import Distribution
 from .utils import broadcast_all
 
 __all__ = ["Multinomial"]
 
 
-class Multinomial(OnCategorical, Distribution):
+class Multinomial(CategoricalBased, Distribution):
     """``total_count`` must be one int (``log_prob`` does not need it: it is the sum of the value's counts).
 
     >>> import jitorch

@@ -5,14 +5,14 @@ import jitorch as torch
 import jitorch.nn.functional as F
 
 from . import constraints
-from .categorical import OnCategorical
+from .categorical import CategoricalBased
 from .distribution import Distribution
 from .utils import _delegated
 
 __all__ = ["OneHotCategorical", "OneHotCategoricalStraightThrough"]
 
 
-class OneHotCategorical(OnCategorical, Distribution):
+class OneHotCategorical(CategoricalBased, Distribution):
     arg_constraints = {"probs": constraints.simplex, "logits": constraints.real_vector}
     support = constraints.one_hot
     has_enumerate_support = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 import jitorch as torch
 
 from . import constraints
-from .categorical import OnCategorical
+from .categorical import CategoricalBased
 from .distribution import Distribution
 from .transformed_distribution import TransformedDistribution
 from .transforms import ExpTransform
@@ -13,7 +13,7 @@ from .utils import _delegated, broadcast_all, clamp_probs
 __all__ = ["ExpRelaxedCategorical", "RelaxedOneHotCategorical"]
 
 
-class ExpRelaxedCategorical(OnCategorical, Distribution):
+class ExpRelaxedCategorical(CategoricalBased, Distribution):
     """The log of a ``RelaxedOneHotCategorical`` sample: ``log_softmax((logits + gumbels) / temperature)``."""
 
     arg_constraints = {"probs": constraints.simplex, "logits": constraints.real_vector}
