@@ -298,21 +298,29 @@ class _PositiveDefinite(_Symmetric):
         return _refined(super().check(value), lambda: torch.linalg.eigvalsh(value).gt(0).all(-1))
 
 
+def _checked_parts(cseq):
+    """``cseq``, checked to hold constraints, as a list: the parts of a cat or stack constraint."""
+    if not all(isinstance(c, Constraint) for c in cseq):
+        raise AssertionError("All elements of cseq must be Constraint instances")
+    return list(cseq)
+
+
+def _any_discrete(self):
+    """A cat or stack constraint is discrete where any of its parts is."""
+    return any(c.is_discrete for c in self.cseq)
+
+
 class _Cat(Constraint):
     """Constraints applied to consecutive slices of ``lengths`` along ``dim``."""
 
+    is_discrete = property(_any_discrete)
+
     def __init__(self, cseq, dim=0, lengths=None):
-        if not all(isinstance(c, Constraint) for c in cseq):
-            raise AssertionError("All elements of cseq must be Constraint instances")
-        self.cseq = list(cseq)
+        self.cseq = _checked_parts(cseq)
         self.lengths = list([1] * len(self.cseq) if lengths is None else lengths)
         if len(self.lengths) != len(self.cseq):
             raise AssertionError(f"lengths ({len(self.lengths)}) must match cseq ({len(self.cseq)})")
         self.dim = dim
-
-    @property
-    def is_discrete(self):
-        return any(c.is_discrete for c in self.cseq)
 
     @property
     def event_dim(self):
@@ -329,15 +337,11 @@ class _Cat(Constraint):
 class _Stack(Constraint):
     """One constraint per index of ``dim``."""
 
-    def __init__(self, cseq, dim=0):
-        if not all(isinstance(c, Constraint) for c in cseq):
-            raise AssertionError("All elements of cseq must be Constraint instances")
-        self.cseq = list(cseq)
-        self.dim = dim
+    is_discrete = property(_any_discrete)
 
-    @property
-    def is_discrete(self):
-        return any(c.is_discrete for c in self.cseq)
+    def __init__(self, cseq, dim=0):
+        self.cseq = _checked_parts(cseq)
+        self.dim = dim
 
     @property
     def event_dim(self):
