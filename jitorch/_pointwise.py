@@ -169,14 +169,23 @@ atan2 = arctan2 = _binary(P.ATAN2)
 def pow(input, exponent, *, out=None):
     """``input ** exponent`` (either may be a scalar)."""
     if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and isinstance(input, Tensor):
-        if exponent == 2 and input.dtype is not _dtype.bool:  # bool ** 2 promotes to int64; bool * bool does not
+        # x * x has the input's dtype, which is pow's only for an int 2 on a non-bool tensor (bool ** 2 is int64) or
+        # any 2 on a float one: an integer tensor ** 2.0 promotes to the default float dtype.
+        if exponent == 2 and input.dtype is not _dtype.bool and (
+                type(exponent) is int or input.dtype.is_floating_point or input.dtype.is_complex):
             return _write_out(apply(P.MUL, input, input), out, "pow")
     return _write_out(apply(P.POW, input, exponent), out, "pow")
 
 
 def float_power(input, exponent):
-    x = input.double() if isinstance(input, Tensor) else input
-    e = exponent.double() if isinstance(exponent, Tensor) else exponent
+    # torch computes in double, or complex double when either side is complex (a .double() would drop the imaginary
+    # part).
+    def is_complex(v):
+        return v.dtype.is_complex if isinstance(v, Tensor) else isinstance(v, complex)
+
+    wide = _dtype.complex128 if is_complex(input) or is_complex(exponent) else _dtype.float64
+    x = input.to(wide) if isinstance(input, Tensor) else input
+    e = exponent.to(wide) if isinstance(exponent, Tensor) else exponent
     return pow(x, e)
 
 
