@@ -116,21 +116,26 @@ _POW_BY_SCALAR = {
 
 
 def _pow_backward(ctx, g):
-    from .. import where
+    # ATen's pow_backward_self / pow_backward_exponent: both gradients are zero where x ** y is constant in the
+    # variable (y == 0 for the base, where y * x ** (y - 1) is 0 * inf at x == 0; x == 0 with y >= 0 for the exponent,
+    # where x ** y * log(x) is 0 * -inf), masked by a where around the formula so double backward masks too.
+    from .. import where, zeros_like
 
     a, b = ctx.inputs
     ga = gb = None
     if ctx.needs_grad(0):
-        ga = g * b * a ** (b - 1) if not isinstance(b, (int, float)) or b != 0 else g * 0
+        if not hasattr(b, "_data"):
+            ga = zeros_like(a) if b == 0 else g * (b * a ** (b - 1))
+        else:
+            ga = where(b == 0, 0.0, g * (b * a ** (b - 1)))
     if ctx.needs_grad(1):
         out = ctx.out
-        # d/db a**b = a**b * log(a); PyTorch defines it as 0 where a == 0 and b >= 0.
         if hasattr(a, "_data"):
-            gb = where((a == 0) & (b >= 0), 0.0, g * out * a.log())
-        elif a == 0:  # a Python number base: 2 ** x
-            gb = where(b >= 0, 0.0, g * out * float("-inf"))
-        else:
-            gb = g * out * math.log(a) if a > 0 else g * out * float("nan")
+            gb = g * where((a == 0) & (b >= 0), 0.0, out * a.log())
+        elif a == 0:  # a Python number base: 0 ** y
+            gb = g * where(b >= 0, 0.0, out * float("-inf"))
+        else:  # log of a negative Python number is nan, as ATen's Scalar::log
+            gb = g * (out * (math.log(a) if a > 0 else float("nan")))
     return ga, gb
 
 
@@ -154,9 +159,14 @@ MINIMUM = defop("minimum", lambda xp, a, b: xp.minimum(a, b), _extremum_backward
 
 
 def _atan2_backward(ctx, g):
+    # ATen's atan2_backward: 1 / (a^2 + b^2) with its infinities (a == b == 0, or squares underflowing) set to 0,
+    # so atan2(0, 0) has zero gradients instead of 0 / 0.
+    from .. import where
+
     a, b = ctx.inputs
-    denom = a * a + b * b
-    return (g * b / denom if ctx.needs_grad(0) else None), (-g * a / denom if ctx.needs_grad(1) else None)
+    recip = (a * a + b * b).reciprocal()
+    recip = where(recip.isinf(), 0.0, recip)
+    return (g * b * recip if ctx.needs_grad(0) else None), (g * -a * recip if ctx.needs_grad(1) else None)
 
 
 ATAN2 = defop("atan2", lambda xp, a, b: xp.arctan2(a, b), _atan2_backward, Pointwise("atan2({0}, {1})"),
