@@ -473,7 +473,8 @@ def fast_binary(op, reflected=False):
                                 y = y.astype(common)
                 else:
                     y = b
-                    ok = tb in _SCALARS
+                    # A half with a scalar goes through the kernel: mul/div compute it in float32 as PyTorch.
+                    ok = tb in _SCALARS and x.itemsize != 2
                 if ok:
                     if a._base is not None and a._view_ver != a._ver_owner._ver:
                         sync_view(a)

@@ -31,6 +31,9 @@ def _dims(input, dim, op):
     return dims if input._data.ndim else ()
 
 
+_HALVES = (_dtype.float16, _dtype.bfloat16)
+
+
 def _sum_dtype(input, dtype):
     if dtype is not None:
         return _dtype.to_dtype(dtype)
@@ -61,6 +64,10 @@ def mean(input, dim=None, keepdim=False, *, dtype=None):
     n = 1
     for d in dims:
         n *= input._data.shape[d]
+    if dt in _HALVES:
+        # PyTorch sums and divides halves in float32 and rounds once: a half sum overflows (10000 tens is inf in
+        # float16) and a half n rounds (24000 is 24064 in bfloat16), in the value and in the gradient g / n.
+        return mean(input, dims, keepdim, dtype=_dtype.float32).to(dt)
     total = apply(R.SUM, input, dims=dims, keepdim=keepdim, dtype=dt.np)
     return named(total / n if n else total * float("nan"), "MeanBackward0" if dim is None else "MeanBackward1")
 
@@ -183,9 +190,6 @@ def _correction(unbiased, correction):
     return 1 if unbiased is None or unbiased else 0
 
 
-_HALVES = (_dtype.float16, _dtype.bfloat16)
-
-
 def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """Variance with ``correction`` (default 1, Bessel's); ``unbiased=False`` means correction 0."""
     v = _var(input, dim, unbiased, keepdim, correction)
@@ -262,6 +266,8 @@ def softmax(input, dim=None, dtype=None, _stacklevel=3):
     # One fused row (PyTorch's _softmax): one pass over the data and one autograd node instead of five.
     if input._data.ndim and input._data.dtype in FUSED_DTYPES:
         return apply(SOFTMAX, input, dim=d)
+    if input.dtype in _HALVES:  # PyTorch's kernels compute halves in float32 and round once
+        return softmax(input.float(), d).to(input.dtype)
     shifted = input - amax(input, d, keepdim=True).detach()
     e = shifted.exp()
     return e / e.sum(d, keepdim=True)
@@ -274,6 +280,8 @@ def log_softmax(input, dim=None, dtype=None, _stacklevel=3):
         return input.clone()
     if input._data.ndim and input._data.dtype in FUSED_DTYPES:
         return apply(LOG_SOFTMAX, input, dim=d)
+    if input.dtype in _HALVES:
+        return log_softmax(input.float(), d).to(input.dtype)
     shifted = input - amax(input, d, keepdim=True).detach()
     return shifted - shifted.exp().sum(d, keepdim=True).log()
 

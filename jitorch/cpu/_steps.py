@@ -91,7 +91,8 @@ def kernel_step(op, datas, casts, cnp, attrs, outs):
         if ufunc is None and op.name in _DIRECT and out.dtype in _FULL_FLOATS:
             ufunc = _DIRECT[op.name]
         if ufunc is not None and not casts and not attrs and out.dtype.kind == "f" and all(
-                not isinstance(d, np.ndarray) or d.dtype == out.dtype for d in datas):
+                not isinstance(d, np.ndarray) or d.dtype == out.dtype for d in datas) and (
+                out.dtype.itemsize != 2 or all(isinstance(d, np.ndarray) for d in datas)):  # see ops.pointwise.MUL
             # Same-dtype float pointwise ops write straight into the static buffer: no temporary array.
             def step():
                 ufunc(*datas, out=out)

@@ -58,6 +58,20 @@ def _normalize_over(x, dims, eps):
     return centered * (var + eps).rsqrt(), mean, var
 
 
+def _half_transform(input, x, mean, var, eps, weight, bias, params, view):
+    """PyTorch's CPU batch-norm output for a half ``input`` (``x`` is it in float32): ``x * alpha + beta`` with
+    ``alpha = invstd * weight`` and ``beta = bias - mean * alpha``, one fused multiply-add rounded once (emulated in
+    float64, whose product is exact). In training (``params``: weight, bias, running statistics) native_batch_norm
+    keeps the batch statistics in the parameters' dtype: the input's, unless one of them is float32. Evaluation
+    (``params=None``) uses the running statistics as they are."""
+    invstd = 1 / (var + eps).sqrt()
+    if params is not None and all(t is None or t.dtype == input.dtype for t in params):
+        mean, invstd = mean.to(input.dtype).float(), invstd.to(input.dtype).float()
+    alpha = invstd if weight is None else invstd * view(weight).float()
+    beta = -mean * alpha if bias is None else view(bias).float() - mean * alpha
+    return (x.double() * alpha.double() + beta.double()).float().to(input.dtype)
+
+
 def _verify_batch_size(size):
     prod = size[0]
     for s in size[2:]:
@@ -81,8 +95,10 @@ def _check_stats_no_grad(op, running_mean, running_var):
 
 
 def _update_running(running, stat, momentum):
+    # Half running statistics are updated in float32 from the float32 batch statistic and rounded once, as PyTorch.
+    wide = _dtype.float32 if running.dtype in _HALF else running.dtype
     with no_grad():
-        running.copy_(stat.detach().to(running.dtype) * momentum + running * (1 - momentum))
+        running.copy_(stat.detach().to(wide) * momentum + running.to(wide) * (1 - momentum))
 
 
 def _update_batch_stats(running_mean, running_var, mean, var, n, momentum):
@@ -118,7 +134,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     view = lambda t: _channel_view(t, ndim)  # noqa: E731 - a one-line closure over ndim
     if training:
         dims = (0,) + tuple(range(2, ndim))
-        if ndim > 1 and x._data.dtype in FUSED_DTYPES and x._data.size and \
+        if ndim > 1 and x is input and x._data.dtype in FUSED_DTYPES and x._data.size and \
                 all(t is None or t._data.dtype == x._data.dtype for t in (weight, bias)):
             # One row (PyTorch's native_batch_norm) and one for its backward: a third of the composite's passes.
             out, mean, var = apply(BATCH_NORM, x, weight, bias, eps=eps)
@@ -126,6 +142,12 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
             return out.to(input.dtype)
         out, mean, var = _normalize_over(x, dims, eps)
         _update_batch_stats(running_mean, running_var, mean, var, x.numel() // max(channels, 1), momentum)
+        if x is not input:
+            params = (weight, bias, running_mean, running_var)
+            return _half_transform(input, x, mean, var, eps, weight, bias, params, view)
+    elif x is not input:
+        rm, rv = view(running_mean).float(), view(running_var).float()
+        return _half_transform(input, x, rm, rv, eps, weight, bias, None, view)
     else:
         out = (x - view(running_mean)) * view(running_var + eps).rsqrt()
     return _affine(out, weight, bias, view).to(input.dtype)
@@ -168,9 +190,15 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
         if running_mean is not None and n > 0:
             _update_running(running_mean, mean.reshape(x.shape[0], channels).mean(0), momentum)
             _update_running(running_var, var.reshape(x.shape[0], channels).mean(0) * (n / (n - 1)), momentum)
+        if x is not input:  # PyTorch's is a batch norm of the (1, N*C, *) view: its half output
+            params = (weight, bias, running_mean, running_var)
+            return _half_transform(input, x, mean, var, eps, weight, bias, params, view)
     else:
         if running_mean is None:
             raise RuntimeError("Expected running_mean and running_var to be defined when use_input_stats is false")
+        if x is not input:
+            rm, rv = view(running_mean).float(), view(running_var).float()
+            return _half_transform(input, x, rm, rv, eps, weight, bias, None, view)
         out = (x - view(running_mean)) * view(running_var + eps).rsqrt()
     return _affine(out, weight, bias, view).to(input.dtype)
 

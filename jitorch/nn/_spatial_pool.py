@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from .. import _creation
+from .. import _creation, _dtype
 from .._dispatch import apply
 from ..amp._cast_mode import autocast_policy
 from ..ops.conv_ops import ADAPTIVE_MAX_POOL, CONSTANT_PAD, CONVOLUTION, MAX_POOL, adaptive_bounds
@@ -134,6 +134,16 @@ def _avg_divisor(size, kernel, stride, pad, out, count_include_pad):
     return np.minimum(end, size) - np.maximum(start, 0)
 
 
+def _in_float32(fn):
+    """PyTorch averages halves in float32 and rounds once (a half window sum and divisor each round)."""
+    def wrapper(name, nd, input, *args):
+        if input.dtype in (_dtype.float16, _dtype.bfloat16):
+            return fn(name, nd, input.float(), *args).to(input.dtype)
+        return fn(name, nd, input, *args)
+    return wrapper
+
+
+@_in_float32
 def _avg_poolnd(name, nd, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     x, kernel, stride, padding, _, outs = _pool_args(name, nd, input, kernel_size, stride, padding, 1, ceil_mode)
     n, c = x.shape[:2]
@@ -202,6 +212,7 @@ def _averaging_matrix(size, out, like):
     return _creation.tensor(m, dtype=like.dtype, device=like.device)
 
 
+@_in_float32
 def _adaptive_avg_poolnd(name, nd, input, output_size):
     outs = _adaptive_sizes(name, nd, input, output_size)
     out = input

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes as _ml_dtypes
 import numpy as np
 
 from ..runtime import special_module
@@ -68,14 +69,42 @@ SUB = defop("sub", _sub_kernel, lambda ctx, g: (g, -g if ctx.needs_grad(1) else 
             promotion="promote", meta=True, ufunc="subtract")
 
 
+_HALVES = (np.dtype(np.float16), np.dtype(_ml_dtypes.bfloat16))
+
+
+def _half_and_scalar(a, b):
+    """(half array, Python number) when one operand is each, else None."""
+    if type(b) in (int, float) and getattr(a, "dtype", None) in _HALVES:
+        return a, b
+    if type(a) in (int, float) and getattr(b, "dtype", None) in _HALVES:
+        return b, a
+    return None
+
+
+# PyTorch's CPU mul and div of a half tensor by a scalar compute in float32 with the scalar as a float32 ("opmath",
+# not first rounded to the half type) and round once: x * 1.1 differs from x * half(1.1) in the last bit for about
+# half of the values. (``scalar / x`` is Tensor.__rtruediv__, reciprocal(x) * scalar: a mul.)
+def _mul_kernel(xp, a, b):
+    pair = _half_and_scalar(a, b)
+    if pair is None:
+        return xp.multiply(a, b)
+    x, s = pair
+    return xp.multiply(x.astype(np.float32), np.float32(s)).astype(x.dtype)
+
+
+def _div_kernel(xp, a, b):
+    if type(b) in (int, float) and getattr(a, "dtype", None) in _HALVES:
+        return xp.true_divide(a.astype(np.float32), np.float32(b)).astype(a.dtype)
+    return xp.true_divide(a, b)
+
+
 def _mul_backward(ctx, g):
     a, b = ctx.inputs
     return (g * b if ctx.needs_grad(0) else None), (g * a if ctx.needs_grad(1) else None)
 
 
-MUL = defop("mul", lambda xp, a, b: xp.multiply(a, b), _holomorphic(_mul_backward), Pointwise("{0} * {1}"),
-            promotion="promote", saves="inputs", meta=True, ufunc="multiply",
-            save_if=lambda needs: (needs[1], needs[0]))
+MUL = defop("mul", _mul_kernel, _holomorphic(_mul_backward), Pointwise("{0} * {1}"), promotion="promote",
+            saves="inputs", meta=True, ufunc="multiply", save_if=lambda needs: (needs[1], needs[0]))
 
 
 def _div_backward(ctx, g):
@@ -85,8 +114,8 @@ def _div_backward(ctx, g):
     return ga, gb
 
 
-DIV = defop("div", lambda xp, a, b: xp.true_divide(a, b), _holomorphic(_div_backward), Pointwise("{0} / {1}"),
-            promotion="float", saves="inputs", meta=True, ufunc="true_divide", save_if=lambda needs: (needs[1], True))
+DIV = defop("div", _div_kernel, _holomorphic(_div_backward), Pointwise("{0} / {1}"), promotion="float",
+            saves="inputs", meta=True, ufunc="true_divide", save_if=lambda needs: (needs[1], True))
 
 
 def _pow_kernel(xp, a, b):
@@ -351,7 +380,7 @@ ERFC = _unary("erfc", _special("erfc"), lambda ctx, g: g * (-2 / math.sqrt(math.
               "erfc({0})")
 ERFINV = _unary("erfinv", _special("erfinv"), lambda ctx, g: g * (math.sqrt(math.pi) / 2) * (ctx.out ** 2).exp(),
                 "erfinv({0})", saves="outputs")
-RECIPROCAL = _unary("reciprocal", lambda xp, a: xp.reciprocal(a), lambda ctx, g: -g * ctx.out * ctx.out,
+RECIPROCAL = _unary("reciprocal", lambda xp, a: xp.reciprocal(a), lambda ctx, g: -g * (ctx.out * ctx.out),
                     "1 / {0}", saves="outputs", holomorphic=True)
 def _relu_kernel(xp, a):
     if a.dtype == np.bool_:
