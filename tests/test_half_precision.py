@@ -118,3 +118,34 @@ def test_average_pools_sum_in_float32(dtype):
     check_op(lambda t: F.adaptive_avg_pool2d(t, 1), lambda t: TF.adaptive_avg_pool2d(t, 1), [x], atol=0, rtol=0)
     check_op(lambda t: F.adaptive_avg_pool1d(t[0], 5), lambda t: TF.adaptive_avg_pool1d(t[0], 5), [x[0]], atol=0,
              rtol=0, grad_atol=1e-3 if dtype == "float16" else 8e-3, grad_rtol=0)  # overlapping windows, as above
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+def test_linear_and_addmm_add_the_bias_before_rounding(dtype):
+    # PyTorch's addmm path computes product + bias in float32 and rounds once; rounding twice is 1 ulp off in ~20%.
+    x, w, b = _half((50, 8), dtype, -2, 2, 1), _half((6, 8), dtype, -2, 2, 2), _half((6,), dtype, -2, 2, 3)
+    x3, bat1, bat2 = _half((3, 50, 8), dtype, -2, 2, 4), _half((3, 5, 8), dtype, -2, 2, 5), _half((3, 8, 6), dtype,
+                                                                                                    -2, 2, 6)
+    exact = dict(atol=0, rtol=0)
+    check_op(F.linear, TF.linear, [x, w, b], **exact)
+    check_op(F.linear, TF.linear, [x3, w, b], **exact)  # contiguous n-D with a 1-D bias: flattened into one addmm
+    check_op(F.linear, TF.linear, [x[0], w, b], **exact)
+    # A non-contiguous input, or a bias that is not a vector: matmul then add_, rounded twice in both.
+    check_op(F.linear, TF.linear, [x3, w, b], layout=["transposed", "contiguous", "contiguous"], **exact)
+    check_op(F.linear, TF.linear, [x3, w, _half((50, 6), dtype, -2, 2, 8)], **exact)
+    check_op(lambda i, a, m: jitorch.addmm(i, a, m.t()), lambda i, a, m: torch.addmm(i, a, m.t()), [b, x, w],
+             **exact)
+    check_op(lambda i, a, m: jitorch.addmm(i, a, m.t(), beta=0.5, alpha=2.0),
+             lambda i, a, m: torch.addmm(i, a, m.t(), beta=0.5, alpha=2.0), [b, x, w], atol=0, rtol=0,
+             grad_atol=0, grad_rtol=2 ** -7)  # torch rounds mm(g, m) before scaling it by alpha
+    check_op(jitorch.baddbmm, torch.baddbmm, [_half((3, 5, 6), dtype, -2, 2, 7), bat1, bat2], **exact)
+    check_op(jitorch.addmv, torch.addmv, [b, w, x[0]], **exact)
+
+
+def test_linear_under_bfloat16_autocast_rounds_once():
+    x, w, b = (make_array(s, "float32", np.random.default_rng(i)) for i, s in enumerate([(64, 8), (6, 8), (6,)]))
+    outs = []
+    for lib, fn in ((jitorch, F.linear), (torch, TF.linear)):
+        with lib.autocast("cpu", dtype=lib.bfloat16):
+            outs.append(fn(*(lib.from_numpy(a.copy()) for a in (x, w, b))).float().numpy())
+    np.testing.assert_array_equal(outs[0], outs[1])

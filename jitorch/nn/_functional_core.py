@@ -17,6 +17,7 @@ import warnings
 from .. import _reduction
 from ..amp._cast_mode import autocast_lower
 from .._dispatch import TORCH_TYPE_NAMES, apply
+from .._linalg import add_product
 from .._tensor import Tensor
 from ..autograd.grad_mode import is_grad_enabled
 from ..ops.nn_fused import FUSED_DTYPES
@@ -69,6 +70,11 @@ def linear(input, weight, bias=None):
         if input._data.dtype in FUSED_DTYPES and (bias is None or tuple(bias.shape) == (weight.shape[0],)):
             # One row: matmul and in-place bias add forward, one node whose backward sums the bias gradient directly.
             return apply(LINEAR, input, weight, bias)
+        if bias is not None and (input.dim() == 2 or input.is_contiguous() and bias.is_contiguous() and (
+                bias.dim() == 1 or bias.squeeze().dim() == 1)):
+            # at::linear's addmm path (the product and the bias added in float32 for halves, rounded once); other
+            # inputs and biases take its matmul-then-add_ path, rounded twice.
+            return add_product(bias, lambda x, w: x.matmul(w.t()), (input, weight))
         out = input.matmul(weight.t())
     return out if bias is None else out + bias
 

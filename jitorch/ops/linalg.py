@@ -84,6 +84,10 @@ def _matmul_backward(ctx, g):
         ga = _apply(MATMUL, g2, _h(b2))
         ga = ga.squeeze(-2) if a.dim() == 1 else ga
     if ctx.needs_grad(1):
+        if b.dim() == 2 and a2.dim() > 2:
+            # A batch times one matrix is one matrix product over the flattened batch, as PyTorch folds it: one
+            # GEMM, and halves accumulate b's gradient in float32 once instead of rounding per batch and summing.
+            a2, g2 = a2.reshape(-1, a2.shape[-1]), g2.reshape(-1, g2.shape[-1])
         if b.dim() == 2 and _is_transposed(b) and not b.is_complex():
             # b is a transposed view (``x @ w.t()``): computing the gradient transposed too gives w's grad in w's
             # own contiguous layout, with no copy later.
