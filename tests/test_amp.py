@@ -259,3 +259,63 @@ def test_custom_fwd_requires_a_device_type_string():
             lib.amp.custom_fwd(lambda ctx, x: x, device_type=None)
         with pytest.raises(ValueError, match="device_type"):
             lib.amp.custom_bwd(lambda ctx, g: g, device_type=1)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear", "bicubic", "nearest-exact", "area"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_interpolate_is_on_no_autocast_list(mode, dtype):
+    # PyTorch's upsampling keeps its input's dtype under autocast; its resampling matmuls must not be cast.
+    jt, th = _both(lambda lib, x: lib.nn.functional.interpolate(x.to(getattr(lib, dtype)), scale_factor=2,
+                                                                 mode=mode), [arr(1, 2, 4, 4)])
+    _assert_same(jt, th, **({"rtol": 1e-6, "atol": 1e-6} if dtype == "float32" else BF16_TOL))
+
+
+def _recurrent(lib, cls, **kw):
+    torch.manual_seed(0)
+    th = getattr(torch.nn, cls)(4, 3, **kw)
+    if lib is torch:
+        return th
+    jt = getattr(jitorch.nn, cls)(4, 3, **kw)
+    jt.load_state_dict({k: jitorch.from_numpy(v.detach().numpy().copy()) for k, v in th.state_dict().items()})
+    return jt
+
+
+RECURRENT = [("LSTM", {}, False), ("LSTM", {"num_layers": 2, "bidirectional": True, "batch_first": True}, False),
+             ("LSTM", {"proj_size": 2}, False), ("LSTM", {}, True), ("GRU", {}, False), ("RNN", {}, False),
+             ("RNN", {"nonlinearity": "relu"}, False), ("RNN", {}, True), ("LSTM", {}, "bfloat16 input"),
+             ("GRU", {}, "bfloat16 input")]
+
+
+@pytest.mark.parametrize("cls,kw,variant", RECURRENT, ids=[f"{c}-{k}-{v}" for c, k, v in RECURRENT])
+def test_recurrent_layers_under_autocast(cls, kw, variant):
+    # CPU autocast runs an LSTM without projections through oneDNN (every output in bfloat16) and an Elman RNN through
+    # linear cells (bfloat16); GRU and projected or packed LSTMs mix float32 states into each step.
+    outs, grads = {}, {}
+    for lib in (jitorch, torch):
+        m = _recurrent(lib, cls, **kw)
+        x = lib.from_numpy(arr(5, 2, 4))
+        if variant == "bfloat16 input":
+            x = x.to(lib.bfloat16)
+        with lib.autocast("cpu", dtype=lib.bfloat16):
+            if variant is True:
+                x = lib.nn.utils.rnn.pack_padded_sequence(x, [5, 3])
+            out, h = m(x)
+        out = out.data if variant is True else out
+        flat = [out] + list(h if isinstance(h, tuple) else (h,))
+        sum(t.float().sum() for t in flat).backward()
+        outs[lib.__name__], grads[lib.__name__] = flat, [p.grad for p in m.parameters()]
+    for jt, th in zip(outs["jitorch"], outs["torch"]):
+        _assert_same(jt, th, rtol=5e-2, atol=5e-2)
+    for jt, th in zip(grads["jitorch"], grads["torch"]):
+        assert jt.dtype == jitorch.float32 and th.dtype == torch.float32
+        np.testing.assert_allclose(jt.numpy(), th.numpy(), rtol=0.1, atol=0.1)
+
+
+def test_recurrent_cells_under_autocast():
+    for cls, expected in (("RNNCell", "bfloat16"), ("LSTMCell", "float32"), ("GRUCell", "float32")):
+        dtypes = []
+        for lib in (jitorch, torch):
+            with lib.autocast("cpu", dtype=lib.bfloat16):
+                out = getattr(lib.nn, cls)(4, 3)(lib.ones(2, 4))
+            dtypes.append([str(t.dtype).split(".")[-1] for t in (out if isinstance(out, tuple) else (out,))])
+        assert dtypes[0] == dtypes[1] and dtypes[0][0] == expected, (cls, dtypes)

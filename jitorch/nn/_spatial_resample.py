@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 
 from .. import _creation
+from ..amp._cast_mode import autocast_policy
 from ._spatial_pool import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 
 __all__ = ["interpolate", "upsample", "upsample_nearest", "upsample_bilinear", "pixel_shuffle", "pixel_unshuffle"]
@@ -146,6 +147,8 @@ def _cubic_taps(ftype, in_size, out_size, scale, align_corners):
     return [(np.clip(base - 1 + k, 0, in_size - 1), c.astype(ftype)) for k, c in enumerate(_cubic_coefficients(t))]
 
 
+# On no autocast list (CPU or CUDA): a float32 input stays float32, its resampling matmuls are not cast.
+@autocast_policy(cpu="unlisted", cuda="unlisted")
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None,
                 antialias=False):
     """Resize the spatial dims of ``(N, C, *spatial)`` to ``size`` or by ``scale_factor``, as ``F.interpolate``."""

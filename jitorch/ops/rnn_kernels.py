@@ -13,7 +13,9 @@ What the backward needs is kept in a *workspace*, a flat array of per-step secti
 The states live in the workspace, not in the returned output, so changing the output in place (as PyTorch's CPU
 RNNs allow) does not change the gradient.
 
-Half-precision inputs are computed in float32 and rounded once, as PyTorch's CPU kernels do.
+Half-precision inputs are computed in float32 and rounded once, as PyTorch's CPU kernels do; an Elman step, which
+PyTorch runs as linear cells in the half type (as it does under autocast), rounds ``h W_hh^T``, the pre-activation and
+``h`` to it at every step (a float32 ``h`` can set another relu mask than torch's, and the gradients differ).
 """
 from __future__ import annotations
 
@@ -76,6 +78,13 @@ def _low(*arrays):
 
 def _rounded(results, dtype):
     return results if dtype is None else tuple(r.astype(dtype) for r in results)
+
+
+def _round_(a, dtype):
+    """Round ``a`` in place to ``dtype`` (a half type; None: keep float32)."""
+    if dtype is not None:
+        a[...] = a.astype(dtype)
+    return a
 
 
 def _weight_grad(xp, d, hs, h0, reverse):
@@ -265,12 +274,14 @@ def rnn_forward(xp, gi, h0, w_hh, relu, reverse):
     w_t = _transposed(xp, w_hh)
     h = h0
     for t in _order(steps, reverse):
-        h = xp.matmul(h, w_t, out=hs[t])
+        h = _round_(xp.matmul(h, w_t, out=hs[t]), low)
         h += gi[t]
+        _round_(h, low)
         if relu:
             xp.maximum(h, 0, out=h)
         else:
             xp.tanh(h, out=h)
+        _round_(h, low)
     last = 0 if reverse else steps - 1
     return _rounded((hs.copy(), hs[last].copy()), low) + (ws,)
 

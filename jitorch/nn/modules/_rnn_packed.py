@@ -7,6 +7,7 @@ PyTorch, ``hx`` and the returned ``h_n``/``c_n`` are in the original (unsorted) 
 from __future__ import annotations
 
 from ... import _creation
+from ...amp.autocast_mode import _state as _autocast_state
 from ._rnn_steps import run_stack
 
 
@@ -26,7 +27,7 @@ def packed_zeros(module, packed, size):
 
 def check_packed(module, packed, states, sizes):
     dtype = module._flat_weights[0].dtype
-    if packed.data.dtype != dtype:
+    if packed.data.dtype != dtype and not any(_autocast_state.enabled.values()):  # as check_input
         raise ValueError(f"RNN input dtype ({packed.data.dtype}) does not match weight dtype ({dtype}). Convert "
                          f"input: input.to({dtype}), or convert model: model.to({packed.data.dtype})")
     if packed.data.dim() != 2:

@@ -5,6 +5,11 @@ sits outside the nonlinearity), then runs the recurrence as one scan row (`jitor
 and backward, whatever the length. A cell is a scan of one step. Gate order and formulas are PyTorch's (LSTM: i, f,
 g, o; GRU: r, z, n with ``b_hn`` inside ``r * (...)``).
 
+Under autocast the dtypes are those of PyTorch's per-step cells (its CPU path for GRU and for packed or projected
+LSTMs): ``h W_hh^T + b_hh`` and the projection are linear ops, on the lower-precision list, so the recurrent weights
+(and an Elman or LSTM ``h``, which enters only through them) go to the autocast dtype, while LSTM's ``c`` and GRU's
+``h``, which enter elementwise, keep theirs: a float32 state gives float32 results, as torch's mixed dtypes.
+
 >>> import jitorch
 >>> from jitorch.nn.modules._rnn_steps import CELLS
 >>> x, h = jitorch.zeros(2, 3), jitorch.zeros(2, 4)
@@ -15,6 +20,7 @@ tensor([[2., 2., 2., 2.],
 """
 from __future__ import annotations
 
+from ..._dispatch import MODES
 from ..._movement import cat, stack
 from ...ops.nn_fused import FUSED_DTYPES
 from ...ops.nn_linear import LINEAR
@@ -23,6 +29,12 @@ from ...ops.rnn_ops import scan
 __all__ = ["CELLS", "run_stack"]
 
 _FAMILY = {"LSTM": "LSTM", "GRU": "GRU", "RNN_TANH": "RNN", "RNN_RELU": "RNN"}
+
+
+def _like(bias, t):
+    # Under autocast the product is in the autocast dtype and a float32 bias would promote the gates back to float32;
+    # PyTorch's cells add it inside linear, in the autocast dtype.
+    return bias if bias.dtype is t.dtype else bias.to(t.dtype)
 
 
 def _project(x, weight, bias):
@@ -34,7 +46,7 @@ def _project(x, weight, bias):
     lead = tuple(x.shape[:-1])
     out = x.reshape(-1, x.shape[-1]).matmul(weight.t())
     if bias is not None:
-        out = out + bias
+        out = out + _like(bias, out)
     return out.reshape(lead + (weight.shape[0],))
 
 
@@ -46,9 +58,29 @@ def _input_gates(mode, x, w_ih, b_ih, b_hh):
     return _project(x, w_ih, b_ih)
 
 
+def _autocast_mode(x):
+    """The enabled autocast mode of ``x``'s device and its dtype, or ``(None, None)``."""
+    if not MODES:
+        return None, None
+    from ...amp._cast_mode import _region_mode
+    from ...amp.autocast_mode import get_autocast_dtype
+
+    mode = _region_mode((x,), {})
+    return (None, None) if mode is None else (mode, get_autocast_dtype(mode.device_type))
+
+
 def _scan(mode, gi, states, w_hh, b_hh, w_hr, reverse):
-    return scan(_FAMILY[mode], gi, states, w_hh, b_hh if mode == "GRU" else None, w_hr, relu=mode == "RNN_RELU",
-                reverse=reverse)
+    b_hh = b_hh if mode == "GRU" else None
+    region, lower = _autocast_mode(gi)
+    if region is not None:
+        # PyTorch's cells: the recurrent product (with b_hh) and the projection are linear, on the lower list.
+        w_hh, b_hh, w_hr = (region._cast(w, lower) for w in (w_hh, b_hh, w_hr))
+        if mode != "GRU":  # h enters only through linear; LSTM's c and GRU's h enter elementwise
+            states = (region._cast(states[0], lower),) + tuple(states[1:])
+    outs = scan(_FAMILY[mode], gi, states, w_hh, b_hh, w_hr, relu=mode == "RNN_RELU", reverse=reverse)
+    if region is not None and w_hr is not None:  # a projected h is linear's output, whatever c's dtype
+        outs = (region._cast(outs[0], lower), region._cast(outs[1], lower)) + tuple(outs[2:])
+    return outs
 
 
 def _cell(mode):

@@ -20,6 +20,8 @@ import numbers
 import warnings
 
 from ... import _creation
+from ...amp._cast_mode import autocast_lower
+from ...amp.autocast_mode import _state as _autocast_state
 from .. import init
 from ..parameter import Parameter
 from ._rnn_packed import check_packed, is_packed, packed_zeros, run_packed
@@ -106,7 +108,7 @@ class RNNBase(Module):
     # -- PyTorch's argument checks ---------------------------------------------------------------------------------
     def check_input(self, input, batch_sizes=None):
         dtype = self._flat_weights[0].dtype
-        if input.dtype != dtype:
+        if input.dtype != dtype and not any(_autocast_state.enabled.values()):
             raise ValueError(f"RNN input dtype ({input.dtype}) does not match weight dtype ({dtype}). Convert input: "
                              f"input.to({dtype}), or convert model: model.to({input.dtype})")
         if input.dim() != 3:
@@ -165,9 +167,16 @@ class RNNBase(Module):
     def _run(self, input, states):
         """Run the stack on a batched input; ``states`` are ``(layers * directions, B, H)`` tensors."""
         x = input.transpose(0, 1) if self.batch_first else input
-        output, finals = run_stack(self.mode, x, states, self._flat_weights, self.num_layers,
-                                   2 if self.bidirectional else 1, self.bias, self.proj_size > 0, self.dropout,
-                                   self.training)
+        # Under CPU autocast PyTorch runs an LSTM without projections through oneDNN (mkldnn_rnn_layer, on the
+        # lower-precision list: input, states and weights cast, every output in the autocast dtype), and an Elman RNN
+        # through linear cells whose outputs (bias included) are in the autocast dtype. GRU and projected or packed
+        # LSTMs mix a float32 state into each step: run_stack casts each scan row's inputs as PyTorch's cells do.
+        lowered = x.device.type == "cpu" and x.numel() and (
+            self.mode in ("RNN_TANH", "RNN_RELU") or self.mode == "LSTM" and self.proj_size == 0)
+        run = _run_stack_lowered if lowered else _run_stack
+        output, finals = run(x, *states, *self._flat_weights, mode=self.mode, layers=self.num_layers,
+                             directions=2 if self.bidirectional else 1, bias=self.bias, proj=self.proj_size > 0,
+                             dropout=self.dropout, training=self.training)
         return (output.transpose(0, 1) if self.batch_first else output), finals
 
     def _single_state_forward(self, input, hx, name):
@@ -191,6 +200,15 @@ class RNNBase(Module):
         if not is_batched:
             output, h = output.squeeze(0 if self.batch_first else 1), h.squeeze(1)
         return output, h
+
+
+def _run_stack(x, *tensors, mode, layers, directions, bias, proj, dropout, training):
+    n_states = 2 if mode == "LSTM" else 1
+    return run_stack(mode, x, tensors[:n_states], list(tensors[n_states:]), layers, directions, bias, proj, dropout,
+                     training)
+
+
+_run_stack_lowered = autocast_lower(_run_stack)
 
 
 class RNN(RNNBase):
