@@ -408,6 +408,7 @@ _SCALARS = (float, int)
 
 
 _NO_ATTRS: dict = {}
+_IN_FLOAT32 = {"dtype": np.float32, "casting": "unsafe"}  # a ufunc computing in float32, rounded into out
 
 
 def _edge_inline(a):
@@ -447,6 +448,7 @@ def fast_binary(op, reflected=False):
     differentiable = op.differentiable
     promotion = op.promotion
     saves, node_cls = op.saves, op.node_cls
+    half_scalar_opmath = getattr(op.kernel, "half_scalar_opmath", False)
 
     def run(a, b):
         if reflected:
@@ -473,13 +475,14 @@ def fast_binary(op, reflected=False):
                                 y = y.astype(common)
                 else:
                     y = b
-                    # A half with a scalar goes through the kernel: mul/div compute it in float32 as PyTorch.
-                    ok = tb in _SCALARS and x.itemsize != 2
+                    ok = tb in _SCALARS
                 if ok:
                     if a._base is not None and a._view_ver != a._ver_owner._ver:
                         sync_view(a)
                     if tb is Tensor and b._base is not None and b._view_ver != b._ver_owner._ver:
                         sync_view(b)
+                    # float16 times or over a scalar computes in float32 (the row's kernel says how).
+                    opmath = half_scalar_opmath and tb is not Tensor and x.itemsize == 2
                     try:
                         if ufunc is None or CPU_XP is not np:
                             out = kernel(CPU_XP, x, y)
@@ -487,9 +490,9 @@ def fast_binary(op, reflected=False):
                                 tb is not Tensor or (y.shape == x.shape and y.flags.c_contiguous)):
                             # A large output into a cached buffer whose pages are already mapped (host_cache).
                             # Same dtype as x: one float dtype, or a weak Python scalar.
-                            out = ufunc(x, y, out=_host_empty(x.shape, x.dtype))
+                            out = ufunc(x, y, out=_host_empty(x.shape, x.dtype), **(_IN_FLOAT32 if opmath else {}))
                         else:
-                            out = ufunc(x, y)
+                            out = kernel(CPU_XP, x, y) if opmath else ufunc(x, y)
                     except ValueError as e:
                         _raise_broadcast_error(op, (x, y), e)
                         raise

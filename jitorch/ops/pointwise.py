@@ -98,6 +98,10 @@ def _div_kernel(xp, a, b):
     return xp.true_divide(a, b)
 
 
+# The dispatcher's float16 fast path runs these ufuncs in float32 (``dtype=float32``) for a scalar operand.
+_mul_kernel.half_scalar_opmath = _div_kernel.half_scalar_opmath = True
+
+
 def _mul_backward(ctx, g):
     a, b = ctx.inputs
     return (g * b if ctx.needs_grad(0) else None), (g * a if ctx.needs_grad(1) else None)
