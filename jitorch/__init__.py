@@ -88,7 +88,9 @@ half, double, long, short, cfloat, cdouble = float16, float64, int64, int16, com
 float = float32  # noqa: A001 - torch.float is float32
 int = int32  # noqa: A001 - torch.int is int32
 chalf = complex64
-contiguous_format = preserve_format = channels_last = "memory_format"
+from ._memory_format import (  # noqa: E402,F401
+    channels_last, channels_last_3d, contiguous_format, memory_format, preserve_format,
+)
 from . import torch_version  # noqa: E402
 from ._version import __version__ as _plain_version  # noqa: E402
 

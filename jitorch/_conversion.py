@@ -9,6 +9,7 @@ from __future__ import annotations
 
 
 from . import _dtype
+from . import _memory_format as MF
 from ._device import device as _device
 from ._dispatch import apply
 from ._tensor import Tensor
@@ -18,12 +19,13 @@ from .ops import movement as M
 __all__ = ["to"]
 
 
-def _parse_to(args, kwargs):
+def _parse_to(args, kwargs, with_format=False):
+    """(dtype, device, copy) of ``to``'s arguments, and the memory format when ``with_format``."""
     dtype = kwargs.pop("dtype", None)
     device = kwargs.pop("device", None)
     copy = kwargs.pop("copy", False)
     kwargs.pop("non_blocking", None)
-    kwargs.pop("memory_format", None)
+    fmt = kwargs.pop("memory_format", None)
     for a in args:
         if isinstance(a, Tensor):
             dtype, device = a.dtype, a.device
@@ -39,12 +41,13 @@ def _parse_to(args, kwargs):
             dtype = _dtype.to_dtype(a)
     if kwargs:
         raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
-    return dtype, device, copy
+    return (dtype, device, copy, fmt) if with_format else (dtype, device, copy)
 
 
 def to(self, *args, **kwargs):
-    """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``; returns ``self`` when nothing changes."""
-    dtype, device, copy = _parse_to(args, dict(kwargs))
+    """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``, ``memory_format=``; returns ``self``
+    when nothing changes (conversions keep the layout: ``preserve_format``)."""
+    dtype, device, copy, fmt = _parse_to(args, dict(kwargs), with_format=True)
     out = self
     if device is not None:
         dev = _device(device)
@@ -61,6 +64,12 @@ def to(self, *args, **kwargs):
                     out = apply(M.CAST, out, dtype=dt.np)
             else:
                 out = apply(M.CAST, out, dtype=dt.np)
+    if fmt is not None and fmt is not MF.preserve_format:
+        MF.check_rank(fmt, out._data.ndim)
+        # As at::to: no copy when the layout already suggests the format (a transposed matrix is "contiguous_format"
+        # there); a converted copy is laid out in it.
+        if (MF.suggest_memory_format(out) is not fmt) if out is self else not MF.has_strides_of(out._data, fmt):
+            out = apply(M.CONTIGUOUS, out, fmt=None if fmt is MF.contiguous_format else fmt)
     if copy and out is self:
         out = apply(M.CLONE, self)
     return out

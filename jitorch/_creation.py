@@ -13,6 +13,7 @@ import numbers
 import numpy as np
 
 from . import _dtype
+from . import _memory_format as MF
 from ._device import device as _device, get_default_device
 from ._shape import normalize_shape, sizes_or_keyword
 from ._tensor import Tensor
@@ -239,24 +240,35 @@ def _like(input, dtype, device):
     return (input.dtype if dtype is None else _dtype.to_dtype(dtype)), (input.device if device is None else device)
 
 
+def keep_layout(out, input, memory_format):
+    """A new tensor ``out`` made for ``*_like(input)`` given the layout PyTorch's ``memory_format`` asks for (the
+    default ``preserve_format``: ``input``'s strides when it is dense, else its dims' stride order)."""
+    xp = array_module_for("cpu" if type(out._data) is np.ndarray else "cuda")
+    data = MF.like_layout(xp, out._data, input._data, memory_format)
+    if data is not out._data:
+        out._data = data
+    return out
+
+
 def zeros_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
     dt, dev = _like(input, dtype, device)
-    return zeros(input.shape, dtype=dt, device=dev, requires_grad=requires_grad)
+    return keep_layout(zeros(input.shape, dtype=dt, device=dev, requires_grad=requires_grad), input, memory_format)
 
 
 def ones_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
     dt, dev = _like(input, dtype, device)
-    return ones(input.shape, dtype=dt, device=dev, requires_grad=requires_grad)
+    return keep_layout(ones(input.shape, dtype=dt, device=dev, requires_grad=requires_grad), input, memory_format)
 
 
 def empty_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
     dt, dev = _like(input, dtype, device)
-    return empty(input.shape, dtype=dt, device=dev, requires_grad=requires_grad)
+    return keep_layout(empty(input.shape, dtype=dt, device=dev, requires_grad=requires_grad), input, memory_format)
 
 
 def full_like(input, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
     dt, dev = _like(input, dtype, device)
-    return full(input.shape, fill_value, dtype=dt, device=dev, requires_grad=requires_grad)
+    return keep_layout(full(input.shape, fill_value, dtype=dt, device=dev, requires_grad=requires_grad), input,
+                       memory_format)
 
 
 def _number(x):

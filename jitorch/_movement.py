@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import operator
 
+from . import _memory_format as MF
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
 from ._shape import infer_shape, normalize_shape, sizes_or_keyword, view_strides, wrap_dim, wrap_dims
 from ._tensor import Tensor
@@ -423,11 +424,21 @@ def argwhere(input):
 
 
 def clone(input, *, memory_format=None):
-    return apply(M.CLONE, input)
+    """A copy; ``preserve_format`` (the default) keeps the input's strides when it is dense, as PyTorch."""
+    if memory_format is None or memory_format is MF.preserve_format:
+        return apply(M.CLONE, input)
+    MF.check_rank(memory_format, input._data.ndim)
+    return apply(M.CONTIGUOUS, input, fmt=None if memory_format is MF.contiguous_format else memory_format)
 
 
 def _contiguous(self, memory_format=None):
-    return self if self._data.flags.c_contiguous else apply(M.CONTIGUOUS, self)
+    """``self`` if it is contiguous in ``memory_format`` (default: row-major), else a copy laid out so."""
+    if memory_format is None or memory_format is MF.contiguous_format:
+        return self if self._data.flags.c_contiguous else apply(M.CONTIGUOUS, self)
+    if memory_format is MF.preserve_format:
+        raise RuntimeError("preserve memory format is unsupported by the contiguous operator")
+    MF.check_rank(memory_format, self._data.ndim)
+    return self if MF.is_contiguous_as(self._data, memory_format) else apply(M.CONTIGUOUS, self, fmt=memory_format)
 
 
 def tile(input, *order, dims=None):

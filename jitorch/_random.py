@@ -23,7 +23,7 @@ import operator
 import numpy as np
 
 from . import _dtype
-from ._creation import _finish
+from ._creation import _finish, keep_layout
 from ._device import device as _device, get_default_device
 from ._random_device import DeviceStream
 from ._shape import normalize_shape, sizes_or_keyword
@@ -365,12 +365,15 @@ def randperm(n, *, generator=None, out=None, dtype=None, layout=None, device=Non
 
 
 def rand_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
-    return rand(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+    out = rand(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+    return keep_layout(out, input, memory_format)
 
 
 def randn_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
-    return randn(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+    out = randn(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+    return keep_layout(out, input, memory_format)
 
 
 def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_grad=False, memory_format=None):
-    return randint(low, high, input.shape, dtype=dtype or input.dtype, device=device or input.device)
+    out = randint(low, high, input.shape, dtype=dtype or input.dtype, device=device or input.device)
+    return keep_layout(out, input, memory_format)

@@ -191,7 +191,9 @@ class Tensor:
         return root.storage_offset() + (self.data_ptr() - root.data_ptr()) // self._data.itemsize
 
     def is_contiguous(self, memory_format=None):
-        return bool(self._data.flags.c_contiguous)
+        from ._memory_format import is_contiguous_as
+
+        return is_contiguous_as(self._data, memory_format)
 
     def is_floating_point(self):
         return self._data.dtype.kind == "f" or self.dtype is _dtype.bfloat16

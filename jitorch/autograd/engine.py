@@ -12,6 +12,7 @@ tensor([2., 4.])
 from __future__ import annotations
 
 from .anomaly_mode import AnomalyState, check_gradients
+from .._memory_format import contiguous_format, is_contiguous_as, suggest_memory_format
 from .graph import Node
 from .grad_mode import GradState
 
@@ -248,10 +249,13 @@ def _finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_
         if not create_graph and g._requires_grad:
             g = g.detach()
         if leaf._grad is None:
-            if not g._data.flags.c_contiguous and leaf._data.flags.c_contiguous:
+            fmt = contiguous_format if leaf._data.flags.c_contiguous else suggest_memory_format(leaf)
+            if (fmt is contiguous_format) != leaf._data.flags.c_contiguous or is_contiguous_as(g._data, fmt):
+                fmt = None
+            if fmt is not None:
                 # PyTorch's layout contract: .grad has the parameter's layout (a transposed gradient from
-                # ``x @ w.t()`` would make every optimizer pass over it strided and slow).
-                g = g.contiguous()
+                # ``x @ w.t()`` would make every optimizer pass over it strided and slow), channels-last included.
+                g = g.contiguous(memory_format=fmt)
             elif id(g) in user_grad_ids or id(g) in stored or g._ver_owner is not None:
                 # A gradient that may alias another .grad, a user tensor or a view is copied before a leaf owns it.
                 g = g.clone()

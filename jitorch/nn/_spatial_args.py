@@ -7,8 +7,9 @@
 from __future__ import annotations
 
 from .._dispatch import TORCH_TYPE_NAMES
+from .._memory_format import contiguous_format, is_contiguous_as, suggest_memory_format
 
-__all__ = ["ntuple", "torch_type_name", "lower_type_name", "check_input_dims", "batchify"]
+__all__ = ["ntuple", "torch_type_name", "lower_type_name", "check_input_dims", "batchify", "layout_as"]
 
 
 def ntuple(value, n, name):
@@ -47,3 +48,15 @@ def batchify(input, nd):
     if input.dim() == nd + 1:
         return input.unsqueeze(0), True
     return input, False
+
+
+def layout_as(out, *sources):
+    """``out`` laid out channels-last (channels_last_3d for 5-D) when one of ``sources`` of its rank suggests that
+    format: PyTorch's convolution, pooling and resampling kernels write such outputs for such inputs (one copy here;
+    the kernels compute in row-major order)."""
+    for source in sources:
+        if source is not None and source.dim() == out.dim():
+            fmt = suggest_memory_format(source)
+            if fmt is not contiguous_format:
+                return out if is_contiguous_as(out._data, fmt) else out.contiguous(memory_format=fmt)
+    return out

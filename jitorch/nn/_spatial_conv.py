@@ -18,7 +18,7 @@ from ..autograd.grad_mode import is_grad_enabled
 from ..ops.conv_layouts import STASH
 from ..ops.conv_ops import COL2IM, CONSTANT_PAD, CONVOLUTION, CONVOLUTION_TRANSPOSE, IM2COL, conv_output_size, \
     windows_kept_under
-from ._spatial_args import batchify, check_input_dims, lower_type_name, ntuple, torch_type_name
+from ._spatial_args import batchify, check_input_dims, layout_as, lower_type_name, ntuple, torch_type_name
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "unfold", "fold"]
 
@@ -117,7 +117,7 @@ def _convnd(name, nd, input, weight, bias, stride, padding, dilation, groups):
             cols, STASH.cols = STASH.cols, None
     if keep and cols is not None and out.grad_fn is not None:
         out.grad_fn.conv_cols = cols  # the backward's weight gradient reuses the forward's window matrix
-    return out.squeeze(0) if unbatched else out
+    return out.squeeze(0) if unbatched else layout_as(out, input, weight)
 
 
 def _keep_windows(input, weight, kernel):
@@ -177,7 +177,7 @@ def _conv_transposend(name, nd, input, weight, bias, stride, padding, output_pad
     out = apply(CONVOLUTION_TRANSPOSE, input, weight, spatial=spatial, stride=stride, padding=padding,
                 dilation=dilation, groups=groups)
     out = _add_bias(out, bias, nd)
-    return out.squeeze(0) if unbatched else out
+    return out.squeeze(0) if unbatched else layout_as(out, input, weight)
 
 
 @autocast_lower

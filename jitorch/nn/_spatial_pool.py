@@ -21,7 +21,7 @@ from .. import _creation, _dtype
 from .._dispatch import apply
 from ..amp._cast_mode import autocast_policy
 from ..ops.conv_ops import ADAPTIVE_MAX_POOL, CONSTANT_PAD, CONVOLUTION, MAX_POOL, adaptive_bounds
-from ._spatial_args import ntuple
+from ._spatial_args import layout_as, ntuple
 
 __all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices", "max_pool2d_with_indices",
            "max_pool3d_with_indices", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d",
@@ -82,8 +82,8 @@ def _max_poolnd(name, nd, input, kernel_size, stride, padding, dilation, ceil_mo
     values, indices = apply(MAX_POOL, x, kernel=kernel, stride=stride, padding=padding, dilation=dilation,
                             out_sizes=outs)
     if x is not input:
-        values, indices = values.squeeze(0), indices.squeeze(0)
-    return values, indices
+        return values.squeeze(0), indices.squeeze(0)
+    return layout_as(values, input), layout_as(indices, input)
 
 
 def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
@@ -166,7 +166,7 @@ def _avg_poolnd(name, nd, input, kernel_size, stride, padding, ceil_mode, count_
             grid = np.multiply.outer(grid, d)
         divisor = _creation.tensor(grid, dtype=x.dtype if x.is_floating_point() else None, device=x.device)
     out = sums / divisor if x.is_floating_point() else sums.div(divisor, rounding_mode="trunc").to(x.dtype)
-    return out.squeeze(0) if x is not input else out
+    return out.squeeze(0) if x is not input else layout_as(out, input)
 
 
 @autocast_policy(cpu="unlisted", cuda="unlisted")  # a convolution row inside, but not a listed op
@@ -221,7 +221,7 @@ def _adaptive_avg_poolnd(name, nd, input, output_size):
         dim = input.dim() - nd + i
         m = _averaging_matrix(input.shape[dim], outs[i], input)
         out = (out.movedim(dim, -1) @ m.mT).movedim(-1, dim)
-    return out
+    return layout_as(out, input)
 
 
 @autocast_policy(cpu="unlisted", cuda="unlisted")
@@ -247,8 +247,8 @@ def _adaptive_max_poolnd(name, nd, input, output_size):
     x = input.unsqueeze(0) if input.dim() == nd + 1 else input
     values, indices = apply(ADAPTIVE_MAX_POOL, x, out_sizes=outs)
     if x is not input:
-        values, indices = values.squeeze(0), indices.squeeze(0)
-    return values, indices
+        return values.squeeze(0), indices.squeeze(0)
+    return layout_as(values, input), layout_as(indices, input)
 
 
 def adaptive_max_pool1d_with_indices(input, output_size, return_indices=False):

@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import _creation
 from ..amp._cast_mode import autocast_policy
+from ._spatial_args import layout_as
 from ._spatial_pool import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 
 __all__ = ["interpolate", "upsample", "upsample_nearest", "upsample_bilinear", "pixel_shuffle", "pixel_unshuffle"]
@@ -193,7 +194,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         else:
             taps = _linear_taps(ftype, out.shape[dim], sizes[i], scale, align_corners)
         out = _resample_dim(out, dim, taps)
-    return out
+    return layout_as(out, input)
 
 
 def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..runtime import move_array, strided_view
 from .inplace_views import view_backward
+from .._memory_format import in_format
 from .table import NOT_DIFFERENTIABLE, Opaque, Pointwise, View, defop
 
 
@@ -149,8 +150,12 @@ def _cat_kernel(xp, *arrays, dim):
 CAT = defop("cat", _cat_kernel, _cat_backward, Opaque("concatenation"), promotion="promote", meta=True)
 
 CLONE = defop("clone", lambda xp, a: a.copy(order="K"), lambda ctx, g: g, Pointwise("{0}"))
-CONTIGUOUS = defop("contiguous", lambda xp, a: a.copy(order="C"), lambda ctx, g: g, Pointwise("{0}"),
-                   grad_name="CloneBackward0")
+def _contiguous_kernel(xp, a, fmt=None):
+    return a.copy(order="C") if fmt is None else in_format(xp, a, fmt)
+
+
+# ``fmt``: a channels-last memory format to lay the copy out in (None: C order).
+CONTIGUOUS = defop("contiguous", _contiguous_kernel, lambda ctx, g: g, Pointwise("{0}"), grad_name="CloneBackward0")
 
 
 def _cast_kernel(xp, a, dtype):

@@ -13,9 +13,23 @@ import ml_dtypes as _ml_dtypes
 import numpy as np
 
 from ..runtime import is_cupy
-from .table import NOT_DIFFERENTIABLE, Reduction, defop
+from .table import NOT_DIFFERENTIABLE, Reduction, defop as _defop
 
 _HALF = {np.dtype(np.float16), np.dtype(_ml_dtypes.bfloat16)}
+
+
+def defop(name, kernel, *args, **kw):
+    """A reduction row whose outputs are row-major whatever the input's layout, as PyTorch's (NumPy's follow the
+    input's stride order: a channels-last input would give channels-last sums)."""
+    def row_major(xp, a, *rest, **attrs):
+        out = kernel(xp, a, *rest, **attrs)
+        if a.flags.c_contiguous:
+            return out
+        if isinstance(out, tuple):
+            return tuple(o.copy(order="C") for o in out)
+        return xp.asarray(out).copy(order="C")
+    row_major.__name__ = getattr(kernel, "__name__", name)
+    return _defop(name, row_major, *args, **kw)
 
 
 def _keep(g, in_shape, dims, keepdim):

@@ -92,7 +92,7 @@ def to(self, *args, **kwargs):
     """
     from ..._conversion import _parse_to
 
-    dtype, device, _ = _parse_to(args, dict(kwargs))
+    dtype, device, _, fmt = _parse_to(args, dict(kwargs), with_format=True)
     if dtype is not None:
         dtype = _dtype.to_dtype(dtype)
         if not (dtype.is_floating_point or dtype.is_complex):
@@ -100,7 +100,10 @@ def to(self, *args, **kwargs):
                             f"dtype={dtype}")
 
     def convert(t):
-        return t.to(device, dtype if t.is_floating_point() or t.is_complex() else None)
+        cast = dtype if t.is_floating_point() or t.is_complex() else None
+        if fmt is not None and t.dim() in (4, 5):  # as torch: only 4-D and 5-D tensors take memory_format
+            return t.to(device, cast, memory_format=fmt)
+        return t.to(device, cast)
 
     return self._apply(convert)
 

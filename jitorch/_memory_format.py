@@ -1,0 +1,179 @@
+"""Memory formats: ``contiguous_format``, ``channels_last`` (NHWC memory for an NCHW tensor), ``channels_last_3d``
+(NDHWC) and ``preserve_format``, as layouts of the array a tensor holds (a NumPy/CuPy array with any strides).
+
+A channels-last tensor keeps its logical ``(N, C, H, W)`` shape; its array is an NHWC-contiguous array transposed
+back, so ``stride()`` is PyTorch's ``(H*W*C, 1, W*C, C)``. Elementwise kernels follow their inputs' layout (the
+array modules' ``order="K"``), as PyTorch's TensorIterator does.
+
+>>> import jitorch
+>>> x = jitorch.zeros(2, 3, 4, 5).to(memory_format=jitorch.channels_last)
+>>> x.stride(), x.is_contiguous(), x.is_contiguous(memory_format=jitorch.channels_last)
+((60, 1, 15, 3), False, True)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["memory_format", "contiguous_format", "channels_last", "channels_last_3d", "preserve_format",
+           "is_contiguous_as", "in_format", "suggest_memory_format", "dense_like", "like_layout", "to_strides_of"]
+
+
+class memory_format:  # noqa: N801 - torch.memory_format
+    """One of PyTorch's memory formats (compare by identity, as torch's are singletons)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"jitorch.{self.name}"
+
+    def __reduce__(self):
+        return (_by_name, (self.name,))
+
+
+contiguous_format = memory_format("contiguous_format")
+channels_last = memory_format("channels_last")
+channels_last_3d = memory_format("channels_last_3d")
+preserve_format = memory_format("preserve_format")
+# Physical dim order (outermost first) of each channels-last format and the rank it needs.
+_ORDER = {channels_last: (0, 2, 3, 1), channels_last_3d: (0, 2, 3, 4, 1)}
+
+
+def _by_name(name):
+    return {f.name: f for f in (contiguous_format, channels_last, channels_last_3d, preserve_format)}[name]
+
+
+def _element_strides(arr):
+    return tuple(s // arr.itemsize for s in arr.strides)
+
+
+def is_contiguous_as(arr, fmt):
+    """PyTorch's ``is_contiguous(memory_format=fmt)``: strides of that layout, size-1 dims ignored (``preserve_format``
+    asks for the default layout, as ATen's is_contiguous_default)."""
+    order = _ORDER.get(fmt)
+    if order is None:
+        return bool(arr.flags.c_contiguous)
+    if arr.ndim != len(order):
+        return False
+    expected, strides = 1, _element_strides(arr)
+    for d in reversed(order):
+        if arr.shape[d] != 1:
+            if strides[d] != expected:
+                return False
+            expected *= arr.shape[d]
+    return True
+
+
+def has_strides_of(arr, fmt):
+    """Whether ``arr``'s strides are exactly those of a new tensor in ``fmt``, size-1 dims included."""
+    order = _ORDER.get(fmt, tuple(range(arr.ndim)))
+    expected, step = [0] * arr.ndim, 1
+    for d in reversed(order):
+        expected[d] = step
+        step *= arr.shape[d]
+    return not arr.size or _element_strides(arr) == tuple(expected)
+
+
+def check_rank(fmt, ndim):
+    order = _ORDER.get(fmt)
+    if order is not None and ndim != len(order):
+        raise RuntimeError(f"required rank {len(order)} tensor to use {fmt.name} format")
+
+
+def in_format(xp, arr, fmt):
+    """A copy of ``arr`` laid out as ``fmt`` (contiguous or channels-last); the caller checks the rank."""
+    order = _ORDER.get(fmt)
+    if order is None:
+        return arr.copy(order="C")
+    inverse = tuple(int(i) for i in np.argsort(order))
+    # A new array (not ascontiguousarray, which keeps an already-contiguous array's size-1 strides): PyTorch's
+    # channels-last strides for every dim, (3, 1, 3, 3) for a (2, 3, 1, 1) tensor.
+    out = xp.empty(tuple(arr.shape[d] for d in order), arr.dtype)
+    out[...] = arr.transpose(order)
+    return out.transpose(inverse)
+
+
+def _strides_like(arr, order):
+    """PyTorch's is_channels_last_strides_2d/3d: ``arr``'s strides rank its dims as ``order`` (ties resolved toward
+    the contiguous layout, as ATen does for size-1 dims)."""
+    strides, least = _element_strides(arr), 0
+    if strides[1] == 0:
+        return False
+    for d in reversed(order):
+        if arr.shape[d] == 0 or strides[d] < least:
+            return False
+        if d == 0 and least == strides[1]:
+            return False
+        least = strides[d] * (arr.shape[d] if arr.shape[d] > 1 else 1)
+    return True
+
+
+def suggest_memory_format(t):
+    """PyTorch's ``suggest_memory_format``: channels_last(_3d) when the strides are those of that layout."""
+    arr = t._data if hasattr(t, "_data") else t
+    if arr.ndim not in (4, 5) or (arr.shape[1] > 1 and arr.shape[-1] > 1 and arr.strides[-1] == arr.itemsize):
+        return contiguous_format  # the common case, decided early: several channels, not the innermost dim
+    for fmt, order in _ORDER.items():
+        if arr.ndim == len(order) and _strides_like(arr, order):
+            return fmt
+    return contiguous_format
+
+
+def _dense_order(arr):
+    """Dims from outermost to innermost by stride (stable: equal strides keep the logical order)."""
+    return sorted(range(arr.ndim), key=lambda d: -abs(arr.strides[d]))
+
+
+def _non_overlapping_dense(arr):
+    expected = arr.itemsize
+    for d in reversed(_dense_order(arr)):
+        if arr.shape[d] != 1:
+            if arr.strides[d] != expected:
+                return False
+            expected *= arr.shape[d]
+    return True
+
+
+def dense_like(xp, arr, dtype=None, fmt=None):
+    """An uninitialized array shaped as ``arr`` in ``fmt``: ``preserve_format`` (or None) keeps ``arr``'s strides when
+    it is non-overlapping and dense, else a dense layout with its dims in the same stride order (PyTorch's
+    ``empty_like``)."""
+    dtype = arr.dtype if dtype is None else np.dtype(dtype)
+    if fmt is not None and fmt is not preserve_format:
+        out = xp.empty(arr.shape, dtype)
+        return out if fmt is contiguous_format else in_format(xp, out, fmt)
+    if arr.flags.c_contiguous or arr.ndim < 2:
+        return xp.empty(arr.shape, dtype)
+    if _non_overlapping_dense(arr) and min(arr.strides) >= 0:
+        flat = xp.empty(arr.size, dtype)
+        strides = tuple(s // arr.itemsize * dtype.itemsize for s in arr.strides)
+        return xp.lib.stride_tricks.as_strided(flat, arr.shape, strides) if xp is np else \
+            xp.ndarray(arr.shape, dtype, flat.data, strides)
+    order = _dense_order(arr)
+    inverse = tuple(int(i) for i in np.argsort(order))
+    return xp.empty(tuple(arr.shape[d] for d in order), dtype).transpose(inverse)
+
+
+def like_layout(xp, data, like, fmt=None):
+    """``data`` (row-major, ``like``'s shape) in the layout a ``*_like(like, memory_format=fmt)`` result has, its
+    values placed in memory order (as PyTorch fills a new tensor); ``data`` itself when that layout is row-major."""
+    if data.ndim < 2 or (like.flags.c_contiguous and fmt in (None, preserve_format)) or fmt is contiguous_format:
+        return data
+    check_rank(fmt, data.ndim)
+    out = dense_like(xp, like, data.dtype, fmt)
+    if out.flags.c_contiguous:
+        return data
+    order = _dense_order(out)
+    out.transpose(order)[...] = data.reshape(tuple(data.shape[d] for d in order))
+    return out
+
+
+def to_strides_of(xp, data, like):
+    """``data`` copied into ``like``'s layout (PyTorch's gradient layout contract), or ``data`` when it has it."""
+    if data.strides == like.strides or data.shape != like.shape:
+        return data
+    out = dense_like(xp, like, data.dtype)
+    out[...] = data
+    return out
