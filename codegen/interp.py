@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
-from scipy import special
 
 from .ir import ARG_REDUCTIONS, DTYPES, identity
 
-_UNARY = {"neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "tanh": np.tanh, "erf": special.erf,
+
+def _erf(x):
+    # SciPy's import costs ~300 ms; the interpreter is a test oracle, so it pays only when it meets an erf.
+    from scipy import special
+
+    return special.erf(x)
+
+
+_UNARY = {"neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "tanh": np.tanh, "erf": _erf,
           "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "not": np.logical_not,
           "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "rsqrt": lambda x: 1 / np.sqrt(x)}
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,

@@ -62,3 +62,18 @@ def test_every_package_folder_is_listed_in_pyproject():
         top = remap.get(rel.parts[0], rel.parts[0])
         found.add(".".join([top] + list(rel.parts[1:])))
     assert found == listed, f"unlisted: {sorted(found - listed)}, stale: {sorted(listed - found)}"
+
+
+def test_import_jitorch_leaves_slow_optional_modules_unloaded():
+    # `import jitorch` once took 2 s: SciPy's special functions (~300 ms) loaded for the IR interpreter's erf, and
+    # ml_dtypes 0.7.0 (1.3 s). Both are paid only on first use now; a new eager import here would bring it back.
+    import subprocess
+    import sys
+
+    probe = ("import sys, jitorch, ml_dtypes; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('scipy', 'torch', 'cupy', 'matplotlib')));"
+             "print(ml_dtypes.__version__)")
+    loaded, version = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                                     check=True).stdout.splitlines()
+    assert loaded == "[]", f"import jitorch loaded {loaded}"
+    assert tuple(int(p) for p in version.split(".")[:2]) < (0, 7), f"ml_dtypes {version}: see pyproject's pin"
