@@ -24,12 +24,12 @@ from .dynamic_compile import dims_to_make_dynamic, dynamic_inference, dynamic_tr
 from .dynamic_shapes import EAGER
 from .functionalize import CompileState, functionalize_intermediates
 from .call_site import MAX_SIZE_VARIANTS, site_for, size_variant
-from .guards import first_failure, guard_values
+from .guards import first_failure, guard_values, module_tree
 from .lower import clear_kernel_cache, kernel_cache_stats
 from .named_values import NamedValues
 from .optimized_module import OptimizedModule
 from .replay import Replay, _compile_outputs
-from .reached import FreeTensors, reached_by
+from .reached import FreeTensors, NamedObjects, reached_by
 from .segment_training import backward_kernels, compile_training_segment
 from .trace import trace
 from .training import Unsupported, compile_training
@@ -103,6 +103,7 @@ class CompiledFunction:
         self._module = module
         self._reached_key, self._reached = None, None  # a function's modules (see _owner)
         self._lifted: list = []  # weak references to tensors that require grad, found read by a trace (see _owner)
+        self._named_objects = None  # what the code reaches by name, read per call (see _owner)
         self._named_values = None  # the plain values the code reads by name, guarded by value (named_values.py)
         self._limit = recompile_limit
         self.entries: list[Entry] = []  # inference specializations
@@ -124,7 +125,8 @@ class CompiledFunction:
         no compiled entries: those hold machine code and ctypes pointers, and are rebuilt on the first call."""
         state = self.__dict__.copy()
         state.update(entries=[], train_entries=[], _branches=0, _fell_back=False, _warned=False, _lifted=[],
-                     _named_values=None, _reached_key=None, _reached=None, _dynamic_dims=set(), _dynamic_failed={})
+                     _named_values=None, _named_objects=None, _reached_key=None, _reached=None, _dynamic_dims=set(),
+                     _dynamic_failed={})
         return state
 
     def __setstate__(self, state):
@@ -169,12 +171,13 @@ class CompiledFunction:
         tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
         # One traversal of the module per call: guards, grad flags and the training plan's inputs share it.
         owner = self._owner()
-        params = tuple(owner.parameters()) if owner is not None else ()
+        tree = module_tree(owner) if owner is not None else None
+        params = tuple(tree[1]) if owner is not None else ()
         training = GradState.enabled and (any(t._requires_grad for t in tensors)
                                           or any(p._requires_grad for p in params))
         if training and self.backend != "jitorch":
             return fn(*args, **kwargs)  # a callable backend is handed inference graphs only
-        guards = guard_values(args, kwargs, owner, params, by_value=training)
+        guards = guard_values(args, kwargs, owner, tree, by_value=training)
         if site.structure is not None:
             guards.append(site.structure)
         if self._named_values is None:
@@ -249,7 +252,9 @@ class CompiledFunction:
         updates functional) and is guarded on their identities and ``training`` flags."""
         if self._module is not None:
             return self._module
-        found, free = reached_by(self._fn)
+        if self._named_objects is None:
+            self._named_objects = NamedObjects(self._fn)
+        found, free = reached_by(self._fn, self._named_objects.read())
         named = len(free)
         if self._lifted:
             self._lifted = [r for r in self._lifted if r() is not None]

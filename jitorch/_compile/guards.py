@@ -16,10 +16,14 @@ import numpy as np
 
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
+from ..nn.modules.module import Module
 
-__all__ = ["guard_values", "first_failure", "argument_names"]
+_MODULE_METHODS = (Module.modules, Module.parameters, Module.buffers, Module.named_modules)
+
+__all__ = ["guard_values", "first_failure", "argument_names", "module_tree"]
 
 _SIMPLE = (int, float, bool, str, bytes, type(None), complex)
+_SIMPLE_TYPES = frozenset(_SIMPLE)
 
 
 class _Same:
@@ -73,15 +77,29 @@ def structure_key(spec):
     return (kind, tuple(structure_key(v) for v in inner))
 
 
+_DTYPE_NAMES: dict = {}  # str(np.dtype) costs ~7 us on NumPy 2.4; a guard reads it for every tensor of every call
+
+
+def _dtype_name(dtype):
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)
+    return name
+
+
+def _device_name(t):
+    return "cpu" if type(t._data) is np.ndarray else str(t.device)
+
+
 def _layout(t):
     d = t._data
-    return ("tensor", tuple(d.shape), str(d.dtype), str(t.device), tuple(d.strides))
+    return ("tensor", d.shape, _dtype_name(d.dtype), _device_name(t), d.strides)
 
 
-def guard_values(args, kwargs, module=None, params=None, by_value=False):
+def guard_values(args, kwargs, module=None, tree=None, by_value=False):
     """``[(name, value), ...]`` for one call; equal lists mean the same compiled entry applies.
 
-    ``params``: ``tuple(module.parameters())`` when the caller already has it (one traversal per call).
+    ``tree``: ``module_tree(module)`` when the caller already has it (one walk of the modules per call).
     ``by_value``: a training call, whose graph takes the parameters as inputs: those a module marks in
     ``_guard_by_value`` (tensors looked up by name on every call) are guarded by layout instead of identity.
     """
@@ -89,8 +107,8 @@ def guard_values(args, kwargs, module=None, params=None, by_value=False):
     for name, a in zip(argument_names(args, kwargs), (*args, *kwargs.values())):
         if isinstance(a, Tensor):
             d = a._data
-            out += [(f"{name}.shape", tuple(d.shape)), (f"{name}.dtype", str(d.dtype)),
-                    (f"{name}.device", str(a.device)), (f"{name}.stride", tuple(d.strides))]
+            shape, dtype, device, stride = _tensor_labels(name)
+            out += [(shape, d.shape), (dtype, _dtype_name(d.dtype)), (device, _device_name(a)), (stride, d.strides)]
         else:
             out.append((name, _constant(a)))
     # The graph reads an argument passed twice (``f(x, x)``, self-attention's ``q = k = v``) from one input:
@@ -100,31 +118,96 @@ def guard_values(args, kwargs, module=None, params=None, by_value=False):
                                  if isinstance(a, Tensor))))
     out.append(("grad_mode", GradState.enabled))
     if module is not None:
-        mods = tuple(module.modules())
-        out.append(("training", tuple(m.training for m in mods)))
-        params = tuple(module.parameters()) if params is None else params
+        mods, params, buffers = module_tree(module) if tree is None else tree
+        out.append(("training", tuple([m.training for m in mods])))
         marked = {id(m._parameters[k]) for m in mods if "_guard_by_value" in m.__dict__ for k in m._guard_by_value} \
             if by_value else ()
-        out.append(("parameters", tuple(_layout(p) if id(p) in marked else id(p) for p in params)))
+        out.append(("parameters", tuple([_layout(p) if id(p) in marked else id(p) for p in params]) if marked
+                    else tuple(map(id, params))))
         # The graph reads buffers as constants and writes BatchNorm's statistics back into them: a buffer
         # replaced by another tensor (``bn.running_mean = t``) must retrace, or the old one is read and written.
-        out.append(("buffers", tuple(id(b) for m in mods for b in m._buffers.values())))
+        out.append(("buffers", tuple([id(b) for m in mods for b in m._buffers.values()])))
         # Plain-data attributes (``momentum``, ``eps``, dropout's ``p``, a user's ``self.temperature``) were baked
         # into the graph as constants: changing one must retrace.
-        out.append(("attributes", tuple(_plain_attributes(m) for m in mods)))
+        out.append(("attributes", tuple([_plain_attributes(m) for m in mods])))
     return out
+
+
+def module_tree(module):
+    """``(modules, parameters, buffers)`` of a module tree, in the orders of ``modules()``, ``parameters()`` and
+    ``buffers()`` (each shared module, parameter and buffer once), from one walk without generators: a compiled
+    module reads all three on every call, and the generators cost several microseconds per module.
+
+    >>> from jitorch import nn
+    >>> m = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    >>> mods, params, buffers = module_tree(m)
+    >>> mods == list(m.modules()) and params == list(m.parameters()) and buffers == list(m.buffers())
+    True
+    """
+    if not _plain_tree_walk(module):
+        return list(module.modules()), list(module.parameters()), list(module.buffers())
+    mods, seen, stack = [], set(), [module]
+    while stack:  # pre-order, each module once, as named_modules
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        mods.append(m)
+        children = [c for c in m._modules.values() if c is not None]
+        if children:
+            stack += reversed(children)
+    return mods, _members(mods, "_parameters"), _members(mods, "_buffers")
+
+
+def _plain_tree_walk(module):
+    cls = type(module)
+    return cls.modules is _MODULE_METHODS[0] and cls.parameters is _MODULE_METHODS[1] and \
+        cls.buffers is _MODULE_METHODS[2] and cls.named_modules is _MODULE_METHODS[3]
+
+
+def _members(mods, table):
+    out, seen = [], set()
+    for m in mods:
+        for v in m.__dict__[table].values():
+            if v is not None and id(v) not in seen:
+                seen.add(id(v))
+                out.append(v)
+    return out
+
+
+_ARG_NAMES = tuple(f"arg{i}" for i in range(64))
+_TENSOR_LABELS: dict = {}
 
 
 def argument_names(args, kwargs):
     """The guards' names of the flat arguments: ``arg0, arg1, ...``, then the keywords."""
-    return [f"arg{i}" for i in range(len(args))] + list(kwargs)
+    n = len(args)
+    names = list(_ARG_NAMES[:n]) if n <= len(_ARG_NAMES) else [f"arg{i}" for i in range(n)]
+    return names + list(kwargs) if kwargs else names
+
+
+def _tensor_labels(name):
+    """The four guard names of a tensor argument, built once per argument name (a call pays no string formatting)."""
+    labels = _TENSOR_LABELS.get(name)
+    if labels is None:
+        labels = _TENSOR_LABELS[name] = (f"{name}.shape", f"{name}.dtype", f"{name}.device", f"{name}.stride")
+    return labels
+
+
+_PUBLIC_KEYS: dict = {}  # a module __dict__'s keys -> those that may hold public plain-data attributes
 
 
 def _plain_attributes(module):
     """``(name, value)`` of a module's public plain-data attributes (numbers, strings, None and tuples of them)."""
-    return tuple((k, v) for k, v in module.__dict__.items()
-                 if k[0] != "_" and k != "training" and (isinstance(v, _SIMPLE) or (
-                     type(v) is tuple and all(isinstance(e, _SIMPLE) for e in v))))
+    d = module.__dict__
+    keys = tuple(d)
+    public = _PUBLIC_KEYS.get(keys)
+    if public is None:  # a new set of attribute names: most modules of a model share a handful
+        if len(_PUBLIC_KEYS) > 4096:
+            _PUBLIC_KEYS.clear()
+        public = _PUBLIC_KEYS[keys] = tuple(k for k in keys if k[0] != "_" and k != "training")
+    return tuple([(k, v) for k in public if (type(v := d[k]) in _SIMPLE_TYPES or isinstance(v, _SIMPLE) or (
+        type(v) is tuple and all(isinstance(e, _SIMPLE) for e in v)))])
 
 
 def first_failure(expected, got):

@@ -22,7 +22,7 @@ from types import FunctionType as _FunctionType
 from .._tensor import Tensor
 from ..nn.modules.module import Module
 
-__all__ = ["reached_by", "modules_named_by", "tensors_named_by", "functions_reached", "FreeTensors"]
+__all__ = ["reached_by", "modules_named_by", "tensors_named_by", "functions_reached", "FreeTensors", "NamedObjects"]
 
 
 class FreeTensors(Module):
@@ -41,11 +41,11 @@ class FreeTensors(Module):
         self._guard_by_value = frozenset(f"tensor{i}" for i in range(by_name))
 
 
-def reached_by(fn):
+def reached_by(fn, named=None):
     """``(modules, tensors that require grad)`` a function reaches by name (see `modules_named_by`): one walk, each
-    object once, in order."""
+    object once, in order. ``named``: what a `NamedObjects` of ``fn`` read for this call."""
     modules, tensors, seen = [], [], set()
-    for obj in _named(fn):
+    for obj in _named(fn) if named is None else named:
         # A small container's entries count as named: ``params["w"]`` is looked up again on every call too.
         entries = _entries(obj)
         for item in [obj] if entries is None else [obj, *entries]:
@@ -94,6 +94,11 @@ def functions_reached(fn):
     >>> [(f.__name__, named) for f, _, named in functions_reached(lambda x: x * scale)]
     [('<lambda>', [2.0])]
     """
+    return [(func, selves, named) for func, selves, named, _ in _walk(fn)]
+
+
+def _walk(fn):
+    """`functions_reached` with each function's depth (the compiled one at 0)."""
     out, seen = [], set()
 
     def visit(f, depth):
@@ -112,7 +117,7 @@ def functions_reached(fn):
             named += [c.cell_contents for c in (func.__closure__ or ()) if _filled(c)]
             names = getattr(func, "__globals__", {})
             named += [names[n] for n in code.co_names if n in names]
-        out.append((func if code is not None else None, selves, named))
+        out.append((func if code is not None else None, selves, named, depth))
         if depth < _HELPER_DEPTH:
             for obj in named:
                 if isinstance(obj, _FunctionType) and not (obj.__module__ or "").startswith(_LIBRARY):
@@ -134,3 +139,52 @@ def _filled(cell):
     except ValueError:  # an empty cell (a name assigned later)
         return False
     return True
+
+
+class NamedObjects:
+    """`_named` for every call of one compiled function: the walk of its code (which cells and global names it and
+    its helpers read) is done once, and redone only when a helper it followed is rebound; a call only reads the
+    current objects under those names (~1 us against ~3 us for a fresh walk of a one-line function).
+
+    >>> scale = 2.0
+    >>> NamedObjects(lambda x: x * scale).read()
+    [None, 2.0]
+    """
+
+    def __init__(self, fn):
+        self.fn = fn
+        self._plan = None  # [(selves, cells, globals dict, names, follows)] in `functions_reached` order
+        self._followed = None  # the helpers the walk followed, in order (held: an id could be reused)
+
+    def _build(self):
+        self._plan = [(selves, func.__closure__ or (), func.__globals__, func.__code__.co_names,
+                       depth < _HELPER_DEPTH) if func is not None else (selves, (), {}, (), False)
+                      for func, selves, _, depth in _walk(self.fn)]
+        self._followed = self._read()[1]
+
+    def _read(self):
+        out, followed = [], []
+        for selves, cells, scope, names, follows in self._plan:
+            start = len(out) + len(selves)
+            out += selves
+            for cell in cells:
+                try:
+                    out.append(cell.cell_contents)
+                except ValueError:  # an empty cell (a name assigned later)
+                    pass
+            out += [scope[n] for n in names if n in scope]
+            if follows:
+                followed += [o for o in out[start:] if isinstance(o, _FunctionType)
+                             and not (o.__module__ or "").startswith(_LIBRARY)]
+        return out, followed
+
+    def read(self):
+        """The objects the function reaches by name now, as `_named` lists them."""
+        if self._plan is None:
+            self._build()
+        out, followed = self._read()
+        if followed != self._followed:  # a helper was rebound, defined or removed: walk the code again
+            self._build()
+            out = self._read()[0]
+        return out
+
