@@ -18,6 +18,7 @@ from ._device import device as _device_cls
 from ._shape import _contiguous_strides
 from ._grad_state import GradState
 from .runtime import array_device
+from .runtime.host_pointer import data_address
 
 __all__ = ["Tensor", "Size"]
 
@@ -181,7 +182,7 @@ class Tensor:
     def data_ptr(self):
         data = self._data
         if type(data) is np.ndarray:
-            return data.__array_interface__["data"][0]
+            return data_address(data)
         return int(data.data.ptr)
 
     def storage_offset(self):

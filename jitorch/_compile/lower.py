@@ -27,6 +27,7 @@ from ..codegen.llvm_objcache import default_cache
 from ..fx.node import Node
 from ..ops.table import OPS
 from ..runtime import host_cache
+from ..runtime.host_pointer import data_address
 from ..runtime.threads import get_num_threads, parallel_for
 from . import lower_rows
 from .expr import Unfusable, parse_expr
@@ -263,7 +264,7 @@ class GroupKernel(Passes):
         ck = self.variants.get(key)
         if ck is None:
             ck = self.variants[key] = _compiled(self.build(key))
-        addrs = [o.ctypes.data for o in outs] + [v.__array_interface__["data"][0] for v, _ in views]
+        addrs = [data_address(o) for o in outs] + [data_address(v) for v, _ in views]
         if self.numel >= PARALLEL_MIN and get_num_threads() > 1 and ck.outer > 1:
             inner = max(1, self.numel // max(ck.outer, 1))
             parallel_for(lambda start, stop: ck(start, stop, *addrs), ck.outer, grain=max(1, (1 << 15) // inner))

@@ -35,6 +35,7 @@ from ..cpu._steps import plan_operands
 from ..fx.make_fx import Primitive
 from ..fx.node import Node
 from ..ops.random_ops import RANDOM_ROWS
+from ..runtime.host_pointer import data_address
 from .lower import IR_DTYPES
 
 __all__ = ["NotLowerable", "lower_group", "lower_row", "to_calls", "plan_arena"]
@@ -44,7 +45,7 @@ _POINTWISE_SKIP = ("to_copy",)
 
 
 def _addr(a):
-    return a.__array_interface__["data"][0]
+    return data_address(a)
 
 
 def _root(a):

@@ -40,6 +40,7 @@ from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..cpu import CPUGraph, graph
 from ..cpu._steps import root_of
+from ..runtime.host_pointer import data_address
 from .guards import first_failure
 from .named_values import NamedValues
 
@@ -292,7 +293,7 @@ class ReduceOverheadFunction:
             table = native.table
             for i, a in enumerate(new_arrays):
                 if a is not None and self.slots[i] is not None:
-                    table[self.slots[i]] = a.__array_interface__["data"][0]
+                    table[self.slots[i]] = data_address(a)
                     substituted.append(i)
         for i, a in enumerate(new_arrays):
             if a is not None and i not in substituted and a is not self.static[i]._data:

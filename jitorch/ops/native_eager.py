@@ -24,6 +24,7 @@ from ..codegen.ir import Buffer, Kernel, Store, load
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..runtime import host_cache
+from ..runtime.host_pointer import data_address
 from ..runtime.threads import get_num_threads, parallel_for
 
 __all__ = ["pointwise", "launch"]
@@ -59,7 +60,7 @@ def pointwise(row, *arrays):
             _kernels.clear()
         kernel = _kernels[key] = _build(row, len(arrays), first.size)
     out = host_cache.empty(first.shape, np.float32)
-    launch(kernel, [a.ctypes.data for a in arrays] + [out.ctypes.data], first.size, _GRAIN)
+    launch(kernel, [data_address(a) for a in arrays] + [data_address(out)], first.size, _GRAIN)
     return out
 
 

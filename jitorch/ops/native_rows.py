@@ -23,6 +23,7 @@ from ..codegen.ir import Buffer, Kernel, Store, const, load, op, simplify
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..runtime import host_cache
+from ..runtime.host_pointer import data_address
 from .native_eager import launch
 
 __all__ = ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "layer_norm", "layer_norm_backward",
@@ -101,8 +102,8 @@ def _run(name, arrays, rows, n, extras=(), eps=None, nout=1):
     full = name == "layer_norm_backward"
     outs = [host_cache.empty((rows, n), dtype)] + [host_cache.empty((rows, n), dtype) if full else np.empty(rows, dtype)
                                                    for _ in range(nout - 1)]
-    addresses = [o.ctypes.data for o in outs] + [a.ctypes.data for a in arrays] + \
-        [e.ctypes.data for e in extras if e is not None]
+    addresses = [data_address(o) for o in outs] + [data_address(a) for a in arrays] + \
+        [data_address(e) for e in extras if e is not None]
     launch(kernel, addresses, rows * n, max(1, (1 << 15) // n))
     return outs
 

@@ -36,6 +36,7 @@ from ..codegen.llvm_gemm import blas_operands, vector_fits
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_program import Gemm, KernelCall, Ref, compile_program
 from ..runtime.host_blas import gemm_function
+from ..runtime.host_pointer import data_address
 from . import rnn_cells as cells
 
 __all__ = ["ENABLED", "CHUNKS", "applies", "lstm_forward", "lstm_backward", "gru_forward", "gru_backward"]
@@ -58,7 +59,7 @@ def applies(xp, steps, *arrays):
 
 
 def _address(a):
-    return a.__array_interface__["data"][0]
+    return data_address(a)
 
 
 def _c(a):

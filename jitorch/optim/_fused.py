@@ -58,6 +58,7 @@ from ..codegen.ir import Buffer, Kernel, Store, load, op
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from .._tensor import Tensor
+from ..runtime.host_pointer import data_address
 
 __all__ = ["fused_adam", "fused_sgd", "fused_kernel_count"]
 
@@ -192,8 +193,8 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
         arrays = [param_t._data, grads[i]._data, exp_avgs[i]._data, exp_avg_sqs[i]._data,
                   (max_exp_avg_sqs[i] if amsgrad else exp_avgs[i])._data]
         ck = _kernel(key, lambda: _adam_ir(key[1], *key[2:]))
-        scalar_addr = scalars.ctypes.data
-        ck(0, arrays[0].size, *(a.ctypes.data for a in arrays), *([scalar_addr] * len(_ADAM_SCALARS)))
+        scalar_addr = data_address(scalars)
+        ck(0, arrays[0].size, *(data_address(a) for a in arrays), *([scalar_addr] * len(_ADAM_SCALARS)))
         touched = [param_t, exp_avgs[i], exp_avg_sqs[i]] + ([max_exp_avg_sqs[i]] if amsgrad else [])
         if inv_scale is not None:
             touched.append(grads[i])
@@ -247,14 +248,14 @@ def fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr
     key = ("sgd", _IR.get(dtype), maximize, weight_decay != 0, momentum != 0, first, nesterov, inv_scale is not None)
     scalars = np.array([weight_decay, momentum, 1.0 - dampening, lr, 1.0 if inv_scale is None else inv_scale],
                        dtype=dtype)
-    scalar_addrs = [scalars.ctypes.data] * len(_SGD_SCALARS)
+    scalar_addrs = [data_address(scalars)] * len(_SGD_SCALARS)
     ck = _kernel(key, lambda: _sgd_ir(key[1], *key[2:])) if params else None
     for i, param_t in enumerate(params):
         grad = grads[i]._data
         if first:
             momentum_buffer_list[i] = Tensor._make(np.empty_like(grad))
         buf = momentum_buffer_list[i]._data if momentum != 0 else grad
-        ck(0, grad.size, param_t._data.ctypes.data, grad.ctypes.data, buf.ctypes.data, *scalar_addrs)
+        ck(0, grad.size, data_address(param_t._data), data_address(grad), data_address(buf), *scalar_addrs)
         param_t._bump_version()
         if momentum != 0:
             momentum_buffer_list[i]._bump_version()
