@@ -5,6 +5,9 @@ replay that writes nothing cannot pass.
 """
 from __future__ import annotations
 
+import copy
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -125,13 +128,24 @@ def test_in_place_update_of_an_input_reaches_the_callers_tensor():
     assert acc.tolist() == [8.0, 8.0, 8.0]
 
 
-def test_module_and_autograd_fall_back_to_eager():
-    lin = jitorch.nn.Linear(3, 2)
+def test_a_module_call_needing_autograd_runs_the_default_compiled_path():
+    # As torch.compile(mode="reduce-overhead") on the CPU: a training forward is compiled (fused forward and
+    # backward), not replayed and not eager, and says nothing about it.
+    jitorch.manual_seed(0)
+    lin = jitorch.nn.Sequential(jitorch.nn.Linear(3, 4), jitorch.nn.GELU(), jitorch.nn.Linear(4, 2))
+    twin = copy.deepcopy(lin)
     f = compile_reduce_overhead(lin, module=lin)
-    with pytest.warns(UserWarning, match="autograd"):
-        out = f(jitorch.ones(1, 3))
-    out.sum().backward()
-    assert lin.weight.grad is not None and f.fallback_reason is not None
+    x, upstream = jitorch.randn(5, 3), jitorch.randn(5, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            out = f(x)
+            out.backward(upstream)
+            twin(x).backward(upstream)
+    assert "autograd" in f.fallback_reason and f._default is not None and f._default.train_entries
+    np.testing.assert_allclose(out.detach().numpy(), twin(x).detach().numpy(), rtol=1e-6)
+    for p, q in zip(lin.parameters(), twin.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-7)
     with jitorch.no_grad():
         g = compile_reduce_overhead(lin, module=lin)
         want = lin(jitorch.ones(2, 3))

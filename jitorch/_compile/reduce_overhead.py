@@ -15,8 +15,10 @@ one; past `RECAPTURE_WARNING` recaptures a warning says the step would run bette
 Outputs live in the graph's buffers and are rewritten by the next call. Instead of silently changing, an output
 of an earlier call raises when used after a later call (a generation counter per call); ``out.clone()`` keeps it.
 
-Not captured, run eagerly instead (``fallback_reason`` says why): calls that need autograd (grad mode on and a
-tensor input or parameter requiring grad) and calls mixing CPU and CUDA tensors.
+Not captured (``fallback_reason`` says why): calls that need autograd (grad mode on and a tensor input or parameter
+requiring grad: a compiled module's training forward) run through the default compiled path, fused forward and
+backward, as torch.compile's reduce-overhead mode compiles them on the CPU; calls mixing CPU and CUDA tensors, and
+functions that read Python-level random numbers, run eagerly.
 
 CUDA tensors are captured as a ``jitorch.cuda.CUDAGraph`` (private memory pool, side-stream capture): each call copies
 the new inputs into the static ones on the device, replays, and copies back inputs the graph writes in place.
@@ -46,6 +48,9 @@ from .named_values import NamedValues
 
 __all__ = ["compile_reduce_overhead", "ReduceOverheadFunction", "OverwrittenOutputError"]
 
+
+_AUTOGRAD = ("autograd: an input or parameter requires grad, so the call runs through the default compiled path "
+             "(fused forward and backward) instead of a replayed capture")
 
 # Captures redone for changed hyperparameters before the warning that the step would run better uncaptured.
 RECAPTURE_WARNING = 8
@@ -97,6 +102,7 @@ class ReduceOverheadFunction:
         self.recaptures = 0  # captures redone because a baked-in Python value (an optimizer's lr) changed
         self.named = NamedValues(fn, module)  # plain values the code reads by name, baked into a capture
         self._named_at_capture = None
+        self._default = None  # the default-mode compiled function that runs calls needing autograd
 
     # -- checks ---------------------------------------------------------------------------------------------------
     def _needs_eager(self, leaves):
@@ -110,8 +116,18 @@ class ReduceOverheadFunction:
             return None
         params = list(self.module.parameters()) if self.module is not None else []
         if any(t.requires_grad for t in tensors + params):
-            return "autograd: an input or parameter requires grad, so the call runs eagerly"
+            return _AUTOGRAD
         return None
+
+    def _uncaptured(self, reason, args, kwargs):
+        """Run a call that is not replayed: through the default compiled path when it needs autograd, else eagerly."""
+        if reason is not _AUTOGRAD:
+            return self.fn(*args, **kwargs)
+        if self._default is None:
+            from .api import CompiledFunction  # the default mode; imported here, as entry.py does, to keep api light
+
+            self._default = CompiledFunction(self.fn, module=self.module)
+        return self._default(*args, **kwargs)
 
     def _check(self, leaves):
         fast = self.fast_layouts
@@ -209,9 +225,10 @@ class ReduceOverheadFunction:
             if reason is not None or self.calls == 1:
                 if reason is not None and self.fallback_reason is None:
                     self.fallback_reason = reason
-                    warnings.warn(f"jitorch.compile(mode='reduce-overhead') of {self.__name__}: {reason}",
-                                  stacklevel=2)
-                return self.fn(*args, **kwargs)
+                    if reason is not _AUTOGRAD:  # the default compiled path is what torch runs there too
+                        warnings.warn(f"jitorch.compile(mode='reduce-overhead') of {self.__name__}: {reason}",
+                                      stacklevel=2)
+                return self._uncaptured(reason, args, kwargs) if reason is not None else self.fn(*args, **kwargs)
             self._capture(spec, leaves)
             for i, mutated in enumerate(self.mutated):
                 if mutated:  # the capture ran on a private copy: in-place updates of an input reach the caller
@@ -223,7 +240,7 @@ class ReduceOverheadFunction:
         self._check(leaves)
         reason = self._needs_eager(leaves)
         if reason is not None:
-            return self.fn(*args, **kwargs)
+            return self._uncaptured(reason, args, kwargs)
         return self._replay_cuda(leaves) if self.cuda else self._replay(leaves)
 
     def _changed_named_value(self):
