@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import warnings
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from .._dispatch import MODES
 from .._tensor import Tensor
@@ -31,6 +31,7 @@ from .optimized_module import OptimizedModule
 from .replay import Replay, _compile_outputs
 from .reached import FreeTensors, NamedObjects, reached_by
 from .segment_training import backward_kernels, compile_training_segment
+from .specialization import Entry, config
 from .trace import trace
 from .training import Unsupported, compile_training
 
@@ -39,59 +40,8 @@ __all__ = ["CompiledFunction", "OptimizedModule", "config", "reset"]
 _LIVE = weakref.WeakSet()  # every CompiledFunction, so reset() can clear their caches
 
 
-class _Config:
-    """Process-wide settings (``jitorch.compiler.config``); ``recompile_limit`` as in ``torch._dynamo.config``.
-
-    ``dynamic_after_changes``: a dimension whose size changed this many times becomes symbolic (``dynamic=None``).
-    ``dynamic_eager_calls``: how many calls at a new size a dynamic specialization runs eagerly before it compiles
-    that size's kernels (a size seen once, as in a generation loop, costs no compile time).
-    """
-
-    recompile_limit = 8
-    dynamic_after_changes = 2
-    dynamic_eager_calls = 1
-    # ``torch.compiler.set_stance``: "default"; "force_eager" runs every compiled function eagerly;
-    # "eager_on_recompile" runs a call that matches no compiled entry eagerly; "fail_on_recompile" raises instead.
-    stance = "default"
-
-
-config = _Config()
-
-
 _MADE_REQUIRING_GRAD = ("the call makes tensors that require grad itself (``torch.ones(3, requires_grad=True)`` inside "
                         "it): a compiled graph cannot hand their gradients back; make them outside and pass them in")
-
-
-@dataclass
-class Entry:
-    """One specialization: its guards and how it runs.
-
-    ``run(args, kwargs)`` is a compiled graph (no break), a `Replay` of recorded segments (graph breaks), or ``None``
-    (eagerly, ``break_reason`` says why).
-    """
-
-    guards: list
-    run: object = None
-    break_reason: str | None = None
-    replay: Replay | None = None
-    kernel_ops: list = field(default_factory=list)  # the forward's fused kernels
-    backward_kernel_ops: list = field(default_factory=list)  # a training entry's backward kernels
-    plan: object = None  # a training entry's TrainingPlan
-    breaks: list = field(default_factory=list)  # the graph breaks recorded (segments.Break)
-    trace_s: float = 0.0
-    compile_s: float = 0.0
-    dynamic: object = None  # a DynamicSpec: the entry stands for every size of its symbolic dimensions
-    dynamic_reason: str | None = None  # why the sizes that changed stay specialized
-    size_variant: bool = False  # a graph-broken entry at other sizes than another (not a recompile: see _call)
-    _key: list = field(default=None, repr=False)
-    _key_of: list = field(default=None, repr=False)
-
-    @property
-    def key(self):
-        """The guards' values, what a call's guard values are compared with (kept while ``guards`` is the same)."""
-        if self._key_of is not self.guards:
-            self._key, self._key_of = [v for _, v in self.guards], self.guards
-        return self._key
 
 
 class CompiledFunction:
