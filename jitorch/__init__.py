@@ -55,6 +55,7 @@ from .autograd import is_inference_mode_enabled  # noqa: E402,F401
 from ._conversion import to as _to  # noqa: E402,F401
 from . import nn, optim, utils  # noqa: E402,F401
 from . import serialization  # noqa: E402,F401
+from ._storage import TypedStorage, UntypedStorage  # noqa: E402,F401 - also Tensor.untyped_storage, .storage
 from .serialization import load, save  # noqa: E402,F401
 import jitorch.utils.data  # noqa: E402,F401
 from . import fx  # noqa: E402,F401

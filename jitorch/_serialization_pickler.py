@@ -26,6 +26,7 @@ import numpy as np
 
 from . import _dtype
 from ._shape import _contiguous_strides
+from ._storage import _address, _memory_root  # noqa: F401 - safetensors imports _memory_root from here
 from ._device import device as _device
 from ._tensor import Size, Tensor
 
@@ -90,21 +91,6 @@ def _save_dtype(pickler, obj):
 # -- memory and storages -----------------------------------------------------------------------------------------------
 def _is_numpy(arr) -> bool:
     return isinstance(arr, np.ndarray)
-
-
-def _address(arr) -> int:
-    return arr.__array_interface__["data"][0] if _is_numpy(arr) else int(arr.data.ptr)
-
-
-def _memory_root(arr):
-    """The array owning ``arr``'s memory: the deepest array along the ``.base`` chain (through non-array holders)."""
-    array_type = np.ndarray if _is_numpy(arr) else type(arr)
-    root, obj = arr, arr.base
-    while obj is not None:
-        if isinstance(obj, array_type):
-            root = obj
-        obj = getattr(obj, "base", None)
-    return root
 
 
 def _raw_bytes(root):

@@ -16,56 +16,11 @@ import numpy as np
 
 from . import _dtype
 from ._device import device as _device
+from ._storage import UntypedStorage
 from ._tensor import Size, Tensor
-from .runtime import array_module_for, cuda_available, device_count, move_array, strided_view
+from .runtime import array_module_for, cuda_available, device_count, strided_view
 
 __all__ = ["UntypedStorage", "StorageType", "restore_location_fn", "torch_name", "TORCH_ONLY_DTYPES"]
-
-
-class UntypedStorage:
-    """The bytes of one saved storage: what a ``map_location`` callable receives and may return (moved or not).
-
-    ``dtype`` is the element type the checkpoint declared for it (``uint8`` for untyped storages).
-    """
-
-    def __init__(self, array, dtype=_dtype.uint8):
-        self._array = array
-        self.dtype = dtype
-
-    @property
-    def device(self):
-        return _device("cpu") if isinstance(self._array, np.ndarray) else _device("cuda", int(self._array.device.id))
-
-    @property
-    def is_cuda(self) -> bool:
-        return self.device.type == "cuda"
-
-    def nbytes(self) -> int:
-        return int(self._array.size)
-
-    def size(self) -> int:
-        return self.nbytes()
-
-    __len__ = size
-
-    def element_size(self) -> int:
-        return 1
-
-    def cpu(self):
-        """This storage on the CPU (itself when it is there)."""
-        return self if not self.is_cuda else UntypedStorage(move_array(self._array, "cpu"), self.dtype)
-
-    def cuda(self, device=None, non_blocking=False):
-        """This storage on a CUDA device (``device``: an index, a device or None for the current one)."""
-        index = _device(device).index if isinstance(device, (str, _device)) else device
-        return UntypedStorage(move_array(self._array, "cuda", index or 0), self.dtype)
-
-    def to(self, *, device=None, non_blocking=False):
-        dev = _device(device)
-        return self.cpu() if dev.type == "cpu" else self.cuda(dev.index)
-
-    def __repr__(self):
-        return f"jitorch.UntypedStorage(nbytes={self.nbytes()}, device={self.device})"
 
 
 class StorageType:

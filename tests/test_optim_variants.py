@@ -111,3 +111,14 @@ def test_invalid_hyperparameters_raise_torchs_errors(case):
     with pytest.raises(ValueError) as jerr:
         getattr(jitorch.optim, name)([jitorch.zeros(1, requires_grad=True)], **kwargs)
     assert str(jerr.value) == str(terr.value)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam",
+                                  "LBFGS"])
+def test_saved_param_groups_list_options_in_torchs_order(name):
+    # state_dict()["param_groups"] is what checkpoints store and what users print and diff against torch's
+    groups = []
+    for lib in (jitorch, torch):
+        opt = getattr(lib.optim, name)([lib.zeros(2, requires_grad=True)], lr=0.1)
+        groups.append(list(opt.state_dict()["param_groups"][0].items()))
+    assert groups[0] == groups[1]

@@ -36,8 +36,8 @@ class Adamax(AdamVariant):
     def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, foreach=None, *,
                  maximize=False, differentiable=False, capturable=False):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
-                                  "foreach": foreach, "maximize": maximize, "capturable": capturable,
-                                  "differentiable": differentiable})
+                                  "foreach": foreach, "maximize": maximize, "differentiable": differentiable,
+                                  "capturable": capturable})
 
     def _update(self, param, grad, state, group, lr, step):
         beta1, beta2 = group["betas"]
