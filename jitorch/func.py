@@ -2,7 +2,9 @@
 ``grad_and_value``, ``vjp``, ``jacrev``/``jacfwd`` and ``hessian``, over pytrees (tuples, lists, dicts) of tensors.
 
 Transforms nest (``grad(grad(f))``): inside another transform each one keeps its graph so the outer one can
-differentiate it; the outermost returns plain (detached) tensors, as torch's do. ``vmap`` is not provided.
+differentiate it; the outermost returns plain (detached) tensors, as torch's do. ``jvp`` and ``linearize`` take
+the forward-mode product by the double-vjp trick (the vjp is linear in its cotangent, so differentiating it against
+the cotangent gives J v); ``vmap`` runs the function once per sample (`jitorch._vmap`).
 
 >>> import jitorch
 >>> from jitorch.func import grad
@@ -19,9 +21,11 @@ from ._tensor import Tensor
 from .autograd.functional import jacobian
 from .autograd.grad_mode import enable_grad
 from .nn.utils.stateless import call_with as functional_call
+from ._vmap import vmap
 from .utils._pytree import tree_flatten, tree_unflatten
 
-__all__ = ["functional_call", "grad", "grad_and_value", "vjp", "jacrev", "jacfwd", "hessian"]
+__all__ = ["functional_call", "grad", "grad_and_value", "vjp", "jvp", "linearize", "jacrev", "jacfwd", "hessian",
+           "vmap", "stack_module_state"]
 
 _DEPTH = [0]  # transforms running: only the outermost detaches its results
 
@@ -152,3 +156,95 @@ jacfwd = jacrev  # the same Jacobian; jitorch computes it in reverse mode either
 def hessian(func, argnums=0):
     """``f -> d^2 f / d args[argnums]^2`` (the Jacobian of the Jacobian)."""
     return jacfwd(jacrev(func, argnums), argnums)
+
+
+def _check_pairs(where, primals, tangents):
+    for what, value in (("primals", primals), ("tangents", tangents)):
+        if not isinstance(value, tuple):
+            raise RuntimeError(f"{where}: Expected {what} to be a tuple. E.g. it should be valid to call f(*{what}).")
+    p_leaves, p_spec = tree_flatten(primals)
+    t_leaves, t_spec = tree_flatten(tangents)
+    if p_spec != t_spec:
+        raise RuntimeError(f"{where}: Expected primals and tangents to have the same python structure. For example, "
+                           "if primals is a tuple of 3 tensors, tangents also must be.")
+    for p, t in zip(p_leaves, t_leaves):
+        if not isinstance(p, Tensor) or not isinstance(t, Tensor):
+            raise RuntimeError(f"{where}: Expected primals and tangents to only contain Tensors, got "
+                               f"{type(p).__name__} and {type(t).__name__}")
+        if p.shape != t.shape:  # torch's words (from setting the dual tensor's forward gradient)
+            raise RuntimeError("Trying to set a forward gradient that has a different size than that of the original "
+                               f"Tensor, this is not supported. Tensor is of size {list(p.shape)} while the given "
+                               f"forward gradient is of size {list(t.shape)}.")
+    return p_leaves, p_spec, t_leaves
+
+
+@_transform
+def jvp(func, primals, tangents, *, strict=False, has_aux=False):
+    """``(func(*primals), J tangents)``: the Jacobian-vector product (forward mode), and ``aux`` with ``has_aux``.
+
+    >>> import jitorch
+    >>> jvp(lambda x: x ** 2, (jitorch.tensor([1.0, 3.0]),), (jitorch.tensor([1.0, 1.0]),))
+    (tensor([1., 9.]), tensor([2., 6.]))
+    """
+    from .autograd import grad as autograd_grad
+
+    leaves, spec, t_leaves = _check_pairs("jvp(f, primals, tangents)", primals, tangents)
+    leaves = [_leaf(x) for x in leaves]
+    out = func(*tree_unflatten(leaves, spec))
+    value, aux = out if has_aux else (out, None)
+    out_leaves, out_spec = tree_flatten(value)
+    if not all(isinstance(o, Tensor) for o in out_leaves):
+        raise RuntimeError("jvp(f, primals, tangents): Expected f(*primals) to return only tensors")
+    # J^T u as a function of a cotangent u (zeros: only its graph matters), then d(J^T u . v)/du = J v.
+    cotangents = [_creation.zeros_like(o).requires_grad_(True) for o in out_leaves]
+    back = autograd_grad(out_leaves, leaves, cotangents, create_graph=True, allow_unused=True)
+    pairs = [(b, t) for b, t in zip(back, t_leaves) if b is not None]
+    if pairs:
+        forward = autograd_grad([b for b, _ in pairs], cotangents, [t for _, t in pairs],
+                                create_graph=_DEPTH[0] > 1, allow_unused=True)
+    else:
+        forward = [None] * len(cotangents)
+    forward = [f if f is not None else _creation.zeros_like(o) for f, o in zip(forward, out_leaves)]
+    result = (_finish(value), _finish(tree_unflatten(forward, out_spec)))
+    return (*result, _finish(aux)) if has_aux else result
+
+
+def linearize(func, *primals):
+    """``(func(*primals), jvp_fn)`` where ``jvp_fn(*tangents)`` is ``jvp(func, primals, tangents)[1]``.
+
+    >>> import jitorch
+    >>> out, jvp_fn = linearize(jitorch.sin, jitorch.tensor([0.0, 1.0]))
+    >>> jvp_fn(jitorch.tensor([1.0, 1.0]))
+    tensor([1.0000, 0.5403])
+    """
+    kept = tuple(p.detach() if isinstance(p, Tensor) else p for p in primals)
+    value = jvp(func, kept, tuple(_creation.zeros_like(p) for p in kept))[0]
+
+    def jvp_fn(*tangents):
+        return jvp(func, kept, tangents)[1]
+    return value, jvp_fn
+
+
+def stack_module_state(models):
+    """``(params, buffers)``: each parameter and buffer of same-structured ``models`` stacked along a new first
+    dimension, by name (for ``vmap`` over ``functional_call``, ensembling). The stacked parameters are new leaves.
+
+    >>> import jitorch
+    >>> params, buffers = stack_module_state([jitorch.nn.Linear(3, 2) for _ in range(4)])
+    >>> params["weight"].shape, params["weight"].requires_grad
+    (jitorch.Size([4, 2, 3]), True)
+    """
+    from ._movement import stack
+
+    models = list(models)
+    if not models:
+        raise RuntimeError("stack_module_state: Expected at least one model, got 0.")
+    if any(m.training != models[0].training for m in models):
+        raise RuntimeError("stack_module_state: Expected all models to have the same training/eval mode.")
+    names = [n for n, _ in models[0].named_parameters()]
+    if any([n for n, _ in m.named_parameters()] != names for m in models):
+        raise RuntimeError("stack_module_state: Expected all models to be of the same class.")
+    params = {n: stack([dict(m.named_parameters())[n].detach() for m in models]).requires_grad_(
+        dict(models[0].named_parameters())[n].requires_grad) for n in names}
+    buffers = {n: stack([dict(m.named_buffers())[n] for m in models]) for n, _ in models[0].named_buffers()}
+    return params, buffers

@@ -1,0 +1,214 @@
+"""``torch.func.vmap``: ``func`` mapped over a dimension of its inputs, with PyTorch's argument rules and errors.
+
+It runs ``func`` once per sample and stacks the results (what PyTorch's vmap does for an op without a batching rule):
+the values, gradients and error messages are vmap's, the cost is a Python loop over the batch. Every jitorch op
+works inside it, including data-dependent Python (``.item()``, branches), which PyTorch's vmap refuses; nested
+transforms (``vmap(grad(f))`` for per-sample gradients, ``vmap(vmap(f))``) compose.
+
+``in_dims`` is an int, or a tuple with one entry per positional argument, each an int, None (not mapped) or a nested
+structure matching that argument (a dict of dims for a dict of tensors); keyword arguments are not mapped.
+``out_dims`` is an int or one entry per output. ``randomness``: 'error' (a random op inside raises, as in PyTorch),
+'different' (each sample draws its own numbers) or 'same' (every sample gets the numbers the first one drew).
+
+>>> import jitorch
+>>> x, w = jitorch.arange(6.0).reshape(3, 2), jitorch.tensor([1.0, 10.0])
+>>> vmap(lambda row, w: (row * w).sum(), in_dims=(0, None))(x, w)
+tensor([10., 32., 54.])
+"""
+from __future__ import annotations
+
+import functools
+
+from . import _random
+from ._tensor import Tensor
+from .utils._pytree import tree_flatten, tree_unflatten
+
+__all__ = ["vmap"]
+
+_RANDOMNESS = ("error", "different", "same")
+
+
+def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
+    """``func`` over a batch dimension of its inputs (see the module notes)."""
+    if randomness not in _RANDOMNESS:
+        raise RuntimeError(f"Only allowed values for randomness are 'error', 'different', or 'same'. Got {randomness}")
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size <= 0):
+        raise ValueError(f"vmap: chunk_size should be None or greater than 0. (got {chunk_size})")
+    name = getattr(func, "__name__", repr(func))
+
+    @functools.wraps(func)
+    def mapped(*args, **kwargs):
+        leaves, dims, spec = _mapped_inputs(name, in_dims, args)
+        size = _batch_size(name, in_dims, leaves, dims)
+        outs = []
+        with _RandomnessMode(randomness) as mode:
+            for i in range(max(size, 1)):  # a batch of 0 still runs once, on zeros, for the outputs' layout
+                mode.next_sample()
+                sample = [x if d is None else _take(x, d, i, size) for x, d in zip(leaves, dims)]
+                outs.append(func(*tree_unflatten(sample, spec), **kwargs))
+        return _stacked(name, outs, out_dims, size)
+    return mapped
+
+
+def _take(x, dim, i, size):
+    if size == 0:
+        from ._creation import zeros
+
+        shape = list(x.shape)
+        del shape[dim]
+        return zeros(shape, dtype=x.dtype, device=x.device)
+    return x.select(dim, i)
+
+
+def _mapped_inputs(name, in_dims, args):
+    """``(leaves, dims, spec)``: the positional arguments' leaves, the dim each is mapped over (None: not mapped)."""
+    where = f"vmap({name}, in_dims={in_dims}, ...)(<inputs>)"
+    if isinstance(in_dims, int) and not isinstance(in_dims, bool):
+        per_arg = (in_dims,) * len(args)
+    elif isinstance(in_dims, tuple):
+        if len(in_dims) != len(args):
+            raise ValueError(f"{where}: in_dims is not compatible with the structure of `inputs`: in_dims has "
+                             f"{len(in_dims)} entries but there are {len(args)} positional inputs.")
+        per_arg = in_dims
+    else:
+        raise ValueError(f"{where}: expected `in_dims` to be int or a (potentially nested) tuple matching the "
+                         f"structure of inputs, got: {type(in_dims)}.")
+    leaves, spec = tree_flatten(tuple(args))
+    dims = []
+    for arg, dim in zip(args, per_arg):
+        dims += _broadcast(where, dim, arg)
+    for x, d in zip(leaves, dims):
+        if d is None:
+            continue
+        if not isinstance(x, Tensor):
+            raise ValueError(f"{where}: Got in_dim={d} for an input but the input is of type {type(x)}. We cannot "
+                             "vmap over non-Tensor arguments, please use None as the respective in_dim")
+        if not -x.dim() <= d < x.dim():
+            raise ValueError(f"{where}: Got in_dim={d} for some input, but that input is a Tensor of dimensionality "
+                             f"{x.dim()} so expected in_dim to satisfy -{x.dim()} <= in_dim < {x.dim()}.")
+    return leaves, [None if d is None else d % x.dim() for x, d in zip(leaves, dims)], spec
+
+
+def _broadcast(where, dim, arg):
+    """One dim per leaf of ``arg``: an int or None applies to the whole argument, a structure maps into it."""
+    n = len(tree_flatten(arg)[0])
+    if dim is None or (isinstance(dim, int) and not isinstance(dim, bool)):
+        return [dim] * n
+    if isinstance(dim, (tuple, list)) and isinstance(arg, (tuple, list)) and len(dim) == len(arg):
+        return [d for sub_dim, sub in zip(dim, arg) for d in _broadcast(where, sub_dim, sub)]
+    if isinstance(dim, dict) and isinstance(arg, dict) and dim.keys() == arg.keys():
+        return [d for k in arg for d in _broadcast(where, dim[k], arg[k])]
+    raise ValueError(f"{where}: in_dims is not compatible with the structure of `inputs`: in_dim {dim!r} for an "
+                     f"input of type {type(arg).__name__}.")
+
+
+def _batch_size(name, in_dims, leaves, dims):
+    sizes = [x.shape[d] for x, d in zip(leaves, dims) if d is not None]
+    if not sizes:
+        raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): Got all in_dims=None so there are no "
+                         "inputs to vmap over. Please pass at least one Tensor input to vmap over.")
+    if len(set(sizes)) > 1:
+        raise ValueError(f"vmap: Expected all tensors to have the same size in the mapped dimension, got sizes "
+                         f"{sizes} for the mapped dimension")
+    return sizes[0]
+
+
+def _stacked(name, outs, out_dims, size):
+    from ._creation import empty
+    from ._movement import stack
+
+    leaves0, spec = tree_flatten(outs[0])
+    if isinstance(out_dims, tuple):
+        per_out = out_dims if len(out_dims) == len(leaves0) else None
+        if per_out is None:
+            raise ValueError(f"vmap({name}, ..., out_dims={out_dims}): out_dims is not compatible with the structure "
+                             f"of the outputs ({len(leaves0)} outputs).")
+    else:
+        per_out = (out_dims,) * len(leaves0)
+    columns = [tree_flatten(o)[0] for o in outs]
+    result = []
+    for j, (first, dim) in enumerate(zip(leaves0, per_out)):
+        samples = [c[j] for c in columns]
+        if dim is None:
+            # Not mapped: the output must not depend on the sample (PyTorch refuses a batched one).
+            if not all(_same(s, first) for s in samples[1:]):
+                raise ValueError(f"vmap({name}, ...): `{name}` can not return a BatchedTensor when out_dim is None")
+            result.append(first)
+            continue
+        if not isinstance(first, Tensor):
+            raise ValueError(f"vmap({name}, ...): `{name}` must only return Tensors, got type {type(first)}. Did you "
+                             "mean to set out_dims= to None for output?")
+        d = dim % (first.dim() + 1)
+        if size == 0:
+            shape = list(first.shape)
+            shape.insert(d, 0)
+            result.append(empty(shape, dtype=first.dtype, device=first.device))
+        else:
+            result.append(stack(samples, d))
+    return tree_unflatten(result, spec)
+
+
+def _same(a, b):
+    if a is b:
+        return True
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | ((a != a) & (b != b))).all())
+    return not isinstance(a, Tensor) and not isinstance(b, Tensor) and a == b
+
+
+_RANDOM_ERROR = ("vmap: called random operation while in randomness error mode. Please either use the 'same' or "
+                 "'different' randomness flags on vmap or perform the randomness operation out of vmap")
+
+
+class _RefusingStream:
+    """Stands in for the default CPU generator's stream in 'error' mode: the random rows (dropout's mask, ``randn``)
+    draw from it directly, not through `_random._rng`."""
+
+    def __getattr__(self, name):
+        raise RuntimeError(_RANDOM_ERROR)
+
+
+class _RandomnessMode:
+    """Watches the draws of one vmap call: the default CPU generator's stream (which the random rows read directly)
+    and `_random._rng` (where the other samplers draw). 'error' refuses them; 'same' puts the default generator, and
+    every generator the first sample drew from, back where the first sample found it before each later sample, so
+    all samples see the same numbers."""
+
+    def __init__(self, randomness):
+        self.randomness = randomness
+        self.sample = -1
+        self.start_states = {}  # id(generator) -> (generator, its state before the first sample drew from it)
+
+    def __enter__(self):
+        self._saved = _random._rng
+        self._default = _random.default_generator
+        if self.randomness == "error":
+            self._stream = self._default._rng
+            self._default._rng = _RefusingStream()
+        if self.randomness != "different":
+            _random._rng = self._draw
+        return self
+
+    def __exit__(self, *exc):
+        _random._rng = self._saved
+        if self.randomness == "error":
+            self._default._rng = self._stream
+        return False
+
+    def next_sample(self):
+        self.sample += 1
+        if self.randomness != "same":
+            return
+        if self.sample == 0:
+            self.start_states[id(self._default)] = (self._default, self._default.get_state())
+        else:
+            for gen, state in self.start_states.values():
+                gen.set_state(state)
+
+    def _draw(self, generator):
+        if self.randomness == "error":
+            raise RuntimeError(_RANDOM_ERROR)
+        gen = generator or _random.default_generator
+        if self.sample == 0 and id(gen) not in self.start_states:
+            self.start_states[id(gen)] = (gen, gen.get_state())
+        return self._saved(generator)
