@@ -17,9 +17,10 @@ import warnings
 
 import numpy as np
 
-from .. import _creation
+from .. import _creation, _dtype
 from ..amp._cast_mode import autocast_policy
 from ._spatial_args import layout_as
+from ._spatial_resample_aa import filtered_resample
 from ._spatial_pool import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 
 __all__ = ["interpolate", "upsample", "upsample_nearest", "upsample_bilinear", "pixel_shuffle", "pixel_unshuffle"]
@@ -171,7 +172,13 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         if mode not in ("bilinear", "bicubic") or input.dim() != 4:
             raise ValueError("Anti-alias option is restricted to bilinear, bicubic, and lanczos modes and requires "
                              "a 4-D tensor as input")
-        raise NotImplementedError("interpolate: antialias=True is not supported by jitorch yet")
+    if input.dtype.is_floating_point is False and mode in _LINEAR_DIMS and (
+            input.dtype != _dtype.uint8 or mode not in ("bilinear", "bicubic")):
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not implemented for {input.dtype} input (ATen "
+                                  f"has integer kernels only for uint8 bilinear and bicubic)")
+    if antialias or input.dtype == _dtype.uint8 and mode in ("bilinear", "bicubic"):
+        out = filtered_resample(input, sizes, scales, align_corners, mode == "bicubic", antialias)
+        return layout_as(out, input)
     if mode == "area":
         return (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d)[nd - 1](input, sizes)
     if any(s <= 0 for s in sizes):
