@@ -20,7 +20,7 @@ import warnings
 from .. import _creation, _dtype
 from .._pointwise import minimum, where
 from ..amp._cast_mode import autocast_float32
-from ..autograd.grad_mode import no_grad
+from ..autograd.grad_mode import is_grad_enabled, no_grad
 from ._functional_activation import logsigmoid, softplus
 from ._functional_attention import _clamp_min_value_only, pairwise_distance
 from ._functional_loss import legacy_reduction, reduce_loss, resolve_reduction
@@ -185,6 +185,10 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
 def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """Two-class logistic loss ``log(1 + exp(-target * input))`` (targets are 1 or -1)."""
     reduction = resolve_reduction(size_average, reduce, reduction)
+    if target.requires_grad and is_grad_enabled():
+        # ATen's kernel has no target gradient and refuses one rather than silently dropping it.
+        raise RuntimeError("The function 'soft_margin_loss' is not differentiable with respect to argument 'target'. "
+                           "This input cannot have requires_grad True.")
     return reduce_loss(softplus(-input * target), reduction)
 
 
@@ -239,10 +243,12 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduct
     if bool((listed & ((y < 0) | (y >= classes))).any()):
         raise RuntimeError("multilabel_margin_loss: target index out of range")
     with no_grad():
-        is_target = x.new_zeros(x.shape, dtype=_dtype.int64).scatter_add_(1, where(listed, y, 0), listed.long()) > 0
+        # A class listed twice contributes its hinge terms twice (ATen loops over the listed entries, not the set).
+        listings = x.new_zeros(x.shape, dtype=_dtype.int64).scatter_add_(1, where(listed, y, 0), listed.long())
+        is_target = listings > 0
+        pairs = listings.unsqueeze(2) * (~is_target).unsqueeze(1)
     hinge = (1 - (x.unsqueeze(2) - x.unsqueeze(1))).clamp_min(0)  # [N, j, i]
-    pairs = is_target.unsqueeze(2) & ~is_target.unsqueeze(1)
-    loss = (hinge * pairs).sum((1, 2)) / classes
+    loss = (hinge * pairs.to(x.dtype)).sum((1, 2)) / classes
     if input.dim() <= 1:
         loss = loss.reshape(())
     return reduce_loss(loss, reduction)

@@ -32,6 +32,10 @@ def _constant(input, pad, value):
         if size + lo + hi < 0:
             raise RuntimeError(f"The input size {size}, plus negative padding {lo} and {hi} resulted in a negative "
                                f"output size, which is invalid. Check dimension {dim} of your input.")
+        if size + min(lo, 0) + min(hi, 0) < 0:
+            # ATen crops before it pads: the positive side cannot give back elements the crops removed.
+            raise RuntimeError(f"narrow(): length must be non-negative: negative padding ({lo}, {hi}) crops more "
+                               f"than the {size} elements of dimension {dim}")
         amounts[dim] = (lo, hi)
     return apply(CONSTANT_PAD, input, pads=tuple(amounts), value=0 if value is None else value)
 

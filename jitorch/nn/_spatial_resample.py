@@ -17,12 +17,14 @@ import warnings
 
 import numpy as np
 
-from .. import _creation
+from .. import _creation, _dtype
 from ..amp._cast_mode import autocast_policy
 from ._spatial_args import layout_as
+from ._spatial_resample_aa import filtered_resample
 from ._spatial_pool import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
 
-__all__ = ["interpolate", "upsample", "upsample_nearest", "upsample_bilinear", "pixel_shuffle", "pixel_unshuffle"]
+__all__ = ["interpolate", "upsample", "upsample_nearest", "upsample_bilinear", "pixel_shuffle", "pixel_unshuffle",
+           "channel_shuffle", "native_channel_shuffle"]
 
 _LINEAR_DIMS = {"linear": 3, "bilinear": 4, "trilinear": 5, "bicubic": 4}
 _ALL_MODES = "nearest | linear | bilinear | bicubic | trilinear | lanczos | area | nearest-exact"
@@ -171,7 +173,13 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         if mode not in ("bilinear", "bicubic") or input.dim() != 4:
             raise ValueError("Anti-alias option is restricted to bilinear, bicubic, and lanczos modes and requires "
                              "a 4-D tensor as input")
-        raise NotImplementedError("interpolate: antialias=True is not supported by jitorch yet")
+    if input.dtype.is_floating_point is False and mode in _LINEAR_DIMS and (
+            input.dtype != _dtype.uint8 or mode not in ("bilinear", "bicubic")):
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not implemented for {input.dtype} input (ATen "
+                                  f"has integer kernels only for uint8 bilinear and bicubic)")
+    if antialias or input.dtype == _dtype.uint8 and mode in ("bilinear", "bicubic"):
+        out = filtered_resample(input, sizes, scales, align_corners, mode == "bicubic", antialias)
+        return layout_as(out, input)
     if mode == "area":
         return (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d)[nd - 1](input, sizes)
     if any(s <= 0 for s in sizes):
@@ -254,3 +262,21 @@ def pixel_unshuffle(input, downscale_factor):
     x = input.reshape(tuple(lead) + (c, h // r, r, w // r, r))
     x = x.permute(tuple(range(n)) + (n, n + 2, n + 4, n + 1, n + 3))
     return x.reshape(tuple(lead) + (c * r * r, h // r, w // r))
+
+
+def channel_shuffle(input, groups):
+    """``(N, g * k, *) -> (N, k * g, *)``: interleave the channels of the ``g`` groups (ShuffleNet)."""
+    if input.dim() < 3:
+        raise RuntimeError(f"channel_shuffle expects input to have at least 3 dimensions, but got input with "
+                           f"{input.dim()} dimension(s)")
+    g = int(groups)
+    if g <= 0:
+        raise RuntimeError(f"Number of groups to divide channels in must be positive. Value of groups:{g}")
+    n, c, *rest = input.shape
+    if c % g:
+        raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels and {g} groups.")
+    x = input.reshape([n, g, c // g] + rest).transpose(1, 2)
+    return x.reshape([n, c] + rest)
+
+
+native_channel_shuffle = channel_shuffle

@@ -1,5 +1,5 @@
-"""Spatial transformer sampling: ``affine_grid`` and ``grid_sample`` (4-D input; bilinear or nearest; zeros, border
-or reflection padding).
+"""Spatial transformer sampling: ``affine_grid`` and ``grid_sample`` (4-D or 5-D input; bilinear (trilinear), nearest
+or, in 2-D, bicubic; zeros, border or reflection padding).
 
 Samples are gathered from the flattened image with ``gather``, and the bilinear weights are built from the grid with
 ordinary ops, so gradients reach both the input and the grid.
@@ -14,10 +14,12 @@ tensor([[[[0., 1.],
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 from .. import _creation
 from .._movement import stack
+from .._pointwise import where
 from ..amp._cast_mode import autocast_policy
 
 __all__ = ["affine_grid", "grid_sample"]
@@ -81,28 +83,72 @@ def _reflect(coord, twice_low, twice_high):
     return (extra + low).where(flips.remainder(2) == 0, span - extra + low)
 
 
-def _source_index(coord, size, padding_mode, align_corners):
-    coord = _unnormalize(coord, size, align_corners)
-    if padding_mode == "border":
-        coord = coord.clamp(0, size - 1)
-    elif padding_mode == "reflection":
+def _pad_coord(coord, size, padding_mode, align_corners):
+    """PyTorch's ``compute_coordinates``: clip or reflect a pixel coordinate into the image (``zeros``: as is)."""
+    if padding_mode == "reflection":
         coord = _reflect(coord, 0, 2 * (size - 1)) if align_corners else _reflect(coord, -1, 2 * size - 1)
-        coord = coord.clamp(0, size - 1)
+    if padding_mode in ("border", "reflection"):
+        coord = _clip(coord, size)
     return coord
 
 
-def _tap(flat, iy, ix, height, width):
-    """Values at integer positions ``(iy, ix)`` (``(N, Ho, Wo)`` each) of ``flat`` ``(N, C, H * W)``; 0 outside."""
+def _clip(coord, size):
+    # ATen's clip_coordinates_set_grad passes no gradient at the edges themselves (clamp's would pass it).
+    inside = (coord > 0) & (coord < size - 1)
+    return where(inside, coord, coord.detach().clamp(0, size - 1))
+
+
+def _source_index(coord, size, padding_mode, align_corners):
+    return _pad_coord(_unnormalize(coord, size, align_corners), size, padding_mode, align_corners)
+
+
+def _tap(flat, coords, sizes):
+    """Values at integer positions ``coords`` (one ``(N, *out)`` tensor per spatial dim, outermost first) of
+    ``flat`` ``(N, C, prod(sizes))``; 0 outside the image (NaN positions included, as ATen's bounds checks)."""
     n, c = flat.shape[:2]
-    valid = (ix >= 0) & (ix <= width - 1) & (iy >= 0) & (iy <= height - 1)
-    index = (iy.clamp(0, height - 1) * width + ix.clamp(0, width - 1)).long()
-    picked = flat.gather(2, index.reshape(n, 1, -1).expand(n, c, index[0].numel()))
-    return picked.reshape((n, c) + tuple(ix.shape[1:])) * valid.unsqueeze(1).to(flat.dtype)
+    valid = None
+    index = None
+    for coord, size in zip(coords, sizes):
+        inside = (coord >= 0) & (coord <= size - 1)
+        valid = inside if valid is None else valid & inside
+    for coord, size in zip(coords, sizes):
+        safe = where(valid, coord, 0).long()
+        index = safe if index is None else index * size + safe
+    out_shape = tuple(coords[0].shape[1:])
+    count = math.prod(out_shape)
+    picked = flat.gather(2, index.reshape(n, 1, count).expand(n, c, count))
+    return picked.reshape((n, c) + out_shape) * valid.unsqueeze(1).to(flat.dtype)
+
+
+def _cubic_weights(t, a=-0.75):
+    near = lambda v: ((a + 2) * v - (a + 3)) * v * v + 1  # noqa: E731 - |v| <= 1
+    far = lambda v: ((a * v - 5 * a) * v + 8 * a) * v - 4 * a  # noqa: E731 - 1 < |v| < 2
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
+def _bicubic(input, flat, grid, padding_mode, align_corners):
+    height, width = input.shape[2:]
+    ix = _unnormalize(grid[..., 0], width, align_corners)
+    iy = _unnormalize(grid[..., 1], height, align_corners)
+    x0, y0 = ix.detach().floor(), iy.detach().floor()
+    wx, wy = _cubic_weights(ix - x0), _cubic_weights(iy - y0)
+    out = None
+    for j in range(4):
+        # Each tap's integer position is padded on its own (ATen's get_value_bounded): no gradient through it.
+        ty = _pad_coord(y0 + (j - 1), height, padding_mode, align_corners)
+        row = None
+        for i in range(4):
+            tx = _pad_coord(x0 + (i - 1), width, padding_mode, align_corners)
+            term = _tap(flat, [ty, tx], [height, width]) * wx[i].unsqueeze(1)
+            row = term if row is None else row + term
+        out = row * wy[j].unsqueeze(1) if out is None else out + row * wy[j].unsqueeze(1)
+    return out
 
 
 @autocast_policy(cpu="fp32", cuda="promote")
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
-    """Sample ``input`` ``(N, C, H, W)`` at the normalized ``(x, y)`` locations of ``grid`` ``(N, Ho, Wo, 2)``."""
+    """Sample ``input`` ``(N, C, H, W)`` (or ``(N, C, D, H, W)``) at the normalized ``(x, y[, z])`` locations of
+    ``grid`` ``(N, Ho, Wo, 2)`` (or ``(N, Do, Ho, Wo, 3)``)."""
     if mode not in ("bilinear", "nearest", "bicubic"):
         raise ValueError(f"nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or 'bicubic', but "
                          f"got: '{mode}'")
@@ -112,21 +158,31 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     if align_corners is None:
         warnings.warn(_ALIGN_WARNING, stacklevel=2)
     align_corners = bool(align_corners)
-    if input.dim() != 4 or grid.dim() != 4 or grid.shape[-1] != 2 or grid.shape[0] != input.shape[0]:
-        raise RuntimeError(f"grid_sampler(): expected 4D input and grid with same batch size and grid of shape "
-                           f"(N, H, W, 2), but got input with sizes {list(input.shape)} and grid with sizes "
-                           f"{list(grid.shape)}")
+    nd = input.dim() - 2
+    if nd not in (2, 3) or grid.dim() != input.dim() or grid.shape[-1] != nd or grid.shape[0] != input.shape[0]:
+        raise RuntimeError(f"grid_sampler(): expected 4D or 5D input and grid with same number of dimensions and "
+                           f"batch size, and grid of shape (N, H, W, 2) or (N, D, H, W, 3), but got input with sizes "
+                           f"{list(input.shape)} and grid with sizes {list(grid.shape)}")
+    if mode == "bicubic" and nd != 2:
+        raise RuntimeError("grid_sampler(): bicubic interpolation only supports 4D input")
+    n, c = input.shape[:2]
+    sizes = list(input.shape[2:])
+    flat = input.reshape(n, c, math.prod(sizes))
     if mode == "bicubic":
-        raise NotImplementedError("grid_sample: mode='bicubic' is not supported by jitorch yet")
-    n, c, height, width = input.shape
-    flat = input.reshape(n, c, height * width)
-    ix = _source_index(grid[..., 0], width, padding_mode, align_corners)
-    iy = _source_index(grid[..., 1], height, padding_mode, align_corners)
+        return _bicubic(input, flat, grid, padding_mode, align_corners)
+    # grid's last dim lists (x, y[, z]): x indexes the innermost spatial dim.
+    coords = [_source_index(grid[..., nd - 1 - k], sizes[k], padding_mode, align_corners) for k in range(nd)]
     if mode == "nearest":
-        return _tap(flat, iy.detach().round(), ix.detach().round(), height, width)
-    x0, y0 = ix.detach().floor(), iy.detach().floor()
-    x1, y1 = x0 + 1, y0 + 1
-    out = _tap(flat, y0, x0, height, width) * ((x1 - ix) * (y1 - iy)).unsqueeze(1)
-    out = out + _tap(flat, y0, x1, height, width) * ((ix - x0) * (y1 - iy)).unsqueeze(1)
-    out = out + _tap(flat, y1, x0, height, width) * ((x1 - ix) * (iy - y0)).unsqueeze(1)
-    return out + _tap(flat, y1, x1, height, width) * ((ix - x0) * (iy - y0)).unsqueeze(1)
+        return _tap(flat, [t.detach().round() for t in coords], sizes)
+    lows = [t.detach().floor() for t in coords]
+    out = None
+    for corner in range(1 << nd):
+        taps, weight = [], None
+        for k in range(nd):
+            high = (corner >> (nd - 1 - k)) & 1
+            taps.append(lows[k] + high)
+            w = coords[k] - lows[k] if high else lows[k] + 1 - coords[k]
+            weight = w if weight is None else weight * w
+        term = _tap(flat, taps, sizes) * weight.unsqueeze(1)
+        out = term if out is None else out + term
+    return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 from ._functional_activation import *  # noqa: F401,F403
 from ._functional_attention import *  # noqa: F401,F403
 from ._functional_core import *  # noqa: F401,F403
+from ._functional_ctc import *  # noqa: F401,F403
 from ._functional_dropout import *  # noqa: F401,F403
 from ._functional_loss import *  # noqa: F401,F403
 from ._functional_loss_extra import *  # noqa: F401,F403
@@ -24,13 +25,15 @@ from ._functional_mha import *  # noqa: F401,F403
 from ._functional_mha import _canonical_mask, _none_or_dtype  # noqa: F401 - PyTorch's helpers for transformer layers
 from ._functional_norm import *  # noqa: F401,F403
 from ._functional_sparse import *  # noqa: F401,F403
-from . import _functional_activation, _functional_attention, _functional_core, _functional_dropout  # noqa: E402
+from . import _functional_activation, _functional_attention, _functional_core, _functional_ctc  # noqa: E402
+from . import _functional_dropout  # noqa: E402
 from . import _functional_loss, _functional_loss_extra, _functional_mha, _functional_norm  # noqa: E402
 from . import _functional_sparse  # noqa: E402
 
 __all__ = sorted(
     set(_functional_activation.__all__) | set(_functional_attention.__all__) | set(_functional_core.__all__)
-    | set(_functional_dropout.__all__) | set(_functional_loss.__all__) | set(_functional_loss_extra.__all__)
+    | set(_functional_ctc.__all__) | set(_functional_dropout.__all__)
+    | set(_functional_loss.__all__) | set(_functional_loss_extra.__all__)
     | set(_functional_mha.__all__) | set(_functional_norm.__all__) | set(_functional_sparse.__all__)
 )
 
