@@ -97,10 +97,12 @@ def set_num_interop_threads(n: int) -> None:
 
 
 _deterministic = [False]
+_deterministic_warn_only = [False]
 
 
 def use_deterministic_algorithms(mode, *, warn_only=False):
     _deterministic[0] = bool(mode)
+    _deterministic_warn_only[0] = bool(warn_only)
 
 
 def are_deterministic_algorithms_enabled() -> bool:
