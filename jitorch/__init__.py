@@ -84,6 +84,7 @@ from .nn.functional import (  # noqa: E402,F401 - torch exposes these at the top
 from .nn.functional import conv1d, conv2d, conv_transpose1d, conv_transpose2d  # noqa: E402,F401
 from ._aten_aliases import *  # noqa: E402,F401,F403 - nn.functional ops under their torch.* names and signatures
 from ._aten_misc import *  # noqa: E402,F401,F403 - cond, while_loop, vmap, frombuffer, unravel_index, settings
+from ._method_extras import *  # noqa: E402,F401,F403 - igamma, igammac; Tensor's in-place and alias spellings
 
 pi, e, inf, nan = _math.pi, _math.e, _math.inf, _math.nan
 newaxis = None

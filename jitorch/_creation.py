@@ -213,8 +213,25 @@ def empty(*sizes, size=None, out=None, dtype=None, layout=None, device=None, req
     return _filled(sizes_or_keyword(sizes, size, "empty"), None, dtype, device, requires_grad, "empty")
 
 
-def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False):
-    return empty(size, dtype=dtype, device=device, requires_grad=requires_grad)
+def empty_strided(size, stride, *, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
+    """An uninitialized tensor of ``size`` laid out with ``stride`` (in elements) over a buffer just large enough.
+
+    >>> empty_strided((2, 3), (1, 2)).stride()
+    (1, 2)
+    """
+    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    if len(size) != len(stride):
+        raise RuntimeError(f"empty_strided: mismatch in length of strides and shape: {len(size)} sizes, "
+                           f"{len(stride)} strides")
+    if any(s < 0 for s in size) or any(s < 0 for s in stride):
+        raise RuntimeError(f"empty_strided: sizes {list(size)} and strides {list(stride)} must be non-negative")
+    span = 0 if 0 in size else 1 + sum((n - 1) * st for n, st in zip(size, stride))
+    buffer = empty(span, dtype=dtype, device=device)._data
+    xp = np if type(buffer) is np.ndarray else array_module_for("cuda")
+    item = buffer.itemsize
+    data = xp.lib.stride_tricks.as_strided(buffer, size, tuple(st * item for st in stride))
+    out = Tensor._make(data)
+    return out.requires_grad_() if requires_grad else out
 
 
 def _fill_dtype(fill_value):

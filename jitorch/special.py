@@ -13,11 +13,12 @@ import math
 from . import _math_extra as _m
 from . import _pointwise as _p
 from ._dispatch import apply
+from ._tensor import Tensor
 from .ops import special as _rows
 
 __all__ = ["expit", "logit", "erf", "erfc", "erfcx", "erfinv", "gammaln", "digamma", "psi", "polygamma",
            "multigammaln", "i0", "i1", "ndtr", "ndtri", "log1p", "expm1", "exp2", "sinc", "round", "xlogy", "xlog1py",
-           "entr", "softmax", "log_softmax", "logsumexp"]
+           "entr", "softmax", "log_softmax", "logsumexp", "gammainc", "gammaincc"]
 
 expit, logit, erf, erfc, erfinv = _p.sigmoid, _p.logit, _p.erf, _p.erfc, _p.erfinv
 log1p, expm1, exp2, sinc, round, xlogy = _p.log1p, _p.expm1, _p.exp2, _p.sinc, _p.round, _p.xlogy  # noqa: A001
@@ -27,6 +28,27 @@ gammaln, digamma, psi, polygamma, i0 = _m.lgamma, _m.digamma, _m.digamma, _m.pol
 def multigammaln(input, p):
     """Multivariate log-gamma (``torch.mvlgamma``)."""
     return _m.mvlgamma(input, p)
+
+
+def _check_gammainc(name, input, other):
+    for arg, value in (("input", input), ("other", other)):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"{name}(): argument '{arg}' must be Tensor, not {type(value).__name__}")
+
+
+def gammainc(input, other, *, out=None):
+    """The regularized lower incomplete gamma function P(input, other) (``torch.igamma``); differentiable in
+    ``other`` only, as in PyTorch."""
+    _check_gammainc("gammainc", input, other)
+    result = apply(_rows.GAMMAINC, input, other)
+    return out.copy_(result) if out is not None else result
+
+
+def gammaincc(input, other, *, out=None):
+    """The regularized upper incomplete gamma function Q(input, other) = 1 - P (``torch.igammac``)."""
+    _check_gammainc("gammaincc", input, other)
+    result = apply(_rows.GAMMAINCC, input, other)
+    return out.copy_(result) if out is not None else result
 
 
 def i1(input):

@@ -1,4 +1,5 @@
-"""Special-function primitives (log-gamma, digamma, polygamma, Bessel I0/I1, gcd/lcm, nextafter): one row each.
+"""Special-function primitives (log-gamma, digamma, polygamma, Bessel I0/I1, the regularized incomplete gamma
+functions, gcd/lcm, nextafter): one row each.
 
 Kernels come from ``scipy.special`` on the CPU and ``cupyx.scipy.special`` on CUDA; backward rules are written in
 jitorch ops, so each derivative is itself differentiable (digamma' is polygamma(1), polygamma(n)' is polygamma(n+1)).
@@ -90,3 +91,33 @@ def _nextafter_backward(ctx, g):
 
 NEXTAFTER = defop("nextafter", _nextafter_kernel, _nextafter_backward, Opaque("libm nextafter"), promotion="promote",
                   saves="inputs", meta=True)
+
+
+def _gammainc_kernel(name, torch_name):
+    def kernel(xp, a, x):
+        if a.dtype.kind in "biu":  # ATen has no integer loop (bfloat16's kind is "V")
+            from .pointwise import _not_implemented
+
+            raise _not_implemented(f"{torch_name}_cpu", a)
+        wide = a.dtype.itemsize < 4
+        out = getattr(special_module(xp), name)(a.astype(np.float32) if wide else a,
+                                                x.astype(np.float32) if wide else x)
+        return out.astype(a.dtype, copy=False)
+    return kernel
+
+
+def _gammainc_backward(sign, name):
+    def backward(ctx, g):
+        # d/dx P(a, x) = x^(a-1) e^(-x) / Gamma(a) (and minus that for Q); ATen has no derivative in a.
+        a, x = ctx.inputs
+        if ctx.needs_grad(0):
+            raise NotImplementedError(f"the derivative for '{name}: input' is not implemented.")
+        density = ((a - 1) * x.log() - x - _apply(LGAMMA, a)).exp()
+        return None, g * density * sign
+    return backward
+
+
+GAMMAINC = defop("igamma", _gammainc_kernel("gammainc", "igamma"), _gammainc_backward(1, "igamma"), _LIB,
+                 promotion="promote", saves="inputs")
+GAMMAINCC = defop("igammac", _gammainc_kernel("gammaincc", "igammac"), _gammainc_backward(-1, "igammac"), _LIB,
+                  promotion="promote", saves="inputs")
