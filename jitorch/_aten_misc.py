@@ -11,6 +11,7 @@ tensor([2., 2.])
 """
 from __future__ import annotations
 
+import builtins
 import math
 import warnings
 
@@ -23,7 +24,8 @@ from ._vmap import vmap
 __all__ = ["vmap", "cond", "while_loop", "frombuffer", "unravel_index", "frexp", "binomial", "empty_permuted",
            "set_default_tensor_type", "set_flush_denormal", "set_warn_always", "is_warn_always_enabled",
            "set_deterministic_debug_mode", "get_deterministic_debug_mode",
-           "is_deterministic_algorithms_warn_only_enabled", "is_storage", "get_device_module", "init_num_threads"]
+           "is_deterministic_algorithms_warn_only_enabled", "is_storage", "get_device_module", "init_num_threads",
+           "histogram", "histogramdd", "from_file", "is_distributed", "svd_lowrank", "pca_lowrank"]
 
 
 def cond(pred, true_fn, false_fn, operands=()):
@@ -237,3 +239,123 @@ def get_device_module(device=None):
 
 def init_num_threads():
     """Nothing to do: jitorch's thread pool starts on first use."""
+
+
+def _histogram_input(name, input, weight):
+    if not input.dtype.is_floating_point:
+        raise RuntimeError(f"torch.{name}: input tensor and bins tensors should have the same dtype, but got input "
+                           f"{input.dtype} (a floating dtype is required)")
+    if type(input._data) is not np.ndarray:
+        raise NotImplementedError(f"torch.{name} is implemented for CPU tensors only, as in PyTorch; got a tensor "
+                                  f"on {input.device}")
+    if weight is not None and tuple(weight.shape) != tuple(input.shape[:weight.dim()]):
+        raise RuntimeError(f"torch.{name}: if weight tensor is provided it should have the same shape as the input "
+                           f"tensor excluding its innermost dimension, but got input with shape "
+                           f"{list(input.shape)} and weight with shape {list(weight.shape)}")
+    return input._data, None if weight is None else weight._data
+
+
+def histogram(input, bins, *, range=None, weight=None, density=False, out=None):
+    """``(hist, bin_edges)`` of the values of a float CPU tensor: ``bins`` equal bins over ``range`` (default: the
+    data's min and max) or the given increasing edges; the last bin includes its right edge.
+
+    >>> import jitorch
+    >>> histogram(jitorch.tensor([1.0, 2.0, 1.0, 4.0]), bins=3).hist
+    tensor([2., 1., 1.])
+    """
+    from .return_types import histogram as _result
+
+    data, w = _histogram_input("histogram", input, weight)
+    if isinstance(bins, Tensor):
+        bins = bins._host()
+    else:
+        bins = _equal_edges(data, int(bins), range)
+    hist, edges = np.histogram(data.reshape(-1), bins=bins, range=range,
+                               weights=None if w is None else w.reshape(-1), density=density)
+    dt = data.dtype
+    result = (Tensor._make(hist.astype(dt)), Tensor._make(np.asarray(edges).astype(dt)))
+    if out is not None:
+        return _result(*(o.resize_(r.shape).copy_(r) for o, r in zip(out, result)))
+    return _result(*result)
+
+
+def _equal_edges(data, bins, range):
+    """``bins + 1`` equal-width edges in the data's dtype by torch's ``linspace`` (its rounding, not NumPy's)."""
+    from ._creation import linspace
+
+    if bins <= 0:
+        raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for dimension 0")
+    if range is not None:
+        lo, hi = float(range[0]), float(range[1])
+    elif data.size:
+        lo, hi = float(data.min()), float(data.max())
+    else:
+        lo, hi = 0.0, 0.0
+    if lo == hi:  # torch widens a degenerate range as NumPy does
+        lo, hi = lo - 0.5, hi + 0.5
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+        raise ValueError(f"torch.histogram(): max must be larger than min and both finite, got range [{lo}, {hi}]")
+    return linspace(lo, hi, bins + 1, dtype=_dtype.FROM_NP[data.dtype])._host()
+
+
+def histogramdd(input, bins, *, range=None, weight=None, density=False):
+    """``(hist, bin_edges)`` over the last dim of ``input`` as coordinates: ``bins`` an int, one int per
+    coordinate, or one tensor of edges per coordinate; ``range`` flat ``[min0, max0, min1, max1, ...]``."""
+    from .return_types import histogramdd as _result
+
+    data, w = _histogram_input("histogramdd", input, weight)
+    points = data.reshape(-1, data.shape[-1])
+    dims = points.shape[1]
+    ranges = [None] * dims if range is None else [tuple(range[2 * i:2 * i + 2]) for i in builtins.range(dims)]
+    if isinstance(bins, int):
+        bins = [bins] * dims
+    bins = [b._host() if isinstance(b, Tensor) else _equal_edges(points[:, i], int(b), ranges[i])
+            for i, b in enumerate(bins)]
+    hist, edges = np.histogramdd(points, bins=bins, weights=None if w is None else w.reshape(-1), density=density)
+    dt = data.dtype
+    return _result(Tensor._make(hist.astype(dt)), tuple(Tensor._make(np.asarray(e).astype(dt)) for e in edges))
+
+
+
+def from_file(filename, shared=None, size=0, *, dtype=None, layout=None, device=None, pin_memory=False):
+    """A CPU tensor of ``size`` elements read from a file: ``shared=True`` maps it (writes reach the file),
+    otherwise a private copy."""
+    from ._creation import from_numpy
+
+    dt = _dtype.to_dtype(dtype) if dtype is not None else _dtype.get_default_dtype()
+    count = int(size)
+    if shared:
+        array = np.memmap(filename, dtype=dt.np, mode="r+", shape=(count,))
+    else:
+        array = np.fromfile(filename, dtype=dt.np, count=count)
+        if array.size != count:
+            raise RuntimeError(f"from_file: {filename} holds {array.size} elements of {dt}, {count} were asked for")
+    return from_numpy(np.asarray(array) if not shared else array)
+
+
+def is_distributed(input):
+    """False: jitorch tensors are never distributed tensors."""
+    return False
+
+
+def svd_lowrank(A, q=6, niter=2, M=None):
+    """``(U, S, V)`` of the rank-``q`` truncated SVD of ``A`` (``A - M`` when given), ``A ~ U diag(S) V^H``.
+
+    PyTorch approximates it by randomized subspace iteration; this takes the exact truncated SVD, the best rank-q
+    approximation that iteration converges to (``niter`` is accepted for compatibility)."""
+    from .linalg import svd
+
+    if M is not None:
+        A = A - M
+    q = min(int(q), A.shape[-2], A.shape[-1])
+    U, S, Vh = svd(A, full_matrices=False)
+    return U[..., :q], S[..., :q], Vh[..., :q, :].mH
+
+
+def pca_lowrank(A, q=None, center=True, niter=2):
+    """``(U, S, V)`` of the rank-``q`` principal components of ``A`` (rows are samples), centered by default."""
+    if q is None:
+        q = min(6, A.shape[-2], A.shape[-1])
+    if center:
+        A = A - A.mean(dim=-2, keepdim=True)
+    return svd_lowrank(A, q, niter)

@@ -192,3 +192,50 @@ def test_process_settings():
     jitorch.set_warn_always(False)
     assert jitorch.get_device_module("cpu") is jitorch.cpu and jitorch.is_neg(jitorch.ones(1)) is False
     assert jitorch.is_storage(jitorch.ones(2).untyped_storage()) and not jitorch.is_storage(jitorch.ones(2))
+
+
+def test_histogram_and_histogramdd_match_torch():
+    x = RNG.standard_normal(200).astype(np.float32)
+    w = RNG.random(200).astype(np.float32)
+    for kwargs in ({"bins": 7}, {"bins": 5, "range": (-1.0, 1.0)}, {"bins": 4, "weight": w, "density": True}):
+        got = jitorch.histogram(jitorch.tensor(x), **{k: jitorch.tensor(v) if isinstance(v, np.ndarray) else v
+                                                       for k, v in kwargs.items()})
+        want = torch.histogram(torch.tensor(x), **{k: torch.tensor(v) if isinstance(v, np.ndarray) else v
+                                                    for k, v in kwargs.items()})
+        np.testing.assert_allclose(got.hist.numpy(), want.hist.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(got.bin_edges.numpy(), want.bin_edges.numpy(), rtol=1e-6)
+        assert got.hist.dtype is jitorch.float32
+    edges = np.array([-3.0, -0.5, 0.0, 2.0], np.float32)
+    got = jitorch.histogram(jitorch.tensor(x), jitorch.tensor(edges))
+    assert got.hist.tolist() == torch.histogram(torch.tensor(x), torch.tensor(edges)).hist.tolist()
+    pts = RNG.standard_normal((50, 2)).astype(np.float32)
+    got = jitorch.histogramdd(jitorch.tensor(pts), bins=[3, 4], weight=jitorch.tensor(w[:50]))
+    want = torch.histogramdd(torch.tensor(pts), bins=[3, 4], weight=torch.tensor(w[:50]))
+    np.testing.assert_allclose(got.hist.numpy(), want.hist.numpy(), rtol=1e-5)
+    for a, b in zip(got.bin_edges, want.bin_edges):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+    with pytest.raises(RuntimeError):
+        jitorch.histogram(jitorch.tensor([1, 2]), bins=2)
+
+
+def test_lowrank_decompositions_reconstruct_as_torch():
+    a = RNG.standard_normal((8, 5)) @ RNG.standard_normal((5, 6))  # rank 5
+    for m in (torch, jitorch):
+        u, s, v = m.svd_lowrank(m.tensor(a), q=5)
+        assert tuple(u.shape) == (8, 5) and tuple(s.shape) == (5,) and tuple(v.shape) == (6, 5)
+        np.testing.assert_allclose((u * s @ v.T).numpy(), a, atol=1e-8)
+        u, s, v = m.pca_lowrank(m.tensor(a), q=3)
+        assert tuple(v.shape) == (6, 3)
+    np.testing.assert_allclose(jitorch.pca_lowrank(jitorch.tensor(a), q=3)[1].numpy(),
+                               torch.linalg.svdvals(torch.tensor(a - a.mean(0)))[:3].numpy(), rtol=1e-8)
+
+
+def test_from_file_maps_or_copies(tmp_path):
+    path = tmp_path / "data.bin"
+    np.arange(6, dtype=np.float32).tofile(path)
+    copy = jitorch.from_file(str(path), shared=False, size=6, dtype=jitorch.float32)
+    mapped = jitorch.from_file(str(path), shared=True, size=6, dtype=jitorch.float32)
+    assert copy.tolist() == torch.from_file(str(path), shared=False, size=6, dtype=torch.float32).tolist()
+    mapped[0] = 42.0
+    assert np.fromfile(path, np.float32)[0] == 42.0 and copy[0].item() == 0.0
+    assert jitorch.is_distributed(copy) is False
