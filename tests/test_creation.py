@@ -370,7 +370,7 @@ def test_linspace_is_bit_for_bit_torchs(dtype):
     # float64 and rounding once at the end differs from it in the last bit.
     rng = np.random.default_rng(11)
     for _ in range(300):
-        lo, hi = (float(v) for v in rng.standard_normal(2) * 10 ** rng.integers(-3, 4))
+        lo, hi = (float(v) for v in rng.standard_normal(2) * 10.0 ** rng.integers(-3, 4))
         steps = int(rng.integers(0, 40))
         got = jitorch.linspace(lo, hi, steps, dtype=getattr(jitorch, dtype)).numpy()
         want = torch.linspace(lo, hi, steps, dtype=getattr(torch, dtype)).numpy()
