@@ -58,6 +58,7 @@ from . import serialization  # noqa: E402,F401
 from ._storage import TypedStorage, UntypedStorage  # noqa: E402,F401 - also Tensor.untyped_storage, .storage
 from .serialization import load, save  # noqa: E402,F401
 import jitorch.utils.data  # noqa: E402,F401
+import jitorch.utils.hooks  # noqa: E402,F401
 from . import fx  # noqa: E402,F401
 from . import accelerator, amp, backends, cuda, distributed, distributions, onnx, testing  # noqa: E402,F401
 from . import cpu  # noqa: E402,F401
@@ -72,6 +73,7 @@ from .amp.autocast_mode import (  # noqa: E402,F401
 )
 from ._compile import compile  # noqa: E402,F401,A001 - torch.compile
 from . import func, jit, multiprocessing, random  # noqa: E402,F401
+from . import types  # noqa: E402,F401 - torch.types
 from ._method_functions import *  # noqa: E402,F401,F403
 from .autograd.anomaly_mode import (  # noqa: E402,F401
     is_anomaly_check_nan_enabled, is_anomaly_enabled, set_anomaly_enabled,

@@ -29,6 +29,7 @@ from ..ops.nn_attention import SDPA, attention_weights
 from ..ops.nn_fused import FUSED_DTYPES
 from ..ops.random_ops import BERNOULLI_MASK
 from ._functional_dropout import dropout
+from .attention import check_backends_allow
 
 __all__ = ["cosine_similarity", "pairwise_distance", "pdist", "scaled_dot_product_attention"]
 
@@ -118,6 +119,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ``dropout_p`` drops attention weights (always, as PyTorch's functional; pass 0 in evaluation).
     """
     _check_sdpa(query, key, value, dropout_p)
+    check_backends_allow(query.device.type)
     if is_causal and attn_mask is not None:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
     if enable_gqa and query.dim() >= 3:

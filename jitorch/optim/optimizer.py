@@ -21,11 +21,12 @@ import warnings
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from copy import deepcopy
-from itertools import chain, count
+from itertools import chain
 
 from .. import _creation, _dtype
 from .._tensor import Tensor
 from ..autograd.grad_mode import enable_grad, set_grad_enabled
+from ..nn.modules._hooks import RemovableHandle
 from ._kernels import capturing, guard_hyperparameters
 
 __all__ = ["Optimizer", "register_optimizer_step_pre_hook", "register_optimizer_step_post_hook", "required"]
@@ -42,26 +43,6 @@ class _RequiredParameter:
 
 
 required = _RequiredParameter()
-
-
-class RemovableHandle:
-    """Removes a hook from the ordered dict it was registered in (``torch.utils.hooks.RemovableHandle``)."""
-
-    _next_id = count()
-
-    def __init__(self, hooks_dict):
-        self.hooks_dict = hooks_dict
-        self.id = next(RemovableHandle._next_id)
-
-    def remove(self):
-        if self.hooks_dict is not None:
-            self.hooks_dict.pop(self.id, None)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.remove()
 
 
 def _register(hooks_dict, hook, prepend=False):

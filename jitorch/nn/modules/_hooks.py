@@ -58,17 +58,17 @@ class RemovableHandle:
     def __getstate__(self):
         return (self.hooks_dict_ref(), self.id, tuple(ref() for ref in self.extra_dict_ref))
 
-    def __setstate__(self, state):
-        self.hooks_dict_ref = _ref(OrderedDict() if state[0] is None else state[0])
-        self.id = state[1]
-        RemovableHandle.next_id = max(RemovableHandle.next_id, self.id + 1)
-        self.extra_dict_ref = tuple(_ref(d) for d in state[2] if d is not None)
-
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.remove()
+
+    def __setstate__(self, state):
+        self.hooks_dict_ref = _ref(OrderedDict() if state[0] is None else state[0])
+        self.id = state[1]
+        RemovableHandle.next_id = max(RemovableHandle.next_id, self.id + 1)
+        self.extra_dict_ref = tuple(_ref(d) for d in state[2] if d is not None)
 
 
 class _WrappedHook:
