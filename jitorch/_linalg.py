@@ -425,10 +425,13 @@ def det(input):
 
 
 def logdet(input):
-    """``log(det(A))``: NaN for a negative determinant, -inf for a singular matrix."""
+    """``log(det(A))``: NaN for a negative determinant, -inf for a singular matrix; complex ``log(det)`` for complex
+    input (the sign's phase as the imaginary part)."""
     from .linalg import slogdet as linalg_slogdet
 
     sign, logabs = linalg_slogdet(input)
+    if input.is_complex():
+        return sign.log() + logabs
     return logabs.where(sign >= 0, float("nan"))
 
 
