@@ -452,6 +452,9 @@ def cholesky_solve(B, L, upper=False, *, out=None):
     """Solve ``A X = B`` given the Cholesky factor of ``A``."""
     from .linalg import solve
 
+    if B.dim() < 2:
+        raise RuntimeError(f"b should have at least 2 dimensions, but has {B.dim()} dimensions instead")
+
     factor = L.mH if upper else L
     return _write_out(solve(matmul(factor, factor.mH), B), out)
 
