@@ -30,6 +30,7 @@ __all__ = [
     "LinAlgError", "norm", "vector_norm", "matrix_norm", "solve", "solve_ex", "solve_triangular", "inv", "inv_ex",
     "det", "slogdet", "cholesky", "cholesky_ex", "qr", "eigh", "eigvalsh", "svd", "svdvals", "pinv", "lstsq",
     "matrix_rank", "matrix_power", "multi_dot", "diagonal", "cross", "matmul", "vecdot", "matrix_exp", "cond", "vander",
+    "lu_factor", "lu_factor_ex", "lu", "lu_solve", "eig", "eigvals", "householder_product", "tensorinv", "tensorsolve",
 ]
 
 
@@ -174,14 +175,12 @@ def solve(A, B, *, left=True, out=None):
     return _write_out(x.squeeze(-1) if vector else x, out)
 
 
-def solve_ex(A, B, *, left=True, check_errors=False, out=None):
-    result = solve(A, B, left=left)
-    return linalg_solve_ex(result, _zero_info(A))
-
-
 def solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):
     """Solve with the triangle of ``A`` selected by ``upper`` (its diagonal taken as ones if ``unitriangular``)."""
     _check_matrix(A, "linalg.solve_triangular")
+    if B.dim() < 2:
+        raise RuntimeError(f"linalg.solve_triangular: The input tensor B must have at least 2 dimensions, got shape "
+                           f"{tuple(B.shape)}.")
     tri = A.triu() if upper else A.tril()
     if unitriangular:
         from ._creation import eye
@@ -191,20 +190,10 @@ def solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):
     return _write_out(solve(tri, B, left=left), out)
 
 
-def _zero_info(A):
-    from ._creation import zeros
-
-    return zeros(A._data.shape[:-2], dtype=_dtype.int32, device=A.device)
-
-
 def inv(A, *, out=None):
     """Inverse of each square matrix; raises ``LinAlgError`` for singular input."""
     _check_matrix(A, "linalg.inv")
     return _write_out(apply(L.INV, A), out)
-
-
-def inv_ex(A, *, check_errors=False, out=None):
-    return linalg_inv_ex(inv(A), _zero_info(A))
 
 
 def det(A, *, out=None):
@@ -223,10 +212,6 @@ def cholesky(A, *, upper=False, out=None):
     """Lower (or upper) Cholesky factor of each Hermitian positive-definite matrix."""
     _check_matrix(A, "linalg.cholesky")
     return _write_out(apply(L.CHOLESKY, A, upper=bool(upper)), out)
-
-
-def cholesky_ex(A, *, upper=False, check_errors=False, out=None):
-    return linalg_cholesky_ex(cholesky(A, upper=upper), _zero_info(A))
 
 
 # -- decompositions ------------------------------------------------------------------------------------------------
@@ -412,6 +397,8 @@ def vecdot(x, y, *, dim=-1, out=None):
 
 
 from ._linalg_extra import cond, matrix_exp, vander  # noqa: E402 - composites of the functions above
+from ._linalg_lu import cholesky_ex, inv_ex, lu, lu_factor, lu_factor_ex, lu_solve, solve_ex  # noqa: E402
+from ._linalg_more import eig, eigvals, householder_product, tensorinv, tensorsolve  # noqa: E402
 
 from ._overrides import publish as _publish  # noqa: E402
 

@@ -224,6 +224,11 @@ def _lapack(xp, op, fn, *arrays):
         return fn(*arrays)
     except np.linalg.LinAlgError as e:
         shape = tuple(arrays[0].shape)
+        from .linalg_factor import explain_failure
+
+        explained = explain_failure(xp, op, arrays[0])
+        if explained is not None:
+            raise explained from None
         if "definite" in str(e):
             raise LinAlgError(f"{op}: The factorization could not be completed because the input of shape {shape} "
                               "is not positive-definite.") from None
