@@ -42,6 +42,8 @@ from ._movement_extra import *  # noqa: E402,F401,F403
 from ._spectral import *  # noqa: E402,F401,F403
 from . import _linalg, _sorting, linalg  # noqa: E402,F401
 from ._linalg import *  # noqa: E402,F401,F403
+from ._linalg_lu import legacy_lu as lu, legacy_lu_solve as lu_solve, lu_unpack  # noqa: E402,F401
+from ._linalg_more import triangular_solve  # noqa: E402,F401
 from ._sorting import *  # noqa: E402,F401,F403
 from . import _overrides  # noqa: E402
 from ._overrides import publish as _publish  # noqa: E402

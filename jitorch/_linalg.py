@@ -425,10 +425,13 @@ def det(input):
 
 
 def logdet(input):
-    """``log(det(A))``: NaN for a negative determinant, -inf for a singular matrix."""
+    """``log(det(A))``: NaN for a negative determinant, -inf for a singular matrix; complex ``log(det)`` for complex
+    input (the sign's phase as the imaginary part)."""
     from .linalg import slogdet as linalg_slogdet
 
     sign, logabs = linalg_slogdet(input)
+    if input.is_complex():
+        return sign.log() + logabs
     return logabs.where(sign >= 0, float("nan"))
 
 
@@ -448,6 +451,9 @@ def cholesky(input, upper=False, *, out=None):
 def cholesky_solve(B, L, upper=False, *, out=None):
     """Solve ``A X = B`` given the Cholesky factor of ``A``."""
     from .linalg import solve
+
+    if B.dim() < 2:
+        raise RuntimeError(f"b should have at least 2 dimensions, but has {B.dim()} dimensions instead")
 
     factor = L.mH if upper else L
     return _write_out(solve(matmul(factor, factor.mH), B), out)

@@ -51,14 +51,25 @@ def matrix_exp(A):  # noqa: N803 - torch's argument name
 
 
 def cond(A, p=None):  # noqa: N803 - torch's argument name
-    """Condition number of ``A`` in the ``p`` norm (the 2-norm ratio of singular values by default)."""
-    from .linalg import inv, matrix_norm, svdvals
+    """Condition number of ``A`` in the ``p`` norm (the 2-norm ratio of singular values by default); ``inf`` for a
+    singular matrix in the norms that need its inverse, 0 for empty matrices, as PyTorch's."""
+    from .linalg import _check_matrix, inv_ex, matrix_norm, svdvals
 
+    if p not in (None, 2, -2, 1, -1, math.inf, -math.inf, "fro", "nuc"):
+        raise RuntimeError(f"linalg.cond got an invalid norm type: {p}")
+    _check_matrix(A, "linalg.cond", square=False)
+    if p not in (None, 2, -2) and A.shape[-1] != A.shape[-2]:
+        raise RuntimeError(f"linalg.cond(ord={p}): A must be batches of square matrices, but they are "
+                           f"{A.shape[-2]} by {A.shape[-1]} matrices")
+    if A.numel() == 0:
+        return A.new_zeros(A.shape[:-2], dtype=A.dtype.to_real())
     if p is None or p in (2, -2):
         s = svdvals(A)
         big, small = s[..., 0], s[..., -1]
         return big / small if p != -2 else small / big
-    return matrix_norm(A, p) * matrix_norm(inv(A), p)
+    inverse, info = inv_ex(A)
+    result = matrix_norm(A, p) * matrix_norm(inverse.where(inverse == inverse, 0.0), p)
+    return result.where(info == 0, math.inf)
 
 
 def vander(x, N=None):  # noqa: N803 - torch's argument name

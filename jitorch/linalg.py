@@ -30,6 +30,7 @@ __all__ = [
     "LinAlgError", "norm", "vector_norm", "matrix_norm", "solve", "solve_ex", "solve_triangular", "inv", "inv_ex",
     "det", "slogdet", "cholesky", "cholesky_ex", "qr", "eigh", "eigvalsh", "svd", "svdvals", "pinv", "lstsq",
     "matrix_rank", "matrix_power", "multi_dot", "diagonal", "cross", "matmul", "vecdot", "matrix_exp", "cond", "vander",
+    "lu_factor", "lu_factor_ex", "lu", "lu_solve", "eig", "eigvals", "householder_product", "tensorinv", "tensorsolve",
 ]
 
 
@@ -76,16 +77,23 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
     """``ord``-norm of ``x`` over ``dim`` (all dims by default), treating it as a vector: ord in R or +-inf."""
     _check_float(x, "linalg.vector_norm")
     if isinstance(ord, str):
-        raise RuntimeError(f"linalg.vector_norm: ord must be a number, got {ord!r}")
+        raise TypeError(f"linalg_vector_norm(): argument 'ord' (position 2) must be Number, not str (got {ord!r})")
     if dtype is not None:
         x = x.to(dtype)
     nd = x._data.ndim
     dims = tuple(range(nd)) if dim is None or (isinstance(dim, (tuple, list)) and not dim) else \
         wrap_dims(dim, nd, "linalg.vector_norm")
-    if math.isinf(ord) and any(x._data.shape[d] == 0 for d in dims):
+    if (ord < 0 or math.isinf(ord)) and any(x._data.shape[d] == 0 for d in dims):
         raise RuntimeError(f"linalg.vector_norm cannot compute the {ord} norm on an empty tensor because the operation "
                            "does not have an identity")
     return _write_out(apply(L.VECTOR_NORM, x, ord=float(ord), dims=dims, keepdim=bool(keepdim)), out)
+
+
+def _largest(x, dim, keepdim=False):
+    """``amax`` of non-negative values, 0 over an empty dim (PyTorch's matrix norms do; their minima raise)."""
+    if x._data.shape[dim] == 0:  # a fresh zero, outside the graph, as PyTorch's
+        return x.detach().sum(dim, keepdim=keepdim)
+    return x.amax(dim, keepdim=keepdim)
 
 
 def _restore_dims(r, dims, keepdim):
@@ -111,11 +119,12 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
         result = vector_norm(A, 2, dims, keepdim)
     elif ord == "nuc" or ord in (2, -2):
         s = svdvals(A.movedim(dims, (-2, -1)))
-        result = _restore_dims(s.sum(-1) if ord == "nuc" else s.amax(-1) if ord == 2 else s.amin(-1), dims, keepdim)
+        result = _restore_dims(s.sum(-1) if ord == "nuc" else _largest(s, -1) if ord == 2 else s.amin(-1), dims,
+                               keepdim)
     elif ord in (1, -1, math.inf, -math.inf):
         summed, reduced = (d0, d1) if ord in (1, -1) else (d1, d0)
         sums = A.abs().sum(summed, keepdim=True)
-        result = sums.amax(reduced, keepdim=True) if ord > 0 else sums.amin(reduced, keepdim=True)
+        result = _largest(sums, reduced, keepdim=True) if ord > 0 else sums.amin(reduced, keepdim=True)
         result = result if keepdim else result.squeeze(dims)
     else:
         raise RuntimeError(f"linalg.matrix_norm: Order {ord} not supported.")
@@ -166,14 +175,12 @@ def solve(A, B, *, left=True, out=None):
     return _write_out(x.squeeze(-1) if vector else x, out)
 
 
-def solve_ex(A, B, *, left=True, check_errors=False, out=None):
-    result = solve(A, B, left=left)
-    return linalg_solve_ex(result, _zero_info(A))
-
-
 def solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):
     """Solve with the triangle of ``A`` selected by ``upper`` (its diagonal taken as ones if ``unitriangular``)."""
     _check_matrix(A, "linalg.solve_triangular")
+    if B.dim() < 2:
+        raise RuntimeError(f"linalg.solve_triangular: The input tensor B must have at least 2 dimensions, got shape "
+                           f"{tuple(B.shape)}.")
     tri = A.triu() if upper else A.tril()
     if unitriangular:
         from ._creation import eye
@@ -183,20 +190,10 @@ def solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):
     return _write_out(solve(tri, B, left=left), out)
 
 
-def _zero_info(A):
-    from ._creation import zeros
-
-    return zeros(A._data.shape[:-2], dtype=_dtype.int32, device=A.device)
-
-
 def inv(A, *, out=None):
     """Inverse of each square matrix; raises ``LinAlgError`` for singular input."""
     _check_matrix(A, "linalg.inv")
     return _write_out(apply(L.INV, A), out)
-
-
-def inv_ex(A, *, check_errors=False, out=None):
-    return linalg_inv_ex(inv(A), _zero_info(A))
 
 
 def det(A, *, out=None):
@@ -215,10 +212,6 @@ def cholesky(A, *, upper=False, out=None):
     """Lower (or upper) Cholesky factor of each Hermitian positive-definite matrix."""
     _check_matrix(A, "linalg.cholesky")
     return _write_out(apply(L.CHOLESKY, A, upper=bool(upper)), out)
-
-
-def cholesky_ex(A, *, upper=False, check_errors=False, out=None):
-    return linalg_cholesky_ex(cholesky(A, upper=upper), _zero_info(A))
 
 
 # -- decompositions ------------------------------------------------------------------------------------------------
@@ -247,15 +240,23 @@ def eigvalsh(A, UPLO="L", *, out=None):
     return _write_out(apply(L.EIGVALSH, A, uplo=UPLO), out)
 
 
+def _check_driver(op, A, driver):
+    if driver is not None and A.device.type != "cuda":
+        raise RuntimeError(f"torch.{op}: keyword argument `driver=` is only supported on CUDA inputs with cuSOLVER "
+                           f"backend (got driver={driver!r} for a {A.device.type} input).")
+
+
 def svd(A, full_matrices=True, *, driver=None, out=None):
     """``A = U diag(S) Vh`` with singular values ``S`` in descending order."""
     _check_matrix(A, "linalg.svd", square=False)
+    _check_driver("linalg.svd", A, driver)
     return linalg_svd(*apply(L.SVD, A, full_matrices=bool(full_matrices)))
 
 
 def svdvals(A, *, driver=None, out=None):
     """Singular values in descending order."""
     _check_matrix(A, "linalg.svdvals", square=False)
+    _check_driver("linalg.svdvals", A, driver)
     return _write_out(apply(L.SVDVALS, A), out)
 
 
@@ -396,6 +397,8 @@ def vecdot(x, y, *, dim=-1, out=None):
 
 
 from ._linalg_extra import cond, matrix_exp, vander  # noqa: E402 - composites of the functions above
+from ._linalg_lu import cholesky_ex, inv_ex, lu, lu_factor, lu_factor_ex, lu_solve, solve_ex  # noqa: E402
+from ._linalg_more import eig, eigvals, householder_product, tensorinv, tensorsolve  # noqa: E402
 
 from ._overrides import publish as _publish  # noqa: E402
 

@@ -151,8 +151,14 @@ def strided_view(xp, arr, shape, strides, offset=0):
         owner = _owner(arr)
         start = arr.__array_interface__["data"][0] - owner.__array_interface__["data"][0] + offset * item
         if not owner.flags.c_contiguous:
-            owner = arr  # an externally created strided array: stay within its own span
-            start = offset * item
+            # NumPy keeps the input's layout in results (conj of a transposed array is a dense block in permuted
+            # order): the permutation that is C-contiguous spans the same memory, from the same first byte.
+            dense = owner.transpose(sorted(range(owner.ndim), key=lambda d: -owner.strides[d]))
+            if dense.flags.c_contiguous and min(owner.strides, default=0) >= 0:
+                owner = dense
+            else:
+                owner = arr  # an externally created strided array: stay within its own span
+                start = offset * item
         try:
             return np.ndarray(shape, arr.dtype, buffer=owner.reshape(-1).view(np.uint8) if owner.size else owner,
                               offset=start, strides=byte_strides)

@@ -242,7 +242,7 @@ def _check_backward(jt_items, th_items, leaves, atol, rtol, seed):
             continue
         g = rng.standard_normal(tuple(t.shape)).astype(np.float64)
         if t.is_complex():  # a complex upstream gradient exercises both parts of the conjugate-Wirtinger rule
-            g = g + 1j * rng.standard_normal(tuple(t.shape))
+            g = np.asarray(g + 1j * rng.standard_normal(tuple(t.shape)))  # 0-d: a NumPy scalar otherwise
         jt_roots.append(j)
         th_roots.append(t)
         jt_grads.append(jitorch.tensor(g, dtype=j.dtype))

@@ -224,6 +224,11 @@ def _lapack(xp, op, fn, *arrays):
         return fn(*arrays)
     except np.linalg.LinAlgError as e:
         shape = tuple(arrays[0].shape)
+        from .linalg_factor import explain_failure
+
+        explained = explain_failure(xp, op, arrays[0])
+        if explained is not None:
+            raise explained from None
         if "definite" in str(e):
             raise LinAlgError(f"{op}: The factorization could not be completed because the input of shape {shape} "
                               "is not positive-definite.") from None
@@ -278,11 +283,16 @@ DET = defop("linalg_det", lambda xp, a: _lapack(xp, "linalg.det", xp.linalg.det,
 
 def _slogdet_backward(ctx, g_sign, g_logabs):
     (a,) = ctx.inputs
-    return g_logabs.unsqueeze(-1).unsqueeze(-1) * _h(_apply(INV, a))
+    g = g_logabs
+    if a.is_complex():
+        # A complex sign moves with Im(tr(A^-1 dA)): its adjoint is -i Im(conj(g_sign) sign), as PyTorch's.
+        sign = ctx.outputs[0]
+        g = g - 1j * (g_sign.conj() * sign).imag
+    return g.unsqueeze(-1).unsqueeze(-1) * _h(_apply(INV, a))
 
 
 SLOGDET = defop("linalg_slogdet", lambda xp, a: _lapack(xp, "linalg.slogdet", xp.linalg.slogdet, a),
-                _slogdet_backward, Opaque("LAPACK"), saves="inputs", nout=2,
+                _slogdet_backward, Opaque("LAPACK"), saves="both", nout=2,
                 grad_name="LinalgSlogdetBackward0")
 
 
@@ -317,7 +327,11 @@ def _qr_kernel(xp, a, mode):
 def _qr_backward_tall(q, r, gq, gr):
     # m >= n:  gA = (gQ + Q copyltu(M)) R^{-H},  M = R gR^H - gQ^H Q.
     m = _apply(MATMUL, r, _h(gr)) - _apply(MATMUL, _h(gq), q)
-    b = gq + _apply(MATMUL, q, m.tril() + _h(m.tril(-1)))
+    lower = m.tril(-1)
+    # LAPACK keeps diag(R) real, so only the real part of M's diagonal is a free direction (PyTorch's syminvadj).
+    diag = m.diagonal(0, -2, -1)
+    hermitian = lower + _h(lower) + (diag.real if m.is_complex() else diag).diag_embed()
+    b = gq + _apply(MATMUL, q, hermitian)
     return _h(_apply(SOLVE, r, _h(b)))
 
 
