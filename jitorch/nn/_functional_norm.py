@@ -264,7 +264,9 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
             raise RuntimeError(f"Expected {name} to be a vector of size equal to the number of channels in input, but "
                                f"got {name} of shape {list(t.shape)} and input of shape {list(input.shape)}")
     x = _upcast(input)
-    out = _normalize_over(x.reshape(n, num_groups, -1), (2,), eps)[0].reshape(x.shape)
+    # the group size is spelled out: -1 cannot be inferred when the batch is empty
+    group_size = channels // num_groups * math.prod(x.shape[2:])
+    out = _normalize_over(x.reshape(n, num_groups, group_size), (2,), eps)[0].reshape(x.shape)
     ndim = x.dim()
     return _affine(out, weight, bias, lambda t: _channel_view(t, ndim)).to(input.dtype)
 

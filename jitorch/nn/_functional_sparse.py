@@ -110,6 +110,9 @@ def _bag_ids(input, offsets, include_last_offset):
     if offsets.numel() and int(offsets[0]) != 0:
         raise RuntimeError(f"offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
                            f"position 0. However, got {int(offsets[0])}")
+    if offsets.numel() and int(offsets[-1]) > input.numel():
+        raise RuntimeError(f"embedding_bag: offsets[-1] can not be greater than input's length {input.numel()} but "
+                           f"got offsets[-1] of {int(offsets[-1])}")
     starts = offsets.long()
     if include_last_offset:
         starts = starts[:-1]

@@ -8,10 +8,11 @@ Sequential(
 )
 """
 from . import (  # noqa: F401 - the family modules are PyTorch's import paths
-    activation, attention, batchnorm, container, conv, distance, dropout, flatten, fold, instancenorm,
-    linear, loss, module, normalization, padding, pixelshuffle, pooling, rnn, sparse, transformer,
+    activation, adaptive, attention, batchnorm, container, conv, distance, dropout, flatten, fold, instancenorm,
+    lazy, linear, loss, module, normalization, padding, pixelshuffle, pooling, rnn, sparse, transformer,
     upsampling)
 from .activation import *  # noqa: F401,F403
+from .adaptive import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .batchnorm import *  # noqa: F401,F403
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential  # noqa: F401
@@ -21,6 +22,7 @@ from .dropout import *  # noqa: F401,F403
 from .flatten import *  # noqa: F401,F403
 from .fold import *  # noqa: F401,F403
 from .instancenorm import *  # noqa: F401,F403
+from .lazy import *  # noqa: F401,F403
 from .linear import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
 from .module import Module  # noqa: F401
@@ -33,7 +35,7 @@ from .sparse import *  # noqa: F401,F403
 from .transformer import *  # noqa: F401,F403
 from .upsampling import *  # noqa: F401,F403
 
-_FAMILIES = (activation, attention, batchnorm, conv, distance, dropout, flatten, fold, instancenorm, linear, loss,
-             normalization, padding, pixelshuffle, pooling, rnn, sparse, transformer, upsampling)
+_FAMILIES = (activation, adaptive, attention, batchnorm, conv, distance, dropout, flatten, fold, instancenorm, lazy,
+             linear, loss, normalization, padding, pixelshuffle, pooling, rnn, sparse, transformer, upsampling)
 __all__ = sorted({"Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict"}
                  | {name for family in _FAMILIES for name in family.__all__})

@@ -1,4 +1,4 @@
-"""Pooling layers: max, average, adaptive, power-average pooling and max-unpooling (1-D, 2-D, 3-D).
+"""Pooling layers: max, average, adaptive, power-average, fractional max pooling and max-unpooling (1-D, 2-D, 3-D).
 
 >>> import jitorch
 >>> from jitorch.nn.modules.pooling import MaxPool2d, AdaptiveAvgPool2d
@@ -14,7 +14,8 @@ from .module import Module
 
 __all__ = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
            "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
-           "LPPool1d", "LPPool2d", "LPPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d"]
+           "LPPool1d", "LPPool2d", "LPPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "FractionalMaxPool2d",
+           "FractionalMaxPool3d"]
 
 
 def _ntuple(value, n):
@@ -249,3 +250,42 @@ class MaxUnpool3d(_MaxUnpoolNd):
 
     _nd = 3
     _functional = staticmethod(F.max_unpool3d)
+
+
+class _FractionalMaxPoolNd(Module):
+    _nd = 0
+    _functional = None
+
+    def __init__(self, kernel_size, output_size=None, output_ratio=None, return_indices=False, _random_samples=None):
+        super().__init__()
+        n, name = self._nd, type(self).__name__
+        self.kernel_size = _ntuple(kernel_size, n)
+        self.return_indices = return_indices
+        self.register_buffer("_random_samples", _random_samples)
+        self.output_size = _ntuple(output_size, n) if output_size is not None else None
+        self.output_ratio = _ntuple(output_ratio, n) if output_ratio is not None else None
+        if output_size is None and output_ratio is None:
+            raise ValueError(f"{name} requires specifying either an output size, or a pooling ratio")
+        if output_size is not None and output_ratio is not None:
+            raise ValueError("only one of output_size and output_ratio may be specified")
+        if self.output_ratio is not None and not all(0 < r < 1 for r in self.output_ratio):
+            raise ValueError(f"output_ratio must be between 0 and 1 (got {output_ratio})")
+
+    def forward(self, input):
+        return type(self)._functional(input, self.kernel_size, self.output_size, self.output_ratio,
+                                      self.return_indices, _random_samples=self._random_samples)
+
+
+class FractionalMaxPool2d(_FractionalMaxPoolNd):
+    """Max pooling over overlapping windows at pseudo-random positions, to ``output_size`` or ``output_ratio``
+    (new positions per call unless ``_random_samples`` fixes them)."""
+
+    _nd = 2
+    _functional = staticmethod(F.fractional_max_pool2d)
+
+
+class FractionalMaxPool3d(_FractionalMaxPoolNd):
+    """3-D ``FractionalMaxPool2d``."""
+
+    _nd = 3
+    _functional = staticmethod(F.fractional_max_pool3d)

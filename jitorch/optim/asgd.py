@@ -1,0 +1,94 @@
+"""ASGD (``torch.optim.ASGD``): SGD with a decaying step and a running (Polyak) average of the iterates in ``ax``.
+
+>>> import jitorch
+>>> w = jitorch.tensor([1.0, -1.0], requires_grad=True)
+>>> opt = jitorch.optim.ASGD([w], lr=0.1)
+>>> (w * w).sum().backward()
+>>> opt.step()
+>>> sorted(opt.state[w])
+['ax', 'eta', 'mu', 'step']
+"""
+from __future__ import annotations
+
+from .. import _creation
+from .._tensor import Tensor
+from ._adam_variants import _real
+from ._kernels import increment_step
+from .optimizer import (Optimizer, _check_tensor_lr, _get_scalar_dtype, _get_value, _to_scalar,
+                        _use_grad_for_differentiable, evaluate_closure)
+
+__all__ = ["ASGD"]
+
+
+class ASGD(Optimizer):
+    r"""ASGD: ``p = p (1 - lambd eta) - eta g``; ``ax`` averages the iterates from step ``t0`` on;
+    ``eta = lr / (1 + lambd lr t)^alpha`` and ``mu = 1 / max(1, t - t0)`` after each step.
+
+    Args:
+        params: tensors or parameter groups to optimize.
+        lr (float or Tensor): learning rate (default: 1e-2).
+        lambd (float): decay term (default: 1e-4).
+        alpha (float): power of the ``eta`` update (default: 0.75).
+        t0 (float): the step averaging starts at (default: 1e6).
+        weight_decay (float): L2 penalty (default: 0).
+        foreach, capturable (bool, optional): accepted for compatibility; the update is the same.
+        maximize (bool): maximize the objective (default: False).
+        differentiable (bool): record the update with autograd (default: False).
+    """
+
+    def __init__(self, params, lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0, foreach=None, maximize=False,
+                 differentiable=False, capturable=False):
+        _check_tensor_lr(lr)
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        super().__init__(params, {"lr": lr, "lambd": lambd, "alpha": alpha, "t0": t0, "weight_decay": weight_decay,
+                                  "foreach": foreach, "maximize": maximize, "differentiable": differentiable,
+                                  "capturable": capturable})
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        for group in self.param_groups:
+            for key, value in (("foreach", None), ("maximize", False), ("differentiable", False),
+                               ("capturable", False)):
+                group.setdefault(key, value)
+        for s in self.state.values():
+            for key in ("step", "eta", "mu"):  # old checkpoints: numbers
+                if key in s and not isinstance(s[key], Tensor):
+                    s[key] = _creation.tensor(float(s[key]), dtype=_get_scalar_dtype())
+
+    @_use_grad_for_differentiable
+    def step(self, closure=None):
+        """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
+        loss = evaluate_closure(closure)
+        for group in self.param_groups:
+            lr, lambd, alpha, t0 = _to_scalar(group["lr"]), group["lambd"], group["alpha"], group["t0"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError("ASGD does not support sparse gradients")
+                state = self.state[p]
+                if len(state) == 0:
+                    state["step"] = _creation.zeros((), dtype=_get_scalar_dtype())
+                    state["eta"] = _creation.tensor(float(lr), dtype=_get_scalar_dtype())
+                    state["mu"] = _creation.ones((), dtype=_get_scalar_dtype())
+                    state["ax"] = _creation.zeros_like(p)
+                grad = p.grad if not group["maximize"] else -p.grad
+                param = p if group["differentiable"] else p.detach()
+                param, grad, ax = _real(param), _real(grad), _real(state["ax"])
+                step = increment_step(state["step"])
+                if group["weight_decay"] != 0:
+                    grad = grad.add(param, alpha=group["weight_decay"])
+                # eta and mu are read back from their (float32) state tensors, rounded as torch reads them
+                eta = _get_value(state["eta"])
+                param.mul_(1 - lambd * eta)
+                param.add_(grad, alpha=-eta)
+                if state["mu"].item() != 1:
+                    ax.add_(param.sub(ax).mul_(state["mu"].item()))
+                else:
+                    ax.copy_(param)
+                state["eta"].copy_(_creation.tensor(lr / ((1 + lambd * lr * step) ** alpha)))
+                state["mu"].copy_(_creation.tensor(1 / max(1, step - t0)))
+        return loss
