@@ -123,6 +123,18 @@ _publish(globals())  # the functions defined above and the re-exports of nn.func
 _assert = _overrides.public(_assert)  # private by name, but recorded when handed a Proxy, as torch._assert
 
 
+def _install_out_variants():
+    # Before the NumPy names, so that ``axis=`` is renamed before ``out=`` is taken (_out_variants.py).
+    import sys
+
+    from . import _out_variants
+
+    _out_variants.install(sys.modules[__name__])
+
+
+_install_out_variants()
+
+
 def _install_numpy_names():
     # NOTE: last, once every module has bound (and published) its functions and Tensor methods (_numpy_names.py).
     import sys

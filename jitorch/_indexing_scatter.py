@@ -23,7 +23,7 @@ __all__ = ["gather", "scatter", "scatter_add", "scatter_reduce", "take_along_dim
 _INDEX_DTYPES = ("int64", "int32")
 
 
-def gather(input, dim, index, *, sparse_grad=False, out=None):
+def gather(input, dim, index, *, sparse_grad=False):
     """``out[i][j] = input[index[i][j]][j]`` (for ``dim=0``); the gradient scatters back with accumulation."""
     _check_index_dtype(index, "gather", _INDEX_DTYPES, "gather(): Expected dtype int32/int64 for index, got {}")
     return _gather(input, dim, index, negative=False)
