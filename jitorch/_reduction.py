@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from . import _dtype, return_types
+from . import _dtype, _grad_state, return_types
 from ._dispatch import apply
 from ._shape import wrap_dim, wrap_dims
 from ._tensor import Tensor
@@ -133,7 +133,14 @@ def _extreme(input, dim, keepdim, other, op_all, op_dim, op_pair, result_type):
         if input._data.size == 0:
             raise RuntimeError(f"{op_all.name}(): Expected reduction dim to be specified for input.numel() == 0. "
                                "Specify the reduction dim with the 'dim' argument.")
-        return apply(op_all, input, dims=tuple(range(input._data.ndim)), keepdim=False)
+        value = apply(op_all, input, dims=tuple(range(input._data.ndim)), keepdim=False)
+        if not (input._requires_grad and _grad_state.GradState.enabled):
+            return value
+        # torch's max()/min() over everything split the gradient evenly over the elements equal to the result,
+        # NaN ones included when the result is NaN (amax's own backward, as torch's, gives NaN everywhere there).
+        value = value.detach()
+        mask = (input == value) | (input.isnan() & value.isnan())
+        return value + (input - value).where(mask, 0.0).sum() / mask.sum()
     d = wrap_dim(dim, input._data.ndim, result_type.__name__)
     return result_type(*apply(op_dim, input, dim=d, keepdim=keepdim))
 
