@@ -222,7 +222,9 @@ _METHODS = dict(split_with_sizes=split_with_sizes, hsplit=hsplit, vsplit=vsplit,
                 swapdims_=lambda self, dim0, dim1: self.transpose_(dim0, dim1),
                 swapaxes_=lambda self, axis0, axis1: self.transpose_(axis0, axis1),
                 cumsum_=lambda self, dim, *, dtype=None: self.copy_(self.cumsum(dim, dtype=dtype)),
-                cumprod_=lambda self, dim, *, dtype=None: self.copy_(self.cumprod(dim, dtype=dtype)),
+                # cumprod saves its input for the backward: a recorded self is scanned through a copy it then overwrites
+                cumprod_=lambda self, dim, *, dtype=None: self.copy_(
+                    (self.clone() if self.requires_grad else self).cumprod(dim, dtype=dtype)),
                 greater_=lambda self, other: self.gt_(other), greater_equal_=lambda self, other: self.ge_(other),
                 less_=lambda self, other: self.lt_(other), less_equal_=lambda self, other: self.le_(other),
                 not_equal_=lambda self, other: self.ne_(other),

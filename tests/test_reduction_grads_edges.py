@@ -1,4 +1,5 @@
-"""Reductions whose NaN results still route a gradient (quantile, max/min over everything) against PyTorch."""
+"""Reduction gradients at edges against PyTorch: NaN results that still route a gradient (quantile, max/min over
+everything), dtype= keeping the input's gradient dtype, 0-d and in-place scans."""
 import numpy as np
 import pytest
 import torch
@@ -46,3 +47,26 @@ def test_max_min_of_everything_split_the_gradient_over_nans(fn):
     run(lambda lib, t: getattr(t, fn)(), np.array([[1.0, NAN, 3.0], [NAN, 2.0, 3.0]], np.float32))
     ties = np.random.default_rng(1).integers(0, 3, (3, 5)).astype(np.float32)
     run(lambda lib, t: getattr(lib, fn)(t), ties, layout="transposed")
+
+
+# -- dtype= and in-place scans ------------------------------------------------------------------------------------
+X = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+X[0, 1] = X[2, 2] = 0.0  # zeros take prod's and cumprod's other backward path
+
+
+@pytest.mark.parametrize("fn", ["prod", "cumsum", "cumprod"])
+def test_dtype_argument_keeps_the_gradient_in_the_input_dtype(fn):
+    run(lambda lib, t: getattr(lib, fn)(t, 1, dtype=lib.float64), X)
+    run(lambda lib, t: getattr(t, fn)(0, dtype=lib.float16), X, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("fn", ["cumsum", "cumprod"])
+def test_scans_of_zero_dim_inputs(fn):
+    run(lambda lib, t: getattr(lib, fn)(t, 0), np.array(2.5, np.float32))
+    run(lambda lib, t: getattr(t, fn)(-1, dtype=lib.float64), np.array(2.5, np.float32))
+
+
+@pytest.mark.parametrize("fn", ["cumsum_", "cumprod_"])
+def test_in_place_scans_backward(fn):
+    run(lambda lib, t: getattr(t.clone(), fn)(1), X)
+    run(lambda lib, t: getattr(t.clone(), fn)(0, dtype=lib.float32), X)
