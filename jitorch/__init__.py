@@ -43,6 +43,7 @@ from ._spectral import *  # noqa: E402,F401,F403
 from . import _linalg, _sorting, linalg  # noqa: E402,F401
 from ._linalg import *  # noqa: E402,F401,F403
 from ._sorting import *  # noqa: E402,F401,F403
+from ._finite_diff import *  # noqa: E402,F401,F403
 from . import _overrides  # noqa: E402
 from ._overrides import publish as _publish  # noqa: E402
 
