@@ -45,6 +45,7 @@ from ._linalg import *  # noqa: E402,F401,F403
 from ._linalg_lu import legacy_lu as lu, legacy_lu_solve as lu_solve, lu_unpack  # noqa: E402,F401
 from ._linalg_more import triangular_solve  # noqa: E402,F401
 from ._sorting import *  # noqa: E402,F401,F403
+from ._finite_diff import *  # noqa: E402,F401,F403
 from . import _overrides  # noqa: E402
 from ._overrides import publish as _publish  # noqa: E402
 
@@ -128,6 +129,18 @@ def _assert(condition, message):
 
 _publish(globals())  # the functions defined above and the re-exports of nn.functional
 _assert = _overrides.public(_assert)  # private by name, but recorded when handed a Proxy, as torch._assert
+
+
+def _install_out_variants():
+    # Before the NumPy names, so that ``axis=`` is renamed before ``out=`` is taken (_out_variants.py).
+    import sys
+
+    from . import _out_variants
+
+    _out_variants.install(sys.modules[__name__])
+
+
+_install_out_variants()
 
 
 def _install_numpy_names():

@@ -31,7 +31,7 @@ from .amp._cast_mode import autocast_policy
 
 __all__ = ["index_select", "gather", "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy",
            "index_fill", "index_put", "masked_fill", "masked_select", "masked_scatter", "take_along_dim", "take",
-           "put"]
+           "put", "index_reduce"]
 
 _ALL = slice(None)
 _REDUCES = ("sum", "prod", "mean", "amax", "amin")
@@ -259,7 +259,7 @@ def _as_vector(t):
 
 # -- gather / scatter live in _indexing_scatter.py --------------------------------------------------------------------
 from ._indexing_scatter import (  # noqa: E402 - they use the helpers above
-    _scatter, _scatter_reduce, gather, scatter, scatter_add, scatter_reduce, take_along_dim,
+    _scatter, _scatter_reduce, gather, index_reduce, scatter, scatter_add, scatter_reduce, take_along_dim,
 )
 
 

@@ -17,13 +17,14 @@ from ._tensor import Tensor
 from .ops import indexing as I
 from .ops import movement as M
 
-__all__ = ["gather", "scatter", "scatter_add", "scatter_reduce", "take_along_dim"]
+__all__ = ["gather", "scatter", "scatter_add", "scatter_reduce", "take_along_dim",
+           "index_reduce"]
 
 # -- gather / scatter --------------------------------------------------------------------------------------------------
 _INDEX_DTYPES = ("int64", "int32")
 
 
-def gather(input, dim, index, *, sparse_grad=False, out=None):
+def gather(input, dim, index, *, sparse_grad=False):
     """``out[i][j] = input[index[i][j]][j]`` (for ``dim=0``); the gradient scatters back with accumulation."""
     _check_index_dtype(index, "gather", _INDEX_DTYPES, "gather(): Expected dtype int32/int64 for index, got {}")
     return _gather(input, dim, index, negative=False)
@@ -144,3 +145,41 @@ def take_along_dim(input, indices, dim=None):
     indices = indices.expand(shape)
     shape[d] = input._data.shape[d]
     return _gather(input.expand(shape), d, indices, True)
+
+
+_INDEX_REDUCES = ("prod", "mean", "amax", "amin")
+
+
+def _index_reduce(self, dim, index, source, reduce, include_self, inplace):
+    """index_reduce as the scatter_reduce of ``source`` with ``index`` spread over its other dims."""
+    if reduce not in _INDEX_REDUCES:
+        raise RuntimeError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got {reduce}.")
+    _check_index_dtype(index, "index_reduce", ("int64", "int32"),
+                       "index_reduce_(): Expected dtype int32/int64 for index but got: {}")
+    if source.dtype is not self.dtype:
+        raise RuntimeError(f"index_reduce_(): self and source expected to have the same dtype, but got (self) "
+                           f"{self.dtype} and (source) {source.dtype}")
+    if self._data.ndim == 0:
+        out = _index_reduce(self.reshape(1), dim, index, _as_vector(source), reduce, include_self, inplace)
+        return self if inplace else out.reshape(())
+    d = wrap_dim(dim, self._data.ndim, "index_reduce")
+    source = _as_vector(source) if source._data.ndim == 0 else source
+    index = _as_vector(index) if index._data.ndim == 0 else index
+    if index._data.ndim != 1 or source._data.ndim != self._data.ndim or source._data.shape[d] != index._data.size:
+        raise IndexError(f"index_reduce_(): Index should have dimension 1 and as many elements as source.size({d}) "
+                         f"({source._data.shape[d] if source._data.ndim > d else 1}), but got index of shape "
+                         f"{list(index.shape)}")
+    if any(k != d and a != b for k, (a, b) in enumerate(zip(self._data.shape, source._data.shape))):
+        raise RuntimeError(f"index_reduce_(): self and source must have the same shape except at dim {d}, but got "
+                           f"self.shape = {list(self.shape)} source.shape = {list(source.shape)}")
+    spread = index.long().reshape([-1 if k == d else 1 for k in range(source._data.ndim)]).expand(source.shape)
+    return _scatter_reduce(self, d, spread, source, reduce, include_self, inplace)
+
+
+def index_reduce(input, dim, index, source, reduce, *, include_self=True):
+    """``input`` with ``source``'s slices reduced (prod, mean, amax, amin) into the slices ``index`` names."""
+    return _index_reduce(input, dim, index, source, reduce, include_self, False)
+
+
+Tensor.index_reduce_ = lambda self, dim, index, source, reduce, *, include_self=True: _index_reduce(
+    self, dim, index, source, reduce, include_self, True)

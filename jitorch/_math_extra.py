@@ -159,20 +159,26 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, name):
                          f"Got '{interpolation}'")
     if not input.dtype.is_floating_point:
         raise RuntimeError(f"{name}() input tensor must be either float or double dtype")
-    scalar_q = not isinstance(q, Tensor)
-    qs = tensor(q, dtype=input.dtype) if scalar_q else q.to(input.dtype)
+    scalar_q = not isinstance(q, Tensor) or q.dim() == 0  # a 0-d q adds no dim to the result, as a float q
+    qs = q.to(input.dtype) if isinstance(q, Tensor) else tensor(q, dtype=input.dtype)
     if qs.dim() > 1:
         raise RuntimeError(f"{name}() q must be a scalar or 1D tensor")
     if bool(((qs < 0) | (qs > 1)).any()):
         raise RuntimeError(f"{name}() q values must be in the range [0, 1]")
     x = input.reshape(-1) if dim is None else movedim(input, dim, -1)
     sorted_x = sort(x, dim=-1).values  # NaN sorts last
-    count = (~sorted_x.isnan()).sum(-1, keepdim=True) if ignore_nan else None
     n = sorted_x.shape[-1]
     if n == 0:
-        raise IndexError(f"{name}() input tensor must be non-empty")
-    last = (count - 1).to(input.dtype) if ignore_nan else n - 1
-    rank = qs.reshape((-1,) + (1,) * sorted_x.dim()) * last  # [Q, ..., 1]
+        raise RuntimeError(f"{name}() input tensor must be non-empty")
+    q_col = qs.reshape((-1,) + (1,) * sorted_x.dim())  # [Q, ..., 1]
+    # As torch: a NaN result gathers a NaN (the last sorted element, or the first of an all-NaN slice), so the
+    # gradient reaches that element instead of vanishing.
+    if ignore_nan:
+        count = (~sorted_x.isnan()).sum(-1, keepdim=True)
+        rank = q_col * (count - 1).to(input.dtype)
+        rank = rank.where(rank >= 0, 0.0)  # a select, not clamp: q's gradient there is 0, not 0 * NaN
+    else:
+        rank = (q_col * (n - 1)).where(~sorted_x.isnan().any(-1, keepdim=True), float(n - 1))
     if interpolation == "lower":
         rank = rank.floor()
     elif interpolation == "higher":
@@ -188,12 +194,7 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, name):
         weight = (hi > lo).to(input.dtype) * 0.5
     else:
         weight = rank - lo.to(input.dtype)
-    out = lo_v + weight * (hi_v - lo_v)
-    if ignore_nan:
-        out = out.where(count > 0, math.nan)
-    elif not ignore_nan:
-        out = out.where(~sorted_x.isnan().any(-1, keepdim=True), math.nan)
-    out = out.squeeze(-1)  # [Q, ...]
+    out = (lo_v + weight * (hi_v - lo_v)).squeeze(-1)  # [Q, ...]
     if dim is not None and keepdim:
         out = out.unsqueeze(wrap_dim(dim, input.dim()) + 1)
     elif dim is None and keepdim:

@@ -415,7 +415,8 @@ def as_strided(input, size, stride, storage_offset=None):
 def nonzero(input, *, as_tuple=False):
     idx = apply(M.NONZERO, input)
     if as_tuple:
-        return tuple(idx.unbind(1)) if input._data.ndim else (idx.reshape(-1),)
+        # a 0-d input acts as a one-element vector: one index 0 when its value is nonzero, none otherwise
+        return tuple(idx.unbind(1)) if input._data.ndim else (idx.new_zeros(idx.shape[0]),)
     return idx
 
 

@@ -22,7 +22,27 @@ from .amp._cast_mode import autocast_policy
 from .ops import complex_ops as C
 
 __all__ = ["split_with_sizes", "hsplit", "vsplit", "dsplit", "slice_scatter", "select_scatter", "is_same_size",
-           "conj", "conj_physical", "real", "imag", "view_as_real", "view_as_complex", "diagflat", "row_stack"]
+           "conj", "conj_physical", "real", "imag", "view_as_real", "view_as_complex", "diagflat", "row_stack",
+           "narrow_copy", "nonzero_static"]
+
+
+def narrow_copy(input, dim, start, length):
+    """``narrow`` as a new contiguous tensor rather than a view."""
+    from ._movement import narrow
+
+    return narrow(input, dim, start, length).contiguous().clone()
+
+
+def nonzero_static(input, *, size, fill_value=-1):
+    """``nonzero`` with exactly ``size`` rows: truncated, or padded with ``fill_value`` (a shape known up front)."""
+    from ._movement import cat, nonzero
+
+    if not isinstance(size, int) or size < 0:
+        raise RuntimeError(f"nonzero_static: 'size' must be an non-negative integer, got {size!r}")
+    idx = nonzero(input)
+    if idx.shape[0] >= size:
+        return idx[:size]
+    return cat([idx, idx.new_full((size - idx.shape[0], idx.shape[1]), fill_value)])
 
 
 def diagflat(input, offset=0):
@@ -214,7 +234,8 @@ def _new(self, *args, **kwargs):
                                                                                   device=self.device)
 
 
-_METHODS = dict(split_with_sizes=split_with_sizes, hsplit=hsplit, vsplit=vsplit, dsplit=dsplit,
+_METHODS = dict(narrow_copy=narrow_copy, nonzero_static=nonzero_static,
+                split_with_sizes=split_with_sizes, hsplit=hsplit, vsplit=vsplit, dsplit=dsplit,
                 slice_scatter=slice_scatter, select_scatter=select_scatter, is_same_size=is_same_size,
                 fill_diagonal_=_fill_diagonal_, resize_=_resize_, resize_as_=lambda self, other: _resize_(
                     self, tuple(other.shape)), new=_new, ndimension=lambda self: self.dim(),
@@ -222,7 +243,9 @@ _METHODS = dict(split_with_sizes=split_with_sizes, hsplit=hsplit, vsplit=vsplit,
                 swapdims_=lambda self, dim0, dim1: self.transpose_(dim0, dim1),
                 swapaxes_=lambda self, axis0, axis1: self.transpose_(axis0, axis1),
                 cumsum_=lambda self, dim, *, dtype=None: self.copy_(self.cumsum(dim, dtype=dtype)),
-                cumprod_=lambda self, dim, *, dtype=None: self.copy_(self.cumprod(dim, dtype=dtype)),
+                # cumprod saves its input for the backward: a recorded self is scanned through a copy it then overwrites
+                cumprod_=lambda self, dim, *, dtype=None: self.copy_(
+                    (self.clone() if self.requires_grad else self).cumprod(dim, dtype=dtype)),
                 greater_=lambda self, other: self.gt_(other), greater_equal_=lambda self, other: self.ge_(other),
                 less_=lambda self, other: self.lt_(other), less_equal_=lambda self, other: self.le_(other),
                 not_equal_=lambda self, other: self.ne_(other),

@@ -7,7 +7,7 @@
 """
 from __future__ import annotations
 
-from . import _dtype, return_types
+from . import _dtype, _grad_state, return_types
 from ._dispatch import apply
 from ._shape import wrap_dim, wrap_dims
 from ._tensor import Tensor
@@ -91,6 +91,8 @@ def prod(input, dim=None, keepdim=False, *, dtype=None):
         raise TypeError(f"prod(): argument 'dim' (position 2) must be int, not {type(dim).__name__}")
     dt = _sum_dtype(input, dtype)
     dims = _dims(input, dim, "prod")
+    if dt is not input.dtype and input._requires_grad:
+        input = input.to(dt)  # cast first, as torch: the cast's backward hands back a gradient of the input's dtype
     return apply(R.PROD, input, dims=dims, keepdim=keepdim, dtype=dt.np)
 
 
@@ -133,7 +135,14 @@ def _extreme(input, dim, keepdim, other, op_all, op_dim, op_pair, result_type):
         if input._data.size == 0:
             raise RuntimeError(f"{op_all.name}(): Expected reduction dim to be specified for input.numel() == 0. "
                                "Specify the reduction dim with the 'dim' argument.")
-        return apply(op_all, input, dims=tuple(range(input._data.ndim)), keepdim=False)
+        value = apply(op_all, input, dims=tuple(range(input._data.ndim)), keepdim=False)
+        if not (input._requires_grad and _grad_state.GradState.enabled):
+            return value
+        # torch's max()/min() over everything split the gradient evenly over the elements equal to the result,
+        # NaN ones included when the result is NaN (amax's own backward, as torch's, gives NaN everywhere there).
+        value = value.detach()
+        mask = (input == value) | (input.isnan() & value.isnan())
+        return value + (input - value).where(mask, 0.0).sum() / mask.sum()
     d = wrap_dim(dim, input._data.ndim, result_type.__name__)
     return result_type(*apply(op_dim, input, dim=d, keepdim=keepdim))
 
@@ -302,7 +311,12 @@ def _scan(op, input, dim, dtype, out):
     if out is not None and out.dtype is not dt:
         raise RuntimeError(f"{op.name}: Expected out tensor to have dtype {dt}, but got {out.dtype} instead; pass "
                            f"an out tensor of the requested dtype")
-    return _write_out(apply(op, input, dim=wrap_dim(dim, input._data.ndim, op.name), dtype=dt.np), out, op.name)
+    d = wrap_dim(dim, input._data.ndim, op.name)
+    if input._data.ndim == 0:  # the rows' backward flips along dim: a 0-d input scans as one element
+        return _write_out(_scan(op, input.reshape(1), 0, dtype, None).reshape(()), out, op.name)
+    if dt is not input.dtype and input._requires_grad:
+        input = input.to(dt)  # cast first, as torch: the cast's backward hands back a gradient of the input's dtype
+    return _write_out(apply(op, input, dim=d, dtype=dt.np), out, op.name)
 
 
 def count_nonzero(input, dim=None):

@@ -52,7 +52,7 @@ def _check_not_complex(input, op):
         raise RuntimeError(f"{op}(): not implemented for complex tensors ({input.dtype})")
 
 
-def sort(input, dim=-1, descending=False, stable=False, *, out=None):
+def sort(input, dim=-1, descending=False, stable=False):
     """Sorted values and their indices along ``dim`` (always stable; NaN sorts as the largest value)."""
     _check_not_complex(input, "sort")
     x, scalar = _as_1d(input)
@@ -77,7 +77,7 @@ def msort(input):
     return sort(input, 0).values
 
 
-def topk(input, k, dim=-1, largest=True, sorted=True, *, out=None):
+def topk(input, k, dim=-1, largest=True, sorted=True):
     """The ``k`` largest (or smallest) elements along ``dim`` and their indices, in sorted order."""
     _check_not_complex(input, "topk")
     x, scalar = _as_1d(input)
@@ -92,7 +92,7 @@ def topk(input, k, dim=-1, largest=True, sorted=True, *, out=None):
     return return_types.topk(values, indices)
 
 
-def kthvalue(input, k, dim=-1, keepdim=False, *, out=None):
+def kthvalue(input, k, dim=-1, keepdim=False):
     """The ``k``-th smallest element (1-based) along ``dim`` and its index."""
     n = input._data.shape[wrap_dim(dim, input._data.ndim, "kthvalue")] if input._data.ndim else 1
     if not 1 <= k <= n:
@@ -115,7 +115,7 @@ def _global_median(input, ignore_nan):
     return value + spread
 
 
-def median(input, dim=None, keepdim=False, *, out=None):
+def median(input, dim=None, keepdim=False):
     """Lower median of all elements, or ``(values, indices)`` along ``dim``; any NaN makes the median NaN."""
     _check_not_complex(input, "median")
     if dim is None:
@@ -123,7 +123,7 @@ def median(input, dim=None, keepdim=False, *, out=None):
     return _select(input, S.MEDIAN_INDICES, return_types.median, dim, keepdim, "median", ignore_nan=False)
 
 
-def nanmedian(input, dim=None, keepdim=False, *, out=None):
+def nanmedian(input, dim=None, keepdim=False):
     """``median`` that ignores NaNs (NaN only when a slice is all NaN)."""
     _check_not_complex(input, "nanmedian")
     if dim is None:
@@ -131,7 +131,7 @@ def nanmedian(input, dim=None, keepdim=False, *, out=None):
     return _select(input, S.MEDIAN_INDICES, return_types.nanmedian, dim, keepdim, "nanmedian", ignore_nan=True)
 
 
-def mode(input, dim=-1, keepdim=False, *, out=None):
+def mode(input, dim=-1, keepdim=False):
     """Most frequent value along ``dim`` (the smallest among equally frequent ones) and its last index."""
     _check_not_complex(input, "mode")
     return _select(input, S.MODE_INDICES, return_types.mode, dim, keepdim, "mode")
@@ -182,7 +182,7 @@ def cummin(input, dim):
     return _cumextreme(input, dim, False, return_types.cummin, "cummin")
 
 
-def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None, sorter=None, out=None):
+def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None, sorter=None):
     """Insertion indices of ``input`` in the innermost dim of ``sorted_sequence`` (batched over leading dims)."""
     if side is not None:
         if side not in ("left", "right"):
@@ -207,7 +207,7 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
                  out_dtype=out_dtype)
 
 
-def bucketize(input, boundaries, *, out_int32=False, right=False, out=None):
+def bucketize(input, boundaries, *, out_int32=False, right=False):
     """Bucket index of each element for the 1-D ``boundaries`` (``right`` picks which side is closed)."""
     if boundaries._data.ndim != 1:
         raise RuntimeError(f"bucketize: boundaries tensor must be 1 dimension, but got dim({boundaries._data.ndim})")
@@ -219,7 +219,7 @@ def _not_implemented_for_integers(input, kernel):
         raise NotImplementedError(f"\"{kernel}\" not implemented for '{TORCH_TYPE_NAMES[input.dtype.name]}'")
 
 
-def histc(input, bins=100, min=0, max=0, *, out=None):
+def histc(input, bins=100, min=0, max=0):
     """Histogram of ``bins`` equal-width bins over ``[min, max]`` (the data's range when both are 0)."""
     _not_implemented_for_integers(input, "histogram_cpu")
     if bins <= 0:
@@ -244,7 +244,7 @@ def bincount(input, weights=None, minlength=0):
     return apply(S.BINCOUNT, input, None if weights is None else weights.detach(), minlength=int(minlength))
 
 
-def logcumsumexp(input, dim, *, out=None):
+def logcumsumexp(input, dim):
     """``log(cumsum(exp(x)))`` along ``dim``, computed without overflow."""
     _not_implemented_for_integers(input, "logcumsumexp_out_cpu")
     x, scalar = _as_1d(input)

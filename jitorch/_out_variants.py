@@ -1,0 +1,97 @@
+"""``out=`` for the functions whose torch versions take it but whose jitorch bodies compute a fresh result.
+
+torch's native functions all have an ``out=`` overload; code written against it (``torch.sort(x, out=(v, i))``,
+``torch.sum(x, 0, out=buf)``) must fill the given tensors, never silently leave them alone. Rather than thread
+``out`` through every signature, the listed functions are wrapped once here: the result is computed as usual, then
+written into ``out`` (resized when its shape differs) and ``out`` is returned, as a named tuple for ``(values,
+indices)`` results. Only the namespace functions are wrapped: torch's Tensor methods take no ``out=``.
+
+>>> import jitorch
+>>> v, i = jitorch.empty(3), jitorch.empty(3, dtype=jitorch.long)
+>>> jitorch.sort(jitorch.tensor([3.0, 1.0, 2.0]), out=(v, i)).indices is i, i
+(True, tensor([1, 2, 0]))
+"""
+from __future__ import annotations
+
+import functools
+
+from ._grad_state import GradState
+from ._overrides import public
+
+__all__ = ["FUNCTIONS", "with_out", "install"]
+
+FUNCTIONS = (
+    "sort", "msort", "topk", "kthvalue", "median", "nanmedian", "mode", "cummax", "cummin", "searchsorted",
+    "bucketize", "histc", "logcumsumexp", "sum", "nansum", "mean", "nanmean", "prod", "amax", "amin", "aminmax", "max",
+    "min", "argmax", "argmin", "all", "any", "var", "std", "logsumexp", "quantile", "nanquantile", "diff", "take",
+    "take_along_dim", "gather", "index_add", "index_copy", "index_reduce", "scatter", "scatter_add", "scatter_reduce",
+    "slice_scatter", "masked_select", "nonzero", "nonzero_static", "narrow_copy",
+)
+
+
+def _tensors(value):
+    from ._tensor import Tensor
+
+    if isinstance(value, Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _tensors(v)
+
+
+# Results that are indices or masks: torch refuses an out of any other dtype for them.
+_EXACT_DTYPE = ("argmax", "argmin", "searchsorted", "bucketize", "nonzero", "nonzero_static", "all", "any")
+
+
+def _write(result, out, op, exact):
+    from ._dispatch import TORCH_TYPE_NAMES
+    from ._pointwise import _write_out
+    from ._tensor import Tensor
+
+    if not isinstance(out, Tensor):
+        raise TypeError(f"{op}(): argument 'out' must be Tensor, not {type(out).__name__}")
+    if exact and out.dtype is not result.dtype:
+        raise RuntimeError(f"{op}(): Expected out tensor to have dtype {TORCH_TYPE_NAMES[result.dtype.name]}, but "
+                           f"got {TORCH_TYPE_NAMES[out.dtype.name]} instead")
+    return _write_out(result, out, op)
+
+
+def write_out(result, out, op):
+    """Write ``result`` (a tensor or a tuple of them) into ``out`` and return what torch returns."""
+    if out is None:
+        return result
+    if isinstance(result, tuple):
+        if not isinstance(out, (tuple, list)) or len(out) != len(result):
+            raise TypeError(f"{op}(): argument 'out' must be a tuple of {len(result)} Tensors, got {out!r}")
+        fields = getattr(result, "_fields", ("",) * len(result))
+        written = [_write(r, o, op, f == "indices") for r, o, f in zip(result, out, fields)]
+        return type(result)(*written) if hasattr(result, "_fields") else tuple(written)
+    return _write(result, out, op, op in _EXACT_DTYPE)
+
+
+def with_out(fn):
+    """``fn`` that also takes ``out=``."""
+    op = fn.__name__
+
+    @functools.wraps(fn)
+    def wrapper(*args, out=None, **kwargs):
+        result = fn(*args, **kwargs)
+        if out is None:
+            return result
+        # torch refuses out= only where the op would have recorded a gradient (not for argmax, histc, ...).
+        if GradState.enabled and any(t.requires_grad for t in _tensors(result)):
+            raise RuntimeError(f"{op}(): functions with out=... arguments don't support automatic differentiation, "
+                               f"but one of the arguments requires grad.")
+        return write_out(result, out, op)
+    wrapper.__out_variant__ = True
+    return wrapper
+
+
+def install(owner, names=FUNCTIONS):
+    """Wrap ``owner.<name>`` (a module) for each listed name it has."""
+    for name in names:
+        fn = getattr(owner, name, None)
+        if callable(fn) and not getattr(fn, "__out_variant__", False):
+            original = getattr(fn, "__jitorch_original__", None)
+            # The hand-over to a Proxy (_overrides.py) stays outermost, as in _numpy_names.install.
+            setattr(owner, name, with_out(fn) if original is None else public(with_out(original)))

@@ -1,0 +1,72 @@
+"""Reduction gradients at edges against PyTorch: NaN results that still route a gradient (quantile, max/min over
+everything), dtype= keeping the input's gradient dtype, 0-d and in-place scans."""
+import numpy as np
+import pytest
+import torch
+from helpers import check_op
+
+import jitorch
+
+NAN = float("nan")
+
+
+def run(fn, *inputs, **kw):
+    return check_op(lambda *a: fn(jitorch, *a), lambda *a: fn(torch, *a), inputs, **kw)
+
+
+def with_nans():
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    x[0, 1] = x[2, 3] = x[2, 0] = NAN
+    x[3] = NAN  # an all-NaN row
+    return x
+
+
+Q = np.array([0.1, 0.5, 0.77], np.float32)
+
+
+@pytest.mark.parametrize("interpolation", ["linear", "lower", "higher", "midpoint", "nearest"])
+@pytest.mark.parametrize("fn", ["quantile", "nanquantile"])
+def test_quantile_nan_rows_route_the_gradient_to_a_nan(fn, interpolation):
+    # torch gathers a NaN for a NaN result, so that element (not none) receives the gradient; q's gradient stays finite
+    run(lambda lib, t, q: getattr(lib, fn)(t, q, dim=1, interpolation=interpolation), with_nans(), Q)
+    run(lambda lib, t: getattr(lib, fn)(t, 0.25, dim=0, keepdim=True, interpolation=interpolation), with_nans())
+
+
+def test_quantile_zero_dim_q_adds_no_dim():
+    run(lambda lib, t, q: lib.quantile(t, q, dim=1), with_nans()[:3], np.array(0.25, np.float32))
+    run(lambda lib, t, q: lib.nanquantile(t, q), with_nans(), np.array(0.6, np.float32))
+
+
+def test_quantile_of_empty_input_is_a_runtime_error():
+    run(lambda lib, t: lib.quantile(t, 0.5), np.zeros((0,), np.float32))
+
+
+@pytest.mark.parametrize("fn", ["max", "min"])
+def test_max_min_of_everything_split_the_gradient_over_nans(fn):
+    run(lambda lib, t: getattr(lib, fn)(t), with_nans())
+    run(lambda lib, t: getattr(t, fn)(), np.array([[1.0, NAN, 3.0], [NAN, 2.0, 3.0]], np.float32))
+    ties = np.random.default_rng(1).integers(0, 3, (3, 5)).astype(np.float32)
+    run(lambda lib, t: getattr(lib, fn)(t), ties, layout="transposed")
+
+
+# -- dtype= and in-place scans ------------------------------------------------------------------------------------
+X = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+X[0, 1] = X[2, 2] = 0.0  # zeros take prod's and cumprod's other backward path
+
+
+@pytest.mark.parametrize("fn", ["prod", "cumsum", "cumprod"])
+def test_dtype_argument_keeps_the_gradient_in_the_input_dtype(fn):
+    run(lambda lib, t: getattr(lib, fn)(t, 1, dtype=lib.float64), X)
+    run(lambda lib, t: getattr(t, fn)(0, dtype=lib.float16), X, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("fn", ["cumsum", "cumprod"])
+def test_scans_of_zero_dim_inputs(fn):
+    run(lambda lib, t: getattr(lib, fn)(t, 0), np.array(2.5, np.float32))
+    run(lambda lib, t: getattr(t, fn)(-1, dtype=lib.float64), np.array(2.5, np.float32))
+
+
+@pytest.mark.parametrize("fn", ["cumsum_", "cumprod_"])
+def test_in_place_scans_backward(fn):
+    run(lambda lib, t: getattr(t.clone(), fn)(1), X)
+    run(lambda lib, t: getattr(t.clone(), fn)(0, dtype=lib.float32), X)
