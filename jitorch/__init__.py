@@ -138,6 +138,7 @@ def _install_out_variants():
     from . import _out_variants
 
     _out_variants.install(sys.modules[__name__])
+    _out_variants.install(sys.modules[__name__], _out_variants.CREATION, _out_variants.creation_with_out)
 
 
 _install_out_variants()

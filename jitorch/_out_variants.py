@@ -18,7 +18,7 @@ import functools
 from ._grad_state import GradState
 from ._overrides import public
 
-__all__ = ["FUNCTIONS", "with_out", "install"]
+__all__ = ["FUNCTIONS", "CREATION", "with_out", "creation_with_out", "install"]
 
 FUNCTIONS = (
     "sort", "msort", "topk", "kthvalue", "median", "nanmedian", "mode", "cummax", "cummin", "searchsorted",
@@ -87,11 +87,45 @@ def with_out(fn):
     return wrapper
 
 
-def install(owner, names=FUNCTIONS):
+# Factories whose signatures took ``out=`` and ignored it: the out tensor kept its garbage.
+CREATION = ("zeros", "ones", "empty", "full", "arange", "range", "linspace", "logspace", "eye", "rand", "randn",
+            "randint", "randperm")
+
+
+def creation_with_out(fn):
+    """Factory ``fn`` whose ``out=`` receives the result: the dtype and device default to out's (a given dtype must
+    equal it, as in torch), out is resized to the result's shape, and out is returned."""
+    op = fn.__name__
+
+    @functools.wraps(fn)
+    def wrapper(*args, out=None, **kwargs):
+        if out is None:
+            return fn(*args, **kwargs)
+        from ._dispatch import TORCH_TYPE_NAMES
+        from ._dtype import to_dtype
+        from ._tensor import Tensor
+
+        if not isinstance(out, Tensor):
+            raise TypeError(f"{op}(): argument 'out' must be Tensor, not {type(out).__name__}")
+        if out.requires_grad and GradState.enabled:
+            raise RuntimeError(f"aten::{op}(): functions with out=... arguments don't support automatic "
+                               "differentiation, but one of the arguments requires grad.")
+        dtype = kwargs.get("dtype")
+        if dtype is not None and to_dtype(dtype) is not out.dtype:
+            raise RuntimeError(f"dtype {TORCH_TYPE_NAMES[to_dtype(dtype).name]} does not match dtype of out parameter "
+                               f"({TORCH_TYPE_NAMES[out.dtype.name]})")
+        kwargs["dtype"] = out.dtype
+        kwargs.setdefault("device", out.device)
+        return write_out(fn(*args, **kwargs), out, op)
+    wrapper.__out_variant__ = True
+    return wrapper
+
+
+def install(owner, names=FUNCTIONS, wrap=with_out):
     """Wrap ``owner.<name>`` (a module) for each listed name it has."""
     for name in names:
         fn = getattr(owner, name, None)
         if callable(fn) and not getattr(fn, "__out_variant__", False):
             original = getattr(fn, "__jitorch_original__", None)
             # The hand-over to a Proxy (_overrides.py) stays outermost, as in _numpy_names.install.
-            setattr(owner, name, with_out(fn) if original is None else public(with_out(original)))
+            setattr(owner, name, wrap(fn) if original is None else public(wrap(original)))

@@ -101,3 +101,34 @@ def test_out_dtype_of_indices_must_match():
                 [X], match="argmax")
     check_error(lambda x: jitorch.sort(x, out=(jitorch.empty(0), jitorch.empty(0))),
                 lambda x: torch.sort(x, out=(torch.empty(0), torch.empty(0))), [X], match="sort")
+
+
+@pytest.mark.parametrize("call", [
+    lambda m, out: m.zeros(2, 3, out=out), lambda m, out: m.ones(4, out=out), lambda m, out: m.full((2,), 7, out=out),
+    lambda m, out: m.arange(1, 9, 2, out=out), lambda m, out: m.linspace(0, 1, 5, out=out),
+    lambda m, out: m.logspace(0, 2, 3, out=out), lambda m, out: m.eye(3, 2, out=out),
+])
+@pytest.mark.parametrize("dtype", ["float64", "int32"])
+def test_factories_write_their_out_tensor_in_its_dtype(call, dtype):
+    results = []
+    for m in (torch, jitorch):
+        out = m.full((7,), -1, dtype=getattr(m, dtype))
+        got = call(m, out)
+        assert got is out
+        results.append(out)
+    assert str(results[1].dtype).split(".")[-1] == dtype and tuple(results[1].shape) == tuple(results[0].shape)
+    np.testing.assert_allclose(results[1].numpy(), results[0].numpy(), rtol=1e-12)
+
+
+def test_random_factories_fill_out_and_factories_check_dtype_and_grad():
+    out = jitorch.full((3,), -5.0)
+    assert jitorch.rand(2, 2, out=out) is out and out.shape == (2, 2) and bool(((out >= 0) & (out < 1)).all())
+    assert jitorch.randn(4, out=out) is out and out.shape == (4,)
+    ints = jitorch.full((1,), -1, dtype=jitorch.int64)
+    assert jitorch.randperm(5, out=ints) is ints and sorted(ints.tolist()) == [0, 1, 2, 3, 4]
+    assert jitorch.randint(0, 3, (6,), out=ints) is ints and ints.shape == (6,)
+    for m in (torch, jitorch):
+        with pytest.raises(RuntimeError, match="does not match dtype of out parameter"):
+            m.zeros(2, dtype=m.float32, out=m.empty(0, dtype=m.float64))
+        with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
+            m.zeros(2, out=m.empty(2, requires_grad=True))
