@@ -132,3 +132,27 @@ def test_random_factories_fill_out_and_factories_check_dtype_and_grad():
             m.zeros(2, dtype=m.float32, out=m.empty(0, dtype=m.float64))
         with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
             m.zeros(2, out=m.empty(2, requires_grad=True))
+
+
+@pytest.mark.parametrize("name,args,n_out", [
+    ("linalg.svd", (), 3), ("linalg.qr", (), 2), ("linalg.slogdet", (), 2), ("linalg.eigh", (), 2),
+    ("linalg.inv_ex", (), 2), ("linalg.cholesky_ex", (), 2), ("linalg.lu_factor", (), 2), ("qr", (), 2),
+    ("svd", (), 3), ("row_stack", None, 1),
+])
+def test_decompositions_write_their_out_tensors(name, args, n_out):
+    a = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]])
+    results = []
+    for m in (torch, jitorch):
+        fn = m
+        for part in name.split("."):
+            fn = getattr(fn, part)
+        outs = tuple(m.empty(0, dtype=m.int32 if name == "linalg.lu_factor" and i == 1 else
+                             m.int32 if i == 1 and name.endswith("_ex") else m.float64) for i in range(n_out))
+        call_args = ([m.tensor(a), m.tensor(a)],) if args is None else (m.tensor(a),)
+        got = fn(*call_args, out=outs if n_out > 1 else outs[0])
+        results.append(outs)
+        assert (got[0] if n_out > 1 else got) is outs[0]
+    for t, j in zip(*results):
+        assert tuple(j.shape) == tuple(t.shape)
+        if name not in ("linalg.svd", "svd", "linalg.qr", "qr", "linalg.eigh") or t.dim() == 1:
+            np.testing.assert_allclose(j.numpy(), t.numpy(), rtol=1e-10, atol=1e-12)
