@@ -19,6 +19,7 @@ from .._dispatch import MODES
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..nn.modules.container import ModuleList
+from ..profiler import record_function
 from .backend import CompiledGraph, whole_call_runner
 from .dynamic_compile import dims_to_make_dynamic, dynamic_inference, dynamic_training
 from .dynamic_shapes import EAGER
@@ -111,9 +112,13 @@ class CompiledFunction:
                           RuntimeWarning, stacklevel=3)
 
     def __call__(self, *args, **kwargs):
-        if self.backend == "eager" or MODES or config.stance == "force_eager":
+        if self.backend == "eager" or config.stance == "force_eager" or (
+                MODES and not all(getattr(m, "transparent", False) for m in MODES)):
             # Inside another trace (a compiled function calling this one) the outer recorder must see every op.
             return self._fn(*args, **kwargs)
+        if MODES:  # a profiler records the compiled call as one range
+            with record_function(f"jitorch.compile: {getattr(self._fn, '__name__', type(self._fn).__name__)}"):
+                return self._call(*site_for(self._fn, args, kwargs))
         return self._call(*site_for(self._fn, args, kwargs))
 
     def _call(self, site, args, kwargs):
