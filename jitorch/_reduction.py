@@ -91,7 +91,8 @@ def prod(input, dim=None, keepdim=False, *, dtype=None):
         raise TypeError(f"prod(): argument 'dim' (position 2) must be int, not {type(dim).__name__}")
     dt = _sum_dtype(input, dtype)
     dims = _dims(input, dim, "prod")
-    if dt is not input.dtype and input._requires_grad:
+    if dt is not input.dtype and input._requires_grad and dt.category >= _dtype.FLOAT:
+        # (an integer dtype= keeps the row, whose recording raises torch's "Autograd not support dtype")
         input = input.to(dt)  # cast first, as torch: the cast's backward hands back a gradient of the input's dtype
     return apply(R.PROD, input, dims=dims, keepdim=keepdim, dtype=dt.np)
 
@@ -314,7 +315,8 @@ def _scan(op, input, dim, dtype, out):
     d = wrap_dim(dim, input._data.ndim, op.name)
     if input._data.ndim == 0:  # the rows' backward flips along dim: a 0-d input scans as one element
         return _write_out(_scan(op, input.reshape(1), 0, dtype, None).reshape(()), out, op.name)
-    if dt is not input.dtype and input._requires_grad:
+    if dt is not input.dtype and input._requires_grad and dt.category >= _dtype.FLOAT:
+        # (an integer dtype= keeps the row, whose recording raises torch's "Autograd not support dtype")
         input = input.to(dt)  # cast first, as torch: the cast's backward hands back a gradient of the input's dtype
     return _write_out(apply(op, input, dim=d, dtype=dt.np), out, op.name)
 

@@ -238,6 +238,8 @@ case("special_functions", lambda t, m: (lambda x: (t.lgamma(x), t.digamma(x), t.
 case("gcd_lcm", lambda t, m: (t.gcd(m.i(2, 3, lo=1, hi=20), m.i(3, lo=1, hi=20)),
                               t.lcm(m.i(2, 3, lo=1, hi=20), m.i(3, lo=1, hi=20))))
 case("nextafter", lambda t, m: (t.nextafter(m.f(2, 3), m.f(3)), t.nextafter(m.f(4).half(), m.f(4).half())))
+case("incomplete_gamma", lambda t, m: (t.igamma(m.f(2, 3, lo=0.5, hi=3, grad=False), m.f(3, lo=0.5, hi=3)),
+                                       t.igammac(m.f(2, 3, lo=0.5, hi=3, grad=False), m.f(3, lo=0.5, hi=3))))
 
 # Reductions.
 case("sum", lambda t, m: (lambda x: (x.sum(), x.sum(1), x.sum((0, 2), keepdim=True), x.sum(dtype=t.float64)))(
@@ -375,6 +377,7 @@ case("tensor_products", lambda t, m: (t.tensordot(m.f(2, 3, 4), m.f(3, 4, 2), di
 case("vector_norm", lambda t, m: (lambda x: tuple(t.linalg.vector_norm(x, o) for o in (1, 2, 3, 0.5, 0, math.inf,
                                                                                       -math.inf)) + (
     t.linalg.vector_norm(x, 2, dim=1, keepdim=True), t.linalg.vector_norm(x.half(), 2)))(m.f(3, 4)))
+case("lu_factor_eig", lambda t, m: (t.linalg.lu_factor(m.d(3, 3)), t.linalg.eigvals(m.d(3, 3, grad=False))))
 case("matrix_norm", lambda t, m: (lambda x: (t.linalg.matrix_norm(x), t.linalg.matrix_norm(x, "nuc"),
                                              t.linalg.matrix_norm(x, 1), t.linalg.matrix_norm(x, -math.inf),
                                              t.linalg.norm(x), t.linalg.matrix_norm(x, 2)))(m.d(2, 3, 3)))

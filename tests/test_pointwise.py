@@ -366,7 +366,7 @@ def _inplace_args(kind, dtype, rng):
 
 
 # torch has no derivative for these in-place forms (it raises at backward); jitorch differentiates them.
-NO_TORCH_INPLACE_GRAD = {"acosh_", "asinh_", "atanh_", "floor_divide_"}
+NO_TORCH_INPLACE_GRAD = {"acosh_", "asinh_", "atanh_", "arccosh_", "arcsinh_", "arctanh_", "floor_divide_"}
 INPLACE_CASES = _inplace_cases()
 
 

@@ -75,7 +75,8 @@ _SUBSTITUTE = {"floor_divide": (1, "ones"), "remainder": (1, "ones"), "fmod": (1
                "linalg_inv": (0, "eye"), "linalg_cholesky": (0, "eye"), "linalg_solve": (0, "eye")}
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _HERE = os.path.abspath(__file__)
-_WRAPPERS = os.path.join(_PKG, "_overrides.py")  # the public functions' wrappers: not the entry the user called
+# The public functions' wrappers (the override hand-over, out=): not the entry the user called.
+_WRAPPERS = (os.path.join(_PKG, "_overrides.py"), os.path.join(_PKG, "_out_variants.py"))
 _lock = threading.RLock()
 _active: list = []  # the FakeTensorMode whose host-read guards are installed (innermost last)
 
@@ -124,7 +125,7 @@ def _caller():
         path = os.path.abspath(frame.f_code.co_filename)
         if not path.startswith(_PKG + os.sep):
             return entry, f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        if path not in (_HERE, _WRAPPERS):
+        if path != _HERE and path not in _WRAPPERS:
             entry = frame.f_code.co_name
         frame = frame.f_back
     return entry, ""
