@@ -12,17 +12,20 @@ import math
 
 from . import _math_extra as _m
 from . import _pointwise as _p
+from . import _special_extra as _x
 from ._dispatch import apply
 from ._tensor import Tensor
 from .ops import special as _rows
 
 __all__ = ["expit", "logit", "erf", "erfc", "erfcx", "erfinv", "gammaln", "digamma", "psi", "polygamma",
            "multigammaln", "i0", "i1", "ndtr", "ndtri", "log1p", "expm1", "exp2", "sinc", "round", "xlogy", "xlog1py",
-           "entr", "softmax", "log_softmax", "logsumexp", "gammainc", "gammaincc"]
+           "entr", "softmax", "log_softmax", "logsumexp", "gammainc", "gammaincc", *_x.__all__]
 
 expit, logit, erf, erfc, erfinv = _p.sigmoid, _p.logit, _p.erf, _p.erfc, _p.erfinv
 log1p, expm1, exp2, sinc, round, xlogy = _p.log1p, _p.expm1, _p.exp2, _p.sinc, _p.round, _p.xlogy  # noqa: A001
 gammaln, digamma, psi, polygamma, i0 = _m.lgamma, _m.digamma, _m.digamma, _m.polygamma, _m.i0
+# Bessel, Airy, zeta, log_ndtr and the orthogonal polynomials (``_special_extra.py``).
+globals().update({_name: getattr(_x, _name) for _name in _x.__all__})
 
 
 def multigammaln(input, p):

@@ -59,6 +59,13 @@ FAMILIES = {
     # p inside (0, 1) for the Beta pairs; one q interval misses p's low end (an infinite KL there).
     "Uniform": (lambda D, T, lo, w: D.Uniform(lo, lo + w), (_pos(0.05, 0.3), _pos(0.2, 0.6)),
                 (np.array([0.0, 0.2, -1.0]), np.array([2.0, 1.5, 3.0]))),
+    # alpha on both sides of 1 and 2 (where Pareto's mean and variance, and so several KLs, become infinite); q's
+    # scale above and below p's lower bounds (a Uniform's low, a Pareto's scale).
+    "Pareto": (lambda D, T, s, a: D.Pareto(s, a), (np.array([0.5, 1.2, 0.3]), np.array([0.8, 1.5, 3.0])),
+               (np.array([0.01, 0.1, 0.5]), np.array([2.0, 0.7, 1.3]))),
+    # probs on both sides of ContinuousBernoulli's Taylor region around 1/2, and inside it.
+    "ContinuousBernoulli": (lambda D, T, p: D.ContinuousBernoulli(probs=p), (np.array([0.2, 0.5, 0.85]),),
+                            (np.array([0.7, 0.4, 0.5002]),)),
 }
 
 

@@ -9,12 +9,14 @@ import jitorch as torch
 from .bernoulli import Bernoulli
 from .beta import Beta
 from .binomial import Binomial
+from .continuous_bernoulli import ContinuousBernoulli
 from .exponential import Exponential
 from .gamma import Gamma
 from .gumbel import Gumbel
 from .kl import _infinite_like, _where, _x_log_x, register_kl
 from .laplace import Laplace
 from .normal import Normal
+from .pareto import Pareto
 from .poisson import Poisson
 from .uniform import Uniform
 from .utils import euler_constant
@@ -211,11 +213,15 @@ def _kl_infinite(type_p, param):
 
 # (p's type, the parameter giving the shape, the q types whose support is too small), in torch's pairs. One function per
 # p type, registered for each of its q types, as torch's: the ambiguity check of ``kl_divergence`` compares them.
-for _type_p, _param, _types_q in ((Exponential, "rate", (Beta, Uniform)), (Gamma, "concentration", (Beta, Uniform)),
-                                  (Gumbel, "loc", (Beta, Exponential, Gamma, Uniform)),
-                                  (Laplace, "loc", (Beta, Exponential, Gamma, Uniform)),
-                                  (Normal, "loc", (Beta, Exponential, Gamma, Uniform)),
-                                  (Poisson, "rate", (Bernoulli, Binomial))):
+_CB_PARETO = (ContinuousBernoulli, Pareto)  # q types on [0, 1] and [scale, inf)
+for _type_p, _param, _types_q in ((Exponential, "rate", (Beta, Uniform) + _CB_PARETO),
+                                  (Gamma, "concentration", (Beta, Uniform) + _CB_PARETO),
+                                  (Gumbel, "loc", (Beta, Exponential, Gamma, Uniform) + _CB_PARETO),
+                                  (Laplace, "loc", (Beta, Exponential, Gamma, Uniform) + _CB_PARETO),
+                                  (Normal, "loc", (Beta, Exponential, Gamma, Uniform) + _CB_PARETO),
+                                  (Poisson, "rate", (Bernoulli, Binomial)),
+                                  (Beta, "concentration1", (Pareto,)), (ContinuousBernoulli, "probs", (Pareto,)),
+                                  (Pareto, "scale", (Beta, ContinuousBernoulli, Uniform))):
     _kl = _kl_infinite(_type_p, _param)
     for _type_q in _types_q:
         register_kl(_type_p, _type_q)(_kl)

@@ -484,10 +484,12 @@ def _clamp_backward(ctx, g):
         keep = x >= lo
     if hi is not None:
         keep = (x <= hi) if keep is None else keep & (x <= hi)
-    gx = g * keep if ctx.needs_grad(0) else None
+    # Masked with where, not multiplied (as ATen's clamp_backward): a nan or inf upstream gradient at a clamped
+    # element gives 0, not nan (Pareto's mean clamps alpha at 1, where the quotient's derivative is infinite).
+    gx = g.where(keep, 0.0) if ctx.needs_grad(0) else None
     # Where min > max the result is max: that element's gradient goes to max, none to min (as PyTorch).
-    glo = g * ((x < lo) & (lo < hi) if hi is not None else x < lo) if ctx.needs_grad(1) else None
-    ghi = g * ((x > hi) | (hi < lo) if lo is not None else x > hi) if ctx.needs_grad(2) else None
+    glo = g.where((x < lo) & (lo < hi) if hi is not None else x < lo, 0.0) if ctx.needs_grad(1) else None
+    ghi = g.where((x > hi) | (hi < lo) if lo is not None else x > hi, 0.0) if ctx.needs_grad(2) else None
     return gx, glo, ghi
 
 
