@@ -241,11 +241,21 @@ case("special_bessel", lambda t, m: (lambda x: (t.special.airy_ai(x), t.special.
                                                   t.special.i1e(x),
                                                   t.special.log_ndtr(x), t.special.zeta(x.detach() + 1, x)))(
     m.f(2, 3, lo=0.5, hi=3)))
+case("special_bessel_rest", lambda t, m: (lambda x: (t.special.bessel_j1(x), t.special.bessel_y0(x),
+                                                       t.special.modified_bessel_i0(x), t.special.modified_bessel_i1(x),
+                                                       t.special.modified_bessel_k1(x),
+                                                       t.special.scaled_modified_bessel_k0(x)))(
+    m.f(2, 3, lo=0.5, hi=3).detach()))
 case("special_polynomials", lambda t, m: (lambda x: (t.special.chebyshev_polynomial_t(x, 9),
                                                      t.special.shifted_chebyshev_polynomial_w(x, 3),
                                                      t.special.hermite_polynomial_h(x, 4),
                                                      t.special.legendre_polynomial_p(x, t.tensor([2, 5, 11]))))(
     m.f(2, 3, lo=-0.9, hi=0.9).detach()))
+case("special_polynomials_rest", lambda t, m: (lambda x: tuple(
+    getattr(t.special, name)(x, 5) for name in (
+        "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w", "hermite_polynomial_he",
+        "laguerre_polynomial_l", "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u",
+        "shifted_chebyshev_polynomial_v")))(m.f(2, 3, lo=-0.9, hi=0.9).detach()))
 case("gcd_lcm", lambda t, m: (t.gcd(m.i(2, 3, lo=1, hi=20), m.i(3, lo=1, hi=20)),
                               t.lcm(m.i(2, 3, lo=1, hi=20), m.i(3, lo=1, hi=20))))
 case("nextafter", lambda t, m: (t.nextafter(m.f(2, 3), m.f(3)), t.nextafter(m.f(4).half(), m.f(4).half())))
