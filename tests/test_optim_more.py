@@ -107,3 +107,24 @@ def test_sparse_adam_and_adafactor_refuse_complex_parameters_as_torch():
     p.grad = jitorch.ones(2, dtype=jitorch.complex64)
     with pytest.raises(RuntimeError, match="complex"):
         jitorch.optim.Adafactor([p]).step()
+
+
+@pytest.mark.parametrize("name", ["Rprop", "ASGD", "Adafactor"])
+def test_an_older_pickle_with_number_state_and_missing_flags_steps_again(name):
+    import pickle
+
+    p = jitorch.nn.Parameter(jitorch.ones(3))
+    opt = getattr(jitorch.optim, name)([p], lr=0.01)
+    p.grad = jitorch.ones(3)
+    opt.step()
+    for s in opt.state.values():
+        for key in ("step", "eta", "mu"):
+            if key in s:
+                s[key] = float(s[key])  # older checkpoints kept these as Python numbers
+    for group in opt.param_groups:
+        group.pop("foreach", None)
+    restored = pickle.loads(pickle.dumps(opt))
+    assert all("foreach" in g for g in restored.param_groups)
+    assert all(not isinstance(v, float) for s in restored.state.values() for v in s.values())
+    restored.param_groups[0]["params"][0].grad = jitorch.ones(3)
+    restored.step()

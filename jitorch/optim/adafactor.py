@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 from .. import _creation, _dtype, _reduction
-from .._tensor import Tensor
 from ..autograd.grad_mode import no_grad
 from .optimizer import Optimizer, _check_tensor_lr, _get_scalar_dtype, _to_scalar, evaluate_closure
 
@@ -56,11 +55,7 @@ class Adafactor(Optimizer):
 
     def __setstate__(self, state):
         super().__setstate__(state)
-        for group in self.param_groups:
-            group.setdefault("foreach", None)
-        for s in self.state.values():
-            if "step" in s and not isinstance(s["step"], Tensor):  # old checkpoints: numbers
-                s["step"] = _creation.tensor(float(s["step"]), dtype=_get_scalar_dtype())
+        self._upgrade_state({"foreach": None})
 
     def step(self, closure=None):
         """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 from .. import _creation
-from .._tensor import Tensor
 from ._adam_variants import _real
 from ._kernels import increment_step
 from .optimizer import (Optimizer, _check_tensor_lr, _get_scalar_dtype, _get_value, _to_scalar,
@@ -49,14 +48,8 @@ class ASGD(Optimizer):
 
     def __setstate__(self, state):
         super().__setstate__(state)
-        for group in self.param_groups:
-            for key, value in (("foreach", None), ("maximize", False), ("differentiable", False),
-                               ("capturable", False)):
-                group.setdefault(key, value)
-        for s in self.state.values():
-            for key in ("step", "eta", "mu"):  # old checkpoints: numbers
-                if key in s and not isinstance(s[key], Tensor):
-                    s[key] = _creation.tensor(float(s[key]), dtype=_get_scalar_dtype())
+        self._upgrade_state({"foreach": None, "maximize": False, "differentiable": False, "capturable": False},
+                            ("step", "eta", "mu"))
 
     @_use_grad_for_differentiable
     def step(self, closure=None):

@@ -230,6 +230,17 @@ class Optimizer:
                 setattr(self, name, OrderedDict())
         self.defaults.setdefault("differentiable", False)
 
+    def _upgrade_state(self, group_defaults, number_state=("step",)):
+        """For optimizers unpickled from older checkpoints: fill the group options they lacked, and turn the state
+        entries saved as Python numbers into the scalar tensors the step expects."""
+        for group in self.param_groups:
+            for key, value in group_defaults.items():
+                group.setdefault(key, value)
+        for s in self.state.values():
+            for key in number_state:
+                if key in s and not isinstance(s[key], Tensor):
+                    s[key] = _creation.tensor(float(s[key]), dtype=_get_scalar_dtype())
+
     def __repr__(self):
         format_string = self.__class__.__name__ + " ("
         for i, group in enumerate(self.param_groups):

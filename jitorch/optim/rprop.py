@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 from .. import _creation, _pointwise
-from .._tensor import Tensor
 from ._adam_variants import _real
 from ._kernels import increment_step
 from .optimizer import (Optimizer, _check_tensor_lr, _get_scalar_dtype, _to_scalar, _use_grad_for_differentiable,
@@ -46,13 +45,7 @@ class Rprop(Optimizer):
 
     def __setstate__(self, state):
         super().__setstate__(state)
-        for group in self.param_groups:
-            for key, value in (("foreach", None), ("maximize", False), ("differentiable", False),
-                               ("capturable", False)):
-                group.setdefault(key, value)
-        for s in self.state.values():
-            if "step" in s and not isinstance(s["step"], Tensor):  # old checkpoints: numbers
-                s["step"] = _creation.tensor(float(s["step"]), dtype=_get_scalar_dtype())
+        self._upgrade_state({"foreach": None, "maximize": False, "differentiable": False, "capturable": False})
 
     @_use_grad_for_differentiable
     def step(self, closure=None):
