@@ -78,6 +78,7 @@ from ._compile import compile  # noqa: E402,F401,A001 - torch.compile
 from . import func, jit, multiprocessing, random  # noqa: E402,F401
 from . import types  # noqa: E402,F401 - torch.types
 from . import profiler  # noqa: E402,F401 - torch.profiler
+from . import hub  # noqa: E402,F401 - torch.hub
 from .autograd import profiler as _autograd_profiler  # noqa: E402,F401 - torch.autograd.profiler
 from ._method_functions import *  # noqa: E402,F401,F403
 from .autograd.anomaly_mode import (  # noqa: E402,F401
