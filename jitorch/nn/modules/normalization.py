@@ -1,4 +1,5 @@
-"""Normalization layers over features: ``LayerNorm``, ``GroupNorm``, ``RMSNorm`` and ``LocalResponseNorm``.
+"""Normalization layers over features: ``LayerNorm``, ``GroupNorm``, ``RMSNorm``, ``LocalResponseNorm`` and
+``CrossMapLRN2d``.
 (Batch and instance normalization live in ``batchnorm.py`` and ``instancenorm.py``.)
 
 Affine weights start at 1 and biases at 0, as in PyTorch.
@@ -13,12 +14,12 @@ tensor(True)
 """
 from __future__ import annotations
 
-from ... import _creation
+from ... import _creation, _movement
 from .. import functional as F, init
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["LocalResponseNorm", "LayerNorm", "GroupNorm", "RMSNorm"]
+__all__ = ["LocalResponseNorm", "CrossMapLRN2d", "LayerNorm", "GroupNorm", "RMSNorm"]
 
 
 def _as_shape(normalized_shape):
@@ -43,6 +44,36 @@ class LocalResponseNorm(Module):
     def extra_repr(self):
         return "{size}, alpha={alpha}, beta={beta}, k={k}".format(**self.__dict__)
 
+
+class CrossMapLRN2d(Module):
+    """PyTorch's legacy cross-channel LRN over 4-D input: ``x * (k + alpha / size * S) ** -beta`` where ``S`` sums the
+    squares of a window of channels exactly as PyTorch's running-sum loop does (its window for channel ``c`` spans
+    ``0 .. c + pad - 1`` less ``1 .. c - pad``, with ``pad = (size - 1) // 2 + 1``: channel 0 is never dropped), so the
+    values differ from `LocalResponseNorm`'s centered window, as PyTorch's do. The gradient is that forward's own
+    (autograd through it); PyTorch's hand-written backward assumes a centered window and fails ``gradcheck``."""
+
+    def __init__(self, size, alpha=1e-4, beta=0.75, k=1):
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, input):
+        if input.dim() != 4:
+            raise ValueError(f"CrossMapLRN2d: Expected input to be 4D, got {input.dim()}D instead.")
+        channels = input.shape[1]
+        pad = int((self.size - 1) / 2 + 1)
+        prefix = (input * input).cumsum(1)  # prefix[:, c] = sum of squares of channels 0..c
+        upper = [min(c + pad - 1, channels - 1) for c in range(channels)]
+        total = prefix[:, upper]
+        dropped = [c for c in range(channels) if c - pad >= 1]
+        if dropped:
+            # channels 1 .. c - pad leave the window: prefix[c - pad] - prefix[0]
+            removed = prefix[:, [c - pad for c in dropped]] - prefix[:, :1]
+            total = _movement.cat([total[:, :dropped[0]], total[:, dropped[0]:] - removed], 1)
+        scale = total * (self.alpha / self.size) + self.k
+        return input * scale.pow(-self.beta)
+
+    def extra_repr(self):
+        return "{size}, alpha={alpha}, beta={beta}, k={k}".format(**self.__dict__)
 
 
 def _make_affine(module, enabled, bias, shape, device, dtype):
