@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _dtype, _math_extra, _movement_extra, special
+from . import _aten_misc, _dtype, _math_extra, _movement_extra, special
 from ._pointwise import _composite_inplace
 from ._tensor import Tensor
 from .nn import functional as F
@@ -102,7 +102,16 @@ _METHODS = {
     "const_data_ptr": Tensor.data_ptr, "is_neg": lambda self: False,
     "apply_": apply_, "map_": map_, "map2_": map2_, "dim_order": dim_order, "nonzero_static": nonzero_static,
     "new_empty_strided": new_empty_strided,
+    "histogram": lambda self, bins, *, range=None, weight=None, density=False: _aten_misc.histogram(
+        self, bins, range=range, weight=weight, density=density),
+    "to_dense": lambda self, dtype=None, *, masked_grad=None: self if dtype is None else self.to(dtype),
+    "is_set_to": lambda self, tensor: (self.data_ptr() == tensor.data_ptr() and self.shape == tensor.shape
+                                       and self.stride() == tensor.stride() and self.device == tensor.device),
 }
+# Devices jitorch never has: PyTorch's Tensor answers False for them.
+for _device_flag in ("is_mps", "is_xla", "is_ipu", "is_maia", "is_mtia", "is_vulkan"):
+    if not hasattr(Tensor, _device_flag):
+        setattr(Tensor, _device_flag, property(lambda self: False))
 for _fn in (_math_extra.gcd, _math_extra.lcm, _math_extra.ldexp, _math_extra.heaviside, _math_extra.lgamma,
             _math_extra.digamma, _math_extra.i0, _math_extra.renorm, igamma, igammac):
     _METHODS[_fn.__name__ + "_"] = _composite_inplace(_fn)

@@ -113,3 +113,12 @@ def test_nonzero_static_and_new_empty_strided_match_torch():
         got = jitorch.empty_strided(size, stride).fill_(1.5)
         want = torch.empty_strided(size, stride)
         assert got.stride() == want.stride() and got.shape == want.shape and bool((got == 1.5).all())
+
+
+def test_histogram_method_to_dense_is_set_to_and_device_flags_match_torch():
+    for m in (torch, jitorch):
+        x = m.tensor([1.0, 2.0, 1.0, 4.0])
+        assert x.histogram(3).hist.tolist() == [2.0, 1.0, 1.0]
+        assert x.to_dense() is x and x.to_dense(m.float64).dtype is m.float64
+        assert x.is_set_to(x) and not x.is_set_to(x[1:]) and not x.is_set_to(x.view(2, 2))
+        assert not x.is_mps and not x.is_xla
