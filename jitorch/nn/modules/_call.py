@@ -18,7 +18,7 @@ from ..._tensor import Tensor
 from . import _hooks
 from ._hooks import BackwardHook, RemovableHandle, _WrappedHook
 
-__all__ = ["_call_impl"]
+__all__ = ["_call_impl", "_wrapped_call_impl", "compile_"]
 
 
 def _get_backward_hooks(self):
@@ -62,6 +62,28 @@ def _first_tensor(value):
     while not isinstance(value, Tensor):
         value = next(v for v in value.values() if isinstance(v, Tensor)) if isinstance(value, dict) else value[0]
     return value
+
+
+def _wrapped_call_impl(self, *args, **kwargs):
+    """``module(...)``: the compiled call after ``module.compile()``, else ``_call_impl`` (inlined when no hook is
+    set, so a plain call costs one Python frame)."""
+    compiled = self._compiled_call_impl
+    if compiled is not None:
+        return compiled(*args, **kwargs)
+    if not (self._backward_hooks or self._backward_pre_hooks or self._forward_hooks or self._forward_pre_hooks
+            or _hooks.has_global_hooks()):
+        return self.forward(*args, **kwargs)
+    return _call_impl(self, *args, **kwargs)
+
+
+def compile_(self, *args, **kwargs):
+    """Compile this module's calls in place, as ``torch.compile`` would (``Module.compile``); returns None.
+
+    ``_call_impl`` is what gets compiled, so hooks still run and ``self`` stays the module that callers hold.
+    """
+    from ..._compile.entry import compile as compile_fn  # the compiler imports nn: import it at call time
+
+    self._compiled_call_impl = compile_fn(self._call_impl, *args, **kwargs)
 
 
 def _call_impl(self, *args, **kwargs):
