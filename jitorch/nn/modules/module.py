@@ -449,3 +449,11 @@ class Module:
     register_load_state_dict_post_hook = _state.register_load_state_dict_post_hook
     _load_from_state_dict = _state._load_from_state_dict
     load_state_dict = _state.load_state_dict
+
+
+# Methods defined in the helper files name themselves as Module's own, as in torch: argument errors then read
+# "Module.register_forward_hook() takes ..." and bound methods repr as "<bound method Module.to of ...>".
+for _name, _fn in list(vars(Module).items()):
+    if getattr(_fn, "__module__", None) in (_call.__name__, _state.__name__, _tree.__name__):
+        _fn.__name__, _fn.__qualname__ = _name, f"Module.{_name}"
+del _name, _fn
