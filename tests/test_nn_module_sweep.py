@@ -96,3 +96,72 @@ def test_complex_to_warns_as_torch():
     assert len(t) == len(j) == 1 and t[0][0] is j[0][0] is UserWarning
     assert t[0][1].startswith(j[0][1])
     assert _warnings(lambda: jitorch.nn.Linear(2, 2).to(jitorch.float64)) == []
+
+
+@pytest.mark.parametrize("make", ["LazyLinear(3)", "LazyConv2d(4, 3)", "LazyBatchNorm1d()"])
+def test_checkpoint_loads_into_a_fresh_lazy_module(make):
+    x = {"LazyLinear(3)": (1, 2), "LazyConv2d(4, 3)": (1, 2, 5, 5), "LazyBatchNorm1d()": (3, 2)}[make]
+    seen = []
+    for lib in (torch, jitorch):
+        nn = lib.nn
+        lazy = eval(make, dict(vars(nn)))
+        shaped = eval(make.replace("Lazy", "").replace("Linear(3)", "Linear(2, 3)").replace("Conv2d(4", "Conv2d(2, 4")
+                      .replace("BatchNorm1d()", "BatchNorm1d(2)"), dict(vars(nn)))
+        result = lazy.load_state_dict(shaped.state_dict())
+        row = [repr(result), repr(lazy), lazy.has_uninitialized_params(), tuple(lazy.weight.shape)]
+        lazy(lib.ones(*x))  # the loaded weights are kept, not re-initialized by the first call
+        row += [repr(lazy), bool(lib.equal(lazy.weight, shaped.weight))]
+        seen.append(row)
+    assert seen[0] == seen[1] and seen[1][-1]
+
+
+def test_partial_load_leaves_lazy_module_pending():
+    lazy = jitorch.nn.LazyLinear(3)
+    result = lazy.load_state_dict({}, strict=False)
+    assert result.missing_keys == ["weight", "bias"] and lazy.has_uninitialized_params()
+    lazy(jitorch.ones(1, 5))
+    assert type(lazy) is jitorch.nn.Linear and lazy.weight.shape == (3, 5)
+
+
+def test_moduledict_update_from_moduledict():
+    got = []
+    for lib in (torch, jitorch):
+        d = lib.nn.ModuleDict({"a": lib.nn.ReLU()})
+        d.update(lib.nn.ModuleDict({"b": lib.nn.Tanh(), "a": lib.nn.ELU()}))
+        got.append(repr(d))
+    assert got[0] == got[1]
+
+
+def test_module_methods_are_named_as_torchs():
+    for lib in (torch, jitorch):
+        m = lib.nn.Linear(1, 1)
+        assert repr(m.to).startswith("<bound method Module.to of Linear(")
+        assert m.float.__qualname__ == "Module.float" and m.type.__name__ == "type"
+    msgs = []
+    for lib in (torch, jitorch):
+        with pytest.raises(TypeError) as info:
+            lib.nn.Identity().register_forward_hook(lambda *a: None, True)
+        msgs.append(str(info.value))
+    assert msgs[0] == msgs[1]
+
+
+def _legacy_hook_warnings(lib, kind):
+    nn = lib.nn
+
+    class Two(nn.Module):
+        def forward(self, x):
+            return x * 2, x + 1
+
+    class Nested(nn.Module):
+        def forward(self, x):
+            return [x * 2]
+
+    mod = {"linear": nn.Linear(2, 2), "two": Two(), "nested": Nested()}[kind]
+    mod.register_backward_hook(lambda m, gi, go: None)
+    return _warnings(lambda: mod(lib.ones(1, 2, requires_grad=True)))
+
+
+@pytest.mark.parametrize("kind", ["linear", "two", "nested"])
+def test_legacy_backward_hook_warns_as_torch(kind):
+    t, j = _legacy_hook_warnings(torch, kind), _legacy_hook_warnings(jitorch, kind)
+    assert t == j and t[0][0] is FutureWarning
