@@ -100,7 +100,13 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
 
         if isinstance(model, Module):
             return OptimizedModule(model, compile_reduce_overhead(model, module=model))
+        if _bound_call_impl(model):
+            return compile_reduce_overhead(model, module=model.__self__)
         return compile_reduce_overhead(model)
+    if _bound_call_impl(model):
+        # ``Module.compile``: the module's own call, hooks included, guarded on that module's state.
+        return CompiledFunction(model, fullgraph=fullgraph, backend=backend, recompile_limit=limit,
+                                module=model.__self__, dynamic=dynamic)
     if isinstance(model, Module):
         compiled = CompiledFunction(model, fullgraph=fullgraph, backend=backend, recompile_limit=limit, module=model,
                                     dynamic=dynamic)
@@ -108,6 +114,11 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     if not callable(model):
         raise TypeError(f"jitorch.compile: expected a function or a Module, got {type(model).__name__}")
     return CompiledFunction(model, fullgraph=fullgraph, backend=backend, recompile_limit=limit, dynamic=dynamic)
+
+
+def _bound_call_impl(fn):
+    """Whether ``fn`` is a module's bound ``_call_impl`` (what ``Module.compile`` compiles)."""
+    return isinstance(getattr(fn, "__self__", None), Module) and getattr(fn, "__func__", None) is Module._call_impl
 
 
 def _optimizer_step(fn):

@@ -62,7 +62,9 @@ def state_dict(self, *args, destination=None, prefix="", keep_vars=False):
     Values are detached aliases of the module's tensors unless ``keep_vars``; ``prefix`` is prepended to each key.
     """
     if args:
-        warnings.warn("Positional args are being deprecated, use kwargs instead.", FutureWarning, stacklevel=2)
+        warnings.warn("Positional args are being deprecated, use kwargs instead. Refer to "
+                      "https://pytorch.org/docs/main/generated/torch.nn.Module.html#torch.nn.Module.state_dict for "
+                      "details.", FutureWarning, stacklevel=2)
         destination = args[0] if destination is None else destination
         if len(args) > 1 and prefix == "":
             prefix = args[1]

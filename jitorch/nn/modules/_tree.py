@@ -12,12 +12,14 @@ holds stay the module's parameters; buffers are replaced.
 """
 from __future__ import annotations
 
+import warnings
+
 from ... import _dtype
 from ...autograd.grad_mode import no_grad
 
 # ``type_`` and ``float_`` avoid shadowing the builtins here; Module binds them as ``type`` and ``float``.
 __all__ = ["train", "eval", "requires_grad_", "zero_grad", "apply", "_apply", "to", "cuda", "cpu", "type_", "float_",
-           "double", "half", "bfloat16", "to_empty", "share_memory"]
+           "double", "half", "bfloat16", "to_empty", "share_memory", "xpu", "ipu", "mtia"]
 
 
 def train(self, mode=True):
@@ -98,6 +100,10 @@ def to(self, *args, **kwargs):
         if not (dtype.is_floating_point or dtype.is_complex):
             raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, but got desired "
                             f"dtype={dtype}")
+        if dtype.is_complex:  # torch's wording (less its issue-tracker link), so filters on it keep matching
+            warnings.warn("Complex modules are a new feature under active development whose design may change, and "
+                          "some modules might not work as expected when using complex tensors as parameters or "
+                          "buffers.", stacklevel=2)
 
     def convert(t):
         cast = dtype if t.is_floating_point() or t.is_complex() else None
@@ -116,6 +122,29 @@ def cuda(self, device=None):
 def cpu(self):
     """Move every parameter and buffer to the CPU."""
     return self._apply(lambda t: t.cpu())
+
+
+def _no_backend(message, error=AssertionError):
+    def fail(t):
+        raise error(message)
+    return fail
+
+
+# jitorch has no XPU, IPU or MTIA backend: as a CPU build of torch, moving a module with tensors there raises (a
+# module without any is returned unchanged).
+def xpu(self, device=None):
+    """Move every parameter and buffer to an XPU device (none is available: raises when there is one to move)."""
+    return self._apply(_no_backend("Torch not compiled with XPU enabled"))
+
+
+def ipu(self, device=None):
+    """Move every parameter and buffer to an IPU device (none is available: raises when there is one to move)."""
+    return self._apply(_no_backend("PyTorch is not linked with support for ipu devices", RuntimeError))
+
+
+def mtia(self, device=None):
+    """Move every parameter and buffer to an MTIA device (none is available: raises when there is one to move)."""
+    return self._apply(_no_backend("Torch not compiled with MTIA enabled"))
 
 
 def type_(self, dst_type):

@@ -80,10 +80,16 @@ class Hardswish(_Inplace):
     """``x * relu6(x + 3) / 6``."""
     _fn = F.hardswish
 
+    def extra_repr(self):  # torch's Hardswish has no extra_repr: ``inplace`` never shows
+        return ""
+
 
 class Hardsigmoid(_Inplace):
     """``relu6(x + 3) / 6``."""
     _fn = F.hardsigmoid
+
+    def extra_repr(self):  # torch's Hardsigmoid has no extra_repr: ``inplace`` never shows
+        return ""
 
 
 class Sigmoid(_Plain):

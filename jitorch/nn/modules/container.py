@@ -287,7 +287,7 @@ class ModuleDict(Module):
         if not isinstance(modules, container_abcs.Iterable):
             raise TypeError("ModuleDict.update should be called with an iterable of key/value pairs, but got "
                             + type(modules).__name__)
-        if isinstance(modules, container_abcs.Mapping):
+        if isinstance(modules, (container_abcs.Mapping, ModuleDict)):  # a ModuleDict is no Mapping subclass
             for key, module in modules.items():
                 self[key] = module
             return

@@ -20,33 +20,12 @@ from ... import _creation
 from ...autograd.grad_mode import no_grad
 from .batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d
 from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
+from ._lazy_base import LazyModuleMixin
 from .instancenorm import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 
-__all__ = ["LazyConv1d", "LazyConv2d", "LazyConv3d", "LazyConvTranspose1d", "LazyConvTranspose2d",
+__all__ = ["LazyModuleMixin", "LazyConv1d", "LazyConv2d", "LazyConv3d", "LazyConvTranspose1d", "LazyConvTranspose2d",
            "LazyConvTranspose3d", "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "LazyInstanceNorm1d",
            "LazyInstanceNorm2d", "LazyInstanceNorm3d"]
-
-
-class LazyModuleMixin:
-    """A module whose shapes come from its first input: ``initialize_parameters(*args)`` runs once, as a forward
-    pre-hook, then the module becomes ``cls_to_become``."""
-
-    cls_to_become = None
-
-    def _register_lazy_hook(self):
-        self._initialize_hook = self.register_forward_pre_hook(LazyModuleMixin._infer_parameters)
-
-    def has_uninitialized_params(self):
-        """Whether the first call has not yet given the parameters their shapes."""
-        return "_initialize_hook" in self.__dict__
-
-    @staticmethod
-    def _infer_parameters(module, args):
-        module.initialize_parameters(*args)
-        module._initialize_hook.remove()
-        del module._initialize_hook
-        if module.cls_to_become is not None:
-            module.__class__ = module.cls_to_become
 
 
 def _materialize(tensor, shape):
@@ -64,6 +43,8 @@ def _quiet(init, *args, **kwargs):
 class _LazyConvMixin(LazyModuleMixin):
     def initialize_parameters(self, input, *args):
         """Take ``in_channels`` from ``input`` (dim 1, or dim 0 unbatched), shape and initialize the parameters."""
+        if not self.has_uninitialized_params():
+            return  # shaped by load_state_dict: as torch, in_channels keeps its placeholder 0
         nd = len(self.kernel_size)
         if input.dim() not in (nd + 1, nd + 2):
             raise RuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to "
@@ -79,6 +60,7 @@ class _LazyConvMixin(LazyModuleMixin):
             if self.bias is not None:
                 _materialize(self.bias, (self.out_channels,))
             self.reset_parameters()
+        self._lazy_pending.clear()
 
 
 def _lazy_conv(name, target):
@@ -102,6 +84,8 @@ LazyConvTranspose3d = _lazy_conv("LazyConvTranspose3d", ConvTranspose3d)
 class _LazyNormMixin(LazyModuleMixin):
     def initialize_parameters(self, input, *args):
         """Take ``num_features`` from ``input``'s dim 1 (as torch), shape and reset the parameters and statistics."""
+        if not self.has_uninitialized_params():
+            return  # shaped by load_state_dict: as torch, num_features keeps its placeholder 0
         self.num_features = input.shape[1]
         with no_grad():
             if self.affine:
@@ -112,6 +96,7 @@ class _LazyNormMixin(LazyModuleMixin):
                 _materialize(self.running_mean, (self.num_features,))
                 _materialize(self.running_var, (self.num_features,))
             self.reset_parameters()
+        self._lazy_pending.clear()
 
 
 def _lazy_norm(name, target, affine, track_running_stats):

@@ -19,6 +19,7 @@ from ... import _creation
 from ...autograd.grad_mode import no_grad
 from .. import functional as F, init
 from ..parameter import Parameter
+from ._lazy_base import LazyModuleMixin
 from .module import Module
 
 __all__ = ["Identity", "Linear", "NonDynamicallyQuantizableLinear", "Bilinear", "LazyLinear"]
@@ -108,7 +109,7 @@ class Bilinear(Module):
                 f"out_features={self.out_features}, bias={self.bias is not None}")
 
 
-class LazyLinear(Linear):
+class LazyLinear(LazyModuleMixin, Linear):
     """A ``Linear`` whose ``in_features`` is inferred from the first input; it then becomes a ``Linear``.
 
     Until that first call the parameters are empty placeholders. They are filled in place (the same ``Parameter``
@@ -126,30 +127,26 @@ class LazyLinear(Linear):
             self.bias = Parameter(_creation.empty(0, device=device, dtype=dtype))
         else:
             self.register_parameter("bias", None)
-        self._initialize_hook = self.register_forward_pre_hook(LazyLinear._infer_parameters)
+        self._register_lazy_hook()
 
     def reset_parameters(self):
-        if self.in_features != 0:
+        if not self.has_uninitialized_params() and self.in_features != 0:
             super().reset_parameters()
-
-    def has_uninitialized_params(self):
-        return self.in_features == 0
 
     def initialize_parameters(self, input):
         """Give the parameters their shapes from ``input``'s last dim and initialize them as ``Linear``'s."""
-        if not self.has_uninitialized_params():
-            return
-        with no_grad():
+        if self.has_uninitialized_params():
+            with no_grad():
+                self.in_features = input.shape[-1]
+                self.weight.data = _creation.empty((self.out_features, self.in_features), dtype=self.weight.dtype,
+                                                   device=self.weight.device)
+                if self.bias is not None:
+                    self.bias.data = _creation.empty(self.out_features, dtype=self.bias.dtype,
+                                                     device=self.bias.device)
+                self._lazy_pending.clear()
+                self.reset_parameters()
+        if self.in_features == 0:  # shaped by load_state_dict: the input must fit the loaded weight
+            if input.shape[-1] != self.weight.shape[-1]:
+                raise AssertionError(f"The in_features inferred from input: {input.shape[-1]} is not equal to "
+                                     f"in_features from self.weight: {self.weight.shape[-1]}")
             self.in_features = input.shape[-1]
-            self.weight.data = _creation.empty((self.out_features, self.in_features), dtype=self.weight.dtype,
-                                               device=self.weight.device)
-            if self.bias is not None:
-                self.bias.data = _creation.empty(self.out_features, dtype=self.bias.dtype, device=self.bias.device)
-            self.reset_parameters()
-
-    @staticmethod
-    def _infer_parameters(module, args):
-        module.initialize_parameters(args[0])
-        module._initialize_hook.remove()
-        del module._initialize_hook
-        module.__class__ = module.cls_to_become

@@ -20,6 +20,7 @@ tensor([1., 2.], grad_fn=<MulBackward0>)
 from __future__ import annotations
 
 import inspect
+from typing import TypeVar
 from collections import OrderedDict
 
 from ..._tensor import Tensor
@@ -78,6 +79,7 @@ class Module:
     training: bool
     call_super_init = False
     forward = _forward_unimplemented
+    T_destination = TypeVar("T_destination", bound=dict)  # annotations of state_dict overrides name it
 
     def __init__(self, *args, **kwargs):
         if not self.call_super_init and kwargs:
@@ -413,6 +415,9 @@ class Module:
     to = _tree.to
     cuda = _tree.cuda
     cpu = _tree.cpu
+    xpu = _tree.xpu
+    ipu = _tree.ipu
+    mtia = _tree.mtia
     type = _tree.type_
     float = _tree.float_
     double = _tree.double
@@ -421,8 +426,11 @@ class Module:
     to_empty = _tree.to_empty
     share_memory = _tree.share_memory
 
+    _compiled_call_impl = None  # set by ``compile``
     _call_impl = _call._call_impl
-    __call__ = _call._call_impl
+    _wrapped_call_impl = _call._wrapped_call_impl
+    __call__ = _call._wrapped_call_impl
+    compile = _call.compile_
     register_forward_pre_hook = _call.register_forward_pre_hook
     register_forward_hook = _call.register_forward_hook
     register_full_backward_pre_hook = _call.register_full_backward_pre_hook
@@ -441,3 +449,11 @@ class Module:
     register_load_state_dict_post_hook = _state.register_load_state_dict_post_hook
     _load_from_state_dict = _state._load_from_state_dict
     load_state_dict = _state.load_state_dict
+
+
+# Methods defined in the helper files name themselves as Module's own, as in torch: argument errors then read
+# "Module.register_forward_hook() takes ..." and bound methods repr as "<bound method Module.to of ...>".
+for _name, _fn in list(vars(Module).items()):
+    if getattr(_fn, "__module__", None) in (_call.__name__, _state.__name__, _tree.__name__):
+        _fn.__name__, _fn.__qualname__ = _name, f"Module.{_name}"
+del _name, _fn
