@@ -100,3 +100,39 @@ def test_a_module_attribute_added_or_changed_after_compiling_retraces(change):
             del model.other
             model.scale = 4.0  # same number of attributes as before, another name
         np.testing.assert_allclose(compiled(x).numpy(), model(x).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_module_hooks_run_on_every_call_and_their_results_count(mode):
+    # A trace would run a hook once and bake its result in: with hooks the call runs eagerly, whenever they came.
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    compiled = jitorch.compile(model, mode=mode)
+    x = jitorch.randn(2, 3)
+    with jitorch.no_grad():
+        for _ in range(3):
+            compiled(x)
+        seen = []
+        first = model[0].register_forward_hook(lambda mod, args, out: seen.append(out.shape))
+        zero = model[1].register_forward_hook(lambda mod, args, out: out * 0)
+        for _ in range(2):
+            assert float(compiled(x).abs().sum()) == 0.0
+        assert len(seen) == 2
+        first.remove(), zero.remove()
+        np.testing.assert_allclose(compiled(x).numpy(), model(x).numpy(), rtol=1e-6)
+        assert float(compiled(x).abs().sum()) > 0
+
+
+def test_global_forward_hooks_run_on_every_compiled_call():
+    from jitorch.nn.modules.module import register_module_forward_hook
+
+    model = nn.Linear(3, 2)
+    compiled = jitorch.compile(model)
+    x = jitorch.randn(4, 3)
+    calls = []
+    handle = register_module_forward_hook(lambda mod, args, out: calls.append(type(mod).__name__))
+    try:
+        for _ in range(3):
+            compiled(x)
+    finally:
+        handle.remove()
+    assert calls == ["Linear", "OptimizedModule"] * 3  # as torch.compile's: the wrapper is a Module too

@@ -25,7 +25,7 @@ from .dynamic_compile import dims_to_make_dynamic, dynamic_inference, dynamic_tr
 from .dynamic_shapes import EAGER
 from .functionalize import CompileState, functionalize_intermediates
 from .call_site import MAX_SIZE_VARIANTS, site_for, size_variant
-from .guards import first_failure, guard_values, module_tree
+from .guards import call_hooks, first_failure, guard_values, module_tree
 from .lower import clear_kernel_cache, kernel_cache_stats
 from .named_values import NamedValues
 from .optimized_module import OptimizedModule
@@ -127,6 +127,8 @@ class CompiledFunction:
         # One traversal of the module per call: guards, grad flags and the training plan's inputs share it.
         owner = self._owner()
         tree = module_tree(owner) if owner is not None else None
+        if tree is not None and call_hooks(tree[0]):
+            return fn(*args, **kwargs)  # hooks run on every call: see guards.call_hooks
         params = tuple(tree[1]) if owner is not None else ()
         training = GradState.enabled and (any(t._requires_grad for t in tensors)
                                           or any(p._requires_grad for p in params))

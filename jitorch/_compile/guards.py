@@ -20,7 +20,7 @@ from ..nn.modules.module import Module
 
 _MODULE_METHODS = (Module.modules, Module.parameters, Module.buffers, Module.named_modules)
 
-__all__ = ["guard_values", "first_failure", "argument_names", "module_tree"]
+__all__ = ["guard_values", "first_failure", "argument_names", "module_tree", "call_hooks"]
 
 _SIMPLE = (int, float, bool, str, bytes, type(None), complex)
 _SIMPLE_TYPES = frozenset(_SIMPLE)
@@ -157,6 +157,25 @@ def module_tree(module):
         if children:
             stack += reversed(children)
     return mods, _members(mods, "_parameters"), _members(mods, "_buffers")
+
+
+_CALL_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+def call_hooks(mods):
+    """Whether any module of the tree, or the global registry, has forward or backward hooks. A trace runs them once
+    and bakes in what they returned, so a graph would skip their side effects on later calls and ignore hooks
+    registered after it: such calls run eagerly instead."""
+    from ..nn.modules._hooks import has_global_hooks
+
+    if has_global_hooks():
+        return True
+    for m in mods:
+        d = m.__dict__
+        for name in _CALL_HOOKS:
+            if d.get(name):
+                return True
+    return False
 
 
 def _plain_tree_walk(module):
