@@ -1,0 +1,68 @@
+"""Regression cases kept from a randomized sweep of binary ops over dtype pairs (dimensioned tensors, 0-d tensors and
+Python scalars on either side) against PyTorch 2.13: result dtype and values, or the exception's type.
+"""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch
+
+
+def _outcome(fn):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = fn()
+    except Exception as e:  # noqa: BLE001 - the exception is what is compared
+        return type(e).__name__, str(e).split("\n")[0]
+    return str(out.dtype).split(".")[-1], out.detach()
+
+
+def _same(fn, exact_message=False):
+    t, j = _outcome(lambda: fn(torch)), _outcome(lambda: fn(jitorch))
+    assert t[0] == j[0], (t, j)
+    if isinstance(t[1], str):
+        assert not exact_message or t[1] == j[1], (t, j)
+    else:
+        a, b = t[1], j[1]
+        if t[0] == "bfloat16":
+            a, b = a.float(), b.float()
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-3)
+
+
+def _t(L, values, dtype, zero_dim=False):
+    t = L.tensor(values[0] if zero_dim else values).to(getattr(L, dtype))
+    return t
+
+
+# -- integer division by zero raises, also with a Python scalar dividend ---------------------------------------------
+@pytest.mark.parametrize("op", [lambda L, a, b: a // b, lambda L, a, b: a % b,
+                                lambda L, a, b: L.div(a, b, rounding_mode="floor"),
+                                lambda L, a, b: L.div(a, b, rounding_mode="trunc"),
+                                lambda L, a, b: L.remainder(a, b)])
+@pytest.mark.parametrize("dividend", [True, 3, "tensor"])
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "int32", "int64"])
+def test_integer_division_by_zero_raises(op, dividend, dtype):
+    def run(L):
+        b = L.tensor([2, 0, 1]).to(getattr(L, dtype))
+        return op(L, L.tensor([5, 6, 7]).to(b.dtype) if dividend == "tensor" else dividend, b)
+    _same(run, exact_message=False)
+
+
+# -- ops with no complex kernel in torch raise NotImplementedError ---------------------------------------------------
+@pytest.mark.parametrize("op", [lambda L, a, b: a // b, lambda L, a, b: a % b, lambda L, a, b: L.fmod(a, b),
+                                lambda L, a, b: L.div(a, b, rounding_mode="trunc"), lambda L, a, b: L.atan2(a, b)])
+@pytest.mark.parametrize("dtypes", [("bool", "complex64"), ("float32", "complex64"), ("float64", "complex128"),
+                                    ("int32", "complex128"), ("complex64", "complex64")])
+@pytest.mark.parametrize("zero_dim", [False, True])
+def test_rounding_division_of_complex_is_not_implemented(op, dtypes, zero_dim):
+    def run(L):
+        return op(L, _t(L, [1.0, 2.0, 3.0], dtypes[0]), _t(L, [1 + 1j, 2.0, -1j], dtypes[1], zero_dim))
+    _same(run, exact_message=True)
+
+
+def test_float_plus_complex_still_promotes():
+    _same(lambda L: _t(L, [1.0, 2.0], "float32") + _t(L, [1j, 2.0], "complex128"))
+    _same(lambda L: _t(L, [1.0, 2.0], "float64") * _t(L, [1j, 2.0], "complex64"))
