@@ -330,8 +330,13 @@ def clamp_max(input, max):
 
 
 def addcmul(input, tensor1, tensor2, *, value=1, out=None):
-    if _dtype.result_type(input, tensor1, tensor2) is _dtype.bool:
+    dt = _dtype.result_type(input, tensor1, tensor2)
+    if dt is _dtype.bool:
         raise NotImplementedError('"addcmul_cpu_out" not implemented for \'Bool\'')
+    # torch computes the product in the common dtype: uint8 * uint8 must not wrap before meeting an int16 input,
+    # and bool * bool must not become int64 by meeting the Python ``value``.
+    input, tensor1, tensor2 = (t.to(dt) if isinstance(t, Tensor) and t.dtype is not dt else t
+                               for t in (input, tensor1, tensor2))
     return _write_out(input + value * tensor1 * tensor2 if value != 1 else input + tensor1 * tensor2, out, "addcmul")
 
 

@@ -137,11 +137,22 @@ def _pow_kernel(xp, a, b):
     if getattr(a, "dtype", None) is not None and a.dtype.kind in "iu" and getattr(b, "dtype", None) is None \
             and isinstance(b, int) and b < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
+    if getattr(b, "dtype", None) is not None and b.dtype.kind == "i" and _is_integer(a) and bool((b < 0).any()):
+        return _int_pow_negative(xp, a, b)
     if isinstance(b, (int, float)) and getattr(a, "dtype", None) is not None and a.dtype.kind == "f":
         special = _POW_BY_SCALAR.get(b)
         if special is not None:
             return special(xp, a)
     return xp.power(a, b)
+
+
+def _int_pow_negative(xp, a, b):
+    # An integer exponent tensor may hold negative powers (NumPy raises): torch's integer pow gives 1 ** -n = 1,
+    # (-1) ** -n = +-1 and 0 elsewhere (the truncated reciprocal), not an error.
+    neg = b < 0
+    out = xp.power(a, xp.where(neg, 0, b))
+    one = xp.where(a == 1, 1, xp.where(a == -1, xp.where(b % 2 == 0, 1, -1), 0))
+    return xp.where(neg, one, out).astype(out.dtype, copy=False)
 
 
 # PyTorch's formulas for a float tensor to these scalar powers (codegen/ir.py's ``_POW_BY_CONSTANT`` for kernels):
