@@ -243,6 +243,7 @@ def full(size, fill_value, *, out=None, dtype=None, layout=None, device=None, re
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
     dt = _dtype.to_dtype(dtype) if dtype is not None else _fill_dtype(fill_value)
+    fill_value = _dtype.checked_scalar(fill_value, dt)
     return _filled((tuple(size),) if not isinstance(size, int) else (size,), fill_value, dt, device, requires_grad,
                    "full")
 

@@ -467,6 +467,9 @@ def fast_binary(op, reflected=False):
                         ok = x.ndim > 0 and y.ndim > 0 and promotion != "keep"
                         if ok:
                             common = _PROMOTE_NP[x.dtype, y.dtype]
+                            # a complex result goes through the kernel, which rejects what torch has no kernel for
+                            ok = common.kind != "c"
+                        if ok:
                             if promotion == "float" and common.kind not in "fc":
                                 common = _dtype.get_default_dtype().np
                             if x.dtype != common:

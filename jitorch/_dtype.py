@@ -220,6 +220,47 @@ def can_cast(from_, to) -> builtins.bool:
     return to_dtype(from_).category <= to_dtype(to).category
 
 
+# c10's names in its "value cannot be converted to type X without overflow" error.
+_C_NAMES = {"uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int", "int64": "int64_t",
+            "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float", "float64": "double"}
+
+
+def checked_scalar(value, d, op_name=None, reduced_floats=True):
+    """A Python scalar written into a ``d`` tensor (fill, setitem, full, masked_fill), range-checked as c10's
+    ``checked_convert``: torch refuses a value that would overflow ``d`` (complex with an imaginary part into a real
+    dtype, NaN/inf or out-of-range numbers into an integer dtype) instead of wrapping it; integers within the
+    magnitude of an unsigned type (``-1`` into uint8) wrap as C++ does. ``reduced_floats=False``: setitem does not
+    check half/bfloat16 ranges (the value goes through a double tensor). Returns the value NumPy can store."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if d.category == COMPLEX or d.category == BOOL or isinstance(value, builtins.bool):
+        return value
+    name = _C_NAMES[d.name] if op_name is None else op_name
+
+    def overflow():
+        return RuntimeError(f"value cannot be converted to type {name} without overflow")
+
+    if isinstance(value, complex):
+        if value.imag != 0:
+            raise overflow()
+        value = value.real
+    if d.category == FLOAT:
+        if isinstance(value, float) and reduced_floats and d.itemsize == 2 and np.isfinite(value):
+            if abs(value) > float(ml_dtypes.finfo(d.np).max if d is bfloat16 else np.finfo(d.np).max):
+                raise overflow()
+        return value
+    info = np.iinfo(d.np)
+    if isinstance(value, float):
+        if not np.isfinite(value) or not info.min <= value <= info.max:
+            raise overflow()
+        return int(value)
+    if d.name == "uint8" and -info.max <= value < 0:
+        return value % (info.max + 1)  # C++'s unsigned wrap, which c10 lets through for integers
+    if not info.min <= value <= info.max:
+        raise overflow()
+    return value
+
+
 class finfo:
     """Machine limits of a floating dtype, as ``torch.finfo``."""
 

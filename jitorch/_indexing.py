@@ -14,14 +14,15 @@ tensor([ 0.,  5., -1.])
 """
 from __future__ import annotations
 
-import math
 import operator
 
 import numpy as np
 
 from . import _creation
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
+from ._dtype import FLOAT, checked_scalar
 from ._dtype import bool as _bool
+from ._dtype import int64 as _int64
 from ._shape import wrap_dim
 from ._tensor import Tensor
 from .autograd.graph import named
@@ -150,7 +151,8 @@ def _parse(x, key):
                 template.append(_ALL)
             else:  # ``x[True]`` is a 1-element mask over a new unit dim
                 template.append(len(indices))
-                indices.append(_creation.tensor([v], device=x.device))
+                # as torch: an index (not a mask), so it never takes setitem's masked_fill path
+                indices.append(_creation.tensor([0] if v else [], dtype=_int64, device=x.device))
         else:
             k = v._data.ndim if v._data.dtype == np.bool_ else 1
             if v._data.dtype == np.bool_:
@@ -208,20 +210,37 @@ def _strip_leading_ones(v):
 def _setitem(self, key, value):
     if not isinstance(value, (Tensor, int, float, complex, np.number, np.bool_)):
         raise TypeError(f"can't assign a {type(value).__name__} to a {_type_name(self)} tensor")
+    if not isinstance(value, Tensor):  # torch converts the value, with its overflow check, before reading the key
+        half = self.dtype.category == FLOAT and self.dtype.itemsize == 2
+        value = checked_scalar(value, self.dtype, "double" if half else None, reduced_floats=False)
     basic, template, indices = _parse(self, key)
     view = self if basic is None else apply(M.SLICE, self, key=basic)
     if isinstance(value, Tensor):
         value = _strip_leading_ones(_on(value, self))
     if not indices:
-        view.copy_(value) if isinstance(value, Tensor) else view.fill_(value)
+        # the value is already checked (fill_ would also check half ranges, which setitem does not)
+        view.copy_(value) if isinstance(value, Tensor) else apply_inplace(M.FILL, view, value, cast_check=False)
         return
     if isinstance(value, Tensor) and value.dtype is not self.dtype:
-        # PyTorch casts only on its masked_fill path (a bare mask and a 1-element value); index_put_ insists.
-        if not (isinstance(key, Tensor) and key.dtype.name in ("bool", "uint8") and value.numel() == 1):
+        # PyTorch casts only on its masked_fill path (one bool mask, the other dims whole, a 1-element value);
+        # index_put_ insists.
+        if not (len(indices) == 1 and indices[0].dtype is _bool and value.numel() == 1):
+            _check_index_shapes(indices)  # torch reports indices that cannot broadcast before the dtypes
             raise RuntimeError(f"Index put requires the source and destination dtypes match, got {_type_name(self)} "
                                f"for the destination and {_type_name(value)} for the source.")
         value = value.reshape(()).to(self.dtype)
     apply_inplace(I.INDEX_PUT, view, value, *indices, key=template, accumulate=False)
+
+
+def _check_index_shapes(indices):
+    shapes = []
+    for t in indices:  # a k-d mask indexes like its k nonzero() columns
+        shapes += [(int(t.count_nonzero()),)] * t._data.ndim if t.dtype is _bool else [tuple(t._data.shape)]
+    try:
+        np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise IndexError("shape mismatch: indexing tensors could not be broadcast together with shapes "
+                         + ", ".join(str(list(s)) for s in shapes)) from None
 
 
 # -- shared helpers for the functional forms ---------------------------------------------------------------------------
@@ -363,9 +382,7 @@ def _fill_value(self, value, op):
             raise RuntimeError(f"{op} only supports a 0-dimensional value tensor, but got tensor with "
                                f"{value._data.ndim} dimension(s).")
         return _on(value, self).to(self.dtype)
-    if not (self.is_floating_point() or self.is_complex()) and isinstance(value, float) and not math.isfinite(value):
-        raise RuntimeError(f"value cannot be converted to type {self.dtype.name}_t without overflow")
-    return _creation.full((), value, dtype=self.dtype, device=self.device)
+    return _creation.full((), checked_scalar(value, self.dtype), dtype=self.dtype, device=self.device)
 
 
 def _index_fill(self, dim, index, value, inplace):

@@ -11,6 +11,7 @@ import operator
 
 from . import _memory_format as MF
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
+from ._dtype import checked_scalar
 from ._shape import infer_shape, normalize_shape, sizes_or_keyword, view_strides, wrap_dim, wrap_dims
 from ._tensor import Tensor
 from .autograd.graph import named
@@ -494,6 +495,8 @@ def _fill_(self, value):
                            "dimensions.")
     if isinstance(value, Tensor) and not value._requires_grad:
         value = value.item()
+    if not isinstance(value, Tensor):
+        value = checked_scalar(value, self.dtype)
     return apply_inplace(M.FILL, self, value, cast_check=False)
 
 

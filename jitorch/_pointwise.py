@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from . import _dtype
-from ._dispatch import apply, apply_inplace, fast_binary, fast_unary
+from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace, fast_binary, fast_unary
 from ._tensor import Tensor
 from .ops import pointwise as P
 
@@ -135,8 +135,8 @@ def div(input, other, *, rounding_mode=None, out=None):
 
 def _div_trunc(input, other):
     dt = _dtype.result_type(input, other)
-    if dt.category == _dtype.BOOL:
-        raise NotImplementedError("\"div_trunc_cpu\" not implemented for 'Bool'")
+    if dt.category in (_dtype.BOOL, _dtype.COMPLEX):
+        raise NotImplementedError(f"\"div_trunc_cpu\" not implemented for '{TORCH_TYPE_NAMES[dt.name]}'")
     if dt.category == _dtype.FLOAT:
         a, b = (x.detach() if isinstance(x, Tensor) else x for x in (input, other))
         q = apply(P.TRUNC, apply(P.DIV, a, b))
@@ -330,8 +330,13 @@ def clamp_max(input, max):
 
 
 def addcmul(input, tensor1, tensor2, *, value=1, out=None):
-    if _dtype.result_type(input, tensor1, tensor2) is _dtype.bool:
+    dt = _dtype.result_type(input, tensor1, tensor2)
+    if dt is _dtype.bool:
         raise NotImplementedError('"addcmul_cpu_out" not implemented for \'Bool\'')
+    # torch computes the product in the common dtype: uint8 * uint8 must not wrap before meeting an int16 input,
+    # and bool * bool must not become int64 by meeting the Python ``value``.
+    input, tensor1, tensor2 = (t.to(dt) if isinstance(t, Tensor) and t.dtype is not dt else t
+                               for t in (input, tensor1, tensor2))
     return _write_out(input + value * tensor1 * tensor2 if value != 1 else input + tensor1 * tensor2, out, "addcmul")
 
 

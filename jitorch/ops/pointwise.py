@@ -34,6 +34,14 @@ def _reject_bool(kernel_name, *arrays):
         if getattr(a, "dtype", None) == np.bool_:
             raise _not_implemented(kernel_name, a)
 
+
+def _reject_bool_complex(kernel_name, *arrays):
+    # Rounding division, remainders and atan2 have no complex kernels in PyTorch (NumPy's would raise TypeError).
+    _reject_bool(kernel_name, *arrays)
+    for a in arrays:
+        if getattr(a, "dtype", None) is not None and a.dtype.kind == "c":
+            raise _not_implemented(kernel_name, a)
+
 def _holomorphic(backward):
     """The backward of a holomorphic op for complex values too, from its real formula ``g * f'(x)``.
 
@@ -129,11 +137,22 @@ def _pow_kernel(xp, a, b):
     if getattr(a, "dtype", None) is not None and a.dtype.kind in "iu" and getattr(b, "dtype", None) is None \
             and isinstance(b, int) and b < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
+    if getattr(b, "dtype", None) is not None and b.dtype.kind == "i" and _is_integer(a) and bool((b < 0).any()):
+        return _int_pow_negative(xp, a, b)
     if isinstance(b, (int, float)) and getattr(a, "dtype", None) is not None and a.dtype.kind == "f":
         special = _POW_BY_SCALAR.get(b)
         if special is not None:
             return special(xp, a)
     return xp.power(a, b)
+
+
+def _int_pow_negative(xp, a, b):
+    # An integer exponent tensor may hold negative powers (NumPy raises): torch's integer pow gives 1 ** -n = 1,
+    # (-1) ** -n = +-1 and 0 elsewhere (the truncated reciprocal), not an error.
+    neg = b < 0
+    out = xp.power(a, xp.where(neg, 0, b))
+    one = xp.where(a == 1, 1, xp.where(a == -1, xp.where(b % 2 == 0, 1, -1), 0))
+    return xp.where(neg, one, out).astype(out.dtype, copy=False)
 
 
 # PyTorch's formulas for a float tensor to these scalar powers (codegen/ir.py's ``_POW_BY_CONSTANT`` for kernels):
@@ -202,7 +221,12 @@ def _atan2_backward(ctx, g):
     return (g * b * recip if ctx.needs_grad(0) else None), (g * -a * recip if ctx.needs_grad(1) else None)
 
 
-ATAN2 = defop("atan2", lambda xp, a, b: xp.arctan2(a, b), _atan2_backward, Pointwise("atan2({0}, {1})"),
+def _atan2_kernel(xp, a, b):
+    _reject_bool_complex("atan2_cpu", a, b)
+    return xp.arctan2(a, b)
+
+
+ATAN2 = defop("atan2", _atan2_kernel, _atan2_backward, Pointwise("atan2({0}, {1})"),
               promotion="float", saves="inputs", meta=True)
 
 
@@ -216,26 +240,32 @@ def _fmod_backward(ctx, g):
     return g, (-g * (a / b).trunc() if ctx.needs_grad(1) else None)
 
 
+def _is_integer(x):
+    dt = getattr(x, "dtype", None)
+    return dt.kind in "iub" if dt is not None else isinstance(x, int)
+
+
 def _check_int_zero(xp, a, b, op):
-    if getattr(b, "dtype", type(b)) is not None and getattr(a, "dtype", None) is not None and a.dtype.kind in "iu":
+    # Either side may be a weak Python scalar (``True // int_tensor``): the division is integral when both are.
+    if _is_integer(a) and _is_integer(b):
         if (b == 0) if not hasattr(b, "shape") else bool((b == 0).any()):
             raise RuntimeError(f"{op}: ZeroDivisionError (integer division by zero)")
 
 
 def _remainder_kernel(xp, a, b):
-    _reject_bool("remainder_cpu", a, b)
+    _reject_bool_complex("remainder_cpu", a, b)
     _check_int_zero(xp, a, b, "remainder")
     return xp.remainder(a, b)
 
 
 def _fmod_kernel(xp, a, b):
-    _reject_bool("fmod_cpu", a, b)
+    _reject_bool_complex("fmod_cpu", a, b)
     _check_int_zero(xp, a, b, "fmod")
     return xp.fmod(a, b)
 
 
 def _floor_divide_kernel(xp, a, b):
-    _reject_bool("div_floor_cpu", a, b)
+    _reject_bool_complex("div_floor_cpu", a, b)
     _check_int_zero(xp, a, b, "floor_divide")
     return xp.floor_divide(a, b)
 
