@@ -133,10 +133,10 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
                  allow_unused=False):
     """Propagate ``root_grads`` from ``roots`` (tensors). Returns the gradients of ``inputs`` when given."""
     root_edges = []
-    for t in roots:
+    for i, t in enumerate(roots):
         edge = _edge_of(t)
         if edge is None:
-            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
         root_edges.append(edge)
 
     wanted_nodes, wanted_leaves, captured = {}, {}, {}
