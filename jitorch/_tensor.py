@@ -76,6 +76,7 @@ class Tensor:
     _view_ver = 0  # the base's version when this view's history was last built
     _hooks = None
     _post_acc_hooks = None
+    _acc_node = None  # the leaf's AccumulateGrad node, kept once it has hooks
     _retains_grad = False
     _inference = False  # made inside inference_mode (set where tensors are made: _make and the dispatcher)
     __array_ufunc__ = None  # ``ndarray + Tensor`` must reach ``Tensor.__radd__``
@@ -322,6 +323,8 @@ class Tensor:
         return _RemovableHandle(self._hooks, hook)
 
     def register_post_accumulate_grad_hook(self, hook):
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self.grad_fn is not None:
             raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
         if self._post_acc_hooks is None:

@@ -12,6 +12,7 @@ tensor([2., 4.])
 from __future__ import annotations
 
 from .anomaly_mode import AnomalyState, check_gradients
+from .._tensor import Tensor
 from .._memory_format import contiguous_format, is_contiguous_as, suggest_memory_format
 from .graph import Node
 from .grad_mode import GradState
@@ -106,16 +107,43 @@ def _needed_nodes(roots, wanted_nodes, wanted_leaves):
     return {k for k, v in runs.items() if v}
 
 
+def _hook_name(fn):
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def _checked(fn, old, new):
+    """A hook's replacement gradient, refused as torch refuses it: a gradient of another size or type would reach a
+    backward (or a leaf's .grad) that cannot take it."""
+    if not isinstance(new, Tensor):
+        raise TypeError(f"expected Variable, but hook returned '{type(new).__name__}'")
+    if old is None:
+        return new
+    if new._data.shape != old._data.shape:
+        raise RuntimeError(f"hook '{_hook_name(fn)}' has changed the size of value")
+    if new.dtype is not old.dtype or new.device != old.device:
+        raise RuntimeError(f"hook '{_hook_name(fn)}' has changed the type of value (was {old.type()} got "
+                           f"{new.type()})")
+    return new
+
+
+def _checked_tuple(fn, old, new):
+    new = tuple(new)
+    if len(new) != len(old):
+        raise RuntimeError(f"hook '{_hook_name(fn)}' returned an incorrect number of values (got {len(new)}, but "
+                           f"expected {len(old)})")
+    return tuple(n if n is None else _checked(fn, o, n) for o, n in zip(old, new))
+
+
 def _run_pre_hooks(node, grads):
     for output_nr, fn in list(node._pre_hooks):
         if output_nr is None:
             new = fn(grads)
             if new is not None:
-                grads = tuple(new)
+                grads = _checked_tuple(fn, grads, new)
         else:
             new = fn(grads[output_nr])
             if new is not None:
-                grads = grads[:output_nr] + (new,) + grads[output_nr + 1:]
+                grads = grads[:output_nr] + (_checked(fn, grads[output_nr], new),) + grads[output_nr + 1:]
     return grads
 
 
@@ -196,7 +224,7 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
                 for hook in node._hooks:
                     new = hook(in_grads, grads)
                     if new is not None:
-                        in_grads = tuple(new)
+                        in_grads = _checked_tuple(hook, in_grads, new)
             if not retain_graph:
                 node.release()
             meta = node.in_meta
@@ -239,13 +267,16 @@ def _finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_
         for hook in leaf._hooks or ():
             new = hook(g)
             if new is not None:
-                g = new
+                g = _checked(hook, g, new)
         for i in wanted_leaves.get(id(leaf), ()):
             captured[i] = g
         if inputs is not None and not accumulate_into_grad:
             continue
         if inputs is not None and id(leaf) not in wanted_leaves:
             continue
+        acc = leaf._acc_node
+        if acc is not None and acc._pre_hooks:
+            g = _run_pre_hooks(acc, (g,))[0]
         if not create_graph and g._requires_grad:
             g = g.detach()
         if leaf._grad is None:
@@ -267,6 +298,9 @@ def _finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_
             leaf._grad._inplace_accumulate(g)
         for hook in leaf._post_acc_hooks or ():
             hook(leaf)
+        if acc is not None and acc._hooks:
+            for hook in list(acc._hooks):
+                hook((), (g,))
     if inputs is None:
         return None
     if accumulate_into_grad:
