@@ -214,6 +214,8 @@ class Function(metaclass=_FunctionMeta):
                 if id(o) in nondiff or id(outs[nr]) in nondiff:
                     continue
                 o.grad_fn, o._output_nr, o._requires_grad = ctx, nr, True
+                if o._nograd_view is not None:  # a view made by the no_grad forward: this function is its history
+                    o._nograd_view = None
                 if id(o) in dirty and o._base is not None:
                     # A view written in place by the function: its base's history must include it (CopySlices).
                     from ..ops.inplace_views import rebase_view
@@ -228,6 +230,10 @@ class Function(metaclass=_FunctionMeta):
             elif record and id(t) in out_ids and t.grad_fn is ctx:
                 saved.append(("output", (t._data, t._version_counter(), t._version), out_ids[id(t)]))
             else:
+                if t._inference and record:
+                    from .graph import INFERENCE_SAVED_MSG
+
+                    raise RuntimeError(INFERENCE_SAVED_MSG)
                 saved.append(("input", t, t._version))
         ctx._saved = tuple(saved)
         ctx._to_save = ()

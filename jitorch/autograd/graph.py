@@ -30,6 +30,14 @@ _FREED_MSG = (
 )
 
 
+# An inference tensor has no version counter: a backward could not tell whether it was changed in place since.
+INFERENCE_SAVED_MSG = (
+    "Inference tensors cannot be saved for backward. Please do not use Tensors created in inference mode in "
+    "computation tracked by autograd. To work around this, you can make a clone to get a normal tensor and use it in "
+    "autograd, or use `torch.no_grad()` instead of `torch.inference_mode()`."
+)
+
+
 def _version_error(t, saved_version, node_name, current=None):
     return RuntimeError(
         "one of the variables needed for gradient computation has been modified by an inplace operation: "
@@ -113,6 +121,8 @@ class Node:
         versions = []
         for a in args:
             if isinstance(a, Tensor):
+                if a._inference:
+                    raise RuntimeError(INFERENCE_SAVED_MSG)
                 owner = a._ver_owner
                 versions.append((owner if owner is not None else a)._ver)
             else:

@@ -23,6 +23,7 @@ __all__ = ["Parameter", "Buffer", "is_lazy"]
 _TENSOR_FIELDS = frozenset({
     "_data", "grad_fn", "_output_nr", "_requires_grad", "_grad", "_base", "_ver_owner", "_ver", "_view_chain",
     "_hooks", "_post_acc_hooks", "_retains_grad", "_acc_ref", "_acc_node", "_vc", "_view_ver", "_own_offset",
+    "_nograd_view",
 })
 
 
