@@ -1,6 +1,7 @@
 """Tensor hooks, node hooks, ``torch.autograd.graph`` nodes and custom Function gradient checks, against
 PyTorch 2.13: replacement gradients are validated, AccumulateGrad is a Node with hooks, ``metadata`` exists, and a
 Function's backward is refused when it returns gradients torch refuses."""
+import numpy as np
 import pytest
 import torch
 
@@ -133,3 +134,15 @@ def test_save_for_backward_refuses_non_tensors():
             return x * 2
         _fn_class(lib, lambda ctx, g: (None, g), forward).apply(2.0, lib.ones(1, requires_grad=True))
     _same_error(fn)
+
+
+@pytest.mark.parametrize("shape,perm", [((4, 3), (1, 0)), ((2, 3, 4), (2, 0, 1)), ((2, 1, 4), (2, 1, 0))])
+def test_grad_of_a_permuted_dense_leaf_has_its_strides(shape, perm):
+    strides = []
+    for lib in (torch, jitorch):
+        x = lib.arange(float(np.prod(shape))).reshape(shape).permute(perm).detach().requires_grad_()
+        (x * x).sum().backward()
+        sliced = lib.ones(6, 6)[::2, 1:4].detach().requires_grad_()  # not dense: a contiguous .grad
+        (sliced * 2).sum().backward()
+        strides.append((x.grad.stride(), sliced.grad.stride(), x.grad.tolist()))
+    assert strides[1] == strides[0]

@@ -254,6 +254,23 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
         GradState.enabled = prev_enabled
 
 
+def _strides(a):
+    return tuple(st for st, n in zip(a.strides, a.shape) if n > 1)
+
+
+def _dense_order(a):
+    """The dimension order (outermost first) that makes ``a`` a permuted contiguous array, or None when it overlaps
+    or has gaps (an expanded or sliced tensor: its .grad is simply contiguous)."""
+    order = sorted(range(a.ndim), key=lambda d: (-a.strides[d], d))
+    expected = a.itemsize
+    for d in reversed(order):
+        if a.shape[d] != 1:
+            if a.strides[d] != expected:
+                return None
+            expected *= a.shape[d]
+    return order
+
+
 def _num_outputs(node):
     return len(node._out_meta) if node._out_meta is not None else 1
 
@@ -283,10 +300,18 @@ def _finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_
             fmt = contiguous_format if leaf._data.flags.c_contiguous else suggest_memory_format(leaf)
             if (fmt is contiguous_format) != leaf._data.flags.c_contiguous or is_contiguous_as(g._data, fmt):
                 fmt = None
+            dense = None if fmt is not None or leaf._data.flags.c_contiguous else _dense_order(leaf._data)
             if fmt is not None:
                 # PyTorch's layout contract: .grad has the parameter's layout (a transposed gradient from
                 # ``x @ w.t()`` would make every optimizer pass over it strided and slow), channels-last included.
                 g = g.contiguous(memory_format=fmt)
+            elif dense is not None and _strides(g._data) != _strides(leaf._data):
+                # Any other dense permuted leaf (a transposed parameter): its .grad gets the same strides, as
+                # torch's ``clone_obey_contract``, so ``p.grad`` and ``p`` can be walked together.
+                inverse = [0] * len(dense)
+                for i, d in enumerate(dense):
+                    inverse[d] = i
+                g = g.permute(dense).contiguous().permute(inverse)
             elif id(g) in user_grad_ids or id(g) in stored or g._ver_owner is not None:
                 # A gradient that may alias another .grad, a user tensor or a view is copied before a leaf owns it.
                 g = g.clone()
