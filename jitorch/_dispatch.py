@@ -212,6 +212,10 @@ def _mark_view(out, src, op, attrs):
     out._view_chain = src._view_chain + step if src._base is not None else step
     if out._inference is not src._inference:  # a view is an inference tensor when its base is, whatever the mode
         out._inference = src._inference
+    if not GradState.enabled:
+        out._nograd_view = "A view was"
+    elif src._nograd_view is not None:
+        out._nograd_view = f"Output 0 of {op.grad_name.removesuffix('Backward0')} is a view of a view which was"
 
 
 # Reductions whose ``dtype=`` may ask for an integer result from a tensor that requires grad.
@@ -356,12 +360,25 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
         raise RuntimeError(f"{op.name}_: unsupported operation: more than one element of the written-to tensor refers "
                            "to a single memory location (an expanded tensor). Please clone() the tensor before "
                            "performing the operation.")
+    if self._inference and not GradState.inference:
+        raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make a "
+                           "clone to get a normal tensor before doing inplace update.See "
+                           "https://github.com/pytorch/rfcs/pull/17 for more details.")
     if self._base is not None and self._view_ver != self._ver_owner._ver:
         sync_view(self)
     grad_needed = GradState.enabled and op.differentiable and (
         self._requires_grad or any(isinstance(a, Tensor) and a._requires_grad for a in args))
     if GradState.enabled and self._requires_grad:
         _check_inplace_allowed(op, self)
+    if (self._nograd_view is not None and self._base is not None and GradState.enabled
+            and (grad_needed or self._base._requires_grad or any(isinstance(a, Tensor) and a._requires_grad
+                                                                  for a in args))):
+        # torch cannot tell whether the write should be tracked through a view made without history: refused.
+        raise RuntimeError(
+            f"{self._nograd_view} created in no_grad mode and is being modified inplace with grad mode enabled. "
+            "Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by "
+            "moving both the view and the inplace either both inside the no_grad block (if you don't want the "
+            "inplace to be tracked) or both outside (if you want the inplace to be tracked).")
     if not grad_needed:
         if GradState.enabled and self._base is not None and self._base._requires_grad:
             _check_inplace_allowed(op, self)

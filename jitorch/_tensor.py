@@ -74,8 +74,10 @@ class Tensor:
     _vc = None  # the version as a shared list, created when a saved output needs it (see _version_counter)
     _view_chain = None  # ((op, attrs), ...) that rebuilds this view from ``_base``
     _view_ver = 0  # the base's version when this view's history was last built
+    _nograd_view = None  # start of torch's error message when this view was made in no_grad mode (or from one)
     _hooks = None
     _post_acc_hooks = None
+    _acc_node = None  # the leaf's AccumulateGrad node, kept once it has hooks
     _retains_grad = False
     _inference = False  # made inside inference_mode (set where tensors are made: _make and the dispatcher)
     __array_ufunc__ = None  # ``ndarray + Tensor`` must reach ``Tensor.__radd__``
@@ -224,6 +226,8 @@ class Tensor:
             )
         if requires_grad and self._data.dtype.kind not in "fc" and self.dtype is not _dtype.bfloat16:
             raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
+        if requires_grad and self._inference and not GradState.inference:
+            raise RuntimeError("Setting requires_grad=True on inference tensor outside InferenceMode is not allowed.")
         self._requires_grad = bool(requires_grad)
         return self
 
@@ -281,8 +285,12 @@ class Tensor:
         return t
 
     def detach_(self):
-        if self._base is not None and self._base._requires_grad:
-            raise RuntimeError("Can't detach views in-place. Use detach() instead.")
+        if self._base is not None:
+            raise RuntimeError("Can't detach views in-place. Use detach() instead. If you are using "
+                               "DistributedDataParallel (DDP) for training, and gradient_as_bucket_view is set as "
+                               "True, gradients are views of DDP buckets, and hence detach_() cannot be called on "
+                               "these gradients. To fix this error, please refer to the Optimizer.zero_grad() "
+                               "function in torch/optim/optimizer.py as the solution.")
         self.grad_fn = None
         self._requires_grad = False
         return self
@@ -322,6 +330,8 @@ class Tensor:
         return _RemovableHandle(self._hooks, hook)
 
     def register_post_accumulate_grad_hook(self, hook):
+        if not self._requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self.grad_fn is not None:
             raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
         if self._post_acc_hooks is None:

@@ -12,6 +12,7 @@ tensor([2., 4.])
 from __future__ import annotations
 
 from .anomaly_mode import AnomalyState, check_gradients
+from .._tensor import Tensor
 from .._memory_format import contiguous_format, is_contiguous_as, suggest_memory_format
 from .graph import Node
 from .grad_mode import GradState
@@ -106,16 +107,43 @@ def _needed_nodes(roots, wanted_nodes, wanted_leaves):
     return {k for k, v in runs.items() if v}
 
 
+def _hook_name(fn):
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
+def _checked(fn, old, new):
+    """A hook's replacement gradient, refused as torch refuses it: a gradient of another size or type would reach a
+    backward (or a leaf's .grad) that cannot take it."""
+    if not isinstance(new, Tensor):
+        raise TypeError(f"expected Variable, but hook returned '{type(new).__name__}'")
+    if old is None:
+        return new
+    if new._data.shape != old._data.shape:
+        raise RuntimeError(f"hook '{_hook_name(fn)}' has changed the size of value")
+    if new.dtype is not old.dtype or new.device != old.device:
+        raise RuntimeError(f"hook '{_hook_name(fn)}' has changed the type of value (was {old.type()} got "
+                           f"{new.type()})")
+    return new
+
+
+def _checked_tuple(fn, old, new):
+    new = tuple(new)
+    if len(new) != len(old):
+        raise RuntimeError(f"hook '{_hook_name(fn)}' returned an incorrect number of values (got {len(new)}, but "
+                           f"expected {len(old)})")
+    return tuple(n if n is None else _checked(fn, o, n) for o, n in zip(old, new))
+
+
 def _run_pre_hooks(node, grads):
     for output_nr, fn in list(node._pre_hooks):
         if output_nr is None:
             new = fn(grads)
             if new is not None:
-                grads = tuple(new)
+                grads = _checked_tuple(fn, grads, new)
         else:
             new = fn(grads[output_nr])
             if new is not None:
-                grads = grads[:output_nr] + (new,) + grads[output_nr + 1:]
+                grads = grads[:output_nr] + (_checked(fn, grads[output_nr], new),) + grads[output_nr + 1:]
     return grads
 
 
@@ -133,10 +161,10 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
                  allow_unused=False):
     """Propagate ``root_grads`` from ``roots`` (tensors). Returns the gradients of ``inputs`` when given."""
     root_edges = []
-    for t in roots:
+    for i, t in enumerate(roots):
         edge = _edge_of(t)
         if edge is None:
-            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
         root_edges.append(edge)
 
     wanted_nodes, wanted_leaves, captured = {}, {}, {}
@@ -196,7 +224,7 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
                 for hook in node._hooks:
                     new = hook(in_grads, grads)
                     if new is not None:
-                        in_grads = tuple(new)
+                        in_grads = _checked_tuple(hook, in_grads, new)
             if not retain_graph:
                 node.release()
             meta = node.in_meta
@@ -226,6 +254,23 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
         GradState.enabled = prev_enabled
 
 
+def _strides(a):
+    return tuple(st for st, n in zip(a.strides, a.shape) if n > 1)
+
+
+def _dense_order(a):
+    """The dimension order (outermost first) that makes ``a`` a permuted contiguous array, or None when it overlaps
+    or has gaps (an expanded or sliced tensor: its .grad is simply contiguous)."""
+    order = sorted(range(a.ndim), key=lambda d: (-a.strides[d], d))
+    expected = a.itemsize
+    for d in reversed(order):
+        if a.shape[d] != 1:
+            if a.strides[d] != expected:
+                return None
+            expected *= a.shape[d]
+    return order
+
+
 def _num_outputs(node):
     return len(node._out_meta) if node._out_meta is not None else 1
 
@@ -239,23 +284,34 @@ def _finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_
         for hook in leaf._hooks or ():
             new = hook(g)
             if new is not None:
-                g = new
+                g = _checked(hook, g, new)
         for i in wanted_leaves.get(id(leaf), ()):
             captured[i] = g
         if inputs is not None and not accumulate_into_grad:
             continue
         if inputs is not None and id(leaf) not in wanted_leaves:
             continue
+        acc = leaf._acc_node
+        if acc is not None and acc._pre_hooks:
+            g = _run_pre_hooks(acc, (g,))[0]
         if not create_graph and g._requires_grad:
             g = g.detach()
         if leaf._grad is None:
             fmt = contiguous_format if leaf._data.flags.c_contiguous else suggest_memory_format(leaf)
             if (fmt is contiguous_format) != leaf._data.flags.c_contiguous or is_contiguous_as(g._data, fmt):
                 fmt = None
+            dense = None if fmt is not None or leaf._data.flags.c_contiguous else _dense_order(leaf._data)
             if fmt is not None:
                 # PyTorch's layout contract: .grad has the parameter's layout (a transposed gradient from
                 # ``x @ w.t()`` would make every optimizer pass over it strided and slow), channels-last included.
                 g = g.contiguous(memory_format=fmt)
+            elif dense is not None and _strides(g._data) != _strides(leaf._data):
+                # Any other dense permuted leaf (a transposed parameter): its .grad gets the same strides, as
+                # torch's ``clone_obey_contract``, so ``p.grad`` and ``p`` can be walked together.
+                inverse = [0] * len(dense)
+                for i, d in enumerate(dense):
+                    inverse[d] = i
+                g = g.permute(dense).contiguous().permute(inverse)
             elif id(g) in user_grad_ids or id(g) in stored or g._ver_owner is not None:
                 # A gradient that may alias another .grad, a user tensor or a view is copied before a leaf owns it.
                 g = g.clone()
@@ -267,6 +323,9 @@ def _finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_
             leaf._grad._inplace_accumulate(g)
         for hook in leaf._post_acc_hooks or ():
             hook(leaf)
+        if acc is not None and acc._hooks:
+            for hook in list(acc._hooks):
+                hook((), (g,))
     if inputs is None:
         return None
     if accumulate_into_grad:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 
+from .._tensor import Tensor
 from .graph import Node, _version_error
 from .grad_mode import GradState, no_grad
 
@@ -29,6 +30,12 @@ class FunctionCtx:
     """Methods available on ``ctx`` inside ``forward``/``setup_context`` and ``backward``."""
 
     def save_for_backward(self, *tensors):
+        from .._tensor import Tensor
+
+        for i, t in enumerate(tensors):
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(f"save_for_backward can only save variables, but argument {i} is of type "
+                                f"{type(t).__name__}")
         self._to_save = tensors
 
     def save_for_forward(self, *tensors):
@@ -100,14 +107,41 @@ class BackwardCFunction(Node, FunctionCtx):
         if len(result) < n or any(g is not None for g in result[n:]):
             raise RuntimeError(f"function {self.name()} returned an incorrect number of gradients (expected {n}, got "
                                f"{len(result)})")
-        return tuple(result[pos] for pos in self._positions)
+        tensor_positions = set(self._positions)
+        for pos in range(n):
+            if pos not in tensor_positions and result[pos] is not None:
+                raise RuntimeError(f"function {self.name()} returned a gradient different than None at position "
+                                   f"{pos + 1}, but the corresponding forward input was not a Variable")
+        grads = tuple(result[pos] for pos in self._positions)
+        for i, g in enumerate(grads):
+            if g is None:
+                continue
+            if not isinstance(g, Tensor):
+                raise RuntimeError(f"expected Variable or None (got {type(g).__name__})")
+            meta = self.in_meta[i] if self.in_meta is not None else None
+            if meta is not None and not _expandable(meta[0], g._data.shape):
+                # The engine sums a broadcast gradient down to the input's shape; any other shape is the backward's
+                # mistake, reported here rather than as a failed sum deep in the engine.
+                raise RuntimeError(f"Function {self.name()} returned an invalid gradient at index {i} - got "
+                                   f"{list(g._data.shape)} but expected shape compatible with {list(meta[0])}")
+        return grads
 
     def release(self):
         self._saved = None
         self._freed = True
 
     def materialize(self, grads):
-        return Node.materialize(self, grads) if self.materialize_grads else grads
+        if not self.materialize_grads:
+            return grads
+        # Outputs that are not tensors (an int, None) get None as their gradient, never a materialized zero.
+        return tuple(None if meta[1] is None else g
+                     for g, meta in zip(Node.materialize(self, grads), self._out_meta))
+
+
+def _expandable(shape, to):
+    if len(shape) > len(to):
+        return False
+    return all(a == b or a == 1 for a, b in zip(reversed(shape), reversed(to)))
 
 
 class _FunctionMeta(type):
@@ -180,6 +214,8 @@ class Function(metaclass=_FunctionMeta):
                 if id(o) in nondiff or id(outs[nr]) in nondiff:
                     continue
                 o.grad_fn, o._output_nr, o._requires_grad = ctx, nr, True
+                if o._nograd_view is not None:  # a view made by the no_grad forward: this function is its history
+                    o._nograd_view = None
                 if id(o) in dirty and o._base is not None:
                     # A view written in place by the function: its base's history must include it (CopySlices).
                     from ..ops.inplace_views import rebase_view
@@ -194,6 +230,10 @@ class Function(metaclass=_FunctionMeta):
             elif record and id(t) in out_ids and t.grad_fn is ctx:
                 saved.append(("output", (t._data, t._version_counter(), t._version), out_ids[id(t)]))
             else:
+                if t._inference and record:
+                    from .graph import INFERENCE_SAVED_MSG
+
+                    raise RuntimeError(INFERENCE_SAVED_MSG)
                 saved.append(("input", t, t._version))
         ctx._saved = tuple(saved)
         ctx._to_save = ()

@@ -30,6 +30,14 @@ _FREED_MSG = (
 )
 
 
+# An inference tensor has no version counter: a backward could not tell whether it was changed in place since.
+INFERENCE_SAVED_MSG = (
+    "Inference tensors cannot be saved for backward. Please do not use Tensors created in inference mode in "
+    "computation tracked by autograd. To work around this, you can make a clone to get a normal tensor and use it in "
+    "autograd, or use `torch.no_grad()` instead of `torch.inference_mode()`."
+)
+
+
 def _version_error(t, saved_version, node_name, current=None):
     return RuntimeError(
         "one of the variables needed for gradient computation has been modified by an inplace operation: "
@@ -113,6 +121,8 @@ class Node:
         versions = []
         for a in args:
             if isinstance(a, Tensor):
+                if a._inference:
+                    raise RuntimeError(INFERENCE_SAVED_MSG)
                 owner = a._ver_owner
                 versions.append((owner if owner is not None else a)._ver)
             else:
@@ -197,6 +207,14 @@ class Node:
                 result.append((target if isinstance(target, Node) else AccumulateGrad.for_leaf(target), nr))
         return tuple(result)
 
+    @property
+    def metadata(self):
+        """A dict the user may fill (anomaly mode and tracers keep notes on nodes in torch)."""
+        meta = self.__dict__.get("_metadata")
+        if meta is None:
+            meta = self._metadata = {}
+        return meta
+
     def register_hook(self, fn):
         """``fn(grad_inputs, grad_outputs)`` runs after this node; it may return replacement grad_inputs."""
         if self._hooks is None:
@@ -249,17 +267,21 @@ class Node:
                      for nr, (g, (shape, dtype, dev)) in enumerate(zip(grads, self._out_meta)))
 
 
-class AccumulateGrad:
-    """The node PyTorch shows for a leaf; jitorch's engine accumulates into leaves directly."""
+class AccumulateGrad(Node):
+    """The node PyTorch shows for a leaf; jitorch's engine accumulates into leaves directly, running this node's hooks
+    (pre-hooks get ``(grad,)`` before accumulation, hooks ``((), (grad,))`` after) when it has any."""
 
-    __slots__ = ("variable", "__weakref__")
+    next = ()
 
-    def __init__(self, variable):
+    def __init__(self, variable):  # no Node.__init__: the node is made on request, never recorded in a graph
         self.variable = variable
 
     @staticmethod
     def for_leaf(t):
         """The same node object for a leaf while anyone holds it (the leaf keeps only a weak reference)."""
+        node = t._acc_node
+        if node is not None:
+            return node
         ref = t.__dict__.get("_acc_ref")
         node = ref() if ref is not None else None
         if node is None:
@@ -267,9 +289,25 @@ class AccumulateGrad:
             t._acc_ref = weakref.ref(node)
         return node
 
+    def _pin(self):
+        # The graph points at the leaf, not at this node: once it has hooks, the leaf keeps it alive, as torch's
+        # graph keeps its AccumulateGrad node alive.
+        self.variable._acc_node = self
+
+    def register_hook(self, fn):
+        self._pin()
+        return Node.register_hook(self, fn)
+
+    def register_prehook(self, fn):
+        self._pin()
+        return Node.register_prehook(self, fn)
+
     @property
     def next_functions(self):
         return ()
+
+    def apply(self, grads):
+        raise RuntimeError("AccumulateGrad: the engine accumulates into the leaf itself; it cannot be called")
 
     def name(self):
         return "torch::autograd::AccumulateGrad"

@@ -22,7 +22,8 @@ __all__ = ["Parameter", "Buffer", "is_lazy"]
 # Per-instance fields of Tensor itself; anything else in a parameter's __dict__ is user state that pickling keeps.
 _TENSOR_FIELDS = frozenset({
     "_data", "grad_fn", "_output_nr", "_requires_grad", "_grad", "_base", "_ver_owner", "_ver", "_view_chain",
-    "_hooks", "_post_acc_hooks", "_retains_grad", "_acc_ref", "_vc", "_view_ver", "_own_offset",
+    "_hooks", "_post_acc_hooks", "_retains_grad", "_acc_ref", "_acc_node", "_vc", "_view_ver", "_own_offset",
+    "_nograd_view",
 })
 
 
