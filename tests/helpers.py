@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import pytest
 import torch
 
 import jitorch
@@ -307,3 +308,15 @@ def gradcheck_op(fn, arrays, *, eps=1e-6, atol=1e-5, rtol=1e-3):
 def gradgradcheck_op(fn, arrays, *, eps=1e-6, atol=1e-5, rtol=1e-3):
     """Second-order ``jitorch.autograd.gradgradcheck`` in float64."""
     assert jitorch.autograd.gradgradcheck(fn, _gradcheck_inputs(arrays), eps=eps, atol=atol, rtol=rtol)
+
+
+def same_error(fn):
+    """``fn(lib)`` must raise with torch and with jitorch, the same exception type and message (jitorch's dtype names
+    read as torch's)."""
+    errors = []
+    for lib in (torch, jitorch):
+        with pytest.raises(Exception) as info:
+            fn(lib)
+        errors.append(info.value)
+    assert type(errors[1]) is type(errors[0])
+    assert str(errors[1]).replace("jitorch.", "torch.") == str(errors[0])

@@ -6,17 +6,7 @@ import pytest
 import torch
 
 import jitorch
-
-
-def _same_error(fn):
-    """``fn(lib)`` must raise the same exception type and message on both libraries."""
-    errors = []
-    for lib in (torch, jitorch):
-        with pytest.raises(Exception) as info:
-            fn(lib)
-        errors.append(info.value)
-    assert type(errors[1]) is type(errors[0])
-    assert str(errors[1]).replace("jitorch.", "torch.") == str(errors[0])
+from helpers import same_error
 
 
 @pytest.mark.parametrize("leaf", [True, False])
@@ -28,7 +18,7 @@ def test_tensor_hook_may_not_change_size_or_type(leaf, bad):
         replacement = {"size": lambda g: lib.ones(3), "dtype": lambda g: g.double(), "int": lambda g: 5}[bad]
         t.register_hook(replacement)
         (t * 3).sum().backward()
-    _same_error(fn)
+    same_error(fn)
 
 
 def test_node_hooks_may_not_change_size():
@@ -41,12 +31,12 @@ def test_node_hooks_may_not_change_size():
         h = lib.ones(2, requires_grad=True) * 1
         h.grad_fn.register_hook(lambda gi, go: (lib.ones(3), None))
         h.sum().backward()
-    _same_error(pre)
-    _same_error(post)
+    same_error(pre)
+    same_error(post)
 
 
 def test_post_accumulate_grad_hook_needs_requires_grad():
-    _same_error(lambda lib: lib.ones(2).register_post_accumulate_grad_hook(lambda p: None))
+    same_error(lambda lib: lib.ones(2).register_post_accumulate_grad_hook(lambda p: None))
 
 
 def test_accumulate_grad_is_a_node_with_hooks():
@@ -101,7 +91,7 @@ def test_function_backward_results_are_checked(case):
                     "wrong_shape": lambda ctx, g: (None, lib.ones(3))}[case]
         F = _fn_class(lib, backward)
         F.apply(2.0, x).sum().backward()
-    _same_error(fn)
+    same_error(fn)
 
 
 def test_function_broadcast_gradient_is_summed():
@@ -133,7 +123,7 @@ def test_save_for_backward_refuses_non_tensors():
             ctx.save_for_backward(x, None, 3)
             return x * 2
         _fn_class(lib, lambda ctx, g: (None, g), forward).apply(2.0, lib.ones(1, requires_grad=True))
-    _same_error(fn)
+    same_error(fn)
 
 
 @pytest.mark.parametrize("shape,perm", [((4, 3), (1, 0)), ((2, 3, 4), (2, 0, 1)), ((2, 1, 4), (2, 1, 0))])

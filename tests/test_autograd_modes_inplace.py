@@ -4,16 +4,7 @@ import pytest
 import torch
 
 import jitorch
-
-
-def _same_error(fn):
-    errors = []
-    for lib in (torch, jitorch):
-        with pytest.raises(Exception) as info:
-            fn(lib)
-        errors.append(info.value)
-    assert type(errors[1]) is type(errors[0])
-    assert str(errors[1]) == str(errors[0])
+from helpers import same_error
 
 
 def _inference_ones(lib):
@@ -22,7 +13,7 @@ def _inference_ones(lib):
 
 
 def test_inference_tensor_saved_for_backward_is_refused():
-    _same_error(lambda lib: lib.tensor([1.0, 2.0], requires_grad=True) * _inference_ones(lib))
+    same_error(lambda lib: lib.tensor([1.0, 2.0], requires_grad=True) * _inference_ones(lib))
 
 
 def test_inference_tensor_not_saved_is_fine():
@@ -59,7 +50,7 @@ def test_inplace_on_inference_tensor_outside_inference_mode_is_refused(write):
             a[0] = 3.0
         else:
             a[:1].mul_(2)
-    _same_error(fn)
+    same_error(fn)
 
 
 def test_inference_tensor_inplace_inside_inference_mode_and_requires_grad():
@@ -68,7 +59,7 @@ def test_inference_tensor_inplace_inside_inference_mode_and_requires_grad():
         with lib.inference_mode():
             a.add_(1)
         assert a.tolist() == [2.0, 2.0]
-    _same_error(lambda lib: _inference_ones(lib).requires_grad_())
+    same_error(lambda lib: _inference_ones(lib).requires_grad_())
 
 
 def _nograd_view_write(case):
@@ -91,7 +82,7 @@ def _nograd_view_write(case):
 
 @pytest.mark.parametrize("case", ["view", "view_of_view", "plain_base", "not_differentiable"])
 def test_view_made_in_no_grad_written_with_grad_mode_is_refused(case):
-    _same_error(_nograd_view_write(case))
+    same_error(_nograd_view_write(case))
 
 
 def test_view_made_and_written_in_no_grad_is_fine():
@@ -109,4 +100,4 @@ def test_view_made_and_written_in_no_grad_is_fine():
 
 
 def test_detach_inplace_is_refused_on_any_view():
-    _same_error(lambda lib: lib.tensor([1.0, 2.0])[:1].detach_())
+    same_error(lambda lib: lib.tensor([1.0, 2.0])[:1].detach_())
