@@ -320,3 +320,20 @@ def same_error(fn):
         errors.append(info.value)
     assert type(errors[1]) is type(errors[0])
     assert str(errors[1]).replace("jitorch.", "torch.") == str(errors[0])
+
+
+def assert_sample_moments(x, dist, n, var_rtol):
+    """The per-column mean and variance of ``n`` jitorch samples ``x`` against torch distribution ``dist``: within 6
+    standard errors of its closed forms (the variance's error from the fourth moment), or, where torch has none,
+    against torch's own samples with two-sample bounds."""
+    try:
+        mean, var = dist.mean.numpy(), dist.variance.numpy()
+    except NotImplementedError:  # torch has no closed form: compare with torch's own samples (two-sample bounds)
+        torch.manual_seed(1)
+        y = dist.sample((n,)).numpy()
+        assert np.all(np.abs(x.mean(0) - y.mean(0)) <= 6 * np.sqrt((x.var(0) + y.var(0)) / n) + 1e-12)
+        np.testing.assert_allclose(x.var(0), y.var(0), rtol=var_rtol, atol=1e-12)
+        return
+    assert np.all(np.abs(x.mean(0) - mean) <= 6 * np.sqrt(var / n) + 1e-12), (x.mean(0), mean)
+    m4 = ((x - x.mean(0)) ** 4).mean(0)
+    assert np.all(np.abs(x.var(0) - var) <= 6 * np.sqrt(np.maximum(m4 - x.var(0) ** 2, 0) / n) + 1e-12)
