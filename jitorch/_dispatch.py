@@ -91,7 +91,13 @@ def _raise_broadcast_error(op, datas, error):
 
 def _cast_operand(d, cnp, masks):
     if isinstance(d, np.generic):  # NumPy scalars are weak operands, like Python scalars
-        return d.item()
+        d = d.item()
+    if type(d) is int and cnp.kind in "iu":
+        # torch casts an integer scalar to the integer dtype it computes in, wrapping (uint8 < -2 compares with 254,
+        # int8 == 156 with -100); NumPy would compare the exact values.
+        bits = cnp.itemsize * 8
+        d &= (1 << bits) - 1
+        return d - (1 << bits) if cnp.kind == "i" and d >= 1 << (bits - 1) else d
     if not hasattr(d, "dtype") or d.dtype == cnp or (masks and d.dtype == _BOOL_NP):
         return d
     return d.astype(cnp)

@@ -86,3 +86,21 @@ def test_integer_pow_with_negative_tensor_exponents(base, zero_dim):
         e = _t(L, [-1, -2, -3, 0, 2, 1], "int8", zero_dim)
         return (2 if base == "python" else _t(L, [-2, -1, 0, 1, 2, 3], base)) ** e
     _same(run)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int16", "int32"])
+@pytest.mark.parametrize("op", ["lt", "le", "gt", "ge", "eq", "ne", "add", "mul", "bitwise_and", "maximum_scalar"])
+@pytest.mark.parametrize("scalar", [-2, -129, 156, 300, 2 ** 40, -(2 ** 33) + 7])
+def test_integer_scalars_wrap_into_the_tensors_dtype_as_torch(dtype, op, scalar):
+    # torch casts an out-of-range integer scalar to the integer dtype it computes in (uint8 < -2 is uint8 < 254).
+    values = np.array([0, 5, 100, -100, 127, -128], dtype=np.int64)
+    outs = []
+    for m in (torch, jitorch):
+        x = m.tensor(values).to(getattr(m, dtype))
+        if op == "maximum_scalar":
+            out = m.maximum(x, m.tensor(scalar))
+        else:
+            out = getattr(m, op)(x, scalar)
+        outs.append(out)
+    assert outs[1].tolist() == outs[0].tolist()
+    assert str(outs[1].dtype).split(".")[-1] == str(outs[0].dtype).split(".")[-1]
