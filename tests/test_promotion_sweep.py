@@ -104,3 +104,18 @@ def test_integer_scalars_wrap_into_the_tensors_dtype_as_torch(dtype, op, scalar)
         outs.append(out)
     assert outs[1].tolist() == outs[0].tolist()
     assert str(outs[1].dtype).split(".")[-1] == str(outs[0].dtype).split(".")[-1]
+
+
+@pytest.mark.parametrize("call", [
+    lambda m, z: z < 1, lambda m, z: z >= z, lambda m, z: m.maximum(z, z), lambda m, z: m.minimum(z, z),
+    lambda m, z: z.clamp(0, 1), lambda m, z: z.clamp_min(0), lambda m, z: z.amax(), lambda m, z: z.amin(0),
+    lambda m, z: z.max(), lambda m, z: z.max(0), lambda m, z: z.argmax(), lambda m, z: z.argmin(0),
+])
+def test_ordering_complex_tensors_is_refused_as_torch(call):
+    # NumPy orders complex numbers lexicographically; PyTorch refuses: an answer here would be silently wrong.
+    errors = []
+    for m in (torch, jitorch):
+        with pytest.raises((RuntimeError, NotImplementedError)) as info:
+            call(m, m.tensor([[1 + 1j, 2 - 1j]]))
+        errors.append(info.value)
+    assert type(errors[1]) is type(errors[0])

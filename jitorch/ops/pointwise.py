@@ -182,10 +182,12 @@ def _pow_backward(ctx, g):
             ga = where(b == 0, 0.0, g * (b * a ** (b - 1)))
     if ctx.needs_grad(1):
         out = ctx.out
+        # ATen's test of a non-negative exponent; a complex one must be real and non-negative (complex ``>=`` raises)
+        nonneg = (b.imag == 0) & (b.real >= 0) if b.is_complex() else b >= 0
         if hasattr(a, "_data"):
-            gb = g * where((a == 0) & (b >= 0), 0.0, out * a.log())
+            gb = g * where((a == 0) & nonneg, 0.0, out * a.log())
         elif a == 0:  # a Python number base: 0 ** y
-            gb = g * where(b >= 0, 0.0, out * float("-inf"))
+            gb = g * where(nonneg, 0.0, out * float("-inf"))
         else:  # log of a negative Python number is nan, as ATen's Scalar::log
             gb = g * (out * (math.log(a) if a > 0 else float("nan")))
     return ga, gb

@@ -1,0 +1,59 @@
+"""Rows that order values, which PyTorch refuses for complex tensors: NumPy orders complex numbers
+lexicographically, so without these checks ``z < w``, ``maximum``, ``clamp``, ``amax`` or ``argmax`` of complex
+tensors would return answers where PyTorch raises. Each row's kernel is wrapped once here with PyTorch's error.
+
+>>> import jitorch
+>>> try:
+...     jitorch.tensor([1 + 1j]) < 0
+... except NotImplementedError as e:
+...     print(e)
+"lt_cpu" not implemented for 'ComplexFloat'
+"""
+from __future__ import annotations
+
+from .table import OPS
+
+__all__ = ["REFUSED"]
+
+_TORCH_NAMES = {"complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+
+
+def _not_implemented(kernel_name):
+    return lambda dt: NotImplementedError(f'"{kernel_name}" not implemented for \'{_TORCH_NAMES[dt]}\'')
+
+
+def _runtime(message):
+    return lambda dt: RuntimeError(message)
+
+
+# row name -> PyTorch's error for a complex input (its kernel's name, or its own message).
+REFUSED = {
+    "lt": _not_implemented("lt_cpu"), "le": _not_implemented("le_cpu"), "gt": _not_implemented("gt_cpu"),
+    "ge": _not_implemented("ge_cpu"),
+    "maximum": _runtime("maximum not implemented for complex tensors."),
+    "minimum": _runtime("minimum not implemented for complex tensors."),
+    "clamp": lambda dt: NotImplementedError("clamp is not supported for complex types"),
+    "amax": _not_implemented("max_values_cpu"), "amin": _not_implemented("min_values_cpu"),
+    "argmax": _runtime("argmax(): does not support complex input"),
+    "argmin": _runtime("argmin(): does not support complex input"),
+    "max_dim": _runtime("max(): does not support complex input"),
+    "min_dim": _runtime("min(): does not support complex input"),
+}
+
+
+def _refusing(kernel, error):
+    def kernel_checked(xp, *arrays, **attrs):
+        for a in arrays:
+            dtype = getattr(a, "dtype", None)
+            if dtype is not None and dtype.kind == "c":
+                raise error(dtype.name)
+        return kernel(xp, *arrays, **attrs)
+    for attr in ("half_scalar_opmath",):  # markers the dispatcher reads off kernels
+        if hasattr(kernel, attr):
+            setattr(kernel_checked, attr, getattr(kernel, attr))
+    kernel_checked.__wrapped__ = kernel
+    return kernel_checked
+
+
+for _name, _error in REFUSED.items():
+    OPS[_name].kernel = _refusing(OPS[_name].kernel, _error)
