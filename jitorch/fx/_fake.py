@@ -42,7 +42,7 @@ from ..ops.table import OPS, Opaque
 from ..runtime.devices import strided_view
 
 __all__ = ["FakeTensorMode", "DataDependentOutputException", "DynamicOutputShapeException", "DATA_DEPENDENT_ROWS",
-           "HOST_READS", "read_site"]
+           "HOST_READS", "read_site", "guard_host_reads", "restore_tensor_methods"]
 
 
 class DataDependentOutputException(RuntimeError):
@@ -275,9 +275,9 @@ class FakeTensorMode:
         raise DynamicOutputShapeException(f"make_fx(tracing_mode='fake'): {why}{inside}{_advice(where)}")
 
     # -- host reads -----------------------------------------------------------------------------------------------
-    def host_read(self, name, t, original, args, kwargs):
+    def host_read(self, name, t, original, args, kwargs, frame):
         if self.is_fake(t):
-            allowed, shown, inside = read_site(sys._getframe(2), name)  # frame 2: the code that asked for the value
+            allowed, shown, inside = read_site(frame, name)
             if not allowed:
                 raise DataDependentOutputException(
                     f"make_fx(tracing_mode='fake'): {shown}{inside} reads the value of a fake tensor of shape "
@@ -321,18 +321,8 @@ def _install():
             _active[-1].made(t)
         return t
     Tensor._make = staticmethod(make_noting)
-    for name in HOST_READS:
-        original = Tensor.__dict__.get(name)
-        if original is None:
-            continue
-        _originals[name] = original
-
-        def guarded(self, *args, _name=name, _original=original, **kwargs):
-            if _active:
-                return _active[-1].host_read(_name, self, _original, args, kwargs)
-            return _original(self, *args, **kwargs)
-        guarded.__name__ = name
-        setattr(Tensor, name, guarded)
+    guard_host_reads(_originals, _active, lambda name, t, original, args, kwargs, frame:
+                     _active[-1].host_read(name, t, original, args, kwargs, frame))
     for name in ("__repr__", "__str__"):  # printing shows what a fake tensor has: no values
         original = _originals[name] = Tensor.__dict__[name]
 
@@ -345,6 +335,29 @@ def _install():
 
 
 def _uninstall():
-    for name, original in _originals.items():
+    restore_tensor_methods(_originals)
+
+
+def guard_host_reads(originals, active, read):
+    """Replace Tensor's `HOST_READS` methods (originals kept in ``originals``) by ones that, while the list ``active``
+    is not empty, return ``read(name, tensor, original, args, kwargs, frame)``, ``frame`` being the code that asked
+    for the value; fake tracing and make_fx's value-read refusal share this."""
+    for name in HOST_READS:
+        original = Tensor.__dict__.get(name)
+        if original is None:
+            continue
+        originals[name] = original
+
+        def guarded(self, *args, _name=name, _original=original, **kwargs):
+            if active:
+                return read(_name, self, _original, args, kwargs, sys._getframe(1))
+            return _original(self, *args, **kwargs)
+        guarded.__name__ = name
+        setattr(Tensor, name, guarded)
+
+
+def restore_tensor_methods(originals):
+    """Put back the Tensor methods `guard_host_reads` (and the fake mode) replaced."""
+    for name, original in originals.items():
         setattr(Tensor, name, original)
-    _originals.clear()
+    originals.clear()

@@ -18,11 +18,9 @@ jitorch.fx._fake.DataDependentOutputException: make_fx: Tensor.item() reads the 
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 
-from .._tensor import Tensor
-from ._fake import HOST_READS, DataDependentOutputException, _caller, read_site
+from ._fake import DataDependentOutputException, _caller, guard_host_reads, read_site, restore_tensor_methods
 
 __all__ = ["refusing_value_reads"]
 
@@ -78,22 +76,14 @@ def refusing_value_reads(mode):
                 _uninstall()
 
 
-def _install():
-    for name in HOST_READS:
-        original = Tensor.__dict__.get(name)
-        if original is None:
-            continue
-        _originals[name] = original
+def _read(name, t, original, args, kwargs, frame):
+    _check(name, t, frame)
+    return original(t, *args, **kwargs)
 
-        def guarded(self, *args, _name=name, _original=original, **kwargs):
-            if _active:
-                _check(_name, self, sys._getframe(1))
-            return _original(self, *args, **kwargs)
-        guarded.__name__ = name
-        setattr(Tensor, name, guarded)
+
+def _install():
+    guard_host_reads(_originals, _active, _read)
 
 
 def _uninstall():
-    for name, original in _originals.items():
-        setattr(Tensor, name, original)
-    _originals.clear()
+    restore_tensor_methods(_originals)
