@@ -56,6 +56,15 @@ def make_array(shape, dtype="float32", rng=None, low=-3.0, high=3.0):
     return np.asarray(rng.uniform(low, high, shape).astype(np_dtype(dtype)))
 
 
+def normal_array(*shape, seed=0, dtype=np.float64):
+    """Standard normal values of ``dtype`` (complex: independent real and imaginary parts), from ``seed``."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        a = a + 1j * rng.standard_normal(shape)
+    return a.astype(dtype)
+
+
 # -- building tensors -------------------------------------------------------------------------------------------------
 def _layout_of(arr, layout):
     """(values the view shows, contiguous base array, name of the view) for a layout; falls back to contiguous."""
@@ -337,3 +346,18 @@ def assert_sample_moments(x, dist, n, var_rtol):
     assert np.all(np.abs(x.mean(0) - mean) <= 6 * np.sqrt(var / n) + 1e-12), (x.mean(0), mean)
     m4 = ((x - x.mean(0)) ** 4).mean(0)
     assert np.all(np.abs(x.var(0) - var) <= 6 * np.sqrt(np.maximum(m4 - x.var(0) ** 2, 0) / n) + 1e-12)
+
+
+def outcome(fn):
+    """What ``fn()`` gave, comparable across the libraries: ``(exception type name, first line of its message)``
+    (IndexError's subclasses as IndexError), or ``(dtype name, detached result)``; warnings silenced."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = fn()
+    except Exception as e:  # noqa: BLE001 - the exception is what is compared
+        kind = "IndexError" if isinstance(e, IndexError) else type(e).__name__
+        return kind, str(e).split("\n")[0]
+    return str(out.dtype).split(".")[-1], out.detach()

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 import torch
-from helpers import check_error, check_op, gradcheck_op
+from helpers import check_error, check_op, gradcheck_op, normal_array
 
 import jitorch
 
@@ -15,12 +15,7 @@ def run(fn, *inputs, **kw):
     return check_op(lambda *a: fn(jitorch, *a), lambda *a: fn(torch, *a), inputs, **kw)
 
 
-def arr(*shape, seed=0, dtype=np.float64):
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        a = a + 1j * rng.standard_normal(shape)
-    return a.astype(dtype)
+arr = normal_array
 
 
 SHAPES = [(3, 3), (2, 4, 4), (4, 2), (2, 5), (0, 3, 3), (0, 0)]

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import check_error, check_op, gradcheck_op
+from helpers import check_error, check_op, gradcheck_op, normal_array
 
 import jitorch
 
@@ -22,12 +22,7 @@ def error(fn, *inputs, match=()):
     return check_error(lambda *a: fn(jitorch, *a), lambda *a: fn(torch, *a), inputs, match=match)
 
 
-def arr(*shape, seed=0, dtype=np.float64):
-    rng = np.random.default_rng(seed)
-    a = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        a = a + 1j * rng.standard_normal(shape)
-    return a.astype(dtype)
+arr = normal_array
 
 
 # -- complex inputs -------------------------------------------------------------------------------------------------

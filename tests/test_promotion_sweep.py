@@ -1,27 +1,17 @@
 """Regression cases kept from a randomized sweep of binary ops over dtype pairs (dimensioned tensors, 0-d tensors and
 Python scalars on either side) against PyTorch 2.13: result dtype and values, or the exception's type.
 """
-import warnings
 
 import numpy as np
 import pytest
 import torch
 
 import jitorch
-
-
-def _outcome(fn):
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out = fn()
-    except Exception as e:  # noqa: BLE001 - the exception is what is compared
-        return type(e).__name__, str(e).split("\n")[0]
-    return str(out.dtype).split(".")[-1], out.detach()
+from helpers import outcome
 
 
 def _same(fn, exact_message=False):
-    t, j = _outcome(lambda: fn(torch)), _outcome(lambda: fn(jitorch))
+    t, j = outcome(lambda: fn(torch)), outcome(lambda: fn(jitorch))
     assert t[0] == j[0], (t, j)
     if isinstance(t[1], str):
         assert not exact_message or t[1] == j[1], (t, j)
