@@ -15,6 +15,7 @@ import warnings
 from . import _dtype
 from ._tensor import Tensor
 from .nn import functional as F
+from .nn._functional_loss import reduce_loss
 
 __all__ = ["adaptive_avg_pool1d", "adaptive_max_pool1d", "alpha_dropout", "alpha_dropout_", "avg_pool1d", "bilinear",
            "binary_cross_entropy_with_logits", "celu_", "channel_shuffle", "native_channel_shuffle", "constant_pad_nd",
@@ -38,18 +39,14 @@ def _reduction(op, value):
 
 
 # -- pools and convolutions -------------------------------------------------------------------------------------------
-def adaptive_avg_pool1d(input, output_size):
-    return F.adaptive_avg_pool1d(input, output_size)
-
+adaptive_avg_pool1d = F.adaptive_avg_pool1d
 
 def adaptive_max_pool1d(input, output_size):
     """``(output, indices)``, as ATen's op (``F.adaptive_max_pool1d`` returns indices only on request)."""
     return F.adaptive_max_pool1d(input, output_size, return_indices=True)
 
 
-def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
-    return F.avg_pool1d(input, kernel_size, stride, padding, ceil_mode, count_include_pad)
-
+avg_pool1d = F.avg_pool1d
 
 def _pool_stride(stride):
     return None if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else stride
@@ -71,13 +68,9 @@ def max_pool3d(input, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=F
     return F.max_pool3d(input, kernel_size, _pool_stride(stride), padding, dilation, ceil_mode)
 
 
-def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    return F.conv3d(input, weight, bias, stride, padding, dilation, groups)
+conv3d = F.conv3d
 
-
-def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
-    return F.conv_transpose3d(input, weight, bias, stride, padding, output_padding, groups, dilation)
-
+conv_transpose3d = F.conv_transpose3d
 
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     """ATen's generic convolution: 1, 2 or 3 spatial dims from the weight, transposed or not."""
@@ -96,15 +89,10 @@ def constant_pad_nd(input, pad, value=0):
     return F.pad(input, tuple(pad), mode="constant", value=value)
 
 
-def bilinear(input1, input2, weight, bias=None):
-    return F.bilinear(input1, input2, weight, bias)
+bilinear = F.bilinear
 
-
-def channel_shuffle(input, groups):
-    return F.channel_shuffle(input, groups)
-
-
-native_channel_shuffle = channel_shuffle
+channel_shuffle = F.channel_shuffle
+native_channel_shuffle = F.native_channel_shuffle
 
 
 def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
@@ -139,9 +127,8 @@ def hinge_embedding_loss(input, target, margin=1.0, reduction=1):
 def kl_div(input, target, reduction=1, *, log_target=False):
     """ATen's ``kl_div``: ``reduction=1`` is the mean over elements (F's ``'mean'``, without F's warning that it is
     not ``'batchmean'``: the ATen op does not give it)."""
-    how = _reduction("kl_div", reduction)
     pointwise = F.kl_div(input, target, reduction="none", log_target=log_target)
-    return pointwise if how == "none" else pointwise.mean() if how == "mean" else pointwise.sum()
+    return reduce_loss(pointwise, _reduction("kl_div", reduction))
 
 
 def margin_ranking_loss(input1, input2, target, margin=0.0, reduction=1):
@@ -160,9 +147,7 @@ def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2.0, eps=1e-6,
 
 
 # -- normalization and dropout --------------------------------------------------------------------------------------
-def rms_norm(input, normalized_shape, weight=None, eps=None):
-    return F.rms_norm(input, normalized_shape, weight, eps)
-
+rms_norm = F.rms_norm
 
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
     """``(output, mean, rstd)``, the statistics shaped as the input with the normalized dims kept as 1s; as in ATen
@@ -190,12 +175,10 @@ def native_dropout(input, p, train):
     return input * keep / (1 - p), keep
 
 
-def alpha_dropout(input, p, train):
-    return F.alpha_dropout(input, p, train)
+alpha_dropout = F.alpha_dropout  # (input, p, train): F's positional order
 
 
-def feature_alpha_dropout(input, p, train):
-    return F.feature_alpha_dropout(input, p, train)
+feature_alpha_dropout = F.feature_alpha_dropout  # (input, p, train): F's positional order
 
 
 def feature_dropout(input, p, train):

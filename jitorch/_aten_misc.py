@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 
 from . import _dtype
+from ._dispatch import _xp_of
 from ._tensor import Tensor
 from ._vmap import vmap
 
@@ -112,8 +113,7 @@ def frexp(input, *, out=None):
 
     if not input.dtype.is_floating_point:
         raise RuntimeError(f"torch.frexp() only supports floating-point dtypes, got {input.dtype}")
-    xp = np if type(input._data) is np.ndarray else __import__("cupy")
-    mantissa, exponent = xp.frexp(input._data)
+    mantissa, exponent = _xp_of(input._data).frexp(input._data)
     result = (Tensor._make(mantissa.astype(input._data.dtype, copy=False)),
               Tensor._make(exponent.astype(np.int32, copy=False)))
     if out is not None:
@@ -199,7 +199,6 @@ def set_deterministic_debug_mode(debug_mode):
         raise RuntimeError(f"invalid value of debug_mode, expected one of 'default', 'warn', 'error' (or 0, 1, 2), "
                            f"but got {debug_mode!r}")
     _misc.use_deterministic_algorithms(mode > 0, warn_only=mode == 1)
-    _misc._deterministic_warn_only[0] = mode == 1
 
 
 def get_deterministic_debug_mode():

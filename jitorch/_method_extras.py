@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _aten_misc, _dtype, _math_extra, _movement_extra, special
+from . import _aten_aliases, _aten_misc, _dtype, _math_extra, _movement_extra, special
 from ._pointwise import _composite_inplace
 from ._tensor import Tensor
 from .nn import functional as F
@@ -72,18 +72,6 @@ def dim_order(self, *, ambiguity_check=False):
     return tuple(order)
 
 
-def nonzero_static(self, *, size, fill_value=-1):
-    """The first ``size`` rows of ``nonzero()``, padded with ``fill_value`` rows up to ``size``."""
-    from ._creation import full
-    from ._movement import cat
-
-    found = self.nonzero()[:size]
-    if found.shape[0] == size:
-        return found
-    pad = full((size - found.shape[0], self.dim()), fill_value, dtype=found.dtype, device=found.device)
-    return cat([found, pad])
-
-
 def new_empty_strided(self, size, stride, *, dtype=None, device=None, requires_grad=False):
     from ._creation import empty_strided
 
@@ -97,10 +85,11 @@ _METHODS = {
     "hardshrink": lambda self, lambd=0.5: F.hardshrink(self, lambd),
     "prelu": lambda self, weight: F.prelu(self, weight),
     "igamma": igamma, "igammac": igammac,
-    "unsafe_chunk": Tensor.chunk, "unsafe_split": Tensor.split, "unsafe_split_with_sizes": Tensor.split_with_sizes,
+    "unsafe_chunk": _aten_aliases.unsafe_chunk, "unsafe_split": _aten_aliases.unsafe_split,
+    "unsafe_split_with_sizes": Tensor.split_with_sizes,
     "chalf": lambda self, memory_format=None: self.to(_dtype.complex64),
-    "const_data_ptr": Tensor.data_ptr, "is_neg": lambda self: False,
-    "apply_": apply_, "map_": map_, "map2_": map2_, "dim_order": dim_order, "nonzero_static": nonzero_static,
+    "const_data_ptr": Tensor.data_ptr, "is_neg": _aten_aliases.is_neg,
+    "apply_": apply_, "map_": map_, "map2_": map2_, "dim_order": dim_order,
     "new_empty_strided": new_empty_strided,
     "histogram": lambda self, bins, *, range=None, weight=None, density=False: _aten_misc.histogram(
         self, bins, range=range, weight=weight, density=density),
@@ -113,9 +102,8 @@ for _device_flag in ("is_mps", "is_xla", "is_ipu", "is_maia", "is_mtia", "is_vul
     if not hasattr(Tensor, _device_flag):
         setattr(Tensor, _device_flag, property(lambda self: False))
 for _fn in (_math_extra.gcd, _math_extra.lcm, _math_extra.ldexp, _math_extra.heaviside, _math_extra.lgamma,
-            _math_extra.digamma, _math_extra.i0, _math_extra.renorm, igamma, igammac):
+            _math_extra.digamma, _math_extra.i0, _math_extra.renorm, _math_extra.mvlgamma, igamma, igammac):
     _METHODS[_fn.__name__ + "_"] = _composite_inplace(_fn)
-_METHODS["mvlgamma_"] = lambda self, p: _composite_inplace(_math_extra.mvlgamma)(self, p)
 _METHODS["polygamma_"] = lambda self, n: self.copy_(_math_extra.polygamma(n, self.clone() if self.requires_grad
                                                                           else self))
 _METHODS["conj_physical_"] = lambda self: self.copy_(_movement_extra.conj_physical(self)) if self.is_complex() \

@@ -36,7 +36,7 @@ def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, devi
                            f"end={end}, step={step})")
     is_int = all(isinstance(v, numbers.Integral) for v in (start, end, step))
     dt = _dtype.to_dtype(dtype) if dtype is not None else (_dtype.int64 if is_int else _dtype.get_default_dtype())
-    xp, dev = _xp_for(device)
+    xp, _ = _xp_for(device)
     n = max(0, math.ceil((end - start) / step))
     if is_int or dt.category <= _dtype.INT:
         # PyTorch computes an integer range in the integer type: fractional start and step are truncated first.
@@ -50,7 +50,7 @@ def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, devi
 def range(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False):  # noqa: A001
     if end is None:
         start, end = 0, start
-    return arange(start, end + step / 2 if step > 0 else end + step / 2, step,
+    return arange(start, end + step / 2, step,  # half a step past end: end itself is included
                   dtype=dtype or _dtype.get_default_dtype(), device=device, requires_grad=requires_grad)
 
 
@@ -77,7 +77,7 @@ def _fma(xp, a, b, c, wide):
 
 def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
     start, end = _number(start), _number(end)
-    xp, dev = _xp_for(device)
+    xp, _ = _xp_for(device)
     dt = _resolve(dtype)
     if steps < 0:
         raise RuntimeError("linspace: number of steps must be non-negative")

@@ -24,7 +24,7 @@ import threading
 import time
 import warnings
 
-from .._dispatch import pop_mode, push_mode
+from .._dispatch import push_mode, run_below
 from ._events import EventList, FunctionEvent, FunctionEventAvg
 
 __all__ = ["profile", "record_function", "ProfilerActivity", "ProfilerAction", "schedule", "tensorboard_trace_handler",
@@ -126,11 +126,9 @@ class _ProfilerMode:
         if threading.get_ident() != rec.thread:
             return call()
         ev = rec.open(name, _shapes(args) if rec.record_shapes else None)
-        pop_mode()
         try:
-            return call()
+            return run_below(self, call)
         finally:
-            push_mode(self)
             rec.close(ev)
 
     def dispatch(self, op, args, attrs):

@@ -1,4 +1,4 @@
-"""``torch.utils.hooks``: the handle every ``register_*_hook`` returns, and hook helpers.
+"""``torch.utils.hooks``: the handle module and optimizer ``register_*_hook`` calls return, and hook helpers.
 
 >>> from collections import OrderedDict
 >>> hooks = OrderedDict()
@@ -26,7 +26,7 @@ def unserializable_hook(f):
 
 def warn_if_has_hooks(tensor):
     """Warn when ``tensor`` has backward hooks that saving it would drop (those not marked `unserializable_hook`)."""
-    for hook in (getattr(tensor, "_backward_hooks", None) or {}).values():
+    for hook in tensor._hooks or ():  # a leaf's own hooks (a non-leaf's live on its grad_fn, not saved either way)
         if not getattr(hook, "__torch_unserializable__", False):
             warnings.warn(f"backward hook {hook!r} on tensor will not be serialized.  If this is expected, you can "
                           "decorate the function with @torch.utils.hooks.unserializable_hook to suppress this warning")

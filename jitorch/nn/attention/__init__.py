@@ -36,10 +36,6 @@ class SDPBackend(enum.IntEnum):
     OVERRIDEABLE = 4
 
 
-_SWITCHES = {SDPBackend.MATH: "math", SDPBackend.FLASH_ATTENTION: "flash",
-             SDPBackend.EFFICIENT_ATTENTION: "mem_efficient", SDPBackend.CUDNN_ATTENTION: "cudnn"}
-
-
 @contextlib.contextmanager
 def sdpa_kernel(backends, set_priority=False):
     """Allow only ``backends`` (one `SDPBackend` or a list) inside the block; the previous switches come back after."""
@@ -47,13 +43,10 @@ def sdpa_kernel(backends, set_priority=False):
     if not isinstance(chosen, (list, tuple, set)) or not all(isinstance(b, SDPBackend) for b in chosen):
         raise AssertionError("Backend must be an instance of SDPBackend or a list of SDPBackend instances, got "
                              f"{type(backends).__name__}")
-    saved = dict(_cuda._sdp)
-    for backend, switch in _SWITCHES.items():
-        _cuda._sdp[switch] = backend in chosen
-    try:
+    with _cuda.sdp_kernel(enable_flash=SDPBackend.FLASH_ATTENTION in chosen, enable_math=SDPBackend.MATH in chosen,
+                          enable_mem_efficient=SDPBackend.EFFICIENT_ATTENTION in chosen,
+                          enable_cudnn=SDPBackend.CUDNN_ATTENTION in chosen):
         yield {}
-    finally:
-        _cuda._sdp.update(saved)
 
 
 def can_use_flash_attention(params, debug=False):

@@ -99,19 +99,19 @@ class Compare:
 
     def __init__(self, results):
         self._results = list(results)
-        self._trim, self._colorize, self._highlight = False, False, False
 
     def extend_results(self, results):
         self._results.extend(results)
 
+    # PyTorch's display options; this table prints plain text at full precision, so they change nothing.
     def trim_significant_figures(self):
-        self._trim = True
+        pass
 
     def colorize(self, rowwise=False):
-        self._colorize = True
+        pass
 
     def highlight_warnings(self):
-        self._highlight = True
+        pass
 
     def __str__(self):
         out = []
