@@ -18,7 +18,7 @@ import functools
 
 from . import _creation
 from ._tensor import Tensor
-from .autograd.functional import jacobian
+from .autograd.functional import double_vjp, jacobian
 from .autograd.grad_mode import enable_grad
 from .nn.utils.stateless import call_with as functional_call
 from ._vmap import vmap
@@ -186,7 +186,6 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
     >>> jvp(lambda x: x ** 2, (jitorch.tensor([1.0, 3.0]),), (jitorch.tensor([1.0, 1.0]),))
     (tensor([1., 9.]), tensor([2., 6.]))
     """
-    from .autograd import grad as autograd_grad
 
     leaves, spec, t_leaves = _check_pairs("jvp(f, primals, tangents)", primals, tangents)
     leaves = [_leaf(x) for x in leaves]
@@ -195,15 +194,7 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
     out_leaves, out_spec = tree_flatten(value)
     if not all(isinstance(o, Tensor) for o in out_leaves):
         raise RuntimeError("jvp(f, primals, tangents): Expected f(*primals) to return only tensors")
-    # J^T u as a function of a cotangent u (zeros: only its graph matters), then d(J^T u . v)/du = J v.
-    cotangents = [_creation.zeros_like(o).requires_grad_(True) for o in out_leaves]
-    back = autograd_grad(out_leaves, leaves, cotangents, create_graph=True, allow_unused=True)
-    pairs = [(b, t) for b, t in zip(back, t_leaves) if b is not None]
-    if pairs:
-        forward = autograd_grad([b for b, _ in pairs], cotangents, [t for _, t in pairs],
-                                create_graph=_DEPTH[0] > 1, allow_unused=True)
-    else:
-        forward = [None] * len(cotangents)
+    forward = double_vjp(out_leaves, leaves, t_leaves, create_graph=_DEPTH[0] > 1)
     forward = [f if f is not None else _creation.zeros_like(o) for f, o in zip(forward, out_leaves)]
     result = (_finish(value), _finish(tree_unflatten(forward, out_spec)))
     return (*result, _finish(aux)) if has_aux else result

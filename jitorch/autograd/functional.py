@@ -75,6 +75,14 @@ def _grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=N
                 retain_graph=retain_graph)
 
 
+def double_vjp(outputs, inputs, tangents, create_graph=False):
+    """``J tangents`` (one entry per output, None where no input reaches it) by the double-vjp trick: ``J^T u`` is
+    linear in a cotangent ``u`` (zeros: only its graph matters), so its vjp against ``tangents`` is ``J tangents``.
+    Call it with grad mode on."""
+    cotangents = tuple(_creation.zeros_like(o, requires_grad=True) for o in outputs)
+    return _grad(_grad(outputs, inputs, cotangents, create_graph=True), cotangents, tangents, create_graph)
+
+
 def _zeros_for_none(grads, refs, strict, what):
     out = []
     for i, (g, ref) in enumerate(zip(grads, refs)):
@@ -128,11 +136,9 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
             raise RuntimeError("The vector v can only be None if the input to the user-provided function is a single "
                                "Tensor with a single element.")
         is_outputs_tuple, outputs = _call(func, inputs, "jvp", strict)
-        cotangents = tuple(_creation.zeros_like(out, requires_grad=True) for out in outputs)
-        grad_inputs = _grad(outputs, inputs, cotangents, create_graph=True)
+        res = double_vjp(outputs, inputs, v, create_graph)
     with set_grad_enabled(True if create_graph else is_grad_enabled()):
-        res = _zeros_for_none(_grad(grad_inputs, cotangents, v, create_graph), outputs, strict,
-                              "gradient with respect to the input")
+        res = _zeros_for_none(res, outputs, strict, "gradient with respect to the input")
     return (_unpack(_finish(outputs, create_graph), is_outputs_tuple),
             _unpack(_finish(res, create_graph), is_outputs_tuple))
 
