@@ -92,7 +92,7 @@ def _raise_broadcast_error(op, datas, error):
 def _cast_operand(d, cnp, masks):
     if isinstance(d, np.generic):  # NumPy scalars are weak operands, like Python scalars
         d = d.item()
-    if type(d) is int and cnp.kind in "iu":
+    if type(d) is int and cnp.kind in "iu" and -(1 << 63) <= d < 1 << 64:  # beyond 64 bits torch refuses: NumPy too
         # torch casts an integer scalar to the integer dtype it computes in, wrapping (uint8 < -2 compares with 254,
         # int8 == 156 with -100); NumPy would compare the exact values.
         bits = cnp.itemsize * 8
@@ -137,6 +137,10 @@ def _run_kernel(op, args, attrs):
             datas.append(a)
     if first is None:
         raise TypeError(f"{op.name}: expected at least one Tensor argument")
+    if op.complex_error is not None:
+        for d in datas:
+            if getattr(d, "dtype", None) is not None and d.dtype.kind == "c":
+                raise op.complex_error(d.dtype.name)
     xp = CPU_XP if type(first) is np.ndarray else _xp_of(first)
     out_np = None
     if promotion != "keep":
@@ -291,6 +295,8 @@ def eager(op, args, attrs):
         a = args[0]
         if a._base is not None and a._view_ver != a._ver_owner._ver:
             sync_view(a)
+        if op.complex_error is not None and a._data.dtype.kind == "c":
+            raise op.complex_error(a._data.dtype.name)
         out = op.kernel(CPU_XP, a._data, **attrs)
         if type(out) is not np.ndarray:
             out = np.asarray(out)

@@ -17,6 +17,7 @@ from . import _dtype
 from ._device import device as _device_cls
 from ._shape import _contiguous_strides
 from ._grad_state import GradState
+from ._memory_format import is_contiguous_as
 from .runtime import array_device
 from .runtime.host_pointer import data_address
 
@@ -194,8 +195,8 @@ class Tensor:
         return root.storage_offset() + (self.data_ptr() - root.data_ptr()) // self._data.itemsize
 
     def is_contiguous(self, memory_format=None):
-        from ._memory_format import is_contiguous_as
-
+        if memory_format is None:  # the common call: no layout lookup
+            return bool(self._data.flags.c_contiguous)
         return is_contiguous_as(self._data, memory_format)
 
     def is_floating_point(self):

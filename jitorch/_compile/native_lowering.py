@@ -44,8 +44,7 @@ _ALIGN = 64
 _POINTWISE_SKIP = ("to_copy",)
 
 
-def _addr(a):
-    return data_address(a)
+_addr = data_address
 
 
 def _root(a):

@@ -1,6 +1,7 @@
 """Rows that order values, which PyTorch refuses for complex tensors: NumPy orders complex numbers
 lexicographically, so without these checks ``z < w``, ``maximum``, ``clamp``, ``amax`` or ``argmax`` of complex
-tensors would return answers where PyTorch raises. Each row's kernel is wrapped once here with PyTorch's error.
+tensors would return answers where PyTorch raises. Each row gets PyTorch's error here (``OpDef.complex_error``),
+which the dispatcher raises for a complex input before the kernel runs (real inputs pay nothing).
 
 >>> import jitorch
 >>> try:
@@ -11,15 +12,13 @@ tensors would return answers where PyTorch raises. Each row's kernel is wrapped 
 """
 from __future__ import annotations
 
+from .._dispatch import TORCH_TYPE_NAMES
 from .table import OPS
 
 __all__ = ["REFUSED"]
 
-_TORCH_NAMES = {"complex64": "ComplexFloat", "complex128": "ComplexDouble"}
-
-
 def _not_implemented(kernel_name):
-    return lambda dt: NotImplementedError(f'"{kernel_name}" not implemented for \'{_TORCH_NAMES[dt]}\'')
+    return lambda dt: NotImplementedError(f'"{kernel_name}" not implemented for \'{TORCH_TYPE_NAMES[dt]}\'')
 
 
 def _runtime(message):
@@ -41,19 +40,5 @@ REFUSED = {
 }
 
 
-def _refusing(kernel, error):
-    def kernel_checked(xp, *arrays, **attrs):
-        for a in arrays:
-            dtype = getattr(a, "dtype", None)
-            if dtype is not None and dtype.kind == "c":
-                raise error(dtype.name)
-        return kernel(xp, *arrays, **attrs)
-    for attr in ("half_scalar_opmath",):  # markers the dispatcher reads off kernels
-        if hasattr(kernel, attr):
-            setattr(kernel_checked, attr, getattr(kernel, attr))
-    kernel_checked.__wrapped__ = kernel
-    return kernel_checked
-
-
 for _name, _error in REFUSED.items():
-    OPS[_name].kernel = _refusing(OPS[_name].kernel, _error)
+    OPS[_name].complex_error = _error

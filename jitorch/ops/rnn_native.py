@@ -58,8 +58,7 @@ def applies(xp, steps, *arrays):
         a is None or (type(a) is np.ndarray and a.dtype == _F32) for a in arrays)
 
 
-def _address(a):
-    return data_address(a)
+_address = data_address
 
 
 def _c(a):

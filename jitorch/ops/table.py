@@ -57,7 +57,7 @@ class OpDef:
 
     __slots__ = ("name", "kernel", "backward", "fusion", "promotion", "saves", "view", "nout", "meta",
                  "grad_name", "ufunc", "nondiff_outputs", "differentiable", "node_cls", "masks", "pointwise",
-                 "single_keep", "save_if", "__weakref__")
+                 "single_keep", "save_if", "complex_error", "__weakref__")
 
     def __init__(self, name, kernel, backward, fusion, promotion="keep", saves=None, view=False, nout=1,
                  meta=False, grad_name=None, ufunc=None, nondiff_outputs=(), masks=False, save_if=None):
@@ -82,6 +82,9 @@ class OpDef:
         # save_if(needs) -> which inputs to save, given which inputs need a gradient (``mul`` keeps ``b`` only when
         # ``a`` needs one): saving less keeps less memory alive and avoids spurious in-place errors.
         self.save_if = save_if
+        # complex_error(dtype_name) -> the exception PyTorch raises for a complex input (ordering rows refuse them:
+        # ops/complex_refusals.py); None: complex inputs are fine. The dispatcher checks it before the kernel.
+        self.complex_error = None
         self.single_keep = promotion == "keep" and nout == 1  # eligible for the dispatcher's one-input path
         self.differentiable = backward is not NOT_DIFFERENTIABLE
         from ..autograd.graph import node_class_for
