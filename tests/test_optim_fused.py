@@ -145,3 +145,41 @@ def test_fused_errors_match_torch():
     q.grad = jitorch.zeros(3, dtype=jitorch.int64)
     with pytest.raises(RuntimeError, match="floating point"):
         jitorch.optim.Adam([q], fused=True).step()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cls,kw", [ADAM_CASES[0], ADAM_CASES[2], ADAM_CASES[5], SGD_CASES[1], SGD_CASES[2]])
+def test_default_runs_the_fused_kernel_and_matches_torch_default(cls, kw, dtype, monkeypatch):
+    """fused=None on CPU float tensors takes the fused kernel (one pass per parameter): every parameter goes through
+    it, the result equals fused=True bit for bit, and matches torch's default (for-loop) update."""
+    calls = []
+    name = "fused_adam" if cls.startswith("Adam") else "fused_sgd"
+    module = importlib.import_module("jitorch.optim.adam" if cls.startswith("Adam") else "jitorch.optim.sgd")
+    original = getattr(module, name)
+
+    def counting(params, *args, **kwargs):
+        done = original(params, *args, **kwargs)
+        calls.append((len(params), done))
+        return done
+    monkeypatch.setattr(module, name, counting)
+    default, _ = _run(jitorch, cls, kw, dtype=dtype)
+    assert calls and all(n == len(SHAPES) and done for n, done in calls)
+    fused, _ = _run(jitorch, cls, dict(kw, fused=True), dtype=dtype)
+    ref, _ = _run(torch, cls, kw, dtype=dtype)
+    for a, b, c in zip(default, fused, ref):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, c, **TOL[dtype])
+
+
+def test_default_keeps_the_per_tensor_rule_outside_the_kernels_domain():
+    """Non-contiguous parameters (and differentiable=True) take the per-tensor rule, as before."""
+    base = jitorch.randn(6, 4)
+    p = base.t().detach().requires_grad_()
+    assert not p.is_contiguous()
+    opt = jitorch.optim.SGD([p], lr=0.1, momentum=0.9)
+    before = p.detach().clone()
+    for _ in range(2):
+        p.grad = jitorch.ones_like(p)
+        opt.step()
+    # buf = 1, then 0.9 + 1 = 1.9: p moves by 0.1 * (1 + 1.9)
+    np.testing.assert_allclose(p.detach().numpy(), before.numpy() - 0.29, rtol=1e-6, atol=1e-6)

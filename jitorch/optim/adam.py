@@ -40,7 +40,8 @@ class Adam(Optimizer):
             the count (default: False). Unlike PyTorch, CPU parameters may be capturable too.
         foreach (bool, optional): accepted for compatibility; the update is the same.
         fused (bool, optional): update each float32/float64 CPU parameter and its state in one pass of a generated
-            kernel (`jitorch.optim._fused`); other tensors take the unfused update.
+            kernel (`jitorch.optim._fused`); other tensors take the unfused update. The default (None) does the
+            same unless ``differentiable`` or ``capturable``: equal to torch's per-tensor update within rounding.
         differentiable (bool): record the update with autograd (default: False).
     """
 
@@ -158,7 +159,9 @@ def adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, for
     """
     if fused and differentiable:
         raise RuntimeError("Adam with fused=True does not support differentiable=True")
-    if fused and not capturing() and fused_adam(
+    # fused=None on plain CPU float tensors also takes the fused kernel (see `sgd`): one pass instead of about ten.
+    by_default = fused is None and not (differentiable or capturable) and grad_scale is None and found_inf is None
+    if (fused or by_default) and not capturing() and fused_adam(
             params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, amsgrad=amsgrad, beta1=beta1,
             beta2=beta2, lr=lr, weight_decay=weight_decay, eps=eps, maximize=maximize,
             decoupled_weight_decay=decoupled_weight_decay, grad_scale=grad_scale, found_inf=found_inf):

@@ -35,7 +35,8 @@ class SGD(Optimizer):
         maximize (bool): maximize the objective instead of minimizing it (default: False).
         foreach (bool, optional): accepted for compatibility; every variant computes the same update.
         fused (bool, optional): update each float32/float64 CPU parameter and its momentum buffer in one pass of a
-            generated kernel (`jitorch.optim._fused`); other tensors take the unfused update.
+            generated kernel (`jitorch.optim._fused`); other tensors take the unfused update. The default (None)
+            does the same unless ``differentiable``: the update equals torch's per-tensor one within rounding.
         differentiable (bool): record the update with autograd (default: False).
 
     The momentum buffer starts as the first gradient, then ``b = momentum * b + (1 - dampening) * g``.
@@ -107,7 +108,10 @@ def sgd(params, d_p_list, momentum_buffer_list, has_sparse_grad=False, foreach=N
     """
     if fused and differentiable:
         raise RuntimeError("`fused` does not support `differentiable`")
-    if fused and not differentiable and not capturing() and fused_sgd(
+    # fused=None on plain CPU float tensors also takes the fused kernel: the same update as the per-tensor rule (within
+    # rounding, as torch's for-loop and fused SGD differ) in one pass instead of four NumPy passes.
+    if (fused or (fused is None and grad_scale is None and found_inf is None)) and not differentiable \
+            and not capturing() and fused_sgd(
             params, d_p_list, momentum_buffer_list, weight_decay=weight_decay, momentum=momentum, lr=lr,
             dampening=dampening, nesterov=nesterov, maximize=maximize, grad_scale=grad_scale, found_inf=found_inf):
         return
