@@ -1,8 +1,9 @@
-"""Public matrix products (``matmul``, ``mm``, ``einsum``, ``tensordot``, ``cdist``, ...), their Tensor methods and
-the legacy ``torch.*`` spellings of decompositions (``torch.inverse``, ``torch.svd``, ...).
+"""Public matrix products (``matmul``, ``mm``, ``addmm``, ``tensordot``, ``kron``, ``cdist``, ...) and the Tensor
+methods of the whole family.
 
-Products are composites of the ``matmul`` and ``einsum`` rows of ``ops/linalg.py``; ``einsum`` normalizes the
-equation (ellipsis, implicit output, size-1 broadcasting, sublist form) before reaching its row.
+Products are composites of the ``matmul`` row of ``ops/linalg.py``. ``einsum`` (its equation normalized before its
+row) lives in ``_einsum.py``, the legacy ``torch.*`` spellings of decompositions (``torch.inverse``, ``torch.svd``,
+...) in ``_linalg_legacy.py``; both are re-exported here.
 
 >>> import jitorch
 >>> a, b = jitorch.ones(2, 3), jitorch.ones(3, 4)
@@ -12,8 +13,6 @@ equation (ellipsis, implicit output, size-1 broadcasting, sublist form) before r
 from __future__ import annotations
 
 import math
-import string
-from collections import Counter
 
 from . import _dtype
 from ._dispatch import apply, fast_binary
@@ -202,113 +201,6 @@ def _inplace_scaled(fn):
     return method
 
 
-# -- einsum --------------------------------------------------------------------------------------------------------
-def einsum(*args):
-    """Einstein summation: ``einsum("ij,jk->ik", a, b)``, ``einsum("ij,jk", [a, b])`` or the sublist form
-    ``einsum(a, [0, 1], b, [1, 2], [0, 2])``. Supports ``...``, implicit output and size-1 broadcasting."""
-    if not args:
-        raise RuntimeError("einsum(): must specify the equation string and at least one operand, or at least one "
-                           "operand and its subscripts list")
-    if isinstance(args[0], str):
-        operands = args[1:]
-        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
-            operands = operands[0]
-        return _einsum(args[0].replace(" ", ""), list(operands))
-    return _einsum(*_sublist_equation(args))
-
-
-def _sublist_equation(args):
-    def letters(sub):
-        out = ""
-        for s in sub:
-            if s is Ellipsis:
-                out += "..."
-            elif isinstance(s, int) and 0 <= s < 52:
-                out += string.ascii_letters[s]
-            else:
-                raise RuntimeError(f"einsum(): expected subscript to be within the range [0, 52), but got {s}")
-        return out
-
-    explicit = len(args) % 2 == 1  # a trailing sublist after the last operand is the output
-    body = args[:-1] if explicit else args
-    operands, terms = list(body[0::2]), [letters(s) for s in body[1::2]]
-    if explicit:
-        output = letters(args[-1])
-    else:  # implicit output: labels used once, ordered by their integer value (not by letter)
-        counts = Counter("".join(terms).replace(".", ""))
-        once = sorted((string.ascii_letters.index(c) for c, k in counts.items() if k == 1))
-        output = ("..." if any("..." in t for t in terms) else "") + "".join(string.ascii_letters[i] for i in once)
-    return ",".join(terms) + "->" + output, operands
-
-
-def _einsum(equation, operands):
-    _check_tensors("einsum", *operands)
-    lhs, arrow, rhs = equation.partition("->")
-    terms = lhs.split(",")
-    if len(terms) != len(operands):
-        more = "more" if len(operands) > len(terms) else "fewer"
-        raise RuntimeError(f"einsum(): {more} operands were provided than specified in the equation "
-                           f"({len(operands)} operands for {len(terms)} terms)")
-    for c in equation:
-        if not (c in string.ascii_letters or c in ",.->"):
-            raise RuntimeError("einsum(): invalid subscript given in the equation string, subscripts must be in "
-                               f"[a-zA-Z], got {c!r}")
-    ellipsis_dims = []
-    for i, (t, op) in enumerate(zip(terms, operands)):
-        named = len(t.replace("...", ""))
-        if "..." in t:
-            if t.count("...") > 1 or t.replace("...", "").count("."):
-                raise RuntimeError(f"einsum(): found more than one '...' (or a stray '.') in term {i}: {t!r}")
-            if named > op._data.ndim:
-                raise RuntimeError(f"einsum(): the number of subscripts in the equation ({named}) is more than the "
-                                   f"number of dimensions ({op._data.ndim}) for operand {i}")
-            ellipsis_dims.append(op._data.ndim - named)
-        else:
-            if named != op._data.ndim:
-                raise RuntimeError(f"einsum(): the number of subscripts in the equation ({named}) does not match the "
-                                   f"number of dimensions ({op._data.ndim}) for operand {i} and no ellipsis was given")
-            ellipsis_dims.append(0)
-    # Ellipsis dims become fresh letters, right-aligned across operands so they broadcast like NumPy's.
-    widest = max(ellipsis_dims, default=0)
-    fresh = "".join(c for c in string.ascii_letters if c not in equation)[:widest]
-    terms = [t.replace("...", fresh[widest - n:]) for t, n in zip(terms, ellipsis_dims)]
-    if arrow:
-        output = rhs.replace("...", fresh)
-        for c in set(output):
-            if output.count(c) > 1:
-                raise RuntimeError(f"einsum(): output subscript {c} appears more than once in the output")
-            if not any(c in t for t in terms):
-                raise RuntimeError(f"einsum(): output subscript {c} does not appear in the equation for any input "
-                                   "operand")
-    else:
-        counts = Counter("".join(terms))
-        output = fresh + "".join(sorted(c for c, k in counts.items() if k == 1 and c not in fresh))
-    sizes = _label_sizes(terms, operands)
-    expanded = []
-    for t, op in zip(terms, operands):
-        shape = tuple(sizes[c] for c in t)
-        expanded.append(op if shape == op._data.shape else op.expand(shape))
-    return apply(L.EINSUM, *expanded, equation=",".join(terms) + "->" + output)
-
-
-def _label_sizes(terms, operands):
-    sizes = {}
-    for i, (t, op) in enumerate(zip(terms, operands)):
-        local = {}
-        for c, n in zip(t, op._data.shape):
-            if local.get(c, n) != n:
-                raise RuntimeError(f"einsum(): subscript {c} is repeated for operand {i} but the sizes don't match, "
-                                   f"{local[c]} != {n}")
-            local[c] = n
-        for c, n in local.items():
-            seen = sizes.get(c, 1)
-            if n != 1 and seen != 1 and n != seen:
-                raise RuntimeError(f"einsum(): subscript {c} has size {n} for operand {i} which does not broadcast "
-                                   f"with previously seen size {seen}")
-            sizes[c] = n if n != 1 else seen
-    return sizes
-
-
 # -- other products ----------------------------------------------------------------------------------------------
 def tensordot(a, b, dims=2, out=None):
     """Contract ``dims`` (a count of trailing/leading dims, or two lists of dims) of ``a`` and ``b``."""
@@ -411,93 +303,10 @@ def chain_matmul(*matrices, out=None):
     return _write_out(multi_dot(list(matrices)), out)
 
 
-# -- legacy spellings of jitorch.linalg ----------------------------------------------------------------------------
-def inverse(input, *, out=None):
-    from .linalg import inv
-
-    return _write_out(inv(input), out)
-
-
-def det(input):
-    from .linalg import det as linalg_det
-
-    return linalg_det(input)
-
-
-def logdet(input):
-    """``log(det(A))``: NaN for a negative determinant, -inf for a singular matrix; complex ``log(det)`` for complex
-    input (the sign's phase as the imaginary part)."""
-    from .linalg import slogdet as linalg_slogdet
-
-    sign, logabs = linalg_slogdet(input)
-    if input.is_complex():
-        return sign.log() + logabs
-    return logabs.where(sign >= 0, float("nan"))
-
-
-def slogdet(input):
-    from . import return_types
-    from .linalg import slogdet as linalg_slogdet
-
-    return return_types.slogdet(*linalg_slogdet(input))
-
-
-def cholesky(input, upper=False, *, out=None):
-    from .linalg import cholesky as linalg_cholesky
-
-    return _write_out(linalg_cholesky(input, upper=upper), out)
-
-
-def cholesky_solve(B, L, upper=False, *, out=None):
-    """Solve ``A X = B`` given the Cholesky factor of ``A``."""
-    from .linalg import solve
-
-    if B.dim() < 2:
-        raise RuntimeError(f"b should have at least 2 dimensions, but has {B.dim()} dimensions instead")
-
-    factor = L.mH if upper else L
-    return _write_out(solve(matmul(factor, factor.mH), B), out)
-
-
-def cholesky_inverse(L, upper=False, *, out=None):
-    """``inv(A)`` given the Cholesky factor of ``A``."""
-    from .linalg import inv
-
-    factor = L.mH if upper else L
-    return _write_out(inv(matmul(factor, factor.mH)), out)
-
-
-def svd(input, some=True, compute_uv=True, *, out=None):
-    """Legacy SVD: returns ``(U, S, V)`` (V, not Vh); zero-filled U and V when ``compute_uv=False``."""
-    from . import linalg
-
-    if not compute_uv:
-        m, n = input._data.shape[-2:]
-        batch = input._data.shape[:-2]
-        return linalg.SVD_LEGACY(input.new_zeros(batch + (m, m)), linalg.svdvals(input),
-                                 input.new_zeros(batch + (n, n)))
-    u, s, vh = linalg.svd(input, full_matrices=not some)
-    return linalg.SVD_LEGACY(u, s, vh.mH)
-
-
-def qr(input, some=True, *, out=None):
-    from . import linalg
-
-    return linalg.QR_LEGACY(*linalg.qr(input, mode="reduced" if some else "complete"))
-
-
-@autocast_policy(cpu="fp32")
-def pinverse(input, rcond=1e-15):
-    from .linalg import pinv
-
-    return pinv(input, rtol=rcond)
-
-
-def matrix_power(input, n):
-    from .linalg import matrix_power as linalg_matrix_power
-
-    return linalg_matrix_power(input, n)
-
+from ._einsum import einsum  # noqa: E402 - split for size; re-exported here
+from ._linalg_legacy import (  # noqa: E402 - split for size; re-exported here
+    cholesky, cholesky_inverse, cholesky_solve, det, inverse, logdet, matrix_power, pinverse, qr, slogdet, svd,
+)
 
 _METHODS = {name: globals()[name] for name in __all__ if name not in ("einsum", "tensordot", "cdist", "chain_matmul",
                                                                      "cholesky_solve")}

@@ -1,4 +1,7 @@
-"""Public shape and view functions and their Tensor methods; all composites of ``ops/movement.py`` rows.
+"""Public shape and view functions, and the Tensor methods of the whole movement family; all composites of
+``ops/movement.py`` rows. The functions that make new memory (``cat``, ``flip``, ``clone``...) live in
+``_movement_copy.py``, the matrix-structure ones (``diag``, ``tril``...) in ``_movement_matrix.py``; both are
+re-exported here.
 
 >>> import jitorch
 >>> x = jitorch.arange(6).reshape(2, 3)
@@ -9,9 +12,7 @@ from __future__ import annotations
 
 import operator
 
-from . import _memory_format as MF
-from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
-from ._dtype import checked_scalar
+from ._dispatch import apply
 from ._shape import infer_shape, normalize_shape, sizes_or_keyword, view_strides, wrap_dim, wrap_dims
 from ._tensor import Tensor
 from .autograd.graph import named
@@ -228,139 +229,8 @@ def movedim(input, source, destination):
 moveaxis = movedim
 
 
-def flip(input, *order, dims=None):
-    dims = normalize_shape(sizes_or_keyword(order, dims, "flip", "dims"), "flip")
-    return apply(M.FLIP, input, dims=wrap_dims(dims, input._data.ndim, "flip"))
-
-
-def fliplr(input):
-    return flip(input, 1)
-
-
-def flipud(input):
-    return flip(input, 0)
-
-
-def roll(input, shifts, dims=None):
-    if dims is None:
-        return roll(input.flatten(), shifts, 0).view(input.shape)
-    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
-    dims = (dims,) if isinstance(dims, int) else tuple(dims)
-    out = input
-    for s, d in zip(shifts, dims):
-        n = out._data.shape[wrap_dim(d, out._data.ndim, "roll")]
-        if n == 0:
-            continue
-        s %= n
-        if s:
-            out = cat([narrow(out, d, n - s, s), narrow(out, d, 0, n - s)], d)
-    return out if out is not input else clone(input)
-
-
-def rot90(input, k=1, dims=(0, 1)):
-    k %= 4
-    d0, d1 = dims
-    if k == 1:
-        return flip(input, d1).transpose(d0, d1)
-    if k == 2:
-        return flip(input, d0, d1)
-    if k == 3:
-        return flip(input, d0).transpose(d0, d1)
-    return clone(input)
-
-
-def cat(tensors, dim=0, *, out=None):
-    tensors = list(tensors)
-    if not tensors:
-        raise ValueError("cat(): expected a non-empty list of Tensors")
-    for i, t in enumerate(tensors):
-        if t._data.ndim == 0:
-            raise RuntimeError(f"cat(): zero-dimensional tensor (at position {i}) cannot be concatenated; use "
-                               "torch.stack, or reshape it to (1,) first")
-    # PyTorch skips legacy 1-D empty tensors, whatever the other shapes.
-    kept = [t for t in tensors if not (t._data.ndim == 1 and t._data.shape[0] == 0)] or tensors[:1]
-    ref = kept[0]
-    d = wrap_dim(dim, ref._data.ndim, "cat")
-    for i, t in enumerate(kept):
-        if t._data.ndim != ref._data.ndim:
-            raise RuntimeError(f"cat(): Tensors must have same number of dimensions: got {ref._data.ndim} and "
-                               f"{t._data.ndim}")
-        for ax, (a, b) in enumerate(zip(ref._data.shape, t._data.shape)):
-            if ax != d and a != b:
-                raise RuntimeError(f"cat(): Sizes of tensors must match except in dimension {d}. Expected size {a} but "
-                                   f"got size {b} for tensor number {i} in the list.")
-    result = apply(M.CAT, *kept, dim=d)
-    if out is not None:
-        from ._pointwise import _write_out
-
-        if result.dtype.category > out.dtype.category:  # torch's cat says so with a TypeError of its own
-            raise TypeError(f"cat(): input types can't be cast to the desired output type "
-                            f"{TORCH_TYPE_NAMES[out.dtype.name]}; pass an out tensor of dtype {result.dtype}")
-        return _write_out(result, out, "cat")
-    return result
-
-
-concat = concatenate = cat
-
-
-def stack(tensors, dim=0, *, out=None):
-    tensors = list(tensors)
-    if not tensors:
-        raise RuntimeError("stack expects a non-empty TensorList")
-    shape = tensors[0]._data.shape
-    for i, x in enumerate(tensors):
-        if x._data.shape != shape:
-            raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(shape)} at entry 0 and "
-                               f"{list(x.shape)} at entry {i}")
-    d = wrap_dim(dim, len(shape) + 1, "stack")
-    return named(cat([unsqueeze(x, d) for x in tensors], d, out=out), "StackBackward0")
-
-
-def atleast_1d(*tensors):
-    out = [x.reshape(1) if x._data.ndim == 0 else x for x in _flat(tensors)]
-    return out[0] if len(out) == 1 else tuple(out)
-
-
-def atleast_2d(*tensors):
-    out = [x.reshape(1, -1) if x._data.ndim < 2 else x for x in _flat(tensors)]
-    return out[0] if len(out) == 1 else tuple(out)
-
-
-def atleast_3d(*tensors):
-    out = []
-    for x in _flat(tensors):
-        if x._data.ndim == 0:
-            x = x.reshape(1, 1, 1)
-        elif x._data.ndim == 1:
-            x = x.reshape(1, -1, 1)
-        elif x._data.ndim == 2:
-            x = x.unsqueeze(-1)
-        out.append(x)
-    return out[0] if len(out) == 1 else tuple(out)
-
-
 def _flat(tensors):
     return list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
-
-
-def hstack(tensors):
-    tensors = atleast_1d(*tensors)
-    tensors = [tensors] if isinstance(tensors, Tensor) else tensors
-    return cat(tensors, 0 if tensors[0]._data.ndim == 1 else 1)
-
-
-def vstack(tensors):
-    t2 = atleast_2d(*tensors)
-    return cat([t2] if isinstance(t2, Tensor) else t2, 0)
-
-
-def dstack(tensors):
-    t3 = atleast_3d(*tensors)
-    return cat([t3] if isinstance(t3, Tensor) else t3, 2)
-
-
-def column_stack(tensors):
-    return hstack([x.reshape(-1, 1) if x._data.ndim <= 1 else x for x in tensors])
 
 
 def expand(self, *sizes, size=None):
@@ -413,58 +283,6 @@ def as_strided(input, size, stride, storage_offset=None):
     return apply(M.AS_STRIDED, input, size=tuple(size), stride=tuple(stride), offset=rel, in_stride=input.stride())
 
 
-def nonzero(input, *, as_tuple=False):
-    idx = apply(M.NONZERO, input)
-    if as_tuple:
-        # a 0-d input acts as a one-element vector: one index 0 when its value is nonzero, none otherwise
-        return tuple(idx.unbind(1)) if input._data.ndim else (idx.new_zeros(idx.shape[0]),)
-    return idx
-
-
-def argwhere(input):
-    return nonzero(input)
-
-
-def clone(input, *, memory_format=None):
-    """A copy; ``preserve_format`` (the default) keeps the input's strides when it is dense, as PyTorch."""
-    if memory_format is None or memory_format is MF.preserve_format:
-        return apply(M.CLONE, input)
-    MF.check_rank(memory_format, input._data.ndim)
-    return apply(M.CONTIGUOUS, input, fmt=None if memory_format is MF.contiguous_format else memory_format)
-
-
-def _contiguous(self, memory_format=None):
-    """``self`` if it is contiguous in ``memory_format`` (default: row-major), else a copy laid out so."""
-    if memory_format is None or memory_format is MF.contiguous_format:
-        return self if self._data.flags.c_contiguous else apply(M.CONTIGUOUS, self)
-    if memory_format is MF.preserve_format:
-        raise RuntimeError("preserve memory format is unsupported by the contiguous operator")
-    MF.check_rank(memory_format, self._data.ndim)
-    return self if MF.is_contiguous_as(self._data, memory_format) else apply(M.CONTIGUOUS, self, fmt=memory_format)
-
-
-def tile(input, *order, dims=None):
-    dims = normalize_shape(sizes_or_keyword(order, dims, "tile", "dims"), "tile")
-    if len(dims) < input._data.ndim:
-        dims = (1,) * (input._data.ndim - len(dims)) + dims
-    return _repeat(input, *dims)
-
-
-def _repeat(self, *sizes, repeats=None):
-    sizes = normalize_shape(sizes_or_keyword(sizes, repeats, "repeat", "repeats"), "repeat")
-    if len(sizes) < self._data.ndim:
-        raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor")
-    x = self.reshape((1,) * (len(sizes) - self._data.ndim) + self._data.shape)
-    # Interleave a broadcast axis before each dim, then merge: one expand and one copy.
-    shape = x._data.shape
-    expanded_shape, unsq = [], []
-    for s, r in zip(shape, sizes):
-        unsq += [1, s]
-        expanded_shape += [r, s]
-    out = x.reshape(unsq).expand(expanded_shape)
-    return out.reshape(tuple(s * r for s, r in zip(shape, sizes)))
-
-
 def _unfold(self, dimension, size, step):
     """All windows of ``size`` elements with stride ``step`` along ``dimension``, as a new last dim (a view)."""
     nd = self._data.ndim
@@ -479,31 +297,10 @@ def _unfold(self, dimension, size, step):
     return apply(M.UNFOLD, self, dimension=d, size=size, step=step)
 
 
-def _copy_(self, src, non_blocking=False):
-    if isinstance(src, (bool, int, float)):  # PyTorch copies a number like a 0-d tensor: a fill
-        return _fill_(self, src)
-    if not isinstance(src, Tensor):
-        raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
-    if src.device != self.device:
-        src = src.to(self.device)
-    return apply_inplace(M.COPY, self, src, cast_check=False)
-
-
-def _fill_(self, value):
-    if isinstance(value, Tensor) and value._data.ndim:
-        raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value._data.ndim} "
-                           "dimensions.")
-    if isinstance(value, Tensor) and not value._requires_grad:
-        value = value.item()
-    if not isinstance(value, Tensor):
-        value = checked_scalar(value, self.dtype)
-    return apply_inplace(M.FILL, self, value, cast_check=False)
-
-
-def _zero_(self):
-    return apply_inplace(M.FILL, self, 0, cast_check=False)
-
-
+from ._movement_copy import (  # noqa: E402 - split for size; re-exported here
+    _contiguous, _copy_, _fill_, _repeat, _zero_, argwhere, atleast_1d, atleast_2d, atleast_3d, cat, clone,
+    column_stack, concat, concatenate, dstack, flip, fliplr, flipud, hstack, nonzero, roll, rot90, stack, tile, vstack,
+)
 from ._movement_matrix import (  # noqa: E402 - split for size; re-exported here
     _diagonal_scatter, _slice_scatter_2d, block_diag, cartesian_prod, diag, diag_embed, diagonal, meshgrid, tril, triu,
 )

@@ -1,7 +1,7 @@
 """``jitorch.linalg``: norms, solvers and decompositions, as ``torch.linalg``.
 
-Factorizations are rows of ``ops/linalg.py`` (LAPACK through ``xp.linalg``, with matrix-calculus backwards); the rest
-(``matrix_norm``, ``pinv``'s tolerances, ``lstsq``, ``matrix_power``, ``multi_dot``, ...) are composites.
+Factorizations are rows of ``ops/linalg_lapack.py`` (LAPACK through ``xp.linalg``, with matrix-calculus backwards); the
+rest (``matrix_norm``, ``pinv``'s tolerances, ``lstsq``, ``matrix_power``, ``multi_dot``, ...) are composites.
 
 >>> import jitorch
 >>> a = jitorch.tensor([[4.0, 2.0], [2.0, 3.0]])

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .linalg import _h, _lapack
+from .linalg import _h
+from .linalg_lapack import _lapack
 from .table import Opaque, defop
 
 
@@ -146,7 +147,7 @@ def _eig_backward(ctx, g_values, g_vectors):
     vh = _h(vectors)
     lconj = values.conj()
     gap = lconj.unsqueeze(-2) - lconj.unsqueeze(-1)
-    from .linalg import _eye_mask
+    from .linalg_lapack import _eye_mask
 
     eye = _eye_mask(values.shape[-1], values.real)
     inner = g_values.diag_embed()

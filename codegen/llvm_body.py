@@ -1,0 +1,183 @@
+"""Kernel-body emission for `llvm_emit`: the values at one point of the iteration space (loads, constants, casts,
+comparisons, arithmetic and the `llvm_math`/`llvm_trig` functions), and what becomes of them: a store, an
+accumulation into a reduction's slot, or an index reduction's (best, flat index) update.
+
+A load or store at index ``(i_0, ..., i_n)`` addresses ``offset + sum(i_d * stride_d)`` of its buffer (zero strides
+drop out); booleans are ``i1`` values and ``i8`` in memory. `BodyEmitter` is the base of `llvm_emit`'s emitter, which
+owns the loops around these bodies and sets the attributes it reads (``k``, ``b``, ``nouter``, ``accs``,
+``acc_values``, ``trig_small``).
+
+>>> from jitorch.codegen.codeblock import LLVMBuilder
+>>> b = LLVMBuilder()
+>>> _cast(b, "%x", "f32", "i64"), _float_op(b, "mul", ["%x", "%y"], "float")
+('%t0', '%t1')
+>>> print(b)
+  %t0 = fptosi float %x to i64
+  %t1 = fmul float %x, %y
+"""
+from __future__ import annotations
+
+from . import llvm_math, llvm_trig
+from .codeblock import LLVM_TYPES, llvm_const
+from .ir import ARG_REDUCTIONS, FLOATS
+from .ir_params import Sym
+
+_MEM_TYPES = dict(LLVM_TYPES, bool="i8")
+_FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
+_ICMP = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
+
+
+class BodyEmitter:
+    """The per-point half of a kernel emitter: evaluates expression DAGs into LLVM values and stores or accumulates
+    them (subclassed by `llvm_emit`'s emitter, which provides the loops and the reduction slots)."""
+
+    def _accumulate(self, store, slot, value, flags="reassoc ", ty=None):
+        b, dt = self.b, store.value.dtype
+        ty = ty or LLVM_TYPES[dt]
+        old = b.emit(f"load {ty}, ptr {slot}")
+        if dt in FLOATS:
+            if store.reduce in ("sum", "prod"):
+                new = b.emit(f"{'fadd' if store.reduce == 'sum' else 'fmul'} {flags}{ty} {old}, {value}")
+            else:
+                name = {"max": "llvm.maximum", "min": "llvm.minimum", "maxnum": "llvm.maxnum"}[store.reduce]
+                new = b.intrinsic(name, ty, old, value)
+        elif dt == "bool":
+            new = b.emit(f"{'or' if store.reduce in ('sum', 'max', 'maxnum') else 'and'} i1 {old}, {value}")
+        else:
+            opcode = {"sum": "add", "prod": "mul"}.get(store.reduce)
+            new = b.emit(f"{opcode} {ty} {old}, {value}") if opcode else \
+                b.intrinsic(f"llvm.s{store.reduce[:3]}", ty, old, value)
+        b.line(f"store {ty} {new}, ptr {slot}")
+
+    def _arg_update(self, store, slots, value, idx):
+        """best, index := value, flat index where ``value`` beats best (strictly: the first extreme wins; a nan
+        beats any number and no later value beats a nan)."""
+        b, dt = self.b, store.value.dtype
+        ty = LLVM_TYPES[dt]
+        best = b.emit(f"load {ty}, ptr {slots[0]}")
+        sign = "gt" if store.reduce == "argmax" else "lt"
+        if dt in FLOATS:
+            beats = b.emit(f"fcmp o{sign} {ty} {value}, {best}")
+            nan_first = b.emit(f"and i1 {b.emit(f'fcmp uno {ty} {value}, 0.0')}, "
+                               f"{b.emit(f'fcmp ord {ty} {best}, 0.0')}")
+            beats = b.emit(f"or i1 {beats}, {nan_first}")
+        else:
+            beats = b.emit(f"icmp {'u' if dt == 'bool' else 's'}{sign} {ty} {value}, {best}")
+        flat = "0"
+        for d in range(self.nouter, len(self.k.shape)):
+            scaled = flat if flat == "0" else b.emit(f"mul nsw i64 {flat}, {self.k.shape[d]}")
+            flat = idx[d] if scaled == "0" else b.emit(f"add nsw i64 {scaled}, {idx[d]}")
+        old = b.emit(f"load i64, ptr {slots[1]}")
+        b.line(f"store {ty} {b.emit(f'select i1 {beats}, {ty} {value}, {ty} {best}')}, ptr {slots[0]}")
+        b.line(f"store i64 {b.emit(f'select i1 {beats}, i64 {flat}, i64 {old}')}, ptr {slots[1]}")
+
+    def _address(self, buf, idx):
+        b, buffer = self.b, self.k.buffers[buf]
+        terms = [(i, s) for i, s in zip(idx, buffer.strides) if s]
+        offset = str(buffer.offset)
+        for i, s in terms:
+            term = i if s == 1 else b.emit(f"mul nsw i64 {i}, {s}")
+            offset = term if offset == "0" else b.emit(f"add nsw i64 {offset}, {term}")
+        return b.emit(f"getelementptr {_MEM_TYPES[buffer.dtype]}, ptr %buf{buf}, i64 {offset}")
+
+    def _store(self, buf, idx, value, dtype):
+        if dtype == "bool":
+            value = self.b.emit(f"zext i1 {value} to i8")
+        self.b.line(f"store {_MEM_TYPES[dtype]} {value}, ptr {self._address(buf, idx)}")
+
+    def _point(self, idx, stores=None, blocked=False):
+        """The innermost body: evaluate the DAG of ``stores`` ((index, Store) pairs) once, then store or accumulate."""
+        if stores is None:
+            stores = list(enumerate(self.k.stores))
+        values = {}
+        for e in self.k.nodes([s for _, s in stores]):
+            values[e] = self.acc_values[e.value] if e.op == "acc" else \
+                self._expr(e, [values[a] for a in e.args], idx)
+        for j, s in stores:
+            if s.reduce in ARG_REDUCTIONS:
+                self._arg_update(s, self.accs[j], values[s.value], idx)
+            elif s.reduce:
+                self._accumulate(s, self.accs[j][1 if blocked else 0], values[s.value])
+            else:
+                self._store(s.buffer, idx, values[s.value], s.value.dtype)
+
+    def _expr(self, e, args, idx):
+        b, ty, dt = self.b, LLVM_TYPES[e.dtype], e.dtype
+        if e.op == "load":
+            v = b.emit(f"load {_MEM_TYPES[dt]}, ptr {self._address(e.value, idx)}")
+            return b.emit(f"icmp ne i8 {v}, 0") if dt == "bool" else v
+        if e.op == "const":
+            return str(e.value) if isinstance(e.value, Sym) else llvm_const(e.value, ty)
+        if e.op == "cast":
+            return _cast(b, args[0], e.args[0].dtype, dt)
+        if e.op == "where":
+            return b.emit(f"select i1 {args[0]}, {ty} {args[1]}, {ty} {args[2]}")
+        src = e.args[0].dtype
+        sty = LLVM_TYPES[src]
+        if e.op in _FCMP:
+            if src in FLOATS:
+                return b.emit(f"fcmp {_FCMP[e.op]} {sty} {args[0]}, {args[1]}")
+            # bool is i1: compared signed, true would be -1 < false; NumPy orders False < True.
+            pred = _ICMP[e.op].replace("s", "u", 1) if src == "bool" and e.op not in ("eq", "ne") else _ICMP[e.op]
+            return b.emit(f"icmp {pred} {sty} {args[0]}, {args[1]}")
+        if dt in FLOATS and e.op in ("sin", "cos") and self.trig_small:
+            return (llvm_trig.sin if e.op == "sin" else llvm_trig.cos)(b, args[0], ty, small=True)
+        if dt in FLOATS:
+            return _float_op(b, e.op, args, ty)
+        return _int_op(b, e.op, args, ty)
+
+
+
+
+def _float_op(b, name, args, ty):
+    simple = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
+    if name in simple:
+        return b.emit(f"{simple[name]} {ty} {args[0]}, {args[1]}")
+    if name == "neg":
+        return b.emit(f"fneg {ty} {args[0]}")
+    intrinsics = {"abs": "llvm.fabs", "sqrt": "llvm.sqrt", "max": "llvm.maximum", "min": "llvm.minimum"}
+    if name in intrinsics:
+        return b.intrinsic(intrinsics[name], ty, *args)
+    if name == "rsqrt":
+        return b.emit(f"fdiv {ty} {llvm_const(1, ty)}, {b.intrinsic('llvm.sqrt', ty, args[0])}")
+    if name == "pow":
+        return llvm_math.pow(b, args[0], args[1], ty)
+    return llvm_math.FUNCTIONS[name](b, args[0], ty)
+
+
+def _int_op(b, name, args, ty):
+    if ty == "i1":
+        logical = {"and": "and", "or": "or", "max": "or", "min": "and", "add": "or", "mul": "and"}
+        if name == "not":
+            return b.emit(f"xor i1 {args[0]}, true")
+        if name not in logical:
+            raise NotImplementedError(f"llvm backend: {name} on bool")
+        return b.emit(f"{logical[name]} i1 {args[0]}, {args[1]}")
+    simple = {"add": "add", "sub": "sub", "mul": "mul"}
+    if name in simple:
+        return b.emit(f"{simple[name]} {ty} {args[0]}, {args[1]}")
+    if name == "neg":
+        return b.emit(f"sub {ty} 0, {args[0]}")
+    if name == "abs":
+        return b.intrinsic("llvm.abs", ty, args[0], "false", arg_types=[ty, "i1"])
+    if name in ("max", "min"):
+        return b.intrinsic(f"llvm.s{name}", ty, *args)
+    raise NotImplementedError(f"llvm backend: {name} on {ty}")
+
+
+def _cast(b, value, src, dst):
+    """Conversions with C semantics (float -> int truncates; anything -> bool is ``!= 0``)."""
+    s, d = LLVM_TYPES[src], LLVM_TYPES[dst]
+    if src == dst:
+        return value
+    if dst == "bool":
+        return b.emit(f"fcmp une {s} {value}, 0.0" if src in FLOATS else f"icmp ne {s} {value}, 0")
+    if src == "bool":
+        return b.emit(f"{'uitofp' if dst in FLOATS else 'zext'} i1 {value} to {d}")
+    if src in FLOATS and dst in FLOATS:
+        return b.emit(f"{'fpext' if src == 'f32' else 'fptrunc'} {s} {value} to {d}")
+    if src in FLOATS:
+        return b.emit(f"fptosi {s} {value} to {d}")
+    if dst in FLOATS:
+        return b.emit(f"sitofp {s} {value} to {d}")
+    return b.emit(f"{'sext' if src == 'i32' else 'trunc'} {s} {value} to {d}")
