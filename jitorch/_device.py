@@ -6,9 +6,13 @@ device(type='cuda', index=1)
 """
 from __future__ import annotations
 
+import re
+
 from .runtime import array_module_for
 
 __all__ = ["device", "set_default_device", "get_default_device"]
+
+_DEVICE_STRING = re.compile(r"([a-zA-Z_]+)(?::([1-9]\d*|0))?$")
 
 
 class device:
@@ -27,12 +31,15 @@ class device:
         if isinstance(type_or_str, int):
             kind, idx = "cuda", type_or_str
         else:
-            kind, _, idx_text = str(type_or_str).partition(":")
+            text = str(type_or_str)
+            match = _DEVICE_STRING.match(text)
+            if match is None:  # c10::Device's grammar: letters, then optionally ':' and an index without sign or 0s
+                raise RuntimeError("Device string must not be empty" if not text else
+                                   f"Invalid device string: '{text}'")
+            kind, idx_text = match.groups()
             idx = int(idx_text) if idx_text else index
         if kind not in ("cpu", "cuda", "meta"):
-            raise RuntimeError(
-                f"Expected one of cpu, cuda, meta device type at start of device string: {type_or_str}"
-            )
+            raise RuntimeError(f"Expected one of cpu, cuda, meta device type at start of device string: {kind}")
         self = object.__new__(cls)
         object.__setattr__(self, "type", kind)
         object.__setattr__(self, "index", idx)

@@ -12,6 +12,7 @@ tensor([1.])
 from __future__ import annotations
 
 import math
+from builtins import abs as _abs
 
 from . import _dtype
 from ._pointwise import (_require_float, _write_out, abs, exp, exp2, isfinite, isinf, log1p, maximum, sqrt,
@@ -42,6 +43,18 @@ def lerp(input, end, weight, *, out=None):
             raise RuntimeError(f"lerp: expected dtype {input.dtype} for `{name}` (the dtype of input) but got dtype "
                                f"{t.dtype}; convert it with .to(input.dtype)")
     dt = input.dtype
+    if tensor_weight and weight.is_complex() and not input.is_complex():
+        # A 0-d complex weight promotes the result as result_type does (float32 input: complex64), and the inputs
+        # are computed in that dtype; a half input would need ComplexHalf, which lerp's kernel does not have.
+        dt = _dtype.result_type(input, weight)
+        if input.dtype is _dtype.float16:
+            raise NotImplementedError('"lerp_kernel_tensor" not implemented for \'ComplexHalf\'')
+        input, end = input.to(dt), end.to(dt)
+    elif isinstance(weight, complex):
+        if not input.is_complex():
+            if weight.imag != 0:  # torch converts the Scalar to the input's real dtype first
+                raise RuntimeError("value cannot be converted to type float without overflow")
+            weight = weight.real
     if dt in (_dtype.float16, _dtype.bfloat16):  # torch computes halves in float32 and rounds once
         input, end = input.float(), end.float() if isinstance(end, Tensor) else end
         weight = weight.float() if tensor_weight else weight
@@ -51,7 +64,7 @@ def lerp(input, end, weight, *, out=None):
         small = abs(weight) < 0.5
         base, coef = where(small, input, end), where(small, weight, weight - 1)
     else:
-        small = -0.5 < weight < 0.5
+        small = -0.5 < weight < 0.5 if not isinstance(weight, complex) else _abs(weight) < 0.5
         base, coef = (input, weight) if small else (end, input.new_full((), weight) - 1)
     return _write_out((base + coef * (end - input)).to(dt), out, "lerp")
 

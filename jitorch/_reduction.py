@@ -48,10 +48,12 @@ def sum(input, dim=None, keepdim=False, *, dtype=None):
 
 
 def nansum(input, dim=None, keepdim=False, *, dtype=None):
+    if input.is_complex():
+        raise RuntimeError("nansum on CPU does not support complex inputs")
     if not input.is_floating_point():  # integers hold no NaN: a plain sum (int64 for integer inputs)
         return sum(input, dim, keepdim, dtype=dtype)
-    return sum(input.nan_to_num(0.0, float("inf"), float("-inf")).where(~input.isnan(), 0.0), dim, keepdim,
-               dtype=dtype)
+    dt = _sum_dtype(input, dtype)
+    return apply(R.NANSUM, input, dims=_dims(input, dim, "nansum"), keepdim=keepdim, dtype=dt.np)
 
 
 def mean(input, dim=None, keepdim=False, *, dtype=None):

@@ -94,7 +94,10 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
 
 def kthvalue(input, k, dim=-1, keepdim=False):
     """The ``k``-th smallest element (1-based) along ``dim`` and its index."""
-    n = input._data.shape[wrap_dim(dim, input._data.ndim, "kthvalue")] if input._data.ndim else 1
+    d = wrap_dim(dim, input._data.ndim, "kthvalue")
+    n = input._data.shape[d] if input._data.ndim else 1
+    if n == 0:
+        raise IndexError(f"kthvalue(): Expected reduction dim {d} to have non-zero size.")
     if not 1 <= k <= n:
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {dim} (k = {k}, size = {n})")
     return _select(input, S.KTHVALUE_INDICES, return_types.kthvalue, dim, keepdim, "kthvalue", k=int(k))
@@ -104,7 +107,12 @@ def _global_median(input, ignore_nan):
     """Median of all elements; ties (and NaNs) share the gradient evenly, as PyTorch's global median does."""
     flat = input.reshape(-1)
     if flat._data.size == 0:
-        return flat.sum() * float("nan")
+        if input.dtype.category >= _dtype.FLOAT:
+            return flat.sum() * float("nan")
+        # ATen fills the result with NaN converted to the input's dtype: x86's conversion gives the lowest int32 and
+        # int64 (narrower types take the low bits of the int32: 0), and True for bool.
+        fill = {"int32": -2**31, "int64": -2**63, "bool": True}.get(input.dtype.name, 0)
+        return input.new_full((), fill)
     index = apply(S.MEDIAN_INDICES, flat, dim=0, ignore_nan=ignore_nan)
     value = _gather(flat, index, 0).reshape(()).detach()
     if not input._requires_grad:
@@ -200,7 +208,20 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
         raise RuntimeError(f"torch.searchsorted(): boundaries tensor should be 1 dimension or the first N-1 "
                            f"dimensions of boundaries tensor and input value tensor must match, but we got "
                            f"boundaries tensor {list(seq.shape)} and input value tensor {list(values.shape)}")
+    for t in (seq, values):
+        if t.dtype is _dtype.bool or t.is_complex():
+            raise NotImplementedError(f"\"searchsorted_out_cpu\" not implemented for "
+                                      f"'{TORCH_TYPE_NAMES[t.dtype.name]}'")
     if sorter is not None:
+        if sorter.dtype is not _dtype.int64:
+            raise RuntimeError(f"torch.searchsorted(): sorter must be a tensor of long dtype but got dtype "
+                               f"{TORCH_TYPE_NAMES[sorter.dtype.name]}")
+        if sorter.shape != seq.shape:
+            # (torch's message has no space before "and")
+            raise RuntimeError(f"torch.searchsorted(): boundary and sorter must have the same size, but got boundary "
+                               f"tensor {list(seq.shape)}and got sorter tensor {list(sorter.shape)}")
+        if sorter._data.size and (int(sorter.min()) < 0 or int(sorter.max()) >= seq._data.shape[-1]):
+            raise RuntimeError("torch.searchsorted(): sorter index out of range")
         seq = _gather(seq, sorter, seq._data.ndim - 1)
     out_dtype = _dtype.int32.np if out_int32 else _dtype.int64.np
     return apply(S.SEARCHSORTED, seq.detach(), values.detach(), side="right" if right else "left",
@@ -267,6 +288,8 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
             raise RuntimeError("Unsupported input type encountered for isin(): Bool")
     common = _dtype.promote_types(elements.dtype, test_elements.dtype)
     values = sort(test_elements.reshape(-1).to(common)).values
+    if values.is_floating_point():  # NaN matches nothing; dropped, so searchsorted sees no NaN boundary
+        values = values[:int((~values.isnan()).sum())]
     x = elements.to(common)
     if values._data.size == 0:
         found = x.new_zeros(x.shape, dtype=_dtype.bool)

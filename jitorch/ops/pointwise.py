@@ -497,10 +497,24 @@ WHERE = defop("where", _where_kernel, _where_backward, Pointwise("{0} ? {1} : {2
               saves="inputs", meta=True, masks=True)
 
 
+def _reject_bool_clamp(a, lo, hi):
+    # ATen picks the kernel by overload: a Python bound takes the Scalar kernels, none of which has a bool version;
+    # one tensor bound alone is maximum/minimum (bool is fine); two tensor bounds take clamp_cpu (no bool).
+    # Bounds reach the kernel as Python scalars or arrays, so the overload torch chose is still visible here.
+    if lo is None or hi is None:
+        bound = hi if lo is None else lo
+        if not hasattr(bound, "dtype"):
+            raise _not_implemented("clamp_max_scalar_cpu" if lo is None else "clamp_min_scalar_cpu", a)
+        return
+    scalar = not hasattr(lo, "dtype") or not hasattr(hi, "dtype")
+    raise _not_implemented("clamp_scalar_cpu" if scalar else "clamp_cpu", a)
+
+
 def _clamp_kernel(xp, a, lo, hi):
     if lo is None and hi is None:
-        raise RuntimeError("clamp: At least one of 'min' or 'max' must not be None")
-    _reject_bool("clamp_cpu", a)
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    if a.dtype == np.bool_:
+        _reject_bool_clamp(a, lo, hi)
     out = a
     if lo is not None:
         out = xp.maximum(out, lo)

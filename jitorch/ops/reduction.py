@@ -13,7 +13,7 @@ import ml_dtypes as _ml_dtypes
 import numpy as np
 
 from ..runtime import is_cupy
-from .table import NOT_DIFFERENTIABLE, Reduction, defop as _defop
+from .table import NOT_DIFFERENTIABLE, Opaque, Reduction, defop as _defop
 
 _HALF = {np.dtype(np.float16), np.dtype(_ml_dtypes.bfloat16)}
 
@@ -54,6 +54,23 @@ def _sum_backward(ctx, g):
 
 
 SUM = defop("sum", _sum_kernel, _sum_backward, Reduction("sum"), meta=True)
+
+
+def _nansum_kernel(xp, a, dims, keepdim, dtype):
+    if a.dtype in _HALF and dtype == a.dtype:
+        return xp.nansum(a, axis=dims, keepdims=keepdim, dtype=np.float32).astype(dtype)
+    return xp.nansum(a, axis=dims, keepdims=keepdim, dtype=dtype)
+
+
+def _nansum_backward(ctx, g):
+    # ATen's nansum_backward multiplies by the not-NaN mask rather than selecting: a non-finite upstream gradient
+    # (nanmean's 1/0 over an all-NaN slice) gives NaN at the NaN positions, not 0.
+    (x,) = ctx.inputs
+    return _keep(g, x.shape, ctx.attrs["dims"], ctx.attrs["keepdim"]).expand(x.shape) * ~x.isnan()
+
+
+# Opaque to the fusers: their sum reductions would propagate the NaNs this row skips.
+NANSUM = defop("nansum", _nansum_kernel, _nansum_backward, Opaque("nansum"), saves="inputs", meta=True)
 
 
 def _prod_kernel(xp, a, dims, keepdim, dtype):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import accumulate, scatter_add
+from .sorting_ties import _Std, replay_kthvalue, replay_mode, replay_topk
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 _HALF = {"float16", "bfloat16"}
@@ -113,14 +114,48 @@ def _argsort_kernel(xp, a, dim, descending):
     return stable_argsort(xp, a, dim, descending)
 
 
+def _nan_equal(xp, a, b):
+    return (a == b) | (_isnan(xp, a) & _isnan(xp, b))
+
+
+# The replay runs in Python (some microseconds per comparison): longer slices keep the vectorized answer, whose ties
+# resolve to the first occurrence in the input.
+REPLAY_MAX = 1024
+
+
+def _replay_tied(xp, a, dim, fast, tied, replay):
+    """``fast`` (indices along ``dim``) with the slices flagged in ``tied`` (``a``'s shape less ``dim``) recomputed by
+    ``replay(values) -> indices``: PyTorch's CPU algorithm, whose choice among equal values users see. CUDA arrays
+    keep the vectorized answer (torch's CUDA kernels choose differently from its CPU ones anyway), as do slices longer
+    than ``REPLAY_MAX``."""
+    if xp is not np or a.shape[dim] > REPLAY_MAX or not tied.any():
+        return fast
+    values = np.moveaxis(a, dim, -1)
+    if values.dtype.kind == "f" or values.dtype.name == "bfloat16":
+        values = values.astype(np.float64)
+    out = np.moveaxis(fast, dim, -1).copy()
+    for pos in np.argwhere(tied):  # (argwhere, unlike nonzero, takes the 0-d flag of a 1-d input)
+        pos = tuple(pos)
+        out[pos] = replay(values[pos].tolist())
+    return np.moveaxis(out, -1, dim)
+
+
 def _topk_kernel(xp, a, k, dim, largest):
     order = stable_argsort(xp, a, dim, descending=largest)
-    return xp.take(order, xp.arange(k), axis=dim)
+    fast = xp.take(order, xp.arange(k), axis=dim)
+    # The order among the first k, and which tied element makes the cut, are the algorithm's: replayed where the
+    # first k + 1 sorted values hold two equal neighbours.
+    head = xp.take_along_axis(a, xp.take(order, xp.arange(min(k + 1, a.shape[dim])), axis=dim), axis=dim)
+    n = head.shape[dim]
+    tied = _nan_equal(xp, xp.take(head, xp.arange(1, n), axis=dim), xp.take(head, xp.arange(n - 1), axis=dim))
+    return _replay_tied(xp, a, dim, fast, tied.any(axis=dim), lambda v: replay_topk(v, k, largest))
 
 
 def _kth_kernel(xp, a, k, dim):
     order = stable_argsort(xp, a, dim)
-    return xp.take(order, xp.asarray([k - 1]), axis=dim)
+    fast = xp.take(order, xp.asarray([k - 1]), axis=dim)
+    tied = _nan_equal(xp, a, xp.take_along_axis(a, fast, axis=dim)).sum(axis=dim) > 1
+    return _replay_tied(xp, a, dim, fast, tied, lambda v: [replay_kthvalue(v, k)])
 
 
 def _median_kernel(xp, a, dim, ignore_nan):
@@ -156,6 +191,10 @@ def _mode_kernel(xp, a, dim):
     best_len = xp.take_along_axis(counts, best_start[:, None], axis=1)
     # The sort is stable, so a run's last element is the value's last occurrence in the input.
     idx = xp.take_along_axis(order, best_start[:, None] + best_len - 1, axis=1)
+    # torch's std::sort is a stable insertion sort up to 16 elements only, and NaNs (unordered) split runs where
+    # they stay: those slices are replayed.
+    tied = (best_len[:, 0] > 1) & (n > _Std.THRESHOLD) | _isnan(xp, rows).any(axis=1)
+    idx = _replay_tied(xp, rows, 1, idx, tied, lambda v: [replay_mode(v)])
     return xp.moveaxis(idx.reshape(lead + (1,)), -1, dim)
 
 
@@ -244,12 +283,34 @@ UNIQUE_CONSECUTIVE = defop("unique_consecutive", _unique_consecutive_kernel, NOT
 def _searchsorted_kernel(xp, seq, values, side, out_dtype):
     common = xp.result_type(seq.dtype, values.dtype)
     seq, values = seq.astype(common, copy=False), values.astype(common, copy=False)
+    if seq.dtype.kind == "f" and seq.size and bool(xp.isnan(seq).any()):
+        return _aten_binary_search(xp, seq, values, side == "right").astype(out_dtype)
     if seq.ndim == 1:
         return xp.searchsorted(seq, values, side=side).astype(out_dtype)
     out = xp.empty(values.shape, dtype=out_dtype)
     for row in np.ndindex(*seq.shape[:-1]):  # NumPy and CuPy search one sorted row at a time
         out[row] = xp.searchsorted(seq[row], values[row], side=side)
     return out
+
+
+def _aten_binary_search(xp, seq, values, right):
+    """ATen's lower/upper bound, all values at once: a NaN boundary fails both comparisons, so the search steps past
+    it wherever it probes one (NumPy orders NaN last instead, and gives other positions)."""
+    n = seq.shape[-1]
+    rows = seq.reshape(-1, n)
+    vals = values.reshape(rows.shape[0], -1)
+    row = xp.arange(rows.shape[0])[:, None]
+    start = xp.zeros(vals.shape, dtype=np.int64)
+    end = xp.full(vals.shape, n, dtype=np.int64)
+    while True:
+        active = start < end
+        if not bool(active.any()):
+            return start.reshape(values.shape)
+        mid = start + ((end - start) >> 1)
+        probe = rows[row, xp.minimum(mid, n - 1)]
+        step_past = ~(probe > vals) if right else ~(probe >= vals)
+        start = xp.where(active & step_past, mid + 1, start)
+        end = xp.where(active & ~step_past, mid, end)
 
 
 def _histc_kernel(xp, a, bins, lo, hi):

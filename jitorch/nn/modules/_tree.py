@@ -87,14 +87,99 @@ def _apply(self, fn, recurse=True):
     return self
 
 
+# torch._C._nn._parse_to's overloads, tried in order: (name, accepts None) per parameter, keyword-only ones last.
+_TO_OVERLOADS = (
+    (("device", True), ("dtype", True), ("non_blocking", False), ("copy", False)),
+    (("dtype", False), ("non_blocking", False), ("copy", False)),
+    (("tensor", False), ("non_blocking", False), ("copy", False)),
+)
+_TO_SIGNATURES = (
+    "(jitorch.device device = None, jitorch.dtype dtype = None, bool non_blocking = False, bool copy = False, *, "
+    "jitorch.memory_format memory_format = None)",
+    "(jitorch.dtype dtype, bool non_blocking = False, bool copy = False, *, jitorch.memory_format memory_format = "
+    "None)",
+    "(Tensor tensor, bool non_blocking = False, bool copy = False, *, jitorch.memory_format memory_format = None)",
+)
+
+
+def _to_accepts(name, value):
+    from ..._device import device
+    from ..._memory_format import memory_format
+    from ..._tensor import Tensor
+
+    if name == "device":
+        return isinstance(value, (str, device)) or (isinstance(value, int) and not isinstance(value, bool))
+    if name == "dtype":  # Python's number types name dtypes too (float is float64)
+        return isinstance(value, _dtype.dtype) or value in (int, float, bool, complex)
+    if name == "tensor":
+        return isinstance(value, Tensor)
+    if name == "memory_format":
+        return isinstance(value, memory_format)
+    return isinstance(value, bool)
+
+
+def _to_type_name(value):
+    from ..._device import device
+    from ..._memory_format import memory_format
+    from ..._tensor import Tensor
+
+    for cls, name in ((Tensor, "Tensor"), (_dtype.dtype, "jitorch.dtype"), (device, "jitorch.device"),
+                      (memory_format, "jitorch.memory_format")):
+        if isinstance(value, cls):
+            return name
+    return type(value).__name__
+
+
+def _bind_to(params, args, kwargs):
+    if len(args) > len(params):
+        return None
+    bound = dict(zip((name for name, _ in params), args))
+    for key, value in kwargs.items():
+        if key in bound or key not in {name for name, _ in params} | {"memory_format"}:
+            return None
+        bound[key] = value
+    for i, (name, nullable) in enumerate(params):
+        value = bound.get(name)
+        if value is None and name not in bound and i == 0 and not nullable:
+            return None  # a required first parameter (dtype or tensor) is missing
+        if value is None and name in bound and not (nullable or name == "memory_format"):
+            return None
+        if value is not None and not _to_accepts(name, value):
+            return None
+    fmt = bound.get("memory_format")
+    return None if fmt is not None and not _to_accepts("memory_format", fmt) else bound
+
+
+def _parse_module_to(args, kwargs):
+    """(device, dtype, memory_format) of ``Module.to``'s arguments, with torch's errors for any other combination."""
+    for params in _TO_OVERLOADS:
+        bound = _bind_to(params, args, kwargs)
+        if bound is not None:
+            break
+    else:
+        got = [_to_type_name(a) for a in args] + [f"{k}={_to_type_name(v)}" for k, v in kwargs.items()]
+        # torch's listing leaves a trailing ", " after keywords when there are no positional arguments
+        listing = ", ".join(got) if args else "".join(f"{g}, " for g in got)
+        raise TypeError(f"to() received an invalid combination of arguments - got ({listing}), but expected one "
+                        "of:\n" + "".join(f" * {sig}\n" for sig in _TO_SIGNATURES))
+    if bound.get("copy"):
+        raise RuntimeError(".to() does not accept copy argument")
+    tensor = bound.get("tensor")
+    if tensor is not None:
+        return tensor.device, tensor.dtype, bound.get("memory_format")
+    return bound.get("device"), bound.get("dtype"), bound.get("memory_format")
+
+
 def to(self, *args, **kwargs):
     """``to(device)``, ``to(dtype)``, ``to(tensor)``, ``to(device, dtype)``: move/cast in place; returns self.
 
     Only floating-point and complex parameters and buffers change dtype.
     """
-    from ..._conversion import _parse_to
+    device, dtype, fmt = _parse_module_to(args, kwargs)
+    if device is not None:
+        from ..._device import device as _device
 
-    dtype, device, _, fmt = _parse_to(args, dict(kwargs), with_format=True)
+        device = _device(device)  # a bad device string raises before anything moves
     if dtype is not None:
         dtype = _dtype.to_dtype(dtype)
         if not (dtype.is_floating_point or dtype.is_complex):
