@@ -2,7 +2,9 @@
 
 Cases: ``a + b`` on 1 and 1000 float32 elements (with and without requires_grad), an 11-op elementwise chain on 1000
 elements forward only (with and without recording), and forward + ``sum()`` + ``backward()``. NumPy's backward is the
-chain's derivative written by hand: the floor an autograd engine on NumPy could reach.
+chain's derivative written by hand: the floor an autograd engine on NumPy could reach. Then the small-module calls
+``F.linear`` (8x32 input, 16x32 weight, bias) and ``F.layer_norm`` (8x32 over the last dim, weight and bias), forward
+and forward + ``sum()`` + ``backward()`` (NumPy: the forward only).
 
 Run: ``python bench/bench_eager.py``. Prints a table and writes ``bench/results/eager-<date>.{json,md}``.
 """
@@ -68,6 +70,54 @@ def _backward_step(lib, x, y):
     return step
 
 
+# The small-module cases: a batch of 8 rows of 32 features (a layer's call overhead, not its arithmetic).
+ROWS, FEATURES, OUT_FEATURES = 8, 32, 16
+
+
+def _module_inputs(lib, requires_grad):
+    """(x, linear weight, linear bias, norm weight, norm bias) as ``lib`` tensors."""
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal(shape).astype(np.float32)
+              for shape in ((ROWS, FEATURES), (OUT_FEATURES, FEATURES), (OUT_FEATURES,), (FEATURES,), (FEATURES,))]
+    if lib is None:
+        return arrays
+    return [lib.tensor(a, requires_grad=requires_grad) for a in arrays]
+
+
+def numpy_layer_norm(x, w, b, eps=np.float32(1e-5)):
+    mean = x.mean(-1, keepdims=True)
+    centered = x - mean
+    return centered / np.sqrt((centered * centered).mean(-1, keepdims=True) + eps) * w + b
+
+
+def _module_cases():
+    x, w, b, nw, nb = _module_inputs(None, False)
+    linear = {"numpy": lambda: x @ w.T + b}
+    norm = {"numpy": lambda: numpy_layer_norm(x, nw, nb)}
+    linear_bw, norm_bw = {"numpy": None}, {"numpy": None}
+    for lib in (torch, jitorch):
+        F = lib.nn.functional
+        tx, tw, tb, tnw, tnb = _module_inputs(lib, False)
+        linear[lib.__name__] = lambda F=F, tx=tx, tw=tw, tb=tb: F.linear(tx, tw, tb)
+        norm[lib.__name__] = lambda F=F, tx=tx, tnw=tnw, tnb=tnb: F.layer_norm(tx, (FEATURES,), tnw, tnb)
+        gx, gw, gb, gnw, gnb = _module_inputs(lib, True)
+        linear_bw[lib.__name__] = _grad_step(lambda F=F, gx=gx, gw=gw, gb=gb: F.linear(gx, gw, gb), (gx, gw, gb))
+        norm_bw[lib.__name__] = _grad_step(lambda F=F, gx=gx, gnw=gnw, gnb=gnb: F.layer_norm(gx, (FEATURES,), gnw, gnb),
+                                           (gx, gnw, gnb))
+    return [(f"F.linear {ROWS}x{FEATURES} -> {OUT_FEATURES}", linear),
+            (f"F.linear {ROWS}x{FEATURES} -> {OUT_FEATURES} + sum + backward", linear_bw),
+            (f"F.layer_norm {ROWS}x{FEATURES}", norm),
+            (f"F.layer_norm {ROWS}x{FEATURES} + sum + backward", norm_bw)]
+
+
+def _grad_step(forward, leaves):
+    def step():
+        for t in leaves:
+            t.grad = None
+        forward().sum().backward()
+    return step
+
+
 def build_cases():
     """(case name, {library: zero-argument callable}) for every benchmarked case."""
     cases = []
@@ -103,7 +153,7 @@ def build_cases():
         x, y = _tensors(lib, 1000, True)
         entry[lib.__name__] = _backward_step(lib, x, y)
     cases.append(("chain + sum + backward, 1000 elem", entry))
-    return cases
+    return cases + _module_cases()
 
 
 def check_agreement():
@@ -118,6 +168,14 @@ def check_agreement():
         np.testing.assert_allclose(loss.item(), loss_np, rtol=1e-4, err_msg=lib.__name__)
         np.testing.assert_allclose(x.grad.numpy(), gx_np, rtol=1e-4, atol=1e-5, err_msg=lib.__name__)
         np.testing.assert_allclose(y.grad.numpy(), gy_np, rtol=1e-4, atol=1e-5, err_msg=lib.__name__)
+    x, w, b, nw, nb = _module_inputs(None, False)
+    for lib in (torch, jitorch):
+        F = lib.nn.functional
+        tx, tw, tb, tnw, tnb = _module_inputs(lib, False)
+        np.testing.assert_allclose(F.linear(tx, tw, tb).numpy(), x @ w.T + b, rtol=1e-5, atol=1e-5,
+                                   err_msg=lib.__name__)
+        np.testing.assert_allclose(F.layer_norm(tx, (FEATURES,), tnw, tnb).numpy(), numpy_layer_norm(x, nw, nb),
+                                   rtol=1e-4, atol=1e-5, err_msg=lib.__name__)
 
 
 def main():

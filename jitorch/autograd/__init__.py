@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .. import _creation
 from .._tensor import Size, Tensor
 from . import functional, graph
@@ -43,7 +45,10 @@ def _root_grads(outputs, grad_outputs, op, batched=False):
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             if not out.is_floating_point() and not out.is_complex():
                 raise RuntimeError(f"grad can be implicitly created only for real scalar outputs but got {out.dtype}")
-            g = _creation.ones_like(out)
+            data = out._data
+            # The implicit gradient of every ``loss.backward()``: a NumPy one directly (``ones_like`` resolves
+            # devices, dtypes and layouts, none of which a one-element host array has to choose).
+            g = Tensor._make(np.ones(data.shape, data.dtype)) if type(data) is np.ndarray else _creation.ones_like(out)
         else:
             if not hasattr(g, "_data"):
                 g = _creation.tensor(g, dtype=out.dtype, device=out.device)

@@ -38,20 +38,19 @@ def _collect_dependencies(roots):
     """Count, for every node reachable from the roots, how many edges point at it."""
     deps = {}
     stack = list(dict.fromkeys(n for n in roots if isinstance(n, Node)))  # ordered: sums are reproducible
-    expanded = set(stack)  # a root may also be reachable from another root: expand every node once
+    root_set = set(stack)  # a root may also be reachable from another root: expand every node once
+    get = deps.get
     while stack:
-        node = stack.pop()
-        for edge in node.next:
-            if edge is None:
-                continue
-            target = edge[0]
-            if target in deps:
-                deps[target] += 1
-            elif isinstance(target, Node):
-                deps[target] = 1
-                if target not in expanded:
-                    expanded.add(target)
-                    stack.append(target)
+        for edge in stack.pop().next:
+            if edge is not None:
+                target = edge[0]
+                count = get(target)
+                if count is not None:
+                    deps[target] = count + 1
+                elif isinstance(target, Node):  # leaves (tensors) are never counted
+                    deps[target] = 1
+                    if target not in root_set:
+                        stack.append(target)
     return deps
 
 
@@ -217,7 +216,15 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
                 grads = node.materialize(grads)
             # A node reached only by "no gradient" (a row's None, as floor_divide's to its divisor) passes none on:
             # its backward would get None where it expects a tensor.
-            in_grads = node.apply(grads) if any(g is not None for g in grads) else (None,) * len(node.next)
+            if grads[0] is not None or any(g is not None for g in grads):
+                if node.row_backward:  # Node.apply, inline
+                    in_grads = node.op.backward(node, *grads)
+                    if type(in_grads) is not tuple:
+                        in_grads = (in_grads,)
+                else:
+                    in_grads = node.apply(grads)
+            else:
+                in_grads = (None,) * len(node.next)
             if AnomalyState.enabled:
                 check_gradients(node, in_grads)
             if node._hooks:
@@ -237,7 +244,8 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
                 if isinstance(target, Node):
                     buf = buffers.get(target)
                     if buf is None:
-                        buf = buffers[target] = [None] * _num_outputs(target)
+                        # Most nodes have one output and one consumer: their list is made once, filled once.
+                        buf = buffers[target] = [None] if target._out_meta is None else [None] * len(target._out_meta)
                     if g is not None:
                         prev = buf[nr]
                         buf[nr] = g if prev is None else prev + g
@@ -246,8 +254,11 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
                     if not remaining:
                         ready.append(target)
                 elif g is not None:
-                    entry = leaf_grads.setdefault(id(target), [target, None])
-                    entry[1] = _accumulate(entry[1], g)
+                    entry = leaf_grads.get(id(target))
+                    if entry is None:
+                        leaf_grads[id(target)] = [target, g]
+                    else:
+                        entry[1] = g if entry[1] is None else entry[1] + g
         return _finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_grad, create_graph,
                               user_grad_ids, allow_unused)
     finally:

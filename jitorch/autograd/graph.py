@@ -91,6 +91,8 @@ class Node:
     """A backward function. ``next`` holds, per input, ``(node_or_leaf_tensor, output_nr)`` or ``None``."""
 
     op = None  # the OpDef whose backward this node runs (set on the per-op subclasses)
+    # Whether ``apply`` is this class's: the engine then calls the row's backward itself, one frame less per node.
+    row_backward = False
     # Class-level defaults: a node is created per recorded op, so __init__ stores only what every node has.
     in_meta = None
     _saved_in = None
@@ -137,14 +139,19 @@ class Node:
 
     @property
     def inputs(self):
-        saved = self._saved("_saved_in")
-        if saved is None:
-            if self._freed:
-                raise RuntimeError(_FREED_MSG)
-            raise RuntimeError(f"{self.name()}: inputs were not saved for backward (the op's row must declare them)")
+        saved = self._saved_in
+        if saved is None or type(saved) is Deferred:
+            saved = self._saved("_saved_in")
+            if saved is None:
+                if self._freed:
+                    raise RuntimeError(_FREED_MSG)
+                raise RuntimeError(f"{self.name()}: inputs were not saved for backward (the op's row must declare "
+                                   "them)")
         for a, v in zip(saved, self._saved_in_versions):
-            if v is not None and a._version != v:
-                raise _version_error(a, v, self.name())
+            if v is not None:
+                owner = a._ver_owner  # ``a._version`` without the property: every backward row reads its inputs here
+                if (a if owner is None else owner)._ver != v:
+                    raise _version_error(a, v, self.name())
         return saved
 
     @property
@@ -152,19 +159,23 @@ class Node:
         saved = self._saved("_saved_out")
         if saved is None:
             raise RuntimeError(_FREED_MSG if self._freed else f"{self.name()}: outputs were not saved for backward")
-        outs = []
-        for nr, (data, counter, version) in enumerate(saved):
-            if counter[0] != version:
-                raise _version_error(Tensor._make(data), version, self.name(), current=counter[0])
-            t = Tensor._make(data)
-            if GradState.enabled:  # double backward: the saved output must lead back through this node
-                t.grad_fn, t._output_nr, t._requires_grad = self, nr, True
-            outs.append(t)
-        return tuple(outs)
+        return tuple([self._unpack_output(nr, entry) for nr, entry in enumerate(saved)])
 
     @property
     def out(self):
-        return self.outputs[0]
+        saved = self._saved_out
+        if saved is None or type(saved) is Deferred or len(saved) != 1:
+            return self.outputs[0]  # (the errors, recomputation, and every output's version checked)
+        return self._unpack_output(0, saved[0])
+
+    def _unpack_output(self, nr, entry):
+        data, counter, version = entry
+        if counter[0] != version:
+            raise _version_error(Tensor._make(data), version, self.name(), current=counter[0])
+        t = Tensor._make(data)
+        if GradState.enabled:  # double backward: the saved output must lead back through this node
+            t.grad_fn, t._output_nr, t._requires_grad = self, nr, True
+        return t
 
     def output(self, nr):
         """Saved output ``nr`` alone, version-checked alone: a backward that reads only side outputs (batch norm's
@@ -172,13 +183,7 @@ class Node:
         saved = self._saved("_saved_out")
         if saved is None:
             raise RuntimeError(_FREED_MSG if self._freed else f"{self.name()}: outputs were not saved for backward")
-        data, counter, version = saved[nr]
-        if counter[0] != version:
-            raise _version_error(Tensor._make(data), version, self.name(), current=counter[0])
-        t = Tensor._make(data)
-        if GradState.enabled:
-            t.grad_fn, t._output_nr, t._requires_grad = self, nr, True
-        return t
+        return self._unpack_output(nr, saved[nr])
 
     def release(self):
         self._saved_in = None
@@ -342,7 +347,7 @@ def node_class_for(op) -> type:
     """One Node subclass per op, named like PyTorch's (``AddBackward0``), created once."""
     cls = _NODE_CLASSES.get(op)
     if cls is None:
-        cls = type(op.grad_name, (Node,), {"op": op})
+        cls = type(op.grad_name, (Node,), {"op": op, "row_backward": True})
         _NODE_CLASSES[op] = cls
     return cls
 

@@ -36,8 +36,28 @@ def _inverse_permutation(dims):
 PERMUTE = defop("permute", lambda xp, a, dims: a.transpose(dims),
                 lambda ctx, g: g.permute(_inverse_permutation(ctx.attrs["dims"])), View(), view=True)
 
-EXPAND = defop("expand", lambda xp, a, shape: xp.broadcast_to(a, shape),
-               lambda ctx, g: g.sum_to_size(ctx.in_meta[0][0]), View(), view=True, meta=True)
+def _expand_kernel(xp, a, shape):
+    """``broadcast_to(a, shape)``. For a contiguous NumPy array the read-only view is built directly from the
+    strides (stride 0 on the broadcast dims): ``np.broadcast_to`` sets up an iterator and costs several times more,
+    and every backward of a sum or mean expands its gradient here."""
+    lead = len(shape) - a.ndim
+    if type(a) is not np.ndarray or lead < 0 or not a.flags.c_contiguous or not a.size:
+        return xp.broadcast_to(a, shape)
+    strides = [0] * lead
+    for n, s, st in zip(a.shape, shape[lead:], a.strides):
+        if n == s:
+            strides.append(st)
+        elif n == 1 and s >= 0:
+            strides.append(0)
+        else:
+            return xp.broadcast_to(a, shape)  # not broadcastable: NumPy's error
+    out = np.ndarray(shape, a.dtype, a, 0, tuple(strides))
+    out.flags.writeable = False  # as broadcast_to's: in-place writes to an expanded tensor are refused
+    return out
+
+
+EXPAND = defop("expand", _expand_kernel, lambda ctx, g: g.sum_to_size(ctx.in_meta[0][0]), View(), view=True,
+               meta=True)
 
 
 def _slice_kernel(xp, a, key):

@@ -392,11 +392,21 @@ ATANH = _unary("atanh", lambda xp, a: xp.arctanh(a), lambda ctx, g: g / (1 - _x(
                holomorphic=True)
 
 
+_SIGMOID_DIRECT = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _sigmoid_kernel(xp, a):
-    out = native_eager.pointwise(SIGMOID, a)  # one pass instead of the five below
+    out = native_eager.pointwise(SIGMOID, a)  # one pass instead of the ones below
     if out is not None:
         return out
-    # exp(-|a|) never overflows; this is the numerically stable logistic.
+    if type(a) is np.ndarray and a.dtype in _SIGMOID_DIRECT:
+        # ATen's own formula, 1 / (1 + exp(-a)), in three passes over one buffer: exp overflows to inf below about
+        # -88 (float32), where the result is the exact limit 0, as torch's.
+        with np.errstate(over="ignore"):
+            e = np.exp(np.negative(a))
+        e += 1
+        return np.reciprocal(e, out=e) if a.ndim else np.reciprocal(e)  # (0-d: NumPy scalars, no buffer to reuse)
+    # exp(-|a|) never overflows (halves would overflow long before their result underflows): the stable logistic.
     e = xp.exp(-xp.abs(a))
     return xp.where(a >= 0, 1 / (1 + e), e / (1 + e)).astype(a.dtype, copy=False)
 

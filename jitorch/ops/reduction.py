@@ -12,7 +12,9 @@ from __future__ import annotations
 import ml_dtypes as _ml_dtypes
 import numpy as np
 
+from .._dispatch import apply
 from ..runtime import is_cupy
+from .movement import EXPAND, RESHAPE
 from .table import NOT_DIFFERENTIABLE, Opaque, Reduction, defop as _defop
 
 _HALF = {np.dtype(np.float16), np.dtype(_ml_dtypes.bfloat16)}
@@ -36,21 +38,29 @@ def _keep(g, in_shape, dims, keepdim):
     """Re-insert reduced dims of size 1 so ``g`` broadcasts against the input."""
     if keepdim or not in_shape:
         return g
-    shape = list(g.shape)
+    shape = list(g._data.shape)
     for d in sorted(dims):
         shape.insert(d, 1)
-    return g.reshape(shape)
+    # The view row itself: inserting size-1 dims is a view of any layout, so Tensor.reshape's checks have no work.
+    return apply(RESHAPE, g, shape=tuple(shape))
 
 
 def _sum_kernel(xp, a, dims, keepdim, dtype):
     if a.dtype in _HALF and dtype == a.dtype:  # accumulate halves in float32, as PyTorch does
         return a.sum(axis=dims, keepdims=keepdim, dtype=np.float32).astype(dtype)
+    if type(a) is np.ndarray:  # ndarray.sum is this call behind a Python frame of NumPy's
+        return np.add.reduce(a, axis=dims, dtype=dtype, keepdims=keepdim)
     return a.sum(axis=dims, keepdims=keepdim, dtype=dtype)
 
 
 def _sum_backward(ctx, g):
     shape = ctx.in_meta[0][0]
-    return _keep(g, shape, ctx.attrs["dims"], ctx.attrs["keepdim"]).expand(shape)
+    dims, keepdim = ctx.attrs["dims"], ctx.attrs["keepdim"]
+    if not keepdim and dims != tuple(range(len(dims))):
+        g = _keep(g, shape, dims, keepdim)
+    # (Reduced leading dims need no size-1 dims: broadcasting prepends them.) The rows themselves, as in _keep:
+    # ``Tensor.expand``'s argument checks are for user sizes, and this runs once per sum in every backward.
+    return apply(EXPAND, g, shape=shape) if g._data.shape != shape else apply(RESHAPE, g, shape=shape)
 
 
 SUM = defop("sum", _sum_kernel, _sum_backward, Reduction("sum"), meta=True)
