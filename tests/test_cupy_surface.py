@@ -27,7 +27,7 @@ import pytest
 from cupy_surface import cupy_array_method_keywords, cupy_surface_numpy, cupy_surface_special, is_surface
 
 import jitorch
-from jitorch import _dispatch
+from jitorch import _dispatch, _dispatch_fast
 from jitorch.ops import OPS
 from jitorch.ops import indexing as indexing_ops
 from jitorch.ops import rnn_ops
@@ -72,6 +72,7 @@ def surface(monkeypatch):
     """Kernels get NumPy restricted to CuPy's surface (and ``scipy.special`` restricted to ``cupyx``'s) for the test."""
     monkeypatch.setattr(_dispatch, "CPU_XP", SURFACE)
     monkeypatch.setattr(_dispatch, "TENSOR_TYPES", frozenset())
+    monkeypatch.setattr(_dispatch_fast, "TENSOR_TYPES", frozenset())  # the fast paths' own binding: none taken
     for op in OPS.values():
         monkeypatch.setattr(op, "kernel", _recording(op))
     for module in _special_users():

@@ -35,23 +35,30 @@ def _accumulate(a, b):
 
 
 def _collect_dependencies(roots):
-    """Count, for every node reachable from the roots, how many edges point at it."""
-    deps = {}
-    stack = list(dict.fromkeys(n for n in roots if isinstance(n, Node)))  # ordered: sums are reproducible
-    root_set = set(stack)  # a root may also be reachable from another root: expand every node once
-    get = deps.get
-    while stack:
+    """For every node reachable from the roots, its pending entry: one gradient slot per output (summed into as the
+    graph runs), then how many edges point at the node (counted down as they deliver)."""
+    pending = {}
+    stack = []
+    for n in roots:  # in order: sums are reproducible
+        if isinstance(n, Node) and n not in pending:
+            pending[n] = _entry(n, 0)
+            stack.append(n)
+    get = pending.get
+    while stack:  # a root reachable from another root has its entry already: every node is expanded once
         for edge in stack.pop().next:
             if edge is not None:
                 target = edge[0]
-                count = get(target)
-                if count is not None:
-                    deps[target] = count + 1
+                entry = get(target)
+                if entry is not None:
+                    entry[-1] += 1
                 elif isinstance(target, Node):  # leaves (tensors) are never counted
-                    deps[target] = 1
-                    if target not in root_set:
-                        stack.append(target)
-    return deps
+                    pending[target] = [None, 1] if target._out_meta is None else _entry(target, 1)
+                    stack.append(target)
+    return pending
+
+
+def _entry(node, count):
+    return [None] * (len(node._out_meta) if node._out_meta is not None else 1) + [count]
 
 
 def _needed_nodes(roots, wanted_nodes, wanted_leaves):
@@ -146,6 +153,23 @@ def _run_pre_hooks(node, grads):
     return grads
 
 
+def _prepare(node, grads, wanted_nodes, captured, needed):
+    """What runs before a node with hooks, or in a ``grad`` call: its pre-hooks and retain_grad hooks, the capture of
+    a wanted non-leaf's gradient. Returns the gradients to run the node with, or None when it need not run."""
+    if node._pre_hooks:
+        grads = _run_pre_hooks(node, tuple(grads))
+    if node._retain_hooks:
+        for output_nr, fn in node._retain_hooks:
+            if grads[output_nr] is not None:
+                fn(grads[output_nr])
+    if wanted_nodes:
+        for output_nr, i in wanted_nodes.get(node, ()):
+            captured[i] = grads[output_nr]
+    if needed is not None and id(node) not in needed:
+        return None
+    return grads
+
+
 def _fix_meta(grad, meta):
     """Reduce a broadcast gradient to the input's shape and cast it to the input's dtype."""
     shape, dtype = meta
@@ -177,41 +201,33 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
                 wanted_leaves.setdefault(id(t), []).append(i)
 
     nodes = [e[0] for e in root_edges]
-    deps = _collect_dependencies(nodes)
+    pending = _collect_dependencies(nodes)
     needed = _needed_nodes(nodes, wanted_nodes, wanted_leaves) if inputs is not None else None
+    special = bool(wanted_nodes) or needed is not None
 
-    buffers = {}  # node -> list of gradients per output
     leaf_grads = {}  # id(leaf) -> [leaf, grad]
-    ready = []
     user_grad_ids = {id(g) for g in root_grads}
     for (target, nr), g in zip(root_edges, root_grads):
         if isinstance(target, Node):
-            buf = buffers.setdefault(target, [None] * _num_outputs(target))
-            buf[nr] = _accumulate(buf[nr], g)
+            entry = pending[target]
+            entry[nr] = _accumulate(entry[nr], g)
         else:
             entry = leaf_grads.setdefault(id(target), [target, None])
             entry[1] = _accumulate(entry[1], g)
-    for target in dict.fromkeys(e[0] for e in root_edges if isinstance(e[0], Node)):
-        if deps.get(target, 0) == 0:
-            ready.append(target)
+    ready = [target for target in dict.fromkeys(e[0] for e in root_edges if isinstance(e[0], Node))
+             if not pending[target][-1]]
 
     prev_enabled = GradState.enabled
     GradState.enabled = bool(create_graph)
     try:
         while ready:
             node = ready.pop()
-            grads = buffers.pop(node)
-            if node._pre_hooks:
-                grads = _run_pre_hooks(node, tuple(grads))
-            if node._retain_hooks:
-                for output_nr, fn in node._retain_hooks:
-                    if grads[output_nr] is not None:
-                        fn(grads[output_nr])
-            if wanted_nodes:
-                for output_nr, i in wanted_nodes.get(node, ()):
-                    captured[i] = grads[output_nr]
-            if needed is not None and id(node) not in needed:
-                continue
+            grads = pending.pop(node)
+            del grads[-1]  # the count, now 0: what remains is one gradient per output
+            if special or node._hooked:
+                grads = _prepare(node, grads, wanted_nodes, captured, needed)
+                if grads is None:
+                    continue
             if node._out_meta is not None:
                 grads = node.materialize(grads)
             # A node reached only by "no gradient" (a row's None, as floor_divide's to its divisor) passes none on:
@@ -242,16 +258,12 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
                 if g is not None and meta is not None and meta[i] is not None:
                     g = _fix_meta(g, meta[i])
                 if isinstance(target, Node):
-                    buf = buffers.get(target)
-                    if buf is None:
-                        # Most nodes have one output and one consumer: their list is made once, filled once.
-                        buf = buffers[target] = [None] if target._out_meta is None else [None] * len(target._out_meta)
+                    entry = pending[target]
                     if g is not None:
-                        prev = buf[nr]
-                        buf[nr] = g if prev is None else prev + g
-                    remaining = deps[target] - 1
-                    deps[target] = remaining
-                    if not remaining:
+                        prev = entry[nr]
+                        entry[nr] = g if prev is None else prev + g
+                    entry[-1] -= 1
+                    if not entry[-1]:
                         ready.append(target)
                 elif g is not None:
                     entry = leaf_grads.get(id(target))
@@ -282,10 +294,6 @@ def _dense_order(a):
     return order
 
 
-def _num_outputs(node):
-    return len(node._out_meta) if node._out_meta is not None else 1
-
-
 def _finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_grad, create_graph, user_grad_ids,
                    allow_unused):
     stored = set()
@@ -308,10 +316,14 @@ def _finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_
         if not create_graph and g._requires_grad:
             g = g.detach()
         if leaf._grad is None:
-            fmt = contiguous_format if leaf._data.flags.c_contiguous else suggest_memory_format(leaf)
-            if (fmt is contiguous_format) != leaf._data.flags.c_contiguous or is_contiguous_as(g._data, fmt):
-                fmt = None
-            dense = None if fmt is not None or leaf._data.flags.c_contiguous else _dense_order(leaf._data)
+            leaf_c = leaf._data.flags.c_contiguous
+            if leaf_c and g._data.flags.c_contiguous:
+                fmt = dense = None  # the common case: both row-major, nothing to lay out
+            else:
+                fmt = contiguous_format if leaf_c else suggest_memory_format(leaf)
+                if (fmt is contiguous_format) != leaf_c or is_contiguous_as(g._data, fmt):
+                    fmt = None
+                dense = None if fmt is not None or leaf_c else _dense_order(leaf._data)
             if fmt is not None:
                 # PyTorch's layout contract: .grad has the parameter's layout (a transposed gradient from
                 # ``x @ w.t()`` would make every optimizer pass over it strided and slow), channels-last included.

@@ -101,6 +101,7 @@ class Node:
     _out_meta = None
     _pre_hooks = None
     _hooks = None
+    _hooked = False  # set once any hook is registered: the engine then takes the hooks' path for this node
     _freed = False
 
     def __init__(self, next_edges, attrs):
@@ -225,6 +226,7 @@ class Node:
         if self._hooks is None:
             self._hooks = []
         self._hooks.append(fn)
+        self._hooked = True
         return _RemovableHandle(self._hooks, fn)
 
     def register_prehook(self, fn):
@@ -238,12 +240,14 @@ class Node:
         if self._retain_hooks is None:
             self._retain_hooks = []
         self._retain_hooks.append((output_nr, fn))
+        self._hooked = True
 
     def add_output_hook(self, output_nr, fn):
         if self._pre_hooks is None:
             self._pre_hooks = []
         entry = (output_nr, fn)
         self._pre_hooks.append(entry)
+        self._hooked = True
         return _RemovableHandle(self._pre_hooks, entry)
 
     def __repr__(self):

@@ -54,20 +54,22 @@ def linear(input, weight, bias=None):
     check_tensor(input, "linear")
     check_tensor(weight, "linear", "weight")
     _check_same_dtype("linear", input, weight, bias)
-    if weight.dim() == 1:
+    # The arrays' shapes, not ``.shape``/``.dim()``: each of those builds a Size or calls a method, on every layer call.
+    x_shape, w_shape = input._data.shape, weight._data.shape
+    if len(w_shape) == 1:
         out = input.matmul(weight)
     else:
-        if weight.dim() != 2:
+        if len(w_shape) != 2:
             raise RuntimeError(f"linear: weight must be 1-D or 2-D, but got a {weight.dim()}-D weight of shape "
                                f"{list(weight.shape)}")
-        if input.dim() == 0 or input.shape[-1] != weight.shape[1]:
+        if not x_shape or x_shape[-1] != w_shape[1]:
             rows = 1
             for s in input.shape[:-1]:
                 rows *= s
             cols = input.shape[-1] if input.dim() else 1
             raise RuntimeError(f"linear: mat1 and mat2 shapes cannot be multiplied ({rows}x{cols} and "
                                f"{weight.shape[1]}x{weight.shape[0]})")
-        if input._data.dtype in FUSED_DTYPES and (bias is None or tuple(bias.shape) == (weight.shape[0],)):
+        if input._data.dtype in FUSED_DTYPES and (bias is None or bias._data.shape == (w_shape[0],)):
             # One row: matmul and in-place bias add forward, one node whose backward sums the bias gradient directly.
             return apply(LINEAR, input, weight, bias)
         if bias is not None and (input.dim() == 2 or input.is_contiguous() and bias.is_contiguous() and (
@@ -81,6 +83,9 @@ def linear(input, weight, bias=None):
 
 def _check_same_dtype(op, input, weight, bias=None):
     # PyTorch does not promote inside its matmul kernels: float64 data into a float32 layer is an error.
+    dt = input._data.dtype
+    if weight._data.dtype == dt and (bias is None or bias._data.dtype == dt):
+        return
     for name, t in (("mat2", weight), ("bias", bias)):
         if t is not None and t.dtype is not input.dtype:
             raise RuntimeError(f"{op}: mat1 and {name} must have the same dtype, but got {type_name(input.dtype)} "

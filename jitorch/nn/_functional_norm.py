@@ -207,16 +207,17 @@ def _normalized_dims(input, normalized_shape, op):
     if isinstance(normalized_shape, int) or not hasattr(normalized_shape, "__iter__"):
         raise TypeError(f"{op}(): argument 'normalized_shape' (position 2) must be tuple of ints, not "
                         f"{type(normalized_shape).__name__}")
-    shape = tuple(int(s) for s in normalized_shape)
+    shape = tuple(map(int, normalized_shape))
     k = len(shape)
-    if input.dim() < k or tuple(input.shape[input.dim() - k:]) != shape:
+    full = input._data.shape
+    if len(full) < k or full[len(full) - k:] != shape:
         raise RuntimeError(f"{op}: Given normalized_shape={list(shape)}, expected input with shape "
                            f"[*, {', '.join(map(str, shape))}], but got input of size{list(input.shape)}")
     return shape, tuple(range(-k, 0))
 
 
 def _check_like(name, t, shape):
-    if t is not None and tuple(t.shape) != shape:
+    if t is not None and t._data.shape != shape:
         raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but got {name} of shape "
                            f"{list(t.shape)} and normalized_shape = {list(shape)}")
 
@@ -227,7 +228,8 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     _check_like("weight", weight, shape)
     _check_like("bias", bias, shape)
     dt = input._data.dtype
-    if dt in FUSED_DTYPES and all(t is None or t._data.dtype == dt for t in (weight, bias)) and input._data.size:
+    if (dt in FUSED_DTYPES and (weight is None or weight._data.dtype == dt)
+            and (bias is None or bias._data.dtype == dt) and input._data.size):
         # One row (PyTorch's native_layer_norm): one node instead of about ten, mean and rstd kept for backward.
         return apply(LAYER_NORM, input, weight, bias, k=len(shape), eps=eps)[0]
     out = _normalize_over(_upcast(input), dims, eps)[0]

@@ -1,0 +1,183 @@
+"""The dispatcher's fast paths: ``fast_binary``/``fast_unary`` wrap a pointwise row as a ``(a, b) -> Tensor`` that
+skips promotion and device checks for same-dtype float CPU tensors (or a Python number) and records the autograd node
+inline; anything else goes to `jitorch._dispatch.eager`, or to the innermost mode.
+
+>>> import jitorch
+>>> from jitorch.ops.table import OPS
+>>> fast_binary(OPS["mul"])(jitorch.tensor([1.0, 2.0]), 3)
+tensor([3., 6.])
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _dispatch as _d  # ``_d.CPU_XP`` is read through the module: tests swap in a CuPy-surface NumPy there
+from . import _dtype
+from ._dispatch import MODES, _NO_ATTRS, TENSOR_TYPES, _new, _only_saved, _raise_broadcast_error, eager, record, \
+    sync_view
+from ._tensor import Tensor
+from .autograd.grad_mode import GradState
+from .autograd.graph import _record as _record_in_region, _recording as _RECORDING
+from .runtime.host_cache import THRESHOLD as _HOST_MIN
+from .runtime.host_cache import empty as _host_empty
+
+__all__ = ["fast_binary", "fast_unary"]
+
+# Eager overhead is what users feel on small tensors, so the hottest case (floating NumPy arrays of one dtype, or a
+# Python number) skips promotion and device checks and calls the row's kernel directly. Anything else takes ``eager``.
+_ndarray = np.ndarray
+_PROMOTE_NP = {(a.np, b.np): _dtype.promote_types(a, b).np for a in _dtype.ALL for b in _dtype.ALL}
+_SCALARS = (float, int)
+
+
+_IN_FLOAT32 = {"dtype": np.float32, "casting": "unsafe"}  # a ufunc computing in float32, rounded into out
+
+
+def _edge_inline(a):
+    if not a._requires_grad:
+        return None
+    fn = a.grad_fn
+    return (fn, a._output_nr) if fn is not None else (a, 0)
+
+
+def _record_pointwise(op, args, t):
+    """``record`` for a pointwise op whose inputs already have the output's shape and dtype (no meta needed)."""
+    edges = []
+    for a in args:
+        if type(a) in TENSOR_TYPES and a._requires_grad:
+            fn = a.grad_fn
+            edges.append((fn, a._output_nr) if fn is not None else (a, 0))
+        else:
+            edges.append(None)
+    # Node.__init__, inline: a class call with an __init__ costs more than the node's two fields.
+    node = _new(op.node_cls)
+    node.next = tuple(edges)
+    node.attrs = _NO_ATTRS
+    if _RECORDING:
+        _record_in_region(node)
+    saves = op.saves
+    if saves is not None:
+        if saves != "outputs":
+            node.save_inputs(args if op.save_if is None else _only_saved(op, args, edges))
+        if saves != "inputs":
+            # ``t`` was just created: it owns its memory and is at version 0.
+            counter = t._vc = [0]
+            node._saved_out = ((t._data, counter, 0),)
+    t.grad_fn = node
+    t._requires_grad = True
+
+
+def fast_binary(op, reflected=False):
+    """A ``(a, b) -> Tensor`` for a pointwise row: ``apply`` with a shortcut for same-dtype float CPU tensors."""
+    kernel = op.kernel if op.promotion != "integral" else None
+    # The row's NumPy ufunc, called directly: for float inputs it is exactly the kernel, one Python frame cheaper.
+    ufunc = getattr(np, op.ufunc) if op.ufunc else None
+    differentiable = op.differentiable
+    promotion = op.promotion
+    saves, node_cls = op.saves, op.node_cls
+    half_scalar_opmath = getattr(op.kernel, "half_scalar_opmath", False)
+
+    def run(a, b):
+        if reflected:
+            a, b = b, a
+        if kernel is not None and not MODES:
+            x = a._data if type(a) in TENSOR_TYPES else None
+            if x is not None and type(x) is _ndarray and x.dtype.kind == "f":
+                tb = type(b)
+                if tb in TENSOR_TYPES:
+                    tb = Tensor
+                    y = b._data
+                    ok = type(y) is _ndarray
+                    if ok and y.dtype != x.dtype:
+                        # Mixed dtypes of two dimensioned arrays (a float grad times a bool mask, say): the
+                        # plain promotion table applies; 0-d operands need result_type's category rules.
+                        ok = x.ndim > 0 and y.ndim > 0 and promotion != "keep"
+                        if ok:
+                            common = _PROMOTE_NP[x.dtype, y.dtype]
+                            # a complex result goes through the kernel, which rejects what torch has no kernel for
+                            ok = common.kind != "c"
+                        if ok:
+                            if promotion == "float" and common.kind not in "fc":
+                                common = _dtype.get_default_dtype().np
+                            if x.dtype != common:
+                                x = x.astype(common)
+                            if y.dtype != common:
+                                y = y.astype(common)
+                else:
+                    y = b
+                    ok = tb in _SCALARS
+                if ok:
+                    if a._base is not None and a._view_ver != a._ver_owner._ver:
+                        sync_view(a)
+                    if tb is Tensor and b._base is not None and b._view_ver != b._ver_owner._ver:
+                        sync_view(b)
+                    # float16 times or over a scalar computes in float32 (the row's kernel says how).
+                    opmath = half_scalar_opmath and tb is not Tensor and x.itemsize == 2
+                    try:
+                        if ufunc is None or _d.CPU_XP is not np:
+                            out = kernel(_d.CPU_XP, x, y)
+                        elif x.nbytes >= _HOST_MIN and x.flags.c_contiguous and (
+                                tb is not Tensor or (y.shape == x.shape and y.flags.c_contiguous)):
+                            # A large output into a cached buffer whose pages are already mapped (host_cache).
+                            # Same dtype as x: one float dtype, or a weak Python scalar.
+                            out = ufunc(x, y, out=_host_empty(x.shape, x.dtype), **(_IN_FLOAT32 if opmath else {}))
+                        else:
+                            out = kernel(_d.CPU_XP, x, y) if opmath else ufunc(x, y)
+                    except ValueError as e:
+                        _raise_broadcast_error(op, (x, y), e)
+                        raise
+                    if type(out) is not _ndarray:
+                        out = np.asarray(out)
+                    t = _new(Tensor)
+                    t._data = out
+                    if GradState.inference:
+                        t._inference = True
+                    if GradState.enabled and differentiable and (a._requires_grad or (tb is Tensor and
+                                                                                      b._requires_grad)):
+                        if tb is Tensor and (x.shape != y.shape or a._data.dtype != b._data.dtype):
+                            record(op, (a, b), {}, (t,))
+                        elif saves is None:
+                            # The hottest autograd case (add/sub of same-shape tensors): the node inline.
+                            node = _new(node_cls)
+                            node.next = (_edge_inline(a), _edge_inline(b) if tb is Tensor else None)
+                            node.attrs = _NO_ATTRS
+                            t.grad_fn = node
+                            t._requires_grad = True
+                        else:
+                            _record_pointwise(op, (a, b), t)
+                    return t
+        return eager(op, (a, b), {}) if not MODES else MODES[-1].dispatch(op, (a, b), {})
+    run.__name__ = op.name
+    return run
+
+
+def fast_unary(op):
+    """A ``(a) -> Tensor`` for a pointwise row with the same float shortcut."""
+    kernel = op.kernel if op.promotion != "integral" else None
+    ufunc = getattr(np, op.ufunc) if op.ufunc else None
+    differentiable = op.differentiable
+
+    def run(a):
+        if kernel is not None and not MODES and type(a) in TENSOR_TYPES:
+            x = a._data
+            if type(x) is _ndarray and x.dtype.kind == "f":
+                if a._base is not None and a._view_ver != a._ver_owner._ver:
+                    sync_view(a)
+                if ufunc is None or _d.CPU_XP is not np:
+                    out = kernel(_d.CPU_XP, x)
+                elif x.nbytes >= _HOST_MIN and x.flags.c_contiguous:
+                    out = ufunc(x, out=_host_empty(x.shape, x.dtype))  # see fast_binary
+                else:
+                    out = ufunc(x)
+                if type(out) is not _ndarray:
+                    out = np.asarray(out)
+                t = _new(Tensor)
+                t._data = out
+                if GradState.inference:
+                    t._inference = True
+                if GradState.enabled and differentiable and a._requires_grad:
+                    _record_pointwise(op, (a,), t)
+                return t
+        return eager(op, (a,), {}) if not MODES else MODES[-1].dispatch(op, (a,), {})
+    run.__name__ = op.name
+    return run
