@@ -19,8 +19,14 @@ import weakref
 
 from .._tensor import Tensor
 from .grad_mode import GradState
+from .saved_hooks import Packed
+from .view_creation import ViewCreation  # noqa: F401 - re-exported beside the nodes
+from .saved_hooks import _stack as _SAVED_HOOKS
+from .saved_hooks import pack as _pack
+from .saved_hooks import disable_saved_tensors_hooks, save_on_cpu, saved_tensors_hooks  # noqa: F401 - torch's path
 
-__all__ = ["Node", "AccumulateGrad", "node_class_for", "named", "Deferred", "recording_nodes"]
+__all__ = ["Node", "AccumulateGrad", "node_class_for", "named", "Deferred", "recording_nodes", "ViewCreation",
+           "saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks"]
 
 _FREED_MSG = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have already "
@@ -128,9 +134,15 @@ class Node:
             else:
                 versions.append(None)
         self._saved_in_versions = tuple(versions)
+        if _SAVED_HOOKS:  # packed values are not version-checked (the hooks may have copied or recomputed them)
+            self._saved_in = tuple([_pack(a) if isinstance(a, Tensor) else a for a in args])
+            self._saved_in_versions = (None,) * len(args)
 
     def save_output(self, outs):
         """``outs``: tuple of output tensors; kept as (array, root tensor, version) without a reference cycle."""
+        if _SAVED_HOOKS:
+            self._saved_out = tuple([_pack(o, self, nr) for nr, o in enumerate(outs)])
+            return
         # The shared version counter, not the output: holding the output itself would be a reference cycle, and the
         # output may be modified in place and then dropped before backward.
         self._saved_out = tuple([(o._data, o._version_counter(), o._version) for o in outs])
@@ -142,10 +154,12 @@ class Node:
             if self._freed:
                 raise RuntimeError(_FREED_MSG)
             raise RuntimeError(f"{self.name()}: inputs were not saved for backward (the op's row must declare them)")
+        packed = False
         for a, v in zip(saved, self._saved_in_versions):
             if v is not None and a._version != v:
                 raise _version_error(a, v, self.name())
-        return saved
+            packed = packed or type(a) is Packed
+        return tuple([a.unpack() if type(a) is Packed else a for a in saved]) if packed else saved
 
     @property
     def outputs(self):
@@ -153,7 +167,11 @@ class Node:
         if saved is None:
             raise RuntimeError(_FREED_MSG if self._freed else f"{self.name()}: outputs were not saved for backward")
         outs = []
-        for nr, (data, counter, version) in enumerate(saved):
+        for nr, entry in enumerate(saved):
+            if type(entry) is Packed:
+                outs.append(entry.unpack())
+                continue
+            data, counter, version = entry
             if counter[0] != version:
                 raise _version_error(Tensor._make(data), version, self.name(), current=counter[0])
             t = Tensor._make(data)
@@ -172,6 +190,8 @@ class Node:
         saved = self._saved("_saved_out")
         if saved is None:
             raise RuntimeError(_FREED_MSG if self._freed else f"{self.name()}: outputs were not saved for backward")
+        if type(saved[nr]) is Packed:
+            return saved[nr].unpack()
         data, counter, version = saved[nr]
         if counter[0] != version:
             raise _version_error(Tensor._make(data), version, self.name(), current=counter[0])
