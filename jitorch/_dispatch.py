@@ -18,6 +18,7 @@ from . import _dtype
 from ._tensor import Tensor
 from .autograd.grad_mode import GradState
 from .autograd.graph import _record as _record_in_region, _recording as _RECORDING
+from .autograd.view_creation import INFERENCE_VIEW, NO_GRAD_VIEW
 from .runtime import array_module_for
 
 __all__ = ["apply", "apply_inplace", "push_mode", "pop_mode", "run_below", "MODES"]
@@ -194,8 +195,14 @@ def sync_view(v):
     Without it, ``v = y[:2]; y.mul_(2); v.sum().backward()`` would skip the ``mul_``.
     """
     root = v._ver_owner
-    v._view_ver = root._ver
     base = v._base
+    if v._nograd_view is not None:
+        # A view made without history (or by a custom Function), or a view of one: torch never regenerates its
+        # history, and refuses it once its base changed in place while gradients are being recorded.
+        if GradState.enabled and (base._requires_grad or v.grad_fn is not None):
+            raise v._nograd_view.error(indirect=True)
+        return
+    v._view_ver = root._ver
     if base._requires_grad or v.grad_fn is not None:
         from .autograd.grad_mode import enable_grad
         from .ops.inplace_views import replay_view
@@ -222,9 +229,9 @@ def _mark_view(out, src, op, attrs):
     if out._inference is not src._inference:  # a view is an inference tensor when its base is, whatever the mode
         out._inference = src._inference
     if not GradState.enabled:
-        out._nograd_view = "A view was"
+        out._nograd_view = INFERENCE_VIEW if GradState.inference else NO_GRAD_VIEW
     elif src._nograd_view is not None:
-        out._nograd_view = f"Output 0 of {op.grad_name.removesuffix('Backward0')} is a view of a view which was"
+        out._nograd_view = src._nograd_view.of_view(op.grad_name.removesuffix("Backward0"))
 
 
 # Reductions whose ``dtype=`` may ask for an integer result from a tensor that requires grad.
@@ -379,21 +386,18 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
         raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make a "
                            "clone to get a normal tensor before doing inplace update.See "
                            "https://github.com/pytorch/rfcs/pull/17 for more details.")
-    if self._base is not None and self._view_ver != self._ver_owner._ver:
-        sync_view(self)
     grad_needed = GradState.enabled and op.differentiable and (
         self._requires_grad or any(isinstance(a, Tensor) and a._requires_grad for a in args))
-    if GradState.enabled and self._requires_grad:
-        _check_inplace_allowed(op, self)
     if (self._nograd_view is not None and self._base is not None and GradState.enabled
             and (grad_needed or self._base._requires_grad or any(isinstance(a, Tensor) and a._requires_grad
                                                                   for a in args))):
-        # torch cannot tell whether the write should be tracked through a view made without history: refused.
-        raise RuntimeError(
-            f"{self._nograd_view} created in no_grad mode and is being modified inplace with grad mode enabled. "
-            "Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by "
-            "moving both the view and the inplace either both inside the no_grad block (if you don't want the "
-            "inplace to be tracked) or both outside (if you want the inplace to be tracked).")
+        # torch cannot rebase a write into a view made without history (or by a custom Function): refused,
+        # before the leaf checks, as torch's check_inplace does.
+        raise self._nograd_view.error()
+    if self._base is not None and self._view_ver != self._ver_owner._ver:
+        sync_view(self)
+    if GradState.enabled and self._requires_grad:
+        _check_inplace_allowed(op, self)
     if not grad_needed:
         if GradState.enabled and self._base is not None and self._base._requires_grad:
             _check_inplace_allowed(op, self)

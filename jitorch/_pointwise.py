@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _dtype
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace, fast_binary, fast_unary
+from .autograd.graph import named
 from ._tensor import Tensor
 from .ops import pointwise as P
 
@@ -315,18 +316,24 @@ def where(condition, input=None, other=None, *, out=None):
 
 def clamp(input, min=None, max=None, *, out=None):
     """Clamp into ``[min, max]``; bounds may be scalars or tensors."""
-    return _write_out(apply(P.CLAMP, input, min, max), out, "clamp")
+    result = apply(P.CLAMP, input, min, max)
+    if not (isinstance(min, Tensor) or isinstance(max, Tensor)):
+        named(result, "ClampBackward1")  # ATen's Scalar overload (tensor bounds: ClampBackward0)
+    return _write_out(result, out, "clamp")
 
 
 clip = clamp
 
 
 def clamp_min(input, min):
-    return clamp(input, min=min)
+    # (named leaves a result without history, or a compiler's deferred one, as it is)
+    return named(apply(P.CLAMP, input, min, None), "ClampMinBackward1" if isinstance(min, Tensor) else
+                 "ClampMinBackward0")
 
 
 def clamp_max(input, max):
-    return clamp(input, max=max)
+    return named(apply(P.CLAMP, input, None, max), "ClampMaxBackward1" if isinstance(max, Tensor) else
+                 "ClampMaxBackward0")
 
 
 def addcmul(input, tensor1, tensor2, *, value=1, out=None):

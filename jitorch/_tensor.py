@@ -75,7 +75,7 @@ class Tensor:
     _vc = None  # the version as a shared list, created when a saved output needs it (see _version_counter)
     _view_chain = None  # ((op, attrs), ...) that rebuilds this view from ``_base``
     _view_ver = 0  # the base's version when this view's history was last built
-    _nograd_view = None  # start of torch's error message when this view was made in no_grad mode (or from one)
+    _nograd_view = None  # autograd.view_creation.ViewCreation of a view made without history (or by a Function)
     _hooks = None
     _post_acc_hooks = None
     _acc_node = None  # the leaf's AccumulateGrad node, kept once it has hooks

@@ -45,3 +45,41 @@ def test_renamed_node_keeps_its_behaviour_and_repr():
     assert isinstance(y.grad_fn, jitorch.autograd.graph.Node)
     (g,) = jitorch.autograd.grad(y * y, x, create_graph=True)  # double backward through the renamed node
     assert g.tolist() == [2.0, 2.0] and type(g.grad_fn).__name__ != "MeanBackward0"
+
+
+@pytest.mark.parametrize("shape", [(3,), (4, 3), (2, 4, 3), (2, 2, 4, 3)], ids=str)
+@pytest.mark.parametrize("contiguous", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_linear_shows_the_grad_fn_of_torchs_decomposition(shape, contiguous, bias, dtype):
+    # at::linear is addmm / mm / matmul plus views and adds depending on the input: users print those names.
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape if contiguous else shape[::-1]).astype(dtype)
+    w, b = rng.standard_normal((5, 3)).astype(dtype), rng.standard_normal(5).astype(dtype)
+    seen = []
+    for lib in (jitorch, torch):
+        xt = lib.tensor(x, requires_grad=True)
+        xv = xt if contiguous else xt.permute(*reversed(range(len(shape))))
+        wt, bt = lib.tensor(w, requires_grad=True), lib.tensor(b, requires_grad=True) if bias else None
+        out = lib.nn.functional.linear(xv, wt, bt)
+        out.sum().backward()
+        seen.append((type(out.grad_fn).__name__, out.grad_fn.name(), xt.grad.numpy(), wt.grad.numpy()))
+    assert seen[0][:2] == seen[1][:2]
+    for g, h in zip(seen[0][2:], seen[1][2:]):
+        np.testing.assert_allclose(g, h, rtol=1e-5, atol=1e-5)
+
+
+CLAMPS = ["x.clamp(0, 1)", "x.clamp(min=0)", "x.clamp(max=1)", "x.clip(0, 1)", "x.clamp(t, t + 1)", "x.clamp(min=t)",
+          "x.clamp(max=t)", "lib.clamp_min(x, 0)", "lib.clamp_max(x, 1)", "lib.clamp_min(x, t)", "lib.clamp_max(x, t)",
+          "x.clamp(lib.tensor(0.), lib.tensor(1.))"]
+
+
+@pytest.mark.parametrize("code", CLAMPS)
+def test_clamp_names_its_aten_overload(code):
+    seen = []
+    for lib in (jitorch, torch):
+        x = lib.tensor([-1.0, 0.5, 2.0], requires_grad=True)
+        out = eval(code, {"lib": lib, "x": x, "t": lib.zeros(3)})
+        out.sum().backward()
+        seen.append((type(out.grad_fn).__name__, out.detach().numpy().tolist(), x.grad.numpy().tolist()))
+    assert seen[0] == seen[1]

@@ -173,6 +173,8 @@ class SegmentPlan:
 class _SegmentStage(Function):
     """One run of a `SegmentPlan`: the compiled forward now, the compiled backward when gradients arrive."""
 
+    _eager_views = True  # a compiled region: its returned views behave as eager views
+
     @staticmethod
     def forward(ctx, plan, *flat):
         res = plan.fwd(flat)

@@ -238,6 +238,8 @@ def as_output_dtypes(grads, dtypes):
 class _CompiledTraining(Function):
     """One call of a `TrainingPlan`: the compiled forward now, the compiled backward when gradients arrive."""
 
+    _eager_views = True  # a compiled region: its returned views behave as eager views
+
     @staticmethod
     def forward(ctx, plan, *flat):
         # A double backward reruns the function eagerly: it must draw the masks this forward draws.

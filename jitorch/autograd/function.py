@@ -20,7 +20,8 @@ from __future__ import annotations
 import functools
 
 from .._tensor import Tensor
-from .graph import Node, _version_error
+from . import saved_hooks
+from .graph import Node, ViewCreation, _version_error
 from .grad_mode import GradState, no_grad
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
@@ -60,7 +61,9 @@ class FunctionCtx:
             raise RuntimeError(_FREED_MSG)
         out = []
         for kind, item, version in self._saved:
-            if kind == "input":
+            if kind == "packed":
+                out.append(item.unpack())
+            elif kind == "input":
                 if item is not None and item._version != version:
                     raise _version_error(item, version, self.name())
                 out.append(item)
@@ -167,6 +170,10 @@ class Function(metaclass=_FunctionMeta):
 
     vjp = backward
 
+    # jitorch's own Functions that stand in for eager ops (compiled regions) set this: views they return are
+    # rebased after an in-place write to their base as eager views are, instead of refused as a custom Function's.
+    _eager_views = False
+
     @staticmethod
     def setup_context(ctx, inputs, output):
         raise NotImplementedError
@@ -214,7 +221,12 @@ class Function(metaclass=_FunctionMeta):
                 if id(o) in nondiff or id(outs[nr]) in nondiff:
                     continue
                 o.grad_fn, o._output_nr, o._requires_grad = ctx, nr, True
-                if o._nograd_view is not None:  # a view made by the no_grad forward: this function is its history
+                if o._base is not None and not cls._eager_views and not (id(o) in dirty and id(o) in inputs):
+                    # This function is the view's history: a later in-place write could not be rebased onto its
+                    # custom backward, so torch refuses one (for every output of a function with several).
+                    kind = "multi" if len(final) > 1 else "custom"
+                    o._nograd_view = ViewCreation(kind, f"Output {nr} of {cls.__name__}")
+                elif o._nograd_view is not None:
                     o._nograd_view = None
                 if id(o) in dirty and o._base is not None:
                     # A view written in place by the function: its base's history must include it (CopySlices).
@@ -227,6 +239,9 @@ class Function(metaclass=_FunctionMeta):
         for t in ctx._to_save:
             if t is None:
                 saved.append(("input", None, None))
+            elif saved_hooks.active():
+                mine = record and id(t) in out_ids and t.grad_fn is ctx
+                saved.append(("packed", saved_hooks.pack(t, ctx if mine else None, out_ids.get(id(t), 0)), None))
             elif record and id(t) in out_ids and t.grad_fn is ctx:
                 saved.append(("output", (t._data, t._version_counter(), t._version), out_ids[id(t)]))
             else:

@@ -19,8 +19,14 @@ import weakref
 
 from .._tensor import Tensor
 from .grad_mode import GradState
+from .saved_hooks import Packed
+from .view_creation import ViewCreation  # noqa: F401 - re-exported beside the nodes
+from .saved_hooks import _stack as _SAVED_HOOKS
+from .saved_hooks import pack as _pack
+from .saved_hooks import disable_saved_tensors_hooks, save_on_cpu, saved_tensors_hooks  # noqa: F401 - torch's path
 
-__all__ = ["Node", "AccumulateGrad", "node_class_for", "named", "Deferred", "recording_nodes"]
+__all__ = ["Node", "AccumulateGrad", "node_class_for", "named", "Deferred", "recording_nodes", "ViewCreation",
+           "saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks"]
 
 _FREED_MSG = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have already "
@@ -131,9 +137,15 @@ class Node:
             else:
                 versions.append(None)
         self._saved_in_versions = tuple(versions)
+        if _SAVED_HOOKS:  # packed values are not version-checked (the hooks may have copied or recomputed them)
+            self._saved_in = tuple([_pack(a) if isinstance(a, Tensor) else a for a in args])
+            self._saved_in_versions = (None,) * len(args)
 
     def save_output(self, outs):
         """``outs``: tuple of output tensors; kept as (array, root tensor, version) without a reference cycle."""
+        if _SAVED_HOOKS:
+            self._saved_out = tuple([_pack(o, self, nr) for nr, o in enumerate(outs)])
+            return
         # The shared version counter, not the output: holding the output itself would be a reference cycle, and the
         # output may be modified in place and then dropped before backward.
         self._saved_out = tuple([(o._data, o._version_counter(), o._version) for o in outs])
@@ -148,12 +160,15 @@ class Node:
                     raise RuntimeError(_FREED_MSG)
                 raise RuntimeError(f"{self.name()}: inputs were not saved for backward (the op's row must declare "
                                    "them)")
+        packed = False
         for a, v in zip(saved, self._saved_in_versions):
             if v is not None:
                 owner = a._ver_owner  # ``a._version`` without the property: every backward row reads its inputs here
                 if (a if owner is None else owner)._ver != v:
                     raise _version_error(a, v, self.name())
-        return saved
+            elif type(a) is Packed:  # saved-tensor hooks: no version (see save_inputs)
+                packed = True
+        return tuple([a.unpack() if type(a) is Packed else a for a in saved]) if packed else saved
 
     @property
     def outputs(self):
@@ -170,6 +185,8 @@ class Node:
         return self._unpack_output(0, saved[0])
 
     def _unpack_output(self, nr, entry):
+        if type(entry) is Packed:
+            return entry.unpack()
         data, counter, version = entry
         if counter[0] != version:
             raise _version_error(Tensor._make(data), version, self.name(), current=counter[0])

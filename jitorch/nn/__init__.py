@@ -13,12 +13,13 @@ import importlib
 
 from . import parameter, modules, init, utils  # noqa: F401
 from . import parallel  # noqa: F401,E402
-from .parameter import Buffer, Parameter  # noqa: F401
+from .parameter import Buffer, Parameter, UninitializedBuffer, UninitializedParameter  # noqa: F401
 from .parallel import DataParallel  # noqa: F401 - torch.nn.DataParallel
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
 
-__all__ = ["Parameter", "Buffer", "DataParallel", "init", "utils", "modules", "parameter"] + list(_modules_all)
+__all__ = ["Parameter", "Buffer", "UninitializedParameter", "UninitializedBuffer", "DataParallel", "init", "utils",
+           "modules", "parameter"] + list(_modules_all)
 
 
 def __getattr__(name):

@@ -20,6 +20,7 @@ from .._dispatch import TORCH_TYPE_NAMES, apply
 from .._linalg import add_product
 from .._tensor import Tensor
 from ..autograd.grad_mode import is_grad_enabled
+from ..autograd.graph import named
 from ..ops.nn_fused import FUSED_DTYPES
 from ..ops.nn_linear import LINEAR
 
@@ -48,6 +49,17 @@ def check_tensor(value, op, name="input"):
 
 
 # -- linear maps ----------------------------------------------------------------------------------------------------
+def _linear_grad_name(input, bias):
+    """The grad_fn at::linear's decomposition leaves for this input: addmm or mm for matrices, a view of addmm for
+    a vector or a contiguous batch with a bias (a plain add after matmul otherwise), matmul's views without one."""
+    nd = input.dim()
+    if bias is None:
+        return {1: "SqueezeBackward4", 2: "MmBackward0"}.get(nd, "UnsafeViewBackward0")
+    if nd == 2:
+        return "AddmmBackward0"
+    return "ViewBackward0" if nd == 1 or input.is_contiguous() else "AddBackward0"
+
+
 @autocast_lower
 def linear(input, weight, bias=None):
     """``input @ weight.T + bias`` over the last dim of ``input`` (``weight``: ``[out, in]`` or ``[in]``)."""
@@ -71,7 +83,10 @@ def linear(input, weight, bias=None):
                                f"{weight.shape[1]}x{weight.shape[0]})")
         if input._data.dtype in FUSED_DTYPES and (bias is None or bias._data.shape == (w_shape[0],)):
             # One row: matmul and in-place bias add forward, one node whose backward sums the bias gradient directly.
-            return apply(LINEAR, input, weight, bias)
+            out = apply(LINEAR, input, weight, bias)
+            if type(out) is Tensor and out.grad_fn is not None:  # (a compiler's deferred tensor has no history yet)
+                named(out, _linear_grad_name(input, bias))
+            return out
         if bias is not None and (input.dim() == 2 or input.is_contiguous() and bias.is_contiguous() and (
                 bias.dim() == 1 or bias.squeeze().dim() == 1)):
             # at::linear's addmm path (the product and the bias added in float32 for halves, rounded once); other

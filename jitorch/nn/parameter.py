@@ -14,10 +14,11 @@ tensor([1., 1.], requires_grad=True)
 """
 from __future__ import annotations
 
-from .. import _dispatch
+from .. import _dispatch, _overrides
 from .._tensor import Tensor
 
-__all__ = ["Parameter", "Buffer", "is_lazy"]
+__all__ = ["Parameter", "UninitializedParameter", "is_lazy", "Buffer", "UninitializedBuffer",
+           "UninitializedTensorMixin"]
 
 # Per-instance fields of Tensor itself; anything else in a parameter's __dict__ is user state that pickling keeps.
 _TENSOR_FIELDS = frozenset({
@@ -103,5 +104,134 @@ class Buffer(metaclass=_BufferMeta):
 
 
 def is_lazy(param):
-    """Whether ``param`` is an uninitialized (lazy) parameter or buffer; jitorch has none."""
-    return False
+    """Whether ``param`` is an uninitialized (lazy) parameter or buffer."""
+    return isinstance(param, UninitializedTensorMixin)
+
+
+_USE_MSG = ("Attempted to use an uninitialized parameter in {}. This error happens when you are using a `LazyModule` "
+            "or explicitly manipulating `jitorch.nn.parameter.UninitializedParameter` objects. When using LazyModules "
+            "Call `forward` with a dummy batch to initialize the parameters before calling torch functions")
+
+
+class UninitializedTensorMixin:
+    """A parameter or buffer without a shape yet: ``materialize(shape)`` gives it one and turns it into
+    ``cls_to_become``. Until then only its dtype, device, ``requires_grad`` and the conversions (``to``, ``float``...)
+    work; any other op raises torch's ValueError (the override machinery hands every call with one to
+    ``__jitorch_function__`` while one is alive)."""
+
+    _ALLOWED = frozenset({"size", "copy_", "is_complex", "is_floating_point", "half", "float", "double", "char",
+                          "short", "int", "long", "cuda", "cpu", "to", "get_device"})
+
+    def _start_uninitialized(self):
+        _overrides.acquire()
+        self._counted = True
+
+    def materialize(self, shape, device=None, dtype=None):
+        """Replace the placeholder by an uninitialized tensor of ``shape`` (on the placeholder's device and dtype
+        unless given), and become ``cls_to_become``."""
+        from .. import _creation
+        from ..autograd.grad_mode import no_grad
+
+        device = self.data.device if device is None else device
+        dtype = self.data.dtype if dtype is None else dtype
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        with no_grad():
+            self.data = _creation.empty(shape, device=device, dtype=dtype)
+        self._stop_uninitialized()
+        self.__class__ = self.cls_to_become
+
+    def _stop_uninitialized(self):
+        if self.__dict__.pop("_counted", False):
+            _overrides.release()
+
+    def __del__(self):
+        self._stop_uninitialized()
+
+    @property
+    def shape(self):
+        raise RuntimeError("Can't access the shape of an uninitialized parameter or buffer. This error usually happens "
+                           "in `load_state_dict` when trying to load an uninitialized parameter into an initialized "
+                           "one. Call `forward` to initialize the parameters before accessing their attributes.")
+
+    def share_memory_(self):
+        raise RuntimeError("Can't share memory on an uninitialized parameter or buffer. Call `forward` to initialize "
+                           "the parameters before calling `module.share_memory()`.")
+
+    def __repr__(self):
+        return f"<{self.__class__.__name__}>"
+
+    __str__ = __repr__
+
+    def __len__(self):
+        raise ValueError(_USE_MSG.format("<function Tensor.__len__>"))
+
+    def __reduce_ex__(self, protocol):
+        return (self.__class__, (self.requires_grad,))
+
+    def __deepcopy__(self, memo):
+        return type(self)(self.requires_grad, self.data.device, self.data.dtype)
+
+    @classmethod
+    def __jitorch_function__(cls, func, args, kwargs):
+        from .. import _overrides
+
+        name = _overrides.tensor_method_name(func)
+        original = getattr(func, "__jitorch_original__", None) or getattr(func, "__wrapped__", func)
+        if name in cls._ALLOWED:
+            return original(*args, **kwargs)
+        where = f"<method '{name}' of 'jitorch.Tensor' objects>" if name else f"<function {func.__name__}>"
+        raise ValueError(_USE_MSG.format(where))
+
+
+def _refused_operator(name):
+    def operator(self, other):
+        raise ValueError(_USE_MSG.format(f"<method '{name}' of 'jitorch.Tensor' objects>"))
+    operator.__name__ = name
+    return operator
+
+
+def _install_refused_operators():
+    # Tensor's operators run on ``self`` without asking the override machinery (only the other operand is
+    # checked): the placeholder refuses them itself, reflected ones included (``2 * p``, ``t @ p``).
+    from .._overrides import _OPERATORS
+
+    for name in _OPERATORS:
+        setattr(UninitializedTensorMixin, name, _refused_operator(name))
+    UninitializedTensorMixin.__hash__ = object.__hash__  # (defining __eq__ would drop it) torch allows hashing
+
+
+_install_refused_operators()
+
+
+def _placeholder(device, dtype):
+    from .. import _creation
+
+    return _creation.empty(0, device=device, dtype=dtype)
+
+
+class UninitializedParameter(UninitializedTensorMixin, Parameter):
+    """A ``Parameter`` whose shape comes later (lazy modules): ``materialize(shape)`` makes it a ``Parameter``."""
+
+    cls_to_become = Parameter
+
+    def __new__(cls, requires_grad=True, device=None, dtype=None):
+        # Not through Parameter.__new__: its requires_grad_() call is refused while another placeholder is alive.
+        p = object.__new__(cls)
+        p._data = _placeholder(device, dtype)._data
+        p._requires_grad = bool(requires_grad)
+        p._start_uninitialized()
+        return p
+
+
+class UninitializedBuffer(UninitializedTensorMixin, Tensor):
+    """A buffer whose shape comes later: ``materialize(shape)`` makes it a plain Tensor."""
+
+    cls_to_become = Tensor
+
+    def __new__(cls, requires_grad=False, device=None, dtype=None, persistent=True):
+        b = object.__new__(cls)
+        b._data = _placeholder(device, dtype)._data
+        b._requires_grad = bool(requires_grad)
+        b.persistent = persistent
+        b._start_uninitialized()
+        return b
