@@ -17,7 +17,7 @@ from ._dispatch import MODES, _NO_ATTRS, TENSOR_TYPES, _new, _only_saved, _raise
     sync_view
 from ._tensor import Tensor
 from .autograd.grad_mode import GradState
-from .autograd.graph import _record as _record_in_region, _recording as _RECORDING
+from .autograd.graph import _SAVED_HOOKS, _record as _record_in_region, _recording as _RECORDING
 from .runtime.host_cache import THRESHOLD as _HOST_MIN
 from .runtime.host_cache import empty as _host_empty
 
@@ -60,9 +60,12 @@ def _record_pointwise(op, args, t):
         if saves != "outputs":
             node.save_inputs(args if op.save_if is None else _only_saved(op, args, edges))
         if saves != "inputs":
-            # ``t`` was just created: it owns its memory and is at version 0.
-            counter = t._vc = [0]
-            node._saved_out = ((t._data, counter, 0),)
+            if _SAVED_HOOKS:
+                node.save_output((t,))  # the hooks pack it
+            else:
+                # ``t`` was just created: it owns its memory and is at version 0.
+                counter = t._vc = [0]
+                node._saved_out = ((t._data, counter, 0),)
     t.grad_fn = node
     t._requires_grad = True
 

@@ -174,3 +174,17 @@ def test_a_pack_hook_writing_its_input_is_refused():
         with lib.autograd.graph.saved_tensors_hooks(lambda t: t.detach().add_(1), lambda t: t):
             with pytest.raises(RuntimeError, match="pack hook is modifying its input in place"):
                 x.sin()
+
+
+def test_index_backward_reads_hook_packed_indices():
+    """Advanced-indexing rows read their saved indices directly (not through ``ctx.inputs``); packed by hooks,
+    those are unpacked too."""
+    grads = []
+    for lib in (jitorch, torch):
+        x = lib.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+        idx = lib.tensor([3, 0, 3])
+        with lib.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            y = (x[idx] * lib.tensor([1.0, 2.0, 3.0])).sum()
+        y.backward()
+        grads.append(np.asarray(x.grad.detach().numpy()))
+    np.testing.assert_array_equal(*grads)

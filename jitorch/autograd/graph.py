@@ -93,6 +93,13 @@ def _record(node):
             return
 
 
+class PackedInputs(tuple):
+    """A node's saved inputs as the active saved-tensor hooks packed them: one type test tells a backward to unpack
+    them, so the common path checks nothing per input."""
+
+    __slots__ = ()
+
+
 class Node:
     """A backward function. ``next`` holds, per input, ``(node_or_leaf_tensor, output_nr)`` or ``None``."""
 
@@ -136,10 +143,11 @@ class Node:
                 versions.append((owner if owner is not None else a)._ver)
             else:
                 versions.append(None)
-        self._saved_in_versions = tuple(versions)
         if _SAVED_HOOKS:  # packed values are not version-checked (the hooks may have copied or recomputed them)
-            self._saved_in = tuple([_pack(a) if isinstance(a, Tensor) else a for a in args])
+            self._saved_in = PackedInputs([_pack(a) if isinstance(a, Tensor) else a for a in args])
             self._saved_in_versions = (None,) * len(args)
+            return
+        self._saved_in_versions = tuple(versions)
 
     def save_output(self, outs):
         """``outs``: tuple of output tensors; kept as (array, root tensor, version) without a reference cycle."""
@@ -160,15 +168,14 @@ class Node:
                     raise RuntimeError(_FREED_MSG)
                 raise RuntimeError(f"{self.name()}: inputs were not saved for backward (the op's row must declare "
                                    "them)")
-        packed = False
+        if type(saved) is PackedInputs:  # saved-tensor hooks: unpacked, not version-checked (see save_inputs)
+            return tuple([a.unpack() if type(a) is Packed else a for a in saved])
         for a, v in zip(saved, self._saved_in_versions):
             if v is not None:
                 owner = a._ver_owner  # ``a._version`` without the property: every backward row reads its inputs here
                 if (a if owner is None else owner)._ver != v:
                     raise _version_error(a, v, self.name())
-            elif type(a) is Packed:  # saved-tensor hooks: no version (see save_inputs)
-                packed = True
-        return tuple([a.unpack() if type(a) is Packed else a for a in saved]) if packed else saved
+        return saved
 
     @property
     def outputs(self):

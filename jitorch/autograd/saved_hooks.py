@@ -37,13 +37,10 @@ class saved_tensors_hooks:  # noqa: N801 - torch's name
         if _disabled:
             raise RuntimeError(_disabled[-1])
         _stack.append((self.pack_hook, self.unpack_hook))
-        _install_pointwise_saving(True)
         return self
 
     def __exit__(self, *exc):
         _stack.pop()
-        if not _stack:
-            _install_pointwise_saving(False)
 
 
 class save_on_cpu(saved_tensors_hooks):  # noqa: N801 - torch's name
@@ -147,22 +144,3 @@ def _LeafEdge(leaf):  # noqa: N802 - reads as the node class it builds
 
         _LEAF_EDGE.append(LeafEdge)
     return _LEAF_EDGE[0](leaf)
-
-
-def _install_pointwise_saving(on):
-    """The dispatcher's fast paths save outputs inline, bypassing ``Node.save_output``; while hooks are active they
-    record through the general function instead, so the hot path itself carries no check."""
-    from .. import _dispatch_fast as fast
-
-    if on and not hasattr(fast, "_record_pointwise_plain"):
-        fast._record_pointwise_plain = fast._record_pointwise
-        fast._record_pointwise = _record_pointwise_hooked
-    elif not on and hasattr(fast, "_record_pointwise_plain"):
-        fast._record_pointwise = fast._record_pointwise_plain
-        del fast._record_pointwise_plain
-
-
-def _record_pointwise_hooked(op, args, t):
-    from .. import _dispatch
-
-    _dispatch.record(op, args, {}, (t,))

@@ -86,10 +86,10 @@ def _saved_indices(ctx, start):
     Only the index inputs are read back: checking the version of input 0 too (as ``ctx.inputs`` does) would make
     ``y = x[i]; x[j] = 0; y.backward()`` fail, which PyTorch allows since it saves only the indices.
     """
-    from ..autograd.graph import _version_error
+    from ..autograd.graph import PackedInputs, _version_error
 
     saved = ctx._saved("_saved_in")
-    if saved is None:
+    if saved is None or type(saved) is PackedInputs:  # hook-packed inputs: ctx.inputs unpacks them
         return tuple(ctx.inputs[start:])
 
     for a, version in zip(saved[start:], ctx._saved_in_versions[start:]):
