@@ -91,6 +91,29 @@ def compile_function(llvm_ir, name, cache=None):
         return address
 
 
+def compile_functions(llvm_ir, names, cache=None):
+    """`compile_function` for a module that defines several functions: their addresses, in the order of ``names``.
+
+    >>> text = "define i64 @one() {\\n  ret i64 1\\n}\\ndefine i64 @two() {\\n  ret i64 2\\n}"
+    >>> [ctypes.CFUNCTYPE(ctypes.c_int64)(a)() for a in compile_functions(text, ["one", "two"])]
+    [1, 2]
+    """
+    first = compile_function(llvm_ir, names[0], cache)
+    _, engine = target()
+    out = [first]
+    with _lock:
+        for name in names[1:]:
+            loaded = _state["loaded"].get(name)
+            if loaded is None:  # defined by the module just loaded: the engine resolves it without a new compile
+                loaded = _state["loaded"][name] = (llvm_ir, engine.get_function_address(name))
+            elif loaded[0] != llvm_ir:
+                raise ValueError(f"function {name!r} is already compiled from different LLVM IR")
+            if not loaded[1]:
+                raise RuntimeError(f"compile_functions: the module does not define {name!r}")
+            out.append(loaded[1])
+    return out
+
+
 def _emit(tm, llvm_ir):
     mod = optimize(llvm_ir)
     # Code generation shares the target machine with the engine; serialize it like the engine's own compiles.

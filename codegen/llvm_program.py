@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +55,7 @@ from .codeblock import LLVMBuilder
 from .ir import Kernel
 from .ir_params import arguments, bits, outer_size, parametrize
 from .llvm_compile import compile_function, template_address
+from .llvm_pool import available, grain_rows, shared_pool, trampoline_address, worth_splitting
 from .llvm_gemm import blas_gemm, blas_ints, blas_operands, gemm_reduction_kernel, uses_blas, vector_chunk, \
     vector_fits, vector_gemm, vector_ints
 
@@ -78,6 +80,10 @@ class KernelCall:
 
     kernel: Kernel
     refs: tuple
+    # > 1: call the kernel through the native pool (`llvm_pool`) of this many threads, which splits its outer range
+    # when `llvm_pool.worth_splitting` holds at this call's size and runs it whole otherwise: a size-dependent
+    # choice made in the integers, so the program's text (and machine code) is the same at every size.
+    split: int = 0
 
 
 @dataclass(frozen=True)
@@ -144,15 +150,33 @@ def emit_program(calls, name, ints, link):
         return base if ref.byte_offset == 0 else \
             body.emit(f"getelementptr i8, ptr {base}, i64 {integer(ref.byte_offset)}")
 
-    def kernel_call(kernel, refs):
+    def kernel_call(kernel, refs, split=0):
         template, values = parametrize(kernel)
         key = str(template)
         if key not in kernels:
             kernels[key] = integer(link(template), "ptr")
         outer = outer_size(template, values)
-        args = [f"i64 {integer(outer) if outer > 1 else outer}"] + [f"ptr {pointer(r)}" for r in refs] + \
-            [f"{ty} {integer(v, ty)}" for v, ty in zip(values, arguments(template))]
+        types = ["ptr"] * len(refs) + list(arguments(template))
+        operands = [pointer(r) for r in refs] + [integer(v, ty) for v, ty in zip(values, types[len(refs):])]
+        if split > 1 and outer > 1:
+            pool_call(kernels[key], types, operands, outer, split, grain_rows(kernel, outer),
+                      worth_splitting(kernel, math.prod(kernel.shape)))
+            return
+        args = [f"i64 {integer(outer) if outer > 1 else outer}"] + [f"{t} {o}" for t, o in zip(types, operands)]
         body.line(f"call void {kernels[key]}(i64 0, {', '.join(args)})")
+
+    def pool_call(fn, types, operands, outer, threads, grain, worth):
+        # The kernel's arguments go in a context array on the stack, read by the signature's trampoline in every
+        # thread (`llvm_pool.emit_trampoline`); the pool's block and entry point are process addresses: integers.
+        pool = shared_pool(threads)
+        ctx = body.emit(f"alloca [{1 + len(types)} x i64], align 8")
+        body.line(f"store ptr {fn}, ptr {ctx}")
+        for i, (ty, operand) in enumerate(zip(types, operands), start=1):
+            body.line(f"store {ty} {operand}, ptr {body.emit(f'getelementptr i64, ptr {ctx}, i64 {i}')}")
+        chunk, count = pool.chunking(outer, grain) if worth else (outer, 1)
+        body.line(f"call void {integer(pool.run_address, 'ptr')}(ptr {integer(pool.state, 'ptr')}, "
+                  f"ptr {integer(trampoline_address(types, pool.cache), 'ptr')}, ptr {ctx}, i64 {integer(outer)}, "
+                  f"i64 {integer(chunk)}, i64 {integer(count)})")
 
     def gemm_call(g, kind, make, values, extra=()):
         if kind not in gemms:
@@ -165,7 +189,7 @@ def emit_program(calls, name, ints, link):
 
     for call in calls:
         if isinstance(call, KernelCall):
-            kernel_call(call.kernel, call.refs)
+            kernel_call(call.kernel, call.refs, call.split if available() else 0)
         elif isinstance(call, Gemm):
             if call.m == 0 or call.n == 0:
                 continue

@@ -8,13 +8,13 @@ tensor([0., 1., 2.], dtype=jitorch.float64)
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
 from . import _dtype
 from ._printing import set_printoptions  # noqa: F401 - torch.set_printoptions
 from ._tensor import Tensor
+from .runtime import threads
 
 __all__ = [
     "from_dlpack", "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor",
@@ -68,22 +68,29 @@ CharTensor = _legacy("CharTensor", _dtype.int8)
 ByteTensor = _legacy("ByteTensor", _dtype.uint8)
 BoolTensor = _legacy("BoolTensor", _dtype.bool)
 
-_threads = [os.cpu_count() or 1]
-
-
 def get_num_threads() -> int:
-    return _threads[0]
+    """Threads jitorch's own kernels split across (``JITORCH_NUM_THREADS``, else the CPU count).
+
+    >>> get_num_threads() >= 1
+    True
+    """
+    return threads.get_num_threads()
 
 
 def set_num_threads(n: int) -> None:
-    """Threads for jitorch's own kernels (and BLAS, through threadpoolctl when it is installed)."""
-    if n < 1:
-        raise ValueError("set_num_threads expects a positive integer")
-    _threads[0] = int(n)
+    """Threads for jitorch's own kernels (and BLAS, through threadpoolctl when it is installed).
+
+    >>> old = get_num_threads(); set_num_threads(2); get_num_threads()
+    2
+    >>> set_num_threads(old)
+    """
+    if int(n) < 1:
+        raise ValueError(f"set_num_threads expects a positive integer, got {n}")
+    threads.set_num_threads(int(n))
     try:
         from threadpoolctl import threadpool_limits
 
-        threadpool_limits(n)
+        threadpool_limits(int(n))
     except ImportError:
         pass
 

@@ -311,10 +311,13 @@ def test_new_sizes_compile_no_machine_code():
     for t in (17, 19, 23):
         steps(t)
     assert [e.dynamic is not None for e in compiled._compiled_call.train_entries] == [False, False, True]
-    before = len(llvm_compile._state["loaded"])
+    def kernels():  # the native pool's loop and trampolines (per signature, made on first split) are no kernels
+        return {name for name in llvm_compile._state["loaded"] if not name.startswith("jitorch_pool")}
+
+    before = kernels()
     for t in (26, 37, 50):
         steps(t)
-    assert len(llvm_compile._state["loaded"]) == before
+    assert kernels() == before
 
 
 def test_dynamic_true_over_more_sizes_than_symbols_makes_the_changing_one_symbolic():

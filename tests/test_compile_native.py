@@ -256,8 +256,11 @@ def test_pointwise_rows_outside_groups_and_zero_d_values(dtype):
 
 
 def test_plan_follows_the_thread_count():
-    # A plan made at one thread runs large kernels natively (single-threaded); at two threads they must go back to the
-    # thread-splitting runner, so the plan is remade when the thread count changes.
+    # A plan made at one thread runs large kernels natively (single-threaded); at two threads the program splits them
+    # over the native pool (or, where there is none, they go back to the thread-splitting runner), so the plan is
+    # remade when the thread count changes.
+    from jitorch.codegen import llvm_pool
+
     from jitorch.runtime.threads import get_num_threads, set_num_threads
 
     old = get_num_threads()
@@ -273,7 +276,12 @@ def test_plan_follows_the_thread_count():
         for _ in range(3):
             np.testing.assert_allclose(graph((x,)).numpy(), expected, rtol=1e-6, atol=1e-6)
         assert graph._native_threads == 2
-        assert graph.native is None or any("large kernel" in why for _, why in graph.native.fallbacks)
+        if llvm_pool.available():
+            programs = [body for kind, body in graph.native.segments if kind == "native"]
+            assert not graph.native.fallbacks and len(programs) == 1
+            assert "alloca [" in programs[0].source  # the split call's argument block for the pool
+        else:
+            assert graph.native is None or any("large kernel" in why for _, why in graph.native.fallbacks)
     finally:
         set_num_threads(old)
 

@@ -25,10 +25,10 @@ from ..codegen.ir import Buffer, Expr, Kernel, Store, load, op, reduced, simplif
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..fx.node import Node
+from ..ops import native_eager
 from ..ops.table import OPS
 from ..runtime import host_cache
 from ..runtime.host_pointer import data_address
-from ..runtime.threads import get_num_threads, parallel_for
 from . import lower_rows
 from .expr import Unfusable, parse_expr
 
@@ -39,7 +39,7 @@ IR_DTYPES = {np.dtype(np.bool_): "bool", np.dtype(np.int32): "i32", np.dtype(np.
              np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _NP = {v: k for k, v in IR_DTYPES.items()}
 # Below this many elements a kernel runs on the calling thread: waking workers costs more than it saves.
-PARALLEL_MIN = 1 << 16
+PARALLEL_MIN = native_eager.PARALLEL_MIN  # one threshold for eager and compiled kernels
 
 _lock = threading.Lock()
 _KERNELS: dict[str, object] = {}
@@ -265,11 +265,8 @@ class GroupKernel(Passes):
         if ck is None:
             ck = self.variants[key] = _compiled(self.build(key))
         addrs = [data_address(o) for o in outs] + [data_address(v) for v, _ in views]
-        if self.numel >= PARALLEL_MIN and get_num_threads() > 1 and ck.outer > 1:
-            inner = max(1, self.numel // max(ck.outer, 1))
-            parallel_for(lambda start, stop: ck(start, stop, *addrs), ck.outer, grain=max(1, (1 << 15) // inner))
-        else:
-            ck(0, ck.outer, *addrs)
+        inner = max(1, self.numel // max(ck.outer, 1))
+        native_eager.launch(ck, addrs, self.numel, max(1, (1 << 15) // inner))
         return outs
 
 

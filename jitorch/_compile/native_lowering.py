@@ -26,6 +26,7 @@ import numpy as np
 
 from ..codegen.ir import Buffer, Kernel, Store, const, load, op as ir_op
 from ..codegen.llvm_objcache import default_cache
+from ..codegen.llvm_pool import split_threads
 from ..codegen.llvm_program import KernelCall, Ref, compile_program
 from ..cpu._lower import NotLowerable, batched_operands, blas_address, column_sum, copy_kernel, copy_slices, \
     element_strides, elementwise, linear, linear_backward, matmul, product_call, reduction
@@ -36,6 +37,7 @@ from ..fx.make_fx import Primitive
 from ..fx.node import Node
 from ..ops.random_ops import RANDOM_ROWS
 from ..runtime.host_pointer import data_address
+from ..runtime.threads import get_num_threads
 from .lower import IR_DTYPES
 
 __all__ = ["NotLowerable", "lower_group", "lower_row", "to_calls", "plan_arena"]
@@ -305,7 +307,7 @@ def to_calls(plan, nslots):
             return Ref(o.slot, r[1])
         return Ref(o.slot, r[1])
 
-    segments, ncalls = [], 0
+    segments, ncalls, threads = [], 0, get_num_threads()
     for step in plan.steps:
         if step[0] == "py":
             segments.append(("py", step))
@@ -313,7 +315,7 @@ def to_calls(plan, nslots):
         calls = []
         for c in step[1]:
             if c[0] == "kernel":
-                calls.append(KernelCall(c[1], tuple(ref(r) for r in c[2])))
+                calls.append(KernelCall(c[1], tuple(ref(r) for r in c[2]), split_threads(threads)))
             else:
                 calls.append(product_call(c[1], ref(c[2]), ref(c[3]), ref(c[4]), blas.get(c[1]["dtype"])))
         ncalls += len(calls)

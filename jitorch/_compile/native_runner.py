@@ -42,6 +42,7 @@ from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..fx.make_fx import Primitive
 from ..fx.node import Node, map_aggregate
+from ..codegen import llvm_pool
 from ..runtime import host_cache
 from ..runtime.threads import get_num_threads
 from .fusion import FusedGroup
@@ -50,9 +51,10 @@ from .native_lowering import NotLowerable, _addr, _bounds, _root, lower_group, l
 
 __all__ = ["FALLBACK", "ENABLED", "NativeRunner", "attach"]
 
-# A kernel leaves the one-call program to be split across threads only when it is this large: a Python step between
-# programs costs ~50-100 us (more right after BLAS has evicted the interpreter's caches), so a ReLU over 128x512
-# (~15 us on one thread) is cheaper run natively on one thread than split.
+# Without the native pool (`codegen.llvm_pool`: Linux only), a kernel leaves the one-call program to be split across
+# Python's threads only when it is this large: a Python step between programs costs ~50-100 us (more right after BLAS
+# has evicted the interpreter's caches), so a ReLU over 128x512 (~15 us on one thread) is cheaper run natively on one
+# thread than split. With the pool, the program splits the kernels worth it itself (`llvm_pool.split_threads`).
 PROGRAM_SPLIT_MIN = max(PARALLEL_MIN, 1 << 20)
 
 FALLBACK = object()  # a call the native runner declines: run the Python runner
@@ -259,7 +261,7 @@ class NativeRunner:
                 self._set_loc(node)
 
     def _group(self, step, kernel, unit, threads):
-        if threads > 1 and kernel.numel >= PROGRAM_SPLIT_MIN:
+        if threads > 1 and kernel.numel >= PROGRAM_SPLIT_MIN and not llvm_pool.available():
             return self._python(step, kernel, unit, "a large kernel: the Python runner splits it across threads")
         mark = len(self.origins)
         try:

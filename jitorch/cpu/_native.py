@@ -29,7 +29,9 @@ import numpy as np
 from .._compile.lower import IR_DTYPES
 from ..codegen.ir import Buffer, Kernel, Store, load
 from ..codegen.llvm_objcache import default_cache
+from ..codegen.llvm_pool import split_threads
 from ..codegen.llvm_program import Copy, KernelCall, Ref, compile_program
+from ..runtime.threads import get_num_threads
 from ..ops.random_ops import CONSTANT_DRAWS, RANDOM_ROWS
 from ._lower import NotLowerable, batched_matmul, blas_address, column_sum, copy_kernel, copy_slices, \
     element_strides, elementwise, linear, linear_backward, matmul, product_call, reduction, view_of
@@ -381,7 +383,7 @@ class NativeReplay:
     def _call(self, call):
         kind = call[0]
         if kind == "kernel":
-            return KernelCall(call[1], tuple(self._ref(a) for a in call[2]))
+            return KernelCall(call[1], tuple(self._ref(a) for a in call[2]), split_threads(get_num_threads()))
         if kind == "copy":
             return Copy(self._ref(call[1]), self._ref(call[2]), call[1].nbytes)
         return product_call(call[1], self._ref(call[1]["a"]), self._ref(call[1]["b"]), self._ref(call[1]["c"]),

@@ -23,6 +23,7 @@ import numpy as np
 from ..codegen.ir import Buffer, Kernel, Store, load
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
+from ..codegen.llvm_pool import shared_pool, worth_splitting
 from ..runtime import host_cache
 from ..runtime.host_pointer import data_address
 from ..runtime.threads import get_num_threads, parallel_for
@@ -30,7 +31,7 @@ from ..runtime.threads import get_num_threads, parallel_for
 __all__ = ["pointwise", "launch"]
 
 _MIN_SIZE = 4096  # below this a ctypes call costs more than SciPy's loop saves
-_PARALLEL_MIN = 1 << 16  # elements from which a second thread pays for its hand-off (as compiled groups)
+PARALLEL_MIN = 1 << 16  # elements below which no kernel is split (cheap ones wait for `llvm_pool.SPLIT_WORK`)
 _GRAIN = 1 << 15
 _MAX_KERNELS = 256
 _kernels: dict = {}
@@ -65,8 +66,15 @@ def pointwise(row, *arrays):
 
 
 def launch(kernel, addresses, numel, grain):
-    """Run a compiled kernel over its outer range, split over jitorch's threads from `_PARALLEL_MIN` elements."""
-    if numel >= _PARALLEL_MIN and get_num_threads() > 1 and kernel.outer > 1:
-        parallel_for(lambda start, stop: kernel(start, stop, *addresses), kernel.outer, grain=grain)
+    """Run a compiled kernel over its outer range, split over jitorch's threads when its work pays for the hand-off
+    (`llvm_pool.worth_splitting`): through the native pool (`codegen.llvm_pool`) where the platform has it, else
+    the Python pool."""
+    threads = get_num_threads()
+    if numel >= PARALLEL_MIN and threads > 1 and kernel.outer > 1 and worth_splitting(kernel, numel):
+        pool = shared_pool(threads)
+        if pool is not None:
+            pool.run_kernel(kernel, addresses, grain)
+        else:
+            parallel_for(lambda start, stop: kernel(start, stop, *addresses), kernel.outer, grain=grain)
     else:
         kernel(0, kernel.outer, *addresses)
