@@ -60,8 +60,9 @@ import platform
 import sys
 import threading
 import warnings
+import weakref
 
-import numpy as np
+
 
 from .codeblock import LLVMBuilder
 from .ir_params import arguments, bits
@@ -82,6 +83,8 @@ MAX_CHUNKS = 0xFFFF  # the chunk count and index share 32 bits of the ticket
 _FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}  # SYS_futex
 _FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # the _PRIVATE forms: the block is never shared between processes
 _STATE_BYTES = 320
+# The generation (32 bits) and epoch wrap after 2^32 jobs: a stale claim would need one worker to sleep between its
+# ticket load and its compare-and-swap through exactly that many jobs.
 _TICKET, _EPOCH, _STOP, _BUSY, _SLEEPERS, _DONE, _FN, _CTX, _N, _CHUNK = 0, 64, 68, 72, 128, 192, 256, 264, 272, 280
 
 
@@ -92,6 +95,19 @@ def available():
     True
     """
     return sys.platform.startswith("linux") and platform.machine().lower() in _FUTEX
+
+
+def _block():
+    """A zeroed, cache-line aligned shared block outside Python's heap, never freed: workers poll it until they see
+    ``stop``, so memory a garbage collector could hand to someone else must not hold it (a dropped pool's workers once
+    ran whatever the reused bytes pointed at)."""
+    libc = ctypes.CDLL(None)
+    libc.aligned_alloc.restype, libc.aligned_alloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t, ctypes.c_size_t]
+    address = libc.aligned_alloc(64, _STATE_BYTES + (-_STATE_BYTES) % 64)
+    if not address:
+        raise MemoryError("NativePool: could not allocate its shared block")
+    ctypes.memset(address, 0, _STATE_BYTES)
+    return address
 
 
 def worth_splitting(kernel, numel):
@@ -247,8 +263,10 @@ def _run_function():
     b.line(f"store i32 0, ptr {polls}")
     epoch, sleepers = _field(b, "%state", _EPOCH), _field(b, "%state", _SLEEPERS)
     done, busy = _field(b, "%state", _DONE), _field(b, "%state", _BUSY)
+    # One chunk, or more than the ticket can count (a caller's bug: the job could never finish), runs alone.
     several = b.emit("icmp ugt i64 %count, 1")
-    b.line(f"br i1 {several}, label %lock, label %alone")
+    fits = b.emit(f"icmp ule i64 %count, {MAX_CHUNKS}")
+    b.line(f"br i1 {b.emit(f'and i1 {several}, {fits}')}, label %lock, label %alone")
     b.label("lock")
     pair = b.emit(f"cmpxchg ptr {busy}, i32 0, i32 1 acquire monotonic")
     b.line(f"br i1 {b.emit(f'extractvalue {{ i32, i1 }} {pair}, 1')}, label %publish, label %alone")
@@ -354,9 +372,7 @@ class NativePool:
 
     def __init__(self, threads, cache=None):
         self.threads, self.cache = int(threads), cache
-        raw = np.zeros(_STATE_BYTES + 64, np.uint8)  # 64 spare bytes to start the block on a cache line
-        self._raw = raw
-        self._state = self.state = raw.ctypes.data + (-raw.ctypes.data) % 64
+        self._state = self.state = _block()
         self._pid = os.getpid()
         worker, run, stop = compile_functions(emit_pool(), ["jitorch_pool_worker", "jitorch_pool_run",
                                                              "jitorch_pool_stop"], cache)
@@ -369,6 +385,9 @@ class NativePool:
                                           name=f"jitorch-native-{i}") for i in range(self.threads - 1)]
         for w in self._workers:
             w.start()
+        # A pool dropped without close() (or alive at exit) still stops its workers; the block itself is never freed,
+        # since a worker may read it for a moment after the stop.
+        weakref.finalize(self, self._stop, self._state)
 
     def run(self, fn_address, ctx_address, n, chunk):
         """Run ``fn(start, stop, ctx)`` over ``range(n)`` in chunks of ``chunk``; returns when every chunk is done."""
@@ -410,6 +429,16 @@ class NativePool:
 
 _shared = {"pool": None, "retired": []}  # replaced pools stay allocated: compiled programs hold their block
 _shared_lock = threading.Lock()
+
+
+def _after_fork_in_child():
+    # The lock may have been held by another thread of the parent (building a pool) at the fork.
+    global _shared_lock
+    _shared_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def shared_pool(threads):

@@ -26,6 +26,28 @@ def test_batch_norm_training_matches_torch(shape, affine, dtype):
     check_op(_bn(jitorch, affine), _bn(torch, affine), [x, *wb], **tol)
 
 
+@pytest.mark.parametrize("shape", [(16, 8, 12, 12), (3, 5, 17, 59), (2, 3, 1000), (2, 2, 3, 4, 200)])
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_batch_norm_generated_channel_kernels_match_torch(shape, affine, dtype, monkeypatch):
+    # From 4096 elements with a spatial part of 8 or more, the rows run generated per-channel kernels
+    # (ops/native_lowered.py): both rows must take them here, and match torch forward and backward.
+    from jitorch.ops import native_lowered
+
+    taken = []
+    for name in ("batch_norm", "batch_norm_backward"):
+        real = getattr(native_lowered, name)
+        monkeypatch.setattr(native_lowered, name,
+                            lambda *a, real=real, name=name: taken.append(name) or real(*a))
+    rng = np.random.default_rng(5)
+    x = make_array(shape, dtype, rng) * 2 + 0.5
+    wb = [make_array((shape[1],), dtype, rng), make_array((shape[1],), dtype, rng)] if affine else []
+    tol = dict(atol=1e-5, rtol=1e-4) if dtype == "float32" else dict(atol=1e-10, rtol=1e-9)
+    check_op(_bn(jitorch, affine), _bn(torch, affine), [x, *wb], **tol)
+    assert {"batch_norm", "batch_norm_backward"} <= set(taken)
+    assert native_lowered.batch_norm(np.zeros((2, 3, 4)), None, None, 1e-5) is None  # too small: NumPy's row
+
+
 def test_batch_norm_non_contiguous_input_matches_torch():
     x = make_array((5, 4, 3, 6), "float32", np.random.default_rng(1))
     wb = [make_array((4,), "float32"), make_array((4,), "float32")]

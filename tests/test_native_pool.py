@@ -161,6 +161,34 @@ def test_close_stops_and_joins_the_workers():
     assert not any(w.is_alive() for w in workers)
 
 
+def test_a_dropped_pool_stops_its_workers():
+    # Its block is never freed (a worker reads it for a moment after the stop), and collecting the pool stops them.
+    import gc
+    import time
+
+    p = NativePool(3)
+    k = _tanh_kernel(5000)
+    x, y = np.zeros(5000, np.float32), np.empty(5000, np.float32)
+    p.run_kernel(k, [x.ctypes.data, y.ctypes.data], grain=10)
+    workers = list(p._workers)
+    del p
+    gc.collect()
+    deadline = time.time() + 10
+    while any(w.is_alive() for w in workers) and time.time() < deadline:
+        time.sleep(0.01)
+    assert not any(w.is_alive() for w in workers)
+
+
+def test_a_count_the_ticket_cannot_hold_runs_alone(pool):
+    # The native entry point refuses a count over 65535 by running the kernel on the caller (never a job that could
+    # not finish, nor skipped rows).
+    fn = compile_function(_COUNT_IR, "pool_test_count")
+    counts = np.zeros(70000, np.int32)
+    ctx = (ctypes.c_int64 * 1)(counts.ctypes.data)
+    pool._run(pool.state, fn, ctypes.addressof(ctx), 70000, 1, 70000)
+    assert (counts == 1).all()
+
+
 def test_a_pool_closed_before_its_workers_start_still_joins():
     # close() right after start: a worker reaching its loop after the stop signal must see ``stop`` and return
     # (it once waited for an epoch change that had already happened, and close() hung).

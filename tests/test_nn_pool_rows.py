@@ -71,3 +71,28 @@ def test_adaptive_max_pool_nan_indices_match_torch():
     got, ref = check_op(lambda t: F.adaptive_max_pool2d(t, (2, 3), return_indices=True),
                         lambda t: TF.adaptive_max_pool2d(t, (2, 3), return_indices=True), [x], grad=False, **TOL)
     assert np.array_equal(got[1].numpy(), ref[1].numpy())
+
+
+@pytest.mark.parametrize("nd,shape", [(2, (16, 8, 20, 22)), (1, (8, 16, 300)), (3, (2, 4, 12, 10, 14))])
+@pytest.mark.parametrize("kernel,stride,dilation", [(2, 2, 1), (3, 2, 1), (2, 2, 2), (3, 3, 1)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_generated_pool_kernels_match_torch_with_ties_and_nan(nd, shape, kernel, stride, dilation, dtype,
+                                                                monkeypatch):
+    # From 4096 elements, unpadded pools whose windows fit run the CPU graphs' generated kernels eagerly
+    # (ops/native_lowered.py): the forward up to 9-position windows, the disjoint-window backward when strides tile
+    # the input. Ties and NaN must pick torch's position.
+    from jitorch.ops import native_lowered
+
+    taken = []
+    for name in ("max_pool", "max_pool_scatter"):
+        real = getattr(native_lowered, name)
+        monkeypatch.setattr(native_lowered, name, lambda *a, real=real, name=name: taken.append(
+            (name, real(*a) is not None)) or real(*a))
+    rng = np.random.default_rng(6)
+    x = rng.integers(-3, 3, shape).astype(dtype)  # many ties
+    x.reshape(-1)[::53] = np.nan
+    args = dict(kernel_size=kernel, stride=stride, dilation=dilation, return_indices=True)
+    check_op(lambda t: JT[nd - 1](t, **args), lambda t: TH[nd - 1](t, **args), [x], **TOL)
+    assert (("max_pool", True) in taken) == (kernel ** nd <= 9)  # the generated scan loads at most 9 positions
+    tiles = all(n % stride == 0 for n in shape[2:]) and stride >= dilation * (kernel - 1) + 1
+    assert (("max_pool_scatter", True) in taken) == tiles

@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from . import native_lowered
 from .table import Opaque, defop
 
 __all__ = ["MAX_POOL_SCATTER", "windows_disjoint", "pair_pool_max"]
@@ -59,7 +60,11 @@ def pair_pool_max(xp, x):
 
 def _scatter_kernel(xp, g, indices, shape, stride=None, padding=None):
     # ``stride`` and ``padding`` (the pool's) are for native lowerings, which compute each input position's window
-    # instead of storing at the indices (`jitorch.cpu._lower_pool`); this store does not need them.
+    # instead of storing at the indices (`jitorch.cpu._lower_pool`, also run eagerly on CPU arrays); the store below
+    # does not need them.
+    found = native_lowered.max_pool_scatter(g, indices, shape, stride, padding)
+    if found is not None:
+        return found
     rows = shape[0] * shape[1]
     size = math.prod(shape[2:])
     out = xp.zeros(rows * size, dtype=g.dtype)

@@ -1,0 +1,152 @@
+"""Eager CPU rows run through the kernels that CPU graphs and compiled graphs lower them to.
+
+Batch norm and max pooling are per-channel reductions and window scans that the NumPy rows make in many passes over
+strided views. Their lowerings (`jitorch.cpu._lower_batch_norm`, `jitorch.cpu._lower_pool`) already write each as
+one generated kernel; here an eager call builds the same `Record` a graph would, compiles the lowering once per
+layout (kept with its constant arrays) and runs it over the call's arrays, split over jitorch's threads
+(`native_eager.launch`). One lowering serves eager, CPU graphs and compiled graphs.
+
+Measured on a (128, 16, 28, 28) float32 input (2 cores, 1 thread): batch norm forward 0.91 ms against 2.96 for the
+NumPy row and its backward 1.15 against 5.44.
+
+Each function takes NumPy arrays and returns None where the lowering does not apply (small, non-contiguous, other
+dtypes, shapes the lowering refuses); the caller keeps its NumPy code then.
+
+>>> import numpy as np
+>>> x = np.random.default_rng(0).standard_normal((8, 3, 16, 16)).astype(np.float32)
+>>> out, mean, var = batch_norm(x, None, None, 1e-5)
+>>> bool(np.allclose(mean.ravel(), x.mean(axis=(0, 2, 3)), atol=1e-6)), mean.shape
+(True, (1, 3, 1, 1))
+>>> values, indices = max_pool(x, (2, 2), (2, 2), (0, 0), (1, 1), (8, 8))
+>>> bool((values == x.reshape(8, 3, 8, 2, 8, 2).max(axis=(3, 5))).all())
+True
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..codegen.llvm_compile import compile_kernel
+from ..codegen.llvm_objcache import default_cache
+from ..codegen.llvm_pool import grain_rows
+from ..runtime import host_cache
+from ..runtime.host_pointer import data_address
+from .native_eager import launch
+
+__all__ = ["batch_norm", "batch_norm_backward", "max_pool", "max_pool_scatter", "MIN_SIZE", "MIN_SPATIAL"]
+
+MIN_SIZE = 4096  # below this the NumPy rows' passes cost less than a kernel call
+MIN_SPATIAL = 8  # batch norm: a shorter inner loop (per image and channel) does not vectorize
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_MAX_PLANS = 128
+_plans: dict = {}
+
+
+def _root(a):
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _plan(name, inputs, outs, attrs):
+    """The compiled steps of row ``name``'s lowering for this layout: ``[(kernel, sources)]``, a source per IR
+    buffer: ``(operand index, byte offset)`` into ``outs + inputs`` (views of operands), or ``(None, array)`` for
+    a constant the lowering made. False where the lowering refuses these operands."""
+    from ..cpu._lower import NotLowerable  # the CPU graph package imports the op rows: load it on first use
+    from ..cpu._lower_batch_norm import BATCH_NORM_OPS
+    from ..cpu._lower_pool import POOL_OPS
+    from ..cpu._recorder import Record
+    from .table import OPS
+
+    try:
+        steps = {**BATCH_NORM_OPS, **POOL_OPS}[name](
+            Record("kernel", None, "", OPS[name], list(inputs), (), None, dict(attrs), list(outs)))
+    except NotLowerable:
+        return False
+    operands = [a for a in list(outs) + list(inputs)]
+    plan = []
+    for kernel, arrays, _ in steps:
+        sources = []
+        for a in arrays:
+            j = next((j for j, o in enumerate(operands) if o is not None and _root(o) is _root(a)), None)
+            sources.append((j, data_address(a) - data_address(operands[j])) if j is not None else (None, a))
+        plan.append((compile_kernel(kernel, cache=default_cache()), sources))
+    return plan
+
+
+def _run(name, inputs, outs, attrs):
+    """Run row ``name``'s lowering into ``outs``; False where it does not apply."""
+    key = (name, tuple(None if a is None else (a.dtype.str, a.shape, a.strides) for a in inputs),
+           tuple((o.dtype.str, o.shape) for o in outs), tuple(sorted(attrs.items())))
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        plan = _plans[key] = _plan(name, inputs, outs, attrs)
+    if plan is False:
+        return False
+    operands = list(outs) + list(inputs)
+    for kernel, sources in plan:
+        addresses = [data_address(operands[j]) + offset if j is not None else data_address(offset)
+                     for j, offset in sources]
+        launch(kernel, addresses, math.prod(kernel.source.shape), grain_rows(kernel.source, kernel.outer))
+    return True
+
+
+def _array(a, dtypes=_FLOATS):
+    return type(a) is np.ndarray and a.dtype in dtypes and a.flags.c_contiguous
+
+
+def _channels_ok(x, *others):
+    """Batch norm's operands: ``x`` large with a long spatial part; ``others`` per-channel vectors or full tensors."""
+    if not _array(x) or x.ndim < 3 or x.size < MIN_SIZE or x.size // (x.shape[0] * x.shape[1]) < MIN_SPATIAL:
+        return False
+    return all(v is None or (_array(v, (x.dtype,)) and (v.size == x.shape[1] or v.shape == x.shape)) for v in others)
+
+
+def batch_norm(x, weight, bias, eps):
+    """``(out, mean, var)`` of training-mode batch norm (biased variance, statistics shaped ``(1, C, 1, ...)``), or
+    None."""
+    if not _channels_ok(x, weight, bias):
+        return None
+    stat = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    outs = [host_cache.empty(x.shape, x.dtype), np.empty(stat, x.dtype), np.empty(stat, x.dtype)]
+    return tuple(outs) if _run("native_batch_norm", [x, weight, bias], outs, {"eps": float(eps)}) else None
+
+
+def batch_norm_backward(g, x, mean, var, weight, eps):
+    """``(gx, gw, gb)`` of training-mode batch norm from the forward's statistics, or None."""
+    if not _channels_ok(x, g, weight) or g.shape != x.shape:
+        return None
+    stats = [np.ascontiguousarray(a, x.dtype).reshape(-1) for a in (mean, var)]
+    if any(s.size != x.shape[1] for s in stats):
+        return None
+    outs = [host_cache.empty(x.shape, x.dtype), np.empty(x.shape[1], x.dtype), np.empty(x.shape[1], x.dtype)]
+    found = _run("native_batch_norm_backward", [g, x, *stats, weight], outs, {"eps": float(eps)})
+    return tuple(outs) if found else None
+
+
+_POOLED = _FLOATS + (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def max_pool(x, kernel, stride, padding, dilation, out_sizes):
+    """(values, flat int64 indices within each plane) of an unpadded max pool whose windows fit the input, or
+    None."""
+    if not _array(x, _POOLED) or x.size < MIN_SIZE or any(padding):
+        return None
+    outs = [host_cache.empty(x.shape[:2] + tuple(out_sizes), x.dtype),
+            host_cache.empty(x.shape[:2] + tuple(out_sizes), np.int64)]
+    attrs = dict(kernel=tuple(kernel), stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation),
+                 out_sizes=tuple(out_sizes))
+    return tuple(outs) if _run("max_pool", [x], outs, attrs) else None
+
+
+def max_pool_scatter(g, indices, shape, stride, padding):
+    """The input gradient of a disjoint-window max pool whose strides tile ``shape`` exactly, or None."""
+    if not _array(g, _POOLED) or not _array(indices, (np.dtype(np.int64),)) or math.prod(shape) < MIN_SIZE or \
+            stride is None or padding is None:
+        return None
+    out = host_cache.empty(tuple(shape), g.dtype)
+    found = _run("max_pool_scatter", [g, indices], [out], {"stride": tuple(stride), "padding": tuple(padding)})
+    return out if found else None
