@@ -37,6 +37,7 @@ from .codeblock import LLVM_TYPES, CodeBlock
 from .ir import DTYPES
 from .llvm_compile import compile_function
 from .llvm_host import has_avx512
+from .llvm_pool import split_call
 
 __all__ = ["DirectConv", "conv_lanes", "conv_registers", "emit_geometry", "pack_weight"]
 
@@ -229,7 +230,8 @@ class DirectConv:
     ``fn(x, w, bias, pads, groups, dilation, parallel=None)`` convolves ``(N, C, H, W)``, padded with zeros by
     ``pads`` (``((top, bottom), (left, right))``), with ``(O, C/G, KH, KW)`` weights (``O / G`` a multiple of
     ``block``) and a bias ``(O,)``: ``(N, O, Ho, Wo)``. ``parallel`` (``parallel(fn, n)`` calls ``fn(start, stop)``
-    over ``range(n)``, as `runtime.threads.parallel_for` does) splits the images and channel blocks across threads.
+    over ``range(n)``, as `runtime.threads.parallel_for` does, or a `llvm_pool.NativePool`) splits the images and
+    channel blocks across threads.
     """
 
     def __init__(self, dtype, kernel, lanes, block, cache=None):
@@ -237,9 +239,9 @@ class DirectConv:
         text = _function_ir("jitorch_conv", dtype, self.kernel, lanes, block)
         self.name = f"jitorch_conv_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
         self.llvm_ir = text.replace("@jitorch_conv(", f"@{self.name}(")
-        address = compile_function(self.llvm_ir, self.name, cache)
+        self.address = compile_function(self.llvm_ir, self.name, cache)
         self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 2 + [ctypes.c_void_p] * 4 +
-                                            [ctypes.c_int64] * len(_ARGS)))(address)
+                                            [ctypes.c_int64] * len(_ARGS)))(self.address)
 
     def __call__(self, x, w, bias, pads, groups, dilation, parallel=None):
         n, cx, h, wd = x.shape
@@ -269,10 +271,5 @@ class DirectConv:
         ints = (cg, hp, wp, ho, wo, obt, (o // groups) // self.block, cx, o, dh, dw)
         ptrs = [a.__array_interface__["data"][0] for a in (buf, packed, b, out)]
 
-        def run(start, stop):
-            self._fn(start, stop, *ptrs, *ints)
-        if parallel is None:
-            run(0, n * obt)
-        else:
-            parallel(run, n * obt)
+        split_call(parallel, self._fn, self.address, ["ptr"] * 4 + ["i64"] * len(ints), (*ptrs, *ints), n * obt)
         return out

@@ -31,6 +31,7 @@ from .codeblock import LLVM_TYPES, CodeBlock
 from .ir import DTYPES
 from .llvm_compile import compile_function
 from .llvm_conv import emit_geometry
+from .llvm_pool import split_call
 
 __all__ = ["DirectConvWeight"]
 
@@ -190,7 +191,7 @@ class DirectConvWeight:
         name = f"jitorch_conv_weight_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
         address = compile_function(text.replace("@jitorch_conv_weight(", f"@{name}("), name, cache)
         return ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 2 + [ctypes.c_void_p] * 3 +
-                                        [ctypes.c_int64] * len(_ARGS)))(address)
+                                        [ctypes.c_int64] * len(_ARGS)))(address), address
 
     def __call__(self, x, g, pads, groups, dilation, parallel=None):
         n, cx, h, wd = x.shape
@@ -216,12 +217,6 @@ class DirectConvWeight:
         ints = (n, cg, hp, wp, ho, wo, (o // groups) // self.block, cx, o, dh, dw)
         ptrs = [a.__array_interface__["data"][0] for a in (xpad, gc, out)]
 
-        fn = self._function(wo <= self.lanes)  # rows of one chunk: the variant whose row loop is innermost
-
-        def run(start, stop):
-            fn(start, stop, *ptrs, *ints)
-        if parallel is None:
-            run(0, items)
-        else:
-            parallel(run, items)
+        fn, address = self._function(wo <= self.lanes)  # rows of one chunk: the variant whose row loop is innermost
+        split_call(parallel, fn, address, ["ptr"] * 3 + ["i64"] * len(ints), (*ptrs, *ints), items)
         return out

@@ -69,8 +69,8 @@ from .ir_params import arguments, bits
 from .llvm_compile import compile_function, compile_functions
 from .llvm_objcache import default_cache
 
-__all__ = ["NativePool", "available", "emit_pool", "emit_trampoline", "grain_rows", "shared_pool", "split_threads",
-           "worth_splitting"]
+__all__ = ["NativePool", "available", "emit_pool", "emit_trampoline", "grain_rows", "shared_pool", "split_call",
+           "split_threads", "worth_splitting"]
 
 SPIN_POLLS = 256  # ``pause`` polls (~10-40 us) before yielding: a hand-off between back-to-back kernels stays cheap
 YIELD_POLLS = 64  # ``sched_yield`` polls before sleeping on the futex
@@ -409,6 +409,14 @@ class NativePool:
         ctx = ctx_type(address, *addresses, *values)
         self.run(fn, ctypes.addressof(ctx), kernel.outer, self.chunking(kernel.outer, grain, chunks_per_thread)[0])
 
+    def run_function(self, address, types, args, n, grain=1, chunks_per_thread=4):
+        """Run the native function at ``address``, ``f(i64 start, i64 stop, args...)`` with ``args`` of LLVM
+        ``types`` (pointers and integers), over ``range(n)`` split as `run_kernel` does."""
+        ctx = (ctypes.c_int64 * (1 + len(args)))(address, *(bits(a, ty) if ty != "ptr" else a
+                                                            for a, ty in zip(args, types, strict=True)))
+        self.run(trampoline_address(tuple(types), self.cache), ctypes.addressof(ctx), n,
+                 self.chunking(n, grain, chunks_per_thread)[0])
+
     def chunking(self, n, grain=1, chunks_per_thread=4):
         """``(chunk size, chunk count)`` for ``range(n)``: ``chunks_per_thread`` chunks a thread (late threads take
         fewer), at least ``grain`` rows each."""
@@ -425,6 +433,18 @@ class NativePool:
                     warnings.warn(f"NativePool.close: worker {w.name} did not stop within 10 s", RuntimeWarning,
                                   stacklevel=2)
         self._workers = []
+
+
+def split_call(parallel, fn, address, types, args, n):
+    """Run ``fn(start, stop, *args)`` (the ctypes callable of the native function at ``address``, whose arguments
+    after the range have LLVM ``types``) over ``range(n)``: on the caller when ``parallel`` is None, through a
+    `NativePool`, or through a Python ``parallel(run, n)`` such as `runtime.threads.parallel_for`."""
+    if parallel is None:
+        fn(0, n, *args)
+    elif isinstance(parallel, NativePool):
+        parallel.run_function(address, types, args, n)
+    else:
+        parallel(lambda start, stop: fn(start, stop, *args), n)
 
 
 _shared = {"pool": None, "retired": []}  # replaced pools stay allocated: compiled programs hold their block

@@ -9,11 +9,15 @@ import torch.nn.functional as TF
 
 import jitorch
 from helpers import check_op, gradcheck_op, make_array
+from jitorch.codegen import llvm_pool
 from jitorch.codegen.llvm_conv import DirectConv, conv_lanes
 from jitorch.codegen.llvm_conv_weight import DirectConvWeight
 from jitorch.nn import _functional_spatial as F
 from jitorch.ops.conv_direct import direct_forward, direct_transpose, direct_weight
 from jitorch.runtime.threads import parallel_for
+
+# The native pool's convolution path (conv_direct's default with several threads), where the platform has one.
+NATIVE_POOL = llvm_pool.NativePool(3) if llvm_pool.available() else None
 
 CONV_TOL = dict(atol=1e-4, rtol=1e-4)
 
@@ -49,7 +53,7 @@ KERNEL_CASES = [  # (dtype, lanes, block, kernel, dilation, groups, C, O, H, W, 
 
 
 @pytest.mark.parametrize("case", KERNEL_CASES)
-@pytest.mark.parametrize("threads", [None, 2])
+@pytest.mark.parametrize("threads", [None, 2, "native"])
 def test_direct_kernel_matches_reference(case, threads):
     """Every chunk width and block runs on any x86 host (LLVM splits or widens the vectors)."""
     dtype, lanes, block, kernel, dilation, groups, c, o, h, w, pads = case
@@ -59,7 +63,8 @@ def test_direct_kernel_matches_reference(case, threads):
     wt = rng.standard_normal((o, c // groups) + kernel).astype(np_dtype)
     b = rng.standard_normal(o).astype(np_dtype)
     fn = DirectConv(dtype, kernel, lanes, block)
-    parallel = None if threads is None else (lambda f, n: parallel_for(f, n, num_threads=threads))
+    parallel = None if threads is None else NATIVE_POOL if threads == "native" else \
+        (lambda f, n: parallel_for(f, n, num_threads=threads))
     got = fn(x, wt, b, pads, groups, dilation, parallel)
     want = reference(x, wt, b, pads, groups, dilation)
     assert got.dtype == np_dtype and got.shape == want.shape
@@ -86,7 +91,8 @@ def weight_reference(x, g, kernel, pads, groups, dilation):
 
 @pytest.mark.parametrize("case, block", [(case, block) for case in KERNEL_CASES for block in (1, 2)
                                          if (case[7] // case[5]) % block == 0])  # blocks that divide a group
-def test_direct_weight_kernel_matches_reference(case, block):
+@pytest.mark.parametrize("native", [False, True])
+def test_direct_weight_kernel_matches_reference(case, block, native):
     dtype, lanes, _, kernel, dilation, groups, c, o, h, w, pads = case
     rng = np.random.default_rng(len(str(case)) + block)
     np_dtype = np.float32 if dtype == "f32" else np.float64
@@ -95,7 +101,7 @@ def test_direct_weight_kernel_matches_reference(case, block):
     wo = w + sum(pads[1]) - dilation[1] * (kernel[1] - 1)
     g = rng.standard_normal((3, o, ho, wo)).astype(np_dtype)
     fn = DirectConvWeight(dtype, kernel, lanes, block)
-    got = fn(x, g, pads, groups, dilation, lambda f, n: parallel_for(f, n, num_threads=2))
+    got = fn(x, g, pads, groups, dilation, NATIVE_POOL if native else lambda f, n: parallel_for(f, n, num_threads=2))
     want = weight_reference(x, g, kernel, pads, groups, dilation)
     assert got.dtype == np_dtype and got.shape == want.shape
     tol = 1e-5 if dtype == "f32" else 1e-12

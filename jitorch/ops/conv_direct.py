@@ -27,6 +27,7 @@ import numpy as np
 from ..codegen.llvm_conv import DirectConv, conv_lanes, conv_registers
 from ..codegen.llvm_conv_weight import DirectConvWeight
 from ..codegen.llvm_objcache import default_cache
+from ..codegen.llvm_pool import shared_pool
 from ..runtime.threads import get_num_threads, parallel_for
 from .conv_layouts import pad_contiguous
 
@@ -124,8 +125,12 @@ def _kernel(cls, dtype, kernel, block):
 
 
 def _parallel(flops):
-    """`runtime.threads.parallel_for` when several threads are set and the work is worth splitting, else None."""
-    return parallel_for if get_num_threads() > 1 and flops >= _PARALLEL_MIN_FLOPS else None
+    """How to split a convolution's blocks when several threads are set and the work is worth splitting: the native
+    pool (`codegen.llvm_pool`), else `runtime.threads.parallel_for`; None for one thread."""
+    threads = get_num_threads()
+    if threads <= 1 or flops < _PARALLEL_MIN_FLOPS:
+        return None
+    return shared_pool(threads) or parallel_for
 
 
 def _forward(dtype, x, w, b, pads, dilation, groups, outs):
