@@ -96,3 +96,31 @@ def test_generated_pool_kernels_match_torch_with_ties_and_nan(nd, shape, kernel,
     assert (("max_pool", True) in taken) == (kernel ** nd <= 9)  # the generated scan loads at most 9 positions
     tiles = all(n % stride == 0 for n in shape[2:]) and stride >= dilation * (kernel - 1) + 1
     assert (("max_pool_scatter", True) in taken) == tiles
+
+
+@pytest.mark.parametrize("path", ["generated", "numpy"])
+@pytest.mark.parametrize("nd,shape,kernel,stride,padding,dilation,ceil_mode", [
+    (2, (3, 5, 66, 66), 3, 2, 1, 1, False),  # ResNet's stem pool
+    (2, (3, 5, 66, 67), 3, 2, 1, 2, True),
+    (1, (3, 5, 4001), 4, 3, 2, 1, True),
+    (3, (2, 2, 17, 18, 19), 3, 2, 1, 1, True),
+    (2, (2, 3, 6, 6), 3, 2, 1, 1, False),  # small: the NumPy row on either path
+])
+def test_padded_max_pool_windows_of_minus_inf_name_their_first_input_position(path, nd, shape, kernel, stride,
+                                                                              padding, dilation, ceil_mode,
+                                                                              monkeypatch):
+    # A padded (or ceil-mode) window whose input values are all -inf: torch's index is the window's first position
+    # inside the input; the scans start from the -inf fill and once returned the fill's position (a negative
+    # index, or one in the row above), which the backward then wrote the gradient to.
+    from jitorch.ops import native_lowered
+
+    if path == "numpy":
+        monkeypatch.setattr(native_lowered, "MIN_SIZE", 1 << 40)
+    rng = np.random.default_rng(7)
+    x = np.full(shape, -np.inf, np.float32)
+    x[..., 3:] = rng.integers(-2, 2, x[..., 3:].shape)  # ties
+    x.reshape(-1)[::31] = -np.inf
+    x.reshape(-1)[::97] = np.nan
+    args = dict(kernel_size=kernel, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode,
+                return_indices=True)
+    check_op(lambda t: JT[nd - 1](t, **args), lambda t: TH[nd - 1](t, **args), [x], **TOL)

@@ -343,17 +343,40 @@ def _offset_max(xp, win, kernel, spatial, dilation):
     return best, where
 
 
+def _first_inside(xp, spatial, stride, padding, dilation, out_sizes):
+    """Flat input index of each window's first position inside the input, ``(*out)``."""
+    flat = 0
+    for i in range(len(spatial)):
+        shape = [1] * len(spatial)
+        shape[i] = out_sizes[i]
+        start = xp.arange(out_sizes[i], dtype=np.int64).reshape(shape) * stride[i] - padding[i]
+        first = start + xp.where(start < 0, (-start + dilation[i] - 1) // dilation[i], 0) * dilation[i]
+        flat = flat * spatial[i] + first
+    return flat
+
+
 def _max_pool_kernel(xp, x, kernel, stride, padding, dilation, out_sizes):
-    found = native_lowered.max_pool(x, kernel, stride, padding, dilation, out_sizes)  # CPU: one generated scan
-    if found is not None:
-        return found
+    pads = _pool_pads(x.shape[2:], kernel, stride, padding, dilation, out_sizes)
+    values, index = _max_pool_scan(xp, x, kernel, stride, padding, dilation, out_sizes, pads)
+    if any(lo or hi for lo, hi in pads):
+        # The scans start from the fill, which never wins a comparison, so a window whose input values all equal
+        # it (-inf, an integer's least) keeps the fill's position; torch names the window's first input position.
+        first = _first_inside(xp, x.shape[2:], stride, padding, dilation, out_sizes)
+        index = xp.where(values == _lowest(x.dtype), first, index)
+    return values, index
+
+
+def _max_pool_scan(xp, x, kernel, stride, padding, dilation, out_sizes, pads):
     nd = len(kernel)
     spatial = x.shape[2:]
+    found = native_lowered.max_pool(x, kernel, stride, padding, dilation, out_sizes, pads,
+                                    _lowest(x.dtype) if x.dtype.kind in "fiu" else None)  # CPU: one generated scan
+    if found is not None:
+        return found
     if (nd == 2 and tuple(kernel) == (2, 2) and tuple(stride) == (2, 2) and not any(padding)
             and tuple(dilation) == (1, 1) and tuple(out_sizes) == (spatial[0] // 2, spatial[1] // 2)
             and spatial[0] % 2 == 0 and spatial[1] % 2 == 0):
         return pair_pool_max(xp, x)  # the common MaxPool2d(2): windows are a reshape view
-    pads = _pool_pads(spatial, kernel, stride, padding, dilation, out_sizes)
     win = windows(xp, x, kernel, stride, pads, dilation, fill=_lowest(x.dtype))
     win = win[(slice(None), slice(None)) + tuple(slice(0, o) for o in out_sizes)]
     if _prod(kernel) <= _OFFSET_MAX_KERNEL:

@@ -32,6 +32,7 @@ from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_pool import grain_rows
 from ..runtime import host_cache
 from ..runtime.host_pointer import data_address
+from .conv_layouts import pad_contiguous
 from .native_eager import launch
 
 __all__ = ["batch_norm", "batch_norm_backward", "max_pool", "max_pool_scatter", "MIN_SIZE", "MIN_SPATIAL"]
@@ -130,16 +131,33 @@ def batch_norm_backward(g, x, mean, var, weight, eps):
 _POOLED = _FLOATS + (np.dtype(np.int32), np.dtype(np.int64))
 
 
-def max_pool(x, kernel, stride, padding, dilation, out_sizes):
-    """(values, flat int64 indices within each plane) of an unpadded max pool whose windows fit the input, or
-    None."""
-    if not _array(x, _POOLED) or x.size < MIN_SIZE or any(padding):
+def max_pool(x, kernel, stride, padding, dilation, out_sizes, pads=None, fill=None):
+    """(values, flat int64 indices within each plane) of a max pool whose windows fit the input, or None.
+
+    A padded (or ceil-mode) pool passes ``pads`` (``(left, right)`` per spatial dim, the windows' extent) and the
+    dtype's lowest value as ``fill``: the scan runs over a filled copy and its indices are mapped back to the
+    input's plane. The fill never wins a comparison, but it is where a window's scan starts: a window whose input
+    values all equal the fill keeps the fill's position (its index is then meaningless), which the caller replaces
+    by the window's first input position, as torch names it (`conv_ops._max_pool_kernel`).
+    """
+    if not _array(x, _POOLED) or x.size < MIN_SIZE:
         return None
+    spatial = x.shape[2:]
+    padded = pads is not None and any(lo or hi for lo, hi in pads)
+    src = pad_contiguous(np, x, pads, fill) if padded else x
     outs = [host_cache.empty(x.shape[:2] + tuple(out_sizes), x.dtype),
             host_cache.empty(x.shape[:2] + tuple(out_sizes), np.int64)]
-    attrs = dict(kernel=tuple(kernel), stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation),
+    attrs = dict(kernel=tuple(kernel), stride=tuple(stride), padding=(0,) * len(spatial), dilation=tuple(dilation),
                  out_sizes=tuple(out_sizes))
-    return tuple(outs) if _run("max_pool", [x], outs, attrs) else None
+    if (any(padding) and not padded) or not _run("max_pool", [src], outs, attrs):
+        return None
+    if padded:
+        flat = np.zeros(outs[1].shape, np.int64)
+        for c, (lo, _), n in zip(np.unravel_index(outs[1], src.shape[2:]), pads, spatial):
+            flat *= n
+            flat += c - lo
+        outs[1] = flat
+    return tuple(outs)
 
 
 def max_pool_scatter(g, indices, shape, stride, padding):
