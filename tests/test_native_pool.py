@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jitorch
-from jitorch.codegen import llvm_pool
+from jitorch.codegen import llvm_pool, llvm_pool_ir
 from jitorch.codegen.ir import Buffer, Kernel, Store, load, op
 from jitorch.codegen.llvm_compile import compile_function, compile_kernel
 from jitorch.codegen.llvm_pool import NativePool, emit_pool, shared_pool, worth_splitting
@@ -219,7 +219,7 @@ def test_only_work_worth_a_hand_off_is_split():
 def test_the_worker_loop_reads_as_its_docstring_shows():
     text = emit_pool()
     start = text.index("define void @jitorch_pool_worker")
-    shown = [line.strip() for line in llvm_pool.__doc__.split("The worker loop as emitted starts::")[1]
+    shown = [line.strip() for line in llvm_pool_ir.__doc__.split("The worker loop as emitted starts::")[1]
              .split(">>>")[0].strip().splitlines()]
     emitted = [line.strip() for line in text[start:].splitlines()[:len(shown)]]
     assert emitted == shown
