@@ -39,8 +39,8 @@ from .llvm_compile import compile_function, compile_functions
 from .llvm_objcache import default_cache
 from .llvm_pool_ir import MAX_CHUNKS, STATE_BYTES, available, emit_pool, emit_trampoline
 
-__all__ = ["NativePool", "available", "emit_pool", "emit_trampoline", "grain_rows", "shared_pool", "split_call",
-           "split_threads", "worth_splitting"]
+__all__ = ["NativePool", "available", "chunking", "current_cell", "emit_pool", "emit_trampoline", "grain_rows",
+           "run_address", "shared_pool", "split_call", "split_threads", "worth_splitting"]
 
 # Splitting pays once a kernel's one-thread time clearly exceeds a hand-off (~5-15 us): measured on 2 cores, a
 # negation over 2^16 float32 took 9-11 us alone and 13-19 split, over 2^18 55-75 us alone and 34-59 split; tanh over
@@ -167,10 +167,8 @@ class NativePool:
                  self.chunking(n, grain, chunks_per_thread)[0])
 
     def chunking(self, n, grain=1, chunks_per_thread=4):
-        """``(chunk size, chunk count)`` for ``range(n)``: ``chunks_per_thread`` chunks a thread (late threads take
-        fewer), at least ``grain`` rows each."""
-        chunk = max(grain, -(-n // (self.threads * chunks_per_thread)), -(-n // MAX_CHUNKS), 1)
-        return chunk, -(-n // chunk)
+        """`chunking` for this pool's thread count."""
+        return chunking(n, self.threads, grain, chunks_per_thread)
 
     def close(self):
         """Stop and join the workers (the pool is unusable afterwards)."""
@@ -182,6 +180,17 @@ class NativePool:
                     warnings.warn(f"NativePool.close: worker {w.name} did not stop within 10 s", RuntimeWarning,
                                   stacklevel=2)
         self._workers = []
+
+
+def chunking(n, threads, grain=1, chunks_per_thread=4):
+    """``(chunk size, chunk count)`` for ``range(n)`` over ``threads``: ``chunks_per_thread`` chunks a thread (late
+    threads take fewer), at least ``grain`` rows each, at most `MAX_CHUNKS` chunks.
+
+    >>> chunking(1000, 2), chunking(1000, 2, grain=300), chunking(10, 4)
+    ((125, 8), (300, 4), (1, 10))
+    """
+    chunk = max(grain, -(-n // (threads * chunks_per_thread)), -(-n // MAX_CHUNKS), 1)
+    return chunk, -(-n // chunk)
 
 
 def split_call(parallel, fn, address, types, args, n):
@@ -196,34 +205,60 @@ def split_call(parallel, fn, address, types, args, n):
         parallel(lambda start, stop: fn(start, stop, *args), n)
 
 
-_shared = {"pool": None, "retired": []}  # replaced pools stay allocated: compiled programs hold their block
+_shared: dict = {"pools": {}, "cell": None, "idle": None}  # pools by thread count, kept: programs may hold their block
 _shared_lock = threading.Lock()
 
 
 def _after_fork_in_child():
-    # The lock may have been held by another thread of the parent (building a pool) at the fork.
+    # The lock may have been held by another thread of the parent (building a pool) at the fork, and the parent's
+    # workers do not exist here: the child starts new pools on demand, and programs run alone until then.
     global _shared_lock
     _shared_lock = threading.Lock()
+    _shared["pools"] = {}
+    if _shared["cell"] is not None:
+        ctypes.c_void_p.from_address(_shared["cell"]).value = _shared["idle"]
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def current_cell():
+    """The address of a process-wide pointer to the block of the pool `shared_pool` chose last: native programs
+    read their pool from it on every call, so they follow `set_num_threads` without a recompile. At one thread it
+    points to an idle block (no workers: the caller runs every chunk)."""
+    if _shared["cell"] is None:
+        with _shared_lock:
+            if _shared["cell"] is None:
+                idle = _block()
+                cell = _block()
+                ctypes.c_void_p.from_address(cell).value = idle
+                _shared["idle"], _shared["cell"] = idle, cell
+    return _shared["cell"]
+
+
 def shared_pool(threads):
-    """The process's pool with ``threads`` participants (rebuilt when the count changes or after ``fork``), or None
-    where the native pool is not `available` or one thread is asked for. Its code is cached on disk with the
-    kernels' (`llvm_objcache.default_cache`)."""
-    if threads <= 1 or not available():
+    """The process's pool with ``threads`` participants (one per thread count, started on first use and after
+    ``fork``), or None where the native pool is not `available` or one thread is asked for; `current_cell` points
+    to its block from now on. Its code is cached on disk with the kernels' (`llvm_objcache.default_cache`)."""
+    if not available():
         return None
-    pool = _shared["pool"]
-    if pool is not None and pool.threads == threads and pool._pid == os.getpid():
-        return pool
-    with _shared_lock:
-        pool = _shared["pool"]
-        if pool is None or pool.threads != threads or pool._pid != os.getpid():
-            if pool is not None:
-                pool.close()  # a program still calling it runs every chunk on its caller's thread
-                _shared["retired"].append(pool)
-            pool = _shared["pool"] = NativePool(threads, default_cache())
-        return pool
+    cell = ctypes.c_void_p.from_address(current_cell())
+    if threads <= 1:
+        cell.value = _shared["idle"]
+        return None
+    pool = _shared["pools"].get(threads)
+    if pool is None:
+        with _shared_lock:
+            pool = _shared["pools"].get(threads)
+            if pool is None:
+                pool = _shared["pools"][threads] = NativePool(threads, default_cache())
+    cell.value = pool.state
+    return pool
+
+
+def run_address():
+    """The address of the pool's entry point ``jitorch_pool_run(state, fn, ctx, n, chunk, count)`` (one function for
+    every pool)."""
+    return compile_functions(emit_pool(), ["jitorch_pool_worker", "jitorch_pool_run", "jitorch_pool_stop"],
+                             default_cache())[1]

@@ -55,7 +55,9 @@ from .codeblock import LLVMBuilder
 from .ir import Kernel
 from .ir_params import arguments, bits, outer_size, parametrize
 from .llvm_compile import compile_function, template_address
-from .llvm_pool import available, grain_rows, shared_pool, trampoline_address, worth_splitting
+from .llvm_objcache import default_cache
+from .llvm_pool import available, chunking, current_cell, grain_rows, run_address, shared_pool, trampoline_address, \
+    worth_splitting
 from .llvm_gemm import blas_gemm, blas_ints, blas_operands, gemm_reduction_kernel, uses_blas, vector_chunk, \
     vector_fits, vector_gemm, vector_ints
 
@@ -167,16 +169,18 @@ def emit_program(calls, name, ints, link):
 
     def pool_call(fn, types, operands, outer, threads, grain, worth):
         # The kernel's arguments go in a context array on the stack, read by the signature's trampoline in every
-        # thread (`llvm_pool.emit_trampoline`); the pool's block and entry point are process addresses: integers.
-        pool = shared_pool(threads)
+        # thread (`llvm_pool.emit_trampoline`). The pool's block is read from the process's current-pool cell on
+        # every call (it follows set_num_threads); the cell and entry point are process addresses: integers.
+        shared_pool(threads)
         ctx = body.emit(f"alloca [{1 + len(types)} x i64], align 8")
         body.line(f"store ptr {fn}, ptr {ctx}")
         for i, (ty, operand) in enumerate(zip(types, operands), start=1):
             body.line(f"store {ty} {operand}, ptr {body.emit(f'getelementptr i64, ptr {ctx}, i64 {i}')}")
-        chunk, count = pool.chunking(outer, grain) if worth else (outer, 1)
-        body.line(f"call void {integer(pool.run_address, 'ptr')}(ptr {integer(pool.state, 'ptr')}, "
-                  f"ptr {integer(trampoline_address(types, pool.cache), 'ptr')}, ptr {ctx}, i64 {integer(outer)}, "
-                  f"i64 {integer(chunk)}, i64 {integer(count)})")
+        chunk, count = chunking(outer, threads, grain) if worth else (outer, 1)
+        state = body.emit(f"load atomic ptr, ptr {integer(current_cell(), 'ptr')} acquire, align 8")
+        body.line(f"call void {integer(run_address(), 'ptr')}(ptr {state}, "
+                  f"ptr {integer(trampoline_address(types, default_cache()), 'ptr')}, ptr {ctx}, "
+                  f"i64 {integer(outer)}, i64 {integer(chunk)}, i64 {integer(count)})")
 
     def gemm_call(g, kind, make, values, extra=()):
         if kind not in gemms:

@@ -23,7 +23,7 @@ def get_num_threads():
 
 
 def set_num_threads(n):
-    """Use ``n`` threads from now on (the pool is rebuilt lazily).
+    """Use ``n`` threads from now on (the pool is rebuilt lazily; `on_change` callbacks run with ``n``).
 
     >>> old = get_num_threads(); set_num_threads(2); get_num_threads()
     2
@@ -35,6 +35,21 @@ def set_num_threads(n):
         if _state["pool"] is not None:
             _state["pool"].shutdown(wait=True)
         _state.update(threads=int(n), pool=None)
+    for callback in list(_callbacks):
+        callback(int(n))
+
+
+_callbacks: list = []
+
+
+def on_change(callback):
+    """Call ``callback(n)`` whenever `set_num_threads` sets ``n`` threads (the native pool follows the count).
+
+    >>> seen = []; on_change(seen.append); old = get_num_threads(); set_num_threads(3); set_num_threads(old)
+    >>> seen[0], _callbacks.remove(seen.append)
+    (3, None)
+    """
+    _callbacks.append(callback)
 
 
 def _pool():

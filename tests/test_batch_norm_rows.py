@@ -89,3 +89,43 @@ def test_output_changed_in_place_after_a_norm_does_not_break_its_backward(norm):
         out.backward(lib.tensor(gd))
         grads.append(x.grad.detach().numpy())
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-4, atol=1e-5)
+
+
+def test_generated_batch_norm_kernels_with_aliased_or_reshaped_parameters_match_torch():
+    # The eager kernels' plans map buffers to operands by memory: a plan made for weight-is-bias, for weight and
+    # bias sliced from one buffer, or for a gradient that aliases the input once read the wrong operand on every
+    # later call of the same layout; and a (1, 1, C) weight was read with its last stride as the channel's.
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((16, 8, 64)).astype(np.float32)
+    w, b = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+
+    def forward(lib, ww, bb):
+        return lib.nn.functional.batch_norm(lib.tensor(x), None, None, ww, bb, training=True).numpy()
+
+    def close(got, want):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+    want = forward(torch, torch.tensor(w), torch.tensor(b))
+    jw = jitorch.tensor(w)
+    forward(jitorch, jw, jw)  # weight is bias
+    packed = jitorch.tensor(np.concatenate([w, b]))
+    close(forward(jitorch, packed[:8], packed[8:]), want)
+    close(forward(jitorch, jitorch.tensor(w), jitorch.tensor(b)), want)
+    close(forward(jitorch, jitorch.tensor(w.reshape(1, 1, 8)), jitorch.tensor(b.reshape(1, 1, 8))), want)
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    for upstream in ("aliased", "separate"):
+        grads = []
+        for lib in (jitorch, torch):
+            xx, ww = lib.tensor(x, requires_grad=True), lib.tensor(w, requires_grad=True)
+            out = lib.nn.functional.batch_norm(xx, None, None, ww, None, training=True)
+            out.backward(xx.detach() if upstream == "aliased" else lib.tensor(g))
+            grads.append((xx.grad.numpy(), ww.grad.numpy()))
+        close(grads[0][0], grads[1][0])
+        np.testing.assert_allclose(grads[0][1], grads[1][1], rtol=1e-4, atol=1e-3)
+
+
+def test_the_eager_pool_window_limit_matches_the_lowering():
+    from jitorch.cpu._lower_pool import MAX_WINDOW
+    from jitorch.ops import native_lowered
+
+    assert native_lowered._MAX_WINDOW == MAX_WINDOW

@@ -128,12 +128,11 @@ def test_callers_on_several_python_threads_each_get_their_answer(pool):
     assert not failures
 
 
-def _child_runs_the_shared_pool(queue):
+def _child_runs_the_shared_pool(queue, stale):
     k = _tanh_kernel(300_000)
     x = np.linspace(-4, 4, 300_000, dtype=np.float32)
     one, split = np.empty_like(x), np.empty_like(x)
     k(0, k.outer, x.ctypes.data, one.ctypes.data)
-    stale = llvm_pool._shared["pool"]
     stale.run_kernel(k, [x.ctypes.data, split.ctypes.data], grain=10)  # the parent's pool: no workers here
     fresh = shared_pool(2)
     queue.put((bool(np.array_equal(split, one)), fresh is not stale, len(fresh._workers)))
@@ -146,7 +145,7 @@ def test_a_forked_child_neither_hangs_nor_reuses_the_parents_workers():
     parent.run_kernel(k, [x.ctypes.data, y.ctypes.data], grain=10)
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
-    child = ctx.Process(target=_child_runs_the_shared_pool, args=(queue,))
+    child = ctx.Process(target=_child_runs_the_shared_pool, args=(queue, parent))
     child.start()
     child.join(60)
     assert child.exitcode == 0, "the child hung or failed"
@@ -199,13 +198,34 @@ def test_a_pool_closed_before_its_workers_start_still_joins():
         assert not any(w.is_alive() for w in workers)
 
 
-def test_shared_pool_follows_the_thread_count():
-    assert shared_pool(1) is None
-    two = shared_pool(2)
-    assert two is shared_pool(2) and two.threads == 2
-    three = shared_pool(3)
-    assert three is not two and three.threads == 3 and len(three._workers) == 2
-    assert not any(w.is_alive() for w in two._workers)  # the replaced pool's workers are gone
+def test_shared_pool_follows_the_thread_count_and_programs_follow_it():
+    from jitorch.codegen.llvm_program import KernelCall, Ref, compile_program
+    from jitorch.runtime.threads import get_num_threads, set_num_threads
+
+    cell = ctypes.c_void_p.from_address(llvm_pool.current_cell())
+    old = get_num_threads()
+    try:
+        set_num_threads(2)
+        two = shared_pool(2)
+        assert two is shared_pool(2) and two.threads == 2 and cell.value == two.state
+        # A program planned at 2 threads reads its pool from the cell on every call.
+        n = 300_000
+        k = Kernel((n,), (Buffer("f32", (1,)), Buffer("f32", (1,))), (Store(1, op("tanh", load(0, "f32"))),))
+        program = compile_program([KernelCall(k, (Ref(0), Ref(1)), split=2)])
+        x = np.linspace(-3, 3, n, dtype=np.float32)
+        want = np.empty_like(x)
+        compile_kernel(k).run([x, want])
+        for threads in (3, 1, 2):
+            set_num_threads(threads)  # repoints the cell: a new pool, the idle block (the caller alone), the first
+            assert cell.value == (shared_pool(threads).state if threads > 1 else llvm_pool._shared["idle"])
+            y = np.full_like(x, np.nan)
+            table = np.array([x.ctypes.data, y.ctypes.data], np.uint64)
+            program(table.ctypes.data)
+            np.testing.assert_array_equal(y, want)
+        three = shared_pool(3)
+        assert three is not two and len(three._workers) == 2 and two is shared_pool(2)  # kept per count
+    finally:
+        set_num_threads(old)
 
 
 def test_only_work_worth_a_hand_off_is_split():

@@ -124,3 +124,59 @@ def test_padded_max_pool_windows_of_minus_inf_name_their_first_input_position(pa
     args = dict(kernel_size=kernel, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode,
                 return_indices=True)
     check_op(lambda t: JT[nd - 1](t, **args), lambda t: TH[nd - 1](t, **args), [x], **TOL)
+
+
+@pytest.mark.parametrize("nd,shape,kernel,stride,padding,dilation,ceil_mode", [
+    (2, (4, 6, 32, 32), 3, 2, 1, 1, False),  # ResNet's stem pool
+    (2, (3, 5, 33, 35), 3, 1, 1, 1, True),
+    (2, (2, 3, 40, 41), 5, 2, 2, 1, True),
+    (2, (2, 3, 20, 21), 3, 2, 1, 2, False),
+    (3, (2, 3, 9, 10, 11), 3, 2, 1, 1, True),
+    (1, (4, 5, 300), 4, 3, 2, 1, True),
+])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_overlapping_window_gradients_match_torch_bit_for_bit(nd, shape, kernel, stride, padding, dilation,
+                                                              ceil_mode, dtype, monkeypatch):
+    # Overlapping windows share input positions: the generated gather kernel (ops/pool_overlap_grad.py) adds each
+    # position's windows in torch's order, so even the float sums equal torch's exactly.
+    from jitorch.ops import pool_overlap_grad
+
+    taken = []
+    real = pool_overlap_grad.gradient
+    monkeypatch.setattr(pool_overlap_grad, "gradient", lambda *a: taken.append(1) or real(*a))
+    rng = np.random.default_rng(8)
+    x = rng.integers(-3, 3, shape).astype(dtype)  # ties: windows share their maxima
+    args = dict(kernel_size=kernel, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
+    jx, tx = jitorch.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    jy, ty = JT[nd - 1](jx, **args), TH[nd - 1](tx, **args)
+    g = rng.standard_normal(ty.shape).astype(dtype)
+    jy.backward(jitorch.tensor(g))
+    ty.backward(torch.tensor(g))
+    assert taken
+    np.testing.assert_array_equal(jx.grad.numpy(), tx.grad.numpy())
+
+
+def test_overlapping_window_gradient_double_backward_and_compiled_training():
+    x = arr(2, 3, 9, 8, seed=9, dtype="float64")
+    args = dict(kernel_size=3, stride=2, padding=1)
+    gradgradcheck_op(lambda t: F.max_pool2d(t, **args), [x])
+
+    class Net(jitorch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = jitorch.nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, t):
+            return F.max_pool2d(self.conv(t), 3, 2, 1).square().sum()
+
+    jitorch.manual_seed(0)
+    net = Net()
+    data = jitorch.tensor(arr(4, 3, 16, 16, seed=10))
+    net(data).backward()
+    eager = [p.grad.clone() for p in net.parameters()]
+    compiled = jitorch.compile(net)
+    for _ in range(3):  # traced, then run through the compiled backward
+        net.zero_grad()
+        compiled(data).backward()
+        for p, want in zip(net.parameters(), eager):
+            np.testing.assert_allclose(p.grad.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)

@@ -109,6 +109,10 @@ def max_pool_scatter(rec, constant=lambda a: a):
         raise NotLowerable("max_pool_scatter with aliased output or cast operands")
     if stride is None or padding is None or any(padding):
         raise NotLowerable("max_pool_scatter without the pool's stride, or of a padded pool")
+    kernel, dilation = rec.attrs.get("kernel"), rec.attrs.get("dilation")
+    if kernel is not None and any(s < d * (k - 1) + 1 for k, s, d in zip(kernel, stride, dilation)):
+        raise NotLowerable(f"max_pool_scatter of overlapping windows (kernel {tuple(kernel)}, stride {tuple(stride)}):"
+                           " a position takes the sum of several windows' gradients")
     dt = _float_or_int(out, "max_pool_scatter")
     if g.dtype != out.dtype or IR_DTYPES.get(indices.dtype) != "i64" or out.size == 0:
         raise NotLowerable("max_pool_scatter of mixed dtypes or an empty input")

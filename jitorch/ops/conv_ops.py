@@ -31,7 +31,7 @@ from .conv_layouts import (STASH, col2im, col2im_T, conv_forward, conv_weight, k
                            weight_from_cols, windows)
 from .conv_direct import direct_forward, direct_transpose, direct_weight
 from . import native_lowered
-from .pool_ops import MAX_POOL_SCATTER, pair_pool_max, windows_disjoint
+from .pool_ops import MAX_POOL_SCATTER, pair_pool_max
 from .._tensor import Tensor
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
@@ -396,17 +396,17 @@ def _max_pool_scan(xp, x, kernel, stride, padding, dilation, out_sizes, pads):
 def _max_pool_backward(ctx, g, _g_indices=None):
     """The output gradient routed to the positions of the maxima (windows may share a maximum).
 
-    Disjoint windows (stride >= dilated kernel, e.g. the common 2x2 pool) give each input position at most one
-    gradient: one indexed-store row. Otherwise a scatter-add (measured: col2im of a one-hot column is slower than the
-    scatter-add for overlapping windows).
+    One row, ``max_pool_scatter``: disjoint windows (stride >= dilated kernel, e.g. the common 2x2 pool) give each
+    input position at most one gradient, an indexed store; overlapping ones add up (a generated gather kernel on the
+    CPU, else a scatter-add: col2im of a one-hot column measured slower). Adaptive pools keep the scatter-add.
     """
     shape = ctx.in_meta[0][0]
     n, c = shape[:2]
     indices = ctx.outputs[1].detach()
     a = ctx.attrs
-    if "kernel" in a and windows_disjoint(a["kernel"], a["stride"], a["dilation"]):
+    if "kernel" in a:
         return _apply(MAX_POOL_SCATTER, g, indices, shape=tuple(shape), stride=tuple(a["stride"]),
-                      padding=tuple(a["padding"]))
+                      padding=tuple(a["padding"]), kernel=tuple(a["kernel"]), dilation=tuple(a["dilation"]))
     flat = g.new_zeros((n, c, _prod(shape[2:])))
     return flat.scatter_add(2, indices.reshape(n, c, -1), g.reshape(n, c, -1)).reshape(shape)
 

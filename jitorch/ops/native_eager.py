@@ -26,9 +26,11 @@ from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_pool import shared_pool, worth_splitting
 from ..runtime import host_cache
 from ..runtime.host_pointer import data_address
-from ..runtime.threads import get_num_threads, parallel_for
+from ..runtime.threads import get_num_threads, on_change, parallel_for
 
 __all__ = ["pointwise", "launch"]
+
+on_change(shared_pool)  # programs read their pool from a cell that set_num_threads now repoints
 
 _MIN_SIZE = 4096  # below this a ctypes call costs more than SciPy's loop saves
 PARALLEL_MIN = 1 << 16  # elements below which no kernel is split (cheap ones wait for `llvm_pool.SPLIT_WORK`)

@@ -77,7 +77,12 @@ def _plan(name, inputs, outs, attrs):
 
 
 def _run(name, inputs, outs, attrs):
-    """Run row ``name``'s lowering into ``outs``; False where it does not apply."""
+    """Run row ``name``'s lowering into ``outs``; False where it does not apply, or where two operands share memory
+    (a plan maps each buffer to an operand by its memory: one made for ``g`` aliasing ``x`` would read ``x`` through
+    ``g`` for every later, unrelated pair of the same layout)."""
+    roots = [id(_root(a)) for a in list(outs) + list(inputs) if a is not None]
+    if len(set(roots)) != len(roots):
+        return False
     key = (name, tuple(None if a is None else (a.dtype.str, a.shape, a.strides) for a in inputs),
            tuple((o.dtype.str, o.shape) for o in outs), tuple(sorted(attrs.items())))
     plan = _plans.get(key)
@@ -99,17 +104,28 @@ def _array(a, dtypes=_FLOATS):
     return type(a) is np.ndarray and a.dtype in dtypes and a.flags.c_contiguous
 
 
-def _channels_ok(x, *others):
-    """Batch norm's operands: ``x`` large with a long spatial part; ``others`` per-channel vectors or full tensors."""
-    if not _array(x) or x.ndim < 3 or x.size < MIN_SIZE or x.size // (x.shape[0] * x.shape[1]) < MIN_SPATIAL:
+def _batch(x):
+    """Whether batch norm's input takes this path: large, with a long spatial part."""
+    return _array(x) and x.ndim >= 3 and x.size >= MIN_SIZE and x.size // (x.shape[0] * x.shape[1]) >= MIN_SPATIAL
+
+
+def _channel_vector(v, x):
+    """A per-channel operand (``(C,)``, or any shape of C elements such as ``(1, 1, C)``) as a 1-d vector, None for
+    None, False where it does not fit (the lowering reads a vector's first stride as the channel's)."""
+    if v is None:
+        return None
+    if not _array(v, (x.dtype,)) or v.size != x.shape[1]:
         return False
-    return all(v is None or (_array(v, (x.dtype,)) and (v.size == x.shape[1] or v.shape == x.shape)) for v in others)
+    return v.reshape(-1)
 
 
 def batch_norm(x, weight, bias, eps):
     """``(out, mean, var)`` of training-mode batch norm (biased variance, statistics shaped ``(1, C, 1, ...)``), or
     None."""
-    if not _channels_ok(x, weight, bias):
+    if not _batch(x):
+        return None
+    weight, bias = _channel_vector(weight, x), _channel_vector(bias, x)
+    if weight is False or bias is False:
         return None
     stat = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     outs = [host_cache.empty(x.shape, x.dtype), np.empty(stat, x.dtype), np.empty(stat, x.dtype)]
@@ -118,10 +134,11 @@ def batch_norm(x, weight, bias, eps):
 
 def batch_norm_backward(g, x, mean, var, weight, eps):
     """``(gx, gw, gb)`` of training-mode batch norm from the forward's statistics, or None."""
-    if not _channels_ok(x, g, weight) or g.shape != x.shape:
+    if not _batch(x) or not _array(g, (x.dtype,)) or g.shape != x.shape:
         return None
-    stats = [np.ascontiguousarray(a, x.dtype).reshape(-1) for a in (mean, var)]
-    if any(s.size != x.shape[1] for s in stats):
+    weight = _channel_vector(weight, x)
+    stats = [_channel_vector(np.ascontiguousarray(a, x.dtype), x) for a in (mean, var)]
+    if weight is False or any(s is None or s is False for s in stats):
         return None
     outs = [host_cache.empty(x.shape, x.dtype), np.empty(x.shape[1], x.dtype), np.empty(x.shape[1], x.dtype)]
     found = _run("native_batch_norm_backward", [g, x, *stats, weight], outs, {"eps": float(eps)})
@@ -129,6 +146,7 @@ def batch_norm_backward(g, x, mean, var, weight, eps):
 
 
 _POOLED = _FLOATS + (np.dtype(np.int32), np.dtype(np.int64))
+_MAX_WINDOW = 9  # positions the generated scan loads (`jitorch.cpu._lower_pool.MAX_WINDOW`, checked by a test)
 
 
 def max_pool(x, kernel, stride, padding, dilation, out_sizes, pads=None, fill=None):
@@ -140,8 +158,8 @@ def max_pool(x, kernel, stride, padding, dilation, out_sizes, pads=None, fill=No
     values all equal the fill keeps the fill's position (its index is then meaningless), which the caller replaces
     by the window's first input position, as torch names it (`conv_ops._max_pool_kernel`).
     """
-    if not _array(x, _POOLED) or x.size < MIN_SIZE:
-        return None
+    if not _array(x, _POOLED) or x.size < MIN_SIZE or math.prod(kernel) > _MAX_WINDOW:
+        return None  # (before any padded copy)
     spatial = x.shape[2:]
     padded = pads is not None and any(lo or hi for lo, hi in pads)
     src = pad_contiguous(np, x, pads, fill) if padded else x

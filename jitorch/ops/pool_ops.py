@@ -1,9 +1,11 @@
 """Pooling rows that keep per-step dispatches down on small images (conv_ops.py holds the general max-pool row).
 
-- ``max_pool_scatter(g, indices, shape)``: the max-pool input gradient when windows do not overlap (the common
-  ``MaxPool2d(2)``): each input position is the maximum of at most one window, so the gradient is a plain indexed
+- ``max_pool_scatter(g, indices, shape)``: the max-pool input gradient. When windows do not overlap (the common
+  ``MaxPool2d(2)``), each input position is the maximum of at most one window, so the gradient is a plain indexed
   store into a zeroed buffer through its flat ``(N * C * prod(spatial))`` reshape view: one dispatch, no scatter-add,
-  no one-hot comparison over the whole input (which cost three dispatches and ~15x the time).
+  no one-hot comparison over the whole input (which cost three dispatches and ~15x the time). Overlapping windows
+  (the pool's ``kernel`` and ``dilation`` given) add their gradients up: a generated gather kernel on CPU arrays
+  (`pool_overlap_grad`), else a scatter-add.
 
 >>> import jitorch
 >>> from jitorch._dispatch import apply
@@ -18,7 +20,8 @@ import math
 
 import numpy as np
 
-from . import native_lowered
+from ..runtime import scatter_add
+from . import native_lowered, pool_overlap_grad
 from .table import Opaque, defop
 
 __all__ = ["MAX_POOL_SCATTER", "windows_disjoint", "pair_pool_max"]
@@ -58,11 +61,13 @@ def pair_pool_max(xp, x):
     return values, index
 
 
-def _scatter_kernel(xp, g, indices, shape, stride=None, padding=None):
-    # ``stride`` and ``padding`` (the pool's) are for native lowerings, which compute each input position's window
-    # instead of storing at the indices (`jitorch.cpu._lower_pool`, also run eagerly on CPU arrays); the store below
-    # does not need them.
-    found = native_lowered.max_pool_scatter(g, indices, shape, stride, padding)
+def _scatter_kernel(xp, g, indices, shape, stride=None, padding=None, kernel=None, dilation=None):
+    # ``stride``, ``padding`` (and ``kernel``, ``dilation``: the pool's) are for native kernels, which compute each
+    # input position's windows instead of storing at the indices (`jitorch.cpu._lower_pool`, also run eagerly on CPU
+    # arrays, and `pool_overlap_grad`); the stores below do not need them. Without a kernel the windows are disjoint.
+    overlap = kernel is not None and not windows_disjoint(kernel, stride, dilation)
+    found = pool_overlap_grad.gradient(g, indices, shape, kernel, stride, padding, dilation) if overlap else \
+        native_lowered.max_pool_scatter(g, indices, shape, stride, padding)
     if found is not None:
         return found
     rows = shape[0] * shape[1]
@@ -71,7 +76,10 @@ def _scatter_kernel(xp, g, indices, shape, stride=None, padding=None):
     if out.size and g.size:
         # Indices are flat within each (n, c) plane: offset them by the plane's start in the flat view.
         flat = indices.reshape(rows, -1) + xp.arange(0, rows * size, size, dtype=indices.dtype).reshape(rows, 1)
-        out[flat.reshape(-1)] = g.reshape(-1)
+        if overlap:  # windows share positions: their gradients add up
+            scatter_add(xp, out, (flat.reshape(-1),), g.reshape(-1))
+        else:
+            out[flat.reshape(-1)] = g.reshape(-1)
     return out.reshape(shape)
 
 
