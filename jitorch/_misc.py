@@ -69,7 +69,7 @@ ByteTensor = _legacy("ByteTensor", _dtype.uint8)
 BoolTensor = _legacy("BoolTensor", _dtype.bool)
 
 def get_num_threads() -> int:
-    """Threads jitorch's own kernels split across (``JITORCH_NUM_THREADS``, else the CPU count).
+    """Threads jitorch's own kernels split across (``JITORCH_NUM_THREADS``, else the CPUs this process may run on).
 
     >>> get_num_threads() >= 1
     True

@@ -1,6 +1,7 @@
 """A small CPU worker pool that splits a kernel's outer range into chunks (the ctypes call releases the GIL).
 
-The number of threads defaults to ``JITORCH_NUM_THREADS`` or the CPU count, and is changed with `set_num_threads`.
+The number of threads defaults to ``JITORCH_NUM_THREADS`` or the CPUs the process may run on, and is changed with
+`set_num_threads`.
 """
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 CHUNKS_PER_THREAD = 4
 _lock = threading.Lock()
-_state = {"threads": int(os.environ.get("JITORCH_NUM_THREADS", 0)) or os.cpu_count() or 1, "pool": None}
+def _usable_cpus():
+    """CPUs this process may run on (its affinity mask, as torch counts them), else the machine's count: a process
+    pinned to 2 of 64 cores (``taskset``, a container's cpuset) should not start 64 workers."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+_state = {"threads": int(os.environ.get("JITORCH_NUM_THREADS", 0)) or _usable_cpus(), "pool": None}
 
 
 def get_num_threads():

@@ -271,3 +271,16 @@ def test_eager_rows_at_two_threads_equal_one_thread_through_the_pool(name, monke
         jitorch.set_num_threads(old)
     assert splits, "the row did not reach the native pool"
     np.testing.assert_array_equal(one.numpy(), two.numpy())
+
+
+def test_the_default_thread_count_follows_the_affinity_mask():
+    # A process pinned to one CPU (taskset, a container's cpuset) must not start a worker per machine core.
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "JITORCH_NUM_THREADS"}
+    probe = "import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); import jitorch; " \
+            "print(jitorch.get_num_threads())"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1"
