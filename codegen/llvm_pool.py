@@ -145,9 +145,10 @@ class NativePool:
             raise ValueError(f"NativePool.run: {count} chunks of {chunk} exceed {MAX_CHUNKS}; use larger chunks")
         self._run(self._state, fn_address, ctx_address, n, chunk, count)
 
-    def run_kernel(self, kernel, addresses, grain=1, chunks_per_thread=4):
-        """Run a `llvm_compile.CompiledKernel` over its outer range with buffers at ``addresses``, in chunks of at
-        least ``grain`` rows, ``chunks_per_thread`` chunks a thread (late threads take fewer)."""
+    def run_kernel(self, kernel, addresses, grain=1, chunks_per_thread=4, extent=None):
+        """Run a `llvm_compile.CompiledKernel` over its outer range (or ``range(extent)`` of it) with buffers at
+        ``addresses``, in chunks of at least ``grain`` rows, ``chunks_per_thread`` chunks a thread (late threads take
+        fewer)."""
         call = kernel.__dict__.get("_pool_call")
         if call is None:  # per kernel, once: its trampoline and its integer arguments as ctx entries
             types = ["ptr"] * len(addresses) + list(arguments(kernel.kernel))
@@ -156,7 +157,8 @@ class NativePool:
                                         kernel.address, values)
         fn, ctx_type, address, values = call
         ctx = ctx_type(address, *addresses, *values)
-        self.run(fn, ctypes.addressof(ctx), kernel.outer, self.chunking(kernel.outer, grain, chunks_per_thread)[0])
+        n = kernel.outer if extent is None else extent
+        self.run(fn, ctypes.addressof(ctx), n, self.chunking(n, grain, chunks_per_thread)[0])
 
     def run_function(self, address, types, args, n, grain=1, chunks_per_thread=4):
         """Run the native function at ``address``, ``f(i64 start, i64 stop, args...)`` with ``args`` of LLVM

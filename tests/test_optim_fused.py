@@ -183,3 +183,36 @@ def test_default_keeps_the_per_tensor_rule_outside_the_kernels_domain():
         opt.step()
     # buf = 1, then 0.9 + 1 = 1.9: p moves by 0.1 * (1 + 1.9)
     np.testing.assert_allclose(p.detach().numpy(), before.numpy() - 0.29, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("cls,kw", [("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
+                                    ("Adam", dict(lr=0.01, amsgrad=True)), ("AdamW", dict(lr=0.01))])
+def test_large_parameters_split_over_threads_equal_one_thread(cls, kw, monkeypatch):
+    # A parameter of 2^19 elements is worth splitting at 2 threads (ops/native_eager.launch through the native
+    # pool); a small one is not. Either way every element gets the same arithmetic: bit-for-bit equal to 1 thread.
+    from jitorch.codegen.llvm_pool import NativePool
+
+    splits = []
+    real = NativePool.run_kernel
+    monkeypatch.setattr(NativePool, "run_kernel", lambda self, *a, **k: splits.append(1) or real(self, *a, **k))
+    rng = np.random.default_rng(12)
+    shapes = [(512, 1024), (7, 5)]
+    values = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    grads = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(3)]
+    old = jitorch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2):
+            jitorch.set_num_threads(threads)
+            params = [jitorch.tensor(v, requires_grad=True) for v in values]
+            opt = getattr(jitorch.optim, cls)(params, **kw)
+            for step in grads:
+                for p, g in zip(params, step):
+                    p.grad = jitorch.tensor(g)
+                opt.step()
+            results.append([p.detach().numpy() for p in params])
+            assert len(splits) == (0 if threads == 1 else 3)  # the large parameter, once a step
+    finally:
+        jitorch.set_num_threads(old)
+    for one, two in zip(*results):
+        np.testing.assert_array_equal(one, two)

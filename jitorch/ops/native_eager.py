@@ -67,16 +67,18 @@ def pointwise(row, *arrays):
     return out
 
 
-def launch(kernel, addresses, numel, grain):
-    """Run a compiled kernel over its outer range, split over jitorch's threads when its work pays for the hand-off
-    (`llvm_pool.worth_splitting`): through the native pool (`codegen.llvm_pool`) where the platform has it, else
-    the Python pool."""
+def launch(kernel, addresses, numel, grain, extent=None):
+    """Run a compiled kernel over its outer range (or ``range(extent)`` of it: kernels compiled for a span, such as the
+    fused optimizers'), split over jitorch's threads when its work pays for the hand-off
+    (`llvm_pool.worth_splitting`): through the native pool (`codegen.llvm_pool`) where the platform has it, else the
+    Python pool."""
     threads = get_num_threads()
-    if numel >= PARALLEL_MIN and threads > 1 and kernel.outer > 1 and worth_splitting(kernel, numel):
+    n = kernel.outer if extent is None else extent
+    if numel >= PARALLEL_MIN and threads > 1 and n > 1 and worth_splitting(kernel, numel):
         pool = shared_pool(threads)
         if pool is not None:
-            pool.run_kernel(kernel, addresses, grain)
+            pool.run_kernel(kernel, addresses, grain, extent=n)
         else:
-            parallel_for(lambda start, stop: kernel(start, stop, *addresses), kernel.outer, grain=grain)
+            parallel_for(lambda start, stop: kernel(start, stop, *addresses), n, grain=grain)
     else:
-        kernel(0, kernel.outer, *addresses)
+        kernel(0, n, *addresses)

@@ -11,7 +11,8 @@ unscaled in place) / ``found_inf`` (the step is skipped and Adam's count rolled 
 Every hyperparameter is read from a small scalar array at run time (the learning rate of a scheduler, the bias
 corrections of each step), so a kernel compiles once per flag set and dtype, not once per step. Structural flags
 (AMSGrad, maximize, weight decay on/off, Nesterov, first momentum step) select the kernel. The kernel is compiled for
-a 1-D iteration space and run over each parameter's element range with ``kernel(0, numel, *addresses)``.
+a 1-D iteration space and run over each parameter's element range (``kernel(0, numel, *addresses)``, split over
+jitorch's threads for large parameters: `native_eager.launch`).
 
 Float32 and float64 CPU tensors that are contiguous take the fused kernel; anything else (half precision, complex,
 CUDA, non-contiguous state) returns ``False`` from `fused_adam`/`fused_sgd` so the caller runs the unfused update,
@@ -58,6 +59,7 @@ from ..codegen.ir import Buffer, Kernel, Store, load, op
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from .._tensor import Tensor
+from ..ops.native_eager import launch
 from ..runtime.host_pointer import data_address
 
 __all__ = ["fused_adam", "fused_sgd", "fused_kernel_count"]
@@ -65,6 +67,7 @@ __all__ = ["fused_adam", "fused_sgd", "fused_kernel_count"]
 _IR = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 # The kernel's nominal length: the loop runs over [0, numel) passed at each call, so one kernel serves every size.
 _SPAN = 1 << 40
+_GRAIN = 1 << 15  # elements a chunk takes at least, when a large parameter's update is split over threads
 _lock = threading.Lock()
 _KERNELS: dict[tuple, object] = {}
 
@@ -194,7 +197,8 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
                   (max_exp_avg_sqs[i] if amsgrad else exp_avgs[i])._data]
         ck = _kernel(key, lambda: _adam_ir(key[1], *key[2:]))
         scalar_addr = data_address(scalars)
-        ck(0, arrays[0].size, *(data_address(a) for a in arrays), *([scalar_addr] * len(_ADAM_SCALARS)))
+        launch(ck, [*(data_address(a) for a in arrays), *([scalar_addr] * len(_ADAM_SCALARS))], arrays[0].size,
+               _GRAIN, extent=arrays[0].size)
         touched = [param_t, exp_avgs[i], exp_avg_sqs[i]] + ([max_exp_avg_sqs[i]] if amsgrad else [])
         if inv_scale is not None:
             touched.append(grads[i])
@@ -255,7 +259,8 @@ def fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr
         if first:
             momentum_buffer_list[i] = Tensor._make(np.empty_like(grad))
         buf = momentum_buffer_list[i]._data if momentum != 0 else grad
-        ck(0, grad.size, data_address(param_t._data), data_address(grad), data_address(buf), *scalar_addrs)
+        launch(ck, [data_address(param_t._data), data_address(grad), data_address(buf), *scalar_addrs], grad.size,
+               _GRAIN, extent=grad.size)
         param_t._bump_version()
         if momentum != 0:
             momentum_buffer_list[i]._bump_version()
