@@ -121,51 +121,48 @@ class NativePool:
 
     def __init__(self, threads, cache=None):
         self.threads, self.cache = int(threads), cache
-        self._state = self.state = _block()
+        self.state = _block()
         self._pid = os.getpid()
-        worker, run, stop = compile_functions(emit_pool(), ["jitorch_pool_worker", "jitorch_pool_run",
-                                                             "jitorch_pool_stop"], cache)
-        self.run_address = run  # native callers (`llvm_program`) call it directly
+        worker, run, stop = _pool_functions(cache)
         self._worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(worker)
         self._run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                      ctypes.c_int64, ctypes.c_int64)(run)
         self._stop = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(stop)
-        self._workers = [threading.Thread(target=self._worker, args=(self._state,), daemon=True,
+        self._workers = [threading.Thread(target=self._worker, args=(self.state,), daemon=True,
                                           name=f"jitorch-native-{i}") for i in range(self.threads - 1)]
         for w in self._workers:
             w.start()
         # A pool dropped without close() (or alive at exit) still stops its workers; the block itself is never freed,
         # since a worker may read it for a moment after the stop.
-        weakref.finalize(self, self._stop, self._state)
+        weakref.finalize(self, self._stop, self.state)
 
     def run(self, fn_address, ctx_address, n, chunk):
-        """Run ``fn(start, stop, ctx)`` over ``range(n)`` in chunks of ``chunk``; returns when every chunk is done."""
-        count = -(-n // chunk)
-        if count > MAX_CHUNKS:
-            raise ValueError(f"NativePool.run: {count} chunks of {chunk} exceed {MAX_CHUNKS}; use larger chunks")
-        self._run(self._state, fn_address, ctx_address, n, chunk, count)
+        """Run ``fn(start, stop, ctx)`` over ``range(n)`` in chunks of ``chunk``; returns when every chunk is done.
+        (A chunk count past `MAX_CHUNKS` runs on the caller alone: the native entry point checks it.)"""
+        self._run(self.state, fn_address, ctx_address, n, chunk, -(-n // chunk))
 
     def run_kernel(self, kernel, addresses, grain=1, chunks_per_thread=4, extent=None):
         """Run a `llvm_compile.CompiledKernel` over its outer range (or ``range(extent)`` of it) with buffers at
         ``addresses``, in chunks of at least ``grain`` rows, ``chunks_per_thread`` chunks a thread (late threads take
         fewer)."""
         call = kernel.__dict__.get("_pool_call")
-        if call is None:  # per kernel, once: its trampoline and its integer arguments as ctx entries
-            types = ["ptr"] * len(addresses) + list(arguments(kernel.kernel))
-            values = [bits(v, ty) for v, ty in zip(kernel.values, types[len(addresses):])]
-            call = kernel._pool_call = (trampoline_address(types, self.cache), ctypes.c_int64 * (1 + len(types)),
-                                        kernel.address, values)
-        fn, ctx_type, address, values = call
-        ctx = ctx_type(address, *addresses, *values)
-        n = kernel.outer if extent is None else extent
-        self.run(fn, ctypes.addressof(ctx), n, self.chunking(n, grain, chunks_per_thread)[0])
+        if call is None:  # per kernel, once: its argument types and its integer arguments as ctx entries
+            types = ("ptr",) * len(addresses) + tuple(arguments(kernel.kernel))
+            call = kernel._pool_call = (types, [bits(v, ty) for v, ty in zip(kernel.values, types[len(addresses):])])
+        types, values = call
+        self._call(kernel.address, types, [*addresses, *values], kernel.outer if extent is None else extent, grain,
+                   chunks_per_thread)
 
     def run_function(self, address, types, args, n, grain=1, chunks_per_thread=4):
         """Run the native function at ``address``, ``f(i64 start, i64 stop, args...)`` with ``args`` of LLVM
         ``types`` (pointers and integers), over ``range(n)`` split as `run_kernel` does."""
-        ctx = (ctypes.c_int64 * (1 + len(args)))(address, *(bits(a, ty) if ty != "ptr" else a
-                                                            for a, ty in zip(args, types, strict=True)))
-        self.run(trampoline_address(tuple(types), self.cache), ctypes.addressof(ctx), n,
+        ints = [a if ty == "ptr" else bits(a, ty) for a, ty in zip(args, types, strict=True)]
+        self._call(address, tuple(types), ints, n, grain, chunks_per_thread)
+
+    def _call(self, address, types, ints, n, grain, chunks_per_thread):
+        # The context the signature's trampoline reads: the function, then its arguments as int64 entries.
+        ctx = (ctypes.c_int64 * (1 + len(ints)))(address, *ints)
+        self.run(trampoline_address(types, self.cache), ctypes.addressof(ctx), n,
                  self.chunking(n, grain, chunks_per_thread)[0])
 
     def chunking(self, n, grain=1, chunks_per_thread=4):
@@ -175,7 +172,7 @@ class NativePool:
     def close(self):
         """Stop and join the workers (the pool is unusable afterwards)."""
         if os.getpid() == self._pid and self._workers:
-            self._stop(self._state)
+            self._stop(self.state)
             for w in self._workers:
                 w.join(timeout=10)
                 if w.is_alive():  # never hang the caller: the worker only holds its own stack
@@ -259,8 +256,13 @@ def shared_pool(threads):
     return pool
 
 
+def _pool_functions(cache=None):
+    """Addresses of the pool's ``jitorch_pool_worker``, ``jitorch_pool_run`` and ``jitorch_pool_stop`` (one module,
+    compiled once, shared by every pool)."""
+    return compile_functions(emit_pool(), ["jitorch_pool_worker", "jitorch_pool_run", "jitorch_pool_stop"], cache)
+
+
 def run_address():
-    """The address of the pool's entry point ``jitorch_pool_run(state, fn, ctx, n, chunk, count)`` (one function for
-    every pool)."""
-    return compile_functions(emit_pool(), ["jitorch_pool_worker", "jitorch_pool_run", "jitorch_pool_stop"],
-                             default_cache())[1]
+    """The address of the pool's entry point ``jitorch_pool_run(state, fn, ctx, n, chunk, count)``, which native
+    programs call with the block `current_cell` points to."""
+    return _pool_functions(default_cache())[1]

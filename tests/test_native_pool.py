@@ -61,11 +61,6 @@ def test_every_index_runs_exactly_once(pool, n, chunk):
         assert (counts == 1).all(), (n, chunk, np.flatnonzero(counts != 1)[:10])
 
 
-def test_too_many_chunks_is_refused_with_the_counts(pool):
-    with pytest.raises(ValueError, match=r"70000 chunks of 1 exceed 65535"):
-        pool.run(0, 0, 70000, 1)
-
-
 @pytest.mark.parametrize("n", [5, 4096, 100_003])
 def test_kernels_split_equal_one_thread(pool, n):
     rng = np.random.default_rng(n)
@@ -163,7 +158,6 @@ def test_close_stops_and_joins_the_workers():
 def test_a_dropped_pool_stops_its_workers():
     # Its block is never freed (a worker reads it for a moment after the stop), and collecting the pool stops them.
     import gc
-    import time
 
     p = NativePool(3)
     k = _tanh_kernel(5000)
@@ -172,9 +166,8 @@ def test_a_dropped_pool_stops_its_workers():
     workers = list(p._workers)
     del p
     gc.collect()
-    deadline = time.time() + 10
-    while any(w.is_alive() for w in workers) and time.time() < deadline:
-        time.sleep(0.01)
+    for w in workers:
+        w.join(timeout=60)  # a bound against a hang, not a timing: a stopped worker returns at once
     assert not any(w.is_alive() for w in workers)
 
 

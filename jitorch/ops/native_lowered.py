@@ -65,14 +65,15 @@ def _plan(name, inputs, outs, attrs):
             Record("kernel", None, "", OPS[name], list(inputs), (), None, dict(attrs), list(outs)))
     except NotLowerable:
         return False
-    operands = [a for a in list(outs) + list(inputs)]
+    operands = list(outs) + list(inputs)
     plan = []
     for kernel, arrays, _ in steps:
         sources = []
         for a in arrays:
             j = next((j for j, o in enumerate(operands) if o is not None and _root(o) is _root(a)), None)
             sources.append((j, data_address(a) - data_address(operands[j])) if j is not None else (None, a))
-        plan.append((compile_kernel(kernel, cache=default_cache()), sources))
+        compiled = compile_kernel(kernel, cache=default_cache())
+        plan.append((compiled, sources, math.prod(kernel.shape), grain_rows(kernel, compiled.outer)))
     return plan
 
 
@@ -93,10 +94,10 @@ def _run(name, inputs, outs, attrs):
     if plan is False:
         return False
     operands = list(outs) + list(inputs)
-    for kernel, sources in plan:
+    for kernel, sources, numel, grain in plan:
         addresses = [data_address(operands[j]) + offset if j is not None else data_address(offset)
                      for j, offset in sources]
-        launch(kernel, addresses, math.prod(kernel.source.shape), grain_rows(kernel.source, kernel.outer))
+        launch(kernel, addresses, numel, grain)
     return True
 
 
