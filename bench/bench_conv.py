@@ -77,9 +77,16 @@ def run_case(name, shape, params, fn, repeats, target_s):
         steps[lib_name], tensors = _make_step(lib, fn, arrays, grad)
         steps[lib_name]()
         grads[lib_name] = [np.asarray(t.grad.detach().numpy()) for t in tensors]
-    agree = all(np.allclose(a, b, rtol=1e-4, atol=1e-4) for a, b in zip(grads["torch"], grads["jitorch"]))
+    # Two float32 results of sums over 32k products differ by more than allclose's 1e-4 while both are accurate:
+    # each library is measured against float64 instead, as its largest error over the gradient's largest value.
+    ref_step, ref_tensors = _make_step(torch, fn, [a.astype(np.float64) for a in arrays], grad.astype(np.float64))
+    ref_step()
+    ref = [t.grad.numpy() for t in ref_tensors]
+    row = {"case": name}
+    for lib_name in LIBS:
+        row[f"{lib_name}_grad_error"] = max(float(np.abs(g - r).max() / max(np.abs(r).max(), 1e-30))
+                                            for g, r in zip(grads[lib_name], ref))
     timings = common.measure(steps, repeats=repeats, target_s=target_s)
-    row = {"case": name, "grads_agree": agree}
     for lib_name in LIBS:
         row[lib_name] = timings[lib_name]
         row[f"{lib_name}_ms"] = timings[lib_name]["median_s"] * 1e3
@@ -102,14 +109,15 @@ def main():
               f"({rows[-1]['jitorch_over_torch']:.2f}x)", flush=True)
     columns = [("case (forward + backward)", "case", ""), ("torch (ms)", "torch_ms", ".3f"),
                ("jitorch (ms)", "jitorch_ms", ".3f"), ("jitorch/torch speed", "jitorch_over_torch", ".2f"),
-               ("grads agree", "grads_agree", "")]
+               ("torch grad error", "torch_grad_error", ".1e"), ("jitorch grad error", "jitorch_grad_error", ".1e")]
     table = common.format_table(rows, columns)
     facts = common.machine_facts()
     facts["jitorch"] = jitorch.__version__
     notes = (f"Milliseconds per forward + backward call (median of {args.repeats} interleaved samples of "
              f"~{args.target_s} s), lower is better; the speed column is torch_ms / jitorch_ms (< 1: jitorch is "
              "slower). One thread everywhere (torch.set_num_threads(1), threadpoolctl limits = 1). Same inputs and "
-             "output gradient in both libraries; 'grads agree' compares the input/parameter gradients.")
+             "output gradient in both libraries; the grad error columns are each library's largest float32 "
+             "gradient error against torch in float64, over the largest gradient value.")
     json_path, md_path = common.write_results("conv", rows, facts, table, notes)
     print(f"wrote {json_path} and {md_path}")
 

@@ -164,3 +164,4 @@ def _install_numpy_names():
 
 
 _install_numpy_names()
+_overrides.name_public_functions()  # last: after every wrapper above

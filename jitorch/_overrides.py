@@ -34,6 +34,7 @@ one exists (:func:`acquire` installs them, the last :func:`release` removes them
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import types
 
@@ -107,6 +108,26 @@ def publish(namespace: dict):
     for name, value in list(namespace.items()):
         if isinstance(value, types.FunctionType) and not name.startswith("_") and name not in NEVER_OVERRIDDEN:
             namespace[name] = public(value)
+
+
+def name_public_functions():
+    """Name each public function of the loaded public jitorch modules after where it is published
+    (``jitorch.nn.functional.relu``), as torch's functions are named, unless its own module already holds it.
+
+    Pickle finds a function by its module and qualified name. The wrappers (`public`, keyword renaming, ``out=``)
+    copy the wrapped function's names, which lead to a private module holding the unwrapped function, or to none for
+    one made by a factory: a model holding ``F.relu`` (a ``TransformerEncoderLayer``) could not be saved.
+    """
+    names = sorted(n for n in sys.modules if n.split(".")[0] == "jitorch" and not any(
+        part.startswith("_") for part in n.split(".")))
+    for module_name in names:
+        for name, fn in list(vars(sys.modules[module_name]).items()):
+            if name.startswith("_") or not isinstance(fn, types.FunctionType) or \
+                    not fn.__module__.startswith("jitorch"):
+                continue
+            home = sys.modules.get(fn.__module__)
+            if home is None or "<" in fn.__qualname__ or getattr(home, fn.__qualname__, None) is not fn:
+                fn.__module__, fn.__qualname__ = module_name, name
 
 
 def tensor_method_name(func) -> str | None:
