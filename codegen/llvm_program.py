@@ -58,8 +58,8 @@ from .llvm_compile import compile_function, template_address
 from .llvm_objcache import default_cache
 from .llvm_pool import available, chunking, current_cell, grain_rows, run_address, shared_pool, trampoline_address, \
     worth_splitting
-from .llvm_gemm import blas_gemm, blas_ints, blas_operands, gemm_reduction_kernel, uses_blas, vector_chunk, \
-    vector_fits, vector_gemm, vector_ints
+from .llvm_gemm import blas_gemm, blas_ints, blas_operands, gemm_outer_kernel, gemm_reduction_kernel, uses_blas, \
+    vector_chunk, vector_fits, vector_gemm, vector_ints
 
 __all__ = ["Ref", "KernelCall", "Gemm", "Copy", "emit_program", "compile_program", "Program"]
 
@@ -197,7 +197,9 @@ def emit_program(calls, name, ints, link):
         elif isinstance(call, Gemm):
             if call.m == 0 or call.n == 0:
                 continue
-            if uses_blas(call):
+            if call.k == 1:
+                kernel_call(gemm_outer_kernel(call), (call.a, call.b, call.c))
+            elif uses_blas(call):
                 kind = ("blas", call.dtype, *blas_operands(call)[:2], call.blas_int_bits)
                 gemm_call(call, kind, blas_gemm, blas_ints(call), (call.blas,))
             elif vector_fits(call):

@@ -19,6 +19,7 @@ import string
 import ml_dtypes
 import numpy as np
 
+from .host_matmul import matmul
 from .table import Opaque, Reduction, defop
 
 _HALF = {"float16", "bfloat16"}
@@ -67,8 +68,8 @@ def _matmul_kernel(xp, a, b):
     if dtype != b.dtype:
         _same_dtype("matmul", (a, b))
     if dtype in _HALF_DTYPES:  # NumPy has no half-precision matmul kernels
-        return xp.matmul(a.astype(np.float32), b.astype(np.float32)).astype(dtype)
-    return xp.matmul(a, b)
+        return matmul(xp, a.astype(np.float32), b.astype(np.float32)).astype(dtype)
+    return matmul(xp, a, b)
 
 
 def _matmul_backward(ctx, g):

@@ -19,6 +19,7 @@ tensor([[3., 3., 3., 3.],
 from __future__ import annotations
 
 from ..autograd.grad_mode import GradState
+from .host_matmul import matmul
 from .table import Opaque, defop
 
 __all__ = ["LINEAR", "LINEAR_BACKWARD"]
@@ -36,7 +37,7 @@ def _rows(a):
 
 
 def _linear_kernel(xp, x, w, b):
-    out = xp.matmul(_rows(x), w.T)  # BLAS reads the transposed view with a flag: no copy of W
+    out = matmul(xp, _rows(x), w.T)  # BLAS reads the transposed view with a flag: no copy of W
     if x.ndim != 2:
         out = out.reshape(x.shape[:-1] + (w.shape[0],))
     if b is not None:
@@ -69,11 +70,11 @@ def _linear_backward_kernel(xp, g, x, w, needs):
     empty = xp.zeros((0,), dtype=g.dtype)  # placeholder for a gradient nobody asked for
     gx = gw = gb = empty
     if needs[0]:
-        gx = xp.matmul(g2, w)
+        gx = matmul(xp, g2, w)
         if g.ndim != 2:
             gx = gx.reshape(g.shape[:-1] + (w.shape[1],))
     if needs[1]:
-        gw = xp.matmul(g2.T, _rows(x))
+        gw = matmul(xp, g2.T, _rows(x))
     if needs[2]:
         gb = g2.sum(axis=0)
     return tuple(r if r.dtype == g.dtype else r.astype(g.dtype) for r in (gx, gw, gb))  # bfloat16 matmul: float32

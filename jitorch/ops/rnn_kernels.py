@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import rnn_native
+from .host_matmul import matmul
 
 __all__ = ["lstm_forward", "lstm_backward", "gru_forward", "gru_backward", "rnn_forward", "rnn_backward",
            "workspace_widths"]
@@ -62,10 +63,12 @@ def _sigmoid_(xp, a):
     xp.reciprocal(a, out=a)
 
 
-def _transposed(xp, w):
-    """``w.T`` as a contiguous copy: OpenBLAS multiplies a few rows by a transposed view 2-3x slower than by a
-    contiguous matrix (20 x 256 by 256 x 1024: 1.2 ms against 0.4), and each step makes that product."""
-    return xp.ascontiguousarray(w.T)
+def _transposed(xp, w, steps, batch):
+    """``w.T``, as a contiguous copy when the recurrence is long enough to repay it: OpenBLAS multiplies a few rows
+    by a transposed view 2-3x slower than by a contiguous matrix (20 x 256 by 256 x 1024: 1.2 ms against 0.4), and
+    each step makes that product; but the copy of a 1024 x 256 weight costs 0.43 ms, which a cell's single step (and
+    any step of one row, where the view is as fast) never repays."""
+    return xp.ascontiguousarray(w.T) if steps >= 4 and batch > 1 else w.T
 
 
 def _low(*arrays):
@@ -92,9 +95,9 @@ def _weight_grad(xp, d, hs, h0, reverse):
     steps, batch, width = d.shape
     first, rest = (steps - 1, slice(0, steps - 1)) if reverse else (0, slice(1, steps))
     prev = slice(1, steps) if reverse else slice(0, steps - 1)
-    grad = xp.matmul(d[first].T, h0)
+    grad = matmul(xp, d[first].T, h0)
     if steps > 1:
-        grad += xp.matmul(d[rest].reshape(-1, width).T, hs[prev].reshape(-1, hs.shape[-1]))
+        grad += matmul(xp, d[rest].reshape(-1, width).T, hs[prev].reshape(-1, hs.shape[-1]))
     return grad
 
 
@@ -108,7 +111,8 @@ def lstm_forward(xp, gi, h0, c0, w_hh, w_hr, reverse):
     if rnn_native.applies(xp, steps, gi, h0, c0, w_hh, w_hr):
         return _rounded(rnn_native.lstm_forward(xp, gi, h0, c0, w_hh, w_hr, reverse, sections), low) + (ws,)
     acts, cs, tcs, hs = sections
-    w_t, w_hr_t = _transposed(xp, w_hh), (None if w_hr is None else _transposed(xp, w_hr))
+    w_t = _transposed(xp, w_hh, steps, batch)
+    w_hr_t = None if w_hr is None else _transposed(xp, w_hr, steps, batch)
     h, c = h0, c0
     with np.errstate(over="ignore"):
         for t in _order(steps, reverse):
@@ -200,7 +204,7 @@ def gru_forward(xp, gi, h0, w_hh, b_hh, reverse):
     if rnn_native.applies(xp, steps, gi, h0, w_hh, b_hh):
         return _rounded(rnn_native.gru_forward(xp, gi, h0, w_hh, b_hh, reverse, sections), low) + (ws,)
     rzs, ns, hns, hs = sections
-    w_t = _transposed(xp, w_hh)
+    w_t = _transposed(xp, w_hh, steps, batch)
     h = h0
     with np.errstate(over="ignore"):
         for t in _order(steps, reverse):
@@ -271,7 +275,7 @@ def rnn_forward(xp, gi, h0, w_hh, relu, reverse):
     (gi, h0, w_hh), low = _low(gi, h0, w_hh)
     steps, batch, hid = gi.shape
     ws, (hs,) = _workspace(xp, gi.dtype, steps, batch, (hid,))
-    w_t = _transposed(xp, w_hh)
+    w_t = _transposed(xp, w_hh, steps, batch)
     h = h0
     for t in _order(steps, reverse):
         h = _round_(xp.matmul(h, w_t, out=hs[t]), low)
