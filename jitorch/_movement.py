@@ -183,6 +183,7 @@ def split(tensor, split_size_or_sections, dim=0):
 
 
 def chunk(input, chunks, dim=0):
+    chunks = operator.index(chunks)  # a NumPy integer or a 0-d integer tensor too, as torch's argument parser
     if chunks <= 0:
         raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
     d = wrap_dim(dim, input._data.ndim, "chunk")
@@ -201,6 +202,8 @@ def tensor_split(input, indices_or_sections=None, dim=0, *, sections=None, indic
     indices_or_sections = given[0]
     if isinstance(indices_or_sections, Tensor):
         indices_or_sections = indices_or_sections.tolist()
+    elif not isinstance(indices_or_sections, (int, list, tuple)):
+        indices_or_sections = operator.index(indices_or_sections)  # a NumPy integer
     d = wrap_dim(dim, input._data.ndim, "tensor_split")
     size = input._data.shape[d]
     if isinstance(indices_or_sections, int):

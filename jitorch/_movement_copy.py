@@ -11,9 +11,12 @@ Split from ``_movement.py`` (the views), which re-exports them and attaches the 
 """
 from __future__ import annotations
 
+import functools
+import operator
+
 from . import _memory_format as MF
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
-from ._dtype import checked_scalar
+from ._dtype import checked_scalar, promote_types
 from ._shape import normalize_shape, sizes_or_keyword, wrap_dim, wrap_dims
 from ._tensor import Tensor
 from .autograd.graph import named
@@ -38,8 +41,8 @@ def flipud(input):
 def roll(input, shifts, dims=None):
     if dims is None:
         return roll(input.flatten(), shifts, 0).view(input.shape)
-    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
-    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (operator.index(shifts),)
+    dims = tuple(dims) if isinstance(dims, (tuple, list)) else (operator.index(dims),)
     out = input
     for s, d in zip(shifts, dims):
         n = out._data.shape[wrap_dim(d, out._data.ndim, "roll")]
@@ -84,6 +87,11 @@ def cat(tensors, dim=0, *, out=None):
                 raise RuntimeError(f"cat(): Sizes of tensors must match except in dimension {d}. Expected size {a} but "
                                    f"got size {b} for tensor number {i} in the list.")
     result = apply(M.CAT, *kept, dim=d)
+    if len(kept) < len(tensors):
+        # The skipped empties still take part in the type promotion (a float accumulator started as tensor([])).
+        promoted = functools.reduce(promote_types, (t.dtype for t in tensors))
+        if promoted != result.dtype:
+            result = result.to(promoted)
     if out is not None:
         from ._pointwise import _write_out
 

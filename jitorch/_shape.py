@@ -46,7 +46,8 @@ def normalize_shape(args, op="op"):
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = args[0]
     elif len(args) == 1 and hasattr(args[0], "tolist") and not isinstance(args[0], int):
-        args = args[0].tolist()
+        listed = args[0].tolist()  # a NumPy integer or a 0-d tensor gives one number: one size (torch's __index__)
+        args = listed if isinstance(listed, list) else (args[0],)
     try:
         return tuple(operator.index(s) for s in args)
     except TypeError:

@@ -81,7 +81,9 @@ class Tensor:
     _acc_node = None  # the leaf's AccumulateGrad node, kept once it has hooks
     _retains_grad = False
     _inference = False  # made inside inference_mode (set where tensors are made: _make and the dispatcher)
-    __array_ufunc__ = None  # ``ndarray + Tensor`` must reach ``Tensor.__radd__``
+    # ``ndarray + Tensor`` reaches ``Tensor.__radd__``: NumPy defers a binary operator to an operand of higher
+    # priority. A NumPy function of a tensor (``np.exp(t)``) computes on its array and hands the result to
+    # ``__array_wrap__``, a tensor again, as torch's does.
     __array_priority__ = 1000
 
     def __new__(cls, *args, device=None):
@@ -379,8 +381,26 @@ class Tensor:
         return self._data
 
     def __array__(self, dtype=None, copy=None):
+        # NumPy 2 hands ``copy`` over and trusts the answer: ``np.array(t)`` (copy=True) must not return the
+        # tensor's own memory, or later in-place updates of the tensor would show through the "copy".
+        if self._requires_grad:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         arr = self._host()
-        return arr if dtype is None else arr.astype(dtype, copy=False)
+        if copy is False and (arr is not self._data or dtype is not None and np.dtype(dtype) != arr.dtype):
+            raise ValueError(f"Unable to avoid copy while creating an array from a {self.device.type} tensor of "
+                             f"dtype {self.dtype} as requested (dtype={dtype}).")
+        if dtype is not None:
+            arr = arr.astype(dtype, copy=bool(copy) and arr is self._data)
+        elif copy and arr is self._data:
+            arr = arr.copy()
+        return arr
+
+    def __array_wrap__(self, array, context=None, return_scalar=False):
+        # torch turns a boolean result (np.isnan(t)) into uint8, and 0-d results stay tensors.
+        from ._creation import from_numpy
+
+        array = np.asarray(array)
+        return from_numpy(array.astype(np.uint8) if array.dtype == np.bool_ else array)
 
     def __dlpack__(self, *args, **kwargs):
         if self._requires_grad:

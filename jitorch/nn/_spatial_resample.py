@@ -13,6 +13,7 @@ tensor([[[1.0000, 1.5000, 2.5000, 3.0000]]])
 from __future__ import annotations
 
 import math
+import operator
 import warnings
 
 import numpy as np
@@ -42,12 +43,13 @@ def _output_sizes(input, size, scale_factor, mode, recompute_scale_factor):
                     "Input and output must have the same number of spatial dimensions, but got input with spatial "
                     f"dimensions of {list(input.shape[2:])} and output size of {size}. Please provide input tensor in "
                     "(N, C, d1, d2, ...,dK) format and output size in (o1, o2, ...,oK) format.")
-            if not all(isinstance(s, (int, np.integer)) for s in size):
+            try:  # ints, NumPy integers and 0-d integer tensors (sizes computed from another tensor's shape)
+                sizes = [operator.index(s) for s in size]
+            except TypeError:
                 raise TypeError("expected size to be one of int or Tuple[int] or Tuple[int, int] or "
-                                f"Tuple[int, int, int], but got size with types {[type(x) for x in size]}")
-            sizes = [int(s) for s in size]
+                                f"Tuple[int, int, int], but got size with types {[type(x) for x in size]}") from None
         else:
-            sizes = [int(size)] * dim
+            sizes = [operator.index(size)] * dim
         if recompute_scale_factor:
             raise ValueError("recompute_scale_factor is not meaningful with an explicit size.")
         return sizes, None
