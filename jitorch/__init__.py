@@ -103,10 +103,12 @@ chalf = complex64
 from ._memory_format import (  # noqa: E402,F401
     channels_last, channels_last_3d, contiguous_format, memory_format, preserve_format,
 )
-from . import torch_version  # noqa: E402
-from ._version import __version__ as _plain_version  # noqa: E402
+from . import torch_version  # noqa: E402,F401
+from . import version  # noqa: E402,F401
 
-__version__ = torch_version.TorchVersion(_plain_version)
+# The PyTorch release whose API jitorch follows, with jitorch's own version as the local label: scripts compare
+# ``torch.__version__ >= "2.0"`` to pick compile, SDPA or other modern paths, which jitorch has.
+__version__ = version.__version__
 
 
 def is_tensor(obj):
@@ -164,4 +166,7 @@ def _install_numpy_names():
 
 
 _install_numpy_names()
+from . import _foreach  # noqa: E402
+
+globals().update(_foreach.functions())  # torch._foreach_add, _foreach_lerp_, ... (91 names)
 _overrides.name_public_functions()  # last: after every wrapper above

@@ -68,6 +68,16 @@ class device:
     def __reduce__(self):
         return (device, (self.type, self.index))
 
+    def __enter__(self):
+        """``with jitorch.device("cuda"):`` makes this the default device of tensors and modules created inside."""
+        _previous.append(_default_device)
+        set_default_device(self)
+        return self
+
+    def __exit__(self, *exc):
+        set_default_device(_previous.pop())
+        return False
+
     @property
     def array_module(self):
         return array_module_for(self.type)
@@ -75,6 +85,7 @@ class device:
 
 CPU = device("cpu")
 _default_device = CPU
+_previous: list = []  # the defaults that enclosing ``with device(...)`` blocks replaced (devices are shared objects)
 
 
 def set_default_device(d) -> None:

@@ -25,6 +25,16 @@ def _load_cupy():
     return _cupy
 
 
+def cuda_version():
+    """The CUDA runtime version CuPy runs on, as ``torch.version.cuda`` spells it (``"13.0"``), or None without a
+    usable device (torch's CPU builds say None)."""
+    cupy = _load_cupy()
+    if cupy is None:
+        return None
+    number = cupy.cuda.runtime.runtimeGetVersion()
+    return f"{number // 1000}.{number % 1000 // 10}"
+
+
 def _install_allocator():
     """Make CuPy allocate through jitorch's caching allocator, unless ``JITORCH_ALLOC_CONF`` says ``backend:cupy``."""
     from .alloc_config import AllocatorConfig

@@ -11,6 +11,7 @@ from torch._vendor.packaging.version import Version
 from torch.torch_version import TorchVersion as TorchTorchVersion
 
 import jitorch
+from jitorch._version import __version__ as jitorch_release
 from jitorch.torch_version import TorchVersion
 
 VERSIONS = ["0.1.0", "2.13.0+cpu", "2.0", "2.0.0a0", "2.1.0rc1", "2.1.0.dev20230101", "1.10.0a", "2.0.1.post2",
@@ -36,12 +37,18 @@ def test_comparisons_with_packaging_versions_match_torch(version):
 
 
 def test_jitorch_version_is_a_comparable_str():
+    # The PyTorch API release jitorch follows, jitorch's own release as the local label: version checks in user code
+    # (``torch.__version__ >= "2.0"``) take their modern paths.
     v = jitorch.__version__
-    assert isinstance(v, str) and isinstance(v, TorchVersion) and v == "0.1.0"
-    assert v >= (0, 1) and v >= "0.1" and v < (1, 0) and v < "0.10" and v > "0.1.0rc1" and v > "0.0.9"
-    assert hash(v) == hash("0.1.0") and {"0.1.0": 1}[v] == 1
-    assert v.split(".") == ["0", "1", "0"] and f"{v}" == "0.1.0"
+    plain = f"2.13.0+jitorch.{jitorch_release}"
+    assert isinstance(v, str) and isinstance(v, TorchVersion) and v == plain == jitorch.version.__version__
+    assert v >= (2, 0) and v >= "2.0" and v >= "1.13" and v < (3, 0) and v < "2.14" and v > "2.13.0rc1"
+    assert Version(v) >= Version("2.0") and Version(v).local == f"jitorch.{jitorch_release}"
+    assert hash(v) == hash(plain) and {plain: 1}[v] == 1
+    assert f"{v}" == plain
     assert pickle.loads(pickle.dumps(v)) == v
+    assert jitorch.version.cuda is None or jitorch.version.cuda.count(".") == 1
+    assert jitorch.version.jitorch == jitorch_release
 
 
 def test_non_version_falls_back_to_string_order():
