@@ -18,7 +18,7 @@ _np.seterr(all="ignore")
 from ._dtype import (  # noqa: E402,F401
     bfloat16, bool, can_cast, complex64, complex128, dtype, finfo, float16, float32, float64, get_default_dtype, iinfo,
     int8, int16, int32, int64, jagged, layout, promote_types, result_type, set_default_dtype, sparse_bsc, sparse_bsr,
-    sparse_coo, sparse_csc, sparse_csr, strided, uint8,
+    sparse_coo, sparse_csc, sparse_csr, strided, uint8, uint16, uint32, uint64,
 )
 from ._device import device, get_default_device, set_default_device  # noqa: E402,F401
 from .runtime.host_malloc import tune_malloc as _tune_malloc  # noqa: E402

@@ -26,7 +26,8 @@ __all__ = ["fast_binary", "fast_unary"]
 # Eager overhead is what users feel on small tensors, so the hottest case (floating NumPy arrays of one dtype, or a
 # Python number) skips promotion and device checks and calls the row's kernel directly. Anything else takes ``eager``.
 _ndarray = np.ndarray
-_PROMOTE_NP = {(a.np, b.np): _dtype.promote_types(a, b).np for a in _dtype.ALL for b in _dtype.ALL}
+# Pairs torch refuses (a limited unsigned type with another integer) are absent: x is floating here, so never asked.
+_PROMOTE_NP = {(a.np, b.np): c.np for (a, b), c in _dtype._PROMOTE.items() if c is not None}
 _SCALARS = (float, int)
 
 

@@ -28,7 +28,7 @@ class dtype:
         self.np = np.dtype(np_dtype)
         self.category = category
         self.itemsize = self.np.itemsize
-        self.is_signed = category != BOOL and name != "uint8"
+        self.is_signed = category != BOOL and not name.startswith("uint")
         self._rank = rank
 
     @property
@@ -68,8 +68,15 @@ float32 = dtype("float32", np.float32, FLOAT, 2)
 float64 = dtype("float64", np.float64, FLOAT, 3)
 complex64 = dtype("complex64", np.complex64, COMPLEX, 2)
 complex128 = dtype("complex128", np.complex128, COMPLEX, 3)
+# torch's limited unsigned types: storage, conversion, indexing and most same-dtype ops; promotion with any other
+# dtype but a floating one is an error (a floating one wins, as usual).
+uint16 = dtype("uint16", np.uint16, INT, 2)
+uint32 = dtype("uint32", np.uint32, INT, 3)
+uint64 = dtype("uint64", np.uint64, INT, 4)
+LIMITED_UNSIGNED = (uint16, uint32, uint64)
 
-ALL = (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, complex64, complex128)
+ALL = (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, complex64, complex128, uint16,
+       uint32, uint64)
 _BY_NAME = {d.name: d for d in ALL}
 ALIASES = {
     "half": float16, "float": float32, "double": float64, "long": int64, "int": int32, "short": int16,
@@ -85,7 +92,8 @@ def from_numpy_dtype(np_dtype) -> dtype:
     except KeyError:
         raise TypeError(
             f"can't convert np.ndarray of type {np_dtype}. The only supported types are: "
-            "float64, float32, float16, bfloat16, complex64, complex128, int64, int32, int16, int8, uint8, and bool."
+            "float64, float32, float16, bfloat16, complex64, complex128, int64, int32, int16, int8, uint64, uint32, "
+            "uint16, uint8, and bool."
         ) from None
 
 
@@ -138,9 +146,11 @@ def _promote_same_category(a: dtype, b: dtype) -> dtype:
     return a if a._rank >= b._rank else b
 
 
-def _promote(a: dtype, b: dtype) -> dtype:
+def _promote(a: dtype, b: dtype) -> dtype | None:
     if a is b:
         return a
+    if (a in LIMITED_UNSIGNED or b in LIMITED_UNSIGNED) and FLOAT not in (a.category, b.category):
+        return None  # torch refuses all but a floating partner: see `_refused`
     if a.category != b.category:
         lo, hi = (a, b) if a.category < b.category else (b, a)
         if hi.category == COMPLEX and lo.category == FLOAT and lo is float64:
@@ -150,11 +160,26 @@ def _promote(a: dtype, b: dtype) -> dtype:
 
 
 _PROMOTE = {(a, b): _promote(a, b) for a in ALL for b in ALL}
+_TORCH_NAMES = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
+                "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64", "complex64": "ComplexFloat",
+                "complex128": "ComplexDouble"}
+
+
+def _refused(a, b):
+    return RuntimeError(f"Promotion for uint16, uint32, uint64 types is not supported, attempted to promote "
+                        f"{_TORCH_NAMES[a.name]} and {_TORCH_NAMES[b.name]}")
+
+
+def _promoted(a, b):
+    result = _PROMOTE[a, b]
+    if result is None:
+        raise _refused(a, b)
+    return result
 
 
 def promote_types(a, b) -> dtype:
     """The smallest dtype both promote to, as ``torch.promote_types``."""
-    return _PROMOTE[to_dtype(a), to_dtype(b)]
+    return _promoted(to_dtype(a), to_dtype(b))
 
 
 def scalar_dtype(x) -> dtype:
@@ -188,7 +213,7 @@ def _combine_categories(higher, lower):
     if higher.category == FLOAT:
         return higher
     if higher is bool or lower.category == FLOAT:
-        return _PROMOTE[higher, lower]
+        return _promoted(higher, lower)
     return higher
 
 
@@ -197,7 +222,7 @@ def result_type_of(dims, zero_dims, scalars):
     acc = [None, None, None]
     for slot, group in enumerate((dims, zero_dims, scalars)):
         for d in group:
-            acc[slot] = d if acc[slot] is None else _PROMOTE[acc[slot], d]
+            acc[slot] = d if acc[slot] is None else _promoted(acc[slot], d)
     return _combine_categories(acc[0], _combine_categories(acc[1], acc[2]))
 
 
@@ -222,6 +247,7 @@ def can_cast(from_, to) -> builtins.bool:
 
 # c10's names in its "value cannot be converted to type X without overflow" error.
 _C_NAMES = {"uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int", "int64": "int64_t",
+            "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
             "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float", "float64": "double"}
 
 

@@ -64,6 +64,8 @@ class TorchGlobal:
 
 
 REBUILD_TENSOR_V2 = TorchGlobal("torch._utils", "_rebuild_tensor_v2")
+REBUILD_TENSOR_V3 = TorchGlobal("torch._utils", "_rebuild_tensor_v3")
+UNTYPED_STORAGE = TorchGlobal("torch.storage", "UntypedStorage")
 REBUILD_PARAMETER = TorchGlobal("torch._utils", "_rebuild_parameter")
 REBUILD_PARAMETER_WITH_STATE = TorchGlobal("torch._utils", "_rebuild_parameter_with_state")
 REBUILD_FROM_TYPE_V2 = TorchGlobal("torch._tensor", "_rebuild_from_type_v2")
@@ -135,8 +137,10 @@ class StorageTable:
 
     def _new_storage(self, root, dtype, location, nbytes):
         key = str(len(self.records))
-        storage_type = TorchGlobal("torch", STORAGE_NAMES[dtype.name])
-        pid = ("storage", storage_type, key, location, nbytes // dtype.itemsize)
+        if dtype.name in STORAGE_NAMES:
+            pid = ("storage", TorchGlobal("torch", STORAGE_NAMES[dtype.name]), key, location, nbytes // dtype.itemsize)
+        else:  # torch's untyped storage, counted in bytes; the tensor names its dtype (_rebuild_tensor_v3)
+            pid = ("storage", UNTYPED_STORAGE, key, location, nbytes)
         self.records.append((key, root, dtype))
         return _StorageRef(pid + (None,) if self.legacy else pid)
 
@@ -208,11 +212,14 @@ def _reduce_tensor(table, t):
         return REBUILD_FROM_TYPE_V2, (REBUILD_PARAMETER, type(t), args, state)
     ref, offset, size, stride = table.reference(t._data)
     args = (ref, offset, size, stride, t._requires_grad, OrderedDict())
+    rebuild = REBUILD_TENSOR_V2
+    if t.dtype.name not in STORAGE_NAMES:  # an untyped storage: torch's v3 names the dtype
+        rebuild, args = REBUILD_TENSOR_V3, args + (t.dtype,)
     state = tensor_user_state(t)
     if type(t) is Tensor and not state:
-        return REBUILD_TENSOR_V2, args
+        return rebuild, args
     new_type = TORCH_TENSOR if type(t) is Tensor else type(t)
-    return REBUILD_FROM_TYPE_V2, (REBUILD_TENSOR_V2, new_type, args, state)
+    return REBUILD_FROM_TYPE_V2, (rebuild, new_type, args, state)
 
 
 def make_pickler(stream, protocol: int, table: StorageTable, pickle_module=pickle):

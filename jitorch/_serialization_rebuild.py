@@ -217,7 +217,9 @@ def _torch_names():
 
     for d in _dtype.ALL:
         names[f"torch.{d.name}"] = d
-        storage = STORAGE_NAMES[d.name]
+        storage = STORAGE_NAMES.get(d.name)
+        if storage is None:  # uint16/32/64 have no legacy storage class: torch saves them untyped, with v3
+            continue
         # Legacy (pre-zip) files name CUDA storages torch.cuda.FloatStorage; the location tag says the device.
         names[f"torch.{storage}"] = names[f"torch.cuda.{storage}"] = StorageType(storage, d)
     return names
@@ -227,7 +229,7 @@ _TORCH_NAMES = _torch_names()
 
 # torch dtypes that jitorch has no counterpart for: a checkpoint using one fails with a clear message.
 TORCH_ONLY_DTYPES = frozenset(
-    ["uint16", "uint32", "uint64", "complex32", "chalf", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+    ["complex32", "chalf", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
      "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2", "qint8", "quint8", "qint32", "quint4x2", "quint2x4",
      "bits1x8", "bits2x4", "bits4x2", "bits8", "bits16"]
     + [f"int{n}" for n in range(1, 8)] + [f"uint{n}" for n in range(1, 8)])

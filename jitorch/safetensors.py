@@ -29,7 +29,8 @@ __all__ = ["save_file", "load_file", "save", "load", "save_model", "load_model"]
 
 _CODES = {"F64": _dtype.float64, "F32": _dtype.float32, "F16": _dtype.float16, "BF16": _dtype.bfloat16,
           "I64": _dtype.int64, "I32": _dtype.int32, "I16": _dtype.int16, "I8": _dtype.int8, "U8": _dtype.uint8,
-          "BOOL": _dtype.bool, "C64": _dtype.complex64}
+          "U16": _dtype.uint16, "U32": _dtype.uint32, "U64": _dtype.uint64, "BOOL": _dtype.bool,
+          "C64": _dtype.complex64}
 _MAX_HEADER = 100 * 1024 * 1024  # the format's own limit on the JSON header
 
 

@@ -112,8 +112,20 @@ def test_torch_tensor_attributes_and_unsupported_dtypes():
     t.note = "kept"
     out = through({"t": t}, torch.save, load)
     assert out["t"].note == "kept" and out["t"].tolist() == [1.0, 1.0]
-    with pytest.raises(RuntimeError, match="torch.uint16, a dtype jitorch does not support"):
-        through(torch.ones(2, dtype=torch.uint16), torch.save, load)
+    with pytest.raises(RuntimeError, match="torch.float8_e4m3fn, a dtype jitorch does not support"):
+        through(torch.ones(2, dtype=torch.float8_e4m3fn), torch.save, load)
+
+
+@pytest.mark.parametrize("name", ["uint16", "uint32", "uint64"])
+def test_limited_unsigned_dtypes_round_trip_with_torch(name):
+    values = np.array([0, 7, np.iinfo(name).max], dtype=name)
+    out = through({"t": torch.from_numpy(values)[1:]}, torch.save, load)
+    assert out["t"].dtype is getattr(jitorch, name) and out["t"].tolist() == values[1:].tolist()
+    back = through({"t": jitorch.from_numpy(values), "p": jitorch.nn.Parameter(jitorch.from_numpy(values),
+                                                                               requires_grad=False)},
+                   jitorch.save, torch.load)
+    assert back["t"].dtype == getattr(torch, name) and back["t"].tolist() == values.tolist()
+    assert back["p"].dtype == getattr(torch, name)
 
 
 def test_torch_written_exploit_is_refused():

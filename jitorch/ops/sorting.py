@@ -140,12 +140,35 @@ def _replay_tied(xp, a, dim, fast, tied, replay):
     return np.moveaxis(out, -1, dim)
 
 
+def _sorted_head(a, count, dim, largest):
+    """The first ``count`` entries of ``stable_argsort(a, dim, largest)`` from a partition (O(n), not a sort of
+    every element: top-10 of 10^6 was 45x torch's time), or None when the value at the cut is tied with one left
+    outside it (the caller sorts everything). NumPy real arrays only."""
+    rows = np.moveaxis(a, dim, -1)
+    n = rows.shape[-1]
+    cut = n - count if largest else count - 1  # NaN partitions as the largest value, as stable_argsort sorts it
+    part = np.argpartition(rows, cut, axis=-1)
+    chosen = part[..., cut:] if largest else part[..., :count]
+    edge = np.take_along_axis(rows, part[..., cut:cut + 1], axis=-1)
+    if (_nan_equal(np, rows, edge).sum(axis=-1) != _nan_equal(np, np.take_along_axis(rows, chosen, axis=-1),
+                                                              edge).sum(axis=-1)).any():
+        return None
+    chosen = np.sort(chosen, axis=-1)  # in input order: the stable sort below then breaks ties as the full one would
+    order = stable_argsort(np, np.take_along_axis(rows, chosen, axis=-1), -1, descending=largest)
+    return np.moveaxis(np.take_along_axis(chosen, order, axis=-1), -1, dim)
+
+
 def _topk_kernel(xp, a, k, dim, largest):
-    order = stable_argsort(xp, a, dim, descending=largest)
-    fast = xp.take(order, xp.arange(k), axis=dim)
+    n = a.shape[dim]
+    head_order = None
+    if xp is np and a.dtype.kind in "fiub" and 0 < k and 4 * (k + 1) <= n:
+        head_order = _sorted_head(a, k + 1, dim, largest)
+    if head_order is None:
+        head_order = xp.take(stable_argsort(xp, a, dim, descending=largest), xp.arange(min(k + 1, n)), axis=dim)
+    fast = xp.take(head_order, xp.arange(k), axis=dim)
     # The order among the first k, and which tied element makes the cut, are the algorithm's: replayed where the
     # first k + 1 sorted values hold two equal neighbours.
-    head = xp.take_along_axis(a, xp.take(order, xp.arange(min(k + 1, a.shape[dim])), axis=dim), axis=dim)
+    head = xp.take_along_axis(a, head_order, axis=dim)
     n = head.shape[dim]
     tied = _nan_equal(xp, xp.take(head, xp.arange(1, n), axis=dim), xp.take(head, xp.arange(n - 1), axis=dim))
     return _replay_tied(xp, a, dim, fast, tied.any(axis=dim), lambda v: replay_topk(v, k, largest))
@@ -158,11 +181,27 @@ def _kth_kernel(xp, a, k, dim):
     return _replay_tied(xp, a, dim, fast, tied, lambda v: [replay_kthvalue(v, k)])
 
 
+def _kth_in_stable_order(a, k, dim):
+    """``take(stable_argsort(a, dim), [k], dim)`` from a partition (NumPy): the k-th value, then which of its equal
+    elements a stable sort puts at k (the one after ``k - #smaller`` equal ones, in input order)."""
+    rows = np.moveaxis(a, dim, -1)
+    value = np.partition(rows, k, axis=-1)[..., k:k + 1]
+    nan = _isnan(np, rows)
+    smaller = ((rows < value) | (~nan & _isnan(np, value))).sum(axis=-1, keepdims=True)
+    seen = np.cumsum(_nan_equal(np, rows, value), axis=-1)
+    return np.moveaxis(np.argmax(seen > k - smaller, axis=-1)[..., None], -1, dim)
+
+
 def _median_kernel(xp, a, dim, ignore_nan):
     """Index of the lower median along ``dim`` (kept as a size-1 dim)."""
-    order = stable_argsort(xp, a, dim)
     nan = _isnan(xp, a)
     n = a.shape[dim]
+    if xp is np and a.dtype.kind in "fiub" and n > 64 and not (ignore_nan and nan.any()):
+        # O(n): the median of 10^6 elements took 15x torch's time as a full sort
+        picked = _kth_in_stable_order(a, (n - 1) // 2, dim)
+        first_nan = np.argmax(nan, axis=dim, keepdims=True)
+        return np.where(nan.any(axis=dim, keepdims=True), first_nan, picked)
+    order = stable_argsort(xp, a, dim)
     if ignore_nan:
         valid = n - nan.sum(axis=dim, keepdims=True)
         # An all-NaN slice picks the middle of its NaNs, as PyTorch does.
