@@ -21,7 +21,7 @@ from ._device import device as _device
 from ._tensor import Tensor
 from .runtime import move_array
 
-__all__ = ["UntypedStorage", "TypedStorage"]
+__all__ = ["UntypedStorage", "TypedStorage", "deepcopy_array"]
 
 
 def _address(arr) -> int:
@@ -47,6 +47,31 @@ def _byte_view(arr):
     if root.flags.f_contiguous:
         return root.T.reshape(-1).view(np.uint8)
     return None
+
+
+def deepcopy_array(arr, memo):
+    """``arr``'s copy for ``copy.deepcopy``: the block of memory it views is copied once per deepcopy (``memo``), and
+    the copy views it where ``arr`` viewed the original, so tensors sharing memory (a buffer that is a slice of
+    another) still share it after ``copy.deepcopy(model)``, as torch's tensors sharing a storage do.
+
+    >>> base = np.arange(4.0)
+    >>> memo = {}
+    >>> b2, v2 = deepcopy_array(base, memo), deepcopy_array(base[1:3], memo)
+    >>> v2[0] = 100.0
+    >>> b2.tolist(), base.tolist()
+    ([0.0, 100.0, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0])
+    """
+    if not isinstance(arr, np.ndarray):
+        return arr.copy()  # device arrays: a copy of their own
+    root = _memory_root(arr)
+    if not (root.flags.c_contiguous or root.flags.f_contiguous):
+        return arr.copy()  # memory no byte view spans (rare): a copy of its own
+    key = ("jitorch.deepcopy.memory", id(root))
+    block = memo.get(key)
+    if block is None:
+        block = memo[key] = _byte_view(root.copy(order="K"))
+        memo.setdefault(id(memo), []).append(root)  # the original stays alive while its id keys the memo
+    return np.ndarray(arr.shape, arr.dtype, buffer=block, offset=_address(arr) - _address(root), strides=arr.strides)
 
 
 class UntypedStorage:

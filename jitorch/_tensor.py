@@ -11,6 +11,7 @@ Operators and most methods are bound by the op modules (``jitorch/ops``); this f
 """
 from __future__ import annotations
 
+import copy
 import numpy as np
 
 from . import _dtype
@@ -505,13 +506,21 @@ class Tensor:
         return (rebuild_tensor, (self._host(), self._requires_grad, str(self.device), type(self)))
 
     def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
         if not self.is_leaf:
             raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
                                "protocol at the moment. If you were attempting to deepcopy a module, this may be "
                                "because of a torch.nn.utils.weight_norm usage.")
-        new = Tensor._make(self._data.copy())
+        from ._serialization_pickler import tensor_user_state
+        from ._storage import deepcopy_array
+
+        new = Tensor._make(deepcopy_array(self._data, memo))
+        memo[id(self)] = new
         new._requires_grad = self._requires_grad
         if self._grad is not None:
             new._grad = self._grad.__deepcopy__(memo)
-        memo[id(self)] = new
+        state = tensor_user_state(self)
+        if state:  # attributes a user set on the tensor travel with it, as in torch
+            new.__dict__.update(copy.deepcopy(state, memo))
         return new

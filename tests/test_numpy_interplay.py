@@ -97,3 +97,24 @@ def test_cat_promotes_over_skipped_empty_tensors(parts):
         out = lib.cat(ts)
         results.append((str(out.dtype).split(".")[-1], out.tolist()))
     assert results[0] == results[1]
+
+
+def test_deepcopy_keeps_views_sharing_their_copied_memory():
+    import copy
+
+    for lib in LIBS:
+        base = lib.arange(6.0)
+        view = base[1:3]
+        b2, v2 = copy.deepcopy((base, view))
+        v2[0] = 100.0
+        assert b2.tolist() == [0, 100, 2, 3, 4, 5] and base.tolist() == [0, 1, 2, 3, 4, 5], lib.__name__
+        model = lib.nn.Linear(2, 2)
+        model.register_buffer("table", lib.arange(4.0))
+        model.register_buffer("head", model.table[:2])
+        clone = copy.deepcopy(model)
+        clone.head[0] = 50.0
+        assert clone.table.tolist() == [50, 1, 2, 3] and model.table.tolist() == [0, 1, 2, 3], lib.__name__
+        t = lib.arange(6.0).view(2, 3).t()
+        assert copy.deepcopy(t).stride() == t.stride()
+        t.note = {"k": 1}
+        assert copy.deepcopy(t).note == {"k": 1}
