@@ -129,28 +129,59 @@ def vjp(func, *primals, has_aux=False):
     return (*result, _finish(aux)) if has_aux else result
 
 
-def jacrev(func, argnums=0, has_aux=False):
-    """``f -> d f / d args[argnums]``, each block shaped ``output.shape + input.shape``."""
-    if has_aux:
-        raise NotImplementedError("jitorch.func.jacrev: has_aux is not supported")
+def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_copy=False):
+    """``f -> d f / d args[argnums]`` over pytrees: for each output leaf, the input arguments' structure (a tuple of
+    them when ``argnums`` is a tuple) holding blocks shaped ``output.shape + input.shape``; with ``has_aux``, ``f``
+    returns ``(output, aux)`` and the transform ``(jacobian, aux)``.
 
+    >>> import jitorch
+    >>> params = {"w": jitorch.tensor([1.0, 2.0]), "b": jitorch.tensor([3.0])}
+    >>> jac = jacrev(lambda p: (p["w"] ** 2).sum() * p["b"].sum())(params)
+    >>> jac["w"].tolist(), jac["b"].tolist()
+    ([6.0, 12.0], [5.0])
+    """
     @_transform
     def wrapper(*args, **kwargs):
         nums = _select(args, argnums)
+        specs, flat = [], []
+        for n in nums:
+            leaves, spec = tree_flatten(args[n])
+            specs.append((spec, len(leaves)))
+            flat += [_leaf(x) for x in leaves]
+        seen = {}
 
-        def partial(*chosen):
-            full = list(args)
-            for n, x in zip(nums, chosen):
-                full[n] = x
-            return func(*full, **kwargs)
+        def flat_fn(*leaves):
+            full, start = list(args), 0
+            for n, (spec, count) in zip(nums, specs):
+                full[n] = tree_unflatten(list(leaves[start:start + count]), spec)
+                start += count
+            out = func(*full, **kwargs)
+            if has_aux and not (isinstance(out, tuple) and len(out) == 2):
+                raise RuntimeError("jacrev(f, ...)(*args): output of function f should be a tuple: (output, aux) "
+                                   "if has_aux is True")
+            value, seen["aux"] = out if has_aux else (out, None)
+            out_leaves, seen["spec"] = tree_flatten(value)
+            if not all(isinstance(o, Tensor) for o in out_leaves):
+                raise RuntimeError("jacrev(f, ...)(*args): Expected f(*args) to return only tensors, got unsupported "
+                                   f"type {next(type(o).__name__ for o in out_leaves if not isinstance(o, Tensor))}")
+            return tuple(out_leaves)
 
-        chosen = tuple(_leaf(args[n]) for n in nums)
-        jac = jacobian(partial, chosen if not isinstance(argnums, int) else chosen[0], create_graph=True)
-        return _finish(jac)
+        blocks = jacobian(flat_fn, tuple(flat), create_graph=True)  # [output leaf][input leaf]
+        per_output = []
+        for row in blocks:
+            trees, start = [], 0
+            for spec, count in specs:
+                trees.append(tree_unflatten(list(row[start:start + count]), spec))
+                start += count
+            per_output.append(trees[0] if isinstance(argnums, int) else tuple(trees))
+        result = tree_unflatten(per_output, seen["spec"])
+        return _finish((result, seen["aux"]) if has_aux else result)
     return wrapper
 
 
-jacfwd = jacrev  # the same Jacobian; jitorch computes it in reverse mode either way
+def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
+    """``jacrev``'s Jacobian (jitorch computes it in reverse mode either way), with torch's signature."""
+    return jacrev(func, argnums, has_aux=has_aux)
 
 
 def hessian(func, argnums=0):
