@@ -82,8 +82,13 @@ def _unary(op):
 
 def add(input, other, *, alpha=1, out=None):
     """``input + alpha * other``."""
-    if alpha != 1:
+    if alpha != 1 and not isinstance(other, Tensor):
+        other = other * alpha
+    elif alpha != 1:
+        common = _dtype.result_type(input, other)
         other = apply(P.MUL, other, alpha)
+        if common.category <= _dtype.INT and other.dtype is not common:
+            other = other.to(common)  # an integer or bool sum: alpha scales in the operands' dtype, never promotes
     return _write_out(apply(P.ADD, input, other), out, "add")
 
 
@@ -169,6 +174,9 @@ atan2 = arctan2 = _binary(P.ATAN2)
 
 def pow(input, exponent, *, out=None):
     """``input ** exponent`` (either may be a scalar)."""
+    if type(exponent) is int and exponent < 0 and isinstance(input, Tensor) and input.dtype.category == _dtype.INT:
+        # Checked before the dispatcher wraps the scalar into the input's dtype (uint8 ** -3 would be ** 253).
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
     if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and isinstance(input, Tensor):
         # x * x has the input's dtype, which is pow's only for an int 2 on a non-bool tensor (bool ** 2 is int64) or
         # any 2 on a float one: an integer tensor ** 2.0 promotes to the default float dtype.

@@ -58,6 +58,11 @@ def device_count() -> int:
     return cp.cuda.runtime.getDeviceCount() if cp is not None else 0
 
 
+class CudaUnavailableError(RuntimeError, AssertionError):
+    """No usable CUDA device. CPU-only PyTorch raises an AssertionError here (``x.cuda()``, ``model.to("cuda")``),
+    which scripts catch to fall back to the CPU; it is a RuntimeError too, as jitorch raised before."""
+
+
 def array_module_for(device_type: str):
     """The array module (numpy or cupy) whose functions run on ``device_type``."""
     if device_type == "cpu":
@@ -65,7 +70,7 @@ def array_module_for(device_type: str):
     if device_type == "cuda":
         cp = _load_cupy()
         if cp is None:
-            raise RuntimeError(
+            raise CudaUnavailableError(
                 "Torch not compiled with CUDA enabled: jitorch found no usable CUDA device "
                 "(install the 'cuda' extra and run on a machine with an NVIDIA GPU)"
             )

@@ -18,7 +18,7 @@ from __future__ import annotations
 from .. import _pointwise as pw
 from .._pointwise import where
 from ..amp._cast_mode import autocast_lower
-from ..ops import activation_ops
+from ..ops import activation_ops, activation_piecewise
 from ._functional_core import run_inplace, type_name
 
 __all__ = [
@@ -47,6 +47,8 @@ def relu_(input):
 
 def _hardtanh(x, min_val, max_val):
     # Gradient 0 at and beyond the bounds, as PyTorch's hardtanh_backward; NaN propagates.
+    if x.is_floating_point():  # the row: its gradient stays connected to x under create_graph (activation_piecewise)
+        return activation_piecewise.hardtanh(x, min_val, max_val)
     return where(x <= min_val, min_val, where(x >= max_val, max_val, x))
 
 
@@ -67,6 +69,8 @@ def relu6(input, inplace=False):
 
 
 def _leaky_relu(x, negative_slope):
+    if x.is_floating_point():
+        return activation_piecewise.leaky_relu(x, negative_slope)
     return where(x > 0, x, x * negative_slope)
 
 

@@ -268,7 +268,13 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     x = _upcast(input)
     # the group size is spelled out: -1 cannot be inferred when the batch is empty
     group_size = channels // num_groups * math.prod(x.shape[2:])
-    out = _normalize_over(x.reshape(n, num_groups, group_size), (2,), eps)[0].reshape(x.shape)
+    groups = x.reshape(n, num_groups, group_size)
+    if x._data.dtype in FUSED_DTYPES and x._data.size:
+        # Each group is a row of layer norm's row kernel (two passes forward, its own backward): the mean/var
+        # composite took 6x torch's time (GroupNorm(8, 64) over 8x64x64x64, forward and backward).
+        out = apply(LAYER_NORM, groups, None, None, k=1, eps=eps)[0].reshape(x.shape)
+    else:
+        out = _normalize_over(groups, (2,), eps)[0].reshape(x.shape)
     ndim = x.dim()
     return _affine(out, weight, bias, lambda t: _channel_view(t, ndim)).to(input.dtype)
 

@@ -164,19 +164,19 @@ EINSUM = defop("einsum", _einsum_kernel, _einsum_backward, Opaque("tensor contra
 
 
 # -- vector norm --------------------------------------------------------------------------------------------------
-def _sum_of_squares(a, dims, keepdim):
-    """``(a * a).sum(dims)`` as one einsum pass (NumPy): no squared temporary, and no abs of a real input. It was 6x
-    slower than torch's 2-norm over the rows of a 1000 x 1000 matrix; einsum's sum is as accurate as ``sum``'s."""
+def _sum_of_squares(xp, a, dims, keepdim):
+    """``(a * a).sum(dims)`` as one einsum pass: no squared temporary, and no abs of a real input. It was 6x slower
+    than torch's 2-norm over the rows of a 1000 x 1000 matrix; einsum's sum is as accurate as ``sum``'s."""
     letters = "abcdefghijklmnopqrstuvwxyz"[:a.ndim]
     kept = "".join(c for i, c in enumerate(letters) if i not in dims)
-    out = np.einsum(f"{letters},{letters}->{kept}", a, a)
+    out = xp.einsum(f"{letters},{letters}->{kept}", a, a)
     return out.reshape(tuple(1 if i in dims else n for i, n in enumerate(a.shape))) if keepdim else out
 
 
 def _vector_norm_kernel(xp, a, ord, dims, keepdim):
-    if ord == 2 and xp is np and a.dtype.kind == "f" and 0 < a.ndim <= 26:
+    if ord == 2 and a.dtype.kind == "f" and a.dtype.itemsize >= 4 and 0 < a.ndim <= 26:
         dims = tuple(range(a.ndim)) if dims is None else tuple(d % a.ndim for d in dims)
-        return np.sqrt(_sum_of_squares(a, dims, keepdim)).astype(a.dtype, copy=False)
+        return xp.sqrt(_sum_of_squares(xp, a, dims, keepdim)).astype(a.dtype, copy=False)
     x = xp.abs(a.astype(np.float32) if a.dtype.name in _HALF else a)
     if ord == math.inf:
         out = xp.amax(x, axis=dims, keepdims=keepdim)

@@ -160,19 +160,21 @@ def layer_norm(x, weight, bias, k, eps):
 def layer_norm_backward(g, x, mean, rstd, weight, k):
     """(gx, gw, gb) of layer norm over the last ``k`` dimensions from the forward's statistics, or None: gx in one
     row kernel (which also writes xhat), the parameter gradients as column sums (BLAS)."""
-    if not _usable((g, x)) or not 1 <= k <= x.ndim or weight is None:
+    if not _usable((g, x)) or not 1 <= k <= x.ndim:
         return None
     n = 1
     for s in x.shape[x.ndim - k:]:
         n *= s
     rows = x.size // n
     stats = [np.ascontiguousarray(a, x.dtype).reshape(-1) for a in (mean, rstd)]
-    if type(weight) is not np.ndarray or weight.dtype != x.dtype or weight.size != n or \
-            not weight.flags.c_contiguous or any(a.size != rows for a in stats):
+    if weight is not None and (type(weight) is not np.ndarray or weight.dtype != x.dtype or weight.size != n or
+                               not weight.flags.c_contiguous) or any(a.size != rows for a in stats):
         return None
     gx, xhat = _run("layer_norm_backward", (g, x, *stats), rows, n, (weight,), None, nout=2)
+    shape = x.shape[x.ndim - k:]
+    if weight is None:  # no parameters (group norm's rows): their gradients are never asked for
+        return gx.reshape(x.shape), np.zeros(shape, x.dtype), np.zeros(shape, x.dtype)
     g2 = g.reshape(rows, n)
     gw = np.einsum("ij,ij->j", g2, xhat) if n <= 4096 else (g2 * xhat).sum(axis=0)
     gb = np.ones(rows, x.dtype) @ g2 if n <= 4096 else g2.sum(axis=0)
-    shape = x.shape[x.ndim - k:]
     return gx.reshape(x.shape), gw.reshape(shape), gb.reshape(shape)

@@ -211,7 +211,7 @@ def _layer_norm_backward(ctx, g, _g_mean, _g_rstd):
     x, weight, _bias = ctx.inputs
     k, eps = ctx.attrs["k"], ctx.attrs["eps"]
     needs = (ctx.needs_grad(0), ctx.needs_grad(1), ctx.needs_grad(2))
-    if GradState.enabled or weight is None:
+    if GradState.enabled:
         # create_graph: the composite formula, so the gradients have a graph of their own.
         return _layer_norm_grads(g, x, weight, k, eps, needs)
     mean, rstd = ctx.output(1), ctx.output(2)  # ``out`` itself may since have been changed in place
@@ -231,7 +231,7 @@ def _layer_norm_backward_kernel(xp, g, x, mean, rstd, weight, k, eps):
     g2, xhat = _rows_of(g, n), _rows_of(x, n) - _rows_of(mean, 1)
     rstd2 = _rows_of(rstd, 1)
     xhat *= rstd2
-    gxh = g2 * weight.reshape(-1)
+    gxh = g2 * weight.reshape(-1) if weight is not None else g2.copy()  # updated in place below; g is the caller's
     if n > _BLAS_ROW_MAX:
         gw = (g2 * xhat).sum(axis=0)
         gb = g2.sum(axis=0)

@@ -484,6 +484,11 @@ ROUND = defop("round", _round_kernel, _zero_grad, Pointwise("rint({0})"), promot
 
 
 def _nan_to_num_kernel(xp, a, nan=0.0, posinf=None, neginf=None):
+    if a.dtype.name == "bfloat16":  # NumPy's nan_to_num passes an ml_dtypes array through untouched
+        info = _ml_dtypes.finfo(a.dtype)
+        out = xp.where(xp.isnan(a), nan, a)
+        out = xp.where(out == np.inf, info.max if posinf is None else posinf, out)
+        return xp.where(out == -np.inf, info.min if neginf is None else neginf, out).astype(a.dtype)
     return xp.nan_to_num(a, nan=nan, posinf=posinf, neginf=neginf)
 
 

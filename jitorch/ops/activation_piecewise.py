@@ -1,0 +1,97 @@
+"""``leaky_relu`` and ``hardtanh`` as rows with their backward rows (ATen's ``leaky_relu_backward`` and
+``hardtanh_backward``). The gradient of a piecewise-linear function is a function of its input: as a row taking the
+input, a gradient taken with ``create_graph=True`` stays connected to it, with derivative zero there, as torch's.
+Written as ``where`` composites the gradient depended only on a boolean mask: a gradient penalty through LeakyReLU
+(WGAN-GP) left parameters it does not depend on with ``None`` instead of zeros, and ``grad`` of such a gradient
+raised "does not require grad".
+
+>>> import jitorch
+>>> x = jitorch.tensor([-2.0, 0.0, 3.0], requires_grad=True)
+>>> (g,) = jitorch.autograd.grad(leaky_relu(x, 0.5).sum(), x, create_graph=True)
+>>> g, jitorch.autograd.grad(g.sum(), x)[0]
+(tensor([0.5000, 0.5000, 1.0000], grad_fn=<LeakyReluBackwardBackward0>), tensor([0., 0., 0.]))
+"""
+from __future__ import annotations
+
+from .._dispatch import apply
+from .activation_ops import _float_input
+from .table import Pointwise, defop
+
+__all__ = ["leaky_relu", "leaky_relu_backward", "hardtanh", "hardtanh_backward"]
+
+
+def _zeros_for(ctx, i):
+    """The derivative of a backward row in its input (piecewise constant there): zeros, when asked for."""
+    return ctx.inputs[i].new_zeros(ctx.inputs[i].shape) if ctx.needs_grad(i) else None
+
+
+def _scaled(a, slope):
+    """``a * slope`` rounded once to ``a``'s dtype: half precision multiplies in float32, as torch's kernels do."""
+    return (a.astype("float32") * slope).astype(a.dtype) if a.dtype.itemsize < 4 else a * slope
+
+
+def _leaky_kernel(xp, x, slope):
+    _float_input("leaky_relu", x)
+    return xp.where(x > 0, x, _scaled(x, slope)).astype(x.dtype, copy=False)
+
+
+def _leaky_grad_kernel(xp, g, x, slope):
+    return xp.where(x > 0, g, _scaled(g, slope)).astype(g.dtype, copy=False)
+
+
+def _leaky_backward(ctx, g):
+    x, slope = ctx.inputs
+    return leaky_relu_backward(g, x, slope), None
+
+
+def _leaky_grad_backward(ctx, gg):
+    _, x, slope = ctx.inputs
+    return (leaky_relu_backward(gg, x, slope) if ctx.needs_grad(0) else None), _zeros_for(ctx, 1), None
+
+
+def _hardtanh_kernel(xp, x, lo, hi):
+    # Bounds as NaN-propagating selects (clip would turn NaN into a bound on some NumPy builds).
+    return xp.where(x <= lo, lo, xp.where(x >= hi, hi, x)).astype(x.dtype, copy=False)
+
+
+def _hardtanh_grad_kernel(xp, g, x, lo, hi):
+    return xp.where((x <= lo) | (x >= hi), 0, g).astype(g.dtype, copy=False)
+
+
+def _hardtanh_backward(ctx, g):
+    x, lo, hi = ctx.inputs
+    return hardtanh_backward(g, x, lo, hi), None, None
+
+
+def _hardtanh_grad_backward(ctx, gg):
+    _, x, lo, hi = ctx.inputs
+    return (hardtanh_backward(gg, x, lo, hi) if ctx.needs_grad(0) else None), _zeros_for(ctx, 1), None, None
+
+
+LEAKY_RELU = defop("leaky_relu", _leaky_kernel, _leaky_backward, Pointwise("{0} > 0 ? {0} : {0} * {1}"),
+                   promotion="keep", saves="inputs", grad_name="LeakyReluBackward0")
+LEAKY_RELU_BACKWARD = defop("leaky_relu_backward", _leaky_grad_kernel, _leaky_grad_backward,
+                            Pointwise("{1} > 0 ? {0} : {0} * {2}"), promotion="keep", saves="inputs",
+                            grad_name="LeakyReluBackwardBackward0")
+HARDTANH = defop("hardtanh", _hardtanh_kernel, _hardtanh_backward,
+                 Pointwise("{0} <= {1} ? {1} : ({0} >= {2} ? {2} : {0})"), promotion="keep", saves="inputs",
+                 grad_name="HardtanhBackward0")
+HARDTANH_BACKWARD = defop("hardtanh_backward", _hardtanh_grad_kernel, _hardtanh_grad_backward,
+                          Pointwise("({1} <= {2} || {1} >= {3}) ? 0 : {0}"), promotion="keep", saves="inputs",
+                          grad_name="HardtanhBackwardBackward0")
+
+
+def leaky_relu(x, slope):
+    return apply(LEAKY_RELU, x, slope)
+
+
+def leaky_relu_backward(g, x, slope):
+    return apply(LEAKY_RELU_BACKWARD, g, x, slope)
+
+
+def hardtanh(x, lo, hi):
+    return apply(HARDTANH, x, lo, hi)
+
+
+def hardtanh_backward(g, x, lo, hi):
+    return apply(HARDTANH_BACKWARD, g, x, lo, hi)

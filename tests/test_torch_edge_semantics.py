@@ -1,0 +1,51 @@
+"""Small semantics that user code meets, against torch: integer tensors to negative Python powers raise (uint8 too,
+before any wrapping of the scalar), ``nan_to_num`` on bfloat16, ``add``'s ``alpha`` never promoting integer and
+bool sums, and a missing GPU raising the AssertionError CPU-only torch raises."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch
+
+LIBS = (jitorch, torch)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int32", "int64"])
+def test_integer_tensor_to_a_negative_power_raises(dtype):
+    for lib in LIBS:
+        with pytest.raises(RuntimeError, match="Integers to negative integer powers are not allowed"):
+            lib.tensor([2, 3], dtype=getattr(lib, dtype)) ** -3
+        assert (lib.tensor([2, 3], dtype=getattr(lib, dtype)) ** 2).tolist() == [4, 9]
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"nan": 2.0, "posinf": 5.0, "neginf": -7.0}])
+def test_nan_to_num_bfloat16(kwargs):
+    values = [1.0, float("inf"), float("-inf"), float("nan")]
+    got, want = (lib.nan_to_num(lib.tensor(values, dtype=lib.bfloat16), **kwargs) for lib in LIBS)
+    assert got.dtype is jitorch.bfloat16
+    np.testing.assert_array_equal(got.float().numpy(), want.float().numpy())
+
+
+CASES = [("int32", "bool", 2), ("bool", "bool", 2), ("int8", "int8", 3), ("float32", "int64", 0.5),
+         ("int64", None, 2), ("float16", "float32", 2)]
+
+
+@pytest.mark.parametrize("a, b, alpha", CASES)
+def test_add_alpha_keeps_the_operands_result_dtype(a, b, alpha):
+    results = []
+    for lib in LIBS:
+        x = lib.tensor([1, 0, 100], dtype=getattr(lib, a))
+        y = 3 if b is None else lib.tensor([1, 1, 2], dtype=getattr(lib, b))
+        out = lib.add(x, y, alpha=alpha)
+        results.append((str(out.dtype).split(".")[1], out.tolist()))
+    assert results[0] == results[1]
+
+
+@pytest.mark.skipif(jitorch.cuda.is_available(), reason="checks the error of a machine without a GPU")
+def test_missing_gpu_raises_torch_s_assertion_error():
+    with pytest.raises(AssertionError, match="Torch not compiled with CUDA enabled"):
+        jitorch.ones(2).cuda()
+    with pytest.raises(RuntimeError):  # and stays a RuntimeError, as jitorch raised before
+        jitorch.nn.Linear(2, 2).to("cuda")
