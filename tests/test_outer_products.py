@@ -101,3 +101,15 @@ def test_lstm_cell_batch_one_matches_torch():
                         cell.weight_ih.grad.numpy()])
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 8, 32, 33])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_few_rows_times_a_transposed_matrix(rows, dtype):
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((rows, 96)).astype(dtype)
+    w = rng.standard_normal((70, 96)).astype(dtype)
+    got = matmul(np, x, w.T)
+    assert got.shape == (rows, 70) and got.flags.c_contiguous and got.dtype == dtype
+    np.testing.assert_allclose(got, x.astype(np.float64) @ w.T.astype(np.float64),
+                               rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-4 if dtype == np.float32 else 1e-12)
