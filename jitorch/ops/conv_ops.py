@@ -30,6 +30,7 @@ import numpy as np
 from .conv_layouts import (STASH, col2im, col2im_T, conv_forward, conv_weight, k_major_layout, to_frame,
                            weight_from_cols, windows)
 from .conv_direct import direct_forward, direct_transpose, direct_weight
+from .conv_patches import patch_forward, patch_transpose, patch_weight
 from . import native_lowered
 from .pool_ops import MAX_POOL_SCATTER, pair_pool_max
 from .._tensor import Tensor
@@ -68,14 +69,16 @@ def _compute_array(a):
 
 
 # -- convolution ----------------------------------------------------------------------------------------------------
-# Each kernel is a generated direct convolution (conv_direct.py) where that applies, else one GEMM (batched over
-# groups) between a window matrix and a weight or gradient matrix, in the layout of conv_layouts.py with the longest
-# copy runs.
+# Each kernel is one product over disjoint patches where the kernel equals the stride (conv_patches.py), a generated
+# direct convolution (conv_direct.py) where that applies, else one GEMM (batched over groups) between a window
+# matrix and a weight or gradient matrix, in the layout of conv_layouts.py with the longest copy runs.
 def _forward(xp, x, w, b, stride, pads, dilation, groups, outs, windows=False):
     """The convolution through the direct kernel or `conv_forward`. ``windows``: a caller that needs the window
     matrix (``convolution_cols``), as does a replay refilling a kept one (``STASH.into``), takes the GEMM."""
     if not windows and STASH.into is None:
-        out = direct_forward(xp, x, w, b, stride, pads, dilation, groups, outs)
+        out = patch_forward(xp, x, w, b, stride, pads, dilation, groups, outs)
+        if out is None:
+            out = direct_forward(xp, x, w, b, stride, pads, dilation, groups, outs)
         if out is not None:
             return out
     return conv_forward(xp, x, w, b, stride, pads, dilation, groups, outs)
@@ -154,6 +157,9 @@ def _conv_transpose_kernel(xp, g, w, spatial, stride, padding, dilation, groups)
     dtype = g.dtype
     g, w = _compute_array(g), _compute_array(w)
     n, outs, kernel = g.shape[0], tuple(g.shape[2:]), tuple(w.shape[2:])
+    out = patch_transpose(xp, g, w, spatial, stride, padding, dilation, groups)
+    if out is not None:
+        return out.astype(dtype, copy=False)
     left = [d * (k - 1) - p for k, p, d in zip(kernel, padding, dilation)]
     finite = bool(xp.isfinite(w).all())
     if all(s == 1 for s in stride) and min(left) >= 0 and 2 * w.shape[1] * groups >= w.shape[0] and finite:
@@ -196,7 +202,9 @@ def _conv_weight_kernel(xp, x, g, kernel, stride, padding, dilation, groups):
     dtype = x.dtype
     x, g = _compute_array(x), _compute_array(g)
     pads = [(p, p) for p in padding]
-    gw = direct_weight(xp, x, g, tuple(kernel), stride, pads, dilation, groups)
+    gw = patch_weight(xp, x, g, tuple(kernel), stride, pads, dilation, groups)
+    if gw is None:
+        gw = direct_weight(xp, x, g, tuple(kernel), stride, pads, dilation, groups)
     if gw is None:
         gw = conv_weight(xp, x, g, tuple(kernel), stride, pads, dilation, groups)
     return gw.astype(dtype, copy=False)
