@@ -299,11 +299,12 @@ class finfo:
         self.max = float(info.max)
         self.min = float(info.min)
         self.tiny = self.smallest_normal = float(info.tiny)
-        self.resolution = float(info.resolution)
+        self.resolution = 10.0 ** -int(info.precision)  # torch's: exactly 1e-06 for float32, not its float32 value
 
     def __repr__(self):
-        return (f"finfo(resolution={self.resolution}, min={self.min}, max={self.max}, eps={self.eps}, "
-                f"dtype={self.dtype})")
+        # C++ stream formatting, as torch prints it: six significant digits (``:g``)
+        return (f"finfo(resolution={self.resolution:g}, min={self.min:g}, max={self.max:g}, eps={self.eps:g}, "
+                f"smallest_normal={self.smallest_normal:g}, tiny={self.tiny:g}, dtype={self.dtype})")
 
 
 class iinfo:
@@ -318,7 +319,7 @@ class iinfo:
         self.min = int(info.min)
 
     def __repr__(self):
-        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype})"
+        return f"iinfo(min={self.min:g}, max={self.max:g}, dtype={self.dtype})"
 
 
 class layout:

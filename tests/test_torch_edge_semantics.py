@@ -49,3 +49,13 @@ def test_missing_gpu_raises_torch_s_assertion_error():
         jitorch.ones(2).cuda()
     with pytest.raises(RuntimeError):  # and stays a RuntimeError, as jitorch raised before
         jitorch.nn.Linear(2, 2).to("cuda")
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16", "float64", "int32", "uint8", "int64", "uint16"])
+def test_finfo_and_iinfo_print_and_compare_as_torch_s(name):
+    info = jitorch.finfo if name.startswith(("float", "bfloat")) else jitorch.iinfo
+    mine, theirs = info(getattr(jitorch, name)), getattr(torch, info.__name__)(getattr(torch, name))
+    assert repr(mine) == repr(theirs)
+    if info is jitorch.finfo:
+        assert (mine.resolution, mine.eps, mine.tiny, mine.max) == (theirs.resolution, theirs.eps, theirs.tiny,
+                                                                     theirs.max)
