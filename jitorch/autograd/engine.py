@@ -363,7 +363,7 @@ def _finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_
         g = captured.get(i)
         if g is None and not allow_unused and not accumulate_into_grad:
             raise RuntimeError(
-                "One of the differentiated Tensors appears to not have been used in the graph. "
+                f"The differentiated Tensor at index {i} appears to not have been used in the graph. "
                 "Set allow_unused=True if this is the desired behavior."
             )
         result.append(g)
