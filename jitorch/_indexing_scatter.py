@@ -53,6 +53,9 @@ def _scatter_args(self, dim, index, src, op):
     _check_index_dtype(index, op, _INDEX_DTYPES, "scatter(): Expected dtype int32/int64 for index, got {}")
     nd = self._data.ndim
     d = wrap_dim(dim, nd, op)
+    if nd == 1:  # torch counts a 0-d index or src as 1-d (one-hot targets: zeros(10).scatter_(0, tensor(3), 1))
+        index = _as_vector(index) if index._data.ndim == 0 else index
+        src = _as_vector(src) if isinstance(src, Tensor) and src._data.ndim == 0 else src
     if index._data.ndim != nd or (isinstance(src, Tensor) and src._data.ndim != nd):
         raise RuntimeError("Index tensor must have the same number of dimensions as self tensor")
     too_big = any(k != d and i > s for k, (i, s) in enumerate(zip(index._data.shape, self._data.shape)))

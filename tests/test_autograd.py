@@ -167,7 +167,7 @@ def test_autograd_grad_returns_without_touching_dot_grad():
 def test_autograd_grad_allow_unused():
     (aj, at), (bj, bt) = _pair((3,)), _pair((3,))
     for lib, a, b in ((jitorch, aj, bj), (torch, at, bt)):
-        with pytest.raises(RuntimeError, match="The differentiated Tensor at index 1 appears to not have been used in the graph"):
+        with pytest.raises(RuntimeError, match="Tensor at index 1 appears to not have been used in the graph"):
             lib.autograd.grad((a * 2).sum(), [a, b])
         ga, gb = lib.autograd.grad((a * 2).sum(), [a, b], allow_unused=True)
         assert gb is None

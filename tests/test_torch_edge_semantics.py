@@ -59,3 +59,24 @@ def test_finfo_and_iinfo_print_and_compare_as_torch_s(name):
     if info is jitorch.finfo:
         assert (mine.resolution, mine.eps, mine.tiny, mine.max) == (theirs.resolution, theirs.eps, theirs.tiny,
                                                                      theirs.max)
+
+
+@pytest.mark.parametrize("case", ["scatter_ value", "scatter value", "scatter src", "scatter_add_", "scatter 0-d src",
+                                  "scatter_reduce sum", "scatter_reduce amax"])
+def test_scatter_into_a_vector_takes_a_0d_index(case):
+    def run(lib):
+        z, i = lib.zeros(10), lib.tensor(3)
+        return {"scatter_ value": lambda: z.scatter_(0, i, value=1), "scatter value": lambda: z.scatter(0, i, 1.0),
+                "scatter src": lambda: z.scatter(0, i, lib.arange(10.0) + 1),
+                "scatter_add_": lambda: z.scatter_add_(0, i, lib.ones(10)),
+                "scatter 0-d src": lambda: z.scatter(0, i, lib.tensor(7.0)),
+                "scatter_reduce sum": lambda: z.scatter_reduce(0, i, lib.ones(10) * 4, "sum"),
+                "scatter_reduce amax": lambda: z.scatter_reduce(0, i, lib.ones(10) * 4, "amax")}[case]().tolist()
+    assert run(jitorch) == run(torch)
+    with pytest.raises(RuntimeError, match="same number of dimensions"):
+        jitorch.zeros(3, 3).scatter(0, jitorch.tensor(1), 1.0)
+
+
+def test_grad_fn_prints_as_a_node_object():
+    y = (jitorch.ones(2, requires_grad=True) * 2).sum()
+    assert repr(y.grad_fn).startswith("<SumBackward0 object at 0x") and repr(y).endswith("grad_fn=<SumBackward0>)")

@@ -275,7 +275,7 @@ class Node:
         return _RemovableHandle(self._pre_hooks, entry)
 
     def __repr__(self):
-        return f"<{self.name()}>"
+        return f"<{self.name()} object at {id(self):#x}>"  # torch's: the node type's name and its address
 
     def __call__(self, *grads):
         return self.apply(grads)
@@ -346,7 +346,7 @@ class AccumulateGrad(Node):
         return "torch::autograd::AccumulateGrad"
 
     def __repr__(self):
-        return "<AccumulateGrad>"
+        return f"<AccumulateGrad object at {id(self):#x}>"
 
 
 class _RemovableHandle:

@@ -410,7 +410,7 @@ def _max_pool_backward(ctx, g, _g_indices=None):
     """
     shape = ctx.in_meta[0][0]
     n, c = shape[:2]
-    indices = ctx.outputs[1].detach()
+    indices = ctx.output(1).detach()  # the values may since have been changed in place (a ReLU(inplace=True))
     a = ctx.attrs
     if "kernel" in a:
         return _apply(MAX_POOL_SCATTER, g, indices, shape=tuple(shape), stride=tuple(a["stride"]),

@@ -197,7 +197,7 @@ def _sdpa_backward(ctx, g, _g_attn):
         # create_graph: the probabilities recomputed in jitorch ops, so the gradients have a graph of their own.
         attn = attention_weights(q, k, mask, scale, is_causal)
         return (*_backward_composite(g, q, k, v, attn, drop, scale, needs), None, None)
-    attn = ctx.outputs[1]
+    attn = ctx.output(1)  # the result itself may since have been changed in place
     gq, gk, gv = _apply(SDPA_BACKWARD, g, q, k, v, attn, drop, scale=scale, needs=needs)
     return (gq if needs[0] else None), (gk if needs[1] else None), (gv if needs[2] else None), None, None
 

@@ -172,7 +172,7 @@ def _dim_extreme_kernel(arg, name):
 def _dim_extreme_backward(ctx, g, g_idx):
     shape = ctx.in_meta[0][0]
     dim, keepdim = ctx.attrs["dim"], ctx.attrs["keepdim"]
-    (_, idx) = ctx.outputs
+    idx = ctx.output(1)  # the values may since have been changed in place (torch saves only the indices)
     from .. import _creation
 
     positions = _creation.arange(shape[dim], device=g.device).reshape([-1] + [1] * (len(shape) - dim - 1))
