@@ -4,7 +4,7 @@ reusing 2.0 (torch.compile guards the globals it reads the same way).
 
 What is read again on every call, for the compiled function, the user's helpers it names
 (`reached.functions_reached`) and, for a compiled module, the ``forward`` of each of its modules' own classes:
-- the numbers, strings, None and tuples of them held by a global the code names or by a closure cell;
+- the numbers, strings, None and tuples or lists of them held by a global the code names or by a closure cell;
 - those an object held there has under an attribute name the code uses (``cfg.temperature``, ``config.LR``,
   ``self.cfg.scale``: one object deep below a module or plain object), or a dict under a string constant of the
   code (``table["shift"]``);
@@ -40,7 +40,20 @@ _RANDOM_TYPES = (_random.Random, np.random.Generator, np.random.RandomState)
 
 
 def _plain(value):
-    return isinstance(value, _SIMPLE) or (type(value) is tuple and all(isinstance(v, _SIMPLE) for v in value))
+    # Lists too: ``loss_weights[0] = w`` between calls must retrace (the guard reads the entries again each call).
+    return isinstance(value, _SIMPLE) or (type(value) in (tuple, list) and all(isinstance(v, _SIMPLE) for v in value))
+
+
+# A list the code calls one of these on is the function's own record (``calls.append(n)``, ``history.append(loss)``),
+# not a setting: guarding its entries would retrace on every call. It is guarded by identity instead.
+_LIST_MUTATORS = frozenset(("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse"))
+
+
+def _guarded(value, names):
+    """The guard stand-in of a plain value (`_plain`) read by code using ``names``."""
+    if type(value) is list and not _LIST_MUTATORS.isdisjoint(names):
+        return ("list", id(value))
+    return _constant(value)
 
 
 def _namespace(obj):
@@ -93,7 +106,8 @@ class NamedValues:
         self._modules.add(id(m))
         for name in names:
             value = m.__dict__.get(name, _MISSING)
-            if value is not _MISSING and not _plain(value) and not isinstance(value, Module):
+            # (plain values are the module's guarded attributes, except lists: those are probed here)
+            if value is not _MISSING and (type(value) is list or not _plain(value)) and not isinstance(value, Module):
                 self._probe(f"{label}.{name}", lambda m=m, name=name: m.__dict__.get(name, _MISSING), names)
 
     def _watch(self, func, names):
@@ -127,7 +141,7 @@ class NamedValues:
             if value is _MISSING:
                 out.append((label, None))
             elif _plain(value):
-                out.append((label, _constant(value)))
+                out.append((label, _guarded(value, names)))
             elif isinstance(value, _CODE_TYPES):
                 out.append((label, ("id", id(value))))
             elif isinstance(value, Tensor):
@@ -170,7 +184,7 @@ def _attributes(out, label, obj, names, depth):
         if value is _MISSING:
             continue
         if _plain(value):
-            out.append((f"{label}.{name}", _constant(value)))
+            out.append((f"{label}.{name}", _guarded(value, names)))
         elif isinstance(value, Tensor):
             _tensor(out, f"{label}.{name}", value)
         elif depth and not isinstance(value, Module):

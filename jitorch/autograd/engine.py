@@ -11,6 +11,8 @@ tensor([2., 4.])
 """
 from __future__ import annotations
 
+import contextlib
+
 from .anomaly_mode import AnomalyState, check_gradients
 from .._tensor import Tensor
 from .._memory_format import contiguous_format, is_contiguous_as, suggest_memory_format
@@ -294,13 +296,30 @@ def _dense_order(a):
     return order
 
 
+class _LeafHooks:
+    """Whether leaf tensors' hooks run: off while a compiler records a joint forward/backward graph from real
+    parameters and inputs (`jitorch.fx.joint`). A hook baked into that graph would run again from the engine when the
+    compiled backward hands its gradients to the leaves: twice per step."""
+
+    enabled = True
+
+
+@contextlib.contextmanager
+def leaf_hooks_suppressed():
+    previous, _LeafHooks.enabled = _LeafHooks.enabled, False
+    try:
+        yield
+    finally:
+        _LeafHooks.enabled = previous
+
+
 def _finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_grad, create_graph, user_grad_ids,
                    allow_unused):
     stored = set()
     for leaf, g in leaf_grads.values():
         if g is None:
             continue
-        for hook in leaf._hooks or ():
+        for hook in (leaf._hooks or ()) if _LeafHooks.enabled else ():
             new = hook(g)
             if new is not None:
                 g = _checked(hook, g, new)

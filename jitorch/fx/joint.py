@@ -26,6 +26,7 @@ import functools
 from .._dispatch import pop_mode, push_mode
 from .._tensor import Tensor
 from ..autograd import grad as autograd_grad
+from ..autograd.engine import leaf_hooks_suppressed
 from ..nn.modules.module import Module
 from .graph import Graph
 from .graph_module import GraphModule
@@ -114,7 +115,8 @@ def make_joint(fn, *, decompositions=None, refuse_value_reads=False):
             roots, seeds = _differentiated(outs, tangents)
             # create_graph=False: the backward's ops run without building another autograd graph, but the mode
             # still records each of them.
-            grads = autograd_grad(roots, wrt, grad_outputs=seeds, allow_unused=True)
+            with leaf_hooks_suppressed():  # the leaves' hooks run at backward time, on the real gradients
+                grads = autograd_grad(roots, wrt, grad_outputs=seeds, allow_unused=True)
             _mark_phase(graph, BACKWARD)
         finally:
             pop_mode()

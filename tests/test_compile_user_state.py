@@ -1,0 +1,89 @@
+"""Compiled code and the user's state around it: values read from lists (a global, a dict entry, a module
+attribute) changed between calls are read again, and gradient hooks on parameters and inputs run once per backward
+(the joint trace must not bake them into the compiled backward, where the engine would apply them again)."""
+from __future__ import annotations
+
+import numpy as np
+
+import jitorch
+
+LOSS_WEIGHTS = [1.0, 0.5]
+CONFIG = {"weights": [1.0, 2.0]}
+
+
+def test_list_entries_read_inside_compiled_code_are_guarded():
+    @jitorch.compile
+    def weighted(a, b):
+        return a * LOSS_WEIGHTS[0] + b * LOSS_WEIGHTS[1]
+
+    @jitorch.compile
+    def scaled(a):
+        return a * CONFIG["weights"][0]
+
+    got = []
+    for w in (1.0, 2.0, 3.0):
+        LOSS_WEIGHTS[0] = CONFIG["weights"][0] = w
+        got.append((weighted(jitorch.ones(1), jitorch.ones(1)).item(), scaled(jitorch.ones(1)).item()))
+    assert got == [(1.5, 1.0), (2.5, 2.0), (3.5, 3.0)]
+
+
+def test_module_list_attribute_is_guarded_for_inference_and_training():
+    class Scaled(jitorch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scales = [1.0]
+            self.lin = jitorch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.lin(x) * self.scales[0]
+
+    model = Scaled()
+    compiled = jitorch.compile(model)
+    x = jitorch.ones(1, 2)
+    for grad_mode in (jitorch.enable_grad, jitorch.no_grad):
+        with grad_mode():
+            model.scales[0] = 1.0
+            first = compiled(x).sum().item()
+            model.scales[0] = 2.0
+            assert abs(compiled(x).sum().item() - 2 * first) < 1e-5
+
+
+def test_hooks_on_parameters_and_inputs_run_once_per_backward():
+    jitorch.manual_seed(0)
+    model = jitorch.nn.Linear(3, 2)
+    calls = []
+    model.bias.register_hook(lambda g: (calls.append("bias"), g * 3)[1])
+    model.weight.register_hook(lambda g: g * 0.5)
+    compiled = jitorch.compile(model)
+    x = jitorch.ones(4, 3, requires_grad=True)
+    x.register_hook(lambda g: g * 2)
+    grads = []
+    for run in (model, compiled, compiled, compiled):
+        model.zero_grad()
+        x.grad = None
+        calls.clear()
+        run(x).sum().backward()
+        assert calls == ["bias"]
+        grads.append((model.bias.grad.tolist(), model.weight.grad.tolist(), x.grad.tolist()))
+    assert grads[0][0] == [12.0, 12.0]
+    for got in grads[1:]:
+        np.testing.assert_allclose(np.array(got[1]), np.array(grads[0][1]), rtol=1e-6)
+        np.testing.assert_allclose(np.array(got[2]), np.array(grads[0][2]), rtol=1e-6)
+        assert got[0] == grads[0][0]
+
+
+def test_a_list_the_function_appends_to_is_guarded_by_identity():
+    import warnings
+
+    calls = []
+
+    def f(x):
+        calls.append(x.shape[0])
+        return (x * 2).sum()
+
+    compiled = jitorch.compile(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no recompile-limit warning
+        for _ in range(12):
+            assert compiled(jitorch.ones(3)).item() == 6.0
+    assert len(compiled.entries) == 1
