@@ -367,8 +367,12 @@ def xlogy(input, other):
     # 0 * log(y) is 0 where x == 0, except that a NaN y still propagates.
     zero = input == 0
     if not isinstance(other, Tensor):
-        other = math.nan if other != other else _scalar_log(other)
-        return where(zero & (other == other), 0.0, input * other)
+        log_other = math.nan if other != other else _scalar_log(other)
+        if not input.requires_grad:
+            return where(zero & (log_other == log_other), 0.0, input * log_other)
+        # d/dx is log(other) everywhere, x == 0 included: a 0-d tensor, so x_times_log carries it there
+        log_y = input.new_full((), log_other, dtype=_dtype.result_type(input, 1.0))
+        return x_times_log(input, log_y, zero & (log_other == log_other))
     return x_times_log(input, log(other), zero & ~other.isnan())
 
 

@@ -15,9 +15,10 @@ import math
 from builtins import abs as _abs
 
 from . import _dtype
-from ._pointwise import (_require_float, _write_out, abs, exp, exp2, isfinite, isinf, log1p, maximum, sqrt,
+from ._pointwise import (_require_float, _write_out, abs, isfinite, isinf, maximum, sqrt,
                          where)
 from ._tensor import Tensor
+from .ops import logaddexp_ops
 
 
 def hypot(input, other):
@@ -75,12 +76,9 @@ def logaddexp(input, other):
 
 
 def log_add_exp(input, other, *, base2):
-    """logaddexp (``base2``: logaddexp2) as torch computes it: ``max + log1p(exp(-|input - other|))``."""
+    """logaddexp (``base2``: logaddexp2) as torch computes it: ``max + log1p(exp(-|input - other|))``, its gradient
+    torch's formula (`jitorch.ops.logaddexp_ops`)."""
     _require_float("logaddexp2_cpu" if base2 else "logaddexp_cpu", input, other)
     dt = _dtype.result_type(input, other)
     input, other = input.to(dt), other.to(dt) if isinstance(other, Tensor) else other  # no bool arithmetic below
-    # log1p keeps the tail's precision where it is tiny (a far smaller operand); the nan it gets from inf - inf
-    # where both are the same infinity gives way to that infinity, while gradients stay nan there as torch's.
-    tail = -abs(input - other)
-    tail = log1p(exp2(tail)) * (1 / math.log(2)) if base2 else log1p(exp(tail))
-    return where(isinf(input) & (input == other), input, maximum(input, other) + tail)
+    return logaddexp_ops.logaddexp(input, other, base2)

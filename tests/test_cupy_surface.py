@@ -232,7 +232,7 @@ case("composite_pointwise", lambda t, m: (lambda x, y: (t.lerp(x, y, 0.3), t.hyp
                                                          t.logit(x.sigmoid()), t.addcmul(x, x, y, value=0.5),
                                                          t.addcdiv(x, x, y.abs() + 1), t.sinc(x), t.square(x),
                                                          t.copysign(x, y), t.float_power(x.abs(), 2),
-                                                         t.logaddexp(x, y)))(m.f(2, 3), m.f(2, 3)))
+                                                         t.logaddexp(x, y), t.logaddexp2(x, y)))(m.f(2, 3), m.f(2, 3)))
 
 case("special_functions", lambda t, m: (lambda x: (t.lgamma(x), t.digamma(x), t.polygamma(2, x), t.i0(x),
                                                      t.special.i1(x), t.lgamma(x.half())))(m.f(2, 3, lo=0.5, hi=3)))

@@ -80,3 +80,40 @@ def test_scatter_into_a_vector_takes_a_0d_index(case):
 def test_grad_fn_prints_as_a_node_object():
     y = (jitorch.ones(2, requires_grad=True) * 2).sum()
     assert repr(y.grad_fn).startswith("<SumBackward0 object at 0x") and repr(y).endswith("grad_fn=<SumBackward0>)")
+
+
+@pytest.mark.parametrize("name", ["logaddexp", "logaddexp2"])
+def test_logaddexp_values_gradients_and_second_derivatives_match_torch(name):
+    results = []
+    for lib in LIBS:
+        x = lib.tensor([0.0, 1.0, 2.0, float("inf"), -float("inf"), 3.0, -2.5], dtype=lib.float64,
+                       requires_grad=True)
+        y = lib.tensor([0.0, 0.0, 5.0, 1.0, -float("inf"), float("inf"), -2.5], dtype=lib.float64)
+        out = getattr(lib, name)(x, y)
+        (g,) = lib.autograd.grad(out.sum(), x, create_graph=True)
+        (h,) = lib.autograd.grad(g.sum(), x)
+        results.append([out.detach().numpy(), g.detach().numpy(), h.numpy()])
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-12, equal_nan=True)
+    assert getattr(jitorch, name)(jitorch.ones(2), jitorch.tensor(0.5)).dtype is jitorch.float32
+
+
+def test_xlogy_with_a_scalar_other_keeps_the_gradient_at_zero():
+    grads = []
+    for lib in LIBS:
+        x = lib.tensor([0.0, 1.0, 3.0], requires_grad=True)
+        out = lib.xlogy(x, 2.0)
+        out.sum().backward()
+        grads.append((out.tolist(), x.grad.tolist()))
+    assert grads[0] == grads[1]
+
+
+def test_complex_sigmoid_values_and_gradients():
+    results = []
+    for lib in LIBS:
+        z = lib.tensor([0.5 + 1j, -1 + 0.3j, 2 - 2j], dtype=lib.complex128, requires_grad=True)
+        out = lib.sigmoid(z)
+        (g,) = lib.autograd.grad(out.abs().sum(), z)
+        results.append((out.detach().numpy(), lib.special.expit(z.detach()).numpy(), g.numpy()))
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-12)

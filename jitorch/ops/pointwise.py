@@ -406,13 +406,15 @@ def _sigmoid_kernel(xp, a):
             e = np.exp(np.negative(a))
         e += 1
         return np.reciprocal(e, out=e) if a.ndim else np.reciprocal(e)  # (0-d: NumPy scalars, no buffer to reuse)
+    if a.dtype.kind == "c":  # |a| and a >= 0 mean nothing for complex numbers: the formula itself, as torch's
+        return (1 / (1 + xp.exp(-a))).astype(a.dtype, copy=False)
     # exp(-|a|) never overflows (halves would overflow long before their result underflows): the stable logistic.
     e = xp.exp(-xp.abs(a))
     return xp.where(a >= 0, 1 / (1 + e), e / (1 + e)).astype(a.dtype, copy=False)
 
 
 SIGMOID = _unary("sigmoid", _sigmoid_kernel, _sigmoid_backward, "sigmoid({0})",
-                 saves="outputs")
+                 saves="outputs", holomorphic=True)
 _SPECIAL_ERF = _special("erf")
 
 
