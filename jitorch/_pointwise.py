@@ -117,7 +117,7 @@ def sub(input, other, *, alpha=1, out=None):
     """``input - alpha * other``."""
     _reject_bool_sub(input, other)
     if alpha != 1:
-        other = apply(P.MUL, other, alpha)
+        other = other * alpha if not isinstance(other, Tensor) else apply(P.MUL, other, alpha)
     return _write_out(apply(P.SUB, input, other), out, "sub")
 
 
@@ -365,6 +365,8 @@ def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
 
 def xlogy(input, other):
     # 0 * log(y) is 0 where x == 0, except that a NaN y still propagates.
+    if not isinstance(input, Tensor):  # a scalar x: torch's Scalar overload, as a 0-d tensor of y's dtype
+        input = other.new_full((), input, dtype=_dtype.result_type(other, 1.0))
     zero = input == 0
     if not isinstance(other, Tensor):
         log_other = math.nan if other != other else _scalar_log(other)

@@ -8,6 +8,8 @@ tensor([0.0000, 0.3466])
 """
 from __future__ import annotations
 
+from . import _dtype
+
 import math
 
 from . import _math_extra as _m
@@ -80,6 +82,8 @@ def xlog1py(input, other):
 
     if not isinstance(other, Tensor):
         other = input.new_full((), other)
+    if not isinstance(input, Tensor):  # torch's Scalar overload for x
+        input = other.new_full((), input, dtype=_dtype.result_type(other, 1.0))
     return _p.x_times_log(input, other.log1p(), (input == 0) & ~other.isnan())
 
 

@@ -117,3 +117,13 @@ def test_complex_sigmoid_values_and_gradients():
         results.append((out.detach().numpy(), lib.special.expit(z.detach()).numpy(), g.numpy()))
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_scalar_operands_torch_accepts():
+    results = []
+    for lib in LIBS:
+        x = lib.tensor([1.0, 2.0])
+        results.append([lib.sub(x, 2.0, alpha=2).tolist(), x.sub(2.0, alpha=2).tolist(), lib.xlogy(2.0, x).tolist(),
+                        lib.special.xlogy(2.0, x).tolist(), lib.special.xlog1py(2.0, x).tolist(),
+                        lib.xlogy(0.0, x).tolist()])
+    assert results[0] == results[1]
