@@ -3,10 +3,12 @@
 The first call runs ``fn`` eagerly (a warm-up: lazy state such as optimizer buffers is made outside the capture, as
 PyTorch's CUDA graph trees do); the second captures it on static input buffers and returns the capture's results;
 later calls replay. Each call checks every tensor argument against the captured one (shape, dtype, device,
-contiguity) and raises a clear error on a mismatch; non-tensor arguments are baked into the graph and must be
-equal. A new input is taken by pointer substitution when the replay is one native call: its address goes into the
-graph's pointer table, with no copy (it is copied into the static buffer instead when it overlaps memory the graph
-writes, e.g. an output of the previous call passed back in, or when some step replays in Python).
+contiguity) and non-tensor arguments (baked into the graph) against the captured ones: a call that differs (the
+last, smaller batch; another Python number) captures again, as torch.compile traces again. So does a change of
+the compiled module's plain attributes (``self.temperature``) or train/eval mode. A new input is taken by pointer
+substitution when the replay is one native call: its address goes into the graph's pointer table, with no copy (it
+is copied into the static buffer instead when it overlaps memory the graph writes, e.g. an output of the previous
+call passed back in, or when some step replays in Python).
 
 Python numbers an optimizer step reads (``lr``, ``momentum``, ``weight_decay``...) are baked into the capture and
 guarded: a call after one changed (an LR scheduler's step) captures again with the new value, never replays the old
@@ -43,7 +45,7 @@ from ..autograd.grad_mode import GradState
 from ..cpu import CPUGraph, graph
 from ..cpu._steps import root_of
 from ..runtime.host_pointer import data_address
-from .guards import call_hooks, first_failure
+from .guards import _plain_attributes, call_hooks, first_failure
 from .named_values import NamedValues
 
 __all__ = ["compile_reduce_overhead", "ReduceOverheadFunction", "OverwrittenOutputError"]
@@ -129,39 +131,32 @@ class ReduceOverheadFunction:
             self._default = CompiledFunction(self.fn, module=self.module)
         return self._default(*args, **kwargs)
 
-    def _check(self, leaves):
+    def _mismatch(self, leaves):
+        """How the arguments differ from the captured ones (layout of a tensor, a non-tensor value), or None."""
         fast = self.fast_layouts
         if len(leaves) == len(fast) and all(
                 f is None and (new is static or (type(new) is type(static) and new == static)) or
                 f is not None and type(new) is Tensor and type(new._data) is np.ndarray and new._data.shape == f[0]
                 and new._data.dtype == f[1] and new._data.flags.c_contiguous == f[2]
                 for f, new, static in zip(fast, leaves, self.static)):
-            return  # the common case, without building device and dtype objects
+            return None  # the common case, without building device and dtype objects
         if len(leaves) != len(self.static):
-            raise TypeError(f"{self.__name__} (mode='reduce-overhead'): expected {len(self.static)} arguments as at "
-                            f"capture, got {len(leaves)}")
+            return f"{len(leaves)} arguments, {len(self.static)} at capture"
         for i, (static, new) in enumerate(zip(self.static, leaves)):
             if isinstance(static, Tensor):
                 if not isinstance(new, Tensor):
-                    raise TypeError(f"{self.__name__} (mode='reduce-overhead'): argument {i} must be a Tensor as at "
-                                    f"capture, got {type(new).__name__}")
+                    return f"argument {i} is a {type(new).__name__}, a Tensor at capture"
                 want = self.layouts[i]
                 got = (tuple(new.shape), new.dtype, new.device, new.is_contiguous())
                 if got != want:
-                    names = [n for n, a, b in zip(("shape", "dtype", "device", "contiguity"), want, got) if a != b]
-                    raise RuntimeError(
-                        f"{self.__name__} (mode='reduce-overhead'): argument {i} does not match the captured input "
-                        f"({', '.join(names)} differ{'s' if len(names) == 1 else ''}): expected shape "
-                        f"{list(want[0])}, dtype {want[1]}, device {want[2]}, contiguous={want[3]}; got "
-                        f"{_describe(new)}. The graph replays on fixed buffers: pass inputs like the captured "
-                        "ones, or compile another function for other shapes.")
+                    return f"argument {i} is {_describe(new)}, captured as shape {list(want[0])}, dtype {want[1]}"
             elif new is not static and not (type(new) is type(static) and new == static):
-                raise RuntimeError(f"{self.__name__} (mode='reduce-overhead'): non-tensor argument {i} was "
-                                   f"{static!r} at capture and is baked into the graph; got {new!r}")
+                return f"non-tensor argument {i} is {new!r}, {static!r} at capture"
+        return None
 
     # -- capture --------------------------------------------------------------------------------------------------
     def _capture(self, spec, leaves):
-        self._named_at_capture = self.named.values()
+        self._named_at_capture = self._baked_values()
         if any(isinstance(t, Tensor) and type(t._data) is not np.ndarray for t in leaves):
             return self._capture_cuda(spec, leaves)
         self.static = [Tensor._make(np.array(t._data, order="C", copy=True)) if isinstance(t, Tensor) else t
@@ -219,8 +214,11 @@ class ReduceOverheadFunction:
         spec = flatten_into((args, kwargs), leaves)
         self.calls += 1
         if self.graph is not None:
-            changed = (None if self.cuda else self.graph.changed_value()) or self._changed_named_value()
-            if changed is not None:  # a baked-in hyperparameter moved: this call captures again, with the new one
+            # A baked-in hyperparameter moved, or the arguments differ from the captured ones (the last, smaller
+            # batch; another Python number): this call captures again, as torch.compile would trace again.
+            changed = (None if self.cuda else self.graph.changed_value()) or self._changed_named_value() or \
+                self._mismatch(leaves)
+            if changed is not None:
                 self._recapture(changed)
         if self.graph is None:
             reason = self._needs_eager(leaves)
@@ -239,15 +237,24 @@ class ReduceOverheadFunction:
                     else:
                         np.copyto(leaves[i]._data, self.static[i]._data)
             return self._hand_out(list(self.out_spec_leaves), leaves)
-        self._check(leaves)
         reason = self._needs_eager(leaves)
         if reason is not None:
             return self._uncaptured(reason, args, kwargs)
         return self._replay_cuda(leaves) if self.cuda else self._replay(leaves)
 
+    def _baked_values(self):
+        """What a capture bakes in besides its tensors: the values the code reads by name (a global ``SCALE``,
+        ``cfg.temperature``) and the compiled module's plain attributes (``self.temperature``) and modes."""
+        values = self.named.values()
+        if self.module is not None:
+            mods = list(self.module.modules())
+            values.append(("module attributes", tuple(_plain_attributes(m) for m in mods)))
+            values.append(("training", tuple(m.training for m in mods)))
+        return values
+
     def _changed_named_value(self):
-        """The first value read by name (a global ``SCALE``, ``cfg.temperature``) that differs from the capture's."""
-        now = self.named.values()
+        """The first baked-in value (`_baked_values`) that differs from the capture's."""
+        now = self._baked_values()
         if now != self._named_at_capture:
             return first_failure(self._named_at_capture, now)
         return None
@@ -311,7 +318,9 @@ class ReduceOverheadFunction:
         if native is not None and not self._overlaps(new_arrays):
             table = native.table
             for i, a in enumerate(new_arrays):
-                if a is not None and self.slots[i] is not None:
+                # Only an input laid out as the static buffer: the graph's code reads it with the static strides
+                # (a transposed input goes through the copy below).
+                if a is not None and self.slots[i] is not None and a.strides == self.static[i]._data.strides:
                     table[self.slots[i]] = data_address(a)
                     substituted.append(i)
         for i, a in enumerate(new_arrays):
