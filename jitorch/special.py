@@ -62,8 +62,8 @@ def i1(input):
 
 
 def erfcx(input):
-    """Scaled complementary error function ``exp(x**2) * erfc(x)``."""
-    return (input * input).exp() * _p.erfc(input)
+    """Scaled complementary error function ``exp(x**2) * erfc(x)``, finite where its factors overflow."""
+    return apply(_rows.ERFCX, input)
 
 
 def ndtr(input):
@@ -72,8 +72,8 @@ def ndtr(input):
 
 
 def ndtri(input):
-    """Inverse of the standard normal CDF."""
-    return math.sqrt(2) * _p.erfinv(2 * input - 1)
+    """Inverse of the standard normal CDF (accurate in the tails)."""
+    return apply(_rows.NDTRI, input)
 
 
 def xlog1py(input, other):

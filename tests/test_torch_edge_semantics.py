@@ -127,3 +127,19 @@ def test_scalar_operands_torch_accepts():
                         lib.special.xlogy(2.0, x).tolist(), lib.special.xlog1py(2.0, x).tolist(),
                         lib.xlogy(0.0, x).tolist()])
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_erfcx_and_ndtri_in_their_tails(dtype):
+    tiny = 1e-22 if dtype == "float32" else 1e-300
+    results = []
+    for lib in LIBS:
+        x = lib.tensor([-3.0, 0.0, 1.0, 20.0, 27.0, 50.0, 1e3, float("inf")], dtype=getattr(lib, dtype),
+                       requires_grad=True)
+        p = lib.tensor([tiny, 1e-10, 1e-6, 0.3, 0.5, 0.999], dtype=getattr(lib, dtype), requires_grad=True)
+        y, q = lib.special.erfcx(x), lib.special.ndtri(p)
+        (gx,) = lib.autograd.grad(y[:-1].sum(), x)
+        (gp,) = lib.autograd.grad(q.sum(), p)
+        results.append([y.detach().numpy(), gx.numpy()[:-2], q.detach().numpy(), gp.numpy()])
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=2e-6 if dtype == "float32" else 1e-12)

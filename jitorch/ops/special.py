@@ -68,6 +68,13 @@ POLYGAMMA = defop("polygamma", _polygamma_kernel,
 I0 = defop("i0", _scipy("i0"), lambda ctx, g: g * _apply(I1, ctx.inputs[0]), _LIB, promotion="float",
            saves="inputs")
 I1 = defop("i1", _scipy("i1"), _i1_backward, _LIB, promotion="float", saves="both")
+# erfcx and ndtri from scipy.special (cupyx's on the GPU): the composites exp(x^2) * erfc(x) and
+# sqrt(2) * erfinv(2p - 1) overflowed to nan from x = 20 (float32) and lost the tail below p = 1e-8 (-inf).
+ERFCX = defop("erfcx", _scipy("erfcx"),
+              lambda ctx, g: g * (2 * ctx.inputs[0] * ctx.out - 2 / np.sqrt(np.pi)), _LIB, promotion="float",
+              saves="both")
+NDTRI = defop("ndtri", _scipy("ndtri"), lambda ctx, g: g * np.sqrt(2 * np.pi) * (ctx.out * ctx.out / 2).exp(), _LIB,
+              promotion="float", saves="outputs")
 GCD = defop("gcd", lambda xp, a, b: xp.gcd(a, b), NOT_DIFFERENTIABLE, _LIB, promotion="integral")
 LCM = defop("lcm", lambda xp, a, b: xp.lcm(a, b), NOT_DIFFERENTIABLE, _LIB, promotion="integral")
 
