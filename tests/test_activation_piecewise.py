@@ -15,8 +15,12 @@ FNS = {
     "hardtanh": lambda lib, t: lib.nn.functional.hardtanh(t, -1.5, 2.0),
     "relu6": lambda lib, t: lib.nn.functional.relu6(t),
     "LeakyReLU": lambda lib, t: lib.nn.LeakyReLU(0.3)(t),
+    "softshrink": lambda lib, t: lib.nn.functional.softshrink(t, 0.5),
+    "hardshrink": lambda lib, t: lib.nn.functional.hardshrink(t, 0.5),
+    "threshold": lambda lib, t: lib.nn.functional.threshold(t, 0.5, -1.0),
+    "threshold_": lambda lib, t: lib.nn.functional.threshold(t * 1, 0.5, -1.0, inplace=True),
 }
-VALUES = [1.0, -2.0, 3.0, 0.0, -1.5, 2.0, 6.0, 7.5, float("nan"), float("inf"), float("-inf")]
+VALUES = [1.0, -2.0, 3.0, 0.0, -1.5, 2.0, 6.0, 7.5, float("nan"), float("inf"), float("-inf"), 0.5, -0.5, -0.2]
 
 
 @pytest.mark.parametrize("name", sorted(FNS))

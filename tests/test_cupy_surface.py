@@ -228,6 +228,10 @@ case("where", lambda t, m: t.where(m.b(2, 3), m.f(2, 3), m.f(3)))
 case("where_scalar", lambda t, m: t.where(m.b(2, 3), m.f(2, 3), 0.0))
 case("clamp", lambda t, m: (m.f(2, 3).clamp(-0.5, 0.5), m.f(4).clamp(min=0.1), m.f(4).clamp(max=0.1)))
 case("clamp_tensors", lambda t, m: m.f(2, 3).clamp(m.f(3, hi=0), m.f(3, lo=0)))
+case("piecewise_activations", lambda t, m: (lambda x: (t.nn.functional.leaky_relu(x, 0.2), t.nn.functional.hardtanh(x),
+                                                         t.nn.functional.softshrink(x, 0.3),
+                                                         t.nn.functional.hardshrink(x, 0.3),
+                                                         t.nn.functional.threshold(x, 0.1, -1.0)))(m.f(2, 3)))
 case("composite_pointwise", lambda t, m: (lambda x, y: (t.lerp(x, y, 0.3), t.hypot(x, y), t.xlogy(x.abs(), y.abs()),
                                                          t.logit(x.sigmoid()), t.addcmul(x, x, y, value=0.5),
                                                          t.addcdiv(x, x, y.abs() + 1), t.sinc(x), t.square(x),

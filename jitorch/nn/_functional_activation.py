@@ -235,6 +235,8 @@ def glu(input, dim=-1):
 
 
 def _threshold(x, threshold, value):
+    if x.is_floating_point():  # the row: its gradient stays connected to x under create_graph (activation_piecewise)
+        return activation_piecewise.threshold(x, threshold, value)
     return where(x <= threshold, value, x)
 
 
@@ -257,9 +259,13 @@ def softshrink(input, lambd=0.5):
     if lambd < 0:
         raise RuntimeError(f"softshrink: lambda must be in range [0, inf) for input dtype "
                            f"{type_name(input.dtype)}, but found {lambd}")
+    if input.is_floating_point():
+        return activation_piecewise.softshrink(input, lambd)
     return where(input > lambd, input - lambd, where(input < -lambd, input + lambd, 0.0))
 
 
 def hardshrink(input, lambd=0.5):
     """``x`` where ``|x| > lambd``, else 0."""
+    if input.is_floating_point():
+        return activation_piecewise.hardshrink(input, lambd)
     return where((input > lambd) | (input < -lambd), input, 0.0)

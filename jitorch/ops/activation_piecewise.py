@@ -1,9 +1,9 @@
-"""``leaky_relu`` and ``hardtanh`` as rows with their backward rows (ATen's ``leaky_relu_backward`` and
-``hardtanh_backward``). The gradient of a piecewise-linear function is a function of its input: as a row taking the
-input, a gradient taken with ``create_graph=True`` stays connected to it, with derivative zero there, as torch's.
-Written as ``where`` composites the gradient depended only on a boolean mask: a gradient penalty through LeakyReLU
-(WGAN-GP) left parameters it does not depend on with ``None`` instead of zeros, and ``grad`` of such a gradient
-raised "does not require grad".
+"""``leaky_relu``, ``hardtanh``, ``softshrink``/``hardshrink`` and ``threshold`` as rows with their backward rows (as
+ATen's ``leaky_relu_backward``, ``hardtanh_backward``...). The gradient of a piecewise-linear function is a function
+of its input: as a row taking the input, a gradient taken with ``create_graph=True`` stays connected to it, with
+derivative zero there, as torch's. Written as ``where`` composites the gradient depended only on a boolean mask: a
+gradient penalty through LeakyReLU (WGAN-GP) left parameters it does not depend on with ``None`` instead of zeros,
+and ``grad`` of such a gradient raised "does not require grad".
 
 >>> import jitorch
 >>> x = jitorch.tensor([-2.0, 0.0, 3.0], requires_grad=True)
@@ -17,7 +17,8 @@ from .._dispatch import apply
 from .activation_ops import _float_input
 from .table import Pointwise, defop
 
-__all__ = ["leaky_relu", "leaky_relu_backward", "hardtanh", "hardtanh_backward"]
+__all__ = ["leaky_relu", "leaky_relu_backward", "hardtanh", "hardtanh_backward", "softshrink", "hardshrink",
+           "shrink_backward", "threshold", "threshold_backward"]
 
 
 def _zeros_for(ctx, i):
@@ -79,6 +80,84 @@ HARDTANH = defop("hardtanh", _hardtanh_kernel, _hardtanh_backward,
 HARDTANH_BACKWARD = defop("hardtanh_backward", _hardtanh_grad_kernel, _hardtanh_grad_backward,
                           Pointwise("({1} <= {2} || {1} >= {3}) ? 0 : {0}"), promotion="keep", saves="inputs",
                           grad_name="HardtanhBackwardBackward0")
+
+
+def _softshrink_kernel(xp, x, lambd):
+    _float_input("softshrink", x)
+    # x * 0 between the bounds: NaN stays NaN and -0.5 gives -0.0, as torch's kernel
+    return xp.where(x > lambd, x - lambd, xp.where(x < -lambd, x + lambd, x * 0)).astype(x.dtype, copy=False)
+
+
+def _hardshrink_kernel(xp, x, lambd):
+    return xp.where((x >= -lambd) & (x <= lambd), 0, x).astype(x.dtype, copy=False)
+
+
+def _shrink_grad_kernel(xp, g, x, lambd):
+    return xp.where((x >= -lambd) & (x <= lambd), 0, g).astype(g.dtype, copy=False)
+
+
+def _shrink_backward(ctx, g):
+    x, lambd = ctx.inputs
+    return shrink_backward(g, x, lambd), None
+
+
+def _shrink_grad_backward(ctx, gg):
+    _, x, lambd = ctx.inputs
+    return (shrink_backward(gg, x, lambd) if ctx.needs_grad(0) else None), _zeros_for(ctx, 1), None
+
+
+def _threshold_kernel(xp, x, threshold, value):
+    return xp.where(x <= threshold, value, x).astype(x.dtype, copy=False)
+
+
+def _threshold_grad_kernel(xp, g, x, threshold):
+    return xp.where(x <= threshold, 0, g).astype(g.dtype, copy=False)
+
+
+def _threshold_backward(ctx, g):
+    x, threshold, _ = ctx.inputs
+    return threshold_backward(g, x, threshold), None, None
+
+
+def _threshold_grad_backward(ctx, gg):
+    _, x, threshold = ctx.inputs
+    return (threshold_backward(gg, x, threshold) if ctx.needs_grad(0) else None), _zeros_for(ctx, 1), None
+
+
+SOFTSHRINK = defop("softshrink", _softshrink_kernel, _shrink_backward,
+                   Pointwise("{0} > {1} ? {0} - {1} : ({0} < -{1} ? {0} + {1} : {0} * 0)"), promotion="keep",
+                   saves="inputs", grad_name="SoftshrinkBackward0")
+HARDSHRINK = defop("hardshrink", _hardshrink_kernel, _shrink_backward,
+                   Pointwise("({0} >= -{1} && {0} <= {1}) ? 0 : {0}"), promotion="keep", saves="inputs",
+                   grad_name="HardshrinkBackward0")
+SHRINK_BACKWARD = defop("shrink_backward", _shrink_grad_kernel, _shrink_grad_backward,
+                        Pointwise("({1} >= -{2} && {1} <= {2}) ? 0 : {0}"), promotion="keep", saves="inputs",
+                        grad_name="SoftshrinkBackwardBackward0")
+THRESHOLD = defop("threshold", _threshold_kernel, _threshold_backward, Pointwise("{0} <= {1} ? {2} : {0}"),
+                  promotion="keep", saves="inputs", grad_name="ThresholdBackward0")
+THRESHOLD_GRAD = defop("threshold_grad", _threshold_grad_kernel, _threshold_grad_backward,
+                       Pointwise("{1} <= {2} ? 0 : {0}"), promotion="keep", saves="inputs",
+                       grad_name="ThresholdBackwardBackward0")
+
+
+def softshrink(x, lambd):
+    return apply(SOFTSHRINK, x, lambd)
+
+
+def hardshrink(x, lambd):
+    return apply(HARDSHRINK, x, lambd)
+
+
+def shrink_backward(g, x, lambd):
+    return apply(SHRINK_BACKWARD, g, x, lambd)
+
+
+def threshold(x, threshold_, value):
+    return apply(THRESHOLD, x, threshold_, value)
+
+
+def threshold_backward(g, x, threshold_):
+    return apply(THRESHOLD_GRAD, g, x, threshold_)
 
 
 def leaky_relu(x, slope):
