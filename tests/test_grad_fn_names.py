@@ -83,3 +83,15 @@ def test_clamp_names_its_aten_overload(code):
         out.sum().backward()
         seen.append((type(out.grad_fn).__name__, out.detach().numpy().tolist(), x.grad.numpy().tolist()))
     assert seen[0] == seen[1]
+
+
+@pytest.mark.parametrize("loss", ["mse_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+                                  "binary_cross_entropy_with_logits"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_loss_nodes_show_torch_s_names(loss, reduction):
+    names = []
+    for lib in (jitorch, torch):
+        x = lib.tensor([0.2, 0.7, 0.4], requires_grad=True)
+        out = getattr(lib.nn.functional, loss)(x, lib.tensor([0.0, 1.0, 0.5]), reduction=reduction)
+        names.append(type(out.grad_fn).__name__)
+    assert names[0] == names[1]

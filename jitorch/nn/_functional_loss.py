@@ -16,6 +16,7 @@ tensor(4.)
 """
 from __future__ import annotations
 
+import functools
 import warnings
 
 from .. import _dtype, _movement
@@ -26,6 +27,17 @@ from ..ops.nn_fused import FUSED_DTYPES, NLL_CHECK_TARGETS, NLL_LOSS
 from ..ops.nn_ops import BINARY_CROSS_ENTROPY
 from ._functional_activation import logsigmoid
 from ._functional_core import log_softmax, type_name
+from ..autograd.graph import named
+
+
+def _shown_as(name):
+    """The loss's result shows torch's node name (``MseLossBackward0``): its composite's last op is a mean or a sum."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def loss(*args, **kwargs):
+            return named(fn(*args, **kwargs), name)
+        return loss
+    return wrap
 
 __all__ = ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "nll_loss", "cross_entropy",
            "binary_cross_entropy", "binary_cross_entropy_with_logits"]
@@ -85,6 +97,7 @@ def _weighted(loss, weight, input, reduction, mean_by_weight=True):
 
 # -- regression -----------------------------------------------------------------------------------------------------
 @autocast_float32
+@_shown_as("MseLossBackward0")
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Squared error ``(input - target) ** 2``, reduced (a weighted mean divides by the weights' sum)."""
     _warn_size(input, target)
@@ -107,6 +120,7 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean", wei
 
 
 @autocast_float32
+@_shown_as("SmoothL1LossBackward0")
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
     """``0.5 * d ** 2 / beta`` where ``|d| < beta``, else ``|d| - 0.5 * beta`` (``d = input - target``)."""
     _warn_size(input, target)
@@ -122,6 +136,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
 
 
 @autocast_float32
+@_shown_as("HuberLossBackward0")
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     """``0.5 * d ** 2`` where ``|d| < delta``, else ``delta * (|d| - 0.5 * delta)`` (``d = input - target``)."""
     _warn_size(input, target)
@@ -282,6 +297,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 
 
 @autocast_float32
+@_shown_as("BinaryCrossEntropyBackward0")
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
     """``-w * (y * log(x) + (1 - y) * log(1 - x))`` for probabilities ``x``; each log is floored at -100."""
     reduction = resolve_reduction(size_average, reduce, reduction)
@@ -295,6 +311,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
 
 
 @autocast_float32
+@_shown_as("BinaryCrossEntropyWithLogitsBackward0")
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
                                      pos_weight=None):
     """``binary_cross_entropy(sigmoid(x), y)`` computed from the logits ``x`` without overflow;
