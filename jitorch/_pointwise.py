@@ -199,11 +199,13 @@ def float_power(input, exponent):
 
 
 def fmax(input, other):
-    return where(input.isnan(), other, where(other.isnan(), input, maximum(input, other)))
+    """The larger, ignoring a NaN: one select, so at a tie the whole gradient goes to ``input``, as torch's."""
+    return where((input >= other) | other.isnan(), input, other)
 
 
 def fmin(input, other):
-    return where(input.isnan(), other, where(other.isnan(), input, minimum(input, other)))
+    """The smaller, ignoring a NaN (the gradient at a tie goes to ``input``)."""
+    return where((input <= other) | other.isnan(), input, other)
 
 
 def _require_float(kernel_name, *operands):

@@ -143,3 +143,16 @@ def test_erfcx_and_ndtri_in_their_tails(dtype):
         results.append([y.detach().numpy(), gx.numpy()[:-2], q.detach().numpy(), gp.numpy()])
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, rtol=2e-6 if dtype == "float32" else 1e-12)
+
+
+@pytest.mark.parametrize("name", ["fmax", "fmin"])
+def test_fmax_fmin_values_and_tie_gradients(name):
+    results = []
+    for lib in LIBS:
+        x = lib.tensor([0.0, 1.0, -1.0, float("nan"), 2.0, float("nan")], requires_grad=True)
+        y = lib.tensor([0.0, 0.0, 0.0, 1.0, float("nan"), float("nan")], requires_grad=True)
+        out = getattr(lib, name)(x, y)
+        out.sum().backward()
+        results.append((out.detach().numpy(), x.grad.numpy(), y.grad.numpy()))
+    for got, want in zip(*results):
+        np.testing.assert_array_equal(got, want)
