@@ -6,10 +6,10 @@ checked on unpacking so an in-place change after the forward pass raises PyTorch
 
 >>> import jitorch
 >>> x = jitorch.ones(2, requires_grad=True)
->>> (x * 2).grad_fn
-<MulBackward0>
->>> (x * 2).grad_fn.next_functions
-((<AccumulateGrad>, 0), (None, 0))
+>>> (x * 2).grad_fn.name()
+'MulBackward0'
+>>> [(type(fn).__name__, nr) for fn, nr in (x * 2).grad_fn.next_functions]
+[('AccumulateGrad', 0), ('NoneType', 0)]
 """
 from __future__ import annotations
 

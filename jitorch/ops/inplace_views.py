@@ -11,8 +11,8 @@ It is also the backward of every injective view op: the gradient of ``x[key]`` i
 >>> y = x * 1
 >>> y[1:].mul_(2)
 tensor([0., 0.], grad_fn=<SliceBackward0>)
->>> y.grad_fn
-<CopySlices>
+>>> y.grad_fn.name()
+'CopySlices'
 """
 from __future__ import annotations
 

@@ -35,6 +35,16 @@ def _lu_kernel(xp, a):
     lu = xp.array(a, copy=True).reshape((count, m, n))
     pivots = xp.zeros((count, k), dtype=np.int32)
     info = xp.zeros((count,), dtype=np.int32)
+    if xp is np and lu.dtype.char in "fdFD" and lu.size:
+        # LAPACK's own getrf, one call per matrix: the elimination below runs a Python step per column (a 500 x 500
+        # factorization took 180 ms against torch's 2). Same pivots (i?amax, first maximum) and info.
+        from scipy.linalg import lapack
+
+        getrf = lapack.get_lapack_funcs("getrf", (lu,))
+        for i in range(count):
+            lu[i], piv, status = getrf(lu[i])
+            pivots[i], info[i] = piv[:k] + 1, max(int(status), 0)
+        return lu.reshape(a.shape), pivots.reshape(batch + (k,)), info.reshape(batch)
     rows = xp.arange(count)
     for j in range(k):
         col = lu[:, j:, j]
@@ -56,7 +66,19 @@ def _lu_kernel(xp, a):
 def permutation(pivots, m, like):
     """The permutation matrix ``P`` of LAPACK's 1-based row swaps (``A = P L U``), as a tensor like ``like``."""
     from .. import _creation
+    from .._tensor import Tensor
 
+    if type(pivots._data) is np.ndarray:
+        # The swaps on host integers, all batch elements at once per step: as tensor ops each of a 500 x 500
+        # factorization's 500 steps cost a few dispatches (lu and lu_solve took 30 ms around a 3 ms getrf).
+        swaps = pivots._data.reshape(-1, pivots.shape[-1]).astype(np.int64) - 1
+        order = np.tile(np.arange(m), (swaps.shape[0], 1))
+        rows = np.arange(swaps.shape[0])
+        for j in range(swaps.shape[1]):
+            target = swaps[:, j]
+            order[rows, j], order[rows, target] = order[rows, target], order[rows, j].copy()
+        eye = _creation.eye(m, dtype=like.dtype, device=like.device)
+        return eye[Tensor._make(order.reshape(tuple(pivots.shape[:-1]) + (m,)))].mT
     perm = _creation.arange(m, device=like.device).expand(pivots.shape[:-1] + (m,)).clone()
     swaps = (pivots.long() - 1).detach()
     for j in range(swaps.shape[-1]):
