@@ -71,9 +71,10 @@ def permutation(pivots, m, like):
     if type(pivots._data) is np.ndarray:
         # The swaps on host integers, all batch elements at once per step: as tensor ops each of a 500 x 500
         # factorization's 500 steps cost a few dispatches (lu and lu_solve took 30 ms around a 3 ms getrf).
-        swaps = pivots._data.reshape(-1, pivots.shape[-1]).astype(np.int64) - 1
-        order = np.tile(np.arange(m), (swaps.shape[0], 1))
-        rows = np.arange(swaps.shape[0])
+        count = int(np.prod(pivots.shape[:-1], dtype=np.int64))
+        swaps = pivots._data.reshape(count, pivots.shape[-1]).astype(np.int64) - 1
+        order = np.tile(np.arange(m), (count, 1))
+        rows = np.arange(count)
         for j in range(swaps.shape[1]):
             target = swaps[:, j]
             order[rows, j], order[rows, target] = order[rows, target], order[rows, j].copy()
