@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import jitorch
-from jitorch._compile.reduce_overhead import OverwrittenOutputError, compile_reduce_overhead
+from jitorch._compile.reduce_overhead import compile_reduce_overhead
 
 
 def _rnn_step(h, x, w, u, b):
@@ -51,19 +51,13 @@ def test_replay_matches_torch_over_new_inputs_without_copies():
     np.testing.assert_array_equal(f.static[0]._data, static_h)  # the new input was not copied in
 
 
-def test_output_of_an_earlier_call_raises_after_the_next_call():
+def test_outputs_of_earlier_calls_stay_valid_on_the_cpu():
+    # torch.compile's CPU reduce-overhead reuses no buffers: a script keeps each step's result (CUDA graph outputs
+    # are retired by the next call instead: tests/test_cuda_graphs.py)
     f = compile_reduce_overhead(lambda x: x * 2 + 1)
-    f(jitorch.ones(3))
-    first = f(jitorch.ones(3))
-    kept = first.clone()
-    assert first.tolist() == [3.0, 3.0, 3.0]
-    second = f(jitorch.zeros(3))
-    with pytest.raises(OverwrittenOutputError, match="overwritten by a subsequent run"):
-        first + 1
-    with pytest.raises(RuntimeError, match="clone"):
-        repr(first)
-    assert second.tolist() == [1.0, 1.0, 1.0] and kept.tolist() == [3.0, 3.0, 3.0]
-    assert f.generation == 2  # the capture and one replay (the warm-up runs eagerly)
+    outs = [f(jitorch.full((3,), float(i))) for i in range(4)]
+    assert [o.tolist() for o in outs] == [[2 * i + 1.0] * 3 for i in range(4)]
+    assert f.generation == 3  # the capture and two replays (the warm-up runs eagerly)
 
 
 def test_output_fed_back_as_input_is_copied_not_aliased():

@@ -14,8 +14,10 @@ Python numbers an optimizer step reads (``lr``, ``momentum``, ``weight_decay``..
 guarded: a call after one changed (an LR scheduler's step) captures again with the new value, never replays the old
 one; past `RECAPTURE_WARNING` recaptures a warning says the step would run better uncaptured.
 
-Outputs live in the graph's buffers and are rewritten by the next call. Instead of silently changing, an output
-of an earlier call raises when used after a later call (a generation counter per call); ``out.clone()`` keeps it.
+On the CPU each call hands out copies of the graph's outputs (torch.compile's CPU reduce-overhead reuses no
+buffers: a script may keep every step's loss). CUDA outputs live in the graph's buffers and are rewritten by the
+next call: instead of silently changing, an output of an earlier call raises when used after a later call (a
+generation counter per call), as CUDA graph trees do; ``out.clone()`` keeps it.
 
 Not captured (``fallback_reason`` says why): calls that need autograd (grad mode on and a tensor input or parameter
 requiring grad: a compiled module's training forward) run through the default compiled path, fused forward and
@@ -378,12 +380,17 @@ class ReduceOverheadFunction:
         self._live = []
 
     def _hand_out(self, outs, leaves):
-        """Fresh tensors over the graph's output buffers for this call (so the next call can retire them)."""
+        """This call's outputs: on the CPU copies of the graph's output buffers (torch.compile's CPU reduce-overhead
+        reuses no buffers: scripts keep each step's loss), on CUDA fresh tensors over them, retired by the next
+        call as CUDA graph trees retire theirs."""
         self.generation += 1
         inputs = {id(t) for t in leaves if isinstance(t, Tensor)}
         fresh = []
         for o, kind in zip(outs, self.out_kinds):
             if kind[0] == "graph" and id(o) not in inputs:
+                if not self.cuda:
+                    fresh.append(Tensor._make(o._data.copy()))
+                    continue
                 t = Tensor._make(o._data)
                 self._live.append(t)
                 fresh.append(t)
