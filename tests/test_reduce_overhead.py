@@ -171,3 +171,16 @@ def test_a_module_call_needing_autograd_runs_the_default_compiled_path():
         for _ in range(3):
             got = g(jitorch.ones(2, 3))
         np.testing.assert_allclose(got._data, want._data, rtol=1e-6)
+
+
+def test_a_function_that_reads_values_back_runs_compiled_around_them():
+    def f(x):
+        if x.sum() > 0:  # a data-dependent branch: a capture would freeze it
+            x = x * 2
+        return x.relu() + 1
+
+    g = compile_reduce_overhead(f)
+    for sign in (1.0, 1.0, -1.0, 1.0, -1.0):
+        x = jitorch.tensor([1.0, -2.0, 3.0]) * sign
+        assert g(x).tolist() == f(x).tolist()
+    assert g.graph is None and "reads tensor values back" in g.fallback_reason

@@ -19,7 +19,9 @@ buffers: a script may keep every step's loss). CUDA outputs live in the graph's 
 next call: instead of silently changing, an output of an earlier call raises when used after a later call (a
 generation counter per call), as CUDA graph trees do; ``out.clone()`` keeps it.
 
-Not captured (``fallback_reason`` says why): calls that need autograd (grad mode on and a tensor input or parameter
+Not captured (``fallback_reason`` says why): a function whose warm-up read tensor values back into Python
+(``if x.sum() > 0``, ``.item()``) runs through the default compiled path, which compiles around such reads; calls
+that need autograd (grad mode on and a tensor input or parameter
 requiring grad: a compiled module's training forward) run through the default compiled path, fused forward and
 backward, as torch.compile's reduce-overhead mode compiles them on the CPU; calls mixing CPU and CUDA tensors, and
 functions that read Python-level random numbers, run eagerly.
@@ -55,6 +57,31 @@ __all__ = ["compile_reduce_overhead", "ReduceOverheadFunction", "OverwrittenOutp
 
 _AUTOGRAD = ("autograd: an input or parameter requires grad, so the call runs through the default compiled path "
              "(fused forward and backward) instead of a replayed capture")
+_HOST_READS = ("the function reads tensor values back into Python (item(), bool(), tolist(), printing): a capture "
+               "would freeze them, so calls run through the default compiled path, which compiles around them")
+
+
+def _warm_up(fn, args, kwargs):
+    """``fn(*args, **kwargs)`` eagerly, and whether it read a tensor's value back into Python (`cpu._hooks`'s list:
+    what a capture refuses). Knowing it before the capture means no capture starts and stops half-way."""
+    from ..cpu._hooks import FORBIDDEN
+
+    originals = {name: Tensor.__dict__[name] for name in FORBIDDEN if name in Tensor.__dict__}
+    seen = []
+
+    def noting(name, method):
+        def read(self, *a, **k):
+            seen.append(name)
+            return method(self, *a, **k)
+        return read
+    for name, method in originals.items():
+        setattr(Tensor, name, noting(name, method))
+    try:
+        out = fn(*args, **kwargs)
+    finally:
+        for name, method in originals.items():
+            setattr(Tensor, name, method)
+    return out, bool(seen)
 
 # Captures redone for changed hyperparameters before the warning that the step would run better uncaptured.
 RECAPTURE_WARNING = 8
@@ -124,8 +151,9 @@ class ReduceOverheadFunction:
         return None
 
     def _uncaptured(self, reason, args, kwargs):
-        """Run a call that is not replayed: through the default compiled path when it needs autograd, else eagerly."""
-        if reason is not _AUTOGRAD:
+        """Run a call that is not replayed: through the default compiled path when it needs autograd or reads
+        values back to Python (it compiles around those), else eagerly."""
+        if reason is not _AUTOGRAD and reason is not _HOST_READS:
             return self.fn(*args, **kwargs)
         if self._default is None:
             from .api import CompiledFunction  # the default mode; imported here, as entry.py does, to keep api light
@@ -230,7 +258,14 @@ class ReduceOverheadFunction:
                     if reason is not _AUTOGRAD:  # the default compiled path is what torch runs there too
                         warnings.warn(f"jitorch.compile(mode='reduce-overhead') of {self.__name__}: {reason}",
                                       stacklevel=2)
-                return self._uncaptured(reason, args, kwargs) if reason is not None else self.fn(*args, **kwargs)
+                if reason is not None:
+                    return self._uncaptured(reason, args, kwargs)
+                out, reads = _warm_up(self.fn, args, kwargs)
+                if reads:
+                    self.fallback_reason = _HOST_READS
+                return out
+            if self.fallback_reason is _HOST_READS:
+                return self._uncaptured(_HOST_READS, args, kwargs)
             self._capture(spec, leaves)
             for i, mutated in enumerate(self.mutated):
                 if mutated:  # the capture ran on a private copy: in-place updates of an input reach the caller
