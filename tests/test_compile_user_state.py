@@ -87,3 +87,37 @@ def test_a_list_the_function_appends_to_is_guarded_by_identity():
         for _ in range(12):
             assert compiled(jitorch.ones(3)).item() == 6.0
     assert len(compiled.entries) == 1
+
+
+def test_logging_a_loss_with_item_inside_a_compiled_step_does_not_recompile_per_value():
+    import warnings
+
+    jitorch.manual_seed(0)
+    model = jitorch.nn.Sequential(jitorch.nn.Linear(8, 16), jitorch.nn.ReLU(), jitorch.nn.Linear(16, 1))
+    reference = jitorch.nn.Sequential(jitorch.nn.Linear(8, 16), jitorch.nn.ReLU(), jitorch.nn.Linear(16, 1))
+    reference.load_state_dict(model.state_dict())
+    history, expected = [], []
+
+    @jitorch.compile
+    def step(x, y):
+        loss = jitorch.nn.functional.mse_loss(model(x), y)
+        history.append(loss.item())
+        loss.backward()
+        return loss
+
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no recompile-limit warning
+        for _ in range(12):
+            x = jitorch.tensor(rng.standard_normal((4, 8)).astype(np.float32))
+            y = jitorch.tensor(rng.standard_normal((4, 1)).astype(np.float32))
+            model.zero_grad()
+            step(x, y)
+            reference.zero_grad()
+            ref_loss = jitorch.nn.functional.mse_loss(reference(x), y)
+            ref_loss.backward()
+            expected.append(ref_loss.item())
+            for p, q in zip(model.parameters(), reference.parameters()):
+                np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(history, expected, rtol=1e-6)
+    assert step._branches <= 2  # two recorded values showed the same continuation: later values follow it

@@ -51,6 +51,26 @@ from .training import Unsupported
 __all__ = ["Replay"]
 
 
+def _signature(seg):
+    """What runs in ``seg``: each step's op and constants, and how it ends (not what follows: later breaks may grow)."""
+    cached = seg.__dict__.get("_signature")
+    if cached is None:
+        def constant(a):
+            return "node" if isinstance(a, Node) else repr(a)
+        steps = tuple((str(n.target), tuple(constant(a) for a in n.args),
+                       tuple((k, constant(v)) for k, v in sorted(n.kwargs.items()))) for n, _ in seg.steps)
+        end = seg.end
+        cached = seg.__dict__["_signature"] = (steps, None if end is None else (end.kind, end.name))
+    return cached
+
+
+def _same_continuations(brk):
+    """Whether ``brk`` has at least two recorded continuations and they all run the same ops with the same
+    constants: the value read there does not shape the graph."""
+    children = list(brk.children.values())
+    return len(children) >= 2 and len({_signature(c) for c in children}) == 1
+
+
 def _compile_outputs(seg, nodes, upto):
     """A `CompiledGraph` of ``seg`` computing ``nodes``: only their ancestors and the in-place steps before
     ``upto`` (a write into a buffer that a requested view shares must still happen)."""
@@ -267,6 +287,12 @@ class Replay(_ModeBase):
             return value
         key = value_key(name, value)
         child = brk.children.get(key)
+        if child is None and name == "item" and type(value) is float and _same_continuations(brk):
+            # A float read back only to be logged (``history.append(loss.item())``) rarely repeats: a branch per
+            # value would reach recompile_limit in a few steps. Once two values recorded the same continuation
+            # (same ops, same constants: the value changed nothing that runs), it is followed for any value. Each
+            # op is still matched against it, so a value that does change what runs bails out to eager.
+            child = next(reversed(brk.children.values()))
         if child is not None:
             self._enter(child)
         elif self.budget():
