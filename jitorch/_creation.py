@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import builtins
 
+import warnings
+
 import numpy as np
 
 from . import _dtype
@@ -122,6 +124,9 @@ def _inferred_dtype(data):
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """A new tensor holding a copy of ``data`` (nested sequences, scalars, NumPy arrays or tensors)."""
     if isinstance(data, Tensor):
+        warnings.warn("To copy construct from a tensor, it is recommended to use sourceTensor.detach().clone() or "
+                      "sourceTensor.detach().clone().requires_grad_(True), rather than torch.tensor(sourceTensor).",
+                      UserWarning, stacklevel=2)
         arr = data._host().copy()
         dt = data.dtype
     elif isinstance(data, np.ndarray):

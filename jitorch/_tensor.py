@@ -481,7 +481,9 @@ class Tensor:
     def __format__(self, spec):
         if self._data.ndim == 0 or (spec and self._data.size == 1):
             return format(self._scalar_for("format"), spec)
-        return format(repr(self), spec) if spec else repr(self)
+        if spec:  # object.__format__'s refusal, as torch's
+            raise TypeError("unsupported format string passed to Tensor.__format__")
+        return repr(self)
 
     __hash__ = object.__hash__
 

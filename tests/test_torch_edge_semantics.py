@@ -156,3 +156,12 @@ def test_fmax_fmin_values_and_tie_gradients(name):
         results.append((out.detach().numpy(), x.grad.numpy(), y.grad.numpy()))
     for got, want in zip(*results):
         np.testing.assert_array_equal(got, want)
+
+
+def test_format_spec_on_a_tensor_and_copy_construct_warning():
+    for lib in LIBS:
+        with pytest.raises(TypeError, match="unsupported format string passed to Tensor.__format__"):
+            f"{lib.tensor([1.0, 2.0]):.2f}"
+        assert f"{lib.tensor(1.5):.2f}" == "1.50"
+        with pytest.warns(UserWarning, match="To copy construct from a tensor"):
+            lib.tensor(lib.ones(2))
