@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 
+from .._inductor import config as inductor_config
 from ..nn.modules.module import Module
 from ..optim._fused import CompiledOptimizerStep
 from ..optim.optimizer import Optimizer
@@ -82,7 +83,7 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
         raise RuntimeError(f"jitorch.compile: unrecognized mode={mode!r}; expected one of {_MODES[1:]}")
     options = dict(options or {})
     limit = options.pop("recompile_limit", None)
-    unknown = sorted(k for k in options if k not in _INDUCTOR_OPTIONS)
+    unknown = sorted(k for k in options if k not in _INDUCTOR_OPTIONS and k not in inductor_config.OPTION_NAMES)
     if unknown:
         raise RuntimeError(f"jitorch.compile: unexpected optimization option(s) {unknown}; accepted: "
                            f"'recompile_limit' and Inductor's tuning options (ignored here)")
