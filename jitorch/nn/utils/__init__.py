@@ -7,7 +7,7 @@ parametrizations and ``functional_call`` (``torch.nn.utils``).
 >>> nn.utils.clip_grad_value_([p], 1.0); p.grad
 tensor([-1.0000,  0.5000,  1.0000])
 """
-from . import clip_grad, convert_parameters, parametrizations, parametrize, rnn, stateless  # noqa: F401
+from . import clip_grad, convert_parameters, parametrizations, parametrize, prune, rnn, stateless  # noqa: F401
 from .clip_grad import clip_grad_norm, clip_grad_norm_, clip_grad_value_, clip_grads_with_norm_, get_total_norm
 from .convert_parameters import parameters_to_vector, vector_to_parameters
 from .spectral_norm import remove_spectral_norm, spectral_norm
