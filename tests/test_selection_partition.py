@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import jitorch
+from jitorch.ops import sorting as sorting_ops
 
 SHAPES = [(1000,), (50, 140), (3, 5, 96)]
 
@@ -32,22 +33,33 @@ def _same(got, want):
     np.testing.assert_array_equal(gi.numpy(), wi.numpy())
 
 
-@pytest.mark.parametrize("shape", SHAPES)
+LONG = [(3000,), (4, 2100), (2, 2, 2048)]  # slices long enough for the partition (`sorting._PARTITION_MIN`)
+
+
+@pytest.mark.parametrize("shape", LONG)
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_of_long_slices_matches_torch(shape, largest):
+    a = _data("normal", shape, np.random.default_rng(len(shape)))
+    for k in (1, 3, 500):
+        _same(jitorch.topk(jitorch.from_numpy(a), k, -1, largest=largest),
+              torch.topk(torch.from_numpy(a), k, -1, largest=largest))
+
+
+@pytest.mark.parametrize("shape", LONG)
 @pytest.mark.parametrize("kind", ["normal", "few ints", "nan", "ties", "bool"])
 @pytest.mark.parametrize("largest", [True, False])
-def test_topk_of_long_slices_matches_torch(shape, kind, largest):
-    rng = np.random.default_rng(len(shape) + len(kind))
-    a = _data(kind, shape, rng)
-    for dim in range(len(shape)):
-        for k in (1, 3, shape[dim] // 5):
-            if kind == "bool":
-                a_t = torch.from_numpy(a.astype(np.uint8))  # torch has no bool topk: compare on bytes
-                want = torch.topk(a_t, k, dim, largest=largest)
-                got = jitorch.topk(jitorch.from_numpy(a.astype(np.uint8)), k, dim, largest=largest)
-            else:
-                want = torch.topk(torch.from_numpy(a), k, dim, largest=largest)
-                got = jitorch.topk(jitorch.from_numpy(a), k, dim, largest=largest)
-            _same(got, want)
+def test_topk_partition_equals_the_full_sort(monkeypatch, shape, kind, largest):
+    # Past REPLAY_MAX torch's own tie order is not replayed: both paths give the stable order, and must agree.
+    a = _data(kind, shape, np.random.default_rng(len(shape) + len(kind)))
+    if a.dtype == bool:
+        a = a.astype(np.uint8)
+    for k in (1, 3, 500):
+        fast = jitorch.topk(jitorch.from_numpy(a), k, -1, largest=largest)
+        monkeypatch.setattr(sorting_ops, "_PARTITION_MIN", 1 << 40)
+        full = jitorch.topk(jitorch.from_numpy(a), k, -1, largest=largest)
+        monkeypatch.undo()
+        np.testing.assert_array_equal(fast.values.numpy(), full.values.numpy())
+        np.testing.assert_array_equal(fast.indices.numpy(), full.indices.numpy())
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -140,6 +140,9 @@ def _replay_tied(xp, a, dim, fast, tied, replay):
     return np.moveaxis(out, -1, dim)
 
 
+_PARTITION_MIN = 2048  # shorter slices sort whole faster than the partition's dozen NumPy calls
+
+
 def _sorted_head(a, count, dim, largest):
     """The first ``count`` entries of ``stable_argsort(a, dim, largest)`` from a partition (O(n), not a sort of
     every element: top-10 of 10^6 was 45x torch's time), or None when the value at the cut is tied with one left
@@ -161,7 +164,7 @@ def _sorted_head(a, count, dim, largest):
 def _topk_kernel(xp, a, k, dim, largest):
     n = a.shape[dim]
     head_order = None
-    if xp is np and a.dtype.kind in "fiub" and 0 < k and 4 * (k + 1) <= n:
+    if xp is np and a.dtype.kind in "fiub" and 0 < k and 4 * (k + 1) <= n and n >= _PARTITION_MIN:
         head_order = _sorted_head(a, k + 1, dim, largest)
     if head_order is None:
         head_order = xp.take(stable_argsort(xp, a, dim, descending=largest), xp.arange(min(k + 1, n)), axis=dim)
