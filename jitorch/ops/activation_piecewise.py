@@ -26,6 +26,21 @@ def _zeros_for(ctx, i):
     return ctx.inputs[i].new_zeros(ctx.inputs[i].shape) if ctx.needs_grad(i) else None
 
 
+def _backwards(grad_row, nparams):
+    """``(backward, backward of the backward row)`` of a row ``f(x, *params)`` whose gradient is the row
+    ``grad_row(g, x, *params)`` (looked up by name when called: the rows are defined below). ``nparams`` counts the
+    forward's scalar parameters; the backward row takes all but the threshold's replacement value."""
+    def backward(ctx, g):
+        x, *params = ctx.inputs
+        return (globals()[grad_row](g, x, *params[:nparams]),) + (None,) * len(params)
+
+    def backward_of_backward(ctx, gg):
+        _, x, *params = ctx.inputs
+        first = globals()[grad_row](gg, x, *params) if ctx.needs_grad(0) else None
+        return (first, _zeros_for(ctx, 1)) + (None,) * len(params)
+    return backward, backward_of_backward
+
+
 def _scaled(a, slope):
     """``a * slope`` rounded once to ``a``'s dtype: half precision multiplies in float32, as torch's kernels do."""
     return (a.astype("float32") * slope).astype(a.dtype) if a.dtype.itemsize < 4 else a * slope
@@ -40,16 +55,6 @@ def _leaky_grad_kernel(xp, g, x, slope):
     return xp.where(x > 0, g, _scaled(g, slope)).astype(g.dtype, copy=False)
 
 
-def _leaky_backward(ctx, g):
-    x, slope = ctx.inputs
-    return leaky_relu_backward(g, x, slope), None
-
-
-def _leaky_grad_backward(ctx, gg):
-    _, x, slope = ctx.inputs
-    return (leaky_relu_backward(gg, x, slope) if ctx.needs_grad(0) else None), _zeros_for(ctx, 1), None
-
-
 def _hardtanh_kernel(xp, x, lo, hi):
     # Bounds as NaN-propagating selects (clip would turn NaN into a bound on some NumPy builds).
     return xp.where(x <= lo, lo, xp.where(x >= hi, hi, x)).astype(x.dtype, copy=False)
@@ -59,15 +64,10 @@ def _hardtanh_grad_kernel(xp, g, x, lo, hi):
     return xp.where((x <= lo) | (x >= hi), 0, g).astype(g.dtype, copy=False)
 
 
-def _hardtanh_backward(ctx, g):
-    x, lo, hi = ctx.inputs
-    return hardtanh_backward(g, x, lo, hi), None, None
-
-
-def _hardtanh_grad_backward(ctx, gg):
-    _, x, lo, hi = ctx.inputs
-    return (hardtanh_backward(gg, x, lo, hi) if ctx.needs_grad(0) else None), _zeros_for(ctx, 1), None, None
-
+_leaky_backward, _leaky_grad_backward = _backwards("leaky_relu_backward", 1)
+_hardtanh_backward, _hardtanh_grad_backward = _backwards("hardtanh_backward", 2)
+_shrink_backward, _shrink_grad_backward = _backwards("shrink_backward", 1)
+_threshold_backward, _threshold_grad_backward = _backwards("threshold_backward", 1)
 
 LEAKY_RELU = defop("leaky_relu", _leaky_kernel, _leaky_backward, Pointwise("{0} > 0 ? {0} : {0} * {1}"),
                    promotion="keep", saves="inputs", grad_name="LeakyReluBackward0")
@@ -96,32 +96,12 @@ def _shrink_grad_kernel(xp, g, x, lambd):
     return xp.where((x >= -lambd) & (x <= lambd), 0, g).astype(g.dtype, copy=False)
 
 
-def _shrink_backward(ctx, g):
-    x, lambd = ctx.inputs
-    return shrink_backward(g, x, lambd), None
-
-
-def _shrink_grad_backward(ctx, gg):
-    _, x, lambd = ctx.inputs
-    return (shrink_backward(gg, x, lambd) if ctx.needs_grad(0) else None), _zeros_for(ctx, 1), None
-
-
 def _threshold_kernel(xp, x, threshold, value):
     return xp.where(x <= threshold, value, x).astype(x.dtype, copy=False)
 
 
 def _threshold_grad_kernel(xp, g, x, threshold):
     return xp.where(x <= threshold, 0, g).astype(g.dtype, copy=False)
-
-
-def _threshold_backward(ctx, g):
-    x, threshold, _ = ctx.inputs
-    return threshold_backward(g, x, threshold), None, None
-
-
-def _threshold_grad_backward(ctx, gg):
-    _, x, threshold = ctx.inputs
-    return (threshold_backward(gg, x, threshold) if ctx.needs_grad(0) else None), _zeros_for(ctx, 1), None
 
 
 SOFTSHRINK = defop("softshrink", _softshrink_kernel, _shrink_backward,

@@ -38,6 +38,15 @@ def _count(amount, size, what="amount"):
     return round(amount * size)
 
 
+def _unstructured_mask(default_mask, amount, scores, largest):
+    """``default_mask`` with the ``amount`` entries of largest (or smallest) flat ``scores`` pruned."""
+    k = _count(amount, scores.numel())
+    mask = default_mask.clone()
+    if k:
+        mask.view(-1)[scores.topk(k, largest=largest).indices] = 0
+    return mask
+
+
 class BasePruningMethod:
     """A pruning technique: ``compute_mask(t, default_mask)`` gives the new mask; it is also the forward pre-hook."""
 
@@ -173,12 +182,7 @@ class RandomUnstructured(BasePruningMethod):
         self.amount = amount
 
     def compute_mask(self, t, default_mask):
-        k = _count(self.amount, t.numel())
-        mask = default_mask.clone()
-        if k:
-            drop = _creation.rand_like(t).view(-1).topk(k).indices
-            mask.view(-1)[drop] = 0
-        return mask
+        return _unstructured_mask(default_mask, self.amount, _creation.rand_like(t).view(-1), largest=True)
 
     @classmethod
     def apply(cls, module, name, amount):
@@ -193,12 +197,7 @@ class L1Unstructured(BasePruningMethod):
         self.amount = amount
 
     def compute_mask(self, t, default_mask):
-        k = _count(self.amount, t.numel())
-        mask = default_mask.clone()
-        if k:
-            drop = t.abs().reshape(-1).topk(k, largest=False).indices
-            mask.view(-1)[drop] = 0
-        return mask
+        return _unstructured_mask(default_mask, self.amount, t.abs().reshape(-1), largest=False)
 
     @classmethod
     def apply(cls, module, name, amount, importance_scores=None):
