@@ -8,9 +8,9 @@ pruning again combines masks over the entries still unpruned (a `PruningContaine
 >>> with jitorch.no_grad():
 ...     _ = lin.weight.copy_(jitorch.arange(8.0).reshape(2, 4) - 3.5)
 >>> _ = prune.l1_unstructured(lin, "weight", amount=0.5)
->>> lin.weight_mask
-tensor([[1., 0., 0., 0.],
-        [0., 0., 0., 1.]])
+>>> lin.weight_mask  # the four weights of smallest magnitude (|0.5| and |1.5|) are pruned
+tensor([[1., 1., 0., 0.],
+        [0., 0., 1., 1.]])
 >>> sorted(n for n, _ in lin.named_parameters()), prune.is_pruned(lin)
 (['bias', 'weight_orig'], True)
 """
