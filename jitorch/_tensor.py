@@ -283,6 +283,18 @@ class Tensor:
         self._data = value._data
         self._base = self._ver_owner = self._view_chain = None
 
+    def as_subclass(self, cls):
+        """``self``'s data as a ``cls`` instance (a ``Tensor`` subclass), sharing memory and attached to the autograd
+        graph, as torch's (``__init__`` is not called)."""
+        if not (isinstance(cls, type) and issubclass(cls, Tensor)):
+            raise TypeError(f"as_subclass(): argument 'cls' must be a subclass of Tensor, not {cls!r}")
+        alias = self.view_as(self)
+        if cls is Tensor:
+            return alias
+        sub = object.__new__(cls)
+        sub.__dict__.update(alias.__dict__)
+        return sub
+
     def detach(self):
         t = Tensor._make(self._data)
         t._ver_owner = self._root()

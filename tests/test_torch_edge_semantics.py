@@ -165,3 +165,19 @@ def test_format_spec_on_a_tensor_and_copy_construct_warning():
         assert f"{lib.tensor(1.5):.2f}" == "1.50"
         with pytest.warns(UserWarning, match="To copy construct from a tensor"):
             lib.tensor(lib.ones(2))
+
+
+def test_as_subclass_shares_memory_and_the_graph():
+    class Mine(jitorch.Tensor):
+        pass
+
+    x = jitorch.ones(2, requires_grad=True)
+    y = (x * 2).as_subclass(Mine)
+    assert type(y) is Mine and y.requires_grad
+    y.sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0]
+    z = jitorch.ones(2)
+    z.as_subclass(Mine).add_(1)
+    assert z.tolist() == [2.0, 2.0]
+    with pytest.raises(TypeError, match="subclass of Tensor"):
+        z.as_subclass(int)
