@@ -121,3 +121,13 @@ def test_logging_a_loss_with_item_inside_a_compiled_step_does_not_recompile_per_
                 np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(history, expected, rtol=1e-6)
     assert step._branches <= 2  # two recorded values showed the same continuation: later values follow it
+
+
+def test_shapes_returned_by_compiled_code_stay_sizes():
+    @jitorch.compile
+    def f(x):
+        return x.shape, x * 2, {"tail": x.shape[1:]}
+
+    for _ in range(3):
+        shape, _, extra = f(jitorch.ones(2, 3))
+        assert type(shape) is jitorch.Size and shape.numel() == 6 and type(extra["tail"]) is jitorch.Size

@@ -16,7 +16,7 @@ import weakref
 from dataclasses import replace
 
 from .._dispatch import MODES
-from .._tensor import Tensor
+from .._tensor import Size, Tensor
 from ..autograd.grad_mode import GradState
 from ..nn.modules.container import ModuleList
 from ..profiler import record_function
@@ -43,6 +43,36 @@ _LIVE = weakref.WeakSet()  # every CompiledFunction, so reset() can clear their 
 
 _MADE_REQUIRING_GRAD = ("the call makes tensors that require grad itself (``torch.ones(3, requires_grad=True)`` inside "
                         "it): a compiled graph cannot hand their gradients back; make them outside and pass them in")
+
+
+def _has_size(tree):
+    if isinstance(tree, Size):
+        return True
+    if isinstance(tree, (tuple, list)):
+        return any(_has_size(x) for x in tree)
+    if isinstance(tree, dict):
+        return any(_has_size(x) for x in tree.values())
+    return False
+
+
+def _as_sizes(like, value):
+    """``value`` with the tuples that stand where ``like`` (the traced result) held a ``Size`` made Sizes again: a
+    graph's outputs come back as plain tuples, and ``x.shape`` returned by a compiled function must stay a Size."""
+    if isinstance(like, Size) and type(value) is tuple:
+        return Size(value)
+    if isinstance(like, (tuple, list)) and isinstance(value, (tuple, list)) and len(like) == len(value):
+        items = [_as_sizes(a, b) for a, b in zip(like, value)]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    if isinstance(like, dict) and isinstance(value, dict):
+        return {k: _as_sizes(like.get(k), v) for k, v in value.items()}
+    return value
+
+
+def _keeping_sizes(run, traced_result):
+    """``run`` restoring the Sizes of ``traced_result``'s structure (only when it has any: no cost otherwise)."""
+    if not _has_size(traced_result):
+        return run
+    return lambda args, kwargs: _as_sizes(traced_result, run(args, kwargs))
 
 
 class CompiledFunction:
@@ -354,7 +384,7 @@ class CompiledFunction:
                     traced.gm.recompile()
                 graph = CompiledGraph(traced.gm)
                 entry.kernel_ops = graph.kernel_ops
-                entry.run = whole_call_runner(graph, traced.writes)
+                entry.run = _keeping_sizes(whole_call_runner(graph, traced.writes), traced.result)
         if entry.replay is None:
             # The first run compiles the kernels for these strides. It is this call: the trace's draws and buffer
             # updates are undone first (a graph without breaks writes no other outside tensor: such writes break).
