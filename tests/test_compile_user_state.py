@@ -131,3 +131,23 @@ def test_shapes_returned_by_compiled_code_stay_sizes():
     for _ in range(3):
         shape, _, extra = f(jitorch.ones(2, 3))
         assert type(shape) is jitorch.Size and shape.numel() == 6 and type(extra["tail"]) is jitorch.Size
+
+
+def test_a_counter_bumped_in_forward_counts_each_call_once():
+    class Counting(jitorch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = jitorch.nn.Linear(3, 3)
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return self.lin(x) * self.calls
+
+    model = Counting()
+    compiled = jitorch.compile(model)
+    x = jitorch.ones(2, 3)
+    for i in range(1, 5):
+        out = compiled(x)  # training mode with grad: the joint trace runs forward's Python a second time
+        assert model.calls == i
+        np.testing.assert_allclose(out.detach().numpy(), model.lin(x).detach().numpy() * i, rtol=1e-6)

@@ -45,6 +45,19 @@ _MADE_REQUIRING_GRAD = ("the call makes tensors that require grad itself (``torc
                         "it): a compiled graph cannot hand their gradients back; make them outside and pass them in")
 
 
+def _attribute_state(module):
+    """The plain attributes (numbers, strings, None) of ``module`` and its submodules, to put back later."""
+    if module is None:
+        return []
+    return [(m, {k: v for k, v in m.__dict__.items() if type(v) in (int, float, bool, str, type(None))})
+            for m in module.modules()]
+
+
+def _restore_attributes(state):
+    for m, values in state:
+        m.__dict__.update(values)
+
+
 def _has_size(tree):
     if isinstance(tree, Size):
         return True
@@ -286,6 +299,7 @@ class CompiledFunction:
         buffers = self._buffers()
         # Compiling runs the function more than once: the call's own draws and buffer updates happen once.
         before = CompileState(buffers)
+        attributes = _attribute_state(self._owner())
         traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
         lifted = self._lift(traced)
         if lifted and not site.relifted:
@@ -316,13 +330,21 @@ class CompiledFunction:
             return traced.result
         llvm_before = kernel_cache_stats()["compile_s"]
         dims = dims_to_make_dynamic(self, self.train_entries[:-1], guards, args, kwargs, config.dynamic_after_changes)
+        # Compiling runs the module's Python again (the joint trace, dynamic-shape probes), each time from the state
+        # the trace started from, so a counter it bumps (``self.calls += 1``) is read as the trace read it; after,
+        # the state is the trace's: this call counted once.
+        traced_attributes = _attribute_state(self._owner())
+        _restore_attributes(attributes)
         found = dims and dynamic_training(self, fn, entry, dims, guards, args, kwargs, self._owner())
         try:
+            _restore_attributes(attributes)
             plan = found[1].plan if found else compile_training(fn, args, kwargs, self._owner(), traced.result)
         except Unsupported as err:
             # The trace ran the function eagerly with autograd recording: its result is this call's answer.
             after.restore()
+            _restore_attributes(traced_attributes)
             return self._eager_entry(entry, str(err), traced.result)
+        _restore_attributes(traced_attributes)
         before.restore()  # the compiled run below is this call
         module = self._owner()
 
