@@ -30,14 +30,18 @@ __all__ = ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward",
            "MIN_SIZE"]
 
 MIN_SIZE = 4096
+# Layer norm's NumPy form is eight passes: the kernel wins at any size (8 x 128: 11 us against 16, the row of a
+# decoding step), where softmax's three NumPy passes win below about 4096 elements.
+LAYER_NORM_MIN_SIZE = 1
 _IR = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _MAX_KERNELS = 256
 _kernels: dict = {}
 
 
-def _usable(arrays):
+def _usable(arrays, minimum=None):
     first = arrays[0]
-    if type(first) is not np.ndarray or first.dtype not in _IR or first.size < MIN_SIZE or first.ndim == 0:
+    if type(first) is not np.ndarray or first.dtype not in _IR or first.ndim == 0 or \
+            first.size < (MIN_SIZE if minimum is None else minimum):
         return False
     return all(type(a) is np.ndarray and a.dtype == first.dtype and a.shape == first.shape and a.flags.c_contiguous
                for a in arrays)
@@ -142,7 +146,7 @@ def log_softmax_backward(g, y, dim=-1):
 
 def layer_norm(x, weight, bias, k, eps):
     """(out, mean, rstd) of layer norm over the last ``k`` dimensions (statistics shaped as the row's), or None."""
-    if not _usable((x,)) or not 1 <= k <= x.ndim:
+    if not _usable((x,), LAYER_NORM_MIN_SIZE) or not 1 <= k <= x.ndim:
         return None
     n = 1
     for s in x.shape[x.ndim - k:]:
@@ -160,7 +164,7 @@ def layer_norm(x, weight, bias, k, eps):
 def layer_norm_backward(g, x, mean, rstd, weight, k):
     """(gx, gw, gb) of layer norm over the last ``k`` dimensions from the forward's statistics, or None: gx in one
     row kernel (which also writes xhat), the parameter gradients as column sums (BLAS)."""
-    if not _usable((g, x)) or not 1 <= k <= x.ndim:
+    if not _usable((g, x), LAYER_NORM_MIN_SIZE) or not 1 <= k <= x.ndim:
         return None
     n = 1
     for s in x.shape[x.ndim - k:]:
