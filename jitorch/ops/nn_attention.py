@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..autograd.grad_mode import GradState
 from .table import Opaque, defop
 
@@ -52,8 +54,22 @@ def _t(a):
 
 # -- forward ----------------------------------------------------------------------------------------------------------
 def _causal_bias_t(xp, source, length, dtype):
-    """``(S, L)`` causal mask (top-left aligned) as added scores, transposed: ``-inf`` where key ``j`` > query ``i``."""
-    return xp.tril(xp.full((source, length), -xp.inf, dtype=dtype), -1)
+    """``(S, L)`` causal mask (top-left aligned) as added scores, transposed: ``-inf`` where key ``j`` > query ``i``.
+    Host masks are made once per size and dtype (read-only): a decoding loop asks for a new length every token, and
+    building it was a fifth of a small attention call."""
+    if xp is not np:
+        return xp.tril(xp.full((source, length), -xp.inf, dtype=dtype), -1)
+    key = (source, length, np.dtype(dtype).str)
+    mask = _CAUSAL_MASKS.get(key)
+    if mask is None:
+        if len(_CAUSAL_MASKS) >= 256:
+            _CAUSAL_MASKS.clear()
+        mask = _CAUSAL_MASKS[key] = np.tril(np.full((source, length), -np.inf, dtype=dtype), -1)
+        mask.flags.writeable = False
+    return mask
+
+
+_CAUSAL_MASKS: dict = {}
 
 
 def _column_sums(xp, st):
