@@ -19,7 +19,9 @@ from .. import _creation, _dtype
 from .._dispatch import apply
 from .._pointwise import where
 from .._tensor import Tensor
+from ..autograd.graph import named
 from ..autograd.grad_mode import no_grad
+from ..ops.indexing import INDEX
 from ..ops.nn_ops import CHECK_RANGE
 
 __all__ = ["embedding", "embedding_bag", "one_hot"]
@@ -76,11 +78,12 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
                                f"embedding: index out of range in self (indices must be in [0, {num}))")
         _renorm_rows(weight, input, max_norm, norm_type)
     try:
-        # The row's kernel checks the range: no value is read into Python, so a compiled model keeps one graph.
-        out = weight.index_select(0, input.reshape(-1))
+        # One index row over the whole index tensor (its shape leads the result's): the kernel checks the range, so
+        # no value is read into Python and a compiled model keeps one graph.
+        out = apply(INDEX, weight, input if input.device == weight.device else input.to(weight.device), key=(0,),
+                    negative=False)
     except IndexError:
         raise IndexError(f"embedding: index out of range in self (indices must be in [0, {num}))") from None
-    out = out.reshape(tuple(input.shape) + (weight.shape[1],))
     if not out.requires_grad:
         return out
     if scale_grad_by_freq:
@@ -88,7 +91,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         out = _straight_through_scale(out, (1.0 / counts[input].to(weight.dtype)).unsqueeze(-1))
     if padding_idx is not None:
         out = where((input == padding_idx).unsqueeze(-1), out.detach(), out)
-    return out
+    return named(out, "EmbeddingBackward0")
 
 
 def _bag_ids(input, offsets, include_last_offset):
