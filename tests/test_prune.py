@@ -78,3 +78,15 @@ def test_custom_mask_and_remove():
     assert not prune.is_pruned(mine) and isinstance(mine[0].weight, jitorch.nn.Parameter)
     with pytest.raises(ValueError, match="has to be pruned"):
         prune.remove(mine[0], "weight")
+
+
+def test_random_pruning_prunes_the_requested_amounts():
+    jitorch.manual_seed(0)
+    lin = jitorch.nn.Linear(6, 4)
+    prune.random_unstructured(lin, "weight", amount=0.5)
+    assert lin.weight_mask.sum().item() == 12
+    prune.random_structured(lin, "bias", amount=0.5, dim=0)
+    assert lin.bias_mask.sum().item() == 2
+    conv = jitorch.nn.Conv2d(2, 4, 3)
+    prune.random_structured(conv, "weight", amount=1, dim=0)
+    assert sorted(conv.weight_mask.sum((1, 2, 3)).tolist()) == [0.0, 18.0, 18.0, 18.0]

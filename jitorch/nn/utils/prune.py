@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numbers
 
-from ... import _creation
+from ... import _creation, _random
 
 __all__ = ["BasePruningMethod", "PruningContainer", "Identity", "RandomUnstructured", "L1Unstructured",
            "RandomStructured", "LnStructured", "CustomFromMask", "identity", "random_unstructured", "l1_unstructured",
@@ -182,7 +182,7 @@ class RandomUnstructured(BasePruningMethod):
         self.amount = amount
 
     def compute_mask(self, t, default_mask):
-        return _unstructured_mask(default_mask, self.amount, _creation.rand_like(t).view(-1), largest=True)
+        return _unstructured_mask(default_mask, self.amount, _random.rand_like(t).view(-1), largest=True)
 
     @classmethod
     def apply(cls, module, name, amount):
@@ -212,7 +212,7 @@ class RandomStructured(BasePruningMethod):
         self.amount, self.dim = amount, dim
 
     def compute_mask(self, t, default_mask):
-        return _channel_mask(t, default_mask, self.amount, self.dim, _creation.rand(t.shape[self.dim]))
+        return _channel_mask(t, default_mask, self.amount, self.dim, _random.rand(t.shape[self.dim]))
 
     @classmethod
     def apply(cls, module, name, amount, dim=-1):
