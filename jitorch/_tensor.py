@@ -283,6 +283,18 @@ class Tensor:
         self._data = value._data
         self._base = self._ver_owner = self._view_chain = None
 
+    @staticmethod
+    def _make_subclass(cls, data, require_grad=False, dispatch_strides=False, dispatch_device=False,
+                       device_for_backend_keys=None):
+        """torch's constructor helper for ``Tensor`` subclasses (``Parameter`` subclasses call it from ``__new__``):
+        a ``cls`` leaf over ``data``'s memory, requiring grad as asked."""
+        if not (isinstance(cls, type) and issubclass(cls, Tensor)):
+            raise TypeError(f"_make_subclass(): argument 'cls' must be a subclass of Tensor, not {cls!r}")
+        sub = object.__new__(cls)
+        sub._data = data._data
+        sub.requires_grad_(bool(require_grad))
+        return sub
+
     def as_subclass(self, cls):
         """``self``'s data as a ``cls`` instance (a ``Tensor`` subclass), sharing memory and attached to the autograd
         graph, as torch's (``__init__`` is not called)."""

@@ -181,3 +181,19 @@ def test_as_subclass_shares_memory_and_the_graph():
     assert z.tolist() == [2.0, 2.0]
     with pytest.raises(TypeError, match="subclass of Tensor"):
         z.as_subclass(int)
+
+
+def test_make_subclass_builds_parameter_subclasses():
+    for lib in LIBS:
+        class Quantized(lib.nn.Parameter):
+            def __new__(cls, data, requires_grad=True):
+                return lib.Tensor._make_subclass(cls, data, requires_grad)
+
+        q = Quantized(lib.ones(2))
+        layer = lib.nn.Linear(2, 2)
+        layer.q = q
+        assert type(q) is Quantized and q.requires_grad and q.is_leaf
+        assert [n for n, _ in layer.named_parameters()] == ["weight", "bias", "q"]
+        base = lib.ones(3)
+        lib.Tensor._make_subclass(lib.Tensor, base, False).add_(1)
+        assert base.tolist() == [2.0, 2.0, 2.0]
