@@ -359,9 +359,15 @@ def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None
 def randperm(n, *, generator=None, out=None, dtype=None, layout=None, device=None, requires_grad=False,
              pin_memory=False):
     """A random permutation of ``0 .. n-1``."""
+    n = operator.index(n)  # a NumPy integer or a 0-d tensor too (random_split's lengths)
     dt = _dtype.int64 if dtype is None else _dtype.to_dtype(dtype)
     rng = _rng(_generator_for(generator, device))
-    return _sample(rng.permutation(n), dt, device, requires_grad)
+    result = _sample(rng.permutation(n), dt, device, requires_grad)
+    if out is not None:
+        if tuple(out.shape) != (n,):
+            out.resize_(n)
+        return out.copy_(result)
+    return result
 
 
 def rand_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):

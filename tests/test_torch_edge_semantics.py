@@ -197,3 +197,25 @@ def test_make_subclass_builds_parameter_subclasses():
         base = lib.ones(3)
         lib.Tensor._make_subclass(lib.Tensor, base, False).add_(1)
         assert base.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_randperm_takes_a_0d_tensor_and_out():
+    assert jitorch.randperm(jitorch.tensor(5)).shape == (5,)
+    assert [len(s) for s in jitorch.utils.data.random_split(range(10), jitorch.tensor([3, 7]))] == [3, 7]
+    out = jitorch.empty(4, dtype=jitorch.long)
+    assert jitorch.randperm(4, out=out) is out and sorted(out.tolist()) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("opt", ["Adam", "AdamW", "SGD"])
+def test_an_optimizer_state_of_another_shape_raises_instead_of_writing_out_of_bounds(opt):
+    kwargs = {"lr": 0.1, "fused": True} | ({"momentum": 0.9} if opt == "SGD" else {})
+    small, big = jitorch.nn.Parameter(jitorch.ones(2)), jitorch.nn.Parameter(jitorch.ones(4))
+    for loaded, target in ((big, small), (small, big)):
+        source = getattr(jitorch.optim, opt)([loaded], **kwargs)
+        (loaded ** 2).sum().backward()
+        source.step()
+        dest = getattr(jitorch.optim, opt)([target], **kwargs)
+        dest.load_state_dict(source.state_dict())
+        (target ** 2).sum().backward()
+        with pytest.raises(RuntimeError, match="shape"):
+            dest.step()

@@ -153,6 +153,19 @@ def _usable(*tensor_lists):
     return True
 
 
+def _check_shapes(name, params, *aligned):
+    """Each parameter's state and gradient must have its shape: the kernel walks the parameter's elements through
+    every pointer, so a state loaded from another model (``load_state_dict``) would be read and written out of
+    bounds. torch fails there too, on the mismatched broadcast."""
+    for i, p in enumerate(params):
+        for tensors in aligned:
+            t = tensors[i]
+            if t is not None and t._data.shape != p._data.shape:
+                raise RuntimeError(f"{name}: parameter {i} has shape {list(p._data.shape)} but its gradient or "
+                                   f"optimizer state has shape {list(t._data.shape)}; was the optimizer's state dict "
+                                   "loaded from another model?")
+
+
 def _scalar(v):
     return float(v.item()) if isinstance(v, Tensor) else float(v)
 
@@ -175,6 +188,7 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
     lists = [params, grads, exp_avgs, exp_avg_sqs] + ([max_exp_avg_sqs] if amsgrad else [])
     if not _usable(*lists):
         return False
+    _check_shapes("adam", *lists)
     beta1, beta2, lr, weight_decay, eps = map(_scalar, (beta1, beta2, lr, weight_decay, eps))
     skip, inv_scale = _amp(grad_scale, found_inf)
     w1 = 1.0 - beta1
@@ -241,6 +255,7 @@ def fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr
     """
     if not _usable(params, grads, [b for b in momentum_buffer_list if b is not None]):
         return False
+    _check_shapes("sgd", params, grads, momentum_buffer_list)
     weight_decay, momentum, lr, dampening = map(_scalar, (weight_decay, momentum, lr, dampening))
     skip, inv_scale = _amp(grad_scale, found_inf)
     if skip:
