@@ -366,9 +366,14 @@ def test_misc_api():
         list(jdata.DataLoader(Stream(4), batch_size=2))
 
 
-def test_summary_writer_is_a_no_op():
+def test_summary_writer_is_a_no_op(tmp_path, monkeypatch):
     from jitorch.utils.tensorboard import SummaryWriter
 
+    monkeypatch.chdir(tmp_path)
+    default = SummaryWriter(comment="_exp")  # torch's default directory, made as torch makes it
+    assert default.log_dir.startswith("runs") and default.log_dir.endswith("_exp")
+    assert (tmp_path / default.log_dir).is_dir()
+    default.add_video("v", None)  # every other add_* of torch's writer is accepted
     with SummaryWriter("runs/x") as writer:
         writer.add_scalar("loss", 1.0, 0)
         writer.add_scalars("m", {"a": 1.0}, 0)

@@ -1,13 +1,19 @@
-"""``jitorch.utils.tensorboard``: a ``SummaryWriter`` that accepts every call and writes nothing.
+"""``jitorch.utils.tensorboard``: a ``SummaryWriter`` that accepts every call and writes no event file (it makes its
+log directory, as torch's does: scripts save checkpoints there).
 
 Training scripts written for PyTorch log through ``torch.utils.tensorboard``; this keeps them running unchanged
 (jitorch does not produce TensorBoard event files).
 
+>>> import tempfile
 >>> from jitorch.utils.tensorboard import SummaryWriter
->>> with SummaryWriter() as writer:
+>>> with SummaryWriter(tempfile.mkdtemp()) as writer:
 ...     writer.add_scalar("loss", 0.5, global_step=1)
 """
 from __future__ import annotations
+
+import datetime
+import os
+import socket
 
 __all__ = ["SummaryWriter"]
 
@@ -16,8 +22,18 @@ class SummaryWriter:
     """PyTorch's ``SummaryWriter`` interface; every method is a no-op."""
 
     def __init__(self, log_dir=None, comment="", purge_step=None, max_queue=10, flush_secs=120, filename_suffix=""):
-        self.log_dir = log_dir
+        if not log_dir:  # torch's default: runs/<Mon DD_HH-MM-SS>_<host><comment>, which scripts save checkpoints in
+            stamp = datetime.datetime.now().strftime("%b%d_%H-%M-%S")
+            log_dir = os.path.join("runs", f"{stamp}_{socket.gethostname()}{comment}")
+        os.makedirs(log_dir, exist_ok=True)
+        self.log_dir = str(log_dir)
         self.comment = comment
+
+    def __getattr__(self, name):
+        # torch's other writers (add_video, add_audio, add_mesh, add_custom_scalars...) accept and drop too
+        if name.startswith("add_"):
+            return lambda *args, **kwargs: None
+        raise AttributeError(f"'SummaryWriter' object has no attribute '{name}'")
 
     def get_logdir(self):
         return self.log_dir
