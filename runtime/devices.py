@@ -196,7 +196,7 @@ def move_array(arr, device_type, index=None):
     """A copy of ``arr`` on ``device_type`` (the same array when it already lives there)."""
     if device_type == "cpu":
         return arr if type(arr) is np.ndarray else arr.get()
-    cp = array_module_for("cuda")
+    cp = array_module_for(device_type)  # "meta" and others: the unsupported-device error, not a CUDA one
     with cp.cuda.Device(index or 0):
         if type(arr) is not np.ndarray and arr.device.id == (index or 0):
             return arr

@@ -219,3 +219,9 @@ def test_an_optimizer_state_of_another_shape_raises_instead_of_writing_out_of_bo
         (target ** 2).sum().backward()
         with pytest.raises(RuntimeError, match="shape"):
             dest.step()
+
+
+def test_moving_to_an_unsupported_device_names_it():
+    for move in (lambda: jitorch.ones(2).to("meta"), lambda: jitorch.nn.Linear(2, 2).to("meta")):
+        with pytest.raises(RuntimeError, match="unsupported device type 'meta'"):
+            move()
