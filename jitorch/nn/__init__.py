@@ -13,6 +13,7 @@ import importlib
 
 from . import parameter, modules, init, utils  # noqa: F401
 from . import parallel  # noqa: F401,E402
+from . import common_types, grad  # noqa: F401,E402
 from .parameter import Buffer, Parameter, UninitializedBuffer, UninitializedParameter  # noqa: F401
 from .parallel import DataParallel  # noqa: F401 - torch.nn.DataParallel
 from .modules import *  # noqa: F401,F403
