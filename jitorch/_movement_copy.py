@@ -67,7 +67,7 @@ def rot90(input, k=1, dims=(0, 1)):
 
 
 def cat(tensors, dim=0, *, out=None):
-    tensors = list(tensors)
+    tensors = _tensor_list(tensors)
     if not tensors:
         raise ValueError("cat(): expected a non-empty list of Tensors")
     for i, t in enumerate(tensors):
@@ -105,8 +105,17 @@ def cat(tensors, dim=0, *, out=None):
 concat = concatenate = cat
 
 
-def stack(tensors, dim=0, *, out=None):
+def _tensor_list(tensors):
+    """``tensors`` as a list, refusing other entries with torch's TypeError (a collate of mixed items)."""
     tensors = list(tensors)
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"expected Tensor as element {i} in argument 0, but got {type(t).__name__}")
+    return tensors
+
+
+def stack(tensors, dim=0, *, out=None):
+    tensors = _tensor_list(tensors)
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
     shape = tensors[0]._data.shape

@@ -262,6 +262,10 @@ def test_collate_errors_match_torch():
     same_error(lambda: jdata.default_collate(strings), lambda: tdata.default_collate(strings))
     with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
         jdata.default_collate([jitorch.zeros(2), jitorch.zeros(3)])
+    same_error(lambda: jdata.default_collate([jitorch.tensor(1), 2]),
+               lambda: tdata.default_collate([torch.tensor(1), 2]))
+    same_error(lambda: jitorch.stack([jitorch.ones(1), 3.0]), lambda: torch.stack([torch.ones(1), 3.0]))
+    same_error(lambda: jitorch.cat([jitorch.ones(1), [2]]), lambda: torch.cat([torch.ones(1), [2]]))
 
 
 def test_collate_keeps_autograd_and_custom_map():
