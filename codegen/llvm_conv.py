@@ -1,4 +1,4 @@
-"""Direct 2-D convolution at stride 1 as one LLVM function: register tiles of output channels by output columns.
+"""Direct 2-D convolution as one LLVM function: register tiles of output channels by output columns.
 
 im2col copies the input ``prod(kernel)`` times before its GEMM; at stride 1 a window row is a contiguous run of the
 padded input, so the product can read the input in place. For each image, block of ``OB`` output channels, output
@@ -7,7 +7,13 @@ taps ``acc[j] += splat(w[o0 + j, c, ky, kx]) * x[c, h + ky*dh, w0 + kx*dw : ... 
 stored through a mask. Loads of the last chunk may run up to ``L - 1`` elements past a row (into the next row, or
 past the end, so the input buffer carries ``L`` elements of slack); those lanes are never stored.
 
-Every size is an argument; the code depends only on the element type, ``L``, ``OB`` and the kernel's shape. The
+A stride ``(sy, sx)`` reads row ``sy * h + ky*dh`` and, for each chunk, ``sx * L`` adjacent elements of which every
+``sx``-th is kept (a load pair and one permute instead of a gather); the slack grows to ``sx * L``. So a strided
+layer runs all its taps in one pass over the padded input, where a sum of stride-1 kernels by phase would run
+several thin ones and add their outputs.
+
+Every size is an argument; the code depends only on the element type, ``L``, ``OB``, the stride and the kernel's
+shape. The
 weight comes packed as ``(O / OB, C / G, KH, KW, OB)`` (`pack_weight`), so a tap's ``OB`` weights are adjacent.
 For a 3x3 float32 kernel with ``OB = 8`` and ``L = 16`` one tap emits::
 
@@ -99,8 +105,9 @@ def emit_geometry(line, kernel, block, plane):
         line(f"  %{plane}.{j} = mul nsw i64 %howo, {j}")
 
 
-def _function_ir(name, dtype, kernel, lanes, block):
+def _function_ir(name, dtype, kernel, lanes, block, stride=(1, 1)):
     """The LLVM IR of the direct convolution ``name`` (see the module notes for its loops and arguments)."""
+    sy, sx = stride
     ty = LLVM_TYPES[dtype]
     vt, item = f"<{lanes} x {ty}>", np.dtype(DTYPES[dtype]).itemsize
     kh, kw = kernel
@@ -152,7 +159,8 @@ def _function_ir(name, dtype, kernel, lanes, block):
     line("  %h.ok = icmp slt i64 %h, %ho")
     line("  br i1 %h.ok, label %h.body, label %h.exit")
     line("h.body:")
-    line("  %xh0 = mul nsw i64 %h, %wp")
+    line(f"  %xh.r = mul nsw i64 %h, {sy}")
+    line("  %xh0 = mul nsw i64 %xh.r, %wp")
     line("  %xh = add nsw i64 %xbase, %xh0")
     line("  %oh0 = mul nsw i64 %h, %wo")
     line("  %oh = add nsw i64 %obase, %oh0")
@@ -162,7 +170,8 @@ def _function_ir(name, dtype, kernel, lanes, block):
     line("  %w.ok = icmp slt i64 %w0, %wo")
     line("  br i1 %w.ok, label %w.body, label %w.exit")
     line("w.body:")
-    line("  %xw = add nsw i64 %xh, %w0")
+    line(f"  %xw.c = mul nsw i64 %w0, {sx}")
+    line("  %xw = add nsw i64 %xh, %xw.c")
     line("  br label %c.head")
     line("c.head:")
     line("  %c = phi i64 [ 0, %w.body ], [ %c.next, %c.body ]")
@@ -178,7 +187,14 @@ def _function_ir(name, dtype, kernel, lanes, block):
     for i in range(taps):
         line(f"  %x.{i}.o = add nsw i64 %xc, %tap.{i}")
         line(f"  %x.{i}.p = getelementptr {ty}, ptr %x, i64 %x.{i}.o")
-        line(f"  %x.{i} = load {vt}, ptr %x.{i}.p, align {item}")
+        if sx == 1:
+            line(f"  %x.{i} = load {vt}, ptr %x.{i}.p, align {item}")
+        else:
+            # sx * L adjacent elements, every sx-th kept: two vector loads and a permute, no gather.
+            every = ", ".join(f"i32 {k * sx}" for k in range(lanes))
+            line(f"  %x.{i}.all = load <{lanes * sx} x {ty}>, ptr %x.{i}.p, align {item}")
+            line(f"  %x.{i} = shufflevector <{lanes * sx} x {ty}> %x.{i}.all, <{lanes * sx} x {ty}> poison, "
+                 f"<{lanes} x i32> <{every}>")
         for j in range(block):
             line(f"  %w.{i}.{j}.o = add nsw i64 %wc, {i * block + j}")
             line(f"  %w.{i}.{j}.p = getelementptr {ty}, ptr %w, i64 %w.{i}.{j}.o")
@@ -225,7 +241,8 @@ def _function_ir(name, dtype, kernel, lanes, block):
 
 
 class DirectConv:
-    """A compiled direct convolution for one element type, kernel shape, chunk width and output-channel block.
+    """A compiled direct convolution for one element type, kernel shape, chunk width, output-channel block and
+    stride.
 
     ``fn(x, w, bias, pads, groups, dilation, parallel=None)`` convolves ``(N, C, H, W)``, padded with zeros by
     ``pads`` (``((top, bottom), (left, right))``), with ``(O, C/G, KH, KW)`` weights (``O / G`` a multiple of
@@ -234,9 +251,10 @@ class DirectConv:
     channel blocks across threads.
     """
 
-    def __init__(self, dtype, kernel, lanes, block, cache=None):
+    def __init__(self, dtype, kernel, lanes, block, cache=None, stride=(1, 1)):
         self.dtype, self.kernel, self.lanes, self.block = dtype, tuple(kernel), lanes, block
-        text = _function_ir("jitorch_conv", dtype, self.kernel, lanes, block)
+        self.stride = tuple(stride)
+        text = _function_ir("jitorch_conv", dtype, self.kernel, lanes, block, self.stride)
         self.name = f"jitorch_conv_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
         self.llvm_ir = text.replace("@jitorch_conv(", f"@{self.name}(")
         self.address = compile_function(self.llvm_ir, self.name, cache)
@@ -249,20 +267,21 @@ class DirectConv:
         (top, bottom), (left, right) = pads
         hp, wp = h + top + bottom, wd + left + right
         dh, dw = dilation
-        ho, wo = hp - dh * (kh - 1), wp - dw * (kw - 1)
+        sy, sx = self.stride
+        ho, wo = (hp - dh * (kh - 1) - 1) // sy + 1, (wp - dw * (kw - 1) - 1) // sx + 1
         np_dtype = np.dtype(DTYPES[self.dtype])
         where = f"direct convolution: input {x.shape}, weight {w.shape}, groups {groups}, pads {pads}, dilation " \
-                f"{dilation}"
+                f"{dilation}, stride {self.stride}"
         if (kh, kw) != self.kernel or o % groups or (o // groups) % self.block or cg * groups != cx:
             raise ValueError(f"{where}: do not fit this {self.kernel} kernel with blocks of {self.block} output "
                              "channels (need O and C divisible by groups, O / groups by the block)")
-        if ho < 1 or wo < 1:
+        if hp < dh * (kh - 1) + 1 or wp < dw * (kw - 1) + 1:
             raise ValueError(f"{where}: the padded input is smaller than the dilated kernel")
         if tuple(np.shape(bias)) != (o,):
             raise ValueError(f"{where}: expected a bias of shape ({o},), got {tuple(np.shape(bias))}")
         # Padded in one copy, with slack past the last row for the last chunk's unmasked loads.
         size = n * cx * hp * wp
-        buf = np.zeros(size + self.lanes, np_dtype)
+        buf = np.zeros(size + sx * self.lanes, np_dtype)
         buf[:size].reshape(n, cx, hp, wp)[:, :, top:top + h, left:left + wd] = x
         packed = pack_weight(np.asarray(w, np_dtype), self.block)
         b = np.ascontiguousarray(bias, np_dtype)

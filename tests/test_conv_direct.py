@@ -1,4 +1,4 @@
-"""The direct stride-1 convolution kernel (`codegen.llvm_conv`) against a NumPy reference, and the convolutions that
+"""The direct convolution kernel (`codegen.llvm_conv`) against a NumPy reference, and the convolutions that
 take it (`ops.conv_direct`) against PyTorch, forward and backward."""
 from __future__ import annotations
 
@@ -70,6 +70,41 @@ def test_direct_kernel_matches_reference(case, threads):
     assert got.dtype == np_dtype and got.shape == want.shape
     tol = 1e-5 if dtype == "f32" else 1e-12
     np.testing.assert_allclose(got, want, rtol=tol, atol=10 * tol if dtype == "f32" else tol)
+
+
+STRIDED_KERNEL_CASES = [  # (dtype, lanes, block, kernel, stride, dilation, groups, C, O, H, W, pads)
+    ("f32", 16, 8, (3, 3), (2, 2), (1, 1), 1, 3, 8, 9, 33, ((1, 1), (1, 1))),  # a full chunk and a 1-lane tail
+    ("f32", 8, 4, (3, 3), (2, 3), (2, 1), 2, 4, 8, 11, 40, ((2, 0), (1, 1))),
+    ("f32", 16, 1, (1, 1), (2, 2), (1, 1), 4, 4, 4, 6, 31, ((0, 0), (0, 0))),  # the ResNet shortcut, depthwise
+    ("f32", 16, 8, (7, 7), (2, 2), (1, 1), 1, 3, 8, 12, 40, ((3, 3), (3, 3))),  # the ResNet stem
+    ("f64", 8, 2, (3, 3), (4, 4), (1, 1), 1, 2, 2, 13, 50, ((1, 1), (1, 1))),
+]
+
+
+@pytest.mark.parametrize("case", STRIDED_KERNEL_CASES)
+@pytest.mark.parametrize("threads", [None, "native"])
+def test_strided_direct_kernel_matches_reference(case, threads):
+    """The strided kernel keeps every stride-th column of its wide loads: the stride-1 result subsampled."""
+    dtype, lanes, block, kernel, stride, dilation, groups, c, o, h, w, pads = case
+    rng = np.random.default_rng(len(str(case)))
+    np_dtype = np.float32 if dtype == "f32" else np.float64
+    x = rng.standard_normal((2, c, h, w)).astype(np_dtype)
+    wt = rng.standard_normal((o, c // groups) + kernel).astype(np_dtype)
+    b = rng.standard_normal(o).astype(np_dtype)
+    got = DirectConv(dtype, kernel, lanes, block, stride=stride)(x, wt, b, pads, groups, dilation,
+                                                                 NATIVE_POOL if threads else None)
+    want = reference(x, wt, b, pads, groups, dilation)[:, :, ::stride[0], ::stride[1]]
+    assert got.dtype == np_dtype and got.shape == want.shape
+    tol = 1e-5 if dtype == "f32" else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tol, atol=10 * tol if dtype == "f32" else tol)
+
+
+def test_wide_column_strides_run_by_phases():
+    """Column strides past the kernel's (`_MAX_KERNEL_STRIDE`) take the sum of phases, with the same result."""
+    rng = np.random.default_rng(5)
+    x, w = make_array((1, 2, 6, 80), rng=rng), make_array((4, 2, 3, 3), rng=rng)
+    check_op(lambda x, w: F.conv2d(x, w, None, (1, 5), 1), lambda x, w: TF.conv2d(x, w, None, (1, 5), 1), [x, w],
+             **CONV_TOL)
 
 
 def weight_reference(x, g, kernel, pads, groups, dilation):

@@ -2,8 +2,9 @@
 
 The window copy of im2col writes ``prod(kernel)`` times the input before BLAS sees it; the direct kernels read the
 padded input in place, so a 3x3 layer of a small-image CNN runs 2-4x faster than copy + GEMM (measured in
-``bench/bench_conv.py``). A strided convolution is split into stride-1 ones by phase (`_phases`): the forward, the
-weight gradient and the transposed convolution (the input gradient) all run as direct kernels. The kernels compute
+``bench/bench_conv.py``). A strided forward reads its windows in the kernel; the weight gradient and the transposed
+convolution (the input gradient) of a strided one are split into stride-1 kernels by phase (`_phases`), so all
+three run as direct kernels. The kernels compute
 whole register chunks of output columns, so rows that fill too little of the last chunk (7 or 8 columns in 16
 lanes) stay with the GEMM, as do 3-D convolutions and device arrays.
 
@@ -39,6 +40,10 @@ _MIN_LANE_USE = 0.75  # the share of the row's register lanes that must hold out
 # second, nearly empty chunk still beats its GEMM + col2im.
 _MIN_LANE_USE_TRANSPOSED = 0.5
 _MAX_TAPS = 64  # the taps are unrolled: a larger kernel would make an oversized function
+# Column strides the kernel reads itself (``stride * lanes`` adjacent elements, every stride-th kept); wider ones
+# run as a sum of stride-1 kernels by phase. Measured on 64 -> 64 channels, 3x3 at stride 2, 32x32, batch 32: the
+# phases took 9.5 ms, the strided kernel about 5.5.
+_MAX_KERNEL_STRIDE = 4
 _PARALLEL_MIN_FLOPS = 2_000_000  # about 0.1 ms of one core: below it, waking a second thread costs what it saves
 # The weight kernel pays per output row (its accumulators are set up for each): on rows of one register chunk it
 # loses to im2col + GEMM once the GEMM is deep (measured: 14x14, 128 -> 128 channels, 3x3: 54 ms against 32 ms; 16 ->
@@ -114,13 +119,14 @@ def _extent(outs, phase):
     return tuple(o + d * (m - 1) for o, (_, _, _, m, _, d) in zip(outs, phase))
 
 
-def _kernel(cls, dtype, kernel, block):
+def _kernel(cls, dtype, kernel, block, stride=None):
     """The compiled `DirectConv` or `DirectConvWeight` for these parameters, made once per process (its machine
-    code comes from the disk cache after the first run)."""
-    key = (cls, dtype, tuple(kernel), conv_lanes(dtype), block)
+    code comes from the disk cache after the first run). ``stride``: a strided `DirectConv`."""
+    key = (cls, dtype, tuple(kernel), conv_lanes(dtype), block, stride)
     fn = _kernels.get(key)
     if fn is None:
-        fn = _kernels[key] = cls(dtype, key[2], key[3], block, cache=default_cache())
+        extra = {} if stride is None else {"stride": stride}
+        fn = _kernels[key] = cls(dtype, key[2], key[3], block, cache=default_cache(), **extra)
     return fn
 
 
@@ -133,10 +139,10 @@ def _parallel(flops):
     return shared_pool(threads) or parallel_for
 
 
-def _forward(dtype, x, w, b, pads, dilation, groups, outs):
-    """One stride-1 2-D convolution through `DirectConv`."""
+def _forward(dtype, x, w, b, pads, dilation, groups, outs, stride=(1, 1)):
+    """One 2-D convolution through `DirectConv`."""
     n, o = x.shape[0], w.shape[0]
-    fn = _kernel(DirectConv, dtype, w.shape[2:], _block(o // groups))
+    fn = _kernel(DirectConv, dtype, w.shape[2:], _block(o // groups), None if stride == (1, 1) else stride)
     bias = np.zeros(o, x.dtype) if b is None else b
     return fn(x, w, bias, [tuple(p) for p in pads], groups, tuple(dilation),
               _parallel(2 * n * o * w[0].size * math.prod(outs)))
@@ -144,7 +150,9 @@ def _forward(dtype, x, w, b, pads, dilation, groups, outs):
 
 def direct_forward(xp, x, w, b, stride, pads, dilation, groups, outs):
     """`conv_layouts.conv_forward` 's result through the direct kernel, or None when this path does not apply.
-    A strided convolution is the sum of its phases' stride-1 ones (`_phases`), the bias added by the first."""
+    A strided one reads its windows in the kernel (`DirectConv` 's stride) up to a column stride of
+    `_MAX_KERNEL_STRIDE`; beyond it, it is the sum of its phases' stride-1 ones (`_phases`), the bias added by the
+    first."""
     dtype = _applies(xp, x, w, outs, math.prod(w.shape[2:]))
     if dtype is None:
         return None
@@ -154,6 +162,8 @@ def direct_forward(xp, x, w, b, stride, pads, dilation, groups, outs):
         outs = (1,) + tuple(outs)
     if all(s == 1 for s in stride):
         out = _forward(dtype, x, w, b, pads, dilation, groups, outs)
+    elif stride[-1] <= _MAX_KERNEL_STRIDE:
+        out = _forward(dtype, x, w, b, pads, dilation, groups, outs, tuple(stride))
     else:
         xpad, out = pad_contiguous(np, x, pads), None
         for phase in _phase_grid(w.shape[2:], stride, dilation):
