@@ -288,6 +288,28 @@ def test_strided_conv1d_and_transposed_conv_by_phases_match_torch():
                                                           make_array((4, 2, 3, 3), rng=rng)])
 
 
+TRANSPOSE_CASES = [  # (kernel, stride, padding, dilation, groups, input shape): 16 gradient columns; phases that
+    # own no position too
+    ((1, 1), (2, 2), (0, 0), (1, 1), 1, (2, 4, 9, 31)),  # odd rows and columns get no tap: zeros
+    ((2, 2), (3, 3), (1, 0), (1, 1), 2, (1, 4, 13, 48)),
+    ((3, 3), (2, 2), (2, 1), (2, 1), 1, (2, 4, 11, 32)),
+    ((4, 4), (2, 2), (1, 1), (1, 1), 1, (2, 8, 8, 32)),  # the DCGAN up-sampling layer's geometry
+]
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation, groups, xs", TRANSPOSE_CASES)
+def test_direct_transpose_matches_torch_exactly_in_float64(kernel, stride, padding, dilation, groups, xs):
+    """Each phase computes only the positions it owns and stores them into its strided slice of the result."""
+    rng = np.random.default_rng(sum(xs))
+    x = torch.tensor(rng.standard_normal(xs))
+    w = torch.tensor(rng.standard_normal((8, xs[1] // groups) + kernel))
+    g = torch.randn_like(TF.conv2d(x, w, None, stride, padding, dilation, groups))
+    want = torch.nn.grad.conv2d_input(x.shape, w, g, stride, padding, dilation, groups).numpy()
+    got = direct_transpose(np, g.numpy(), w.numpy(), xs[2:], stride, padding, dilation, groups)
+    assert got is not None and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("stride", [1, 2])
 def test_input_gradient_with_an_inf_weight_matches_torch(stride):
     """Transposed convolutions as full correlations would multiply g's zero padding by the weight (0 * inf = nan):

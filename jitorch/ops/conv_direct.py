@@ -178,8 +178,8 @@ def direct_transpose(xp, g, w, spatial, stride, padding, dilation, groups):
     """The transposed convolution (a convolution's input gradient) of ``g`` ``(N, O, *outs)`` with the convolution's
     weight ``w`` ``(O, C/G, *kernel)`` into ``(N, C, *spatial)``, or None when the direct kernel does not apply.
 
-    Phase by phase (`_phases`), the rows a phase's taps write are a full stride-1 correlation of ``g`` with that
-    phase's flipped sub-kernel, added into the padded result, which is cropped at the end.
+    Phase by phase (`_phases`), the positions a phase's taps write are a stride-1 correlation of ``g`` with that
+    phase's flipped sub-kernel, stored straight into their strided slice of the result (`_transpose_plan`).
 
     >>> g, w = np.ones((1, 8, 2, 16), np.float32), np.ones((8, 8, 3, 3), np.float32)
     >>> direct_transpose(np, g, w, (4, 32), (2, 2), (1, 1), (1, 1), 1)[0, 0, :2, :4]  # as torch's conv2d_input
@@ -202,27 +202,49 @@ def direct_transpose(xp, g, w, spatial, stride, padding, dilation, groups):
     if nd == 1:
         g, w, pads, dilation, stride = _as_2d(pads, dilation, stride, g, w)
         outs, spatial = (1,) + outs, (1,) + tuple(spatial)
-    padded = [s + lo + hi for s, (lo, hi) in zip(spatial, pads)]
-    grid = _phase_grid(w.shape[2:], stride, dilation)
-    extents = [_extent(outs, phase) for phase in grid]
-    for phase, ext in zip(grid, extents):
-        rows = [-(-(n - p[0]) // s) for n, p, s in zip(padded, phase, stride)]
-        if not _lanes_ok(ext[1], dtype, _MIN_LANE_USE_TRANSPOSED) or any(
-                p[4] + e > r for p, e, r in zip(phase, ext, rows)):
-            return None
+    plans = [(_transpose_plan(phase, outs, spatial, pads, stride), phase)
+             for phase in _phase_grid(w.shape[2:], stride, dilation)]
+    plans = [(plan, phase) for plan, phase in plans if plan is not None]
+    if any(not _lanes_ok(plan[0][-1][1] - plan[0][-1][0], dtype, _MIN_LANE_USE_TRANSPOSED) for plan, _ in plans):
+        return None
     o, cg = w.shape[:2]
-    gx = np.zeros((g.shape[0], cg * groups) + tuple(padded), g.dtype)
-    for phase, ext in zip(grid, extents):
+    written = sum(math.prod(hi - lo for lo, hi in plan[0]) for plan, _ in plans)
+    # Each position of the result belongs to one phase; positions no phase's taps reach stay zero.
+    alloc = np.empty if written == math.prod(spatial) else np.zeros
+    gx = alloc((g.shape[0], cg * groups) + tuple(spatial), g.dtype)
+    for (ranges, g_slices, g_pads, targets), phase in plans:
         ws = _sub_kernel(w, phase)
         k = ws.shape[2:]
         wf = ws.reshape((groups, o // groups, cg) + k).swapaxes(1, 2).reshape((groups * cg, o // groups) + k)
-        reach = [(p[5] * (m - 1),) * 2 for p, m in zip(phase, k)]
-        y = _forward(dtype, g, wf[:, :, ::-1, ::-1], None, reach, [p[5] for p in phase], groups, ext)
-        view = _phase_input(gx, stride, phase, ext)
-        view += y
-    crop = tuple(slice(lo, lo + s) for (lo, _), s in zip(pads, spatial))
-    out = np.ascontiguousarray(gx[(slice(None), slice(None)) + crop])
-    return out.reshape(out.shape[:2] + tuple(spatial)[-nd:])
+        y = _forward(dtype, g[(Ellipsis,) + g_slices], wf[:, :, ::-1, ::-1], None, g_pads, [p[5] for p in phase],
+                     groups, tuple(hi - lo for lo, hi in ranges))
+        gx[(Ellipsis,) + targets] = y
+    return gx.reshape(gx.shape[:2] + tuple(spatial)[-nd:])
+
+
+def _transpose_plan(phase, outs, spatial, pads, stride):
+    """What one phase of `direct_transpose` computes: only the positions of the result it owns, not its full
+    correlation (whose extra row and column would make a 17-wide row of a 16-wide result, two register chunks).
+
+    Per dimension, the phase's correlation position ``j`` is padded result position ``p + s * (q + j)``; its
+    window reads rows ``j .. j + d * (m - 1)`` of ``g`` padded by ``d * (m - 1)``. Returns ``(ranges, g_slices,
+    g_pads, targets)``: the ``j`` ranges, the slices and pads of ``g`` that produce exactly them, and the result's
+    strided slices they land in; None when the phase owns no position.
+    """
+    ranges, g_slices, g_pads, targets = [], [], [], []
+    for (p, _, _, m, q, d), n_g, size, (lo, _), s in zip(phase, outs, spatial, pads, stride):
+        reach = d * (m - 1)
+        first, stop = -(-(lo - p) // s) - q, -(-(lo + size - p) // s) - q  # the j whose position is inside
+        first, stop = max(first, 0), min(stop, n_g + reach)
+        if stop <= first:
+            return None
+        g_lo, g_hi = first - reach, stop  # the rows of g those windows read (outside it: zero padding)
+        g_slices.append(slice(max(g_lo, 0), min(g_hi, n_g)))
+        g_pads.append((max(-g_lo, 0), max(g_hi - n_g, 0)))
+        ranges.append((first, stop))
+        begin = p + s * (q + first) - lo
+        targets.append(slice(begin, begin + s * (stop - first - 1) + 1, s))
+    return ranges, tuple(g_slices), g_pads, tuple(targets)
 
 
 def _weight_block(per_group, taps):
