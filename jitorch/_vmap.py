@@ -34,10 +34,14 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
         raise RuntimeError(f"Only allowed values for randomness are 'error', 'different', or 'same'. Got {randomness}")
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size <= 0):
         raise ValueError(f"vmap: chunk_size should be None or greater than 0. (got {chunk_size})")
-    name = getattr(func, "__name__", repr(func))
+    name = _name(func)
+    _check_out_dims(name, out_dims, out_dims)
 
     @functools.wraps(func)
     def mapped(*args, **kwargs):
+        if not args:
+            raise ValueError(f"vmap({name})(<inputs>): got no inputs. Maybe you forgot to add inputs, or you are "
+                             "trying to vmap over a function with no inputs. The latter is unsupported.")
         leaves, dims, spec = _mapped_inputs(name, in_dims, args)
         size = _batch_size(name, in_dims, leaves, dims)
         outs = []
@@ -48,6 +52,25 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
                 outs.append(func(*tree_unflatten(sample, spec), **kwargs))
         return _stacked(name, outs, out_dims, size)
     return mapped
+
+
+def _name(func):
+    if hasattr(func, "__name__"):
+        return func.__name__
+    if isinstance(func, functools.partial):
+        return f"functools.partial({_name(func.func)}, ...)"
+    return repr(func)  # a module, a callable object
+
+
+def _check_out_dims(name, out_dims, whole):
+    if out_dims is None or isinstance(out_dims, int):
+        return
+    if isinstance(out_dims, (tuple, list, dict)):
+        for d in (out_dims.values() if isinstance(out_dims, dict) else out_dims):
+            _check_out_dims(name, d, whole)
+        return
+    raise ValueError(f"vmap({name}, ..., out_dims={whole}): `out_dims` must be an int, None or a python collection "
+                     "of ints representing where in the outputs the vmapped dimension should appear.")
 
 
 def _take(x, dim, i, size):
@@ -76,10 +99,13 @@ def _mapped_inputs(name, in_dims, args):
     leaves, spec = tree_flatten(tuple(args))
     dims = []
     for arg, dim in zip(args, per_arg):
-        dims += _broadcast(where, dim, arg)
+        dims += _broadcast(dim, arg, _structure_error(where, "in_dims", "inputs"))
     for x, d in zip(leaves, dims):
         if d is None:
             continue
+        if not isinstance(d, int):
+            raise ValueError(f"{where}: Got in_dim={d} for an input but in_dim must be either an integer dimension "
+                             "or None.")
         if not isinstance(x, Tensor):
             raise ValueError(f"{where}: Got in_dim={d} for an input but the input is of type {type(x)}. We cannot "
                              "vmap over non-Tensor arguments, please use None as the respective in_dim")
@@ -89,24 +115,29 @@ def _mapped_inputs(name, in_dims, args):
     return leaves, [None if d is None else d % x.dim() for x, d in zip(leaves, dims)], spec
 
 
-def _broadcast(where, dim, arg):
-    """One dim per leaf of ``arg``: an int or None applies to the whole argument, a structure maps into it."""
-    n = len(tree_flatten(arg)[0])
-    if dim is None or (isinstance(dim, int) and not isinstance(dim, bool)):
-        return [dim] * n
+def _structure_error(where, dims_name, what):
+    def error(dim, arg):
+        return ValueError(f"{where}: {dims_name} is not compatible with the structure of `{what}`: {dims_name[:-1]} "
+                          f"{dim!r} for an {what[:-1]} of type {type(arg).__name__}.")
+    return error
+
+
+def _broadcast(dim, arg, error):
+    """One dim per leaf of ``arg``: a dim that is no structure (an int, None) applies to the whole argument, a
+    structure maps into it (its leaves are checked by the caller)."""
+    if not isinstance(dim, (tuple, list, dict)):
+        return [dim] * len(tree_flatten(arg)[0])
     if isinstance(dim, (tuple, list)) and isinstance(arg, (tuple, list)) and len(dim) == len(arg):
-        return [d for sub_dim, sub in zip(dim, arg) for d in _broadcast(where, sub_dim, sub)]
+        return [d for sub_dim, sub in zip(dim, arg) for d in _broadcast(sub_dim, sub, error)]
     if isinstance(dim, dict) and isinstance(arg, dict) and dim.keys() == arg.keys():
-        return [d for k in arg for d in _broadcast(where, dim[k], arg[k])]
-    raise ValueError(f"{where}: in_dims is not compatible with the structure of `inputs`: in_dim {dim!r} for an "
-                     f"input of type {type(arg).__name__}.")
+        return [d for k in arg for d in _broadcast(dim[k], arg[k], error)]
+    raise error(dim, arg)
 
 
 def _batch_size(name, in_dims, leaves, dims):
     sizes = [x.shape[d] for x, d in zip(leaves, dims) if d is not None]
     if not sizes:
-        raise ValueError(f"vmap({name}, in_dims={in_dims}, ...)(<inputs>): Got all in_dims=None so there are no "
-                         "inputs to vmap over. Please pass at least one Tensor input to vmap over.")
+        raise ValueError("vmap: Expected at least one Tensor to vmap over")
     if len(set(sizes)) > 1:
         raise ValueError(f"vmap: Expected all tensors to have the same size in the mapped dimension, got sizes "
                          f"{sizes} for the mapped dimension")
@@ -118,13 +149,10 @@ def _stacked(name, outs, out_dims, size):
     from ._movement import stack
 
     leaves0, spec = tree_flatten(outs[0])
-    if isinstance(out_dims, tuple):
-        per_out = out_dims if len(out_dims) == len(leaves0) else None
-        if per_out is None:
-            raise ValueError(f"vmap({name}, ..., out_dims={out_dims}): out_dims is not compatible with the structure "
-                             f"of the outputs ({len(leaves0)} outputs).")
-    else:
-        per_out = (out_dims,) * len(leaves0)
+    if isinstance(outs[0], Tensor) and isinstance(out_dims, tuple) and len(out_dims) == 1:
+        out_dims = out_dims[0]  # torch takes (d,) for a single output
+    per_out = _broadcast(out_dims, outs[0], _structure_error(f"vmap({name}, ..., out_dims={out_dims})(<inputs>)",
+                                                             "out_dims", "outputs"))
     columns = [tree_flatten(o)[0] for o in outs]
     result = []
     for j, (first, dim) in enumerate(zip(leaves0, per_out)):
@@ -138,6 +166,9 @@ def _stacked(name, outs, out_dims, size):
         if not isinstance(first, Tensor):
             raise ValueError(f"vmap({name}, ...): `{name}` must only return Tensors, got type {type(first)}. Did you "
                              "mean to set out_dims= to None for output?")
+        if not -first.dim() - 1 <= dim <= first.dim():
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-first.dim() - 1}, "
+                             f"{first.dim()}], but got {dim})")
         d = dim % (first.dim() + 1)
         if size == 0:
             shape = list(first.shape)

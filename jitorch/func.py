@@ -19,40 +19,117 @@ import functools
 from . import _creation
 from ._tensor import Tensor
 from .autograd.functional import double_vjp, jacobian
-from .autograd.grad_mode import enable_grad
+from .autograd.grad_mode import enable_grad, is_grad_enabled
 from .nn.utils.stateless import call_with as functional_call
 from ._vmap import vmap
+from ._func_extras import debug_unwrap, functionalize, replace_all_batch_norm_modules_  # noqa: F401
 from .utils._pytree import tree_flatten, tree_unflatten
 
 __all__ = ["functional_call", "grad", "grad_and_value", "vjp", "jvp", "linearize", "jacrev", "jacfwd", "hessian",
-           "vmap", "stack_module_state"]
+           "vmap", "stack_module_state", "functionalize", "replace_all_batch_norm_modules_", "debug_unwrap"]
 
 _DEPTH = [0]  # transforms running: only the outermost detaches its results
+_OUTER_GRAD = [False]  # whether grad mode was on where the outermost transform was called
+
+
+def _keeps_graph():
+    """Whether results must stay differentiable: for an enclosing transform, or for autograd outside them all (a
+    closed-over parameter or an input that requires grad, as in PINN losses and MAML)."""
+    return _DEPTH[0] > 1 or _OUTER_GRAD[0]
 
 
 def _leaf(t):
-    # Inside an outer transform the input keeps its history (a view), so the outer one sees through this one.
-    return t.view_as(t) if t.requires_grad and _DEPTH[0] > 1 else t.detach().requires_grad_(True)
+    if not isinstance(t, Tensor):
+        raise ValueError(f"Thing passed to transform API must be Tensor, got {type(t)}")
+    # An input that requires grad keeps its history (a view), so an enclosing transform or the autograd outside
+    # sees through this one; otherwise a new leaf, marked so `_finish` can tell it from the caller's tensors.
+    if t.requires_grad and _keeps_graph():
+        return t.view_as(t)
+    leaf = t.detach().requires_grad_(True)
+    leaf._func_input = True
+    return leaf
+
+
+def _reaches_outside(t, seen=None):
+    """Whether ``t``'s graph reaches a leaf requiring grad that no transform made (torch's levels keep the result
+    attached to such a leaf and detach it from the transforms' own inputs). ``seen``: nodes a walk that found
+    nothing already covered, shared between the results of one transform (their graphs overlap)."""
+    if not t.requires_grad:
+        return False
+    if t.grad_fn is None:
+        return not t.__dict__.get("_func_input", False)
+    stack, seen = [t.grad_fn], set() if seen is None else seen
+    while stack:
+        for edge in stack.pop().next:
+            if edge is None:
+                continue
+            target = edge[0]
+            if isinstance(target, Tensor):
+                if target.requires_grad and not target.__dict__.get("_func_input", False):
+                    return True
+            elif id(target) not in seen:
+                seen.add(id(target))
+                stack.append(target)
+    return False
+
+
+def _spec_str(spec):
+    """A pytree spec as torch prints one: ``*`` per leaf, ``(*, [*])``, ``{'a': *}``."""
+    kind, inner = spec
+    if kind is None:
+        return "*"
+    if kind is dict:
+        return "{" + ", ".join(f"{k!r}: {_spec_str(v)}" for k, v in inner.items()) + "}"
+    items = ", ".join(_spec_str(v) for v in inner)
+    return f"[{items}]" if issubclass(kind, list) else f"({items}{',' if len(inner) == 1 else ''})"
+
+
+def _detached(tensors, keep):
+    """Each tensor, detached unless ``keep`` and its graph reaches the caller's tensors."""
+    out, seen = [], set()
+    for x in tensors:
+        if isinstance(x, Tensor) and not (keep and _reaches_outside(x, seen)):
+            x = x.detach()
+        elif isinstance(x, Tensor):
+            seen = set()  # that walk stopped early: what it saw is not known to be clean
+        out.append(x)
+    return out
 
 
 def _finish(tree):
     if _DEPTH[0] > 1:
         return tree
     leaves, spec = tree_flatten(tree)
-    return tree_unflatten([x.detach() if isinstance(x, Tensor) else x for x in leaves], spec)
+    return tree_unflatten(_detached(leaves, _OUTER_GRAD[0]), spec)
+
+
+def _only_tensors(where, outputs):
+    for o in outputs:
+        if not isinstance(o, Tensor):
+            raise RuntimeError(f"{where}: expected f(*primals) to return only tensors, got unsupported type {type(o)}")
 
 
 def _select(args, argnums):
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    if not isinstance(argnums, (int, tuple)):
+        raise RuntimeError(f"argnums must be int or Tuple[int, ...], got: {type(argnums)}")
+    nums = (argnums,) if isinstance(argnums, int) else argnums
     for n in nums:
+        if not isinstance(n, int):
+            raise RuntimeError(f"argnum must be int, got: {type(n)}")
         if not -len(args) <= n < len(args):
-            raise RuntimeError(f"Got argnums={argnums}, but only {len(args)} positional inputs")
+            raise RuntimeError(f"Got argnum={n}, but only {len(args)} positional inputs")
+    if not nums:
+        raise RuntimeError("argnums must be non-empty")
+    if len({n % len(args) for n in nums}) != len(nums):
+        raise RuntimeError(f"argnums elements must be unique, got {argnums}")
     return nums
 
 
 def _transform(fn):
     @functools.wraps(fn)
     def run(*args, **kwargs):
+        if _DEPTH[0] == 0:
+            _OUTER_GRAD[0] = is_grad_enabled()
         _DEPTH[0] += 1
         try:
             with enable_grad():
@@ -78,12 +155,18 @@ def grad_and_value(func, argnums=0, has_aux=False):
             specs.append((spec, len(leaves)))
             flat += leaves
         out = func(*args, **kwargs)
+        if has_aux and not (isinstance(out, tuple) and len(out) == 2):
+            raise RuntimeError("grad_and_value(f)(*args): output of function f should be a tuple: (output, aux) if "
+                               "has_aux is True")
         value, aux = out if has_aux else (out, None)
-        if not isinstance(value, Tensor) or value.nelement() != 1:
-            raise RuntimeError("grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got "
-                               f"{type(value).__name__}" + (f" with {value.nelement()} elements" if
-                                                             isinstance(value, Tensor) else ""))
-        grads = autograd_grad(value, flat, create_graph=True, allow_unused=True)
+        if not isinstance(value, Tensor):
+            raise RuntimeError(f"grad_and_value(f)(*args): Expected f(*args) to return a Tensor, got {type(value)}")
+        if value.nelement() != 1:
+            raise RuntimeError("grad_and_value(f)(*args): Expected f(*args) to return a scalar Tensor, got tensor "
+                               f"with {value.dim()} dims. Maybe you wanted to use the vjp or jacrev APIs instead?")
+        # An output that depends on no input (a count, a constant) has zero gradients, as in torch.
+        grads = autograd_grad(value, flat, create_graph=True, allow_unused=True) if value.requires_grad else \
+            [None] * len(flat)
         grads = [g if g is not None else _creation.zeros_like(x) for g, x in zip(grads, flat)]
         trees, start = [], 0
         for spec, n in specs:
@@ -113,17 +196,31 @@ def vjp(func, *primals, has_aux=False):
     leaves, spec = tree_flatten(primals)
     leaves = [_leaf(x) for x in leaves]
     out = func(*tree_unflatten(leaves, spec))
+    if has_aux and not (isinstance(out, tuple) and len(out) == 2):
+        raise RuntimeError("vjp(f, *primals): output of function f should be a tuple: (output, aux) if has_aux is "
+                           "True")
     value, aux = out if has_aux else (out, None)
     out_leaves, out_spec = tree_flatten(value)
-    depth = _DEPTH[0]
+    _only_tensors("vjp(f, *primals)", out_leaves)
+    depth, outer = _DEPTH[0], _OUTER_GRAD[0]
+    # Only a graph reaching the caller's tensors needs the vjp differentiable outside the transforms.
+    seen = set()
+    attached = outer and any(isinstance(o, Tensor) and _reaches_outside(o, seen) for o in out_leaves)
 
     def vjp_fn(cotangents):
-        ct_leaves, _ = tree_flatten(cotangents)
-        grads = autograd_grad(out_leaves, leaves, ct_leaves, retain_graph=True, create_graph=depth > 1,
+        ct_leaves, ct_spec = tree_flatten(cotangents)
+        if ct_spec != out_spec:
+            raise RuntimeError("Expected pytree structure of cotangents to be the same as pytree structure of "
+                               f"outputs to the function. cotangents: {_spec_str(ct_spec)}, primal output: "
+                               f"{_spec_str(out_spec)}")
+        keep = depth > 1 or attached or (outer and any(isinstance(c, Tensor) and c.requires_grad
+                                                       for c in ct_leaves))
+        grads = autograd_grad(out_leaves, leaves, ct_leaves, retain_graph=True, create_graph=keep,
                               allow_unused=True)
         grads = [g if g is not None else _creation.zeros_like(x) for g, x in zip(grads, leaves)]
-        return tree_unflatten(grads, spec) if depth > 1 else tuple(
-            x.detach() if isinstance(x, Tensor) else x for x in tree_unflatten(grads, spec))
+        if depth == 1:
+            grads = _detached(grads, keep)
+        return tree_unflatten(grads, spec)
 
     result = (_finish(value), vjp_fn)
     return (*result, _finish(aux)) if has_aux else result
@@ -140,6 +237,9 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_
     >>> jac["w"].tolist(), jac["b"].tolist()
     ([6.0, 12.0], [5.0])
     """
+    if chunk_size is not None and chunk_size <= 0:
+        raise ValueError("jacrev: `chunk_size` should be greater than 0.")
+
     @_transform
     def wrapper(*args, **kwargs):
         nums = _select(args, argnums)
@@ -161,9 +261,7 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_
                                    "if has_aux is True")
             value, seen["aux"] = out if has_aux else (out, None)
             out_leaves, seen["spec"] = tree_flatten(value)
-            if not all(isinstance(o, Tensor) for o in out_leaves):
-                raise RuntimeError("jacrev(f, ...)(*args): Expected f(*args) to return only tensors, got unsupported "
-                                   f"type {next(type(o).__name__ for o in out_leaves if not isinstance(o, Tensor))}")
+            _only_tensors("vjp(f, *primals)", out_leaves)
             return tuple(out_leaves)
 
         blocks = jacobian(flat_fn, tuple(flat), create_graph=True)  # [output leaf][input leaf]
@@ -181,7 +279,14 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_
 
 def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
     """``jacrev``'s Jacobian (jitorch computes it in reverse mode either way), with torch's signature."""
-    return jacrev(func, argnums, has_aux=has_aux)
+    jac = jacrev(func, argnums, has_aux=has_aux)
+    if randomness in ("error", "different", "same"):
+        return jac
+
+    @functools.wraps(func)
+    def refused(*args, **kwargs):  # torch checks it on the call, as vmap's
+        raise RuntimeError(f"Only allowed values for randomness are 'error', 'different', or 'same'. Got {randomness}")
+    return refused
 
 
 def hessian(func, argnums=0):
@@ -221,11 +326,20 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
     leaves, spec, t_leaves = _check_pairs("jvp(f, primals, tangents)", primals, tangents)
     leaves = [_leaf(x) for x in leaves]
     out = func(*tree_unflatten(leaves, spec))
+    if has_aux and not (isinstance(out, tuple) and len(out) == 2):
+        raise RuntimeError("jvp(f, primals, tangents): output of function f should be a tuple: (output, aux) if "
+                           "has_aux is True")
     value, aux = out if has_aux else (out, None)
     out_leaves, out_spec = tree_flatten(value)
-    if not all(isinstance(o, Tensor) for o in out_leaves):
-        raise RuntimeError("jvp(f, primals, tangents): Expected f(*primals) to return only tensors")
-    forward = double_vjp(out_leaves, leaves, t_leaves, create_graph=_DEPTH[0] > 1)
+    _only_tensors("jvp(f, primals, tangents)", out_leaves)
+    # Integer outputs (an argmax) have no tangent: zeros, as torch's.
+    diff = [o for o in out_leaves if o.is_floating_point() or o.is_complex()]
+    seen = set()
+    keep = _DEPTH[0] > 1 or (_OUTER_GRAD[0] and (any(_reaches_outside(o, seen) for o in diff) or
+                                                 any(t.requires_grad for t in t_leaves)))
+    forward = iter(double_vjp(diff, leaves, t_leaves, create_graph=keep) if diff else ())
+    forward = [_creation.zeros_like(o) if not (o.is_floating_point() or o.is_complex()) else
+               next(forward) for o in out_leaves]
     forward = [f if f is not None else _creation.zeros_like(o) for f, o in zip(forward, out_leaves)]
     result = (_finish(value), _finish(tree_unflatten(forward, out_spec)))
     return (*result, _finish(aux)) if has_aux else result

@@ -105,3 +105,23 @@ def test_errors_like_torch(call):
         call(torch)
     with pytest.raises(type(theirs.value)):
         call(jitorch)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda m: m.autograd.functional.vjp(lambda q: q * 2, m.ones(3), m.ones(4)), r"v has invalid size: should be"),
+    (lambda m: m.autograd.functional.jvp(lambda a, b: a * b, (m.ones(3), m.ones(3)), (m.ones(3), m.ones(2))),
+     r"Entry 1 in v has invalid size"),
+    (lambda m: m.autograd.functional.hvp(lambda q: q ** 2, m.ones(3), m.ones(3)), "should contain a single element"),
+    (lambda m: m.autograd.functional.hessian(lambda q: q.sum(), m.ones(3), strict=True),
+     "jacobian of the user-provided function with respect to input 0 is independent of the input"),
+    (lambda m: m.autograd.functional.hvp(lambda q: q.sum(), m.ones(3), m.ones(3), strict=True),
+     "jacobian of the user-provided function with respect to input 0 is independent of the input"),
+    (lambda m: m.autograd.functional.jacobian(lambda q: q * 2, m.ones(3), strict=True, vectorize=True),
+     "`strict=True` and `vectorized=True` are not supported together"),
+    (lambda m: m.autograd.functional.jvp(lambda a, b: a * 2, (m.ones(3), m.ones(3)), (m.ones(3), m.ones(3)),
+                                         strict=True), "independent of input 1. This is not allowed in strict mode"),
+])
+def test_error_messages_like_torch(call, match):
+    for m in (torch, jitorch):
+        with pytest.raises(RuntimeError, match=match):
+            call(m)

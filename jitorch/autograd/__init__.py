@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import _creation
 from .._tensor import Size, Tensor
-from . import functional, graph
+from . import forward_ad, functional, graph
 from .anomaly_mode import detect_anomaly, set_detect_anomaly
 from .engine import run_backward
 from .function import Function, FunctionCtx, once_differentiable
@@ -22,7 +22,7 @@ from .gradcheck import gradcheck, gradgradcheck
 
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "once_differentiable", "no_grad", "enable_grad",
            "set_grad_enabled", "inference_mode", "is_grad_enabled", "is_inference_mode_enabled", "gradcheck",
-           "gradgradcheck", "graph", "Variable", "functional", "detect_anomaly", "set_detect_anomaly"]
+           "gradgradcheck", "graph", "Variable", "functional", "forward_ad", "detect_anomaly", "set_detect_anomaly"]
 
 
 def _as_list(x):

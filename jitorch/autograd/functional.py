@@ -54,13 +54,14 @@ def _finish(items, create_graph):
     return tuple(_finish(x, create_graph) for x in items)
 
 
-def _check_v(v, other, fn_name):
+def _check_v(v, other, is_other_tuple):
     if len(v) != len(other):
-        raise RuntimeError(f"{fn_name}: v is a tuple of invalid length: should be {len(other)} but got {len(v)}.")
+        raise RuntimeError(f"v is a tuple of invalid length: should be {len(other)} but got {len(v)}."
+                           if is_other_tuple else "The given v should contain a single Tensor.")
     for i, (a, b) in enumerate(zip(v, other)):
         if a.shape != b.shape:
-            raise RuntimeError(f"{fn_name}: Mismatch in shape: the entry {i} of v has a shape of {list(a.shape)} "
-                               f"and the matching tensor a shape of {list(b.shape)}.")
+            raise RuntimeError(f"{f'Entry {i} in ' if is_other_tuple else ''}v has invalid size: should be "
+                               f"{b.shape} but got {a.shape}.")
 
 
 def _grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=None):
@@ -75,12 +76,19 @@ def _grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=N
                 retain_graph=retain_graph)
 
 
-def double_vjp(outputs, inputs, tangents, create_graph=False):
+def double_vjp(outputs, inputs, tangents, create_graph=False, strict=False):
     """``J tangents`` (one entry per output, None where no input reaches it) by the double-vjp trick: ``J^T u`` is
     linear in a cotangent ``u`` (zeros: only its graph matters), so its vjp against ``tangents`` is ``J tangents``.
     Call it with grad mode on."""
     cotangents = tuple(_creation.zeros_like(o, requires_grad=True) for o in outputs)
-    return _grad(_grad(outputs, inputs, cotangents, create_graph=True), cotangents, tangents, create_graph)
+    for c in cotangents:  # the trick's own leaves: `func._reaches_outside` does not count them as the caller's
+        c._func_input = True
+    grad_inputs = _grad(outputs, inputs, cotangents, create_graph=True)
+    for i, g in enumerate(grad_inputs if strict else ()):
+        if g is None:
+            raise RuntimeError(f"The output of the user-provided function is independent of input {i}. This is not "
+                               "allowed in strict mode.")
+    return _grad(grad_inputs, cotangents, tangents, create_graph)
 
 
 def _zeros_for_none(grads, refs, strict, what):
@@ -113,7 +121,7 @@ def vjp(func, inputs, v=None, create_graph=False, strict=False):
         is_outputs_tuple, outputs = _call(func, inputs, "vjp", strict)
         if v is not None:
             v = _prepare(_as_tuple(v, "v", "vjp")[1], create_graph, False)
-            _check_v(v, outputs, "vjp")
+            _check_v(v, outputs, is_outputs_tuple)
         elif len(outputs) != 1 or outputs[0].nelement() != 1:
             raise RuntimeError("The vector v can only be None if the user-provided function returns a single Tensor "
                                "with a single element.")
@@ -131,12 +139,12 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
         inputs = _prepare(inputs, create_graph, True)
         if v is not None:
             v = _prepare(_as_tuple(v, "v", "jvp")[1], create_graph, False)
-            _check_v(v, inputs, "jvp")
+            _check_v(v, inputs, is_inputs_tuple)
         elif len(inputs) != 1 or inputs[0].nelement() != 1:
             raise RuntimeError("The vector v can only be None if the input to the user-provided function is a single "
                                "Tensor with a single element.")
         is_outputs_tuple, outputs = _call(func, inputs, "jvp", strict)
-        res = double_vjp(outputs, inputs, v, create_graph)
+        res = double_vjp(outputs, inputs, v, create_graph, strict)
     with set_grad_enabled(True if create_graph else is_grad_enabled()):
         res = _zeros_for_none(res, outputs, strict, "gradient with respect to the input")
     return (_unpack(_finish(outputs, create_graph), is_outputs_tuple),
@@ -147,7 +155,12 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
     """d outputs / d inputs, each block shaped ``output.shape + input.shape`` (one backward per output element;
     ``vectorize`` and ``strategy`` give the same values)."""
     if strategy not in ("forward-mode", "reverse-mode"):
-        raise AssertionError('Expected strategy to be either "forward-mode" or "reverse-mode".')
+        raise AssertionError('Expected strategy to be either "forward-mode" or "reverse-mode". Hint: If your '
+                             'function has more outputs than inputs, "forward-mode" tends to be more performant. '
+                             'Otherwise, prefer to use "reverse-mode".')
+    if strict and vectorize:
+        raise RuntimeError("torch.autograd.functional.jacobian: `strict=True` and `vectorized=True` are not "
+                           "supported together. Please either set `strict=False` or `vectorize=False`.")
     with enable_grad():
         is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "jacobian")
         inputs = _prepare(inputs, create_graph, True)
@@ -191,10 +204,23 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, out
         return out.squeeze()
 
     def jac_func(*inp):
-        return jacobian(single_output, inp, create_graph=True, strict=strict)
+        jac = jacobian(single_output, inp, create_graph=True, strict=strict)
+        if strict:
+            _check_jacobian_depends(jac if isinstance(jac, tuple) else (jac,))
+        return jac
 
     res = jacobian(jac_func, inputs, create_graph=create_graph, strict=strict, vectorize=vectorize)
     return _unpack(res, (is_inputs_tuple, is_inputs_tuple))
+
+
+def _check_jacobian_depends(jac):
+    for i, g in enumerate(jac):
+        if g is None or not g.requires_grad:
+            raise RuntimeError("While computing the hessian, found that the jacobian of the user-provided function "
+                               f"with respect to input {i} is independent of the input. This is not allowed in strict "
+                               "mode. You should ensure that your function is twice differentiable and that the "
+                               "jacobian depends on the inputs (this would be violated by a linear function for "
+                               "example).")
 
 
 def _hessian_products(func, inputs, v, create_graph, strict, fn_name, trick):
@@ -203,15 +229,19 @@ def _hessian_products(func, inputs, v, create_graph, strict, fn_name, trick):
         inputs = _prepare(inputs, create_graph, True)
         if v is not None:
             v = _prepare(_as_tuple(v, "v", fn_name)[1], create_graph, False)
-            _check_v(v, inputs, fn_name)
+            _check_v(v, inputs, is_inputs_tuple)
         elif len(inputs) != 1 or inputs[0].nelement() != 1:
             raise RuntimeError("The vector v can only be None if the input to the user-provided function is a single "
                                "Tensor with a single element.")
         is_outputs_tuple, outputs = _call(func, inputs, fn_name, strict)
-        if is_outputs_tuple or outputs[0].nelement() != 1:
-            raise RuntimeError(f"The function given to {fn_name} should return a single Tensor with a single "
-                               "element.")
+        if is_outputs_tuple:
+            raise RuntimeError(f"The function given to {fn_name} should return a single Tensor")
+        if outputs[0].nelement() != 1:
+            raise RuntimeError(f"The Tensor returned by the function given to {fn_name} should contain a single "
+                               "element")
         jac = _grad(outputs, inputs, create_graph=True)
+        if strict:
+            _check_jacobian_depends(jac)
         if trick:  # H v as the cotangent-derivative of (d/dx jac . u): torch's hvp
             probes = tuple(_creation.zeros_like(x, requires_grad=True) for x in inputs)
             double_back = _grad(jac, inputs, probes, create_graph=True)
