@@ -88,6 +88,9 @@ def _type_name(dt):
     return TORCH_TYPE_NAMES[dt.name]
 
 
+# On both autocast float32 lists: cast before the result dtype is taken from the input, or the row would multiply in
+# half precision (overflowing to inf) and only its result would be float32.
+@autocast_policy(cpu="fp32", cuda="fp32")
 def prod(input, dim=None, keepdim=False, *, dtype=None):
     if isinstance(dim, (tuple, list)):
         raise TypeError(f"prod(): argument 'dim' (position 2) must be int, not {type(dim).__name__}")

@@ -25,11 +25,17 @@ from ._dispatch import TORCH_TYPE_NAMES, apply
 from ._pointwise import _write_out
 from ._shape import wrap_dim
 from ._tensor import Tensor
+from .amp._cast_mode import autocast_policy
 from .autograd.grad_mode import GradState
 from .ops import fft as F
 
 __all__ = ["fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rfft2", "irfft2", "hfft2", "ihfft2",
            "fftn", "ifftn", "rfftn", "irfftn", "hfftn", "ihfftn", "fftshift", "ifftshift", "fftfreq", "rfftfreq"]
+
+
+# PyTorch's CPU autocast float32 list holds these transforms (not the n-d Hermitian ones, which refuse bfloat16):
+# under autocast a bfloat16 activation is transformed in float32 instead of refused. CUDA autocast leaves them.
+_FP32_ON_CPU = autocast_policy(cpu="fp32")
 
 
 # -- argument handling --------------------------------------------------------------------------------------------
@@ -155,32 +161,38 @@ def _c2r(x, n, dim, norm, forward, fname):
     return apply(F.FFT_C2R, x, dims=(d,), norm=_norm(norm, forward, fname), last_dim_size=n)
 
 
+@_FP32_ON_CPU
 def fft(input, n=None, dim=-1, norm=None, *, out=None):
     """One-dimensional discrete Fourier transform over ``dim`` (``n`` points: zero-padded or trimmed)."""
     return _out(_c2c_or_r2c(input, n, dim, norm, True, False, "fft"), out, "fft")
 
 
+@_FP32_ON_CPU
 def ifft(input, n=None, dim=-1, norm=None, *, out=None):
     """Inverse of ``fft`` (scaled by 1/n with the default ``norm="backward"``)."""
     return _out(_c2c_or_r2c(input, n, dim, norm, False, False, "ifft"), out, "ifft")
 
 
+@_FP32_ON_CPU
 def rfft(input, n=None, dim=-1, norm=None, *, out=None):
     """``fft`` of a real signal, keeping the ``n // 2 + 1`` non-negative frequencies."""
     _require_real(input, "rfft")
     return _out(_c2c_or_r2c(input, n, dim, norm, True, True, "rfft"), out, "rfft")
 
 
+@_FP32_ON_CPU
 def irfft(input, n=None, dim=-1, norm=None, *, out=None):
     """Inverse of ``rfft``: a real signal of ``n`` points (default ``2 * (input.size(dim) - 1)``)."""
     return _out(_c2r(input, n, dim, norm, False, "irfft"), out, "irfft")
 
 
+@_FP32_ON_CPU
 def hfft(input, n=None, dim=-1, norm=None, *, out=None):
     """The real ``fft`` of a Hermitian-symmetric signal given by its first half."""
     return _out(_c2r(input, n, dim, norm, True, "hfft"), out, "hfft")
 
 
+@_FP32_ON_CPU
 def ihfft(input, n=None, dim=-1, norm=None, *, out=None):
     """Inverse of ``hfft``: the one-sided ``ifft`` of a real signal."""
     _require_real(input, "ihfft")
@@ -194,11 +206,13 @@ def _c2cn(x, s, dim, norm, forward, fname):
     return apply(F.FFT_C2C, x, dims=dims, norm=_norm(norm, forward, fname), forward=forward)
 
 
+@_FP32_ON_CPU
 def fftn(input, s=None, dim=None, norm=None, *, out=None):
     """``fft`` over several dims (all by default, or the last ``len(s)``), each padded or trimmed to ``s``."""
     return _out(_c2cn(input, s, dim, norm, True, "fftn"), out, "fftn")
 
 
+@_FP32_ON_CPU
 def ifftn(input, s=None, dim=None, norm=None, *, out=None):
     """Inverse of ``fftn``."""
     return _out(_c2cn(input, s, dim, norm, False, "ifftn"), out, "ifftn")
@@ -211,6 +225,7 @@ def _real_shape_and_dims(x, s, dim, fname):
     return sizes, dims
 
 
+@_FP32_ON_CPU
 def rfftn(input, s=None, dim=None, norm=None, *, out=None):
     """``fftn`` of a real signal, one-sided in the last transformed dim."""
     if isinstance(input, Tensor) and input.is_complex():
@@ -231,6 +246,7 @@ def _c2r_shape_and_dims(x, s, dim, fname):
     return sizes[:-1] + (last // 2 + 1,), dims, last
 
 
+@_FP32_ON_CPU
 def irfftn(input, s=None, dim=None, norm=None, *, out=None):
     """Inverse of ``rfftn``: a real signal (last transformed size ``s[-1]``, default ``2 * (size - 1)``)."""
     sizes, dims, last = _c2r_shape_and_dims(input, s, dim, "irfftn")
@@ -260,21 +276,25 @@ def ihfftn(input, s=None, dim=None, norm=None, *, out=None):
     return _out(result, out, "ihfftn")
 
 
+@_FP32_ON_CPU
 def fft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
     """``fftn`` over the last two dims."""
     return fftn(input, s, dim, norm, out=out)
 
 
+@_FP32_ON_CPU
 def ifft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
     """``ifftn`` over the last two dims."""
     return ifftn(input, s, dim, norm, out=out)
 
 
+@_FP32_ON_CPU
 def rfft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
     """``rfftn`` over the last two dims."""
     return rfftn(input, s, dim, norm, out=out)
 
 
+@_FP32_ON_CPU
 def irfft2(input, s=None, dim=(-2, -1), norm=None, *, out=None):
     """``irfftn`` over the last two dims."""
     return irfftn(input, s, dim, norm, out=out)

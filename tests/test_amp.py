@@ -155,6 +155,36 @@ def test_nesting_and_enabled_false():
     assert not MODES
 
 
+def test_set_autocast_enabled_outside_a_region_casts_like_torch():
+    # scripts switch bfloat16 inference on this way instead of entering autocast
+    a, b = arr(4, 5), arr(5, 3, seed=1)
+    dtypes = {}
+    for lib in (jitorch, torch):
+        x, y = lib.from_numpy(a), lib.from_numpy(b)
+        seen = []
+        lib.set_autocast_enabled("cpu", True)
+        try:
+            seen.append((x @ y).dtype)
+            with lib.autocast("cpu", enabled=False):
+                seen.append((x @ y).dtype)
+            lib.set_autocast_dtype("cpu", lib.float16)
+            seen.append((x @ y).dtype)
+        finally:
+            lib.set_autocast_dtype("cpu", lib.bfloat16)
+            lib.set_autocast_enabled("cpu", False)
+        seen.append((x @ y).dtype)
+        with lib.autocast("cpu"):
+            lib.set_autocast_enabled("cpu", False)
+            seen.append((x @ y).dtype)
+            lib.set_autocast_enabled("cpu", True)
+            seen.append((x @ y).dtype)
+        seen.append((x @ y).dtype)
+        dtypes[lib.__name__] = [str(d).split(".")[-1] for d in seen]
+    assert dtypes["jitorch"] == dtypes["torch"]
+    assert dtypes["torch"][0] == "bfloat16"
+    assert not MODES
+
+
 def test_decorator_form_and_amp_spelling():
     @jitorch.amp.autocast(device_type="cpu", dtype=jitorch.bfloat16)
     def jt_fn(x, y):

@@ -65,6 +65,12 @@ OPS = {
     "grid_sample": lambda T, a, v, x1, x2, x3: T.nn.functional.grid_sample(
         x2, (x2[:, :1, :3, :4].reshape(1, 3, 2, 2) - 1) * 0.9, align_corners=False),
     "view_as_complex": lambda T, a, v, x1, x2, x3: T.view_as_complex(a.reshape(8, 2)).abs(),
+    "fft": lambda T, a, v, x1, x2, x3: T.fft.fft(a).abs(),
+    "rfft2": lambda T, a, v, x1, x2, x3: T.fft.rfft2(x2).abs(),
+    "irfft": lambda T, a, v, x1, x2, x3: T.fft.irfft(a, n=6),
+    "hfft": lambda T, a, v, x1, x2, x3: T.fft.hfft(v),
+    "ctc_loss": lambda T, a, v, x1, x2, x3: T.nn.functional.ctc_loss(
+        a.reshape(4, 1, 4).log_softmax(-1), T.tensor([[1, 2]]), [4], [2]),
     # for comparison: the unlisted 2-d pools and plain matmul keep their behaviour
     "avg_pool2d": lambda T, a, v, x1, x2, x3: T.nn.functional.avg_pool2d(x2, 2),
     "matmul_1d": lambda T, a, v, x1, x2, x3: v @ v,
@@ -121,3 +127,14 @@ def test_unlisted_ops_do_not_disable_autocast_for_what_follows():
         jitorch.mv(jitorch.ones(2, 2), jitorch.ones(2))
         assert (jitorch.ones(2, 2) @ jitorch.ones(2, 2)).dtype is jitorch.bfloat16
         assert jitorch.is_autocast_enabled("cpu")
+
+
+def test_prod_multiplies_in_float32_under_float16_autocast_like_torch():
+    # 60 factors near 1.3 overflow float16 (max 65504) but not float32: computed in half, the product would be inf
+    x = np.full((60,), 1.3, dtype=np.float32)
+    results = []
+    for T in (jitorch, torch):
+        with T.autocast("cpu", dtype=T.float16):
+            h = T.from_numpy(x).to(T.float16)
+            results.append([(str(p.dtype).split(".")[1], p.item()) for p in (h.prod(), T.prod(h, 0))])
+    assert results[0] == results[1] and results[1][0][0] == "float32", results

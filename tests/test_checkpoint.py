@@ -109,6 +109,36 @@ def test_a_recomputation_that_runs_other_ops_raises():
         checkpoint(fn, x, use_reentrant=False).sum().backward()
 
 
+def test_a_recomputation_that_saves_other_shapes_raises_checkpoint_error_as_torch():
+    for lib in (jitorch, torch):
+        runs = []
+
+        def fn(t):
+            runs.append(1)
+            return t[:4 - len(runs) + 1].sin()  # the same ops, on 3 rows instead of 4 the second time
+
+        x = lib.ones(4, 2, requires_grad=True)
+        with pytest.raises(lib.utils.checkpoint.CheckpointError):
+            lib.utils.checkpoint.checkpoint(fn, x, use_reentrant=False).sum().backward()
+    runs = []
+    with pytest.raises(jitorch.utils.checkpoint.CheckpointError, match=r"SinBackward0.*\(4, 2\).*\(3, 2\)"):
+        checkpoint(fn, jitorch.ones(4, 2, requires_grad=True), use_reentrant=False).sum().backward()
+
+
+def test_checkpoint_helpers_custom_checkpoint_functions_import():
+    cp = jitorch.utils.checkpoint
+    x = jitorch.ones(2, requires_grad=True)
+    a, n = cp.detach_variable((x * 2, 3))
+    assert a.requires_grad and a.grad_fn is None and n == 3
+    with pytest.raises(RuntimeError, match="Only tuple of tensors is supported. Got Unsupported input type: list"):
+        cp.detach_variable([x])
+    with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True"):
+        cp.check_backward_validity((jitorch.ones(1), 2))
+    with cp.set_checkpoint_early_stop(False), cp.set_checkpoint_debug_enabled(None):
+        checkpoint(lambda t: t.exp(), x, use_reentrant=False).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.exp([1.0, 1.0]), rtol=1e-6)
+
+
 def test_missing_use_reentrant_warns_and_reentrant_refuses_keywords():
     x = jitorch.ones(2, requires_grad=True)
     with pytest.warns(UserWarning, match="use_reentrant parameter should be passed explicitly"):

@@ -40,6 +40,7 @@ class _State(threading.local):
         self.dtype = {}
         self.nesting = 0
         self.cache_enabled = True
+        self.manual_modes = {}  # device type -> the AutocastMode set_autocast_enabled(device, True) pushed
 
 
 _state = _State()
@@ -69,10 +70,42 @@ def is_autocast_enabled(device_type: str | None = None) -> bool:
 
 
 def set_autocast_enabled(device_type, enabled=None) -> None:
-    """``set_autocast_enabled(device_type, enabled)``; the one-argument form sets CUDA, as in torch."""
+    """``set_autocast_enabled(device_type, enabled)``; the one-argument form sets CUDA, as in torch.
+
+    Scripts also call it instead of entering ``autocast`` (``set_autocast_enabled("cpu", True)`` for bfloat16
+    inference): the casts need a dispatcher mode, so one is pushed here when no region has one, and removed when
+    autocast is switched off again this way.
+    """
     if enabled is None:
         device_type, enabled = "cuda", device_type
     _state.enabled[device_type] = bool(enabled)
+    from ._cast_mode import AutocastMode, active_mode
+
+    mode = _state.manual_modes.pop(device_type, None)
+    if enabled:
+        if mode is not None or active_mode(device_type) is not None:
+            if mode is not None:
+                _state.manual_modes[device_type] = mode
+            return
+        if device_type == "cpu" or (device_type == "cuda" and _cuda_available()):
+            mode = _state.manual_modes[device_type] = AutocastMode(device_type)
+            push_mode(mode)
+    elif mode is not None:
+        _remove_mode(mode)
+
+
+def _cuda_available():
+    from ..runtime import cuda_available
+
+    return cuda_available()
+
+
+def _remove_mode(mode):
+    # By identity: a mode pushed after this one and left open must not be popped in its place.
+    for i in range(len(MODES) - 1, -1, -1):
+        if MODES[i] is mode:
+            del MODES[i]
+            break
 
 
 def get_autocast_dtype(device_type: str):
@@ -168,7 +201,7 @@ class autocast:
         self.prev_cache_enabled = is_autocast_cache_enabled()
         self.prev = is_autocast_enabled(self.device)
         self.prev_fastdtype = get_autocast_dtype(self.device)
-        set_autocast_enabled(self.device, self._enabled)
+        _state.enabled[self.device] = self._enabled  # (not set_autocast_enabled: the region pushes its own mode)
         set_autocast_dtype(self.device, self.fast_dtype)
         autocast_increment_nesting()
         set_autocast_cache_enabled(self._cache_enabled)
@@ -188,12 +221,8 @@ class autocast:
         mode = getattr(self, "_mode", None)
         if mode is not None:
             self._mode = None
-            # By identity: a mode pushed inside this region and left open must not be popped in its place.
-            for i in range(len(MODES) - 1, -1, -1):
-                if MODES[i] is mode:
-                    del MODES[i]
-                    break
-        set_autocast_enabled(self.device, self.prev)
+            _remove_mode(mode)
+        _state.enabled[self.device] = self.prev
         set_autocast_dtype(self.device, self.prev_fastdtype)
         set_autocast_cache_enabled(self.prev_cache_enabled)
         return False

@@ -20,6 +20,7 @@ import math
 
 from .. import _creation, _dtype, _movement
 from .._pointwise import maximum, where
+from ..amp._cast_mode import autocast_policy
 
 __all__ = ["ctc_loss"]
 
@@ -65,6 +66,7 @@ def _padded_targets(targets, target_lengths, batch, width):
     return flat[_creation.tensor(index, dtype=_dtype.int64, device=targets.device).reshape(batch, width)]
 
 
+@autocast_policy(cpu="fp32")  # on PyTorch's CPU autocast float32 list (not on CUDA's)
 def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean", zero_infinity=False):
     """CTC loss of ``log_probs`` ``(T, N, C)`` (or unbatched ``(T, C)``) against padded ``(N, S)`` or concatenated
     targets; ``reduction="mean"`` divides each sequence's loss by its target length before averaging."""

@@ -255,8 +255,9 @@ def fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr
     """
     if not _usable(params, grads, [b for b in momentum_buffer_list if b is not None]):
         return False
-    _check_shapes("sgd", params, grads, momentum_buffer_list)
     weight_decay, momentum, lr, dampening = map(_scalar, (weight_decay, momentum, lr, dampening))
+    # Without momentum torch's _init_group leaves momentum_buffer_list empty: nothing there to check.
+    _check_shapes("sgd", params, grads, *([momentum_buffer_list] if momentum != 0 else []))
     skip, inv_scale = _amp(grad_scale, found_inf)
     if skip:
         return True

@@ -33,7 +33,37 @@ from ..autograd.function import Function
 from ..autograd.grad_mode import enable_grad, no_grad
 from ..autograd.graph import Deferred, _version_error, recording_nodes
 
-__all__ = ["checkpoint", "checkpoint_sequential", "noop_context_fn"]
+__all__ = ["checkpoint", "checkpoint_sequential", "noop_context_fn", "CheckpointError", "check_backward_validity",
+           "detach_variable", "set_checkpoint_early_stop", "set_checkpoint_debug_enabled"]
+
+
+class CheckpointError(RuntimeError):
+    """The recomputation did not do what the forward did (torch's class, so ``except CheckpointError`` works)."""
+
+
+def check_backward_validity(inputs):
+    if not any(isinstance(a, Tensor) and a.requires_grad for a in inputs):
+        warnings.warn("None of the inputs have requires_grad=True. Gradients will be None", stacklevel=2)
+
+
+def detach_variable(inputs):
+    """``inputs`` (a tuple) with each tensor detached, keeping its ``requires_grad`` (custom checkpoint Functions)."""
+    if not isinstance(inputs, tuple):
+        raise RuntimeError(f"Only tuple of tensors is supported. Got Unsupported input type: {type(inputs).__name__}")
+    return tuple(a.detach().requires_grad_(a.requires_grad) if isinstance(a, Tensor) else a for a in inputs)
+
+
+@contextlib.contextmanager
+def set_checkpoint_early_stop(enable):
+    """Accepted for PyTorch compatibility: jitorch's recomputation always reruns the whole function, as torch's does
+    under ``set_checkpoint_early_stop(False)`` (trailing ops and forward hooks of the region run again)."""
+    yield
+
+
+@contextlib.contextmanager
+def set_checkpoint_debug_enabled(enabled):
+    """Accepted for PyTorch compatibility (jitorch's mismatch errors already name the differing op)."""
+    yield
 
 
 def noop_context_fn():
@@ -109,7 +139,18 @@ def _outside_saved(nodes):
     return watched
 
 
-def _without_reentrant(function, preserve, context_fn, args, kwargs):
+def _saved_meta(node):
+    """Shape and dtype of each tensor ``node`` saved (those saved-tensor hooks packed are skipped)."""
+    ins, outs = node._saved_in, node._saved_out
+    meta = []
+    if type(ins) in (tuple, list):
+        meta += [(tuple(a.shape), str(a.dtype).rpartition(".")[2]) for a in ins if isinstance(a, Tensor)]
+    if type(outs) is tuple:
+        meta += [(tuple(e[0].shape), e[0].dtype.name) for e in outs if type(e) is tuple]
+    return meta
+
+
+def _without_reentrant(function, preserve, context_fn, args, kwargs, check_meta=True):
     flat = list(args) + list(kwargs.values())
     # Stale views are regenerated outside the region, so the forward and the recomputation record the same ops.
     sync_views(flat)
@@ -121,6 +162,9 @@ def _without_reentrant(function, preserve, context_fn, args, kwargs):
     if not region.nodes:
         return out
     watched = _outside_saved(region.nodes)
+    # Taken before the values are dropped: a recomputation that saves other shapes would otherwise fail later as an
+    # unrelated shape error inside some backward (torch checks the same metadata).
+    metas = [_saved_meta(n) for n in region.nodes] if check_meta else None
     # Weak: the nodes hold this closure (through their Deferred), which must not keep them alive in turn.
     nodes = [weakref.ref(n) for n in region.nodes]
 
@@ -136,10 +180,17 @@ def _without_reentrant(function, preserve, context_fn, args, kwargs):
         differ = [f"{a.name()} vs {b.name()}" for a, b in zip(olds, again.nodes)
                   if a is not None and type(a) is not type(b)]
         if len(again.nodes) != len(nodes) or differ:
-            raise RuntimeError(
+            raise CheckpointError(
                 f"checkpoint: recomputing the checkpointed function recorded {len(again.nodes)} ops where its "
                 f"forward recorded {len(nodes)} (first difference: {differ[0] if differ else 'the count'}); it must "
                 "run the same ops each time (no control flow on values that change between the runs)")
+        for old, new, meta in zip(olds, again.nodes, metas or ()):
+            if old is not None and _saved_meta(new) != meta:
+                raise CheckpointError(
+                    f"checkpoint: recomputing the checkpointed function saved tensors of other shapes or dtypes than "
+                    f"its forward did for {new.name()}: (shape, dtype) {meta} in the forward, {_saved_meta(new)} "
+                    "recomputed; it must compute the same shapes each time (pass determinism_check='none' to skip "
+                    "this check)")
         for old, new in zip(olds, again.nodes):
             if old is None:
                 continue
@@ -184,8 +235,9 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=noop_context_fn, 
                debug=False, early_stop=True, preserve_rng_state=True, **kwargs):
     """``function(*args, **kwargs)``, its intermediate values recomputed in the backward instead of kept.
 
-    ``determinism_check`` ("default" compares the recomputed ops with the forward's, "none" too: a differing run
-    always raises), ``debug`` and ``early_stop`` are accepted for PyTorch compatibility.
+    A recomputation that records other ops than the forward always raises ``CheckpointError``; one that saves
+    tensors of other shapes or dtypes raises it too unless ``determinism_check="none"``. ``debug`` and
+    ``early_stop`` are accepted for PyTorch compatibility (the recomputation reruns all of ``function``).
 
     >>> import jitorch
     >>> x = jitorch.ones(3, requires_grad=True)
@@ -201,7 +253,8 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=noop_context_fn, 
     if determinism_check not in ("default", "none"):
         raise ValueError(f"checkpoint: determinism_check should be 'default' or 'none', got {determinism_check!r}")
     if not use_reentrant:
-        return _without_reentrant(function, preserve_rng_state, context_fn, args, kwargs)
+        return _without_reentrant(function, preserve_rng_state, context_fn, args, kwargs,
+                                  check_meta=determinism_check == "default")
     if kwargs:
         raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
     if context_fn is not noop_context_fn:

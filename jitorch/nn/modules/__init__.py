@@ -10,7 +10,7 @@ Sequential(
 from . import (  # noqa: F401 - the family modules are PyTorch's import paths
     activation, adaptive, attention, batchnorm, container, conv, distance, dropout, flatten, fold, instancenorm,
     lazy, linear, loss, module, normalization, padding, pixelshuffle, pooling, rnn, sparse, transformer,
-    upsampling)
+    upsampling, utils)
 from .activation import *  # noqa: F401,F403
 from .adaptive import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
