@@ -23,8 +23,11 @@ __all__ = ["masked_fill", "masked_select", "masked_scatter", "take", "put"]
 
 # -- masks -------------------------------------------------------------------------------------------------------------
 def _check_mask(mask, message):
-    if not isinstance(mask, Tensor) or mask.dtype.name != "bool":
-        raise RuntimeError(message.format(_type_name(mask) if isinstance(mask, Tensor) else type(mask).__name__))
+    if not isinstance(mask, Tensor):  # a Python bool is no mask: "dtype bool" would be a confusing reason
+        op = message.split()[0].rstrip(":_")
+        raise TypeError(f"{op}(): argument 'mask' must be Tensor, not {type(mask).__name__}")
+    if mask.dtype.name != "bool":
+        raise RuntimeError(message.format(_type_name(mask)))
 
 
 def _inplace_mask(self, mask, op):

@@ -5,9 +5,11 @@ from __future__ import annotations
 import importlib
 import sys
 
+import numpy as np
 import pytest
 import torch
 import torch.fx
+import torch.fx.passes.shape_prop
 from test_fx_helpers import assert_close, check_traced
 from torch.fx.passes.split_module import split_module as torch_split_module
 
@@ -173,3 +175,154 @@ def test_assert_is_recorded_as_torch_fx_records_torch_assert():
     assert gm.graph.eliminate_dead_code() is False  # an assertion is kept
     with pytest.raises(AssertionError, match="the sum must be positive"):
         gm(-jitorch.ones(2))
+
+
+def _with_constant(lib):
+    class M(lib.nn.Module):
+        def forward(self, x):
+            return x @ lib.tensor([[1.0, 2.0], [3.0, 4.0]])
+    return M()
+
+
+def test_tensor_constants_become_buffers_that_follow_dtype_casts_as_in_torch():
+    gm, t_gm = fx.symbolic_trace(_with_constant(jitorch)), torch.fx.symbolic_trace(_with_constant(torch))
+    assert list(gm.state_dict()) == list(t_gm.state_dict()) == ["_tensor_constant0"]
+    out = gm.double()(jitorch.ones(2, 2, dtype=jitorch.float64))  # the constant was cast with the module
+    assert out.dtype == jitorch.float64
+    assert_close(out, t_gm.double()(torch.ones(2, 2, dtype=torch.float64)).numpy())
+
+
+def _spy(lib, seen):
+    def f(x):
+        seen.append(importlib.import_module(lib.__name__ + ".fx._symbolic_trace").is_fx_symbolic_tracing())
+        return x + 1
+    return f
+
+
+def test_is_fx_tracing_and_has_side_effect_as_torch():
+    ours, theirs = [], []
+    fx.symbolic_trace(_spy(jitorch, ours))
+    torch.fx.symbolic_trace(_spy(torch, theirs))
+    assert ours == theirs == [True]
+    _spy(jitorch, ours)(jitorch.ones(1))
+    assert ours == [True, False] and not fx._symbolic_trace.is_fx_tracing()
+
+    def log(x):
+        return None
+    assert fx.has_side_effect(log) is log and torch.fx.has_side_effect is not None
+    g = fx.Graph()
+    x = g.placeholder("x")
+    g.call_function(log, (x,))
+    g.output(x)
+    assert g.eliminate_dead_code() is False and len(g.nodes) == 3
+
+
+def test_output_node_insert_arg_and_proxy_factory_fn():
+    gm = fx.symbolic_trace(lambda x: jitorch.add(x, 1))
+    assert gm.graph.output_node().op == "output"
+    add = _calls(gm)[0]
+    add.insert_arg(1, 2.0)  # add(x, 2.0, 1): the old second argument moves right
+    add.args = add.args[:2]
+    gm.recompile()
+    assert_close(gm(jitorch.ones(1)), [3.0])
+
+    class Tagging(fx.Tracer):
+        def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
+            return super().create_proxy(kind, target, args, kwargs, name, type_expr,
+                                        proxy_factory_fn or (lambda n: n.meta.setdefault("tag", kind) and
+                                                             fx.Proxy(n, self)))
+    assert [n.meta.get("tag") for n in Tagging().trace(lambda x: x * 2).nodes] == \
+        ["placeholder", "call_function", None]
+
+
+def _nested(lib):
+    class Inner(lib.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = lib.nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.lin(x).relu()
+
+    class Outer(lib.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x):
+            return self.inner(self.inner(x)) + 1
+    return Outer()
+
+
+def test_nn_module_stack_meta_as_torch():
+    def stacks(gm):
+        return [(n.name, [(k, path, cls.__name__) for k, (path, cls) in n.meta.get("nn_module_stack", {}).items()])
+                for n in gm.graph.nodes]
+    ours = stacks(fx.symbolic_trace(_nested(jitorch)))
+    assert ours == stacks(torch.fx.symbolic_trace(_nested(torch)))
+    assert ours[3] == ("inner_lin_1", [("inner@1", "inner", "Inner"), ("inner.lin@1", "inner.lin", "Linear")])
+
+
+def test_graph_module_meta_is_a_dict_that_copies_follow():
+    import copy
+
+    gm, t_gm = fx.symbolic_trace(lambda x: x + 1), torch.fx.symbolic_trace(lambda x: x + 1)
+    assert gm.meta == t_gm.meta == {}
+    gm.meta["tag"] = [1]
+    assert copy.deepcopy(gm).meta == {"tag": [1]} and copy.copy(gm).meta is gm.meta
+
+
+def test_builders_and_printers_take_torchs_keyword_arguments():
+    from jitorch.fx.passes.shape_prop import ShapeProp
+
+    for lib, shape_prop in ((jitorch, ShapeProp), (torch, torch.fx.passes.shape_prop.ShapeProp)):
+        gm = lib.fx.symbolic_trace(lambda x: x + 1)
+        out = gm.graph.output_node()
+        with gm.graph.inserting_before(out):
+            relu = gm.graph.call_function(lib.relu, (out.args[0],), name="my_relu")
+        out.args = (relu,)
+        gm.recompile()
+        assert [n.name for n in gm.graph.find_nodes(op="call_function", target=lib.relu, sort=False)] == ["my_relu"]
+        shape_prop(gm=gm).propagate(lib.ones(2))
+        assert "my_relu" in gm.print_readable(print_output=False, include_stride=True, include_device=True)
+        assert "my_relu" in gm.graph.python_code("self", verbose=True).src
+
+
+def _conv_bn_dropout(lib):
+    lib.manual_seed(0)
+    return lib.nn.Sequential(lib.nn.Conv2d(2, 3, 3), lib.nn.BatchNorm2d(3), lib.nn.Dropout(0.5), lib.nn.ReLU())
+
+
+def test_experimental_optimization_fuse_and_remove_dropout_as_torch():
+    import torch.fx.experimental.optimization as torch_opt
+
+    from jitorch.fx.experimental import optimization
+
+    theirs = _conv_bn_dropout(torch)
+    with torch.no_grad():
+        theirs[1].running_mean.uniform_(-1, 1)
+        theirs[1].running_var.uniform_(0.5, 2)
+    theirs.eval()
+    ours = _conv_bn_dropout(jitorch)
+    ours.load_state_dict({k: jitorch.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+    ours.eval()
+    x = np.random.randn(2, 2, 5, 5).astype(np.float32)
+    fused, t_fused = optimization.fuse(ours), torch_opt.fuse(theirs)
+    assert [n.target for n in fused.graph.nodes] == [n.target for n in t_fused.graph.nodes] and len(ours) == 4
+    bare, t_bare = optimization.remove_dropout(fused), torch_opt.remove_dropout(t_fused)
+    assert [n.op for n in bare.graph.nodes] == [n.op for n in t_bare.graph.nodes] == \
+        ["placeholder", "call_module", "call_module", "output"]
+    assert_close(bare(jitorch.tensor(x)), t_bare(torch.tensor(x)).detach().numpy())
+    assert isinstance(fx.Interpreter(bare).submodules["0"], nn.Conv2d)  # torch's lookup table of Transformers
+
+
+def test_print_readable_nests_child_graph_modules_as_torch():
+    texts = []
+    for lib in (jitorch, torch):
+        outer = lib.fx.symbolic_trace(lib.nn.Sequential(lib.nn.ReLU()))
+        outer.add_module("inner", lib.fx.symbolic_trace(lambda x: x.neg()))
+        texts.append(outer.print_readable(print_output=False))
+    class_lines = [[line.rstrip() for line in text.splitlines() if "class " in line] for text in texts]
+    assert class_lines[0] == [line.replace("torch", "jitorch") for line in class_lines[1]] == \
+        ["class Sequential(jitorch.nn.Module):", "    class inner(jitorch.nn.Module):"]
+    assert "            neg = x.neg();  x = None" in texts[0].splitlines()[-3:]

@@ -38,6 +38,15 @@ def test_a_specialized_argument_given_another_value_raises_as_in_torch():
     assert [n.target for n in gm.graph.nodes if n.op == "call_function"][:2] == [operator.eq, jitorch._assert]
 
 
+def test_concrete_args_may_be_a_tuple_of_every_parameter_as_in_torch():
+    gm = fx.Tracer().trace(_scale, concrete_args=(PH, 2))
+    t_gm = torch.fx.Tracer().trace(_scale, concrete_args=(TORCH_PH, 2))
+    assert [n.op for n in gm.nodes] == [n.op for n in t_gm.nodes]
+    check_traced(lambda x: _scale(x, 2), jitorch.ones(3), gm=fx.GraphModule(nn.Module(), gm))
+    with pytest.raises(RuntimeError, match="Tracing expected 2 arguments but got 1 concrete arguments"):
+        symbolic_trace(_scale, concrete_args=(2,))
+
+
 def test_a_specialized_none_is_checked_by_identity():
     def f(x, bias=None):
         return x if bias is None else x + bias

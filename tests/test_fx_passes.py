@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.fx
+import torch.fx.passes.shape_prop
 from test_fx_helpers import assert_close, check_traced
 
 import jitorch
@@ -60,6 +61,21 @@ def test_shape_prop_on_modules_and_requires_grad():
     assert [tuple(t.shape) for t in meta] == [(2, 6), (2, 6)]
     assert meta[0].requires_grad and meta[0].dtype == jitorch.float32
     assert "(2, 6)" in gm.graph.to_dot()
+
+
+def _layouts(lib):
+    return lambda x: (x.permute(0, 2, 3, 1), x.contiguous(memory_format=lib.channels_last), x.sum(-1))
+
+
+def test_shape_prop_reports_memory_format_as_torch():
+    x = np.random.randn(2, 3, 4, 5).astype(np.float32)
+    formats = []
+    for lib, shape_prop in ((jitorch, ShapeProp), (torch, torch.fx.passes.shape_prop.ShapeProp)):
+        gm = lib.fx.symbolic_trace(_layouts(lib))
+        shape_prop(gm).propagate(lib.tensor(x))
+        formats.append([str(n.meta["tensor_meta"].memory_format).split(".")[-1]
+                        for n in gm.graph.nodes if n.op != "output"])
+    assert formats[0] == formats[1] == ["contiguous_format", "None", "channels_last", "contiguous_format"]
 
 
 def test_replace_pattern_finds_each_occurrence():
@@ -140,6 +156,47 @@ def test_replace_pattern_wants_as_many_replacement_outputs():
         replace_pattern(symbolic_trace(f), pattern, lambda x: x.relu())
 
 
+def _chained_relu(lib):
+    return (lambda x, y: lib.relu(lib.relu(x + y) + y) * 2, lambda a, b: lib.relu(a + b),
+            lambda a, b: lib.sigmoid(a - b))
+
+
+def test_replace_pattern_where_a_match_reads_an_earlier_matchs_output():
+    f, pattern, replacement = _chained_relu(jitorch)
+    gm = symbolic_trace(f)
+    assert len(replace_pattern(gm, pattern, replacement)) == 2  # the second reads the first's output
+    t_f, t_pattern, t_replacement = _chained_relu(torch)
+    t_gm = torch.fx.symbolic_trace(t_f)
+    assert len(torch.fx.replace_pattern(t_gm, t_pattern, t_replacement)) == 2
+    gm.graph.lint()
+    x, y = np.random.randn(3).astype(np.float32), np.random.randn(3).astype(np.float32)
+    assert_close(gm(jitorch.tensor(x), jitorch.tensor(y)), t_gm(torch.tensor(x), torch.tensor(y)).numpy())
+
+
+def _adds(lib):
+    return lambda x: lib.add(x, 1) * lib.add(x, 2), lambda a: lib.add(a, 1), lambda a: lib.sub(a, 1)
+
+
+def test_replace_pattern_with_filters_takes_torchs_arguments_and_results():
+    seen = []
+
+    def keep(match, graph, pattern_graph):
+        seen.append(([n.name for n in match.placeholder_nodes], [n.name for n in match.returning_nodes]))
+        return len(match.anchors) == 1
+
+    results = []
+    for lib, rewrite in ((jitorch, fx.subgraph_rewriter), (torch, torch.fx.subgraph_rewriter)):
+        f, pattern, replacement = _adds(lib)
+        gm = lib.fx.symbolic_trace(f)
+        replaced = rewrite.replace_pattern_with_filters(gm, pattern, replacement, [keep], ignore_literals=True)
+        results.append([(type(r).__name__, [n.target.__name__ for n in r.replacements]) for r in replaced])
+        assert gm(lib.ones(2)).tolist() == [0.0, 0.0]  # (x - 1) * (x - 1): both adds were replaced
+        gm = lib.fx.symbolic_trace(f)
+        assert len(rewrite.replace_pattern_with_filters(gm, pattern, replacement, None)) == 1  # the literal 2 differs
+    assert results[0] == results[1] == [("ReplacedPatterns", ["sub"])] * 2
+    assert seen[:2] == seen[2:] == [(["x"], ["add"]), (["x"], ["add_1"])]
+
+
 def test_cse_merges_duplicates_and_keeps_results():
     def f(x):
         a = jitorch.exp(x) + jitorch.exp(x)
@@ -161,10 +218,27 @@ def test_cse_keeps_random_and_inplace_calls():
     gm = symbolic_trace(f)
     before = len(gm.graph.nodes)
     CSEPass()(gm)
-    # the clones merge, but each random draw and each in-place update is kept
-    assert len(gm.graph.nodes) == before - 1
+    # each random draw and each in-place update is kept; the clones are written in place, so they stay two
+    assert len(gm.graph.nodes) == before
     assert sum(n.target is jitorch.rand_like for n in gm.graph.nodes) == 2
     gm.graph.lint()
+    assert_close(gm(jitorch.zeros(2))[1], [2.0, 2.0])
+
+
+def _mutations(x):
+    a, b = x.clone(), x.clone()
+    a.view(-1).add_(1)  # writes a through a view: b must stay a separate clone
+    c = x.exp()
+    x.mul_(2)
+    return a + b, c + x.exp() + x.sin() * x.sin()  # the second exp reads the doubled x; the two sins may merge
+
+
+def test_cse_respects_in_place_writes_and_merges_the_rest():
+    gm = symbolic_trace(_mutations)
+    before = len(gm.graph.nodes)
+    assert CSEPass()(gm).modified and len(gm.graph.nodes) == before - 1
+    x = np.random.randn(3).astype(np.float32)
+    assert_close(gm(jitorch.tensor(x)), [t.numpy() for t in _mutations(torch.tensor(x))])
 
 
 class Folded(nn.Module):
@@ -190,6 +264,25 @@ def test_constant_folding_shrinks_graph_and_keeps_results():
     assert_close(gm(x), m(x))
     assert_close(Interpreter(gm).run(x), m(x))
     assert fold_constants(gm) == 0
+    assert gm.double()(x.double()).dtype == jitorch.float64  # folded values are buffers, cast with the module
+
+
+class Counted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", jitorch.zeros(1))
+
+    def forward(self, x):
+        y = x + self.count.exp()
+        self.count.add_(1)  # written by every call: what reads it is no constant
+        return y
+
+
+def test_constant_folding_leaves_attributes_written_in_place():
+    m, gm = Counted(), symbolic_trace(Counted())
+    assert fold_constants(gm) == 0
+    for _ in range(2):
+        assert_close(gm(jitorch.zeros(1)), m(jitorch.zeros(1)))
 
 
 def test_surgery_insert_replace_dce_recompile_keeps_results():
@@ -208,3 +301,18 @@ def test_surgery_insert_replace_dce_recompile_keeps_results():
     x = jitorch.randn(4, 3)
     assert_close(gm(x), m(x))
     assert_close(Interpreter(gm).run(x), m(x))
+
+
+def _written_in_place(x):
+    y = x * 2
+    jitorch.relu_(y)
+    nn.functional.leaky_relu(y, 0.1, True)  # inplace=True by position
+    jitorch.clamp_(y, max=1.5)
+    return y
+
+
+def test_dead_code_elimination_keeps_in_place_functions():
+    gm = symbolic_trace(_written_in_place)
+    assert gm.graph.eliminate_dead_code() is False
+    x = jitorch.tensor([-1.0, 0.5, 2.0])
+    assert_close(gm(x.clone()), _written_in_place(x.clone()))

@@ -13,7 +13,7 @@ tensor([0.])
 from .graph import Graph
 from .graph_module import GraphModule
 from .interpreter import Interpreter, Transformer
-from .node import Node, map_arg
+from .node import Node, has_side_effect, map_arg
 from .proxy import Attribute, Proxy, TraceError
 from .tracer import PH, Tracer, symbolic_trace, wrap
 from .joint import make_joint, make_joint_for_module
@@ -23,6 +23,7 @@ from . import passes, subgraph_rewriter  # noqa: F401
 from .subgraph_rewriter import replace_pattern
 
 __all__ = ["DataDependentOutputException", "DynamicOutputShapeException",
-           "Graph", "GraphModule", "Interpreter", "Transformer", "Node", "map_arg", "Proxy", "Attribute", "TraceError",
+           "Graph", "GraphModule", "Interpreter", "Transformer", "Node", "map_arg", "has_side_effect", "Proxy",
+           "Attribute", "TraceError",
            "PH", "Tracer", "symbolic_trace", "wrap", "make_fx", "make_joint", "make_joint_for_module", "passes",
            "subgraph_rewriter", "replace_pattern"]

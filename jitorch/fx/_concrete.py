@@ -104,6 +104,11 @@ def placeholders(tracer, fn, skip, concrete_args):
     called through a copy whose code treats them as ordinary positional parameters.
     """
     params = list(inspect.signature(fn).parameters.values())[skip:]
+    if isinstance(concrete_args, tuple):  # torch's positional form: one value (or PH) per parameter, in order
+        if len(concrete_args) != len(params):
+            raise RuntimeError(f"Tracing expected {len(params)} arguments but got {len(concrete_args)} concrete "
+                               "arguments")
+        concrete_args = {p.name: v for p, v in zip(params, concrete_args)}
     unknown = set(concrete_args) - {p.name for p in params}
     if unknown:
         raise TraceError(f"concrete_args names {sorted(unknown)}, which are not parameters of {fn.__name__}")

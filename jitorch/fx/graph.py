@@ -18,7 +18,7 @@ import contextlib
 import inspect
 
 from ._naming import Namespace, target_basename
-from .node import OPCODES, Node, map_arg
+from .node import _SIDE_EFFECTFUL, OPCODES, Node, map_arg
 
 __all__ = ["Graph"]
 
@@ -33,10 +33,39 @@ def is_impure(node: Node) -> bool:
         return True
     if node.op == "call_module":
         return False if node.graph.owning_module is None else _module_is_random(node)
+    if node.op == "call_function" and _registered_side_effect(node.target):
+        return True
     name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-    if node.op == "call_method" and name.endswith("_") and not name.endswith("__"):
-        return True  # in-place tensor method
-    return any(w in name for w in _IMPURE_WORDS) or node.kwargs.get("inplace", False) is True
+    return mutates_input(node) or any(w in name for w in _IMPURE_WORDS)
+
+
+def mutates_input(node: Node) -> bool:
+    """Whether the call writes into its first argument: an in-place tensor method (``x.add_``) or function
+    (``jitorch.relu_``), or ``inplace=True``."""
+    if node.op not in ("call_method", "call_function"):
+        return False
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return (name.endswith("_") and not name.endswith("__")) or _inplace_flag(node)
+
+
+def _inplace_flag(node) -> bool:
+    """Whether a call passes ``inplace=True``, by keyword or by position (``F.relu(x, True)``)."""
+    if node.kwargs.get("inplace", False) is True:
+        return True
+    if node.op != "call_function" or not any(a is True for a in node.args[1:]):
+        return False
+    try:
+        bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
+    except (TypeError, ValueError):  # a builtin without signature, or a call that does not bind
+        return False
+    return bound.arguments.get("inplace") is True
+
+
+def _registered_side_effect(target) -> bool:
+    try:
+        return target in _SIDE_EFFECTFUL
+    except TypeError:  # an unhashable callable
+        return False
 
 
 def _module_is_random(node):
@@ -112,8 +141,8 @@ class Graph:
     def get_attr(self, qualified_name, type_expr=None) -> Node:
         return self.create_node("get_attr", qualified_name, type_expr=type_expr)
 
-    def call_function(self, the_function, args=(), kwargs=None, type_expr=None) -> Node:
-        return self.create_node("call_function", the_function, args, kwargs, type_expr=type_expr)
+    def call_function(self, the_function, args=(), kwargs=None, type_expr=None, name=None) -> Node:
+        return self.create_node("call_function", the_function, args, kwargs, name=name, type_expr=type_expr)
 
     def call_method(self, method_name, args=(), kwargs=None, type_expr=None) -> Node:
         return self.create_node("call_method", method_name, args, kwargs, type_expr=type_expr)
@@ -204,7 +233,14 @@ class Graph:
                 changed = True
         return changed
 
-    def find_nodes(self, *, op, target=None):
+    def output_node(self) -> Node:
+        """The graph's ``output`` node, which must be its last."""
+        last = next(iter(reversed(self.nodes)), None)
+        if last is None or last.op != "output":
+            raise AssertionError(f"Expected output node, got op={getattr(last, 'op', None)}")
+        return last
+
+    def find_nodes(self, *, op, target=None, sort=True):  # always in graph order, so ``sort`` changes nothing
         return [n for n in self.nodes if n.op == op and (target is None or n.target == target)]
 
     # -- checking ----------------------------------------------------------------------------------------------------
@@ -295,8 +331,9 @@ class Graph:
                 self._body_transformer = old
         return restore_on_exit()
 
-    def python_code(self, root_module: str = "self"):
-        """The generated source: a :class:`~jitorch.fx.codegen.PythonCode` with ``src`` and ``globals``."""
+    def python_code(self, root_module: str = "self", **kwargs):
+        """The generated source: a :class:`~jitorch.fx.codegen.PythonCode` with ``src`` and ``globals``. torch's
+        formatting switches (``verbose``, ``include_stride``...) are accepted and change nothing here."""
         from .codegen import python_code
 
         return python_code(self, root_module)

@@ -37,8 +37,10 @@ def _copy_attr(src, dst, target: str):
     value = getattr(src, last)
     if isinstance(src, Module) and last in src._buffers:
         dst.register_buffer(last, value, persistent=last not in src._non_persistent_buffers_set)
-    elif isinstance(value, Tensor) and not isinstance(value, Module) and last not in getattr(src, "_parameters", {}):
-        dst.__dict__[last] = value  # a tensor constant: a plain attribute, as on the root
+    elif isinstance(value, Tensor) and last not in getattr(src, "_parameters", {}):
+        # A tensor constant (plain attribute on the root) becomes a buffer, as in torch.fx: it then follows
+        # ``gm.double()``/``gm.to(...)`` and is saved in the state_dict.
+        dst.register_buffer(last, value)
     else:
         setattr(dst, last, value)
 
@@ -87,6 +89,7 @@ class GraphModule(Module):
                     _assign_attr(root[node.target], self, node.target)
         else:
             raise TypeError(f"GraphModule root must be a Module or a dict, got {type(root).__name__}")
+        self.meta: dict = {}  # free-form, for passes (torch's GraphModule.meta)
         self.graph = graph
 
     @property
@@ -117,10 +120,12 @@ class GraphModule(Module):
         self.__dict__["_code"] = src
         return pc
 
-    def print_readable(self, print_output: bool = True) -> str:
-        """The generated module as a class definition; printed unless ``print_output`` is False."""
-        body = "".join(f"    {line}\n" for line in self.code.splitlines())
-        text = f"class {type(self).__name__}(jitorch.nn.Module):\n{body}"
+    def print_readable(self, print_output: bool = True, include_stride: bool = False, include_device: bool = False,
+                       colored: bool = False, **kwargs) -> str:
+        """The generated module as a class definition; printed unless ``print_output`` is False. torch's formatting
+        switches (``include_stride``, ``colored``...) are accepted; the code carries no type annotations to adjust.
+        Child GraphModules (from ``split_module``, say) are printed as nested classes named after their attribute."""
+        text = _readable(self, type(self).__name__)
         if print_output:
             print(text)
         return text
@@ -199,7 +204,16 @@ class GraphModule(Module):
         return gm
 
     def __copy__(self):
-        return GraphModule(self, self.graph)
+        gm = GraphModule(self, self.graph)
+        gm.meta = getattr(self, "meta", {})  # shared, as in torch
+        return gm
+
+
+def _readable(gm, class_name):
+    body = "".join(f"    {line}\n" for line in gm.code.splitlines())
+    nested = [_readable(child, name) for name, child in gm.named_children() if isinstance(child, GraphModule)]
+    nested = "".join("\n" + "".join(f"    {line}\n" if line else "\n" for line in n.splitlines()) for n in nested)
+    return f"class {class_name}(jitorch.nn.Module):\n{body}{nested}"
 
 
 class _NodeRef:

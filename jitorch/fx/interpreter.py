@@ -40,6 +40,8 @@ class Interpreter:
 
     def __init__(self, module, garbage_collect_values: bool = True, graph: Graph | None = None):
         self.module = module
+        self.submodules = dict(module.named_modules())  # torch's; Transformers look targets up in it
+        self.name, self.extra_traceback = "Interpreter", True
         self.graph = graph if graph is not None else module.graph
         self.garbage_collect_values = garbage_collect_values
         self.env: dict[Node, object] = {}

@@ -15,12 +15,21 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Union
 
-__all__ = ["Node", "map_arg", "map_aggregate", "OPCODES", "Argument", "Target"]
+__all__ = ["Node", "map_arg", "map_aggregate", "has_side_effect", "OPCODES", "Argument", "Target"]
 
 OPCODES = ("placeholder", "get_attr", "call_function", "call_method", "call_module", "output")
 # The types of ``node.target`` and of what ``node.args``/``kwargs`` hold, as torch.fx.node names them.
 Target = Union[Callable[..., Any], str]
 Argument = Optional[Union[tuple, list, dict, slice, range, "Node", str, int, float, bool, complex, Any]]
+
+_SIDE_EFFECTFUL: set = set()  # functions registered by has_side_effect
+
+
+def has_side_effect(fn):
+    """Mark ``fn`` so dead-code elimination keeps its ``call_function`` nodes even when their result is unused;
+    returns ``fn`` (usable as a decorator)."""
+    _SIDE_EFFECTFUL.add(fn)
+    return fn
 
 
 def map_aggregate(a, fn):
@@ -126,6 +135,12 @@ class Node:
         args[idx] = arg
         self.args = args
 
+    def insert_arg(self, idx, arg):
+        """Insert ``arg`` into ``args`` before position ``idx``."""
+        if not 0 <= idx <= len(self._args):
+            raise AssertionError(f"insert_args index must be between 0 and len(self.args), got {idx}")
+        self.args = (*self._args[:idx], arg, *self._args[idx:])
+
     def update_kwarg(self, key, arg):
         self.kwargs = {**self._kwargs, key: arg}
 
@@ -189,7 +204,7 @@ class Node:
             default = f"(default={self.args[0]!r})" if self.args else ""
             return f"%{self.name} : [num_users={len(self.users)}] = placeholder[target={self.target}]{default}"
         if self.op == "output":
-            return f"return {_fmt(self.args[0], sigil='')}"
+            return f"return {self.args[0]}"  # Python's str, as torch: dict keys quoted
         target = _target_name(self.target)
         if self.op == "get_attr":
             return f"%{self.name} : [num_users={len(self.users)}] = get_attr[target={target}]"

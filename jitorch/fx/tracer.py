@@ -34,6 +34,12 @@ from .proxy import Attribute, Proxy, TraceError, _where, user_frame
 __all__ = ["Tracer", "GraphAppendingTracer", "ParameterProxy", "symbolic_trace", "wrap", "PH"]
 
 _WRAPPED: list[tuple[dict, str]] = []  # (module globals, function name) registered by ``wrap``
+_TRACING = [False]  # whether a Tracer.trace is running: what ``fx._symbolic_trace.is_fx_tracing()`` reports
+
+
+def is_fx_tracing() -> bool:
+    """Whether symbolic tracing is running, for code that must skip checks a Proxy cannot take."""
+    return _TRACING[0]
 
 
 def wrap(fn_or_name):
@@ -81,6 +87,9 @@ class Tracer:
         self.root = None
         self._module_paths, self._tensor_names, self._attr_nodes = {}, {}, {}
         self._constant_count, self._keepalive = 0, []
+        # The modules whose forward is running, innermost last: ``{key: (qualified name, type)}``, copied into each
+        # node's ``meta["nn_module_stack"]`` (torch's format; a module's second call has the key ``name@1``).
+        self.module_stack, self.num_calls = {}, {}
 
     # -- hooks users override ----------------------------------------------------------------------------------------
     def is_leaf_module(self, m, module_qualified_name: str) -> bool:
@@ -92,10 +101,17 @@ class Tracer:
     def call_module(self, m, forward, args, kwargs):
         """Record ``m`` as a ``call_module`` node if it is a leaf, otherwise trace through ``forward``."""
         path = self.path_of_module(m)
-        if self.is_leaf_module(m, path):
-            return self.create_proxy("call_module", path, args, kwargs)
-        self._patcher.patch_globals(getattr(type(m).forward, "__globals__", {}))
-        return forward(*args, **kwargs)
+        calls = self.num_calls.get(path, 0)
+        key = f"{path}@{calls}" if calls else path
+        self.module_stack[key] = (path, type(m))
+        self.num_calls[path] = calls + 1
+        try:
+            if self.is_leaf_module(m, path):
+                return self.create_proxy("call_module", path, args, kwargs)
+            self._patcher.patch_globals(getattr(type(m).forward, "__globals__", {}))
+            return forward(*args, **kwargs)
+        finally:
+            self.module_stack.pop(key, None)
 
     def getattr(self, attr: str, attr_val, parameter_proxy_cache: dict):
         """What traced code gets for ``module.attr`` (a submodule, parameter or buffer read through
@@ -142,15 +158,19 @@ class Tracer:
         frame = user_frame()
         if frame is not None and kind not in ("placeholder", "output"):
             node.meta["stack_trace"] = f'File "{frame.f_code.co_filename}", line {frame.f_lineno}'
+        if self.module_stack:
+            node.meta["nn_module_stack"] = dict(self.module_stack)
         return node
 
     def proxy(self, node) -> Proxy:
         return Proxy(node, self)
 
-    def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None) -> Proxy:
-        """Record one node whose inputs are ``args``/``kwargs`` (Proxies become their nodes) and return its Proxy."""
+    def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None) -> Proxy:
+        """Record one node whose inputs are ``args``/``kwargs`` (Proxies become their nodes) and return its Proxy,
+        made by ``proxy_factory_fn(node)`` when given."""
         args_, kwargs_ = self.create_arg(tuple(args)), self.create_arg(dict(kwargs))
-        return self.proxy(self.create_node(kind, target, args_, kwargs_, name, type_expr))
+        node = self.create_node(kind, target, args_, kwargs_, name, type_expr)
+        return proxy_factory_fn(node) if proxy_factory_fn is not None else self.proxy(node)
 
     def create_arg(self, a):
         """Map a Python value to a node argument: Proxies to nodes, module tensors to ``get_attr`` nodes."""
@@ -210,7 +230,9 @@ class Tracer:
         self._module_paths = {id(m): name for name, m in self.root.named_modules()}
         self._tensor_names = {id(t): n for n, t in (*self.root.named_parameters(), *self.root.named_buffers())}
         self._attr_nodes, self._constant_count, self._keepalive = {}, 0, []
+        self.module_stack, self.num_calls = {}, {}
         self._patcher = Patcher()
+        was_tracing, _TRACING[0] = _TRACING[0], True
         try:
             fn, args, kwargs = placeholders(self, fn, skip, concrete_args or {})
             if skip:
@@ -219,6 +241,7 @@ class Tracer:
             result = fn(*args, **kwargs)
             self.create_node("output", "output", (self.create_arg(result),), {})
         finally:
+            _TRACING[0] = was_tracing
             self._patcher.restore()
         return self.graph
 

@@ -24,8 +24,10 @@ tensor([2., 2.])
 """
 from __future__ import annotations
 
+from ..._tensor import Tensor
 from ..graph import is_impure
 from ..interpreter import Interpreter
+from .cse import maybe_written
 
 __all__ = ["fold_constants"]
 
@@ -33,8 +35,11 @@ __all__ = ["fold_constants"]
 def fold_constants(gm) -> int:
     """Fold ``gm`` in place and recompile; returns how many values were folded into attributes."""
     graph = gm.graph
+    written = maybe_written(graph)  # an attribute updated in place by forward is no constant
     foldable = set()
     for node in graph.nodes:
+        if node in written:
+            continue
         if node.op == "get_attr" or (node.op in ("call_function", "call_method", "call_module")
                                      and not is_impure(node)
                                      and all(i in foldable for i in node.all_input_nodes)):
@@ -44,10 +49,14 @@ def fold_constants(gm) -> int:
     if not frontier:
         return 0
     values = _evaluate(gm, foldable)
-    existing = sum(1 for name in gm.__dict__ if name.startswith("_folded_constant"))
+    existing = sum(1 for name in (*gm.__dict__, *gm._buffers) if name.startswith("_folded_constant"))
     for i, node in enumerate(frontier, start=existing):
         name = f"_folded_constant{i}"
-        gm.__dict__[name] = values[node]
+        if isinstance(values[node], Tensor):
+            # a buffer follows ``gm.to(...)``, as tensor constants do; detached, as a constant has no history
+            gm.register_buffer(name, values[node].detach())
+        else:
+            gm.__dict__[name] = values[node]
         with graph.inserting_before(node):
             attr = graph.get_attr(name)
         node.replace_all_uses_with(attr)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..graph import is_impure
+from ..graph import is_impure, mutates_input
 from ..node import Node
 
 __all__ = ["CSEPass", "PassResult", "eliminate_common_subexpressions"]
@@ -41,11 +41,19 @@ def _key(a):
 
 
 def eliminate_common_subexpressions(graph) -> int:
-    """Merge duplicate pure nodes in place; returns how many nodes were removed."""
+    """Merge duplicate pure nodes in place; returns how many nodes were removed.
+
+    In-place calls limit merging: a value that is (or may alias) one written in place later is never merged, and no
+    value computed before an in-place call stands in for one computed after it (its inputs may have changed)."""
+    written = maybe_written(graph)
     seen: dict = {}
     removed = 0
     for node in list(graph.nodes):
-        if node.op not in ("call_function", "call_method", "call_module", "get_attr") or is_impure(node):
+        if mutates_input(node):
+            seen.clear()
+            continue
+        if node.op not in ("call_function", "call_method", "call_module", "get_attr") or is_impure(node) or \
+                node in written:
             continue
         key = (node.op, _key(node.target) if not isinstance(node.target, str) else node.target,
                _key(node.args), _key(node.kwargs))
@@ -55,6 +63,19 @@ def eliminate_common_subexpressions(graph) -> int:
             graph.erase_node(node)
             removed += 1
     return removed
+
+
+def maybe_written(graph) -> set:
+    """The nodes an in-place call writes into, and everything they were computed from (a view shares memory with
+    its source; telling views apart is not attempted)."""
+    stack = [n.args[0] for n in graph.nodes if mutates_input(n) and n.args and isinstance(n.args[0], Node)]
+    found: set = set()
+    while stack:
+        node = stack.pop()
+        if node not in found:
+            found.add(node)
+            stack.extend(node.all_input_nodes)
+    return found
 
 
 class CSEPass:

@@ -30,12 +30,20 @@ class TensorMetadata(NamedTuple):
 
 
 def extract_tensor_metadata(t: Tensor) -> TensorMetadata:
-    return TensorMetadata(t.shape, t.dtype, t.requires_grad, tuple(t.stride()), None, False, {})
+    from ..._memory_format import channels_last, channels_last_3d, contiguous_format
+
+    # As torch: the first layout the tensor is contiguous in, or None (a permuted or sliced view).
+    memory_format = next((f for f in (contiguous_format, channels_last, channels_last_3d)
+                          if t.is_contiguous(memory_format=f)), None)
+    return TensorMetadata(t.shape, t.dtype, t.requires_grad, tuple(t.stride()), memory_format, False, {})
 
 
 class ShapeProp(Interpreter):
     """Fill ``node.meta['tensor_meta']`` (a :class:`TensorMetadata`, or a structure of them for tuple results) and
     ``node.meta['type']`` for every node that produces a value."""
+
+    def __init__(self, gm, fake_mode=None):
+        super().__init__(gm)  # ``fake_mode`` is torch's; propagation here always runs on the real inputs
 
     def run_node(self, n):
         result = super().run_node(n)
