@@ -45,6 +45,9 @@ from ._linalg import *  # noqa: E402,F401,F403
 from ._linalg_lu import legacy_lu as lu, legacy_lu_solve as lu_solve, lu_unpack  # noqa: E402,F401
 from ._linalg_more import triangular_solve  # noqa: E402,F401
 from ._sorting import *  # noqa: E402,F401,F403
+from ._segment import *  # noqa: E402,F401,F403
+from ._segment import segment_reduce as _segment_reduce  # noqa: E402,F401 - the alias graph libraries call
+from ._segment import _convert_indices_from_coo_to_csr, _convert_indices_from_csr_to_coo  # noqa: E402,F401
 from ._finite_diff import *  # noqa: E402,F401,F403
 from . import _overrides  # noqa: E402
 from ._overrides import publish as _publish  # noqa: E402

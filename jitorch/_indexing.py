@@ -23,6 +23,7 @@ from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
 from ._dtype import FLOAT, checked_scalar
 from ._dtype import bool as _bool
 from ._dtype import int64 as _int64
+from ._grad_state import GradState
 from ._shape import wrap_dim
 from ._tensor import Tensor
 from .autograd.graph import named
@@ -219,6 +220,10 @@ def _setitem(self, key, value):
         value = _strip_leading_ones(_on(value, self))
     if not indices:
         # the value is already checked (fill_ would also check half ranges, which setitem does not)
+        if not isinstance(value, Tensor) and not getattr(view._data.flags, "writeable", True):
+            from .ops.inplace_views import writable_expanded
+
+            writable_expanded(M.COPY, view)  # torch writes the scalar as copy_ does: overlapping targets refused
         view.copy_(value) if isinstance(value, Tensor) else apply_inplace(M.FILL, view, value, cast_check=False)
         return
     if isinstance(value, Tensor) and value.dtype is not self.dtype:
@@ -276,6 +281,18 @@ def _as_vector(t):
     return t.reshape(1) if t._data.ndim == 0 else t
 
 
+# the nodes the rows and composites of this family record; an in-place write into a view shows CopySlices instead
+_OWN_NODES = ("IndexBackward0", "IndexPutBackward0", "ScatterAddBackward0", "ScatterReduceBackward0", "DivBackward0",
+              "CopyBackwards")
+
+
+def _op_named(t, name):
+    """``t`` with its grad_fn shown under torch's name for the op (``scatter_add`` records an ``index_put`` row)."""
+    # without grad mode an in-place op records nothing: the node there is an earlier op's
+    node = t.grad_fn if type(t) is Tensor and GradState.enabled else None
+    return named(t, name) if node is not None and type(node).__name__ in _OWN_NODES else t
+
+
 # -- gather / scatter live in _indexing_scatter.py --------------------------------------------------------------------
 from ._indexing_scatter import (  # noqa: E402 - they use the helpers above
     _scatter, _scatter_reduce, gather, index_reduce, scatter, scatter_add, scatter_reduce, take_along_dim,
@@ -301,7 +318,7 @@ def index_select(input, dim, index):
         return index_select(input.reshape(1), 0, index).reshape(())
     key, index = _dim_index(input, dim, index, "index_select")
     try:
-        return apply(I.INDEX, input, index, key=key, negative=False)
+        return _op_named(apply(I.INDEX, input, index, key=key, negative=False), "IndexSelectBackward0")
     except I.IndexOutOfBounds:
         raise IndexError("index out of range in self") from None
 
@@ -336,7 +353,8 @@ def _index_write(self, dim, index, source, op, accumulate, inplace, alpha=1):
     if alpha != 1:
         source = source * (alpha if self.is_floating_point() or self.is_complex() else int(alpha))
     try:
-        return _put(self, _on(source, self), [index], key, accumulate, inplace, negative=False)
+        out = _put(self, _on(source, self), [index], key, accumulate, inplace, negative=False)
+        return _op_named(out, "IndexAddBackward0" if accumulate else "IndexCopyBackward0")
     except I.IndexOutOfBounds as e:
         if not accumulate:  # e counts dims of the index key, which may start before dim: name dim itself
             raise IndexError(f"{op}_(): index {e.value} is out of bounds for dimension {d} with size {e.size}") \

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import _creation
 from ._dispatch import apply, apply_inplace
-from ._indexing import _REDUCES, _as_vector, _check_index_dtype, _dim_indices, _on, _put
+from ._indexing import _REDUCES, _as_vector, _check_index_dtype, _dim_indices, _on, _op_named, _put, _type_name
 from ._shape import broadcast_shapes, wrap_dim
 from ._tensor import Tensor
 from .ops import indexing as I
@@ -42,7 +42,8 @@ def _gather(input, dim, index, negative):
             raise RuntimeError(f"Size does not match at dimension {k} expected index {list(index.shape)} to be no "
                                f"larger than self {list(input.shape)} apart from dimension {d}")
     try:
-        return apply(I.INDEX, input, *_dim_indices(_on(index, input), d), key=tuple(range(nd)), negative=negative)
+        out = apply(I.INDEX, input, *_dim_indices(_on(index, input), d), key=tuple(range(nd)), negative=negative)
+        return _op_named(out, "GatherBackward0")
     except I.IndexOutOfBounds as e:
         raise RuntimeError(str(e)) from None
 
@@ -56,12 +57,14 @@ def _scatter_args(self, dim, index, src, op):
     if nd == 1:  # torch counts a 0-d index or src as 1-d (one-hot targets: zeros(10).scatter_(0, tensor(3), 1))
         index = _as_vector(index) if index._data.ndim == 0 else index
         src = _as_vector(src) if isinstance(src, Tensor) and src._data.ndim == 0 else src
-    if index._data.ndim != nd or (isinstance(src, Tensor) and src._data.ndim != nd):
+    if index._data.ndim != nd:
         raise RuntimeError("Index tensor must have the same number of dimensions as self tensor")
+    if isinstance(src, Tensor) and src._data.ndim != nd:
+        raise RuntimeError("Index tensor must have the same number of dimensions as src tensor")
     too_big = any(k != d and i > s for k, (i, s) in enumerate(zip(index._data.shape, self._data.shape)))
     if isinstance(src, Tensor):
         if src.dtype is not self.dtype:
-            raise RuntimeError(f"{op}(): Expected self.dtype to be equal to src.dtype")
+            raise RuntimeError("scatter(): Expected self.dtype to be equal to src.dtype")
         if too_big or any(i > s for i, s in zip(index._data.shape, src._data.shape)):
             raise RuntimeError(f"Expected index {list(index.shape)} to be no larger than self {list(self.shape)} "
                                f"apart from dimension {d} and to be no larger size than src {list(src.shape)}")
@@ -86,7 +89,9 @@ def _scatter(self, dim, index, src, reduce, inplace, op="scatter", accumulate=Fa
         return self if inplace else out.reshape(())
     d, indices, values = _scatter_args(self, dim, index, src, op)
     try:
-        return _put(self, values, indices, tuple(range(len(indices))), accumulate or reduce == "add", inplace, False)
+        out = _put(self, values, indices, tuple(range(len(indices))), accumulate or reduce == "add", inplace, False)
+        return _op_named(out, "ScatterAddBackward0" if accumulate else
+                         "ScatterBackward0" if isinstance(values, Tensor) else "ScatterBackward1")
     except I.IndexOutOfBounds as e:
         raise RuntimeError(str(e)) from None
 
@@ -109,6 +114,8 @@ def _scatter_reduce(self, dim, index, src, reduce, include_self, inplace):
         return self if inplace else out.reshape(())
     d, indices, src = _scatter_args(self, dim, index, src, "scatter_reduce")
     index = indices[d]
+    if reduce == "mean" and self.dtype.name == "bool":  # the composite below would fail in an unrelated division
+        raise NotImplementedError('"scatter_gather_tensor_cpu_reduce_mean" not implemented for \'Bool\'')
     if reduce in ("sum", "mean"):
         base = self if include_self else self.scatter(d, index, 0)
         total = base.scatter_add(d, index, src)
@@ -118,7 +125,7 @@ def _scatter_reduce(self, dim, index, src, reduce, include_self, inplace):
                                                                                         _creation.ones_like(src))
             total = total / count if self.is_floating_point() or self.is_complex() else \
                 total.div(count, rounding_mode="floor")
-        return self.copy_(total) if inplace else total
+        return _op_named(self.copy_(total) if inplace else total, "ScatterReduceBackward0")
     run = apply_inplace if inplace else apply
     try:
         return run(I.SCATTER_REDUCE, self, index, src, dim=d, reduce=reduce, include_self=include_self)
@@ -160,8 +167,8 @@ def _index_reduce(self, dim, index, source, reduce, include_self, inplace):
     _check_index_dtype(index, "index_reduce", ("int64", "int32"),
                        "index_reduce_(): Expected dtype int32/int64 for index but got: {}")
     if source.dtype is not self.dtype:
-        raise RuntimeError(f"index_reduce_(): self and source expected to have the same dtype, but got (self) "
-                           f"{self.dtype} and (source) {source.dtype}")
+        raise RuntimeError(f"index_reduce_(): self ({_type_name(self)}) and source ({_type_name(source)}) must have "
+                           "the same scalar type")
     if self._data.ndim == 0:
         out = _index_reduce(self.reshape(1), dim, index, _as_vector(source), reduce, include_self, inplace)
         return self if inplace else out.reshape(())
@@ -176,7 +183,7 @@ def _index_reduce(self, dim, index, source, reduce, include_self, inplace):
         raise RuntimeError(f"index_reduce_(): self and source must have the same shape except at dim {d}, but got "
                            f"self.shape = {list(self.shape)} source.shape = {list(source.shape)}")
     spread = index.long().reshape([-1 if k == d else 1 for k in range(source._data.ndim)]).expand(source.shape)
-    return _scatter_reduce(self, d, spread, source, reduce, include_self, inplace)
+    return _op_named(_scatter_reduce(self, d, spread, source, reduce, include_self, inplace), "IndexReduceBackward0")
 
 
 def index_reduce(input, dim, index, source, reduce, *, include_self=True):

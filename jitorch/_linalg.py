@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from . import _dtype
-from ._dispatch import apply, fast_binary
+from ._dispatch import TORCH_TYPE_NAMES, apply, fast_binary
 from .amp._cast_mode import autocast_lower
 from ._pointwise import _write_out
 from .amp._cast_mode import autocast_policy
@@ -273,6 +273,9 @@ def cross(input, other, dim=None, *, out=None):
     return _write_out(stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], d), out)
 
 
+_CDIST_MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist")
+
+
 @autocast_policy(cpu="fp32", cuda="fp32")
 def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     """p-norm distances between the rows of ``x1`` (..., P, M) and ``x2`` (..., R, M)."""
@@ -284,6 +287,12 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     if x1._data.shape[-1] != x2._data.shape[-1]:
         raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: {x1._data.shape[-1]} X2: "
                            f"{x2._data.shape[-1]}")
+    for name, x in (("X1", x1), ("X2", x2)):
+        if not x.is_floating_point():
+            raise RuntimeError(f"cdist only supports floating-point dtypes, {name} got: "
+                               f"{TORCH_TYPE_NAMES[x.dtype.name]}")
+    if compute_mode not in _CDIST_MODES:
+        raise ValueError(f"{compute_mode} is not a valid value for compute_mode")
     if p < 0:
         raise RuntimeError("cdist only supports non-negative p values")
     rows = max(x1._data.shape[-2], x2._data.shape[-2])

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from . import _dtype
-from ._dispatch import apply, apply_inplace
+from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
 from ._shape import wrap_dim
 from ._tensor import Tensor
 from .amp._cast_mode import autocast_policy
@@ -257,16 +257,22 @@ def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
     from ._indexing import index_select
 
     if repeats is None:  # torch.repeat_interleave(repeats): indices repeated by their counts
-        counts = input
-        if counts.dim() != 1 or counts.dtype.is_floating_point:
-            raise RuntimeError("repeat_interleave: repeats must be a 1-d integer tensor")
-        return tensor(np.repeat(np.arange(counts.shape[0]), counts.numpy()), device=counts.device)
+        if input.dim() != 1:
+            raise RuntimeError(f"repeat_interleave: repeats must be a 1-d tensor, got {input.dim()}-d")
+        _check_repeats(input)
+        counts = input.cpu().numpy()
+        if (counts < 0).any():
+            raise RuntimeError("repeat_interleave: repeats can not be negative")
+        # torch's result has the repeats' dtype (int32 counts give int32 indices)
+        out = tensor(np.repeat(np.arange(counts.size, dtype=counts.dtype), counts), device=input.device)
+        return _check_output_size(out, output_size)
     x = input.reshape(-1) if dim is None else input
     dim = 0 if dim is None else wrap_dim(dim, x.dim())
     size = x.shape[dim] if x.dim() else 1
     if isinstance(repeats, Tensor):
-        if repeats.dim() > 1 or repeats.dtype.is_floating_point:
-            raise RuntimeError("repeat_interleave: repeats must be 0-dim or 1-dim integer tensor")
+        if repeats.dim() > 1:
+            raise RuntimeError("repeat_interleave: repeats must be 0-dim or 1-dim tensor")
+        _check_repeats(repeats)
         counts = repeats.cpu().numpy().reshape(-1)
     else:
         counts = np.asarray([int(repeats)])
@@ -277,12 +283,22 @@ def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
                            f"repeats.size(0) = {counts.size} and input.size({dim}) = {size}")
     if (counts < 0).any():
         raise RuntimeError("repeat_interleave: repeats can not be negative")
-    index = tensor(np.repeat(np.arange(size), counts), device=input.device)
-    if output_size is not None and index.shape[0] != output_size:
-        raise RuntimeError(f"repeat_interleave: output_size {output_size} does not match {index.shape[0]}")
+    index = _check_output_size(tensor(np.repeat(np.arange(size), counts), device=input.device), output_size)
     if x.dim() == 0:
         x = x.reshape(1)
     return index_select(x, dim, index)
+
+
+def _check_repeats(repeats):
+    if repeats.dtype.name not in ("int32", "int64"):  # torch's kernel takes only these
+        name = TORCH_TYPE_NAMES[repeats.dtype.name]
+        raise NotImplementedError(f"\"repeat_interleave_cpu\" not implemented for '{name}'")
+
+
+def _check_output_size(index, output_size):
+    if output_size is not None and index.shape[0] != output_size:
+        raise RuntimeError(f"repeat_interleave: output_size {output_size} does not match {index.shape[0]}")
+    return index
 
 
 def vander(x, N=None, increasing=False):  # noqa: N803 - torch's argument name
@@ -339,8 +355,13 @@ def logaddexp2(input, other):
 
 
 def ldexp(input, other, *, out=None):
-    """``input * 2**other``."""
-    result = input * (2.0 ** other if not isinstance(other, Tensor) else other.to(_dtype.float32).exp2())
+    """``input * 2**other``, as torch: the power in ``other``'s float dtype (the default one for integers), the
+    product in the operands' common dtype when that is floating."""
+    result = input * 2.0 ** other
+    if isinstance(other, Tensor):
+        common = _dtype.result_type(input, other)
+        if common.is_floating_point and result.dtype is not common:
+            result = result.to(common)
     return _out(result, out)
 
 

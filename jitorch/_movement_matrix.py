@@ -59,6 +59,18 @@ def _diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
 
 
 def block_diag(*tensors):
+    from ._tensor import Tensor
+
+    if not tensors:  # torch's empty block matrix: one row, no columns
+        from ._creation import zeros
+
+        return zeros((1, 0))
+    for i, x in enumerate(tensors):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"expected Tensor as element {i} in argument 0, but got {type(x).__name__}")
+        if x._data.ndim > 2:
+            raise RuntimeError(f"torch.block_diag: Input tensors must have 2 or fewer dimensions. Input {i} has "
+                               f"{x._data.ndim} dimensions")
     tensors = [x.reshape(1, -1) if x._data.ndim < 2 else x for x in tensors]
     rows = sum(x._data.shape[0] for x in tensors)
     cols = sum(x._data.shape[1] for x in tensors)

@@ -25,7 +25,7 @@ FUNCTIONS = (
     "bucketize", "histc", "logcumsumexp", "sum", "nansum", "mean", "nanmean", "prod", "amax", "amin", "aminmax", "max",
     "min", "argmax", "argmin", "all", "any", "var", "std", "logsumexp", "quantile", "nanquantile", "diff", "take",
     "take_along_dim", "gather", "index_add", "index_copy", "index_reduce", "scatter", "scatter_add", "scatter_reduce",
-    "slice_scatter", "masked_select", "nonzero", "nonzero_static", "narrow_copy",
+    "slice_scatter", "masked_select", "nonzero", "nonzero_static", "narrow_copy", "index_select", "isin",
 )
 
 
@@ -40,7 +40,7 @@ def _tensors(value):
 
 
 # Results that are indices or masks: torch refuses an out of any other dtype for them.
-_EXACT_DTYPE = ("argmax", "argmin", "searchsorted", "bucketize", "nonzero", "nonzero_static", "all", "any")
+_EXACT_DTYPE = ("argmax", "argmin", "searchsorted", "bucketize", "nonzero", "nonzero_static", "all", "any", "isin")
 
 
 def _write(result, out, op, exact):

@@ -15,6 +15,7 @@ from . import _dtype, return_types
 from ._dispatch import TORCH_TYPE_NAMES, apply
 from ._shape import wrap_dim
 from ._tensor import Tensor
+from .autograd.graph import named
 from .ops import sorting as S
 
 __all__ = [
@@ -80,13 +81,15 @@ def msort(input):
 def topk(input, k, dim=-1, largest=True, sorted=True):
     """The ``k`` largest (or smallest) elements along ``dim`` and their indices, in sorted order."""
     _check_not_complex(input, "topk")
+    if input.dtype is _dtype.bool and input.device.type == "cpu":
+        raise RuntimeError("topk does not support bool dtypes on CPU")
     x, scalar = _as_1d(input)
     d = wrap_dim(dim, input._data.ndim, "topk")
     n = x._data.shape[d]
     if not 0 <= k <= n:
         raise RuntimeError(f"topk(): selected index k out of range (k = {k}, size of dim {d} = {n})")
     indices = apply(S.TOPK_INDICES, x, k=int(k), dim=d, largest=bool(largest))
-    values = _gather(x, indices, d)
+    values = named(_gather(x, indices, d), "TopkBackward0")
     if scalar:
         values, indices = values.reshape(()), indices.reshape(())
     return return_types.topk(values, indices)

@@ -129,6 +129,20 @@ def test_repeat_interleave_counts_only_and_errors():
                 lambda t: torch.repeat_interleave(t, torch.tensor([1, 2]), dim=0), [np.zeros((3, 2), np.float32)])
 
 
+def test_repeat_interleave_counts_only_keeps_dtype_and_checks():
+    for counts in (np.array([2, 0, 1], np.int32), np.zeros((0,), np.int32), np.array([1, 3])):
+        check_op(jitorch.repeat_interleave, torch.repeat_interleave, [counts])
+    check_op(lambda c: jitorch.repeat_interleave(c, output_size=3), lambda c: torch.repeat_interleave(c, output_size=3),
+             [np.array([1, 2])])
+    for bad in (np.array([1, -1]), np.array([1.0, 2.0], np.float32), np.array([1, 2], np.uint8)):
+        check_error(jitorch.repeat_interleave, torch.repeat_interleave, [bad])
+    check_error(lambda c: jitorch.repeat_interleave(c, output_size=5),
+                lambda c: torch.repeat_interleave(c, output_size=5), [np.array([1, 2])])
+    x = np.ones((2, 3), np.float32)
+    check_error(lambda t, r: t.repeat_interleave(r, dim=0), lambda t, r: t.repeat_interleave(r, dim=0),
+                [x, np.array([1.0, 2.0], np.float32)], match="repeat_interleave_cpu")
+
+
 def test_vander_combinations_heaviside():
     x = make_array((4,), "float32", RNG)
     # torch's own vander backward fails (an in-place write in its implementation): compare values, gradcheck ours.

@@ -2,6 +2,8 @@
 expression by expression with torch 2.13; the renamed nodes still differentiate as before."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -95,3 +97,24 @@ def test_loss_nodes_show_torch_s_names(loss, reduction):
         out = getattr(lib.nn.functional, loss)(x, lib.tensor([0.0, 1.0, 0.5]), reduction=reduction)
         names.append(type(out.grad_fn).__name__)
     assert names[0] == names[1]
+
+
+# gather/scatter family: each records an index or index_put row but shows torch's node
+INDEXING_EXPRESSIONS = [
+    "b.gather(1, jt.tensor([[0, 2], [1, 1]]))", "b.take_along_dim(jt.tensor([[0], [2]]), 1)",
+    "b.index_select(0, jt.tensor([1, 1]))", "b.index_add(1, jt.tensor([0, 0]), b[:, :2])",
+    "b.index_copy(1, jt.tensor([2, 0]), b[:, :2])", "(b * 1).index_add_(0, jt.tensor([1]), b[:1])",
+    "b.scatter(1, jt.tensor([[0, 1], [2, 2]]), b[:, :2])", "b.scatter(1, jt.tensor([[0, 1]]), 2.0)",
+    "b.scatter_add(1, jt.tensor([[0, 0], [1, 0]]), b[:, :2])", "(b * 1).scatter_add_(0, jt.tensor([[1, 1, 0]]), b[:1])",
+    "b.scatter_reduce(1, jt.tensor([[0, 0], [1, 0]]), b[:, :2], 'sum')",
+    "b.scatter_reduce(1, jt.tensor([[0, 0], [1, 0]]), b[:, :2], 'mean', include_self=False)",
+    "b.scatter_reduce(1, jt.tensor([[0, 0]]), b[:, :2], 'amax')",
+    "b.index_reduce(1, jt.tensor([0, 0]), b[:, :2], 'amax')", "b.topk(2)[0]",
+]
+
+
+@pytest.mark.parametrize("code", INDEXING_EXPRESSIONS)
+def test_indexing_nodes_show_torch_s_names(code):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # index_reduce is "in beta"
+        test_grad_fn_name_and_gradients_match_torch(code)

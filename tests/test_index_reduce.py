@@ -3,7 +3,7 @@ nonzero_static and 0-d nonzero(as_tuple=True) against PyTorch."""
 import numpy as np
 import pytest
 import torch
-from helpers import check_op
+from helpers import check_error, check_op
 
 import jitorch
 
@@ -34,6 +34,15 @@ def test_index_reduce_errors():
     run(lambda lib, t, i, s: t.index_reduce(0, i, s, "sum"), SELF, REPEATED, SRC)
     run(lambda lib, t, i, s: t.index_reduce(0, i, s, "amax"), SELF, REPEATED.astype(np.float32), SRC)
     run(lambda lib, t, i, s: t.index_reduce(0, i, s, "amax"), SELF, REPEATED, SRC.astype(np.float64))
+    err = check_error(lambda t, i, s: t.index_reduce(0, i, s, "amax"), lambda t, i, s: t.index_reduce(0, i, s, "amax"),
+                      [SELF, REPEATED, SRC.astype(np.float64)])
+    assert str(err) == "index_reduce_(): self (Float) and source (Double) must have the same scalar type"
+
+
+def test_scatter_reduce_mean_refuses_bool():
+    fn = lambda t, i, s: t.scatter_reduce(0, i, s, "mean")  # noqa: E731
+    check_error(fn, fn, [SELF > 0, np.repeat(REPEATED[:, None], 5, 1), SRC > 0],
+                match="\"scatter_gather_tensor_cpu_reduce_mean\" not implemented for 'Bool'")
 
 
 def test_narrow_copy():

@@ -319,6 +319,16 @@ def test_index_put(accumulate):
         check_op(fn, fn, [x, np.array([1, 1, 1]), np.array([2, 2, 2]), _arr((3,), 7)])
 
 
+def test_index_put_value_shape_mismatch_names_both_shapes():
+    x = _arr((5, 3))
+    for put in (lambda a, i, v: a.index_put((i,), v, accumulate=True), lambda a, i, v: a.index_put((i,), v),
+                lambda a, i, v: a.__setitem__(i, v)):
+        check_error(put, put, [x, np.array([1, 2]), _arr((3, 3))],
+                    match="value tensor of shape [3, 3] cannot be broadcast to indexing result of shape [2, 3]")
+    setcol = lambda a, i, v: a.__setitem__((slice(None), i), v)  # noqa: E731
+    check_error(setcol, setcol, [x, np.array([0, 1]), _arr((3, 3))], match="indexing result of shape [5, 2]")
+
+
 def test_masked_ops():
     x, mask = _arr((3, 4)), MASK_34
     check_op(lambda a, m: a.masked_fill(m, -1e9), lambda a, m: a.masked_fill(m, -1e9), [x, mask], layout="transposed")
@@ -370,6 +380,9 @@ ERRORS = [
     (lambda a, lib: a.take(lib.tensor([12])), "out of range: tried to access index 12 on a tensor of 12 elements."),
     (lambda a, lib: a.scatter(1, lib.tensor([[4]]), 1.0), "index 4 is out of bounds for dimension 1 with size 4"),
     (lambda a, lib: a.scatter(1, lib.tensor([[0]]), a.double()), "Expected self.dtype to be equal to src.dtype"),
+    (lambda a, lib: a.scatter_add_(1, lib.tensor([[0]]), a.double()), "scatter(): Expected self.dtype to be equal"),
+    (lambda a, lib: a.scatter_add(1, lib.tensor([[0]]), lib.tensor(1.0)), "same number of dimensions as src tensor"),
+    (lambda a, lib: a.scatter_add(1, lib.tensor([0]), a), "same number of dimensions as self tensor"),
     (lambda a, lib: a.scatter_reduce(0, lib.tensor([[0]]), a, "foo"), "reduce argument must be"),
     (lambda a, lib: a.index_put((lib.tensor([3]),), lib.tensor(1.0)), "index 3 is out of bounds"),
     (lambda a, lib: a.index_put((lib.tensor([1]),), lib.tensor(1.0, dtype=lib.float64)), "dtypes match"),
@@ -380,6 +393,8 @@ ERRORS = [
     (lambda a, lib: a.index_fill(0, lib.tensor([1.0]), 1.0), "Expected dtype int64 for index"),
     (lambda a, lib: a.masked_fill(lib.ones(3, 4, dtype=lib.long), 1.0), "only supports boolean masks"),
     (lambda a, lib: a.masked_fill(lib.ones(4, dtype=lib.bool), lib.ones(2)), "0-dimensional value tensor"),
+    (lambda a, lib: a.masked_fill(False, 1.0), "masked_fill"),  # a Python bool, as ``mask == 0`` on None gives
+    (lambda a, lib: a.masked_select(True), "argument 'mask'"),
     (lambda a, lib: a.masked_fill_(lib.ones(2, 3, 4, dtype=lib.bool), 1.0), "doesn't match the broadcast shape"),
     (lambda a, lib: a.masked_select(lib.ones(4, dtype=lib.uint8)), "expected BoolTensor for mask"),
     (lambda a, lib: a.masked_scatter(lib.ones(4, dtype=lib.bool), lib.ones(3)), "Number of elements of source"),

@@ -182,6 +182,9 @@ def test_cdist_matrix_product_path_and_zero_distance():
     run(lambda lib, a, b: lib.cdist(a, b), x, arr(27, 4, seed=1), atol=1e-4)
     run(lambda lib, a, b: lib.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist"), x[:3], x[:3].copy())
     error(lambda lib, a, b: lib.cdist(a, b), arr(3, 4), arr(3, 5))
+    error(lambda lib, a, b: lib.cdist(a, b), np.ones((3, 4), np.int64), arr(3, 4), match="X1 got: Long")
+    error(lambda lib, a, b: lib.cdist(a, b), arr(3, 4), np.ones((3, 4), bool), match="X2 got: Bool")
+    error(lambda lib, a, b: lib.cdist(a, b, compute_mode="mm"), arr(3, 4), arr(3, 4), match="compute_mode")
 
 
 # -- norms -------------------------------------------------------------------------------------------------------

@@ -198,6 +198,14 @@ def test_sequence_errors(rng):
     _err(lambda T, x: T.meshgrid(x, x, indexing="zz"), [(2,)], ["indexing"], rng=rng)
     _err(lambda T, x: x.as_strided((4,), (3,)), [(3,)], rng=rng)
     _err(lambda T, x, y: T.broadcast_tensors(x, y), [(2, 3), (4,)], ["3", "4"], rng=rng)
+    _err(lambda T, x: T.block_diag(x), [(1, 2, 2)], ["Input 0 has 3 dimensions"], rng=rng)
+    check_error(lambda: jitorch.block_diag(jitorch.ones(1), [1]), lambda: torch.block_diag(torch.ones(1), [1]), [],
+                match="element 1")
+
+
+def test_block_diag_of_nothing():
+    out, want = jitorch.block_diag(), torch.block_diag()
+    assert tuple(out.shape) == tuple(want.shape) == (1, 0) and str(out.dtype)[8:] == str(want.dtype)[6:]
 
 
 def test_copy_fill_zero_and_in_place_geometry(rng):

@@ -68,6 +68,8 @@ CASES = [
     ("slice_scatter", lambda lib, x, o: lib.slice_scatter(x, x[:, :2], 1, 0, 4, 2, out=o), ("float32",)),
     ("masked_select", lambda lib, x, o: lib.masked_select(x, x > 0, out=o), ("float32",)),
     ("nonzero", lambda lib, x, o: lib.nonzero(x > 0, out=o), ("int64",)),
+    ("index_select", lambda lib, x, o: lib.index_select(x, 1, lib.tensor([3, 0, 3]), out=o), ("float32",)),
+    ("isin", lambda lib, x, o: lib.isin(x, x[0], out=o), ("bool",)),
 ]
 
 
@@ -101,6 +103,8 @@ def test_out_dtype_of_indices_must_match():
                 [X], match="argmax")
     check_error(lambda x: jitorch.sort(x, out=(jitorch.empty(0), jitorch.empty(0))),
                 lambda x: torch.sort(x, out=(torch.empty(0), torch.empty(0))), [X], match="sort")
+    check_error(lambda x: jitorch.isin(x, x, out=jitorch.empty(0)), lambda x: torch.isin(x, x, out=torch.empty(0)),
+                [X], match="out tensor to have dtype")
 
 
 @pytest.mark.parametrize("call", [

@@ -83,6 +83,7 @@ def test_topk_nan_and_errors():
     run(lambda lib, t: lib.topk(t, 2, largest=False), x)
     run(lambda lib, t: lib.topk(t, 1), np.array(3.0, np.float32))
     error(lambda lib, t: lib.topk(t, 7), distinct((6,)), match="k")
+    error(lambda lib, t: t.topk(2), np.array([True, False, True]), match="bool")
 
 
 @pytest.mark.parametrize("keepdim", [False, True])
@@ -231,6 +232,8 @@ def test_bincount():
     run(lambda lib, t: t.bincount(minlength=10), x)
     run(lambda lib, t, w: lib.bincount(t, w), x, np.linspace(0, 1, 6).astype(np.float32), grad=False)
     run(lambda lib, t, w: lib.bincount(t, weights=w), x, np.arange(6), grad=False)
+    for half in ("float16", "bfloat16"):  # torch sums half weights into double
+        run(lambda lib, t, w: lib.bincount(t, weights=w.to(getattr(lib, half))), x, np.arange(6.0), grad=False)
     run(lambda lib, t: lib.bincount(t), np.zeros((0,), np.int64))
     error(lambda lib, t: lib.bincount(t), np.array([1, -1]))
     error(lambda lib, t: lib.bincount(t), np.ones((2, 2), np.int64))

@@ -122,10 +122,19 @@ INDEX = defop("index", _index_kernel, _index_backward, Opaque("gather by index a
 def _index_put_kernel(xp, a, values, *indices, key, accumulate, negative=True):
     out = a.copy()
     k = expand_key(xp, key, indices, a.shape, negative)
-    if accumulate:
-        scatter_add(xp, out, k, values)
-    else:
-        out[k] = values
+    try:
+        if accumulate:
+            scatter_add(xp, out, k, values)
+        else:
+            out[k] = values
+    except ValueError:
+        picked = out[k].shape
+        try:
+            broadcast_shapes(tuple(values.shape), picked)
+        except RuntimeError:  # torch names both shapes; the dispatcher's message would list the index arrays too
+            raise RuntimeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast to "
+                               f"indexing result of shape {list(picked)}") from None
+        raise
     return out
 
 
