@@ -298,10 +298,18 @@ def is_neg(input):
     return False
 
 
+def _writable_pieces(views):
+    # The unsafe_ variants exist to take in-place writes: their views are not marked as multi-output ones.
+    for v in views:
+        if v._nograd_view is not None and v._nograd_view.kind == "multi":
+            v._nograd_view = None
+    return views
+
+
 def unsafe_chunk(input, chunks, dim=0):
-    return input.chunk(chunks, dim)
+    return _writable_pieces(input.chunk(chunks, dim))
 
 
 def unsafe_split(tensor, split_size_or_sections, dim=0):
-    return tensor.split(split_size_or_sections, dim)
+    return _writable_pieces(tensor.split(split_size_or_sections, dim))
 

@@ -121,6 +121,25 @@ def _inferred_dtype(data):
     return None
 
 
+def _check_python_numbers_fit(arr, dt):
+    """torch converts each Python number with a range check, so out-of-range values raise instead of wrapping."""
+    if dt.np.kind not in "iu" or arr.dtype.kind not in "iuf" or not arr.size:
+        return
+    if arr.dtype == np.uint64 and dt.np != np.uint64:  # NumPy's type for Python ints of 2**63 and above
+        raise ValueError("Overflow when unpacking long long")
+    info = np.iinfo(dt.np)
+    if arr.dtype.kind == "f":
+        bad = np.isnan(arr) | (arr < info.min) | (arr > info.max)
+    elif info.min == 0:  # unsigned: negative ints wrap around, as far as -max
+        bad = (arr > info.max) | (arr < -int(info.max))
+    elif arr.dtype.itemsize > dt.np.itemsize:
+        bad = (arr < info.min) | (arr > info.max)
+    else:
+        return
+    if bad.any():
+        raise RuntimeError(f"value cannot be converted to type {dt.name} without overflow")
+
+
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """A new tensor holding a copy of ``data`` (nested sequences, scalars, NumPy arrays or tensors)."""
     if isinstance(data, Tensor):
@@ -140,6 +159,8 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
             dt = (_inferred_dtype(data) if isinstance(data, (list, tuple)) else None) or _default_for_kind(arr)
     if dtype is not None:
         dt = _dtype.to_dtype(dtype)
+    if not isinstance(data, (Tensor, np.ndarray, np.generic)):
+        _check_python_numbers_fit(arr, dt)
     if arr.dtype != dt.np:
         arr = arr.astype(dt.np)
     if device is None and isinstance(data, Tensor):

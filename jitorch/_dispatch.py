@@ -226,7 +226,9 @@ def _mark_view(out, src, op, attrs):
     root = out._ver_owner = src._ver_owner if src._ver_owner is not None else src
     out._view_ver = root._ver
     step = ((op, attrs),)
-    out._view_chain = src._view_chain + step if src._base is not None else step
+    # A view of a dtype view (no chain to replay) has none either.
+    chain = src._view_chain if src._base is not None else ()
+    out._view_chain = None if chain is None else chain + step
     if out._inference is not src._inference:  # a view is an inference tensor when its base is, whatever the mode
         out._inference = src._inference
     if not GradState.enabled:
@@ -380,9 +382,9 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
     if MODES:
         return MODES[-1].dispatch_inplace(op, self, args, attrs)
     if not getattr(self._data.flags, "writeable", True):
-        raise RuntimeError(f"{op.name}_: unsupported operation: more than one element of the written-to tensor refers "
-                           "to a single memory location (an expanded tensor). Please clone() the tensor before "
-                           "performing the operation.")
+        from .ops.inplace_views import writable_expanded
+
+        writable_expanded(op, self)
     if self._inference and not GradState.inference:
         raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make a "
                            "clone to get a normal tensor before doing inplace update.See "
@@ -426,7 +428,11 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
     if node is not None and node._saved_out is not None:
         node.save_output((self,))
     if self._base is None:
-        self.grad_fn, self._output_nr, self._requires_grad = node, 0, True
+        old_fn, self.grad_fn, self._output_nr, self._requires_grad = self.grad_fn, node, 0, True
+        if self._retains_grad:
+            from .ops.inplace_views import move_retain_grad
+
+            move_retain_grad(self, old_fn)
     else:
         from .ops.inplace_views import rebase_view
 

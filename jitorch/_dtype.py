@@ -292,6 +292,11 @@ class finfo:
 
     def __init__(self, type=None):
         d = to_dtype(type) if type is not None else _default_float
+        if d.category == COMPLEX:  # torch describes the real and imaginary parts
+            d = d.to_real()
+        if d.category != FLOAT:
+            raise TypeError("torch.finfo() requires a floating point input type. Use torch.iinfo to handle "
+                            "'torch.finfo'")
         info = ml_dtypes.finfo(d.np) if d is bfloat16 else np.finfo(d.np)
         self.dtype = d.name
         self.bits = info.bits
@@ -312,6 +317,10 @@ class iinfo:
 
     def __init__(self, type):
         d = to_dtype(type)
+        if d.category == BOOL:
+            raise TypeError("torch.bool is not supported by torch.iinfo")
+        if d.category != INT:
+            raise TypeError("torch.iinfo() requires an integer input type. Use torch.finfo to handle 'torch.iinfo'")
         info = np.iinfo(d.np)
         self.dtype = d.name
         self.bits = info.bits

@@ -86,7 +86,9 @@ _METHODS = {
     "prelu": lambda self, weight: F.prelu(self, weight),
     "igamma": igamma, "igammac": igammac,
     "unsafe_chunk": _aten_aliases.unsafe_chunk, "unsafe_split": _aten_aliases.unsafe_split,
-    "unsafe_split_with_sizes": Tensor.split_with_sizes,
+    "unsafe_split_with_sizes": lambda self, split_sizes, dim=0: _aten_aliases._writable_pieces(
+        self.split_with_sizes(split_sizes, dim)),
+    "_is_view": lambda self: self._base is not None,
     "chalf": lambda self, memory_format=None: self.to(_dtype.complex64),
     "const_data_ptr": Tensor.data_ptr, "is_neg": _aten_aliases.is_neg,
     "apply_": apply_, "map_": map_, "map2_": map2_, "dim_order": dim_order,

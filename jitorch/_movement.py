@@ -13,9 +13,11 @@ from __future__ import annotations
 import operator
 
 from ._dispatch import apply
+from ._grad_state import GradState
 from ._shape import infer_shape, normalize_shape, sizes_or_keyword, view_strides, wrap_dim, wrap_dims
 from ._tensor import Tensor
 from .autograd.graph import named
+from .autograd.view_creation import ViewCreation
 from .ops import movement as M
 
 __all__ = [
@@ -179,7 +181,18 @@ def split(tensor, split_size_or_sections, dim=0):
     for s in sizes:
         out.append(named(narrow(tensor, d, start, s), name))
         start += s
-    return tuple(out)
+    return _multi_output_views(tuple(out), name)
+
+
+def _multi_output_views(views, grad_name):
+    """Mark the views of a function that returns several (torch's ``MULTI_OUTPUT_NODE``): with grad mode on, torch
+    refuses in-place writes into them, which could not be recorded on the one node they share."""
+    if GradState.enabled:
+        op = grad_name.removesuffix("Backward0")
+        for nr, v in enumerate(views):
+            if v._nograd_view is None:
+                v._nograd_view = ViewCreation("multi", f"Output {nr} of {op}")
+    return views
 
 
 def chunk(input, chunks, dim=0):
@@ -216,7 +229,8 @@ def tensor_split(input, indices_or_sections=None, dim=0, *, sections=None, indic
 
 def unbind(input, dim=0):
     d = wrap_dim(dim, input._data.ndim, "unbind")
-    return tuple(named(select(input, d, i), "UnbindBackward0") for i in range(input._data.shape[d]))
+    views = tuple(named(select(input, d, i), "UnbindBackward0") for i in range(input._data.shape[d]))
+    return _multi_output_views(views, "UnbindBackward0")
 
 
 def movedim(input, source, destination):
@@ -278,7 +292,9 @@ def broadcast_shapes(*shapes):
 def broadcast_tensors(*tensors):
     tensors = _flat(tensors)
     shape = broadcast_shapes(*[x.shape for x in tensors])
-    return tuple(expand(x, shape) for x in tensors)
+    # A tensor already of the broadcast shape comes back as itself, as in torch: a distribution built on a Parameter
+    # keeps that Parameter as its ``loc`` (a leaf that collects ``.grad``), not a view of it.
+    return tuple(x if tuple(x.shape) == tuple(shape) else expand(x, shape) for x in tensors)
 
 
 def as_strided(input, size, stride, storage_offset=None):
@@ -334,6 +350,9 @@ _METHODS.update(
 
 def _set_geometry(self, new):
     # In-place shape changes swap the array view; history follows the new view.
+    if self._requires_grad and self.grad_fn is None and GradState.enabled:
+        # (a leaf given the view's grad_fn would stop being a leaf and never receive its .grad)
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
     self._data = new._data
     if new.grad_fn is not None:
         self.grad_fn = new.grad_fn

@@ -16,6 +16,7 @@ import numpy as np
 from . import _dtype
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace, fast_binary, fast_unary
 from .autograd.graph import named
+from ._pointwise_checks import check_alpha, check_bounds, to_common_float
 from ._tensor import Tensor
 from .ops import pointwise as P
 
@@ -38,6 +39,12 @@ def _write_out(result, out, op=None):
     """The ``out=`` convention: write into ``out`` (resized when its shape differs) and return it."""
     if out is None:
         return result
+    from ._grad_state import GradState
+
+    # Writing into out under no_grad would silently cut the graph (no gradient reaches the inputs): torch refuses.
+    if GradState.enabled and (result.requires_grad or out.requires_grad):
+        raise RuntimeError(f"{op + '(): ' if op else ''}functions with out=... arguments don't support automatic "
+                           "differentiation, but one of the arguments requires grad.")
     check_out_dtype(result, out, op)
     from .autograd.grad_mode import no_grad
 
@@ -82,6 +89,7 @@ def _unary(op):
 
 def add(input, other, *, alpha=1, out=None):
     """``input + alpha * other``."""
+    check_alpha(alpha, input, other)
     if alpha != 1 and not isinstance(other, Tensor):
         other = other * alpha
     elif alpha != 1:
@@ -93,11 +101,15 @@ def add(input, other, *, alpha=1, out=None):
 
 
 def _reject_bool_sub(a, b):
-    # PyTorch refuses any bool operand of a subtraction (tensor or Python bool), whatever the other operand is.
-    for x in (a, b):
-        if x.__class__ is bool or (x.__class__ is Tensor and x._data.dtype == bool):
-            raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
-                               "to invert a mask, use the `~` or `logical_not()` operator instead.")
+    # PyTorch refuses any bool operand of a subtraction (tensor or Python bool), whatever the other operand is;
+    # its message differs when both operands are bool.
+    flags = [x.__class__ is bool or (x.__class__ is Tensor and x._data.dtype == bool) for x in (a, b)]
+    if all(flags):
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                           "Use the `^` or `logical_xor()` operator instead.")
+    if any(flags):
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
+                           "to invert a mask, use the `~` or `logical_not()` operator instead.")
 
 
 _fast_sub, _fast_rsub = fast_binary(P.SUB), fast_binary(P.SUB, reflected=True)
@@ -116,6 +128,7 @@ def _rsub_operator(self, other):
 def sub(input, other, *, alpha=1, out=None):
     """``input - alpha * other``."""
     _reject_bool_sub(input, other)
+    check_alpha(alpha, input, other)
     if alpha != 1:
         other = other * alpha if not isinstance(other, Tensor) else apply(P.MUL, other, alpha)
     return _write_out(apply(P.SUB, input, other), out, "sub")
@@ -178,6 +191,7 @@ def pow(input, exponent, *, out=None):
         # Checked before the dispatcher wraps the scalar into the input's dtype (uint8 ** -3 would be ** 253).
         raise RuntimeError("Integers to negative integer powers are not allowed.")
     if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and isinstance(input, Tensor):
+        check_bounds(input, exponent)
         # x * x has the input's dtype, which is pow's only for an int 2 on a non-bool tensor (bool ** 2 is int64) or
         # any 2 on a float one: an integer tensor ** 2.0 promotes to the default float dtype.
         if exponent == 2 and input.dtype is not _dtype.bool and (
@@ -321,11 +335,15 @@ def where(condition, input=None, other=None, *, out=None):
     if isinstance(condition, Tensor) and condition.dtype.name != "bool":
         raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
                            f"{condition.dtype}")
+    for t, value in ((input, other), (other, input)):  # a Python value for an integer tensor's dtype: range-checked
+        if isinstance(t, Tensor) and t.dtype.category == _dtype.INT and isinstance(value, (int, float)):
+            check_bounds(t, value)
     return _write_out(apply(P.WHERE, condition, input, other), out, "where")
 
 
 def clamp(input, min=None, max=None, *, out=None):
     """Clamp into ``[min, max]``; bounds may be scalars or tensors."""
+    check_bounds(input, min, max)
     result = apply(P.CLAMP, input, min, max)
     if not (isinstance(min, Tensor) or isinstance(max, Tensor)):
         named(result, "ClampBackward1")  # ATen's Scalar overload (tensor bounds: ClampBackward0)
@@ -337,11 +355,13 @@ clip = clamp
 
 def clamp_min(input, min):
     # (named leaves a result without history, or a compiler's deferred one, as it is)
+    check_bounds(input, min)
     return named(apply(P.CLAMP, input, min, None), "ClampMinBackward1" if isinstance(min, Tensor) else
                  "ClampMinBackward0")
 
 
 def clamp_max(input, max):
+    check_bounds(input, max)
     return named(apply(P.CLAMP, input, None, max), "ClampMaxBackward1" if isinstance(max, Tensor) else
                  "ClampMaxBackward0")
 
@@ -354,6 +374,8 @@ def addcmul(input, tensor1, tensor2, *, value=1, out=None):
     # and bool * bool must not become int64 by meeting the Python ``value``.
     input, tensor1, tensor2 = (t.to(dt) if isinstance(t, Tensor) and t.dtype is not dt else t
                                for t in (input, tensor1, tensor2))
+    if dt.category == _dtype.INT and isinstance(value, float):
+        value = int(value)  # torch converts value to the integer dtype (truncating) rather than promoting
     return _write_out(input + value * tensor1 * tensor2 if value != 1 else input + tensor1 * tensor2, out, "addcmul")
 
 
@@ -377,6 +399,7 @@ def xlogy(input, other):
         # d/dx is log(other) everywhere, x == 0 included: a 0-d tensor, so x_times_log carries it there
         log_y = input.new_full((), log_other, dtype=_dtype.result_type(input, 1.0))
         return x_times_log(input, log_y, zero & (log_other == log_other))
+    input, other = to_common_float(input, other)
     return x_times_log(input, log(other), zero & ~other.isnan())
 
 
@@ -433,6 +456,7 @@ def _inplace(op, **fixed):
 
 
 def _add_(self, other, *, alpha=1):
+    check_alpha(alpha, self, other)
     if alpha != 1:
         other = apply(P.MUL, other, alpha)
     return apply_inplace(P.ADD, self, other)
@@ -440,6 +464,7 @@ def _add_(self, other, *, alpha=1):
 
 def _sub_(self, other, *, alpha=1):
     _reject_bool_sub(self, other)
+    check_alpha(alpha, self, other)
     if alpha != 1:
         other = apply(P.MUL, other, alpha)
     return apply_inplace(P.SUB, self, other)
@@ -452,6 +477,7 @@ def _div_(self, other, *, rounding_mode=None):
 
 
 def _clamp_(self, min=None, max=None):
+    check_bounds(self, min, max)
     return apply_inplace(P.CLAMP, self, min, max)
 
 

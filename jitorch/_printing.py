@@ -226,12 +226,14 @@ def _add_suffixes(text: str, suffixes: Sequence[str], indent: int) -> str:
     # Off by two relative to the visible line length; kept to match torch.
     last_line_len = len(text) - text.rfind("\n") + 1
     for suffix in suffixes:
-        if last_line_len + len(suffix) + 2 > OPTIONS.linewidth:
+        # Measured as torch's "dtype=torch.<name>", so items wrap onto the lines torch puts them on.
+        width = len(suffix.replace("jitorch.", "torch."))
+        if last_line_len + width + 2 > OPTIONS.linewidth:
             parts.append(",\n" + " " * indent + suffix)
-            last_line_len = indent + len(suffix)
+            last_line_len = indent + width
         else:
             parts.append(", " + suffix)
-            last_line_len += len(suffix) + 2
+            last_line_len += width + 2
     parts.append(")")
     return "".join(parts)
 

@@ -241,13 +241,14 @@ def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):  # var_mean(x, False): the legacy positional ``unbiased``
         dim, unbiased = None, dim
-    return return_types.var_mean(var(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim))
+    # a plain tuple, as torch's (no return_types entry): its repr is the two tensors'
+    return var(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim)
 
 
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         dim, unbiased = None, dim
-    return return_types.std_mean(std(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim))
+    return std(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim)
 
 
 def logsumexp(input, dim, keepdim=False):

@@ -325,7 +325,7 @@ class Tensor:
 
     @property
     def retains_grad(self):
-        return self._retains_grad
+        return bool(self._retains_grad)
 
     def retain_grad(self):
         if not self._requires_grad:
@@ -342,7 +342,7 @@ class Tensor:
                 t._grad = grad.detach().clone() if t._grad is None else t._grad + grad.detach()
 
         self.grad_fn.add_retain_grad_hook(self._output_nr, store)
-        self._retains_grad = True
+        self._retains_grad = store  # truthy; kept so an in-place op can move the hook to the new grad_fn
 
     def register_hook(self, hook):
         """``hook(grad)`` runs when this tensor's gradient is computed; it may return a replacement."""
@@ -503,10 +503,13 @@ class Tensor:
         return int(self._scalar_for("index"))
 
     def __format__(self, spec):
-        if self._data.ndim == 0 or (spec and self._data.size == 1):
+        # Only a plain tensor formats as its number: a Parameter prints whole, as torch's (a distribution's repr).
+        # A compiled step's deferred tensor (LazyTensor) stands for a plain one.
+        plain = type(self) is Tensor or getattr(type(self), "_stands_for_plain_tensor", False)
+        if plain and (self._data.ndim == 0 or (spec and self._data.size == 1)):
             return format(self._scalar_for("format"), spec)
         if spec:  # object.__format__'s refusal, as torch's
-            raise TypeError("unsupported format string passed to Tensor.__format__")
+            raise TypeError(f"unsupported format string passed to {type(self).__name__}.__format__")
         return repr(self)
 
     __hash__ = object.__hash__
@@ -518,7 +521,7 @@ class Tensor:
         if self.is_cuda:
             suffixes.append(f"device='{self.device}'")
         if self.grad_fn is not None:
-            suffixes.append(f"grad_fn=<{self.grad_fn.name()}>")
+            suffixes.append(f"grad_fn=<{type(self.grad_fn).__name__}>")  # as torch: <CopySlices>, not its name()
         elif self._requires_grad:
             suffixes.append("requires_grad=True")
         return format_tensor(self._host(), dtype_name=self.dtype.name,

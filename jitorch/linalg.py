@@ -181,6 +181,10 @@ def solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):
     if B.dim() < 2:
         raise RuntimeError(f"linalg.solve_triangular: The input tensor B must have at least 2 dimensions, got shape "
                            f"{tuple(B.shape)}.")
+    if B.dtype is not A.dtype and (A.is_floating_point() or A.is_complex()):
+        # torch copies B into A's dtype here (where linalg.solve refuses the mix): MultivariateNormal.log_prob of a
+        # float64 value under float32 parameters runs, in float32.
+        B = B.to(A.dtype)
     tri = A.triu() if upper else A.tril()
     if unitriangular:
         from ._creation import eye

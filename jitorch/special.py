@@ -16,6 +16,7 @@ from . import _math_extra as _m
 from . import _pointwise as _p
 from . import _special_extra as _x
 from ._dispatch import apply
+from ._pointwise_checks import to_common_float
 from ._tensor import Tensor
 from .ops import special as _rows
 
@@ -84,6 +85,7 @@ def xlog1py(input, other):
         other = input.new_full((), other)
     if not isinstance(input, Tensor):  # torch's Scalar overload for x
         input = other.new_full((), input, dtype=_dtype.result_type(other, 1.0))
+    input, other = to_common_float(input, other)
     return _p.x_times_log(input, other.log1p(), (input == 0) & ~other.isnan())
 
 

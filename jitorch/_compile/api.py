@@ -283,8 +283,9 @@ class CompiledFunction:
             return False
         owner = self._owner()
         known = {id(p) for p in owner.parameters()} if owner is not None else set()
-        new = [v for v in traced.gm.__dict__.values() if isinstance(v, Tensor) and v._requires_grad
-               and id(v) not in known]
+        # Tensor constants are the graph module's buffers (as torch.fx's), older traces' plain attributes.
+        held = list(traced.gm.__dict__.values()) + list(traced.gm.__dict__.get("_buffers", {}).values())
+        new = [v for v in held if isinstance(v, Tensor) and v._requires_grad and id(v) not in known]
         self._lifted += [weakref.ref(v) for v in new]
         return bool(new)
 

@@ -112,6 +112,7 @@ class LazyTensor(Tensor):
     """
 
     grad_fn = property(_grad_fn, _set_grad_fn)
+    _stands_for_plain_tensor = True  # f"{loss:.4f}" formats the number, as for a Tensor
 
     def detach(self):
         return _alias(Tensor.detach(self))

@@ -82,7 +82,7 @@ def _check(gm):
             # An in-place forward op reorders reads and writes around saved values (and eager would refuse it on a
             # leaf that requires grad): keep eager semantics.
             raise Unsupported(f"in-place op {target.op.name} in the forward")
-    for value in gm.__dict__.values():
+    for value in (*gm.__dict__.values(), *gm.__dict__.get("_buffers", {}).values()):  # constants are buffers
         if isinstance(value, Tensor) and value._requires_grad:
             raise Unsupported("a tensor captured by the function requires grad (it is not a graph input)")
 

@@ -70,7 +70,8 @@ class FunctionCtx:
             else:  # an output of this function: rebuilt without a reference cycle
                 data, counter, saved_version = item
                 if counter[0] != saved_version:
-                    raise _version_error(Tensor._make(data), saved_version, self.name(), current=counter[0])
+                    raise _version_error(Tensor._make(data), saved_version, self.name(), current=counter[0],
+                                         producer=self, output_nr=version)
                 t = Tensor._make(data)
                 if GradState.enabled:
                     t.grad_fn, t._output_nr, t._requires_grad = self, version, True

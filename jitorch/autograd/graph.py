@@ -14,6 +14,7 @@ checked on unpacking so an in-place change after the forward pass raises PyTorch
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import weakref
 
@@ -44,13 +45,21 @@ INFERENCE_SAVED_MSG = (
 )
 
 
-def _version_error(t, saved_version, node_name, current=None):
+def _version_error(t, saved_version, node_name, current=None, producer=None, output_nr=0):
+    """torch's message for a saved tensor changed in place. It names the tensor's producer (``producer``, output
+    ``output_nr``, for a saved output; else its current ``grad_fn``), not the node being run (``node_name``)."""
+    if producer is None:
+        producer, output_nr = t.grad_fn, t._output_nr
+    made_by = ""
+    if producer is not None:
+        name = producer.name()
+        name = re.sub(r"Backward\d*$", "", name)
+        made_by = f", which is output {output_nr} of {name},"
     return RuntimeError(
         "one of the variables needed for gradient computation has been modified by an inplace operation: "
-        f"[{t.dtype} {list(t.shape)}] is at version {t._version if current is None else current}; expected version "
-        f"{saved_version} instead "
-        f"(while backpropagating through {node_name}). Hint: the operation that failed was modifying a tensor "
-        "that this graph saved; use .clone() before the in-place op."
+        f"[{t.type()} {list(t.shape)}]{made_by} is at version {t._version if current is None else current}; "
+        f"expected version {saved_version} instead. Hint: enable anomaly detection to find the operation that "
+        "failed to compute its gradient, with torch.autograd.set_detect_anomaly(True, check_nan=False)."
     )
 
 
@@ -196,7 +205,8 @@ class Node:
             return entry.unpack()
         data, counter, version = entry
         if counter[0] != version:
-            raise _version_error(Tensor._make(data), version, self.name(), current=counter[0])
+            raise _version_error(Tensor._make(data), version, self.name(), current=counter[0], producer=self,
+                                 output_nr=nr)
         t = Tensor._make(data)
         if GradState.enabled:  # double backward: the saved output must lead back through this node
             t.grad_fn, t._output_nr, t._requires_grad = self, nr, True
@@ -224,7 +234,8 @@ class Node:
 
     # -- PyTorch-visible surface ----------------------------------------------------------------------------
     def name(self):
-        return type(self).__name__
+        name = type(self).__name__
+        return "torch::autograd::CopySlices" if name == "CopySlices" else name  # torch's C++ node, namespaced
 
     @property
     def next_functions(self):

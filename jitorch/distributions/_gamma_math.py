@@ -34,8 +34,10 @@ def _sample_standard_gamma(alpha):
         d = (a1 - 1.0 / 3.0).reshape(-1)
         c = 1.0 / torch.sqrt(9.0 * d)
         out = torch.zeros(d.shape, dtype=torch.float64, device=device)
-        # Only the still-rejected entries draw again: a few rounds, each on a shrinking index set.
-        pending = torch.arange(d.numel(), device=device)[~(torch.isnan(d) | (a.reshape(-1) == 0))]
+        # Only the still-rejected entries draw again: a few rounds, each on a shrinking index set. An alpha that is not
+        # positive (unchecked under validate_args=False) never gets accepted: it is left out and ends as torch's, the
+        # smallest normal number (nan stays nan, 0 stays 0).
+        pending = torch.arange(d.numel(), device=device)[a.reshape(-1) > 0]
         while pending.numel():
             dd, cc = d[pending], c[pending]
             x = torch.randn(pending.shape, dtype=torch.float64, device=device)
@@ -49,6 +51,7 @@ def _sample_standard_gamma(alpha):
             pending = pending[~ok]
         out = out.reshape(a.shape)
         scale = (1 - torch.rand(a.shape, dtype=torch.float64, device=device)).pow(1.0 / a)
+        scale = torch.where(a > 0, scale, 1.0)  # u^(1/a) of a negative a overflows, 0 * inf
         out = torch.where(boost, out * scale, out)
         out = torch.where(torch.isnan(a), a, out).to(alpha.dtype)
         # Underflow (tiny alpha) gives the smallest normal number, never 0: log(x) stays finite, as torch's.

@@ -30,9 +30,15 @@ class StudentT(Distribution):
 
     @property
     def variance(self):
-        # scale^2 df / (df - 2) for df > 2, infinite for 1 < df <= 2, undefined for df <= 1.
-        finite = self.scale.pow(2) * self.df / (self.df - 2)
-        return torch.where(self.df > 2, finite, torch.where(self.df > 1, math.inf, math.nan))
+        # scale^2 df / (df - 2) for df > 2, infinite for 1 < df <= 2, undefined for df <= 1. Written into a copy of df
+        # (torch's way), not picked by ``where``: the formula at df = 2 would give a nan gradient, and a ``where`` of
+        # two Python numbers the default dtype.
+        m = self.df.clone()
+        big = self.df > 2
+        m[big] = self.scale[big].pow(2) * self.df[big] / (self.df[big] - 2)
+        m[(self.df <= 2) & (self.df > 1)] = math.inf
+        m[self.df <= 1] = math.nan
+        return m
 
     def __init__(self, df, loc=0.0, scale=1.0, validate_args=None):
         self.df, self.loc, self.scale = broadcast_all(df, loc, scale)

@@ -15,7 +15,7 @@ euler_constant = 0.57721566490153286060  # Euler-Mascheroni constant
 def broadcast_all(*values):
     """Broadcast numbers and tensors together; numbers take the dtype of the first tensor (or the default dtype)."""
     if not all(torch.is_tensor(v) or isinstance(v, Number) for v in values):
-        raise ValueError("Input arguments must all be instances of numbers.Number, torch.Tensor or objects "
+        raise ValueError("Input arguments must all be instances of Number, torch.Tensor or objects "
                          "implementing __torch_function__.")
     if not all(torch.is_tensor(v) for v in values):
         ref = next((v for v in values if torch.is_tensor(v)), None)

@@ -12,7 +12,7 @@ It is also the backward of every injective view op: the gradient of ``x[key]`` i
 >>> y[1:].mul_(2)
 tensor([0., 0.], grad_fn=<SliceBackward0>)
 >>> y.grad_fn.name()
-'CopySlices'
+'torch::autograd::CopySlices'
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from .._dispatch import apply, record
 from ..autograd.grad_mode import enable_grad
 from .table import Opaque, defop
 
-__all__ = ["copy_slices", "replay_view", "rebase_view", "view_backward"]
+__all__ = ["copy_slices", "replay_view", "rebase_view", "view_backward", "writable_expanded", "move_retain_grad"]
 
 
 def replay_view(chain, t):
@@ -44,6 +44,9 @@ def _copy_slices_kernel(xp, base, src, chain):
 
 def _copy_slices_backward(ctx, g):
     chain = ctx.attrs["chain"]
+    if any(op.name == "as_strided" for op, _ in chain):
+        # as_strided addresses memory, so it must see g laid out as the (contiguous) base, not an expanded g
+        g = g.contiguous()
     g_src = replay_view(chain, g)
     g_base = copy_slices(g, g_src.new_zeros(()).expand(g_src.shape), chain) if ctx.needs_grad(0) else None
     return g_base, g_src
@@ -72,8 +75,43 @@ def view_backward(ctx, g):
 def rebase_view(view, result):
     """After ``view`` was overwritten in place by ``result`` (which has history), rebase ``view._base``'s history."""
     base = view._base
+    old_base_fn, old_view_fn = base.grad_fn, view.grad_fn
     record(COPY_SLICES, (base, result), {"chain": view._view_chain}, [base])
     with enable_grad():
         regenerated = replay_view(view._view_chain, base)
     view.grad_fn, view._output_nr, view._requires_grad = regenerated.grad_fn, 0, True
     view._view_ver = view._ver_owner._ver
+    for t, old_fn in ((base, old_base_fn), (view, old_view_fn)):
+        if t._retains_grad:
+            move_retain_grad(t, old_fn)
+
+
+def move_retain_grad(t, old_fn):
+    """After an in-place op gave ``t`` a new ``grad_fn``, its ``retain_grad`` follows, as torch's: ``t.grad`` is the
+    gradient of ``t``'s final value, not of the value it had when ``retain_grad`` was called."""
+    store = t._retains_grad
+    if old_fn is None or not old_fn._retain_hooks or old_fn is t.grad_fn:
+        return
+    old_fn._retain_hooks = [h for h in old_fn._retain_hooks if h[1] is not store]
+    t.grad_fn.add_retain_grad_hook(t._output_nr, store)
+
+
+def writable_expanded(op, t):
+    """Make ``t``'s read-only array (an expanded tensor, or a view of one) writable for in-place ``op``, or raise.
+
+    As torch's internal-overlap check: only a dim of stride 0 and size > 1 is refused, and never for ``fill_`` (one
+    value for every element); ``expanded[0]`` and the like share no element and take writes.
+    """
+    data = t._data
+    if op.name == "fill" or not any(st == 0 and n > 1 for n, st in zip(data.shape, data.strides)):
+        data = data.view()
+        try:
+            data.flags.writeable = True
+        except ValueError:  # memory that is read-only at its owner (a read-only NumPy array)
+            pass
+        else:
+            t._data = data
+            return
+    raise RuntimeError(f"{op.name}_: unsupported operation: more than one element of the written-to tensor refers "
+                       "to a single memory location (an expanded tensor). Please clone() the tensor before "
+                       "performing the operation.")

@@ -276,7 +276,8 @@ REMAINDER = defop("remainder", _remainder_kernel, _remainder_backward, Pointwise
                   promotion="promote", saves="inputs", meta=True, ufunc="remainder")
 FMOD = defop("fmod", _fmod_kernel, _fmod_backward, Pointwise("fmod({0}, {1})"), promotion="promote",
              saves="inputs", meta=True)
-FLOOR_DIVIDE = defop("floor_divide", _floor_divide_kernel, lambda ctx, g: (g * 0, None),
+FLOOR_DIVIDE = defop("floor_divide", _floor_divide_kernel,
+                     lambda ctx, g: (g * 0, g * 0 if ctx.needs_grad(1) else None),  # torch's zeros for both
                      Pointwise("floor({0} / {1})"), promotion="promote", meta=True, ufunc="floor_divide")
 
 # -- comparisons and logic (no gradient) --------------------------------------------------------------------------

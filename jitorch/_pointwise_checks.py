@@ -1,0 +1,42 @@
+"""Operand checks of the pointwise functions, as torch's: ``alpha`` of ``add``/``sub`` against the computed dtype,
+Python bounds and operands range-checked into the tensor's dtype (``clamp``, ``where``, ``pow``), and the common
+float dtype binary float ops compute in (``xlogy``, ``xlog1py``)."""
+from __future__ import annotations
+
+from . import _dtype
+from ._tensor import Tensor
+
+__all__ = ["check_alpha", "check_bounds", "to_common_float"]
+
+
+def check_alpha(alpha, input, other):
+    # torch's alpha_check, against the dtype the op computes in.
+    if alpha.__class__ is int:
+        return
+    category = _dtype.result_type(input, other).category
+    if isinstance(alpha, bool) and category != _dtype.BOOL:
+        raise RuntimeError("Boolean alpha only supported for Boolean results.")
+    if isinstance(alpha, float) and category < _dtype.FLOAT:
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+    if isinstance(alpha, complex) and category != _dtype.COMPLEX:
+        raise RuntimeError("For non-complex input tensors, argument alpha must not be a complex number.")
+
+
+def check_bounds(input, *bounds):
+    # torch converts Python bounds to the input's dtype (when they do not promote it) with c10's overflow check:
+    # int8.clamp(max=200) raises instead of clamping to a wrapped -56.
+    d = input.dtype if isinstance(input, Tensor) else None
+    if d is None or d.category > _dtype.FLOAT or (d.category == _dtype.FLOAT and d.itemsize > 2):
+        return  # (the common float32 case: nothing to check)
+    for b in bounds:
+        if b is not None and not isinstance(b, Tensor) and _dtype.result_type(input, b) is input.dtype:
+            _dtype.checked_scalar(b, input.dtype)
+
+
+def to_common_float(a, b):
+    """Both tensors in their common dtype (integers: the default float), as torch computes binary float ops: a log
+    taken in the narrower operand's dtype would lose its precision, an integer operand would widen the result."""
+    common = _dtype.result_type(a, b)
+    if common.category < _dtype.FLOAT:
+        common = _dtype.get_default_dtype()
+    return (a if a.dtype is common else a.to(common)), (b if b.dtype is common else b.to(common))
