@@ -29,6 +29,7 @@ _ndarray = np.ndarray
 # Pairs torch refuses (a limited unsigned type with another integer) are absent: x is floating here, so never asked.
 _PROMOTE_NP = {(a.np, b.np): c.np for (a, b), c in _dtype._PROMOTE.items() if c is not None}
 _SCALARS = (float, int)
+_OPERANDS = (Tensor, int, float, complex, np.generic, np.ndarray)  # what an operator's other operand may be
 
 
 _IN_FLOAT32 = {"dtype": np.float32, "casting": "unsafe"}  # a ufunc computing in float32, rounded into out
@@ -71,8 +72,10 @@ def _record_pointwise(op, args, t):
     t._requires_grad = True
 
 
-def fast_binary(op, reflected=False):
-    """A ``(a, b) -> Tensor`` for a pointwise row: ``apply`` with a shortcut for same-dtype float CPU tensors."""
+def fast_binary(op, reflected=False, operator=False):
+    """A ``(a, b) -> Tensor`` for a pointwise row: ``apply`` with a shortcut for same-dtype float CPU tensors.
+    ``operator``: the ``__add__``-style method, which gives NotImplemented for an operand no op takes (None, a list),
+    so Python raises its TypeError as for torch's tensors."""
     kernel = op.kernel if op.promotion != "integral" else None
     # The row's NumPy ufunc, called directly: for float inputs it is exactly the kernel, one Python frame cheaper.
     ufunc = getattr(np, op.ufunc) if op.ufunc else None
@@ -150,6 +153,8 @@ def fast_binary(op, reflected=False):
                         else:
                             _record_pointwise(op, (a, b), t)
                     return t
+        if operator and not isinstance(a if reflected else b, _OPERANDS):
+            return NotImplemented
         return eager(op, (a, b), {}) if not MODES else MODES[-1].dispatch(op, (a, b), {})
     run.__name__ = op.name
     return run

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
 from . import _dtype
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace, fast_binary, fast_unary
+from ._dispatch_fast import _OPERANDS
 from .autograd.graph import named
 from ._pointwise_checks import check_alpha, check_bounds, to_common_float
 from ._tensor import Tensor
@@ -112,15 +112,19 @@ def _reject_bool_sub(a, b):
                            "to invert a mask, use the `~` or `logical_not()` operator instead.")
 
 
-_fast_sub, _fast_rsub = fast_binary(P.SUB), fast_binary(P.SUB, reflected=True)
+_fast_sub, _fast_rsub = fast_binary(P.SUB, operator=True), fast_binary(P.SUB, reflected=True, operator=True)
 
 
 def _sub_operator(self, other):
+    if not isinstance(other, _OPERANDS):
+        return NotImplemented
     _reject_bool_sub(self, other)
     return _fast_sub(self, other)
 
 
 def _rsub_operator(self, other):
+    if not isinstance(other, _OPERANDS):
+        return NotImplemented
     _reject_bool_sub(self, other)
     return _fast_rsub(self, other)
 
@@ -484,6 +488,8 @@ def _clamp_(self, min=None, max=None):
 def _rdiv_operator(self, other):
     # PyTorch's Tensor.__rtruediv__ is reciprocal(self) * other: two roundings, which other / self does not match
     # (1.3 / x differs in the last bit for a quarter of float32 values).
+    if not isinstance(other, _OPERANDS):
+        return NotImplemented
     return reciprocal(self) * other
 
 
@@ -491,7 +497,6 @@ def _reflect(fn):
     return lambda self, other: fn(other, self)
 
 
-_OPERANDS = (Tensor, int, float, complex, np.generic, np.ndarray)
 
 
 def _comparison(fn):
@@ -543,12 +548,14 @@ _METHODS.update(
     where=lambda self, condition, other: where(condition, self, other), equal=equal, allclose=allclose,
     isclose=isclose,
     add_=_add_, sub_=_sub_, subtract_=_sub_, div_=_div_, divide_=_div_, clamp_=_clamp_, clip_=_clamp_,
-    __add__=fast_binary(P.ADD), __radd__=fast_binary(P.ADD, reflected=True), __iadd__=_add_,
+    __add__=fast_binary(P.ADD, operator=True), __radd__=fast_binary(P.ADD, reflected=True, operator=True),
+    __iadd__=_add_,
     __sub__=_sub_operator, __rsub__=_rsub_operator, __isub__=_sub_,
-    __mul__=fast_binary(P.MUL), __rmul__=fast_binary(P.MUL, reflected=True),
-    __truediv__=fast_binary(P.DIV), __rtruediv__=_rdiv_operator, __itruediv__=_div_,
-    __floordiv__=floor_divide, __rfloordiv__=_reflect(floor_divide), __mod__=remainder,
-    __rmod__=_reflect(remainder), __pow__=pow, __rpow__=_reflect(pow), __neg__=fast_unary(P.NEG),
+    __mul__=fast_binary(P.MUL, operator=True), __rmul__=fast_binary(P.MUL, reflected=True, operator=True),
+    __truediv__=fast_binary(P.DIV, operator=True), __rtruediv__=_rdiv_operator, __itruediv__=_div_,
+    __floordiv__=_comparison(floor_divide), __rfloordiv__=_comparison(_reflect(floor_divide)),
+    __mod__=_comparison(remainder), __rmod__=_comparison(_reflect(remainder)), __pow__=_comparison(pow),
+    __rpow__=_comparison(_reflect(pow)), __neg__=fast_unary(P.NEG),
     __pos__=_pos,
     __abs__=abs, __eq__=_comparison(eq), __ne__=_comparison(ne), __lt__=_comparison(lt), __le__=_comparison(le),
     __gt__=_comparison(gt), __ge__=_comparison(ge),

@@ -345,3 +345,15 @@ def test_is_view_as_torch():
         x = m.arange(6.0)
         assert [x._is_view(), x[1:]._is_view(), x.view(2, 3)._is_view(), x.detach()._is_view()] == [
             False, True, True, False]
+
+
+# -- operands no operator takes -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("code", [
+    lambda m: m.ones(2) + None, lambda m: None + m.ones(2), lambda m: m.ones(2) - None, lambda m: None - m.ones(2),
+    lambda m: m.ones(2) * None, lambda m: None / m.ones(2), lambda m: m.ones(2) / None, lambda m: m.ones(2) // None,
+    lambda m: m.ones(2) % None, lambda m: m.ones(2) ** None, lambda m: None ** m.ones(2), lambda m: m.ones(2) + [1, 2],
+    lambda m: m.ones(2, dtype=m.bool) - None,
+])
+def test_operands_no_operator_takes_raise_pythons_type_error(code):
+    """The operator gives NotImplemented (as torch's), so Python's TypeError names both operand types."""
+    _same_error(code)
