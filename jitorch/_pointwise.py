@@ -94,10 +94,19 @@ def add(input, other, *, alpha=1, out=None):
         other = other * alpha
     elif alpha != 1:
         common = _dtype.result_type(input, other)
+        other = _promote_for_alpha(other, common)
         other = apply(P.MUL, other, alpha)
         if common.category <= _dtype.INT and other.dtype is not common:
             other = other.to(common)  # an integer or bool sum: alpha scales in the operands' dtype, never promotes
     return _write_out(apply(P.ADD, input, other), out, "add")
+
+
+def _promote_for_alpha(other, common):
+    """``other`` in the floating dtype of ``input + alpha * other``: torch scales it in that dtype, so a bfloat16 or
+    float32 ``other`` of a float32 or float64 sum must not be rounded to its own precision after the scaling."""
+    if isinstance(other, Tensor) and common.category >= _dtype.FLOAT and other.dtype is not common:
+        return other.to(common)
+    return other
 
 
 def _reject_bool_sub(a, b):
@@ -134,7 +143,10 @@ def sub(input, other, *, alpha=1, out=None):
     _reject_bool_sub(input, other)
     check_alpha(alpha, input, other)
     if alpha != 1:
-        other = other * alpha if not isinstance(other, Tensor) else apply(P.MUL, other, alpha)
+        if isinstance(other, Tensor):
+            other = apply(P.MUL, _promote_for_alpha(other, _dtype.result_type(input, other)), alpha)
+        else:
+            other = other * alpha
     return _write_out(apply(P.SUB, input, other), out, "sub")
 
 
@@ -462,7 +474,7 @@ def _inplace(op, **fixed):
 def _add_(self, other, *, alpha=1):
     check_alpha(alpha, self, other)
     if alpha != 1:
-        other = apply(P.MUL, other, alpha)
+        other = apply(P.MUL, _promote_for_alpha(other, _dtype.result_type(self, other)), alpha)
     return apply_inplace(P.ADD, self, other)
 
 
@@ -470,7 +482,7 @@ def _sub_(self, other, *, alpha=1):
     _reject_bool_sub(self, other)
     check_alpha(alpha, self, other)
     if alpha != 1:
-        other = apply(P.MUL, other, alpha)
+        other = apply(P.MUL, _promote_for_alpha(other, _dtype.result_type(self, other)), alpha)
     return apply_inplace(P.SUB, self, other)
 
 

@@ -287,6 +287,21 @@ def test_alpha_and_value_scalars_as_torch(call):
     assert_same(call(jitorch), call(torch))
 
 
+# The narrower operand is promoted before alpha scales it: rounding alpha * other to bfloat16 (or float32 in a
+# float64 sum) first was off by up to its ulp (Muon adds a bfloat16 update to float32 weights this way).
+@pytest.mark.parametrize("call", [
+    lambda m, a, b: m.add(a, b, alpha=-0.0123), lambda m, a, b: m.sub(a, b, alpha=0.0123),
+    lambda m, a, b: a.clone().add_(b, alpha=0.37), lambda m, a, b: a.clone().sub_(b, alpha=-0.37),
+])
+@pytest.mark.parametrize("dtypes", [("float32", "bfloat16"), ("float32", "float16"), ("float64", "float32")])
+def test_alpha_scales_the_narrower_operand_in_the_sums_dtype(call, dtypes):
+    vals = np.array([1.0, 0.25, -3.0, 7.5]), np.array([0.7, 0.3, 0.1111, -0.9])
+    outs = [call(m, m.tensor(vals[0]).to(getattr(m, dtypes[0])), m.tensor(vals[1]).to(getattr(m, dtypes[1])))
+            for m in (jitorch, torch)]
+    # within one ulp of the sum (torch fuses the multiply-add); the bug was off by the scaled operand's ulp
+    assert_same(*outs, rtol=1.2e-7 if dtypes[0] == "float32" else 2.3e-16)
+
+
 @pytest.mark.parametrize("call", [
     lambda m: m.clamp(m.tensor([1, 5], dtype=m.int8), max=200),
     lambda m: m.clamp(m.tensor([1, 5], dtype=m.int8), -1000),

@@ -100,6 +100,24 @@ def test_differentiable_update_is_recorded_by_autograd(name):
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("kwargs", [dict(), dict(weight_decay=0.1, decoupled_weight_decay=True)])
+def test_differentiable_nadam_graph_spans_several_steps_like_torch(kwargs):
+    # The update saved the exp_avg state for backward, which the next step's lerp_ changed in place: backward
+    # through more than one step raised where torch's (scaling exp_avg out of place first) differentiates.
+    results = []
+    for lib in (jitorch, torch):
+        w = lib.tensor([1.0, -2.0, 0.5], requires_grad=True)
+        p = w * 1.5
+        opt = lib.optim.NAdam([p], lr=0.1, differentiable=True, **kwargs)
+        for k in range(3):
+            p.grad = w * (k + 2.0) - 0.25
+            opt.step()
+        (p * lib.tensor([1.0, 2.0, 3.0])).sum().backward()
+        results.append((_np(p), _np(w.grad)))
+    for j, t in zip(*results):
+        np.testing.assert_allclose(j, t, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("case", [("Adamax", dict(lr=-1.0)), ("NAdam", dict(eps=-1.0)),
                                   ("RAdam", dict(betas=(1.0, 0.9))), ("NAdam", dict(momentum_decay=-1.0)),
                                   ("RAdam", dict(weight_decay=-0.1)), ("Adamax", dict(betas=(0.9, 1.5)))],

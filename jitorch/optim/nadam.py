@@ -68,7 +68,15 @@ class NAdam(AdamVariant):
         exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         denom = exp_avg_sq.div(bias_correction2).sqrt()
         # differentiable: out of place, sqrt's saved output must stay as it was
-        denom = denom.add(group["eps"]) if group["differentiable"] else denom.add_(group["eps"])
+        if group["differentiable"]:
+            # As torch: the scaled gradient and average are new tensors, so autograd saves no state tensor that the
+            # next step changes in place (a graph spanning several steps stays valid).
+            denom = denom.add(group["eps"])
+            mu_product_next = mu_product * mu_next
+            param.addcdiv_(grad * (-lr * (1.0 - mu) / (1.0 - mu_product)), denom)
+            param.addcdiv_(exp_avg * (-lr * mu_next / (1.0 - mu_product_next)), denom)
+            return
+        denom.add_(group["eps"])
         product = mu_product.item()
         param.addcdiv_(grad, denom, value=-lr * (1.0 - mu) / (1.0 - product))
         param.addcdiv_(exp_avg, denom, value=(-lr * mu_next) / (1.0 - product * mu_next))

@@ -28,10 +28,17 @@ from itertools import chain
 from .. import _creation, _dtype
 from .._tensor import Tensor
 from ..nn.modules._hooks import RemovableHandle
+from ..utils._foreach_utils import _group_tensors_by_device_and_dtype
 from ._kernels import capturing, guard_hyperparameters
 from ._optimizer_helpers import (  # noqa: F401 - split for size; torch.optim.optimizer's names, re-exported here
     _check_adam_hyperparameters, _check_capturable, _check_fused_flags, _check_tensor_lr, _device_dtype_check_for_fused,
     _get_scalar_dtype, _get_value, _to_scalar, _use_grad_for_differentiable, evaluate_closure, new_step, upgrade_step,
+)
+from ._optimizer_extras import (  # noqa: F401 - torch.optim.optimizer's aliases and helpers, for optimizers outside it
+    Args, DeviceDict, DeviceDtypeDict, GlobalOptimizerPostHook, GlobalOptimizerPreHook, Kwargs, ParamsT, StateDict,
+    _capturable_doc, _default_to_fused_or_foreach, _differentiable_doc, _disable_dynamo_if_unsupported, _foreach_doc,
+    _foreach_supported_types, _fused_doc, _get_capturable_supported_devices, _maximize_doc, _params_doc,
+    _stack_if_compiling, _view_as_real,
 )
 
 __all__ = ["Optimizer", "register_optimizer_step_pre_hook", "register_optimizer_step_post_hook", "required"]
@@ -115,6 +122,10 @@ class Optimizer:
     """
 
     _in_hooked_step = False
+    OptimizerPreHook = GlobalOptimizerPreHook
+    OptimizerPostHook = GlobalOptimizerPostHook
+    # Optimizers with foreach updates group their tensor lists with it, as PyTorch's do.
+    _group_tensors_by_device_and_dtype = staticmethod(_group_tensors_by_device_and_dtype)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
