@@ -367,6 +367,49 @@ def test_max_unpool_module():
     np.testing.assert_array_equal(out.numpy(), th(values, idx).numpy())
 
 
+@pytest.mark.parametrize("make,shape", [
+    (lambda nn: nn.Fold((3, 3), 2), (0, 8, 4)), (lambda nn: nn.Unfold(2), (0, 2, 3, 3)),
+    (lambda nn: nn.AdaptiveMaxPool2d(2), (0, 2, 5, 5)), (lambda nn: nn.AdaptiveMaxPool1d(3), (0, 2, 5)),
+])
+def test_empty_batch_forward_and_backward(make, shape):
+    check_module(make(jitorch.nn), make(torch.nn), [np.zeros(shape, np.float32)])
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int32", "int64"])
+@pytest.mark.parametrize("call", [
+    lambda F, x: F.adaptive_avg_pool2d(x, 2), lambda F, x: F.adaptive_avg_pool1d(x[0], 3),
+    lambda F, x: F.adaptive_avg_pool3d(x.unsqueeze(0), 2), lambda F, x: F.adaptive_max_pool2d(x, 2),
+    lambda F, x: F.avg_pool2d(x, 2), lambda F, x: F.avg_pool3d(x.unsqueeze(0), 2),
+    lambda F, x: F.interpolate(x, size=(2, 3), mode="area"),
+])
+def test_integer_average_pools_match_torch(dtype, call):
+    # integer adaptive averages came out all zeros (and uint8 window sums wrapped): PyTorch refuses them, and has
+    # an int64 kernel for the plain average pools only
+    x = make_array((1, 2, 4, 6), dtype, np.random.default_rng(0), low=0, high=100)
+    try:
+        call(TF, torch.from_numpy(x))
+    except NotImplementedError:
+        check_error(lambda x: call(F, x), lambda x: call(TF, x), [x], match="not implemented for")
+    else:
+        check_op(lambda x: call(F, x), lambda x: call(TF, x), [x], grad=False)
+
+
+def test_max_unpool_empty_batch():
+    values, idx = np.zeros((0, 2, 2, 2), np.float32), np.zeros((0, 2, 2, 2), np.int64)
+    out = jpool.MaxUnpool2d(2)(jitorch.tensor(values), jitorch.tensor(idx))
+    assert out.shape == torch.nn.MaxUnpool2d(2)(torch.tensor(values), torch.tensor(idx)).shape == (0, 2, 4, 4)
+
+
+@pytest.mark.parametrize("size", [(4, 9), (9, 4)])
+def test_max_unpool_bad_output_size_names_the_dim(size):
+    values, idx = TF.max_pool2d(torch.from_numpy(arr(1, 1, 4, 4)), 2, return_indices=True)
+    with pytest.raises(ValueError) as theirs:
+        TF.max_unpool2d(values, idx, 2, output_size=size)
+    with pytest.raises(ValueError) as mine:
+        F.max_unpool2d(jitorch.from_numpy(values.numpy()), jitorch.from_numpy(idx.numpy()), 2, output_size=size)
+    assert str(mine.value).replace("[", "").replace("]", "") == str(theirs.value).replace('"(', "").replace(')"', "")
+
+
 @pytest.mark.parametrize("name,args,shape", [
     ("ZeroPad1d", ((2, 1),), (2, 3, 5)), ("ZeroPad2d", (1,), (2, 3, 4, 5)), ("ZeroPad3d", (1,), (1, 2, 3, 4, 5)),
     ("ConstantPad1d", ((1, 2), 3.5), (3, 5)), ("ConstantPad2d", ((1, -1, 2, 0), -1.0), (2, 3, 4, 5)),

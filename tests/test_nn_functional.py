@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as TF
-from helpers import check_error, check_op, gradcheck_op, gradgradcheck_op, to_jitorch, to_torch
+from helpers import check_error, check_op, gradcheck_op, gradgradcheck_op, np_dtype, to_jitorch, to_torch, tol_for
 
 import jitorch
 import jitorch.nn.functional as F
@@ -428,6 +428,16 @@ def test_rms_norm_matches_torch(shape, rng):
     check_op(lambda x, w: F.rms_norm(x, shape, w), lambda x, w: TF.rms_norm(x, shape, w), [x, w], **F32)
     check_op(lambda x: F.rms_norm(x, shape, eps=0.1), lambda x: TF.rms_norm(x, shape, eps=0.1), [x], **F32)
     gradcheck_op(lambda x, w: F.rms_norm(x, shape, w), [x.astype(np.float64), w.astype(np.float64)])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_rms_norm_half_default_eps_is_float32s(dtype):
+    # eps=None means float32's epsilon for half inputs (computed upcast), not the half type's much larger one
+    x = (np.random.default_rng(0).standard_normal((2, 5)) * 0.05).astype(np_dtype(dtype))
+    w = np.random.default_rng(1).standard_normal(5).astype(np_dtype(dtype))
+    atol, rtol = tol_for(dtype)  # half eps (1e-3 against a mean square of 2.5e-3) was off by 15%
+    check_op(lambda x, w: F.rms_norm(x, (5,), w), lambda x, w: TF.rms_norm(x, (5,), w), [x, w], grad=False,
+             atol=atol, rtol=rtol)
 
 
 # Not (2, 6) with 6 groups: one value per group, where both frameworks output rounding noise / sqrt(eps).

@@ -193,3 +193,39 @@ def test_nn_modules_utils_helpers():
     mine.consume_prefix_in_state_dict_if_present(sd_mine, "module.")
     theirs.consume_prefix_in_state_dict_if_present(sd_theirs, "module.")
     assert sd_mine == sd_theirs
+
+
+def _orthogonal_linear(m, shape, omap, triv, state=None):
+    layer = m.nn.Linear(shape[1], shape[0]).double()
+    rng = np.random.default_rng(0)
+    layer.load_state_dict({k: m.tensor(rng.standard_normal(tuple(v.shape))) for k, v in layer.state_dict().items()})
+    m.nn.utils.parametrizations.orthogonal(layer, orthogonal_map=omap, use_trivialization=triv)
+    if state is not None:  # a wide/tall trivialization's base is completed with random columns: take torch's
+        layer.load_state_dict({k: m.tensor(v) for k, v in state.items()})
+    return layer
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (5, 3), (3, 5)])
+@pytest.mark.parametrize("omap,triv", [(None, True), ("matrix_exp", True), ("cayley", True), ("cayley", False),
+                                       ("householder", True), ("householder", False)])
+def test_orthogonal_matches_torch(shape, omap, triv):
+    theirs = _orthogonal_linear(torch, shape, omap, triv)
+    state = _np_state(theirs)
+    copy = triv and shape[0] != shape[1]
+    mine = _orthogonal_linear(jitorch, shape, omap, triv, state if copy else None)
+    _assert_states(_np_state(mine), state)  # right_inverse at registration (QR, geqrf's reflectors) as torch's
+    x = np.random.default_rng(1).standard_normal((4, shape[1]))
+    # a step away from the initial point; not on the diagonal, which holds householder's signs
+    step = np.linspace(-0.5, 0.5, 15)[:np.prod(shape)].reshape(shape)
+    np.fill_diagonal(step, 0.0)
+    results = []
+    for m, layer in ((jitorch, mine), (torch, theirs)):
+        with torch.no_grad(), jitorch.no_grad():
+            layer.parametrizations.weight.original.add_(m.tensor(step))
+        out = layer(m.tensor(x))
+        out.pow(2).sum().backward()
+        results.append(([out.detach().numpy()], {n: p.grad.numpy() for n, p in layer.named_parameters()}))
+    _compare_runs(*results)
+    w = mine.weight.detach().numpy()
+    gram = w.T @ w if shape[0] >= shape[1] else w @ w.T
+    np.testing.assert_allclose(gram, np.eye(min(shape)), atol=1e-10)

@@ -61,3 +61,31 @@ def test_pad_crop_past_the_dim_is_an_error(pads, rng):
 def test_pad_crop_to_the_whole_dim_matches_torch(pads, rng):
     check_op(lambda x: F.pad(x, pads, value=0.5), lambda x: TF.pad(x, pads, value=0.5),
              [rng.standard_normal((3, 3)).astype("float32")])
+
+
+# A scale that keeps a dim's size (7 * 1.1 -> 7): ATen's (bi/tri)linear kernels, its 2-D nearest one and its separable
+# (antialias, uint8) kernels copy that dim; its 1-D/3-D nearest and plain bicubic ones apply the scale. PyTorch's
+# backward of the copying nearest/antialias/bicubic cases does not follow its own forward, so those compare values only.
+@pytest.mark.parametrize("mode,shape,scale,grad", [
+    ("linear", (1, 2, 7), (1.1,), True), ("bilinear", (1, 2, 7, 9), (1.1, 2.0), True),
+    ("bilinear", (1, 2, 7, 9), (1.05, 1.05), True), ("trilinear", (1, 1, 7, 5, 4), (1.1, 2.0, 1.2), True),
+    ("nearest", (1, 2, 7, 9), (1.1, 1.05), True), ("nearest", (1, 2, 7), (1.1,), False),
+    ("nearest", (1, 1, 7, 5, 4), (1.1, 2.0, 1.2), False), ("bicubic", (1, 2, 7, 9), (1.1, 2.0), False),
+])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_interpolate_scale_keeping_a_dims_size_matches_torch(mode, shape, scale, grad, align_corners, rng):
+    if align_corners and mode == "nearest":
+        return
+    x = rng.uniform(-2, 2, shape).astype(np.float32)
+    kw = {} if mode == "nearest" else dict(align_corners=align_corners)
+    check_op(*interp(mode=mode, scale_factor=scale, **kw), [x], grad=grad, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("antialias", [False, True])
+def test_interpolate_filter_path_keeps_a_dim_whose_size_stays(mode, antialias, rng):
+    x = rng.uniform(0, 255, (1, 3, 7, 9)).astype(np.uint8)
+    check_op(*interp(mode=mode, scale_factor=(1.1, 0.6), antialias=antialias), [x], grad=False)
+    if antialias:
+        check_op(*interp(mode=mode, scale_factor=(1.1, 0.6), antialias=True), [x.astype(np.float32)], grad=False,
+                 atol=1e-5, rtol=1e-4)

@@ -373,3 +373,43 @@ def test_encoder_inference_zeroes_padded_positions_where_torch_nests(pad_kind, f
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
     if pad_kind == "left_aligned" and not final_norm:
         assert np.all(got.numpy()[1, 4:] == 0)
+
+
+def test_functional_private_projection_helpers_match_torch():
+    # copies of PyTorch's attention code import these from nn.functional
+    import torch.nn.functional as TF
+
+    import jitorch.nn.functional as F
+    q, k, v = arr(3, 2, 4, seed=1), arr(5, 2, 6, seed=2), arr(5, 2, 7, seed=3)
+    w, b = arr(12, 4, seed=4), arr(12, seed=5)
+    ws, bs = (arr(4, 4, seed=6), arr(4, 6, seed=7), arr(4, 7, seed=8)), (arr(4, seed=9), None, arr(4, seed=10))
+    for lib, fn in ((jitorch, F), (torch, TF)):
+        t = lambda a: None if a is None else lib.tensor(a)  # noqa: E731
+        x = t(q)
+        fn._mha_shape_check(x, x, x, None, None, 2)
+        outs = fn._in_projection_packed(x, x, x, t(w), t(b)) + fn._in_projection_packed(x, t(q) * 2, t(q) * 3, t(w))
+        outs += fn._in_projection(t(q), t(k), t(v), *map(t, ws), *map(t, bs))
+        if lib is jitorch:
+            mine = [o.numpy() for o in outs]
+    for a, b_ in zip(mine, outs):
+        np.testing.assert_allclose(a, b_.numpy(), atol=1e-6, rtol=1e-6)
+    for fn in (F, TF):
+        lib = jitorch if fn is F else torch
+        with pytest.raises(AssertionError, match=r"expecting key weights shape of \(4, 6\)"):
+            fn._in_projection(lib.ones(3, 4), lib.ones(3, 6), lib.ones(3, 6), lib.ones(4, 4), lib.ones(4, 4),
+                              lib.ones(4, 6))
+
+
+@pytest.mark.parametrize("mask", [None, "padding"])
+def test_mha_empty_batch(mask):
+    jt, th = pair(jattn.MultiheadAttention, torch.nn.MultiheadAttention, 4, 2, batch_first=True)
+    kwargs = {} if mask is None else {"key_padding_mask": np.zeros((0, 3), bool)}
+    check_call(jt, th, lambda m, x, **kw: m(x, x, x, **kw)[0], [np.zeros((0, 3, 4), np.float32)],
+               kwargs=kwargs, **TOL)
+    # PyTorch's need_weights=False path raises on the -1 of an empty reshape here; the output is just empty
+    x = jitorch.zeros(0, 3, 4, requires_grad=True)
+    for mask in (jitorch.zeros(0, 3, dtype=jitorch.bool), None):
+        out = jt(x, x, x, need_weights=False, key_padding_mask=mask, attn_mask=None if mask is not None else
+                 jitorch.zeros(0, 3, 3))[0]
+        out.sum().backward()
+        assert out.shape == x.grad.shape == (0, 3, 4)

@@ -111,6 +111,26 @@ def _project(query, key, value, in_proj_weight, in_proj_bias, separate, q_w, k_w
     return linear(query, w_q, b_q), linear(key, w_k, b_k), linear(value, w_v, b_v)
 
 
+# PyTorch's private helpers under their names: copies of its attention code import them from ``nn.functional``.
+_mha_shape_check = _shape_check
+
+
+def _in_projection_packed(q, k, v, w, b=None):
+    """``q``, ``k``, ``v`` projected by the three row blocks of the packed ``w`` (and ``b``)."""
+    return _project(q, k, v, w, b, False, None, None, None)
+
+
+def _in_projection(q, k, v, w_q, w_k, w_v, b_q=None, b_k=None, b_v=None):
+    """``q``, ``k``, ``v`` projected by their own weights (and biases), all to the query's embedding size."""
+    e_q, e_k, e_v = q.size(-1), k.size(-1), v.size(-1)
+    for name, t, shape in (("query weights", w_q, (e_q, e_q)), ("key weights", w_k, (e_q, e_k)),
+                           ("value weights", w_v, (e_q, e_v)), ("query bias", b_q, (e_q,)),
+                           ("key bias", b_k, (e_q,)), ("value bias", b_v, (e_q,))):
+        if t is not None and tuple(t.shape) != shape:
+            raise AssertionError(f"expecting {name} shape of {shape}, but got {t.shape}")
+    return linear(q, w_q, b_q), linear(k, w_k, b_k), linear(v, w_v, b_v)
+
+
 def _check_attn_mask(attn_mask, tgt_len, src_len, bsz, num_heads):
     if attn_mask.dim() == 2:
         if tuple(attn_mask.shape) != (tgt_len, src_len):
@@ -154,7 +174,7 @@ def _packed_self_attention(x, num_heads, in_w, in_b, out_w, out_b, attn_mask, dr
                for w, b in zip(in_w.chunk(3), biases))
     if attn_mask is not None:
         attn_mask = attn_mask.unsqueeze(0) if attn_mask.shape[0] == 1 else \
-            attn_mask.reshape(bsz, num_heads, length, -1)
+            attn_mask.reshape(bsz, num_heads, length, attn_mask.shape[-1])
     if _row_takes(q, k, v, attn_mask):
         drop = _dropout_scale(q, k, dropout_p) if dropout_p > 0.0 else None
         out = apply(SDPA, q, k, v, attn_mask, drop, scale=1.0 / math.sqrt(head_dim), is_causal=bool(is_causal),
@@ -251,7 +271,8 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         if dropout_p > 0.0:
             weights = dropout(weights, p=dropout_p)
         out = weights.matmul(v).transpose(0, 1).reshape(tgt_len * bsz, embed_dim)
-        out = linear(out, out_proj_weight, out_proj_bias).reshape(tgt_len, bsz, -1)
+        out = linear(out, out_proj_weight, out_proj_bias)
+        out = out.reshape(tgt_len, bsz, out.shape[-1])  # sizes spelled out: -1 is ambiguous for an empty batch
         weights = weights.reshape(bsz, num_heads, tgt_len, src_len)
         if average_attn_weights:
             weights = weights.mean(1)
@@ -260,11 +281,12 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
         return out, weights
     if attn_mask is not None:
         attn_mask = attn_mask.unsqueeze(0) if attn_mask.shape[0] == 1 else \
-            attn_mask.reshape(bsz, num_heads, -1, src_len)
+            attn_mask.reshape(bsz, num_heads, attn_mask.shape[-2], src_len)
     q = q.reshape(bsz, num_heads, tgt_len, head_dim)
     k = k.reshape(bsz, num_heads, src_len, head_dim)
     v = v.reshape(bsz, num_heads, src_len, head_dim)
     out = scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)
     out = out.permute(2, 0, 1, 3).reshape(bsz * tgt_len, embed_dim)
-    out = linear(out, out_proj_weight, out_proj_bias).reshape(tgt_len, bsz, -1)
+    out = linear(out, out_proj_weight, out_proj_bias)
+    out = out.reshape(tgt_len, bsz, out.shape[-1])
     return (out.squeeze(1) if not is_batched else out), None

@@ -239,13 +239,13 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """``x / sqrt(mean(x ** 2) + eps) * weight`` over the trailing ``normalized_shape`` dims.
 
-    ``eps=None`` is the machine epsilon of the input's dtype.
+    ``eps=None`` is the machine epsilon of the compute dtype (float32 for half inputs).
     """
     shape, dims = _normalized_dims(input, normalized_shape, "rms_norm")
     _check_like("weight", weight, shape)
-    if eps is None:
-        eps = _dtype.finfo(input.dtype).eps
     x = _upcast(input)
+    if eps is None:  # PyTorch's default is the epsilon of the compute dtype: float32's for half inputs
+        eps = _dtype.finfo(x.dtype).eps
     out = x * ((x * x).mean(dims, keepdim=True) + eps).rsqrt()
     if weight is not None:
         out = out * weight

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from .. import _creation, _dtype
-from .._dispatch import apply
+from .._dispatch import TORCH_TYPE_NAMES, apply
 from ..amp._cast_mode import autocast_policy
 from ..ops.conv_ops import ADAPTIVE_MAX_POOL, CONSTANT_PAD, CONVOLUTION, MAX_POOL, adaptive_bounds
 from ._spatial_args import layout_as, ntuple
@@ -143,8 +143,17 @@ def _in_float32(fn):
     return wrapper
 
 
+def _refuse_integers(kernel, input, allow_long=False):
+    """PyTorch's averaging pools (and adaptive max pools) have real floating kernels only (the plain average pools
+    also an int64 one): an integer average here would truncate every window, or wrap a uint8 sum, silently."""
+    dt = input.dtype
+    if not (dt.is_floating_point or (allow_long and dt is _dtype.int64)):
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{TORCH_TYPE_NAMES[dt.name]}\'')
+
+
 @_in_float32
 def _avg_poolnd(name, nd, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    _refuse_integers("avg_pool3d_out_frame" if nd == 3 else "avg_pool2d", input, allow_long=True)
     x, kernel, stride, padding, _, outs = _pool_args(name, nd, input, kernel_size, stride, padding, 1, ceil_mode)
     n, c = x.shape[:2]
     flat = x.reshape((n * c, 1) + tuple(x.shape[2:]))
@@ -214,6 +223,7 @@ def _averaging_matrix(size, out, like):
 
 @_in_float32
 def _adaptive_avg_poolnd(name, nd, input, output_size):
+    _refuse_integers("adaptive_avg_pool3d_cpu" if nd == 3 else "adaptive_avg_pool2d", input)
     outs = _adaptive_sizes(name, nd, input, output_size)
     out = input
     # One matmul per spatial dim with its averaging matrix (output i averages input [floor(i*S/O), ceil((i+1)*S/O))).
@@ -243,6 +253,7 @@ def adaptive_avg_pool3d(input, output_size):
 
 
 def _adaptive_max_poolnd(name, nd, input, output_size):
+    _refuse_integers("adaptive_max_pool3d_cpu" if nd == 3 else "adaptive_max_pool2d", input)
     outs = _adaptive_sizes(name, nd, input, output_size)
     x = input.unsqueeze(0) if input.dim() == nd + 1 else input
     values, indices = apply(ADAPTIVE_MAX_POOL, x, out_sizes=outs)
@@ -314,16 +325,17 @@ def _max_unpoolnd(nd, input, indices, kernel_size, stride, padding, output_size)
         outs = default
     else:
         outs = tuple(output_size)[-nd:]
-        for o, d, s in zip(outs, default, stride):
+        for dim, (o, d, s) in enumerate(zip(outs, default, stride)):
             if not d - s < o < d + s:
-                raise ValueError(f"invalid output_size {list(output_size)} (dim 0 must be between {d - s} and "
+                raise ValueError(f"invalid output_size {list(output_size)} (dim {dim} must be between {d - s} and "
                                  f"{d + s})")
     lead = tuple(input.shape[:-nd])
-    flat_in = input.reshape(lead + (-1,))
-    flat_idx = indices.reshape(lead + (-1,))
+    pooled = math.prod(spatial)  # not -1: ambiguous for an empty batch
+    flat_in = input.reshape(lead + (pooled,))
+    flat_idx = indices.reshape(lead + (pooled,))
     if flat_idx.numel() and (int(flat_idx.max()) >= math.prod(outs) or int(flat_idx.min()) < 0):
         raise RuntimeError(f"Found an invalid max index: {int(flat_idx.max())} (output volumes are of size "
-                           f"{'x'.join(map(str, outs))}")
+                           f"{'x'.join(map(str, outs))})")
     out = flat_in.new_zeros(lead + (math.prod(outs),)).scatter(-1, flat_idx, flat_in)
     return out.reshape(lead + outs)
 

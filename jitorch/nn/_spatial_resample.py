@@ -105,11 +105,11 @@ def _resample_dim(x, dim, taps):
     return out
 
 
-def _nearest_taps(in_size, out_size, scale, exact):
+def _nearest_taps(in_size, out_size, scale, exact, shortcuts):
     o = np.arange(out_size)
-    if not exact and out_size == in_size:
+    if shortcuts and out_size == in_size:
         index = o
-    elif not exact and out_size == 2 * in_size:
+    elif shortcuts and out_size == 2 * in_size:
         index = o >> 1
     else:
         ratio = _ratio(np.float32, in_size, out_size, scale)
@@ -195,12 +195,19 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         scale = scales[i] if scales is not None else None
         dim = 2 + i
         ftype = np.float64 if input.dtype.name == "float64" else np.float32  # PyTorch's opmath type
+        # A dim that keeps its size is copied, whatever the scale, by ATen's (bi/tri)linear kernels and its 2-D
+        # nearest one (which also takes exact doubling as ``o >> 1``); its 1-D/3-D nearest and bicubic kernels
+        # apply the scale (1.1 maps 7 -> 7 with shifted sources).
+        same = sizes[i] == out.shape[dim]
         if mode in ("nearest", "nearest-exact"):
-            if mode == "nearest" and sizes[i] == out.shape[dim]:
+            shortcuts = mode == "nearest" and nd == 2
+            if shortcuts and same:
                 continue
-            taps = _nearest_taps(out.shape[dim], sizes[i], scale, mode == "nearest-exact")
+            taps = _nearest_taps(out.shape[dim], sizes[i], scale, mode == "nearest-exact", shortcuts)
         elif mode == "bicubic":
             taps = _cubic_taps(ftype, out.shape[dim], sizes[i], scale, align_corners)
+        elif same:
+            continue
         else:
             taps = _linear_taps(ftype, out.shape[dim], sizes[i], scale, align_corners)
         out = _resample_dim(out, dim, taps)

@@ -87,6 +87,8 @@ def filtered_resample(input, sizes, scales, align_corners, cubic, antialias):
     out = input.to(_dtype.float64) if input.dtype == _dtype.uint8 else input
     for dim in (3, 2):
         i = dim - 2
+        if sizes[i] == input.shape[dim]:  # ATen's separable kernels skip a dim that keeps its size, whatever the scale
+            continue
         scale = scales[i] if scales is not None else None
         m = filter_matrix(input.shape[dim], sizes[i], scale, align_corners, cubic, antialias)
         if input.dtype != _dtype.uint8:

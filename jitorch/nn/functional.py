@@ -23,6 +23,7 @@ from ._functional_loss import *  # noqa: F401,F403
 from ._functional_loss_extra import *  # noqa: F401,F403
 from ._functional_mha import *  # noqa: F401,F403
 from ._functional_mha import _canonical_mask, _none_or_dtype  # noqa: F401 - PyTorch's helpers for transformer layers
+from ._functional_mha import _in_projection, _in_projection_packed, _mha_shape_check  # noqa: F401 - and for MHA copies
 from ._functional_norm import *  # noqa: F401,F403
 from ._functional_sparse import *  # noqa: F401,F403
 from . import _functional_activation, _functional_attention, _functional_core, _functional_ctc  # noqa: E402

@@ -256,7 +256,8 @@ def _im2col_kernel(xp, x, kernel, stride, padding, dilation):
     nd = len(kernel)
     n, c = x.shape[:2]
     perm = (0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd))
-    return win.transpose(perm).reshape(n, c * _prod(kernel), -1)
+    # the block count spelled out: -1 is ambiguous for an empty batch
+    return win.transpose(perm).reshape(n, c * _prod(kernel), _prod(win.shape[2:2 + nd]))
 
 
 def _im2col_backward(ctx, g):
@@ -416,7 +417,8 @@ def _max_pool_backward(ctx, g, _g_indices=None):
         return _apply(MAX_POOL_SCATTER, g, indices, shape=tuple(shape), stride=tuple(a["stride"]),
                       padding=tuple(a["padding"]), kernel=tuple(a["kernel"]), dilation=tuple(a["dilation"]))
     flat = g.new_zeros((n, c, _prod(shape[2:])))
-    return flat.scatter_add(2, indices.reshape(n, c, -1), g.reshape(n, c, -1)).reshape(shape)
+    pooled = _prod(g.shape[2:])  # not -1: ambiguous for an empty batch
+    return flat.scatter_add(2, indices.reshape(n, c, pooled), g.reshape(n, c, pooled)).reshape(shape)
 
 
 MAX_POOL = defop("max_pool", _max_pool_kernel, _max_pool_backward, Opaque("windowed max"), nout=2,

@@ -1,6 +1,6 @@
 """``torch.nn.utils.parametrizations``: weight and spectral normalization as parametrizations (``parametrize``), with
 torch's state-dict keys (``parametrizations.weight.original0``/``original1`` for g and v; ``.original``, ``._u``,
-``._v`` for the spectral norm). ``orthogonal`` is not provided.
+``._v`` for the spectral norm); ``orthogonal`` lives in ``_orthogonal``.
 
 >>> import jitorch
 >>> from jitorch import nn
@@ -17,9 +17,10 @@ from .. import functional as F
 from ..modules.conv import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from ..modules.module import Module
 from . import parametrize
+from ._orthogonal import orthogonal
 from .weight_norm import norm_except_dim, weight_norm_of
 
-__all__ = ["weight_norm", "spectral_norm"]
+__all__ = ["orthogonal", "weight_norm", "spectral_norm"]
 
 
 class _WeightNorm(Module):
