@@ -149,7 +149,7 @@ def _install_out_variants():
     _out_variants.install(sys.modules[__name__], _out_variants.CREATION, _out_variants.creation_with_out)
     # Functions whose signatures took out= and ignored it.
     _out_variants.install(sys.modules[__name__], ("bernoulli", "normal", "lu", "lu_unpack", "qr", "row_stack", "svd",
-                                                  "triangular_solve"))
+                                                  "triangular_solve", "complex", "polar"))
     _out_variants.install(linalg, ("cholesky_ex", "eig", "eigh", "inv_ex", "lu", "lu_factor", "qr", "slogdet",
                                    "solve_ex", "svd"))
 

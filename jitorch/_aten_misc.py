@@ -70,6 +70,8 @@ def frombuffer(buffer, *, dtype, count=-1, offset=0, requires_grad=False):
                       "means you can write to the underlying (supposedly non-writable) buffer using the tensor.",
                       UserWarning, stacklevel=2)
     nbytes, item = view.nbytes, dt.itemsize
+    if nbytes == 0 or count == 0:  # torch makes no empty tensor here
+        raise ValueError(f"frombuffer: both buffer length ({nbytes}) and count ({count}) must not be 0")
     if not 0 <= offset < max(nbytes, 1) or (nbytes == 0 and offset):
         raise ValueError(f"both buffer length ({nbytes}) and offset ({offset}) must be greater than or equal to 0 "
                          "and offset must be smaller than the buffer length")
@@ -278,7 +280,7 @@ def histogram(input, bins, *, range=None, weight=None, density=False, out=None):
     return _result(*result)
 
 
-def _equal_edges(data, bins, range):
+def _equal_edges(data, bins, range, dim=0):
     """``bins + 1`` equal-width edges in the data's dtype by torch's ``linspace`` (its rounding, not NumPy's)."""
     from ._creation import linspace
 
@@ -288,12 +290,15 @@ def _equal_edges(data, bins, range):
         lo, hi = float(range[0]), float(range[1])
     elif data.size:
         lo, hi = float(data.min()), float(data.max())
-    else:
-        lo, hi = 0.0, 0.0
+    else:  # torch's default range for no data is [0, 1], not a widened [0, 0]
+        lo, hi = 0.0, 1.0
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise RuntimeError(f"torch.histogramdd: dimension {dim}'s range [{lo:g}, {hi:g}] is not finite")
+    if lo > hi:
+        raise RuntimeError(f"torch.histogramdd: min should not exceed max, but got min {lo:g} max {hi:g} for "
+                           f"dimension {dim}")
     if lo == hi:  # torch widens a degenerate range as NumPy does
         lo, hi = lo - 0.5, hi + 0.5
-    if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
-        raise ValueError(f"torch.histogram(): max must be larger than min and both finite, got range [{lo}, {hi}]")
     return linspace(lo, hi, bins + 1, dtype=_dtype.FROM_NP[data.dtype])._host()
 
 
@@ -308,7 +313,7 @@ def histogramdd(input, bins, *, range=None, weight=None, density=False):
     ranges = [None] * dims if range is None else [tuple(range[2 * i:2 * i + 2]) for i in builtins.range(dims)]
     if isinstance(bins, int):
         bins = [bins] * dims
-    bins = [b._host() if isinstance(b, Tensor) else _equal_edges(points[:, i], int(b), ranges[i])
+    bins = [b._host() if isinstance(b, Tensor) else _equal_edges(points[:, i], int(b), ranges[i], i)
             for i, b in enumerate(bins)]
     hist, edges = np.histogramdd(points, bins=bins, weights=None if w is None else w.reshape(-1), density=density)
     dt = data.dtype

@@ -16,6 +16,7 @@ import math
 
 from . import _dtype
 from ._dispatch import TORCH_TYPE_NAMES, apply, fast_binary
+from ._grad_state import GradState
 from .amp._cast_mode import autocast_lower
 from ._pointwise import _write_out
 from .amp._cast_mode import autocast_policy
@@ -145,6 +146,8 @@ def _scaled_sum(input, product, beta, alpha):
     if alpha != 1:
         product = product * alpha
     if beta == 0:
+        if input.requires_grad and GradState.enabled:  # torch keeps the input in the graph with a zero gradient
+            return product + input.where(input.new_zeros((), dtype=_dtype.bool), 0)
         return product
     return (input if beta == 1 else input * beta) + product
 
@@ -302,7 +305,16 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
         # |a - b|^2 = |a|^2 - 2 a.b + |b|^2: one matrix product instead of a (P, R, M) difference tensor.
         sq1, sq2 = (x1 * x1).sum(-1, keepdim=True), (x2 * x2).sum(-1, keepdim=True)
         return (sq1 - 2 * matmul(x1, x2.mT) + sq2.mT).clamp_min(1e-30).sqrt()
-    return vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p, -1)
+    diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
+    if math.isinf(p):
+        # torch's cdist hands every coordinate tied for the maximum the whole gradient (an inf-norm splits it):
+        # the value is the maximum, the graph the sum of the tied coordinates' (zero-valued) offsets.
+        d = diff.abs()
+        if not d._data.shape[-1]:  # no coordinates: distance 0, as torch (a max over nothing would raise)
+            return d.sum(-1)
+        m = d.amax(-1, keepdim=True).detach()
+        return (m + ((d - d.detach()) * (d == m)).sum(-1, keepdim=True)).squeeze(-1)
+    return vector_norm(diff, p, -1)
 
 
 def chain_matmul(*matrices, out=None):

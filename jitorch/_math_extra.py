@@ -23,6 +23,7 @@ import numpy as np
 from . import _dtype
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
 from ._shape import wrap_dim
+from ._stat_checks import check_weights, clip_unit, warn_at_caller
 from ._tensor import Tensor
 from .amp._cast_mode import autocast_policy
 from .ops import special as S
@@ -155,10 +156,15 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, name):
     from ._sorting import sort
 
     if interpolation not in _INTERPOLATIONS:
-        raise ValueError(f"{name}() interpolation must be one of {', '.join(_INTERPOLATIONS)}. "
-                         f"Got '{interpolation}'")
+        raise RuntimeError(f"{name}() interpolation must be one of linear, lower, higher, midpoint or nearest, "
+                           f"but got {interpolation}")
     if not input.dtype.is_floating_point:
         raise RuntimeError(f"{name}() input tensor must be either float or double dtype")
+    if isinstance(q, Tensor) and q.dtype != input.dtype:
+        raise RuntimeError(f"{name}() q tensor must be same dtype as the input tensor")
+    if dim is not None and input.dim() == 0:  # a 0-d input is its one slice, with no dim to move or keep
+        wrap_dim(dim, 0)
+        dim = None
     scalar_q = not isinstance(q, Tensor) or q.dim() == 0  # a 0-d q adds no dim to the result, as a float q
     qs = q.to(input.dtype) if isinstance(q, Tensor) else tensor(q, dtype=input.dtype)
     if qs.dim() > 1:
@@ -168,7 +174,7 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, name):
     x = input.reshape(-1) if dim is None else movedim(input, dim, -1)
     sorted_x = sort(x, dim=-1).values  # NaN sorts last
     n = sorted_x.shape[-1]
-    if n == 0:
+    if sorted_x.numel() == 0:
         raise RuntimeError(f"{name}() input tensor must be non-empty")
     q_col = qs.reshape((-1,) + (1,) * sorted_x.dim())  # [Q, ..., 1]
     # As torch: a NaN result gathers a NaN (the last sorted element, or the first of an all-NaN slice), so the
@@ -217,12 +223,15 @@ def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
 def cov(input, *, correction=1, fweights=None, aweights=None):
     """Covariance matrix of the variables in the rows of ``input`` (observations in the columns)."""
     if input.dim() > 2:
-        raise ValueError(f"cov(): expected input to have two or fewer dimensions but got an input with {input.dim()} "
-                         "dimensions")
+        raise RuntimeError(f"cov(): expected input to have two or fewer dimensions but got an input with {input.dim()} "
+                           "dimensions")
     x = input.reshape(1, -1) if input.dim() < 2 else input
     if not x.dtype.is_floating_point and not x.dtype.is_complex:
         x = x.to(_dtype.get_default_dtype())
     w = None
+    for name, weights in (("fweights", fweights), ("aweights", aweights)):
+        if weights is not None:
+            check_weights(name, weights, x.shape[1])
     if fweights is not None:
         w = fweights.to(x.dtype)
     if aweights is not None:
@@ -233,13 +242,18 @@ def cov(input, *, correction=1, fweights=None, aweights=None):
         norm = total - correction
     else:
         total = w.sum()
+        if not bool(total != 0):
+            raise RuntimeError("cov(): weights sum to zero, can't be normalized")
         mean = (x * w).sum(1, keepdim=True) / total
         norm = total - correction * ((w * aweights.to(x.dtype)).sum() / total if aweights is not None else 1)
+    if bool(norm <= 0):
+        warn_at_caller("cov(): degrees of freedom is <= 0. Correction should be strictly less than the number of "
+                       "observations.")
     centered = x - mean
     weighted = centered if w is None else centered * w
     c = weighted @ centered.conj().t()
-    c = c / (norm if isinstance(norm, Tensor) else max(norm, 0))
-    return c.squeeze() if input.dim() < 2 else c
+    c = c / (norm.clamp(min=0) if isinstance(norm, Tensor) else max(norm, 0))  # torch zeroes a negative factor
+    return c.squeeze()  # as ATen: one variable gives a 0-d result even from a (1, N) input
 
 
 def corrcoef(input):
@@ -248,7 +262,7 @@ def corrcoef(input):
     if c.dim() == 0:
         return c / c
     d = c.diagonal().sqrt()
-    return (c / d.unsqueeze(1) / d.unsqueeze(0)).clamp(-1, 1)
+    return clip_unit(c / d.unsqueeze(1) / d.unsqueeze(0))
 
 
 def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
@@ -376,6 +390,10 @@ def renorm(input, p, dim, maxnorm):
     """Rescale each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` to norm ``maxnorm``."""
     from .linalg import vector_norm
 
+    if input.dim() < 2 or p <= 0 or maxnorm < 0:
+        raise RuntimeError(f"renorm: input needs at least 2 dimensions, got {input.dim()} dimensions" if input.dim() < 2
+                           else "renorm: non-positive-norm not supported" if p <= 0
+                           else f"renorm: expected maxnorm to be >= 0 but got {maxnorm:g}")
     dim = wrap_dim(dim, input.dim())
     others = tuple(d for d in range(input.dim()) if d != dim)
     norms = vector_norm(input, p, dim=others, keepdim=True)

@@ -45,8 +45,13 @@ diagonal_fn = diagonal
 
 def diag_embed(input, offset=0, dim1=-2, dim2=-1):
     n = input._data.shape[-1] + abs(offset)
-    out = input.new_zeros(input._data.shape[:-1] + (n, n))
-    return out.diagonal_scatter(input, offset, dim1, dim2)
+    nd = input._data.ndim + 1
+    d1, d2 = wrap_dim(dim1, nd, "diag_embed"), wrap_dim(dim2, nd, "diag_embed")
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    batch = iter(input._data.shape[:-1])  # the batch dims keep their order around the two new ones
+    out = input.new_zeros(tuple(n if d in (d1, d2) else next(batch) for d in range(nd)))
+    return out.diagonal_scatter(input, offset, d1, d2)
 
 
 def _diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import _dtype, _grad_state, return_types
 from ._dispatch import apply
 from ._shape import wrap_dim, wrap_dims
+from ._stat_checks import warn_at_caller
 from ._tensor import Tensor
 from .amp._cast_mode import autocast_policy
 from .autograd.graph import named
@@ -207,11 +208,15 @@ def _correction(unbiased, correction):
 
 def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     """Variance with ``correction`` (default 1, Bessel's); ``unbiased=False`` means correction 0."""
-    v = _var(input, dim, unbiased, keepdim, correction)
+    return _var_result(input, dim, unbiased, keepdim, correction, "var")
+
+
+def _var_result(input, dim, unbiased, keepdim, correction, name):
+    v = _var(input, dim, unbiased, keepdim, correction, name)
     return v.to(input.dtype) if input.dtype in _HALVES else v
 
 
-def _var(input, dim, unbiased, keepdim, correction):
+def _var(input, dim, unbiased, keepdim, correction, name):
     """The variance, in float32 for half inputs: PyTorch computes in float32 and rounds the result once."""
     if isinstance(dim, bool):  # var(x, False): the legacy positional ``unbiased``
         dim, unbiased = None, dim
@@ -226,12 +231,19 @@ def _var(input, dim, unbiased, keepdim, correction):
         input = input.float()
     centered = input - mean(input, dims, keepdim=True)
     sq = (centered * centered.conj()).real if input.is_complex() else centered * centered
-    # PyTorch clamps the degrees of freedom at 0: the result is then inf or nan, not an error.
+    # PyTorch clamps the degrees of freedom at 0: the result is then inf or nan, not an error, but it warns.
+    if n - c <= 0:
+        warn_at_caller(f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than the reduction "
+                       "factor (input numel divided by output numel).")
     return sum(sq, dims, keepdim) / (n - c if n - c > 0 else 0)
 
 
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    v = _var(input, dim, unbiased, keepdim, correction)
+    return _std_result(input, dim, unbiased, keepdim, correction, "std")
+
+
+def _std_result(input, dim, unbiased, keepdim, correction, name):
+    v = _var(input, dim, unbiased, keepdim, correction, name)
     # PyTorch's std gradient is zero where std is zero; sqrt's derivative there would give 0 * inf = nan.
     nonzero = v != 0
     s = v.where(nonzero, 1.0).sqrt().where(nonzero, 0.0)
@@ -242,13 +254,13 @@ def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):  # var_mean(x, False): the legacy positional ``unbiased``
         dim, unbiased = None, dim
     # a plain tuple, as torch's (no return_types entry): its repr is the two tensors'
-    return var(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim)
+    return _var_result(input, dim, unbiased, keepdim, correction, "var_mean"), mean(input, dim, keepdim)
 
 
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):
         dim, unbiased = None, dim
-    return std(input, dim, unbiased, keepdim, correction=correction), mean(input, dim, keepdim)
+    return _std_result(input, dim, unbiased, keepdim, correction, "std_mean"), mean(input, dim, keepdim)
 
 
 def logsumexp(input, dim, keepdim=False):
@@ -258,7 +270,7 @@ def logsumexp(input, dim, keepdim=False):
     dims = _dims(input, dim, "logsumexp")
     if input._data.size == 0:
         return sum(input.exp(), dims, keepdim).log()
-    m = amax(input, dims, keepdim=True).detach()
+    m = amax(input.real if input.dtype.is_complex else input, dims, keepdim=True).detach()  # complex: shift by real
     m = m.where(m.isfinite(), 0.0)
     out = (input - m).exp().sum(dims, keepdim=True).log() + m
     return out if keepdim else out.squeeze(dims) if dims else out
@@ -331,7 +343,7 @@ def count_nonzero(input, dim=None):
     return sum(input != 0, dim)
 
 
-def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+def norm(input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
     """Vector p-norms (``p`` a number, ``inf``, ``-inf``) and the Frobenius norm."""
     from .linalg import vector_norm
 
@@ -340,8 +352,8 @@ def norm(input, p="fro", dim=None, keepdim=False, dtype=None):
     if p == "nuc":
         from .linalg import matrix_norm
 
-        return matrix_norm(input, "nuc", dim if dim is not None else (-2, -1), keepdim)
-    return vector_norm(input, p, dim, keepdim, dtype=dtype)
+        return matrix_norm(input, "nuc", dim if dim is not None else (-2, -1), keepdim, dtype=dtype, out=out)
+    return vector_norm(input, p, dim, keepdim, dtype=dtype, out=out)
 
 
 @autocast_policy(cpu="fp32")
@@ -349,6 +361,14 @@ def trace(input):
     if input._data.ndim != 2:
         raise RuntimeError(f"trace: expected a matrix, but got tensor with dim {input._data.ndim}")
     return input.diagonal().sum()
+
+
+def _norm_method(self, p="fro", dim=None, keepdim=False, dtype=None):
+    """``Tensor.norm``: as ``torch.norm`` less ``out``, so a fourth positional argument is the dtype."""
+    return norm(self, p, dim, keepdim, dtype=dtype)
+
+
+_norm_method.__name__ = _norm_method.__qualname__ = "norm"
 
 
 def _sum_to_size(self, *size):
@@ -369,6 +389,6 @@ def _sum_to_size(self, *size):
 
 
 _METHODS = {name: globals()[name] for name in __all__}
-_METHODS.update(sum_to_size=_sum_to_size)
+_METHODS.update(sum_to_size=_sum_to_size, norm=_norm_method)
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)

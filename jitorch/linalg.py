@@ -83,6 +83,8 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
     nd = x._data.ndim
     dims = tuple(range(nd)) if dim is None or (isinstance(dim, (tuple, list)) and not dim) else \
         wrap_dims(dim, nd, "linalg.vector_norm")
+    if nd == 0:  # dim 0/-1 of a 0-d tensor is the scalar itself: its norm reduces nothing
+        dims = ()
     if (ord < 0 or math.isinf(ord)) and any(x._data.shape[d] == 0 for d in dims):
         raise RuntimeError(f"linalg.vector_norm cannot compute the {ord} norm on an empty tensor because the operation "
                            "does not have an identity")
@@ -113,7 +115,7 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
         A = A.to(dtype)
     dims = wrap_dims(dim, A._data.ndim, "linalg.matrix_norm")
     if len(dims) != 2:
-        raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {list(dim)}")
+        raise RuntimeError(f"linalg.matrix_norm: dim must be a 2-tuple. Got {list(dim) if len(dims) > 1 else dim}")
     d0, d1 = dims
     if ord == "fro":
         result = vector_norm(A, 2, dims, keepdim)

@@ -173,6 +173,8 @@ def _dim_extreme_backward(ctx, g, g_idx):
     shape = ctx.in_meta[0][0]
     dim, keepdim = ctx.attrs["dim"], ctx.attrs["keepdim"]
     idx = ctx.output(1)  # the values may since have been changed in place (torch saves only the indices)
+    if not shape:  # a 0-d input is its own maximum; dim 0/-1 has no extent to index
+        return g
     from .. import _creation
 
     positions = _creation.arange(shape[dim], device=g.device).reshape([-1] + [1] * (len(shape) - dim - 1))

@@ -260,7 +260,13 @@ CUMEXTREME_INDICES = defop("cumextreme_indices", _cumextreme_kernel, NOT_DIFFERE
 
 # -- scans with a gradient ----------------------------------------------------------------------------------------
 def _logcumsumexp_kernel(xp, a, dim):
-    work = a.astype(np.float32) if a.dtype.name in _HALF else a
+    # ATen's CPU loop carries float32's running value in double (acc_type): float32 steps drift by ~1e-4 over 4096.
+    # One kernel for both devices, so CUDA accumulates in double too.
+    work = a
+    if a.dtype.name in _HALF:
+        work = a.astype(np.float32)
+    elif a.dtype == np.float32:
+        work = a.astype(np.float64)
     return scan(xp, "logaddexp", work, dim).astype(a.dtype, copy=False)
 
 
@@ -306,7 +312,7 @@ def _unique_kernel(xp, a, dim):
 def _unique_consecutive_kernel(xp, a, dim):
     moved = a.reshape(-1) if dim is None else xp.moveaxis(a, dim, 0)
     n = moved.shape[0]
-    rows = moved.reshape(n, -1)
+    rows = moved.reshape(n, int(np.prod(moved.shape[1:])))  # -1 is ambiguous when n == 0
     starts = xp.ones((n,), dtype=bool)
     if n > 1:
         starts[1:] = (rows[1:] != rows[:-1]).any(axis=1)
