@@ -82,13 +82,25 @@ def type_(self, dtype=None, non_blocking=False, **kwargs):
 
         prefix = "torch.cuda." if self.is_cuda else "torch."
         return f"{prefix}{TORCH_TYPE_NAMES[self.dtype.name]}Tensor"
-    if isinstance(dtype, str) and dtype.endswith("Tensor"):
-        return to(self, _LEGACY[dtype.split(".")[-1]])
+    if isinstance(dtype, str):  # a legacy type name: 'torch.IntTensor', 'torch.cuda.FloatTensor', 'torch.Tensor'
+        module, _, name = dtype.rpartition(".")
+        dt = _dtype.get_default_dtype() if name == "Tensor" else _LEGACY.get(name)
+        if dt is None or module not in ("torch", "torch.cuda", "jitorch", "jitorch.cuda"):
+            raise ValueError(f"invalid type: {dtype!r} (expected a dtype or a name such as 'torch.FloatTensor')")
+        return _to_legacy(self, dt, module.endswith("cuda"))
     if dtype is Tensor:  # t.type(torch.Tensor): the default dtype, as torch
         return to(self, _dtype.get_default_dtype())
     if isinstance(dtype, type) and isinstance(getattr(dtype, "_dtype", None), _dtype.dtype):  # torch.IntTensor
-        return to(self, dtype._dtype)
+        return _to_legacy(self, dtype._dtype, dtype.is_cuda)
+    if dtype in (int, float, bool, complex):  # torch takes dtypes and tensor types only
+        raise ValueError(f"invalid type: {dtype.__name__!r} (expected a dtype or a name such as 'torch.FloatTensor')")
     return to(self, _dtype.to_dtype(dtype))
+
+
+def _to_legacy(self, dt, cuda):
+    """A legacy tensor type names the device too: torch.cuda.FloatTensor moves a CPU tensor to the current GPU."""
+    want = "cuda" if cuda else "cpu"
+    return to(self, dt, device=None if self.device.type == want else want)
 
 
 _LEGACY = {

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import _dtype
 from . import _memory_format as MF
+from ._creation_checks import check_can_alias, check_no_python_complex, check_parts, huge_ints, ragged_error
 from ._device import device as _device, get_default_device
 from ._shape import normalize_shape, sizes_or_keyword
 from ._tensor import Tensor
@@ -61,14 +62,17 @@ def _contains_tensor(data):
     return False
 
 
-def _to_array(data, op):
+def _to_array(data, op, dtype=None):
     if isinstance(data, (list, tuple)) and _contains_tensor(data):
         data = _nested_host(data)
     try:
         arr = np.array(data)
     except ValueError as e:
-        raise ValueError(f"{op}: expected a rectangular nested sequence of numbers ({e})") from None
+        raise ragged_error(data, op) or ValueError(f"{op}: expected a rectangular nested sequence of numbers ({e})") \
+            from None
     if arr.dtype == object:
+        arr = huge_ints(arr, dtype, op)
+    if arr is None:
         raise RuntimeError(f"{op}: could not infer dtype of {type(data).__name__} elements; expected numbers, bools or "
                         "nested sequences of them")
     return arr
@@ -152,7 +156,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
         arr = data.copy()
         dt = _dtype.from_numpy_dtype(arr.dtype)
     else:
-        arr = _to_array(data, "tensor")
+        arr = _to_array(data, "tensor", dtype)
         if isinstance(data, np.generic):
             dt = _dtype.from_numpy_dtype(arr.dtype)
         else:
@@ -160,6 +164,8 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
     if dtype is not None:
         dt = _dtype.to_dtype(dtype)
     if not isinstance(data, (Tensor, np.ndarray, np.generic)):
+        if arr.dtype.kind == "c":
+            check_no_python_complex(data, dt)
         _check_python_numbers_fit(arr, dt)
     if arr.dtype != dt.np:
         arr = arr.astype(dt.np)
@@ -179,11 +185,22 @@ def as_tensor(data, dtype=None, device=None):
     return tensor(data, dtype=dtype, device=device)
 
 
-def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
-    out = tensor(obj, dtype=dtype, device=device) if copy else as_tensor(obj, dtype=dtype, device=device)
-    if requires_grad:
-        out.requires_grad_(True)
-    return out
+def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=None):
+    """``obj`` as a tensor, shared when it can be (``copy=None``), always (``False``) or never (``True``). A tensor's
+    conversion or copy stays in its graph unless ``requires_grad`` is given, as in torch 2.x."""
+    if copy is False:
+        check_can_alias(obj, dtype, device)
+    if isinstance(obj, Tensor):
+        out = obj.to(dtype=dtype, device=device)
+        if copy and out is obj:
+            out = obj.clone()
+    else:
+        out = tensor(obj, dtype=dtype, device=device) if copy else as_tensor(obj, dtype=dtype, device=device)
+    if requires_grad is None:
+        return out
+    if out.grad_fn is not None or (out.requires_grad and not requires_grad):
+        out = out.detach()
+    return out.requires_grad_(True) if requires_grad else out
 
 
 def from_numpy(ndarray):
@@ -234,7 +251,13 @@ def ones(*sizes, size=None, out=None, dtype=None, layout=None, device=None, requ
 
 def empty(*sizes, size=None, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False,
           memory_format=None):
-    return _filled(sizes_or_keyword(sizes, size, "empty"), None, dtype, device, requires_grad, "empty")
+    out = _filled(sizes_or_keyword(sizes, size, "empty"), None, dtype, device, requires_grad, "empty")
+    if memory_format is MF.preserve_format:
+        raise RuntimeError("empty: unsupported memory format Preserve (only *_like functions preserve a layout)")
+    if memory_format is not None and memory_format is not MF.contiguous_format:
+        MF.check_rank(memory_format, out.ndim)
+        out._data = MF.in_format(_xp_for(device)[0], out._data, memory_format)
+    return out
 
 
 def empty_strided(size, stride, *, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
@@ -341,10 +364,12 @@ from ._ranges import arange, linspace, logspace, range  # noqa: E402 - split for
 
 
 def complex(real, imag):
-    return real.to(_dtype.to_dtype(real.dtype).to_complex()) + imag * 1j
+    check_parts("complex", real, imag, ("real", "imag"))
+    return real.to(real.dtype.to_complex()) + imag * 1j
 
 
 def polar(abs, angle):
+    check_parts("polar", abs, angle, ("abs", "angle"))
     return complex(abs * angle.cos(), abs * angle.sin())
 
 

@@ -43,7 +43,11 @@ class dtype:
         return {"complex64": float32, "complex128": float64}.get(self.name, self)
 
     def to_complex(self):
-        return {"float64": complex128}.get(self.name, complex64)
+        if self.category == COMPLEX:
+            return self
+        if self.category != FLOAT:
+            raise RuntimeError(f"Unknown Complex ScalarType for {self}: to_complex() takes a floating or complex dtype")
+        return complex128 if self is float64 else complex64  # no complex32: the half types widen to complex64
 
     def __repr__(self):
         return f"jitorch.{self.name}"

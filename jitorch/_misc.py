@@ -39,12 +39,14 @@ def from_dlpack(ext_tensor):
 
 class _LegacyTensorType(type):
     def __instancecheck__(cls, obj):
-        return isinstance(obj, Tensor) and obj.dtype is cls._dtype and not obj.is_cuda
+        return isinstance(obj, Tensor) and obj.dtype is cls._dtype and obj.is_cuda == cls.is_cuda
 
     def __call__(cls, *args, device=None):
         from . import _creation
         from ._tensor import Size
 
+        if device is None and cls.is_cuda:
+            device = "cuda"
         if not args:  # empty and 1-D, as torch.FloatTensor()
             return _creation.empty(0, dtype=cls._dtype, device=device)
         if len(args) == 1 and not isinstance(args[0], (int, Size)):  # FloatTensor(x.size()) is sizes, not data
@@ -52,9 +54,10 @@ class _LegacyTensorType(type):
         return _creation.empty(*args, dtype=cls._dtype, device=device)
 
 
-def _legacy(name, dt):
-    return _LegacyTensorType(name, (), {"_dtype": dt, "dtype": dt, "is_cuda": False,
-                                        "__doc__": f"Legacy constructor for {dt} tensors."})
+def _legacy(name, dt, cuda=False):
+    return _LegacyTensorType(name, (), {"_dtype": dt, "dtype": dt, "is_cuda": cuda,
+                                        "__module__": "jitorch.cuda" if cuda else __name__,
+                                        "__doc__": f"Legacy constructor for {dt} {'CUDA ' if cuda else ''}tensors."})
 
 
 FloatTensor = _legacy("FloatTensor", _dtype.float32)
@@ -67,6 +70,10 @@ ShortTensor = _legacy("ShortTensor", _dtype.int16)
 CharTensor = _legacy("CharTensor", _dtype.int8)
 ByteTensor = _legacy("ByteTensor", _dtype.uint8)
 BoolTensor = _legacy("BoolTensor", _dtype.bool)
+# torch.cuda.FloatTensor and the rest: their instances are CUDA tensors (exported by jitorch.cuda).
+CUDA_LEGACY_TYPES = {t.__name__: _legacy(t.__name__, t._dtype, cuda=True) for t in (
+    FloatTensor, DoubleTensor, HalfTensor, BFloat16Tensor, LongTensor, IntTensor, ShortTensor, CharTensor, ByteTensor,
+    BoolTensor)}
 
 def get_num_threads() -> int:
     """Threads jitorch's own kernels split across (``JITORCH_NUM_THREADS``, else the CPUs this process may run on).

@@ -41,6 +41,8 @@ def _tensors(value):
 
 # Results that are indices or masks: torch refuses an out of any other dtype for them.
 _EXACT_DTYPE = ("argmax", "argmin", "searchsorted", "bucketize", "nonzero", "nonzero_static", "all", "any", "isin")
+# 0/1 samples that torch draws straight into out, whatever its dtype (an int64 or bool mask).
+_ANY_DTYPE = ("bernoulli",)
 
 
 def _write(result, out, op, exact):
@@ -66,6 +68,8 @@ def write_out(result, out, op):
         fields = getattr(result, "_fields", ("",) * len(result))
         written = [_write(r, o, op, f == "indices") for r, o, f in zip(result, out, fields)]
         return type(result)(*written) if hasattr(result, "_fields") else tuple(written)
+    if op in _ANY_DTYPE and hasattr(out, "dtype"):
+        result = result.to(out.dtype)
     return _write(result, out, op, op in _EXACT_DTYPE)
 
 

@@ -24,9 +24,11 @@ import numpy as np
 
 from . import _dtype
 from ._creation import _finish, keep_layout
+from ._creation_checks import check_randperm, checked_shape
 from ._device import device as _device, get_default_device
 from ._random_device import DeviceStream
 from ._shape import normalize_shape, sizes_or_keyword
+from ._tensor import Tensor
 
 __all__ = ["Generator", "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "default_generator",
            "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like"]
@@ -108,6 +110,10 @@ class Generator:
         return _finish(_pack_pcg64(self._rng.bit_generator.state), device="cpu")
 
     def set_state(self, new_state):
+        if not isinstance(new_state, Tensor):
+            raise TypeError(f"set_state: expected a torch.ByteTensor, but got {type(new_state).__name__}")
+        if new_state.dtype is not _dtype.uint8:
+            raise TypeError(f"set_state: RNG state must be a torch.ByteTensor, got a tensor of {new_state.dtype}")
         if self._on_device:
             self._rng.set_state(new_state._host())
             self._seed = self._rng._seed
@@ -238,6 +244,8 @@ def _generator_for(generator, device):
     dev = get_default_device() if device is None else _device(device)
     if generator is None:
         return default_generator if dev.type == "cpu" else cuda_generator(dev.index)
+    if not isinstance(generator, Generator):
+        raise TypeError(f"argument 'generator' must be torch.Generator, not {type(generator).__name__}")
     if generator.device.type != dev.type:
         raise RuntimeError(f"Expected a '{dev.type}' device type for generator but found '{generator.device.type}'")
     return generator
@@ -261,6 +269,17 @@ def _draw_kw(gen, t):
 def _float_dtype(dtype):
     dt = _dtype.get_default_dtype() if dtype is None else _dtype.to_dtype(dtype)
     return dt
+
+
+def half_uniform(values, np_dtype, low=0.0, high=1.0):
+    """Uniform draws of [low, high) as a float16/bfloat16 array (other dtypes: unchanged): as ATen, a draw that rounds
+    up to ``high`` becomes ``low`` (a float32 draw of 1 - 2**-24 would round to 1.0), so ``high`` never comes out."""
+    dt = np.dtype(np_dtype)
+    if dt.name not in ("float16", "bfloat16"):
+        return values
+    values = values.astype(dt)
+    values[values == float(np.asarray(high, dtype=dt))] = low
+    return values
 
 
 def _sample(values, dt, device, requires_grad):
@@ -298,6 +317,7 @@ def _float_sample(name, method, generator, dt, shape, device, requires_grad):
 
         def draw(real, size):
             values = getattr(rng, method)(size, dtype=np.float64 if real is _dtype.float64 else np.float32)
+            values = half_uniform(values, real.np) if method == "random" else values
             return _sample(values, real, device, False)
     if dt.is_complex:
         parts = draw(dt.to_real(), tuple(shape) + (2,))
@@ -322,7 +342,7 @@ def rand(*sizes, size=None, generator=None, out=None, dtype=None, layout=None, d
          requires_grad=False, pin_memory=False):
     """Uniform samples in [0, 1)."""
     dt = _float_dtype(dtype)
-    shape = normalize_shape(sizes_or_keyword(sizes, size, "rand"), "rand")
+    shape = checked_shape(normalize_shape(sizes_or_keyword(sizes, size, "rand"), "rand"), "rand")
     return _float_sample("rand", "random", generator, dt, shape, device, requires_grad)
 
 
@@ -330,7 +350,7 @@ def randn(*sizes, size=None, generator=None, out=None, dtype=None, layout=None, 
           requires_grad=False, pin_memory=False):
     """Standard normal samples."""
     dt = _float_dtype(dtype)
-    shape = normalize_shape(sizes_or_keyword(sizes, size, "randn"), "randn")
+    shape = checked_shape(normalize_shape(sizes_or_keyword(sizes, size, "randn"), "randn"), "randn")
     return _float_sample("randn", "standard_normal", generator, dt, shape, device, requires_grad)
 
 
@@ -346,7 +366,10 @@ def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None
     if high <= low:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     dt = _dtype.int64 if dtype is None else _dtype.to_dtype(dtype)
-    shape = normalize_shape((size,) if isinstance(size, int) else tuple(size), "randint")
+    from ._random_inplace import _check_in_range
+
+    _check_in_range(dt, low, high - 1)  # torch draws with random_(low, high): both ends must fit the dtype
+    shape = checked_shape(normalize_shape((size,) if isinstance(size, int) else tuple(size), "randint"), "randint")
     if generator is None:
         from .ops import random_ops
 
@@ -361,6 +384,7 @@ def randperm(n, *, generator=None, out=None, dtype=None, layout=None, device=Non
     """A random permutation of ``0 .. n-1``."""
     n = operator.index(n)  # a NumPy integer or a 0-d tensor too (random_split's lengths)
     dt = _dtype.int64 if dtype is None else _dtype.to_dtype(dtype)
+    check_randperm(n, dt)
     rng = _rng(_generator_for(generator, device))
     result = _sample(rng.permutation(n), dt, device, requires_grad)
     if out is not None:
@@ -370,16 +394,22 @@ def randperm(n, *, generator=None, out=None, dtype=None, layout=None, device=Non
     return result
 
 
-def rand_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
-    out = rand(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+def rand_like(input, *, generator=None, dtype=None, layout=None, device=None, requires_grad=False,
+              memory_format=None):
+    out = rand(input.shape, generator=generator, dtype=dtype or input.dtype, device=device or input.device,
+               requires_grad=requires_grad)
     return keep_layout(out, input, memory_format)
 
 
-def randn_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
-    out = randn(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+def randn_like(input, *, generator=None, dtype=None, layout=None, device=None, requires_grad=False,
+               memory_format=None):
+    out = randn(input.shape, generator=generator, dtype=dtype or input.dtype, device=device or input.device,
+                requires_grad=requires_grad)
     return keep_layout(out, input, memory_format)
 
 
-def randint_like(input, low=0, high=None, *, dtype=None, device=None, requires_grad=False, memory_format=None):
-    out = randint(low, high, input.shape, dtype=dtype or input.dtype, device=device or input.device)
+def randint_like(input, low=0, high=None, *, generator=None, dtype=None, layout=None, device=None,
+                 requires_grad=False, memory_format=None):
+    out = randint(low, high, input.shape, generator=generator, dtype=dtype or input.dtype,
+                  device=device or input.device, requires_grad=requires_grad)
     return keep_layout(out, input, memory_format)

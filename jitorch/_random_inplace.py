@@ -110,7 +110,8 @@ def _uniform_(self, from_=0.0, to=1.0, *, generator=None):
                            f"exceed the limit")
     gen, rng = _gen(self, generator)
     kw = _random._draw_kw(gen, self)
-    return _random._fill_from(self, _real_draw(self, lambda s: rng.uniform(from_, to, s, **kw)))
+    return _random._fill_from(self, _real_draw(self, lambda s: _random.half_uniform(
+        rng.uniform(from_, to, s, **kw), real.np, from_, to)))
 
 
 def _normal_(self, mean=0.0, std=1.0, *, generator=None):

@@ -32,10 +32,17 @@ def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, devi
     if step == 0:
         raise RuntimeError("arange: step must be nonzero")
     if (end - start) / step < 0:
-        raise RuntimeError(f"arange: upper bound and larger bound inconsistent with step sign (start={start}, "
+        raise RuntimeError(f"arange: upper bound and lower bound inconsistent with step sign (start={start}, "
                            f"end={end}, step={step})")
+    if not all(math.isfinite(v) for v in (start, end)):
+        raise RuntimeError(f"arange: unsupported range: {start} -> {end}")
     is_int = all(isinstance(v, numbers.Integral) for v in (start, end, step))
     dt = _dtype.to_dtype(dtype) if dtype is not None else (_dtype.int64 if is_int else _dtype.get_default_dtype())
+    if dt is _dtype.int64 and not is_int:
+        # ATen counts an int64 range from the truncated bounds and step: arange(0.5, 5, 1.5) has 5 elements there.
+        start, end, step = math.trunc(start), math.trunc(end), math.trunc(step)
+        if step == 0:
+            raise ValueError("arange: step must be nonzero (it truncates to 0 for dtype int64)")
     xp, _ = _xp_for(device)
     n = max(0, math.ceil((end - start) / step))
     if is_int or dt.category <= _dtype.INT:
@@ -75,20 +82,42 @@ def _fma(xp, a, b, c, wide):
     return total + (sum_err + err)
 
 
+def _checked_bounds(op, start, end, dt, steps):
+    """The bounds as ATen's kernel reads them into ``dt``: range-checked (c10's checked_convert), truncated for
+    integers. Only a range of two or more steps runs the kernel (one step fills ``start``, zero do nothing)."""
+    if steps < 2 or dt.category == _dtype.COMPLEX:
+        return (_dtype.checked_scalar(start, dt) if steps == 1 else start), end
+    if dt is _dtype.bool:
+        raise NotImplementedError(f'"{op}_cpu" not implemented for \'Bool\'')
+    return tuple(_dtype.checked_scalar(v, dt) for v in (start, end))
+
+
 def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
     start, end = _number(start), _number(end)
     xp, _ = _xp_for(device)
-    dt = _resolve(dtype)
+    complex_bounds = isinstance(start, complex) or isinstance(end, complex)
+    dt = _resolve(dtype, _dtype.default_complex() if complex_bounds else None)
     if steps < 0:
         raise RuntimeError("linspace: number of steps must be non-negative")
+    if complex_bounds and dt.category != _dtype.COMPLEX:
+        raise RuntimeError(f"linspace(): complex bounds {start!r}, {end!r} can't be safely cast to passed dtype {dt}")
+    if dt.category == _dtype.COMPLEX:  # real and imaginary parts spaced independently, as ATen's complex kernel
+        start, end = complex(start), complex(end)
+        re = linspace(start.real, end.real, steps, dtype=dt.to_real(), device=device)._data
+        im = linspace(start.imag, end.imag, steps, dtype=dt.to_real(), device=device)._data
+        t = Tensor._make((re + 1j * im).astype(dt.np))
+        return t.requires_grad_(True) if requires_grad else t
+    start, end = _checked_bounds("linspace", start, end, dt, steps)
     if dt.category <= _dtype.INT:  # integer ranges start from the truncated bounds, as in PyTorch
         start, end = math.trunc(start), math.trunc(end)
     # PyTorch fills the second half backwards from ``end`` so the last value is exact.
     half = steps // 2 if steps > 1 else 1  # a single step is ``start``
-    if dt.category <= _dtype.INT:  # ATen steps integer ranges in double, then truncates
+    if dt.category <= _dtype.INT:  # ATen steps integer ranges in double (fused multiply-adds), then truncates
         step = (end - start) / (steps - 1) if steps > 1 else 0.0
         idx = xp.arange(steps, dtype=np.float64)
-        vals = xp.trunc(xp.where(idx < half, start + step * idx, end - step * (steps - 1 - idx)))
+        first = idx < half
+        vals = xp.trunc(_fma(xp, xp.where(first, step, -step), xp.where(first, idx, steps - 1 - idx),
+                             xp.where(first, float(start), float(end)), np.float64))
     else:
         # ATen's kernel: start and end rounded to the dtype, step = (end - start) / (steps - 1) in that precision,
         # then fma(step, i, start) for the first half and fma(-step, steps - 1 - i, end) for the second, each
@@ -106,7 +135,24 @@ def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=Non
     return t.requires_grad_(True) if requires_grad else t
 
 
-def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False):
-    lin = linspace(start, end, steps, dtype=_dtype.float64, device=device)
-    out = Tensor._make((base ** lin._data).astype(_resolve(dtype).np))
+def logspace(start, end, steps, base=10.0, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
+    start, end = _number(start), _number(end)
+    complex_bounds = isinstance(start, complex) or isinstance(end, complex)
+    dt = _resolve(dtype, _dtype.default_complex() if complex_bounds else None)
+    wide = _dtype.complex128 if dt.category == _dtype.COMPLEX else _dtype.float64
+    if steps == 1 and not complex_bounds:  # ATen fills base ** start, computed in double
+        value = _dtype.checked_scalar(float(base) ** start, dt)
+        out = Tensor._make(_xp_for(device)[0].full((1,), value, dtype=dt.np))
+        return out.requires_grad_(True) if requires_grad else out
+    if not complex_bounds:  # integer exponents start from the truncated bounds, as in PyTorch
+        start, end = _checked_bounds("logspace", start, end, dt, steps)
+    if dt.category <= _dtype.INT and steps > 1:
+        # ATen's integer kernel steps the exponents in double without linspace's fused multiply-adds
+        xp = _xp_for(device)[0]
+        step, idx = (end - start) / (steps - 1), xp.arange(steps, dtype=np.float64)
+        exps = xp.where(idx < steps // 2, start + step * idx, end - step * (steps - 1 - idx))
+    else:  # exponents in double precision; complex bounds with a real dtype go to linspace's error
+        exps = linspace(start, end, steps, dtype=dt if complex_bounds and wide is _dtype.float64 else wide,
+                        device=device)._data
+    out = Tensor._make((base ** exps).astype(dt.np))
     return out.requires_grad_(True) if requires_grad else out

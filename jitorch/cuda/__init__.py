@@ -21,12 +21,15 @@ from .streams import __all__ as _streams_all
 from .graphs import CUDAGraph, graph, graph_pool_handle, is_current_stream_capturing  # noqa: F401
 from ._graphed_callables import make_graphed_callables  # noqa: F401
 from ..runtime import OutOfMemoryError  # noqa: F401
+from .._misc import CUDA_LEGACY_TYPES as _legacy_types
+
+globals().update(_legacy_types)  # torch.cuda.FloatTensor, ...: legacy types of CUDA tensors
 
 __all__ = ["is_available", "device_count", "is_initialized", "init", "current_device", "set_device", "device",
            "device_of", "get_device_name", "get_device_properties", "get_device_capability", "get_arch_list",
            "synchronize", "is_bf16_supported", "ipc_collect", "OutOfMemoryError", "amp", "CUDAGraph", "graph",
            "graph_pool_handle", "is_current_stream_capturing", "make_graphed_callables"] + \
-    list(_memory_all) + list(_random_all) + list(_streams_all)
+    list(_memory_all) + list(_random_all) + list(_streams_all) + list(_legacy_types)
 
 
 def is_available() -> bool:

@@ -60,9 +60,12 @@ def _draw(ref, method, *args, **kwargs):
     from .._dtype import to_dtype
 
     if type(ref) is np.ndarray:
-        return getattr(_random.default_generator._rng, method)(*args, **kwargs).astype(ref.dtype, copy=False)
+        values = getattr(_random.default_generator._rng, method)(*args, **kwargs)
+        return (_random.half_uniform(values, ref.dtype) if method == "random" else values).astype(ref.dtype,
+                                                                                                  copy=False)
     gen = _random.cuda_generator(ref.device.id)
     values = getattr(_random._rng(gen), method)(*args, **kwargs)
+    values = _random.half_uniform(values, ref.dtype) if method == "random" else values
     return _random._sample(values, to_dtype(np.dtype(ref.dtype)), gen.device, False)._data
 
 
