@@ -67,7 +67,7 @@ def rot90(input, k=1, dims=(0, 1)):
 
 
 def cat(tensors, dim=0, *, out=None):
-    tensors = _tensor_list(tensors)
+    tensors = _tensor_list(tensors, "cat")
     if not tensors:
         raise ValueError("cat(): expected a non-empty list of Tensors")
     for i, t in enumerate(tensors):
@@ -105,17 +105,24 @@ def cat(tensors, dim=0, *, out=None):
 concat = concatenate = cat
 
 
-def _tensor_list(tensors):
+def _tensor_list(tensors, op):
     """``tensors`` as a list, refusing other entries with torch's TypeError (a collate of mixed items)."""
+    if isinstance(tensors, Tensor):  # iterating would silently unbind it (``default_collate(tensor)``, say)
+        raise TypeError(f"{op}(): argument 'tensors' (position 1) must be tuple of Tensors, not Tensor")
     tensors = list(tensors)
     for i, t in enumerate(tensors):
         if not isinstance(t, Tensor):
-            raise TypeError(f"expected Tensor as element {i} in argument 0, but got {type(t).__name__}")
+            kind = type(t)
+            # torch prints the C-level type name: dotted for extension types (numpy.ndarray), bare for builtins and
+            # Python classes (heap types).
+            heap = kind.__flags__ & (1 << 9)
+            name = kind.__name__ if heap or kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+            raise TypeError(f"expected Tensor as element {i} in argument 0, but got {name}")
     return tensors
 
 
 def stack(tensors, dim=0, *, out=None):
-    tensors = _tensor_list(tensors)
+    tensors = _tensor_list(tensors, "stack")
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
     shape = tensors[0]._data.shape

@@ -7,8 +7,9 @@ tensor([1., 1.], requires_grad=True)
 from __future__ import annotations
 
 
-def rebuild_tensor(array, requires_grad, device, cls=None):
-    """Inverse of ``Tensor.__reduce_ex__``; ``cls`` restores subclasses such as ``nn.Parameter``."""
+def rebuild_tensor(array, requires_grad, device, cls=None, state=None):
+    """Inverse of ``Tensor.__reduce_ex__``; ``cls`` restores subclasses such as ``nn.Parameter``, ``state`` the
+    attributes a user set."""
     from ._creation import _finish
     from ._tensor import Tensor
 
@@ -19,4 +20,6 @@ def rebuild_tensor(array, requires_grad, device, cls=None):
         t = sub
     if requires_grad:
         t.requires_grad_(True)
+    if state:
+        t.__dict__.update(state)
     return t

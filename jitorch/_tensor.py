@@ -530,9 +530,13 @@ class Tensor:
     __str__ = __repr__
 
     def __reduce_ex__(self, protocol):
+        from ._serialization_pickler import tensor_user_state
         from ._serialization_support import rebuild_tensor
 
-        return (rebuild_tensor, (self._host(), self._requires_grad, str(self.device), type(self)))
+        args = (self._host(), self._requires_grad, str(self.device), type(self))
+        state = tensor_user_state(self)
+        # Attributes a user set on the tensor (or a subclass instance) travel with it, as with torch's pickling.
+        return (rebuild_tensor, args + (state,) if state else args)
 
     def __deepcopy__(self, memo):
         if id(self) in memo:

@@ -266,6 +266,9 @@ def test_collate_errors_match_torch():
                lambda: tdata.default_collate([torch.tensor(1), 2]))
     same_error(lambda: jitorch.stack([jitorch.ones(1), 3.0]), lambda: torch.stack([torch.ones(1), 3.0]))
     same_error(lambda: jitorch.cat([jitorch.ones(1), [2]]), lambda: torch.cat([torch.ones(1), [2]]))
+    same_error(lambda: jdata.default_collate(jitorch.arange(3)), lambda: tdata.default_collate(torch.arange(3)))
+    same_error(lambda: jdata.default_collate([jitorch.ones(2), np.ones(2)]),
+               lambda: tdata.default_collate([torch.ones(2), np.ones(2)]))
 
 
 def test_collate_keeps_autograd_and_custom_map():
@@ -369,6 +372,21 @@ def test_misc_api():
         warnings.simplefilter("error")
         list(jdata.DataLoader(Stream(4), batch_size=2))
 
+
+
+def test_private_import_paths_user_code_uses():
+    from jitorch.utils.data import _utils
+    from jitorch.utils.data._utils.pin_memory import pin_memory
+    from jitorch.utils.data.dataloader import _collate_fn_t, _MultiProcessingDataLoaderIter, _worker_init_fn_t
+
+    from jitorch.utils.data._multiprocessing import _MultiProcessingDataLoaderIter as impl
+
+    assert _MultiProcessingDataLoaderIter is impl and _utils.HAS_NUMPY is True
+    assert _collate_fn_t is not None and _worker_init_fn_t is not None
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
+        jitorch.utils.data.dataloader.missing
+    batch = pin_memory({"x": jitorch.ones(2), "n": (1, "a")})
+    assert batch["x"].tolist() == [1.0, 1.0] and batch["n"] == [1, "a"]
 
 def test_summary_writer_is_a_no_op(tmp_path, monkeypatch):
     from jitorch.utils.tensorboard import SummaryWriter

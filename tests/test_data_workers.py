@@ -202,6 +202,26 @@ def test_blocks_are_recycled_without_overwriting_kept_batches():
                                                                                           for j in i]
 
 
+
+class Params(jdata.Dataset):
+    """Samples that are ``nn.Parameter`` s (with a user attribute) and plain tensors."""
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        p = jitorch.nn.Parameter(jitorch.full((2,), float(i)))
+        p.tag = f"p{i}"
+        return p, jitorch.nn.Parameter(jitorch.ones(1), requires_grad=False), jitorch.tensor(i)
+
+
+def test_tensor_subclasses_keep_their_type_through_workers():
+    # torch's workers keep a Parameter a Parameter (with its attributes); jitorch's used to hand back a plain Tensor.
+    for i, (p, frozen, t) in enumerate(loader(Params(), batch_size=None, num_workers=1)):
+        assert type(p) is jitorch.nn.Parameter and p.requires_grad and p.tag == f"p{i}" and p.tolist() == [i, i]
+        assert type(frozen) is jitorch.nn.Parameter and not frozen.requires_grad
+        assert type(t) is jitorch.Tensor and t.item() == i
+
 # -- worker identity and seeding ----------------------------------------------------------------------------------
 def test_worker_info_init_fn_and_seeds():
     g = jitorch.Generator().manual_seed(5)
@@ -260,6 +280,16 @@ def test_workers_stop_when_iterator_is_dropped():
     gc.collect()
     assert not any(w.is_alive() for w in workers)
 
+
+
+def test_iterator_shut_down_early_then_stops():
+    # What teardown code does (``it._shutdown_workers()``): torch's iterator then raises StopIteration.
+    it = iter(loader(list(range(8)), batch_size=2))
+    assert next(it).tolist() == [0, 1]
+    it._shutdown_workers()
+    assert all(not w.is_alive() for w in it._workers)
+    with pytest.raises(StopIteration):
+        next(it)
 
 # -- failures -----------------------------------------------------------------------------------------------------
 def test_worker_exit_raises_clear_error():
@@ -327,6 +357,14 @@ def test_spawn_context():
     assert lists(got) == lists(expected)
     assert got[0][0][0].dtype == jitorch.float32 and got[0][0][1].dtype == jitorch.int64
 
+
+
+def test_spawn_with_unpicklable_arguments_warns_like_torch():
+    dl = loader(list(range(4)), batch_size=2, num_workers=1, multiprocessing_context="spawn",
+                collate_fn=lambda b: b)
+    with pytest.warns(UserWarning, match="Got pickle error when attempting to start a worker Process"):
+        with pytest.raises(AttributeError, match="Can't pickle local object"):
+            iter(dl)
 
 def test_torch_multiworker_parity_for_sequential_loading():
     class TorchArrays(tdata.Dataset):

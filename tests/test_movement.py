@@ -3,7 +3,7 @@ non-contiguous inputs, backward and gradcheck, views sharing memory, and the sha
 import numpy as np
 import pytest
 import torch
-from helpers import DTYPES, LAYOUTS, check_error, check_op, gradcheck_op, make_array, np_dtype
+from helpers import DTYPES, LAYOUTS, check_error, check_op, gradcheck_op, make_array, np_dtype, same_error
 
 import jitorch
 
@@ -193,6 +193,12 @@ def test_sequence_errors(rng):
     _err(lambda T, x, y: T.stack([x, y]), [(2, 3), (3, 2)], ["[2, 3]", "[3, 2]"], rng=rng)
     check_error(lambda: jitorch.cat([]), lambda: torch.cat([]), [])
     check_error(lambda: jitorch.stack([]), lambda: torch.stack([]), [])
+    # A tensor is not a sequence of tensors (it used to be unbound silently, so default_collate(tensor) "worked"),
+    # and a NumPy entry is named as torch names it.
+    for op in ("cat", "stack"):
+        same_error(lambda T: getattr(T, op)(T.ones(2, 2)))
+        same_error(lambda T: getattr(T, op)([T.ones(2), np.ones(2)]))
+        same_error(lambda T: getattr(T, op)([T.ones(2), 3]))
     _err(lambda T, x: x.split([1, 1], 0), [(3,)], ["3"], rng=rng)
     _err(lambda T, x: x.chunk(0), [(3,)], ["chunk"], rng=rng)
     _err(lambda T, x: T.meshgrid(x, x, indexing="zz"), [(2,)], ["indexing"], rng=rng)

@@ -77,6 +77,25 @@ def test_layouts_round_trip_through_checkpoints():
     assert pickle.loads(pickle.dumps(jitorch.strided)) is jitorch.strided
 
 
+
+class _Tagged(jitorch.Tensor):
+    pass
+
+
+def test_plain_pickle_keeps_user_attributes_like_torch():
+    # torch pickles a tensor's __dict__ as its state; jitorch's plain pickle used to drop it.
+    for lib, sub in ((torch, None), (jitorch, _Tagged)):
+        t = lib.ones(2, requires_grad=True)
+        t.meta = {"source": "disk"}
+        back = pickle.loads(pickle.dumps(t))
+        assert back.meta == {"source": "disk"} and back.requires_grad and back.tolist() == [1.0, 1.0]
+        assert not hasattr(pickle.loads(pickle.dumps(lib.ones(1))), "meta")
+        if sub is not None:
+            s = lib.ones(1).as_subclass(sub)
+            s.note = 3
+            back = pickle.loads(pickle.dumps(s))
+            assert type(back) is sub and back.note == 3
+
 def test_parameter_text_starts_like_torchs():
     for make in (lambda T: T.nn.Parameter(T.ones(2)), lambda T: T.nn.Parameter(T.ones(2), requires_grad=False),
                  lambda T: T.nn.Parameter(T.zeros(1, dtype=T.float64))):

@@ -120,8 +120,9 @@ def collate_tensor_fn(batch, *, collate_fn_map=None):
     if elem.is_nested:
         raise RuntimeError("Batches of nested tensors are not currently supported by the default collate_fn; please "
                            "provide a custom collate_fn to handle them appropriately.")
-    if not all(isinstance(t, Tensor) for t in batch):
-        return stack(list(batch), 0)  # raises torch's TypeError naming the first non-tensor element
+    if isinstance(batch, Tensor) or not all(isinstance(t, Tensor) for t in batch):
+        # raises torch's TypeError: a tensor is not a batch, or names the first non-tensor element
+        return stack(batch if isinstance(batch, Tensor) else list(batch), 0)
     arrays = [t._data for t in batch]
     # The common case is stacked by NumPy straight into the output (a shared-memory block in a worker, so the batch
     # reaches the main process without another copy). Anything else (autograd, mixed dtypes or shapes, device

@@ -22,9 +22,11 @@ import itertools
 import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
 import signal
 import sys
 import time
+import warnings
 import weakref
 
 from . import _shm, _transport
@@ -92,7 +94,16 @@ class _WorkerPool:
                 index_queue.cancel_join_thread()
                 w = context.Process(target=_worker_loop, args=worker_args(i, index_queue, self.channel,
                                                                            self.done_event), daemon=True)
-                w.start()
+                try:
+                    w.start()
+                except (TypeError, AttributeError, pickle.PicklingError):
+                    # spawn / forkserver pickle the dataset, collate_fn and worker_init_fn: say so, as torch does.
+                    warnings.warn("Got pickle error when attempting to start a worker Process. This might be because "
+                                  "the worker Process arguments are not picklable. Python 3.14+ changed the "
+                                  "multiprocessing start method in non-Mac POSIX platforms to 'forkserver', which "
+                                  "requires the worker Process arguments to be picklable. You can also try "
+                                  "multiprocessing.set_start_method('fork').", stacklevel=5)
+                    raise
                 self.index_queues.append(index_queue)
                 self.workers.append(w)
         except BaseException:
@@ -300,3 +311,6 @@ class _MultiProcessingDataLoaderIter(_BaseDataLoaderIter):
 
     def _shutdown_workers(self):
         self._finalizer()
+        # As torch: an iterator shut down early (user code calls this to stop workers) then ends cleanly instead of
+        # reading a closed pipe.
+        self._workers_status = [False] * self._num_workers

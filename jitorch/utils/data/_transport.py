@@ -69,7 +69,9 @@ class _Pickler(pickle.Pickler):
         self._keep = []  # the objects whose id() keys ``_ids``: they must not be freed and their ids reused
 
     def persistent_id(self, obj):
-        if isinstance(obj, Tensor):
+        # Only plain tensors: a subclass (``nn.Parameter``, a user's tensor type) pickles through its own
+        # ``__reduce_ex__``, which keeps its type and attributes; the array inside still travels by shared memory.
+        if type(obj) is Tensor:
             slot = _Slot()
             slot.is_tensor = True
             slot.requires_grad = obj.requires_grad

@@ -13,7 +13,8 @@ import math
 import multiprocessing
 import os
 import warnings
-from typing import Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from ... import _creation, _dtype
 from ...runtime import cuda_available
@@ -27,6 +28,10 @@ from .sampler import BatchSampler, RandomSampler, Sampler, SequentialSampler
 __all__ = ["DataLoader", "get_worker_info", "default_collate", "default_convert"]
 
 T_co = TypeVar("T_co", covariant=True)
+_T = TypeVar("_T")
+# torch's annotation aliases, which typed user code imports from here.
+_worker_init_fn_t = Callable[[int], None]
+_collate_fn_t = Callable[[list[_T]], Any]
 
 
 class _InfiniteConstantSampler(Sampler):
@@ -320,3 +325,13 @@ class _SingleProcessDataLoaderIter(_BaseDataLoaderIter):
         if self._pin_memory:
             data = _pin_memory(data)
         return data
+
+
+def __getattr__(name):
+    # ``_multiprocessing`` imports this module, so its iterator class (which user code imports from here, as in
+    # torch) is looked up lazily.
+    if name == "_MultiProcessingDataLoaderIter":
+        from ._multiprocessing import _MultiProcessingDataLoaderIter
+
+        return _MultiProcessingDataLoaderIter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,8 @@ tensor([1, 2])
 """
 import sys
 
-from . import collate, fetch, worker  # noqa: F401
+from . import collate, fetch, pin_memory, worker  # noqa: F401
 from .worker import MP_STATUS_CHECK_INTERVAL, ExceptionWrapper  # noqa: F401
 
 IS_WINDOWS = sys.platform == "win32"
+HAS_NUMPY = True  # jitorch always has NumPy
