@@ -67,10 +67,25 @@ def check_out_dtype(result, out, op=None):
                            f"an out tensor of dtype {result.dtype} or wider")
 
 
-def _binary(op):
+_NUMBERS = (bool, int, float, complex)
+
+
+def _numbers_as_tensor(input, other):
+    """``input`` as a 0-d tensor when both operands are Python numbers: torch's argument parser lets add, sub, mul,
+    div and floor_divide (only those) take two numbers (``torch.add(3, 1)`` is ``tensor(4)``)."""
+    if isinstance(input, _NUMBERS) and isinstance(other, _NUMBERS):
+        from ._creation import tensor
+
+        return tensor(input)
+    return input
+
+
+def _binary(op, numbers_as_tensors=False):
     fast = fast_binary(op)
 
     def fn(input, other, *, out=None):
+        if numbers_as_tensors and input.__class__ is not Tensor:
+            input = _numbers_as_tensor(input, other)
         return fast(input, other) if out is None else _write_out(fast(input, other), out, op.name)
     fn.__name__ = op.name
     fn.__doc__ = f"Elementwise ``{op.name}`` with broadcasting and PyTorch's type promotion."
@@ -89,6 +104,7 @@ def _unary(op):
 
 def add(input, other, *, alpha=1, out=None):
     """``input + alpha * other``."""
+    input = _numbers_as_tensor(input, other)
     check_alpha(alpha, input, other)
     if alpha != 1 and not isinstance(other, Tensor):
         other = other * alpha
@@ -140,6 +156,7 @@ def _rsub_operator(self, other):
 
 def sub(input, other, *, alpha=1, out=None):
     """``input - alpha * other``."""
+    input = _numbers_as_tensor(input, other)
     _reject_bool_sub(input, other)
     check_alpha(alpha, input, other)
     if alpha != 1:
@@ -151,11 +168,12 @@ def sub(input, other, *, alpha=1, out=None):
 
 
 subtract = sub
-mul = multiply = _binary(P.MUL)
+mul = multiply = _binary(P.MUL, numbers_as_tensors=True)
 
 
 def div(input, other, *, rounding_mode=None, out=None):
     """True division, or ``rounding_mode='floor'`` / ``'trunc'``."""
+    input = _numbers_as_tensor(input, other)
     if rounding_mode is None:
         result = apply(P.DIV, input, other)
     elif rounding_mode == "floor":
@@ -192,8 +210,8 @@ def _div_trunc(input, other):
 
 
 divide = div
-true_divide = _binary(P.DIV)
-floor_divide = _binary(P.FLOOR_DIVIDE)
+true_divide = _binary(P.DIV, numbers_as_tensors=True)
+floor_divide = _binary(P.FLOOR_DIVIDE, numbers_as_tensors=True)
 remainder = _binary(P.REMAINDER)
 fmod = _binary(P.FMOD)
 maximum = _binary(P.MAXIMUM)

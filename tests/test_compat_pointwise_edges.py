@@ -165,3 +165,20 @@ def test_searchsorted_argument_errors_as_torch(seq, values, sorter, match):
     else:
         check_error(lambda s, v, o: jitorch.searchsorted(s, v, sorter=o),
                     lambda s, v, o: torch.searchsorted(s, v, sorter=o), arrays + [np.array(sorter)], match=match)
+
+
+# -- two Python numbers ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, args, kwargs", [
+    ("add", (3, 1), {}), ("add", (3, 1.5), {}), ("add", (True, 2), {}), ("add", (True, False), {}),
+    ("add", (1.5, 2j), {}), ("sub", (3, 1), {"alpha": 2}), ("subtract", (2.5, 1), {}), ("mul", (2.0, 3), {}),
+    ("multiply", (1j, 2), {}), ("div", (3, 2), {}), ("div", (7, -2), {"rounding_mode": "floor"}),
+    ("div", (7, -2), {"rounding_mode": "trunc"}), ("divide", (1, 4), {}), ("true_divide", (3, 2), {}),
+    ("floor_divide", (7, 2), {}),
+])
+def test_arithmetic_of_two_python_numbers_gives_a_tensor(name, args, kwargs):
+    # torch's argument parser lets exactly these ops take a number as ``input``: the result is a 0-d tensor.
+    want = getattr(torch, name)(*args, **kwargs)
+    got = getattr(jitorch, name)(*args, **kwargs)
+    assert isinstance(got, jitorch.Tensor) and got.shape == ()
+    assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+    assert got.item() == want.item()
