@@ -19,6 +19,7 @@ from ._device import device as _device, get_default_device
 from ._shape import normalize_shape, sizes_or_keyword
 from ._tensor import Tensor
 from .runtime import array_module_for, move_array
+from .runtime.meta import MetaArray, dense_strides_like, empty as meta_empty
 
 __all__ = [
     "tensor", "as_tensor", "asarray", "from_numpy", "zeros", "ones", "full", "empty", "zeros_like", "ones_like",
@@ -308,7 +309,11 @@ def _like(input, dtype, device):
 def keep_layout(out, input, memory_format):
     """A new tensor ``out`` made for ``*_like(input)`` given the layout PyTorch's ``memory_format`` asks for (the
     default ``preserve_format``: ``input``'s strides when it is dense, else its dims' stride order)."""
-    xp = array_module_for("cpu" if type(out._data) is np.ndarray else "cuda")
+    if type(out._data) is MetaArray and memory_format in (None, MF.preserve_format):
+        # A dense layout in the input's stride order is preserve_format's answer, from the strides alone.
+        out._data = meta_empty(out.shape, out._data.dtype, dense_strides_like(input._data))
+        return out
+    xp = array_module_for(out.device.type)
     data = MF.like_layout(xp, out._data, input._data, memory_format)
     if data is not out._data:
         out._data = data

@@ -29,6 +29,7 @@ from ._device import device as _device, get_default_device
 from ._random_device import DeviceStream
 from ._shape import normalize_shape, sizes_or_keyword
 from ._tensor import Tensor
+from .runtime.meta import MetaRNG
 
 __all__ = ["Generator", "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "default_generator",
            "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like"]
@@ -173,6 +174,8 @@ def _legacy_state(raw):
 
 
 default_generator = Generator()
+_META_GENERATOR = Generator.__new__(Generator)  # draws for meta tensors: meta arrays of the asked size, no numbers
+_META_GENERATOR.device, _META_GENERATOR._seed, _META_GENERATOR._rng = _device("meta"), _DEFAULT_SEED, MetaRNG()
 # One default generator per CUDA device, made on first use; ``_cuda_seed`` is the last ``manual_seed`` for those
 # made later (seeding never initialises CUDA, as in PyTorch, where CUDA seeding is queued until CUDA starts).
 _cuda_generators: dict = {}
@@ -242,6 +245,8 @@ def set_rng_state(new_state):
 def _generator_for(generator, device):
     """The generator drawing for a tensor on ``device``: the given one (same device type) or that device's default."""
     dev = get_default_device() if device is None else _device(device)
+    if dev.type == "meta":  # a meta tensor's draws are not drawn: no generator advances, as torch's meta kernels
+        return _META_GENERATOR
     if generator is None:
         return default_generator if dev.type == "cpu" else cuda_generator(dev.index)
     if not isinstance(generator, Generator):

@@ -21,6 +21,7 @@ from ._grad_state import GradState
 from ._memory_format import is_contiguous_as
 from .runtime import array_device
 from .runtime.host_pointer import data_address
+from .runtime.meta import MetaArray, offset_of as meta_offset
 
 __all__ = ["Tensor", "Size"]
 
@@ -155,10 +156,11 @@ class Tensor:
 
     @property
     def is_cuda(self):
-        return type(self._data) is not np.ndarray
+        return type(self._data) is not np.ndarray and type(self._data) is not MetaArray
 
     is_cpu = property(lambda self: type(self._data) is np.ndarray)
-    is_xpu = is_meta = is_sparse = is_quantized = is_mkldnn = property(lambda self: False)
+    is_meta = property(lambda self: type(self._data) is MetaArray)
+    is_xpu = is_sparse = is_quantized = is_mkldnn = property(lambda self: False)
     is_nested = False
 
     def dim(self):
@@ -189,9 +191,13 @@ class Tensor:
         data = self._data
         if type(data) is np.ndarray:
             return data_address(data)
+        if type(data) is MetaArray:
+            return 0
         return int(data.data.ptr)
 
     def storage_offset(self):
+        if type(self._data) is MetaArray:  # every meta storage starts where the array's address space does
+            return meta_offset(self._data)
         root = self._base if self._base is not None else self._root()
         if root is self:
             return self._own_offset
@@ -384,6 +390,10 @@ class Tensor:
     def item(self):
         if self._data.size != 1:
             raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to Scalar")
+        if type(self._data) is MetaArray:
+            from ._meta import check_host_read
+
+            check_host_read(self, "item")
         return self._host().reshape(()).item()
 
     def tolist(self):
@@ -399,6 +409,10 @@ class Tensor:
         if self._requires_grad and not force:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         if type(self._data) is not np.ndarray:
+            if type(self._data) is MetaArray:
+                from ._meta import check_host_read
+
+                check_host_read(self, "numpy")
             if not force:
                 raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor "
                                 "to host memory first.")
@@ -479,6 +493,10 @@ class Tensor:
         if n != 1:
             raise RuntimeError(f"{kind}: a Tensor with {n} elements cannot be converted to Scalar" if n else
                                f"{kind}: a Tensor with 0 elements cannot be converted to Scalar")
+        if type(self._data) is MetaArray:
+            from ._meta import check_host_read
+
+            check_host_read(self, "item")
         return self._host().reshape(()).item()
 
     def __bool__(self):
@@ -518,6 +536,12 @@ class Tensor:
         from ._printing import format_tensor
 
         suffixes = []
+        if type(self._data) is MetaArray:
+            suffixes = ["requires_grad=True"] if self._requires_grad and self.grad_fn is None else \
+                [f"grad_fn=<{type(self.grad_fn).__name__}>"] if self.grad_fn is not None else []
+            from ._meta import meta_repr
+
+            return meta_repr(self, suffixes)
         if self.is_cuda:
             suffixes.append(f"device='{self.device}'")
         if self.grad_fn is not None:

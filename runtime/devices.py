@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .meta import META_MODULE, NO_DATA, MetaArray, as_meta
+
 _cupy = None
 _cupy_checked = False
 
@@ -67,6 +69,8 @@ def array_module_for(device_type: str):
     """The array module (numpy or cupy) whose functions run on ``device_type``."""
     if device_type == "cpu":
         return np
+    if device_type == "meta":
+        return META_MODULE
     if device_type == "cuda":
         cp = _load_cupy()
         if cp is None:
@@ -86,6 +90,8 @@ def array_device(arr) -> tuple[str, int | None]:
     """(device type, index) of an array."""
     if type(arr) is np.ndarray:
         return ("cpu", None)
+    if type(arr) is MetaArray:
+        return ("meta", None)
     return ("cuda", int(arr.device.id))
 
 
@@ -196,6 +202,10 @@ def move_array(arr, device_type, index=None):
     """A copy of ``arr`` on ``device_type`` (the same array when it already lives there)."""
     if device_type == "cpu":
         return arr if type(arr) is np.ndarray else arr.get()
+    if device_type == "meta" or type(arr) is MetaArray:
+        if device_type != "meta":
+            raise NotImplementedError(NO_DATA)
+        return as_meta(arr)
     cp = array_module_for(device_type)  # "meta" and others: the unsupported-device error, not a CUDA one
     with cp.cuda.Device(index or 0):
         if type(arr) is not np.ndarray and arr.device.id == (index or 0):

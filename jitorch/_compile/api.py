@@ -167,6 +167,8 @@ class CompiledFunction:
     def _call(self, site, args, kwargs):
         fn = site.fn
         tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
+        if any(t.is_meta for t in tensors):
+            return fn(*args, **kwargs)  # meta tensors carry shapes only: eager ops propagate them, kernels cannot
         # One traversal of the module per call: guards, grad flags and the training plan's inputs share it.
         owner = self._owner()
         tree = module_tree(owner) if owner is not None else None

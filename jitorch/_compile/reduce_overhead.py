@@ -242,6 +242,8 @@ class ReduceOverheadFunction:
             return self.fn(*args, **kwargs)  # a capture would replay the hooks' first results: see guards.call_hooks
         leaves = []
         spec = flatten_into((args, kwargs), leaves)
+        if any(isinstance(t, Tensor) and t.is_meta for t in leaves):
+            return self.fn(*args, **kwargs)  # shapes only: nothing to capture or replay
         self.calls += 1
         if self.graph is not None:
             # A baked-in hyperparameter moved, or the arguments differ from the captured ones (the last, smaller

@@ -87,6 +87,8 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
     if mean < a - 2 * std or mean > b + 2 * std:
         warnings.warn("mean is more than 2 std from [a, b] in nn.init.trunc_normal_. The distribution of values may "
                       "be incorrect.", stacklevel=2)
+    if tensor.is_meta:  # nothing to fill, and no draw from the CPU generator (torch's meta kernels draw none)
+        return tensor
     lo, hi = (a - mean) / std, (b - mean) / std
     # Inverse-CDF sampling; an interval in the upper tail is sampled mirrored, where the CDF keeps its precision.
     flip = lo > 0

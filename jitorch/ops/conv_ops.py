@@ -114,7 +114,8 @@ def _conv_backward(ctx, g):
     has_bias = len(ctx.next) == 3
     cols = ctx.__dict__.pop("conv_cols", None)  # the forward's window matrix, kept by conv2d and friends
     gb = None
-    if cols is not None and ctx.needs_grad(1) and not _grad_enabled() and windows_kept_under(_modes()):
+    if cols is not None and ctx.needs_grad(1) and not _grad_enabled() and windows_kept_under(_modes()) \
+            and not g.is_meta:  # a meta forward's kept matrix is a plain array: no meta result from it
         # First-order backward (no graph to record) in eager or in a capture that refills the kept matrix, so the
         # non-differentiable row may stand in for the weight row.
         frame = {"frame": cols[2]} if len(cols) > 2 else {}

@@ -104,6 +104,8 @@ def writable_expanded(op, t):
     """
     data = t._data
     if op.name == "fill" or not any(st == 0 and n > 1 for n, st in zip(data.shape, data.strides)):
+        if t.is_meta:  # read-only for NumPy, but writes into a meta array are dropped, never made
+            return
         data = data.view()
         try:
             data.flags.writeable = True

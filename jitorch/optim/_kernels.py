@@ -31,7 +31,7 @@ _F32 = np.float32
 
 
 def _xp(arr):
-    return np if type(arr) is np.ndarray else array_module_for("cuda")
+    return np if isinstance(arr, np.ndarray) else array_module_for("cuda")  # meta arrays are NumPy arrays
 
 
 def _f32(arr):

@@ -176,6 +176,11 @@ def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, miss
             error_msgs.append(f"size mismatch for {key}: copying a param with shape {input_param.shape} from "
                               f"checkpoint, the shape in current model is {param.shape}.")
             continue
+        if param.is_meta and not input_param.is_meta and not assign:
+            warnings.warn(f"for {key}: copying from a non-meta parameter in the checkpoint to a meta parameter in the "
+                          "current model, which is a no-op. (Did you mean to pass `assign=True` to assign items in "
+                          "the state dictionary to their corresponding key in the module instead of copying them in "
+                          "place?)", UserWarning, stacklevel=2)
         try:
             _copy_entry(self, name, param, input_param, assign)
         except Exception as ex:  # noqa: BLE001 - reported with the others, as PyTorch does
