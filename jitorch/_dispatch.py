@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _dtype
+from . import _device, _dtype
 from ._tensor import Tensor
 from .autograd.grad_mode import GradState
 from .autograd.graph import _record as _record_in_region, _recording as _RECORDING
+from .autograd.saved_hooks import _stack as _SAVED_HOOKS
 from .autograd.view_creation import INFERENCE_VIEW, NO_GRAD_VIEW
 from .runtime import array_module_for
+from .runtime.meta import MetaArray
 
 __all__ = ["apply", "apply_inplace", "push_mode", "pop_mode", "run_below", "MODES"]
 
@@ -32,6 +34,7 @@ CPU_XP = np
 _FROM_NP = _dtype.FROM_NP
 _new = object.__new__
 _BOOL_NP = np.dtype(np.bool_)
+_CPU = _device.device("cpu")
 TORCH_TYPE_NAMES = {
     "bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
     "float16": "Half", "bfloat16": "BFloat16", "float32": "Float", "float64": "Double",
@@ -129,6 +132,8 @@ def _run_kernel(op, args, attrs):
             if first is None:
                 first = d
             elif type(d) is not type(first):
+                if type(d) is MetaArray or type(first) is MetaArray:
+                    return _meta.mixed(op, args, attrs, _run_kernel)
                 raise _device_error(op, args)
             elif d.dtype != first.dtype:
                 same = False
@@ -142,7 +147,12 @@ def _run_kernel(op, args, attrs):
         for d in datas:
             if getattr(d, "dtype", None) is not None and d.dtype.kind == "c":
                 raise op.complex_error(d.dtype.name)
-    xp = CPU_XP if type(first) is np.ndarray else _xp_of(first)
+    if type(first) is np.ndarray:
+        xp, kernel = CPU_XP, op.kernel
+    elif type(first) is MetaArray:
+        xp, kernel = np, _meta.kernel_of(op)
+    else:
+        xp, kernel = _xp_of(first), op.kernel
     out_np = None
     if promotion != "keep":
         compute = _FROM_NP[first.dtype] if same and not has_scalar else _compute_dtype(op, args)
@@ -156,7 +166,7 @@ def _run_kernel(op, args, attrs):
             datas = [_cast_operand(d, cnp, op.masks) for d in datas]
         out_np = _BOOL_NP if promotion == "compare" else cnp
     try:
-        out = op.kernel(xp, *datas, **attrs)
+        out = kernel(xp, *datas, **attrs)
     except ValueError as e:
         _raise_broadcast_error(op, datas, e)
         raise
@@ -164,12 +174,12 @@ def _run_kernel(op, args, attrs):
         # PyTorch wraps an out-of-range Python int into the tensor's dtype (uint8 + -2 -> 254 + x).
         datas = [xp.asarray(d).astype(out_np if out_np is not None and out_np != _BOOL_NP else first.dtype)
                  if type(d) is int else d for d in datas]
-        out = op.kernel(xp, *datas, **attrs)
+        out = kernel(xp, *datas, **attrs)
     if op.nout == 1:
         out = (out,)
     fixed = []
     for o in out:
-        if type(o) is not np.ndarray and (xp is np or not isinstance(o, xp.ndarray)):
+        if type(o) is not np.ndarray and (xp is np or not isinstance(o, xp.ndarray)) and type(o) is not MetaArray:
             o = xp.asarray(o)
         if out_np is not None and o.dtype != out_np:
             o = o.astype(out_np)
@@ -283,7 +293,11 @@ def record(op, args, attrs, outs):
         o.grad_fn, o._output_nr = node, 0
         o._requires_grad = True
     else:
-        node._out_meta = tuple((o._data.shape, o.dtype, o.device) for o in outs)
+        metas = []
+        for o in outs:  # (shape, dtype, device), without Tensor.device's lookup for host arrays
+            d = o._data
+            metas.append((d.shape, _FROM_NP[d.dtype], _CPU if type(d) is np.ndarray else o.device))
+        node._out_meta = tuple(metas)
         for nr, o in enumerate(outs):
             if nr not in op.nondiff_outputs and o._data.dtype.kind not in "iub":
                 o.grad_fn = node
@@ -311,7 +325,7 @@ def eager(op, args, attrs):
         if op.complex_error is not None and a._data.dtype.kind == "c":
             raise op.complex_error(a._data.dtype.name)
         out = op.kernel(CPU_XP, a._data, **attrs)
-        if type(out) is not np.ndarray:
+        if type(out) is not np.ndarray and type(out) is not MetaArray:  # ``to("meta")`` makes a meta array
             out = np.asarray(out)
         t = _new(Tensor)
         t._data = out
@@ -322,6 +336,10 @@ def eager(op, args, attrs):
         if a._requires_grad and GradState.enabled and op.differentiable:
             record(op, args, attrs, (t,))
         return t
+    if op.promotion == "keep":
+        out = fast_keep(op, args, attrs)
+        if out is not None:
+            return out
     for a in args:
         if isinstance(a, Tensor):
             if a._base is not None and a._view_ver != a._ver_owner._ver:
@@ -414,7 +432,12 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
         return self
     if self._base is not None:
         _check_inplace_allowed(op, self)
-    result = eager(op, (self,) + args, attrs)
+    first = self
+    if _SAVED_HOOKS and (op.saves == "inputs" or op.saves == "both"):
+        # The hooks pack what the row saves before the write below: they must get the old value, not ``self``.
+        first = Tensor._make(self._data.copy())
+        first.grad_fn, first._output_nr, first._requires_grad = self.grad_fn, self._output_nr, self._requires_grad
+    result = eager(op, (first,) + args, attrs)
     if cast_check:
         _check_cast(op, result._data, self)
     node = result.grad_fn
@@ -445,4 +468,5 @@ _NO_ATTRS: dict = {}
 TENSOR_TYPES = {Tensor}
 
 # The per-op shortcuts of the hottest calls (pointwise rows on float CPU arrays); split from here for size.
-from ._dispatch_fast import fast_binary, fast_unary  # noqa: E402,F401
+from ._dispatch_fast import fast_binary, fast_keep, fast_unary  # noqa: E402,F401
+from . import _meta  # noqa: E402 - the meta device's kernels (it imports the op rows, which import this module)

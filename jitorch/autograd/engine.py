@@ -182,6 +182,16 @@ def _fix_meta(grad, meta):
     return grad
 
 
+# Per backward running now (innermost last): whether it was asked for the gradients of given inputs (``grad``,
+# ``backward(inputs=...)``), which a reentrant checkpoint's inner backward cannot honour.
+_WITH_INPUTS: list = []
+
+
+def is_checkpoint_valid():
+    """torch's ``autograd._is_checkpoint_valid``: False inside a backward that was given ``inputs``."""
+    return not _WITH_INPUTS or not _WITH_INPUTS[-1]
+
+
 def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, accumulate_into_grad=True,
                  allow_unused=False):
     """Propagate ``root_grads`` from ``roots`` (tensors). Returns the gradients of ``inputs`` when given."""
@@ -221,6 +231,7 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
 
     prev_enabled = GradState.enabled
     GradState.enabled = bool(create_graph)
+    _WITH_INPUTS.append(inputs is not None)
     try:
         while ready:
             node = ready.pop()
@@ -276,6 +287,7 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
         return _finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_grad, create_graph,
                               user_grad_ids, allow_unused)
     finally:
+        _WITH_INPUTS.pop()
         GradState.enabled = prev_enabled
 
 

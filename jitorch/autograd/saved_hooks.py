@@ -19,10 +19,39 @@ from __future__ import annotations
 
 from .._tensor import Tensor
 
-__all__ = ["saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks", "active", "Packed", "pack"]
+__all__ = ["saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks", "active", "Packed", "pack",
+           "one_op", "after_op"]
 
 _stack: list = []  # (pack_hook, unpack_hook) pairs, innermost last
 _disabled: list = []  # error messages of the disable_saved_tensors_hooks blocks running now
+_op_depth = [0]  # one_op blocks running now
+_after: list = []  # what a pack hook asked to run once the op it packed for is complete
+
+
+class one_op:  # noqa: N801 - a context manager, named for what it marks
+    """The ops inside form one torch op with its side effects (batch norm and its running statistics): a pack hook
+    that must stop the computation (checkpoint's early stop) stops it after the block, as torch stops after the op.
+    """
+
+    def __enter__(self):
+        _op_depth[0] += 1
+
+    def __exit__(self, exc_type, *exc):
+        _op_depth[0] -= 1
+        if not _op_depth[0] and _after:
+            pending = _after[:]
+            _after.clear()
+            if exc_type is None:
+                for fn in pending:
+                    fn()
+
+
+def after_op(fn):
+    """Run ``fn`` once the op being packed for is complete: now, or at the end of the enclosing ``one_op``."""
+    if _op_depth[0]:
+        _after.append(fn)
+    else:
+        fn()
 
 
 class saved_tensors_hooks:  # noqa: N801 - torch's name
