@@ -14,6 +14,7 @@ import numpy as np
 
 from .._dispatch import apply
 from ..runtime import is_cupy
+from .cascade_sum import NAIVE_ROWS, cascade_sum
 from .movement import EXPAND, RESHAPE
 from .table import NOT_DIFFERENTIABLE, Opaque, Reduction, defop as _defop
 
@@ -45,7 +46,25 @@ def _keep(g, in_shape, dims, keepdim):
     return apply(RESHAPE, g, shape=tuple(shape))
 
 
+def _cascaded(a, dims, keepdim, dtype):
+    """The sum of a NumPy array over outer axes as a tree (ATen's cascade sum), or None where NumPy's own order is
+    pairwise already. Halves accumulate in float32, as PyTorch's."""
+    if type(a) is not np.ndarray or a.size <= NAIVE_ROWS or not dims:
+        return None
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "fc" and dtype not in _HALF:  # integer sums are exact in any order
+        return None
+    if a.flags.c_contiguous and dims[0] == a.ndim - len(dims) and dims[-1] == a.ndim - 1:
+        return None  # trailing axes of a contiguous array: one pairwise inner loop (sum(), sum(-1))
+    acc = np.dtype(np.float32) if dtype in _HALF else dtype
+    out = cascade_sum(a, dims, keepdim, acc)
+    return out if out is None or out.dtype == dtype else out.astype(dtype)
+
+
 def _sum_kernel(xp, a, dims, keepdim, dtype):
+    out = _cascaded(a, dims, keepdim, dtype)
+    if out is not None:
+        return out
     if a.dtype in _HALF and dtype == a.dtype:  # accumulate halves in float32, as PyTorch does
         return a.sum(axis=dims, keepdims=keepdim, dtype=np.float32).astype(dtype)
     if type(a) is np.ndarray:  # ndarray.sum is this call behind a Python frame of NumPy's
@@ -67,6 +86,10 @@ SUM = defop("sum", _sum_kernel, _sum_backward, Reduction("sum"), meta=True)
 
 
 def _nansum_kernel(xp, a, dims, keepdim, dtype):
+    if type(a) is np.ndarray:  # NumPy's nansum is this zero-filled copy's sum, whose outer axes want the tree
+        a = a.copy()
+        a[np.isnan(a)] = 0
+        return _sum_kernel(xp, a, dims, keepdim, dtype)
     if a.dtype in _HALF and dtype == a.dtype:
         return xp.nansum(a, axis=dims, keepdims=keepdim, dtype=np.float32).astype(dtype)
     return xp.nansum(a, axis=dims, keepdims=keepdim, dtype=dtype)
