@@ -102,13 +102,13 @@ def grain_rows(kernel, outer):
 _trampolines: dict = {}
 
 
-def trampoline_address(types, cache=None):
+def trampoline_address(types, cache=None, array_field=None):
     """The compiled `emit_trampoline` for argument ``types`` (one per signature, shared by every kernel)."""
     types = tuple(types)
     found = _trampolines.get(types)
     if found is None:
         name = "jitorch_pool_call_" + "_".join(types)
-        found = _trampolines[types] = compile_function(emit_trampoline(types, name), name, cache)
+        found = _trampolines[types] = compile_function(emit_trampoline(types, name, array_field), name, cache)
     return found
 
 

@@ -238,7 +238,7 @@ def emit_pool():
                         ""])
 
 
-def emit_trampoline(types, name):
+def emit_trampoline(types, name, array_field=None):
     """``void @name(i64 %start, i64 %stop, ptr %ctx)``: calls the kernel at ``ctx[0]`` with ``ctx[1:]`` as its
     arguments of LLVM ``types`` (a float in the low bytes of its i64 entry), so one worker loop runs any kernel::
 
@@ -251,13 +251,20 @@ def emit_trampoline(types, name):
           call void %t0(i64 %start, i64 %stop, ptr %t2, ptr %t4, i64 %t6)
           ret void
         }
+
+    An ``array`` entry is the address of a NumPy array object, and the kernel gets the data pointer stored
+    ``array_field`` bytes into it (`runtime.host_pointer.ARRAY_DATA_OFFSET`): the caller passes ``id(a)``.
     """
     b = LLVMBuilder()
     b.label("entry")
     fn, args = b.emit("load ptr, ptr %ctx"), []
     for i, ty in enumerate(types, start=1):
         at = b.emit(f"getelementptr i64, ptr %ctx, i64 {i}")
-        args.append(f"{ty} {b.emit(f'load {ty}, ptr {at}')}")
+        if ty == "array":
+            field = b.emit(f"getelementptr i8, ptr {b.emit(f'load ptr, ptr {at}')}, i64 {int(array_field)}")
+            args.append(f"ptr {b.emit(f'load ptr, ptr {field}')}")
+        else:
+            args.append(f"{ty} {b.emit(f'load {ty}, ptr {at}')}")
     b.line(f"call void {fn}(i64 %start, i64 %stop{''.join(', ' + a for a in args)})")
     b.line("ret void")
     return f"define void @{name}(i64 %start, i64 %stop, ptr %ctx) nounwind {{\n{b}\n}}\n"

@@ -1,6 +1,7 @@
 """The dispatcher's fast paths: ``fast_binary``/``fast_unary`` wrap a pointwise row as a ``(a, b) -> Tensor`` that
 skips promotion and device checks for same-dtype float CPU tensors (or a Python number) and records the autograd node
-inline; anything else goes to `jitorch._dispatch.eager`, or to the innermost mode.
+inline; anything else goes to `jitorch._dispatch.eager`, or to the innermost mode. ``fast_keep`` is `eager`'s own
+shortcut for the rows that keep their inputs' dtypes (the fused nn rows, linear) on CPU tensors.
 
 >>> import jitorch
 >>> from jitorch.ops.table import OPS
@@ -21,7 +22,7 @@ from .autograd.graph import _SAVED_HOOKS, _record as _record_in_region, _recordi
 from .runtime.host_cache import THRESHOLD as _HOST_MIN
 from .runtime.host_cache import empty as _host_empty
 
-__all__ = ["fast_binary", "fast_unary"]
+__all__ = ["fast_binary", "fast_unary", "fast_keep"]
 
 # Eager overhead is what users feel on small tensors, so the hottest case (floating NumPy arrays of one dtype, or a
 # Python number) skips promotion and device checks and calls the row's kernel directly. Anything else takes ``eager``.
@@ -190,3 +191,47 @@ def fast_unary(op):
         return eager(op, (a,), {}) if not MODES else MODES[-1].dispatch(op, (a,), {})
     run.__name__ = op.name
     return run
+
+
+def fast_keep(op, args, attrs):
+    """`eager` for a row with ``promotion="keep"`` whose arguments are CPU tensors and Nones, or None where the
+    general path is needed (scalars, device arrays, complex refusals, views). Nothing to promote and one device, so
+    the row's kernel gets the arrays as they are; F.layer_norm on 8x32 spent as long in the general path's checks
+    as in its kernel."""
+    if op.view or op.complex_error is not None:
+        return None
+    datas = []
+    grad = seen = False
+    for a in args:
+        if a is None:
+            datas.append(None)
+            continue
+        if type(a) not in TENSOR_TYPES or type(a._data) is not _ndarray:
+            return None
+        if a._base is not None and a._view_ver != a._ver_owner._ver:
+            sync_view(a)
+        grad = grad or a._requires_grad
+        seen = True
+        datas.append(a._data)
+    if not seen:  # the general path names the op in its error
+        return None
+    try:
+        out = op.kernel(_d.CPU_XP, *datas, **attrs)
+    except ValueError as e:
+        _raise_broadcast_error(op, datas, e)
+        raise
+    inference = GradState.inference
+    if op.nout == 1:
+        out = (out,)
+    outs = []
+    for o in out:
+        if type(o) is not _ndarray:
+            o = np.asarray(o)
+        t = _new(Tensor)
+        t._data = o
+        if inference:
+            t._inference = True
+        outs.append(t)
+    if grad and GradState.enabled and op.differentiable:
+        record(op, args, attrs, outs)
+    return outs[0] if op.nout == 1 else tuple(outs)

@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["data_address"]
+__all__ = ["data_address", "ARRAY_DATA_OFFSET"]
 
 _DATA_OFFSET = sys.getsizeof(object())  # the object header: reference count and type pointer (16 bytes on 64-bit)
 _from_address = ctypes.c_void_p.from_address
@@ -39,4 +39,6 @@ def _layout_matches():
 
 
 data_address = _fast if _layout_matches() else _slow
+# Where native code finds an array's data pointer from ``id(a)``; None where the layout is not NumPy's known one.
+ARRAY_DATA_OFFSET = _DATA_OFFSET if data_address is _fast else None
 data_address.__doc__ = "The address of NumPy array ``a``'s first element (``a.ctypes.data``, faster)."

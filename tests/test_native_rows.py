@@ -103,3 +103,33 @@ def test_small_and_mismatched_inputs_take_numpy():
     assert native_rows.softmax(big, dim=0) is None
     assert native_rows.softmax_backward(big, big.astype(np.float64)) is None
     assert native_rows.layer_norm(big, np.ones(128, np.float64), None, 1, 1e-5) is None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(8, 32), (2, 3, 16), (1, 5)], ids=str)
+def test_small_layer_norm_sum_backward_takes_the_kernels_with_a_broadcast_gradient(shape, dtype):
+    # ``out.sum().backward()`` hands the backward row a broadcast scalar gradient: it is copied into the row kernel
+    # (the short-call trampoline), not sent back to NumPy's passes, and every gradient matches torch's.
+    rng = np.random.default_rng(5)
+    x, w, b = (rng.standard_normal(s).astype(dtype) for s in (shape, shape[-1:], shape[-1:]))
+    native_rows._kernels.clear()
+    grads = []
+    for lib, F in ((jitorch, JF), (torch, TF)):
+        leaves = [lib.tensor(a, requires_grad=True) for a in (x, w, b)]
+        out = F.layer_norm(leaves[0], shape[-1:], leaves[1], leaves[2])
+        out.sum().backward()
+        grads.append([out.detach().numpy()] + [t.grad.numpy() for t in leaves])
+    assert _kernels_for("layer_norm") and _kernels_for("layer_norm_backward")
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    for got, want in zip(*grads):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_row_kernels_read_each_calls_arrays():
+    # The short-call trampoline keeps one argument block per kernel: every call must fill in its own arrays.
+    rng = np.random.default_rng(6)
+    xs = [rng.standard_normal((4, 16)).astype(np.float32) for _ in range(3)]
+    outs = [native_rows.layer_norm(x, None, None, 1, 1e-5)[0] for x in xs]
+    for x, out in zip(xs, outs):
+        want = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)

@@ -105,11 +105,13 @@ def test_lstm_cell_batch_one_matches_torch():
 
 @pytest.mark.parametrize("rows", [1, 3, 4, 8, 32, 33])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_few_rows_times_a_transposed_matrix(rows, dtype):
+@pytest.mark.parametrize("features", [(96, 70), (256, 300)], ids=str)  # the direct product, then the transposed one
+def test_few_rows_times_a_transposed_matrix(rows, dtype, features):
     rng = np.random.default_rng(rows)
-    x = rng.standard_normal((rows, 96)).astype(dtype)
-    w = rng.standard_normal((70, 96)).astype(dtype)
+    k, n = features
+    x = rng.standard_normal((rows, k)).astype(dtype)
+    w = rng.standard_normal((n, k)).astype(dtype)
     got = matmul(np, x, w.T)
-    assert got.shape == (rows, 70) and got.flags.c_contiguous and got.dtype == dtype
+    assert got.shape == (rows, n) and got.flags.c_contiguous and got.dtype == dtype
     np.testing.assert_allclose(got, x.astype(np.float64) @ w.T.astype(np.float64),
                                rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-4 if dtype == np.float32 else 1e-12)

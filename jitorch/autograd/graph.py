@@ -165,7 +165,14 @@ class Node:
             return
         # The shared version counter, not the output: holding the output itself would be a reference cycle, and the
         # output may be modified in place and then dropped before backward.
-        self._saved_out = tuple([(o._data, o._version_counter(), o._version) for o in outs])
+        saved = []
+        for o in outs:  # ``o._version_counter()`` and ``o._version`` inline: a multi-output row saves every output
+            root = o._ver_owner if o._ver_owner is not None else o
+            counter = root._vc
+            if counter is None:
+                counter = root._vc = [root._ver]
+            saved.append((o._data, counter, root._ver))
+        self._saved_out = tuple(saved)
 
     @property
     def inputs(self):
@@ -300,15 +307,21 @@ class Node:
     # -- engine helpers -------------------------------------------------------------------------------------
     def materialize(self, grads):
         """Fill in zeros for outputs that received no gradient (multi-output nodes only reach here)."""
-        if self._out_meta is None or all(g is not None for g in grads):
+        if self._out_meta is None:
             return grads
-        from .. import _creation
-
         # Non-differentiable outputs (indices, statistics, an RNN's workspace) never get a gradient, and no backward
         # reads one: filling zeros of their size (attention's probabilities) would be wasted work.
         skip = self.op.nondiff_outputs if self.op is not None else ()  # custom Functions have no row
-        return tuple(g if g is not None or nr in skip else _creation.zeros(shape, dtype=dtype, device=dev)
-                     for nr, (g, (shape, dtype, dev)) in enumerate(zip(grads, self._out_meta)))
+        filled = None
+        for nr, g in enumerate(grads):  # a plain loop: layer norm's backward runs this on every call
+            if g is None and nr not in skip:
+                from .. import _creation
+
+                shape, dtype, dev = self._out_meta[nr]
+                if filled is None:
+                    filled = list(grads)
+                filled[nr] = _creation.zeros(shape, dtype=dtype, device=dev)
+        return grads if filled is None else tuple(filled)
 
 
 class AccumulateGrad(Node):

@@ -24,6 +24,7 @@ import math
 from .. import _dtype, _movement
 from .._tensor import Tensor
 from ..autograd.grad_mode import is_grad_enabled, no_grad
+from ..autograd.saved_hooks import one_op
 from .._dispatch import apply
 from ..ops.nn_batch_norm import BATCH_NORM
 from ..ops.nn_fused import FUSED_DTYPES, LAYER_NORM
@@ -137,11 +138,13 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         if ndim > 1 and x is input and x._data.dtype in FUSED_DTYPES and x._data.size and \
                 all(t is None or t._data.dtype == x._data.dtype for t in (weight, bias)):
             # One row (PyTorch's native_batch_norm) and one for its backward: a third of the composite's passes.
-            out, mean, var = apply(BATCH_NORM, x, weight, bias, eps=eps)
-            _update_batch_stats(running_mean, running_var, mean, var, x.numel() // channels, momentum)
+            with one_op():  # torch's native op updates the statistics before it saves (checkpoint's early stop)
+                out, mean, var = apply(BATCH_NORM, x, weight, bias, eps=eps)
+                _update_batch_stats(running_mean, running_var, mean, var, x.numel() // channels, momentum)
             return out.to(input.dtype)
-        out, mean, var = _normalize_over(x, dims, eps)
-        _update_batch_stats(running_mean, running_var, mean, var, x.numel() // max(channels, 1), momentum)
+        with one_op():
+            out, mean, var = _normalize_over(x, dims, eps)
+            _update_batch_stats(running_mean, running_var, mean, var, x.numel() // max(channels, 1), momentum)
         if x is not input:
             params = (weight, bias, running_mean, running_var)
             return _half_transform(input, x, mean, var, eps, weight, bias, params, view)
@@ -203,17 +206,25 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     return _affine(out, weight, bias, view).to(input.dtype)
 
 
-def _normalized_dims(input, normalized_shape, op):
-    if isinstance(normalized_shape, int) or not hasattr(normalized_shape, "__iter__"):
-        raise TypeError(f"{op}(): argument 'normalized_shape' (position 2) must be tuple of ints, not "
-                        f"{type(normalized_shape).__name__}")
-    shape = tuple(map(int, normalized_shape))
+def _normalized_shape(input, normalized_shape, op):
+    if type(normalized_shape) is tuple and len(normalized_shape) == 1 and type(normalized_shape[0]) is int:
+        shape = normalized_shape  # ``(features,)``, nearly every call: nothing to convert
+    else:
+        if isinstance(normalized_shape, int) or not hasattr(normalized_shape, "__iter__"):
+            raise TypeError(f"{op}(): argument 'normalized_shape' (position 2) must be tuple of ints, not "
+                            f"{type(normalized_shape).__name__}")
+        shape = tuple(map(int, normalized_shape))
     k = len(shape)
     full = input._data.shape
     if len(full) < k or full[len(full) - k:] != shape:
         raise RuntimeError(f"{op}: Given normalized_shape={list(shape)}, expected input with shape "
                            f"[*, {', '.join(map(str, shape))}], but got input of size{list(input.shape)}")
-    return shape, tuple(range(-k, 0))
+    return shape
+
+
+def _normalized_dims(input, normalized_shape, op):
+    shape = _normalized_shape(input, normalized_shape, op)
+    return shape, tuple(range(-len(shape), 0))
 
 
 def _check_like(name, t, shape):
@@ -224,15 +235,17 @@ def _check_like(name, t, shape):
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalize over the trailing ``normalized_shape`` dims, then apply elementwise ``weight`` and ``bias``."""
-    shape, dims = _normalized_dims(input, normalized_shape, "layer_norm")
-    _check_like("weight", weight, shape)
-    _check_like("bias", bias, shape)
-    dt = input._data.dtype
+    shape = _normalized_shape(input, normalized_shape, "layer_norm")
+    if weight is not None and weight._data.shape != shape or bias is not None and bias._data.shape != shape:
+        _check_like("weight", weight, shape)
+        _check_like("bias", bias, shape)
+    data = input._data
+    dt = data.dtype
     if (dt in FUSED_DTYPES and (weight is None or weight._data.dtype == dt)
-            and (bias is None or bias._data.dtype == dt) and input._data.size):
+            and (bias is None or bias._data.dtype == dt) and data.size):
         # One row (PyTorch's native_layer_norm): one node instead of about ten, mean and rstd kept for backward.
         return apply(LAYER_NORM, input, weight, bias, k=len(shape), eps=eps)[0]
-    out = _normalize_over(_upcast(input), dims, eps)[0]
+    out = _normalize_over(_upcast(input), tuple(range(-len(shape), 0)), eps)[0]
     return _affine(out, weight, bias, lambda t: t).to(input.dtype)
 
 

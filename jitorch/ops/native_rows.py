@@ -23,8 +23,8 @@ from ..codegen.ir import Buffer, Kernel, Store, const, load, op, simplify
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..runtime import host_cache
-from ..runtime.host_pointer import data_address
-from .native_eager import launch
+from .cascade_sum import NAIVE_ROWS, sum_rows
+from .native_eager import launch_arrays
 
 __all__ = ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "layer_norm", "layer_norm_backward",
            "MIN_SIZE"]
@@ -93,23 +93,28 @@ def _layer_norm_grad_input(b, g, x, mean, rstd, weight, n):
     return op("mul", rstd, op("sub", op("sub", gxh, c1), op("mul", xhat, c2))), xhat
 
 
-def _run(name, arrays, rows, n, extras=(), eps=None, nout=1):
-    dt = _IR[arrays[0].dtype]
-    present = tuple(e is not None for e in extras)
-    key = (name, dt, len(arrays), present, eps, rows, n)
+def _kernel(name, dt, nin, present, eps, rows, n):
+    key = (name, dt, nin, present, eps, rows, n)
     kernel = _kernels.get(key)
     if kernel is None:
         if len(_kernels) >= _MAX_KERNELS:
             _kernels.clear()
-        kernel = _kernels[key] = _build(name, dt, len(arrays), present, eps, rows, n)
-    dtype = arrays[0].dtype
-    full = name == "layer_norm_backward"
-    outs = [host_cache.empty((rows, n), dtype)] + [host_cache.empty((rows, n), dtype) if full else np.empty(rows, dtype)
-                                                   for _ in range(nout - 1)]
-    addresses = [data_address(o) for o in outs] + [data_address(a) for a in arrays] + \
-        [data_address(e) for e in extras if e is not None]
-    launch(kernel, addresses, rows * n, max(1, (1 << 15) // n))
-    return outs
+        kernel = _kernels[key] = _build(name, dt, nin, present, eps, rows, n)
+    return kernel
+
+
+def _empty(shape, dtype, nbytes):
+    # Small results straight from NumPy: the host cache's size classes are for blocks it could reuse.
+    return np.empty(shape, dtype) if nbytes < host_cache.THRESHOLD else host_cache.empty(shape, dtype)
+
+
+def _run(name, arrays, rows, n):
+    """The one-output rows (softmax's family): a (rows, n) result."""
+    x = arrays[0]
+    kernel = _kernel(name, _IR[x.dtype], len(arrays), (), None, rows, n)
+    out = _empty((rows, n), x.dtype, x.nbytes)
+    launch_arrays(kernel, [out, *arrays], rows * n, max(1, (1 << 15) // n))
+    return out
 
 
 def _last_dim(x, dim):
@@ -120,65 +125,112 @@ def softmax(x, dim=-1):
     """Softmax of a C-contiguous float array over its last dimension, or None (see the module notes)."""
     if not _usable((x,)) or not _last_dim(x, dim):
         return None
-    return _run("softmax", (x,), x.size // x.shape[-1], x.shape[-1])[0].reshape(x.shape)
+    return _run("softmax", (x,), x.size // x.shape[-1], x.shape[-1]).reshape(x.shape)
 
 
 def log_softmax(x, dim=-1):
     """Log-softmax over the last dimension, or None."""
     if not _usable((x,)) or not _last_dim(x, dim):
         return None
-    return _run("log_softmax", (x,), x.size // x.shape[-1], x.shape[-1])[0].reshape(x.shape)
+    return _run("log_softmax", (x,), x.size // x.shape[-1], x.shape[-1]).reshape(x.shape)
 
 
 def softmax_backward(g, y, dim=-1):
     """``y * (g - sum(g * y))`` over the last dimension, or None."""
     if not _usable((g, y)) or not _last_dim(g, dim):
         return None
-    return _run("softmax_backward", (g, y), g.size // g.shape[-1], g.shape[-1])[0].reshape(g.shape)
+    return _run("softmax_backward", (g, y), g.size // g.shape[-1], g.shape[-1]).reshape(g.shape)
 
 
 def log_softmax_backward(g, y, dim=-1):
     """``g - exp(y) * sum(g)`` over the last dimension, or None."""
     if not _usable((g, y)) or not _last_dim(g, dim):
         return None
-    return _run("log_softmax_backward", (g, y), g.size // g.shape[-1], g.shape[-1])[0].reshape(g.shape)
+    return _run("log_softmax_backward", (g, y), g.size // g.shape[-1], g.shape[-1]).reshape(g.shape)
+
+
+def _plan(name, x, k, eps, present):
+    """(kernel, row size, rows, statistics' shape, small) of a layer norm row over the last ``k`` dims of ``x``, or
+    None where the kernels do not take ``x``'s dtype or dims. Kept in `_kernels` per input shape: a small call's
+    kernel runs in about a microsecond, so the checks and shape arithmetic are done once per shape."""
+    key = (name, x.shape, x.dtype, k, eps, present)
+    plan = _kernels.get(key)
+    if plan is None:
+        if x.dtype not in _IR or not 1 <= k <= x.ndim or x.size < LAYER_NORM_MIN_SIZE:
+            return None
+        n = 1
+        for s in x.shape[x.ndim - k:]:
+            n *= s
+        rows = x.size // n
+        if len(_kernels) >= _MAX_KERNELS:
+            _kernels.clear()
+        kernel = _build(name, _IR[x.dtype], 1 if name == "layer_norm" else 4, present,
+                        None if eps is None else float(eps), rows, n)
+        small = x.nbytes < host_cache.THRESHOLD  # small results straight from NumPy (see `_empty`)
+        plan = _kernels[key] = (kernel, n, rows, x.shape[:x.ndim - k] + (1,) * k, small)
+    return plan
+
+
+def _param_ok(p, dtype, n):
+    return type(p) is np.ndarray and p.dtype == dtype and p.size == n and p.flags.c_contiguous
 
 
 def layer_norm(x, weight, bias, k, eps):
     """(out, mean, rstd) of layer norm over the last ``k`` dimensions (statistics shaped as the row's), or None."""
-    if not _usable((x,), LAYER_NORM_MIN_SIZE) or not 1 <= k <= x.ndim:
+    if type(x) is not np.ndarray or not x.flags.c_contiguous:
         return None
-    n = 1
-    for s in x.shape[x.ndim - k:]:
-        n *= s
+    plan = _plan("layer_norm", x, k, eps, (weight is not None, bias is not None))
+    if plan is None:
+        return None
+    kernel, n, rows, stat_shape, small = plan
+    dtype = x.dtype
+    out = np.empty(x.shape, dtype) if small else host_cache.empty(x.shape, dtype)
+    mean, rstd = np.empty(stat_shape, dtype), np.empty(stat_shape, dtype)
+    arrays = [out, mean, rstd, x]
     for p in (weight, bias):
-        if p is not None and not (type(p) is np.ndarray and p.dtype == x.dtype and p.size == n and
-                                  p.flags.c_contiguous):
-            return None
-    rows = x.size // n
-    out, mean, rstd = _run("layer_norm", (x,), rows, n, (weight, bias), float(eps), nout=3)
-    stat_shape = x.shape[:x.ndim - k] + (1,) * k
-    return out.reshape(x.shape), mean.reshape(stat_shape), rstd.reshape(stat_shape)
+        if p is not None:
+            if not _param_ok(p, dtype, n):
+                return None
+            arrays.append(p)
+    launch_arrays(kernel, arrays, rows * n, max(1, (1 << 15) // n))
+    return out, mean, rstd
 
 
 def layer_norm_backward(g, x, mean, rstd, weight, k):
     """(gx, gw, gb) of layer norm over the last ``k`` dimensions from the forward's statistics, or None: gx in one
-    row kernel (which also writes xhat), the parameter gradients as column sums (BLAS)."""
-    if not _usable((g, x), LAYER_NORM_MIN_SIZE) or not 1 <= k <= x.ndim:
+    row kernel (which also writes xhat), the parameter gradients as column sums."""
+    if type(x) is not np.ndarray or not x.flags.c_contiguous or type(g) is not np.ndarray or g.dtype != x.dtype or \
+            g.shape != x.shape:
         return None
-    n = 1
-    for s in x.shape[x.ndim - k:]:
-        n *= s
-    rows = x.size // n
-    stats = [np.ascontiguousarray(a, x.dtype).reshape(-1) for a in (mean, rstd)]
-    if weight is not None and (type(weight) is not np.ndarray or weight.dtype != x.dtype or weight.size != n or
-                               not weight.flags.c_contiguous) or any(a.size != rows for a in stats):
+    plan = _plan("layer_norm_backward", x, k, None, (weight is not None,))
+    if plan is None:
         return None
-    gx, xhat = _run("layer_norm_backward", (g, x, *stats), rows, n, (weight,), None, nout=2)
+    kernel, n, rows, _, small = plan
+    dtype = x.dtype
+    if weight is not None and not _param_ok(weight, dtype, n):
+        return None
+    # ``sum().backward()`` hands in a broadcast scalar: one copy is cheaper than NumPy's passes over the view.
+    g = np.ascontiguousarray(g)
+    mean, rstd = np.ascontiguousarray(mean, dtype), np.ascontiguousarray(rstd, dtype)
+    if mean.size != rows or rstd.size != rows:
+        return None
+    gx, xhat = (np.empty(x.shape, dtype), np.empty((rows, n), dtype)) if small else \
+        (host_cache.empty(x.shape, dtype), host_cache.empty((rows, n), dtype))
+    arrays = [gx, xhat, g, x, mean, rstd]
+    if weight is not None:
+        arrays.append(weight)
+    launch_arrays(kernel, arrays, rows * n, max(1, (1 << 15) // n))
     shape = x.shape[x.ndim - k:]
     if weight is None:  # no parameters (group norm's rows): their gradients are never asked for
-        return gx.reshape(x.shape), np.zeros(shape, x.dtype), np.zeros(shape, x.dtype)
+        return gx, np.zeros(shape, dtype), np.zeros(shape, dtype)
     g2 = g.reshape(rows, n)
-    gw = np.einsum("ij,ij->j", g2, xhat) if n <= 4096 else (g2 * xhat).sum(axis=0)
-    gb = np.ones(rows, x.dtype) @ g2 if n <= 4096 else g2.sum(axis=0)
-    return gx.reshape(x.shape), gw.reshape(shape), gb.reshape(shape)
+    if rows <= NAIVE_ROWS or n > 4096:
+        # A few rows: NumPy adds them one after another (as exact as torch's tree over so few), cheaper than
+        # einsum's and BLAS's setup (8 x 32: 3.0 us against 6.5); long rows (many of them summed as a tree) keep
+        # these reductions too. xhat is this call's own: the product goes into it.
+        gw = sum_rows(np, np.multiply(g2, xhat, out=xhat))
+        gb = sum_rows(np, g2)
+    else:
+        gw = np.einsum("ij,ij->j", g2, xhat)
+        gb = np.ones(rows, dtype) @ g2
+    return gx, gw.reshape(shape), gb.reshape(shape)

@@ -18,7 +18,9 @@ tensor([[3., 3., 3., 3.],
 """
 from __future__ import annotations
 
+from .. import _dispatch
 from ..autograd.grad_mode import GradState
+from .cascade_sum import sum_rows
 from .host_matmul import matmul
 from .table import Opaque, defop
 
@@ -26,9 +28,8 @@ __all__ = ["LINEAR", "LINEAR_BACKWARD"]
 
 
 def _apply(op, *args, **attrs):
-    from .._dispatch import apply
-
-    return apply(op, *args, **attrs)
+    # The module, bound once (it is loaded before the nn rows): an import statement here cost a microsecond a call.
+    return _dispatch.apply(op, *args, **attrs)
 
 
 def _rows(a):
@@ -37,9 +38,10 @@ def _rows(a):
 
 
 def _linear_kernel(xp, x, w, b):
-    out = matmul(xp, _rows(x), w.T)  # BLAS reads the transposed view with a flag: no copy of W
-    if x.ndim != 2:
-        out = out.reshape(x.shape[:-1] + (w.shape[0],))
+    if x.ndim == 2:
+        out = matmul(xp, x, w.T)  # BLAS reads the transposed view with a flag: no copy of W
+    else:
+        out = matmul(xp, _rows(x), w.T).reshape(x.shape[:-1] + (w.shape[0],))
     if b is not None:
         out += b  # in place: the matmul result is fresh
     # NumPy's matmul of bfloat16 (ml_dtypes) returns float32: round back to the inputs' dtype, as torch's result is.
@@ -67,8 +69,7 @@ def _linear_backward(ctx, g):
 
 def _linear_backward_kernel(xp, g, x, w, needs):
     g2 = _rows(g)
-    empty = xp.zeros((0,), dtype=g.dtype)  # placeholder for a gradient nobody asked for
-    gx = gw = gb = empty
+    gx = gw = gb = None
     if needs[0]:
         gx = matmul(xp, g2, w)
         if g.ndim != 2:
@@ -76,8 +77,16 @@ def _linear_backward_kernel(xp, g, x, w, needs):
     if needs[1]:
         gw = matmul(xp, g2.T, _rows(x))
     if needs[2]:
-        gb = g2.sum(axis=0)
-    return tuple(r if r.dtype == g.dtype else r.astype(g.dtype) for r in (gx, gw, gb))  # bfloat16 matmul: float32
+        gb = sum_rows(xp, g2)  # over a batch of rows: NumPy's sum(axis=0) adds them one after another
+    dtype = g.dtype
+    out = []
+    for r in (gx, gw, gb):  # a loop, not a generator: this runs in every small layer's backward
+        if r is None:
+            r = xp.zeros((0,), dtype=dtype)  # placeholder for a gradient nobody asked for
+        elif r.dtype != dtype:
+            r = r.astype(dtype)  # bfloat16 matmul: float32
+        out.append(r)
+    return tuple(out)
 
 
 def _linear_backward_backward(ctx, ggx, ggw, ggb):
