@@ -1,7 +1,8 @@
 """A whole program of kernels as ONE native function: ``void @program(ptr %table, ptr %ints)`` runs calls in order.
 
 The program is what a CPU graph replays: each call is an IR `Kernel` (a fused elementwise group or a reduction), a
-matrix product (`Gemm`: a vector loop for small sizes, a BLAS call through a function pointer for large ones) or a
+matrix product (`Gemm`: a vector loop for small sizes, a BLAS call through a function pointer for large ones;
+`PackedGemm`: a product by a weight packed in panels, `llvm_gemm_packed`) or a
 `Copy` (``memcpy``). Every pointer a call uses is ``table[slot] + byte_offset``: the table (an array of ``void*``
 the caller owns) holds one address per distinct allocation, so a caller can substitute an input by rewriting one
 table entry, with no copy and no recompile, as long as the new memory has the same layout.
@@ -60,8 +61,9 @@ from .llvm_pool import available, chunking, current_cell, grain_rows, run_addres
     worth_splitting
 from .llvm_gemm import blas_gemm, blas_ints, blas_operands, gemm_outer_kernel, gemm_reduction_kernel, uses_blas, \
     vector_chunk, vector_fits, vector_gemm, vector_ints
+from .llvm_gemm_packed import geometry, packed_gemm, packed_ints
 
-__all__ = ["Ref", "KernelCall", "Gemm", "Copy", "emit_program", "compile_program", "Program"]
+__all__ = ["Ref", "KernelCall", "Gemm", "PackedGemm", "Copy", "emit_program", "compile_program", "Program"]
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,22 @@ class Gemm:
     c_strides: tuple
     blas: Ref | None = None
     blas_int_bits: int = 32
+
+
+@dataclass(frozen=True)
+class PackedGemm:
+    """float32 ``c[m, n] = a[m, k] @ B[k, n]`` with ``b`` the address of ``B`` in column panels
+    (`llvm_gemm_packed.pack_panels`), for a weight that many products reuse; ``a`` and ``c`` row-major with leading
+    dimensions ``lda``, ``ldc``."""
+
+    m: int
+    n: int
+    k: int
+    a: Ref
+    lda: int
+    b: Ref
+    c: Ref
+    ldc: int
 
 
 @dataclass(frozen=True)
@@ -206,6 +224,9 @@ def emit_program(calls, name, ints, link):
                 gemm_call(call, ("vector", call.dtype, vector_chunk(call)), vector_gemm, vector_ints(call))
             else:
                 kernel_call(gemm_reduction_kernel(call), (call.a, call.b, call.c))
+        elif isinstance(call, PackedGemm):
+            if call.m and call.n:
+                gemm_call(call, ("packed", geometry()), lambda g, name: packed_gemm(name), packed_ints(call))
         elif isinstance(call, Copy):
             if call.nbytes:
                 decls.add("declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)")
@@ -244,5 +265,6 @@ class Program:
 
 
 def compile_program(calls, cache=None):
-    """Compile ``calls`` (`KernelCall`, `Gemm`, `Copy`) into one native `Program`; ``cache``: a `cache.KernelCache`."""
+    """Compile ``calls`` (`KernelCall`, `Gemm`, `PackedGemm`, `Copy`) into one native `Program`; ``cache``: a
+    `cache.KernelCache`."""
     return Program(list(calls), cache)

@@ -522,6 +522,9 @@ case("rnn_scan_rows", lambda t, m: (
     rnn_ops.scan("GRU", m.d(3, 2, 6), (m.d(2, 2),), m.d(6, 2), reverse=True),
     rnn_ops.scan("RNN", m.d(3, 2, 2), (m.d(2, 2),), m.d(2, 2), relu=True, reverse=True),
     rnn_ops.scan("RNN", m.d(3, 2, 2), (m.d(2, 2),), m.d(2, 2))))
+case("lstm_cell_row", lambda t, m: (
+    rnn_ops.lstm_cell(m.d(2, 3), m.d(2, 4), m.d(2, 4), m.d(16, 3), m.d(16, 4), m.d(16), m.d(16)),
+    rnn_ops.lstm_cell(m.d(2, 3), m.d(2, 4), m.d(2, 4), m.d(16, 3), m.d(16, 4))))
 # A compiled training graph's convolution that also returns its window matrix (jitorch._compile.decompose).
 case("convolution_cols", lambda t, m: _dispatch.apply(OPS["convolution_cols"], m.f(2, 3, 6, 6, grad=False),
                                                       m.f(4, 3, 3, 3, grad=False), m.f(4, grad=False),

@@ -22,10 +22,11 @@ from __future__ import annotations
 import numpy as np
 
 from . import rnn_native
+from .cascade_sum import sum_rows
 from .host_matmul import matmul
 
-__all__ = ["lstm_forward", "lstm_backward", "gru_forward", "gru_backward", "rnn_forward", "rnn_backward",
-           "workspace_widths"]
+__all__ = ["lstm_forward", "lstm_backward", "lstm_cell_forward", "lstm_cell_backward", "gru_forward", "gru_backward",
+           "rnn_forward", "rnn_backward", "workspace_widths"]
 
 
 def workspace_widths(mode, hidden, out):
@@ -116,22 +117,27 @@ def lstm_forward(xp, gi, h0, c0, w_hh, w_hr, reverse):
     h, c = h0, c0
     with np.errstate(over="ignore"):
         for t in _order(steps, reverse):
-            a, tc = acts[t], tcs[t]
-            xp.matmul(h, w_t, out=a)
-            a += gi[t]
-            g = a[:, 2 * hid:3 * hid]
-            xp.tanh(g, out=tc)  # tc is free until tanh(c) below: it holds tanh(g) while the sigmoid overwrites g
-            _sigmoid_(xp, a)
-            g[...] = tc
-            c = xp.multiply(a[:, hid:2 * hid], c, out=cs[t])
-            c += a[:, :hid] * g
-            xp.tanh(c, out=tc)
-            if w_hr_t is None:
-                h = xp.multiply(a[:, 3 * hid:], tc, out=hs[t])
-            else:
-                h = xp.matmul(a[:, 3 * hid:] * tc, w_hr_t, out=hs[t])
+            xp.matmul(h, w_t, out=acts[t])
+            acts[t] += gi[t]
+            h, c = _lstm_step(xp, acts[t], c, cs[t], tcs[t], hs[t], w_hr_t)
     last = 0 if reverse else steps - 1
     return _rounded((hs.copy(), hs[last].copy(), cs[last].copy()), low) + (ws,)
+
+
+def _lstm_step(xp, a, c, c_out, tc, h_out, w_hr_t):
+    """A step's elementwise part: the pre-activations ``a`` ``(B, 4H)`` become the activations; ``c_out``, ``tc``
+    (``tanh(c_out)``) and ``h_out`` are written. Returns ``(h, c)``."""
+    hid = c_out.shape[-1]
+    g = a[:, 2 * hid:3 * hid]
+    xp.tanh(g, out=tc)  # tc is free until tanh(c) below: it holds tanh(g) while the sigmoid overwrites g
+    _sigmoid_(xp, a)
+    g[...] = tc
+    c = xp.multiply(a[:, hid:2 * hid], c, out=c_out)
+    c += a[:, :hid] * g
+    xp.tanh(c, out=tc)
+    if w_hr_t is None:
+        return xp.multiply(a[:, 3 * hid:], tc, out=h_out), c
+    return xp.matmul(a[:, 3 * hid:] * tc, w_hr_t, out=h_out), c
 
 
 def _lstm_backward_loop(xp, gy, ghn, gcn, c0, w_hh, w_hr, sections, reverse):
@@ -191,6 +197,33 @@ def lstm_backward(xp, gy, ghn, gcn, h0, c0, w_hh, w_hr, ws, reverse):
         raw = acts[:, :, 3 * hid:] * tcs
         d_w_hr = xp.matmul(dhs.reshape(-1, out).T, raw.reshape(-1, hid))
     return _rounded((d_gates, dh, dc, d_w_hh, d_w_hr), low)
+
+
+def lstm_cell_forward(xp, x, h0, c0, w_ih, w_hh, b_ih, b_hh):
+    """One step with its input projection (``nn.LSTMCell``): ``(h, c, workspace)``, the workspace laid out as
+    `lstm_forward`'s for one step. float32/float64 arrays (a half type takes the layer's path, where the projection
+    is a rounded linear as PyTorch's); the step's calls directly, a cell's whole cost being per-call overhead."""
+    batch, hid = c0.shape
+    ws, (acts, cs, tcs, hs) = _workspace(xp, x.dtype, 1, batch, workspace_widths("LSTM", hid, hid))
+    a = acts[0]
+    xp.matmul(x, w_ih.T, out=a)
+    a += matmul(xp, h0, w_hh.T)
+    if b_ih is not None:
+        a += b_ih
+        a += b_hh
+    with np.errstate(over="ignore"):
+        h, c = _lstm_step(xp, a, c0, cs[0], tcs[0], hs[0], None)
+    return h.copy(), c.copy(), ws
+
+
+def lstm_cell_backward(xp, gh, gc, x, h0, c0, w_ih, w_hh, b_ih, b_hh, ws):
+    """Gradients ``(x, h0, c0, w_ih, w_hh, b_ih, b_hh)`` of `lstm_cell_forward` (the biases' empty without them)."""
+    batch, hid = c0.shape
+    sections = _sections(ws, 1, batch, workspace_widths("LSTM", hid, hid))
+    d, dh, dc, _ = _lstm_backward_loop(xp, gh[None], xp.zeros_like(gh), gc, c0, w_hh, None, sections, False)
+    d = d[0]
+    d_b = sum_rows(xp, d) if b_ih is not None else xp.zeros((0,), dtype=d.dtype)
+    return matmul(xp, d, w_ih), dh, dc, matmul(xp, d.T, x), matmul(xp, d.T, h0), d_b, d_b.copy()
 
 
 # -- GRU -----------------------------------------------------------------------------------------------------------

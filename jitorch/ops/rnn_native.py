@@ -3,7 +3,8 @@
 `rnn_kernels` runs a time step as one product and 13 to 20 NumPy calls; at the sizes RNNs are trained at (a batch of
 4 to 64 by a few hundred units) each call costs more in overhead than in arithmetic, and a kernel called from Python
 per step still pays ctypes for its ~50 arguments. Here a run of steps is ONE native call (`codegen.llvm_program`):
-per step the recurrent product (generated loop, or BLAS from 64^3 multiply-adds) and one generated kernel over the
+per step the recurrent product (the generated row loop for narrow ones; from 64^3 multiply-adds or past 128 columns,
+the weight packed in panels once per call, `codegen.llvm_gemm_packed`) and one generated kernel over the
 ``(batch, hidden)`` space that reads each gate's pre-activation and writes the activations, the states and the
 workspace sections of `rnn_kernels` (so the backward reads one layout whichever path ran the forward).
 
@@ -28,14 +29,12 @@ True
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
-from ..codegen.llvm_gemm import blas_operands, vector_fits
+from ..codegen.llvm_gemm import VECTOR_BYTES
+from ..codegen.llvm_gemm_packed import pack_panels
 from ..codegen.llvm_objcache import default_cache
-from ..codegen.llvm_program import Gemm, KernelCall, Ref, compile_program
-from ..runtime.host_blas import gemm_function
+from ..codegen.llvm_program import Gemm, KernelCall, PackedGemm, Ref, compile_program
 from ..runtime.host_pointer import data_address
 from . import rnn_cells as cells
 
@@ -43,7 +42,7 @@ __all__ = ["ENABLED", "CHUNKS", "applies", "lstm_forward", "lstm_backward", "gru
 
 ENABLED = True  # tests turn it off to compare with the NumPy path
 CHUNKS = (32, 16, 8, 4, 2, 1)  # steps per program: a length is a sum of these (at most one program per size)
-_BLAS_MIN_FLOPS = 64 * 64 * 64  # as compiled graphs: below this the generated loop beats a library call
+_PACK_MIN_FLOPS = 64 * 64 * 64  # as compiled graphs for BLAS: below this the generated row loop wins
 _MAX_PROGRAMS = 128
 _programs: dict = {}
 _F32 = np.dtype(np.float32)
@@ -88,13 +87,26 @@ class _Slots:
         return np.array([addresses[name] for name in self.index], dtype=np.uint64)
 
 
-def _gemm(slots, m, n, k, a, b, c):
-    """``c (m, n) = a (m, k) @ b (k, n)``, all row-major and contiguous."""
-    g = Gemm("f32", m, n, k, a, (k, 1), b, (n, 1), c, (n, 1))
-    blas = gemm_function("f32")
-    if (m * n * k >= _BLAS_MIN_FLOPS or not vector_fits(g)) and blas is not None and blas_operands(g) is not None:
-        return replace(g, blas=slots("BLAS"), blas_int_bits=blas.int_bits)
-    return g
+def _packs(m, n, k):
+    """Whether a step's product by a weight runs on the weight packed in panels (`llvm_gemm_packed`) rather than the
+    generated row loop: where the loop is slow (wide rows, or from 64^3 multiply-adds, as compiled graphs decide
+    for BLAS). BLAS itself would repack the weight at every step: twice the packed product's time for 20 rows by
+    256 x 1024."""
+    return m * n * k >= _PACK_MIN_FLOPS or n * _ITEM > VECTOR_BYTES
+
+
+def _gemm(slots, m, n, k, a, weight, c):
+    """``c (m, n) = a (m, k) @ W (k, n)``, all row-major and contiguous; ``W`` is table entry ``weight``, as
+    `_weight` lays it out."""
+    if _packs(m, n, k):
+        return PackedGemm(m, n, k, a, k, slots(weight), c, n)
+    return Gemm("f32", m, n, k, a, (k, 1), slots(weight), (n, 1), c, (n, 1))
+
+
+def _weight(b, m):
+    """The right operand ``b`` ``(k, n)`` of a product by ``m`` rows as `_gemm` reads it: packed or contiguous."""
+    k, n = b.shape
+    return pack_panels(b)[0] if _packs(m, n, k) else _c(b)
 
 
 def _program(key, build):
@@ -136,11 +148,6 @@ def _prev_state(states, first, steps, reverse, lo, size):
     return first if t < 0 or t >= steps else states[t]
 
 
-def _blas_base():
-    blas = gemm_function("f32")
-    return {"BLAS": blas.address} if blas is not None else {}
-
-
 # -- LSTM ----------------------------------------------------------------------------------------------------------
 def _lstm_forward_calls(slots, size, batch, hid, out, proj, reverse):
     calls, gates = [], 4 * hid
@@ -148,13 +155,13 @@ def _lstm_forward_calls(slots, size, batch, hid, out, proj, reverse):
     for u, p in _positions(size, reverse, backward=False):
         h_prev = slots("HS", p * batch * out) if p is not None else slots("HPREV")
         c_prev = slots("CS", p * batch * hid) if p is not None else slots("CPREV")
-        calls.append(_gemm(slots, batch, gates, out, h_prev, slots("W"), slots("PRE")))
+        calls.append(_gemm(slots, batch, gates, out, h_prev, "W", slots("PRE")))
         acts, gi = slots("ACTS", u * batch * gates), slots("GI", u * batch * gates)
         h_out = slots("RAW") if proj else slots("HS", u * batch * out)
         calls.append(KernelCall(cell, (slots("PRE"),) * 4 + (gi,) * 4 + (c_prev,) + (acts,) * 4 + (
             slots("CS", u * batch * hid), slots("TCS", u * batch * hid), h_out)))
         if proj:
-            calls.append(_gemm(slots, batch, out, hid, slots("RAW"), slots("WR"), slots("HS", u * batch * out)))
+            calls.append(_gemm(slots, batch, out, hid, slots("RAW"), "WR", slots("HS", u * batch * out)))
     return calls
 
 
@@ -163,10 +170,10 @@ def lstm_forward(xp, gi, h0, c0, w_hh, w_hr, reverse, sections):
     acts, cs, tcs, hs = sections
     steps, batch, gates = gi.shape
     hid, out, proj = gates // 4, h0.shape[-1], w_hr is not None
-    gi, h0, c0, w_t = _c(gi), _c(h0), _c(c0), _c(w_hh.T)
+    gi, h0, c0, w_t = _c(gi), _c(h0), _c(c0), _weight(w_hh.T, batch)
     pre, raw = np.empty((batch, gates), np.float32), np.empty((batch, hid), np.float32)
-    w_hr_t = _c(w_hr.T) if proj else raw
-    bases = dict(_blas_base(), W=_address(w_t), PRE=_address(pre), RAW=_address(raw), WR=_address(w_hr_t))
+    w_hr_t = _weight(w_hr.T, batch) if proj else raw
+    bases = dict(W=_address(w_t), PRE=_address(pre), RAW=_address(raw), WR=_address(w_hr_t))
     widths = {"GI": (_address(gi), batch * gates), "ACTS": (_address(acts), batch * gates),
               "CS": (_address(cs), batch * hid), "TCS": (_address(tcs), batch * hid), "HS": (_address(hs), batch * out)}
 
@@ -188,14 +195,14 @@ def _lstm_backward_calls(slots, size, batch, hid, out, proj, reverse):
         if proj:  # dh = (gy[t] + the recurrent part) @ w_hr, kept for w_hr's gradient
             dhs = slots("DHS", u * batch * out)
             calls.append(KernelCall(add, (slots("GY", u * batch * out), slots("REC"), dhs)))
-            calls.append(_gemm(slots, batch, hid, out, dhs, slots("WR"), slots("RAW")))
+            calls.append(_gemm(slots, batch, hid, out, dhs, "WR", slots("RAW")))
             parts = (slots("RAW"), slots("ZERO"))
         else:
             parts = (slots("GY", u * batch * out), slots("REC"))
         acts, d = slots("ACTS", u * batch * gates), slots("D", u * batch * gates)
         calls.append(KernelCall(cell, parts + (acts,) * 4 + (slots("TCS", u * batch * hid), c_prev, slots("DC")) +
                                 (d,) * 4))
-        calls.append(_gemm(slots, batch, out, gates, d, slots("W"), slots("REC")))
+        calls.append(_gemm(slots, batch, out, gates, d, "W", slots("REC")))
     return calls
 
 
@@ -205,13 +212,13 @@ def lstm_backward(xp, gy, ghn, gcn, c0, w_hh, w_hr, sections, reverse):
     acts, cs, tcs, _ = sections
     steps, batch, out = gy.shape
     hid, proj = w_hh.shape[0] // 4, w_hr is not None
-    gy, c0, w_hh = _c(gy), _c(c0), _c(w_hh)
+    gy, c0, w_hh = _c(gy), _c(c0), _weight(w_hh, batch)
     d_gates = np.empty((steps, batch, 4 * hid), np.float32)
     dhs = np.empty(gy.shape, np.float32) if proj else None
     dc, rec = np.array(gcn, np.float32, order="C"), np.array(ghn, np.float32, order="C")
     raw, zero = np.empty((batch, hid), np.float32), np.zeros(1, np.float32)
-    w_hr = _c(w_hr) if proj else raw
-    bases = dict(_blas_base(), W=_address(w_hh), DC=_address(dc), REC=_address(rec), RAW=_address(raw),
+    w_hr = _weight(w_hr, batch) if proj else raw
+    bases = dict(W=_address(w_hh), DC=_address(dc), REC=_address(rec), RAW=_address(raw),
                  ZERO=_address(zero), WR=_address(w_hr))
     widths = {"GY": (_address(gy), batch * out), "ACTS": (_address(acts), batch * 4 * hid),
               "TCS": (_address(tcs), batch * hid), "CS": (_address(cs), batch * hid),
@@ -232,7 +239,7 @@ def _gru_forward_calls(slots, size, batch, hid, bias, reverse):
     cell = cells.gru_forward_kernel(batch, hid, bias)
     for u, p in _positions(size, reverse, backward=False):
         h_prev = slots("HS", p * batch * hid) if p is not None else slots("HPREV")
-        calls.append(_gemm(slots, batch, gates, hid, h_prev, slots("W"), slots("GH")))
+        calls.append(_gemm(slots, batch, gates, hid, h_prev, "W", slots("GH")))
         gi, rz = slots("GI", u * batch * gates), slots("RZ", u * batch * 2 * hid)
         calls.append(KernelCall(cell, (slots("GH"),) * 3 + ((slots("BH"),) * 3 if bias else ()) + (gi,) * 3 + (
             h_prev, rz, rz, slots("N", u * batch * hid), slots("HN", u * batch * hid), slots("HS", u * batch * hid))))
@@ -244,10 +251,10 @@ def gru_forward(xp, gi, h0, w_hh, b_hh, reverse, sections):
     rzs, ns, hns, hs = sections
     steps, batch, gates = gi.shape
     hid, bias = gates // 3, b_hh is not None
-    gi, h0, w_t = _c(gi), _c(h0), _c(w_hh.T)
+    gi, h0, w_t = _c(gi), _c(h0), _weight(w_hh.T, batch)
     gh = np.empty((batch, gates), np.float32)
     b_hh = _c(b_hh) if bias else gh
-    bases = dict(_blas_base(), W=_address(w_t), GH=_address(gh), BH=_address(b_hh))
+    bases = dict(W=_address(w_t), GH=_address(gh), BH=_address(b_hh))
     widths = {"GI": (_address(gi), batch * gates), "RZ": (_address(rzs), batch * 2 * hid),
               "N": (_address(ns), batch * hid), "HN": (_address(hns), batch * hid), "HS": (_address(hs), batch * hid)}
 
@@ -269,7 +276,7 @@ def _gru_backward_calls(slots, size, batch, hid, reverse):
         calls.append(KernelCall(cell, (slots("GY", u * batch * hid), slots("DHZ"), slots("REC"), rz, rz,
                                        slots("N", u * batch * hid), slots("HN", u * batch * hid), h_prev) +
                                 (dgi,) * 3 + (dgh,) * 3))
-        calls.append(_gemm(slots, batch, hid, gates, dgh, slots("W"), slots("REC")))
+        calls.append(_gemm(slots, batch, hid, gates, dgh, "W", slots("REC")))
     return calls
 
 
@@ -277,11 +284,11 @@ def gru_backward(xp, gy, ghn, h0, w_hh, sections, reverse):
     """`rnn_kernels.gru_backward`'s loop as native programs: ``(d_gi, d_gh, dh0)``."""
     rzs, ns, hns, hs = sections
     steps, batch, hid = gy.shape
-    gy, h0, w_hh = _c(gy), _c(h0), _c(w_hh)
+    gy, h0, w_hh = _c(gy), _c(h0), _weight(w_hh, batch)
     d_gi = np.empty((steps, batch, 3 * hid), np.float32)
     d_gh = np.empty((steps, batch, 3 * hid), np.float32)
     dhz, rec = np.array(ghn, np.float32, order="C"), np.zeros((batch, hid), np.float32)
-    bases = dict(_blas_base(), W=_address(w_hh), DHZ=_address(dhz), REC=_address(rec))
+    bases = dict(W=_address(w_hh), DHZ=_address(dhz), REC=_address(rec))
     widths = {"GY": (_address(gy), batch * hid), "RZ": (_address(rzs), batch * 2 * hid),
               "N": (_address(ns), batch * hid), "HN": (_address(hns), batch * hid), "HS": (_address(hs), batch * hid),
               "DGI": (_address(d_gi), batch * 3 * hid), "DGH": (_address(d_gh), batch * 3 * hid)}

@@ -13,7 +13,9 @@ Rows (``gi`` is the input projection of every step, ``(T, B, gates * H)``, compu
 - ``rnn_scan(gi, h0, w_hh, relu)`` -> ``(y, h_n, workspace)``;
 
 each with ``reverse`` (the backward direction of a bidirectional layer). The workspace (gate activations and states)
-is a non-differentiable output the backward reads.
+is a non-differentiable output the backward reads. ``lstm_cell(x, h0, c0, w_ih, w_hh, b_ih, b_hh)`` ->
+``(h, c, workspace)`` is ``nn.LSTMCell``'s step, its input projection included (a Python loop over a cell pays
+per node, so the step is one node forward and one backward).
 
 Double backward: with ``create_graph`` the backward differentiates `reference` (the same recurrence in jitorch ops)
 instead of calling the backward row, so the gradients have a graph of their own; the backward rows' own backward
@@ -33,8 +35,8 @@ from ..autograd.grad_mode import GradState
 from . import rnn_kernels as kernels
 from .table import Opaque, defop
 
-__all__ = ["scan", "reference", "LSTM_SCAN", "GRU_SCAN", "RNN_SCAN", "LSTM_SCAN_BACKWARD", "GRU_SCAN_BACKWARD",
-           "RNN_SCAN_BACKWARD"]
+__all__ = ["scan", "reference", "lstm_cell", "LSTM_SCAN", "GRU_SCAN", "RNN_SCAN", "LSTM_CELL", "LSTM_SCAN_BACKWARD",
+           "GRU_SCAN_BACKWARD", "RNN_SCAN_BACKWARD", "LSTM_CELL_BACKWARD"]
 
 
 def _apply(op, *args, **attrs):
@@ -59,6 +61,15 @@ def _lstm_reference(gi, h0, c0, w_hh, w_hr, reverse):
             h = h.matmul(w_hr.t())
         outs[t] = h
     return _stacked(outs), h, c
+
+
+def _lstm_cell_reference(x, h0, c0, w_ih, w_hh, b_ih, b_hh):
+    gates = x.matmul(w_ih.t()) + h0.matmul(w_hh.t())
+    if b_ih is not None:
+        gates = gates + b_ih + b_hh
+    i, f, g, o = gates.chunk(4, 1)
+    c = f.sigmoid() * c0 + i.sigmoid() * g.tanh()
+    return o.sigmoid() * c.tanh(), c
 
 
 def _gru_reference(gi, h0, w_hh, b_hh, reverse):
@@ -107,6 +118,7 @@ FAMILIES = {
     "LSTM": _Family("LSTM", 3, kernels.lstm_forward, kernels.lstm_backward, _lstm_reference),
     "GRU": _Family("GRU", 2, kernels.gru_forward, kernels.gru_backward, _gru_reference),
     "RNN": _Family("RNN", 2, kernels.rnn_forward, kernels.rnn_backward, _rnn_reference),
+    "LSTM_CELL": _Family("LSTM_CELL", 2, kernels.lstm_cell_forward, kernels.lstm_cell_backward, _lstm_cell_reference),
 }
 
 
@@ -181,6 +193,10 @@ def _forward_kernel(family):
 
 def _backward_kernel(family):
     n = family.ngrads
+    if family.mode == "LSTM_CELL":  # the cell's backward reads every input (x is the weight gradient's factor)
+        def whole(xp, *arrays, **attrs):
+            return family.backward(xp, *arrays, **attrs)
+        return whole
 
     def kernel(xp, *arrays, **attrs):
         # ``gi`` (right after the gradients) is only for the double backward: the workspace replaces it here.
@@ -202,8 +218,12 @@ def _rows(mode, name, nin, grad_name):
 LSTM_SCAN, LSTM_SCAN_BACKWARD = _rows("LSTM", "lstm_scan", 5, "LstmScanBackward0")
 GRU_SCAN, GRU_SCAN_BACKWARD = _rows("GRU", "gru_scan", 4, "GruScanBackward0")
 RNN_SCAN, RNN_SCAN_BACKWARD = _rows("RNN", "rnn_scan", 3, "RnnScanBackward0")
-ROWS = {"LSTM": LSTM_SCAN, "GRU": GRU_SCAN, "RNN": RNN_SCAN}
-BACKWARD_ROWS = {"LSTM": LSTM_SCAN_BACKWARD, "GRU": GRU_SCAN_BACKWARD, "RNN": RNN_SCAN_BACKWARD}
+# nn.LSTMCell's step with its input projection: one node forward and backward where the composite took four (the
+# biases' sum, linear, unsqueeze, the scan), in a Python loop over time that calls it once a step.
+LSTM_CELL, LSTM_CELL_BACKWARD = _rows("LSTM_CELL", "lstm_cell", 7, "LstmCellBackward0")
+ROWS = {"LSTM": LSTM_SCAN, "GRU": GRU_SCAN, "RNN": RNN_SCAN, "LSTM_CELL": LSTM_CELL}
+BACKWARD_ROWS = {"LSTM": LSTM_SCAN_BACKWARD, "GRU": GRU_SCAN_BACKWARD, "RNN": RNN_SCAN_BACKWARD,
+                 "LSTM_CELL": LSTM_CELL_BACKWARD}
 
 
 def reference(mode, gi, states, w_hh, b_hh=None, w_hr=None, relu=False, reverse=False):
@@ -234,3 +254,10 @@ def scan(mode, gi, states, w_hh, b_hh=None, w_hr=None, relu=False, reverse=False
         raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
     outs = _apply(ROWS[mode], *_inputs(mode, gi, states, w_hh, b_hh, w_hr), **_attrs(mode, relu, reverse))
     return outs[:-1]
+
+
+def lstm_cell(x, h0, c0, w_ih, w_hh, b_ih=None, b_hh=None):
+    """One ``nn.LSTMCell`` step as one row: ``x`` ``(B, I)``, states ``(B, H)``, the cell's weights; returns
+    ``(h, c)``. Both biases or neither."""
+    outs = _apply(LSTM_CELL, x, h0, c0, w_ih, w_hh, b_ih, b_hh)
+    return outs[0], outs[1]

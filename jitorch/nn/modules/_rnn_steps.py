@@ -2,8 +2,9 @@
 
 A layer direction projects its whole input sequence with ONE product (``x W_ih^T + b_ih``, plus ``b_hh`` where it
 sits outside the nonlinearity), then runs the recurrence as one scan row (`jitorch.ops.rnn_ops`): one node forward
-and backward, whatever the length. A cell is a scan of one step. Gate order and formulas are PyTorch's (LSTM: i, f,
-g, o; GRU: r, z, n with ``b_hn`` inside ``r * (...)``).
+and backward, whatever the length. A cell is a scan of one step; ``nn.LSTMCell``'s step, input projection included,
+is one row of its own (`lstm_cell_step`). Gate order and formulas are PyTorch's (LSTM: i, f, g, o; GRU: r, z, n
+with ``b_hn`` inside ``r * (...)``).
 
 Under autocast the dtypes are those of PyTorch's per-step cells (its CPU path for GRU and for packed or projected
 LSTMs): ``h W_hh^T + b_hh`` and the projection are linear ops, on the lower-precision list, so the recurrent weights
@@ -24,9 +25,9 @@ from ..._dispatch import MODES
 from ..._movement import cat, stack
 from ...ops.nn_fused import FUSED_DTYPES
 from ...ops.nn_linear import LINEAR
-from ...ops.rnn_ops import scan
+from ...ops.rnn_ops import lstm_cell, scan
 
-__all__ = ["CELLS", "run_stack"]
+__all__ = ["CELLS", "lstm_cell_step", "run_stack"]
 
 _FAMILY = {"LSTM": "LSTM", "GRU": "GRU", "RNN_TANH": "RNN", "RNN_RELU": "RNN"}
 
@@ -91,6 +92,18 @@ def _cell(mode):
 
 
 CELLS = {mode: _cell(mode) for mode in _FAMILY}
+
+
+def lstm_cell_step(x, states, w_ih, w_hh, b_ih, b_hh):
+    """``nn.LSTMCell``'s step: one row (`rnn_ops.lstm_cell`) where every operand shares one float32/float64 dtype
+    outside autocast; otherwise the cell above, whose linear rounds a half-precision projection as PyTorch's."""
+    h, c = states
+    operands = (x, h, c, w_ih, w_hh) + ((b_ih, b_hh) if b_ih is not None else ())
+    dtype = x.dtype
+    if (_autocast_mode(x)[0] is None and x._data.dtype.itemsize >= 4 and x._data.dtype.kind == "f"
+            and all(t.dtype is dtype for t in operands)):
+        return lstm_cell(x, h, c, w_ih, w_hh, b_ih, b_hh)
+    return CELLS["LSTM"](x, states, w_ih, w_hh, b_ih, b_hh)
 
 
 def _unpack(weights, has_bias, has_proj):

@@ -25,7 +25,7 @@ from ...amp.autocast_mode import _state as _autocast_state
 from .. import init
 from ..parameter import Parameter
 from ._rnn_packed import check_packed, is_packed, packed_zeros, run_packed
-from ._rnn_steps import CELLS, run_stack
+from ._rnn_steps import CELLS, lstm_cell_step, run_stack
 from .module import Module
 
 __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
@@ -374,7 +374,7 @@ class LSTMCell(RNNCellBase):
 
     def forward(self, input, hx=None):
         input, states, is_batched = self._prepare(input, hx, "LSTMCell", 2)
-        h, c = CELLS["LSTM"](input, states, *self._weights())
+        h, c = lstm_cell_step(input, states, *self._weights())
         return (h, c) if is_batched else (h.squeeze(0), c.squeeze(0))
 
 
