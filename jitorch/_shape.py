@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import operator
 
+from .runtime.meta import contiguous_strides as _contiguous_strides
+
 __all__ = ["wrap_dim", "wrap_dims", "infer_shape", "broadcast_shapes", "view_strides", "normalize_shape"]
 
 
@@ -136,9 +138,3 @@ def view_strides(shape, strides, new_shape):
     return tuple(new_strides)
 
 
-def _contiguous_strides(shape):
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(strides))

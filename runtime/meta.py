@@ -23,7 +23,7 @@ import mmap
 import numpy as np
 
 __all__ = ["MetaArray", "empty", "as_meta", "as_meta_all", "is_meta", "offset_of", "data_dependent",
-           "dense_strides_like", "MetaRNG", "NO_DATA", "META_MODULE"]
+           "dense_strides_like", "contiguous_strides", "MetaRNG", "NO_DATA", "META_MODULE"]
 
 NO_DATA = "Cannot copy out of meta tensor; no data!"
 _zero = None  # the mapping as a uint8 array, made on first use
@@ -42,7 +42,8 @@ def _zero_pages():
     return _zero
 
 
-def _contiguous(shape):
+def contiguous_strides(shape):
+    """Row-major strides, in elements, of ``shape`` (a size-0 or size-1 dimension counts as 1, as torch's)."""
     strides, n = [], 1
     for s in reversed(shape):
         strides.append(n)
@@ -54,7 +55,7 @@ def empty(shape, dtype, strides=None, offset=0):
     """A meta array of ``shape`` and ``dtype``, laid out by ``strides`` in elements (default: contiguous)."""
     dtype = np.dtype(dtype)
     shape = tuple(int(s) for s in shape)
-    strides = _contiguous(shape) if strides is None else tuple(int(s) for s in strides)
+    strides = contiguous_strides(shape) if strides is None else tuple(int(s) for s in strides)
     item = dtype.itemsize
     zero = _zero_pages()
     span = 0 if 0 in shape else (offset + 1 + sum((n - 1) * s for n, s in zip(shape, strides))) * item
