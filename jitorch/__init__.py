@@ -173,3 +173,6 @@ from . import _foreach  # noqa: E402
 
 globals().update(_foreach.functions())  # torch._foreach_add, _foreach_lerp_, ... (91 names)
 _overrides.name_public_functions()  # last: after every wrapper above
+from . import _import_hooks  # noqa: E402
+
+_import_hooks.install()  # einops' backend, defined when einops loads; safetensors.torch without PyTorch

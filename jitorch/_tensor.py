@@ -424,6 +424,10 @@ class Tensor:
         # tensor's own memory, or later in-place updates of the tensor would show through the "copy".
         if self._requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        if type(self._data) is MetaArray:  # torch's __array__ is numpy(): its refusal, not a failed host copy
+            from ._meta import check_host_read
+
+            check_host_read(self, "numpy")
         arr = self._host()
         if copy is False and (arr is not self._data or dtype is not None and np.dtype(dtype) != arr.dtype):
             raise ValueError(f"Unable to avoid copy while creating an array from a {self.device.type} tensor of "

@@ -15,31 +15,15 @@ the others are noted in the metadata and skipped on load.
 """
 from __future__ import annotations
 
-import json
 import os
-import struct
 
 import numpy as np
 
-from . import _dtype
+from ._safetensors_read import _dtype_of, _finish, _invalid, _lib, _read_header, _read_tensor, safe_open
 from ._serialization_pickler import _memory_root
 from ._tensor import Tensor
 
-__all__ = ["save_file", "load_file", "save", "load", "save_model", "load_model"]
-
-_CODES = {"F64": _dtype.float64, "F32": _dtype.float32, "F16": _dtype.float16, "BF16": _dtype.bfloat16,
-          "I64": _dtype.int64, "I32": _dtype.int32, "I16": _dtype.int16, "I8": _dtype.int8, "U8": _dtype.uint8,
-          "U16": _dtype.uint16, "U32": _dtype.uint32, "U64": _dtype.uint64, "BOOL": _dtype.bool,
-          "C64": _dtype.complex64}
-_MAX_HEADER = 100 * 1024 * 1024  # the format's own limit on the JSON header
-
-
-def _lib():
-    try:
-        import safetensors
-    except ImportError as e:
-        raise ImportError("jitorch.safetensors needs the safetensors package: pip install safetensors") from e
-    return safetensors
+__all__ = ["save_file", "load_file", "save", "load", "save_model", "load_model", "safe_open"]
 
 
 def _address(arr) -> int:
@@ -115,20 +99,6 @@ def save(tensors: dict, metadata: dict | None = None) -> bytes:
     return bytes(_lib().serialize(_specs(tensors, keep_alive), metadata=metadata))
 
 
-def _finish(arrays: dict, device) -> dict:
-    out = {}
-    for name, arr in arrays.items():
-        t = Tensor._make(arr)
-        out[name] = t if device is None or str(device) == "cpu" else t.to(device)
-    return out
-
-
-def _dtype_of(code: str):
-    if code not in _CODES:
-        raise TypeError(f"safetensors dtype {code} has no jitorch counterpart")
-    return _CODES[code]
-
-
 def load(data: bytes) -> dict:
     """Decode safetensors bytes into ``{name: tensor}`` (CPU tensors that own their memory)."""
     arrays = {}
@@ -137,11 +107,6 @@ def load(data: bytes) -> dict:
         # deserialize returns a fresh bytearray per tensor: a writable buffer the tensor can keep.
         arrays[name] = np.frombuffer(info["data"], dtype=dtype.np).reshape(info["shape"])
     return _finish(arrays, None)
-
-
-def _invalid(message: str):
-    error = getattr(_lib(), "SafetensorError", ValueError)
-    return error(message)
 
 
 def load_file(filename, device="cpu", *, backend="mmap") -> dict:
@@ -154,36 +119,9 @@ def load_file(filename, device="cpu", *, backend="mmap") -> dict:
     if isinstance(device, int):
         device = f"cuda:{device}"
     with open(filename, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        head = f.read(8)
-        if len(head) != 8:
-            raise _invalid("Error while deserializing header: HeaderTooSmall")
-        (n,) = struct.unpack("<Q", head)
-        if n > _MAX_HEADER or n > size - 8:
-            raise _invalid("Error while deserializing header: InvalidHeaderLength")
-        try:
-            header = json.loads(f.read(n))
-        except ValueError as e:
-            raise _invalid(f"Error while deserializing header: InvalidHeaderDeserialization ({e})") from None
-        if not isinstance(header, dict):
-            raise _invalid("Error while deserializing header: InvalidHeaderDeserialization")
-        header.pop("__metadata__", None)
-        data_start, data_len = 8 + n, size - 8 - n
-        arrays = {}
-        for name, info in sorted(header.items(), key=lambda item: item[1].get("data_offsets", [0])[0]):
-            dtype = _dtype_of(info.get("dtype"))
-            shape, offsets = info.get("shape"), info.get("data_offsets")
-            if (not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape)
-                    or not isinstance(offsets, list) or len(offsets) != 2
-                    or not all(isinstance(o, int) for o in offsets)
-                    or not 0 <= offsets[0] <= offsets[1] <= data_len
-                    or offsets[1] - offsets[0] != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize):
-                raise _invalid(f"Error while deserializing header: InvalidTensorView for {name!r}")
-            arr = np.empty(shape, dtype=dtype.np)
-            f.seek(data_start + offsets[0])
-            if arr.nbytes and f.readinto(memoryview(arr.reshape(-1).view(np.uint8))) != arr.nbytes:
-                raise _invalid(f"Error while deserializing {name!r}: the file is truncated")
-            arrays[name] = arr
+        header, _, data_start, _ = _read_header(f)
+        arrays = {name: _read_tensor(f, name, info, data_start)
+                  for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0])}
     return _finish(arrays, device)
 
 
@@ -290,3 +228,4 @@ def load_model(model, filename, strict: bool = True, device="cpu", *, backend="m
             error += "\n    Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in sorted(unexpected))
         raise RuntimeError(error)
     return missing, unexpected
+
