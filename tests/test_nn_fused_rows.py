@@ -167,6 +167,14 @@ def test_nll_all_ignored_is_nan_with_zero_grad():
 def test_nll_out_of_range_target_raises():
     with pytest.raises(IndexError, match="out of bounds"):
         F.nll_loss(jitorch.zeros(2, 3), jitorch.tensor([0, 3]))
+    # The range check is one unsigned comparison: negative classes are caught too, ignored ones are not checked.
+    with pytest.raises(IndexError, match="Target -1 is out of bounds"):
+        F.nll_loss(jitorch.zeros(2, 3), jitorch.tensor([0, -1]))
+    x = np.random.default_rng(8).standard_normal((3, 4))
+    _compare(lambda a, t: F.nll_loss(a, t, ignore_index=-7), lambda a, t: torch.nn.functional.nll_loss(
+        a, t, ignore_index=-7), [x, np.array([-7, 3, 0])], np.float32, [True, False])
+    _compare(lambda a, t: F.cross_entropy(a, t.to(jitorch.uint8)), lambda a, t: torch.nn.functional.cross_entropy(
+        a, t.to(torch.uint8)), [x, np.array([1, 3, 0])], np.float32, [True, False])
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])

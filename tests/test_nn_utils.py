@@ -102,6 +102,36 @@ def test_clipping_does_not_record_autograd(rng):
     assert all(p.grad.grad_fn is None for p in jt)
 
 
+def test_clip_on_host_arrays_equals_dispatched_ops(rng, monkeypatch):
+    """Float CPU gradients clip on their arrays; the result must be the dispatched ops' to the bit, writes must reach
+    a view's base, and versions advance as an in-place ``mul_`` would."""
+    from jitorch.nn.utils import clip_grad
+
+    flat = rng.standard_normal(20).astype(np.float32)
+    results = []
+    for host in (True, False):
+        if not host:
+            monkeypatch.setattr(clip_grad, "_host_arrays", lambda tensors: None)
+        buffer = jitorch.tensor(flat.copy())
+        params = [jitorch.nn.Parameter(jitorch.zeros(3, 4)),
+                  jitorch.nn.Parameter(jitorch.zeros(8, dtype=jitorch.float64))]
+        params[0].grad = buffer[:12].view(3, 4)
+        params[1].grad = jitorch.tensor(flat[12:].astype(np.float64) * 7)
+        versions = [p.grad._version for p in params]
+        total = jitorch.nn.utils.clip_grad_norm_(params, 0.5, norm_type=3.0)
+        assert [p.grad._version for p in params] == [v + 1 for v in versions]
+        results.append((total.numpy(), buffer.numpy(), params[1].grad.numpy()))
+    for host, dispatched in zip(*results):
+        assert host.dtype == dispatched.dtype
+        np.testing.assert_array_equal(host, dispatched)
+    th = [torch.nn.Parameter(torch.zeros(3, 4)), torch.nn.Parameter(torch.zeros(8, dtype=torch.float64))]
+    th[0].grad = torch.from_numpy(flat[:12].copy()).view(3, 4)
+    th[1].grad = torch.from_numpy(flat[12:].astype(np.float64) * 7)
+    total_t = torch.nn.utils.clip_grad_norm_(th, 0.5, norm_type=3.0)
+    np.testing.assert_allclose(results[0][0], total_t.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(results[0][1][:12], th[0].grad.numpy().reshape(-1), rtol=1e-6)
+
+
 def test_parameters_to_vector_and_back(rng):
     arrays = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
     th = [torch.nn.Parameter(torch.from_numpy(a.copy())) for a in arrays]

@@ -216,3 +216,27 @@ def test_large_parameters_split_over_threads_equal_one_thread(cls, kw, monkeypat
         jitorch.set_num_threads(old)
     for one, two in zip(*results):
         np.testing.assert_array_equal(one, two)
+
+
+@pytest.mark.parametrize("cls", ["Adam", "AdamW"])
+def test_parameters_with_different_step_counts(cls):
+    """The kernel's scalars are shared by parameters whose counts agree; one that joined late (a gradient from the
+    third step on, a group added later) has its own bias corrections, as in torch."""
+    results = []
+    for lib in (torch, jitorch):
+        rng = np.random.default_rng(3)
+        params = [lib.tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True) for s in SHAPES]
+        late = lib.tensor(rng.standard_normal(4).astype(np.float32), requires_grad=True)
+        opt = getattr(lib.optim, cls)(params, lr=0.05)
+        for k in range(6):
+            if k == 3:
+                opt.add_param_group({"params": [late], "lr": 0.1})
+            for i, p in enumerate(params + ([late] if k >= 3 else [])):
+                p.grad = None if (i == 1 and k < 2) else lib.tensor(rng.standard_normal(p.shape).astype(np.float32))
+            opt.step()
+        results.append(([p.detach().numpy().copy() for p in params + [late]],
+                        [float(opt.state[p]["step"]) for p in params + [late]]))
+    (ref, ref_steps), (ours, our_steps) = results
+    assert our_steps == ref_steps == [6.0, 4.0, 6.0, 3.0]
+    for a, b in zip(ours, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -89,19 +89,20 @@ def launch(kernel, addresses, numel, grain, extent=None):
         kernel(0, n, *addresses)
 
 
-def launch_arrays(kernel, arrays, numel, grain):
+def launch_arrays(kernel, arrays, numel, grain, extent=None):
     """`launch` on the NumPy arrays themselves, one per kernel buffer, for kernels whose work is about ``numel``
-    (pointwise and row kernels): a short one runs through `_held_call`, its trampoline reading the data pointers from
-    the array objects (``id(a)``, a builtin, where `data_address` is a Python call each)."""
+    (pointwise and row kernels; ``extent`` as in `launch`): a short one runs through `_held_call`, its trampoline
+    reading the data pointers from the array objects (``id(a)``, a builtin, where `data_address` is a Python call
+    each)."""
     if numel < HELD_MAX and ARRAY_DATA_OFFSET is not None:
         call = kernel.__dict__.get("_held_call")
         if call is None or call[3] != len(arrays):
             call = _held_call(kernel, len(arrays))
         ctx, ctx_address, fn, nbuf = call
-        ctx[1:1 + nbuf] = [id(a) for a in arrays]
-        fn(0, kernel.outer, ctx_address)
+        ctx[1:1 + nbuf] = list(map(id, arrays))
+        fn(0, kernel.outer if extent is None else extent, ctx_address)
     else:
-        launch(kernel, [data_address(a) for a in arrays], numel, grain)
+        launch(kernel, [data_address(a) for a in arrays], numel, grain, extent)
 
 
 _trampolines: dict = {}

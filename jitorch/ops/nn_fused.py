@@ -270,24 +270,29 @@ LAYER_NORM_BACKWARD = defop("native_layer_norm_backward", _layer_norm_backward_k
 
 # -- nll_loss with class indices, (N, C) log-probabilities, no class weights ------------------------------------------
 def _nll_targets(xp, target, classes, ignore_index):
+    """(int64 targets with ignored entries set to 0, mask of the entries not ignored, their count): the range
+    check reads one count (an unsigned comparison catches negative classes too), not a pass per condition."""
     target = target.astype(np.int64, copy=False)
     valid = target != ignore_index
-    bad = valid & ((target < 0) | (target >= classes))
-    if bool(bad.any()):
-        raise IndexError(f"Target {int(target[bad].reshape(-1)[0])} is out of bounds.")
-    return xp.where(valid, target, 0), valid
+    count = int(xp.count_nonzero(valid))
+    bad = target.view(np.uint64) >= classes
+    if int(xp.count_nonzero(bad)):
+        bad &= valid
+        if bool(bad.any()):
+            raise IndexError(f"Target {int(target[bad].reshape(-1)[0])} is out of bounds.")
+    return (target if count == valid.size else xp.where(valid, target, 0)), valid, count
 
 
 def _nll_kernel(xp, logp, target, ignore_index, reduction):
-    safe, valid = _nll_targets(xp, target, logp.shape[1], ignore_index)
+    safe, valid, count = _nll_targets(xp, target, logp.shape[1], ignore_index)
     picked = logp[xp.arange(logp.shape[0]), safe]
-    loss = xp.where(valid, -picked, 0).astype(logp.dtype, copy=False)
+    loss = xp.negative(picked) if count == valid.size else \
+        xp.where(valid, -picked, 0).astype(logp.dtype, copy=False)
     if reduction == "none":
         return loss
     total = loss.sum()
     if reduction == "sum":
         return total
-    count = int(valid.sum())
     return (total / count if count else xp.asarray(np.nan)).astype(logp.dtype)
 
 
@@ -298,16 +303,19 @@ def _nll_backward(ctx, g):
 
 
 def _nll_backward_kernel(xp, g, target, shape, ignore_index, reduction):
-    safe, valid = _nll_targets(xp, target, shape[1], ignore_index)
+    safe, valid, count = _nll_targets(xp, target, shape[1], ignore_index)
     out = xp.zeros(shape, dtype=g.dtype)
     rows = xp.arange(shape[0])
     if reduction == "none":
         scale = -g
     else:
-        count = int(valid.sum()) if reduction == "mean" else 1
+        divisor = count if reduction == "mean" else 1
         # An all-ignored batch has a NaN loss but zero gradients (PyTorch's total_weight == 0 case).
-        scale = xp.broadcast_to(-g / max(count, 1), (shape[0],))
-    out[rows[valid], safe[valid]] = scale[valid]
+        scale = xp.broadcast_to(-g / max(divisor, 1), (shape[0],))
+    if count == valid.size:
+        out[rows, safe] = scale
+    else:
+        out[rows[valid], safe[valid]] = scale[valid]
     return out
 
 

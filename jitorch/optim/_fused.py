@@ -59,8 +59,8 @@ from ..codegen.ir import Buffer, Kernel, Store, load, op
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from .._tensor import Tensor
-from ..ops.native_eager import launch
-from ..runtime.host_pointer import data_address
+from ..ops.native_eager import launch_arrays
+from ._kernels import count_up
 
 __all__ = ["fused_adam", "fused_sgd", "fused_kernel_count"]
 
@@ -195,29 +195,32 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
     wd_mode = None if weight_decay == 0 else "decoupled" if decoupled_weight_decay else "l2"
     dtype = params[0]._data.dtype if params else None
     key = ("adam", _IR.get(dtype), amsgrad, maximize, wd_mode, abs(w1) < 0.5, inv_scale is not None)
+    ck = _kernel(key, lambda: _adam_ir(key[1], *key[2:])) if params else None
+    last_step = scalars = None
     for i, param_t in enumerate(params):
         step_t = state_steps[i]
-        step_t._data += 1
-        step_t._bump_version()
+        count_up(step_t)
         if skip:
             step_t._data -= 1
             continue
         step = float(step_t._data)
-        bc1 = 1.0 - beta1 ** step
-        bc2 = 1.0 - beta2 ** step
-        scalars = np.array([w1, 1.0 - w1, beta2, 1.0 - beta2, weight_decay, 1.0 - lr * weight_decay, lr / bc1,
-                            bc2 ** 0.5, eps, 1.0 if inv_scale is None else inv_scale], dtype=dtype)
-        arrays = [param_t._data, grads[i]._data, exp_avgs[i]._data, exp_avg_sqs[i]._data,
-                  (max_exp_avg_sqs[i] if amsgrad else exp_avgs[i])._data]
-        ck = _kernel(key, lambda: _adam_ir(key[1], *key[2:]))
-        scalar_addr = data_address(scalars)
-        launch(ck, [*(data_address(a) for a in arrays), *([scalar_addr] * len(_ADAM_SCALARS))], arrays[0].size,
-               _GRAIN, extent=arrays[0].size)
-        touched = [param_t, exp_avgs[i], exp_avg_sqs[i]] + ([max_exp_avg_sqs[i]] if amsgrad else [])
+        if step != last_step:  # the parameters of a group usually share their count: one scalar array for all
+            last_step = step
+            bc1 = 1.0 - beta1 ** step
+            bc2 = 1.0 - beta2 ** step
+            scalars = np.array([w1, 1.0 - w1, beta2, 1.0 - beta2, weight_decay, 1.0 - lr * weight_decay, lr / bc1,
+                                bc2 ** 0.5, eps, 1.0 if inv_scale is None else inv_scale], dtype=dtype)
+        p = param_t._data
+        launch_arrays(ck, [p, grads[i]._data, exp_avgs[i]._data, exp_avg_sqs[i]._data,
+                           (max_exp_avg_sqs[i] if amsgrad else exp_avgs[i])._data, *(scalars,) * len(_ADAM_SCALARS)],
+                      p.size, _GRAIN, extent=p.size)
+        param_t._bump_version()
+        exp_avgs[i]._bump_version()
+        exp_avg_sqs[i]._bump_version()
+        if amsgrad:
+            max_exp_avg_sqs[i]._bump_version()
         if inv_scale is not None:
-            touched.append(grads[i])
-        for t in touched:
-            t._bump_version()
+            grads[i]._bump_version()
     return True
 
 
@@ -268,15 +271,14 @@ def fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr
     key = ("sgd", _IR.get(dtype), maximize, weight_decay != 0, momentum != 0, first, nesterov, inv_scale is not None)
     scalars = np.array([weight_decay, momentum, 1.0 - dampening, lr, 1.0 if inv_scale is None else inv_scale],
                        dtype=dtype)
-    scalar_addrs = [data_address(scalars)] * len(_SGD_SCALARS)
+    scalar_arrays = (scalars,) * len(_SGD_SCALARS)
     ck = _kernel(key, lambda: _sgd_ir(key[1], *key[2:])) if params else None
     for i, param_t in enumerate(params):
         grad = grads[i]._data
         if first:
             momentum_buffer_list[i] = Tensor._make(np.empty_like(grad))
         buf = momentum_buffer_list[i]._data if momentum != 0 else grad
-        launch(ck, [data_address(param_t._data), data_address(grad), data_address(buf), *scalar_addrs], grad.size,
-               _GRAIN, extent=grad.size)
+        launch_arrays(ck, [param_t._data, grad, buf, *scalar_arrays], grad.size, _GRAIN, extent=grad.size)
         param_t._bump_version()
         if momentum != 0:
             momentum_buffer_list[i]._bump_version()

@@ -86,32 +86,39 @@ class Adam(Optimizer):
                 upgrade_step(p_state, p, group["capturable"] or group["fused"], fused)
 
     def _init_group(self, group, params_with_grad, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps):
+        # The group's options are read once, not once per parameter: this loop is most of a small model's step.
+        fused, amsgrad, capturable = group["fused"], group["amsgrad"], group["capturable"]
+        differentiable = group["differentiable"]
+        tensor_lr_refused = group["foreach"] and isinstance(group["lr"], Tensor) and not capturable
+        state_of = self.state
         for p in group["params"]:
-            if p.grad is None:
+            grad = p.grad
+            if grad is None:
                 continue
             params_with_grad.append(p)
-            grads.append(p.grad)
-            state = self.state[p]
+            grads.append(grad)
+            state = state_of[p]
             if len(state) == 0:
-                if group["fused"]:
+                if fused:
                     _device_dtype_check_for_fused(p)
                 # The step is a 0-d tensor on the CPU (on the parameter's device when fused or capturable).
-                state["step"] = new_step(p, group["capturable"] or group["fused"], group["fused"])
+                state["step"] = new_step(p, capturable or fused, fused)
                 state["exp_avg"] = _creation.zeros_like(p)
                 state["exp_avg_sq"] = _creation.zeros_like(p)
-                if group["amsgrad"]:
+                if amsgrad:
                     state["max_exp_avg_sq"] = _creation.zeros_like(p)
             exp_avgs.append(state["exp_avg"])
             exp_avg_sqs.append(state["exp_avg_sq"])
-            if group["amsgrad"]:
+            if amsgrad:
                 max_exp_avg_sqs.append(state["max_exp_avg_sq"])
-            if group["differentiable"] and state["step"].requires_grad:
+            step_t = state["step"]
+            if differentiable and step_t.requires_grad:
                 raise RuntimeError("`requires_grad` is not supported for `step` in differentiable mode")
-            if group["foreach"] and isinstance(group["lr"], Tensor) and not group["capturable"]:
+            if tensor_lr_refused:
                 raise RuntimeError("lr as a Tensor is not supported for capturable=False and foreach=True")
-            if group["capturable"]:
-                _check_capturable(p, state["step"])
-            state_steps.append(state["step"])
+            if capturable:
+                _check_capturable(p, step_t)
+            state_steps.append(step_t)
 
     @_use_grad_for_differentiable
     def step(self, closure=None):

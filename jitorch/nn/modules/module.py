@@ -228,11 +228,17 @@ class Module:
 
     # -- attribute protocol ---------------------------------------------------------------------------------------
     def __getattr__(self, name):
+        # Every ``self.weight`` of a forward comes here: the three registries are tried inline, not in a loop.
         d = self.__dict__
-        for registry in ("_parameters", "_buffers", "_modules"):
-            members = d.get(registry)
-            if members is not None and name in members:
-                return members[name]
+        members = d.get("_parameters")
+        if members is not None and name in members:
+            return members[name]
+        members = d.get("_buffers")
+        if members is not None and name in members:
+            return members[name]
+        members = d.get("_modules")
+        if members is not None and name in members:
+            return members[name]
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __setattr__(self, name, value):
