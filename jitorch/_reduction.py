@@ -7,8 +7,10 @@
 """
 from __future__ import annotations
 
+import numpy as np
+
 from . import _dtype, _grad_state, return_types
-from ._dispatch import apply
+from ._dispatch import apply, is_compiling
 from ._shape import wrap_dim, wrap_dims
 from ._stat_checks import warn_at_caller
 from ._tensor import Tensor
@@ -33,6 +35,7 @@ def _dims(input, dim, op):
 
 
 _HALVES = (_dtype.float16, _dtype.bfloat16)
+_REAL = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _sum_dtype(input, dtype):
@@ -229,12 +232,14 @@ def _var(input, dim, unbiased, keepdim, correction, name):
         n *= input._data.shape[d]
     if input.dtype in _HALVES:
         input = input.float()
-    centered = input - mean(input, dims, keepdim=True)
-    sq = (centered * centered.conj()).real if input.is_complex() else centered * centered
     # PyTorch clamps the degrees of freedom at 0: the result is then inf or nan, not an error, but it warns.
     if n - c <= 0:
         warn_at_caller(f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than the reduction "
                        "factor (input numel divided by output numel).")
+    if type(input._data) is np.ndarray and input._data.dtype in _REAL and not is_compiling():
+        return apply(R.VAR, input, dims=dims, keepdim=keepdim, correction=c)
+    centered = input - mean(input, dims, keepdim=True)
+    sq = (centered * centered.conj()).real if input.is_complex() else centered * centered
     return sum(sq, dims, keepdim) / (n - c if n - c > 0 else 0)
 
 

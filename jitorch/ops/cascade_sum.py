@@ -62,24 +62,29 @@ def _plan(a, dims):
     return (tuple(inner), groups) if rows > NAIVE_ROWS else None
 
 
-def cascade_sum(a, dims, keepdim, acc):
+def cascade_sum(a, dims, keepdim, acc, first=None):
     """``a.sum(dims, dtype=acc, keepdims=keepdim)`` for a NumPy array and an inexact ``acc``, summed as a tree where
-    NumPy's order would add many rows into one accumulator; None where it would not (the caller sums with NumPy)."""
+    NumPy's order would add many rows into one accumulator; None where it would not (the caller sums with NumPy).
+    ``first``: the dtype of the first level's blocks of wide rows (float32 blocks under float64 levels cost about a
+    float32 sum, the casts being on block sums only)."""
     out_shape = tuple(1 if d in dims else n for d, n in enumerate(a.shape) if keepdim or d not in dims)
     if a.flags.c_contiguous and dims == tuple(range(len(dims))):  # x.sum(0) and the like: the leading axes are rows
         k = math.prod(a.shape[:len(dims)])
-        return _sum_rows(a.reshape((k,) + a.shape[len(dims):]), acc).reshape(out_shape) if k > NAIVE_ROWS else None
+        return _sum_rows(a.reshape((k,) + a.shape[len(dims):]), acc, first).reshape(out_shape) if k > NAIVE_ROWS \
+            else None
     plan = _plan(a, dims)
     if plan is None:
         return None
     inner, groups = plan
-    part = np.add.reduce(a, axis=inner, dtype=acc, keepdims=True) if inner else a
+    part = np.add.reduce(a, axis=inner, dtype=first or acc, keepdims=True) if inner else a
+    first = None if inner else first
     # Last axes first: removing a group leaves the axis numbers of those before it, and the kept axes keep their
     # order, so the result reshapes to out_shape.
     for group in sorted(groups, reverse=True):
         if group[0]:
             part = part.transpose(group + [d for d in range(part.ndim) if d not in group])
-        part = _sum_rows(part.reshape((-1,) + part.shape[len(group):]), acc)
+        part = _sum_rows(part.reshape((-1,) + part.shape[len(group):]), acc, first)
+        first = None
     return part.reshape(out_shape)
 
 
@@ -93,20 +98,21 @@ def sum_rows(xp, a):
     return _sum_rows(a, acc).astype(a.dtype, copy=False)
 
 
-def _sum_rows(rows, acc):
+def _sum_rows(rows, acc, first=None):
     """The sum over axis 0 of ``rows`` (K rows of any layout), in ``acc``."""
     k = rows.shape[0]
     if k <= NAIVE_ROWS:
         return np.add.reduce(rows, axis=0, dtype=acc)
     width = math.prod(rows.shape[1:])
     if width * np.dtype(acc).itemsize >= WIDE_BYTES or k * width <= SMALL:
-        return _blocked(rows, acc)
+        return _blocked(rows, acc, first or acc)
     return _halved(rows, acc, width)
 
 
-def _blocked(rows, acc):
+def _blocked(rows, acc, first):
     k = rows.shape[0] // BLOCK
-    blocks = np.add.reduce(rows[:k * BLOCK].reshape((k, BLOCK) + rows.shape[1:]), axis=1, dtype=acc)
+    blocks = np.add.reduce(rows[:k * BLOCK].reshape((k, BLOCK) + rows.shape[1:]), axis=1, dtype=first)
+    blocks = blocks.astype(acc, copy=False)
     total = _sum_rows(blocks, acc)
     if rows.shape[0] > k * BLOCK:
         total += np.add.reduce(rows[k * BLOCK:], axis=0, dtype=acc)

@@ -9,6 +9,8 @@ tensor([[0., 1.],
 """
 from __future__ import annotations
 
+import math
+
 import ml_dtypes as _ml_dtypes
 import numpy as np
 
@@ -83,6 +85,57 @@ def _sum_backward(ctx, g):
 
 
 SUM = defop("sum", _sum_kernel, _sum_backward, Reduction("sum"), meta=True)
+
+
+def _var_kernel(xp, a, dims, keepdim, correction):
+    """Two passes around a float32 shift ``m``: ``(S2 - S1**2 / n) / (n - c)`` with ``S1 = sum(a - m)`` and
+    ``S2 = sum((a - m)**2)`` accumulated in float64, as ATen's CPU variance (float64 Welford or two-pass) is. The
+    shift's own error (m off by 1e-4 near 1000) would add (m - mean)**2 to every square: S1 takes it back out, and its
+    float32 sum is accurate enough for that. A float32 sum of the squares leaves 1e-7 to 2e-6 where torch has 4e-8."""
+    n = 1
+    for d in dims:
+        n *= a.shape[d]
+    m = (_sum_kernel(xp, a, dims, True, a.dtype) / max(n, 1)).astype(a.dtype, copy=False)
+    d = np.subtract(a, m, out=np.empty_like(a))  # (an array even for a 0-d input: squared in place below)
+    s1 = _sum_kernel(xp, d, dims, keepdim, a.dtype).astype(np.float64)
+    np.multiply(d, d, out=d)
+    s2 = _sum_f64(d, dims, keepdim) if a.dtype == np.float32 else _sum_kernel(xp, d, dims, keepdim, a.dtype)
+    with np.errstate(divide="ignore", invalid="ignore"):  # no degrees of freedom: inf or nan, as torch (it warns)
+        out = (s2 - s1 * s1 / n) / max(n - correction, 0) if n else s2 * np.nan
+    return np.maximum(out, 0).astype(a.dtype, copy=False)  # rounding may leave a constant's variance at -1e-20
+
+
+def _sum_f64(a, dims, keepdim, block=256):
+    """A float32 array's sum in float64. Over leading axes, blocks of 32 rows are summed in float32 and only their
+    sums cast (about a float32 sum's cost; error 2e-8 over 4096 rows of squares). Over trailing axes, float32 blocks
+    of ``block`` elements (NumPy's pairwise leaves) are summed in float64 where there are many: a row of a few such
+    blocks keeps their 1e-7 errors, so shorter rows take NumPy's casting sum (twice a float32 sum's time)."""
+    f64 = np.dtype(np.float64)
+    k = a.ndim - len(dims)
+    if a.flags.c_contiguous and dims and dims == tuple(range(k, a.ndim)):
+        length = math.prod(a.shape[k:])
+        if length % block or length < block * block:
+            return np.add.reduce(a, axis=dims, dtype=f64, keepdims=keepdim)
+        part = np.add.reduce(a.reshape(a.shape[:k] + (length // block, block)), axis=-1)
+        out = np.add.reduce(part, axis=-1, dtype=f64)
+        return out.reshape(a.shape[:k] + (1,) * len(dims)) if keepdim else out
+    out = cascade_sum(a, dims, keepdim, f64, first=a.dtype) if a.size > NAIVE_ROWS else None
+    return out if out is not None else np.add.reduce(a, axis=dims, dtype=f64, keepdims=keepdim)
+
+
+def _var_backward(ctx, g):
+    # ATen's var_backward: 2 / (n - c) * g * (x - mean), n - c unclamped (the forward clamps it at 0)
+    (x,) = ctx.inputs
+    dims, keepdim, c = ctx.attrs["dims"], ctx.attrs["keepdim"], ctx.attrs["correction"]
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    scale = 2 / (n - c) if n != c else float("inf")
+    return _keep(g, x.shape, dims, keepdim) * (x - x.mean(dims, keepdim=True)) * scale
+
+
+# Real float CPU arrays only; jitorch.var keeps its composite for the others and while compiling (which fuses it).
+VAR = defop("var", _var_kernel, _var_backward, Opaque("float64 accumulators"), saves="inputs")
 
 
 def _nansum_kernel(xp, a, dims, keepdim, dtype):
