@@ -79,7 +79,8 @@ def msort(input):
 
 
 def topk(input, k, dim=-1, largest=True, sorted=True):
-    """The ``k`` largest (or smallest) elements along ``dim`` and their indices, in sorted order."""
+    """The ``k`` largest (or smallest) elements along ``dim`` and their indices, in sorted order (``sorted=False``:
+    in the order torch's CPU selection leaves them)."""
     _check_not_complex(input, "topk")
     if input.dtype is _dtype.bool and input.device.type == "cpu":
         raise RuntimeError("topk does not support bool dtypes on CPU")
@@ -88,7 +89,7 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
     n = x._data.shape[d]
     if not 0 <= k <= n:
         raise RuntimeError(f"topk(): selected index k out of range (k = {k}, size of dim {d} = {n})")
-    indices = apply(S.TOPK_INDICES, x, k=int(k), dim=d, largest=bool(largest))
+    indices = apply(S.TOPK_INDICES, x, k=int(k), dim=d, largest=bool(largest), sorted=bool(sorted))
     values = named(_gather(x, indices, d), "TopkBackward0")
     if scalar:
         values, indices = values.reshape(()), indices.reshape(())

@@ -98,3 +98,16 @@ def test_the_replays_are_torchs_algorithms_on_random_ties():
         assert replay_mode(a.tolist()) == torch.mode(t).indices.item()
         for largest in (True, False):
             assert replay_topk(a.tolist(), k, largest) == torch.topk(t, k, largest=largest).indices.tolist()
+
+
+@pytest.mark.parametrize("pattern,dtype", [("random", "float32"), ("levels", "int64"), ("nans", "float64")])
+@pytest.mark.parametrize("shape,dim", [((6, 10), -1), ((64, 8), 1), ((30, 5), 0), ((3, 200), 1)], ids=str)
+def test_unsorted_topk_order_as_torch(pattern, dtype, shape, dim):
+    # MoE routers (DeepSeek's) index experts by topk(..., sorted=False)'s order: nth_element's, not sorted
+    a = (np.random.default_rng(3).standard_normal(shape).astype(dtype) if pattern == "random"
+         else _pattern(pattern, shape, dtype))
+    n = shape[dim]
+    for k in sorted({1, 2, 3, n // 2 or 1, n}):
+        for largest in (True, False):
+            check_op(lambda x: jitorch.topk(x, k, dim, largest, sorted=False),
+                     lambda x: torch.topk(x, k, dim, largest, sorted=False), [a], grad=pattern == "random")

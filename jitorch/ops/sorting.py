@@ -161,8 +161,14 @@ def _sorted_head(a, count, dim, largest):
     return np.moveaxis(np.take_along_axis(chosen, order, axis=-1), -1, dim)
 
 
-def _topk_kernel(xp, a, k, dim, largest):
+def _topk_kernel(xp, a, k, dim, largest, sorted=True):
     n = a.shape[dim]
+    if not sorted and k * 64 > n and _replays_unsorted(xp, a, dim):
+        # ATen leaves ``std::nth_element``'s order among the first k (it sorts them only for sorted=True, and
+        # uses a sorting partial_sort when k * 64 <= n); routers index experts with that order.
+        rows = np.ones(a.shape[:dim] + a.shape[dim + 1:], dtype=bool)
+        fast = xp.take(stable_argsort(xp, a, dim, descending=largest), xp.arange(k), axis=dim)
+        return _replay_tied(xp, a, dim, fast, rows, lambda v: replay_topk(v, k, largest, sorted=False))
     head_order = None
     if xp is np and a.dtype.kind in "fiub" and 0 < k and 4 * (k + 1) <= n and n >= _PARTITION_MIN:
         head_order = _sorted_head(a, k + 1, dim, largest)
@@ -175,6 +181,16 @@ def _topk_kernel(xp, a, k, dim, largest):
     n = head.shape[dim]
     tied = _nan_equal(xp, xp.take(head, xp.arange(1, n), axis=dim), xp.take(head, xp.arange(n - 1), axis=dim))
     return _replay_tied(xp, a, dim, fast, tied.any(axis=dim), lambda v: replay_topk(v, k, largest))
+
+
+# Replaying every row of an unsorted top-k costs some tens of microseconds per row: larger inputs keep the sorted
+# answer (the same elements, in descending order).
+UNSORTED_REPLAY_MAX = 1 << 16
+
+
+def _replays_unsorted(xp, a, dim):
+    # (an exact ndarray: meta arrays have no values to replay)
+    return type(a) is np.ndarray and 0 < a.shape[dim] <= REPLAY_MAX and a.size <= UNSORTED_REPLAY_MAX
 
 
 def _kth_kernel(xp, a, k, dim):
