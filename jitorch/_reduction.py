@@ -152,7 +152,8 @@ def _extreme(input, dim, keepdim, other, op_all, op_dim, op_pair, result_type):
         # NaN ones included when the result is NaN (amax's own backward, as torch's, gives NaN everywhere there).
         value = value.detach()
         mask = (input == value) | (input.isnan() & value.isnan())
-        return value + (input - value).where(mask, 0.0).sum() / mask.sum()
+        return named(value + (input - value).where(mask, 0.0).sum() / mask.sum(),
+                     "MaxBackward1" if op_all is R.AMAX else "MinBackward1")
     d = wrap_dim(dim, input._data.ndim, result_type.__name__)
     return result_type(*apply(op_dim, input, dim=d, keepdim=keepdim))
 
@@ -216,6 +217,8 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 def _var_result(input, dim, unbiased, keepdim, correction, name):
     v = _var(input, dim, unbiased, keepdim, correction, name)
+    if name == "var_mean":  # torch's one node for both results is named after the pair
+        v = named(v, "VarMeanBackward0")
     return v.to(input.dtype) if input.dtype in _HALVES else v
 
 
@@ -251,7 +254,8 @@ def _std_result(input, dim, unbiased, keepdim, correction, name):
     v = _var(input, dim, unbiased, keepdim, correction, name)
     # PyTorch's std gradient is zero where std is zero; sqrt's derivative there would give 0 * inf = nan.
     nonzero = v != 0
-    s = v.where(nonzero, 1.0).sqrt().where(nonzero, 0.0)
+    s = named(v.where(nonzero, 1.0).sqrt().where(nonzero, 0.0), "StdMeanBackward0" if name == "std_mean" else
+              "StdBackward0")
     return s.to(input.dtype) if input.dtype in _HALVES else s
 
 
@@ -278,7 +282,7 @@ def logsumexp(input, dim, keepdim=False):
     m = amax(input.real if input.dtype.is_complex else input, dims, keepdim=True).detach()  # complex: shift by real
     m = m.where(m.isfinite(), 0.0)
     out = (input - m).exp().sum(dims, keepdim=True).log() + m
-    return out if keepdim else out.squeeze(dims) if dims else out
+    return named(out if keepdim else out.squeeze(dims) if dims else out, "LogsumexpBackward0")
 
 
 def _softmax_input(input, dim, dtype, op):

@@ -131,7 +131,7 @@ def median(input, dim=None, keepdim=False):
     """Lower median of all elements, or ``(values, indices)`` along ``dim``; any NaN makes the median NaN."""
     _check_not_complex(input, "median")
     if dim is None:
-        return _global_median(input, ignore_nan=False)
+        return named(_global_median(input, ignore_nan=False), "MedianBackward0")
     return _select(input, S.MEDIAN_INDICES, return_types.median, dim, keepdim, "median", ignore_nan=False)
 
 
@@ -139,7 +139,7 @@ def nanmedian(input, dim=None, keepdim=False):
     """``median`` that ignores NaNs (NaN only when a slice is all NaN)."""
     _check_not_complex(input, "nanmedian")
     if dim is None:
-        return _global_median(input, ignore_nan=True)
+        return named(_global_median(input, ignore_nan=True), "NanmedianBackward0")
     return _select(input, S.MEDIAN_INDICES, return_types.nanmedian, dim, keepdim, "nanmedian", ignore_nan=True)
 
 

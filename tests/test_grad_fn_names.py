@@ -16,7 +16,9 @@ EXPRESSIONS = [
     "a @ a", "b.T @ a", "a.dot(a)", "jt.mv(b, a3)", "b @ b.T", "a.unsqueeze(0)", "c.squeeze()", "c.squeeze(0)",
     "c.squeeze((0, 2))", "b.t()", "a.t()", "b.transpose(0, 1)", "b.swapaxes(0, 1)", "b.mT", "b.T", "b.unbind(0)[0]",
     "b.select(1, 0)", "jt.stack([a, a])", "b.split(1)[0]", "b.split([1, 1])[1]", "b.chunk(2, 1)[0]",
-    "b.narrow(1, 0, 2)", "b.view(6)", "a.exp()", "jt.cat([a, a])",
+    "b.narrow(1, 0, 2)", "b.view(6)", "a.exp()", "jt.cat([a, a])", "b.max()", "b.min()", "b.abs().max()",
+    "b.median()", "b.nanmedian()", "b.logsumexp(1)", "b.logsumexp((0, 1), keepdim=True)", "b.std()", "b.std(0)",
+    "b.var()", "jt.std_mean(b)[0]", "jt.var_mean(b, 1)[0]",
 ]
 
 
