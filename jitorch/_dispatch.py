@@ -2,7 +2,9 @@
 
 It decides, in one place, whether to hand the op to an active mode (tracing, capture), and otherwise runs the row's
 eager kernel, promotes dtypes as ``torch.result_type``, checks devices, wraps outputs, marks views, and records the
-autograd node when grad mode is on and an input requires grad.
+autograd node when grad mode is on and an input requires grad. The mode stack (`_dispatch_modes.py`), the recording
+(`_dispatch_record.py`), in-place ops (`_dispatch_inplace.py`) and the fast paths (`_dispatch_fast.py`) are split
+from here; their names stay importable from this module.
 
 >>> import jitorch
 >>> from jitorch._dispatch import apply
@@ -14,19 +16,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _device, _dtype
+from . import _dtype
+from ._dispatch_modes import MODES, is_compiling, pop_mode, push_mode, run_below  # noqa: F401 - re-exported
+from ._dispatch_record import _edge, _mark_view, _only_saved, record, sync_view, sync_views  # noqa: F401
 from ._tensor import Tensor
 from .autograd.grad_mode import GradState
-from .autograd.graph import _record as _record_in_region, _recording as _RECORDING
-from .autograd.saved_hooks import _stack as _SAVED_HOOKS
-from .autograd.view_creation import INFERENCE_VIEW, NO_GRAD_VIEW
 from .runtime import array_module_for
 from .runtime.meta import MetaArray
 
 __all__ = ["apply", "apply_inplace", "push_mode", "pop_mode", "run_below", "MODES"]
 
-# Active interpreters of ops (tracers, capture recorders); the innermost one sees each op first.
-MODES: list = []
 # The array module kernels receive for CPU arrays. Tests swap in a NumPy restricted to CuPy's names, so a kernel that
 # would break on the GPU fails on the CPU first.
 CPU_XP = np
@@ -34,43 +33,12 @@ CPU_XP = np
 _FROM_NP = _dtype.FROM_NP
 _new = object.__new__
 _BOOL_NP = np.dtype(np.bool_)
-_CPU = _device.device("cpu")
 TORCH_TYPE_NAMES = {
     "bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
     "float16": "Half", "bfloat16": "BFloat16", "float32": "Float", "float64": "Double",
     "complex64": "ComplexFloat", "complex128": "ComplexDouble", "uint16": "UInt16", "uint32": "UInt32",
     "uint64": "UInt64",
 }
-
-
-def is_compiling():
-    """Whether ``jitorch.compile`` is tracing, recording or replaying the code running now (``torch.compiler.
-    is_compiling``): code may choose a form the compiler handles, as a checkpointed block does.
-
-    >>> is_compiling()
-    False
-    """
-    return any(getattr(m, "compiling", False) for m in MODES)
-
-
-def push_mode(mode):
-    MODES.append(mode)
-
-
-def pop_mode():
-    return MODES.pop()
-
-
-def run_below(mode, fn, *args, **kwargs):
-    """Call ``fn`` with ``mode`` (the innermost) popped, so the ops it runs reach the modes beneath; then restore it.
-
-    Modes assign it as a method: ``_run = run_below`` gives ``self._run(apply, op, *args)``.
-    """
-    pop_mode()
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        push_mode(mode)
 
 
 def _xp_of(data):
@@ -187,127 +155,6 @@ def _run_kernel(op, args, attrs):
     return fixed
 
 
-def _edge(a):
-    if isinstance(a, Tensor) and a._requires_grad:
-        return (a.grad_fn, a._output_nr) if a.grad_fn is not None else (a, 0)
-    return None
-
-
-def sync_views(args):
-    """`sync_view` every argument that is a view whose base changed in place since it was taken."""
-    for a in args:
-        if isinstance(a, Tensor) and a._base is not None and a._view_ver != a._ver_owner._ver:
-            sync_view(a)
-
-
-def sync_view(v):
-    """Regenerate a view's history when its base changed in place since (PyTorch does this lazily, as here).
-
-    Without it, ``v = y[:2]; y.mul_(2); v.sum().backward()`` would skip the ``mul_``.
-    """
-    root = v._ver_owner
-    base = v._base
-    if v._nograd_view is not None:
-        # A view made without history (or by a custom Function), or a view of one: torch never regenerates its
-        # history, and refuses it once its base changed in place while gradients are being recorded.
-        if GradState.enabled and (base._requires_grad or v.grad_fn is not None):
-            raise v._nograd_view.error(indirect=True)
-        return
-    v._view_ver = root._ver
-    if base._requires_grad or v.grad_fn is not None:
-        from .autograd.grad_mode import enable_grad
-        from .ops.inplace_views import replay_view
-
-        with enable_grad():
-            regenerated = replay_view(v._view_chain, base)
-        v.grad_fn, v._output_nr, v._requires_grad = regenerated.grad_fn, 0, regenerated._requires_grad
-
-
-def _only_saved(op, args, edges):
-    if len(args) == 2:  # the common binary case, without generators
-        k0, k1 = op.save_if((edges[0] is not None, edges[1] is not None))
-        return (args[0] if k0 else None, args[1] if k1 else None)
-    keep = op.save_if(tuple([e is not None for e in edges]))
-    return tuple([a if k else None for a, k in zip(args, keep)])
-
-
-def _mark_view(out, src, op, attrs):
-    out._base = src._base if src._base is not None else src
-    root = out._ver_owner = src._ver_owner if src._ver_owner is not None else src
-    out._view_ver = root._ver
-    step = ((op, attrs),)
-    # A view of a dtype view (no chain to replay) has none either.
-    chain = src._view_chain if src._base is not None else ()
-    out._view_chain = None if chain is None else chain + step
-    if out._inference is not src._inference:  # a view is an inference tensor when its base is, whatever the mode
-        out._inference = src._inference
-    if not GradState.enabled:
-        out._nograd_view = INFERENCE_VIEW if GradState.inference else NO_GRAD_VIEW
-    elif src._nograd_view is not None:
-        out._nograd_view = src._nograd_view.of_view(op.grad_name.removesuffix("Backward0"))
-
-
-# Reductions whose ``dtype=`` may ask for an integer result from a tensor that requires grad.
-_INTEGER_RESULT_REFUSED = frozenset({"sum", "prod", "cumsum", "cumprod"})
-
-
-def record(op, args, attrs, outs):
-    """Attach an autograd node for ``op`` to the output tensors ``outs``."""
-    edges = []
-    for a in args:
-        if isinstance(a, Tensor) and a._requires_grad:
-            fn = a.grad_fn
-            edges.append((fn, a._output_nr) if fn is not None else (a, 0))
-        else:
-            edges.append(None)
-    node = _new(op.node_cls)  # Node.__init__, inline (as in _record_pointwise)
-    node.next = tuple(edges)
-    node.attrs = attrs
-    if _RECORDING:
-        _record_in_region(node)
-    saves = op.saves
-    if saves == "inputs" or saves == "both":
-        node.save_inputs(args if op.save_if is None else _only_saved(op, args, edges))
-    if op.meta:
-        # Input shapes and dtypes; pointwise rows skip them when no broadcast or promotion happened (the common case).
-        metas = []
-        differs = not op.pointwise
-        out = outs[0]._data
-        for a in args:
-            if isinstance(a, Tensor):
-                d = a._data
-                metas.append((d.shape, d.dtype))
-                differs = differs or d.shape != out.shape or d.dtype != out.dtype
-            else:
-                metas.append(None)
-        if differs:
-            node.in_meta = tuple(metas)
-    if op.nout == 1:
-        o = outs[0]
-        if o._data.dtype.kind in "iub":  # integer and bool results are not differentiable
-            if op.name in _INTEGER_RESULT_REFUSED:
-                # torch refuses a differentiable reduction asked for an integer dtype rather than drop the graph.
-                raise RuntimeError(f"Autograd not support dtype: {TORCH_TYPE_NAMES[o._data.dtype.name]}")
-            return node
-        # _output_nr too: a CopySlices recorded on output 1 of a multi-output node must not keep pointing at slot 1.
-        o.grad_fn, o._output_nr = node, 0
-        o._requires_grad = True
-    else:
-        metas = []
-        for o in outs:  # (shape, dtype, device), without Tensor.device's lookup for host arrays
-            d = o._data
-            metas.append((d.shape, _FROM_NP[d.dtype], _CPU if type(d) is np.ndarray else o.device))
-        node._out_meta = tuple(metas)
-        for nr, o in enumerate(outs):
-            if nr not in op.nondiff_outputs and o._data.dtype.kind not in "iub":
-                o.grad_fn = node
-                o._output_nr = nr
-                o._requires_grad = True
-    if saves == "outputs" or saves == "both":
-        node.save_output(outs)
-    return node
-
-
 def apply(op, *args, **attrs):
     """Run ``op`` on ``args`` (tensors and Python scalars); returns a Tensor or a tuple for multi-output ops."""
     if MODES:
@@ -361,112 +208,12 @@ def eager(op, args, attrs):
     return outs[0] if op.nout == 1 else tuple(outs)
 
 
-def _check_inplace_allowed(op, self):
-    if self.grad_fn is None and self._requires_grad:
-        raise RuntimeError(f"{op.name}_: a leaf Variable that requires grad is being used in an in-place operation.")
-    base = self._base
-    if base is not None and base.grad_fn is None and base._requires_grad:
-        raise RuntimeError(f"{op.name}_: a view of a leaf Variable that requires grad is being used in an in-place "
-                           "operation.")
-
-
-def _check_cast(op, result, self):
-    rd, sd = _FROM_NP[result.dtype], _FROM_NP[self._data.dtype]
-    if rd.category > sd.category:
-        raise RuntimeError(f"{op.name}_: result type {TORCH_TYPE_NAMES[rd.name]} can't be cast to the desired output "
-                           f"type {TORCH_TYPE_NAMES[sd.name]}")
-    if result.shape != self._data.shape:
-        raise RuntimeError(f"{op.name}_: output with shape {list(self._data.shape)} doesn't match the broadcast "
-                           f"shape {list(result.shape)}")
-
-
-def _detach_history_inplace(self):
-    """After a non-differentiable in-place op (``eq_``...), gradients through ``self`` are zero, as in PyTorch."""
-    from .ops.inplace_views import ZERO_GRAD, rebase_view
-
-    if self._base is None:
-        record(ZERO_GRAD, (self,), _NO_ATTRS, (self,))
-    else:
-        stand_in = Tensor._make(self._data)
-        record(ZERO_GRAD, (self,), _NO_ATTRS, (stand_in,))
-        rebase_view(self, stand_in)
-
-
-def apply_inplace(op, self, *args, cast_check=True, **attrs):
-    """Run ``op(self, *args)`` and write the result into ``self``; records autograd as PyTorch does for in-place ops.
-
-    Writing into a view of a tensor in a graph rebases the base's history (PyTorch's ``CopySlices``).
-    """
-    if MODES:
-        return MODES[-1].dispatch_inplace(op, self, args, attrs)
-    if not getattr(self._data.flags, "writeable", True):
-        from .ops.inplace_views import writable_expanded
-
-        writable_expanded(op, self)
-    if self._inference and not GradState.inference:
-        raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make a "
-                           "clone to get a normal tensor before doing inplace update.See "
-                           "https://github.com/pytorch/rfcs/pull/17 for more details.")
-    grad_needed = GradState.enabled and op.differentiable and (
-        self._requires_grad or any(isinstance(a, Tensor) and a._requires_grad for a in args))
-    if (self._nograd_view is not None and self._base is not None and GradState.enabled
-            and (grad_needed or self._base._requires_grad or any(isinstance(a, Tensor) and a._requires_grad
-                                                                  for a in args))):
-        # torch cannot rebase a write into a view made without history (or by a custom Function): refused,
-        # before the leaf checks, as torch's check_inplace does.
-        raise self._nograd_view.error()
-    if self._base is not None and self._view_ver != self._ver_owner._ver:
-        sync_view(self)
-    if GradState.enabled and self._requires_grad:
-        _check_inplace_allowed(op, self)
-    if not grad_needed:
-        if GradState.enabled and self._base is not None and self._base._requires_grad:
-            _check_inplace_allowed(op, self)
-        result = _run_kernel(op, (self,) + args, attrs)[0]
-        if cast_check:
-            _check_cast(op, result, self)
-        self._data[...] = result
-        self._bump_version()
-        if GradState.enabled and not op.differentiable and self.grad_fn is not None:
-            _detach_history_inplace(self)
-        return self
-    if self._base is not None:
-        _check_inplace_allowed(op, self)
-    first = self
-    if _SAVED_HOOKS and (op.saves == "inputs" or op.saves == "both"):
-        # The hooks pack what the row saves before the write below: they must get the old value, not ``self``.
-        first = Tensor._make(self._data.copy())
-        first.grad_fn, first._output_nr, first._requires_grad = self.grad_fn, self._output_nr, self._requires_grad
-    result = eager(op, (first,) + args, attrs)
-    if cast_check:
-        _check_cast(op, result._data, self)
-    node = result.grad_fn
-    if node is not None and node._saved_in is not None and node._saved_in[0] is self:
-        # The row saved ``self``, which is about to be overwritten: keep its old value instead.
-        old = Tensor._make(self._data.copy())
-        old.grad_fn, old._output_nr, old._requires_grad = self.grad_fn, self._output_nr, self._requires_grad
-        node.save_inputs((old,) + node._saved_in[1:])
-    self._data[...] = result._data
-    self._bump_version()
-    if node is not None and node._saved_out is not None:
-        node.save_output((self,))
-    if self._base is None:
-        old_fn, self.grad_fn, self._output_nr, self._requires_grad = self.grad_fn, node, 0, True
-        if self._retains_grad:
-            from .ops.inplace_views import move_retain_grad
-
-            move_retain_grad(self, old_fn)
-    else:
-        from .ops.inplace_views import rebase_view
-
-        rebase_view(self, result)
-    return self
-
-
 _NO_ATTRS: dict = {}
 # Tensor and its subclasses that take the fast paths as tensors (nn.Parameter registers itself here).
 TENSOR_TYPES = {Tensor}
 
-# The per-op shortcuts of the hottest calls (pointwise rows on float CPU arrays); split from here for size.
+# The per-op shortcuts of the hottest calls (pointwise rows on float CPU arrays), and in-place ops; split from here
+# for size (they import this module).
 from ._dispatch_fast import fast_binary, fast_keep, fast_unary  # noqa: E402,F401
+from ._dispatch_inplace import apply_inplace  # noqa: E402,F401
 from . import _meta  # noqa: E402 - the meta device's kernels (it imports the op rows, which import this module)

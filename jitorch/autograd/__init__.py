@@ -48,7 +48,11 @@ def _root_grads(outputs, grad_outputs, op, batched=False):
             data = out._data
             # The implicit gradient of every ``loss.backward()``: a NumPy one directly (``ones_like`` resolves
             # devices, dtypes and layouts, none of which a one-element host array has to choose).
-            g = Tensor._make(np.ones(data.shape, data.dtype)) if type(data) is np.ndarray else _creation.ones_like(out)
+            if type(data) is np.ndarray:
+                one = np.array(1, data.dtype)  # (np.ones is a Python wrapper: 4x slower for one element)
+                g = Tensor._make(one if not data.ndim else one.reshape(data.shape))
+            else:
+                g = _creation.ones_like(out)
         else:
             if not hasattr(g, "_data"):
                 g = _creation.tensor(g, dtype=out.dtype, device=out.device)

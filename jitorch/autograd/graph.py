@@ -124,6 +124,9 @@ class Node:
     _pre_hooks = None
     _hooks = None
     _hooked = False  # set once any hook is registered: the engine then takes the hooks' path for this node
+    # A row's node with one output and no hooks: the engine's loop runs it inline (`node_class_for` sets it per
+    # class; registering a hook clears it on the node).
+    _plain = False
     _freed = False
 
     def __init__(self, next_edges, attrs):
@@ -269,6 +272,7 @@ class Node:
             self._hooks = []
         self._hooks.append(fn)
         self._hooked = True
+        self._plain = False
         return _RemovableHandle(self._hooks, fn)
 
     def register_prehook(self, fn):
@@ -283,6 +287,7 @@ class Node:
             self._retain_hooks = []
         self._retain_hooks.append((output_nr, fn))
         self._hooked = True
+        self._plain = False
 
     def add_output_hook(self, output_nr, fn):
         if self._pre_hooks is None:
@@ -290,6 +295,7 @@ class Node:
         entry = (output_nr, fn)
         self._pre_hooks.append(entry)
         self._hooked = True
+        self._plain = False
         return _RemovableHandle(self._pre_hooks, entry)
 
     def __repr__(self):
@@ -399,7 +405,7 @@ def node_class_for(op) -> type:
     """One Node subclass per op, named like PyTorch's (``AddBackward0``), created once."""
     cls = _NODE_CLASSES.get(op)
     if cls is None:
-        cls = type(op.grad_name, (Node,), {"op": op, "row_backward": True})
+        cls = type(op.grad_name, (Node,), {"op": op, "row_backward": True, "_plain": op.nout == 1})
         _NODE_CLASSES[op] = cls
     return cls
 

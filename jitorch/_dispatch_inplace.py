@@ -1,0 +1,120 @@
+"""In-place ops at dispatch (`apply_inplace`): torch's refusals (leaves, views made without history, inference
+tensors, casts), the write into ``self``, and the history it records: the op's node, or for a write into a view of a
+graph tensor the base's rebased history (PyTorch's ``CopySlices``).
+
+>>> import jitorch
+>>> x = jitorch.ones(2, requires_grad=True) * 1
+>>> type(x.mul_(3).grad_fn).__name__
+'MulBackward0'
+"""
+from __future__ import annotations
+
+from ._dispatch import _FROM_NP, _NO_ATTRS, MODES, TORCH_TYPE_NAMES, _run_kernel, eager
+from ._dispatch_record import record, sync_view
+from ._tensor import Tensor
+from .autograd.grad_mode import GradState
+from .autograd.saved_hooks import _stack as _SAVED_HOOKS
+
+__all__ = ["apply_inplace"]
+
+
+def _check_inplace_allowed(op, self):
+    if self.grad_fn is None and self._requires_grad:
+        raise RuntimeError(f"{op.name}_: a leaf Variable that requires grad is being used in an in-place operation.")
+    base = self._base
+    if base is not None and base.grad_fn is None and base._requires_grad:
+        raise RuntimeError(f"{op.name}_: a view of a leaf Variable that requires grad is being used in an in-place "
+                           "operation.")
+
+
+def _check_cast(op, result, self):
+    rd, sd = _FROM_NP[result.dtype], _FROM_NP[self._data.dtype]
+    if rd.category > sd.category:
+        raise RuntimeError(f"{op.name}_: result type {TORCH_TYPE_NAMES[rd.name]} can't be cast to the desired output "
+                           f"type {TORCH_TYPE_NAMES[sd.name]}")
+    if result.shape != self._data.shape:
+        raise RuntimeError(f"{op.name}_: output with shape {list(self._data.shape)} doesn't match the broadcast "
+                           f"shape {list(result.shape)}")
+
+
+def _detach_history_inplace(self):
+    """After a non-differentiable in-place op (``eq_``...), gradients through ``self`` are zero, as in PyTorch."""
+    from .ops.inplace_views import ZERO_GRAD, rebase_view
+
+    if self._base is None:
+        record(ZERO_GRAD, (self,), _NO_ATTRS, (self,))
+    else:
+        stand_in = Tensor._make(self._data)
+        record(ZERO_GRAD, (self,), _NO_ATTRS, (stand_in,))
+        rebase_view(self, stand_in)
+
+
+def apply_inplace(op, self, *args, cast_check=True, **attrs):
+    """Run ``op(self, *args)`` and write the result into ``self``; records autograd as PyTorch does for in-place ops.
+
+    Writing into a view of a tensor in a graph rebases the base's history (PyTorch's ``CopySlices``).
+    """
+    if MODES:
+        return MODES[-1].dispatch_inplace(op, self, args, attrs)
+    if not getattr(self._data.flags, "writeable", True):
+        from .ops.inplace_views import writable_expanded
+
+        writable_expanded(op, self)
+    if self._inference and not GradState.inference:
+        raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make a "
+                           "clone to get a normal tensor before doing inplace update.See "
+                           "https://github.com/pytorch/rfcs/pull/17 for more details.")
+    grad_needed = GradState.enabled and op.differentiable and (
+        self._requires_grad or any(isinstance(a, Tensor) and a._requires_grad for a in args))
+    if (self._nograd_view is not None and self._base is not None and GradState.enabled
+            and (grad_needed or self._base._requires_grad or any(isinstance(a, Tensor) and a._requires_grad
+                                                                  for a in args))):
+        # torch cannot rebase a write into a view made without history (or by a custom Function): refused,
+        # before the leaf checks, as torch's check_inplace does.
+        raise self._nograd_view.error()
+    if self._base is not None and self._view_ver != self._ver_owner._ver:
+        sync_view(self)
+    if GradState.enabled and self._requires_grad:
+        _check_inplace_allowed(op, self)
+    if not grad_needed:
+        if GradState.enabled and self._base is not None and self._base._requires_grad:
+            _check_inplace_allowed(op, self)
+        result = _run_kernel(op, (self,) + args, attrs)[0]
+        if cast_check:
+            _check_cast(op, result, self)
+        self._data[...] = result
+        self._bump_version()
+        if GradState.enabled and not op.differentiable and self.grad_fn is not None:
+            _detach_history_inplace(self)
+        return self
+    if self._base is not None:
+        _check_inplace_allowed(op, self)
+    first = self
+    if _SAVED_HOOKS and (op.saves == "inputs" or op.saves == "both"):
+        # The hooks pack what the row saves before the write below: they must get the old value, not ``self``.
+        first = Tensor._make(self._data.copy())
+        first.grad_fn, first._output_nr, first._requires_grad = self.grad_fn, self._output_nr, self._requires_grad
+    result = eager(op, (first,) + args, attrs)
+    if cast_check:
+        _check_cast(op, result._data, self)
+    node = result.grad_fn
+    if node is not None and node._saved_in is not None and node._saved_in[0] is self:
+        # The row saved ``self``, which is about to be overwritten: keep its old value instead.
+        old = Tensor._make(self._data.copy())
+        old.grad_fn, old._output_nr, old._requires_grad = self.grad_fn, self._output_nr, self._requires_grad
+        node.save_inputs((old,) + node._saved_in[1:])
+    self._data[...] = result._data
+    self._bump_version()
+    if node is not None and node._saved_out is not None:
+        node.save_output((self,))
+    if self._base is None:
+        old_fn, self.grad_fn, self._output_nr, self._requires_grad = self.grad_fn, node, 0, True
+        if self._retains_grad:
+            from .ops.inplace_views import move_retain_grad
+
+            move_retain_grad(self, old_fn)
+    else:
+        from .ops.inplace_views import rebase_view
+
+        rebase_view(self, result)
+    return self
