@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ._dispatch import apply, apply_inplace
 from ._indexing import _as_vector, _check_index_dtype, _fill_value, _on, _put, _type_name
+from ._random_inplace import _CPP_NAMES
 from ._shape import broadcast_shapes
 from ._tensor import Tensor
 from .ops import indexing as I
@@ -22,12 +23,12 @@ __all__ = ["masked_fill", "masked_select", "masked_scatter", "take", "put"]
 
 
 # -- masks -------------------------------------------------------------------------------------------------------------
-def _check_mask(mask, message):
+def _check_mask(mask, message, names=None):
     if not isinstance(mask, Tensor):  # a Python bool is no mask: "dtype bool" would be a confusing reason
         op = message.split()[0].rstrip(":_")
         raise TypeError(f"{op}(): argument 'mask' must be Tensor, not {type(mask).__name__}")
     if mask.dtype.name != "bool":
-        raise RuntimeError(message.format(_type_name(mask)))
+        raise RuntimeError(message.format(_type_name(mask) if names is None else names[mask.dtype.name]))
 
 
 def _inplace_mask(self, mask, op):
@@ -41,12 +42,12 @@ def _inplace_mask(self, mask, op):
 
 def masked_fill(input, mask, value):
     """``input`` with ``value`` (a scalar or 0-d tensor) where ``mask`` is True."""
-    _check_mask(mask, "masked_fill_ only supports boolean masks, but got mask with dtype {}")
+    _check_mask(mask, "masked_fill_ only supports boolean masks, but got mask with dtype {}", _CPP_NAMES)
     return apply(P.WHERE, _on(mask, input), _fill_value(input, value, "masked_fill_"), input)
 
 
 def _masked_fill_(self, mask, value):
-    _check_mask(mask, "masked_fill_ only supports boolean masks, but got mask with dtype {}")
+    _check_mask(mask, "masked_fill_ only supports boolean masks, but got mask with dtype {}", _CPP_NAMES)
     mask = _inplace_mask(self, mask, "masked_fill_")
     target = self.reshape(1) if self._data.ndim == 0 else self
     apply_inplace(I.INDEX_PUT, target, _fill_value(self, value, "masked_fill_"), mask, key=(0,), accumulate=False)

@@ -79,7 +79,9 @@ def mm(input, mat2, *, out=None):
     """Product of two matrices (no broadcasting)."""
     _check_dim("mm", "self", input, 2)
     _check_dim("mm", "mat2", mat2, 2)
-    _check_inner("mm", input, mat2, input._data.shape[1], mat2._data.shape[0])
+    if input._data.shape[1] != mat2._data.shape[0]:  # torch's wording, which users search for
+        (n, k), (k2, m) = input._data.shape, mat2._data.shape
+        raise RuntimeError(f"mm: mat1 and mat2 shapes cannot be multiplied ({n}x{k} and {k2}x{m})")
     return matmul(input, mat2, out=out)
 
 

@@ -69,7 +69,7 @@ def rot90(input, k=1, dims=(0, 1)):
 def cat(tensors, dim=0, *, out=None):
     tensors = _tensor_list(tensors, "cat")
     if not tensors:
-        raise ValueError("cat(): expected a non-empty list of Tensors")
+        raise ValueError("jitorch.cat(): expected a non-empty list of Tensors")
     for i, t in enumerate(tensors):
         if t._data.ndim == 0:
             raise RuntimeError(f"cat(): zero-dimensional tensor (at position {i}) cannot be concatenated; use "

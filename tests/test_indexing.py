@@ -391,7 +391,8 @@ ERRORS = [
     (lambda a, lib: a[0].index_add(0, lib.tensor([7]), lib.ones(1)), "index out of range in self"),
     (lambda a, lib: a.index_copy(0, lib.tensor([5]), lib.ones(1, 4)), "index 5 is out of bounds for dimension 0"),
     (lambda a, lib: a.index_fill(0, lib.tensor([1.0]), 1.0), "Expected dtype int64 for index"),
-    (lambda a, lib: a.masked_fill(lib.ones(3, 4, dtype=lib.long), 1.0), "only supports boolean masks"),
+    (lambda a, lib: a.masked_fill(lib.ones(3, 4, dtype=lib.long), 1.0), "with dtype long int"),
+    (lambda a, lib: a.masked_fill_(lib.ones(3, 4, dtype=lib.uint8), 1.0), "with dtype unsigned char"),
     (lambda a, lib: a.masked_fill(lib.ones(4, dtype=lib.bool), lib.ones(2)), "0-dimensional value tensor"),
     (lambda a, lib: a.masked_fill(False, 1.0), "masked_fill"),  # a Python bool, as ``mask == 0`` on None gives
     (lambda a, lib: a.masked_select(True), "argument 'mask'"),

@@ -64,7 +64,12 @@ def test_matmul_expanded_and_integer():
 
 
 def test_matmul_errors():
-    error(lambda lib, x, y: lib.matmul(x, y), arr(3, 4), arr(5, 2), match=["(3, 4)", "(5, 2)"])
+    # torch's wording for two matrices (batch dims folded into mat1's rows), which users search for
+    mat = "mat1 and mat2 shapes cannot be multiplied "
+    error(lambda lib, x, y: lib.matmul(x, y), arr(3, 4), arr(5, 2), match=mat + "(3x4 and 5x2)")
+    error(lambda lib, x, y: x @ y, arr(2, 3, 4), arr(5, 6), match=mat + "(6x4 and 5x6)")
+    error(lambda lib, x, y: x.mm(y), arr(3, 4), arr(3, 4), match=mat + "(3x4 and 3x4)")
+    error(lambda lib, x, y: lib.matmul(x, y), arr(3, 4), arr(2, 5, 6), match=["(3, 4)", "(2, 5, 6)"])
     error(lambda lib, x, y: lib.matmul(x, y), np.float32(1.0) * np.ones((), np.float32), arr(3))
     error(lambda lib, x, y: lib.matmul(x, y), arr(3, 4), arr(4, dtype=np.float64))
     error(lambda lib, x, y: lib.matmul(x, y), arr(2, 3, 4), arr(3, 4, 2))

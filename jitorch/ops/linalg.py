@@ -62,6 +62,10 @@ def _matmul_kernel(xp, a, b):
         raise RuntimeError(f"matmul: both arguments need to be at least 1D, but they are {a.ndim}D and {b.ndim}D")
     k_a, k_b = a.shape[-1], b.shape[-2] if b.ndim > 1 else b.shape[0]
     if k_a != k_b:
+        if a.ndim >= 2 and b.ndim == 2:  # torch folds the batch dims into mat1's rows and says so
+            rows = math.prod(a.shape[:-1])
+            raise RuntimeError(f"matmul: mat1 and mat2 shapes cannot be multiplied ({rows}x{k_a} and "
+                               f"{b.shape[0]}x{b.shape[1]})")
         raise RuntimeError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied "
                            f"({k_a} != {k_b})")
     dtype = a.dtype
