@@ -160,3 +160,36 @@ def test_linear_bias_gradient_over_a_long_batch():
         layer(tensor(x)).backward(tensor(g))
         errors.append(_rel(layer.bias.grad.numpy(), want))
     assert errors[1] <= max(4 * errors[0], 2e-7), errors
+
+
+def test_gru_hidden_bias_gradient_over_a_long_sequence():
+    # b_hh's gradient sums steps * batch rows: added one after another, 9e-6 here against torch's 7e-7
+    torch.manual_seed(0)
+    tm, jm = torch.nn.GRU(4, 8), jitorch.nn.GRU(4, 8)
+    with jitorch.no_grad():
+        for p, q in zip(jm.parameters(), tm.parameters()):
+            p.copy_(jitorch.tensor(q.detach().numpy()))
+    x, g = _data((1024, 256, 4), seed=11, offset=0.0), _data((1024, 256, 8), seed=12, offset=100.0)
+    wide = torch.nn.GRU(4, 8).double()
+    wide.load_state_dict({k: v.double() for k, v in tm.state_dict().items()})
+    grads, double = [], lambda a: torch.from_numpy(a.astype(np.float64))
+    for m, tensor in ((tm, torch.from_numpy), (jm, jitorch.tensor), (wide, double)):
+        m(tensor(x))[0].backward(tensor(g))
+        grads.append(m.bias_hh_l0.grad.numpy())
+    torch_err, jit_err = _rel(grads[0], grads[2]), _rel(grads[1], grads[2])
+    assert jit_err <= max(4 * torch_err, 2e-7), (jit_err, torch_err)
+
+
+@pytest.mark.parametrize("offset", [0.0, 3.0])
+def test_bfloat16_batch_norm_matches_torch_bit_for_bit(offset):
+    # ATen's bfloat16 kernel keeps the mean and the sum of squared deviations in bfloat16 before the inverse
+    # square root (itself rounded); rounding only the mean and inverse deviation left values 1-3 ulp apart
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal((64, 32)) + offset).astype(np.float32)
+    w, b = rng.standard_normal(32).astype(np.float32), rng.standard_normal(32).astype(np.float32)
+    half = {lib: [lib.tensor(a).to(lib.bfloat16) for a in (x, w, b)] for lib in (torch, jitorch)}
+    for params in (lambda t: t[1:], lambda t: (None, None)):
+        outs = [lib.nn.functional.batch_norm(half[lib][0], None, None, *params(half[lib]), training=True)
+                for lib in (torch, jitorch)]
+        assert outs[1].dtype == jitorch.bfloat16
+        np.testing.assert_array_equal(_numpy(outs[1]), _numpy(outs[0]))

@@ -65,9 +65,13 @@ def _half_transform(input, x, mean, var, eps, weight, bias, params, view):
     float64, whose product is exact). In training (``params``: weight, bias, running statistics) native_batch_norm
     keeps the batch statistics in the parameters' dtype: the input's, unless one of them is float32. Evaluation
     (``params=None``) uses the running statistics as they are."""
-    invstd = 1 / (var + eps).sqrt()
     if params is not None and all(t is None or t.dtype == input.dtype for t in params):
-        mean, invstd = mean.to(input.dtype).float(), invstd.to(input.dtype).float()
+        if input.dtype == _dtype.bfloat16:  # its kernel rounds the sum of squared deviations too
+            n = input.numel() // mean.numel()
+            var = (var * n).to(input.dtype).float() / n
+        mean, invstd = mean.to(input.dtype).float(), (1 / (var + eps).sqrt()).to(input.dtype).float()
+    else:
+        invstd = 1 / (var + eps).sqrt()
     alpha = invstd if weight is None else invstd * view(weight).float()
     beta = -mean * alpha if bias is None else view(bias).float() - mean * alpha
     return (x.double() * alpha.double() + beta.double()).float().to(input.dtype)

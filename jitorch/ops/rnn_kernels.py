@@ -298,7 +298,7 @@ def gru_backward(xp, gy, ghn, h0, w_hh, b_hh, ws, reverse):
     loop = rnn_native.gru_backward if rnn_native.applies(xp, steps, gy, ghn, h0, w_hh) else _gru_backward_loop
     d_gi, d_gh, dh = loop(xp, gy, ghn, h0, w_hh, sections, reverse)
     d_w_hh = _weight_grad(xp, d_gh, sections[3], h0, reverse)
-    d_b_hh = d_gh.reshape(-1, 3 * hid).sum(axis=0) if b_hh is not None else xp.zeros((0,), dtype=gy.dtype)
+    d_b_hh = sum_rows(xp, d_gh.reshape(-1, 3 * hid)) if b_hh is not None else xp.zeros((0,), dtype=gy.dtype)
     return _rounded((d_gi, dh, d_w_hh, d_b_hh), low)
 
 
