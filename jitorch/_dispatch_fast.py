@@ -1,7 +1,8 @@
 """The dispatcher's fast paths: ``fast_binary``/``fast_unary`` wrap a pointwise row as a ``(a, b) -> Tensor`` that
 skips promotion and device checks for same-dtype float CPU tensors (or a Python number) and records the autograd node
 inline; anything else goes to `jitorch._dispatch.eager`, or to the innermost mode. ``fast_keep`` is `eager`'s own
-shortcut for the rows that keep their inputs' dtypes (the fused nn rows, linear) on CPU tensors.
+shortcut for the rows that keep their inputs' dtypes (the fused nn rows, linear) on CPU tensors. ``plain_arrays`` is
+the backward formulas' shortcut: their arrays, when nothing records the formula's ops.
 
 >>> import jitorch
 >>> from jitorch.ops.table import OPS
@@ -22,7 +23,7 @@ from .autograd.graph import _SAVED_HOOKS, _record as _record_in_region, _recordi
 from .runtime.host_cache import THRESHOLD as _HOST_MIN
 from .runtime.host_cache import empty as _host_empty
 
-__all__ = ["fast_binary", "fast_unary", "fast_keep"]
+__all__ = ["fast_binary", "fast_unary", "fast_keep", "plain_arrays", "plain_tensor", "plain_binary"]
 
 # Eager overhead is what users feel on small tensors, so the hottest case (floating NumPy arrays of one dtype, or a
 # Python number) skips promotion and device checks and calls the row's kernel directly. Anything else takes ``eager``.
@@ -235,3 +236,51 @@ def fast_keep(op, args, attrs):
     if grad and GradState.enabled and op.differentiable:
         record(op, args, attrs, outs)
     return outs[0] if op.nout == 1 else tuple(outs)
+
+
+def plain_arrays(*tensors):
+    """The NumPy arrays of ``tensors`` when a backward formula may compute its gradient on them directly, else None.
+
+    Only while nothing records the formula's ops (no ``create_graph``: grad mode is off in the engine; no mode such
+    as a tracer), so the result needs no history, and only for host float arrays of one dtype and shape with at
+    least one dimension, where a ufunc gives exactly what the ops' own shortcut above would (the formula's jitorch
+    ops then cost about 2 us each in dispatch, the arithmetic well under 1 on a thousand elements)."""
+    if GradState.enabled or MODES or GradState.inference or _d.CPU_XP is not np:
+        return None
+    t = tensors[0]
+    first = t._data if type(t) in TENSOR_TYPES else None
+    if type(first) is not _ndarray or first.dtype.kind != "f" or not first.ndim:
+        return None
+    dtype, shape = first.dtype, first.shape
+    arrays = [first]
+    for t in tensors[1:]:
+        if type(t) not in TENSOR_TYPES:
+            return None
+        x = t._data
+        if type(x) is not _ndarray or x.dtype is not dtype or x.shape != shape:
+            return None
+        arrays.append(x)
+    return arrays
+
+
+def plain_tensor(out):
+    """A result of a `plain_arrays` computation as a tensor (no history: nothing records)."""
+    t = _new(Tensor)
+    t._data = out
+    return t
+
+
+def plain_binary(ufunc, g, other):
+    """``ufunc(g, other)`` straight on the arrays in a first-order backward (`plain_arrays`; ``other`` a tensor of
+    g's shape or a Python number), else None. A number with a half-precision gradient goes through the row, which
+    computes such products in float32."""
+    if type(other) in TENSOR_TYPES:
+        arrays = plain_arrays(g, other)
+    elif type(other) is float or type(other) is int:
+        arrays = plain_arrays(g)
+        if arrays is None or arrays[0].itemsize == 2:
+            return None
+        arrays.append(other)
+    else:
+        return None
+    return None if arrays is None else plain_tensor(ufunc(*arrays))

@@ -148,7 +148,7 @@ def test_native_eager_kernel_equals_the_rows_numpy_formula(row):
     arrays = _operands(row, 10007, rng)
     op = OPS[row]
     native = native_eager.pointwise(op, *arrays)
-    assert native is not None and (row, len(arrays), arrays[0].size) in native_eager._kernels
+    assert native is not None and (row, len(arrays)) in native_eager._kernels  # one kernel for every size
     slow = [np.repeat(a, 2)[::2] for a in arrays]
     assert native_eager.pointwise(op, *slow) is None
     formula = op.kernel(np, *slow)
@@ -226,3 +226,42 @@ def test_tanh_gelu_second_derivative_is_zero_not_nan_for_huge_inputs():
     (g,) = jitorch.autograd.grad(JF.gelu(x, approximate="tanh").sum(), x, create_graph=True)
     assert type(g.grad_fn).__name__ == "GeluBackwardBackward0"
     assert np.array_equal(jitorch.autograd.grad(g.sum(), x)[0].numpy(), np.zeros(5, np.float32))
+
+
+@pytest.mark.parametrize("row", ["threshold_backward", "erf"])
+def test_native_eager_kernel_is_one_kernel_for_every_size(row):
+    # The machine code takes the size as an argument: sizes 1 to 10007 run one kernel, each equal to the formula.
+    rng = np.random.default_rng(8)
+    for size in (1, 3, 1000, 10007):
+        arrays = _operands(row, size, rng) if size >= 8 else [
+            (rng.standard_normal(size) * 4).astype(np.float32) for _ in range(1 + row.endswith("backward"))]
+        native = native_eager.pointwise(OPS[row], *arrays, min_size=1)
+        formula = OPS[row].kernel(np, *[np.repeat(a, 2)[::2] for a in arrays])  # strided: the NumPy formula
+        np.testing.assert_allclose(native, formula, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=f"{row} {size}")
+    assert [key for key in native_eager._kernels if key[0] == row] == [(row, len(arrays))]
+
+
+@pytest.mark.parametrize("size", [1, 7, 1000])
+def test_first_order_backward_of_small_chains_matches_torch_and_double_backward_still_records(size):
+    # A first-order backward computes the rows' gradients on the arrays directly (nothing records them); the same
+    # chain with create_graph must still give a differentiable gradient, as torch's.
+    rng = np.random.default_rng(9)
+    xs, ys = rng.uniform(-1, 1, size).astype(np.float32), rng.uniform(-1, 1, size).astype(np.float32)
+    gs = rng.standard_normal(size).astype(np.float32)
+
+    def chain(lib, x, y):
+        h = (x * 1.5 + 1).tanh() * y
+        return lib.relu(lib.sigmoid(h - 0.5).exp() / 2 - 0.9) * x
+
+    for create_graph in (False, True):
+        grads = []
+        for lib in (torch, jitorch):
+            x, y = lib.tensor(xs, requires_grad=True), lib.tensor(ys, requires_grad=True)
+            gx, gy = lib.autograd.grad(chain(lib, x, y), (x, y), lib.tensor(gs), create_graph=create_graph)
+            assert gx.requires_grad == create_graph
+            grads.append([gx.detach().numpy(), gy.detach().numpy()])
+            if create_graph:
+                (ggx,) = lib.autograd.grad((gx * gy).sum(), x)
+                grads[-1].append(ggx.numpy())
+        for mine, theirs in zip(grads[1], grads[0]):
+            np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6)

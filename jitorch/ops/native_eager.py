@@ -6,7 +6,8 @@ backward: eight) is memory-bound on each of them, where one generated pass reads
 asks `pointwise` first, which compiles the row's ``Pointwise`` expression (the same string the fuser reads, so the
 eager and the fused answer are one formula) and keeps its NumPy/SciPy code for everything this does not take:
 other dtypes, device arrays, small, broadcast or non-contiguous inputs. Kernels are size-generic and come from the
-disk cache, so each size costs one lookup, then a dict hit; large inputs are split over jitorch's threads.
+disk cache once per row: the machine code takes the size as an argument, so every size runs the same kernel; large
+inputs are split over jitorch's threads.
 
 >>> import numpy as np
 >>> from jitorch.ops.table import OPS
@@ -38,7 +39,8 @@ on_change(shared_pool)  # programs read their pool from a cell that set_num_thre
 _MIN_SIZE = 4096  # below this a ctypes call costs more than SciPy's loop saves
 PARALLEL_MIN = 1 << 16  # elements below which no kernel is split (cheap ones wait for `llvm_pool.SPLIT_WORK`)
 _GRAIN = 1 << 15
-_MAX_KERNELS = 256
+_GENERIC_SIZE = 1 << 20  # the size kernels are compiled for (over 1: a size-1 loop would be compiled as such)
+_F32 = np.dtype(np.float32)
 _kernels: dict = {}
 # Below this many elements a kernel of `launch_arrays` runs through `_held_call`, keeping the GIL: a few microseconds.
 HELD_MAX = 1 << 14
@@ -52,23 +54,31 @@ def _build(row, nargs, size):
     return compile_kernel(Kernel((size,), buffers, (Store(nargs, expr),)), cache=default_cache())
 
 
-def pointwise(row, *arrays):
+def pointwise(row, *arrays, min_size=_MIN_SIZE):
     """Row ``row``'s ``Pointwise`` expression over same-shape C-contiguous float32 NumPy arrays, as one native
-    kernel, or None when this path does not apply (the caller computes it its own way)."""
+    kernel, or None when this path does not apply (the caller computes it its own way). ``min_size``: the size from
+    which the kernel call (about a microsecond) beats the row's NumPy code, which for a row of several passes (the
+    fused backward rows) is a few elements."""
     first = arrays[0]
-    if type(first) is not np.ndarray or first.dtype != np.float32 or first.size < _MIN_SIZE:
+    if type(first) is not np.ndarray or first.dtype is not _F32:
         return None
+    size = first.size
+    if size < min_size:
+        return None
+    shape = first.shape
     for a in arrays:
-        if type(a) is not np.ndarray or a.dtype != np.float32 or a.shape != first.shape or not a.flags.c_contiguous:
+        if a is not first and (type(a) is not np.ndarray or a.dtype is not _F32 or a.shape != shape):
             return None
-    key = (row.name, len(arrays), first.size)
+        if not a.flags.c_contiguous:
+            return None
+    key = (row.name, len(arrays))
     kernel = _kernels.get(key)
     if kernel is None:
-        if len(_kernels) >= _MAX_KERNELS:
-            _kernels.clear()
-        kernel = _kernels[key] = _build(row, len(arrays), first.size)
-    out = host_cache.empty(first.shape, np.float32)
-    launch_arrays(kernel, [*arrays, out], first.size, _GRAIN)
+        # One kernel per row for every size: the machine code takes the size as an argument (`ir_params`), and
+        # each call runs it over ``range(size)`` (the ``extent`` of `launch_arrays`).
+        kernel = _kernels[key] = _build(row, len(arrays), _GENERIC_SIZE)
+    out = np.empty(shape, _F32) if first.nbytes < host_cache.THRESHOLD else host_cache.empty(shape, _F32)
+    launch_arrays(kernel, [*arrays, out], size, _GRAIN, size)
     return out
 
 
@@ -98,8 +108,11 @@ def launch_arrays(kernel, arrays, numel, grain, extent=None):
         call = kernel.__dict__.get("_held_call")
         if call is None or call[3] != len(arrays):
             call = _held_call(kernel, len(arrays))
-        ctx, ctx_address, fn, nbuf = call
-        ctx[1:1 + nbuf] = list(map(id, arrays))
+        slots, ctx_address, fn, nbuf = call
+        i = 1
+        for a in arrays:  # through a memoryview: a ctypes array's own item assignment costs 0.25 us each
+            slots[i] = id(a)
+            i += 1
         fn(0, kernel.outer if extent is None else extent, ctx_address)
     else:
         launch(kernel, [data_address(a) for a in arrays], numel, grain, extent)
@@ -109,10 +122,10 @@ _trampolines: dict = {}
 
 
 def _held_call(kernel, nbuf):
-    """(ctx, its address, trampoline, buffer count): the kernel called through its signature's pool trampoline
-    (`llvm_pool.emit_trampoline`) with every argument in one int64 array, filled once but for the arrays' ``id``. A
-    ctypes call costs about 0.13 us an argument: a row kernel's 14 (range, buffers, sizes, floats) took 3 us, the
-    trampoline's 3 take 0.7. The call keeps the GIL (PYFUNCTYPE), so no other thread rewrites the shared array
+    """(ctx as int64 slots, its address, trampoline, buffer count): the kernel called through its signature's pool
+    trampoline (`llvm_pool.emit_trampoline`) with every argument in one int64 array, filled once but for the arrays'
+    ``id``. A ctypes call costs about 0.13 us an argument: a row kernel's 14 (range, buffers, sizes, floats) took 3 us,
+    the trampoline's 3 take 0.7. The call keeps the GIL (PYFUNCTYPE), so no other thread rewrites the shared array
     before the trampoline has read it; only short kernels come here (`HELD_MAX`)."""
     types = ("array",) * nbuf + tuple(arguments(kernel.kernel))
     fn = _trampolines.get(types)
@@ -121,5 +134,6 @@ def _held_call(kernel, nbuf):
         fn = _trampolines[types] = ctypes.PYFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)(address)
     ctx = (ctypes.c_int64 * (1 + len(types)))(kernel.address, *[0] * nbuf,
                                                *[bits(v, ty) for v, ty in zip(kernel.values, types[nbuf:])])
-    call = kernel._held_call = (ctx, ctypes.addressof(ctx), fn, nbuf)
+    # ``ctx`` stays alive through the memoryview's hold on its buffer.
+    call = kernel._held_call = (memoryview(ctx).cast("B").cast("q"), ctypes.addressof(ctx), fn, nbuf)
     return call

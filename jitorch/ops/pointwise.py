@@ -14,6 +14,7 @@ import math
 import ml_dtypes as _ml_dtypes
 import numpy as np
 
+from .._dispatch_fast import plain_binary
 from ..runtime import special_module
 from . import native_eager
 from . import pointwise_grad
@@ -110,9 +111,14 @@ def _div_kernel(xp, a, b):
 _mul_kernel.half_scalar_opmath = _div_kernel.half_scalar_opmath = True
 
 
+def _times(g, other):
+    out = plain_binary(np.multiply, g, other)  # first-order backward: the product without its dispatch
+    return g * other if out is None else out
+
+
 def _mul_backward(ctx, g):
     a, b = ctx.inputs
-    return (g * b if ctx.needs_grad(0) else None), (g * a if ctx.needs_grad(1) else None)
+    return (_times(g, b) if ctx.needs_grad(0) else None), (_times(g, a) if ctx.needs_grad(1) else None)
 
 
 MUL = defop("mul", _mul_kernel, _holomorphic(_mul_backward), Pointwise("{0} * {1}"), promotion="promote",
@@ -121,7 +127,11 @@ MUL = defop("mul", _mul_kernel, _holomorphic(_mul_backward), Pointwise("{0} * {1
 
 def _div_backward(ctx, g):
     a, b = ctx.inputs
-    ga = g / b if ctx.needs_grad(0) else None
+    ga = None
+    if ctx.needs_grad(0):
+        ga = plain_binary(np.true_divide, g, b)
+        if ga is None:
+            ga = g / b
     gb = -g * a / (b * b) if ctx.needs_grad(1) else None
     return ga, gb
 
@@ -348,8 +358,8 @@ def _abs_kernel(xp, a):
 
 NEG = _unary("neg", _neg_kernel, lambda ctx, g: -g, "-{0}", saves=None, promotion="keep", ufunc="negative")
 ABS = _unary("abs", _abs_kernel, lambda ctx, g: g * _x(ctx).sgn(), "abs({0})", promotion="keep", ufunc="absolute")
-EXP = _unary("exp", lambda xp, a: xp.exp(a), lambda ctx, g: g * ctx.out, "exp({0})", saves="outputs", ufunc="exp",
-             holomorphic=True)
+EXP = _unary("exp", lambda xp, a: xp.exp(a), lambda ctx, g: _times(g, ctx.out), "exp({0})", saves="outputs",
+             ufunc="exp", holomorphic=True)
 EXP2 = _unary("exp2", lambda xp, a: xp.exp2(a), lambda ctx, g: g * ctx.out * math.log(2.0), "exp2({0})",
               saves="outputs", holomorphic=True)
 EXPM1 = _unary("expm1", lambda xp, a: xp.expm1(a), lambda ctx, g: g * (ctx.out + 1), "expm1({0})", saves="outputs",

@@ -1,6 +1,7 @@
 """Fused backward rows of pointwise ops (as ATen's ``tanh_backward``): one dispatch instead of three in backward.
 
-Each is a row like any other, so its own backward gives double backward, and it fuses like any pointwise op.
+Each is a row like any other, so its own backward gives double backward, and it fuses like any pointwise op. In a
+first-order backward (nothing records) the formulas call the row's kernel on the arrays directly (`plain_arrays`).
 
 >>> import jitorch
 >>> from jitorch.ops.pointwise_grad import tanh_backward
@@ -9,7 +10,10 @@ tensor([1.0000, 0.7500])
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .._dispatch import fast_binary
+from .._dispatch_fast import plain_arrays, plain_tensor
 from ..runtime import is_cupy
 from . import native_eager
 from .table import Pointwise, defop
@@ -37,7 +41,8 @@ def _sigmoid_backward_backward(ctx, gg):
 
 
 def _threshold_backward_kernel(xp, g, y):
-    out = native_eager.pointwise(THRESHOLD_BACKWARD, g, y)  # one pass for the mask, product and inf check below
+    # One pass for the mask, product and inf check below (four passes and a fix-up): a win from one element on.
+    out = native_eager.pointwise(THRESHOLD_BACKWARD, g, y, min_size=1)
     if out is not None:
         return out
     mask = y > 0
@@ -63,6 +68,22 @@ SIGMOID_BACKWARD = defop("sigmoid_backward", _sigmoid_backward_kernel, _sigmoid_
 THRESHOLD_BACKWARD = defop("threshold_backward", _threshold_backward_kernel, _threshold_backward_backward,
                            Pointwise("{1} > 0 ? {0} : 0"), promotion="promote", saves="inputs", meta=True)
 
-tanh_backward = fast_binary(TANH_BACKWARD)
-sigmoid_backward = fast_binary(SIGMOID_BACKWARD)
-threshold_backward = fast_binary(THRESHOLD_BACKWARD)
+
+
+def _first_order(row):
+    """``row`` as a ``(g, y) -> Tensor`` that runs the row's kernel straight on the arrays when nothing records."""
+    kernel, dispatched = row.kernel, fast_binary(row)
+
+    def run(g, y):
+        arrays = plain_arrays(g, y)
+        if arrays is None:
+            return dispatched(g, y)
+        out = kernel(np, *arrays)
+        return plain_tensor(out if type(out) is np.ndarray else np.asarray(out))
+    run.__name__ = row.name
+    return run
+
+
+tanh_backward = _first_order(TANH_BACKWARD)
+sigmoid_backward = _first_order(SIGMOID_BACKWARD)
+threshold_backward = _first_order(THRESHOLD_BACKWARD)
