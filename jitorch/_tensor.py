@@ -25,6 +25,18 @@ from .runtime.meta import MetaArray, offset_of as meta_offset
 
 __all__ = ["Tensor", "Size"]
 
+# ``jitorch.autograd.backward``, bound at the first ``Tensor.backward``: autograd imports this module, so it cannot be
+# imported here, and an import statement in the method cost half a microsecond per call.
+_AUTOGRAD_BACKWARD = None
+
+
+def _bind_autograd_backward():
+    global _AUTOGRAD_BACKWARD
+    from .autograd import backward
+
+    _AUTOGRAD_BACKWARD = backward
+    return backward
+
 
 class Size(tuple):
     """``jitorch.Size``: a tuple of ints with PyTorch's repr."""
@@ -377,9 +389,10 @@ class Tensor:
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad`` (``gradient`` is required for non-scalars)."""
-        from .autograd import backward
-
-        backward(self, gradient, retain_graph, create_graph, inputs=inputs)
+        run = _AUTOGRAD_BACKWARD
+        if run is None:
+            run = _bind_autograd_backward()
+        run(self, gradient, retain_graph, create_graph, inputs=inputs)
 
     def _inplace_accumulate(self, other):
         # The engine's in-place ``grad += g``: counts as a version bump like any in-place op.

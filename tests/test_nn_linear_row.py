@@ -87,3 +87,33 @@ def test_linear_row_keeps_half_dtypes_forward_and_backward():
         out.backward(jitorch.ones(2, 4, dtype=dt))
         assert x.grad.dtype == w.grad.dtype == b.grad.dtype == dt
         assert x.grad.tolist() == [[4.0] * 3] * 2 and b.grad.tolist() == [2.0] * 4
+
+
+def test_linear_reads_views_of_tensors_changed_in_place():
+    # The direct path must see an in-place change of a view's base made after the view was taken.
+    results = []
+    for lib in (torch, jitorch):
+        base = lib.arange(24.0).reshape(4, 6)
+        x, w = base[:2, :3], base[1:, 3:].t()  # views: rows of x, a transposed (3, 3) weight
+        b = base[3, :3]
+        base.mul_(0.5)
+        with lib.no_grad():
+            plain = lib.nn.functional.linear(x, w, b)
+        with lib.inference_mode():
+            inference = lib.nn.functional.linear(x, w)
+        results.append((plain.tolist(), inference.tolist(), inference.is_inference(), plain.requires_grad))
+    assert results[1] == results[0]
+
+
+def test_linear_direct_path_records_parameters_and_bias_only_grads():
+    rng = np.random.default_rng(5)
+    xa, wa, ba = rng.standard_normal((3, 2, 5)), rng.standard_normal((4, 5)), rng.standard_normal(4)
+    grads = []
+    for lib in (torch, jitorch):
+        w, b = lib.nn.Parameter(lib.tensor(wa)), lib.tensor(ba, requires_grad=True)
+        out = lib.nn.functional.linear(lib.tensor(xa).permute(1, 0, 2), w, b)  # a non-contiguous batch
+        out.backward(lib.tensor(np.arange(24.0).reshape(2, 3, 4)))
+        grads.append((out.grad_fn.name(), w.grad.numpy(), b.grad.numpy(), out.detach().numpy()))
+    assert grads[1][0] == grads[0][0]
+    for j, t in zip(grads[1][1:], grads[0][1:]):
+        np.testing.assert_allclose(j, t, rtol=1e-12)

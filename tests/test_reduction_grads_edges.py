@@ -70,3 +70,29 @@ def test_scans_of_zero_dim_inputs(fn):
 def test_in_place_scans_backward(fn):
     run(lambda lib, t: getattr(t.clone(), fn)(1), X)
     run(lambda lib, t: getattr(t.clone(), fn)(0, dtype=lib.float32), X)
+
+
+# -- sum's backward: a filled gradient for row-major inputs, torch's expanded one elsewhere ----------------------------
+@pytest.mark.parametrize("dims,keepdim", [(None, False), ((1,), False), ((0, 2), False), ((1,), True), ((), False)])
+def test_sum_backward_of_leaves_and_rows(dims, keepdim):
+    xa = np.random.default_rng(7).standard_normal((2, 3, 4)).astype(np.float32)
+    seen = []
+    for lib in (torch, jitorch):
+        x, w = lib.tensor(xa, requires_grad=True), lib.ones(5, 4, requires_grad=True)
+        y = lib.nn.functional.linear(x, w)  # a row's output, then the leaf itself
+        outs = [x.sum() if dims is None else x.sum(dims, keepdim=keepdim), y.sum(1) if keepdim else y.sum()]
+        upstream = [lib.tensor(np.arange(float(o.numel())).reshape(o.shape).astype(np.float32)) for o in outs]
+        lib.autograd.backward(outs, upstream)
+        x.grad.add_(1)  # the stored .grad is the leaf's own, writable
+        seen.append((x.grad.tolist(), x.grad.stride(), w.grad.tolist(), w.grad.stride()))
+    assert seen[1] == seen[0]
+
+
+def test_sum_backward_gradient_shared_by_two_leaves_and_a_float64_sum():
+    seen = []
+    for lib in (torch, jitorch):
+        a, b = lib.ones(2, 3, requires_grad=True), lib.ones(3, requires_grad=True)
+        (a.sum(0, dtype=lib.float64).sum() * 2 + b.sum()).backward()
+        a.grad.mul_(3)
+        seen.append((a.grad.tolist(), a.grad.dtype == lib.float32, b.grad.tolist()))
+    assert seen[1] == seen[0]

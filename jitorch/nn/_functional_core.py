@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import warnings
 
-from .. import _reduction
+import numpy as np
+
+from .. import _dispatch, _reduction
 from ..amp._cast_mode import autocast_lower
-from .._dispatch import TORCH_TYPE_NAMES, apply
+from .._dispatch import MODES, TENSOR_TYPES, TORCH_TYPE_NAMES, _new, apply, record, sync_view
+from .._grad_state import GradState
 from .._linalg import add_product
 from .._tensor import Tensor
 from ..autograd.grad_mode import is_grad_enabled
@@ -25,6 +28,8 @@ from ..ops.nn_fused import FUSED_DTYPES
 from ..ops.nn_linear import LINEAR
 
 __all__ = ["linear", "bilinear", "softmax", "log_softmax", "softmin", "gumbel_softmax"]
+
+_ndarray = np.ndarray
 
 
 # -- helpers shared by the functional files -------------------------------------------------------------------------
@@ -52,7 +57,7 @@ def check_tensor(value, op, name="input"):
 def _linear_grad_name(input, bias):
     """The grad_fn at::linear's decomposition leaves for this input: addmm or mm for matrices, a view of addmm for
     a vector or a contiguous batch with a bias (a plain add after matmul otherwise), matmul's views without one."""
-    nd = input.dim()
+    nd = input._data.ndim
     if bias is None:
         return {1: "SqueezeBackward4", 2: "MmBackward0"}.get(nd, "UnsafeViewBackward0")
     if nd == 2:
@@ -60,9 +65,44 @@ def _linear_grad_name(input, bias):
     return "ViewBackward0" if nd == 1 or input.is_contiguous() else "AddBackward0"
 
 
-@autocast_lower
 def linear(input, weight, bias=None):
     """``input @ weight.T + bias`` over the last dim of ``input`` (``weight``: ``[out, in]`` or ``[in]``)."""
+    # Every layer's call: with no mode (autocast, a tracer, a compiler, the profiler) and CPU float tensors of one
+    # dtype and matching shapes, the row's kernel straight away. Each check, frame and wrapper of the general path
+    # below is a fraction of a microsecond, on a kernel of a few for a small layer.
+    if not MODES and type(input) in TENSOR_TYPES and type(weight) in TENSOR_TYPES:
+        x, w = input._data, weight._data
+        if type(x) is _ndarray and type(w) is _ndarray and w.ndim == 2 and x.ndim and x.shape[-1] == w.shape[1] \
+                and x.dtype in FUSED_DTYPES and w.dtype == x.dtype:
+            if bias is None:
+                return _linear_row(input, weight, None, x, w, None)
+            if type(bias) in TENSOR_TYPES:
+                b = bias._data
+                if type(b) is _ndarray and b.dtype == x.dtype and b.shape == (w.shape[0],):
+                    return _linear_row(input, weight, bias, x, w, b)
+    return _linear(input, weight, bias)
+
+
+def _linear_row(input, weight, bias, x, w, b):
+    """`eager`'s ``fast_keep`` for the linear row on arrays `linear` has checked, and the grad_fn's torch name."""
+    if input._base is not None or weight._base is not None or bias is not None and bias._base is not None:
+        for t in (input, weight, bias):
+            if t is not None and t._base is not None and t._view_ver != t._ver_owner._ver:
+                sync_view(t)
+        x, w, b = input._data, weight._data, None if bias is None else bias._data
+    out = _new(Tensor)
+    out._data = LINEAR.kernel(_dispatch.CPU_XP, x, w, b)
+    if GradState.inference:
+        out._inference = True
+    if GradState.enabled and (input._requires_grad or weight._requires_grad or (
+            bias is not None and bias._requires_grad)):
+        record(LINEAR, (input, weight, bias), {}, (out,))
+        named(out, _linear_grad_name(input, bias))
+    return out
+
+
+@autocast_lower
+def _linear(input, weight, bias=None):
     check_tensor(input, "linear")
     check_tensor(weight, "linear", "weight")
     _check_same_dtype("linear", input, weight, bias)

@@ -14,13 +14,20 @@ import math
 import ml_dtypes as _ml_dtypes
 import numpy as np
 
-from .._dispatch import apply
+from .. import _dispatch as _d  # ``_d.CPU_XP`` read through the module: tests swap in a CuPy-surface NumPy there
+from .._dispatch import MODES, TENSOR_TYPES, apply
+from .._dispatch_fast import plain_tensor
+from .._grad_state import GradState
+from ..autograd.graph import Node
 from ..runtime import is_cupy
 from .cascade_sum import NAIVE_ROWS, cascade_sum
 from .movement import EXPAND, RESHAPE
 from .table import NOT_DIFFERENTIABLE, Opaque, Reduction, defop as _defop
 
 _HALF = {np.dtype(np.float16), np.dtype(_ml_dtypes.bfloat16)}
+_FILL_MAX = 32 << 20  # bytes: see _plain_filled
+# The rows whose outputs are always fresh row-major arrays: these below, and linear's matmul into a new array.
+ROW_MAJOR_ROWS = {"linear"}
 
 
 def defop(name, kernel, *args, **kw):
@@ -34,6 +41,7 @@ def defop(name, kernel, *args, **kw):
             return tuple(o.copy(order="C") for o in out)
         return xp.asarray(out).copy(order="C")
     row_major.__name__ = getattr(kernel, "__name__", name)
+    ROW_MAJOR_ROWS.add(name)
     return _defop(name, row_major, *args, **kw)
 
 
@@ -74,9 +82,45 @@ def _sum_kernel(xp, a, dims, keepdim, dtype):
     return a.sum(axis=dims, keepdims=keepdim, dtype=dtype)
 
 
+def _input_row_major(ctx):
+    """Whether the summed input is known to be a row-major array: a contiguous leaf, or the output of a row that
+    always makes one. Elsewhere its layout is unknown, and torch's expanded gradient lets the ops of the backward
+    give their results the layout of their other operands (a permuted input's gradient is permuted)."""
+    src = ctx.next[0][0]
+    if type(src) in TENSOR_TYPES:
+        return type(src._data) is np.ndarray and src._data.flags.c_contiguous
+    return isinstance(src, Node) and src.op is not None and src.op.name in ROW_MAJOR_ROWS
+
+
+def _plain_filled(ctx, g, shape, dims, keepdim):
+    """``g`` broadcast over ``shape`` as a fresh row-major tensor, or None. Only in a first-order backward with no
+    mode (nothing would record an expand, so none is owed), for a host float gradient of under 32 MiB of a row-major
+    input: the expand row's dispatch (4 us) and the leaf's copy of its view cost more than the whole small ``sum()``
+    in torch; one assignment is well under a microsecond. A larger gradient stays a view, whose memory is one
+    element."""
+    if GradState.enabled or MODES or GradState.inference or _d.CPU_XP is not np or type(g) not in TENSOR_TYPES:
+        return None
+    if not _input_row_major(ctx):
+        return None
+    a = g._data
+    if type(a) is not np.ndarray or a.dtype.kind != "f" or math.prod(shape) * a.itemsize >= _FILL_MAX:
+        return None
+    if not keepdim and a.ndim and dims != tuple(range(len(dims))):
+        kept = list(a.shape)
+        for d in sorted(dims):
+            kept.insert(d, 1)
+        a = a.reshape(kept)
+    out = np.empty(shape, a.dtype)
+    out[...] = a  # (faster than np.full or fill for a few hundred elements)
+    return plain_tensor(out)
+
+
 def _sum_backward(ctx, g):
     shape = ctx.in_meta[0][0]
     dims, keepdim = ctx.attrs["dims"], ctx.attrs["keepdim"]
+    filled = _plain_filled(ctx, g, shape, dims, keepdim)
+    if filled is not None:
+        return filled
     if not keepdim and dims != tuple(range(len(dims))):
         g = _keep(g, shape, dims, keepdim)
     # (Reduced leading dims need no size-1 dims: broadcasting prepends them.) The rows themselves, as in _keep:
