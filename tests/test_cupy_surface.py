@@ -554,6 +554,7 @@ case("embedding_attention", lambda t, m: (
     _nn("cosine_similarity")(m.f(3, 4), m.f(3, 4)), _nn("pairwise_distance")(m.f(3, 4), m.f(3, 4)),
     _nn("pdist")(m.f(4, 3))))
 case("resample", lambda t, m: (_nn("interpolate")(m.f(1, 2, 3, 3), scale_factor=2, mode="nearest"),
+                               _nn("interpolate")(m.f(1, 2, 3, 3), size=(4, 7), mode="nearest"),
                                _nn("interpolate")(m.f(1, 2, 3, 3), size=(4, 5), mode="bilinear", align_corners=False),
                                _nn("pixel_shuffle")(m.f(1, 4, 2, 2), 2),
                                _nn("grid_sample")(m.f(1, 2, 4, 4), m.f(1, 3, 3, 2, lo=-1, hi=1), align_corners=True),

@@ -3,7 +3,8 @@ and ``pixel_shuffle``/``pixel_unshuffle``.
 
 Interpolation is separable: along each spatial dim the source taps and weights are computed exactly as PyTorch's CPU
 kernels do (in the input's float type) and applied as one matmul with a resampling matrix (or, for very large dims,
-as ``index_select`` gathers), so the gradient is a matmul too.
+as ``index_select`` gathers), so the gradient is a matmul too. The nearest modes copy instead, through one row and
+its gradient row (``ops/resample_nearest.py``), so inf/NaN stay where they are and the sums are ATen's.
 
 >>> import jitorch
 >>> from jitorch.nn._spatial_resample import interpolate
@@ -18,8 +19,10 @@ import warnings
 
 import numpy as np
 
-from .. import _creation, _dtype, _movement
+from .. import _creation, _dtype
+from .._dispatch import apply
 from ..amp._cast_mode import autocast_policy
+from ..ops.resample_nearest import UPSAMPLE_NEAREST
 from ._spatial_args import layout_as
 from ._spatial_resample_aa import filtered_resample
 from ._spatial_pool import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
@@ -85,10 +88,6 @@ def _resample_dim(x, dim, taps):
     """Resample ``x`` along ``dim``: output ``o`` is ``sum_k weight_k[o] * x[index_k[o]]`` over the ``taps``."""
     in_size = x.shape[dim]
     out_size = len(taps[0][0])
-    if len(taps) == 1 and taps[0][1] is None:
-        # Nearest taps pick, never multiply: a dense matrix would make an inf or NaN input NaN along its whole row
-        # (inf * 0), where ATen copies it to the outputs that pick it.
-        return x.index_select(dim, _creation.tensor(np.asarray(taps[0][0], dtype=np.int64), device=x.device))
     if out_size * in_size <= _DENSE_LIMIT:
         m = np.zeros((out_size, in_size), dtype=np.float64)
         rows = np.arange(out_size)
@@ -107,36 +106,6 @@ def _resample_dim(x, dim, taps):
             picked = picked * _creation.tensor(np.asarray(weight), dtype=x.dtype, device=x.device).reshape(shape)
         out = picked if out is None else out + picked
     return out
-
-
-def _repeat_factor(taps, in_size):
-    """k when nearest ``taps`` repeat each input k times in order (integer upscaling, or k = 1), else None."""
-    index = taps[0][0]
-    k = len(index) // in_size
-    return k if k * in_size == len(index) and np.array_equal(index, np.arange(len(index)) // k) else None
-
-
-def _repeat_dims(x, repeats):
-    """``x`` with each dim ``d`` repeated element-wise ``repeats[d]`` times. Stacked copies, not an expanded view:
-    the gradient is then k strided slices added, where an expand's is a sum over interleaved axes (10x slower)."""
-    for d, k in repeats.items():
-        shape = list(x.shape)
-        shape[d] *= k
-        x = _movement.stack([x] * k, d + 1).reshape(shape)
-    return x
-
-
-def _nearest_taps(in_size, out_size, scale, exact, shortcuts):
-    o = np.arange(out_size)
-    if shortcuts and out_size == in_size:
-        index = o
-    elif shortcuts and out_size == 2 * in_size:
-        index = o >> 1
-    else:
-        ratio = _ratio(np.float32, in_size, out_size, scale)
-        src = (o + 0.5) * np.float64(ratio) if exact else o.astype(np.float32) * ratio
-        index = np.minimum(np.floor(src.astype(np.float32)).astype(np.int64), in_size - 1)
-    return [(index, None)]
 
 
 def _source_coords(ftype, in_size, out_size, scale, align_corners, cubic):
@@ -211,40 +180,29 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         wanted = ", ".join(f"{a}: {s}" for a, s in zip(axes, sizes))
         raise RuntimeError(f"Input and output sizes should be greater than 0, but got input ({given}) output "
                            f"({wanted})")
+    if mode in ("nearest", "nearest-exact"):
+        scales = tuple(scales) if scales is not None else (None,) * nd
+        out = apply(UPSAMPLE_NEAREST, input, sizes=tuple(sizes), scales=scales, exact=mode == "nearest-exact")
+        return layout_as(out, input)
     # ATen resamples half types in float32 (its opmath type) and rounds once: dim after dim in bfloat16 would
     # round every pass, and the gradients' sums too.
-    nearest = mode in ("nearest", "nearest-exact")
-    low = input.dtype in (_dtype.bfloat16, _dtype.float16) and (input.requires_grad or not nearest)
+    low = input.dtype in (_dtype.bfloat16, _dtype.float16)
     out = input.float() if low else input
-    repeats = {}
     for i in range(nd):
         scale = scales[i] if scales is not None else None
         dim = 2 + i
         ftype = np.float64 if input.dtype.name == "float64" else np.float32  # PyTorch's opmath type
-        # A dim that keeps its size is copied, whatever the scale, by ATen's (bi/tri)linear kernels and its 2-D
-        # nearest one (which also takes exact doubling as ``o >> 1``); its 1-D/3-D nearest and bicubic kernels
-        # apply the scale (1.1 maps 7 -> 7 with shifted sources).
-        same = sizes[i] == out.shape[dim]
-        if mode in ("nearest", "nearest-exact"):
-            shortcuts = mode == "nearest" and nd == 2
-            if shortcuts and same:
-                continue
-            taps = _nearest_taps(out.shape[dim], sizes[i], scale, mode == "nearest-exact", shortcuts)
-            k = _repeat_factor(taps, out.shape[dim])
-            if k is not None:
-                if k > 1:
-                    repeats[dim] = k
-                continue
-        elif mode == "bicubic":
+        # A dim that keeps its size is copied, whatever the scale, by ATen's (bi/tri)linear kernels; its bicubic
+        # kernel applies the scale (1.1 maps 7 -> 7 with shifted sources).
+        if mode == "bicubic":
             taps = _cubic_taps(ftype, out.shape[dim], sizes[i], scale, align_corners)
             if low:  # ATen's half-type bicubic kernel keeps its coefficients in the input's type
                 taps = [(index, weight.astype(input.dtype.np).astype(ftype)) for index, weight in taps]
-        elif same:
+        elif sizes[i] == out.shape[dim]:
             continue
         else:
             taps = _linear_taps(ftype, out.shape[dim], sizes[i], scale, align_corners)
         out = _resample_dim(out, dim, taps)
-    out = _repeat_dims(out, repeats)
     if low:
         out = out.to(input.dtype)
     elif out is input:  # every dim kept its size: still a new tensor, as ATen's

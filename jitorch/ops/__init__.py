@@ -16,6 +16,7 @@ from . import random_ops  # noqa: F401,E402 - rows that draw random numbers (dro
 from . import nn_batch_norm  # noqa: F401,E402 - batch norm with batch statistics, and its backward
 from . import activation_ops  # noqa: F401,E402 - GELU and SiLU with their backward rows
 from . import rnn_ops  # noqa: F401,E402 - RNN/LSTM/GRU recurrences as scan rows
+from . import resample_nearest  # noqa: F401,E402 - interpolate's nearest modes and their gradient
 from . import complex_refusals  # noqa: F401,E402 - after the rows: ordering rows refuse complex inputs
 from .table import OPS, OpDef
 
