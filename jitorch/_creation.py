@@ -14,7 +14,8 @@ import numpy as np
 
 from . import _dtype
 from . import _memory_format as MF
-from ._creation_checks import check_can_alias, check_no_python_complex, check_parts, huge_ints, ragged_error
+from ._creation_checks import check_can_alias, check_no_python_complex, check_parts, checked_shape, huge_ints, \
+    ragged_error
 from ._device import device as _device, get_default_device
 from ._shape import normalize_shape, sizes_or_keyword
 from ._tensor import Tensor
@@ -225,9 +226,7 @@ def _resolve(dtype, default=None):
 
 
 def _filled(size, value, dtype, device, requires_grad, op):
-    shape = normalize_shape(size, op)
-    if any(s < 0 for s in shape):
-        raise RuntimeError(f"{op}: Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
+    shape = checked_shape(normalize_shape(size, op), op)
     xp, dev = _xp_for(device)
     dt = _resolve(dtype)
     if value is None:

@@ -23,7 +23,7 @@ from .autograd.graph import _SAVED_HOOKS, _record as _record_in_region, _recordi
 from .runtime.host_cache import THRESHOLD as _HOST_MIN
 from .runtime.host_cache import empty as _host_empty
 
-__all__ = ["fast_binary", "fast_unary", "fast_keep", "plain_arrays", "plain_tensor", "plain_binary"]
+__all__ = ["fast_binary", "fast_unary", "fast_keep", "nothing_records", "plain_arrays", "plain_tensor", "plain_binary"]
 
 # Eager overhead is what users feel on small tensors, so the hottest case (floating NumPy arrays of one dtype, or a
 # Python number) skips promotion and device checks and calls the row's kernel directly. Anything else takes ``eager``.
@@ -238,14 +238,22 @@ def fast_keep(op, args, attrs):
     return outs[0] if op.nout == 1 else tuple(outs)
 
 
+def nothing_records():
+    """Whether ops run now would leave no trace to keep: grad mode off (in the engine: no ``create_graph``), no
+    inference mode to mark their outputs, no mode (a tracer) to see them, and kernels on plain NumPy. The condition
+    of every shortcut that computes a backward's result on the arrays directly (`plain_arrays`, the sum gradient's
+    ``_plain_filled``)."""
+    return not (GradState.enabled or MODES or GradState.inference) and _d.CPU_XP is np
+
+
 def plain_arrays(*tensors):
     """The NumPy arrays of ``tensors`` when a backward formula may compute its gradient on them directly, else None.
 
-    Only while nothing records the formula's ops (no ``create_graph``: grad mode is off in the engine; no mode such
-    as a tracer), so the result needs no history, and only for host float arrays of one dtype and shape with at
-    least one dimension, where a ufunc gives exactly what the ops' own shortcut above would (the formula's jitorch
-    ops then cost about 2 us each in dispatch, the arithmetic well under 1 on a thousand elements)."""
-    if GradState.enabled or MODES or GradState.inference or _d.CPU_XP is not np:
+    Only while `nothing_records`, so the result needs no history, and only for host float arrays of one dtype and
+    shape with at least one dimension, where a ufunc gives exactly what the ops' own shortcut above would (the
+    formula's jitorch ops then cost about 2 us each in dispatch, the arithmetic well under 1 on a thousand
+    elements)."""
+    if not nothing_records():
         return None
     t = tensors[0]
     first = t._data if type(t) in TENSOR_TYPES else None

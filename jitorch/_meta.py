@@ -17,7 +17,7 @@ from .ops.random_ops import RANDOM_ROWS
 from .ops.table import Opaque
 from .runtime.meta import MetaArray, as_meta, as_meta_all, data_dependent, empty
 
-__all__ = ["kernel_of", "mixed", "meta_repr", "check_host_read"]
+__all__ = ["kernel_of", "mixed", "meta_repr"]
 
 _KERNELS: dict = {}
 
@@ -71,15 +71,3 @@ def meta_repr(t, suffixes):
     if t.dtype not in default:
         items.append(f"dtype={t.dtype}")
     return f"tensor({', '.join(items + suffixes)})"
-
-
-def check_host_read(t, what):
-    """Refuse a read of a meta tensor's value, as torch (``item()``, ``numpy()``...)."""
-    if type(t._data) is not MetaArray:
-        return
-    if what == "item":
-        raise RuntimeError("Tensor.item() cannot be called on meta tensors")
-    if what == "numpy":
-        raise TypeError("can't convert meta device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host "
-                        "memory first.")
-    raise NotImplementedError("Cannot copy out of meta tensor; no data!")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 
-
 from . import _dtype
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace, fast_binary, fast_unary
 from ._dispatch_fast import _OPERANDS
+from ._grad_state import GradState
 from .autograd.graph import named
 from ._pointwise_checks import check_alpha, check_bounds, to_common_float
 from ._tensor import Tensor
@@ -39,8 +39,6 @@ def _write_out(result, out, op=None):
     """The ``out=`` convention: write into ``out`` (resized when its shape differs) and return it."""
     if out is None:
         return result
-    from ._grad_state import GradState
-
     # Writing into out under no_grad would silently cut the graph (no gradient reaches the inputs): torch refuses.
     if GradState.enabled and (result.requires_grad or out.requires_grad):
         raise RuntimeError(f"{op + '(): ' if op else ''}functions with out=... arguments don't support automatic "
@@ -527,9 +525,7 @@ def _reflect(fn):
     return lambda self, other: fn(other, self)
 
 
-
-
-def _comparison(fn):
+def _operator(fn):
     """``fn`` as an operator. An operand no op takes (None, a list, a string) gives NotImplemented, so Python falls
     back as it does for torch: ``mask == None`` is False (not an elementwise tensor), ``t != [1]`` True, ``t < None``
     a TypeError."""
@@ -583,12 +579,12 @@ _METHODS.update(
     __sub__=_sub_operator, __rsub__=_rsub_operator, __isub__=_sub_,
     __mul__=fast_binary(P.MUL, operator=True), __rmul__=fast_binary(P.MUL, reflected=True, operator=True),
     __truediv__=fast_binary(P.DIV, operator=True), __rtruediv__=_rdiv_operator, __itruediv__=_div_,
-    __floordiv__=_comparison(floor_divide), __rfloordiv__=_comparison(_reflect(floor_divide)),
-    __mod__=_comparison(remainder), __rmod__=_comparison(_reflect(remainder)), __pow__=_comparison(pow),
-    __rpow__=_comparison(_reflect(pow)), __neg__=fast_unary(P.NEG),
+    __floordiv__=_operator(floor_divide), __rfloordiv__=_operator(_reflect(floor_divide)),
+    __mod__=_operator(remainder), __rmod__=_operator(_reflect(remainder)), __pow__=_operator(pow),
+    __rpow__=_operator(_reflect(pow)), __neg__=fast_unary(P.NEG),
     __pos__=_pos,
-    __abs__=abs, __eq__=_comparison(eq), __ne__=_comparison(ne), __lt__=_comparison(lt), __le__=_comparison(le),
-    __gt__=_comparison(gt), __ge__=_comparison(ge),
+    __abs__=abs, __eq__=_operator(eq), __ne__=_operator(ne), __lt__=_operator(lt), __le__=_operator(le),
+    __gt__=_operator(gt), __ge__=_operator(ge),
     # PyTorch's &, |, ^ and ~ are the bitwise ops, which on bool tensors are the logical ones.
     __and__=bitwise_and, __or__=bitwise_or, __xor__=bitwise_xor, __invert__=_invert,
     __rand__=_reflect(bitwise_and), __ror__=_reflect(bitwise_or), __rxor__=_reflect(bitwise_xor),

@@ -52,7 +52,7 @@ def _invalid(message: str):
 
 
 def _read_header(f):
-    """``(tensor entries, metadata or None, data start, data length)`` of an open file, checked as safetensors does."""
+    """``(tensor entries, metadata or None, data start)`` of an open file, checked as safetensors does."""
     size = os.fstat(f.fileno()).st_size
     head = f.read(8)
     if len(head) != 8:
@@ -77,7 +77,7 @@ def _read_header(f):
                 or not 0 <= offsets[0] <= offsets[1] <= data_len
                 or offsets[1] - offsets[0] != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize):
             raise _invalid(f"Error while deserializing header: InvalidTensorView for {name!r}")
-    return header, metadata, data_start, data_len
+    return header, metadata, data_start
 
 
 def _read_tensor(f, name, info, data_start):
@@ -114,7 +114,7 @@ class safe_open:  # noqa: N801 - safetensors' spelling
         self._filename = filename
         self._file = open(filename, "rb")
         try:
-            self._header, self._metadata, self._data_start, _ = _read_header(self._file)
+            self._header, self._metadata, self._data_start = _read_header(self._file)
         except BaseException:
             self._file.close()
             raise

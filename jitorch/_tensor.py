@@ -71,6 +71,14 @@ class Size(tuple):
     __rmul__ = __mul__
 
 
+def _meta_read_error(what):
+    """torch's refusal to read a meta tensor's value (``item()``, ``numpy()``)."""
+    if what == "item":
+        return RuntimeError("Tensor.item() cannot be called on meta tensors")
+    return TypeError("can't convert meta device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host "
+                     "memory first.")
+
+
 class Tensor:
     """A multi-dimensional array with autograd, PyTorch's ``torch.Tensor``.
 
@@ -404,9 +412,7 @@ class Tensor:
         if self._data.size != 1:
             raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to Scalar")
         if type(self._data) is MetaArray:
-            from ._meta import check_host_read
-
-            check_host_read(self, "item")
+            raise _meta_read_error("item")
         return self._host().reshape(()).item()
 
     def tolist(self):
@@ -423,9 +429,7 @@ class Tensor:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         if type(self._data) is not np.ndarray:
             if type(self._data) is MetaArray:
-                from ._meta import check_host_read
-
-                check_host_read(self, "numpy")
+                raise _meta_read_error("numpy")
             if not force:
                 raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor "
                                 "to host memory first.")
@@ -438,9 +442,7 @@ class Tensor:
         if self._requires_grad:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         if type(self._data) is MetaArray:  # torch's __array__ is numpy(): its refusal, not a failed host copy
-            from ._meta import check_host_read
-
-            check_host_read(self, "numpy")
+            raise _meta_read_error("numpy")
         arr = self._host()
         if copy is False and (arr is not self._data or dtype is not None and np.dtype(dtype) != arr.dtype):
             raise ValueError(f"Unable to avoid copy while creating an array from a {self.device.type} tensor of "
@@ -511,9 +513,7 @@ class Tensor:
             raise RuntimeError(f"{kind}: a Tensor with {n} elements cannot be converted to Scalar" if n else
                                f"{kind}: a Tensor with 0 elements cannot be converted to Scalar")
         if type(self._data) is MetaArray:
-            from ._meta import check_host_read
-
-            check_host_read(self, "item")
+            raise _meta_read_error("item")
         return self._host().reshape(()).item()
 
     def __bool__(self):

@@ -103,6 +103,15 @@ def _finish(tree):
     return tree_unflatten(_detached(leaves, _OUTER_GRAD[0]), spec)
 
 
+def _split_aux(where, out, has_aux):
+    """``(value, aux)`` of ``f``'s output ``out`` (``aux`` None without ``has_aux``)."""
+    if not has_aux:
+        return out, None
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise RuntimeError(f"{where}: output of function f should be a tuple: (output, aux) if has_aux is True")
+    return out
+
+
 def _only_tensors(where, outputs):
     for o in outputs:
         if not isinstance(o, Tensor):
@@ -155,10 +164,7 @@ def grad_and_value(func, argnums=0, has_aux=False):
             specs.append((spec, len(leaves)))
             flat += leaves
         out = func(*args, **kwargs)
-        if has_aux and not (isinstance(out, tuple) and len(out) == 2):
-            raise RuntimeError("grad_and_value(f)(*args): output of function f should be a tuple: (output, aux) if "
-                               "has_aux is True")
-        value, aux = out if has_aux else (out, None)
+        value, aux = _split_aux("grad_and_value(f)(*args)", out, has_aux)
         if not isinstance(value, Tensor):
             raise RuntimeError(f"grad_and_value(f)(*args): Expected f(*args) to return a Tensor, got {type(value)}")
         if value.nelement() != 1:
@@ -196,10 +202,7 @@ def vjp(func, *primals, has_aux=False):
     leaves, spec = tree_flatten(primals)
     leaves = [_leaf(x) for x in leaves]
     out = func(*tree_unflatten(leaves, spec))
-    if has_aux and not (isinstance(out, tuple) and len(out) == 2):
-        raise RuntimeError("vjp(f, *primals): output of function f should be a tuple: (output, aux) if has_aux is "
-                           "True")
-    value, aux = out if has_aux else (out, None)
+    value, aux = _split_aux("vjp(f, *primals)", out, has_aux)
     out_leaves, out_spec = tree_flatten(value)
     _only_tensors("vjp(f, *primals)", out_leaves)
     depth, outer = _DEPTH[0], _OUTER_GRAD[0]
@@ -256,10 +259,7 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_
                 full[n] = tree_unflatten(list(leaves[start:start + count]), spec)
                 start += count
             out = func(*full, **kwargs)
-            if has_aux and not (isinstance(out, tuple) and len(out) == 2):
-                raise RuntimeError("jacrev(f, ...)(*args): output of function f should be a tuple: (output, aux) "
-                                   "if has_aux is True")
-            value, seen["aux"] = out if has_aux else (out, None)
+            value, seen["aux"] = _split_aux("jacrev(f, ...)(*args)", out, has_aux)
             out_leaves, seen["spec"] = tree_flatten(value)
             _only_tensors("vjp(f, *primals)", out_leaves)
             return tuple(out_leaves)
@@ -326,10 +326,7 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):
     leaves, spec, t_leaves = _check_pairs("jvp(f, primals, tangents)", primals, tangents)
     leaves = [_leaf(x) for x in leaves]
     out = func(*tree_unflatten(leaves, spec))
-    if has_aux and not (isinstance(out, tuple) and len(out) == 2):
-        raise RuntimeError("jvp(f, primals, tangents): output of function f should be a tuple: (output, aux) if "
-                           "has_aux is True")
-    value, aux = out if has_aux else (out, None)
+    value, aux = _split_aux("jvp(f, primals, tangents)", out, has_aux)
     out_leaves, out_spec = tree_flatten(value)
     _only_tensors("jvp(f, primals, tangents)", out_leaves)
     # Integer outputs (an argmax) have no tangent: zeros, as torch's.

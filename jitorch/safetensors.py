@@ -119,7 +119,7 @@ def load_file(filename, device="cpu", *, backend="mmap") -> dict:
     if isinstance(device, int):
         device = f"cuda:{device}"
     with open(filename, "rb") as f:
-        header, _, data_start, _ = _read_header(f)
+        header, _, data_start = _read_header(f)
         arrays = {name: _read_tensor(f, name, info, data_start)
                   for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0])}
     return _finish(arrays, device)
@@ -228,4 +228,3 @@ def load_model(model, filename, strict: bool = True, device="cpu", *, backend="m
             error += "\n    Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in sorted(unexpected))
         raise RuntimeError(error)
     return missing, unexpected
-

@@ -22,7 +22,7 @@ import mmap
 
 import numpy as np
 
-__all__ = ["MetaArray", "empty", "as_meta", "as_meta_all", "is_meta", "offset_of", "data_dependent",
+__all__ = ["MetaArray", "empty", "as_meta", "as_meta_all", "offset_of", "data_dependent",
            "dense_strides_like", "contiguous_strides", "MetaRNG", "NO_DATA", "META_MODULE"]
 
 NO_DATA = "Cannot copy out of meta tensor; no data!"
@@ -64,10 +64,6 @@ def empty(shape, dtype, strides=None, offset=0):
     else:
         arr = np.ndarray(shape, dtype, buffer=zero, offset=offset * item, strides=tuple(s * item for s in strides))
     return arr.view(MetaArray)
-
-
-def is_meta(arr) -> bool:
-    return type(arr) is MetaArray
 
 
 def offset_of(arr) -> int:

@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 
+from .._dispatch_modes import MODES
 from .._tensor import Tensor
 from .anomaly_mode import AnomalyState
 from .engine_hooks import run_node
@@ -173,7 +174,6 @@ def _sole_count():
 
 
 _SOLE = _sole_count()
-_MODES = None  # jitorch._dispatch.MODES, bound on first use (that module imports this package)
 
 
 # Per backward running now (innermost last): whether it was asked for the gradients of given inputs (``grad``,
@@ -189,9 +189,6 @@ def is_checkpoint_valid():
 def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, accumulate_into_grad=True,
                  allow_unused=False):
     """Propagate ``root_grads`` from ``roots`` (tensors). Returns the gradients of ``inputs`` when given."""
-    global _MODES
-    if _MODES is None:
-        from .._dispatch import MODES as _MODES
     root_edges = []
     for i, t in enumerate(roots):
         edge = _edge_of(t)
@@ -213,7 +210,7 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
     pending = _collect_dependencies(nodes)
     needed = _needed_nodes(nodes, wanted_nodes, wanted_leaves) if inputs is not None else None
     # Nothing records the backward's own ops: sums of gradients may bypass them (and reuse the engine's buffers).
-    plain = not create_graph and not _MODES
+    plain = not create_graph and not MODES
     add = _sum_plain if plain else _plus
 
     leaf_grads = {}  # id(leaf) -> [leaf, grad]

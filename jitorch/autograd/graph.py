@@ -26,7 +26,7 @@ from .saved_hooks import _stack as _SAVED_HOOKS
 from .saved_hooks import pack as _pack
 from .saved_hooks import disable_saved_tensors_hooks, save_on_cpu, saved_tensors_hooks  # noqa: F401 - torch's path
 
-__all__ = ["Node", "AccumulateGrad", "node_class_for", "named", "Deferred", "recording_nodes", "ViewCreation",
+__all__ = ["Node", "AccumulateGrad", "node_class_for", "named", "recording_nodes", "ViewCreation",
            "saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks"]
 
 _FREED_MSG = (
@@ -61,16 +61,6 @@ def _version_error(t, saved_version, node_name, current=None, producer=None, out
         f"expected version {saved_version} instead. Hint: enable anomaly detection to find the operation that "
         "failed to compute its gradient, with torch.autograd.set_detect_anomaly(True, check_nan=False)."
     )
-
-
-class Deferred:
-    """Saved values dropped after the forward (activation checkpointing): the first node of the region that needs
-    them calls ``fill()``, which recomputes the region and stores the values into every node of it."""
-
-    __slots__ = ("fill",)
-
-    def __init__(self, fill):
-        self.fill = fill
 
 
 # ``(thread id, list)`` per checkpointed region running now, innermost last: its thread's nodes go in the list.
@@ -136,14 +126,6 @@ class Node:
             _record(self)
 
     # -- saved values -------------------------------------------------------------------------------------------
-    def _saved(self, name):
-        """``_saved_in`` or ``_saved_out``, recomputed first if activation checkpointing deferred it."""
-        saved = getattr(self, name)
-        if type(saved) is Deferred:
-            saved.fill()
-            saved = getattr(self, name)
-        return saved
-
     def save_inputs(self, args):
         self._saved_in = args
         versions = []
@@ -180,13 +162,10 @@ class Node:
     @property
     def inputs(self):
         saved = self._saved_in
-        if saved is None or type(saved) is Deferred:
-            saved = self._saved("_saved_in")
-            if saved is None:
-                if self._freed:
-                    raise RuntimeError(_FREED_MSG)
-                raise RuntimeError(f"{self.name()}: inputs were not saved for backward (the op's row must declare "
-                                   "them)")
+        if saved is None:
+            if self._freed:
+                raise RuntimeError(_FREED_MSG)
+            raise RuntimeError(f"{self.name()}: inputs were not saved for backward (the op's row must declare them)")
         if type(saved) is PackedInputs:  # saved-tensor hooks: unpacked, not version-checked (see save_inputs)
             return tuple([a.unpack() if type(a) is Packed else a for a in saved])
         for a, v in zip(saved, self._saved_in_versions):
@@ -198,7 +177,7 @@ class Node:
 
     @property
     def outputs(self):
-        saved = self._saved("_saved_out")
+        saved = self._saved_out
         if saved is None:
             raise RuntimeError(_FREED_MSG if self._freed else f"{self.name()}: outputs were not saved for backward")
         return tuple([self._unpack_output(nr, entry) for nr, entry in enumerate(saved)])
@@ -206,8 +185,8 @@ class Node:
     @property
     def out(self):
         saved = self._saved_out
-        if saved is None or type(saved) is Deferred or len(saved) != 1:
-            return self.outputs[0]  # (the errors, recomputation, and every output's version checked)
+        if saved is None or len(saved) != 1:
+            return self.outputs[0]  # (the errors, and every output's version checked)
         return self._unpack_output(0, saved[0])
 
     def _unpack_output(self, nr, entry):
@@ -225,7 +204,7 @@ class Node:
     def output(self, nr):
         """Saved output ``nr`` alone, version-checked alone: a backward that reads only side outputs (batch norm's
         statistics) must not fail because its main output was later changed in place (``ReLU(inplace=True)``)."""
-        saved = self._saved("_saved_out")
+        saved = self._saved_out
         if saved is None:
             raise RuntimeError(_FREED_MSG if self._freed else f"{self.name()}: outputs were not saved for backward")
         return self._unpack_output(nr, saved[nr])

@@ -48,6 +48,19 @@ def mutates_input(node: Node) -> bool:
     return (name.endswith("_") and not name.endswith("__")) or _inplace_flag(node)
 
 
+def maybe_written(graph) -> set:
+    """The nodes an in-place call writes into, and everything they were computed from (a view shares memory with
+    its source; telling views apart is not attempted)."""
+    stack = [n.args[0] for n in graph.nodes if mutates_input(n) and n.args and isinstance(n.args[0], Node)]
+    found: set = set()
+    while stack:
+        node = stack.pop()
+        if node not in found:
+            found.add(node)
+            stack.extend(node.all_input_nodes)
+    return found
+
+
 def _inplace_flag(node) -> bool:
     """Whether a call passes ``inplace=True``, by keyword or by position (``F.relu(x, True)``)."""
     if node.kwargs.get("inplace", False) is True:

@@ -88,8 +88,7 @@ def _linear_row(input, weight, bias, x, w, b):
     if input._base is not None or weight._base is not None or bias is not None and bias._base is not None:
         for t in (input, weight, bias):
             if t is not None and t._base is not None and t._view_ver != t._ver_owner._ver:
-                sync_view(t)
-        x, w, b = input._data, weight._data, None if bias is None else bias._data
+                sync_view(t)  # (the history only: the arrays stay)
     out = _new(Tensor)
     out._data = LINEAR.kernel(_dispatch.CPU_XP, x, w, b)
     if GradState.inference:

@@ -22,7 +22,7 @@ import numpy as np
 from .. import _creation, _dtype
 from .._dispatch import apply
 from ..amp._cast_mode import autocast_policy
-from ..ops.resample_nearest import UPSAMPLE_NEAREST
+from ..ops.resample_nearest import UPSAMPLE_NEAREST, scale_ratio as _ratio
 from ._spatial_args import layout_as
 from ._spatial_resample_aa import filtered_resample
 from ._spatial_pool import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
@@ -70,13 +70,6 @@ def _output_sizes(input, size, scale_factor, mode, recompute_scale_factor):
     if recompute_scale_factor or mode == "area":
         return [int(s * f) for s, f in zip(input.shape[2:], scales)], None
     return [math.floor(float(s) * f) for s, f in zip(input.shape[2:], scales)], scales
-
-
-def _ratio(ftype, in_size, out_size, scale):
-    """PyTorch's ``compute_scales_value``: 1 / scale_factor when one was given, else in / out (in ``ftype``)."""
-    if scale is not None and scale > 0:
-        return ftype(1.0 / scale)
-    return ftype(in_size) / ftype(out_size)
 
 
 # A dense (out, in) resampling matrix turns one dim's resampling into one BLAS matmul whose gradient is a matmul

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 from .._dispatch import apply
 from ..ops.conv_ops import CONVOLUTION_TRANSPOSE, CONVOLUTION_WEIGHT
+from .modules.pooling import _ntuple as _tuple
 
 __all__ = ["conv1d_input", "conv1d_weight", "conv2d_input", "conv2d_weight", "conv3d_input", "conv3d_weight"]
-
-
-def _tuple(v, nd):
-    return tuple(v) if isinstance(v, (tuple, list)) else (v,) * nd
 
 
 def _input_grad(nd, input_size, weight, grad_output, stride, padding, dilation, groups):

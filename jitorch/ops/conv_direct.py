@@ -160,9 +160,7 @@ def direct_forward(xp, x, w, b, stride, pads, dilation, groups, outs):
     if nd == 1:
         x, w, pads, dilation, stride = _as_2d(pads, dilation, stride, x, w)
         outs = (1,) + tuple(outs)
-    if all(s == 1 for s in stride):
-        out = _forward(dtype, x, w, b, pads, dilation, groups, outs)
-    elif stride[-1] <= _MAX_KERNEL_STRIDE:
+    if stride[-1] <= _MAX_KERNEL_STRIDE:  # stride 1 included
         out = _forward(dtype, x, w, b, pads, dilation, groups, outs, tuple(stride))
     else:
         xpad, out = pad_contiguous(np, x, pads), None

@@ -88,7 +88,7 @@ def _saved_indices(ctx, start):
     """
     from ..autograd.graph import PackedInputs, _version_error
 
-    saved = ctx._saved("_saved_in")
+    saved = ctx._saved_in
     if saved is None or type(saved) is PackedInputs:  # hook-packed inputs: ctx.inputs unpacks them
         return tuple(ctx.inputs[start:])
 

@@ -38,10 +38,9 @@ _MAX_KERNELS = 256
 _kernels: dict = {}
 
 
-def _usable(arrays, minimum=None):
+def _usable(arrays):
     first = arrays[0]
-    if type(first) is not np.ndarray or first.dtype not in _IR or first.ndim == 0 or \
-            first.size < (MIN_SIZE if minimum is None else minimum):
+    if type(first) is not np.ndarray or first.dtype not in _IR or first.size < MIN_SIZE or first.ndim == 0:
         return False
     return all(type(a) is np.ndarray and a.dtype == first.dtype and a.shape == first.shape and a.flags.c_contiguous
                for a in arrays)
@@ -106,6 +105,11 @@ def _kernel(name, dt, nin, present, eps, rows, n):
 def _empty(shape, dtype, nbytes):
     # Small results straight from NumPy: the host cache's size classes are for blocks it could reuse.
     return np.empty(shape, dtype) if nbytes < host_cache.THRESHOLD else host_cache.empty(shape, dtype)
+
+
+def _new(shape, dtype, small):
+    """`_empty` with the size test made once per plan (``small``: the input is below the host cache's threshold)."""
+    return np.empty(shape, dtype) if small else host_cache.empty(shape, dtype)
 
 
 def _run(name, arrays, rows, n):
@@ -184,7 +188,7 @@ def layer_norm(x, weight, bias, k, eps):
         return None
     kernel, n, rows, stat_shape, small = plan
     dtype = x.dtype
-    out = np.empty(x.shape, dtype) if small else host_cache.empty(x.shape, dtype)
+    out = _new(x.shape, dtype, small)
     mean, rstd = np.empty(stat_shape, dtype), np.empty(stat_shape, dtype)
     arrays = [out, mean, rstd, x]
     for p in (weight, bias):
@@ -214,8 +218,7 @@ def layer_norm_backward(g, x, mean, rstd, weight, k):
     mean, rstd = np.ascontiguousarray(mean, dtype), np.ascontiguousarray(rstd, dtype)
     if mean.size != rows or rstd.size != rows:
         return None
-    gx, xhat = (np.empty(x.shape, dtype), np.empty((rows, n), dtype)) if small else \
-        (host_cache.empty(x.shape, dtype), host_cache.empty((rows, n), dtype))
+    gx, xhat = _new(x.shape, dtype, small), _new((rows, n), dtype, small)
     arrays = [gx, xhat, g, x, mean, rstd]
     if weight is not None:
         arrays.append(weight)

@@ -25,6 +25,7 @@ import numpy as np
 from .. import _dispatch
 from ..autograd.grad_mode import GradState
 from . import native_rows
+from .cascade_sum import sum_rows
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 __all__ = ["SOFTMAX", "SOFTMAX_BACKWARD", "LOG_SOFTMAX", "LOG_SOFTMAX_BACKWARD", "LAYER_NORM", "LAYER_NORM_BACKWARD",
@@ -233,8 +234,8 @@ def _layer_norm_backward_kernel(xp, g, x, mean, rstd, weight, k, eps):
     xhat *= rstd2
     gxh = g2 * weight.reshape(-1) if weight is not None else g2.copy()  # updated in place below; g is the caller's
     if n > _BLAS_ROW_MAX:
-        gw = (g2 * xhat).sum(axis=0)
-        gb = g2.sum(axis=0)
+        gw = sum_rows(xp, g2 * xhat)  # a cascade over many rows, as the native path's
+        gb = sum_rows(xp, g2)
         c2 = (gxh * xhat).sum(axis=1, keepdims=True)
         c1 = gxh.sum(axis=1, keepdims=True)
     else:

@@ -70,7 +70,6 @@ THRESHOLD_BACKWARD = defop("threshold_backward", _threshold_backward_kernel, _th
                            Pointwise("{1} > 0 ? {0} : 0"), promotion="promote", saves="inputs", meta=True)
 
 
-
 def _first_order(row):
     """``row`` as a ``(g, y) -> Tensor`` that runs the row's kernel straight on the arrays when nothing records."""
     kernel, dispatched = row.kernel, fast_binary(row)

@@ -14,10 +14,8 @@ import math
 import ml_dtypes as _ml_dtypes
 import numpy as np
 
-from .. import _dispatch as _d  # ``_d.CPU_XP`` read through the module: tests swap in a CuPy-surface NumPy there
-from .._dispatch import MODES, TENSOR_TYPES, apply
-from .._dispatch_fast import plain_tensor
-from .._grad_state import GradState
+from .._dispatch import TENSOR_TYPES, apply
+from .._dispatch_fast import nothing_records, plain_tensor
 from ..autograd.graph import Node
 from ..runtime import is_cupy
 from .cascade_sum import NAIVE_ROWS, cascade_sum
@@ -98,7 +96,7 @@ def _plain_filled(ctx, g, shape, dims, keepdim):
     input: the expand row's dispatch (4 us) and the leaf's copy of its view cost more than the whole small ``sum()``
     in torch; one assignment is well under a microsecond. A larger gradient stays a view, whose memory is one
     element."""
-    if GradState.enabled or MODES or GradState.inference or _d.CPU_XP is not np or type(g) not in TENSOR_TYPES:
+    if not nothing_records() or type(g) not in TENSOR_TYPES:
         return None
     if not _input_row_major(ctx):
         return None

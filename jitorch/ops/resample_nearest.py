@@ -22,7 +22,14 @@ import numpy as np
 
 from .table import Opaque, defop
 
-__all__ = ["UPSAMPLE_NEAREST", "UPSAMPLE_NEAREST_BACKWARD", "source_index"]
+__all__ = ["UPSAMPLE_NEAREST", "UPSAMPLE_NEAREST_BACKWARD", "scale_ratio", "source_index"]
+
+
+def scale_ratio(ftype, in_size, out_size, scale):
+    """PyTorch's ``compute_scales_value``: 1 / scale_factor when one was given, else in / out (in ``ftype``)."""
+    if scale is not None and scale > 0:
+        return ftype(1.0 / scale)
+    return ftype(in_size) / ftype(out_size)
 
 
 @functools.lru_cache(maxsize=512)
@@ -37,8 +44,7 @@ def source_index(in_size, out_size, scale, exact, shortcuts):
     elif shortcuts and out_size == 2 * in_size:
         index = o >> 1
     else:
-        ratio = np.float32(1.0 / scale) if scale is not None and scale > 0 else \
-            np.float32(in_size) / np.float32(out_size)
+        ratio = scale_ratio(np.float32, in_size, out_size, scale)
         src = (o + 0.5) * np.float64(ratio) if exact else o.astype(np.float32) * ratio
         index = np.minimum(np.floor(src.astype(np.float32)).astype(np.int64), in_size - 1)
     k = out_size // in_size
@@ -141,8 +147,8 @@ def _backward_kernel(xp, g, in_sizes, scales, exact):
     # ATen's 1-D/3-D nearest forward kernels apply the scale to a dim that keeps its size (1.1 maps 7 -> 7 with
     # shifted sources); their backward, as every 2-D kernel, takes such a dim as a copy (``shortcuts``). The i-th
     # picks over all dims, in row-major order of i, are ATen's order of additions (its loop runs over the outputs).
-    if not all(isinstance(w, slice) for n, m, s in zip(in_sizes, sizes, scales)
-               for w, _ in _picks(n, m, s, exact, not exact)):
+    picks = [_picks(n, m, s, exact, not exact) for n, m, s in zip(in_sizes, sizes, scales)]
+    if not all(isinstance(w, slice) for per_dim in picks for w, _ in per_dim):
         terms, flat, mask = _gather_plan(tuple(in_sizes), sizes, tuple(scales), exact)
         t = xp.take(g.reshape(lead + (math.prod(sizes),)), xp.asarray(flat), axis=2)
         if mask is not None:  # adding +0 leaves every sum as it is (the buffer starts at +0, never -0)
@@ -150,7 +156,6 @@ def _backward_kernel(xp, g, in_sizes, scales, exact):
         t = t.reshape(lead + (terms, math.prod(in_sizes)))
         acc = _ordered_sum(xp, [t[:, :, i] for i in range(terms)], acc_type)
         return acc.reshape(lead + tuple(in_sizes)).astype(g.dtype, copy=False)
-    picks = [_picks(n, m, s, exact, not exact) for n, m, s in zip(in_sizes, sizes, scales)]
     terms = []
     for choice in itertools.product(*picks):
         terms.append(g[(slice(None),) * 2 + tuple(where for where, _ in choice)])

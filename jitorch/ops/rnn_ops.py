@@ -194,9 +194,7 @@ def _forward_kernel(family):
 def _backward_kernel(family):
     n = family.ngrads
     if family.mode == "LSTM_CELL":  # the cell's backward reads every input (x is the weight gradient's factor)
-        def whole(xp, *arrays, **attrs):
-            return family.backward(xp, *arrays, **attrs)
-        return whole
+        return family.backward
 
     def kernel(xp, *arrays, **attrs):
         # ``gi`` (right after the gradients) is only for the double backward: the workspace replaces it here.

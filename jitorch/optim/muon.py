@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 
 from .. import _creation
-from ..autograd.grad_mode import enable_grad, no_grad
-from .optimizer import Optimizer, _to_scalar
+from ..autograd.grad_mode import no_grad
+from .optimizer import Optimizer, _check_tensor_lr, _to_scalar, evaluate_closure
 
 __all__ = ["Muon", "muon"]
 
@@ -81,8 +81,7 @@ class Muon(Optimizer):
     def __init__(self, params, lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
                  ns_coefficients=(DEFAULT_A, DEFAULT_B, DEFAULT_C), eps=EPS, ns_steps=DEFAULT_NS_STEPS,
                  adjust_lr_fn=None):
-        if hasattr(lr, "numel") and lr.numel() != 1:
-            raise ValueError("Tensor lr must be 1-element")
+        _check_tensor_lr(lr)
         if not 0.0 <= lr:
             raise ValueError(f"Learning rate should be >= 0 but is: {lr}")
         if not 0.0 <= momentum:
@@ -104,10 +103,7 @@ class Muon(Optimizer):
     @no_grad()
     def step(self, closure=None):
         """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
-        loss = None
-        if closure is not None:
-            with enable_grad():
-                loss = closure()
+        loss = evaluate_closure(closure)
         for group in self.param_groups:
             params, grads, bufs = [], [], []
             for p in group["params"]:

@@ -119,7 +119,7 @@ class _Frame:
         self.recomputed = weakref.WeakKeyDictionary()  # holder -> recomputed tensor
         self.inputs = self.versions = ()
         self.forward_done = False
-        self.ops = {}  # debug: the node names each run recorded
+        self.forward_ops = ()  # debug: the node names the forward recorded
 
     def save_inputs(self, args):
         """Inputs as torch's frame saves them: through the hooks around the checkpoint when there are any, else
@@ -156,7 +156,7 @@ class _Frame:
         self.saved = []
         self.forward_done = True
         if self.debug:
-            self.ops["forward"] = [n.name() for n in region_nodes]
+            self.forward_ops = [n.name() for n in region_nodes]
 
     def recompute(self):
         with enable_grad():  # inputs packed by outer hooks get their history back only with grad mode on
@@ -213,7 +213,7 @@ class _Frame:
     def _with_log(self, error, recomputed_nodes):
         if not self.debug:
             return error
-        forward = "\n".join(self.ops.get("forward", ()))
+        forward = "\n".join(self.forward_ops)
         again = "\n".join(n.name() for n in recomputed_nodes)
         return CheckpointError(f"{error}\nbecause you passed `debug=True` to `torch.utils.checkpoint.checkpoint()`, "
                                f"the ops of both runs:\n\nOperations executed during the original forward:\n\n"

@@ -120,7 +120,7 @@ class _Reentrant(Function):
                                "set use_reentrant=False, or call .backward() without passing the `inputs` argument.")
         tensors = iter(ctx.saved_tensors)
         args = [next(tensors) if a is None else a for a in ctx.args]
-        inputs = [a.detach().requires_grad_(a.requires_grad) if isinstance(a, Tensor) else a for a in args]
+        inputs = detach_variable(tuple(args))
         with rng_as_at_forward(ctx.rng), autocast_as(ctx.amp), enable_grad():
             outs = ctx.function(*inputs)
         outs = (outs,) if isinstance(outs, Tensor) else tuple(outs)

@@ -25,9 +25,8 @@ tensor([2., 2.])
 from __future__ import annotations
 
 from ..._tensor import Tensor
-from ..graph import is_impure
+from ..graph import is_impure, maybe_written
 from ..interpreter import Interpreter
-from .cse import maybe_written
 
 __all__ = ["fold_constants"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..graph import is_impure, mutates_input
+from ..graph import is_impure, maybe_written, mutates_input
 from ..node import Node
 
 __all__ = ["CSEPass", "PassResult", "eliminate_common_subexpressions"]
@@ -63,19 +63,6 @@ def eliminate_common_subexpressions(graph) -> int:
             graph.erase_node(node)
             removed += 1
     return removed
-
-
-def maybe_written(graph) -> set:
-    """The nodes an in-place call writes into, and everything they were computed from (a view shares memory with
-    its source; telling views apart is not attempted)."""
-    stack = [n.args[0] for n in graph.nodes if mutates_input(n) and n.args and isinstance(n.args[0], Node)]
-    found: set = set()
-    while stack:
-        node = stack.pop()
-        if node not in found:
-            found.add(node)
-            stack.extend(node.all_input_nodes)
-    return found
 
 
 class CSEPass:

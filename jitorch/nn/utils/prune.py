@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numbers
 
-from ... import _creation, _random
+from ... import _creation, _movement_copy, _random
 
 __all__ = ["BasePruningMethod", "PruningContainer", "Identity", "RandomUnstructured", "L1Unstructured",
            "RandomStructured", "LnStructured", "CustomFromMask", "identity", "random_unstructured", "l1_unstructured",
@@ -303,7 +303,7 @@ def global_unstructured(parameters, pruning_method, importance_scores=None, **kw
         scores.append(importance_scores.get((module, name), getattr(module, name)).detach().reshape(-1))
         mask = getattr(module, name + "_mask", None)
         masks.append(mask.reshape(-1) if mask is not None else _creation.ones_like(scores[-1]))
-    all_scores, default = _creation_cat(scores), _creation_cat(masks)
+    all_scores, default = _movement_copy.cat(scores), _movement_copy.cat(masks)
     method = pruning_method(**kwargs)
     method._tensor_name = "temp"
     if method.PRUNING_TYPE != "unstructured":
@@ -317,12 +317,6 @@ def global_unstructured(parameters, pruning_method, importance_scores=None, **kw
         param = getattr(module, name)
         custom_from_mask(module, name, final[start:start + s.numel()].view(param.shape))
         start += s.numel()
-
-
-def _creation_cat(tensors):
-    from ..._movement_copy import cat
-
-    return cat(tensors)
 
 
 def custom_from_mask(module, name, mask):
