@@ -61,15 +61,20 @@ def main():
     p.add_argument("--fwd", action="store_true")
     p.add_argument("--only", default="")
     a = p.parse_args()
-    print(f"{'case':28s} {'torch ms':>9s} {'jitorch ms':>10s} {'ratio':>6s}")
+    rows = []
     for name, shape, kw in CASES:
         if a.only not in name:
             continue
         fns = {lib: _fn(mod, shape, kw, a.fwd) for lib, mod in LIBS.items()}
         r = common.measure(fns, repeats=a.repeats, target_s=a.target_s)
         t, j = r["torch"]["median_s"] * 1e3, r["jitorch"]["median_s"] * 1e3
-        print(f"{name:28s} {t:9.3f} {j:10.3f} {j / t:6.2f}", flush=True)
-
+        rows.append({"case": name, "torch_ms": round(t, 3), "jitorch_ms": round(j, 3),
+                     "jitorch/torch": round(j / t, 2)})
+    common.report("interpolate" + ("-fwd" if a.fwd else ""), rows,
+                  [("case", "case", "s"), ("torch (ms)", "torch_ms", ".3f"), ("jitorch (ms)", "jitorch_ms", ".3f"),
+                   ("jitorch/torch", "jitorch/torch", ".2f")],
+                  f"Nearest interpolate, {'forward' if a.fwd else 'forward + backward'}: median ms of "
+                  f"{a.repeats} interleaved samples, one thread; jitorch/torch < 1 means jitorch is faster.")
 
 if __name__ == "__main__":
     main()
