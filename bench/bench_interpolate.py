@@ -1,4 +1,5 @@
-"""``F.interpolate`` nearest / nearest-exact microbenchmark: forward + backward, jitorch vs PyTorch eager, 1 thread.
+"""``F.interpolate`` microbenchmark (nearest, nearest-exact, (bi/tri)linear, bicubic): forward + backward, jitorch vs
+PyTorch eager, 1 thread.
 
 Each case times ``y = F.interpolate(x, ...); y.backward(g)`` with ``x`` requiring grad (``--fwd``: forward only).
 
@@ -37,6 +38,13 @@ CASES = [  # (name, input shape, interpolate kwargs)
     ("1d 17->40 (8,16,17)", (8, 16, 17), dict(size=40)),
     ("3d x2 (2,8,8,8,8)", (2, 8, 8, 8, 8), dict(scale_factor=2)),
     ("3d 7->12 (2,8,7,7,7)", (2, 8, 7, 7, 7), dict(size=(12, 12, 12))),
+    ("bilinear x2 (4,8,16,16)", (4, 8, 16, 16), dict(scale_factor=2, mode="bilinear")),
+    ("bilinear x2 (8,64,32,32)", (8, 64, 32, 32), dict(scale_factor=2, mode="bilinear")),
+    ("bilinear ac 17->40 (4,8,17,17)", (4, 8, 17, 17), dict(size=(40, 40), mode="bilinear", align_corners=True)),
+    ("bilinear 64->32 (4,16,64,64)", (4, 16, 64, 64), dict(size=(32, 32), mode="bilinear")),
+    ("bicubic x2 (4,8,16,16)", (4, 8, 16, 16), dict(scale_factor=2, mode="bicubic")),
+    ("linear x2 (8,16,64)", (8, 16, 64), dict(scale_factor=2, mode="linear")),
+    ("trilinear x2 (2,8,8,8,8)", (2, 8, 8, 8, 8), dict(scale_factor=2, mode="trilinear")),
 ]
 
 
@@ -73,7 +81,7 @@ def main():
     common.report("interpolate" + ("-fwd" if a.fwd else ""), rows,
                   [("case", "case", "s"), ("torch (ms)", "torch_ms", ".3f"), ("jitorch (ms)", "jitorch_ms", ".3f"),
                    ("jitorch/torch", "jitorch/torch", ".2f")],
-                  f"Nearest interpolate, {'forward' if a.fwd else 'forward + backward'}: median ms of "
+                  f"F.interpolate, {'forward' if a.fwd else 'forward + backward'}: median ms of "
                   f"{a.repeats} interleaved samples, one thread; jitorch/torch < 1 means jitorch is faster.")
 
 if __name__ == "__main__":

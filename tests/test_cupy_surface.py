@@ -556,6 +556,9 @@ case("embedding_attention", lambda t, m: (
 case("resample", lambda t, m: (_nn("interpolate")(m.f(1, 2, 3, 3), scale_factor=2, mode="nearest"),
                                _nn("interpolate")(m.f(1, 2, 3, 3), size=(4, 7), mode="nearest"),
                                _nn("interpolate")(m.f(1, 2, 3, 3), size=(4, 5), mode="bilinear", align_corners=False),
+                               _nn("interpolate")(m.f(1, 2, 3), size=5, mode="linear"),
+                               _nn("interpolate")(m.f(1, 2, 3, 3), scale_factor=2, mode="bicubic"),
+                               _nn("interpolate")(m.f(1, 1, 2, 2, 2), size=3, mode="trilinear"),
                                _nn("pixel_shuffle")(m.f(1, 4, 2, 2), 2),
                                _nn("grid_sample")(m.f(1, 2, 4, 4), m.f(1, 3, 3, 2, lo=-1, hi=1), align_corners=True),
                                _nn("affine_grid")(m.f(1, 2, 3), (1, 1, 3, 3), align_corners=False)))

@@ -2,9 +2,9 @@
 and ``pixel_shuffle``/``pixel_unshuffle``.
 
 Interpolation is separable: along each spatial dim the source taps and weights are computed exactly as PyTorch's CPU
-kernels do (in the input's float type) and applied as one matmul with a resampling matrix (or, for very large dims,
-as ``index_select`` gathers), so the gradient is a matmul too. The nearest modes copy instead, through one row and
-its gradient row (``ops/resample_nearest.py``), so inf/NaN stay where they are and the sums are ATen's.
+kernels do (in the input's float type) and applied as gathers, one row per dim (``ops/resample_linear.py``), so an
+inf or NaN reaches only the outputs ATen lets it reach. The nearest modes copy, through one row and its gradient row
+(``ops/resample_nearest.py``), so inf/NaN stay where they are and the sums are ATen's.
 
 >>> import jitorch
 >>> from jitorch.nn._spatial_resample import interpolate
@@ -17,12 +17,12 @@ import math
 import operator
 import warnings
 
-import numpy as np
 
-from .. import _creation, _dtype
+from .. import _dtype
 from .._dispatch import apply
 from ..amp._cast_mode import autocast_policy
-from ..ops.resample_nearest import UPSAMPLE_NEAREST, scale_ratio as _ratio
+from ..ops.resample_linear import UPSAMPLE_LINEAR
+from ..ops.resample_nearest import UPSAMPLE_NEAREST
 from ._spatial_args import layout_as
 from ._spatial_resample_aa import filtered_resample
 from ._spatial_pool import adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d
@@ -72,69 +72,6 @@ def _output_sizes(input, size, scale_factor, mode, recompute_scale_factor):
     return [math.floor(float(s) * f) for s, f in zip(input.shape[2:], scales)], scales
 
 
-# A dense (out, in) resampling matrix turns one dim's resampling into one BLAS matmul whose gradient is a matmul
-# too; above this many entries the taps are gathered with ``index_select`` instead (memory stays linear).
-_DENSE_LIMIT = 1 << 22
-
-
-def _resample_dim(x, dim, taps):
-    """Resample ``x`` along ``dim``: output ``o`` is ``sum_k weight_k[o] * x[index_k[o]]`` over the ``taps``."""
-    in_size = x.shape[dim]
-    out_size = len(taps[0][0])
-    if out_size * in_size <= _DENSE_LIMIT:
-        m = np.zeros((out_size, in_size), dtype=np.float64)
-        rows = np.arange(out_size)
-        for index, weight in taps:
-            np.add.at(m, (rows, index), weight)
-        m = _creation.tensor(m, dtype=x.dtype, device=x.device)
-        if dim == x.dim() - 1:
-            return x @ m.mT
-        return (x.movedim(dim, -1) @ m.mT).movedim(-1, dim)
-    shape = [1] * x.dim()
-    shape[dim] = -1
-    out = None
-    for index, weight in taps:
-        picked = x.index_select(dim, _creation.tensor(np.asarray(index, dtype=np.int64), device=x.device))
-        if weight is not None:
-            picked = picked * _creation.tensor(np.asarray(weight), dtype=x.dtype, device=x.device).reshape(shape)
-        out = picked if out is None else out + picked
-    return out
-
-
-def _source_coords(ftype, in_size, out_size, scale, align_corners, cubic):
-    o = np.arange(out_size).astype(ftype)
-    if align_corners:
-        ratio = ftype(in_size - 1) / ftype(out_size - 1) if out_size > 1 else ftype(0)
-        return ratio * o
-    ratio = _ratio(ftype, in_size, out_size, scale)
-    src = ratio * (o + ftype(0.5)) - ftype(0.5)
-    return src if cubic else np.maximum(src, ftype(0))
-
-
-def _linear_taps(ftype, in_size, out_size, scale, align_corners):
-    src = _source_coords(ftype, in_size, out_size, scale, align_corners, cubic=False)
-    i0 = np.minimum(np.floor(src).astype(np.int64), in_size - 1)
-    lam = np.clip(src - i0.astype(ftype), 0, 1).astype(ftype)
-    return [(i0, 1 - lam), (i0 + (i0 < in_size - 1), lam)]
-
-
-def _cubic_coefficients(t, a=-0.75):
-    def near(v):  # |v| <= 1
-        return ((a + 2) * v - (a + 3)) * v * v + 1
-
-    def far(v):  # 1 < |v| < 2
-        return ((a * v - 5 * a) * v + 8 * a) * v - 4 * a
-
-    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
-
-
-def _cubic_taps(ftype, in_size, out_size, scale, align_corners):
-    src = _source_coords(ftype, in_size, out_size, scale, align_corners, cubic=True)
-    base = np.floor(src).astype(np.int64)
-    t = (src - base.astype(ftype)).astype(ftype)
-    return [(np.clip(base - 1 + k, 0, in_size - 1), c.astype(ftype)) for k, c in enumerate(_cubic_coefficients(t))]
-
-
 # On no autocast list (CPU or CUDA): a float32 input stays float32, its resampling matmuls are not cast.
 @autocast_policy(cpu="unlisted", cuda="unlisted")
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None,
@@ -181,25 +118,17 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     # round every pass, and the gradients' sums too.
     low = input.dtype in (_dtype.bfloat16, _dtype.float16)
     out = input.float() if low else input
+    row = UPSAMPLE_LINEAR[mode]
     for i in range(nd):
-        scale = scales[i] if scales is not None else None
         dim = 2 + i
-        ftype = np.float64 if input.dtype.name == "float64" else np.float32  # PyTorch's opmath type
-        # A dim that keeps its size is copied, whatever the scale, by ATen's (bi/tri)linear kernels; its bicubic
-        # kernel applies the scale (1.1 maps 7 -> 7 with shifted sources).
-        if mode == "bicubic":
-            taps = _cubic_taps(ftype, out.shape[dim], sizes[i], scale, align_corners)
-            if low:  # ATen's half-type bicubic kernel keeps its coefficients in the input's type
-                taps = [(index, weight.astype(input.dtype.np).astype(ftype)) for index, weight in taps]
-        elif sizes[i] == out.shape[dim]:
-            continue
-        else:
-            taps = _linear_taps(ftype, out.shape[dim], sizes[i], scale, align_corners)
-        out = _resample_dim(out, dim, taps)
+        # A dim that keeps its size is copied, whatever the scale, by ATen's (bi/tri)linear kernels (as x * 1 + x * 0,
+        # so an inf there is NaN: the row does the same); its bicubic kernel applies the scale (1.1 maps 7 -> 7).
+        # ATen's half-type bicubic kernel keeps its coefficients in the input's type.
+        round_to = input.dtype.name if low and mode == "bicubic" else None
+        out = apply(row, out, dim=dim, size=sizes[i], scale=scales[i] if scales is not None else None,
+                    align_corners=bool(align_corners), round_to=round_to, cubic=mode == "bicubic")
     if low:
         out = out.to(input.dtype)
-    elif out is input:  # every dim kept its size: still a new tensor, as ATen's
-        out = input.clone()
     return layout_as(out, input)
 
 

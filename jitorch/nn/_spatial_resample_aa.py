@@ -44,10 +44,10 @@ def filter_matrix(in_size, out_size, scale, align_corners, cubic, antialias):
     """(out, in) float64 weights of ATen's ``_compute_weights_aa``: each row a normalized filter window."""
     if cubic and not antialias:
         # ATen's uint8 kernel takes the float kernel's taps here (a = -0.75, clamped edge indices), not a window.
-        from ._spatial_resample import _cubic_taps
+        from ..ops.resample_linear import taps
 
         m = np.zeros((out_size, in_size), dtype=np.float64)
-        for index, weight in _cubic_taps(np.float64, in_size, out_size, scale, align_corners):
+        for index, weight in taps("float64", in_size, out_size, scale, align_corners, cubic=True):
             np.add.at(m, (np.arange(out_size), index), weight)
         return m
     s = _scale(in_size, out_size, align_corners, scale)

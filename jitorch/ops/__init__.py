@@ -17,6 +17,7 @@ from . import nn_batch_norm  # noqa: F401,E402 - batch norm with batch statistic
 from . import activation_ops  # noqa: F401,E402 - GELU and SiLU with their backward rows
 from . import rnn_ops  # noqa: F401,E402 - RNN/LSTM/GRU recurrences as scan rows
 from . import resample_nearest  # noqa: F401,E402 - interpolate's nearest modes and their gradient
+from . import resample_linear  # noqa: F401,E402 - interpolate's (bi/tri)linear and bicubic modes, their gradient
 from . import complex_refusals  # noqa: F401,E402 - after the rows: ordering rows refuse complex inputs
 from .table import OPS, OpDef
 
