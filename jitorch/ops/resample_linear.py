@@ -60,7 +60,7 @@ def taps(float_name, in_size, out_size, scale, align_corners, cubic, round_to=No
     ``round_to``: a dtype name the weights are rounded through (ATen's half-type bicubic keeps them in that type).
 
     >>> [(i.tolist(), w.tolist()) for i, w in taps("float32", 2, 4, None, False, False)]
-    [([0, 0, 0, 1], [1.0, 0.75, 0.25, 1.0]), ([1, 1, 1, 1], [0.0, 0.25, 0.75, 0.0])]
+    [([0, 0, 0, 1], [1.0, 0.75, 0.25, 0.75]), ([1, 1, 1, 1], [0.0, 0.25, 0.75, 0.25])]
     """
     ftype = np.float64 if float_name == "float64" else np.float32
     if out_size == in_size and not cubic:  # ATen's linear kernels: x * 1 + x * 0 (an inf there becomes NaN)
