@@ -55,6 +55,32 @@ def llvm_const(value, ty):
     return str(int(value))
 
 
+def vector_splat(dst, ty, lanes, scalar):
+    """The instructions (unindented) that set ``dst`` to a ``<lanes x ty>`` vector with ``scalar`` in every lane: an
+    insert into lane 0 and a shuffle of lane 0 everywhere, the form LLVM lowers to one broadcast.
+
+    >>> print("\\n".join(vector_splat("%s", "float", 4, "%a")))
+    %s.i = insertelement <4 x float> poison, float %a, i64 0
+    %s = shufflevector <4 x float> %s.i, <4 x float> poison, <4 x i32> zeroinitializer
+    """
+    vt = f"<{lanes} x {ty}>"
+    return [f"{dst}.i = insertelement {vt} poison, {ty} {scalar}, i64 0",
+            f"{dst} = shufflevector {vt} {dst}.i, {vt} poison, <{lanes} x i32> zeroinitializer"]
+
+
+def vector_mask(dst, lanes, bound, first=0):
+    """The instructions (unindented) that set ``dst`` to the ``<lanes x i1>`` mask of lanes ``k`` with
+    ``first + k < bound`` (signed; ``bound`` an i64 value): the lanes of a masked load or store that are in range.
+
+    >>> print("\\n".join(vector_mask("%m", 4, "%left", first=4)))
+    %m.b.i = insertelement <4 x i64> poison, i64 %left, i64 0
+    %m.b = shufflevector <4 x i64> %m.b.i, <4 x i64> poison, <4 x i32> zeroinitializer
+    %m = icmp slt <4 x i64> <i64 4, i64 5, i64 6, i64 7>, %m.b
+    """
+    ids = ", ".join(f"i64 {first + k}" for k in range(lanes))
+    return vector_splat(f"{dst}.b", "i64", lanes, bound) + [f"{dst} = icmp slt <{lanes} x i64> <{ids}>, {dst}.b"]
+
+
 class LLVMBuilder(CodeBlock):
     """A function body under construction: instructions are indented, labels are not, temporaries are numbered.
 

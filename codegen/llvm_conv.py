@@ -39,7 +39,7 @@ import hashlib
 
 import numpy as np
 
-from .codeblock import LLVM_TYPES, CodeBlock
+from .codeblock import LLVM_TYPES, CodeBlock, vector_mask, vector_splat
 from .ir import DTYPES
 from .llvm_compile import compile_function
 from .llvm_host import has_avx512
@@ -125,8 +125,8 @@ def _function_ir(name, dtype, kernel, lanes, block, stride=(1, 1)):
     line("entry:")
 
     def splat(dst, scalar):
-        line(f"  {dst}.i = insertelement {vt} poison, {ty} {scalar}, i64 0")
-        line(f"  {dst} = shufflevector {vt} {dst}.i, {vt} poison, <{lanes} x i32> zeroinitializer")
+        for text in vector_splat(dst, ty, lanes, scalar):
+            line(f"  {text}")
 
     emit_geometry(line, kernel, block, "oj")
     line("  br label %t.head")
@@ -211,11 +211,8 @@ def _function_ir(name, dtype, kernel, lanes, block, stride=(1, 1)):
     for part in ("full", "tail"):
         line(f"store.{part}:")
         if part == "tail":
-            line(f"  %left.i = insertelement <{lanes} x i64> poison, i64 %left, i64 0")
-            line(f"  %left.s = shufflevector <{lanes} x i64> %left.i, <{lanes} x i64> poison, "
-                 f"<{lanes} x i32> zeroinitializer")
-            lane_ids = ", ".join(f"i64 {k}" for k in range(lanes))
-            line(f"  %mask = icmp slt <{lanes} x i64> <{lane_ids}>, %left.s")
+            for text in vector_mask("%mask", lanes, "%left"):
+                line(f"  {text}")
         for j in range(block):
             line(f"  %{part}.{j}.o0 = add nsw i64 %oh, %oj.{j}")
             line(f"  %{part}.{j}.o = add nsw i64 %{part}.{j}.o0, %w0")

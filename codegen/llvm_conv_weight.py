@@ -27,7 +27,7 @@ import hashlib
 
 import numpy as np
 
-from .codeblock import LLVM_TYPES, CodeBlock
+from .codeblock import LLVM_TYPES, CodeBlock, vector_mask
 from .ir import DTYPES
 from .llvm_compile import compile_function
 from .llvm_conv import emit_geometry
@@ -57,7 +57,6 @@ def _function_ir(name, dtype, kernel, lanes, block, single=False):
          f"{', '.join(f'i64 %{a}' for a in _ARGS)}) nounwind {{")
     line("entry:")
     emit_geometry(line, kernel, block, "gj")
-    lane_ids = ", ".join(f"i64 {k}" for k in range(lanes))
 
     def chunk(col, acc_in, mask):
         """The loads and multiply-adds of one chunk of columns starting at ``col`` of the current row."""
@@ -76,10 +75,8 @@ def _function_ir(name, dtype, kernel, lanes, block, single=False):
                 line(f"  %acc.{j}.{i}.new = call {vt} {fma}({vt} %g.{j}, {vt} %x.{i}, {vt} %acc.{j}.{i}.{acc_in})")
 
     def mask_of(name, left):
-        line(f"  %{name}.i = insertelement <{lanes} x i64> poison, i64 {left}, i64 0")
-        line(f"  %{name}.s = shufflevector <{lanes} x i64> %{name}.i, <{lanes} x i64> poison, "
-             f"<{lanes} x i32> zeroinitializer")
-        line(f"  %{name} = icmp slt <{lanes} x i64> <{lane_ids}>, %{name}.s")
+        for text in vector_mask(f"%{name}", lanes, left):
+            line(f"  {text}")
 
     if single:
         mask_of("rowmask", "%wo")

@@ -6,7 +6,7 @@ size (the program reads the integers from its integer array). A product that fit
 """
 from __future__ import annotations
 
-from .codeblock import LLVM_TYPES
+from .codeblock import LLVM_TYPES, vector_mask, vector_splat
 from .ir import Buffer, Kernel, Store, load, op
 from .llvm_emit import _metadata_base
 
@@ -67,7 +67,8 @@ def vector_chunk(g):
     return VECTOR_CHUNK // 2 // item if g.n * item <= VECTOR_CHUNK // 2 else VECTOR_CHUNK // item
 
 
-# One chunk of V columns of row i at column %j: the k loop, the store, then %j += V. {mask} makes %{t}.mask.
+# One chunk of V columns of row i at column %j: the k loop, the store, then %j += V. {mask} makes %{t}.mask and
+# {splat} %{t}.a.splat, a[i, k] in every lane.
 _CHUNK = """{t}.pre:
 {mask}  br label %{t}.head
 {t}.head:
@@ -80,8 +81,7 @@ _CHUNK = """{t}.pre:
   %{t}.ao = add nsw i64 %a.row, %{t}.ac
   %{t}.ap = getelementptr {ty}, ptr %a, i64 %{t}.ao
   %{t}.a = load {ty}, ptr %{t}.ap
-  %{t}.a.ins = insertelement {vt} poison, {ty} %{t}.a, i64 0
-  %{t}.a.splat = shufflevector {vt} %{t}.a.ins, {vt} poison, <{v} x i32> zeroinitializer
+{splat}
   %{t}.br = mul nsw i64 %{t}.kk, %b0
   %{t}.bo = add nsw i64 %{t}.br, %j
   %{t}.bp = getelementptr {ty}, ptr %b, i64 %{t}.bo
@@ -95,11 +95,6 @@ _CHUNK = """{t}.pre:
   {store}
   %{t}.j = add nsw i64 %j, {v}
   br label %j.head"""
-
-_MASK = """  %{t}.left.ins = insertelement <{v} x i64> poison, i64 %left, i64 0
-  %{t}.left = shufflevector <{v} x i64> %{t}.left.ins, <{v} x i64> poison, <{v} x i32> zeroinitializer
-  %{t}.mask = icmp slt <{v} x i64> <{lanes}>, %{t}.left
-"""
 
 _ROWS = """define internal void @{name}(ptr noalias %a, ptr noalias %b, ptr noalias %c, i64 %m, i64 %n, i64 %k, \
 i64 %a0, i64 %a1, i64 %b0, i64 %c0) noinline nounwind {{
@@ -162,15 +157,21 @@ def vector_gemm(g, name):
             load = f"%{t}.b = call {vt} @llvm.masked.load.v{v}{s}.p0(ptr %{t}.bp, i32 {item}, {mt} %{t}.mask, " \
                    f"{vt} zeroinitializer)"
             store = f"call void @llvm.masked.store.v{v}{s}.p0({vt} %{t}.acc, ptr %{t}.cp, i32 {item}, {mt} %{t}.mask)"
-            mask = _MASK.format(t=t, v=v, lanes=", ".join(f"i64 {i}" for i in range(v)))
+            mask = _indented(vector_mask(f"%{t}.mask", v, "%left")) + "\n"
         else:
             load = f"%{t}.b = load {vt}, ptr %{t}.bp, align {item}"
             store, mask = f"store {vt} %{t}.acc, ptr %{t}.cp, align {item}", ""
         loop = hint + 1 + "wpt".index(t)
-        chunks.append(_CHUNK.format(t=t, v=v, vt=vt, ty=ty, s=s, load=load, store=store, mask=mask, loop=loop))
+        splat = _indented(vector_splat(f"%{t}.a.splat", ty, v, f"%{t}.a"))
+        chunks.append(_CHUNK.format(t=t, v=v, vt=vt, ty=ty, s=s, load=load, store=store, mask=mask, loop=loop,
+                                    splat=splat))
     text = _ROWS.format(name=name, w=w, w2=2 * w, chunks="\n".join(chunks), hint=hint, w_loop=hint + 1,
                         p_loop=hint + 2, t_loop=hint + 3)
     return decls, text
+
+
+def _indented(lines):
+    return "\n".join(f"  {text}" for text in lines)
 
 
 def vector_ints(g):

@@ -18,7 +18,7 @@ by 4 AVX-512 vectors reads, per term::
     %b0 = load <16 x float>, ptr %bp0, align 4
     ...
     %a1 = load float, ptr %ap1, align 4
-    %as1 = shufflevector <16 x float> %ai1, <16 x float> poison, <16 x i32> zeroinitializer
+    %as1 = shufflevector <16 x float> %as1.i, <16 x float> poison, <16 x i32> zeroinitializer
     %nacc1_3 = call <16 x float> @llvm.fmuladd.v16f32(<16 x float> %as1, <16 x float> %b3, <16 x float> %acc1_3)
 
 >>> import numpy as np
@@ -32,6 +32,7 @@ import ctypes
 
 import numpy as np
 
+from .codeblock import vector_mask, vector_splat
 from .llvm_host import has_avx512
 
 __all__ = ["geometry", "panel", "rows_max", "pack_panels", "packed_gemm", "packed_ints", "packed_matmul"]
@@ -87,16 +88,11 @@ def _tile(name, rows, vectors, lanes):
               f"  %b{v} = load {vt}, ptr %bp{v}, align 4"]
     for r in range(rows):
         s += [f"  %ap{r} = getelementptr float, ptr %ar{r}, i64 %kk", f"  %a{r} = load float, ptr %ap{r}, align 4",
-              f"  %ai{r} = insertelement {vt} poison, float %a{r}, i64 0",
-              f"  %as{r} = shufflevector {vt} %ai{r}, {vt} poison, <{lanes} x i32> zeroinitializer"]
+              *(f"  {text}" for text in vector_splat(f"%as{r}", "float", lanes, f"%a{r}"))]
         s += [f"  %nacc{r}_{v} = call {vt} @llvm.fmuladd.v{lanes}f32({vt} %as{r}, {vt} %b{v}, {vt} %acc{r}_{v})"
               for v in range(vectors)]
-    s += ["  %kk.next = add nsw i64 %kk, 1", "  br label %head", "exit:",
-          f"  %nc.i = insertelement <{lanes} x i64> poison, i64 %ncols, i64 0",
-          f"  %nc = shufflevector <{lanes} x i64> %nc.i, <{lanes} x i64> poison, <{lanes} x i32> zeroinitializer"]
-    for v in range(vectors):
-        lane = ", ".join(f"i64 {v * lanes + j}" for j in range(lanes))
-        s.append(f"  %m{v} = icmp slt <{lanes} x i64> <{lane}>, %nc")
+    s += ["  %kk.next = add nsw i64 %kk, 1", "  br label %head", "exit:"]
+    s += [f"  {text}" for v in range(vectors) for text in vector_mask(f"%m{v}", lanes, "%ncols", first=v * lanes)]
     for r in range(rows):
         s += [f"  %co{r} = mul nsw i64 %ldc, {r}", f"  %cr{r} = getelementptr float, ptr %c, i64 %co{r}"]
         for v in range(vectors):

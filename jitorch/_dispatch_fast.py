@@ -23,7 +23,8 @@ from .autograd.graph import _SAVED_HOOKS, _record as _record_in_region, _recordi
 from .runtime.host_cache import THRESHOLD as _HOST_MIN
 from .runtime.host_cache import empty as _host_empty
 
-__all__ = ["fast_binary", "fast_unary", "fast_keep", "nothing_records", "plain_arrays", "plain_tensor", "plain_binary"]
+__all__ = ["fast_binary", "fast_unary", "fast_keep", "keep_result", "nothing_records", "plain_arrays", "plain_tensor",
+           "plain_binary"]
 
 # Eager overhead is what users feel on small tensors, so the hottest case (floating NumPy arrays of one dtype, or a
 # Python number) skips promotion and device checks and calls the row's kernel directly. Anything else takes ``eager``.
@@ -221,9 +222,9 @@ def fast_keep(op, args, attrs):
     except ValueError as e:
         _raise_broadcast_error(op, datas, e)
         raise
-    inference = GradState.inference
     if op.nout == 1:
-        out = (out,)
+        return keep_result(op, args, attrs, out if type(out) is _ndarray else np.asarray(out), grad)
+    inference = GradState.inference
     outs = []
     for o in out:
         if type(o) is not _ndarray:
@@ -235,7 +236,19 @@ def fast_keep(op, args, attrs):
         outs.append(t)
     if grad and GradState.enabled and op.differentiable:
         record(op, args, attrs, outs)
-    return outs[0] if op.nout == 1 else tuple(outs)
+    return tuple(outs)
+
+
+def keep_result(op, args, attrs, out, grad):
+    """The Tensor of a one-output row's array ``out`` (computed from ``args`` by `fast_keep` or F.linear's shortcut,
+    their views synced), marked in inference mode, with its autograd node when ``grad`` (an input requires one)."""
+    t = _new(Tensor)
+    t._data = out
+    if GradState.inference:
+        t._inference = True
+    if grad and GradState.enabled and op.differentiable:
+        record(op, args, attrs, (t,))
+    return t
 
 
 def nothing_records():

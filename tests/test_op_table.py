@@ -54,6 +54,7 @@ BAD_ROWS = {
     "nondiff_outputs": dict(nondiff_outputs=(3,)),
     "view without View fusion": dict(view=True),
     "grad_name": dict(grad_name=""),
+    "row_major_out": dict(row_major_out=None),
     "name": dict(name=""),
 }
 
@@ -82,6 +83,21 @@ def test_defop_rejects_bad_promotion_saves_and_duplicates():
     with pytest.raises(ValueError, match="already defined"):
         table.defop("add", lambda xp, a, b: a + b, NOT_DIFFERENTIABLE, Opaque())
     assert "tmp_bad_promotion" not in OPS and "tmp_bad_saves" not in OPS
+
+
+@pytest.mark.parametrize("name", ["linear", "sum", "amax", "cumsum"])
+def test_row_major_out_rows_return_row_major_arrays(name):
+    """The flag a sum's backward trusts: the row's kernel gives a C-contiguous result for a transposed input."""
+    op = OPS[name]
+    assert op.row_major_out and not OPS["add"].row_major_out
+    x = np.arange(24.0).reshape(4, 6).T  # Fortran order
+    if name == "linear":
+        out = op.kernel(np, x, np.ones((3, 4)), None)
+    elif name == "cumsum":
+        out = op.kernel(np, x, dim=0, dtype=x.dtype)
+    else:
+        out = op.kernel(np, x[:, :, None], dims=(2,), keepdim=True, **({"dtype": x.dtype} if name == "sum" else {}))
+    assert out.flags.c_contiguous and not x.flags.c_contiguous
 
 
 @pytest.mark.parametrize("name", [n for n in ROWS if not OPS[n].differentiable])

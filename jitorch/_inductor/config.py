@@ -11,9 +11,10 @@ nothing: jitorch compiles with its own code generator.
 """
 from __future__ import annotations
 
-import contextlib
 import sys
 import types
+
+from .._attr_patch import AttrPatch
 
 __all__ = ["OPTION_NAMES", "patch"]
 
@@ -227,18 +228,36 @@ def __getattr__(name):
     raise AttributeError(f"module 'jitorch._inductor.config' has no attribute {name!r}")
 
 
-@contextlib.contextmanager
-def patch(*args, **changes):
-    """``config.patch(flag=value)`` / ``config.patch({"flag": value})``: set flags for a block (they change nothing)."""
-    if args:
-        changes = {**args[0], **changes}
-    module = sys.modules[__name__]
-    saved = {k: module.__dict__.get(k) for k in changes if "." not in k}
-    for k, v in changes.items():
-        if "." not in k:
-            setattr(module, k, v)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            setattr(module, k, v)
+def patch(arg1=None, arg2=None, **changes):
+    """Set flags for a block or a decorated call, as torch's ``config.patch``: ``patch("triton.cudagraphs", True)``,
+    ``patch({"name": value})``, ``patch(name=value)`` (a dict and keywords together are merged). Dotted keys reach the
+    nested namespaces; on exit every flag is back to exactly its previous value, unset ones unset again. An unknown key
+    raises torch's AttributeError.
+
+    >>> from jitorch._inductor import config
+    >>> with config.patch({"cpp.threads": 4}, max_autotune=True):
+    ...     config.cpp.threads, config.max_autotune
+    (4, True)
+    >>> config.cpp.threads, config.max_autotune
+    (None, None)
+    """
+    if isinstance(arg1, str):
+        changes = {arg1: arg2, **changes}
+    elif arg2 is not None:
+        raise AssertionError("first argument must be a string when passing 2 positional args to patch")
+    elif arg1 is not None:
+        if not isinstance(arg1, dict):
+            raise AssertionError("first argument must be a dict when passing a single positional arg to patch")
+        changes = {**arg1, **changes}
+    return AttrPatch([(*_owner(key), value) for key, value in changes.items()])
+
+
+def _owner(key):
+    """The object holding option ``key`` and its last name: the module, or a nested namespace for a dotted key."""
+    if key not in OPTION_NAMES:
+        raise AttributeError(f"{__name__}.{key} does not exist")
+    owner = sys.modules[__name__]
+    *path, name = key.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    return owner, name

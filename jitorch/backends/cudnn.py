@@ -13,8 +13,9 @@ False
 """
 from __future__ import annotations
 
-import contextlib
 import sys
+
+from .._attr_patch import AttrPatch
 
 enabled = True
 benchmark = False
@@ -36,17 +37,8 @@ def is_acceptable(tensor) -> bool:
     return False
 
 
-@contextlib.contextmanager
 def flags(enabled=False, benchmark=False, benchmark_limit=10, deterministic=False, allow_tf32=True):
     """Set the flags for a block, restoring the previous values after (torch's defaults for omitted ones)."""
-    module = sys.modules[__name__]
-    names = ("enabled", "benchmark", "benchmark_limit", "deterministic", "allow_tf32")
-    saved = {name: getattr(module, name) for name in names}
-    new = dict(zip(names, (enabled, benchmark, benchmark_limit, deterministic, allow_tf32)))
-    for name, value in new.items():
-        setattr(module, name, value)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(module, name, value)
+    new = {"enabled": enabled, "benchmark": benchmark, "benchmark_limit": benchmark_limit,
+           "deterministic": deterministic, "allow_tf32": allow_tf32}
+    return AttrPatch([(sys.modules[__name__], name, value) for name, value in new.items()])

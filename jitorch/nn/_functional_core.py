@@ -18,7 +18,8 @@ import numpy as np
 
 from .. import _dispatch, _reduction
 from ..amp._cast_mode import autocast_lower
-from .._dispatch import MODES, TENSOR_TYPES, TORCH_TYPE_NAMES, _new, apply, record, sync_view
+from .._dispatch import _NO_ATTRS, MODES, TENSOR_TYPES, TORCH_TYPE_NAMES, apply, sync_view
+from .._dispatch_fast import keep_result
 from .._grad_state import GradState
 from .._linalg import add_product
 from .._tensor import Tensor
@@ -89,13 +90,9 @@ def _linear_row(input, weight, bias, x, w, b):
         for t in (input, weight, bias):
             if t is not None and t._base is not None and t._view_ver != t._ver_owner._ver:
                 sync_view(t)  # (the history only: the arrays stay)
-    out = _new(Tensor)
-    out._data = LINEAR.kernel(_dispatch.CPU_XP, x, w, b)
-    if GradState.inference:
-        out._inference = True
-    if GradState.enabled and (input._requires_grad or weight._requires_grad or (
-            bias is not None and bias._requires_grad)):
-        record(LINEAR, (input, weight, bias), {}, (out,))
+    grad = input._requires_grad or weight._requires_grad or bias is not None and bias._requires_grad
+    out = keep_result(LINEAR, (input, weight, bias), _NO_ATTRS, LINEAR.kernel(_dispatch.CPU_XP, x, w, b), grad)
+    if grad and GradState.enabled:
         named(out, _linear_grad_name(input, bias))
     return out
 

@@ -119,7 +119,8 @@ def _save_if(needs):
     return (needs[1], needs[0], False)
 
 
+# row_major_out: the product is a matmul into a new array.
 LINEAR = defop("linear", _linear_kernel, _linear_backward, Opaque("BLAS"), saves="inputs", save_if=_save_if,
-               grad_name="LinearBackward0")
+               grad_name="LinearBackward0", row_major_out=True)
 LINEAR_BACKWARD = defop("linear_backward", _linear_backward_kernel, _linear_backward_backward, Opaque("BLAS"),
                         nout=3, saves="inputs")

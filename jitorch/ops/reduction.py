@@ -24,8 +24,6 @@ from .table import NOT_DIFFERENTIABLE, Opaque, Reduction, defop as _defop
 
 _HALF = {np.dtype(np.float16), np.dtype(_ml_dtypes.bfloat16)}
 _FILL_MAX = 32 << 20  # bytes: see _plain_filled
-# The rows whose outputs are always fresh row-major arrays: these below, and linear's matmul into a new array.
-ROW_MAJOR_ROWS = {"linear"}
 
 
 def defop(name, kernel, *args, **kw):
@@ -39,8 +37,7 @@ def defop(name, kernel, *args, **kw):
             return tuple(o.copy(order="C") for o in out)
         return xp.asarray(out).copy(order="C")
     row_major.__name__ = getattr(kernel, "__name__", name)
-    ROW_MAJOR_ROWS.add(name)
-    return _defop(name, row_major, *args, **kw)
+    return _defop(name, row_major, *args, row_major_out=True, **kw)
 
 
 def _keep(g, in_shape, dims, keepdim):
@@ -87,7 +84,7 @@ def _input_row_major(ctx):
     src = ctx.next[0][0]
     if type(src) in TENSOR_TYPES:
         return type(src._data) is np.ndarray and src._data.flags.c_contiguous
-    return isinstance(src, Node) and src.op is not None and src.op.name in ROW_MAJOR_ROWS
+    return isinstance(src, Node) and src.op is not None and src.op.row_major_out
 
 
 def _plain_filled(ctx, g, shape, dims, keepdim):

@@ -8,7 +8,8 @@ A row holds everything jitorch knows about a primitive:
 - ``fusion``: how the code generator may fuse it: ``Pointwise(expr)`` with a C-like expression over ``{0}``, ``{1}``,
   ``Reduction(kind)``, ``View()`` or ``Opaque()`` (a library call such as BLAS that ends a fused group);
 - ``promotion``: how input dtypes combine (``"promote"``, ``"float"``, ``"compare"``, ``"keep"``, ``"integral"``);
-- ``saves``: what the backward needs (``"inputs"``, ``"outputs"``, ``"both"`` or ``None``).
+- ``saves``: what the backward needs (``"inputs"``, ``"outputs"``, ``"both"`` or ``None``);
+- ``row_major_out``: the kernel always returns fresh row-major arrays, whatever its inputs' layout (reductions, linear).
 
 Composite ops are not rows: they are functions of rows and inherit backward and fusion.
 
@@ -57,10 +58,11 @@ class OpDef:
 
     __slots__ = ("name", "kernel", "backward", "fusion", "promotion", "saves", "view", "nout", "meta",
                  "grad_name", "ufunc", "nondiff_outputs", "differentiable", "node_cls", "masks", "pointwise",
-                 "single_keep", "save_if", "complex_error", "__weakref__")
+                 "single_keep", "save_if", "complex_error", "row_major_out", "__weakref__")
 
     def __init__(self, name, kernel, backward, fusion, promotion="keep", saves=None, view=False, nout=1,
-                 meta=False, grad_name=None, ufunc=None, nondiff_outputs=(), masks=False, save_if=None):
+                 meta=False, grad_name=None, ufunc=None, nondiff_outputs=(), masks=False, save_if=None,
+                 row_major_out=False):
         if promotion not in PROMOTIONS:
             raise ValueError(f"op {name}: promotion must be one of {PROMOTIONS}, got {promotion!r}")
         if saves not in SAVES:
@@ -78,6 +80,8 @@ class OpDef:
         self.ufunc = ufunc  # name of an array-module ufunc usable with ``out=`` for in-place fast paths
         self.nondiff_outputs = nondiff_outputs
         self.masks = masks  # bool inputs are masks: promotion never casts them
+        # A sum's backward may fill a fresh row-major gradient for an input that comes from such a row (reduction.py).
+        self.row_major_out = row_major_out
         self.pointwise = isinstance(fusion, Pointwise)
         # save_if(needs) -> which inputs to save, given which inputs need a gradient (``mul`` keeps ``b`` only when
         # ``a`` needs one): saving less keeps less memory alive and avoids spurious in-place errors.
@@ -139,6 +143,8 @@ def validate_row(op) -> OpDef:
         problems.append("nondiff_outputs must index outputs")
     if bool(getattr(op, "view", False)) != isinstance(fusion, View):
         problems.append("view rows and View fusion go together")
+    if not isinstance(getattr(op, "row_major_out", None), bool):
+        problems.append("row_major_out must be a bool")
     if not isinstance(getattr(op, "grad_name", None), str) or not op.grad_name:
         problems.append("grad_name must be a non-empty string")
     if getattr(op, "differentiable", None) is not (getattr(op, "backward", None) is not NOT_DIFFERENTIABLE):

@@ -151,8 +151,7 @@ class PruningContainer(BasePruningMethod):
             new[keep] = method.compute_mask(t[keep], default_mask=default_mask[keep])
             return new
         if method.PRUNING_TYPE == "structured":
-            dim = method.dim if method.dim >= 0 else t.dim() + method.dim
-            others = [d for d in range(t.dim()) if d != dim]
+            dim, others = _dim_and_others(t, method.dim)
             alive = (default_mask.sum(others) != 0) if others else default_mask != 0
             index = [slice(None)] * t.dim()
             index[dim] = alive
@@ -227,14 +226,19 @@ class LnStructured(BasePruningMethod):
         self.amount, self.n, self.dim = amount, n, dim
 
     def compute_mask(self, t, default_mask):
-        dim = self.dim if self.dim >= 0 else t.dim() + self.dim
-        others = [d for d in range(t.dim()) if d != dim]
+        dim, others = _dim_and_others(t, self.dim)
         norms = t.norm(p=self.n, dim=others) if others else t.abs()
         return _channel_mask(t, default_mask, self.amount, dim, norms)
 
     @classmethod
     def apply(cls, module, name, amount, n, dim, importance_scores=None):
         return super().apply(module, name, amount=amount, n=n, dim=dim, importance_scores=importance_scores)
+
+
+def _dim_and_others(t, dim):
+    """``dim`` of ``t`` made non-negative, and the list of ``t``'s other dims (those a structured score reduces)."""
+    dim = dim if dim >= 0 else t.dim() + dim
+    return dim, [d for d in range(t.dim()) if d != dim]
 
 
 def _channel_mask(t, default_mask, amount, dim, scores):
