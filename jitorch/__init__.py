@@ -73,6 +73,7 @@ from . import special  # noqa: E402,F401
 from . import fft  # noqa: E402,F401 - torch.fft
 from .amp import autocast  # noqa: E402,F401
 from .amp.autocast_mode import (  # noqa: E402,F401
+from . import overrides  # noqa: E402,F401 - torch.overrides
     autocast_decrement_nesting, autocast_increment_nesting, get_autocast_cpu_dtype, get_autocast_dtype,
     get_autocast_gpu_dtype, is_autocast_cache_enabled, is_autocast_cpu_enabled, is_autocast_enabled,
     set_autocast_cache_enabled, set_autocast_dtype, set_autocast_enabled,

@@ -387,19 +387,3 @@ def test_private_import_paths_user_code_uses():
         jitorch.utils.data.dataloader.missing
     batch = pin_memory({"x": jitorch.ones(2), "n": (1, "a")})
     assert batch["x"].tolist() == [1.0, 1.0] and batch["n"] == [1, "a"]
-
-def test_summary_writer_is_a_no_op(tmp_path, monkeypatch):
-    from jitorch.utils.tensorboard import SummaryWriter
-
-    monkeypatch.chdir(tmp_path)
-    default = SummaryWriter(comment="_exp")  # torch's default directory, made as torch makes it
-    assert default.log_dir.startswith("runs") and default.log_dir.endswith("_exp")
-    assert (tmp_path / default.log_dir).is_dir()
-    default.add_video("v", None)  # every other add_* of torch's writer is accepted
-    with SummaryWriter("runs/x") as writer:
-        writer.add_scalar("loss", 1.0, 0)
-        writer.add_scalars("m", {"a": 1.0}, 0)
-        writer.add_histogram("h", jitorch.zeros(3), 0)
-        writer.add_image("i", jitorch.zeros(3, 2, 2), 0)
-        writer.add_text("t", "hello", 0)
-        writer.flush()

@@ -28,7 +28,7 @@ def test_compare_table_lists_rows_and_columns():
     text = str(jb.Compare(ms))
     for piece in ("ops", "n=4", "n=64", "add", "mul", "1 threads", "Times are in"):
         assert piece in text
-    assert "ops" in repr(ms[0]) and "20 runs per measurement" in repr(ms[0])
+    assert "ops: n=4" in repr(ms[0]) and "1 measurement, 20 runs , 1 thread" in repr(ms[0])  # torch's text
 
 
 def test_adaptive_autorange_stops_and_threads_are_restored():
@@ -37,3 +37,40 @@ def test_adaptive_autorange_stops_and_threads_are_restored():
     assert len(m.times) >= 1 and jitorch.get_num_threads() == before
     with pytest.raises(ValueError):
         jb.Timer("pass", language="c++")
+
+
+def test_runs_counted_globals_and_setup_used_as_torchs():
+    for bm in (jb, tb):
+        calls = []
+        m = bm.Timer("calls.append(y)", setup="y = 7", globals={"calls": calls}).timeit(25)
+        # the statement ran `number` times in the measured block (plus warm-up runs), with setup's value
+        assert m.number_per_run == 25 and len(m.raw_times) == 1 and 25 < len(calls) <= 25 + 2
+        assert set(calls) == {7}
+        seen = []
+        b = bm.Timer("calls.append(1)", globals={"calls": calls}).blocked_autorange(
+            callback=lambda number, t: seen.append(number), min_run_time=0.01)
+        assert len(seen) >= len(b.raw_times) and seen[-1] == b.number_per_run
+        with pytest.raises(NameError):
+            bm.Timer("missing_name + 1").timeit(1)
+
+
+def test_slow_statement_measures_slower_and_repr_reads_like_torchs():
+    glb = {"time": __import__("time")}
+    slow = jb.Timer("time.sleep(0.01)", globals=glb, label="sleep").blocked_autorange(min_run_time=0.05)
+    fast = jb.Timer("pass").blocked_autorange(min_run_time=0.05)
+    assert slow.median > 100 * fast.median and slow.mean > 100 * fast.mean  # 10 ms against nanoseconds
+    adaptive = jb.Timer("time.sleep(0.01)", globals=glb).adaptive_autorange(max_run_time=0.1)
+    assert adaptive.median > 100 * fast.median and len(adaptive.times) >= 1
+    for spec, expected in ((dict(label="sleep"), ["sleep"]), (dict(sub_label="s", description="d", setup="y = 1"),
+                                                             ["pass: s", "d", "setup: y = 1"])):
+        theirs = repr(tb.Timer("pass", **spec).timeit(10)).splitlines()
+        mine = repr(jb.Timer("pass", **spec).timeit(10)).splitlines()
+        assert mine[0].startswith("<jitorch.utils.benchmark.Measurement object at 0x")
+        assert mine[1:-2] == theirs[1:-2] == expected
+        assert mine[-1] == theirs[-1] == "  1 measurement, 10 runs , 1 thread"
+        assert mine[-2].endswith(" ns") or mine[-2].endswith(" us")
+    blocks = jb.Measurement(10, [1e-5, 1e-5, 1e-5, 2e-5, 4e-5], jb.TaskSpec("x", "pass", label="L"))
+    text = repr(blocks).splitlines()
+    torch_text = repr(tb.Measurement(10, [1e-5, 1e-5, 1e-5, 2e-5, 4e-5], tb.TaskSpec("x", "pass", label="L")))
+    assert text[1:] == torch_text.splitlines()[1:]  # median, IQR (p25 to p75), counts and the IQR warning
+    assert "WARNING" in text[-2]

@@ -12,6 +12,7 @@ until the interquartile range is within ``threshold`` of the median. jitorch's t
 """
 from __future__ import annotations
 
+import textwrap
 import time
 import timeit as _timeit
 
@@ -31,7 +32,22 @@ class TaskSpec:
 
     @property
     def title(self):
-        return self.label or self.stmt
+        sub = f": {self.sub_label}" if self.sub_label else ""
+        if self.label is not None:
+            return self.label + sub
+        if "\n" not in self.stmt:
+            return self.stmt + sub
+        return f"stmt:{f' ({self.sub_label})' if self.sub_label else ''}\n{textwrap.indent(self.stmt, '  ')}"
+
+    def setup_str(self):
+        if self.setup == "pass" or not self.setup:
+            return ""
+        return f"setup:\n{textwrap.indent(self.setup, '  ')}" if "\n" in self.setup else f"setup: {self.setup}"
+
+    def summarize(self):
+        """The title, description and setup lines of a measurement's repr, as torch's."""
+        sections = [self.title, self.description or "", self.setup_str()]
+        return "\n".join(f"{s}\n" if "\n" in s else s for s in sections if s)
 
 
 def _synchronize():

@@ -48,7 +48,7 @@ class Measurement:
 
     @property
     def has_warnings(self):
-        return self.iqr > 0.1 * self.median and len(self.times) >= 4
+        return not self.meets_confidence(0.1)
 
     significant_figures = property(lambda self: 3 if not self.has_warnings else 2)
     title = property(lambda self: getattr(self.task_spec, "title", ""))
@@ -75,23 +75,26 @@ class Measurement:
         return list(out.values())
 
     def __repr__(self):
+        # torch's layout: title/description/setup, the median, the IQR from 4 blocks on, the counts, a warning
+        # when the IQR is 10% of the median or more
         scale, unit = _unit(self.median)
+        n = len(self.times)
         lines = [f"<jitorch.utils.benchmark.Measurement object at {hex(id(self))}>"]
-        if self.label:
-            lines.append(f"{self.label}{': ' + self.sub_label if self.sub_label else ''}")
-        if self.description:
-            lines.append(self.description)
-        lines.append(getattr(self.task_spec, "stmt", "") if not self.label else "")
-        if len(self.times) > 1:
-            lines.append(f"  Median: {self.median / scale:.2f} {unit}")
-            lines.append(f"  IQR:    {self.iqr / scale:.2f} {unit} ({self.iqr and min(self.times) / scale:.2f} "
-                         f"to {max(self.times) / scale:.2f})")
-        else:
-            lines.append(f"  {self.median / scale:.2f} {unit}")
-        lines.append(f"  {len(self.times)} measurement{'s' if len(self.times) > 1 else ''}, "
-                     f"{self.number_per_run} runs per measurement, {self.num_threads} thread"
+        if self.task_spec is not None:
+            lines.append(self.task_spec.summarize())
+        lines.append(f"  {'Median: ' if n > 1 else ''}{self.median / scale:.2f} {unit}")
+        if n >= 4:
+            p25, _, p75 = statistics.quantiles(self.times, n=4, method="inclusive")
+            lines.append(f"  IQR:    {self.iqr / scale:.2f} {unit} ({p25 / scale:.2f} to {p75 / scale:.2f})")
+        lines.append(f"  {n} measurement{'s' if n > 1 else ''}, {self.number_per_run} runs "
+                     f"{'per measurement,' if n > 1 else ','} {self.num_threads} thread"
                      f"{'s' if self.num_threads > 1 else ''}")
-        return "\n".join(line for line in lines if line != "")
+        if self.has_warnings:
+            why = ("This suggests significant environmental influence." if not self.meets_confidence(0.25)
+                   else "This could indicate system fluctuation.")
+            lines.append(f"  WARNING: Interquartile range is {self.iqr / self.median * 100:.1f}% of the median "
+                         f"measurement.\n           {why}")
+        return "\n".join(lines)
 
 
 class Compare:

@@ -1,0 +1,167 @@
+"""``torch.overrides``: the questions library code asks before handing a call to an argument's type.
+
+jitorch's own functions hand calls over to types defining ``__jitorch_function__(cls, func, args, kwargs)``
+(:mod:`jitorch._overrides`: ``jitorch.fx.Proxy``, uninitialized parameters). A type defining PyTorch's
+``__torch_function__(cls, func, types, args, kwargs)`` is not asked by jitorch's functions, but it is by code that
+calls :func:`handle_torch_function` itself. So the answers here are:
+
+- ``has_torch_function*``: True for an argument whose type defines either protocol (Tensor and Parameter define
+  neither: False for plain tensors, as torch's answer);
+- :func:`handle_torch_function`: calls each overriding argument's protocol, subclasses first, until one does not
+  return ``NotImplemented`` (torch's order and TypeError);
+- :func:`get_overridable_functions` / :func:`get_ignored_functions`: which jitorch functions hand calls over and
+  which never do.
+
+>>> import jitorch
+>>> has_torch_function((jitorch.ones(2), 3)), is_tensor_like(jitorch.ones(2)), is_tensor_like(3)
+(False, True, False)
+>>> class Logged:
+...     @classmethod
+...     def __torch_function__(cls, func, types, args=(), kwargs=None):
+...         return f"{func.__name__} on {[t.__name__ for t in types]}"
+>>> def scale(x, s=2):
+...     if has_torch_function_unary(x):
+...         return handle_torch_function(scale, (x,), x, s=s)
+...     return x * s
+>>> scale(Logged()), scale(3)
+("scale on ['Logged']", 6)
+"""
+from __future__ import annotations
+
+import functools
+import types as _types
+
+from . import _overrides
+from ._tensor import Tensor
+
+__all__ = ["has_torch_function", "has_torch_function_unary", "has_torch_function_variadic", "handle_torch_function",
+           "is_tensor_like", "get_ignored_functions", "get_overridable_functions", "get_testing_overrides",
+           "is_tensor_method_or_property", "wrap_torch_function"]
+
+
+def _overrides_calls(value) -> bool:
+    cls = type(value)
+    return hasattr(cls, "__jitorch_function__") or hasattr(cls, "__torch_function__")
+
+
+def has_torch_function(relevant_args) -> bool:
+    """Whether any of ``relevant_args`` (not searched inside lists) has a type that takes over calls."""
+    return any(_overrides_calls(a) for a in relevant_args)
+
+
+def has_torch_function_unary(obj) -> bool:
+    """:func:`has_torch_function` of one argument."""
+    return _overrides_calls(obj)
+
+
+def has_torch_function_variadic(*args) -> bool:
+    """:func:`has_torch_function` of the arguments themselves."""
+    return has_torch_function(args)
+
+
+def _get_overloaded_args(relevant_args):
+    """One argument per type taking part, a subclass before its base classes (torch's order), else in order.
+    Tensors take part as in torch, where Tensor's default ``__torch_function__`` declines beside other types."""
+    overloaded = []
+    for arg in relevant_args:
+        cls = type(arg)
+        if not (_overrides_calls(arg) or isinstance(arg, Tensor)) or any(type(o) is cls for o in overloaded):
+            continue
+        index = next((i for i, o in enumerate(overloaded) if issubclass(cls, type(o))), len(overloaded))
+        overloaded.insert(index, arg)
+    return overloaded
+
+
+def handle_torch_function(public_api, relevant_args, *args, **kwargs):
+    """Call ``public_api(*args, **kwargs)`` through the overriding arguments among ``relevant_args``: the first
+    result that is not ``NotImplemented`` is returned; TypeError when every one declines."""
+    overloaded = _get_overloaded_args(relevant_args)
+    types = tuple(type(a) for a in overloaded)
+    for arg in overloaded:
+        cls = type(arg)
+        if hasattr(cls, "__jitorch_function__"):
+            result = cls.__jitorch_function__(public_api, args, kwargs)
+        elif hasattr(cls, "__torch_function__"):
+            result = cls.__torch_function__(public_api, types, args, kwargs)
+        elif all(issubclass(t, Tensor) for t in types):  # Tensor's default: run the function itself
+            result = public_api(*args, **kwargs)
+        else:
+            result = NotImplemented
+        if result is not NotImplemented:
+            return result
+    name = f"{public_api.__module__}.{public_api.__name__}"
+    raise TypeError(f"no implementation found for '{name}' on types that implement __torch_function__: "
+                    f"{[type(a) for a in overloaded]}")
+
+
+def wrap_torch_function(dispatcher):
+    """Decorator: the function hands calls over when ``dispatcher(*args, **kwargs)`` names an overriding value."""
+    def inner(func):
+        @functools.wraps(func)
+        def wrapped(*args, **kwargs):
+            relevant_args = dispatcher(*args, **kwargs)
+            if has_torch_function(relevant_args):
+                return handle_torch_function(wrapped, relevant_args, *args, **kwargs)
+            return func(*args, **kwargs)
+        return wrapped
+    return inner
+
+
+def is_tensor_like(inp) -> bool:
+    """A jitorch tensor, or a value whose type takes over calls (``__torch_function__``/``__jitorch_function__``)."""
+    return isinstance(inp, Tensor) or _overrides_calls(inp)
+
+
+def _namespaces():
+    from . import linalg, special
+    from .nn import functional
+    import jitorch
+
+    return {jitorch: vars(jitorch), functional: vars(functional), linalg: vars(linalg), special: vars(special)}
+
+
+def _public_callables(namespace):
+    return [v for k, v in namespace.items() if not k.startswith("_") and not isinstance(v, type) and
+            isinstance(v, (_types.FunctionType, _types.BuiltinFunctionType))]
+
+
+@functools.lru_cache(None)
+def _overridable():
+    out = {module: [f for f in _public_callables(ns) if hasattr(f, "__jitorch_original__")]
+           for module, ns in _namespaces().items()}
+    # the Tensor methods that hand over while an overriding value is alive (see jitorch._overrides)
+    out[Tensor] = [getattr(Tensor, name) for name, v in vars(Tensor).items() if isinstance(v, _types.FunctionType)
+                   and (not name.startswith("_") or name in _overrides._DUNDER_METHODS | _overrides._OPERATORS)]
+    return out
+
+
+def get_overridable_functions():
+    """``{namespace: [functions]}``: the public functions (and Tensor methods) that hand calls over."""
+    return {k: list(v) for k, v in _overridable().items()}
+
+
+def get_ignored_functions():
+    """The public functions of those namespaces that never hand calls over (``is_tensor``, ``get_default_dtype``,
+    ...: they answer for the value itself)."""
+    return {f for ns in _namespaces().values() for f in _public_callables(ns) if not hasattr(f, "__jitorch_original__")}
+
+
+def get_testing_overrides():
+    """``{function: lambda with its signature returning -1}`` for the overridable functions, as torch's."""
+    import inspect
+
+    out = {}
+    for funcs in _overridable().values():
+        for f in funcs:
+            dummy = lambda *args, **kwargs: -1
+            try:
+                dummy.__signature__ = inspect.signature(f)
+            except (TypeError, ValueError):
+                pass
+            out[f] = dummy
+    return out
+
+
+def is_tensor_method_or_property(func) -> bool:
+    """Whether ``func`` is a Tensor method (or a property getter) rather than a namespace function."""
+    return func in _overridable()[Tensor] or getattr(func, "__name__", None) == "__get__"
