@@ -49,6 +49,8 @@ from ._segment import *  # noqa: E402,F401,F403
 from ._segment import segment_reduce as _segment_reduce  # noqa: E402,F401 - the alias graph libraries call
 from ._segment import _convert_indices_from_coo_to_csr, _convert_indices_from_csr_to_coo  # noqa: E402,F401
 from ._finite_diff import *  # noqa: E402,F401,F403
+from . import sparse  # noqa: E402,F401 - torch.sparse: sparse_coo tensors
+from .sparse import sparse_coo_tensor, spmm  # noqa: E402,F401
 from . import _overrides  # noqa: E402
 from ._overrides import publish as _publish  # noqa: E402
 
@@ -71,9 +73,9 @@ from . import cpu  # noqa: E402,F401
 from .cpu import amp as _cpu_amp  # noqa: E402,F401 - ``jitorch.cpu.amp``, as ``torch.cpu.amp``
 from . import special  # noqa: E402,F401
 from . import fft  # noqa: E402,F401 - torch.fft
+from . import overrides  # noqa: E402,F401 - torch.overrides
 from .amp import autocast  # noqa: E402,F401
 from .amp.autocast_mode import (  # noqa: E402,F401
-from . import overrides  # noqa: E402,F401 - torch.overrides
     autocast_decrement_nesting, autocast_increment_nesting, get_autocast_cpu_dtype, get_autocast_dtype,
     get_autocast_gpu_dtype, is_autocast_cache_enabled, is_autocast_cpu_enabled, is_autocast_enabled,
     set_autocast_cache_enabled, set_autocast_dtype, set_autocast_enabled,

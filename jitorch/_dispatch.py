@@ -41,11 +41,21 @@ TORCH_TYPE_NAMES = {
 }
 
 
+# ``_data`` types of tensors that have no strided memory, each mapped to ``refusal(op) -> exception``: a sparse_coo
+# tensor's payload (jitorch/sparse/_coo.py registers it). A row handed such a tensor raises that error, naming the op,
+# rather than compute on the placeholder. Checked only off the host-array path (CuPy, mixed types): free on the CPU.
+NO_STRIDED_DATA: dict = {}
+
+
 def _xp_of(data):
     return np if type(data) is np.ndarray else array_module_for("cuda")
 
 
 def _device_error(op, args):
+    for a in args:
+        refusal = NO_STRIDED_DATA.get(type(getattr(a, "_data", None)))
+        if refusal is not None:
+            return refusal(op)
     devices = [str(a.device) for a in args if isinstance(a, Tensor)]
     seen = list(dict.fromkeys(devices))
     return RuntimeError(
@@ -120,6 +130,9 @@ def _run_kernel(op, args, attrs):
     elif type(first) is MetaArray:
         xp, kernel = np, _meta.kernel_of(op)
     else:
+        refusal = NO_STRIDED_DATA.get(type(first))
+        if refusal is not None:
+            raise refusal(op)
         xp, kernel = _xp_of(first), op.kernel
     out_np = None
     if promotion != "keep":

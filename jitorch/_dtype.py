@@ -336,8 +336,9 @@ class iinfo:
 
 
 class layout:
-    """``torch.layout``: how a tensor's elements are stored. Every jitorch tensor is dense (``strided``); torch's
-    other layouts exist as names, so checkpoints and comparisons that carry them round-trip. One object per name:
+    """``torch.layout``: how a tensor's elements are stored. jitorch tensors are dense (``strided``) or
+    ``sparse_coo`` (jitorch/sparse); torch's other layouts exist as names, so checkpoints and comparisons that carry
+    them round-trip. One object per name:
     pickling writes the name (``jitorch.save`` as torch's ``torch.serialization._get_layout('torch.strided')``).
 
     >>> import pickle

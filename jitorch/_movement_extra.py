@@ -251,7 +251,7 @@ _METHODS = dict(narrow_copy=narrow_copy, nonzero_static=nonzero_static,
                 not_equal_=lambda self, other: self.ne_(other),
                 true_divide_=lambda self, other: self.div_(other),
                 float_power_=lambda self, other: _float_power_(self, other),
-                layout=property(lambda self: _dtype.strided))  # only dense tensors exist
+                layout=property(lambda self: _dtype.strided))  # sparse_coo tensors override it (jitorch/sparse)
 
 
 def _is_nonzero(self):

@@ -51,6 +51,9 @@ _OPERATORS = frozenset(f"__{p}{n}__" for n in ("add", "sub", "mul", "truediv", "
 _DUNDER_METHODS = frozenset({"__getitem__", "__setitem__"})
 
 _live = 0  # overriding values alive now
+# Those of them that take over Tensor methods too: a Tensor subclass answering for its own methods (a sparse_coo
+# tensor, jitorch/sparse) acquires with ``methods=False``, so eager code keeps its unwrapped methods meanwhile.
+_method_users = 0
 _lock = threading.RLock()
 _wrappers: dict[int, object] = {}  # id(original function) -> its public wrapper: aliases share one
 _methods: dict[int, str] = {}  # id(installed Tensor method wrapper) -> its name (``mul`` and ``multiply`` share code)
@@ -135,22 +138,28 @@ def tensor_method_name(func) -> str | None:
     return _methods.get(id(func))
 
 
-def acquire():
-    """Note one more live overriding value; the first installs the Tensor method wrappers."""
-    global _live
+def acquire(methods=True):
+    """Note one more live overriding value; the first that takes over methods installs the Tensor method wrappers
+    (``methods=False``: only the public functions hand calls over)."""
+    global _live, _method_users
     with _lock:
         _live += 1
-        if _live == 1:
-            _install_methods()
+        if methods:
+            _method_users += 1
+            if _method_users == 1:
+                _install_methods()
 
 
-def release():
-    """Note one overriding value fewer; the last removes the Tensor method wrappers."""
-    global _live
+def release(methods=True):
+    """Note one overriding value fewer (acquired with the same ``methods``); the last that took over methods removes
+    the Tensor method wrappers."""
+    global _live, _method_users
     with _lock:
         _live -= 1
-        if _live == 0:
-            _uninstall_methods()
+        if methods:
+            _method_users -= 1
+            if _method_users == 0:
+                _uninstall_methods()
 
 
 def _install_methods():

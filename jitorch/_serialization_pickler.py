@@ -73,6 +73,7 @@ TORCH_TENSOR = TorchGlobal("torch", "Tensor")
 TORCH_DEVICE = TorchGlobal("torch", "device")
 TORCH_SIZE = TorchGlobal("torch", "Size")
 TORCH_GET_LAYOUT = TorchGlobal("torch.serialization", "_get_layout")
+REBUILD_SPARSE = TorchGlobal("torch._utils", "_rebuild_sparse_tensor")
 
 
 def _save_torch_global(pickler, obj):
@@ -201,6 +202,8 @@ def tensor_user_state(t) -> dict:
 def _reduce_tensor(table, t):
     from .nn.parameter import Parameter
 
+    if t.is_sparse:  # as torch: the layout, then (indices, values, size, coalesced), pickled as tensors of their own
+        return REBUILD_SPARSE, (t.layout, (t._indices(), t._values(), t.size(), t.is_coalesced()))
     if isinstance(t, Parameter):
         data = Tensor._make(t._data)
         state = tensor_user_state(t)

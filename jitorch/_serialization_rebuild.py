@@ -183,6 +183,15 @@ def _get_layout(name):
     return known
 
 
+def _rebuild_sparse_tensor(layout, data):
+    """torch's pickled sparse tensor: a sparse_coo one from ``(indices, values, size[, is_coalesced])``."""
+    if layout is not _dtype.sparse_coo:
+        raise RuntimeError(f"jitorch.load cannot rebuild {layout} tensors: jitorch has sparse_coo ones only")
+    from .sparse import _rebuild_sparse_coo
+
+    return _rebuild_sparse_coo(*data)
+
+
 def _unsupported(kind):
     def rebuild(*args, **kwargs):
         raise RuntimeError(f"jitorch.load cannot rebuild {kind} tensors: jitorch has none")
@@ -200,7 +209,7 @@ def _torch_names():
         "torch._utils._rebuild_parameter_with_state": _rebuild_parameter_with_state,
         "torch._utils._rebuild_device_tensor_from_cpu_tensor": _rebuild_device_tensor_from_cpu_tensor,
         "torch._utils._rebuild_qtensor": _unsupported("quantized"),
-        "torch._utils._rebuild_sparse_tensor": _unsupported("sparse"),
+        "torch._utils._rebuild_sparse_tensor": _rebuild_sparse_tensor,
         "torch._utils._rebuild_nested_tensor": _unsupported("nested"),
         "torch._utils._rebuild_meta_tensor_no_storage": _unsupported("meta"),
         "torch._utils._rebuild_wrapper_subclass": _unsupported("wrapper subclass"),

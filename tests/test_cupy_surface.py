@@ -573,6 +573,10 @@ case("random", lambda t, m: (t.normal(m.f(3), m.f(3, lo=0.5)), t.bernoulli(m.f(4
                              t.randperm(5), t.randint(0, 4, (3,))))
 case("to_device_row", lambda t, m: _dispatch.apply(OPS["to_device"], m.f(2, 3), device_type="cpu", index=None,
                                                    source=("cpu", None)))
+# Sparse products (scipy.sparse on the host, cupyx.scipy.sparse on CUDA): coalesced, uncoalesced and transposed.
+case("sparse_mm", lambda t, m: (lambda s, d: (t.sparse.mm(s, d), t.sparse.mm(s.coalesce(), d), m.f(4, 2) @ s,
+                                              s.to_dense()))(
+    t.sparse_coo_tensor(t.tensor([[0, 1, 1, 0], [2, 0, 2, 2]]), m.f(4), (2, 3)), m.f(3, 2)))
 case("autograd_double_backward", lambda t, m: (lambda x: t.autograd.grad((x.sin() * x).sum(), x,
                                                                         create_graph=True)[0] * x)(m.f(4)))
 

@@ -1,0 +1,388 @@
+"""``SparseCooTensor``: PyTorch's ``sparse_coo`` layout as a Tensor subclass holding two dense jitorch tensors.
+
+``indices`` (int64, ``(sparse_dim, nnz)``) says where the entries sit, ``values`` (``(nnz, *dense_shape)``) what they
+are. Autograd runs on ``values``: a sparse tensor requires grad when its values do, every op here is a composite of
+rows over ``values`` (or the ``sparse_mm`` row, jitorch/ops/sparse_ops.py), and ``S.grad`` is the values' gradient
+laid out as torch's sparse gradient (S's coalesced pattern, ``is_coalesced() == False``, as torch reports it).
+
+There is no strided memory: ``_data`` is a placeholder whose every use raises, the dispatcher refuses it naming the
+op (``_dispatch.NO_STRIDED_DATA``), and every inherited Tensor method this class does not define raises
+``NotImplementedError`` naming the method and the layout (`_refuse_inherited`). Public functions handed a sparse
+tensor come to ``__jitorch_function__`` (jitorch/_overrides.py, acquired without method wrappers), which runs the
+sparse form (`_coo_math.FUNCTIONS`) or refuses. The reflected operators win over the dense ones (Python asks a
+subclass first), so ``dense @ S`` and ``dense + S`` reach this class too.
+
+>>> import jitorch
+>>> s = jitorch.sparse_coo_tensor([[0, 1, 0], [2, 0, 2]], [1.0, 2.0, 3.0], (2, 3))
+>>> s.is_coalesced(), s.coalesce().values(), s.to_dense()
+(False, tensor([4., 2.]), tensor([[0., 0., 4.],
+        [2., 0., 0.]]))
+"""
+from __future__ import annotations
+
+import types
+
+from .. import _dtype, _overrides
+from .._dispatch import NO_STRIDED_DATA
+from .._tensor import Size, Tensor
+from ._coo_print import sparse_repr
+
+__all__ = ["SparseCooTensor", "make_sparse", "sparse_refusal"]
+
+
+def sparse_refusal(name):
+    """The error for an op that does not take sparse_coo tensors (torch's words for a missing SparseCPU kernel)."""
+    return NotImplementedError(
+        f"{name}: sparse_coo tensors are not supported by this op (Could not run 'aten::{name}' with arguments from "
+        "the 'SparseCPU' backend); convert with .to_dense() first, or use the jitorch.sparse functions")
+
+
+class _NoStridedMemory:
+    """A sparse tensor's ``_data``: code that would read it as a dense array gets an error instead of wrong data."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name):
+        if name.startswith("__"):  # introspection (doctest, copy, inspect) asks for protocols: none here
+            raise AttributeError(name)
+        raise RuntimeError(f"a sparse_coo tensor has no strided memory (its array's {name!r} was read); convert it "
+                           "with .to_dense() first")
+
+    def __repr__(self):
+        return "<no strided memory: sparse_coo>"
+
+
+_NO_MEMORY = _NoStridedMemory()
+NO_STRIDED_DATA[_NoStridedMemory] = lambda op: sparse_refusal(op.name)
+
+
+def make_sparse(indices, values, size, coalesced):
+    """A ``SparseCooTensor`` over ``indices``/``values`` as given (no checks, no copies)."""
+    t = object.__new__(SparseCooTensor)
+    t._sp_indices, t._sp_values, t._sp_size, t._sp_coalesced = indices, values, Size(size), bool(coalesced)
+    _overrides.acquire(methods=False)  # public functions handed one come to __jitorch_function__
+    t._sp_counted = True
+    if not SparseCooTensor._refusals_installed:
+        _refuse_inherited()
+    return t
+
+
+class SparseCooTensor(Tensor):
+    """A tensor in torch's ``sparse_coo`` layout (``jitorch.sparse_coo_tensor``, ``dense.to_sparse()``)."""
+
+    _data = _NO_MEMORY
+    _refusals_installed = False
+
+    def __new__(cls, *args, **kwargs):
+        raise TypeError("sparse_coo tensors are made by jitorch.sparse_coo_tensor(indices, values, size) or "
+                        "dense.to_sparse()")
+
+    def __del__(self):
+        if self.__dict__.pop("_sp_counted", False) and _overrides is not None:  # (None at interpreter exit)
+            _overrides.release(methods=False)
+
+    # -- what it is ---------------------------------------------------------------------------------------------
+    is_sparse = property(lambda self: True)
+    layout = property(lambda self: _dtype.sparse_coo)
+    shape = property(lambda self: self._sp_size)
+    dtype = property(lambda self: self._sp_values.dtype)
+    device = property(lambda self: self._sp_values.device)
+    is_cuda = property(lambda self: self._sp_values.is_cuda)
+    is_cpu = property(lambda self: self._sp_values.is_cpu)
+    is_meta = property(lambda self: False)
+    ndim = property(lambda self: len(self._sp_size))
+    itemsize = property(lambda self: self._sp_values.itemsize)
+
+    def size(self, dim=None):
+        if dim is None:
+            return self._sp_size
+        return self._sp_size[self._wrap(dim, "size")]
+
+    def _wrap(self, dim, op):
+        n = len(self._sp_size)
+        if not isinstance(dim, int) or not -max(n, 1) <= dim < max(n, 1):
+            raise IndexError(f"{op}: Dimension out of range (expected to be in range of [{-max(n, 1)}, "
+                             f"{max(n, 1) - 1}], but got {dim})")
+        return dim % n if n else 0
+
+    def dim(self):
+        return len(self._sp_size)
+
+    def numel(self):
+        return self._sp_size.numel()
+
+    nelement = numel
+
+    def element_size(self):
+        return self._sp_values.element_size()
+
+    def is_floating_point(self):
+        return self._sp_values.is_floating_point()
+
+    def is_complex(self):
+        return self._sp_values.is_complex()
+
+    def is_signed(self):
+        return self.dtype.is_signed
+
+    def get_device(self):
+        return self._sp_values.get_device()
+
+    def is_contiguous(self, memory_format=None):
+        return False
+
+    def __len__(self):
+        if not self._sp_size:
+            raise TypeError("len() of a 0-d tensor")
+        return self._sp_size[0]
+
+    # -- the COO parts ------------------------------------------------------------------------------------------
+    def sparse_dim(self):
+        return self._sp_indices.shape[0]
+
+    def dense_dim(self):
+        return self._sp_values.dim() - 1
+
+    def _nnz(self):
+        return self._sp_indices.shape[1]
+
+    def is_coalesced(self):
+        return self._sp_coalesced
+
+    def _coalesced_(self, coalesced):
+        self._sp_coalesced = bool(coalesced)
+        return self
+
+    def _indices(self):
+        return self._sp_indices.detach()
+
+    def _values(self):  # not differentiable, as torch's
+        return self._sp_values.detach()
+
+    def indices(self):
+        if not self._sp_coalesced:
+            raise RuntimeError("Cannot get indices on an uncoalesced tensor, please call .coalesce() first")
+        return self._sp_indices.detach()
+
+    def values(self):
+        if not self._sp_coalesced:
+            raise RuntimeError("Cannot get values on an uncoalesced tensor, please call .coalesce() first")
+        return self._sp_values.view_as(self._sp_values)  # an alias that carries the values' gradient
+
+    def coalesce(self):
+        """The same tensor with its duplicates summed and its entries in row-major order (``self`` if it is)."""
+        if self._sp_coalesced:
+            return self
+        from ._coo_index import coalesced_pattern
+
+        indices, inverse, count = coalesced_pattern(self._sp_indices, self._sp_size)
+        values = self._sp_values
+        summed = values.new_zeros((count,) + tuple(values.shape[1:])).index_add(0, inverse, values)
+        return make_sparse(indices, summed, self._sp_size, True)
+
+    def to_dense(self, dtype=None, *, masked_grad=None):
+        """The dense tensor; its gradient reaches the values at their positions (torch's ``masked_grad``)."""
+        if dtype is not None:
+            raise RuntimeError("dtype argument is not supported by sparse_to_dense")
+        from ._coo_index import scatter_dense
+
+        return scatter_dense(self._sp_indices, self._sp_values, self._sp_size)
+
+    def to_sparse(self, sparse_dim=None, *, layout=None, blocksize=None, dense_dim=None):
+        if layout not in (None, _dtype.sparse_coo):
+            raise NotImplementedError(f"to_sparse: conversion to {layout} is not supported in jitorch (sparse_coo "
+                                      "tensors only)")
+        if sparse_dim is not None and sparse_dim != self.sparse_dim():
+            raise RuntimeError("to_sparse: conversion from Sparse to Sparse with sparse_dim argument "
+                               "!=self.sparse_dim() is not supported")
+        return self
+
+    to_sparse_coo = to_sparse
+
+    # -- autograd -----------------------------------------------------------------------------------------------
+    @property
+    def requires_grad(self):
+        return self._sp_values.requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        self._sp_values.requires_grad_(flag)
+
+    def requires_grad_(self, requires_grad=True):
+        self._sp_values.requires_grad_(requires_grad)
+        return self
+
+    grad_fn = property(lambda self: self._sp_values.grad_fn)
+
+    @property
+    def grad(self):
+        g = self._sp_values.grad
+        if g is None:
+            return None
+        indices = self._sp_indices
+        if not self._sp_coalesced:  # torch's gradient has the coalesced pattern: one entry per position
+            from ._coo_index import coalesced_pattern, first_of_each
+
+            indices, inverse, count = coalesced_pattern(indices, self._sp_size)
+            g = g.index_select(0, first_of_each(inverse, count))
+        return make_sparse(indices, g, self._sp_size, False)
+
+    @grad.setter
+    def grad(self, value):
+        if value is None:
+            self._sp_values.grad = None
+            return
+        if not isinstance(value, SparseCooTensor) or value.shape != self.shape:
+            raise RuntimeError(f"assigned grad must be a sparse_coo tensor of size {list(self.shape)}")
+        from ._coo_index import gather_dense
+
+        self._sp_values.grad = gather_dense(value.to_dense(), self._sp_indices)
+
+    @grad.deleter
+    def grad(self):
+        self._sp_values.grad = None
+
+    def detach(self):
+        return make_sparse(self._sp_indices, self._sp_values.detach(), self._sp_size, self._sp_coalesced)
+
+    @property
+    def data(self):
+        return self.detach()
+
+    def clone(self, *, memory_format=None):
+        return make_sparse(self._sp_indices.clone(), self._sp_values.clone(), self._sp_size, self._sp_coalesced)
+
+    # -- conversions --------------------------------------------------------------------------------------------
+    def to(self, *args, **kwargs):
+        """``to(dtype)``, ``to(device)``, ``to(other)``..., as the dense ``to``: applied to the values (and the indices'
+        device); ``self`` when nothing changes."""
+        values = self._sp_values.to(*args, **kwargs)
+        if values is self._sp_values:
+            return self
+        indices = self._sp_indices.to(values.device)
+        return make_sparse(indices, values, self._sp_size, self._sp_coalesced)
+
+    def type(self, dtype=None, non_blocking=False, **kwargs):
+        if dtype is None:
+            return "torch.sparse." + self._sp_values.type().rsplit(".", 1)[-1]
+        return self.to(dtype)
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=None, non_blocking=False):
+        return self.to("cuda" if device is None else device)
+
+    float = lambda self: self.to(_dtype.float32)  # noqa: E731 - the dtype shorthands, as Tensor's
+    double = lambda self: self.to(_dtype.float64)  # noqa: E731
+    half = lambda self: self.to(_dtype.float16)  # noqa: E731
+    bfloat16 = lambda self: self.to(_dtype.bfloat16)  # noqa: E731
+    long = lambda self: self.to(_dtype.int64)  # noqa: E731
+    int = lambda self: self.to(_dtype.int32)  # noqa: E731
+    bool = lambda self: self.to(_dtype.bool)  # noqa: E731
+
+    # -- reads torch refuses ------------------------------------------------------------------------------------
+    def stride(self, dim=None):
+        raise RuntimeError("stride: sparse_coo tensors do not have strides")
+
+    def data_ptr(self):
+        raise RuntimeError("Cannot access data pointer of Tensor that doesn't have storage")
+
+    def tolist(self):
+        raise RuntimeError("tolist: sparse_coo tensors have no storage to read (Cannot access data pointer of "
+                           "Tensor that doesn't have storage); use .to_dense().tolist()")
+
+    def untyped_storage(self):
+        raise NotImplementedError("Cannot access storage of SparseTensorImpl")
+
+    storage = untyped_storage
+
+    def numpy(self, *, force=False):
+        raise TypeError("can't convert Sparse layout tensor to numpy. Use Tensor.to_dense() first.")
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError("can't convert Sparse layout tensor to numpy. Use Tensor.to_dense() first.")
+
+    def item(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
+        return self.to_dense().item()
+
+    def _scalar_for(self, kind):
+        if self.numel() != 1:
+            raise RuntimeError(f"{kind}: a Tensor with {self.numel()} elements cannot be converted to Scalar")
+        return self.to_dense().item()
+
+    # -- printing and pickling ----------------------------------------------------------------------------------
+    def __repr__(self, *, tensor_contents=None):
+        return sparse_repr(self)
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        if spec:
+            raise TypeError(f"unsupported format string passed to {type(self).__name__}.__format__")
+        return repr(self)
+
+    def __reduce_ex__(self, protocol):
+        from . import _rebuild_sparse_coo
+
+        return (_rebuild_sparse_coo, (self._sp_indices.detach(), self._sp_values.detach(), tuple(self._sp_size),
+                                      self._sp_coalesced, self.requires_grad))
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        new = make_sparse(self._sp_indices.clone(), self._sp_values.detach().clone(), self._sp_size,
+                          self._sp_coalesced)
+        new.requires_grad_(self.requires_grad and self.is_leaf)
+        memo[id(self)] = new
+        return new
+
+    # -- public functions handed a sparse tensor ----------------------------------------------------------------
+    @classmethod
+    def __jitorch_function__(cls, func, args, kwargs):
+        from ._coo_math import FUNCTIONS, PASS_THROUGH
+
+        name = _overrides.tensor_method_name(func) or getattr(func, "__name__", str(func))
+        impl = FUNCTIONS.get(name)
+        if impl is not None:
+            return impl(*args, **kwargs)
+        if name in PASS_THROUGH:
+            original = getattr(func, "__jitorch_original__", None) or getattr(func, "__wrapped__", func)
+            return original(*args, **kwargs)
+        if args and isinstance(args[0], SparseCooTensor) and name in _OWN:
+            return getattr(args[0], name)(*args[1:], **kwargs)
+        raise sparse_refusal(name)
+
+
+_OWN: set = set()  # the methods SparseCooTensor answers itself (filled by _refuse_inherited)
+# Inherited Tensor methods that only call what this class defines.
+_INHERITED_OK = frozenset({"ndimension", "is_nonzero", "is_inference", "register_hook", "retain_grad", "is_shared",
+                           "__hash__", "__init_subclass__"})
+# Dunder methods of Tensor that would read the (missing) array.
+_REFUSED_DUNDERS = frozenset({"__getitem__", "__setitem__", "__iter__", "__contains__", "__invert__", "__pos__",
+                              "__abs__", "__dlpack__", "__dlpack_device__", "__array_wrap__", "__iadd__", "__isub__",
+                              "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__", "__imatmul__",
+                              "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__"}) | _overrides._OPERATORS
+
+
+def _refusing(name):
+    def refuse(self, *args, **kwargs):
+        raise sparse_refusal(name)
+    refuse.__name__ = refuse.__qualname__ = name
+    return refuse
+
+
+def _refuse_inherited():
+    """Give SparseCooTensor a refusing method for every Tensor method it does not define (once, at the first sparse
+    tensor: by then every module has bound its Tensor methods)."""
+    own = {name for name, value in vars(SparseCooTensor).items()}
+    _OWN.update(name for name in own if not name.startswith("__"))
+    for name, value in list(vars(Tensor).items()):
+        if name in own or name in _INHERITED_OK:
+            continue
+        callable_ = isinstance(value, (types.FunctionType, types.BuiltinFunctionType, staticmethod))
+        if callable_ and (not name.startswith("_") or name in _REFUSED_DUNDERS):
+            setattr(SparseCooTensor, name, _refusing(name[2:-2] if name.startswith("__") else name))
+    SparseCooTensor._refusals_installed = True
