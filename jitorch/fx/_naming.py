@@ -18,6 +18,7 @@ __all__ = ["Namespace", "global_path", "resolve_path"]
 _PUBLIC = ("jitorch", "jitorch.nn.functional", "jitorch.linalg", "jitorch.special", "jitorch.fft", "operator",
            "math", "builtins")
 # Names generated code uses for its own purposes: a node must not shadow them.
+_BUILTIN_NAMES = frozenset(dir(builtins))  # once: dir() builds a sorted list on every call
 RESERVED = {"self", "jitorch", "operator", "math", "getattr", "slice", "float", "int", "inf", "nan", "None", "True",
             "False", "device"}
 
@@ -91,9 +92,9 @@ class Namespace:
             name = f"_{name}"
         match = re.fullmatch(r"(.*)_(\d+)", name)
         base = match.group(1) if match and match.group(1) else name
-        if name in self._used or keyword.iskeyword(name) or name in RESERVED or name in dir(builtins):
+        if name in self._used or keyword.iskeyword(name) or name in RESERVED or name in _BUILTIN_NAMES:
             name = base
-            while name in self._used or keyword.iskeyword(name) or name in RESERVED or name in dir(builtins):
+            while name in self._used or keyword.iskeyword(name) or name in RESERVED or name in _BUILTIN_NAMES:
                 self._counters[base] = self._counters.get(base, 0) + 1
                 name = f"{base}_{self._counters[base]}"
         self._used.add(name)

@@ -35,7 +35,7 @@ from ._created import noting_created
 from .node import map_aggregate
 from .passes.shape_prop import extract_tensor_metadata
 
-__all__ = ["make_fx", "Primitive", "bind_inputs"]
+__all__ = ["make_fx", "Primitive", "bind_inputs", "record_graph"]
 
 TRACING_MODES = ("real", "fake", "symbolic")
 
@@ -282,21 +282,27 @@ def value_reads_guard(mode, refuse):
     return refusing_value_reads(mode) if refuse else contextlib.nullcontext()
 
 
+def record_graph(fn, args, decompositions=None, refuse_value_reads=False):
+    """``(graph, root)``: the primitives ``fn(*args)`` runs and the module holding its constants, without the
+    generated code of a GraphModule (callers that only walk the nodes: ``vmap``'s batched path)."""
+    graph, root = Graph(), Module()
+    mode = _RecordingMode(graph, root, decompositions, fn if isinstance(fn, Module) else None)
+    for i, a in enumerate(args):
+        bind_inputs(mode, graph.placeholder(f"arg{i}"), a)
+    push_mode(mode)
+    try:
+        with noting_created(mode.created), value_reads_guard(mode, refuse_value_reads):
+            result = fn(*args)
+    finally:
+        pop_mode()
+    graph.output(map_aggregate(result, mode.arg))
+    return graph, root
+
+
 def _make_record(fn, decompositions=None, refuse_value_reads=False):
     @functools.wraps(fn)
     def record(*args):
-        graph, root = Graph(), Module()
-        mode = _RecordingMode(graph, root, decompositions, fn if isinstance(fn, Module) else None)
-        for i, a in enumerate(args):
-            bind_inputs(mode, graph.placeholder(f"arg{i}"), a)
-        push_mode(mode)
-        try:
-            with noting_created(mode.created), value_reads_guard(mode, refuse_value_reads):
-                result = fn(*args)
-        finally:
-            pop_mode()
-        graph.output(map_aggregate(result, mode.arg))
-        return GraphModule(root, graph)
+        return GraphModule(*reversed(record_graph(fn, args, decompositions, refuse_value_reads)))
     return record
 
 
