@@ -195,3 +195,18 @@ def test_per_sample_gradients_of_a_cnn(paths, monkeypatch):
     # adaptive max pooling's gradient (index_put) has no rule: it runs per sample; the convolutions and pools do not
     assert not set(calls) & {"convolution", "convolution_transpose", "convolution_weight", "max_pool",
                              "max_pool_scatter", "adaptive_max_pool"}
+
+
+def test_embedding_lookups_and_their_gradients(paths, monkeypatch):
+    calls = []
+    real = _vmap_batched._per_sample
+    monkeypatch.setattr(_vmap_batched, "_per_sample", lambda prim, *a: calls.append(prim.op.name) or real(prim, *a))
+    tokens = np.random.default_rng(3).integers(0, 6, (B, 4))
+    both(lambda lib: lambda w, t: (lib.func.grad(lambda w: (lib.nn.functional.embedding(t, w) ** 2).sum())(w),
+                                   w[t[:2]], w[t[:1], 1:]), [arr(6, 3), tokens], in_dims=(None, 0))
+    both(lambda lib: lambda w, t: w[t] * 2, [arr(B, 6, 3), tokens], in_dims=(0, 0))  # a batched table and indices
+    both(lambda lib: lambda w: w[lib.tensor([[0, 2], [1, 1]])], [arr(B, 4, 3)])  # shared indices
+    # A mask picks a count of its own in each sample (torch's vmap refuses it): one True per row here, per sample.
+    w, m = jitorch.tensor(arr(B, 4)), jitorch.tensor(np.eye(4, dtype=bool)[np.arange(B) % 4])
+    assert jitorch.equal(jitorch.func.vmap(lambda w, m: w[m])(w, m), jitorch.stack([r[k] for r, k in zip(w, m)]))
+    assert paths == ["batched"] * 4 and calls == ["index"]
