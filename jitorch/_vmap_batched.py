@@ -51,7 +51,7 @@ def run_batched(func, leaves, dims, spec, kwargs, size, out_dims):
         return func(*tree_unflatten(list(args), spec), **kwargs)
 
     try:
-        graph, root = record_graph(flat, sample, refuse_value_reads=True)
+        graph, root = record_graph(flat, sample, refuse_value_reads=True, metadata=False)
         out = _interpret(graph, root, [Batched(batched[i]) if i in batched else x for i, x in enumerate(leaves)], size)
     except Exception:  # noqa: BLE001 - a value read while tracing (data-dependent Python), a row the rules do not
         # cover as traced, or the user's own error: the loop runs such code, and raises the user's errors as vmap's

@@ -89,8 +89,9 @@ class _RecordingMode:
 
     compiling = True  # ``jitorch.compiler.is_compiling()`` while a graph is traced
 
-    def __init__(self, graph, root, decompositions=None, module=None):
+    def __init__(self, graph, root, decompositions=None, module=None, metadata=True):
         self.graph, self.root = graph, root
+        self.metadata = metadata  # ``meta["tensor_meta"]`` on every node (a caller that only runs the graph skips it)
         self.nodes: dict[int, object] = {}  # id(tensor) -> the node that produced its current value
         self.by_array: dict[int, object] = {}  # id(tensor._data) -> the same node
         self._alive = []  # keep recorded tensors alive so their ids are not reused during the trace
@@ -105,7 +106,8 @@ class _RecordingMode:
         data = tensor._data
         node.meta["val"] = (tuple(data.shape), data.dtype)
         node.meta["stride"] = tuple(data.strides)
-        node.meta["tensor_meta"] = extract_tensor_metadata(tensor)
+        if self.metadata:
+            node.meta["tensor_meta"] = extract_tensor_metadata(tensor)
         self.nodes[id(tensor)] = node
         # ``detach()`` and similar wrap the same array without an op: they must still read from this node.
         self.by_array[id(tensor._data)] = node
@@ -153,8 +155,9 @@ class _RecordingMode:
         node = self.graph.call_function(_primitive(op.name), map_aggregate(args, self.arg),
                                         map_aggregate(attrs, self.arg))
         if isinstance(out, tuple):
-            node.meta["tensor_meta"] = tuple(extract_tensor_metadata(o) if isinstance(o, Tensor) else None
-                                             for o in out)
+            if self.metadata:
+                node.meta["tensor_meta"] = tuple(extract_tensor_metadata(o) if isinstance(o, Tensor) else None
+                                                 for o in out)
             for i, o in enumerate(out):
                 if isinstance(o, Tensor):
                     self.bind(o, self.graph.call_function(operator.getitem, (node, i)))
@@ -282,11 +285,12 @@ def value_reads_guard(mode, refuse):
     return refusing_value_reads(mode) if refuse else contextlib.nullcontext()
 
 
-def record_graph(fn, args, decompositions=None, refuse_value_reads=False):
+def record_graph(fn, args, decompositions=None, refuse_value_reads=False, metadata=True):
     """``(graph, root)``: the primitives ``fn(*args)`` runs and the module holding its constants, without the
-    generated code of a GraphModule (callers that only walk the nodes: ``vmap``'s batched path)."""
+    generated code of a GraphModule (callers that only walk the nodes: ``vmap``'s batched path, which also skips
+    the nodes' ``tensor_meta`` with ``metadata=False``)."""
     graph, root = Graph(), Module()
-    mode = _RecordingMode(graph, root, decompositions, fn if isinstance(fn, Module) else None)
+    mode = _RecordingMode(graph, root, decompositions, fn if isinstance(fn, Module) else None, metadata)
     for i, a in enumerate(args):
         bind_inputs(mode, graph.placeholder(f"arg{i}"), a)
     push_mode(mode)

@@ -34,6 +34,8 @@ def has_side_effect(fn):
 
 def map_aggregate(a, fn):
     """Apply ``fn`` to every leaf of ``a``, rebuilding tuples, lists, dicts and slices around the results."""
+    if type(a) in _LEAVES:  # most calls: a node, a number, a string (one lookup before four isinstance tests)
+        return fn(a)
     if isinstance(a, tuple):
         mapped = tuple(map_aggregate(x, fn) for x in a)
         # NamedTuples (torch.return_types-like) are rebuilt with their own constructor.
@@ -238,3 +240,6 @@ def _target_name(target) -> str:
     if path is not None and "." not in path:
         return f"builtins.{path}"  # as torch.fx prints ``builtins.getattr``
     return path or getattr(target, "__name__", repr(target))
+
+
+_LEAVES = frozenset({Node, int, float, bool, str, type(None)})
