@@ -203,3 +203,23 @@ def test_cuda_products_match_the_cpu():
     np.testing.assert_allclose(_np(s.grad.to_dense()), _np(s_cpu.grad.to_dense()), atol=1e-4)
     back = s.detach().cpu()
     assert back.is_cpu and np.allclose(_np(back.to_dense()), _np(s_cpu.to_dense()))
+
+
+def test_compiled_functions_take_sparse_arguments_and_closures():
+    # A sparse argument runs the call eagerly (no strided memory for a kernel); a captured one is traced around.
+    adj = jitorch.sparse_coo_tensor(jitorch.tensor([[0, 1, 1, 2], [2, 0, 2, 1]]), jitorch.tensor([3., 4., 5., 1.]),
+                                    (3, 3)).coalesce()
+    lin = jitorch.nn.Linear(4, 2)
+    x = jitorch.randn(3, 4)
+
+    def f(adj, x):
+        return jitorch.spmm(adj, lin(x)).relu().sum()
+    want = f(adj, x)
+    got = jitorch.compile(f)(adj, x)
+    assert jitorch.allclose(got, want)
+    got.backward()
+    grad = lin.weight.grad.clone()
+    lin.weight.grad = None
+    want.backward()
+    assert jitorch.allclose(grad, lin.weight.grad)
+    assert jitorch.allclose(jitorch.compile(lambda x: f(adj, x))(x), want)

@@ -167,8 +167,10 @@ class CompiledFunction:
     def _call(self, site, args, kwargs):
         fn = site.fn
         tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
-        if any(t.is_meta for t in tensors):
-            return fn(*args, **kwargs)  # meta tensors carry shapes only: eager ops propagate them, kernels cannot
+        if any(t.is_meta or t.is_sparse for t in tensors):
+            # meta tensors carry shapes only: eager ops propagate them, kernels cannot; a sparse tensor has no strided
+            # memory for a kernel to read (its products are a library call eagerly anyway)
+            return fn(*args, **kwargs)
         # One traversal of the module per call: guards, grad flags and the training plan's inputs share it.
         owner = self._owner()
         tree = module_tree(owner) if owner is not None else None
