@@ -73,6 +73,7 @@ from . import cpu  # noqa: E402,F401
 from .cpu import amp as _cpu_amp  # noqa: E402,F401 - ``jitorch.cpu.amp``, as ``torch.cpu.amp``
 from . import special  # noqa: E402,F401
 from . import fft  # noqa: E402,F401 - torch.fft
+from . import signal  # noqa: E402,F401 - torch.signal (windows)
 from . import overrides  # noqa: E402,F401 - torch.overrides
 from .amp import autocast  # noqa: E402,F401
 from .amp.autocast_mode import (  # noqa: E402,F401
