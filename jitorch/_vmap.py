@@ -49,7 +49,11 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
         leaves, dims, spec = _mapped_inputs(name, in_dims, args)
         size = _batch_size(name, in_dims, leaves, dims)
         if size >= MIN_BATCH and randomness == "error" and chunk_size is None:
-            out = run_batched(func, leaves, dims, spec, kwargs, size, out_dims)
+            _SAMPLES.append(set())  # the trace's sample is no input either: batch norm's check sends it to the loop
+            try:
+                out = run_batched(func, leaves, dims, spec, kwargs, size, out_dims)
+            finally:
+                _SAMPLES.pop()
             if out is not None:
                 return out
         outs = []
@@ -57,9 +61,23 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
             for i in range(max(size, 1)):  # a batch of 0 still runs once, on zeros, for the outputs' layout
                 mode.next_sample()
                 sample = [x if d is None else _take(x, d, i, size) for x, d in zip(leaves, dims)]
-                outs.append(func(*tree_unflatten(sample, spec), **kwargs))
+                _SAMPLES.append({id(x) for x, d in zip(sample, dims) if d is not None})
+                try:
+                    outs.append(func(*tree_unflatten(sample, spec), **kwargs))
+                finally:
+                    _SAMPLES.pop()
         return _stacked(name, outs, out_dims, size)
     return mapped
+
+
+_SAMPLES = []  # per running vmap loop, innermost last: the ids of the current sample's mapped inputs
+
+
+def unmapped_in_vmap(*tensors):
+    """True inside vmap's per-sample loop when one of ``tensors`` is not one of the sample's mapped inputs: an op
+    that writes it in place (batch norm's running statistics) would fold every sample into it in turn, where
+    PyTorch's batching rule refuses."""
+    return bool(_SAMPLES) and any(t is not None and id(t) not in _SAMPLES[-1] for t in tensors)
 
 
 def _name(func):

@@ -24,7 +24,7 @@ import operator
 from ._dispatch_modes import MODES
 from ._tensor import Tensor
 from .autograd.grad_mode import is_grad_enabled
-from ._vmap_rules import RULES, Bail, Batched, has_batched, pointwise, reduction, wrap
+from ._vmap_rules import RULES, Bail, Batched, has_batched, padded, pointwise, reduction, wrap
 from .ops.table import Pointwise, Reduction
 from .utils._pytree import tree_flatten, tree_unflatten
 
@@ -51,7 +51,8 @@ def run_batched(func, leaves, dims, spec, kwargs, size, out_dims):
         return func(*tree_unflatten(list(args), spec), **kwargs)
 
     try:
-        graph, root = record_graph(flat, sample, refuse_value_reads=True, metadata=False)
+        graph, root = record_graph(flat, sample, refuse_value_reads=True, metadata=False,
+                                   refuse_outside_writes=True)
         out = _interpret(graph, root, [Batched(batched[i]) if i in batched else x for i, x in enumerate(leaves)], size)
     except Exception:  # noqa: BLE001 - a value read while tracing (data-dependent Python), a row the rules do not
         # cover as traced, or the user's own error: the loop runs such code, and raises the user's errors as vmap's
@@ -92,9 +93,10 @@ def _interpret(graph, root, inputs, size):
             kwargs = _load(node.kwargs, env)
             target = node.target
             if isinstance(target, Primitive):
-                if target.inplace or target.op.name in _RANDOM_ROWS:
+                if target.op.name in _RANDOM_ROWS:
                     raise Bail
-                env[node] = _call_row(target, args, kwargs, size)
+                env[node] = _write(target, node, args, kwargs) if target.inplace else \
+                    _call_row(target, args, kwargs, size)
             elif target is operator.getitem and isinstance(args[0], (tuple, list, dict)):
                 env[node] = args[0][args[1]]
             elif has_batched((args, kwargs)):
@@ -106,6 +108,26 @@ def _interpret(graph, root, inputs, size):
         else:
             raise Bail
     raise Bail
+
+
+def _write(prim, node, args, kwargs):
+    """An elementwise in-place op (``ReLU(inplace=True)``, ``h.add_(1)``) on a batched value the function computed
+    itself and no view shares: the same write on the batched tensor. Anything else keeps the loop: a batch-wide
+    view may be a copy here (``reshape``), so a write through an alias would not reach its base."""
+    from .fx.make_fx import Primitive
+
+    def is_view(n):
+        return isinstance(n.target, Primitive) and n.target.op.view
+
+    target, written = args[0], node.args[0]
+    if not (isinstance(target, Batched) and isinstance(prim.op.fusion, Pointwise)
+            and isinstance(written.target, Primitive) and not is_view(written)
+            and not any(is_view(u) for u in written.users)):
+        raise Bail
+    rank = target.rank
+    prim(target.t, *[padded(a, rank) if isinstance(a, Batched) else a for a in args[1:]],
+         **{k: padded(v, rank) if isinstance(v, Batched) else v for k, v in kwargs.items()})
+    return target
 
 
 def _load(value, env):

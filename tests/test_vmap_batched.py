@@ -210,3 +210,34 @@ def test_embedding_lookups_and_their_gradients(paths, monkeypatch):
     w, m = jitorch.tensor(arr(B, 4)), jitorch.tensor(np.eye(4, dtype=bool)[np.arange(B) % 4])
     assert jitorch.equal(jitorch.func.vmap(lambda w, m: w[m])(w, m), jitorch.stack([r[k] for r, k in zip(w, m)]))
     assert paths == ["batched"] * 4 and calls == ["index"]
+
+
+def test_in_place_writes_on_the_functions_own_values_stay_batched(paths):
+    def fn(lib):
+        def f(r):
+            h = r * 2 - 1
+            h.relu_()  # ReLU(inplace=True)
+            h.add_(r)
+            return h.sum(0) + h[0]
+        return f
+    both(fn, [arr(B, 2, 3)])
+    assert paths == ["batched"]
+
+
+def test_writes_through_views_and_outside_tensors_keep_the_loop(paths):
+    def through_view(lib):
+        def f(r):
+            h = r * 2
+            v = h.view(-1)  # a batch-wide view can be a copy: the write must reach h, so per sample
+            v.add_(1)
+            return h
+        return f
+    both(through_view, [arr(B, 2, 3)])
+    counter = jitorch.zeros(1)
+
+    def f(r):
+        counter.add_(1)  # the trace refuses this write before making it: only the loop's writes land
+        return r * 2
+    jitorch.func.vmap(f)(jitorch.ones(B, 2))
+    assert counter.item() == B
+    assert paths == ["loop", "loop"]

@@ -35,7 +35,11 @@ from ._created import noting_created
 from .node import map_aggregate
 from .passes.shape_prop import extract_tensor_metadata
 
-__all__ = ["make_fx", "Primitive", "bind_inputs", "record_graph"]
+__all__ = ["make_fx", "Primitive", "bind_inputs", "record_graph", "OutsideWriteError"]
+
+
+class OutsideWriteError(RuntimeError):
+    """`record_graph(refuse_outside_writes=True)` met an in-place write into a tensor from outside the function."""
 
 TRACING_MODES = ("real", "fake", "symbolic")
 
@@ -92,6 +96,7 @@ class _RecordingMode:
     def __init__(self, graph, root, decompositions=None, module=None, metadata=True):
         self.graph, self.root = graph, root
         self.metadata = metadata  # ``meta["tensor_meta"]`` on every node (a caller that only runs the graph skips it)
+        self.refuse_outside_writes = False
         self.nodes: dict[int, object] = {}  # id(tensor) -> the node that produced its current value
         self.by_array: dict[int, object] = {}  # id(tensor._data) -> the same node
         self._alive = []  # keep recorded tensors alive so their ids are not reused during the trace
@@ -182,7 +187,16 @@ class _RecordingMode:
         if t is not base:
             self.bind(t, view_nodes(self.graph, clone, t._view_chain)[-1])
 
+    def _refuse_outside_write(self, op, t):
+        base = t if t._base is None else t._base
+        node = self.nodes.get(id(base)) or self.by_array.get(id(base._data))
+        if id(base) not in self.created and (node is None or node.op != "call_function"):
+            raise OutsideWriteError(f"{op.name}_ writes into a tensor from outside the traced function (an input or "
+                                    "a captured tensor): refused before the write")
+
     def dispatch_inplace(self, op, self_tensor, args, attrs):
+        if self.refuse_outside_writes:
+            self._refuse_outside_write(op, self_tensor)
         self._own_constant(self_tensor)
         target = self.arg(self_tensor)
         out = self._run(apply_inplace, op, self_tensor, *args, **attrs)
@@ -285,12 +299,15 @@ def value_reads_guard(mode, refuse):
     return refusing_value_reads(mode) if refuse else contextlib.nullcontext()
 
 
-def record_graph(fn, args, decompositions=None, refuse_value_reads=False, metadata=True):
+def record_graph(fn, args, decompositions=None, refuse_value_reads=False, metadata=True, refuse_outside_writes=False):
     """``(graph, root)``: the primitives ``fn(*args)`` runs and the module holding its constants, without the
     generated code of a GraphModule (callers that only walk the nodes: ``vmap``'s batched path, which also skips
-    the nodes' ``tensor_meta`` with ``metadata=False``)."""
+    the nodes' ``tensor_meta`` with ``metadata=False``, and with ``refuse_outside_writes`` stops the trace with
+    `OutsideWriteError` before an in-place op writes into an input or a captured tensor: a trace it then discards
+    must leave no trace in the caller's tensors)."""
     graph, root = Graph(), Module()
     mode = _RecordingMode(graph, root, decompositions, fn if isinstance(fn, Module) else None, metadata)
+    mode.refuse_outside_writes = refuse_outside_writes
     for i, a in enumerate(args):
         bind_inputs(mode, graph.placeholder(f"arg{i}"), a)
     push_mode(mode)

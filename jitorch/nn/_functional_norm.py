@@ -26,6 +26,7 @@ from .._tensor import Tensor
 from ..autograd.grad_mode import is_grad_enabled, no_grad
 from ..autograd.saved_hooks import one_op
 from .._dispatch import apply
+from .._vmap import unmapped_in_vmap
 from ..ops.nn_batch_norm import BATCH_NORM
 from ..ops.nn_fused import FUSED_DTYPES, LAYER_NORM
 
@@ -113,6 +114,13 @@ def _update_batch_stats(running_mean, running_var, mean, var, n, momentum):
         _update_running(running_var, var.reshape(-1) * (n / (n - 1)), momentum)
 
 
+_VMAP_STATS_ERROR = (
+    "Batch norm got a batched tensor as input while the running_mean or running_var, which will be updated in place, "
+    "were not batched.\nIf you are using a module and do not need eval mode, please set `track_running_stats` to be "
+    "False.If you are using a prebuilt module and do not need eval mode, please see the functorch website for "
+    "resources on how to patch your module to work with vmap")
+
+
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """Normalize each channel (dim 1) over the batch and spatial dims, then scale by ``weight``, shift by ``bias``.
 
@@ -134,6 +142,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if not training and running_mean is None:
         raise RuntimeError("running_mean must be defined in evaluation mode")
     _check_stats_no_grad("batch_norm", running_mean, running_var)
+    if training and running_mean is not None and unmapped_in_vmap(running_mean, running_var):
+        raise RuntimeError(_VMAP_STATS_ERROR)
     x = _upcast(input)
     ndim = x.dim()
     view = lambda t: _channel_view(t, ndim)  # noqa: E731 - a one-line closure over ndim
