@@ -17,10 +17,11 @@ from __future__ import annotations
 from .. import _dtype
 from ._coo import SparseCooTensor
 from ._coo_math import addmm as _addmm, mm, sparse_sum as _sparse_sum
+from ._coo_softmax import log_softmax, softmax
 from ._creation import legacy_constructor, rebuild_sparse_coo as _rebuild_sparse_coo, sparse_coo_tensor
 
-__all__ = ["mm", "addmm", "sum", "FloatTensor", "DoubleTensor", "LongTensor", "SparseCooTensor", "spmm",
-           "sparse_coo_tensor"]
+__all__ = ["mm", "addmm", "sum", "softmax", "log_softmax", "FloatTensor", "DoubleTensor", "LongTensor",
+           "SparseCooTensor", "spmm", "sparse_coo_tensor"]
 
 
 def addmm(mat, mat1, mat2, *, beta=1.0, alpha=1.0):

@@ -138,3 +138,23 @@ def rebuild_sparse_coo(indices, values, size, is_coalesced=None, requires_grad=F
 Tensor.to_sparse = dense_to_sparse
 Tensor.to_sparse_coo = dense_to_sparse
 Tensor.to_dense = _to_dense
+
+
+def _compressed_refusal(name):
+    def refuse(*args, **kwargs):
+        raise NotImplementedError(f"{name}: the compressed sparse layouts (CSR, CSC, BSR, BSC) are not supported in "
+                                  "jitorch, which has sparse_coo tensors only; build one with sparse_coo_tensor (CSR "
+                                  "row pointers convert with _convert_indices_from_csr_to_coo) or keep a dense "
+                                  "tensor")
+    refuse.__name__ = refuse.__qualname__ = name
+    refuse.__doc__ = f"``{name}``: refused with a NotImplementedError (jitorch has sparse_coo tensors only)."
+    return refuse
+
+
+sparse_csr_tensor = _compressed_refusal("sparse_csr_tensor")
+sparse_csc_tensor = _compressed_refusal("sparse_csc_tensor")
+sparse_bsr_tensor = _compressed_refusal("sparse_bsr_tensor")
+sparse_bsc_tensor = _compressed_refusal("sparse_bsc_tensor")
+sparse_compressed_tensor = _compressed_refusal("sparse_compressed_tensor")
+for _method in ("to_sparse_csr", "to_sparse_csc", "to_sparse_bsr", "to_sparse_bsc"):
+    setattr(Tensor, _method, _compressed_refusal(_method))
