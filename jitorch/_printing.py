@@ -238,6 +238,20 @@ def _add_suffixes(text: str, suffixes: Sequence[str], indent: int) -> str:
     return "".join(parts)
 
 
+
+def bracketed_values(arr, indent):
+    """The bracketed values of a non-empty ``arr`` as torch's ``_tensor_str`` writes them (no suffixes), lines after
+    the first indented by ``indent``: summarized past the print threshold, one formatter per real/imaginary part."""
+    summarize = arr.size > OPTIONS.threshold
+    data = _to_printable(arr)
+    shown = _summarized(data) if summarize else data
+    if data.dtype.kind == "c":
+        real_fmt, imag_fmt = _Formatter(shown.real), _Formatter(shown.imag)
+    else:
+        real_fmt, imag_fmt = _Formatter(shown), None
+    return _nested_str(data, indent, summarize, real_fmt, imag_fmt)
+
+
 def format_tensor(arr: np.ndarray, *, dtype_name: str, default_float: str = "float32",
                   default_int: str = "int64", suffixes: Sequence[str] = (),
                   prefix: str = "tensor(") -> str:
@@ -265,17 +279,10 @@ def format_tensor(arr: np.ndarray, *, dtype_name: str, default_float: str = "flo
             items.append(dtype_item)
         body = "[]"
     else:
-        summarize = arr.size > OPTIONS.threshold
         if not OPTIONS.edgeitems:  # nothing of the values is shown past the threshold, so the shape is
             items.append("size=" + str(tuple(int(s) for s in arr.shape)))
         if dtype_name not in (default_float, default_complex, default_int, "bool"):
             items.append(dtype_item)
-        data = _to_printable(arr)
-        shown = _summarized(data) if summarize else data
-        if data.dtype.kind == "c":
-            real_fmt, imag_fmt = _Formatter(shown.real), _Formatter(shown.imag)
-        else:
-            real_fmt, imag_fmt = _Formatter(shown), None
-        body = _nested_str(data, indent, summarize, real_fmt, imag_fmt)
+        body = bracketed_values(arr, indent)
     items += other_items
     return _add_suffixes(prefix + body, items, indent)

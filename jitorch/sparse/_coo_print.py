@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _dtype
-from .._printing import OPTIONS, _Formatter, _nested_str, _summarized, _to_printable
+from .._printing import OPTIONS, bracketed_values
 
 __all__ = ["sparse_repr"]
 
@@ -21,16 +21,7 @@ _PREFIX = "tensor("
 
 def _body(arr, indent):
     """The bracketed values of ``arr`` as torch's ``_tensor_str`` writes them (no suffixes)."""
-    if arr.size == 0:
-        return "[]"
-    summarize = arr.size > OPTIONS.threshold
-    data = _to_printable(arr)
-    shown = _summarized(data) if summarize else data
-    if data.dtype.kind == "c":
-        real_fmt, imag_fmt = _Formatter(shown.real), _Formatter(shown.imag)
-    else:
-        real_fmt, imag_fmt = _Formatter(shown), None
-    return _nested_str(data, indent, summarize, real_fmt, imag_fmt)
+    return "[]" if arr.size == 0 else bracketed_values(arr, indent)
 
 
 def _part(name, t, indent):
