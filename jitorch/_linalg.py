@@ -305,8 +305,14 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
         compute_mode == "use_mm_for_euclid_dist_if_necessary" and rows > 25)
     if p == 2 and use_mm:
         # |a - b|^2 = |a|^2 - 2 a.b + |b|^2: one matrix product instead of a (P, R, M) difference tensor.
+        from ._pointwise import where
+
         sq1, sq2 = (x1 * x1).sum(-1, keepdim=True), (x2 * x2).sum(-1, keepdim=True)
-        return (sq1 - 2 * matmul(x1, x2.mT) + sq2.mT).clamp_min(1e-30).sqrt()
+        sq = sq1 - 2 * matmul(x1, x2.mT) + sq2.mT
+        # ATen clamps at 0 (a distance of exactly 0, not sqrt of a floor) and its backward passes no gradient
+        # where the distance is 0; the inner where keeps sqrt's infinite slope at 0 out of the graph.
+        positive = sq > 0
+        return where(positive, where(positive, sq, 1.0).sqrt(), 0.0)
     diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
     if math.isinf(p):
         # torch's cdist hands every coordinate tied for the maximum the whole gradient (an inf-norm splits it):

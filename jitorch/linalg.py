@@ -25,6 +25,7 @@ from ._tensor import Tensor
 from .amp._cast_mode import autocast_policy
 from .ops import linalg as L
 from .ops.linalg import LinAlgError
+from .ops.linalg_factor import TRIANGULAR_SOLVE
 
 __all__ = [
     "LinAlgError", "norm", "vector_norm", "matrix_norm", "solve", "solve_ex", "solve_triangular", "inv", "inv_ex",
@@ -178,7 +179,15 @@ def solve(A, B, *, left=True, out=None):
 
 
 def solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):
-    """Solve with the triangle of ``A`` selected by ``upper`` (its diagonal taken as ones if ``unitriangular``)."""
+    """Solve with the triangle of ``A`` selected by ``upper`` (its diagonal taken as ones if ``unitriangular``).
+
+    As torch's, a zero on the diagonal is not an error: the solution holds inf/nan there.
+
+    >>> import jitorch
+    >>> jitorch.linalg.solve_triangular(jitorch.tensor([[2.0, 0.0], [1.0, 0.0]]), jitorch.ones(2, 1), upper=False)
+    tensor([[0.5000],
+            [   inf]])
+    """
     _check_matrix(A, "linalg.solve_triangular")
     if B.dim() < 2:
         raise RuntimeError(f"linalg.solve_triangular: The input tensor B must have at least 2 dimensions, got shape "
@@ -187,13 +196,17 @@ def solve_triangular(A, B, *, upper, left=True, unitriangular=False, out=None):
         # torch copies B into A's dtype here (where linalg.solve refuses the mix): MultivariateNormal.log_prob of a
         # float64 value under float32 parameters runs, in float32.
         B = B.to(A.dtype)
-    tri = A.triu() if upper else A.tril()
-    if unitriangular:
-        from ._creation import eye
+    if not left:  # X A = B is A^T X^T = B^T
+        return _write_out(solve_triangular(A.mT, B.mT, upper=not upper, unitriangular=unitriangular).mT, out)
+    n = A._data.shape[-1]
+    if B._data.shape[-2] != n:
+        raise RuntimeError(f"linalg.solve_triangular: Incompatible shapes of A and B for the equation AX = B "
+                           f"({A._data.shape[-2]}x{n} and {B._data.shape[-2]}x{B._data.shape[-1]})")
+    from ._movement import broadcast_shapes
 
-        identity = eye(A._data.shape[-1], dtype=A.dtype, device=A.device)
-        tri = tri * (1 - identity) + identity
-    return _write_out(solve(tri, B, left=left), out)
+    batch = tuple(broadcast_shapes(A._data.shape[:-2], B._data.shape[:-2]))
+    a, b = A.expand(batch + A._data.shape[-2:]), B.expand(batch + B._data.shape[-2:])
+    return _write_out(apply(TRIANGULAR_SOLVE, a, b, upper=bool(upper), unitriangular=bool(unitriangular)), out)
 
 
 def inv(A, *, out=None):

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 import jitorch
-from research_sweep_helpers import assert_close_tree, load_numpy_state, numpy_state, to_numpy
+from sweep_helpers import assert_close_tree, load_numpy_state, numpy_state, to_numpy
 
 _rng = np.random.default_rng(0)
 X = _rng.standard_normal((12, 8)).astype(np.float32)

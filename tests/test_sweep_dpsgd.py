@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import jitorch
-from research_sweep_helpers import assert_close_tree, load_numpy_state, numpy_state, to_numpy
+from sweep_helpers import assert_close_tree, load_numpy_state, numpy_state, to_numpy
 
 
 def _model(lib, kind):

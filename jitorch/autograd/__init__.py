@@ -43,7 +43,7 @@ def _root_grads(outputs, grad_outputs, op, batched=False):
                 continue
             if out._data.size != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            if not out.is_floating_point() and not out.is_complex():
+            if not out.is_floating_point():  # a complex loss too, as torch: its gradient needs a chosen direction
                 raise RuntimeError(f"grad can be implicitly created only for real scalar outputs but got {out.dtype}")
             data = out._data
             # The implicit gradient of every ``loss.backward()``: a NumPy one directly (``ones_like`` resolves

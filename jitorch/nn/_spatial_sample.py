@@ -21,6 +21,8 @@ from .. import _creation
 from .._movement import stack
 from .._pointwise import where
 from ..amp._cast_mode import autocast_policy
+from ..autograd.function import Function
+from ..autograd.grad_mode import GradState
 
 __all__ = ["affine_grid", "grid_sample"]
 
@@ -117,7 +119,9 @@ def _tap(flat, coords, sizes):
     out_shape = tuple(coords[0].shape[1:])
     count = math.prod(out_shape)
     picked = flat.gather(2, index.reshape(n, 1, count).expand(n, c, count))
-    return picked.reshape((n, c) + out_shape) * valid.unsqueeze(1).to(flat.dtype)
+    # where, not a product with the mask: an outside tap's weight may be NaN (a NaN or infinite grid point), and
+    # ATen adds nothing for it, to the output or to the input's gradient
+    return where(valid.unsqueeze(1), picked.reshape((n, c) + out_shape), 0.0)
 
 
 def _cubic_weights(t, a=-0.75):
@@ -143,6 +147,21 @@ def _bicubic(input, flat, grid, padding_mode, align_corners):
             row = term if row is None else row + term
         out = row * wy[j].unsqueeze(1) if out is None else out + row * wy[j].unsqueeze(1)
     return out
+
+
+class _NearestGridGrad(Function):
+    """Nearest sampling's output with the grid as an input of zero gradient: ATen's grid sampler backward gives the
+    grid zeros in nearest mode, so ``grid.grad`` is a tensor (not ``None``) after ``backward``."""
+
+    @staticmethod
+    def forward(ctx, out, grid):
+        ctx.grid_meta = (grid.shape, grid.dtype, grid.device)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        shape, dtype, device = ctx.grid_meta
+        return grad, _creation.zeros(shape, dtype=dtype, device=device)
 
 
 @autocast_policy(cpu="fp32", cuda="promote")
@@ -173,7 +192,8 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     # grid's last dim lists (x, y[, z]): x indexes the innermost spatial dim.
     coords = [_source_index(grid[..., nd - 1 - k], sizes[k], padding_mode, align_corners) for k in range(nd)]
     if mode == "nearest":
-        return _tap(flat, [t.detach().round() for t in coords], sizes)
+        out = _tap(flat, [t.detach().round() for t in coords], sizes)
+        return _NearestGridGrad.apply(out, grid) if GradState.enabled and grid.requires_grad else out
     lows = [t.detach().floor() for t in coords]
     out = None
     for corner in range(1 << nd):

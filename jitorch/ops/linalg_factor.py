@@ -1,4 +1,5 @@
-"""LU and general (non-Hermitian) eigen decompositions as rows, with PyTorch's backwards in jitorch ops.
+"""LU, triangular solves and general (non-Hermitian) eigen decompositions as rows, with PyTorch's backwards in
+jitorch ops.
 
 The LU kernel is partial-pivoting Gaussian elimination vectorized over the batch (NumPy and CuPy share it) and, like
 LAPACK's ``getrf``, it never raises: a zero pivot is reported in ``info`` (1-based, 0 when the factorization is
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime import is_cupy
 from .linalg import _h
 from .linalg_lapack import _lapack
 from .table import Opaque, defop
@@ -150,6 +152,56 @@ def _lu_factor_backward(ctx, g_lu, *_):
 
 LU_FACTOR = defop("linalg_lu_factor", _lu_kernel, _lu_factor_backward, Opaque("pivoted elimination"), nout=3,
                   saves="outputs", nondiff_outputs=(1, 2), grad_name="LinalgLuFactorExBackward0")
+
+
+# -- triangular solve -----------------------------------------------------------------------------------------------
+def _triangular_kernel(xp, a, b, upper, unitriangular):
+    """``X`` with ``tri(A) X = B``, batch dims already equal: BLAS ``trsm`` per matrix, as ATen, reading only the
+    selected triangle and never refusing a zero on the diagonal (the solution holds inf/nan there, not an error)."""
+    if a.dtype.name in ("float16", "bfloat16"):
+        from .._dispatch import TORCH_TYPE_NAMES
+
+        raise NotImplementedError(f'"triangular_solve_cpu" not implemented for '
+                                  f"'{TORCH_TYPE_NAMES[a.dtype.name]}'")
+    out = xp.empty(b.shape, dtype=b.dtype)
+    if not out.size:
+        return out
+    n = a.shape[-1]
+    if int(np.prod(a.shape[:-2], dtype=np.int64)) > 4 * n:
+        # Many small matrices: substitution row by row, vectorized over the batch (a call per matrix costs more)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for i in (range(n - 1, -1, -1) if upper else range(n)):
+                done = slice(i + 1, n) if upper else slice(0, i)
+                row = b[..., i, :] - xp.matmul(a[..., i:i + 1, done], out[..., done, :])[..., 0, :]
+                out[..., i, :] = row if unitriangular else row / a[..., i, i:i + 1]
+        return out
+    if not is_cupy(xp):
+        from scipy.linalg.blas import get_blas_funcs
+
+        trsm = get_blas_funcs("trsm", (a, b))
+        for i in np.ndindex(a.shape[:-2]):
+            out[i] = trsm(1.0, a[i], b[i], lower=not upper, diag=int(unitriangular))
+    else:
+        from cupyx.scipy.linalg import solve_triangular
+
+        for i in np.ndindex(a.shape[:-2]):
+            out[i] = solve_triangular(a[i], b[i], lower=not upper, unit_diagonal=unitriangular, check_finite=False)
+    return out
+
+
+def _triangular_backward(ctx, g):
+    a, _ = ctx.inputs
+    upper, unit = ctx.attrs["upper"], ctx.attrs["unitriangular"]
+    gb = _apply(TRIANGULAR_SOLVE, _h(a), g, upper=not upper, unitriangular=unit)
+    ga = None
+    if ctx.needs_grad(0):  # only the triangle the kernel read (without the diagonal if taken as ones) has one
+        ga = -_apply_mm(gb, _h(ctx.out))
+        ga = ga.triu(int(unit)) if upper else ga.tril(-int(unit))
+    return ga, gb if ctx.needs_grad(1) else None
+
+
+TRIANGULAR_SOLVE = defop("linalg_solve_triangular", _triangular_kernel, _triangular_backward, Opaque("BLAS trsm"),
+                         saves="both", grad_name="LinalgSolveTriangularBackward0")
 
 
 # -- eig ----------------------------------------------------------------------------------------------------------
