@@ -2,8 +2,9 @@
 and ``pixel_shuffle``/``pixel_unshuffle``.
 
 Interpolation is separable: along each spatial dim the source taps and weights are computed exactly as PyTorch's CPU
-kernels do (in the input's float type) and applied as gathers, one row per dim (``ops/resample_linear.py``), so an
-inf or NaN reaches only the outputs ATen lets it reach. The nearest modes copy, through one row and its gradient row
+kernels do (in the input's float type) and applied by one row per dim (``ops/resample_linear.py``: a BLAS product
+with the weights' matrix for short dims of finite values, gathers otherwise), so an inf or NaN reaches only the
+outputs ATen lets it reach. The nearest modes copy, through one row and its gradient row
 (``ops/resample_nearest.py``), so inf/NaN stay where they are and the sums are ATen's.
 
 >>> import jitorch

@@ -6,12 +6,12 @@ source coordinates, taps and weights of ATen's CPU kernels, computed in the inpu
 each output's weighted gradient to its taps' sources; the two rows are each other's adjoint, which gives every
 higher derivative.
 
-Two ways to compute the same sums. On the CPU, when every value is finite (one sum over the input tells), the dim is
-resampled by ONE BLAS product with the dense ``(out, in)`` matrix of the weights: 3-6x faster than gathers, and
-faster than ATen's loops. An inf or NaN would meet every zero of that matrix (``inf * 0``) and turn whole rows NaN,
-so such inputs, and arrays of other modules, take the gathers: each tap gathered, weighted and added, and the
-gradient's contributions per source added in ATen's order (output after output, tap after tap), so an inf or NaN
-reaches only the outputs ATen lets it reach.
+Two ways to compute the same sums. On the CPU, for dims of up to 256 source positions whose values are all finite
+(one sum over the input tells), the dim is resampled by ONE BLAS product with the dense ``(out, in)`` matrix of the
+weights: 2-3x faster than gathers at such sizes. An inf or NaN would meet every zero of that matrix (``inf * 0``)
+and turn whole rows NaN, so such inputs, longer dims and CuPy arrays take the gathers: each tap gathered, weighted
+and added, and the gradient's contributions per source added in ATen's order (output after output, tap after tap;
+one ordered scatter-add when a source gets many), so an inf or NaN reaches only the outputs ATen lets it reach.
 
 >>> import jitorch
 >>> from jitorch._dispatch import apply
@@ -27,7 +27,7 @@ import math
 import ml_dtypes  # noqa: F401 - registers the bfloat16 name ``round_to`` may give
 import numpy as np
 
-from ..runtime import is_cupy
+from ..runtime import is_cupy, scatter_add
 from .resample_nearest import scale_ratio
 from .table import Opaque, defop
 
@@ -40,7 +40,10 @@ def _source_coords(ftype, in_size, out_size, scale, align_corners, cubic):
         ratio = ftype(in_size - 1) / ftype(out_size - 1) if out_size > 1 else ftype(0)
         return ratio * o
     ratio = scale_ratio(ftype, in_size, out_size, scale)
-    src = ratio * (o + ftype(0.5)) - ftype(0.5)
+    # ATen's float32 kernels compute ratio * (o + 0.5) - 0.5 as one fused multiply-add (one rounding): the product of
+    # two float32 values is exact in float64, so rounding the float64 result once gives the same source (two
+    # roundings put lambda at exactly 0 where ATen has 1e-8, and an inf neighbour then gave NaN instead of inf).
+    src = (np.float64(ratio) * (o.astype(np.float64) + 0.5) - 0.5).astype(ftype)
     return src if cubic else np.maximum(src, ftype(0))
 
 
@@ -97,7 +100,7 @@ def _float_name(dtype):
     return "float64" if dtype == np.float64 else "float32"
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)
 def _dense(float_name, in_size, out_size, scale, align_corners, cubic, round_to):
     """The ``(out, in)`` matrix of the taps' weights (in ``float_name``; taps on one source add up)."""
     m = np.zeros((out_size, in_size), dtype=np.float64)
@@ -109,10 +112,16 @@ def _dense(float_name, in_size, out_size, scale, align_corners, cubic, round_to)
     return m
 
 
-def _dense_ok(xp, a):
+# The dense product costs in * out per line, the gathers a few passes of out: past 256 source positions (or a
+# matrix of 2^18 entries) the gathers win, measured on 1-D and 2-D upsampling, and the matrix stops being small.
+_DENSE_IN, _DENSE_ENTRIES = 256, 1 << 18
+
+
+def _dense_ok(xp, a, in_size, out_size):
     # On a GPU the finiteness test would be a host sync (and CUDA graph capture forbids one): gathers there. A sum
     # that overflows to inf only sends finite values down the gather path, which gives the same sums.
-    return not is_cupy(xp) and a.size > 0 and bool(xp.isfinite(a.sum(dtype=a.dtype)))
+    return (not is_cupy(xp) and in_size <= _DENSE_IN and in_size * out_size <= _DENSE_ENTRIES and a.size > 0
+            and bool(xp.isfinite(a.sum(dtype=a.dtype))))
 
 
 def _product_along(xp, a, m, dim):
@@ -127,9 +136,9 @@ def _product_along(xp, a, m, dim):
 
 
 def _forward_kernel(xp, x, dim, size, scale, align_corners, round_to, cubic):
-    if _dense_ok(xp, x):
-        if size == x.shape[dim] and not cubic:
-            return x.copy()
+    if size == x.shape[dim] and not cubic and _dense_ok(xp, x, 1, 1):  # a kept dim of finite values: a copy
+        return x.copy()
+    if _dense_ok(xp, x, x.shape[dim], size):
         return _product_along(xp, x, _dense(_float_name(x.dtype), x.shape[dim], size, scale, align_corners, cubic,
                                         round_to), dim)
     out = None
@@ -165,17 +174,36 @@ def _adjoint_plan(float_name, in_size, out_size, scale, align_corners, cubic, ro
     return tuple(ranks)
 
 
+_MAX_RANKS = 4  # past this many contributions per source (large upscaling), one scatter-add beats a gather per rank
+
+
+def _scattered(xp, g, dim, in_size, tap_list):
+    """The gradient as ONE scatter-add of every contribution in ATen's order (output after output, tap after tap);
+    an accumulating scatter adds repeated positions in the order given."""
+    moved = xp.moveaxis(g, dim, 0)
+    rest = moved.shape[1:]
+    lead = (moved.shape[0],) + (1,) * len(rest)
+    terms = xp.stack([moved * xp.asarray(w.reshape(lead), dtype=g.dtype) for _, w in tap_list], axis=1)
+    index = xp.asarray(np.stack([i for i, _ in tap_list], axis=1).reshape(-1))
+    out = xp.zeros((in_size,) + rest, dtype=g.dtype)
+    scatter_add(xp, out, (index,), terms.reshape((-1,) + rest))
+    return xp.ascontiguousarray(xp.moveaxis(out, 0, dim))
+
+
 def _backward_kernel(xp, g, dim, in_size, scale, align_corners, round_to, cubic):
     name = _float_name(g.dtype)
-    if _dense_ok(xp, g):
-        if in_size == g.shape[dim] and not cubic:
-            return g.copy()
+    if in_size == g.shape[dim] and not cubic and _dense_ok(xp, g, 1, 1):
+        return g.copy()
+    if _dense_ok(xp, g, in_size, g.shape[dim]):
         return _product_along(xp, g, _dense(name, in_size, g.shape[dim], scale, align_corners, cubic, round_to).T, dim)
     tap_list = taps(name, in_size, g.shape[dim], scale, align_corners, cubic, round_to)
+    plan = _adjoint_plan(name, in_size, g.shape[dim], scale, align_corners, cubic, round_to)
+    if len(plan) > _MAX_RANKS:
+        return _scattered(xp, g, dim, in_size, tap_list)
     weighted = xp.concatenate([g * xp.asarray(_along(w, g.ndim, dim), dtype=g.dtype) for _, w in tap_list],
                               axis=dim)
     acc = None
-    for pick, has in _adjoint_plan(name, in_size, g.shape[dim], scale, align_corners, cubic, round_to):
+    for pick, has in plan:
         term = xp.take(weighted, xp.asarray(pick), axis=dim)
         if has is not None:
             term = xp.where(xp.asarray(_along(has, g.ndim, dim)), term, xp.zeros((), dtype=term.dtype))
