@@ -7,9 +7,13 @@ node's batching rule sees the per-sample ("logical") shapes and rewrites the cal
 rows broadcast the batch, reductions, softmax, views and ``cat`` shift their dims by one, ``linear`` and ``matmul``
 batch through their leading dims. A row without a rule runs once per sample on that node alone (PyTorch's fallback
 for an op without a batching rule). Anything the graph cannot stand for sends the whole call back to the loop,
-before any output is made: a read of a value (``.item()``, a branch on data: the trace raises), a random draw, an
-in-place write, an input that requires grad, an output that is not a tensor, an active dispatch mode (a trace or
-capture records the loop's ops, as before). The rules live in `_vmap_rules`.
+before any output is made: a read of a value (``.item()``, a branch on data, even an input check: the trace
+raises), a random draw (refused, drawing nothing), an in-place write into an input, a captured tensor or through a
+view (elementwise writes into the function's own values stay batched), a captured tensor or input that requires
+grad, an output that is not a tensor, an active dispatch mode (a trace or capture records the loop's ops, as
+before). As a net under the rules, the last sample is also run on its own and must agree with the graph's answer
+for it (code that reads values outside the op table, ``Tensor._make`` over ``._data``, is invisible to the trace).
+The rules live in `_vmap_rules`.
 
 >>> import jitorch
 >>> from jitorch.utils._pytree import tree_flatten
@@ -23,8 +27,8 @@ import operator
 
 from ._dispatch_modes import MODES
 from ._tensor import Tensor
-from .autograd.grad_mode import is_grad_enabled
-from ._vmap_rules import RULES, Bail, Batched, has_batched, padded, pointwise, reduction, wrap
+from ._vmap_rules import RULES, Bail, Batched, has_batched, pointwise, pointwise_operands, reduction, wrap
+from .fx.node import Node
 from .ops.table import Pointwise, Reduction
 from .utils._pytree import tree_flatten, tree_unflatten
 
@@ -37,7 +41,7 @@ _RANDOM_ROWS = {"bernoulli_mask", "uniform_sample", "normal_sample", "integer_sa
 def run_batched(func, leaves, dims, spec, kwargs, size, out_dims):
     """``func`` over the batch as one traced graph, or None when it must run sample by sample (see the module)."""
     from .fx.make_fx import record_graph
-    from ._vmap import _broadcast, _structure_error
+    from ._vmap import _name, _output_dims
 
     # Under a mode (a trace, a capture, autocast) the loop's per-sample ops are what that mode should see, not this
     # path's extra trace.
@@ -52,27 +56,49 @@ def run_batched(func, leaves, dims, spec, kwargs, size, out_dims):
 
     try:
         graph, root = record_graph(flat, sample, refuse_value_reads=True, metadata=False,
-                                   refuse_outside_writes=True)
+                                   refuse_outside_writes=True, strict_reads=True)
         out = _interpret(graph, root, [Batched(batched[i]) if i in batched else x for i, x in enumerate(leaves)], size)
     except Exception:  # noqa: BLE001 - a value read while tracing (data-dependent Python), a row the rules do not
         # cover as traced, or the user's own error: the loop runs such code, and raises the user's errors as vmap's
         return None
     out_leaves, out_spec = tree_flatten(out)
-    name = getattr(func, "__name__", repr(func))
-    first = tree_unflatten(out_leaves, out_spec)  # the structure alone: out_dims must match it
-    if isinstance(out_dims, tuple) and len(out_dims) == 1 and len(out_leaves) == 1:
-        out_dims = out_dims[0]
-    per_out = _broadcast(out_dims, first, _structure_error(f"vmap({name}, ..., out_dims={out_dims})(<inputs>)",
-                                                           "out_dims", "outputs"))
+    # The structure alone matters to out_dims: a batched value stands in as its batch-wide tensor.
+    first = tree_unflatten([v.t if isinstance(v, Batched) else v for v in out_leaves], out_spec)
+    per_out = _output_dims(_name(func), out_dims, first)
     result = []
     for v, d in zip(out_leaves, per_out):
-        if d is None or not isinstance(v, (Tensor, Batched)):
+        if not isinstance(v, (Tensor, Batched)) or (d is None and isinstance(v, Batched)):
             return None  # the loop gives torch's errors (a batched output with out_dims None, a non-tensor)
+        if d is None:
+            result.append(v)
+            continue
         t = v.t if isinstance(v, Batched) else v.unsqueeze(0).expand((size,) + tuple(v.shape)).contiguous()
         if not -t.dim() <= d < t.dim():
             return None
         result.append(t.movedim(0, d % t.dim()))
+    if not _last_sample_agrees(func, spec, kwargs, leaves, batched, size, result, per_out):
+        return None
     return tree_unflatten(result, out_spec)
+
+
+def _last_sample_agrees(func, spec, kwargs, leaves, batched, size, result, per_out):
+    """The last sample run on its own gives what the graph gave it: a net under the rules for code that reads a
+    tensor's values outside the op table (``Tensor._make`` over an array computed from ``._data``), which the trace
+    cannot see and would keep as the first sample's constant."""
+    sample = [batched[i][size - 1] if i in batched else x for i, x in enumerate(leaves)]
+    try:
+        want = tree_flatten(func(*tree_unflatten(sample, spec), **kwargs))[0]
+    except Exception:  # noqa: BLE001 - that sample's own error: the loop raises it as vmap's
+        return False
+    if len(want) != len(result):
+        return False
+    for got, w, d in zip(result, want, per_out):
+        got = got if d is None else got.select(d, size - 1)
+        if not isinstance(w, Tensor) or tuple(got.shape) != tuple(w.shape) or got.dtype != w.dtype:
+            return False
+        if got.numel() and not bool(got.detach().isclose(w.detach(), rtol=1e-4, atol=1e-5, equal_nan=True).all()):
+            return False
+    return True
 
 
 def _interpret(graph, root, inputs, size):
@@ -85,7 +111,7 @@ def _interpret(graph, root, inputs, size):
             env[node] = next(placeholders)
         elif node.op == "get_attr":
             value = operator.attrgetter(node.target)(root)
-            if isinstance(value, Tensor) and value.requires_grad and is_grad_enabled():
+            if isinstance(value, Tensor) and value.requires_grad:
                 raise Bail  # a closed-over tensor that requires grad: the loop keeps its graph
             env[node] = value
         elif node.op == "call_function":
@@ -124,9 +150,8 @@ def _write(prim, node, args, kwargs):
             and isinstance(written.target, Primitive) and not is_view(written)
             and not any(is_view(u) for u in written.users)):
         raise Bail
-    rank = target.rank
-    prim(target.t, *[padded(a, rank) if isinstance(a, Batched) else a for a in args[1:]],
-         **{k: padded(v, rank) if isinstance(v, Batched) else v for k, v in kwargs.items()})
+    physical, kw = pointwise_operands(prim, args, kwargs, target.rank)
+    prim(*physical, **kw)
     return target
 
 
@@ -136,7 +161,7 @@ def _load(value, env):
         return type(value)(loaded) if not hasattr(value, "_fields") else type(value)(*loaded)
     if isinstance(value, dict):
         return {k: _load(v, env) for k, v in value.items()}
-    if type(value).__name__ == "Node":
+    if isinstance(value, Node):
         return env[value]
     return value
 

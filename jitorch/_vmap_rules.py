@@ -15,7 +15,8 @@ from __future__ import annotations
 from . import _dtype
 from ._tensor import Tensor
 
-__all__ = ["Bail", "Batched", "RULES", "has_batched", "wrap", "sample_rank", "padded", "pointwise", "reduction"]
+__all__ = ["Bail", "Batched", "RULES", "has_batched", "wrap", "sample_rank", "padded", "pointwise",
+           "pointwise_operands", "reduction"]
 
 
 class Bail(Exception):
@@ -36,6 +37,7 @@ class Batched:
 
 
 def has_batched(value):
+    """Whether a `Batched` value is anywhere in ``value`` (nested tuples, lists and dicts)."""
     if isinstance(value, Batched):
         return True
     if isinstance(value, (tuple, list)):
@@ -46,6 +48,7 @@ def has_batched(value):
 
 
 def wrap(out):
+    """A row's result as `Batched` values (a tensor, or a tuple of them); anything else makes the path give up."""
     if isinstance(out, Tensor):
         return Batched(out)
     if isinstance(out, tuple):
@@ -55,6 +58,7 @@ def wrap(out):
 
 
 def sample_rank(value):
+    """The rank a value has in one sample (a batched one without its batch dim; 0 for a non-tensor)."""
     return value.rank if isinstance(value, Batched) else value.dim() if isinstance(value, Tensor) else 0
 
 
@@ -65,13 +69,43 @@ def padded(value, rank):
     return t.reshape((t.shape[0],) + (1,) * missing + tuple(t.shape[1:])) if missing > 0 else t
 
 
-def pointwise(prim, args, kwargs, size):
-    rank = max(sample_rank(a) for a in list(args) + list(kwargs.values()))
+def pointwise_operands(prim, args, kwargs, rank):
+    """An elementwise row's operands for the batched call: batched ones padded to ``rank`` sample dims so they
+    broadcast as the samples did. A 0-d sample is a 1-D tensor here and would promote as a dimensioned one (a
+    float64 0-d sample times a float32 vector must stay float32): such operands are cast to the samples' result
+    type first."""
+    values = list(args) + list(kwargs.values())
+    cast = _zero_d_promotion(prim.op, values) if rank else None
 
     def physical(v):
-        return padded(v, rank) if isinstance(v, Batched) else v
+        if not isinstance(v, Batched):
+            return v
+        t = padded(v, rank)
+        keep = cast is None or v.rank or t.dtype == cast or (prim.op.masks and t.dtype == _dtype.bool)
+        return t if keep else t.to(cast)
 
-    return wrap(prim(*[physical(a) for a in args], **{k: physical(v) for k, v in kwargs.items()}))
+    return [physical(a) for a in args], {k: physical(v) for k, v in kwargs.items()}
+
+
+def pointwise(prim, args, kwargs, size):
+    """An elementwise row over the batch (see `pointwise_operands`)."""
+    rank = max(sample_rank(a) for a in list(args) + list(kwargs.values()))
+    args, kwargs = pointwise_operands(prim, args, kwargs, rank)
+    return wrap(prim(*args, **kwargs))
+
+
+def _zero_d_promotion(op, values):
+    """The samples' result dtype when a batched operand is 0-d among dimensioned ones, else None."""
+    if op.promotion == "keep" or not any(isinstance(v, Batched) and v.rank == 0 for v in values):
+        return None
+    dims, zeros, scalars = [], [], []
+    for v in values:
+        if isinstance(v, (Batched, Tensor)):
+            (dims if sample_rank(v) else zeros).append(v.t.dtype if isinstance(v, Batched) else v.dtype)
+        elif isinstance(v, (bool, int, float, complex)):
+            d = _dtype.scalar_dtype(v)
+            scalars.append(_dtype.int64 if d is _dtype.int64 else d)
+    return _dtype.result_type_of(dims, zeros, scalars)
 
 
 def _expanded(value, size):
@@ -100,10 +134,8 @@ def _shift(name):
 
 def reduction(prim, args, kwargs, size):
     (a,) = args
-    if "dims" in kwargs:
-        dims = kwargs["dims"]
-        dims = tuple(range(a.rank)) if dims is None else dims
-        return wrap(prim(a.t, **{**kwargs, "dims": tuple(d + 1 for d in dims)}))
+    if "dims" in kwargs:  # (a trace records the dims it reduced, never None)
+        return wrap(prim(a.t, **{**kwargs, "dims": tuple(d + 1 for d in kwargs["dims"])}))
     return _shift("dim")(prim, args, kwargs, size)
 
 
@@ -257,7 +289,9 @@ def _indexed(prim, args, kwargs, size, n_before):
     indices = [padded(a, rank) if isinstance(a, Batched) else a for a in indices]
     lead = arange(size, device=indices[0].device).reshape((size,) + (1,) * rank)
     source = _expanded(args[0], size)
-    rest = [_expanded(a, size) if isinstance(a, Batched) else a for a in args[1:n_before]]
+    # A put's values broadcast against the indexed part of each sample: (broadcast index dims, unindexed dims).
+    picked = rank + sample_rank(args[0]) - len(positions)
+    rest = [padded(a, picked) if isinstance(a, Batched) else a for a in args[1:n_before]]
     out = prim(source, *rest, *indices, lead, **{**kwargs, "key": (len(indices),) + key})
     return Batched(out)
 
@@ -276,7 +310,7 @@ RULES = {
     "nll_check_targets": _last_dims,
     "view": _view,
     "permute": _prepend("dims", lambda a, dims: (0,) + tuple(d + 1 for d in dims)),
-    "expand": lambda prim, args, kwargs, size: _expand(prim, args, kwargs, size),
+    "expand": _expand,
     "slice": _prepend("key", lambda a, key: (slice(None),) + (tuple(key) if isinstance(key, tuple) else (key,))),
     "diagonal": lambda prim, args, kwargs, size: _prepend("dim1", lambda a, d: d + 1)(
         prim, args, {**kwargs, "dim2": kwargs["dim2"] + 1}, size),

@@ -138,3 +138,18 @@ def test_module_parameters_stay_parameters_and_the_graph_retraces():
     bn = nn.BatchNorm1d(2).eval()
     assert sorted(n for n, _ in fx.make_fx(bn)(jitorch.randn(3, 2)).named_buffers()) == ["_tensor_constant0",
                                                                                         "_tensor_constant1"]
+
+
+def test_in_place_view_ops_are_followed():
+    # t_/unsqueeze_ swap the tensor's array for the view an op made: the graph reads that op's node.
+    def f(x):
+        h = x * 2
+        h.t_()
+        g = h + 1
+        g.unsqueeze_(0)
+        return g * 3
+    x = jitorch.randn(2, 3)
+    gm = fx.make_fx(f)(x)
+    gm.graph.lint()
+    y = jitorch.randn(2, 3)
+    assert jitorch.equal(gm(y), f(y)) and gm(y).shape == (1, 3, 2)

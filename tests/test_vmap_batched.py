@@ -76,6 +76,7 @@ def test_per_sample_gradients_of_an_mlp(paths):
     lambda lib: lambda a, b: (a.max(0).values, a.max(0).indices, a.argmax(1), a.cumsum(1), a.prod(1)),
     lambda lib: lambda a, b: (a.softmax(-1), a.log_softmax(0), lib.logsumexp(b, 1), a.var(1), a.norm(dim=1)),
     lambda lib: lambda a, b: (a.T, a.reshape(-1), a.view(3, 4)[1:, None, ::2], a[..., 1], a.transpose(0, 1).flip(1)),
+    lambda lib: lambda a, b: (a.diagonal(1, 0, 1), b[0].diagonal(0, -1, -2), a.unfold(1, 2, 1), a.unfold(0, 2, 1)),
     lambda lib: lambda a, b: (a.expand(2, 3, 4), a[None].expand(5, 3, 4).sum(0), lib.cat([a, b[0, :3]], 1)),
     lambda lib: lambda a, b: (a @ b[0].T, a[0] @ b[1].T, a[0] @ a[1], b @ a.T, b[0] @ a[0], a @ b.mT),
     lambda lib: lambda a, b: (lib.nn.functional.linear(a, b[0, :2], b[1, 0, :2]),
@@ -239,5 +240,46 @@ def test_writes_through_views_and_outside_tensors_keep_the_loop(paths):
         counter.add_(1)  # the trace refuses this write before making it: only the loop's writes land
         return r * 2
     jitorch.func.vmap(f)(jitorch.ones(B, 2))
-    assert counter.item() == B
+    assert counter.item() == B  # one write per sample in the loop (torch's vmap writes once), none from the trace
     assert paths == ["loop", "loop"]
+
+
+def test_a_0d_sample_promotes_as_a_0d_tensor(paths):
+    x64, x32 = arr(B, dtype=np.float64), arr(B, 3, seed=1)
+    both(lambda lib: lambda a, b: (a * b, lib.maximum(a, b), b.pow(a)), [x64, x32])
+    u8 = np.random.default_rng(2).integers(0, 200, (B, 3)).astype(np.uint8)
+    i8 = np.random.default_rng(3).integers(-5, 5, B).astype(np.int8)
+    both(lambda lib: lambda a, b: a + b, [u8, i8])
+    assert paths == ["batched", "batched"]
+
+
+def test_index_put_values_of_lower_rank_than_the_indexed_part(paths):
+    idx = np.random.default_rng(4).integers(0, 20, (B, 6))
+    both(lambda lib: lambda t, v: lib.zeros(20).index_put((t,), v, accumulate=True), [idx, arr(B)])
+    both(lambda lib: lambda t, v: lib.zeros(20, 3).index_put((t,), v), [idx, arr(B, 3)])
+    assert paths == ["batched", "batched"]
+
+
+def test_values_read_outside_the_op_table_are_not_kept_from_the_first_sample(paths):
+    # x.view(int32) wraps a view of the array without an op: the trace cannot see it, the last-sample check does
+    both(lambda lib: lambda r: r.view(lib.int32).double() * 1, [arr(B, 3)])
+    assert paths == ["loop"]
+
+
+def test_random_draws_refuse_without_drawing(paths):
+    jitorch.manual_seed(0)
+    first = jitorch.randn(1).item()
+    for size in (4, B):  # the loop and the batched path's trace
+        jitorch.manual_seed(0)
+        with pytest.raises(RuntimeError, match="randomness"):
+            jitorch.func.vmap(lambda r: (r * 1).uniform_() + jitorch.randn(3))(jitorch.ones(size, 3))
+        assert jitorch.randn(1).item() == first
+
+
+def test_a_validation_error_of_any_sample_is_raised(paths):
+    var = np.abs(arr(B, 3))
+    var[5, 0] = -1.0
+    with pytest.raises(ValueError, match="negative"):
+        jitorch.func.vmap(lambda x, s: jitorch.nn.functional.gaussian_nll_loss(x, x * 0, s))(
+            jitorch.tensor(arr(B, 3)), jitorch.tensor(var))
+    assert paths == ["loop"]

@@ -17,8 +17,8 @@ __all__ = ["Namespace", "global_path", "resolve_path"]
 # Namespaces searched first, so ``jitorch.mul`` is named by its public path, not its private defining module.
 _PUBLIC = ("jitorch", "jitorch.nn.functional", "jitorch.linalg", "jitorch.special", "jitorch.fft", "operator",
            "math", "builtins")
-# Names generated code uses for its own purposes: a node must not shadow them.
 _BUILTIN_NAMES = frozenset(dir(builtins))  # once: dir() builds a sorted list on every call
+# Names generated code uses for its own purposes: a node must not shadow them.
 RESERVED = {"self", "jitorch", "operator", "math", "getattr", "slice", "float", "int", "inf", "nan", "None", "True",
             "False", "device"}
 

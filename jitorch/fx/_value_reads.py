@@ -49,7 +49,7 @@ def _check(name, t, frame):
     if node is None or not depends_on_input(node):
         return
     allowed, shown, inside = read_site(frame, name)
-    if allowed:
+    if allowed and not getattr(mode, "strict_reads", False):
         return
     where = _caller()[1]
     raise DataDependentOutputException(

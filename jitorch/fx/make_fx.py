@@ -39,7 +39,14 @@ __all__ = ["make_fx", "Primitive", "bind_inputs", "record_graph", "OutsideWriteE
 
 
 class OutsideWriteError(RuntimeError):
-    """`record_graph(refuse_outside_writes=True)` met an in-place write into a tensor from outside the function."""
+    """`record_graph(refuse_outside_writes=True)` met an in-place write into a tensor from outside the function.
+
+    >>> import jitorch
+    >>> w = jitorch.zeros(2)
+    >>> record_graph(lambda x: w.add_(x), [jitorch.ones(2)], refuse_outside_writes=True)
+    Traceback (most recent call last):
+    jitorch.fx.make_fx.OutsideWriteError: add_ writes into a tensor from outside the traced function ...
+    """
 
 TRACING_MODES = ("real", "fake", "symbolic")
 
@@ -93,12 +100,15 @@ class _RecordingMode:
 
     compiling = True  # ``jitorch.compiler.is_compiling()`` while a graph is traced
 
-    def __init__(self, graph, root, decompositions=None, module=None, metadata=True):
+    def __init__(self, graph, root, decompositions=None, module=None, *, metadata=True, refuse_outside_writes=False,
+                 strict_reads=False):
         self.graph, self.root = graph, root
         self.metadata = metadata  # ``meta["tensor_meta"]`` on every node (a caller that only runs the graph skips it)
-        self.refuse_outside_writes = False
+        self.refuse_outside_writes = refuse_outside_writes  # see record_graph
+        self.strict_reads = strict_reads  # input-validation reads of traced values refuse too (see record_graph)
         self.nodes: dict[int, object] = {}  # id(tensor) -> the node that produced its current value
         self.by_array: dict[int, object] = {}  # id(tensor._data) -> the same node
+        self.bound_data: dict[int, object] = {}  # id(tensor) -> the array its node was bound with
         self._alive = []  # keep recorded tensors alive so their ids are not reused during the trace
         self._constants = self._params = 0
         self.created = {}  # tensors the function made (`_created.noting_created`)
@@ -114,6 +124,7 @@ class _RecordingMode:
         if self.metadata:
             node.meta["tensor_meta"] = extract_tensor_metadata(tensor)
         self.nodes[id(tensor)] = node
+        self.bound_data[id(tensor)] = data
         # ``detach()`` and similar wrap the same array without an op: they must still read from this node.
         self.by_array[id(tensor._data)] = node
         self._alive.append(tensor)
@@ -121,7 +132,18 @@ class _RecordingMode:
     def arg(self, a):
         if not isinstance(a, Tensor):
             return a
-        node = self.nodes.get(id(a)) or self.by_array.get(id(a._data))
+        node = self.nodes.get(id(a))
+        if node is not None and self.bound_data.get(id(a)) is not a._data:
+            # Its array was swapped without an op (t_, transpose_, unsqueeze_, squeeze_, resize_, set_, .data =):
+            # the node holds the old geometry. A tensor now sharing another's array reads that one's node.
+            node = self.by_array.get(id(a._data))
+            if node is None:
+                raise RuntimeError(
+                    "make_fx: a traced tensor's data was replaced outside the recorded ops (an in-place view op such "
+                    "as t_, transpose_, unsqueeze_, squeeze_ or resize_, set_, or `.data =`): the graph cannot follow "
+                    "it; write the out-of-place form (t(), transpose(), unsqueeze() ...) in traced code")
+            return node
+        node = node or self.by_array.get(id(a._data))
         if node is None:  # made outside the recorded ops (a creation function, a captured tensor): a constant
             node = self._constant(a)
         return node
@@ -299,15 +321,23 @@ def value_reads_guard(mode, refuse):
     return refusing_value_reads(mode) if refuse else contextlib.nullcontext()
 
 
-def record_graph(fn, args, decompositions=None, refuse_value_reads=False, metadata=True, refuse_outside_writes=False):
+def record_graph(fn, args, decompositions=None, refuse_value_reads=False, metadata=True, refuse_outside_writes=False,
+                 strict_reads=False):
     """``(graph, root)``: the primitives ``fn(*args)`` runs and the module holding its constants, without the
     generated code of a GraphModule (callers that only walk the nodes: ``vmap``'s batched path, which also skips
     the nodes' ``tensor_meta`` with ``metadata=False``, and with ``refuse_outside_writes`` stops the trace with
     `OutsideWriteError` before an in-place op writes into an input or a captured tensor: a trace it then discards
-    must leave no trace in the caller's tensors)."""
+    must leave no trace in the caller's tensors; ``strict_reads``: the library's input-validation reads refuse too,
+    since a check that passed on the example is not made for other inputs).
+
+    >>> import jitorch
+    >>> graph, root = record_graph(lambda x: (x * 2).sum(), [jitorch.ones(3)])
+    >>> [n.op for n in graph.nodes]
+    ['placeholder', 'call_function', 'call_function', 'output']
+    """
     graph, root = Graph(), Module()
-    mode = _RecordingMode(graph, root, decompositions, fn if isinstance(fn, Module) else None, metadata)
-    mode.refuse_outside_writes = refuse_outside_writes
+    mode = _RecordingMode(graph, root, decompositions, fn if isinstance(fn, Module) else None, metadata=metadata,
+                          refuse_outside_writes=refuse_outside_writes, strict_reads=strict_reads)
     for i, a in enumerate(args):
         bind_inputs(mode, graph.placeholder(f"arg{i}"), a)
     push_mode(mode)
