@@ -59,13 +59,23 @@ def has_torch_function_variadic(*args) -> bool:
     return has_torch_function(args)
 
 
+def _takes_part(arg) -> bool:
+    """Whether ``arg`` is asked by :func:`handle_torch_function`. Tensors are, as in torch, where Tensor's default
+    ``__torch_function__`` declines beside other types; a ``Parameter`` (of a type without its own protocol) is not:
+    torch's Parameter disables ``__torch_function__``, so a call naming only parameters finds no implementation."""
+    if _overrides_calls(arg):
+        return True
+    from .nn.parameter import Parameter
+
+    return isinstance(arg, Tensor) and not isinstance(arg, Parameter)
+
+
 def _get_overloaded_args(relevant_args):
-    """One argument per type taking part, a subclass before its base classes (torch's order), else in order.
-    Tensors take part as in torch, where Tensor's default ``__torch_function__`` declines beside other types."""
+    """One argument per type taking part, a subclass before its base classes (torch's order), else in order."""
     overloaded = []
     for arg in relevant_args:
         cls = type(arg)
-        if not (_overrides_calls(arg) or isinstance(arg, Tensor)) or any(type(o) is cls for o in overloaded):
+        if not _takes_part(arg) or any(type(o) is cls for o in overloaded):
             continue
         index = next((i for i, o in enumerate(overloaded) if issubclass(cls, type(o))), len(overloaded))
         overloaded.insert(index, arg)

@@ -7,7 +7,7 @@ import torch
 import jitorch.backends
 
 # benchmark_limit is left out of the comparison: a CPU-only torch reads it as None (no cuDNN to ask).
-NAMES = ("enabled", "benchmark", "deterministic", "allow_tf32")
+NAMES = ("enabled", "benchmark", "deterministic", "allow_tf32", "fp32_precision", "depthwise_kernel")
 
 
 def _read(cudnn):
@@ -15,7 +15,10 @@ def _read(cudnn):
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"enabled": False, "deterministic": True}, {"benchmark": True,
-                                                                                    "benchmark_limit": 3}])
+                                                                                    "benchmark_limit": 3},
+                                    {"fp32_precision": "tf32", "depthwise_kernel": "native"},
+                                    {"allow_tf32": False, "fp32_precision": "ieee", "depthwise_kernel": "cudnn"},
+                                    {"enabled": None, "fp32_precision": None, "depthwise_kernel": None}])
 def test_cudnn_flags_match_torch(kwargs):
     ours, theirs = jitorch.backends.cudnn, torch.backends.cudnn
     before = _read(ours)
@@ -44,3 +47,25 @@ def test_cudnn_flags_restore_after_an_exception():
             assert not cudnn.enabled and cudnn.benchmark
             raise ValueError("inside")
     assert _read(cudnn) == before
+
+
+def test_cudnn_flags_match_torchs_signature_and_refusals():
+    import inspect
+
+    ours, theirs = jitorch.backends.cudnn, torch.backends.cudnn
+    assert inspect.signature(ours.flags) == inspect.signature(theirs.flags)
+    before = _read(ours)
+    for kwargs in ({"fp32_precision": "TF32"}, {"fp32_precision": "bf16"}, {"depthwise_kernel": "bogus"},
+                   {"depthwise_kernel": 3}):
+        messages = []
+        for cudnn in (theirs, ours):
+            try:
+                with pytest.raises(RuntimeError) as info:
+                    with cudnn.flags(**kwargs):
+                        pass
+            finally:  # torch's flags has set the flags before the bad one and does not put them back
+                for name, value in before.items():
+                    setattr(theirs, name, value)
+            messages.append(str(info.value))
+        assert messages[0] == messages[1], kwargs
+    assert _read(ours) == _read(theirs) == before  # jitorch checks before it sets anything

@@ -14,7 +14,10 @@ def test_every_public_inductor_option_of_torch_is_known():
     assert public - {"TYPE_CHECKING"} <= config.OPTION_NAMES
 
 
-def test_flags_set_read_back_and_patched():
+def test_flags_set_read_back_and_patched(monkeypatch):
+    for owner, name in ((config, "coordinate_descent_tuning"), (config.triton, "unique_kernel_names")):
+        # recorded so the flags are put back after the test (deleted again if they were unset), not left for others
+        monkeypatch.setitem(vars(owner), name, vars(owner).get(name))
     jitorch._inductor.config.coordinate_descent_tuning = True
     jitorch._inductor.config.triton.unique_kernel_names = True
     assert config.coordinate_descent_tuning is True and config.triton.unique_kernel_names is True
@@ -113,3 +116,17 @@ def test_patch_refuses_unknown_keys_as_torch(key):
             with cfg.patch({"cpp.max_horizontal_fusion_size": 3, key: 1}):
                 pass
     assert not _is_set("cpp.max_horizontal_fusion_size")
+
+
+@pytest.mark.parametrize("args,kwargs", [(("max_autotune",), {}), ((["max_autotune"],), {}),
+                                         (({"max_autotune": True},), {"freezing": True}),
+                                         (("max_autotune", True), {"freezing": True}), ((None, True), {}),
+                                         (({"max_autotune": True}, True), {}), (("max_autotune", None), {})])
+def test_patch_refuses_torchs_malformed_calls(args, kwargs):
+    messages = []
+    for cfg in (torch_config, config):
+        with pytest.raises(AssertionError) as info:
+            cfg.patch(*args, **kwargs)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+    assert not _is_set("max_autotune") and not _is_set("freezing")

@@ -53,6 +53,14 @@ def test_answers_match_torchs(lib, ov):
     with pytest.raises(TypeError, match=r"no implementation found for '.*declined' on types that implement "
                                         r"__torch_function__: \[<class '.*Wrapper'>\]"):
         declined(Wrapper(1))
+    # a Parameter takes no part (torch's Parameter disables __torch_function__): alone, nothing implements the call
+    assert op(p, Wrapper(1)) == ("op", ("Wrapper",), 2, ["scale"])
+    assert ov.handle_torch_function(lambda x, y: "ran", (t, p), t, p) == "ran"
+    with pytest.raises(TypeError, match=r"no implementation found for '.*<lambda>' on types that implement "
+                                        r"__torch_function__: \[\]"):
+        ov.handle_torch_function(lambda x: "ran", (p,), p)
+    uninitialized = lib.nn.parameter.UninitializedParameter()
+    assert len(ov._get_overloaded_args([p, uninitialized])) == 1  # its own protocol takes part, as torch's
 
 
 def test_function_lists_name_jitorchs_own_functions():

@@ -54,23 +54,71 @@ def test_runs_counted_globals_and_setup_used_as_torchs():
             bm.Timer("missing_name + 1").timeit(1)
 
 
-def test_slow_statement_measures_slower_and_repr_reads_like_torchs():
-    glb = {"time": __import__("time")}
-    slow = jb.Timer("time.sleep(0.01)", globals=glb, label="sleep").blocked_autorange(min_run_time=0.05)
-    fast = jb.Timer("pass").blocked_autorange(min_run_time=0.05)
-    assert slow.median > 100 * fast.median and slow.mean > 100 * fast.mean  # 10 ms against nanoseconds
-    adaptive = jb.Timer("time.sleep(0.01)", globals=glb).adaptive_autorange(max_run_time=0.1)
-    assert adaptive.median > 100 * fast.median and len(adaptive.times) >= 1
-    for spec, expected in ((dict(label="sleep"), ["sleep"]), (dict(sub_label="s", description="d", setup="y = 1"),
-                                                             ["pass: s", "d", "setup: y = 1"])):
-        theirs = repr(tb.Timer("pass", **spec).timeit(10)).splitlines()
-        mine = repr(jb.Timer("pass", **spec).timeit(10)).splitlines()
+class FakeClock:
+    """Time that passes only when the timed statement runs (``costs[i]`` seconds for its i-th run, cycling) or the
+    clock is read (``read`` seconds a reading). Dyadic values keep every sum exact."""
+
+    def __init__(self, costs, read):
+        self.now, self.costs, self.read, self.runs = 0.0, costs, read, 0
+
+    def __call__(self):
+        self.now += self.read
+        return self.now
+
+    def run(self):
+        self.now += self.costs[self.runs % len(self.costs)]
+        self.runs += 1
+
+
+C, R = 2.0 ** -12, 2.0 ** -24  # a run of the statement, a reading of the clock
+
+
+def timed(bm, costs=(C,), read=R, **kwargs):
+    clock = FakeClock(list(costs), read)
+    return bm.Timer("clock.run()", globals={"clock": clock}, timer=clock, **kwargs), clock
+
+
+@pytest.mark.parametrize("bm", [jb, tb], ids=["jitorch", "torch"])
+def test_timeit_and_autoranges_do_torchs_arithmetic_on_a_fake_clock(bm):
+    t, clock = timed(bm)
+    m = t.timeit(1000)  # a warm-up block of 1000 // 100 runs, then one block of 1000
+    assert (m.number_per_run, m.raw_times, clock.runs) == (1000, [1000 * C + R], 1010)
+    assert m.times == [(1000 * C + R) / 1000] and m.median == m.mean == (1000 * C + R) / 1000
+    t, clock = timed(bm, costs=(0.0,), read=0.0)
+    assert t.timeit(5).raw_times == [1e-9] and clock.runs == 2 + 5  # a block is never shorter than 1 ns
+
+    # Block size: the clock's cost R is 2**-12 of a one-run block (over 1e-4), 2**-15 of a ten-run block (under).
+    # blocked_autorange: blocks of 10 until 0.2 s have passed: 0.2 / (10 C + R) = 81.9, so 82 blocks.
+    t, clock = timed(bm)
+    seen = []
+    m = t.blocked_autorange(callback=lambda number, time: seen.append((number, time)), min_run_time=0.2)
+    assert (m.number_per_run, m.raw_times, seen) == (10, [10 * C + R] * 82, [(10, 10 * C + R)] * 82)
+    assert clock.runs == 1 + 10 + 82 * 10  # the size probes (five empty blocks, then 1 and 10 runs), the blocks
+
+    # adaptive_autorange: equal blocks (IQR 0) stop at the first count over 3 past 0.01 s: 5 blocks of 10 C + R
+    m = timed(bm)[0].adaptive_autorange(threshold=0.1, min_run_time=0.01)
+    assert (m.number_per_run, m.raw_times) == (10, [10 * C + R] * 5)
+    # Blocks alternating 28 C and 12 C (runs cost C, C, 3 C, 3 C, ...: ten at a time) are never within the
+    # threshold, so blocks go on until their total passes max_run_time: ten pairs are 0.0977 s, the 21st block 0.105.
+    m = timed(bm, costs=[C] * 10 + [3 * C] * 10)[0].adaptive_autorange(threshold=0.1, max_run_time=0.1)
+    assert m.number_per_run == 10 and m.raw_times == [28 * C + R, 12 * C + R] * 10 + [28 * C + R]
+    # A statement slower than min_run_time / 1000 with a negligible clock gets blocks of one run
+    m = timed(bm, costs=(2.0 ** -6,))[0].blocked_autorange(min_run_time=0.1)
+    assert (m.number_per_run, m.raw_times) == (1, [2.0 ** -6 + R] * 7)  # 0.1 / 2**-6 = 6.4
+
+
+def test_measurement_reprs_read_like_torchs():
+    for spec in (dict(label="sleep"), dict(sub_label="s", description="d", setup="y = 1")):
+        theirs = repr(timed(tb, **spec)[0].timeit(10)).splitlines()
+        mine = repr(timed(jb, **spec)[0].timeit(10)).splitlines()
         assert mine[0].startswith("<jitorch.utils.benchmark.Measurement object at 0x")
-        assert mine[1:-2] == theirs[1:-2] == expected
-        assert mine[-1] == theirs[-1] == "  1 measurement, 10 runs , 1 thread"
-        assert mine[-2].endswith(" ns") or mine[-2].endswith(" us")
+        assert mine[1:] == theirs[1:]
+        assert mine[-2:] == [f"  {(10 * C + R) / 10 * 1e6:.2f} us", "  1 measurement, 10 runs , 1 thread"]
+    theirs = repr(timed(tb, costs=[C] * 10 + [3 * C] * 10)[0].blocked_autorange(min_run_time=0.1)).splitlines()
+    mine = repr(timed(jb, costs=[C] * 10 + [3 * C] * 10)[0].blocked_autorange(min_run_time=0.1)).splitlines()
+    assert mine[1:] == theirs[1:] and "WARNING" in mine[-2]  # median, IQR, counts and the IQR warning
     blocks = jb.Measurement(10, [1e-5, 1e-5, 1e-5, 2e-5, 4e-5], jb.TaskSpec("x", "pass", label="L"))
     text = repr(blocks).splitlines()
     torch_text = repr(tb.Measurement(10, [1e-5, 1e-5, 1e-5, 2e-5, 4e-5], tb.TaskSpec("x", "pass", label="L")))
-    assert text[1:] == torch_text.splitlines()[1:]  # median, IQR (p25 to p75), counts and the IQR warning
+    assert text[1:] == torch_text.splitlines()[1:]
     assert "WARNING" in text[-2]

@@ -230,26 +230,34 @@ def __getattr__(name):
 
 def patch(arg1=None, arg2=None, **changes):
     """Set flags for a block or a decorated call, as torch's ``config.patch``: ``patch("triton.cudagraphs", True)``,
-    ``patch({"name": value})``, ``patch(name=value)`` (a dict and keywords together are merged). Dotted keys reach the
-    nested namespaces; on exit every flag is back to exactly its previous value, unset ones unset again. An unknown key
-    raises torch's AttributeError.
+    ``patch({"name": value})`` or ``patch(name=value)`` (one form a call, torch's AssertionError otherwise). Dotted
+    keys reach the nested namespaces; on exit every flag is back to exactly its previous value, unset ones unset
+    again. An unknown key raises torch's AttributeError.
 
     >>> from jitorch._inductor import config
-    >>> with config.patch({"cpp.threads": 4}, max_autotune=True):
+    >>> with config.patch({"cpp.threads": 4, "max_autotune": True}):
     ...     config.cpp.threads, config.max_autotune
     (4, True)
     >>> config.cpp.threads, config.max_autotune
     (None, None)
     """
-    if isinstance(arg1, str):
-        changes = {arg1: arg2, **changes}
-    elif arg2 is not None:
-        raise AssertionError("first argument must be a string when passing 2 positional args to patch")
-    elif arg1 is not None:
-        if not isinstance(arg1, dict):
-            raise AssertionError("first argument must be a dict when passing a single positional arg to patch")
-        changes = {**arg1, **changes}
-    return AttrPatch([(*_owner(key), value) for key, value in changes.items()])
+    # torch's argument checks, message for message: a key with no value is refused rather than set to None
+    if arg1 is not None:
+        if arg2 is not None:
+            if not isinstance(arg1, str):
+                raise AssertionError("first argument must be a string when passing 2 positional args to patch")
+            new = {arg1: arg2}
+        else:
+            if not isinstance(arg1, dict):
+                raise AssertionError("first argument must be a dict when passing a single positional arg to patch")
+            new = arg1
+        if changes:
+            raise AssertionError("cannot pass both positional and keyword arguments to patch")
+    else:
+        if arg2 is not None:
+            raise AssertionError("second positional argument is only valid when first argument is a key string")
+        new = changes
+    return AttrPatch([(*_owner(key), value) for key, value in new.items()])
 
 
 def _owner(key):

@@ -1,5 +1,5 @@
-"""Pixel layouts for TensorBoard images, as PyTorch's: any ``dataformats`` to HWC (a batch tiled into a grid),
-PNG encoding (Pillow) and matplotlib figures rendered to RGB.
+"""Pixel layouts for TensorBoard images, as PyTorch's: any ``dataformats`` to HWC (a batch tiled into a grid), video
+batches to frames, PNG encoding (Pillow, with boxes drawn as torch draws them) and matplotlib figures rendered to RGB.
 
 >>> convert_to_HWC(np.zeros((2, 1, 4, 5)), "NCHW").shape  # two grey images side by side, as RGB
 (4, 10, 3)
@@ -10,7 +10,7 @@ import io
 
 import numpy as np
 
-__all__ = ["convert_to_HWC", "make_grid", "make_image", "figure_to_image"]
+__all__ = ["convert_to_HWC", "make_grid", "make_image", "draw_boxes", "prepare_video", "figure_to_image"]
 
 
 def make_grid(I, ncols=8):
@@ -53,13 +53,55 @@ def convert_to_HWC(tensor, input_format):
     return None  # torch's falls through too (the image encoder then fails on None)
 
 
-def make_image(tensor, rescale=1):
-    """An HWC uint8 array as a PNG ``Summary.Image``."""
+def prepare_video(V):
+    """An (N, T, C, H, W) batch of videos as (T, H', W', C) frames: the videos tiled into a grid (N padded with black
+    videos to a power of two), uint8 turned to float in [0, 1], as torch's ``_prepare_video``."""
+    b, t, c, h, w = V.shape
+    if V.dtype == np.uint8:
+        V = np.float32(V) / 255.0
+    if b == 0 or b & (b - 1):  # not a power of two
+        V = np.concatenate((V, np.zeros(shape=(2 ** b.bit_length() - b, t, c, h, w))), axis=0)
+    n_rows = 2 ** ((b.bit_length() - 1) // 2)
+    n_cols = V.shape[0] // n_rows
+    V = np.transpose(np.reshape(V, (n_rows, n_cols, t, c, h, w)), axes=(2, 0, 4, 1, 5, 3))
+    return np.reshape(V, (t, n_rows * h, n_cols * w, c))
+
+
+def _draw_single_box(image, xmin, ymin, xmax, ymax, display_str, color="black", color_text="black", thickness=2):
+    from PIL import ImageDraw, ImageFont
+
+    font = ImageFont.load_default()
+    draw = ImageDraw.Draw(image)
+    left, right, top, bottom = xmin, xmax, ymin, ymax
+    draw.line([(left, top), (left, bottom), (right, bottom), (right, top), (left, top)], width=thickness, fill=color)
+    if display_str:
+        # the label sits in a filled box on the bottom edge, inside the box
+        _left, _top, _right, _bottom = font.getbbox(display_str)
+        text_width, text_height = _right - _left, _bottom - _top
+        margin = np.ceil(0.05 * text_height)
+        draw.rectangle([(left, bottom - text_height - 2 * margin), (left + text_width, bottom)], fill=color)
+        draw.text((left + margin, bottom - text_height - margin), display_str, fill=color_text, font=font)
+    return image
+
+
+def draw_boxes(disp_image, boxes, labels=None):
+    """Red (xmin, ymin, xmax, ymax) rectangles on a PIL image, each with its label if ``labels`` is given."""
+    for i in range(boxes.shape[0]):
+        disp_image = _draw_single_box(disp_image, boxes[i, 0], boxes[i, 1], boxes[i, 2], boxes[i, 3],
+                                      display_str=None if labels is None else labels[i], color="Red")
+    return disp_image
+
+
+def make_image(tensor, rescale=1, rois=None, labels=None):
+    """An HWC uint8 array as a PNG ``Summary.Image``, with ``rois`` (N x 4 boxes) drawn before any rescaling."""
     from PIL import Image
     from tensorboard.compat.proto.summary_pb2 import Summary
 
     height, width, channel = tensor.shape
-    image = Image.fromarray(tensor).resize((int(width * rescale), int(height * rescale)), Image.Resampling.LANCZOS)
+    image = Image.fromarray(tensor)
+    if rois is not None:
+        image = draw_boxes(image, rois, labels=labels)
+    image = image.resize((int(width * rescale), int(height * rescale)), Image.Resampling.LANCZOS)
     with io.BytesIO() as output:
         image.save(output, format="PNG")
         encoded = output.getvalue()

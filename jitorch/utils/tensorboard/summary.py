@@ -25,25 +25,13 @@ from tensorboard.plugins.pr_curve.plugin_data_pb2 import PrCurvePluginData
 from tensorboard.plugins.text.plugin_data_pb2 import TextPluginData
 
 from ..._tensor import Tensor
+from ._convert_np import make_np
 from ._images import convert_to_HWC, make_image
+from ._plugins import image_boxes, make_video, mesh, tensor_proto, video  # noqa: F401 - torch's summary has them
 
 __all__ = ["make_np", "scalar", "histogram", "histogram_raw", "make_histogram", "image", "text", "hparams", "audio",
-           "pr_curve", "pr_curve_raw", "compute_curve", "custom_scalars"]
-
-
-def make_np(x) -> np.ndarray:
-    """``x`` (a jitorch tensor on any device, with or without grad, a NumPy array or a Python number) as an array."""
-    if isinstance(x, np.ndarray):
-        return x
-    if np.isscalar(x):
-        return np.array([x])
-    if isinstance(x, Tensor):
-        from ..._dtype import bfloat16, float16
-
-        if x.dtype == bfloat16:  # as torch: PIL and NumPy's histogram do not take ml_dtypes' bfloat16
-            x = x.to(float16)
-        return x.detach().cpu().numpy()
-    raise NotImplementedError(f"Got {type(x)}, but numpy array or torch tensor are expected.")
+           "pr_curve", "pr_curve_raw", "compute_curve", "custom_scalars", "tensor_proto", "mesh", "image_boxes",
+           "video", "make_video"]
 
 
 def _plugin_metadata(name, content=b""):

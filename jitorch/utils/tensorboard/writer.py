@@ -3,6 +3,8 @@ same events to the same files (``summary.py`` builds the protocol buffers as tor
 
 Values may be jitorch tensors (any device, with grad: they are detached and copied to the host), NumPy arrays or
 Python numbers. ``add_graph`` is the one writer that needs torch's JIT tracer; see its message for jitorch's way.
+As in torch, ``add_video`` needs moviepy (without it, it prints so and writes an empty value) and
+``add_onnx_graph`` the onnx package.
 
 >>> import tempfile
 >>> from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -26,6 +28,7 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from ._embedding import get_embedding_info, make_mat, make_sprite, make_tsv, write_pbtxt
 from ._images import figure_to_image
+from ._plugins import image_boxes, load_onnx_graph, mesh, tensor_proto, video
 from .summary import (audio, custom_scalars, histogram, histogram_raw, hparams, image, make_np, pr_curve,
                       pr_curve_raw, scalar, text)
 
@@ -49,6 +52,10 @@ class FileWriter:
 
     def add_summary(self, summary, global_step=None, walltime=None):
         self.add_event(event_pb2.Event(summary=summary), global_step, walltime)
+
+    def add_onnx_graph(self, graph, walltime=None):
+        """A ``GraphDef`` for TensorBoard's graph tab."""
+        self.add_event(event_pb2.Event(graph_def=graph.SerializeToString()), None, walltime)
 
     def flush(self):
         self.event_writer.flush()
@@ -133,6 +140,10 @@ class SummaryWriter:
                                                            self.filename_suffix)
             fw.add_summary(scalar(main_tag, scalar_value), global_step, walltime)
 
+    def add_tensor(self, tag, tensor, global_step=None, walltime=None):
+        """The whole ``tensor`` (its dtype, shape and values) for TensorBoard's tensor plugin."""
+        self._get_file_writer().add_summary(tensor_proto(tag, tensor), global_step, walltime)
+
     def add_histogram(self, tag, values, global_step=None, bins="tensorflow", walltime=None, max_bins=None):
         """A histogram of ``values``; ``bins`` as NumPy's, or ``"tensorflow"`` for TensorFlow's default buckets."""
         if isinstance(bins, str) and bins == "tensorflow":
@@ -157,6 +168,18 @@ class SummaryWriter:
         summary = image(tag, img_tensor, dataformats=dataformats)
         self._get_file_writer().add_summary(summary, global_step, walltime)
 
+    def add_image_with_boxes(self, tag, img_tensor, box_tensor, global_step=None, walltime=None, rescale=1,
+                             dataformats="CHW", labels=None):
+        """An image with red boxes (``box_tensor``: N x 4, xmin, ymin, xmax, ymax in pixels) drawn on it; ``labels``
+        (one string a box, else ignored, as torch) are written on them."""
+        if labels is not None:
+            if isinstance(labels, str):
+                labels = [labels]
+            if len(labels) != box_tensor.shape[0]:
+                labels = None
+        summary = image_boxes(tag, img_tensor, box_tensor, rescale=rescale, dataformats=dataformats, labels=labels)
+        self._get_file_writer().add_summary(summary, global_step, walltime)
+
     def add_figure(self, tag, figure, global_step=None, close=True, walltime=None):
         """A matplotlib figure (a list: a grid of them) rendered as an image; ``close`` closes the figures."""
         formats = "NCHW" if isinstance(figure, list) else "CHW"
@@ -165,6 +188,10 @@ class SummaryWriter:
     def add_text(self, tag, text_string, global_step=None, walltime=None):
         """A string (Markdown in TensorBoard's text tab), tagged ``<tag>/text_summary``."""
         self._get_file_writer().add_summary(text(tag, text_string), global_step, walltime)
+
+    def add_video(self, tag, vid_tensor, global_step=None, fps=4, walltime=None):
+        """A batch of videos ``(N, T, C, H, W)`` (uint8 0..255 or float in [0, 1]) tiled into one GIF; needs moviepy."""
+        self._get_file_writer().add_summary(video(tag, vid_tensor, fps), global_step, walltime)
 
     def add_audio(self, tag, snd_tensor, global_step=None, sample_rate=44100, walltime=None):
         """A mono clip of samples in [-1, 1], as 16-bit WAV."""
@@ -234,31 +261,22 @@ class SummaryWriter:
         self._projector_config.embeddings.extend([get_embedding_info(metadata, label_img, subdir, global_step, tag)])
         write_pbtxt(self._get_file_writer().get_logdir(), text_format.MessageToString(self._projector_config))
 
+    def add_onnx_graph(self, prototxt):
+        """The graph of the ONNX model file ``prototxt`` in TensorBoard's graph tab; needs the onnx package."""
+        self._get_file_writer().add_onnx_graph(load_onnx_graph(prototxt))
+
+    def add_mesh(self, tag, vertices, colors=None, faces=None, config_dict=None, global_step=None, walltime=None):
+        """A mesh or point cloud: ``vertices`` (B, N, 3), optional ``colors`` (B, N, 3: uint8 or [0, 1]) and
+        ``faces`` (B, F, 3 vertex indices); ``config_dict`` holds Three.js camera, light and material settings."""
+        summary = mesh(tag, vertices, colors, faces, config_dict)
+        self._get_file_writer().add_summary(summary, global_step, walltime)
+
     def add_graph(self, model, input_to_model=None, verbose=False, use_strict_trace=True):
         raise NotImplementedError(
             "SummaryWriter.add_graph: TensorBoard's graph is built from torch.jit.trace's TorchScript graph, which "
             "jitorch does not have. Inspect the model's graph with jitorch.fx instead: "
             "print(jitorch.fx.symbolic_trace(model).graph), or log it as text with "
             "writer.add_text('graph', jitorch.fx.symbolic_trace(model).code)")
-
-    def _unsupported(self, name, why):
-        raise NotImplementedError(f"SummaryWriter.{name} is not implemented in jitorch ({why}); the other add_* "
-                                  "writers are")
-
-    def add_video(self, *args, **kwargs):
-        self._unsupported("add_video", "it needs moviepy's GIF encoder")
-
-    def add_mesh(self, *args, **kwargs):
-        self._unsupported("add_mesh", "the mesh plugin's tensors are not built")
-
-    def add_image_with_boxes(self, *args, **kwargs):
-        self._unsupported("add_image_with_boxes", "boxes are not drawn; draw them on the image and use add_image")
-
-    def add_onnx_graph(self, *args, **kwargs):
-        self._unsupported("add_onnx_graph", "jitorch does not export ONNX graphs")
-
-    def add_tensor(self, *args, **kwargs):
-        self._unsupported("add_tensor", "the tensor plugin's proto is not built")
 
     def flush(self):
         """Write every queued event to disk."""
