@@ -24,7 +24,7 @@ from .autograd.grad_mode import GradState
 from .runtime import array_module_for
 from .runtime.meta import MetaArray
 
-__all__ = ["apply", "apply_inplace", "push_mode", "pop_mode", "run_below", "MODES"]
+__all__ = ["apply", "apply_inplace", "push_mode", "pop_mode", "run_below", "MODES", "NO_STRIDED_DATA", "Rerouted"]
 
 # The array module kernels receive for CPU arrays. Tests swap in a NumPy restricted to CuPy's names, so a kernel that
 # would break on the GPU fails on the CPU first.
@@ -41,21 +41,31 @@ TORCH_TYPE_NAMES = {
 }
 
 
-# ``_data`` types of tensors that have no strided memory, each mapped to ``refusal(op) -> exception``: a sparse_coo
-# tensor's payload (jitorch/sparse/_coo.py registers it). A row handed such a tensor raises that error, naming the op,
-# rather than compute on the placeholder. Checked only off the host-array path (CuPy, mixed types): free on the CPU.
+# ``_data`` types of tensors that have no strided memory, each mapped to ``answer(op, args, attrs) -> exception``: a
+# sparse_coo tensor's payload (jitorch/sparse/_coo.py registers it). A row handed such a tensor raises that exception
+# rather than compute on the placeholder: the refusal naming the op, or `Rerouted` with the result of the tensor's own
+# implementation (``dense.add(sparse)``). Checked only off the host-array path (CuPy, mixed types): free on the CPU.
 NO_STRIDED_DATA: dict = {}
+
+
+class Rerouted(Exception):  # noqa: N818 - not an error: the answer, raised through the kernel call
+    """Raised from a kernel call that a tensor without strided memory answers itself: `eager` returns ``result``,
+    `apply_inplace` writes it into ``self`` (a ``try`` costs nothing while nothing is raised)."""
+
+    def __init__(self, result):
+        super().__init__()
+        self.result = result
 
 
 def _xp_of(data):
     return np if type(data) is np.ndarray else array_module_for("cuda")
 
 
-def _device_error(op, args):
+def _device_error(op, args, attrs=None):
     for a in args:
-        refusal = NO_STRIDED_DATA.get(type(getattr(a, "_data", None)))
-        if refusal is not None:
-            return refusal(op)
+        answer = NO_STRIDED_DATA.get(type(getattr(a, "_data", None)))
+        if answer is not None:
+            return answer(op, args, attrs or {})
     devices = [str(a.device) for a in args if isinstance(a, Tensor)]
     seen = list(dict.fromkeys(devices))
     return RuntimeError(
@@ -112,7 +122,7 @@ def _run_kernel(op, args, attrs):
             elif type(d) is not type(first):
                 if type(d) is MetaArray or type(first) is MetaArray:
                     return _meta.mixed(op, args, attrs, _run_kernel)
-                raise _device_error(op, args)
+                raise _device_error(op, args, attrs)
             elif d.dtype != first.dtype:
                 same = False
             datas.append(d)
@@ -130,9 +140,9 @@ def _run_kernel(op, args, attrs):
     elif type(first) is MetaArray:
         xp, kernel = np, _meta.kernel_of(op)
     else:
-        refusal = NO_STRIDED_DATA.get(type(first))
-        if refusal is not None:
-            raise refusal(op)
+        answer = NO_STRIDED_DATA.get(type(first))
+        if answer is not None:
+            raise answer(op, args, attrs)
         xp, kernel = _xp_of(first), op.kernel
     out_np = None
     if promotion != "keep":
@@ -207,7 +217,10 @@ def eager(op, args, attrs):
         elif type(a) is np.ndarray:  # ``ndarray + tensor`` reaches Tensor.__radd__: the array acts as a tensor
             args = tuple(Tensor._make(x) if type(x) is np.ndarray else x for x in args)
             break
-    datas = _run_kernel(op, args, attrs)
+    try:
+        datas = _run_kernel(op, args, attrs)
+    except Rerouted as answer:  # a sparse operand's own implementation answered (``dense.mul(sparse)``)
+        return answer.result
     outs = [Tensor._make(d) for d in datas]
     if op.view:
         src = args[0]

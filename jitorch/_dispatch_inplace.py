@@ -9,7 +9,7 @@ graph tensor the base's rebased history (PyTorch's ``CopySlices``).
 """
 from __future__ import annotations
 
-from ._dispatch import _FROM_NP, _NO_ATTRS, MODES, TORCH_TYPE_NAMES, _run_kernel, eager
+from ._dispatch import _FROM_NP, _NO_ATTRS, MODES, TORCH_TYPE_NAMES, Rerouted, _run_kernel, eager
 from ._dispatch_record import record, sync_view
 from ._tensor import Tensor
 from .autograd.grad_mode import GradState
@@ -49,6 +49,14 @@ def _detach_history_inplace(self):
         rebase_view(self, stand_in)
 
 
+def _write_answer(op, self, answer, cast_check):
+    """Write a rerouted result into ``self`` as ``copy_`` does (history included), after torch's checks."""
+    answer = answer.to_dense()
+    if cast_check:
+        _check_cast(op, answer._data, self)
+    return self.copy_(answer)
+
+
 def apply_inplace(op, self, *args, cast_check=True, **attrs):
     """Run ``op(self, *args)`` and write the result into ``self``; records autograd as PyTorch does for in-place ops.
 
@@ -79,7 +87,10 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
     if not grad_needed:
         if GradState.enabled and self._base is not None and self._base._requires_grad:
             _check_inplace_allowed(op, self)
-        result = _run_kernel(op, (self,) + args, attrs)[0]
+        try:
+            result = _run_kernel(op, (self,) + args, attrs)[0]
+        except Rerouted as answer:  # a sparse operand (``grad.add_(sparse_grad)``): its answer is copied in
+            return _write_answer(op, self, answer.result, cast_check)
         if cast_check:
             _check_cast(op, result, self)
         self._data[...] = result
@@ -95,6 +106,8 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
         first = Tensor._make(self._data.copy())
         first.grad_fn, first._output_nr, first._requires_grad = self.grad_fn, self._output_nr, self._requires_grad
     result = eager(op, (first,) + args, attrs)
+    if type(result) is not Tensor:  # a sparse operand's sparse answer (``dense.mul_(sparse)``): written densely
+        result = result.to_dense()
     if cast_check:
         _check_cast(op, result._data, self)
     node = result.grad_fn

@@ -237,7 +237,7 @@ def result_type(*operands) -> dtype:
     dims, zeros, scalars = [], [], []
     for x in operands:
         if isinstance(x, Tensor):
-            (dims if x._data.ndim else zeros).append(x.dtype)
+            (dims if x.dim() else zeros).append(x.dtype)  # dim(): a sparse tensor has no array to ask
         else:
             d = scalar_dtype(x)
             scalars.append(int64 if d is int64 else d)

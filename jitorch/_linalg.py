@@ -50,12 +50,26 @@ def _check_inner(op, a, b, k_a, k_b):
         raise RuntimeError(f"{op}: shapes {tuple(a.shape)} and {tuple(b.shape)} cannot be multiplied ({k_a} != {k_b})")
 
 
+def _sparse_product(name, *operands):
+    """The sparse form of the product ``name`` when an operand is a sparse_coo tensor (``dense.mm(sparse)``: Tensor
+    methods reach here unwrapped), else None. Its ``_data`` is no array: checked before any shape is read."""
+    for t in operands:
+        if type(t) is not Tensor and getattr(t, "is_sparse", False):
+            from .sparse._coo_math import FUNCTIONS
+
+            return FUNCTIONS[name](*operands)
+    return None
+
+
 _fast_matmul = fast_binary(L.MATMUL)
 
 
 def matmul(input, other, *, out=None):
     """Matrix product with NumPy/PyTorch semantics: vectors are promoted and removed, batch dims broadcast."""
     _check_tensors("matmul", input, other)
+    sparse = _sparse_product("matmul", input, other)
+    if sparse is not None:
+        return _write_out(sparse, out)
     if out is not None:
         return _write_out(apply(L.MATMUL, input, other), out)
     return _product_named(_fast_matmul(input, other), input, other)
@@ -77,6 +91,9 @@ def _matmul_operator(self, other):
 
 def mm(input, mat2, *, out=None):
     """Product of two matrices (no broadcasting)."""
+    sparse = _sparse_product("mm", input, mat2)
+    if sparse is not None:
+        return _write_out(sparse, out)
     _check_dim("mm", "self", input, 2)
     _check_dim("mm", "mat2", mat2, 2)
     if input._data.shape[1] != mat2._data.shape[0]:  # torch's wording, which users search for
@@ -98,6 +115,9 @@ def bmm(input, mat2, *, out=None):
 @autocast_policy(cpu="unlisted")
 def mv(input, vec, *, out=None):
     """Matrix-vector product."""
+    sparse = _sparse_product("mv", input, vec)
+    if sparse is not None:
+        return _write_out(sparse, out)
     _check_dim("mv", "self", input, 2)
     _check_dim("mv", "vec", vec, 1)
     _check_inner("mv", input, vec, input._data.shape[1], vec._data.shape[0])

@@ -58,33 +58,37 @@ _lock = threading.RLock()
 _wrappers: dict[int, object] = {}  # id(original function) -> its public wrapper: aliases share one
 _methods: dict[int, str] = {}  # id(installed Tensor method wrapper) -> its name (``mul`` and ``multiply`` share code)
 _installed: list = []  # (class, name, original) of the Tensor methods replaced while values are alive
+# Whether each type seen defines ``__jitorch_function__``. ``hasattr`` answers False for Tensor, int... by raising and
+# catching an AttributeError inside (about 0.3 us an argument of every public call while a sparse tensor lives);
+# cleared at each `acquire`, so a type given the method later is seen.
+_overriding: dict = {}
 
 
 def find_override(args, kwargs=None):
     """The first argument (searching lists, tuples and dicts) whose type defines ``__jitorch_function__``, or None."""
+    known = _overriding.get
     for a in args:
-        found = _search(a)
-        if found is not None:
-            return found
-    if kwargs:
-        for a in kwargs.values():
+        if known(type(a)) is not False:  # a type known not to override (a Tensor, a number) is skipped at once
             found = _search(a)
             if found is not None:
                 return found
+    if kwargs:
+        for a in kwargs.values():
+            if known(type(a)) is not False:
+                found = _search(a)
+                if found is not None:
+                    return found
     return None
 
 
 def _search(a):
-    if hasattr(type(a), "__jitorch_function__"):
-        return a
-    if type(a) in (list, tuple):
-        for x in a:
-            found = _search(x)
-            if found is not None:
-                return found
-    elif type(a) is dict:
-        return find_override(a.values())
-    return None
+    t = type(a)
+    if t is list or t is tuple or t is dict:  # (never cached: their items are searched)
+        return find_override(a.values() if t is dict else a)
+    overriding = _overriding.get(t)
+    if overriding is None:
+        overriding = _overriding[t] = hasattr(t, "__jitorch_function__")
+    return a if overriding else None
 
 
 def public(fn):
@@ -143,6 +147,7 @@ def acquire(methods=True):
     (``methods=False``: only the public functions hand calls over)."""
     global _live, _method_users
     with _lock:
+        _overriding.clear()
         _live += 1
         if methods:
             _method_users += 1

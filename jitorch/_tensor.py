@@ -180,7 +180,7 @@ class Tensor:
 
     is_cpu = property(lambda self: type(self._data) is np.ndarray)
     is_meta = property(lambda self: type(self._data) is MetaArray)
-    is_xpu = is_sparse = is_quantized = is_mkldnn = property(lambda self: False)
+    is_xpu = is_sparse = is_sparse_csr = is_quantized = is_mkldnn = property(lambda self: False)
     is_nested = False
 
     def dim(self):

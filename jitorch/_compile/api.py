@@ -15,6 +15,7 @@ import warnings
 import weakref
 from dataclasses import replace
 
+from .. import _overrides
 from .._dispatch import MODES
 from .._tensor import Size, Tensor
 from ..autograd.grad_mode import GradState
@@ -176,6 +177,10 @@ class CompiledFunction:
         tree = module_tree(owner) if owner is not None else None
         if tree is not None and call_hooks(tree[0]):
             return fn(*args, **kwargs)  # hooks run on every call: see guards.call_hooks
+        if tree is not None and _overrides._live and any(b.is_sparse for b in tree[2]):
+            # A sparse buffer (a GCN's adjacency) has no strided memory to guard, snapshot or trace; its products
+            # run in a sparse library eagerly anyway. (``_live`` counts sparse tensors: dense models skip the scan.)
+            return fn(*args, **kwargs)
         params = tuple(tree[1]) if owner is not None else ()
         training = GradState.enabled and (any(t._requires_grad for t in tensors)
                                           or any(p._requires_grad for p in params))

@@ -112,6 +112,13 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     inputs = list(inputs.values()) if keys is not None else _as_list(inputs)
     if not inputs:
         raise RuntimeError("`inputs` argument to `grad()` cannot be empty.")
+    if any(t.is_sparse for t in inputs if isinstance(t, Tensor)):  # differentiated through their values
+        from ..sparse._coo_grad import sparse_input_grads
+
+        result = sparse_input_grads(grad, outputs, inputs, grad_outputs=grad_outputs, retain_graph=retain_graph,
+                                    create_graph=create_graph, allow_unused=allow_unused,
+                                    is_grads_batched=is_grads_batched, materialize_grads=materialize_grads)
+        return dict(zip(keys, result)) if keys is not None else result
     if not only_inputs:
         import warnings
 

@@ -42,6 +42,10 @@ class Parameter(Tensor):
             data = empty(0)
         if not isinstance(data, Tensor):
             raise TypeError(f"Parameter(): data must be a Tensor, got {type(data).__name__}")
+        if data.is_sparse:
+            raise NotImplementedError("Parameter(): a sparse_coo tensor cannot be a Parameter in jitorch; register it "
+                                      "as a buffer, or make its values a Parameter and build the sparse tensor from "
+                                      "them in forward (jitorch.sparse_coo_tensor(indices, values, size))")
         p = object.__new__(cls)
         # A parameter owns its version counter: it outlives ``.data`` swaps (``module.to``), and a reference to
         # the source tensor would keep the old array alive after such a swap.

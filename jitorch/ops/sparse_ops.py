@@ -4,8 +4,10 @@ for the COO matrix ``A`` of shape ``(rows, cols)`` whose entries ``values[k]`` s
 The kernel hands the product to a sparse library: ``scipy.sparse`` for NumPy arrays, ``cupyx.scipy.sparse`` for
 CuPy arrays (:func:`_sparse_module`, the one device-specific choice). Coalesced indices (row-major sorted, no
 duplicates) become a CSR matrix without a sort; others go through COO -> CSR, which sums duplicates. The transposed
-product uses the same matrix's transpose (CSC), so the backward never re-sorts. Dtypes the libraries lack (bool, and
-on CUDA anything but float32/64 and complex) take a scatter-add over the entries; half types compute in float32.
+product uses the same matrix's transpose (CSC), so the backward never re-sorts. Half types compute in float32. Bool,
+which SciPy lacks, takes a scatter-add over the entries; so does int32 on CUDA (cuSPARSE has no integer kernels;
+CuPy's scatter-add has an atomic add for int32, not for int64, int16, int8, uint8 or bool), while CUDA's other integer
+dtypes and bool are refused with torch's NotImplementedError.
 
 The backward is written in jitorch ops: the dense operand's gradient is the transposed product (this row again, so
 second derivatives work), the values' gradient ``g[r_k] . dense[c_k]`` a gather and a row sum.
@@ -29,6 +31,7 @@ __all__ = ["SPARSE_MM"]
 
 _HALF = frozenset({"float16", "bfloat16"})  # computed in float32: the libraries have no half-precision kernels
 _CUPY_DTYPES = frozenset(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
+_CUPY_SCATTER = np.dtype(np.int32)  # the integer dtype CUDA's products take, through CuPy's scatter_add
 
 
 def _sparse_module(xp):
@@ -42,7 +45,8 @@ def _sparse_module(xp):
 
 
 def _matrix(xp, sparse, indices, values, rows, cols, coalesced):
-    """The CSR matrix of the COO entries (cuSPARSE takes 32-bit indices; SciPy keeps 64-bit ones without a copy)."""
+    """The CSR matrix of the COO entries. cuSPARSE takes 32-bit indices; SciPy gets copies of the 64-bit ones
+    (``astype`` copies), which it may downcast to 32 bits itself."""
     index_dtype = np.int32 if is_cupy(xp) else indices.dtype
     r, c = indices[0], indices[1]
     if coalesced:  # row-major sorted and unique: the row starts are a running count of the rows
@@ -63,7 +67,15 @@ def _scatter_product(xp, indices, values, dense, rows, cols, transpose):
 def _sparse_mm_kernel(xp, indices, values, dense, *, rows, cols, transpose, coalesced):
     dtype = dense.dtype
     work = np.dtype(np.float32) if dtype.name in _HALF else dtype
-    if work.kind == "b" or is_cupy(xp) and work not in _CUPY_DTYPES:  # SciPy has integer kernels, cuSPARSE none
+    if is_cupy(xp) and work not in _CUPY_DTYPES:  # cuSPARSE has no integer kernels
+        if work != _CUPY_SCATTER:
+            from .._dispatch import TORCH_TYPE_NAMES
+
+            raise NotImplementedError(f'"addmm_sparse_cuda" not implemented for \'{TORCH_TYPE_NAMES[work.name]}\' '
+                                      "(sparse.mm on CUDA takes floating, complex or int32 values; compute in one of "
+                                      "those with .to(dtype), or on the CPU)")
+        return _scatter_product(xp, indices, values, dense, rows, cols, transpose)
+    if work.kind == "b":  # SciPy has integer kernels, not bool ones
         return _scatter_product(xp, indices, values, dense, rows, cols, transpose)
     v, d = values.astype(work, copy=False), dense.astype(work, copy=False)
     a = _matrix(xp, _sparse_module(xp), indices, v, rows, cols, coalesced)

@@ -345,6 +345,10 @@ class Optimizer:
         for param in tensors:
             if not isinstance(param, Tensor):
                 raise TypeError("optimizer can only optimize Tensors, but one of the params is " + type(param).__name__)
+            if param.is_sparse:
+                raise NotImplementedError(f"{type(self).__name__}: jitorch's optimizers do not update sparse_coo "
+                                          "tensors; optimize their values (a dense leaf the sparse tensor is built "
+                                          "from) instead")
             if not self.defaults.get("differentiable", None) and not (param.is_leaf or param.retains_grad):
                 raise ValueError("can't optimize a non-leaf Tensor")
         for name, default in self.defaults.items():

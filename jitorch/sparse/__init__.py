@@ -15,31 +15,54 @@ tensor(4.)
 from __future__ import annotations
 
 from .. import _dtype
+from . import _coo_grad  # noqa: F401 - installs .grad, the hooks and retain_grad
 from ._coo import SparseCooTensor
-from ._coo_math import addmm as _addmm, mm, sparse_sum as _sparse_sum
+from ._coo_math import sparse_sum as _sparse_sum
+from ._coo_products import addmm as _addmm, mm, product as _product
 from ._coo_softmax import log_softmax, softmax
-from ._creation import legacy_constructor, rebuild_sparse_coo as _rebuild_sparse_coo, sparse_coo_tensor
+from ._creation import (check_sparse_tensor_invariants, legacy_constructor,
+                        rebuild_sparse_coo as _rebuild_sparse_coo, sparse_coo_tensor)
 
 __all__ = ["mm", "addmm", "sum", "softmax", "log_softmax", "FloatTensor", "DoubleTensor", "LongTensor",
-           "SparseCooTensor", "spmm", "sparse_coo_tensor"]
+           "SparseCooTensor", "spmm", "sparse_coo_tensor", "check_sparse_tensor_invariants"]
 
 
 def addmm(mat, mat1, mat2, *, beta=1.0, alpha=1.0):
-    """``beta * mat + alpha * (mat1 @ mat2)`` for a sparse_coo ``mat1`` and dense ``mat2`` (dense result)."""
+    """``beta * mat + alpha * (mat1 @ mat2)`` for a sparse_coo ``mat1`` and dense ``mat2`` (dense result).
+
+    >>> import jitorch
+    >>> s = jitorch.sparse_coo_tensor([[0, 1], [1, 0]], [2.0, 3.0], (2, 2))
+    >>> jitorch.sparse.addmm(jitorch.ones(2, 1), s, jitorch.ones(2, 1), alpha=2)
+    tensor([[5.],
+            [7.]])
+    """
     return _addmm(mat, mat1, mat2, beta=beta, alpha=alpha)
 
 
 def sum(input, dim=None, dtype=None):  # noqa: A001 - torch.sparse.sum
     """The sum of a sparse_coo tensor over ``dim`` (all dims by default): a dense tensor when every sparse dim is
-    reduced, else a coalesced sparse_coo tensor over the sparse dims left, as torch's."""
+    reduced, else a coalesced sparse_coo tensor over the sparse dims left, as torch's.
+
+    >>> import jitorch
+    >>> s = jitorch.sparse_coo_tensor([[0, 1, 1], [2, 0, 2]], [1.0, 2.0, 3.0], (2, 3))
+    >>> jitorch.sparse.sum(s), jitorch.sparse.sum(s, 0).to_dense()
+    (tensor(6.), tensor([2., 0., 4.]))
+    """
     if not isinstance(input, SparseCooTensor):
         raise RuntimeError(f"sparse.sum: expected a sparse_coo tensor, got layout {input.layout}")
     return _sparse_sum(input, dim, dtype=dtype)
 
 
 def spmm(input, mat2):
-    """``torch.spmm``: the product of a sparse_coo (or dense) matrix and a dense one."""
-    return mm(input, mat2)
+    """``torch.spmm``: the product of a sparse_coo (or dense) matrix and a dense one.
+
+    >>> import jitorch
+    >>> s = jitorch.sparse_coo_tensor([[0, 1], [1, 0]], [2.0, 3.0], (2, 2))
+    >>> jitorch.spmm(s, jitorch.eye(2))
+    tensor([[0., 2.],
+            [3., 0.]])
+    """
+    return _product(input, mat2, "spmm")
 
 
 FloatTensor = legacy_constructor("FloatTensor", _dtype.float32)

@@ -3,14 +3,16 @@
 ``indices`` (int64, ``(sparse_dim, nnz)``) says where the entries sit, ``values`` (``(nnz, *dense_shape)``) what they
 are. Autograd runs on ``values``: a sparse tensor requires grad when its values do, every op here is a composite of
 rows over ``values`` (or the ``sparse_mm`` row, jitorch/ops/sparse_ops.py), and ``S.grad`` is the values' gradient
-laid out as torch's sparse gradient (S's coalesced pattern, ``is_coalesced() == False``, as torch reports it).
+laid out as torch's sparse gradient (S's coalesced pattern, ``is_coalesced() == False``, as torch reports it; hooks
+and ``autograd.grad`` likewise: ``_coo_grad.py``).
 
 There is no strided memory: ``_data`` is a placeholder whose every use raises, the dispatcher refuses it naming the
-op (``_dispatch.NO_STRIDED_DATA``), and every inherited Tensor method this class does not define raises
-``NotImplementedError`` naming the method and the layout (`_refuse_inherited`). Public functions handed a sparse
-tensor come to ``__jitorch_function__`` (jitorch/_overrides.py, acquired without method wrappers), which runs the
-sparse form (`_coo_math.FUNCTIONS`) or refuses. The reflected operators win over the dense ones (Python asks a
-subclass first), so ``dense @ S`` and ``dense + S`` reach this class too.
+op (``_dispatch.NO_STRIDED_DATA``) or, for the rows a dense tensor's methods reach with a sparse operand
+(``dense.add(S)``, ``dense.mul_(S)``), answers with the sparse form (`_answer`), and every inherited Tensor method
+this class does not define raises ``NotImplementedError`` naming the method and the layout (`_refuse_inherited`).
+Public functions handed a sparse tensor come to ``__jitorch_function__`` (jitorch/_overrides.py, acquired without
+method wrappers), which runs the sparse form (`_coo_math.FUNCTIONS`) or refuses. The reflected operators win over
+the dense ones (Python asks a subclass first), so ``dense @ S`` and ``dense + S`` reach this class too.
 
 >>> import jitorch
 >>> s = jitorch.sparse_coo_tensor([[0, 1, 0], [2, 0, 2]], [1.0, 2.0, 3.0], (2, 3))
@@ -23,7 +25,7 @@ from __future__ import annotations
 import types
 
 from .. import _dtype, _overrides
-from .._dispatch import NO_STRIDED_DATA
+from .._dispatch import NO_STRIDED_DATA, Rerouted
 from .._tensor import Size, Tensor
 from ._coo_print import sparse_repr
 
@@ -52,8 +54,20 @@ class _NoStridedMemory:
         return "<no strided memory: sparse_coo>"
 
 
+def _answer(op, args, attrs):
+    """What a row handed a sparse tensor raises (``_dispatch.NO_STRIDED_DATA``): the sparse form's result for the
+    rows a dense tensor's methods reach with a sparse operand (``dense.add(s)``, ``dense.mul_(s)``), else the
+    refusal."""
+    from ._coo_math import ROUTED
+
+    route = ROUTED.get(op.name)
+    if route is None or attrs:
+        return sparse_refusal(op.name)
+    return Rerouted(route(*args))
+
+
 _NO_MEMORY = _NoStridedMemory()
-NO_STRIDED_DATA[_NoStridedMemory] = lambda op: sparse_refusal(op.name)
+NO_STRIDED_DATA[_NoStridedMemory] = _answer
 
 
 def make_sparse(indices, values, size, coalesced):
@@ -214,33 +228,27 @@ class SparseCooTensor(Tensor):
 
     grad_fn = property(lambda self: self._sp_values.grad_fn)
 
-    @property
-    def grad(self):
-        g = self._sp_values.grad
-        if g is None:
-            return None
-        indices = self._sp_indices
-        if not self._sp_coalesced:  # torch's gradient has the coalesced pattern: one entry per position
-            from ._coo_index import coalesced_pattern, first_of_each
+    def copy_(self, src, non_blocking=False):
+        """``self`` becomes a copy of the sparse_coo ``src`` of its size (``load_state_dict`` into a sparse buffer):
+        ``src``'s indices, values (in ``self``'s dtype and device) and coalesced flag, as torch's sparse ``copy_``."""
+        from ..autograd.grad_mode import GradState
 
-            indices, inverse, count = coalesced_pattern(indices, self._sp_size)
-            g = g.index_select(0, first_of_each(inverse, count))
-        return make_sparse(indices, g, self._sp_size, False)
-
-    @grad.setter
-    def grad(self, value):
-        if value is None:
-            self._sp_values.grad = None
-            return
-        if not isinstance(value, SparseCooTensor) or value.shape != self.shape:
-            raise RuntimeError(f"assigned grad must be a sparse_coo tensor of size {list(self.shape)}")
-        from ._coo_index import gather_dense
-
-        self._sp_values.grad = gather_dense(value.to_dense(), self._sp_indices)
-
-    @grad.deleter
-    def grad(self):
-        self._sp_values.grad = None
+        if not isinstance(src, SparseCooTensor):
+            raise RuntimeError(f"copy_() between dense and sparse Tensors is not implemented! Found self type = "
+                               f"{self.type()} and src type = {src.type()}; convert with .to_sparse() first")
+        if src.shape != self.shape:
+            raise RuntimeError(f"copy_: a sparse_coo tensor of size {list(self.shape)} takes a copy of one of the same "
+                               f"size in jitorch, got {list(src.shape)}; make a new one with sparse_coo_tensor")
+        leaf = self.requires_grad and self.is_leaf
+        if leaf and GradState.enabled:
+            raise RuntimeError("copy_: a leaf Variable that requires grad is being used in an in-place operation.")
+        grad = self.grad  # kept across the new pattern, as torch keeps .grad
+        values = src._sp_values.to(device=self.device, dtype=self.dtype).clone()
+        self._sp_indices = src._sp_indices.to(self.device).clone()
+        self._sp_values = values.detach().requires_grad_(True) if leaf else values
+        self._sp_coalesced = src._sp_coalesced
+        self.grad = grad
+        return self
 
     def detach(self):
         return make_sparse(self._sp_indices, self._sp_values.detach(), self._sp_size, self._sp_coalesced)
@@ -308,6 +316,17 @@ class SparseCooTensor(Tensor):
             raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
         return self.to_dense().item()
 
+    def __bool__(self):
+        if self.numel() != 1:
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self.to_dense().item())
+
+    @property
+    def nbytes(self):
+        raise RuntimeError("nbytes is not defined for sparse tensors.  If you want the size of the constituent "
+                           "tensors, add the nbytes of the indices and values.  If you want the size of the  "
+                           "equivalent dense tensor, multiply numel() by element_size()")
+
     def _scalar_for(self, kind):
         if self.numel() != 1:
             raise RuntimeError(f"{kind}: a Tensor with {self.numel()} elements cannot be converted to Scalar")
@@ -358,8 +377,7 @@ class SparseCooTensor(Tensor):
 
 _OWN: set = set()  # the methods SparseCooTensor answers itself (filled by _refuse_inherited)
 # Inherited Tensor methods that only call what this class defines.
-_INHERITED_OK = frozenset({"ndimension", "is_nonzero", "is_inference", "register_hook", "retain_grad", "is_shared",
-                           "__hash__", "__init_subclass__"})
+_INHERITED_OK = frozenset({"ndimension", "is_nonzero", "is_inference", "is_shared", "__hash__", "__init_subclass__"})
 # Dunder methods of Tensor that would read the (missing) array.
 _REFUSED_DUNDERS = frozenset({"__getitem__", "__setitem__", "__iter__", "__contains__", "__invert__", "__pos__",
                               "__abs__", "__dlpack__", "__dlpack_device__", "__array_wrap__", "__iadd__", "__isub__",

@@ -10,24 +10,16 @@ row-major linear positions, the coalesced pattern, scattering values into a dens
 from __future__ import annotations
 
 from .. import _creation, _dtype
+from ..runtime.meta import contiguous_strides
 
-__all__ = ["linear_index", "coalesced_pattern", "first_of_each", "scatter_dense", "gather_dense", "row_major"]
-
-
-def row_major(sizes):
-    """Row-major strides of ``sizes`` (Python ints)."""
-    strides, step = [], 1
-    for n in reversed(tuple(sizes)):
-        strides.append(step)
-        step *= int(n)
-    return strides[::-1]
+__all__ = ["linear_index", "coalesced_pattern", "first_of_each", "scatter_dense", "gather_dense"]
 
 
 def linear_index(indices, sizes):
     """Each entry's row-major position among the sparse dims ``sizes``: an int64 tensor of shape ``(nnz,)``."""
     if indices.shape[0] == 0:
         return _creation.zeros(indices.shape[1], dtype=_dtype.int64, device=indices.device)
-    strides = _creation.tensor(row_major(sizes), dtype=_dtype.int64, device=indices.device)
+    strides = _creation.tensor(contiguous_strides(sizes), dtype=_dtype.int64, device=indices.device)
     return (indices * strides[:, None]).sum(0)
 
 
@@ -39,7 +31,7 @@ def coalesced_pattern(indices, size):
     sizes = tuple(size)[:indices.shape[0]]
     uniq, inverse = unique(linear_index(indices, sizes), sorted=True, return_inverse=True)
     count = int(uniq.shape[0])
-    rows = [(uniq // stride) % int(n) for stride, n in zip(row_major(sizes), sizes)]
+    rows = [(uniq // stride) % int(n) for stride, n in zip(contiguous_strides(sizes), sizes)]
     if not rows:
         return _creation.zeros((0, count), dtype=_dtype.int64, device=indices.device), inverse, count
     from .._movement import stack

@@ -1,9 +1,9 @@
-"""Arithmetic and products of sparse_coo tensors, installed as SparseCooTensor's methods and operators, and
-``FUNCTIONS``: what a public function (``jitorch.mm``, ``F.linear``, ``jitorch.add``...) handed a sparse tensor runs.
+"""Arithmetic of sparse_coo tensors, installed with the products (``_coo_products.py``) as SparseCooTensor's methods
+and operators; ``FUNCTIONS``: what a public function (``jitorch.mm``, ``F.linear``, ``jitorch.add``...) handed a sparse
+tensor runs; ``ROUTED``: what a dense tensor's method handed one runs (``dense.add(s)``, ``dense.mul_(s)``).
 
-Products go through the ``sparse_mm`` row (jitorch/ops/sparse_ops.py); everything else is a composite over the values,
-so gradients reach them by the ordinary rows. torch's refusals are kept (``sparse + dense``, ``sparse.mm`` of mixed
-dtypes), with its messages.
+Everything here is a composite over the values, so gradients reach them by the ordinary rows. torch's refusals are
+kept (``sparse + dense``, division by a tensor), with its messages.
 
 >>> import jitorch
 >>> s = jitorch.sparse_coo_tensor([[0, 1], [1, 0]], [2.0, 3.0], (2, 2))
@@ -17,17 +17,12 @@ from __future__ import annotations
 import numbers
 
 from .. import _dtype
-from .._dispatch import apply
 from .._tensor import Tensor
-from ..ops.sparse_ops import SPARSE_MM
 from ._coo import SparseCooTensor, make_sparse
 from ._coo_index import gather_dense, linear_index
+from ._coo_products import addmm, linear, matmul, mm, mv, product
 
-__all__ = ["mm", "addmm", "matmul", "sparse_sum", "FUNCTIONS", "PASS_THROUGH"]
-
-_TORCH_TYPE = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "int64": "Long",
-               "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool",
-               "complex64": "ComplexFloat", "complex128": "ComplexDouble"}
+__all__ = ["sparse_sum", "add", "sub", "mul", "div", "FUNCTIONS", "PASS_THROUGH", "ROUTED"]
 
 
 def _is_sparse(t):
@@ -36,99 +31,6 @@ def _is_sparse(t):
 
 def _scalar_like(x):
     return isinstance(x, numbers.Number) or isinstance(x, Tensor) and not _is_sparse(x) and x.dim() == 0
-
-
-# -- products ---------------------------------------------------------------------------------------------------------
-def _check_product(name, s, d):
-    if s.sparse_dim() != 2 or s.dense_dim() != 0:
-        raise RuntimeError(f"{name}: matrices expected, got a sparse_coo tensor of {s.sparse_dim()} sparse and "
-                           f"{s.dense_dim()} dense dims (size {list(s.shape)})")
-    if _is_sparse(d):
-        raise NotImplementedError(f"{name}: sparse @ sparse is not supported in jitorch; convert one operand with "
-                                  ".to_dense()")
-    if not isinstance(d, Tensor) or d.dim() != 2:
-        raise RuntimeError(f"{name}: matrices expected, got {d.dim() if isinstance(d, Tensor) else type(d)}D "
-                           "tensor")
-    if s.dtype is not d.dtype:
-        raise RuntimeError(f"expected scalar type {_TORCH_TYPE.get(s.dtype.name, s.dtype.name)} but found "
-                           f"{_TORCH_TYPE.get(d.dtype.name, d.dtype.name)}")
-    if s.device != d.device:
-        raise RuntimeError(f"{name}: Expected all tensors to be on the same device, but found at least two devices, "
-                           f"{s.device} and {d.device}! Move them with .to(device) first.")
-
-
-def _sparse_dense(s, d):
-    _check_product("addmm", s, d)
-    if s.shape[1] != d.shape[0]:
-        raise RuntimeError(f"addmm: Argument #3 (dense): Expected dim 0 size {s.shape[1]}, got {d.shape[0]}")
-    return apply(SPARSE_MM, s._sp_indices, s._sp_values, d, rows=s.shape[0], cols=s.shape[1], transpose=False,
-                 coalesced=s._sp_coalesced)
-
-
-def _dense_sparse(d, s):
-    # d @ s = (s^T @ d^T)^T: the same matrix, transposed product.
-    _check_product("mm", s, d)
-    if d.shape[1] != s.shape[0]:
-        raise RuntimeError(f"mm: mat1 and mat2 shapes cannot be multiplied ({d.shape[0]}x{d.shape[1]} and "
-                           f"{s.shape[0]}x{s.shape[1]})")
-    return apply(SPARSE_MM, s._sp_indices, s._sp_values, d.t(), rows=s.shape[0], cols=s.shape[1], transpose=True,
-                 coalesced=s._sp_coalesced).t()
-
-
-def mm(mat1, mat2):
-    """``mat1 @ mat2`` where either is a 2-D sparse_coo tensor (``torch.sparse.mm``, ``torch.mm``, ``torch.spmm``);
-    the result is dense, differentiable in the dense operand and in the sparse operand's values.
-
-    >>> import jitorch
-    >>> s = jitorch.sparse_coo_tensor([[0, 1], [1, 1]], [2.0, 3.0], (2, 2))
-    >>> mm(s, jitorch.eye(2)), mm(jitorch.ones(1, 2), s)
-    (tensor([[0., 2.],
-            [0., 3.]]), tensor([[0., 5.]]))
-    """
-    if _is_sparse(mat1):
-        return _sparse_dense(mat1, mat2)
-    if _is_sparse(mat2):
-        return _dense_sparse(mat1, mat2)
-    from .. import _linalg
-
-    return _linalg.mm(mat1, mat2)
-
-
-def matmul(a, b):
-    """``a @ b`` with a sparse_coo matrix on either side and a dense vector or matrix on the other."""
-    if _is_sparse(a) and isinstance(b, Tensor) and not _is_sparse(b) and b.dim() == 1:
-        return mm(a, b[:, None])[:, 0]
-    if _is_sparse(b) and isinstance(a, Tensor) and not _is_sparse(a) and a.dim() == 1:
-        return mm(a[None], b)[0]
-    for x in (a, b):
-        if isinstance(x, Tensor) and not _is_sparse(x) and x.dim() > 2:
-            raise RuntimeError("matmul: a sparse_coo matrix multiplies a dense matrix or vector only (expand is "
-                               f"unsupported for Sparse tensors), got a {x.dim()}-D dense operand")
-    return mm(a, b)
-
-
-def addmm(input, mat1, mat2, *, beta=1, alpha=1):
-    """``beta * input + alpha * (mat1 @ mat2)`` with a sparse_coo ``mat1`` (``torch.sparse.addmm``, ``torch.addmm``);
-    ``input`` broadcasts to the product's shape, and is ignored when ``beta`` is 0, as in torch.
-
-    >>> import jitorch
-    >>> s = jitorch.sparse_coo_tensor([[0, 1], [1, 0]], [2.0, 3.0], (2, 2))
-    >>> addmm(jitorch.ones(2), s, jitorch.eye(2), beta=2)
-    tensor([[2., 4.],
-            [5., 2.]])
-    """
-    out = mm(mat1, mat2)
-    if alpha != 1:
-        out = out * alpha
-    if beta == 0:
-        return out.expand_as(out)
-    return out + (input if beta == 1 else input * beta)
-
-
-def linear(input, weight, bias=None):
-    """``F.linear`` of a 2-D sparse_coo input: ``input @ weight.T + bias`` (torch's addmm)."""
-    out = mm(input, weight.t())
-    return out if bias is None else out + bias
 
 
 # -- reductions -------------------------------------------------------------------------------------------------------
@@ -144,7 +46,11 @@ def sparse_sum(input, dim=None, keepdim=False, *, dtype=None):
     values = input._sp_values if dtype is None else input._sp_values.to(dtype)
     if dim is None:
         return values.sum()
-    dims = sorted({input._wrap(d, "sum") for d in ((dim,) if isinstance(dim, int) else dim)})
+    wrapped = [input._wrap(d, "sum") for d in ((dim,) if isinstance(dim, int) else dim)]
+    dims = sorted(set(wrapped))
+    if len(dims) != len(wrapped):
+        repeated = next(d for d in wrapped if wrapped.count(d) > 1)
+        raise RuntimeError(f"dim {repeated} appears multiple times in the list of dims")  # torch's words
     sd = input.sparse_dim()
     sparse_dims, dense_dims = [d for d in dims if d < sd], [d - sd + 1 for d in dims if d >= sd]
     if dense_dims:
@@ -208,8 +114,8 @@ def mul(input, other):
         return _same(input, input._sp_values * other)
     if _is_sparse(other):
         return _mul_sparse(input, other)
-    if isinstance(other, Tensor) and other.shape == input.shape:
-        return _same(input.coalesce(), input.coalesce()._sp_values * gather_dense(other, input.coalesce()._sp_indices))
+    if isinstance(other, Tensor) and other.shape == input.shape:  # linear in the values: duplicates may stay apart
+        return _same(input, input._sp_values * gather_dense(other, input._sp_indices))
     raise RuntimeError(f"mul: a sparse_coo tensor multiplies a number, a sparse tensor or a dense tensor of its own "
                        f"size {list(input.shape)}, got {type(other).__name__}"
                        f"{list(other.shape) if isinstance(other, Tensor) else ''}")
@@ -234,10 +140,22 @@ def _mul_sparse(a, b):
 
 
 def div(input, other, *, rounding_mode=None):
-    if not _scalar_like(other):
-        raise RuntimeError("div: a sparse_coo tensor is divided by a number or a 0-d tensor only, got "
-                           f"{type(other).__name__}")
-    return _same(input, input._sp_values.div(other, rounding_mode=rounding_mode))
+    """``input / other`` for a number or 0-d ``other``; with a ``rounding_mode`` the duplicates are summed first (the
+    rounding of a sum is not the sum of the roundings), and the result is coalesced, as torch's.
+
+    >>> import jitorch
+    >>> s = jitorch.sparse_coo_tensor([[0, 0]], [1.5, 1.5], (2,))
+    >>> (s / 2).to_dense(), jitorch.div(s, 2, rounding_mode="trunc").to_dense()
+    (tensor([1.5000, 0.0000]), tensor([1., 0.]))
+    """
+    if not _scalar_like(other) or _is_sparse(other):
+        got = f"shape {list(other.shape)}" if isinstance(other, Tensor) else type(other).__name__
+        raise RuntimeError(f"div: Sparse division requires a scalar or zero-dim dense tensor divisor (got {got} for "
+                           "divisor)")
+    if rounding_mode is None:  # linear: duplicates may stay apart
+        return _same(input, input._sp_values.div(other))
+    c = input.coalesce()
+    return _same(c, c._sp_values.div(other, rounding_mode=rounding_mode), True)
 
 
 def neg(input):
@@ -264,8 +182,38 @@ def t(input):
     return transpose(input, 0, 1) if input.dim() == 2 else input
 
 
+def conj(input):
+    """The complex conjugate of each entry (the values conjugated; a real tensor is returned as is)."""
+    return _same(input, input._sp_values.conj_physical()) if input.is_complex() else input
+
+
+def adjoint(input):
+    """``mH``: the conjugate transpose of the last two (sparse) dims, as torch's ``adjoint``.
+
+    >>> import jitorch
+    >>> jitorch.sparse_coo_tensor([[0], [1]], [2j], (2, 2)).mH.to_dense()
+    tensor([[0.+0.j, 0.+0.j],
+            [0.-2.j, 0.+0.j]])
+    """
+    return conj(transpose(input, -2, -1))
+
+
+def _h(input):
+    if input.dim() != 2:
+        raise RuntimeError(f"tensor.H is only supported on matrices (2-D tensors). Got {input.dim()}-D tensor."
+                           f"{' For batches of matrices, consider using tensor.mH' if input.dim() > 2 else ''}")
+    return adjoint(input)
+
+
 def select(input, dim, index):
-    """The slice at ``index`` of ``dim`` (``s[i]`` for dim 0): the entries there, one dim fewer."""
+    """The slice at ``index`` of ``dim`` (``s[i]`` for dim 0): the entries there, one dim fewer; a dense tensor when
+    no sparse dim is left, as torch's.
+
+    >>> import jitorch
+    >>> s = jitorch.sparse_coo_tensor([[0, 1, 1], [2, 0, 2]], [1.0, 2.0, 3.0], (2, 3))
+    >>> select(s, 0, 1).to_dense(), s[1][2]
+    (tensor([2., 0., 3.]), tensor(3.))
+    """
     d = input._wrap(dim, "select")
     n = input.shape[d]
     if not isinstance(index, int) or not -n <= index < n:
@@ -277,6 +225,8 @@ def select(input, dim, index):
     if d >= sd:
         return make_sparse(input._sp_indices, input._sp_values.select(d - sd + 1, index), size, input._sp_coalesced)
     keep = (input._sp_indices[d] == index).nonzero()[:, 0]
+    if sd == 1:  # no sparse dim left: torch gives the dense slice, the entries there summed
+        return input._sp_values.index_select(0, keep).sum(0, dtype=input.dtype)
     rows = [k for k in range(sd) if k != d]
     return make_sparse(input._sp_indices[rows].index_select(1, keep), input._sp_values.index_select(0, keep), size,
                        False)
@@ -329,7 +279,7 @@ def _operator(fn):
 
 def _install():
     methods = {
-        "mm": mm, "matmul": matmul, "spmm": mm, "sum": sparse_sum, "add": add, "sub": sub, "mul": mul,
+        "mm": mm, "matmul": matmul, "mv": mv, "spmm": mm, "sum": sparse_sum, "add": add, "sub": sub, "mul": mul,
         "multiply": mul, "div": div, "divide": div, "true_divide": div, "neg": neg, "negative": neg,
         "transpose": transpose, "swapdims": transpose, "swapaxes": transpose, "t": t, "pow": pow,
         "select": select, "__getitem__": _getitem,
@@ -339,6 +289,7 @@ def _install():
         "__truediv__": _operator(div), "__neg__": neg, "__pow__": _operator(pow),
         "__floordiv__": _operator(lambda s, o: div(s, o, rounding_mode="floor")),
         "T": property(lambda self: t(self)), "mT": property(lambda self: transpose(self, -2, -1)),
+        "mH": property(adjoint), "H": property(_h), "adjoint": adjoint, "conj": conj, "conj_physical": conj,
     }
     for name in _ZERO_PRESERVING:
         methods[name] = _unary(name)
@@ -352,8 +303,12 @@ _install()
 # Public functions (by name) handed a sparse tensor; the Tensor methods SparseCooTensor defines answer their
 # namesakes (``jitorch.t(s)`` is ``s.t()``), and the functions below only inspect or pickle their argument.
 FUNCTIONS = {
-    "mm": mm, "spmm": mm, "matmul": matmul, "addmm": addmm, "linear": linear, "add": add, "sub": sub,
+    "mm": mm, "spmm": lambda input, mat2: product(input, mat2, "spmm"), "matmul": matmul, "addmm": addmm,
+    "linear": linear, "add": add, "sub": sub,
     "subtract": sub, "mul": mul, "multiply": mul, "div": div, "divide": div, "true_divide": div,
-    "mv": lambda input, vec: matmul(input, vec),
+    "mv": mv,
 }
+# The rows (by name) a dense tensor's methods reach with a sparse operand (``dense.add(s)``, ``dense.mul_(s)``): the
+# dispatcher's refusal path hands them here (`_coo._answer`).
+ROUTED = {"add": add, "sub": sub, "mul": mul, "div": div, "matmul": matmul}
 PASS_THROUGH = frozenset({"save", "numel", "is_same_size", "typename", "is_nonzero"})

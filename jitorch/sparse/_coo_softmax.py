@@ -57,10 +57,22 @@ def _normalized(name, s, dim, dtype, log):
 
 
 def softmax(input, dim, *, dtype=None):
-    """Softmax along ``dim`` over the specified entries of a sparse_coo tensor (unspecified ones count as -inf)."""
+    """Softmax along ``dim`` over the specified entries of a sparse_coo tensor (unspecified ones count as -inf).
+
+    >>> import jitorch
+    >>> s = jitorch.sparse_coo_tensor([[0, 0], [0, 2]], [1.0, 1.0], (1, 3))
+    >>> softmax(s, 1).to_dense()
+    tensor([[0.5000, 0.0000, 0.5000]])
+    """
     return _normalized("softmax", input, dim, dtype, log=False)
 
 
 def log_softmax(input, dim, *, dtype=None):
-    """Log-softmax along ``dim`` over the specified entries of a sparse_coo tensor."""
+    """Log-softmax along ``dim`` over the specified entries of a sparse_coo tensor.
+
+    >>> import jitorch
+    >>> s = jitorch.sparse_coo_tensor([[0, 0], [0, 2]], [1.0, 1.0], (1, 3))
+    >>> log_softmax(s, 1).values()
+    tensor([-0.6931, -0.6931])
+    """
     return _normalized("log_softmax", input, dim, dtype, log=True)

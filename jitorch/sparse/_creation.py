@@ -1,8 +1,9 @@
 """Making sparse_coo tensors: ``sparse_coo_tensor`` (torch's checks and messages), ``dense.to_sparse()``, the legacy
 ``torch.sparse.FloatTensor``-style constructors, and the rebuild that pickling and ``jitorch.load`` call.
 
-Unlike torch, whose invariant checks are off by default, the indices are always checked against the size: an entry
-outside it would be read by SciPy or written out of bounds on the GPU.
+Unlike torch, whose invariant checks are off by default, the indices are always checked: no index is negative (whether
+the size is given or inferred from the indices, as torch's message says) and none reaches past the size; such an entry
+would be read by SciPy or written out of bounds on the GPU.
 
 >>> import jitorch
 >>> jitorch.sparse_coo_tensor([[0, 2]], [1.0, 5.0]).shape
@@ -16,7 +17,8 @@ from .. import _creation, _dtype
 from .._tensor import Tensor
 from ._coo import SparseCooTensor, make_sparse
 
-__all__ = ["sparse_coo_tensor", "dense_to_sparse", "legacy_constructor", "rebuild_sparse_coo"]
+__all__ = ["sparse_coo_tensor", "dense_to_sparse", "legacy_constructor", "rebuild_sparse_coo",
+           "check_sparse_tensor_invariants"]
 
 
 def _as_tensor(x, dtype=None):
@@ -76,7 +78,7 @@ def sparse_coo_tensor(indices, values=None, size=None, *, dtype=None, device=Non
         if size[sparse_dim:] != dense_shape:
             raise RuntimeError(f"values has incorrect size, expected {[nnz, *size[sparse_dim:]]}, got "
                                f"{list(values.shape)}")
-        _check_bounds(indices, size)
+    _check_bounds(indices, size)
     # An alias, so that requires_grad_ on the sparse tensor leaves the caller's values alone while a gradient
     # through the sparse tensor still reaches values that require one.
     values = values.view_as(values) if values.requires_grad else values.detach()
@@ -122,11 +124,67 @@ def legacy_constructor(name, dtype):
         if args and isinstance(args[0], Tensor):
             return sparse_coo_tensor(*args, device=device)
         size = tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args)
+        size = size or (0,)  # no sizes: torch's empty 1-D tensor
         indices = _creation.zeros((len(size), 0), dtype=_dtype.int64, device=device)
         return make_sparse(indices, _creation.zeros(0, dtype=dtype, device=device), size, True)
     construct.__name__ = construct.__qualname__ = name
-    construct.__doc__ = f"torch.sparse.{name}: the legacy constructor of {dtype} sparse_coo tensors."
+    construct.__doc__ = f"""torch.sparse.{name}: the legacy constructor of {dtype} sparse_coo tensors.
+
+    >>> import jitorch
+    >>> jitorch.sparse.{name}(2, 3).shape, jitorch.sparse.{name}().shape
+    (jitorch.Size([2, 3]), jitorch.Size([0]))
+    """
     return construct
+
+
+class check_sparse_tensor_invariants:  # noqa: N801 - torch's name
+    """``torch.sparse.check_sparse_tensor_invariants``: a context manager and decorator (``enable=True``) and the
+    global flag it sets (``enable()``, ``disable()``, ``is_enabled()``, False by default as torch's). jitorch checks
+    the invariants of every sparse_coo tensor it makes whatever the flag says (an index out of bounds would be read
+    out of memory); the flag only keeps code that sets and reads it working.
+
+    >>> import jitorch
+    >>> with jitorch.sparse.check_sparse_tensor_invariants():
+    ...     jitorch.sparse.check_sparse_tensor_invariants.is_enabled()
+    True
+    >>> jitorch.sparse.check_sparse_tensor_invariants.is_enabled()
+    False
+    """
+
+    _enabled = False
+
+    def __init__(self, enable=True):
+        self.state = bool(enable)
+        self.saved = []
+
+    @staticmethod
+    def is_enabled():
+        return check_sparse_tensor_invariants._enabled
+
+    @staticmethod
+    def enable():
+        check_sparse_tensor_invariants._enabled = True
+
+    @staticmethod
+    def disable():
+        check_sparse_tensor_invariants._enabled = False
+
+    def __enter__(self):
+        self.saved.append(check_sparse_tensor_invariants._enabled)
+        check_sparse_tensor_invariants._enabled = self.state
+        return self
+
+    def __exit__(self, *exc):
+        check_sparse_tensor_invariants._enabled = self.saved.pop()
+
+    def __call__(self, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with check_sparse_tensor_invariants(self.state):
+                return fn(*args, **kwargs)
+        return wrapper
 
 
 def rebuild_sparse_coo(indices, values, size, is_coalesced=None, requires_grad=False):
