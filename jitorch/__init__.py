@@ -38,6 +38,7 @@ from . import _indexing  # noqa: E402,F401
 from ._indexing import *  # noqa: E402,F401,F403
 from ._misc import *  # noqa: E402,F401,F403
 from ._math_extra import *  # noqa: E402,F401,F403
+from ._fake_quantize import *  # noqa: E402,F401,F403
 from ._movement_extra import *  # noqa: E402,F401,F403
 from ._spectral import *  # noqa: E402,F401,F403
 from . import _linalg, _sorting, linalg  # noqa: E402,F401

@@ -217,7 +217,8 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
         raise RuntimeError(f"inconsistent target size, expected {x.shape[0]} but got {list(target.shape)}")
     if y.numel() and (bool((y < 0).any()) or bool((y >= classes).any())):
         raise RuntimeError("target out of range")
-    z = (margin - x.gather(1, y.unsqueeze(1)) + x).clamp_min(0)
+    # relu, not clamp_min: ATen's backward counts a term only where it is > 0, so a term exactly at the margin gets 0
+    z = (margin - x.gather(1, y.unsqueeze(1)) + x).relu()
     if p == 2:
         z = z * z
     if weight is not None:
@@ -247,7 +248,7 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduct
         listings = x.new_zeros(x.shape, dtype=_dtype.int64).scatter_add_(1, where(listed, y, 0), listed.long())
         is_target = listings > 0
         pairs = listings.unsqueeze(2) * (~is_target).unsqueeze(1)
-    hinge = (1 - (x.unsqueeze(2) - x.unsqueeze(1))).clamp_min(0)  # [N, j, i]
+    hinge = (1 - (x.unsqueeze(2) - x.unsqueeze(1))).relu()  # [N, j, i]; relu: no gradient exactly at the margin
     loss = (hinge * pairs.to(x.dtype)).sum((1, 2)) / classes
     if input.dim() <= 1:
         loss = loss.reshape(())
