@@ -1,4 +1,5 @@
-"""``linalg.matrix_exp``, ``linalg.cond`` and ``linalg.vander`` as composites of matmul, solve and norms.
+"""``linalg.matrix_exp``, ``linalg.cond``, ``linalg.vander``, ``linalg.matrix_power`` and ``linalg.multi_dot`` as
+composites of matmul, solve and norms (a chain of products in the cheapest order).
 
 >>> import jitorch
 >>> jitorch.linalg.matrix_exp(jitorch.zeros(2, 2))
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import math
 
+from ._linalg import matmul
+from ._pointwise import _write_out
 from ._tensor import Tensor
 from .amp._cast_mode import autocast_policy
 
-__all__ = ["matrix_exp", "cond", "vander"]
+__all__ = ["matrix_exp", "cond", "vander", "matrix_power", "multi_dot"]
 
 # Pade [13/13] coefficients (Higham, "The scaling and squaring method for the matrix exponential revisited", 2005).
 _B13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0, 129060195264000.0,
@@ -83,3 +86,75 @@ def vander(x, N=None):  # noqa: N803 - torch's argument name
         raise ValueError("N must be greater than 1.")
     cols = [x.new_ones(x.shape)] + [x ** k for k in range(1, n)]
     return stack(cols[:n], -1)
+
+
+def matrix_power(A, n, *, out=None):
+    """``A`` multiplied by itself ``n`` times (``n < 0`` uses the inverse; ``n == 0`` gives the identity)."""
+    if A._data.ndim < 2 or A._data.shape[-1] != A._data.shape[-2]:
+        raise RuntimeError(f"linalg.matrix_power: A must be batches of square matrices, but got shape "
+                           f"{tuple(A.shape)}")
+    if n == 0:
+        from ._creation import eye
+
+        identity = eye(A._data.shape[-1], dtype=A.dtype, device=A.device).expand(A.shape)
+        # PyTorch copies the identity into a clone of A: the result is in A's graph with a zero gradient.
+        return A.clone().copy_(identity) if A.requires_grad else identity.clone()
+    from .linalg import inv  # (linalg imports this module at its end)
+
+    base = inv(A) if n < 0 else A
+    n = abs(n)
+    result = None
+    while n:  # binary exponentiation: log2(n) squarings
+        if n & 1:
+            result = base if result is None else matmul(result, base)
+        n >>= 1
+        if n:
+            base = matmul(base, base)
+    return _write_out(result, out)
+
+
+def multi_dot(tensors, *, out=None):
+    """Product of a chain of matrices in the cheapest order; the first/last may be vectors."""
+    tensors = list(tensors)
+    if len(tensors) < 2:
+        raise RuntimeError(f"multi_dot(): expected at least 2 tensors but got {len(tensors)}")
+    first_vec, last_vec = tensors[0]._data.ndim == 1, tensors[-1]._data.ndim == 1
+    mats = [t.unsqueeze(0) if i == 0 and first_vec else t.unsqueeze(-1) if i == len(tensors) - 1 and last_vec else t
+            for i, t in enumerate(tensors)]
+    for i, t in enumerate(mats):
+        if t._data.ndim != 2:
+            raise RuntimeError(f"multi_dot(): tensor {i} must be 2D but got {tensors[i]._data.ndim}D")
+    for i in range(len(mats) - 1):
+        if mats[i]._data.shape[1] != mats[i + 1]._data.shape[0]:
+            raise RuntimeError(f"multi_dot(): tensors {i} and {i + 1} with shapes {tuple(tensors[i].shape)} and "
+                               f"{tuple(tensors[i + 1].shape)} cannot be multiplied")
+    result = _chain(mats, _chain_order([m._data.shape[0] for m in mats] + [mats[-1]._data.shape[1]]),
+                    0, len(mats) - 1)
+    if first_vec:
+        result = result.squeeze(0)
+    if last_vec:
+        result = result.squeeze(-1)
+    return _write_out(result, out)
+
+
+def _chain_order(dims):
+    """Matrix-chain dynamic programme: ``split[i][j]`` is where to split the product of matrices i..j."""
+    n = len(dims) - 1
+    cost = [[0] * n for _ in range(n)]
+    split = [[0] * n for _ in range(n)]
+    for length in range(1, n):
+        for i in range(n - length):
+            j = i + length
+            cost[i][j] = math.inf
+            for k in range(i, j):
+                c = cost[i][k] + cost[k + 1][j] + dims[i] * dims[k + 1] * dims[j + 1]
+                if c < cost[i][j]:
+                    cost[i][j], split[i][j] = c, k
+    return split
+
+
+def _chain(mats, split, i, j):
+    if i == j:
+        return mats[i]
+    k = split[i][j]
+    return matmul(_chain(mats, split, i, k), _chain(mats, split, k + 1, j))

@@ -329,76 +329,6 @@ def lstsq(A, B, rcond=None, *, driver=None):
 
 
 # -- products ---------------------------------------------------------------------------------------------------
-def matrix_power(A, n, *, out=None):
-    """``A`` multiplied by itself ``n`` times (``n < 0`` uses the inverse; ``n == 0`` gives the identity)."""
-    if A._data.ndim < 2 or A._data.shape[-1] != A._data.shape[-2]:
-        raise RuntimeError(f"linalg.matrix_power: A must be batches of square matrices, but got shape "
-                           f"{tuple(A.shape)}")
-    if n == 0:
-        from ._creation import eye
-
-        identity = eye(A._data.shape[-1], dtype=A.dtype, device=A.device).expand(A.shape)
-        # PyTorch copies the identity into a clone of A: the result is in A's graph with a zero gradient.
-        return A.clone().copy_(identity) if A.requires_grad else identity.clone()
-    base = inv(A) if n < 0 else A
-    n = abs(n)
-    result = None
-    while n:  # binary exponentiation: log2(n) squarings
-        if n & 1:
-            result = base if result is None else matmul(result, base)
-        n >>= 1
-        if n:
-            base = matmul(base, base)
-    return _write_out(result, out)
-
-
-def multi_dot(tensors, *, out=None):
-    """Product of a chain of matrices in the cheapest order; the first/last may be vectors."""
-    tensors = list(tensors)
-    if len(tensors) < 2:
-        raise RuntimeError(f"multi_dot(): expected at least 2 tensors but got {len(tensors)}")
-    first_vec, last_vec = tensors[0]._data.ndim == 1, tensors[-1]._data.ndim == 1
-    mats = [t.unsqueeze(0) if i == 0 and first_vec else t.unsqueeze(-1) if i == len(tensors) - 1 and last_vec else t
-            for i, t in enumerate(tensors)]
-    for i, t in enumerate(mats):
-        if t._data.ndim != 2:
-            raise RuntimeError(f"multi_dot(): tensor {i} must be 2D but got {tensors[i]._data.ndim}D")
-    for i in range(len(mats) - 1):
-        if mats[i]._data.shape[1] != mats[i + 1]._data.shape[0]:
-            raise RuntimeError(f"multi_dot(): tensors {i} and {i + 1} with shapes {tuple(tensors[i].shape)} and "
-                               f"{tuple(tensors[i + 1].shape)} cannot be multiplied")
-    result = _chain(mats, _chain_order([m._data.shape[0] for m in mats] + [mats[-1]._data.shape[1]]),
-                    0, len(mats) - 1)
-    if first_vec:
-        result = result.squeeze(0)
-    if last_vec:
-        result = result.squeeze(-1)
-    return _write_out(result, out)
-
-
-def _chain_order(dims):
-    """Matrix-chain dynamic programme: ``split[i][j]`` is where to split the product of matrices i..j."""
-    n = len(dims) - 1
-    cost = [[0] * n for _ in range(n)]
-    split = [[0] * n for _ in range(n)]
-    for length in range(1, n):
-        for i in range(n - length):
-            j = i + length
-            cost[i][j] = math.inf
-            for k in range(i, j):
-                c = cost[i][k] + cost[k + 1][j] + dims[i] * dims[k + 1] * dims[j + 1]
-                if c < cost[i][j]:
-                    cost[i][j], split[i][j] = c, k
-    return split
-
-
-def _chain(mats, split, i, j):
-    if i == j:
-        return mats[i]
-    k = split[i][j]
-    return matmul(_chain(mats, split, i, k), _chain(mats, split, k + 1, j))
-
-
 def diagonal(A, *, offset=0, dim1=-2, dim2=-1):
     """Diagonals of the matrices in the last two dims (a view)."""
     return A.diagonal(offset, dim1, dim2)
@@ -415,7 +345,7 @@ def vecdot(x, y, *, dim=-1, out=None):
     return _write_out((x.conj() * y).sum(dim), out)
 
 
-from ._linalg_extra import cond, matrix_exp, vander  # noqa: E402 - composites of the functions above
+from ._linalg_extra import cond, matrix_exp, matrix_power, multi_dot, vander  # noqa: E402,F401 - composites
 from ._linalg_lu import cholesky_ex, inv_ex, lu, lu_factor, lu_factor_ex, lu_solve, solve_ex  # noqa: E402
 from ._linalg_more import eig, eigvals, householder_product, tensorinv, tensorsolve  # noqa: E402
 
