@@ -2,9 +2,7 @@
 
 ``embedding`` is a row gather of the weight, so its gradient is a scatter-add of the upstream gradient into the rows
 that were looked up; the ``padding_idx`` row gets none (its output is detached), and ``scale_grad_by_freq`` divides
-each row's gradient by how often it occurs in the batch. ``sparse=True`` is accepted; the gradient is dense, and the
-rows torch's sparse gradient would hold (every index looked up but ``padding_idx``, even where its gradient is exactly
-zero) are recorded on the weight for ``optim.SparseAdam``, which updates those rows as torch does.
+each row's gradient by how often it occurs in the batch. ``sparse=True`` is accepted; the gradient is dense.
 
 >>> import jitorch
 >>> import jitorch.nn.functional as F
@@ -93,26 +91,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         out = _straight_through_scale(out, (1.0 / counts[input].to(weight.dtype)).unsqueeze(-1))
     if padding_idx is not None:
         out = where((input == padding_idx).unsqueeze(-1), out.detach(), out)
-    if sparse:
-        _record_rows_on_backward(out, weight, input, padding_idx)
     return named(out, "EmbeddingBackward0")
-
-
-def _record_rows_on_backward(out, weight, indices, padding_idx):
-    """When a gradient reaches ``out``, note on ``weight`` the rows torch's sparse gradient would index (read and
-    cleared by ``optim.SparseAdam``): a looked-up row whose gradient is exactly zero is still updated there."""
-    rows = indices.detach().reshape(-1)
-    if padding_idx is not None:
-        rows = rows[rows != padding_idx]
-
-    def record(grad):
-        # One flag per row (not a list of index tensors): bounded when no SparseAdam ever reads and clears it.
-        looked_up = weight.__dict__.get("_sparse_grad_rows")
-        if looked_up is None:
-            looked_up = weight.__dict__["_sparse_grad_rows"] = _creation.zeros(
-                weight.shape[0], dtype=_dtype.bool, device=weight.device)
-        looked_up.index_fill_(0, rows.to(weight.device), True)
-    out.register_hook(record)
 
 
 def _bag_ids(input, offsets, include_last_offset):
@@ -198,8 +177,6 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
         weight_of = _creation.ones_like(ids) if keep is None else keep.long()
         counts = _creation.zeros(bags, dtype=_dtype.int64, device=input.device).index_add(0, ids, weight_of)
         out = out / counts.clamp(min=1).unsqueeze(1).to(out.dtype)
-    if sparse and out.requires_grad:
-        _record_rows_on_backward(out, weight, flat, padding_idx)
     return out
 
 

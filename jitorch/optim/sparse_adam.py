@@ -1,8 +1,8 @@
 """SparseAdam (``torch.optim.SparseAdam``): Adam applied only where the gradient has entries.
 
-``sparse=True`` embeddings give dense gradients. The entries torch's sparse gradient would hold are the rows (along
-dim 0) the lookup touched: those with a nonzero gradient, and those the embedding recorded on its weight during the
-backward (a looked-up row whose gradient is exactly zero still has its moments decayed and moves, as in torch).
+jitorch has no sparse tensors: ``sparse=True`` embeddings give dense gradients. The entries torch's sparse gradient
+would hold are the rows (along dim 0) the lookup touched; a dense gradient marks them by a nonzero row, so those
+rows are the ones updated here (a touched row whose gradient is exactly zero is the one difference).
 
 >>> import jitorch
 >>> emb = jitorch.nn.Embedding(4, 2, sparse=True)
@@ -52,13 +52,6 @@ class SparseAdam(Optimizer):
             raise ValueError(f"Complex params at indices {complex_params}: SparseAdam does not support complex "
                              "parameters")
 
-    def zero_grad(self, set_to_none=True):
-        """Clear the gradients and the rows ``sparse=True`` embeddings recorded for them."""
-        super().zero_grad(set_to_none)
-        for group in self.param_groups:
-            for p in group["params"]:
-                p.__dict__.pop("_sparse_grad_rows", None)
-
     def step(self, closure=None):
         """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
         loss = evaluate_closure(closure)
@@ -78,7 +71,7 @@ class SparseAdam(Optimizer):
             state["exp_avg_sq"] = _creation.zeros_like(p)
         state["step"] += 1  # counted even when no row was touched, as torch counts an empty sparse gradient
         grad = p.grad if not group["maximize"] else -p.grad
-        rows = _touched_rows(grad, p.__dict__.pop("_sparse_grad_rows", None))
+        rows = _touched_rows(grad)
         if rows.numel() == 0:
             return
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
@@ -103,17 +96,12 @@ class SparseAdam(Optimizer):
         else:
             p.add_(delta)
 
-def _touched_rows(grad, looked_up=None):
-    """Indices along dim 0 of the rows with a nonzero gradient or looked up by a ``sparse=True`` embedding since the
-    last step (``looked_up``, a flag per row: torch's sparse gradient holds those rows even where their values are
-    zero); of a 0-d gradient: ``[0]`` if nonzero."""
+def _touched_rows(grad):
+    """Indices along dim 0 of the rows with a nonzero gradient (of a 0-d gradient: ``[0]`` if nonzero)."""
     if grad.dim() == 0:
         return (grad != 0).reshape(1).nonzero().reshape(-1)
     if grad.shape[0] == 0:
         return _creation.zeros(0, dtype=_dtype.int64, device=grad.device)
-    touched = (grad.reshape(grad.shape[0], -1) != 0).any(1)
-    if looked_up is not None and looked_up.shape == touched.shape:
-        touched = touched | looked_up
-    return touched.nonzero().reshape(-1)
+    return (grad.reshape(grad.shape[0], -1) != 0).any(1).nonzero().reshape(-1)
 
 
