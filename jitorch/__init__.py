@@ -70,8 +70,14 @@ from ._storage import TypedStorage, UntypedStorage  # noqa: E402,F401 - also Ten
 from .serialization import load, save  # noqa: E402,F401
 import jitorch.utils.data  # noqa: E402,F401
 import jitorch.utils.hooks  # noqa: E402,F401
+
+from .utils._pytree import SequenceKey as _SequenceKey, register_pytree_node as _register_pytree_node  # noqa: E402
+
+# A Size is a pytree node as in torch: tree_map over shapes maps their ints (a map to non-ints gives a tuple).
+_register_pytree_node(Size, lambda s: (list(s), None), lambda v, c: Size._from_leaves(v),
+                      flatten_with_keys_fn=lambda s: ([(_SequenceKey(i), d) for i, d in enumerate(s)], None))
 from . import fx  # noqa: E402,F401
-from . import accelerator, amp, backends, cuda, distributed, distributions, onnx, testing  # noqa: E402,F401
+from . import accelerator, amp, backends, cuda, distributed, distributions, mps, onnx, testing  # noqa: E402,F401
 from . import cpu  # noqa: E402,F401
 from .cpu import amp as _cpu_amp  # noqa: E402,F401 - ``jitorch.cpu.amp``, as ``torch.cpu.amp``
 from . import special  # noqa: E402,F401

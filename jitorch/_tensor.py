@@ -44,6 +44,11 @@ class Size(tuple):
     def __repr__(self):
         return f"jitorch.Size([{', '.join(str(int(s)) for s in self)}])"
 
+    @classmethod
+    def _from_leaves(cls, values):
+        """A pytree map's result: a Size of ints, else a tuple (as torch's)."""
+        return cls(values) if all(type(d) is int for d in values) else tuple(values)
+
     def numel(self):
         n = 1
         for s in self:

@@ -23,7 +23,7 @@ from .autograd.grad_mode import enable_grad, is_grad_enabled
 from .nn.utils.stateless import call_with as functional_call
 from ._vmap import vmap
 from ._func_extras import debug_unwrap, functionalize, replace_all_batch_norm_modules_  # noqa: F401
-from .utils._pytree import tree_flatten, tree_unflatten
+from .utils._pytree import tree_flatten, tree_unflatten, treespec_pprint
 
 __all__ = ["functional_call", "grad", "grad_and_value", "vjp", "jvp", "linearize", "jacrev", "jacfwd", "hessian",
            "vmap", "stack_module_state", "functionalize", "replace_all_batch_norm_modules_", "debug_unwrap"]
@@ -71,17 +71,6 @@ def _reaches_outside(t, seen=None):
                 seen.add(id(target))
                 stack.append(target)
     return False
-
-
-def _spec_str(spec):
-    """A pytree spec as torch prints one: ``*`` per leaf, ``(*, [*])``, ``{'a': *}``."""
-    kind, inner = spec
-    if kind is None:
-        return "*"
-    if kind is dict:
-        return "{" + ", ".join(f"{k!r}: {_spec_str(v)}" for k, v in inner.items()) + "}"
-    items = ", ".join(_spec_str(v) for v in inner)
-    return f"[{items}]" if issubclass(kind, list) else f"({items}{',' if len(inner) == 1 else ''})"
 
 
 def _detached(tensors, keep):
@@ -214,8 +203,8 @@ def vjp(func, *primals, has_aux=False):
         ct_leaves, ct_spec = tree_flatten(cotangents)
         if ct_spec != out_spec:
             raise RuntimeError("Expected pytree structure of cotangents to be the same as pytree structure of "
-                               f"outputs to the function. cotangents: {_spec_str(ct_spec)}, primal output: "
-                               f"{_spec_str(out_spec)}")
+                               f"outputs to the function. cotangents: {treespec_pprint(ct_spec)}, primal output: "
+                               f"{treespec_pprint(out_spec)}")
         keep = depth > 1 or attached or (outer and any(isinstance(c, Tensor) and c.requires_grad
                                                        for c in ct_leaves))
         grads = autograd_grad(out_leaves, leaves, ct_leaves, retain_graph=True, create_graph=keep,

@@ -1,5 +1,5 @@
-"""``jitorch.backends``: switches scripts set (``torch.backends``): ``cuda``, ``cudnn``, ``mha``, ``mps``,
-``opt_einsum``.
+"""``jitorch.backends``: switches scripts set (``torch.backends``): ``cuda``, ``cudnn``, ``mha``, ``mkl``,
+``mkldnn``, ``mps``, ``openmp``, ``opt_einsum``.
 
 The flags are stored and read back with torch's defaults; jitorch's kernels do not consult them yet (jitorch never
 uses TF32, cuDNN or reduced-precision reductions, so the strictest settings already hold).
@@ -10,6 +10,6 @@ uses TF32, cuDNN or reduced-precision reductions, so the strictest settings alre
 False
 >>> jitorch.backends.cudnn.benchmark = False
 """
-from . import cpu, cuda, cudnn, mha, mps, opt_einsum  # noqa: F401
+from . import cpu, cuda, cudnn, mha, mkl, mkldnn, mps, openmp, opt_einsum  # noqa: F401
 
-__all__ = ["cpu", "cuda", "cudnn", "mha", "mps", "opt_einsum"]
+__all__ = ["cpu", "cuda", "cudnn", "mha", "mkl", "mkldnn", "mps", "openmp", "opt_einsum"]

@@ -10,7 +10,7 @@ True
 """
 from __future__ import annotations
 
-from . import amp, memory, random, streams  # noqa: F401
+from . import amp, memory, nvtx, random, streams  # noqa: F401
 from ._lazy import NOT_COMPILED, cupy, device_index, has_cuda, require_cuda  # noqa: F401 - NOT_COMPILED re-exported
 from .memory import *  # noqa: F401,F403
 from .memory import __all__ as _memory_all
@@ -27,7 +27,7 @@ globals().update(_legacy_types)  # torch.cuda.FloatTensor, ...: legacy types of 
 
 __all__ = ["is_available", "device_count", "is_initialized", "init", "current_device", "set_device", "device",
            "device_of", "get_device_name", "get_device_properties", "get_device_capability", "get_arch_list",
-           "synchronize", "is_bf16_supported", "ipc_collect", "OutOfMemoryError", "amp", "CUDAGraph", "graph",
+           "synchronize", "is_bf16_supported", "ipc_collect", "OutOfMemoryError", "amp", "nvtx", "CUDAGraph", "graph",
            "graph_pool_handle", "is_current_stream_capturing", "make_graphed_callables"] + \
     list(_memory_all) + list(_random_all) + list(_streams_all) + list(_legacy_types)
 

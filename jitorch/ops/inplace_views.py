@@ -109,8 +109,10 @@ def writable_expanded(op, t):
         data = data.view()
         try:
             data.flags.writeable = True
-        except ValueError:  # memory that is read-only at its owner (a read-only NumPy array)
-            pass
+        except ValueError:  # memory that is read-only at its owner
+            raise RuntimeError(f"{op.name}_: the tensor's memory is read-only (a non-writable NumPy array given to "
+                               "from_numpy/as_tensor, or a DLPack capsule imported read-only); clone() the tensor "
+                               "before writing to it, or make it from a writable array") from None
         else:
             t._data = data
             return
