@@ -92,6 +92,7 @@ from .amp.autocast_mode import (  # noqa: E402,F401
 )
 from ._compile import compile  # noqa: E402,F401,A001 - torch.compile
 from . import func, jit, multiprocessing, random  # noqa: E402,F401
+from . import export  # noqa: E402,F401 - torch.export
 from . import types  # noqa: E402,F401 - torch.types
 from . import profiler  # noqa: E402,F401 - torch.profiler
 from . import hub  # noqa: E402,F401 - torch.hub
