@@ -94,6 +94,7 @@ from ._compile import compile  # noqa: E402,F401,A001 - torch.compile
 from . import func, jit, multiprocessing, random  # noqa: E402,F401
 from . import export  # noqa: E402,F401 - torch.export
 from . import types  # noqa: E402,F401 - torch.types
+from . import library  # noqa: E402,F401 - torch.library: custom operators, jitorch.ops.<namespace>
 from . import profiler  # noqa: E402,F401 - torch.profiler
 from . import hub  # noqa: E402,F401 - torch.hub
 from .autograd import profiler as _autograd_profiler  # noqa: E402,F401 - torch.autograd.profiler

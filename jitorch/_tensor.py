@@ -430,7 +430,7 @@ class Tensor:
         return data
 
     def numpy(self, *, force=False):
-        if self._requires_grad and not force:
+        if self._requires_grad and not force and GradState.enabled:  # as torch: fine under no_grad (op kernels)
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         if type(self._data) is not np.ndarray:
             if type(self._data) is MetaArray:
@@ -444,7 +444,7 @@ class Tensor:
     def __array__(self, dtype=None, copy=None):
         # NumPy 2 hands ``copy`` over and trusts the answer: ``np.array(t)`` (copy=True) must not return the
         # tensor's own memory, or later in-place updates of the tensor would show through the "copy".
-        if self._requires_grad:
+        if self._requires_grad and GradState.enabled:
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         if type(self._data) is MetaArray:  # torch's __array__ is numpy(): its refusal, not a failed host copy
             raise _meta_read_error("numpy")

@@ -1,4 +1,5 @@
-"""The op table (``OPS``) and the primitive rows, one module per family.
+"""The op table (``OPS``) and the primitive rows, one module per family; ``jitorch.ops.<namespace>`` are the
+operators registered through ``jitorch.library`` (torch's ``torch.ops.mylib.foo``).
 
 >>> from jitorch.ops import OPS
 >>> OPS["mul"].saves
@@ -22,3 +23,19 @@ from . import complex_refusals  # noqa: F401,E402 - after the rows: ordering row
 from .table import OPS, OpDef
 
 __all__ = ["OPS", "OpDef"]
+
+
+def __getattr__(name):
+    """``jitorch.ops.<namespace>`` (torch.ops): a namespace of ``jitorch.library`` operators for a name that is not
+    one of this package's modules; made once, then an attribute like any other."""
+    if name.startswith("__") and name.endswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a row module not imported yet
+        return importlib.import_module(f"{__name__}.{name}")
+    from ..library._ops import namespace
+
+    globals()[name] = ns = namespace(name)
+    return ns
