@@ -290,7 +290,7 @@ class Tensor:
         if value is not None:
             if not isinstance(value, Tensor):
                 raise TypeError(f"assigned grad expected to be a Tensor or None but got grad of {type(value).__name__}")
-            if value._data.shape != self._data.shape:
+            if (value.shape if value.is_sparse else value._data.shape) != self._data.shape:  # a sparse .grad: as torch
                 raise RuntimeError(f"assigned grad has data of a different size: {tuple(value.shape)} vs "
                                    f"{tuple(self.shape)}")
             if value.dtype is not self.dtype:

@@ -126,6 +126,8 @@ def _tensors(out):
 
 
 def _numpy(t):
+    if t.is_sparse:  # a sparse=True embedding's weight gradient
+        t = t.coalesce().to_dense()
     return np.array(t.detach().numpy(), copy=True)
 
 
@@ -548,7 +550,8 @@ case("losses", lambda t, m: (
     _nn("margin_ranking_loss")(m.f(3), m.f(3), m.values([1.0, -1.0, 1.0], grad=False)),
     _nn("multi_margin_loss")(m.f(3, 4), m.i(3, hi=4)), _nn("triplet_margin_loss")(m.f(2, 3), m.f(2, 3), m.f(2, 3))))
 case("embedding_attention", lambda t, m: (
-    _nn("embedding")(m.i(2, 3), m.f(5, 4)), _nn("one_hot")(m.i(4), 5),
+    _nn("embedding")(m.i(2, 3), m.f(5, 4)), _nn("embedding")(m.i(2, 3), m.f(5, 4), sparse=True),
+    _nn("one_hot")(m.i(4), 5),
     _nn("embedding_bag")(m.i(6), m.f(5, 3), t.tensor([0, 2]), mode="max"),
     _nn("scaled_dot_product_attention")(m.f(2, 3, 4), m.f(2, 5, 4), m.f(2, 5, 4), is_causal=False),
     _nn("cosine_similarity")(m.f(3, 4), m.f(3, 4)), _nn("pairwise_distance")(m.f(3, 4), m.f(3, 4)),

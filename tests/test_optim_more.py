@@ -1,6 +1,6 @@
 """Rprop, ASGD, Adafactor and SparseAdam against torch.optim 2.13, step for step (parameters and every state entry),
 with the helpers and tolerances of test_optim.py; state-dict round trips; SparseAdam through a sparse embedding
-(torch's sparse gradient, jitorch's dense one: the touched rows update, the others keep their values)."""
+(a sparse gradient in both: the touched rows update, the others keep their values)."""
 from __future__ import annotations
 
 import copy

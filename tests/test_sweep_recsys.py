@@ -2,8 +2,8 @@
 
 ``EmbeddingBag`` in sum (``per_sample_weights``, ``padding_idx``), mean and max modes over 1-D indices with offsets
 (an empty bag included), an ``Embedding(sparse=True)`` user table trained by ``SparseAdam`` beside the dense
-parameters' Adam, a ``max_norm`` tag table renormalized in place by each lookup; three steps. torch's gradient of the
-sparse table is a sparse_coo tensor, jitorch's the equal dense one (compared through ``to_dense``). Then the
+parameters' Adam, a ``max_norm`` tag table renormalized in place by each lookup; three steps. The gradient of the
+sparse table is a sparse_coo tensor in both (compared through ``to_dense``). Then the
 functional forms (2-D input, ``include_last_offset`` with an offsets end short of the input, ``max_norm`` with
 ``norm_type=1``) and their gradients, and focused tests for the bugs this sweep found.
 """

@@ -62,8 +62,8 @@ def _constant(value):
 
 
 def structure_key(spec):
-    """A comparable key of a `jitorch.utils._pytree.flatten_into` spec that keeps dict key order (dicts compare equal in any
-    order, but their leaves are numbered in insertion order).
+    """A comparable key of a `jitorch.utils._pytree.flatten_into` spec that keeps dict key order (dicts compare equal
+    in any order, but their leaves are numbered in insertion order).
 
     >>> from jitorch.utils._pytree import flatten_into
     >>> structure_key(flatten_into({"b": 1, "a": 2}, [])) == structure_key(flatten_into({"a": 2, "b": 1}, []))

@@ -110,6 +110,10 @@ class GradScaler:
                     grad = param.grad
                     if (not allow_fp16) and grad.dtype == jitorch.float16:
                         raise ValueError("Attempting to unscale FP16 gradients.")
+                    if grad.is_sparse:  # sparse=True embeddings: the values scale in place, as torch's
+                        if grad.dtype == jitorch.float16:
+                            param.grad = grad = grad.coalesce()  # a float16 sum of duplicates could overflow
+                        grad = grad._values()
                     dev = grad.device
                     flag = per_device_found_inf.get(dev)
                     if flag is None:

@@ -42,6 +42,8 @@ def check_gradients(node, grads):
     if not AnomalyState.check_nan:
         return
     for i, g in enumerate(grads):
+        if g is not None and g.is_sparse:  # a sparse gradient: its values hold the numbers
+            g = g._values()
         if g is not None and g._data.dtype.kind in "fc" and bool((g._data != g._data).any()):
             raise RuntimeError(f"Function '{node.name()}' returned nan values in its {i}th output.")
 

@@ -12,22 +12,22 @@ tensor([2., 4.])
 """
 from __future__ import annotations
 
-import operator
 import sys
 
 import numpy as np
 
+from .. import _dtype
 from .._dispatch_modes import MODES
 from .._tensor import Tensor
 from .anomaly_mode import AnomalyState
 from .engine_hooks import run_node
-from .engine_leaves import finish_leaves, leaf_hooks_suppressed  # noqa: F401 - leaf_hooks_suppressed: fx.joint's
+from .engine_leaves import finish_leaves, grad_sum, leaf_hooks_suppressed  # noqa: F401 - fx.joint's
 from .graph import Node
 from .grad_mode import GradState
 
 _ndarray = np.ndarray
 _refcount = sys.getrefcount
-_plus = operator.add
+_plus = grad_sum
 
 
 def _edge_of(t):
@@ -137,11 +137,22 @@ def _fitted(edges, grads, metas):
     for i, (edge, g, meta) in enumerate(zip(edges, grads, metas)):
         if edge is not None and g is not None and meta is not None:
             d = g._data
-            if d.shape != meta[0] or d.dtype != meta[1]:
+            try:
+                fits = d.shape == meta[0] and d.dtype == meta[1]
+            except RuntimeError:  # a sparse gradient (sparse=True embeddings): no strided array (free when absent)
+                fits = _sparse_fits(g, meta)
+            if not fits:
                 if out is None:
                     out = list(grads)
-                out[i] = _fix_meta(g, meta)
+                out[i] = _fix_meta(g, meta) if not g.is_sparse else g.to(_dtype.from_numpy_dtype(meta[1]))
     return grads if out is None else out
+
+
+def _sparse_fits(g, meta):
+    if tuple(g.shape) != tuple(meta[0]):
+        raise RuntimeError(f"a sparse gradient of shape {list(g.shape)} reached an input of shape {list(meta[0])}: "
+                           "a broadcast gradient cannot be summed to its input's shape while sparse")
+    return g._sp_values._data.dtype == meta[1]
 
 
 def _sum_plain(a, b):
@@ -158,7 +169,7 @@ def _sum_plain(a, b):
             return a
         out = x + y
         return Tensor._make(out if type(out) is _ndarray else np.asarray(out))  # (0-d sums are NumPy scalars)
-    return a + b
+    return grad_sum(a, b)
 
 
 def _sole_count():

@@ -20,11 +20,23 @@ def checked(fn, old, new):
         raise TypeError(f"expected Variable, but hook returned '{type(new).__name__}'")
     if old is None:
         return new
+    if (type(new) is not Tensor or type(old) is not Tensor) and (new.is_sparse or old.is_sparse):
+        return _checked_sparse(fn, old, new)
     if new._data.shape != old._data.shape:
         raise RuntimeError(f"hook '{_hook_name(fn)}' has changed the size of value")
     if new.dtype is not old.dtype or new.device != old.device:
         raise RuntimeError(f"hook '{_hook_name(fn)}' has changed the type of value (was {old.type()} got "
                            f"{new.type()})")
+    return new
+
+
+def _checked_sparse(fn, old, new):
+    # A sparse gradient (sparse=True embeddings) must stay sparse, as torch's hooks check it.
+    if new.is_sparse != old.is_sparse or new.dtype is not old.dtype or new.device != old.device:
+        raise RuntimeError(f"hook '{_hook_name(fn)}' has changed the type of value (was {old.type()} got "
+                           f"{new.type()})")
+    if tuple(new.shape) != tuple(old.shape):
+        raise RuntimeError(f"hook '{_hook_name(fn)}' has changed the size of value")
     return new
 
 

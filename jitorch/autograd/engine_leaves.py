@@ -1,7 +1,8 @@
 """The backward engine's last step: the summed gradient of each leaf, through its hooks, into its ``.grad``.
 
 A stored ``.grad`` is never shared with another ``.grad``, a tensor the user passed in or a view, and has the leaf's
-layout (PyTorch's ``AccumulateGrad`` contract).
+layout (PyTorch's ``AccumulateGrad`` contract). A sparse_coo gradient (``sparse=True`` embeddings) is stored as one,
+and sums with the next as torch's ``AccumulateGrad`` sums them (`jitorch.sparse._coo_add.accumulate_grad`).
 """
 from __future__ import annotations
 
@@ -29,6 +30,17 @@ def leaf_hooks_suppressed():
         yield
     finally:
         _LeafHooks.enabled = previous
+
+
+def grad_sum(old, new):
+    """``old + new`` for two gradients of one input met in the graph (the engine's sums while nothing records in
+    place); a sparse one joins the other as torch's engine joins them (its input buffer adds the old gradient to the
+    new one: the new one's entries come first where ATen concatenates)."""
+    if (type(old) is not Tensor or type(new) is not Tensor) and (old.is_sparse or new.is_sparse):
+        from ..sparse._coo_add import sparse_grad_sum
+
+        return sparse_grad_sum(new, old)
+    return old + new
 
 
 def _strides(a):
@@ -73,6 +85,8 @@ def _layout_for(leaf, g, plain, user_grads, stored):
         if (fmt is contiguous_format) != leaf_c or is_contiguous_as(g._data, fmt):
             fmt = None
         dense = None if fmt is not None or leaf_c else _dense_order(leaf._data)
+        if fmt is None and dense is None and not leaf_c and not g._data.flags.c_contiguous:
+            fmt = contiguous_format  # an overlapping or gapped leaf (expanded, sliced): torch's .grad is row-major
     if fmt is not None:
         # PyTorch's layout contract: .grad has the parameter's layout (a transposed gradient from ``x @ w.t()``
         # would make every optimizer pass over it strided and slow), channels-last included.
@@ -117,14 +131,25 @@ def finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_g
             g = run_pre_hooks(acc, (g,))[0]
         if not create_graph and g._requires_grad:
             g = g.detach()
-        if leaf._grad is None:
-            g = _layout_for(leaf, g, plain, user_grads, stored)
+        grad = leaf._grad
+        if grad is None:
+            if type(g) is not Tensor and g.is_sparse:
+                from ..sparse._coo_add import owned_grad
+
+                g = owned_grad(g, user_grads)
+            else:
+                g = _layout_for(leaf, g, plain, user_grads, stored)
             stored.add(id(g))
             leaf._grad = g
-        elif create_graph:
-            leaf._grad = leaf._grad + g
-        else:
-            leaf._grad._inplace_accumulate(g)
+        elif type(grad) is Tensor and type(g) is Tensor:
+            if create_graph:
+                leaf._grad = grad + g
+            else:
+                grad._inplace_accumulate(g)
+        else:  # a sparse gradient on either side (or a Tensor subclass)
+            from ..sparse._coo_add import accumulate_grad
+
+            leaf._grad = accumulate_grad(grad, g, create_graph)
         if leaf._post_acc_hooks:
             for hook in leaf._post_acc_hooks:
                 hook(leaf)

@@ -2,7 +2,9 @@
 
 ``embedding`` is a row gather of the weight, so its gradient is a scatter-add of the upstream gradient into the rows
 that were looked up; the ``padding_idx`` row gets none (its output is detached), and ``scale_grad_by_freq`` divides
-each row's gradient by how often it occurs in the batch. ``sparse=True`` is accepted; the gradient is dense.
+each row's gradient by how often it occurs in the batch. With ``sparse=True`` the lookup is the ``sparse_embedding``
+row (jitorch/ops/sparse_ops.py), whose backward gives the weight a sparse_coo gradient, as torch's: one entry per index
+looked up, in order, ``padding_idx`` entries left out (``scale_grad_by_freq`` is refused there, as by torch).
 
 >>> import jitorch
 >>> import jitorch.nn.functional as F
@@ -23,6 +25,7 @@ from ..autograd.graph import named
 from ..autograd.grad_mode import no_grad
 from ..ops.indexing import INDEX
 from ..ops.nn_ops import CHECK_RANGE
+from ..ops.sparse_ops import SPARSE_EMBEDDING
 
 __all__ = ["embedding", "embedding_bag", "one_hot"]
 
@@ -77,6 +80,9 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         input = _checked_range(input, num, "embedding", "IndexError",
                                f"embedding: index out of range in self (indices must be in [0, {num}))")
         _renorm_rows(weight, input, max_norm, norm_type)
+    if sparse:
+        return apply(SPARSE_EMBEDDING, weight, input if input.device == weight.device else input.to(weight.device),
+                     num_weights=num, padding_idx=padding_idx, scale_grad_by_freq=bool(scale_grad_by_freq))
     try:
         # One index row over the whole index tensor (its shape leads the result's): the kernel checks the range, so
         # no value is read into Python and a compiled model keeps one graph.
@@ -153,8 +159,12 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     flat = _checked_range(flat, num, "embedding_bag")
     if max_norm is not None:
         _renorm_rows(weight, flat, max_norm, norm_type)
-    rows = weight.index_select(0, flat)
-    if scale_grad_by_freq and rows.requires_grad:
+    if sparse:  # the weight's gradient is sparse: entries for the indices, the padding ones left out
+        rows = apply(SPARSE_EMBEDDING, weight, flat, num_weights=num, padding_idx=padding_idx,
+                     scale_grad_by_freq=bool(scale_grad_by_freq))
+    else:
+        rows = weight.index_select(0, flat)
+    if scale_grad_by_freq and rows.requires_grad and not sparse:
         counts = flat.bincount(minlength=num)
         rows = _straight_through_scale(rows, (1.0 / counts[flat].to(weight.dtype)).unsqueeze(-1))
     keep = None if padding_idx is None else flat != padding_idx

@@ -51,7 +51,11 @@ def _holomorphic(backward):
     """
     def run(ctx, *grads):
         g = grads[0]
-        if g is None or g._data.dtype.kind != "c":
+        try:
+            real = g is None or g._data.dtype.kind != "c"
+        except RuntimeError:  # a sparse gradient (sparse=True embeddings of a computed weight) has no array
+            real = not g.is_complex()
+        if real:
             return backward(ctx, *grads)
         out = backward(ctx, *(x.conj() if x is not None else None for x in grads))
         if isinstance(out, tuple):

@@ -1,4 +1,9 @@
-"""The sparse-times-dense product row: ``sparse_mm(indices, values, dense)`` is ``A @ dense`` (or ``A.T @ dense``)
+"""The rows whose gradients are sparse_coo tensors or read them: ``sparse_mm`` and ``sparse_embedding``.
+
+``sparse_embedding(weight, indices)`` is ``weight[indices]`` (``F.embedding``/``F.embedding_bag`` with
+``sparse=True``); its backward gives the weight's gradient as torch's sparse_coo tensor (`_sparse_embedding_backward`).
+
+The sparse-times-dense product row: ``sparse_mm(indices, values, dense)`` is ``A @ dense`` (or ``A.T @ dense``)
 for the COO matrix ``A`` of shape ``(rows, cols)`` whose entries ``values[k]`` sit at ``indices[:, k]``.
 
 The kernel hands the product to a sparse library: ``scipy.sparse`` for NumPy arrays, ``cupyx.scipy.sparse`` for
@@ -27,7 +32,7 @@ import numpy as np
 from ..runtime import is_cupy, scatter_add
 from .table import Opaque, defop
 
-__all__ = ["SPARSE_MM"]
+__all__ = ["SPARSE_MM", "SPARSE_EMBEDDING"]
 
 _HALF = frozenset({"float16", "bfloat16"})  # computed in float32: the libraries have no half-precision kernels
 _CUPY_DTYPES = frozenset(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
@@ -106,3 +111,36 @@ def _sparse_mm_backward(ctx, g):
 
 SPARSE_MM = defop("sparse_mm", _sparse_mm_kernel, _sparse_mm_backward, Opaque("sparse library product"),
                   saves="inputs", grad_name="MmBackward0")
+
+
+def _sparse_embedding_kernel(xp, weight, indices, *, num_weights, padding_idx, scale_grad_by_freq):
+    if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= num_weights):
+        raise IndexError(f"embedding: index out of range in self (indices must be in [0, {num_weights}))")
+    return xp.take(weight, indices, axis=0)
+
+
+def _sparse_embedding_backward(ctx, g):
+    """torch's ``embedding_sparse_backward``: one entry per index in the order looked up (``padding_idx`` entries
+    left out), holding its row of ``g``; uncoalesced, as torch's."""
+    from ..sparse._coo import make_sparse
+    from .indexing import _saved_indices
+
+    attrs = ctx.attrs
+    if attrs["scale_grad_by_freq"]:
+        raise RuntimeError("embedding_backward: scale_grad_by_freq not supported with sparse gradients")
+    (indices,) = _saved_indices(ctx, 1)
+    dim = g.shape[-1]
+    flat = indices.reshape(-1)
+    values = g.reshape(-1, dim)
+    if attrs["padding_idx"] is not None:
+        keep = (flat != attrs["padding_idx"]).nonzero().reshape(-1)
+        flat, values = flat.index_select(0, keep), values.index_select(0, keep)
+    else:
+        flat = flat.clone()  # the gradient owns its indices: the caller may refill its index tensor
+    grad = make_sparse(flat.long().reshape(1, -1), values, (attrs["num_weights"], dim), flat.shape[0] < 2)
+    return grad, None
+
+
+SPARSE_EMBEDDING = defop("sparse_embedding", _sparse_embedding_kernel, _sparse_embedding_backward,
+                         Opaque("gather of rows"), saves="inputs", save_if=lambda needs: (False, True),
+                         grad_name="EmbeddingBackward0")

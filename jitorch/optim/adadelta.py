@@ -64,6 +64,8 @@ class Adadelta(Optimizer):
         for p in group["params"]:
             if p.grad is None:
                 continue
+            if p.grad.is_sparse:
+                raise RuntimeError("Adadelta does not support sparse gradients")
             params_with_grad.append(p)
             grads.append(p.grad)
             state = self.state[p]

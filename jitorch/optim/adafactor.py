@@ -67,6 +67,8 @@ class Adafactor(Optimizer):
                         continue
                     if p.is_complex():
                         raise RuntimeError("Adafactor does not support complex parameters")
+                    if p.grad.is_sparse:
+                        raise RuntimeError("Adafactor does not support sparse gradients")
                     self._update(p, group)
         return loss
 

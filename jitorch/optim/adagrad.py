@@ -11,9 +11,12 @@ tensor([ 0.9000, -0.9000], requires_grad=True)
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .. import _creation
 from .._tensor import Tensor
-from ._kernels import advance_step, capturing, hyper, increment_step, ops_for
+from ..runtime import array_module_for
+from ._kernels import advance_step, capturing, hyper, increment_step, ops_for, refuse_capture
 from .optimizer import evaluate_closure, new_step
 from .optimizer import (Optimizer, _check_fused_flags, _check_tensor_lr, _device_dtype_check_for_fused,
                         _get_scalar_dtype, _use_grad_for_differentiable)
@@ -110,7 +113,7 @@ class Adagrad(Optimizer):
         for group in self.param_groups:
             params_with_grad, grads, state_sums, state_steps = [], [], [], []
             self._init_group(group, params_with_grad, grads, state_sums, state_steps)
-            adagrad(params_with_grad, grads, state_sums, state_steps, lr=group["lr"],
+            adagrad(params_with_grad, grads, state_sums, state_steps, fused=group["fused"], lr=group["lr"],
                     weight_decay=group["weight_decay"], lr_decay=group["lr_decay"], eps=group["eps"],
                     maximize=group["maximize"], differentiable=group["differentiable"])
         return loss
@@ -122,9 +125,18 @@ def adagrad(params, grads, state_sums, state_steps, fused=None, grad_scale=None,
     """Functional Adagrad: updates ``params`` and the squared-gradient sums in place."""
     if not all(isinstance(t, Tensor) for t in state_steps):
         raise RuntimeError("API has changed, `state_steps` argument must contain a list of singleton tensors")
+    if fused and any(type(g) is not Tensor and g.is_sparse for g in grads):
+        raise RuntimeError("`fused` does not support sparse grad or complex param")
     ops = ops_for({"differentiable": differentiable})
     lr, weight_decay, lr_decay, eps = (hyper(v, ops) for v in (lr, weight_decay, lr_decay, eps))
     for param_t, grad_t, sum_t, step_t in zip(params, grads, state_sums, state_steps):
+        if type(grad_t) is not Tensor and grad_t.is_sparse:  # sparse=True embeddings
+            if capturing():  # its update runs on the arrays, which a capture would not record
+                refuse_capture("CPU graph capture: Adagrad's step with a sparse gradient is not captured (its sizes "
+                               "depend on the indices); run the step uncaptured")
+            _sparse_adagrad(param_t, grad_t, sum_t, increment_step(step_t), lr=lr, weight_decay=weight_decay,
+                            lr_decay=lr_decay, eps=eps, maximize=maximize)
+            continue
         if lr_decay == 0 and capturing():
             # Without decay the rate does not depend on the count: the step is capturable as is.
             advance_step(step_t)
@@ -142,3 +154,27 @@ def adagrad(params, grads, state_sums, state_steps, fused=None, grad_scale=None,
         ops.add_scalar_(std, eps)
         ops.addcdiv_(param, grad, std, -clr)
         ops.touched(param_t, sum_t)
+
+
+def _sparse_adagrad(param, grad, state_sum, step, *, lr, weight_decay, lr_decay, eps, maximize):
+    """torch's update for a sparse gradient (``sparse=True`` embeddings): the sums and the parameter change at the
+    coalesced gradient's entries only (on the arrays, each position written once)."""
+    if maximize:
+        grad = -grad
+    if weight_decay != 0:
+        raise RuntimeError("weight_decay option is not compatible with sparse gradients")
+    clr = lr / (1 + (step - 1) * lr_decay)
+    grad = grad.coalesce()  # the update is not linear: each entry once
+    key = tuple(grad._indices()._data)
+    values = grad._values()._data
+    sums, p = state_sum._data, param._data
+    new_sum = sums[key] + values * values
+    sums[key] = new_sum
+    std = _sqrt(new_sum) + eps
+    p[key] = p[key] + -clr * (values / std)
+    state_sum._bump_version()
+    param._bump_version()
+
+
+def _sqrt(a):
+    return (np if isinstance(a, np.ndarray) else array_module_for("cuda")).sqrt(a)

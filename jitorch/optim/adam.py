@@ -95,6 +95,8 @@ class Adam(Optimizer):
             grad = p.grad
             if grad is None:
                 continue
+            if type(grad) is not Tensor and grad.is_sparse:  # (the type test first: this loop is hot)
+                raise RuntimeError("Adam does not support sparse gradients, please consider SparseAdam instead")
             params_with_grad.append(p)
             grads.append(grad)
             state = state_of[p]

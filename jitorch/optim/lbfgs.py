@@ -95,6 +95,8 @@ class LBFGS(Optimizer):
             grad = p.grad
             if grad is None:
                 view = _xp(p._data).zeros(p.numel(), dtype=p._data.dtype)
+            elif grad.is_sparse:  # sparse=True embeddings: read as the dense gradient, as torch does
+                view = grad.to_dense()._data.reshape(-1)
             else:
                 view = grad._data.reshape(-1)
             if view.dtype.kind == "c":

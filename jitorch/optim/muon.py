@@ -111,6 +111,8 @@ class Muon(Optimizer):
                     continue
                 if p.is_complex():
                     raise RuntimeError("Muon does not support complex parameters")
+                if p.grad.is_sparse:
+                    raise RuntimeError("Muon does not support sparse gradients")
                 params.append(p)
                 grads.append(p.grad)
                 state = self.state[p]

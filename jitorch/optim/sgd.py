@@ -13,6 +13,7 @@ tensor([ 0.4600, -0.4600], requires_grad=True)
 """
 from __future__ import annotations
 
+from .._tensor import Tensor
 from ._fused import fused_sgd
 from ._kernels import capturing, hyper, ops_for
 from .optimizer import evaluate_closure
@@ -108,6 +109,24 @@ def sgd(params, d_p_list, momentum_buffer_list, has_sparse_grad=False, foreach=N
     """
     if fused and differentiable:
         raise RuntimeError("`fused` does not support `differentiable`")
+    if has_sparse_grad or any(type(g) is not Tensor and g.is_sparse for g in d_p_list):  # sparse=True embeddings
+        if fused:
+            raise RuntimeError("`_fused_sgd` does not support sparse gradients")
+        lr = float(lr.item()) if isinstance(lr, Tensor) and not differentiable else lr
+        rest = []
+        for i, g in enumerate(d_p_list):
+            if g.is_sparse:
+                _sparse_sgd(params[i], g, momentum_buffer_list, i, weight_decay=weight_decay, momentum=momentum,
+                            lr=lr, dampening=dampening, nesterov=nesterov, maximize=maximize)
+            else:
+                rest.append(i)
+        buffers = [momentum_buffer_list[i] for i in rest] if momentum != 0 else []
+        sgd([params[i] for i in rest], [d_p_list[i] for i in rest], buffers, foreach=foreach, fused=fused,
+            grad_scale=grad_scale, found_inf=found_inf, weight_decay=weight_decay, momentum=momentum, lr=lr,
+            dampening=dampening, nesterov=nesterov, maximize=maximize, differentiable=differentiable)
+        for i, buf in zip(rest, buffers):
+            momentum_buffer_list[i] = buf
+        return
     # fused=None on plain CPU float tensors also takes the fused kernel: the same update as the per-tensor rule (within
     # rounding, as torch's for-loop and fused SGD differ) in one pass instead of four NumPy passes.
     if (fused or (fused is None and grad_scale is None and found_inf is None)) and not differentiable \
@@ -140,3 +159,29 @@ def sgd(params, d_p_list, momentum_buffer_list, has_sparse_grad=False, foreach=N
             grad = ops.add(grad, buf, momentum) if nesterov else buf
         ops.add_(param, grad, -lr)
         ops.touched(param_t)
+
+
+def _sparse_sgd(param, grad, momentum_buffer_list, i, *, weight_decay, momentum, lr, dampening, nesterov, maximize):
+    """torch's single-tensor rule for a sparse gradient: a sparse momentum buffer, the parameter updated at the
+    gradient's entries only; weight decay is refused as torch refuses it (``add(sparse, dense)``)."""
+    from ..sparse._coo_add import add_into_dense_
+
+    if maximize:
+        grad = -grad
+    if weight_decay != 0:
+        grad = grad.add(param, alpha=weight_decay)
+    if momentum != 0:
+        buf = momentum_buffer_list[i]
+        if buf is None:
+            buf = momentum_buffer_list[i] = grad.clone().detach()
+        else:
+            buf.mul_(momentum)
+            if buf.is_sparse:
+                buf.add_(grad, alpha=1 - dampening)
+            else:
+                add_into_dense_(buf, grad, 1 - dampening)
+        grad = grad.add(buf, alpha=momentum) if nesterov else buf
+    if grad.is_sparse:
+        add_into_dense_(param, grad, -lr)
+    else:
+        param.add_(grad, alpha=-lr)

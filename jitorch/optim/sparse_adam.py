@@ -1,8 +1,8 @@
-"""SparseAdam (``torch.optim.SparseAdam``): Adam applied only where the gradient has entries.
+"""SparseAdam (``torch.optim.SparseAdam``): Adam applied only at the entries of a sparse gradient.
 
-jitorch has no sparse tensors: ``sparse=True`` embeddings give dense gradients. The entries torch's sparse gradient
-would hold are the rows (along dim 0) the lookup touched; a dense gradient marks them by a nonzero row, so those
-rows are the ones updated here (a touched row whose gradient is exactly zero is the one difference).
+Its parameters' gradients are sparse_coo tensors (``nn.Embedding(sparse=True)``, ``F.embedding(..., sparse=True)``,
+``EmbeddingBag(sparse=True)``): the rows looked up, each once after coalescing, update their moments and values, a row
+whose gradient is exactly zero included; the other rows keep theirs. A dense gradient is refused, as torch refuses it.
 
 >>> import jitorch
 >>> emb = jitorch.nn.Embedding(4, 2, sparse=True)
@@ -17,18 +17,23 @@ from __future__ import annotations
 
 import math
 
-from .. import _creation, _dtype
+import numpy as np
+
+from .. import _creation
 from ..autograd.grad_mode import no_grad
+from ..runtime import array_module_for
+from ._kernels import capturing, refuse_capture
 from .optimizer import Optimizer, _check_tensor_lr, _to_scalar, evaluate_closure
 
 __all__ = ["SparseAdam"]
 
 
 class SparseAdam(Optimizer):
-    r"""Adam restricted to the gradient's touched rows: their moments and parameters update, the others keep theirs.
+    r"""Adam restricted to the entries of each parameter's sparse gradient: their moments and values update, the
+    others keep theirs.
 
     Args:
-        params: tensors or parameter groups to optimize (dense, real).
+        params: tensors or parameter groups to optimize (dense, real; their gradients sparse_coo).
         lr (float or Tensor): learning rate (default: 1e-3).
         betas (tuple of two floats): decay rates of the gradient's running averages (default: (0.9, 0.999)).
         eps (float): added to the denominator for stability (default: 1e-8).
@@ -59,49 +64,47 @@ class SparseAdam(Optimizer):
             for group in self.param_groups:
                 for p in group["params"]:
                     if p.grad is not None:
+                        if not p.grad.is_sparse:
+                            raise RuntimeError("SparseAdam does not support dense gradients, please consider Adam "
+                                               "instead")
                         self._update(p, group)
         return loss
 
     def _update(self, p, group):
+        if capturing():  # the update runs on the arrays, which a capture would not record
+            refuse_capture("CPU graph capture: SparseAdam's step is not captured (its sizes depend on the gradient's "
+                           "indices); run the step uncaptured")
         beta1, beta2 = group["betas"]
         state = self.state[p]
         if len(state) == 0:
             state["step"] = 0
             state["exp_avg"] = _creation.zeros_like(p)
             state["exp_avg_sq"] = _creation.zeros_like(p)
-        state["step"] += 1  # counted even when no row was touched, as torch counts an empty sparse gradient
+        state["step"] += 1  # counted even for an empty gradient, as torch counts it
         grad = p.grad if not group["maximize"] else -p.grad
-        rows = _touched_rows(grad)
-        if rows.numel() == 0:
+        grad = grad.coalesce()  # the update is not linear: each entry once
+        values = grad._values()._data
+        if values.size == 0:
             return
+        # On the arrays, each position written once (the entries are distinct), in torch's order of operations:
+        # old <- b * old + (1 - b) * new, as old += (1 - b) * (new - old).
+        key = tuple(grad._indices()._data)
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-        values = grad.index_select(0, rows) if grad.dim() else grad
-        old_avg = exp_avg.index_select(0, rows) if grad.dim() else exp_avg.clone()
-        old_sq = exp_avg_sq.index_select(0, rows) if grad.dim() else exp_avg_sq.clone()
-        avg_update = values.sub(old_avg).mul_(1 - beta1)
-        sq_update = values.pow(2).sub_(old_sq).mul_(1 - beta2)
-        numer, new_sq = avg_update.add_(old_avg), sq_update.add_(old_sq)
-        if grad.dim():
-            exp_avg.index_copy_(0, rows, numer)
-            exp_avg_sq.index_copy_(0, rows, new_sq)
-        else:
-            exp_avg.copy_(numer)
-            exp_avg_sq.copy_(new_sq)
-        denom = new_sq.sqrt_().add_(group["eps"])
+        avg, sq, param = exp_avg._data, exp_avg_sq._data, p._data
+        old_avg, old_sq = avg[key], sq[key]
+        avg_update = (values - old_avg) * (1 - beta1)
+        numer = avg_update + old_avg
+        avg[key] = numer
+        sq_update = (values * values - old_sq) * (1 - beta2)
+        new_sq = sq_update + old_sq
+        sq[key] = new_sq
+        denom = _sqrt(new_sq) + group["eps"]
         step = state["step"]
         step_size = float(_to_scalar(group["lr"])) * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
-        delta = -step_size * numer.div_(denom)
-        if grad.dim():
-            p.index_add_(0, rows, delta)
-        else:
-            p.add_(delta)
-
-def _touched_rows(grad):
-    """Indices along dim 0 of the rows with a nonzero gradient (of a 0-d gradient: ``[0]`` if nonzero)."""
-    if grad.dim() == 0:
-        return (grad != 0).reshape(1).nonzero().reshape(-1)
-    if grad.shape[0] == 0:
-        return _creation.zeros(0, dtype=_dtype.int64, device=grad.device)
-    return (grad.reshape(grad.shape[0], -1) != 0).any(1).nonzero().reshape(-1)
+        param[key] = param[key] + -step_size * (numer / denom)
+        for t in (exp_avg, exp_avg_sq, p):
+            t._bump_version()
 
 
+def _sqrt(a):
+    return (np if isinstance(a, np.ndarray) else array_module_for("cuda")).sqrt(a)

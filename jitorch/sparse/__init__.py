@@ -15,7 +15,7 @@ tensor(4.)
 from __future__ import annotations
 
 from .. import _dtype
-from . import _coo_grad  # noqa: F401 - installs .grad, the hooks and retain_grad
+from . import _coo_add, _coo_grad  # noqa: F401 - install add_/mul_/zero_/detach_; .grad, the hooks and retain_grad
 from ._coo import SparseCooTensor
 from ._coo_math import sparse_sum as _sparse_sum
 from ._coo_products import addmm as _addmm, mm, product as _product

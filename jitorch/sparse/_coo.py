@@ -187,12 +187,10 @@ class SparseCooTensor(Tensor):
         """The same tensor with its duplicates summed and its entries in row-major order (``self`` if it is)."""
         if self._sp_coalesced:
             return self
-        from ._coo_index import coalesced_pattern
+        from ._coo_index import coalesced_pattern, group_sums
 
         indices, inverse, count = coalesced_pattern(self._sp_indices, self._sp_size)
-        values = self._sp_values
-        summed = values.new_zeros((count,) + tuple(values.shape[1:])).index_add(0, inverse, values)
-        return make_sparse(indices, summed, self._sp_size, True)
+        return make_sparse(indices, group_sums(self._sp_values, inverse, count), self._sp_size, True)
 
     def to_dense(self, dtype=None, *, masked_grad=None):
         """The dense tensor; its gradient reaches the values at their positions (torch's ``masked_grad``)."""

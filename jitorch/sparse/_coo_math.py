@@ -82,19 +82,12 @@ def _same(s, values, coalesced=None):
 
 
 def add(input, other, *, alpha=1):
-    """``input + alpha * other``: sparse + sparse (same size) is sparse; dense + sparse is dense; sparse + dense is
-    refused, as in torch."""
+    """``input + alpha * other``: sparse + sparse (same size) is sparse, its entries in torch's order (`_coo_add`);
+    dense + sparse is dense; sparse + dense is refused, as in torch."""
     if _is_sparse(input) and _is_sparse(other):
-        if input.shape != other.shape:
-            raise RuntimeError(f"add: expected sizes of 'self' and 'other' to match, but {list(input.shape)} != "
-                               f"{list(other.shape)}")
-        from .._movement import cat
+        from ._coo_add import add_sparse  # ATen's entry order (one merge walk over both lists)
 
-        scaled = other._sp_values if alpha == 1 else other._sp_values * alpha
-        common = _dtype.promote_types(input.dtype, scaled.dtype)
-        summed = make_sparse(cat([input._sp_indices, other._sp_indices], 1),
-                             cat([input._sp_values.to(common), scaled.to(common)]), input._sp_size, False)
-        return summed.coalesce() if input._sp_coalesced and other._sp_coalesced else summed
+        return add_sparse(input, other, alpha)
     if _is_sparse(other):
         dense = other.to_dense()
         return input + (dense if alpha == 1 else dense * alpha)
