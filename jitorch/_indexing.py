@@ -417,7 +417,7 @@ def _index_fill(self, dim, index, value, inplace):
     except I.IndexOutOfBounds as e:
         raise IndexError(f"index {e.value} is out of bounds for dimension {d} with size {size}") from None
     mask = hit.reshape((size,) + (1,) * (self._data.ndim - d - 1))
-    return _masked_fill_(self, mask, value) if inplace else masked_fill(self, mask, value)
+    return _masked_fill_(self, mask, value) if inplace else masked_where(self, mask, value)
 
 
 def index_fill(input, dim, index, value):
@@ -450,7 +450,7 @@ def index_put(input, indices, values, accumulate=False):
 
 # -- masks and flat positions live in _indexing_masks.py --------------------------------------------------------------
 from ._indexing_masks import (  # noqa: E402 - they use the helpers above
-    _masked_fill_, _masked_scatter, _put_flat, masked_fill, masked_scatter, masked_select, put, take,
+    _masked_fill_, _masked_scatter, _put_flat, masked_fill, masked_scatter, masked_select, masked_where, put, take,
 )
 
 

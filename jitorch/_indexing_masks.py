@@ -42,6 +42,11 @@ def _inplace_mask(self, mask, op):
 
 def masked_fill(input, mask, value):
     """``input`` with ``value`` (a scalar or 0-d tensor) where ``mask`` is True."""
+    return masked_where(input, mask, value).contiguous()  # ATen fills a row-major clone of the input
+
+
+def masked_where(input, mask, value):
+    """`masked_fill` in the layout of its operands (``index_fill``'s, which clones in the input's layout)."""
     _check_mask(mask, "masked_fill_ only supports boolean masks, but got mask with dtype {}", _CPP_NAMES)
     return apply(P.WHERE, _on(mask, input), _fill_value(input, value, "masked_fill_"), input)
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["memory_format", "contiguous_format", "channels_last", "channels_last_3d", "preserve_format",
-           "is_contiguous_as", "in_format", "suggest_memory_format", "dense_like", "like_layout", "to_strides_of"]
+           "is_contiguous_as", "in_format", "suggest_memory_format", "dense_like", "like_layout", "row_major",
+           "preserve_copy", "to_strides_of"]
 
 
 class memory_format:  # noqa: N801 - torch.memory_format
@@ -122,8 +123,24 @@ def suggest_memory_format(t):
 
 
 def _dense_order(arr):
-    """Dims from outermost to innermost by stride (stable: equal strides keep the logical order)."""
-    return sorted(range(arr.ndim), key=lambda d: -abs(arr.strides[d]))
+    """Dims from outermost to innermost as ATen's ``infer_dense_strides`` ranks them: by stride, an equal stride
+    putting the larger size outside, and a broadcast (zero-stride) dim ambiguous, so it keeps its logical place (an
+    expanded ``(2, 6, 4)`` of strides ``(4, 0, 1)`` is copied row-major, not with the expanded dim innermost)."""
+    strides, shape = arr.strides, arr.shape
+    perm = list(range(arr.ndim - 1, -1, -1))  # innermost first
+    for i in range(1, arr.ndim):  # ATen's insertion sort, where an ambiguous pair stops neither swap nor search
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            a, b = perm[d0], perm[d1]
+            s0, s1 = abs(strides[a]), abs(strides[b])
+            if s0 == 0 or s1 == 0:
+                continue
+            if s0 > s1 or (s0 == s1 and shape[a] > shape[b]):
+                perm[d0], perm[d1] = b, a
+                d1 = d0
+            elif s0 < s1:
+                break
+    return perm[::-1]
 
 
 def _non_overlapping_dense(arr):
@@ -167,6 +184,23 @@ def like_layout(xp, data, like, fmt=None):
         return data
     order = _dense_order(out)
     out.transpose(order)[...] = data.reshape(tuple(data.shape[d] for d in order))
+    return out
+
+
+def row_major(arr):
+    """``arr`` itself when it is C-contiguous, else a C-contiguous copy: the layout of the ops whose PyTorch kernel
+    computes on ``input.contiguous()`` into a new row-major tensor (softmax, tril, cumulative extremes...)."""
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
+def preserve_copy(xp, arr, dtype=None):
+    """A copy of ``arr`` (cast to ``dtype``) in PyTorch's ``preserve_format`` layout (``clone``, ``to``): ``arr``'s
+    strides when it is dense, else a dense layout in its stride order. The array modules' ``order="K"`` copies agree
+    except for broadcast dims, which they make innermost; ATen leaves them in place (`_dense_order`)."""
+    if 0 not in arr.strides or arr.size <= 1:
+        return arr.copy(order="K") if dtype is None else arr.astype(dtype, order="K")
+    out = dense_like(xp, arr, dtype)
+    out[...] = arr
     return out
 
 

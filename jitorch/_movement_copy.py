@@ -51,7 +51,10 @@ def roll(input, shifts, dims=None):
         s %= n
         if s:
             out = cat([narrow(out, d, n - s, s), narrow(out, d, 0, n - s)], d)
-    return out if out is not input else clone(input)
+    # ATen's roll writes a new tensor in the input's suggested format: row-major unless channels-last, whatever other
+    # strides the input has (a roll of a transposed input takes .view as torch's does).
+    fmt = MF.suggest_memory_format(input)
+    return out.contiguous(memory_format=fmt) if out is not input else clone(input, memory_format=fmt)
 
 
 def rot90(input, k=1, dims=(0, 1)):
@@ -226,7 +229,9 @@ def _repeat(self, *sizes, repeats=None):
         unsq += [1, s]
         expanded_shape += [r, s]
     out = x.reshape(unsq).expand(expanded_shape)
-    return out.reshape(tuple(s * r for s, r in zip(shape, sizes)))
+    # Always a new row-major tensor, as torch's: a reshape could return a view of an expanded input (an overlapping
+    # result that in-place ops refuse) or of the input itself (all repeats 1).
+    return apply(M.CONTIGUOUS, out).view(tuple(s * r for s, r in zip(shape, sizes)))
 
 
 def _copy_(self, src, non_blocking=False):

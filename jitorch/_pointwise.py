@@ -229,7 +229,10 @@ def pow(input, exponent, *, out=None):
         if exponent == 2 and input.dtype is not _dtype.bool and (
                 type(exponent) is int or input.dtype.is_floating_point or input.dtype.is_complex):
             return _write_out(apply(P.MUL, input, input), out, "pow")
-    return _write_out(apply(P.POW, input, exponent), out, "pow")
+    result = apply(P.POW, input, exponent)
+    if not isinstance(input, Tensor) and out is None:
+        result = result.contiguous()  # ATen's pow(Scalar, Tensor) writes a new row-major tensor
+    return _write_out(result, out, "pow")
 
 
 def float_power(input, exponent):

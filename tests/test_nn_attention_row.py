@@ -220,3 +220,27 @@ def test_far_apart_and_non_finite_scores_match_torch(case):
     if case == "far-apart-queries":
         for g, w in zip(got_grads, want_grads):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype,eps", [("bfloat16", 2.0 ** -8), ("float16", 2.0 ** -11)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_reduced_precision_attention_accumulates_in_float32_as_torch(dtype, eps, causal):
+    """float16/bfloat16 attention on the CPU: torch's flash kernel computes in float32 and rounds each result once
+    (the composite in 2-byte floats rounded at every step: outputs up to 1.5 units of the last place from torch's)."""
+    q, k, v, g = _arrays((2, 4, 33, 16), (2, 4, 33, 16), (2, 4, 33, 16), (2, 4, 33, 16), seed=7, dtype=np.float32)
+    exact = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (q, k, v)]
+    out = torch.nn.functional.scaled_dot_product_attention(*exact, is_causal=causal)
+    exact = [t.detach().numpy() for t in (out, *torch.autograd.grad(out, exact, torch.tensor(g, dtype=torch.float64)))]
+    res = []
+    for lib in (torch, jitorch):
+        ts = [lib.tensor(a).to(getattr(lib, dtype)).requires_grad_() for a in (q, k, v)]
+        out = lib.nn.functional.scaled_dot_product_attention(*ts, is_causal=causal)
+        grads = lib.autograd.grad(out, ts, lib.tensor(g).to(getattr(lib, dtype)))
+        assert out.dtype is getattr(lib, dtype) and all(gr.dtype is getattr(lib, dtype) for gr in grads)
+        assert type(out.grad_fn).__name__ == "ScaledDotProductFlashAttentionForCpuBackward0"
+        res.append([t.detach().double().numpy() for t in (out, *grads)])
+    th, jt = res
+    np.testing.assert_allclose(jt[0], th[0], rtol=0, atol=np.abs(th[0]).max() * eps)  # one rounding apart
+    for a, b, ref in zip(jt, th, exact):
+        assert np.abs(a - ref).mean() <= 1.1 * np.abs(b - ref).mean()
+        np.testing.assert_allclose(a, b, rtol=0, atol=2 * np.abs(b).max() * eps)

@@ -120,3 +120,29 @@ def test_solve_triangular_many_small_matrices_match_torch(upper, unit):
         res.append([x.detach().numpy(), ta.grad[6:].numpy(), tb.grad[6:].numpy()])
     for jt, th in zip(res[1], res[0]):
         np.testing.assert_allclose(jt, th, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("shape", [(3, 4), (2, 4, 3, 2)])
+def test_ignored_targets_get_no_gradient_from_a_nan_upstream(shape, reduction, weighted):
+    """A focal loss's ``(1 - pt) ** gamma`` at an ignored pixel (ce = 0, pt = 1) sends NaN back into cross_entropy:
+    ATen's nll_loss backward skips ignored targets, so their logits' gradient stays 0 (a zero class weight still
+    passes the NaN on, as ATen multiplies by it); NaN logits at ignored targets give a 0 loss there."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=shape).astype(np.float32)
+    t = rng.integers(0, 4, (shape[0],) + shape[2:])
+    t.reshape(-1)[[1, 2]] = 255
+    at = np.unravel_index(2, t.shape)
+    x[(at[0], slice(None)) + at[1:]] = np.nan  # the second ignored target's logits
+    up = rng.normal(size=t.shape).astype(np.float32)
+    up.reshape(-1)[1] = np.nan
+    res = []
+    for lib in (torch, jitorch):
+        inp = lib.tensor(x, requires_grad=True)
+        w = lib.tensor([1.0, 0.0, 2.0, 0.5]) if weighted else None
+        loss = lib.nn.functional.cross_entropy(inp, lib.tensor(t), weight=w, ignore_index=255, reduction=reduction)
+        (grad,) = lib.autograd.grad(loss, inp, lib.tensor(up) if reduction == "none" else lib.tensor(np.nan))
+        res.append([loss.detach().numpy(), grad.numpy()])
+    for jt, th in zip(res[1], res[0]):
+        np.testing.assert_allclose(jt, th, rtol=1e-5, atol=1e-6)

@@ -187,6 +187,11 @@ def hardsigmoid(input, inplace=False):
 
 def logsigmoid(input):
     """``log(sigmoid(x))`` as ``min(x, 0) - log1p(exp(-|x|))``: no overflow for any ``x``."""
+    return log_sigmoid_like(input).contiguous()  # row-major, as ATen's result
+
+
+def log_sigmoid_like(input):
+    """`logsigmoid` in ``input``'s layout (for composites whose ATen formula keeps their operands' layout)."""
     # minimum splits a tie's gradient, which gives PyTorch's 0.5 at x == 0.
     return pw.minimum(input, 0.0) - pw.log1p(pw.exp(-input.abs()))
 
@@ -211,7 +216,8 @@ def prelu(input, weight):
 def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
     """Randomized leaky ReLU: negative slopes drawn from ``U(lower, upper)`` in training, their mean otherwise."""
     if not training:
-        return leaky_relu(input, (lower + upper) / 2, inplace)
+        out = leaky_relu(input, (lower + upper) / 2, inplace)
+        return out if inplace else out.contiguous()  # ATen's rrelu writes a new row-major tensor
 
     def sample(x):
         slopes = x.detach().new_empty(x.shape).uniform_(lower, upper)

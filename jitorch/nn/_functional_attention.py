@@ -5,8 +5,9 @@
 boolean mask (True: may attend) or an additive float mask, a causal (top-left aligned) mask, dropout on the attention
 weights and grouped-query attention. A query row that may attend to nothing gives zeros, as PyTorch's kernels do.
 Float32/float64 inputs of one batch shape go to the attention row (``jitorch/ops/nn_attention.py``: one node, two
-batched matmuls around an in-place softmax); other dtypes, broadcast batch dims and masks that need a gradient take
-the composite of the same formula.
+batched matmuls around an in-place softmax), and so do float16/bfloat16 ones on the CPU (computed in float32, rounded
+once, as PyTorch's CPU flash kernel); other dtypes, broadcast batch dims and masks that need a gradient take the
+composite of the same formula.
 
 >>> import jitorch
 >>> import jitorch.nn.functional as F
@@ -140,9 +141,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 
 def _row_takes(query, key, value, attn_mask):
-    """Whether the attention row computes this call: float32/64 of one dtype and batch shape, a mask that broadcasts
-    to the scores without widening them and needs no gradient (the row gives masks none)."""
-    if query._data.dtype not in FUSED_DTYPES or query.dim() < 2 or not query.numel() or not key.numel():
+    """Whether the attention row computes this call: float32/64 (or, on the CPU, float16/bfloat16, computed in
+    float32 as PyTorch's CPU flash kernel does) of one dtype and batch shape, a mask that broadcasts to the scores
+    without widening them and needs no gradient (the row gives masks none)."""
+    reduced = query.dtype in (_dtype.float16, _dtype.bfloat16) and query.device.type == "cpu"
+    if (query._data.dtype not in FUSED_DTYPES and not reduced) or query.dim() < 2 or not query.numel() \
+            or not key.numel():
         return False
     batch = tuple(query.shape[:-2])
     if tuple(key.shape[:-2]) != batch or tuple(value.shape[:-2]) != batch:

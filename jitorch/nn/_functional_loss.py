@@ -25,7 +25,7 @@ from .._pointwise import where
 from ..amp._cast_mode import autocast_float32
 from ..ops.nn_fused import FUSED_DTYPES, NLL_CHECK_TARGETS, NLL_LOSS
 from ..ops.nn_ops import BINARY_CROSS_ENTROPY
-from ._functional_activation import logsigmoid
+from ._functional_activation import log_sigmoid_like
 from ._functional_core import log_softmax, type_name
 from ..autograd.graph import named
 
@@ -206,7 +206,9 @@ def _nll(logp, target, weight, ignore_index, reduction):
     safe, valid = _class_targets(logp, target, ignore_index, class_dim)
     picked = -logp.gather(class_dim, safe.unsqueeze(class_dim)).squeeze(class_dim)
     w = valid.to(logp.dtype) if weight is None else where(valid, weight[safe], 0.0)
-    loss = picked * w
+    # Ignored targets are masked out, not multiplied by a zero weight: as in ATen, whose backward skips them, they
+    # get no gradient even from a NaN or inf upstream (a focal loss's (1 - pt) ** gamma at pt == 1) or NaN logits
+    loss = where(valid, picked if weight is None else picked * w, 0.0)
     if reduction == "none":
         return loss
     if reduction == "sum":
@@ -319,7 +321,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     reduction = resolve_reduction(size_average, reduce, reduction)
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(f"Target size ({target.size()}) must be the same as input size ({input.size()})")
-    log_sig = logsigmoid(input)
+    log_sig = log_sigmoid_like(input)
     if pos_weight is not None:
         log_sig = log_sig * ((pos_weight - 1) * target + 1)
     loss = (1 - target) * input - log_sig

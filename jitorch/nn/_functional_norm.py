@@ -24,6 +24,7 @@ import math
 from .. import _dtype, _movement
 from .._tensor import Tensor
 from ..autograd.grad_mode import is_grad_enabled, no_grad
+from .._memory_format import suggest_memory_format
 from ..autograd.saved_hooks import one_op
 from .._dispatch import apply
 from .._vmap import unmapped_in_vmap
@@ -121,12 +122,23 @@ _VMAP_STATS_ERROR = (
     "resources on how to patch your module to work with vmap")
 
 
+def _in_suggested_layout(out, input):
+    """``out`` laid out as ATen's normalization kernels write their results: in ``input``'s suggested memory format
+    (channels-last for a channels-last input, else row-major, whatever other strides ``input`` has)."""
+    return out.contiguous(memory_format=suggest_memory_format(input))
+
+
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """Normalize each channel (dim 1) over the batch and spatial dims, then scale by ``weight``, shift by ``bias``.
 
     In training (or without running statistics) the batch's statistics are used and the running ones, if given,
     updated in place; in evaluation the running statistics are used.
     """
+    out = _batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+    return _in_suggested_layout(out, input)
+
+
+def _batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps):
     if training:
         _verify_batch_size(input.size())
     if training and eps <= 0.0:
@@ -184,6 +196,11 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 
     Running statistics, if given, are updated with the batch average of the per-instance statistics.
     """
+    out = _instance_norm(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps)
+    return out.contiguous()  # ATen's is a batch norm of a row-major (1, N*C, *) view, channels-last inputs included
+
+
+def _instance_norm(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps):
     if use_input_stats:
         _verify_spatial_size(input.size())
     if input.dim() < 2:
@@ -276,7 +293,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     out = x * ((x * x).mean(dims, keepdim=True) + eps).rsqrt()
     if weight is not None:
         out = out * weight
-    return out.to(input.dtype)
+    return _in_suggested_layout(out.to(input.dtype), input)
 
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
@@ -303,7 +320,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     else:
         out = _normalize_over(groups, (2,), eps)[0].reshape(x.shape)
     ndim = x.dim()
-    return _affine(out, weight, bias, lambda t: _channel_view(t, ndim)).to(input.dtype)
+    return _in_suggested_layout(_affine(out, weight, bias, lambda t: _channel_view(t, ndim)).to(input.dtype), input)
 
 
 def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):

@@ -11,6 +11,7 @@ tensor([[[2., 1., 0., 1., 2., 3., 2.]]])
 from __future__ import annotations
 
 from .._dispatch import apply
+from .._memory_format import contiguous_format, suggest_memory_format
 from .._movement import cat
 from ..amp._cast_mode import autocast_policy
 from ..ops.conv_ops import CONSTANT_PAD
@@ -107,7 +108,7 @@ def pad(input, pad, mode="constant", value=None):
         raise RuntimeError(f"Padding length should be less than or equal to two times the input dimension but got "
                            f"padding length {len(pad)} and input of dimension {input.dim()}")
     if mode == "constant":
-        return _constant(input, pad, value)
+        return _laid_out(_constant(input, pad, value), input, mode)
     if mode not in _MODES:
         raise NotImplementedError(f"Unrecognised padding mode {mode}")
     if value is not None and value != 0:
@@ -117,7 +118,13 @@ def pad(input, pad, mode="constant", value=None):
         raise _unsupported(n, input)
     pairs = _pairs(input, pad)
     _check_non_constant(mode, input, pairs, n)
-    return (_edges_fp32 if (mode, n) in _CPU_FP32_PADS else _edges)(input, pairs, mode)
+    return _laid_out((_edges_fp32 if (mode, n) in _CPU_FP32_PADS else _edges)(input, pairs, mode), input, mode)
+
+
+def _laid_out(out, input, mode):
+    """``out`` in the layout ATen's padding kernels write: ``input``'s suggested memory format (channels-last or
+    row-major, whatever other strides it has), circular padding always row-major."""
+    return out.contiguous(memory_format=contiguous_format if mode == "circular" else suggest_memory_format(input))
 
 
 def _edges(input, pairs, mode):

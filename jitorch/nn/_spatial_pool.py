@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import _creation, _dtype
 from .._dispatch import TORCH_TYPE_NAMES, apply
+from .._memory_format import suggest_memory_format
 from ..amp._cast_mode import autocast_policy
 from ..ops.conv_ops import ADAPTIVE_MAX_POOL, CONSTANT_PAD, CONVOLUTION, MAX_POOL, adaptive_bounds
 from ._spatial_args import layout_as, ntuple
@@ -231,7 +232,10 @@ def _adaptive_avg_poolnd(name, nd, input, output_size):
         dim = input.dim() - nd + i
         m = _averaging_matrix(input.shape[dim], outs[i], input)
         out = (out.movedim(dim, -1) @ m.mT).movedim(-1, dim)
-    return layout_as(out, input)
+    if nd == 1:  # ATen's is a 2-d pooling of the unsqueezed input
+        return layout_as(out, input)
+    # ATen writes a new tensor in the input's suggested format: row-major unless channels-last, whatever the strides.
+    return out.contiguous(memory_format=suggest_memory_format(input))
 
 
 @autocast_policy(cpu="unlisted", cuda="unlisted")

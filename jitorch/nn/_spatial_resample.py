@@ -21,7 +21,9 @@ import warnings
 
 from .. import _dtype
 from .._dispatch import apply
+from .._memory_format import contiguous_format, suggest_memory_format
 from ..amp._cast_mode import autocast_policy
+from ..ops.movement import CONTIGUOUS
 from ..ops.resample_linear import UPSAMPLE_LINEAR
 from ..ops.resample_nearest import UPSAMPLE_NEAREST
 from ._spatial_args import layout_as
@@ -168,7 +170,7 @@ def pixel_shuffle(input, upscale_factor):
     n = len(lead)
     x = input.reshape(tuple(lead) + (c // (r * r), r, r, h, w))
     x = x.permute(tuple(range(n)) + (n, n + 3, n + 1, n + 4, n + 2))
-    return x.reshape(tuple(lead) + (c // (r * r), h * r, w * r))
+    return _shuffled(x, tuple(lead) + (c // (r * r), h * r, w * r), input)
 
 
 def pixel_unshuffle(input, downscale_factor):
@@ -189,7 +191,16 @@ def pixel_unshuffle(input, downscale_factor):
     n = len(lead)
     x = input.reshape(tuple(lead) + (c, h // r, r, w // r, r))
     x = x.permute(tuple(range(n)) + (n, n + 2, n + 4, n + 1, n + 3))
-    return x.reshape(tuple(lead) + (c * r * r, h // r, w // r))
+    return _shuffled(x, tuple(lead) + (c * r * r, h // r, w // r), input)
+
+
+def _shuffled(x, shape, input):
+    """``x`` (a permuted view of ``input``) as a new tensor of ``shape`` in ``input``'s suggested memory format, as
+    ATen's pixel and channel shuffles write theirs: a reshape alone could return a view of an expanded input."""
+    out = apply(CONTIGUOUS, x).view(shape)
+    fmt = suggest_memory_format(input)
+    # A new channels-last copy even where the row-major one passes for channels-last (one channel), as ATen's.
+    return out if fmt is contiguous_format else apply(CONTIGUOUS, out, fmt=fmt)
 
 
 def channel_shuffle(input, groups):
@@ -204,7 +215,7 @@ def channel_shuffle(input, groups):
     if c % g:
         raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels and {g} groups.")
     x = input.reshape([n, g, c // g] + rest).transpose(1, 2)
-    return x.reshape([n, c] + rest)
+    return _shuffled(x, tuple([n, c] + rest), input)
 
 
 native_channel_shuffle = channel_shuffle

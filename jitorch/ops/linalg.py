@@ -19,6 +19,7 @@ import string
 import ml_dtypes
 import numpy as np
 
+from .._memory_format import row_major
 from .host_matmul import matmul
 from .table import Opaque, Reduction, defop
 
@@ -72,8 +73,10 @@ def _matmul_kernel(xp, a, b):
     if dtype != b.dtype:
         _same_dtype("matmul", (a, b))
     if dtype in _HALF_DTYPES:  # NumPy has no half-precision matmul kernels
-        return matmul(xp, a.astype(np.float32), b.astype(np.float32)).astype(dtype)
-    return matmul(xp, a, b)
+        return row_major(matmul(xp, a.astype(np.float32), b.astype(np.float32)).astype(dtype))
+    # The array modules lay a batched product out as its left operand's batch dims (a ``q`` transposed from
+    # ``(B, L, H, D)`` gives permuted scores); torch's are row-major, and code views them so.
+    return row_major(matmul(xp, a, b))
 
 
 def _matmul_backward(ctx, g):
@@ -178,9 +181,10 @@ def _sum_of_squares(xp, a, dims, keepdim):
 
 
 def _vector_norm_kernel(xp, a, ord, dims, keepdim):
+    # Row-major results whatever the input's layout, as ATen's reductions (a kept dim must not make them permuted).
     if ord == 2 and a.dtype.kind == "f" and a.dtype.itemsize >= 4 and 0 < a.ndim <= 26:
         dims = tuple(range(a.ndim)) if dims is None else tuple(d % a.ndim for d in dims)
-        return xp.sqrt(_sum_of_squares(xp, a, dims, keepdim)).astype(a.dtype, copy=False)
+        return row_major(xp.sqrt(_sum_of_squares(xp, a, dims, keepdim)).astype(a.dtype, copy=False))
     x = xp.abs(a.astype(np.float32) if a.dtype.name in _HALF else a)
     if ord == math.inf:
         out = xp.amax(x, axis=dims, keepdims=keepdim)
@@ -195,7 +199,7 @@ def _vector_norm_kernel(xp, a, ord, dims, keepdim):
     else:
         out = (x ** ord).sum(axis=dims, keepdims=keepdim) ** (1.0 / ord)
     real = a.real.dtype if a.dtype.kind == "c" else a.dtype
-    return xp.asarray(out).astype(real, copy=False)
+    return row_major(xp.asarray(out).astype(real, copy=False))
 
 
 def _vector_norm_backward(ctx, g):
@@ -224,7 +228,7 @@ def _vector_norm_backward(ctx, g):
 
 
 VECTOR_NORM = defop("vector_norm", _vector_norm_kernel, _vector_norm_backward, Reduction("norm"),
-                    saves="both", grad_name="LinalgVectorNormBackward0")
+                    saves="both", grad_name="LinalgVectorNormBackward0", row_major_out=True)
 
 
 from .linalg_lapack import (  # noqa: E402,F401 - split for size; the rows re-exported here

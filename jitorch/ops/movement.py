@@ -14,7 +14,7 @@ import numpy as np
 
 from ..runtime import move_array, strided_view
 from .inplace_views import view_backward
-from .._memory_format import in_format
+from .._memory_format import in_format, preserve_copy, row_major
 from .table import NOT_DIFFERENTIABLE, Opaque, Pointwise, View, defop
 
 
@@ -148,7 +148,8 @@ def _unfold_backward(ctx, g):
 
 UNFOLD = defop("unfold", _unfold_kernel, _unfold_backward, View(), view=True, meta=True)
 
-FLIP = defop("flip", lambda xp, a, dims: xp.flip(a, dims).copy(), lambda ctx, g: g.flip(ctx.attrs["dims"]),
+# The reversed copy keeps the input's layout, as ATen's flip (so rot90 of a transposed tensor is row-major, as torch's).
+FLIP = defop("flip", lambda xp, a, dims: preserve_copy(xp, xp.flip(a, dims)), lambda ctx, g: g.flip(ctx.attrs["dims"]),
              Opaque("reversed copy"))
 
 
@@ -169,7 +170,7 @@ def _cat_kernel(xp, *arrays, dim):
 
 CAT = defop("cat", _cat_kernel, _cat_backward, Opaque("concatenation"), promotion="promote", meta=True)
 
-CLONE = defop("clone", lambda xp, a: a.copy(order="K"), lambda ctx, g: g, Pointwise("{0}"))
+CLONE = defop("clone", lambda xp, a: preserve_copy(xp, a), lambda ctx, g: g, Pointwise("{0}"))
 def _contiguous_kernel(xp, a, fmt=None):
     return a.copy(order="C") if fmt is None else in_format(xp, a, fmt)
 
@@ -181,7 +182,7 @@ CONTIGUOUS = defop("contiguous", _contiguous_kernel, lambda ctx, g: g, Pointwise
 def _cast_kernel(xp, a, dtype):
     if a.dtype.kind == "c" and np.dtype(dtype).kind != "c":
         a = a.real  # PyTorch drops the imaginary part; NumPy would too, with a ComplexWarning
-    return a.astype(dtype)
+    return preserve_copy(xp, a, dtype)
 
 
 def _cast_backward(ctx, g):
@@ -216,10 +217,11 @@ def _fill_kernel(xp, dst, value):
 FILL = defop("fill", _fill_kernel, lambda ctx, g: (g * 0, g.sum() if ctx.needs_grad(1) else None),
              Pointwise("{1}"))
 
-TRIL = defop("tril", lambda xp, a, diagonal: xp.tril(a, diagonal), lambda ctx, g: g.tril(ctx.attrs["diagonal"]),
-             Opaque("masked copy"))
-TRIU = defop("triu", lambda xp, a, diagonal: xp.triu(a, diagonal), lambda ctx, g: g.triu(ctx.attrs["diagonal"]),
-             Opaque("masked copy"))
+# Row-major whatever the input's layout, as ATen's tril/triu.
+TRIL = defop("tril", lambda xp, a, diagonal: xp.tril(row_major(a), diagonal),
+             lambda ctx, g: g.tril(ctx.attrs["diagonal"]), Opaque("masked copy"), row_major_out=True)
+TRIU = defop("triu", lambda xp, a, diagonal: xp.triu(row_major(a), diagonal),
+             lambda ctx, g: g.triu(ctx.attrs["diagonal"]), Opaque("masked copy"), row_major_out=True)
 
 NONZERO = defop("nonzero", lambda xp, a: xp.argwhere(a), NOT_DIFFERENTIABLE, Opaque("data-dependent shape"))
 

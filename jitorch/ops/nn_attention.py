@@ -119,7 +119,27 @@ def _scores_t(xp, q, k, mask, scale, is_causal):
     return st
 
 
+def _widened(xp, *arrays):
+    """float32 copies of half/bfloat16 arrays (others as they are): as ATen's CPU flash kernel, attention on 2-byte
+    floats computes its products, softmax and sums in float32 and rounds each result once."""
+    return [a if a is None or a.dtype == bool or a.dtype.itemsize > 2 else a.astype(xp.float32) for a in arrays]
+
+
+def _rounded_like(xp, a, like):
+    """``a`` rounded to the dtype of ``like``, laid out as ``like`` (``empty_like``)."""
+    out = xp.empty_like(like)
+    out[...] = a
+    return out
+
+
 def _sdpa_kernel(xp, q, k, v, mask, drop, scale, is_causal, out_perm=None):
+    if q.dtype.itemsize == 2:  # float16/bfloat16: float32 inside, the probabilities kept in float32
+        out, attn = _sdpa_kernel(xp, *_widened(xp, q, k, v, mask, drop), scale, is_causal)
+        buf = _out_buffer(xp, out.shape, v.dtype, out_perm)
+        if buf is None:
+            return out.astype(v.dtype), attn
+        buf[...] = out
+        return buf, attn
     st = _softmax_columns(xp, _scores_t(xp, q, k, mask, scale, is_causal))
     weights_t = st if drop is None else st * _t(drop)
     out = _out_buffer(xp, q.shape[:-1] + v.shape[-1:], v.dtype, out_perm)
@@ -140,6 +160,9 @@ def _matmul_like(xp, a, b, like):
 
 
 def _sdpa_backward_kernel(xp, g, q, k, v, attn, drop, scale, needs):
+    if q.dtype.itemsize == 2:  # float16/bfloat16: float32 inside (the probabilities already are), as the forward
+        grads = _sdpa_backward_kernel(xp, *_widened(xp, g, q, k, v), attn, *_widened(xp, drop), scale, needs)
+        return tuple(gr if not gr.size else _rounded_like(xp, gr, like) for gr, like in zip(grads, (q, k, v)))
     at = _t(attn)  # (..., S, L), contiguous: the forward kept it that way
     empty = xp.zeros((0,), dtype=g.dtype)  # placeholder for a gradient nobody asked for
     gq = gk = gv = empty

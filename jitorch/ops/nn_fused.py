@@ -26,6 +26,7 @@ from .. import _dispatch
 from ..autograd.grad_mode import GradState
 from . import native_rows
 from .cascade_sum import sum_rows
+from .._memory_format import row_major
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 __all__ = ["SOFTMAX", "SOFTMAX_BACKWARD", "LOG_SOFTMAX", "LOG_SOFTMAX_BACKWARD", "LAYER_NORM", "LAYER_NORM_BACKWARD",
@@ -40,7 +41,10 @@ def _apply(op, *args, **attrs):
 
 
 # -- softmax / log_softmax --------------------------------------------------------------------------------------------
+# The softmax rows compute on ``x.contiguous()`` into row-major results, as ATen's (a transposed input's softmax is
+# row-major in torch: ``.view`` works on it).
 def _softmax_kernel(xp, x, dim):
+    x = row_major(x)
     out = native_rows.softmax(x, dim)  # CPU, last dim: one generated kernel of three passes
     if out is not None:
         return out
@@ -55,6 +59,7 @@ def _softmax_backward(ctx, g):
 
 
 def _softmax_backward_kernel(xp, g, y, dim):
+    g, y = row_major(g), row_major(y)
     out = native_rows.softmax_backward(g, y, dim)
     if out is not None:
         return out
@@ -76,6 +81,7 @@ def _softmax_backward_backward(ctx, gg):
 
 
 def _log_softmax_kernel(xp, x, dim):
+    x = row_major(x)
     out = native_rows.log_softmax(x, dim)
     if out is not None:
         return out
@@ -89,6 +95,7 @@ def _log_softmax_backward(ctx, g):
 
 
 def _log_softmax_backward_kernel(xp, g, y, dim):
+    g, y = row_major(g), row_major(y)
     out = native_rows.log_softmax_backward(g, y, dim)
     if out is not None:
         return out
@@ -107,14 +114,16 @@ def _log_softmax_backward_backward(ctx, gg):
     return gg_g, gg_y
 
 
-SOFTMAX = defop("softmax", _softmax_kernel, _softmax_backward, Opaque("max, exp and sum passes"), saves="outputs")
+SOFTMAX = defop("softmax", _softmax_kernel, _softmax_backward, Opaque("max, exp and sum passes"), saves="outputs",
+                row_major_out=True)
 SOFTMAX_BACKWARD = defop("softmax_backward_data", _softmax_backward_kernel, _softmax_backward_backward,
-                         Opaque("a reduction and a pointwise pass"), promotion="promote", saves="inputs")
+                         Opaque("a reduction and a pointwise pass"), promotion="promote", saves="inputs",
+                         row_major_out=True)
 LOG_SOFTMAX = defop("log_softmax", _log_softmax_kernel, _log_softmax_backward, Opaque("max, exp and sum passes"),
-                    saves="outputs")
+                    saves="outputs", row_major_out=True)
 LOG_SOFTMAX_BACKWARD = defop("log_softmax_backward_data", _log_softmax_backward_kernel,
                              _log_softmax_backward_backward, Opaque("a reduction and a pointwise pass"),
-                             promotion="promote", saves="inputs")
+                             promotion="promote", saves="inputs", row_major_out=True)
 
 
 # -- layer_norm: (out, mean, rstd); mean and rstd are non-differentiable extras the backward reuses -------------------

@@ -15,6 +15,7 @@ import ml_dtypes as _ml_dtypes
 import numpy as np
 
 from .._dispatch_fast import plain_binary
+from .._memory_format import preserve_copy
 from ..runtime import special_module
 from . import native_eager
 from . import pointwise_grad
@@ -506,7 +507,8 @@ def _nan_to_num_kernel(xp, a, nan=0.0, posinf=None, neginf=None):
         out = xp.where(xp.isnan(a), nan, a)
         out = xp.where(out == np.inf, info.max if posinf is None else posinf, out)
         return xp.where(out == -np.inf, info.min if neginf is None else neginf, out).astype(a.dtype)
-    return xp.nan_to_num(a, nan=nan, posinf=posinf, neginf=neginf)
+    # Into a copy in the input's layout: NumPy's own copy would make a broadcast dim innermost (torch's empty_like).
+    return xp.nan_to_num(preserve_copy(xp, a), copy=False, nan=nan, posinf=posinf, neginf=neginf)
 
 
 NAN_TO_NUM = defop("nan_to_num", _nan_to_num_kernel, lambda ctx, g: g * _x(ctx).isfinite(),

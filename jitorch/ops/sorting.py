@@ -17,6 +17,7 @@ import numpy as np
 
 from ..runtime import accumulate, scatter_add
 from .sorting_ties import _Std, replay_kthvalue, replay_mode, replay_topk
+from .._memory_format import row_major
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 _HALF = {"float16", "bfloat16"}
@@ -257,7 +258,9 @@ def _mode_kernel(xp, a, dim):
 
 
 def _cumextreme_kernel(xp, a, dim, largest):
-    """Index of the running max (min) along ``dim``; ties and NaNs move the index forward, as in PyTorch."""
+    """Index of the running max (min) along ``dim``; ties and NaNs move the index forward, as in PyTorch. Row-major
+    whatever the input's layout, as ATen's cummax/cummin results (the values are gathered in this layout)."""
+    a = row_major(a)
     values = scan(xp, "maximum" if largest else "minimum", a, dim)
     nan = _isnan(xp, a)
     positions = xp.arange(a.shape[dim]).reshape((-1,) + (1,) * (a.ndim - dim - 1))
@@ -271,14 +274,15 @@ TOPK_INDICES = defop("topk_indices", _topk_kernel, NOT_DIFFERENTIABLE, Opaque("s
 KTHVALUE_INDICES = defop("kthvalue_indices", _kth_kernel, NOT_DIFFERENTIABLE, Opaque("sort"))
 MEDIAN_INDICES = defop("median_indices", _median_kernel, NOT_DIFFERENTIABLE, Opaque("sort"))
 MODE_INDICES = defop("mode_indices", _mode_kernel, NOT_DIFFERENTIABLE, Opaque("sort and run lengths"))
-CUMEXTREME_INDICES = defop("cumextreme_indices", _cumextreme_kernel, NOT_DIFFERENTIABLE, Opaque("scan"))
+CUMEXTREME_INDICES = defop("cumextreme_indices", _cumextreme_kernel, NOT_DIFFERENTIABLE, Opaque("scan"),
+                           row_major_out=True)
 
 
 # -- scans with a gradient ----------------------------------------------------------------------------------------
 def _logcumsumexp_kernel(xp, a, dim):
     # ATen's CPU loop carries float32's running value in double (acc_type): float32 steps drift by ~1e-4 over 4096.
     # One kernel for both devices, so CUDA accumulates in double too.
-    work = a
+    work = a = row_major(a)  # ATen's result is row-major whatever the input's layout
     if a.dtype.name in _HALF:
         work = a.astype(np.float32)
     elif a.dtype == np.float32:
@@ -304,7 +308,7 @@ def _logcumsumexp_backward(ctx, g):
 
 
 LOGCUMSUMEXP = defop("logcumsumexp", _logcumsumexp_kernel, _logcumsumexp_backward, Opaque("scan"),
-                     promotion="float", saves="both")
+                     promotion="float", saves="both", row_major_out=True)
 
 
 # -- set and counting ops (no gradient) ---------------------------------------------------------------------------
