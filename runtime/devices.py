@@ -152,10 +152,19 @@ def accumulate(xp, name, a, axis):
     return getattr(np, name).accumulate(a, axis=axis)
 
 
-def _owner(arr):
-    while isinstance(arr.base, np.ndarray):
-        arr = arr.base
-    return arr
+def memory_owner(arr):
+    """The array that owns ``arr``'s memory: views, reshapes and slices of one array share its owner (NumPy or CuPy).
+
+    >>> import numpy as np
+    >>> a = np.zeros((2, 3))
+    >>> memory_owner(a.T[1:]) is a
+    True
+    """
+    while True:
+        base = getattr(arr, "base", None)
+        if base is None or not hasattr(base, "dtype"):
+            return arr
+        arr = base
 
 
 def strided_view(xp, arr, shape, strides, offset=0):
@@ -169,7 +178,7 @@ def strided_view(xp, arr, shape, strides, offset=0):
     if any(s < 0 for s in shape):
         raise RuntimeError(f"as_strided: negative size in {shape}")
     if not is_cupy(xp):
-        owner = _owner(arr)
+        owner = memory_owner(arr)
         start = arr.__array_interface__["data"][0] - owner.__array_interface__["data"][0] + offset * item
         if not owner.flags.c_contiguous:
             # NumPy keeps the input's layout in results (conj of a transposed array is a dense block in permuted

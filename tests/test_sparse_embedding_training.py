@@ -10,6 +10,7 @@ import torch
 
 import jitorch
 from helpers import same_error
+from test_sparse_embedding_grad import _np, assert_sparse_same
 
 pytestmark = [pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")]
 
@@ -18,18 +19,6 @@ W = RNG.standard_normal((10, 3)).astype(np.float32)
 IDX = np.array([[4, 1, 4], [0, 2, 1]])
 G = RNG.standard_normal((2, 3, 3)).astype(np.float32)
 LIBS = (jitorch, torch)
-
-
-def _np(t):
-    return np.asarray(t.detach().numpy())
-
-
-def assert_sparse_same(j, t, values_atol=1e-6):
-    """Layout, size, flag, the raw indices (torch's order) and values agree."""
-    assert j.is_sparse and t.is_sparse and tuple(j.shape) == tuple(t.shape)
-    assert j.is_coalesced() == t.is_coalesced()
-    np.testing.assert_array_equal(_np(j._indices()), _np(t._indices()))
-    np.testing.assert_allclose(_np(j._values()), _np(t._values()), atol=values_atol, rtol=1e-6)
 
 
 # -- optimizers ----------------------------------------------------------------------------------------------------

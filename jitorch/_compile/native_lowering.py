@@ -49,12 +49,6 @@ _POINTWISE_SKIP = ("to_copy",)
 _addr = data_address
 
 
-def _root(a):
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return a
-
-
 def _bounds(a):
     if a.size == 0:
         return _addr(a), _addr(a)

@@ -47,7 +47,8 @@ from ..runtime import host_cache
 from ..runtime.threads import get_num_threads
 from .fusion import FusedGroup
 from .lower import PARALLEL_MIN
-from .native_lowering import NotLowerable, _addr, _bounds, _root, lower_group, lower_row, plan_arena, to_calls
+from ..runtime import memory_owner
+from .native_lowering import NotLowerable, _addr, _bounds, lower_group, lower_row, plan_arena, to_calls
 
 __all__ = ["FALLBACK", "ENABLED", "NativeRunner", "attach"]
 
@@ -144,7 +145,7 @@ class NativeRunner:
             pairs = _arrays(env.get(node))
             if pairs is not None and pairs[0][0] is None:
                 self.locs[node] = (self._origin("in", pairs[0][1], node, 0), 0)
-                self.input_roots.add(id(_root(pairs[0][1])))
+                self.input_roots.add(id(memory_owner(pairs[0][1])))
         self.t = 0  # the clock of lifetimes: one tick per step
         for kernel, unit in cg.steps:
             self.t += 1
@@ -169,7 +170,7 @@ class NativeRunner:
     def ref(self, arr, node=None):
         """The abstract address ``(origin, byte offset)`` of ``arr``, a view of ``node``'s value (or of a root
         made in this graph)."""
-        o = self.by_root.get(id(_root(arr)))
+        o = self.by_root.get(id(memory_owner(arr)))
         if o is not None:
             return o, _addr(arr) - _addr(self.origins[o].array)
         loc = self.locs.get(node) if node is not None else None
@@ -185,7 +186,7 @@ class NativeRunner:
 
     def produce(self, arr, step, kind="root"):
         """Register ``arr``'s root as an allocation made by this step."""
-        root = _root(arr)
+        root = memory_owner(arr)
         rid = id(root)
         if rid in self.by_root:
             return self.by_root[rid]
@@ -220,7 +221,7 @@ class NativeRunner:
             return
         locs = {}
         for pos, arr in pairs:
-            if id(_root(arr)) in self.by_root:
+            if id(memory_owner(arr)) in self.by_root:
                 locs[pos] = self.ref(arr)
                 continue
             src = _source(self, node, arr)
@@ -254,7 +255,7 @@ class NativeRunner:
         for node in nodes:
             for pos, arr in _arrays(self.env[node]) or []:
                 o = self.produce(arr, self.t, "py")
-                fresh.append((node, pos, o, arr.shape, arr.strides, arr.dtype, _addr(arr) - _addr(_root(arr))))
+                fresh.append((node, pos, o, arr.shape, arr.strides, arr.dtype, _addr(arr) - _addr(memory_owner(arr))))
         self.steps.append(("py", kernel, unit, fresh))
         for node in nodes:
             if _arrays(self.env[node]) is not None:
@@ -280,7 +281,7 @@ class NativeRunner:
                 return self._python(step, None, node, f"a {type(self.env.get(node)).__name__} value")
             raise _Refuse(f"{node.name} makes a {type(self.env[node]).__name__} that later rows read")
         known = self.input_roots | set(self.by_root)
-        aliases = [id(_root(a)) in known for _, a in pairs]
+        aliases = [id(memory_owner(a)) in known for _, a in pairs]
         if all(aliases) and (node.target is operator.getitem or isinstance(node.target, Primitive)):
             self._set_loc(node)  # a view: no code at all
             self.materialize[node] = "rerun"
@@ -461,7 +462,7 @@ class NativeRunner:
             a = t._data if isinstance(t, Tensor) else None
             if type(a) is not np.ndarray or a.shape != shape or a.strides != strides or a.dtype != dtype:
                 return False
-            root = _root(a)
+            root = memory_owner(a)
             if _addr(a) - _addr(root) != offset:
                 return False
             roots[oi] = root
@@ -471,12 +472,12 @@ class NativeRunner:
 
 def _source(plan, node, arr):
     """The input node of ``node`` whose value ``arr`` is a view of (the first whose memory holds it)."""
-    root = _root(arr)
+    root = memory_owner(arr)
     lo, hi = _bounds(arr)
     best = None
     for p in node.all_input_nodes:
         pairs = _arrays(plan.env.get(p))
-        if pairs is None or pairs[0][0] is not None or p not in plan.locs or _root(pairs[0][1]) is not root:
+        if pairs is None or pairs[0][0] is not None or p not in plan.locs or memory_owner(pairs[0][1]) is not root:
             continue
         plo, phi = _bounds(pairs[0][1])
         if plo <= lo and hi <= phi:

@@ -39,7 +39,7 @@ from .._dispatch import record as record_autograd
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..ops.table import OPS, Opaque
-from ..runtime.devices import strided_view
+from ..runtime.devices import memory_owner, strided_view
 
 __all__ = ["FakeTensorMode", "DataDependentOutputException", "DynamicOutputShapeException", "DATA_DEPENDENT_ROWS",
            "HOST_READS", "read_site", "guard_host_reads", "restore_tensor_methods"]
@@ -79,15 +79,6 @@ _HERE = os.path.abspath(__file__)
 _WRAPPERS = (os.path.join(_PKG, "_overrides.py"), os.path.join(_PKG, "_out_variants.py"))
 _lock = threading.RLock()
 _active: list = []  # the FakeTensorMode whose host-read guards are installed (innermost last)
-
-
-def _root(arr):
-    """The array that owns ``arr``'s memory (views, reshapes and ``detach()`` share it)."""
-    while True:
-        base = getattr(arr, "base", None)
-        if base is None or not hasattr(base, "dtype"):
-            return arr
-        arr = base
 
 
 def fake_array(arr):
@@ -159,10 +150,10 @@ class FakeTensorMode:
 
     # -- which tensors are fake ---------------------------------------------------------------------------------
     def is_fake(self, t):
-        return id(_root(t._data)) in self._fake
+        return id(memory_owner(t._data)) in self._fake
 
     def _mark(self, t, table=None):
-        root = _root(t._data)
+        root = memory_owner(t._data)
         (self._fake if table is None else table)[id(root)] = root
 
     def made(self, t):
@@ -195,9 +186,9 @@ class FakeTensorMode:
         # Real values in, real values out (a parameter's transpose): those are computed, not faked.
         out = self._run_fake(apply, op, args, attrs) if fake else self._run(apply, op, *args, **attrs)
         # A view shares its input's buffer, which keeps its status: a view of a module's buffer is still the user's.
-        inputs = {id(_root(t._data)) for t in _tensors(args)}
+        inputs = {id(memory_owner(t._data)) for t in _tensors(args)}
         for o in out if isinstance(out, tuple) else (out,):
-            if isinstance(o, Tensor) and id(_root(o._data)) not in inputs:
+            if isinstance(o, Tensor) and id(memory_owner(o._data)) not in inputs:
                 self._mark(o, None if fake else self._local)
         return out
 
@@ -205,7 +196,7 @@ class FakeTensorMode:
         fake = self._any_fake(args, attrs)
         if fake or self.is_fake(t):
             self._check_static_shape(op, (t, *args))
-        root = _root(t._data)
+        root = memory_owner(t._data)
         if id(root) not in self._fake and id(root) not in self._local:
             self._privatize(op, t)
         if not fake and not self.is_fake(t):

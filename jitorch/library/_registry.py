@@ -21,6 +21,7 @@ import numpy as np
 from .._dispatch_modes import MODES
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState, no_grad
+from ..runtime.devices import memory_owner
 from ..runtime.meta import MetaArray
 
 __all__ = ["OperatorEntry", "REGISTRY", "PENDING", "call", "below_autograd", "define", "has_qualname"]
@@ -278,14 +279,6 @@ def _returns_none(*args, **kwargs):
     return None
 
 
-def _root(arr):
-    while True:
-        base = getattr(arr, "base", None)
-        if base is None or not hasattr(base, "dtype"):
-            return arr
-        arr = base
-
-
 def check_output(entry, out, fn, tensors):
     """torch's checks of what a kernel returned: the schema's structure, and no output aliasing an input or another
     output (an op whose result is its input would break autograd and functional graphs)."""
@@ -321,11 +314,11 @@ def check_output(entry, out, fn, tensors):
 
 def _check_aliasing(entry, outs, fn, inputs):
     ids = {id(t) for t in inputs}
-    roots = {id(_root(t._data)) for t in inputs if type(t._data) is not MetaArray}
+    roots = {id(memory_owner(t._data)) for t in inputs if type(t._data) is not MetaArray}
     for o in outs:
         if type(o._data) is MetaArray:  # every meta array views one shared zero page: no aliasing to see
             continue
-        root = id(_root(o._data))
+        root = id(memory_owner(o._data))
         if id(o) in ids or root in roots:
             name = entry.owner._init_fn.__name__ if entry.owner is not None else entry.opname
             raise RuntimeError(

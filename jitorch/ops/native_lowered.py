@@ -30,7 +30,7 @@ import numpy as np
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_pool import grain_rows
-from ..runtime import host_cache
+from ..runtime import host_cache, memory_owner
 from ..runtime.host_pointer import data_address
 from .conv_layouts import pad_contiguous
 from .native_eager import launch
@@ -42,12 +42,6 @@ MIN_SPATIAL = 8  # batch norm: a shorter inner loop (per image and channel) does
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _MAX_PLANS = 128
 _plans: dict = {}
-
-
-def _root(a):
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return a
 
 
 def _plan(name, inputs, outs, attrs):
@@ -70,7 +64,7 @@ def _plan(name, inputs, outs, attrs):
     for kernel, arrays, _ in steps:
         sources = []
         for a in arrays:
-            j = next((j for j, o in enumerate(operands) if o is not None and _root(o) is _root(a)), None)
+            j = next((j for j, o in enumerate(operands) if o is not None and memory_owner(o) is memory_owner(a)), None)
             sources.append((j, data_address(a) - data_address(operands[j])) if j is not None else (None, a))
         compiled = compile_kernel(kernel, cache=default_cache())
         plan.append((compiled, sources, math.prod(kernel.shape), grain_rows(kernel, compiled.outer)))
@@ -81,7 +75,7 @@ def _run(name, inputs, outs, attrs):
     """Run row ``name``'s lowering into ``outs``; False where it does not apply, or where two operands share memory
     (a plan maps each buffer to an operand by its memory: one made for ``g`` aliasing ``x`` would read ``x`` through
     ``g`` for every later, unrelated pair of the same layout)."""
-    roots = [id(_root(a)) for a in list(outs) + list(inputs) if a is not None]
+    roots = [id(memory_owner(a)) for a in list(outs) + list(inputs) if a is not None]
     if len(set(roots)) != len(roots):
         return False
     key = (name, tuple(None if a is None else (a.dtype.str, a.shape, a.strides) for a in inputs),
