@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import operator
 
+from . import _vmap_cache
 from ._dispatch_modes import MODES
 from ._tensor import Tensor
 from ._vmap_rules import RULES, Bail, Batched, has_batched, pointwise, pointwise_operands, reduction, wrap
@@ -54,12 +55,19 @@ def run_batched(func, leaves, dims, spec, kwargs, size, out_dims):
     def flat(*args):
         return func(*tree_unflatten(list(args), spec), **kwargs)
 
+    entry, guards = _vmap_cache.lookup(func, leaves, dims, spec, kwargs, size)
+    if entry is not None and entry.graph is None:
+        return None  # this call, as traced before, runs sample by sample
     try:
-        graph, root = record_graph(flat, sample, refuse_value_reads=True, metadata=False,
-                                   refuse_outside_writes=True, strict_reads=True)
+        if entry is None:
+            graph, root = record_graph(flat, sample, refuse_value_reads=True, metadata=False,
+                                       refuse_outside_writes=True, strict_reads=True)
+        else:
+            graph, root = entry.graph, entry.root
         out = _interpret(graph, root, [Batched(batched[i]) if i in batched else x for i, x in enumerate(leaves)], size)
     except Exception:  # noqa: BLE001 - a value read while tracing (data-dependent Python), a row the rules do not
         # cover as traced, or the user's own error: the loop runs such code, and raises the user's errors as vmap's
+        _vmap_cache.remember(func, spec, guards)
         return None
     out_leaves, out_spec = tree_flatten(out)
     # The structure alone matters to out_dims: a batched value stands in as its batch-wide tensor.
@@ -77,7 +85,10 @@ def run_batched(func, leaves, dims, spec, kwargs, size, out_dims):
             return None
         result.append(t.movedim(0, d % t.dim()))
     if not _last_sample_agrees(func, spec, kwargs, leaves, batched, size, result, per_out):
+        _vmap_cache.remember(func, spec, guards)
         return None
+    if entry is None:
+        _vmap_cache.remember(func, spec, guards, graph, root)
     return tree_unflatten(result, out_spec)
 
 

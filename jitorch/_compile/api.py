@@ -476,7 +476,10 @@ class CompiledFunction:
 
 
 def reset():
-    """Forget every compiled graph and kernel (``torch.compiler.reset``)."""
+    """Forget every compiled graph and kernel (``torch.compiler.reset``), and vmap's remembered traces."""
+    from .. import _vmap_cache
+
     for cf in list(_LIVE):
         cf.reset()
     clear_kernel_cache()
+    _vmap_cache.clear()
