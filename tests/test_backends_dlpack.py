@@ -92,3 +92,16 @@ def test_nvtx_ranges_nest_on_a_cuda_device():
     with nvtx.range("step {}", 1):
         nvtx.mark("inside")
     nvtx.range_end(nvtx.range_start("loose"))
+
+
+def test_versioned_capsules_import_writable_as_torch():
+    source = np.arange(3.0)
+    shared = dlpack.from_dlpack(source.__dlpack__(max_version=(1, 0)))
+    shared.add_(1)  # a versioned capsule that is not read-only shares writable memory, as torch's import
+    assert source.tolist() == [1.0, 2.0, 3.0]
+    x = torch.arange(3.0)
+    capsule = x.__dlpack__(max_version=(1, 0))
+    dlpack.from_dlpack(capsule).mul_(2)
+    assert x.tolist() == [0.0, 2.0, 4.0]
+    with pytest.raises(RuntimeError, match="consumed only once"):
+        dlpack.from_dlpack(capsule)

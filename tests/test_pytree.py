@@ -130,3 +130,29 @@ def test_tensors_are_leaves_and_shapes_are_nodes():
     assert isinstance(jp.tree_map(lambda d: d, x.shape), jitorch.Size)
     assert repr(jp.tree_map(str, x.shape)) == repr(tp.tree_map(str, torch.ones(2, 3).shape)) == "('2', '3')"
     assert jp.tree_leaves(x)[0] is x
+
+
+@pytest.mark.parametrize("call", [
+    lambda p: p.tree_map(lambda a, b: (a, b), {"a": 1, "b": 2}, OrderedDict(b=3, a=4)),
+    lambda p: p.tree_map(lambda a, b: (a, b), OrderedDict(b=3, a=4), {"a": 1, "b": 2}),
+    lambda p: p.tree_map(lambda a, b: (a, b), {"a": 1}, defaultdict(list, a=2)),
+    lambda p: p.tree_map(lambda a, b: (a, b), deque([1], maxlen=2), deque([5], maxlen=3)),
+    lambda p: p.tree_map(lambda a, b: (a, b), Point(1, 2), namedtuple("Other", "x y")(1, 2)),
+    lambda p: p.tree_map(lambda a, b: (a, b), (1, 2), Point(1, 2)),
+    lambda p: p.tree_map(lambda a, b: (a, b), Point(1, 2), (1, 2)),
+    lambda p: p.tree_map(lambda a, b: (a, b), OrderedDict(a=1), [1]),
+    lambda p: p.SUPPORTED_NODES[dict].flatten_with_keys_fn({"a": 1}),
+    lambda p: p.SUPPORTED_NODES[namedtuple].flatten_with_keys_fn(Point(1, 2)),
+])
+def test_matching_other_trees_follows_torchs_node_rules(call):
+    """dict, OrderedDict and defaultdict match by keys alone; a deque's maxlen is not compared; the built-in
+    flatten_with_keys_fn take the object, as torch's."""
+    try:
+        want = repr(call(tp))
+    except ValueError as e:
+        want = f"ValueError {e}"
+    try:
+        got = repr(call(jp))
+    except ValueError as e:
+        got = f"ValueError {e}"
+    assert got == want  # (both name collections.namedtuple, the same marker object, in a mismatch)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._tensor import Tensor
-from ..utils._pytree import unflatten_from
+from ..utils._pytree import dict_kind, unflatten_from
 from .dynamic_shapes import changed_dims
 from .guards import structure_key
 
@@ -40,7 +40,7 @@ def flatten_tensors(tree, leaves):
     gets that very object (a list it appends to stays the caller's), guarded by value or identity."""
     if isinstance(tree, CONTAINERS) and holds_tensor(tree):
         if isinstance(tree, dict):
-            return dict, {k: flatten_tensors(v, leaves) for k, v in tree.items()}
+            return dict_kind(tree), {k: flatten_tensors(v, leaves) for k, v in tree.items()}
         return type(tree), [flatten_tensors(v, leaves) for v in tree]
     leaves.append(tree)
     return None, len(leaves) - 1

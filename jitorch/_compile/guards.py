@@ -17,6 +17,7 @@ import numpy as np
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..nn.modules.module import Module
+from ..utils._pytree import is_dict_kind
 
 _MODULE_METHODS = (Module.modules, Module.parameters, Module.buffers, Module.named_modules)
 
@@ -72,8 +73,8 @@ def structure_key(spec):
     kind, inner = spec
     if kind is None:
         return None
-    if kind is dict:
-        return (dict, tuple((k, structure_key(v)) for k, v in inner.items()))
+    if is_dict_kind(kind):
+        return (kind, tuple((k, structure_key(v)) for k, v in inner.items()))
     return (kind, tuple(structure_key(v) for v in inner))
 
 

@@ -187,6 +187,7 @@ class ReduceOverheadFunction:
     # -- capture --------------------------------------------------------------------------------------------------
     def _capture(self, spec, leaves):
         self._named_at_capture = self._baked_values()
+        self.captured_spec = spec
         if any(isinstance(t, Tensor) and type(t._data) is not np.ndarray for t in leaves):
             return self._capture_cuda(spec, leaves)
         self.static = [Tensor._make(np.array(t._data, order="C", copy=True)) if isinstance(t, Tensor) else t
@@ -249,7 +250,8 @@ class ReduceOverheadFunction:
             # A baked-in hyperparameter moved, or the arguments differ from the captured ones (the last, smaller
             # batch; another Python number): this call captures again, as torch.compile would trace again.
             changed = (None if self.cuda else self.graph.changed_value()) or self._changed_named_value() or \
-                self._mismatch(leaves)
+                self._mismatch(leaves) or \
+                ("the arguments' containers differ from the captured call's" if spec != self.captured_spec else None)
             if changed is not None:
                 self._recapture(changed)
         if self.graph is None:

@@ -27,7 +27,7 @@ __all__ = ["PyTree", "Context", "FlattenFn", "UnflattenFn", "PyTreeSpec", "TreeS
            "tree_map_with_path", "tree_map_", "tree_map_only", "tree_map_only_", "tree_all", "tree_any",
            "tree_all_only", "tree_any_only", "treespec_dumps", "treespec_loads", "treespec_pprint", "is_namedtuple",
            "is_namedtuple_class", "is_namedtuple_instance", "is_structseq", "is_structseq_class",
-           "is_structseq_instance", "flatten_into", "unflatten_from"]
+           "is_structseq_instance", "flatten_into", "unflatten_from", "DictKind", "dict_kind", "is_dict_kind"]
 
 PyTree = Any
 Context = Any
@@ -65,31 +65,28 @@ def register_pytree_node(cls, flatten_fn, unflatten_fn, *, serialized_type_name=
                                    from_dumpable_context)
 
 
-def _sequence_keys(children):
-    return [SequenceKey(i) for i in range(len(children))]
-
-
-def _builtin(cls, flatten, unflatten, keys, **dumpable):
+def _builtin(cls, flatten, unflatten, key_of, **dumpable):
+    """Register a built-in node; ``key_of(i, child_key)`` names its children for key paths (torch's
+    ``flatten_with_keys_fn`` signature: the object in, ``([(key, child)], context)`` out)."""
+    def with_keys(tree):
+        children, context = flatten(tree)
+        keys = context[1] if cls is defaultdict else context if cls in (dict, OrderedDict) else \
+            type(tree)._fields if cls is namedtuple else range(len(children))
+        return [(key_of(k), child) for k, child in zip(keys, children)], context
     register_pytree_node(cls, flatten, unflatten, serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
-                         flatten_with_keys_fn=keys, **dumpable)
+                         flatten_with_keys_fn=with_keys, **dumpable)
 
 
-def _dict_keys(children, context):
-    return [MappingKey(k) for k in context]
-
-
-_builtin(tuple, lambda t: (list(t), None), lambda v, c: tuple(v), lambda ch, c: _sequence_keys(ch))
-_builtin(list, lambda t: (list(t), None), lambda v, c: list(v), lambda ch, c: _sequence_keys(ch))
-_builtin(dict, lambda d: (list(d.values()), list(d)), lambda v, c: dict(zip(c, v)), _dict_keys)
-_builtin(OrderedDict, lambda d: (list(d.values()), list(d)), lambda v, c: OrderedDict(zip(c, v)), _dict_keys)
+_builtin(tuple, lambda t: (list(t), None), lambda v, c: tuple(v), SequenceKey)
+_builtin(list, lambda t: (list(t), None), lambda v, c: list(v), SequenceKey)
+_builtin(dict, lambda d: (list(d.values()), list(d)), lambda v, c: dict(zip(c, v)), MappingKey)
+_builtin(OrderedDict, lambda d: (list(d.values()), list(d)), lambda v, c: OrderedDict(zip(c, v)), MappingKey)
 _builtin(defaultdict, lambda d: (list(d.values()), [d.default_factory, list(d)]),
-         lambda v, c: defaultdict(c[0], zip(c[1], v)), lambda ch, c: [MappingKey(k) for k in c[1]],
+         lambda v, c: defaultdict(c[0], zip(c[1], v)), MappingKey,
          to_dumpable_context=defaultdict_to_dumpable, from_dumpable_context=defaultdict_from_dumpable)
-_builtin(deque, lambda d: (list(d), d.maxlen), lambda v, c: deque(v, maxlen=c), lambda ch, c: _sequence_keys(ch))
-# Named tuples and structseqs (result tuples of ops) are nodes by shape, keyed under these two markers.
-_builtin(namedtuple, lambda t: (list(t), type(t)), lambda v, c: c(*v),
-         lambda ch, c: [GetAttrKey(f) for f in c._fields])
-
+_builtin(deque, lambda d: (list(d), d.maxlen), lambda v, c: deque(v, maxlen=c), SequenceKey)
+# Named tuples and structseqs (result tuples of ops) are nodes by shape: named tuples under this marker.
+_builtin(namedtuple, lambda t: (list(t), type(t)), lambda v, c: c(*v), GetAttrKey)
 
 
 def is_namedtuple_class(cls) -> bool:
@@ -137,15 +134,30 @@ def tree_is_leaf(tree, is_leaf=None) -> bool:
     return _node_type(tree) is None
 
 
+_DICTS = (dict, OrderedDict, defaultdict)
+
+
 class TreeSpec:
     """The structure of a pytree: a node's type, its context (dict keys, a named tuple's class, ...) and its
     children's specs; a leaf is ``TreeSpec(None, None, [])`` and prints as ``*``."""
+
+    __slots__ = ("type", "context", "children_specs", "num_children", "num_nodes", "num_leaves")
 
     def __init__(self, type, context, children_specs):
         self.type, self.context, self.children_specs = type, context, list(children_specs)
         self.num_children = len(self.children_specs)
         self.num_nodes = 1 + sum(c.num_nodes for c in self.children_specs)
         self.num_leaves = 1 if type is None else sum(c.num_leaves for c in self.children_specs)
+
+    @classmethod
+    def _of(cls, type, context, children, num_leaves):
+        """The node without `__init__`'s walks: flattening knows its leaf count already (every call of
+        `tree_flatten` builds one per node, in the hot paths of ``vmap`` and ``torch.func``)."""
+        spec = object.__new__(cls)
+        spec.type, spec.context, spec.children_specs = type, context, children
+        spec.num_children, spec.num_leaves = len(children), num_leaves
+        spec.num_nodes = 1 + sum([c.num_nodes for c in children])
+        return spec
 
     def is_leaf(self) -> bool:
         return self.type is None
@@ -194,10 +206,17 @@ class TreeSpec:
         return self._build(iter(leaves))
 
     def _build(self, it):
-        if self.is_leaf():
+        kind = self.type
+        if kind is None:
             return next(it)
         children = [c._build(it) for c in self.children_specs]
-        if self.type not in SUPPORTED_NODES:  # a structseq
+        if kind is tuple:
+            return tuple(children)
+        if kind is list:
+            return children
+        if kind is dict:
+            return dict(zip(self.context, children))
+        if kind not in SUPPORTED_NODES:  # a structseq
             return self.type(*children) if hasattr(self.type, "_fields") else self.type(children)
         return SUPPORTED_NODES[self.type].unflatten_fn(children, self.context)
 
@@ -208,25 +227,30 @@ class TreeSpec:
         return out
 
     def _up_to(self, tree, out):
-        if self.is_leaf():
+        if self.type is None:
             out.append(tree)
             return
         kind = _node_type(tree)
-        if kind is not self.type:
-            expected = self.type if self.type is not namedtuple else self.context
-            raise ValueError(f"Node type mismatch; expected {expected}, but got {type(tree)}.")
-        children, context = _flatten_node(tree, kind)
-        if len(children) != self.num_children:
-            raise ValueError(f"Node arity mismatch; expected {self.num_children}, but got {len(children)}.")
-        if kind in (dict, OrderedDict, defaultdict):
-            keys = context if kind is not defaultdict else context[1]
-            mine = self.context if kind is not defaultdict else self.context[1]
+        if kind in _DICTS and self.type in _DICTS:  # one family: only the keys must agree, in any order
+            mine = self.context[1] if self.type is defaultdict else self.context
+            keys = list(tree)
+            if len(keys) != self.num_children:
+                raise ValueError(f"Node arity mismatch; expected {self.num_children}, but got {len(keys)}.")
             if set(keys) != set(mine):
                 raise ValueError(f"Node keys mismatch; missing key(s): {set(mine) - set(keys)}; "
                                  f"extra key(s): {set(keys) - set(mine)}.")
             children = [tree[k] for k in mine]
-        elif context != self.context:
-            raise ValueError(f"Node context mismatch for custom node type {self.type}.")
+        else:
+            if kind is not self.type:
+                raise ValueError(f"Node type mismatch; expected {self.type}, but got {kind or type(tree)}.")
+            children, context = _flatten_node(tree, kind)
+            if len(children) != self.num_children:
+                raise ValueError(f"Node arity mismatch; expected {self.num_children}, but got {len(children)}.")
+            if kind is not deque and context != self.context:  # a deque's maxlen does not matter, as torch's
+                if kind is namedtuple:
+                    raise ValueError(f"Node context mismatch for node type {kind}; expected {self.context}, but "
+                                     f"got {context}.")
+                raise ValueError(f"Node context mismatch for custom node type {self.type}.")
         for spec, child in zip(self.children_specs, children):
             spec._up_to(child, out)
 
@@ -249,12 +273,22 @@ def _flatten_node(tree, kind):
 
 
 def _flatten(tree, leaves, is_leaf):
-    kind = None if (is_leaf is not None and is_leaf(tree)) else _node_type(tree)
-    if kind is None:
+    if is_leaf is not None and is_leaf(tree):
         leaves.append(tree)
         return _LEAF
-    children, context = _flatten_node(tree, kind)
-    return TreeSpec(kind, context, [_flatten(c, leaves, is_leaf) for c in children])
+    kind = type(tree)
+    if kind is tuple or kind is list:
+        children, context = tree, None
+    elif kind is dict:
+        children, context = tree.values(), list(tree)
+    else:
+        kind = _node_type(tree)
+        if kind is None:
+            leaves.append(tree)
+            return _LEAF
+        children, context = _flatten_node(tree, kind)
+    start = len(leaves)
+    return TreeSpec._of(kind, context, [_flatten(c, leaves, is_leaf) for c in children], len(leaves) - start)
 
 
 def tree_flatten(tree, is_leaf=None):
@@ -350,6 +384,24 @@ from ._pytree_keys import (key_get, keystr, tree_flatten_with_path, tree_leaves_
                            tree_map_with_path, treespec_dumps, treespec_loads, treespec_pprint)
 
 
+class DictKind(NamedTuple):
+    """A light spec's kind for a dict subclass (``OrderedDict``, ``defaultdict`` and the user's): rebuilt as its
+    own class, with its ``default_factory``, so a compiled function gets the container it was called with."""
+
+    cls: type
+    factory: Any
+
+
+def dict_kind(tree):
+    """``dict`` for a plain dict, else its `DictKind`."""
+    cls = type(tree)
+    return dict if cls is dict else DictKind(cls, getattr(tree, "default_factory", None))
+
+
+def is_dict_kind(kind):
+    return kind is dict or type(kind) is DictKind
+
+
 def flatten_into(tree, leaves):
     """Append ``tree``'s leaves to ``leaves``; return a light spec (nested tuples) that rebuilds it.
 
@@ -358,7 +410,7 @@ def flatten_into(tree, leaves):
     if isinstance(tree, (tuple, list)):
         return type(tree), [flatten_into(x, leaves) for x in tree]
     if isinstance(tree, dict):
-        return dict, {k: flatten_into(v, leaves) for k, v in tree.items()}
+        return dict_kind(tree), {k: flatten_into(v, leaves) for k, v in tree.items()}
     leaves.append(tree)
     return None, len(leaves) - 1
 
@@ -370,5 +422,8 @@ def unflatten_from(spec, leaves):
         return leaves[inner]
     if kind is dict:
         return {k: unflatten_from(v, leaves) for k, v in inner.items()}
+    if type(kind) is DictKind:
+        items = ((k, unflatten_from(v, leaves)) for k, v in inner.items())
+        return kind.cls(kind.factory, items) if issubclass(kind.cls, defaultdict) else kind.cls(items)
     items = [unflatten_from(x, leaves) for x in inner]
     return kind(*items) if hasattr(kind, "_fields") else kind(items)

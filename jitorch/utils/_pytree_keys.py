@@ -72,18 +72,13 @@ def _with_path(tree, path, out, is_leaf):
     children, context = _tree._flatten_node(tree, kind)
     if kind not in _tree.SUPPORTED_NODES:  # a structseq
         keys = [SequenceKey(i) for i in range(len(children))]
-        return _tree.TreeSpec(kind, context, [_with_path(c, path + (k,), out, is_leaf) for k, c in zip(keys, children)])
-    keys_fn = _tree.SUPPORTED_NODES[kind].flatten_with_keys_fn
-    if keys_fn is None:
-        raise ValueError(f"Did not find a flatten_with_keys_fn for type: {kind}. Please pass a "
-                         "flatten_with_keys_fn argument to register_pytree_node.")
-    keys = keys_fn(children, context) if _is_builtin(kind) else [k for k, _ in keys_fn(tree)[0]]
+    else:
+        keys_fn = _tree.SUPPORTED_NODES[kind].flatten_with_keys_fn
+        if keys_fn is None:
+            raise ValueError(f"Did not find a flatten_with_keys_fn for type: {kind}. Please pass a "
+                             "flatten_with_keys_fn argument to register_pytree_node.")
+        keys = [k for k, _ in keys_fn(tree)[0]]
     return _tree.TreeSpec(kind, context, [_with_path(c, path + (k,), out, is_leaf) for k, c in zip(keys, children)])
-
-
-def _is_builtin(kind):
-    # The built-in nodes take (children, context); a user's flatten_with_keys_fn takes the object, as torch's does.
-    return getattr(_tree.SUPPORTED_NODES[kind].flatten_with_keys_fn, "__module__", None) == _tree.__name__
 
 
 def tree_flatten_with_path(tree, is_leaf=None):

@@ -43,8 +43,9 @@ def to_dlpack(tensor):
 class _Capsule:
     """A legacy DLPack capsule seen through the array API's ``__dlpack__`` protocol, so NumPy and CuPy import it.
 
-    NumPy imports a legacy capsule read-only (it carries no read-only flag to trust): writes to such a CPU tensor
-    raise and ask for a ``clone()``.
+    NumPy imports a legacy (unversioned) capsule read-only, as it carries no read-only flag to trust: writes to such a
+    CPU tensor raise and ask for a ``clone()``. A versioned capsule (``dltensor_versioned``) says whether it is
+    read-only, and imports writable when it is not.
     """
 
     def __init__(self, capsule):
@@ -56,13 +57,17 @@ class _Capsule:
     def __dlpack_device__(self):
         get = ctypes.pythonapi.PyCapsule_GetPointer
         get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-        try:
-            pointer = get(self.capsule, b"dltensor")
-        except ValueError:  # renamed "used_dltensor" by its first consumer
+        name = ctypes.pythonapi.PyCapsule_GetName
+        name.restype, name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+        kind = name(self.capsule)
+        if kind not in (b"dltensor", b"dltensor_versioned"):  # renamed "used_..." by its first consumer
             raise RuntimeError("from_dlpack received an invalid capsule. Note that DLTensor capsules can be consumed "
-                               "only once, so you might have already constructed a tensor from it once.") from None
-        # DLManagedTensor starts with a DLTensor: {void* data; DLDevice {int32 type, int32 id}; ...}
-        device = (ctypes.c_int32 * 2).from_address(pointer + ctypes.sizeof(ctypes.c_void_p))
+                               "only once, so you might have already constructed a tensor from it once.")
+        pointer = get(self.capsule, kind)
+        # DLManagedTensor starts with its DLTensor; DLManagedTensorVersioned puts a version, a manager context, a
+        # deleter and flags (32 bytes) first. A DLTensor is {void* data; DLDevice {int32 type, int32 id}; ...}.
+        offset = 32 if kind == b"dltensor_versioned" else 0
+        device = (ctypes.c_int32 * 2).from_address(pointer + offset + ctypes.sizeof(ctypes.c_void_p))
         return int(device[0]), int(device[1])
 
 
