@@ -588,3 +588,35 @@ def test_diffusion_step_with_randint_timesteps_trains_compiled_like_eager():
     entry = train_like_eager(Denoiser, batches)  # the same seed per step in both runs: the same draws
     assert entry.plan is not None and entry.break_reason is None
     assert {"integer_sample", "normal_sample"} <= set(_forward_ops(entry))
+
+
+def test_an_expanded_buffer_compiles_for_training_and_inference_like_torch():
+    """Hugging Face's ``register_buffer("position_ids", arange(n).expand((1, -1)), persistent=False)``: a read-only
+    (expanded) buffer, which restoring the buffers between the compile-time traces tried to write (ValueError)."""
+    def make(lib):
+        class Embeddings(lib.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.word, self.position = lib.nn.Embedding(10, 4), lib.nn.Embedding(8, 4)
+                self.register_buffer("position_ids", lib.arange(8).expand((1, -1)), persistent=False)
+
+            def forward(self, ids):
+                return self.word(ids) + self.position(self.position_ids[:, :ids.shape[1]])
+        return Embeddings()
+
+    ref = make(torch)
+    ids = np.random.default_rng(0).integers(0, 10, (3, 6))
+    g = np.random.default_rng(1).normal(size=(3, 6, 4)).astype(np.float32)
+    model = make(jitorch)
+    model.load_state_dict({k: jitorch.tensor(v.detach().numpy()) for k, v in ref.state_dict().items()})
+    compiled = jitorch.compile(model)
+    ref(torch.tensor(ids)).backward(torch.tensor(g))
+    for _ in range(3):  # the trace, the planning call and a compiled run
+        model.zero_grad()
+        compiled(jitorch.tensor(ids)).backward(jitorch.tensor(g))
+        for p, q in zip(model.parameters(), ref.parameters()):
+            np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-6)
+    with jitorch.no_grad():
+        for _ in range(3):
+            _close(compiled(jitorch.tensor(ids)), ref(torch.tensor(ids)))
+    np.testing.assert_array_equal(model.position_ids.numpy(), np.arange(8)[None])

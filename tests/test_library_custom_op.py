@@ -384,8 +384,7 @@ def _call_cases(lib):
         "not a tensor": lambda: scalar(one),
         "unknown op": lambda: lib.ops.jt_test_call.nope,
         "unknown overload": lambda: lib.ops.jt_test_call.f.nope,
-        "unknown namespace": lambda: lib.ops.jt_test_call_none.f,
-    }
+    }  # an unknown namespace: tests/test_library_ops_lookup.py
 
 
 def test_call_errors_match_torch():

@@ -101,6 +101,17 @@ def _tiled(t, resize):
     return out.requires_grad_() if t._requires_grad else out
 
 
+def tiled_inputs(flat, resize):
+    """``flat`` with argument ``i`` tiled per ``resize[i]`` (``[(dim, size)]``): one tiled tensor per argument
+    object, so an argument passed twice stays one tensor (``q = k = v``), as the probes of a trace need."""
+    tiled, out = {}, []
+    for i, a in enumerate(flat):
+        if i in resize and id(a) not in tiled:
+            tiled[id(a)] = _tiled(a, resize[i])
+        out.append(tiled[id(a)] if i in resize else a)
+    return out
+
+
 class DynamicSpec:
     """The symbols of a dynamic specialization, its fitted template, and its instantiations per size.
 
@@ -214,13 +225,8 @@ def _probe(builder, flat, dims, sizes):
     for _, i, d, k in dims:
         if flat[i]._data.shape[d] != sizes[k]:
             resize.setdefault(i, []).append((d, sizes[k]))
-    tiled, probe = {}, []  # one tiled tensor per argument object: an argument passed twice stays one (q = k = v)
-    for i, a in enumerate(flat):
-        if i in resize and id(a) not in tiled:
-            tiled[id(a)] = _tiled(a, resize[i])
-        probe.append(tiled[id(a)] if i in resize else a)
     with recording_sizes() as rec:
-        gm, extra = builder(probe)
+        gm, extra = builder(tiled_inputs(flat, resize))
     return Signature(gm, rec), extra
 
 

@@ -186,7 +186,10 @@ class CompileState:
     def restore(self):
         set_rng_state(self.rng)
         for buf, data in self.buffers:
-            buf._data[...] = data
+            # NOTE: a read-only array (an expanded buffer: Hugging Face's ``position_ids``) took no write since: an
+            # in-place op on it first swaps in a writable view (`writable_expanded`) or raises.
+            if getattr(buf._data.flags, "writeable", True):
+                buf._data[...] = data
 
 
 def rng_state(cuda=True):

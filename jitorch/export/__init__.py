@@ -2,11 +2,14 @@
 
 ``export(model, args)`` runs the model once under make_fx (the op-table primitives it dispatches, with shapes and
 dtypes), turns in-place writes of its buffers and inputs into returned values, and lifts its parameters, buffers
-and constants to inputs (`_lift`). Python control flow is resolved while tracing: a branch on sizes is specialized
-(or must hold over a dynamic dimension's whole range), a branch on values raises `GuardOnDataDependentSymNode`
-naming the line. ``dynamic_shapes`` with `Dim` makes dimensions symbolic (`_fit`): the graph computes the sizes it
-needs from its inputs and runs every size in range. ``ep.module()`` is a callable GraphModule with the state;
-``save``/``load`` write and read a zip archive (JSON graph and signature, tensors in torch's checkpoint format).
+and constants to inputs (`_lift`). The program is in the form torch's ``export(...).run_decompositions()``
+returns: functional, its writes of buffers, parameters and inputs in the signature (``BUFFER_MUTATION`` outputs),
+where torch's ``export`` alone keeps in-place ``copy_`` nodes in its graph. Python control flow is resolved while
+tracing: a branch on sizes is specialized (or must hold over a dynamic dimension's whole range), a branch on values
+raises `GuardOnDataDependentSymNode` naming the line. ``dynamic_shapes`` with `Dim` makes dimensions symbolic
+(`_fit`): the graph computes the sizes it needs from its inputs and runs every size in range. ``ep.module()`` is a
+callable GraphModule with the state; ``save``/``load`` write and read a zip archive (JSON graph and signature,
+tensors in torch's checkpoint format).
 
 >>> import jitorch
 >>> import jitorch.nn as nn
@@ -27,7 +30,7 @@ from ..nn.modules.module import Module
 from ._errors import GuardOnDataDependentSymNode, UserError, UserErrorType
 from ._fit import fit_dynamic
 from ._lift import lift
-from ._trace import flatten_inputs, leaf_names, trace_module
+from ._trace import flat_call_inputs, leaf_names, trace_module
 from .dynamic_shapes import Dim, DimHint, ValueRanges, argument_names, dims, int_oo, resolve
 from .exported_program import CallSpec, ExportedProgram, ModuleCallEntry, ModuleCallSignature
 from .graph_signature import (ConstantArgument, ExportBackwardSignature, ExportGraphSignature, InputKind, InputSpec,
@@ -47,6 +50,12 @@ def export(mod, args, kwargs=None, *, dynamic_shapes=None, strict=False, preserv
 
     ``strict`` is accepted (jitorch always traces by running the Python, as torch's non-strict mode);
     ``preserve_module_call_signature`` is accepted and changes nothing (submodules are traced through).
+
+    ``forward`` and the module's hooks run once per trace: once, or with ``dynamic_shapes`` once per probe size
+    (3^n + n for n symbols, and one per size below the example's down to each range's minimum). The module's
+    parameters and buffers (written in place or reassigned), the inputs and the random generators are put back
+    after each trace; other Python side effects (a counter attribute, a list appended to, a print) happen each
+    time.
     """
     if not isinstance(mod, Module):
         raise ValueError(f"Expected `mod` to be an instance of `torch.nn.Module`, got {type(mod)}.")
@@ -66,7 +75,7 @@ def default_decompositions():
 
 
 def _export_impl(mod, args, kwargs, dyn, decompositions=None):
-    flat, in_spec = flatten_inputs(args, kwargs)
+    flat, in_spec = flat_call_inputs(args, kwargs)
     names = leaf_names(mod, args, kwargs)
     template, fit, syms = fit_dynamic(lambda inputs: trace_module(mod, inputs, in_spec, decompositions), flat,
                                       dyn, names)

@@ -11,17 +11,14 @@ jitorch.export._errors.UserError: Constraints violated (batch)!
 """
 from __future__ import annotations
 
-import os
 import re
 import traceback
 from enum import Enum, auto
 
 from ..fx._fake import DataDependentOutputException
+from ..fx.proxy import user_frame as fx_user_frame
 
 __all__ = ["UserError", "UserErrorType", "GuardOnDataDependentSymNode", "user_frame"]
-
-_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 class UserErrorType(Enum):
     DYNAMIC_CONTROL_FLOW = auto()
@@ -47,12 +44,16 @@ class GuardOnDataDependentSymNode(DataDependentOutputException):
 
 
 def user_frame(err):
-    """The innermost frame of ``err``'s traceback outside jitorch (the user's line), or None."""
-    found = None
-    for frame in traceback.extract_tb(err.__traceback__):
-        if not os.path.abspath(frame.filename).startswith(_PKG + os.sep):
-            found = frame
-    return found
+    """The innermost frame outside jitorch where ``err`` was raised (the user's line), as a ``FrameSummary``."""
+    tb = err.__traceback__
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    frame = fx_user_frame(tb.tb_frame)
+    if frame is None:
+        return None
+    return traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
 
 
 def data_dependent(err):

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from .._compile.dynamic_shapes import _tiled
+from .._compile.dynamic_shapes import tiled_inputs
 from .._compile.shape_fit import _INT, DEGREE, Fit, Signature
 from .._compile.sym_sizes import COMPARE
 from ._errors import UserError, UserErrorType
@@ -97,7 +97,7 @@ def _resized(flat, syms, sizes):
         for i, d in sym.uses:
             if flat[i]._data.shape[d] != n:
                 resize.setdefault(i, []).append((d, n))
-    return [_tiled(a, resize[i]) if i in resize else a for i, a in enumerate(flat)]
+    return tiled_inputs(flat, resize)
 
 
 class _Probes:

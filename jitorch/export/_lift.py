@@ -25,7 +25,7 @@ from ..fx.node import Node
 from ..fx.passes.shape_prop import extract_tensor_metadata
 from .._tensor import Tensor
 from ._symbolic import Symbolizer, remap
-from ._trace import module_tensors
+from ._trace import module_tensors, state_keys
 from .dynamic_shapes import Symbol, ValueRanges
 from .graph_signature import (ConstantArgument, ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
                               TensorArgument)
@@ -58,7 +58,8 @@ def lift(mod, traced, fit, syms, flat, names):
     graph = Graph()
     sym = Symbolizer(graph, fit, names=[s.name for s in syms])
     marked = {node: sym.mark(gm, node, recipes) for node in gm.graph.nodes}
-    tensors = module_tensors(mod)
+    entries = module_tensors(mod)
+    keys = state_keys(entries)
     inputs, env, state, consts, by_key = [], {}, {}, {}, {}
 
     def state_input(kind, target, t, name, persistent=None):
@@ -66,7 +67,7 @@ def lift(mod, traced, fit, syms, flat, names):
         inputs.append(InputSpec(kind, TensorArgument(ph.target), target, persistent))
         return ph
 
-    for kind, fqn, t, persistent in sorted(tensors.values(), key=lambda e: e[0] != "parameter"):
+    for kind, fqn, t, persistent in entries:  # one input per name: a tied tensor has several, as in torch
         prefix, which = ("p", InputKind.PARAMETER) if kind == "parameter" else ("b", InputKind.BUFFER)
         by_key[(kind, fqn)] = state_input(which, fqn, t, f"{prefix}_{_stripped(fqn)}", persistent)
         (state if persistent is not False else consts)[fqn] = t
@@ -75,9 +76,9 @@ def lift(mod, traced, fit, syms, flat, names):
         if node.op != "get_attr":
             continue
         obj = getattr(gm, node.target)
-        found = tensors.get(id(obj))
+        found = keys.get(id(obj))
         if found is not None:
-            env[node] = by_key[found[:2]]
+            env[node] = by_key[found]
         elif not _made_in_graph(marked[node][3]):
             if id(obj) not in lifted:
                 target = f"lifted_tensor_{len(lifted)}"

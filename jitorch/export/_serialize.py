@@ -138,7 +138,17 @@ def _load_target(op, t):
     if op != "call_function":
         return t
     if "primitive" in t:
-        return _primitive(t["primitive"], t["inplace"])
+        name = t["primitive"]
+        if "::" in name:  # a jitorch.library operator: its row exists once the op is traced or looked up here
+            from ..library._registry import REGISTRY
+
+            entry = REGISTRY.get(name)
+            if entry is None:
+                raise SerializeError(f"torch.export.load: the program calls the custom op {name}, which is not "
+                                     f"defined in this process: define custom op {name} (import the module that "
+                                     "defines it) before export.load")
+            entry.row()
+        return _primitive(name, t["inplace"])
     if not t["function"].startswith(_ROOTS):
         raise SerializeError(f"torch.export.load: refusing to import {t['function']!r}")
     return resolve_path(t["function"])
@@ -252,9 +262,13 @@ def load(f, *, extra_files=None, expected_opset_version=None):
     inputs = [InputSpec(InputKind[s["kind"]], _load_arg(s["arg"]), s["target"], s["persistent"])
               for s in data["inputs"]]
     outputs = [OutputSpec(OutputKind[s["kind"]], _load_arg(s["arg"]), s["target"]) for s in data["outputs"]]
+    made = {}  # a tied parameter (one tensor under several names, one object after unpickling) stays one
     for s in inputs:
-        if s.kind == InputKind.PARAMETER and not isinstance(state.get(s.target), Parameter):
-            state[s.target] = Parameter(state[s.target])
+        value = state.get(s.target)
+        if s.kind == InputKind.PARAMETER and not isinstance(value, Parameter):
+            if id(value) not in made:
+                made[id(value)] = Parameter(value)
+            state[s.target] = made[id(value)]
     ranges = {Symbol(name): ValueRanges(lo, int_oo if hi is None else hi) for name, lo, hi in
               data["range_constraints"]}
     sig = ModuleCallSignature([], [], treespec_loads(data["in_spec"]), treespec_loads(data["out_spec"]),

@@ -1,15 +1,17 @@
 """One trace of a module for ``export``: make_fx's primitives on the (flattened) inputs, made functional.
 
 The module runs once under make_fx's recording mode (real values, host reads of input-dependent values refused),
-with the sizes it reads recorded (`_compile.sym_sizes.recording_sizes`, for dynamic dimensions) and its buffers,
-inputs and random generators put back afterwards: exporting changes nothing the caller can see. In-place writes
-into the module's parameters and buffers and into the inputs then become out-of-place nodes (`Traced.writes`:
-the last value of each written tensor, which the exported graph returns), and so do the in-place ops on the
-graph's own values (``ReLU(inplace=True)``).
+with the sizes it reads recorded (`_compile.sym_sizes.recording_sizes`, for dynamic dimensions) and its
+parameters, buffers, inputs and random generators put back afterwards: exporting changes nothing the caller can
+see. In-place writes into the module's parameters and buffers and into the inputs then become out-of-place nodes
+(`Traced.writes`: the last value of each written tensor, which the exported graph returns), and so do the in-place
+ops on the graph's own values (``ReLU(inplace=True)``). A parameter or buffer that ``forward`` reassigns
+(``self.avg = self.avg * 0.9 + x.mean()``) is a write too: its new value is the written one, and the module gets
+its original tensor back.
 
 >>> import jitorch
 >>> bn = jitorch.nn.BatchNorm1d(2)
->>> flat, spec = flatten_inputs((jitorch.randn(4, 2),), {})
+>>> flat, spec = flat_call_inputs((jitorch.randn(4, 2),), {})
 >>> t = trace_module(bn, flat, spec)
 >>> list(t.writes), int(bn.num_batches_tracked)
 ([('buffer', 'num_batches_tracked'), ('buffer', 'running_mean'), ('buffer', 'running_var')], 0)
@@ -29,10 +31,10 @@ from ..utils._pytree_keys import GetAttrKey, MappingKey, SequenceKey, tree_flatt
 from ._errors import data_dependent
 from .dynamic_shapes import argument_names
 
-__all__ = ["Traced", "flatten_inputs", "leaf_names", "trace_module", "module_tensors"]
+__all__ = ["Traced", "flat_call_inputs", "leaf_names", "trace_module", "module_tensors", "state_keys"]
 
 
-def flatten_inputs(args, kwargs):
+def flat_call_inputs(args, kwargs):
     """``(leaves, spec)`` of the call's ``(args, kwargs)``, as torch's ``in_spec``."""
     return tree_flatten((tuple(args), dict(kwargs)))
 
@@ -58,16 +60,40 @@ def leaf_names(mod, args, kwargs):
 
 
 def module_tensors(mod):
-    """``{id: (kind, fqn, tensor, persistent)}`` of the module's parameters and buffers (first name of a tied one)."""
-    out = {}
-    for fqn, p in mod.named_parameters():
-        out.setdefault(id(p), ("parameter", fqn, p, None))
-    for prefix, m in mod.named_modules():
+    """``[(kind, fqn, tensor, persistent)]``: the module's parameters, then its buffers, under every name (a tied
+    tensor once per name, as torch lifts it); ``persistent`` is None for a parameter."""
+    out = [("parameter", fqn, p, None) for fqn, p in mod.named_parameters(remove_duplicate=False)]
+    for prefix, m in mod.named_modules(remove_duplicate=False):
         for name, b in m._buffers.items():
             if b is not None:
                 fqn = f"{prefix}.{name}" if prefix else name
-                out.setdefault(id(b), ("buffer", fqn, b, name not in m._non_persistent_buffers_set))
+                out.append(("buffer", fqn, b, name not in m._non_persistent_buffers_set))
     return out
+
+
+def state_keys(entries):
+    """``{id(tensor): (kind, fqn)}`` over `module_tensors` entries: a tied tensor is read and written under its
+    last name, as torch's graph reads it."""
+    return {id(t): (kind, fqn) for kind, fqn, t, _ in entries}
+
+
+def _slots(mod):
+    """``{(id(module), kind, name): (module, tensor)}``: every parameter and buffer slot before a trace."""
+    return {(id(m), kind, name): (m, t) for m in mod.modules()
+            for kind, table in (("parameter", m._parameters), ("buffer", m._buffers)) for name, t in table.items()}
+
+
+def _reassigned(slots):
+    """``[(original tensor, new tensor)]`` of the slots ``forward`` gave another tensor; the originals go back."""
+    moved = []
+    for (_, kind, name), (m, t) in slots.items():
+        table = m._parameters if kind == "parameter" else m._buffers
+        now = table.get(name)
+        if now is not t:
+            table[name] = t
+            if isinstance(t, Tensor) and isinstance(now, Tensor):
+                moved.append((t, now))
+    return moved
 
 
 class Traced:
@@ -85,36 +111,46 @@ class Traced:
 
 def trace_module(mod, flat, in_spec, decompositions=None):
     """Trace ``mod`` called on ``tree_unflatten(flat, in_spec)``; see the module docstring."""
-    specs = []
+    specs, slots, moved = [], _slots(mod), []
 
     def call(*leaves):
         args, kwargs = tree_unflatten(list(leaves), in_spec)
         out, spec = tree_flatten(mod(*args, **kwargs))
         specs.append(spec)
-        return out
+        moved.extend(_reassigned(slots))
+        return out + [new for _, new in moved]  # the new values of reassigned slots: outputs of the trace for now
 
-    state = CompileState(list(mod.buffers()) + [t for t in flat if isinstance(t, Tensor)])
+    state = CompileState(list(mod.buffers()) + list(mod.parameters()) + [t for t in flat if isinstance(t, Tensor)])
     try:
         with recording_sizes() as rec:
             graph, root = record_graph(call, flat, decompositions, refuse_value_reads=True)
     except DataDependentOutputException as err:
         raise data_dependent(err) from err
     finally:
+        _reassigned(slots)  # forward raised after a reassignment
         state.restore()
     gm = GraphModule(root, graph)
-    tensors = module_tensors(mod)
+    keys = state_keys(module_tensors(mod))
     owners = {}
     for node in graph.nodes:
         if node.op == "get_attr":
-            found = tensors.get(id(getattr(gm, node.target)))
+            found = keys.get(id(getattr(gm, node.target)))
             if found is not None:
-                owners[node] = found[:2]
+                owners[node] = found
         elif node.op == "placeholder":
             i = int(node.target[3:])
             if isinstance(flat[i], Tensor):
                 owners[node] = ("input", i)
     writes = _functionalize(graph, owners)
     functionalize_intermediates(gm)
+    if moved:  # after the passes above, which may replace the nodes of the new values
+        out_node = graph.output_node()
+        values = list(out_node.args[0])
+        n = len(values) - len(moved)
+        out_node.args = (values[:n],)
+        for (old, _), node in zip(moved, values[n:]):
+            writes[keys[id(old)]] = node
+        gm.recompile()
     return Traced(gm, rec, specs[0], writes)
 
 

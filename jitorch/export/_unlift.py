@@ -2,11 +2,12 @@
 
 The lifted placeholders become ``get_attr`` reads of the parameters, buffers and constants, registered at their
 fully qualified names (``self.bn.running_mean``; the tensors are the program's own, shared with ``ep.state_dict``).
-The module takes the original arguments: ``flatten_inputs`` checks their structure against ``_in_spec`` (torch's
+The module takes the original arguments: ``checked_leaves`` checks their structure against ``_in_spec`` (torch's
 ``ValueError`` text), ``_guards_fn`` checks each input against the export (ranks, static sizes, dynamic sizes in
 their range and equal where they share a symbol, dtypes, devices, the values of non-tensor inputs: torch's
 ``AssertionError("Guard failed: x.size()[0] == 2")``), the new values of written buffers and inputs are copied into
-them (``copy_``), and the outputs take their original structure (``_out_spec``).
+them (``copy_``; `write_state` for parameters and buffers), and the outputs take their original structure
+(``_out_spec``).
 
 >>> import jitorch
 >>> from jitorch.export import export
@@ -22,6 +23,7 @@ from __future__ import annotations
 import operator
 
 from .._tensor import Tensor
+from ..autograd.grad_mode import no_grad
 from ..fx.graph import Graph
 from ..fx.graph_module import GraphModule
 from ..fx.make_fx import _primitive
@@ -31,10 +33,10 @@ from ..nn.parameter import Parameter
 from ..utils._pytree import tree_flatten, tree_unflatten
 from .graph_signature import InputKind, OutputKind
 
-__all__ = ["flatten_inputs", "unlift", "GuardsFn"]
+__all__ = ["checked_leaves", "unlift", "GuardsFn", "write_state"]
 
 
-def flatten_inputs(args_kwargs, spec):
+def checked_leaves(args_kwargs, spec):
     """The leaves of ``(args, kwargs)``, which must have the structure ``spec`` the program was exported with."""
     leaves, got = tree_flatten(args_kwargs)
     if got != spec:
@@ -42,6 +44,13 @@ def flatten_inputs(args_kwargs, spec):
                          f"inputs with tree spec of: \n{got}.\nPlease check that the inputs have the same number and "
                          "type of args and kwargs as the ones you used when tracing.")
     return leaves
+
+
+def write_state(dest, value):
+    """A written parameter or buffer takes its new value outside autograd: the program's write was a state update
+    (``weight.clamp_`` under ``no_grad``, running statistics), and a parameter is a leaf that requires grad."""
+    with no_grad():
+        dest.copy_(value)
 
 
 class GuardsFn(Module):
@@ -134,7 +143,7 @@ def unlift(ep, guards=True):
     call = ep._forward_call  # (positional argument names, keyword argument names)
     tops = [graph.placeholder(n) for n in call[0] + call[1]]
     args_kwargs = (tuple(tops[:len(call[0])]), {k: ph for k, ph in zip(call[1], tops[len(call[0]):])})
-    flat = graph.call_function(flatten_inputs, (args_kwargs, graph.get_attr("_in_spec")))
+    flat = graph.call_function(checked_leaves, (args_kwargs, graph.get_attr("_in_spec")))
     env, leaves, by_target = {}, [], {}
     placeholders = {n.target: n for n in lifted.find_nodes(op="placeholder")}
     for spec in sig.input_specs:
@@ -168,7 +177,10 @@ def unlift(ep, guards=True):
             user.append(value)
             continue
         dest = env[by_target[spec.target]]
-        graph.call_function(_primitive("copy", True), (dest, value))
+        if spec.kind == OutputKind.USER_INPUT_MUTATION:
+            graph.call_function(_primitive("copy", True), (dest, value))
+        else:
+            graph.call_function(write_state, (dest, value))
     root._in_spec, root._out_spec = ep.call_spec.in_spec, ep.call_spec.out_spec
     graph.output(graph.call_function(tree_unflatten, (user, graph.get_attr("_out_spec"))))
     gm = GraphModule(root, graph)

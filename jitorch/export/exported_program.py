@@ -1,6 +1,7 @@
 """``ExportedProgram``: what ``jitorch.export.export`` returns.
 
-It holds the functional graph (``graph_module``/``graph``: state lifted to inputs, written buffers returned), its
+It holds the functional graph (``graph_module``/``graph``: state lifted to inputs, written buffers returned: the
+form torch's ``export(...).run_decompositions()`` returns, mutations functionalized in the signature), its
 ``graph_signature``, the ``state_dict`` (parameters and persistent buffers, shared with the exported module) and
 ``constants``, ``range_constraints`` of its symbolic sizes, the ``example_inputs``, and the input/output structure
 (``call_spec``, ``module_call_graph``). ``module()`` gives a callable module; ``run_decompositions`` a program whose
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import re
+import types
 from collections import namedtuple
 
 from ..fx.graph_module import GraphModule
@@ -80,6 +82,14 @@ def annotated_code(gm):
         ann = _annotation(node) if node is not None and node.op != "placeholder" else None
         out.append(f"{m.group(1)}{m.group(2)}: {ann} = {m.group(3)}" if ann else line)
     return "\n".join(out)
+
+
+def _train(self, mode=True):
+    raise NotImplementedError("Calling train() is not supported yet.")
+
+
+def _eval(self, mode=True):
+    raise NotImplementedError("Calling eval() is not supported yet.")
 
 
 def _indent(text, n):
@@ -171,10 +181,15 @@ class ExportedProgram:
             yield name, self._state_dict.get(name, self._constants.get(name))
 
     # -- using it ------------------------------------------------------------------------------------------------------
-    def module(self):
+    def module(self, check_guards=True):
         """A GraphModule taking the original arguments, with the parameters and buffers at their names; it checks
-        its inputs against the export and writes the new values of written buffers into them."""
-        return unlift(self)
+        its inputs against the export (``check_guards``) and writes the new values of written buffers into them.
+        Its ``train()`` and ``eval()`` raise torch's ``NotImplementedError``: the program was traced in one mode
+        (export the module again in the other)."""
+        gm = unlift(self, guards=check_guards)
+        gm.train = types.MethodType(_train, gm)
+        gm.eval = types.MethodType(_eval, gm)
+        return gm
 
     def __call__(self, *args, **kwargs):
         raise RuntimeError("Unable to call ExportedProgram directly. You should use `exported_program.module()` "

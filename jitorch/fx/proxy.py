@@ -35,9 +35,10 @@ class TraceError(ValueError):
     """Raised when symbolic tracing meets Python that depends on tensor values (``if``, ``bool``, iteration)."""
 
 
-def user_frame():
-    """The innermost frame outside jitorch itself: the line of user code that triggered the current event."""
-    frame = sys._getframe(1)
+def user_frame(frame=None):
+    """The innermost frame outside jitorch itself, from ``frame`` (default: the caller's) outwards: the line of user
+    code that triggered the current event."""
+    frame = sys._getframe(1) if frame is None else frame
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_JITORCH_DIR + os.sep):
         frame = frame.f_back
     return frame

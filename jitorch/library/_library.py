@@ -30,6 +30,7 @@ _SLOTS = {"CPU": "cpu", "CUDA": "cuda", "Meta": "meta", "cpu": "cpu", "cuda": "c
           "CompositeExplicitAutograd": None, "CompositeImplicitAutograd": "implicit", "Autograd": "autograd",
           "AutogradCPU": "autograd", "AutogradCUDA": "autograd"}
 _DEF_NAMESPACES: set = set()  # namespaces with a live "DEF" library (torch allows one)
+_LIBRARIES = weakref.WeakSet()  # every Library made, for the namespaces jitorch.ops knows
 _keep_alive: list = []  # the libraries of the module-level functions
 
 
@@ -60,6 +61,7 @@ class Library:
         self._defs: list = []  # registry keys this library defined
         self._impls: list = []  # (key, slot, fn) it registered
         self._finalizer = weakref.finalize(self, _cleanup, self._defs, self._impls, ns if kind == "DEF" else None)
+        _LIBRARIES.add(self)
 
     def __repr__(self):
         return f"Library(kind={self.kind}, ns={self.ns}, dispatch_key={self.dispatch_key})>"
@@ -113,11 +115,19 @@ def _cleanup(defs, impls, def_ns):
         pending = _registry.PENDING.get(key, {})
         if pending.get(slot) is fn:
             del pending[slot]
+    from ._ops import forget
+
     for key in defs:
         _registry.REGISTRY.pop(key, None)
+        forget(key)
     defs.clear()
     impls.clear()
     _DEF_NAMESPACES.discard(def_ns)
+
+
+def live_namespaces():
+    """The namespaces of the Libraries not destroyed (a FRAGMENT may not have defined anything yet)."""
+    return {lib.ns for lib in list(_LIBRARIES) if lib._finalizer.alive}
 
 
 def _key(op, ns=None):

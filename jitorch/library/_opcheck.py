@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 from .._tensor import Tensor
+from ..utils._pytree import tree_leaves, tree_map_only
 
 __all__ = ["opcheck", "OpCheckError", "MetadataMismatchError"]
 
@@ -36,24 +37,11 @@ class MetadataMismatchError(RuntimeError):
 
 
 def _map(value, fn):
-    if isinstance(value, Tensor):
-        return fn(value)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_map(v, fn) for v in value)
-    if isinstance(value, dict):
-        return {k: _map(v, fn) for k, v in value.items()}
-    return value
+    return tree_map_only(Tensor, fn, value)
 
 
 def _leaves(value):
-    if isinstance(value, Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _leaves(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _leaves(v)
+    return [t for t in tree_leaves(value) if isinstance(t, Tensor)]
 
 
 def _clone(value):

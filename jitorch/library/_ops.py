@@ -1,9 +1,10 @@
 """``jitorch.ops.<namespace>.<name>[.<overload>]``: torch's ``torch.ops`` objects for the registered operators.
 
-`namespace` (what ``jitorch.ops.__getattr__`` returns for a name that is not one of its modules) is an
+`namespace` (what ``jitorch.ops.__getattr__`` returns for a namespace `known_namespace` finds) is an
 `_OpNamespace`; its attributes are `OpOverloadPacket` s, whose attributes are `OpOverload` s (``.default``, ``.out``).
-The objects are looked up again on every call, so a redefinition (``custom_op`` of the same name) or a destroyed
-``Library`` is seen by code holding them.
+A packet is an attribute of its namespace from its first lookup until its operator's Library is destroyed
+(`forget`); the operator's entry is looked up again on every call, so a redefinition (``custom_op`` of the same
+name) or a destroyed ``Library`` is seen by code holding the objects.
 
 >>> import jitorch
 >>> lib = jitorch.library.Library("doc_ops", "DEF")
@@ -23,7 +24,7 @@ import types
 from .. import _overrides
 from . import _registry
 
-__all__ = ["namespace", "OpOverload", "OpOverloadPacket", "overload_for"]
+__all__ = ["namespace", "known_namespace", "forget", "OpOverload", "OpOverloadPacket", "overload_for"]
 
 _NAMESPACES: dict = {}
 _PACKETS: dict = {}  # "ns::name" -> OpOverloadPacket
@@ -35,6 +36,28 @@ def namespace(name):
     if ns is None:
         ns = _NAMESPACES[name] = _OpNamespace(name)
     return ns
+
+
+def known_namespace(name):
+    """Whether ``name`` is a namespace of ``jitorch.library``: an operator defined in it or a kernel waiting for its
+    definition, or a Library of it not destroyed."""
+    from ._library import live_namespaces
+
+    prefix = name + "::"
+    return any(k.startswith(prefix) for k in _registry.REGISTRY) or any(k.startswith(prefix) for k in
+                                                                        _registry.PENDING) \
+        or name in live_namespaces()
+
+
+def forget(key):
+    """Drop the packet cached on its namespace once no overload of ``key``'s operator is left (torch deletes the
+    attribute when the op's Library goes too)."""
+    qualname = key.split(".", 1)[0]
+    if not _registry.has_qualname(qualname):
+        ns, _, name = qualname.partition("::")
+        space = _NAMESPACES.get(ns)
+        if space is not None:
+            space.__dict__.pop(name, None)
 
 
 class _OpNamespace(types.ModuleType):
@@ -53,6 +76,7 @@ class _OpNamespace(types.ModuleType):
         packet = _PACKETS.get(qualname)
         if packet is None:
             packet = _PACKETS[qualname] = OpOverloadPacket(qualname)
+        setattr(self, op_name, packet)  # later lookups skip the registry scan, until `forget`
         return packet
 
 
@@ -87,8 +111,10 @@ class OpOverloadPacket:
         return overload_for(key)
 
     def __call__(self, *args, **kwargs):
-        overloads = self.overloads()
-        name = "default" if "default" in overloads or len(overloads) != 1 else overloads[0]
+        name = "default"
+        if self._qualified_op_name not in _registry.REGISTRY:  # no default overload: the only one, if one
+            overloads = self.overloads()
+            name = overloads[0] if len(overloads) == 1 else name
         return getattr(self, name)(*args, **kwargs)
 
     def __str__(self):

@@ -26,16 +26,19 @@ __all__ = ["OPS", "OpDef"]
 
 
 def __getattr__(name):
-    """``jitorch.ops.<namespace>`` (torch.ops): a namespace of ``jitorch.library`` operators for a name that is not
-    one of this package's modules; made once, then an attribute like any other."""
-    if name.startswith("__") and name.endswith("__"):
+    """``jitorch.ops.<namespace>`` (torch.ops): the namespace of ``jitorch.library`` operators for a name that is not
+    one of this package's modules and is a namespace jitorch.library knows (an operator defined or pending in it, or
+    a Library of it); made once, then an attribute like any other."""
+    if not name.isidentifier():
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
     import importlib.util
 
-    if importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a row module not imported yet
+    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a row module
         return importlib.import_module(f"{__name__}.{name}")
-    from ..library._ops import namespace
+    from ..library._ops import known_namespace, namespace
 
+    if name.startswith("_") or not known_namespace(name):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = ns = namespace(name)
     return ns
