@@ -274,6 +274,9 @@ def empty_strided(size, stride, *, dtype=None, layout=None, device=None, require
         raise RuntimeError(f"empty_strided: sizes {list(size)} and strides {list(stride)} must be non-negative")
     span = 0 if 0 in size else 1 + sum((n - 1) * st for n, st in zip(size, stride))
     buffer = empty(span, dtype=dtype, device=device)._data
+    if type(buffer) is MetaArray:  # geometry alone; as_strided would return a plain array over the zero pages
+        out = Tensor._make(meta_empty(size, buffer.dtype, stride))
+        return out.requires_grad_() if requires_grad else out
     xp = np if type(buffer) is np.ndarray else array_module_for("cuda")
     item = buffer.itemsize
     data = xp.lib.stride_tricks.as_strided(buffer, size, tuple(st * item for st in stride))

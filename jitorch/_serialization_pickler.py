@@ -74,6 +74,7 @@ TORCH_DEVICE = TorchGlobal("torch", "device")
 TORCH_SIZE = TorchGlobal("torch", "Size")
 TORCH_GET_LAYOUT = TorchGlobal("torch.serialization", "_get_layout")
 REBUILD_SPARSE = TorchGlobal("torch._utils", "_rebuild_sparse_tensor")
+REBUILD_META = TorchGlobal("torch._utils", "_rebuild_meta_tensor_no_storage")
 
 
 def _save_torch_global(pickler, obj):
@@ -213,11 +214,14 @@ def _reduce_tensor(table, t):
                 return REBUILD_PARAMETER_WITH_STATE, args + (state,)
             return REBUILD_PARAMETER, args
         return REBUILD_FROM_TYPE_V2, (REBUILD_PARAMETER, type(t), args, state)
-    ref, offset, size, stride = table.reference(t._data)
-    args = (ref, offset, size, stride, t._requires_grad, OrderedDict())
-    rebuild = REBUILD_TENSOR_V2
-    if t.dtype.name not in STORAGE_NAMES:  # an untyped storage: torch's v3 names the dtype
-        rebuild, args = REBUILD_TENSOR_V3, args + (t.dtype,)
+    if t.is_meta:  # as torch: the geometry alone (a meta tensor's storage is the whole zero mapping)
+        rebuild, args = REBUILD_META, (t.dtype, tuple(t.shape), t.stride(), t._requires_grad)
+    else:
+        ref, offset, size, stride = table.reference(t._data)
+        args = (ref, offset, size, stride, t._requires_grad, OrderedDict())
+        rebuild = REBUILD_TENSOR_V2
+        if t.dtype.name not in STORAGE_NAMES:  # an untyped storage: torch's v3 names the dtype
+            rebuild, args = REBUILD_TENSOR_V3, args + (t.dtype,)
     state = tensor_user_state(t)
     if type(t) is Tensor and not state:
         return rebuild, args

@@ -19,6 +19,7 @@ from ._device import device as _device
 from ._storage import UntypedStorage
 from ._tensor import Size, Tensor
 from .runtime import array_module_for, cuda_available, device_count, strided_view
+from .runtime.meta import MetaArray, empty as meta_empty
 
 __all__ = ["UntypedStorage", "StorageType", "restore_location_fn", "torch_name", "TORCH_ONLY_DTYPES"]
 
@@ -53,6 +54,8 @@ def default_restore_location(storage, location: str):
     location = str(location)
     if location == "cpu":
         return storage.cpu()
+    if location == "meta":  # the size alone: a meta storage holds no bytes
+        return UntypedStorage(meta_empty((storage.nbytes(),), np.uint8), storage.dtype)
     if location.startswith("cuda"):
         return storage.cuda(_validate_cuda(location))
     raise RuntimeError(f"don't know how to restore data location of torch.storage.UntypedStorage (tagged with "
@@ -95,6 +98,13 @@ def _view(storage, dtype, storage_offset, size, stride):
     raw = storage._array
     if raw.size % dtype.itemsize:
         raise RuntimeError(f"a storage of {raw.size} bytes cannot hold {dtype} elements")
+    if type(raw) is MetaArray:  # map_location="meta": the geometry, checked against the storage's size
+        span = 1 + sum((n - 1) * s for n, s in zip(size, stride)) if 0 not in size else 0
+        fits = int(storage_offset) + span <= raw.size // dtype.itemsize
+        if any(s < 0 for s in size) or any(s < 0 for s in stride) or not fits:
+            raise RuntimeError(f"a tensor of size {tuple(size)}, stride {tuple(stride)} and offset {storage_offset} "
+                               f"lies outside its storage of {raw.size} bytes")
+        return Tensor._make(meta_empty(size, dtype.np, stride, int(storage_offset)))
     typed = raw.view(dtype.np)
     xp = np if isinstance(raw, np.ndarray) else array_module_for("cuda")
     # strided_view checks the geometry against the storage: a corrupt or hostile file cannot reach other memory.
@@ -192,6 +202,13 @@ def _rebuild_sparse_tensor(layout, data):
     return _rebuild_sparse_coo(*data)
 
 
+def _rebuild_meta_tensor_no_storage(dtype, size, stride, requires_grad):
+    """How torch pickles a meta tensor: its geometry, no storage (so views of one come back unshared)."""
+    from ._creation import empty_strided
+
+    return empty_strided(size, stride, dtype=dtype, device="meta", requires_grad=bool(requires_grad))
+
+
 def _unsupported(kind):
     def rebuild(*args, **kwargs):
         raise RuntimeError(f"jitorch.load cannot rebuild {kind} tensors: jitorch has none")
@@ -211,7 +228,7 @@ def _torch_names():
         "torch._utils._rebuild_qtensor": _unsupported("quantized"),
         "torch._utils._rebuild_sparse_tensor": _rebuild_sparse_tensor,
         "torch._utils._rebuild_nested_tensor": _unsupported("nested"),
-        "torch._utils._rebuild_meta_tensor_no_storage": _unsupported("meta"),
+        "torch._utils._rebuild_meta_tensor_no_storage": _rebuild_meta_tensor_no_storage,
         "torch._utils._rebuild_wrapper_subclass": _unsupported("wrapper subclass"),
         "torch._tensor._rebuild_from_type_v2": _rebuild_from_type_v2,
         "torch.Tensor": Tensor,

@@ -20,6 +20,7 @@ from . import _dtype
 from ._device import device as _device
 from ._tensor import Tensor
 from .runtime import move_array
+from .runtime.meta import MetaArray, dense_strides_like, empty as meta_empty
 
 __all__ = ["UntypedStorage", "TypedStorage", "deepcopy_array"]
 
@@ -63,6 +64,8 @@ def deepcopy_array(arr, memo):
     """
     if not isinstance(arr, np.ndarray):
         return arr.copy()  # device arrays: a copy of their own
+    if type(arr) is MetaArray:  # no memory to share (its root is the whole zero mapping): a clone, as torch's
+        return meta_empty(arr.shape, arr.dtype, dense_strides_like(arr))
     root = _memory_root(arr)
     if not (root.flags.c_contiguous or root.flags.f_contiguous):
         return arr.copy()  # memory no byte view spans (rare): a copy of its own
@@ -87,6 +90,8 @@ class UntypedStorage:
 
     @property
     def device(self):
+        if type(self._array) is MetaArray:
+            return _device("meta")
         return _device("cpu") if isinstance(self._array, np.ndarray) else _device("cuda", int(self._array.device.id))
 
     @property
@@ -94,8 +99,8 @@ class UntypedStorage:
         return self.device.type == "cuda"
 
     def data_ptr(self) -> int:
-        # torch reports 0 for an empty storage, which allocated nothing
-        return _address(self._array) if self._array.size else 0
+        # torch reports 0 for an empty storage, which allocated nothing, and for a meta one, which has no memory
+        return _address(self._array) if self._array.size and type(self._array) is not MetaArray else 0
 
     def nbytes(self) -> int:
         return int(self._array.size)
@@ -244,6 +249,12 @@ def _untyped_storage(self):
     It starts ``storage_offset()`` elements before the tensor, as in PyTorch: at the block's start for views of a
     tensor, at the array's own start for ``from_numpy`` of a sliced array (which PyTorch cannot see past).
     """
+    if type(self._data) is MetaArray:
+        # No memory block to find (every meta array views the same zero mapping): as many bytes as the geometry of
+        # the tensor this one views reaches, which is what torch allocated for it.
+        base = self._root()
+        span = 1 + sum((n - 1) * st for n, st in zip(base.shape, base.stride())) if base.numel() else 0
+        return UntypedStorage(meta_empty(((base.storage_offset() + span) * base.element_size(),), np.uint8))
     raw = _byte_view(self._data)
     if raw is None:  # memory no single view spans (an unusual NumPy base): this tensor's own bytes
         raw = self._data.reshape(-1).view(np.uint8) if self._data.flags.c_contiguous else None

@@ -25,6 +25,18 @@ from .runtime.meta import MetaArray, offset_of as meta_offset
 
 __all__ = ["Tensor", "Size"]
 
+_SCALAR_OF_GRAD_WARNED = []  # torch's float()/complex() warning is TORCH_WARN_ONCE: once per process
+
+
+def _warn_scalar_of_grad(t):
+    if t._requires_grad and GradState.enabled and not _SCALAR_OF_GRAD_WARNED:
+        import warnings
+
+        _SCALAR_OF_GRAD_WARNED.append(True)
+        warnings.warn("Converting a tensor with requires_grad=True to a scalar may lead to unexpected behavior.\n"
+                      "Consider using tensor.detach() first.", UserWarning, stacklevel=3)
+
+
 # ``jitorch.autograd.backward``, bound at the first ``Tensor.backward``: autograd imports this module, so it cannot be
 # imported here, and an import statement in the method cost half a microsecond per call.
 _AUTOGRAD_BACKWARD = None
@@ -532,9 +544,11 @@ class Tensor:
         return int(self._scalar_for("int"))
 
     def __float__(self):
+        _warn_scalar_of_grad(self)
         return float(self._scalar_for("float"))
 
     def __complex__(self):
+        _warn_scalar_of_grad(self)
         return complex(self._scalar_for("complex"))
 
     def __index__(self):
@@ -577,10 +591,13 @@ class Tensor:
 
     def __reduce_ex__(self, protocol):
         from ._serialization_pickler import tensor_user_state
-        from ._serialization_support import rebuild_tensor
+        from ._serialization_support import rebuild_meta_tensor, rebuild_tensor
 
-        args = (self._host(), self._requires_grad, str(self.device), type(self))
         state = tensor_user_state(self)
+        if type(self._data) is MetaArray:  # no data to pickle: the geometry alone, as torch's
+            args = (self.dtype.name, tuple(self.shape), self.stride(), self._requires_grad, type(self))
+            return (rebuild_meta_tensor, args + (state,) if state else args)
+        args = (self._host(), self._requires_grad, str(self.device), type(self))
         # Attributes a user set on the tensor (or a subclass instance) travel with it, as with torch's pickling.
         return (rebuild_tensor, args + (state,) if state else args)
 

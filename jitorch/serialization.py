@@ -29,11 +29,13 @@ import warnings
 
 import numpy as np
 
+from ._device import device as _device
 from ._serialization_legacy import byteswap, legacy_load, legacy_save
 from ._serialization_pickler import StorageTable, make_pickler
 from ._serialization_rebuild import UntypedStorage, restore_location_fn
 from ._serialization_unpickler import (add_safe_globals, check_storage_pid, clear_safe_globals, get_safe_globals,
                                        is_allowed_global, make_unpickler, safe_globals, weights_only_message)
+from .runtime.meta import empty as meta_empty
 from ._torch_zip import STORAGE_ALIGNMENT, TorchArchive, ZipWriter, archive_name_for
 
 __all__ = ["save", "load", "add_safe_globals", "get_safe_globals", "clear_safe_globals", "safe_globals",
@@ -198,6 +200,8 @@ def _load_archive(archive, map_location, pickle_module, weights_only, mmap, pick
     if byteorder not in ("little", "big"):
         raise ValueError("Unknown endianness type: " + byteorder)
     restore = restore_location_fn(map_location)
+    # As torch: loading onto the meta device reads no tensor data (a checkpoint's shapes, without its bytes).
+    to_meta = isinstance(map_location, (str, _device)) and str(map_location) == "meta"
     loaded = {}
 
     def persistent_load(pid):
@@ -214,12 +218,14 @@ def _load_archive(archive, map_location, pickle_module, weights_only, mmap, pick
             if archive.record_size(name) != nbytes:  # checked before allocating: sizes come from the file
                 raise RuntimeError(f"PytorchStreamReader failed reading file {name}: the record holds "
                                    f"{archive.record_size(name)} bytes but the checkpoint describes {nbytes}")
-            if mmap:
+            if to_meta:
+                raw = meta_empty((nbytes,), np.uint8)
+            elif mmap:
                 raw = archive.map_record(name, nbytes)
             else:
                 raw = np.empty(nbytes, dtype=np.uint8)
                 archive.read_into(name, raw)
-            if byteorder != sys.byteorder:
+            if byteorder != sys.byteorder and not to_meta:
                 byteswap(raw, dtype)
             loaded[key] = restore(UntypedStorage(raw, dtype), location)
         storage = loaded[key]

@@ -1,5 +1,8 @@
 """The ``meta`` device against torch's: shapes, dtypes, strides and device strings of ops on meta tensors, creation
 under a default device, modules built without init work, ``to_empty``/``load_state_dict``, refused reads and errors."""
+import copy
+import io
+import pickle
 import warnings
 
 import pytest
@@ -192,3 +195,53 @@ def test_a_training_step_on_meta_keeps_every_tensor_on_meta(lib):
             fn = lib.compile(lambda a: (a * 2).exp().sum(-1), mode=mode)
             out = fn(lib.empty(8, 8, device="meta"))
             assert out.is_meta and tuple(out.shape) == (8,)
+
+
+def _geometry(t):
+    return str(t.device), tuple(t.shape), tuple(t.stride()), t.storage_offset(), str(t.dtype).split(".")[-1], \
+        type(t).__name__, t.requires_grad
+
+
+def test_meta_storages_copies_and_empty_strided_are_torchs():
+    # A meta array views the one zero mapping every meta tensor shares: its storage, deepcopy, save and pickle each
+    # took that 16 TiB mapping for the tensor's memory (wrong sizes, or a 16 TiB allocation).
+    facts = []
+    for lib in (torch, jitorch):
+        t = _meta(lib, 3, 4)
+        storages = [v.untyped_storage() for v in (t, t[1:], t[:, ::2], t.t()[1:])]
+        strided = lib.empty_strided((2, 3), (1, 2), dtype=lib.float16, device="meta", requires_grad=True)
+        with lib.device("meta"):
+            bn = lib.nn.BatchNorm1d(3)
+        facts.append([[(s.nbytes(), str(s.device), s.data_ptr()) for s in storages], _geometry(strided),
+                      [_geometry(copy.deepcopy(v)) for v in (t[1:, ::2], t.t()[1:], strided.detach())],
+                      _geometry(copy.deepcopy(bn).running_mean)])
+    assert facts[0] == facts[1]
+
+
+@pytest.mark.parametrize("writer", [torch, jitorch], ids=["torch_saves", "jitorch_saves"])
+def test_meta_tensors_save_load_and_pickle_as_torchs(writer):
+    t = _meta(writer, 3, 4, dtype=writer.float16)
+    obj = {"t": t, "view": t[1:, ::2], "p": writer.nn.Parameter(_meta(writer, 2)),
+           "g": _meta(writer, 2, requires_grad=True)}
+    buf = io.BytesIO()
+    writer.save(obj, buf)
+    loaded = []
+    for reader in (torch, jitorch):
+        buf.seek(0)
+        loaded.append({k: _geometry(v) for k, v in reader.load(buf, weights_only=True).items()})
+    assert loaded[0] == loaded[1]
+    # Plain pickling writes the same geometry (a view's offset dropped, as torch drops it).
+    assert {k: _geometry(v) for k, v in pickle.loads(pickle.dumps(obj)).items()} == loaded[0]
+
+
+@pytest.mark.parametrize("writer", [torch, jitorch], ids=["torch_saves", "jitorch_saves"])
+def test_load_with_map_location_meta_keeps_geometry_and_reads_no_data(writer):
+    base = writer.arange(12.0).view(3, 4)
+    buf = io.BytesIO()
+    writer.save({"w": base, "view": base[1:, ::2], "half": writer.ones(2, dtype=writer.bfloat16)}, buf)
+    results = []
+    for reader in (torch, jitorch):
+        for where in ("meta", reader.device("meta"), {"cpu": "meta"}):
+            buf.seek(0)
+            results.append({k: _geometry(v) for k, v in reader.load(buf, map_location=where).items()})
+    assert all(r == results[0] for r in results[1:]) and results[0]["view"][0] == "meta"

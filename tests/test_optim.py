@@ -271,6 +271,16 @@ def test_lbfgs_float32_converges_as_torch(line_search_fn):
     np.testing.assert_allclose(jtrace[-1][0], ttrace[-1][0], rtol=1e-5)
 
 
+@pytest.mark.parametrize("line_search_fn", [None, "strong_wolfe"])
+def test_lbfgs_reads_its_losses_without_the_scalar_conversion_warning(line_search_fn, monkeypatch):
+    # torch's LBFGS converts the closure's loss to a float under no_grad (its step's mode): float() of a tensor
+    # that requires grad in grad mode warns, and a step that warned stopped programs run with -W error
+    monkeypatch.setattr(jitorch._tensor, "_SCALAR_OF_GRAD_WARNED", [])  # the warning is once per process
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _lbfgs_run(jitorch, np.float64, line_search_fn, 3, steps=2)
+
+
 def test_lbfgs_rejects_groups_and_unknown_line_search():
     with pytest.raises(ValueError, match="LBFGS doesn't support per-parameter options"):
         jitorch.optim.LBFGS([{"params": [jitorch.zeros(1, requires_grad=True)]},

@@ -10,7 +10,8 @@ import torch
 import jitorch
 from helpers import same_error
 
-pytestmark = [pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")]
+pytestmark = [pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning"),
+              pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True:UserWarning")]
 
 RNG = np.random.default_rng(7)
 W = RNG.standard_normal((10, 3)).astype(np.float32)
@@ -137,20 +138,78 @@ def test_backward_calls_accumulate_as_torch_s_merge(contiguous):
     assert_sparse_same(*results)
 
 
+@pytest.mark.parametrize("how", ["backward", "create_graph", "grad_create_graph"])
 @pytest.mark.parametrize("contiguous", [True, False], ids=["weighted", "sum"])
-def test_two_lookups_of_one_table_in_one_graph(contiguous):
-    # Two sparse gradients meet in the engine: contiguous values merge, expanded ones (a sum's) are concatenated.
+def test_two_lookups_of_one_table_in_one_graph(contiguous, how):
+    # Two sparse gradients meet in the engine: contiguous values merge, expanded ones (a sum's) are concatenated;
+    # torch's input buffer puts the newer one first, the older one first while the backward records.
     results = []
     for L in LIBS:
         w = _weight(L)
         a = L.nn.functional.embedding(L.tensor([3, 1, 7]), w, sparse=True)
         b = L.nn.functional.embedding(L.tensor([1, 3, 0]), w, sparse=True)
-        if contiguous:
-            ((a * L.tensor(G[0])).sum() + (b * L.tensor(G[1])).sum()).backward()
+        loss = (a * L.tensor(G[0])).sum() + (b * L.tensor(G[1])).sum() if contiguous else a.sum() + 2 * b.sum()
+        if how == "grad_create_graph":
+            results.append(L.autograd.grad(loss, w, create_graph=True)[0])
         else:
-            (a.sum() + 2 * b.sum()).backward()
-        results.append(w.grad)
+            loss.backward(create_graph=how == "create_graph")
+            results.append(w.grad)
     assert_sparse_same(*results)
+
+
+def _coalescing_hook(L, flat):
+    def hook(g):
+        c = g.coalesce()
+        values = c._values().t().contiguous().t() if flat else c._values()  # a column-major copy when ``flat``
+        return L.sparse_coo_tensor(c._indices(), values, c.shape, is_coalesced=True)
+    return hook
+
+
+@pytest.mark.parametrize("case", ["coalesced", "coalesced_create_graph", "strided_values", "one_entry",
+                                  "one_entry_create_graph"])
+def test_the_first_stored_grad_is_flagged_as_torch_s(case):
+    # AccumulateGrad's shallow copy is coalesced only below two entries; its clone (create_graph, strided values)
+    # keeps the flag.
+    flags = []
+    for L in LIBS:
+        w = _weight(L)
+        idx = [3] if case.startswith("one_entry") else [3, 1, 3]
+        if not case.startswith("one_entry"):
+            w.register_hook(_coalescing_hook(L, case == "strided_values"))
+        (L.nn.functional.embedding(L.tensor(idx), w, sparse=True) ** 2).sum().backward(
+            create_graph=case.endswith("create_graph"))
+        flags.append(w.grad)
+    assert_sparse_same(*flags)
+
+
+@pytest.mark.parametrize("empty", ["left", "right"])
+def test_a_sum_with_an_empty_operand_owns_its_memory(empty):
+    results = []
+    for L in LIBS:
+        e = L.sparse_coo_tensor(L.zeros(1, 0, dtype=L.int64), L.zeros(0, 2), (4, 2))
+        b = L.sparse_coo_tensor(L.tensor([[1, 2]]), L.ones(2, 2), (4, 2))
+        c = e + b if empty == "left" else b + e
+        c._values().mul_(5)
+        c._indices().fill_(0)
+        results.append(b)
+    assert_sparse_same(*results)
+
+
+def test_a_zeroed_sparse_grad_does_not_share_the_next_gradient():
+    # zero_grad(set_to_none=False) leaves an empty .grad: the next gradient is added into it as a copy, so neither
+    # the caller's upstream gradient nor an in-place unscale of .grad reaches the other.
+    results = []
+    for L in LIBS:
+        emb = L.nn.Embedding.from_pretrained(L.tensor(W), freeze=False, sparse=True)
+        emb(L.tensor([1, 2])).sum().backward()
+        emb.zero_grad(set_to_none=False)
+        upstream = L.ones(2, 3)
+        emb(L.tensor([3, 4])).backward(upstream)
+        emb.weight.grad._values().mul_(0.5)  # as GradScaler.unscale_
+        upstream.mul_(100)
+        results.append((emb.weight.grad, _np(upstream)))
+    assert_sparse_same(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
 
 
 @pytest.mark.parametrize("order", ["same_graph", "sparse_then_dense", "dense_then_sparse"])
@@ -173,35 +232,6 @@ def test_a_dense_gradient_and_a_sparse_one_sum_to_a_dense_grad(order):
         assert not w.grad.is_sparse
         results.append(_np(w.grad))
     np.testing.assert_allclose(*results, atol=1e-5)
-
-
-def test_sparse_sums_follow_aten_s_walk():
-    from jitorch.sparse._coo_add import _replay, walk_positions
-
-    rng = np.random.default_rng(3)
-    for trial in range(200):  # the vectorized walk against the entry-by-entry replay (sorted, reversed, repeated...)
-        vocab, n, m = int(rng.choice([3, 40, 10 ** 6])), int(rng.integers(0, 900)), int(rng.integers(0, 900))
-        kt, ks = rng.integers(0, vocab, n), rng.integers(0, vocab, m)
-        if trial % 4 == 1:
-            ks = np.concatenate([kt[:m], ks[n:]])
-        elif trial % 4 == 2:
-            kt, ks = np.sort(kt), -np.sort(-ks)
-        elif trial % 4 == 3:
-            kt, ks = -np.sort(-kt), -np.sort(-ks)
-        for a, b in zip(walk_positions(kt, ks), _replay(kt, ks)):
-            np.testing.assert_array_equal(a, b)
-    for _ in range(20):  # and the replay against torch, 2-D indices, in place and not
-        i, j = rng.integers(0, 3, (2, 9)), rng.integers(0, 3, (2, 7))
-        u, v = rng.standard_normal((9, 2)), rng.standard_normal((7, 2))
-        sums = []
-        for L in LIBS:
-            a, b = L.sparse_coo_tensor(L.tensor(i), L.tensor(u), (3, 3, 2)), L.sparse_coo_tensor(L.tensor(j),
-                                                                                                 L.tensor(v), (3, 3, 2))
-            c = a.clone()
-            c.add_(b, alpha=-0.5)
-            sums.append((a + b, c))
-        for j_sum, t_sum in zip(*sums):
-            assert_sparse_same(j_sum, t_sum)
 
 
 @pytest.mark.parametrize("where", ["optimizer", "module"])

@@ -1,5 +1,6 @@
-"""Python's protocols on a tensor as torch answers them: ``in``, comparisons with operands no op takes, and the
-inference flag of tensors made under ``inference_mode``."""
+"""Python's protocols on a tensor as torch answers them: ``in``, comparisons with operands no op takes, the
+inference flag of tensors made under ``inference_mode``, and the warning of ``float()`` of a tensor that requires
+grad."""
 from __future__ import annotations
 
 import numpy as np
@@ -50,3 +51,36 @@ def test_inference_flag_matches_torch(make):
                 disabled.is_inference(), no_grad.is_inference(), make(m, x).is_inference(), x.is_inference())
 
     assert flags(jitorch) == flags(torch)
+
+
+_SCALAR_SCRIPT = """
+import warnings
+import {lib} as torch
+a = torch.ones((), requires_grad=True)
+
+
+def no_grad_float():
+    with torch.no_grad():
+        return float(a)
+
+
+for name, call in [("int", lambda: int(a)), ("item", a.item), ("bool", lambda: bool(a)),
+                   ("no_grad", no_grad_float), ("detached", lambda: float(a.detach())),
+                   ("float", lambda: float(a * 2)), ("again", lambda: float(a)), ("complex", lambda: complex(a))]:
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        call()
+    print(name, [str(w.message).split(" (Triggered")[0] for w in seen])
+"""
+
+
+def test_float_of_a_tensor_that_requires_grad_warns_once_as_torch():
+    """torch 2.13's ``float()``/``complex()`` warning (TORCH_WARN_ONCE: once per process, hence a fresh process per
+    library; ``int``, ``item`` and ``bool`` stay silent, as does grad mode off)."""
+    import subprocess
+    import sys
+
+    outs = [subprocess.run([sys.executable, "-c", _SCALAR_SCRIPT.format(lib=lib)], capture_output=True, text=True,
+                           check=True).stdout for lib in ("torch", "jitorch")]
+    assert outs[1] == outs[0]
+    assert "float ['Converting a tensor with requires_grad=True to a scalar" in outs[0]

@@ -163,5 +163,19 @@ def _batched_grad(outputs, grads, inputs, retain_graph, create_graph, allow_unus
 
 
 def Variable(data, requires_grad=False):  # noqa: N802 - the legacy constructor name
-    """Legacy ``torch.autograd.Variable``: returns the tensor (optionally requiring grad)."""
+    """Legacy ``torch.autograd.Variable``: returns the tensor (optionally requiring grad). ``Variable.
+    _execution_engine.queue_callback(fn)`` runs ``fn`` at the end of the running backward."""
     return data.requires_grad_(requires_grad) if requires_grad else data
+
+
+class _ExecutionEngine:
+    """``Variable._execution_engine``: torch's handle on the backward engine (only ``queue_callback`` is offered)."""
+
+    @staticmethod
+    def queue_callback(callback):
+        from .graph_task import queue_callback
+
+        queue_callback(callback)
+
+
+Variable._execution_engine = _ExecutionEngine()

@@ -24,6 +24,7 @@ from .engine_hooks import run_node
 from .engine_leaves import finish_leaves, grad_sum, leaf_hooks_suppressed  # noqa: F401 - fx.joint's
 from .graph import Node
 from .grad_mode import GradState
+from .graph_task import _TASKS, GraphTask
 
 _ndarray = np.ndarray
 _refcount = sys.getrefcount
@@ -240,6 +241,8 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
     prev_enabled = GradState.enabled
     GradState.enabled = bool(create_graph)
     _WITH_INPUTS.append(inputs is not None)
+    task = GraphTask(nodes, needed, wanted_nodes, wanted_leaves, accumulate_into_grad)
+    _TASKS.append(task)
     try:
         pop, push, take, leaf_get = ready.pop, ready.append, pending.pop, leaf_grads.get
         while ready:
@@ -284,8 +287,12 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
                         leaf_grads[id(target)] = [target, g]
                     else:
                         entry[1] = add(entry[1], g)
-        return finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_grad, create_graph,
-                             root_grads, allow_unused, plain)
+        result = finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_grad, create_graph,
+                               root_grads, allow_unused, plain)
+        if task.callbacks:
+            task.run_callbacks()
+        return result
     finally:
+        _TASKS.pop()
         _WITH_INPUTS.pop()
         GradState.enabled = prev_enabled

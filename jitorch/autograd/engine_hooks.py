@@ -64,6 +64,8 @@ def run_pre_hooks(node, grads):
 def _prepare(node, grads, wanted_nodes, captured, needed):
     """What runs before a node with hooks, or in a ``grad`` call: its pre-hooks and retain_grad hooks, the capture of
     a wanted non-leaf's gradient. Returns the gradients to run the node with, or None when it need not run."""
+    if needed is not None and id(node) not in needed and node not in wanted_nodes:
+        return None  # as torch: a node that neither runs nor has its gradient captured runs no hooks either
     if node._pre_hooks:
         grads = run_pre_hooks(node, tuple(grads))
     if node._retain_hooks:

@@ -10,6 +10,7 @@ import contextlib
 
 import numpy as np
 
+from .._grad_state import GradState
 from .._tensor import Tensor
 from .._memory_format import contiguous_format, is_contiguous_as, suggest_memory_format
 from .engine_hooks import checked, run_pre_hooks
@@ -33,13 +34,14 @@ def leaf_hooks_suppressed():
 
 
 def grad_sum(old, new):
-    """``old + new`` for two gradients of one input met in the graph (the engine's sums while nothing records in
-    place); a sparse one joins the other as torch's engine joins them (its input buffer adds the old gradient to the
-    new one: the new one's entries come first where ATen concatenates)."""
+    """``old + new`` for two gradients of one input met in the graph (the engine's sums that cannot add in place:
+    under ``create_graph``, while a mode records, or of arrays NumPy does not add in place); a sparse one joins the
+    other as torch's input buffer joins them: ``new + old`` with grad mode off (the new one's entries first where
+    ATen concatenates), ``old + new`` while the backward records (``create_graph``)."""
     if (type(old) is not Tensor or type(new) is not Tensor) and (old.is_sparse or new.is_sparse):
         from ..sparse._coo_add import sparse_grad_sum
 
-        return sparse_grad_sum(new, old)
+        return sparse_grad_sum(old, new) if GradState.enabled else sparse_grad_sum(new, old)
     return old + new
 
 
@@ -111,18 +113,15 @@ def finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_g
     stored = set()
     hooks_on = _LeafHooks.enabled
     for leaf, g in leaf_grads.values():
-        if g is None:
-            continue
+        if g is None or (inputs is not None and id(leaf) not in wanted_leaves):
+            continue  # (as torch: a leaf not among ``inputs`` has no AccumulateGrad run, so no hooks)
         if hooks_on and leaf._hooks:
             for hook in leaf._hooks:
                 new = hook(g)
                 if new is not None:
                     g = checked(hook, g, new)
         if inputs is not None:
-            wanted = wanted_leaves.get(id(leaf))
-            if wanted is None:
-                continue
-            for i in wanted:
+            for i in wanted_leaves[id(leaf)]:
                 captured[i] = g
             if not accumulate_into_grad:
                 continue
@@ -136,7 +135,7 @@ def finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_g
             if type(g) is not Tensor and g.is_sparse:
                 from ..sparse._coo_add import owned_grad
 
-                g = owned_grad(g, user_grads)
+                g = owned_grad(g, user_grads, create_graph)
             else:
                 g = _layout_for(leaf, g, plain, user_grads, stored)
             stored.add(id(g))

@@ -25,9 +25,10 @@ from .view_creation import ViewCreation  # noqa: F401 - re-exported beside the n
 from .saved_hooks import _stack as _SAVED_HOOKS
 from .saved_hooks import pack as _pack
 from .saved_hooks import disable_saved_tensors_hooks, save_on_cpu, saved_tensors_hooks  # noqa: F401 - torch's path
+from .graph_task import register_multi_grad_hook  # noqa: F401 - torch's path
 
 __all__ = ["Node", "AccumulateGrad", "node_class_for", "named", "recording_nodes", "ViewCreation",
-           "saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks"]
+           "saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks", "register_multi_grad_hook"]
 
 _FREED_MSG = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have already "

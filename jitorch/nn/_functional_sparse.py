@@ -76,9 +76,10 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     _check_indices(input, "embedding")
     num = weight.shape[0]
     padding_idx = _padding_index(padding_idx, num)
-    if max_norm is not None:
+    if max_norm is not None or sparse:  # (the dense lookup's own row checks the range)
         input = _checked_range(input, num, "embedding", "IndexError",
                                f"embedding: index out of range in self (indices must be in [0, {num}))")
+    if max_norm is not None:
         _renorm_rows(weight, input, max_norm, norm_type)
     if sparse:
         return apply(SPARSE_EMBEDDING, weight, input if input.device == weight.device else input.to(weight.device),

@@ -67,13 +67,15 @@ class Parameter(Tensor):
 
     def __reduce_ex__(self, protocol):
         state = {k: v for k, v in self.__dict__.items() if k not in _TENSOR_FIELDS}
-        return (_rebuild_parameter, (type(self), self._host(), self._requires_grad, str(self.device), state))
+        # A meta parameter has no data: its geometry travels as a meta tensor's does.
+        data = Tensor._make(self._data) if self.is_meta else self._host()
+        return (_rebuild_parameter, (type(self), data, self._requires_grad, str(self.device), state))
 
 
 def _rebuild_parameter(cls, array, requires_grad, device, state):
     from .._creation import _finish
 
-    p = cls(_finish(array, False, device), requires_grad)
+    p = cls(array if isinstance(array, Tensor) else _finish(array, False, device), requires_grad)
     p.__dict__.update(state)
     return p
 

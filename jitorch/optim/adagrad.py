@@ -11,12 +11,10 @@ tensor([ 0.9000, -0.9000], requires_grad=True)
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .. import _creation
 from .._tensor import Tensor
-from ..runtime import array_module_for
-from ._kernels import advance_step, capturing, hyper, increment_step, ops_for, refuse_capture
+from ._kernels import ARRAY_OPS, advance_step, capturing, hyper, increment_step, ops_for
+from ._sparse_update import refuse_sparse_capture, update_at_entries
 from .optimizer import evaluate_closure, new_step
 from .optimizer import (Optimizer, _check_fused_flags, _check_tensor_lr, _device_dtype_check_for_fused,
                         _get_scalar_dtype, _use_grad_for_differentiable)
@@ -131,9 +129,7 @@ def adagrad(params, grads, state_sums, state_steps, fused=None, grad_scale=None,
     lr, weight_decay, lr_decay, eps = (hyper(v, ops) for v in (lr, weight_decay, lr_decay, eps))
     for param_t, grad_t, sum_t, step_t in zip(params, grads, state_sums, state_steps):
         if type(grad_t) is not Tensor and grad_t.is_sparse:  # sparse=True embeddings
-            if capturing():  # its update runs on the arrays, which a capture would not record
-                refuse_capture("CPU graph capture: Adagrad's step with a sparse gradient is not captured (its sizes "
-                               "depend on the indices); run the step uncaptured")
+            refuse_sparse_capture("Adagrad's step with a sparse gradient")
             _sparse_adagrad(param_t, grad_t, sum_t, increment_step(step_t), lr=lr, weight_decay=weight_decay,
                             lr_decay=lr_decay, eps=eps, maximize=maximize)
             continue
@@ -158,23 +154,12 @@ def adagrad(params, grads, state_sums, state_steps, fused=None, grad_scale=None,
 
 def _sparse_adagrad(param, grad, state_sum, step, *, lr, weight_decay, lr_decay, eps, maximize):
     """torch's update for a sparse gradient (``sparse=True`` embeddings): the sums and the parameter change at the
-    coalesced gradient's entries only (on the arrays, each position written once)."""
-    if maximize:
-        grad = -grad
+    coalesced gradient's entries only."""
     if weight_decay != 0:
         raise RuntimeError("weight_decay option is not compatible with sparse gradients")
     clr = lr / (1 + (step - 1) * lr_decay)
-    grad = grad.coalesce()  # the update is not linear: each entry once
-    key = tuple(grad._indices()._data)
-    values = grad._values()._data
-    sums, p = state_sum._data, param._data
-    new_sum = sums[key] + values * values
-    sums[key] = new_sum
-    std = _sqrt(new_sum) + eps
-    p[key] = p[key] + -clr * (values / std)
-    state_sum._bump_version()
-    param._bump_version()
 
-
-def _sqrt(a):
-    return (np if isinstance(a, np.ndarray) else array_module_for("cuda")).sqrt(a)
+    def adagrad(values, sums, p):
+        sums = sums + values * values
+        return sums, p + -clr * (values / (ARRAY_OPS.sqrt(sums) + eps))
+    update_at_entries(grad, maximize, (state_sum, param), adagrad)

@@ -223,7 +223,8 @@ class LBFGS(Optimizer):
                 if n_iter != max_iter:
                     # Re-evaluate only when another iteration follows: the caller evaluates after step anyway.
                     with enable_grad():
-                        loss = float(closure())
+                        loss = closure()
+                    loss = float(loss)  # under no_grad, as torch's: no scalar-of-a-grad-tensor warning
                     flat_grad = self._gather_flat_grad()
                     opt_cond = abs(flat_grad).max() <= tolerance_grad
                     ls_func_evals = 1

@@ -163,8 +163,9 @@ def sgd(params, d_p_list, momentum_buffer_list, has_sparse_grad=False, foreach=N
 
 def _sparse_sgd(param, grad, momentum_buffer_list, i, *, weight_decay, momentum, lr, dampening, nesterov, maximize):
     """torch's single-tensor rule for a sparse gradient: a sparse momentum buffer, the parameter updated at the
-    gradient's entries only; weight decay is refused as torch refuses it (``add(sparse, dense)``)."""
-    from ..sparse._coo_add import add_into_dense_
+    gradient's entries only (each entry added in turn, as ATen's ``add_``); weight decay is refused as torch
+    refuses it (``add(sparse, dense)``)."""
+    from ..sparse._coo_add import add_dense_sparse
 
     if maximize:
         grad = -grad
@@ -179,9 +180,9 @@ def _sparse_sgd(param, grad, momentum_buffer_list, i, *, weight_decay, momentum,
             if buf.is_sparse:
                 buf.add_(grad, alpha=1 - dampening)
             else:
-                add_into_dense_(buf, grad, 1 - dampening)
+                add_dense_sparse(buf, grad, 1 - dampening, inplace=True)
         grad = grad.add(buf, alpha=momentum) if nesterov else buf
     if grad.is_sparse:
-        add_into_dense_(param, grad, -lr)
+        add_dense_sparse(param, grad, -lr, inplace=True)
     else:
         param.add_(grad, alpha=-lr)

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from .. import _creation
 from ..autograd.grad_mode import no_grad
-from ..runtime import array_module_for
-from ._kernels import capturing, refuse_capture
+from ._kernels import ARRAY_OPS
+from ._sparse_update import refuse_sparse_capture, update_at_entries
 from .optimizer import Optimizer, _check_tensor_lr, _to_scalar, evaluate_closure
 
 __all__ = ["SparseAdam"]
@@ -71,9 +69,7 @@ class SparseAdam(Optimizer):
         return loss
 
     def _update(self, p, group):
-        if capturing():  # the update runs on the arrays, which a capture would not record
-            refuse_capture("CPU graph capture: SparseAdam's step is not captured (its sizes depend on the gradient's "
-                           "indices); run the step uncaptured")
+        refuse_sparse_capture("SparseAdam's step")
         beta1, beta2 = group["betas"]
         state = self.state[p]
         if len(state) == 0:
@@ -81,30 +77,12 @@ class SparseAdam(Optimizer):
             state["exp_avg"] = _creation.zeros_like(p)
             state["exp_avg_sq"] = _creation.zeros_like(p)
         state["step"] += 1  # counted even for an empty gradient, as torch counts it
-        grad = p.grad if not group["maximize"] else -p.grad
-        grad = grad.coalesce()  # the update is not linear: each entry once
-        values = grad._values()._data
-        if values.size == 0:
-            return
-        # On the arrays, each position written once (the entries are distinct), in torch's order of operations:
-        # old <- b * old + (1 - b) * new, as old += (1 - b) * (new - old).
-        key = tuple(grad._indices()._data)
-        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-        avg, sq, param = exp_avg._data, exp_avg_sq._data, p._data
-        old_avg, old_sq = avg[key], sq[key]
-        avg_update = (values - old_avg) * (1 - beta1)
-        numer = avg_update + old_avg
-        avg[key] = numer
-        sq_update = (values * values - old_sq) * (1 - beta2)
-        new_sq = sq_update + old_sq
-        sq[key] = new_sq
-        denom = _sqrt(new_sq) + group["eps"]
         step = state["step"]
         step_size = float(_to_scalar(group["lr"])) * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
-        param[key] = param[key] + -step_size * (numer / denom)
-        for t in (exp_avg, exp_avg_sq, p):
-            t._bump_version()
 
-
-def _sqrt(a):
-    return (np if isinstance(a, np.ndarray) else array_module_for("cuda")).sqrt(a)
+        def adam(values, avg, sq, param):
+            # torch's order of operations: old <- b * old + (1 - b) * new, as old += (1 - b) * (new - old).
+            avg = (values - avg) * (1 - beta1) + avg
+            sq = (values * values - sq) * (1 - beta2) + sq
+            return avg, sq, param + -step_size * (avg / (ARRAY_OPS.sqrt(sq) + group["eps"]))
+        update_at_entries(p.grad, group["maximize"], (state["exp_avg"], state["exp_avg_sq"], p), adam)

@@ -167,6 +167,11 @@ class SparseCooTensor(Tensor):
         self._sp_coalesced = bool(coalesced)
         return self
 
+    def _rebind(self, indices, values, coalesced):
+        """Hold other indices and values: an in-place result keeps the object (``.grad``, a momentum buffer)."""
+        self._sp_indices, self._sp_values, self._sp_coalesced = indices, values, bool(coalesced)
+        return self
+
     def _indices(self):
         return self._sp_indices.detach()
 
@@ -242,9 +247,8 @@ class SparseCooTensor(Tensor):
             raise RuntimeError("copy_: a leaf Variable that requires grad is being used in an in-place operation.")
         grad = self.grad  # kept across the new pattern, as torch keeps .grad
         values = src._sp_values.to(device=self.device, dtype=self.dtype).clone()
-        self._sp_indices = src._sp_indices.to(self.device).clone()
-        self._sp_values = values.detach().requires_grad_(True) if leaf else values
-        self._sp_coalesced = src._sp_coalesced
+        self._rebind(src._sp_indices.to(self.device).clone(), values.detach().requires_grad_(True) if leaf else values,
+                     src._sp_coalesced)
         self.grad = grad
         return self
 

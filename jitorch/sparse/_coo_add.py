@@ -1,15 +1,18 @@
 """Sums with sparse_coo tensors as torch's CPU kernels make them: ``sparse + sparse`` (``add``/``add_``, and the
-backward engine's sum of two sparse gradients), a sparse tensor added into a dense one in place, and the in-place
-methods an optimizer or ``Module.to`` calls on a sparse gradient or momentum buffer (``mul_``, ``zero_``, ``detach_``,
+backward engine's sum of two sparse gradients), ``dense + sparse`` (in place or not), and the in-place methods an
+optimizer or ``Module.to`` calls on a sparse gradient or momentum buffer (``mul_``, ``zero_``, ``detach_``,
 ``data =``).
 
 ATen's ``add_out_sparse_cpu`` walks both entry lists once, as the merge step of a merge sort does, whether or not they
 are sorted: at each step the entry with the smaller index is taken, and two entries with the same index become one
 entry holding their sum. So the result is uncoalesced unless both inputs were coalesced, and its order is observable
 (``_indices()``). When either values tensor is not contiguous ATen concatenates the two lists instead (coalescing once
-there are more entries than elements). `walk_positions` computes the walk's outcome without walking it entry by entry
-(see its docstring); the values are then summed by position (`group_sums`), so gradients reach both operands'
-values.
+there are more entries than elements). `walk_positions` (``_coo_walk.py``) computes the walk's outcome; the values are
+then summed by position (`group_sums`), so gradients reach both operands' values.
+
+``add_out_dense_sparse_cpu`` adds the entries into the dense tensor one after the other: two entries at one position
+give ``(d + v1) + v2``, which rounds differently from ``d + (v1 + v2)``. `add_dense_sparse` does the same, by levels
+(the first entry of every position, then the second...), each level a scatter to distinct positions.
 
 >>> import jitorch
 >>> a = jitorch.sparse_coo_tensor([[3, 1]], [1.0, 2.0], (4,))
@@ -23,102 +26,18 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _creation, _dtype
+from .._grad_state import GradState
 from .._memory_format import contiguous_format
 from .._tensor import Tensor
+from ..runtime import array_module_for, is_cupy, scatter_add
 from ._coo import SparseCooTensor, make_sparse
 from ._coo_index import group_sums, linear_index
+from ._coo_walk import walk_positions
 
-__all__ = ["walk_positions", "add_sparse", "add_sparse_", "add_into_dense_", "sparse_grad_sum", "owned_grad",
-           "accumulate_grad"]
+__all__ = ["add_sparse", "add_sparse_", "add_dense_sparse", "sparse_grad_sum", "owned_grad", "accumulate_grad"]
 
-# Below this many entries in all, a walk is replayed in Python: cheaper than the vectorized steps' NumPy calls.
-_REPLAY = 256
-
-
-def _replay(kt, ks):
-    """ATen's walk, entry by entry (``kt``/``ks``: the linear positions of t's and s's entries)."""
-    t, s = kt.tolist(), ks.tolist()
-    n, m = len(t), len(s)
-    pt, ps = [0] * n, [0] * m
-    i = j = r = 0
-    while i < n and j < m:
-        a, b = t[i], s[j]
-        if a < b:
-            pt[i] = r
-            i += 1
-        elif b < a:
-            ps[j] = r
-            j += 1
-        else:
-            pt[i] = ps[j] = r
-            i += 1
-            j += 1
-        r += 1
-    for i in range(i, n):
-        pt[i] = r
-        r += 1
-    for j in range(j, m):
-        ps[j] = r
-        r += 1
-    return np.array(pt, dtype=np.int64), np.array(ps, dtype=np.int64), r
-
-
-def _blocks(keys):
-    """Start, length and leading key of each block of ``keys``: a block starts at a key above every key before it."""
-    running = np.maximum.accumulate(keys)
-    starts = np.flatnonzero(np.concatenate([[True], keys[1:] > running[:-1]]))
-    return starts, np.diff(np.append(starts, keys.size)), keys[starts]
-
-
-def walk_positions(kt, ks):
-    """Where ATen's walk puts each entry: ``(pos_t, pos_s, count)`` for the int64 position arrays ``kt`` and ``ks``
-    (an entry of t and one of s with the same position were summed into one).
-
-    Every key inside a block is at most its leading key (the block's record), so once the walk takes a block's record
-    it takes the rest of the block before the other list's next record. Blocks therefore come out whole, ordered by
-    their records; when both lists have a block with the same record, the two records become one entry and the two
-    blocks' remainders merge by the same walk (recursively). Equal leading entries are paired up first. A recursion
-    that would not shrink the problem by a tenth, and any small one, replays the walk in Python instead.
-
-    >>> walk_positions(np.array([5, 3]), np.array([3, 5]))
-    (array([1, 2]), array([0, 1]), 3)
-    """
-    n, m = kt.size, ks.size
-    if not n or not m:
-        return np.arange(n, dtype=np.int64), np.arange(n, n + m, dtype=np.int64), n + m
-    if n + m <= _REPLAY:
-        return _replay(kt, ks)
-    k = min(n, m)
-    same = kt[:k] == ks[:k]
-    p = k if same.all() else int(same.argmin())
-    if p:  # a common prefix pairs up entry by entry
-        pt, ps, count = walk_positions(kt[p:], ks[p:])
-        head = np.arange(p, dtype=np.int64)
-        return np.concatenate([head, pt + p]), np.concatenate([head, ps + p]), count + p
-    st, lt, rt = _blocks(kt)
-    ss, ls, rs = _blocks(ks)
-    units = np.union1d(rt, rs)
-    ut, us = np.searchsorted(units, rt), np.searchsorted(units, rs)
-    size = np.zeros(units.size, dtype=np.int64)
-    size[ut] += lt
-    size[us] += ls
-    _, it, is_ = np.intersect1d(rt, rs, assume_unique=True, return_indices=True)
-    size[ut[it]] -= 1  # the two records of a shared block are one entry
-    merged = []
-    both = (lt[it] > 1) & (ls[is_] > 1)  # shared blocks whose remainders both have entries
-    for bt, bs in zip(it[both].tolist(), is_[both].tolist()):
-        a, b, c, d = st[bt] + 1, st[bt] + lt[bt], ss[bs] + 1, ss[bs] + ls[bs]
-        walk = _replay if (b - a) + (d - c) > 0.9 * (n + m) else walk_positions
-        sub = walk(kt[a:b], ks[c:d])
-        size[ut[bt]] = 1 + sub[2]
-        merged.append((ut[bt], a, b, c, d, sub))
-    start = np.cumsum(size) - size
-    pos_t = np.repeat(start[ut] - st, lt) + np.arange(n, dtype=np.int64)
-    pos_s = np.repeat(start[us] - ss, ls) + np.arange(m, dtype=np.int64)
-    for unit, a, b, c, d, (pt, ps, _) in merged:
-        pos_t[a:b] = start[unit] + 1 + pt
-        pos_s[c:d] = start[unit] + 1 + ps
-    return pos_t, pos_s, int(size.sum())
+# Below this many elements an update is added by ``np.add.at`` (in order, entry by entry) rather than by levels.
+_AT_ONCE = 4096
 
 
 def _host_keys(s):
@@ -126,22 +45,13 @@ def _host_keys(s):
     return linear_index(s._sp_indices, s.shape[:s.sparse_dim()]).numpy(force=True)
 
 
-def _refuse_capture(what):
-    """Raw-array updates would escape a CPU graph capture: end it with the reason (``reduce-overhead`` has seen the
-    host reads of the same step in its warm-up and does not capture it)."""
-    from .._dispatch_modes import MODES
-
-    if MODES and getattr(MODES[-1], "records_updates", False):
-        MODES[-1].fail(f"CPU graph capture: {what} is not captured (its sizes depend on the sparse tensor's "
-                       "indices); run the step uncaptured")
-
-
 def _contiguous(t):
     return t._data.flags.c_contiguous
 
 
 def add_sparse(t, s, alpha=1):
-    """``t + alpha * s`` for two sparse_coo tensors of one size, entries in ATen's order (module docstring)."""
+    """``t + alpha * s`` for two sparse_coo tensors of one size, entries in ATen's order (module docstring). The
+    result owns its memory, as ATen's (an empty operand's partner is copied)."""
     from .._movement import cat
 
     if t.shape != s.shape:
@@ -153,9 +63,11 @@ def add_sparse(t, s, alpha=1):
     if alpha != 1:
         sv = sv * alpha
     if s._nnz() == 0:
-        return make_sparse(t._sp_indices, tv, t.shape, t._sp_coalesced)
+        return make_sparse(t._sp_indices.clone(), tv.clone() if tv is t._sp_values else tv, t.shape,
+                           t._sp_coalesced)
     if t._nnz() == 0:
-        return make_sparse(s._sp_indices, sv, s.shape, s._sp_coalesced)
+        return make_sparse(s._sp_indices.clone(), sv.clone() if sv is s._sp_values else sv, s.shape,
+                           s._sp_coalesced)
     if t.sparse_dim() != s.sparse_dim():
         raise RuntimeError(f"add: expected 'self' and 'other' to have same density, but 'self' has {t.sparse_dim()} "
                            f"sparse dimensions while 'other' has {s.sparse_dim()} sparse dimensions")
@@ -174,56 +86,143 @@ def add_sparse(t, s, alpha=1):
 def add_sparse_(t, s, alpha=1):
     """``t += alpha * s`` in place (``t`` keeps its dtype and its identity: an accumulated ``.grad``)."""
     out = add_sparse(t, s, alpha)
-    t._sp_indices, t._sp_values, t._sp_coalesced = out._sp_indices, out._sp_values.to(t.dtype), out._sp_coalesced
+    t._rebind(out._sp_indices, out._sp_values.to(t.dtype), out._sp_coalesced)
     t._bump_version()
     return t
 
 
-def add_into_dense_(dense, s, alpha=1):
-    """``dense += alpha * s`` in place on ``dense``'s array, without a dense copy of ``s`` and without autograd (the
-    engine's accumulation into a dense ``.grad``, the optimizers' updates). Duplicates are summed first (`coalesce`),
-    then each position is written once."""
+def _levels(flat):
+    """The entries (by their positions ``flat``, from 0) in levels: the first entry at every position, then the
+    second..., each level by position. Returns the order and each level's size (non-increasing)."""
+    n = flat.size
+    if int(flat.max()) < (1 << 62) // n:  # one unstable sort of (position, entry): NumPy's fast sort, yet stable
+        tagged = np.sort(flat * n + np.arange(n))
+        order, grouped = tagged % n, tagged // n
+    else:
+        order = np.argsort(flat, kind="stable")
+        grouped = flat[order]
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(grouped[1:], grouped[:-1], out=new[1:])
+    if new.all():
+        return np.arange(n), np.array([n])
+    rank = np.arange(n) - np.maximum.accumulate(np.where(new, np.arange(n), 0))  # of the position-sorted entries
+    # Ranks are small: a narrow dtype makes the stable sort a radix sort. A level's positions come out increasing
+    # (its scatter walks the target in order).
+    narrow = rank.astype(np.uint8 if rank.max() < 1 << 8 else np.uint16 if rank.max() < 1 << 16 else np.int64)
+    return order[np.argsort(narrow, kind="stable")], np.bincount(rank)
+
+
+def _add_in_turn(xp, target, key, values):
+    """``target[key] += values`` on arrays, entry by entry where positions repeat (ATen's rounding). CuPy's
+    scatter-add has no defined order (nor has ATen's CUDA kernel)."""
+    if is_cupy(xp):
+        scatter_add(xp, target, key, values)
+        return
+    if values.size < _AT_ONCE:
+        np.add.at(target, key, values)
+        return
+    order, sizes = _levels(np.ravel_multi_index(key, target.shape[:len(key)]))
+    width, done = values.size // max(values.shape[0], 1), 0
+    for size in sizes.tolist():
+        part = order[done:]
+        if size * width < _AT_ONCE:  # the rest is small: add.at takes it in order (each position's entries in turn)
+            np.add.at(target, tuple(k[part] for k in key), values[part])
+            return
+        part = part[:size]
+        target[tuple(k[part] for k in key)] += values[part]  # distinct positions: a plain fancy-index add
+        done += size
+
+
+def _in_turn_recorded(dense, s, values):
+    """``dense`` plus ``values`` at ``s``'s entries in turn, in jitorch ops: one scatter per level (recorded,
+    differentiable in both)."""
+    order, sizes = _levels(_host_keys(s))
+    done = 0
+    for size in sizes.tolist():
+        part = _creation.tensor(order[done:done + size], device=s.device)
+        key = tuple(s._sp_indices.index_select(1, part).unbind(0))
+        dense = dense.index_put(key, values.index_select(0, part), accumulate=True)
+        done += size
+    return dense
+
+
+def add_dense_sparse(dense, s, alpha=1, *, inplace=False):
+    """``dense + alpha * s`` for a dense tensor and a sparse_coo one of its size, as ATen's ``add(dense, sparse)``:
+    each entry of ``s`` added in turn (module docstring), in the promoted dtype. ``inplace``: into ``dense``'s array
+    without autograd (the engine's accumulation into a dense ``.grad``, the optimizers' updates; computed in the
+    promoted dtype, then rounded to ``dense``'s, as ATen). A sum autograd or a mode records takes jitorch ops.
+
+    >>> import jitorch
+    >>> s = jitorch.sparse_coo_tensor([[1, 1]], [2.0 ** -24, 2.0 ** -24], (2,))
+    >>> add_dense_sparse(jitorch.ones(2), s) - 1  # (1 + eps) + eps: both round away, as in torch
+    tensor([0., 0.])
+    """
+    from .._dispatch import MODES
+
     if tuple(dense.shape) != tuple(s.shape):
         raise RuntimeError(f"add: expected 'self' and 'other' to have same size, but self has size "
                            f"{list(dense.shape)} while other has size {list(s.shape)} (FYI: dense-sparse addition does "
                            "not currently support broadcasting)")
-    _refuse_capture("adding a sparse tensor into a dense one")
-    if s._nnz() == 0:
-        return dense
-    c = s.coalesce()
-    target = dense._data
-    values = c._sp_values._data
-    if alpha != 1:
-        values = values * alpha
-    values = values.astype(target.dtype, copy=False)
-    if c.sparse_dim() == 0:  # no sparse dims: the one entry is the whole tensor
-        target += values[0]
-    else:
-        target[tuple(c._sp_indices._data)] += values  # distinct positions: a plain fancy-index add is exact
+    common = _dtype.promote_types(dense.dtype, s.dtype)
+    if inplace:
+        from ..optim._kernels import capturing, refuse_capture
+
+        if capturing():  # the arrays change outside the recorded ops
+            refuse_capture("CPU graph capture: adding a sparse tensor into a dense one is not captured (its sizes "
+                           "depend on the sparse tensor's indices); run the step uncaptured")
+    elif MODES or GradState.enabled and (dense.requires_grad or s.requires_grad):
+        out = dense.to(common)
+        if not s._nnz():
+            return out.clone() if out is dense else out  # a new tensor, as ATen's
+        if s.sparse_dim() == 0:  # every entry is the whole tensor: ATen adds their sum
+            values = s.coalesce()._sp_values[0].to(common)
+            return out + (values if alpha == 1 else values * alpha)
+        values = s._sp_values.to(common)
+        return _in_turn_recorded(out, s, values if alpha == 1 else values * alpha)
+    xp = array_module_for(dense.device.type)
+    target = dense._data if inplace else dense._data.astype(common.np, copy=True)
+    work = target if target.dtype == common.np else target.astype(common.np)
+    if s._nnz():
+        values = (s.coalesce() if s.sparse_dim() == 0 else s)._sp_values._data  # (no sparse dims: their sum)
+        values = (values if alpha == 1 else values * alpha).astype(common.np, copy=False)
+        if s.sparse_dim() == 0:
+            work += values[0]
+        else:
+            # A host read through numpy(): a reduce-overhead warm-up sees it and does not capture the step.
+            indices = s._sp_indices.numpy(force=True) if xp is np else s._sp_indices._data
+            _add_in_turn(xp, work, tuple(indices), values)
+    if work is not target:
+        target[...] = work
+    if not inplace:
+        return Tensor._make(target)
     dense._bump_version()
     return dense
 
 
 def sparse_grad_sum(a, b):
     """``a + b`` for two gradients of one tensor, one or both sparse, as torch's engine sums them: dense + sparse is
-    dense (in whichever order they came), sparse + sparse is sparse."""
+    dense (in whichever order they came, each sparse entry added in turn), sparse + sparse is sparse."""
     if isinstance(a, SparseCooTensor) and not isinstance(b, SparseCooTensor):
         a, b = b, a
     if isinstance(a, SparseCooTensor):
         return add_sparse(a, b)
-    return a + b.to_dense()
+    return add_dense_sparse(a, b)
 
 
-def owned_grad(g, user_grads):
-    """The first sparse gradient a leaf stores: a new sparse tensor over ``g``'s indices and values (torch's shallow
-    copy), its values copied when they are not contiguous (an expanded ``sum()`` gradient), as torch's clone, or
-    when they are a view of a gradient the user passed to ``backward``."""
+def owned_grad(g, user_grads, create_graph=False):
+    """The first sparse gradient a leaf stores, as torch's ``AccumulateGrad`` makes it: a new sparse tensor over
+    ``g``'s indices and values (a shallow copy, which ATen marks coalesced only below two entries), or under
+    ``create_graph`` or with non-contiguous values (an expanded ``sum()`` gradient) a clone, which keeps the flag.
+    Values that are a view of a gradient the user passed to ``backward`` are copied too (flag as torch's)."""
     values = g._sp_values
     root = values._ver_owner
-    if not _contiguous(values) or root is not None and any(
+    cloned = create_graph or not _contiguous(values)
+    if cloned or root is not None and any(
             u is root or u._ver_owner is root for u in user_grads if isinstance(u, Tensor)):
         values = values.clone(memory_format=contiguous_format)
-    return make_sparse(g._sp_indices, values, g.shape, g._sp_coalesced)
+    indices = g._sp_indices.clone() if cloned else g._sp_indices
+    return make_sparse(indices, values, g.shape, g._sp_coalesced if cloned else g._nnz() < 2)
 
 
 def accumulate_grad(grad, g, create_graph=False):
@@ -235,10 +234,9 @@ def accumulate_grad(grad, g, create_graph=False):
     if isinstance(grad, SparseCooTensor):
         if isinstance(g, SparseCooTensor):
             return add_sparse_(grad, g)
-        return g + grad
+        return add_dense_sparse(g, grad)
     if isinstance(g, SparseCooTensor):
-        add_into_dense_(grad, g)
-        return grad
+        return add_dense_sparse(grad, g, inplace=True)
     grad._inplace_accumulate(g)
     return grad
 
@@ -251,8 +249,7 @@ def _mul_(self, other):
     if not _scalar_like(other):
         raise RuntimeError("mul_: a sparse_coo tensor is scaled in place by a number or a 0-d dense tensor only; use "
                            "s * other for other operands")
-    self._sp_values = self._sp_values * other
-    self._sp_coalesced = False
+    self._rebind(self._sp_indices, self._sp_values * other, False)
     self._bump_version()
     return self
 
@@ -260,9 +257,8 @@ def _mul_(self, other):
 def _zero_(self):
     """No entries left (``_nnz() == 0``, coalesced), as torch's sparse ``zero_``."""
     values = self._sp_values
-    self._sp_indices = self._sp_indices.new_zeros((self.sparse_dim(), 0))
-    self._sp_values = values.detach().new_zeros((0,) + tuple(values.shape[1:]))
-    self._sp_coalesced = True
+    self._rebind(self._sp_indices.new_zeros((self.sparse_dim(), 0)),
+                 values.detach().new_zeros((0,) + tuple(values.shape[1:])), True)
     self._bump_version()
     return self
 
@@ -277,9 +273,9 @@ def _set_data(self, value):
     if not isinstance(value, SparseCooTensor):
         raise RuntimeError(f"data: a sparse_coo tensor's data is set from a sparse_coo tensor, got layout "
                            f"{value.layout}")
-    requires_grad = self.requires_grad
-    self._sp_indices, self._sp_size, self._sp_coalesced = value._sp_indices, value._sp_size, value._sp_coalesced
-    self._sp_values = value._sp_values.detach().requires_grad_(requires_grad)
+    self._rebind(value._sp_indices, value._sp_values.detach().requires_grad_(self.requires_grad),
+                 value._sp_coalesced)
+    self._sp_size = value._sp_size
 
 
 def _add_(self, other, *, alpha=1):

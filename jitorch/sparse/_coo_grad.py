@@ -58,9 +58,7 @@ def _grad(self):
     if assigned is not None:  # a backward since the assignment adds into what was assigned
         g = assigned + g
     if cached is not None:  # the same object, now holding the sum (torch accumulates into it)
-        old = cached[2]
-        old._sp_indices, old._sp_values, old._sp_coalesced = g._sp_indices, g._sp_values, g._sp_coalesced
-        g = old
+        g = cached[2]._rebind(g._sp_indices, g._sp_values, g._sp_coalesced)
     self._sp_grad_cache = (vg, vg._version, g)
     return g
 

@@ -83,11 +83,15 @@ def _same(s, values, coalesced=None):
 
 def add(input, other, *, alpha=1):
     """``input + alpha * other``: sparse + sparse (same size) is sparse, its entries in torch's order (`_coo_add`);
-    dense + sparse is dense; sparse + dense is refused, as in torch."""
+    dense + sparse is dense (each entry added in turn, as ATen); sparse + dense is refused, as in torch."""
     if _is_sparse(input) and _is_sparse(other):
         from ._coo_add import add_sparse  # ATen's entry order (one merge walk over both lists)
 
         return add_sparse(input, other, alpha)
+    if _is_sparse(other) and isinstance(input, Tensor):
+        from ._coo_add import add_dense_sparse
+
+        return add_dense_sparse(input, other, alpha)
     if _is_sparse(other):
         dense = other.to_dense()
         return input + (dense if alpha == 1 else dense * alpha)
