@@ -15,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["memory_format", "contiguous_format", "channels_last", "channels_last_3d", "preserve_format",
-           "is_contiguous_as", "in_format", "suggest_memory_format", "dense_like", "like_layout", "row_major",
-           "preserve_copy", "to_strides_of"]
+           "is_contiguous_as", "in_format", "empty_in", "dim_order", "suggest_memory_format", "plainly_row_major",
+           "suggested_format", "dense_order", "dense_like", "like_layout", "row_major", "preserve_copy",
+           "to_strides_of"]
 
 
 class memory_format:  # noqa: N801 - torch.memory_format
@@ -40,6 +41,7 @@ channels_last_3d = memory_format("channels_last_3d")
 preserve_format = memory_format("preserve_format")
 # Physical dim order (outermost first) of each channels-last format and the rank it needs.
 _ORDER = {channels_last: (0, 2, 3, 1), channels_last_3d: (0, 2, 3, 4, 1)}
+_INVERSE = {channels_last: (0, 3, 1, 2), channels_last_3d: (0, 4, 1, 2, 3)}  # each order's inverse permutation
 
 
 def _by_name(name):
@@ -83,17 +85,28 @@ def check_rank(fmt, ndim):
         raise RuntimeError(f"required rank {len(order)} tensor to use {fmt.name} format")
 
 
-def in_format(xp, arr, fmt):
-    """A copy of ``arr`` laid out as ``fmt`` (contiguous or channels-last); the caller checks the rank."""
+def dim_order(fmt, ndim):
+    """The physical order (outermost first) of the dims of a new ``ndim``-dim tensor in ``fmt``."""
+    return _ORDER.get(fmt) or tuple(range(ndim))
+
+
+def empty_in(xp, shape, dtype, fmt):
+    """An uninitialized array of ``shape`` laid out as ``fmt`` (contiguous or channels-last; the caller checks the
+    rank), with PyTorch's strides for every dim: ``(3, 1, 3, 3)`` for a channels-last ``(2, 3, 1, 1)`` tensor."""
     order = _ORDER.get(fmt)
     if order is None:
+        return xp.empty(shape, dtype)
+    return xp.empty(tuple(shape[d] for d in order), dtype).transpose(_INVERSE[fmt])
+
+
+def in_format(xp, arr, fmt):
+    """A copy of ``arr`` laid out as ``fmt`` (contiguous or channels-last); the caller checks the rank."""
+    if fmt not in _ORDER:
         return arr.copy(order="C")
-    inverse = tuple(int(i) for i in np.argsort(order))
-    # A new array (not ascontiguousarray, which keeps an already-contiguous array's size-1 strides): PyTorch's
-    # channels-last strides for every dim, (3, 1, 3, 3) for a (2, 3, 1, 1) tensor.
-    out = xp.empty(tuple(arr.shape[d] for d in order), arr.dtype)
-    out[...] = arr.transpose(order)
-    return out.transpose(inverse)
+    # A new array (not ascontiguousarray, which keeps an already-contiguous array's size-1 strides).
+    out = empty_in(xp, arr.shape, arr.dtype, fmt)
+    out[...] = arr
+    return out
 
 
 def _strides_like(arr, order):
@@ -122,13 +135,29 @@ def suggest_memory_format(t):
     return contiguous_format
 
 
-def _dense_order(arr):
+def plainly_row_major(arr):
+    """Whether ``arr`` suggests ``contiguous_format`` at a glance: not 4-D or 5-D, or C-contiguous with several
+    channels and columns. A narrow of such an array suggests it too (its last dim's unit stride stays below the
+    channels' stride). With one channel or column a C-contiguous array may still have channels-last strides, NumPy
+    ignoring the strides of size-1 dims: those take the stride walk."""
+    shape = arr.shape
+    return len(shape) not in (4, 5) or (arr.flags.c_contiguous and shape[1] > 1 and shape[-1] > 1)
+
+
+def suggested_format(t):
+    """The memory format in which ATen's kernels that follow their input write: tensor ``t``'s
+    ``suggest_memory_format``, without the stride walk for the common row-major tensor (`plainly_row_major`)."""
+    arr = t._data
+    return contiguous_format if plainly_row_major(arr) else suggest_memory_format(arr)
+
+
+def dense_order(shape, strides):
     """Dims from outermost to innermost as ATen's ``infer_dense_strides`` ranks them: by stride, an equal stride
     putting the larger size outside, and a broadcast (zero-stride) dim ambiguous, so it keeps its logical place (an
     expanded ``(2, 6, 4)`` of strides ``(4, 0, 1)`` is copied row-major, not with the expanded dim innermost)."""
-    strides, shape = arr.strides, arr.shape
-    perm = list(range(arr.ndim - 1, -1, -1))  # innermost first
-    for i in range(1, arr.ndim):  # ATen's insertion sort, where an ambiguous pair stops neither swap nor search
+    ndim = len(shape)
+    perm = list(range(ndim - 1, -1, -1))  # innermost first
+    for i in range(1, ndim):  # ATen's insertion sort, where an ambiguous pair stops neither swap nor search
         d1 = i
         for d0 in range(i - 1, -1, -1):
             a, b = perm[d0], perm[d1]
@@ -145,7 +174,7 @@ def _dense_order(arr):
 
 def _non_overlapping_dense(arr):
     expected = arr.itemsize
-    for d in reversed(_dense_order(arr)):
+    for d in reversed(dense_order(arr.shape, arr.strides)):
         if arr.shape[d] != 1:
             if arr.strides[d] != expected:
                 return False
@@ -159,8 +188,7 @@ def dense_like(xp, arr, dtype=None, fmt=None):
     ``empty_like``)."""
     dtype = arr.dtype if dtype is None else np.dtype(dtype)
     if fmt is not None and fmt is not preserve_format:
-        out = xp.empty(arr.shape, dtype)
-        return out if fmt is contiguous_format else in_format(xp, out, fmt)
+        return empty_in(xp, arr.shape, dtype, fmt)
     if arr.flags.c_contiguous or arr.ndim < 2:
         return xp.empty(arr.shape, dtype)
     if _non_overlapping_dense(arr) and min(arr.strides) >= 0:
@@ -168,7 +196,7 @@ def dense_like(xp, arr, dtype=None, fmt=None):
         strides = tuple(s // arr.itemsize * dtype.itemsize for s in arr.strides)
         return xp.lib.stride_tricks.as_strided(flat, arr.shape, strides) if xp is np else \
             xp.ndarray(arr.shape, dtype, flat.data, strides)
-    order = _dense_order(arr)
+    order = dense_order(arr.shape, arr.strides)
     inverse = tuple(int(i) for i in np.argsort(order))
     return xp.empty(tuple(arr.shape[d] for d in order), dtype).transpose(inverse)
 
@@ -182,7 +210,7 @@ def like_layout(xp, data, like, fmt=None):
     out = dense_like(xp, like, data.dtype, fmt)
     if out.flags.c_contiguous:
         return data
-    order = _dense_order(out)
+    order = dense_order(out.shape, out.strides)
     out.transpose(order)[...] = data.reshape(tuple(data.shape[d] for d in order))
     return out
 
@@ -194,9 +222,11 @@ def row_major(arr):
 
 
 def preserve_copy(xp, arr, dtype=None):
-    """A copy of ``arr`` (cast to ``dtype``) in PyTorch's ``preserve_format`` layout (``clone``, ``to``): ``arr``'s
-    strides when it is dense, else a dense layout in its stride order. The array modules' ``order="K"`` copies agree
-    except for broadcast dims, which they make innermost; ATen leaves them in place (`_dense_order`)."""
+    """A copy of ``arr`` (cast to ``dtype``) in PyTorch's ``preserve_format`` layout (``clone``, ``to``): a dense
+    layout in ``arr``'s stride order. The array modules' ``order="K"`` copies give it, with two differences from ATen:
+    ATen keeps a dense input's strides exactly, odd ones of size-1 dims included, where ``order="K"`` gives a size-1
+    dim the stride its place implies (ATen's ``(20, 5, 7, 1)`` is ``(20, 5, 5, 1)`` here); and ``order="K"`` makes
+    broadcast dims innermost, where ATen leaves them in place (`dense_order`, which this follows for them)."""
     if 0 not in arr.strides or arr.size <= 1:
         return arr.copy(order="K") if dtype is None else arr.astype(dtype, order="K")
     out = dense_like(xp, arr, dtype)

@@ -43,18 +43,26 @@ def roll(input, shifts, dims=None):
         return roll(input.flatten(), shifts, 0).view(input.shape)
     shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (operator.index(shifts),)
     dims = tuple(dims) if isinstance(dims, (tuple, list)) else (operator.index(dims),)
+    if not input._data.size:
+        return clone(input)  # ATen's roll of an empty tensor
     out = input
     for s, d in zip(shifts, dims):
-        n = out._data.shape[wrap_dim(d, out._data.ndim, "roll")]
-        if n == 0:
-            continue
+        d = wrap_dim(d, out._data.ndim, "roll")
+        n = out._data.shape[d]
         s %= n
-        if s:
-            out = cat([narrow(out, d, n - s, s), narrow(out, d, 0, n - s)], d)
-    # ATen's roll writes a new tensor in the input's suggested format: row-major unless channels-last, whatever other
-    # strides the input has (a roll of a transposed input takes .view as torch's does).
-    fmt = MF.suggest_memory_format(input)
-    return out.contiguous(memory_format=fmt) if out is not input else clone(input, memory_format=fmt)
+        # ATen rolls one dim at a time as a cat of two narrows, so each step writes cat's memory format: the one the
+        # pieces suggest when they agree, else row-major (a roll by a multiple of the size has an empty piece, which
+        # suggests row-major). A channels-last input mostly stays channels-last; a transposed one becomes row-major.
+        if not s:
+            out = apply(M.CONTIGUOUS, out)
+            continue
+        a, b = narrow(out, d, n - s, s), narrow(out, d, 0, n - s)
+        fmt = MF.contiguous_format
+        if not MF.plainly_row_major(out._data):
+            fmt = MF.suggested_format(a)
+            fmt = fmt if fmt is MF.suggested_format(b) else MF.contiguous_format
+        out = apply(M.CAT, a, b, dim=d, fmt=fmt)
+    return out
 
 
 def rot90(input, k=1, dims=(0, 1)):

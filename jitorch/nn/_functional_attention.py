@@ -7,7 +7,8 @@ weights and grouped-query attention. A query row that may attend to nothing give
 Float32/float64 inputs of one batch shape go to the attention row (``jitorch/ops/nn_attention.py``: one node, two
 batched matmuls around an in-place softmax), and so do float16/bfloat16 ones on the CPU (computed in float32, rounded
 once, as PyTorch's CPU flash kernel); other dtypes, broadcast batch dims and masks that need a gradient take the
-composite of the same formula.
+composite of the same formula. The result is row-major, except where PyTorch's CPU flash kernel would compute it:
+that one is laid out as the query (`_flash_order`).
 
 >>> import jitorch
 >>> import jitorch.nn.functional as F
@@ -19,10 +20,12 @@ jitorch.Size([1, 2, 3, 4])
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from .. import _creation, _dtype, _movement
 from .._dispatch import apply
+from .._memory_format import dense_order
 from ..amp._cast_mode import autocast_lower
 from ..autograd.grad_mode import is_grad_enabled
 from ..linalg import vector_norm
@@ -123,9 +126,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     check_backends_allow(query.device.type)
     if is_causal and attn_mask is not None:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    out_perm = _flash_order(query, key, value, attn_mask, dropout_p)
     if enable_gqa and query.dim() >= 3:
         key, value = _gqa(query, key, value)
-    scale_factor = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    # Without features the scores are empty sums, 0 whatever the scale (PyTorch scales q and k by its root first).
+    scale_factor = 1.0 if not query.shape[-1] else 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     if attn_mask is not None and attn_mask.dtype is not _dtype.bool and attn_mask.dtype.category < _dtype.FLOAT:
         raise RuntimeError(f"scaled_dot_product_attention: Expected attn_mask dtype to be bool or float, but got "
                            f"{attn_mask.dtype}")
@@ -133,7 +138,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         drop = None
         if dropout_p > 0.0:
             drop = _dropout_scale(query, key, dropout_p)
-        return apply(SDPA, query, key, value, attn_mask, drop, scale=scale_factor, is_causal=bool(is_causal))[0]
+        return apply(SDPA, query, key, value, attn_mask, drop, scale=scale_factor, is_causal=bool(is_causal),
+                     out_perm=out_perm)[0]
     attn = attention_weights(query, key, attn_mask, scale_factor, is_causal)
     if dropout_p > 0.0:
         attn = dropout(attn, dropout_p, training=True)
@@ -162,6 +168,33 @@ def _row_takes(query, key, value, attn_mask):
     if len(mask_shape) > len(scores):
         return False
     return all(m in (1, s) for m, s in zip(mask_shape[::-1], scores[::-1]))
+
+
+def _flash_order(query, key, value, attn_mask, dropout_p):
+    """The row's ``out_perm`` where PyTorch's CPU flash kernel takes the call (4-D, no dropout, one head size, unit
+    last strides, nonempty, no mask that needs a gradient): it writes ``empty_like(query)``, so heads split from
+    ``(B, L, H * E)`` by a transpose merge back with a view. None (row-major, its math kernel's layout) otherwise."""
+    q, k, v = query._data, key._data, value._data
+    if dropout_p > 0.0 or q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        return None
+    if q.flags.c_contiguous and 1 not in q.shape:  # row-major (a size-1 dim's stride may still differ)
+        return None
+    e = q.shape[3]
+    if not q.size or not k.size or k.shape[3] != e or v.shape[3] != e:
+        return None
+    if q.strides[3] != q.itemsize or k.strides[3] != k.itemsize or v.strides[3] != v.itemsize:
+        return None
+    if attn_mask is not None and attn_mask.requires_grad:
+        return None
+    return _query_order(q.shape, q.strides)
+
+
+@functools.lru_cache(maxsize=64)
+def _query_order(shape, strides):
+    """The dims of a query of ``shape`` and (byte) ``strides`` from outermost to innermost, as ``empty_like`` lays them
+    out; None when that is row-major. Cached: a model calls attention on a few layouts over and over."""
+    order = tuple(dense_order(shape, strides))
+    return None if order == (0, 1, 2, 3) else order
 
 
 def _dropout_scale(query, key, p):

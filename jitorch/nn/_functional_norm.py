@@ -24,7 +24,7 @@ import math
 from .. import _dtype, _movement
 from .._tensor import Tensor
 from ..autograd.grad_mode import is_grad_enabled, no_grad
-from .._memory_format import suggest_memory_format
+from .._memory_format import contiguous_format, suggested_format
 from ..autograd.saved_hooks import one_op
 from .._dispatch import apply
 from .._vmap import unmapped_in_vmap
@@ -122,10 +122,11 @@ _VMAP_STATS_ERROR = (
     "resources on how to patch your module to work with vmap")
 
 
-def _in_suggested_layout(out, input):
+def _in_suggested_layout(out, input, fmt=None):
     """``out`` laid out as ATen's normalization kernels write their results: in ``input``'s suggested memory format
-    (channels-last for a channels-last input, else row-major, whatever other strides ``input`` has)."""
-    return out.contiguous(memory_format=suggest_memory_format(input))
+    ``fmt`` (channels-last for a channels-last input, else row-major, whatever other strides ``input`` has); ``out``
+    itself when it has that layout."""
+    return out.contiguous(memory_format=suggested_format(input) if fmt is None else fmt)
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
@@ -290,10 +291,18 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     x = _upcast(input)
     if eps is None:  # PyTorch's default is the epsilon of the compute dtype: float32's for half inputs
         eps = _dtype.finfo(x.dtype).eps
-    out = x * ((x * x).mean(dims, keepdim=True) + eps).rsqrt()
+    fmt = suggested_format(input)
+    # One temporary, the mean not kept by name: holding both made the product below 15% slower on a
+    # 32x64x32x32 input (measured in one process, interleaved).
+    shifted = (x * x).mean(dims, keepdim=True) + eps
+    if fmt is not contiguous_format:
+        # The (small) statistics in the input's layout: the product then writes it, where a row-major factor would
+        # make it row-major and cost a copy of the whole result.
+        shifted = shifted.contiguous(memory_format=fmt)
+    out = x * shifted.rsqrt()
     if weight is not None:
         out = out * weight
-    return _in_suggested_layout(out.to(input.dtype), input)
+    return _in_suggested_layout(out.to(input.dtype), input, fmt)
 
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):

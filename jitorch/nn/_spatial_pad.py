@@ -11,10 +11,10 @@ tensor([[[2., 1., 0., 1., 2., 3., 2.]]])
 from __future__ import annotations
 
 from .._dispatch import apply
-from .._memory_format import contiguous_format, suggest_memory_format
-from .._movement import cat
+from .._memory_format import contiguous_format, suggested_format
 from ..amp._cast_mode import autocast_policy
-from ..ops.conv_ops import CONSTANT_PAD
+from ..ops.movement import CAT, CONTIGUOUS
+from ..ops.pad_ops import CONSTANT_PAD
 
 __all__ = ["pad"]
 
@@ -26,7 +26,7 @@ def _pairs(input, pad):
     return [(input.dim() - 1 - i, int(pad[2 * i]), int(pad[2 * i + 1])) for i in range(len(pad) // 2)]
 
 
-def _constant(input, pad, value):
+def _constant(input, pad, value, fmt):
     amounts = [(0, 0)] * input.dim()
     for dim, lo, hi in _pairs(input, pad):
         size = input.shape[dim]
@@ -38,7 +38,7 @@ def _constant(input, pad, value):
             raise RuntimeError(f"narrow(): length must be non-negative: negative padding ({lo}, {hi}) crops more "
                                f"than the {size} elements of dimension {dim}")
         amounts[dim] = (lo, hi)
-    return apply(CONSTANT_PAD, input, pads=tuple(amounts), value=0 if value is None else value)
+    return apply(CONSTANT_PAD, input, pads=tuple(amounts), value=0 if value is None else value, fmt=fmt)
 
 
 def _unsupported(n, input):
@@ -50,8 +50,9 @@ def _unsupported(n, input):
         "  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)")
 
 
-def _pad_dim(x, dim, lo, hi, mode):
-    """Pad one dim by concatenating edge pieces (flipped, repeated or wrapped): cheap views with cheap gradients."""
+def _pad_dim(x, dim, lo, hi, mode, fmt):
+    """Pad one dim by concatenating edge pieces (flipped, repeated or wrapped): cheap views with cheap gradients; the
+    concatenation is written in ``fmt`` (None: as the array module's follows its pieces)."""
     size = x.shape[dim]
     parts = []
     if lo > 0:
@@ -69,7 +70,9 @@ def _pad_dim(x, dim, lo, hi, mode):
             parts.append(x.narrow(dim, size - 1, 1).expand(_expanded(x, dim, hi)))
         else:
             parts.append(x.narrow(dim, 0, hi))
-    return cat(parts, dim) if len(parts) > 1 else parts[0]
+    if len(parts) == 1:
+        return parts[0]
+    return apply(CAT, *parts, dim=dim) if fmt is None else apply(CAT, *parts, dim=dim, fmt=fmt)
 
 
 def _expanded(x, dim, n):
@@ -108,7 +111,7 @@ def pad(input, pad, mode="constant", value=None):
         raise RuntimeError(f"Padding length should be less than or equal to two times the input dimension but got "
                            f"padding length {len(pad)} and input of dimension {input.dim()}")
     if mode == "constant":
-        return _laid_out(_constant(input, pad, value), input, mode)
+        return _constant(input, pad, value, suggested_format(input))
     if mode not in _MODES:
         raise NotImplementedError(f"Unrecognised padding mode {mode}")
     if value is not None and value != 0:
@@ -118,25 +121,25 @@ def pad(input, pad, mode="constant", value=None):
         raise _unsupported(n, input)
     pairs = _pairs(input, pad)
     _check_non_constant(mode, input, pairs, n)
-    return _laid_out((_edges_fp32 if (mode, n) in _CPU_FP32_PADS else _edges)(input, pairs, mode), input, mode)
+    # ATen's reflection and replication kernels write the input's suggested memory format (channels-last or
+    # row-major, whatever other strides it has); its circular padding is row-major. The last concatenation writes it.
+    fmt = contiguous_format if mode == "circular" else suggested_format(input)
+    return (_edges_fp32 if (mode, n) in _CPU_FP32_PADS else _edges)(input, pairs, mode, fmt)
 
 
-def _laid_out(out, input, mode):
-    """``out`` in the layout ATen's padding kernels write: ``input``'s suggested memory format (channels-last or
-    row-major, whatever other strides it has), circular padding always row-major."""
-    return out.contiguous(memory_format=contiguous_format if mode == "circular" else suggest_memory_format(input))
-
-
-def _edges(input, pairs, mode):
-    out = input
-    for dim, lo, hi in pairs:
+def _edges(input, pairs, mode, fmt):
+    out, fresh = input, False
+    last = max((i for i, (_, lo, hi) in enumerate(pairs) if lo > 0 or hi > 0), default=None)
+    for i, (dim, lo, hi) in enumerate(pairs):
         if mode == "circular" and (lo < 0 or hi < 0):
             size = out.shape[dim]
             out = out.narrow(dim, max(-lo, 0), size - max(-lo, 0) - max(-hi, 0))
             lo, hi = max(lo, 0), max(hi, 0)
         if lo or hi:
-            out = _pad_dim(out, dim, lo, hi, mode)
-    return out
+            out = _pad_dim(out, dim, lo, hi, mode, fmt if i == last else None)
+            fresh = lo > 0 or hi > 0  # a concatenation, else a narrowed view
+    # Nothing added last (zero amounts, crops): a view, copied into a new tensor as ATen's kernels write one.
+    return out if fresh else apply(CONTIGUOUS, out, fmt=None if fmt is contiguous_format else fmt)
 
 
 # torch's CPU autocast runs these kernels (reflection_pad1d/2d, replication_pad1d/2d/3d) in float32; the others

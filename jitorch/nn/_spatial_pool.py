@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import _creation, _dtype
 from .._dispatch import TORCH_TYPE_NAMES, apply
-from .._memory_format import suggest_memory_format
+from .._memory_format import contiguous_format, suggested_format
 from ..amp._cast_mode import autocast_policy
 from ..ops.conv_ops import ADAPTIVE_MAX_POOL, CONSTANT_PAD, CONVOLUTION, MAX_POOL, adaptive_bounds
 from ._spatial_args import layout_as, ntuple
@@ -176,7 +176,10 @@ def _avg_poolnd(name, nd, input, kernel_size, stride, padding, ceil_mode, count_
             grid = np.multiply.outer(grid, d)
         divisor = _creation.tensor(grid, dtype=x.dtype if x.is_floating_point() else None, device=x.device)
     out = sums / divisor if x.is_floating_point() else sums.div(divisor, rounding_mode="trunc").to(x.dtype)
-    return out.squeeze(0) if x is not input else layout_as(out, input)
+    if x is not input:
+        return out.squeeze(0)
+    # ATen's 2-d average pooling keeps a channels-last input's layout; its 3-d one writes row-major (as ``out`` is).
+    return layout_as(out, input) if nd < 3 else out
 
 
 @autocast_policy(cpu="unlisted", cuda="unlisted")  # a convolution row inside, but not a listed op
@@ -234,8 +237,9 @@ def _adaptive_avg_poolnd(name, nd, input, output_size):
         out = (out.movedim(dim, -1) @ m.mT).movedim(-1, dim)
     if nd == 1:  # ATen's is a 2-d pooling of the unsqueezed input
         return layout_as(out, input)
-    # ATen writes a new tensor in the input's suggested format: row-major unless channels-last, whatever the strides.
-    return out.contiguous(memory_format=suggest_memory_format(input))
+    # ATen's 2-d kernel writes a new tensor in the input's suggested format (row-major unless channels-last, whatever
+    # the strides); its 3-d kernel writes row-major, channels_last_3d inputs included.
+    return out.contiguous(memory_format=suggested_format(input) if nd == 2 else contiguous_format)
 
 
 @autocast_policy(cpu="unlisted", cuda="unlisted")

@@ -21,9 +21,9 @@ import warnings
 
 from .. import _dtype
 from .._dispatch import apply
-from .._memory_format import contiguous_format, suggest_memory_format
+from .._memory_format import channels_last_3d, contiguous_format, dim_order, suggested_format
 from ..amp._cast_mode import autocast_policy
-from ..ops.movement import CONTIGUOUS
+from ..ops.movement import CONTIGUOUS, PERMUTE
 from ..ops.resample_linear import UPSAMPLE_LINEAR
 from ..ops.resample_nearest import UPSAMPLE_NEAREST
 from ._spatial_args import layout_as
@@ -169,8 +169,8 @@ def pixel_shuffle(input, upscale_factor):
                            f"upscale_factor, but input.size(-3)={c} is not divisible by {r * r}")
     n = len(lead)
     x = input.reshape(tuple(lead) + (c // (r * r), r, r, h, w))
-    x = x.permute(tuple(range(n)) + (n, n + 3, n + 1, n + 4, n + 2))
-    return _shuffled(x, tuple(lead) + (c // (r * r), h * r, w * r), input)
+    perm = tuple(range(n)) + (n, n + 3, n + 1, n + 4, n + 2)
+    return _shuffled(x, perm, (1,) * (n + 1) + (2, 2), tuple(lead) + (c // (r * r), h * r, w * r), input)
 
 
 def pixel_unshuffle(input, downscale_factor):
@@ -190,17 +190,26 @@ def pixel_unshuffle(input, downscale_factor):
                            f"input.size(-1)={w} is not divisible by {r}")
     n = len(lead)
     x = input.reshape(tuple(lead) + (c, h // r, r, w // r, r))
-    x = x.permute(tuple(range(n)) + (n, n + 2, n + 4, n + 1, n + 3))
-    return _shuffled(x, tuple(lead) + (c * r * r, h // r, w // r), input)
+    perm = tuple(range(n)) + (n, n + 2, n + 4, n + 1, n + 3)
+    return _shuffled(x, perm, (1,) * n + (3, 1, 1), tuple(lead) + (c * r * r, h // r, w // r), input)
 
 
-def _shuffled(x, shape, input):
-    """``x`` (a permuted view of ``input``) as a new tensor of ``shape`` in ``input``'s suggested memory format, as
-    ATen's pixel and channel shuffles write theirs: a reshape alone could return a view of an expanded input."""
-    out = apply(CONTIGUOUS, x).view(shape)
-    fmt = suggest_memory_format(input)
-    # A new channels-last copy even where the row-major one passes for channels-last (one channel), as ATen's.
-    return out if fmt is contiguous_format else apply(CONTIGUOUS, out, fmt=fmt)
+def _shuffled(x, perm, merged, shape, input, op="pixel"):
+    """``x.permute(perm)`` (``x`` a view of ``input``; ``merged[i]`` of its permuted dims, in order, make dim ``i`` of
+    ``shape``) as a new tensor of ``shape`` in ``input``'s suggested memory format, as ATen's pixel and channel
+    shuffles write theirs, copied once: the permuted dims are made contiguous in the order that memory format gives
+    the result's dims, then viewed back. A reshape alone could return a view of an expanded input."""
+    fmt = suggested_format(input)
+    if fmt is contiguous_format:
+        return apply(CONTIGUOUS, apply(PERMUTE, x, dims=perm)).view(shape)
+    if fmt is channels_last_3d and op == "pixel":
+        raise RuntimeError("Unsupported memory format. Supports only ChannelsLast, Contiguous")
+    physical = dim_order(fmt, len(shape))
+    starts = [sum(merged[:i]) for i in range(len(merged))]
+    order = tuple(perm[d] for i in physical for d in range(starts[i], starts[i] + merged[i]))
+    # Merged in memory order, then permuted back: PyTorch's strides for every dim of the result, size-1 ones included.
+    out = apply(CONTIGUOUS, apply(PERMUTE, x, dims=order)).view(tuple(shape[i] for i in physical))
+    return apply(PERMUTE, out, dims=tuple(sorted(range(len(physical)), key=physical.__getitem__)))
 
 
 def channel_shuffle(input, groups):
@@ -214,8 +223,9 @@ def channel_shuffle(input, groups):
     n, c, *rest = input.shape
     if c % g:
         raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels and {g} groups.")
-    x = input.reshape([n, g, c // g] + rest).transpose(1, 2)
-    return _shuffled(x, tuple([n, c] + rest), input)
+    x = input.reshape([n, g, c // g] + rest)
+    perm = (0, 2, 1) + tuple(range(3, x.dim()))
+    return _shuffled(x, perm, (1, 2) + (1,) * len(rest), tuple([n, c] + rest), input, op="channel")
 
 
 native_channel_shuffle = channel_shuffle

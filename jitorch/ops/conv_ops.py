@@ -32,6 +32,7 @@ from .conv_layouts import (STASH, col2im, col2im_T, conv_forward, conv_weight, k
 from .conv_direct import direct_forward, direct_transpose, direct_weight
 from .conv_patches import patch_forward, patch_transpose, patch_weight
 from . import native_lowered
+from .pad_ops import CONSTANT_PAD  # noqa: F401 - the padding row, imported from here by nn
 from .pool_ops import MAX_POOL_SCATTER, pair_pool_max
 from .._tensor import Tensor
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
@@ -460,17 +461,3 @@ def _adaptive_max_kernel(xp, x, out_sizes):
 ADAPTIVE_MAX_POOL = defop("adaptive_max_pool", _adaptive_max_kernel, _max_pool_backward, Opaque("windowed max"),
                           nout=2, saves="outputs", meta=True, nondiff_outputs=(1,),
                           grad_name="AdaptiveMaxPoolBackward0")
-
-
-# -- constant padding: negative amounts crop, so the gradient is the same row with the amounts negated ---------------
-def _constant_pad_kernel(xp, x, pads, value):
-    crop = tuple(slice(max(-lo, 0), n - max(-hi, 0)) for n, (lo, hi) in zip(x.shape, pads))
-    return xp.pad(x[crop], [(max(lo, 0), max(hi, 0)) for lo, hi in pads], constant_values=value)
-
-
-def _constant_pad_backward(ctx, g):
-    return _apply(CONSTANT_PAD, g, pads=tuple((-lo, -hi) for lo, hi in ctx.attrs["pads"]), value=0)
-
-
-CONSTANT_PAD = defop("constant_pad_nd", _constant_pad_kernel, _constant_pad_backward, Opaque("padded copy"),
-                     grad_name="ConstantPadNdBackward0")

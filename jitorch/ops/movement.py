@@ -14,7 +14,7 @@ import numpy as np
 
 from ..runtime import move_array, strided_view
 from .inplace_views import view_backward
-from .._memory_format import in_format, preserve_copy, row_major
+from .._memory_format import empty_in, in_format, preserve_copy, row_major
 from .table import NOT_DIFFERENTIABLE, Opaque, Pointwise, View, defop
 
 
@@ -164,15 +164,45 @@ def _cat_backward(ctx, *grads):
     return tuple(out)
 
 
-def _cat_kernel(xp, *arrays, dim):
-    return xp.concatenate(arrays, axis=dim)
+def _cat_kernel(xp, *arrays, dim, fmt=None):
+    if fmt is None:
+        return xp.concatenate(arrays, axis=dim)
+    shape = list(arrays[0].shape)
+    shape[dim] = sum(a.shape[dim] for a in arrays)
+    return xp.concatenate(arrays, axis=dim, out=empty_in(xp, tuple(shape), xp.result_type(*arrays), fmt))
 
 
+# ``fmt``: a memory format to write the result in (ATen's cat rule, or a padding kernel's layout, decided by the
+# caller); without it the array module's concatenate follows its inputs' strides.
 CAT = defop("cat", _cat_kernel, _cat_backward, Opaque("concatenation"), promotion="promote", meta=True)
 
-CLONE = defop("clone", lambda xp, a: preserve_copy(xp, a), lambda ctx, g: g, Pointwise("{0}"))
+# A copy with a zero (broadcast) stride takes preserve_copy's dense order; any other is order="K" (the same layout),
+# tested inline: preserve_copy's call was about 0.1 us of a small clone's 1 us kernel (the cast row's does the same).
+CLONE = defop("clone", lambda xp, a: a.copy(order="K") if 0 not in a.strides else preserve_copy(xp, a),
+              lambda ctx, g: g, Pointwise("{0}"))
+
+
 def _contiguous_kernel(xp, a, fmt=None):
-    return a.copy(order="C") if fmt is None else in_format(xp, a, fmt)
+    return _row_major_copy(xp, a) if fmt is None else in_format(xp, a, fmt)
+
+
+def _row_major_copy(xp, a):
+    """``a`` copied row-major. NumPy copies in the result's order, its innermost loop along the last dim: where the
+    trailing dims are short and strided in ``a`` and the dim before them is a long contiguous run (pixel shuffle
+    factors), the copy runs one index of the short dims at a time, reading those runs (3x faster for a 32x64x32x32
+    pixel shuffle, or unshuffle of a channels-last input)."""
+    if xp is not np or a.size < 65536 or a.flags.c_contiguous or a.strides[-1] == a.itemsize:
+        return a.copy(order="C")
+    k, n = 0, 1
+    while k < a.ndim - 1 and n * a.shape[-1 - k] <= 16:
+        n *= a.shape[-1 - k]
+        k += 1
+    if not k or a.shape[-1 - k] < 16 or a.strides[-1 - k] != a.itemsize:
+        return a.copy(order="C")
+    out = np.empty(a.shape, a.dtype)
+    for index in np.ndindex(a.shape[a.ndim - k:]):
+        out[(Ellipsis,) + index] = a[(Ellipsis,) + index]
+    return out
 
 
 # ``fmt``: a channels-last memory format to lay the copy out in (None: C order).
@@ -182,7 +212,7 @@ CONTIGUOUS = defop("contiguous", _contiguous_kernel, lambda ctx, g: g, Pointwise
 def _cast_kernel(xp, a, dtype):
     if a.dtype.kind == "c" and np.dtype(dtype).kind != "c":
         a = a.real  # PyTorch drops the imaginary part; NumPy would too, with a ComplexWarning
-    return preserve_copy(xp, a, dtype)
+    return a.astype(dtype, order="K") if 0 not in a.strides else preserve_copy(xp, a, dtype)
 
 
 def _cast_backward(ctx, g):

@@ -14,9 +14,10 @@ output (kept for the backward, as layer_norm's mean and rstd are); a query that 
 probabilities, as PyTorch's kernels give. As PyTorch's flash kernel, the row also saves its output: modifying it in
 place before ``backward`` raises PyTorch's in-place error.
 
-The output is contiguous (the layout of PyTorch's reference math attention); ``out_perm`` asks for a layout whose
-``permute(out_perm)`` is contiguous instead: ``MultiheadAttention`` passes the one that makes merging the heads back a
-view (PyTorch's CPU flash kernel keeps the query's layout for the same reason).
+The output is row-major (the layout of PyTorch's math attention, whatever the inputs' strides); ``out_perm`` asks for
+a layout whose ``permute(out_perm)`` is contiguous instead: ``nn.functional`` passes the query's stride order where
+PyTorch's CPU flash kernel takes the call (it writes ``empty_like(query)``), and ``MultiheadAttention`` the order that
+makes merging the heads back a view.
 
 >>> import jitorch
 >>> from jitorch._dispatch import apply
@@ -32,6 +33,7 @@ tensor([[[1.5000, 1.5000, 1.5000],
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -95,14 +97,16 @@ def _softmax_columns(xp, st):
 
 
 def _out_buffer(xp, shape, dtype, out_perm):
-    """An empty output of ``shape`` whose ``permute(out_perm)`` is contiguous, or None for a plain fresh result."""
+    """An empty output of ``shape`` whose ``permute(out_perm)`` is contiguous (row-major without ``out_perm``: a
+    batched matmul's own result follows its operands' batch strides, channels-last ones say)."""
     if out_perm is None:
-        return None
-    buf = xp.empty(tuple(shape[i] for i in out_perm), dtype=dtype)
-    inverse = [0] * len(out_perm)
-    for i, p in enumerate(out_perm):
-        inverse[p] = i
-    return buf.transpose(inverse)
+        return xp.empty(shape, dtype=dtype)
+    return xp.empty([shape[i] for i in out_perm], dtype=dtype).transpose(_inverse(out_perm))
+
+
+@functools.lru_cache(maxsize=64)
+def _inverse(perm):
+    return tuple(sorted(range(len(perm)), key=perm.__getitem__))
 
 
 def _scores_t(xp, q, k, mask, scale, is_causal):
@@ -136,17 +140,12 @@ def _sdpa_kernel(xp, q, k, v, mask, drop, scale, is_causal, out_perm=None):
     if q.dtype.itemsize == 2:  # float16/bfloat16: float32 inside, the probabilities kept in float32
         out, attn = _sdpa_kernel(xp, *_widened(xp, q, k, v, mask, drop), scale, is_causal)
         buf = _out_buffer(xp, out.shape, v.dtype, out_perm)
-        if buf is None:
-            return out.astype(v.dtype), attn
         buf[...] = out
         return buf, attn
     st = _softmax_columns(xp, _scores_t(xp, q, k, mask, scale, is_causal))
     weights_t = st if drop is None else st * _t(drop)
     out = _out_buffer(xp, q.shape[:-1] + v.shape[-1:], v.dtype, out_perm)
-    if out is None:
-        out = xp.matmul(_t(weights_t), v)
-    else:
-        xp.matmul(_t(weights_t), v, out=out)
+    xp.matmul(_t(weights_t), v, out=out)
     return out, _t(st)
 
 
