@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from .._dispatch import TORCH_TYPE_NAMES
-from .._memory_format import contiguous_format, is_contiguous_as, suggest_memory_format
+from .._memory_format import contiguous_format, is_contiguous_as, suggested_format
 
 __all__ = ["ntuple", "torch_type_name", "lower_type_name", "check_input_dims", "batchify", "layout_as"]
 
@@ -56,7 +56,7 @@ def layout_as(out, *sources):
     the kernels compute in row-major order)."""
     for source in sources:
         if source is not None and source.dim() == out.dim():
-            fmt = suggest_memory_format(source)
+            fmt = suggested_format(source)
             if fmt is not contiguous_format:
                 return out if is_contiguous_as(out._data, fmt) else out.contiguous(memory_format=fmt)
     return out
