@@ -16,6 +16,7 @@ from . import _dtype
 from . import _memory_format as MF
 from ._creation_checks import check_can_alias, check_no_python_complex, check_parts, checked_shape, huge_ints, \
     ragged_error
+from ._creation_watchers import WATCHERS, noted
 from ._device import device as _device, get_default_device
 from ._shape import normalize_shape, sizes_or_keyword
 from ._tensor import Tensor
@@ -27,6 +28,7 @@ __all__ = [
     "full_like", "empty_like", "arange", "range", "linspace", "logspace", "eye", "tril_indices", "triu_indices",
     "scalar_tensor", "empty_strided", "complex", "polar",
 ]
+
 
 
 def _finish(data, requires_grad=False, device=None):
@@ -173,7 +175,8 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
         arr = arr.astype(dt.np)
     if device is None and isinstance(data, Tensor):
         device = data.device
-    return _finish(arr if arr.flags.c_contiguous else arr.copy(), requires_grad, device)
+    t = _finish(arr if arr.flags.c_contiguous else arr.copy(), requires_grad, device)
+    return noted("tensor", t, (data,), dtype=dtype, device=device, requires_grad=requires_grad) if WATCHERS else t
 
 
 def as_tensor(data, dtype=None, device=None):
@@ -242,11 +245,15 @@ def _filled(size, value, dtype, device, requires_grad, op):
 
 
 def zeros(*sizes, size=None, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
-    return _filled(sizes_or_keyword(sizes, size, "zeros"), 0, dtype, device, requires_grad, "zeros")
+    t = _filled(sizes_or_keyword(sizes, size, "zeros"), 0, dtype, device, requires_grad, "zeros")
+    return noted("zeros", t, sizes, size=size, dtype=dtype, device=device, requires_grad=requires_grad) if WATCHERS \
+        else t
 
 
 def ones(*sizes, size=None, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
-    return _filled(sizes_or_keyword(sizes, size, "ones"), 1, dtype, device, requires_grad, "ones")
+    t = _filled(sizes_or_keyword(sizes, size, "ones"), 1, dtype, device, requires_grad, "ones")
+    return noted("ones", t, sizes, size=size, dtype=dtype, device=device, requires_grad=requires_grad) if WATCHERS \
+        else t
 
 
 def empty(*sizes, size=None, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False,
@@ -257,6 +264,9 @@ def empty(*sizes, size=None, out=None, dtype=None, layout=None, device=None, req
     if memory_format is not None and memory_format is not MF.contiguous_format:
         MF.check_rank(memory_format, out.ndim)
         out._data = MF.in_format(_xp_for(device)[0], out._data, memory_format)
+    if WATCHERS:
+        noted("empty", out, sizes, size=size, dtype=dtype, device=device, requires_grad=requires_grad,
+              memory_format=memory_format)
     return out
 
 
@@ -296,8 +306,10 @@ def full(size, fill_value, *, out=None, dtype=None, layout=None, device=None, re
         fill_value = fill_value.item()
     dt = _dtype.to_dtype(dtype) if dtype is not None else _fill_dtype(fill_value)
     fill_value = _dtype.checked_scalar(fill_value, dt)
-    return _filled((tuple(size),) if not isinstance(size, int) else (size,), fill_value, dt, device, requires_grad,
-                   "full")
+    t = _filled((tuple(size),) if not isinstance(size, int) else (size,), fill_value, dt, device, requires_grad,
+                "full")
+    return noted("full", t, (size, fill_value), dtype=dt, device=device, requires_grad=requires_grad) if WATCHERS \
+        else t
 
 
 def scalar_tensor(s, *, dtype=None, device=None, requires_grad=False):
@@ -324,23 +336,31 @@ def keep_layout(out, input, memory_format):
 
 def zeros_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
     dt, dev = _like(input, dtype, device)
-    return keep_layout(zeros(input.shape, dtype=dt, device=dev, requires_grad=requires_grad), input, memory_format)
+    t = keep_layout(zeros(input.shape, dtype=dt, device=dev, requires_grad=requires_grad), input, memory_format)
+    return noted("zeros_like", t, (input,), dtype=dtype, device=device, requires_grad=requires_grad,
+                 memory_format=memory_format) if WATCHERS else t
 
 
 def ones_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
     dt, dev = _like(input, dtype, device)
-    return keep_layout(ones(input.shape, dtype=dt, device=dev, requires_grad=requires_grad), input, memory_format)
+    t = keep_layout(ones(input.shape, dtype=dt, device=dev, requires_grad=requires_grad), input, memory_format)
+    return noted("ones_like", t, (input,), dtype=dtype, device=device, requires_grad=requires_grad,
+                 memory_format=memory_format) if WATCHERS else t
 
 
 def empty_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
     dt, dev = _like(input, dtype, device)
-    return keep_layout(empty(input.shape, dtype=dt, device=dev, requires_grad=requires_grad), input, memory_format)
+    t = keep_layout(empty(input.shape, dtype=dt, device=dev, requires_grad=requires_grad), input, memory_format)
+    return noted("empty_like", t, (input,), dtype=dtype, device=device, requires_grad=requires_grad,
+                 memory_format=memory_format) if WATCHERS else t
 
 
 def full_like(input, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
     dt, dev = _like(input, dtype, device)
-    return keep_layout(full(input.shape, fill_value, dtype=dt, device=dev, requires_grad=requires_grad), input,
-                       memory_format)
+    t = keep_layout(full(input.shape, fill_value, dtype=dt, device=dev, requires_grad=requires_grad), input,
+                    memory_format)
+    return noted("full_like", t, (input, fill_value), dtype=dtype, device=device, requires_grad=requires_grad,
+                 memory_format=memory_format) if WATCHERS else t
 
 
 def eye(n, m=None, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
@@ -350,7 +370,9 @@ def eye(n, m=None, *, out=None, dtype=None, layout=None, device=None, requires_g
             raise RuntimeError(f"eye(): {name} must be greater or equal to 0, got {v}")
     xp, dev = _xp_for(device)
     t = Tensor._make(xp.eye(n, m, dtype=_resolve(dtype).np))
-    return t.requires_grad_(True) if requires_grad else t
+    if requires_grad:
+        t.requires_grad_(True)
+    return noted("eye", t, (n, m), dtype=dtype, device=device, requires_grad=requires_grad) if WATCHERS else t
 
 
 def _tri_indices(row, col, offset, upper, dtype, device):

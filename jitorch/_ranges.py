@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _dtype
 from ._creation import _resolve, _xp_for
+from ._creation_watchers import WATCHERS, noted
 from ._tensor import Tensor
 
 __all__ = ["arange", "range", "linspace", "logspace"]
@@ -26,6 +27,7 @@ def _number(x):
 
 def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
     """``[start, end)`` in steps; int64 when all bounds are integers, else the default float dtype."""
+    given = start, end, step
     if end is None:
         start, end = 0, start
     start, end, step = _number(start), _number(end), _number(step)
@@ -51,7 +53,12 @@ def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, devi
     else:  # computed in float64 and then cast, so float32 ranges match PyTorch's values
         data = xp.arange(n, dtype=np.float64) * step + start
     t = Tensor._make(data.astype(dt.np, copy=False))
-    return t.requires_grad_(True) if requires_grad else t
+    if requires_grad:
+        t.requires_grad_(True)
+    if WATCHERS:  # the arguments as the call wrote them: ``arange(n)``, not ``arange(n, None, 1)``
+        given = given if type(given[2]) is not int or given[2] != 1 else given[:1] if given[1] is None else given[:2]
+        noted("arange", t, given, dtype=dtype, device=device, requires_grad=requires_grad)
+    return t
 
 
 def range(start=0, end=None, step=1, *, dtype=None, device=None, requires_grad=False):  # noqa: A001
@@ -93,6 +100,7 @@ def _checked_bounds(op, start, end, dt, steps):
 
 
 def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
+    given = start, end, steps
     start, end = _number(start), _number(end)
     xp, _ = _xp_for(device)
     complex_bounds = isinstance(start, complex) or isinstance(end, complex)
@@ -106,7 +114,14 @@ def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=Non
         re = linspace(start.real, end.real, steps, dtype=dt.to_real(), device=device)._data
         im = linspace(start.imag, end.imag, steps, dtype=dt.to_real(), device=device)._data
         t = Tensor._make((re + 1j * im).astype(dt.np))
-        return t.requires_grad_(True) if requires_grad else t
+    else:
+        t = _real_linspace(xp, start, end, steps, dt)
+    if requires_grad:
+        t.requires_grad_(True)
+    return noted("linspace", t, given, dtype=dtype, device=device, requires_grad=requires_grad) if WATCHERS else t
+
+
+def _real_linspace(xp, start, end, steps, dt):
     start, end = _checked_bounds("linspace", start, end, dt, steps)
     if dt.category <= _dtype.INT:  # integer ranges start from the truncated bounds, as in PyTorch
         start, end = math.trunc(start), math.trunc(end)
@@ -131,8 +146,7 @@ def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=Non
         count = xp.where(first, idx, steps - 1 - idx).astype(np.float64)
         base = xp.where(first, lo, hi)
         vals = _fma(xp, xp.where(first, step, -step), count, base, wide)
-    t = Tensor._make(xp.asarray(vals).astype(dt.np, copy=False))
-    return t.requires_grad_(True) if requires_grad else t
+    return Tensor._make(xp.asarray(vals).astype(dt.np, copy=False))
 
 
 def logspace(start, end, steps, base=10.0, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):

@@ -1,6 +1,7 @@
 """jitorch.export and the module's state against torch.export: buffers that ``forward`` reassigns (the EMA pattern),
-what exporting leaves untouched, tied parameters, the exported module's ``train``/``eval``, and one tensor passed
-as several inputs of a dynamic export.
+what exporting leaves untouched, tied parameters, the exported module's ``train``/``eval``, one tensor passed
+as several inputs of a dynamic export, and the state library code makes inside the call (an RNN's zero initial state,
+a causal mask): made in the graph at the input's size, not lifted as constants of the traced size.
 
 torch's programs are compared after ``run_decompositions()`` (see tests/test_export.py).
 """
@@ -309,3 +310,78 @@ def test_same_tensor_as_several_dynamic_inputs():
         np.testing.assert_allclose(_np(ep.module()(y1, z, z)),
                                    _np(tep.module()(torch.tensor(y), torch.tensor(_np(z)), torch.tensor(_np(z)))),
                                    rtol=1e-5, atol=1e-5)
+
+
+# -- tensors library code makes inside the call --------------------------------------------------------------------
+def rnn(T, kind):
+    class Net(T.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = getattr(T.nn, kind)(4, 6, num_layers=2, batch_first=True)
+
+        def forward(self, x):
+            out, state = self.rnn(x)  # no initial state: nn makes zeros of the batch's size (_creation.zeros)
+            return (out, state) if kind == "GRU" else (out, *state)
+    return Net()
+
+
+def _rnn_pair(kind):
+    torch.manual_seed(0)
+    tm, jm = rnn(torch, kind), rnn(jitorch, kind)
+    _same_weights(jm, tm)
+    return jm, tm
+
+
+def _kinds(ep):
+    return [s.kind.name for s in ep.graph_signature.input_specs]
+
+
+@pytest.mark.parametrize("kind", ["GRU", "LSTM"])
+def test_rnn_zero_state_follows_a_dynamic_batch(kind):
+    jm, tm = _rnn_pair(kind)
+    x0 = _rand(3, 5, 4)
+    ep = jitorch.export.export(jm, (jitorch.tensor(x0),), dynamic_shapes={"x": {0: Dim("batch", min=2, max=16)}})
+    tep = torch.export.export(tm, (torch.tensor(x0),),
+                              dynamic_shapes={"x": {0: torch.export.Dim("batch", min=2, max=16)}})
+    assert _kinds(ep) == _kinds(tep)
+    for b in (2, 7):
+        x = _rand(b, 5, 4, seed=b)
+        got, want = ep.module()(jitorch.tensor(x)), tep.module()(torch.tensor(x))
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert tuple(g.shape) == tuple(w.shape)
+            np.testing.assert_allclose(_np(g), _np(w), rtol=1e-5, atol=1e-6)
+
+
+def test_static_lstm_export_lifts_no_zero_state():
+    jm, tm = _rnn_pair("LSTM")
+    x0 = _rand(3, 5, 4)
+    ep = jitorch.export.export(jm, (jitorch.tensor(x0),))
+    tep = torch.export.export(tm, (torch.tensor(x0),))
+    assert _kinds(ep) == _kinds(tep)
+    assert "CONSTANT_TENSOR" not in _kinds(ep) and not ep.constants
+    for g, w in zip(ep.module()(jitorch.tensor(x0)), tm(torch.tensor(x0))):
+        np.testing.assert_allclose(_np(g), _np(w), rtol=1e-5, atol=1e-6)
+
+
+def test_causal_mask_follows_a_dynamic_sequence():
+    def encoder(T):
+        class Enc(T.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer = T.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+
+            def forward(self, x):
+                mask = T.nn.Transformer.generate_square_subsequent_mask(x.shape[1])  # made by _creation.full
+                return self.layer(x, src_mask=mask, is_causal=True)
+        return Enc().eval()
+
+    torch.manual_seed(0)
+    tm, jm = encoder(torch), encoder(jitorch)
+    _same_weights(jm, tm)
+    ep = jitorch.export.export(jm, (jitorch.tensor(_rand(2, 5, 8)),), dynamic_shapes=({1: Dim("S", min=2, max=32)},))
+    assert "CONSTANT_TENSOR" not in _kinds(ep)
+    for n in (3, 9):
+        x = _rand(2, n, 8, seed=n)
+        np.testing.assert_allclose(_np(ep.module()(jitorch.tensor(x))), _np(tm(torch.tensor(x))), rtol=1e-5,
+                                   atol=1e-5)

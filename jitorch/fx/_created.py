@@ -17,37 +17,29 @@ import contextlib
 import sys
 import threading
 
-from .._tensor import Tensor
+from .. import _creation_watchers
 
 __all__ = ["watching_creation", "noting_created", "CREATION"]
 
+# The creation functions that report what they make (`jitorch._creation_watchers.noted`).
 CREATION = ("zeros", "ones", "full", "empty", "arange", "eye", "linspace", "zeros_like", "ones_like", "empty_like",
             "full_like", "tensor")
 
 
 @contextlib.contextmanager
 def watching_creation(made):
-    """Within the block, each tensor ``jitorch.zeros`` or another of `CREATION` makes on this thread (not into an
-    ``out=``) is reported as ``made(name, fn, args, kwargs, tensor)``, ``fn`` being the unwatched function."""
-    module, owner = sys.modules["jitorch"], threading.get_ident()
-    originals = {name: getattr(module, name) for name in CREATION}
-
-    def watched(name, fn):
-        def make(*args, **kwargs):
-            out = fn(*args, **kwargs)
-            if isinstance(out, Tensor) and threading.get_ident() == owner and kwargs.get("out") is None:
-                made(name, fn, args, kwargs, out)
-            return out
-        make.__name__ = fn.__name__
-        return make
-
-    for name, fn in originals.items():
-        setattr(module, name, watched(name, fn))
+    """Within the block, each tensor ``zeros`` or another of `CREATION` makes on this thread is reported as
+    ``made(name, fn, args, kwargs, tensor)``, ``fn`` being the public function (``jitorch.zeros``), however the
+    code reached it (library code calls ``jitorch._creation.zeros``). A tensor made into an ``out=`` is not reported,
+    only the result written there."""
+    module = sys.modules["jitorch"]
+    watcher = (threading.get_ident(), lambda name, args, kwargs, out: made(name, getattr(module, name), args, kwargs,
+                                                                           out))
+    _creation_watchers.WATCHERS.append(watcher)
     try:
         yield
     finally:
-        for name, fn in originals.items():
-            setattr(module, name, fn)
+        _creation_watchers.WATCHERS.remove(watcher)
 
 
 def noting_created(created):
