@@ -16,6 +16,7 @@ from . import _dtype
 from ._tensor import Tensor
 from .nn import functional as F
 from .nn._functional_loss import reduce_loss
+from .nn._spatial_sample import affine_grid_generator
 
 __all__ = ["adaptive_avg_pool1d", "adaptive_max_pool1d", "alpha_dropout", "alpha_dropout_", "avg_pool1d", "bilinear",
            "binary_cross_entropy_with_logits", "celu_", "channel_shuffle", "native_channel_shuffle", "constant_pad_nd",
@@ -24,8 +25,8 @@ __all__ = ["adaptive_avg_pool1d", "adaptive_max_pool1d", "alpha_dropout", "alpha
            "hinge_embedding_loss", "kl_div", "margin_ranking_loss", "max_pool1d", "max_pool1d_with_indices",
            "max_pool2d", "max_pool3d", "native_layer_norm", "native_dropout", "poisson_nll_loss", "rms_norm",
            "rrelu_", "selu_", "threshold_", "triplet_margin_loss", "rsub", "fill", "nuclear_norm", "frobenius_norm",
-           "is_neg", "grid_sampler", "gru_cell", "lstm_cell", "rnn_tanh_cell", "rnn_relu_cell", "unsafe_chunk",
-           "unsafe_split"]
+           "is_neg", "grid_sampler", "grid_sampler_2d", "grid_sampler_3d", "affine_grid_generator", "gru_cell",
+           "lstm_cell", "rnn_tanh_cell", "rnn_relu_cell", "unsafe_chunk", "unsafe_split"]
 
 _REDUCTIONS = ("none", "mean", "sum")
 
@@ -102,6 +103,23 @@ def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
         raise RuntimeError(f"grid_sampler: interpolation_mode {interpolation_mode} / padding_mode {padding_mode} "
                            "out of range: each is 0, 1 or 2")
     return F.grid_sample(input, grid, modes[interpolation_mode], paddings[padding_mode], align_corners)
+
+
+def _grid_sampler_nd(nd, input, grid, interpolation_mode, padding_mode, align_corners):
+    if input.dim() != nd + 2 or grid.dim() != nd + 2:
+        raise RuntimeError(f"grid_sampler(): expected {nd + 2}D input and grid with same number of dimensions, but "
+                           f"got input with sizes {list(input.shape)} and grid with sizes {list(grid.shape)}")
+    return grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners):
+    """ATen's ``grid_sampler_2d``: ``grid_sampler`` for 4-D input and grid only."""
+    return _grid_sampler_nd(2, input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners):
+    """ATen's ``grid_sampler_3d``: ``grid_sampler`` for 5-D input and grid only (no bicubic mode)."""
+    return _grid_sampler_nd(3, input, grid, interpolation_mode, padding_mode, align_corners)
 
 
 # -- losses -------------------------------------------------------------------------------------------------------

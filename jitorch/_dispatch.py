@@ -18,6 +18,7 @@ import numpy as np
 
 from . import _dtype
 from ._dispatch_modes import MODES, is_compiling, pop_mode, push_mode, run_below  # noqa: F401 - re-exported
+from ._memory_format import preserve_copy
 from ._dispatch_record import _edge, _mark_view, _only_saved, record, sync_view, sync_views  # noqa: F401
 from ._tensor import Tensor
 from .autograd.grad_mode import GradState
@@ -92,6 +93,16 @@ def _cast_operand(d, cnp, masks):
         return d - (1 << bits) if cnp.kind == "i" and d >= 1 << (bits - 1) else d
     if not hasattr(d, "dtype") or d.dtype == cnp or (masks and d.dtype == _BOOL_NP):
         return d
+    return _cast_array(d, cnp)
+
+
+def _cast_array(d, cnp):
+    """``d`` cast to NumPy dtype ``cnp`` for a kernel, as TensorIterator casts a CPU operand: ``.to(dtype)``, whose
+    copy of a broadcast operand (an ``expand``) is dense with the dims in their logical order. The array modules'
+    ``astype`` would put the broadcast dims innermost and the kernel's output would follow: ``arange(7).expand(6, 7)
+    * 0.5`` had strides ``(1, 6)``, where torch's ``(7, 1)`` lets ``.view(-1)`` work."""
+    if 0 in d.strides and type(d) is not MetaArray and d.size > 1:
+        return preserve_copy(_xp_of(d), d, cnp)
     return d.astype(cnp)
 
 

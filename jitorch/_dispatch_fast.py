@@ -17,6 +17,7 @@ from . import _dispatch as _d  # ``_d.CPU_XP`` is read through the module: tests
 from . import _dtype
 from ._dispatch import MODES, _NO_ATTRS, TENSOR_TYPES, _new, _only_saved, _raise_broadcast_error, eager, record, \
     sync_view
+from ._dispatch import _cast_array
 from ._tensor import Tensor
 from .autograd.grad_mode import GradState
 from .autograd.graph import _SAVED_HOOKS, _record as _record_in_region, _recording as _RECORDING
@@ -110,9 +111,9 @@ def fast_binary(op, reflected=False, operator=False):
                             if promotion == "float" and common.kind not in "fc":
                                 common = _dtype.get_default_dtype().np
                             if x.dtype != common:
-                                x = x.astype(common)
+                                x = _cast_array(x, common)
                             if y.dtype != common:
-                                y = y.astype(common)
+                                y = _cast_array(y, common)
                 else:
                     y = b
                     ok = tb in _SCALARS

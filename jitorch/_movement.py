@@ -14,8 +14,10 @@ import operator
 
 from ._dispatch import apply
 from ._grad_state import GradState
-from ._shape import infer_shape, normalize_shape, sizes_or_keyword, view_strides, wrap_dim, wrap_dims
-from ._tensor import Tensor
+from ._shape import (broadcast_shapes as _broadcast_shape, infer_shape, normalize_shape,
+                     raise_tensors_not_broadcastable, sizes_or_keyword, torch_broadcast_shapes, view_strides, wrap_dim,
+                     wrap_dims)
+from ._tensor import Size, Tensor
 from .autograd.graph import named
 from .autograd.view_creation import ViewCreation
 from .ops import movement as M
@@ -283,15 +285,16 @@ def broadcast_to(input, size):
 
 
 def broadcast_shapes(*shapes):
-    from ._shape import broadcast_shapes as _bs
-    from ._tensor import Size
-
-    return Size(_bs(*[(s,) if isinstance(s, int) else tuple(s) for s in shapes]))
+    return Size(torch_broadcast_shapes(shapes))
 
 
 def broadcast_tensors(*tensors):
     tensors = _flat(tensors)
-    shape = broadcast_shapes(*[x.shape for x in tensors])
+    try:
+        shape = Size(_broadcast_shape(*[x.shape for x in tensors]))
+    except RuntimeError:
+        raise_tensors_not_broadcastable([x.shape for x in tensors])
+        raise
     # A tensor already of the broadcast shape comes back as itself, as in torch: a distribution built on a Parameter
     # keeps that Parameter as its ``loc`` (a leaf that collects ``.grad``), not a view of it.
     return tuple(x if tuple(x.shape) == tuple(shape) else expand(x, shape) for x in tensors)

@@ -109,10 +109,27 @@ def triu(input, diagonal=0):
     return apply(M.TRIU, input, diagonal=diagonal)
 
 
+def _check_meshgrid(tensors):
+    """ATen's meshgrid checks: at least one tensor, each 0-D or 1-D, one dtype and one device for all."""
+    if not tensors:
+        raise RuntimeError("meshgrid expects a non-empty TensorList")
+    for i, x in enumerate(tensors):
+        if x.dim() > 1:
+            raise RuntimeError(f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got a tensor of "
+                               f"shape {list(x.shape)} at position {i}; flatten it first")
+    first = tensors[0]
+    if any(x.dtype != first.dtype for x in tensors):
+        raise RuntimeError(f"meshgrid expects all tensors to have the same dtype (got {[x.dtype for x in tensors]})")
+    if any(x.device != first.device for x in tensors):
+        raise RuntimeError(f"meshgrid expects all tensors to have the same device (got "
+                           f"{[str(x.device) for x in tensors]})")
+
+
 def meshgrid(*tensors, indexing="ij"):
     tensors = _flat(tensors)
     if indexing not in ("ij", "xy"):
         raise RuntimeError(f"torch.meshgrid: indexing must be one of \"xy\" or \"ij\", but received: {indexing}")
+    _check_meshgrid(tensors)
     swap = indexing == "xy" and len(tensors) >= 2
     if swap:
         tensors = [tensors[1], tensors[0]] + tensors[2:]

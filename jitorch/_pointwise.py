@@ -135,6 +135,7 @@ def _reject_bool_sub(a, b):
                            "to invert a mask, use the `~` or `logical_not()` operator instead.")
 
 
+_fast_pow = fast_binary(P.POW)
 _fast_sub, _fast_rsub = fast_binary(P.SUB, operator=True), fast_binary(P.SUB, reflected=True, operator=True)
 
 
@@ -225,10 +226,14 @@ def pow(input, exponent, *, out=None):
     if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and isinstance(input, Tensor):
         check_bounds(input, exponent)
         # x * x has the input's dtype, which is pow's only for an int 2 on a non-bool tensor (bool ** 2 is int64) or
-        # any 2 on a float one: an integer tensor ** 2.0 promotes to the default float dtype.
-        if exponent == 2 and input.dtype is not _dtype.bool and (
+        # any 2 on a float one: an integer tensor ** 2.0 promotes to the default float dtype. Recorded for autograd,
+        # it stays pow (one PowBackward0 edge, as torch's: x * x gives x two gradients, summed with x's others in
+        # another order, which rounds differently).
+        if exponent == 2 and input.dtype is not _dtype.bool and not (input._requires_grad and GradState.enabled) and (
                 type(exponent) is int or input.dtype.is_floating_point or input.dtype.is_complex):
             return _write_out(apply(P.MUL, input, input), out, "pow")
+        if exponent == 2 and input.dtype is not _dtype.bool and out is None:
+            return _fast_pow(input, exponent)  # a float's square on the shortcut (NumPy's power squares exactly)
     result = apply(P.POW, input, exponent)
     if not isinstance(input, Tensor) and out is None:
         result = result.contiguous()  # ATen's pow(Scalar, Tensor) writes a new row-major tensor
@@ -352,6 +357,8 @@ def sgn(input, *, out=None):
 def square(input, *, out=None):
     if input.dtype is _dtype.bool:  # PyTorch's square is pow(x, 2): a bool tensor with an int exponent is int64
         return _write_out(apply(P.POW, input, 2), out, "square")
+    if out is None and input._requires_grad and GradState.enabled:
+        return _fast_pow(input, 2)  # one PowBackward0 edge, as torch's (see `pow`)
     return _write_out(apply(P.MUL, input, input), out, "square")
 
 

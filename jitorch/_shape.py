@@ -105,6 +105,38 @@ def broadcast_shapes(*shapes, op="broadcast_shapes"):
     return tuple(out)
 
 
+def torch_broadcast_shapes(shapes):
+    """``torch.broadcast_shapes`` of int or sequence ``shapes`` as a list, with torch's errors (which name the first
+    argument that does not fit the shape of those before it)."""
+    result = [1] * max((1 if isinstance(s, int) else len(s) for s in shapes), default=0)
+    for j, shape in enumerate(shapes):
+        sizes = (shape,) if isinstance(shape, int) else tuple(shape)
+        for i in range(-1, -1 - len(sizes), -1):
+            n = sizes[i]
+            if n < 0:
+                raise ValueError("Attempting to broadcast a dimension with negative length!")
+            if n == 1 or n == result[i]:
+                continue
+            if result[i] != 1:
+                raise RuntimeError(f"Attempting to broadcast a dimension of length {n} at {i}! Mismatching argument at "
+                                   f"index {j} had {shape}; but expected shape should be broadcastable to {result}")
+            result[i] = n
+    return result
+
+
+def raise_tensors_not_broadcastable(shapes):
+    """ATen's error of ``broadcast_tensors``: the shapes folded pairwise, the first pair that clashes named as a, b."""
+    a = ()
+    for b in shapes:
+        ndim = max(len(a), len(b))
+        a_full, b_full = (1,) * (ndim - len(a)) + tuple(a), (1,) * (ndim - len(b)) + tuple(b)
+        for i, (x, y) in enumerate(zip(a_full, b_full)):
+            if x != y and x != 1 and y != 1:
+                raise RuntimeError(f"The size of tensor a ({x}) must match the size of tensor b ({y}) at "
+                                   f"non-singleton dimension {i}")
+        a = tuple(y if x == 1 else x for x, y in zip(a_full, b_full))
+
+
 def view_strides(shape, strides, new_shape):
     """Strides for viewing (shape, strides) as ``new_shape`` without copying, or ``None`` if that is impossible.
 

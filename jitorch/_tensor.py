@@ -606,8 +606,9 @@ class Tensor:
             return memo[id(self)]
         if not self.is_leaf:
             raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
-                               "protocol at the moment. If you were attempting to deepcopy a module, this may be "
-                               "because of a torch.nn.utils.weight_norm usage.")
+                               "protocol at the moment.  If you were attempting to deepcopy a module, this may be "
+                               "because of a torch.nn.utils.weight_norm usage, see "
+                               "https://github.com/pytorch/pytorch/pull/103001")
         from ._serialization_pickler import tensor_user_state
         from ._storage import deepcopy_array
 

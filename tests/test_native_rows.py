@@ -118,8 +118,8 @@ def test_small_and_mismatched_inputs_take_numpy():
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("shape", [(8, 32), (2, 3, 16), (1, 5)], ids=str)
 def test_small_layer_norm_sum_backward_takes_the_kernels_with_a_broadcast_gradient(shape, dtype):
-    # ``out.sum().backward()`` hands the backward row a broadcast scalar gradient: it is copied into the row kernel
-    # (the short-call trampoline), not sent back to NumPy's passes, and every gradient matches torch's.
+    # ``out.sum().backward()`` hands the backward row a broadcast scalar gradient: the row kernel reads its one value
+    # (no copy, no NumPy passes), and every gradient matches torch's.
     rng = np.random.default_rng(5)
     x, w, b = (rng.standard_normal(s).astype(dtype) for s in (shape, shape[-1:], shape[-1:]))
     native_rows._kernels.clear()
@@ -133,6 +133,25 @@ def test_small_layer_norm_sum_backward_takes_the_kernels_with_a_broadcast_gradie
     tol = 1e-5 if dtype == "float32" else 1e-12
     for got, want in zip(*grads):
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("shape", [(8, 32), (300, 64), (3, 5000)], ids=str)
+@pytest.mark.parametrize("params", ["weight", "bias", "both"])
+def test_layer_norm_gradients_of_a_lone_weight_or_bias(params, shape):
+    # Few rows, many rows (BLAS column sums) and long rows (cascade sums); a bias without a weight once got zeros.
+    rng = np.random.default_rng(7)
+    x = make_array(shape, "float32", rng) + 2.0
+    w, b = (make_array(shape[-1:], "float32", rng) for _ in range(2))
+    pick = {"weight": (w, None), "bias": (None, b), "both": (w, b)}[params]
+    check_op(lambda a, w, b: JF.layer_norm(a, shape[-1:], w, b), lambda a, w, b: TF.layer_norm(a, shape[-1:], w, b),
+             [x, *pick], atol=1e-5, rtol=1e-5, grad_atol=1e-4, grad_rtol=1e-4)
+    grads = []
+    for lib, F in ((jitorch, JF), (torch, TF)):  # a scaled ``sum()``: a broadcast gradient of 3, not 1
+        leaves = [lib.tensor(a, requires_grad=True) if a is not None else None for a in (x, *pick)]
+        (F.layer_norm(leaves[0], shape[-1:], leaves[1], leaves[2]).sum() * 3).backward()
+        grads.append([t.grad.numpy() for t in leaves if t is not None])
+    for got, want in zip(*grads):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_row_kernels_read_each_calls_arrays():

@@ -126,10 +126,11 @@ def test_burgers_pinn_adam_then_lbfgs_matches_torch():
     th, jt = res
     assert float(th["losses"][-1]) < 0.5 * float(th["losses"][0])
     # each L-BFGS step compounds the last's rounding (curvature pairs, line-search interpolation): float32 runs
-    # agree to about 1e-4 after 15 iterations; the iteration and evaluation counts are exact
+    # agree to about 1e-4 after 15 iterations (BLAS builds differ in the products' rounding, the search direction's
+    # entries near 0 most); the iteration and evaluation counts are exact
     assert (th.pop("iter"), th.pop("n_iter"), th.pop("func_evals")) == \
         (jt.pop("iter"), jt.pop("n_iter"), jt.pop("func_evals"))
-    assert_runs_match(th, jt, rtol=1e-3, atol=1e-5, what="burgers pinn")
+    assert_runs_match(th, jt, rtol=1e-3, atol=1e-4, what="burgers pinn")
 
 
 def test_heat_pinn_derivatives_and_adam_match_torch():

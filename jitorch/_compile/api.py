@@ -33,7 +33,10 @@ from .optimized_module import OptimizedModule
 from .replay import Replay, _compile_outputs
 from .reached import FreeTensors, NamedObjects, reached_by
 from .segment_training import backward_kernels, compile_training_segment
+from .side_effects import PythonState, replay_for_side_effects, replay_guards
 from .specialization import Entry, config
+from .stride_relayout import Relayout, compile_relaid, graph_signature, refused_relayout, static_strides_note, \
+    stride_only_miss
 from .trace import trace
 from .training import Unsupported, compile_training
 
@@ -240,9 +243,15 @@ class CompiledFunction:
             return out
         if self._compiles() >= self.recompile_limit:
             self._fell_back = True
-            last = (entries or self.entries or self.train_entries)[-1].guards
-            self._warn_limit(first_failure(last, guards))
+            last = (entries or self.entries or self.train_entries)[-1]
+            self._warn_limit(first_failure(last.guards, guards) + static_strides_note(self, last, guards))
             return fn(*args, **kwargs)
+        if self.dynamic is not False:
+            # Only strides changed (a growing buffer's slice): compile once for row-major copies of those inputs,
+            # accepting any strides from then on, as torch's automatic dynamic strides (stride_relayout.py).
+            miss = stride_only_miss(entries, guards, args, kwargs, self._buffers())
+            if miss is not None:
+                return compile_relaid(self, site, Relayout(*miss, guards, args, kwargs), training, len(params))
         if training:
             return self._compile_training(site, guards, args, kwargs)
         return self._compile(site, guards, args, kwargs)
@@ -303,22 +312,28 @@ class CompiledFunction:
         owner = self._owner()
         return tuple(owner.buffers()) if owner is not None else ()
 
-    def _compile_training(self, site, guards, args, kwargs):
+    def _compile_training(self, site, guards, args, kwargs, relayout=None):
         fn = site.fn
         start = time.perf_counter()
         buffers = self._buffers()
         # Compiling runs the function more than once: the call's own draws and buffer updates happen once.
         before = CompileState(buffers)
         attributes = _attribute_state(self._owner())
+        python_state = PythonState(self._fn, self._owner())
         traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
+        refused = relayout and refused_relayout(self, site, relayout, traced, before, training=True)
+        if refused:
+            return refused[0]
         lifted = self._lift(traced)
         if lifted and not site.relifted:
             # The trace read tensors that require grad which the function reaches through other code (a helper's
             # global): they become graph inputs, and this call starts over with them in the guards.
             before.restore()
+            python_state.restore()
             return self._call(replace(site, relifted=True), args, kwargs)
         after = CompileState(buffers)
         entry = Entry(guards, trace_s=time.perf_counter() - start, breaks=traced.info.graph_breaks)
+        entry.graph_signature = graph_signature(traced.gm) if traced.gm is not None else None
         self.train_entries.append(entry)
         if lifted:  # new ones again: made by the call itself (``torch.ones(3, requires_grad=True)`` inside it)
             return self._eager_entry(entry, _MADE_REQUIRING_GRAD, traced.result)
@@ -326,6 +341,10 @@ class CompiledFunction:
             return self._eager_entry(entry, self._named_values.random_reason(), traced.result)
         if traced.info.hidden_write is not None:
             return self._eager_entry(entry, traced.info.hidden_write, traced.result)
+        replayed = traced.break_reason is None and replay_for_side_effects(self, site, entry, traced, python_state,
+                                                                           args, kwargs, True, after)
+        if replayed:
+            return replayed[0]
         if traced.break_reason is not None:
             tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
             tensors += list(self._owner().parameters()) if self._owner() is not None else []
@@ -339,7 +358,8 @@ class CompiledFunction:
             entry.compile_s = kernel_cache_stats()["compile_s"] - llvm_before
             return traced.result
         llvm_before = kernel_cache_stats()["compile_s"]
-        dims = dims_to_make_dynamic(self, self.train_entries[:-1], guards, args, kwargs, config.dynamic_after_changes)
+        dims = relayout is None and dims_to_make_dynamic(self, self.train_entries[:-1], guards, args, kwargs,
+                                                         config.dynamic_after_changes)
         # Compiling runs the module's Python again (the joint trace, dynamic-shape probes), each time from the state
         # the trace started from, so a counter it bumps (``self.calls += 1``) is read as the trace read it; after,
         # the state is the trace's: this call counted once.
@@ -370,18 +390,24 @@ class CompiledFunction:
         entry.compile_s = kernel_cache_stats()["compile_s"] - llvm_before
         return out
 
-    def _compile(self, site, guards, args, kwargs):
+    def _compile(self, site, guards, args, kwargs, relayout=None):
         fn = site.fn
         start = time.perf_counter()
         buffers = self._buffers()
         before = CompileState(buffers)
+        python_state = PythonState(self._fn, self._owner())
         traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
+        refused = relayout and refused_relayout(self, site, relayout, traced, before, training=False)
+        if refused:
+            return refused[0]
         lifted = GradState.enabled and self._lift(traced)
         if lifted and not site.relifted:
             before.restore()  # a tensor it reads requires grad: this is a training call after all
+            python_state.restore()
             return self._call(replace(site, relifted=True), args, kwargs)
         info = traced.info
         entry = Entry(guards, trace_s=time.perf_counter() - start, breaks=info.graph_breaks)
+        entry.graph_signature = graph_signature(traced.gm) if traced.gm is not None else None
         self.entries.append(entry)
         if lifted:
             return self._eager_entry(entry, _MADE_REQUIRING_GRAD, traced.result)
@@ -389,6 +415,10 @@ class CompiledFunction:
             return self._eager_entry(entry, self._named_values.random_reason(), traced.result)
         if info.hidden_write is not None or info.unsound is not None:
             return self._eager_entry(entry, info.hidden_write or info.unsound, traced.result)
+        replayed = traced.gm is not None and replay_for_side_effects(self, site, entry, traced, python_state, args,
+                                                                     kwargs, False)
+        if replayed:
+            return replayed[0]
         if traced.writes and callable(self.backend):
             return self._eager_entry(entry, "the call updates module buffers in place (a callable backend is handed "
                                             "graphs without side effects)", traced.result)
@@ -405,7 +435,8 @@ class CompiledFunction:
             compiled = self.backend(traced.gm, list(args) + list(kwargs.values()))
             entry.run = lambda args, kwargs: compiled(*args, *kwargs.values())
         else:
-            dims = dims_to_make_dynamic(self, self.entries[:-1], guards, args, kwargs, config.dynamic_after_changes)
+            dims = relayout is None and dims_to_make_dynamic(self, self.entries[:-1], guards, args, kwargs,
+                                                             config.dynamic_after_changes)
             found = dims and dynamic_inference(self, fn, entry, dims, guards, args, kwargs, buffers,
                                                  traced.writes)
             if found:
@@ -459,6 +490,7 @@ class CompiledFunction:
             return out
 
         entry.run, entry.replay = run, replay
+        entry.guards = replay_guards(entry.guards)  # a list the Python appends to is read live, not baked in
         entry.break_reason = "; ".join(b.describe() for b in entry.breaks) or None
         if training:
             entry.backward_kernel_ops = backward_kernels(info.root)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..nn.modules.module import Module
 from .api import CompiledFunction
 
@@ -30,6 +32,7 @@ class ExplainOutput:
     compile_s: float = 0.0  # LLVM time (kernels already in the cache cost nothing)
     dynamic: list = field(default_factory=list)  # "arg0.shape[0] -> s0" per dynamic specialization
     static_reasons: list = field(default_factory=list)  # why sizes that changed (or dynamic=True) stay specialized
+    replay_reasons: list = field(default_factory=list)  # why a graph without breaks runs in replay mode
 
     def __str__(self):
         lines = [f"Graph count: {self.graph_count}", f"Graph break count: {self.graph_break_count}"]
@@ -42,6 +45,7 @@ class ExplainOutput:
             lines += [f"  backward kernel {i}: {' -> '.join(ops)}" for i, ops in enumerate(self.backward_kernels)]
         lines += [f"Dynamic sizes: {d} (each >= 2)" for d in self.dynamic]
         lines += [f"Sizes kept static: {r}" for r in self.static_reasons]
+        lines += [f"Replay mode: {r}" for r in self.replay_reasons]
         lines.append(f"Guards ({len(self.guards)}):")
         lines += [f"  {g}" for g in self.guards]
         lines.append(f"Compile time: trace {self.trace_s * 1e3:.1f} ms, LLVM {self.compile_s * 1e3:.1f} ms")
@@ -64,7 +68,8 @@ def explain(fn, **compile_kwargs):
 
     Each graph break is reported as ``file:line: reason (source line)``; a break on a value read adds the guard
     on that value (``file:line: Tensor.__bool__() == True``) to ``guards``. ``explain(fn, dynamic=True)`` shows
-    which sizes became symbols (``dynamic``) or why they stay static (``static_reasons``).
+    which sizes became symbols (``dynamic``) or why they stay static (``static_reasons``). ``replay_reasons``: the
+    Python state a call changes (``self.feats.append(h)``), for which its Python reruns on every call (side_effects.py).
     """
     def run(*args, **kwargs):
         cf = CompiledFunction(fn, module=fn if isinstance(fn, Module) else None, **compile_kwargs)
@@ -83,17 +88,31 @@ def explain(fn, **compile_kwargs):
                 out.break_reasons.append(e.break_reason)
             out.kernels += CompiledFunction.segment_kernels(e)
             out.backward_kernels += e.backward_kernel_ops
-            out.guards = [f"{name} == {value!r}" for name, value in e.guards] + out.guards
+            out.guards = [_guard_text(name, value, e.guards) for name, value in e.guards] + out.guards
             if e.dynamic is not None:
                 out.dynamic.append(e.dynamic.describe())
             if e.dynamic_reason is not None:
                 out.static_reasons.append(e.dynamic_reason)
+            if e.side_effects is not None:
+                out.replay_reasons.append(e.side_effects)
             out.trace_s += e.trace_s
             out.compile_s += e.compile_s
         out.kernel_count = len(out.kernels)
         out.ops_fused = sum(len(k) for k in out.kernels)
         return out
     return run
+
+
+def _guard_text(name, value, guards):
+    """``name == value``; a tensor's strides in elements, as torch's (the guards hold NumPy's byte strides), or
+    ``any strides (copied to row-major)`` for an input whose strides changed before (stride_relayout.py)."""
+    if name.endswith(".stride") and type(value) is tuple:
+        try:
+            size = np.dtype(dict(guards).get(name[:-len(".stride")] + ".dtype")).itemsize
+            value = tuple(s // size for s in value)
+        except TypeError:
+            return f"{name} == {value!r} (bytes)"
+    return f"{name} == {value!r}"
 
 
 def _key_text(key):

@@ -1,6 +1,7 @@
 """Guards: what a compiled graph assumed about its call, as named values; a call whose values differ retraces.
 
-Each tensor argument contributes its shape, dtype, device and strides (the kernels are specialized on all four);
+Each tensor argument contributes its shape, dtype, device and strides (the kernels are specialized on all four; a
+miss on strides alone is handled in stride_relayout.py);
 other arguments were baked into the graph as constants, so their values are guarded too. Grad mode and, for
 modules, the ``training`` flags, parameter and buffer identities and every public plain-data attribute
 (``momentum``, ``eps``, ``p``, a user's ``self.temperature``) complete the key.
@@ -236,5 +237,18 @@ def first_failure(expected, got):
         if name != name2:
             return f"argument structure: expected {name}, got {name2}"
         if want != have:
+            if name.endswith(".stride") and type(want) is tuple and type(have) is tuple:
+                return _stride_failure(name, want, have, got)
             return f"{name}: expected {want!r}, got {have!r}"
     return f"number of guarded values: expected {len(expected)}, got {len(got)}"
+
+
+def _stride_failure(name, want, have, got):
+    """A stride guard's failure in elements, as torch reports it (the guards hold NumPy's byte strides)."""
+    dtype = dict(got).get(name[:-len(".stride")] + ".dtype")
+    try:
+        size = np.dtype(dtype).itemsize
+    except TypeError:
+        return f"{name}: expected byte strides {want!r}, got {have!r} (only the strides changed)"
+    return f"{name}: expected strides {tuple(s // size for s in want)!r}, got {tuple(s // size for s in have)!r} " \
+           f"(only the strides changed: same shape, dtype and device)"

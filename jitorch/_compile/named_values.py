@@ -4,7 +4,10 @@ reusing 2.0 (torch.compile guards the globals it reads the same way).
 
 What is read again on every call, for the compiled function, the user's helpers it names
 (`reached.functions_reached`) and, for a compiled module, the ``forward`` of each of its modules' own classes:
-- the numbers, strings, None and tuples or lists of them held by a global the code names or by a closure cell;
+- the numbers, strings, None and tuples or lists of them held by a global the code names or by a closure cell, and
+  NumPy arrays and scalars (by value; arrays over `guards._SMALL_ARRAY` elements by identity), and lists or tuples
+  of them or of other objects (entry by entry; a list the code mutates, ``self.queue.pop(0)``, by identity and,
+  up to `_SHORT_LIST` entries, by entries);
 - those an object held there has under an attribute name the code uses (``cfg.temperature``, ``config.LR``,
   ``self.cfg.scale``: one object deep below a module or plain object), or a dict under a string constant of the
   code (``table["shift"]``);
@@ -29,7 +32,7 @@ import numpy as np
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..nn.modules.module import Module
-from .guards import _SIMPLE, _constant
+from .guards import _SIMPLE, _Same, _constant
 from .reached import _LIBRARY, functions_reached
 
 __all__ = ["NamedValues"]
@@ -37,6 +40,9 @@ __all__ = ["NamedValues"]
 _MISSING = object()
 _CODE_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)
 _RANDOM_TYPES = (_random.Random, np.random.Generator, np.random.RandomState)
+# NumPy values a trace turns into graph constants (``x.new_tensor(self.mask)``): guarded by value up to
+# `guards._SMALL_ARRAY` elements, larger arrays by identity.
+_NUMPY_TYPES = (np.ndarray, np.generic)
 
 
 def _plain(value):
@@ -44,15 +50,20 @@ def _plain(value):
     return isinstance(value, _SIMPLE) or (type(value) in (tuple, list) and all(isinstance(v, _SIMPLE) for v in value))
 
 
-# A list the code calls one of these on is the function's own record (``calls.append(n)``, ``history.append(loss)``),
-# not a setting: guarding its entries would retrace on every call. It is guarded by identity instead.
+# A list the code calls one of these on may be the function's own record (``calls.append(n)``, ``history.append(h)``):
+# it is guarded by identity, and by its entries only while short (a record grows with every call). A call that did
+# mutate it runs in replay mode (side_effects.py), whose guards ignore the entries; a whole-call graph, which may
+# have read them as constants (``x * self.scales[0]``), retraces when a short one changes.
 _LIST_MUTATORS = frozenset(("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse"))
+_SHORT_LIST = 16
 
 
 def _guarded(value, names):
     """The guard stand-in of a plain value (`_plain`) read by code using ``names``."""
     if type(value) is list and not _LIST_MUTATORS.isdisjoint(names):
-        return ("list", id(value))
+        # Held, not by id: a list replaced between calls (``self.queue = [...]``) is freed and its id reused.
+        entries = tuple([_constant(v) for v in value]) if len(value) <= _SHORT_LIST else ("long", len(value))
+        return ("list", _Same(value), entries)
     return _constant(value)
 
 
@@ -142,6 +153,11 @@ class NamedValues:
                 out.append((label, None))
             elif _plain(value):
                 out.append((label, _guarded(value, names)))
+            elif isinstance(value, _NUMPY_TYPES):
+                out.append((label, _constant(value)))  # x.new_tensor(self.mask): baked in, so guarded by value
+            elif type(value) in (list, tuple):  # of other entries (arrays, objects): each as an argument's
+                out.append((label, _guarded(value, names) if type(value) is list and not _LIST_MUTATORS.isdisjoint(
+                    names) else (type(value).__name__, tuple(_constant(v) for v in value))))
             elif isinstance(value, _CODE_TYPES):
                 out.append((label, ("id", id(value))))
             elif isinstance(value, Tensor):
@@ -185,6 +201,8 @@ def _attributes(out, label, obj, names, depth):
             continue
         if _plain(value):
             out.append((f"{label}.{name}", _guarded(value, names)))
+        elif isinstance(value, _NUMPY_TYPES):
+            out.append((f"{label}.{name}", _constant(value)))
         elif isinstance(value, Tensor):
             _tensor(out, f"{label}.{name}", value)
         elif depth and not isinstance(value, Module):

@@ -51,12 +51,15 @@ from ..cpu._steps import root_of
 from ..runtime.host_pointer import data_address
 from .guards import _plain_attributes, call_hooks, first_failure
 from .named_values import NamedValues
+from .side_effects import PythonState
 
 __all__ = ["compile_reduce_overhead", "ReduceOverheadFunction", "OverwrittenOutputError"]
 
 
 _AUTOGRAD = ("autograd: an input or parameter requires grad, so the call runs through the default compiled path "
              "(fused forward and backward) instead of a replayed capture")
+_SIDE_EFFECTS = ("the function changes Python state that outlives the call ({}): a capture replays only the tensor "
+                 "work, so calls run through the default compiled path, which reruns the Python on every call")
 _HOST_READS = ("the function reads tensor values back into Python (item(), bool(), tolist(), printing): a capture "
                "would freeze them, so calls run through the default compiled path, which compiles around them")
 
@@ -134,6 +137,7 @@ class ReduceOverheadFunction:
         self.named = NamedValues(fn, module)  # plain values the code reads by name, baked into a capture
         self._named_at_capture = None
         self._default = None  # the default-mode compiled function that runs calls needing autograd
+        self._side_effects = None  # `_SIDE_EFFECTS` naming what the warm-up changed, when it changed Python state
 
     # -- checks ---------------------------------------------------------------------------------------------------
     def _needs_eager(self, leaves):
@@ -153,7 +157,7 @@ class ReduceOverheadFunction:
     def _uncaptured(self, reason, args, kwargs):
         """Run a call that is not replayed: through the default compiled path when it needs autograd or reads
         values back to Python (it compiles around those), else eagerly."""
-        if reason is not _AUTOGRAD and reason is not _HOST_READS:
+        if reason is not _AUTOGRAD and reason is not _HOST_READS and reason is not self._side_effects:
             return self.fn(*args, **kwargs)
         if self._default is None:
             from .api import CompiledFunction  # the default mode; imported here, as entry.py does, to keep api light
@@ -264,12 +268,18 @@ class ReduceOverheadFunction:
                                       stacklevel=2)
                 if reason is not None:
                     return self._uncaptured(reason, args, kwargs)
+                state = PythonState(self.fn, self.module)
                 out, reads = _warm_up(self.fn, args, kwargs)
-                if reads:
+                changed = state.changes()
+                if changed:  # torch replays these on every call; a capture would skip them
+                    self.fallback_reason = self._side_effects = _SIDE_EFFECTS.format(", ".join(changed[:6]))
+                    warnings.warn(f"jitorch.compile(mode='reduce-overhead') of {self.__name__}: {self._side_effects}",
+                                  stacklevel=2)
+                elif reads:
                     self.fallback_reason = _HOST_READS
                 return out
-            if self.fallback_reason is _HOST_READS:
-                return self._uncaptured(_HOST_READS, args, kwargs)
+            if self.fallback_reason is _HOST_READS or self.fallback_reason is self._side_effects is not None:
+                return self._uncaptured(self.fallback_reason, args, kwargs)
             self._capture(spec, leaves)
             for i, mutated in enumerate(self.mutated):
                 if mutated:  # the capture ran on a private copy: in-place updates of an input reach the caller

@@ -54,6 +54,10 @@ class Entry:
     dynamic: object = None  # a DynamicSpec: the entry stands for every size of its symbolic dimensions
     dynamic_reason: str | None = None  # why the sizes that changed stay specialized
     size_variant: bool = False  # a graph-broken entry at other sizes than another (not a recompile: see _call)
+    graph_signature: tuple | None = None  # a whole graph's ops (stride_relayout.graph_signature)
+    relayout: tuple = ()  # arguments copied to row-major per call: their guards accept any strides
+    relayout_refused: str | None = None  # why a stride-only miss of this entry compiles exact strides again
+    side_effects: str | None = None  # what Python state the call changes: it runs through its replay (side_effects.py)
     _key: list = field(default=None, repr=False)
     _key_of: list = field(default=None, repr=False)
 

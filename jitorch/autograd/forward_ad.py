@@ -17,12 +17,14 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._tensor import Tensor
+from .forward_ad_shadow import pop_shadow_mode, push_shadow_mode, shadow_of_output
 from .functional import double_vjp
 from .grad_mode import enable_grad, is_grad_enabled
 
 __all__ = ["UnpackedDualTensor", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual", "dual_level"]
 
 _LEVELS: list = []  # per open level: {id(dual): (dual, the tensor the trick differentiates against, tangent)}
+_SHADOW_MODES: list = []  # per open level: its `forward_ad_shadow.ShadowMode` (tangents through grad mode off)
 
 
 class UnpackedDualTensor(NamedTuple):
@@ -35,6 +37,7 @@ class UnpackedDualTensor(NamedTuple):
 def enter_dual_level():
     """Open a new forward AD level; returns its index."""
     _LEVELS.append({})
+    _SHADOW_MODES.append(push_shadow_mode())
     return len(_LEVELS) - 1
 
 
@@ -45,6 +48,7 @@ def exit_dual_level(*, level=None):
                            "supported.")
     if _LEVELS:
         _LEVELS.pop()
+        pop_shadow_mode(_SHADOW_MODES.pop())
 
 
 class dual_level:  # noqa: N801 - torch's name
@@ -100,10 +104,15 @@ def unpack_dual(tensor, *, level=None):
         return UnpackedDualTensor(tensor, None)
     attached = is_grad_enabled() and _reaches_outside(tensor)
     primal = tensor if attached else tensor.detach()
+    # Made with grad mode off, or changed in place since: the history of its tangent is its shadow's.
+    shadow = shadow_of_output(tensor) if duals is not None and level is None else None
+    if shadow is not None:
+        attached = attached and tensor.requires_grad
+        tensor = shadow
     if duals is None or not tensor.requires_grad:
         return UnpackedDualTensor(primal, None)
     entry = duals.get(id(tensor))
-    if entry is not None and entry[0] is tensor:
+    if shadow is None and entry is not None and entry[0] is tensor:
         return UnpackedDualTensor(primal, entry[2])
     entries = list(duals.values())
     with enable_grad():

@@ -51,8 +51,9 @@ class MultivariateNormal(MeanModeAtLoc, Distribution):
             raise ValueError("Exactly one of covariance_matrix or precision_matrix or scale_tril may be specified.")
         matrix = next(m for m in (scale_tril, covariance_matrix, precision_matrix) if m is not None)
         if matrix.dim() < 2:
-            raise ValueError("scale_tril, covariance_matrix or precision_matrix must be at least two-dimensional, "
-                             "with optional leading batch dimensions")
+            what = "scale_tril matrix" if scale_tril is not None else (
+                "covariance_matrix" if covariance_matrix is not None else "precision_matrix")
+            raise ValueError(f"{what} must be at least two-dimensional, with optional leading batch dimensions")
         batch_shape = torch.broadcast_shapes(tuple(matrix.shape[:-2]), tuple(loc.shape[:-1]))
         if scale_tril is not None:
             self.scale_tril = scale_tril.expand(tuple(batch_shape) + (-1, -1))

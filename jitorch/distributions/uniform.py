@@ -32,7 +32,7 @@ class Uniform(Distribution):
 
     @property
     def mode(self):
-        return torch.full_like(self.high, float("nan"))
+        return float("nan") * self.high  # as torch: NaN, but in ``high``'s graph (a NaN gradient flows back)
 
     @property
     def stddev(self):

@@ -21,12 +21,14 @@ tangents and the ops the backward ran, ``"output"`` for the output node. Forward
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 
 from .._dispatch import pop_mode, push_mode
 from .._tensor import Tensor
 from ..autograd import grad as autograd_grad
 from ..autograd.engine import leaf_hooks_suppressed
+from ..autograd.graph import Node
 from ..nn.modules.module import Module
 from .graph import Graph
 from .graph_module import GraphModule
@@ -66,6 +68,43 @@ def _differentiated(outs, tangents):
     # A None tangent: that output is not differentiated (an index, a count returned beside the loss).
     pairs = [(o, t) for o, t in zip(outs, tangents) if t is not None]
     return [o for o, _ in pairs], [t for _, t in pairs]
+
+
+class _CallBoundary(Node):
+    """Stands in for the ``grad_fn`` of tensor arguments while a call is recorded: it has no next edges, so the
+    recorded backward ends at the call's inputs (their gradients are captured there)."""
+
+    def __init__(self, real, outputs):
+        super().__init__((), None)
+        self.real = real
+        self._out_meta = (None,) * outputs
+
+    def apply(self, grads):
+        return ()
+
+    def name(self):
+        return self.real.name()
+
+
+@contextlib.contextmanager
+def _inputs_end_the_backward(args):
+    """Records the call with its tensor arguments' histories cut off. Through them the backward ran (and freed) the
+    caller's nodes before the call: an earlier compiled call whose output feeds this one (a recurrent step compiled,
+    then called in a loop) failed its own backward. The arguments stay the same objects and stay non-leaves (the
+    function may read them by name, or ask ``is_leaf``)."""
+    cut = {id(a): a for a in args if isinstance(a, Tensor) and a.grad_fn is not None}
+    outputs = {}
+    for a in cut.values():
+        outputs[a.grad_fn] = max(outputs.get(a.grad_fn, 0), a._output_nr + 1)
+    boundary = {real: _CallBoundary(real, n) for real, n in outputs.items()}
+    saved = [(a, a.grad_fn) for a in cut.values()]
+    for a, real in saved:
+        a.grad_fn = boundary[real]
+    try:
+        yield
+    finally:
+        for a, real in saved:
+            a.grad_fn = real
 
 
 def make_joint(fn, *, decompositions=None, refuse_value_reads=False):
@@ -109,14 +148,15 @@ def make_joint(fn, *, decompositions=None, refuse_value_reads=False):
             _mark_phase(graph, BACKWARD)
         push_mode(mode)
         try:
-            with noting_created(mode.created), value_reads_guard(mode, refuse_value_reads):
-                outs = _flat_tensors(fn(*args), "outputs")
-            _mark_phase(graph, FORWARD)
-            roots, seeds = _differentiated(outs, tangents)
-            # create_graph=False: the backward's ops run without building another autograd graph, but the mode
-            # still records each of them.
-            with leaf_hooks_suppressed():  # the leaves' hooks run at backward time, on the real gradients
-                grads = autograd_grad(roots, wrt, grad_outputs=seeds, allow_unused=True)
+            with _inputs_end_the_backward(args):
+                with noting_created(mode.created), value_reads_guard(mode, refuse_value_reads):
+                    outs = _flat_tensors(fn(*args), "outputs")
+                _mark_phase(graph, FORWARD)
+                roots, seeds = _differentiated(outs, tangents)
+                # create_graph=False: the backward's ops run without building another autograd graph, but the
+                # mode still records each of them.
+                with leaf_hooks_suppressed():  # the leaves' hooks run at backward time, on the real gradients
+                    grads = autograd_grad(roots, wrt, grad_outputs=seeds, allow_unused=True)
             _mark_phase(graph, BACKWARD)
         finally:
             pop_mode()

@@ -15,6 +15,7 @@ tensor([-1.0000,  0.5000,  1.0000])
 from __future__ import annotations
 
 
+from .. import _dtype
 from .. import _pointwise as pw
 from .._pointwise import where
 from ..amp._cast_mode import autocast_lower
@@ -30,6 +31,14 @@ __all__ = [
 
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _floating_kernel(kernel, x):
+    """PyTorch's refusal of an activation whose kernel ``kernel`` (``hardswish_cpu``...) exists for floating types
+    only: integer, bool and complex inputs are not promoted."""
+    if not x.is_floating_point():
+        name = kernel if kernel.endswith("_check") else f"{kernel}_{'cuda' if x.is_cuda else 'cpu'}"
+        raise NotImplementedError(f"\"{name}\" not implemented for '{type_name(x.dtype)}'")
 
 
 def _maybe_inplace(fn, input, inplace, *args):
@@ -49,7 +58,13 @@ def _hardtanh(x, min_val, max_val):
     # Gradient 0 at and beyond the bounds, as PyTorch's hardtanh_backward; NaN propagates.
     if x.is_floating_point():  # the row: its gradient stays connected to x under create_graph (activation_piecewise)
         return activation_piecewise.hardtanh(x, min_val, max_val)
-    return where(x <= min_val, min_val, where(x >= max_val, max_val, x))
+    if x.dtype is _dtype.bool:
+        raise RuntimeError("Bool inputs not supported for hardtanh")
+    # ATen's legacy rule: integer inputs keep their dtype, the bounds truncated to integers (no promotion).
+    lo, hi = int(min_val), int(max_val)
+    if x.dtype is _dtype.uint8 and (lo < 0 or hi < 0):
+        raise RuntimeError("cannot do hardtanh on an unsigned type with negative limits")
+    return x.clamp(lo, hi)
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
@@ -69,9 +84,8 @@ def relu6(input, inplace=False):
 
 
 def _leaky_relu(x, negative_slope):
-    if x.is_floating_point():
-        return activation_piecewise.leaky_relu(x, negative_slope)
-    return where(x > 0, x, x * negative_slope)
+    _floating_kernel("leaky_relu", x)
+    return activation_piecewise.leaky_relu(x, negative_slope)
 
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
@@ -84,6 +98,7 @@ def leaky_relu_(input, negative_slope=0.01):
 
 
 def _elu(x, alpha, scale=1.0, input_scale=1.0):
+    _floating_kernel("elu", x)
     negative = (x.clamp(max=0) * input_scale).expm1() * (alpha * scale)
     return where(x > 0, x * scale if scale != 1.0 else x, negative)
 
@@ -133,8 +148,18 @@ def silu(input, inplace=False):
     return _maybe_inplace(activation_ops.silu, input, inplace)
 
 
+def _in_float(fn, x, *args):
+    """``fn`` of a half-precision ``x`` computed in float32 and rounded once, as ATen's kernels compute them (the
+    composite's own half-precision steps are an ulp off for about a fifth of bfloat16 inputs); ``None`` otherwise."""
+    if x.dtype is _dtype.bfloat16 or x.dtype is _dtype.float16:
+        return fn(x.float(), *args).to(x.dtype)
+    return None
+
+
 def _mish(x):
-    return x * pw.tanh(softplus(x))
+    _floating_kernel("mish", x)
+    widened = _in_float(_mish, x)
+    return x * pw.tanh(softplus(x)) if widened is None else widened
 
 
 def mish(input, inplace=False):
@@ -144,6 +169,10 @@ def mish(input, inplace=False):
 
 def softplus(input, beta=1.0, threshold=20.0):
     """``log(1 + exp(beta * x)) / beta``, and ``x`` itself where ``beta * x > threshold``."""
+    _floating_kernel("softplus", input)
+    widened = _in_float(softplus, input, beta, threshold)
+    if widened is not None:
+        return widened
     scaled = input * beta
     # exp sees at most ``threshold``: the linear branch's gradient is then never 0 * inf.
     smooth = pw.log1p(pw.exp(scaled.clamp(max=threshold))) / beta
@@ -166,6 +195,7 @@ def tanh(input):
 
 
 def _hardswish(x):
+    _floating_kernel("hardswish", x)
     # PyTorch's gradient: 0 up to -3, x / 3 + 0.5 strictly between -3 and 3, 1 from 3 on.
     return where(x <= -3, 0.0, where(x < 3, x * (x + 3) / 6, x))
 
@@ -176,6 +206,7 @@ def hardswish(input, inplace=False):
 
 
 def _hardsigmoid(x):
+    _floating_kernel("hardsigmoid", x)
     # nan is neither side of the ramp: it stays nan, with torch's zero gradient (hence detached)
     return where((x > -3) & (x < 3), (x + 3) / 6, where(x >= 3, 1.0, where(x <= -3, 0.0, x.detach())))
 
@@ -192,6 +223,7 @@ def logsigmoid(input):
 
 def log_sigmoid_like(input):
     """`logsigmoid` in ``input``'s layout (for composites whose ATen formula keeps their operands' layout)."""
+    _floating_kernel("log_sigmoid", input)
     # minimum splits a tie's gradient, which gives PyTorch's 0.5 at x == 0.
     return pw.minimum(input, 0.0) - pw.log1p(pw.exp(-input.abs()))
 
@@ -236,6 +268,7 @@ def glu(input, dim=-1):
     d = dim + input.dim() if dim < 0 else dim
     if input.shape[d] % 2:
         raise RuntimeError(f"Halving dimension must be even, but dimension {d} is size {input.shape[d]}")
+    _floating_kernel("glu", input)
     a, b = input.chunk(2, d)
     return a * pw.sigmoid(b)
 
@@ -265,13 +298,11 @@ def softshrink(input, lambd=0.5):
     if lambd < 0:
         raise RuntimeError(f"softshrink: lambda must be in range [0, inf) for input dtype "
                            f"{type_name(input.dtype)}, but found {lambd}")
-    if input.is_floating_point():
-        return activation_piecewise.softshrink(input, lambd)
-    return where(input > lambd, input - lambd, where(input < -lambd, input + lambd, 0.0))
+    _floating_kernel("softshrink_check", input)
+    return activation_piecewise.softshrink(input, lambd)
 
 
 def hardshrink(input, lambd=0.5):
     """``x`` where ``|x| > lambd``, else 0."""
-    if input.is_floating_point():
-        return activation_piecewise.hardshrink(input, lambd)
-    return where((input > lambd) | (input < -lambd), input, 0.0)
+    _floating_kernel("hardshrink", input)
+    return activation_piecewise.hardshrink(input, lambd)

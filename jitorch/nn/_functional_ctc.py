@@ -7,6 +7,8 @@ a safe pivot where every term is ``-inf`` (unreachable states), so those states 
 ATen's CTC backward returns ``exp(log_probs) - posterior`` for ``log_probs``: the gradient for the logits under a
 ``log_softmax``, not the loss's own derivative ``-posterior``. A zero-valued term whose derivative is
 ``exp(log_probs)`` reproduces it, so gradients match PyTorch's whether or not a ``log_softmax`` sits in front.
+Where a sequence's loss is infinite (no alignment fits in its frames) that formula is ``exp(log_probs) - exp(-inf +
+inf)``: ATen's gradient is NaN over the sequence's frames unless ``zero_infinity`` zeroes loss and gradient.
 
 >>> import jitorch
 >>> import jitorch.nn.functional as F
@@ -19,14 +21,19 @@ from __future__ import annotations
 import math
 
 from .. import _creation, _dtype, _movement
+from .._dispatch import TORCH_TYPE_NAMES
 from .._pointwise import maximum, where
 from ..amp._cast_mode import autocast_policy
+from ..autograd.function import Function
 
 __all__ = ["ctc_loss"]
 
 
 def _lengths(lengths, batch, name):
     """Host list of per-sequence lengths from a tensor, a sequence or (unbatched) an int."""
+    if hasattr(lengths, "is_floating_point") and (lengths.is_floating_point() or lengths.is_complex()):
+        raise RuntimeError(f"{name} must be integral (ctc_loss got a {lengths.dtype} tensor; pass int32 or int64 "
+                           "lengths)")
     values = lengths.reshape(-1).tolist() if hasattr(lengths, "tolist") else (
         [lengths] if isinstance(lengths, int) else list(lengths))
     if len(values) != batch:
@@ -46,6 +53,24 @@ def _logsumexp(*terms):
     for t in terms[1:]:
         total = total + t.sub(pivot).exp()
     return where(reachable, where(reachable, total, 1.0).log() + pivot, -math.inf)
+
+
+class _InfeasibleGradient(Function):
+    """Zero in value (one entry per sequence); its gradient is NaN over the frames ``mask`` (T, N) marks: those of
+    the sequences whose loss is infinite, where ATen's backward divides by the zero probability of every path."""
+
+    @staticmethod
+    def forward(ctx, log_probs, mask):
+        ctx.save_for_backward(mask)
+        ctx.classes = log_probs.shape[2]
+        return log_probs.new_zeros(log_probs.shape[1])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (mask,) = ctx.saved_tensors
+        steps, batch = mask.shape
+        nan, zero = grad.new_full((), math.nan), grad.new_zeros(())
+        return where(mask.unsqueeze(2), nan, zero).expand(steps, batch, ctx.classes).contiguous(), None
 
 
 def _padded_targets(targets, target_lengths, batch, width):
@@ -78,6 +103,9 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     if log_probs.dim() != 3:
         raise RuntimeError(f"ctc_loss: expected log_probs of shape (T, N, C) or (T, C), got {tuple(log_probs.shape)}")
     steps, batch, classes = log_probs.shape
+    if not log_probs.is_floating_point():
+        raise NotImplementedError(f"\"ctc_loss_cpu\" not implemented for '{TORCH_TYPE_NAMES[log_probs.dtype.name]}': "
+                                  "log_probs must be floating point (the log_softmax of the logits)")
     if log_probs.numel() == 0:
         raise RuntimeError(f"ctc_loss: log_probs tensor must not be empty, got shape {tuple(log_probs.shape)}")
     if not 0 <= blank < classes:
@@ -95,8 +123,10 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     blanks = _creation.full((batch, width + 2), blank, dtype=_dtype.int64, device=dev)
     ext = _movement.cat([_movement.stack([blanks[:, :width], labels], 2).reshape(batch, 2 * width),
                          blanks[:, :1]], 1)
-    # A state may skip the blank before it only between two different labels.
-    skip = (ext != blank) & (ext != _movement.cat([blanks[:, :2], ext[:, :-2]], 1)[:, :states])
+    # A label state may skip the blank before it unless the label two states back is the same (ATen's test, which
+    # reads the label, not whether it is the blank: targets holding the blank index follow the same rule).
+    odd = (_creation.arange(states, device=dev) % 2 == 1).unsqueeze(0)
+    skip = odd & (ext != _movement.cat([blanks[:, :2], ext[:, :-2]], 1)[:, :states])
     emit = log_probs.gather(2, ext.unsqueeze(0).expand(steps, batch, states))
 
     state = _creation.arange(states, device=dev).unsqueeze(0)
@@ -117,6 +147,8 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
         frames = _creation.arange(steps, device=dev).unsqueeze(1) < in_len_t.squeeze(1)
         probs = log_probs.exp()
         loss = loss + where(frames.unsqueeze(2), probs - probs.detach(), 0.0).sum((0, 2))
+        if not zero_infinity:
+            loss = loss + _InfeasibleGradient.apply(log_probs, frames & (loss.detach() == math.inf).unsqueeze(0))
     if zero_infinity:
         loss = where(loss == math.inf, 0.0, loss)
     if reduction == "mean":

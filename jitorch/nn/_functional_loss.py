@@ -23,6 +23,7 @@ from .. import _dtype, _movement
 from .._dispatch import apply
 from .._pointwise import where
 from ..amp._cast_mode import autocast_float32
+from ..autograd.grad_mode import GradState
 from ..ops.nn_fused import FUSED_DTYPES, NLL_CHECK_TARGETS, NLL_LOSS
 from ..ops.nn_ops import BINARY_CROSS_ENTROPY
 from ._functional_activation import log_sigmoid_like
@@ -172,15 +173,29 @@ def _check_nll_shapes(input, target):
     if target.dim() == 0 or input.shape[0] != target.shape[0]:
         batch = target.shape[0] if target.dim() else 1
         raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size ({batch}).")
-    if tuple(target.shape[1:]) != tuple(input.shape[2:]):
-        raise RuntimeError(f"nll_loss: size mismatch (got input: {list(input.shape)} , target: "
-                           f"{list(target.shape)}); the target must be the input's shape without the class dim 1")
+    if tuple(target.shape[1:]) == tuple(input.shape[2:]):
+        return
+    hint = (f" (nll_loss: input {list(input.shape)}; the target must be the input's shape without the class dim 1; "
+            f"class probabilities must have the input's shape)")
+    if input.dim() == 2:
+        raise RuntimeError(f"0D or 1D target tensor expected, multi-target not supported{hint}")
+    # ATen's order: inputs of 3 or 5+ dims are reshaped and checked before the target's dtype, 4-D ones after it
+    if input.dim() != 4:
+        raise RuntimeError(f"Expected target size {[input.shape[0], *input.shape[2:]]}, got {list(target.shape)}"
+                           f"{hint}")
+    if target.dtype not in (_dtype.int64, _dtype.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {type_name(target.dtype)}")
+    raise RuntimeError(f"size mismatch (got input: {list(input.shape)} , target: {list(target.shape)}{hint}")
 
 
 def _class_targets(input, target, ignore_index, class_dim):
     """(safe int64 targets with ignored entries set to 0, mask of the entries not ignored)."""
     if target.dtype not in (_dtype.int64, _dtype.uint8):
         raise RuntimeError(f"expected target dtype to be Long or Byte, but got {type_name(target.dtype)}")
+    if target.dtype == _dtype.uint8 and input.dim() >= 3:
+        # ATen's nll_loss2d (every input with spatial dims) reads the target as int64 only
+        raise RuntimeError(f"expected scalar type Long but found Byte (nll_loss over input of shape "
+                           f"{list(input.shape)}: spatial class targets must be int64; use target.long())")
     target = target.long().reshape(()) if input.dim() == 1 else target.long()
     # The range check runs inside a row's kernel (no value read into Python): a compiled loss stays one graph.
     target = apply(NLL_CHECK_TARGETS, target, classes=input.shape[class_dim], ignore_index=ignore_index)
@@ -202,6 +217,10 @@ def _nll(logp, target, weight, ignore_index, reduction):
         if target.dtype not in (_dtype.int64, _dtype.uint8):
             raise RuntimeError(f"expected target dtype to be Long or Byte, but got {type_name(target.dtype)}")
         return apply(NLL_LOSS, logp, target, ignore_index=ignore_index, reduction=reduction)
+    if weight is not None and weight.requires_grad and GradState.enabled:
+        kernel = "nll_loss2d_forward" if logp.dim() >= 3 else "nll_loss_forward"
+        raise RuntimeError(f"The function '{kernel}' is not differentiable with respect to argument 'weight'. This "
+                           f"input cannot have requires_grad True.")
     class_dim = 0 if logp.dim() == 1 else 1
     safe, valid = _class_targets(logp, target, ignore_index, class_dim)
     picked = -logp.gather(class_dim, safe.unsqueeze(class_dim)).squeeze(class_dim)
@@ -291,9 +310,9 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
             raise RuntimeError("ignore_index is not supported for floating point target")
         logp = log_softmax(input, class_dim)
         return _probability_targets(logp, target, weight, reduction, label_smoothing, class_dim)
+    _check_nll_shapes(input, target)
     if target.dtype.category >= _dtype.FLOAT:
         raise RuntimeError(f"expected target dtype to be Long or Byte, but got {type_name(target.dtype)}")
-    _check_nll_shapes(input, target)
     logp = log_softmax(input, class_dim)
     return _smoothed_indices(logp, target, weight, ignore_index, reduction, label_smoothing, class_dim)
 

@@ -29,7 +29,7 @@ from ..autograd.saved_hooks import one_op
 from .._dispatch import apply
 from .._vmap import unmapped_in_vmap
 from ..ops.nn_batch_norm import BATCH_NORM
-from ..ops.nn_fused import FUSED_DTYPES, LAYER_NORM
+from ..ops.nn_fused import FUSED_DTYPES, LAYER_NORM, layer_norm_output
 
 __all__ = ["batch_norm", "instance_norm", "layer_norm", "group_norm", "rms_norm", "local_response_norm", "normalize"]
 
@@ -276,7 +276,8 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     if (dt in FUSED_DTYPES and (weight is None or weight._data.dtype == dt)
             and (bias is None or bias._data.dtype == dt) and data.size):
         # One row (PyTorch's native_layer_norm): one node instead of about ten, mean and rstd kept for backward.
-        return apply(LAYER_NORM, input, weight, bias, k=len(shape), eps=eps)[0]
+        out = layer_norm_output(input, weight, bias, len(shape), eps)
+        return out if out is not None else apply(LAYER_NORM, input, weight, bias, k=len(shape), eps=eps)[0]
     out = _normalize_over(_upcast(input), tuple(range(-len(shape), 0)), eps)[0]
     return _affine(out, weight, bias, lambda t: t).to(input.dtype)
 

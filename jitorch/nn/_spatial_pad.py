@@ -89,7 +89,8 @@ def _check_non_constant(mode, input, pairs, n):
     for dim, lo, hi in pairs:
         size = input.shape[dim]
         if mode == "reflect" and (lo >= size or hi >= size):
-            raise RuntimeError(f"Argument #{2 + 2 * n}: Padding size should be less than the corresponding input "
+            argument = 4 + 2 * (input.dim() - 1 - dim)  # ATen numbers the pad pairs from the last dim
+            raise RuntimeError(f"Argument #{argument}: Padding size should be less than the corresponding input "
                                f"dimension, but got: padding ({lo}, {hi}) at dimension {dim} of input "
                                f"{list(input.shape)}")
         if mode == "circular" and (lo > size or hi > size):

@@ -22,7 +22,7 @@ from .._dispatch import TORCH_TYPE_NAMES, apply
 from .._memory_format import contiguous_format, suggested_format
 from ..amp._cast_mode import autocast_policy
 from ..ops.conv_ops import ADAPTIVE_MAX_POOL, CONSTANT_PAD, CONVOLUTION, MAX_POOL, adaptive_bounds
-from ._spatial_args import layout_as, ntuple
+from ._spatial_args import layout_as, ntuple, written_in
 
 __all__ = ["max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices", "max_pool2d_with_indices",
            "max_pool3d_with_indices", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d",
@@ -200,6 +200,12 @@ def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     """Mean over sliding windows of ``(N, C, D, H, W)``."""
+    if input.dim() in (4, 5):
+        # ATen's 3-d average pool (unlike the others) wants the unpadded input to hold one whole window
+        kernel, (t, h, w) = ntuple(kernel_size, 3, "kernel_size"), input.shape[-3:]
+        if t < kernel[0] or h < kernel[1] or w < kernel[2]:
+            raise RuntimeError(f"input image (T: {t} H: {h} W: {w}) smaller than kernel size (kT: {kernel[0]} kH: "
+                               f"{kernel[1]} kW: {kernel[2]})")
     return _avg_poolnd("avg_pool3d", 3, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
                        divisor_override)
 
@@ -239,7 +245,7 @@ def _adaptive_avg_poolnd(name, nd, input, output_size):
         return layout_as(out, input)
     # ATen's 2-d kernel writes a new tensor in the input's suggested format (row-major unless channels-last, whatever
     # the strides); its 3-d kernel writes row-major, channels_last_3d inputs included.
-    return out.contiguous(memory_format=suggested_format(input) if nd == 2 else contiguous_format)
+    return written_in(out, suggested_format(input) if nd == 2 else contiguous_format)
 
 
 @autocast_policy(cpu="unlisted", cuda="unlisted")

@@ -20,7 +20,7 @@ import warnings
 
 
 from .. import _dtype
-from .._dispatch import apply
+from .._dispatch import TORCH_TYPE_NAMES, apply
 from .._memory_format import channels_last_3d, contiguous_format, dim_order, suggested_format
 from ..amp._cast_mode import autocast_policy
 from ..ops.movement import CONTIGUOUS, PERMUTE
@@ -77,6 +77,17 @@ def _output_sizes(input, size, scale_factor, mode, recompute_scale_factor):
 
 # On no autocast list (CPU or CUDA): a float32 input stays float32, its resampling matmuls are not cast.
 @autocast_policy(cpu="unlisted", cuda="unlisted")
+def _check_nearest_dtype(input, nd):
+    """ATen's nearest kernels exist for floating types and uint8 only: label maps are resized as floats (or uint8)."""
+    dt = input.dtype
+    if dt.is_floating_point or dt.is_complex or dt == _dtype.uint8:
+        return
+    kernel = "upsample_nearest2d_channels_last" if nd == 2 else "compute_indices_weights_nearest"
+    raise NotImplementedError(f'"{kernel}" not implemented for \'{TORCH_TYPE_NAMES[dt.name]}\' (interpolate of a '
+                              f'{dt} input of shape {list(input.shape)}: resize it as float, e.g. '
+                              f'F.interpolate(x.float(), ...).to(x.dtype), or as uint8)')
+
+
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None,
                 antialias=False):
     """Resize the spatial dims of ``(N, C, *spatial)`` to ``size`` or by ``scale_factor``, as ``F.interpolate``."""
@@ -114,6 +125,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         raise RuntimeError(f"Input and output sizes should be greater than 0, but got input ({given}) output "
                            f"({wanted})")
     if mode in ("nearest", "nearest-exact"):
+        _check_nearest_dtype(input, nd)
         scales = tuple(scales) if scales is not None else (None,) * nd
         out = apply(UPSAMPLE_NEAREST, input, sizes=tuple(sizes), scales=scales, exact=mode == "nearest-exact")
         return layout_as(out, input)

@@ -15,16 +15,17 @@ tensor([[[[0., 1.],
 from __future__ import annotations
 
 import math
-import warnings
 
 from .. import _creation
+from .._dispatch import TORCH_TYPE_NAMES
 from .._movement import stack
 from .._pointwise import where
+from .._stat_checks import warn_at_caller
 from ..amp._cast_mode import autocast_policy
 from ..autograd.function import Function
 from ..autograd.grad_mode import GradState
 
-__all__ = ["affine_grid", "grid_sample"]
+__all__ = ["affine_grid", "affine_grid_generator", "grid_sample"]
 
 _ALIGN_WARNING = ("Default grid_sample and affine_grid behavior has changed to align_corners=False since 1.3.0. "
                   "Please specify align_corners=True if the old behavior is desired. See the documentation of "
@@ -42,19 +43,44 @@ def affine_grid(theta, size, align_corners=None):
     """Sampling grid ``(N, H, W, 2)`` (or ``(N, D, H, W, 3)``) of the affine maps ``theta`` (``(N, 2, 3)`` or
     ``(N, 3, 4)``)."""
     if align_corners is None:
-        warnings.warn(_ALIGN_WARNING, stacklevel=2)
+        warn_at_caller(_ALIGN_WARNING)
     align_corners = bool(align_corners)
     if not theta.is_floating_point():
         raise ValueError(f"Expected theta to have floating point type, but got {theta.dtype}")
     nd = len(size) - 2
     if nd not in (2, 3):
         raise NotImplementedError(f"affine_grid only supports 4D and 5D sizes, for 2D and 3D affine transforms, "
-                                  f"respectively. Got size {list(size)}.")
+                                  f"respectively. Got size {size}.")
     if theta.dim() != 3 or tuple(theta.shape[1:]) != (nd, nd + 1):
         raise ValueError(f"Expected a batch of {nd}D affine matrices of shape Nx{nd}x{nd + 1} for size "
-                         f"{list(size)}. Got {list(theta.shape)}.")
+                         f"{size}. Got {theta.shape}.")
     if min(size) <= 0:
-        raise ValueError(f"Expected non-zero, positive output size. Got {list(size)}")
+        raise ValueError(f"Expected non-zero, positive output size. Got {size}")
+    if align_corners and min(int(s) for s in size[2:]) == 1:
+        warn_at_caller("Since version 1.3.0, affine_grid behavior has changed for unit-size grids when "
+                       "align_corners=True. This is not an intended use case of affine_grid. See the "
+                       "documentation of affine_grid for details.")
+    return affine_grid_generator(theta, size, align_corners)
+
+
+def affine_grid_generator(theta, size, align_corners):
+    """ATen's ``affine_grid_generator`` (``torch.affine_grid_generator``): ``affine_grid`` without its Python-side
+    checks and warnings; the base grid times ``theta`` transposed.
+
+    >>> import jitorch
+    >>> affine_grid_generator(jitorch.eye(2, 3)[None], [1, 1, 1, 2], False)
+    tensor([[[[-0.5000,  0.0000],
+              [ 0.5000,  0.0000]]]])
+    """
+    nd = len(size) - 2
+    if nd not in (2, 3):
+        raise RuntimeError("AffineGridGenerator needs 4d (spatial) or 5d (volumetric) inputs.")
+    if theta.dim() != 3 or theta.shape[0] != size[0] or theta.shape[2] != nd + 1 or theta.shape[1] != nd:
+        # torch's message comes from the bmm of the base grid with theta
+        got = list(theta.shape[:1]) + list(theta.shape[2:3]) if theta.dim() == 3 else list(theta.shape)
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{int(size[0])}, "
+                           f"{nd + 1}] but got: {got}. (affine_grid: theta of shape {list(theta.shape)} for an "
+                           f"output of size {list(size)} must be ({int(size[0])}, {nd}, {nd + 1}))")
     spatial = [int(s) for s in size[2:]]
     lines = [_grid_line(s, align_corners, theta) for s in spatial]
     # Coordinates are (x, y[, z]): x runs along the last spatial dim.
@@ -164,6 +190,37 @@ class _NearestGridGrad(Function):
         return grad, _creation.zeros(shape, dtype=dtype, device=device)
 
 
+def _check_grid_sampler(input, grid, nd):
+    """ATen's ``check_grid_sampler_common`` (and the kernels' dtype checks), in its order and words."""
+    shapes = f"input with sizes {list(input.shape)} and grid with sizes {list(grid.shape)}"
+    if grid.dim() < 1 or grid.shape[0] != input.shape[0]:
+        raise RuntimeError(f"grid_sampler(): expected grid and input to have same batch size, but got {shapes}")
+    if grid.shape[-1] != nd:
+        raise RuntimeError(f"grid_sampler(): expected grid to have size {nd} in last dimension, but got grid with "
+                           f"sizes {list(grid.shape)}")
+    for i in range(2, input.dim()):
+        if input.shape[i] == 0:
+            raise RuntimeError(f"grid_sampler(): expected input to have non-empty spatial dimensions, but input has "
+                               f"sizes {list(input.shape)} with dimension {i} being empty")
+    if nd not in (2, 3) or grid.dim() != input.dim():
+        want = 4 if input.dim() == 4 else 5  # ATen's 3-d sampler takes every input that is not 4-D
+        raise RuntimeError(f"grid_sampler(): expected {want}D input and grid with same number of dimensions, but "
+                           f"got {shapes}")
+    if not input.is_floating_point():
+        kernel = "grid_sampler_2d_cpu_kernel_impl" if nd == 2 else "grid_sampler3d_cpu"
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{_scalar_name(input.dtype)}'")
+    if grid.dtype != input.dtype:
+        raise RuntimeError(f"expected scalar type {_scalar_name(input.dtype)} but found {_scalar_name(grid.dtype)} "
+                           f"(grid_sample: input is {input.dtype} and grid is {grid.dtype}; cast the grid with "
+                           f"grid.to(input.dtype))")
+
+
+def _scalar_name(dtype):
+    """ATen's ScalarType name of a dtype (``Float``, ``Double``, ``Long``, ...)."""
+    name = str(dtype).rsplit(".", 1)[-1]
+    return TORCH_TYPE_NAMES.get(name, name)
+
+
 @autocast_policy(cpu="fp32", cuda="promote")
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
     """Sample ``input`` ``(N, C, H, W)`` (or ``(N, C, D, H, W)``) at the normalized ``(x, y[, z])`` locations of
@@ -175,13 +232,10 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
         raise ValueError(f"nn.functional.grid_sample(): expected padding_mode to be 'zeros', 'border', or "
                          f"'reflection', but got: '{padding_mode}'")
     if align_corners is None:
-        warnings.warn(_ALIGN_WARNING, stacklevel=2)
+        warn_at_caller(_ALIGN_WARNING)
     align_corners = bool(align_corners)
     nd = input.dim() - 2
-    if nd not in (2, 3) or grid.dim() != input.dim() or grid.shape[-1] != nd or grid.shape[0] != input.shape[0]:
-        raise RuntimeError(f"grid_sampler(): expected 4D or 5D input and grid with same number of dimensions and "
-                           f"batch size, and grid of shape (N, H, W, 2) or (N, D, H, W, 3), but got input with sizes "
-                           f"{list(input.shape)} and grid with sizes {list(grid.shape)}")
+    _check_grid_sampler(input, grid, nd)
     if mode == "bicubic" and nd != 2:
         raise RuntimeError("grid_sampler(): bicubic interpolation only supports 4D input")
     n, c = input.shape[:2]

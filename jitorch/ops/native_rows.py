@@ -46,14 +46,15 @@ def _usable(arrays):
                for a in arrays)
 
 
-def _build(name, dt, nin, extras, eps, rows, n):
+def _build(name, dt, nin, extras, eps, rows, n, scalars=()):
     """The row kernel of ``name`` over a C-contiguous (rows, n) space. Buffers: the outputs (the full result, then
-    per-row values), the inputs, then the ``extras`` present (layer norm's weight and bias, vectors of n)."""
+    per-row values), the inputs, then the ``extras`` present (layer norm's weight and bias, vectors of n). Inputs
+    numbered in ``scalars`` are one value for the whole space (a ``sum().backward()`` gradient)."""
     from .._compile import lower_rows  # the compiler package imports the op rows: load it on first use
     from .._compile.lower import Passes
 
     b = Passes()
-    nout = {"layer_norm": 3, "layer_norm_backward": 2}.get(name, 1)
+    nout = {"layer_norm": 3, "layer_norm_backward": 1 + bool(extras and extras[0])}.get(name, 1)
     xs = [load(nout + i, dt) for i in range(nin)]
     params, slot = [], nout + nin
     for present in extras:
@@ -62,7 +63,7 @@ def _build(name, dt, nin, extras, eps, rows, n):
     if name == "layer_norm":
         values = lower_rows.layer_norm(b, xs[0], n, *params, eps)
     elif name == "layer_norm_backward":
-        values = _layer_norm_grad_input(b, *xs, params[0], n)
+        values = _layer_norm_grad_input(b, *xs, params[0], n)[:nout]
     else:
         values = (getattr(lower_rows, name)(b, *xs),)
     stores = list(b.stores)
@@ -73,7 +74,8 @@ def _build(name, dt, nin, extras, eps, rows, n):
     b._stash()
     rows_in = ROW_INPUTS.get(name, ())
     buffers = [Buffer(dt, (n, 1))] + [Buffer(dt, (n, 1) if name == "layer_norm_backward" else (1, 0))] * (nout - 1) + \
-        [Buffer(dt, (1, 0) if i in rows_in else (n, 1)) for i in range(nin)] + [Buffer(dt, (0, 1))] * sum(extras)
+        [Buffer(dt, (0, 0) if i in scalars else (1, 0) if i in rows_in else (n, 1)) for i in range(nin)] + \
+        [Buffer(dt, (0, 1))] * sum(extras)
     return compile_kernel(Kernel((rows, n), tuple(buffers), tuple(b.stores), 1), cache=default_cache())
 
 
@@ -81,15 +83,15 @@ ROW_INPUTS = {"layer_norm_backward": (2, 3)}  # inputs with one value per row (m
 
 
 def _layer_norm_grad_input(b, g, x, mean, rstd, weight, n):
-    """(gx, xhat): ``rstd * (gxh - mean(gxh) - xhat * mean(gxh * xhat))`` with ``gxh = g * weight`` and
-    ``xhat = (x - mean) * rstd``; xhat is kept for the weight gradient's column sum."""
+    """(gx, g * xhat): ``rstd * (gxh - mean(gxh) - xhat * mean(gxh * xhat))`` with ``gxh = g * weight`` and
+    ``xhat = (x - mean) * rstd``; ``g * xhat`` is kept for the weight gradient, one column sum (a BLAS product)."""
     dt = x.dtype
     xhat = op("mul", op("sub", x, mean), rstd)
     gxh = g if weight is None else op("mul", g, weight)
     inv_n = const(1 / n, dt)
     c1 = op("mul", b.reduce("sum", gxh), inv_n)
     c2 = op("mul", b.reduce("sum", op("mul", gxh, xhat)), inv_n)
-    return op("mul", rstd, op("sub", op("sub", gxh, c1), op("mul", xhat, c2))), xhat
+    return op("mul", rstd, op("sub", op("sub", gxh, c1), op("mul", xhat, c2))), op("mul", g, xhat)
 
 
 def _kernel(name, dt, nin, present, eps, rows, n):
@@ -153,11 +155,11 @@ def log_softmax_backward(g, y, dim=-1):
     return _run("log_softmax_backward", (g, y), g.size // g.shape[-1], g.shape[-1]).reshape(g.shape)
 
 
-def _plan(name, x, k, eps, present):
+def _plan(name, x, k, eps, present, scalars=()):
     """(kernel, row size, rows, statistics' shape, small) of a layer norm row over the last ``k`` dims of ``x``, or
     None where the kernels do not take ``x``'s dtype or dims. Kept in `_kernels` per input shape: a small call's
     kernel runs in about a microsecond, so the checks and shape arithmetic are done once per shape."""
-    key = (name, x.shape, x.dtype, k, eps, present)
+    key = (name, x.shape, x.dtype, k, eps, present, scalars)
     plan = _kernels.get(key)
     if plan is None:
         if x.dtype not in _IR or not 1 <= k <= x.ndim or x.size < LAYER_NORM_MIN_SIZE:
@@ -169,7 +171,7 @@ def _plan(name, x, k, eps, present):
         if len(_kernels) >= _MAX_KERNELS:
             _kernels.clear()
         kernel = _build(name, _IR[x.dtype], 1 if name == "layer_norm" else 4, present,
-                        None if eps is None else float(eps), rows, n)
+                        None if eps is None else float(eps), rows, n, scalars)
         small = x.nbytes < host_cache.THRESHOLD  # small results straight from NumPy (see `_empty`)
         plan = _kernels[key] = (kernel, n, rows, x.shape[:x.ndim - k] + (1,) * k, small)
     return plan
@@ -200,40 +202,53 @@ def layer_norm(x, weight, bias, k, eps):
     return out, mean, rstd
 
 
+def _one_value(g):
+    """The single value behind ``g`` when it is a broadcast scalar (``sum().backward()``'s gradient), else None."""
+    if g.size > 1 and not any(g.strides):
+        return g[(0,) * (g.ndim - 1)][:1]  # a view of the one value
+    return None
+
+
+def _column_sums(a, rows, dtype):
+    """Column sums of a (rows, n) array: a few rows added one after another by NumPy (as exact as torch's tree over
+    so few, and cheaper than BLAS's setup), long rows as a cascade, else one BLAS product with ones: one pass, where
+    ``einsum`` over ``g`` and ``xhat`` took three times as long (32 x 128 x 768), accumulating row after row per
+    column as the einsum did."""
+    if rows <= NAIVE_ROWS or a.shape[1] > 4096:
+        return sum_rows(np, a)
+    return np.ones(rows, dtype) @ a
+
+
 def layer_norm_backward(g, x, mean, rstd, weight, k):
     """(gx, gw, gb) of layer norm over the last ``k`` dimensions from the forward's statistics, or None: gx in one
-    row kernel (which also writes xhat), the parameter gradients as column sums."""
+    row kernel (which also writes ``g * xhat`` when there is a weight), the parameter gradients as column sums."""
     if type(x) is not np.ndarray or not x.flags.c_contiguous or type(g) is not np.ndarray or g.dtype != x.dtype or \
             g.shape != x.shape:
         return None
-    plan = _plan("layer_norm_backward", x, k, None, (weight is not None,))
+    # ``sum().backward()`` hands in a broadcast scalar: the kernel reads its one value (no copy, no pass over it).
+    scalar = _one_value(g)
+    plan = _plan("layer_norm_backward", x, k, None, (weight is not None,), () if scalar is None else (0,))
     if plan is None:
         return None
     kernel, n, rows, _, small = plan
     dtype = x.dtype
     if weight is not None and not _param_ok(weight, dtype, n):
         return None
-    # ``sum().backward()`` hands in a broadcast scalar: one copy is cheaper than NumPy's passes over the view.
-    g = np.ascontiguousarray(g)
+    g = np.ascontiguousarray(g) if scalar is None else scalar
     mean, rstd = np.ascontiguousarray(mean, dtype), np.ascontiguousarray(rstd, dtype)
     if mean.size != rows or rstd.size != rows:
         return None
-    gx, xhat = _new(x.shape, dtype, small), _new((rows, n), dtype, small)
-    arrays = [gx, xhat, g, x, mean, rstd]
+    gx = _new(x.shape, dtype, small)
+    arrays = [gx, g, x, mean, rstd]
     if weight is not None:
+        g_xhat = _new((rows, n), dtype, small)
+        arrays[1:1] = [g_xhat]
         arrays.append(weight)
     launch_arrays(kernel, arrays, rows * n, max(1, (1 << 15) // n))
     shape = x.shape[x.ndim - k:]
-    if weight is None:  # no parameters (group norm's rows): their gradients are never asked for
-        return gx, np.zeros(shape, dtype), np.zeros(shape, dtype)
-    g2 = g.reshape(rows, n)
-    if rows <= NAIVE_ROWS or n > 4096:
-        # A few rows: NumPy adds them one after another (as exact as torch's tree over so few), cheaper than
-        # einsum's and BLAS's setup (8 x 32: 3.0 us against 6.5); long rows (many of them summed as a tree) keep
-        # these reductions too. xhat is this call's own: the product goes into it.
-        gw = sum_rows(np, np.multiply(g2, xhat, out=xhat))
-        gb = sum_rows(np, g2)
-    else:
-        gw = np.einsum("ij,ij->j", g2, xhat)
-        gb = np.ones(rows, dtype) @ g2
+    if scalar is None:
+        gb = _column_sums(g.reshape(rows, n), rows, dtype)
+    else:  # ``rows`` equal values: their sum, rounded once
+        gb = np.full(n, float(scalar[0]) * rows, dtype)
+    gw = np.zeros(shape, dtype) if weight is None else _column_sums(g_xhat, rows, dtype)
     return gx, gw.reshape(shape), gb.reshape(shape)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _dispatch
+from .._dispatch_fast import nothing_records, plain_tensor
 from ..autograd.grad_mode import GradState
 from . import native_rows
 from .cascade_sum import sum_rows
@@ -30,7 +31,7 @@ from .._memory_format import row_major
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 __all__ = ["SOFTMAX", "SOFTMAX_BACKWARD", "LOG_SOFTMAX", "LOG_SOFTMAX_BACKWARD", "LAYER_NORM", "LAYER_NORM_BACKWARD",
-           "NLL_LOSS", "NLL_LOSS_BACKWARD", "FUSED_DTYPES"]
+           "NLL_LOSS", "NLL_LOSS_BACKWARD", "FUSED_DTYPES", "layer_norm_output"]
 
 FUSED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -225,6 +226,12 @@ def _layer_norm_backward(ctx, g, _g_mean, _g_rstd):
         # create_graph: the composite formula, so the gradients have a graph of their own.
         return _layer_norm_grads(g, x, weight, k, eps, needs)
     mean, rstd = ctx.output(1), ctx.output(2)  # ``out`` itself may since have been changed in place
+    if nothing_records():
+        # Nothing to record: the backward row's kernel on the arrays (`fast_keep`'s call) without the dispatch.
+        arrays = [t._data if t is not None else None for t in (g, x, mean, rstd, weight)]
+        if all(a is None or type(a) is np.ndarray for a in arrays) and type(g) in _dispatch.TENSOR_TYPES:
+            grads = _layer_norm_backward_kernel(np, *arrays, k, eps)
+            return tuple([plain_tensor(np.asarray(a)) if need else None for a, need in zip(grads, needs)])
     gx, gw, gb = _apply(LAYER_NORM_BACKWARD, g, x, mean, rstd, weight, k=k, eps=eps)
     return (gx if needs[0] else None), (gw if needs[1] else None), (gb if needs[2] else None)
 
@@ -276,6 +283,46 @@ LAYER_NORM = defop("native_layer_norm", _layer_norm_kernel, _layer_norm_backward
 LAYER_NORM_BACKWARD = defop("native_layer_norm_backward", _layer_norm_backward_kernel, _layer_norm_backward_backward,
                             Opaque("row reductions and a pointwise pass"), nout=3, saves="inputs",
                             grad_name="NativeLayerNormBackwardBackward0")
+
+
+def layer_norm_output(input, weight, bias, k, eps):
+    """``apply(LAYER_NORM, input, weight, bias, k=k, eps=eps)[0]`` with no mode active (eager ``F.layer_norm``): the
+    native kernel straight away, mean and rstd made tensors only for the autograd node (on 8 x 32 the dispatcher's
+    checks and three tensors cost about as long as the kernel); None where the row's general path is needed.
+
+    >>> import jitorch
+    >>> layer_norm_output(jitorch.tensor([[1.0, 3.0]], requires_grad=True), None, None, 1, 0.0)
+    tensor([[-1.,  1.]], grad_fn=<NativeLayerNormBackward0>)
+    """
+    d = _dispatch
+    if d.MODES or d.CPU_XP is not np or type(input) not in d.TENSOR_TYPES:
+        return None
+    x, w, b, grad = input._data, None, None, input._requires_grad
+    if weight is not None:
+        if type(weight) not in d.TENSOR_TYPES:
+            return None
+        w, grad = weight._data, grad or weight._requires_grad
+    if bias is not None:
+        if type(bias) not in d.TENSOR_TYPES:
+            return None
+        b, grad = bias._data, grad or bias._requires_grad
+    res = native_rows.layer_norm(x, w, b, k, eps)  # None unless every array is a plain NumPy one it takes
+    if res is None:
+        return None
+    args = (input, weight, bias)
+    for t in args:
+        if t is not None and t._base is not None and t._view_ver != t._ver_owner._ver:
+            d.sync_view(t)  # (the history only: the arrays stay)
+    outs = []
+    for a in (res if grad and GradState.enabled else res[:1]):
+        t = d._new(d.Tensor)
+        t._data = a
+        if GradState.inference:
+            t._inference = True
+        outs.append(t)
+    if len(outs) == 3:
+        d.record(LAYER_NORM, args, {"k": k, "eps": eps}, outs)
+    return outs[0]
 
 
 # -- nll_loss with class indices, (N, C) log-probabilities, no class weights ------------------------------------------

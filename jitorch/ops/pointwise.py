@@ -10,6 +10,7 @@ tensor([1.5729, 0.8399])
 from __future__ import annotations
 
 import math
+import os
 
 import ml_dtypes as _ml_dtypes
 import numpy as np
@@ -67,11 +68,19 @@ def _holomorphic(backward):
 
 
 # -- binary arithmetic ---------------------------------------------------------------------------------------------
-ADD = defop("add", lambda xp, a, b: xp.add(a, b), lambda ctx, g: (g, g), Pointwise("{0} + {1}"),
+def _add_kernel(xp, a, b):
+    if type(b) in (int, float) or type(a) in (int, float):
+        return _half_scalar_in_half(xp.add, a, b)
+    return xp.add(a, b)
+
+
+ADD = defop("add", _add_kernel, lambda ctx, g: (g, g), Pointwise("{0} + {1}"),
             promotion="promote", meta=True, ufunc="add")
 
 
 def _sub_kernel(xp, a, b):
+    if type(b) in (int, float) or type(a) in (int, float):
+        return _half_scalar_in_half(xp.subtract, a, b)
     try:
         return xp.subtract(a, b)
     except TypeError:  # the array modules refuse bool - bool, as PyTorch does
@@ -84,6 +93,17 @@ SUB = defop("sub", _sub_kernel, lambda ctx, g: (g, -g if ctx.needs_grad(1) else 
 
 
 _HALVES = (np.dtype(np.float16), np.dtype(_ml_dtypes.bfloat16))
+
+
+def _half_scalar_in_half(ufunc, a, b):
+    """``ufunc(a, b)`` for a half array and a Python number as ATen's CPU add/sub compute it: the number rounded to
+    the half type, the result computed in float32 and rounded once. (ml_dtypes' bfloat16 + a Python float computes
+    in float64 with the exact number: an ulp off for about one bfloat16 ``x + 0.1`` in seventy.)"""
+    pair = _half_and_scalar(a, b)
+    if pair is None:
+        return ufunc(a, b)
+    half = pair[0].dtype.type
+    return ufunc(*(x if x is pair[0] else half(x) for x in (a, b)))
 
 
 def _half_and_scalar(a, b):
@@ -154,10 +174,15 @@ def _pow_kernel(xp, a, b):
         raise RuntimeError("Integers to negative integer powers are not allowed.")
     if getattr(b, "dtype", None) is not None and b.dtype.kind == "i" and _is_integer(a) and bool((b < 0).any()):
         return _int_pow_negative(xp, a, b)
-    if isinstance(b, (int, float)) and getattr(a, "dtype", None) is not None and a.dtype.kind == "f":
+    if isinstance(b, (int, float)) and getattr(a, "dtype", None) is not None and \
+            (a.dtype.kind == "f" or a.dtype in _HALVES):
         special = _POW_BY_SCALAR.get(b)
         if special is not None:
-            return special(xp, a)
+            if a.dtype == np.float16:  # ATen runs float16's formula in float and rounds once, bfloat16's in
+                # bfloat16 steps (x ** 3: rsqrt's gradient), but bfloat16 x ** -0.5 as pow itself
+                return special(xp, a.astype(np.float32)).astype(a.dtype)
+            if b != -0.5 or a.dtype.kind == "f":
+                return special(xp, a)
     return xp.power(a, b)
 
 
@@ -192,7 +217,8 @@ def _pow_backward(ctx, g):
     ga = gb = None
     if ctx.needs_grad(0):
         if not hasattr(b, "_data"):
-            ga = zeros_like(a) if b == 0 else g * (b * a ** (b - 1))
+            # (x ** 1 is x: ATen's pow(x, 1) is a copy)
+            ga = zeros_like(a) if b == 0 else g * (b * a if b == 2 else b * a ** (b - 1))
         else:
             ga = where(b == 0, 0.0, g * (b * a ** (b - 1)))
     if ctx.needs_grad(1):
@@ -377,7 +403,35 @@ LOG10 = _unary("log10", lambda xp, a: xp.log10(a), lambda ctx, g: g / (_x(ctx) *
 LOG1P = _unary("log1p", lambda xp, a: xp.log1p(a), lambda ctx, g: g / (_x(ctx) + 1), "log1p({0})", holomorphic=True)
 SQRT = _unary("sqrt", lambda xp, a: xp.sqrt(a), lambda ctx, g: g / (2 * ctx.out), "sqrt({0})", saves="outputs",
               ufunc="sqrt", holomorphic=True)
-RSQRT = _unary("rsqrt", lambda xp, a: 1 / xp.sqrt(a), lambda ctx, g: -0.5 * g * ctx.out ** 3, "rsqrt({0})",
+def _aten_half_block():
+    """Elements of a half type in one vector of ATen's vectorized CPU loop (64 bytes where PyTorch picks its
+    AVX-512 kernels, 32 otherwise); its scalar loop takes the remainder."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    except ImportError:  # pragma: no cover - NumPy 1.x
+        from numpy.core._multiarray_umath import __cpu_features__ as features
+    avx512 = all(features.get(f, False) for f in ("AVX512F", "AVX512BW", "AVX512VL", "AVX512DQ"))
+    chosen = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
+    return 32 if avx512 and chosen in ("", "avx512") else 16
+
+
+_HALF_BLOCK = _aten_half_block()
+
+
+def _rsqrt_kernel(xp, a):
+    out = 1 / xp.sqrt(a)
+    if a.dtype in _HALVES and a.ndim and (a.flags.c_contiguous or a.flags.f_contiguous):
+        # ATen's vectorized loop computes a half type's rsqrt in float and rounds once, over whole vectors in memory
+        # order; its scalar loop (the last size % vector elements, and inputs it cannot run as one contiguous row)
+        # rounds the sqrt too, as above.
+        body = a.size - a.size % _HALF_BLOCK
+        if body and out.flags.c_contiguous == a.flags.c_contiguous:
+            flat, values = (out, a) if a.flags.c_contiguous else (out.T, a.T)
+            flat.reshape(-1)[:body] = 1 / xp.sqrt(values.reshape(-1)[:body].astype(np.float32))
+    return out
+
+
+RSQRT = _unary("rsqrt", _rsqrt_kernel, lambda ctx, g: -0.5 * g * ctx.out ** 3, "rsqrt({0})",
                saves="outputs", holomorphic=True)
 SIN = _unary("sin", lambda xp, a: xp.sin(a), lambda ctx, g: g * _x(ctx).cos(), "sin({0})", holomorphic=True)
 COS = _unary("cos", lambda xp, a: xp.cos(a), lambda ctx, g: -g * _x(ctx).sin(), "cos({0})", holomorphic=True)
@@ -422,6 +476,9 @@ def _sigmoid_kernel(xp, a):
             e = np.exp(np.negative(a))
         e += 1
         return np.reciprocal(e, out=e) if a.ndim else np.reciprocal(e)  # (0-d: NumPy scalars, no buffer to reuse)
+    if a.dtype in _HALVES:  # ATen computes in float and rounds once (the half-precision steps below are off by
+        # an ulp for about a third of bfloat16 inputs)
+        return _sigmoid_kernel(xp, a.astype(np.float32)).astype(a.dtype)
     if a.dtype.kind == "c":  # |a| and a >= 0 mean nothing for complex numbers: the formula itself, as torch's
         return (1 / (1 + xp.exp(-a))).astype(a.dtype, copy=False)
     # exp(-|a|) never overflows (halves would overflow long before their result underflows): the stable logistic.

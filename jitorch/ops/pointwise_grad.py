@@ -10,6 +10,7 @@ tensor([1.0000, 0.7500])
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from .._dispatch import fast_binary
@@ -19,7 +20,21 @@ from . import native_eager
 from .table import Pointwise, defop
 
 
+_HALVES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def _widened(formula, g, y):
+    """``formula`` of half-precision arrays computed in float32 and rounded once, as ATen's backward kernels do
+    (the formula's own half-precision steps are an ulp off for about a third of the elements); None otherwise."""
+    if g.dtype in _HALVES and y.dtype == g.dtype:
+        return formula(g.astype(np.float32), y.astype(np.float32)).astype(g.dtype)
+    return None
+
+
 def _tanh_backward_kernel(xp, g, y):
+    widened = _widened(lambda g, y: g * (1 - y * y), g, y)
+    if widened is not None:
+        return widened
     out = native_eager.pointwise(TANH_BACKWARD, g, y, min_size=4096)  # one pass instead of three (NumPy's three
     # passes are as fast below 4096 elements)
     return g * (1 - y * y) if out is None else out
@@ -31,6 +46,11 @@ def _tanh_backward_backward(ctx, gg):
 
 
 def _sigmoid_backward_kernel(xp, g, y):
+    if g.dtype == np.float16 and y.dtype == g.dtype:  # ATen's float16 kernel rounds after each step, in this order
+        return g * (1 - y) * y
+    widened = _widened(lambda g, y: g * (1 - y) * y, g, y)
+    if widened is not None:
+        return widened
     out = native_eager.pointwise(SIGMOID_BACKWARD, g, y, min_size=4096)
     return g * y * (1 - y) if out is None else out
 

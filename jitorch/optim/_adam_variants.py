@@ -7,6 +7,7 @@ from __future__ import annotations
 from .. import _creation, _movement_extra
 from .._tensor import Tensor
 from ._kernels import increment_step
+from ._optimizer_helpers import refuse_foreach_autograd
 from .optimizer import (Optimizer, _check_adam_hyperparameters, _check_tensor_lr, _get_scalar_dtype, _to_scalar,
                         _use_grad_for_differentiable, evaluate_closure)
 
@@ -17,6 +18,8 @@ class AdamVariant(Optimizer):
     """Base of the Adam variants: ``_state_names`` are zero-initialised like the parameter; ``_update`` is the rule."""
 
     _state_names = ("exp_avg", "exp_avg_sq")
+    # PyTorch's multi-tensor Adamax refuses autograd before looking at gradients; NAdam and RAdam after.
+    _foreach_refused_without_grads = False
     _flags = {"foreach": None, "maximize": False, "capturable": False, "differentiable": False}
 
     def __init__(self, params, defaults):
@@ -47,6 +50,7 @@ class AdamVariant(Optimizer):
         """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""
         loss = evaluate_closure(closure)
         for group in self.param_groups:
+            refuse_foreach_autograd(group, even_without_grads=self._foreach_refused_without_grads)
             lr = _to_scalar(group["lr"])
             if isinstance(lr, Tensor) and not group["differentiable"]:
                 lr = lr.item()

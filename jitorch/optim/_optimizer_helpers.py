@@ -98,6 +98,17 @@ def _use_grad_for_differentiable(func):
     return _use_grad
 
 
+def refuse_foreach_autograd(group, even_without_grads=False):
+    """PyTorch's foreach kernels record no graph: a ``foreach=True, differentiable=True`` group fails its step.
+
+    Adamax, Adadelta and Adagrad raise before looking at the group's gradients, the others only for a group that has
+    some. Example: ``Adam(params, foreach=True, differentiable=True).step()`` raises ``AssertionError``.
+    """
+    if group["foreach"] and group["differentiable"] and (
+            even_without_grads or any(p.grad is not None for p in group["params"])):
+        raise AssertionError("_foreach ops don't support autograd")
+
+
 def evaluate_closure(closure):
     """The loss from ``closure``, evaluated with grad enabled as ``step(closure)`` requires (``None`` without one)."""
     if closure is None:

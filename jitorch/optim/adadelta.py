@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .. import _creation
 from ._kernels import advance_step, hyper, ops_for
+from ._optimizer_helpers import refuse_foreach_autograd
 from .optimizer import evaluate_closure, new_step, upgrade_step
 from .optimizer import Optimizer, _check_capturable, _check_tensor_lr, _use_grad_for_differentiable
 
@@ -87,6 +88,7 @@ class Adadelta(Optimizer):
         for group in self.param_groups:
             params_with_grad, grads, square_avgs, acc_deltas, state_steps = [], [], [], [], []
             self._init_group(group, params_with_grad, grads, square_avgs, acc_deltas, state_steps)
+            refuse_foreach_autograd(group, even_without_grads=True)
             adadelta(params_with_grad, grads, square_avgs, acc_deltas, state_steps, lr=group["lr"],
                      rho=group["rho"], eps=group["eps"], weight_decay=group["weight_decay"],
                      maximize=group["maximize"], differentiable=group["differentiable"])

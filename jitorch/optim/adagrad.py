@@ -15,6 +15,7 @@ from .. import _creation
 from .._tensor import Tensor
 from ._kernels import ARRAY_OPS, advance_step, capturing, hyper, increment_step, ops_for
 from ._sparse_update import refuse_sparse_capture, update_at_entries
+from ._optimizer_helpers import refuse_foreach_autograd
 from .optimizer import evaluate_closure, new_step
 from .optimizer import (Optimizer, _check_fused_flags, _check_tensor_lr, _device_dtype_check_for_fused,
                         _get_scalar_dtype, _use_grad_for_differentiable)
@@ -111,6 +112,7 @@ class Adagrad(Optimizer):
         for group in self.param_groups:
             params_with_grad, grads, state_sums, state_steps = [], [], [], []
             self._init_group(group, params_with_grad, grads, state_sums, state_steps)
+            refuse_foreach_autograd(group, even_without_grads=True)
             adagrad(params_with_grad, grads, state_sums, state_steps, fused=group["fused"], lr=group["lr"],
                     weight_decay=group["weight_decay"], lr_decay=group["lr_decay"], eps=group["eps"],
                     maximize=group["maximize"], differentiable=group["differentiable"])

@@ -17,6 +17,7 @@ from .. import _creation
 from .._tensor import Tensor
 from ._fused import fused_adam
 from ._kernels import advance_step, capturing, hyper, increment_step, ops_for
+from ._optimizer_helpers import refuse_foreach_autograd
 from .optimizer import evaluate_closure, new_step, upgrade_step
 from .optimizer import (Optimizer, _check_adam_hyperparameters, _check_capturable, _check_fused_flags, _check_tensor_lr,
                         _device_dtype_check_for_fused, _to_scalar, _use_grad_for_differentiable)
@@ -130,6 +131,7 @@ class Adam(Optimizer):
         for group in self.param_groups:
             params_with_grad, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps = [], [], [], [], [], []
             self._init_group(group, params_with_grad, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps)
+            refuse_foreach_autograd(group)
             beta1, beta2 = group["betas"]
             adam(params_with_grad, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
                  amsgrad=group["amsgrad"], beta1=beta1, beta2=beta2, lr=group["lr"],
@@ -179,12 +181,13 @@ def adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, for
         raise NotImplementedError("Adam: grad_scale/found_inf (AMP gradient scaling) is not supported")
     if not all(isinstance(t, Tensor) for t in state_steps):
         raise RuntimeError("API has changed, `state_steps` argument must contain a list of singleton tensors")
-    if capturable and not differentiable:
+    if capturable or differentiable:
+        # PyTorch's differentiable update is its capturable formula: bias corrections from the float32 step tensor.
         for i, param in enumerate(params):
             _capturable_adam_step(param, grads[i], exp_avgs[i], exp_avg_sqs[i],
                                   max_exp_avg_sqs[i] if amsgrad else None, state_steps[i], beta1=beta1, beta2=beta2,
                                   lr=lr, weight_decay=weight_decay, eps=eps, maximize=maximize,
-                                  decoupled_weight_decay=decoupled_weight_decay)
+                                  decoupled_weight_decay=decoupled_weight_decay, differentiable=differentiable)
         return
     ops = ops_for({"differentiable": differentiable})
     beta1, beta2, lr, weight_decay, eps = (hyper(v, ops) for v in (beta1, beta2, lr, weight_decay, eps))
@@ -220,7 +223,7 @@ def adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, for
 
 
 def _capturable_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step_t, *, beta1, beta2, lr, weight_decay,
-                          eps, maximize, decoupled_weight_decay):
+                          eps, maximize, decoupled_weight_decay, differentiable=False):
     """One parameter's Adam update in tensor ops only, PyTorch's ``capturable=True`` formula.
 
     The count stays in ``step_t`` and the bias corrections are 0-d tensors computed from it, so nothing in the update
@@ -250,10 +253,11 @@ def _capturable_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step
     bias_correction2_sqrt = bias_correction2.sqrt()
     second_moment = exp_avg_sq
     if max_exp_avg_sq is not None:
-        max_exp_avg_sq.copy_(maximum(max_exp_avg_sq, exp_avg_sq))
+        # Differentiable: the maximum reads a copy, the buffer it overwrites is saved by the graph (as PyTorch).
+        max_exp_avg_sq.copy_(maximum(max_exp_avg_sq.clone() if differentiable else max_exp_avg_sq, exp_avg_sq))
         second_moment = max_exp_avg_sq
     denom = (second_moment.sqrt() / (bias_correction2_sqrt * step_size_neg)).add_(eps / step_size_neg)
-    param.addcdiv_(exp_avg, denom)
+    param.addcdiv_(exp_avg.clone() if differentiable else exp_avg, denom)
 
 
 def adamw(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, foreach=None, capturable=False,

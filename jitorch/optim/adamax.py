@@ -32,6 +32,7 @@ class Adamax(AdamVariant):
     """
 
     _state_names = ("exp_avg", "exp_inf")
+    _foreach_refused_without_grads = True
 
     def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, foreach=None, *,
                  maximize=False, differentiable=False, capturable=False):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from .. import _creation
 from ._adam_variants import _real
 from ._kernels import increment_step
+from ._optimizer_helpers import refuse_foreach_autograd
 from .optimizer import (Optimizer, _check_tensor_lr, _get_scalar_dtype, _get_value, _to_scalar,
                         _use_grad_for_differentiable, evaluate_closure)
 
@@ -57,6 +58,7 @@ class ASGD(Optimizer):
         loss = evaluate_closure(closure)
         for group in self.param_groups:
             lr, lambd, alpha, t0 = _to_scalar(group["lr"]), group["lambd"], group["alpha"], group["t0"]
+            refuse_foreach_autograd(group)
             for p in group["params"]:
                 if p.grad is None:
                     continue

@@ -185,6 +185,7 @@ class LBFGS(Optimizer):
                 num_old = len(old_dirs)
                 if al is None:
                     al = [None] * history_size
+                    state["al"] = None  # PyTorch stores it here: its place in the state dict's key order
                 q = -flat_grad
                 for i in range(num_old - 1, -1, -1):
                     al[i] = old_stps[i].dot(q) * ro[i]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .. import _creation
 from ._kernels import advance_step, hyper, ops_for
+from ._optimizer_helpers import refuse_foreach_autograd
 from .optimizer import evaluate_closure, new_step, upgrade_step
 from .optimizer import Optimizer, _check_capturable, _check_tensor_lr, _use_grad_for_differentiable
 
@@ -102,6 +103,7 @@ class RMSprop(Optimizer):
             params_with_grad, grads, square_avgs, grad_avgs, momentum_buffer_list, state_steps = [], [], [], [], [], []
             self._init_group(group, params_with_grad, grads, square_avgs, momentum_buffer_list, grad_avgs,
                              state_steps)
+            refuse_foreach_autograd(group)
             rmsprop(params_with_grad, grads, square_avgs, grad_avgs, momentum_buffer_list, state_steps,
                     lr=group["lr"], alpha=group["alpha"], eps=group["eps"], weight_decay=group["weight_decay"],
                     momentum=group["momentum"], centered=group["centered"], maximize=group["maximize"],

@@ -13,6 +13,7 @@ from __future__ import annotations
 from .. import _creation, _pointwise
 from ._adam_variants import _real
 from ._kernels import increment_step
+from ._optimizer_helpers import refuse_foreach_autograd
 from .optimizer import (Optimizer, _check_tensor_lr, _get_scalar_dtype, _to_scalar, _use_grad_for_differentiable,
                         evaluate_closure)
 
@@ -54,6 +55,7 @@ class Rprop(Optimizer):
         for group in self.param_groups:
             etaminus, etaplus = group["etas"]
             low, high = group["step_sizes"]
+            refuse_foreach_autograd(group)
             for p in group["params"]:
                 if p.grad is None:
                     continue

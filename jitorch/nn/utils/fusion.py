@@ -48,7 +48,7 @@ def fuse_conv_bn_eval(conv, bn, transpose=False):
         raise AssertionError("Fusion only for eval!")
     fused = copy.deepcopy(conv)
     if bn.running_mean is None or bn.running_var is None:
-        raise AssertionError("fuse_conv_bn_eval: the BatchNorm has no running statistics (track_running_stats=False)")
+        raise AssertionError("bn.running_mean and bn.running_var must not be None")
     fused.weight, fused.bias = fuse_conv_bn_weights(fused.weight, fused.bias, bn.running_mean, bn.running_var,
                                                     bn.eps, bn.weight, bn.bias, transpose)
     return fused
@@ -69,9 +69,10 @@ def fuse_linear_bn_eval(linear, bn):
     if linear.training or bn.training:
         raise AssertionError("Fusion only for eval!")
     if linear.out_features != bn.num_features and bn.num_features != 1:
-        raise AssertionError("To fuse, linear.out_features must equal bn.num_features or bn.num_features must be 1")
+        raise AssertionError("To fuse, linear.out_features == bn.num_features or bn.num_features == 1, "
+                             f"got linear.out_features={linear.out_features} and bn.num_features={bn.num_features}")
     if bn.running_mean is None or bn.running_var is None:
-        raise AssertionError("BatchNorm must have running_mean and running_var set")
+        raise AssertionError("bn.running_mean and bn.running_var must not be None")
     fused = copy.deepcopy(linear)
     fused.weight, fused.bias = fuse_linear_bn_weights(fused.weight, fused.bias, bn.running_mean, bn.running_var,
                                                       bn.eps, bn.weight, bn.bias)

@@ -27,7 +27,9 @@ __all__ = ["BasePruningMethod", "PruningContainer", "Identity", "RandomUnstructu
 
 def _count(amount, size, what="amount"):
     """Units to prune: an int as given, a float as a fraction of ``size`` (rounded as torch)."""
-    if isinstance(amount, bool) or not isinstance(amount, numbers.Real) or amount < 0:
+    if not isinstance(amount, numbers.Real):
+        raise TypeError(f"Invalid type for amount: {amount}. Must be int or float.")
+    if amount < 0:
         raise ValueError(f"amount={amount} should either be a float in the range [0, 1] or a non-negative integer")
     if isinstance(amount, numbers.Integral):
         if amount > size:
@@ -83,15 +85,21 @@ class BasePruningMethod:
                     del module._forward_pre_hooks[key]
         orig = getattr(module, name)
         scores = importance_scores if importance_scores is not None else orig
+        if scores.shape != orig.shape:
+            raise AssertionError(f"importance_scores should have the same shape as parameter {name} of {module}, "
+                                 f"got {scores.shape} vs {orig.shape}")
         if old is None:  # first pruning: the parameter moves to name_orig, its pruned value becomes an attribute
             module.register_parameter(name + "_orig", orig)
             del module._parameters[name]
             default_mask = _creation.ones_like(orig)
         else:
             default_mask = getattr(module, name + "_mask").detach().clone()
-        if scores.shape != orig.shape:
-            raise ValueError(f"importance_scores should have the same shape as parameter {name} of {module}")
-        mask = method.compute_mask(scores.detach(), default_mask=default_mask)
+        try:
+            mask = method.compute_mask(scores.detach(), default_mask=default_mask)
+        except Exception:
+            if old is None:  # as torch: a first pruning that fails gives the parameter back under its own name
+                module.register_parameter(name, module._parameters.pop(name + "_orig"))
+            raise
         module.register_buffer(name + "_mask", mask)
         setattr(module, name, method.apply_mask(module))
         module.register_forward_pre_hook(method)
@@ -211,6 +219,7 @@ class RandomStructured(BasePruningMethod):
         self.amount, self.dim = amount, dim
 
     def compute_mask(self, t, default_mask):
+        _check_structured(t, self.dim)
         return _channel_mask(t, default_mask, self.amount, self.dim, _random.rand(t.shape[self.dim]))
 
     @classmethod
@@ -226,6 +235,7 @@ class LnStructured(BasePruningMethod):
         self.amount, self.n, self.dim = amount, n, dim
 
     def compute_mask(self, t, default_mask):
+        _check_structured(t, self.dim)
         dim, others = _dim_and_others(t, self.dim)
         norms = t.norm(p=self.n, dim=others) if others else t.abs()
         return _channel_mask(t, default_mask, self.amount, dim, norms)
@@ -233,6 +243,15 @@ class LnStructured(BasePruningMethod):
     @classmethod
     def apply(cls, module, name, amount, n, dim, importance_scores=None):
         return super().apply(module, name, amount=amount, n=n, dim=dim, importance_scores=importance_scores)
+
+
+def _check_structured(t, dim):
+    """torch's checks of a structured method's tensor: more than one dim, and ``dim`` below its number of dims."""
+    if t.dim() <= 1:
+        raise ValueError("Structured pruning can only be applied to multidimensional tensors. Found tensor of shape "
+                         f"{t.shape} with {t.dim()} dims")
+    if dim >= t.dim():
+        raise IndexError(f"Invalid index {dim} for tensor of size {t.shape}")
 
 
 def _dim_and_others(t, dim):

@@ -204,7 +204,10 @@ def unpad_sequence(padded_sequences, lengths, batch_first=False):
     """Split a padded batch back into a list of unpadded sequences."""
     if not batch_first:
         padded_sequences = padded_sequences.transpose(0, 1)
-    return [seq[:length] for seq, length in zip(padded_sequences, _lengths_list(lengths))]
+    # Row-major copies, as torch's masked selection makes: a (T, B, *) batch's slices are strided (callers ``.view``
+    # them), and writes into a sequence leave the batch as it was.
+    return [seq[:length].clone(memory_format=_jt().contiguous_format)
+            for seq, length in zip(padded_sequences, _lengths_list(lengths))]
 
 
 def pack_sequence(sequences, enforce_sorted=True):

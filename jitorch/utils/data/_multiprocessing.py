@@ -235,6 +235,9 @@ class _MultiProcessingDataLoaderIter(_BaseDataLoaderIter):
                 raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
 
     def _next_data(self):
+        if self._finalizer is not None and not self._finalizer.alive and not self._persistent_workers:
+            # Shut down early: batches that arrived out of order before are dropped, as the workers' others are
+            raise StopIteration
         while True:
             # Skip tasks whose worker has ended (an exhausted iterable-dataset worker) without producing them.
             while self._rcvd_idx < self._send_idx:

@@ -1,0 +1,313 @@
+"""Python side effects of a compiled call: state it changes that outlives the call, found by comparing snapshots.
+
+A whole-call graph replays tensor work only: ``self.feats.append(h)``, ``self.masks.pop(0)``, ``self.last_attn = a``,
+``self.calls += 1``, ``cfg["k"] += 1`` or ``log.append(n)`` ran once, while tracing. torch.compile replays such
+mutations on every call, so a function whose trace changed Python state reachable from outside the call runs through
+the replay path instead (replay.py: its Python reruns on every call, in order, with the tensor work deferred and
+compiled), as if it had a graph break with no break point.
+
+`PythonState` snapshots, before the trace, what the code can reach by name: the ``__dict__`` of the modules it runs
+(all of a user class's attributes; of jitorch's own modules the names the user's code uses, and their parameter,
+buffer and submodule tables), the globals and closure cells of the compiled function and of the user's helpers it
+names (`reached.functions_reached`), and one level into what those hold: the entries of lists, dicts, sets and
+deques, the ``__dict__`` of plain objects (``cfg.k``) and the names the code uses of the user's Python modules.
+Entries are compared by identity (plain numbers, strings... by value), so a call that stores a new tensor, bumps a
+counter, appends, pops or writes a dict item is found, and `PythonState.restore` can put everything back (a call
+that starts over after tracing).
+
+The replay entry's guards stop checking the values the call itself changes (`masked_guards`): they differ on every
+call by design, and the replay reruns the Python that reads them (a constant that a changed value feeds into no
+longer matches the recorded op, and the rest of that call runs eagerly).
+
+>>> import jitorch
+>>> log = []
+>>> state = PythonState(lambda x: log.append(x), None)
+>>> log.append(1)
+>>> state.changes()
+['global log (list)']
+>>> state.restore(); log
+[]
+"""
+from __future__ import annotations
+
+import types
+from collections import deque
+
+import numpy as np
+
+from .._tensor import Tensor
+from ..nn.modules.module import Module
+from .guards import _SIMPLE, _SIMPLE_TYPES, _Same, guard_values, module_tree
+from .named_values import _code_names, _library_module
+from .reached import _LIBRARY, functions_reached
+
+__all__ = ["PythonState", "masked_guards", "replay_guards", "ANY", "replay_for_side_effects", "SIDE_EFFECTS_NOTE"]
+
+_MISSING = object()
+_MAX_WALK = 256  # entries of one container looked into (all of them are compared)
+# A module's bookkeeping: hook tables (hooks make calls eager: guards.call_hooks) and flags; its parameter, buffer
+# and submodule tables are compared (``self.state = new`` on a buffer replaces an entry of ``_buffers``).
+_MODULE_INTERNALS = frozenset(Module().__dict__) - {"_parameters", "_buffers", "_modules", "training"}
+_TABLES = ("_parameters", "_buffers", "_modules")
+_OPAQUE = (Tensor, Module, np.ndarray, np.generic, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+           types.ModuleType, type)
+
+SIDE_EFFECTS_NOTE = ("its Python reruns on every call (replay), the tensor work compiled, so these happen once per "
+                     "call as in eager mode")
+
+
+def _same(a, b):
+    if a is b:
+        return True
+    kind = type(a)
+    return kind is type(b) and kind in _SIMPLE_TYPES and (a == b or (a != a and b != b))
+
+
+def _user_class(obj):
+    return not (type(obj).__module__ or "").startswith(_LIBRARY)
+
+
+class PythonState:
+    """A shallow snapshot of the Python state ``fn`` (or the compiled module ``module``) reaches (module notes)."""
+
+    def __init__(self, fn, module):
+        self._records = []  # (label, kind, holder, keys or None, saved, name of a key)
+        self._seen = set()
+        mods = module_tree(module)[0] if module is not None else []
+        reached = functions_reached(fn)
+        for m in mods:
+            forward = type(m).__dict__.get("forward")
+            if isinstance(forward, types.FunctionType) and _user_class(m):
+                reached += functions_reached(forward)
+        names = set()
+        for func, _, _ in reached:
+            if func is not None:
+                names.update(_code_names(func.__code__))
+        self._names = names
+        for m in mods:
+            self._module(type(m).__name__, m)
+        for func, selves, _ in reached:
+            for obj in selves:
+                if obj is not None:
+                    self._value("self", obj, 1)
+            if func is None:
+                continue
+            scope = func.__globals__
+            used = tuple(n for n in _code_names(func.__code__) if n in scope)
+            if used:
+                self._watch("globals", "dict", scope, used, lambda k: f"global {k}", 1)
+            for name, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
+                self._cell(name, cell)
+
+    # -- snapshot ---------------------------------------------------------------------------------------------------
+    def _module(self, label, m):
+        if id(m) in self._seen:
+            return
+        self._seen.add(id(m))
+        d = m.__dict__
+        if _user_class(m):
+            keys = None  # every attribute, those added by the call too
+        else:  # a library module's own caches are its business: only what the user's code names
+            keys = tuple(k for k in self._names if k not in _MODULE_INTERNALS) + _TABLES
+        self._watch(label, "attrs", d, keys, lambda k: f"{label}.{k}", 1)
+
+    def _cell(self, name, cell):
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            value = _MISSING
+        self._records.append((f"closure {name}", "cell", cell, None, value, None))
+        if value is not _MISSING:
+            self._value(f"closure {name}", value, 1)
+
+    def _watch(self, label, kind, holder, keys, name_of, depth):
+        saved = _contents(kind, holder, keys)
+        self._records.append((label, kind, holder, keys, saved, name_of))
+        if depth and kind in ("dict", "attrs"):
+            for k, v in list(saved.items())[:_MAX_WALK]:
+                self._value(name_of(k) if type(k) is str else f"{label}[{k!r}]", v, depth - 1)
+        elif depth and kind in ("list", "deque"):
+            for i, v in enumerate(saved[:_MAX_WALK]):
+                self._value(f"{label}[{i}]", v, depth - 1)
+
+    def _value(self, label, value, depth):
+        """Watch what ``value`` holds when it is a container or a plain object (once per object)."""
+        if isinstance(value, _SIMPLE) or id(value) in self._seen:
+            return
+        if isinstance(value, Module):
+            self._module(label, value)
+            return
+        if isinstance(value, types.ModuleType):
+            if not _library_module(value):  # a user's config module: the names the code uses
+                self._seen.add(id(value))
+                keys = tuple(k for k in self._names if k in value.__dict__)
+                self._watch(label, "dict", value.__dict__, keys, lambda k: f"{label}.{k}", 0)
+            return
+        if isinstance(value, _OPAQUE):
+            return
+        kind = "list" if isinstance(value, list) else "dict" if isinstance(value, dict) else "set" if isinstance(
+            value, (set, bytearray)) else "deque" if isinstance(value, deque) else None
+        if kind is None:
+            d = getattr(value, "__dict__", None)
+            if type(d) is not dict or not _user_class(value):
+                return
+            kind, value = "attrs", d
+        self._seen.add(id(value))
+        self._watch(label, kind, value, None, lambda k: f"{label}.{k}" if kind == "attrs" else f"{label}[{k!r}]",
+                    depth)
+
+    # -- comparison -------------------------------------------------------------------------------------------------
+    def changes(self):
+        """Labels of what changed since the snapshot (``['Q.feats (list)', 'Q.n']``), in snapshot order."""
+        out = []
+        for label, kind, holder, keys, saved, name_of in self._records:
+            now = _contents(kind, holder, keys)
+            if kind == "cell":
+                if not _same(now, saved):
+                    out.append(label)
+            elif kind in ("dict", "attrs"):
+                changed = [k for k in (*saved, *(k for k in now if k not in saved))
+                           if not _same(now.get(k, _MISSING), saved.get(k, _MISSING))]
+                if kind == "dict" and keys is None:
+                    out += [f"{label} (dict)"] if changed else []
+                else:  # a namespace: each name
+                    out += [name_of(k) for k in changed]
+            elif kind == "set":
+                if now != saved:
+                    out.append(f"{label} (set)")
+            elif len(now) != len(saved) or not all(map(_same, now, saved)):
+                out.append(f"{label} ({kind})")
+        return list(dict.fromkeys(out))
+
+    def restore(self):
+        """Put every watched container and namespace back as the snapshot saw it (a call that starts over)."""
+        for _, kind, holder, keys, saved, _ in reversed(self._records):
+            if kind == "cell":
+                if saved is _MISSING:
+                    continue
+                holder.cell_contents = saved
+            elif kind in ("dict", "attrs"):
+                now = _contents(kind, holder, keys)
+                for k in now.keys() - saved.keys():
+                    del holder[k]
+                for k, v in saved.items():
+                    if holder.get(k, _MISSING) is not v:
+                        holder[k] = v
+            elif kind == "list":
+                holder[:] = saved
+            elif kind == "deque":
+                holder.clear()
+                holder.extend(saved)
+            else:
+                holder.clear()
+                holder.update(saved)
+
+
+def _contents(kind, holder, keys):
+    if kind == "cell":
+        try:
+            return holder.cell_contents
+        except ValueError:
+            return _MISSING
+    if kind in ("dict", "attrs"):
+        if keys is not None:
+            return {k: holder[k] for k in keys if k in holder}
+        if kind == "attrs":
+            return {k: v for k, v in holder.items() if k not in _MODULE_INTERNALS}
+        return dict(holder)
+    if kind == "set":
+        return set(holder) if isinstance(holder, set) else bytes(holder)
+    return list(holder)
+
+
+class _Any:
+    """A guard value the call itself changes (a counter, a list it appends to): equal to anything."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return "<any: changed by the call itself>"
+
+
+ANY = _Any()
+
+
+def _mask(before, after):
+    try:
+        if bool(before == after):
+            return before
+    except Exception:  # a stand-in with an odd __eq__: differs
+        pass
+    if type(before) is tuple and type(after) is tuple and len(before) == len(after):
+        return tuple(_mask(b, a) for b, a in zip(before, after))
+    return ANY
+
+
+def masked_guards(before, after):
+    """``before`` (a call's guards) with each value that differs in ``after`` (the same guards read after the call
+    ran) replaced by `ANY`, as deep in its tuples as they agree (``("n", 1)`` -> ``("n", ANY)``)."""
+    if [n for n, _ in before] != [n for n, _ in after]:
+        return before
+    return [(name, _records(_mask(v, w))) for (name, v), (_, w) in zip(before, after)]
+
+
+def replay_guards(guards):
+    """The guards of an entry whose Python reruns on every call (a replay): lists guarded as possible records by
+    identity only (`_records`)."""
+    return [(name, _records(v)) for name, v in guards]
+
+
+def _records(value):
+    """A list guarded as a possible record (`named_values._guarded`: identity, then entries) by identity only: the
+    replay reruns the Python that appends to it or reads it."""
+    if type(value) is tuple and len(value) == 3 and value[0] == "list" and type(value[1]) is _Same:
+        return value[:2] + (ANY,)
+    return value
+
+
+def _current_guards(cf, site, args, kwargs, training):
+    """The guards of this call read again (as `CompiledFunction._call` reads them)."""
+    owner = cf._owner()
+    tree = module_tree(owner) if owner is not None else None
+    guards = guard_values(args, kwargs, owner, tree, by_value=training)
+    if site.structure is not None:
+        guards.append(site.structure)
+    guards += cf._named_values.values()
+    if training:
+        flags = tuple(a._requires_grad if isinstance(a, Tensor) else None for a in (*args, *kwargs.values()))
+        guards.append(("requires_grad", flags + tuple(p._requires_grad for p in (tree[1] if tree else ()))))
+    return guards
+
+
+def replay_for_side_effects(cf, site, entry, traced, state, args, kwargs, training, after=None):
+    """When the traced call changed Python state (``state``, a `PythonState` taken before the trace), make
+    ``entry`` rerun the Python on every call (replay.py) and return ``(result,)``: the trace was this call. None when
+    nothing changed: the whole-call graph serves. ``after``: the `CompileState` to put back once the training
+    stages, compiled ahead on the recording's inputs, ran."""
+    changed = state.changes()
+    if not changed:
+        return None
+    shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+    entry.side_effects = f"Python side effects: the call changes {shown}"
+    entry.guards = masked_guards(entry.guards, _current_guards(cf, site, args, kwargs, training))
+    owner = cf._owner()
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+    tensors += list(owner.parameters()) if owner is not None else []
+    if callable(cf.backend) or any(t.is_cuda for t in tensors):
+        # A callable backend is handed whole graphs, and replay defers ops on host arrays only: eager keeps them.
+        where = "a callable backend" if callable(cf.backend) else "CUDA tensors"
+        entry.break_reason = f"{entry.side_effects}; with {where} the call runs eagerly so that they happen"
+        return (traced.result,)
+    cf._segmented(site.fn, entry, traced.info, training=training)
+    entry.side_effects += f"; {SIDE_EFFECTS_NOTE}"
+    if after is not None:
+        after.restore()
+    return (traced.result,)
