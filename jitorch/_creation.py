@@ -15,7 +15,7 @@ import numpy as np
 from . import _dtype
 from . import _memory_format as MF
 from ._creation_checks import check_can_alias, check_no_python_complex, check_parts, checked_shape, huge_ints, \
-    ragged_error
+    ragged_error, string_data_error
 from ._creation_watchers import WATCHERS, noted
 from ._device import device as _device, get_default_device
 from ._shape import normalize_shape, sizes_or_keyword
@@ -74,6 +74,8 @@ def _to_array(data, op, dtype=None):
     except ValueError as e:
         raise ragged_error(data, op) or ValueError(f"{op}: expected a rectangular nested sequence of numbers ({e})") \
             from None
+    if arr.dtype.kind in "SU":
+        raise string_data_error(data)
     if arr.dtype == object:
         arr = huge_ints(arr, dtype, op)
     if arr is None:
@@ -150,6 +152,7 @@ def _check_python_numbers_fit(arr, dt):
 
 def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
     """A new tensor holding a copy of ``data`` (nested sequences, scalars, NumPy arrays or tensors)."""
+    huge_ints = False
     if isinstance(data, Tensor):
         warnings.warn("To copy construct from a tensor, it is recommended to use sourceTensor.detach().clone() or "
                       "sourceTensor.detach().clone().requires_grad_(True), rather than torch.tensor(sourceTensor).",
@@ -165,8 +168,13 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
             dt = _dtype.from_numpy_dtype(arr.dtype)
         else:
             dt = (_inferred_dtype(data) if isinstance(data, (list, tuple)) else None) or _default_for_kind(arr)
+            # Python ints only, yet NumPy made floats: one was beyond int64 (``[2**63, 1]``), which torch refuses
+            # unless asked for uint64 (or a float or bool dtype); casting the floats back would wrap silently.
+            huge_ints = arr.dtype.kind == "f" and dt.np.kind in "iu"
     if dtype is not None:
         dt = _dtype.to_dtype(dtype)
+    if huge_ints and dt.np.kind in "iu" and dt.np != np.uint64:
+        raise ValueError("Overflow when unpacking long long")
     if not isinstance(data, (Tensor, np.ndarray, np.generic)):
         if arr.dtype.kind == "c":
             check_no_python_complex(data, dt)
@@ -216,7 +224,7 @@ def from_numpy(ndarray):
     if any(s < 0 for s in ndarray.strides):
         raise ValueError("At least one stride in the given numpy array is negative, and tensors with negative strides "
                          "are not currently supported. (You can probably work around this by making a copy of your "
-                         "array with array.copy().)")
+                         "array  with array.copy().) ")  # torch's text, its double and trailing spaces too
     if isinstance(ndarray, np.memmap) or type(ndarray) is not np.ndarray:
         ndarray = ndarray.view(np.ndarray)
     return Tensor._make(ndarray)

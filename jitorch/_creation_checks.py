@@ -1,9 +1,11 @@
 """Argument checks of the creation and sampling functions (``_creation``, ``_random``) that raise PyTorch's errors
 where NumPy would quietly convert: ragged nested lists, Python complex numbers for a real dtype, ``asarray(copy=False)``
-that cannot alias, ``complex``/``polar`` parts, negative sizes and ``randperm`` counts a dtype cannot hold.
+that cannot alias, ``complex``/``polar`` parts, negative sizes, ``randperm`` counts a dtype cannot hold, and text.
 
 >>> ragged_error([[1, 2], [3]], "tensor")
 ValueError('tensor: expected sequence of length 2 at dim 1 (got 1)')
+>>> string_data_error([1, "a"])
+TypeError("new(): invalid data type 'str'")
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from ._device import device as _device
 from ._tensor import Tensor
 
 __all__ = ["ragged_error", "huge_ints", "has_python_complex", "check_no_python_complex", "check_can_alias",
-           "check_parts", "checked_shape", "check_randperm"]
+           "check_parts", "checked_shape", "check_randperm", "string_data_error"]
 
 
 def ragged_error(data, op):
@@ -61,7 +63,29 @@ def huge_ints(arr, dtype, op):
         return arr.astype(np.float64)
     if category == _dtype.COMPLEX:
         return arr.astype(np.complex128)
-    raise ValueError(f"{op}: Overflow when unpacking long long (a Python int outside the 64-bit range)")
+    raise ValueError("Overflow when unpacking long long")  # torch's words, without naming the op
+
+
+def string_data_error(data):
+    """torch's error for text in tensor data: a string first in a nested list reads as one more dimension, any other
+    string or bytes (or a top-level text scalar) as a value of an invalid type."""
+    first, depth = data, 0
+    while isinstance(first, (list, tuple)) and first:
+        first, depth = first[0], depth + 1
+    if depth and isinstance(first, str):
+        return ValueError("too many dimensions 'str'")
+    bad = first if depth == 0 else next(_text_leaves(data), first)
+    kind = type(bad)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+    return TypeError(f"new(): invalid data type '{name}'")
+
+
+def _text_leaves(data):
+    for item in data:
+        if isinstance(item, (list, tuple)):
+            yield from _text_leaves(item)
+        elif isinstance(item, (str, bytes)):
+            yield item
 
 
 def has_python_complex(data):

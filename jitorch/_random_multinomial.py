@@ -32,7 +32,7 @@ def sample_rows(rng, rows, num_samples, replacement):
     nrows, k = rows.shape
     totals = rows.sum(axis=1)
     if nrows and not (totals > 0).all():
-        raise RuntimeError("multinomial: invalid multinomial distribution (sum of probabilities <= 0)")
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
     if nrows == 0:
         return np.empty((0, num_samples), dtype=np.int64)
     return _with_replacement(rng, rows, totals, num_samples) if replacement else \

@@ -164,27 +164,46 @@ def multinomial(input, num_samples, replacement=False, *, generator=None, out=No
         raise TypeError(f"multinomial(): argument 'num_samples' must be int, not {type(num_samples).__name__}")
     num_samples = int(num_samples)
     if input.dim() not in (1, 2):
-        raise RuntimeError(f"multinomial: prob_dist must be 1 or 2 dim, got {input.dim()}")
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
     if not input.dtype.is_floating_point:
         raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: "
                            f"{_dispatch_name(input.dtype)}")
     if num_samples <= 0:
-        raise RuntimeError(f"multinomial: cannot sample n_sample <= 0 samples (got {num_samples})")
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
     if not replacement and num_samples > input.shape[-1]:
-        raise RuntimeError(f"multinomial: cannot sample n_sample > prob_dist.size(-1) samples without replacement "
-                           f"({num_samples} > {input.shape[-1]})")
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
     gen = _random._generator_for(generator, input.device)
     if gen._on_device:
         data = input._data
         drawn = _random._rng(gen).multinomial(data.reshape(-1, data.shape[-1]), num_samples, replacement)
         return _finish(drawn.reshape(data.shape[:-1] + (num_samples,)), False, input.device)
     probs = input._host().astype(np.float64)
-    if np.any(probs < 0) or not np.all(np.isfinite(probs)):
-        raise RuntimeError("multinomial: probability tensor contains either `inf`, `nan` or element < 0")
+    rows = probs if probs.ndim == 2 else probs[None]  # not reshape(-1, k): k may be 0
+    _check_weights(rows, fast_path=not replacement or num_samples == 1)
     from ._random_multinomial import sample_rows
 
-    out = sample_rows(_random._rng(gen), probs.reshape(-1, probs.shape[-1]), num_samples, replacement)
+    out = sample_rows(_random._rng(gen), rows, num_samples, replacement)
     return _finish(out.reshape(probs.shape[:-1] + (num_samples,)), False, input.device)
+
+
+def _check_weights(rows, fast_path):
+    """ATen's checks, in its order and with its words: its fast path (no replacement, or one sample) checks the
+    whole tensor at once; its kernel with replacement walks row by row, each element, then the row's sum."""
+    valid = (rows >= 0) & (rows < np.inf)  # NaN fails both
+    if fast_path:
+        if not valid.all():
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        return
+    bad_rows = ~valid.all(axis=1)
+    first_bad = int(np.argmax(bad_rows)) if bad_rows.any() else rows.shape[0]
+    empty_rows = ~(rows.sum(axis=1) > 0)
+    if empty_rows[:first_bad].any():
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    if first_bad < rows.shape[0]:
+        row = rows[first_bad]
+        if not (row[int(np.argmin(valid[first_bad]))] >= 0):
+            raise RuntimeError("invalid multinomial distribution (encountering probability entry < 0)")
+        raise RuntimeError("invalid multinomial distribution (encountering probability entry = infinity or NaN)")
 
 
 def _dispatch_name(dtype):

@@ -50,7 +50,12 @@ class Parameter(Tensor):
         # A parameter owns its version counter: it outlives ``.data`` swaps (``module.to``), and a reference to
         # the source tensor would keep the old array alive after such a swap.
         p._data = data._data
-        p.requires_grad_(requires_grad)
+        try:
+            p.requires_grad_(requires_grad)
+        except RuntimeError as e:  # torch's text here (``_make_subclass``) is capitalized, unlike requires_grad_'s
+            if str(e).startswith("only Tensors of floating point"):
+                raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients") from None
+            raise
         return p
 
     def __repr__(self):

@@ -24,11 +24,15 @@ __all__ = ["_call_impl", "_wrapped_call_impl", "compile_"]
 def _get_backward_hooks(self):
     """(full backward hooks, legacy non-full backward hooks), global ones first."""
     full, non_full = [], []
+    if _hooks._global_is_full_backward_hook is True:
+        full += _hooks._global_backward_hooks.values()
+    elif _hooks._global_is_full_backward_hook is False:
+        non_full += _hooks._global_backward_hooks.values()
     if self._is_full_backward_hook is True:
         full += self._backward_hooks.values()
     elif self._is_full_backward_hook is False:
         non_full += self._backward_hooks.values()
-    return list(_hooks._global_backward_hooks.values()) + full, non_full
+    return full, non_full
 
 
 def _get_backward_pre_hooks(self):

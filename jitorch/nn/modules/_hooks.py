@@ -40,6 +40,8 @@ def _ref(d):
 class RemovableHandle:
     """A handle that removes a hook from the dict(s) it was registered in (``torch.utils.hooks.RemovableHandle``)."""
 
+    __module__ = "jitorch.utils.hooks"  # where torch's lives and where users import it from
+
     next_id = 0
 
     def __init__(self, hooks_dict, *, extra_dict=None):
@@ -158,8 +160,32 @@ def register_module_full_backward_pre_hook(hook):
     return _register(_global_backward_pre_hooks, hook)
 
 
+# None until the first global backward hook: then whether they are full (True) or legacy (False), for good.
+_global_is_full_backward_hook = None
+_MIXED_GLOBAL = ("Cannot use both regular backward hooks and full backward hooks as a global Module hook. Please use "
+                 "only one of them.")
+
+
 def register_module_full_backward_hook(hook):
     """``hook(module, grad_input, grad_output) -> None or new grad_input`` for every module's backward."""
+    global _global_is_full_backward_hook
+    if _global_is_full_backward_hook is False:
+        raise RuntimeError(_MIXED_GLOBAL)
+    _global_is_full_backward_hook = True
+    return _register(_global_backward_hooks, hook)
+
+
+def register_module_backward_hook(hook):
+    """Deprecated: ``hook(module, grad_input, grad_output)`` on the node of every module output's last op.
+
+    >>> import jitorch
+    >>> handle = register_module_backward_hook(lambda m, gi, go: None)
+    >>> handle.remove()
+    """
+    global _global_is_full_backward_hook
+    if _global_is_full_backward_hook is True:
+        raise RuntimeError(_MIXED_GLOBAL)
+    _global_is_full_backward_hook = False
     return _register(_global_backward_hooks, hook)
 
 
@@ -239,8 +265,9 @@ class BackwardHook:
             # No input requires grad: the hooks fire here, with no gradient for any input.
             if self.user_hooks:
                 warnings.warn("Full backward hook is firing when gradients are computed with respect to module "
-                              "outputs since no inputs require gradients. See PyTorch's "
-                              "Module.register_full_backward_hook documentation for more details.", stacklevel=5)
+                              "outputs since no inputs require gradients. See https://docs.pytorch.org/docs/main/"
+                              "generated/torch.nn.Module.html#torch.nn.Module.register_full_backward_hook for more "
+                              "details.", stacklevel=5)
             grad_inputs = self._pack_with_none([], [], self.n_inputs)
             for hook in self.user_hooks:
                 res = hook(self.module, grad_inputs, self.grad_outputs)
@@ -268,7 +295,10 @@ class BackwardHook:
         return tuple(out), idx
 
     def setup_input_hook(self, args):
-        res, idx = self._apply_on_tensors(lambda node: node.register_hook(self._input_node_hook), args)
+        def hook(grad_input, grad_output):  # named as torch's: the engine's errors quote the hook's name
+            return self._input_node_hook(grad_input, grad_output)
+
+        res, idx = self._apply_on_tensors(lambda node: node.register_hook(hook), args)
         self.n_inputs = len(args)
         self.input_tensors_index = idx
         return res
@@ -276,7 +306,10 @@ class BackwardHook:
     def setup_output_hook(self, result):
         single = not isinstance(result, tuple)
         args = (result,) if single else result
-        res, idx = self._apply_on_tensors(lambda node: node.register_prehook(self._output_node_prehook), args)
+        def hook(grad_output):  # named as torch's: the engine's errors quote the hook's name
+            return self._output_node_prehook(grad_output)
+
+        res, idx = self._apply_on_tensors(lambda node: node.register_prehook(hook), args)
         self.n_outputs = len(args)
         self.output_tensors_index = idx
         return res[0] if single else res

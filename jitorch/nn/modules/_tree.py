@@ -192,9 +192,16 @@ def to(self, *args, **kwargs):
 
     def convert(t):
         cast = dtype if t.is_floating_point() or t.is_complex() else None
-        if fmt is not None and t.dim() in (4, 5):  # as torch: only 4-D and 5-D tensors take memory_format
-            return t.to(device, cast, memory_format=fmt)
-        return t.to(device, cast)
+        try:
+            if fmt is not None and t.dim() in (4, 5):  # as torch: only 4-D and 5-D tensors take memory_format
+                return t.to(device, cast, memory_format=fmt)
+            return t.to(device, cast)
+        except NotImplementedError as e:
+            if str(e) == "Cannot copy out of meta tensor; no data!":
+                raise NotImplementedError(f"{e} Please use jitorch.nn.Module.to_empty() instead of "
+                                          "jitorch.nn.Module.to() when moving module from meta to a different "
+                                          "device.") from None
+            raise
 
     return self._apply(convert)
 

@@ -26,16 +26,16 @@ from collections import OrderedDict
 from ..._tensor import Tensor
 from ..parameter import Buffer, Parameter
 from . import _call, _hooks, _state, _tree
-from ._hooks import (register_module_buffer_registration_hook, register_module_forward_hook,  # noqa: F401
-                     register_module_forward_pre_hook, register_module_full_backward_hook,
+from ._hooks import (register_module_backward_hook, register_module_buffer_registration_hook,  # noqa: F401
+                     register_module_forward_hook, register_module_forward_pre_hook, register_module_full_backward_hook,
                      register_module_full_backward_pre_hook, register_module_module_registration_hook,
                      register_module_parameter_registration_hook)
 from ._state import _IncompatibleKeys  # noqa: F401
 
 __all__ = ["Module", "register_module_forward_pre_hook", "register_module_forward_hook",
-           "register_module_full_backward_pre_hook", "register_module_full_backward_hook",
-           "register_module_buffer_registration_hook", "register_module_module_registration_hook",
-           "register_module_parameter_registration_hook"]
+           "register_module_full_backward_pre_hook", "register_module_backward_hook",
+           "register_module_full_backward_hook", "register_module_buffer_registration_hook",
+           "register_module_module_registration_hook", "register_module_parameter_registration_hook"]
 
 
 def _addindent(s_, num_spaces):

@@ -8,6 +8,10 @@ True
 """
 from __future__ import annotations
 
+import inspect
+
+from ..modules.module import Module
+
 __all__ = ["convert_conv2d_weight_memory_format", "convert_conv3d_weight_memory_format", "skip_init"]
 
 
@@ -35,10 +39,16 @@ def convert_conv3d_weight_memory_format(module, memory_format):
 
 def skip_init(module_cls, *args, **kwargs):
     """``module_cls(*args, **kwargs)`` with its parameters and buffers left uninitialized (for loading a state dict
-    right after): built on the meta device in PyTorch; here built normally, then emptied, which is equivalent."""
-    if "device" not in module_cls.__init__.__code__.co_varnames:
+    right after): built on the meta device, so no initializer runs, then given empty storage on ``device``.
+
+    >>> from jitorch import nn
+    >>> skip_init(nn.Linear, 2, 3).weight.shape
+    jitorch.Size([3, 2])
+    """
+    if not issubclass(module_cls, Module):
+        raise RuntimeError(f"Expected a Module; got {module_cls}")
+    if "device" not in inspect.signature(module_cls).parameters:
         raise RuntimeError("Module must support a 'device' arg to skip initialization")
-    module = module_cls(*args, **kwargs)
-    for p in module.parameters():
-        p.data = p.data.new_empty(p.shape)
-    return module
+    final_device = kwargs.pop("device", "cpu")
+    kwargs["device"] = "meta"
+    return module_cls(*args, **kwargs).to_empty(device=final_device)

@@ -38,7 +38,8 @@ def default_convert(data):
     elem_type = type(data)
     if isinstance(data, Tensor):
         return data
-    if elem_type.__module__ == "numpy" and elem_type.__name__ not in ("str_", "string_", "bytes_"):
+    # As torch: NumPy byte strings are not excluded, so ``as_tensor`` refuses them.
+    if elem_type.__module__ == "numpy" and elem_type.__name__ not in ("str_", "string_"):
         if elem_type.__name__ == "ndarray" and np_str_obj_array_pattern.search(data.dtype.str) is not None:
             return data
         return _creation.as_tensor(data)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ... import _random
+from ... import _misc, _random
 from . import _shm, _transport
 from ._fetch import _DatasetKind
 
@@ -178,6 +178,9 @@ def _worker_loop(dataset_kind, dataset, index_queue, result_channel, done_event,
                  drop_last, base_seed, init_fn, worker_id, num_workers, persistent_workers):
     try:
         _shm.owner_pid = os.getppid()
+        # As torch: one thread per worker, so that num_workers processes do not each start a pool the size of the
+        # machine (the main process keeps its own setting).
+        _misc.set_num_threads(1)
         seed = base_seed + worker_id
         random.seed(seed)
         _random.manual_seed(seed)
