@@ -1,6 +1,6 @@
 """``torch.func``'s helpers that need no transform machinery: ``functionalize`` (jitorch runs eagerly, so the function
-itself already gives a functionalized program's values and input mutations), ``replace_all_batch_norm_modules_``
-and ``debug_unwrap``.
+itself already gives a functionalized program's values and input mutations), ``replace_all_batch_norm_modules_``,
+``stack_module_state`` and ``debug_unwrap``.
 
 >>> import jitorch
 >>> net = replace_all_batch_norm_modules_(jitorch.nn.Sequential(jitorch.nn.BatchNorm1d(3)))
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["functionalize", "replace_all_batch_norm_modules_", "debug_unwrap"]
+__all__ = ["functionalize", "replace_all_batch_norm_modules_", "stack_module_state", "debug_unwrap"]
 
 
 def functionalize(func, *, remove="mutations"):
@@ -47,3 +47,28 @@ def replace_all_batch_norm_modules_(root):
 def debug_unwrap(tensor, *, recurse=True):
     """The plain tensor under a transform's wrapper: jitorch's transforms wrap nothing."""
     return tensor
+
+
+def stack_module_state(models):
+    """``(params, buffers)``: each parameter and buffer of same-structured ``models`` stacked along a new first
+    dimension, by name (for ``vmap`` over ``functional_call``, ensembling). The stacked parameters are new leaves.
+
+    >>> import jitorch
+    >>> params, buffers = stack_module_state([jitorch.nn.Linear(3, 2) for _ in range(4)])
+    >>> params["weight"].shape, params["weight"].requires_grad
+    (jitorch.Size([4, 2, 3]), True)
+    """
+    from ._movement import stack
+
+    models = list(models)
+    if not models:
+        raise RuntimeError("stack_module_state: Expected at least one model, got 0.")
+    if any(m.training != models[0].training for m in models):
+        raise RuntimeError("stack_module_state: Expected all models to have the same training/eval mode.")
+    names = [n for n, _ in models[0].named_parameters()]
+    if any([n for n, _ in m.named_parameters()] != names for m in models):
+        raise RuntimeError("stack_module_state: Expected all models to be of the same class.")
+    params = {n: stack([dict(m.named_parameters())[n].detach() for m in models]).requires_grad_(
+        dict(models[0].named_parameters())[n].requires_grad) for n in names}
+    buffers = {n: stack([dict(m.named_buffers())[n] for m in models]) for n, _ in models[0].named_buffers()}
+    return params, buffers

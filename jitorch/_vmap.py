@@ -117,8 +117,7 @@ def _mapped_inputs(name, in_dims, args):
         per_arg = (in_dims,) * len(args)
     elif isinstance(in_dims, tuple):
         if len(in_dims) != len(args):
-            raise ValueError(f"{where}: in_dims is not compatible with the structure of `inputs`: in_dims has "
-                             f"{len(in_dims)} entries but there are {len(args)} positional inputs.")
+            raise _structure_error(where, "in_dims", "inputs", in_dims, tuple(args))(in_dims, args)
         per_arg = in_dims
     else:
         raise ValueError(f"{where}: expected `in_dims` to be int or a (potentially nested) tuple matching the "
@@ -126,7 +125,7 @@ def _mapped_inputs(name, in_dims, args):
     leaves, spec = tree_flatten(tuple(args))
     dims = []
     for arg, dim in zip(args, per_arg):
-        dims += _broadcast(dim, arg, _structure_error(where, "in_dims", "inputs"))
+        dims += _broadcast(dim, arg, _structure_error(where, "in_dims", "inputs", in_dims, tuple(args)))
     for x, d in zip(leaves, dims):
         if d is None:
             continue
@@ -142,10 +141,12 @@ def _mapped_inputs(name, in_dims, args):
     return leaves, [None if d is None else d % x.dim() for x, d in zip(leaves, dims)], spec
 
 
-def _structure_error(where, dims_name, what):
+def _structure_error(where, dims_name, what, whole_dims, whole_values):
+    """torch's error naming both whole structures (``dim``/``arg``: the part that did not match)."""
     def error(dim, arg):
-        return ValueError(f"{where}: {dims_name} is not compatible with the structure of `{what}`: {dims_name[:-1]} "
-                          f"{dim!r} for an {what[:-1]} of type {type(arg).__name__}.")
+        return ValueError(f"{where}: {dims_name} is not compatible with the structure of `{what}`. {dims_name} has "
+                          f"structure {tree_flatten(whole_dims)[1]} but {what} has structure "
+                          f"{tree_flatten(whole_values)[1]}.")
     return error
 
 
@@ -154,7 +155,8 @@ def _broadcast(dim, arg, error):
     structure maps into it (its leaves are checked by the caller)."""
     if not isinstance(dim, (tuple, list, dict)):
         return [dim] * len(tree_flatten(arg)[0])
-    if isinstance(dim, (tuple, list)) and isinstance(arg, (tuple, list)) and len(dim) == len(arg):
+    if isinstance(dim, (tuple, list)) and isinstance(arg, (tuple, list)) and len(dim) == len(arg) and \
+            isinstance(dim, list) == isinstance(arg, list):  # torch's pytrees: a list is no tuple
         return [d for sub_dim, sub in zip(dim, arg) for d in _broadcast(sub_dim, sub, error)]
     if isinstance(dim, dict) and isinstance(arg, dict) and dim.keys() == arg.keys():
         return [d for k in arg for d in _broadcast(dim[k], arg[k], error)]
@@ -208,7 +210,7 @@ def _output_dims(name, out_dims, first):
     if isinstance(first, Tensor) and isinstance(out_dims, tuple) and len(out_dims) == 1:
         out_dims = out_dims[0]
     return _broadcast(out_dims, first, _structure_error(f"vmap({name}, ..., out_dims={out_dims})(<inputs>)",
-                                                        "out_dims", "outputs"))
+                                                        "out_dims", "outputs", out_dims, first))
 
 
 def _same(a, b):

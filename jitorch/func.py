@@ -22,7 +22,8 @@ from .autograd.functional import double_vjp, jacobian
 from .autograd.grad_mode import enable_grad, is_grad_enabled
 from .nn.utils.stateless import call_with as functional_call
 from ._vmap import vmap
-from ._func_extras import debug_unwrap, functionalize, replace_all_batch_norm_modules_  # noqa: F401
+from ._func_extras import (debug_unwrap, functionalize, replace_all_batch_norm_modules_,  # noqa: F401
+                           stack_module_state)
 from .utils._pytree import tree_flatten, tree_unflatten, treespec_pprint
 
 __all__ = ["functional_call", "grad", "grad_and_value", "vjp", "jvp", "linearize", "jacrev", "jacfwd", "hessian",
@@ -45,6 +46,8 @@ def _leaf(t):
     # sees through this one; otherwise a new leaf, marked so `_finish` can tell it from the caller's tensors.
     if t.requires_grad and _keeps_graph():
         return t.view_as(t)
+    if not (t.is_floating_point() or t.is_complex()):  # torch's words from requires_grad_ on a transform's wrapper
+        raise RuntimeError("only Tensors of floating point dtype can require gradients")
     leaf = t.detach().requires_grad_(True)
     leaf._func_input = True
     return leaf
@@ -98,6 +101,9 @@ def _split_aux(where, out, has_aux):
         return out, None
     if not (isinstance(out, tuple) and len(out) == 2):
         raise RuntimeError(f"{where}: output of function f should be a tuple: (output, aux) if has_aux is True")
+    for x in tree_flatten(out[1])[0]:  # torch unwraps aux leaf by leaf and accepts only tensors
+        if not isinstance(x, Tensor):
+            raise RuntimeError(f"Expected tensors, got unsupported type {type(x)}")
     return out
 
 
@@ -105,6 +111,14 @@ def _only_tensors(where, outputs):
     for o in outputs:
         if not isinstance(o, Tensor):
             raise RuntimeError(f"{where}: expected f(*primals) to return only tensors, got unsupported type {type(o)}")
+
+
+def _refuse_complex(where, tensors, what):
+    """torch's jacrev/jacfwd refuse complex inputs and outputs (with its wording: "input idx" for outputs too)."""
+    for i, t in enumerate(tensors):
+        if isinstance(t, Tensor) and t.is_complex():
+            raise RuntimeError(f"{where}: Expected all {what} to be real but received complex tensor at flattened "
+                               f"input idx: {i}")
 
 
 def _select(args, argnums):
@@ -218,7 +232,7 @@ def vjp(func, *primals, has_aux=False):
     return (*result, _finish(aux)) if has_aux else result
 
 
-def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_copy=False):
+def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_copy=False, _name="jacrev"):
     """``f -> d f / d args[argnums]`` over pytrees: for each output leaf, the input arguments' structure (a tuple of
     them when ``argnums`` is a tuple) holding blocks shaped ``output.shape + input.shape``; with ``has_aux``, ``f``
     returns ``(output, aux)`` and the transform ``(jacobian, aux)``.
@@ -235,6 +249,7 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_
     @_transform
     def wrapper(*args, **kwargs):
         nums = _select(args, argnums)
+        _refuse_complex(_name, tree_flatten(args)[0], "inputs")
         specs, flat = [], []
         for n in nums:
             leaves, spec = tree_flatten(args[n])
@@ -251,6 +266,7 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_
             value, seen["aux"] = _split_aux("jacrev(f, ...)(*args)", out, has_aux)
             out_leaves, seen["spec"] = tree_flatten(value)
             _only_tensors("vjp(f, *primals)", out_leaves)
+            _refuse_complex(_name, out_leaves, "outputs")
             return tuple(out_leaves)
 
         blocks = jacobian(flat_fn, tuple(flat), create_graph=True)  # [output leaf][input leaf]
@@ -267,10 +283,28 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_
 
 
 def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
-    """``jacrev``'s Jacobian (jitorch computes it in reverse mode either way), with torch's signature."""
-    jac = jacrev(func, argnums, has_aux=has_aux)
-    if randomness in ("error", "different", "same"):
+    """``jacrev``'s Jacobian (jitorch computes it in reverse mode either way), with torch's signature.
+
+    torch pushes the basis through ``vmap(..., randomness=randomness)``: with the default 'error' a random draw
+    inside ``func`` (training-mode dropout, ``randn``) raises vmap's error; 'same' and 'different' let it draw (one
+    draw here, which is 'same''s answer).
+
+    >>> import jitorch
+    >>> jacfwd(lambda x: x ** 2)(jitorch.tensor([1.0, 2.0]))
+    tensor([[2., 0.],
+            [0., 4.]])
+    """
+    jac = jacrev(func, argnums, has_aux=has_aux, _name="jacfwd")
+    if randomness in ("different", "same"):
         return jac
+    if randomness == "error":
+        @functools.wraps(func)
+        def refusing_draws(*args, **kwargs):
+            from ._vmap import _RandomnessMode
+
+            with _RandomnessMode("error"):
+                return jac(*args, **kwargs)
+        return refusing_draws
 
     @functools.wraps(func)
     def refused(*args, **kwargs):  # torch checks it on the call, as vmap's
@@ -341,32 +375,18 @@ def linearize(func, *primals):
     """
     kept = tuple(p.detach() if isinstance(p, Tensor) else p for p in primals)
     value = jvp(func, kept, tuple(_creation.zeros_like(p) for p in kept))[0]
+    flat_primals, primals_spec = tree_flatten(kept)
 
     def jvp_fn(*tangents):
+        flat_tangents, tangents_spec = tree_flatten(tangents)
+        if tangents_spec != primals_spec:
+            raise RuntimeError(f"Expected the tangents {tangents_spec} to have the same argspec as the primals "
+                               f"{primals_spec}")
+        # torch checks each tangent against its primal before running (its jvp graph was traced for these)
+        for i, (t, p) in enumerate(zip(flat_tangents, flat_primals)):
+            for what in ("shape", "device", "dtype"):
+                if getattr(t, what) != getattr(p, what):
+                    raise RuntimeError(f"tangent:{i} with {what} {getattr(t, what)} in flattened pytree doesn't "
+                                       f"match the {what} {getattr(p, what)} of the corresponding primal.")
         return jvp(func, kept, tangents)[1]
     return value, jvp_fn
-
-
-def stack_module_state(models):
-    """``(params, buffers)``: each parameter and buffer of same-structured ``models`` stacked along a new first
-    dimension, by name (for ``vmap`` over ``functional_call``, ensembling). The stacked parameters are new leaves.
-
-    >>> import jitorch
-    >>> params, buffers = stack_module_state([jitorch.nn.Linear(3, 2) for _ in range(4)])
-    >>> params["weight"].shape, params["weight"].requires_grad
-    (jitorch.Size([4, 2, 3]), True)
-    """
-    from ._movement import stack
-
-    models = list(models)
-    if not models:
-        raise RuntimeError("stack_module_state: Expected at least one model, got 0.")
-    if any(m.training != models[0].training for m in models):
-        raise RuntimeError("stack_module_state: Expected all models to have the same training/eval mode.")
-    names = [n for n, _ in models[0].named_parameters()]
-    if any([n for n, _ in m.named_parameters()] != names for m in models):
-        raise RuntimeError("stack_module_state: Expected all models to be of the same class.")
-    params = {n: stack([dict(m.named_parameters())[n].detach() for m in models]).requires_grad_(
-        dict(models[0].named_parameters())[n].requires_grad) for n in names}
-    buffers = {n: stack([dict(m.named_buffers())[n] for m in models]) for n, _ in models[0].named_buffers()}
-    return params, buffers

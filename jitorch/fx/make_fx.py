@@ -34,6 +34,7 @@ from .graph_module import GraphModule
 from ._created import noting_created
 from .node import map_aggregate
 from .passes.shape_prop import extract_tensor_metadata
+from ..utils._pytree import tree_flatten
 
 __all__ = ["make_fx", "Primitive", "bind_inputs", "record_graph", "OutsideWriteError"]
 
@@ -47,6 +48,10 @@ class OutsideWriteError(RuntimeError):
     Traceback (most recent call last):
     jitorch.fx.make_fx.OutsideWriteError: add_ writes into a tensor from outside the traced function ...
     """
+
+    op = None  # the in-place row's name
+    target = None  # (graph node or None, tensor) of the tensor written (its base's node)
+    operands = ()  # (graph node or None, tensor) of each tensor the write reads: vmap tells batched writes apart
 
 TRACING_MODES = ("real", "fake", "symbolic")
 
@@ -209,16 +214,20 @@ class _RecordingMode:
         if t is not base:
             self.bind(t, view_nodes(self.graph, clone, t._view_chain)[-1])
 
-    def _refuse_outside_write(self, op, t):
+    def _refuse_outside_write(self, op, t, args=()):
         base = t if t._base is None else t._base
         node = self.nodes.get(id(base)) or self.by_array.get(id(base._data))
         if id(base) not in self.created and (node is None or node.op != "call_function"):
-            raise OutsideWriteError(f"{op.name}_ writes into a tensor from outside the traced function (an input or "
-                                    "a captured tensor): refused before the write")
+            error = OutsideWriteError(f"{op.name}_ writes into a tensor from outside the traced function (an input "
+                                      "or a captured tensor): refused before the write")
+            error.op, error.target = op.name, (node, t)
+            error.operands = [(self.nodes.get(id(a)) or self.by_array.get(id(a._data)), a)
+                              for a in tree_flatten(args)[0] if isinstance(a, Tensor)]
+            raise error
 
     def dispatch_inplace(self, op, self_tensor, args, attrs):
         if self.refuse_outside_writes:
-            self._refuse_outside_write(op, self_tensor)
+            self._refuse_outside_write(op, self_tensor, args)
         self._own_constant(self_tensor)
         target = self.arg(self_tensor)
         out = self._run(apply_inplace, op, self_tensor, *args, **attrs)
