@@ -33,3 +33,12 @@ def same_behaviour(case):
     expected = behaviour(torch, case)
     assert behaviour(jitorch, case) == expected
     return expected
+
+
+def fixed_linear(lib, fin, fout):
+    """A Linear with fixed, distinct weights (no generator involved)."""
+    m = lib.nn.Linear(fin, fout)
+    with lib.no_grad():
+        m.weight.copy_(lib.arange(fin * fout, dtype=lib.float32).reshape(fout, fin) * 0.5 - 1)
+        m.bias.fill_(0.25)
+    return m

@@ -9,16 +9,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import pytest
-from module_api_compare import same_behaviour
-
-
-def _linear(lib, fin, fout):
-    """A Linear with fixed, distinct weights (no generator involved)."""
-    m = lib.nn.Linear(fin, fout)
-    with lib.no_grad():
-        m.weight.copy_(lib.arange(fin * fout, dtype=lib.float32).reshape(fout, fin) * 0.5 - 1)
-        m.bias.fill_(0.25)
-    return m
+from module_api_compare import fixed_linear as _linear, same_behaviour
 
 
 def prefix_and_keep_vars(lib):

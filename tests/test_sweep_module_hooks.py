@@ -11,18 +11,9 @@ import pickle
 
 import pytest
 import torch
-from module_api_compare import same_behaviour
+from module_api_compare import fixed_linear as _linear, same_behaviour
 
 import jitorch
-
-
-def _linear(lib, fin, fout):
-    """A Linear with fixed, distinct weights (no generator involved)."""
-    m = lib.nn.Linear(fin, fout)
-    with lib.no_grad():
-        m.weight.copy_(lib.arange(fin * fout, dtype=lib.float32).reshape(fout, fin) * 0.5 - 1)
-        m.bias.fill_(0.25)
-    return m
 
 
 def _lists(grads):
