@@ -34,6 +34,7 @@ CPU_XP = np
 _FROM_NP = _dtype.FROM_NP
 _new = object.__new__
 _BOOL_NP = np.dtype(np.bool_)
+_BF16_NP = _dtype.bfloat16.np
 TORCH_TYPE_NAMES = {
     "bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
     "float16": "Half", "bfloat16": "BFloat16", "float32": "Float", "float64": "Double",
@@ -166,6 +167,8 @@ def _run_kernel(op, args, attrs):
         cnp = compute.np
         if not same or cnp != first.dtype or has_scalar:
             datas = [_cast_operand(d, cnp, op.masks) for d in datas]
+            if promotion == "compare" and cnp is _BF16_NP:  # torch compares with the number rounded to bfloat16;
+                datas = [float(cnp.type(d)) if type(d) is float else d for d in datas]  # ml_dtypes would widen
         out_np = _BOOL_NP if promotion == "compare" else cnp
     try:
         out = kernel(xp, *datas, **attrs)

@@ -76,13 +76,15 @@ def _record_pointwise(op, args, t):
     t._requires_grad = True
 
 
-def fast_binary(op, reflected=False, operator=False):
+def fast_binary(op, reflected=False, operator=False, array_fn=None):
     """A ``(a, b) -> Tensor`` for a pointwise row: ``apply`` with a shortcut for same-dtype float CPU tensors.
     ``operator``: the ``__add__``-style method, which gives NotImplemented for an operand no op takes (None, a list),
-    so Python raises its TypeError as for torch's tensors."""
+    so Python raises its TypeError as for torch's tensors. ``array_fn``: what the shortcut calls on NumPy arrays in
+    place of the row's ufunc, for a caller that knows its operands (``x ** 2`` as ``x * x``: NumPy's ``power`` runs
+    a ``powf`` loop, 4x slower)."""
     kernel = op.kernel if op.promotion != "integral" else None
     # The row's NumPy ufunc, called directly: for float inputs it is exactly the kernel, one Python frame cheaper.
-    ufunc = getattr(np, op.ufunc) if op.ufunc else None
+    ufunc = array_fn if array_fn is not None else getattr(np, op.ufunc) if op.ufunc else None
     differentiable = op.differentiable
     promotion = op.promotion
     saves, node_cls = op.saves, op.node_cls

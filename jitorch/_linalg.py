@@ -106,9 +106,15 @@ def bmm(input, mat2, *, out=None):
     """Batched product of ``(b, n, m)`` and ``(b, m, p)`` tensors (no broadcasting)."""
     _check_dim("bmm", "batch1", input, 3)
     _check_dim("bmm", "batch2", mat2, 3)
-    if input._data.shape[0] != mat2._data.shape[0]:
-        raise RuntimeError(f"bmm: batch sizes differ: shapes {tuple(input.shape)} and {tuple(mat2.shape)}")
-    _check_inner("bmm", input, mat2, input._data.shape[2], mat2._data.shape[1])
+    expected = [input._data.shape[0], input._data.shape[2]]
+    if list(mat2._data.shape[:2]) != expected:  # torch's words (word2vec's bmm of (B, K, D) by (B, D, 1))
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: {expected} but got: "
+                           f"{list(mat2._data.shape[:2])}.")
+    if input.dtype != mat2.dtype:
+        from ._dispatch import TORCH_TYPE_NAMES
+
+        raise RuntimeError(f"expected scalar type {TORCH_TYPE_NAMES[input.dtype.name]} but found "
+                           f"{TORCH_TYPE_NAMES[mat2.dtype.name]}")
     return matmul(input, mat2, out=out)
 
 

@@ -26,6 +26,7 @@ FUNCTIONS = (
     "min", "argmax", "argmin", "all", "any", "var", "std", "logsumexp", "quantile", "nanquantile", "diff", "take",
     "take_along_dim", "gather", "index_add", "index_copy", "index_reduce", "scatter", "scatter_add", "scatter_reduce",
     "slice_scatter", "masked_select", "nonzero", "nonzero_static", "narrow_copy", "index_select", "isin",
+    "multinomial",
 )
 
 
@@ -70,6 +71,10 @@ def write_out(result, out, op):
         return type(result)(*written) if hasattr(result, "_fields") else tuple(written)
     if op in _ANY_DTYPE and hasattr(out, "dtype"):
         result = result.to(out.dtype)
+    if op == "multinomial" and getattr(out, "dtype", result.dtype) is not result.dtype:  # torch's own words
+        from ._dispatch import TORCH_TYPE_NAMES
+
+        raise RuntimeError(f"multinomial expects Long tensor out, got: {TORCH_TYPE_NAMES[out.dtype.name]}")
     return _write(result, out, op, op in _EXACT_DTYPE)
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from . import _dtype
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace, fast_binary, fast_unary
 from ._dispatch_fast import _OPERANDS
@@ -135,7 +137,11 @@ def _reject_bool_sub(a, b):
                            "to invert a mask, use the `~` or `logical_not()` operator instead.")
 
 
-_fast_pow = fast_binary(P.POW)
+def _times_itself(x, _two, out=None, **kw):
+    return np.multiply(x, x, out=out, **kw)
+
+
+_fast_square = fast_binary(P.POW, array_fn=_times_itself)  # pow(x, 2) recorded as pow, computed as x * x
 _fast_sub, _fast_rsub = fast_binary(P.SUB, operator=True), fast_binary(P.SUB, reflected=True, operator=True)
 
 
@@ -233,7 +239,7 @@ def pow(input, exponent, *, out=None):
                 type(exponent) is int or input.dtype.is_floating_point or input.dtype.is_complex):
             return _write_out(apply(P.MUL, input, input), out, "pow")
         if exponent == 2 and input.dtype is not _dtype.bool and out is None:
-            return _fast_pow(input, exponent)  # a float's square on the shortcut (NumPy's power squares exactly)
+            return _fast_square(input, exponent)  # a float's square on the shortcut (NumPy's power squares exactly)
     result = apply(P.POW, input, exponent)
     if not isinstance(input, Tensor) and out is None:
         result = result.contiguous()  # ATen's pow(Scalar, Tensor) writes a new row-major tensor
@@ -358,7 +364,7 @@ def square(input, *, out=None):
     if input.dtype is _dtype.bool:  # PyTorch's square is pow(x, 2): a bool tensor with an int exponent is int64
         return _write_out(apply(P.POW, input, 2), out, "square")
     if out is None and input._requires_grad and GradState.enabled:
-        return _fast_pow(input, 2)  # one PowBackward0 edge, as torch's (see `pow`)
+        return _fast_square(input, 2)  # one PowBackward0 edge, as torch's (see `pow`)
     return _write_out(apply(P.MUL, input, input), out, "square")
 
 
@@ -376,7 +382,7 @@ def where(condition, input=None, other=None, *, out=None):
         return condition.nonzero(as_tuple=True)
     if isinstance(condition, Tensor) and condition.dtype.name != "bool":
         raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
-                           f"{condition.dtype}")
+                           f"{TORCH_TYPE_NAMES[condition.dtype.name]}")
     for t, value in ((input, other), (other, input)):  # a Python value for an integer tensor's dtype: range-checked
         if isinstance(t, Tensor) and t.dtype.category == _dtype.INT and isinstance(value, (int, float)):
             check_bounds(t, value)

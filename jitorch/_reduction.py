@@ -317,8 +317,8 @@ def log_softmax(input, dim=None, dtype=None, _stacklevel=3):
         return input.clone()
     if input._data.ndim and input._data.dtype in FUSED_DTYPES:
         return apply(LOG_SOFTMAX, input, dim=d)
-    if input.dtype in _HALVES:
-        return log_softmax(input.float(), d).to(input.dtype)
+    if input.dtype in _HALVES:  # CPU: the row rounds as ATen (ops.half_log_softmax); elsewhere in float32, once
+        return apply(LOG_SOFTMAX, input, dim=d) if input.is_cpu else log_softmax(input.float(), d).to(input.dtype)
     shifted = input - amax(input, d, keepdim=True).detach()
     return shifted - shifted.exp().sum(d, keepdim=True).log()
 

@@ -54,11 +54,17 @@ def _check_not_complex(input, op):
 
 
 def sort(input, dim=-1, descending=False, stable=False):
-    """Sorted values and their indices along ``dim`` (always stable; NaN sorts as the largest value)."""
+    """Sorted values and their indices along ``dim`` (NaN sorts as the largest value). Always stable: torch's
+    ``stable=False`` leaves the order of equal values unspecified.
+
+    >>> import jitorch
+    >>> jitorch.sort(jitorch.tensor([2.0, 1.0, 2.0]), descending=True).indices
+    tensor([0, 2, 1])
+    """
     _check_not_complex(input, "sort")
     x, scalar = _as_1d(input)
     d = wrap_dim(dim, input._data.ndim, "sort")
-    indices = apply(S.ARGSORT, x, dim=d, descending=bool(descending))
+    indices = apply(S.ARGSORT, x, dim=d, descending=bool(descending), stable=bool(stable))
     values = _gather(x, indices, d)
     if scalar:
         values, indices = values.reshape(()), indices.reshape(())
@@ -69,7 +75,8 @@ def argsort(input, dim=-1, descending=False, stable=False):
     """Indices that sort ``input`` along ``dim``."""
     _check_not_complex(input, "argsort")
     x, scalar = _as_1d(input)
-    indices = apply(S.ARGSORT, x, dim=wrap_dim(dim, input._data.ndim, "argsort"), descending=bool(descending))
+    indices = apply(S.ARGSORT, x, dim=wrap_dim(dim, input._data.ndim, "argsort"), descending=bool(descending),
+                    stable=bool(stable))
     return indices.reshape(()) if scalar else indices
 
 

@@ -224,6 +224,9 @@ def logsigmoid(input):
 def log_sigmoid_like(input):
     """`logsigmoid` in ``input``'s layout (for composites whose ATen formula keeps their operands' layout)."""
     _floating_kernel("log_sigmoid", input)
+    widened = _in_float(log_sigmoid_like, input)  # half types: -0.0 for large x (the tiny float32 term rounds away)
+    if widened is not None:
+        return widened
     # minimum splits a tie's gradient, which gives PyTorch's 0.5 at x == 0.
     return pw.minimum(input, 0.0) - pw.log1p(pw.exp(-input.abs()))
 

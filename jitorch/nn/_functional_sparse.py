@@ -151,8 +151,15 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
                                       f"supported for mode='sum' (got mode='{mode}'). Please open a feature request "
                                       "on GitHub.")
         if per_sample_weights.shape != input.shape:
-            raise ValueError(f"embedding_bag: If per_sample_weights ({list(per_sample_weights.shape)}) is not None, "
-                             f"then it must have the same shape as the input ({list(input.shape)})")
+            raise ValueError(f"embedding_bag: If per_sample_weights ({per_sample_weights.shape}) is not None, "
+                             f"then it must have the same shape as the input ({input.shape})")
+        if per_sample_weights.dtype != weight.dtype:
+            from .._dispatch import TORCH_TYPE_NAMES
+
+            names = [TORCH_TYPE_NAMES[t.dtype.name] + "Tensor" for t in (weight, per_sample_weights)]
+            raise RuntimeError(f"Expected tensor for argument #1 'weight' to have the same type as tensor for argument "
+                               f"#1 'per_sample_weights'; but type torch.{names[0]} does not equal torch.{names[1]} "
+                               "(while checking arguments for embedding_bag)")
     _check_indices(input, "embedding_bag")
     flat, ids, bags = _bag_ids(input, offsets, include_last_offset)
     num, dim = weight.shape

@@ -102,8 +102,35 @@ def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation
     return _max_poolnd("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode)
 
 
+def _check_max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode):
+    """ATen's ``max_pool1d`` checks and words (its values-only op checks before any dispatch; the padding bound is
+    half the kernel, not of the dilated window)."""
+    (k,), (p,), (d,) = (ntuple(v, 1, n) for v, n in ((kernel_size, "kernel_size"), (padding, "padding"),
+                                                     (dilation, "dilation")))
+    s = k if stride is None or (isinstance(stride, (list, tuple)) and not stride) else ntuple(stride, 1, "stride")[0]
+    for ok, what in ((k > 0, f"kernel_size must be greater than zero, but got {k}"),
+                     (s > 0, f"stride must be greater than zero, but got {s}"),
+                     (p >= 0, f"padding must be non-negative, but got {p}"),
+                     (p <= k // 2, f"padding should be at most half of kernel size, but got padding={p} and "
+                                   f"kernel_size={k}"),
+                     (d > 0, f"dilation must be greater than zero, but got {d}")):
+        if not ok:
+            raise RuntimeError(f"max_pool1d() {what}")
+    out = pool_output_size(input.shape[-1], k, s, p, d, ceil_mode)
+    if out <= 0:
+        raise RuntimeError(f"max_pool1d() Invalid computed output size: {out}")
+
+
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
-    """Max over sliding windows of ``(N, C, L)``; ``return_indices`` adds the flat input index of each maximum."""
+    """Max over sliding windows of ``(N, C, L)``; ``return_indices`` adds the flat input index of each maximum.
+
+    >>> import jitorch
+    >>> x = jitorch.tensor([[[1.0, 3.0, 2.0, 0.0]]])
+    >>> jitorch.nn.functional.max_pool1d(x, x.shape[2])  # TextCNN's max over time
+    tensor([[[3.]]])
+    """
+    if not return_indices and input.dim() in (2, 3):  # (other ranks: the shared check's words)
+        _check_max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode)
     out = _max_poolnd("max_pool1d", 1, input, kernel_size, stride, padding, dilation, ceil_mode)
     return out if return_indices else out[0]
 

@@ -23,6 +23,7 @@ from ..codegen.ir import Buffer, Kernel, Store, const, load, op, simplify
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..runtime import host_cache
+from . import half_log_softmax
 from .cascade_sum import NAIVE_ROWS, sum_rows
 from .native_eager import launch_arrays
 
@@ -135,7 +136,9 @@ def softmax(x, dim=-1):
 
 
 def log_softmax(x, dim=-1):
-    """Log-softmax over the last dimension, or None."""
+    """Log-softmax over the last dimension, or None; float16/bfloat16 arrays along any dim with ATen's roundings."""
+    if type(x) is np.ndarray and x.dtype in half_log_softmax.HALF_DTYPES:
+        return half_log_softmax.log_softmax(x, dim)
     if not _usable((x,)) or not _last_dim(x, dim):
         return None
     return _run("log_softmax", (x,), x.size // x.shape[-1], x.shape[-1]).reshape(x.shape)
@@ -149,7 +152,9 @@ def softmax_backward(g, y, dim=-1):
 
 
 def log_softmax_backward(g, y, dim=-1):
-    """``g - exp(y) * sum(g)`` over the last dimension, or None."""
+    """``g - exp(y) * sum(g)`` over the last dimension, or None (float16/bfloat16: any dim, as ATen rounds)."""
+    if type(g) is np.ndarray and g.dtype in half_log_softmax.HALF_DTYPES and type(y) is np.ndarray:
+        return half_log_softmax.log_softmax_backward(g, y.astype(g.dtype), dim)
     if not _usable((g, y)) or not _last_dim(g, dim):
         return None
     return _run("log_softmax_backward", (g, y), g.size // g.shape[-1], g.shape[-1]).reshape(g.shape)

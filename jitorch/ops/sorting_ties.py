@@ -12,8 +12,31 @@ only for the slices whose answer a tie makes ambiguous, and compute every other 
 """
 from __future__ import annotations
 
+import numpy as np
 
-__all__ = ["replay_kthvalue", "replay_topk", "replay_mode", "nan_greater", "nan_less"]
+__all__ = ["replay_kthvalue", "replay_topk", "replay_mode", "replay_tied", "nan_greater", "nan_less",
+           "REPLAY_MAX"]
+
+# The replay runs in Python (some microseconds per comparison): longer slices keep the vectorized answer, whose ties
+# resolve to the first occurrence in the input.
+REPLAY_MAX = 1024
+
+
+def replay_tied(xp, a, dim, fast, tied, replay):
+    """``fast`` (indices along ``dim``) with the slices flagged in ``tied`` (``a``'s shape less ``dim``) recomputed by
+    ``replay(values) -> indices``: PyTorch's CPU algorithm, whose choice among equal values users see. CUDA arrays
+    keep the vectorized answer (torch's CUDA kernels choose differently from its CPU ones anyway), as do slices longer
+    than ``REPLAY_MAX``."""
+    if xp is not np or a.shape[dim] > REPLAY_MAX or not tied.any():
+        return fast
+    values = np.moveaxis(a, dim, -1)
+    if values.dtype.kind == "f" or values.dtype.name == "bfloat16":
+        values = values.astype(np.float64)
+    out = np.moveaxis(fast, dim, -1).copy()
+    for pos in np.argwhere(tied):  # (argwhere, unlike nonzero, takes the 0-d flag of a 1-d input)
+        pos = tuple(pos)
+        out[pos] = replay(values[pos].tolist())
+    return np.moveaxis(out, -1, dim)
 
 
 def _isnan(v):
