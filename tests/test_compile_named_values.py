@@ -142,3 +142,44 @@ def test_reduce_overhead_captures_again_when_a_global_changes(monkeypatch):
         monkeypatch.setitem(globals(), "SCALE", value)
         np.testing.assert_allclose(f(x).numpy(), value * x.numpy(), rtol=1e-6)
     assert f.recaptures == 2
+
+
+class _Tables(nn.Module):
+    """Reads an array of a list of NumPy arrays as a graph constant, and the list's length."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.tables = [np.arange(3, dtype=np.float32) + i for i in range(n)]
+
+    def forward(self, x):
+        return x * x.new_tensor(self.tables[1]) + len(self.tables)
+
+
+@pytest.mark.parametrize("n", [4, 200])
+def test_an_array_of_a_list_baked_into_the_graph_and_rebound_retraces(n):
+    m = _Tables(n)
+    f, x = jitorch.compile(m), jitorch.ones(3)
+    _check(f, m, x)
+    m.tables[1] = np.array([5.0, 6.0, 7.0], np.float32)
+    _check(f, m, x)
+    m.tables.append(np.zeros(3, np.float32))
+    _check(f, m, x)
+    m.tables = list(m.tables[:3])
+    _check(f, m, x)
+
+
+def test_an_array_of_a_short_list_changed_in_place_retraces():
+    m = _Tables(4)
+    f, x = jitorch.compile(m), jitorch.ones(3)
+    _check(f, m, x)
+    m.tables[1][0] = 9.0
+    _check(f, m, x)
+    np.testing.assert_allclose(f(x).numpy(), [13.0, 6.0, 7.0])
+
+
+def test_a_long_list_of_arrays_read_only_for_its_length_keeps_one_graph():
+    m = _Tables(200)
+    f, x = jitorch.compile(m), jitorch.ones(3)
+    for _ in range(3):
+        _check(f, m, x)
+    assert len(f._compiled_call.entries) == 1

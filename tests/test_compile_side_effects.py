@@ -252,3 +252,112 @@ def test_python_state_snapshot_finds_and_restores_changes():
     assert sorted(state.changes()) == ["closure cfg.k", "closure store (dict)", "closure store['a'] (list)"]
     state.restore()
     assert cfg.k == 1 and store == {"a": [1]} and state.changes() == []
+
+
+def _accumulate(x, cache):
+    k = x * 2
+    cache["k"] = k if "k" not in cache else cache["k"] + k
+    return cache["k"].sum()
+
+
+def test_a_dict_argument_the_call_writes_tensors_into_accumulates_every_call():
+    f = jitorch.compile(_accumulate)
+    mine, theirs, eager = {}, {}, {}
+    x = RNG.standard_normal(3).astype(np.float32)
+    for _ in range(6):
+        got = f(jitorch.tensor(x), mine)
+        want = _accumulate(torch.tensor(x), theirs)
+        _close(got, want, atol=1e-5)
+        _close(_accumulate(jitorch.tensor(x), eager), want, atol=1e-5)
+        _close(mine["k"], theirs["k"], atol=1e-5)
+    assert list(mine) == ["k"]
+
+
+def test_object_list_and_dict_arguments_mutated_every_call():
+    class State:
+        pass
+
+    def step(x, st, d):
+        h = x * 2
+        st.last = h
+        st.hs.append(h)
+        d["n"] += 1
+        return h.sum()
+
+    f = jitorch.compile(step)
+    st, ref, d, dref = State(), State(), {"n": 0}, {"n": 0}
+    st.hs, ref.hs = [], []
+    for i in range(5):
+        x = RNG.standard_normal(3).astype(np.float32)
+        _close(f(jitorch.tensor(x), st, d), step(torch.tensor(x), ref, dref), atol=1e-5)
+        assert len(st.hs) == len(ref.hs) == i + 1 and d == dref == {"n": i + 1}
+        _close(st.last, ref.last)
+        for got, want in zip(st.hs, ref.hs):
+            _close(got, want)
+
+
+def test_a_batch_dict_argument_holding_tensors_gets_the_calls_appends():
+    def step(batch):
+        batch["seen"].append(batch["x"].sum())
+        return batch["x"] * 3
+
+    f = jitorch.compile(step)
+    mine, theirs = {"x": jitorch.ones(2), "seen": []}, {"x": torch.ones(2), "seen": []}
+    for i in range(4):
+        x = RNG.standard_normal(2).astype(np.float32)
+        mine["x"], theirs["x"] = jitorch.tensor(x), torch.tensor(x)
+        _close(f(mine), step(theirs))
+        assert len(mine["seen"]) == len(theirs["seen"]) == i + 1
+        _close(mine["seen"][-1], theirs["seen"][-1], atol=1e-5)
+
+
+def _stats_model(lib):
+    class Counted(lib.nn.Module):
+        calls = 0
+
+        def __init__(self):
+            super().__init__()
+            self.stats, self.lin = {"feat": []}, _linear(lib)
+
+        def forward(self, x):
+            h = self.lin(x)
+            self.stats["feat"].append(h)
+            type(self).calls += 1
+            return h.relu()
+    return Counted()
+
+
+def test_nested_container_and_class_attribute_change_every_call():
+    m, ref = _stats_model(jitorch), _stats_model(torch)
+    f = jitorch.compile(m)
+    with jitorch.no_grad(), torch.no_grad():
+        for step in range(30):
+            x = RNG.standard_normal((2, 3)).astype(np.float32)
+            _close(f(jitorch.tensor(x)), ref(torch.tensor(x)), atol=1e-5)
+    assert len(m.stats["feat"]) == len(ref.stats["feat"]) == 30
+    assert type(m).calls == type(ref).calls == 30
+    _close(m.stats["feat"][-1], ref.stats["feat"][-1], atol=1e-5)
+
+
+def test_python_state_watches_arguments_nested_containers_and_classes():
+    class Reg:
+        seen = 0
+
+    cfg = {"a": {"b": [1]}}
+    buf = bytearray(b"ab")
+
+    def fn(x, extra):
+        Reg.seen += 1
+        return cfg, buf, extra
+
+    extra = [{"n": 0}]
+    state = PythonState(fn, None, (None, extra), {})
+    Reg.seen += 1
+    cfg["a"]["b"].append(2)
+    buf.append(1)
+    extra[0]["n"] = 1
+    assert sorted(state.changes()) == ["argument 1[0] (dict)", "class Reg.seen", "closure buf (set)",
+                                       "closure cfg['a']['b'] (list)"]
+    state.restore()
+    assert Reg.seen == 0 and cfg == {"a": {"b": [1]}} and buf == bytearray(b"ab") and extra == [{"n": 0}]
+    assert state.changes() == []

@@ -186,3 +186,45 @@ def test_a_function_that_reads_values_back_runs_compiled_around_them():
         x = jitorch.tensor([1.0, -2.0, 3.0]) * sign
         assert g(x).tolist() == f(x).tolist()
     assert g.graph is None and "reads tensor values back" in g.fallback_reason
+
+
+def test_a_closure_tensor_that_requires_grad_keeps_autograd_over_calls():
+    """A capture carries no autograd: a call reading a tensor that requires grad by name (not an argument, not a
+    parameter) runs through the default compiled path, so every call's output requires grad and gradients
+    accumulate as torch's."""
+    rng = np.random.default_rng(3)
+    w0 = rng.standard_normal(4).astype(np.float32)
+    xs = [rng.standard_normal((2, 4)).astype(np.float32) for _ in range(3)]
+    ups = [rng.standard_normal(2).astype(np.float32) for _ in range(3)]
+    w, tw = jitorch.tensor(w0, requires_grad=True), torch.tensor(w0, requires_grad=True)
+    f = compile_reduce_overhead(lambda t: (t * w).sum(-1))
+    for x, up in zip(xs, ups):
+        y, ty = f(jitorch.tensor(x)), (torch.tensor(x) * tw).sum(-1)
+        assert y.requires_grad
+        np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), rtol=1e-6)
+        y.backward(jitorch.tensor(up))
+        ty.backward(torch.tensor(up))
+        np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-6)
+    with jitorch.no_grad():  # no autograd needed: captured and replayed
+        for x in xs:
+            y = f(jitorch.tensor(x))
+            np.testing.assert_allclose(y.numpy(), (x * w0).sum(-1), rtol=1e-6)
+    assert not y.requires_grad and f.graph is not None
+
+
+def test_a_global_module_read_by_name_keeps_autograd():
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(3, 2)
+    net = jitorch.nn.Linear(3, 2)
+    with jitorch.no_grad():
+        net.weight.copy_(jitorch.tensor(ref.weight.detach().numpy()))
+        net.bias.copy_(jitorch.tensor(ref.bias.detach().numpy()))
+    f = compile_reduce_overhead(lambda t: net(t).sum())
+    x = np.random.default_rng(4).standard_normal((5, 3)).astype(np.float32)
+    for _ in range(3):
+        y = f(jitorch.tensor(x))
+        assert y.requires_grad
+        y.backward()
+        ref(torch.tensor(x)).sum().backward()
+    np.testing.assert_allclose(net.weight.grad.numpy(), ref.weight.grad.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(net.bias.grad.numpy(), ref.bias.grad.numpy(), rtol=1e-5, atol=1e-5)

@@ -21,7 +21,7 @@ from ..nn.modules.container import ModuleList
 from ..profiler import record_function
 from .entry_builder import EntryBuilder
 from .dynamic_shapes import EAGER
-from .call_site import MAX_SIZE_VARIANTS, site_for, size_variant
+from .call_site import MAX_SIZE_VARIANTS, run_site, size_variant
 from .guards import call_hooks, first_failure, guard_values, module_tree
 from .lower import clear_kernel_cache
 from .named_values import NamedValues
@@ -109,8 +109,8 @@ class CompiledFunction(EntryBuilder):
             return self._fn(*args, **kwargs)
         if MODES:  # a profiler records the compiled call as one range
             with record_function(f"jitorch.compile: {getattr(self._fn, '__name__', type(self._fn).__name__)}"):
-                return self._call(*site_for(self._fn, args, kwargs))
-        return self._call(*site_for(self._fn, args, kwargs))
+                return run_site(self._call, self._fn, args, kwargs)
+        return run_site(self._call, self._fn, args, kwargs)
 
     def _call(self, site, args, kwargs):
         fn = site.fn

@@ -10,16 +10,21 @@ that differ from another only in sizes are told apart (`size_variant`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 
 from .._tensor import Tensor
 from ..utils._pytree import dict_kind, unflatten_from
 from .dynamic_shapes import changed_dims
 from .guards import structure_key
 
-__all__ = ["MAX_SIZE_VARIANTS", "Site", "FlatCall", "site_for", "holds_tensor", "flatten_tensors", "size_variant"]
+__all__ = ["MAX_SIZE_VARIANTS", "Site", "FlatCall", "site_for", "run_site", "holds_tensor", "flatten_tensors",
+           "size_variant"]
 
 CONTAINERS = (tuple, list, dict)
+# The caller's own ``(args, kwargs)`` of the compiled call running now, when its containers were flattened: what a
+# `FlatCall` writes the function's changes to its rebuilt lists and dicts back into.
+_CALLER = ContextVar("jitorch_compile_caller", default=None)
 MAX_SIZE_VARIANTS = 64
 
 
@@ -54,6 +59,7 @@ class Site:
     fn: object
     structure: tuple | None
     relifted: bool = False
+    caller: tuple | None = field(default=None, compare=False)  # the unflattened (args, kwargs) of this call
 
 
 class FlatCall:
@@ -65,7 +71,50 @@ class FlatCall:
 
     def __call__(self, *leaves):
         args, kwargs = unflatten_from(self.spec, leaves)
-        return self.fn(*args, **kwargs)
+        caller = _CALLER.get()
+        if caller is None:
+            return self.fn(*args, **kwargs)
+        pairs = []
+        for orig, rebuilt in zip((*caller[0], *caller[1].values()), (*args, *kwargs.values())):
+            _pair(orig, rebuilt, pairs)
+        try:
+            return self.fn(*args, **kwargs)
+        finally:  # ``cache["k"] = k``, ``batch["seen"].append(i)``: the caller's containers change, as in eager
+            _write_back(pairs)
+
+
+def _pair(orig, rebuilt, out):
+    """``(caller's container, its rebuilt copy, the copy's entries)`` for each list and dict rebuilt from leaves."""
+    if rebuilt is orig or not isinstance(rebuilt, CONTAINERS) or type(orig) is not type(rebuilt):
+        return
+    if isinstance(rebuilt, dict):
+        out.append((orig, rebuilt, dict(rebuilt)))
+        for k, v in rebuilt.items():
+            if k in orig:
+                _pair(orig[k], v, out)
+        return
+    if not isinstance(rebuilt, tuple):
+        out.append((orig, rebuilt, list(rebuilt)))
+    for o, r in zip(orig, rebuilt):
+        _pair(o, r, out)
+
+
+def _write_back(pairs):
+    """Apply what the function changed in the rebuilt containers to the caller's: an entry it left alone stays the
+    caller's object; a rebuilt container stored elsewhere is the caller's container again."""
+    back = {id(r): o for o, r, _ in pairs}
+    for orig, rebuilt, before in pairs:
+        if isinstance(rebuilt, dict):
+            if rebuilt.keys() == before.keys() and all(rebuilt[k] is before[k] for k in before):
+                continue
+            for k in orig.keys() - rebuilt.keys():
+                del orig[k]
+            for k, v in rebuilt.items():
+                if not (k in before and v is before[k] and k in orig):
+                    orig[k] = back.get(id(v), v)
+        elif len(rebuilt) != len(before) or not all(map(lambda a, b: a is b, rebuilt, before)):
+            kept = {id(b): o for b, o in zip(before, orig)}
+            orig[:] = [kept.get(id(v), back.get(id(v), v)) for v in rebuilt]
 
 
 def site_for(fn, args, kwargs):
@@ -77,5 +126,18 @@ def site_for(fn, args, kwargs):
         leaves = []
         spec = (tuple, [(tuple, [flatten_tensors(a, leaves) for a in args]),
                         (dict, {k: flatten_tensors(v, leaves) for k, v in kwargs.items()})])
-        return Site(FlatCall(fn, spec), ("structure", structure_key(spec))), tuple(leaves), {}
+        return Site(FlatCall(fn, spec), ("structure", structure_key(spec)), caller=(args, kwargs)), tuple(leaves), {}
     return Site(fn, ("keywords", tuple(kwargs)) if kwargs else None), args, kwargs
+
+
+def run_site(call, fn, args, kwargs):
+    """``call(site, args, kwargs)`` for this call of ``fn`` (`site_for`), its flattened containers' changes reaching
+    the caller's."""
+    site, flat_args, flat_kwargs = site_for(fn, args, kwargs)
+    if site.caller is None:
+        return call(site, flat_args, flat_kwargs)
+    token = _CALLER.set(site.caller)
+    try:
+        return call(site, flat_args, flat_kwargs)
+    finally:
+        _CALLER.reset(token)

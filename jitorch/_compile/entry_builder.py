@@ -87,7 +87,7 @@ class EntryBuilder:
         # Compiling runs the function more than once: the call's own draws and buffer updates happen once.
         before = CompileState(buffers)
         attributes = _attribute_state(self._owner())
-        python_state = PythonState(self._fn, self._owner())
+        python_state = PythonState(self._fn, self._owner(), *(site.caller or (args, kwargs)))
         traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
         refused = relayout and refused_relayout(self, site, relayout, traced, before, training=True)
         if refused:
@@ -163,7 +163,7 @@ class EntryBuilder:
         start = time.perf_counter()
         buffers = self._buffers()
         before = CompileState(buffers)
-        python_state = PythonState(self._fn, self._owner())
+        python_state = PythonState(self._fn, self._owner(), *(site.caller or (args, kwargs)))
         traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
         refused = relayout and refused_relayout(self, site, relayout, traced, before, training=False)
         if refused:

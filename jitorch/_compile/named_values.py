@@ -6,8 +6,8 @@ What is read again on every call, for the compiled function, the user's helpers 
 (`reached.functions_reached`) and, for a compiled module, the ``forward`` of each of its modules' own classes:
 - the numbers, strings, None and tuples or lists of them held by a global the code names or by a closure cell, and
   NumPy arrays and scalars (by value; arrays over `guards._SMALL_ARRAY` elements by identity), and lists or tuples
-  of them or of other objects (entry by entry; a list the code mutates, ``self.queue.pop(0)``, by identity and,
-  up to `_SHORT_LIST` entries, by entries);
+  of them or of other objects (entry by entry up to `_SHORT_LIST` entries, longer ones by their entries'
+  identities; a list the code mutates, ``self.queue.pop(0)``, by identity and, while short, by entries);
 - those an object held there has under an attribute name the code uses (``cfg.temperature``, ``config.LR``,
   ``self.cfg.scale``: one object deep below a module or plain object), or a dict under a string constant of the
   code (``table["shift"]``);
@@ -23,6 +23,7 @@ code names a source of them runs eagerly (`NamedValues.random_source`).
 """
 from __future__ import annotations
 
+import operator
 import random as _random
 import sys
 import types
@@ -85,6 +86,33 @@ def _random_source(obj, names):
     if isinstance(obj, _RANDOM_TYPES) or isinstance(owner, _RANDOM_TYPES):
         return f"{type(owner if isinstance(owner, _RANDOM_TYPES) else obj).__module__}.{getattr(obj, '__name__', '')}"
     return None
+
+
+class _SameEntries:
+    """Equal to another `_SameEntries` of a container holding the very same objects, in order (held, as `_Same`)."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self, entries):
+        self.entries = entries
+
+    def __eq__(self, other):
+        return type(other) is _SameEntries and len(other.entries) == len(self.entries) and \
+            all(map(operator.is_, other.entries, self.entries))
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"the {len(self.entries)} entries at {', '.join(f'{id(v):#x}' for v in self.entries[:4])}..."
+
+
+def _entries_guard(value):
+    """A list or tuple of arrays or objects: entry by entry (small arrays by value, as arguments) while short; a
+    longer one (a module's table of 200 arrays whose forward reads its ``len``) by its entries' identities, one
+    cheap pass per call. (An array changed in place inside a long list is not seen: rebind the entry instead.)"""
+    if len(value) <= _SHORT_LIST:
+        return (type(value).__name__, tuple([_constant(v) for v in value]))
+    return (type(value).__name__, _SameEntries(tuple(value)))
 
 
 class NamedValues:
@@ -155,9 +183,9 @@ class NamedValues:
                 out.append((label, _guarded(value, names)))
             elif isinstance(value, _NUMPY_TYPES):
                 out.append((label, _constant(value)))  # x.new_tensor(self.mask): baked in, so guarded by value
-            elif type(value) in (list, tuple):  # of other entries (arrays, objects): each as an argument's
+            elif type(value) in (list, tuple):  # of other entries (arrays, objects)
                 out.append((label, _guarded(value, names) if type(value) is list and not _LIST_MUTATORS.isdisjoint(
-                    names) else (type(value).__name__, tuple(_constant(v) for v in value))))
+                    names) else _entries_guard(value)))
             elif isinstance(value, _CODE_TYPES):
                 out.append((label, ("id", id(value))))
             elif isinstance(value, Tensor):

@@ -21,7 +21,7 @@ generation counter per call), as CUDA graph trees do; ``out.clone()`` keeps it.
 
 Not captured (``fallback_reason`` says why): a function whose warm-up read tensor values back into Python
 (``if x.sum() > 0``, ``.item()``) runs through the default compiled path, which compiles around such reads; calls
-that need autograd (grad mode on and a tensor input or parameter
+that need autograd (grad mode on and a tensor input, parameter or tensor read by name (a closure's ``w``)
 requiring grad: a compiled module's training forward) run through the default compiled path, fused forward and
 backward, as torch.compile's reduce-overhead mode compiles them on the CPU; calls mixing CPU and CUDA tensors, and
 functions that read Python-level random numbers, run eagerly.
@@ -38,7 +38,7 @@ tensor([2.7183, 2.7183])
 """
 from __future__ import annotations
 
-from ..utils._pytree import flatten_into, unflatten_from
+from ..utils._pytree import flatten_into, tree_flatten, unflatten_from
 
 import warnings
 
@@ -51,13 +51,14 @@ from ..cpu._steps import root_of
 from ..runtime.host_pointer import data_address
 from .guards import _plain_attributes, call_hooks, first_failure
 from .named_values import NamedValues
+from .reached import NamedObjects, requires_grad_by_name
 from .side_effects import PythonState
 
 __all__ = ["compile_reduce_overhead", "ReduceOverheadFunction", "OverwrittenOutputError"]
 
 
-_AUTOGRAD = ("autograd: an input or parameter requires grad, so the call runs through the default compiled path "
-             "(fused forward and backward) instead of a replayed capture")
+_AUTOGRAD = ("autograd: an input, parameter or tensor read by name requires grad, so the call runs through the "
+             "default compiled path (fused forward and backward) instead of a replayed capture")
 _SIDE_EFFECTS = ("the function changes Python state that outlives the call ({}): a capture replays only the tensor "
                  "work, so calls run through the default compiled path, which reruns the Python on every call")
 _HOST_READS = ("the function reads tensor values back into Python (item(), bool(), tolist(), printing): a capture "
@@ -138,6 +139,10 @@ class ReduceOverheadFunction:
         self._named_at_capture = None
         self._default = None  # the default-mode compiled function that runs calls needing autograd
         self._side_effects = None  # `_SIDE_EFFECTS` naming what the warm-up changed, when it changed Python state
+        # A capture carries no autograd: calls reading a tensor that requires grad (a closure's ``w``, a global
+        # model) take the default path in grad mode. `_grad_seen`: a warm-up output required grad all the same.
+        self._named_objects = NamedObjects(fn)
+        self._grad_seen = False
 
     # -- checks ---------------------------------------------------------------------------------------------------
     def _needs_eager(self, leaves):
@@ -150,7 +155,8 @@ class ReduceOverheadFunction:
         if not GradState.enabled:
             return None
         params = list(self.module.parameters()) if self.module is not None else []
-        if any(t.requires_grad for t in tensors + params):
+        if any(t.requires_grad for t in tensors + params) or self._grad_seen or \
+                requires_grad_by_name(self._named_objects):
             return _AUTOGRAD
         return None
 
@@ -270,6 +276,8 @@ class ReduceOverheadFunction:
                     return self._uncaptured(reason, args, kwargs)
                 state = PythonState(self.fn, self.module)
                 out, reads = _warm_up(self.fn, args, kwargs)
+                if GradState.enabled and any(isinstance(o, Tensor) and o.requires_grad for o in tree_flatten(out)[0]):
+                    self._grad_seen = True  # reached through something the name walk does not follow
                 changed = state.changes()
                 if changed:  # torch replays these on every call; a capture would skip them
                     self.fallback_reason = self._side_effects = _SIDE_EFFECTS.format(", ".join(changed[:6]))

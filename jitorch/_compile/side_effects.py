@@ -9,8 +9,10 @@ compiled), as if it had a graph break with no break point.
 `PythonState` snapshots, before the trace, what the code can reach by name: the ``__dict__`` of the modules it runs
 (all of a user class's attributes; of jitorch's own modules the names the user's code uses, and their parameter,
 buffer and submodule tables), the globals and closure cells of the compiled function and of the user's helpers it
-names (`reached.functions_reached`), and one level into what those hold: the entries of lists, dicts, sets and
-deques, the ``__dict__`` of plain objects (``cfg.k``) and the names the code uses of the user's Python modules.
+names (`reached.functions_reached`), the call's arguments (a ``cache`` dict, a state object; for containers that hold
+tensors, the caller's own: `call_site.FlatCall` writes changes back), and up to `_DEPTH` levels into what those hold:
+the entries of lists, dicts, sets and deques, the ``__dict__`` of plain objects (``cfg.k``), the names the code uses
+of the user's Python modules and classes (``type(self).calls += 1``).
 Entries are compared by identity (plain numbers, strings... by value), so a call that stores a new tensor, bumps a
 counter, appends, pops or writes a dict item is found, and `PythonState.restore` can put everything back (a call
 that starts over after tracing).
@@ -30,6 +32,7 @@ longer matches the recorded op, and the rest of that call runs eagerly).
 """
 from __future__ import annotations
 
+import sys
 import types
 from collections import deque
 
@@ -45,6 +48,8 @@ __all__ = ["PythonState", "masked_guards", "replay_guards", "ANY", "replay_for_s
 
 _MISSING = object()
 _MAX_WALK = 256  # entries of one container looked into (all of them are compared)
+_DEPTH = 3  # containers and objects looked into below a name, a ``self`` or an argument (``self.stats["f"]``)
+_MAX_RECORDS = 4096  # containers and namespaces watched in all: a snapshot stays cheap next to the trace it guards
 # A module's bookkeeping: hook tables (hooks make calls eager: guards.call_hooks) and flags; its parameter, buffer
 # and submodule tables are compared (``self.state = new`` on a buffer replaces an entry of ``_buffers``).
 _MODULE_INTERNALS = frozenset(Module().__dict__) - {"_parameters", "_buffers", "_modules", "training"}
@@ -67,10 +72,17 @@ def _user_class(obj):
     return not (type(obj).__module__ or "").startswith(_LIBRARY)
 
 
-class PythonState:
-    """A shallow snapshot of the Python state ``fn`` (or the compiled module ``module``) reaches (module notes)."""
+def _user_type(cls):
+    """A class the user wrote (not Python's, an installed package's or jitorch's own)."""
+    name = cls.__module__ or ""
+    return name == "__main__" or not (name.startswith(_LIBRARY) or _library_module(sys.modules.get(name)))
 
-    def __init__(self, fn, module):
+
+class PythonState:
+    """A snapshot of the Python state ``fn`` (or the compiled module ``module``) reaches (module notes), the containers
+    and objects among the call's ``args`` and ``kwargs`` included (``cache["k"] = k``, ``st.hs.append(h)``)."""
+
+    def __init__(self, fn, module, args=(), kwargs=None):
         self._records = []  # (label, kind, holder, keys or None, saved, name of a key)
         self._seen = set()
         mods = module_tree(module)[0] if module is not None else []
@@ -84,32 +96,49 @@ class PythonState:
             if func is not None:
                 names.update(_code_names(func.__code__))
         self._names = names
+        # Names the code may store as class attributes (``type(self).calls += 1``); dunders are Python's.
+        self._class_names = tuple(n for n in names if not n.startswith("__"))
         for m in mods:
-            self._module(type(m).__name__, m)
+            self._module(type(m).__name__, m, _DEPTH)
+        for i, value in enumerate(args):
+            self._value(f"argument {i}", value, _DEPTH)
+        for key, value in (kwargs or {}).items():
+            self._value(f"argument {key}", value, _DEPTH)
         for func, selves, _ in reached:
             for obj in selves:
                 if obj is not None:
-                    self._value("self", obj, 1)
+                    self._value("self", obj, _DEPTH)
             if func is None:
                 continue
             scope = func.__globals__
             used = tuple(n for n in _code_names(func.__code__) if n in scope)
             if used:
-                self._watch("globals", "dict", scope, used, lambda k: f"global {k}", 1)
+                self._watch("globals", "dict", scope, used, lambda k: f"global {k}", _DEPTH)
             for name, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
                 self._cell(name, cell)
 
     # -- snapshot ---------------------------------------------------------------------------------------------------
-    def _module(self, label, m):
+    def _module(self, label, m, depth):
         if id(m) in self._seen:
             return
         self._seen.add(id(m))
         d = m.__dict__
         if _user_class(m):
             keys = None  # every attribute, those added by the call too
+            self._class(type(m), depth)
         else:  # a library module's own caches are its business: only what the user's code names
             keys = tuple(k for k in self._names if k not in _MODULE_INTERNALS) + _TABLES
-        self._watch(label, "attrs", d, keys, lambda k: f"{label}.{k}", 1)
+        self._watch(label, "attrs", d, keys, lambda k: f"{label}.{k}", depth)
+
+    def _class(self, cls, depth):
+        """Watch the names the code uses in the ``__dict__`` of ``cls`` and of its user base classes (counters and
+        registries kept on a class)."""
+        for c in cls.__mro__:
+            if id(c) in self._seen or not _user_type(c):
+                continue
+            self._seen.add(id(c))
+            name = c.__name__
+            self._watch(f"class {name}", "class", c, self._class_names, lambda k: f"class {name}.{k}", depth)
 
     def _cell(self, name, cell):
         try:
@@ -118,12 +147,14 @@ class PythonState:
             value = _MISSING
         self._records.append((f"closure {name}", "cell", cell, None, value, None))
         if value is not _MISSING:
-            self._value(f"closure {name}", value, 1)
+            self._value(f"closure {name}", value, _DEPTH)
 
     def _watch(self, label, kind, holder, keys, name_of, depth):
+        if len(self._records) >= _MAX_RECORDS:
+            return
         saved = _contents(kind, holder, keys)
         self._records.append((label, kind, holder, keys, saved, name_of))
-        if depth and kind in ("dict", "attrs"):
+        if depth and kind in ("dict", "attrs", "class"):
             for k, v in list(saved.items())[:_MAX_WALK]:
                 self._value(name_of(k) if type(k) is str else f"{label}[{k!r}]", v, depth - 1)
         elif depth and kind in ("list", "deque"):
@@ -135,7 +166,15 @@ class PythonState:
         if isinstance(value, _SIMPLE) or id(value) in self._seen:
             return
         if isinstance(value, Module):
-            self._module(label, value)
+            self._module(label, value, depth)
+            return
+        if isinstance(value, type):
+            self._class(value, depth)
+            return
+        if isinstance(value, tuple):  # immutable itself (argument pytrees, named tuples): what it holds may change
+            self._seen.add(id(value))
+            for i, v in enumerate(value[:_MAX_WALK]):
+                self._value(f"{label}[{i}]", v, depth)
             return
         if isinstance(value, types.ModuleType):
             if not _library_module(value):  # a user's config module: the names the code uses
@@ -151,6 +190,7 @@ class PythonState:
             d = getattr(value, "__dict__", None)
             if type(d) is not dict or not _user_class(value):
                 return
+            self._class(type(value), depth)
             kind, value = "attrs", d
         self._seen.add(id(value))
         self._watch(label, kind, value, None, lambda k: f"{label}.{k}" if kind == "attrs" else f"{label}[{k!r}]",
@@ -165,7 +205,7 @@ class PythonState:
             if kind == "cell":
                 if not _same(now, saved):
                     out.append(label)
-            elif kind in ("dict", "attrs"):
+            elif kind in ("dict", "attrs", "class"):
                 changed = [k for k in (*saved, *(k for k in now if k not in saved))
                            if not _same(now.get(k, _MISSING), saved.get(k, _MISSING))]
                 if kind == "dict" and keys is None:
@@ -186,6 +226,13 @@ class PythonState:
                 if saved is _MISSING:
                     continue
                 holder.cell_contents = saved
+            elif kind == "class":  # a mappingproxy: through setattr
+                now = _contents(kind, holder, keys)
+                for k in now.keys() - saved.keys():
+                    delattr(holder, k)
+                for k, v in saved.items():
+                    if now.get(k, _MISSING) is not v:
+                        setattr(holder, k, v)
             elif kind in ("dict", "attrs"):
                 now = _contents(kind, holder, keys)
                 for k in now.keys() - saved.keys():
@@ -193,7 +240,7 @@ class PythonState:
                 for k, v in saved.items():
                     if holder.get(k, _MISSING) is not v:
                         holder[k] = v
-            elif kind == "list":
+            elif kind == "list" or isinstance(holder, bytearray):
                 holder[:] = saved
             elif kind == "deque":
                 holder.clear()
@@ -209,6 +256,9 @@ def _contents(kind, holder, keys):
             return holder.cell_contents
         except ValueError:
             return _MISSING
+    if kind == "class":
+        d = holder.__dict__
+        return {k: d[k] for k in keys if k in d}
     if kind in ("dict", "attrs"):
         if keys is not None:
             return {k: holder[k] for k in keys if k in holder}

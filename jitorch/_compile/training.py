@@ -446,7 +446,13 @@ def joint_for(fn, args, kwargs, module, traced_result):
     _annotate(joint, values)
     if decompose(joint):
         _annotate(joint, values)  # the inlined nodes' shapes
-    wrt = [i for i, a in enumerate(flat) if isinstance(a, Tensor) and a._requires_grad]
+    # One index per distinct tensor, as make_joint returns its gradients: a tensor passed twice (a parameter also
+    # given as an argument) must not get its gradient twice.
+    first = {}
+    for i, a in enumerate(flat):
+        if isinstance(a, Tensor) and a._requires_grad:
+            first.setdefault(id(a), i)
+    wrt = list(first.values())
     return JointSpec(joint, len(outs), tuple_out, wrt, call, [b for b, _ in writes], diff, structure)
 
 

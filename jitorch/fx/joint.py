@@ -114,7 +114,8 @@ def make_joint(fn, *, decompositions=None, refuse_value_reads=False):
     respect to the tensor args with ``requires_grad=True``. Without ``tangents``, ``fn`` returns a scalar loss, or a
     tuple whose first element is the loss (the rest are returned undifferentiated); with ``tangents`` (one per
     output; None for an output not to differentiate, which gets no placeholder), the vector-Jacobian product is
-    recorded. The module returns ``(*outputs, *grads)``; an input the
+    recorded. The module returns ``(*outputs, *grads)``, one gradient per distinct tensor (an argument passed twice
+    gets its whole gradient at its first position only); an input the
     outputs do not depend on gets ``None``. Non-tensor args are baked in, as in :func:`make_fx`.
     ``decompositions`` and ``refuse_value_reads`` are make_fx's (``decomposition_table``, and the refusal of reads
     of input-dependent values in the forward, which ``make_fx(joint=True)`` asks for; the compiler does not).
@@ -129,13 +130,14 @@ def make_joint(fn, *, decompositions=None, refuse_value_reads=False):
     def record(*args, tangents=None):
         graph, root = Graph(), Module()
         mode = _RecordingMode(graph, root, decompositions)
-        wrt = []
+        wrt = {}  # id -> tensor: a tensor passed twice gets its gradient once, as eager accumulates it once
         for i, a in enumerate(args):
             node = graph.placeholder(f"arg{i}")
             if isinstance(a, Tensor):
                 mode.bind(a, node)
                 if a.requires_grad:
-                    wrt.append(a)
+                    wrt.setdefault(id(a), a)
+        wrt = list(wrt.values())
         if not wrt:
             raise RuntimeError("make_joint: no tensor argument requires grad, so there is no backward to record")
         _mark_phase(graph, FORWARD)
