@@ -228,3 +228,16 @@ def test_a_global_module_read_by_name_keeps_autograd():
         ref(torch.tensor(x)).sum().backward()
     np.testing.assert_allclose(net.weight.grad.numpy(), ref.weight.grad.numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(net.bias.grad.numpy(), ref.bias.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_side_effect_through_an_argument_is_not_captured():
+    """A dict the caller passes in and the step updates (a step counter) must change on every call, as in eager."""
+    def step(x, state):
+        state["n"] = state.get("n", 0) + 1
+        return (x * 2).sum()
+
+    cf, state = jitorch.compile(step, mode="reduce-overhead"), {}
+    with pytest.warns(UserWarning, match="changes Python state"):
+        outs = [cf(jitorch.ones(3), state).item() for _ in range(5)]
+    assert state == {"n": 5} and outs == [6.0] * 5
+

@@ -274,7 +274,7 @@ class ReduceOverheadFunction:
                                       stacklevel=2)
                 if reason is not None:
                     return self._uncaptured(reason, args, kwargs)
-                state = PythonState(self.fn, self.module)
+                state = PythonState(self.fn, self.module, args, kwargs)
                 out, reads = _warm_up(self.fn, args, kwargs)
                 if GradState.enabled and any(isinstance(o, Tensor) and o.requires_grad for o in tree_flatten(out)[0]):
                     self._grad_seen = True  # reached through something the name walk does not follow
