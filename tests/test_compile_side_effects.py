@@ -361,3 +361,104 @@ def test_python_state_watches_arguments_nested_containers_and_classes():
     state.restore()
     assert Reg.seen == 0 and cfg == {"a": {"b": [1]}} and buf == bytearray(b"ab") and extra == [{"n": 0}]
     assert state.changes() == []
+
+
+def _lazy_mask_model(lib):
+    class L(lib.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.mask = _linear(lib), None
+
+        def forward(self, x):
+            if self.mask is None:  # a cache filled on the first call (rotary tables, causal masks)
+                self.mask = lib.arange(3, dtype=lib.float32) - 1
+            return (self.lin(x) * self.mask).relu()
+    return L()
+
+
+def test_a_cache_filled_on_the_first_call_ends_in_one_whole_graph():
+    m, ref = _lazy_mask_model(jitorch), _lazy_mask_model(torch)
+    f = jitorch.compile(m)
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    for step in range(6):
+        if step == 3:  # invalidated, refilled by the next call
+            m.mask = ref.mask = None
+        if step == 5:  # replaced by another tensor: the whole graph's constant is guarded
+            m.mask, ref.mask = jitorch.tensor([2.0, 3.0, 4.0]), torch.tensor([2.0, 3.0, 4.0])
+        gy = RNG.standard_normal((2, 3)).astype(np.float32)
+        xj, xt = jitorch.tensor(x * (step + 1), requires_grad=True), torch.tensor(x * (step + 1), requires_grad=True)
+        out, expected = f(xj), ref(xt)
+        _close(out, expected)
+        out.backward(jitorch.tensor(gy))
+        expected.backward(torch.tensor(gy))
+        _close(xj.grad, xt.grad, atol=1e-5)
+        _close(m.lin.weight.grad, ref.lin.weight.grad, atol=1e-5)
+        _close(m.mask, ref.mask)
+        if step == 1:
+            (entry,) = f._compiled_call.train_entries
+            assert entry.replay is None and entry.side_effects is None and entry.plan is not None
+    assert f._compiled_call.train_entries[0].replay is None
+
+
+def test_an_equal_tuple_stored_every_call_stays_one_graph():
+    class S(jitorch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = _linear(jitorch)
+
+        def forward(self, x):
+            self.in_shape = tuple(x.shape)
+            return self.lin(x).relu()
+
+    m, ref = S(), _linear(torch)
+    f = jitorch.compile(m)
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    with jitorch.no_grad(), torch.no_grad():
+        for step in range(4):
+            _close(f(jitorch.tensor(x * step)), ref(torch.tensor(x * step)).relu())
+            assert m.in_shape == (2, 3)
+    assert all(e.replay is None and e.side_effects is None for e in f._compiled_call.entries)
+    assert len(f._compiled_call.entries) <= 2  # the first call's (attribute added) and the steady one
+
+
+def test_an_append_on_every_call_stays_in_replay_after_its_second_call():
+    m, ref = _feature_model(jitorch), _feature_model(torch)
+    f = jitorch.compile(m)
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    with jitorch.no_grad(), torch.no_grad():
+        for step in range(5):
+            _close(f(jitorch.tensor(x * step)), ref(torch.tensor(x * step)))
+            assert len(m.feats) == len(ref.feats) == step + 1
+    for got, want in zip(m.feats, ref.feats):
+        _close(got, want)
+    (entry,) = f._compiled_call.entries
+    assert entry.side_effects is not None and entry.replay is not None and entry.replay.bailed is None
+
+
+def test_an_attribute_the_call_adds_leaves_the_others_guarded():
+    def model(lib):
+        class N(lib.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin, self.scale, self.seen = _linear(lib), 2.0, []
+
+            def forward(self, x):
+                self.n_seen = x.shape[0]  # added by the first call
+                self.seen.append(x.shape[0])  # every call: the entry stays in replay
+                return self.lin(x).relu() * self.scale
+        return N()
+
+    m, ref = model(jitorch), model(torch)
+    f = jitorch.compile(m)
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    with jitorch.no_grad(), torch.no_grad():
+        for step in range(6):
+            if step == 3:
+                m.scale = ref.scale = 3.0
+            _close(f(jitorch.tensor(x)), ref(torch.tensor(x)))
+    assert m.seen == ref.seen and m.n_seen == ref.n_seen == 2
+    entries = f._compiled_call.entries
+    assert len(entries) >= 2  # the scale change retraced
+    assert all(e.replay is not None and e.replay.bailed is None for e in entries)
+    guards = dict(entries[-1].guards)["attributes"]
+    assert ("scale", 3.0) in guards[0] and guards[0][-1][0] == "n_seen"

@@ -35,14 +35,17 @@ from __future__ import annotations
 import sys
 import types
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
 from .._tensor import Tensor
 from ..nn.modules.module import Module
-from .guards import _SIMPLE, _SIMPLE_TYPES, _Same, guard_values, module_tree
-from .named_values import _code_names, _library_module
+from .call_site import _CALLER, Site
+from .guards import _SIMPLE, _SIMPLE_TYPES, guard_values, module_tree
+from .named_values import NamedValues, _code_names, _library_module
 from .reached import _LIBRARY, functions_reached
+from .side_effect_guards import ANY, masked_guards, replay_guards
 
 __all__ = ["PythonState", "masked_guards", "replay_guards", "ANY", "replay_for_side_effects", "SIDE_EFFECTS_NOTE"]
 
@@ -50,6 +53,7 @@ _MISSING = object()
 _MAX_WALK = 256  # entries of one container looked into (all of them are compared)
 _DEPTH = 3  # containers and objects looked into below a name, a ``self`` or an argument (``self.stats["f"]``)
 _MAX_RECORDS = 4096  # containers and namespaces watched in all: a snapshot stays cheap next to the trace it guards
+_MAX_RETRACES = 8  # provisional replay entries traced again, per compiled function (`_provisional`)
 # A module's bookkeeping: hook tables (hooks make calls eager: guards.call_hooks) and flags; its parameter, buffer
 # and submodule tables are compared (``self.state = new`` on a buffer replaces an entry of ``_buffers``).
 _MODULE_INTERNALS = frozenset(Module().__dict__) - {"_parameters", "_buffers", "_modules", "training"}
@@ -65,7 +69,17 @@ def _same(a, b):
     if a is b:
         return True
     kind = type(a)
-    return kind is type(b) and kind in _SIMPLE_TYPES and (a == b or (a != a and b != b))
+    if kind is not type(b):
+        return False
+    if kind in _SIMPLE_TYPES:
+        return a == b or (a != a and b != b)
+    # An equal tuple or list of plain values stored again (``self.in_shape = tuple(x.shape)`` on every call) is no
+    # change: the guards read such values by value, and a whole graph serves the next call as well.
+    return isinstance(a, (tuple, list)) and len(a) == len(b) and _plain(a) and _plain(b) and all(map(_same, a, b))
+
+
+def _plain(value):
+    return all(type(v) in _SIMPLE_TYPES or (isinstance(v, (tuple, list)) and _plain(v)) for v in value)
 
 
 def _user_class(obj):
@@ -270,57 +284,11 @@ def _contents(kind, holder, keys):
     return list(holder)
 
 
-class _Any:
-    """A guard value the call itself changes (a counter, a list it appends to): equal to anything."""
+@dataclass(frozen=True)
+class _Retraced(Site):
+    """The `Site` of a provisional entry's second call: its trace builds a final entry (no third trace)."""
 
-    __slots__ = ()
-
-    def __eq__(self, other):
-        return True
-
-    def __ne__(self, other):
-        return False
-
-    __hash__ = object.__hash__
-
-    def __repr__(self):
-        return "<any: changed by the call itself>"
-
-
-ANY = _Any()
-
-
-def _mask(before, after):
-    try:
-        if bool(before == after):
-            return before
-    except Exception:  # a stand-in with an odd __eq__: differs
-        pass
-    if type(before) is tuple and type(after) is tuple and len(before) == len(after):
-        return tuple(_mask(b, a) for b, a in zip(before, after))
-    return ANY
-
-
-def masked_guards(before, after):
-    """``before`` (a call's guards) with each value that differs in ``after`` (the same guards read after the call
-    ran) replaced by `ANY`, as deep in its tuples as they agree (``("n", 1)`` -> ``("n", ANY)``)."""
-    if [n for n, _ in before] != [n for n, _ in after]:
-        return before
-    return [(name, _records(_mask(v, w))) for (name, v), (_, w) in zip(before, after)]
-
-
-def replay_guards(guards):
-    """The guards of an entry whose Python reruns on every call (a replay): lists guarded as possible records by
-    identity only (`_records`)."""
-    return [(name, _records(v)) for name, v in guards]
-
-
-def _records(value):
-    """A list guarded as a possible record (`named_values._guarded`: identity, then entries) by identity only: the
-    replay reruns the Python that appends to it or reads it."""
-    if type(value) is tuple and len(value) == 3 and value[0] == "list" and type(value[1]) is _Same:
-        return value[:2] + (ANY,)
-    return value
+    retraced_for_side_effects: bool = True
 
 
 def _current_guards(cf, site, args, kwargs, training):
@@ -358,6 +326,39 @@ def replay_for_side_effects(cf, site, entry, traced, state, args, kwargs, traini
         return (traced.result,)
     cf._segmented(site.fn, entry, traced.info, training=training)
     entry.side_effects += f"; {SIDE_EFFECTS_NOTE}"
+    _provisional(cf, site, entry, training)
     if after is not None:
         after.restore()
     return (traced.result,)
+
+
+def _provisional(cf, site, entry, training):
+    """Make ``entry`` (in replay mode for what its first call changed) trace its next call again, once: a cache
+    filled on the first call (``if self.mask is None: self.mask = ...``, rotary tables) leaves the next call with
+    nothing to change, and that trace builds a whole graph under the usual guards (the cache's new value guarded),
+    as torch recompiles once; a call that changes state every time (an append, a counter) gets its replay entry
+    back. Later calls run the replay directly: no snapshot is taken in the steady state."""
+    retraces = getattr(cf, "_side_effect_retraces", 0)
+    if getattr(site, "retraced_for_side_effects", False) or retraces >= _MAX_RETRACES:
+        return
+    replay_run = entry.run
+
+    def retrace(args, kwargs):
+        entry.run = replay_run
+        held = cf.train_entries if training else cf.entries
+        if entry not in held:
+            return replay_run(args, kwargs)
+        held.remove(entry)
+        cf._side_effect_retraces = getattr(cf, "_side_effect_retraces", 0) + 1
+        # What the first call filled (``self.mask``: None before, a tensor now) is probed only if it was no plain
+        # value when the probes were chosen: choose again, so the whole graph's constant is guarded. Entries keyed
+        # on the old probes stop matching (they are traced again if their state comes back).
+        probes = NamedValues(cf._fn, cf._module)
+        if [p[0] for p in probes._probes] != [p[0] for p in cf._named_values._probes]:
+            cf._named_values = probes
+        again = _Retraced(site.fn, site.structure, site.relifted, _CALLER.get())
+        guards = _current_guards(cf, again, args, kwargs, training)
+        return cf._compile_training(again, guards, args, kwargs) if training else \
+            cf._compile(again, guards, args, kwargs)
+
+    entry.run = retrace
