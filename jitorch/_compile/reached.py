@@ -22,8 +22,7 @@ from types import FunctionType as _FunctionType
 from .._tensor import Tensor
 from ..nn.modules.module import Module
 
-__all__ = ["reached_by", "modules_named_by", "tensors_named_by", "functions_reached", "FreeTensors", "NamedObjects",
-           "requires_grad_by_name"]
+__all__ = ["reached_by", "modules_named_by", "tensors_named_by", "functions_reached", "FreeTensors", "NamedObjects"]
 
 
 class FreeTensors(Module):
@@ -68,19 +67,6 @@ def _entries(obj):
     if type(obj) in (dict, list, tuple) and len(obj) <= _MAX_ENTRIES:
         return list(obj.values()) if type(obj) is dict else list(obj)
     return None
-
-
-def requires_grad_by_name(named):
-    """Whether what a function reaches by name (``named``: its `NamedObjects`) holds a tensor that requires grad or a
-    module with such a parameter: in grad mode its calls build an autograd graph (``lambda t: (t * w).sum()``).
-
-    >>> import jitorch
-    >>> w = jitorch.ones(2, requires_grad=True)
-    >>> requires_grad_by_name(NamedObjects(lambda t: t * w))
-    True
-    """
-    modules, tensors = reached_by(None, named.read())
-    return bool(tensors) or any(p.requires_grad for m in modules for p in m.parameters())
 
 
 def tensors_named_by(fn):

@@ -51,7 +51,6 @@ from ..cpu._steps import root_of
 from ..runtime.host_pointer import data_address
 from .guards import _plain_attributes, call_hooks, first_failure
 from .named_values import NamedValues
-from .reached import NamedObjects, requires_grad_by_name
 from .side_effects import PythonState
 
 __all__ = ["compile_reduce_overhead", "ReduceOverheadFunction", "OverwrittenOutputError"]
@@ -139,9 +138,8 @@ class ReduceOverheadFunction:
         self._named_at_capture = None
         self._default = None  # the default-mode compiled function that runs calls needing autograd
         self._side_effects = None  # `_SIDE_EFFECTS` naming what the warm-up changed, when it changed Python state
-        # A capture carries no autograd: calls reading a tensor that requires grad (a closure's ``w``, a global
-        # model) take the default path in grad mode. `_grad_seen`: a warm-up output required grad all the same.
-        self._named_objects = NamedObjects(fn)
+        # A capture carries no autograd: calls whose warm-up output required grad (`_grad_seen`) take the default
+        # path in grad mode.
         self._grad_seen = False
 
     # -- checks ---------------------------------------------------------------------------------------------------
@@ -155,8 +153,9 @@ class ReduceOverheadFunction:
         if not GradState.enabled:
             return None
         params = list(self.module.parameters()) if self.module is not None else []
-        if any(t.requires_grad for t in tensors + params) or self._grad_seen or \
-                requires_grad_by_name(self._named_objects):
+        # A tensor requiring grad read by name (a closure's ``w``) shows in the warm-up's output (`_grad_seen`); a
+        # whole training step reading a global model returns a detached loss and is captured, backward included.
+        if any(t.requires_grad for t in tensors + params) or self._grad_seen:
             return _AUTOGRAD
         return None
 
