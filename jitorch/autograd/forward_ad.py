@@ -24,7 +24,7 @@ from .grad_mode import enable_grad, is_grad_enabled
 __all__ = ["UnpackedDualTensor", "enter_dual_level", "exit_dual_level", "make_dual", "unpack_dual", "dual_level"]
 
 _LEVELS: list = []  # per open level: {id(dual): (dual, the tensor the trick differentiates against, tangent)}
-_SHADOW_MODES: list = []  # per open level: its `forward_ad_shadow.ShadowMode` (tangents through grad mode off)
+_SHADOW_MODES: list = []  # per open level: its `forward_ad_shadow.ShadowMode` (on the stack only while it can act)
 
 
 class UnpackedDualTensor(NamedTuple):

@@ -19,6 +19,10 @@ from .._grad_state import GradState
 __all__ = ["no_grad", "enable_grad", "set_grad_enabled", "inference_mode", "is_grad_enabled",
            "is_inference_mode_enabled"]
 
+# Called after every switch while non-empty: an open forward-AD level keeps its mode on the dispatcher's stack only
+# while grad mode is off (`forward_ad_shadow.sync_shadow_modes`); empty outside levels, so switching costs nothing more.
+SWITCH_HOOKS: list = []
+
 
 
 
@@ -38,10 +42,14 @@ class _GradModeContext:
     def __enter__(self):
         self._prev = (GradState.enabled, GradState.inference)
         GradState.enabled = self._target
+        if SWITCH_HOOKS:
+            SWITCH_HOOKS[0]()
         return self
 
     def __exit__(self, *exc):
         GradState.enabled, GradState.inference = self._prev
+        if SWITCH_HOOKS:
+            SWITCH_HOOKS[0]()
         return False
 
     def __call__(self, fn):
@@ -114,6 +122,8 @@ class set_grad_enabled(_GradModeContext):
         self._target = bool(mode)
         self._prev = (GradState.enabled, GradState.inference)
         GradState.enabled = self._target
+        if SWITCH_HOOKS:
+            SWITCH_HOOKS[0]()
 
     def __enter__(self):
         return self
@@ -121,6 +131,8 @@ class set_grad_enabled(_GradModeContext):
     def __call__(self, fn):
         # Used as a decorator: the mode applies inside calls only, so undo the immediate switch.
         GradState.enabled, GradState.inference = self._prev
+        if SWITCH_HOOKS:
+            SWITCH_HOOKS[0]()
         return super().__call__(fn)
 
     def clone(self):
@@ -140,6 +152,8 @@ class inference_mode(_GradModeContext):
     def __enter__(self):
         super().__enter__()
         GradState.inference = self.mode
+        if SWITCH_HOOKS:
+            SWITCH_HOOKS[0]()
         return self
 
     def clone(self):
