@@ -30,7 +30,6 @@ __all__ = [
 ]
 
 
-
 def _finish(data, requires_grad=False, device=None):
     """Wrap a host array, moving it to ``device`` when that is not the CPU."""
     dev = get_default_device() if device is None else _device(device)

@@ -113,9 +113,9 @@ def fast_binary(op, reflected=False, operator=False, array_fn=None):
                             if promotion == "float" and common.kind not in "fc":
                                 common = _dtype.get_default_dtype().np
                             if x.dtype != common:
-                                x = _cast_array(x, common)
+                                x = _cast_array(x, common) if 0 in x.strides else x.astype(common)
                             if y.dtype != common:
-                                y = _cast_array(y, common)
+                                y = _cast_array(y, common) if 0 in y.strides else y.astype(common)
                 else:
                     y = b
                     ok = tb in _SCALARS

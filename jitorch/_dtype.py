@@ -88,6 +88,7 @@ ALIASES = {
 }
 _BY_NAME.update(ALIASES)
 FROM_NP = {d.np: d for d in ALL}
+HALF_NP = (float16.np, bfloat16.np)  # the NumPy dtypes of the half types, which ATen often computes in float32
 
 
 def from_numpy_dtype(np_dtype) -> dtype:

@@ -17,7 +17,7 @@ import numpy as np
 __all__ = ["memory_format", "contiguous_format", "channels_last", "channels_last_3d", "preserve_format",
            "is_contiguous_as", "in_format", "empty_in", "dim_order", "suggest_memory_format", "plainly_row_major",
            "suggested_format", "dense_order", "dense_like", "like_layout", "row_major", "preserve_copy",
-           "to_strides_of"]
+           "to_strides_of", "written_in"]
 
 
 class memory_format:  # noqa: N801 - torch.memory_format
@@ -241,3 +241,18 @@ def to_strides_of(xp, data, like):
     out = dense_like(xp, like, data.dtype)
     out[...] = data
     return out
+
+
+def written_in(out, fmt):
+    """``out`` with the strides of a new tensor in ``fmt``, size-1 dims included: ATen's kernels allocate their
+    outputs so, and a channels-last ``(N, C, 1, 1)`` result has strides ``(C, 1, C, C)``, not the row-major ones that
+    ``contiguous(memory_format=fmt)`` keeps (both are contiguous in either format).
+
+    >>> import jitorch
+    >>> written_in(jitorch.zeros(2, 3, 1, 1), jitorch.channels_last).stride()
+    (3, 1, 3, 3)
+    """
+    arr = out._data
+    if fmt is contiguous_format and arr.flags.c_contiguous and 1 not in arr.shape:
+        return out  # the common case, decided without the stride walk
+    return out if has_strides_of(arr, fmt) else out.clone(memory_format=fmt)

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from .._dispatch import TORCH_TYPE_NAMES
-from .._memory_format import contiguous_format, has_strides_of, suggested_format
+from .._memory_format import contiguous_format, suggested_format, written_in
 
 __all__ = ["ntuple", "torch_type_name", "lower_type_name", "check_input_dims", "batchify", "layout_as", "written_in"]
 
@@ -61,18 +61,3 @@ def layout_as(out, *sources):
             if fmt is not contiguous_format:
                 break
     return out if fmt is None else written_in(out, fmt)
-
-
-def written_in(out, fmt):
-    """``out`` with the strides of a new tensor in ``fmt``, size-1 dims included: ATen's kernels allocate their
-    outputs so, and a channels-last ``(N, C, 1, 1)`` result has strides ``(C, 1, C, C)``, not the row-major ones that
-    ``contiguous(memory_format=fmt)`` keeps (both are contiguous in either format).
-
-    >>> import jitorch
-    >>> written_in(jitorch.zeros(2, 3, 1, 1), jitorch.channels_last).stride()
-    (3, 1, 3, 3)
-    """
-    arr = out._data
-    if fmt is contiguous_format and arr.flags.c_contiguous and 1 not in arr.shape:
-        return out  # the common case, decided without the stride walk
-    return out if has_strides_of(arr, fmt) else out.clone(memory_format=fmt)

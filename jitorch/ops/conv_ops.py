@@ -31,7 +31,7 @@ from .conv_layouts import (STASH, col2im, col2im_T, conv_forward, conv_weight, k
 from .conv_direct import direct_forward, direct_transpose, direct_weight
 from .conv_patches import patch_forward, patch_transpose, patch_weight
 from .pad_ops import CONSTANT_PAD  # noqa: F401 - the padding row, imported from here by nn
-from .._memory_format import channels_last, contiguous_format, has_strides_of, suggested_format
+from .._memory_format import channels_last, contiguous_format, suggested_format, written_in
 from .._tensor import Tensor
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
@@ -139,8 +139,7 @@ def _backward_layout(x, w, *grads):
         return grads
     cl = suggested_format(x) is channels_last or suggested_format(w) is channels_last
     fmt = channels_last if cl else contiguous_format
-    return tuple(t if t is None or not cl and t._data.flags.c_contiguous and 1 not in t.shape
-                 or has_strides_of(t._data, fmt) else t.clone(memory_format=fmt) for t in grads)
+    return tuple(None if t is None else written_in(t, fmt) for t in grads)
 
 
 def _grad_enabled():

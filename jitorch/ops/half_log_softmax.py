@@ -13,12 +13,13 @@ array([[-2.40625, -1.40625, -0.40625]], dtype=float32)
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
+
+from .. import _dtype
 
 __all__ = ["HALF_DTYPES", "log_softmax", "log_softmax_backward"]
 
-HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+HALF_DTYPES = _dtype.HALF_NP
 
 
 def log_softmax(x, dim):

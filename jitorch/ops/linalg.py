@@ -16,15 +16,15 @@ from __future__ import annotations
 import math
 import string
 
-import ml_dtypes
 import numpy as np
 
+from .. import _dtype
 from .._memory_format import row_major
 from .host_matmul import matmul
 from .table import Opaque, Reduction, defop
 
 _HALF = {"float16", "bfloat16"}
-_HALF_DTYPES = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
+_HALF_DTYPES = _dtype.HALF_NP
 
 
 class LinAlgError(RuntimeError):

@@ -15,6 +15,7 @@ import os
 import ml_dtypes as _ml_dtypes
 import numpy as np
 
+from .. import _dtype
 from .._dispatch_fast import plain_binary
 from .._memory_format import preserve_copy
 from ..runtime import special_module
@@ -92,7 +93,7 @@ SUB = defop("sub", _sub_kernel, lambda ctx, g: (g, -g if ctx.needs_grad(1) else 
             promotion="promote", meta=True, ufunc="subtract")
 
 
-_HALVES = (np.dtype(np.float16), np.dtype(_ml_dtypes.bfloat16))
+_HALVES = _dtype.HALF_NP
 
 
 def _half_scalar_in_half(ufunc, a, b):

@@ -10,9 +10,9 @@ tensor([1.0000, 0.7500])
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
+from .. import _dtype
 from .._dispatch import fast_binary
 from .._dispatch_fast import plain_arrays, plain_tensor
 from ..runtime import is_cupy
@@ -20,7 +20,7 @@ from . import native_eager
 from .table import Pointwise, defop
 
 
-_HALVES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+_HALVES = _dtype.HALF_NP
 
 
 def _widened(formula, g, y):
