@@ -22,7 +22,7 @@ from .functionalize import CompileState, functionalize_intermediates
 from .lower import kernel_cache_stats
 from .replay import Replay, _compile_outputs
 from .segment_training import backward_kernels, compile_training_segment
-from .side_effects import PythonState, replay_for_side_effects, replay_guards
+from .side_effects import PythonState, any_cuda, replay_for_side_effects, replay_guards
 from .specialization import Entry, config
 from .stride_relayout import graph_signature, refused_relayout
 from .trace import trace
@@ -80,6 +80,10 @@ class EntryBuilder:
     """Entry construction for `api.CompiledFunction`, which provides ``_owner``, ``_lift``, ``_buffers`` and
     ``_eager_entry``."""
 
+    def _entries_and_compile(self, training):
+        """The entry list and the compile method of inference (``training`` False) or training specializations."""
+        return (self.train_entries, self._compile_training) if training else (self.entries, self._compile)
+
     def _compile_training(self, site, guards, args, kwargs, relayout=None):
         fn = site.fn
         start = time.perf_counter()
@@ -114,9 +118,7 @@ class EntryBuilder:
         if replayed:
             return replayed[0]
         if traced.break_reason is not None:
-            tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
-            tensors += list(self._owner().parameters()) if self._owner() is not None else []
-            if not traced.info.graph_breaks or any(a.is_cuda for a in tensors):
+            if not traced.info.graph_breaks or any_cuda(args, kwargs, self._owner()):
                 # Random draws outside ops without a break keep eager numbers; segment replay runs on the host only.
                 return self._eager_entry(entry, traced.break_reason, traced.result)
             # Each segment between breaks gets its own compiled forward and backward (segment_training.py).

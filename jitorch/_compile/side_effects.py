@@ -47,7 +47,8 @@ from .named_values import NamedValues, _code_names, _library_module
 from .reached import _LIBRARY, functions_reached
 from .side_effect_guards import ANY, masked_guards, replay_guards
 
-__all__ = ["PythonState", "masked_guards", "replay_guards", "ANY", "replay_for_side_effects", "SIDE_EFFECTS_NOTE"]
+__all__ = ["PythonState", "masked_guards", "replay_guards", "ANY", "replay_for_side_effects", "SIDE_EFFECTS_NOTE",
+           "any_cuda"]
 
 _MISSING = object()
 _MAX_WALK = 256  # entries of one container looked into (all of them are compared)
@@ -63,6 +64,12 @@ _OPAQUE = (Tensor, Module, np.ndarray, np.generic, types.FunctionType, types.Bui
 
 SIDE_EFFECTS_NOTE = ("its Python reruns on every call (replay), the tensor work compiled, so these happen once per "
                      "call as in eager mode")
+
+
+def any_cuda(args, kwargs, owner):
+    """Whether a call's tensor arguments or ``owner``'s parameters live on CUDA (replay defers host arrays only)."""
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+    return any(t.is_cuda for t in tensors) or (owner is not None and any(p.is_cuda for p in owner.parameters()))
 
 
 def _same(a, b):
@@ -316,10 +323,7 @@ def replay_for_side_effects(cf, site, entry, traced, state, args, kwargs, traini
     shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
     entry.side_effects = f"Python side effects: the call changes {shown}"
     entry.guards = masked_guards(entry.guards, _current_guards(cf, site, args, kwargs, training))
-    owner = cf._owner()
-    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
-    tensors += list(owner.parameters()) if owner is not None else []
-    if callable(cf.backend) or any(t.is_cuda for t in tensors):
+    if callable(cf.backend) or any_cuda(args, kwargs, cf._owner()):
         # A callable backend is handed whole graphs, and replay defers ops on host arrays only: eager keeps them.
         where = "a callable backend" if callable(cf.backend) else "CUDA tensors"
         entry.break_reason = f"{entry.side_effects}; with {where} the call runs eagerly so that they happen"
@@ -345,7 +349,7 @@ def _provisional(cf, site, entry, training):
 
     def retrace(args, kwargs):
         entry.run = replay_run
-        held = cf.train_entries if training else cf.entries
+        held, compile = cf._entries_and_compile(training)
         if entry not in held:
             return replay_run(args, kwargs)
         held.remove(entry)
@@ -358,7 +362,6 @@ def _provisional(cf, site, entry, training):
             cf._named_values = probes
         again = _Retraced(site.fn, site.structure, site.relifted, _CALLER.get())
         guards = _current_guards(cf, again, args, kwargs, training)
-        return cf._compile_training(again, guards, args, kwargs) if training else \
-            cf._compile(again, guards, args, kwargs)
+        return compile(again, guards, args, kwargs)
 
     entry.run = retrace

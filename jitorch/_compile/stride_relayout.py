@@ -130,8 +130,7 @@ def compile_relaid(cf, site, relayout, training, params_count):
     """Compile ``relayout``'s call on its row-major copies through the `CompiledFunction` ``cf``; the entry copies
     those inputs on each later call. A trace that shows the copies cannot stand for the inputs compiles the call's
     own strides instead (`refused_relayout`)."""
-    entries = cf.train_entries if training else cf.entries
-    compile = cf._compile_training if training else cf._compile
+    entries, compile = cf._entries_and_compile(training)
     out = compile(site, relayout.relaid_guards, relayout.new_args, relayout.new_kwargs, relayout=relayout)
     if relayout.missed.relayout_refused is None and entries and entries[-1].guards is relayout.relaid_guards:
         relayout.install(entries[-1], params_count)
@@ -146,9 +145,8 @@ def refused_relayout(cf, site, relayout, traced, before, training):
         return None
     before.restore()
     relayout.refuse(reason)
-    compile = cf._compile_training if training else cf._compile
+    entries, compile = cf._entries_and_compile(training)
     out = compile(site, relayout.guards, relayout.args, relayout.kwargs)
-    entries = cf.train_entries if training else cf.entries
     if entries and entries[-1].guards is relayout.guards:
         entries[-1].relayout_refused = reason  # the same function: later stride changes need not trace it again
     return (out,)
