@@ -1,5 +1,8 @@
 """Tensor creation: ``tensor``, ``from_numpy``, ``zeros``/``ones``/``full``/``empty`` and ``_like``, ranges, ``eye``.
 
+This file makes tensors from data; it re-exports the sized constructors (``_creation_filled.py``) and the ranges
+(``_ranges.py``).
+
 >>> import jitorch
 >>> jitorch.tensor([[1, 2], [3, 4]]).dtype, jitorch.tensor(2.5).dtype, jitorch.arange(0, 1, 0.25)
 (jitorch.int64, jitorch.float32, tensor([0.0000, 0.2500, 0.5000, 0.7500]))
@@ -13,15 +16,12 @@ import warnings
 import numpy as np
 
 from . import _dtype
-from . import _memory_format as MF
-from ._creation_checks import check_can_alias, check_no_python_complex, check_parts, checked_shape, huge_ints, \
+from ._creation_checks import check_can_alias, check_no_python_complex, check_parts, huge_ints, \
     ragged_error, string_data_error
 from ._creation_watchers import WATCHERS, noted
 from ._device import device as _device, get_default_device
-from ._shape import normalize_shape, sizes_or_keyword
 from ._tensor import Tensor
 from .runtime import array_module_for, move_array
-from .runtime.meta import MetaArray, dense_strides_like, empty as meta_empty
 
 __all__ = [
     "tensor", "as_tensor", "asarray", "from_numpy", "zeros", "ones", "full", "empty", "zeros_like", "ones_like",
@@ -235,167 +235,9 @@ def _resolve(dtype, default=None):
     return _dtype.to_dtype(dtype)
 
 
-def _filled(size, value, dtype, device, requires_grad, op):
-    shape = checked_shape(normalize_shape(size, op), op)
-    xp, dev = _xp_for(device)
-    dt = _resolve(dtype)
-    if value is None:
-        data = xp.empty(shape, dtype=dt.np)
-    elif value == 0:
-        data = xp.zeros(shape, dtype=dt.np)
-    else:
-        data = xp.full(shape, value, dtype=dt.np)
-    t = Tensor._make(data)
-    if requires_grad:
-        t.requires_grad_(True)
-    return t
-
-
-def zeros(*sizes, size=None, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
-    t = _filled(sizes_or_keyword(sizes, size, "zeros"), 0, dtype, device, requires_grad, "zeros")
-    return noted("zeros", t, sizes, size=size, dtype=dtype, device=device, requires_grad=requires_grad) if WATCHERS \
-        else t
-
-
-def ones(*sizes, size=None, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
-    t = _filled(sizes_or_keyword(sizes, size, "ones"), 1, dtype, device, requires_grad, "ones")
-    return noted("ones", t, sizes, size=size, dtype=dtype, device=device, requires_grad=requires_grad) if WATCHERS \
-        else t
-
-
-def empty(*sizes, size=None, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False,
-          memory_format=None):
-    out = _filled(sizes_or_keyword(sizes, size, "empty"), None, dtype, device, requires_grad, "empty")
-    if memory_format is MF.preserve_format:
-        raise RuntimeError("empty: unsupported memory format Preserve (only *_like functions preserve a layout)")
-    if memory_format is not None and memory_format is not MF.contiguous_format:
-        MF.check_rank(memory_format, out.ndim)
-        out._data = MF.in_format(_xp_for(device)[0], out._data, memory_format)
-    if WATCHERS:
-        noted("empty", out, sizes, size=size, dtype=dtype, device=device, requires_grad=requires_grad,
-              memory_format=memory_format)
-    return out
-
-
-def empty_strided(size, stride, *, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):
-    """An uninitialized tensor of ``size`` laid out with ``stride`` (in elements) over a buffer just large enough.
-
-    >>> empty_strided((2, 3), (1, 2)).stride()
-    (1, 2)
-    """
-    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
-    if len(size) != len(stride):
-        raise RuntimeError(f"empty_strided: mismatch in length of strides and shape: {len(size)} sizes, "
-                           f"{len(stride)} strides")
-    if any(s < 0 for s in size) or any(s < 0 for s in stride):
-        raise RuntimeError(f"empty_strided: sizes {list(size)} and strides {list(stride)} must be non-negative")
-    span = 0 if 0 in size else 1 + sum((n - 1) * st for n, st in zip(size, stride))
-    buffer = empty(span, dtype=dtype, device=device)._data
-    if type(buffer) is MetaArray:  # geometry alone; as_strided would return a plain array over the zero pages
-        out = Tensor._make(meta_empty(size, buffer.dtype, stride))
-        return out.requires_grad_() if requires_grad else out
-    xp = np if type(buffer) is np.ndarray else array_module_for("cuda")
-    item = buffer.itemsize
-    data = xp.lib.stride_tricks.as_strided(buffer, size, tuple(st * item for st in stride))
-    out = Tensor._make(data)
-    return out.requires_grad_() if requires_grad else out
-
-
-def _fill_dtype(fill_value):
-    if isinstance(fill_value, Tensor):
-        return fill_value.dtype
-    return _dtype.scalar_dtype(fill_value)
-
-
-def full(size, fill_value, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
-    """A tensor of ``size`` filled with ``fill_value``; the dtype follows the value (bool, int64, default float)."""
-    if isinstance(fill_value, Tensor):
-        fill_value = fill_value.item()
-    dt = _dtype.to_dtype(dtype) if dtype is not None else _fill_dtype(fill_value)
-    fill_value = _dtype.checked_scalar(fill_value, dt)
-    t = _filled((tuple(size),) if not isinstance(size, int) else (size,), fill_value, dt, device, requires_grad,
-                "full")
-    return noted("full", t, (size, fill_value), dtype=dt, device=device, requires_grad=requires_grad) if WATCHERS \
-        else t
-
-
-def scalar_tensor(s, *, dtype=None, device=None, requires_grad=False):
-    return full((), s, dtype=dtype or _dtype.get_default_dtype(), device=device, requires_grad=requires_grad)
-
-
-def _like(input, dtype, device):
-    return (input.dtype if dtype is None else _dtype.to_dtype(dtype)), (input.device if device is None else device)
-
-
-def keep_layout(out, input, memory_format):
-    """A new tensor ``out`` made for ``*_like(input)`` given the layout PyTorch's ``memory_format`` asks for (the
-    default ``preserve_format``: ``input``'s strides when it is dense, else its dims' stride order)."""
-    if type(out._data) is MetaArray and memory_format in (None, MF.preserve_format):
-        # A dense layout in the input's stride order is preserve_format's answer, from the strides alone.
-        out._data = meta_empty(out.shape, out._data.dtype, dense_strides_like(input._data))
-        return out
-    xp = array_module_for(out.device.type)
-    data = MF.like_layout(xp, out._data, input._data, memory_format)
-    if data is not out._data:
-        out._data = data
-    return out
-
-
-def zeros_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
-    dt, dev = _like(input, dtype, device)
-    t = keep_layout(zeros(input.shape, dtype=dt, device=dev, requires_grad=requires_grad), input, memory_format)
-    return noted("zeros_like", t, (input,), dtype=dtype, device=device, requires_grad=requires_grad,
-                 memory_format=memory_format) if WATCHERS else t
-
-
-def ones_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
-    dt, dev = _like(input, dtype, device)
-    t = keep_layout(ones(input.shape, dtype=dt, device=dev, requires_grad=requires_grad), input, memory_format)
-    return noted("ones_like", t, (input,), dtype=dtype, device=device, requires_grad=requires_grad,
-                 memory_format=memory_format) if WATCHERS else t
-
-
-def empty_like(input, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
-    dt, dev = _like(input, dtype, device)
-    t = keep_layout(empty(input.shape, dtype=dt, device=dev, requires_grad=requires_grad), input, memory_format)
-    return noted("empty_like", t, (input,), dtype=dtype, device=device, requires_grad=requires_grad,
-                 memory_format=memory_format) if WATCHERS else t
-
-
-def full_like(input, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
-    dt, dev = _like(input, dtype, device)
-    t = keep_layout(full(input.shape, fill_value, dtype=dt, device=dev, requires_grad=requires_grad), input,
-                    memory_format)
-    return noted("full_like", t, (input, fill_value), dtype=dtype, device=device, requires_grad=requires_grad,
-                 memory_format=memory_format) if WATCHERS else t
-
-
-def eye(n, m=None, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
-    m = n if m is None else m
-    for name, v in (("n", n), ("m", m)):
-        if v < 0:
-            raise RuntimeError(f"eye(): {name} must be greater or equal to 0, got {v}")
-    xp, dev = _xp_for(device)
-    t = Tensor._make(xp.eye(n, m, dtype=_resolve(dtype).np))
-    if requires_grad:
-        t.requires_grad_(True)
-    return noted("eye", t, (n, m), dtype=dtype, device=device, requires_grad=requires_grad) if WATCHERS else t
-
-
-def _tri_indices(row, col, offset, upper, dtype, device):
-    xp, dev = _xp_for(device)
-    r, c = (xp.triu_indices if upper else xp.tril_indices)(row, offset, col)
-    return Tensor._make(xp.stack([r, c]).astype(_resolve(dtype, _dtype.int64).np))
-
-
-def tril_indices(row, col, offset=0, *, dtype=None, device=None, layout=None):
-    return _tri_indices(row, col, offset, False, dtype, device)
-
-
-def triu_indices(row, col, offset=0, *, dtype=None, device=None, layout=None):
-    return _tri_indices(row, col, offset, True, dtype, device)
-
-
+from ._creation_filled import (  # noqa: E402,F401 - split for size; re-exported here
+    empty, empty_like, empty_strided, eye, full, full_like, ones, ones_like, scalar_tensor,
+    tril_indices, triu_indices, zeros, zeros_like)
 from ._ranges import arange, linspace, logspace, range  # noqa: E402 - split for size; re-exported here
 
 
@@ -408,31 +250,3 @@ def polar(abs, angle):
     check_parts("polar", abs, angle, ("abs", "angle"))
     return complex(abs * angle.cos(), abs * angle.sin())
 
-
-def _new_kw(self, dtype, device):
-    return (self.dtype if dtype is None else dtype), (self.device if device is None else device)
-
-
-def _new_sized(fn):
-    # NOTE: ``size`` is torch's keyword for the sizes; a catch-all ``**kwargs`` here once swallowed it silently.
-    def method(self, *sizes, size=None, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
-        dt, dev = _new_kw(self, dtype, device)
-        return fn(*sizes_or_keyword(sizes, size, f"new_{fn.__name__}"), dtype=dt, device=dev,
-                  requires_grad=requires_grad)
-    method.__name__ = f"new_{fn.__name__}"
-    return method
-
-
-def _new_tensor(self, data, *, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
-    dt, dev = _new_kw(self, dtype, device)
-    return tensor(data, dtype=dt, device=dev, requires_grad=requires_grad)
-
-
-def _new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False, layout=None,
-              pin_memory=False):
-    dt, dev = _new_kw(self, dtype, device)
-    return full(size, fill_value, dtype=dt, device=dev, requires_grad=requires_grad)
-
-
-Tensor.new_tensor, Tensor.new_full = _new_tensor, _new_full
-Tensor.new_zeros, Tensor.new_ones, Tensor.new_empty = _new_sized(zeros), _new_sized(ones), _new_sized(empty)

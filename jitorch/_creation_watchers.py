@@ -1,7 +1,7 @@
 """Tensor creation reported while a trace runs: what a traced call made itself (see ``jitorch/fx/_created.py``).
 
-Each creation function of ``_creation.py`` and ``_ranges.py`` ends with ``noted(...) if WATCHERS else t``: outside
-a trace, one test of an empty list.
+Each creation function of ``_creation.py``, ``_creation_filled.py`` and ``_ranges.py`` ends with
+``noted(...) if WATCHERS else t``: outside a trace, one test of an empty list.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import threading
 __all__ = ["WATCHERS", "noted"]
 
 # (thread id, callback) of each `jitorch.fx._created.watching_creation` block running now. Empty outside traces, so
-# a creation function pays one test of it; mutated in place, never rebound (_creation.py and _ranges.py hold it).
+# a creation function pays one test of it; mutated in place, never rebound (the creation modules hold it).
 WATCHERS: list = []
 
 

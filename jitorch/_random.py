@@ -23,8 +23,9 @@ import operator
 import numpy as np
 
 from . import _dtype
-from ._creation import _finish, keep_layout
+from ._creation import _finish
 from ._creation_checks import check_randperm, checked_shape
+from ._creation_filled import keep_layout
 from ._device import device as _device, get_default_device
 from ._random_device import DeviceStream
 from ._shape import normalize_shape, sizes_or_keyword

@@ -10,9 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _dtype, _grad_state, return_types
-from ._dispatch import apply, is_compiling
+from ._dispatch import apply
 from ._shape import wrap_dim, wrap_dims
-from ._stat_checks import warn_at_caller
 from ._tensor import Tensor
 from .amp._cast_mode import autocast_policy
 from .autograd.graph import named
@@ -204,74 +203,6 @@ def any(input, dim=None, keepdim=False):
     return apply(R.ANY, input, dims=_logical_dims(input, dim, "any"), keepdim=keepdim)
 
 
-def _correction(unbiased, correction):
-    if correction is not None:
-        return correction
-    return 1 if unbiased is None or unbiased else 0
-
-
-def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    """Variance with ``correction`` (default 1, Bessel's); ``unbiased=False`` means correction 0."""
-    return _var_result(input, dim, unbiased, keepdim, correction, "var")
-
-
-def _var_result(input, dim, unbiased, keepdim, correction, name):
-    v = _var(input, dim, unbiased, keepdim, correction, name)
-    if name == "var_mean":  # torch's one node for both results is named after the pair
-        v = named(v, "VarMeanBackward0")
-    return v.to(input.dtype) if input.dtype in _HALVES else v
-
-
-def _var(input, dim, unbiased, keepdim, correction, name):
-    """The variance, in float32 for half inputs: PyTorch computes in float32 and rounds the result once."""
-    if isinstance(dim, bool):  # var(x, False): the legacy positional ``unbiased``
-        dim, unbiased = None, dim
-    if input.dtype.category < _dtype.FLOAT:
-        raise RuntimeError("std and var only support floating point and complex dtypes")
-    c = _correction(unbiased, correction)
-    dims = _dims(input, dim, "var")
-    n = 1
-    for d in dims:
-        n *= input._data.shape[d]
-    if input.dtype in _HALVES:
-        input = input.float()
-    # PyTorch clamps the degrees of freedom at 0: the result is then inf or nan, not an error, but it warns.
-    if n - c <= 0:
-        warn_at_caller(f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than the reduction "
-                       "factor (input numel divided by output numel).")
-    if type(input._data) is np.ndarray and input._data.dtype in _REAL and not is_compiling():
-        return apply(R.VAR, input, dims=dims, keepdim=keepdim, correction=c)
-    centered = input - mean(input, dims, keepdim=True)
-    sq = (centered * centered.conj()).real if input.is_complex() else centered * centered
-    return sum(sq, dims, keepdim) / (n - c if n - c > 0 else 0)
-
-
-def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return _std_result(input, dim, unbiased, keepdim, correction, "std")
-
-
-def _std_result(input, dim, unbiased, keepdim, correction, name):
-    v = _var(input, dim, unbiased, keepdim, correction, name)
-    # PyTorch's std gradient is zero where std is zero; sqrt's derivative there would give 0 * inf = nan.
-    nonzero = v != 0
-    s = named(v.where(nonzero, 1.0).sqrt().where(nonzero, 0.0), "StdMeanBackward0" if name == "std_mean" else
-              "StdBackward0")
-    return s.to(input.dtype) if input.dtype in _HALVES else s
-
-
-def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    if isinstance(dim, bool):  # var_mean(x, False): the legacy positional ``unbiased``
-        dim, unbiased = None, dim
-    # a plain tuple, as torch's (no return_types entry): its repr is the two tensors'
-    return _var_result(input, dim, unbiased, keepdim, correction, "var_mean"), mean(input, dim, keepdim)
-
-
-def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    if isinstance(dim, bool):
-        dim, unbiased = None, dim
-    return _std_result(input, dim, unbiased, keepdim, correction, "std_mean"), mean(input, dim, keepdim)
-
-
 def logsumexp(input, dim, keepdim=False):
     """``log(sum(exp(x)))`` computed stably (shifted by the detached maximum)."""
     if input.dtype.category < _dtype.FLOAT:
@@ -396,6 +327,8 @@ def _sum_to_size(self, *size):
     out = apply(R.SUM, self, dims=dims, keepdim=True, dtype=self._data.dtype) if dims else self
     return out.reshape(size) if lead else out
 
+
+from ._reduction_variance import std, std_mean, var, var_mean  # noqa: E402 - split for size; re-exported here
 
 _METHODS = {name: globals()[name] for name in __all__}
 _METHODS.update(sum_to_size=_sum_to_size, norm=_norm_method)

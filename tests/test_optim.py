@@ -275,7 +275,7 @@ def test_lbfgs_float32_converges_as_torch(line_search_fn):
 def test_lbfgs_reads_its_losses_without_the_scalar_conversion_warning(line_search_fn, monkeypatch):
     # torch's LBFGS converts the closure's loss to a float under no_grad (its step's mode): float() of a tensor
     # that requires grad in grad mode warns, and a step that warned stopped programs run with -W error
-    monkeypatch.setattr(jitorch._tensor, "_SCALAR_OF_GRAD_WARNED", [])  # the warning is once per process
+    monkeypatch.setattr(jitorch._tensor_values, "_SCALAR_OF_GRAD_WARNED", [])  # the warning is once per process
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _lbfgs_run(jitorch, np.float64, line_search_fn, 3, steps=2)

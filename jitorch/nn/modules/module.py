@@ -25,11 +25,12 @@ from collections import OrderedDict
 
 from ..._tensor import Tensor
 from ..parameter import Buffer, Parameter
-from . import _call, _hooks, _state, _tree
+from . import _call, _hooks, _members, _registration, _state, _tree
 from ._hooks import (register_module_backward_hook, register_module_buffer_registration_hook,  # noqa: F401
                      register_module_forward_hook, register_module_forward_pre_hook, register_module_full_backward_hook,
                      register_module_full_backward_pre_hook, register_module_module_registration_hook,
                      register_module_parameter_registration_hook)
+from ._registration import _typename
 from ._state import _IncompatibleKeys  # noqa: F401
 
 __all__ = ["Module", "register_module_forward_pre_hook", "register_module_forward_hook",
@@ -46,12 +47,6 @@ def _addindent(s_, num_spaces):
     rest = [(num_spaces * " ") + line if line.strip() else "" for line in lines]
     return first + "\n" + "\n".join(rest)
 
-
-def _typename(obj):
-    if isinstance(obj, Tensor):
-        return obj.type()
-    module = type(obj).__module__
-    return type(obj).__qualname__ if module in ("builtins", None) else f"{module}.{type(obj).__qualname__}"
 
 
 def _forward_unimplemented(self, *input):
@@ -110,121 +105,27 @@ class Module:
         if self.call_super_init:
             super().__init__(*args, **kwargs)
 
-    # -- registration ---------------------------------------------------------------------------------------------
-    def _check_name(self, kind, name, registry):
-        if f"_{registry}" not in self.__dict__:
-            raise AttributeError(f"cannot assign {kind} before Module.__init__() call")
-        if not isinstance(name, str):
-            raise TypeError(f"{kind} name should be a string. Got {_typename(name)}")
-        if "." in name:
-            raise KeyError(f"{kind} name can't contain \".\"" + (f", got: {name}" if kind == "module" else ""))
-        if name == "":
-            raise KeyError(f"{kind} name can't be empty string \"\"")
-        if hasattr(self, name) and name not in self.__dict__[f"_{registry}"]:
-            raise KeyError(f"attribute '{name}' already exists")
-
-    def register_buffer(self, name, tensor, persistent=True):
-        """Add a buffer (state that is not a parameter, e.g. running statistics); ``persistent`` buffers are saved."""
-        self._check_name("buffer", name, "buffers")
-        if tensor is not None and not isinstance(tensor, Tensor):
-            raise TypeError(f"cannot assign '{_typename(tensor)}' object to buffer '{name}' (torch Tensor or None "
-                            "required)")
-        for hook in _hooks._global_buffer_registration_hooks.values():
-            out = hook(self, name, tensor)
-            tensor = tensor if out is None else out
-        self._buffers[name] = tensor
-        if persistent:
-            self._non_persistent_buffers_set.discard(name)
-        else:
-            self._non_persistent_buffers_set.add(name)
-
-    def register_parameter(self, name, param):
-        """Add a parameter (a ``Parameter``, or None to reserve the name) reachable as ``self.<name>``."""
-        self._check_name("parameter", name, "parameters")
-        if param is None:
-            self._parameters[name] = None
-            return
-        if not isinstance(param, Parameter):
-            raise TypeError(f"cannot assign '{_typename(param)}' object to parameter '{name}' (torch.nn.Parameter or "
-                            "None required)")
-        if param.grad_fn is not None:
-            raise ValueError(f"Cannot assign non-leaf Tensor to parameter '{name}'. Model parameters must be created "
-                             f"explicitly. To express '{name}' as a function of another Tensor, compute the value in "
-                             "the forward() method.")
-        for hook in _hooks._global_parameter_registration_hooks.values():
-            out = hook(self, name, param)
-            param = param if out is None else out
-        self._parameters[name] = param
-
-    def add_module(self, name, module):
-        """Add a child module reachable as ``self.<name>`` (None reserves the name)."""
-        if not isinstance(module, Module) and module is not None:
-            raise TypeError(f"{_typename(module)} is not a Module subclass")
-        self._check_name("module", name, "modules")
-        for hook in _hooks._global_module_registration_hooks.values():
-            out = hook(self, name, module)
-            module = module if out is None else out
-        self._modules[name] = module
-
-    def register_module(self, name, module):
-        """Alias of ``add_module``."""
-        self.add_module(name, module)
-
-    def get_submodule(self, target):
-        """The submodule at dotted path ``target`` (``""`` is ``self``); AttributeError names the missing part."""
-        if target == "":
-            return self
-        mod = self
-        for item in target.split("."):
-            if not hasattr(mod, item):
-                raise AttributeError(mod._get_name() + " has no attribute `" + item + "`")
-            mod = getattr(mod, item)
-            if not isinstance(mod, Module):
-                raise AttributeError("`" + item + "` is not an nn.Module")
-        return mod
-
-    def set_submodule(self, target, module, strict=False):
-        """Replace (or, unless ``strict``, add) the submodule at dotted path ``target``."""
-        if target == "":
-            raise ValueError("Cannot set the submodule without a target name!")
-        if not isinstance(module, Module):
-            raise ValueError(f"`module` is not an nn.Module, found {type(module)}")
-        parent_path, _, name = target.rpartition(".")
-        parent = self.get_submodule(parent_path)
-        if strict and not hasattr(parent, name):
-            raise AttributeError(parent._get_name() + " has no attribute `" + name + "`")
-        if hasattr(parent, name) and not isinstance(getattr(parent, name), Module):
-            raise AttributeError("`" + name + "` is not an nn.Module")
-        setattr(parent, name, module)
-
-    def get_parameter(self, target):
-        """The ``Parameter`` at dotted path ``target`` (``"layer.weight"``)."""
-        module_path, _, name = target.rpartition(".")
-        mod = self.get_submodule(module_path)
-        if not hasattr(mod, name):
-            raise AttributeError(mod._get_name() + " has no attribute `" + name + "`")
-        param = getattr(mod, name)
-        if not isinstance(param, Parameter):
-            raise AttributeError("`" + name + "` is not an nn.Parameter")
-        return param
-
-    def get_buffer(self, target):
-        """The buffer at dotted path ``target``."""
-        module_path, _, name = target.rpartition(".")
-        mod = self.get_submodule(module_path)
-        if not hasattr(mod, name):
-            raise AttributeError(mod._get_name() + " has no attribute `" + name + "`")
-        if name not in mod._buffers:
-            raise AttributeError("`" + name + "` is not a buffer")
-        return getattr(mod, name)
-
-    def get_extra_state(self):
-        """Override (with ``set_extra_state``) to save non-tensor state in ``state_dict``."""
-        raise RuntimeError("Reached a code path in Module.get_extra_state() that should never be called.")
-
-    def set_extra_state(self, state):
-        """Override (with ``get_extra_state``) to restore non-tensor state from ``load_state_dict``."""
-        raise RuntimeError("Reached a code path in Module.set_extra_state() that should never be called.")
+    # -- registration and member iteration (in _registration.py and _members.py) ------------------------------------
+    _check_name = _registration._check_name
+    register_buffer = _registration.register_buffer
+    register_parameter = _registration.register_parameter
+    add_module = _registration.add_module
+    register_module = _registration.register_module
+    get_submodule = _registration.get_submodule
+    set_submodule = _registration.set_submodule
+    get_parameter = _registration.get_parameter
+    get_buffer = _registration.get_buffer
+    get_extra_state = _registration.get_extra_state
+    set_extra_state = _registration.set_extra_state
+    _named_members = _members._named_members
+    parameters = _members.parameters
+    named_parameters = _members.named_parameters
+    buffers = _members.buffers
+    named_buffers = _members.named_buffers
+    children = _members.children
+    named_children = _members.named_children
+    modules = _members.modules
+    named_modules = _members.named_modules
 
     # -- attribute protocol ---------------------------------------------------------------------------------------
     def __getattr__(self, name):
@@ -327,69 +228,6 @@ class Module:
         if "_is_full_backward_hook" not in self.__dict__:
             super().__setattr__("_is_full_backward_hook", None)
 
-    # -- iteration ------------------------------------------------------------------------------------------------
-    def _named_members(self, get_members_fn, prefix="", recurse=True, remove_duplicate=True):
-        memo = set()
-        modules = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
-        for module_prefix, module in modules:
-            for k, v in get_members_fn(module):
-                if v is None or v in memo:
-                    continue
-                if remove_duplicate:
-                    memo.add(v)
-                yield module_prefix + ("." if module_prefix else "") + k, v
-
-    def parameters(self, recurse=True):
-        """Iterator over the parameters (each shared parameter once), in registration order."""
-        for _, param in self.named_parameters(recurse=recurse):
-            yield param
-
-    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
-        """Iterator over ``(dotted name, parameter)``; a tied parameter appears under its first name only."""
-        yield from self._named_members(lambda m: m._parameters.items(), prefix=prefix, recurse=recurse,
-                                       remove_duplicate=remove_duplicate)
-
-    def buffers(self, recurse=True):
-        """Iterator over the buffers."""
-        for _, buf in self.named_buffers(recurse=recurse):
-            yield buf
-
-    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
-        """Iterator over ``(dotted name, buffer)``."""
-        yield from self._named_members(lambda m: m._buffers.items(), prefix=prefix, recurse=recurse,
-                                       remove_duplicate=remove_duplicate)
-
-    def children(self):
-        """Iterator over the immediate child modules."""
-        for _, module in self.named_children():
-            yield module
-
-    def named_children(self):
-        """Iterator over ``(name, child module)``, each child once."""
-        memo = set()
-        for name, module in self._modules.items():
-            if module is not None and module not in memo:
-                memo.add(module)
-                yield name, module
-
-    def modules(self, remove_duplicate=True):
-        """Iterator over every module of the tree, ``self`` first (pre-order)."""
-        for _, module in self.named_modules(remove_duplicate=remove_duplicate):
-            yield module
-
-    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
-        """Iterator over ``(dotted name, module)`` for the whole tree, ``("", self)`` first."""
-        if memo is None:
-            memo = set()
-        if self in memo:
-            return
-        if remove_duplicate:
-            memo.add(self)
-        yield prefix, self
-        for name, module in self._modules.items():
-            if module is not None:
-                yield from module.named_modules(memo, prefix + ("." if prefix else "") + name, remove_duplicate)
-
     # -- repr -----------------------------------------------------------------------------------------------------
     def _get_name(self):
         return self.__class__.__name__
@@ -460,6 +298,8 @@ class Module:
 # Methods defined in the helper files name themselves as Module's own, as in torch: argument errors then read
 # "Module.register_forward_hook() takes ..." and bound methods repr as "<bound method Module.to of ...>".
 for _name, _fn in list(vars(Module).items()):
-    if getattr(_fn, "__module__", None) in (_call.__name__, _state.__name__, _tree.__name__):
+    if getattr(_fn, "__module__", None) in (_call.__name__, _members.__name__, _registration.__name__, _state.__name__,
+                                            _tree.__name__):
         _fn.__name__, _fn.__qualname__ = _name, f"Module.{_name}"
 del _name, _fn
+_registration.Module = Module
