@@ -22,6 +22,7 @@ import numpy as np
 
 from .._shape import broadcast_shapes
 from ..runtime import scatter_add, ufunc_at
+from . import native_indexed
 from .table import Opaque, defop
 
 __all__ = ["INDEX", "INDEX_PUT", "SCATTER_REDUCE", "IndexOutOfBounds", "check_bounds", "expand_key", "reduce_at",
@@ -100,6 +101,10 @@ def _saved_indices(ctx, start):
 
 # -- gathering: out = a[key] -------------------------------------------------------------------------------------------
 def _index_kernel(xp, a, *indices, key, negative=True):
+    if xp is np:
+        out = native_indexed.gather(indices, a, key, negative)
+        if out is not None:
+            return out
     # NumPy lays out an index on an inner dim with transposed strides; torch's result is contiguous.
     out = a[expand_key(xp, key, indices, a.shape, negative)]
     return out if out.flags.c_contiguous else out.copy()
@@ -121,6 +126,12 @@ INDEX = defop("index", _index_kernel, _index_backward, Opaque("gather by index a
 # -- writing: out = a.copy(); out[key] = values (or += with accumulate) ------------------------------------------------
 def _index_put_kernel(xp, a, values, *indices, key, accumulate, negative=True):
     out = a.copy()
+    if accumulate and xp is np:
+        try:
+            if native_indexed.scatter_add(out, values, indices, key, negative):
+                return out
+        except native_indexed.IndexedOutOfBounds:
+            out = a.copy()  # the updates before the bad index are undone; expand_key raises PyTorch's error
     k = expand_key(xp, key, indices, a.shape, negative)
     try:
         if accumulate:

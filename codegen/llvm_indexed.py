@@ -1,0 +1,233 @@
+"""Indexed copies and accumulations as LLVM functions: gather (``out = src[..., idx, ...]``) and scatter-add
+(``out[..., idx, ...] += src``) along one dimension of a 3-D view ``(outer, dim, inner)``.
+
+NumPy has no fast form of either for a multi-dimensional array: fancy indexing with broadcast index arrays builds
+and walks an index per dimension (a 1000x1000 float32 ``gather`` along dim 1 took 6 ms, torch 1 ms), and
+``np.add.at`` takes 50-80 ns an element. These functions walk ``(o, i, j)`` over the index's ``(outer, n, inner)``
+range with every stride an argument, and read each index once:
+
+- gather: ``out[o, i, j] = src[o, idx[o, i, j], j]``;
+- scatter-add: ``out[o, idx[o, i, j], j] += src[o, i, j]``, in ``(o, i, j)`` order (the running sum of torch's CPU
+  kernel, so repeated positions give its rounding).
+
+A *rows* variant serves an index constant along ``inner`` with unit inner strides (``index_select``, embeddings and
+their gradients, ``x[idx]``): one index per row and a contiguous, vectorized row copy or add. Every index is checked
+(``wrap``: negatives count from the end first); the first bad one stops the call and its position ``(o * n + i) *
+inner + j`` comes back (``-1``: all done), so the caller raises without a single out-of-bounds access.
+
+>>> import numpy as np
+>>> fn = IndexedAlongDim("gather", "f32", "i64", rows=False, wrap=False)
+>>> src = np.arange(12, dtype=np.float32).reshape(3, 4)
+>>> idx = np.array([[3, 0], [1, 1], [0, 2]])
+>>> fn(src.reshape(3, 4, 1), idx.reshape(3, 2, 1)).reshape(3, 2).tolist()
+[[3.0, 0.0], [5.0, 5.0], [8.0, 10.0]]
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+
+import numpy as np
+
+from .codeblock import LLVM_TYPES, CodeBlock
+from .llvm_compile import compile_function
+
+__all__ = ["IndexedAlongDim", "IndexedOutOfBounds", "emit_indexed"]
+
+_ARGS = ("n", "r", "d", "os0", "os1", "os2", "ss0", "ss1", "ss2", "is0", "is1", "is2")
+# Copies only move bits: any element of 1, 2, 4 or 8 bytes goes through the integer type of its width.
+COPY_TYPES = {1: "i8", 2: "i16", 4: "i32", 8: "i64"}
+ADD_TYPES = {"f32": "float", "f64": "double", "i32": "i32", "i64": "i64"}
+
+
+class IndexedOutOfBounds(IndexError):
+    """An index outside its dimension; ``position`` is its flat position in the ``(outer, n, inner)`` range."""
+
+    def __init__(self, position):
+        super().__init__(f"index at position {position} is out of bounds")
+        self.position = position
+
+
+def emit_indexed(name, kind, ty, index_ty, rows, wrap):
+    """The LLVM IR of one function ``i64 @name(i64 start, i64 stop, ptr out, ptr src, ptr idx, i64 n, ...)``.
+
+    ``ty``: the LLVM element type (``float``, ``i32``...); ``index_ty``: ``i32`` or ``i64``. The rows variant of a
+    float32 scatter-add emits, per ``(o, i)`` (abridged)::
+
+        %p.raw = load i64, ptr %ip, align 8
+        %p.bad = or i1 %p.low, %p.high
+        br i1 %p.bad, label %fail, label %i.valid
+      i.valid:
+        %to = add nsw i64 %o.out, %p.out
+        ...
+        %a = load float, ptr %a.p, align 4
+        %v = fadd float %a, %b
+        store float %v, ptr %a.p, align 4
+    """
+    cb = CodeBlock()
+    line = cb.line
+    args = ", ".join(f"i64 %{a}" for a in _ARGS)
+    line(f"define i64 @{name}(i64 %start, i64 %stop, ptr noalias %out, ptr noalias %src, ptr noalias %idx, {args}) {{")
+    line("entry:")
+    with cb.indented():
+        line("br label %o.head")
+    _loop_head(cb, "o", "%start", "entry", "%stop", "i.exit")
+    with cb.indented():
+        line("%o.out = mul nsw i64 %o, %os0")
+        line("%o.src = mul nsw i64 %o, %ss0")
+        line("%o.idx = mul nsw i64 %o, %is0")
+        line("br label %i.head")
+    _loop_head(cb, "i", "0", "o.body", "%n", "j.exit" if not rows else "row.exit")
+    if rows:
+        with cb.indented():
+            line("%i.idx = mul nsw i64 %i, %is1")
+            line("%i.at = add nsw i64 %o.idx, %i.idx")
+            line("%pos = mul nsw i64 %i, %r")  # reported as (o * n + i) * inner
+        _index(cb, index_ty, wrap, "%i.at", "i.valid")
+        line("i.valid:")
+        with cb.indented():
+            _bases(cb, kind)
+            line("br label %row.head")
+        _loop_head(cb, "row", "0", "i.valid", "%r", "row.body")
+        with cb.indented():
+            line("%to.j = add nsw i64 %to, %row")
+            line("%from.j = add nsw i64 %from, %row")
+            _move(cb, kind, ty)
+            line("br label %row.head")
+        line("row.exit:")
+        with cb.indented():
+            line("br label %i.head")
+    else:
+        with cb.indented():
+            line("%i.idx = mul nsw i64 %i, %is1")
+            line("%i.at = add nsw i64 %o.idx, %i.idx")
+            line("br label %j.head")
+        _loop_head(cb, "j", "0", "i.body", "%r", "j.valid")
+        with cb.indented():
+            line("%j.idx = mul nsw i64 %j, %is2")
+            line("%j.at = add nsw i64 %i.at, %j.idx")
+            line("%pos.i = mul nsw i64 %i, %r")
+            line("%pos = add nsw i64 %pos.i, %j")
+        _index(cb, index_ty, wrap, "%j.at", "j.valid")
+        line("j.valid:")
+        with cb.indented():
+            _bases(cb, kind)
+            line("%jo = mul nsw i64 %j, %os2")
+            line("%js = mul nsw i64 %j, %ss2")
+            line("%to.j = add nsw i64 %to, %jo")
+            line("%from.j = add nsw i64 %from, %js")
+            _move(cb, kind, ty)
+            line("br label %j.head")
+        line("j.exit:")
+        with cb.indented():
+            line("br label %i.head")
+    line("i.exit:")
+    with cb.indented():
+        line("br label %o.head")
+    line("fail:")
+    with cb.indented():
+        line("%pos.o = mul nsw i64 %o, %n")
+        line("%pos.or = mul nsw i64 %pos.o, %r")
+        line("%bad = add nsw i64 %pos.or, %pos")
+        line("ret i64 %bad")
+    line("o.exit:")
+    with cb.indented():
+        line("ret i64 -1")
+    line("}")
+    return str(cb)
+
+
+def _loop_head(cb, v, first, entry, bound, latch):
+    """``v`` from ``first`` (reached from block ``entry``) while ``v < bound``, incremented by the block ``latch``
+    that branches back; the body block is ``{v}.body`` and the exit ``{v}.exit``."""
+    cb.line(f"{v}.head:")
+    with cb.indented():
+        cb.line(f"%{v} = phi i64 [ {first}, %{entry} ], [ %{v}.next, %{latch} ]")
+        cb.line(f"%{v}.next = add nsw i64 %{v}, 1")
+        cb.line(f"%{v}.ok = icmp slt i64 %{v}, {bound}")
+        cb.line(f"br i1 %{v}.ok, label %{v}.body, label %{v}.exit")
+    cb.line(f"{v}.body:")
+
+
+def _index(cb, index_ty, wrap, at, ok):
+    """``%p``: the index at element offset ``at`` (sign-extended, wrapped when ``wrap``); out of ``[0, d)`` jumps
+    to ``fail``."""
+    with cb.indented():
+        cb.line(f"%ip = getelementptr {index_ty}, ptr %idx, i64 {at}")
+        raw = "%p.raw"
+        cb.line(f"{raw} = load {index_ty}, ptr %ip, align {4 if index_ty == 'i32' else 8}")
+        if index_ty != "i64":
+            cb.line(f"%p.wide = sext {index_ty} {raw} to i64")
+            raw = "%p.wide"
+        if wrap:
+            cb.line(f"%p.neg = icmp slt i64 {raw}, 0")
+            cb.line(f"%p.up = add nsw i64 {raw}, %d")
+            cb.line(f"%p = select i1 %p.neg, i64 %p.up, i64 {raw}")
+        else:
+            cb.line(f"%p = add nsw i64 {raw}, 0")
+        cb.line("%p.low = icmp slt i64 %p, 0")
+        cb.line("%p.high = icmp sge i64 %p, %d")
+        cb.line("%p.bad = or i1 %p.low, %p.high")
+        cb.line(f"br i1 %p.bad, label %fail, label %{ok}")
+
+
+def _bases(cb, kind):
+    """``%to``/``%from``: the row starts written and read; gather writes at ``i`` and reads at ``p``, scatter the
+    other way round."""
+    out_dim, src_dim = ("%i", "%p") if kind == "gather" else ("%p", "%i")
+    cb.line(f"%i.out = mul nsw i64 {out_dim}, %os1")
+    cb.line(f"%i.src = mul nsw i64 {src_dim}, %ss1")
+    cb.line("%to = add nsw i64 %o.out, %i.out")
+    cb.line("%from = add nsw i64 %o.src, %i.src")
+
+
+def _move(cb, kind, ty):
+    size = {"i8": 1, "i16": 2, "i32": 4, "i64": 8, "float": 4, "double": 8}[ty]
+    cb.line(f"%b.p = getelementptr {ty}, ptr %src, i64 %from.j")
+    cb.line(f"%b = load {ty}, ptr %b.p, align {size}")
+    cb.line(f"%a.p = getelementptr {ty}, ptr %out, i64 %to.j")
+    if kind == "gather":
+        cb.line(f"store {ty} %b, ptr %a.p, align {size}")
+        return
+    cb.line(f"%a = load {ty}, ptr %a.p, align {size}")
+    cb.line(f"%v = {'fadd' if ty in ('float', 'double') else 'add'} {ty} %a, %b")
+    cb.line(f"store {ty} %v, ptr %a.p, align {size}")
+
+
+class IndexedAlongDim:
+    """One compiled gather or scatter-add for an element type (``f32``... or, for gather, the element width as
+    ``b1``/``b2``/``b4``/``b8``), index type, variant (``rows``) and negative-index rule (``wrap``).
+
+    ``fn(src, idx, out=None)`` on 3-D views ``(outer, dim, inner)``: gather returns ``out`` of ``idx``'s shape (made
+    when None); scatter-add adds into ``out`` (3-D, ``(outer, dim, inner)``) and returns it. Raises
+    `IndexedOutOfBounds` for an index outside the dimension (``out`` then holds the updates made before it).
+    """
+
+    def __init__(self, kind, dtype, index_dtype, rows, wrap, cache=None):
+        if kind not in ("gather", "scatter_add"):
+            raise ValueError(f"IndexedAlongDim: kind must be 'gather' or 'scatter_add', got {kind!r}")
+        self.kind, self.rows = kind, rows
+        ty = COPY_TYPES[int(dtype[1:])] if dtype.startswith("b") else ADD_TYPES.get(dtype) or LLVM_TYPES[dtype]
+        text = emit_indexed("jitorch_indexed", kind, ty, LLVM_TYPES[index_dtype], rows, wrap)
+        self.name = f"jitorch_indexed_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+        self.llvm_ir = text.replace("@jitorch_indexed(", f"@{self.name}(")
+        self.address = compile_function(self.llvm_ir, self.name, cache)
+        self._fn = ctypes.CFUNCTYPE(ctypes.c_int64, *([ctypes.c_int64] * 2 + [ctypes.c_void_p] * 3 +
+                                                      [ctypes.c_int64] * len(_ARGS)))(self.address)
+
+    def __call__(self, src, idx, out=None):
+        outer, n, inner = idx.shape
+        if self.kind == "gather":
+            if out is None:
+                out = np.empty(idx.shape, src.dtype)
+            dim = src.shape[1]
+        else:
+            dim = out.shape[1]
+        item, index_item = src.itemsize, idx.itemsize
+        strides = [s // item for s in out.strides] + [s // item for s in src.strides] + \
+            [s // index_item for s in idx.strides]
+        ptrs = [a.__array_interface__["data"][0] for a in (out, src, idx)]
+        bad = self._fn(0, outer, *ptrs, n, inner, dim, *strides)
+        if bad >= 0:
+            raise IndexedOutOfBounds(bad)
+        return out
