@@ -25,7 +25,7 @@ from .._pointwise import where
 from ..amp._cast_mode import autocast_float32
 from ..autograd.grad_mode import GradState
 from ..ops.nn_fused import FUSED_DTYPES, NLL_CHECK_TARGETS, NLL_LOSS
-from ..ops.nn_ops import BINARY_CROSS_ENTROPY
+from ..ops.nn_ops import BCE_LOGITS, BINARY_CROSS_ENTROPY
 from ._functional_activation import log_sigmoid_like
 from ._functional_core import log_softmax, type_name
 from ..autograd.graph import named
@@ -340,6 +340,10 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     reduction = resolve_reduction(size_average, reduce, reduction)
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(f"Target size ({target.size()}) must be the same as input size ({input.size()})")
+    # float32/64 as one row; half types keep the composite, whose every step rounds to half as ATen's does.
+    if weight is None and pos_weight is None and input.dtype is target.dtype and \
+            input.dtype in (_dtype.float32, _dtype.float64):
+        return reduce_loss(apply(BCE_LOGITS, input, target), reduction)
     log_sig = log_sigmoid_like(input)
     if pos_weight is not None:
         log_sig = log_sig * ((pos_weight - 1) * target + 1)

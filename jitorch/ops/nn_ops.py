@@ -18,9 +18,11 @@ tensor([-2.0000e+00,  1.0000e+12])
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .table import NOT_DIFFERENTIABLE, Opaque, Pointwise, defop
 
-__all__ = ["BINARY_CROSS_ENTROPY", "CHECK_RANGE"]
+__all__ = ["BCE_LOGITS", "BCE_LOGITS_BACKWARD", "BINARY_CROSS_ENTROPY", "CHECK_RANGE"]
 
 _EPSILON = 1e-12  # PyTorch's floor of x * (1 - x) in the gradient
 
@@ -47,6 +49,62 @@ BINARY_CROSS_ENTROPY = defop(
     "binary_cross_entropy", _bce_kernel, _bce_backward,
     Pointwise("({1} - 1) * max(log1p(-{0}), -100) - {1} * max(log({0}), -100)"),
     promotion="float", saves="inputs", meta=True)
+
+# binary_cross_entropy_with_logits's elementwise loss ``(1 - y) x - log_sigmoid(x)`` and its gradient
+# ``g (sigmoid(x) - y)`` as one expression each: as a composite, the forward and backward took 12 ms on 10^6 float32
+# (torch 3.8); eager float32 runs each row as one generated kernel (`native_eager.pointwise`).
+# log1p(e) for e = exp(-|x|) in (0, 1] is Goldberg's ``log(1 + e) * e / ((1 + e) - 1)``, exact to a few ulps where
+# the plain log(1 + e) would round e below 1e-8 away: the IR has log, not log1p.
+_E = "exp(-abs({0}))"
+_LOG1P_E = f"((1 + {_E}) == 1 ? {_E} : log(1 + {_E}) * {_E} / ((1 + {_E}) - 1))"
+_BCE_LOGITS = f"(1 - {{1}}) * {{0}} - min({{0}}, 0) + {_LOG1P_E}"
+_BCE_LOGITS_GRAD = "{0} * (sigmoid({1}) - {2})"
+
+
+def _bce_logits_kernel(xp, x, y):
+    from . import native_eager
+
+    out = native_eager.pointwise(BCE_LOGITS, x, y)
+    if out is not None:
+        return out
+    wide = x.dtype.itemsize < 4  # half types in float32, as ATen's CPU kernels compute them
+    a, b = (x.astype(np.float32), y.astype(np.float32)) if wide else (x, y)
+    loss = (1 - b) * a - xp.minimum(a, 0) + xp.log1p(xp.exp(-xp.abs(a)))
+    return loss.astype(x.dtype, copy=False)
+
+
+def _bce_logits_grad_kernel(xp, g, x, y):
+    from . import native_eager
+
+    out = native_eager.pointwise(BCE_LOGITS_BACKWARD, g, x, y)
+    if out is not None:
+        return out
+    wide = x.dtype.itemsize < 4
+    gg, a, b = (v.astype(np.float32) for v in (g, x, y)) if wide else (g, x, y)
+    return (gg * (1 / (1 + xp.exp(-a)) - b)).astype(x.dtype, copy=False)
+
+
+def _bce_logits_backward(ctx, g):
+    from .._dispatch import apply
+
+    x, y = ctx.inputs
+    gx = apply(BCE_LOGITS_BACKWARD, g, x, y) if ctx.needs_grad(0) else None
+    return gx, (-(g * x) if ctx.needs_grad(1) else None)  # PyTorch's target gradient, -x g
+
+
+def _bce_logits_grad_backward(ctx, gg):
+    g, x, y = ctx.inputs
+    s = x.sigmoid()
+    return (gg * (s - y) if ctx.needs_grad(0) else None), (gg * g * s * (1 - s) if ctx.needs_grad(1) else None), \
+        (-(gg * g) if ctx.needs_grad(2) else None)
+
+
+BCE_LOGITS = defop("binary_cross_entropy_with_logits", _bce_logits_kernel, _bce_logits_backward,
+                   Pointwise(_BCE_LOGITS), promotion="keep", saves="inputs", meta=True,
+                   grad_name="BinaryCrossEntropyWithLogitsBackward0")
+BCE_LOGITS_BACKWARD = defop("binary_cross_entropy_with_logits_backward", _bce_logits_grad_kernel,
+                            _bce_logits_grad_backward, Pointwise(_BCE_LOGITS_GRAD), promotion="keep",
+                            saves="inputs", meta=True)
 
 from . import nn_fused  # noqa: F401,E402 - registers the fused softmax, layer_norm and nll_loss rows
 
