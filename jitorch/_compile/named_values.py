@@ -7,7 +7,8 @@ What is read again on every call, for the compiled function, the user's helpers 
 - the numbers, strings, None and tuples or lists of them held by a global the code names or by a closure cell, and
   NumPy arrays and scalars (by value; arrays over `guards._SMALL_ARRAY` elements by identity), and lists or tuples
   of them or of other objects (entry by entry up to `_SHORT_LIST` entries, longer ones by their entries'
-  identities; a list the code mutates, ``self.queue.pop(0)``, by identity and, while short, by entries);
+  identities and the values of their arrays; a list the code mutates, ``self.queue.pop(0)``, by identity and, while
+  short, by entries);
 - those an object held there has under an attribute name the code uses (``cfg.temperature``, ``config.LR``,
   ``self.cfg.scale``: one object deep below a module or plain object), or a dict under a string constant of the
   code (``table["shift"]``);
@@ -33,7 +34,7 @@ import numpy as np
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..nn.modules.module import Module
-from .guards import _SIMPLE, _Same, _constant
+from .guards import _SIMPLE, _SIMPLE_TYPES, _Same, _constant
 from .reached import _LIBRARY, functions_reached
 
 __all__ = ["NamedValues"]
@@ -63,7 +64,8 @@ def _guarded(value, names):
     """The guard stand-in of a plain value (`_plain`) read by code using ``names``."""
     if type(value) is list and not _LIST_MUTATORS.isdisjoint(names):
         # Held, not by id: a list replaced between calls (``self.queue = [...]``) is freed and its id reused.
-        entries = tuple([_constant(v) for v in value]) if len(value) <= _SHORT_LIST else ("long", len(value))
+        entries = tuple([_constant(v) for v in value]) if len(value) <= _SHORT_LIST else \
+            ("long", len(value), _arrays_in(value))
         return ("list", _Same(value), entries)
     return _constant(value)
 
@@ -108,11 +110,27 @@ class _SameEntries:
 
 def _entries_guard(value):
     """A list or tuple of arrays or objects: entry by entry (small arrays by value, as arguments) while short; a
-    longer one (a module's table of 200 arrays whose forward reads its ``len``) by its entries' identities, one
-    cheap pass per call. (An array changed in place inside a long list is not seen: rebind the entry instead.)"""
+    longer one (a module's table of 200 tensors whose forward reads its ``len``) by its entries' identities, one
+    cheap pass per call, and its NumPy arrays by value (`_arrays_in`: changed in place, a trace's constant is stale).
+    """
     if len(value) <= _SHORT_LIST:
         return (type(value).__name__, tuple([_constant(v) for v in value]))
-    return (type(value).__name__, _SameEntries(tuple(value)))
+    return (type(value).__name__, _SameEntries(tuple(value)), _arrays_in(value))
+
+
+def _entry_attributes(out, label, entries, names):
+    """The attributes the code uses of the user's objects in a list (``BLOCKS[0].scale``), as of one held by name."""
+    for i in [i for i, v in enumerate(entries) if type(v) is not Tensor and type(v) not in _SIMPLE_TYPES]:
+        v = entries[i]
+        if not isinstance(v, (Module, *_NUMPY_TYPES, *_CODE_TYPES)) and type(getattr(v, "__dict__", None)) is dict \
+                and not (type(v).__module__ or "").startswith(_LIBRARY):
+            _attributes(out, f"{label}[{i}]", v, names, depth=0)
+
+
+def _arrays_in(value):
+    """The NumPy arrays and scalars among a long list's entries, by value (`guards._constant`); tensors, held by
+    the graph itself, cost a type check each."""
+    return tuple([_constant(v) for v in value if type(v) is not Tensor and isinstance(v, _NUMPY_TYPES)])
 
 
 class NamedValues:
@@ -186,6 +204,7 @@ class NamedValues:
             elif type(value) in (list, tuple):  # of other entries (arrays, objects)
                 out.append((label, _guarded(value, names) if type(value) is list and not _LIST_MUTATORS.isdisjoint(
                     names) else _entries_guard(value)))
+                _entry_attributes(out, label, value, names)
             elif isinstance(value, _CODE_TYPES):
                 out.append((label, ("id", id(value))))
             elif isinstance(value, Tensor):

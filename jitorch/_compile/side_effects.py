@@ -213,6 +213,10 @@ class PythonState:
                 return
             self._class(type(value), depth)
             kind, value = "attrs", d
+        elif isinstance(getattr(value, "__dict__", None), dict) and id(value.__dict__) not in self._seen:
+            # A list or dict subclass's own attributes (``hs.count = n``; `call_site.FlatCall` shares them).
+            self._seen.add(id(value.__dict__))
+            self._watch(label, "attrs", value.__dict__, None, lambda k: f"{label}.{k}", depth)
         self._seen.add(id(value))
         self._watch(label, kind, value, None, lambda k: f"{label}.{k}" if kind == "attrs" else f"{label}[{k!r}]",
                     depth)
@@ -362,6 +366,21 @@ def _provisional(cf, site, entry, training):
             cf._named_values = probes
         again = _Retraced(site.fn, site.structure, site.relifted, _CALLER.get())
         guards = _current_guards(cf, again, args, kwargs, training)
-        return compile(again, guards, args, kwargs)
+        count = len(held)
+        out = compile(again, guards, args, kwargs)
+        _drop_replaced(held, held[count:], entry.key)
+        return out
 
     entry.run = retrace
+
+
+def _drop_replaced(held, new, replay_key):
+    """Drop the whole-graph entries that a cache refilled since made dead (``m.mask = None`` between calls, filled
+    again by the next): the replay entry's key, where what the call itself changes is `ANY`, matches them and the
+    entry ``new`` built now alike, so they differ from it only in the value the call overwrote, and otherwise they
+    would count toward ``recompile_limit`` until the function falls back to eager. (Should that value come back,
+    one trace builds its graph again.)"""
+    if len(new) != 1 or new[0].replay is not None or replay_key != new[0].key:
+        return
+    for old in [e for e in held[:-1] if e.replay is None and e.run is not None and replay_key == e.key]:
+        held.remove(old)
