@@ -5,8 +5,9 @@ From 8 samples on (with ``randomness='error'`` and no ``chunk_size``) it first t
 batching rules (per-sample gradients of an MLP at 256 samples: 40x faster than the loop). Otherwise, and wherever
 that path gives up, it runs ``func`` once per sample and stacks the results (what PyTorch's vmap does for an op
 without a batching rule): the values, gradients and error messages are vmap's, the cost is a Python loop over the
-batch. Every jitorch op works inside it, including data-dependent Python (``.item()``, branches), which PyTorch's
-vmap refuses; nested transforms (``vmap(grad(f))`` for per-sample gradients, ``vmap(vmap(f))``) compose.
+batch. `_vmap_taint` follows which values carry the batch while the loop runs, for torch's refusals (``.item()`` or
+a branch on a batched value, an in-place write of one into a captured tensor) and its one-time writes of unbatched
+values; nested transforms (``vmap(grad(f))`` for per-sample gradients, ``vmap(vmap(f))``) compose.
 
 ``in_dims`` is an int, or a tuple with one entry per positional argument, each an int, None (not mapped) or a nested
 structure matching that argument (a dict of dims for a dict of tensors); keyword arguments are not mapped.
@@ -25,6 +26,7 @@ import functools
 from . import _random
 from ._tensor import Tensor
 from ._vmap_batched import MIN_BATCH, run_batched
+from ._vmap_taint import sample_mode
 from .utils._pytree import tree_flatten, tree_unflatten
 
 __all__ = ["vmap"]
@@ -58,15 +60,24 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
             if out is not None:
                 return out
         outs = []
+        batch = sample_mode(func, leaves, dims, size, len(_SAMPLES) + 1)  # None: a call like one seen clean
         with _RandomnessMode(randomness) as mode:
-            for i in range(max(size, 1)):  # a batch of 0 still runs once, on zeros, for the outputs' layout
-                mode.next_sample()
-                sample = [x if d is None else _take(x, d, i, size) for x, d in zip(leaves, dims)]
-                _SAMPLES.append({id(x) for x, d in zip(sample, dims) if d is not None})
-                try:
-                    outs.append(func(*tree_unflatten(sample, spec), **kwargs))
-                finally:
-                    _SAMPLES.pop()
+            try:
+                for i in range(max(size, 1)):  # a batch of 0 still runs once, on zeros, for the outputs' layout
+                    mode.next_sample()
+                    sample = [x if d is None else _take(x, d, i, size) for x, d in zip(leaves, dims)]
+                    if batch is not None:
+                        batch.start(i, [x for x, d in zip(sample, dims) if d is not None])
+                    _SAMPLES.append({id(x) for x, d in zip(sample, dims) if d is not None})
+                    try:
+                        outs.append(func(*tree_unflatten(sample, spec), **kwargs))
+                    finally:
+                        _SAMPLES.pop()
+                if batch is not None:
+                    batch.finish()
+            finally:
+                if batch is not None:
+                    batch.uninstall()
         return _stacked(name, outs, out_dims, size)
     return mapped
 
@@ -227,7 +238,11 @@ _RANDOM_ERROR = ("vmap: called random operation while in randomness error mode. 
 
 class _RefusingStream:
     """Stands in for the default CPU generator's stream in 'error' mode: the random rows (dropout's mask, ``randn``)
-    draw from it directly, not through `_random._rng`."""
+    draw from it directly, not through `_random._rng`. Its state may still be read and put back (a compiled
+    function saves it around its run): that draws nothing."""
+
+    def __init__(self, stream):
+        self.bit_generator = stream.bit_generator
 
     def __getattr__(self, name):
         raise RuntimeError(_RANDOM_ERROR)
@@ -249,7 +264,7 @@ class _RandomnessMode:
         self._default = _random.default_generator
         if self.randomness == "error":
             self._stream = self._default._rng
-            self._default._rng = _RefusingStream()
+            self._default._rng = _RefusingStream(self._stream)
         if self.randomness != "different":
             _random._rng = self._draw
         return self

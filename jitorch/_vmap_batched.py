@@ -28,6 +28,7 @@ import operator
 from . import _vmap_cache
 from ._dispatch_modes import MODES
 from ._tensor import Tensor
+from ._vmap_taint import SampleMode
 from ._vmap_rules import RULES, Bail, Batched, has_batched, pointwise, pointwise_operands, reduction, wrap
 from .fx.node import Node
 from .ops.table import Pointwise, Reduction
@@ -45,8 +46,9 @@ def run_batched(func, leaves, dims, spec, kwargs, size, out_dims):
     from ._vmap import _name, _output_dims
 
     # Under a mode (a trace, a capture, autocast) the loop's per-sample ops are what that mode should see, not this
-    # path's extra trace.
-    if MODES or any(isinstance(x, Tensor) and x.requires_grad for x in leaves):
+    # path's extra trace. An outer vmap's first sample (`SampleMode`) sees this path's ops as it sees any others.
+    if any(not isinstance(m, SampleMode) for m in MODES) or \
+            any(isinstance(x, Tensor) and x.requires_grad for x in leaves):
         return None
     tensors = [i for i, d in enumerate(dims) if d is not None]
     batched = {i: leaves[i].movedim(dims[i], 0) for i in tensors}
@@ -65,9 +67,8 @@ def run_batched(func, leaves, dims, spec, kwargs, size, out_dims):
         else:
             graph, root = entry.graph, entry.root
         out = _interpret(graph, root, [Batched(batched[i]) if i in batched else x for i, x in enumerate(leaves)], size)
-    except Exception as error:  # noqa: BLE001 - a value read while tracing (data-dependent Python), a row the rules
+    except Exception:  # noqa: BLE001 - a value read while tracing (data-dependent Python), a row the rules
         # do not cover as traced, or the user's own error: the loop runs such code, and raises the user's errors
-        _refuse_batched_write_into_unbatched(error, set(tensors), size)
         _vmap_cache.remember(func, spec, guards)
         return None
     out_leaves, out_spec = tree_flatten(out)
@@ -91,66 +92,6 @@ def run_batched(func, leaves, dims, spec, kwargs, size, out_dims):
     if entry is None:
         _vmap_cache.remember(func, spec, guards, graph, root)
     return tree_unflatten(result, out_spec)
-
-
-_INPLACE_ARITHMETIC = {"add", "sub", "mul", "div", "copy", "copy_slices", "index_put"}
-
-
-def _refuse_batched_write_into_unbatched(error, mapped, size):
-    """torch's error for an in-place write into an unbatched tensor (captured, or an input with in_dim None) of a
-    value that depends on the mapped inputs: the loop would fold every sample into it in turn."""
-    from .fx.make_fx import OutsideWriteError
-
-    if not isinstance(error, OutsideWriteError) or error.target is None:
-        return
-    target_node, target = error.target
-    memo = {}
-    if _depends_on(target_node, mapped, memo) or not any(_depends_on(n, mapped, memo) for n, _ in error.operands):
-        return
-    if error.op == "add":  # torch's add_ batching rule broadcasts first: the shape check of the write refuses it
-        from ._shape import broadcast_shapes
-
-        shape = broadcast_shapes(*(tuple(t.shape) for _, t in [error.target, *error.operands]))
-        raise RuntimeError(f"output with shape {list(target.shape)} doesn't match the broadcast shape "
-                           f"{[size, *shape]}")
-    # torch's named batching rules say "in a vmap"; its boxed fallback (clamp_, pow_, ...) names the vmap level
-    where = "in a vmap"
-    if error.op in _INPLACE_ARITHMETIC:
-        name = "inplace arithmetic"
-    elif error.op == "fill":
-        name = "fill_"
-    else:
-        from ._vmap import _SAMPLES
-
-        name, where = f"aten::{error.op}_", f"at level {len(_SAMPLES)}"
-    raise RuntimeError(f"vmap: {name}(self, *extra_args) is not possible because there exists a Tensor `other` in "
-                       "extra_args that has more elements than `self`. This happened due to `other` being vmapped "
-                       f"over but `self` not being vmapped over {where}. Please try to use out-of-place operators "
-                       f"instead of {name}. If said operator is being called inside the PyTorch framework, please "
-                       "file a bug report instead.")
-
-
-def _depends_on(node, mapped, memo):
-    """Whether a traced node reads one of the mapped inputs (placeholder ``arg{i}`` with ``i`` in ``mapped``)."""
-    if not isinstance(node, Node):
-        return False
-    stack, seen = [node], set()
-    while stack:
-        n = stack.pop()
-        if n in memo:
-            if memo[n]:
-                memo[node] = True
-                return True
-            continue
-        if n in seen:
-            continue
-        seen.add(n)
-        if n.op == "placeholder" and n.name[3:].isdigit() and int(n.name[3:]) in mapped:
-            memo[node] = True
-            return True
-        stack.extend(n.all_input_nodes)
-    memo.update(dict.fromkeys(seen, False))
-    return False
 
 
 def _last_sample_agrees(func, spec, kwargs, leaves, batched, size, result, per_out):

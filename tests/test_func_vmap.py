@@ -188,3 +188,14 @@ def test_jvp_refuses_mismatched_tangents_as_torch():
             m.func.jvp(lambda a: a, m.zeros(2), (m.zeros(2),))
         with pytest.raises(RuntimeError, match="different size than that of the original"):
             m.func.jvp(lambda a: a, (m.zeros(2),), (m.zeros(3),))
+
+
+@pytest.mark.parametrize("size", [4, 12])
+def test_a_compiled_function_maps_and_still_refuses_draws(size):
+    # A compiled call saves and puts back the generator's state around its run: that is no draw ('error' mode).
+    x = RNG.standard_normal((size, 5)).astype(np.float32)
+    got = jitorch.func.vmap(jitorch.compile(lambda a: (a.sin() * 2).sum()))(jitorch.tensor(x))
+    want = torch.func.vmap(lambda a: (a.sin() * 2).sum())(torch.tensor(x))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)  # a fused kernel's float32 sum
+    with pytest.raises(RuntimeError, match="randomness error mode"):
+        jitorch.func.vmap(jitorch.compile(lambda a: a + jitorch.randn(5)))(jitorch.tensor(x))

@@ -1,6 +1,7 @@
 """``vmap``'s batched path (`jitorch/_vmap_batched.py`) against ``torch.func.vmap`` on the same data: per-sample
 gradients, every batching rule (broadcasting, dims, views, products, losses), the per-node fallback, and the cases
-that must run sample by sample instead (data-dependent Python, inputs that require grad). Each case also asserts
+that must run sample by sample instead (inputs that require grad, writes into outside tensors) or refuse as torch
+does (data-dependent Python). Each case also asserts
 which path ran."""
 from __future__ import annotations
 
@@ -131,11 +132,14 @@ def test_a_row_without_a_rule_runs_per_sample(paths, monkeypatch):
     assert paths == ["batched"] and "linalg_det" in calls
 
 
-def test_data_dependent_python_runs_sample_by_sample(paths):
-    f = jitorch.func.vmap(lambda a: a * 2 if a.sum() > 0 else a - 1)
-    x = jitorch.tensor(arr(B, 3))
-    want = jitorch.stack([r * 2 if r.sum() > 0 else r - 1 for r in x])
-    assert jitorch.equal(f(x), want)
+def test_data_dependent_python_refuses_as_torch(paths):
+    # The trace refuses the branch, then the loop's first sample raises torch's error.
+    messages = []
+    for lib in (jitorch, torch):
+        with pytest.raises(RuntimeError) as info:
+            lib.func.vmap(lambda a: a * 2 if a.sum() > 0 else a - 1)(lib.tensor(arr(B, 3)))
+        messages.append(str(info.value))
+    assert messages[0] == messages[1] and "data-dependent control flow" in messages[0]
     assert paths == ["loop"]
 
 
@@ -240,7 +244,7 @@ def test_writes_through_views_and_outside_tensors_keep_the_loop(paths):
         counter.add_(1)  # the trace refuses this write before making it: only the loop's writes land
         return r * 2
     jitorch.func.vmap(f)(jitorch.ones(B, 2))
-    assert counter.item() == B  # one write per sample in the loop (torch's vmap writes once), none from the trace
+    assert counter.item() == 1  # one write, as torch's vmap: the loop's later samples start from the value before
     assert paths == ["loop", "loop"]
 
 
