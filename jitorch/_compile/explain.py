@@ -13,6 +13,7 @@ import numpy as np
 
 from ..nn.modules.module import Module
 from .api import CompiledFunction
+from .guards import call_hooks
 
 __all__ = ["ExplainOutput", "explain"]
 
@@ -97,10 +98,26 @@ def explain(fn, **compile_kwargs):
                 out.replay_reasons.append(e.side_effects)
             out.trace_s += e.trace_s
             out.compile_s += e.compile_s
+        if not cf.entries and not cf.train_entries and isinstance(fn, Module):
+            reason = _eager_module_reason(fn)
+            if reason is not None:  # the call ran eagerly before any entry was made: say why
+                out.graph_break_count += 1
+                out.break_reasons.append(reason)
         out.kernel_count = len(out.kernels)
         out.ops_fused = sum(len(k) for k in out.kernels)
         return out
     return run
+
+
+def _eager_module_reason(module):
+    """Why ``compile(module)`` runs every call eagerly, as `CompiledFunction._call` decides, or None."""
+    mods = list(module.modules())
+    if call_hooks(mods):
+        return (f"{type(module).__name__}: its module tree has forward or backward hooks (register_forward_hook, "
+                "nn.utils.spectral_norm, ...), which a trace would run once: every call runs eagerly")
+    if any(b.is_sparse for b in module.buffers()):
+        return f"{type(module).__name__}: a sparse buffer has no strided memory to trace: every call runs eagerly"
+    return None
 
 
 def _guard_text(name, value, guards):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from .._tensor import Tensor
 from ..autograd.grad_mode import enable_grad, no_grad
+from ..autograd.view_creation import NO_GRAD_VIEW
 from ..fx.graph import Graph
 from ..fx.graph_module import GraphModule
 from ..fx.node import map_aggregate
@@ -105,6 +106,10 @@ class _ValueStage:
 
     def __init__(self, gm):
         self.graph = CompiledGraph(gm)
+        # Which outputs the user's code made in grad mode: views among them must not be marked as made in no_grad
+        # (torch refuses in-place writes with grad into those, e.g. ``out[:, t] = logits`` after a graph break).
+        outs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        self.made_with_grad = [getattr(o, "op", None) == "call_function" and o.meta.get("grad", False) for o in outs]
 
     @property
     def kernel_ops(self):
@@ -112,7 +117,11 @@ class _ValueStage:
 
     def __call__(self, flat):
         with no_grad():
-            return self.graph(flat)
+            got = self.graph(flat)
+        for value, with_grad in zip(got, self.made_with_grad):
+            if with_grad and isinstance(value, Tensor) and value._nograd_view is NO_GRAD_VIEW:
+                value._nograd_view = None
+        return got
 
 
 def _stage_graph(seg, outs, cuts, needed):

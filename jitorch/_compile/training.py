@@ -433,6 +433,10 @@ def joint_for(fn, args, kwargs, module, traced_result):
         joint = make_joint(tensors_of)(*flat, tangents=tangents)
     except Exception as err:  # anything the joint trace cannot follow runs eagerly, as an uncompiled call would
         raise Unsupported(f"joint trace failed: {type(err).__name__}: {err}") from err
+    if any(n.meta.get("phase") == BACKWARD and is_random(n) for n in joint.graph.nodes):
+        # A draw in the backward (activation checkpointing recomputing a dropout) must repeat the forward's numbers:
+        # eager restores the generator around it, a graph would draw afresh (other masks, the generator advanced).
+        raise Unsupported("the backward draws random numbers (a checkpointed region recomputes a random op)")
     # A module's buffer updates (BatchNorm's running statistics) become forward outputs written back per call.
     writes = functionalize(joint, list(module.buffers()) if module is not None else [])
     if writes:
