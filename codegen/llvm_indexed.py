@@ -16,7 +16,7 @@ their gradients, ``x[idx]``): one index per row and a contiguous, vectorized row
 inner + j`` comes back (``-1``: all done), so the caller raises without a single out-of-bounds access.
 
 >>> import numpy as np
->>> fn = IndexedAlongDim("gather", "f32", "i64", rows=False, wrap=False)
+>>> fn = IndexedAlongDim("gather", "f32", "i64", "points", wrap=False)
 >>> src = np.arange(12, dtype=np.float32).reshape(3, 4)
 >>> idx = np.array([[3, 0], [1, 1], [0, 2]])
 >>> fn(src.reshape(3, 4, 1), idx.reshape(3, 2, 1)).reshape(3, 2).tolist()
@@ -38,6 +38,7 @@ _ARGS = ("n", "r", "d", "os0", "os1", "os2", "ss0", "ss1", "ss2", "is0", "is1", 
 # Copies only move bits: any element of 1, 2, 4 or 8 bytes goes through the integer type of its width.
 COPY_TYPES = {1: "i8", 2: "i16", 4: "i32", 8: "i64"}
 ADD_TYPES = {"f32": "float", "f64": "double", "i32": "i32", "i64": "i64"}
+VARIANTS = ("rows", "points", "scalar")
 
 
 class IndexedOutOfBounds(IndexError):
@@ -48,7 +49,7 @@ class IndexedOutOfBounds(IndexError):
         self.position = position
 
 
-def emit_indexed(name, kind, ty, index_ty, rows, wrap):
+def emit_indexed(name, kind, ty, index_ty, variant, wrap):
     """The LLVM IR of one function ``i64 @name(i64 start, i64 stop, ptr out, ptr src, ptr idx, i64 n, ...)``.
 
     ``ty``: the LLVM element type (``float``, ``i32``...); ``index_ty``: ``i32`` or ``i64``. The rows variant of a
@@ -64,10 +65,16 @@ def emit_indexed(name, kind, ty, index_ty, rows, wrap):
         %v = fadd float %a, %b
         store float %v, ptr %a.p, align 4
     """
+    if variant not in VARIANTS:
+        raise ValueError(f"emit_indexed: variant must be one of {VARIANTS}, got {variant!r}")
+    rows = variant == "rows"
     cb = CodeBlock()
     line = cb.line
     args = ", ".join(f"i64 %{a}" for a in _ARGS)
     line(f"define i64 @{name}(i64 %start, i64 %stop, ptr noalias %out, ptr noalias %src, ptr noalias %idx, {args}) {{")
+    if variant == "scalar":
+        _scalar_body(cb, kind, ty, index_ty, wrap)
+        return str(cb)
     line("entry:")
     with cb.indented():
         line("br label %o.head")
@@ -137,6 +144,62 @@ def emit_indexed(name, kind, ty, index_ty, rows, wrap):
     return str(cb)
 
 
+def _scalar_body(cb, kind, ty, index_ty, wrap):
+    """The ``scalar`` variant (one element per index, ``inner == 1``): no early exit inside a row, so a gather's row
+    loop vectorizes (with gathers); a bad index is read as 0 and flagged, and the row's flag ends the call with the
+    row's first position. Emits, per element (abridged)::
+
+        %p.bad = or i1 %p.low, %p.high
+        %bad.next = or i1 %bad, %p.bad
+        %p.safe = select i1 %p.bad, i64 0, i64 %p
+    """
+    line = cb.line
+    line("entry:")
+    with cb.indented():
+        line("br label %o.head")
+    _loop_head(cb, "o", "%start", "entry", "%stop", "i.exit")
+    with cb.indented():
+        line("%o.out = mul nsw i64 %o, %os0")
+        line("%o.src = mul nsw i64 %o, %ss0")
+        line("%o.idx = mul nsw i64 %o, %is0")
+        line("br label %i.head")
+    line("i.head:")
+    with cb.indented():
+        line("%i = phi i64 [ 0, %o.body ], [ %i.next, %i.body ]")
+        line("%bad = phi i1 [ false, %o.body ], [ %bad.next, %i.body ]")
+        line("%i.next = add nsw i64 %i, 1")
+        line("%i.ok = icmp slt i64 %i, %n")
+        line("br i1 %i.ok, label %i.body, label %i.end")
+    line("i.body:")
+    with cb.indented():
+        line("%i.idx = mul nsw i64 %i, %is1")
+        line("%i.at = add nsw i64 %o.idx, %i.idx")
+        _load_index(cb, index_ty, wrap, "%i.at")
+        line("%bad.next = or i1 %bad, %p.bad")
+        line("%p.safe = select i1 %p.bad, i64 0, i64 %p")
+        out_dim, src_dim = ("%i", "%p.safe") if kind == "gather" else ("%p.safe", "%i")
+        line(f"%i.out = mul nsw i64 {out_dim}, %os1")
+        line(f"%i.src = mul nsw i64 {src_dim}, %ss1")
+        line("%to.j = add nsw i64 %o.out, %i.out")
+        line("%from.j = add nsw i64 %o.src, %i.src")
+        _move(cb, kind, ty)
+        line("br label %i.head")
+    line("i.end:")
+    with cb.indented():
+        line("br i1 %bad, label %fail, label %i.exit")
+    line("i.exit:")
+    with cb.indented():
+        line("br label %o.head")
+    line("fail:")
+    with cb.indented():
+        line("%row = mul nsw i64 %o, %n")
+        line("ret i64 %row")
+    line("o.exit:")
+    with cb.indented():
+        line("ret i64 -1")
+    line("}")
+
+
 def _loop_head(cb, v, first, entry, bound, latch):
     """``v`` from ``first`` (reached from block ``entry``) while ``v < bound``, incremented by the block ``latch``
     that branches back; the body block is ``{v}.body`` and the exit ``{v}.exit``."""
@@ -153,22 +216,28 @@ def _index(cb, index_ty, wrap, at, ok):
     """``%p``: the index at element offset ``at`` (sign-extended, wrapped when ``wrap``); out of ``[0, d)`` jumps
     to ``fail``."""
     with cb.indented():
-        cb.line(f"%ip = getelementptr {index_ty}, ptr %idx, i64 {at}")
-        raw = "%p.raw"
-        cb.line(f"{raw} = load {index_ty}, ptr %ip, align {4 if index_ty == 'i32' else 8}")
-        if index_ty != "i64":
-            cb.line(f"%p.wide = sext {index_ty} {raw} to i64")
-            raw = "%p.wide"
-        if wrap:
-            cb.line(f"%p.neg = icmp slt i64 {raw}, 0")
-            cb.line(f"%p.up = add nsw i64 {raw}, %d")
-            cb.line(f"%p = select i1 %p.neg, i64 %p.up, i64 {raw}")
-        else:
-            cb.line(f"%p = add nsw i64 {raw}, 0")
-        cb.line("%p.low = icmp slt i64 %p, 0")
-        cb.line("%p.high = icmp sge i64 %p, %d")
-        cb.line("%p.bad = or i1 %p.low, %p.high")
+        _load_index(cb, index_ty, wrap, at)
         cb.line(f"br i1 %p.bad, label %fail, label %{ok}")
+
+
+def _load_index(cb, index_ty, wrap, at):
+    """``%p`` (the index at element offset ``at``, sign-extended, wrapped when ``wrap``) and ``%p.bad`` (outside
+    ``[0, d)``)."""
+    cb.line(f"%ip = getelementptr {index_ty}, ptr %idx, i64 {at}")
+    raw = "%p.raw"
+    cb.line(f"{raw} = load {index_ty}, ptr %ip, align {4 if index_ty == 'i32' else 8}")
+    if index_ty != "i64":
+        cb.line(f"%p.wide = sext {index_ty} {raw} to i64")
+        raw = "%p.wide"
+    if wrap:
+        cb.line(f"%p.neg = icmp slt i64 {raw}, 0")
+        cb.line(f"%p.up = add nsw i64 {raw}, %d")
+        cb.line(f"%p = select i1 %p.neg, i64 %p.up, i64 {raw}")
+    else:
+        cb.line(f"%p = add nsw i64 {raw}, 0")
+    cb.line("%p.low = icmp slt i64 %p, 0")
+    cb.line("%p.high = icmp sge i64 %p, %d")
+    cb.line("%p.bad = or i1 %p.low, %p.high")
 
 
 def _bases(cb, kind):
@@ -196,19 +265,21 @@ def _move(cb, kind, ty):
 
 class IndexedAlongDim:
     """One compiled gather or scatter-add for an element type (``f32``... or, for gather, the element width as
-    ``b1``/``b2``/``b4``/``b8``), index type, variant (``rows``) and negative-index rule (``wrap``).
+    ``b1``/``b2``/``b4``/``b8``), index type, variant (`VARIANTS`: ``rows`` for an index constant along ``inner``
+    with unit inner strides, ``scalar`` for ``inner == 1``, ``points`` for any strides) and negative-index rule
+    (``wrap``).
 
     ``fn(src, idx, out=None)`` on 3-D views ``(outer, dim, inner)``: gather returns ``out`` of ``idx``'s shape (made
     when None); scatter-add adds into ``out`` (3-D, ``(outer, dim, inner)``) and returns it. Raises
     `IndexedOutOfBounds` for an index outside the dimension (``out`` then holds the updates made before it).
     """
 
-    def __init__(self, kind, dtype, index_dtype, rows, wrap, cache=None):
+    def __init__(self, kind, dtype, index_dtype, variant, wrap, cache=None):
         if kind not in ("gather", "scatter_add"):
             raise ValueError(f"IndexedAlongDim: kind must be 'gather' or 'scatter_add', got {kind!r}")
-        self.kind, self.rows = kind, rows
+        self.kind, self.variant = kind, variant
         ty = COPY_TYPES[int(dtype[1:])] if dtype.startswith("b") else ADD_TYPES.get(dtype) or LLVM_TYPES[dtype]
-        text = emit_indexed("jitorch_indexed", kind, ty, LLVM_TYPES[index_dtype], rows, wrap)
+        text = emit_indexed("jitorch_indexed", kind, ty, LLVM_TYPES[index_dtype], variant, wrap)
         self.name = f"jitorch_indexed_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
         self.llvm_ir = text.replace("@jitorch_indexed(", f"@{self.name}(")
         self.address = compile_function(self.llvm_ir, self.name, cache)
@@ -223,6 +294,10 @@ class IndexedAlongDim:
             dim = src.shape[1]
         else:
             dim = out.shape[1]
+        if self.variant == "scalar" and inner != 1:
+            raise ValueError(f"IndexedAlongDim: the scalar variant takes inner == 1, got index shape {idx.shape}")
+        if dim == 0 and idx.size:
+            raise IndexedOutOfBounds(0)  # (the scalar variant would read element 0 of an empty dim)
         item, index_item = src.itemsize, idx.itemsize
         strides = [s // item for s in out.strides] + [s // item for s in src.strides] + \
             [s // index_item for s in idx.strides]

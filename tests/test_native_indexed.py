@@ -144,21 +144,23 @@ def test_small_and_empty_keys_keep_the_numpy_path(monkeypatch):
     assert calls == []
 
 
-@pytest.mark.parametrize("rows", [False, True])
-def test_kernels_against_numpy(rows):
-    src = _floats(7, 90, 33)[:, ::-1]  # a negative stride along the indexed dim
-    idx = _ints(90, 7, 50, 1 if rows else 33)
-    idx3 = np.broadcast_to(idx, (7, 50, 33))
-    got = IndexedAlongDim("gather", "b4", "i64", rows, wrap=False)(src, idx3)
+@pytest.mark.parametrize("variant", ["points", "rows", "scalar"])
+def test_kernels_against_numpy(variant):
+    inner = 1 if variant == "scalar" else 33
+    src = _floats(7, 90, inner)[:, ::-1]  # a negative stride along the indexed dim
+    idx = _ints(90, 7, 50, 1 if variant != "points" else inner)
+    idx3 = np.broadcast_to(idx, (7, 50, inner))
+    got = IndexedAlongDim("gather", "b4", "i64", variant, wrap=False)(src, idx3)
     np.testing.assert_array_equal(got, np.take_along_axis(src, idx3, 1))
-    out = np.zeros((7, 90, 33), np.float64)
+    out = np.zeros((7, 90, inner), np.float64)
     ref = out.copy()
-    vals = _floats(7, 50, 33, dtype="float64")
-    IndexedAlongDim("scatter_add", "f64", "i64", rows, wrap=False)(vals, idx3, out)
-    np.add.at(ref, (np.arange(7)[:, None, None], idx3, np.arange(33)), vals)
+    vals = _floats(7, 50, inner, dtype="float64")
+    IndexedAlongDim("scatter_add", "f64", "i64", variant, wrap=False)(vals, idx3, out)
+    np.add.at(ref, (np.arange(7)[:, None, None], idx3, np.arange(inner)), vals)
     np.testing.assert_array_equal(out, ref)  # the same additions in the same order
     bad = idx.copy()
     bad[2, 10, 0] = 90
     with pytest.raises(IndexedOutOfBounds) as err:
-        IndexedAlongDim("gather", "b4", "i64", rows, wrap=False)(src, np.broadcast_to(bad, (7, 50, 33)))
-    assert err.value.position == (2 * 50 + 10) * 33
+        IndexedAlongDim("gather", "b4", "i64", variant, wrap=False)(src, np.broadcast_to(bad, (7, 50, inner)))
+    # the bad index's own position; the scalar variant (no early exit in a row) names its row's first one
+    assert err.value.position == (2 * 50 + (0 if variant == "scalar" else 10)) * inner
