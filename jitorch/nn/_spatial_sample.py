@@ -1,8 +1,9 @@
 """Spatial transformer sampling: ``affine_grid`` and ``grid_sample`` (4-D or 5-D input; bilinear (trilinear), nearest
 or, in 2-D, bicubic; zeros, border or reflection padding).
 
-Samples are gathered from the flattened image with ``gather``, and the bilinear weights are built from the grid with
-ordinary ops, so gradients reach both the input and the grid.
+float32/float64 inputs run as the ``grid_sampler`` row (``ops/grid_sampler.py``: sparse tap products). The composite
+here serves the other dtypes and the row's higher derivatives: samples gathered from the flattened image with
+``gather`` and the weights built from the grid with ordinary ops, so gradients reach both the input and the grid.
 
 >>> import jitorch
 >>> from jitorch.nn._spatial_sample import affine_grid, grid_sample
@@ -17,13 +18,14 @@ from __future__ import annotations
 import math
 
 from .. import _creation
-from .._dispatch import TORCH_TYPE_NAMES
+from .._dispatch import TORCH_TYPE_NAMES, apply
 from .._movement import stack
 from .._pointwise import where
 from .._stat_checks import warn_at_caller
 from ..amp._cast_mode import autocast_policy
 from ..autograd.function import Function
 from ..autograd.grad_mode import GradState
+from ..ops import grid_sampler
 
 __all__ = ["affine_grid", "affine_grid_generator", "grid_sample"]
 
@@ -238,6 +240,23 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     _check_grid_sampler(input, grid, nd)
     if mode == "bicubic" and nd != 2:
         raise RuntimeError("grid_sampler(): bicubic interpolation only supports 4D input")
+    if str(input.dtype).rsplit(".", 1)[-1] in grid_sampler.DTYPES and input.numel() and grid.numel():
+        # one row over sparse tap products (ops/grid_sampler.py); its create_graph backward differentiates the
+        # composite below
+        return apply(grid_sampler.GRID_SAMPLER, input, grid, mode=mode, padding_mode=padding_mode,
+                     align_corners=align_corners)
+    return sample_composite(input, grid, mode, padding_mode, align_corners)
+
+
+def sample_composite(input, grid, mode, padding_mode, align_corners):
+    """``grid_sample`` (checked arguments) as a composite of gathers and ordinary ops: every mode and dtype, and
+    the formula the ``grid_sampler`` row's higher derivatives differentiate.
+
+    >>> import jitorch
+    >>> sample_composite(jitorch.ones(1, 1, 2, 2), jitorch.zeros(1, 1, 1, 2), "bilinear", "zeros", True)
+    tensor([[[[1.]]]])
+    """
+    nd = input.dim() - 2
     n, c = input.shape[:2]
     sizes = list(input.shape[2:])
     flat = input.reshape(n, c, math.prod(sizes))
