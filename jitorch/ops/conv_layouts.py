@@ -256,8 +256,18 @@ def weight_from_cols(xp, layout, cols, g, kernel, c, groups, frame=None):
         gw = xp.ascontiguousarray(gw.reshape((o,) + tuple(kernel) + (c,)).transpose(_second(len(kernel) + 2)))
         return gw, g_cl.sum(0)
     gT = to_frame(xp, g, g.shape[2:] if frame is None else frame, groups)  # (G, O/G, N * prod(frame))
-    gw = xp.matmul(gT, cols.transpose(0, 2, 1))  # (G, O/G, C/G * prod(kernel))
+    if cols.shape[1] >= _SWAP_DEPTH_RATIO * gT.shape[1]:
+        # Many more window rows than output channels: OpenBLAS runs the product faster with them as its rows, the
+        # transposed result copied back (64 channels by 512 rows over 4096 positions: 4.4 -> 3.3 ms).
+        gw = xp.ascontiguousarray(xp.matmul(cols, gT.transpose(0, 2, 1)).transpose(0, 2, 1))
+    else:
+        gw = xp.matmul(gT, cols.transpose(0, 2, 1))  # (G, O/G, C/G * prod(kernel))
     return gw.reshape((o, c // groups) + tuple(kernel)), gT.reshape(o, -1).sum(1)
+
+
+# Measured (one thread): at a ratio of 2.25 both orders tie, at 0.25 the swapped one is 7% slower, from 4 on 25-45%
+# faster.
+_SWAP_DEPTH_RATIO = 4
 
 
 def conv_weight(xp, x, g, kernel, stride, pads, dilation, groups):

@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import _dtype
 from .._memory_format import row_major
+from .einsum_matmul import einsum_as_matmul
 from .host_matmul import matmul
 from .table import Opaque, Reduction, defop
 
@@ -126,6 +127,10 @@ def _einsum_kernel(xp, *arrays, equation):
     _same_dtype("einsum()", arrays)
     if len(arrays) == 1:  # one operand: a view (permutation, diagonal) or a reduction, as torch
         return _in_float32(xp, lambda arr: xp.einsum(equation, arr), *arrays)
+    if len(arrays) == 2 and arrays[0].dtype.name not in _HALF:
+        product = einsum_as_matmul(xp, equation, *arrays)
+        if product is not None:
+            return product
     # A contraction's result is a new contiguous tensor in torch; NumPy's may come back transposed.
     return _in_float32(xp, lambda *arrs: _c_order(xp.einsum(equation, *arrs, optimize=True)), *arrays)
 

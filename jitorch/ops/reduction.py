@@ -20,6 +20,7 @@ from ..autograd.graph import Node
 from ..runtime import is_cupy
 from .cascade_sum import NAIVE_ROWS, cascade_sum
 from .movement import EXPAND, RESHAPE
+from .native_scan import cumsum_float32
 from .table import NOT_DIFFERENTIABLE, Opaque, Reduction, defop as _defop
 
 _HALF = {np.dtype(np.float16), np.dtype(_ml_dtypes.bfloat16)}
@@ -321,10 +322,15 @@ def _scan_kernel(name):
         # As PyTorch (acc_type): the running value is float32 for halves and, on the host, float64 for float32; each
         # output is rounded once. A running value in the output type drifts with the length of the scan.
         dtype = np.dtype(dtype)
+        if name == "cumsum" and dtype == np.float32:
+            out = cumsum_float32(a, dim)  # (None unless a C-contiguous float32 host array: the loop below then)
+            if out is not None:
+                return out
         acc = np.float32 if dtype in _HALF else np.float64 if dtype == np.float32 and not is_cupy(xp) else None
-        if acc is not None:
-            return getattr(xp, name)(a, axis=dim, dtype=acc).astype(dtype)
-        return getattr(xp, name)(a, axis=dim, dtype=dtype)
+        out = getattr(xp, name)(a, axis=dim, dtype=dtype if acc is None else acc)
+        if name == "cumsum" and out.dtype.kind == "f" and not is_cupy(xp):
+            out += 0.0  # ATen's sums start from 0.0: a run of -0.0 gives 0.0 (NumPy's start from the first element)
+        return out if acc is None else out.astype(dtype)
     return kernel
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import accumulate, scatter_add
+from .sort_keys import keyed, keyed_argsort, keyed_head
 from .sorting_ties import REPLAY_MAX, _Std, replay_kthvalue, replay_mode, replay_topk
 from .sorting_ties import replay_tied as _replay_tied
 from .._memory_format import row_major
@@ -40,6 +41,9 @@ def _open_grid(xp, index, dim):
 
 def stable_argsort(xp, a, axis, descending=False):
     """Stable argsort along ``axis``; NaN sorts as the largest value (last ascending, first descending)."""
+    if keyed(a, axis):
+        return keyed_argsort(a, axis, descending)
+
     def ascending(x):
         # CuPy's argsort is always stable and accepts kind="stable" (and nothing else): one spelling for both.
         return xp.argsort(x, axis=axis, kind="stable")
@@ -159,7 +163,9 @@ def _topk_kernel(xp, a, k, dim, largest, sorted=True):
         fast = xp.take(stable_argsort(xp, a, dim, descending=largest), xp.arange(k), axis=dim)
         return _replay_tied(xp, a, dim, fast, rows, lambda v: replay_topk(v, k, largest, sorted=False))
     head_order = None
-    if xp is np and a.dtype.kind in "fiub" and 0 < k and 4 * (k + 1) <= n and n >= _PARTITION_MIN:
+    if 0 < k and 4 * (k + 1) <= n and keyed(a, dim) and a.size >= _PARTITION_MIN:
+        head_order = keyed_head(a, k + 1, dim, largest)
+    elif xp is np and a.dtype.kind in "fiub" and 0 < k and 4 * (k + 1) <= n and n >= _PARTITION_MIN:
         head_order = _sorted_head(a, k + 1, dim, largest)
     if head_order is None:
         head_order = xp.take(stable_argsort(xp, a, dim, descending=largest), xp.arange(min(k + 1, n)), axis=dim)

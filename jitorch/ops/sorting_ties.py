@@ -36,7 +36,7 @@ def replay_tied(xp, a, dim, fast, tied, replay):
     for pos in np.argwhere(tied):  # (argwhere, unlike nonzero, takes the 0-d flag of a 1-d input)
         pos = tuple(pos)
         out[pos] = replay(values[pos].tolist())
-    return np.moveaxis(out, -1, dim)
+    return np.moveaxis(out, -1, dim).copy()  # torch's strides: C order, size-1 dims included
 
 
 def _isnan(v):
