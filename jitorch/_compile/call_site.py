@@ -136,7 +136,7 @@ def _write_back(pairs):
 def contents_key(value, names=frozenset(), depth=_CONTENTS_DEPTH):
     """A guard of what a list, tuple, dict or deque holds, for one the graph gets whole (``_constant`` guards it by
     identity): its trace may have read an entry as a constant (``float(arrays[0].sum())``, ``q[0]``, ``d["scale"]``).
-    Plain values and NumPy arrays by value (arrays over `guards._SMALL_ARRAY` elements by identity), containers and
+    Plain values and NumPy arrays by value (arrays over `guards._SMALL_ARRAY` elements by contents), containers and
     the user's objects (their attributes among ``names``, those the code uses) a level further down, tensors and
     other objects by identity, all of them in one `named_values._SameEntries` pass.
 

@@ -19,6 +19,7 @@ from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..nn.modules.module import Module
 from ..utils._pytree import is_dict_kind
+from .array_contents import contents_version
 
 _MODULE_METHODS = (Module.modules, Module.parameters, Module.buffers, Module.named_modules)
 
@@ -46,20 +47,26 @@ class _Same:
         return f"the {type(self.obj).__name__} object at {id(self.obj):#x}"
 
 
-_SMALL_ARRAY = 4096  # elements: NumPy arrays up to this size are guarded by value, larger ones by identity
+# elements: NumPy arrays up to this size are guarded by value, larger ones by identity and a version of their contents
+# (array_contents.py: one comparison with a snapshot per call, no copy)
+_SMALL_ARRAY = 4096
 
 
 def _constant(value):
     """A stand-in for a non-tensor argument, compared with ``==``: plain data (NumPy scalars and small arrays too)
-    by value, anything else by identity (`_Same`)."""
+    by value, larger arrays by identity and contents (`array_contents.contents_version`), anything else by identity
+    (`_Same`)."""
     if isinstance(value, _SIMPLE):
         return (type(value).__name__, value)
     if isinstance(value, (tuple, list)) and all(isinstance(v, _SIMPLE) for v in value):
         return (type(value).__name__, tuple(value))
     if isinstance(value, np.generic):  # a timestep from np.arange, an index from randint
         return (f"numpy.{value.dtype}", value.item())
-    if type(value) is np.ndarray and value.size <= _SMALL_ARRAY:
-        return ("ndarray", value.shape, value.dtype.str, value.tobytes())
+    if type(value) is np.ndarray:
+        if value.size <= _SMALL_ARRAY:
+            return ("ndarray", value.shape, value.dtype.str, value.tobytes())
+        # changed in place (``a *= 2``), a trace's copy of it is stale: its version changes, and the call retraces
+        return ("ndarray", value.shape, value.dtype.str, "contents version", contents_version(value))
     return _Same(value)
 
 
@@ -239,8 +246,17 @@ def first_failure(expected, got):
         if want != have:
             if name.endswith(".stride") and type(want) is tuple and type(have) is tuple:
                 return _stride_failure(name, want, have, got)
-            return f"{name}: expected {want!r}, got {have!r}"
+            return f"{name}: expected {want!r}, got {have!r}" + _ARRAY_HINT * _contents_changed(want, have)
     return f"number of guarded values: expected {len(expected)}, got {len(got)}"
+
+
+_ARRAY_HINT = (" (a NumPy array changed in place: the graph may have baked its values in, so each change traces "
+               "again; pass it as a tensor, jitorch.from_numpy(a), for the graph to read it on every call)")
+
+
+def _contents_changed(want, have):
+    return type(want) is tuple and type(have) is tuple and len(want) == len(have) == 5 and \
+        want[3] == have[3] == "contents version" and want[:3] == have[:3]
 
 
 def _stride_failure(name, want, have, got):

@@ -5,7 +5,7 @@ reusing 2.0 (torch.compile guards the globals it reads the same way).
 What is read again on every call, for the compiled function, the user's helpers it names
 (`reached.functions_reached`) and, for a compiled module, the ``forward`` of each of its modules' own classes:
 - the numbers, strings, None and tuples or lists of them held by a global the code names or by a closure cell, and
-  NumPy arrays and scalars (by value; arrays over `guards._SMALL_ARRAY` elements by identity), and lists or tuples
+  NumPy arrays and scalars (by value; arrays over `guards._SMALL_ARRAY` elements by contents), and lists or tuples
   of them or of other objects (entry by entry up to `_SHORT_LIST` entries, longer ones by their entries'
   identities and the values of their arrays; a list the code mutates, ``self.queue.pop(0)``, by identity and, while
   short, by entries);
@@ -43,7 +43,7 @@ _MISSING = object()
 _CODE_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)
 _RANDOM_TYPES = (_random.Random, np.random.Generator, np.random.RandomState)
 # NumPy values a trace turns into graph constants (``x.new_tensor(self.mask)``): guarded by value up to
-# `guards._SMALL_ARRAY` elements, larger arrays by identity.
+# `guards._SMALL_ARRAY` elements, larger arrays by identity and contents (array_contents.py).
 _NUMPY_TYPES = (np.ndarray, np.generic)
 
 

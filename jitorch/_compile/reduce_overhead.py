@@ -49,7 +49,7 @@ from ..autograd.grad_mode import GradState
 from ..cpu import CPUGraph, graph
 from ..cpu._steps import root_of
 from ..runtime.host_pointer import data_address
-from .guards import _plain_attributes, call_hooks, first_failure
+from .guards import _constant, _plain_attributes, call_hooks, first_failure
 from .named_values import NamedValues
 from .side_effects import PythonState
 
@@ -121,6 +121,14 @@ def _cuda_span(array):
     return mem.ptr, mem.ptr + mem.size
 
 
+def _same_value(new, static, key):
+    """Whether a non-tensor argument is what the capture baked in: NumPy arrays by `guards._constant` (``key``: by
+    value, large ones by identity and contents), other values by identity or ``==``."""
+    if key is not None:
+        return type(new) is np.ndarray and _constant(new) == key
+    return new is static or (type(new) is type(static) and new == static)
+
+
 class ReduceOverheadFunction:
     """The callable `compile_reduce_overhead` returns. ``generation`` counts graph runs; ``graph`` is the `CPUGraph`."""
 
@@ -174,10 +182,10 @@ class ReduceOverheadFunction:
         """How the arguments differ from the captured ones (layout of a tensor, a non-tensor value), or None."""
         fast = self.fast_layouts
         if len(leaves) == len(fast) and all(
-                f is None and (new is static or (type(new) is type(static) and new == static)) or
+                f is None and _same_value(new, static, key) or
                 f is not None and type(new) is Tensor and type(new._data) is np.ndarray and new._data.shape == f[0]
                 and new._data.dtype == f[1] and new._data.flags.c_contiguous == f[2]
-                for f, new, static in zip(fast, leaves, self.static)):
+                for f, new, static, key in zip(fast, leaves, self.static, self.array_keys)):
             return None  # the common case, without building device and dtype objects
         if len(leaves) != len(self.static):
             return f"{len(leaves)} arguments, {len(self.static)} at capture"
@@ -189,13 +197,16 @@ class ReduceOverheadFunction:
                 got = (tuple(new.shape), new.dtype, new.device, new.is_contiguous())
                 if got != want:
                     return f"argument {i} is {_describe(new)}, captured as shape {list(want[0])}, dtype {want[1]}"
-            elif new is not static and not (type(new) is type(static) and new == static):
+            elif not _same_value(new, static, self.array_keys[i]):
                 return f"non-tensor argument {i} is {new!r}, {static!r} at capture"
         return None
 
     # -- capture --------------------------------------------------------------------------------------------------
     def _capture(self, spec, leaves):
         self._named_at_capture = self._baked_values()
+        # NumPy arguments are baked in (``jitorch.tensor(a)``, ``float(a.sum())``): guarded by value as the default
+        # mode guards them, so ``a *= 2`` between calls captures again; taken before the capture runs the function
+        self.array_keys = [_constant(t) if type(t) is np.ndarray else None for t in leaves]
         self.captured_spec = spec
         if any(isinstance(t, Tensor) and type(t._data) is not np.ndarray for t in leaves):
             return self._capture_cuda(spec, leaves)
