@@ -1,4 +1,4 @@
-"""topk, median and nanmedian of long slices take an O(n) partition instead of a full sort: the same values and
+"""topk, kthvalue, median and nanmedian of long slices take an O(n) partition instead of a full sort: the same values and
 indices as torch's, ties (at the cut, among the kept, at the median), NaNs, integer and boolean inputs included, and
 the 2-norm's single einsum pass equals torch's."""
 from __future__ import annotations
@@ -71,6 +71,20 @@ def test_median_of_long_slices_matches_torch(shape, kind, fn):
         _same(getattr(jitorch, fn)(jitorch.from_numpy(a), dim), getattr(torch, fn)(torch.from_numpy(a), dim))
     np.testing.assert_array_equal(getattr(jitorch, fn)(jitorch.from_numpy(a)).numpy(),
                                   getattr(torch, fn)(torch.from_numpy(a)).numpy())
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("kind", ["normal", "few ints", "nan", "ties", "bool"])
+def test_kthvalue_of_long_slices_matches_torch(shape, kind):
+    a = _data(kind, shape, np.random.default_rng(len(shape) * 5 + len(kind)))
+    if a.dtype == bool:
+        a = a.astype(np.uint8)
+    if kind == "ties":
+        a[a == 0] = -0.0  # equal to 0.0, kept in input order
+    for dim in range(len(shape)):
+        n = shape[dim]
+        for k in (1, n // 3, n):
+            _same(jitorch.kthvalue(jitorch.from_numpy(a), k, dim), torch.kthvalue(torch.from_numpy(a), k, dim))
 
 
 @pytest.mark.parametrize("shape", [(1000, 300), (4, 5, 6), (7,)])

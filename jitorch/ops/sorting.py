@@ -186,8 +186,10 @@ def _replays_unsorted(xp, a, dim):
 
 
 def _kth_kernel(xp, a, k, dim):
-    order = stable_argsort(xp, a, dim)
-    fast = xp.take(order, xp.asarray([k - 1]), axis=dim)
+    if xp is np and type(a) is np.ndarray and a.dtype.kind in "fiub" and a.shape[dim] > 64:
+        fast = _kth_in_stable_order(a, k - 1, dim)  # O(n): 10^6 float32 took 4x torch's time as a full sort
+    else:
+        fast = xp.take(stable_argsort(xp, a, dim), xp.asarray([k - 1]), axis=dim)
     tied = _nan_equal(xp, a, xp.take_along_axis(a, fast, axis=dim)).sum(axis=dim) > 1
     return _replay_tied(xp, a, dim, fast, tied, lambda v: [replay_kthvalue(v, k)])
 
