@@ -17,6 +17,7 @@ from ._shape import wrap_dim
 from ._tensor import Tensor
 from .autograd.graph import named
 from .ops import sorting as S
+from .ops.unique_counting import UNIQUE_CONSECUTIVE_FLAT, UNIQUE_FLAT
 
 __all__ = [
     "sort", "argsort", "msort", "topk", "kthvalue", "median", "nanmedian", "mode", "unique", "unique_consecutive",
@@ -159,14 +160,20 @@ def mode(input, dim=-1, keepdim=False):
 def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=None):
     """Sorted distinct elements (or slices along ``dim``), optionally with inverse indices and counts."""
     d = None if dim is None else wrap_dim(dim, input._data.ndim, "unique")
-    values, inverse, counts = apply(S.UNIQUE, input, dim=d)
+    if d is None:  # sorted or not, ATen's CPU unique returns the sorted values
+        values, inverse, counts = apply(UNIQUE_FLAT, input, with_inverse=bool(return_inverse))
+    else:
+        values, inverse, counts = apply(S.UNIQUE, input, dim=d)
     return _set_result(values, inverse, counts, return_inverse, return_counts)
 
 
 def unique_consecutive(input, return_inverse=False, return_counts=False, dim=None):
     """Collapse runs of equal consecutive elements (or slices along ``dim``)."""
     d = None if dim is None else wrap_dim(dim, input._data.ndim, "unique_consecutive")
-    values, inverse, counts = apply(S.UNIQUE_CONSECUTIVE, input, dim=d)
+    if d is None:
+        values, inverse, counts = apply(UNIQUE_CONSECUTIVE_FLAT, input, with_inverse=bool(return_inverse))
+    else:
+        values, inverse, counts = apply(S.UNIQUE_CONSECUTIVE, input, dim=d)
     return _set_result(values, inverse, counts, return_inverse, return_counts)
 
 

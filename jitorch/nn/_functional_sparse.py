@@ -25,6 +25,7 @@ from ..autograd.graph import named
 from ..autograd.grad_mode import no_grad
 from ..ops.indexing import INDEX
 from ..ops.nn_ops import CHECK_RANGE
+from ..ops.segment_max import SEGMENT_ARGMAX
 from ..ops.sparse_ops import SPARSE_EMBEDDING
 
 __all__ = ["embedding", "embedding_bag", "one_hot"]
@@ -179,6 +180,11 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     if mode == "max":
         if keep is not None:
             rows, ids = rows[keep], ids[keep]
+        if rows.dtype in (_dtype.float32, _dtype.float64):  # each maximum's row found, then gathered
+            positions = apply(SEGMENT_ARGMAX, rows.detach(), ids, bags=bags)
+            empty = positions < 0
+            out = rows.gather(0, positions.clamp(min=0))
+            return out.masked_fill(empty, 0) if bool(empty.any()) else out
         out = weight.new_zeros((bags, dim))
         return out.scatter_reduce(0, ids.unsqueeze(1).expand(ids.shape[0], dim), rows, "amax", include_self=False)
     if per_sample_weights is not None:
