@@ -122,6 +122,12 @@ def _needed_nodes(roots, wanted_nodes, wanted_leaves):
     return {k for k, v in runs.items() if v}
 
 
+def _wanted_edges(edges, needed, wanted_nodes, wanted_leaves):
+    """Per edge, whether a wanted input is its target or lies below it (`Node.needs_grad` during that node's run)."""
+    return tuple(e is not None and (id(e[0]) in needed or e[0] in wanted_nodes if isinstance(e[0], Node)
+                                    else id(e[0]) in wanted_leaves) for e in edges)
+
+
 def _fix_meta(grad, meta):
     """Reduce a broadcast gradient to the input's shape and cast it to the input's dtype."""
     shape, dtype = meta
@@ -261,7 +267,14 @@ def run_backward(roots, root_grads, retain_graph, create_graph, inputs=None, acc
                     node._freed = True
             else:
                 del grads[-1]  # the count, now 0: what remains is one gradient per output
-                in_grads = run_node(node, grads, wanted_nodes, captured, needed, retain_graph)
+                if needed is None:
+                    in_grads = run_node(node, grads, wanted_nodes, captured, needed, retain_graph)
+                else:
+                    node._grad_mask = _wanted_edges(node.next, needed, wanted_nodes, wanted_leaves)
+                    try:
+                        in_grads = run_node(node, grads, wanted_nodes, captured, needed, retain_graph)
+                    finally:
+                        node._grad_mask = None
                 if in_grads is None:
                     continue
             edges = node.next

@@ -119,6 +119,9 @@ class Node:
     # class; registering a hook clears it on the node).
     _plain = False
     _freed = False
+    # While the engine runs this node for ``autograd.grad(..., inputs)``: per edge, whether a wanted input lies below
+    # it (a backward then skips the other gradients, as torch's do: a gradient penalty needs no weight gradients).
+    _grad_mask = None
 
     def __init__(self, next_edges, attrs):
         self.next = next_edges
@@ -220,7 +223,8 @@ class Node:
         return tuple(e is not None for e in self.next)
 
     def needs_grad(self, i):
-        return self.next[i] is not None
+        mask = self._grad_mask
+        return self.next[i] is not None if mask is None else mask[i]
 
     # -- PyTorch-visible surface ----------------------------------------------------------------------------
     def name(self):
