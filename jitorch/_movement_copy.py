@@ -16,6 +16,7 @@ import operator
 
 from . import _memory_format as MF
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
+from ._dispatch_modes import MODES
 from ._dtype import checked_scalar, promote_types
 from ._shape import normalize_shape, sizes_or_keyword, wrap_dim, wrap_dims
 from ._tensor import Tensor
@@ -142,6 +143,8 @@ def stack(tensors, dim=0, *, out=None):
             raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(shape)} at entry 0 and "
                                f"{list(x.shape)} at entry {i}")
     d = wrap_dim(dim, len(shape) + 1, "stack")
+    if out is None and not MODES:  # (tracers and compilers see the cat of views they lower)
+        return apply(M.STACK, *tensors, dim=d)
     return named(cat([unsqueeze(x, d) for x in tensors], d, out=out), "StackBackward0")
 
 
