@@ -20,10 +20,11 @@ from ._grad_state import GradState
 from .amp._cast_mode import autocast_lower
 from ._pointwise import _write_out
 from .amp._cast_mode import autocast_policy
-from ._shape import wrap_dim, wrap_dims
+from ._shape import broadcast_shapes, wrap_dim, wrap_dims
 from ._tensor import Tensor
 from .autograd.graph import named
 from .ops import linalg as L
+from .ops.cdist_ops import CDIST
 
 __all__ = [
     "matmul", "mm", "bmm", "mv", "dot", "vdot", "inner", "outer", "ger", "addmm", "addmv", "addbmm", "baddbmm",
@@ -339,6 +340,11 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
         # where the distance is 0; the inner where keeps sqrt's infinite slope at 0 out of the graph.
         positive = sq > 0
         return where(positive, where(positive, sq, 1.0).sqrt(), 0.0)
+    if x1.dtype is x2.dtype and x1.dtype in (_dtype.float32, _dtype.float64) and x1._data.ndim == x2._data.ndim:
+        if x1._data.shape[:-2] != x2._data.shape[:-2]:
+            batch = tuple(broadcast_shapes(tuple(x1.shape[:-2]), tuple(x2.shape[:-2])))
+            x1, x2 = x1.expand(batch + tuple(x1.shape[-2:])), x2.expand(batch + tuple(x2.shape[-2:]))
+        return apply(CDIST, x1, x2, p=float(p))
     diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
     if math.isinf(p):
         # torch's cdist hands every coordinate tied for the maximum the whole gradient (an inf-norm splits it):

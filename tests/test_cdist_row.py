@@ -1,0 +1,51 @@
+"""``cdist`` for p != 2 (and p = 2 without the matrix product) as a row: values and both gradients against PyTorch
+with random upstream gradients, for every p family (0, < 1, 1, < 2, 2, > 2, inf), ties and zero distances, batch
+dims (broadcast too), empty inputs, both float types and sizes that take the generated kernel; ATen's missing double
+backward; and the node's name."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import jitorch
+from helpers import check_op
+
+PS = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, float("inf")]
+SHAPES = [((5, 3), (4, 3)), ((2, 5, 3), (2, 4, 3)), ((2, 1, 5, 3), (3, 4, 3)), ((0, 3), (4, 3)), ((5, 0), (4, 0)),
+          ((40, 30), (50, 30)), ((3, 30, 17), (3, 25, 17))]
+
+
+def _inputs(s1, s2, dtype, rounded, seed=0):
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal(s1).astype(dtype), rng.standard_normal(s2).astype(dtype)
+    return (np.round(a), np.round(b)) if rounded else (a, b)  # rounded: ties, zero differences, zero distances
+
+
+@pytest.mark.parametrize("p", PS)
+@pytest.mark.parametrize("shapes", SHAPES)
+@pytest.mark.parametrize("rounded", [False, True])
+def test_values_and_gradients_match_torch_float64(p, shapes, rounded):
+    a, b = _inputs(*shapes, "float64", rounded)
+    mode = "donot_use_mm_for_euclid_dist"  # p = 2 through the row too
+    check_op(lambda x, y: jitorch.cdist(x, y, p=p, compute_mode=mode),
+             lambda x, y: torch.cdist(x, y, p=p, compute_mode=mode), [a, b], atol=1e-10, rtol=1e-8)
+
+
+@pytest.mark.parametrize("p", PS)
+def test_float32_through_the_generated_kernel(p):
+    a, b = _inputs((70, 40), (60, 40), "float32", False, seed=1)
+    # (p < 1: |d|^(p - 1) is huge for a small difference, and float32 sums of such terms differ by order of addition)
+    tol = 3e-3 if p < 1 else 1e-4
+    check_op(lambda x, y: jitorch.cdist(x, y, p=p), lambda x, y: torch.cdist(x, y, p=p), [a, b], atol=tol, rtol=tol)
+
+
+def test_node_name_and_missing_double_backward():
+    a, b = _inputs((6, 3), (5, 3), "float64", False)
+    x, y = jitorch.tensor(a, requires_grad=True), jitorch.tensor(b)
+    out = jitorch.cdist(x, y, p=1)
+    assert out.grad_fn.name() == torch.cdist(torch.tensor(a, requires_grad=True), torch.tensor(b), p=1).grad_fn \
+        .name() == "CdistBackward0"
+    (g,) = jitorch.autograd.grad(out.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="the derivative for '_cdist_backward' is not implemented"):
+        g.sum().backward()
