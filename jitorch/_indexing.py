@@ -23,6 +23,7 @@ from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
 from ._dtype import FLOAT, checked_scalar
 from ._dtype import bool as _bool
 from ._dtype import int64 as _int64
+from ._creation_watchers import WATCHERS
 from ._grad_state import GradState
 from ._shape import wrap_dim
 from ._tensor import Tensor
@@ -44,6 +45,8 @@ def _type_name(t):
 
 
 def _on(t, like):
+    if type(t._data) is np.ndarray and type(like._data) is np.ndarray:
+        return t
     return t if t.device == like.device else t.to(like.device)
 
 
@@ -176,12 +179,37 @@ def _parse(x, key):
     return tuple(basic), tuple(template), indices
 
 
+def _quick_parse(self, key):
+    """`_parse`'s answer for the common keys, ``x[idx]`` and ``x[:, ..., :, idx]`` with ``idx`` an integer tensor or
+    a bool mask (of the indexed dims' shape) of the same (CPU) device; None for any other key."""
+    if type(key) is tuple:
+        if len(key) > self._data.ndim or len(key) < 2:
+            return None
+        *whole, index = key
+        if any(type(k) is not slice or k != _ALL for k in whole):
+            return None
+    else:
+        index, whole = key, ()
+    if type(index) is not Tensor or type(index._data) is not np.ndarray or type(self._data) is not np.ndarray:
+        return None
+    nd, at = index._data.ndim, len(whole)
+    if not nd or not self._data.ndim:
+        return None
+    if index._data.dtype not in _QUICK_INDEX and (  # a mask must cover dims of its own shape
+            index._data.dtype != np.bool_ or self._data.shape[at:at + nd] != index._data.shape):
+        return None
+    return None, (_ALL,) * at + (0,), [index]
+
+
+_QUICK_INDEX = (np.dtype(np.int64), np.dtype(np.int32))
+
+
 def _getitem(self, key):
     if type(key) is int and self._data.ndim:  # the common ``x[i]``, without the general parse
         size = self._data.shape[0]
         if -size <= key < size:
             return named(apply(M.SLICE, self, key=(key + size if key < 0 else key,)), "SelectBackward0")
-    basic, template, indices = _parse(self, key)
+    basic, template, indices = _quick_parse(self, key) or _parse(self, key)
     view = self if basic is None else apply(M.SLICE, self, key=basic)
     if indices:
         return apply(I.INDEX, view, *indices, key=template)
@@ -214,7 +242,7 @@ def _setitem(self, key, value):
     if not isinstance(value, Tensor):  # torch converts the value, with its overflow check, before reading the key
         half = self.dtype.category == FLOAT and self.dtype.itemsize == 2
         value = checked_scalar(value, self.dtype, "double" if half else None, reduced_floats=False)
-    basic, template, indices = _parse(self, key)
+    basic, template, indices = _quick_parse(self, key) or _parse(self, key)
     view = self if basic is None else apply(M.SLICE, self, key=basic)
     if isinstance(value, Tensor):
         value = _strip_leading_ones(_on(value, self))
@@ -266,6 +294,8 @@ def _check_index_dtype(index, op, allowed, message, error=RuntimeError):
 def _dim_indices(index, dim):
     """Index tensors addressing ``index`` along ``dim`` and each element's own position along the other dims."""
     nd = index._data.ndim
+    if type(index._data) is np.ndarray and not WATCHERS:  # traces see the grids made by ``arange``
+        return [index if d == dim else Tensor._make(I.grid(n, d, nd)) for d, n in enumerate(index._data.shape)]
     out = []
     for d in range(nd):
         if d == dim:
@@ -305,7 +335,7 @@ def _dim_index(self, dim, index, op):
     d = wrap_dim(dim, self._data.ndim, op)
     if index._data.ndim > 1:
         raise IndexError(f"{op}(): Index is supposed to be a vector")
-    return (_ALL,) * d + (0,), _on(index.reshape(-1), self)
+    return (_ALL,) * d + (0,), _on(index if index._data.ndim == 1 else index.reshape(-1), self)
 
 
 def index_select(input, dim, index):
@@ -400,6 +430,8 @@ def _fill_value(self, value, op):
             raise RuntimeError(f"{op} only supports a 0-dimensional value tensor, but got tensor with "
                                f"{value._data.ndim} dimension(s).")
         return _on(value, self).to(self.dtype)
+    if type(self._data) is np.ndarray and not WATCHERS:  # traces see the value made by ``full``
+        return Tensor._make(np.full((), checked_scalar(value, self.dtype), dtype=self._data.dtype))
     return _creation.full((), checked_scalar(value, self.dtype), dtype=self.dtype, device=self.device)
 
 

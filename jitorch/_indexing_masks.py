@@ -62,6 +62,8 @@ def _masked_fill_(self, mask, value):
 def masked_select(input, mask):
     """The elements of ``input`` where ``mask`` is True, as a 1-D tensor (the two broadcast first)."""
     _check_mask(mask, "masked_select: expected BoolTensor for mask")
+    if input._data.shape == mask._data.shape and input._data.ndim:  # nothing to broadcast
+        return apply(I.INDEX, input, _on(mask, input), key=(0,))
     shape = broadcast_shapes(input._data.shape, mask._data.shape, op="masked_select")
     return apply(I.INDEX, _as_vector(input.expand(shape)), _as_vector(_on(mask, input).expand(shape)), key=(0,))
 

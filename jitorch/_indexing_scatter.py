@@ -152,9 +152,10 @@ def take_along_dim(input, indices, dim=None):
     sizes = list(input._data.shape)
     sizes[d] = indices._data.shape[d]
     shape = list(broadcast_shapes(tuple(sizes), indices._data.shape, op="take_along_dim"))
-    indices = indices.expand(shape)
+    if indices._data.shape != tuple(shape):  # (an expand to its own shape would only add a node)
+        indices = indices.expand(shape)
     shape[d] = input._data.shape[d]
-    return _gather(input.expand(shape), d, indices, True)
+    return _gather(input if input._data.shape == tuple(shape) else input.expand(shape), d, indices, True)
 
 
 _INDEX_REDUCES = ("prod", "mean", "amax", "amin")

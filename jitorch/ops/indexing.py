@@ -18,15 +18,18 @@ tensor([0., 2., 0.])
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .._shape import broadcast_shapes
 from ..runtime import scatter_add, ufunc_at
+from ..runtime.host_scatter import _MIN_UPDATE
 from . import native_indexed
 from .table import Opaque, defop
 
-__all__ = ["INDEX", "INDEX_PUT", "SCATTER_REDUCE", "IndexOutOfBounds", "check_bounds", "expand_key", "reduce_at",
-           "reduce_in_rounds"]
+__all__ = ["INDEX", "INDEX_PUT", "SCATTER_REDUCE", "IndexOutOfBounds", "check_bounds", "expand_key", "grid",
+           "reduce_at", "reduce_in_rounds"]
 
 
 class IndexOutOfBounds(IndexError):
@@ -52,33 +55,93 @@ def expand_key(xp, key, indices, shape, negative=True):
     As in PyTorch, index arrays must broadcast together, bounds are checked only when the result has elements, and a
     bounds error names the ordinal of the index array among the index arrays.
     """
-    out, checks, dim = [], [], 0
+    out, checks, _ = _expand(xp, key, indices, shape)
+    for arr, size, ordinal in checks:
+        check_bounds(arr, size, ordinal, negative)
+    return out
+
+
+def _expand(xp, key, indices, shape):
+    """(array-module key, the bounds checks ``(array, size, ordinal)`` it still needs, the elements it picks):
+    `expand_key` unchecked."""
+    out, checks, dim, slices = [], [], 0, 0
     for entry in key:
         if type(entry) is slice:
             out.append(entry)
             dim += 1
+            slices += 1
             continue
         arr = indices[entry]
         if arr.dtype == np.bool_:
             out.extend(xp.nonzero(arr))
             dim += arr.ndim
             continue
-        checks.append((arr, shape[dim], len(out) - sum(type(k) is slice for k in out)))
+        checks.append((arr, shape[dim], len(out) - slices))
         out.append(arr)
         dim += 1
     shapes = [k.shape for k in out if type(k) is not slice]
-    try:
-        picked = broadcast_shapes(*shapes)
-    except RuntimeError:
-        raise IndexError("shape mismatch: indexing tensors could not be broadcast together with shapes "
-                         + ", ".join(str(list(s)) for s in shapes)) from None
-    kept = [n for k, n in zip(out, shape) if type(k) is slice] + list(shape[len(out):])
-    if all(picked) and all(kept):
-        for arr, size, ordinal in checks:
-            check_bounds(arr, size, ordinal, negative)
-        return tuple(out)
+    if len(shapes) == 1:
+        picked = shapes[0]
+    else:
+        try:
+            picked = broadcast_shapes(*shapes)
+        except RuntimeError:
+            raise IndexError("shape mismatch: indexing tensors could not be broadcast together with shapes "
+                             + ", ".join(str(list(s)) for s in shapes)) from None
+    size = math.prod(picked) * math.prod(shape[len(out):])
+    for k, n in zip(out, shape):
+        if type(k) is slice:
+            size *= n
+    if size:
+        return tuple(out), checks, size
     # An empty result reads nothing, so PyTorch accepts any index values; the array module would still check them.
-    return tuple(k if type(k) is slice or not k.size else xp.zeros(k.shape, dtype=k.dtype) for k in out)
+    return tuple(k if type(k) is slice or not k.size else xp.zeros(k.shape, dtype=k.dtype) for k in out), [], 0
+
+
+def _host_checked(a, checks, negative):
+    """Whether NumPy's own bounds check of ``a[key]`` can stand in for ``checks``: ``a`` and the index arrays are
+    NumPy arrays; without ``negative`` the arrays' minimums are checked here (NumPy would wrap negatives). Runs the
+    checks (raising PyTorch's error) when one fails."""
+    if type(a) is not np.ndarray or any(type(arr) is not np.ndarray for arr, _, _ in checks):
+        return False
+    if not negative and any(id(arr) not in _GRID_IDS and int(_MIN(arr, axis=None)) < 0 for arr, _, _ in checks):
+        _run_checks(checks, negative)
+    return True
+
+
+def _run_checks(checks, negative):
+    for arr, size, ordinal in checks:
+        check_bounds(arr, size, ordinal, negative)
+
+
+_MIN = np.minimum.reduce
+# Both native forms take only keys picking this many elements or more: smaller calls skip their inspection.
+_NATIVE_MIN = native_indexed._MIN_ELEMENTS
+
+
+def grid(n, d, nd):
+    """``arange(n)`` laid along dim ``d`` of ``nd`` as a read-only NumPy array, made once per shape: the position
+    arrays of gather/scatter keys (never negative, so `_host_checked` skips their check).
+
+    >>> grid(3, 0, 2).tolist()
+    [[0], [1], [2]]
+    """
+    arr = _GRIDS.get((n, d, nd))
+    if arr is None:
+        if len(_GRIDS) > 256:
+            _GRIDS.clear()
+            _GRID_IDS.clear()
+        shape = [1] * nd
+        shape[d] = n
+        arr = np.arange(n, dtype=np.int64).reshape(shape)
+        arr.flags.writeable = False
+        _GRIDS[n, d, nd] = arr
+        _GRID_IDS.add(id(arr))  # the cache keeps arr alive, so its id stays its own until both are cleared
+    return arr
+
+
+_GRIDS: dict = {}
+_GRID_IDS: set = set()
 
 
 def _saved_indices(ctx, start):
@@ -101,16 +164,24 @@ def _saved_indices(ctx, start):
 
 # -- gathering: out = a[key] -------------------------------------------------------------------------------------------
 def _index_kernel(xp, a, *indices, key, negative=True):
-    if xp is np:
+    k, checks, size = _expand(xp, key, indices, a.shape)
+    if xp is np and size >= _NATIVE_MIN:
         out = native_indexed.gather(indices, a, key, negative)
         if out is not None:
             return out
-    k = expand_key(xp, key, indices, a.shape, negative)
-    d = _rows_dim(k) if xp is np else None
-    if d is not None:
-        return np.take(a, k[d], axis=d)  # the rows in order, contiguous: 4x faster than a[:, idx] and its copy
-    # NumPy lays out an index on an inner dim with transposed strides; torch's result is contiguous.
-    out = a[k]
+    if not (checks and _host_checked(a, checks, negative)):
+        _run_checks(checks, negative)
+        checks = None
+    try:
+        d = _rows_dim(k) if xp is np else None
+        if d is not None:
+            return np.take(a, k[d], axis=d)  # the rows in order, contiguous: 4x faster than a[:, idx] and its copy
+        # NumPy lays out an index on an inner dim with transposed strides; torch's result is contiguous.
+        out = a[k]
+    except IndexError:
+        if checks:  # NumPy's bounds check failed: PyTorch's error
+            _run_checks(checks, negative)
+        raise
     return out if out.flags.c_contiguous else out.copy()
 
 
@@ -123,13 +194,20 @@ def _rows_dim(k):
     return d if k[d].dtype.kind in "iu" else None
 
 
-def _index_backward(ctx, g):
+def _apply(op, *args, **attrs):
+    """The dispatcher's ``apply`` (imported on first use: the dispatcher imports these rows)."""
+    global _apply
     from .._dispatch import apply
 
+    _apply = apply  # later calls skip this function's import
+    return apply(op, *args, **attrs)
+
+
+def _index_backward(ctx, g):
     indices = _saved_indices(ctx, 1)
     shape = ctx.in_meta[0][0]
     # Accumulating put: an element picked several times receives the sum of its gradients.
-    grad = apply(INDEX_PUT, g.new_zeros(shape), g, *indices, key=ctx.attrs["key"], accumulate=True)
+    grad = _apply(INDEX_PUT, g.new_zeros(shape), g, *indices, key=ctx.attrs["key"], accumulate=True)
     return (grad,) + (None,) * len(indices)
 
 
@@ -139,20 +217,33 @@ INDEX = defop("index", _index_kernel, _index_backward, Opaque("gather by index a
 # -- writing: out = a.copy(); out[key] = values (or += with accumulate) ------------------------------------------------
 def _index_put_kernel(xp, a, values, *indices, key, accumulate, negative=True):
     out = a.copy()
-    if accumulate and xp is np:
+    k, checks, size = _expand(xp, key, indices, a.shape)
+    if accumulate and xp is np and size >= _NATIVE_MIN:
         try:
             if native_indexed.scatter_add(out, values, indices, key, negative):
                 return out
         except native_indexed.IndexedOutOfBounds:
-            out = a.copy()  # the updates before the bad index are undone; expand_key raises PyTorch's error
-    k = expand_key(xp, key, indices, a.shape, negative)
+            out = a.copy()  # the updates before the bad index are undone; the checks below raise PyTorch's error
+    if not (checks and _host_checked(a, checks, negative)):
+        _run_checks(checks, negative)
+        checks = None
     try:
         if accumulate:
-            scatter_add(xp, out, k, values)
+            if type(out) is np.ndarray and size < _MIN_UPDATE:
+                np.add.at(out, k, values)  # what host_scatter's add_at does for small updates, bounds checked
+            else:
+                if checks:  # add_at's whole-array forms wrap any index
+                    _run_checks(checks, negative)
+                scatter_add(xp, out, k, values)
         else:
             out[k] = values
-    except ValueError:
-        picked = out[k].shape
+    except IndexError:
+        if checks:  # NumPy's bounds check failed: PyTorch's error
+            _run_checks(checks, negative)
+        raise
+    except ValueError:  # torch checks the value's shape before the bounds, as NumPy does
+        zeros = tuple(e if type(e) is slice or not n else xp.zeros(e.shape, e.dtype) for e, n in zip(k, out.shape))
+        picked = out[zeros].shape  # the shape alone: the indices may be out of bounds
         try:
             broadcast_shapes(tuple(values.shape), picked)
         except RuntimeError:  # torch names both shapes; the dispatcher's message would list the index arrays too
@@ -163,16 +254,14 @@ def _index_put_kernel(xp, a, values, *indices, key, accumulate, negative=True):
 
 
 def _index_put_backward(ctx, g):
-    from .._dispatch import apply
-
     indices = _saved_indices(ctx, 2)
     key, accumulate = ctx.attrs["key"], ctx.attrs["accumulate"]
     g_self = g_values = None
     if ctx.needs_grad(0):
         # Overwritten positions no longer depend on the old values.
-        g_self = g if accumulate else apply(INDEX_PUT, g, 0, *indices, key=key, accumulate=False)
+        g_self = g if accumulate else _apply(INDEX_PUT, g, 0, *indices, key=key, accumulate=False)
     if ctx.needs_grad(1):
-        g_values = apply(INDEX, g, *indices, key=key)  # the engine sums it to the (broadcast) values' shape
+        g_values = _apply(INDEX, g, *indices, key=key)  # the engine sums it to the (broadcast) values' shape
     return (g_self, g_values) + (None,) * len(indices)
 
 
