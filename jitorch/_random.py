@@ -322,7 +322,7 @@ def _float_sample(name, method, generator, dt, shape, device, requires_grad):
         rng = _rng(_generator_for(generator, device))
 
         def draw(real, size):
-            values = getattr(rng, method)(size, dtype=np.float64 if real is _dtype.float64 else np.float32)
+            values = random_ops.draw_from(rng, method, size, dtype=np.float64 if real is _dtype.float64 else np.float32)
             values = half_uniform(values, real.np) if method == "random" else values
             return _sample(values, real, device, False)
     if dt.is_complex:

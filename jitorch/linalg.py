@@ -17,8 +17,12 @@ import math
 
 from . import _dtype, return_types
 from ._dispatch import TORCH_TYPE_NAMES, apply
+from ._creation import _finish
+from ._dispatch_modes import MODES
+from ._grad_state import GradState
 from ._linalg import cross as _cross
 from ._linalg import matmul
+from ._linalg_gelsy import gelsy, gelsy_applies
 from ._pointwise import _write_out
 from ._shape import wrap_dims
 from ._tensor import Tensor
@@ -305,23 +309,36 @@ def matrix_rank(A, *, atol=None, rtol=None, hermitian=False, tol=None, out=None)
 
 @autocast_policy(cpu="fp32", cuda="unlisted")
 def lstsq(A, B, rcond=None, *, driver=None):
-    """Least-squares solution of ``A X = B`` (through the pseudo-inverse), with rank and, for the SVD drivers,
-    singular values and residuals as ``torch.linalg.lstsq`` reports them."""
+    """Least-squares solution of ``A X = B`` (CPU: LAPACK ``gelsy``, torch's default driver; else, and for
+    gradients, through the pseudo-inverse), with rank and, for the SVD drivers, singular values and residuals as
+    ``torch.linalg.lstsq`` reports them."""
     _check_matrix(A, "linalg.lstsq", square=False)
     if driver not in (None, "gels", "gelsy", "gelsd", "gelss"):
         raise RuntimeError(f"torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss), "
                            f"got {driver}")
+    if not 0 <= A._data.ndim - B._data.ndim <= 1:
+        raise RuntimeError("torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and "
+                           "(input.dim() - other.dim()) <= 1")
     vector = B._data.ndim == A._data.ndim - 1
     b = B.unsqueeze(-1) if vector else B
     if b._data.shape[-2] != A._data.shape[-2]:
         raise RuntimeError(f"torch.linalg.lstsq: input.size(-2) should match other.size(-2), got "
                            f"{A._data.shape[-2]} and {b._data.shape[-2]}")
-    solution = matmul(pinv(A, rtol=rcond), b)
-    empty = A.new_zeros((0,))
+    empty = A.new_zeros((0,), dtype=A.dtype.to_real())
+    fast = driver in (None, "gelsy") and not MODES and gelsy_applies(A._data, b._data)
+    if fast:
+        # ATen's driver on the CPU; its solution where no gradient is wanted (the backward is pinv's, below).
+        m, n = A._data.shape[-2:]
+        tol = float(_dtype.finfo(A.dtype.to_real()).eps) * max(m, n) if rcond is None else float(rcond)
+        x, ranks = gelsy(A._data, b._data, tol)
+        rank = _finish(ranks, device=A.device)
+    needs_grad = GradState.enabled and (A.requires_grad or b.requires_grad)
+    solution = _finish(x, device=A.device) if fast and not needs_grad else matmul(pinv(A, rtol=rcond), b)
     s = svdvals(A.detach()) if driver in ("gelsd", "gelss") else None
-    rank = empty.long() if driver == "gels" else matrix_rank(A.detach(), rtol=rcond)
+    if not fast:
+        rank = empty.long() if driver == "gels" else matrix_rank(A.detach(), rtol=rcond)
     m, n = A._data.shape[-2:]
-    residuals = A.reshape(-1).narrow(0, 0, 0)  # empty, but part of the graph as PyTorch's is
+    residuals = A.reshape(-1).narrow(0, 0, 0).abs()  # empty, real, but part of the graph as PyTorch's is
     if driver not in (None, "gelsy") and m > n and bool((rank == n).all()):
         residuals = ((matmul(A, solution) - b).abs() ** 2).sum(-2)
     return linalg_lstsq(solution.squeeze(-1) if vector else solution, residuals, rank,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .native_normal import standard_normal
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 __all__ = ["BERNOULLI_MASK", "UNIFORM_SAMPLE", "NORMAL_SAMPLE", "INTEGER_SAMPLE", "BERNOULLI_SAMPLE", "RANDOM_ROWS",
@@ -50,6 +51,13 @@ BERNOULLI_MASK = defop("bernoulli_mask", _bernoulli_mask_kernel, NOT_DIFFERENTIA
                        Opaque("random draw: fresh numbers on every run"))
 
 
+def draw_from(rng, method, *args, **kwargs):
+    """``rng``'s ``method`` (NumPy's names); float32 ``standard_normal`` as ATen draws it (`native_normal`)."""
+    if method == "standard_normal":
+        return standard_normal(rng, *args, **kwargs)
+    return getattr(rng, method)(*args, **kwargs)
+
+
 def _draw(ref, method, *args, **kwargs):
     """``method`` of the default generator of ``ref``'s device, in ``ref``'s dtype, as the samplers draw it.
 
@@ -60,7 +68,7 @@ def _draw(ref, method, *args, **kwargs):
     from .._dtype import to_dtype
 
     if type(ref) is np.ndarray:
-        values = getattr(_random.default_generator._rng, method)(*args, **kwargs)
+        values = draw_from(_random.default_generator._rng, method, *args, **kwargs)
         return (_random.half_uniform(values, ref.dtype) if method == "random" else values).astype(ref.dtype,
                                                                                                   copy=False)
     gen = _random.cuda_generator(ref.device.id)

@@ -1,0 +1,75 @@
+"""float32 normal draws (``randn``, ``normal_``, ``Normal.sample``) made by the Box-Muller kernel of
+``ops/native_normal.py``: the streams are jitorch's, not torch's, so samples are compared with torch's in
+distribution (two-sample Kolmogorov-Smirnov on 200k draws each, moments), plus dtypes, shapes, seeding and
+finiteness."""
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+
+import jitorch
+
+N = 200_000
+
+
+def _torch_normals(n, seed=0):
+    torch.manual_seed(seed)
+    return torch.randn(n).numpy().astype(np.float64)
+
+
+@pytest.mark.parametrize("draw", [
+    lambda: jitorch.randn(N),
+    lambda: jitorch.randn(400, 500),
+    lambda: jitorch.empty(N).normal_(),
+    lambda: jitorch.randn(N, generator=jitorch.Generator().manual_seed(5)),
+    lambda: jitorch.randn(N + 1),  # odd: one Box-Muller pair half used
+])
+def test_same_distribution_as_torch(draw):
+    jitorch.manual_seed(0)
+    x = draw()
+    assert x.dtype == jitorch.float32
+    z = x.numpy().astype(np.float64).ravel()
+    assert np.isfinite(z).all()
+    assert scipy.stats.ks_2samp(z, _torch_normals(z.size)).pvalue > 1e-3
+    assert abs(z.mean()) < 0.01 and abs(z.std() - 1) < 0.01
+    # the pairs are independent: cos and sin halves of one draw are uncorrelated
+    half = z.size // 2
+    assert abs(np.corrcoef(z[:half], z[half:2 * half])[0, 1]) < 0.01
+
+
+@pytest.mark.parametrize("mean,std", [(0.0, 1.0), (3.0, 0.5), (-2.0, 4.0), (1.0, 0.0)])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "complex64"])
+def test_normal_inplace_moments_match_torch(mean, std, dtype):
+    jitorch.manual_seed(1)
+    torch.manual_seed(1)
+    jt = jitorch.empty(N, dtype=getattr(jitorch, dtype)).normal_(mean, std)
+    th = torch.empty(N, dtype=getattr(torch, dtype)).normal_(mean, std)
+    assert jt.dtype.is_complex == th.dtype.is_complex and str(jt.dtype) == str(th.dtype).replace("torch", "jitorch")
+    a = jt.to(jitorch.complex128 if dtype == "complex64" else jitorch.float64).numpy()
+    b = th.to(torch.complex128 if dtype == "complex64" else torch.float64).numpy()
+    for part in ((np.real, np.imag) if dtype == "complex64" else (np.real,)):
+        pa, pb = part(a), part(b)
+        tol = 0.02 * max(std, 1e-3) + (0.02 * abs(mean) if dtype != "float32" else 0.0)
+        assert abs(pa.mean() - pb.mean()) < tol + 1e-6
+        assert abs(pa.std() - pb.std()) < tol + 1e-6
+        if std > 0:
+            assert scipy.stats.ks_2samp(pa, pb).pvalue > 1e-3
+
+
+def test_seeded_streams_repeat_and_generators_agree():
+    jitorch.manual_seed(7)
+    a = jitorch.randn(5000)
+    jitorch.manual_seed(7)
+    b = jitorch.randn(5000)
+    c = jitorch.randn(5000, generator=jitorch.Generator().manual_seed(7))
+    assert bool((a == b).all()) and bool((a == c).all())
+    assert not bool((a == jitorch.randn(5000)).all())
+
+
+def test_small_and_float64_draws_keep_numpys_sampler():
+    jitorch.manual_seed(3)
+    small = jitorch.randn(10)
+    rng = np.random.Generator(np.random.PCG64(3))
+    np.testing.assert_array_equal(small.numpy(), rng.standard_normal(10, dtype=np.float32))
+    x = jitorch.randn(5000, dtype=jitorch.float64)
+    assert x.dtype == jitorch.float64 and np.isfinite(x.numpy()).all()
