@@ -224,6 +224,9 @@ def from_numpy(ndarray):
         raise ValueError("At least one stride in the given numpy array is negative, and tensors with negative strides "
                          "are not currently supported. (You can probably work around this by making a copy of your "
                          "array  with array.copy().) ")  # torch's text, its double and trailing spaces too
+    if any(s % ndarray.itemsize for s in ndarray.strides):  # a field of a structured array: torch's refusal
+        raise ValueError("given numpy array strides not a multiple of the element byte size. Copy the numpy array to "
+                         "reallocate the memory.")
     if isinstance(ndarray, np.memmap) or type(ndarray) is not np.ndarray:
         ndarray = ndarray.view(np.ndarray)
     return Tensor._make(ndarray)

@@ -143,7 +143,9 @@ def stack(tensors, dim=0, *, out=None):
             raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(shape)} at entry 0 and "
                                f"{list(x.shape)} at entry {i}")
     d = wrap_dim(dim, len(shape) + 1, "stack")
-    if out is None and not MODES:  # (tracers and compilers see the cat of views they lower)
+    # One row for row-major inputs and inputs of other ranks (a permuted image stacks row-major, as torch's); a
+    # non-contiguous 4-D/5-D input (channels-last) keeps the cat of views, whose layout rule is ATen's.
+    if out is None and not MODES and (len(shape) not in (4, 5) or all(x._data.flags.c_contiguous for x in tensors)):
         return apply(M.STACK, *tensors, dim=d)
     return named(cat([unsqueeze(x, d) for x in tensors], d, out=out), "StackBackward0")
 

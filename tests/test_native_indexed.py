@@ -164,3 +164,24 @@ def test_kernels_against_numpy(variant):
         IndexedAlongDim("gather", "b4", "i64", variant, wrap=False)(src, np.broadcast_to(bad, (7, 50, inner)))
     # the bad index's own position; the scalar variant (no early exit in a row) names its row's first one
     assert err.value.position == (2 * 50 + (0 if variant == "scalar" else 10)) * inner
+
+
+def test_arrays_with_strides_of_partial_elements():
+    """A structured array's field has strides that are not whole elements: torch's from_numpy refuses it, and the
+    kernels decline such an array."""
+    rec = np.zeros(3000, dtype=[("a", "<f4"), ("b", "u1")])
+    rec["a"] = np.arange(3000)
+    with pytest.raises(ValueError, match="strides not a multiple of the element byte size"):
+        jitorch.from_numpy(rec["a"])
+    with pytest.raises(ValueError, match="strides not a multiple of the element byte size"):
+        torch.from_numpy(rec["a"])
+    assert not native_indexed._run("gather", "b4", *(np.lib.stride_tricks.as_strided(
+        a, (1, 100, 3), (0, 15, 5)) for a in (np.zeros(400, np.int64), rec["a"], np.zeros(300, np.float32))), False)
+
+
+def test_index_into_an_empty_dim_raises_as_torch():
+    with pytest.raises(IndexError):
+        torch.zeros(0, 0)[:, torch.tensor([0, 1])]
+    with pytest.raises(IndexError):
+        jitorch.zeros(0, 0)[:, jitorch.tensor([0, 1])]
+    assert jitorch.zeros(0, 3)[:, jitorch.tensor([2])].shape == torch.zeros(0, 3)[:, torch.tensor([2])].shape

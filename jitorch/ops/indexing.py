@@ -174,7 +174,8 @@ def _index_kernel(xp, a, *indices, key, negative=True):
         checks = None
     try:
         d = _rows_dim(k) if xp is np else None
-        if d is not None:
+        # (an index into an empty dim raises even for an empty result, as torch's: np.take would not check it)
+        if d is not None and (a.shape[d] or not k[d].size):
             return np.take(a, k[d], axis=d)  # the rows in order, contiguous: 4x faster than a[:, idx] and its copy
         # NumPy lays out an index on an inner dim with transposed strides; torch's result is contiguous.
         out = a[k]

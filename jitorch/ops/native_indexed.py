@@ -195,6 +195,8 @@ def _collapse(shape, strides):
 
 def _run(kind, dtype, idx, src, out, negative):
     """The kernel over 3-D views: True, or False when the strides are not whole elements."""
+    if any(s % a.itemsize for a in (idx, src, out) for s in a.strides):
+        return False  # (a field of a structured array: strides that are not whole elements)
     if idx.shape[2] == 1:
         variant = "scalar"
     elif idx.strides[2] == 0 and src.strides[2] == src.itemsize and out.strides[2] == out.itemsize:
