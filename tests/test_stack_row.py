@@ -40,3 +40,12 @@ def test_shape_mismatch_error_and_traced_form():
     traced.graph.lint()
     np.testing.assert_array_equal(traced(a, b).numpy(), fn(a, b).numpy())
     np.testing.assert_array_equal(jitorch.compile(fn)(a, b).numpy(), fn(a, b).numpy())
+
+
+def test_channels_last_inputs_keep_their_layout_as_torch():
+    x = np.random.default_rng(1).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    j = jitorch.tensor(x).contiguous(memory_format=jitorch.channels_last)
+    t = torch.from_numpy(x).contiguous(memory_format=torch.channels_last)
+    got, want = jitorch.stack([j, j, j]), torch.stack([t, t, t])
+    assert got.stride() == want.stride()
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
