@@ -1,4 +1,4 @@
-"""The weight gradient of a stride-1 2-D convolution as one LLVM function, reading the input in place (no im2col).
+"""The weight gradient of a 2-D convolution as one LLVM function, reading the input in place (no im2col).
 
 ``gw[o, c, ky, kx] = sum over n, h, w of g[n, o, h, w] * x[n, c, h + ky*dh, w + kx*dw]`` (``x`` padded). For a block
 of ``OB`` output channels and one input channel, ``OB * KH * KW`` vector accumulators run over every image, output
@@ -38,9 +38,15 @@ __all__ = ["DirectConvWeight"]
 _ARGS = ("batch", "cg", "hp", "wp", "ho", "wo", "obg", "cx", "ot", "dh", "dw")
 
 
-def _function_ir(name, dtype, kernel, lanes, block, single=False):
+def _function_ir(name, dtype, kernel, lanes, block, single=False, stride=(1, 1)):
     """The LLVM IR of the weight-gradient kernel ``name`` (see the module notes); ``single``: for output rows of at
-    most ``lanes`` columns."""
+    most ``lanes`` columns. At a column stride ``sx`` a tap loads the ``sx * L`` adjacent elements up to its last
+    kept one (masked) and keeps every ``sx``-th, as `llvm_conv` 's forward does; rows are ``sy`` apart."""
+    sy, sx = stride
+    wide = sx > 1
+    # Strided rows read several times the input a gradient row covers: consecutive items share the input channel
+    # (kept in L1) and read the next block's gradient planes instead (4x16x32^3 at stride 2: ~20% faster).
+    channel_major = (sy, sx) != (1, 1)
     ty = LLVM_TYPES[dtype]
     vt, item, mt = f"<{lanes} x {ty}>", np.dtype(DTYPES[dtype]).itemsize, f"<{lanes} x i1>"
     kh, kw = kernel
@@ -53,6 +59,10 @@ def _function_ir(name, dtype, kernel, lanes, block, single=False):
     line(f"declare {vt} {fma}({vt}, {vt}, {vt})")
     line(f"declare {vt} {load_masked}(ptr, i32, {mt}, {vt})")
     line(f"declare {ty} {reduce}({ty}, {vt})")
+    wide_t, wide_mt = f"<{lanes * sx} x {ty}>", f"<{lanes * sx} x i1>"
+    load_wide = f"@llvm.masked.load.v{lanes * sx}{dtype}.p0"
+    if wide:
+        line(f"declare {wide_t} {load_wide}(ptr, i32, {wide_mt}, {wide_t})")
     line(f"define void @{name}(i64 %start, i64 %stop, ptr noalias %x, ptr noalias %g, ptr noalias %out, "
          f"{', '.join(f'i64 %{a}' for a in _ARGS)}) nounwind {{")
     line("entry:")
@@ -60,7 +70,11 @@ def _function_ir(name, dtype, kernel, lanes, block, single=False):
 
     def chunk(col, acc_in, mask):
         """The loads and multiply-adds of one chunk of columns starting at ``col`` of the current row."""
-        line(f"  %xw = add nsw i64 %xh, {col}")
+        if wide:  # the input columns of chunk ``col`` start at ``sx * col``
+            line(f"  %xw.c = mul nsw i64 {col}, {sx}")
+            line("  %xw = add nsw i64 %xh, %xw.c")
+        else:
+            line(f"  %xw = add nsw i64 %xh, {col}")
         line(f"  %gw = add nsw i64 %gh, {col}")
         masked = f"i32 {item}, {mt} {mask}, {vt} zeroinitializer"
         for j in range(block):
@@ -70,13 +84,24 @@ def _function_ir(name, dtype, kernel, lanes, block, single=False):
         for i in range(taps):
             line(f"  %x.{i}.o = add nsw i64 %xw, %tap.{i}")
             line(f"  %x.{i}.p = getelementptr {ty}, ptr %x, i64 %x.{i}.o")
-            line(f"  %x.{i} = call {vt} {load_masked}(ptr %x.{i}.p, {masked})")
+            if wide:
+                every = ", ".join(f"i32 {k * sx}" for k in range(lanes))
+                line(f"  %x.{i}.all = call {wide_t} {load_wide}(ptr %x.{i}.p, i32 {item}, {wide_mt} {mask}.wide, "
+                     f"{wide_t} zeroinitializer)")
+                line(f"  %x.{i} = shufflevector {wide_t} %x.{i}.all, {wide_t} poison, <{lanes} x i32> <{every}>")
+            else:
+                line(f"  %x.{i} = call {vt} {load_masked}(ptr %x.{i}.p, {masked})")
             for j in range(block):
                 line(f"  %acc.{j}.{i}.new = call {vt} {fma}({vt} %g.{j}, {vt} %x.{i}, {vt} %acc.{j}.{i}.{acc_in})")
 
     def mask_of(name, left):
         for text in vector_mask(f"%{name}", lanes, left):
             line(f"  {text}")
+        if wide:  # the wide load's lanes up to the last kept element: none past it, so no read past the input
+            line(f"  %{name}.reach0 = mul nsw i64 {left}, {sx}")
+            line(f"  %{name}.reach = sub nsw i64 %{name}.reach0, {sx - 1}")
+            for text in vector_mask(f"%{name}.wide", lanes * sx, f"%{name}.reach"):
+                line(f"  {text}")
 
     if single:
         mask_of("rowmask", "%wo")
@@ -86,8 +111,13 @@ def _function_ir(name, dtype, kernel, lanes, block, single=False):
     line("  %t.ok = icmp slt i64 %t, %stop")
     line("  br i1 %t.ok, label %t.body, label %exit")
     line("t.body:")
-    line("  %ob = sdiv i64 %t, %cg")
-    line("  %c = srem i64 %t, %cg")
+    if channel_major:
+        line(f"  %obt = sdiv i64 %ot, {block}")
+        line("  %c = sdiv i64 %t, %obt")
+        line("  %ob = srem i64 %t, %obt")
+    else:
+        line("  %ob = sdiv i64 %t, %cg")
+        line("  %c = srem i64 %t, %cg")
     line("  %grp = sdiv i64 %ob, %obg")
     line(f"  %o0 = mul nsw i64 %ob, {block}")
     line("  %ch0 = mul nsw i64 %grp, %cg")
@@ -122,7 +152,11 @@ def _function_ir(name, dtype, kernel, lanes, block, single=False):
             line("  %gn = mul nsw i64 %gn1, %howo")
             line("  br label %h.head")
         elif var == "h":
-            line("  %xh0 = mul nsw i64 %h, %wp")
+            if sy == 1:
+                line("  %xh0 = mul nsw i64 %h, %wp")
+            else:
+                line(f"  %xh.r = mul nsw i64 %h, {sy}")
+                line("  %xh0 = mul nsw i64 %xh.r, %wp")
             line("  %xh = add nsw i64 %xn, %xh0")
             line("  %gh0 = mul nsw i64 %h, %wo")
             line("  %gh = add nsw i64 %gn, %gh0")
@@ -164,16 +198,18 @@ def _function_ir(name, dtype, kernel, lanes, block, single=False):
 
 
 class DirectConvWeight:
-    """A compiled weight-gradient kernel for one element type, kernel shape, chunk width and output-channel block.
+    """A compiled weight-gradient kernel for one element type, kernel shape, chunk width, output-channel block and
+    stride.
 
-    ``fn(x, g, pads, groups, dilation, parallel=None)``: the gradient ``(O, C/G, KH, KW)`` of a stride-1
-    convolution of ``x`` ``(N, C, H, W)``, zero-padded by ``pads``, given its output gradient ``g``
+    ``fn(x, g, pads, groups, dilation, parallel=None)``: the gradient ``(O, C/G, KH, KW)`` of a
+    convolution (at ``stride``) of ``x`` ``(N, C, H, W)``, zero-padded by ``pads``, given its output gradient ``g``
     ``(N, O, Ho, Wo)``; ``Ho`` and ``Wo`` may be smaller than the padded input allows (the windows follow ``g``).
     ``parallel`` as in `llvm_conv.DirectConv` (over output-channel blocks times input channels).
     """
 
-    def __init__(self, dtype, kernel, lanes, block, cache=None):
+    def __init__(self, dtype, kernel, lanes, block, cache=None, stride=(1, 1)):
         self.dtype, self.kernel, self.lanes, self.block = dtype, tuple(kernel), lanes, block
+        self.stride = tuple(stride)
         self._cache, self._fns = cache, {}
 
     def _function(self, single):
@@ -184,7 +220,8 @@ class DirectConvWeight:
         return fn
 
     def _compile(self, single, cache):
-        text = _function_ir("jitorch_conv_weight", self.dtype, self.kernel, self.lanes, self.block, single)
+        text = _function_ir("jitorch_conv_weight", self.dtype, self.kernel, self.lanes, self.block, single,
+                            self.stride)
         name = f"jitorch_conv_weight_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
         address = compile_function(text.replace("@jitorch_conv_weight(", f"@{name}("), name, cache)
         return ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 2 + [ctypes.c_void_p] * 3 +
@@ -203,7 +240,8 @@ class DirectConvWeight:
         if o % groups or (o // groups) % self.block or cx % groups or g.shape[0] != n:
             raise ValueError(f"{where}: do not fit this {self.kernel} kernel with blocks of {self.block} output "
                              "channels (need one batch, O and C divisible by groups, O / groups by the block)")
-        if ho + dh * (kh - 1) > hp or wo + dw * (kw - 1) > wp:
+        sy, sx = self.stride
+        if (ho - 1) * sy + dh * (kh - 1) >= hp or (wo - 1) * sx + dw * (kw - 1) >= wp:
             raise ValueError(f"{where}: the gradient has more positions than the padded input has windows")
         cg = cx // groups
         xpad = np.zeros((n, cx, hp, wp), np_dtype)

@@ -1,4 +1,5 @@
-"""1-D and 2-D CPU convolutions through the generated direct kernels (`codegen.llvm_conv`, `llvm_conv_weight`).
+"""1-D and 2-D CPU convolutions through the generated direct kernels (`codegen.llvm_conv`, `llvm_conv_weight`); 3-D
+ones through the same kernels in `conv_direct3d`.
 
 The window copy of im2col writes ``prod(kernel)`` times the input before BLAS sees it; the direct kernels read the
 padded input in place, so a 3x3 layer of a small-image CNN runs 2-4x faster than copy + GEMM (measured in
@@ -6,7 +7,7 @@ padded input in place, so a 3x3 layer of a small-image CNN runs 2-4x faster than
 convolution (the input gradient) of a strided one are split into stride-1 kernels by phase (`_phases`), so all
 three run as direct kernels. The kernels compute
 whole register chunks of output columns, so rows that fill too little of the last chunk (7 or 8 columns in 16
-lanes) stay with the GEMM, as do 3-D convolutions and device arrays.
+lanes) stay with the GEMM, as do device arrays.
 
 >>> import numpy as np
 >>> x, w = np.ones((1, 1, 4, 16), np.float32), np.ones((8, 1, 3, 3), np.float32)
@@ -68,7 +69,7 @@ def _applies(xp, x, other, outs, taps):
     """The element type's name when the direct kernels take this convolution, else None."""
     dtype = _DTYPES.get(x.dtype)
     if (xp is not np or type(x) is not np.ndarray or dtype is None or other.dtype != x.dtype
-            or len(outs) not in (1, 2) or min(outs) < 1 or taps > _MAX_TAPS):
+            or len(outs) not in (1, 2, 3) or min(outs) < 1 or taps > _MAX_TAPS):
         return None
     return dtype if _lanes_ok(outs[-1], dtype) else None
 
@@ -109,9 +110,8 @@ def _phase_input(xpad, stride, phase, extent):
 
 
 def _sub_kernel(w, phase):
-    """The taps of ``w`` (any array whose last two axes are the kernel's) that one phase applies: a strided view."""
-    (_, ky, ty, _, _, _), (_, kx, tx, _, _, _) = phase
-    return w[:, :, ky::ty, kx::tx]
+    """The taps of ``w`` (any array whose last axes are the kernel's) that one phase applies: a strided view."""
+    return w[(Ellipsis,) + tuple(slice(k, None, t) for _, k, t, _, _, _ in phase)]
 
 
 def _extent(outs, phase):
@@ -153,10 +153,12 @@ def direct_forward(xp, x, w, b, stride, pads, dilation, groups, outs):
     A strided one reads its windows in the kernel (`DirectConv` 's stride) up to a column stride of
     `_MAX_KERNEL_STRIDE`; beyond it, it is the sum of its phases' stride-1 ones (`_phases`), the bias added by the
     first."""
-    dtype = _applies(xp, x, w, outs, math.prod(w.shape[2:]))
+    dtype = _applies(xp, x, w, outs, math.prod(w.shape[2:][-2:]))
     if dtype is None:
         return None
     nd = len(outs)
+    if nd == 3:
+        return forward_3d(dtype, x, w, b, stride, pads, dilation, outs, groups)
     if nd == 1:
         x, w, pads, dilation, stride = _as_2d(pads, dilation, stride, x, w)
         outs = (1,) + tuple(outs)
@@ -185,7 +187,7 @@ def direct_transpose(xp, g, w, spatial, stride, padding, dilation, groups):
            [16., 32., 16., 32.]], dtype=float32)
     """
     outs, nd = tuple(g.shape[2:]), len(spatial)
-    dtype = _applies(xp, g, w, outs, math.prod(w.shape[2:]))
+    dtype = _applies(xp, g, w, outs, math.prod(w.shape[2:][-2:]))
     if dtype is None:
         return None
     if not np.isfinite(w).all():
@@ -200,11 +202,15 @@ def direct_transpose(xp, g, w, spatial, stride, padding, dilation, groups):
     if nd == 1:
         g, w, pads, dilation, stride = _as_2d(pads, dilation, stride, g, w)
         outs, spatial = (1,) + outs, (1,) + tuple(spatial)
-    plans = [(_transpose_plan(phase, outs, spatial, pads, stride), phase)
-             for phase in _phase_grid(w.shape[2:], stride, dilation)]
+    grid = _phase_grid(w.shape[2:], stride, dilation)
+    if nd == 3 and not all(applies_3d([phase[0][5]]) for phase in grid):
+        return None
+    plans = [(_transpose_plan(phase, outs, spatial, pads, stride), phase) for phase in grid]
     plans = [(plan, phase) for plan, phase in plans if plan is not None]
     if any(not _lanes_ok(plan[0][-1][1] - plan[0][-1][0], dtype, _MIN_LANE_USE_TRANSPOSED) for plan, _ in plans):
         return None
+    if nd == 3:
+        return transpose_3d(dtype, g, w, spatial, plans, groups)
     o, cg = w.shape[:2]
     written = sum(math.prod(hi - lo for lo, hi in plan[0]) for plan, _ in plans)
     # Each position of the result belongs to one phase; positions no phase's taps reach stay zero.
@@ -263,9 +269,13 @@ def direct_weight(xp, x, g, kernel, stride, pads, dilation, groups):
            [186., 192., 186.]], dtype=float32)
     """
     outs, nd = tuple(g.shape[2:]), len(kernel)
-    dtype = _applies(xp, x, g, outs, math.prod(kernel))
+    dtype = _applies(xp, x, g, outs, math.prod(kernel[-2:]))
     if dtype is None:
         return None
+    if nd == 3:
+        # No depth limit: a 3-D window matrix is 27 times the input (measured 64 -> 64 channels, 3x3x3 on 8x16x16,
+        # batch 2: 16 ms against the GEMM's 26)
+        return weight_3d(dtype, x, g, kernel, stride, pads, dilation, groups)
     depth = (x.shape[1] // groups) * math.prod(kernel)
     if depth > _WEIGHT_GEMM_DEPTH_LONG or outs[-1] < 1.5 * conv_lanes(dtype) and depth > _WEIGHT_GEMM_DEPTH:
         return None
@@ -290,3 +300,6 @@ def direct_weight(xp, x, g, kernel, stride, pads, dilation, groups):
                                                                tuple(p[5] for p in phase), parallel)
             _sub_kernel(gw, phase)[...] = part
     return gw.reshape(gw.shape[:2] + tuple(kernel)[-nd:])
+
+
+from .conv_direct3d import applies_3d, forward_3d, transpose_3d, weight_3d  # noqa: E402 - it builds on the helpers above

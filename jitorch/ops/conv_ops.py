@@ -29,7 +29,7 @@ import numpy as np
 from .conv_layouts import (STASH, col2im, col2im_T, conv_forward, conv_weight, k_major_layout, to_frame,
                            weight_from_cols, windows)
 from .conv_direct import direct_forward, direct_transpose, direct_weight
-from .conv_patches import patch_forward, patch_transpose, patch_weight
+from .conv_patches import patch_forward, patch_transpose, patch_weight, pointwise_weight
 from .pad_ops import CONSTANT_PAD  # noqa: F401 - the padding row, imported from here by nn
 from .._memory_format import channels_last, contiguous_format, suggested_format, written_in
 from .._tensor import Tensor
@@ -216,6 +216,8 @@ def _conv_weight_kernel(xp, x, g, kernel, stride, padding, dilation, groups):
     x, g = _compute_array(x), _compute_array(g)
     pads = [(p, p) for p in padding]
     gw = patch_weight(xp, x, g, tuple(kernel), stride, pads, dilation, groups)
+    if gw is None:
+        gw = pointwise_weight(xp, x, g, tuple(kernel), stride, pads, dilation, groups)
     if gw is None:
         gw = direct_weight(xp, x, g, tuple(kernel), stride, pads, dilation, groups)
     if gw is None:
