@@ -57,19 +57,35 @@ def _native(dtype):
     return _kernels[key]
 
 
+def _run_maxima(xp, values, first, lengths):
+    """Each run's maximum down the rows of ``values``: ``maximum.reduceat`` on NumPy; CuPy has ``reduceat`` for add
+    alone, so there a running maximum that restarts at each run's first row, in log2(n) doubling steps."""
+    if xp is np:
+        return np.maximum.reduceat(values, first, axis=0)
+    n = values.shape[0]
+    run = xp.repeat(xp.arange(first.shape[0]), lengths)
+    running, shift = values.copy(), 1
+    while shift < n:
+        same = (run[shift:] == run[:-shift])[:, None]
+        step = running.copy()
+        step[shift:] = xp.where(same, xp.maximum(running[shift:], running[:-shift]), running[shift:])
+        running, shift = step, shift * 2
+    return running[first + lengths - 1]
+
+
 def _scan_by_reduceat(xp, rows, first, lengths):
-    """Off NumPy (CuPy): each run's maximum by ``reduceat``, then the first row equal to it."""
+    """Off the native path: each run's maximum (`_run_maxima`), then the first row equal to it."""
     n = rows.shape[0]
-    best = xp.maximum.reduceat(rows, first, axis=0)
+    best = _run_maxima(xp, rows, first, lengths)
     nan_first = None
     if bool(xp.isnan(best).any()):  # NaN propagated: skip NaNs as ATen does, except a run's first row
         nan_first = xp.isnan(rows[first])
         rows = xp.where(xp.isnan(rows), -np.inf, rows)
-        best = xp.maximum.reduceat(rows, first, axis=0)
+        best = _run_maxima(xp, rows, first, lengths)
     hit = rows == xp.repeat(best, lengths, axis=0)
     # The first hit of a run: the largest (n - row) among the hits (misses count as 0).
     countdown = xp.arange(n, 0, -1, dtype=np.int64)[:, None]
-    found = n - xp.maximum.reduceat(xp.where(hit, countdown, 0), first, axis=0)
+    found = n - _run_maxima(xp, xp.where(hit, countdown, 0), first, lengths)
     return found if nan_first is None else xp.where(nan_first, first[:, None], found)
 
 
