@@ -21,6 +21,7 @@ from ..nn.modules.container import ModuleList
 from ..profiler import record_function
 from .entry_builder import EntryBuilder
 from .dynamic_shapes import EAGER
+from .array_contents import pin_versions
 from .call_site import MAX_SIZE_VARIANTS, run_site, size_variant
 from .guards import call_hooks, first_failure, guard_values, module_tree
 from .lower import clear_kernel_cache
@@ -155,6 +156,7 @@ class CompiledFunction(EntryBuilder):
                 if entry.plan is not None:
                     return entry.plan(params + tuple(args) + tuple(kwargs.values()))
                 return entry.run(args, kwargs)
+        pin_versions(key)  # large arrays' contents as of now, before a trace or a new entry reads them
         dynamic = [e for e in entries if e.dynamic is not None]
         flat = list(args) + list(kwargs.values()) if dynamic else None
         for entry in dynamic:

@@ -53,13 +53,17 @@ def holds_tensor(value):
     return isinstance(value, Tensor)
 
 
-def flatten_tensors(tree, leaves):
+def flatten_tensors(tree, leaves, holders=None):
     """`jitorch.utils._pytree.flatten_into`, except that a container holding no tensor is one leaf: the function
-    gets that very object (a list it appends to stays the caller's), guarded by value or identity."""
+    gets that very object (a list it appends to stays the caller's), guarded by value or identity. ``holders``
+    collects the list and dict subclasses taken apart that have attributes (``batch.scale``): the rebuilt copy
+    shares them (`FlatCall`), and `site_for` guards those the code names."""
     if isinstance(tree, CONTAINERS) and holds_tensor(tree):
+        if holders is not None and getattr(tree, "__dict__", None):
+            holders.append(tree)
         if isinstance(tree, dict):
-            return dict_kind(tree), {k: flatten_tensors(v, leaves) for k, v in tree.items()}
-        return type(tree), [flatten_tensors(v, leaves) for v in tree]
+            return dict_kind(tree), {k: flatten_tensors(v, leaves, holders) for k, v in tree.items()}
+        return type(tree), [flatten_tensors(v, leaves, holders) for v in tree]
     leaves.append(tree)
     return None, len(leaves) - 1
 
@@ -102,7 +106,9 @@ def _pair(orig, rebuilt, out):
         return
     attrs = getattr(orig, "__dict__", None)
     if type(attrs) is dict:  # a list or dict subclass: ``hs.count = n`` sets the caller's attribute
-        rebuilt.__dict__ = attrs
+        # (not ``rebuilt.__dict__ = attrs``: that runs the class's own ``__setattr__``, and an EasyDict's stores
+        # every attribute as an item too, so the function would see a ``"__dict__"`` entry)
+        object.__setattr__(rebuilt, "__dict__", attrs)
     if isinstance(rebuilt, dict):
         out.append((orig, rebuilt, dict(rebuilt)))
         for k, v in rebuilt.items():
@@ -151,6 +157,8 @@ def contents_key(value, names=frozenset(), depth=_CONTENTS_DEPTH):
     else:
         keys, entries = len(value), tuple(value)
     by_value = tuple([_stand_in(v, names, depth) for v in entries if type(v) is not Tensor])
+    if getattr(value, "__dict__", None):  # a list or dict subclass's attributes (``log.scale``)
+        return (type(value).__name__, keys, _SameEntries(entries), by_value, _attributes_key(value, names, depth))
     return (type(value).__name__, keys, _SameEntries(entries), by_value)
 
 
@@ -226,11 +234,14 @@ def site_for(fn, args, kwargs):
     if all(type(a) is Tensor or type(a) in _SIMPLE_TYPES for a in values):
         return Site(fn, ("keywords", tuple(kwargs)) if kwargs else None), args, kwargs
     if any(isinstance(a, CONTAINERS) and holds_tensor(a) for a in values):
-        leaves = []
-        spec = (tuple, [(tuple, [flatten_tensors(a, leaves) for a in args]),
-                        (dict, {k: flatten_tensors(v, leaves) for k, v in kwargs.items()})])
+        leaves, holders = [], []
+        spec = (tuple, [(tuple, [flatten_tensors(a, leaves, holders) for a in args]),
+                        (dict, {k: flatten_tensors(v, leaves, holders) for k, v in kwargs.items()})])
         structure = structure_key(spec)
         held = _held_contents(fn, leaves)
+        if holders:  # ``l[0] * l.scale``: the attribute was baked in as a constant
+            names = _names_used(fn)
+            structure = (structure, tuple([_attributes_key(h, names, _CONTENTS_DEPTH - 1) for h in holders]))
         return Site(FlatCall(fn, spec), ("structure", (structure, held) if held else structure),
                     caller=(args, kwargs)), tuple(leaves), {}
     held = _held_contents(fn, values)

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from .._tensor import Size, Tensor
 from ..autograd.grad_mode import GradState
+from .array_contents import mark_read_in_place
 from .backend import CompiledGraph, whole_call_runner
 from .dynamic_compile import dims_to_make_dynamic, dynamic_inference, dynamic_training
 from .functionalize import CompileState, functionalize_intermediates
@@ -93,6 +94,7 @@ class EntryBuilder:
         attributes = _attribute_state(self._owner())
         python_state = PythonState(self._fn, self._owner(), *(site.caller or (args, kwargs)))
         traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
+        _note_arrays_read_in_place(guards, traced)
         refused = relayout and refused_relayout(self, site, relayout, traced, before, training=True)
         if refused:
             return refused[0]
@@ -167,6 +169,7 @@ class EntryBuilder:
         before = CompileState(buffers)
         python_state = PythonState(self._fn, self._owner(), *(site.caller or (args, kwargs)))
         traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
+        _note_arrays_read_in_place(guards, traced)
         refused = relayout and refused_relayout(self, site, relayout, traced, before, training=False)
         if refused:
             return refused[0]
@@ -275,3 +278,12 @@ class EntryBuilder:
             for graph in seg.compiled.values():
                 ops += graph.kernel_ops
         return ops
+
+
+def _note_arrays_read_in_place(guards, traced):
+    """Large NumPy arrays whose memory the whole graph holds (``jitorch.from_numpy(a)`` made a constant of it) are
+    read by the graph on every call: their guards stop checking contents (`array_contents.mark_read_in_place`)."""
+    if traced.gm is not None:
+        d = traced.gm.__dict__
+        held = [v._data for v in (*d.values(), *d.get("_buffers", {}).values()) if isinstance(v, Tensor)]
+        mark_read_in_place(guards, held)

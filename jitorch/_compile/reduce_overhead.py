@@ -49,6 +49,7 @@ from ..autograd.grad_mode import GradState
 from ..cpu import CPUGraph, graph
 from ..cpu._steps import root_of
 from ..runtime.host_pointer import data_address
+from .array_contents import pin_versions
 from .guards import _constant, _plain_attributes, call_hooks, first_failure
 from .named_values import NamedValues
 from .side_effects import PythonState
@@ -204,9 +205,11 @@ class ReduceOverheadFunction:
     # -- capture --------------------------------------------------------------------------------------------------
     def _capture(self, spec, leaves):
         self._named_at_capture = self._baked_values()
+        pin_versions([v for _, v in self._named_at_capture])  # large arrays' contents at capture
         # NumPy arguments are baked in (``jitorch.tensor(a)``, ``float(a.sum())``): guarded by value as the default
         # mode guards them, so ``a *= 2`` between calls captures again; taken before the capture runs the function
         self.array_keys = [_constant(t) if type(t) is np.ndarray else None for t in leaves]
+        pin_versions(self.array_keys)
         self.captured_spec = spec
         if any(isinstance(t, Tensor) and type(t._data) is not np.ndarray for t in leaves):
             return self._capture_cuda(spec, leaves)

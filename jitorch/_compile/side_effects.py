@@ -42,6 +42,7 @@ import numpy as np
 from .._tensor import Tensor
 from ..nn.modules.module import Module
 from .call_site import _CALLER, Site
+from .array_contents import pin_versions
 from .guards import _SIMPLE, _SIMPLE_TYPES, guard_values, module_tree
 from .named_values import NamedValues, _code_names, _library_module
 from .reached import _LIBRARY, functions_reached
@@ -313,6 +314,7 @@ def _current_guards(cf, site, args, kwargs, training):
     if training:
         flags = tuple(a._requires_grad if isinstance(a, Tensor) else None for a in (*args, *kwargs.values()))
         guards.append(("requires_grad", flags + tuple(p._requires_grad for p in (tree[1] if tree else ()))))
+    pin_versions([v for _, v in guards])  # an entry's guards: large arrays' contents as of now
     return guards
 
 
