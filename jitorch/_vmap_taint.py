@@ -13,9 +13,10 @@ computed from the sample's mapped inputs ("batched", as torch's BatchedTensor), 
   raises torch's error. Reads inside jitorch's own functions (its kernels' Python parts) go on, per sample.
 
 Reads of batched values being refused, every sample takes the first one's path through ``func``: the later samples
-run without the mode, at eager speed, and so does a later call of the same code with the same closure and defaults
-(tensors there and among the arguments: the same shapes) as a call whose first sample was clean (no write into an
-outside tensor): `sample_mode` returns None for it.
+run without the mode, at eager speed, and so does a later call of a function like one whose first sample was clean
+(no write into an outside tensor): the same code, closure and defaults, argument shapes, and state its Python may
+have branched on (unmapped tensors' values or versions, the globals, attributes and dict entries its code names as
+`NamedValues` finds them): `sample_mode` returns None for it. Other callables (modules) take the mode every call.
 
 A tensor made by a creation function inside the call (``zeros_like(x)``, ``x.new_zeros(n)``, ``zeros(n)``) takes
 batched writes per sample: torch batches the first two, and refuses the third only because it cannot.
@@ -31,6 +32,7 @@ tensor([1., 1., 1.])
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -110,11 +112,11 @@ class SampleMode:
         # what only the first sample's run still holds was its own scratch: nothing to put back
         self.saved = {k: v for k, v in self.saved.items() if sys.getrefcount(v[0]) > 2}
         if not self.saved and self.key is not None:
-            table, owner, signature, held = self.key
-            seen = table.setdefault(owner, {})
+            owner, signature, state, held = self.key
+            seen = _CLEAN_CODE.setdefault(owner, {})
             if len(seen) >= _KEPT_PER_CODE:
                 del seen[next(iter(seen))]
-            seen[signature] = held
+            seen[signature] = state, held
 
     def uninstall(self):
         """Leave the dispatcher (after the first sample, or when the loop ends or raises)."""
@@ -295,44 +297,67 @@ for _name in ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__
 TENSOR_TYPES.add(BatchedSample)  # the dispatcher's fast paths take it as a plain tensor
 
 
-# The calls whose first sample read no batched value and wrote into no tensor from outside: code (or callable) ->
-# {call signature: the objects it names by identity, held so that their ids stay theirs}. Reads of batched values
-# being refused, every sample takes the first one's path, and so do later calls of the same code with the same
-# closure, defaults and arguments (shapes, not values, of tensors), unless their Python reads a global that changed.
-_CLEAN_CODE: dict = {}  # for functions: their code objects live as long as their module
-_CLEAN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # other callables (modules, partials)
+# The calls whose first sample read no batched value and wrote into no tensor from outside: code -> {call signature
+# (hashable: the batch size, the closure's and defaults' identities, the arguments' shapes and small values): the
+# state that call started from (compared with ==: the values the code reads by name, `NamedValues`, tensors among
+# them and the larger unmapped inputs by identity and version, all held so that their ids stay theirs)}. Reads of
+# batched values being refused, every sample takes the first one's path, and so does a later call that matches.
+_CLEAN_CODE: dict = {}  # code objects live as long as their module
+_WATCHED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # function -> its NamedValues
 _KEPT_PER_CODE = 16
+_SMALL_TENSOR = 16  # elements: a tensor this small is compared by value (a new flag tensor each call matches)
 
 
-def _ident(value, held):
+def _ident(value, held, state):
     if value is None or isinstance(value, (bool, int, float, str)):
         return type(value), value
-    if isinstance(value, Tensor):  # as the arguments: its shape and dtype (a new tensor each step keeps the verdict)
-        return Tensor, value._data.shape, value._data.dtype
+    if isinstance(value, Tensor):
+        # Python may have read its values (``if flag.sum() > 0``): small ones by value, others by version
+        data = value._data
+        if data.size <= _SMALL_TENSOR:
+            return Tensor, data.shape, data.dtype, data.tobytes()
+        held.append(value)
+        state.append(("tensor", id(value), value._version))
+        return Tensor, data.shape, data.dtype
     held.append(value)
     return id(value)
 
 
+def _watched(func, fresh):
+    """``func``'s `NamedValues` (built again when ``fresh``: a helper it names may have been rebound)."""
+    watched = None if fresh else _WATCHED.get(func)
+    if watched is None:
+        from ._compile.named_values import NamedValues  # (the compiler's package imports nn, which imports vmap)
+
+        watched = _WATCHED[func] = NamedValues(func)
+    return watched
+
+
 def sample_mode(func, leaves, dims, size, level):
-    """The `SampleMode` of a vmap loop over ``func``, or None for a call like one whose first sample was clean."""
-    held = []
-    if type(func) is types.FunctionType:
-        owner, cells, table = func.__code__, func.__closure__, _CLEAN_CODE
-        try:
-            named = [c.cell_contents for c in cells] if cells else []
-        except ValueError:  # a cell not yet filled
-            return SampleMode(level, size)
-        if func.__defaults__ or func.__kwdefaults__:
-            named += [*(func.__defaults__ or ()), *(func.__kwdefaults__ or {}).values()]
-        named = tuple([_ident(v, held) for v in named])
-    else:
-        owner, named, table = func, (), _CLEAN
-    signature = (size, named, tuple([(x._data.shape, x._data.dtype, d) if isinstance(x, Tensor) else
-                                     _ident(x, held) for x, d in zip(leaves, dims)]))
+    """The `SampleMode` of a vmap loop over ``func``, or None for a call like one whose first sample was clean:
+    the same code, closure, defaults, argument shapes (the values of small unmapped tensors, the versions of larger
+    ones) and values the code reads by name (globals, attributes of the objects it names, tensors' versions)."""
+    held, state = [], []
+    named = ()
+    if type(func) is functools.partial and type(func.func) is types.FunctionType:
+        named = (*func.args, *[v for item in sorted(func.keywords.items()) for v in item])
+        func = func.func
+    if type(func) is not types.FunctionType:
+        return SampleMode(level, size)  # a module's or object's own state is not watched: checked on every call
     try:
-        seen = table.get(owner)
-    except TypeError:  # no weak reference to it: not remembered
+        named += tuple([c.cell_contents for c in func.__closure__ or ()])
+    except ValueError:  # a cell not yet filled
         return SampleMode(level, size)
-    if seen is not None and signature in seen:
+    named += (*(func.__defaults__ or ()), *[v for item in (func.__kwdefaults__ or {}).items() for v in item])
+    named = tuple([_ident(v, held, state) for v in named])
+    signature = (size, named, tuple([(x._data.shape, x._data.dtype, d) if d is not None else
+                                     _ident(x, held, state) for x, d in zip(leaves, dims)]))
+    seen = _CLEAN_CODE.get(func.__code__)
+    remembered = None if seen is None else seen.get(signature)
+    watched = _watched(func, fresh=remembered is None)
+    if watched.random_source:  # Python-level random numbers may pick another path on any call
+        return SampleMode(level, size)
+    state += watched.values(versions=True)
+    if remembered is not None and remembered[0] == state:
         return None
-    return SampleMode(level, size, (table, owner, signature, held))
+    return SampleMode(level, size, (func.__code__, signature, state, held))

@@ -177,3 +177,119 @@ def test_the_same_code_with_other_captured_values_is_checked_again():
         with pytest.raises(RuntimeError, match="broadcast shape"):
             make(lib, buf, True)(lib.ones(4, 3))
         assert buf.tolist() == [0.0, 0.0, 0.0]
+
+
+# State the function reads besides its arguments' shapes and its closure's identities: a call must be checked again
+# when it changed, at 4 samples (the loop) and at 64 (the trace reads ``k``'s value, so the loop there too).
+def _global_flag(lib, body):
+    scope = {"lib": lib, "FLAG": False}
+    exec(f"def f(x, k, buf):\n    if FLAG:\n        {body}\n    return x * 2 if k.sum() > 0 else x", scope)
+    return scope["f"], lambda: scope.__setitem__("FLAG", True)
+
+
+def _attribute_flag(lib, body, holder):
+    def f(x, k, buf):
+        if holder.FLAG:
+            eval(body)
+        return x * 2 if k.sum() > 0 else x
+    return f, lambda: setattr(holder, "FLAG", True)
+
+
+def _dict_flag(lib, body):
+    settings = {"flag": False}
+
+    def f(x, k, buf):
+        if settings["flag"]:
+            eval(body)
+        return x * 2 if k.sum() > 0 else x
+    return f, lambda: settings.__setitem__("flag", True)
+
+
+def _tensor_flag(lib, body):
+    switch = lib.zeros(())
+
+    def f(x, k, buf):
+        if switch > 0:
+            eval(body)
+        return x * 2 if k.sum() > 0 else x
+    return f, lambda: switch.fill_(1)
+
+
+FLAGS = {
+    "global": _global_flag,
+    "object attribute": lambda lib, body: _attribute_flag(lib, body, type("Settings", (), {"FLAG": False})()),
+    "closure dict": _dict_flag,
+    "captured tensor": _tensor_flag,
+}
+GUARDED = {"unbatched write": "buf.add_(1)", "batched write": "buf.add_(x)", "item": "x.sum().item()"}
+
+
+def _twice(lib, make, size):
+    """Calls ``f`` with the state off, then on: the outputs, or the error, and the captured buffer after."""
+    buf, x, k = lib.zeros(3), lib.tensor(data(size, 3)), lib.ones(2)
+    f, flip = make(lib)
+    mapped = lib.func.vmap(f, in_dims=(0, None, None))
+    outs = [mapped(x, k, buf)]
+    flip()
+    try:
+        outs.append(mapped(x, k, buf))
+    except RuntimeError as error:
+        outs.append(str(error))
+    return [o.numpy() if isinstance(o, lib.Tensor) else o for o in outs] + [buf.tolist()]
+
+
+def _agree(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert type(g) is type(w), (g, w)  # an array where torch raised (or the reverse) fails here
+        if isinstance(w, np.ndarray):
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+        else:
+            assert g == w
+
+
+def _same_twice(make, size):
+    _agree(_twice(jitorch, make, size), _twice(torch, make, size))
+
+
+@pytest.mark.parametrize("size", (4, 64))
+@pytest.mark.parametrize("guarded", list(GUARDED))
+@pytest.mark.parametrize("flag", list(FLAGS))
+def test_a_later_call_whose_named_state_changed_is_checked_again(flag, guarded, size):
+    _same_twice(lambda lib: FLAGS[flag](lib, GUARDED[guarded]), size)
+
+
+@pytest.mark.parametrize("size", (4, 64))
+@pytest.mark.parametrize("guarded", list(GUARDED))
+def test_a_flag_in_a_user_module_is_checked_again(guarded, size, tmp_path, monkeypatch):
+    (tmp_path / "vmap_settings_for_test.py").write_text("FLAG = False\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import vmap_settings_for_test as settings
+
+    def make(lib):
+        settings.FLAG = False  # each library's run starts from it off
+        return _attribute_flag(lib, GUARDED[guarded], settings)
+    try:
+        _same_twice(make, size)
+    finally:
+        settings.FLAG = False
+
+
+@pytest.mark.parametrize("size", (4, 64))
+@pytest.mark.parametrize("guarded", list(GUARDED))
+def test_an_unmapped_input_read_by_value_is_checked_again(guarded, size):
+    def run(lib):
+        buf, x = lib.zeros(3), lib.tensor(data(size, 3))
+
+        def h(r, flag, b):
+            if flag.sum() > 0:
+                eval(GUARDED[guarded], {"buf": b, "x": r})
+            return r * 2
+        mapped = lib.func.vmap(h, in_dims=(0, None, None))
+        outs = [mapped(x, lib.zeros(2), buf)]
+        try:
+            outs.append(mapped(x, lib.ones(2), buf))
+        except RuntimeError as error:
+            outs.append(str(error))
+        return [o.numpy() if isinstance(o, lib.Tensor) else o for o in outs] + [buf.tolist()]
+    _agree(run(jitorch), run(torch))

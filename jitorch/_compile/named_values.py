@@ -118,13 +118,13 @@ def _entries_guard(value):
     return (type(value).__name__, _SameEntries(tuple(value)), _arrays_in(value))
 
 
-def _entry_attributes(out, label, entries, names):
+def _entry_attributes(out, label, entries, names, versions=False):
     """The attributes the code uses of the user's objects in a list (``BLOCKS[0].scale``), as of one held by name."""
     for i in [i for i, v in enumerate(entries) if type(v) is not Tensor and type(v) not in _SIMPLE_TYPES]:
         v = entries[i]
         if not isinstance(v, (Module, *_NUMPY_TYPES, *_CODE_TYPES)) and type(getattr(v, "__dict__", None)) is dict \
                 and not (type(v).__module__ or "").startswith(_LIBRARY):
-            _attributes(out, f"{label}[{i}]", v, names, depth=0)
+            _attributes(out, f"{label}[{i}]", v, names, depth=0, versions=versions)
 
 
 def _arrays_in(value):
@@ -190,8 +190,10 @@ class NamedValues:
         return (f"the code reads Python-level random numbers ({self.random_source}): a graph would freeze the values "
                 f"drawn while tracing; draw them with jitorch (torch.rand) to compile")
 
-    def values(self):
-        """``[(label, constant)]`` for this call: plain values by value, functions and classes by identity."""
+    def values(self, versions=False):
+        """``[(label, constant)]`` for this call: plain values by value, functions and classes by identity; tensors
+        by identity, or with ``versions`` held and with their version (a read of their values may have decided the
+        path the code took: vmap's memo of clean calls)."""
         out = []
         for label, read, names in self._probes:
             value = read()
@@ -204,13 +206,13 @@ class NamedValues:
             elif type(value) in (list, tuple):  # of other entries (arrays, objects)
                 out.append((label, _guarded(value, names) if type(value) is list and not _LIST_MUTATORS.isdisjoint(
                     names) else _entries_guard(value)))
-                _entry_attributes(out, label, value, names)
+                _entry_attributes(out, label, value, names, versions)
             elif isinstance(value, _CODE_TYPES):
                 out.append((label, ("id", id(value))))
             elif isinstance(value, Tensor):
-                _tensor(out, label, value)
+                _tensor(out, label, value, versions)
             else:
-                _attributes(out, label, value, names, depth=1)
+                _attributes(out, label, value, names, depth=1, versions=versions)
         return out
 
 
@@ -238,7 +240,7 @@ def _library_module(value):
             or "dist-packages" in path or not path)
 
 
-def _attributes(out, label, obj, names, depth):
+def _attributes(out, label, obj, names, depth, versions=False):
     space = obj if type(obj) is dict else _namespace(obj)  # subscripts use string constants: ``table["shift"]``
     if space is None:
         return
@@ -251,16 +253,18 @@ def _attributes(out, label, obj, names, depth):
         elif isinstance(value, _NUMPY_TYPES):
             out.append((f"{label}.{name}", _constant(value)))
         elif isinstance(value, Tensor):
-            _tensor(out, f"{label}.{name}", value)
+            _tensor(out, f"{label}.{name}", value, versions)
         elif depth and not isinstance(value, Module):
-            _attributes(out, f"{label}.{name}", value, names, depth - 1)
+            _attributes(out, f"{label}.{name}", value, names, depth - 1, versions)
 
 
-def _tensor(out, label, t):
+def _tensor(out, label, t, versions=False):
     """A tensor read by name is a constant of the graph, guarded by identity (the graph holds it, so its id is not
     reused), except one that requires grad in grad mode: that is a graph input, looked up on every call and guarded
     by layout with the parameters (`reached.FreeTensors`)."""
-    if not (t._requires_grad and GradState.enabled):
+    if versions:
+        out.append((label, ("tensor", _Same(t), t._version)))
+    elif not (t._requires_grad and GradState.enabled):
         out.append((label, ("tensor", id(t))))
 
 
