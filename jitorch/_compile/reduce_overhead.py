@@ -48,10 +48,11 @@ from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..cpu import CPUGraph, graph
 from ..cpu._steps import root_of
-from ..runtime.host_pointer import data_address
 from .array_contents import pin_versions
 from .guards import _constant, _plain_attributes, call_hooks, first_failure
 from .named_values import NamedValues
+from .reduce_overhead_cuda import CUDAGraphCapture
+from .reduce_overhead_replay import CapturedReplay, OverwrittenOutputError, _span
 from .side_effects import PythonState
 
 __all__ = ["compile_reduce_overhead", "ReduceOverheadFunction", "OverwrittenOutputError"]
@@ -91,35 +92,8 @@ def _warm_up(fn, args, kwargs):
 RECAPTURE_WARNING = 8
 
 
-class OverwrittenOutputError(RuntimeError):
-    """An output of a reduce-overhead call was used after a later call rewrote its buffer."""
-
-
-class _Overwritten(Tensor):
-    """The class an output takes when a later call rewrites its buffer: any use raises."""
-
-    def __getattribute__(self, name):
-        if name in ("__class__", "__dict__", "_overwritten_message"):
-            return object.__getattribute__(self, name)
-        raise OverwrittenOutputError(object.__getattribute__(self, "_overwritten_message"))
-
-    def __repr__(self):
-        raise OverwrittenOutputError(object.__getattribute__(self, "_overwritten_message"))
-
-
 def _describe(t):
     return f"shape {list(t.shape)}, dtype {t.dtype}, device {t.device}, contiguous={t.is_contiguous()}"
-
-
-def _span(array):
-    start = array.__array_interface__["data"][0]
-    return start, start + array.nbytes
-
-
-def _cuda_span(array):
-    """The byte range of the allocation under a CuPy array (views of one buffer overlap)."""
-    mem = array.data.mem
-    return mem.ptr, mem.ptr + mem.size
 
 
 def _same_value(new, static, key):
@@ -130,7 +104,7 @@ def _same_value(new, static, key):
     return new is static or (type(new) is type(static) and new == static)
 
 
-class ReduceOverheadFunction:
+class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
     """The callable `compile_reduce_overhead` returns. ``generation`` counts graph runs; ``graph`` is the `CPUGraph`."""
 
     def __init__(self, fn, module=None):
@@ -341,132 +315,6 @@ class ReduceOverheadFunction:
         # The old graph's outputs keep their buffers (nothing rewrites them any more): they stay valid.
         self._live = []
         self.graph = None
-
-    # -- CUDA -----------------------------------------------------------------------------------------------------
-    def _capture_cuda(self, spec, leaves):
-        """Capture on private contiguous copies of the inputs as a CUDA graph, then replay once for this call."""
-        from ..cuda import CUDAGraph, graph as cuda_graph
-
-        self.cuda = True
-        self.static = [t.detach().contiguous().clone() if isinstance(t, Tensor) else t for t in leaves]
-        self.fast_layouts = [(None, None, None) if isinstance(t, Tensor) else None for t in leaves]
-        self.layouts = [(tuple(t.shape), t.dtype, t.device, t.is_contiguous()) if isinstance(t, Tensor) else None
-                        for t in leaves]
-        versions = [t._version if isinstance(t, Tensor) else None for t in self.static]
-        g = CUDAGraph()
-        args, kwargs = unflatten_from(spec, self.static)
-        with cuda_graph(g):
-            out = self.fn(*args, **kwargs)
-        self.graph = g
-        self.out_spec_leaves = []
-        self.out_spec = flatten_into(out, self.out_spec_leaves)
-        self.mutated = [isinstance(t, Tensor) and t._version != v for t, v in zip(self.static, versions)]
-        spans = [_cuda_span(t._data) for t in self.static if isinstance(t, Tensor)]
-        self.out_kinds = []
-        for o in self.out_spec_leaves:
-            if not isinstance(o, Tensor):
-                self.out_kinds.append(("value",))
-            else:  # a view of a static input is handed out as is; anything else lives in the graph's pool
-                s, e = _cuda_span(o._data)
-                self.out_kinds.append(("static",) if any(s < we and ws < e for ws, we in spans) else ("graph",))
-        g.replay()  # capture only recorded the work: run it for this call's results
-        return out
-
-    def _replay_cuda(self, leaves):
-        for static, new in zip(self.static, leaves):
-            if isinstance(new, Tensor) and new is not static:
-                static._data[...] = new._data
-        self._poison()
-        self.graph.replay()
-        for i, mutated in enumerate(self.mutated):
-            if mutated:  # in-place ops on an input reach the caller's tensor
-                leaves[i]._data[...] = self.static[i]._data
-        return self._hand_out(list(self.out_spec_leaves), leaves)
-
-    def _replay(self, leaves):
-        native, table = self.native, None
-        substituted, copied = [], []
-        new_arrays = [t._data if isinstance(t, Tensor) else None for t in leaves]
-        if native is not None and not self._overlaps(new_arrays):
-            table = native.table
-            for i, a in enumerate(new_arrays):
-                # Only an input laid out as the static buffer: the graph's code reads it with the static strides
-                # (a transposed input goes through the copy below).
-                if a is not None and self.slots[i] is not None and a.strides == self.static[i]._data.strides:
-                    table[self.slots[i]] = data_address(a)
-                    substituted.append(i)
-        for i, a in enumerate(new_arrays):
-            if a is not None and i not in substituted and a is not self.static[i]._data:
-                np.copyto(self.static[i]._data, a)
-                copied.append(i)
-        self._poison()
-        try:
-            self.graph.replay()
-        finally:
-            if table is not None:
-                table[:] = native.static_table
-        for i in copied:
-            if self.mutated[i]:
-                np.copyto(new_arrays[i], self.static[i]._data)  # in-place ops on an input reach the caller's tensor
-        leaves_out = []
-        for o, kind in zip(self.out_spec_leaves, self.out_kinds):
-            if kind[0] == "input" and kind[1] in substituted:
-                leaves_out.append(self._input_view(o, leaves[kind[1]], kind))
-            else:
-                leaves_out.append(o)
-        return self._hand_out(leaves_out, leaves)
-
-    def _overlaps(self, arrays):
-        spans = [_span(a) for a in arrays if a is not None]
-        for s, e in spans:
-            if any(s < we and ws < e for ws, we in self.written_spans):
-                return True
-        spans.sort()
-        return any(spans[j][0] < spans[j - 1][1] for j in range(1, len(spans)))
-
-    @staticmethod
-    def _input_view(o, new, kind):
-        _, _, off, strides = kind
-        root = root_of(new._data)
-        base_off = new._data.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-        if off == 0 and o._data.shape == new._data.shape and strides == new._data.strides:
-            return new
-        view = np.ndarray(o._data.shape, o._data.dtype, buffer=root, offset=base_off + off, strides=strides)
-        return Tensor._make(view)
-
-    def _poison(self):
-        """Make the outputs of the previous call raise on use: the replay about to run rewrites their buffers."""
-        if not self._live:
-            return
-        kind = "CUDA" if self.cuda else "CPU"
-        message = (f"accessing tensor output of {kind} graphs (jitorch.compile mode='reduce-overhead' of "
-                   f"{self.__name__}) that has been overwritten by a subsequent run: it came from run "
-                   f"{self.generation} of the graph and run {self.generation + 1} has since reused its buffer. To "
-                   "keep an output, clone it (out.clone()) before calling the compiled function again.")
-        for t in self._live:
-            if type(t) is Tensor:
-                t.__dict__["_overwritten_message"] = message
-                t.__class__ = _Overwritten
-        self._live = []
-
-    def _hand_out(self, outs, leaves):
-        """This call's outputs: on the CPU copies of the graph's output buffers (torch.compile's CPU reduce-overhead
-        reuses no buffers: scripts keep each step's loss), on CUDA fresh tensors over them, retired by the next
-        call as CUDA graph trees retire theirs."""
-        self.generation += 1
-        inputs = {id(t) for t in leaves if isinstance(t, Tensor)}
-        fresh = []
-        for o, kind in zip(outs, self.out_kinds):
-            if kind[0] == "graph" and id(o) not in inputs:
-                if not self.cuda:
-                    fresh.append(Tensor._make(o._data.copy()))
-                    continue
-                t = Tensor._make(o._data)
-                self._live.append(t)
-                fresh.append(t)
-            else:
-                fresh.append(o)
-        return unflatten_from(self.out_spec, fresh)
 
 
 def compile_reduce_overhead(fn, *, module=None):

@@ -43,7 +43,9 @@ from ..nn.modules.module import Module
 from .backend import CompiledGraph
 from .decompose import decompose
 from .functionalize import functionalize_intermediates
-from .training import Unsupported, _annotate, _check, eager_saved_outputs, own_outputs, split_joint
+from .training import Unsupported, _annotate, _check
+from .training_function import eager_saved_outputs, own_outputs
+from .training_partition import split_joint
 
 __all__ = ["SegmentPlan", "interpret"]
 
