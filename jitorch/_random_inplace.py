@@ -125,10 +125,6 @@ def _normal_(self, mean=0.0, std=1.0, *, generator=None):
         std = std / math.sqrt(2)  # each part gets half the variance
     gen, rng = _gen(self, generator)
     kw = _random._draw_kw(gen, self)
-    if not kw and self._data.dtype.name not in ("float64", "complex128"):
-        from .ops.native_normal import normal  # float32 draws below float64, as ATen's (5x NumPy's float64 ones)
-
-        return _random._fill_from(self, _real_draw(self, lambda s: normal(rng, mean, std, s)))
     return _random._fill_from(self, _real_draw(self, lambda s: rng.normal(mean, std, s, **kw)))
 
 

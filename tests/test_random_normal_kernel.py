@@ -1,7 +1,7 @@
-"""float32 normal draws (``randn``, ``normal_``, ``Normal.sample``) made by the Box-Muller kernel of
-``ops/native_normal.py``: the streams are jitorch's, not torch's, so samples are compared with torch's in
-distribution (two-sample Kolmogorov-Smirnov on 200k draws each, moments), plus dtypes, shapes, seeding and
-finiteness."""
+"""float32 normal draws (``randn``, ``Normal.sample``) made by the Box-Muller kernel of ``ops/native_normal.py``, and
+``normal_`` (NumPy's draw): the streams are jitorch's, not torch's, so samples are compared with torch's in
+distribution (two-sample Kolmogorov-Smirnov on 200k draws each, moments), plus dtypes, shapes, seeding, finiteness,
+and a CPU graph's replay drawing what eager draws."""
 import numpy as np
 import pytest
 import scipy.stats
@@ -73,3 +73,17 @@ def test_small_and_float64_draws_keep_numpys_sampler():
     np.testing.assert_array_equal(small.numpy(), rng.standard_normal(10, dtype=np.float32))
     x = jitorch.randn(5000, dtype=jitorch.float64)
     assert x.dtype == jitorch.float64 and np.isfinite(x.numpy()).all()
+
+
+@pytest.mark.parametrize("sampler", [lambda buf: buf.normal_(2.0, 0.5), lambda buf: buf.copy_(jitorch.randn(5000))])
+def test_a_captured_draw_replays_the_eager_sequence(sampler):
+    buf = jitorch.empty(5000)
+    graph = jitorch.cpu.CPUGraph()
+    with jitorch.cpu.graph(graph):
+        sampler(buf)
+    jitorch.manual_seed(7)
+    graph.replay()
+    replayed = buf.numpy().copy()
+    jitorch.manual_seed(7)
+    eager = sampler(jitorch.empty(5000)).numpy()
+    np.testing.assert_array_equal(replayed, eager)

@@ -10,9 +10,6 @@ finite (at most about 5.8 in magnitude, as ATen's float32 transform).
 >>> z = standard_normal(np.random.Generator(np.random.PCG64(0)), (100, 50), np.float32)
 >>> z.shape, z.dtype, bool(abs(float(z.astype(np.float64).mean())) < 0.05)
 ((100, 50), dtype('float32'), True)
->>> w = normal(np.random.Generator(np.random.PCG64(0)), 3.0, 0.5, (20000,))
->>> bool(abs(float(w.mean()) - 3.0) < 0.02 and abs(float(w.std()) - 0.5) < 0.02)
-True
 """
 from __future__ import annotations
 
@@ -20,7 +17,7 @@ import math
 
 import numpy as np
 
-__all__ = ["standard_normal", "normal"]
+__all__ = ["standard_normal"]
 
 _MIN_SIZE = 1024  # below this NumPy's own sampler is as quick as two kernel calls
 _F32 = np.dtype(np.float32)
@@ -60,14 +57,3 @@ def standard_normal(rng, shape, dtype=np.float64):
     launch_arrays(cos_kernel, [u, v, out[:half]], half, _GRAIN, half)
     launch_arrays(sin_kernel, [u, v, out[half:]], half, _GRAIN, half)
     return out[:size].reshape(shape)
-
-
-def normal(rng, mean, std, shape):
-    """``mean + std * z`` in float32 for float32 standard normals ``z`` (`standard_normal`), as ATen's float
-    ``normal_``."""
-    z = standard_normal(rng, shape, np.float32)
-    if std != 1.0:
-        z *= np.float32(std)
-    if mean != 0.0:
-        z += np.float32(mean)
-    return z
