@@ -76,3 +76,14 @@ def test_grid_sampler_row_double_backward_matches_torch(mode, padding_mode, rng)
         results.append([t.detach().numpy() for t in (gx, gg, xt.grad, gt.grad)])
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, atol=1e-10, rtol=1e-9)
+
+
+def test_node_names_as_torch():
+    for shape, grid_shape in (((1, 2, 3, 4), (1, 2, 2, 2)), ((1, 2, 3, 4, 5), (1, 2, 2, 2, 3))):
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        g = np.random.default_rng(1).uniform(-1, 1, grid_shape).astype(np.float32)
+        got = jitorch.nn.functional.grid_sample(jitorch.tensor(x, requires_grad=True), jitorch.tensor(g),
+                                                align_corners=False)
+        want = torch.nn.functional.grid_sample(torch.tensor(x, requires_grad=True), torch.tensor(g),
+                                               align_corners=False)
+        assert got.grad_fn.name() == want.grad_fn.name()

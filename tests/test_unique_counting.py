@@ -100,3 +100,13 @@ def test_embedding_bag_max_matches_torch(dtype, case):
     (jo, jg), (to, tg) = (_bag_case(lib, weight, ids, offsets, grad, **kw) for lib in (jitorch, torch))
     assert_same(jo, to, what="output")
     assert_same(jg, tg, what="weight gradient")
+
+
+@pytest.mark.parametrize("ids,offsets", [([2, 2, 2, 2], [0, 2]), ([], [0, 0])])
+def test_embedding_bag_max_with_no_rows_left_gives_zeros_as_torch(ids, offsets):
+    weight = np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32)
+    got = jitorch.nn.functional.embedding_bag(jitorch.tensor(ids, dtype=jitorch.long), jitorch.tensor(weight),
+                                              jitorch.tensor(offsets), mode="max", padding_idx=2)
+    want = torch.nn.functional.embedding_bag(torch.tensor(ids, dtype=torch.long), torch.from_numpy(weight),
+                                             torch.tensor(offsets), mode="max", padding_idx=2)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())

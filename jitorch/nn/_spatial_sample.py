@@ -25,6 +25,7 @@ from .._stat_checks import warn_at_caller
 from ..amp._cast_mode import autocast_policy
 from ..autograd.function import Function
 from ..autograd.grad_mode import GradState
+from ..autograd.graph import named
 from ..ops import grid_sampler
 
 __all__ = ["affine_grid", "affine_grid_generator", "grid_sample"]
@@ -243,8 +244,9 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     if str(input.dtype).rsplit(".", 1)[-1] in grid_sampler.DTYPES and input.numel() and grid.numel():
         # one row over sparse tap products (ops/grid_sampler.py); its create_graph backward differentiates the
         # composite below
-        return apply(grid_sampler.GRID_SAMPLER, input, grid, mode=mode, padding_mode=padding_mode,
-                     align_corners=align_corners)
+        out = apply(grid_sampler.GRID_SAMPLER, input, grid, mode=mode, padding_mode=padding_mode,
+                    align_corners=align_corners)
+        return named(out, "GridSampler3DBackward0") if nd == 3 else out  # (the row's node is named for 2-D)
     return sample_composite(input, grid, mode, padding_mode, align_corners)
 
 
