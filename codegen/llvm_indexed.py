@@ -75,15 +75,7 @@ def emit_indexed(name, kind, ty, index_ty, variant, wrap):
     if variant == "scalar":
         _scalar_body(cb, kind, ty, index_ty, wrap)
         return str(cb)
-    line("entry:")
-    with cb.indented():
-        line("br label %o.head")
-    _loop_head(cb, "o", "%start", "entry", "%stop", "i.exit")
-    with cb.indented():
-        line("%o.out = mul nsw i64 %o, %os0")
-        line("%o.src = mul nsw i64 %o, %ss0")
-        line("%o.idx = mul nsw i64 %o, %is0")
-        line("br label %i.head")
+    _outer_open(cb)
     _loop_head(cb, "i", "0", "o.body", "%n", "j.exit" if not rows else "row.exit")
     if rows:
         with cb.indented():
@@ -128,19 +120,8 @@ def emit_indexed(name, kind, ty, index_ty, variant, wrap):
         line("j.exit:")
         with cb.indented():
             line("br label %i.head")
-    line("i.exit:")
-    with cb.indented():
-        line("br label %o.head")
-    line("fail:")
-    with cb.indented():
-        line("%pos.o = mul nsw i64 %o, %n")
-        line("%pos.or = mul nsw i64 %pos.o, %r")
-        line("%bad = add nsw i64 %pos.or, %pos")
-        line("ret i64 %bad")
-    line("o.exit:")
-    with cb.indented():
-        line("ret i64 -1")
-    line("}")
+    _outer_close(cb, ("%pos.o = mul nsw i64 %o, %n", "%pos.or = mul nsw i64 %pos.o, %r",
+                      "%bad = add nsw i64 %pos.or, %pos", "ret i64 %bad"))
     return str(cb)
 
 
@@ -154,15 +135,7 @@ def _scalar_body(cb, kind, ty, index_ty, wrap):
         %p.safe = select i1 %p.bad, i64 0, i64 %p
     """
     line = cb.line
-    line("entry:")
-    with cb.indented():
-        line("br label %o.head")
-    _loop_head(cb, "o", "%start", "entry", "%stop", "i.exit")
-    with cb.indented():
-        line("%o.out = mul nsw i64 %o, %os0")
-        line("%o.src = mul nsw i64 %o, %ss0")
-        line("%o.idx = mul nsw i64 %o, %is0")
-        line("br label %i.head")
+    _outer_open(cb)
     line("i.head:")
     with cb.indented():
         line("%i = phi i64 [ 0, %o.body ], [ %i.next, %i.body ]")
@@ -187,17 +160,36 @@ def _scalar_body(cb, kind, ty, index_ty, wrap):
     line("i.end:")
     with cb.indented():
         line("br i1 %bad, label %fail, label %i.exit")
-    line("i.exit:")
+    _outer_close(cb, ("%row = mul nsw i64 %o, %n", "ret i64 %row"))
+
+
+def _outer_open(cb):
+    """The entry and the loop over ``o`` in ``[start, stop)`` (latch ``i.exit``), with each operand's offset of ``o``,
+    branching to ``i.head``."""
+    cb.line("entry:")
     with cb.indented():
-        line("br label %o.head")
-    line("fail:")
+        cb.line("br label %o.head")
+    _loop_head(cb, "o", "%start", "entry", "%stop", "i.exit")
     with cb.indented():
-        line("%row = mul nsw i64 %o, %n")
-        line("ret i64 %row")
-    line("o.exit:")
+        cb.line("%o.out = mul nsw i64 %o, %os0")
+        cb.line("%o.src = mul nsw i64 %o, %ss0")
+        cb.line("%o.idx = mul nsw i64 %o, %is0")
+        cb.line("br label %i.head")
+
+
+def _outer_close(cb, fail):
+    """``i.exit`` back to the ``o`` loop, the ``fail`` block's lines (which return the bad position), ``ret -1``."""
+    cb.line("i.exit:")
     with cb.indented():
-        line("ret i64 -1")
-    line("}")
+        cb.line("br label %o.head")
+    cb.line("fail:")
+    with cb.indented():
+        for text in fail:
+            cb.line(text)
+    cb.line("o.exit:")
+    with cb.indented():
+        cb.line("ret i64 -1")
+    cb.line("}")
 
 
 def _loop_head(cb, v, first, entry, bound, latch):
