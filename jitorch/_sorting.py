@@ -110,6 +110,8 @@ def kthvalue(input, k, dim=-1, keepdim=False):
     n = input._data.shape[d] if input._data.ndim else 1
     if n == 0:
         raise IndexError(f"kthvalue(): Expected reduction dim {d} to have non-zero size.")
+    if input.dtype is _dtype.bool:
+        raise NotImplementedError('"kthvalue_cpu" not implemented for \'Bool\'')  # torch's CPU kernel's words
     if not 1 <= k <= n:
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {dim} (k = {k}, size = {n})")
     return _select(input, S.KTHVALUE_INDICES, return_types.kthvalue, dim, keepdim, "kthvalue", k=int(k))
@@ -135,9 +137,17 @@ def _global_median(input, ignore_nan):
     return value + spread
 
 
+def _check_not_bool(input, dim):
+    """torch's CPU median kernels refuse bool, in their own names."""
+    if input.dtype is _dtype.bool and input._data.size:  # (an empty one: its size checks and result come first)
+        kernel = "median_cpu" if dim is None else "median_out"
+        raise NotImplementedError(f'"{kernel}" not implemented for \'Bool\'')
+
+
 def median(input, dim=None, keepdim=False):
     """Lower median of all elements, or ``(values, indices)`` along ``dim``; any NaN makes the median NaN."""
     _check_not_complex(input, "median")
+    _check_not_bool(input, dim)
     if dim is None:
         return named(_global_median(input, ignore_nan=False), "MedianBackward0")
     return _select(input, S.MEDIAN_INDICES, return_types.median, dim, keepdim, "median", ignore_nan=False)
@@ -146,6 +156,7 @@ def median(input, dim=None, keepdim=False):
 def nanmedian(input, dim=None, keepdim=False):
     """``median`` that ignores NaNs (NaN only when a slice is all NaN)."""
     _check_not_complex(input, "nanmedian")
+    _check_not_bool(input, dim)
     if dim is None:
         return named(_global_median(input, ignore_nan=True), "NanmedianBackward0")
     return _select(input, S.MEDIAN_INDICES, return_types.nanmedian, dim, keepdim, "nanmedian", ignore_nan=True)

@@ -71,3 +71,20 @@ def test_gradient_penalty_matches_torch():
         assert (a is None) == (b is None)  # the last bias does not reach the penalty: None in both
         if a is not None:
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("retain", [False, True])
+@pytest.mark.parametrize("with_leaf", [False, True])
+def test_backward_inputs_with_a_non_leaf_accumulates_its_grad_once(retain, with_leaf):
+    results = []
+    for lib in (jitorch, torch):
+        x = lib.tensor([1.0, 2.0], requires_grad=True)
+        h = x * 3
+        if retain:
+            h.retain_grad()  # its hook stores the gradient too: still once, as torch
+        y = (h * h).sum()
+        inputs = [h, x] if with_leaf else [h]
+        y.backward(inputs=inputs, retain_graph=True)
+        y.backward(inputs=inputs)
+        results.append([None if t is None else t.detach().numpy().tolist() for t in (h.grad, x.grad)])
+    assert results[0] == results[1]

@@ -1,6 +1,6 @@
-"""topk, kthvalue, median and nanmedian of long slices take an O(n) partition instead of a full sort: the same values and
-indices as torch's, ties (at the cut, among the kept, at the median), NaNs, integer and boolean inputs included, and
-the 2-norm's single einsum pass equals torch's."""
+"""topk, kthvalue, median and nanmedian of long slices take an O(n) partition instead of a full sort: the same values
+and indices as torch's, ties (at the cut, among the kept, at the median), NaNs, integer and boolean inputs included,
+and the 2-norm's single einsum pass equals torch's."""
 from __future__ import annotations
 
 import numpy as np
@@ -98,3 +98,11 @@ def test_two_norm_matches_torch(shape, dtype):
             got = jitorch.linalg.vector_norm(jitorch.from_numpy(x), 2, dim=dim, keepdim=keepdim)
             assert tuple(got.shape) == tuple(want.shape) and got.dtype is getattr(jitorch, np.dtype(dtype).name)
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("call", [lambda t: t.kthvalue(1), lambda t: t.median(), lambda t: t.median(0),
+                                  lambda t: t.nanmedian(), lambda t: t.nanmedian(0)])
+def test_bool_selection_is_refused_as_torch(call):
+    from helpers import check_error
+
+    check_error(call, call, [np.array([True, False, True])], match="not implemented for 'Bool'")

@@ -160,7 +160,8 @@ def finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_g
     if accumulate_into_grad:
         for i, t in enumerate(inputs):
             g = captured.get(i)
-            if t.grad_fn is not None and g is not None:
+            # (a non-leaf that retains its grad got it from its retain hook already: once, as torch)
+            if t.grad_fn is not None and g is not None and not t._retains_grad:
                 g = g if create_graph else g.detach()
                 t._grad = g.clone() if t._grad is None else t._grad + g
         return None
