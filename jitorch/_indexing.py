@@ -105,10 +105,28 @@ def _setitem(self, key, value):
 
 # -- shared helpers for the functional forms ---------------------------------------------------------------------------
 def _put(self, values, indices, key, accumulate, inplace, negative=True):
+    if inplace:
+        _check_no_overlap(self, values, *indices)
     run = apply_inplace if inplace else apply
     if negative:  # the default attrs: keep the common rows' attrs minimal
         return run(I.INDEX_PUT, self, values, *indices, key=key, accumulate=accumulate)
     return run(I.INDEX_PUT, self, values, *indices, key=key, accumulate=accumulate, negative=False)
+
+
+def _check_no_overlap(self, *others):
+    """torch's refusal of an in-place index write (scatter_, index_add_, index_put_...) whose source or index shares
+    memory with ``self``: raised where both are dense and their memory ranges meet (ATen's full or partial overlap;
+    strided views it cannot judge pass, as there)."""
+    a = self._data
+    if type(a) is not np.ndarray or not (a.flags.c_contiguous or a.flags.f_contiguous):
+        return
+    for t in others:
+        b = getattr(t, "_data", None)
+        if type(b) is np.ndarray and b.size and a.size and (b.flags.c_contiguous or b.flags.f_contiguous) \
+                and np.may_share_memory(a, b):
+            raise RuntimeError("unsupported operation: some elements of the input tensor and the written-to tensor "
+                               "refer to a single memory location. Please clone() the tensor before performing the "
+                               "operation.")
 
 
 def _check_index_dtype(index, op, allowed, message, error=RuntimeError):

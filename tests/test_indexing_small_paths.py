@@ -141,3 +141,24 @@ def test_setitem_after_full_slices_writes_self_as_torch():
         x[:, lib.tensor([0, 2])] = lib.zeros(4, 2)  # torch skips a full slice: index_put_ on x, no CopySlices
         names.append(x.grad_fn.name())
     assert names[1] == names[0] == "IndexPutBackward0"
+
+
+@pytest.mark.parametrize("write", [
+    lambda lib, x, i: x.scatter_add_(0, i, x), lambda lib, x, i: x.scatter_(0, i, x),
+    lambda lib, x, i: x.index_add_(0, i[:, 0], x), lambda lib, x, i: x.index_copy_(0, i[:, 0], x),
+    lambda lib, x, i: x.index_put_((i[:, 0],), x, accumulate=True),
+    lambda lib, x, i: x[1:].index_add_(0, lib.tensor([0, 1]), x[:2]),  # partial overlap
+    lambda lib, x, i: x[:1].index_add_(0, lib.tensor([0]), x[2:]),  # disjoint: runs in both
+])
+def test_in_place_index_writes_from_self_as_torch(write):
+    outcomes = []
+    for lib in (jitorch, torch):
+        x = lib.arange(6.0).reshape(3, 2)
+        before = x.clone()
+        try:
+            write(lib, x, lib.tensor([[2, 1], [0, 0], [1, 2]]))
+            outcomes.append(("ran", x.tolist()))
+        except RuntimeError as e:
+            assert "refer to a single memory location" in str(e)
+            outcomes.append(("raised", x.tolist() == before.tolist()))
+    assert outcomes[0] == outcomes[1]
