@@ -77,10 +77,11 @@ def emit_indexed(name, kind, ty, index_ty, variant, wrap):
         return str(cb)
     _outer_open(cb)
     _loop_head(cb, "i", "0", "o.body", "%n", "j.exit" if not rows else "row.exit")
+    with cb.indented():
+        line("%i.idx = mul nsw i64 %i, %is1")
+        line("%i.at = add nsw i64 %o.idx, %i.idx")
     if rows:
         with cb.indented():
-            line("%i.idx = mul nsw i64 %i, %is1")
-            line("%i.at = add nsw i64 %o.idx, %i.idx")
             line("%pos = mul nsw i64 %i, %r")  # reported as (o * n + i) * inner
         _index(cb, index_ty, wrap, "%i.at", "i.valid")
         line("i.valid:")
@@ -98,8 +99,6 @@ def emit_indexed(name, kind, ty, index_ty, variant, wrap):
             line("br label %i.head")
     else:
         with cb.indented():
-            line("%i.idx = mul nsw i64 %i, %is1")
-            line("%i.at = add nsw i64 %o.idx, %i.idx")
             line("br label %j.head")
         _loop_head(cb, "j", "0", "i.body", "%r", "j.valid")
         with cb.indented():
@@ -150,11 +149,7 @@ def _scalar_body(cb, kind, ty, index_ty, wrap):
         _load_index(cb, index_ty, wrap, "%i.at")
         line("%bad.next = or i1 %bad, %p.bad")
         line("%p.safe = select i1 %p.bad, i64 0, i64 %p")
-        out_dim, src_dim = ("%i", "%p.safe") if kind == "gather" else ("%p.safe", "%i")
-        line(f"%i.out = mul nsw i64 {out_dim}, %os1")
-        line(f"%i.src = mul nsw i64 {src_dim}, %ss1")
-        line("%to.j = add nsw i64 %o.out, %i.out")
-        line("%from.j = add nsw i64 %o.src, %i.src")
+        _bases(cb, kind, "%p.safe", "%to.j", "%from.j")
         _move(cb, kind, ty)
         line("br label %i.head")
     line("i.end:")
@@ -232,14 +227,14 @@ def _load_index(cb, index_ty, wrap, at):
     cb.line("%p.bad = or i1 %p.low, %p.high")
 
 
-def _bases(cb, kind):
-    """``%to``/``%from``: the row starts written and read; gather writes at ``i`` and reads at ``p``, scatter the
+def _bases(cb, kind, p="%p", to="%to", frm="%from"):
+    """``to``/``frm``: the row starts written and read; gather writes at ``i`` and reads at index ``p``, scatter the
     other way round."""
-    out_dim, src_dim = ("%i", "%p") if kind == "gather" else ("%p", "%i")
+    out_dim, src_dim = ("%i", p) if kind == "gather" else (p, "%i")
     cb.line(f"%i.out = mul nsw i64 {out_dim}, %os1")
     cb.line(f"%i.src = mul nsw i64 {src_dim}, %ss1")
-    cb.line("%to = add nsw i64 %o.out, %i.out")
-    cb.line("%from = add nsw i64 %o.src, %i.src")
+    cb.line(f"{to} = add nsw i64 %o.out, %i.out")
+    cb.line(f"{frm} = add nsw i64 %o.src, %i.src")
 
 
 def _move(cb, kind, ty):

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-__all__ = ["add_at"]
+__all__ = ["add_at", "is_grid"]
 
 _MIN_UPDATE = 2048  # elements: below this add.at's loop is as fast as the whole-array forms' fixed cost
 _DENSE_RATIO = 4  # bincount's output is all of ``out``: worth it while out is at most this many times the update
@@ -85,7 +85,7 @@ def _fast(out, key, values):
     return False
 
 
-def _is_grid(k, axis, ndim):
+def is_grid(k, axis, ndim):
     """Whether ``k`` is ``arange(n)`` laid along ``axis`` of ``ndim`` dims (scatter's position along a dim)."""
     return (k.ndim == ndim and k.size == k.shape[axis] and k.size > 0
             and bool((k.reshape(-1) == np.arange(k.size)).all()))
@@ -98,7 +98,7 @@ def _grid_rows(out, key):
     nd = out.ndim
     if len(key) != nd or nd < 2 or not all(isinstance(k, np.ndarray) for k in key):
         return None
-    rest = [e for e, k in enumerate(key) if not _is_grid(k, e, nd)]
+    rest = [e for e, k in enumerate(key) if not is_grid(k, e, nd)]
     if len(rest) != 1:
         return None
     d = rest[0]

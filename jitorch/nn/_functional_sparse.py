@@ -17,8 +17,6 @@ tensor([[1, 0, 0],
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .. import _creation, _dtype
 from .._dispatch import apply
 from .._pointwise import where
@@ -182,8 +180,8 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     if mode == "max":
         if keep is not None:
             rows, ids = rows[keep], ids[keep]
-        # each maximum's row found, then gathered (on the host: CuPy has no maximum.reduceat for the search)
-        if rows.dtype in (_dtype.float32, _dtype.float64) and type(rows._data) is np.ndarray and rows.shape[0]:
+        # each maximum's row found, then gathered (with no rows left, the zeros below)
+        if rows.dtype in (_dtype.float32, _dtype.float64) and rows.shape[0]:
             positions = apply(SEGMENT_ARGMAX, rows.detach(), ids, bags=bags)
             empty = positions < 0
             out = rows.gather(0, positions.clamp(min=0))

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..codegen.llvm_indexed import IndexedAlongDim, IndexedOutOfBounds
 from ..codegen.llvm_objcache import default_cache
+from ..runtime.host_scatter import is_grid
 
 __all__ = ["IndexedOutOfBounds", "gather", "scatter_add"]
 
@@ -126,18 +127,13 @@ def _along_dim(indices, key, shape):
         return None
     d = None
     for e, a in enumerate(arrays):
-        if not _is_grid(a, e, nd, picked[e], shape[e]):
+        if not (a.ndim == nd and a.shape[e] == picked[e] <= shape[e] and is_grid(a, e, nd)):
             if d is not None:
                 return None
             d = e
     if d is None:
         d = nd - 1
     return d, arrays[d], picked
-
-
-def _is_grid(a, e, nd, n, size):
-    return (a.ndim == nd and a.shape[e] == n <= size and all(s == 1 for f, s in enumerate(a.shape) if f != e)
-            and bool((a.reshape(-1) == np.arange(n)).all()))
 
 
 def _rows(indices, key, shape):
