@@ -29,6 +29,8 @@ __all__ = ["CDIST", "CDIST_BACKWARD"]
 _BLOCK_ELEMENTS = 1 << 16  # differences per block of x1 rows: 256 KB of float32, a block's work stays in L2
 _NATIVE_MIN = 1 << 12  # differences from which the generated kernel beats NumPy's blocks
 _GRAIN = 1 << 15
+_IR_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
+_compiled: dict = {}  # (dtype, p, sizes) -> compiled forward kernel
 
 
 def _blocks(p_rows, r_rows, m):
@@ -76,16 +78,21 @@ def _native(a, b, p):
     (batch, rows, m), r = a.shape, b.shape[1]
     if p == 0 or not m or batch * rows * r * m < _NATIVE_MIN:
         return None
-    dtype = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}.get(a.dtype)
+    dtype = _IR_DTYPES.get(a.dtype)
     if dtype is None:
         return None
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    d = op("abs", op("sub", load(0, dtype), load(1, dtype)))
-    value = d if p in (1, float("inf")) else op("mul", d, d) if p == 2 else op("pow", d, const(p, dtype))
-    kernel = Kernel((batch, rows, r, m), (Buffer(dtype, (rows * m, m, 0, 1)), Buffer(dtype, (r * m, 0, m, 1)),
-                                         Buffer(dtype, (rows * r, r, 1, 0))),
-                    (Store(2, value, "max" if math.isinf(p) else "sum"),), 1)
-    compiled = compile_kernel(kernel, cache=default_cache())
+    key = (dtype, p, batch, rows, r, m)
+    compiled = _compiled.get(key)
+    if compiled is None:  # (a kernel's sizes are its call values: one per shape, the machine code shared)
+        d = op("abs", op("sub", load(0, dtype), load(1, dtype)))
+        value = d if p in (1, float("inf")) else op("mul", d, d) if p == 2 else op("pow", d, const(p, dtype))
+        kernel = Kernel((batch, rows, r, m), (Buffer(dtype, (rows * m, m, 0, 1)), Buffer(dtype, (r * m, 0, m, 1)),
+                                             Buffer(dtype, (rows * r, r, 1, 0))),
+                        (Store(2, value, "max" if math.isinf(p) else "sum"),), 1)
+        if len(_compiled) >= 64:
+            _compiled.clear()
+        compiled = _compiled[key] = compile_kernel(kernel, cache=default_cache())
     out = np.empty((batch, rows, r), a.dtype)
     native_eager.launch(compiled, compiled.addresses([a, b, out]), batch * rows * r * m, _GRAIN)
     if p == 2:

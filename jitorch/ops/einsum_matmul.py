@@ -17,11 +17,17 @@ import math
 
 from .host_matmul import matmul
 
-__all__ = ["einsum_as_matmul"]
+__all__ = ["einsum_as_matmul", "parse_equation"]
 
 # Below this many rows or columns per product an einsum is an elementwise product or a dot: np.einsum runs those
 # without a product's call per batch element.
 MIN_SIDE = 4
+
+
+def parse_equation(equation):
+    """``("ij,jk->ik")`` -> ``(["ij", "jk"], "ik")``: the operands' labels and the output's (an explicit ``->``)."""
+    inputs, output = equation.split("->")
+    return inputs.split(","), output
 
 
 def einsum_as_matmul(xp, equation, a, b):
@@ -29,8 +35,7 @@ def einsum_as_matmul(xp, equation, a, b):
     one (repeated labels, labels summed within one operand, broadcast sizes, non-float dtypes, thin products)."""
     if a.dtype != b.dtype or a.dtype.kind not in "fc":
         return None
-    inputs, out = equation.split("->")
-    ta, tb = inputs.split(",")
+    (ta, tb), out = parse_equation(equation)
     if len(set(ta)) != len(ta) or len(set(tb)) != len(tb) or len(set(out)) != len(out):
         return None
     size = dict(zip(ta, a.shape))
@@ -53,6 +58,6 @@ def einsum_as_matmul(xp, equation, a, b):
     product = matmul(xp, lhs, rhs).reshape([size[c] for c in batch + left + right])
     order = batch + left + right
     perm = [order.index(c) for c in out]
-    if perm == sorted(perm):
+    if perm == list(range(len(perm))):
         return product
     return xp.ascontiguousarray(product.transpose(perm))

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import _dtype
 from .._memory_format import row_major
-from .einsum_matmul import einsum_as_matmul
+from .einsum_matmul import einsum_as_matmul, parse_equation
 from .host_matmul import matmul
 from .table import Opaque, Reduction, defop
 
@@ -118,11 +118,6 @@ MATMUL = defop("matmul", _matmul_kernel, _matmul_backward, Opaque("BLAS"), saves
 
 
 # -- einsum (the equation is explicit: no ellipsis, no broadcasting; jitorch.einsum normalizes it) -----------------
-def parse_equation(equation):
-    inputs, output = equation.split("->")
-    return inputs.split(","), output
-
-
 def _einsum_kernel(xp, *arrays, equation):
     _same_dtype("einsum()", arrays)
     if len(arrays) == 1:  # one operand: a view (permutation, diagonal) or a reduction, as torch

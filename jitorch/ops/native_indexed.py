@@ -153,7 +153,7 @@ def _rows(indices, key, shape):
 def _views(d, arrays):
     """Each array as a 3-D ``(before d, d, after d)`` view; an operand whose dims do not walk as one there (a window
     of a larger array) is copied first, read-only ones as they are, the written one (last) to a scratch copy that
-    `_write_back` returns. Returns (views, the written array's original or None)."""
+    the caller writes back. Returns (views, the written array's original or None)."""
     out, original = [], None
     for k, a in enumerate(arrays):
         view = _view3(a, d)

@@ -323,7 +323,8 @@ def _unique_kernel(xp, a, dim):
 
 
 def _unique_consecutive_kernel(xp, a, dim):
-    moved = a.reshape(-1) if dim is None else xp.moveaxis(a, dim, 0)
+    """Along ``dim`` (a whole tensor's runs are `unique_counting`'s row)."""
+    moved = xp.moveaxis(a, dim, 0)
     n = moved.shape[0]
     rows = moved.reshape(n, int(np.prod(moved.shape[1:])))  # -1 is ambiguous when n == 0
     starts = xp.ones((n,), dtype=bool)
@@ -332,8 +333,7 @@ def _unique_consecutive_kernel(xp, a, dim):
     first = xp.nonzero(starts)[0]
     inverse = (xp.cumsum(starts) - 1).astype(np.int64)
     counts = xp.diff(xp.concatenate([first, xp.asarray([n])])).astype(np.int64)
-    values = moved[first] if dim is None else xp.moveaxis(moved[first], 0, dim)
-    return values, inverse.reshape(a.shape) if dim is None else inverse, counts
+    return xp.moveaxis(moved[first], 0, dim), inverse, counts
 
 
 UNIQUE = defop("unique", _unique_kernel, NOT_DIFFERENTIABLE, Opaque("data-dependent shape"), nout=3)
