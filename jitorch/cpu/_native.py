@@ -311,13 +311,13 @@ class NativeReplay:
         self.static_table = self.table.copy()
         self.table_address = self.table.__array_interface__["data"][0]
         self.segments = []
-        self.ncalls = 0
+        self.program_calls = []  # every native call in order (bench/ replays subsets of them: the BLAS floor)
         for kind, body in segments:
             if kind == "python":
                 self.segments.append(("python", body))
             else:
                 lowered = [self._call(c) for c in body]
-                self.ncalls += len(lowered)
+                self.program_calls += lowered
                 self.segments.append(("native", compile_program(lowered, default_cache())))
 
     def _fused(self, members, unit, readers):

@@ -208,7 +208,7 @@ class CPUGraph:
         if native is None:
             return {"native": False, "calls": 0, "segments": len(self._steps), "fallbacks": [],
                     "error": self._native_error}
-        return {"native": native.native, "calls": native.ncalls, "segments": len(native.segments),
+        return {"native": native.native, "calls": len(native.program_calls), "segments": len(native.segments),
                 "fallbacks": list(native.fallbacks), "draws": len(native.draws), "error": None}
 
     def reset(self):
