@@ -6,14 +6,20 @@ held fixed (implicit reparameterization, Figurnov et al. 2018): ``dx/dalpha = -(
 evaluates that ratio with fitted approximations (a Taylor series for small ``x``, a saddle-point expansion for large
 ``alpha``, rational fits elsewhere; Jankowiak & Obermeyer 2018); the same formulas are used here, so gradients agree
 with torch's for the same ``(alpha, x)``. tests/test_distributions_gamma.py also checks them against finite
-differences of the CDF. Everything is computed in float64 (torch's CPU accumulation type) and cast back.
+differences of the CDF. Everything is computed in float64 (torch's CPU accumulation type) and cast back: on NumPy
+arrays for plain CPU tensors (``_ArrayMath``), as jitorch ops otherwise (``_TensorMath``), by the same code.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import jitorch as torch
 from jitorch.autograd import Function
+
+from .._tensor import Tensor
+from ._math_backends import _ArrayMath, _host_float64, _TensorMath
 
 __all__ = ["_Dirichlet", "_StandardGamma", "_dirichlet_grad", "_gammainc", "_standard_gamma_grad"]
 
@@ -27,74 +33,92 @@ def _sample_standard_gamma(alpha):
     """Gamma(alpha, 1) draws of ``alpha``'s shape and dtype (no autograd), by Marsaglia & Tsang's rejection method
     (doi:10.1145/358407.358414) on jitorch's generator; ``alpha < 1`` is boosted: ``G(a) = G(a + 1) * U^(1/a)``."""
     with torch.no_grad():
-        a = alpha.detach().to(torch.float64)
-        device = a.device
-        boost = a < 1
-        a1 = torch.where(boost, a + 1, a)
-        d = (a1 - 1.0 / 3.0).reshape(-1)
-        c = 1.0 / torch.sqrt(9.0 * d)
-        out = torch.zeros(d.shape, dtype=torch.float64, device=device)
-        # Only the still-rejected entries draw again: a few rounds, each on a shrinking index set. An alpha that is not
-        # positive (unchecked under validate_args=False) never gets accepted: it is left out and ends as torch's, the
-        # smallest normal number (nan stays nan, 0 stays 0).
-        pending = torch.arange(d.numel(), device=device)[a.reshape(-1) > 0]
-        while pending.numel():
-            dd, cc = d[pending], c[pending]
-            x = torch.randn(pending.shape, dtype=torch.float64, device=device)
-            u = 1 - torch.rand(pending.shape, dtype=torch.float64, device=device)
-            y = 1 + cc * x
-            v = y * y * y
-            xx = x * x
-            squeeze = u < 1 - 0.0331 * xx * xx  # the cheap acceptance test first, as Marsaglia-Tsang
-            ok = (y > 0) & (squeeze | (torch.log(u) < 0.5 * xx + dd * (1 - v + torch.log(v))))
-            out[pending[ok]] = (dd * v)[ok]
-            pending = pending[~ok]
-        out = out.reshape(a.shape)
-        scale = (1 - torch.rand(a.shape, dtype=torch.float64, device=device)).pow(1.0 / a)
-        scale = torch.where(a > 0, scale, 1.0)  # u^(1/a) of a negative a overflows, 0 * inf
-        out = torch.where(boost, out * scale, out)
-        out = torch.where(torch.isnan(a), a, out).to(alpha.dtype)
-        # Underflow (tiny alpha) gives the smallest normal number, never 0: log(x) stays finite, as torch's.
-        return torch.where(a == 0, out, out.clamp(min=torch.finfo(alpha.dtype).tiny))
+        alpha = alpha.detach()
+        arrays = _host_float64(alpha)
+        tiny = torch.finfo(alpha.dtype).tiny
+        if arrays is None:
+            a = alpha.to(torch.float64)
+            out = _gamma_draws(_TensorMath, a).to(alpha.dtype)
+            # Underflow (tiny alpha) gives the smallest normal number, never 0: log(x) stays finite, as torch's.
+            return torch.where(a == 0, out, out.clamp(min=tiny))
+        with np.errstate(all="ignore"):
+            out = _gamma_draws(_ArrayMath, arrays[0]).astype(alpha._data.dtype)
+            return Tensor._make(np.where(arrays[0] == 0, out, np.maximum(out, tiny)))
+
+
+def _gamma_draws(m, a):
+    """The float64 draws of ``_sample_standard_gamma`` for the float64 ``a``, with the functions of ``m``."""
+    boost = a < 1
+    a1 = m.where(boost, a + 1, a)
+    d = (a1 - 1.0 / 3.0).reshape(-1)
+    c = 1.0 / m.sqrt(9.0 * d)
+    out = m.zeros_like(d)
+    # Only the still-rejected entries draw again: a few rounds, each on a shrinking index set. An alpha that is not
+    # positive (unchecked under validate_args=False) never gets accepted: it is left out and ends as torch's, the
+    # smallest normal number (nan stays nan, 0 stays 0).
+    pending = m.arange(m.numel(d))[a.reshape(-1) > 0]
+    while m.numel(pending):
+        dd, cc = d[pending], c[pending]
+        x = m.draws("normal", pending.shape)
+        u = 1 - m.draws("uniform", pending.shape)
+        y = 1 + cc * x
+        v = y * y * y
+        xx = x * x
+        squeeze = u < 1 - 0.0331 * xx * xx  # the cheap acceptance test first, as Marsaglia-Tsang
+        ok = (y > 0) & (squeeze | (m.log(u) < 0.5 * xx + dd * (1 - v + m.log(v))))
+        out[pending[ok]] = (dd * v)[ok]
+        pending = pending[~ok]
+    out = out.reshape(a.shape)
+    scale = (1 - m.draws("uniform", a.shape)) ** (1.0 / a)
+    scale = m.where(a > 0, scale, 1.0)  # u^(1/a) of a negative a overflows, 0 * inf
+    out = m.where(boost, out * scale, out)
+    return m.where(m.isnan(a), a, out)
 
 
 def _standard_gamma_grad(alpha, x):
     """``dx/dalpha`` of a Gamma(alpha, 1) sample ``x`` (torch's ``standard_gamma_grad_one``)."""
-    dtype = x.dtype
-    a, x = alpha.to(torch.float64), x.to(torch.float64)
+    arrays = _host_float64(alpha, x)
+    if arrays is None:
+        return _gamma_grad(_TensorMath, alpha.to(torch.float64), x.to(torch.float64)).to(x.dtype)
+    with np.errstate(all="ignore"):
+        return Tensor._make(_gamma_grad(_ArrayMath, *arrays).astype(x._data.dtype))
+
+
+def _gamma_grad(m, a, x):
+    """``_standard_gamma_grad`` on float64 ``a`` and ``x`` with the functions of ``m``."""
     # Small x: Taylor series of the CDF and of its alpha-derivative.
-    numer, denom = torch.ones_like(x), a
+    numer, denom = m.ones_like(x), a
     series1, series2 = numer / denom, numer / (denom * denom)
     for i in range(1, 6):
         numer = numer * (-x / i)
         denom = denom + 1
         series1 = series1 + numer / denom
         series2 = series2 + numer / (denom * denom)
-    pow_x_alpha = x.pow(a)
-    gamma_pdf = x.pow(a - 1) * torch.exp(-x)
+    pow_x_alpha = x ** a
+    gamma_pdf = x ** (a - 1) * m.exp(-x)
     gamma_cdf = pow_x_alpha * series1
-    gamma_cdf_alpha = (torch.log(x) - torch.digamma(a)) * gamma_cdf - pow_x_alpha * series2
+    gamma_cdf_alpha = (m.log(x) - m.digamma(a)) * gamma_cdf - pow_x_alpha * series2
     small = -gamma_cdf_alpha / gamma_pdf
-    small = torch.where(torch.isnan(small), torch.zeros_like(small), small)
+    small = m.where(m.isnan(small), m.zeros_like(small), small)
     # Large alpha: Rice saddle-point expansion, with a polynomial near the singularity at x = alpha.
     near = (_F32_0_9 * a <= x) & (x <= _F32_1_1 * a)
     numer_1 = 1 + 24 * a * (1 + 12 * a)
     numer_2 = 1440 * (a * a) + 6 * x * (53 - 120 * x) - 65 * x * x / a + a * (107 + 3600 * x)
     near_value = numer_1 * numer_2 / (1244160 * (a * a) * (a * a))
-    sq = torch.sqrt(8 * a)
+    sq = m.sqrt(8 * a)
     term2 = sq / (a - x)
-    term3 = (x - a - a * torch.log(x / a)).pow(-1.5)
-    term23 = torch.where(x < a, term2 - term3, term2 + term3)
-    term1 = torch.log(x / a) * term23 - torch.sqrt(2 / a) * (a + x) / ((a - x) * (a - x))
+    term3 = (x - a - a * m.log(x / a)) ** -1.5
+    term23 = m.where(x < a, term2 - term3, term2 + term3)
+    term1 = m.log(x / a) * term23 - m.sqrt(2 / a) * (a + x) / ((a - x) * (a - x))
     stirling = 1 + 1 / (12 * a) * (1 + 1 / (24 * a))
-    large = torch.where(near, near_value, -stirling * x * term1 / sq)
+    large = m.where(near, near_value, -stirling * x * term1 / sq)
     # Otherwise: a bivariate rational approximation in log(x / alpha) and log(alpha).
-    u, v = torch.log(x / a), torch.log(a)
+    u, v = m.log(x / a), m.log(a)
     coef = [c0 + u * (c1 + u * c2) for c0, c1, c2 in zip(*_GAMMA_GRAD_COEF)]
     p = coef[0] + v * (coef[1] + v * (coef[2] + v * coef[3]))
     q = coef[4] + v * (coef[5] + v * (coef[6] + v * coef[7]))
-    middle = torch.exp(p / q)
-    return torch.where(x < _F32_0_8, small, torch.where(a > 8, large, middle)).to(dtype)
+    middle = m.exp(p / q)
+    return m.where(x < _F32_0_8, small, m.where(a > 8, large, middle))
 
 
 _GAMMA_GRAD_COEF = (
@@ -105,38 +129,38 @@ _GAMMA_GRAD_COEF = (
 )
 
 
-def _beta_grad_alpha_small(x, alpha, beta):
+def _beta_grad_alpha_small(m, x, alpha, beta):
     """Taylor expansion in ``x`` near 0 of the Beta(alpha, beta) gradient wrt ``alpha``."""
-    factor = torch.digamma(alpha) - torch.digamma(alpha + beta) - torch.log(x)
-    numer = torch.ones_like(x)
+    factor = m.digamma(alpha) - m.digamma(alpha + beta) - m.log(x)
+    numer = m.ones_like(x)
     series = numer / alpha * (factor + 1 / alpha)
     for i in range(1, 11):
         numer = numer * ((i - beta) * x / i)
         denom = alpha + i
         series = series + numer / denom * (factor + 1 / denom)
-    result = x * (1 - x).pow(-beta) * series
-    return torch.where(torch.isnan(result), torch.zeros_like(result), result)
+    result = x * (1 - x) ** -beta * series
+    return m.where(m.isnan(result), m.zeros_like(result), result)
 
 
-def _beta_grad_beta_small(x, alpha, beta):
+def _beta_grad_beta_small(m, x, alpha, beta):
     """Taylor expansion in ``x`` near 0 of the Beta(alpha, beta) gradient wrt ``beta``."""
-    factor = torch.digamma(alpha + beta) - torch.digamma(beta)
-    numer, betas, dbetas = torch.ones_like(x), torch.ones_like(x), torch.zeros_like(x)
+    factor = m.digamma(alpha + beta) - m.digamma(beta)
+    numer, betas, dbetas = m.ones_like(x), m.ones_like(x), m.zeros_like(x)
     series = factor / alpha
     for i in range(1, 9):
         numer = numer * (-x / i)
         dbetas = dbetas * (beta - i) + betas
         betas = betas * (beta - i)
         series = series + numer / (alpha + i) * (dbetas + factor * betas)
-    result = -(1 - x).pow(1 - beta) * series
-    return torch.where(torch.isnan(result), torch.zeros_like(result), result)
+    result = -(1 - x) ** (1 - beta) * series
+    return m.where(m.isnan(result), m.zeros_like(result), result)
 
 
-def _beta_grad_alpha_mid(x, alpha, beta):
+def _beta_grad_alpha_mid(m, x, alpha, beta):
     """Rice saddle-point expansion for large ``alpha`` and ``beta``, a polynomial near the mean."""
     total = alpha + beta
     mean = alpha / total
-    std = torch.sqrt(alpha * beta / (total + 1)) / total
+    std = m.sqrt(alpha * beta / (total + 1)) / total
     near = (mean - 0.1 * std <= x) & (x <= mean + 0.1 * std)
     b2 = beta * beta
     poly = 47 * x * b2 * b2 + alpha * ((43 + 20 * (16 + 27 * beta) * x) * b2 * beta + alpha * (
@@ -145,42 +169,78 @@ def _beta_grad_alpha_mid(x, alpha, beta):
     prefactor_num = (1 + 12 * alpha) * (1 + 12 * beta) / (total * total)
     prefactor_den = 12960 * alpha * alpha * alpha * beta * beta * (1 + 12 * total)
     near_value = prefactor_num / (1 - x) * poly / prefactor_den
-    prefactor = -x / torch.sqrt(2 * alpha * beta / total)
+    prefactor = -x / m.sqrt(2 * alpha * beta / total)
     stirling = ((1 + 1 / (12 * alpha) + 1 / (288 * alpha * alpha)) * (1 + 1 / (12 * beta) + 1 / (288 * b2))
                 / (1 + 1 / (12 * total) + 1 / (288 * total * total)))
     term1_num = 2 * (alpha * alpha) * (x - 1) + alpha * beta * (x - 1) - x * b2
     axbx = alpha * (x - 1) + beta * x
-    term1 = term1_num / (torch.sqrt(2 * alpha / beta) * total.pow(1.5) * axbx * axbx)
-    term2 = 0.5 * torch.log(alpha / (total * x))
-    term3 = torch.sqrt(8 * alpha * beta / total) / (beta * x + alpha * (x - 1))
-    term4 = (beta * torch.log(beta / (total * (1 - x))) + alpha * torch.log(alpha / (total * x))).pow(-1.5)
-    term1234 = term1 + term2 * (term3 + torch.where(x < mean, term4, -term4))
-    return torch.where(near, near_value, stirling * prefactor * term1234)
+    term1 = term1_num / (m.sqrt(2 * alpha / beta) * total ** 1.5 * axbx * axbx)
+    term2 = 0.5 * m.log(alpha / (total * x))
+    term3 = m.sqrt(8 * alpha * beta / total) / (beta * x + alpha * (x - 1))
+    term4 = (beta * m.log(beta / (total * (1 - x))) + alpha * m.log(alpha / (total * x))) ** -1.5
+    term1234 = term1 + term2 * (term3 + m.where(x < mean, term4, -term4))
+    return m.where(near, near_value, stirling * prefactor * term1234)
 
 
 def _dirichlet_grad(x, alpha, total):
     """``dx/dalpha`` of the Beta(alpha, total - alpha) marginal of a Dirichlet sample (torch's
     ``dirichlet_grad_one``), the building block of the Dirichlet and Beta reparameterized gradients."""
-    dtype = x.dtype
-    x, alpha, total = x.to(torch.float64), alpha.to(torch.float64), total.to(torch.float64)
+    arrays = _host_float64(x, alpha, total)
+    if arrays is None:
+        wide = [t.to(torch.float64) for t in (x, alpha, total)]
+        return _beta_marginal_grad(_TensorMath, *wide).to(x.dtype)
+    with np.errstate(all="ignore"):
+        return Tensor._make(_beta_marginal_grad_arrays(*arrays).astype(x._data.dtype))
+
+
+def _beta_marginal_grad(m, x, alpha, total):
+    """``_dirichlet_grad`` on float64 ``x``, ``alpha``, ``total`` with the functions of ``m``: every branch on every
+    entry, then the one each entry takes (as torch's per-entry ``if``s; the later ``where`` wins)."""
     beta = total - alpha
     boundary = total * x * (1 - x)
-    u = torch.log(x)
-    a = torch.log(alpha) - u
-    b = torch.log(total) - a
-    p = torch.zeros_like(x)
-    q = torch.zeros_like(x)
+    result = m.where((alpha > 6) & (beta > 6), _beta_grad_alpha_mid(m, x, alpha, beta),
+                     _rational_fit(m, x, alpha, total, beta))
+    result = m.where((x >= 0.5) & (boundary < 0.75), -_beta_grad_beta_small(m, 1 - x, beta, alpha), result)
+    return m.where((x <= 0.5) & (boundary < 2.5), _beta_grad_alpha_small(m, x, alpha, beta), result)
+
+
+def _beta_marginal_grad_arrays(x, alpha, total):
+    """``_beta_marginal_grad`` on NumPy arrays, each branch computed on the entries that take it only (the branches
+    are elementwise, so the values are the same; four series on every entry were most of a Dirichlet backward)."""
+    x, alpha, total = np.broadcast_arrays(x, alpha, total)
+    beta = total - alpha
+    boundary = total * x * (1 - x)
+    alpha_small = (x <= 0.5) & (boundary < 2.5)
+    beta_small = (x >= 0.5) & (boundary < 0.75) & ~alpha_small
+    rest = ~(alpha_small | beta_small)
+    mid = rest & (alpha > 6) & (beta > 6)
+    fit = rest & ~mid
+    m = _ArrayMath
+    result = np.empty(x.shape, dtype=np.float64)
+    for sel, branch in ((alpha_small, lambda a, b, t, v: _beta_grad_alpha_small(m, v, a, b)),
+                        (beta_small, lambda a, b, t, v: -_beta_grad_beta_small(m, 1 - v, b, a)),
+                        (mid, lambda a, b, t, v: _beta_grad_alpha_mid(m, v, a, b)),
+                        (fit, lambda a, b, t, v: _rational_fit(m, v, a, t, b))):
+        if sel.any():
+            result[sel] = branch(alpha[sel], beta[sel], total[sel], x[sel])
+    return result
+
+
+def _rational_fit(m, x, alpha, total, beta):
+    """torch's bivariate rational approximation of the Beta gradient, away from the series' and Rice's ranges."""
+    u = m.log(x)
+    a = m.log(alpha) - u
+    b = m.log(total) - a
+    p = m.zeros_like(x)
+    q = m.zeros_like(x)
     for i, pow_u in enumerate((1, u, u * u)):
         for j, pow_a in enumerate((1, a, a * a)):
             ua = pow_u * pow_a
             cp, cq = _DIRICHLET_GRAD_COEF[0][i][j], _DIRICHLET_GRAD_COEF[1][i][j]
             p = p + ua * (cp[0] + b * (cp[1] + b * (cp[2] + b * cp[3])))
             q = q + ua * (cq[0] + b * (cq[1] + b * (cq[2] + b * cq[3])))
-    approx = x * (torch.digamma(total) - torch.digamma(alpha)) / beta
-    result = torch.where((alpha > 6) & (beta > 6), _beta_grad_alpha_mid(x, alpha, beta), p / q * approx)
-    result = torch.where((x >= 0.5) & (boundary < 0.75), -_beta_grad_beta_small(1 - x, beta, alpha), result)
-    result = torch.where((x <= 0.5) & (boundary < 2.5), _beta_grad_alpha_small(x, alpha, beta), result)
-    return result.to(dtype)
+    approx = x * (m.digamma(total) - m.digamma(alpha)) / beta
+    return p / q * approx
 
 
 _DIRICHLET_GRAD_COEF = (

@@ -61,8 +61,10 @@ class Categorical(ProbsOrLogitsParam, Distribution):
         if self._validate_args:
             self._validate_sample(value)
         value = value.long().unsqueeze(-1)
-        value, log_pmf = torch.broadcast_tensors(value, self.logits)
-        value = value[..., :1]
+        log_pmf = self.logits
+        if value.shape[:-1] != log_pmf.shape[:-1]:  # sample dims, or size-1 dims, broadcast against the batch
+            value, log_pmf = torch.broadcast_tensors(value, log_pmf)
+            value = value[..., :1]
         return log_pmf.gather(-1, value).squeeze(-1)
 
     def entropy(self):

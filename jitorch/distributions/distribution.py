@@ -6,9 +6,16 @@ import warnings
 import jitorch as torch
 
 from . import constraints
+from ._fast_checks import all_satisfied
 from .utils import lazy_property
 
 __all__ = ["Distribution"]
+
+
+def _satisfied(constraint, value):
+    """``bool(constraint.check(value).all())``, on the value's array where ``_fast_checks`` knows the constraint."""
+    answer = all_satisfied(constraint, value)
+    return bool(constraint.check(value).all()) if answer is None else answer
 
 
 class Distribution:
@@ -41,8 +48,7 @@ class Distribution:
                 if param not in self.__dict__ and isinstance(getattr(type(self), param, None), lazy_property):
                     continue  # the other parametrization was given
                 value = getattr(self, param)
-                valid = constraint.check(value)
-                if not bool(valid.all()):
+                if not _satisfied(constraint, value):
                     raise ValueError(
                         f"Expected parameter {param} ({type(value).__name__} of shape {tuple(value.shape)}) "
                         f"of distribution {self!r} to satisfy the constraint {constraint!r}, "
@@ -168,8 +174,7 @@ class Distribution:
             warnings.warn(f"{self.__class__} does not define `support` to enable sample validation. Please initialize "
                           "the distribution with `validate_args=False` to turn off validation.", stacklevel=2)
             return
-        valid = support.check(value)
-        if not bool(valid.all()):
+        if not _satisfied(support, value):
             raise ValueError(
                 f"Expected value argument ({type(value).__name__} of shape {tuple(value.shape)}) to be within the "
                 f"support ({support!r}) of the distribution {self!r}, but found invalid values:\n{value}")
