@@ -27,6 +27,7 @@ from ._creation import _finish
 from ._creation_checks import check_randperm, checked_shape
 from ._creation_filled import keep_layout
 from ._device import device as _device, get_default_device
+from ._dispatch_modes import MODES
 from ._random_device import DeviceStream
 from ._shape import normalize_shape, sizes_or_keyword
 from ._tensor import Tensor
@@ -277,11 +278,14 @@ def _float_dtype(dtype):
     return dt
 
 
+_HALF_DTYPES = frozenset((np.dtype(np.float16), _dtype.bfloat16.np))
+
+
 def half_uniform(values, np_dtype, low=0.0, high=1.0):
     """Uniform draws of [low, high) as a float16/bfloat16 array (other dtypes: unchanged): as ATen, a draw that rounds
     up to ``high`` becomes ``low`` (a float32 draw of 1 - 2**-24 would round to 1.0), so ``high`` never comes out."""
     dt = np.dtype(np_dtype)
-    if dt.name not in ("float16", "bfloat16"):
+    if dt not in _HALF_DTYPES:
         return values
     values = values.astype(dt)
     values[values == float(np.asarray(high, dtype=dt))] = low
@@ -294,10 +298,26 @@ def _sample(values, dt, device, requires_grad):
     return _finish(data.astype(dt.np, copy=False), requires_grad, device)
 
 
+_HOST_REFS: dict = {}  # dtype -> a 0-d array: the operand of a random row only carries its dtype
+
+
+def _on_host(device):
+    if device is None:
+        return get_default_device().type == "cpu"
+    return device == "cpu" or (type(device) is _device and device.type == "cpu")
+
+
 def _row_sample(row, dt, device, **attrs):
     """A random row's sample (``ops/random_ops.py``) of dtype ``dt`` on ``device``: compiled graphs and CPU graph
     replays draw it afresh on every run, in eager's order, with eager's numbers. Its operand only carries the dtype
     and device."""
+    if not MODES and _on_host(device):
+        # What eager dispatch would do for this operand-less, gradient-less row, without building a 0-d tensor and
+        # going through the dispatcher: a small ``rand`` cost 19 us of which the draw is 2 (torch: 3).
+        ref = _HOST_REFS.get(dt)
+        if ref is None:
+            ref = _HOST_REFS[dt] = np.empty((), dt.np)
+        return Tensor._make(row.kernel(np, ref, **attrs))
     from ._creation import empty
     from ._dispatch import apply
 
@@ -307,7 +327,6 @@ def _row_sample(row, dt, device, **attrs):
 def _float_sample(name, method, generator, dt, shape, device, requires_grad):
     """``rand`` (``method="random"``) or ``randn`` (``"standard_normal"``): a random row for the default generator,
     else the generator's own draw; complex dtypes draw both parts, as torch (each of variance 1/2 for randn)."""
-    from ._creation import complex as _complex
     from .ops import random_ops
 
     if not (dt.is_floating_point or dt.is_complex):
@@ -326,6 +345,8 @@ def _float_sample(name, method, generator, dt, shape, device, requires_grad):
             values = half_uniform(values, real.np) if method == "random" else values
             return _sample(values, real, device, False)
     if dt.is_complex:
+        from ._creation import complex as _complex
+
         parts = draw(dt.to_real(), tuple(shape) + (2,))
         if method == "standard_normal":
             parts = parts * math.sqrt(0.5)
@@ -373,12 +394,11 @@ def randint(low=0, high=None, size=None, *, generator=None, out=None, dtype=None
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
     dt = _dtype.int64 if dtype is None else _dtype.to_dtype(dtype)
     from ._random_inplace import _check_in_range
+    from .ops import random_ops
 
     _check_in_range(dt, low, high - 1)  # torch draws with random_(low, high): both ends must fit the dtype
     shape = checked_shape(normalize_shape((size,) if isinstance(size, int) else tuple(size), "randint"), "randint")
     if generator is None:
-        from .ops import random_ops
-
         out = _row_sample(random_ops.INTEGER_SAMPLE, dt, device, shape=shape, low=int(low), high=int(high))
         return out.requires_grad_() if requires_grad else out
     rng = _rng(_generator_for(generator, device))

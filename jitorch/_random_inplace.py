@@ -243,20 +243,29 @@ def _update_to(to, dtype):
     return to
 
 
-def _check_in_range(dtype, from_, to_inc):
-    """ATen's check_from_to_in_range: both ends inside the dtype; for floats, a warning past 2**digits."""
+_BOUNDS: dict = {}  # dtype -> (lo, hi, digits): finfo/iinfo cost more than a small draw
+
+
+def _bounds(dtype):
     from . import _dtype
 
     if dtype.is_floating_point:
         info = _dtype.finfo(dtype)
-        lo, hi, digits = info.min, info.max, _DIGITS[dtype.name]
-    elif dtype.name == "bool":
-        lo, hi = 0, 1
-    elif not dtype.is_complex:
+        return info.min, info.max, _DIGITS[dtype.name]
+    if dtype.name == "bool":
+        return 0, 1, None
+    if not dtype.is_complex:
         info = _dtype.iinfo(dtype)
-        lo, hi = info.min, info.max
-    else:
-        raise RuntimeError("random_: check_random_bounds handles only integral, floating-point and boolean types")
+        return info.min, info.max, None
+    raise RuntimeError("random_: check_random_bounds handles only integral, floating-point and boolean types")
+
+
+def _check_in_range(dtype, from_, to_inc):
+    """ATen's check_from_to_in_range: both ends inside the dtype; for floats, a warning past 2**digits."""
+    bounds = _BOUNDS.get(dtype)
+    if bounds is None:
+        bounds = _BOUNDS[dtype] = _bounds(dtype)
+    lo, hi, digits = bounds
     for value, what in ((from_, "from"), (to_inc, "to - 1")):
         if not lo <= value <= hi:
             raise RuntimeError(f"random_: {what} is out of bounds for {cpp_type_name(dtype)}")

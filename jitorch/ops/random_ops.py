@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _random
 from .native_normal import standard_normal
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
@@ -64,13 +65,12 @@ def _draw(ref, method, *args, **kwargs):
     On the CPU the stream is looked up now (``manual_seed`` replaces it; CPU graph capture reruns the kernel). On a
     device the draw goes through the samplers' hooks, which CUDA graph capture turns into a static buffer refilled
     before each replay."""
-    from .. import _random
-    from .._dtype import to_dtype
-
     if type(ref) is np.ndarray:
         values = draw_from(_random.default_generator._rng, method, *args, **kwargs)
         return (_random.half_uniform(values, ref.dtype) if method == "random" else values).astype(ref.dtype,
                                                                                                   copy=False)
+    from .._dtype import to_dtype
+
     gen = _random.cuda_generator(ref.device.id)
     values = getattr(_random._rng(gen), method)(*args, **kwargs)
     values = _random.half_uniform(values, ref.dtype) if method == "random" else values
