@@ -94,6 +94,63 @@ def test_clip_grad_value_matches_torch(rng):
     assert_grads_equal(jt, th, rtol=0)
 
 
+@pytest.mark.parametrize("clip_value", [0.5, -0.25, math.inf, math.nan])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_clip_grad_value_edges_match_torch(rng, clip_value, dtype):
+    """Small and large gradients, a strided view's, inf/NaN entries, a negative bound (min > max: everything becomes
+    the max, as torch's clamp) and non-finite bounds; one version bump per clamped gradient."""
+    base = rng.standard_normal((30, 20)).astype(dtype)
+    big = (3 * rng.standard_normal(9000)).astype(dtype)
+    small = np.array([np.nan, np.inf, -np.inf, 0.7, -0.7, 0.1], dtype=dtype)
+    grads = {}
+    for lib in (torch, jitorch):
+        params = [lib.nn.Parameter(lib.zeros(n, dtype=getattr(lib, np.dtype(dtype).name))) for n in (6, 9000, 30)]
+        held = lib.tensor(base.copy())
+        params[0].grad, params[1].grad, params[2].grad = lib.tensor(small.copy()), lib.tensor(big.copy()), held[:, 3]
+        versions = [p.grad._version for p in params]
+        lib.nn.utils.clip_grad_value_(params, clip_value)
+        if lib is jitorch:
+            assert [p.grad._version for p in params] == [v + 1 for v in versions]
+        grads[lib] = [np.asarray(p.grad.numpy()) for p in params] + [held.numpy()]
+    for j, t in zip(grads[jitorch], grads[torch]):
+        assert j.dtype == t.dtype
+        np.testing.assert_array_equal(j, t)
+
+
+def test_clip_grad_norm_two_norm_on_arrays_matches_dispatched_ops_and_torch(rng, monkeypatch):
+    """The 2-norm of gradients taken on their arrays (small ones by a dot, large ones as the norm row, strided ones
+    by the row's kernel) equals the dispatched ops' within float32 rounding, and torch's; with nothing to clip
+    (``max_norm`` above the norm) the gradients keep their values bit for bit and their versions still advance."""
+    from jitorch.nn.utils import clip_grad
+
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in ((300, 200), (17,), (40, 30), (), (5000,), (999,))]
+    for max_norm in (2.0, 1e6):
+        results = []
+        for host in (True, False):
+            if not host:
+                monkeypatch.setattr(clip_grad, "_host_arrays", lambda tensors: None)
+            params = [jitorch.nn.Parameter(jitorch.zeros(a.shape)) for a in arrays]
+            for p, a in zip(params, arrays):
+                p.grad = jitorch.tensor(a.copy())
+            params[2].grad = jitorch.tensor(arrays[2].T.copy()).t()  # strided
+            versions = [p.grad._version for p in params]
+            total = jitorch.nn.utils.clip_grad_norm_(params, max_norm)
+            assert [p.grad._version for p in params] == [v + 1 for v in versions]
+            results.append([total.numpy()] + [p.grad.numpy() for p in params])
+        monkeypatch.undo()
+        for host, dispatched in zip(*results):
+            np.testing.assert_allclose(host, dispatched, rtol=1e-6, atol=0)
+        th = [torch.nn.Parameter(torch.zeros(a.shape)) for a in arrays]
+        for p, a in zip(th, arrays):
+            p.grad = torch.tensor(a.copy())
+        total_t = torch.nn.utils.clip_grad_norm_(th, max_norm)
+        np.testing.assert_allclose(results[0][0], total_t.numpy(), rtol=1e-5)
+        for j, p, a in zip(results[0][1:], th, arrays):
+            np.testing.assert_allclose(j, p.grad.numpy(), rtol=1e-5, atol=1e-7)
+            if max_norm > 1e5:
+                np.testing.assert_array_equal(j, a)
+
+
 def test_clipping_does_not_record_autograd(rng):
     _, jt = params_with_grads(rng)
     for p in jt:

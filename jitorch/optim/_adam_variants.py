@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .. import _creation, _movement_extra
 from .._tensor import Tensor
-from ._kernels import increment_step
+from ._kernels import capturing, increment_step
 from ._optimizer_helpers import refuse_foreach_autograd
 from .optimizer import (Optimizer, _check_adam_hyperparameters, _check_tensor_lr, _get_scalar_dtype, _to_scalar,
                         _use_grad_for_differentiable, evaluate_closure)
@@ -54,21 +54,36 @@ class AdamVariant(Optimizer):
             lr = _to_scalar(group["lr"])
             if isinstance(lr, Tensor) and not group["differentiable"]:
                 lr = lr.item()
+            params, grads, states = [], [], []
             for p in group["params"]:
-                if p.grad is None:
+                grad = p.grad
+                if grad is None:
                     continue
-                if p.grad.is_sparse:
+                if type(grad) is not Tensor and grad.is_sparse:  # (the type test first: this loop is hot)
                     raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
                 state = self.state[p]
                 if len(state) == 0:
                     state.update(self._new_state(p, group))
-                grad = p.grad if not group["maximize"] else -p.grad
+                params.append(p)
+                grads.append(grad)
+                states.append(state)
+            # One generated kernel per parameter (`_fused_variants`) where the tensors allow; the same update else.
+            if params and not group["differentiable"] and not capturing() \
+                    and self._fused_update(params, grads, states, group, lr):
+                continue
+            for p, grad, state in zip(params, grads, states):
+                if group["maximize"]:
+                    grad = -grad
                 step = increment_step(state["step"])
                 if p.is_complex():  # complex parameters update as pairs of reals, as in torch
                     p, grad = _real(p if group["differentiable"] else p.detach()), _real(grad)
                     state = {k: _real(v) if k != "step" else v for k, v in state.items()}
                 self._update(p, grad, state, group, lr, step)
         return loss
+
+    def _fused_update(self, params, grads, states, group, lr):
+        """The group's update by a fused kernel: ``False`` (nothing changed) where it does not apply."""
+        return False
 
     def _update(self, param, grad, state, group, lr, step):
         raise NotImplementedError

@@ -21,6 +21,9 @@ import numpy as np
 
 from .._tensor import Tensor
 from ..runtime import array_module_for
+# The step-count and capture helpers live in `_step_capture`; the optimizers import them from here too.
+from ._step_capture import (advance_step, capturing, count_up, guard_hyperparameters, increment_step,  # noqa: F401
+                            refuse_capture)
 
 __all__ = ["ARRAY_OPS", "TENSOR_OPS", "ops_for", "increment_step", "advance_step", "count_up", "refuse_capture",
            "capturing", "hyper"]
@@ -36,7 +39,6 @@ def _xp(arr):
 
 def _f32(arr):
     return arr.astype(_F32)
-
 
 
 def _addc_(a, t1, t2, value, ufunc):
@@ -330,103 +332,6 @@ TENSOR_OPS = _TensorOps()
 def ops_for(group):
     """The primitives a parameter group's update runs with (tensor ops while a CPU graph captures: it records them)."""
     return TENSOR_OPS if group.get("differentiable", False) or capturing() else ARRAY_OPS
-
-
-def capturing():
-    """Whether a CPU graph is capturing (its mode records optimizer updates made of tensor ops)."""
-    from .._dispatch import MODES
-
-    return bool(MODES) and getattr(MODES[-1], "records_updates", False)
-
-
-class _Memory:
-    """A tensor hyperparameter's guard: equal while it is the same memory; shown with the value it held."""
-
-    __slots__ = ("ident", "text")
-
-    def __init__(self, t):
-        self.ident = id(t._data)
-        self.text = f"a tensor holding {t._data.reshape(-1)[:4].tolist()}" if t._data.size else "an empty tensor"
-
-    def __eq__(self, other):
-        return isinstance(other, _Memory) and other.ident == self.ident
-
-    def __repr__(self):
-        return self.text
-
-
-def _plain(value):
-    """A hyperparameter as a comparable Python value. A tensor one is read live by the captured steps (changed in
-    place by a scheduler, it needs no new capture): only its memory must stay the same (the array the steps hold,
-    so its id is not reused while the graph lives)."""
-    if isinstance(value, Tensor):
-        return _Memory(value)
-    if isinstance(value, (tuple, list)):
-        return tuple(_plain(v) for v in value)
-    return value
-
-
-def guard_hyperparameters(optimizer):
-    """While a CPU graph captures ``optimizer.step()``: every group option becomes a guard of the capture.
-
-    The update reads them as Python numbers, so the recorded steps hold the values of this moment; the graph checks
-    them before each replay (a scheduler changing ``lr`` must not be ignored silently).
-    """
-    from .._dispatch import MODES
-
-    mode = MODES[-1]
-    name = type(optimizer).__name__
-    for i, group in enumerate(optimizer.param_groups):
-        for key in group:
-            if key != "params":
-                mode.guard_value(f"{name}.param_groups[{i}][{key!r}]",
-                                 lambda group=group, key=key: _plain(group.get(key)), _plain(group[key]))
-
-
-def increment_step(step_t):
-    """``state['step'] += 1`` in place (a 0-d tensor, as in PyTorch); returns the new count as a Python float.
-
-    For updates that read the count as a Python number (non-capturable Adam, Adagrad's lr decay): a CPU graph
-    would replay the captured number forever, so capturing one ends the capture with an error.
-    """
-    if capturing():
-        refuse_capture("CPU graph capture of an optimizer step: this optimizer's step count is a Python number in "
-                       "its update, which replay would not advance; construct the optimizer with capturable=True "
-                       "(where it has one), or step it outside the captured region")
-    count_up(step_t)
-    return float(step_t._data)
-
-
-def advance_step(step_t):
-    """``state['step'] += 1`` for updates that never read the count in Python (capturable ones, RMSprop, Adadelta).
-
-    While a CPU graph captures, the increment is a recorded op, so every replay advances the count.
-    """
-    if capturing():
-        step_t.add_(1)
-        return
-    count_up(step_t)
-
-
-def count_up(step_t):
-    """``step_t += 1`` on its array, the version bumped: a host count through its item (``+= 1`` on a 0-d NumPy
-    array costs 1.4 us, this 0.2, with the same rounding in its dtype); device and meta arrays in place."""
-    count = step_t._data
-    if type(count) is np.ndarray:
-        count[()] = count[()] + 1
-    else:
-        count += 1
-    step_t._bump_version()
-
-
-def refuse_capture(message):
-    """End the CPU graph capture in progress, then raise ``RuntimeError(message)`` (an uncapturable step)."""
-    from .._dispatch import MODES
-
-    mode = MODES[-1]
-    if hasattr(mode, "fail"):
-        mode.fail(message)
-    raise RuntimeError(message)
 
 
 def hyper(value, ops):

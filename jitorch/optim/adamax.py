@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .. import _movement, _pointwise, _reduction
 from ._adam_variants import AdamVariant
+from ._fused_variants import fused_adamax
 
 __all__ = ["Adamax"]
 
@@ -39,6 +40,12 @@ class Adamax(AdamVariant):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
                                   "foreach": foreach, "maximize": maximize, "differentiable": differentiable,
                                   "capturable": capturable})
+
+    def _fused_update(self, params, grads, states, group, lr):
+        beta1, beta2 = group["betas"]
+        return fused_adamax(params, grads, [s["exp_avg"] for s in states], [s["exp_inf"] for s in states],
+                            [s["step"] for s in states], beta1=beta1, beta2=beta2, lr=lr,
+                            weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"])
 
     def _update(self, param, grad, state, group, lr, step):
         beta1, beta2 = group["betas"]

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from .. import _creation
 from ._adam_variants import _real
-from ._kernels import increment_step
+from ._fused_variants import fused_asgd
+from ._kernels import capturing, increment_step
 from ._optimizer_helpers import refuse_foreach_autograd
 from .optimizer import (Optimizer, _check_tensor_lr, _get_scalar_dtype, _get_value, _to_scalar,
                         _use_grad_for_differentiable, evaluate_closure)
@@ -59,6 +60,7 @@ class ASGD(Optimizer):
         for group in self.param_groups:
             lr, lambd, alpha, t0 = _to_scalar(group["lr"]), group["lambd"], group["alpha"], group["t0"]
             refuse_foreach_autograd(group)
+            params, grads, states = [], [], []
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -70,6 +72,16 @@ class ASGD(Optimizer):
                     state["eta"] = _creation.tensor(float(lr), dtype=_get_scalar_dtype())
                     state["mu"] = _creation.ones((), dtype=_get_scalar_dtype())
                     state["ax"] = _creation.zeros_like(p)
+                params.append(p)
+                grads.append(p.grad)
+                states.append(state)
+            # One generated kernel per parameter (`_fused_variants`) where the tensors allow; the same update else.
+            if params and not group["differentiable"] and not capturing() and fused_asgd(
+                    params, grads, [s["ax"] for s in states], [s["mu"] for s in states],
+                    [s["eta"] for s in states], [s["step"] for s in states], lambd=lambd, lr=lr, t0=t0, alpha=alpha,
+                    weight_decay=group["weight_decay"], maximize=group["maximize"]):
+                continue
+            for p, state in zip(params, states):
                 grad = p.grad if not group["maximize"] else -p.grad
                 param = p if group["differentiable"] else p.detach()
                 param, grad, ax = _real(param), _real(grad), _real(state["ax"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .. import _creation
 from ._adam_variants import AdamVariant
+from ._fused_variants import fused_nadam
 from .optimizer import _get_scalar_dtype
 
 __all__ = ["NAdam"]
@@ -50,6 +51,14 @@ class NAdam(AdamVariant):
         state = super()._new_state(p, group)
         state["mu_product"] = _creation.tensor(1.0, dtype=_get_scalar_dtype())
         return {k: state[k] for k in ("step", "mu_product", "exp_avg", "exp_avg_sq")}  # torch's key order
+
+    def _fused_update(self, params, grads, states, group, lr):
+        beta1, beta2 = group["betas"]
+        return fused_nadam(params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                           [s["mu_product"] for s in states], [s["step"] for s in states], beta1=beta1, beta2=beta2,
+                           lr=lr, weight_decay=group["weight_decay"], momentum_decay=group["momentum_decay"],
+                           eps=group["eps"], decoupled_weight_decay=group["decoupled_weight_decay"],
+                           maximize=group["maximize"])
 
     def _update(self, param, grad, state, group, lr, step):
         beta1, beta2 = group["betas"]

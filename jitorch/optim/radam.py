@@ -11,6 +11,7 @@ tensor([ 0.8000, -0.8000], requires_grad=True)
 from __future__ import annotations
 
 from ._adam_variants import AdamVariant
+from ._fused_variants import fused_radam
 
 __all__ = ["RAdam"]
 
@@ -39,6 +40,13 @@ class RAdam(AdamVariant):
                                   "maximize": maximize, "foreach": foreach, "capturable": capturable,
                                   "decoupled_weight_decay": decoupled_weight_decay,
                                   "differentiable": differentiable})
+
+    def _fused_update(self, params, grads, states, group, lr):
+        beta1, beta2 = group["betas"]
+        return fused_radam(params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                           [s["step"] for s in states], beta1=beta1, beta2=beta2, lr=lr,
+                           weight_decay=group["weight_decay"], eps=group["eps"],
+                           decoupled_weight_decay=group["decoupled_weight_decay"], maximize=group["maximize"])
 
     def _update(self, param, grad, state, group, lr, step):
         beta1, beta2 = group["betas"]
