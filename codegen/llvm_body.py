@@ -181,3 +181,10 @@ def _cast(b, value, src, dst):
     if dst in FLOATS:
         return b.emit(f"sitofp {s} {value} to {d}")
     return b.emit(f"{'sext' if src == 'i32' else 'trunc'} {s} {value} to {d}")
+
+
+def total_type(store):
+    """The LLVM type of a reduction's running total: float32 sums add their block sums (`llvm_emit.BLOCK` elements,
+    or `llvm_columns.COLUMN_BLOCK` rows) in double, so 10^7 terms lose nothing to a large total swallowing small
+    block sums."""
+    return "double" if store.value.dtype == "f32" and store.reduce == "sum" else LLVM_TYPES[store.value.dtype]

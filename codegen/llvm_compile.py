@@ -189,10 +189,32 @@ def _template_ir(template):
     key = str(template)
     found = _TEMPLATES.get(key)
     if found is None:
-        text = emit_kernel(template, _PLACEHOLDER)
-        name = f"jitorch_kernel_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
-        head = f"define void @{_PLACEHOLDER}("
-        if text.count(head) != 1:
-            raise AssertionError(f"expected one definition of @{_PLACEHOLDER} in the emitted module")
-        found = _TEMPLATES.setdefault(key, (name, text.replace(head, f"define void @{name}(")))
+        found = _TEMPLATES.setdefault(key, hashed_name(emit_kernel(template, _PLACEHOLDER), _PLACEHOLDER))
     return found
+
+
+def hashed_name(llvm_ir, placeholder):
+    """(name, LLVM IR): the function ``@placeholder`` of ``llvm_ir`` renamed ``placeholder_<hash of the IR>``, so
+    equal code has an equal symbol in every process and its cached object loads anywhere (see the module notes).
+
+    >>> name, text = hashed_name("define i64 @k() {\\n  ret i64 7\\n}", "k")
+    >>> name.startswith("k_"), len(name), text.startswith(f"define i64 @{name}()")
+    (True, 26, True)
+    """
+    head = f"@{placeholder}("
+    if llvm_ir.count(head) != 1:
+        raise AssertionError(f"expected one mention of @{placeholder} in the emitted module, got {llvm_ir.count(head)}")
+    name = f"{placeholder}_{hashlib.sha256(llvm_ir.encode()).hexdigest()[:24]}"
+    return name, llvm_ir.replace(head, f"@{name}(")
+
+
+def compile_hashed(llvm_ir, placeholder, cache=None):
+    """(name, LLVM IR, address): the function ``@placeholder`` of ``llvm_ir`` named by `hashed_name` and compiled
+    through `compile_function` (with ``cache``, a `cache.KernelCache`, through the object cache).
+
+    >>> name, _, addr = compile_hashed("define i64 @k() {\\n  ret i64 7\\n}", "k")
+    >>> ctypes.CFUNCTYPE(ctypes.c_int64)(addr)()
+    7
+    """
+    name, text = hashed_name(llvm_ir, placeholder)
+    return name, text, compile_function(text, name, cache)

@@ -35,13 +35,12 @@ True
 from __future__ import annotations
 
 import ctypes
-import hashlib
 
 import numpy as np
 
 from .codeblock import LLVM_TYPES, CodeBlock, vector_mask, vector_splat
 from .ir import DTYPES
-from .llvm_compile import compile_function
+from .llvm_compile import compile_hashed
 from .llvm_host import has_avx512
 from .llvm_pool import split_call
 
@@ -252,9 +251,7 @@ class DirectConv:
         self.dtype, self.kernel, self.lanes, self.block = dtype, tuple(kernel), lanes, block
         self.stride = tuple(stride)
         text = _function_ir("jitorch_conv", dtype, self.kernel, lanes, block, self.stride)
-        self.name = f"jitorch_conv_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
-        self.llvm_ir = text.replace("@jitorch_conv(", f"@{self.name}(")
-        self.address = compile_function(self.llvm_ir, self.name, cache)
+        self.name, self.llvm_ir, self.address = compile_hashed(text, "jitorch_conv", cache)
         self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 2 + [ctypes.c_void_p] * 4 +
                                             [ctypes.c_int64] * len(_ARGS)))(self.address)
 

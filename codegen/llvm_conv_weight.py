@@ -23,13 +23,12 @@ True
 from __future__ import annotations
 
 import ctypes
-import hashlib
 
 import numpy as np
 
 from .codeblock import LLVM_TYPES, CodeBlock, vector_mask
 from .ir import DTYPES
-from .llvm_compile import compile_function
+from .llvm_compile import compile_hashed
 from .llvm_conv import emit_geometry
 from .llvm_pool import split_call
 
@@ -222,8 +221,7 @@ class DirectConvWeight:
     def _compile(self, single, cache):
         text = _function_ir("jitorch_conv_weight", self.dtype, self.kernel, self.lanes, self.block, single,
                             self.stride)
-        name = f"jitorch_conv_weight_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
-        address = compile_function(text.replace("@jitorch_conv_weight(", f"@{name}("), name, cache)
+        address = compile_hashed(text, "jitorch_conv_weight", cache)[2]
         return ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 2 + [ctypes.c_void_p] * 3 +
                                         [ctypes.c_int64] * len(_ARGS)))(address), address
 

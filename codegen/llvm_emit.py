@@ -23,11 +23,8 @@ never end, a vectorizer assertion), tested by tests/test_fusion_row_sizes.py; th
 volatile slot instead, so LLVM cannot fully unroll a row. Index reductions
 (``argmax``/``argmin``) keep (best, flat index) per point, unblocked.
 
-**Column reductions** (one kept and one reduced dimension, where the inputs are contiguous along the kept one and
-strided along the reduced one: ``x.sum(0)``, a bias or layer-norm weight gradient) walk the rows instead of the
-columns: the kept range is cut into tiles of `COLUMN_TILE`, and for each tile every row adds into per-column
-partials on the stack (a contiguous, vectorized inner loop), `COLUMN_BLOCK` rows at a time, totals in double for
-float32 sums as above. Walking each column down its stride was 15x slower (1024x128 float32: 239 us against 16 us).
+Column reductions (``x.sum(0)``: one kept and one reduced dimension, the inputs contiguous along the kept one) walk
+rows into per-column partials instead (`llvm_columns`, mixed into the emitter).
 """
 from __future__ import annotations
 
@@ -36,17 +33,13 @@ import hashlib
 from . import llvm_trig
 from .codeblock import LLVM_TYPES, LLVMBuilder, llvm_const
 from .ir import ARG_REDUCTIONS, collapse, identity
-from .ir_params import arguments, is_template, literal_size, unit_stride
-from .llvm_body import BodyEmitter
+from .ir_params import arguments, is_template
+from .llvm_body import BodyEmitter, total_type
+from .llvm_columns import ColumnReduction, column_layout
 
 # Each vector lane adds BLOCK / (lanes x interleave) terms in float32 before the block sum goes into the total:
 # 512 keeps a float32 sum of 10^7 equal terms within 1e-7 on 8-lane AVX2 (4096 gave 1.3e-6 there).
 BLOCK = 512
-COLUMN_TILE = 64  # kept elements per tile of a column reduction: its partials and totals stay in L1
-# Rows a column's float32 partial adds before it goes into the double total: each partial is one sequential sum (no
-# lanes share it), so blocks are short: on 10^6 rows of 0.1, 512 gave 4e-6 relative error and 32 gives 3.3e-7
-# (torch's column sum: 5.5e-7; NumPy's, which adds row after row in float32: 1e-2).
-COLUMN_BLOCK = 32
 # Elements per block of a pointwise loop with sin or cos (`_Emitter._versioned`): the check pass leaves the block's
 # inputs in L1 for the compute pass.
 TRIG_BLOCK = 512
@@ -81,7 +74,7 @@ def emit_kernel(kernel, name="kernel"):
     return _Emitter(kernel, name).module()
 
 
-class _Emitter(BodyEmitter):
+class _Emitter(ColumnReduction, BodyEmitter):
     def __init__(self, kernel, name):
         self.k, self.name, self.b = kernel, name, LLVMBuilder()
         self.nouter = len(kernel.outer_shape)
@@ -97,7 +90,7 @@ class _Emitter(BodyEmitter):
         self.big_slot = b.emit("alloca i8") if self.trig_args else None
         # store index -> (total, block) accumulator slots; SROA turns them into phis
         # (an index reduction's slots: (best value, its flat index), updated per point, never blocked)
-        self.accs = {j: (b.emit(f"alloca {_total_type(s)}"),
+        self.accs = {j: (b.emit(f"alloca {total_type(s)}"),
                          b.emit(f"alloca {'i64' if s.reduce in ARG_REDUCTIONS else LLVM_TYPES[s.value.dtype]}"))
                      for j, s in enumerate(k.stores) if s.reduce}
         self.acc_values = {}
@@ -106,7 +99,7 @@ class _Emitter(BodyEmitter):
         # spilled to the stack (layer norm 1.3x slower). Loop-hint metadata would say the same, but those hints hit
         # LLVM bugs here (rows that never end, a vectorizer assertion); see tests/test_fusion_row_sizes.py.
         self.row_len = None
-        self.columns = _column_layout(k)
+        self.columns = column_layout(k)
         if self.columns:
             self._column_slots()
         elif any(s.reduce for s in k.stores) and k.reduce_axes:
@@ -228,7 +221,7 @@ class _Emitter(BodyEmitter):
             stores = [(j, s) for j, s in enumerate(k.stores) if s.phase == phase and not s.row]
             reducing = [(j, s) for j, s in stores if s.reduce]
             for j, s in reducing:
-                ty = _total_type(s)
+                ty = total_type(s)
                 b.line(f"store {ty} {llvm_const(identity(s.reduce, s.value.dtype), ty)}, ptr {self.accs[j][0]}")
                 if s.reduce in ARG_REDUCTIONS:
                     b.line(f"store i64 0, ptr {self.accs[j][1]}")
@@ -253,17 +246,17 @@ class _Emitter(BodyEmitter):
                 for j, s in reducing:
                     total, blk = self.accs[j]
                     part = b.emit(f"load {LLVM_TYPES[s.value.dtype]}, ptr {blk}")
-                    if _total_type(s) != LLVM_TYPES[s.value.dtype]:
+                    if total_type(s) != LLVM_TYPES[s.value.dtype]:
                         part = b.emit(f"fpext float {part} to double")
-                    self._accumulate(s, total, part, flags="", ty=_total_type(s))
+                    self._accumulate(s, total, part, flags="", ty=total_type(s))
 
             outer_reduced(self.nouter, [])
             for j, s in reducing:
                 if s.reduce in ARG_REDUCTIONS:
                     total = b.emit(f"load i64, ptr {self.accs[j][1]}")
                 else:
-                    total = b.emit(f"load {_total_type(s)}, ptr {self.accs[j][0]}")
-                    if _total_type(s) != LLVM_TYPES[s.dtype]:
+                    total = b.emit(f"load {total_type(s)}, ptr {self.accs[j][0]}")
+                    if total_type(s) != LLVM_TYPES[s.dtype]:
                         total = b.emit(f"fptrunc double {total} to float")
                 self.acc_values[j] = total
                 if s.buffer is not None:
@@ -271,80 +264,6 @@ class _Emitter(BodyEmitter):
         # Row stores read only buffers with zero reduced strides, so the outer index alone addresses them.
         self._point(idx, [(j, s) for j, s in enumerate(k.stores) if s.row])
 
-    # -- column reductions ---------------------------------------------------------------------------------------
-    def _column_slots(self):
-        """Per reducing store, ``[COLUMN_TILE x T]`` stack arrays: block partials and totals (allocas in the entry
-        block, so they are made once, not per tile)."""
-        b = self.b
-        self.col = {}
-        for j, s in enumerate(self.k.stores):
-            value_ty, total_ty = LLVM_TYPES[s.value.dtype], _total_type(s)
-            self.col[j] = (b.emit(f"alloca [{COLUMN_TILE} x {value_ty}]"),
-                           b.emit(f"alloca [{COLUMN_TILE} x {total_ty}]"))
-
-    def _column_reduction(self):
-        """``for tile in [start, stop): totals = id; for row block: partials = id; rows add; totals += partials``."""
-        k, b = self.k, self.b
-        rows = k.shape[1]
-
-        def tile(t):
-            end = b.emit(f"add nsw i64 {t}, {COLUMN_TILE}")
-            end = b.emit(f"select i1 {b.emit(f'icmp slt i64 {end}, %stop')}, i64 {end}, i64 %stop")
-            width = b.emit(f"sub nsw i64 {end}, {t}")
-            self._column_fill(width, 1, "ct")
-
-            def block(rb):
-                self._column_fill(width, 0, "cp")
-                stop = b.emit(f"add nsw i64 {rb}, {COLUMN_BLOCK}")
-                stop = b.emit(f"select i1 {b.emit(f'icmp slt i64 {stop}, {rows}')}, i64 {stop}, i64 {rows}")
-                self._loop("cr", rb, stop,
-                           lambda r: self._loop("co", "0", width, lambda o: self._column_point(t, o, r)))
-                self._loop("cs", "0", width, lambda o: self._column_merge(o))
-
-            self._loop("cb", "0", str(rows), block, step=COLUMN_BLOCK)
-            self._loop("cw", "0", width, lambda o: self._column_write(t, o))
-
-        self._loop("ck", "%start", "%stop", tile, step=COLUMN_TILE)
-        b.line("br label %exit")
-
-    def _slot(self, j, which, o):
-        s = self.k.stores[j]
-        ty = LLVM_TYPES[s.value.dtype] if which == 0 else _total_type(s)
-        return self.b.emit(f"getelementptr [{COLUMN_TILE} x {ty}], ptr {self.col[j][which]}, i64 0, i64 {o}"), ty
-
-    def _column_fill(self, width, which, label):
-        def body(o):
-            for j, s in enumerate(self.k.stores):
-                slot, ty = self._slot(j, which, o)
-                self.b.line(f"store {ty} {llvm_const(identity(s.reduce, s.value.dtype), ty)}, ptr {slot}")
-        self._loop(label, "0", width, body)
-
-    def _column_point(self, t, o, r):
-        idx = [self.b.emit(f"add nsw i64 {t}, {o}"), r]
-        values = {}
-        for e in self.k.nodes(self.k.stores):
-            values[e] = self._expr(e, [values[a] for a in e.args], idx)
-        for j, s in enumerate(self.k.stores):
-            self._accumulate(s, self._slot(j, 0, o)[0], values[s.value], flags="")
-
-    def _column_merge(self, o):
-        b = self.b
-        for j, s in enumerate(self.k.stores):
-            part = b.emit(f"load {LLVM_TYPES[s.value.dtype]}, ptr {self._slot(j, 0, o)[0]}")
-            slot, ty = self._slot(j, 1, o)
-            if ty != LLVM_TYPES[s.value.dtype]:
-                part = b.emit(f"fpext float {part} to double")
-            self._accumulate(s, slot, part, flags="", ty=ty)
-
-    def _column_write(self, t, o):
-        b = self.b
-        idx = [b.emit(f"add nsw i64 {t}, {o}"), "0"]
-        for j, s in enumerate(self.k.stores):
-            slot, ty = self._slot(j, 1, o)
-            total = b.emit(f"load {ty}, ptr {slot}")
-            if ty != LLVM_TYPES[s.dtype]:
-                total = b.emit(f"fptrunc double {total} to float")
-            self._store(s.buffer, idx, total, s.dtype)
 
 
 def _dag(exprs):
@@ -363,27 +282,6 @@ def _dag(exprs):
     return order
 
 
-def _column_layout(k):
-    """Whether a (collapsed) kernel is a column reduction (see the module notes): one kept and one reduced dim, only
-    reducing stores of plain kinds into buffers no load reads, every input contiguous or constant along the kept dim
-    and the contiguous ones strided along the reduced one."""
-    if len(k.shape) != 2 or k.reduce_axes != 1 or k.phases != 1 or literal_size(k.shape[0], 2) or \
-            literal_size(k.shape[1], 2):
-        return False
-    if not all(s.reduce in ("sum", "prod", "max", "min", "maxnum") and s.buffer is not None and not s.row
-               for s in k.stores):
-        return False
-    written = {s.buffer for s in k.stores}
-    loads = {e.value for e in k.nodes() if e.op == "load"}
-    if loads & written or not loads:
-        return False
-    strides = [k.buffers[i].strides for i in loads]
-    # Along the kept dim an input is contiguous (walked by the vector loop) or constant (a per-row value such as
-    # layer norm's mean, loaded once per row); along the reduced dim a contiguous one would keep the row path.
-    return all(st[0] == 0 or (unit_stride(st[0]) and not unit_stride(st[1])) for st in strides) and \
-        any(unit_stride(st[0]) for st in strides)
-
-
 def _metadata_base(name):
     """The first metadata id of function ``name``. Metadata ids are module-wide, and callers may paste several
     kernels into one module (`llvm_program`), so each function numbers its own from a base of its name: names of up
@@ -393,9 +291,3 @@ def _metadata_base(name):
     if len(raw) <= 3:
         return 16 * int.from_bytes(raw.ljust(3, b"\0"), "big")
     return 16 * ((1 << 24) + int(hashlib.sha256(raw).hexdigest()[:8], 16) % ((1 << 28) - (1 << 24)))
-
-
-def _total_type(store):
-    """The type of a reduction's running total: float32 sums add their `BLOCK`-element block sums in double, so
-    10^7 terms lose nothing to a large total swallowing small block sums."""
-    return "double" if store.value.dtype == "f32" and store.reduce == "sum" else LLVM_TYPES[store.value.dtype]

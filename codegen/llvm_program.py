@@ -46,7 +46,6 @@ integers, offsets pointers and calls. For a one-kernel program the emitted text 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import math
 from dataclasses import dataclass
 
@@ -55,7 +54,7 @@ import numpy as np
 from .codeblock import LLVMBuilder
 from .ir import Kernel
 from .ir_params import arguments, bits, outer_size, parametrize
-from .llvm_compile import compile_function, template_address
+from .llvm_compile import compile_hashed, template_address
 from .llvm_objcache import default_cache
 from .llvm_pool import available, chunking, current_cell, grain_rows, run_address, shared_pool, trampoline_address, \
     worth_splitting
@@ -251,13 +250,10 @@ class Program:
         placeholder = emit_program(calls, "jitorch_program", ints, lambda t: template_address(t, cache))
         # Named by a hash of the code: equal programs share machine code, in this process and (through the object
         # cache on disk) in the next one; each caller brings its own table.
-        digest = hashlib.sha256(placeholder.encode()).hexdigest()[:24]
-        self.name = f"jitorch_program_{digest}"
-        self.source = placeholder.replace("define void @jitorch_program(", f"define void @{self.name}(")
+        self.name, self.source, self.address = compile_hashed(placeholder, "jitorch_program", cache)
         self.ncalls = len(calls)
         self.ints = np.array(ints, dtype=np.int64)
         self._ints_address = self.ints.ctypes.data
-        self.address = compile_function(self.source, self.name, cache)
         self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(self.address)
 
     def __call__(self, table_address):

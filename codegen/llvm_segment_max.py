@@ -15,13 +15,12 @@ so LLVM vectorizes it; NumPy needs a ``reduceat`` that pays per run, or masked c
 from __future__ import annotations
 
 import ctypes
-import hashlib
 
-from .llvm_compile import compile_function
+from .codeblock import LLVM_TYPES
+from .ir import FLOATS
+from .llvm_compile import compile_hashed
 
 __all__ = ["SegmentMax", "emit_segment_max"]
-
-_TYPES = {"f32": "float", "f64": "double"}
 
 
 def emit_segment_max(name, ty):
@@ -84,10 +83,10 @@ class SegmentMax:
     C-contiguous of ``rows``' dtype and int64, updated in place (bags with no rows keep their contents)."""
 
     def __init__(self, dtype, cache=None):
-        text = emit_segment_max("jitorch_segment_max", _TYPES[dtype])
-        self.name = f"jitorch_segment_max_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
-        self.llvm_ir = text.replace("@jitorch_segment_max(", f"@{self.name}(")
-        address = compile_function(self.llvm_ir, self.name, cache)
+        if dtype not in FLOATS:
+            raise ValueError(f"SegmentMax: dtype must be one of {FLOATS}, got {dtype!r}")
+        text = emit_segment_max("jitorch_segment_max", LLVM_TYPES[dtype])
+        self.name, self.llvm_ir, address = compile_hashed(text, "jitorch_segment_max", cache)
         self._fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 4)(address)
 
     def __call__(self, rows, bag, best, pos):

@@ -25,6 +25,8 @@ import math
 
 import numpy as np
 
+from .key_runs import run_starts
+
 __all__ = ["add_at", "is_grid"]
 
 _MIN_UPDATE = 2048  # elements: below this add.at's loop is as fast as the whole-array forms' fixed cost
@@ -122,7 +124,7 @@ def _rows(target, flat, rows, dims):
     # NumPy's stable sort is a radix sort for 16-bit keys, a merge sort for wider ones.
     order = np.argsort(flat.astype(np.uint16) if flat.size and math.prod(dims) <= 1 << 16 else flat, kind="stable")
     ordered = flat[order]
-    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    starts = np.flatnonzero(run_starts(np, ordered))
     sums = np.add.reduceat(rows[order], starts, axis=0)
     # Distinct positions now: a plain fancy-index += is exact.
     target[np.unravel_index(ordered[starts], dims)] += sums.reshape((len(starts),) + target.shape[len(dims):])

@@ -9,7 +9,8 @@ import pytest
 from jitorch.codegen import interp
 from jitorch.codegen.ir import Buffer, Kernel, Store, collapse, const, load, op
 from jitorch.codegen.llvm_compile import compile_kernel
-from jitorch.codegen.llvm_emit import _column_layout, emit_kernel
+from jitorch.codegen.llvm_columns import column_layout
+from jitorch.codegen.llvm_emit import emit_kernel
 from codegen_helpers import NAMES
 
 
@@ -39,7 +40,7 @@ def test_column_reductions_equal_the_interpreter(rows, cols, dtype, reduce):
         x = rng.standard_normal((rows, cols)) * 3 if np.dtype(dtype).kind == "f" else rng.integers(-9, 9, (rows, cols))
     x = x.astype(dtype)
     kernel = _kernel(rows, cols, dtype, reduce)
-    assert _column_layout(collapse(kernel))
+    assert column_layout(collapse(kernel))
     got = _run(kernel, x, np.full(cols, 7, dtype))
     want = {"sum": x.sum(0, dtype=np.float64), "max": x.max(0), "min": x.min(0), "prod": x.prod(0, dtype=np.float64)}
     ref = np.zeros(cols, dtype)
@@ -80,7 +81,7 @@ def test_row_contiguous_reductions_keep_the_row_path():
     two_passes = Kernel((64, 100), (Buffer("f32", (1, 64)), Buffer("f32", (1, 0))),
                         (Store(None, load(0, "f32"), "sum"),
                          Store(1, op("sub", load(0, "f32"), const(1, "f32")), "sum", 1)), 1)
-    assert not any(_column_layout(collapse(k)) for k in (row, reads_output, two_passes))
+    assert not any(column_layout(collapse(k)) for k in (row, reads_output, two_passes))
     assert "alloca [64 x" not in emit_kernel(row)
 
 
@@ -95,7 +96,7 @@ def test_per_row_values_ride_along_a_column_reduction():
     value = op("mul", ld[0], op("mul", op("sub", ld[1], ld[2]), ld[3]))
     kernel = Kernel((cols, rows), (Buffer("f32", (1, cols)), Buffer("f32", (1, cols)), Buffer("f32", (0, 1)),
                                    Buffer("f32", (0, 1)), Buffer("f32", (1, 0))), (Store(4, value, "sum"),), 1)
-    assert _column_layout(collapse(kernel))
+    assert column_layout(collapse(kernel))
     out = np.zeros(cols, np.float32)
     ck = compile_kernel(kernel)
     ck(0, ck.outer, g.ctypes.data, x.ctypes.data, mean.ctypes.data, rstd.ctypes.data, out.ctypes.data)

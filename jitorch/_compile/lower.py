@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from ..codegen.ir import Buffer, Expr, Kernel, Store, load, op, reduced, simplify
+from ..codegen.ir import IR_DTYPES, Buffer, Expr, Kernel, Store, load, op, reduced, simplify
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..fx.node import Node
@@ -35,8 +35,6 @@ from .expr import Unfusable, parse_expr
 __all__ = ["IR_DTYPES", "Passes", "GroupKernel", "node_expr", "node_expr_for", "clear_kernel_cache",
            "kernel_cache_stats"]
 
-IR_DTYPES = {np.dtype(np.bool_): "bool", np.dtype(np.int32): "i32", np.dtype(np.int64): "i64",
-             np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _NP = {v: k for k, v in IR_DTYPES.items()}
 # Below this many elements a kernel runs on the calling thread: waking workers costs more than it saves.
 PARALLEL_MIN = native_eager.PARALLEL_MIN  # one threshold for eager and compiled kernels

@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from ..codegen.ir import FLOAT_IR_DTYPES
 from .table import Opaque, defop
 
 __all__ = ["CDIST", "CDIST_BACKWARD"]
@@ -29,7 +30,6 @@ __all__ = ["CDIST", "CDIST_BACKWARD"]
 _BLOCK_ELEMENTS = 1 << 16  # differences per block of x1 rows: 256 KB of float32, a block's work stays in L2
 _NATIVE_MIN = 1 << 12  # differences from which the generated kernel beats NumPy's blocks
 _GRAIN = 1 << 15
-_IR_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _compiled: dict = {}  # (dtype, p, sizes) -> compiled forward kernel
 
 
@@ -78,7 +78,7 @@ def _native(a, b, p):
     (batch, rows, m), r = a.shape, b.shape[1]
     if p == 0 or not m or batch * rows * r * m < _NATIVE_MIN:
         return None
-    dtype = _IR_DTYPES.get(a.dtype)
+    dtype = FLOAT_IR_DTYPES.get(a.dtype)
     if dtype is None:
         return None
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)

@@ -20,13 +20,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd.grad_mode import GradState
+from ..codegen.ir import FLOAT_IR_DTYPES
 from .native_eager import launch_arrays
 from .nn_fused import norm_backward_backward, norm_grads
 from .table import Opaque, defop
 
 __all__ = ["GROUP_NORM", "GROUP_NORM_BACKWARD"]
 
-_IR = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _MAX_KERNELS = 128
 _kernels: dict = {}
 
@@ -80,14 +80,14 @@ def _build(name, dt, space, present, eps):
 
 def _kernel(name, x, groups, present, eps):
     """The cached kernel for ``x`` (None where the native path does not take it)."""
-    if type(x) is not np.ndarray or x.dtype not in _IR or not x.size:
+    if type(x) is not np.ndarray or x.dtype not in FLOAT_IR_DTYPES or not x.size:
         return None
     key = (name, x.dtype, x.shape, groups, present, eps)
     kernel = _kernels.get(key)
     if kernel is None:
         if len(_kernels) >= _MAX_KERNELS:
             _kernels.clear()
-        kernel = _kernels[key] = _build(name, _IR[x.dtype], _space(x, groups), present, eps)
+        kernel = _kernels[key] = _build(name, FLOAT_IR_DTYPES[x.dtype], _space(x, groups), present, eps)
     return kernel
 
 

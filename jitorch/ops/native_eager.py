@@ -32,7 +32,7 @@ from ..runtime import host_cache
 from ..runtime.host_pointer import ARRAY_DATA_OFFSET, data_address
 from ..runtime.threads import get_num_threads, on_change, parallel_for
 
-__all__ = ["pointwise", "launch", "launch_arrays"]
+__all__ = ["pointwise", "expression_kernel", "launch", "launch_arrays"]
 
 on_change(shared_pool)  # programs read their pool from a cell that set_num_threads now repoints
 
@@ -46,12 +46,20 @@ _kernels: dict = {}
 HELD_MAX = 1 << 14
 
 
-def _build(row, nargs, size):
+def expression_kernel(expr, nargs):
+    """The size-generic float32 kernel writing fusion expression ``expr`` (over inputs ``{0}``...``{nargs - 1}``)
+    into buffer ``nargs``, compiled through the disk cache; run it with `launch_arrays`.
+
+    >>> k = expression_kernel("{0} * {1} + 1.0", 2)
+    >>> a, out = np.arange(4, dtype=np.float32), np.empty(4, np.float32)
+    >>> launch_arrays(k, [a, a, out], 4, _GRAIN, 4); out.tolist()
+    [1.0, 2.0, 5.0, 10.0]
+    """
     from .._compile.expr import parse_expr  # the compiler package imports the op rows: load it on first use
 
-    expr = parse_expr(row.fusion.expr, [load(i, "f32") for i in range(nargs)], "f32")
+    value = parse_expr(expr, [load(i, "f32") for i in range(nargs)], "f32")
     buffers = tuple(Buffer("f32", (1,)) for _ in range(nargs + 1))
-    return compile_kernel(Kernel((size,), buffers, (Store(nargs, expr),)), cache=default_cache())
+    return compile_kernel(Kernel((_GENERIC_SIZE,), buffers, (Store(nargs, value),)), cache=default_cache())
 
 
 def pointwise(row, *arrays, min_size=_MIN_SIZE):
@@ -76,7 +84,7 @@ def pointwise(row, *arrays, min_size=_MIN_SIZE):
     if kernel is None:
         # One kernel per row for every size: the machine code takes the size as an argument (`ir_params`), and
         # each call runs it over ``range(size)`` (the ``extent`` of `launch_arrays`).
-        kernel = _kernels[key] = _build(row, len(arrays), _GENERIC_SIZE)
+        kernel = _kernels[key] = expression_kernel(row.fusion.expr, len(arrays))
     out = np.empty(shape, _F32) if first.nbytes < host_cache.THRESHOLD else host_cache.empty(shape, _F32)
     launch_arrays(kernel, [*arrays, out], size, _GRAIN, size)
     return out

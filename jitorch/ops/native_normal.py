@@ -24,19 +24,6 @@ _F32 = np.dtype(np.float32)
 _kernels: list = []
 
 
-def _build(trig):
-    from .._compile.expr import parse_expr  # the compiler package imports the op rows: load it on first use
-    from ..codegen.ir import Buffer, Kernel, Store, load
-    from ..codegen.llvm_compile import compile_kernel
-    from ..codegen.llvm_objcache import default_cache
-    from .native_eager import _GENERIC_SIZE
-
-    expr = parse_expr(f"sqrt(-2.0 * log(1.0 - {{0}})) * {trig}({2 * math.pi!r} * {{1}})",
-                      [load(0, "f32"), load(1, "f32")], "f32")
-    buffers = tuple(Buffer("f32", (1,)) for _ in range(3))
-    return compile_kernel(Kernel((_GENERIC_SIZE,), buffers, (Store(2, expr),)), cache=default_cache())
-
-
 def standard_normal(rng, shape, dtype=np.float64):
     """``rng.standard_normal(shape, dtype=dtype)``; float32 draws from a NumPy generator of 1024 samples or more by
     the Box-Muller kernel (other draws, and other streams such as a device's or a refusing vmap stream, are the
@@ -45,10 +32,11 @@ def standard_normal(rng, shape, dtype=np.float64):
     size = math.prod(shape)
     if type(rng) is not np.random.Generator or np.dtype(dtype) != _F32 or size < _MIN_SIZE:
         return rng.standard_normal(shape, dtype=dtype)
-    from .native_eager import _GRAIN, launch_arrays
+    from .native_eager import _GRAIN, expression_kernel, launch_arrays
 
     if not _kernels:
-        _kernels.extend((_build("cos"), _build("sin")))
+        _kernels.extend([expression_kernel(f"sqrt(-2.0 * log(1.0 - {{0}})) * {trig}({2 * math.pi!r} * {{1}})", 2)
+                         for trig in ("cos", "sin")])
     cos_kernel, sin_kernel = _kernels
     half = (size + 1) // 2
     uniforms = rng.random(2 * half, dtype=np.float32)

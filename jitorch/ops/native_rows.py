@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..codegen.ir import Buffer, Kernel, Store, const, load, op, simplify
+from ..codegen.ir import FLOAT_IR_DTYPES, Buffer, Kernel, Store, const, load, op, simplify
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..runtime import host_cache
@@ -34,14 +34,13 @@ MIN_SIZE = 4096
 # Layer norm's NumPy form is eight passes: the kernel wins at any size (8 x 128: 11 us against 16, the row of a
 # decoding step), where softmax's three NumPy passes win below about 4096 elements.
 LAYER_NORM_MIN_SIZE = 1
-_IR = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _MAX_KERNELS = 256
 _kernels: dict = {}
 
 
 def _usable(arrays):
     first = arrays[0]
-    if type(first) is not np.ndarray or first.dtype not in _IR or first.size < MIN_SIZE or first.ndim == 0:
+    if type(first) is not np.ndarray or first.dtype not in FLOAT_IR_DTYPES or first.size < MIN_SIZE or first.ndim == 0:
         return False
     return all(type(a) is np.ndarray and a.dtype == first.dtype and a.shape == first.shape and a.flags.c_contiguous
                for a in arrays)
@@ -118,7 +117,7 @@ def _new(shape, dtype, small):
 def _run(name, arrays, rows, n):
     """The one-output rows (softmax's family): a (rows, n) result."""
     x = arrays[0]
-    kernel = _kernel(name, _IR[x.dtype], len(arrays), (), None, rows, n)
+    kernel = _kernel(name, FLOAT_IR_DTYPES[x.dtype], len(arrays), (), None, rows, n)
     out = _empty((rows, n), x.dtype, x.nbytes)
     launch_arrays(kernel, [out, *arrays], rows * n, max(1, (1 << 15) // n))
     return out
@@ -167,7 +166,7 @@ def _plan(name, x, k, eps, present, scalars=()):
     key = (name, x.shape, x.dtype, k, eps, present, scalars)
     plan = _kernels.get(key)
     if plan is None:
-        if x.dtype not in _IR or not 1 <= k <= x.ndim or x.size < LAYER_NORM_MIN_SIZE:
+        if x.dtype not in FLOAT_IR_DTYPES or not 1 <= k <= x.ndim or x.size < LAYER_NORM_MIN_SIZE:
             return None
         n = 1
         for s in x.shape[x.ndim - k:]:
@@ -175,7 +174,7 @@ def _plan(name, x, k, eps, present, scalars=()):
         rows = x.size // n
         if len(_kernels) >= _MAX_KERNELS:
             _kernels.clear()
-        kernel = _build(name, _IR[x.dtype], 1 if name == "layer_norm" else 4, present,
+        kernel = _build(name, FLOAT_IR_DTYPES[x.dtype], 1 if name == "layer_norm" else 4, present,
                         None if eps is None else float(eps), rows, n, scalars)
         small = x.nbytes < host_cache.THRESHOLD  # small results straight from NumPy (see `_empty`)
         plan = _kernels[key] = (kernel, n, rows, x.shape[:x.ndim - k] + (1,) * k, small)

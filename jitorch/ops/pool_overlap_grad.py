@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from ..codegen.ir import Buffer, Kernel, Store, const, load, op
+from ..codegen.ir import FLOAT_IR_DTYPES, Buffer, Kernel, Store, const, load, op
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_pool import grain_rows
@@ -33,7 +33,6 @@ from .native_eager import launch
 __all__ = ["gradient", "MAX_CANDIDATES"]
 
 MAX_CANDIDATES = 16  # windows a position loads (4 for a 3x3 stride-2 pool, 8 in 3-d)
-_IR = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _MAX_KERNELS = 64
 _kernels: dict = {}
 
@@ -90,7 +89,7 @@ def _build(dt, n, c, spatial, outs, kernel, stride, padding, dilation):
 def gradient(g, indices, shape, kernel, stride, padding, dilation):
     """The input gradient ``shape`` of a max pool from its output gradient ``g`` and flat ``indices`` (within each
     plane), for C-contiguous float32/float64 NumPy arrays; None otherwise or past `MAX_CANDIDATES` windows."""
-    if type(g) is not np.ndarray or g.dtype not in _IR or type(indices) is not np.ndarray or \
+    if type(g) is not np.ndarray or g.dtype not in FLOAT_IR_DTYPES or type(indices) is not np.ndarray or \
             indices.dtype != np.int64 or indices.shape != g.shape or g.ndim != len(shape) or g.ndim < 3:
         return None
     n, c, spatial, outs = shape[0], shape[1], tuple(shape[2:]), g.shape[2:]
@@ -102,7 +101,7 @@ def gradient(g, indices, shape, kernel, stride, padding, dilation):
     if found is None:
         if len(_kernels) >= _MAX_KERNELS:
             _kernels.clear()
-        found = _kernels[key] = _build(_IR[g.dtype], n, c, spatial, outs, kernel, stride, padding, dilation)
+        found = _kernels[key] = _build(FLOAT_IR_DTYPES[g.dtype], n, c, spatial, outs, kernel, stride, padding, dilation)
     compiled, grid, count, gshape, oshape = found
     interior = (slice(None), slice(None)) + tuple(slice(m - 1, m - 1 + o) for (m, _, _), o in zip(dims, outs))
     gp = np.zeros(gshape, g.dtype)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime.key_runs import run_lengths, run_starts
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 __all__ = ["SEGMENT_ARGMAX", "segment_argmax"]
@@ -34,11 +35,8 @@ def segment_argmax(xp, rows, bag_ids, bags):
         _native(rows.dtype)(np.ascontiguousarray(rows), np.ascontiguousarray(bag_ids, dtype=np.int64), best,
                             positions)
         return positions
-    starts = xp.empty((n,), dtype=bool)
-    starts[0] = True
-    xp.not_equal(bag_ids[1:], bag_ids[:-1], out=starts[1:])
-    first = xp.flatnonzero(starts)
-    lengths = xp.diff(xp.append(first, n))
+    first = xp.flatnonzero(run_starts(xp, bag_ids))
+    lengths = run_lengths(xp, first, n)
     positions[bag_ids[first]] = _scan_by_reduceat(xp, rows, first, lengths)
     return positions
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import accumulate, scatter_add
+from ..runtime.key_runs import run_lengths, run_starts
 from .sort_keys import keyed, keyed_argsort, keyed_head
 from .sorting_ties import REPLAY_MAX, _Std, replay_kthvalue, replay_mode, replay_topk
 from .sorting_ties import replay_tied as _replay_tied
@@ -310,13 +311,12 @@ def _unique_kernel(xp, a, dim):
         flat = a.reshape(-1)
         order = stable_argsort(xp, flat, 0)
         ordered = flat[order]
-        starts = xp.ones(ordered.shape, dtype=bool)
-        starts[1:] = ordered[1:] != ordered[:-1]
+        starts = run_starts(xp, ordered)
         run = xp.cumsum(starts) - 1
         inverse = xp.empty(flat.shape, dtype=np.int64)
         inverse[order] = run
         first = xp.nonzero(starts)[0]
-        counts = xp.diff(xp.concatenate([first, xp.asarray([flat.size])]))
+        counts = run_lengths(xp, first, flat.size)
         return ordered[first], inverse.reshape(a.shape), counts.astype(np.int64)
     values, inverse, counts = xp.unique(a, return_inverse=True, return_counts=True, axis=dim)
     return values, inverse.reshape(-1).astype(np.int64), counts.astype(np.int64)

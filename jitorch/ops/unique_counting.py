@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime.key_runs import run_lengths, run_starts
 from .sorting import _unique_kernel
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
@@ -64,15 +65,9 @@ def _unique_flat_kernel(xp, a, with_inverse):
 def _unique_consecutive_flat_kernel(xp, a, with_inverse):
     flat = a.reshape(-1)
     n = flat.size
-    starts = xp.empty((n,), dtype=bool)
-    if n:
-        starts[0] = True
-        xp.not_equal(flat[1:], flat[:-1], out=starts[1:])
+    starts = run_starts(xp, flat)
     first = xp.flatnonzero(starts)
-    bounds = xp.empty((first.size + 1,), dtype=np.int64)
-    bounds[:-1] = first
-    bounds[-1] = n
-    counts = xp.diff(bounds)
+    counts = run_lengths(xp, first, n)
     if not with_inverse:
         return flat[first], xp.empty((0,), dtype=np.int64), counts
     if first.size * _LONG_RUNS < n:  # long runs: each run's index written out is cheaper than a running count
