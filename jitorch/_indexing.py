@@ -195,7 +195,20 @@ def index_select(input, dim, index):
     try:
         return _op_named(apply(I.INDEX, input, index, key=key, negative=False), "IndexSelectBackward0")
     except I.IndexOutOfBounds:
-        raise IndexError("index out of range in self") from None
+        raise _index_select_error(input, len(key) - 1, index) from None
+
+
+def _index_select_error(input, d, index):
+    """ATen's error for a bad index: an empty dim of a tensor of 2+ dims, dim 1's own kernel (the first bad value
+    and the dim's size, a RuntimeError), else ``index out of range in self``."""
+    size = input.shape[d]
+    if input.dim() > 1 and size == 0:
+        return RuntimeError("index_select(): self indexing axis dim should be positive")
+    if input.dim() > 1 and d == 1:
+        values = index.cpu().tolist()
+        bad = next(v for v in values if not 0 <= v < size)
+        return RuntimeError(f"INDICES element is out of DATA bounds, id={bad} axis_dim={size}")
+    return IndexError("index out of range in self")
 
 
 def _index_write(self, dim, index, source, op, accumulate, inplace, alpha=1):

@@ -175,8 +175,9 @@ def test_arrays_with_strides_of_partial_elements():
         jitorch.from_numpy(rec["a"])
     with pytest.raises(ValueError, match="strides not a multiple of the element byte size"):
         torch.from_numpy(rec["a"])
-    assert not native_indexed._run("gather", "b4", *(np.lib.stride_tricks.as_strided(
-        a, (1, 100, 3), (0, 15, 5)) for a in (np.zeros(400, np.int64), rec["a"], np.zeros(300, np.float32))), False)
+    geometry = ((1, 100, 3), (0, 15, 5))  # the operands' 3-D shape and byte strides, as `_views` gives them
+    assert not native_indexed._run("gather", "b4", *((a, geometry) for a in (
+        rec["a"], np.zeros(400, np.int64), np.zeros(300, np.float32))), False)
 
 
 def test_index_into_an_empty_dim_raises_as_torch():

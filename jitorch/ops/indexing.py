@@ -207,8 +207,9 @@ def _apply(op, *args, **attrs):
 def _index_backward(ctx, g):
     indices = _saved_indices(ctx, 1)
     shape = ctx.in_meta[0][0]
-    # Accumulating put: an element picked several times receives the sum of its gradients.
-    grad = _apply(INDEX_PUT, g.new_zeros(shape), g, *indices, key=ctx.attrs["key"], accumulate=True)
+    # Accumulating put: an element picked several times receives the sum of its gradients. Into a broadcast zero,
+    # which the row's copy writes out once (a zeroed array copied was two passes over the weight of an embedding).
+    grad = _apply(INDEX_PUT, g.new_zeros(()).expand(shape), g, *indices, key=ctx.attrs["key"], accumulate=True)
     return (grad,) + (None,) * len(indices)
 
 

@@ -62,9 +62,9 @@ def gather(indices, a, key, negative):
         picked = a.shape[:d] + (index.size,) + a.shape[d + 1:]
         index = index.reshape((1,) * d + (index.size,) + (1,) * (a.ndim - d - 1))
         out = np.empty(picked, a.dtype)
-    (src3, idx3, out3), _ = _views(d, (src, np.broadcast_to(index, picked), out))
+    operands, _ = _views(d, (src, np.broadcast_to(index, picked), out))
     try:
-        return out.reshape(shape) if _run("gather", f"b{a.itemsize}", idx3, src3, out3, negative) else None
+        return out.reshape(shape) if _run("gather", f"b{a.itemsize}", *operands, negative) else None
     except IndexedOutOfBounds:
         return None
 
@@ -96,11 +96,11 @@ def scatter_add(out, values, indices, key, negative):
     if flat != picked:
         src = src.reshape(flat)
         picked = flat
-    (src3, idx3, out3), window = _views(d, (src, np.broadcast_to(index, picked), target))
-    if not _run("scatter_add", _ADD_DTYPES[out.dtype], idx3, src3, out3, negative):
+    operands, window = _views(d, (src, np.broadcast_to(index, picked), target))
+    if not _run("scatter_add", _ADD_DTYPES[out.dtype], *operands, negative):
         return False
     if window is not None:  # the sums went to a scratch copy of a window of ``out``
-        window[...] = out3.reshape(window.shape)
+        window[...] = operands[2][0]
     return True
 
 
@@ -151,27 +151,27 @@ def _rows(indices, key, shape):
 
 
 def _views(d, arrays):
-    """Each array as a 3-D ``(before d, d, after d)`` view; an operand whose dims do not walk as one there (a window
-    of a larger array) is copied first, read-only ones as they are, the written one (last) to a scratch copy that
-    the caller writes back. Returns (views, the written array's original or None)."""
+    """Each array with its 3-D ``(before d, d, after d)`` geometry (`_geometry`); an operand whose dims do not walk as
+    one there (a window of a larger array) is copied first, read-only ones as they are, the written one (last) to a
+    scratch copy that the caller writes back. Returns ([(array, geometry)], the written array's original or None)."""
     out, original = [], None
     for k, a in enumerate(arrays):
-        view = _view3(a, d)
-        if view is None:
+        geometry = _geometry(a, d)
+        if geometry is None:
             if k == len(arrays) - 1:
                 original = a
             a = np.ascontiguousarray(a)
-            view = _view3(a, d)
-        out.append(view)
+            geometry = _geometry(a, d)
+        out.append((a, geometry))
     return out, original
 
 
-def _view3(a, d):
+def _geometry(a, d):
+    """``((outer, n, inner), byte strides)`` of ``a`` seen as 3-D around dim ``d``, or None; no view is made."""
     outer, inner = _collapse(a.shape[:d], a.strides[:d]), _collapse(a.shape[d + 1:], a.strides[d + 1:])
     if outer is None or inner is None:
         return None
-    return np.lib.stride_tricks.as_strided(a, (outer[0], a.shape[d], inner[0]), (outer[1], a.strides[d], inner[1]),
-                                           writeable=a.flags.writeable)
+    return (outer[0], a.shape[d], inner[0]), (outer[1], a.strides[d], inner[1])
 
 
 def _collapse(shape, strides):
@@ -189,13 +189,15 @@ def _collapse(shape, strides):
     return size, stride
 
 
-def _run(kind, dtype, idx, src, out, negative):
-    """The kernel over 3-D views: True, or False when the strides are not whole elements."""
-    if any(s % a.itemsize for a in (idx, src, out) for s in a.strides):
+def _run(kind, dtype, src, idx, out, negative):
+    """The kernel over `_views`' operands (src, idx, out): True, or False when the strides are not whole elements."""
+    (src, (src_shape, src_strides)), (idx, (shape, idx_strides)), (out, (out_shape, out_strides)) = src, idx, out
+    item, index_item = src.itemsize, idx.itemsize
+    if any(s % item for s in src_strides + out_strides) or any(s % index_item for s in idx_strides):
         return False  # (a field of a structured array: strides that are not whole elements)
-    if idx.shape[2] == 1:
+    if shape[2] == 1:
         variant = "scalar"
-    elif idx.strides[2] == 0 and src.strides[2] == src.itemsize and out.strides[2] == out.itemsize:
+    elif idx_strides[2] == 0 and src_strides[2] == item and out_strides[2] == item:
         variant = "rows"
     else:
         variant = "points"
@@ -203,5 +205,9 @@ def _run(kind, dtype, idx, src, out, negative):
     fn = _kernels.get(key)
     if fn is None:
         fn = _kernels[key] = IndexedAlongDim(*key, cache=default_cache())
-    fn(src, idx, out)
+    dim = src_shape[1] if kind == "gather" else out_shape[1]
+    if dim == 0 and math.prod(shape):
+        raise IndexedOutOfBounds(0)  # (the scalar variant would read element 0 of an empty dim)
+    fn.run(src, idx, out, shape, [s // item for s in out_strides] + [s // item for s in src_strides] +
+           [s // index_item for s in idx_strides], dim)
     return True

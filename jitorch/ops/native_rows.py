@@ -23,6 +23,8 @@ from ..codegen.ir import FLOAT_IR_DTYPES, Buffer, Kernel, Store, const, load, op
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..runtime import host_cache
+from ..runtime.host_pointer import data_address
+from ..runtime.threads import parallel_for
 from . import half_log_softmax
 from .cascade_sum import NAIVE_ROWS, sum_rows
 from .native_eager import launch_arrays
@@ -242,6 +244,10 @@ def layer_norm_backward(g, x, mean, rstd, weight, k):
     mean, rstd = np.ascontiguousarray(mean, dtype), np.ascontiguousarray(rstd, dtype)
     if mean.size != rows or rstd.size != rows:
         return None
+    shape = x.shape[x.ndim - k:]
+    if scalar is None and NAIVE_ROWS < rows and n <= 4096 and x.nbytes >= 2 * _BLOCK_BYTES:
+        gx, gw, gb = _backward_blocked(kernel, g, x, mean, rstd, weight, rows, n, small)
+        return gx, (np.zeros(n, dtype) if gw is None else gw).reshape(shape), gb.reshape(shape)
     gx = _new(x.shape, dtype, small)
     arrays = [gx, g, x, mean, rstd]
     if weight is not None:
@@ -249,10 +255,44 @@ def layer_norm_backward(g, x, mean, rstd, weight, k):
         arrays[1:1] = [g_xhat]
         arrays.append(weight)
     launch_arrays(kernel, arrays, rows * n, max(1, (1 << 15) // n))
-    shape = x.shape[x.ndim - k:]
     if scalar is None:
         gb = _column_sums(g.reshape(rows, n), rows, dtype)
     else:  # ``rows`` equal values: their sum, rounded once
         gb = np.full(n, float(scalar[0]) * rows, dtype)
     gw = np.zeros(shape, dtype) if weight is None else _column_sums(g_xhat, rows, dtype)
     return gx, gw.reshape(shape), gb.reshape(shape)
+
+
+_BLOCK_BYTES = 1 << 19  # a block's g * xhat, column-summed while it is still in the core's cache
+
+
+def _backward_blocked(kernel, g, x, mean, rstd, weight, rows, n, small):
+    """(gx, gw or None, gb) of `layer_norm_backward` a block of rows at a time: each block's ``g * xhat`` goes to a
+    scratch that is column-summed (with the block's ``g``) right after the kernel wrote it, a partial sum per block.
+    Written out whole and read back, with ``g`` read again for ``gb``, it made the backward twice as slow (4096 x 1024
+    float32: 7 ms, against 3.5 ms in blocks of 128 rows). Blocks run on jitorch's threads, each with its scratch."""
+    dtype, item = x.dtype, x.itemsize
+    block = max(1, _BLOCK_BYTES // (n * item))
+    count = -(-rows // block)
+    gx = _new(x.shape, dtype, small)
+    g2 = g.reshape(rows, n)
+    partial = np.empty((2, count, n), dtype)  # per block: the column sums of g * xhat, of g
+    ones = np.ones(block, dtype)
+    gx_at, g_at, x_at, mean_at, rstd_at = (data_address(a) for a in (gx, g, x, mean, rstd))
+    params = () if weight is None else (data_address(weight),)
+    row_bytes = n * item
+
+    def run(first, stop):
+        scratch = None if weight is None else np.empty((block, n), dtype)
+        for b in range(first, stop):
+            start = b * block
+            size = min(rows, start + block) - start
+            at = start * row_bytes
+            rows_out = (gx_at + at,) if weight is None else (gx_at + at, data_address(scratch))
+            kernel(0, size, *rows_out, g_at + at, x_at + at, mean_at + start * item, rstd_at + start * item, *params)
+            np.dot(ones[:size], g2[start:start + size], out=partial[1, b])
+            if weight is not None:
+                np.dot(ones[:size], scratch[:size], out=partial[0, b])
+
+    parallel_for(run, count)
+    return gx, None if weight is None else np.add.reduce(partial[0], axis=0), np.add.reduce(partial[1], axis=0)
