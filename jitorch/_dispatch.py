@@ -44,7 +44,7 @@ TORCH_TYPE_NAMES = {
 
 
 # ``_data`` types of tensors that have no strided memory, each mapped to ``answer(op, args, attrs) -> exception``: a
-# sparse_coo tensor's payload (jitorch/sparse/_coo.py registers it). A row handed such a tensor raises that exception
+# sparse_coo tensor's payload (sparse/_coo_refusals.py registers it). A row handed such a tensor raises that exception
 # rather than compute on the placeholder: the refusal naming the op, or `Rerouted` with the result of the tensor's own
 # implementation (``dense.add(sparse)``). Checked only off the host-array path (CuPy, mixed types): free on the CPU.
 NO_STRIDED_DATA: dict = {}

@@ -11,9 +11,10 @@ reproducible under ``manual_seed`` but are not PyTorch's values.
 >>> _ = jitorch.manual_seed(0); bool((a == jitorch.rand(3)).all())
 True
 
-The samplers with tensor parameters (``normal``, ``bernoulli``, ``multinomial``, ``poisson``) are in
-``_random_params``, the in-place ones (``Tensor.uniform_``...) in ``_random_inplace``. Graph captures patch ``_rng``,
-``_sample``, ``_fill_from`` and ``_finish`` here, so those modules call them through this module.
+``Generator`` and its state bytes are in ``_random_generator``. The samplers with tensor parameters (``normal``,
+``bernoulli``, ``multinomial``, ``poisson``) are in ``_random_params``, the in-place ones (``Tensor.uniform_``...) in
+``_random_inplace``. Graph captures patch ``_rng``, ``_sample``, ``_fill_from`` and ``_finish`` here, so those
+modules call them through this module.
 """
 from __future__ import annotations
 
@@ -28,152 +29,13 @@ from ._creation_checks import check_randperm, checked_shape
 from ._creation_filled import keep_layout
 from ._device import device as _device, get_default_device
 from ._dispatch_modes import MODES
-from ._random_device import DeviceStream
+from ._random_generator import _DEFAULT_SEED, Generator
 from ._shape import normalize_shape, sizes_or_keyword
 from ._tensor import Tensor
 from .runtime.meta import MetaRNG
 
 __all__ = ["Generator", "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "default_generator",
            "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like"]
-
-_DEFAULT_SEED = 67280421310721  # PyTorch's default seed value
-
-
-class Generator:
-    """A random stream on one device: ``Generator().manual_seed(42)``, ``Generator(device="cuda")``.
-
-    A CUDA generator draws on its device (no host copies); creating one without CUDA raises ``RuntimeError``, as
-    CPU-only PyTorch does.
-
-    >>> g = Generator().manual_seed(42)
-    >>> g.initial_seed(), g.device.type
-    (42, 'cpu')
-    """
-
-    def __init__(self, device="cpu"):
-        from .runtime import array_module_for, is_cupy
-
-        dev = _device(device)
-        self._seed = _DEFAULT_SEED
-        xp = array_module_for(dev.type)
-        if is_cupy(xp):
-            index = dev.index if dev.index is not None else int(xp.cuda.runtime.getDevice())
-            dev = _device(f"{dev.type}:{index}")
-            self._rng = DeviceStream(xp, self._seed, index)
-        else:
-            self._rng = np.random.Generator(np.random.PCG64(self._seed))
-        self.device = dev
-
-    @classmethod
-    def _over(cls, stream, device="cpu"):
-        """A generator drawing from ``stream`` (a ``DeviceStream``) for tensors on ``device`` (tests use this to run
-        the device path with a stand-in array module)."""
-        g = cls.__new__(cls)
-        g.device, g._seed, g._rng = _device(device), stream._seed, stream
-        return g
-
-    @property
-    def _on_device(self):
-        return isinstance(self._rng, DeviceStream)
-
-    def manual_seed(self, seed):
-        if isinstance(seed, float) or not hasattr(seed, "__index__"):
-            raise RuntimeError(f"manual_seed expected a long, but got {type(seed).__name__}")
-        seed = operator.index(seed)
-        # torch reads the seed as an int64 or a uint64: any other value overflows, never wraps.
-        if not -(1 << 63) <= seed < 1 << 64:
-            raise ValueError(f"manual_seed: seed {seed} is outside [-2**63, 2**64) (Overflow when unpacking long long)")
-        if seed < 0:
-            seed += 1 << 64
-        self._seed = seed
-        if self._on_device:
-            self._rng.reseed(seed)
-        else:
-            # A new NumPy Generator (CPU graph replay looks ``_rng`` up at each draw for this reason).
-            self._rng = np.random.Generator(np.random.PCG64(seed))
-        return self
-
-    def seed(self):
-        s = int(np.random.SeedSequence().entropy) % (1 << 63)
-        self.manual_seed(s)
-        return s
-
-    def initial_seed(self):
-        return self._seed
-
-    def get_state(self):
-        """The stream's state as a CPU ``uint8`` tensor (for a CUDA generator: a copy of the device state).
-
-        >>> g = Generator().manual_seed(3); state = g.get_state(); a = g._rng.random()
-        >>> _ = g.set_state(state); g._rng.random() == a, state.shape
-        (True, jitorch.Size([48]))
-        """
-        if self._on_device:
-            return _finish(self._rng.get_state(), device="cpu")
-        return _finish(_pack_pcg64(self._rng.bit_generator.state), device="cpu")
-
-    def set_state(self, new_state):
-        if not isinstance(new_state, Tensor):
-            raise TypeError(f"set_state: expected a torch.ByteTensor, but got {type(new_state).__name__}")
-        if new_state.dtype is not _dtype.uint8:
-            raise TypeError(f"set_state: RNG state must be a torch.ByteTensor, got a tensor of {new_state.dtype}")
-        if self._on_device:
-            self._rng.set_state(new_state._host())
-            self._seed = self._rng._seed
-            return self
-        self._rng.bit_generator.state = _unpack_pcg64(np.asarray(new_state._host(), dtype=np.uint8).tobytes())
-        return self
-
-    def clone_state(self):
-        g = Generator(self.device) if not self._on_device else Generator._over(
-            DeviceStream(self._rng.xp, self._seed, self._rng.index), self.device)
-        g._seed = self._seed
-        g.set_state(self.get_state())
-        return g
-
-
-# A CPU generator's state as plain bytes: a magic word, then PCG64's 128-bit state and increment and its buffered
-# 32-bit draw. Never a pickle: a state tensor comes from checkpoints, which must not be able to run code.
-_PCG64_MAGIC = b"jtPCG64\x01"
-_PCG64_BYTES = 48
-
-
-def _pack_pcg64(state):
-    inner = state["state"]
-    raw = _PCG64_MAGIC + int(inner["state"]).to_bytes(16, "little") + int(inner["inc"]).to_bytes(16, "little") + \
-        int(state["has_uint32"]).to_bytes(4, "little") + int(state["uinteger"]).to_bytes(4, "little")
-    return np.frombuffer(raw, dtype=np.uint8).copy()
-
-
-def _unpack_pcg64(raw):
-    if len(raw) == _PCG64_BYTES and raw[:8] == _PCG64_MAGIC:
-        field = lambda a, b: int.from_bytes(raw[a:b], "little")  # noqa: E731
-        return {"bit_generator": "PCG64", "state": {"state": field(8, 24), "inc": field(24, 40)},
-                "has_uint32": field(40, 44), "uinteger": field(44, 48)}
-    legacy = _legacy_state(raw)
-    if legacy is not None:
-        return legacy
-    raise RuntimeError(f"set_rng_state: expected a jitorch CPU generator state ({_PCG64_BYTES} bytes from "
-                       f"get_rng_state), got {len(raw)} bytes (PyTorch's mt19937 states cannot be restored here)")
-
-
-def _legacy_state(raw):
-    """States saved by jitorch before 0.1.1 were pickles of PCG64's state dict: read with an unpickler that
-    refuses every global, so only plain dicts, strings and integers can come out (no code runs)."""
-    import io
-    import pickle
-
-    class _PlainOnly(pickle.Unpickler):
-        def find_class(self, module, name):
-            raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
-
-    try:
-        state = _PlainOnly(io.BytesIO(raw)).load()
-    except Exception:  # noqa: BLE001 - anything that is not such a pickle is not a state
-        return None
-    ok = isinstance(state, dict) and state.get("bit_generator") == "PCG64" and isinstance(state.get("state"), dict)
-    return state if ok else None
-
 
 default_generator = Generator()
 _META_GENERATOR = Generator.__new__(Generator)  # draws for meta tensors: meta arrays of the asked size, no numbers

@@ -14,8 +14,6 @@ checked on unpacking so an in-place change after the forward pass raises PyTorch
 from __future__ import annotations
 
 import itertools
-import re
-import threading
 import weakref
 
 from .._tensor import Tensor
@@ -26,71 +24,11 @@ from .saved_hooks import _stack as _SAVED_HOOKS
 from .saved_hooks import pack as _pack
 from .saved_hooks import disable_saved_tensors_hooks, save_on_cpu, saved_tensors_hooks  # noqa: F401 - torch's path
 from .graph_task import register_multi_grad_hook  # noqa: F401 - torch's path
+from .node_recording import _record, _recording, recording_nodes
+from .saved_errors import _FREED_MSG, INFERENCE_SAVED_MSG, _version_error
 
 __all__ = ["Node", "AccumulateGrad", "node_class_for", "named", "recording_nodes", "ViewCreation",
            "saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks", "register_multi_grad_hook"]
-
-_FREED_MSG = (
-    "Trying to backward through the graph a second time (or directly access saved tensors after they have already "
-    "been freed). Saved intermediate values of the graph are freed when you call .backward() or autograd.grad(). "
-    "Specify retain_graph=True if you need to backward through the graph a second time or if you need to access "
-    "saved tensors after calling backward."
-)
-
-
-# An inference tensor has no version counter: a backward could not tell whether it was changed in place since.
-INFERENCE_SAVED_MSG = (
-    "Inference tensors cannot be saved for backward. Please do not use Tensors created in inference mode in "
-    "computation tracked by autograd. To work around this, you can make a clone to get a normal tensor and use it in "
-    "autograd, or use `torch.no_grad()` instead of `torch.inference_mode()`."
-)
-
-
-def _version_error(t, saved_version, node_name, current=None, producer=None, output_nr=0):
-    """torch's message for a saved tensor changed in place. It names the tensor's producer (``producer``, output
-    ``output_nr``, for a saved output; else its current ``grad_fn``), not the node being run (``node_name``)."""
-    if producer is None:
-        producer, output_nr = t.grad_fn, t._output_nr
-    made_by = ""
-    if producer is not None:
-        name = producer.name()
-        name = re.sub(r"Backward\d*$", "", name)
-        made_by = f", which is output {output_nr} of {name},"
-    return RuntimeError(
-        "one of the variables needed for gradient computation has been modified by an inplace operation: "
-        f"[{t.type()} {list(t.shape)}]{made_by} is at version {t._version if current is None else current}; "
-        f"expected version {saved_version} instead. Hint: enable anomaly detection to find the operation that "
-        "failed to compute its gradient, with torch.autograd.set_detect_anomaly(True, check_nan=False)."
-    )
-
-
-# ``(thread id, list)`` per checkpointed region running now, innermost last: its thread's nodes go in the list.
-_recording: list = []
-
-
-class recording_nodes:  # noqa: N801 - a context manager, named for what it does
-    """Collect the nodes this thread records inside the ``with`` block, in order, into ``self.nodes``."""
-
-    def __enter__(self):
-        self.nodes = []
-        self._entry = (threading.get_ident(), self.nodes)
-        _recording.append(self._entry)
-        return self
-
-    def __exit__(self, *exc):
-        # By identity: two regions that recorded nothing hold equal (empty) lists.
-        for i in range(len(_recording) - 1, -1, -1):
-            if _recording[i] is self._entry:
-                del _recording[i]
-                break
-
-
-def _record(node):
-    ident = threading.get_ident()
-    for owner, nodes in reversed(_recording):
-        if owner == ident:
-            nodes.append(node)
-            return
 
 
 class PackedInputs(tuple):

@@ -8,8 +8,9 @@ and ``autograd.grad`` likewise: ``_coo_grad.py``).
 
 There is no strided memory: ``_data`` is a placeholder whose every use raises, the dispatcher refuses it naming the
 op (``_dispatch.NO_STRIDED_DATA``) or, for the rows a dense tensor's methods reach with a sparse operand
-(``dense.add(S)``, ``dense.mul_(S)``), answers with the sparse form (`_answer`), and every inherited Tensor method
-this class does not define raises ``NotImplementedError`` naming the method and the layout (`_refuse_inherited`).
+(``dense.add(S)``, ``dense.mul_(S)``), answers with the sparse form (`_coo_refusals._answer`), and every inherited
+Tensor method this class does not define raises ``NotImplementedError`` naming the method and the layout
+(`_coo_refusals._refuse_inherited`).
 Public functions handed a sparse tensor come to ``__jitorch_function__`` (jitorch/_overrides.py, acquired without
 method wrappers), which runs the sparse form (`_coo_math.FUNCTIONS`) or refuses. The reflected operators win over
 the dense ones (Python asks a subclass first), so ``dense @ S`` and ``dense + S`` reach this class too.
@@ -22,52 +23,12 @@ the dense ones (Python asks a subclass first), so ``dense @ S`` and ``dense + S`
 """
 from __future__ import annotations
 
-import types
-
 from .. import _dtype, _overrides
-from .._dispatch import NO_STRIDED_DATA, Rerouted
 from .._tensor import Size, Tensor
 from ._coo_print import sparse_repr
+from ._coo_refusals import _NO_MEMORY, _OWN, _refuse_inherited, sparse_refusal
 
 __all__ = ["SparseCooTensor", "make_sparse", "sparse_refusal"]
-
-
-def sparse_refusal(name):
-    """The error for an op that does not take sparse_coo tensors (torch's words for a missing SparseCPU kernel)."""
-    return NotImplementedError(
-        f"{name}: sparse_coo tensors are not supported by this op (Could not run 'aten::{name}' with arguments from "
-        "the 'SparseCPU' backend); convert with .to_dense() first, or use the jitorch.sparse functions")
-
-
-class _NoStridedMemory:
-    """A sparse tensor's ``_data``: code that would read it as a dense array gets an error instead of wrong data."""
-
-    __slots__ = ()
-
-    def __getattr__(self, name):
-        if name.startswith("__"):  # introspection (doctest, copy, inspect) asks for protocols: none here
-            raise AttributeError(name)
-        raise RuntimeError(f"a sparse_coo tensor has no strided memory (its array's {name!r} was read); convert it "
-                           "with .to_dense() first")
-
-    def __repr__(self):
-        return "<no strided memory: sparse_coo>"
-
-
-def _answer(op, args, attrs):
-    """What a row handed a sparse tensor raises (``_dispatch.NO_STRIDED_DATA``): the sparse form's result for the
-    rows a dense tensor's methods reach with a sparse operand (``dense.add(s)``, ``dense.mul_(s)``), else the
-    refusal."""
-    from ._coo_math import ROUTED
-
-    route = ROUTED.get(op.name)
-    if route is None or attrs:
-        return sparse_refusal(op.name)
-    return Rerouted(route(*args))
-
-
-_NO_MEMORY = _NoStridedMemory()
-NO_STRIDED_DATA[_NoStridedMemory] = _answer
 
 
 def make_sparse(indices, values, size, coalesced):
@@ -375,34 +336,3 @@ class SparseCooTensor(Tensor):
         if args and isinstance(args[0], SparseCooTensor) and name in _OWN:
             return getattr(args[0], name)(*args[1:], **kwargs)
         raise sparse_refusal(name)
-
-
-_OWN: set = set()  # the methods SparseCooTensor answers itself (filled by _refuse_inherited)
-# Inherited Tensor methods that only call what this class defines.
-_INHERITED_OK = frozenset({"ndimension", "is_nonzero", "is_inference", "is_shared", "__hash__", "__init_subclass__"})
-# Dunder methods of Tensor that would read the (missing) array.
-_REFUSED_DUNDERS = frozenset({"__getitem__", "__setitem__", "__iter__", "__contains__", "__invert__", "__pos__",
-                              "__abs__", "__dlpack__", "__dlpack_device__", "__array_wrap__", "__iadd__", "__isub__",
-                              "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__", "__imatmul__",
-                              "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__"}) | _overrides._OPERATORS
-
-
-def _refusing(name):
-    def refuse(self, *args, **kwargs):
-        raise sparse_refusal(name)
-    refuse.__name__ = refuse.__qualname__ = name
-    return refuse
-
-
-def _refuse_inherited():
-    """Give SparseCooTensor a refusing method for every Tensor method it does not define (once, at the first sparse
-    tensor: by then every module has bound its Tensor methods)."""
-    own = {name for name, value in vars(SparseCooTensor).items()}
-    _OWN.update(name for name in own if not name.startswith("__"))
-    for name, value in list(vars(Tensor).items()):
-        if name in own or name in _INHERITED_OK:
-            continue
-        callable_ = isinstance(value, (types.FunctionType, types.BuiltinFunctionType, staticmethod))
-        if callable_ and (not name.startswith("_") or name in _REFUSED_DUNDERS):
-            setattr(SparseCooTensor, name, _refusing(name[2:-2] if name.startswith("__") else name))
-    SparseCooTensor._refusals_installed = True

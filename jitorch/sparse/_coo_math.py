@@ -306,6 +306,6 @@ FUNCTIONS = {
     "mv": mv,
 }
 # The rows (by name) a dense tensor's methods reach with a sparse operand (``dense.add(s)``, ``dense.mul_(s)``): the
-# dispatcher's refusal path hands them here (`_coo._answer`).
+# dispatcher's refusal path hands them here (`_coo_refusals._answer`).
 ROUTED = {"add": add, "sub": sub, "mul": mul, "div": div, "matmul": matmul}
 PASS_THROUGH = frozenset({"save", "numel", "is_same_size", "typename", "is_nonzero"})

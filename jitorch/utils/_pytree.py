@@ -20,6 +20,7 @@ from collections import OrderedDict, defaultdict, deque, namedtuple
 from typing import Any, Callable, NamedTuple
 
 from ._pytree_keys import GetAttrKey, MappingKey, SequenceKey, defaultdict_from_dumpable, defaultdict_to_dumpable
+from ._pytree_light import DictKind, dict_kind, flatten_into, is_dict_kind, unflatten_from
 
 __all__ = ["PyTree", "Context", "FlattenFn", "UnflattenFn", "PyTreeSpec", "TreeSpec", "LeafSpec", "keystr",
            "key_get", "register_pytree_node", "tree_is_leaf", "tree_flatten", "tree_flatten_with_path",
@@ -382,48 +383,3 @@ def tree_any_only(type_or_types, pred, tree, is_leaf=None) -> bool:
 # Key paths and spec serialisation live in their own module; they are part of this API.
 from ._pytree_keys import (key_get, keystr, tree_flatten_with_path, tree_leaves_with_path,  # noqa: E402
                            tree_map_with_path, treespec_dumps, treespec_loads, treespec_pprint)
-
-
-class DictKind(NamedTuple):
-    """A light spec's kind for a dict subclass (``OrderedDict``, ``defaultdict`` and the user's): rebuilt as its
-    own class, with its ``default_factory``, so a compiled function gets the container it was called with."""
-
-    cls: type
-    factory: Any
-
-
-def dict_kind(tree):
-    """``dict`` for a plain dict, else its `DictKind`."""
-    cls = type(tree)
-    return dict if cls is dict else DictKind(cls, getattr(tree, "default_factory", None))
-
-
-def is_dict_kind(kind):
-    return kind is dict or type(kind) is DictKind
-
-
-def flatten_into(tree, leaves):
-    """Append ``tree``'s leaves to ``leaves``; return a light spec (nested tuples) that rebuilds it.
-
-    The compile and capture paths flatten every call's arguments: this form costs a fraction of a `TreeSpec`.
-    """
-    if isinstance(tree, (tuple, list)):
-        return type(tree), [flatten_into(x, leaves) for x in tree]
-    if isinstance(tree, dict):
-        return dict_kind(tree), {k: flatten_into(v, leaves) for k, v in tree.items()}
-    leaves.append(tree)
-    return None, len(leaves) - 1
-
-
-def unflatten_from(spec, leaves):
-    """The tree of a `flatten_into` spec with its leaves taken (by position) from ``leaves``."""
-    kind, inner = spec
-    if kind is None:
-        return leaves[inner]
-    if kind is dict:
-        return {k: unflatten_from(v, leaves) for k, v in inner.items()}
-    if type(kind) is DictKind:
-        items = ((k, unflatten_from(v, leaves)) for k, v in inner.items())
-        return kind.cls(kind.factory, items) if issubclass(kind.cls, defaultdict) else kind.cls(items)
-    items = [unflatten_from(x, leaves) for x in inner]
-    return kind(*items) if hasattr(kind, "_fields") else kind(items)
