@@ -94,14 +94,14 @@ def test_clip_grad_value_matches_torch(rng):
     assert_grads_equal(jt, th, rtol=0)
 
 
-@pytest.mark.parametrize("clip_value", [0.5, -0.25, math.inf, math.nan])
+@pytest.mark.parametrize("clip_value", [0.5, -0.25, 0.0, math.inf, math.nan])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_clip_grad_value_edges_match_torch(rng, clip_value, dtype):
     """Small and large gradients, a strided view's, inf/NaN entries, a negative bound (min > max: everything becomes
     the max, as torch's clamp) and non-finite bounds; one version bump per clamped gradient."""
     base = rng.standard_normal((30, 20)).astype(dtype)
     big = (3 * rng.standard_normal(9000)).astype(dtype)
-    small = np.array([np.nan, np.inf, -np.inf, 0.7, -0.7, 0.1], dtype=dtype)
+    small = np.array([np.nan, np.inf, -np.inf, 0.7, -0.0, 0.1], dtype=dtype)
     grads = {}
     for lib in (torch, jitorch):
         params = [lib.nn.Parameter(lib.zeros(n, dtype=getattr(lib, np.dtype(dtype).name))) for n in (6, 9000, 30)]
@@ -115,6 +115,8 @@ def test_clip_grad_value_edges_match_torch(rng, clip_value, dtype):
     for j, t in zip(grads[jitorch], grads[torch]):
         assert j.dtype == t.dtype
         np.testing.assert_array_equal(j, t)
+        # clip 0.0 keeps -0.0 and makes -1.5 -0.0 (a NaN's sign bit is nobody's to compare)
+        np.testing.assert_array_equal(np.signbit(j) & ~np.isnan(j), np.signbit(t) & ~np.isnan(t))
 
 
 def test_clip_grad_norm_two_norm_on_arrays_matches_dispatched_ops_and_torch(rng, monkeypatch):

@@ -43,7 +43,7 @@ def _sample_standard_gamma(alpha):
             return torch.where(a == 0, out, out.clamp(min=tiny))
         with np.errstate(all="ignore"):
             out = _gamma_draws(_ArrayMath, arrays[0]).astype(alpha._data.dtype)
-            return Tensor._make(np.where(arrays[0] == 0, out, np.maximum(out, tiny)))
+            return Tensor._make(np.where(arrays[0] == 0, out, np.maximum(out, out.dtype.type(tiny))))  # keeps bfloat16
 
 
 def _gamma_draws(m, a):

@@ -55,6 +55,9 @@ def _host_arrays(tensors):
 
 
 _HOST_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+# The clip ufunc itself: np.clip's wrapper costs 3 us a call (most of clipping 50 small gradients). It keeps ATen's
+# zero signs (clip 0.0 keeps -0.0 and clips -1.5 to -0.0, where maximum-then-minimum gives +0.0) and NaN.
+_clip = getattr(getattr(np, "_core", None) and np._core.umath, "clip", np.clip)
 _SMALL = 4096
 
 
@@ -161,11 +164,9 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
     _check_foreach(foreach, grads)
     arrays = _host_arrays(grads) if math.isfinite(clip_value) else None
     if arrays is not None:  # torch's clamp_ on each, in place on the arrays (NaN stays NaN in both)
+        low, high = -clip_value, clip_value
         for g, a in zip(grads, arrays):
-            if a.size < _SMALL:  # np.clip's own overhead is a few us; for large arrays it is the faster loop
-                np.minimum(np.maximum(a, -clip_value, out=a), clip_value, out=a)
-            else:
-                np.clip(a, -clip_value, clip_value, out=a)
+            _clip(a, low, high, out=a)
             g._bump_version()
         return
     for g in grads:
