@@ -14,10 +14,14 @@ from __future__ import annotations
 import functools
 import operator
 
+import numpy as np
+
+from . import _dispatch
 from . import _memory_format as MF
-from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
+from ._dispatch import TENSOR_TYPES, TORCH_TYPE_NAMES, apply, apply_inplace, sync_view
+from ._dispatch_fast import keep_result
 from ._dispatch_modes import MODES
-from ._dtype import checked_scalar, promote_types
+from ._dtype import FROM_NP, checked_scalar, promote_types
 from ._shape import normalize_shape, sizes_or_keyword, wrap_dim, wrap_dims
 from ._tensor import Tensor
 from .autograd.graph import named
@@ -78,7 +82,61 @@ def rot90(input, k=1, dims=(0, 1)):
     return clone(input)
 
 
+def _quick_join(op, tensors, dim, stacking):
+    """The ``cat`` (``stacking`` false) or ``stack`` row's result for plain CPU tensors whose shapes fit (promoted
+    to their common dtype), else None: the general path then checks, promotes and names what is wrong. A cat of
+    two 10x10 tensors spent three quarters of its 8 us in those checks and the dispatcher's; torch's call: 2.6 us."""
+    if MODES or (type(tensors) is not list and type(tensors) is not tuple) or not tensors:
+        return None
+    first = tensors[0]
+    if type(first) not in TENSOR_TYPES or type(first._data) is not np.ndarray:
+        return None
+    shape = first._data.shape
+    ndim = len(shape) + stacking
+    if type(dim) is not int or not -ndim <= dim < ndim or ndim == 0:
+        return None
+    d = dim + ndim if dim < 0 else dim
+    if not stacking:
+        if ndim == 1 and shape[0] == 0:  # a legacy empty: skipped, though promoted with (the general path)
+            return None
+        before, after = shape[:d], shape[d + 1:]
+    keep_layout = stacking and ndim in (5, 6)  # channels-last inputs take the cat of views (see stack)
+    dtype = first._data.dtype
+    arrays = []
+    grad = mixed = False
+    for t in tensors:
+        if type(t) not in TENSOR_TYPES:
+            return None
+        if t._base is not None and t._view_ver != t._ver_owner._ver:
+            sync_view(t)
+        a = t._data
+        if type(a) is not np.ndarray:
+            return None
+        mixed = mixed or a.dtype != dtype
+        s = a.shape
+        if stacking:
+            if s != shape or keep_layout and not a.flags.c_contiguous:
+                return None
+        elif len(s) != ndim or s[:d] != before or s[d + 1:] != after or ndim == 1 and s[0] == 0 \
+                or not a.flags.c_contiguous:  # other layouts: ATen's format rule (`_cat_format`)
+            return None
+        grad = grad or t._requires_grad
+        arrays.append(a)
+    if mixed:  # promoted as the row would (no 0-d input meets a dimensioned one here)
+        try:
+            common = functools.reduce(promote_types, [FROM_NP[a.dtype] for a in arrays]).np
+        except (KeyError, RuntimeError, TypeError):
+            return None
+        arrays = [a if a.dtype == common else a.astype(common) for a in arrays]
+    attrs = {"dim": d}
+    return keep_result(op, tuple(tensors), attrs, op.kernel(_dispatch.CPU_XP, *arrays, **attrs), grad)
+
+
 def cat(tensors, dim=0, *, out=None):
+    if out is None:
+        result = _quick_join(M.CAT, tensors, dim, False)
+        if result is not None:
+            return result
     tensors = _tensor_list(tensors, "cat")
     if not tensors:
         raise ValueError("jitorch.cat(): expected a non-empty list of Tensors")
@@ -98,7 +156,8 @@ def cat(tensors, dim=0, *, out=None):
             if ax != d and a != b:
                 raise RuntimeError(f"cat(): Sizes of tensors must match except in dimension {d}. Expected size {a} but "
                                    f"got size {b} for tensor number {i} in the list.")
-    result = apply(M.CAT, *kept, dim=d)
+    fmt = _cat_format(kept)
+    result = apply(M.CAT, *kept, dim=d) if fmt is None else apply(M.CAT, *kept, dim=d, fmt=fmt)
     if len(kept) < len(tensors):
         # The skipped empties still take part in the type promotion (a float accumulator started as tensor([])).
         promoted = functools.reduce(promote_types, (t.dtype for t in tensors))
@@ -115,6 +174,20 @@ def cat(tensors, dim=0, *, out=None):
 
 
 concat = concatenate = cat
+
+
+def _cat_format(tensors):
+    """ATen's memory format for a cat's result: the inputs' common suggested format, else ``contiguous_format``;
+    None for C-contiguous inputs, whose NumPy concatenate is row-major already (a transposed input's would not be)."""
+    if all(t._data.flags.c_contiguous for t in tensors):
+        return None
+    found = None
+    for t in tensors:
+        fmt = MF.suggested_format(t)
+        if fmt is MF.contiguous_format or found is not None and fmt is not found:
+            return MF.contiguous_format
+        found = fmt
+    return found
 
 
 def _tensor_list(tensors, op):
@@ -134,6 +207,10 @@ def _tensor_list(tensors, op):
 
 
 def stack(tensors, dim=0, *, out=None):
+    if out is None:
+        result = _quick_join(M.STACK, tensors, dim, True)
+        if result is not None:
+            return result
     tensors = _tensor_list(tensors, "stack")
     if not tensors:
         raise RuntimeError("stack expects a non-empty TensorList")
@@ -144,9 +221,12 @@ def stack(tensors, dim=0, *, out=None):
                                f"{list(x.shape)} at entry {i}")
     d = wrap_dim(dim, len(shape) + 1, "stack")
     # One row for row-major inputs and inputs of other ranks (a permuted image stacks row-major, as torch's); a
-    # non-contiguous 4-D/5-D input (channels-last) keeps the cat of views, whose layout rule is ATen's.
+    # non-contiguous 4-D/5-D input (channels-last) takes ATen's composite, whose layout is cat's (`_cat_format`):
+    # a cat along ``d`` viewed with the new dim split off, or along a new last dim a cat of unsqueezed views.
     if out is None and not MODES and (len(shape) not in (4, 5) or all(x._data.flags.c_contiguous for x in tensors)):
         return apply(M.STACK, *tensors, dim=d)
+    if out is None and d < len(shape):
+        return named(cat(tensors, d).view(shape[:d] + (len(tensors),) + shape[d:]), "StackBackward0")
     return named(cat([unsqueeze(x, d) for x in tensors], d, out=out), "StackBackward0")
 
 

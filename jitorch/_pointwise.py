@@ -1,6 +1,8 @@
 """Public elementwise functions, their Tensor methods, operators and in-place forms.
 
-Primitives come from ``ops/pointwise.py``; everything else here is a composite of them.
+Primitives come from ``ops/pointwise.py``; everything else here is a composite of them. Split for size, and
+re-exported here: ``_pointwise_stable.py`` (extreme-value composites), ``_pointwise_composite.py`` (value tests and
+formulas); ``_pointwise_methods.py`` binds the Tensor methods and operators.
 
 >>> import jitorch
 >>> a = jitorch.tensor([1, 2, 3])
@@ -9,16 +11,14 @@ Primitives come from ``ops/pointwise.py``; everything else here is a composite o
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from . import _dtype
-from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace, fast_binary, fast_unary
+from ._dispatch import TORCH_TYPE_NAMES, apply, fast_binary, fast_unary
 from ._dispatch_fast import _OPERANDS
 from ._grad_state import GradState
 from .autograd.graph import named
-from ._pointwise_checks import check_alpha, check_bounds, to_common_float
+from ._pointwise_checks import check_alpha, check_bounds
 from ._tensor import Tensor
 from .ops import pointwise as P
 
@@ -287,49 +287,6 @@ bitwise_not = _unary(P.BITWISE_NOT)
 isnan, isinf, isfinite, signbit = _unary(P.ISNAN), _unary(P.ISINF), _unary(P.ISFINITE), _unary(P.SIGNBIT)
 
 
-def isposinf(input):
-    return input.isinf() & (input > 0)
-
-
-def isneginf(input):
-    return input.isinf() & (input < 0)
-
-
-def isreal(input):
-    if input.is_complex():
-        return input.imag == 0
-    from ._creation import ones_like
-
-    return ones_like(input, dtype=_dtype.bool)
-
-
-def equal(input, other) -> bool:
-    """True when both tensors have the same shape and elements."""
-    return input.shape == other.shape and bool(eq(input, other).all())
-
-
-def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
-    """``|input - other| <= atol + rtol * |other|`` (finite errors only), or equal; PyTorch's algorithm."""
-    if input.dtype is not other.dtype:
-        from ._dispatch import TORCH_TYPE_NAMES
-
-        raise RuntimeError(f"isclose: {TORCH_TYPE_NAMES[input.dtype.name]} did not match "
-                           f"{TORCH_TYPE_NAMES[other.dtype.name]}")
-    close = input == other
-    if equal_nan and input.is_floating_point():
-        close = close | (input.isnan() & other.isnan())
-    if rtol == 0 and atol == 0:
-        return close
-    if input.dtype is _dtype.bool:  # bool has no subtraction: compare as the default float type
-        input, other = input.to(_dtype.get_default_dtype()), other.to(_dtype.get_default_dtype())
-    error = (input - other).abs()
-    return close | (error.isfinite() & (error <= atol + (rtol * other).abs()))
-
-
-def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
-    return bool(isclose(input, other, rtol, atol, equal_nan).all())
-
-
 neg = negative = _unary(P.NEG)
 abs = absolute = _unary(P.ABS)
 exp, exp2, expm1 = _unary(P.EXP), _unary(P.EXP2), _unary(P.EXPM1)
@@ -414,215 +371,8 @@ def clamp_max(input, max):
                  "ClampMaxBackward0")
 
 
-def addcmul(input, tensor1, tensor2, *, value=1, out=None):
-    dt = _dtype.result_type(input, tensor1, tensor2)
-    if dt is _dtype.bool:
-        raise NotImplementedError('"addcmul_cpu_out" not implemented for \'Bool\'')
-    # torch computes the product in the common dtype: uint8 * uint8 must not wrap before meeting an int16 input,
-    # and bool * bool must not become int64 by meeting the Python ``value``.
-    input, tensor1, tensor2 = (t.to(dt) if isinstance(t, Tensor) and t.dtype is not dt else t
-                               for t in (input, tensor1, tensor2))
-    if dt.category == _dtype.INT and isinstance(value, float):
-        value = int(value)  # torch converts value to the integer dtype (truncating) rather than promoting
-    return _write_out(input + value * tensor1 * tensor2 if value != 1 else input + tensor1 * tensor2, out, "addcmul")
-
-
-def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
-    if _dtype.result_type(tensor1, tensor2).category < _dtype.FLOAT:
-        raise RuntimeError("Integer division with addcdiv is no longer supported, and in a future release addcdiv will "
-                           "perform a true division of tensor1 and tensor2. Use (input + value * tensor1 / tensor2) "
-                           "instead.")
-    return _write_out(input + value * (tensor1 / tensor2), out, "addcdiv")
-
-
-def xlogy(input, other):
-    # 0 * log(y) is 0 where x == 0, except that a NaN y still propagates.
-    if not isinstance(input, Tensor):  # a scalar x: torch's Scalar overload, as a 0-d tensor of y's dtype
-        input = other.new_full((), input, dtype=_dtype.result_type(other, 1.0))
-    zero = input == 0
-    if not isinstance(other, Tensor):
-        log_other = math.nan if other != other else _scalar_log(other)
-        if not input.requires_grad:
-            return where(zero & (log_other == log_other), 0.0, input * log_other)
-        # d/dx is log(other) everywhere, x == 0 included: a 0-d tensor, so x_times_log carries it there
-        log_y = input.new_full((), log_other, dtype=_dtype.result_type(input, 1.0))
-        return x_times_log(input, log_y, zero & (log_other == log_other))
-    input, other = to_common_float(input, other)
-    return x_times_log(input, log(other), zero & ~other.isnan())
-
-
-def x_times_log(x, log_y, zero):
-    """``x * log_y`` that is 0 where ``zero``, with torch's gradient there: d/dx is still ``log_y``."""
-    value = x * where(zero, 0.0, log_y)
-    if not x.requires_grad:
-        return value
-    carry = where(zero & log_y.isfinite(), log_y, 0.0)  # zero in value; carries d/dx where x == 0
-    return value + (x - x.detach()) * carry
-
-
-def _scalar_log(x):
-    return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
-
-
-def copysign(input, other):
-    """``|input|`` with the sign of ``other``, in the promoted floating dtype (ints give the default float)."""
-    dt = _dtype.result_type(input, other)
-    if dt.category < _dtype.FLOAT:
-        dt = _dtype.get_default_dtype()
-    magnitude = abs(input.to(dt))
-    if not isinstance(other, Tensor):
-        return -magnitude if math.copysign(1.0, other) < 0 else magnitude
-    return where(signbit(other), -magnitude, magnitude)
-
-
-def deg2rad(input):
-    return input * (math.pi / 180)
-
-
-def rad2deg(input):
-    return input * (180 / math.pi)
-
-
-def logit(input, eps=None):
-    if not input.is_floating_point():
-        input = input.to(_dtype.get_default_dtype())
-    x = input if eps is None else clamp(input, eps, 1 - eps)
-    return log(x / (1 - x))
-
-
-def sinc(input):
-    px = input * math.pi
-    return where(input == 0, 1.0, sin(px) / where(input == 0, 1.0, px))
-
-
-# -- methods, operators and in-place forms -----------------------------------------------------------------------
-def _inplace(op, **fixed):
-    def method(self, *args, **attrs):
-        return apply_inplace(op, self, *args, **fixed, **attrs)
-    method.__name__ = op.name + "_"
-    return method
-
-
-def _add_(self, other, *, alpha=1):
-    check_alpha(alpha, self, other)
-    if alpha != 1:
-        other = apply(P.MUL, _promote_for_alpha(other, _dtype.result_type(self, other)), alpha)
-    return apply_inplace(P.ADD, self, other)
-
-
-def _sub_(self, other, *, alpha=1):
-    _reject_bool_sub(self, other)
-    check_alpha(alpha, self, other)
-    if alpha != 1:
-        other = apply(P.MUL, _promote_for_alpha(other, _dtype.result_type(self, other)), alpha)
-    return apply_inplace(P.SUB, self, other)
-
-
-def _div_(self, other, *, rounding_mode=None):
-    if rounding_mode is None:
-        return apply_inplace(P.DIV, self, other)
-    return self.copy_(div(self, other, rounding_mode=rounding_mode))
-
-
-def _clamp_(self, min=None, max=None):
-    check_bounds(self, min, max)
-    return apply_inplace(P.CLAMP, self, min, max)
-
-
-def _rdiv_operator(self, other):
-    # PyTorch's Tensor.__rtruediv__ is reciprocal(self) * other: two roundings, which other / self does not match
-    # (1.3 / x differs in the last bit for a quarter of float32 values).
-    if not isinstance(other, _OPERANDS):
-        return NotImplemented
-    return reciprocal(self) * other
-
-
-def _reflect(fn):
-    return lambda self, other: fn(other, self)
-
-
-def _operator(fn):
-    """``fn`` as an operator. An operand no op takes (None, a list, a string) gives NotImplemented, so Python falls
-    back as it does for torch: ``mask == None`` is False (not an elementwise tensor), ``t != [1]`` True, ``t < None``
-    a TypeError."""
-    def method(self, other):
-        if type(other) is not Tensor and not isinstance(other, _OPERANDS):
-            return NotImplemented
-        return fn(self, other)
-    method.__name__ = f"__{fn.__name__}__"
-    return method
-
-
-def _pos(self):
-    if self.dtype is _dtype.bool:
-        raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
-    return self
-
-
-def _invert(self):
-    if self.dtype.category >= _dtype.FLOAT:
-        raise TypeError("~ (operator.invert) is only implemented on integer and Boolean-type tensors")
-    return bitwise_not(self)
-
-
-def _composite_inplace(fn):
-    """``self.fn_(...)`` for a composite ``fn``: PyTorch's in-place dtype and shape rules, then a copy into self."""
-    def method(self, *args, **kwargs):
-        # The composite may save ``self`` for backward; computing from a clone keeps that saved value intact.
-        result = fn(self.clone() if self._requires_grad else self, *args, **kwargs)
-        from ._dispatch import TORCH_TYPE_NAMES
-
-        if result.dtype.category > self.dtype.category:
-            raise RuntimeError(f"{fn.__name__}_: result type {TORCH_TYPE_NAMES[result.dtype.name]} can't be cast to "
-                               f"the desired output type {TORCH_TYPE_NAMES[self.dtype.name]}")
-        if result.shape != self.shape:
-            raise RuntimeError(f"{fn.__name__}_: output with shape {list(self.shape)} doesn't match the broadcast "
-                               f"shape {list(result.shape)}")
-        return self.copy_(result)
-    method.__name__ = fn.__name__ + "_"
-    return method
-
-
 from ._pointwise_stable import hypot, lerp, log_add_exp, logaddexp  # noqa: E402,F401 - split for size; re-exported
-
-_METHODS = {name: globals()[name] for name in __all__ if name not in ("where", "equal", "allclose", "isclose")}
-_METHODS.update(
-    where=lambda self, condition, other: where(condition, self, other), equal=equal, allclose=allclose,
-    isclose=isclose,
-    add_=_add_, sub_=_sub_, subtract_=_sub_, div_=_div_, divide_=_div_, clamp_=_clamp_, clip_=_clamp_,
-    __add__=fast_binary(P.ADD, operator=True), __radd__=fast_binary(P.ADD, reflected=True, operator=True),
-    __iadd__=_add_,
-    __sub__=_sub_operator, __rsub__=_rsub_operator, __isub__=_sub_,
-    __mul__=fast_binary(P.MUL, operator=True), __rmul__=fast_binary(P.MUL, reflected=True, operator=True),
-    __truediv__=fast_binary(P.DIV, operator=True), __rtruediv__=_rdiv_operator, __itruediv__=_div_,
-    __floordiv__=_operator(floor_divide), __rfloordiv__=_operator(_reflect(floor_divide)),
-    __mod__=_operator(remainder), __rmod__=_operator(_reflect(remainder)), __pow__=_operator(pow),
-    __rpow__=_operator(_reflect(pow)), __neg__=fast_unary(P.NEG),
-    __pos__=_pos,
-    __abs__=abs, __eq__=_operator(eq), __ne__=_operator(ne), __lt__=_operator(lt), __le__=_operator(le),
-    __gt__=_operator(gt), __ge__=_operator(ge),
-    # PyTorch's &, |, ^ and ~ are the bitwise ops, which on bool tensors are the logical ones.
-    __and__=bitwise_and, __or__=bitwise_or, __xor__=bitwise_xor, __invert__=_invert,
-    __rand__=_reflect(bitwise_and), __ror__=_reflect(bitwise_or), __rxor__=_reflect(bitwise_xor),
-    __lshift__=bitwise_left_shift, __rshift__=bitwise_right_shift, __rlshift__=_reflect(bitwise_left_shift),
-    __rrshift__=_reflect(bitwise_right_shift),
-)
-for _op in (P.MUL, P.POW, P.REMAINDER, P.FMOD, P.FLOOR_DIVIDE, P.MAXIMUM, P.MINIMUM, P.ATAN2, P.NEG, P.ABS, P.EXP,
-            P.EXP2, P.EXPM1, P.LOG, P.LOG2, P.LOG10, P.LOG1P, P.SQRT, P.RSQRT, P.SIN, P.COS, P.TAN, P.ASIN, P.ACOS,
-            P.ATAN, P.SINH, P.COSH, P.TANH, P.ASINH, P.ACOSH, P.ATANH, P.SIGMOID, P.ERF, P.ERFC, P.ERFINV,
-            P.RECIPROCAL, P.RELU, P.FLOOR, P.CEIL, P.TRUNC, P.SIGN, P.FRAC, P.ROUND, P.NAN_TO_NUM, P.EQ, P.NE,
-            P.LT, P.LE, P.GT, P.GE, P.LOGICAL_AND, P.LOGICAL_OR, P.LOGICAL_XOR, P.LOGICAL_NOT, P.BITWISE_AND,
-            P.BITWISE_OR, P.BITWISE_XOR, P.BITWISE_NOT, P.BITWISE_LEFT_SHIFT, P.BITWISE_RIGHT_SHIFT):
-    _METHODS[_op.name + "_"] = _inplace(_op)
-_METHODS.update(multiply_=_METHODS["mul_"], negative_=_METHODS["neg_"], absolute_=_METHODS["abs_"],
-                fix_=_METHODS["trunc_"], sgn_=_METHODS["sign_"], square_=lambda self: self.pow_(2),
-                __imul__=_METHODS["mul_"], __ipow__=_METHODS["pow_"], __imod__=_METHODS["remainder_"],
-                __ifloordiv__=_METHODS["floor_divide_"],
-                __iand__=_METHODS["bitwise_and_"], __ior__=_METHODS["bitwise_or_"],
-                __ixor__=_METHODS["bitwise_xor_"], __ilshift__=_METHODS["bitwise_left_shift_"],
-                __irshift__=_METHODS["bitwise_right_shift_"],
-                arcsin_=_METHODS["asin_"], arccos_=_METHODS["acos_"], arctan_=_METHODS["atan_"])
-_METHODS.update({fn.__name__ + "_": _composite_inplace(fn) for fn in (
-    addcmul, addcdiv, lerp, hypot, copysign, xlogy, logit, sinc, deg2rad, rad2deg, clamp_min, clamp_max)})
-for _name, _fn in _METHODS.items():
-    setattr(Tensor, _name, _fn)
+from ._pointwise_composite import (addcdiv, addcmul, allclose, copysign, deg2rad, equal,  # noqa: E402,F401
+                                  isclose, isneginf, isposinf, isreal, logit, rad2deg, sinc, x_times_log,
+                                  xlogy)  # split for size; re-exported
+from ._pointwise_methods import _composite_inplace  # noqa: E402,F401 - binds the Tensor methods and operators

@@ -62,7 +62,9 @@ def functional_write(rec, op, t, args, attrs):
         new_base = _step(rec, graph.call_function(_primitive("copy_slices"), (base_node, new_view),
                                                   {"chain": t._view_chain}))
         rec.bind(base, new_base)
-        for other in others:  # the other views see the write, as in eager mode: each is taken again from the base
+        # The written view too is taken again from the new base (not left as the write's value), so a later in-place
+        # write of the base reaches it, as in eager mode; the other views see the write the same way.
+        for other in [t] + others:
             rec.bind(other, [_step(rec, n) for n in view_nodes(graph, new_base, other._view_chain)][-1])
     return t
 

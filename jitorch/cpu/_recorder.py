@@ -131,7 +131,9 @@ class CaptureMode:
             d = o._data
             if type(d) is np.ndarray:
                 self.handles.append((weakref.ref(o), root_of(d)))
-            if any(np.may_share_memory(d, a) for a in in_arrays):
+            # An empty result needs no step (NumPy says an empty view shares no memory with its input, so without
+            # this a view of an empty input would be a step writing that input, or a read-only broadcast refused).
+            if d.size == 0 or any(np.may_share_memory(d, a) for a in in_arrays):
                 targets.append(None)  # a view of an input: it follows the input without a step
             elif not d.flags.writeable:
                 self.fail(f"CPU graph capture: '{op.name}' produced a read-only array that replay cannot refill")

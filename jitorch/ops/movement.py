@@ -185,8 +185,10 @@ def _stack_backward(ctx, g):
 # 100x100: 423 us, torch 108).
 def _stack_kernel(xp, *arrays, dim):
     shape = arrays[0].shape[:dim] + (len(arrays),) + arrays[0].shape[dim:]
-    # Row-major whatever the inputs' strides, as torch's (NumPy's stack would follow a transposed input's).
-    return xp.stack(arrays, axis=dim, out=xp.empty(shape, xp.result_type(*arrays)))
+    # Row-major whatever the inputs' strides, as torch's (NumPy's stack would follow a transposed input's); NumPy's
+    # stack is this concatenate of views after checks of its own (1.5 of a small stack's 2.8 us).
+    key = (slice(None),) * dim + (None,)
+    return xp.concatenate([a[key] for a in arrays], axis=dim, out=xp.empty(shape, xp.result_type(*arrays)))
 
 
 STACK = defop("stack", _stack_kernel, _stack_backward, Opaque("stacking"), promotion="promote", meta=True,

@@ -1,4 +1,6 @@
-"""Elementwise primitives: one row each (kernel, backward in jitorch ops, fusion expression).
+"""Elementwise primitives: one row each (kernel, backward in jitorch ops, fusion expression). The binary,
+comparison, logical and ternary rows are here; the unary rows in ``pointwise_unary.py`` and the shared refusals in
+``pointwise_common.py`` (split for size), re-exported here.
 
 >>> import jitorch
 >>> x = jitorch.tensor([0.5, 1.0], requires_grad=True)
@@ -10,62 +12,15 @@ tensor([1.5729, 0.8399])
 from __future__ import annotations
 
 import math
-import os
 
-import ml_dtypes as _ml_dtypes
 import numpy as np
 
-from .. import _dtype
 from .._dispatch_fast import plain_binary
-from .._memory_format import preserve_copy
-from ..runtime import special_module
-from . import native_eager
-from . import pointwise_grad
+from . import native_complex
+from . import pointwise_grad  # noqa: F401 - its fused backward rows register before these, as before the split
+from .pointwise_common import (_COMPLEX64, _HALVES, _holomorphic, _not_implemented,  # noqa: F401 - re-exported
+                               _reject_bool, _reject_bool_complex, _times)
 from .table import NOT_DIFFERENTIABLE, Pointwise, defop
-
-
-def _not_implemented(kernel_name, a):
-    """PyTorch's dtype-dispatch error: ``NotImplementedError`` (a ``RuntimeError``) naming the kernel and dtype."""
-    from .._dispatch import TORCH_TYPE_NAMES
-    from .._dtype import FROM_NP
-
-    return NotImplementedError(f'"{kernel_name}" not implemented for \'{TORCH_TYPE_NAMES[FROM_NP[a.dtype].name]}\'')
-
-
-def _reject_bool(kernel_name, *arrays):
-    # Kernels receive promoted operands: a bool array here means the op computes in bool, which PyTorch rejects.
-    for a in arrays:
-        if getattr(a, "dtype", None) == np.bool_:
-            raise _not_implemented(kernel_name, a)
-
-
-def _reject_bool_complex(kernel_name, *arrays):
-    # Rounding division, remainders and atan2 have no complex kernels in PyTorch (NumPy's would raise TypeError).
-    _reject_bool(kernel_name, *arrays)
-    for a in arrays:
-        if getattr(a, "dtype", None) is not None and a.dtype.kind == "c":
-            raise _not_implemented(kernel_name, a)
-
-def _holomorphic(backward):
-    """The backward of a holomorphic op for complex values too, from its real formula ``g * f'(x)``.
-
-    PyTorch's gradient at complex ``z`` is ``g * conj(f'(z))`` (the conjugate Wirtinger derivative), which is the real
-    formula run on ``conj(g)`` and conjugated: a row keeps one formula for both, and real gradients skip the wrapper.
-    """
-    def run(ctx, *grads):
-        g = grads[0]
-        try:
-            real = g is None or g._data.dtype.kind != "c"
-        except RuntimeError:  # a sparse gradient (sparse=True embeddings of a computed weight) has no array
-            real = not g.is_complex()
-        if real:
-            return backward(ctx, *grads)
-        out = backward(ctx, *(x.conj() if x is not None else None for x in grads))
-        if isinstance(out, tuple):
-            return tuple(o.conj() if o is not None else None for o in out)
-        return out.conj()
-
-    return run
 
 
 # -- binary arithmetic ---------------------------------------------------------------------------------------------
@@ -93,7 +48,6 @@ SUB = defop("sub", _sub_kernel, lambda ctx, g: (g, -g if ctx.needs_grad(1) else 
             promotion="promote", meta=True, ufunc="subtract")
 
 
-_HALVES = _dtype.HALF_NP
 
 
 def _half_scalar_in_half(ufunc, a, b):
@@ -130,16 +84,15 @@ def _mul_kernel(xp, a, b):
 def _div_kernel(xp, a, b):
     if type(b) in (int, float) and getattr(a, "dtype", None) in _HALVES:
         return xp.true_divide(a.astype(np.float32), np.float32(b)).astype(a.dtype)
+    if getattr(a, "dtype", None) == _COMPLEX64 or getattr(b, "dtype", None) == _COMPLEX64:
+        out = native_complex.divide(a, b)  # ATen's division (NumPy's differs in last bits and at zero and inf)
+        if out is not None:
+            return out
     return xp.true_divide(a, b)
 
 
 # The dispatcher's float16 fast path runs these ufuncs in float32 (``dtype=float32``) for a scalar operand.
 _mul_kernel.half_scalar_opmath = _div_kernel.half_scalar_opmath = True
-
-
-def _times(g, other):
-    out = plain_binary(np.multiply, g, other)  # first-order backward: the product without its dispatch
-    return g * other if out is None else out
 
 
 def _mul_backward(ctx, g):
@@ -227,7 +180,9 @@ def _pow_backward(ctx, g):
         # ATen's test of a non-negative exponent; a complex one must be real and non-negative (complex ``>=`` raises)
         nonneg = (b.imag == 0) & (b.real >= 0) if b.is_complex() else b >= 0
         if hasattr(a, "_data"):
-            gb = g * where((a == 0) & nonneg, 0.0, out * a.log())
+            # the log in the promoted dtype, as ATen's (a float32 base of a float64 exponent: log in float64)
+            wide = a if a.dtype == out.dtype else a.to(out.dtype)
+            gb = g * where((a == 0) & nonneg, 0.0, out * wide.log())
         elif a == 0:  # a Python number base: 0 ** y
             gb = g * where(nonneg, 0.0, out * float("-inf"))
         else:  # log of a negative Python number is nan, as ATen's Scalar::log
@@ -242,9 +197,11 @@ POW = defop("pow", _pow_kernel, _holomorphic(_pow_backward), Pointwise("pow({0},
 def _extremum_backward(ctx, g):
     from .. import where
 
+    # ATen's: the side that lost gets 0 and every other element the gradient (halved on ties), so where either
+    # input is NaN (no order) both inputs get the whole gradient.
     a, b = ctx.inputs
-    ga = where(a == b, g / 2, where(a > b if ctx.op is MAXIMUM else a < b, g, 0.0)) if ctx.needs_grad(0) else None
-    gb = where(a == b, g / 2, where(b > a if ctx.op is MAXIMUM else b < a, g, 0.0)) if ctx.needs_grad(1) else None
+    ga = where(a == b, g / 2, where(a < b if ctx.op is MAXIMUM else a > b, 0.0, g)) if ctx.needs_grad(0) else None
+    gb = where(a == b, g / 2, where(b < a if ctx.op is MAXIMUM else b > a, 0.0, g)) if ctx.needs_grad(1) else None
     return ga, gb
 
 
@@ -361,216 +318,12 @@ for _name, _ufunc in (("isnan", "isnan"), ("isinf", "isinf"), ("isfinite", "isfi
                                      Pointwise(f"{_name}({{0}})"), promotion="compare")
 
 
-# -- unary math ----------------------------------------------------------------------------------------------------
-def _unary(name, kernel, backward, expr, saves="inputs", promotion="float", ufunc=None, holomorphic=False):
-    backward = _holomorphic(backward) if holomorphic else backward
-    return defop(name, kernel, backward, Pointwise(expr), promotion=promotion, saves=saves, ufunc=ufunc)
-
-
-def _special(name):
-    # scipy.special has no half-precision loops: it returns float32/float64, so cast back to the input's dtype.
-    return lambda xp, a: getattr(special_module(xp), name)(a).astype(a.dtype, copy=False)
-
-
-def _x(ctx):
-    return ctx.inputs[0]
-
-
-def _neg_kernel(xp, a):
-    if a.dtype == np.bool_:
-        raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert "
-                           "a mask, use the `~` or `logical_not()` operator instead.")
-    return xp.negative(a)
-
-
-def _abs_kernel(xp, a):
-    _reject_bool("abs_cpu", a)
-    return xp.absolute(a)
-
-
-NEG = _unary("neg", _neg_kernel, lambda ctx, g: -g, "-{0}", saves=None, promotion="keep", ufunc="negative")
-ABS = _unary("abs", _abs_kernel, lambda ctx, g: g * _x(ctx).sgn(), "abs({0})", promotion="keep", ufunc="absolute")
-EXP = _unary("exp", lambda xp, a: xp.exp(a), lambda ctx, g: _times(g, ctx.out), "exp({0})", saves="outputs",
-             ufunc="exp", holomorphic=True)
-EXP2 = _unary("exp2", lambda xp, a: xp.exp2(a), lambda ctx, g: g * ctx.out * math.log(2.0), "exp2({0})",
-              saves="outputs", holomorphic=True)
-EXPM1 = _unary("expm1", lambda xp, a: xp.expm1(a), lambda ctx, g: g * (ctx.out + 1), "expm1({0})", saves="outputs",
-               holomorphic=True)
-LOG = _unary("log", lambda xp, a: xp.log(a), lambda ctx, g: g / _x(ctx), "log({0})", ufunc="log", holomorphic=True)
-LOG2 = _unary("log2", lambda xp, a: xp.log2(a), lambda ctx, g: g / (_x(ctx) * math.log(2.0)), "log2({0})",
-              holomorphic=True)
-LOG10 = _unary("log10", lambda xp, a: xp.log10(a), lambda ctx, g: g / (_x(ctx) * math.log(10.0)), "log10({0})",
-               holomorphic=True)
-LOG1P = _unary("log1p", lambda xp, a: xp.log1p(a), lambda ctx, g: g / (_x(ctx) + 1), "log1p({0})", holomorphic=True)
-SQRT = _unary("sqrt", lambda xp, a: xp.sqrt(a), lambda ctx, g: g / (2 * ctx.out), "sqrt({0})", saves="outputs",
-              ufunc="sqrt", holomorphic=True)
-def _aten_half_block():
-    """Elements of a half type in one vector of ATen's vectorized CPU loop (64 bytes where PyTorch picks its
-    AVX-512 kernels, 32 otherwise); its scalar loop takes the remainder."""
-    try:
-        from numpy._core._multiarray_umath import __cpu_features__ as features
-    except ImportError:  # pragma: no cover - NumPy 1.x
-        from numpy.core._multiarray_umath import __cpu_features__ as features
-    avx512 = all(features.get(f, False) for f in ("AVX512F", "AVX512BW", "AVX512VL", "AVX512DQ"))
-    chosen = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
-    return 32 if avx512 and chosen in ("", "avx512") else 16
-
-
-_HALF_BLOCK = _aten_half_block()
-
-
-def _rsqrt_kernel(xp, a):
-    out = 1 / xp.sqrt(a)
-    if a.dtype in _HALVES and a.ndim and (a.flags.c_contiguous or a.flags.f_contiguous):
-        # ATen's vectorized loop computes a half type's rsqrt in float and rounds once, over whole vectors in memory
-        # order; its scalar loop (the last size % vector elements, and inputs it cannot run as one contiguous row)
-        # rounds the sqrt too, as above.
-        body = a.size - a.size % _HALF_BLOCK
-        if body and out.flags.c_contiguous == a.flags.c_contiguous:
-            flat, values = (out, a) if a.flags.c_contiguous else (out.T, a.T)
-            flat.reshape(-1)[:body] = 1 / xp.sqrt(values.reshape(-1)[:body].astype(np.float32))
-    return out
-
-
-RSQRT = _unary("rsqrt", _rsqrt_kernel, lambda ctx, g: -0.5 * g * ctx.out ** 3, "rsqrt({0})",
-               saves="outputs", holomorphic=True)
-SIN = _unary("sin", lambda xp, a: xp.sin(a), lambda ctx, g: g * _x(ctx).cos(), "sin({0})", holomorphic=True)
-COS = _unary("cos", lambda xp, a: xp.cos(a), lambda ctx, g: -g * _x(ctx).sin(), "cos({0})", holomorphic=True)
-TAN = _unary("tan", lambda xp, a: xp.tan(a), lambda ctx, g: g * (1 + ctx.out * ctx.out), "tan({0})",
-             saves="outputs", holomorphic=True)
-ASIN = _unary("asin", lambda xp, a: xp.arcsin(a), lambda ctx, g: g * (1 - _x(ctx) ** 2).rsqrt(), "asin({0})",
-              holomorphic=True)
-ACOS = _unary("acos", lambda xp, a: xp.arccos(a), lambda ctx, g: -g * (1 - _x(ctx) ** 2).rsqrt(), "acos({0})",
-              holomorphic=True)
-ATAN = _unary("atan", lambda xp, a: xp.arctan(a), lambda ctx, g: g / (1 + _x(ctx) ** 2), "atan({0})", holomorphic=True)
-SINH = _unary("sinh", lambda xp, a: xp.sinh(a), lambda ctx, g: g * _x(ctx).cosh(), "sinh({0})", holomorphic=True)
-COSH = _unary("cosh", lambda xp, a: xp.cosh(a), lambda ctx, g: g * _x(ctx).sinh(), "cosh({0})", holomorphic=True)
-def _tanh_backward(ctx, g):
-    return pointwise_grad.tanh_backward(g, ctx.out)
-
-
-def _sigmoid_backward(ctx, g):
-    return pointwise_grad.sigmoid_backward(g, ctx.out)
-
-
-TANH = _unary("tanh", lambda xp, a: xp.tanh(a), _tanh_backward, "tanh({0})",
-              saves="outputs", ufunc="tanh", holomorphic=True)
-ASINH = _unary("asinh", lambda xp, a: xp.arcsinh(a), lambda ctx, g: g * (_x(ctx) ** 2 + 1).rsqrt(), "asinh({0})",
-               holomorphic=True)
-ACOSH = _unary("acosh", lambda xp, a: xp.arccosh(a), lambda ctx, g: g * (_x(ctx) ** 2 - 1).rsqrt(), "acosh({0})",
-               holomorphic=True)
-ATANH = _unary("atanh", lambda xp, a: xp.arctanh(a), lambda ctx, g: g / (1 - _x(ctx) ** 2), "atanh({0})",
-               holomorphic=True)
-
-
-_SIGMOID_DIRECT = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _sigmoid_kernel(xp, a):
-    out = native_eager.pointwise(SIGMOID, a)  # one pass instead of the ones below
-    if out is not None:
-        return out
-    if type(a) is np.ndarray and a.dtype in _SIGMOID_DIRECT:
-        # ATen's own formula, 1 / (1 + exp(-a)), in three passes over one buffer: exp overflows to inf below about
-        # -88 (float32), where the result is the exact limit 0, as torch's.
-        with np.errstate(over="ignore"):
-            e = np.exp(np.negative(a))
-        e += 1
-        return np.reciprocal(e, out=e) if a.ndim else np.reciprocal(e)  # (0-d: NumPy scalars, no buffer to reuse)
-    if a.dtype in _HALVES:  # ATen computes in float and rounds once (the half-precision steps below are off by
-        # an ulp for about a third of bfloat16 inputs)
-        return _sigmoid_kernel(xp, a.astype(np.float32)).astype(a.dtype)
-    if a.dtype.kind == "c":  # |a| and a >= 0 mean nothing for complex numbers: the formula itself, as torch's
-        return (1 / (1 + xp.exp(-a))).astype(a.dtype, copy=False)
-    # exp(-|a|) never overflows (halves would overflow long before their result underflows): the stable logistic.
-    e = xp.exp(-xp.abs(a))
-    return xp.where(a >= 0, 1 / (1 + e), e / (1 + e)).astype(a.dtype, copy=False)
-
-
-SIGMOID = _unary("sigmoid", _sigmoid_kernel, _sigmoid_backward, "sigmoid({0})",
-                 saves="outputs", holomorphic=True)
-_SPECIAL_ERF = _special("erf")
-
-
-def _erf_kernel(xp, a):
-    out = native_eager.pointwise(ERF, a)  # float32 on the CPU: SciPy's loop is about 30x slower
-    return _SPECIAL_ERF(xp, a) if out is None else out
-
-
-ERF = _unary("erf", _erf_kernel, lambda ctx, g: g * (2 / math.sqrt(math.pi)) * (-_x(ctx) ** 2).exp(), "erf({0})")
-ERFC = _unary("erfc", _special("erfc"), lambda ctx, g: g * (-2 / math.sqrt(math.pi)) * (-_x(ctx) ** 2).exp(),
-              "erfc({0})")
-ERFINV = _unary("erfinv", _special("erfinv"), lambda ctx, g: g * (math.sqrt(math.pi) / 2) * (ctx.out ** 2).exp(),
-                "erfinv({0})", saves="outputs")
-RECIPROCAL = _unary("reciprocal", lambda xp, a: xp.reciprocal(a), lambda ctx, g: -g * (ctx.out * ctx.out),
-                    "1 / {0}", saves="outputs", holomorphic=True)
-def _relu_kernel(xp, a):
-    if a.dtype == np.bool_:
-        raise RuntimeError("Boolean inputs not supported for relu")
-    return xp.maximum(a, 0).astype(a.dtype, copy=False)
-
-
-RELU = _unary("relu", _relu_kernel, lambda ctx, g: pointwise_grad.threshold_backward(g, ctx.out), "max({0}, 0)",
-              saves="outputs", promotion="keep")
-
-
-def _zero_grad(ctx, g):
-    return g * 0
-
-
-def _step_kernel(name):
-    # Integers are already whole: a copy. bfloat16 has NumPy kind "V", so test for integer kinds, not float ones.
-    def kernel(xp, a):
-        if a.dtype.kind in "iu":
-            return a.copy()
-        _reject_bool(f"{name}_vml_cpu", a)
-        return getattr(xp, name)(a)
-    return kernel
-
-
-def _sign_kernel(xp, a):
-    if a.dtype == np.bool_:
-        return a.copy()
-    return xp.where(a != a, a.dtype.type(0), xp.sign(a))  # PyTorch's sign(nan) is 0, NumPy's is nan
-
-
-def _frac_kernel(xp, a):
-    if a.dtype.kind in "biu":
-        raise _not_implemented("frac_cpu", a)
-    return a - xp.trunc(a)
-
-
-# Step functions: PyTorch defines their gradient as zero everywhere.
-FLOOR, CEIL, TRUNC = (_unary(n, _step_kernel(n), _zero_grad, f"{n}({{0}})", saves=None, promotion="keep")
-                      for n in ("floor", "ceil", "trunc"))
-SIGN = _unary("sign", _sign_kernel, _zero_grad, "sign({0})", saves=None, promotion="keep")
-FRAC = _unary("frac", _frac_kernel, lambda ctx, g: g, "frac({0})", saves=None, promotion="keep")
-
-
-def _round_kernel(xp, a, decimals=0):
-    if a.dtype.kind in "iu":
-        if decimals:
-            raise _not_implemented("round_cpu", a)
-        return a.copy()
-    _reject_bool("round_vml_cpu", a)
-    return xp.round(a, decimals)
-
-
-ROUND = defop("round", _round_kernel, _zero_grad, Pointwise("rint({0})"), promotion="keep")
-
-
-def _nan_to_num_kernel(xp, a, nan=0.0, posinf=None, neginf=None):
-    if a.dtype.name == "bfloat16":  # NumPy's nan_to_num passes an ml_dtypes array through untouched
-        info = _ml_dtypes.finfo(a.dtype)
-        out = xp.where(xp.isnan(a), nan, a)
-        out = xp.where(out == np.inf, info.max if posinf is None else posinf, out)
-        return xp.where(out == -np.inf, info.min if neginf is None else neginf, out).astype(a.dtype)
-    # Into a copy in the input's layout: NumPy's own copy would make a broadcast dim innermost (torch's empty_like).
-    return xp.nan_to_num(preserve_copy(xp, a), copy=False, nan=nan, posinf=posinf, neginf=neginf)
-
-
-NAN_TO_NUM = defop("nan_to_num", _nan_to_num_kernel, lambda ctx, g: g * _x(ctx).isfinite(),
-                   Pointwise("isfinite({0}) ? {0} : 0"), promotion="keep", saves="inputs")
+# -- unary math (pointwise_unary.py) -----------------------------------------------------------------------------------
+# (split for size; imported here so that the rows register in the order they had)
+from .pointwise_unary import (  # noqa: E402,F401
+    ABS, ACOS, ACOSH, ASIN, ASINH, ATAN, ATANH, CEIL, COS, COSH, ERF, ERFC, ERFINV, EXP, EXP2, EXPM1, FLOOR, FRAC,
+    LOG, LOG10, LOG1P, LOG2, NAN_TO_NUM, NEG, RECIPROCAL, RELU, ROUND, RSQRT, SIGMOID, SIGN, SIN, SINH, SQRT, TAN,
+    TANH, TRUNC)
 
 
 # -- ternary -------------------------------------------------------------------------------------------------------
@@ -585,8 +338,9 @@ def _where_kernel(xp, cond, a, b):
     return xp.where(cond, a, b)
 
 
+# Only the condition is saved, as ATen's WhereBackward: writing in place to a branch later must not fail backward.
 WHERE = defop("where", _where_kernel, _where_backward, Pointwise("{0} ? {1} : {2}"), promotion="promote",
-              saves="inputs", meta=True, masks=True)
+              saves="inputs", meta=True, masks=True, save_if=lambda needs: (True, False, False))
 
 
 def _reject_bool_clamp(a, lo, hi):

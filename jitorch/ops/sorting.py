@@ -389,7 +389,7 @@ def _histc_kernel(xp, a, bins, lo, hi):
 
 def _bincount_kernel(xp, a, weights, minlength):
     if weights is None:
-        return xp.bincount(a, minlength=minlength).astype(np.int64)
+        return xp.bincount(a, minlength=minlength).astype(np.int64, copy=False)
     # torch keeps float and double weights' dtype; every other dtype (half ones too) sums into double
     out_dtype = weights.dtype if weights.dtype in (np.float32, np.float64) else np.dtype(np.float64)
     return xp.bincount(a, weights=weights.astype(np.float64), minlength=minlength).astype(out_dtype)

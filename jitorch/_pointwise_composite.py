@@ -1,0 +1,143 @@
+"""Elementwise composites of the pointwise rows: value tests (``isposinf``/``isneginf``, ``isreal``, ``equal``,
+``isclose``/``allclose``, PyTorch's algorithm) and formulas (``addcmul``/``addcdiv`` in the common dtype, ``xlogy``
+with torch's gradient at 0, ``copysign``, ``deg2rad``/``rad2deg``, ``logit``, ``sinc``).
+
+Split from ``_pointwise.py``, which re-exports them and attaches the Tensor methods.
+
+>>> import jitorch
+>>> x = jitorch.tensor([0.0, 1.0])
+>>> jitorch.xlogy(x, x).tolist(), jitorch.isclose(x, x + 1e-9).tolist(), jitorch.sinc(x)[0].item()
+([0.0, 0.0], [True, True], 1.0)
+"""
+from __future__ import annotations
+
+import math
+
+from . import _dtype
+from ._pointwise import _write_out, abs, clamp, eq, log, signbit, sin, where
+from ._pointwise_checks import to_common_float
+from ._tensor import Tensor
+
+
+def isposinf(input):
+    return input.isinf() & (input > 0)
+
+
+def isneginf(input):
+    return input.isinf() & (input < 0)
+
+
+def isreal(input):
+    if input.is_complex():
+        return input.imag == 0
+    from ._creation import ones_like
+
+    return ones_like(input, dtype=_dtype.bool)
+
+
+def equal(input, other) -> bool:
+    """True when both tensors have the same shape and elements."""
+    return input.shape == other.shape and bool(eq(input, other).all())
+
+
+def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """``|input - other| <= atol + rtol * |other|`` (finite errors only), or equal; PyTorch's algorithm."""
+    if input.dtype is not other.dtype:
+        from ._dispatch import TORCH_TYPE_NAMES
+
+        raise RuntimeError(f"isclose: {TORCH_TYPE_NAMES[input.dtype.name]} did not match "
+                           f"{TORCH_TYPE_NAMES[other.dtype.name]}")
+    close = input == other
+    if equal_nan and input.is_floating_point():
+        close = close | (input.isnan() & other.isnan())
+    if rtol == 0 and atol == 0:
+        return close
+    if input.dtype is _dtype.bool:  # bool has no subtraction: compare as the default float type
+        input, other = input.to(_dtype.get_default_dtype()), other.to(_dtype.get_default_dtype())
+    error = (input - other).abs()
+    return close | (error.isfinite() & (error <= atol + (rtol * other).abs()))
+
+
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
+    return bool(isclose(input, other, rtol, atol, equal_nan).all())
+
+
+def addcmul(input, tensor1, tensor2, *, value=1, out=None):
+    dt = _dtype.result_type(input, tensor1, tensor2)
+    if dt is _dtype.bool:
+        raise NotImplementedError('"addcmul_cpu_out" not implemented for \'Bool\'')
+    # torch computes the product in the common dtype: uint8 * uint8 must not wrap before meeting an int16 input,
+    # and bool * bool must not become int64 by meeting the Python ``value``.
+    input, tensor1, tensor2 = (t.to(dt) if isinstance(t, Tensor) and t.dtype is not dt else t
+                               for t in (input, tensor1, tensor2))
+    if dt.category == _dtype.INT and isinstance(value, float):
+        value = int(value)  # torch converts value to the integer dtype (truncating) rather than promoting
+    return _write_out(input + value * tensor1 * tensor2 if value != 1 else input + tensor1 * tensor2, out, "addcmul")
+
+
+def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
+    if _dtype.result_type(tensor1, tensor2).category < _dtype.FLOAT:
+        raise RuntimeError("Integer division with addcdiv is no longer supported, and in a future release addcdiv will "
+                           "perform a true division of tensor1 and tensor2. Use (input + value * tensor1 / tensor2) "
+                           "instead.")
+    return _write_out(input + value * (tensor1 / tensor2), out, "addcdiv")
+
+
+def xlogy(input, other):
+    # 0 * log(y) is 0 where x == 0, except that a NaN y still propagates.
+    if not isinstance(input, Tensor):  # a scalar x: torch's Scalar overload, as a 0-d tensor of y's dtype
+        input = other.new_full((), input, dtype=_dtype.result_type(other, 1.0))
+    zero = input == 0
+    if not isinstance(other, Tensor):
+        log_other = math.nan if other != other else _scalar_log(other)
+        if not input.requires_grad:
+            return where(zero & (log_other == log_other), 0.0, input * log_other)
+        # d/dx is log(other) everywhere, x == 0 included: a 0-d tensor, so x_times_log carries it there
+        log_y = input.new_full((), log_other, dtype=_dtype.result_type(input, 1.0))
+        return x_times_log(input, log_y, zero & (log_other == log_other))
+    input, other = to_common_float(input, other)
+    return x_times_log(input, log(other), zero & ~other.isnan())
+
+
+def x_times_log(x, log_y, zero):
+    """``x * log_y`` that is 0 where ``zero``, with torch's gradient there: d/dx is still ``log_y``."""
+    value = x * where(zero, 0.0, log_y)
+    if not x.requires_grad:
+        return value
+    carry = where(zero & log_y.isfinite(), log_y, 0.0)  # zero in value; carries d/dx where x == 0
+    return value + (x - x.detach()) * carry
+
+
+def _scalar_log(x):
+    return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+
+
+def copysign(input, other):
+    """``|input|`` with the sign of ``other``, in the promoted floating dtype (ints give the default float)."""
+    dt = _dtype.result_type(input, other)
+    if dt.category < _dtype.FLOAT:
+        dt = _dtype.get_default_dtype()
+    magnitude = abs(input.to(dt))
+    if not isinstance(other, Tensor):
+        return -magnitude if math.copysign(1.0, other) < 0 else magnitude
+    return where(signbit(other), -magnitude, magnitude)
+
+
+def deg2rad(input):
+    return input * (math.pi / 180)
+
+
+def rad2deg(input):
+    return input * (180 / math.pi)
+
+
+def logit(input, eps=None):
+    if not input.is_floating_point():
+        input = input.to(_dtype.get_default_dtype())
+    x = input if eps is None else clamp(input, eps, 1 - eps)
+    return log(x / (1 - x))
+
+
+def sinc(input):
+    px = input * math.pi
+    return where(input == 0, 1.0, sin(px) / where(input == 0, 1.0, px))
