@@ -47,6 +47,7 @@ from .llvm_pool import split_call
 __all__ = ["DirectConv", "conv_lanes", "conv_registers", "emit_geometry", "pack_weight"]
 
 _ARGS = ("cg", "hp", "wp", "ho", "wo", "obt", "obg", "cx", "ot", "dh", "dw")
+_OUT_ARGS = ("ohw", "owp")  # a spread output's plane size and row pitch (``out_stride``)
 
 
 def conv_lanes(dtype):
@@ -65,6 +66,17 @@ def conv_registers():
     True
     """
     return 32 if has_avx512() else 16
+
+
+def _spread_mask(line, part, lanes, ox):
+    """The mask operand of a spread store: every ``ox``-th of ``ox * lanes`` lanes (a constant), of the tail's
+    ``%mask`` lanes only (``%tail.wmask``)."""
+    if part == "full":
+        return "<" + ", ".join(f"i1 {'true' if k % ox == 0 else 'false'}" for k in range(lanes * ox)) + ">"
+    picks = ", ".join(f"i32 {k // ox}" if k % ox == 0 else f"i32 {lanes}" for k in range(lanes * ox))
+    line(f"  %tail.wmask = shufflevector <{lanes} x i1> %mask, <{lanes} x i1> zeroinitializer, "
+         f"<{lanes * ox} x i32> <{picks}>")
+    return "%tail.wmask"
 
 
 def pack_weight(w, block):
@@ -104,9 +116,14 @@ def emit_geometry(line, kernel, block, plane):
         line(f"  %{plane}.{j} = mul nsw i64 %howo, {j}")
 
 
-def _function_ir(name, dtype, kernel, lanes, block, stride=(1, 1)):
-    """The LLVM IR of the direct convolution ``name`` (see the module notes for its loops and arguments)."""
+def _function_ir(name, dtype, kernel, lanes, block, stride=(1, 1), out_stride=None):
+    """The LLVM IR of the direct convolution ``name`` (see the module notes for its loops and arguments).
+    ``out_stride`` ``(oy, ox)``: output row ``h`` and column ``w`` are stored at row ``oy * h`` and column ``ox * w``
+    of planes ``%ohw`` elements apart with rows ``%owp`` apart (two more arguments): one phase of a transposed
+    convolution written straight into its strided slice of the result."""
     sy, sx = stride
+    spread = out_stride is not None
+    oy, ox = out_stride if spread else (1, 1)
     ty = LLVM_TYPES[dtype]
     vt, item = f"<{lanes} x {ty}>", np.dtype(DTYPES[dtype]).itemsize
     kh, kw = kernel
@@ -116,9 +133,14 @@ def _function_ir(name, dtype, kernel, lanes, block, stride=(1, 1)):
     store_masked = f"@llvm.masked.store.v{lanes}{dtype}.p0"
     cb = CodeBlock()
     line = cb.line
-    ints = ", ".join(f"i64 %{a}" for a in _ARGS)
+    ints = ", ".join(f"i64 %{a}" for a in _ARGS + (_OUT_ARGS if spread else ()))
     line(f"declare {vt} {fma}({vt}, {vt}, {vt})")
     line(f"declare void {store_masked}({vt}, ptr, i32, {mt})")
+    # A spread store writes ``ox * L`` lanes through a mask of every ``ox``-th: the other phases' columns untouched.
+    wide_vt, wide_mt = f"<{lanes * ox} x {ty}>", f"<{lanes * ox} x i1>"
+    store_wide = f"@llvm.masked.store.v{lanes * ox}{dtype}.p0"
+    if ox > 1:
+        line(f"declare void {store_wide}({wide_vt}, ptr, i32, {wide_mt})")
     line(f"define void @{name}(i64 %start, i64 %stop, ptr noalias %x, ptr noalias %w, ptr noalias %bias, "
          f"ptr noalias %out, {ints}) nounwind {{")
     line("entry:")
@@ -128,6 +150,9 @@ def _function_ir(name, dtype, kernel, lanes, block, stride=(1, 1)):
             line(f"  {text}")
 
     emit_geometry(line, kernel, block, "oj")
+    if spread:  # the output's planes and rows are the result's, not ``ho * wo`` and ``wo``
+        for j in range(block):
+            line(f"  %oj.{j}.s = mul nsw i64 %ohw, {j}")
     line("  br label %t.head")
     line("t.head:")
     line("  %t = phi i64 [ %start, %entry ], [ %t.next, %h.exit ]")
@@ -146,7 +171,7 @@ def _function_ir(name, dtype, kernel, lanes, block, stride=(1, 1)):
     line(f"  %wbase = mul nsw i64 %wb0, {taps * block}")
     line("  %on0 = mul nsw i64 %n, %ot")
     line("  %on1 = add nsw i64 %on0, %o0")
-    line("  %obase = mul nsw i64 %on1, %howo")
+    line(f"  %obase = mul nsw i64 %on1, {'%ohw' if spread else '%howo'}")
     for j in range(block):
         line(f"  %b.{j}.o = add nsw i64 %o0, {j}")
         line(f"  %b.{j}.p = getelementptr {ty}, ptr %bias, i64 %b.{j}.o")
@@ -161,7 +186,11 @@ def _function_ir(name, dtype, kernel, lanes, block, stride=(1, 1)):
     line(f"  %xh.r = mul nsw i64 %h, {sy}")
     line("  %xh0 = mul nsw i64 %xh.r, %wp")
     line("  %xh = add nsw i64 %xbase, %xh0")
-    line("  %oh0 = mul nsw i64 %h, %wo")
+    if spread:
+        line(f"  %oh.r = mul nsw i64 %h, {oy}")
+        line("  %oh0 = mul nsw i64 %oh.r, %owp")
+    else:
+        line("  %oh0 = mul nsw i64 %h, %wo")
     line("  %oh = add nsw i64 %obase, %oh0")
     line("  br label %w.head")
     line("w.head:")
@@ -212,11 +241,21 @@ def _function_ir(name, dtype, kernel, lanes, block, stride=(1, 1)):
         if part == "tail":
             for text in vector_mask("%mask", lanes, "%left"):
                 line(f"  {text}")
+        wmask = _spread_mask(line, part, lanes, ox) if ox > 1 else None
         for j in range(block):
-            line(f"  %{part}.{j}.o0 = add nsw i64 %oh, %oj.{j}")
-            line(f"  %{part}.{j}.o = add nsw i64 %{part}.{j}.o0, %w0")
+            line(f"  %{part}.{j}.o0 = add nsw i64 %oh, %oj.{j}{'.s' if spread else ''}")
+            if ox > 1:
+                line(f"  %{part}.{j}.w = mul nsw i64 %w0, {ox}")
+                line(f"  %{part}.{j}.o = add nsw i64 %{part}.{j}.o0, %{part}.{j}.w")
+            else:
+                line(f"  %{part}.{j}.o = add nsw i64 %{part}.{j}.o0, %w0")
             line(f"  %{part}.{j}.p = getelementptr {ty}, ptr %out, i64 %{part}.{j}.o")
-            if part == "full":
+            if ox > 1:
+                lanes_of = ", ".join(f"i32 {k // ox}" if k % ox == 0 else "i32 poison" for k in range(lanes * ox))
+                line(f"  %{part}.{j}.v = shufflevector {vt} %acc.{j}, {vt} poison, <{lanes * ox} x i32> <{lanes_of}>")
+                line(f"  call void {store_wide}({wide_vt} %{part}.{j}.v, ptr %{part}.{j}.p, i32 {item}, "
+                     f"{wide_mt} {wmask})")
+            elif part == "full":
                 line(f"  store {vt} %acc.{j}, ptr %full.{j}.p, align {item}")
             else:
                 line(f"  call void {store_masked}({vt} %acc.{j}, ptr %tail.{j}.p, i32 {item}, {mt} %mask)")
@@ -247,15 +286,18 @@ class DirectConv:
     channel blocks across threads.
     """
 
-    def __init__(self, dtype, kernel, lanes, block, cache=None, stride=(1, 1)):
+    def __init__(self, dtype, kernel, lanes, block, cache=None, stride=(1, 1), out_stride=None):
         self.dtype, self.kernel, self.lanes, self.block = dtype, tuple(kernel), lanes, block
-        self.stride = tuple(stride)
-        text = _function_ir("jitorch_conv", dtype, self.kernel, lanes, block, self.stride)
+        self.stride, self.out_stride = tuple(stride), None if out_stride is None else tuple(out_stride)
+        text = _function_ir("jitorch_conv", dtype, self.kernel, lanes, block, self.stride, self.out_stride)
         self.name, self.llvm_ir, self.address = compile_hashed(text, "jitorch_conv", cache)
+        self._ints = len(_ARGS) + (0 if out_stride is None else len(_OUT_ARGS))
         self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 2 + [ctypes.c_void_p] * 4 +
-                                            [ctypes.c_int64] * len(_ARGS)))(self.address)
+                                            [ctypes.c_int64] * self._ints))(self.address)
 
     def __call__(self, x, w, bias, pads, groups, dilation, parallel=None):
+        if self.out_stride is not None:
+            raise ValueError("direct convolution: a kernel with an out_stride runs through spread_into")
         n, cx, h, wd = x.shape
         o, cg, kh, kw = w.shape
         (top, bottom), (left, right) = pads
@@ -286,3 +328,44 @@ class DirectConv:
 
         split_call(parallel, self._fn, self.address, ["ptr"] * 4 + ["i64"] * len(ints), (*ptrs, *ints), n * obt)
         return out
+
+    def spread_into(self, buf, start, plane, w, out, at, sizes, groups, dilation, parallel=None):
+        """The kernel of an ``out_stride`` over images the caller padded: ``buf`` (flat, C-contiguous) holds, from
+        element ``start`` on, ``out.shape[0]`` images of ``w.shape[1] * groups`` planes ``plane`` ``(Hp, Wp)``
+        (slack after the last included); the ``sizes`` ``(Ho, Wo)`` outputs go to rows ``at[0] + oy * h`` and
+        columns ``at[1] + ox * w`` of ``out`` ``(N, O, H, W)`` (C-contiguous), no bias. Other elements of ``out``
+        keep their values.
+
+        >>> fn = DirectConv("f32", (1, 1), 8, 1, out_stride=(1, 2))
+        >>> out, buf = np.zeros((1, 1, 1, 8), np.float32), np.arange(1, 13, dtype=np.float32)  # 4 values, slack
+        >>> fn.spread_into(buf, 0, (1, 4), np.ones((1, 1, 1, 1), np.float32), out, (0, 1), (1, 4), 1, (1, 1))
+        >>> out[0, 0, 0].tolist()
+        [0.0, 1.0, 0.0, 2.0, 0.0, 3.0, 0.0, 4.0]
+        """
+        n, o, oh, ow = out.shape
+        kh, kw = self.kernel
+        cg, cx = w.shape[1], w.shape[1] * groups
+        (hp, wp), (ho, wo), (dh, dw) = plane, sizes, dilation
+        (sy, sx), (oy, ox) = self.stride, self.out_stride
+        np_dtype = np.dtype(DTYPES[self.dtype])
+        chunks = -(-wo // self.lanes) * self.lanes
+        last_read = start + (n * cx - 1) * hp * wp + ((ho - 1) * sy + dh * (kh - 1)) * wp + \
+            chunks * sx - 1 + dw * (kw - 1)  # the last chunk's (unmasked) load
+        if (self.out_stride is None or w.shape[0] != o or o % groups or (o // groups) % self.block
+                or tuple(w.shape[2:]) != self.kernel or buf.dtype != np_dtype or out.dtype != np_dtype
+                or not (buf.flags.c_contiguous and out.flags.c_contiguous) or min(ho, wo, *at) < 0
+                or last_read >= buf.size or at[0] + oy * (ho - 1) >= oh or at[1] + ox * (wo - 1) >= ow
+                or (ho - 1) * sy + dh * (kh - 1) >= hp):
+            raise ValueError(f"direct convolution spread_into: buffer {buf.shape} {buf.dtype} from {start} with planes "
+                             f"{plane}, weight {w.shape}, output {out.shape} {out.dtype} at {at}, sizes {sizes}, "
+                             f"groups {groups}: out of bounds or not this {self.kernel} kernel's")
+        if not (n and ho and wo):
+            return
+        packed = pack_weight(np.asarray(w, np_dtype), self.block)
+        bias = np.zeros(o, np_dtype)
+        obt = o // self.block
+        ints = (cg, hp, wp, ho, wo, obt, (o // groups) // self.block, cx, o, dh, dw, oh * ow, ow)
+        item = np_dtype.itemsize
+        ptrs = (buf.ctypes.data + start * item, packed.ctypes.data, bias.ctypes.data,
+                out.ctypes.data + (at[0] * ow + at[1]) * item)
+        split_call(parallel, self._fn, self.address, ["ptr"] * 4 + ["i64"] * len(ints), (*ptrs, *ints), n * obt)

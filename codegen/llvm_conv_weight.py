@@ -241,14 +241,47 @@ class DirectConvWeight:
         sy, sx = self.stride
         if (ho - 1) * sy + dh * (kh - 1) >= hp or (wo - 1) * sx + dw * (kw - 1) >= wp:
             raise ValueError(f"{where}: the gradient has more positions than the padded input has windows")
-        cg = cx // groups
         xpad = np.zeros((n, cx, hp, wp), np_dtype)
         xpad[:, :, top:top + h, left:left + wd] = x
+        return self._run(xpad, 0, g, groups, dilation, parallel)
+
+    def from_planes(self, planes, origin, g, groups, dilation, parallel=None):
+        """The gradient as ``fn(...)`` gives it, from planes the caller padded: ``planes`` ``(N, C, Hp, Wp)``
+        (C-contiguous, ``planes.dtype`` this kernel's) whose windows start at row and column ``origin`` (one
+        phase of a strided input, `ops.conv_direct`, with no copy of its own).
+
+        >>> fn = DirectConvWeight("f32", (1, 1), lanes=8, block=1)
+        >>> planes = np.arange(12, dtype=np.float32).reshape(1, 1, 3, 4)
+        >>> fn.from_planes(planes, (1, 2), np.ones((1, 1, 2, 2), np.float32), 1, (1, 1)).ravel().tolist()  # 6+7+10+11
+        [34.0]
+        """
+        _, _, hp, wp = planes.shape
+        kh, kw = self.kernel
+        (sy, sx), (dh, dw) = self.stride, dilation
+        _, _, ho, wo = g.shape
+        if (not planes.flags.c_contiguous or planes.dtype != np.dtype(DTYPES[self.dtype]) or min(origin) < 0
+                or origin[0] + (ho - 1) * sy + dh * (kh - 1) >= hp or origin[1] + (wo - 1) * sx + dw * (kw - 1) >= wp):
+            raise ValueError(f"direct convolution weight: planes {planes.shape} {planes.dtype} from {origin} do not "
+                             f"hold the windows of a gradient {g.shape} (kernel {self.kernel}, dilation {dilation})")
+        return self._run(planes, origin[0] * wp + origin[1], g, groups, dilation, parallel)
+
+    def _run(self, xpad, start, g, groups, dilation, parallel):
+        """The kernel over the padded input ``xpad`` ``(N, C, Hp, Wp)`` whose windows start ``start`` elements into
+        each plane."""
+        n, cx, hp, wp = xpad.shape
+        _, o, ho, wo = g.shape
+        kh, kw = self.kernel
+        np_dtype = xpad.dtype
+        if o % groups or (o // groups) % self.block or cx % groups or g.shape[0] != n:
+            raise ValueError(f"direct convolution weight: input {xpad.shape}, gradient {g.shape}, groups {groups}: "
+                             f"do not fit this {self.kernel} kernel with blocks of {self.block} output channels (need "
+                             "one batch, O and C divisible by groups, O / groups by the block)")
+        cg = cx // groups
         gc = np.ascontiguousarray(g, np_dtype)
         out = np.empty((o, cg, kh, kw), np_dtype)
         items = (o // self.block) * cg
-        ints = (n, cg, hp, wp, ho, wo, (o // groups) // self.block, cx, o, dh, dw)
-        ptrs = [a.__array_interface__["data"][0] for a in (xpad, gc, out)]
+        ints = (n, cg, hp, wp, ho, wo, (o // groups) // self.block, cx, o, dilation[0], dilation[1])
+        ptrs = [xpad.ctypes.data + start * np_dtype.itemsize, gc.ctypes.data, out.ctypes.data]
 
         fn, address = self._function(wo <= self.lanes)  # rows of one chunk: the variant whose row loop is innermost
         split_call(parallel, fn, address, ["ptr"] * 3 + ["i64"] * len(ints), (*ptrs, *ints), items)

@@ -5,7 +5,9 @@ The window copy of im2col writes ``prod(kernel)`` times the input before BLAS se
 padded input in place, so a 3x3 layer of a small-image CNN runs 2-4x faster than copy + GEMM (measured in
 ``bench/bench_conv.py``). A strided forward reads its windows in the kernel; the weight gradient and the transposed
 convolution (the input gradient) of a strided one are split into stride-1 kernels by phase (`_phases`), so all
-three run as direct kernels. The kernels compute
+three run as direct kernels, with no copy per phase: the transposed convolution's phases read windows of one
+padded copy of the gradient and store into their strided slices of the result, the weight gradient's read their
+planes of one phase-split copy of the input (`_phase_planes`). The kernels compute
 whole register chunks of output columns, so rows that fill too little of the last chunk (7 or 8 columns in 16
 lanes) stay with the GEMM, as do device arrays.
 
@@ -26,6 +28,7 @@ import math
 
 import numpy as np
 
+from ..codegen.ir import FLOAT_IR_DTYPES
 from ..codegen.llvm_conv import DirectConv, conv_lanes, conv_registers
 from ..codegen.llvm_conv_weight import DirectConvWeight
 from ..codegen.llvm_objcache import default_cache
@@ -35,7 +38,6 @@ from .conv_layouts import pad_contiguous
 
 __all__ = ["direct_forward", "direct_transpose", "direct_weight"]
 
-_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _MIN_LANE_USE = 0.75  # the share of the row's register lanes that must hold output columns
 # A strided transposed convolution's phases write one column more than the output has (17 of a 16-wide row): a
 # second, nearly empty chunk still beats its GEMM + col2im.
@@ -50,6 +52,7 @@ _PARALLEL_MIN_FLOPS = 2_000_000  # about 0.1 ms of one core: below it, waking a 
 # loses to im2col + GEMM once the GEMM is deep (measured: 14x14, 128 -> 128 channels, 3x3: 54 ms against 32 ms; 16 ->
 # 32 channels: 6.4 against 8.0 ms).
 _WEIGHT_GEMM_DEPTH = 256
+_MAX_WIDE_ACCUMULATORS = 16  # the weight kernel's accumulators in blocks of 4 or 8 output channels (`_weight_block`)
 _WEIGHT_GEMM_DEPTH_LONG = 1024  # any rows: 256 -> 256 channels at 32x32, 129 ms against the GEMM's 112
 _kernels: dict = {}
 
@@ -65,13 +68,14 @@ def _lanes_ok(width, dtype, least=_MIN_LANE_USE):
     return width / (-(-width // lanes) * lanes) >= least
 
 
-def _applies(xp, x, other, outs, taps):
-    """The element type's name when the direct kernels take this convolution, else None."""
-    dtype = _DTYPES.get(x.dtype)
+def _applies(xp, x, other, outs, taps, least=_MIN_LANE_USE):
+    """The element type's name when the direct kernels take this convolution (rows of ``outs[-1]`` columns filling
+    at least ``least`` of their register chunks), else None."""
+    dtype = FLOAT_IR_DTYPES.get(x.dtype)
     if (xp is not np or type(x) is not np.ndarray or dtype is None or other.dtype != x.dtype
             or len(outs) not in (1, 2, 3) or min(outs) < 1 or taps > _MAX_TAPS):
         return None
-    return dtype if _lanes_ok(outs[-1], dtype) else None
+    return dtype if _lanes_ok(outs[-1], dtype, least) else None
 
 
 def _as_2d(pads, dilation, stride, *arrays):
@@ -119,13 +123,16 @@ def _extent(outs, phase):
     return tuple(o + d * (m - 1) for o, (_, _, _, m, _, d) in zip(outs, phase))
 
 
-def _kernel(cls, dtype, kernel, block, stride=None):
+def _kernel(cls, dtype, kernel, block, stride=None, out_stride=None):
     """The compiled `DirectConv` or `DirectConvWeight` for these parameters, made once per process (its machine
-    code comes from the disk cache after the first run). ``stride``: a strided `DirectConv`."""
-    key = (cls, dtype, tuple(kernel), conv_lanes(dtype), block, stride)
+    code comes from the disk cache after the first run). ``stride``: a strided `DirectConv`; ``out_stride``: one
+    that stores into a strided slice (`DirectConv.spread_into`)."""
+    key = (cls, dtype, tuple(kernel), conv_lanes(dtype), block, stride, out_stride)
     fn = _kernels.get(key)
     if fn is None:
         extra = {} if stride is None else {"stride": stride}
+        if out_stride is not None:
+            extra["out_stride"] = out_stride
         fn = _kernels[key] = cls(dtype, key[2], key[3], block, cache=default_cache(), **extra)
     return fn
 
@@ -179,7 +186,8 @@ def direct_transpose(xp, g, w, spatial, stride, padding, dilation, groups):
     weight ``w`` ``(O, C/G, *kernel)`` into ``(N, C, *spatial)``, or None when the direct kernel does not apply.
 
     Phase by phase (`_phases`), the positions a phase's taps write are a stride-1 correlation of ``g`` with that
-    phase's flipped sub-kernel, stored straight into their strided slice of the result (`_transpose_plan`).
+    phase's flipped sub-kernel, stored by the kernel straight into their strided slice of the result
+    (`_transpose_plan`), each reading its window of one zero-padded copy of ``g``.
 
     >>> g, w = np.ones((1, 8, 2, 16), np.float32), np.ones((8, 8, 3, 3), np.float32)
     >>> direct_transpose(np, g, w, (4, 32), (2, 2), (1, 1), (1, 1), 1)[0, 0, :2, :4]  # as torch's conv2d_input
@@ -187,7 +195,8 @@ def direct_transpose(xp, g, w, spatial, stride, padding, dilation, groups):
            [16., 32., 16., 32.]], dtype=float32)
     """
     outs, nd = tuple(g.shape[2:]), len(spatial)
-    dtype = _applies(xp, g, w, outs, math.prod(w.shape[2:][-2:]))
+    # The kernels' rows are the phases' slices of the result, not g's rows: their lanes are checked with the plans.
+    dtype = _applies(xp, g, w, outs, math.prod(w.shape[2:][-2:]), least=0)
     if dtype is None:
         return None
     if not np.isfinite(w).all():
@@ -216,14 +225,32 @@ def direct_transpose(xp, g, w, spatial, stride, padding, dilation, groups):
     # Each position of the result belongs to one phase; positions no phase's taps reach stay zero.
     alloc = np.empty if written == math.prod(spatial) else np.zeros
     gx = alloc((g.shape[0], cg * groups) + tuple(spatial), g.dtype)
+    buf, plane, origin = _padded_once(g, [plan for plan, _ in plans], conv_lanes(dtype))
+    parallel = _parallel(2 * g.size * cg * math.prod(w.shape[2:]))
     for (ranges, g_slices, g_pads, targets), phase in plans:
         ws = _sub_kernel(w, phase)
         k = ws.shape[2:]
         wf = ws.reshape((groups, o // groups, cg) + k).swapaxes(1, 2).reshape((groups * cg, o // groups) + k)
-        y = _forward(dtype, g[(Ellipsis,) + g_slices], wf[:, :, ::-1, ::-1], None, g_pads, [p[5] for p in phase],
-                     groups, tuple(hi - lo for lo, hi in ranges))
-        gx[(Ellipsis,) + targets] = y
+        start = sum((sl.start - pad[0] + first) * step
+                    for sl, pad, first, step in zip(g_slices, g_pads, origin, (plane[1], 1)))
+        fn = _kernel(DirectConv, dtype, k, _block(cg), out_stride=tuple(stride))
+        fn.spread_into(buf, start, plane, wf[:, :, ::-1, ::-1], gx, [t.start for t in targets],
+                       [hi - lo for lo, hi in ranges], groups, [p[5] for p in phase], parallel)
     return gx.reshape(gx.shape[:2] + tuple(spatial)[-nd:])
+
+
+def _padded_once(g, plans, slack):
+    """``g`` ``(N, O, H, W)`` zero-padded once for every phase of `direct_transpose`: (the flat buffer, with
+    ``slack`` zeros after it for the kernels' reads past the last row; its plane ``(Hp, Wp)``; where ``g``'s first
+    row and column lie in it). A phase reads the window of rows ``g_slices.start - g_pads[0]`` on."""
+    before = [max(plan[2][i][0] for plan in plans) for i in (0, 1)]
+    after = [max(plan[2][i][1] for plan in plans) for i in (0, 1)]
+    plane = tuple(s + lo + hi for s, lo, hi in zip(g.shape[2:], before, after))
+    size = g.shape[0] * g.shape[1] * math.prod(plane)
+    buf = np.zeros(size + slack, g.dtype)
+    buf[:size].reshape(g.shape[:2] + plane)[:, :, before[0]:before[0] + g.shape[2], before[1]:before[1] + g.shape[3]] \
+        = g
+    return buf, plane, before
 
 
 def _transpose_plan(phase, outs, spatial, pads, stride):
@@ -252,9 +279,12 @@ def _transpose_plan(phase, outs, spatial, pads, stride):
 
 
 def _weight_block(per_group, taps):
-    """The weight kernel's accumulators are ``block * taps`` vector registers plus the loaded values: a block of 2
-    where that fits the host's registers (16 or 32), else 1, else None (the GEMM's)."""
-    return next((b for b in (2, 1) if per_group % b == 0 and b * (taps + 1) + 2 <= conv_registers()), None)
+    """The weight kernel's accumulators are ``block * taps`` vector registers plus the loaded values: the largest
+    block of 8, 4, 2 or 1 that fits the host's registers (16 or 32), else None (the GEMM's). Larger blocks load
+    each input row once for more channels (measured on a 2x2 phase kernel, 64 -> 32 channels: 5.3 -> 3.7 ms), but
+    past 16 accumulators they lose (a 5-tap 1-D kernel on 512 columns: 4.8 ms at a block of 2, 7.2 at 4)."""
+    return next((b for b in (8, 4, 2, 1) if per_group % b == 0 and b * (taps + 1) + 2 <= conv_registers()
+                 and (b <= 2 or b * taps <= _MAX_WIDE_ACCUMULATORS)), None)
 
 
 def direct_weight(xp, x, g, kernel, stride, pads, dilation, groups):
@@ -276,13 +306,18 @@ def direct_weight(xp, x, g, kernel, stride, pads, dilation, groups):
         # No depth limit: a 3-D window matrix is 27 times the input (measured 64 -> 64 channels, 3x3x3 on 8x16x16,
         # batch 2: 16 ms against the GEMM's 26)
         return weight_3d(dtype, x, g, kernel, stride, pads, dilation, groups)
-    depth = (x.shape[1] // groups) * math.prod(kernel)
-    if depth > _WEIGHT_GEMM_DEPTH_LONG or outs[-1] < 1.5 * conv_lanes(dtype) and depth > _WEIGHT_GEMM_DEPTH:
-        return None
     if nd == 1:
         x, g, pads, dilation, stride = _as_2d(pads, dilation, stride, x, g)
         kernel, outs = (1,) + tuple(kernel), (1,) + outs
     grid = _phase_grid(kernel, stride, dilation)
+    # The short-row limit counts the taps of one phase's kernel: a strided gradient runs phase by phase, each a
+    # stride-1 kernel of a few taps with larger blocks, where the GEMM copies strided windows (measured, 4x4 at
+    # stride 2 on 16x16 outputs, 64 -> 128 channels: 13.5 ms against 17.5; 3x3 at stride 2, 14x14, 128 -> 256
+    # channels, phase depth 512: 34 against 25).
+    depth = (x.shape[1] // groups) * math.prod(kernel)
+    phase_depth = (x.shape[1] // groups) * max(math.prod(p[3] for p in phase) for phase in grid)
+    if depth > _WEIGHT_GEMM_DEPTH_LONG or outs[-1] < 1.5 * conv_lanes(dtype) and phase_depth > _WEIGHT_GEMM_DEPTH:
+        return None
     blocks = [_weight_block(g.shape[1] // groups, math.prod(m[3] for m in phase)) for phase in grid]
     if None in blocks:
         return None
@@ -291,15 +326,29 @@ def direct_weight(xp, x, g, kernel, stride, pads, dilation, groups):
         gw = _kernel(DirectConvWeight, dtype, kernel, blocks[0])(x, g, [tuple(p) for p in pads], groups,
                                                                  tuple(dilation), parallel)
     else:
-        xpad = pad_contiguous(np, x, pads)
+        planes = _phase_planes(x, pads, stride, grid)
         gw = np.empty(g.shape[1:2] + (x.shape[1] // groups,) + tuple(kernel), x.dtype)
         for phase, block in zip(grid, blocks):
-            xs = _phase_input(xpad, stride, phase, _extent(outs, phase))
-            sub = tuple(p[3] for p in phase)
-            part = _kernel(DirectConvWeight, dtype, sub, block)(xs, g, [(0, 0), (0, 0)], groups,
-                                                               tuple(p[5] for p in phase), parallel)
+            (py, _, _, my, qy, dy), (px, _, _, mx, qx, dx) = phase
+            part = _kernel(DirectConvWeight, dtype, (my, mx), block).from_planes(planes[py, px], (qy, qx), g, groups,
+                                                                                 (dy, dx), parallel)
             _sub_kernel(gw, phase)[...] = part
     return gw.reshape(gw.shape[:2] + tuple(kernel)[-nd:])
+
+
+def _phase_planes(x, pads, stride, grid):
+    """``x`` ``(N, C, H, W)`` zero-padded by ``pads`` and split by phase in one pass: ``(sy, sx, N, C, Hq, Wq)``,
+    plane ``[py, px]`` the padded rows ``py, py + sy, ...`` and columns ``px, px + sx, ...`` (C-contiguous, so each
+    phase's weight kernel reads its own without a copy). Only the phases of ``grid`` are filled."""
+    (n, c, h, w), (sy, sx) = x.shape, stride
+    (top, bottom), (left, right) = pads
+    planes = np.zeros((sy, sx, n, c, -(-(h + top + bottom) // sy), -(-(w + left + right) // sx)), x.dtype)
+    for py, px in {(phase[0][0], phase[1][0]) for phase in grid}:
+        i0, j0 = (py - top) % sy, (px - left) % sx  # the first input row and column of this phase
+        rows, cols = len(range(i0, h, sy)), len(range(j0, w, sx))
+        r0, c0 = (i0 + top) // sy, (j0 + left) // sx
+        planes[py, px, :, :, r0:r0 + rows, c0:c0 + cols] = x[:, :, i0::sy, j0::sx]
+    return planes
 
 
 from .conv_direct3d import applies_3d, forward_3d, transpose_3d, weight_3d  # noqa: E402 - it builds on the helpers above

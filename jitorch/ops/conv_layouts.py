@@ -307,6 +307,8 @@ def col2im_T(xp, colT, n, spatial, outs, kernel, stride, padding, dilation, flat
     into ``(N, C, *spatial)``: one add per kernel offset, each over whole (flat: contiguous) runs."""
     pads, frame, kstr, ostr, oshape = k_major_layout(spatial, outs, kernel, stride, padding, dilation, flat)
     c = colT.shape[0] // _prod(kernel)
+    if not colT.size:  # an empty batch (or no channels): no strided views of an empty buffer
+        return xp.zeros((n, c) + tuple(spatial), dtype=colT.dtype)
     colT = colT.reshape((c,) + tuple(kernel) + (n,) + tuple(oshape))
     padded = tuple(s + lo + hi for s, (lo, hi) in zip(spatial, pads))
     out = xp.zeros((n, c) + padded, dtype=colT.dtype)

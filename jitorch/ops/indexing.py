@@ -25,6 +25,7 @@ import numpy as np
 from .._shape import broadcast_shapes
 from ..runtime import scatter_add, ufunc_at
 from ..runtime.host_scatter import _MIN_UPDATE
+from ..runtime.key_runs import run_starts
 from . import native_indexed
 from .table import Opaque, defop
 
@@ -305,7 +306,7 @@ def reduce_in_rounds(xp, reduce, out, key, values):
     vals = xp.broadcast_to(xp.asarray(values, dtype=out.dtype), key[0].shape).reshape(-1)
     order = xp.argsort(lin, kind="stable")
     sorted_lin = lin[order]
-    starts = xp.concatenate([xp.ones(min(1, lin.size), dtype=bool), sorted_lin[1:] != sorted_lin[:-1]])
+    starts = run_starts(xp, sorted_lin)
     segment = xp.cumsum(starts) - 1
     rank = xp.arange(lin.size) - xp.nonzero(starts)[0][segment]
     flat = out.reshape(-1)

@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from ..codegen.ir import IR_DTYPES
 from ..codegen.llvm_indexed import IndexedAlongDim, IndexedOutOfBounds
 from ..codegen.llvm_objcache import default_cache
 from ..runtime.host_scatter import is_grid
@@ -35,8 +36,7 @@ __all__ = ["IndexedOutOfBounds", "gather", "scatter_add"]
 _MIN_ELEMENTS = 2048  # below this NumPy's indexing costs about what the native call's own overhead does
 _NUMPY_ROW = 16  # elements per picked row from which NumPy's row copies beat the generated gather
 _INDEX_DTYPES = {np.dtype(np.int64): "i64", np.dtype(np.int32): "i32"}
-_ADD_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.int64): "i64",
-               np.dtype(np.int32): "i32"}
+_ADD_DTYPES = {dtype: name for dtype, name in IR_DTYPES.items() if name != "bool"}  # sums of bools stay NumPy's
 _kernels: dict = {}
 
 

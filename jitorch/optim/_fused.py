@@ -55,7 +55,7 @@ import threading
 
 import numpy as np
 
-from ..codegen.ir import Buffer, Kernel, Store, load, op
+from ..codegen.ir import FLOAT_IR_DTYPES, Buffer, Kernel, Store, load, op
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from .._tensor import Tensor
@@ -64,7 +64,6 @@ from ._kernels import count_up
 
 __all__ = ["fused_adam", "fused_sgd", "fused_kernel_count"]
 
-_IR = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 # The kernel's nominal length: the loop runs over [0, numel) passed at each call, so one kernel serves every size.
 _SPAN = 1 << 40
 _GRAIN = 1 << 15  # elements a chunk takes at least, when a large parameter's update is split over threads
@@ -144,7 +143,7 @@ def _usable(*tensor_lists):
     for tensors in tensor_lists:
         for t in tensors:
             a = t._data
-            if type(a) is not np.ndarray or a.dtype not in _IR or not a.flags.c_contiguous:
+            if type(a) is not np.ndarray or a.dtype not in FLOAT_IR_DTYPES or not a.flags.c_contiguous:
                 return False
             if dtype is None:
                 dtype = a.dtype
@@ -194,7 +193,7 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
     w1 = 1.0 - beta1
     wd_mode = None if weight_decay == 0 else "decoupled" if decoupled_weight_decay else "l2"
     dtype = params[0]._data.dtype if params else None
-    key = ("adam", _IR.get(dtype), amsgrad, maximize, wd_mode, abs(w1) < 0.5, inv_scale is not None)
+    key = ("adam", FLOAT_IR_DTYPES.get(dtype), amsgrad, maximize, wd_mode, abs(w1) < 0.5, inv_scale is not None)
     ck = _kernel(key, lambda: _adam_ir(key[1], *key[2:])) if params else None
     last_step = scalars = None
     for i, param_t in enumerate(params):
@@ -268,7 +267,8 @@ def fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr
     if momentum != 0 and not first and any(b is None for b in momentum_buffer_list):
         return False  # a partly initialized list (parameters that got gradients late): the unfused rule handles it
     dtype = params[0]._data.dtype if params else None
-    key = ("sgd", _IR.get(dtype), maximize, weight_decay != 0, momentum != 0, first, nesterov, inv_scale is not None)
+    key = ("sgd", FLOAT_IR_DTYPES.get(dtype), maximize, weight_decay != 0, momentum != 0, first, nesterov,
+           inv_scale is not None)
     scalars = np.array([weight_decay, momentum, 1.0 - dampening, lr, 1.0 if inv_scale is None else inv_scale],
                        dtype=dtype)
     scalar_arrays = (scalars,) * len(_SGD_SCALARS)
@@ -320,7 +320,7 @@ class CompiledOptimizerStep:
         if type(self.optimizer).__name__ not in _FUSABLE or group.get("fused") or group.get("differentiable") \
                 or group.get("foreach") or "fused" not in group:
             return False
-        return all(type(p._data) is np.ndarray and p._data.dtype in _IR for p in group["params"])
+        return all(type(p._data) is np.ndarray and p._data.dtype in FLOAT_IR_DTYPES for p in group["params"])
 
     def __call__(self, *args, **kwargs):
         switched = [g for g in self.optimizer.param_groups if self._eligible(g)]

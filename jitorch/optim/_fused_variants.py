@@ -27,9 +27,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._dtype import get_default_dtype
-from ..codegen.ir import Buffer, Kernel, Store, load, op
+from ..codegen.ir import FLOAT_IR_DTYPES, Buffer, Kernel, Store, load, op
 from ..ops.native_eager import launch_arrays
-from ._fused import _GRAIN, _IR, _SPAN, _check_shapes, _kernel, _scalar, _Scalars, _usable
+from ._fused import _GRAIN, _SPAN, _check_shapes, _kernel, _scalar, _Scalars, _usable
 from ._step_capture import count_up
 
 __all__ = ["fused_nadam", "fused_adamax", "fused_radam", "fused_asgd"]
@@ -121,7 +121,7 @@ def fused_nadam(params, grads, exp_avgs, exp_avg_sqs, mu_products, state_steps, 
     dtype = params[0]._data.dtype
     w1, one_minus_w1, small = _lerp_scalars(beta1, dtype)
     wd_mode = _wd_mode(weight_decay, decoupled_weight_decay)
-    key = ("nadam", _IR[dtype], maximize, wd_mode, small)
+    key = ("nadam", FLOAT_IR_DTYPES[dtype], maximize, wd_mode, small)
     ck = _kernel(key, lambda: _nadam_ir(*key[1:]))
     last = scalars = None
     for i, param_t in enumerate(params):
@@ -168,7 +168,7 @@ def fused_adamax(params, grads, exp_avgs, exp_infs, state_steps, *, beta1, beta2
     beta1, beta2, lr, weight_decay, eps = map(_scalar, (beta1, beta2, lr, weight_decay, eps))
     dtype = params[0]._data.dtype
     w1, one_minus_w1, small = _lerp_scalars(beta1, dtype)
-    key = ("adamax", _IR[dtype], maximize, weight_decay != 0, small)
+    key = ("adamax", FLOAT_IR_DTYPES[dtype], maximize, weight_decay != 0, small)
     ck = _kernel(key, lambda: _adamax_ir(*key[1:]))
     last_step = scalars = None
     for i, param_t in enumerate(params):
@@ -224,7 +224,7 @@ def fused_radam(params, grads, exp_avgs, exp_avg_sqs, state_steps, *, beta1, bet
             rectified = rho_t > 5.0
             rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5 \
                 if rectified else 1.0
-            key = ("radam", _IR[dtype], maximize, wd_mode, small, rectified)
+            key = ("radam", FLOAT_IR_DTYPES[dtype], maximize, wd_mode, small, rectified)
             ck = _kernel(key, lambda key=key: _radam_ir(*key[1:]))
             scalars = np.array([w1, one_minus_w1, beta2, 1.0 - beta2, weight_decay, 1.0 - lr * weight_decay,
                                 1 - beta1 ** step, lr, eps, 1.0, bias_correction2 ** 0.5, rect], dtype=dtype)
@@ -273,7 +273,7 @@ def fused_asgd(params, grads, axs, mus, etas, state_steps, *, lambd, lr, t0, alp
         eta, mu = float(eta_t._data), float(mu_t._data)
         if (eta, mu) != last:
             last = (eta, mu)
-            key = ("asgd", _IR[dtype], maximize, weight_decay != 0, mu != 1)
+            key = ("asgd", FLOAT_IR_DTYPES[dtype], maximize, weight_decay != 0, mu != 1)
             ck = _kernel(key, lambda key=key: _asgd_ir(*key[1:]))
             scalars = np.array([weight_decay, 1 - lambd * eta, -eta, mu], dtype=dtype)
         _launch(ck, [param_t._data, grads[i]._data, axs[i]._data], scalars, len(_ASGD_SCALARS))
