@@ -172,8 +172,12 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     they are not differentiable outputs (the output's gradient already accounts for them)."""
     dims = tuple(range(input.dim() - len(tuple(normalized_shape)), input.dim()))
     x = (input.float() if input.dtype in (_dtype.float16, _dtype.bfloat16) else input).detach()
-    mean = x.mean(dims, keepdim=True)
-    rstd = (x.var(dims, unbiased=False, keepdim=True) + eps).rsqrt()
+    # Summed shifted by each row's first element, as the row kernels: a constant row's mean is exactly its value.
+    first = x[(Ellipsis,) + (slice(0, 1),) * len(dims)]
+    offset = x - first
+    shift = offset.mean(dims, keepdim=True)
+    mean, centered = first + shift, offset - shift
+    rstd = ((centered * centered).mean(dims, keepdim=True) + eps).rsqrt()
     out = F.layer_norm(input, tuple(normalized_shape), weight, bias, eps)
     return out, mean, rstd
 

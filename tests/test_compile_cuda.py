@@ -197,6 +197,22 @@ def test_second_call_reuses_the_loaded_program_and_new_strides_build_another(dev
     assert flipped.strides == (30, -1) and flipped.offset == 29  # pointer at the lowest element, offset back up
 
 
+@pytest.mark.parametrize("device", ["sm_90"], indirect=True)
+def test_layer_norm_of_constant_rows_reads_each_rows_first_element(device, rng):
+    # The sums are shifted by the row's first element (lower_rows.layer_norm), a buffer with stride 0 along the row:
+    # constant rows give exactly the bias, also through negative strides (a wrong first element would not).
+    rows = _dev(np.repeat(np.array([[0.3], [-2.7], [0.1], [1e4]], np.float32), 7, axis=1))
+    w, b = (jitorch.from_numpy(rng.standard_normal(7).astype(np.float32)) for _ in range(2))
+    graph = CompiledGraph(trace(lambda v, w, b: jitorch.nn.functional.layer_norm(v * 2, (7,), w, b), (
+        jitorch.from_numpy(np.asarray(rows).copy()), w, b), {}).gm)
+    params = [jitorch.Tensor._make(_dev(t._data)) for t in (w, b)]
+    for arr in (rows, rows[::-1, ::-1]):
+        out = graph((jitorch.Tensor._make(arr), *params))
+        assert (np.asarray(out._data) == b.numpy()).all()
+    assert device.loaded[-1].kernel.buffers[-1].strides[-1] == 0
+    _check_launches(device, graph)
+
+
 @pytest.mark.parametrize("device", ARCHS, indirect=True)
 def test_aligned_contiguous_float_kernels_take_the_vectorized_launch(device, rng):
     base = _dev(rng.standard_normal(4 * 4099 + 1).astype(np.float32))

@@ -176,7 +176,7 @@ class GroupKernel(Passes):
         self.out_shapes = [tuple(m.meta["val"][0]) for m in group.outputs]
         self.out_dtypes = [IR_DTYPES[m.meta["val"][1]] for m in group.outputs]
         self.variants: dict[tuple, object] = {}
-        self.slots: dict[tuple, int] = {}  # (input position, broadcast shape) -> buffer index
+        self.slots: dict[tuple, int] = {}  # (input position, broadcast shape[, "first"]) -> buffer index
         Passes.__init__(self)
         self._structure()
 
@@ -186,6 +186,17 @@ class GroupKernel(Passes):
         if key not in self.slots:
             self.slots[key] = len(self.out_dtypes) + len(self.slots)
         return load(self.slots[key], IR_DTYPES[node.meta["val"][1]])
+
+    def _first_load(self, e):
+        """A load slot read at its row's first element (key ``(input, shape, "first")``: zero strides along the
+        reduced dims), for a point slot; None for a row value's slot, constant along the row already."""
+        (pos, shape), = (key for key, index in self.slots.items() if index == e.value)
+        if shape != self.shape:
+            return None
+        key = (pos, shape, "first")
+        if key not in self.slots:
+            self.slots[key] = len(self.out_dtypes) + len(self.slots)
+        return load(self.slots[key], e.dtype)
 
     def _operand(self, env, a, shape):
         if not isinstance(a, Node):
@@ -208,7 +219,8 @@ class GroupKernel(Passes):
             elif name == "native_layer_norm":
                 x, w, b = (self._operand(env, a, self.shape) for a in m.args)
                 n = int(np.prod(self.shape[len(self.outer_shape):]))
-                env[m] = lower_rows.layer_norm(self, x, n, w, b, m.kwargs["eps"])
+                x0 = lower_rows.first_element(x, self._first_load)
+                env[m] = lower_rows.layer_norm(self, x, x0, n, w, b, m.kwargs["eps"])
             else:
                 fn = getattr(lower_rows, name.replace("_data", ""))
                 env[m] = fn(self, *(self._operand(env, a, self.shape) for a in m.args))
@@ -232,8 +244,8 @@ class GroupKernel(Passes):
             else:
                 buffers.append(Buffer(dt, _contiguous(self.outer_shape) + (0,) * red))
         dtypes = {}
-        for (pos, _), index in self.slots.items():
-            dtypes[index] = IR_DTYPES[self.group.inputs[pos].meta["val"][1]]
+        for key, index in self.slots.items():
+            dtypes[index] = IR_DTYPES[self.group.inputs[key[0]].meta["val"][1]]
         for index, strides in zip(sorted(dtypes), slot_strides):
             buffers.append(Buffer(dtypes[index], strides))
         return Kernel(self.shape, tuple(buffers), tuple(self.stores), red)
@@ -242,11 +254,13 @@ class GroupKernel(Passes):
         """Per load slot, (array broadcast to its shape, element strides over the iteration space); ``xp`` is the
         arrays' module (CuPy for the CUDA lowering)."""
         red, out = self.reduce_axes, []
-        for (pos, shape), _ in sorted(self.slots.items(), key=lambda kv: kv[1]):
+        for (pos, shape, *first), _ in sorted(self.slots.items(), key=lambda kv: kv[1]):
             a = arrays[pos]
             b = xp.broadcast_to(a, shape)
             if any(st % b.itemsize for st in b.strides):  # strides the IR cannot express in elements
                 b = xp.broadcast_to(xp.ascontiguousarray(a), shape)
+            if first:  # the row's first element, seen along the whole row (same data pointer)
+                b = xp.broadcast_to(b[(Ellipsis,) + (slice(0, 1),) * red], shape)
             strides = tuple(st // b.itemsize for st in b.strides)
             if shape != self.shape:  # a row value: constant along the reduced dims
                 strides = (strides[:len(shape) - red] if len(shape) == len(self.shape) else strides) + (0,) * red

@@ -101,7 +101,7 @@ def lower_group(plan, kernel, unit, t):
         arr = plan.array(m)
         plan.produce(arr, t)
         refs.append(plan.use(plan.ref(arr), t))
-    for (pos, _shape), _ in sorted(kernel.slots.items(), key=lambda kv: kv[1]):
+    for (pos, *_rest), _ in sorted(kernel.slots.items(), key=lambda kv: kv[1]):
         refs.append(_ref(plan, arrays[pos], [unit.inputs[pos]], t))
     return [("kernel", ir, refs)]
 

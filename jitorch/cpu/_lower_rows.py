@@ -70,9 +70,11 @@ def row_op(rec):
         element_strides(d, shape)
         loads.append(load(len(arrays), dt))
         arrays.append(d)
-    if name == "native_layer_norm":
+    if name == "native_layer_norm":  # x's first element per row (a view: zero strides along the row) shifts its sums
         n = int(np.prod(shape[len(shape) - red:]))
-        values = lower_rows.layer_norm(builder, loads[0], n, loads[1], loads[2], rec.attrs["eps"])
+        first = load(len(arrays), dt)
+        arrays.append(x[(Ellipsis,) + (slice(0, 1),) * red])
+        values = lower_rows.layer_norm(builder, loads[0], first, n, loads[1], loads[2], rec.attrs["eps"])
     else:
         values = (getattr(lower_rows, name.replace("_data", ""))(builder, *loads),)
     outer = len(shape) - red

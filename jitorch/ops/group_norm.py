@@ -23,6 +23,7 @@ from ..autograd.grad_mode import GradState
 from ..codegen.ir import FLOAT_IR_DTYPES
 from .native_eager import launch_arrays
 from .nn_fused import norm_backward_backward, norm_grads
+from .norm_moments import shifted_moments
 from .table import Opaque, defop
 
 __all__ = ["GROUP_NORM", "GROUP_NORM_BACKWARD"]
@@ -38,9 +39,9 @@ def _space(x, groups):
 
 def _build(name, dt, space, present, eps):
     """The kernel ``name`` over ``space = (N, G, C/G, S)``. ``forward``: buffers (out, mean, rstd, x, [weight],
-    [bias]), reducing ``(C/G, S)``; ``sums``: (ds, db, g, x) with ``ds = sum(g * x)`` and ``db = sum(g)`` per
-    (sample, channel); ``grad_input``: (gx, g, x, a, b, c) with ``gx = g * a + x * b + c``, ``a``/``b``/``c`` per
-    (sample, channel)."""
+    [bias], x read at each group's first element), reducing ``(C/G, S)``; ``sums``: (ds, db, g, x) with
+    ``ds = sum(g * x)`` and ``db = sum(g)`` per (sample, channel); ``grad_input``: (gx, g, x, a, b, c) with
+    ``gx = g * a + x * b + c``, ``a``/``b``/``c`` per (sample, channel)."""
     from ..codegen.ir import Buffer, Kernel, Store, load, op, simplify
     from ..codegen.llvm_compile import compile_kernel
     from ..codegen.llvm_objcache import default_cache
@@ -57,10 +58,11 @@ def _build(name, dt, space, present, eps):
         for p in present:
             params.append(load(slot, dt) if p else None)
             slot += p
-        out, mean, rstd = lower_rows.layer_norm(b, load(3, dt), cpg * s, *params, eps)
+        first = Buffer(dt, full.strides[:2] + (0, 0))  # x again, at each group's first element
+        out, mean, rstd = lower_rows.layer_norm(b, load(3, dt), load(slot, dt), cpg * s, *params, eps)
         stores = list(b.stores) + [Store(0, out, phase=b._phase(out)), Store(1, mean, row=True),
                                    Store(2, rstd, row=True)]
-        shape, buffers, reduce_axes = space, [full, row, row, full] + [channel] * sum(present), 2
+        shape, buffers, reduce_axes = space, [full, row, row, full] + [channel] * sum(present) + [first], 2
     else:
         full, row = Buffer(dt, (s, 1)), Buffer(dt, (1, 0))  # over (N * C, S): a value per element, per channel
         shape = (n * g * cpg, s)
@@ -107,13 +109,12 @@ def _forward_kernel(xp, x, weight, bias, groups, eps):
         x = np.ascontiguousarray(x)
         out, mean, rstd = np.empty(x.shape, x.dtype), np.empty((n, groups), x.dtype), np.empty((n, groups), x.dtype)
         launch_arrays(kernel, [out, mean, rstd, x] + [np.ascontiguousarray(p) for p in (weight, bias)
-                                                       if p is not None], x.size, _grain(x))
+                                                       if p is not None] + [x], x.size, _grain(x))
         return out, mean, rstd
-    rows = x.reshape(n, groups, -1)
-    mean = rows.mean(axis=2)
-    centered = rows - mean[:, :, None]
-    rstd = 1 / xp.sqrt((centered * centered).mean(axis=2) + eps)
-    out = (centered * rstd[:, :, None]).reshape(x.shape)
+    mean, centered, var = shifted_moments(xp, x.reshape(n, groups, -1), 1, False)  # as the kernel's statistics
+    rstd = 1 / xp.sqrt(var + eps)
+    out = (centered * rstd).reshape(x.shape)
+    mean, rstd = mean.reshape(n, groups), rstd.reshape(n, groups)
     view = (1, -1) + (1,) * (x.ndim - 2)
     if weight is not None:
         out = out * weight.reshape(view)

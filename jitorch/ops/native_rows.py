@@ -51,7 +51,8 @@ def _usable(arrays):
 def _build(name, dt, nin, extras, eps, rows, n, scalars=()):
     """The row kernel of ``name`` over a C-contiguous (rows, n) space. Buffers: the outputs (the full result, then
     per-row values), the inputs, then the ``extras`` present (layer norm's weight and bias, vectors of n). Inputs
-    numbered in ``scalars`` are one value for the whole space (a ``sum().backward()`` gradient)."""
+    numbered in ``scalars`` are one value for the whole space (a ``sum().backward()`` gradient). Layer norm reads its
+    input once more, last, at each row's first element (the shift of its sums: `lower_rows.layer_norm`)."""
     from .._compile import lower_rows  # the compiler package imports the op rows: load it on first use
     from .._compile.lower import Passes
 
@@ -62,8 +63,8 @@ def _build(name, dt, nin, extras, eps, rows, n, scalars=()):
     for present in extras:
         params.append(load(slot, dt) if present else None)
         slot += present
-    if name == "layer_norm":
-        values = lower_rows.layer_norm(b, xs[0], n, *params, eps)
+    if name == "layer_norm":  # the input again after the extras, read at each row's first element
+        values = lower_rows.layer_norm(b, xs[0], load(slot, dt), n, *params, eps)
     elif name == "layer_norm_backward":
         values = _layer_norm_grad_input(b, *xs, params[0], n)[:nout]
     else:
@@ -77,7 +78,7 @@ def _build(name, dt, nin, extras, eps, rows, n, scalars=()):
     rows_in = ROW_INPUTS.get(name, ())
     buffers = [Buffer(dt, (n, 1))] + [Buffer(dt, (n, 1) if name == "layer_norm_backward" else (1, 0))] * (nout - 1) + \
         [Buffer(dt, (0, 0) if i in scalars else (1, 0) if i in rows_in else (n, 1)) for i in range(nin)] + \
-        [Buffer(dt, (0, 1))] * sum(extras)
+        [Buffer(dt, (0, 1))] * sum(extras) + [Buffer(dt, (n, 0))] * (name == "layer_norm")
     return compile_kernel(Kernel((rows, n), tuple(buffers), tuple(b.stores), 1), cache=default_cache())
 
 
@@ -204,6 +205,7 @@ def layer_norm(x, weight, bias, k, eps):
             if not _param_ok(p, dtype, n):
                 return None
             arrays.append(p)
+    arrays.append(x)  # read at each row's first element
     launch_arrays(kernel, arrays, rows * n, max(1, (1 << 15) // n))
     return out, mean, rstd
 

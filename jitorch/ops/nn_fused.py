@@ -27,6 +27,7 @@ from .._dispatch_fast import nothing_records, plain_tensor
 from ..autograd.grad_mode import GradState
 from . import native_rows
 from .cascade_sum import sum_rows
+from .norm_moments import shifted_moments
 from .._memory_format import row_major
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
@@ -146,25 +147,13 @@ def _layer_norm_kernel(xp, x, weight, bias, k, eps):
     native = native_rows.layer_norm(x, weight, bias, k, eps)
     if native is not None:
         return native
-    axes = _axes(x.ndim, k)
     stat_shape = x.shape[:x.ndim - k] + (1,) * k
     n = 1
-    for a in axes:
+    for a in _axes(x.ndim, k):
         n *= x.shape[a]
-    if n > _BLAS_ROW_MAX:
-        mean = x.mean(axis=axes, keepdims=True)
-        out = x - mean
-        var = (out * out).mean(axis=axes, keepdims=True)
-    else:
-        x2 = _rows_of(x, n)
-        mean = xp.matmul(x2, xp.ones(n, dtype=x.dtype))
-        mean /= n
-        out = x2 - mean[:, None]
-        var = xp.einsum("ij,ij->i", out, out)
-        var /= n
-        out = out.reshape(x.shape)
-        mean, var = mean.reshape(stat_shape), var.reshape(stat_shape)
-    rstd = 1 / xp.sqrt(var + eps)
+    mean, out, var = shifted_moments(xp, x, k, n <= _BLAS_ROW_MAX)  # as the row kernels: exact on constant rows
+    mean, rstd = mean.reshape(stat_shape), (1 / xp.sqrt(var + eps)).reshape(stat_shape)
+    out = out.reshape(x.shape)
     out *= rstd
     if weight is not None:
         out *= weight
@@ -179,8 +168,11 @@ def norm_grads(g, x, weight, dims, param_dims, eps, needs, weight_view=lambda w:
     parameters; batch norm: all but dim 1. The statistics are recomputed from ``x`` (differentiable to any order)
     unless ``stats=(mean, rstd)`` are given (a compiled backward's decomposition: jitorch._compile.decompose)."""
     if stats is None:
-        mean = x.mean(dims, keepdim=True)
-        centered = x - mean
+        # Shifted by each slice's first element as the forward kernels (`norm_moments`): exact on constant slices.
+        # The shift is detached: the statistics do not depend on it, so neither do their derivatives.
+        reduced = {d % x.dim() for d in dims}
+        offset = x - x[tuple(slice(0, 1) if d in reduced else slice(None) for d in range(x.dim()))].detach()
+        centered = offset - offset.mean(dims, keepdim=True)
         rstd = ((centered * centered).mean(dims, keepdim=True) + eps).rsqrt()
     else:
         mean, rstd = stats
