@@ -97,3 +97,18 @@ def test_complex128_keeps_numpy_and_values_match_torch():
     z = _values(200, 6)[len(SPECIALS):].astype(np.complex128)
     got, want = jitorch.from_numpy(z).reciprocal(), torch.from_numpy(z).reciprocal()
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-15, atol=0)
+
+
+def test_results_keep_the_operands_layout_as_torch():
+    # The kernel computes in the first full operand's memory order: a transposed or channels_last input gives a
+    # result of the same layout, as torch's (a later .view relies on it).
+    z = (np.random.default_rng(5).standard_normal((4, 5, 2, 8, 2)) @ [1, 1j]).astype(np.complex64)
+    for lib in (jitorch, torch):
+        t = lib.tensor(z[:, :, 0, 0]).t()
+        cl = lib.tensor(z).to(memory_format=lib.channels_last)
+        got = [r.stride() for r in (t.reciprocal(), t / 3, 3 / t, t / t, cl / 2, cl / cl, 1 / cl)]
+        if lib is jitorch:
+            mine = got
+        else:
+            assert mine == got
+    assert jitorch.tensor(z[:, :, 0, 0]).t().reciprocal().t().view(-1).shape == (20,)

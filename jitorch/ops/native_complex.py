@@ -104,6 +104,28 @@ def divide(num, den):
         return np.empty(shape, _C64)
     # A one-element operand (a number) is read as such (a zero stride), others as arrays of the result's shape.
     single = tuple(x.size == 1 for x in operands) if len(operands) == 2 else (False,)
+    order = _layout_order(operands, single, shape)
+    if order is not None:
+        # The result takes the first full operand's layout, as the ufunc (and ATen) would: computed in that
+        # operand's memory order, a transposed input gives a transposed result (a later .view relies on it).
+        inverse = np.argsort(order)
+        operands = [x if one else np.broadcast_to(x, shape).transpose(order) for x, one in zip(operands, single)]
+        return _divide(operands, single, tuple(shape[d] for d in order), size).transpose(inverse)
+    return _divide(operands, single, shape, size)
+
+
+def _layout_order(operands, single, shape):
+    """The axis order (outermost first) of the first full-shape operand when it is not C-ordered, else None."""
+    for x, one in zip(operands, single):
+        if one or x.shape != tuple(shape) or x.ndim < 2 or x.flags.c_contiguous:
+            continue
+        order = sorted(range(x.ndim), key=lambda d: -abs(x.strides[d]))  # stable: ties keep the axes' order
+        return None if order == list(range(x.ndim)) else order
+    return None
+
+
+def _divide(operands, single, shape, size):
+    """The quotient of ``operands`` (broadcastable to ``shape``) as a new C-ordered array of ``shape``."""
     out = np.empty(shape, _C64) if size * 8 < host_cache.THRESHOLD else host_cache.empty(shape, _C64)
     interleaved = size <= _INTERLEAVED_MAX
     arrays = []
