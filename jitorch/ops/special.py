@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import special_module
+from .special_trigamma import trigamma
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 
@@ -27,12 +28,14 @@ def _scipy(name):
 
 
 def _polygamma_kernel(xp, a, n=0):
+    if n == 1:  # ATen's own formula (SciPy's goes through the Hurwitz zeta, 20 times slower)
+        return trigamma(xp, a)
     wide = a.astype(np.float32) if a.dtype.itemsize < 4 else a
     out = special_module(xp).polygamma(n, wide).astype(a.dtype, copy=False)
-    # torch's values at the infinities, where SciPy's differ: trigamma(-inf) (past infinitely many poles, by the
-    # reflection formula) is nan, not inf; for n >= 2 (zeta(n + 1, x) times n!) polygamma(n, inf) is nan, not 0.
-    if n >= 1:
-        out = xp.where(a == (-np.inf if n == 1 else np.inf), np.nan, out).astype(a.dtype, copy=False)
+    # torch's value at +inf, where SciPy's differs: for n >= 2 (zeta(n + 1, x) times n!) polygamma(n, inf) is nan,
+    # not 0.
+    if n >= 2:
+        out = xp.where(a == np.inf, np.nan, out).astype(a.dtype, copy=False)
     return out
 
 
