@@ -21,7 +21,7 @@ import numpy as np
 from .._memory_format import preserve_copy
 from ..runtime import special_module
 from . import native_complex, native_eager
-from . import pointwise_grad
+from . import pointwise_grad, special_erfinv
 from .pointwise_common import _COMPLEX64, _HALVES, _holomorphic, _not_implemented, _reject_bool, _times
 from .table import Pointwise, defop
 
@@ -164,7 +164,7 @@ def _erf_kernel(xp, a):
 ERF = _unary("erf", _erf_kernel, lambda ctx, g: g * (2 / math.sqrt(math.pi)) * (-_x(ctx) ** 2).exp(), "erf({0})")
 ERFC = _unary("erfc", _special("erfc"), lambda ctx, g: g * (-2 / math.sqrt(math.pi)) * (-_x(ctx) ** 2).exp(),
               "erfc({0})")
-ERFINV = _unary("erfinv", _special("erfinv"), lambda ctx, g: g * (math.sqrt(math.pi) / 2) * (ctx.out ** 2).exp(),
+ERFINV = _unary("erfinv", special_erfinv.erfinv, lambda ctx, g: g * (math.sqrt(math.pi) / 2) * (ctx.out ** 2).exp(),
                 "erfinv({0})", saves="outputs")
 def _reciprocal_kernel(xp, a):
     out = native_complex.divide(None, a) if a.dtype == _COMPLEX64 else None  # as ATen's (see _div_kernel)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import special_module
+from .special_bessel_i import bessel_i
 from .special_trigamma import trigamma
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
@@ -68,9 +69,9 @@ DIGAMMA = defop("digamma", _scipy("digamma"), lambda ctx, g: g * _apply(POLYGAMM
 POLYGAMMA = defop("polygamma", _polygamma_kernel,
                   lambda ctx, g: g * _apply(POLYGAMMA, ctx.inputs[0], n=ctx.attrs["n"] + 1), _LIB,
                   promotion="float", saves="inputs")
-I0 = defop("i0", _scipy("i0"), lambda ctx, g: g * _apply(I1, ctx.inputs[0]), _LIB, promotion="float",
-           saves="inputs")
-I1 = defop("i1", _scipy("i1"), _i1_backward, _LIB, promotion="float", saves="both")
+I0 = defop("i0", lambda xp, a: bessel_i(xp, "i0", a), lambda ctx, g: g * _apply(I1, ctx.inputs[0]), _LIB,
+           promotion="float", saves="inputs")
+I1 = defop("i1", lambda xp, a: bessel_i(xp, "i1", a), _i1_backward, _LIB, promotion="float", saves="both")
 # erfcx and ndtri from scipy.special (cupyx's on the GPU): the composites exp(x^2) * erfc(x) and
 # sqrt(2) * erfinv(2p - 1) overflowed to nan from x = 20 (float32) and lost the tail below p = 1e-8 (-inf).
 ERFCX = defop("erfcx", _scipy("erfcx"),

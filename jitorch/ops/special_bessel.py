@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from ..runtime import is_cupy, special_module
+from .special_bessel_i import bessel_i
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 _LIB = Opaque("special function from scipy.special / cupyx.scipy.special")
@@ -93,14 +94,6 @@ ROWS = {name: defop(name, _float_only(name, compute), NOT_DIFFERENTIABLE, _LIB, 
         for name, compute in _rows()}
 
 
-def _widened(name):
-    # i0e/i1e have half and bfloat16 loops in ATen: computed in float32 and cast back.
-    def kernel(xp, a):
-        wide = a.astype(np.float32) if a.dtype.itemsize < 4 else a
-        return getattr(special_module(xp), name)(wide).astype(a.dtype, copy=False)
-    return kernel
-
-
 def _apply(op, *args, **attrs):
     from .._dispatch import apply  # the dispatcher imports the op table, so it is imported at call time
 
@@ -120,8 +113,10 @@ def _i1e_backward(ctx, g):
     return g * (_apply(I0E, x) - ctx.out * (x.sign() + safe.reciprocal())).where(x != 0, 0.5)
 
 
-I0E = defop("special_i0e", _widened("i0e"), _i0e_backward, _LIB, promotion="float", saves="both")
-I1E = defop("special_i1e", _widened("i1e"), _i1e_backward, _LIB, promotion="float", saves="both")
+I0E = defop("special_i0e", lambda xp, a: bessel_i(xp, "i0e", a), _i0e_backward, _LIB, promotion="float",
+            saves="both")
+I1E = defop("special_i1e", lambda xp, a: bessel_i(xp, "i1e", a), _i1e_backward, _LIB, promotion="float",
+            saves="both")
 
 
 def _log_ndtr_backward(ctx, g):
