@@ -137,7 +137,8 @@ def test_validate_row_doctest():
     assert runner.failures == 0 and runner.tries >= 1
 
 
-SUITES = ("test_pointwise.py", "test_reduction.py", "test_movement.py", "test_creation.py", "test_promotion.py")
+SUITES = ("test_pointwise.py", "pointwise_cases.py", "test_pointwise_inplace_errors.py", "test_reduction.py",
+          "test_movement.py", "test_creation.py", "test_promotion.py")
 
 
 @pytest.mark.parametrize("module", ["_pointwise", "_reduction", "_movement", "_creation", "_random"])
