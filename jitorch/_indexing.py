@@ -240,6 +240,8 @@ def _index_write(self, dim, index, source, op, accumulate, inplace, alpha=1):
                            f"self.shape = {list(self.shape)} source.shape = {list(source.shape)}")
     if alpha != 1:
         source = source * (alpha if self.is_floating_point() or self.is_complex() else int(alpha))
+    if accumulate and self._data.ndim > 1 and not self._data.size:  # ATen adds nothing, reading no index
+        index, source = index[:0], source.narrow(d, 0, 0)
     try:
         out = _put(self, _on(source, self), [index], key, accumulate, inplace, negative=False)
         return _op_named(out, "IndexAddBackward0" if accumulate else "IndexCopyBackward0")
@@ -247,9 +249,15 @@ def _index_write(self, dim, index, source, op, accumulate, inplace, alpha=1):
         if not accumulate:  # e counts dims of the index key, which may start before dim: name dim itself
             raise IndexError(f"{op}_(): index {e.value} is out of bounds for dimension {d} with size {e.size}") \
                 from None
-        if self._data.ndim == 1:
-            raise IndexError("index out of range in self") from None
-        raise RuntimeError(f"index {e.value} is out of bounds for dimension {d} with size {e.size}") from None
+        raise _index_add_error(self, d, index, alpha, e) from None
+
+
+def _index_add_error(self, d, index, alpha, e):
+    """ATen's CPU index_add error: the first or last dim of a 2+-D tensor with int64 indices and alpha 1 goes through
+    scatter_add (its RuntimeError naming the value); every other case runs the slice loop (``IndexError``)."""
+    if self._data.ndim > 1 and d in (0, self._data.ndim - 1) and alpha == 1 and index.dtype.name == "int64":
+        return RuntimeError(f"index {e.value} is out of bounds for dimension {d} with size {e.size}")
+    return IndexError("index out of range in self")
 
 
 def _check_copy_shapes(self, source, index, d):

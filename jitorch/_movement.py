@@ -105,10 +105,13 @@ def squeeze(input, dim=None):
 
 
 def unsqueeze(input, dim):
-    shape = list(input._data.shape)
-    d = wrap_dim(dim, len(shape) + 1, "unsqueeze")
-    shape.insert(d, 1)
-    return named(apply(M.RESHAPE, input, shape=tuple(shape)), "UnsqueezeBackward0")
+    """``input`` viewed with a size-1 dim at ``dim``, strided as torch's (stride 1 when it is the last).
+
+    >>> import jitorch
+    >>> jitorch.zeros(4, 3).t().unsqueeze(2).stride()
+    (1, 3, 1)
+    """
+    return apply(M.UNSQUEEZE, input, dim=wrap_dim(dim, input._data.ndim + 1, "unsqueeze"))
 
 
 def flatten(input, start_dim=0, end_dim=-1):

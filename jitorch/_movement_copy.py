@@ -144,8 +144,10 @@ def cat(tensors, dim=0, *, out=None):
         if t._data.ndim == 0:
             raise RuntimeError(f"cat(): zero-dimensional tensor (at position {i}) cannot be concatenated; use "
                                "torch.stack, or reshape it to (1,) first")
-    # PyTorch skips legacy 1-D empty tensors, whatever the other shapes.
-    kept = [t for t in tensors if not (t._data.ndim == 1 and t._data.shape[0] == 0)] or tensors[:1]
+    # PyTorch skips legacy 1-D empty tensors, whatever the other shapes; when all are such, it wraps no dim.
+    kept = [t for t in tensors if not (t._data.ndim == 1 and t._data.shape[0] == 0)]
+    if not kept:
+        kept, dim = tensors[:1], 0
     ref = kept[0]
     d = wrap_dim(dim, ref._data.ndim, "cat")
     for i, t in enumerate(kept):
@@ -173,7 +175,26 @@ def cat(tensors, dim=0, *, out=None):
     return result
 
 
-concat = concatenate = cat
+def concat(tensors, dim=0, *, out=None):
+    """``cat`` under the name torch's errors then use.
+
+    >>> import jitorch
+    >>> jitorch.concat([jitorch.ones(1), jitorch.zeros(1)]).tolist()
+    [1.0, 0.0]
+    """
+    _check_sequence(tensors, "concat")
+    return cat(tensors, dim, out=out)
+
+
+def concatenate(tensors, dim=0, *, out=None):
+    """``cat`` under the name torch's errors then use (NumPy's).
+
+    >>> import jitorch
+    >>> jitorch.concatenate((jitorch.ones(1), jitorch.zeros(1))).tolist()
+    [1.0, 0.0]
+    """
+    _check_sequence(tensors, "concatenate")
+    return cat(tensors, dim, out=out)
 
 
 def _cat_format(tensors):
@@ -190,19 +211,29 @@ def _cat_format(tensors):
     return found
 
 
+def _c_type_name(kind):
+    """A type's name as torch's argument parser prints it: dotted for extension types (numpy.ndarray,
+    collections.deque), bare for builtins and Python classes (heap types)."""
+    heap = kind.__flags__ & (1 << 9)
+    return kind.__name__ if heap or kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+
+
+def _check_sequence(tensors, op):
+    """torch's TypeError for a ``tensors`` argument that is not a list or tuple: a Tensor (iterating would silently
+    unbind it, ``default_collate(tensor)`` say), a generator, a set, ..."""
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{op}(): argument 'tensors' (position 1) must be tuple of Tensors, not "
+                        f"{_c_type_name(type(tensors))}")
+
+
 def _tensor_list(tensors, op):
-    """``tensors`` as a list, refusing other entries with torch's TypeError (a collate of mixed items)."""
-    if isinstance(tensors, Tensor):  # iterating would silently unbind it (``default_collate(tensor)``, say)
-        raise TypeError(f"{op}(): argument 'tensors' (position 1) must be tuple of Tensors, not Tensor")
+    """``tensors`` as a list, refusing other containers and entries with torch's TypeError (a collate of mixed
+    items)."""
+    _check_sequence(tensors, op)
     tensors = list(tensors)
     for i, t in enumerate(tensors):
         if not isinstance(t, Tensor):
-            kind = type(t)
-            # torch prints the C-level type name: dotted for extension types (numpy.ndarray), bare for builtins and
-            # Python classes (heap types).
-            heap = kind.__flags__ & (1 << 9)
-            name = kind.__name__ if heap or kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
-            raise TypeError(f"expected Tensor as element {i} in argument 0, but got {name}")
+            raise TypeError(f"expected Tensor as element {i} in argument 0, but got {_c_type_name(type(t))}")
     return tensors
 
 
@@ -254,22 +285,26 @@ def atleast_3d(*tensors):
 
 
 def hstack(tensors):
+    _check_sequence(tensors, "hstack")
     tensors = atleast_1d(*tensors)
     tensors = [tensors] if isinstance(tensors, Tensor) else tensors
     return cat(tensors, 0 if tensors[0]._data.ndim == 1 else 1)
 
 
 def vstack(tensors):
+    _check_sequence(tensors, "vstack")
     t2 = atleast_2d(*tensors)
     return cat([t2] if isinstance(t2, Tensor) else t2, 0)
 
 
 def dstack(tensors):
+    _check_sequence(tensors, "dstack")
     t3 = atleast_3d(*tensors)
     return cat([t3] if isinstance(t3, Tensor) else t3, 2)
 
 
 def column_stack(tensors):
+    _check_sequence(tensors, "column_stack")
     return hstack([x.reshape(-1, 1) if x._data.ndim <= 1 else x for x in tensors])
 
 

@@ -55,7 +55,9 @@ def diagflat(input, offset=0):
 def row_stack(tensors, *, out=None):
     """``vstack`` (torch's older name)."""
     from ._movement import vstack
+    from ._movement_copy import _check_sequence
 
+    _check_sequence(tensors, "row_stack")
     return vstack(tensors)
 
 

@@ -16,6 +16,7 @@ from ._dispatch import TORCH_TYPE_NAMES, apply
 from ._shape import wrap_dim
 from ._tensor import Tensor
 from .autograd.graph import named
+from .ops import sets_and_counts as C
 from .ops import sorting as S
 from .ops.unique_counting import UNIQUE_CONSECUTIVE_FLAT, UNIQUE_FLAT
 
@@ -174,7 +175,7 @@ def unique(input, sorted=True, return_inverse=False, return_counts=False, dim=No
     if d is None:  # sorted or not, ATen's CPU unique returns the sorted values
         values, inverse, counts = apply(UNIQUE_FLAT, input, with_inverse=bool(return_inverse))
     else:
-        values, inverse, counts = apply(S.UNIQUE, input, dim=d)
+        values, inverse, counts = apply(C.UNIQUE, input, dim=d)
     return _set_result(values, inverse, counts, return_inverse, return_counts)
 
 
@@ -184,7 +185,7 @@ def unique_consecutive(input, return_inverse=False, return_counts=False, dim=Non
     if d is None:
         values, inverse, counts = apply(UNIQUE_CONSECUTIVE_FLAT, input, with_inverse=bool(return_inverse))
     else:
-        values, inverse, counts = apply(S.UNIQUE_CONSECUTIVE, input, dim=d)
+        values, inverse, counts = apply(C.UNIQUE_CONSECUTIVE, input, dim=d)
     return _set_result(values, inverse, counts, return_inverse, return_counts)
 
 
@@ -253,7 +254,7 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
             raise RuntimeError("torch.searchsorted(): sorter index out of range")
         seq = _gather(seq, sorter, seq._data.ndim - 1)
     out_dtype = _dtype.int32.np if out_int32 else _dtype.int64.np
-    return apply(S.SEARCHSORTED, seq.detach(), values.detach(), side="right" if right else "left",
+    return apply(C.SEARCHSORTED, seq.detach(), values.detach(), side="right" if right else "left",
                  out_dtype=out_dtype)
 
 
@@ -278,7 +279,7 @@ def histc(input, bins=100, min=0, max=0):
         raise RuntimeError(f"torch.histc: max must be larger than min, got min {min} and max {max}")
     if input._data.size and not bool(input.isfinite().all()) and min == max:
         raise RuntimeError(f"torch.histc: range of [{input.min().item()}, {input.max().item()}] is not finite")
-    return apply(S.HISTC, input.detach(), bins=int(bins), lo=float(min), hi=float(max))
+    return apply(C.HISTC, input.detach(), bins=int(bins), lo=float(min), hi=float(max))
 
 
 def bincount(input, weights=None, minlength=0):
@@ -291,7 +292,7 @@ def bincount(input, weights=None, minlength=0):
         raise RuntimeError("minlength should be >= 0")
     if weights is not None and weights._data.shape != input._data.shape:
         raise RuntimeError("weights should be 1-d and have the same length as input")
-    return apply(S.BINCOUNT, input, None if weights is None else weights.detach(), minlength=int(minlength))
+    return apply(C.BINCOUNT, input, None if weights is None else weights.detach(), minlength=int(minlength))
 
 
 def logcumsumexp(input, dim):

@@ -309,6 +309,7 @@ RULES = {
     "nll_loss_backward": _nll_loss_backward,
     "nll_check_targets": _last_dims,
     "view": _view,
+    "unsqueeze": _prepend("dim", lambda a, d: d + 1),
     "permute": _prepend("dims", lambda a, dims: (0,) + tuple(d + 1 for d in dims)),
     "expand": _expand,
     "slice": _prepend("key", lambda a, key: (slice(None),) + (tuple(key) if isinstance(key, tuple) else (key,))),

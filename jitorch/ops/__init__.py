@@ -7,6 +7,7 @@ operators registered through ``jitorch.library`` (torch's ``torch.ops.mylib.foo`
 """
 from . import inplace_views, movement, pointwise, reduction  # noqa: F401 - importing registers the rows
 from . import linalg, sorting  # noqa: F401,E402 - linear algebra and sorting rows
+from . import sets_and_counts  # noqa: F401,E402 - unique, searchsorted, histc, bincount rows
 from . import indexing  # noqa: F401,E402 - advanced indexing rows
 from . import nn_ops  # noqa: F401,E402 - nn.functional rows (binary_cross_entropy)
 from . import complex_ops  # noqa: F401,E402 - conj, real/imag and the real <-> complex views

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime import move_array, strided_view
+from ..runtime import memory_owner, move_array, strided_view
+from ..runtime.host_pointer import data_address
+from ..runtime.meta import MetaArray
 from .inplace_views import view_backward
 from .._memory_format import empty_in, in_format, preserve_copy, row_major
 from .table import NOT_DIFFERENTIABLE, Opaque, Pointwise, View, defop
@@ -24,6 +26,54 @@ def _reshape_backward(ctx, g):
 
 RESHAPE = defop("view", lambda xp, a, shape: a.reshape(shape), _reshape_backward, View(), view=True, meta=True,
                 grad_name="ViewBackward0")
+
+
+def _unsqueeze_kernel(xp, a, dim):
+    """``a`` with a size-1 dim inserted at ``dim``, strided as ATen's: the new dim's stride is the size times the
+    stride of the dim it precedes (1 at the end), every other stride kept. NumPy's reshape gives a trailing 1 its
+    left neighbour's stride and recomputes the strides of size-1 dims: layouts cat/stack then read differently."""
+    shape = a.shape
+    out = a.reshape(shape[:dim] + (1,) + shape[dim:])
+    # Without size-1 dims NumPy's strides are ATen's but for a trailing 1 after a dim of stride other than 1.
+    if 1 not in shape and (dim < len(shape) or not dim or a.strides[-1] == a.itemsize):
+        return out
+    if not a.size or type(a) is not np.ndarray and type(a) is not MetaArray:  # (empty arrays' strides are zeroed)
+        return out
+    if dim == len(shape):  # every stride kept and one element's appended: a view as a one-element subarray dtype
+        sub = _ONE_ELEMENT.get(a.dtype)
+        if sub is None:
+            sub = _ONE_ELEMENT[a.dtype] = np.dtype((a.dtype, (1,)))
+        return a.view(sub)
+    st = a.strides
+    want = st[:dim] + (shape[dim] * st[dim],) + st[dim:]
+    return out if out.strides == want else _restrided(a, out.shape, want)
+
+
+_ONE_ELEMENT = {}  # dtype -> the subarray dtype of one such element
+
+
+def _restrided(a, shape, strides):
+    """A view of ``a``'s memory with byte ``strides`` whose ``.base`` chain reaches ``a``'s owner (as_strided's
+    stops at a wrapper object, which would hide the sharing from the owner lookups); read-only if ``a`` is."""
+    root = memory_owner(a)
+    if type(root) is np.ndarray and not root.flags.forc:  # a dense block in permuted order (a channels-last result)
+        dense = root.transpose(sorted(range(root.ndim), key=lambda d: -root.strides[d]))
+        root = dense if dense.flags.c_contiguous else None
+    if type(root) is not np.ndarray:  # no dense owner to view (ravel would copy it)
+        return np.lib.stride_tricks.as_strided(a, shape, strides, subok=True)
+    out = np.ndarray(shape, a.dtype, buffer=root.ravel(order="K").view(np.uint8),
+                     offset=data_address(a) - data_address(root), strides=strides)
+    if not a.flags.writeable:
+        out.flags.writeable = False
+    return out if type(a) is np.ndarray else out.view(type(a))  # a meta array stays one
+
+
+def _unsqueeze_backward(ctx, g):
+    return g.squeeze(ctx.attrs["dim"])
+
+
+UNSQUEEZE = defop("unsqueeze", _unsqueeze_kernel, _unsqueeze_backward, View(), view=True, meta=True,
+                  grad_name="UnsqueezeBackward0")
 
 
 def _inverse_permutation(dims):

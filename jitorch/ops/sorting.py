@@ -16,7 +16,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import accumulate, scatter_add
-from ..runtime.key_runs import run_lengths, run_starts
 from .sort_keys import keyed, keyed_argsort, keyed_head
 from .sorting_ties import REPLAY_MAX, _Std, replay_kthvalue, replay_mode, replay_topk
 from .sorting_ties import replay_tied as _replay_tied
@@ -303,98 +302,3 @@ def _logcumsumexp_backward(ctx, g):
 
 LOGCUMSUMEXP = defop("logcumsumexp", _logcumsumexp_kernel, _logcumsumexp_backward, Opaque("scan"),
                      promotion="float", saves="both", row_major_out=True)
-
-
-# -- set and counting ops (no gradient) ---------------------------------------------------------------------------
-def _unique_kernel(xp, a, dim):
-    if dim is None:
-        flat = a.reshape(-1)
-        order = stable_argsort(xp, flat, 0)
-        ordered = flat[order]
-        starts = run_starts(xp, ordered)
-        run = xp.cumsum(starts) - 1
-        inverse = xp.empty(flat.shape, dtype=np.int64)
-        inverse[order] = run
-        first = xp.nonzero(starts)[0]
-        counts = run_lengths(xp, first, flat.size)
-        return ordered[first], inverse.reshape(a.shape), counts.astype(np.int64)
-    values, inverse, counts = xp.unique(a, return_inverse=True, return_counts=True, axis=dim)
-    return values, inverse.reshape(-1).astype(np.int64), counts.astype(np.int64)
-
-
-def _unique_consecutive_kernel(xp, a, dim):
-    """Along ``dim`` (a whole tensor's runs are `unique_counting`'s row)."""
-    moved = xp.moveaxis(a, dim, 0)
-    n = moved.shape[0]
-    rows = moved.reshape(n, int(np.prod(moved.shape[1:])))  # -1 is ambiguous when n == 0
-    starts = xp.ones((n,), dtype=bool)
-    if n > 1:
-        starts[1:] = (rows[1:] != rows[:-1]).any(axis=1)
-    first = xp.nonzero(starts)[0]
-    inverse = (xp.cumsum(starts) - 1).astype(np.int64)
-    counts = xp.diff(xp.concatenate([first, xp.asarray([n])])).astype(np.int64)
-    return xp.moveaxis(moved[first], 0, dim), inverse, counts
-
-
-UNIQUE = defop("unique", _unique_kernel, NOT_DIFFERENTIABLE, Opaque("data-dependent shape"), nout=3)
-UNIQUE_CONSECUTIVE = defop("unique_consecutive", _unique_consecutive_kernel, NOT_DIFFERENTIABLE,
-                           Opaque("data-dependent shape"), nout=3)
-
-
-def _searchsorted_kernel(xp, seq, values, side, out_dtype):
-    common = xp.result_type(seq.dtype, values.dtype)
-    seq, values = seq.astype(common, copy=False), values.astype(common, copy=False)
-    if seq.dtype.kind == "f" and seq.size and bool(xp.isnan(seq).any()):
-        return _aten_binary_search(xp, seq, values, side == "right").astype(out_dtype)
-    if seq.ndim == 1:
-        return xp.searchsorted(seq, values, side=side).astype(out_dtype)
-    out = xp.empty(values.shape, dtype=out_dtype)
-    for row in np.ndindex(*seq.shape[:-1]):  # NumPy and CuPy search one sorted row at a time
-        out[row] = xp.searchsorted(seq[row], values[row], side=side)
-    return out
-
-
-def _aten_binary_search(xp, seq, values, right):
-    """ATen's lower/upper bound, all values at once: a NaN boundary fails both comparisons, so the search steps past
-    it wherever it probes one (NumPy orders NaN last instead, and gives other positions)."""
-    n = seq.shape[-1]
-    rows = seq.reshape(-1, n)
-    vals = values.reshape(rows.shape[0], -1)
-    row = xp.arange(rows.shape[0])[:, None]
-    start = xp.zeros(vals.shape, dtype=np.int64)
-    end = xp.full(vals.shape, n, dtype=np.int64)
-    while True:
-        active = start < end
-        if not bool(active.any()):
-            return start.reshape(values.shape)
-        mid = start + ((end - start) >> 1)
-        probe = rows[row, xp.minimum(mid, n - 1)]
-        step_past = ~(probe > vals) if right else ~(probe >= vals)
-        start = xp.where(active & step_past, mid + 1, start)
-        end = xp.where(active & ~step_past, mid, end)
-
-
-def _histc_kernel(xp, a, bins, lo, hi):
-    if lo == hi and a.size:
-        lo, hi = a.min().item(), a.max().item()
-    if lo == hi:
-        lo, hi = lo - 1, hi + 1
-    flat = a.reshape(-1)
-    inside = flat[(flat >= lo) & (flat <= hi)]
-    # Bin arithmetic in the input's dtype, like PyTorch, so values on bin edges land in the same bin.
-    pos = ((inside - a.dtype.type(lo)) * a.dtype.type(bins) / (a.dtype.type(hi) - a.dtype.type(lo))).astype(np.int64)
-    pos = xp.minimum(pos, bins - 1)
-    return xp.bincount(pos, minlength=bins).astype(a.dtype)
-
-
-def _bincount_kernel(xp, a, weights, minlength):
-    if weights is None:
-        return xp.bincount(a, minlength=minlength).astype(np.int64, copy=False)
-    # torch keeps float and double weights' dtype; every other dtype (half ones too) sums into double
-    out_dtype = weights.dtype if weights.dtype in (np.float32, np.float64) else np.dtype(np.float64)
-    return xp.bincount(a, weights=weights.astype(np.float64), minlength=minlength).astype(out_dtype)
-
-
-SEARCHSORTED = defop("searchsorted", _searchsorted_kernel, NOT_DIFFERENTIABLE, Opaque("binary search"))
-HISTC = defop("histc", _histc_kernel, NOT_DIFFERENTIABLE, Opaque("histogram"), promotion="keep")
-BINCOUNT = defop("bincount", _bincount_kernel, NOT_DIFFERENTIABLE, Opaque("histogram"))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime.key_runs import run_lengths, run_starts
-from .sorting import _unique_kernel
+from .sets_and_counts import _unique_kernel
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 __all__ = ["UNIQUE_FLAT", "UNIQUE_CONSECUTIVE_FLAT"]
