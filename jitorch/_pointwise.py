@@ -373,6 +373,6 @@ def clamp_max(input, max):
 
 from ._pointwise_stable import hypot, lerp, log_add_exp, logaddexp  # noqa: E402,F401 - split for size; re-exported
 from ._pointwise_composite import (addcdiv, addcmul, allclose, copysign, deg2rad, equal,  # noqa: E402,F401
-                                  isclose, isneginf, isposinf, isreal, logit, rad2deg, sinc, x_times_log,
+                                  isclose, isneginf, isposinf, isreal, logit, rad2deg, sinc,
                                   xlogy)  # split for size; re-exported
 from ._pointwise_methods import _composite_inplace  # noqa: E402,F401 - binds the Tensor methods and operators

@@ -1,12 +1,11 @@
 """Operand checks of the pointwise functions, as torch's: ``alpha`` of ``add``/``sub`` against the computed dtype,
-Python bounds and operands range-checked into the tensor's dtype (``clamp``, ``where``, ``pow``), and the common
-float dtype binary float ops compute in (``xlogy``, ``xlog1py``)."""
+Python bounds and operands range-checked into the tensor's dtype (``clamp``, ``where``, ``pow``)."""
 from __future__ import annotations
 
 from . import _dtype
 from ._tensor import Tensor
 
-__all__ = ["check_alpha", "check_bounds", "to_common_float"]
+__all__ = ["check_alpha", "check_bounds"]
 
 
 def check_alpha(alpha, input, other):
@@ -31,12 +30,3 @@ def check_bounds(input, *bounds):
     for b in bounds:
         if b is not None and not isinstance(b, Tensor) and _dtype.result_type(input, b) is input.dtype:
             _dtype.checked_scalar(b, input.dtype)
-
-
-def to_common_float(a, b):
-    """Both tensors in their common dtype (integers: the default float), as torch computes binary float ops: a log
-    taken in the narrower operand's dtype would lose its precision, an integer operand would widen the result."""
-    common = _dtype.result_type(a, b)
-    if common.category < _dtype.FLOAT:
-        common = _dtype.get_default_dtype()
-    return (a if a.dtype is common else a.to(common)), (b if b.dtype is common else b.to(common))

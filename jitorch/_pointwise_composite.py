@@ -1,6 +1,6 @@
 """Elementwise composites of the pointwise rows: value tests (``isposinf``/``isneginf``, ``isreal``, ``equal``,
 ``isclose``/``allclose``, PyTorch's algorithm) and formulas (``addcmul``/``addcdiv`` in the common dtype, ``xlogy``
-with torch's gradient at 0, ``copysign``, ``deg2rad``/``rad2deg``, ``logit``, ``sinc``).
+through its row (`jitorch.ops.xlogy_ops`), ``copysign``, ``deg2rad``/``rad2deg``, ``logit``, ``sinc``).
 
 Split from ``_pointwise.py``, which re-exports them and attaches the Tensor methods.
 
@@ -14,9 +14,10 @@ from __future__ import annotations
 import math
 
 from . import _dtype
-from ._pointwise import _write_out, abs, clamp, eq, log, signbit, sin, where
-from ._pointwise_checks import to_common_float
+from ._dispatch import apply
+from ._pointwise import _write_out, abs, clamp, eq, log, named, signbit, sin, where
 from ._tensor import Tensor
+from .ops import xlogy_ops
 
 
 def isposinf(input):
@@ -83,33 +84,30 @@ def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
     return _write_out(input + value * (tensor1 / tensor2), out, "addcdiv")
 
 
-def xlogy(input, other):
-    # 0 * log(y) is 0 where x == 0, except that a NaN y still propagates.
-    if not isinstance(input, Tensor):  # a scalar x: torch's Scalar overload, as a 0-d tensor of y's dtype
-        input = other.new_full((), input, dtype=_dtype.result_type(other, 1.0))
-    zero = input == 0
+def xlogy(input, other, *, out=None):
+    """``input * log(other)``, 0 where ``input`` is 0 unless ``other`` is NaN: the ``xlogy`` row (torch's value,
+    gradients and grad_fn names; integer inputs compute in the default float dtype).
+
+    >>> import jitorch
+    >>> jitorch.xlogy(jitorch.tensor([0.0, 2.0]), jitorch.tensor([0.0, 1.0])).tolist()
+    [0.0, 0.0]
+    """
+    return _write_out(_binary_float_row(xlogy_ops.xlogy, xlogy_ops.XLOGY, "XlogyBackward", input, other), out,
+                      "xlogy")
+
+
+def _binary_float_row(fast, row, grad_name, input, other):
+    """``row`` (``fast``: its dispatcher shortcut) on ``input`` and ``other``, one of which may be a Python number
+    (torch's Scalar overloads, whose nodes are ``<grad_name>1`` for a number ``input`` and ``<grad_name>2`` for a
+    number ``other``)."""
+    if isinstance(input, Tensor):
+        result = fast(input, other)
+        return result if isinstance(other, Tensor) else named(result, grad_name + "2")
     if not isinstance(other, Tensor):
-        log_other = math.nan if other != other else _scalar_log(other)
-        if not input.requires_grad:
-            return where(zero & (log_other == log_other), 0.0, input * log_other)
-        # d/dx is log(other) everywhere, x == 0 included: a 0-d tensor, so x_times_log carries it there
-        log_y = input.new_full((), log_other, dtype=_dtype.result_type(input, 1.0))
-        return x_times_log(input, log_y, zero & (log_other == log_other))
-    input, other = to_common_float(input, other)
-    return x_times_log(input, log(other), zero & ~other.isnan())
-
-
-def x_times_log(x, log_y, zero):
-    """``x * log_y`` that is 0 where ``zero``, with torch's gradient there: d/dx is still ``log_y``."""
-    value = x * where(zero, 0.0, log_y)
-    if not x.requires_grad:
-        return value
-    carry = where(zero & log_y.isfinite(), log_y, 0.0)  # zero in value; carries d/dx where x == 0
-    return value + (x - x.detach()) * carry
-
-
-def _scalar_log(x):
-    return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+        raise TypeError(f"{row.name}() received an invalid combination of arguments - got "
+                        f"({type(input).__name__}, {type(other).__name__}): pass at least one Tensor "
+                        "(Tensor input, Tensor other), (Number self, Tensor other) or (Tensor input, Number other)")
+    return named(apply(row, input, other), grad_name + "1")
 
 
 def copysign(input, other):

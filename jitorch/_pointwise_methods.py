@@ -18,11 +18,11 @@ from ._dispatch_fast import _OPERANDS
 from ._pointwise import (_promote_for_alpha, _reject_bool_sub, _rsub_operator, _sub_operator, addcdiv, addcmul,
                          allclose, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or, bitwise_right_shift,
                          bitwise_xor, clamp_max, clamp_min, copysign, deg2rad, div, eq, equal, floor_divide, ge, gt,
-                         hypot, isclose, le, lerp, logit, lt, ne, pow, rad2deg, reciprocal, remainder, sinc, where,
-                         xlogy)
+                         hypot, isclose, le, lerp, logit, lt, ne, pow, rad2deg, reciprocal, remainder, sinc, where)
 from ._pointwise_checks import check_alpha, check_bounds
 from ._tensor import Tensor
 from .ops import pointwise as P
+from .ops.xlogy_ops import XLOGY
 
 
 def _inplace(op, **fixed):
@@ -150,6 +150,7 @@ _METHODS.update(multiply_=_METHODS["mul_"], negative_=_METHODS["neg_"], absolute
                 __irshift__=_METHODS["bitwise_right_shift_"],
                 arcsin_=_METHODS["asin_"], arccos_=_METHODS["acos_"], arctan_=_METHODS["atan_"])
 _METHODS.update({fn.__name__ + "_": _composite_inplace(fn) for fn in (
-    addcmul, addcdiv, lerp, hypot, copysign, xlogy, logit, sinc, deg2rad, rad2deg, clamp_min, clamp_max)})
+    addcmul, addcdiv, lerp, hypot, copysign, logit, sinc, deg2rad, rad2deg, clamp_min, clamp_max)})
+_METHODS["xlogy_"] = _inplace(XLOGY)
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)

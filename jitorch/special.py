@@ -8,15 +8,12 @@ tensor([0.0000, 0.3466])
 """
 from __future__ import annotations
 
-from . import _dtype
-
 import math
 
 from . import _math_extra as _m
 from . import _pointwise as _p
 from . import _special_extra as _x
 from ._dispatch import apply
-from ._pointwise_checks import to_common_float
 from ._tensor import Tensor
 from .ops import special as _rows
 
@@ -77,16 +74,19 @@ def ndtri(input):
     return apply(_rows.NDTRI, input)
 
 
-def xlog1py(input, other):
-    """``input * log1p(other)``, 0 where ``input`` is 0 (unless ``other`` is NaN)."""
-    from ._tensor import Tensor
+def xlog1py(input, other, *, out=None):
+    """``input * log1p(other)``, 0 where ``input`` is 0 unless ``other`` is NaN: the ``special_xlog1py`` row (torch's
+    value and gradients; integer inputs compute in the default float dtype).
 
-    if not isinstance(other, Tensor):
-        other = input.new_full((), other)
-    if not isinstance(input, Tensor):  # torch's Scalar overload for x
-        input = other.new_full((), input, dtype=_dtype.result_type(other, 1.0))
-    input, other = to_common_float(input, other)
-    return _p.x_times_log(input, other.log1p(), (input == 0) & ~other.isnan())
+    >>> import jitorch
+    >>> jitorch.special.xlog1py(jitorch.tensor([0.0, 2.0]), jitorch.tensor([-1.0, 0.0])).tolist()
+    [0.0, 0.0]
+    """
+    from ._pointwise_composite import _binary_float_row
+    from .ops.xlogy_ops import XLOG1PY, xlog1py as fast
+
+    result = _binary_float_row(fast, XLOG1PY, "SpecialXlog1PyBackward", input, other)
+    return _p._write_out(result, out, "special_xlog1py")
 
 
 def entr(input):

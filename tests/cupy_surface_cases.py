@@ -76,7 +76,8 @@ case("composite_pointwise", lambda t, m: (lambda x, y: (t.lerp(x, y, 0.3), t.hyp
 
 case("special_functions", lambda t, m: (lambda x: (t.lgamma(x), t.digamma(x), t.polygamma(2, x), t.i0(x),
                                                      t.special.i1(x), t.lgamma(x.half()), t.special.erfcx(x),
-                                                     t.special.ndtri(x / 4)))(m.f(2, 3, lo=0.5, hi=3)))
+                                                     t.special.ndtri(x / 4), t.special.xlog1py(x - 1, x - 1.5),
+                                                     t.special.xlog1py(x, 2.0)))(m.f(2, 3, lo=0.5, hi=3)))
 case("special_bessel", lambda t, m: (lambda x: (t.special.airy_ai(x), t.special.bessel_j0(x), t.special.bessel_y1(x),
                                                   t.special.modified_bessel_k0(x), t.special.spherical_bessel_j0(x),
                                                   t.special.scaled_modified_bessel_k1(x), t.special.i0e(x),

@@ -3,11 +3,11 @@ arrays, and as array-module ops elsewhere (CuPy, and whatever the kernel does no
 
 A formula is a Python function ``formula(m, *xs)`` over the values ``xs`` and a math namespace ``m``: arithmetic and
 comparisons through Python's operators, branches as ``m.where`` (both sides are computed, as in a vector loop), and
-the functions ``m.abs``/``exp``/``log``/``sqrt``/``erf``. `IRMath` builds codegen IR from it (every Python number
-becomes a constant rounded to the operand's dtype, as ATen's ``T(...)`` literals are), `ArrayMath` evaluates it with
-the array module (Python numbers are weak scalars: they take the array's dtype). So both paths round step by step in
-the input's dtype as ATen's scalar code does. The IR's primitives are the closed set of `codegen.ir_expr`: a formula
-needing a data-dependent loop or a table lookup does not fit here.
+the functions ``m.abs``/``exp``/``log``/``log1p``/``sqrt``/``erf``. `IRMath` builds codegen IR from it (every Python
+number becomes a constant rounded to the operand's dtype, as ATen's ``T(...)`` literals are), `ArrayMath` evaluates
+it with the array module (Python numbers are weak scalars: they take the array's dtype). So both paths round step by
+step in the input's dtype as ATen's scalar code does. The IR's primitives are the closed set of `codegen.ir_expr`: a
+formula needing a data-dependent loop or a table lookup does not fit here.
 
 >>> import numpy as np
 >>> cube_plus_one = lambda m, x: m.where(x < 0, 0.0, x * x * x + 1.0)
@@ -20,6 +20,7 @@ import numpy as np
 
 from ..codegen.ir import Buffer, Kernel, Store, const, load, op
 from ..runtime import is_cupy, special_module
+from .native_eager import _GENERIC_SIZE, _GRAIN, launch_arrays
 
 __all__ = ["IRMath", "ArrayMath", "evaluate"]
 
@@ -86,6 +87,11 @@ class IRMath:
     def log(self, x):
         return _Value(op("log", x.expr))
 
+    def log1p(self, x):
+        # Goldberg's log1p from log: u = 1 + x rounded, log(u) * x / (u - 1) corrects that rounding (a few ulp).
+        u = 1.0 + x
+        return self.where(u == 1.0, x, self.where(u == np.inf, u, self.log(u) * (x / (u - 1.0))))
+
     def sqrt(self, x):
         return _Value(op("sqrt", x.expr))
 
@@ -104,7 +110,7 @@ class ArrayMath:
 
     def __init__(self, xp, dtype):
         self.xp, self.dtype = xp, dtype
-        self.abs, self.exp, self.log, self.sqrt = xp.abs, xp.exp, xp.log, xp.sqrt
+        self.abs, self.exp, self.log, self.log1p, self.sqrt = xp.abs, xp.exp, xp.log, xp.log1p, xp.sqrt
         self.erf = special_module(xp).erf
 
     def where(self, cond, a, b):
@@ -118,7 +124,6 @@ def _kernel(name, formula, ty, nargs, wide):
         # The compiler and the disk cache load on first use.
         from ..codegen.llvm_compile import compile_kernel
         from ..codegen.llvm_objcache import default_cache
-        from .native_eager import _GENERIC_SIZE
 
         inner = "f64" if wide else ty
         m = IRMath(inner)
@@ -131,15 +136,15 @@ def _kernel(name, formula, ty, nargs, wide):
 
 
 def _native(name, formula, arrays, wide):
-    from .native_eager import _GRAIN, launch_arrays
-
     # (np.ascontiguousarray would make a 0-d array 1-d)
     arrays = [a if a.flags.c_contiguous else a.copy(order="C") for a in arrays]
     first = arrays[0]
     out = np.empty(first.shape, first.dtype)
-    if first.size:
-        launch_arrays(_kernel(name, formula, _NATIVE[first.dtype], len(arrays), wide), [*arrays, out], first.size,
-                      _GRAIN, first.size)
+    size = first.size
+    if size:
+        kernel = _kernel(name, formula, _NATIVE[first.dtype], len(arrays), wide)
+        arrays.append(out)
+        launch_arrays(kernel, arrays, size, _GRAIN, size)
     return out
 
 
@@ -148,12 +153,17 @@ def evaluate(name, formula, xp, *arrays, native=True, wide=False):
     ``name`` and dtype) on CPU float32/float64 NumPy arrays, array-module ops otherwise or with ``native=False``.
     ``wide``: float32 values are computed in float64 and the result rounded once."""
     first = arrays[0]
-    if len(arrays) > 1 and any(a.shape != first.shape for a in arrays):
-        arrays = xp.broadcast_arrays(*arrays)
-        first = arrays[0]
-    if (native and not is_cupy(xp) and first.dtype in _NATIVE
-            and all(type(a) is np.ndarray and a.dtype == first.dtype for a in arrays)):
-        return _native(name, formula, arrays, wide)
+    dtype, shape = first.dtype, first.shape
+    plain = native and dtype in _NATIVE and not is_cupy(xp)
+    for a in arrays:
+        if a.shape != shape:
+            arrays = xp.broadcast_arrays(*arrays)
+            first = arrays[0]
+            break
+    for a in arrays:
+        plain = plain and type(a) is np.ndarray and a.dtype == dtype
+    if plain:
+        return _native(name, formula, list(arrays), wide)
     dtype = np.dtype(np.float64) if wide and first.dtype == np.float32 else first.dtype
     with np.errstate(all="ignore"):
         result = formula(ArrayMath(xp, dtype), *(a.astype(dtype, copy=False) for a in arrays))
