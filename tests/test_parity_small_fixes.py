@@ -232,3 +232,10 @@ def test_index_add_negative_index_and_empty_self():
         check_op(lambda t, i, s: t.index_add_(0, i, s) if inplace else t.index_add(0, i, s),
                  lambda t, i, s: t.index_add_(0, i, s) if inplace else t.index_add(0, i, s),
                  [np.zeros((0, 3), np.float64), np.array([5]), np.ones((1, 3), np.float64)], grad=False)
+
+
+def test_div_gradient_wrt_a_tiny_divisor_as_atens_order():
+    # ATen computes -g * ((a / b) / b): with b * b the square underflows to 0 and the gradient became -inf or nan.
+    a = np.array([1e-300, 2.0, 0.0, -5e-310], np.float64)
+    b = np.array([1e-200, 3.0, 1e-170, 1e-160], np.float64)
+    check_op(lambda x, y: x / y, lambda x, y: x / y, [a, b], atol=0, rtol=1e-15, grad_atol=0, grad_rtol=1e-15)

@@ -111,7 +111,7 @@ def _div_backward(ctx, g):
         ga = plain_binary(np.true_divide, g, b)
         if ga is None:
             ga = g / b
-    gb = -g * a / (b * b) if ctx.needs_grad(1) else None
+    gb = -g * ((a / b) / b) if ctx.needs_grad(1) else None  # ATen's order: b * b underflows for tiny b
     return ga, gb
 
 
