@@ -182,3 +182,22 @@ def test_conv_transpose_module_matches_torch_at_the_benchmark_geometry():
     yj.backward(jitorch.tensor(gd.astype(np.float32)))
     for got, want in ((xj.grad, xt.grad), (jm.weight.grad, tm.weight.grad), (jm.bias.grad, tm.bias.grad)):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=2e-3)
+
+
+@pytest.mark.parametrize("case", [
+    # (op, x shape, w shape, kwargs): every tap lands in the padding or between the strides along a dim (the
+    # transposed direct path had no phase to run and failed), and empty batches through the 1x1 weight product.
+    ("conv2d", (1, 1, 1, 15), (2, 1, 2, 5), dict(stride=(2, 1), padding=(1, 1), dilation=(2, 1))),
+    ("conv_transpose2d", (1, 8, 1, 16), (8, 8, 2, 3), dict(stride=(3, 1), padding=(1, 1), dilation=(2, 1))),
+    ("conv3d", (1, 8, 1, 1, 2), (2, 8, 5, 1, 4), dict(stride=(2, 1, 3), padding=(7, 0, 1), dilation=(2, 1, 1))),
+    ("conv_transpose1d", (1, 4, 1), (4, 2, 3), dict(stride=3, padding=1, dilation=2)),
+    ("conv_transpose2d", (0, 8, 5, 5), (8, 4, 1, 1), {}),
+    ("conv_transpose3d", (0, 8, 5, 5, 5), (8, 4, 1, 1, 1), dict(stride=2)),
+    ("conv2d", (0, 8, 5, 5), (4, 8, 1, 1), {}),
+])
+def test_geometries_where_nothing_reaches_the_result_give_torchs_zeros(case):
+    op, xs, ws, kwargs = case
+    jt, th = getattr(jitorch.nn.functional, op), getattr(TF, op)
+    check_op(lambda x, w: jt(x, w, **kwargs), lambda x, w: th(x, w, **kwargs),
+             [make_array(xs, "float32", np.random.default_rng(1)), make_array(ws, "float32", np.random.default_rng(2))],
+             atol=1e-5)

@@ -216,6 +216,8 @@ def direct_transpose(xp, g, w, spatial, stride, padding, dilation, groups):
         return None
     plans = [(_transpose_plan(phase, outs, spatial, pads, stride), phase) for phase in grid]
     plans = [(plan, phase) for plan, phase in plans if plan is not None]
+    if not plans:  # every tap falls in the padding or between the strides: nothing reaches the result
+        return np.zeros((g.shape[0], w.shape[1] * groups) + tuple(spatial)[-nd:], g.dtype)
     if any(not _lanes_ok(plan[0][-1][1] - plan[0][-1][0], dtype, _MIN_LANE_USE_TRANSPOSED) for plan, _ in plans):
         return None
     if nd == 3:

@@ -110,6 +110,8 @@ def pointwise_weight(xp, x, g, kernel, stride, pads, dilation, groups):
             or x.dtype != g.dtype or x.dtype not in (np.float32, np.float64)):
         return None
     n, c, o, outs = x.shape[0], x.shape[1], g.shape[1], tuple(g.shape[2:])
+    if not x.size or not g.size:  # an empty batch (or output): no product reaches the weight
+        return np.zeros((o, c) + tuple(kernel), x.dtype)
     x = x[(slice(None), slice(None)) + tuple(slice(0, s * (m - 1) + 1, s) for s, m in zip(stride, outs))]
     xs, gs = x.reshape(n, c, -1), g.reshape(n, o, -1)
     if n * o * c <= xs.size + gs.size:  # the per-sample products are no larger than the inputs
