@@ -87,3 +87,14 @@ def test_gradients_match_torch(name):
     check_op(jf, tf, [a.astype(np.float32)], atol=1e-5, rtol=1e-4)
     check_op(jf, tf, [a], atol=1e-10, rtol=1e-9)
     gradcheck_op(jf, [a[:2]])
+
+
+def test_results_keep_the_inputs_layout_as_torch():
+    # The kernels compute in the input's memory order: a permuted or channels_last input gives a result of the same
+    # layout, as torch's (a later .view relies on it).
+    a = np.linspace(-0.9, 0.9, 24, dtype=np.float32).reshape(1, 2, 3, 4)
+    fns = (lambda L, x: L.erfinv(x), lambda L, x: L.special.i0(x), lambda L, x: L.special.i1e(x),
+           lambda L, x: L.polygamma(1, x + 2), lambda L, x: L.xlogy(x, x + 2))
+    for make in (lambda L: L.tensor(a[0]).permute(2, 0, 1), lambda L: L.tensor(a).to(memory_format=L.channels_last)):
+        for fn in fns:
+            assert fn(jitorch, make(jitorch)).stride() == fn(torch, make(torch)).stride()

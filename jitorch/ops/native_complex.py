@@ -22,7 +22,7 @@ from ..codegen.ir import Buffer, Kernel, Store, const, load, op
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..runtime import host_cache
-from .native_eager import launch_arrays
+from .native_eager import launch_arrays, memory_order
 
 __all__ = ["divide", "smith_division"]
 
@@ -119,8 +119,7 @@ def _layout_order(operands, single, shape):
     for x, one in zip(operands, single):
         if one or x.shape != tuple(shape) or x.ndim < 2 or x.flags.c_contiguous:
             continue
-        order = sorted(range(x.ndim), key=lambda d: -abs(x.strides[d]))  # stable: ties keep the axes' order
-        return None if order == list(range(x.ndim)) else order
+        return memory_order(x)
     return None
 
 

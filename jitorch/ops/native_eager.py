@@ -32,7 +32,7 @@ from ..runtime import host_cache
 from ..runtime.host_pointer import ARRAY_DATA_OFFSET, data_address
 from ..runtime.threads import get_num_threads, on_change, parallel_for
 
-__all__ = ["pointwise", "expression_kernel", "launch", "launch_arrays"]
+__all__ = ["pointwise", "expression_kernel", "launch", "launch_arrays", "memory_order", "in_memory_order"]
 
 on_change(shared_pool)  # programs read their pool from a cell that set_num_threads now repoints
 
@@ -145,3 +145,31 @@ def _held_call(kernel, nbuf):
     # ``ctx`` stays alive through the memoryview's hold on its buffer.
     call = kernel._held_call = (memoryview(ctx).cast("B").cast("q"), ctypes.addressof(ctx), fn, nbuf)
     return call
+
+
+def memory_order(a):
+    """The axes of ``a`` from outermost to innermost in memory (largest stride first; ties keep the axes' order), or
+    None when that is the C order: an elementwise result laid out in it keeps ``a``'s layout, as ATen's does.
+
+    >>> memory_order(np.zeros((3, 4)).T), memory_order(np.zeros((3, 4)))
+    ([1, 0], None)
+    """
+    if a.ndim < 2 or a.flags.c_contiguous:
+        return None
+    order = sorted(range(a.ndim), key=lambda d: -abs(a.strides[d]))
+    return None if order == list(range(a.ndim)) else order
+
+
+def in_memory_order(fn, arrays):
+    """``fn(arrays)`` (same-shape arrays in, a new C-ordered array out) computed in the first array's memory order
+    and transposed back, so the result has that array's layout (a transposed or channels_last input gives a
+    transposed or channels_last result, as torch's; a later ``.view`` relies on it).
+
+    >>> out = in_memory_order(lambda arrays: arrays[0] * 2, [np.ones((2, 3)).T])
+    >>> out.strides == np.ones((2, 3)).T.strides
+    True
+    """
+    order = memory_order(arrays[0])
+    if order is None:
+        return fn(arrays)
+    return fn([a.transpose(order) for a in arrays]).transpose(np.argsort(order))

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..codegen.ir import Buffer, Kernel, Store, const, load, op
 from ..runtime import is_cupy, special_module
-from .native_eager import _GENERIC_SIZE, _GRAIN, launch_arrays
+from .native_eager import _GENERIC_SIZE, _GRAIN, in_memory_order, launch_arrays
 
 __all__ = ["IRMath", "ArrayMath", "evaluate"]
 
@@ -136,6 +136,10 @@ def _kernel(name, formula, ty, nargs, wide):
 
 
 def _native(name, formula, arrays, wide):
+    return in_memory_order(lambda arrays: _native_c(name, formula, arrays, wide), arrays)
+
+
+def _native_c(name, formula, arrays, wide):
     # (np.ascontiguousarray would make a 0-d array 1-d)
     arrays = [a if a.flags.c_contiguous else a.copy(order="C") for a in arrays]
     first = arrays[0]

@@ -66,6 +66,12 @@ def _kernel(dtype):
 
 
 def _native(a):
+    from .native_eager import in_memory_order
+
+    return in_memory_order(lambda arrays: _native_c(arrays[0]), [a])
+
+
+def _native_c(a):
     from .native_eager import _GRAIN, launch_arrays
 
     if not a.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
