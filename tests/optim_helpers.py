@@ -95,3 +95,14 @@ def _train(jopt, topt, jps, tps, rng, steps, tol):
         jopt.step()
         topt.step()
         _assert_same(jopt, topt, jps, tps, tol, f"after step {step + 1}")
+
+
+def _strip_tensors(sd):
+    """A state dict with tensors replaced by (dtype name, shape): comparable across frameworks."""
+    if isinstance(sd, (jitorch.Tensor, torch.Tensor)):
+        return (str(sd.dtype).split(".")[-1], tuple(sd.shape))
+    if isinstance(sd, dict):
+        return {k: _strip_tensors(v) for k, v in sd.items()}
+    if isinstance(sd, (list, tuple)):
+        return type(sd)(_strip_tensors(v) for v in sd)
+    return sd

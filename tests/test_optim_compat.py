@@ -7,7 +7,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from test_optim import TOL, _np, _strip_tensors
+from optim_helpers import TOL, _np, _strip_tensors
 
 import jitorch
 

@@ -11,21 +11,10 @@ import torch
 
 import jitorch
 
-from optim_helpers import CASES, STEPS, TOL, _assert_same, _case_id, _np, _params, _train
+from optim_helpers import CASES, STEPS, TOL, _assert_same, _case_id, _np, _params, _strip_tensors, _train
 
 
 # -- state_dict / load_state_dict -------------------------------------------------------------------------------------
-def _strip_tensors(sd):
-    """A state dict with tensors replaced by (dtype name, shape): comparable across frameworks."""
-    if isinstance(sd, (jitorch.Tensor, torch.Tensor)):
-        return (str(sd.dtype).split(".")[-1], tuple(sd.shape))
-    if isinstance(sd, dict):
-        return {k: _strip_tensors(v) for k, v in sd.items()}
-    if isinstance(sd, (list, tuple)):
-        return type(sd)(_strip_tensors(v) for v in sd)
-    return sd
-
-
 @pytest.mark.parametrize("case", [CASES[2], CASES[12], CASES[17], CASES[23], CASES[26], CASES[30]], ids=_case_id)
 def test_state_dict_round_trip_continues_like_torch(case):
     name, kwargs = case

@@ -7,7 +7,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from test_optim import STEPS, TOL, _assert_same, _case_id, _np, _params, _strip_tensors, _train
+from optim_helpers import STEPS, TOL, _assert_same, _case_id, _np, _params, _strip_tensors, _train
 
 import jitorch
 
