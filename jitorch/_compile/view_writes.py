@@ -6,7 +6,8 @@ A write ``op_(view, *args)`` becomes ``new = op(view, *args)`` (the row's functi
 view's dtype and shape as the in-place op does: `functionalize.record_functional_write`, shared with module
 buffer writes) and, for a view, ``new_base = copy_slices(base, new, chain)``; later reads of the view and of its
 base read those nodes. A tensor the call made is a graph constant holding its value from before the first write;
-the base's other live views see the write, as in eager mode, each taken again from the new base. Under autograd
+the base's live views (the written one too) see the write, as in eager mode, each taken again from the new base
+(an unused one is dead code: the last ``slice`` below). Under autograd
 the compiled training path traces the call again (`training.joint_for`) and `functionalize_view_writes` does the
 same on its joint graph.
 
@@ -18,7 +19,7 @@ same on its joint graph.
 ...     return out
 >>> t = trace(f, (jitorch.ones(3, 4),), {})
 >>> t.break_reason, [n.target.__name__ for n in t.gm.graph.nodes if n.op == "call_function"]
-(None, ['sum', 'slice', 'copy', 'copy_slices'])
+(None, ['sum', 'slice', 'copy', 'copy_slices', 'slice'])
 >>> t.gm(jitorch.ones(3, 4)).tolist()
 [[0.0, 4.0], [0.0, 4.0], [0.0, 4.0]]
 """
