@@ -237,6 +237,14 @@ def _tensor_list(tensors, op):
     return tensors
 
 
+def _nonempty_list(tensors, op):
+    """`_tensor_list`, and torch's error for an empty one (the h/v/d/column stacks)."""
+    tensors = _tensor_list(tensors, op)
+    if not tensors:
+        raise RuntimeError(f"{op} expects a non-empty TensorList")
+    return tensors
+
+
 def stack(tensors, dim=0, *, out=None):
     if out is None:
         result = _quick_join(M.STACK, tensors, dim, True)
@@ -285,26 +293,26 @@ def atleast_3d(*tensors):
 
 
 def hstack(tensors):
-    _check_sequence(tensors, "hstack")
+    tensors = _nonempty_list(tensors, "hstack")
     tensors = atleast_1d(*tensors)
     tensors = [tensors] if isinstance(tensors, Tensor) else tensors
     return cat(tensors, 0 if tensors[0]._data.ndim == 1 else 1)
 
 
 def vstack(tensors):
-    _check_sequence(tensors, "vstack")
+    tensors = _nonempty_list(tensors, "vstack")
     t2 = atleast_2d(*tensors)
     return cat([t2] if isinstance(t2, Tensor) else t2, 0)
 
 
 def dstack(tensors):
-    _check_sequence(tensors, "dstack")
+    tensors = _nonempty_list(tensors, "dstack")
     t3 = atleast_3d(*tensors)
     return cat([t3] if isinstance(t3, Tensor) else t3, 2)
 
 
 def column_stack(tensors):
-    _check_sequence(tensors, "column_stack")
+    tensors = _nonempty_list(tensors, "column_stack")
     return hstack([x.reshape(-1, 1) if x._data.ndim <= 1 else x for x in tensors])
 
 

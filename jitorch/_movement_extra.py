@@ -55,10 +55,10 @@ def diagflat(input, offset=0):
 def row_stack(tensors, *, out=None):
     """``vstack`` (torch's older name)."""
     from ._movement import vstack
-    from ._movement_copy import _check_sequence
+    from ._movement_copy import _check_sequence, _nonempty_list
 
     _check_sequence(tensors, "row_stack")
-    return vstack(tensors)
+    return vstack(_nonempty_list(tensors, "vstack"))  # torch names vstack in row_stack's other errors
 
 
 def split_with_sizes(input, split_sizes, dim=0):

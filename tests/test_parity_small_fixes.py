@@ -239,3 +239,17 @@ def test_div_gradient_wrt_a_tiny_divisor_as_atens_order():
     a = np.array([1e-300, 2.0, 0.0, -5e-310], np.float64)
     b = np.array([1e-200, 3.0, 1e-170, 1e-160], np.float64)
     check_op(lambda x, y: x / y, lambda x, y: x / y, [a, b], atol=0, rtol=1e-15, grad_atol=0, grad_rtol=1e-15)
+
+
+@pytest.mark.parametrize("name", ["hstack", "vstack", "dstack", "column_stack", "row_stack"])
+@pytest.mark.parametrize("arg", ["empty", "int_element", "generator"])
+def test_hv_stacks_refuse_bad_arguments_as_torch(name, arg):
+    def call(lib):
+        tensors = {"empty": [], "int_element": [lib.ones(2, 3), 1],
+                   "generator": (t for t in [lib.ones(2, 3)])}[arg]
+        return getattr(lib, name)(tensors)
+
+    with pytest.raises(Exception) as want:
+        call(torch)
+    with pytest.raises(type(want.value), match=str(want.value).replace("(", r"\(").replace(")", r"\)")):
+        call(jitorch)

@@ -39,14 +39,17 @@ def _unsqueeze_kernel(xp, a, dim):
         return out
     if not a.size or type(a) is not np.ndarray and type(a) is not MetaArray:  # (empty arrays' strides are zeroed)
         return out
-    if dim == len(shape):  # every stride kept and one element's appended: a view as a one-element subarray dtype
+    st = a.strides
+    end = dim == len(shape)
+    want = st[:dim] + (a.itemsize if end else shape[dim] * st[dim],) + st[dim:]
+    if out.strides == want:  # (batch-size-1 and keepdim shapes mostly: NumPy's strides were ATen's already)
+        return out
+    if end:  # every stride kept and one element's appended: a view as a one-element subarray dtype
         sub = _ONE_ELEMENT.get(a.dtype)
         if sub is None:
             sub = _ONE_ELEMENT[a.dtype] = np.dtype((a.dtype, (1,)))
         return a.view(sub)
-    st = a.strides
-    want = st[:dim] + (shape[dim] * st[dim],) + st[dim:]
-    return out if out.strides == want else _restrided(a, out.shape, want)
+    return _restrided(a, out.shape, want)
 
 
 _ONE_ELEMENT = {}  # dtype -> the subarray dtype of one such element
