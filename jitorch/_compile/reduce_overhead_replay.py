@@ -121,11 +121,13 @@ class CapturedReplay:
         call as CUDA graph trees retire theirs."""
         self.generation += 1
         inputs = {id(t) for t in leaves if isinstance(t, Tensor)}
+        copies = None if self.cuda else _Copies([o._data for o, kind in zip(outs, self.out_kinds)
+                                                  if kind[0] == "graph" and id(o) not in inputs])
         fresh = []
         for o, kind in zip(outs, self.out_kinds):
             if kind[0] == "graph" and id(o) not in inputs:
-                if not self.cuda:
-                    fresh.append(Tensor._make(o._data.copy()))
+                if copies is not None:
+                    fresh.append(Tensor._make(copies.of(o._data)))
                     continue
                 t = Tensor._make(o._data)
                 self._live.append(t)
@@ -133,3 +135,40 @@ class CapturedReplay:
             else:
                 fresh.append(o)
         return unflatten_from(self.out_spec, fresh)
+
+
+class _Copies:
+    """The copies one call hands out: outputs sharing memory (``y`` and ``y.t()``) get views of ONE copy of that
+    memory, as eager's share theirs, each in its own layout (a plain ``.copy()`` made every output C-ordered and
+    separate). Memory much larger than the outputs in it (a slice of a big buffer) is not copied whole."""
+
+    def __init__(self, arrays):
+        used = {}
+        for a in arrays:
+            root = root_of(a)
+            entry = used.setdefault(id(root), [root, 0, 0])
+            entry[1] += 1
+            entry[2] += a.nbytes
+        self.shared = {rid: None for rid, (root, n, nbytes) in used.items()
+                       if n > 1 and _dense(root) and root.nbytes <= 2 * nbytes + 4096}
+        self.roots = {}
+
+    def of(self, array):
+        root = root_of(array)
+        if id(root) not in self.shared:
+            return array.copy(order="K")  # its own layout, its own memory
+        flat = self.roots.get(id(root))
+        if flat is None:  # a dense block copied in its memory order keeps its strides
+            flat = self.roots[id(root)] = root.copy(order="K").ravel(order="K")
+        offset = array.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+        return np.ndarray(array.shape, array.dtype, buffer=flat.view(np.uint8), offset=offset, strides=array.strides)
+
+
+def _dense(array):
+    """Whether ``array`` is one block of memory in some axis order of positive strides (its ``copy(order="K")``
+    then has its strides, and raveled in that order starts at its first element)."""
+    if any(st < 0 for st in array.strides):
+        return False
+    if array.flags.c_contiguous or array.flags.f_contiguous:
+        return True
+    return array.transpose(sorted(range(array.ndim), key=lambda d: -array.strides[d])).flags.c_contiguous
