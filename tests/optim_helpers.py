@@ -106,3 +106,8 @@ def _strip_tensors(sd):
     if isinstance(sd, (list, tuple)):
         return type(sd)(_strip_tensors(v) for v in sd)
     return sd
+
+
+def _pair(name, jps, tps, **kwargs):
+    """The optimizer ``name`` of each library over its parameters, with the same options."""
+    return getattr(jitorch.optim, name)(jps, **kwargs), getattr(torch.optim, name)(tps, **kwargs)

@@ -9,7 +9,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from optim_helpers import STEPS, TOL, _assert_same, _case_id, _np, _params, _strip_tensors, _train
+from optim_helpers import STEPS, TOL, _assert_same, _case_id, _np, _pair, _params, _strip_tensors, _train
 
 import jitorch
 
@@ -23,10 +23,6 @@ CASES = [
     ("ASGD", dict(lr=0.03, lambd=0.0, t0=0)),
 ]
 # Every state entry, the step counts and NAdam's mu_product / ASGD's eta and mu included, is compared by _train.
-
-
-def _pair(name, jps, tps, **kwargs):
-    return getattr(jitorch.optim, name)(jps, **kwargs), getattr(torch.optim, name)(tps, **kwargs)
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)

@@ -8,7 +8,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from optim_helpers import STEPS, TOL, _assert_same, _case_id, _np, _params, _strip_tensors, _train
+from optim_helpers import STEPS, TOL, _assert_same, _case_id, _np, _pair, _params, _strip_tensors, _train
 
 import jitorch
 
@@ -20,10 +20,6 @@ CASES = [
     ("Adafactor", dict()), ("Adafactor", dict(lr=0.05, beta2_decay=-0.5, eps=(1e-20, 1e-2), d=1.5)),
     ("Adafactor", dict(lr=0.01, weight_decay=0.1, maximize=True)),
 ]
-
-
-def _pair(name, jps, tps, **kwargs):
-    return getattr(jitorch.optim, name)(jps, **kwargs), getattr(torch.optim, name)(tps, **kwargs)
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)

@@ -7,7 +7,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from optim_helpers import STEPS, TOL, _assert_same, _case_id, _np, _params, _strip_tensors, _train
+from optim_helpers import STEPS, TOL, _assert_same, _case_id, _np, _pair, _params, _strip_tensors, _train
 
 import jitorch
 
@@ -21,10 +21,6 @@ CASES = [
     ("RAdam", dict(lr=0.01, weight_decay=0.1, decoupled_weight_decay=True)), ("RAdam", dict(lr=0.05, maximize=True)),
     ("RAdam", dict(lr=0.1, betas=(0.5, 0.9), eps=1e-6)),  # rho_t > 5 from the 6th step: both branches run
 ]
-
-
-def _pair(name, jps, tps, **kwargs):
-    return getattr(jitorch.optim, name)(jps, **kwargs), getattr(torch.optim, name)(tps, **kwargs)
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)

@@ -105,6 +105,17 @@ _ADAM_SCALARS = ("w1", "one_minus_w1", "beta2", "one_minus_beta2", "weight_decay
 # Buffers: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq, 4 max_exp_avg_sq (a placeholder without AMSGrad), 5.. scalars.
 
 
+def _grad_terms(s, p, g, maximize, wd_mode):
+    """The gradient and parameter after ``maximize`` and weight decay (L2 into the gradient, or decoupled)."""
+    if maximize:
+        g = op("neg", g)
+    if wd_mode == "decoupled":
+        p = op("mul", p, s("decay"))
+    elif wd_mode == "l2":
+        g = op("add", g, op("mul", p, s("weight_decay")))
+    return p, g
+
+
 def _adam_ir(dt, amsgrad, maximize, wd_mode, small_weight, scaled):
     """The Adam update over buffers param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq and the scalars."""
     s = _Scalars(_ADAM_SCALARS, 5, dt)
@@ -113,12 +124,7 @@ def _adam_ir(dt, amsgrad, maximize, wd_mode, small_weight, scaled):
     if scaled:  # AMP: the gradient is unscaled in place, as PyTorch's fused kernel does
         g = op("mul", g, s("inv_scale"))
         stores.append(Store(1, g))
-    if maximize:
-        g = op("neg", g)
-    if wd_mode == "decoupled":
-        p = op("mul", p, s("decay"))
-    elif wd_mode == "l2":
-        g = op("add", g, op("mul", p, s("weight_decay")))
+    p, g = _grad_terms(s, p, g, maximize, wd_mode)
     m = load(2, dt)
     diff = op("sub", g, m)
     if small_weight:  # lerp as ATen computes it: from the nearer end

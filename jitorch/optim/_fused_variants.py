@@ -29,21 +29,10 @@ import numpy as np
 from .._dtype import get_default_dtype
 from ..codegen.ir import FLOAT_IR_DTYPES, Buffer, Kernel, Store, load, op
 from ..ops.native_eager import launch_arrays
-from ._fused import _GRAIN, _SPAN, _check_shapes, _kernel, _scalar, _Scalars, _usable
+from ._fused import _GRAIN, _SPAN, _check_shapes, _grad_terms, _kernel, _scalar, _Scalars, _usable
 from ._step_capture import count_up
 
 __all__ = ["fused_nadam", "fused_adamax", "fused_radam", "fused_asgd"]
-
-
-def _grad_terms(s, p, g, maximize, wd_mode):
-    """The gradient and parameter after ``maximize`` and weight decay (L2 into the gradient, or decoupled)."""
-    if maximize:
-        g = op("neg", g)
-    if wd_mode == "decoupled":
-        p = op("mul", p, s("decay"))
-    elif wd_mode == "l2":
-        g = op("add", g, op("mul", p, s("weight_decay")))
-    return p, g
 
 
 def _lerp(s, m, g, small_weight):
