@@ -345,23 +345,25 @@ _METHODS.update(
     T=property(lambda self: permute(self, tuple(range(self._data.ndim - 1, -1, -1)))),
     mT=property(lambda self: transpose(self, -2, -1)), H=property(lambda self: t(self).conj()),
     mH=property(lambda self: transpose(self, -2, -1).conj()),
-    squeeze_=lambda self, dim=None: _set_geometry(self, squeeze(self, dim)),
-    unsqueeze_=lambda self, dim: _set_geometry(self, unsqueeze(self, dim)),
-    t_=lambda self: _set_geometry(self, t(self)),
-    transpose_=lambda self, dim0, dim1: _set_geometry(self, transpose(self, dim0, dim1)),
+    # The in-place forms' nodes carry torch's names for them (squeeze_'s by overload: (), int, dims).
+    squeeze_=lambda self, dim=None: _set_geometry(self, squeeze(self, dim), "SqueezeBackward" + (
+        "3" if dim is None else "5" if isinstance(dim, (tuple, list)) else "4")),
+    unsqueeze_=lambda self, dim: _set_geometry(self, unsqueeze(self, dim), "UnsqueezeBackward1"),
+    t_=lambda self: _set_geometry(self, t(self), "TBackward1"),
+    transpose_=lambda self, dim0, dim1: _set_geometry(self, transpose(self, dim0, dim1), "TransposeBackward1"),
     tril_=lambda self, diagonal=0: self.copy_(tril(self, diagonal)),
     triu_=lambda self, diagonal=0: self.copy_(triu(self, diagonal)),
 )
 
 
-def _set_geometry(self, new):
+def _set_geometry(self, new, grad_name):
     # In-place shape changes swap the array view; history follows the new view.
     if self._requires_grad and self.grad_fn is None and GradState.enabled:
         # (a leaf given the view's grad_fn would stop being a leaf and never receive its .grad)
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
     self._data = new._data
     if new.grad_fn is not None:
-        self.grad_fn = new.grad_fn
+        self.grad_fn = named(new, grad_name).grad_fn
     return self
 
 

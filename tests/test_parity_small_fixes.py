@@ -253,3 +253,15 @@ def test_hv_stacks_refuse_bad_arguments_as_torch(name, arg):
         call(torch)
     with pytest.raises(type(want.value), match=str(want.value).replace("(", r"\(").replace(")", r"\)")):
         call(jitorch)
+
+
+@pytest.mark.parametrize("call", [lambda t: t.unsqueeze_(0), lambda t: t.squeeze_(1), lambda t: t.squeeze_(),
+                                  lambda t: t.squeeze_((1,)), lambda t: t.t_(), lambda t: t.transpose_(0, 1)])
+def test_inplace_view_nodes_carry_torchs_names(call):
+    names = []
+    for lib in (jitorch, torch):
+        t = lib.ones(3, 1, requires_grad=True) * 1
+        call(t)
+        names.append(t.grad_fn.name())
+        t.sum().backward()
+    assert names[0] == names[1]
