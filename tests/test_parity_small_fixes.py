@@ -265,3 +265,14 @@ def test_inplace_view_nodes_carry_torchs_names(call):
         names.append(t.grad_fn.name())
         t.sum().backward()
     assert names[0] == names[1]
+
+
+def test_weighted_bincount_requires_grad_and_its_backward_raises_as_torch():
+    for lib in (jitorch, torch):
+        w = lib.tensor([0.5, 1.0, 2.0], requires_grad=True)
+        out = lib.bincount(lib.tensor([0, 2, 2]), weights=w)
+        assert out.requires_grad
+        with pytest.raises(RuntimeError, match="derivative for aten::bincount is not implemented"):
+            (out.sum() + w.sum()).backward()
+        with lib.no_grad():
+            assert not lib.bincount(lib.tensor([0, 2, 2]), weights=w).requires_grad
