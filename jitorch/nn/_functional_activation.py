@@ -19,7 +19,7 @@ from .. import _dtype
 from .. import _pointwise as pw
 from .._pointwise import where
 from ..amp._cast_mode import autocast_lower
-from ..ops import activation_ops, activation_piecewise
+from ..ops import activation_ops, activation_piecewise, softplus_ops
 from ._functional_core import run_inplace, type_name
 
 __all__ = [
@@ -156,10 +156,24 @@ def _in_float(fn, x, *args):
     return None
 
 
+def _softplus_composite(x, beta, threshold):
+    """Softplus of half types, computed in float32 by `_in_float`: as ops, whose roundings (and their gradients')
+    match ATen's half kernels bit for bit on the sweeps (the rows' float32 kernels are an ulp apart, which can flip
+    a half rounding)."""
+    scaled = x * beta
+    # exp sees at most ``threshold``: the linear branch's gradient is then never 0 * inf.
+    smooth = pw.log1p(pw.exp(scaled.clamp(max=threshold))) / beta
+    return where(scaled > threshold, x, smooth)
+
+
+def _mish_composite(x):
+    return x * pw.tanh(_softplus_composite(x, 1.0, 20.0))
+
+
 def _mish(x):
     _floating_kernel("mish", x)
-    widened = _in_float(_mish, x)
-    return x * pw.tanh(softplus(x)) if widened is None else widened
+    widened = _in_float(_mish_composite, x)
+    return softplus_ops.mish(x) if widened is None else widened
 
 
 def mish(input, inplace=False):
@@ -170,13 +184,10 @@ def mish(input, inplace=False):
 def softplus(input, beta=1.0, threshold=20.0):
     """``log(1 + exp(beta * x)) / beta``, and ``x`` itself where ``beta * x > threshold``."""
     _floating_kernel("softplus", input)
-    widened = _in_float(softplus, input, beta, threshold)
+    widened = _in_float(_softplus_composite, input, beta, threshold)
     if widened is not None:
         return widened
-    scaled = input * beta
-    # exp sees at most ``threshold``: the linear branch's gradient is then never 0 * inf.
-    smooth = pw.log1p(pw.exp(scaled.clamp(max=threshold))) / beta
-    return where(scaled > threshold, input, smooth)
+    return softplus_ops.softplus(input, beta, threshold)
 
 
 def softsign(input):
