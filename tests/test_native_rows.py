@@ -162,3 +162,27 @@ def test_row_kernels_read_each_calls_arrays():
     for x, out in zip(xs, outs):
         want = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5)
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_layer_norm_without_a_node_keeps_no_scratch_statistics():
+    # A call no node records writes its statistics to its plan's scratch arrays; a recorded call (and
+    # native_layer_norm) must get statistics of its own, and earlier outputs must keep their values.
+    rng = np.random.default_rng(8)
+    xs = [rng.standard_normal((8, 32)).astype(np.float32) for _ in range(3)]
+    first = JF.layer_norm(jitorch.tensor(xs[0]), (32,))
+    kept = first.numpy().copy()
+    native = [native_rows.layer_norm(x, None, None, 1, 1e-5) for x in xs[1:]]
+    scratch = native_rows.layer_norm(xs[0], None, None, 1, 1e-5, stats=False)
+    assert not np.shares_memory(native[0][1], native[1][1]) and not np.shares_memory(native[0][1], scratch[1])
+    for x, (_, mean, rstd) in zip(xs[1:], native):
+        np.testing.assert_allclose(mean[:, 0], x.mean(1), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(rstd[:, 0], 1 / np.sqrt(x.var(1) + 1e-5), rtol=1e-5)
+    np.testing.assert_array_equal(first.numpy(), kept)
+    for x in xs:
+        leaf_j, leaf_t = jitorch.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        out = JF.layer_norm(leaf_j, (32,))
+        JF.layer_norm(jitorch.tensor(x * 5 + 1), (32,))  # a no-grad call between forward and backward
+        up = rng.standard_normal(x.shape).astype(np.float32)
+        out.backward(jitorch.tensor(up))
+        TF.layer_norm(leaf_t, (32,)).backward(torch.tensor(up))
+        np.testing.assert_allclose(leaf_j.grad.numpy(), leaf_t.grad.numpy(), rtol=1e-4, atol=1e-5)

@@ -268,11 +268,13 @@ def _check_like(name, t, shape):
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Normalize over the trailing ``normalized_shape`` dims, then apply elementwise ``weight`` and ``bias``."""
-    shape = _normalized_shape(input, normalized_shape, "layer_norm")
+    data, shape = input._data, normalized_shape
+    # ``(features,)`` matching the input, nearly every call (nn.LayerNorm's): `_normalized_shape`'s checks inline
+    if type(shape) is not tuple or len(shape) != 1 or type(shape[0]) is not int or data.shape[-1:] != shape:
+        shape = _normalized_shape(input, normalized_shape, "layer_norm")
     if weight is not None and weight._data.shape != shape or bias is not None and bias._data.shape != shape:
         _check_like("weight", weight, shape)
         _check_like("bias", bias, shape)
-    data = input._data
     dt = data.dtype
     if (dt in FUSED_DTYPES and (weight is None or weight._data.dtype == dt)
             and (bias is None or bias._data.dtype == dt) and data.size):

@@ -218,12 +218,14 @@ def _layer_norm_backward(ctx, g, _g_mean, _g_rstd):
         # create_graph: the composite formula, so the gradients have a graph of their own.
         return _layer_norm_grads(g, x, weight, k, eps, needs)
     mean, rstd = ctx.output(1), ctx.output(2)  # ``out`` itself may since have been changed in place
-    if nothing_records():
+    if nothing_records() and type(g) in _dispatch.TENSOR_TYPES:
         # Nothing to record: the backward row's kernel on the arrays (`fast_keep`'s call) without the dispatch.
-        arrays = [t._data if t is not None else None for t in (g, x, mean, rstd, weight)]
-        if all(a is None or type(a) is np.ndarray for a in arrays) and type(g) in _dispatch.TENSOR_TYPES:
-            grads = _layer_norm_backward_kernel(np, *arrays, k, eps)
-            return tuple([plain_tensor(np.asarray(a)) if need else None for a, need in zip(grads, needs)])
+        arrays = g._data, x._data, mean._data, rstd._data, None if weight is None else weight._data
+        if type(arrays[0]) is type(arrays[1]) is type(arrays[2]) is type(arrays[3]) is np.ndarray and \
+                (weight is None or type(arrays[4]) is np.ndarray):
+            gx, gw, gb = _layer_norm_backward_kernel(np, *arrays, k, eps)
+            return plain_tensor(gx) if needs[0] else None, plain_tensor(gw) if needs[1] else None, \
+                plain_tensor(gb) if needs[2] else None
     gx, gw, gb = _apply(LAYER_NORM_BACKWARD, g, x, mean, rstd, weight, k=k, eps=eps)
     return (gx if needs[0] else None), (gw if needs[1] else None), (gb if needs[2] else None)
 
@@ -287,34 +289,40 @@ def layer_norm_output(input, weight, bias, k, eps):
     tensor([[-1.,  1.]], grad_fn=<NativeLayerNormBackward0>)
     """
     d = _dispatch
-    if d.MODES or d.CPU_XP is not np or type(input) not in d.TENSOR_TYPES:
+    types = d.TENSOR_TYPES
+    if d.MODES or d.CPU_XP is not np or type(input) not in types:
         return None
     x, w, b, grad = input._data, None, None, input._requires_grad
     if weight is not None:
-        if type(weight) not in d.TENSOR_TYPES:
+        if type(weight) not in types:
             return None
         w, grad = weight._data, grad or weight._requires_grad
     if bias is not None:
-        if type(bias) not in d.TENSOR_TYPES:
+        if type(bias) not in types:
             return None
         b, grad = bias._data, grad or bias._requires_grad
-    res = native_rows.layer_norm(x, w, b, k, eps)  # None unless every array is a plain NumPy one it takes
+    grad = grad and GradState.enabled
+    res = native_rows.layer_norm(x, w, b, k, eps, grad)  # None unless every array is a plain NumPy one it takes
     if res is None:
         return None
     args = (input, weight, bias)
-    for t in args:
-        if t is not None and t._base is not None and t._view_ver != t._ver_owner._ver:
-            d.sync_view(t)  # (the history only: the arrays stay)
-    outs = []
-    for a in (res if grad and GradState.enabled else res[:1]):
-        t = d._new(d.Tensor)
-        t._data = a
-        if GradState.inference:
-            t._inference = True
-        outs.append(t)
-    if len(outs) == 3:
-        d.record(LAYER_NORM, args, {"k": k, "eps": eps}, outs)
-    return outs[0]
+    if input._base is not None or weight is not None and weight._base is not None or \
+            bias is not None and bias._base is not None:
+        for t in args:
+            if t is not None and t._base is not None and t._view_ver != t._ver_owner._ver:
+                d.sync_view(t)  # (the history only: the arrays stay)
+    out = d._new(d.Tensor)
+    out._data = res[0]
+    inference = GradState.inference
+    if inference:
+        out._inference = True
+    if grad:
+        mean, rstd = d._new(d.Tensor), d._new(d.Tensor)
+        mean._data, rstd._data = res[1], res[2]
+        if inference:
+            mean._inference = rstd._inference = True
+        d.record(LAYER_NORM, args, {"k": k, "eps": eps}, [out, mean, rstd])
+    return out
 
 
 # -- nll_loss with class indices, (N, C) log-probabilities, no class weights ------------------------------------------
