@@ -15,7 +15,6 @@ from . import _dtype, return_types
 from ._dispatch import TORCH_TYPE_NAMES, apply
 from ._shape import wrap_dim
 from ._tensor import Tensor
-from .autograd.grad_mode import is_grad_enabled
 from .autograd.graph import named
 from .ops import sets_and_counts as C
 from .ops import sorting as S
@@ -293,20 +292,11 @@ def bincount(input, weights=None, minlength=0):
         raise RuntimeError("minlength should be >= 0")
     if weights is not None and weights._data.shape != input._data.shape:
         raise RuntimeError("weights should be 1-d and have the same length as input")
-    out = apply(C.BINCOUNT, input, None if weights is None else weights.detach(), minlength=int(minlength))
-    if weights is not None and weights.requires_grad and is_grad_enabled():
-        # As torch's: the result requires grad and its backward raises (a weighted count has no derivative rule in
-        # ATen): a loss summing it must not train the other terms while silently dropping the weights' gradient.
-        global _WEIGHTED_COUNT
-        if _WEIGHTED_COUNT is None:
-            from ._random_params import _sampler_node
-
-            _WEIGHTED_COUNT = _sampler_node("Bincount", differentiable=False)
-        out = _WEIGHTED_COUNT.apply(lambda: out, weights)
-    return out
+    # Weights that require grad record the row's node, whose backward raises as torch's (no derivative rule in ATen):
+    # a loss summing the count must not train its other terms while silently dropping the weights' gradient.
+    return apply(C.BINCOUNT, input, weights, minlength=int(minlength))
 
 
-_WEIGHTED_COUNT = None  # the node class of a weighted count: built on first use
 
 
 def logcumsumexp(input, dim):
@@ -346,4 +336,3 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
 _METHODS = {name: globals()[name] for name in __all__ if name not in ("searchsorted", "bucketize", "isin")}
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)
-

@@ -9,7 +9,7 @@ import torch
 
 import jitorch
 from jitorch.ops import conv_layouts
-from tests.helpers import check_op
+from helpers import check_op
 
 TOL = dict(atol=2e-4, rtol=1e-4)
 

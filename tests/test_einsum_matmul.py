@@ -9,7 +9,7 @@ import torch
 
 import jitorch
 from jitorch.ops import einsum_matmul
-from tests.helpers import check_op
+from helpers import check_op
 
 CASES = [
     ("bhqd,bhkd->bhqk", (2, 3, 8, 5), (2, 3, 7, 5)),

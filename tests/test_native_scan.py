@@ -9,7 +9,7 @@ import torch
 
 import jitorch
 from jitorch.ops import native_scan
-from tests.helpers import check_op
+from helpers import check_op
 
 
 def _data(shape, seed=0):

@@ -9,7 +9,7 @@ import torch
 
 import jitorch
 from jitorch.ops import sort_keys
-from tests.helpers import check_op, np_dtype
+from helpers import check_op, np_dtype
 
 DTYPES = ["float32", "float16", "bfloat16", "int32"]
 

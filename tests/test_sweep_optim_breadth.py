@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import jitorch
-from tests.helpers import assert_same
+from helpers import assert_same
 
 STEPS = 5
 SHAPES = ((4, 3), (3,), (2, 2, 2), ())

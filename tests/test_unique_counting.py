@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import jitorch
-from tests.helpers import assert_same, to_jitorch, to_torch
+from helpers import assert_same, to_jitorch, to_torch
 
 
 def _both(fn, array):

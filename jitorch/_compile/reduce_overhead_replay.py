@@ -19,6 +19,7 @@ import numpy as np
 
 from .._tensor import Tensor
 from ..cpu._steps import root_of
+from .._storage import deepcopy_array
 from ..runtime.host_pointer import data_address
 from ..utils._pytree import unflatten_from
 
@@ -118,57 +119,39 @@ class CapturedReplay:
     def _hand_out(self, outs, leaves):
         """This call's outputs: on the CPU copies of the graph's output buffers (torch.compile's CPU reduce-overhead
         reuses no buffers: scripts keep each step's loss), on CUDA fresh tensors over them, retired by the next
-        call as CUDA graph trees retire theirs."""
+        call as CUDA graph trees retire theirs. CPU copies keep each output's layout, and outputs viewing one
+        buffer (``y`` and ``y.t()``) view one copy of it, as eager's share theirs."""
         self.generation += 1
         inputs = {id(t) for t in leaves if isinstance(t, Tensor)}
-        copies = None if self.cuda else _Copies([o._data for o, kind in zip(outs, self.out_kinds)
-                                                  if kind[0] == "graph" and id(o) not in inputs])
+        shared = None if self.cuda else self._shared_outputs(outs)
+        memo = {}
         fresh = []
-        for o, kind in zip(outs, self.out_kinds):
-            if kind[0] == "graph" and id(o) not in inputs:
-                if copies is not None:
-                    fresh.append(Tensor._make(copies.of(o._data)))
-                    continue
+        for i, (o, kind) in enumerate(zip(outs, self.out_kinds)):
+            if kind[0] != "graph" or id(o) in inputs:
+                fresh.append(o)
+            elif shared is not None:
+                a = o._data
+                fresh.append(Tensor._make(deepcopy_array(a, memo) if shared[i] else a.copy(order="K")))
+            else:
                 t = Tensor._make(o._data)
                 self._live.append(t)
                 fresh.append(t)
-            else:
-                fresh.append(o)
         return unflatten_from(self.out_spec, fresh)
 
-
-class _Copies:
-    """The copies one call hands out: outputs sharing memory (``y`` and ``y.t()``) get views of ONE copy of that
-    memory, as eager's share theirs, each in its own layout (a plain ``.copy()`` made every output C-ordered and
-    separate). Memory much larger than the outputs in it (a slice of a big buffer) is not copied whole."""
-
-    def __init__(self, arrays):
+    def _shared_outputs(self, outs):
+        """Per output, whether it shares its buffer with another output (its copy then views one copy of that
+        buffer). The graph's output buffers are fixed at capture: worked out once per capture. A buffer much larger
+        than the outputs in it (a slice of a big one) is not copied whole: those outputs get copies of their own."""
+        cached = self.__dict__.get("_shared_cache")
+        if cached is not None and cached[0] is self.out_spec_leaves:
+            return cached[1]
         used = {}
-        for a in arrays:
-            root = root_of(a)
-            entry = used.setdefault(id(root), [root, 0, 0])
-            entry[1] += 1
-            entry[2] += a.nbytes
-        self.shared = {rid: None for rid, (root, n, nbytes) in used.items()
-                       if n > 1 and _dense(root) and root.nbytes <= 2 * nbytes + 4096}
-        self.roots = {}
-
-    def of(self, array):
-        root = root_of(array)
-        if id(root) not in self.shared:
-            return array.copy(order="K")  # its own layout, its own memory
-        flat = self.roots.get(id(root))
-        if flat is None:  # a dense block copied in its memory order keeps its strides
-            flat = self.roots[id(root)] = root.copy(order="K").ravel(order="K")
-        offset = array.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-        return np.ndarray(array.shape, array.dtype, buffer=flat.view(np.uint8), offset=offset, strides=array.strides)
-
-
-def _dense(array):
-    """Whether ``array`` is one block of memory in some axis order of positive strides (its ``copy(order="K")``
-    then has its strides, and raveled in that order starts at its first element)."""
-    if any(st < 0 for st in array.strides):
-        return False
-    if array.flags.c_contiguous or array.flags.f_contiguous:
-        return True
-    return array.transpose(sorted(range(array.ndim), key=lambda d: -array.strides[d])).flags.c_contiguous
+        for o, kind in zip(outs, self.out_kinds):
+            if kind[0] == "graph":
+                entry = used.setdefault(id(root_of(o._data)), [root_of(o._data), 0, 0])
+                entry[1] += 1
+                entry[2] += o._data.nbytes
+        big = {rid for rid, (root, n, nbytes) in used.items() if n < 2 or root.nbytes > 2 * nbytes + 4096}
+        flags = tuple(kind[0] == "graph" and id(root_of(o._data)) not in big for o, kind in zip(outs, self.out_kinds))
+        self._shared_cache = (self.out_spec_leaves, flags)
+        return flags

@@ -22,14 +22,13 @@ from ..codegen.ir import Buffer, Kernel, Store, const, load, op
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..runtime import host_cache
-from .native_eager import launch_arrays, memory_order
+from .native_eager import _GENERIC_SIZE, launch_arrays, memory_order
 
 __all__ = ["divide", "smith_division"]
 
 _C64 = np.dtype(np.complex64)
 _GRAIN = 1 << 14
 _INTERLEAVED_MAX = 2048  # elements up to which the kernel reads and writes the pairs in place
-_GENERIC_SIZE = 1 << 20
 _kernels: dict = {}
 
 

@@ -114,4 +114,8 @@ def _bincount_kernel(xp, a, weights, minlength):
 
 SEARCHSORTED = defop("searchsorted", _searchsorted_kernel, NOT_DIFFERENTIABLE, Opaque("binary search"))
 HISTC = defop("histc", _histc_kernel, NOT_DIFFERENTIABLE, Opaque("histogram"), promotion="keep")
-BINCOUNT = defop("bincount", _bincount_kernel, NOT_DIFFERENTIABLE, Opaque("histogram"))
+def _bincount_backward(ctx, *grads):
+    raise RuntimeError("derivative for aten::bincount is not implemented")
+
+
+BINCOUNT = defop("bincount", _bincount_kernel, _bincount_backward, Opaque("histogram"))

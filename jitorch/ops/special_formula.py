@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..codegen.ir import Buffer, Kernel, Store, const, load, op
+from ..codegen.ir import FLOAT_IR_DTYPES, Buffer, Kernel, Store, const, load, op
 from ..runtime import is_cupy, special_module
 from .native_eager import _GENERIC_SIZE, _GRAIN, in_memory_order, launch_arrays
 
 __all__ = ["IRMath", "ArrayMath", "evaluate"]
 
-_NATIVE = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 _kernels: dict = {}
 
 
@@ -95,6 +94,13 @@ class IRMath:
     def sqrt(self, x):
         return _Value(op("sqrt", x.expr))
 
+    def sin(self, x):
+        return _Value(op("sin", x.expr))
+
+    def const(self, v):
+        """``v`` as a constant of the working dtype (its products then round there, as a dtype scalar's do)."""
+        return _Value(const(v, self.ty))
+
     def erf(self, x):
         return _Value(op("erf", x.expr))
 
@@ -111,7 +117,10 @@ class ArrayMath:
     def __init__(self, xp, dtype):
         self.xp, self.dtype = xp, dtype
         self.abs, self.exp, self.log, self.log1p, self.sqrt = xp.abs, xp.exp, xp.log, xp.log1p, xp.sqrt
-        self.erf = special_module(xp).erf
+        self.sin, self.erf = xp.sin, special_module(xp).erf
+
+    def const(self, v):
+        return self.dtype.type(v)
 
     def where(self, cond, a, b):
         return self.xp.where(cond, a, b).astype(self.dtype, copy=False)
@@ -146,7 +155,7 @@ def _native_c(name, formula, arrays, wide):
     out = np.empty(first.shape, first.dtype)
     size = first.size
     if size:
-        kernel = _kernel(name, formula, _NATIVE[first.dtype], len(arrays), wide)
+        kernel = _kernel(name, formula, FLOAT_IR_DTYPES[first.dtype], len(arrays), wide)
         arrays.append(out)
         launch_arrays(kernel, arrays, size, _GRAIN, size)
     return out
@@ -158,7 +167,7 @@ def evaluate(name, formula, xp, *arrays, native=True, wide=False):
     ``wide``: float32 values are computed in float64 and the result rounded once."""
     first = arrays[0]
     dtype, shape = first.dtype, first.shape
-    plain = native and dtype in _NATIVE and not is_cupy(xp)
+    plain = native and dtype in FLOAT_IR_DTYPES and not is_cupy(xp)
     for a in arrays:
         if a.shape != shape:
             arrays = xp.broadcast_arrays(*arrays)
