@@ -116,6 +116,30 @@ def _grad_terms(s, p, g, maximize, wd_mode):
     return p, g
 
 
+def _wd_mode(weight_decay, decoupled):
+    """The kernel's weight decay kind: ``None`` without decay, else ``"decoupled"`` (AdamW's) or ``"l2"``."""
+    return None if weight_decay == 0 else "decoupled" if decoupled else "l2"
+
+
+def _lerp(s, m, g, small_weight):
+    """``m.lerp_(g, w1)`` as ATen computes it: from the end nearer the weight."""
+    diff = op("sub", g, m)
+    if small_weight:
+        return op("add", m, op("mul", s("w1"), diff))
+    return op("sub", g, op("mul", diff, s("one_minus_w1")))
+
+
+def _second_moment(s, v, g):
+    """``v.mul_(beta2).addcmul_(g, g, value=1 - beta2)``."""
+    return op("add", op("mul", v, s("beta2")), op("mul", op("mul", s("one_minus_beta2"), g), g))
+
+
+def _build(dt, n_arrays, scalars, stores):
+    """The kernel over ``n_arrays`` element-wise arrays followed by the ``scalars``' slots."""
+    buffers = [Buffer(dt, (1,)) for _ in range(n_arrays)] + scalars.buffers()
+    return Kernel((_SPAN,), tuple(buffers), tuple(stores))
+
+
 def _adam_ir(dt, amsgrad, maximize, wd_mode, small_weight, scaled):
     """The Adam update over buffers param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq and the scalars."""
     s = _Scalars(_ADAM_SCALARS, 5, dt)
@@ -125,13 +149,8 @@ def _adam_ir(dt, amsgrad, maximize, wd_mode, small_weight, scaled):
         g = op("mul", g, s("inv_scale"))
         stores.append(Store(1, g))
     p, g = _grad_terms(s, p, g, maximize, wd_mode)
-    m = load(2, dt)
-    diff = op("sub", g, m)
-    if small_weight:  # lerp as ATen computes it: from the nearer end
-        m = op("add", m, op("mul", s("w1"), diff))
-    else:
-        m = op("sub", g, op("mul", diff, s("one_minus_w1")))
-    v = op("add", op("mul", load(3, dt), s("beta2")), op("mul", op("mul", s("one_minus_beta2"), g), g))
+    m = _lerp(s, load(2, dt), g, small_weight)
+    v = _second_moment(s, load(3, dt), g)
     second = v
     if amsgrad:
         second = op("max", load(4, dt), v)
@@ -139,8 +158,7 @@ def _adam_ir(dt, amsgrad, maximize, wd_mode, small_weight, scaled):
     denom = op("add", op("div", op("sqrt", second), s("bc2_sqrt")), s("eps"))
     p = op("sub", p, op("div", op("mul", s("step_size"), m), denom))
     stores += [Store(2, m), Store(3, v), Store(0, p)]
-    buffers = [Buffer(dt, (1,)) for _ in range(5)] + s.buffers()
-    return Kernel((_SPAN,), tuple(buffers), tuple(stores))
+    return _build(dt, 5, s, stores)
 
 
 def _usable(*tensor_lists):
@@ -197,7 +215,7 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
     beta1, beta2, lr, weight_decay, eps = map(_scalar, (beta1, beta2, lr, weight_decay, eps))
     skip, inv_scale = _amp(grad_scale, found_inf)
     w1 = 1.0 - beta1
-    wd_mode = None if weight_decay == 0 else "decoupled" if decoupled_weight_decay else "l2"
+    wd_mode = _wd_mode(weight_decay, decoupled_weight_decay)
     dtype = params[0]._data.dtype if params else None
     key = ("adam", FLOAT_IR_DTYPES.get(dtype), amsgrad, maximize, wd_mode, abs(w1) < 0.5, inv_scale is not None)
     ck = _kernel(key, lambda: _adam_ir(key[1], *key[2:])) if params else None
@@ -241,17 +259,13 @@ def _sgd_ir(dt, maximize, decay, momentum, first, nesterov, scaled):
     if scaled:
         g = op("mul", g, s("inv_scale"))
         stores.append(Store(1, g))
-    if maximize:
-        g = op("neg", g)
-    if decay:
-        g = op("add", g, op("mul", p, s("weight_decay")))
+    p, g = _grad_terms(s, p, g, maximize, "l2" if decay else None)
     if momentum:
         buf = g if first else op("add", op("mul", load(2, dt), s("momentum")), op("mul", s("one_minus_dampening"), g))
         stores.append(Store(2, buf))
         g = op("add", g, op("mul", s("momentum"), buf)) if nesterov else buf
     stores.append(Store(0, op("sub", p, op("mul", s("lr"), g))))
-    buffers = [Buffer(dt, (1,)) for _ in range(3)] + s.buffers()
-    return Kernel((_SPAN,), tuple(buffers), tuple(stores))
+    return _build(dt, 3, s, stores)
 
 
 def fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening, nesterov, maximize,

@@ -27,30 +27,15 @@ from __future__ import annotations
 import numpy as np
 
 from .._dtype import get_default_dtype
-from ..codegen.ir import FLOAT_IR_DTYPES, Buffer, Kernel, Store, load, op
+from ..codegen.ir import FLOAT_IR_DTYPES, Store, load, op
 from ..ops.native_eager import launch_arrays
-from ._fused import _GRAIN, _SPAN, _check_shapes, _grad_terms, _kernel, _scalar, _Scalars, _usable
+from ._fused import (
+    _GRAIN, _build, _check_shapes, _grad_terms, _kernel, _lerp, _scalar, _Scalars, _second_moment, _usable, _wd_mode,
+)
+from ._kernels import ARRAY_OPS
 from ._step_capture import count_up
 
 __all__ = ["fused_nadam", "fused_adamax", "fused_radam", "fused_asgd"]
-
-
-def _lerp(s, m, g, small_weight):
-    """``m.lerp_(g, w1)`` as ATen computes it: from the end nearer the weight."""
-    diff = op("sub", g, m)
-    if small_weight:
-        return op("add", m, op("mul", s("w1"), diff))
-    return op("sub", g, op("mul", diff, s("one_minus_w1")))
-
-
-def _second_moment(s, v, g):
-    """``v.mul_(beta2).addcmul_(g, g, value=1 - beta2)``."""
-    return op("add", op("mul", v, s("beta2")), op("mul", op("mul", s("one_minus_beta2"), g), g))
-
-
-def _build(dt, n_arrays, scalars, stores):
-    buffers = [Buffer(dt, (1,)) for _ in range(n_arrays)] + scalars.buffers()
-    return Kernel((_SPAN,), tuple(buffers), tuple(stores))
 
 
 def _lerp_scalars(beta1, dtype):
@@ -59,23 +44,17 @@ def _lerp_scalars(beta1, dtype):
     return float(w1), float(dtype.type(1) - w1), abs(float(w1)) < 0.5
 
 
-def _wd_mode(weight_decay, decoupled):
-    return None if weight_decay == 0 else "decoupled" if decoupled else "l2"
-
-
 def _host_scalars(*tensor_lists):
     """Whether the 0-d state tensors the update reads and writes in Python (counts, products) are host arrays."""
     return all(type(t._data) is np.ndarray for tensors in tensor_lists for t in tensors)
 
 
+_touched = ARRAY_OPS.touched  # bumps each tensor's version after the kernel wrote its array
+
+
 def _launch(ck, arrays, scalars, n_scalars):
     n = arrays[0].size
     launch_arrays(ck, [*arrays, *(scalars,) * n_scalars], n, _GRAIN, extent=n)
-
-
-def _bump(*tensors):
-    for t in tensors:
-        t._bump_version()
 
 
 # -- NAdam ----------------------------------------------------------------------------------------------------------
@@ -130,7 +109,7 @@ def fused_nadam(params, grads, exp_avgs, exp_avg_sqs, mu_products, state_steps, 
                                 (-lr * mu_next) / (1.0 - product * mu_next)], dtype=dtype)
         _launch(ck, [param_t._data, grads[i]._data, exp_avgs[i]._data, exp_avg_sqs[i]._data], scalars,
                 len(_NADAM_SCALARS))
-        _bump(param_t, exp_avgs[i], exp_avg_sqs[i])
+        _touched(param_t, exp_avgs[i], exp_avg_sqs[i])
     return True
 
 
@@ -168,7 +147,7 @@ def fused_adamax(params, grads, exp_avgs, exp_infs, state_steps, *, beta1, beta2
             scalars = np.array([w1, one_minus_w1, beta2, weight_decay, eps, -(lr / (1 - beta1 ** step))], dtype=dtype)
         _launch(ck, [param_t._data, grads[i]._data, exp_avgs[i]._data, exp_infs[i]._data], scalars,
                 len(_ADAMAX_SCALARS))
-        _bump(param_t, exp_avgs[i], exp_infs[i])
+        _touched(param_t, exp_avgs[i], exp_infs[i])
     return True
 
 
@@ -219,7 +198,7 @@ def fused_radam(params, grads, exp_avgs, exp_avg_sqs, state_steps, *, beta1, bet
                                 1 - beta1 ** step, lr, eps, 1.0, bias_correction2 ** 0.5, rect], dtype=dtype)
         _launch(ck, [param_t._data, grads[i]._data, exp_avgs[i]._data, exp_avg_sqs[i]._data], scalars,
                 len(_RADAM_SCALARS))
-        _bump(param_t, exp_avgs[i], exp_avg_sqs[i])
+        _touched(param_t, exp_avgs[i], exp_avg_sqs[i])
     return True
 
 
@@ -230,11 +209,7 @@ _ASGD_SCALARS = ("weight_decay", "decay", "neg_eta", "mu")
 
 def _asgd_ir(dt, maximize, decay, averaging):
     s = _Scalars(_ASGD_SCALARS, 3, dt)
-    p, g = load(0, dt), load(1, dt)
-    if maximize:
-        g = op("neg", g)
-    if decay:
-        g = op("add", g, op("mul", p, s("weight_decay")))
+    p, g = _grad_terms(s, load(0, dt), load(1, dt), maximize, "l2" if decay else None)
     p = op("add", op("mul", p, s("decay")), op("mul", g, s("neg_eta")))
     ax = p
     if averaging:
@@ -266,10 +241,10 @@ def fused_asgd(params, grads, axs, mus, etas, state_steps, *, lambd, lr, t0, alp
             ck = _kernel(key, lambda key=key: _asgd_ir(*key[1:]))
             scalars = np.array([weight_decay, 1 - lambd * eta, -eta, mu], dtype=dtype)
         _launch(ck, [param_t._data, grads[i]._data, axs[i]._data], scalars, len(_ASGD_SCALARS))
-        _bump(param_t, axs[i])
+        _touched(param_t, axs[i])
         step = float(state_steps[i]._data)
         # as torch.as_tensor(value) (the default dtype) copied in: the state may be float64 after a state dict load
         eta_t._data[()] = default(lr / ((1 + lambd * lr * step) ** alpha))
         mu_t._data[()] = default(1 / max(1, step - t0))
-        _bump(eta_t, mu_t)
+        _touched(eta_t, mu_t)
     return True

@@ -62,13 +62,13 @@ _SMALL = 4096
 
 
 def _two_norm(a):
-    """The 2-norm of a C-contiguous array. Large ones: the norm row's value to the bit (its einsum over the flat
-    view). Below ``_SMALL`` elements: a BLAS dot, 0.3 us where einsum's call costs 3 (most of clipping 50 small
-    gradients); its float32 sum differs from einsum's in the last bits, as both differ from ATen's."""
-    flat = a.reshape(-1)
-    if flat.size < _SMALL:
+    """The 2-norm of an array: the norm row's kernel, except for C-contiguous arrays below ``_SMALL`` elements: a
+    BLAS dot, 0.3 us where einsum's call costs 3 (most of clipping 50 small gradients); its float32 sum differs from
+    einsum's in the last bits, as both differ from ATen's."""
+    if a.size < _SMALL and a.flags.c_contiguous:
+        flat = a.reshape(-1)
         return np.sqrt(flat.dot(flat)).astype(a.dtype)
-    return np.sqrt(np.einsum("i,i->", flat, flat)).astype(a.dtype)
+    return np.asarray(_vector_norm_kernel(np, a, 2.0, None, False))
 
 
 def _nonfinite_error(norm_type):
@@ -95,7 +95,7 @@ def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=Non
     _check_foreach(foreach, tensors)
     arrays = _host_arrays(tensors)
     if arrays is not None:
-        norms = np.stack([_two_norm(a) if norm_type == 2.0 and a.flags.c_contiguous
+        norms = np.stack([_two_norm(a) if norm_type == 2.0
                           else np.asarray(_vector_norm_kernel(np, a, norm_type, None, False)) for a in arrays])
         total = np.asarray(_vector_norm_kernel(np, norms, norm_type, None, False))
         if error_if_nonfinite and not np.isfinite(total):
