@@ -156,24 +156,17 @@ def _in_float(fn, x, *args):
     return None
 
 
-def _softplus_composite(x, beta, threshold):
-    """Softplus of half types, computed in float32 by `_in_float`: as ops, whose roundings (and their gradients')
-    match ATen's half kernels bit for bit on the sweeps (the rows' float32 kernels are an ulp apart, which can flip
-    a half rounding)."""
-    scaled = x * beta
-    # exp sees at most ``threshold``: the linear branch's gradient is then never 0 * inf.
-    smooth = pw.log1p(pw.exp(scaled.clamp(max=threshold))) / beta
-    return where(scaled > threshold, x, smooth)
-
-
-def _mish_composite(x):
-    return x * pw.tanh(_softplus_composite(x, 1.0, 20.0))
+def _mish_float16(x):
+    """Mish of a float16 ``x`` as ops in float32 (the softplus row's, then tanh and the product), rounded once. The
+    mish row's float16 gradient is an ulp off ATen's on a few inputs the half-precision sweep checks bit for bit;
+    this one matches there (over 100k normal inputs both are off on about 0.04%, this one slightly fewer)."""
+    wide = x.float()
+    return (wide * pw.tanh(softplus_ops.softplus(wide, 1.0, 20.0))).to(x.dtype)
 
 
 def _mish(x):
     _floating_kernel("mish", x)
-    widened = _in_float(_mish_composite, x)
-    return softplus_ops.mish(x) if widened is None else widened
+    return _mish_float16(x) if x.dtype is _dtype.float16 else softplus_ops.mish(x)
 
 
 def mish(input, inplace=False):
@@ -184,9 +177,6 @@ def mish(input, inplace=False):
 def softplus(input, beta=1.0, threshold=20.0):
     """``log(1 + exp(beta * x)) / beta``, and ``x`` itself where ``beta * x > threshold``."""
     _floating_kernel("softplus", input)
-    widened = _in_float(_softplus_composite, input, beta, threshold)
-    if widened is not None:
-        return widened
     return softplus_ops.softplus(input, beta, threshold)
 
 

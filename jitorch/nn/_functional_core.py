@@ -26,7 +26,7 @@ from .._tensor import Tensor
 from ..autograd.grad_mode import is_grad_enabled
 from ..autograd.graph import named
 from ..ops.nn_fused import FUSED_DTYPES
-from ..ops.nn_linear import LINEAR, linear_arrays
+from ..ops.nn_linear import LINEAR
 
 __all__ = ["linear", "bilinear", "softmax", "log_softmax", "softmin", "gumbel_softmax"]
 
@@ -91,7 +91,7 @@ def _linear_row(input, weight, bias, x, w, b):
             if t is not None and t._base is not None and t._view_ver != t._ver_owner._ver:
                 sync_view(t)  # (the history only: the arrays stay)
     grad = input._requires_grad or weight._requires_grad or bias is not None and bias._requires_grad
-    out = keep_result(LINEAR, (input, weight, bias), _NO_ATTRS, linear_arrays(_dispatch.CPU_XP, x, w, b), grad)
+    out = keep_result(LINEAR, (input, weight, bias), _NO_ATTRS, LINEAR.kernel(_dispatch.CPU_XP, x, w, b), grad)
     if grad and GradState.enabled:
         named(out, _linear_grad_name(input, bias))
     return out

@@ -48,4 +48,3 @@ _FEW_ROWS = (4, 32)  # measured: below 4 rows both forms take OpenBLAS's small-m
 # 2.3 us against 2.9, 8 x 128 by 128 x 128: 6.9 against 8.2; 8 x 256 by 256 x 256: 72 against 37: the copy back to
 # rows costs more than the product saves), and np.dot's lower call cost is worth having.
 _TRANSPOSED_MIN_WORK = 1 << 18
-SMALL_PRODUCT_WORK = _TRANSPOSED_MIN_WORK  # float products with fewer multiply-adds: np.dot (F.linear's shortcut)

@@ -23,10 +23,10 @@ import numpy as np
 from .. import _dispatch
 from ..autograd.grad_mode import GradState
 from .cascade_sum import sum_rows
-from .host_matmul import SMALL_PRODUCT_WORK, matmul
+from .host_matmul import _TRANSPOSED_MIN_WORK, matmul
 from .table import Opaque, defop
 
-__all__ = ["LINEAR", "LINEAR_BACKWARD", "linear_arrays"]
+__all__ = ["LINEAR", "LINEAR_BACKWARD"]
 
 
 def _apply(op, *args, **attrs):
@@ -41,6 +41,16 @@ def _rows(a):
 
 def _linear_kernel(xp, x, w, b):
     if x.ndim == 2:
+        n, k = x.shape
+        if xp is np and k > 1 and n * k * w.shape[0] < _TRANSPOSED_MIN_WORK:
+            # `matmul`'s own choice for a small float product (np.dot), without its checks: 0.4 us of a 3.5 us
+            # 8 x 32 -> 16 layer call. No dtype test: the row's callers pass float32/float64 operands of one dtype
+            # (FUSED_DTYPES), so the result needs no rounding back. One input feature (k == 1) keeps matmul's
+            # broadcast multiply.
+            out = np.dot(x, w.T)
+            if b is not None:
+                out += b
+            return out
         out = matmul(xp, x, w.T)  # BLAS reads the transposed view with a flag: no copy of W
     else:
         out = matmul(xp, _rows(x), w.T).reshape(x.shape[:-1] + (w.shape[0],))
@@ -48,25 +58,6 @@ def _linear_kernel(xp, x, w, b):
         out += b  # in place: the matmul result is fresh
     # NumPy's matmul of bfloat16 (ml_dtypes) returns float32: round back to the inputs' dtype, as torch's result is.
     return out if out.dtype == x.dtype else out.astype(x.dtype)
-
-
-def linear_arrays(xp, x, w, b):
-    """The row's kernel on float32/float64 arrays of one dtype and matching shapes (F.linear's checked call): a small
-    matrix product straight to ``np.dot``, `host_matmul`'s own choice for it less its checks (0.4 us of a 3.5 us
-    8 x 32 -> 16 layer call; one input feature keeps its broadcast multiply).
-
-    >>> import numpy as np
-    >>> linear_arrays(np, np.ones((2, 3)), np.ones((4, 3)), np.arange(4.0))
-    array([[3., 4., 5., 6.],
-           [3., 4., 5., 6.]])
-    """
-    shape = x.shape
-    if xp is np and len(shape) == 2 and shape[1] > 1 and shape[0] * shape[1] * w.shape[0] < SMALL_PRODUCT_WORK:
-        out = np.dot(x, w.T)
-        if b is not None:
-            out += b
-        return out
-    return LINEAR.kernel(xp, x, w, b)  # through the row (the CuPy-surface tests wrap its kernel)
 
 
 def _grads_composite(g, x, w, needs):
