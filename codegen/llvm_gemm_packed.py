@@ -35,7 +35,8 @@ import numpy as np
 from .codeblock import vector_mask, vector_splat
 from .llvm_host import has_avx512
 
-__all__ = ["geometry", "panel", "rows_max", "pack_panels", "packed_gemm", "packed_ints", "packed_matmul"]
+__all__ = ["DEPTH", "geometry", "panel", "rows_max", "pack_panels", "register_tile", "packed_gemm", "packed_ints",
+           "packed_matmul"]
 
 
 DEPTH = 128  # terms per pass: a panel's 128 x 64 float32 block (32 KiB) stays in L1 for every row tile
@@ -72,22 +73,25 @@ def pack_panels(b):
     return out, n
 
 
-def _tile(name, rows, vectors, lanes):
+def register_tile(name, rows, vectors, lanes):
+    """``void @name(a, lda, acs, bp, k, c, ldc, ncols, add)``: ``c[:rows, :ncols] (+)= a[:rows, :k] @ panel``, the
+    panel ``k`` rows of ``vectors * lanes`` packed columns at ``bp``; ``a``'s element strides are ``(lda, acs)``
+    (one broadcast per row and term, so a transposed ``a`` costs nothing more); ``add`` adds to ``c``."""
     vt = f"<{lanes} x float>"
-    s = [f"define internal void @{name}(ptr noalias %a, i64 %lda, ptr noalias %bp, i64 %k, ptr noalias %c, "
-         "i64 %ldc, i64 %ncols, i1 %add) nounwind {", "entry:"]
+    s = [f"define internal void @{name}(ptr noalias %a, i64 %lda, i64 %acs, ptr noalias %bp, i64 %k, "
+         "ptr noalias %c, i64 %ldc, i64 %ncols, i1 %add) nounwind {", "entry:"]
     s += [line for r in range(rows) for line in (f"  %ao{r} = mul nsw i64 %lda, {r}",
                                                  f"  %ar{r} = getelementptr float, ptr %a, i64 %ao{r}")]
     s += ["  br label %head", "head:", "  %kk = phi i64 [0, %entry], [%kk.next, %body]"]
     s += [f"  %acc{r}_{v} = phi {vt} [zeroinitializer, %entry], [%nacc{r}_{v}, %body]"
           for r in range(rows) for v in range(vectors)]
     s += ["  %ok = icmp slt i64 %kk, %k", "  br i1 %ok, label %body, label %exit", "body:",
-          f"  %bo = mul nsw i64 %kk, {vectors * lanes}"]
+          f"  %bo = mul nsw i64 %kk, {vectors * lanes}", "  %kka = mul nsw i64 %kk, %acs"]
     for v in range(vectors):
         s += [f"  %bo{v} = add nsw i64 %bo, {v * lanes}", f"  %bp{v} = getelementptr float, ptr %bp, i64 %bo{v}",
               f"  %b{v} = load {vt}, ptr %bp{v}, align 4"]
     for r in range(rows):
-        s += [f"  %ap{r} = getelementptr float, ptr %ar{r}, i64 %kk", f"  %a{r} = load float, ptr %ap{r}, align 4",
+        s += [f"  %ap{r} = getelementptr float, ptr %ar{r}, i64 %kka", f"  %a{r} = load float, ptr %ap{r}, align 4",
               *(f"  {text}" for text in vector_splat(f"%as{r}", "float", lanes, f"%a{r}"))]
         s += [f"  %nacc{r}_{v} = call {vt} @llvm.fmuladd.v{lanes}f32({vt} %as{r}, {vt} %b{v}, {vt} %acc{r}_{v})"
               for v in range(vectors)]
@@ -114,7 +118,7 @@ def packed_gemm(name):
     decls = {f"declare {vt} @llvm.fmuladd.v{lanes}f32({vt}, {vt}, {vt})",
              f"declare void @llvm.masked.store.v{lanes}f32.p0({vt}, ptr, i32, <{lanes} x i1>)",
              f"declare {vt} @llvm.masked.load.v{lanes}f32.p0(ptr, i32, <{lanes} x i1>, {vt})"}
-    tiles = [_tile(f"{name}.t{r}", r, vectors, lanes) for r in range(1, most + 1)]
+    tiles = [register_tile(f"{name}.t{r}", r, vectors, lanes) for r in range(1, most + 1)]
     # Rows per tile: ceil(rest / ceil(rest / most)), so the blocks of a panel are even.
     s = [f"define internal void @{name}(ptr noalias %a, ptr noalias %bp, ptr noalias %c, i64 %m, i64 %n, i64 %k, "
          "i64 %lda, i64 %ldc) noinline nounwind {", "entry:", "  br label %p.head", "p.head:",
@@ -139,7 +143,8 @@ def packed_gemm(name):
          "  %coff = mul nsw i64 %i, %ldc", "  %ci = getelementptr float, ptr %cp, i64 %coff",
          f"  switch i64 %rows, label %r{most} [" + " ".join(f"i64 {r}, label %r{r}" for r in range(1, most)) + "]"]
     for r in range(1, most + 1):
-        s += [f"r{r}:", f"  call void @{name}.t{r}(ptr %ai, i64 %lda, ptr %bpq, i64 %kq, ptr %ci, i64 %ldc, i64 %cols, "
+        s += [f"r{r}:", f"  call void @{name}.t{r}(ptr %ai, i64 %lda, i64 1, ptr %bpq, i64 %kq, ptr %ci, i64 %ldc, "
+              "i64 %cols, "
               "i1 %add)",
               f"  %i.n{r} = add nsw i64 %i, {r}", "  br label %i.head"]
     s += ["i.exit:", f"  %q.next = add nsw i64 %q, {depth}", "  br label %q.head",

@@ -1,11 +1,12 @@
 """A whole program of kernels as ONE native function: ``void @program(ptr %table, ptr %ints)`` runs calls in order.
 
 The program is what a CPU graph replays: each call is an IR `Kernel` (a fused elementwise group or a reduction), a
-matrix product (`Gemm`: a vector loop for small sizes, a BLAS call through a function pointer for large ones;
-`PackedGemm`: a product by a weight packed in panels, `llvm_gemm_packed`) or a
-`Copy` (``memcpy``). Every pointer a call uses is ``table[slot] + byte_offset``: the table (an array of ``void*``
-the caller owns) holds one address per distinct allocation, so a caller can substitute an input by rewriting one
-table entry, with no copy and no recompile, as long as the new memory has the same layout.
+matrix product (`Gemm`: a vector loop for small sizes, a BLAS call through a function pointer for large ones,
+float32 register tiles over a right operand packed as they go, `llvm_gemm_tiled`; `PackedGemm`: a product by a
+weight packed in panels, `llvm_gemm_packed`) or a `Copy` (``memcpy``). Every pointer a call uses is
+``table[slot] + byte_offset``: the table (an array of ``void*`` the caller owns) holds one address per distinct
+allocation, so a caller can substitute an input by rewriting one table entry, with no copy and no recompile, as long
+as the new memory has the same layout.
 
 The program is size-generic: every integer of its calls (sizes, strides, byte offsets, byte counts) and constant is
 read from an ``i64`` array that the `Program` holds, not baked into the code, so the same calls at other sizes are
@@ -61,6 +62,8 @@ from .llvm_pool import available, chunking, current_cell, grain_rows, run_addres
 from .llvm_gemm import blas_gemm, blas_ints, blas_operands, gemm_outer_kernel, gemm_reduction_kernel, uses_blas, \
     vector_chunk, vector_fits, vector_gemm, vector_ints
 from .llvm_gemm_packed import geometry, packed_gemm, packed_ints
+from .llvm_gemm_tiled import TILED_SPLIT_FLOPS, TILED_TYPES, tiled_address, tiled_fits, tiled_geometry, tiled_ints, \
+    tiled_panels, tiled_pays
 
 __all__ = ["Ref", "KernelCall", "Gemm", "PackedGemm", "Copy", "emit_program", "compile_program", "Program"]
 
@@ -111,6 +114,9 @@ class Gemm:
     c_strides: tuple
     blas: Ref | None = None
     blas_int_bits: int = 32
+    # > 0: float32 register tiles over a right operand packed as they go (`llvm_gemm_tiled`), faster than NumPy's
+    # OpenBLAS on the products of a training step; > 1: its column panels split over this many pool threads.
+    tiled: int = 0
 
 
 @dataclass(frozen=True)
@@ -208,6 +214,39 @@ def emit_program(calls, name, ints, link):
         args = [f"ptr {pointer(r)}" for r in (g.a, g.b, g.c, *extra)] + [f"i64 {integer(v)}" for v in values]
         body.line(f"call void @{gemms[kind]}({', '.join(args)})")
 
+    def tiled_call(g):
+        # Whether the tiles pay, and their geometry, depend on the sizes: both are the address in the integers
+        # (null: the other path), so the text is the same at every size. Values the other path loads first are
+        # forgotten after it: they do not dominate the code that follows.
+        fn = integer(tiled_address(tiled_geometry(g), default_cache()) if tiled_pays(g) else 0, "ptr")
+        operands = [pointer(r) for r in (g.a, g.b, g.c)] + [integer(v) for v in tiled_ints(g)]
+        n = len(body.lines)
+        yes, no, join = f"tiled{n}", f"other{n}", f"join{n}"
+        body.line(f"br i1 {body.emit(f'icmp ne ptr {fn}, null')}, label %{yes}, label %{no}")
+        body.label(yes)
+        panels, threads = tiled_panels(g), (g.tiled if available() else 1)
+        if threads > 1:
+            pool_call(fn, TILED_TYPES, operands, panels, threads, 1, g.m * g.n * g.k >= TILED_SPLIT_FLOPS)
+        else:
+            args = [f"{t} {o}" for t, o in zip(TILED_TYPES, operands)]
+            body.line(f"call void {fn}(i64 0, i64 {integer(panels)}, {', '.join(args)})")
+        body.line(f"br label %{join}")
+        body.label(no)
+        saved = dict(slots), dict(kernels)
+        product(g)
+        slots.clear(), slots.update(saved[0]), kernels.clear(), kernels.update(saved[1])
+        body.line(f"br label %{join}")
+        body.label(join)
+
+    def product(call):
+        if uses_blas(call):
+            kind = ("blas", call.dtype, *blas_operands(call)[:2], call.blas_int_bits)
+            gemm_call(call, kind, blas_gemm, blas_ints(call), (call.blas,))
+        elif vector_fits(call):
+            gemm_call(call, ("vector", call.dtype, vector_chunk(call)), vector_gemm, vector_ints(call))
+        else:
+            kernel_call(gemm_reduction_kernel(call), (call.a, call.b, call.c))
+
     for call in calls:
         if isinstance(call, KernelCall):
             kernel_call(call.kernel, call.refs, call.split if available() else 0)
@@ -216,13 +255,10 @@ def emit_program(calls, name, ints, link):
                 continue
             if call.k == 1:
                 kernel_call(gemm_outer_kernel(call), (call.a, call.b, call.c))
-            elif uses_blas(call):
-                kind = ("blas", call.dtype, *blas_operands(call)[:2], call.blas_int_bits)
-                gemm_call(call, kind, blas_gemm, blas_ints(call), (call.blas,))
-            elif vector_fits(call):
-                gemm_call(call, ("vector", call.dtype, vector_chunk(call)), vector_gemm, vector_ints(call))
+            elif call.tiled and tiled_fits(call):
+                tiled_call(call)
             else:
-                kernel_call(gemm_reduction_kernel(call), (call.a, call.b, call.c))
+                product(call)
         elif isinstance(call, PackedGemm):
             if call.m and call.n:
                 gemm_call(call, ("packed", geometry()), lambda g, name: packed_gemm(name), packed_ints(call))

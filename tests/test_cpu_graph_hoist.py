@@ -1,0 +1,77 @@
+"""CPU graph replay moves tiny elementwise steps ahead of a larger loop they do not touch (`cpu._native`): a captured
+Adam update is one loop per parameter, and a step that reads what the loop writes stays after it."""
+import numpy as np
+
+import jitorch
+from jitorch.codegen.llvm_program import KernelCall
+from jitorch.cpu._native import HOIST_MAX
+
+
+def _kernels_over(graph, shape):
+    return sum(1 for c in graph._build().program_calls if isinstance(c, KernelCall) and c.kernel.shape == shape)
+
+
+def _adam_pair(shapes):
+    jitorch.manual_seed(0)
+    params = [jitorch.randn(*shape, requires_grad=True) for shape in shapes]
+    grads = [jitorch.randn(*shape) for shape in shapes]
+    copies = [p.detach().clone().requires_grad_(True) for p in params]
+    return params, grads, copies
+
+
+def test_a_captured_adam_update_is_one_loop_per_parameter_and_matches_eager():
+    shapes = [(96, 130), (50, 70)]
+    params, grads, copies = _adam_pair(shapes)
+    opt = jitorch.optim.Adam(params, lr=0.01, capturable=True)
+    ref = jitorch.optim.Adam(copies, lr=0.01, capturable=True)
+    for p, q, g in zip(params, copies, grads):
+        p.grad, q.grad = g.clone(), g.clone()
+    opt.step()  # the state exists before the capture
+    ref.step()
+    g = jitorch.cpu.CPUGraph()
+    with jitorch.cpu.graph(g):
+        opt.step()
+    ref.step()  # the capture ran its step too
+    assert g.native
+    # The bias corrections (0-d) sit between the moment updates and the parameter update of each tensor.
+    assert [_kernels_over(g, shape) for shape in shapes] == [1, 1]
+    for _ in range(3):
+        g.replay()
+        ref.step()
+        for p, q in zip(params, copies):
+            np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(opt.state[params[0]]["step"].numpy(), ref.state[copies[0]]["step"].numpy())
+
+
+def test_a_small_step_reading_the_loop_output_stays_after_it():
+    x = jitorch.randn(64, 64)
+    scale = jitorch.tensor(2.0)
+    out = jitorch.empty(64, 64)
+    g = jitorch.cpu.CPUGraph()
+    with jitorch.cpu.graph(g):
+        y = x * scale + 1
+        corner = y[0, 0] * 3  # reads the loop's output: must not move ahead of it
+        scale.add_(1)  # writes what the loop read: must not move ahead of it either
+        out.copy_(y * corner)
+    for _ in range(3):
+        before = scale.item()
+        want_y = x.numpy() * before + 1
+        g.replay()
+        np.testing.assert_allclose(y.numpy(), want_y, rtol=1e-6)
+        np.testing.assert_allclose(corner.numpy(), want_y[0, 0] * 3, rtol=1e-6)
+        np.testing.assert_allclose(out.numpy(), want_y * want_y[0, 0] * 3, rtol=1e-5)
+        assert scale.item() == before + 1
+
+
+def test_only_tiny_steps_move():
+    assert 1 <= HOIST_MAX < 64 * 64
+    x, b = jitorch.randn(64, 64), jitorch.randn(HOIST_MAX + 1)
+    g = jitorch.cpu.CPUGraph()
+    with jitorch.cpu.graph(g):
+        y = (x * 2).exp()
+        c = b * 3  # independent but not tiny: stays in order, in a loop of its own
+        z = y + 1
+    g.replay()
+    np.testing.assert_allclose(z.numpy(), np.exp(x.numpy() * 2) + 1, rtol=1e-5)
+    np.testing.assert_allclose(c.numpy(), b.numpy() * 3, rtol=1e-6)
+    assert _kernels_over(g, (64, 64)) == 2
