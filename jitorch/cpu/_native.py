@@ -30,7 +30,7 @@ from .._compile.lower import IR_DTYPES
 from ..codegen.ir import Buffer, Kernel, Store, load
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_pool import split_threads
-from ..codegen.llvm_program import Copy, KernelCall, Ref, compile_program
+from ..codegen.llvm_program import Copy, Ref, call_for, compile_program
 from ..runtime.threads import get_num_threads
 from ._lower import blas_address, element_strides, product_call, view_of
 from ._native_items import _checked, _classify, _draws_in_order, _joins, _key, _note
@@ -293,7 +293,7 @@ class NativeReplay:
     def _call(self, call):
         kind = call[0]
         if kind == "kernel":
-            return KernelCall(call[1], tuple(self._ref(a) for a in call[2]), split_threads(get_num_threads()))
+            return call_for(call[1], [self._ref(a) for a in call[2]], split_threads(get_num_threads()))
         if kind == "copy":
             return Copy(self._ref(call[1]), self._ref(call[2]), call[1].nbytes)
         return product_call(call[1], self._ref(call[1]["a"]), self._ref(call[1]["b"]), self._ref(call[1]["c"]),

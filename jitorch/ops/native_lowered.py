@@ -23,13 +23,16 @@ True
 """
 from __future__ import annotations
 
+import ctypes
 import math
 
 import numpy as np
 
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
-from ..codegen.llvm_pool import grain_rows
+from ..codegen.llvm_pool import grain_rows, shared_pool, split_call
+from ..codegen.llvm_program import Function
+from ..runtime.threads import get_num_threads
 from ..runtime import host_cache, memory_owner
 from ..runtime.host_pointer import data_address
 from .conv_layouts import pad_contiguous
@@ -66,9 +69,29 @@ def _plan(name, inputs, outs, attrs):
         for a in arrays:
             j = next((j for j, o in enumerate(operands) if o is not None and memory_owner(o) is memory_owner(a)), None)
             sources.append((j, data_address(a) - data_address(operands[j])) if j is not None else (None, a))
+        if isinstance(kernel, Function):
+            plan.append((_FunctionRunner(kernel), sources, None, None))
+            continue
         compiled = compile_kernel(kernel, cache=default_cache())
         plan.append((compiled, sources, math.prod(kernel.shape), grain_rows(kernel, compiled.outer)))
     return plan
+
+
+class _FunctionRunner:
+    """A lowering's `Function` (a generated function such as the 2x2 pool's) called from Python over its rows,
+    split over the native pool where the function says it pays."""
+
+    def __init__(self, function):
+        self.function, self.address = function, function.address()
+        self.types = ("ptr",) * function.pointers + ("i64",) * len(function.ints)
+        self.fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64,
+                                   *(ctypes.c_void_p if t == "ptr" else ctypes.c_int64 for t in self.types))(
+                                       self.address)
+
+    def run(self, addresses):
+        f, threads = self.function, get_num_threads()
+        pool = shared_pool(threads) if threads > 1 and f.worth and f.rows > 1 else None
+        split_call(pool, self.fn, self.address, self.types, list(addresses) + list(f.ints), f.rows)
 
 
 def _run(name, inputs, outs, attrs):
@@ -91,7 +114,10 @@ def _run(name, inputs, outs, attrs):
     for kernel, sources, numel, grain in plan:
         addresses = [data_address(operands[j]) + offset if j is not None else data_address(offset)
                      for j, offset in sources]
-        launch(kernel, addresses, numel, grain)
+        if numel is None:
+            kernel.run(addresses)
+        else:
+            launch(kernel, addresses, numel, grain)
     return True
 
 
