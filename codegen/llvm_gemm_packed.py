@@ -35,8 +35,8 @@ import numpy as np
 from .codeblock import vector_mask, vector_splat
 from .llvm_host import has_avx512
 
-__all__ = ["DEPTH", "geometry", "panel", "rows_max", "pack_panels", "register_tile", "packed_gemm", "packed_ints",
-           "packed_matmul"]
+__all__ = ["DEPTH", "geometry", "panel", "rows_max", "pack_panels", "register_tile", "row_tiles", "packed_gemm",
+           "packed_ints", "packed_matmul"]
 
 
 DEPTH = 128  # terms per pass: a panel's 128 x 64 float32 block (32 KiB) stays in L1 for every row tile
@@ -110,6 +110,33 @@ def register_tile(name, rows, vectors, lanes):
     return "\n".join(s + ["  ret void", "}"])
 
 
+def row_tiles(name, most, entry, ars, acs, panel):
+    """The loop over ``%m`` rows of ``%aq`` (strides ``ars``, ``acs``) that calls the tiles ``name.t1`` ..
+    ``name.t<most>`` on ``panel`` (``%kq`` terms) into ``%cp`` (``%ldc``, ``%cols``, ``%add``), entered from block
+    ``entry`` and leaving to ``i.exit``; the tiles of a panel are as even as ``most`` rows allow (20 rows by at most
+    6: four of 5)::
+
+        i.body:
+          %rest = sub nsw i64 %m, %i
+          ...
+          switch i64 %rows, label %r6 [i64 1, label %r1 ... i64 5, label %r5]
+    """
+    s = ["  br label %i.head", "i.head:",
+         f"  %i = phi i64 [0, %{entry}], " + ", ".join(f"[%i.n{r}, %r{r}]" for r in range(1, most + 1)),
+         "  %i.ok = icmp slt i64 %i, %m", "  br i1 %i.ok, label %i.body, label %i.exit", "i.body:",
+         # rows per tile: ceil(rest / ceil(rest / most))
+         "  %rest = sub nsw i64 %m, %i", f"  %rest1 = add nsw i64 %rest, {most - 1}",
+         f"  %blocks = udiv i64 %rest1, {most}", "  %rest2 = add nsw i64 %rest, %blocks",
+         "  %rest3 = sub nsw i64 %rest2, 1", "  %rows = udiv i64 %rest3, %blocks",
+         f"  %aoff = mul nsw i64 %i, {ars}", "  %ai = getelementptr float, ptr %aq, i64 %aoff",
+         "  %coff = mul nsw i64 %i, %ldc", "  %ci = getelementptr float, ptr %cp, i64 %coff",
+         f"  switch i64 %rows, label %r{most} [" + " ".join(f"i64 {r}, label %r{r}" for r in range(1, most)) + "]"]
+    for r in range(1, most + 1):
+        s += [f"r{r}:", f"  call void @{name}.t{r}(ptr %ai, i64 {ars}, i64 {acs}, ptr {panel}, i64 %kq, ptr %ci, "
+              "i64 %ldc, i64 %cols, i1 %add)", f"  %i.n{r} = add nsw i64 %i, {r}", "  br label %i.head"]
+    return s
+
+
 def packed_gemm(name):
     """``(declarations, text)`` of ``void @name(ptr a, ptr panels, ptr c, i64 m, i64 n, i64 k, i64 lda, i64 ldc)``:
     ``c[:m, :n] = a[:m, :k] @ b`` for ``panels`` = `pack_panels` ``(b)[0]``, row-major ``a`` and ``c``."""
@@ -119,7 +146,6 @@ def packed_gemm(name):
              f"declare void @llvm.masked.store.v{lanes}f32.p0({vt}, ptr, i32, <{lanes} x i1>)",
              f"declare {vt} @llvm.masked.load.v{lanes}f32.p0(ptr, i32, <{lanes} x i1>, {vt})"}
     tiles = [register_tile(f"{name}.t{r}", r, vectors, lanes) for r in range(1, most + 1)]
-    # Rows per tile: ceil(rest / ceil(rest / most)), so the blocks of a panel are even.
     s = [f"define internal void @{name}(ptr noalias %a, ptr noalias %bp, ptr noalias %c, i64 %m, i64 %n, i64 %k, "
          "i64 %lda, i64 %ldc) noinline nounwind {", "entry:", "  br label %p.head", "p.head:",
          "  %j = phi i64 [0, %entry], [%j.next, %q.exit]", "  %p.ok = icmp slt i64 %j, %n",
@@ -133,20 +159,7 @@ def packed_gemm(name):
          f"  %q.short = icmp slt i64 %q.left, {depth}", f"  %kq = select i1 %q.short, i64 %q.left, i64 {depth}",
          "  %add = icmp sgt i64 %q, 0", f"  %qo = mul nsw i64 %q, {width}",
          "  %bpq = getelementptr float, ptr %bpp, i64 %qo", "  %aq = getelementptr float, ptr %a, i64 %q",
-         "  br label %i.head", "i.head:",
-         "  %i = phi i64 [0, %q.body], " + ", ".join(f"[%i.n{r}, %r{r}]" for r in range(1, most + 1)),
-         "  %i.ok = icmp slt i64 %i, %m", "  br i1 %i.ok, label %i.body, label %i.exit", "i.body:",
-         "  %rest = sub nsw i64 %m, %i", f"  %rest1 = add nsw i64 %rest, {most - 1}",
-         f"  %blocks = udiv i64 %rest1, {most}", "  %rest2 = add nsw i64 %rest, %blocks",
-         "  %rest3 = sub nsw i64 %rest2, 1", "  %rows = udiv i64 %rest3, %blocks",
-         "  %aoff = mul nsw i64 %i, %lda", "  %ai = getelementptr float, ptr %aq, i64 %aoff",
-         "  %coff = mul nsw i64 %i, %ldc", "  %ci = getelementptr float, ptr %cp, i64 %coff",
-         f"  switch i64 %rows, label %r{most} [" + " ".join(f"i64 {r}, label %r{r}" for r in range(1, most)) + "]"]
-    for r in range(1, most + 1):
-        s += [f"r{r}:", f"  call void @{name}.t{r}(ptr %ai, i64 %lda, i64 1, ptr %bpq, i64 %kq, ptr %ci, i64 %ldc, "
-              "i64 %cols, "
-              "i1 %add)",
-              f"  %i.n{r} = add nsw i64 %i, {r}", "  br label %i.head"]
+         *row_tiles(name, most, "q.body", "%lda", "1", "%bpq")]
     s += ["i.exit:", f"  %q.next = add nsw i64 %q, {depth}", "  br label %q.head",
           "q.exit:", f"  %j.next = add nsw i64 %j, {width}", "  br label %p.head", "done:", "  ret void", "}"]
     return decls, "\n".join(tiles + ["\n".join(s)])

@@ -30,7 +30,7 @@ import numpy as np
 
 from .codeblock import vector_mask
 from .llvm_compile import compile_function
-from .llvm_gemm_packed import DEPTH, geometry, register_tile
+from .llvm_gemm_packed import DEPTH, geometry, register_tile, row_tiles
 
 __all__ = ["TILED_MIN_FLOPS", "TILED_SPLIT_FLOPS", "TILED_TYPES", "TRANSPOSED_MIN_FLOPS", "tiled_fits", "tiled_pays",
            "tiled_geometry", "tiled_gemm", "tiled_address", "tiled_ints", "tiled_panels", "tiled_matmul"]
@@ -146,19 +146,8 @@ def tiled_gemm(shape, name):
     s += ["  br label %k.latch", "k.latch:", "  %t.next = add nsw i64 %t, 1", "  br label %k.head"]
     s += _transposed_pack(lanes, vectors, width)
     s += ["k.exit:",
-          "  %aqo = mul nsw i64 %q, %acs", "  %aq = getelementptr float, ptr %a, i64 %aqo", "  br label %i.head",
-          "i.head:", "  %i = phi i64 [0, %k.exit], " + ", ".join(f"[%i.n{r}, %r{r}]" for r in range(1, most + 1)),
-          "  %i.ok = icmp slt i64 %i, %m", "  br i1 %i.ok, label %i.body, label %i.exit", "i.body:",
-          # rows per tile: ceil(rest / ceil(rest / most)), so the tiles of a panel are even
-          "  %rest = sub nsw i64 %m, %i", f"  %rest1 = add nsw i64 %rest, {most - 1}",
-          f"  %blocks = udiv i64 %rest1, {most}", "  %rest2 = add nsw i64 %rest, %blocks",
-          "  %rest3 = sub nsw i64 %rest2, 1", "  %rows = udiv i64 %rest3, %blocks",
-          "  %aoff = mul nsw i64 %i, %ars", "  %ai = getelementptr float, ptr %aq, i64 %aoff",
-          "  %coff = mul nsw i64 %i, %ldc", "  %ci = getelementptr float, ptr %cp, i64 %coff",
-          f"  switch i64 %rows, label %r{most} [" + " ".join(f"i64 {r}, label %r{r}" for r in range(1, most)) + "]"]
-    for r in range(1, most + 1):
-        s += [f"r{r}:", f"  call void @{name}.t{r}(ptr %ai, i64 %ars, i64 %acs, ptr %buf, i64 %kq, ptr %ci, "
-              "i64 %ldc, i64 %cols, i1 %add)", f"  %i.n{r} = add nsw i64 %i, {r}", "  br label %i.head"]
+          "  %aqo = mul nsw i64 %q, %acs", "  %aq = getelementptr float, ptr %a, i64 %aqo",
+          *row_tiles(name, most, "k.exit", "%ars", "%acs", "%buf")]
     s += ["i.exit:", f"  %q.next = add nsw i64 %q, {DEPTH}", "  br label %q.head",
           "q.exit:", "  %p.next = add nsw i64 %p, 1", "  br label %p.head", "done:", "  ret void", "}"]
     return decls, "\n".join(tiles + ["\n".join(s)])

@@ -66,14 +66,20 @@ def _masks(s, n):
     s += [f"  {t}" for t in vector_mask("%m.hi", n, "%left2", first=n)]
 
 
+def _start(name, n, arrays):
+    """The vector types, the even column offsets ``0, 2, ..`` and the function's opening lines over ``arrays``."""
+    pointers = "".join(f", ptr noalias %{a}" for a in arrays)
+    return (f"<{n} x float>", f"<{n} x i64>", f"<{n} x i1>", ", ".join(f"i64 {2 * k}" for k in range(n)),
+            [f"define void @{name}(i64 %r0, i64 %r1{pointers}, i64 %H, i64 %W, i64 %OH, i64 %OW) nounwind {{",
+             "entry:"])
+
+
 def forward_text(name, n):
     """The forward function's LLVM text (see the module notes), ``n`` outputs per vector."""
-    ft, it, mt = f"<{n} x float>", f"<{n} x i64>", f"<{n} x i1>"
+    ft, it, mt, iota2, s = _start(name, n, ("x", "v", "ix"))
     even = ", ".join(f"i32 {2 * k}" for k in range(n))
     odd = ", ".join(f"i32 {2 * k + 1}" for k in range(n))
-    iota2 = ", ".join(f"i64 {2 * k}" for k in range(n))
-    s = [f"define void @{name}(i64 %r0, i64 %r1, ptr noalias %x, ptr noalias %v, ptr noalias %ix, i64 %H, i64 %W, "
-         "i64 %OH, i64 %OW) nounwind {", "entry:", f"  %w.i = insertelement {it} poison, i64 %W, i64 0",
+    s += [f"  %w.i = insertelement {it} poison, i64 %W, i64 0",
          f"  %w.v = shufflevector {it} %w.i, {it} poison, <{n} x i32> zeroinitializer",
          f"  %w1.v = add {it} %w.v, splat (i64 1)"]
     _row_setup(s)
@@ -110,12 +116,9 @@ def forward_text(name, n):
 
 def backward_text(name, n):
     """The backward function's LLVM text (see the module notes), ``n`` gradients per vector."""
-    ft, it, mt = f"<{n} x float>", f"<{n} x i64>", f"<{n} x i1>"
-    iota2 = ", ".join(f"i64 {2 * k}" for k in range(n))
+    ft, it, mt, iota2, s = _start(name, n, ("g", "ix", "gi"))
     low = ", ".join(f"i32 {k // 2 + (n if k % 2 else 0)}" for k in range(n))
     high = ", ".join(f"i32 {n // 2 + k // 2 + (n if k % 2 else 0)}" for k in range(n))
-    s = [f"define void @{name}(i64 %r0, i64 %r1, ptr noalias %g, ptr noalias %ix, ptr noalias %gi, i64 %H, i64 %W, "
-         "i64 %OH, i64 %OW) nounwind {", "entry:"]
     _row_setup(s)
     _masks(s, n)
     s += ["  %out = add nsw i64 %orow, %c", "  %gp = getelementptr float, ptr %g, i64 %out",
