@@ -122,3 +122,25 @@ def test_values_the_other_path_loads_are_reloaded_after_it():
     compile_program(calls, default_cache())(table.ctypes.data)
     for c in (c1, c2):
         np.testing.assert_allclose(c, a @ bt.T, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(8, 3, 4), (8, 2, 6), (16, 4, 6), (16, 2, 12)])
+def test_every_geometry_is_right_whatever_the_host(shape):
+    # AVX2 hosts get 8 lanes (3 vectors, or 2 by 6 rows for narrow products): their code runs here too.
+    import ctypes
+
+    from jitorch.codegen.llvm_gemm_tiled import tiled_address
+
+    lanes, vectors, _ = shape
+    width = lanes * vectors
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, *([ctypes.c_void_p] * 3 + [ctypes.c_int64] * 8))(
+        tiled_address(shape))
+    rng = np.random.default_rng(lanes * vectors)
+    m, k, n = 13, DEPTH + 7, 2 * width + 5
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    for bb in (b, np.asfortranarray(b)):
+        c = np.empty((m, n), np.float32)
+        strides = [s // 4 for s in a.strides + bb.strides]
+        fn(0, -(-n // width), a.ctypes.data, bb.ctypes.data, c.ctypes.data, m, n, k, *strides, n)
+        np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)

@@ -76,3 +76,51 @@ def test_graphs_and_eager_take_the_functions_and_match_torch():
     names = sorted(c.function.name for c in calls if isinstance(c, FunctionCall))
     assert names == ["maxpool2_backward", "maxpool2_forward"]
     np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+
+
+def test_eight_lane_functions_are_right_too():
+    # AVX2 hosts compile the functions with 8 lanes: the same code at that width runs here.
+    import ctypes
+
+    from jitorch.codegen.llvm_compile import compile_function
+    from jitorch.codegen.llvm_maxpool2 import backward_text, forward_text
+
+    fn_type = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 4))
+    fwd = fn_type(compile_function(forward_text("test_maxpool2_forward_8", 8), "test_maxpool2_forward_8"))
+    bwd = fn_type(compile_function(backward_text("test_maxpool2_backward_8", 8), "test_maxpool2_backward_8"))
+    rng = np.random.default_rng(8)
+    shape = (2, 3, 6, 38)
+    x = _ties_and_nan(rng, shape)
+    values, indices = np.empty((2, 3, 3, 19), np.float32), np.empty((2, 3, 3, 19), np.int64)
+    fwd(0, 18, x.ctypes.data, values.ctypes.data, indices.ctypes.data, 6, 38, 3, 19)
+    want_v, want_i = maxpool2_forward(x)
+    np.testing.assert_array_equal(values, want_v)
+    np.testing.assert_array_equal(indices, want_i)
+    g = rng.standard_normal(values.shape).astype(np.float32)
+    grad = np.empty(shape, np.float32)
+    bwd(0, 18, g.ctypes.data, indices.ctypes.data, grad.ctypes.data, 6, 38, 3, 19)
+    np.testing.assert_array_equal(grad, maxpool2_backward(g, indices, shape))
+
+
+def test_eager_calls_split_over_threads_give_the_same_answer():
+    from jitorch.codegen.llvm_pool import SPLIT_WORK
+
+    rng = np.random.default_rng(2)
+    x_np = _ties_and_nan(rng, (4, 16, 64, 64))
+    assert x_np.size >= SPLIT_WORK  # the function asks for the split
+    g_np = rng.standard_normal((4, 16, 32, 32)).astype(np.float32)
+    answers = []
+    before = jitorch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            jitorch.set_num_threads(threads)
+            x = jitorch.tensor(x_np, requires_grad=True)
+            y = F.max_pool2d(x, 2)
+            y.backward(jitorch.tensor(g_np))
+            answers.append((y.detach().numpy().copy(), x.grad.numpy().copy()))
+    finally:
+        jitorch.set_num_threads(before)
+    for got, want in zip(answers[1], answers[0]):
+        np.testing.assert_array_equal(got, want)
+    want_v, want_i = maxpool2_forward(x_np)
+    np.testing.assert_array_equal(answers[0][0], want_v)
