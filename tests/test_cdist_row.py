@@ -49,3 +49,17 @@ def test_node_name_and_missing_double_backward():
     (g,) = jitorch.autograd.grad(out.sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="the derivative for '_cdist_backward' is not implemented"):
         g.sum().backward()
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, float("inf")])
+@pytest.mark.parametrize("which", [0, 1])
+def test_one_input_needing_grad_through_the_generated_backward(p, which):
+    a, b = _inputs((2, 40, 30), (2, 50, 30), "float32", p == float("inf"), seed=2)
+    g = np.random.default_rng(3).standard_normal((2, 40, 50)).astype(np.float32)
+    mode = "donot_use_mm_for_euclid_dist"
+    got, want = [], []
+    for lib, out in ((jitorch, got), (torch, want)):
+        x, y = lib.tensor(a, requires_grad=which == 0), lib.tensor(b, requires_grad=which == 1)
+        lib.cdist(x, y, p=p, compute_mode=mode).backward(lib.tensor(g))
+        out.append((x if which == 0 else y).grad.numpy())
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
