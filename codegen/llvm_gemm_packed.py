@@ -76,7 +76,13 @@ def pack_panels(b):
 def register_tile(name, rows, vectors, lanes):
     """``void @name(a, lda, acs, bp, k, c, ldc, ncols, add)``: ``c[:rows, :ncols] (+)= a[:rows, :k] @ panel``, the
     panel ``k`` rows of ``vectors * lanes`` packed columns at ``bp``; ``a``'s element strides are ``(lda, acs)``
-    (one broadcast per row and term, so a transposed ``a`` costs nothing more); ``add`` adds to ``c``."""
+    (one broadcast per row and term, so a transposed ``a`` costs nothing more); ``add`` adds to ``c``. Per term::
+
+        %kka = mul nsw i64 %kk, %acs
+        %ap0 = getelementptr float, ptr %ar0, i64 %kka
+        %a0 = load float, ptr %ap0, align 4
+        %nacc0_0 = call <16 x float> @llvm.fmuladd.v16f32(<16 x float> %as0, <16 x float> %b0, <16 x float> %acc0_0)
+    """
     vt = f"<{lanes} x float>"
     s = [f"define internal void @{name}(ptr noalias %a, i64 %lda, i64 %acs, ptr noalias %bp, i64 %k, "
          "ptr noalias %c, i64 %ldc, i64 %ncols, i1 %add) nounwind {", "entry:"]

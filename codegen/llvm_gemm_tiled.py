@@ -6,8 +6,9 @@ NumPy's OpenBLAS (SkylakeX kernels on this Zen 4) runs ``x @ W.T``, a linear lay
 operand is in panels. So the product packs as it goes: for each panel of `panel` columns and each block of `DEPTH`
 terms, the ``(DEPTH, panel)`` block of ``b`` is copied (zero-padded past ``n``) into a 32 KiB buffer on the stack,
 which stays in L1 while every row tile of ``a`` runs over it (`register_tile`). A block of a ``b`` with unit column
-stride is four masked vector loads per term; any other ``b`` (``W.T``: unit row stride) is read by gathers. Each
-element of ``b`` is packed once per call, so the copy is one pass over ``b`` against ``m`` rows of work.
+stride is four masked vector loads per term; a ``b`` with unit ROW stride (``W.T``) is read a column at a time and
+turned by register transposes (`_transposed_pack`); a ``b`` with neither is refused (`tiled_fits`; `tiled_matmul`
+copies it). Each element of ``b`` is packed once per call: one pass over ``b`` against ``m`` rows of work.
 
 The function's first two arguments are a range of panels, the signature of the native pool's kernels
 (`llvm_pool`): a program splits the panels over its threads. Panels are independent (each owns its columns of
@@ -61,26 +62,27 @@ def tiled_pays(g):
     """Whether `Gemm` ``g`` runs faster tiled than through BLAS (see the measurements above)."""
     if not tiled_fits(g) or g.m < MIN_ROWS:
         return False
-    lanes, vectors, _ = tiled_geometry(g)
-    if 4 * g.n < 3 * tiled_panels(g) * lanes * vectors:
+    lanes, vectors, _ = tiled_geometry(g.n)
+    if 4 * g.n < 3 * tiled_panels(g.n) * lanes * vectors:
         return False
     transposed = g.b_strides[0] == 1 and g.b_strides[1] != 1 and g.k > 1
     return g.m * g.n * g.k >= (TRANSPOSED_MIN_FLOPS if transposed else TILED_MIN_FLOPS)
 
 
-def tiled_geometry(g):
-    """``(lanes, vectors, rows)`` of ``g``'s tiles: `llvm_gemm_packed.geometry`, or two vectors by more rows when
-    ``c`` is at most two vectors wide (attention's 32-wide heads would leave half of a four-vector tile idle)."""
+def tiled_geometry(n):
+    """``(lanes, vectors, rows)`` of the tiles of a product ``n`` columns wide: `llvm_gemm_packed.geometry`, or two
+    vectors by more rows when at most two vectors wide (attention's 32-wide heads would leave half of a four-vector
+    tile idle)."""
     lanes, vectors, rows = geometry()
-    if vectors > 2 and g.n <= 2 * lanes:
+    if vectors > 2 and n <= 2 * lanes:
         return lanes, 2, 12 if lanes == 16 else 6
     return lanes, vectors, rows
 
 
-def tiled_panels(g):
-    """The number of panels of ``g`` (the range its function splits)."""
-    lanes, vectors, _ = tiled_geometry(g)
-    return -(-g.n // (lanes * vectors))
+def tiled_panels(n):
+    """The number of panels of a product ``n`` columns wide (the range its function splits)."""
+    lanes, vectors, _ = tiled_geometry(n)
+    return -(-n // (lanes * vectors))
 
 
 def tiled_ints(g):
@@ -90,32 +92,29 @@ def tiled_ints(g):
 
 def tiled_gemm(shape, name):
     """``(declarations, text)`` of ``void @name(i64 p0, i64 p1, ptr a, ptr b, ptr c, i64 m, n, k, ars, acs, brs,
-    bcs, ldc)``: columns ``[p0 * panel, p1 * panel)`` of ``c = a @ b`` (element strides; ``c``'s column stride 1)
-    by tiles of `tiled_geometry` ``shape``; sizes and strides are arguments."""
+    bcs, ldc)``: columns ``[p0 * panel, p1 * panel)`` of ``c = a @ b`` (element strides; ``c``'s column stride 1;
+    ``b`` with a unit stride) by tiles of `tiled_geometry` ``shape``; sizes and strides are arguments. Its head::
+
+        define internal void @g0(i64 %p0, i64 %p1, ptr noalias %a, ptr noalias %b, ptr noalias %c, i64 %m, ...
+        entry:
+          %buf = alloca [8192 x float], align 64
+    """
     lanes, vectors, most = shape
     width, vt = lanes * vectors, f"<{lanes} x float>"
-    pt = f"<{lanes} x ptr>"
     decls = {f"declare {vt} @llvm.fmuladd.v{lanes}f32({vt}, {vt}, {vt})",
              f"declare void @llvm.masked.store.v{lanes}f32.p0({vt}, ptr, i32, <{lanes} x i1>)",
              f"declare {vt} @llvm.masked.load.v{lanes}f32.p0(ptr, i32, <{lanes} x i1>, {vt})",
-             "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
-             f"declare {vt} @llvm.masked.gather.v{lanes}f32.v{lanes}p0({pt}, i32, <{lanes} x i1>, {vt})"}
+             "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)"}
     tiles = [register_tile(f"{name}.t{r}", r, vectors, lanes) for r in range(1, most + 1)]
-    iota = ", ".join(f"i64 {i}" for i in range(lanes))
     s = [f"define internal void @{name}(i64 %p0, i64 %p1, ptr noalias %a, ptr noalias %b, ptr noalias %c, i64 %m, "
          "i64 %n, i64 %k, i64 %ars, i64 %acs, i64 %brs, i64 %bcs, i64 %ldc) noinline nounwind {", "entry:",
-         f"  %buf = alloca [{DEPTH * width} x float], align 64", "  %unit = icmp eq i64 %bcs, 1",
-         "  %rowunit = icmp eq i64 %brs, 1", "  %notunit = xor i1 %unit, true",
-         "  %trans = and i1 %rowunit, %notunit",
-         f"  %bcs.i = insertelement <{lanes} x i64> poison, i64 %bcs, i64 0",
-         f"  %bcs.v = shufflevector <{lanes} x i64> %bcs.i, <{lanes} x i64> poison, <{lanes} x i32> zeroinitializer"]
-    for v in range(vectors):  # the gather's element offsets of vector v: (v * lanes + lane) * bcs
-        s += [f"  %lane{v} = add <{lanes} x i64> <{iota}>, " + f"<{', '.join([f'i64 {v * lanes}'] * lanes)}>",
-              f"  %gofs{v} = mul <{lanes} x i64> %lane{v}, %bcs.v"]
-    s += ["  br label %p.head", "p.head:", "  %p = phi i64 [%p0, %entry], [%p.next, %q.exit]",
-          "  %p.ok = icmp slt i64 %p, %p1", "  br i1 %p.ok, label %p.body, label %done", "p.body:",
-          f"  %j = mul nsw i64 %p, {width}", "  %cols = sub nsw i64 %n, %j", "  %bjo = mul nsw i64 %j, %bcs",
-          "  %bj = getelementptr float, ptr %b, i64 %bjo", "  %cp = getelementptr float, ptr %c, i64 %j"]
+         f"  %buf = alloca [{DEPTH * width} x float], align 64", "  %rowunit = icmp eq i64 %brs, 1",
+         "  %colunit = icmp eq i64 %bcs, 1", "  %notcol = xor i1 %colunit, true",
+         "  %trans = and i1 %rowunit, %notcol", "  br label %p.head", "p.head:",
+         "  %p = phi i64 [%p0, %entry], [%p.next, %q.exit]", "  %p.ok = icmp slt i64 %p, %p1",
+         "  br i1 %p.ok, label %p.body, label %done", "p.body:",
+         f"  %j = mul nsw i64 %p, {width}", "  %cols = sub nsw i64 %n, %j", "  %bjo = mul nsw i64 %j, %bcs",
+         "  %bj = getelementptr float, ptr %b, i64 %bjo", "  %cp = getelementptr float, ptr %c, i64 %j"]
     s += [f"  {text}" for v in range(vectors) for text in vector_mask(f"%m{v}", lanes, "%cols", first=v * lanes)]
     s += ["  br label %q.head", "q.head:", "  %q = phi i64 [0, %p.body], [%q.next, %i.exit]",
           "  %q.in = icmp slt i64 %q, %k", "  %q.first = icmp eq i64 %q, 0", "  %q.ok = or i1 %q.in, %q.first",
@@ -123,11 +122,10 @@ def tiled_gemm(shape, name):
           f"  %q.short = icmp slt i64 %q.left, {DEPTH}", f"  %kq = select i1 %q.short, i64 %q.left, i64 {DEPTH}",
           "  %add = icmp sgt i64 %q, 0", "  br i1 %trans, label %h.head, label %k.head",
           # the block's pack: term t of the block to buf[t * width ...]
-          "k.head:", "  %t = phi i64 [0, %q.body], [%t.next, %k.latch]", "  %t.ok = icmp slt i64 %t, %kq",
+          "k.head:", "  %t = phi i64 [0, %q.body], [%t.next, %k.body]", "  %t.ok = icmp slt i64 %t, %kq",
           "  br i1 %t.ok, label %k.body, label %k.exit", "k.body:", "  %row = add nsw i64 %q, %t",
           "  %ro = mul nsw i64 %row, %brs", "  %bq = getelementptr float, ptr %bj, i64 %ro",
-          f"  %so = mul nsw i64 %t, {width}", "  %sq = getelementptr float, ptr %buf, i64 %so",
-          "  br i1 %unit, label %k.unit, label %k.gather", "k.unit:"]
+          f"  %so = mul nsw i64 %t, {width}", "  %sq = getelementptr float, ptr %buf, i64 %so"]
     # The rows of a block lie a row stride apart in L2 or L3: each term asks for a row PREFETCH terms ahead.
     s += ["  %pfo = mul nsw i64 %brs, " + str(PREFETCH), "  %pf = getelementptr float, ptr %bq, i64 %pfo"]
     s += [f"  %pf{v} = getelementptr float, ptr %pf, i64 {v * lanes}" for v in range(vectors)]
@@ -137,13 +135,7 @@ def tiled_gemm(shape, name):
               f"  %bv{v} = call {vt} @llvm.masked.load.v{lanes}f32.p0(ptr %bq{v}, i32 4, <{lanes} x i1> %m{v}, "
               f"{vt} zeroinitializer)",
               f"  %sq{v} = getelementptr float, ptr %sq, i64 {v * lanes}", f"  store {vt} %bv{v}, ptr %sq{v}, align 4"]
-    s += ["  br label %k.latch", "k.gather:"]
-    for v in range(vectors):
-        s += [f"  %gp{v} = getelementptr float, ptr %bq, <{lanes} x i64> %gofs{v}",
-              f"  %gv{v} = call {vt} @llvm.masked.gather.v{lanes}f32.v{lanes}p0({pt} %gp{v}, i32 4, "
-              f"<{lanes} x i1> %m{v}, {vt} zeroinitializer)",
-              f"  %gq{v} = getelementptr float, ptr %sq, i64 {v * lanes}", f"  store {vt} %gv{v}, ptr %gq{v}, align 4"]
-    s += ["  br label %k.latch", "k.latch:", "  %t.next = add nsw i64 %t, 1", "  br label %k.head"]
+    s += ["  %t.next = add nsw i64 %t, 1", "  br label %k.head"]
     s += _transposed_pack(lanes, vectors, width)
     s += ["k.exit:",
           "  %aqo = mul nsw i64 %q, %acs", "  %aq = getelementptr float, ptr %a, i64 %aqo",
@@ -156,7 +148,11 @@ def tiled_gemm(shape, name):
 def _transposed_pack(lanes, vectors, width):
     """The block's pack when ``b`` has unit ROW stride (``W.T``): ``lanes`` terms of ``lanes`` columns at a time,
     each column a contiguous vector load, turned into rows by a register transpose (`_transpose`); a gather per term
-    would touch ``panel`` lines a row stride apart for every term, which thrash L1's few sets."""
+    would touch ``panel`` lines a row stride apart for every term, which thrash L1's few sets. Per column::
+
+        %x0_3.m = select i1 %x0_3.v, <16 x i1> %lm, <16 x i1> zeroinitializer
+        %x0_3 = call <16 x float> @llvm.masked.load.v16f32.p0(ptr %x0_3.p, i32 4, <16 x i1> %x0_3.m, ...)
+    """
     vt = f"<{lanes} x float>"
     s = ["h.head:", "  %h = phi i64 [0, %q.body], [%h.next, %h.body]", "  %h.ok = icmp slt i64 %h, %kq",
          "  br i1 %h.ok, label %h.body, label %k.exit", "h.body:", "  %hl = sub nsw i64 %kq, %h",
@@ -222,25 +218,22 @@ def tiled_address(shape, cache=None):
     return found
 
 
-def tiled_matmul(a, b):
-    """``a @ b`` (float32, any strides) through `tiled_gemm` from Python, on one thread (tests, measurements)."""
+def tiled_matmul(a, b, shape=None):
+    """``a @ b`` (float32, any strides: a ``b`` with no unit stride is copied) through `tiled_gemm` from Python, on
+    one thread, with the host's geometry or ``shape`` (tests, measurements)."""
     if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"tiled_matmul: float32 matrices with matching inner sizes expected, got {a.dtype} "
                          f"{a.shape} and {b.dtype} {b.shape}")
     (m, k), n = a.shape, b.shape[1]
-    shape = tiled_geometry(_Size(n))
+    if 1 not in (b.strides[0] // 4, b.strides[1] // 4):
+        b = np.ascontiguousarray(b)
+    shape = shape or tiled_geometry(n)
     if shape not in _FN:
         _FN[shape] = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64,
                                       *([ctypes.c_void_p] * 3 + [ctypes.c_int64] * 8))(tiled_address(shape))
     c = np.empty((m, n), np.float32)
     if m and n:
         strides = [s // 4 for s in a.strides + b.strides]
-        _FN[shape](0, tiled_panels(_Size(n)), a.ctypes.data, b.ctypes.data, c.ctypes.data, m, n, k, *strides, n)
+        _FN[shape](0, -(-n // (shape[0] * shape[1])), a.ctypes.data, b.ctypes.data, c.ctypes.data, m, n, k,
+                   *strides, n)
     return c
-
-
-class _Size:
-    """What `tiled_geometry` reads of a product."""
-
-    def __init__(self, n):
-        self.n = n

@@ -115,7 +115,13 @@ def forward_text(name, n):
 
 
 def backward_text(name, n):
-    """The backward function's LLVM text (see the module notes), ``n`` gradients per vector."""
+    """The backward function's LLVM text (see the module notes), ``n`` gradients per vector. Per chunk and input
+    row, the tile's two columns interleaved back::
+
+        %top.hit0 = icmp eq <16 x i64> %iv, %top.e
+        %top.g0 = select <16 x i1> %top.hit0, <16 x float> %gv, <16 x float> zeroinitializer
+        %top.lo = shufflevector <16 x float> %top.g0, <16 x float> %top.g1, <16 x i32> <i32 0, i32 16, i32 1, ...>
+    """
     ft, it, mt, iota2, s = _start(name, n, ("g", "ix", "gi"))
     low = ", ".join(f"i32 {k // 2 + (n if k % 2 else 0)}" for k in range(n))
     high = ", ".join(f"i32 {n // 2 + k // 2 + (n if k % 2 else 0)}" for k in range(n))
@@ -154,9 +160,10 @@ def _declarations(n):
 _ADDRESSES: dict = {}
 
 
-def pool_address(direction, cache=None):
-    """The address of the ``"forward"`` or ``"backward"`` function for this host, compiled once per process."""
-    n = lanes()
+def pool_address(direction, cache=None, n=None):
+    """The address of the ``"forward"`` or ``"backward"`` function, ``n`` lanes (default: the host's), compiled once
+    per process."""
+    n = n or lanes()
     found = _ADDRESSES.get((direction, n))
     if found is None:
         name = f"jitorch_maxpool2_{direction}_{n}"
@@ -165,26 +172,26 @@ def pool_address(direction, cache=None):
     return found
 
 
-def _call(direction, arrays, sizes, rows):
+def _call(direction, arrays, sizes, rows, n):
     fn = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 4))
-    fn(pool_address(direction))(0, rows, *(a.ctypes.data for a in arrays), *sizes)
+    fn(pool_address(direction, n=n))(0, rows, *(a.ctypes.data for a in arrays), *sizes)
 
 
-def maxpool2_forward(x):
+def maxpool2_forward(x, n=None):
     """``(values, indices)`` of the 2x2 stride-2 max pool of C-contiguous float32 ``x`` ``(N, C, H, W)`` through the
-    forward function, from Python (tests, measurements)."""
+    forward function of ``n`` lanes (default: the host's), from Python (tests, measurements)."""
     x = np.ascontiguousarray(x, np.float32)
-    n, c, h, w = x.shape
-    values = np.empty((n, c, h // 2, w // 2), np.float32)
+    batch, c, h, w = x.shape
+    values = np.empty((batch, c, h // 2, w // 2), np.float32)
     indices = np.empty(values.shape, np.int64)
-    _call("forward", (x, values, indices), (h, w, h // 2, w // 2), n * c * (h // 2))
+    _call("forward", (x, values, indices), (h, w, h // 2, w // 2), batch * c * (h // 2), n)
     return values, indices
 
 
-def maxpool2_backward(grad, indices, input_shape):
+def maxpool2_backward(grad, indices, input_shape, n=None):
     """The input gradient of `maxpool2_forward` for ``grad`` through the backward function (even ``H`` and ``W``)."""
-    n, c, h, w = input_shape
+    batch, c, h, w = input_shape
     out = np.empty(input_shape, np.float32)
-    _call("backward", (np.ascontiguousarray(grad, np.float32), np.ascontiguousarray(indices, np.int64), out),
-          (h, w, h // 2, w // 2), n * c * (h // 2))
+    grad, indices = np.ascontiguousarray(grad, np.float32), np.ascontiguousarray(indices, np.int64)  # kept alive
+    _call("backward", (grad, indices, out), (h, w, h // 2, w // 2), batch * c * (h // 2), n)
     return out

@@ -252,18 +252,13 @@ def emit_program(calls, name, ints, link):
         # Whether the tiles pay, and their geometry, depend on the sizes: both are the address in the integers
         # (null: the other path), so the text is the same at every size. Values the other path loads first are
         # forgotten after it: they do not dominate the code that follows.
-        fn = integer(tiled_address(tiled_geometry(g), default_cache()) if tiled_pays(g) else 0, "ptr")
+        fn = integer(tiled_address(tiled_geometry(g.n), default_cache()) if tiled_pays(g) else 0, "ptr")
         operands = [pointer(r) for r in (g.a, g.b, g.c)] + [integer(v) for v in tiled_ints(g)]
         n = len(body.lines)
         yes, no, join = f"tiled{n}", f"other{n}", f"join{n}"
         body.line(f"br i1 {body.emit(f'icmp ne ptr {fn}, null')}, label %{yes}, label %{no}")
         body.label(yes)
-        panels, threads = tiled_panels(g), (g.tiled if available() else 1)
-        if threads > 1:
-            pool_call(fn, TILED_TYPES, operands, panels, threads, 1, g.m * g.n * g.k >= TILED_SPLIT_FLOPS)
-        else:
-            args = [f"{t} {o}" for t, o in zip(TILED_TYPES, operands)]
-            body.line(f"call void {fn}(i64 0, i64 {integer(panels)}, {', '.join(args)})")
+        range_call(fn, TILED_TYPES, operands, tiled_panels(g.n), g.tiled, g.m * g.n * g.k >= TILED_SPLIT_FLOPS)
         body.line(f"br label %{join}")
         body.label(no)
         saved = dict(slots), dict(kernels)
@@ -271,6 +266,15 @@ def emit_program(calls, name, ints, link):
         slots.clear(), slots.update(saved[0]), kernels.clear(), kernels.update(saved[1])
         body.line(f"br label %{join}")
         body.label(join)
+
+    def range_call(fn, types, operands, rows, threads, worth):
+        # ``fn(0, rows, operands...)``, or its rows split over ``threads`` of the pool where ``worth`` says so
+        # (a choice in the integers: `pool_call`).
+        if threads > 1 and available():
+            pool_call(fn, types, operands, rows, threads, 1, worth)
+        else:
+            args = "".join(f", {t} {o}" for t, o in zip(types, operands))
+            body.line(f"call void {fn}(i64 0, i64 {integer(rows)}{args})")
 
     def product(call):
         if uses_blas(call):
@@ -299,14 +303,9 @@ def emit_program(calls, name, ints, link):
         elif isinstance(call, FunctionCall):
             f = call.function
             if f.rows:
-                fn = integer(f.address(), "ptr")
-                types = ("ptr",) * f.pointers + ("i64",) * len(f.ints)
                 operands = [pointer(r) for r in call.refs] + [integer(v) for v in f.ints]
-                if call.split > 1 and available() and f.rows > 1:
-                    pool_call(fn, types, operands, f.rows, call.split, 1, f.worth)
-                else:
-                    args = "".join(f", {t} {o}" for t, o in zip(types, operands))
-                    body.line(f"call void {fn}(i64 0, i64 {integer(f.rows)}{args})")
+                range_call(integer(f.address(), "ptr"), ("ptr",) * f.pointers + ("i64",) * len(f.ints), operands,
+                           f.rows, call.split if f.rows > 1 else 1, f.worth)
         elif isinstance(call, Copy):
             if call.nbytes:
                 decls.add("declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)")

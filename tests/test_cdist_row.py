@@ -63,3 +63,29 @@ def test_one_input_needing_grad_through_the_generated_backward(p, which):
         lib.cdist(x, y, p=p, compute_mode=mode).backward(lib.tensor(g))
         out.append((x if which == 0 else y).grad.numpy())
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, float("inf")])
+@pytest.mark.parametrize("layout", ["transposed", "sliced", "broadcast batch"])
+def test_strided_and_broadcast_inputs_through_the_generated_backward(p, layout):
+    # The generated backward reads contiguous copies of strided inputs: the copies must outlive the kernel.
+    rng = np.random.default_rng(4)
+    if layout == "transposed":
+        a, b = rng.standard_normal((24, 300)).astype(np.float32), rng.standard_normal((200, 24)).astype(np.float32)
+        first = lambda x: x.t()  # noqa: E731
+    elif layout == "sliced":
+        a, b = rng.standard_normal((300, 48)).astype(np.float32), rng.standard_normal((200, 24)).astype(np.float32)
+        first = lambda x: x[:, ::2]  # noqa: E731
+    else:
+        a = rng.standard_normal((1, 300, 24)).astype(np.float32)
+        b = rng.standard_normal((5, 200, 24)).astype(np.float32)
+        first = lambda x: x  # noqa: E731
+    mode = "donot_use_mm_for_euclid_dist"
+    grads = []
+    for lib in (jitorch, torch):
+        x, y = lib.tensor(a, requires_grad=True), lib.tensor(b, requires_grad=True)
+        out = lib.cdist(first(x), y, p=p, compute_mode=mode)
+        out.backward(lib.tensor(np.random.default_rng(5).standard_normal(tuple(out.shape)).astype(np.float32)))
+        grads.append((x.grad.numpy(), y.grad.numpy()))
+    for got, want in zip(grads[0], grads[1]):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)

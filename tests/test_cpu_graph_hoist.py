@@ -75,3 +75,18 @@ def test_only_tiny_steps_move():
     np.testing.assert_allclose(z.numpy(), np.exp(x.numpy() * 2) + 1, rtol=1e-5)
     np.testing.assert_allclose(c.numpy(), b.numpy() * 3, rtol=1e-6)
     assert _kernels_over(g, (64, 64)) == 2
+
+
+def test_arrays_over_the_same_bytes_with_different_roots_keep_their_order():
+    buf = bytearray(4 * 64 * 64)  # two arrays over these bytes, neither a view of the other
+    big = jitorch.from_numpy(np.frombuffer(buf, np.float32).reshape(64, 64))
+    small = jitorch.from_numpy(np.frombuffer(buf, np.float32, count=1))
+    g = jitorch.cpu.CPUGraph()
+    with jitorch.cpu.graph(g):
+        y = big * 2
+        small.add_(1)  # writes big[0, 0], which the loop above read: it must not move ahead of it
+        z = y + 1
+    for _ in range(2):
+        big.zero_()
+        g.replay()
+        assert y[0, 0].item() == 0.0 and z[0, 0].item() == 1.0 and small.item() == 1.0

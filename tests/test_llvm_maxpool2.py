@@ -80,26 +80,17 @@ def test_graphs_and_eager_take_the_functions_and_match_torch():
 
 def test_eight_lane_functions_are_right_too():
     # AVX2 hosts compile the functions with 8 lanes: the same code at that width runs here.
-    import ctypes
-
-    from jitorch.codegen.llvm_compile import compile_function
-    from jitorch.codegen.llvm_maxpool2 import backward_text, forward_text
-
-    fn_type = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 4))
-    fwd = fn_type(compile_function(forward_text("test_maxpool2_forward_8", 8), "test_maxpool2_forward_8"))
-    bwd = fn_type(compile_function(backward_text("test_maxpool2_backward_8", 8), "test_maxpool2_backward_8"))
     rng = np.random.default_rng(8)
     shape = (2, 3, 6, 38)
     x = _ties_and_nan(rng, shape)
-    values, indices = np.empty((2, 3, 3, 19), np.float32), np.empty((2, 3, 3, 19), np.int64)
-    fwd(0, 18, x.ctypes.data, values.ctypes.data, indices.ctypes.data, 6, 38, 3, 19)
-    want_v, want_i = maxpool2_forward(x)
-    np.testing.assert_array_equal(values, want_v)
-    np.testing.assert_array_equal(indices, want_i)
+    values, indices = maxpool2_forward(x, n=8)
+    tx = torch.tensor(x, requires_grad=True)
+    tv, ti = torch.nn.functional.max_pool2d(tx, 2, return_indices=True)
+    np.testing.assert_array_equal(values, tv.detach().numpy())
+    np.testing.assert_array_equal(indices, ti.numpy())
     g = rng.standard_normal(values.shape).astype(np.float32)
-    grad = np.empty(shape, np.float32)
-    bwd(0, 18, g.ctypes.data, indices.ctypes.data, grad.ctypes.data, 6, 38, 3, 19)
-    np.testing.assert_array_equal(grad, maxpool2_backward(g, indices, shape))
+    tv.backward(torch.tensor(g))
+    np.testing.assert_array_equal(maxpool2_backward(g, indices, shape, n=8), tx.grad.numpy())
 
 
 def test_eager_calls_split_over_threads_give_the_same_answer():

@@ -24,6 +24,8 @@ When no step falls back, ``replay()`` is the draws plus ONE native call (``nativ
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .._compile.lower import IR_DTYPES
@@ -43,18 +45,15 @@ _ALIGN = 64
 HOIST_MAX = 64
 
 
-def _numel(shape):
-    return int(np.prod(shape, dtype=np.int64))
-
-
 def _independent(group, item):
-    """Whether ``item`` commutes with ``group``'s loop: it reads no buffer the group writes and writes none it
-    reads or writes (buffers by allocation: any overlap counts)."""
-    roots = set(group["written"])
-    if any(isinstance(a, np.ndarray) and id(view_of(a)[0]) in roots for a in item.operands):
+    """Whether ``item`` commutes with ``group``'s loop: it reads no memory the group writes and writes none it reads
+    or writes. By address ranges, not by root arrays: two arrays over the same bytes can have different roots
+    (``from_dlpack`` of two views of one tensor, ``frombuffer``)."""
+    written = [it.payload.out for it in group["members"]]
+    touched = written + [a for it in group["members"] for a in it.payload.operands if isinstance(a, np.ndarray)]
+    if any(isinstance(a, np.ndarray) and np.may_share_memory(a, w) for a in item.operands for w in written):
         return False
-    out = id(view_of(item.out)[0])
-    return out not in roots and out not in group["read"]
+    return not any(np.may_share_memory(item.out, t) for t in touched)
 
 
 class NativeReplay:
@@ -106,7 +105,7 @@ class NativeReplay:
                 _note(group, it.payload)
                 continue
             if (it.kind == "ew" and group is not None and _independent(group, it.payload)
-                    and _numel(it.payload.shape) <= HOIST_MAX < _numel(group["shape"])):
+                    and math.prod(it.payload.shape) <= HOIST_MAX < math.prod(group["shape"])):
                 if side is not None and _joins(side, it.payload):
                     side["members"].append(it)
                     _note(side, it.payload)

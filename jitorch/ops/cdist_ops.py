@@ -32,7 +32,21 @@ __all__ = ["CDIST", "CDIST_BACKWARD"]
 _BLOCK_ELEMENTS = 1 << 16  # differences per block of x1 rows: 256 KB of float32, a block's work stays in L2
 _NATIVE_MIN = 1 << 12  # differences from which the generated kernel beats NumPy's blocks
 _GRAIN = 1 << 15
-_compiled: dict = {}  # (dtype, p, sizes) -> compiled forward kernel
+_compiled: dict = {}  # (direction, dtype, p, sizes) -> compiled kernel
+
+
+def _kernel(key, build):
+    """The compiled kernel under ``key``, built by ``build()`` on first use (a kernel's sizes are its call values:
+    one entry per shape, the machine code shared)."""
+    from ..codegen.llvm_compile import compile_kernel
+    from ..codegen.llvm_objcache import default_cache
+
+    compiled = _compiled.get(key)
+    if compiled is None:
+        if len(_compiled) >= 64:
+            _compiled.clear()
+        compiled = _compiled[key] = compile_kernel(build(), cache=default_cache())
+    return compiled
 
 
 def _blocks(p_rows, r_rows, m):
@@ -73,8 +87,6 @@ def _native(a, b, p):
     """The distances as one generated reduction kernel over ``(B, P, R, M)`` (the coordinates reduced, a
     vectorized loop; NumPy's blocks took 4x torch's time at p = 1), then the root; None where it does not apply."""
     from ..codegen.ir import Buffer, Kernel, Store, const, load, op
-    from ..codegen.llvm_compile import compile_kernel
-    from ..codegen.llvm_objcache import default_cache
     from . import native_eager
 
     (batch, rows, m), r = a.shape, b.shape[1]
@@ -84,17 +96,15 @@ def _native(a, b, p):
     if dtype is None:
         return None
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    key = (dtype, p, batch, rows, r, m)
-    compiled = _compiled.get(key)
-    if compiled is None:  # (a kernel's sizes are its call values: one per shape, the machine code shared)
+
+    def build():
         d = op("abs", op("sub", load(0, dtype), load(1, dtype)))
         value = d if p in (1, float("inf")) else op("mul", d, d) if p == 2 else op("pow", d, const(p, dtype))
-        kernel = Kernel((batch, rows, r, m), (Buffer(dtype, (rows * m, m, 0, 1)), Buffer(dtype, (r * m, 0, m, 1)),
-                                             Buffer(dtype, (rows * r, r, 1, 0))),
-                        (Store(2, value, "max" if math.isinf(p) else "sum"),), 1)
-        if len(_compiled) >= 64:
-            _compiled.clear()
-        compiled = _compiled[key] = compile_kernel(kernel, cache=default_cache())
+        return Kernel((batch, rows, r, m), (Buffer(dtype, (rows * m, m, 0, 1)), Buffer(dtype, (r * m, 0, m, 1)),
+                                           Buffer(dtype, (rows * r, r, 1, 0))),
+                      (Store(2, value, "max" if math.isinf(p) else "sum"),), 1)
+
+    compiled = _kernel(("forward", dtype, p, batch, rows, r, m), build)
     out = np.empty((batch, rows, r), a.dtype)
     native_eager.launch(compiled, compiled.addresses([a, b, out]), batch * rows * r * m, _GRAIN)
     if p == 2:
@@ -141,8 +151,6 @@ def _native_grad(a, b, g3, d3, p, needs):
     rows, with every operand contiguous along the reduced axis (the transposes are a few MB); None where they do
     not apply. NumPy's blocks took 70 of the 86 ms of a 1000 x 500 x 128 forward and backward at p = 1."""
     from ..codegen.ir import Buffer, Kernel, Store, const, load, op
-    from ..codegen.llvm_compile import compile_kernel
-    from ..codegen.llvm_objcache import default_cache
     from . import native_eager
 
     (batch, rows, m), r = a.shape, b.shape[1]
@@ -161,14 +169,15 @@ def _native_grad(a, b, g3, d3, p, needs):
             continue
         # side 0: ga (B, P, M) summed over R; side 1: gb (B, R, M) summed over P. ``mine`` is the input whose
         # gradient this is, ``other`` the other one transposed to (B, M, rows): contiguous along the sum.
+        # Every array stays bound to a name until the launch: the kernel gets only their addresses.
         mine, other = (a, b) if side == 0 else (b, a)
         n, k = mine.shape[1], other.shape[1]
+        mine = np.ascontiguousarray(mine)
         other_t = np.ascontiguousarray(other.transpose(0, 2, 1))
         pair = np.ascontiguousarray(h if side == 0 else h.transpose(0, 2, 1))
-        dist = np.ascontiguousarray(d3 if side == 0 else d3.transpose(0, 2, 1))
-        key = ("grad", side, dtype, p, batch, n, k, m)
-        compiled = _compiled.get(key)
-        if compiled is None:
+        dist = np.ascontiguousarray(d3 if side == 0 else d3.transpose(0, 2, 1)) if math.isinf(p) else pair
+
+        def build(side=side, n=n, k=k):
             x, y = load(0, dtype), load(1, dtype)
             diff = op("sub", x, y) if side == 0 else op("sub", y, x)  # always x1's row minus x2's
             term = op("mul", diff, load(2, dtype)) if p == 2 else op("mul", _sign(diff, dtype), load(2, dtype))
@@ -179,13 +188,11 @@ def _native_grad(a, b, g3, d3, p, needs):
                 term = op("neg", term)
             rows_of_mine, pairs = Buffer(dtype, (n * m, m, 1, 0)), Buffer(dtype, (n * k, k, 0, 1))
             buffers = (rows_of_mine, Buffer(dtype, (m * k, 0, k, 1)), pairs, pairs, rows_of_mine)
-            kernel = Kernel((batch, n, m, k), buffers, (Store(4, term, "sum"),), 1)
-            if len(_compiled) >= 64:
-                _compiled.clear()
-            compiled = _compiled[key] = compile_kernel(kernel, cache=default_cache())
+            return Kernel((batch, n, m, k), buffers, (Store(4, term, "sum"),), 1)
+
+        compiled = _kernel(("backward", side, dtype, p, batch, n, k, m), build)
         out = np.empty(mine.shape, a.dtype)
-        native_eager.launch(compiled, compiled.addresses([np.ascontiguousarray(mine), other_t, pair, dist, out]),
-                            batch * n * k * m, _GRAIN)
+        native_eager.launch(compiled, compiled.addresses([mine, other_t, pair, dist, out]), batch * n * k * m, _GRAIN)
         grads.append(out)
     return grads
 

@@ -32,7 +32,7 @@ from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_pool import grain_rows, shared_pool, split_call
 from ..codegen.llvm_program import Function
-from ..runtime.threads import get_num_threads
+from ..runtime.threads import get_num_threads, parallel_for
 from ..runtime import host_cache, memory_owner
 from ..runtime.host_pointer import data_address
 from .conv_layouts import pad_contiguous
@@ -70,16 +70,17 @@ def _plan(name, inputs, outs, attrs):
             j = next((j for j, o in enumerate(operands) if o is not None and memory_owner(o) is memory_owner(a)), None)
             sources.append((j, data_address(a) - data_address(operands[j])) if j is not None else (None, a))
         if isinstance(kernel, Function):
-            plan.append((_FunctionRunner(kernel), sources, None, None))
+            plan.append((_FunctionRunner(kernel).run, sources))
             continue
         compiled = compile_kernel(kernel, cache=default_cache())
-        plan.append((compiled, sources, math.prod(kernel.shape), grain_rows(kernel, compiled.outer)))
+        numel, grain = math.prod(kernel.shape), grain_rows(kernel, compiled.outer)
+        plan.append((lambda addresses, k=compiled, n=numel, g=grain: launch(k, addresses, n, g), sources))
     return plan
 
 
 class _FunctionRunner:
     """A lowering's `Function` (a generated function such as the 2x2 pool's) called from Python over its rows,
-    split over the native pool where the function says it pays."""
+    split over jitorch's threads where the function says it pays (the native pool, else the Python one)."""
 
     def __init__(self, function):
         self.function, self.address = function, function.address()
@@ -90,8 +91,8 @@ class _FunctionRunner:
 
     def run(self, addresses):
         f, threads = self.function, get_num_threads()
-        pool = shared_pool(threads) if threads > 1 and f.worth and f.rows > 1 else None
-        split_call(pool, self.fn, self.address, self.types, list(addresses) + list(f.ints), f.rows)
+        parallel = (shared_pool(threads) or parallel_for) if threads > 1 and f.worth and f.rows > 1 else None
+        split_call(parallel, self.fn, self.address, self.types, list(addresses) + list(f.ints), f.rows)
 
 
 def _run(name, inputs, outs, attrs):
@@ -111,13 +112,8 @@ def _run(name, inputs, outs, attrs):
     if plan is False:
         return False
     operands = list(outs) + list(inputs)
-    for kernel, sources, numel, grain in plan:
-        addresses = [data_address(operands[j]) + offset if j is not None else data_address(offset)
-                     for j, offset in sources]
-        if numel is None:
-            kernel.run(addresses)
-        else:
-            launch(kernel, addresses, numel, grain)
+    for run, sources in plan:
+        run([data_address(operands[j]) + offset if j is not None else data_address(offset) for j, offset in sources])
     return True
 
 
