@@ -1,5 +1,6 @@
-"""CPU graph replay moves tiny elementwise steps ahead of a larger loop they do not touch (`cpu._native`): a captured
-Adam update is one loop per parameter, and a step that reads what the loop writes stays after it."""
+"""How CPU graph replay groups its elementwise steps (`cpu._native`): tiny steps move ahead of a larger loop they do not
+touch (a captured Adam update is one loop per parameter; a step that reads what the loop writes stays after it), and a
+fused loop takes the rewrites compiled graphs make (`codegen.ir.simplify`)."""
 import numpy as np
 
 import jitorch
@@ -90,3 +91,27 @@ def test_arrays_over_the_same_bytes_with_different_roots_keep_their_order():
         big.zero_()
         g.replay()
         assert y[0, 0].item() == 0.0 and z[0, 0].item() == 1.0 and small.item() == 1.0
+
+
+def _ops(expr, seen=None):
+    seen = set() if seen is None else seen
+    seen.add(expr.op)
+    for a in expr.args:
+        _ops(a, seen)
+    return seen
+
+
+def test_a_fused_loop_takes_the_rewrites_of_compiled_graphs():
+    import torch
+
+    x_np = np.random.default_rng(6).standard_normal((64, 300)).astype(np.float32) * 4
+    x = jitorch.tensor(x_np)
+    g = jitorch.cpu.CPUGraph()
+    with jitorch.cpu.graph(g):
+        y = jitorch.nn.functional.gelu(x, approximate="tanh")
+    g.replay()
+    ops = set().union(*(_ops(s.value) for c in g._build().program_calls if isinstance(c, KernelCall)
+                        for s in c.kernel.stores))
+    assert "exp" in ops and "tanh" not in ops  # GELU's 1 + tanh(z) as 2 / (1 + exp(-2 z)) (`codegen.ir.simplify`)
+    want = torch.nn.functional.gelu(torch.tensor(x_np, dtype=torch.float64), approximate="tanh").numpy()
+    np.testing.assert_allclose(y.numpy(), want, rtol=2e-6, atol=1e-6)
