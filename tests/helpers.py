@@ -314,6 +314,21 @@ def gradcheck_op(fn, arrays, *, eps=1e-6, atol=1e-5, rtol=1e-3):
     assert jitorch.autograd.gradcheck(fn, _gradcheck_inputs(arrays), eps=eps, atol=atol, rtol=rtol)
 
 
+def check_double_backward(name, jt_fn, torch_fn, x, rng):
+    """A unary op's gradient with a random upstream gradient (drawn from ``rng``), taken with ``create_graph=True``,
+    then differentiated again along another random direction, wrt ``x`` and the upstream gradient: both libraries on
+    the same data."""
+    g, gg = (rng.standard_normal(x.shape).astype(x.dtype) for _ in range(2))
+    results = []
+    for lib, fn in ((jitorch, jt_fn), (torch, torch_fn)):
+        xt, gt = lib.tensor(x, requires_grad=True), lib.tensor(g, requires_grad=True)
+        (dx,) = lib.autograd.grad(fn(xt), xt, gt, create_graph=True)
+        ddx, dg = lib.autograd.grad(dx, (xt, gt), lib.tensor(gg))
+        results.append([t.detach().numpy() for t in (dx, ddx, dg)])
+    for got, want, what in zip(*results, ("grad", "grad of grad wrt x", "grad of grad wrt g")):
+        np.testing.assert_allclose(got, want, atol=2e-6 * np.abs(want).max(), rtol=1e-5, err_msg=f"{name}: {what}")
+
+
 def gradgradcheck_op(fn, arrays, *, eps=1e-6, atol=1e-5, rtol=1e-3):
     """Second-order ``jitorch.autograd.gradgradcheck`` in float64."""
     assert jitorch.autograd.gradgradcheck(fn, _gradcheck_inputs(arrays), eps=eps, atol=atol, rtol=rtol)

@@ -1,4 +1,6 @@
 """Helpers of the optimizer tests: the optimizer cases, parameters and gradients fed to both libraries, comparisons."""
+import copy
+
 import numpy as np
 import torch
 
@@ -111,3 +113,25 @@ def _strip_tensors(sd):
 def _pair(name, jps, tps, **kwargs):
     """The optimizer ``name`` of each library over its parameters, with the same options."""
     return getattr(jitorch.optim, name)(jps, **kwargs), getattr(torch.optim, name)(tps, **kwargs)
+
+
+def _train_case(name, kwargs, dtype=np.float32, seed=0, steps=STEPS, shapes=SHAPES):
+    """Optimizer ``name`` with ``kwargs`` in both libraries, trained ``steps`` steps on the same seeded parameters and
+    gradients, compared after each."""
+    rng = np.random.default_rng(seed)
+    jps, tps = _params(rng, dtype, shapes)
+    _train(*_pair(name, jps, tps, **kwargs), jps, tps, rng, steps, TOL[dtype])
+
+
+def _reload(jopt, topt, jps, tps, make, tol):
+    """Both optimizers' state dicts (equal but for their tensors' values) loaded into fresh optimizers ``make(jps2,
+    tps2)`` over copies of the weights, compared right after loading; ``(jopt2, topt2, jps2, tps2, jsd, tsd)``."""
+    jsd, tsd = copy.deepcopy(jopt.state_dict()), copy.deepcopy(topt.state_dict())
+    assert _strip_tensors(jsd) == _strip_tensors(tsd)
+    jps2 = [jitorch.tensor(_np(p).copy(), requires_grad=True) for p in jps]
+    tps2 = [torch.tensor(_np(p).copy(), requires_grad=True) for p in tps]
+    jopt2, topt2 = make(jps2, tps2)
+    jopt2.load_state_dict(jsd)
+    topt2.load_state_dict(tsd)
+    _assert_same(jopt2, topt2, jps2, tps2, tol, "after loading")
+    return jopt2, topt2, jps2, tps2, jsd, tsd

@@ -16,7 +16,7 @@ import torch.nn.functional as TF
 from jitorch.ops import native_eager
 from jitorch.ops.table import OPS, validate_row
 
-from helpers import check_error, check_op, gradcheck_op, gradgradcheck_op, make_array
+from helpers import check_double_backward, check_error, check_op, gradcheck_op, gradgradcheck_op, make_array
 
 ACTIVATIONS = {
     "gelu": (JF.gelu, TF.gelu),
@@ -43,17 +43,7 @@ def test_activation_double_backward_matches_torch(name):
     jf, tf = ACTIVATIONS[name]
     rng = np.random.default_rng(1)
     x = (rng.standard_normal(9000) * 3).astype(np.float32)  # large enough for the native backward kernel
-    g, gg = (rng.standard_normal(x.shape).astype(np.float32) for _ in range(2))
-    results = []
-    for lib, fn in ((jitorch, jf), (torch, tf)):
-        xt = lib.tensor(x, requires_grad=True)
-        gt = lib.tensor(g, requires_grad=True)
-        (dx,) = lib.autograd.grad(fn(xt), xt, gt, create_graph=True)
-        ddx, dg = lib.autograd.grad(dx, (xt, gt), lib.tensor(gg))
-        results.append([t.detach().numpy() for t in (dx, ddx, dg)])
-    for got, want, what in zip(*results, ("grad", "grad of grad wrt x", "grad of grad wrt g")):
-        scale = np.abs(want).max()
-        np.testing.assert_allclose(got, want, atol=2e-6 * scale, rtol=1e-5, err_msg=f"{name}: {what}")
+    check_double_backward(name, jf, tf, x, rng)
 
 
 @pytest.mark.parametrize("name", sorted(ACTIVATIONS))

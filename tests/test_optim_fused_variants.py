@@ -4,12 +4,11 @@ threads, state dicts loaded mid-training, the unfused update taking over for a g
 dtypes), and the version counters an in-place update bumps."""
 from __future__ import annotations
 
-import copy
 
 import numpy as np
 import pytest
 import torch
-from optim_helpers import STEPS, TOL, _assert_same, _case_id, _np, _pair, _params, _strip_tensors, _train
+from optim_helpers import STEPS, TOL, _case_id, _pair, _params, _reload, _train, _train_case
 
 import jitorch
 
@@ -28,18 +27,12 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_option_combinations_match_torch_step_for_step(case, dtype):
-    name, kwargs = case
-    rng = np.random.default_rng(11)
-    jps, tps = _params(rng, dtype)
-    _train(*_pair(name, jps, tps, **kwargs), jps, tps, rng, STEPS, TOL[dtype])
+    _train_case(*case, dtype, seed=11)
 
 
 @pytest.mark.parametrize("case", CASES[::2], ids=_case_id)
 def test_large_parameters_split_over_threads_match_torch(case):
-    name, kwargs = case
-    rng = np.random.default_rng(5)
-    jps, tps = _params(rng, np.float32, shapes=((300, 250), (70001,), (5,)))
-    _train(*_pair(name, jps, tps, **kwargs), jps, tps, rng, 8, TOL[np.float32])
+    _train_case(*case, seed=5, steps=8, shapes=((300, 250), (70001,), (5,)))
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
@@ -50,14 +43,7 @@ def test_state_dict_loaded_mid_training_continues_like_torch(case, dtype):
     jps, tps = _params(rng, dtype)
     jopt, topt = _pair(name, jps, tps, **kwargs)
     _train(jopt, topt, jps, tps, rng, 7, TOL[dtype])
-    jsd, tsd = copy.deepcopy(jopt.state_dict()), copy.deepcopy(topt.state_dict())
-    assert _strip_tensors(jsd) == _strip_tensors(tsd)
-    jps2 = [jitorch.tensor(_np(p).copy(), requires_grad=True) for p in jps]
-    tps2 = [torch.tensor(_np(p).copy(), requires_grad=True) for p in tps]
-    jopt2, topt2 = _pair(name, jps2, tps2, lr=0.5)
-    jopt2.load_state_dict(jsd)
-    topt2.load_state_dict(tsd)
-    _assert_same(jopt2, topt2, jps2, tps2, TOL[dtype], "after loading")
+    jopt2, topt2, jps2, tps2, _, _ = _reload(jopt, topt, jps, tps, lambda j, t: _pair(name, j, t, lr=0.5), TOL[dtype])
     _train(jopt2, topt2, jps2, tps2, rng, 9, TOL[dtype])
 
 

@@ -3,12 +3,11 @@ with the helpers and tolerances of test_optim.py; state-dict round trips; Sparse
 (a sparse gradient in both: the touched rows update, the others keep their values)."""
 from __future__ import annotations
 
-import copy
 
 import numpy as np
 import pytest
 import torch
-from optim_helpers import STEPS, TOL, _assert_same, _case_id, _np, _pair, _params, _strip_tensors, _train
+from optim_helpers import STEPS, TOL, _case_id, _np, _pair, _params, _reload, _train, _train_case
 
 import jitorch
 
@@ -25,10 +24,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_updates_match_torch_step_for_step(case, dtype):
-    name, kwargs = case
-    rng = np.random.default_rng(0)
-    jps, tps = _params(rng, dtype)
-    _train(*_pair(name, jps, tps, **kwargs), jps, tps, rng, STEPS, TOL[dtype])
+    _train_case(*case, dtype)
 
 
 @pytest.mark.parametrize("name", ["Rprop", "ASGD", "Adafactor"])
@@ -38,14 +34,8 @@ def test_state_dict_round_trip_continues_like_torch(name):
     kwargs = {"ASGD": dict(t0=3)}.get(name, {})
     jopt, topt = _pair(name, jps, tps, lr=0.02, **kwargs)
     _train(jopt, topt, jps, tps, rng, STEPS // 2, TOL[np.float32])
-    jsd, tsd = copy.deepcopy(jopt.state_dict()), copy.deepcopy(topt.state_dict())
-    assert _strip_tensors(jsd) == _strip_tensors(tsd)
-    jps2 = [jitorch.tensor(_np(p).copy(), requires_grad=True) for p in jps]
-    tps2 = [torch.tensor(_np(p).copy(), requires_grad=True) for p in tps]
-    jopt2, topt2 = _pair(name, jps2, tps2, lr=0.5)
-    jopt2.load_state_dict(jsd)
-    topt2.load_state_dict(tsd)
-    _assert_same(jopt2, topt2, jps2, tps2, TOL[np.float32], "after loading")
+    jopt2, topt2, jps2, tps2, _, _ = _reload(jopt, topt, jps, tps, lambda j, t: _pair(name, j, t, lr=0.5),
+                                             TOL[np.float32])
     _train(jopt2, topt2, jps2, tps2, rng, STEPS // 2, TOL[np.float32])
 
 

@@ -11,7 +11,7 @@ import torch
 
 import jitorch
 
-from optim_helpers import CASES, STEPS, TOL, _assert_same, _case_id, _np, _params, _strip_tensors, _train
+from optim_helpers import CASES, STEPS, TOL, _case_id, _np, _pair, _params, _reload, _train
 
 
 # -- state_dict / load_state_dict -------------------------------------------------------------------------------------
@@ -22,17 +22,11 @@ def test_state_dict_round_trip_continues_like_torch(case):
     jps, tps = _params(rng)
     jopt, topt = getattr(jitorch.optim, name)(jps, **kwargs), getattr(torch.optim, name)(tps, **kwargs)
     _train(jopt, topt, jps, tps, rng, STEPS // 2, TOL[np.float32])
-    jsd, tsd = copy.deepcopy(jopt.state_dict()), copy.deepcopy(topt.state_dict())
-    assert _strip_tensors(jsd) == _strip_tensors(tsd)
     # Fresh optimizers (other defaults) over copies of the weights take over from the loaded state.
-    jps2 = [jitorch.tensor(_np(p).copy(), requires_grad=True) for p in jps]
-    tps2 = [torch.tensor(_np(p).copy(), requires_grad=True) for p in tps]
-    jopt2, topt2 = getattr(jitorch.optim, name)(jps2, lr=0.123), getattr(torch.optim, name)(tps2, lr=0.123)
-    jopt2.load_state_dict(jsd)
-    topt2.load_state_dict(tsd)
+    jopt2, topt2, jps2, tps2, _, _ = _reload(jopt, topt, jps, tps, lambda j, t: _pair(name, j, t, lr=0.123),
+                                             TOL[np.float32])
     assert jopt2.param_groups[0]["lr"] == topt2.param_groups[0]["lr"] == kwargs.get("lr", topt.defaults["lr"])
     assert jopt2.param_groups[0]["params"] == jps2
-    _assert_same(jopt2, topt2, jps2, tps2, TOL[np.float32], "after loading")
     _train(jopt2, topt2, jps2, tps2, rng, STEPS // 2, TOL[np.float32])
 
 

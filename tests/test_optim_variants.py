@@ -2,12 +2,11 @@
 helpers and tolerances of test_optim.py; float64 runs show the update rules are torch's, float32 runs its rounding."""
 from __future__ import annotations
 
-import copy
 
 import numpy as np
 import pytest
 import torch
-from optim_helpers import STEPS, TOL, _assert_same, _case_id, _np, _pair, _params, _strip_tensors, _train
+from optim_helpers import STEPS, TOL, _case_id, _np, _pair, _params, _reload, _train, _train_case
 
 import jitorch
 
@@ -26,10 +25,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_updates_match_torch_step_for_step(case, dtype):
-    name, kwargs = case
-    rng = np.random.default_rng(0)
-    jps, tps = _params(rng, dtype)
-    _train(*_pair(name, jps, tps, **kwargs), jps, tps, rng, STEPS, TOL[dtype])
+    _train_case(*case, dtype)
 
 
 @pytest.mark.parametrize("name", ["Adamax", "NAdam", "RAdam"])
@@ -55,15 +51,9 @@ def test_state_dict_round_trip_and_tensor_lr(name):
     jopt, topt = getattr(jitorch.optim, name)(jps, lr=jitorch.tensor(0.02)), getattr(torch.optim, name)(
         tps, lr=torch.tensor(0.02))
     _train(jopt, topt, jps, tps, rng, STEPS // 2, TOL[np.float32])
-    jsd, tsd = copy.deepcopy(jopt.state_dict()), copy.deepcopy(topt.state_dict())
-    assert _strip_tensors(jsd) == _strip_tensors(tsd)
+    jopt2, topt2, jps2, tps2, jsd, tsd = _reload(jopt, topt, jps, tps, lambda j, t: _pair(name, j, t, lr=0.5),
+                                                 TOL[np.float32])
     assert [list(s) for s in jsd["state"].values()] == [list(s) for s in tsd["state"].values()]  # key order too
-    jps2 = [jitorch.tensor(_np(p).copy(), requires_grad=True) for p in jps]
-    tps2 = [torch.tensor(_np(p).copy(), requires_grad=True) for p in tps]
-    jopt2, topt2 = _pair(name, jps2, tps2, lr=0.5)
-    jopt2.load_state_dict(jsd)
-    topt2.load_state_dict(tsd)
-    _assert_same(jopt2, topt2, jps2, tps2, TOL[np.float32], "after loading")
     _train(jopt2, topt2, jps2, tps2, rng, STEPS // 2, TOL[np.float32])
 
 

@@ -11,7 +11,7 @@ import jitorch
 import jitorch.nn.functional as JF
 import torch.nn.functional as TF
 
-from helpers import check_op, gradcheck_op, gradgradcheck_op, make_array
+from helpers import check_double_backward, check_op, gradcheck_op, gradgradcheck_op, make_array
 
 CASES = {
     "softplus": (JF.softplus, TF.softplus),
@@ -52,16 +52,7 @@ def test_special_values_match_torch(name, dtype):
 def test_double_backward_matches_torch(name):
     jf, tf = CASES[name]
     rng = np.random.default_rng(1)
-    x = (rng.standard_normal(9000) * 4).astype(np.float32)
-    g, gg = (rng.standard_normal(x.shape).astype(np.float32) for _ in range(2))
-    results = []
-    for lib, fn in ((jitorch, jf), (torch, tf)):
-        xt, gt = lib.tensor(x, requires_grad=True), lib.tensor(g, requires_grad=True)
-        (dx,) = lib.autograd.grad(fn(xt), xt, gt, create_graph=True)
-        ddx, dg = lib.autograd.grad(dx, (xt, gt), lib.tensor(gg))
-        results.append([t.detach().numpy() for t in (dx, ddx, dg)])
-    for got, want, what in zip(*results, ("grad", "grad of grad wrt x", "grad of grad wrt g")):
-        np.testing.assert_allclose(got, want, atol=2e-6 * np.abs(want).max(), rtol=1e-5, err_msg=f"{name}: {what}")
+    check_double_backward(name, jf, tf, (rng.standard_normal(9000) * 4).astype(np.float32), rng)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

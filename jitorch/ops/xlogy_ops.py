@@ -58,36 +58,29 @@ def _kernel(name, torch_name, formula, wide):
     return kernel
 
 
-def _xlogy_backward(ctx, g):
-    from .. import where
+def _backward(row, edge):
+    """The backward of ``x * log(y - edge)`` (xlogy: edge 0, xlog1py: -1) written with ``row`` itself: ATen's
+    formulas, the x gradient masked to 0 where x == 0 and y is at or below the edge."""
 
-    x, y = ctx.inputs
-    gx = gy = None
-    if ctx.needs_grad(0):
-        gx = apply(XLOGY, g, y)
-        if hasattr(y, "_data"):
-            gx = where((x == 0) & (y <= 0), 0.0, gx)
-        elif not y > 0:  # a Python number: ATen's Scalar_Other formula masks every x == 0 (a NaN y too)
-            gx = where(x == 0, 0.0, gx)
-    if ctx.needs_grad(1):
-        gy = g * x / y
-    return gx, gy
+    def backward(ctx, g):
+        from .. import where
+
+        x, y = ctx.inputs
+        gx = gy = None
+        if ctx.needs_grad(0):
+            gx = apply(row(), g, y)
+            if hasattr(y, "_data"):
+                gx = where((x == 0) & (y <= edge), 0.0, gx)
+            elif not y > edge:  # a Python number: ATen's Scalar_Other formula masks every x == 0 (a NaN y too)
+                gx = where(x == 0, 0.0, gx)
+        if ctx.needs_grad(1):
+            gy = g * x / (y - edge if edge else y)
+        return gx, gy
+    return backward
 
 
-def _xlog1py_backward(ctx, g):
-    from .. import where
-
-    x, y = ctx.inputs
-    gx = gy = None
-    if ctx.needs_grad(0):
-        gx = apply(XLOG1PY, g, y)
-        if hasattr(y, "_data"):
-            gx = where((x == 0) & (y <= -1), 0.0, gx)
-        elif not y > -1:
-            gx = where(x == 0, 0.0, gx)
-    if ctx.needs_grad(1):
-        gy = g * x / (y + 1)
-    return gx, gy
+_xlogy_backward = _backward(lambda: XLOGY, 0)
+_xlog1py_backward = _backward(lambda: XLOG1PY, -1)
 
 
 XLOGY = defop("xlogy", _kernel("xlogy", "xlogy_cpu", _xlogy_formula, False), _xlogy_backward,

@@ -38,6 +38,15 @@ from ._step_capture import count_up
 __all__ = ["fused_nadam", "fused_adamax", "fused_radam", "fused_asgd"]
 
 
+def _in_domain(name, params, *aligned):
+    """Whether the kernels take these tensors (`_usable`: contiguous float CPU arrays of one dtype), their shapes
+    then checked against the parameters' (`_check_shapes` raises torch's error)."""
+    if not params or not _usable(params, *aligned):
+        return False
+    _check_shapes(name, params, *aligned)
+    return True
+
+
 def _lerp_scalars(beta1, dtype):
     """``(w1, 1 - w1, small)``: lerp's weight rounded to the dtype, its complement computed in the dtype (ATen's)."""
     w1 = dtype.type(1.0 - beta1)
@@ -81,9 +90,8 @@ def fused_nadam(params, grads, exp_avgs, exp_avg_sqs, mu_products, state_steps, 
     Advances ``state_steps`` and multiplies each ``mu_products`` entry (0-d tensors) by this step's ``mu`` in the
     tensor's dtype, as ``mu_product *= mu`` does; the step's coefficients use the product as that tensor holds it.
     """
-    if not params or not _usable(params, grads, exp_avgs, exp_avg_sqs) or not _host_scalars(mu_products):
+    if not _host_scalars(mu_products) or not _in_domain("nadam", params, grads, exp_avgs, exp_avg_sqs):
         return False
-    _check_shapes("nadam", params, grads, exp_avgs, exp_avg_sqs)
     beta1, beta2, lr, weight_decay, momentum_decay, eps = map(_scalar, (beta1, beta2, lr, weight_decay,
                                                                         momentum_decay, eps))
     dtype = params[0]._data.dtype
@@ -130,25 +138,31 @@ def _adamax_ir(dt, maximize, decay, small_weight):
 
 def fused_adamax(params, grads, exp_avgs, exp_infs, state_steps, *, beta1, beta2, lr, weight_decay, eps, maximize):
     """Adamax's update, one kernel call per parameter; ``False`` (nothing changed) outside the kernel's domain."""
-    if not params or not _usable(params, grads, exp_avgs, exp_infs):
+    if not _in_domain("adamax", params, grads, exp_avgs, exp_infs):
         return False
-    _check_shapes("adamax", params, grads, exp_avgs, exp_infs)
     beta1, beta2, lr, weight_decay, eps = map(_scalar, (beta1, beta2, lr, weight_decay, eps))
     dtype = params[0]._data.dtype
     w1, one_minus_w1, small = _lerp_scalars(beta1, dtype)
     key = ("adamax", FLOAT_IR_DTYPES[dtype], maximize, weight_decay != 0, small)
     ck = _kernel(key, lambda: _adamax_ir(*key[1:]))
-    last_step = scalars = None
-    for i, param_t in enumerate(params):
-        count_up(state_steps[i])
-        step = float(state_steps[i]._data)
-        if step != last_step:
-            last_step = step
-            scalars = np.array([w1, one_minus_w1, beta2, weight_decay, eps, -(lr / (1 - beta1 ** step))], dtype=dtype)
-        _launch(ck, [param_t._data, grads[i]._data, exp_avgs[i]._data, exp_infs[i]._data], scalars,
+    for i, scalars in _each_step(state_steps, lambda step: np.array(
+            [w1, one_minus_w1, beta2, weight_decay, eps, -(lr / (1 - beta1 ** step))], dtype=dtype)):
+        _launch(ck, [params[i]._data, grads[i]._data, exp_avgs[i]._data, exp_infs[i]._data], scalars,
                 len(_ADAMAX_SCALARS))
-        _touched(param_t, exp_avgs[i], exp_infs[i])
+        _touched(params[i], exp_avgs[i], exp_infs[i])
     return True
+
+
+def _each_step(state_steps, make):
+    """``(i, make(step))`` per parameter after advancing its step count; ``make`` runs again only when the count
+    changes (a group's parameters usually share it: one scalar array, one kernel for all)."""
+    last = made = None
+    for i, step_t in enumerate(state_steps):
+        count_up(step_t)
+        step = float(step_t._data)
+        if step != last:
+            last, made = step, make(step)
+        yield i, made
 
 
 # -- RAdam ----------------------------------------------------------------------------------------------------------
@@ -173,32 +187,29 @@ def _radam_ir(dt, maximize, wd_mode, small_weight, rectified):
 def fused_radam(params, grads, exp_avgs, exp_avg_sqs, state_steps, *, beta1, beta2, lr, weight_decay, eps,
                 decoupled_weight_decay, maximize):
     """RAdam's update, one kernel call per parameter; ``False`` (nothing changed) outside the kernel's domain."""
-    if not params or not _usable(params, grads, exp_avgs, exp_avg_sqs):
+    if not _in_domain("radam", params, grads, exp_avgs, exp_avg_sqs):
         return False
-    _check_shapes("radam", params, grads, exp_avgs, exp_avg_sqs)
     beta1, beta2, lr, weight_decay, eps = map(_scalar, (beta1, beta2, lr, weight_decay, eps))
     dtype = params[0]._data.dtype
     w1, one_minus_w1, small = _lerp_scalars(beta1, dtype)
     wd_mode = _wd_mode(weight_decay, decoupled_weight_decay)
     rho_inf = 2 / (1 - beta2) - 1
-    last_step = scalars = ck = None
-    for i, param_t in enumerate(params):
-        count_up(state_steps[i])
-        step = float(state_steps[i]._data)
-        if step != last_step:
-            last_step = step
-            bias_correction2 = 1 - beta2 ** step
-            rho_t = rho_inf - 2 * step * (beta2 ** step) / bias_correction2
-            rectified = rho_t > 5.0
-            rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5 \
-                if rectified else 1.0
-            key = ("radam", FLOAT_IR_DTYPES[dtype], maximize, wd_mode, small, rectified)
-            ck = _kernel(key, lambda key=key: _radam_ir(*key[1:]))
-            scalars = np.array([w1, one_minus_w1, beta2, 1.0 - beta2, weight_decay, 1.0 - lr * weight_decay,
-                                1 - beta1 ** step, lr, eps, 1.0, bias_correction2 ** 0.5, rect], dtype=dtype)
-        _launch(ck, [param_t._data, grads[i]._data, exp_avgs[i]._data, exp_avg_sqs[i]._data], scalars,
+
+    def kernel_and_scalars(step):
+        bias_correction2 = 1 - beta2 ** step
+        rho_t = rho_inf - 2 * step * (beta2 ** step) / bias_correction2
+        rectified = rho_t > 5.0
+        rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5 \
+            if rectified else 1.0
+        key = ("radam", FLOAT_IR_DTYPES[dtype], maximize, wd_mode, small, rectified)
+        return _kernel(key, lambda: _radam_ir(*key[1:])), np.array(
+            [w1, one_minus_w1, beta2, 1.0 - beta2, weight_decay, 1.0 - lr * weight_decay, 1 - beta1 ** step, lr, eps,
+             1.0, bias_correction2 ** 0.5, rect], dtype=dtype)
+
+    for i, (ck, scalars) in _each_step(state_steps, kernel_and_scalars):
+        _launch(ck, [params[i]._data, grads[i]._data, exp_avgs[i]._data, exp_avg_sqs[i]._data], scalars,
                 len(_RADAM_SCALARS))
-        _touched(param_t, exp_avgs[i], exp_avg_sqs[i])
+        _touched(params[i], exp_avgs[i], exp_avg_sqs[i])
     return True
 
 
@@ -224,9 +235,8 @@ def fused_asgd(params, grads, axs, mus, etas, state_steps, *, lambd, lr, t0, alp
     Each parameter's ``eta`` and ``mu`` (0-d tensors) are read as this step's values, then set for the next step
     as torch's single-tensor loop sets them (the Python value rounded into the tensor's dtype).
     """
-    if not params or not _usable(params, grads, axs) or not _host_scalars(mus, etas):
+    if not _host_scalars(mus, etas) or not _in_domain("asgd", params, grads, axs):
         return False
-    _check_shapes("asgd", params, grads, axs)
     lambd, lr, t0, alpha, weight_decay = map(_scalar, (lambd, lr, t0, alpha, weight_decay))
     dtype = params[0]._data.dtype
     last = scalars = ck = None
