@@ -150,9 +150,6 @@ def run_case(label, repeats, target_s):
             torch.manual_seed(0)
             model = build(torch)
         opt = make_opt(lib, model.parameters())
-        if lib_name == "jitorch.compile step" and isinstance(opt, jitorch.optim.Adam):
-            # A captured Adam keeps its step count in a tensor (torch refuses capturable=True on the CPU).
-            opt = jitorch.optim.Adam(model.parameters(), **{**opt.defaults, "capturable": True})
         x, y = lib.tensor(xd), lib.tensor(yd)
         run, opt_step = model, opt.step
         if lib_name.endswith(" step"):
@@ -237,7 +234,8 @@ def main():
              "(`jitorch.compile(opt.step)`, `torch.compile(opt.step)`), as a compiled training loop does; the plain "
              "compile columns compile the model only. \"step\": the whole training step is one function compiled "
              "with mode=\"reduce-overhead\" (jitorch: captured once as a CPU graph, replayed as native code; torch: "
-             "traced with graph breaks at backward); a captured jitorch Adam is capturable=True. "
+             "traced with graph breaks at backward); the capture sets capturable=True on the Adam it steps, as "
+             "torch.compile does. "
              "\"products only\": the captured step's matrix products (BLAS and register-loop GEMMs) replayed "
              "alone, in order, on the step's buffers: the floor no fusion goes below, so eager / products bounds "
              "any compiled speedup (not given for the CNN, whose convolutions are generated kernels). "

@@ -150,3 +150,23 @@ def test_an_array_both_copied_and_read_zero_copy_in_different_calls_is_guarded_p
         for live in (True, False):
             a[i] = 3.0
             _close(f(x, a, live), torch.zeros(1) + torch.from_numpy(a).sum(), atol=1e-3)
+
+
+def test_the_default_dtype_is_guarded_a_graph_traced_under_float64_is_not_reused_under_float32():
+    # ``arange(2.)`` and Python floats take the default dtype at trace time: a call under another default retraces.
+    def f(x):
+        return x + jitorch.arange(2.0) * 0.5
+
+    compiled = jitorch.compile(f)
+    try:
+        for default in (torch.float64, torch.float32, torch.float64):
+            jitorch.set_default_dtype(getattr(jitorch, str(default).split(".")[1]))
+            torch.set_default_dtype(default)
+            for dtype in ("float32", "float64"):
+                x = np.ones(2, dtype)
+                got, want = compiled(jitorch.tensor(x)), torch.tensor(x) + torch.arange(2.0) * 0.5
+                assert got.dtype == getattr(jitorch, str(want.dtype).split(".")[1]) == f(jitorch.tensor(x)).dtype
+                _close(got, want)
+    finally:
+        jitorch.set_default_dtype(jitorch.float32)
+        torch.set_default_dtype(torch.float32)

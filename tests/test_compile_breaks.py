@@ -209,3 +209,43 @@ def test_random_draws_inside_a_replayed_function_stay_random():
     x = jitorch.zeros(3)
     a, b, c = noisy(x), noisy(x), noisy(x)
     assert not bool((a == b).all()) and not bool((b == c).all())
+
+
+@pytest.mark.parametrize("case", ["t_", "unsqueeze_", "transpose_", "squeeze_ of a view"])
+def test_in_place_shape_changes_run_eagerly_and_reach_the_callers_tensor(case):
+    # The array swap of t_() and its kin happens outside every op: the rest of the call runs eagerly (a break the
+    # fullgraph mode names), and an input comes back with its new shape on every call, as torch.compile gives.
+    fns = {"t_": lambda lib, x: (x.t_(), x * 2 + 1)[1],
+           "unsqueeze_": lambda lib, x: x.unsqueeze_(0).exp().sum(-1),
+           "transpose_": lambda lib, x: (x * 3).transpose_(0, 1).cumsum(0),
+           "squeeze_ of a view": lambda lib, x: x.view(1, 6).squeeze_(0).add_(1)}
+    fn = fns[case]
+    f = jitorch.compile(lambda x: fn(jitorch, x))
+    data = np.arange(6, dtype=np.float32).reshape(2, 3) / 4
+    for _ in range(3):
+        x, xt = jitorch.tensor(data), torch.tensor(data)
+        got, want = f(x), fn(torch, xt)
+        assert tuple(x.shape) == tuple(xt.shape) and tuple(got.shape) == tuple(want.shape)
+        _close(got, want)
+        _close(x, xt)
+    with pytest.raises(RuntimeError, match=rf"graph break at .*test_compile_breaks.py.*{case.split()[0]}"):
+        jitorch.compile(lambda x: fn(jitorch, x), fullgraph=True)(jitorch.tensor(data))
+
+
+def test_retain_grad_inside_a_compiled_function_fills_the_grad_on_every_call():
+    rng = np.random.default_rng(7)
+    wd, xd, gd = (rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (2, 3), (2, 4)))
+
+    def fr(lib, x, w):
+        h = (x @ w).tanh()
+        h.retain_grad()
+        return h, (h * lib.tensor(gd)).sin().sum()
+
+    f = jitorch.compile(lambda x, w: fr(jitorch, x, w))
+    for _ in range(3):
+        w, wt = jitorch.tensor(wd, requires_grad=True), torch.tensor(wd, requires_grad=True)
+        (h, s), (ht, st) = f(jitorch.tensor(xd), w), fr(torch, torch.tensor(xd), wt)
+        s.backward()
+        st.backward()
+        _close(h.grad, ht.grad)
+        _close(w.grad, wt.grad)

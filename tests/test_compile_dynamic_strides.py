@@ -149,7 +149,7 @@ def test_an_argument_passed_twice_stays_one_tensor():
         x, t = _column(jitorch, 3, length, np.float32), _column(torch, 3, length, np.float32)
         assert_same(f(x, x), t * t + t, atol=1e-6, rtol=1e-6)
     assert len(f.entries) == 2 and f.entries[-1].relayout == ("arg0", "arg1")
-    assert f.entries[-1].guards[-2] == ("aliases", (0, 0))
+    assert ("aliases", (0, 0)) in f.entries[-1].guards
 
 
 def test_reduce_overhead_replays_at_any_strides_and_trains_through_them():

@@ -219,3 +219,36 @@ def test_an_attribute_the_call_adds_leaves_the_others_guarded():
     assert all(e.replay is not None and e.replay.bailed is None for e in entries)
     guards = dict(entries[-1].guards)["attributes"]
     assert ("scale", 3.0) in guards[0] and guards[0][-1][0] == "n_seen"
+
+
+def test_print_and_logging_in_a_compiled_function_and_module_happen_on_every_call(capsys, caplog):
+    # torch.compile breaks the graph at print and logging calls and runs them each call; a whole-call graph would
+    # print once, while tracing. The tensor work stays compiled (replayed with its Python).
+    import logging
+
+    log = logging.getLogger("jitorch.test.print")
+
+    class Net(jitorch.nn.Module):
+        def forward(self, x):
+            h = (x * 2).exp()
+            print("forward", tuple(x.shape), float(h.sum()) > 0)
+            log.warning("batch of %d", x.shape[0])
+            return h + 1
+
+    def f(x):
+        print("f sees", x.shape[0])
+        return x.tanh() * 3
+
+    fns = {"function": jitorch.compile(f), "module": jitorch.compile(Net()),
+           "reduce-overhead": jitorch.compile(f, mode="reduce-overhead")}
+    x = RNG.standard_normal((4, 3)).astype(np.float32)
+    for name, fn in fns.items():
+        capsys.readouterr()
+        caplog.clear()
+        for _ in range(4):
+            got = fn(jitorch.tensor(x))
+        want = (torch.tensor(x) * 2).exp() + 1 if name == "module" else torch.tensor(x).tanh() * 3
+        _close(got, want, atol=1e-5)
+        lines = capsys.readouterr().out.splitlines()
+        assert lines == (["forward (4, 3) True"] if name == "module" else ["f sees 4"]) * 4, name
+        assert [r.getMessage() for r in caplog.records] == (["batch of 4"] * 4 if name == "module" else []), name

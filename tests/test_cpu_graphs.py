@@ -366,3 +366,40 @@ def test_an_input_given_new_memory_invalidates_the_capture(replace):
         x.data = jitorch.full((8,), 7.0)
     with pytest.raises(CaptureInvalidated, match="holds other memory than at capture"):
         g.replay()
+
+
+@pytest.mark.parametrize("alias", ["detach", "data", "detach before the forward"])
+def test_an_update_through_an_alias_of_a_parameter_is_not_undone_before_the_next_replay(alias):
+    # ``w.detach()`` and ``w.data`` wrap w's memory without an op; they are not tensors made inside the capture,
+    # whose initial value each replay restores: the update must compound over replays as in eager mode.
+    rng = np.random.default_rng(3)
+    w0, xs = rng.standard_normal(6).astype(np.float32), rng.standard_normal((5, 6)).astype(np.float32)
+    results = {}
+    for lib in (torch, jitorch):
+        w, x = lib.nn.Parameter(lib.tensor(w0)), lib.zeros(6)
+
+        def step():
+            if alias == "detach before the forward":
+                w.detach().mul_(0.9)  # weight decay first
+            w.grad = None
+            (w * x).sin().sum().backward()
+            target = w.data if alias == "data" else w.detach()
+            target.add_(w.grad, alpha=-0.1)
+
+        out = []
+        x.copy_(lib.tensor(xs[0]))
+        step()
+        g = None
+        for i in range(1, 5):
+            x.copy_(lib.tensor(xs[i]))
+            if lib is torch:
+                step()
+            elif g is None:
+                g = CPUGraph()
+                with graph(g):
+                    step()
+            else:
+                g.replay()
+            out.append(w.detach().numpy().copy())
+        results[lib.__name__] = np.array(out)
+    np.testing.assert_allclose(results["jitorch"], results["torch"], rtol=1e-5, atol=1e-6)

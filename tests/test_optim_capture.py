@@ -5,6 +5,7 @@ torch refuses ``capturable=True`` for CPU parameters, so the torch reference is 
 (same math; the bias corrections round differently, hence float32 tolerances rather than bit equality).
 """
 import copy
+import warnings
 
 import numpy as np
 import pytest
@@ -275,3 +276,33 @@ def test_a_tensor_lr_changed_in_place_is_read_live_by_replays(name, kwargs):
         results[lib.__name__] = out
     for a, b in zip(results["torch"], results["jitorch"]):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name, kwargs, captured", [
+    ("Adam", {}, True), ("AdamW", {}, True), ("RMSprop", {}, True), ("Adadelta", {}, True), ("Rprop", {}, True),
+    ("NAdam", {}, False), ("RAdam", {}, False), ("Adamax", {}, False), ("ASGD", {}, False),
+    ("Adagrad", {"lr_decay": 0.01}, False)])
+def test_reduce_overhead_step_of_an_optimizer_built_without_capturable_trains_like_torch(name, kwargs, captured):
+    """Ordinary code builds ``Adam(params)`` (capturable=False) and compiles its training step with
+    mode="reduce-overhead": the capture sets ``capturable=True`` on the groups, as torch.compile does. An optimizer
+    whose update reads a Python step count whatever its flags is found in the warm-up: the calls run through the
+    default compiled path, with a warning naming it, never a capture stopped half-way."""
+    weights, data = _weights(6), _batches(6, 6)
+    net, ref = small_mlp(jitorch, weights), small_mlp(torch, weights)
+    opt = getattr(jitorch.optim, name)(net.parameters(), lr=0.01, **kwargs)
+    ropt = getattr(torch.optim, name)(ref.parameters(), lr=0.01, **kwargs)
+    step = jitorch.compile(lambda x, y: _train_step(jitorch, net, opt, x, y).detach(), mode="reduce-overhead")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for x, y in data:
+            loss = step(jitorch.tensor(x), jitorch.tensor(y))
+            want = _train_step(torch, ref, ropt, torch.tensor(x), torch.tensor(y))
+            np.testing.assert_allclose(_host(loss), want.item(), rtol=1e-4)
+            _assert_params(net, ref, rtol=1e-4, atol=2e-5)
+    notes = [str(w.message) for w in caught if "reduce-overhead" in str(w.message)]
+    if captured:
+        assert step.graph is not None and step.fallback_reason is None and step.recaptures == 0 and not notes
+        assert all(g["capturable"] for g in opt.param_groups) and opt.defaults["capturable"]
+    else:
+        assert step.graph is None and len(notes) == 1 and f"{name}" in notes[0] and "step count" in notes[0]
+    # A capture the user makes still refuses a non-capturable optimizer (test_capturable_false_refuses_capture...).

@@ -1,20 +1,21 @@
 """Guards: what a compiled graph assumed about its call, as named values; a call whose values differ retraces.
 
 Each tensor argument contributes its shape, dtype, device and strides (the kernels are specialized on all four; a
-miss on strides alone is handled in stride_relayout.py);
-other arguments were baked into the graph as constants, so their values are guarded too. Grad mode and, for
-modules, the ``training`` flags, parameter and buffer identities and every public plain-data attribute
-(``momentum``, ``eps``, ``p``, a user's ``self.temperature``) complete the key.
+miss on strides alone is handled in stride_relayout.py); other arguments were baked into the graph as constants, so
+their values are guarded too. Grad mode, the default dtype and, for modules, the ``training`` flags, parameter and
+buffer identities and every public plain-data attribute (``momentum``, ``eps``, ``p``, a user's
+``self.temperature``) complete the key.
 
 >>> import jitorch
 >>> names = [n for n, _ in guard_values((jitorch.ones(2, 3), 4), {})]
 >>> names[:4], names[-3:]
-(['arg0.shape', 'arg0.dtype', 'arg0.device', 'arg0.stride'], ['arg1', 'aliases', 'grad_mode'])
+(['arg0.shape', 'arg0.dtype', 'arg0.device', 'arg0.stride'], ['aliases', 'grad_mode', 'default_dtype'])
 """
 from __future__ import annotations
 
 import numpy as np
 
+from .. import _dtype
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..nn.modules.module import Module
@@ -127,6 +128,8 @@ def guard_values(args, kwargs, module=None, tree=None, by_value=False):
     out.append(("aliases", tuple(first.setdefault(id(a), i) for i, a in enumerate((*args, *kwargs.values()))
                                  if isinstance(a, Tensor))))
     out.append(("grad_mode", GradState.enabled))
+    # Python floats and float creation functions (``arange(2.)``) were traced at the default dtype of that call.
+    out.append(("default_dtype", _dtype._default_float))
     if module is not None:
         mods, params, buffers = module_tree(module) if tree is None else tree
         out.append(("training", tuple([m.training for m in mods])))

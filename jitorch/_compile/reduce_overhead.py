@@ -48,9 +48,11 @@ from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..cpu import CPUGraph, graph
 from ..cpu._steps import root_of
+from ..optim._step_capture import adopting_capturable, noting_optimizer_steps
 from .array_contents import pin_versions
 from .guards import _constant, _plain_attributes, call_hooks, first_failure
 from .named_values import NamedValues
+from .python_output import noting_output
 from .reduce_overhead_cuda import CUDAGraphCapture
 from .reduce_overhead_replay import CapturedReplay, OverwrittenOutputError, _span
 from .side_effects import PythonState
@@ -62,17 +64,21 @@ _AUTOGRAD = ("autograd: an input, parameter or tensor read by name requires grad
              "default compiled path (fused forward and backward) instead of a replayed capture")
 _SIDE_EFFECTS = ("the function changes Python state that outlives the call ({}): a capture replays only the tensor "
                  "work, so calls run through the default compiled path, which reruns the Python on every call")
+_UNREPLAYABLE_STEP = ("a capture could not replay its optimizer step ({}), so calls run through the default compiled "
+                      "path (compiled forward and backward, the step eager)")
 _HOST_READS = ("the function reads tensor values back into Python (item(), bool(), tolist(), printing): a capture "
                "would freeze them, so calls run through the default compiled path, which compiles around them")
 
 
 def _warm_up(fn, args, kwargs):
-    """``fn(*args, **kwargs)`` eagerly, and whether it read a tensor's value back into Python (`cpu._hooks`'s list:
-    what a capture refuses). Knowing it before the capture means no capture starts and stops half-way."""
+    """``fn(*args, **kwargs)`` eagerly, whether it read a tensor's value back into Python (`cpu._hooks`'s list:
+    what a capture refuses), and why the optimizers it stepped could not be replayed (their
+    ``_capture_refusal``), and the first output it wrote (``print``, logging: a capture would not repeat it).
+    Knowing it before the capture means no capture starts and stops half-way."""
     from ..cpu._hooks import FORBIDDEN
 
     originals = {name: Tensor.__dict__[name] for name in FORBIDDEN if name in Tensor.__dict__}
-    seen = []
+    seen, printed = [], []
 
     def noting(name, method):
         def read(self, *a, **k):
@@ -82,11 +88,13 @@ def _warm_up(fn, args, kwargs):
     for name, method in originals.items():
         setattr(Tensor, name, noting(name, method))
     try:
-        out = fn(*args, **kwargs)
+        with noting_optimizer_steps() as stepped, noting_output(printed.append):
+            out = fn(*args, **kwargs)
     finally:
         for name, method in originals.items():
             setattr(Tensor, name, method)
-    return out, bool(seen)
+    refusals = [r for r in (o._capture_refusal() for o in stepped) if r is not None]
+    return out, bool(seen), refusals, printed[:1]
 
 # Captures redone for changed hyperparameters before the warning that the step would run better uncaptured.
 RECAPTURE_WARNING = 8
@@ -121,6 +129,7 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
         self._named_at_capture = None
         self._default = None  # the default-mode compiled function that runs calls needing autograd
         self._side_effects = None  # `_SIDE_EFFECTS` naming what the warm-up changed, when it changed Python state
+        self._unreplayable = None  # `_UNREPLAYABLE_STEP` naming the optimizers a capture could not replay
         # A capture carries no autograd: calls whose warm-up output required grad (`_grad_seen`) take the default
         # path in grad mode.
         self._grad_seen = False
@@ -145,7 +154,8 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
     def _uncaptured(self, reason, args, kwargs):
         """Run a call that is not replayed: through the default compiled path when it needs autograd or reads
         values back to Python (it compiles around those), else eagerly."""
-        if reason is not _AUTOGRAD and reason is not _HOST_READS and reason is not self._side_effects:
+        if reason not in (_AUTOGRAD, _HOST_READS) and reason is not self._side_effects \
+                and reason is not self._unreplayable:
             return self.fn(*args, **kwargs)
         if self._default is None:
             from .api import CompiledFunction  # the default mode; imported here, as entry.py does, to keep api light
@@ -196,7 +206,7 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
                         for t in leaves]
         g = CPUGraph()
         args, kwargs = unflatten_from(spec, self.static)
-        with graph(g):
+        with graph(g), adopting_capturable():
             out = self.fn(*args, **kwargs)
         self.graph = g
         self.out_spec_leaves = []
@@ -262,18 +272,23 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
                 if reason is not None:
                     return self._uncaptured(reason, args, kwargs)
                 state = PythonState(self.fn, self.module, args, kwargs)
-                out, reads = _warm_up(self.fn, args, kwargs)
+                out, reads, refusals, printed = _warm_up(self.fn, args, kwargs)
                 if GradState.enabled and any(isinstance(o, Tensor) and o.requires_grad for o in tree_flatten(out)[0]):
                     self._grad_seen = True  # reached through something the name walk does not follow
-                changed = state.changes()
+                changed = state.changes() + [f"writes output ({what})" for what in printed]
                 if changed:  # torch replays these on every call; a capture would skip them
                     self.fallback_reason = self._side_effects = _SIDE_EFFECTS.format(", ".join(changed[:6]))
                     warnings.warn(f"jitorch.compile(mode='reduce-overhead') of {self.__name__}: {self._side_effects}",
                                   stacklevel=2)
                 elif reads:
                     self.fallback_reason = _HOST_READS
+                elif refusals:
+                    self.fallback_reason = self._unreplayable = _UNREPLAYABLE_STEP.format("; ".join(refusals))
+                    warnings.warn(f"jitorch.compile(mode='reduce-overhead') of {self.__name__}: {self._unreplayable}",
+                                  stacklevel=2)
                 return out
-            if self.fallback_reason is _HOST_READS or self.fallback_reason is self._side_effects is not None:
+            if self.fallback_reason is not None and self.fallback_reason in (_HOST_READS, self._side_effects,
+                                                                             self._unreplayable):
                 return self._uncaptured(self.fallback_reason, args, kwargs)
             self._capture(spec, leaves)
             for i, mutated in enumerate(self.mutated):

@@ -218,6 +218,8 @@ class Replay(_Flush, _ModeBase):
                 return t
             if self._at_break("eager", op.name + "_"):
                 self.flush()
+                realize(t)  # a view the flush did not write (``x.view(1, 6).squeeze_(0)``) reads its base now
+                _realize_all(args)
                 out = self._run(apply_inplace, op, t, *args, **attrs)
                 self._enter(self.seg.end.next)
                 return out

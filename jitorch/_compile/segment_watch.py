@@ -2,7 +2,8 @@
 
 While a call is recorded (`segments.Recorder`) or replayed (`replay.Replay`), `watching` wraps the `Tensor` methods
 that move a value into Python (``WATCHED``: ``item``, ``__bool__``, ``numpy``...), the generator's draws and version
-bumps made behind the dispatcher, and hands each to the mode: a graph break. `value_key` is the exact key a value
+bumps made behind the dispatcher, and hands each to the mode: a graph break; ``print`` and logging go to the mode's
+``python_output`` (`python_output`). `value_key` is the exact key a value
 read guards the next segment with; `user_location` the user's line that caused a break. `_ModeBase` is what both
 modes share: running an op with the mode lifted, and handing the rest of the call to another mode.
 
@@ -27,6 +28,7 @@ from contextlib import contextmanager
 from .. import _random
 from .._dispatch import MODES, pop_mode, push_mode
 from .._tensor import Tensor
+from .python_output import noting_output
 
 
 # Methods that move a tensor's value into Python, where no graph can follow it.
@@ -35,7 +37,13 @@ WATCHED = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__ind
 # After these the rest of the call runs eagerly. ``backward`` in a compiled training step (``loss.backward()``, then
 # ``opt.step()``): the forward before it is a compiled training segment, whose compiled backward the eager
 # ``backward`` runs; the optimizer's writes that follow would otherwise make the whole call eager.
-ESCAPES = ("numpy", "__array__", "backward")
+# In-place geometry changes swap a tensor's array outside every op (``_movement._set_geometry``): the graph could
+# not follow the tensor, and a caller's input must come back with its new shape. They run eagerly with the rest.
+GEOMETRY = ("t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_", "resize_", "resize_as_")
+# ``h.retain_grad()`` asks for the gradient of a value a compiled backward keeps inside its kernels: ``h`` comes out
+# of the compiled segment before it, and the rest of the call runs eagerly, so ``h.grad`` is filled.
+WATCHED += (*GEOMETRY, "retain_grad")
+ESCAPES = ("numpy", "__array__", "backward", *GEOMETRY, "retain_grad")
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _lock = threading.RLock()
 _session = []  # the active recorder or replay mode: the watched methods report to it
@@ -67,6 +75,11 @@ def host_reason(name):
     if name == "backward":
         return ("Tensor.backward() runs autograd: the compiled forward's backward, then the rest of the call (an "
                 "optimizer step) eagerly")
+    if name == "retain_grad":
+        return "Tensor.retain_grad() keeps a gradient the compiled backward does not give out (the rest of the call " \
+               "runs eagerly)"
+    if name in GEOMETRY:
+        return f"Tensor.{name}() changes a tensor's shape in place (the rest of the call runs eagerly)"
     if name in ESCAPES:
         return f"Tensor.{name}() hands tensor memory to Python (the rest of the call runs eagerly)"
     return f"Tensor.{name}() reads a tensor value into Python (data-dependent control flow)"
@@ -105,13 +118,19 @@ def watching(mode):
                     hidden()
             return original_bump(self)
 
+        def output(what):
+            current = _session[-1] if _session else None
+            if current is not None and not current.busy and hasattr(current, "python_output"):
+                current.python_output(what)
+
         for name, fn in originals.items():
             setattr(Tensor, name, wrap(name, fn))
         Tensor._bump_version = bump
         _random._rng = rng
         _session.append(mode)
         try:
-            yield
+            with noting_output(output):
+                yield
         finally:
             _session.pop()
             Tensor._bump_version = original_bump

@@ -229,6 +229,10 @@ class Recorder(_ModeBase, TrainingNotes):
     def random_draw(self):
         self.info.random = True
 
+    def python_output(self, what):
+        if self.info.output_call is None:
+            self.info.output_call = what
+
     def hidden_write(self):
         if self.live and self.info.hidden_write is None:
             self.info.hidden_write = ("a tensor was written outside the traced ops (an in-place update of raw arrays, "
@@ -271,6 +275,7 @@ class RecordInfo:
         self.externals = []  # the root segment's outside tensors, in placeholder order
         self.examples = {}  # Segment -> its outside tensors, in placeholder order (to compile ahead on)
         self.created = {}  # id -> tensor made by a creation function during the call (view_writes.py)
+        self.output_call = None  # the first ``print()`` or logging call of the user's code: a side effect
 
     @property
     def graph_breaks(self):

@@ -324,6 +324,8 @@ def replay_for_side_effects(cf, site, entry, traced, state, args, kwargs, traini
     nothing changed: the whole-call graph serves. ``after``: the `CompileState` to put back once the training
     stages, compiled ahead on the recording's inputs, ran."""
     changed = state.changes()
+    if traced.info.output_call is not None:  # output written while tracing: the Python must run on every call
+        changed = [*changed, f"writes output ({traced.info.output_call})"]
     if not changed:
         return None
     shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")

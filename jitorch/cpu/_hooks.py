@@ -29,6 +29,7 @@ __all__ = ["install", "uninstall", "FORBIDDEN"]
 
 FORBIDDEN = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "__array__", "__repr__",
              "__str__", "__format__")
+_ALIASES = ("detach", "data")  # tensors over an existing tensor's memory, made without an op
 
 
 class _DrawProxy:
@@ -64,7 +65,7 @@ def _take_draw(mode, values):
 
 def install(mode, abort):
     """Install the patches for ``mode``; returns the originals for ``uninstall``."""
-    saved = {"tensor": {name: Tensor.__dict__[name] for name in FORBIDDEN + ("_inplace_accumulate",)
+    saved = {"tensor": {name: Tensor.__dict__[name] for name in FORBIDDEN + ("_inplace_accumulate",) + _ALIASES
                         if name in Tensor.__dict__},
              "make": Tensor.__dict__["_make"],
              "random": {name: getattr(_random, name) for name in ("_rng", "_sample", "_fill_from", "_finish")}}
@@ -88,11 +89,27 @@ def install(mode, abort):
         self.add_(other if other.dtype == self.dtype else other.to(self.dtype))
     Tensor._inplace_accumulate = accumulate
     make = saved["make"].__func__
+    aliasing = [False]
 
     def make_noting(data):
-        mode.note_born(data)
+        if not aliasing[0]:
+            mode.note_born(data)
         return make(data)
     Tensor._make = staticmethod(make_noting)
+
+    def alias(fn):
+        # ``w.detach()`` and ``w.data`` wrap w's own memory: not a birth. Noted as one, an in-place update of a
+        # parameter through it (``p.detach().add_(g)``) would get a restore of the capture-time value before
+        # every replay, undoing the previous replay's update.
+        def call(self):
+            aliasing[0] = True
+            try:
+                return fn(self)
+            finally:
+                aliasing[0] = False
+        return call
+    Tensor.detach = alias(saved["tensor"]["detach"])
+    Tensor.data = property(alias(saved["tensor"]["data"].fget), saved["tensor"]["data"].fset)
 
     def rng(generator):
         return _DrawProxy(mode, generator or _random.default_generator)

@@ -81,6 +81,10 @@ class AdamVariant(Optimizer):
                 self._update(p, grad, state, group, lr, step)
         return loss
 
+    def _capture_refusal(self):
+        return (f"{type(self).__name__}'s update reads its step count as a Python number (its capturable=True is "
+                "accepted for compatibility, not honoured)")
+
     def _fused_update(self, params, grads, states, group, lr):
         """The group's update by a fused kernel: ``False`` (nothing changed) where it does not apply."""
         return False

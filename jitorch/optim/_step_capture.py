@@ -8,11 +8,29 @@ capture of ``optimizer.step()`` records (the group options as guards) or refuses
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
 from .._tensor import Tensor
 
-__all__ = ["capturing", "guard_hyperparameters", "increment_step", "advance_step", "count_up", "refuse_capture"]
+__all__ = ["capturing", "guard_hyperparameters", "increment_step", "advance_step", "count_up", "refuse_capture",
+           "adopting_capturable", "adopt_capturable", "noting_optimizer_steps", "STEPPED"]
+
+_adopting = [0]
+STEPPED = []  # while a reduce-overhead warm-up runs: a list of the optimizers stepped (`noting_optimizer_steps`)
+
+
+@contextmanager
+def noting_optimizer_steps():
+    """Collect the optimizers whose ``step`` runs inside (`Optimizer` steps append themselves to ``STEPPED[-1]``):
+    a reduce-overhead warm-up asks each whether a capture could replay it (``Optimizer._capture_refusal``)."""
+    seen = []
+    STEPPED.append(seen)
+    try:
+        yield seen
+    finally:
+        STEPPED.pop()
 
 
 def capturing():
@@ -20,6 +38,37 @@ def capturing():
     from .._dispatch import MODES
 
     return bool(MODES) and getattr(MODES[-1], "records_updates", False)
+
+
+@contextmanager
+def adopting_capturable():
+    """While ``jitorch.compile(mode="reduce-overhead")`` captures a step: optimizers stepped in it become capturable
+    (`adopt_capturable`), as torch.compile sets ``capturable=True`` on the groups of an optimizer it compiles. A
+    capture the user makes (``jitorch.cpu.graph``) still refuses a non-capturable step, as CUDA graph capture does."""
+    _adopting[0] += 1
+    try:
+        yield
+    finally:
+        _adopting[0] -= 1
+
+
+def adopt_capturable(optimizer):
+    """Inside `adopting_capturable`, while a CPU graph captures: set ``capturable=True`` on each group that has the
+    option set False, so the step keeps its count in a tensor and replays advance it.
+
+    >>> import jitorch
+    >>> opt = jitorch.optim.Adam([jitorch.nn.Parameter(jitorch.ones(2))])
+    >>> adopt_capturable(opt), opt.param_groups[0]["capturable"]  # not capturing: left alone
+    (False, False)
+    """
+    if not (_adopting[0] and capturing()):
+        return False
+    groups = [g for g in optimizer.param_groups if g.get("capturable") is False]
+    for group in groups:
+        group["capturable"] = True
+    if groups and "capturable" in optimizer.defaults:
+        optimizer.defaults["capturable"] = True  # groups added later follow
+    return bool(groups)
 
 
 class _Memory:

@@ -90,6 +90,11 @@ class Adagrad(Optimizer):
             for p in group["params"]:
                 self.state[p]["sum"].share_memory_()
 
+    def _capture_refusal(self):
+        if any(group["lr_decay"] != 0 for group in self.param_groups):
+            return "Adagrad's lr_decay reads its step count as a Python number"
+        return None
+
     def _init_group(self, group, params_with_grad, grads, state_sums, state_steps):
         for p in group["params"]:
             if p.grad is None:

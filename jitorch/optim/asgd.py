@@ -53,6 +53,9 @@ class ASGD(Optimizer):
         self._upgrade_state({"foreach": None, "maximize": False, "differentiable": False, "capturable": False},
                             ("step", "eta", "mu"))
 
+    def _capture_refusal(self):
+        return "ASGD's update reads its step count as a Python number"
+
     @_use_grad_for_differentiable
     def step(self, closure=None):
         """Perform one optimization step; ``closure`` re-evaluates the model and returns the loss."""

@@ -30,6 +30,7 @@ from .._tensor import Tensor
 from ..nn.modules._hooks import RemovableHandle
 from ..utils._foreach_utils import _group_tensors_by_device_and_dtype
 from ._kernels import capturing, guard_hyperparameters
+from ._step_capture import STEPPED, adopt_capturable
 from ._optimizer_helpers import (  # noqa: F401 - split for size; torch.optim.optimizer's names, re-exported here
     _check_adam_hyperparameters, _check_capturable, _check_fused_flags, _check_tensor_lr, _device_dtype_check_for_fused,
     _get_scalar_dtype, _get_value, _to_scalar, _use_grad_for_differentiable, evaluate_closure, new_step, upgrade_step,
@@ -88,8 +89,11 @@ def _with_step_hooks(step):
         if self._in_hooked_step:
             return step(*args, **kwargs)
         self._in_hooked_step = True
+        if STEPPED and self not in STEPPED[-1]:
+            STEPPED[-1].append(self)
         try:
             if capturing():
+                adopt_capturable(self)
                 guard_hyperparameters(self)
             for pre_hook in chain(_global_optimizer_pre_hooks.values(), self._optimizer_step_pre_hooks.values()):
                 result = pre_hook(self, args, kwargs)
@@ -369,7 +373,15 @@ class Optimizer:
             raise ValueError("some parameters appear in more than one parameter group")
         self.param_groups.append(param_group)
 
-    # Graph capture of ``step`` is not supported yet; the check exists so code written for PyTorch can call it.
+    def _capture_refusal(self):
+        """Why a CPU graph could not replay this optimizer's ``step`` (its update reads a Python step count), or None.
+
+        ``jitorch.compile(mode="reduce-overhead")`` asks after its warm-up, before capturing: a step it could not
+        replay runs through the default compiled path instead. Capturable groups (set by the capture where the
+        optimizer has the option: `adopt_capturable`) keep their count in a tensor.
+        """
+        return None
+
     def _accelerator_graph_capture_health_check(self):
         """Refuse to capture ``step()`` in a CPU graph unless every group is ``capturable`` (PyTorch's check).
 

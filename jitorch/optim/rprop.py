@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import _creation, _pointwise
 from ._adam_variants import _real
-from ._kernels import ARRAY_OPS, capturing, increment_step
+from ._kernels import ARRAY_OPS, advance_step, capturing
 from ._optimizer_helpers import refuse_foreach_autograd
 from .optimizer import (Optimizer, _check_tensor_lr, _get_scalar_dtype, _to_scalar, _use_grad_for_differentiable,
                         evaluate_closure)
@@ -69,7 +69,7 @@ class Rprop(Optimizer):
                     state["step"] = _creation.zeros((), dtype=_get_scalar_dtype())
                     state["prev"] = _creation.zeros_like(p)
                     state["step_size"] = _creation.full_like(p.grad, complex(lr, lr) if p.is_complex() else lr)
-                increment_step(state["step"])
+                advance_step(state["step"])  # the count is never read: a replay advances it
                 if _array_update(p, state, etaminus, etaplus, low, high, group):
                     continue
                 grad = p.grad if not group["maximize"] else -p.grad
