@@ -280,7 +280,9 @@ def test_a_tensor_lr_changed_in_place_is_read_live_by_replays(name, kwargs):
 
 @pytest.mark.parametrize("name, kwargs, captured", [
     ("Adam", {}, True), ("AdamW", {}, True), ("RMSprop", {}, True), ("Adadelta", {}, True), ("Rprop", {}, True),
-    ("NAdam", {}, False), ("RAdam", {}, False), ("Adamax", {}, False), ("ASGD", {}, False),
+    ("NAdam", {}, True), ("RAdam", {}, True), ("Adamax", {}, True), ("NAdam", {"momentum_decay": 0.01}, True),
+    ("RAdam", {"weight_decay": 0.1, "decoupled_weight_decay": True}, True), ("ASGD", {}, True),
+    ("ASGD", {"t0": 2.0, "weight_decay": 0.1}, True),
     ("Adagrad", {"lr_decay": 0.01}, False)])
 def test_reduce_overhead_step_of_an_optimizer_built_without_capturable_trains_like_torch(name, kwargs, captured):
     """Ordinary code builds ``Adam(params)`` (capturable=False) and compiles its training step with
@@ -300,6 +302,9 @@ def test_reduce_overhead_step_of_an_optimizer_built_without_capturable_trains_li
             np.testing.assert_allclose(_host(loss), want.item(), rtol=1e-4)
             _assert_params(net, ref, rtol=1e-4, atol=2e-5)
     notes = [str(w.message) for w in caught if "reduce-overhead" in str(w.message)]
+    for (i, mine), theirs in zip(opt.state_dict()["state"].items(), ropt.state_dict()["state"].values()):
+        for key, value in theirs.items():  # moments, ASGD's average, eta and mu, NAdam's mu_product, the count
+            np.testing.assert_allclose(_host(mine[key]), np.asarray(value), rtol=1e-4, atol=2e-6, err_msg=key)
     if captured:
         assert step.graph is not None and step.fallback_reason is None and step.recaptures == 0 and not notes
         assert all(g["capturable"] for g in opt.param_groups) and opt.defaults["capturable"]

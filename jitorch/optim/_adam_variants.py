@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .. import _creation, _movement_extra
 from .._tensor import Tensor
-from ._kernels import capturing, increment_step
+from ._kernels import advance_step, capturing, increment_step
 from ._optimizer_helpers import refuse_foreach_autograd
 from .optimizer import (Optimizer, _check_adam_hyperparameters, _check_tensor_lr, _get_scalar_dtype, _to_scalar,
                         _use_grad_for_differentiable, evaluate_closure)
@@ -71,19 +71,18 @@ class AdamVariant(Optimizer):
             if params and not group["differentiable"] and not capturing() \
                     and self._fused_update(params, grads, states, group, lr):
                 continue
+            tensor_step = group["capturable"] and capturing()
             for p, grad, state in zip(params, grads, states):
                 if group["maximize"]:
                     grad = -grad
-                step = increment_step(state["step"])
+                # A capturable group under capture: the count stays a 0-d tensor advanced by a recorded op, and the
+                # update's step-dependent factors are tensor ops (each replay computes them from the new count).
+                step = _tensor_step(state["step"]) if tensor_step else increment_step(state["step"])
                 if p.is_complex():  # complex parameters update as pairs of reals, as in torch
                     p, grad = _real(p if group["differentiable"] else p.detach()), _real(grad)
                     state = {k: _real(v) if k != "step" else v for k, v in state.items()}
                 self._update(p, grad, state, group, lr, step)
         return loss
-
-    def _capture_refusal(self):
-        return (f"{type(self).__name__}'s update reads its step count as a Python number (its capturable=True is "
-                "accepted for compatibility, not honoured)")
 
     def _fused_update(self, params, grads, states, group, lr):
         """The group's update by a fused kernel: ``False`` (nothing changed) where it does not apply."""
@@ -91,6 +90,11 @@ class AdamVariant(Optimizer):
 
     def _update(self, param, grad, state, group, lr, step):
         raise NotImplementedError
+
+
+def _tensor_step(step_t):
+    advance_step(step_t)
+    return step_t
 
 
 def _real(t):

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from .. import _movement, _pointwise, _reduction
+from .._tensor import Tensor
 from ._adam_variants import AdamVariant
 from ._fused_variants import fused_adamax
 
@@ -27,7 +28,8 @@ class Adamax(AdamVariant):
             (default: (0.9, 0.999)).
         eps (float): added to the norm for stability (default: 1e-8).
         weight_decay (float): L2 penalty (default: 0).
-        foreach, capturable (bool, optional): accepted for compatibility; the update is the same.
+        foreach (bool, optional): accepted for compatibility; the update is the same.
+        capturable (bool): under CPU graph capture, the step-dependent factors are tensor ops (default: False).
         maximize (bool): maximize the objective (default: False).
         differentiable (bool): record the update with autograd (default: False).
     """
@@ -58,4 +60,7 @@ class Adamax(AdamVariant):
         else:  # as torch: the max of a new stacked tensor, so autograd saves nothing exp_inf's update changes
             norm_buf = _movement.cat([exp_inf.mul_(beta2).unsqueeze(0), grad.abs().add_(group["eps"]).unsqueeze(0)])
             exp_inf.copy_(_reduction.amax(norm_buf, 0))
-        param.addcdiv_(exp_avg, exp_inf, value=-(lr / (1 - beta1 ** step)))
+        if isinstance(step, Tensor):  # a captured step's count (see AdamVariant.step)
+            param.addcdiv_(exp_avg * (-lr / (1 - beta1 ** step)), exp_inf)
+        else:
+            param.addcdiv_(exp_avg, exp_inf, value=-(lr / (1 - beta1 ** step)))

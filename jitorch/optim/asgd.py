@@ -10,10 +10,10 @@
 """
 from __future__ import annotations
 
-from .. import _creation
+from .. import _creation, _pointwise
 from ._adam_variants import _real
 from ._fused_variants import fused_asgd
-from ._kernels import capturing, increment_step
+from ._kernels import advance_step, capturing, increment_step
 from ._optimizer_helpers import refuse_foreach_autograd
 from .optimizer import (Optimizer, _check_tensor_lr, _get_scalar_dtype, _get_value, _to_scalar,
                         _use_grad_for_differentiable, evaluate_closure)
@@ -32,7 +32,8 @@ class ASGD(Optimizer):
         alpha (float): power of the ``eta`` update (default: 0.75).
         t0 (float): the step averaging starts at (default: 1e6).
         weight_decay (float): L2 penalty (default: 0).
-        foreach, capturable (bool, optional): accepted for compatibility; the update is the same.
+        foreach (bool, optional): accepted for compatibility; the update is the same.
+        capturable (bool): under CPU graph capture, eta, mu and the count stay tensors (default: False).
         maximize (bool): maximize the objective (default: False).
         differentiable (bool): record the update with autograd (default: False).
     """
@@ -52,9 +53,6 @@ class ASGD(Optimizer):
         super().__setstate__(state)
         self._upgrade_state({"foreach": None, "maximize": False, "differentiable": False, "capturable": False},
                             ("step", "eta", "mu"))
-
-    def _capture_refusal(self):
-        return "ASGD's update reads its step count as a Python number"
 
     @_use_grad_for_differentiable
     def step(self, closure=None):
@@ -84,10 +82,14 @@ class ASGD(Optimizer):
                     [s["eta"] for s in states], [s["step"] for s in states], lambd=lambd, lr=lr, t0=t0, alpha=alpha,
                     weight_decay=group["weight_decay"], maximize=group["maximize"]):
                 continue
+            tensor_step = group["capturable"] and capturing()
             for p, state in zip(params, states):
                 grad = p.grad if not group["maximize"] else -p.grad
                 param = p if group["differentiable"] else p.detach()
                 param, grad, ax = _real(param), _real(grad), _real(state["ax"])
+                if tensor_step:  # torch's capturable form: eta, mu and the count stay tensors, read by recorded ops
+                    _captured_update(param, grad, ax, state, lr, lambd, alpha, t0, group["weight_decay"])
+                    continue
                 step = increment_step(state["step"])
                 if group["weight_decay"] != 0:
                     grad = grad.add(param, alpha=group["weight_decay"])
@@ -102,3 +104,15 @@ class ASGD(Optimizer):
                 state["eta"].copy_(_creation.tensor(lr / ((1 + lambd * lr * step) ** alpha)))
                 state["mu"].copy_(_creation.tensor(1 / max(1, step - t0)))
         return loss
+
+
+def _captured_update(param, grad, ax, state, lr, lambd, alpha, t0, weight_decay):
+    step_t, eta, mu = state["step"], state["eta"], state["mu"]
+    advance_step(step_t)
+    if weight_decay != 0:
+        grad = grad.add(param, alpha=weight_decay)
+    param.mul_(1 - lambd * eta)
+    param.addcmul_(grad, eta, value=-1)
+    ax.add_(param.sub(ax).mul_(mu))
+    eta.copy_(lr / ((1 + lambd * lr * step_t) ** alpha))
+    mu.copy_(1 / _pointwise.maximum(step_t - t0, _creation.ones_like(step_t)))

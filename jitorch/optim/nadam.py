@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from .. import _creation
+from .._tensor import Tensor
 from ._adam_variants import AdamVariant
 from ._fused_variants import fused_nadam
 from .optimizer import _get_scalar_dtype
@@ -30,7 +31,8 @@ class NAdam(AdamVariant):
         weight_decay (float): L2 penalty, decoupled (as AdamW) with ``decoupled_weight_decay`` (default: 0).
         momentum_decay (float): ``psi`` (default: 4e-3).
         decoupled_weight_decay (bool): NAdamW's weight decay (default: False).
-        foreach, capturable (bool, optional): accepted for compatibility; the update is the same.
+        foreach (bool, optional): accepted for compatibility; the update is the same.
+        capturable (bool): under CPU graph capture, the step-dependent factors are tensor ops (default: False).
         maximize (bool): maximize the objective (default: False).
         differentiable (bool): record the update with autograd (default: False).
     """
@@ -77,7 +79,7 @@ class NAdam(AdamVariant):
         exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         denom = exp_avg_sq.div(bias_correction2).sqrt()
         # differentiable: out of place, sqrt's saved output must stay as it was
-        if group["differentiable"]:
+        if group["differentiable"] or isinstance(step, Tensor):  # (a tensor step: a captured count)
             # As torch: the scaled gradient and average are new tensors, so autograd saves no state tensor that the
             # next step changes in place (a graph spanning several steps stays valid).
             denom = denom.add(group["eps"])

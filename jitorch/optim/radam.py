@@ -10,6 +10,8 @@ tensor([ 0.8000, -0.8000], requires_grad=True)
 """
 from __future__ import annotations
 
+from .. import _creation, _pointwise
+from .._tensor import Tensor
 from ._adam_variants import AdamVariant
 from ._fused_variants import fused_radam
 
@@ -27,7 +29,8 @@ class RAdam(AdamVariant):
         eps (float): added to the denominator for stability (default: 1e-8).
         weight_decay (float): L2 penalty, decoupled (as AdamW) with ``decoupled_weight_decay`` (default: 0).
         decoupled_weight_decay (bool): decouple the weight decay (default: False).
-        foreach, capturable (bool, optional): accepted for compatibility; the update is the same.
+        foreach (bool, optional): accepted for compatibility; the update is the same.
+        capturable (bool): under CPU graph capture, the step-dependent factors are tensor ops (default: False).
         maximize (bool): maximize the objective (default: False).
         differentiable (bool): record the update with autograd (default: False).
     """
@@ -63,7 +66,12 @@ class RAdam(AdamVariant):
         bias_corrected_exp_avg = exp_avg / bias_correction1
         rho_inf = 2 / (1 - beta2) - 1
         rho_t = rho_inf - 2 * step * (beta2 ** step) / bias_correction2
-        if rho_t > 5.0:
+        if isinstance(step, Tensor):  # a captured count: no Python branch on it (torch's capturable form)
+            rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)).clamp(min=0) ** 0.5
+            adaptive_lr = (bias_correction2 ** 0.5) / exp_avg_sq.sqrt().add_(group["eps"])
+            update = _pointwise.where(rho_t > 5.0, adaptive_lr * rect, _creation.ones_like(adaptive_lr))
+            param.add_(bias_corrected_exp_avg * lr * update, alpha=-1.0)
+        elif rho_t > 5.0:
             rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)) ** 0.5
             root = exp_avg_sq.sqrt()  # differentiable: out of place, sqrt's saved output must stay as it was
             root = root.add(group["eps"]) if group["differentiable"] else root.add_(group["eps"])
