@@ -47,14 +47,16 @@ import numpy as np
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..cpu import CPUGraph, graph
+from ..cpu._grad_binds import grad_mismatch
 from ..cpu._steps import root_of
 from ..optim._step_capture import adopting_capturable, noting_optimizer_steps
 from .array_contents import pin_versions
-from .guards import _constant, _plain_attributes, call_hooks, first_failure
+from .guards import _constant, call_hooks, first_failure
 from .named_values import NamedValues
 from .python_output import noting_output
 from .reduce_overhead_cuda import CUDAGraphCapture
 from .reduce_overhead_replay import CapturedReplay, OverwrittenOutputError, _span
+from .reduce_overhead_state import CaptureState
 from .side_effects import PythonState
 
 __all__ = ["compile_reduce_overhead", "ReduceOverheadFunction", "OverwrittenOutputError"]
@@ -66,6 +68,8 @@ _SIDE_EFFECTS = ("the function changes Python state that outlives the call ({}):
                  "work, so calls run through the default compiled path, which reruns the Python on every call")
 _UNREPLAYABLE_STEP = ("a capture could not replay its optimizer step ({}), so calls run through the default compiled "
                       "path (compiled forward and backward, the step eager)")
+_ALIASED = ("tensor arguments share memory (one tensor passed twice, overlapping views): a capture holds one "
+            "buffer per argument, so the call runs eagerly")
 _HOST_READS = ("the function reads tensor values back into Python (item(), bool(), tolist(), printing): a capture "
                "would freeze them, so calls run through the default compiled path, which compiles around them")
 
@@ -104,6 +108,12 @@ def _describe(t):
     return f"shape {list(t.shape)}, dtype {t.dtype}, device {t.device}, contiguous={t.is_contiguous()}"
 
 
+def _aliased(arrays):
+    """Whether two of ``arrays`` (NumPy) may share memory (their byte ranges overlap)."""
+    spans = sorted(_span(a) for a in arrays)
+    return any(spans[j][0] < spans[j - 1][1] for j in range(1, len(spans)))
+
+
 def _same_value(new, static, key):
     """Whether a non-tensor argument is what the capture baked in: NumPy arrays by `guards._constant` (``key``: by
     value, large ones by identity and contents), other values by identity or ``==``."""
@@ -126,7 +136,8 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
         self.cuda = False  # captured as a CUDA graph
         self.recaptures = 0  # captures redone because a baked-in Python value (an optimizer's lr) changed
         self.named = NamedValues(fn, module)  # plain values the code reads by name, baked into a capture
-        self._named_at_capture = None
+        self.state = CaptureState(fn, module)  # the modules and optimizers it reaches
+        self._named_at_capture = self._state_at_capture = None
         self._default = None  # the default-mode compiled function that runs calls needing autograd
         self._side_effects = None  # `_SIDE_EFFECTS` naming what the warm-up changed, when it changed Python state
         self._unreplayable = None  # `_UNREPLAYABLE_STEP` naming the optimizers a capture could not replay
@@ -142,6 +153,8 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
         on_cuda = [type(t._data) is not np.ndarray for t in tensors]
         if any(on_cuda) and not all(on_cuda):
             return "a mix of CPU and CUDA tensor arguments: no single graph covers both, so the call runs eagerly"
+        if len(tensors) > 1 and not any(on_cuda) and _aliased([t._data for t in tensors]):
+            return _ALIASED
         if not GradState.enabled:
             return None
         params = list(self.module.parameters()) if self.module is not None else []
@@ -190,6 +203,7 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
     def _capture(self, spec, leaves):
         self._named_at_capture = self._baked_values()
         pin_versions([v for _, v in self._named_at_capture])  # large arrays' contents at capture
+        self._state_at_capture = self.state.values()
         # NumPy arguments are baked in (``jitorch.tensor(a)``, ``float(a.sum())``): guarded by value as the default
         # mode guards them, so ``a *= 2`` between calls captures again; taken before the capture runs the function
         self.array_keys = [_constant(t) if type(t) is np.ndarray else None for t in leaves]
@@ -208,6 +222,7 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
         args, kwargs = unflatten_from(spec, self.static)
         with graph(g), adopting_capturable():
             out = self.fn(*args, **kwargs)
+        self._state_at_capture = self.state.values()  # as replays continue from it (state made by the capture)
         self.graph = g
         self.out_spec_leaves = []
         self.out_spec = flatten_into(out, self.out_spec_leaves)
@@ -256,7 +271,8 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
         if self.graph is not None:
             # A baked-in hyperparameter moved, or the arguments differ from the captured ones (the last, smaller
             # batch; another Python number): this call captures again, as torch.compile would trace again.
-            changed = (None if self.cuda else self.graph.changed_value()) or self._changed_named_value() or \
+            changed = (None if self.cuda else self.graph.changed_value() or grad_mismatch(self.graph._grads, True)) \
+                or self._changed_named_value() or \
                 self._mismatch(leaves) or \
                 ("the arguments' containers differ from the captured call's" if spec != self.captured_spec else None)
             if changed is not None:
@@ -305,20 +321,15 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
 
     def _baked_values(self):
         """What a capture bakes in besides its tensors: the values the code reads by name (a global ``SCALE``,
-        ``cfg.temperature``) and the compiled module's plain attributes (``self.temperature``) and modes."""
-        values = self.named.values()
-        if self.module is not None:
-            mods = list(self.module.modules())
-            values.append(("module attributes", tuple(_plain_attributes(m) for m in mods)))
-            values.append(("training", tuple(m.training for m in mods)))
-        return values
+        ``cfg.temperature``); the modules and optimizers it reaches are `CaptureState`'s."""
+        return self.named.values()
 
     def _changed_named_value(self):
         """The first baked-in value (`_baked_values`) that differs from the capture's."""
         now = self._baked_values()
         if now != self._named_at_capture:
             return first_failure(self._named_at_capture, now)
-        return None
+        return self.state.changed(self._state_at_capture)
 
     def _recapture(self, changed):
         self.recaptures += 1

@@ -30,6 +30,7 @@ __all__ = ["install", "uninstall", "FORBIDDEN"]
 FORBIDDEN = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "__array__", "__repr__",
              "__str__", "__format__")
 _ALIASES = ("detach", "data")  # tensors over an existing tensor's memory, made without an op
+_PATCHED = _ALIASES + ("grad",)
 
 
 class _DrawProxy:
@@ -65,7 +66,7 @@ def _take_draw(mode, values):
 
 def install(mode, abort):
     """Install the patches for ``mode``; returns the originals for ``uninstall``."""
-    saved = {"tensor": {name: Tensor.__dict__[name] for name in FORBIDDEN + ("_inplace_accumulate",) + _ALIASES
+    saved = {"tensor": {name: Tensor.__dict__[name] for name in FORBIDDEN + ("_inplace_accumulate",) + _PATCHED
                         if name in Tensor.__dict__},
              "make": Tensor.__dict__["_make"],
              "random": {name: getattr(_random, name) for name in ("_rng", "_sample", "_fill_from", "_finish")}}
@@ -110,6 +111,13 @@ def install(mode, abort):
         return call
     Tensor.detach = alias(saved["tensor"]["detach"])
     Tensor.data = property(alias(saved["tensor"]["data"].fget), saved["tensor"]["data"].fset)
+    grad = saved["tensor"]["grad"]
+
+    def set_grad(self, value):
+        if value is None:  # zero_grad() inside the capture: its backward's new gradient is no accumulation
+            mode.cleared.add(id(self))
+        grad.fset(self, value)
+    Tensor.grad = property(grad.fget, set_grad, grad.fdel)
 
     def rng(generator):
         return _DrawProxy(mode, generator or _random.default_generator)

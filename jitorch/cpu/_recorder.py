@@ -71,6 +71,7 @@ class CaptureMode:
         # (what, read, value): Python values the capture baked into its steps (an optimizer's lr); replay checks
         # ``read() == value`` first, as a replay with a changed lr would silently keep the captured one.
         self.value_guards: list = []
+        self.cleared: set = set()  # ids of tensors whose .grad the captured code set to None (`_grad_binds`)
         # id -> (weakref to a tensor made outside the capture that a step reads, the array it held, a description):
         # steps read that very array, so a tensor given new storage (``resize_``, ``x.data = y``) would be ignored.
         self.inputs: dict = {}

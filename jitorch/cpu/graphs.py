@@ -33,6 +33,7 @@ import itertools
 import os
 
 from .. import _dispatch
+from ._grad_binds import grad_binds, grad_mismatch, rebind
 from ._hooks import install, uninstall
 from ._recorder import CaptureMode
 
@@ -81,6 +82,7 @@ class CPUGraph:
         self._captured = False
         self._guards: list = []
         self._inputs: list = []  # (weakref, array, description) of tensors made outside that the steps read
+        self._grads: list = []  # which tensor each parameter's .grad is (`_grad_binds`)
 
     # -- capture ----------------------------------------------------------------------------------------------
     def capture_begin(self, pool=None):
@@ -109,6 +111,7 @@ class CPUGraph:
         self._visible = {id(root) for ref, root in mode.handles if ref() is not None}
         self._guards = list(mode.value_guards)
         self._inputs = list(mode.inputs.values())
+        self._grads = grad_binds(self._inputs, mode.cleared)
         self._native, self._native_error = None, None
         self._captured = True
 
@@ -128,7 +131,7 @@ class CPUGraph:
 
     def _forget(self):
         self._steps, self._records, self._visible, self._captured = (), [], set(), False
-        self._native, self._native_error, self._guards, self._inputs = None, None, [], []
+        self._native, self._native_error, self._guards, self._inputs, self._grads = None, None, [], [], []
 
     # -- use ----------------------------------------------------------------------------------------------------
     def replay(self):
@@ -137,14 +140,16 @@ class CPUGraph:
             raise RuntimeError("CPUGraph.replay: nothing captured (capture_begin/capture_end, or jitorch.cpu.graph)")
         changed = self.changed_value()
         if changed is not None:
-            raise CaptureInvalidated(f"CPUGraph.replay: {changed}, and the captured steps use the old value. Capture "
-                                     "again (g.reset(), then capture), or keep the value fixed while replaying")
+            raise CaptureInvalidated(f"CPUGraph.replay: {changed}; the captured steps would not follow it. Capture "
+                                     "again (g.reset(), then capture), or keep it as it was at capture while "
+                                     "replaying")
         native = self._build()
         if native is not None:
             native()
-            return
-        for step in self._steps:
-            step()
+        else:
+            for step in self._steps:
+                step()
+        rebind(self._grads)
 
     def changed_value(self):
         """Which baked-in Python value differs from its value at capture (a sentence), or None if none does.
@@ -167,7 +172,7 @@ class CPUGraph:
             if t is not None and t._data is not array:
                 return (f"the input tensor {what} holds other memory than at capture (resize_, or an assignment to "
                         f"its .data; fill it with copy_ instead)")
-        return None
+        return grad_mismatch(self._grads)
 
     def _build(self):
         """The native replay, lowered and compiled once (None when disabled or when lowering failed)."""

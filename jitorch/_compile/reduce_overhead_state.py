@@ -1,0 +1,64 @@
+"""What a reduce-overhead capture bakes in besides its arguments: the state of the modules and optimizers the step
+reaches.
+
+A replay runs the captured steps on the captured tensors. torch.compile would see a changed module or optimizer on
+the next call (it guards what the code reads), so a capture must too, for the modules and optimizers the function
+reaches by name (a global ``model``, a closure's ``opt``) as for a compiled module: ``model.eval()``, a plain
+attribute (``self.temperature``, BatchNorm's ``momentum``), a parameter's ``requires_grad`` (a layer unfrozen), a
+parameter or buffer replaced by another tensor (``bn.running_mean = t``), and an optimizer's state tensors replaced
+(``state[p]["momentum_buffer"] = ...``) capture again. (Which tensor each ``.grad`` is, the graph itself checks:
+`jitorch.cpu.graphs`.)
+
+>>> import jitorch
+>>> model = jitorch.nn.Linear(2, 2)
+>>> state = CaptureState(lambda x: model(x), None)
+>>> before = state.values(); _ = model.eval()
+>>> state.changed(before)
+'training: expected (True,), got (False,)'
+"""
+from __future__ import annotations
+
+from ..optim.optimizer import Optimizer
+from .guards import _plain_attributes, _Same, first_failure, module_tree
+from .reached import NamedObjects, reached_by
+
+__all__ = ["CaptureState"]
+
+
+class CaptureState:
+    """The modules and optimizers ``fn`` reaches (and ``module``, a compiled module), read again on every call."""
+
+    def __init__(self, fn, module):
+        self.module = module
+        self.named = NamedObjects(fn) if module is None else None
+
+    def _reached(self):
+        if self.named is None:
+            return [self.module], []
+        objects = self.named.read()
+        modules, _ = reached_by(None, objects)
+        return modules, [o for o in objects if isinstance(o, Optimizer)]
+
+    def values(self):
+        """``[(label, value)]``: equal lists mean a capture still applies."""
+        modules, optimizers = self._reached()
+        out = []
+        for m in modules:
+            mods, params, buffers = module_tree(m)
+            out.append(("training", tuple(x.training for x in mods)))
+            out.append(("module attributes", tuple(_plain_attributes(x) for x in mods)))
+            # (`_Same` holds what it compares: an id alone could be reused by a replacement once the old is freed)
+            out.append(("parameters", tuple((_Same(p), p._requires_grad) for p in params)))
+            out.append(("buffers", tuple(map(_Same, buffers))))
+        for o in optimizers:
+            name = type(o).__name__
+            out.append((f"{name} parameters", tuple(_Same(p) for g in o.param_groups for p in g["params"])))
+            out.append((f"{name} state tensors", tuple((_Same(p), tuple((k, _Same(v)) for k, v in s.items()
+                                                                        if hasattr(v, "_data")))
+                                                       for p, s in o.state.items())))
+        return out
+
+    def changed(self, before):
+        """The first value (`values`) that differs from ``before``, as a sentence, or None."""
+        now = self.values()
+        return None if now == before else first_failure(before, now)
