@@ -122,6 +122,12 @@ def _step(model, opt, opt_step, x, y):
     return step
 
 
+def _compiled_step(lib, eager_step):
+    # Through a closure cell, as a training script's step reads its global model and optimizer: the compiled step
+    # reaches them (and checks their state on every call). A default argument would hide them.
+    return lib.compile(lambda: eager_step().detach(), mode="reduce-overhead")
+
+
 def _products_only(step):
     """The captured step's matrix products alone, replayed in order on the step's own buffers: the BLAS floor of
     the step, which no fusion can go below (the ceiling of a compiled step's speedup is eager / this)."""
@@ -155,8 +161,7 @@ def run_case(label, repeats, target_s):
         if lib_name.endswith(" step"):
             # The step is bound now: a closure over the loop's variable would call the last variant's step (the
             # torch.compile column once measured torch.compile tracing jitorch's step).
-            eager_step = _step(model, opt, opt.step, x, y)
-            step = lib.compile(lambda eager_step=eager_step: eager_step().detach(), mode="reduce-overhead")
+            step = _compiled_step(lib, _step(model, opt, opt.step, x, y))
         else:
             if ".compile" in lib_name:
                 run = lib.compile(model)
