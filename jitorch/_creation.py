@@ -85,7 +85,11 @@ def _to_array(data, op, dtype=None):
 
 def _nested_host(data):
     if isinstance(data, Tensor):
-        return data._host()
+        # torch reads a tensor inside a sequence as one number (its item), of its dtype: ``[t([1.]), t([2.])]`` has
+        # shape (2,), not (2, 1)
+        if data.numel() != 1:
+            raise ValueError("only one element tensors can be converted to Python scalars")
+        return data._host().reshape(())
     if isinstance(data, (list, tuple)):
         return [_nested_host(d) for d in data]
     return data
@@ -246,6 +250,13 @@ from ._ranges import arange, linspace, logspace, range  # noqa: E402 - split for
 
 def complex(real, imag):
     check_parts("complex", real, imag, ("real", "imag"))
+    if real.dtype.itemsize >= 4:
+        # The parts side by side, read as complex: ``real + imag * 1j`` would make (0, inf) nan + inf j (inf * 1j is
+        # nan + inf j in IEEE arithmetic).
+        from ._movement import broadcast_tensors, stack
+        from ._movement_extra import view_as_complex
+
+        return view_as_complex(stack(broadcast_tensors(real, imag), -1))
     return real.to(real.dtype.to_complex()) + imag * 1j
 
 

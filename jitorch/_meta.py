@@ -62,12 +62,12 @@ def mixed(op, args, attrs, run):
 
 
 def meta_repr(t, suffixes):
-    """torch's ``tensor(..., device='meta', size=(3, 4))``: the dtype shown unless it is the default's for its kind."""
+    """torch's ``tensor(..., device='meta', size=(3, 4))``: the dtype shown unless it is the default float (with no
+    values to show, an int64 meta tensor names its dtype too)."""
     from . import _dtype
 
     shape = tuple(t.shape)
     items = ["...", "device='meta'", f"size={shape}"]
-    default = {_dtype.get_default_dtype(), _dtype.int64}
-    if t.dtype not in default:
+    if t.dtype is not _dtype.get_default_dtype():
         items.append(f"dtype={t.dtype}")
     return f"tensor({', '.join(items + suffixes)})"

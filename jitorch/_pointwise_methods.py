@@ -11,6 +11,8 @@ Split from ``_pointwise.py``, which imports it last, once every function it bind
 """
 from __future__ import annotations
 
+import numpy as np
+
 from . import _dtype
 from . import _pointwise as F
 from ._dispatch import apply, apply_inplace, fast_binary, fast_unary
@@ -149,6 +151,22 @@ _METHODS.update(multiply_=_METHODS["mul_"], negative_=_METHODS["neg_"], absolute
                 __ixor__=_METHODS["bitwise_xor_"], __ilshift__=_METHODS["bitwise_left_shift_"],
                 __irshift__=_METHODS["bitwise_right_shift_"],
                 arcsin_=_METHODS["asin_"], arccos_=_METHODS["acos_"], arctan_=_METHODS["atan_"])
+
+
+def _ndarray_falls_back(method):
+    # torch: ``t += ndarray`` is ``t = t + ndarray`` (a new tensor, promoted as the operator promotes), not an
+    # in-place op: the in-place operator declines and Python falls back to the binary one.
+    def inplace(self, other):
+        if type(other) is np.ndarray:
+            return NotImplemented
+        return method(self, other)
+    inplace.__name__ = method.__name__
+    return inplace
+
+
+for _name in ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__", "__iand__",
+              "__ior__", "__ixor__", "__ilshift__", "__irshift__"):
+    _METHODS[_name] = _ndarray_falls_back(_METHODS[_name])
 _METHODS.update({fn.__name__ + "_": _composite_inplace(fn) for fn in (
     addcmul, addcdiv, lerp, hypot, copysign, logit, sinc, deg2rad, rad2deg, clamp_min, clamp_max)})
 _METHODS["xlogy_"] = _inplace(XLOGY)

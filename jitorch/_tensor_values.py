@@ -9,6 +9,8 @@ interface, ``len``/``iter``/``in``, and the printed form.
 """
 from __future__ import annotations
 
+import builtins
+
 import numpy as np
 
 from . import _dtype
@@ -166,13 +168,23 @@ def __bool__(self):
     return bool(self._scalar_for("bool"))
 
 
+def _real_scalar(self, kind, c_type):
+    """The value for ``int()``/``float()``: a complex one with no imaginary part gives its real part, as torch."""
+    value = self._scalar_for(kind)
+    if type(value) is builtins.complex:
+        if value.imag != 0:
+            raise RuntimeError(f"value cannot be converted to type {c_type} without overflow")
+        return value.real
+    return value
+
+
 def __int__(self):
-    return int(self._scalar_for("int"))
+    return int(_real_scalar(self, "int", "int64_t"))
 
 
 def __float__(self):
     _warn_scalar_of_grad(self)
-    return float(self._scalar_for("float"))
+    return float(_real_scalar(self, "float", "double"))
 
 
 def __complex__(self):
