@@ -144,6 +144,19 @@ def _conj(self):
     return apply(C.CONJ, self) if self.is_complex() else self
 
 
+def _share_memory_(self):
+    from .multiprocessing._shared import register_reducers, share_memory_
+
+    register_reducers()
+    return share_memory_(self)
+
+
+def _is_shared(self):
+    from .multiprocessing._shared import is_shared
+
+    return is_shared(self)
+
+
 _METHODS = {
     "to": to, "type": type_, "float": _as(_dtype.float32), "double": _as(_dtype.float64),
     "half": _as(_dtype.float16), "bfloat16": _as(_dtype.bfloat16), "long": _as(_dtype.int64),
@@ -157,7 +170,7 @@ _METHODS = {
     "conj": _conj, "conj_physical": _conj,
     "resolve_conj": lambda self: self, "resolve_neg": lambda self: self, "is_conj": lambda self: False,
     "pin_memory": lambda self, device=None: self, "is_pinned": lambda self, device=None: False,
-    "share_memory_": lambda self: self, "is_shared": lambda self: False,
+    "share_memory_": _share_memory_, "is_shared": _is_shared,
     "get_device": lambda self: -1 if not self.is_cuda else self.device.index or 0,
 }
 for _name, _fn in _METHODS.items():

@@ -1,6 +1,6 @@
 """``torch.multiprocessing``: Python's ``multiprocessing`` under torch's name, plus ``spawn`` and the sharing-strategy
-switches. jitorch tensors pickle by value between processes (NumPy arrays), so there is no shared-memory reducer and
-the strategy is only recorded.
+switches. Tensors pickle by value between processes (NumPy arrays), except those moved into shared memory by
+``share_memory_()``, which travel as their segment's name (`_shared`); the strategy is only recorded.
 
 >>> import jitorch.multiprocessing as mp
 >>> mp.get_sharing_strategy() in mp.get_all_sharing_strategies(), mp.cpu_count() > 0
