@@ -133,3 +133,25 @@ def test_apply_regenerates_the_history_of_a_view_whose_base_was_written():
         make_identity(lib).apply(v).sum().backward()  # its backward doubles
         grads.append(x.grad.tolist())
     assert grads[0] == grads[1] == [6.0, 6.0, 0.0]
+
+
+def test_derivatives_of_a_polynomial_stay_in_the_graph_as_torch_until_they_vanish():
+    # ATen's pow backward is y * x ** (y - 1) for y == 2 too: d2/dx2 of x ** 2 (the constant 2) still requires grad,
+    # so a third derivative is zeros, not an error; x ** 3's fourth derivative leaves the graph as torch's does.
+    import torch
+
+    import jitorch
+
+    for power, orders in ((2, 3), (3, 4)):
+        flags = []
+        for lib in (torch, jitorch):
+            x = lib.tensor([1.0, -2.0], requires_grad=True)
+            y, seen = (x ** power).sum(), []
+            for order in range(orders):
+                (g,) = lib.autograd.grad(y, x, create_graph=True)
+                seen.append((g.requires_grad, g.tolist()))
+                if not g.requires_grad:
+                    break
+                y = g.sum()
+            flags.append(seen)
+        assert flags[1] == flags[0]

@@ -215,3 +215,18 @@ def test_data_setter_replaces_values_keeps_identity():
         assert x.requires_grad and x.is_leaf
         (x * x).sum().backward()
         assert _np(x.grad).tolist() == [10.0, 12.0]
+
+
+@pytest.mark.parametrize("name", ["inference_mode", "enable_grad", "no_grad"])
+def test_grad_mode_switches_decorate_without_parentheses_as_torch(name):
+    for lib in (torch, jitorch):
+        @getattr(lib, name)
+        def f(x):
+            return lib.is_grad_enabled(), lib.is_inference_mode_enabled(), (x * 2).requires_grad
+
+        with lib.set_grad_enabled(name != "enable_grad"):
+            got = f(lib.ones(2, requires_grad=True))
+        if lib is torch:
+            want = got
+        else:
+            assert got == want and f.__name__ == "f"

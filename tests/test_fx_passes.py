@@ -316,3 +316,18 @@ def test_dead_code_elimination_keeps_in_place_functions():
     assert gm.graph.eliminate_dead_code() is False
     x = jitorch.tensor([-1.0, 0.5, 2.0])
     assert_close(gm(x.clone()), _written_in_place(x.clone()))
+
+
+@pytest.mark.parametrize("case", ["literal input", "one node for two inputs", "two nodes"])
+def test_replace_pattern_binds_inputs_as_torch_does(case):
+    # torch's matcher: a pattern input may match a literal; two pattern inputs never match one graph node.
+    fns = {"literal input": lambda lib, x, y: lib.add(y, 2.0) * 3,
+           "one node for two inputs": lambda lib, x, y: lib.add(x, x) * 3,
+           "two nodes": lambda lib, x, y: lib.add(x, y) * lib.add(y, 2.0) + lib.add(x, x)}
+    results = []
+    for lib, fx_lib in ((torch, torch.fx), (jitorch, fx)):
+        gm = fx_lib.symbolic_trace(lambda x, y: fns[case](lib, x, y))
+        count = len(fx_lib.replace_pattern(gm, lambda a, b: lib.add(a, b), lambda a, b: lib.sub(a, b)))
+        gm.graph.lint()
+        results.append((count, gm(lib.tensor([1.0, -2.0]), lib.tensor([3.0, 0.5])).tolist()))
+    assert results[1] == results[0]

@@ -110,9 +110,16 @@ class no_grad(_GradModeContext):
 
 
 class enable_grad(_GradModeContext):
-    """Enable gradient recording inside ``no_grad``."""
+    """Enable gradient recording inside ``no_grad`` (``@enable_grad`` with or without parentheses)."""
 
     _target = True
+
+    def __new__(cls, orig_func=None):
+        self = super().__new__(cls)
+        return self(orig_func) if orig_func is not None and callable(orig_func) else self
+
+    def __init__(self, orig_func=None):
+        pass
 
 
 class set_grad_enabled(_GradModeContext):
@@ -143,9 +150,19 @@ class set_grad_enabled(_GradModeContext):
 
 
 class inference_mode(_GradModeContext):
-    """Like ``no_grad``; tensors made inside never record history."""
+    """Like ``no_grad``; tensors made inside never record history (``@inference_mode`` with or without
+    parentheses, as torch)."""
+
+    def __new__(cls, mode=True):
+        self = super().__new__(cls)
+        if callable(mode) and not isinstance(mode, bool):  # the bare decorator: ``mode`` is the function
+            self.__init__(True)
+            return self(mode)
+        return self
 
     def __init__(self, mode: bool = True):
+        if callable(mode) and not isinstance(mode, bool):
+            return  # (__new__ made and used this instance already)
         self.mode = bool(mode)
         self._target = not self.mode
 

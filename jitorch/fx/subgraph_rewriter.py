@@ -1,8 +1,9 @@
 """``replace_pattern``: find every non-overlapping occurrence of a pattern's dataflow and splice in a replacement.
 
-Pattern placeholders match any value; literals must be equal; the pattern's intermediate values must not be used
-outside the match (they are deleted). The pattern and the replacement take their inputs in the same order, and
-return as many values (one, or a tuple: each returned value of the match takes the uses of the pattern's).
+Pattern placeholders match any value (a literal too; two placeholders never match one node); literals must be
+equal; the pattern's intermediate values must not be used outside the match (they are deleted). The pattern and the
+replacement take their inputs in the same order, and return as many values (one, or a tuple: each returned value
+of the match takes the uses of the pattern's).
 
 >>> import jitorch
 >>> from jitorch.fx import symbolic_trace, replace_pattern
@@ -54,7 +55,15 @@ def _as_graph(pattern):
 
 def _match_value(p, g, mapping, ignore_literals=False) -> bool:
     if isinstance(p, Node):
-        return isinstance(g, Node) and _match_node(p, g, mapping, ignore_literals)
+        if isinstance(g, Node):
+            return _match_node(p, g, mapping, ignore_literals)
+        if p.op != "placeholder":
+            return False
+        # A pattern input matches a literal of the graph too (``add(a, b)`` matches ``add(y, 2.0)``), as torch's
+        if p in mapping:
+            return not isinstance(mapping[p], Node) and type(mapping[p]) is type(g) and mapping[p] == g
+        mapping[p] = g
+        return True
     if isinstance(p, (tuple, list)):
         return (type(p) is type(g) and len(p) == len(g)
                 and all(_match_value(a, b, mapping, ignore_literals) for a, b in zip(p, g)))
@@ -70,6 +79,9 @@ def _match_node(pn: Node, gn: Node, mapping, ignore_literals=False) -> bool:
     if pn in mapping:
         return mapping[pn] is gn
     if pn.op == "placeholder":
+        # Two pattern inputs stand for two values: ``add(a, b)`` does not match ``add(x, x)``, as in torch
+        if any(v is gn for v in mapping.values()):
+            return False
         mapping[pn] = gn
         return True
     if pn.op != gn.op or pn.target != gn.target or len(pn.args) != len(gn.args):
@@ -122,7 +134,7 @@ def _find_matches(graph, pattern_graph, ignore_literals=False):
             continue
         # The replacement goes before the first output; the values it reads must be defined there.
         first = min(outputs, key=order.__getitem__)
-        inputs = [mapping[p] for p in pattern_graph.nodes if p.op == "placeholder" and p in mapping]
+        inputs = [mapping[p] for p in pattern_graph.nodes if p.op == "placeholder" and isinstance(mapping.get(p), Node)]
         if any(order[i] > order[first] for i in inputs):
             continue
         claimed |= inner

@@ -171,8 +171,9 @@ def _pow_backward(ctx, g):
     ga = gb = None
     if ctx.needs_grad(0):
         if not hasattr(b, "_data"):
-            # (x ** 1 is x: ATen's pow(x, 1) is a copy)
-            ga = zeros_like(a) if b == 0 else g * (b * a if b == 2 else b * a ** (b - 1))
+            # ATen's form, y * x ** (y - 1) also for y == 2: its x ** 1 is a pow node, so the next derivative is too
+            # (d/dx of x ** 2 twice stays in the graph, requiring grad, as torch's)
+            ga = zeros_like(a) if b == 0 else g * (b * a ** (b - 1))
         else:
             ga = where(b == 0, 0.0, g * (b * a ** (b - 1)))
     if ctx.needs_grad(1):
