@@ -16,13 +16,14 @@ from . import forward_ad, functional, graph
 from .anomaly_mode import detect_anomaly, set_detect_anomaly
 from .engine import run_backward
 from .function import Function, FunctionCtx, once_differentiable
-from .grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad,
-                        set_grad_enabled)
+from .grad_mode import (enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled,
+                        is_multithreading_enabled, no_grad, set_grad_enabled, set_multithreading_enabled)
 from .gradcheck import gradcheck, gradgradcheck
 
 __all__ = ["backward", "grad", "Function", "FunctionCtx", "once_differentiable", "no_grad", "enable_grad",
            "set_grad_enabled", "inference_mode", "is_grad_enabled", "is_inference_mode_enabled", "gradcheck",
-           "gradgradcheck", "graph", "Variable", "functional", "forward_ad", "detect_anomaly", "set_detect_anomaly"]
+           "gradgradcheck", "graph", "Variable", "functional", "forward_ad", "detect_anomaly", "set_detect_anomaly",
+           "set_multithreading_enabled", "is_multithreading_enabled"]
 
 
 def _as_list(x):

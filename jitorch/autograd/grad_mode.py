@@ -175,3 +175,32 @@ class inference_mode(_GradModeContext):
 
     def clone(self):
         return inference_mode(self.mode)
+
+
+_multithreading = [True]
+
+
+def is_multithreading_enabled():
+    """Whether backward may use several threads (a setting only: jitorch's engine runs each backward on the calling
+    thread; its kernels use jitorch's own threads either way)."""
+    return _multithreading[0]
+
+
+class set_multithreading_enabled:
+    """``torch.autograd.set_multithreading_enabled(mode)``: records the setting (see `is_multithreading_enabled`),
+    restored on exit when used with ``with``.
+
+    >>> with set_multithreading_enabled(False):
+    ...     is_multithreading_enabled()
+    False
+    """
+
+    def __init__(self, mode: bool):
+        self._prev, _multithreading[0] = _multithreading[0], bool(mode)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _multithreading[0] = self._prev
+        return False
