@@ -218,3 +218,13 @@ def test_a_compiled_module_trains_on_strided_inputs_as_torch(no_limit_warning):
     assert_same(jm.bias.grad, tm.bias.grad, atol=1e-4, rtol=1e-5, what="bias grad")
     entries = cm._compiled_call.train_entries
     assert len(entries) <= 2 and entries[-1].relayout == ("arg0",)
+
+
+def test_the_recompile_warning_says_how_to_make_a_strided_arguments_sizes_dynamic():
+    # Slices x[:, :t] of one tensor keep their strides while their sizes change: those sizes stay static (a copy
+    # could not stand for the view in every graph), and the warning at the limit names the way out.
+    f = jitorch.compile(lambda x: (x * 2).sum(-1))
+    base = jitorch.arange(64.0).reshape(2, 32)
+    with pytest.warns(RuntimeWarning, match=r"recompile_limit.*non-contiguous argument.*\.contiguous\(\)"):
+        for t in range(2, 14):
+            assert_same(f(base[:, :t]), (torch.arange(64.0).reshape(2, 32)[:, :t] * 2).sum(-1))

@@ -190,7 +190,7 @@ class CompiledFunction(EntryBuilder):
         if self._compiles() >= self.recompile_limit:
             self._fell_back = True
             last = (entries or self.entries or self.train_entries)[-1]
-            self._warn_limit(first_failure(last.guards, guards) + static_strides_note(self, last, guards))
+            self._warn_limit(first_failure(last.guards, guards) + static_strides_note(self, last, guards, args, kwargs))
             return fn(*args, **kwargs)
         if self.dynamic is not False:
             # Only strides changed (a growing buffer's slice): compile once for row-major copies of those inputs,

@@ -152,9 +152,17 @@ def refused_relayout(cf, site, relayout, traced, before, training):
     return (out,)
 
 
-def static_strides_note(cf, last, guards):
-    """Why a miss on strides alone did not make them dynamic, for the recompile-limit warning ('' otherwise)."""
-    if not first_failure(last.guards, guards).split(":")[0].endswith(_STRIDE):
+def static_strides_note(cf, last, guards, args=(), kwargs=None):
+    """Why a miss on strides alone did not make them dynamic, or why a changing size of a strided argument stayed
+    static, for the recompile-limit warning ('' otherwise)."""
+    failing = first_failure(last.guards, guards).split(":")[0]
+    if failing.endswith(".shape") and cf.dynamic is not False:
+        named = dict(zip(argument_names(args, kwargs or {}), list(args) + list((kwargs or {}).values())))
+        t = named.get(failing[:-len(".shape")])
+        if isinstance(t, Tensor) and not t._data.flags.c_contiguous:
+            return (" (the sizes of a non-contiguous argument, such as a slice x[:, :t] of a larger tensor, stay "
+                    "static: pass x[:, :t].contiguous() to let them become dynamic)")
+    if not failing.endswith(_STRIDE):
         return ""
     if cf.dynamic is False:
         return " (dynamic=False keeps strides static, as torch.compile; dynamic=None accepts them after a change)"
