@@ -41,7 +41,12 @@ def requires_grad(self, flag):
     self.requires_grad_(flag)
 
 
+# Bumped by every requires_grad_ (a layer frozen or unfrozen): see nn.modules._registration.STATE_VERSION.
+REQUIRES_GRAD_VERSION = [0]
+
+
 def requires_grad_(self, requires_grad=True):
+    REQUIRES_GRAD_VERSION[0] += 1
     if self.grad_fn is not None:
         if requires_grad:
             return self

@@ -102,6 +102,8 @@ def test_gradients_zeroed_outside_the_captured_forward_and_backward_train_like_e
                     opt.zero_grad()
                 states[-1] += [p.detach().numpy().copy() for p in model.parameters()]
         runs[mode] = states
+        if mode != "eager":  # alternating micro-batches go to the default path after a few captures, not one a call
+            assert run.recaptures <= 3 and (accumulate == 1) == (run.fallback_reason is None)
     for i, (want, got) in enumerate(zip(runs["eager"], runs["reduce-overhead"])):
         for a, b in zip(want, got):
             np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=f"after call {i}")
@@ -120,3 +122,63 @@ def test_arguments_sharing_memory_run_eagerly_with_eager_results():
             assert got.tolist() == want.tolist() and x.tolist() == xe.tolist()
             buf, bufe = jitorch.zeros(6), jitorch.zeros(6)
             assert g(buf[:4], buf[2:]).tolist() == f(bufe[:4], bufe[2:]).tolist()
+
+
+def test_an_optimizer_step_compiled_alone_reads_each_new_gradient_without_capturing_again():
+    # torch's "compile the optimizer" pattern: backward eager (a new .grad each time), only opt.step() compiled.
+    runs = {}
+    for mode in ("eager", "reduce-overhead"):
+        w = nn.Parameter(jitorch.tensor(np.random.default_rng(3).standard_normal((16, 8)).astype(np.float32)))
+        opt = jitorch.optim.Adam([w], lr=0.01)
+        step = (lambda: opt.step()) if mode == "eager" else jitorch.compile(lambda: opt.step(), mode="reduce-overhead")
+        for x, _ in _batches(6, seed=4):
+            opt.zero_grad()
+            (jitorch.tensor(x) @ w.T).pow(2).sum().backward()
+            step()
+        runs[mode] = w.detach().numpy().copy()
+        if mode != "eager":
+            assert step.recaptures == 0 and step.graph is not None
+    np.testing.assert_allclose(runs["reduce-overhead"], runs["eager"], rtol=1e-5, atol=1e-6)
+
+
+def test_the_default_dtype_is_part_of_a_capture():
+    f = jitorch.compile(lambda x: x + jitorch.arange(3.0) * 0.1, mode="reduce-overhead")
+    try:
+        for default in ("float32", "float32", "float64", "float64", "float32"):
+            jitorch.set_default_dtype(getattr(jitorch, default))
+            assert f(jitorch.ones(3)).dtype == (jitorch.ones(3) + jitorch.arange(3.0)).dtype
+    finally:
+        jitorch.set_default_dtype(jitorch.float32)
+
+
+def test_output_of_other_threads_neither_demotes_a_capture_nor_blocks_a_nested_compiled_call():
+    import io
+    import threading
+
+    sink, stop = io.StringIO(), threading.Event()
+
+    def chatter():
+        while not stop.is_set():
+            print("tick", file=sink)
+
+    inner = jitorch.compile(lambda a: a * 2 + 1)
+
+    def outer(x):
+        box = {}
+        worker = threading.Thread(target=lambda: box.setdefault("v", inner(x)))
+        worker.start()
+        worker.join(timeout=20)
+        return box["v"] + x  # (a KeyError if the worker's trace blocked behind this call's warm-up)
+
+    background = threading.Thread(target=chatter)
+    background.start()
+    try:
+        f = jitorch.compile(lambda x: x.exp() * 3, mode="reduce-overhead")
+        for _ in range(4):
+            f(jitorch.ones(3))
+        assert f.fallback_reason is None and f.graph is not None
+        g = jitorch.compile(outer, mode="reduce-overhead")
+        assert g(jitorch.ones(3)).tolist() == [4.0, 4.0, 4.0]
+    finally:
+        stop.set()
+        background.join()

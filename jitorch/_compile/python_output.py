@@ -21,26 +21,49 @@ from contextlib import contextmanager
 
 __all__ = ["noting_output"]
 
-_lock = threading.RLock()
+_lock = threading.Lock()
+_listeners: list = []  # (thread id, note): the calls being traced or warmed up, innermost last
+_originals: dict = {}  # print and Logger.handle while the patch is in
+
+
+def _note(what):
+    me = threading.get_ident()
+    for thread, note in reversed(_listeners):
+        if thread == me:  # output of other threads (a progress bar, a logger) is not this call's
+            note(what)
+            return
+
+
+def _print(*args, **kwargs):
+    _note("print()")
+    return _originals["print"](*args, **kwargs)
+
+
+def _handle(self, record):
+    _note(f"logging ({self.name})")
+    return _originals["handle"](self, record)
 
 
 @contextmanager
 def noting_output(note):
     """While inside, ``note(what)`` runs before each ``print()`` and each logging record a logger handles (records
-    below the logger's level never reach ``Logger.handle``: no note, as nothing would be written)."""
+    below the logger's level never reach ``Logger.handle``: no note, as nothing would be written), for calls made
+    by this thread. The patch is installed once for all listeners (no lock is held while the body runs: a trace
+    may start threads that trace too)."""
+    entry = (threading.get_ident(), note)
     with _lock:
-        original_print, original_handle = builtins.print, logging.Logger.handle
-
-        def printing(*args, **kwargs):
-            note("print()")
-            return original_print(*args, **kwargs)
-
-        def handle(self, record):
-            note(f"logging ({self.name})")
-            return original_handle(self, record)
-
-        builtins.print, logging.Logger.handle = printing, handle
-        try:
-            yield
-        finally:
-            builtins.print, logging.Logger.handle = original_print, original_handle
+        if not _listeners:
+            _originals.update(print=builtins.print, handle=logging.Logger.handle)
+            builtins.print, logging.Logger.handle = _print, _handle
+        _listeners.append(entry)
+    try:
+        yield
+    finally:
+        with _lock:
+            _listeners.remove(entry)
+            if not _listeners:
+                # (a user's own replacement installed meanwhile stays)
+                if builtins.print is _print:
+                    builtins.print = _originals["print"]
+                if logging.Logger.handle is _handle:
+                    logging.Logger.handle = _originals["handle"]

@@ -44,6 +44,7 @@ import warnings
 
 import numpy as np
 
+from .. import _dtype
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..cpu import CPUGraph, graph
@@ -68,6 +69,10 @@ _SIDE_EFFECTS = ("the function changes Python state that outlives the call ({}):
                  "work, so calls run through the default compiled path, which reruns the Python on every call")
 _UNREPLAYABLE_STEP = ("a capture could not replay its optimizer step ({}), so calls run through the default compiled "
                       "path (compiled forward and backward, the step eager)")
+_GRAD_STATES = ("the parameters' gradients change between stored and accumulated from call to call (gradient "
+                "accumulation over micro-batches: {}), so calls run through the default compiled path")
+# Captures redone because the parameters' .grad changed kind before a function goes to the default path for good.
+GRAD_RECAPTURES = 2
 _ALIASED = ("tensor arguments share memory (one tensor passed twice, overlapping views): a capture holds one "
             "buffer per argument, so the call runs eagerly")
 _HOST_READS = ("the function reads tensor values back into Python (item(), bool(), tolist(), printing): a capture "
@@ -141,6 +146,7 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
         self._default = None  # the default-mode compiled function that runs calls needing autograd
         self._side_effects = None  # `_SIDE_EFFECTS` naming what the warm-up changed, when it changed Python state
         self._unreplayable = None  # `_UNREPLAYABLE_STEP` naming the optimizers a capture could not replay
+        self._grad_recaptures = 0  # captures redone because a parameter's .grad changed kind (`_GRAD_STATES`)
         # A capture carries no autograd: calls whose warm-up output required grad (`_grad_seen`) take the default
         # path in grad mode.
         self._grad_seen = False
@@ -271,12 +277,19 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
         if self.graph is not None:
             # A baked-in hyperparameter moved, or the arguments differ from the captured ones (the last, smaller
             # batch; another Python number): this call captures again, as torch.compile would trace again.
-            changed = (None if self.cuda else self.graph.changed_value() or grad_mismatch(self.graph._grads, True)) \
-                or self._changed_named_value() or \
+            grads = None if self.cuda else grad_mismatch(self.graph._grads, True)
+            changed = grads or (None if self.cuda else self.graph.changed_value()) or self._changed_named_value() or \
                 self._mismatch(leaves) or \
                 ("the arguments' containers differ from the captured call's" if spec != self.captured_spec else None)
             if changed is not None:
                 self._recapture(changed)
+                self._grad_recaptures += grads is not None
+                if self._grad_recaptures > GRAD_RECAPTURES:
+                    # Micro-batches of gradient accumulation alternate between storing and adding: each call would
+                    # capture again. The default compiled path runs them (forward and backward compiled).
+                    self.fallback_reason = self._unreplayable = _GRAD_STATES.format(grads)
+                    warnings.warn(f"jitorch.compile(mode='reduce-overhead') of {self.__name__}: {self._unreplayable}",
+                                  stacklevel=2)
         if self.graph is None:
             reason = self._needs_eager(leaves)
             if reason is not None or self.calls == 1:
@@ -322,7 +335,8 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
     def _baked_values(self):
         """What a capture bakes in besides its tensors: the values the code reads by name (a global ``SCALE``,
         ``cfg.temperature``); the modules and optimizers it reaches are `CaptureState`'s."""
-        return self.named.values()
+        # (Python floats and float creation functions take the default dtype of the capture)
+        return self.named.values() + [("default_dtype", _dtype._default_float)]
 
     def _changed_named_value(self):
         """The first baked-in value (`_baked_values`) that differs from the capture's."""

@@ -19,6 +19,8 @@ parameter or buffer replaced by another tensor (``bn.running_mean = t``), and an
 from __future__ import annotations
 
 from ..optim.optimizer import Optimizer
+from .._tensor_autograd import REQUIRES_GRAD_VERSION
+from ..nn.modules._registration import STATE_VERSION
 from .guards import _plain_attributes, _Same, first_failure, module_tree
 from .reached import NamedObjects, reached_by
 
@@ -31,6 +33,7 @@ class CaptureState:
     def __init__(self, fn, module):
         self.module = module
         self.named = NamedObjects(fn) if module is None else None
+        self._stamp, self._modules = None, []
 
     def _reached(self):
         if self.named is None:
@@ -42,6 +45,20 @@ class CaptureState:
     def values(self):
         """``[(label, value)]``: equal lists mean a capture still applies."""
         modules, optimizers = self._reached()
+        # The module walk (~4 us a module) is redone only when some module or requires_grad flag changed since.
+        stamp = (STATE_VERSION[0], REQUIRES_GRAD_VERSION[0], tuple(map(id, modules)))
+        if stamp != self._stamp:
+            self._stamp, self._modules = stamp, self._module_values(modules)
+        out = list(self._modules)
+        for o in optimizers:
+            name = type(o).__name__
+            # (ids: the optimizer holds these tensors, so an id is not reused while the capture compares it)
+            out.append((f"{name} parameters", tuple(id(p) for g in o.param_groups for p in g["params"])))
+            out.append((f"{name} state tensors", tuple((id(p), tuple(id(v) for v in s.values() if hasattr(v, "_data")))
+                                                       for p, s in o.state.items())))
+        return out
+
+    def _module_values(self, modules):
         out = []
         for m in modules:
             mods, params, buffers = module_tree(m)
@@ -50,12 +67,6 @@ class CaptureState:
             # (`_Same` holds what it compares: an id alone could be reused by a replacement once the old is freed)
             out.append(("parameters", tuple((_Same(p), p._requires_grad) for p in params)))
             out.append(("buffers", tuple(map(_Same, buffers))))
-        for o in optimizers:
-            name = type(o).__name__
-            out.append((f"{name} parameters", tuple(_Same(p) for g in o.param_groups for p in g["params"])))
-            out.append((f"{name} state tensors", tuple((_Same(p), tuple((k, _Same(v)) for k, v in s.items()
-                                                                        if hasattr(v, "_data")))
-                                                       for p, s in o.state.items())))
         return out
 
     def changed(self, before):

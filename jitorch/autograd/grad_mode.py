@@ -204,3 +204,13 @@ class set_multithreading_enabled:
     def __exit__(self, *exc):
         _multithreading[0] = self._prev
         return False
+
+    def __call__(self, fn):
+        # As a decorator: the setting applies inside calls only.
+        mode, _multithreading[0] = _multithreading[0], self._prev
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with set_multithreading_enabled(mode):
+                return fn(*args, **kwargs)
+        return wrapper

@@ -33,7 +33,7 @@ import itertools
 import os
 
 from .. import _dispatch
-from ._grad_binds import grad_binds, grad_mismatch, rebind
+from ._grad_binds import grad_binds, grad_mismatch, prepare, rebind
 from ._hooks import install, uninstall
 from ._recorder import CaptureMode
 
@@ -111,7 +111,7 @@ class CPUGraph:
         self._visible = {id(root) for ref, root in mode.handles if ref() is not None}
         self._guards = list(mode.value_guards)
         self._inputs = list(mode.inputs.values())
-        self._grads = grad_binds(self._inputs, mode.cleared)
+        self._grads = grad_binds(self._inputs, mode.cleared, mode.written)
         self._native, self._native_error = None, None
         self._captured = True
 
@@ -143,6 +143,7 @@ class CPUGraph:
             raise CaptureInvalidated(f"CPUGraph.replay: {changed}; the captured steps would not follow it. Capture "
                                      "again (g.reset(), then capture), or keep it as it was at capture while "
                                      "replaying")
+        prepare(self._grads)
         native = self._build()
         if native is not None:
             native()

@@ -61,7 +61,7 @@ def _match_value(p, g, mapping, ignore_literals=False) -> bool:
             return False
         # A pattern input matches a literal of the graph too (``add(a, b)`` matches ``add(y, 2.0)``), as torch's
         if p in mapping:
-            return not isinstance(mapping[p], Node) and type(mapping[p]) is type(g) and mapping[p] == g
+            return not isinstance(mapping[p], Node) and mapping[p] == g  # (``==``, as torch: 2 matches 2.0)
         mapping[p] = g
         return True
     if isinstance(p, (tuple, list)):

@@ -17,6 +17,9 @@ keep the old memory (``share_memory()`` on a module's parameters and buffers, th
 """
 from __future__ import annotations
 
+import atexit
+import os
+import warnings
 import weakref
 from multiprocessing import shared_memory
 from multiprocessing.reduction import ForkingPickler
@@ -45,23 +48,37 @@ def _shared_array(shape, dtype, strides, offset, shm):
     return np.ndarray(shape, dtype, buffer=shm.buf, offset=offset, strides=strides)
 
 
-def _release(key, shm, owner):
+def _release(key, shm, creator):
+    """The array is gone: unmap the segment, and unlink it in the process that made it (a forked child that drops
+    its inherited copy must not remove the parent's segment)."""
     _segments.pop(key, None)
     try:
         shm.close()
-    except BufferError:  # an array still maps it (process exit): the OS reclaims the mapping
+    except BufferError:  # an exported view is still alive somewhere: the mapping goes with the process
         pass
-    if owner:
+    _unlink(shm, creator)
+
+
+def _unlink(shm, creator):
+    if creator == os.getpid():
         try:
             shm.unlink()
         except FileNotFoundError:
             pass
 
 
-def _adopt(array, shm, owner):
+@atexit.register
+def _unlink_at_exit():
+    # Never unmap at exit: a tensor read during teardown (a __del__, a daemon thread) still maps the segment, and
+    # unmapping under it would crash; the name is removed, the pages go with the process.
+    for ref, shm, creator in list(_segments.values()):
+        _unlink(shm, creator)
+
+
+def _adopt(array, shm, creator):
     root = _root(array)
-    _segments[id(root)] = (weakref.ref(root), shm)
-    weakref.finalize(root, _release, id(root), shm, owner)
+    _segments[id(root)] = (weakref.ref(root), shm, creator)
+    weakref.finalize(root, _release, id(root), shm, creator).atexit = False
 
 
 def share_memory_(self):
@@ -70,10 +87,15 @@ def share_memory_(self):
     data = self._data
     if type(data) is not np.ndarray or _segment_of(data) is not None:
         return self
-    shm = shared_memory.SharedMemory(create=True, size=max(data.nbytes, 1))
-    shared = _shared_array(data.shape, data.dtype, None, 0, shm)
+    if self._base is not None:
+        warnings.warn("share_memory_() on a view: only this tensor moves to shared memory; its base and other views "
+                      "keep their own memory (torch moves the whole storage). Share the base tensor instead.",
+                      stacklevel=3)
+    layout = np.empty_like(data)  # the same order of dimensions in memory: a transposed tensor keeps its strides
+    shm = shared_memory.SharedMemory(create=True, size=max(layout.nbytes, 1))
+    shared = _shared_array(data.shape, data.dtype, layout.strides, 0, shm)
     shared[...] = data
-    _adopt(shared, shm, owner=True)
+    _adopt(shared, shm, os.getpid())
     self._data = shared
     return self
 
@@ -91,7 +113,7 @@ def _rebuild(name, shape, dtype, strides, offset, requires_grad, cls):
     # the creator's tracker, where the name already is, and only the creator unlinks and unregisters it.)
     shm = shared_memory.SharedMemory(name=name)
     array = _shared_array(shape, dtype, strides, offset, shm)
-    _adopt(array, shm, owner=False)
+    _adopt(array, shm, None)
     t = Tensor._make(array)
     if cls is not Tensor:
         t = cls(t, requires_grad=requires_grad) if _is_parameter(cls) else t.as_subclass(cls)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from .. import _creation, _movement_extra
 from .._tensor import Tensor
 from ._kernels import advance_step, capturing, increment_step
+from ._step_capture import factor_step
 from ._optimizer_helpers import refuse_foreach_autograd
 from .optimizer import (Optimizer, _check_adam_hyperparameters, _check_tensor_lr, _get_scalar_dtype, _to_scalar,
                         _use_grad_for_differentiable, evaluate_closure)
@@ -94,7 +95,7 @@ class AdamVariant(Optimizer):
 
 def _tensor_step(step_t):
     advance_step(step_t)
-    return step_t
+    return factor_step(step_t)
 
 
 def _real(t):

@@ -8,6 +8,7 @@ capture of ``optimizer.step()`` records (the group options as guards) or refuses
 """
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 
 import numpy as np
@@ -15,10 +16,10 @@ import numpy as np
 from .._tensor import Tensor
 
 __all__ = ["capturing", "guard_hyperparameters", "increment_step", "advance_step", "count_up", "refuse_capture",
-           "adopting_capturable", "adopt_capturable", "noting_optimizer_steps", "STEPPED"]
+           "adopting_capturable", "adopt_capturable", "factor_step", "noting_optimizer_steps", "note_step", "STEPPED"]
 
-_adopting = [0]
-STEPPED = []  # while a reduce-overhead warm-up runs: a list of the optimizers stepped (`noting_optimizer_steps`)
+_adopting: list = []  # per active `adopting_capturable`: the dicts it set capturable=True in (restored after)
+STEPPED = []  # while a reduce-overhead warm-up runs: (its thread, the optimizers it stepped) (`noting_optimizer_steps`)
 
 
 @contextmanager
@@ -26,11 +27,22 @@ def noting_optimizer_steps():
     """Collect the optimizers whose ``step`` runs inside (`Optimizer` steps append themselves to ``STEPPED[-1]``):
     a reduce-overhead warm-up asks each whether a capture could replay it (``Optimizer._capture_refusal``)."""
     seen = []
-    STEPPED.append(seen)
+    entry = (threading.get_ident(), seen)
+    STEPPED.append(entry)
     try:
         yield seen
     finally:
-        STEPPED.pop()
+        STEPPED.remove(entry)
+
+
+def note_step(optimizer):
+    """An optimizer's ``step`` is running: tell the warm-up of this thread, if one is noting (`STEPPED`)."""
+    me = threading.get_ident()
+    for thread, seen in reversed(STEPPED):
+        if thread == me:
+            if optimizer not in seen:
+                seen.append(optimizer)
+            return
 
 
 def capturing():
@@ -42,14 +54,18 @@ def capturing():
 
 @contextmanager
 def adopting_capturable():
-    """While ``jitorch.compile(mode="reduce-overhead")`` captures a step: optimizers stepped in it become capturable
-    (`adopt_capturable`), as torch.compile sets ``capturable=True`` on the groups of an optimizer it compiles. A
-    capture the user makes (``jitorch.cpu.graph``) still refuses a non-capturable step, as CUDA graph capture does."""
-    _adopting[0] += 1
+    """While ``jitorch.compile(mode="reduce-overhead")`` captures a step: optimizers stepped in it take their
+    capturable form (`adopt_capturable`) for the capture, as torch.compile makes a CUDA optimizer capturable; the
+    flag is restored after it (a saved state dict keeps the user's setting). A capture the user makes
+    (``jitorch.cpu.graph``) still refuses a non-capturable step, as CUDA graph capture does."""
+    changed = []
+    _adopting.append(changed)
     try:
         yield
     finally:
-        _adopting[0] -= 1
+        _adopting.remove(changed)
+        for options in changed:  # the captured ops keep the capturable form; state dicts keep the user's flag
+            options["capturable"] = False
 
 
 def adopt_capturable(optimizer):
@@ -61,14 +77,20 @@ def adopt_capturable(optimizer):
     >>> adopt_capturable(opt), opt.param_groups[0]["capturable"]  # not capturing: left alone
     (False, False)
     """
-    if not (_adopting[0] and capturing()):
+    if not (_adopting and capturing()):
         return False
     groups = [g for g in optimizer.param_groups if g.get("capturable") is False]
     for group in groups:
         group["capturable"] = True
-    if groups and "capturable" in optimizer.defaults:
-        optimizer.defaults["capturable"] = True  # groups added later follow
+    _adopting[-1].extend(groups)
     return bool(groups)
+
+
+def factor_step(step_t):
+    """The count a captured update computes its step-dependent factors from: in float64 for a host count (a float32
+    ``1 - 0.999 ** step`` loses digits to cancellation, RAdam's rectification 1% at step 6; eager updates use
+    Python floats), the count itself otherwise."""
+    return step_t.double() if type(step_t._data) is np.ndarray and step_t.dtype.itemsize < 8 else step_t
 
 
 class _Memory:
@@ -110,7 +132,9 @@ def guard_hyperparameters(optimizer):
     name = type(optimizer).__name__
     for i, group in enumerate(optimizer.param_groups):
         for key in group:
-            if key != "params":
+            # (not capturable: the captured ops keep their form whatever the flag says later, and an adopted
+            # capture sets it only while capturing)
+            if key not in ("params", "capturable"):
                 mode.guard_value(f"{name}.param_groups[{i}][{key!r}]",
                                  lambda group=group, key=key: _plain(group.get(key)), _plain(group[key]))
 

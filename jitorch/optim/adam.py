@@ -18,6 +18,7 @@ from .._tensor import Tensor
 from ._fused import fused_adam
 from ._kernels import advance_step, capturing, hyper, increment_step, ops_for
 from ._optimizer_helpers import refuse_foreach_autograd
+from ._step_capture import factor_step
 from .optimizer import evaluate_closure, new_step, upgrade_step
 from .optimizer import (Optimizer, _check_adam_hyperparameters, _check_capturable, _check_fused_flags, _check_tensor_lr,
                         _device_dtype_check_for_fused, _to_scalar, _use_grad_for_differentiable)
@@ -247,8 +248,9 @@ def _capturable_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step
         max_exp_avg_sq = None if max_exp_avg_sq is None else view_as_real(max_exp_avg_sq)
     exp_avg.lerp_(grad, 1 - beta1)
     exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    bias_correction1 = 1 - beta1 ** step_t
-    bias_correction2 = 1 - beta2 ** step_t
+    count = step_t if differentiable else factor_step(step_t)  # (differentiable: torch's float32 factors)
+    bias_correction1 = 1 - beta1 ** count
+    bias_correction2 = 1 - beta2 ** count
     step_size_neg = (lr / bias_correction1).neg()
     bias_correction2_sqrt = bias_correction2.sqrt()
     second_moment = exp_avg_sq

@@ -14,6 +14,7 @@ from .. import _creation, _pointwise
 from ._adam_variants import _real
 from ._fused_variants import fused_asgd
 from ._kernels import advance_step, capturing, increment_step
+from ._step_capture import factor_step
 from ._optimizer_helpers import refuse_foreach_autograd
 from .optimizer import (Optimizer, _check_tensor_lr, _get_scalar_dtype, _get_value, _to_scalar,
                         _use_grad_for_differentiable, evaluate_closure)
@@ -109,10 +110,11 @@ class ASGD(Optimizer):
 def _captured_update(param, grad, ax, state, lr, lambd, alpha, t0, weight_decay):
     step_t, eta, mu = state["step"], state["eta"], state["mu"]
     advance_step(step_t)
+    count = factor_step(step_t)
     if weight_decay != 0:
         grad = grad.add(param, alpha=weight_decay)
     param.mul_(1 - lambd * eta)
     param.addcmul_(grad, eta, value=-1)
     ax.add_(param.sub(ax).mul_(mu))
-    eta.copy_(lr / ((1 + lambd * lr * step_t) ** alpha))
-    mu.copy_(1 / _pointwise.maximum(step_t - t0, _creation.ones_like(step_t)))
+    eta.copy_(lr / ((1 + lambd * lr * count) ** alpha))
+    mu.copy_(1 / _pointwise.maximum(count - t0, _creation.ones_like(count)))

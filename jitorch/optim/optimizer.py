@@ -30,7 +30,7 @@ from .._tensor import Tensor
 from ..nn.modules._hooks import RemovableHandle
 from ..utils._foreach_utils import _group_tensors_by_device_and_dtype
 from ._kernels import capturing, guard_hyperparameters
-from ._step_capture import STEPPED, adopt_capturable
+from ._step_capture import STEPPED, adopt_capturable, note_step
 from ._optimizer_helpers import (  # noqa: F401 - split for size; torch.optim.optimizer's names, re-exported here
     _check_adam_hyperparameters, _check_capturable, _check_fused_flags, _check_tensor_lr, _device_dtype_check_for_fused,
     _get_scalar_dtype, _get_value, _to_scalar, _use_grad_for_differentiable, evaluate_closure, new_step, upgrade_step,
@@ -89,8 +89,8 @@ def _with_step_hooks(step):
         if self._in_hooked_step:
             return step(*args, **kwargs)
         self._in_hooked_step = True
-        if STEPPED and self not in STEPPED[-1]:
-            STEPPED[-1].append(self)
+        if STEPPED:
+            note_step(self)
         try:
             if capturing():
                 adopt_capturable(self)

@@ -20,6 +20,12 @@ from . import _hooks
 Module = None
 
 
+# Bumped by every change of a module's attributes, parameters, buffers or submodules (``__setattr__``,
+# ``__delattr__``, the register functions): a captured step's state check (`_compile.reduce_overhead_state`) walks
+# the modules again only when it moved.
+STATE_VERSION = [0]
+
+
 def _typename(obj):
     if isinstance(obj, Tensor):
         return obj.type()
@@ -42,6 +48,7 @@ def _check_name(self, kind, name, registry):
 
 def register_buffer(self, name, tensor, persistent=True):
     """Add a buffer (state that is not a parameter, e.g. running statistics); ``persistent`` buffers are saved."""
+    STATE_VERSION[0] += 1
     self._check_name("buffer", name, "buffers")
     if tensor is not None and not isinstance(tensor, Tensor):
         raise TypeError(f"cannot assign '{_typename(tensor)}' object to buffer '{name}' (torch Tensor or None "
@@ -58,6 +65,7 @@ def register_buffer(self, name, tensor, persistent=True):
 
 def register_parameter(self, name, param):
     """Add a parameter (a ``Parameter``, or None to reserve the name) reachable as ``self.<name>``."""
+    STATE_VERSION[0] += 1
     self._check_name("parameter", name, "parameters")
     if param is None:
         self._parameters[name] = None
@@ -77,6 +85,7 @@ def register_parameter(self, name, param):
 
 def add_module(self, name, module):
     """Add a child module reachable as ``self.<name>`` (None reserves the name)."""
+    STATE_VERSION[0] += 1
     if not isinstance(module, Module) and module is not None:
         raise TypeError(f"{_typename(module)} is not a Module subclass")
     self._check_name("module", name, "modules")

@@ -143,6 +143,7 @@ class Module:
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def __setattr__(self, name, value):
+        _registration.STATE_VERSION[0] += 1
         d = self.__dict__
         params = d.get("_parameters")
         if isinstance(value, Parameter):
@@ -195,6 +196,7 @@ class Module:
             register(name, value)
 
     def __delattr__(self, name):
+        _registration.STATE_VERSION[0] += 1
         if name in self._parameters:
             del self._parameters[name]
         elif name in self._buffers:
