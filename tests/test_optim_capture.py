@@ -312,3 +312,27 @@ def test_reduce_overhead_step_of_an_optimizer_built_without_capturable_trains_li
     else:
         assert step.graph is None and len(notes) == 1 and f"{name}" in notes[0] and "step count" in notes[0]
     # A capture the user makes still refuses a non-capturable optimizer (test_capturable_false_refuses_capture...).
+
+
+@pytest.mark.parametrize("name", ["Adagrad", "RMSprop", "Adadelta", "SGD", "Adam"])
+def test_a_captured_step_of_complex_parameters_squares_each_part_as_torch(name):
+    # torch updates complex parameters as (re, im) pairs (view_as_real): a captured update must too, not square the
+    # complex gradient.
+    rng = np.random.default_rng(11)
+    w0 = (rng.standard_normal((4, 3)) + 1j * rng.standard_normal((4, 3))).astype(np.complex64)
+    xs = [(rng.standard_normal((5, 4)) + 1j * rng.standard_normal((5, 4))).astype(np.complex64) for _ in range(5)]
+    out = {}
+    for lib in (torch, jitorch):
+        w = lib.nn.Parameter(lib.tensor(w0))
+        opt = getattr(lib.optim, name)([w], lr=0.05)
+
+        def step(x):
+            opt.zero_grad()
+            (x @ w).abs().pow(2).sum().backward()
+            opt.step()
+
+        run = jitorch.compile(step, mode="reduce-overhead") if lib is jitorch else step
+        for x in xs:
+            run(lib.tensor(x))
+        out[lib.__name__] = _host(w)
+    np.testing.assert_allclose(out["jitorch"], out["torch"], rtol=1e-4, atol=1e-5)

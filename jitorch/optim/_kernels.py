@@ -242,6 +242,12 @@ class _TensorOps:
 
     @staticmethod
     def unwrap(t, real=True):
+        # complex tensors as real views with a trailing (re, im) axis, as ARRAY_OPS.unwrap (torch's view_as_real):
+        # an update squaring the gradient must square each part, not the complex number
+        if real and t.is_complex():
+            from .._movement_extra import view_as_real
+
+            return view_as_real(t)
         return t
 
     @staticmethod
