@@ -15,6 +15,7 @@ from ._indexing import _as_vector, _check_index_dtype, _fill_value, _on, _put, _
 from ._random_inplace import _CPP_NAMES
 from ._shape import broadcast_shapes
 from ._tensor import Tensor
+from .autograd.graph import named
 from .ops import indexing as I
 from .ops import movement as M
 from .ops import pointwise as P
@@ -42,7 +43,8 @@ def _inplace_mask(self, mask, op):
 
 def masked_fill(input, mask, value):
     """``input`` with ``value`` (a scalar or 0-d tensor) where ``mask`` is True."""
-    return masked_where(input, mask, value).contiguous()  # ATen fills a row-major clone of the input
+    # ATen fills a row-major clone of the input
+    return named(masked_where(input, mask, value).contiguous(), "MaskedFillBackward0")
 
 
 def masked_where(input, mask, value):

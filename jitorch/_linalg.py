@@ -116,7 +116,7 @@ def bmm(input, mat2, *, out=None):
 
         raise RuntimeError(f"expected scalar type {TORCH_TYPE_NAMES[input.dtype.name]} but found "
                            f"{TORCH_TYPE_NAMES[mat2.dtype.name]}")
-    return matmul(input, mat2, out=out)
+    return named(matmul(input, mat2, out=out), "BmmBackward0")
 
 
 @autocast_policy(cpu="unlisted")

@@ -360,7 +360,7 @@ def _repeat(self, *sizes, repeats=None):
     out = x.reshape(unsq).expand(expanded_shape)
     # Always a new row-major tensor, as torch's: a reshape could return a view of an expanded input (an overlapping
     # result that in-place ops refuse) or of the input itself (all repeats 1).
-    return apply(M.CONTIGUOUS, out).view(tuple(s * r for s, r in zip(shape, sizes)))
+    return named(apply(M.CONTIGUOUS, out).view(tuple(s * r for s, r in zip(shape, sizes))), "RepeatBackward0")
 
 
 def _copy_(self, src, non_blocking=False):

@@ -156,7 +156,7 @@ def _rsub_operator(self, other):
     if not isinstance(other, _OPERANDS):
         return NotImplemented
     _reject_bool_sub(self, other)
-    return _fast_rsub(self, other)
+    return named(_fast_rsub(self, other), "RsubBackward1")  # ``1 - x`` is torch's rsub
 
 
 def sub(input, other, *, alpha=1, out=None):
@@ -243,6 +243,8 @@ def pow(input, exponent, *, out=None):
     result = apply(P.POW, input, exponent)
     if not isinstance(input, Tensor) and out is None:
         result = result.contiguous()  # ATen's pow(Scalar, Tensor) writes a new row-major tensor
+    if isinstance(exponent, Tensor):  # torch's overloads: Tensor_Tensor (1), Scalar_Tensor (2)
+        named(result, "PowBackward1" if isinstance(input, Tensor) else "PowBackward2")
     return _write_out(result, out, "pow")
 
 

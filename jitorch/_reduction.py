@@ -47,7 +47,8 @@ def _sum_dtype(input, dtype):
 def sum(input, dim=None, keepdim=False, *, dtype=None):
     """Sum over ``dim`` (int, tuple, or all); integer and bool inputs sum to int64."""
     dt = _sum_dtype(input, dtype)
-    return apply(R.SUM, input, dims=_dims(input, dim, "sum"), keepdim=keepdim, dtype=dt.np)
+    out = apply(R.SUM, input, dims=_dims(input, dim, "sum"), keepdim=keepdim, dtype=dt.np)
+    return out if dim is None else named(out, "SumBackward1")  # torch's dim overload
 
 
 def nansum(input, dim=None, keepdim=False, *, dtype=None):
