@@ -32,10 +32,8 @@ from .codeblock import vector_mask
 from .llvm_compile import compile_function
 from .llvm_host import has_avx512
 
-__all__ = ["POOL_TYPES", "lanes", "forward_text", "backward_text", "pool_address", "maxpool2_forward",
+__all__ = ["lanes", "forward_text", "backward_text", "pool_address", "maxpool2_forward",
            "maxpool2_backward"]
-
-POOL_TYPES = ("ptr",) * 3 + ("i64",) * 4  # after the row range: three arrays, then H, W, OH, OW
 
 
 def lanes():

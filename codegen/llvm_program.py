@@ -63,7 +63,7 @@ from .llvm_pool import available, chunking, current_cell, grain_rows, run_addres
 from .llvm_gemm import blas_gemm, blas_ints, blas_operands, gemm_outer_kernel, gemm_reduction_kernel, uses_blas, \
     vector_chunk, vector_fits, vector_gemm, vector_ints
 from .llvm_gemm_packed import geometry, packed_gemm, packed_ints
-from .llvm_gemm_tiled import TILED_SPLIT_FLOPS, TILED_TYPES, tiled_address, tiled_fits, tiled_geometry, tiled_ints, \
+from .llvm_gemm_tiled import TILED_SPLIT_FLOPS, TILED_TYPES, tiled_address, tiled_geometry, tiled_ints, \
     tiled_panels, tiled_pays
 
 __all__ = ["Ref", "KernelCall", "Gemm", "PackedGemm", "Function", "FunctionCall", "call_for", "Copy", "emit_program",
@@ -150,6 +150,11 @@ class Function:
     ints: tuple
     rows: int
     worth: bool
+
+    @property
+    def types(self):
+        """Its argument types after the row range: ``"ptr"`` per pointer, then ``"i64"`` per integer."""
+        return ("ptr",) * self.pointers + ("i64",) * len(self.ints)
 
 
 @dataclass(frozen=True)
@@ -293,7 +298,7 @@ def emit_program(calls, name, ints, link):
                 continue
             if call.k == 1:
                 kernel_call(gemm_outer_kernel(call), (call.a, call.b, call.c))
-            elif call.tiled and tiled_fits(call):
+            elif call.tiled:  # (set only where `tiled_fits`; whether they pay is the address in the integers)
                 tiled_call(call)
             else:
                 product(call)
@@ -304,7 +309,7 @@ def emit_program(calls, name, ints, link):
             f = call.function
             if f.rows:
                 operands = [pointer(r) for r in call.refs] + [integer(v) for v in f.ints]
-                range_call(integer(f.address(), "ptr"), ("ptr",) * f.pointers + ("i64",) * len(f.ints), operands,
+                range_call(integer(f.address(), "ptr"), f.types, operands,
                            f.rows, call.split if f.rows > 1 else 1, f.worth)
         elif isinstance(call, Copy):
             if call.nbytes:

@@ -145,9 +145,8 @@ def _conj(self):
 
 
 def _share_memory_(self):
-    from .multiprocessing._shared import register_reducers, share_memory_
+    from .multiprocessing._shared import share_memory_
 
-    register_reducers()
     return share_memory_(self)
 
 

@@ -19,19 +19,19 @@ import logging
 import threading
 from contextlib import contextmanager
 
+from .._thread_listeners import ThreadListeners
+
 __all__ = ["noting_output"]
 
 _lock = threading.Lock()
-_listeners: list = []  # (thread id, note): the calls being traced or warmed up, innermost last
+_listeners = ThreadListeners()  # the calls being traced or warmed up (other threads' output is not theirs)
 _originals: dict = {}  # print and Logger.handle while the patch is in
 
 
 def _note(what):
-    me = threading.get_ident()
-    for thread, note in reversed(_listeners):
-        if thread == me:  # output of other threads (a progress bar, a logger) is not this call's
-            note(what)
-            return
+    note = _listeners.innermost()
+    if note is not None:
+        note(what)
 
 
 def _print(*args, **kwargs):
@@ -50,17 +50,17 @@ def noting_output(note):
     below the logger's level never reach ``Logger.handle``: no note, as nothing would be written), for calls made
     by this thread. The patch is installed once for all listeners (no lock is held while the body runs: a trace
     may start threads that trace too)."""
-    entry = (threading.get_ident(), note)
+    listening = _listeners.listening(note)
     with _lock:
         if not _listeners:
             _originals.update(print=builtins.print, handle=logging.Logger.handle)
             builtins.print, logging.Logger.handle = _print, _handle
-        _listeners.append(entry)
+        listening.__enter__()
     try:
         yield
     finally:
         with _lock:
-            _listeners.remove(entry)
+            listening.__exit__(None, None, None)
             if not _listeners:
                 # (a user's own replacement installed meanwhile stays)
                 if builtins.print is _print:

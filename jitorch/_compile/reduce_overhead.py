@@ -144,8 +144,9 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
         self.state = CaptureState(fn, module)  # the modules and optimizers it reaches
         self._named_at_capture = self._state_at_capture = None
         self._default = None  # the default-mode compiled function that runs calls needing autograd
-        self._side_effects = None  # `_SIDE_EFFECTS` naming what the warm-up changed, when it changed Python state
-        self._unreplayable = None  # `_UNREPLAYABLE_STEP` naming the optimizers a capture could not replay
+        # Why every call runs through the default compiled path (Python state changed or output written, values
+        # read into Python, an optimizer a capture cannot replay, alternating gradients), or None.
+        self._compiled_instead = None
         self._grad_recaptures = 0  # captures redone because a parameter's .grad changed kind (`_GRAD_STATES`)
         # A capture carries no autograd: calls whose warm-up output required grad (`_grad_seen`) take the default
         # path in grad mode.
@@ -170,11 +171,16 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
             return _AUTOGRAD
         return None
 
+    def _compile_instead(self, reason, warn=True):
+        """From now on every call runs through the default compiled path, for ``reason``."""
+        self.fallback_reason = self._compiled_instead = reason
+        if warn:
+            warnings.warn(f"jitorch.compile(mode='reduce-overhead') of {self.__name__}: {reason}", stacklevel=3)
+
     def _uncaptured(self, reason, args, kwargs):
         """Run a call that is not replayed: through the default compiled path when it needs autograd or reads
         values back to Python (it compiles around those), else eagerly."""
-        if reason not in (_AUTOGRAD, _HOST_READS) and reason is not self._side_effects \
-                and reason is not self._unreplayable:
+        if reason is not _AUTOGRAD and reason is not self._compiled_instead:
             return self.fn(*args, **kwargs)
         if self._default is None:
             from .api import CompiledFunction  # the default mode; imported here, as entry.py does, to keep api light
@@ -287,9 +293,7 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
                 if self._grad_recaptures > GRAD_RECAPTURES:
                     # Micro-batches of gradient accumulation alternate between storing and adding: each call would
                     # capture again. The default compiled path runs them (forward and backward compiled).
-                    self.fallback_reason = self._unreplayable = _GRAD_STATES.format(grads)
-                    warnings.warn(f"jitorch.compile(mode='reduce-overhead') of {self.__name__}: {self._unreplayable}",
-                                  stacklevel=2)
+                    self._compile_instead(_GRAD_STATES.format(grads))
         if self.graph is None:
             reason = self._needs_eager(leaves)
             if reason is not None or self.calls == 1:
@@ -306,19 +310,14 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
                     self._grad_seen = True  # reached through something the name walk does not follow
                 changed = state.changes() + [f"writes output ({what})" for what in printed]
                 if changed:  # torch replays these on every call; a capture would skip them
-                    self.fallback_reason = self._side_effects = _SIDE_EFFECTS.format(", ".join(changed[:6]))
-                    warnings.warn(f"jitorch.compile(mode='reduce-overhead') of {self.__name__}: {self._side_effects}",
-                                  stacklevel=2)
+                    self._compile_instead(_SIDE_EFFECTS.format(", ".join(changed[:6])))
                 elif reads:
-                    self.fallback_reason = _HOST_READS
+                    self._compile_instead(_HOST_READS, warn=False)  # (torch.compile breaks the graph there too)
                 elif refusals:
-                    self.fallback_reason = self._unreplayable = _UNREPLAYABLE_STEP.format("; ".join(refusals))
-                    warnings.warn(f"jitorch.compile(mode='reduce-overhead') of {self.__name__}: {self._unreplayable}",
-                                  stacklevel=2)
+                    self._compile_instead(_UNREPLAYABLE_STEP.format("; ".join(refusals)))
                 return out
-            if self.fallback_reason is not None and self.fallback_reason in (_HOST_READS, self._side_effects,
-                                                                             self._unreplayable):
-                return self._uncaptured(self.fallback_reason, args, kwargs)
+            if self._compiled_instead is not None:
+                return self._uncaptured(self._compiled_instead, args, kwargs)
             self._capture(spec, leaves)
             for i, mutated in enumerate(self.mutated):
                 if mutated:  # the capture ran on a private copy: in-place updates of an input reach the caller

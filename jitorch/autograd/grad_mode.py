@@ -92,34 +92,27 @@ class _GradModeContext:
         return type(self)()
 
 
-class no_grad(_GradModeContext):
+class _NoArgumentContext(_GradModeContext):
+    """A switch without arguments, which also decorates without parentheses (``@no_grad``), as torch's."""
+
+    def __new__(cls, orig_func=None):
+        self = super().__new__(cls)
+        return self(orig_func) if callable(orig_func) else self  # (a function: Python skips __init__)
+
+    def __init__(self, orig_func=None):
+        pass
+
+
+class no_grad(_NoArgumentContext):
     """Disable gradient recording inside the block or the decorated function."""
 
     _target = False
 
-    def __init__(self, orig_func=None):
-        # PyTorch also accepts ``@no_grad`` without parentheses in a few code bases.
-        self._orig = orig_func
 
-    def __new__(cls, orig_func=None):
-        self = super().__new__(cls)
-        if orig_func is not None and callable(orig_func):
-            self.__init__()
-            return self(orig_func)
-        return self
-
-
-class enable_grad(_GradModeContext):
-    """Enable gradient recording inside ``no_grad`` (``@enable_grad`` with or without parentheses)."""
+class enable_grad(_NoArgumentContext):
+    """Enable gradient recording inside ``no_grad``."""
 
     _target = True
-
-    def __new__(cls, orig_func=None):
-        self = super().__new__(cls)
-        return self(orig_func) if orig_func is not None and callable(orig_func) else self
-
-    def __init__(self, orig_func=None):
-        pass
 
 
 class set_grad_enabled(_GradModeContext):
@@ -155,14 +148,12 @@ class inference_mode(_GradModeContext):
 
     def __new__(cls, mode=True):
         self = super().__new__(cls)
-        if callable(mode) and not isinstance(mode, bool):  # the bare decorator: ``mode`` is the function
+        if callable(mode):  # the bare decorator: ``mode`` is the function (a function: Python skips __init__)
             self.__init__(True)
             return self(mode)
         return self
 
     def __init__(self, mode: bool = True):
-        if callable(mode) and not isinstance(mode, bool):
-            return  # (__new__ made and used this instance already)
         self.mode = bool(mode)
         self._target = not self.mode
 

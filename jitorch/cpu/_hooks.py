@@ -29,8 +29,7 @@ __all__ = ["install", "uninstall", "FORBIDDEN"]
 
 FORBIDDEN = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "__array__", "__repr__",
              "__str__", "__format__")
-_ALIASES = ("detach", "data")  # tensors over an existing tensor's memory, made without an op
-_PATCHED = _ALIASES + ("grad",)
+_PATCHED = ("detach", "data", "grad")  # aliases made without an op; the .grad setter
 
 
 class _DrawProxy:

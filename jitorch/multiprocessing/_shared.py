@@ -26,20 +26,17 @@ from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 
-__all__ = ["share_memory_", "is_shared", "register_reducers"]
+from ..cpu._steps import root_of
 
-_segments: dict = {}  # id(root array) -> (weakref to it, SharedMemory)
+__all__ = ["share_memory_", "is_shared"]
 
-
-def _root(array):
-    while isinstance(array.base, np.ndarray):
-        array = array.base
-    return array
+_segments: dict = {}  # id(root array) -> (weakref to it, SharedMemory, the pid that created it or None)
 
 
 def _segment_of(array):
-    entry = _segments.get(id(_root(array)))
-    if entry is None or entry[0]() is not _root(array):
+    root = root_of(array)
+    entry = _segments.get(id(root))
+    if entry is None or entry[0]() is not root:
         return None
     return entry[1]
 
@@ -76,7 +73,7 @@ def _unlink_at_exit():
 
 
 def _adopt(array, shm, creator):
-    root = _root(array)
+    root = root_of(array)
     _segments[id(root)] = (weakref.ref(root), shm, creator)
     weakref.finalize(root, _release, id(root), shm, creator).atexit = False
 
@@ -108,7 +105,6 @@ def is_shared(self):
 def _rebuild(name, shape, dtype, strides, offset, requires_grad, cls):
     from .._tensor import Tensor
 
-    register_reducers()  # this process may send it on (a worker's Queue)
     # (Attaching registers the name with the resource tracker again: processes started by multiprocessing share
     # the creator's tracker, where the name already is, and only the creator unlinks and unregisters it.)
     shm = shared_memory.SharedMemory(name=name)
@@ -132,14 +128,19 @@ def _reduce(t):
     shm = _segment_of(data) if type(data) is np.ndarray else None
     if shm is None:
         return t.__reduce_ex__(2)
-    offset = data.__array_interface__["data"][0] - _root(data).__array_interface__["data"][0]
+    offset = data.__array_interface__["data"][0] - root_of(data).__array_interface__["data"][0]
     return _rebuild, (shm.name, data.shape, data.dtype, data.strides, offset, t._requires_grad, type(t))
 
 
-def register_reducers():
-    """Pickle shared tensors by segment name in multiprocessing's pickler (``Queue``, ``spawn`` arguments)."""
+def _register_reducers():
+    """Pickle shared tensors by segment name in multiprocessing's pickler (``Queue``, ``spawn`` arguments): done
+    when this module is first imported, by ``share_memory_`` or by a process unpickling a shared tensor (which may
+    send it on)."""
     from .._tensor import Tensor
     from ..nn.parameter import Parameter
 
     for cls in (Tensor, Parameter):
         ForkingPickler.register(cls, _reduce)
+
+
+_register_reducers()

@@ -24,6 +24,7 @@ True
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 
 import numpy as np
@@ -74,7 +75,7 @@ def _plan(name, inputs, outs, attrs):
             continue
         compiled = compile_kernel(kernel, cache=default_cache())
         numel, grain = math.prod(kernel.shape), grain_rows(kernel, compiled.outer)
-        plan.append((lambda addresses, k=compiled, n=numel, g=grain: launch(k, addresses, n, g), sources))
+        plan.append((functools.partial(launch, compiled, numel=numel, grain=grain), sources))
     return plan
 
 
@@ -83,8 +84,8 @@ class _FunctionRunner:
     split over jitorch's threads where the function says it pays (the native pool, else the Python one)."""
 
     def __init__(self, function):
-        self.function, self.address = function, function.address()
-        self.types = ("ptr",) * function.pointers + ("i64",) * len(function.ints)
+        self.function, self.address, self.ints = function, function.address(), list(function.ints)
+        self.types = function.types
         self.fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64,
                                    *(ctypes.c_void_p if t == "ptr" else ctypes.c_int64 for t in self.types))(
                                        self.address)
@@ -92,7 +93,7 @@ class _FunctionRunner:
     def run(self, addresses):
         f, threads = self.function, get_num_threads()
         parallel = (shared_pool(threads) or parallel_for) if threads > 1 and f.worth and f.rows > 1 else None
-        split_call(parallel, self.fn, self.address, self.types, list(addresses) + list(f.ints), f.rows)
+        split_call(parallel, self.fn, self.address, self.types, list(addresses) + self.ints, f.rows)
 
 
 def _run(name, inputs, outs, attrs):

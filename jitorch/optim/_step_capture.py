@@ -8,41 +8,31 @@ capture of ``optimizer.step()`` records (the group options as guards) or refuses
 """
 from __future__ import annotations
 
-import threading
 from contextlib import contextmanager
 
 import numpy as np
 
 from .._tensor import Tensor
+from .._thread_listeners import ThreadListeners
 
 __all__ = ["capturing", "guard_hyperparameters", "increment_step", "advance_step", "count_up", "refuse_capture",
            "adopting_capturable", "adopt_capturable", "factor_step", "noting_optimizer_steps", "note_step", "STEPPED"]
 
 _adopting: list = []  # per active `adopting_capturable`: the dicts it set capturable=True in (restored after)
-STEPPED = []  # while a reduce-overhead warm-up runs: (its thread, the optimizers it stepped) (`noting_optimizer_steps`)
+STEPPED = ThreadListeners()  # while a reduce-overhead warm-up runs: the optimizers its thread stepped
 
 
-@contextmanager
 def noting_optimizer_steps():
-    """Collect the optimizers whose ``step`` runs inside (`Optimizer` steps append themselves to ``STEPPED[-1]``):
-    a reduce-overhead warm-up asks each whether a capture could replay it (``Optimizer._capture_refusal``)."""
-    seen = []
-    entry = (threading.get_ident(), seen)
-    STEPPED.append(entry)
-    try:
-        yield seen
-    finally:
-        STEPPED.remove(entry)
+    """Collect the optimizers whose ``step`` runs inside, on this thread (`note_step`): a reduce-overhead warm-up
+    asks each whether a capture could replay it (``Optimizer._capture_refusal``)."""
+    return STEPPED.listening([])
 
 
 def note_step(optimizer):
     """An optimizer's ``step`` is running: tell the warm-up of this thread, if one is noting (`STEPPED`)."""
-    me = threading.get_ident()
-    for thread, seen in reversed(STEPPED):
-        if thread == me:
-            if optimizer not in seen:
-                seen.append(optimizer)
-            return
+    seen = STEPPED.innermost()
+    if seen is not None and optimizer not in seen:
+        seen.append(optimizer)
 
 
 def capturing():

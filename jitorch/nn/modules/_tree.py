@@ -16,6 +16,7 @@ import warnings
 
 from ... import _dtype
 from ...autograd.grad_mode import no_grad
+from . import _registration
 
 # ``type_`` and ``float_`` avoid shadowing the builtins here; Module binds them as ``type`` and ``float``.
 __all__ = ["train", "eval", "requires_grad_", "zero_grad", "apply", "_apply", "to", "cuda", "cpu", "type_", "float_",
@@ -84,6 +85,7 @@ def _apply(self, fn, recurse=True):
     for key, buf in self._buffers.items():
         if buf is not None:
             self._buffers[key] = fn(buf)
+    _registration.STATE_VERSION[0] += 1  # new buffer tensors (a captured step reading the old ones must see it)
     return self
 
 
