@@ -110,14 +110,15 @@ class LLVMBuilder(CodeBlock):
         self.line(f"{name} = {text}")
         return name
 
-    def intrinsic(self, base, ty, *args, arg_types=None, overloads=None):
+    def intrinsic(self, base, ty, *args, arg_types=None, overloads=None, flags=""):
         """Call LLVM intrinsic ``base`` overloaded on ``ty`` (``llvm.fabs`` -> ``@llvm.fabs.f32``), or on the types
-        ``overloads`` (``llvm.ldexp`` on ``("float", "i32")`` -> ``@llvm.ldexp.f32.i32``)."""
+        ``overloads`` (``llvm.ldexp`` on ``("float", "i32")`` -> ``@llvm.ldexp.f32.i32``), with fast-math ``flags``
+        (``"nnan "``: ``call nnan float @llvm.maxnum.f32(...)``)."""
         arg_types = arg_types or [ty] * len(args)
         suffix = ".".join({"float": "f32", "double": "f64"}.get(t, t) for t in (overloads or (ty,)))
         name = f"{base}.{suffix}"
         self.declared[name] = f"declare {ty} @{name}({', '.join(arg_types)})"
-        return self.emit(f"call {ty} @{name}({', '.join(f'{t} {a}' for t, a in zip(arg_types, args))})")
+        return self.emit(f"call {flags}{ty} @{name}({', '.join(f'{t} {a}' for t, a in zip(arg_types, args))})")
 
     def declarations(self):
         return sorted(self.declared.values())

@@ -25,8 +25,9 @@ BINARY = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or")
 COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
 FLOAT_ONLY = ("exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "sin", "cos", "pow", "div")
 REDUCTIONS = ("sum", "prod", "max", "min", "maxnum", "argmax", "argmin")
-# ``maxnum`` is a max that skips nan (C's fmax from -inf: a row of nan gives -inf): cheaper than ``max``, for a
-# row statistic whose nan would poison the result anyway (softmax's shift: a nan element makes the row's sum nan).
+# ``maxnum`` is a max whose value over a row holding nan is unspecified (LLVM: a vectorized ``nnan`` max; C: fmax,
+# which skips nan): cheaper than ``max``, for a row statistic whose nan poisons the result anyway (softmax's shift:
+# a nan element makes the row's sum nan whatever the shift).
 # Index reductions: the store's value is compared; the (i64) result is the row-major flat index over the reduced
 # dimensions of the first maximum (minimum), a nan counting as larger (smaller) than any number, as NumPy and torch.
 ARG_REDUCTIONS = ("argmax", "argmin")

@@ -130,9 +130,10 @@ def fast_binary(op, reflected=False, operator=False, array_fn=None):
                         if ufunc is None or _d.CPU_XP is not np:
                             out = kernel(_d.CPU_XP, x, y)
                         elif x.nbytes >= _HOST_MIN and x.flags.c_contiguous and (
-                                tb is not Tensor or (y.shape == x.shape and y.flags.c_contiguous)):
+                                tb is not Tensor or y.shape == x.shape[x.ndim - y.ndim:]):
                             # A large output into a cached buffer whose pages are already mapped (host_cache).
-                            # Same dtype as x: one float dtype, or a weak Python scalar.
+                            # Same dtype as x: one float dtype, or a weak Python scalar; y has x's shape or
+                            # broadcasts along leading dims (a bias), so the result has x's shape and layout.
                             out = ufunc(x, y, out=_host_empty(x.shape, x.dtype), **(_IN_FLOAT32 if opmath else {}))
                         else:
                             out = kernel(_d.CPU_XP, x, y) if opmath else ufunc(x, y)

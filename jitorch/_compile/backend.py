@@ -12,6 +12,10 @@ CuPy on the current stream); the choice is made per call from the input arrays.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+
 from .._tensor import Tensor
 from ..fx.make_fx import Primitive
 from ..fx.node import Node, map_aggregate
@@ -21,7 +25,7 @@ from .fusion import FusedGroup, partition
 from .lower import GroupKernel
 from ..runtime.threads import get_num_threads
 
-__all__ = ["CompiledGraph", "write_back", "whole_call_runner"]
+__all__ = ["CompiledGraph", "ArgumentSlot", "write_back", "whole_call_runner"]
 
 
 def draws_first(graph):
@@ -127,6 +131,14 @@ class CompiledGraph:
         return map_aggregate(self.output.args[0], lambda a: env[a] if isinstance(a, Node) else a), env
 
 
+@dataclass(frozen=True)
+class ArgumentSlot:
+    """A write-back target that is the call's ``index``-th flat argument, whichever tensor a call passes there (a
+    traced call's in-place writes into its arguments: `functionalize.writable_input`)."""
+
+    index: int
+
+
 def write_back(buffers, values):
     """Store each graph value into its buffer's own memory after a run (one version bump each, as the eager in-place
     update made): a compiled call's functional buffer updates (see `functionalize`)."""
@@ -135,20 +147,40 @@ def write_back(buffers, values):
         buf._bump_version()
 
 
-def whole_call_runner(graph, writes):
+def whole_call_runner(graph, writes, eager=None):
     """``run(args, kwargs)`` of a whole-call `CompiledGraph`; with buffer ``writes`` the graph returns ``(result,
-    *new values)`` and each value is written back into its buffer before the result is returned."""
+    *new values)`` and each value is written back into its buffer (an `ArgumentSlot`: that argument of the call)
+    before the result is returned. A call whose written argument shares memory with another argument runs
+    ``eager(args, kwargs)`` instead (the graph would read the other one's old values)."""
     if not writes:
         return lambda args, kwargs: graph(tuple(args) + tuple(kwargs.values()))
+    slots = [w.index for w in writes if isinstance(w, ArgumentSlot)]
 
     def run(args, kwargs):
-        out = graph(tuple(args) + tuple(kwargs.values()))
-        write_back(writes, out[1:])
+        flat = tuple(args) + tuple(kwargs.values())
+        targets = writes
+        if slots:
+            if eager is not None and _shares_memory(flat, slots):
+                return eager(args, kwargs)
+            targets = [flat[w.index] if isinstance(w, ArgumentSlot) else w for w in writes]
+        out = graph(flat)
+        write_back(targets, out[1:])
         # A buffer the call returns (``return y, bn.running_mean``) is the buffer itself, as in eager mode, not the
         # graph's copy of its new value.
-        buffer_of = {id(v): b for b, v in zip(writes, out[1:])}
+        buffer_of = {id(v): b for b, v in zip(targets, out[1:])}
         return map_aggregate(out[0], lambda a: buffer_of.get(id(a), a) if isinstance(a, Tensor) else a)
     return run
+
+
+def _shares_memory(flat, slots):
+    """Whether an argument at one of ``slots`` shares memory with another tensor argument (one passed twice
+    included: the guards send ``f(x, x)`` to an entry traced that way, whose graph reads one input)."""
+    for i in slots:
+        mine = flat[i]._data
+        for j, a in enumerate(flat):
+            if j != i and isinstance(a, Tensor) and a is not flat[i] and np.may_share_memory(mine, a._data):
+                return True
+    return False
 
 
 def _fetch(gm, target):

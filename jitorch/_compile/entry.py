@@ -39,15 +39,16 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     The ``"jitorch"`` backend traces the call on its real inputs, fuses chains of pointwise ops over one shape into
     LLVM kernels and runs the rest eagerly. When grad mode is on and an input or parameter requires grad, it
     compiles the forward and the backward (see `jitorch._compile.training`; those specializations are kept in
-    ``train_entries``); random draws outside ops (``jitorch.rand``), in-place forward ops on inputs or on values
-    seen through a view or alias, and untraceable backwards run eagerly, and so does a backward with
+    ``train_entries``); random draws outside ops (``jitorch.rand``), in-place forward ops on a training call's
+    inputs or on values seen through a view or alias, and untraceable backwards run eagerly, and so does a backward with
     ``create_graph=True``; in-place ops on the graph's own values (``ReLU(inplace=True)``, ``h += b``) become
     out-of-place nodes, and so do writes into their views and into tensors the call made
     (``out[:, i] = ...``, ``mask[:, 0] = 1``: `view_writes`). Dropout is compiled: its mask is a graph node drawn
     afresh on every call, in eager's order, so with the same seed a compiled call draws eager's masks. In-place
     buffer updates (BatchNorm's running statistics, ``num_batches_tracked``) of the compiled Module, or of the
     modules a compiled function names (``self``, closure cells, globals), are graph values written back into the
-    buffers after each run; those modules' parameters are graph inputs and their identities and ``training`` flags
+    buffers after each run, and so are an inference call's writes into its own (whole, host) arguments
+    (``x.add_(1)``, ``out=o``); those modules' parameters are graph inputs and their identities and ``training`` flags
     are guarded. A callable backend only ever gets inference graphs. Shapes: with ``dynamic=None`` (the default) a
     call that misses the guards of compiled graphs only in some dimensions' sizes, one of which changed twice (its
     third size), makes those dimensions symbolic: one specialization then serves every size >= 2 there (sizes 0 and
@@ -56,9 +57,9 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     ``dynamic=False`` specializes every size. Any other call that misses every guard retraces, up to
     ``recompile_limit`` (``options`` or ``jitorch.compiler.config``), then runs eagerly with one warning.
     A graph break (a tensor value read into Python: ``.item()``, ``if x.sum() > 0``; an op with a data-dependent
-    shape; an in-place write into an input) splits the call into compiled segments: later calls rerun the Python
-    with the ops deferred, run each segment compiled, and record a new branch when a value read differs from every
-    recorded one (see `jitorch._compile.replay`). ``fullgraph=True`` raises at the first break, naming the line.
+    shape; an in-place write into a view of an input) splits the call into compiled segments: later calls rerun the
+    Python with the ops deferred, run each segment compiled, and record a new branch when a value read differs from
+    every recorded one (see `jitorch._compile.replay`). ``fullgraph=True`` raises at the first break, naming the line.
     Under autograd each segment between breaks gets its own compiled forward and backward, the break itself and
     in-place ops running eagerly (see `jitorch._compile.segment_training`); on CUDA a break makes that
     specialization run eagerly. ``mode="reduce-overhead"`` uses CPU graph capture and replay when

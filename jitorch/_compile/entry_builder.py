@@ -168,7 +168,8 @@ class EntryBuilder:
         buffers = self._buffers()
         before = CompileState(buffers)
         python_state = PythonState(self._fn, self._owner(), *(site.caller or (args, kwargs)))
-        traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
+        traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers, write_inputs=True)
+        before.add_snapshots(traced.info.input_snapshots.values())  # the trace wrote them: every rerun starts over
         _note_arrays_read_in_place(guards, traced)
         refused = relayout and refused_relayout(self, site, relayout, traced, before, training=False)
         if refused:
@@ -208,8 +209,9 @@ class EntryBuilder:
             compiled = self.backend(traced.gm, list(args) + list(kwargs.values()))
             entry.run = lambda args, kwargs: compiled(*args, *kwargs.values())
         else:
-            dims = relayout is None and dims_to_make_dynamic(self, self.entries[:-1], guards, args, kwargs,
-                                                             config.dynamic_after_changes)
+            # (the probe traces of other sizes would write into the call's own arguments)
+            dims = relayout is None and not traced.writes_inputs and dims_to_make_dynamic(
+                self, self.entries[:-1], guards, args, kwargs, config.dynamic_after_changes)
             found = dims and dynamic_inference(self, fn, entry, dims, guards, args, kwargs, buffers,
                                                  traced.writes)
             if found:
@@ -220,7 +222,9 @@ class EntryBuilder:
                     traced.gm.recompile()
                 graph = CompiledGraph(traced.gm)
                 entry.kernel_ops = graph.kernel_ops
-                entry.run = _keeping_sizes(whole_call_runner(graph, traced.writes), traced.result)
+                entry.run = _keeping_sizes(whole_call_runner(graph, traced.writes, lambda a, k: fn(*a, **k)),
+                                           traced.result)
+                entry.writes_inputs = traced.writes_inputs
         if entry.replay is None:
             # The first run compiles the kernels for these strides. It is this call: the trace's draws and buffer
             # updates are undone first (a graph without breaks writes no other outside tensor: such writes break).

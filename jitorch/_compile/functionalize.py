@@ -1,4 +1,4 @@
-"""Side effects a compiled graph keeps: random draws and in-place updates of module buffers.
+"""Side effects a compiled graph keeps: random draws and in-place updates of module buffers and arguments.
 
 - A *random node* runs a row that draws on every run (``ops.random_ops.RANDOM_ROWS``, dropout's mask). Compiled code
   runs each one exactly once per call, in program order, so it consumes the generator as eager code does.
@@ -6,7 +6,8 @@
   functionally: the new value is a node (``copy(old, op(old, ...))``, or the ``copy``/``fill`` row itself), later
   reads of the buffer read that node, the graph returns the buffer's last value, and ``backend.write_back`` stores
   it into the buffer's own memory after each run. Writes into views, into tensors that require grad, or with
-  arguments that require grad are not functionalized (the callers keep their eager handling of those).
+  arguments that require grad are not functionalized (the callers keep their eager handling of those). An
+  inference call's writes into its own arguments are recorded the same way (`writable_input`).
 - `CompileState`: compiling runs the function more than once (trace, joint trace, shape annotation, the first
   compiled run); the generators' states and the module's buffers are put back so a call draws and updates once.
 
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
+
 from .. import _random
 from .._dispatch import apply, apply_inplace
 from .._tensor import Tensor
@@ -31,7 +34,8 @@ from ..fx.node import Node, map_aggregate
 from ..ops.random_ops import RANDOM_ROWS
 from .backend import _fetch
 
-__all__ = ["is_random", "functional_ops", "functional_write_ok", "record_buffer_write", "functionalize",
+__all__ = ["is_random", "functional_ops", "functional_write_ok", "writable_input", "shares_memory", "overlapping_write",
+           "record_buffer_write", "functionalize",
            "functionalize_intermediates",
            "CompileState", "rng_state", "set_rng_state"]
 
@@ -59,6 +63,53 @@ def functional_write_ok(t, args):
     if not GradState.enabled:
         return True
     return not t._requires_grad and not any(isinstance(a, Tensor) and a._requires_grad for a in args)
+
+
+def writable_input(info, t):
+    """Whether an in-place write into ``t`` may be recorded as a functional write into one of the call's arguments
+    (``x.add_(1)``, ``o.copy_(y)``, ``out=o``), written back after each run as a buffer's is: ``t`` is an argument
+    of a recording that allows it (``info.inputs``: an inference call's), on the host, sharing no memory with
+    another argument or buffer (the graph would read that one's old values; the recorder checks the tensors it
+    holds, `overlapping_write` the ones it meets later). The argument's values before its first write are kept
+    in ``info.input_snapshots``: compiling runs the call more than once, each run from them.
+
+    >>> import jitorch
+    >>> from jitorch._compile.segments import RecordInfo
+    >>> x, y = jitorch.zeros(3), jitorch.zeros(3)
+    >>> info = RecordInfo(False)
+    >>> info.inputs = {id(x): x, id(y): y}
+    >>> writable_input(info, x), writable_input(info, x[1:])
+    (True, False)
+    >>> v = y.view(3)  # f(y, y.view(3)): the graph would read v's values from before the write
+    >>> info.inputs[id(v)] = v
+    >>> writable_input(info, y)
+    False
+    """
+    if id(t) not in info.inputs or type(t._data) is not np.ndarray:
+        return False
+    if id(t) in info.input_snapshots:
+        return True
+    if shares_memory(t, [*info.inputs.values(), *info.buffers.values()]):
+        return False
+    info.input_snapshots[id(t)] = (t, t._data.copy())
+    return True
+
+
+def shares_memory(t, others):
+    """Whether a tensor among ``others`` other than ``t`` itself (None entries skipped) may share ``t``'s memory."""
+    data = t._data
+    return any(o is not None and o is not t and type(o._data) is type(data) and np.may_share_memory(o._data, data)
+               for o in others if type(data) is np.ndarray)
+
+
+def overlapping_write(info, t):
+    """Why a graph that reads the outside tensor ``t`` would be wrong: it shares memory with a buffer or argument
+    the call wrote functionally (the graph reads ``t``'s values from before the write), else None."""
+    for written in info.written.values():
+        if shares_memory(t, [written]):
+            return (f"a tensor of shape {tuple(t.shape)} read after an in-place write into a tensor of shape "
+                    f"{tuple(written.shape)} shares its memory")
+    return None
 
 
 def record_buffer_write(rec, op, t, args, attrs):
@@ -182,6 +233,10 @@ class CompileState:
     def __init__(self, buffers=()):
         self.rng = rng_state()
         self.buffers = [(b, b._data.copy()) for b in buffers if isinstance(b, Tensor)]
+
+    def add_snapshots(self, snapshots):
+        """Also put back these ``(tensor, values)`` pairs (arguments a trace wrote: `writable_input`)."""
+        self.buffers += list(snapshots)
 
     def restore(self):
         set_rng_state(self.rng)

@@ -4,7 +4,7 @@ the backward rows of softmax and log_softmax.
 Each is written the way a hand-written kernel computes it, from reductions (`GroupBuilder.reduce` returns an
 ``acc`` expression: the row's total, final from the next pass on) and pointwise primitives; the kernel builder then
 places every store in the earliest pass its accumulators allow. Numerics follow the eager rows: the max is
-subtracted before ``exp`` (a max that skips nan, ``maxnum``, which is cheaper: a nan element makes its row nan
+subtracted before ``exp`` (``maxnum``, a max unspecified on nan, which is cheaper: a nan element makes its row nan
 through the sum anyway), the variance is the mean of squared deviations (two passes, no cancellation), and
 ``rstd = 1 / sqrt(var + eps)``. Layer norm sums the row shifted by its first element ``x0`` (`first_element`): a
 constant row then has ``mean == x0`` exactly, deviations and variance exactly 0 and an output equal to the bias, as

@@ -10,8 +10,9 @@ nothing is frozen into a constant. A segment ends at a *break*:
   it, so a later call whose value differs records (or reuses) another branch.
 - ``eager``: an op the graph cannot hold (a data-dependent output shape such as ``nonzero``; an in-place write into a
   tensor from outside the segment or into a view), run eagerly at that point on every call. A compiled module's
-  buffers are the exception: their in-place updates are recorded as functional nodes (``Segment.writes``; see
-  `functionalize`), which the whole-call graph returns for write-back and a replay defers like any value.
+  buffers are the exception, and so are an inference call's arguments: their in-place updates are recorded as
+  functional nodes (``Segment.writes``; see `functionalize`), which the whole-call graph returns for write-back and
+  a replay defers like any value.
 - ``escape``: ``.numpy()`` / ``np.asarray(t)`` hands out memory Python may write; the rest of the call runs eagerly.
 - ``return``: the end of the function.
 
@@ -40,7 +41,7 @@ from ..fx.graph import Graph
 from ..fx.make_fx import _primitive
 from ..fx.node import map_aggregate
 from ..ops.table import Opaque
-from .functionalize import functional_write_ok, record_buffer_write
+from .functionalize import functional_write_ok, overlapping_write, record_buffer_write, shares_memory, writable_input
 from .segment_training import TrainingNotes
 from ..fx._created import noting_created
 from .view_writes import NOT_FUNCTIONAL, functional_write
@@ -132,6 +133,9 @@ class Recorder(_ModeBase, TrainingNotes):
             return a
         node = self.local(a) or self.externals.get(id(a))
         if node is None:
+            unsound = self.info.unsound is None and overlapping_write(self.info, a)
+            if unsound:
+                self.info.unsound = unsound
             node = self.seg.graph.placeholder(f"in{len(self.seg.placeholders)}")
             node.meta["val"] = (tuple(a._data.shape), a._data.dtype)
             node.meta["stride"] = tuple(a._data.strides)
@@ -176,7 +180,7 @@ class Recorder(_ModeBase, TrainingNotes):
     def dispatch_inplace(self, op, t, args, attrs):
         if not self.live:
             return self._run(apply_inplace, op, t, *args, **attrs)
-        if id(t) in self.info.buffers and functional_write_ok(t, args):
+        if self._functional_target(t, args):
             return self._write_buffer(op, t, args, attrs)
         if self.nodes.get(id(t)) is None or t._base is not None:
             out = functional_write(self, op, t, args, attrs)  # a view of the graph's own tensors, or one it made
@@ -196,6 +200,20 @@ class Recorder(_ModeBase, TrainingNotes):
         self.bind(t, node)
         self.seg.steps.append((node, node))
         return out
+
+    def _functional_target(self, t, args):
+        """Whether the write into ``t`` is recorded functionally: a module buffer or (`writable_input`) an argument,
+        of which the graph holds no other tensor yet (a view taken before the write, ``detach()``): that one's node
+        would keep the old values."""
+        info = self.info
+        if not (id(t) in info.buffers or id(t) in info.inputs) or not functional_write_ok(t, args):
+            return False
+        if id(t) not in info.written:
+            held = [ref() for (table, _), ref in list(self._refs.items()) if table == "nodes"]
+            if shares_memory(t, [*held, *self.ext_objs]) or not (id(t) in info.buffers or writable_input(info, t)):
+                return False
+            info.written[id(t)] = t
+        return True
 
     def _write_buffer(self, op, t, args, attrs):
         return record_buffer_write(self, op, t, args, attrs)
@@ -276,20 +294,26 @@ class RecordInfo:
         self.examples = {}  # Segment -> its outside tensors, in placeholder order (to compile ahead on)
         self.created = {}  # id -> tensor made by a creation function during the call (view_writes.py)
         self.output_call = None  # the first ``print()`` or logging call of the user's code: a side effect
+        self.inputs = {}  # id -> argument tensor whose in-place writes may be recorded functionally (`writable_input`)
+        self.input_snapshots = {}  # id -> (argument, its values before the call's first write into it)
+        self.written = {}  # id -> buffer or argument written functionally (`overlapping_write`)
 
     @property
     def graph_breaks(self):
         return [b for b in self.breaks if b.kind != "return"]
 
 
-def record(fn, args, kwargs, *, fullgraph=False, segment=None, buffers=()):
+def record(fn, args, kwargs, *, fullgraph=False, segment=None, buffers=(), write_inputs=False):
     """Run ``fn`` once under a `Recorder` and return its `RecordInfo` (``result`` is the eager answer).
 
     In-place writes into ``buffers`` (a module's buffers) become functional nodes, not graph breaks (see
-    `functionalize`); writes into the arguments themselves stay breaks.
+    `functionalize`); so do writes into the arguments themselves with ``write_inputs`` (an inference call's: see
+    `writable_input`), else they stay breaks.
     """
     flat = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
     info = RecordInfo(fullgraph, [b for b in buffers if not any(b is a for a in flat)])
+    if write_inputs:
+        info.inputs = {id(a): a for a in flat}
     info.root = segment or Segment()
     mode = Recorder(info, info.root)
     with watching(mode), noting_created(info.created):

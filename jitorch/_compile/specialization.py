@@ -57,6 +57,7 @@ class Entry:
     graph_signature: tuple | None = None  # a whole graph's ops (stride_relayout.graph_signature)
     relayout: tuple = ()  # arguments copied to row-major per call: their guards accept any strides
     relayout_refused: str | None = None  # why a stride-only miss of this entry compiles exact strides again
+    writes_inputs: bool = False  # its graph writes into arguments (a copy of one would take the write instead)
     side_effects: str | None = None  # what Python state the call changes: it runs through its replay (side_effects.py)
     _key: list = field(default=None, repr=False)
     _key_of: list = field(default=None, repr=False)

@@ -6,7 +6,7 @@ strides for them; each later call copies such an input to row-major when its str
 static there and here.
 
 A copy stands for the input only when the call cannot tell them apart, so the entry that missed must be one whole
-graph (a write into an input is a graph break), no input copied may be a module buffer, and the trace on the copies
+graph writing into no input, no input copied may be a module buffer, and the trace on the copies
 must give the same graph up to ``contiguous`` nodes (a value read from ``stride()`` or ``is_contiguous()`` changes
 it), with no ``as_strided`` (which reads the storage around the input) and no output sharing a copy's memory (eager
 returns a view of the input itself). Otherwise the entry is marked and strides stay exact for it. The copy is an op
@@ -76,9 +76,9 @@ def stride_only_miss(entries, guards, args, kwargs, buffers=()):
 
 
 def _relayable(entry):
-    """One whole graph compiled (no graph break: an in-place write into an input breaks), not refused before."""
+    """One whole graph compiled (no graph break), writing into no input, not refused before."""
     return entry.run is not None and entry.replay is None and not entry.breaks and entry.dynamic is None and \
-        entry.graph_signature is not None and entry.relayout_refused is None
+        entry.graph_signature is not None and entry.relayout_refused is None and not entry.writes_inputs
 
 
 class Relayout:
@@ -102,6 +102,8 @@ class Relayout:
         """Why the trace on the copies cannot stand for the call's (a reason), or None when it can."""
         if traced.gm is None:
             return "the call breaks the graph on row-major copies of its inputs"
+        if traced.writes_inputs:
+            return "the call writes into its inputs in place (a copy would take the write)"
         if any(_target(n) == "as_strided" for n in traced.gm.graph.nodes):
             return "as_strided reads the storage around the input"
         if graph_signature(traced.gm) != self.missed.graph_signature:

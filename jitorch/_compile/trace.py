@@ -26,6 +26,7 @@ from ..fx.graph import Graph
 from ..fx.graph_module import GraphModule
 from ..fx.node import Node, map_aggregate
 from ..nn.modules.module import Module
+from .backend import ArgumentSlot
 from .segments import RecordInfo, record
 
 __all__ = ["Trace", "trace", "full_graph"]
@@ -40,6 +41,11 @@ class Trace:
     break_reason: str | None
     info: RecordInfo | None = None
     writes: tuple = ()  # buffers the call updates in place: ``gm`` returns ``(result, *their new values)``
+
+    @property
+    def writes_inputs(self):
+        """Whether the call writes into its own arguments (an `ArgumentSlot` among ``writes``)."""
+        return any(isinstance(w, ArgumentSlot) for w in self.writes)
 
 
 def full_graph(info, flat):
@@ -74,21 +80,24 @@ def full_graph(info, flat):
     return GraphModule(root, graph)
 
 
-def trace(fn, args, kwargs, fullgraph=False, buffers=()):
+def trace(fn, args, kwargs, fullgraph=False, buffers=(), write_inputs=False):
     """Run ``fn(*args, **kwargs)`` once under the recorder; keyword arguments become trailing placeholders.
 
     ``fullgraph=True`` raises ``RuntimeError`` at the first graph break, naming the user's source line. In-place
-    updates of ``buffers`` (a compiled module's) are recorded functionally: ``Trace.writes`` lists the buffers
-    written, in the order of the values ``gm`` returns after the result.
+    updates of ``buffers`` (a compiled module's), and with ``write_inputs`` of the arguments themselves, are
+    recorded functionally: ``Trace.writes`` lists the buffers written (an argument as its `ArgumentSlot`), in the
+    order of the values ``gm`` returns after the result.
     """
     keys = tuple(kwargs)
     flat = tuple(args) + tuple(kwargs[k] for k in keys)
     nargs = len(args)
     info = record(lambda *a: fn(*a[:nargs], **dict(zip(keys, a[nargs:]))), flat, {}, fullgraph=fullgraph,
-                  buffers=buffers)
+                  buffers=buffers, write_inputs=write_inputs)
     breaks = info.graph_breaks
     if breaks:
         return Trace(None, info.result, breaks[0].describe(), info)
     if info.random:
         return Trace(None, info.result, RANDOM_REASON, info)
-    return Trace(full_graph(info, flat), info.result, None, info, tuple(b for b, _ in info.root.writes.values()))
+    slots = {id(a): ArgumentSlot(i) for i, a in reversed(list(enumerate(flat)))}
+    writes = tuple(slots[id(b)] if id(b) in info.inputs else b for b, _ in info.root.writes.values())
+    return Trace(full_graph(info, flat), info.result, None, info, writes)

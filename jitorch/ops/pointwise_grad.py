@@ -66,7 +66,7 @@ def _threshold_backward_kernel(xp, g, y):
     out = native_eager.pointwise(THRESHOLD_BACKWARD, g, y, min_size=1)
     if out is not None:
         return out
-    mask = y > 0
+    mask = ~(y <= 0)  # ATen's ``y <= 0 ? 0 : g``: a NaN output passes its gradient through
     if is_cupy(xp):
         return xp.where(mask, g, 0).astype(g.dtype, copy=False)
     # NumPy's masked where/copyto are ~12x slower than a multiply here; the multiply only needs a fix-up where an
@@ -87,7 +87,7 @@ TANH_BACKWARD = defop("tanh_backward", _tanh_backward_kernel, _tanh_backward_bac
 SIGMOID_BACKWARD = defop("sigmoid_backward", _sigmoid_backward_kernel, _sigmoid_backward_backward,
                          Pointwise("{0} * {1} * (1 - {1})"), promotion="promote", saves="inputs", meta=True)
 THRESHOLD_BACKWARD = defop("threshold_backward", _threshold_backward_kernel, _threshold_backward_backward,
-                           Pointwise("{1} > 0 ? {0} : 0"), promotion="promote", saves="inputs", meta=True)
+                           Pointwise("{1} <= 0 ? 0 : {0}"), promotion="promote", saves="inputs", meta=True)
 
 
 def _first_order(row):
