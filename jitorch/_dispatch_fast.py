@@ -21,6 +21,7 @@ from ._dispatch import _cast_array
 from ._tensor import Tensor
 from .autograd.grad_mode import GradState
 from .autograd.graph import _SAVED_HOOKS, _record as _record_in_region, _recording as _RECORDING
+from .ops.native_broadcast import ROWS as BROADCAST_ROWS, broadcast_binary
 from .runtime.host_cache import THRESHOLD as _HOST_MIN
 from .runtime.host_cache import empty as _host_empty
 
@@ -89,6 +90,7 @@ def fast_binary(op, reflected=False, operator=False, array_fn=None):
     promotion = op.promotion
     saves, node_cls = op.saves, op.node_cls
     half_scalar_opmath = getattr(op.kernel, "half_scalar_opmath", False)
+    broadcast_rows = op.name in BROADCAST_ROWS and array_fn is None
 
     def run(a, b):
         if reflected:
@@ -129,6 +131,9 @@ def fast_binary(op, reflected=False, operator=False, array_fn=None):
                     try:
                         if ufunc is None or _d.CPU_XP is not np:
                             out = kernel(_d.CPU_XP, x, y)
+                        elif broadcast_rows and tb is Tensor and x.shape != y.shape and \
+                                (native := broadcast_binary(op, x, y)) is not None:
+                            out = native  # a row, column or outer broadcast: NumPy's stride-0 loops are slow
                         elif x.nbytes >= _HOST_MIN and x.flags.c_contiguous and (
                                 tb is not Tensor or y.shape == x.shape[x.ndim - y.ndim:]):
                             # A large output into a cached buffer whose pages are already mapped (host_cache).

@@ -328,9 +328,13 @@ def test_eager_small_layout_and_broadcast_outputs_bypass_the_cache():
     t = jitorch.from_numpy(x).t()  # F-ordered: NumPy keeps the input's layout for the output, as torch does
     out = t * 3
     assert out.stride() == t.stride() and not _from_cache(out._data)
-    broadcast = jitorch.from_numpy(x[:1]) + jitorch.from_numpy(x)  # the small operand first: no cached output
-    assert not _from_cache(broadcast._data)
+    # The small operand first: an output of the broadcast shape, not of the first operand's (a cached one is taken
+    # for that shape where the generated broadcast kernel runs: `ops.native_broadcast`).
+    broadcast = jitorch.from_numpy(x[:1]) + jitorch.from_numpy(x)
+    assert broadcast.shape == x.shape
     np.testing.assert_array_equal(broadcast.numpy(), x + 1)
+    wide = jitorch.from_numpy(x[:1].astype(np.float64)) + jitorch.from_numpy(x.astype(np.float64))  # NumPy's loop
+    assert not _from_cache(wide._data) and wide.shape == x.shape
 
 
 def test_eager_large_output_dtypes_and_autograd():
