@@ -19,6 +19,7 @@ import numpy as np
 from .._tensor import Tensor
 from ..fx.make_fx import Primitive
 from ..fx.node import Node, map_aggregate
+from ..ops.indexing import IndexOutOfBounds
 from ..ops.random_ops import CONSTANT_DRAWS, RANDOM_ROWS
 from . import lower_cuda, native_runner
 from .fusion import FusedGroup, partition
@@ -150,11 +151,21 @@ def write_back(buffers, values):
 def whole_call_runner(graph, writes, eager=None):
     """``run(args, kwargs)`` of a whole-call `CompiledGraph`; with buffer ``writes`` the graph returns ``(result,
     *new values)`` and each value is written back into its buffer (an `ArgumentSlot`: that argument of the call)
-    before the result is returned. A call whose written argument shares memory with another argument runs
-    ``eager(args, kwargs)`` instead (the graph would read the other one's old values)."""
-    if not writes:
-        return lambda args, kwargs: graph(tuple(args) + tuple(kwargs.values()))
+    before the result is returned. ``eager(args, kwargs)`` runs instead for a call whose written argument shares
+    memory with another argument (the graph would read the other one's old values), and for one where an index row
+    found an index out of bounds: eager's functions word that error per op (gather's RuntimeError, index_select's
+    "index out of range in self"), and nothing was written yet (writes follow the run)."""
     slots = [w.index for w in writes if isinstance(w, ArgumentSlot)]
+
+    if not writes:
+        def plain(args, kwargs):
+            try:
+                return graph(tuple(args) + tuple(kwargs.values()))
+            except IndexOutOfBounds:
+                if eager is None:
+                    raise
+                return eager(args, kwargs)
+        return plain
 
     def run(args, kwargs):
         flat = tuple(args) + tuple(kwargs.values())
@@ -163,7 +174,12 @@ def whole_call_runner(graph, writes, eager=None):
             if eager is not None and _shares_memory(flat, slots):
                 return eager(args, kwargs)
             targets = [flat[w.index] if isinstance(w, ArgumentSlot) else w for w in writes]
-        out = graph(flat)
+        try:
+            out = graph(flat)
+        except IndexOutOfBounds:
+            if eager is None:
+                raise
+            return eager(args, kwargs)
         write_back(targets, out[1:])
         # A buffer the call returns (``return y, bn.running_mean``) is the buffer itself, as in eager mode, not the
         # graph's copy of its new value.

@@ -91,7 +91,7 @@ def dynamic_inference(cf, fn, entry, dims, guards, args, kwargs, buffers, writes
         if functionalize_intermediates(gm):
             gm.recompile()
         graph = CompiledGraph(gm)
-        runner = whole_call_runner(graph, writes)
+        runner = whole_call_runner(graph, writes, lambda a, k: fn(*a, **k))
         return Instance(lambda a, k, params: runner(a, k), graph.kernel_ops)
 
     restoring = _restoring(buffers)

@@ -50,6 +50,7 @@ from ..autograd.grad_mode import GradState
 from ..cpu import CPUGraph, graph
 from ..cpu._grad_binds import grad_mismatch
 from ..cpu._steps import root_of
+from ..ops.indexing import IndexOutOfBounds
 from ..optim._step_capture import adopting_capturable, noting_optimizer_steps
 from .array_contents import pin_versions
 from .guards import _constant, call_hooks, first_failure
@@ -75,6 +76,8 @@ _GRAD_STATES = ("the parameters' gradients change between stored and accumulated
 GRAD_RECAPTURES = 2
 _ALIASED = ("tensor arguments share memory (one tensor passed twice, overlapping views): a capture holds one "
             "buffer per argument, so the call runs eagerly")
+_SELF_OVERLAPPING = ("a tensor argument has elements sharing memory (an expanded tensor): a capture would hold a dense "
+                     "copy of it, on which an in-place write does not raise as eager's does, so the call runs eagerly")
 _HOST_READS = ("the function reads tensor values back into Python (item(), bool(), tolist(), printing): a capture "
                "would freeze them, so calls run through the default compiled path, which compiles around them")
 
@@ -117,6 +120,12 @@ def _aliased(arrays):
     """Whether two of ``arrays`` (NumPy) may share memory (their byte ranges overlap)."""
     spans = sorted(_span(a) for a in arrays)
     return any(spans[j][0] < spans[j - 1][1] for j in range(1, len(spans)))
+
+
+def _self_overlapping(leaves):
+    """Whether a tensor of ``leaves`` repeats memory along a dim (a zero stride over more than one element)."""
+    return any(isinstance(t, Tensor) and t._data.size > 1 and
+               any(st == 0 and n > 1 for st, n in zip(t._data.strides, t._data.shape)) for t in leaves)
 
 
 def _same_value(new, static, key):
@@ -295,7 +304,7 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
                     # capture again. The default compiled path runs them (forward and backward compiled).
                     self._compile_instead(_GRAD_STATES.format(grads))
         if self.graph is None:
-            reason = self._needs_eager(leaves)
+            reason = self._needs_eager(leaves) or (_SELF_OVERLAPPING if _self_overlapping(leaves) else None)
             if reason is not None or self.calls == 1:
                 if reason is not None and self.fallback_reason is None:
                     self.fallback_reason = reason
@@ -329,7 +338,12 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
         reason = self._needs_eager(leaves)
         if reason is not None:
             return self._uncaptured(reason, args, kwargs)
-        return self._replay_cuda(leaves) if self.cuda else self._replay(leaves)
+        try:
+            return self._replay_cuda(leaves) if self.cuda else self._replay(leaves)
+        except IndexOutOfBounds:
+            # An index row's own bounds error from the replay's check: eager's functions word it per op (gather's
+            # RuntimeError, index_select's "index out of range in self"); the eager call raises eager's error.
+            return self.fn(*args, **kwargs)
 
     def _baked_values(self):
         """What a capture bakes in besides its tensors: the values the code reads by name (a global ``SCALE``,

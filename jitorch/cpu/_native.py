@@ -66,6 +66,8 @@ class NativeReplay:
         self.draws = [it.rec.fn for it in items if it.kind == "draw"]
         # Checks a step made eagerly (nll_loss's target range) run before the replay: nothing has changed yet.
         self.checks = [it.check[0] for it in items if it.check is not None]
+        # The arrays they read: a replay must not take such an input by address (the check would read the old one).
+        self.checked = {id(view_of(it.check[1])[0]) for it in items if it.check is not None}
         items = [it for it in items if it.kind != "draw"]
         for it in items:
             for a in it.reads + it.writes:
@@ -309,7 +311,7 @@ class NativeReplay:
     def slot_of(self, array):
         """The table slot holding ``array``'s address when ``array`` is a whole static root, else None."""
         root, offset = view_of(array)
-        if root is not array or id(root) in self.internal:
+        if root is not array or id(root) in self.internal or id(root) in self.checked:
             return None
         return self.slots.get(id(root))
 
