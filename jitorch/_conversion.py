@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import _dtype
 from . import _memory_format as MF
 from ._device import device as _device
-from ._dispatch import apply
+from ._dispatch import TORCH_TYPE_NAMES, apply
 from ._tensor import Tensor
 from .ops import complex_ops as C
 from .ops import movement as M
@@ -120,6 +120,14 @@ def _as(dt):
 def _view_dtype(self, dtype):
     """Reinterpret the bytes as another dtype of the same size (no copy)."""
     dt = _dtype.to_dtype(dtype)
+    if dt.itemsize > self._data.itemsize:  # NumPy's refusal names neither the dtypes nor the sizes
+        names = f"{TORCH_TYPE_NAMES[self.dtype.name]} as {TORCH_TYPE_NAMES[dt.name]} (different element sizes)"
+        ratio = dt.itemsize // self._data.itemsize
+        if self._data.ndim == 0:
+            raise RuntimeError(f"view(dtype): self.dim() cannot be 0 to view {names}")
+        if self._data.shape[-1] % ratio:
+            raise RuntimeError(f"view(dtype): self.size(-1) must be divisible by {ratio} to view {names}, but got "
+                               f"{self._data.shape[-1]}")
     if dt.itemsize != self._data.itemsize and not self._data.flags.c_contiguous:
         raise RuntimeError(f"view(dtype): a non-contiguous tensor of {self.dtype} cannot be viewed as {dt}")
     t = Tensor._make(self._data.view(dt.np))

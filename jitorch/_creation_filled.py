@@ -169,6 +169,9 @@ def eye(n, m=None, *, out=None, dtype=None, layout=None, device=None, requires_g
 
 
 def _tri_indices(row, col, offset, upper, dtype, device):
+    for name, n in (("row", row), ("col", col)):
+        if n < 0:  # NumPy would return an empty result
+            raise RuntimeError(f"{'triu' if upper else 'tril'}_indices: {name} must be non-negative, got {n}")
     xp, dev = _xp_for(device)
     r, c = (xp.triu_indices if upper else xp.tril_indices)(row, offset, col)
     return Tensor._make(xp.stack([r, c]).astype(_resolve(dtype, _dtype.int64).np))

@@ -147,6 +147,8 @@ def _run_kernel(op, args, attrs):
         for d in datas:
             if getattr(d, "dtype", None) is not None and d.dtype.kind == "c":
                 raise op.complex_error(d.dtype.name)
+            if type(d) is complex:  # a Python complex makes the compute dtype complex (``t < 1j``): refused too
+                raise op.complex_error(_compute_dtype(op, args).name)
     if type(first) is np.ndarray:
         xp, kernel = CPU_XP, op.kernel
     elif type(first) is MetaArray:

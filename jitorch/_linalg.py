@@ -141,6 +141,8 @@ def dot(input, other, *, out=None):
                            f"{list(other.shape)} to have the same number of elements")
     if input.dtype is not other.dtype:
         raise RuntimeError(f"dot: expected both vectors to have same dtype, but found {input.dtype} and {other.dtype}")
+    if input.dtype is _dtype.bool:
+        raise NotImplementedError('"dot" not implemented for \'Bool\'')
     return matmul(input, other, out=out)
 
 

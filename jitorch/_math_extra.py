@@ -94,7 +94,9 @@ def diff(input, n=1, dim=-1, prepend=None, append=None):
 
     if input.dim() == 0:
         raise RuntimeError("diff expects input to be at least one-dimensional")
-    dim = wrap_dim(dim, input.dim())
+    if n < 0:  # range(n) would silently return the input
+        raise RuntimeError(f"diff: order must be non-negative but got {n}")
+    dim = wrap_dim(dim, input.dim(), "diff")
     parts = [t for t in (prepend, input, append) if t is not None]
     x = cat([p if p.dim() else p.expand(input.shape[:dim] + (1,) + input.shape[dim + 1:]) for p in parts], dim) \
         if len(parts) > 1 else input
@@ -111,7 +113,7 @@ def trapezoid(y, x=None, *, dx=None, dim=-1):
     """Integral of ``y`` along ``dim`` by the trapezoid rule, with sample points ``x`` or spacing ``dx``."""
     from ._movement import narrow
 
-    dim = wrap_dim(dim, y.dim())
+    dim = wrap_dim(dim, y.dim(), "trapezoid")
     n = y.shape[dim]
     if n == 0:
         return y.sum(dim) * 0
@@ -133,7 +135,7 @@ def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
     """Running trapezoid integral along ``dim`` (one element shorter than ``y`` there)."""
     from ._movement import narrow
 
-    dim = wrap_dim(dim, y.dim())
+    dim = wrap_dim(dim, y.dim(), "cumulative_trapezoid")
     n = y.shape[dim]
     avg = (narrow(y, dim, 1, max(n - 1, 0)) + narrow(y, dim, 0, max(n - 1, 0))) / 2
     if isinstance(x, Tensor):
@@ -157,7 +159,7 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, name):
     if interpolation not in _INTERPOLATIONS:
         raise RuntimeError(f"{name}() interpolation must be one of linear, lower, higher, midpoint or nearest, "
                            f"but got {interpolation}")
-    if not input.dtype.is_floating_point:
+    if input.dtype not in (_dtype.float32, _dtype.float64):  # (no half types either)
         raise RuntimeError(f"{name}() input tensor must be either float or double dtype")
     if isinstance(q, Tensor) and q.dtype != input.dtype:
         raise RuntimeError(f"{name}() q tensor must be same dtype as the input tensor")
@@ -266,6 +268,8 @@ def corrcoef(input):
 
 def heaviside(input, values):
     """0 where ``input < 0``, 1 where ``input > 0`` and ``values`` where ``input == 0``."""
+    if input.is_complex() or (isinstance(values, Tensor) and values.is_complex()):
+        raise RuntimeError("heaviside is not yet implemented for complex tensors.")
     if isinstance(values, Tensor) and values.dtype != input.dtype:
         raise RuntimeError(f"heaviside is not yet implemented for tensors with different dtypes, got "
                            f"{input.dtype} and {values.dtype}")
@@ -285,6 +289,20 @@ def logaddexp2(input, other):
 def ldexp(input, other, *, out=None):
     """``input * 2**other``, as torch: the power in ``other``'s float dtype (the default one for integers), the
     product in the operands' common dtype when that is floating."""
+    if isinstance(other, Tensor) and other.dtype is _dtype.bool and input.dtype.is_floating_point:
+        raise NotImplementedError('"ldexp_cpu_exp" not implemented for \'Bool\'')
+    if isinstance(other, Tensor) and other.dtype.category == _dtype.INT and input.dtype.category >= _dtype.FLOAT:
+        # torch's ldexp kernel (a floating input, an integer exponent) scales exactly, as std::ldexp: here in
+        # float64 (2**250 would be inf in float32, -0.0 * 2**255 nan in float16) by three finite thirds of the
+        # exponent (0 * 2**-3000 stays 0), and one rounding into the result dtype. Other inputs go through
+        # input * 2.0 ** other.
+        common = _dtype.result_type(input, other)
+        wide = _dtype.complex128 if common.is_complex else _dtype.float64
+        # the exponent as the kernel's C int (an int64 one wraps); beyond +-2200 every finite float64 is 0 or inf
+        k = other.to(_dtype.int32).to(_dtype.float64).clamp(-2200, 2200)
+        a = (k / 3).floor()
+        b = ((k - a) / 2).floor()
+        return _out((input.to(wide) * 2.0 ** a * 2.0 ** b * 2.0 ** (k - a - b)).to(common), out)
     result = input * 2.0 ** other
     if isinstance(other, Tensor):
         common = _dtype.result_type(input, other)
@@ -308,7 +326,7 @@ def renorm(input, p, dim, maxnorm):
         raise RuntimeError(f"renorm: input needs at least 2 dimensions, got {input.dim()} dimensions" if input.dim() < 2
                            else "renorm: non-positive-norm not supported" if p <= 0
                            else f"renorm: expected maxnorm to be >= 0 but got {maxnorm:g}")
-    dim = wrap_dim(dim, input.dim())
+    dim = wrap_dim(dim, input.dim(), "renorm")
     others = tuple(d for d in range(input.dim()) if d != dim)
     norms = vector_norm(input, p, dim=others, keepdim=True)
     scale = (maxnorm / (norms + 1e-7)).where(norms > maxnorm, 1.0)
@@ -318,7 +336,7 @@ def renorm(input, p, dim, maxnorm):
 def positive(input):
     """``input`` itself (an error for bool tensors, as torch)."""
     if input.dtype == _dtype.bool:
-        raise TypeError("The `+` operator, on a bool tensor is not supported.")
+        raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
     return input
 
 

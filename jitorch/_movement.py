@@ -130,7 +130,15 @@ def flatten(input, start_dim=0, end_dim=-1):
 def unflatten(input, dim, sizes):
     shape = input._data.shape
     d = wrap_dim(dim, len(shape), "unflatten")
-    sizes = infer_shape(tuple(sizes), shape[d], "unflatten")
+    if not len(sizes):
+        raise RuntimeError("unflatten: sizes must be non-empty")
+    try:
+        sizes = infer_shape(tuple(sizes), shape[d], "unflatten")
+    except RuntimeError as e:
+        if "is invalid for input of size" not in str(e):
+            raise
+        raise RuntimeError(f"unflatten: Provided sizes {list(sizes)} don't multiply up to the size of dim {d} "
+                           f"({shape[d]}) in the input tensor") from None
     return reshape(input, shape[:d] + sizes + shape[d + 1:])
 
 
@@ -219,6 +227,9 @@ def tensor_split(input, indices_or_sections=None, dim=0, *, sections=None, indic
         raise TypeError("tensor_split() expects exactly one of sections, indices or tensor_indices_or_sections")
     indices_or_sections = given[0]
     if isinstance(indices_or_sections, Tensor):
+        if indices_or_sections.ndim > 1:
+            raise RuntimeError("tensor_split expected tensor_indices_or_sections to be a zero-dimensional or "
+                               f"one-dimensional tensor, but got a tensor with {indices_or_sections.ndim} dims")
         indices_or_sections = indices_or_sections.tolist()
     elif not isinstance(indices_or_sections, (int, list, tuple)):
         indices_or_sections = operator.index(indices_or_sections)  # a NumPy integer
@@ -226,6 +237,8 @@ def tensor_split(input, indices_or_sections=None, dim=0, *, sections=None, indic
     size = input._data.shape[d]
     if isinstance(indices_or_sections, int):
         n = indices_or_sections
+        if n <= 0:
+            raise RuntimeError(f"tensor_split: number of sections must be larger than 0, got {n}")
         bounds = [i * (size // n) + min(i, size % n) for i in range(n + 1)]
     else:
         bounds = [0] + [min(int(i), size) for i in indices_or_sections] + [size]

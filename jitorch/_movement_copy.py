@@ -22,7 +22,7 @@ from ._dispatch import TENSOR_TYPES, TORCH_TYPE_NAMES, apply, apply_inplace, syn
 from ._dispatch_fast import keep_result
 from ._dispatch_modes import MODES
 from ._dtype import checked_scalar, promote_types
-from ._shape import normalize_shape, sizes_or_keyword, wrap_dim, wrap_dims
+from ._shape import broadcast_shapes, normalize_shape, sizes_or_keyword, wrap_dim, wrap_dims
 from ._tensor import Tensor
 from .autograd.graph import named
 from .ops import movement as M
@@ -44,10 +44,14 @@ def flipud(input):
 
 
 def roll(input, shifts, dims=None):
-    if dims is None:
-        return roll(input.flatten(), shifts, 0).view(input.shape)
     shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (operator.index(shifts),)
-    dims = tuple(dims) if isinstance(dims, (tuple, list)) else (operator.index(dims),)
+    dims = () if dims is None else tuple(dims) if isinstance(dims, (tuple, list)) else (operator.index(dims),)
+    if not shifts:
+        raise RuntimeError("roll: `shifts` required")
+    if len(shifts) != len(dims) and not (len(shifts) == 1 and not dims):  # zip would silently drop the extra ones
+        raise RuntimeError(f"roll: shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
+    if not dims:
+        return roll(input.flatten(), shifts, 0).view(input.shape)
     if not input._data.size:
         return clone(input)  # ATen's roll of an empty tensor
     out = input
@@ -351,6 +355,9 @@ def _repeat(self, *sizes, repeats=None):
     if len(sizes) < self._data.ndim:
         raise RuntimeError("Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor")
     x = self.reshape((1,) * (len(sizes) - self._data.ndim) + self._data.shape)
+    target = [s * r for s, r in zip(x._data.shape, sizes)]
+    if min(target, default=0) < 0:
+        raise RuntimeError(f"repeat: Trying to create tensor with negative dimension {min(target)}: {target}")
     # Interleave a broadcast axis before each dim, then merge: one expand and one copy.
     shape = x._data.shape
     expanded_shape, unsq = [], []
@@ -370,6 +377,10 @@ def _copy_(self, src, non_blocking=False):
         raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
     if src.device != self.device:
         src = src.to(self.device)
+    if src._data.ndim > self._data.ndim:  # NumPy's broadcast_to would refuse with a message naming neither
+        shape = broadcast_shapes(tuple(self.shape), tuple(src.shape), op="copy_")
+        raise RuntimeError(f"copy_: output with shape {list(self.shape)} doesn't match the broadcast shape "
+                           f"{list(shape)}")
     return apply_inplace(M.COPY, self, src, cast_check=False)
 
 

@@ -26,7 +26,8 @@ FUNCTIONS = (
     "min", "argmax", "argmin", "all", "any", "var", "std", "logsumexp", "quantile", "nanquantile", "diff", "take",
     "take_along_dim", "gather", "index_add", "index_copy", "index_reduce", "scatter", "scatter_add", "scatter_reduce",
     "slice_scatter", "masked_select", "nonzero", "nonzero_static", "narrow_copy", "index_select", "isin",
-    "multinomial",
+    "multinomial", "angle", "sinc", "deg2rad", "rad2deg", "logit", "copysign", "fmax", "fmin", "hypot", "logaddexp",
+    "logaddexp2", "float_power", "heaviside", "conj_physical",
 )
 
 
@@ -44,6 +45,16 @@ def _tensors(value):
 _EXACT_DTYPE = ("argmax", "argmin", "searchsorted", "bucketize", "nonzero", "nonzero_static", "all", "any", "isin")
 # 0/1 samples that torch draws straight into out, whatever its dtype (an int64 or bool mask).
 _ANY_DTYPE = ("bernoulli",)
+# Reductions whose dtype, when none is given, is out's: torch casts the input to it and reduces in it
+# (``torch.sum(floats, 0, out=int64_buf)`` sums the truncated values).
+_OUT_DTYPE = ("sum", "prod")
+
+
+# Ops whose out must have the result's dtype, with torch's message (a template over the torch dtype names).
+_SAME_DTYPE = {"conj_physical": "Found dtype {out} but expected {result}",
+               "float_power": "the output given to float_power has dtype {out} but the operation's result requires "
+                              "dtype {result}",
+               "heaviside": "heaviside is not yet implemented for tensors with different dtypes."}
 
 
 def _write(result, out, op, exact):
@@ -56,7 +67,7 @@ def _write(result, out, op, exact):
     if exact and out.dtype is not result.dtype:
         raise RuntimeError(f"{op}(): Expected out tensor to have dtype {TORCH_TYPE_NAMES[result.dtype.name]}, but "
                            f"got {TORCH_TYPE_NAMES[out.dtype.name]} instead")
-    return _write_out(result, out, op)
+    return _write_out(result, out, op, _SAME_DTYPE.get(op))
 
 
 def write_out(result, out, op):
@@ -84,6 +95,8 @@ def with_out(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, out=None, **kwargs):
+        if out is not None and op in _OUT_DTYPE and kwargs.get("dtype") is None and hasattr(out, "dtype"):
+            kwargs["dtype"] = out.dtype
         result = fn(*args, **kwargs)
         if out is None:
             return result

@@ -37,8 +37,13 @@ __all__ = [
 ]
 
 
-def _write_out(result, out, op=None):
-    """The ``out=`` convention: write into ``out`` (resized when its shape differs) and return it."""
+# torch's error for ops whose out must have the result's dtype (unary_op's, clamp with Scalar bounds), not wider
+SAME_DTYPE = "Found dtype {out} but expected {result}"
+
+
+def _write_out(result, out, op=None, same_dtype=None):
+    """Write into ``out`` (resized when its shape differs) and return it; ``same_dtype``: the message (a template
+    over the torch names of ``out`` and ``result``) refusing an out of another dtype."""
     if out is None:
         return result
     # Writing into out under no_grad would silently cut the graph (no gradient reaches the inputs): torch refuses.
@@ -46,6 +51,9 @@ def _write_out(result, out, op=None):
         raise RuntimeError(f"{op + '(): ' if op else ''}functions with out=... arguments don't support automatic "
                            "differentiation, but one of the arguments requires grad.")
     check_out_dtype(result, out, op)
+    if same_dtype is not None and out.dtype is not result.dtype:
+        raise RuntimeError(same_dtype.format(out=TORCH_TYPE_NAMES[out.dtype.name],
+                                             result=TORCH_TYPE_NAMES[result.dtype.name]))
     from .autograd.grad_mode import no_grad
 
     with no_grad():
@@ -92,11 +100,14 @@ def _binary(op, numbers_as_tensors=False):
     return fn
 
 
-def _unary(op):
+def _unary(op, same_dtype=None, complex_to_real=False):  # complex_to_real: abs of complex may widen into out
     fast = fast_unary(op)
 
     def fn(input, *, out=None):
-        return fast(input) if out is None else _write_out(fast(input), out, op.name)
+        if out is None:
+            return fast(input)
+        exact = None if complex_to_real and input.is_complex() else same_dtype
+        return _write_out(fast(input), out, op.name, exact)
     fn.__name__ = op.name
     fn.__doc__ = f"Elementwise ``{op.name}``."
     return fn
@@ -106,23 +117,23 @@ def add(input, other, *, alpha=1, out=None):
     """``input + alpha * other``."""
     input = _numbers_as_tensor(input, other)
     check_alpha(alpha, input, other)
-    if alpha != 1 and not isinstance(other, Tensor):
-        other = other * alpha
-    elif alpha != 1:
-        common = _dtype.result_type(input, other)
-        other = _promote_for_alpha(other, common)
-        other = apply(P.MUL, other, alpha)
-        if common.category <= _dtype.INT and other.dtype is not common:
-            other = other.to(common)  # an integer or bool sum: alpha scales in the operands' dtype, never promotes
+    if alpha != 1:
+        other = _scaled_by_alpha(input, other, alpha)
     return _write_out(apply(P.ADD, input, other), out, "add")
 
 
-def _promote_for_alpha(other, common):
-    """``other`` in the floating dtype of ``input + alpha * other``: torch scales it in that dtype, so a bfloat16 or
-    float32 ``other`` of a float32 or float64 sum must not be rounded to its own precision after the scaling."""
-    if isinstance(other, Tensor) and common.category >= _dtype.FLOAT and other.dtype is not common:
-        return other.to(common)
-    return other
+def _scaled_by_alpha(input, other, alpha):
+    """``alpha * other`` as torch computes it inside ``add``/``sub``: in the dtype of the result. A uint8 ``other``
+    of an int16 sum must not wrap at 255 before the scaling, a bfloat16 one of a float32 sum must not round to its own
+    precision after it, and a bool sum stays bool (``alpha`` converts to the result dtype, never promotes it)."""
+    common = _dtype.result_type(input, other)
+    if not isinstance(other, Tensor):
+        scaled = other * alpha
+        return bool(scaled) if common is _dtype.bool else scaled
+    if other.dtype is not common:
+        other = other.to(common)
+    other = apply(P.MUL, other, alpha)
+    return other if other.dtype is common else other.to(common)
 
 
 def _reject_bool_sub(a, b):
@@ -165,10 +176,7 @@ def sub(input, other, *, alpha=1, out=None):
     _reject_bool_sub(input, other)
     check_alpha(alpha, input, other)
     if alpha != 1:
-        if isinstance(other, Tensor):
-            other = apply(P.MUL, _promote_for_alpha(other, _dtype.result_type(input, other)), alpha)
-        else:
-            other = other * alpha
+        other = _scaled_by_alpha(input, other, alpha)
     return _write_out(apply(P.SUB, input, other), out, "sub")
 
 
@@ -262,21 +270,28 @@ def float_power(input, exponent):
 
 def fmax(input, other):
     """The larger, ignoring a NaN: one select, so at a tie the whole gradient goes to ``input``, as torch's."""
+    _refuse_complex("fmax", input, other)
     return where((input >= other) | other.isnan(), input, other)
 
 
 def fmin(input, other):
     """The smaller, ignoring a NaN (the gradient at a tie goes to ``input``)."""
+    _refuse_complex("fmin", input, other)
     return where((input <= other) | other.isnan(), input, other)
 
 
-def _require_float(kernel_name, *operands):
-    """PyTorch's NotImplementedError for float-only kernels whose promoted dtype is integral or bool."""
+def _require_float(kernel_name, *operands, real=False):
+    """PyTorch's NotImplementedError for float-only kernels whose promoted dtype is integral or bool (``real``: or
+    complex)."""
     dt = _dtype.result_type(*operands)
-    if dt.category < _dtype.FLOAT:
-        from ._dispatch import TORCH_TYPE_NAMES
-
+    if dt.category < _dtype.FLOAT or (real and dt.category == _dtype.COMPLEX):
         raise NotImplementedError(f'"{kernel_name}" not implemented for \'{TORCH_TYPE_NAMES[dt.name]}\'')
+
+
+def _refuse_complex(name, *operands):
+    """torch's RuntimeError for the composites it has no complex kernel for (fmax, fmin)."""
+    if _dtype.result_type(*operands).category == _dtype.COMPLEX:
+        raise RuntimeError(f"{name} not implemented for complex tensors.")
 
 
 eq, ne, lt, le, gt, ge = (_binary(op) for op in (P.EQ, P.NE, P.LT, P.LE, P.GT, P.GE))
@@ -285,12 +300,13 @@ logical_and, logical_or, logical_xor = _binary(P.LOGICAL_AND), _binary(P.LOGICAL
 logical_not = _unary(P.LOGICAL_NOT)
 bitwise_and, bitwise_or, bitwise_xor = _binary(P.BITWISE_AND), _binary(P.BITWISE_OR), _binary(P.BITWISE_XOR)
 bitwise_left_shift, bitwise_right_shift = _binary(P.BITWISE_LEFT_SHIFT), _binary(P.BITWISE_RIGHT_SHIFT)
-bitwise_not = _unary(P.BITWISE_NOT)
-isnan, isinf, isfinite, signbit = _unary(P.ISNAN), _unary(P.ISINF), _unary(P.ISFINITE), _unary(P.SIGNBIT)
+bitwise_not = _unary(P.BITWISE_NOT, SAME_DTYPE)
+isnan, isinf, isfinite = _unary(P.ISNAN), _unary(P.ISINF), _unary(P.ISFINITE)
+signbit = _unary(P.SIGNBIT, "signbit does not support non-boolean outputs.")
 
 
-neg = negative = _unary(P.NEG)
-abs = absolute = _unary(P.ABS)
+neg = negative = _unary(P.NEG, SAME_DTYPE)
+abs = absolute = _unary(P.ABS, SAME_DTYPE, complex_to_real=True)
 exp, exp2, expm1 = _unary(P.EXP), _unary(P.EXP2), _unary(P.EXPM1)
 log, log2, log10, log1p = _unary(P.LOG), _unary(P.LOG2), _unary(P.LOG10), _unary(P.LOG1P)
 sqrt, rsqrt = _unary(P.SQRT), _unary(P.RSQRT)
@@ -305,8 +321,8 @@ atanh = arctanh = _unary(P.ATANH)
 sigmoid, relu = _unary(P.SIGMOID), _unary(P.RELU)
 erf, erfc, erfinv = _unary(P.ERF), _unary(P.ERFC), _unary(P.ERFINV)
 reciprocal = _unary(P.RECIPROCAL)
-floor, ceil, sign, frac = _unary(P.FLOOR), _unary(P.CEIL), _unary(P.SIGN), _unary(P.FRAC)
-trunc = fix = _unary(P.TRUNC)
+floor, ceil, sign, frac = (_unary(op, SAME_DTYPE) for op in (P.FLOOR, P.CEIL, P.SIGN, P.FRAC))
+trunc = fix = _unary(P.TRUNC, SAME_DTYPE)
 
 
 def sgn(input, *, out=None):
@@ -316,7 +332,7 @@ def sgn(input, *, out=None):
     size = input.abs()
     nonzero = size != 0
     # At 0 the value and (as torch) the gradient are 0: the division sees 1 there, and ``where`` drops its gradient.
-    return _write_out((input / size.where(nonzero, 1.0)).where(nonzero, 0.0), out, "sgn")
+    return _write_out((input / size.where(nonzero, 1.0)).where(nonzero, 0.0), out, "sgn", SAME_DTYPE)
 
 
 def square(input, *, out=None):
@@ -328,11 +344,12 @@ def square(input, *, out=None):
 
 
 def round(input, *, decimals=0, out=None):
-    return _write_out(apply(P.ROUND, input, decimals=decimals), out, "round")
+    return _write_out(apply(P.ROUND, input, decimals=decimals), out, "round", SAME_DTYPE)
 
 
 def nan_to_num(input, nan=0.0, posinf=None, neginf=None, *, out=None):
-    return _write_out(apply(P.NAN_TO_NUM, input, nan=nan, posinf=posinf, neginf=neginf), out, "nan_to_num")
+    return _write_out(apply(P.NAN_TO_NUM, input, nan=nan, posinf=posinf, neginf=neginf), out, "nan_to_num",
+                      "nan_to_num: dtype of out: {out} should be same as input: {result}")
 
 
 def where(condition, input=None, other=None, *, out=None):
@@ -345,7 +362,8 @@ def where(condition, input=None, other=None, *, out=None):
     for t, value in ((input, other), (other, input)):  # a Python value for an integer tensor's dtype: range-checked
         if isinstance(t, Tensor) and t.dtype.category == _dtype.INT and isinstance(value, (int, float)):
             check_bounds(t, value)
-    return _write_out(apply(P.WHERE, condition, input, other), out, "where")
+    return _write_out(apply(P.WHERE, condition, input, other), out, "where",
+                      "Expected out type to be {result} but got {out}")
 
 
 def clamp(input, min=None, max=None, *, out=None):
@@ -354,6 +372,7 @@ def clamp(input, min=None, max=None, *, out=None):
     result = apply(P.CLAMP, input, min, max)
     if not (isinstance(min, Tensor) or isinstance(max, Tensor)):
         named(result, "ClampBackward1")  # ATen's Scalar overload (tensor bounds: ClampBackward0)
+        return _write_out(result, out, "clamp", SAME_DTYPE)  # its out takes no other dtype
     return _write_out(result, out, "clamp")
 
 

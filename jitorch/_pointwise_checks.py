@@ -25,6 +25,10 @@ def check_bounds(input, *bounds):
     # torch converts Python bounds to the input's dtype (when they do not promote it) with c10's overflow check:
     # int8.clamp(max=200) raises instead of clamping to a wrapped -56.
     d = input.dtype if isinstance(input, Tensor) else None
+    if d is not None and d.category == _dtype.FLOAT:
+        for b in bounds:  # a complex bound converts to double for a float tensor (an integer one refuses it)
+            if b.__class__ is complex and b.imag:
+                raise RuntimeError("value cannot be converted to type double without overflow")
     if d is None or d.category > _dtype.FLOAT or (d.category == _dtype.FLOAT and d.itemsize > 2):
         return  # (the common float32 case: nothing to check)
     for b in bounds:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from . import _dtype
-from ._dispatch import apply
+from ._dispatch import TORCH_TYPE_NAMES, apply
 from ._pointwise import _write_out, abs, clamp, eq, log, named, signbit, sin, where
 from ._tensor import Tensor
 from .ops import xlogy_ops
@@ -81,6 +81,10 @@ def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
         raise RuntimeError("Integer division with addcdiv is no longer supported, and in a future release addcdiv will "
                            "perform a true division of tensor1 and tensor2. Use (input + value * tensor1 / tensor2) "
                            "instead.")
+    # torch divides in the common dtype: float32 operands of a float64 input must not round their quotient first
+    dt = _dtype.result_type(input, tensor1, tensor2)
+    input, tensor1, tensor2 = (t.to(dt) if isinstance(t, Tensor) and t.dtype is not dt else t
+                               for t in (input, tensor1, tensor2))
     return _write_out(input + value * (tensor1 / tensor2), out, "addcdiv")
 
 
@@ -115,6 +119,8 @@ def copysign(input, other):
     dt = _dtype.result_type(input, other)
     if dt.category < _dtype.FLOAT:
         dt = _dtype.get_default_dtype()
+    elif dt.category == _dtype.COMPLEX:
+        raise NotImplementedError(f'"copysign_cpu" not implemented for \'{TORCH_TYPE_NAMES[dt.name]}\'')
     magnitude = abs(input.to(dt))
     if not isinstance(other, Tensor):
         return -magnitude if math.copysign(1.0, other) < 0 else magnitude
@@ -122,14 +128,23 @@ def copysign(input, other):
 
 
 def deg2rad(input):
+    _refuse_complex_angle(input, "deg2rad")
     return input * (math.pi / 180)
 
 
 def rad2deg(input):
+    _refuse_complex_angle(input, "rad2deg")
     return input * (180 / math.pi)
 
 
+def _refuse_complex_angle(input, name):
+    if input.is_complex():
+        raise RuntimeError(f"{name} is not supported for complex tensors.")
+
+
 def logit(input, eps=None):
+    if input.is_complex():  # (the cast below would drop the imaginary part)
+        raise NotImplementedError(f'"logit_cpu" not implemented for \'{TORCH_TYPE_NAMES[input.dtype.name]}\'')
     if not input.is_floating_point():
         input = input.to(_dtype.get_default_dtype())
     x = input if eps is None else clamp(input, eps, 1 - eps)
@@ -137,5 +152,7 @@ def logit(input, eps=None):
 
 
 def sinc(input):
+    if input.dtype in (_dtype.float16, _dtype.bfloat16):  # torch computes halves in float32 and rounds once
+        return sinc(input.float()).to(input.dtype)
     px = input * math.pi
     return where(input == 0, 1.0, sin(px) / where(input == 0, 1.0, px))

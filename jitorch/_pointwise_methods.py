@@ -15,9 +15,9 @@ import numpy as np
 
 from . import _dtype
 from . import _pointwise as F
-from ._dispatch import apply, apply_inplace, fast_binary, fast_unary
+from ._dispatch import apply_inplace, fast_binary, fast_unary
 from ._dispatch_fast import _OPERANDS
-from ._pointwise import (_promote_for_alpha, _reject_bool_sub, _rsub_operator, _sub_operator, addcdiv, addcmul,
+from ._pointwise import (_reject_bool_sub, _rsub_operator, _scaled_by_alpha, _sub_operator, addcdiv, addcmul,
                          allclose, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or, bitwise_right_shift,
                          bitwise_xor, clamp_max, clamp_min, copysign, deg2rad, div, eq, equal, floor_divide, ge, gt,
                          hypot, isclose, le, lerp, logit, lt, ne, pow, rad2deg, reciprocal, remainder, sinc, where)
@@ -37,7 +37,7 @@ def _inplace(op, **fixed):
 def _add_(self, other, *, alpha=1):
     check_alpha(alpha, self, other)
     if alpha != 1:
-        other = apply(P.MUL, _promote_for_alpha(other, _dtype.result_type(self, other)), alpha)
+        other = _scaled_by_alpha(self, other, alpha)
     return apply_inplace(P.ADD, self, other)
 
 
@@ -45,14 +45,16 @@ def _sub_(self, other, *, alpha=1):
     _reject_bool_sub(self, other)
     check_alpha(alpha, self, other)
     if alpha != 1:
-        other = apply(P.MUL, _promote_for_alpha(other, _dtype.result_type(self, other)), alpha)
+        other = _scaled_by_alpha(self, other, alpha)
     return apply_inplace(P.SUB, self, other)
 
 
 def _div_(self, other, *, rounding_mode=None):
     if rounding_mode is None:
         return apply_inplace(P.DIV, self, other)
-    return self.copy_(div(self, other, rounding_mode=rounding_mode))
+    result = div(self, other, rounding_mode=rounding_mode)
+    _check_composite_result("div", result, self)
+    return self.copy_(result)
 
 
 def _clamp_(self, min=None, max=None):
@@ -101,17 +103,37 @@ def _composite_inplace(fn):
     def method(self, *args, **kwargs):
         # The composite may save ``self`` for backward; computing from a clone keeps that saved value intact.
         result = fn(self.clone() if self._requires_grad else self, *args, **kwargs)
-        from ._dispatch import TORCH_TYPE_NAMES
-
-        if result.dtype.category > self.dtype.category:
-            raise RuntimeError(f"{fn.__name__}_: result type {TORCH_TYPE_NAMES[result.dtype.name]} can't be cast to "
-                               f"the desired output type {TORCH_TYPE_NAMES[self.dtype.name]}")
-        if result.shape != self.shape:
-            raise RuntimeError(f"{fn.__name__}_: output with shape {list(self.shape)} doesn't match the broadcast "
-                               f"shape {list(result.shape)}")
+        _check_composite_result(fn.__name__, result, self)
         return self.copy_(result)
     method.__name__ = fn.__name__ + "_"
     return method
+
+
+def _real_only_inplace(method, message):
+    def inplace(self):
+        if self.is_complex():
+            raise RuntimeError(message)
+        return method(self)
+    inplace.__name__ = method.__name__
+    return inplace
+
+
+def _sgn_(self):
+    """``sign_`` of a real tensor; ``z / |z|`` written into a complex one (sign refuses complex tensors)."""
+    return _composite_inplace(F.sgn)(self) if self.is_complex() else apply_inplace(P.SIGN, self)
+
+
+def _check_composite_result(name, result, self):
+    """torch's in-place rules for a result computed out of place: its dtype may not drop a category (float -> int,
+    int -> bool), its shape must be ``self``'s."""
+    from ._dispatch import TORCH_TYPE_NAMES
+
+    if result.dtype.category > self.dtype.category:
+        raise RuntimeError(f"{name}_: result type {TORCH_TYPE_NAMES[result.dtype.name]} can't be cast to the desired "
+                           f"output type {TORCH_TYPE_NAMES[self.dtype.name]}")
+    if result.shape != self.shape:
+        raise RuntimeError(f"{name}_: output with shape {list(self.shape)} doesn't match the broadcast shape "
+                           f"{list(result.shape)}")
 
 
 _METHODS = {name: getattr(F, name) for name in F.__all__ if name not in ("where", "equal", "allclose", "isclose")}
@@ -143,8 +165,9 @@ for _op in (P.MUL, P.POW, P.REMAINDER, P.FMOD, P.FLOOR_DIVIDE, P.MAXIMUM, P.MINI
             P.LT, P.LE, P.GT, P.GE, P.LOGICAL_AND, P.LOGICAL_OR, P.LOGICAL_XOR, P.LOGICAL_NOT, P.BITWISE_AND,
             P.BITWISE_OR, P.BITWISE_XOR, P.BITWISE_NOT, P.BITWISE_LEFT_SHIFT, P.BITWISE_RIGHT_SHIFT):
     _METHODS[_op.name + "_"] = _inplace(_op)
+_METHODS["abs_"] = _real_only_inplace(_METHODS["abs_"], "In-place abs is not supported for complex tensors.")
 _METHODS.update(multiply_=_METHODS["mul_"], negative_=_METHODS["neg_"], absolute_=_METHODS["abs_"],
-                fix_=_METHODS["trunc_"], sgn_=_METHODS["sign_"], square_=lambda self: self.pow_(2),
+                fix_=_METHODS["trunc_"], sgn_=_sgn_, square_=lambda self: self.pow_(2),
                 __imul__=_METHODS["mul_"], __ipow__=_METHODS["pow_"], __imod__=_METHODS["remainder_"],
                 __ifloordiv__=_METHODS["floor_divide_"],
                 __iand__=_METHODS["bitwise_and_"], __ior__=_METHODS["bitwise_or_"],

@@ -23,7 +23,7 @@ from .ops import logaddexp_ops
 
 def hypot(input, other):
     """``sqrt(input**2 + other**2)`` without overflow or underflow of the squares."""
-    _require_float("hypot_cpu", input, other)
+    _require_float("hypot_cpu", input, other, real=True)
     dt = _dtype.result_type(input, other)
     input, other = input.to(dt), other.to(dt) if isinstance(other, Tensor) else other
     # float32 squares overflow above 2e19 and vanish below 1e-23: divide by the larger magnitude first. hypot is
@@ -38,17 +38,20 @@ def hypot(input, other):
 def lerp(input, end, weight, *, out=None):
     """``input + weight * (end - input)``, from the nearer end as torch computes it: exact at ``weight`` 0 and 1."""
     tensor_weight = isinstance(weight, Tensor)
-    _require_float("lerp_kernel_tensor" if tensor_weight else "lerp_kernel_scalar", input, end)
+    # torch checks the dtypes first (a 0-d weight may differ), then the kernel's dtype: the promoted one.
     for name, t in (("end", end), ("weight", weight)):
         if isinstance(t, Tensor) and t.dtype is not input.dtype and (name == "end" or t.dim()):
             raise RuntimeError(f"lerp: expected dtype {input.dtype} for `{name}` (the dtype of input) but got dtype "
                                f"{t.dtype}; convert it with .to(input.dtype)")
+    _require_float("lerp_kernel_tensor" if tensor_weight else "lerp_kernel_scalar", input, end,
+                   *([weight] if tensor_weight else []))
     dt = input.dtype
-    if tensor_weight and weight.is_complex() and not input.is_complex():
-        # A 0-d complex weight promotes the result as result_type does (float32 input: complex64), and the inputs
-        # are computed in that dtype; a half input would need ComplexHalf, which lerp's kernel does not have.
-        dt = _dtype.result_type(input, weight)
-        if input.dtype is _dtype.float16:
+    if tensor_weight and weight.dtype is not dt:
+        # A 0-d weight promotes as result_type does (a 0-d or bool input with a float32 weight: float32, a float32
+        # input with a complex one: complex64), the inputs computed in that dtype; a half input with a complex
+        # weight would need ComplexHalf, which lerp's kernel does not have.
+        dt = _dtype.result_type(input, end, weight)
+        if input.dtype is _dtype.float16 and dt.is_complex:
             raise NotImplementedError('"lerp_kernel_tensor" not implemented for \'ComplexHalf\'')
         input, end = input.to(dt), end.to(dt)
     elif isinstance(weight, complex):

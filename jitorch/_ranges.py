@@ -105,6 +105,8 @@ def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=Non
     xp, _ = _xp_for(device)
     complex_bounds = isinstance(start, complex) or isinstance(end, complex)
     dt = _resolve(dtype, _dtype.default_complex() if complex_bounds else None)
+    if isinstance(steps, (float, bool)):  # torch's argument parser: a fractional count would be truncated silently
+        raise TypeError(f"linspace(): argument 'steps' must be int, not {type(steps).__name__}")
     if steps < 0:
         raise RuntimeError("linspace: number of steps must be non-negative")
     if complex_bounds and dt.category != _dtype.COMPLEX:

@@ -50,8 +50,14 @@ def _select(input, index_op, result_type, dim, keepdim, op, **attrs):
     return result_type(values, indices)
 
 
-def _check_not_complex(input, op):
+def _check_not_complex(input, op, kernel=None):
+    """torch's refusal of complex inputs: the sorts' RuntimeError, or (``kernel``) its NotImplementedError naming
+    the CPU kernel, as torch raises for median, mode, kthvalue and the cumulative extremes."""
     if input.is_complex():
+        if kernel is not None:
+            from ._dispatch import TORCH_TYPE_NAMES
+
+            raise NotImplementedError(f'"{kernel}" not implemented for \'{TORCH_TYPE_NAMES[input.dtype.name]}\'')
         raise RuntimeError(f"{op}(): not implemented for complex tensors ({input.dtype})")
 
 
@@ -111,8 +117,10 @@ def kthvalue(input, k, dim=-1, keepdim=False):
     n = input._data.shape[d] if input._data.ndim else 1
     if n == 0:
         raise IndexError(f"kthvalue(): Expected reduction dim {d} to have non-zero size.")
-    if input.dtype is _dtype.bool:
-        raise NotImplementedError('"kthvalue_cpu" not implemented for \'Bool\'')  # torch's CPU kernel's words
+    if input.dim():  # (a 0-d one is its own kth value, as torch answers)
+        if input.dtype is _dtype.bool:
+            raise NotImplementedError('"kthvalue_cpu" not implemented for \'Bool\'')  # torch's CPU kernel's words
+        _check_not_complex(input, "kthvalue", "kthvalue_cpu")
     if not 1 <= k <= n:
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {dim} (k = {k}, size = {n})")
     return _select(input, S.KTHVALUE_INDICES, return_types.kthvalue, dim, keepdim, "kthvalue", k=int(k))
@@ -147,7 +155,7 @@ def _check_not_bool(input, dim):
 
 def median(input, dim=None, keepdim=False):
     """Lower median of all elements, or ``(values, indices)`` along ``dim``; any NaN makes the median NaN."""
-    _check_not_complex(input, "median")
+    _check_not_complex(input, "median", "median_cpu" if dim is None else "median_out")
     _check_not_bool(input, dim)
     if dim is None:
         return named(_global_median(input, ignore_nan=False), "MedianBackward0")
@@ -156,7 +164,7 @@ def median(input, dim=None, keepdim=False):
 
 def nanmedian(input, dim=None, keepdim=False):
     """``median`` that ignores NaNs (NaN only when a slice is all NaN)."""
-    _check_not_complex(input, "nanmedian")
+    _check_not_complex(input, "nanmedian", "median_cpu" if dim is None else "median_out")
     _check_not_bool(input, dim)
     if dim is None:
         return named(_global_median(input, ignore_nan=True), "NanmedianBackward0")
@@ -165,7 +173,8 @@ def nanmedian(input, dim=None, keepdim=False):
 
 def mode(input, dim=-1, keepdim=False):
     """Most frequent value along ``dim`` (the smallest among equally frequent ones) and its last index."""
-    _check_not_complex(input, "mode")
+    if input.dim():  # (a 0-d one is its own mode, as torch answers)
+        _check_not_complex(input, "mode", "mode_cpu")
     return _select(input, S.MODE_INDICES, return_types.mode, dim, keepdim, "mode")
 
 
@@ -200,7 +209,8 @@ def _set_result(values, inverse, counts, return_inverse, return_counts):
 
 
 def _cumextreme(input, dim, largest, result_type, op):
-    _check_not_complex(input, op)
+    if input.dim():  # (a 0-d one is its own running extreme, as torch answers)
+        _check_not_complex(input, op, op + "_cpu")
     x, scalar = _as_1d(input)
     d = wrap_dim(dim, input._data.ndim, op)
     indices = apply(S.CUMEXTREME_INDICES, x, dim=d, largest=largest)

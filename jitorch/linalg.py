@@ -84,7 +84,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
     if isinstance(ord, str):
         raise TypeError(f"linalg_vector_norm(): argument 'ord' (position 2) must be Number, not str (got {ord!r})")
     if dtype is not None:
-        x = x.to(dtype)
+        x = x.to(_vector_norm_dtype(x, dtype))
     nd = x._data.ndim
     dims = tuple(range(nd)) if dim is None or (isinstance(dim, (tuple, list)) and not dim) else \
         wrap_dims(dim, nd, "linalg.vector_norm")
@@ -94,6 +94,23 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):
         raise RuntimeError(f"linalg.vector_norm cannot compute the {ord} norm on an empty tensor because the operation "
                            "does not have an identity")
     return _write_out(apply(L.VECTOR_NORM, x, ord=float(ord), dims=dims, keepdim=bool(keepdim)), out)
+
+
+def _vector_norm_dtype(x, dtype):
+    """torch's checks of vector_norm's ``dtype=``: floating or complex as the input is (a complex input cast to a
+    real dtype would lose its imaginary parts), and no narrower than the input's."""
+    d, names = _dtype.to_dtype(dtype), TORCH_TYPE_NAMES
+    if d.category < _dtype.FLOAT:
+        problem = f"dtype should be floating point or complex, but got {names[d.name]}"
+    elif x.is_complex() != d.is_complex:
+        problem = f"dtype should be {'complex' if x.is_complex() else 'real'} for " \
+                  f"{'complex' if x.is_complex() else 'real'} inputs, but got {names[d.name]}"
+    elif _dtype.promote_types(x.dtype, d) is not d:
+        problem = f"the dtype of the input ({names[x.dtype.name]}) should be convertible without narrowing to the " \
+                  f"specified dtype ({names[d.name]})"
+    else:
+        return d
+    raise RuntimeError(f"linalg.vector_norm: {problem}")
 
 
 def _largest(x, dim, keepdim=False):

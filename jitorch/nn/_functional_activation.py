@@ -251,6 +251,9 @@ def prelu(input, weight):
 
 def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
     """Randomized leaky ReLU: negative slopes drawn from ``U(lower, upper)`` in training, their mean otherwise."""
+    if lower > upper:
+        raise RuntimeError(f"rrelu: Lower bound should be less than or equal to the upper bound (got lower={lower}, "
+                           f"upper={upper})")
     if not training:
         out = leaky_relu(input, (lower + upper) / 2, inplace)
         return out if inplace else out.contiguous()  # ATen's rrelu writes a new row-major tensor

@@ -104,6 +104,9 @@ def _linear(input, weight, bias=None):
     _check_same_dtype("linear", input, weight, bias)
     # The arrays' shapes, not ``.shape``/``.dim()``: each of those builds a Size or calls a method, on every layer call.
     x_shape, w_shape = input._data.shape, weight._data.shape
+    if not x_shape or not w_shape:
+        raise RuntimeError(f"both arguments to linear need to be at least 1D, but they are {len(x_shape)}D and "
+                           f"{len(w_shape)}D")
     if len(w_shape) == 1:
         out = input.matmul(weight)
     else:

@@ -166,7 +166,10 @@ def _check_nll_shapes(input, target):
     if input.dim() < 1:
         raise ValueError(f"Expected 1 or more dimensions (got {input.dim()})")
     if input.dim() == 1:
-        if target.dim() > 1 or (target.dim() == 1 and target.shape[0] != 1):
+        if target.dim() == 1 and target.shape[0] != 1:  # torch's ValueError
+            raise ValueError(f"nll_loss: For 1D input, 1D target must have size 1, but got target size: "
+                             f"{target.shape[0]}")
+        if target.dim() > 1:
             raise RuntimeError(f"nll_loss: for a 1-D input (C), the target must be a scalar class index, but got "
                                f"target of shape {list(target.shape)}")
         return
@@ -325,6 +328,9 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     if tuple(target.shape) != tuple(input.shape):
         raise ValueError(f"Using a target size ({target.size()}) that is different to the input size "
                          f"({input.size()}) is deprecated. Please ensure they have the same size.")
+    if target.dtype is not input.dtype:  # ATen's check: an integer target would otherwise be silently promoted
+        raise RuntimeError(f"binary_cross_entropy: Found dtype {type_name(target.dtype)} but expected "
+                           f"{type_name(input.dtype)}")
     loss = apply(BINARY_CROSS_ENTROPY, input, target)
     if weight is not None:
         loss = loss * weight.expand(_movement.broadcast_shapes(tuple(target.shape), tuple(weight.shape)))

@@ -26,7 +26,7 @@ from .._tensor import Tensor
 from ..autograd.grad_mode import is_grad_enabled, no_grad
 from .._memory_format import contiguous_format, suggested_format
 from ..autograd.saved_hooks import one_op
-from .._dispatch import apply
+from .._dispatch import TORCH_TYPE_NAMES, apply
 from .._vmap import unmapped_in_vmap
 from ..ops.group_norm import GROUP_NORM
 from ..ops.nn_batch_norm import BATCH_NORM
@@ -260,6 +260,12 @@ def _normalized_dims(input, normalized_shape, op):
     return shape, tuple(range(-len(shape), 0))
 
 
+def _refuse_non_float(kernel, input):
+    """ATen's norm kernels are floating only; the composites would fail inside a mean or finfo instead."""
+    if not (input.dtype.is_floating_point or input.dtype.is_complex):
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{TORCH_TYPE_NAMES[input.dtype.name]}\'')
+
+
 def _check_like(name, t, shape):
     if t is not None and t._data.shape != shape:
         raise RuntimeError(f"Expected {name} to be of same shape as normalized_shape, but got {name} of shape "
@@ -281,6 +287,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
         # One row (PyTorch's native_layer_norm): one node instead of about ten, mean and rstd kept for backward.
         out = layer_norm_output(input, weight, bias, len(shape), eps)
         return out if out is not None else apply(LAYER_NORM, input, weight, bias, k=len(shape), eps=eps)[0]
+    _refuse_non_float("LayerNormKernelImpl", input)
     out = _normalize_over(_upcast(input), tuple(range(-len(shape), 0)), eps)[0]
     return _affine(out, weight, bias, lambda t: t).to(input.dtype)
 
@@ -292,6 +299,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     """
     shape, dims = _normalized_dims(input, normalized_shape, "rms_norm")
     _check_like("weight", weight, shape)
+    _refuse_non_float("rms_norm", input)
     x = _upcast(input)
     if eps is None:  # PyTorch's default is the epsilon of the compute dtype: float32's for half inputs
         eps = _dtype.finfo(x.dtype).eps
@@ -313,6 +321,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     """Normalize each group of ``C // num_groups`` channels of each sample, then apply per-channel affine."""
     if input.dim() < 2:
         raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {input.dim()}")
+    _refuse_non_float("GroupNormKernelImpl", input)
     n, channels = input.shape[0], input.shape[1]
     _verify_batch_size([n * channels // num_groups, num_groups] + list(input.shape[2:]))
     if channels % num_groups:

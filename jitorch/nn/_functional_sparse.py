@@ -124,6 +124,8 @@ def _bag_ids(input, offsets, include_last_offset):
     if offsets.numel() and int(offsets[-1]) > input.numel():
         raise RuntimeError(f"embedding_bag: offsets[-1] can not be greater than input's length {input.numel()} but "
                            f"got offsets[-1] of {int(offsets[-1])}")
+    if offsets.numel() > 1 and bool((offsets[1:] < offsets[:-1]).any()):  # a negative bag would shift the others
+        raise RuntimeError(f"embedding_bag: offsets must be non-decreasing, but got {offsets.tolist()}")
     starts = offsets.long()
     if include_last_offset:
         starts = starts[:-1]

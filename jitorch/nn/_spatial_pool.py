@@ -247,8 +247,10 @@ def _adaptive_sizes(name, nd, input, output_size):
     sizes = (output_size,) * nd if not isinstance(output_size, (list, tuple)) else tuple(output_size)
     if len(sizes) != nd:
         raise RuntimeError(f"{name}: output_size must be {nd}")
-    spatial = input.shape[-nd:]
-    return tuple(s if o is None else int(o) for o, s in zip(sizes, spatial))
+    outs = tuple(s if o is None else int(o) for o, s in zip(sizes, input.shape[-nd:]))
+    if min(outs) < 0:  # NumPy would give an empty average, or fail inside the max reduction
+        raise RuntimeError(f"{name}: elements of output_size must be greater than or equal to 0 but received {outs}")
+    return outs
 
 
 def _averaging_matrix(size, out, like):

@@ -37,6 +37,18 @@ REFUSED = {
     "argmin": _runtime("argmin(): does not support complex input"),
     "max_dim": _runtime("max(): does not support complex input"),
     "min_dim": _runtime("min(): does not support complex input"),
+    # Rounding and sign: NumPy rounds each part (round) or returns z/|z| (sign) where PyTorch raises.
+    **{n: (lambda n: lambda dt: NotImplementedError(f"{n} is not supported for complex inputs"))(n)
+       for n in ("floor", "ceil", "trunc")},
+    "round": _not_implemented("round_vml_cpu"), "frac": _not_implemented("frac_cpu"),
+    "sign": lambda dt: NotImplementedError("Unlike NumPy, torch.sign is not intended to support complex numbers. "
+                                           "Please use torch.sgn instead."),
+    # Rows with no complex kernel in torch whose NumPy/SciPy kernels would answer (or raise TypeError).
+    "relu": lambda dt: NotImplementedError("clamp is not supported for complex types"),
+    "digamma": _not_implemented("digamma"), "erf": _not_implemented("erf_vml_cpu"),
+    "erfinv": _not_implemented("erfinv_vml_cpu"), "i0": _not_implemented("i0_vml_cpu"),
+    "lgamma": _not_implemented("lgamma_vml_cpu"),
+    "signbit": lambda dt: NotImplementedError("signbit is not implemented for complex tensors."),
 }
 
 

@@ -282,7 +282,8 @@ CONTIGUOUS = defop("contiguous", _contiguous_kernel, lambda ctx, g: g, Pointwise
 
 def _cast_kernel(xp, a, dtype):
     if a.dtype.kind == "c" and np.dtype(dtype).kind != "c":
-        a = a.real  # PyTorch drops the imaginary part; NumPy would too, with a ComplexWarning
+        # PyTorch drops the imaginary part (NumPy would too, with a ComplexWarning), except into bool: nonzero
+        a = a != 0 if np.dtype(dtype) == np.bool_ else a.real
     return a.astype(dtype, order="K") if 0 not in a.strides else preserve_copy(xp, a, dtype)
 
 

@@ -84,7 +84,7 @@ LCM = defop("lcm", lambda xp, a, b: xp.lcm(a, b), NOT_DIFFERENTIABLE, _LIB, prom
 
 
 def _nextafter_kernel(xp, a, b):
-    if a.dtype.kind in "biu":  # bfloat16 has kind "V": test for the integer kinds
+    if a.dtype.kind in "biuc":  # bfloat16 has kind "V": test for the integer (and complex) kinds
         from .pointwise import _not_implemented
 
         raise _not_implemented("nextafter_cpu", a)

@@ -27,7 +27,7 @@ from ...ops.nn_fused import FUSED_DTYPES
 from ...ops.nn_linear import LINEAR
 from ...ops.rnn_ops import lstm_cell, scan
 
-__all__ = ["CELLS", "lstm_cell_step", "run_stack"]
+__all__ = ["CELLS", "check_cell_shapes", "lstm_cell_step", "run_stack"]
 
 _FAMILY = {"LSTM": "LSTM", "GRU": "GRU", "RNN_TANH": "RNN", "RNN_RELU": "RNN"}
 
@@ -92,6 +92,19 @@ def _cell(mode):
 
 
 CELLS = {mode: _cell(mode) for mode in _FAMILY}
+
+
+def check_cell_shapes(name, x, states, input_size, hidden_size):
+    """ATen's checks of a cell's batched input ``x`` and ``states`` (otherwise a NumPy product or broadcast fails)."""
+    batch, features = x._data.shape  # the arrays' shapes: a Size per call costs a step a microsecond
+    if features != input_size:
+        raise RuntimeError(f"{name}: input has inconsistent input_size: got {features} expected {input_size}")
+    for i, state in enumerate(states):
+        rows, size = state._data.shape
+        if rows != batch:
+            raise RuntimeError(f"{name}: Input batch size {batch} doesn't match hidden{i} batch size {rows}")
+        if size != hidden_size:
+            raise RuntimeError(f"{name}: hidden{i} has inconsistent hidden_size: got {size}, expected {hidden_size}")
 
 
 def lstm_cell_step(x, states, w_ih, w_hh, b_ih, b_hh):

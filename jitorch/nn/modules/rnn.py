@@ -25,7 +25,7 @@ from ...amp.autocast_mode import _state as _autocast_state
 from .. import init
 from ..parameter import Parameter
 from ._rnn_packed import check_packed, is_packed, packed_zeros, run_packed
-from ._rnn_steps import CELLS, lstm_cell_step, run_stack
+from ._rnn_steps import CELLS, check_cell_shapes, lstm_cell_step, run_stack
 from .module import Module
 
 __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell"]
@@ -344,6 +344,7 @@ class RNNCellBase(Module):
             states = (zeros,) * count
         elif not is_batched:
             states = tuple(s.unsqueeze(0) for s in states)
+        check_cell_shapes(name, input, states, self.input_size, self.hidden_size)
         return input, states, is_batched
 
     def _weights(self):
