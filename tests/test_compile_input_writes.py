@@ -265,3 +265,113 @@ def test_a_view_of_a_buffer_reads_its_update_as_in_eager_mode(outer):
     for _ in range(3):
         np.testing.assert_array_equal(compiled(jitorch.ones(2, 2)).numpy(), eager(jitorch.ones(2, 2)).numpy())
         np.testing.assert_array_equal(module.count.numpy(), eager.count.numpy())
+
+
+# -- memory shared across a write, against torch's eager answers ---------------------------------------------------
+def _both_libs(fn_of_lib, calls):
+    """``fn_of_lib(lib, compile)`` builds a run for each library (jitorch compiled, torch eager) that returns the
+    values to compare per call; both runs' lists must be equal."""
+    got = fn_of_lib(jitorch, jitorch.compile)
+    want = fn_of_lib(torch, lambda f: f)
+    for call in range(calls):
+        for g, w in zip(got(call), want(call)):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
+
+
+def test_an_argument_sharing_a_global_tensors_memory_at_a_later_call():
+    def build(lib, compile):
+        g = lib.tensor([1.0, 2.0, 3.0])
+        f = compile(lambda x: (x.add_(1), g * 2)[1])
+        a = lib.zeros(3)
+        return lambda call: [f(a).tolist(), f(g).tolist(), f(g[:]).tolist(), g.tolist()]
+
+    _both_libs(build, 3)
+
+
+def test_an_argument_sharing_a_written_buffers_memory():
+    def build(lib, compile):
+        class Acc(lib.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("b", lib.zeros(3))
+
+            def forward(self, x):
+                self.b.add_(1)
+                return x * 2
+
+        m = Acc()
+        f = compile(m)
+        return lambda call: [f(lib.ones(3)).tolist(), f(m.b).tolist(), m.b.tolist()]
+
+    with jitorch.no_grad(), torch.no_grad():
+        _both_libs(build, 3)
+
+
+def test_aliased_arguments_of_a_call_with_a_graph_break_after_the_write():
+    def build(lib, compile):
+        def f(x, y):
+            x.add_(1)
+            k = y.sum().item()
+            return y * 2 + k
+
+        f = compile(f)
+        a, b = lib.zeros(3), lib.ones(3)
+        return lambda call: [f(a, b).tolist(), f(a, a[:]).tolist(), a.tolist()]
+
+    _both_libs(build, 3)
+
+
+@pytest.mark.parametrize("make_view", ["view", "index", "t", "detach", "out"])
+def test_a_returned_view_of_a_written_argument_aliases_it(make_view):
+    def build(lib, compile):
+        def f(x):
+            x.add_(1)
+            if make_view == "out":
+                return lib.mul(x, 2, out=x).view(-1)
+            return {"view": x.view(-1), "index": x[0], "t": x.t(), "detach": x.detach()}[make_view]
+
+        f = compile(f)
+        x = lib.zeros(2, 3)
+
+        def call(i):
+            r = f(x)
+            r[(0,) * r.dim()] = 100 + i
+            return [x.tolist()]
+        return call
+
+    _both_libs(build, 3)
+
+
+def test_a_view_taken_between_two_writes_reads_the_second():
+    def build(lib, compile):
+        def g(x):
+            x.add_(1)
+            v = x[1:]
+            x.mul_(2)
+            return v + 0
+
+        g = compile(g)
+        x = lib.zeros(3)
+        return lambda call: [g(x).tolist(), x.tolist()]
+
+    _both_libs(build, 3)
+
+
+def test_an_inference_tensor_written_outside_inference_mode_raises_as_eager():
+    compiled = jitorch.compile(lambda x, y: x.add_(y))
+    for _ in range(2):
+        compiled(jitorch.zeros(3), jitorch.ones(3))
+    with jitorch.inference_mode():
+        frozen = jitorch.zeros(3)
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside InferenceMode"):
+        compiled(frozen, jitorch.ones(3))
+    assert frozen.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_version_counters_count_each_in_place_write_as_eager():
+    x_t, x_j = torch.tensor([1.0, 2.0]), jitorch.tensor([1.0, 2.0])
+    compiled = jitorch.compile(lambda t: t.add_(1).mul_(2))
+    for _ in range(3):
+        x_t.add_(1).mul_(2)
+        compiled(x_j)
+        assert x_j._version == x_t._version

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._tensor import Tensor
+from ..autograd.grad_mode import GradState
 from ..fx.make_fx import Primitive
 from ..fx.node import Node, map_aggregate
 from ..ops.indexing import IndexOutOfBounds
@@ -24,6 +25,7 @@ from ..ops.random_ops import CONSTANT_DRAWS, RANDOM_ROWS
 from . import lower_cuda, native_runner
 from .fusion import FusedGroup, partition
 from .lower import GroupKernel
+from ..runtime import memory_owner
 from ..runtime.threads import get_num_threads
 
 __all__ = ["CompiledGraph", "ArgumentSlot", "write_back", "whole_call_runner"]
@@ -140,22 +142,30 @@ class ArgumentSlot:
     index: int
 
 
-def write_back(buffers, values):
-    """Store each graph value into its buffer's own memory after a run (one version bump each, as the eager in-place
-    update made): a compiled call's functional buffer updates (see `functionalize`)."""
-    for buf, value in zip(buffers, values):
+def write_back(buffers, values, counts=None):
+    """Store each graph value into its buffer's own memory after a run, bumping its version as many times as the
+    call's eager in-place updates did (``counts``, one each by default): a compiled call's functional buffer
+    updates (see `functionalize`)."""
+    for i, (buf, value) in enumerate(zip(buffers, values)):
         buf._data[...] = value._data
-        buf._bump_version()
+        for _ in range(counts[i] if counts else 1):
+            buf._bump_version()
 
 
-def whole_call_runner(graph, writes, eager=None):
+def whole_call_runner(graph, writes, eager=None, counts=None):
     """``run(args, kwargs)`` of a whole-call `CompiledGraph`; with buffer ``writes`` the graph returns ``(result,
     *new values)`` and each value is written back into its buffer (an `ArgumentSlot`: that argument of the call)
-    before the result is returned. ``eager(args, kwargs)`` runs instead for a call whose written argument shares
-    memory with another argument (the graph would read the other one's old values), and for one where an index row
-    found an index out of bounds: eager's functions word that error per op (gather's RuntimeError, index_select's
-    "index out of range in self"), and nothing was written yet (writes follow the run)."""
+    before the result is returned (``counts``: version bumps each, see `write_back`). ``eager(args, kwargs)`` runs
+    instead for a call where memory is shared across a write: an argument written that shares memory with another
+    argument or with a tensor the graph holds, or an argument sharing a written buffer's memory (the graph would read
+    old values where eager reads the write); for an inference tensor written outside inference mode (eager raises);
+    and for one where an index row found an index out of bounds: eager's functions word that error per op (gather's
+    RuntimeError, index_select's "index out of range in self"), and nothing was written yet (writes follow the run)."""
     slots = [w.index for w in writes if isinstance(w, ArgumentSlot)]
+    # Memory owners of what the graph holds (constants, module buffers) and of the buffers it writes.
+    held = {id(memory_owner(c._data)) for c in graph.constants.values() if isinstance(c, Tensor)
+            and type(c._data) is np.ndarray}
+    written = {id(memory_owner(w._data)) for w in writes if isinstance(w, Tensor) and type(w._data) is np.ndarray}
 
     if not writes:
         def plain(args, kwargs):
@@ -170,9 +180,9 @@ def whole_call_runner(graph, writes, eager=None):
     def run(args, kwargs):
         flat = tuple(args) + tuple(kwargs.values())
         targets = writes
+        if eager is not None and _memory_crosses_a_write(flat, slots, held, written):
+            return eager(args, kwargs)
         if slots:
-            if eager is not None and _shares_memory(flat, slots):
-                return eager(args, kwargs)
             targets = [flat[w.index] if isinstance(w, ArgumentSlot) else w for w in writes]
         try:
             out = graph(flat)
@@ -180,7 +190,7 @@ def whole_call_runner(graph, writes, eager=None):
             if eager is None:
                 raise
             return eager(args, kwargs)
-        write_back(targets, out[1:])
+        write_back(targets, out[1:], counts)
         # A buffer the call returns (``return y, bn.running_mean``) is the buffer itself, as in eager mode, not the
         # graph's copy of its new value.
         buffer_of = {id(v): b for b, v in zip(targets, out[1:])}
@@ -188,13 +198,21 @@ def whole_call_runner(graph, writes, eager=None):
     return run
 
 
-def _shares_memory(flat, slots):
-    """Whether an argument at one of ``slots`` shares memory with another tensor argument (one passed twice
-    included: the guards send ``f(x, x)`` to an entry traced that way, whose graph reads one input)."""
+def _memory_crosses_a_write(flat, slots, held, written):
+    """Whether this call's arguments share memory across a functional write (see `whole_call_runner`): an argument
+    at one of ``slots`` with another tensor argument (one passed twice is fine: the guards send ``f(x, x)`` to an
+    entry traced that way, whose graph reads one input), with memory ``held`` by the graph, or an inference tensor;
+    any tensor argument with a ``written`` buffer's memory."""
     for i in slots:
-        mine = flat[i]._data
+        mine = flat[i]
+        if mine._inference and not GradState.inference or id(memory_owner(mine._data)) in held:
+            return True
         for j, a in enumerate(flat):
-            if j != i and isinstance(a, Tensor) and a is not flat[i] and np.may_share_memory(mine, a._data):
+            if j != i and isinstance(a, Tensor) and a is not mine and np.may_share_memory(mine._data, a._data):
+                return True
+    if written:
+        for a in flat:
+            if isinstance(a, Tensor) and type(a._data) is np.ndarray and id(memory_owner(a._data)) in written:
                 return True
     return False
 

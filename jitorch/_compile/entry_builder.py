@@ -15,11 +15,12 @@ import time
 from dataclasses import replace
 
 from .._tensor import Size, Tensor
+from ..fx.node import map_aggregate
 from ..autograd.grad_mode import GradState
 from .array_contents import mark_read_in_place
 from .backend import CompiledGraph, whole_call_runner
 from .dynamic_compile import dims_to_make_dynamic, dynamic_inference, dynamic_training
-from .functionalize import CompileState, functionalize_intermediates
+from .functionalize import CompileState, functionalize_intermediates, shares_memory
 from .lower import kernel_cache_stats
 from .replay import Replay, _compile_outputs
 from .segment_training import backward_kernels, compile_training_segment
@@ -170,6 +171,13 @@ class EntryBuilder:
         python_state = PythonState(self._fn, self._owner(), *(site.caller or (args, kwargs)))
         traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers, write_inputs=True)
         before.add_snapshots(traced.info.input_snapshots.values())  # the trace wrote them: every rerun starts over
+        why = _argument_writes_stay_eager(traced, python_state)
+        if why:
+            # Argument writes are graph values only in a whole graph that returns no view of them; the replay of a
+            # call with breaks or Python side effects runs them eagerly, where they happen: trace the call again.
+            before.restore()
+            python_state.restore()
+            traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
         _note_arrays_read_in_place(guards, traced)
         refused = relayout and refused_relayout(self, site, relayout, traced, before, training=False)
         if refused:
@@ -222,8 +230,8 @@ class EntryBuilder:
                     traced.gm.recompile()
                 graph = CompiledGraph(traced.gm)
                 entry.kernel_ops = graph.kernel_ops
-                entry.run = _keeping_sizes(whole_call_runner(graph, traced.writes, lambda a, k: fn(*a, **k)),
-                                           traced.result)
+                entry.run = _keeping_sizes(whole_call_runner(graph, traced.writes, lambda a, k: fn(*a, **k),
+                                                             traced.write_counts), traced.result)
                 entry.writes_inputs = traced.writes_inputs
         if entry.replay is None:
             # The first run compiles the kernels for these strides. It is this call: the trace's draws and buffer
@@ -282,6 +290,30 @@ class EntryBuilder:
             for graph in seg.compiled.values():
                 ops += graph.kernel_ops
         return ops
+
+
+def _argument_writes_stay_eager(traced, python_state):
+    """Why a trace that wrote into its arguments functionally must be made again with those writes eager (a
+    reason), or None: the call has graph breaks (its replay defers writes where no run-time check sees arguments
+    sharing memory), changes Python state (it replays too), or returns a view of a written argument (the graph's
+    copy of the new value would not alias the argument, as eager's view does)."""
+    info = traced.info
+    if not info.input_snapshots:
+        return None
+    if traced.gm is None:
+        return "graph breaks"
+    if info.output_call is not None or python_state.changes():
+        return "Python side effects"
+    written = [t for t, _, _ in info.input_snapshots.values()]
+    views = []
+
+    def note(a):
+        if isinstance(a, Tensor) and all(a is not w for w in written) and shares_memory(a, written):
+            views.append(a)
+        return a
+
+    map_aggregate(traced.result, note)
+    return "a view of a written argument is returned" if views else None
 
 
 def _note_arrays_read_in_place(guards, traced):

@@ -32,6 +32,7 @@ from ..autograd.grad_mode import GradState
 from ..fx.make_fx import Primitive, _primitive
 from ..fx.node import Node, map_aggregate
 from ..ops.random_ops import RANDOM_ROWS
+from ..runtime import memory_owner
 from .backend import _fetch
 
 __all__ = ["is_random", "functional_ops", "functional_write_ok", "writable_input", "shares_memory", "overlapping_write",
@@ -89,17 +90,28 @@ def writable_input(info, t):
         return False
     if id(t) in info.input_snapshots:
         return True
-    if shares_memory(t, [*info.inputs.values(), *info.buffers.values()]):
-        return False
-    info.input_snapshots[id(t)] = (t, t._data.copy())
+    if (t._inference and not GradState.inference) or shares_memory(t, [*info.inputs.values(),
+                                                                       *info.buffers.values()]):
+        return False  # (an inference tensor: eager's write raises, so the break runs it)
+    info.input_snapshots[id(t)] = (t, t._data.copy(), t._version)
     return True
 
 
 def shares_memory(t, others):
-    """Whether a tensor among ``others`` other than ``t`` itself (None entries skipped) may share ``t``'s memory."""
+    """Whether a tensor among ``others`` other than ``t`` itself (None entries skipped) may share ``t``'s memory: its
+    array, or a view of the array that owns ``t``'s memory (cheap: the recorder asks on every functional write
+    about every tensor it holds)."""
     data = t._data
-    return any(o is not None and o is not t and type(o._data) is type(data) and np.may_share_memory(o._data, data)
-               for o in others if type(data) is np.ndarray)
+    if type(data) is not np.ndarray:
+        return False
+    root = memory_owner(data)
+    for o in others:
+        if o is None or o is t or type(o._data) is not np.ndarray:
+            continue
+        d = o._data
+        if d is data or d is root or (d.base is not None and memory_owner(d) is root):
+            return True
+    return False
 
 
 def overlapping_write(info, t):
@@ -233,10 +245,14 @@ class CompileState:
     def __init__(self, buffers=()):
         self.rng = rng_state()
         self.buffers = [(b, b._data.copy()) for b in buffers if isinstance(b, Tensor)]
+        self.versions = []
 
     def add_snapshots(self, snapshots):
-        """Also put back these ``(tensor, values)`` pairs (arguments a trace wrote: `writable_input`)."""
-        self.buffers += list(snapshots)
+        """Also put back these ``(tensor, values, version)`` (arguments a trace wrote: `writable_input`), their
+        version counters too (the compiled run bumps them as the call's own writes)."""
+        for t, data, version in snapshots:
+            self.buffers.append((t, data))
+            self.versions.append((t._root(), version))
 
     def restore(self):
         set_rng_state(self.rng)
@@ -245,6 +261,10 @@ class CompileState:
             # in-place op on it first swaps in a writable view (`writable_expanded`) or raises.
             if getattr(buf._data.flags, "writeable", True):
                 buf._data[...] = data
+        for root, version in self.versions:
+            root._ver = version
+            if root._vc is not None:
+                root._vc[0] = version
 
 
 def rng_state(cuda=True):

@@ -208,11 +208,15 @@ class Recorder(_ModeBase, TrainingNotes):
         info = self.info
         if not (id(t) in info.buffers or id(t) in info.inputs) or not functional_write_ok(t, args):
             return False
+        # On every write: a view taken between two writes holds the first one's value.
+        held = [ref() for (table, _), ref in list(self._refs.items()) if table == "nodes"]
+        if shares_memory(t, [*held, *self.ext_objs]):
+            return False
         if id(t) not in info.written:
-            held = [ref() for (table, _), ref in list(self._refs.items()) if table == "nodes"]
-            if shares_memory(t, [*held, *self.ext_objs]) or not (id(t) in info.buffers or writable_input(info, t)):
+            if not (id(t) in info.buffers or writable_input(info, t)):
                 return False
             info.written[id(t)] = t
+        info.write_counts[id(t)] = info.write_counts.get(id(t), 0) + 1
         return True
 
     def _write_buffer(self, op, t, args, attrs):
@@ -295,8 +299,9 @@ class RecordInfo:
         self.created = {}  # id -> tensor made by a creation function during the call (view_writes.py)
         self.output_call = None  # the first ``print()`` or logging call of the user's code: a side effect
         self.inputs = {}  # id -> argument tensor whose in-place writes may be recorded functionally (`writable_input`)
-        self.input_snapshots = {}  # id -> (argument, its values before the call's first write into it)
+        self.input_snapshots = {}  # id -> (argument, its values and version before the call's first write into it)
         self.written = {}  # id -> buffer or argument written functionally (`overlapping_write`)
+        self.write_counts = {}  # id -> how many in-place writes it took (eager bumps its version for each)
 
     @property
     def graph_breaks(self):

@@ -41,6 +41,7 @@ class Trace:
     break_reason: str | None
     info: RecordInfo | None = None
     writes: tuple = ()  # buffers the call updates in place: ``gm`` returns ``(result, *their new values)``
+    write_counts: tuple = ()  # in-place writes each of them took (eager bumps its version counter for each)
 
     @property
     def writes_inputs(self):
@@ -99,5 +100,7 @@ def trace(fn, args, kwargs, fullgraph=False, buffers=(), write_inputs=False):
     if info.random:
         return Trace(None, info.result, RANDOM_REASON, info)
     slots = {id(a): ArgumentSlot(i) for i, a in reversed(list(enumerate(flat)))}
-    writes = tuple(slots[id(b)] if id(b) in info.inputs else b for b, _ in info.root.writes.values())
-    return Trace(full_graph(info, flat), info.result, None, info, writes)
+    written = list(info.root.writes.values())
+    writes = tuple(slots[id(b)] if id(b) in info.inputs else b for b, _ in written)
+    counts = tuple(info.write_counts.get(id(b), 1) for b, _ in written)
+    return Trace(full_graph(info, flat), info.result, None, info, writes, counts)
