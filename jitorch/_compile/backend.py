@@ -148,8 +148,10 @@ def write_back(buffers, values, counts=None):
     updates (see `functionalize`)."""
     for i, (buf, value) in enumerate(zip(buffers, values)):
         buf._data[...] = value._data
-        for _ in range(counts[i] if counts else 1):
-            buf._bump_version()
+        buf._bump_version()
+        if counts and counts[i] > 1:
+            for _ in range(counts[i] - 1):
+                buf._bump_version()
 
 
 def whole_call_runner(graph, writes, eager=None, counts=None):
@@ -212,7 +214,8 @@ def _memory_crosses_a_write(flat, slots, held, written):
                 return True
     if written:
         for a in flat:
-            if isinstance(a, Tensor) and type(a._data) is np.ndarray and id(memory_owner(a._data)) in written:
+            if isinstance(a, Tensor) and type(d := a._data) is np.ndarray and \
+                    id(d if d.base is None else memory_owner(d)) in written:
                 return True
     return False
 
