@@ -34,7 +34,7 @@ from . import llvm_trig
 from .codeblock import LLVM_TYPES, LLVMBuilder, llvm_const
 from .ir import ARG_REDUCTIONS, collapse, identity
 from .ir_params import arguments, is_template
-from .llvm_body import BodyEmitter, total_type
+from .llvm_body import BodyEmitter, fast_extremum, total_type
 from .llvm_columns import ColumnReduction, column_layout
 
 # Each vector lane adds BLOCK / (lanes x interleave) terms in float32 before the block sum goes into the total:
@@ -94,6 +94,8 @@ class _Emitter(ColumnReduction, BodyEmitter):
                          b.emit(f"alloca {'i64' if s.reduce in ARG_REDUCTIONS else LLVM_TYPES[s.value.dtype]}"))
                      for j, s in enumerate(k.stores) if s.reduce}
         self.acc_values = {}
+        # A float max/min's block runs a plain vector max (``nnan``) with a nan flag beside it (`fast_extremum`).
+        self.nan_flags = {j: b.emit("alloca i8") for j, s in enumerate(k.stores) if fast_extremum(s)}
         # The reduced row length, read through a volatile slot so LLVM cannot treat it as a constant: a known
         # 1024-wide row gets fully unrolled, and GVN then carries a whole row of vectors from one pass to the next,
         # spilled to the stack (layer norm 1.3x slower). Loop-hint metadata would say the same, but those hints hit
@@ -239,6 +241,8 @@ class _Emitter(ColumnReduction, BodyEmitter):
                 for j, s in reducing:
                     ty = LLVM_TYPES[s.value.dtype]
                     b.line(f"store {ty} {llvm_const(identity(s.reduce, s.value.dtype), ty)}, ptr {self.accs[j][1]}")
+                    if j in self.nan_flags:
+                        b.line(f"store i8 0, ptr {self.nan_flags[j]}")
                 end = b.emit(f"add nsw i64 {jb}, {BLOCK}")
                 n = self.row_len if self.row_len is not None else k.shape[last]
                 end = b.emit(f"select i1 {b.emit(f'icmp slt i64 {end}, {n}')}, i64 {end}, i64 {n}")
@@ -246,6 +250,8 @@ class _Emitter(ColumnReduction, BodyEmitter):
                 for j, s in reducing:
                     total, blk = self.accs[j]
                     part = b.emit(f"load {LLVM_TYPES[s.value.dtype]}, ptr {blk}")
+                    if j in self.nan_flags:
+                        part = self._nan_if_flagged(s, j, part)
                     if total_type(s) != LLVM_TYPES[s.value.dtype]:
                         part = b.emit(f"fpext float {part} to double")
                     self._accumulate(s, total, part, flags="", ty=total_type(s))
