@@ -252,14 +252,23 @@ def test_rebuilt_graphs_lint_interpret_and_run_like_eager():
     assert compiled.entries[-1].dynamic is not None
 
 
-def test_instantiated_sizes_are_bounded(monkeypatch):
+def test_instantiated_sizes_are_bounded_and_only_stale_ones_make_room(monkeypatch):
     monkeypatch.setattr(dynamic_shapes, "MAX_SIZES", 3)
     monkeypatch.setattr(jitorch.compiler.config, "dynamic_eager_calls", 0)
     cf = jitorch.compile(lambda x: F.gelu(x) * 2)
-    for n in (2, 3, 4, 5, 6, 7, 5):
+
+    def call(n):
         x = jitorch.randn(n, 4)
         np.testing.assert_allclose(cf(x).numpy(), (F.gelu(x) * 2).numpy(), rtol=1e-5, atol=1e-6)
-    assert list(cf.entries[2].dynamic._sizes) == [(6,), (7,), (5,)]
+
+    for n in (2, 3, 4, 5, 6, 7, 5, 4, 7, 6):
+        call(n)
+    spec = cf.entries[2].dynamic
+    # Full with sizes in use: a loop cycling through more sizes than kept runs the others eagerly, never rebuilding.
+    assert sorted(spec._sizes) == [(4,), (5,), (6,)]
+    for _ in range(dynamic_shapes.STALE_LOOKUPS * 3 + 1):
+        call(7)
+    assert sorted(spec._sizes) == [(4,), (6,), (7,)]  # the longest unused (5) made room once stale
 
 
 def test_a_size_the_template_mispredicts_runs_its_own_trace():

@@ -39,6 +39,10 @@ __all__ = ["EAGER", "Sym", "DynamicSpec", "changed_dims", "every_dim", "build_dy
 
 MAX_SYMBOLS = 2  # probes grow as 3^n
 MAX_SIZES = 64  # instantiated sizes kept per dynamic specialization
+# A full specialization makes room for a new size only by dropping one unused for this many lookups (times
+# MAX_SIZES): a generation loop cycling through more sizes than it keeps would otherwise rebuild an instance (a
+# trace and a plan, ~17 ms for a 2-block GPT against ~1 ms eagerly) on every step, and runs those sizes eagerly.
+STALE_LOOKUPS = 4
 EAGER = object()  # `DynamicSpec.lookup`: run this call eagerly (a size not seen often enough yet to compile)
 
 
@@ -131,6 +135,7 @@ class DynamicSpec:
         self._key = [v for _, v in self.guards]
         self._sizes = OrderedDict()
         self._seen = {}  # calls at sizes not compiled yet
+        self._clock, self._used = 0, {}  # lookups so far; each instantiated size's last one
 
     def describe(self):
         return ", ".join(f"{name}.shape[{d}] -> s{k}" for name, _, d, k in self.dims)
@@ -182,8 +187,14 @@ class DynamicSpec:
         checked against the template (the probes cannot see every floor of jitorch's own size arithmetic: a
         size whose trace differs runs its own graph, and the difference is kept in ``mismatches``), or from the
         template alone when no call is given (the call that built the template, whose trace it is)."""
+        self._clock += 1
         found = self._sizes.get(sizes)
         if found is None:
+            if len(self._sizes) >= MAX_SIZES:
+                oldest = next(iter(self._sizes))
+                if self._clock - self._used[oldest] <= STALE_LOOKUPS * MAX_SIZES:
+                    return EAGER  # every kept size is in use: this one runs eagerly, nothing is rebuilt
+                del self._sizes[oldest], self._used[oldest]
             if flat is None:
                 graph = rebuild(self.template, self.fit.at(sizes))
             else:
@@ -192,16 +203,16 @@ class DynamicSpec:
                 except NotDynamic as err:
                     self.mismatches.append((sizes, str(err)))
                     found = self._sizes[sizes] = EAGER
+                    self._used[sizes] = self._clock
                     return found
                 why = self.fit.check(sizes, sig)
                 if why is not None:
                     self.mismatches.append((sizes, why))
                 graph = rebuild(sig, sig.ints)  # the trace itself, its sizes plain ints again
             found = self._sizes[sizes] = self.build(graph)
-            if len(self._sizes) > MAX_SIZES:
-                self._sizes.popitem(last=False)
         else:
             self._sizes.move_to_end(sizes)
+        self._used[sizes] = self._clock
         return found
 
 
