@@ -49,3 +49,18 @@ def seed():
 def rng(seed):
     """A fresh NumPy generator for the test's input data."""
     return np.random.default_rng(seed)
+
+
+@pytest.fixture(autouse=True)
+def _global_backward_hook_kind():
+    """Global module backward hooks fix their kind (full or legacy) for the process at the first one registered, in
+    jitorch as in torch: once a test has removed its hooks, the next starts without that choice (otherwise the order
+    the suite happens to run in decides which hook tests fail)."""
+    yield
+    from jitorch.nn.modules import _hooks
+
+    if not _hooks._global_backward_hooks:
+        _hooks._global_is_full_backward_hook = None
+    torch_module = sys.modules.get("torch.nn.modules.module")
+    if torch_module is not None and not getattr(torch_module, "_global_backward_hooks", True):
+        torch_module._global_is_full_backward_hook = None
