@@ -208,8 +208,7 @@ def hardswish(input, inplace=False):
 
 def _hardsigmoid(x):
     _floating_kernel("hardsigmoid", x)
-    # nan is neither side of the ramp: it stays nan, with torch's zero gradient (hence detached)
-    return where((x > -3) & (x < 3), (x + 3) / 6, where(x >= 3, 1.0, where(x <= -3, 0.0, x.detach())))
+    return activation_piecewise.hardsigmoid(x)  # a row: one native pass on float32, NaN stays NaN (zero gradient)
 
 
 def hardsigmoid(input, inplace=False):

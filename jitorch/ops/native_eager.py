@@ -32,7 +32,8 @@ from ..runtime import host_cache
 from ..runtime.host_pointer import ARRAY_DATA_OFFSET, data_address
 from ..runtime.threads import get_num_threads, on_change, parallel_for
 
-__all__ = ["pointwise", "expression_kernel", "launch", "launch_arrays", "memory_order", "in_memory_order"]
+__all__ = ["pointwise", "pointwise_constants", "expression_kernel", "launch", "launch_arrays", "memory_order",
+           "in_memory_order"]
 
 on_change(shared_pool)  # programs read their pool from a cell that set_num_threads now repoints
 
@@ -87,6 +88,48 @@ def pointwise(row, *arrays, min_size=_MIN_SIZE):
         kernel = _kernels[key] = expression_kernel(row.fusion.expr, len(arrays))
     out = np.empty(shape, _F32) if first.nbytes < host_cache.THRESHOLD else host_cache.empty(shape, _F32)
     launch_arrays(kernel, [*arrays, out], size, _GRAIN, size)
+    return out
+
+
+_constant_kernels: dict = {}
+_CONSTANT_KERNELS_MAX = 512  # kernels kept for distinct (row, constants) pairs; a full table starts over
+
+
+def pointwise_constants(row, arrays, constants, min_size=_MIN_SIZE, expr=None):
+    """`pointwise` of a row whose expression also reads scalar parameters: ``{len(arrays)}``... are ``constants``,
+    written into the kernel as float32 numbers (as ATen casts a Scalar to the tensor's type). One kernel per
+    distinct tuple of constants, though all share their machine code: `ir_params` makes an expression's constants
+    run-time arguments of one template. None where `pointwise` would be, or for a constant that is not a finite
+    number (the caller's NumPy code handles those). ``expr``: another expression of the row's value (a form for
+    some of its parameters: ``clamp`` with one bound), in place of the row's own.
+
+    >>> from jitorch.ops.table import OPS
+    >>> x = np.linspace(-2, 2, 1000, dtype=np.float32)
+    >>> out = pointwise_constants(OPS["leaky_relu"], [x], (0.25,))
+    >>> float(out[0]), float(out[-1])
+    (-0.5, 2.0)
+    """
+    first = arrays[0]
+    if type(first) is not np.ndarray or first.dtype is not _F32 or first.size < min_size:
+        return None
+    for c in constants:
+        if type(c) not in (float, int) or not abs(c) < float("inf"):  # bool/None/tensor params, inf, nan
+            return None
+    shape = first.shape
+    for a in arrays:
+        if type(a) is not np.ndarray or a.dtype is not _F32 or a.shape != shape or not a.flags.c_contiguous:
+            return None
+    key = (row.name, expr, len(arrays), *map(float.hex, map(float, constants)))  # -0.0 is not 0.0
+    kernel = _constant_kernels.get(key)
+    if kernel is None:
+        if len(_constant_kernels) >= _CONSTANT_KERNELS_MAX:
+            _constant_kernels.clear()
+        n = len(arrays)
+        text = (expr or row.fusion.expr).format(*(f"{{{i}}}" for i in range(n)),
+                                                *(f"({float(c)!r})" for c in constants))
+        kernel = _constant_kernels[key] = expression_kernel(text, n)
+    out = np.empty(shape, _F32) if first.nbytes < host_cache.THRESHOLD else host_cache.empty(shape, _F32)
+    launch_arrays(kernel, [*arrays, out], first.size, _GRAIN, first.size)
     return out
 
 

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from .._dispatch_fast import plain_binary
-from . import native_complex
+from . import native_complex, native_select
 from . import pointwise_grad  # noqa: F401 - its fused backward rows register before these, as before the split
 from .pointwise_common import (_COMPLEX64, _HALVES, _holomorphic, _not_implemented,  # noqa: F401 - re-exported
                                _reject_bool, _reject_bool_complex, _times)
@@ -339,7 +339,8 @@ def _where_backward(ctx, g):
 
 
 def _where_kernel(xp, cond, a, b):
-    return xp.where(cond, a, b)
+    out = native_select.where(cond, a, b)  # float32: a branch-free native select (NumPy's branches per element)
+    return xp.where(cond, a, b) if out is None else out
 
 
 # Only the condition is saved, as ATen's WhereBackward: writing in place to a branch later must not fail backward.
@@ -365,6 +366,9 @@ def _clamp_kernel(xp, a, lo, hi):
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
     if a.dtype == np.bool_:
         _reject_bool_clamp(a, lo, hi)
+    out = native_select.clamp_scalars(CLAMP, a, lo, hi)  # float32, Scalar bounds: one pass (NumPy: a scalar loop)
+    if out is not None:
+        return out
     out = a
     if lo is not None:
         out = xp.maximum(out, lo)

@@ -203,7 +203,13 @@ def _step_kernel(name):
 def _sign_kernel(xp, a):
     if a.dtype == np.bool_:
         return a.copy()
+    out = native_eager.pointwise_constants(SIGN, [a], (), expr=_SIGN_FORM)  # float32: one pass, not three
+    if out is not None:
+        return out
     return xp.where(a != a, a.dtype.type(0), xp.sign(a))  # PyTorch's sign(nan) is 0, NumPy's is nan
+
+
+_SIGN_FORM = "{0} > 0 ? 1 : ({0} < 0 ? -1 : 0)"  # 0 (not -0.0) at -0.0, 0 at NaN, as ATen's
 
 
 def _frac_kernel(xp, a):
@@ -237,9 +243,18 @@ def _nan_to_num_kernel(xp, a, nan=0.0, posinf=None, neginf=None):
         out = xp.where(xp.isnan(a), nan, a)
         out = xp.where(out == np.inf, info.max if posinf is None else posinf, out)
         return xp.where(out == -np.inf, info.min if neginf is None else neginf, out).astype(a.dtype)
+    if a.dtype == np.float32:  # one native pass (NumPy's nan_to_num makes several); constants in float32's range
+        big = float(np.finfo(np.float32).max)
+        values = (nan, big if posinf is None else posinf, -big if neginf is None else neginf)
+        if all(type(v) in (float, int) and abs(v) <= big for v in values):
+            out = native_eager.pointwise_constants(NAN_TO_NUM, [a], values, expr=_NAN_TO_NUM_FORM)
+            if out is not None:
+                return out
     # Into a copy in the input's layout: NumPy's own copy would make a broadcast dim innermost (torch's empty_like).
     return xp.nan_to_num(preserve_copy(xp, a), copy=False, nan=nan, posinf=posinf, neginf=neginf)
 
 
+_NAN_TO_NUM_FORM = ("{0} != {0} ? {1} : ({0} > 3.4028234663852886e+38 ? {2} : "
+                    "({0} < -3.4028234663852886e+38 ? {3} : {0}))")
 NAN_TO_NUM = defop("nan_to_num", _nan_to_num_kernel, lambda ctx, g: g * _x(ctx).isfinite(),
                    Pointwise("isfinite({0}) ? {0} : 0"), promotion="keep", saves="inputs")
