@@ -4,8 +4,8 @@ scale (``x / norms``), an outer sum (``col + row``).
 NumPy's loops for a stride-0 operand run at half the speed of its same-shape ones (1024x512 plus a row of 512:
 130 us against 45 for ``x + x``; torch 48). `broadcast_binary` sees the broadcast as a grid of ``rows x cols``,
 each operand whole (``full``), one row repeated down the grid (``row``) or one column repeated across it (``col``),
-and runs the row's own fusion expression over it as one generated kernel. The kernel is size-generic
-(`codegen.ir_params`): one compile per row and pair of patterns (disk-cached), its sizes passed on each call.
+and runs the row's own fusion expression over it as one generated kernel (`native_grid.GridKernel`: one compile
+per row and pair of patterns, disk-cached, its sizes passed on each call).
 
 >>> import numpy as np
 >>> from jitorch.ops.table import OPS
@@ -22,23 +22,14 @@ import math
 import numpy as np
 
 from ..codegen.ir import Buffer, Kernel, Store, load
-from ..codegen.ir_params import arguments
-from ..codegen.llvm_compile import compile_kernel
-from ..codegen.llvm_objcache import default_cache
-from ..codegen.llvm_pool import shared_pool, worth_splitting
 from ..runtime import host_cache
-from ..runtime.host_pointer import data_address
-from ..runtime.threads import get_num_threads
+from .native_grid import GridKernel
 
 __all__ = ["broadcast_binary", "ROWS"]
 
 ROWS = ("add", "sub", "mul", "div")  # rows whose float32 kernel is exactly their expression's IR
 MIN_SIZE = 1 << 12  # below, NumPy's loop is as fast as a kernel call
-_GRAIN = 1 << 15  # elements a thread's chunk gets at least
 _F32 = np.dtype(np.float32)
-# Sentinel sizes the kernel is compiled for, which tell its run-time arguments apart: rows, then columns.
-_ROWS0, _COLS0 = 1000003, 1009
-_STRIDES = {"full": (_COLS0, 1), "row": (0, 1), "col": (1, 0)}
 _kernels: dict = {}
 
 
@@ -66,18 +57,17 @@ def _pattern(a, shape):
 
 
 def _kernel(row, kinds):
-    """(compiled kernel, its argument roles: "R", "C" or a literal) of ``row`` over operands of ``kinds``."""
+    """The `GridKernel` of ``row`` over operands of ``kinds`` (``full``, ``row`` or ``col`` each)."""
     key = (row.name, kinds)
     hit = _kernels.get(key)
     if hit is None:
         from .._compile.expr import parse_expr  # the compiler package imports the op rows: load it on first use
 
         value = parse_expr(row.fusion.expr, [load(0, "f32"), load(1, "f32")], "f32")
-        buffers = (Buffer("f32", _STRIDES[kinds[0]]), Buffer("f32", _STRIDES[kinds[1]]), Buffer("f32", (_COLS0, 1)))
-        compiled = compile_kernel(Kernel((_ROWS0, _COLS0), buffers, (Store(2, value),)), cache=default_cache())
-        roles = tuple("R" if v == _ROWS0 else "C" if v == _COLS0 else v for v in compiled.values)
-        types = ("ptr",) * 3 + tuple(arguments(compiled.kernel))
-        hit = _kernels[key] = (compiled, roles, types)
+        strides = {"full": lambda cols: (cols, 1), "row": lambda cols: (0, 1), "col": lambda cols: (1, 0)}
+        hit = _kernels[key] = GridKernel(lambda rows, cols: Kernel(
+            (rows, cols), (Buffer("f32", strides[kinds[0]](cols)), Buffer("f32", strides[kinds[1]](cols)),
+                           Buffer("f32", (cols, 1))), (Store(2, value),)))
     return hit
 
 
@@ -108,14 +98,6 @@ def broadcast_binary(row, x, y):
         rows, cols, kinds = math.prod(shape[:split]), math.prod(shape[split:]), (px[0], py[0])
     if size < MIN_SIZE or rows < 2 or cols < 2:
         return None  # a size-1 grid dimension collapses into another template; NumPy's loop is fast there
-    compiled, roles, types = _kernel(row, kinds)
-    values = [rows if r == "R" else cols if r == "C" else r for r in roles]
     out = host_cache.empty(shape, _F32) if size * 4 >= host_cache.THRESHOLD else np.empty(shape, _F32)
-    addresses = [data_address(x), data_address(y), data_address(out)]
-    threads = get_num_threads()
-    pool = shared_pool(threads) if threads > 1 and worth_splitting(compiled, size) else None
-    if pool is not None:
-        pool.run_function(compiled.address, types, [*addresses, *values], rows, max(1, _GRAIN // cols))
-    else:
-        compiled._fn(0, rows, *addresses, *values)
+    _kernel(row, kinds).run([x, y, out], rows, cols)
     return out

@@ -19,6 +19,7 @@ from .._dispatch_fast import nothing_records, plain_tensor
 from ..autograd.graph import Node
 from ..runtime import is_cupy
 from .cascade_sum import NAIVE_ROWS, cascade_sum
+from .native_sum import trailing_sum
 from .movement import EXPAND, RESHAPE
 from .native_scan import cumsum_float32
 from .table import NOT_DIFFERENTIABLE, Opaque, Reduction, defop as _defop
@@ -71,6 +72,10 @@ def _sum_kernel(xp, a, dims, keepdim, dtype):
     out = _cascaded(a, dims, keepdim, dtype)
     if out is not None:
         return out
+    if dtype == a.dtype:  # float32 over trailing axes: one generated row reduction (NumPy's sum is 4x slower)
+        out = trailing_sum(a, dims, keepdim)
+        if out is not None:
+            return out
     if a.dtype in _HALF and dtype == a.dtype:  # accumulate halves in float32, as PyTorch does
         return a.sum(axis=dims, keepdims=keepdim, dtype=np.float32).astype(dtype)
     if type(a) is np.ndarray:  # ndarray.sum is this call behind a Python frame of NumPy's
