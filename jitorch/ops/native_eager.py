@@ -19,12 +19,13 @@ True
 """
 from __future__ import annotations
 
+import copy
 import ctypes
 
 import numpy as np
 
 from ..codegen.ir import Buffer, Kernel, Store, load
-from ..codegen.ir_params import arguments, bits
+from ..codegen.ir_params import LITERAL_CONSTANTS, arguments, bits
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_pool import shared_pool, trampoline_address, worth_splitting
@@ -91,17 +92,22 @@ def pointwise(row, *arrays, min_size=_MIN_SIZE):
     return out
 
 
-_constant_kernels: dict = {}
+_constant_templates: dict = {}  # (row, expression, inputs, literal constants) -> (kernel, argument roles) or None
+_constant_kernels: dict = {}  # (template key, constants) -> the template's kernel with those argument values
 _CONSTANT_KERNELS_MAX = 512  # kernels kept for distinct (row, constants) pairs; a full table starts over
+# Sentinel values the templates are compiled with, which tell the constants' arguments apart (float32 numbers:
+# the compiled kernel's values are the constants rounded to the expression's type).
+_SENTINELS = tuple(float(2 ** 57 * (9 + i)) for i in range(8))
 
 
 def pointwise_constants(row, arrays, constants, min_size=_MIN_SIZE, expr=None):
     """`pointwise` of a row whose expression also reads scalar parameters: ``{len(arrays)}``... are ``constants``,
-    written into the kernel as float32 numbers (as ATen casts a Scalar to the tensor's type). One kernel per
-    distinct tuple of constants, though all share their machine code: `ir_params` makes an expression's constants
-    run-time arguments of one template. None where `pointwise` would be, or for a constant that is not a finite
-    number (the caller's NumPy code handles those). ``expr``: another expression of the row's value (a form for
-    some of its parameters: ``clamp`` with one bound), in place of the row's own.
+    as float32 numbers (as ATen casts a Scalar to the tensor's type). The kernel is compiled once per row and
+    expression, its constants run-time arguments (`ir_params`; a constant LLVM folds, such as 0 or 1, gets its
+    own template), so a new value costs no compile: a clip range that changes every step stays fast. None where
+    `pointwise` would be, or for a constant that is not a finite number (the caller's NumPy code handles those).
+    ``expr``: another expression of the row's value (a form for some of its parameters: ``clamp`` with one bound),
+    in place of the row's own.
 
     >>> from jitorch.ops.table import OPS
     >>> x = np.linspace(-2, 2, 1000, dtype=np.float32)
@@ -119,18 +125,60 @@ def pointwise_constants(row, arrays, constants, min_size=_MIN_SIZE, expr=None):
     for a in arrays:
         if type(a) is not np.ndarray or a.dtype is not _F32 or a.shape != shape or not a.flags.c_contiguous:
             return None
-    key = (row.name, expr, len(arrays), *map(float.hex, map(float, constants)))  # -0.0 is not 0.0
+    # An integer constant converts to float32 directly (as ATen's cast), not through a double's rounding.
+    values = tuple(_int_as_float32(c) if type(c) is int else float(c) for c in constants)
+    key = (row.name, expr, len(arrays), *map(float.hex, values))  # -0.0 is not 0.0
     kernel = _constant_kernels.get(key)
     if kernel is None:
         if len(_constant_kernels) >= _CONSTANT_KERNELS_MAX:
             _constant_kernels.clear()
-        n = len(arrays)
-        text = (expr or row.fusion.expr).format(*(f"{{{i}}}" for i in range(n)),
-                                                *(f"({float(c)!r})" for c in constants))
-        kernel = _constant_kernels[key] = expression_kernel(text, n)
+        kernel = _constant_kernels[key] = _kernel_with(row, expr, len(arrays), values)
     out = np.empty(shape, _F32) if first.nbytes < host_cache.THRESHOLD else host_cache.empty(shape, _F32)
     launch_arrays(kernel, [*arrays, out], first.size, _GRAIN, first.size)
     return out
+
+
+def _int_as_float32(c):
+    """An integer's float32 value as C's int64 -> float cast rounds it (NumPy's scalar goes through a double)."""
+    if -2 ** 63 <= c < 2 ** 63:
+        return float(np.array(c, np.int64).astype(np.float32))
+    return float(np.float32(float(c)))
+
+
+def _kernel_with(row, expr, n, values):
+    """The kernel of ``row``'s expression over ``n`` inputs with ``values`` as its constants: its template's machine
+    code with these argument values (a copy of the compiled kernel, whose cached call contexts hold values)."""
+    literal = tuple(float.hex(v) if v in LITERAL_CONSTANTS else None for v in values)
+    tkey = (row.name, expr, n, literal)
+    template = _constant_templates.get(tkey, False)
+    if template is False:
+        if len(values) > len(_SENTINELS):
+            template = None
+        else:
+            stand_ins = [v if lit is not None else _SENTINELS[i] for i, (v, lit) in enumerate(zip(values, literal))]
+            compiled = _expression(row, expr, n, stand_ins)
+            roles = tuple(_SENTINELS.index(v) if isinstance(v, float) and v in _SENTINELS else None
+                          for v in compiled.values)
+            found = {r for r in roles if r is not None}
+            # Each sentinel must be one argument of its own (an expression folding it into another number is
+            # compiled per value instead).
+            wanted = {i for i, lit in enumerate(literal) if lit is None}
+            template = (compiled, roles) if found == wanted and roles.count(None) + len(found) == len(roles) \
+                and all(roles.count(i) == 1 for i in found) else None
+        _constant_templates[tkey] = template
+    if template is None:
+        return _expression(row, expr, n, values)
+    compiled, roles = template
+    kernel = copy.copy(compiled)
+    for cached in ("_held_call", "_pool_call", "_split_weight"):
+        kernel.__dict__.pop(cached, None)
+    kernel.values = tuple(v if r is None else values[r] for v, r in zip(compiled.values, roles))
+    return kernel
+
+
+def _expression(row, expr, n, constants):
+    text = (expr or row.fusion.expr).format(*(f"{{{i}}}" for i in range(n)), *(f"({c!r})" for c in constants))
+    return expression_kernel(text, n)
 
 
 def launch(kernel, addresses, numel, grain, extent=None):

@@ -40,6 +40,9 @@ class GridKernel:
         self.roles = tuple("R" if v == _ROWS0 else "C" if v == _COLS0 else v for v in self.compiled.values)
         if "R" not in self.roles or "C" not in self.roles:
             raise ValueError("GridKernel: the kernel's grid collapses into one dimension; run it as a flat kernel")
+        if any(type(r) is int for r in self.roles):  # a size-derived integer (rows * cols...) would stay fixed
+            raise ValueError(f"GridKernel: run-time values {self.compiled.values} hold an integer other than the "
+                             "grid's rows and columns")
         self.types = ("ptr",) * len(self.compiled.source.buffers) + tuple(arguments(self.compiled.kernel))
 
     def run(self, arrays, rows, cols, work=None):
