@@ -21,7 +21,7 @@ from ._dispatch import _cast_array
 from ._tensor import Tensor
 from .autograd.grad_mode import GradState
 from .autograd.graph import _SAVED_HOOKS, _record as _record_in_region, _recording as _RECORDING
-from .ops.native_broadcast import ROWS as BROADCAST_ROWS, broadcast_binary
+from .ops.native_broadcast import MIN_SIZE as _BROADCAST_MIN, ROWS as BROADCAST_ROWS, broadcast_binary
 from .runtime.host_cache import THRESHOLD as _HOST_MIN
 from .runtime.host_cache import empty as _host_empty
 
@@ -131,8 +131,9 @@ def fast_binary(op, reflected=False, operator=False, array_fn=None):
                     try:
                         if ufunc is None or _d.CPU_XP is not np:
                             out = kernel(_d.CPU_XP, x, y)
-                        elif broadcast_rows and tb is Tensor and x.shape != y.shape and \
-                                (native := broadcast_binary(op, x, y)) is not None:
+                        elif broadcast_rows and tb is Tensor and x.shape != y.shape and (
+                                x.size >= _BROADCAST_MIN or y.size >= _BROADCAST_MIN) and (
+                                native := broadcast_binary(op, x, y)) is not None:
                             out = native  # a row, column or outer broadcast: NumPy's stride-0 loops are slow
                         elif x.nbytes >= _HOST_MIN and x.flags.c_contiguous and (
                                 tb is not Tensor or y.shape == x.shape[x.ndim - y.ndim:]):

@@ -38,7 +38,8 @@ __all__ = ["pointwise", "pointwise_constants", "expression_kernel", "launch", "l
 
 on_change(shared_pool)  # programs read their pool from a cell that set_num_threads now repoints
 
-_MIN_SIZE = 256  # below this SciPy/NumPy's loops are as fast as a kernel call (erf, GELU at 1000: 12 -> 4 us)
+# Below this SciPy/NumPy's loops are as fast as a kernel call (erf, GELU at 1000: 12 -> 4 us).
+_MIN_SIZE = MIN_SIZE = 256
 PARALLEL_MIN = 1 << 16  # elements below which no kernel is split (cheap ones wait for `llvm_pool.SPLIT_WORK`)
 _GRAIN = 1 << 15
 _GENERIC_SIZE = 1 << 20  # the size kernels are compiled for (over 1: a size-1 loop would be compiled as such)

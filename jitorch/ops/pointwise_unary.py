@@ -178,7 +178,7 @@ def _relu_kernel(xp, a):
         raise RuntimeError("Boolean inputs not supported for relu")
     # NumPy's maximum against a scalar runs a scalar loop (3x a copy's time on 2 MB float32; torch's relu is one):
     # the row's expression as a generated kernel where it applies.
-    out = native_eager.pointwise(RELU, a)
+    out = native_eager.pointwise(RELU, a) if a.size >= native_eager.MIN_SIZE else None
     return xp.maximum(a, 0).astype(a.dtype, copy=False) if out is None else out
 
 

@@ -19,7 +19,7 @@ from .._dispatch_fast import nothing_records, plain_tensor
 from ..autograd.graph import Node
 from ..runtime import is_cupy
 from .cascade_sum import NAIVE_ROWS, cascade_sum
-from .native_sum import trailing_sum
+from .native_sum import MIN_SIZE as SUM_MIN_SIZE, trailing_sum
 from .movement import EXPAND, RESHAPE
 from .native_scan import cumsum_float32
 from .table import NOT_DIFFERENTIABLE, Opaque, Reduction, defop as _defop
@@ -72,8 +72,8 @@ def _sum_kernel(xp, a, dims, keepdim, dtype):
     out = _cascaded(a, dims, keepdim, dtype)
     if out is not None:
         return out
-    if dtype == a.dtype:  # float32 over trailing axes: one generated row reduction (NumPy's sum is 4x slower)
-        out = trailing_sum(a, dims, keepdim)
+    if a.size >= SUM_MIN_SIZE and dtype == a.dtype:  # float32 over trailing axes: one generated row reduction
+        out = trailing_sum(a, dims, keepdim)  # (NumPy's float32 sum is 4x slower)
         if out is not None:
             return out
     if a.dtype in _HALF and dtype == a.dtype:  # accumulate halves in float32, as PyTorch does
