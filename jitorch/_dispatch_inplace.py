@@ -21,10 +21,8 @@ from .autograd.saved_hooks import _stack as _SAVED_HOOKS
 __all__ = ["apply_inplace"]
 
 
-# Rows whose kernel on float32/float64 operands of one dtype (or Python numbers) is exactly their NumPy ufunc: no
-# half-precision or complex special case applies there.
-_EXACT_UFUNCS = {name: getattr(np, name) for name in ("add", "subtract", "multiply", "true_divide", "maximum",
-                                                      "minimum", "negative", "absolute", "exp", "log", "sqrt", "tanh")}
+# A row's ufunc (``op.ufunc``) is its kernel on float operands of one dtype or Python numbers (the table's contract,
+# which `_dispatch_fast` relies on too); half types have their own rounding rules, so float32/float64 only.
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -34,10 +32,10 @@ def _ufunc_into(op, self, args, attrs):
     Only where that is exactly the kernel: a host float32/float64 ``self``, operands of its dtype or Python
     numbers. False otherwise, and when the operands do not broadcast into ``self`` (NumPy checks before it writes:
     the general path then raises torch's error). NumPy buffers operands that overlap ``self``."""
-    ufunc = _EXACT_UFUNCS.get(op.ufunc)
     x = self._data
-    if ufunc is None or attrs or type(x) is not np.ndarray or x.dtype not in _FLOATS or _d.CPU_XP is not np:
+    if op.ufunc is None or attrs or type(x) is not np.ndarray or x.dtype not in _FLOATS or _d.CPU_XP is not np:
         return False
+    ufunc = getattr(np, op.ufunc)
     operands = [x]
     for a in args:
         if type(a) in TENSOR_TYPES:

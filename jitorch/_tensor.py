@@ -124,9 +124,9 @@ class Tensor:
     def _version(self):
         return (self._ver_owner if self._ver_owner is not None else self)._ver
 
-    def _bump_version(self):
+    def _bump_version(self, times=1):
         root = self._ver_owner if self._ver_owner is not None else self
-        root._ver += 1
+        root._ver += times
         if root._vc is not None:
             root._vc[0] = root._ver
 

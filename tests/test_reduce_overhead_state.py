@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 
 import jitorch
 
@@ -182,3 +183,49 @@ def test_output_of_other_threads_neither_demotes_a_capture_nor_blocks_a_nested_c
     finally:
         stop.set()
         background.join()
+
+
+@pytest.mark.parametrize("change", ["moduledict_del", "moduledict_clear_add", "sequential_insert", "modulelist_insert"])
+def test_a_container_changed_in_place_is_captured_again(change):
+    """Containers write their ``_modules`` directly (past add_module): the captured step's state check must see it."""
+    def build(lib):
+        lib.manual_seed(0)
+        return {"md": lib.nn.ModuleDict({"a": lib.nn.Linear(4, 4), "b": lib.nn.Linear(4, 4)}),
+                "seq": lib.nn.Sequential(lib.nn.Linear(4, 4)), "ml": lib.nn.ModuleList([lib.nn.Linear(4, 4)])}
+
+    def step_of(parts, x):
+        def step():
+            y = x
+            for k in parts["md"]:
+                y = parts["md"][k](y)
+            y = parts["seq"](y)
+            for m in parts["ml"]:
+                y = m(y)
+            return y.sum()
+        return step
+
+    def mutate(lib, parts):
+        if change == "moduledict_del":
+            del parts["md"]["b"]
+        elif change == "moduledict_clear_add":
+            parts["md"].clear()
+            parts["md"]["c"] = lib.nn.Tanh()
+        elif change == "sequential_insert":
+            parts["seq"].insert(0, lib.nn.ReLU())
+        else:
+            parts["ml"].insert(0, lib.nn.Sigmoid())
+
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    parts_j, parts_t = build(jitorch), build(torch)
+    for pj, pt in zip(jitorch.nn.ModuleList(list(parts_j.values())).parameters(),
+                      torch.nn.ModuleList(list(parts_t.values())).parameters()):
+        pj.data.copy_(jitorch.tensor(pt.detach().numpy()))
+    compiled = jitorch.compile(step_of(parts_j, jitorch.tensor(x)), mode="reduce-overhead")
+    eager = step_of(parts_t, torch.tensor(x))
+    with jitorch.no_grad(), torch.no_grad():
+        for _ in range(3):
+            compiled()
+        mutate(jitorch, parts_j)
+        mutate(torch, parts_t)
+        for _ in range(2):
+            np.testing.assert_allclose(compiled().item(), eager().item(), rtol=1e-5, atol=1e-6)

@@ -148,10 +148,7 @@ def write_back(buffers, values, counts=None):
     updates (see `functionalize`)."""
     for i, (buf, value) in enumerate(zip(buffers, values)):
         buf._data[...] = value._data
-        buf._bump_version()
-        if counts and counts[i] > 1:
-            for _ in range(counts[i] - 1):
-                buf._bump_version()
+        buf._bump_version(counts[i] if counts else 1)
 
 
 def whole_call_runner(graph, writes, eager=None, counts=None):
@@ -163,35 +160,31 @@ def whole_call_runner(graph, writes, eager=None, counts=None):
     old values where eager reads the write); for an inference tensor written outside inference mode (eager raises);
     and for one where an index row found an index out of bounds: eager's functions word that error per op (gather's
     RuntimeError, index_select's "index out of range in self"), and nothing was written yet (writes follow the run)."""
+    def graph_or_eager(flat, args, kwargs):
+        """``(True, eager's result)`` after an index error, else ``(False, the graph's outputs)``."""
+        try:
+            return False, graph(flat)
+        except IndexOutOfBounds:
+            if eager is None:
+                raise
+            return True, eager(args, kwargs)
+
+    if not writes:
+        return lambda args, kwargs: graph_or_eager(tuple(args) + tuple(kwargs.values()), args, kwargs)[1]
     slots = [w.index for w in writes if isinstance(w, ArgumentSlot)]
     # Memory owners of what the graph holds (constants, module buffers) and of the buffers it writes.
     held = {id(memory_owner(c._data)) for c in graph.constants.values() if isinstance(c, Tensor)
             and type(c._data) is np.ndarray}
     written = {id(memory_owner(w._data)) for w in writes if isinstance(w, Tensor) and type(w._data) is np.ndarray}
 
-    if not writes:
-        def plain(args, kwargs):
-            try:
-                return graph(tuple(args) + tuple(kwargs.values()))
-            except IndexOutOfBounds:
-                if eager is None:
-                    raise
-                return eager(args, kwargs)
-        return plain
-
     def run(args, kwargs):
         flat = tuple(args) + tuple(kwargs.values())
-        targets = writes
         if eager is not None and _memory_crosses_a_write(flat, slots, held, written):
             return eager(args, kwargs)
-        if slots:
-            targets = [flat[w.index] if isinstance(w, ArgumentSlot) else w for w in writes]
-        try:
-            out = graph(flat)
-        except IndexOutOfBounds:
-            if eager is None:
-                raise
-            return eager(args, kwargs)
+        ran_eagerly, out = graph_or_eager(flat, args, kwargs)
+        if ran_eagerly:
+            return out
+        targets = [flat[w.index] if isinstance(w, ArgumentSlot) else w for w in writes] if slots else writes
         write_back(targets, out[1:], counts)
         # A buffer the call returns (``return y, bn.running_mean``) is the buffer itself, as in eager mode, not the
         # graph's copy of its new value.

@@ -108,7 +108,7 @@ def watching(mode):
 
         original_bump = Tensor._bump_version
 
-        def bump(self):
+        def bump(self, times=1):
             # A version bump outside every recorded op: memory written behind the dispatcher's back (an optimizer's
             # array-level update, a ``.data`` write). The graph holds no such write, so its replay would skip it.
             current = _session[-1] if _session else None
@@ -116,7 +116,7 @@ def watching(mode):
                 hidden = getattr(current, "hidden_write", None)
                 if hidden is not None:
                     hidden()
-            return original_bump(self)
+            return original_bump(self, times)
 
         def output(what):
             current = _session[-1] if _session else None

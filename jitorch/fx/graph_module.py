@@ -15,6 +15,7 @@ import itertools
 import linecache
 
 from .._tensor import Tensor
+from ..nn.modules._registration import STATE_VERSION
 from ..nn.modules.module import Module
 from ..nn.parameter import Parameter
 from ._naming import global_path, resolve_path
@@ -161,6 +162,7 @@ class GraphModule(Module):
         if last not in mod._modules:
             return False
         del mod._modules[last]
+        STATE_VERSION[0] += 1  # a captured step reaching this module tree must see the change
         return True
 
     def delete_all_unused_submodules(self):

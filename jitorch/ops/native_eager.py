@@ -33,8 +33,8 @@ from ..runtime import host_cache
 from ..runtime.host_pointer import ARRAY_DATA_OFFSET, data_address
 from ..runtime.threads import get_num_threads, on_change, parallel_for
 
-__all__ = ["pointwise", "pointwise_constants", "expression_kernel", "launch", "launch_arrays", "memory_order",
-           "in_memory_order"]
+__all__ = ["pointwise", "pointwise_constants", "argument_roles", "expression_kernel", "launch", "launch_arrays",
+           "memory_order", "in_memory_order"]
 
 on_change(shared_pool)  # programs read their pool from a cell that set_num_threads now repoints
 
@@ -158,8 +158,7 @@ def _kernel_with(row, expr, n, values):
         else:
             stand_ins = [v if lit is not None else _SENTINELS[i] for i, (v, lit) in enumerate(zip(values, literal))]
             compiled = _expression(row, expr, n, stand_ins)
-            roles = tuple(_SENTINELS.index(v) if isinstance(v, float) and v in _SENTINELS else None
-                          for v in compiled.values)
+            roles = argument_roles(compiled, _SENTINELS)
             found = {r for r in roles if r is not None}
             # Each sentinel must be one argument of its own (an expression folding it into another number is
             # compiled per value instead).
@@ -175,6 +174,18 @@ def _kernel_with(row, expr, n, values):
         kernel.__dict__.pop(cached, None)
     kernel.values = tuple(v if r is None else values[r] for v, r in zip(compiled.values, roles))
     return kernel
+
+
+def argument_roles(compiled, sentinels):
+    """For each run-time value of a compiled template (`llvm_compile.CompiledKernel.values`): the index of the
+    sentinel it is (same type and value: a float constant 1009.0 is not the size 1009), or None.
+
+    >>> from types import SimpleNamespace
+    >>> argument_roles(SimpleNamespace(values=(1009, 7, 1009.0, 2.5)), (2.5, 1009))
+    (1, None, None, 0)
+    """
+    return tuple(next((i for i, s in enumerate(sentinels) if type(v) is type(s) and v == s), None)
+                 for v in compiled.values)
 
 
 def _expression(row, expr, n, constants):

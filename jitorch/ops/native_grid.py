@@ -22,12 +22,12 @@ from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_pool import shared_pool, worth_splitting
 from ..runtime.host_pointer import data_address
 from ..runtime.threads import get_num_threads
+from .native_eager import _GRAIN, argument_roles
 
 __all__ = ["GridKernel"]
 
 # Sentinel sizes the kernel is compiled for, which tell its run-time arguments apart: rows, then columns.
 _ROWS0, _COLS0 = 1000003, 1009
-_GRAIN = 1 << 15  # elements a thread's chunk gets at least
 
 
 class GridKernel:
@@ -37,10 +37,11 @@ class GridKernel:
 
     def __init__(self, make):
         self.compiled = compile_kernel(make(_ROWS0, _COLS0), cache=default_cache())
-        self.roles = tuple("R" if v == _ROWS0 else "C" if v == _COLS0 else v for v in self.compiled.values)
-        if "R" not in self.roles or "C" not in self.roles:
+        self.roles = argument_roles(self.compiled, (_ROWS0, _COLS0))
+        if 0 not in self.roles or 1 not in self.roles:
             raise ValueError("GridKernel: the kernel's grid collapses into one dimension; run it as a flat kernel")
-        if any(type(r) is int for r in self.roles):  # a size-derived integer (rows * cols...) would stay fixed
+        if any(r is None and type(v) is int for r, v in zip(self.roles, self.compiled.values)):
+            # a size-derived integer (rows * cols...) would stay fixed at the sentinels' value
             raise ValueError(f"GridKernel: run-time values {self.compiled.values} hold an integer other than the "
                              "grid's rows and columns")
         self.types = ("ptr",) * len(self.compiled.source.buffers) + tuple(arguments(self.compiled.kernel))
@@ -48,7 +49,8 @@ class GridKernel:
     def run(self, arrays, rows, cols, work=None):
         """Run over ``rows x cols`` on ``arrays`` (NumPy arrays laid out as the kernel's buffers say), split by rows
         when ``work`` (elements, default the grid's) pays for the hand-off."""
-        values = [rows if r == "R" else cols if r == "C" else r for r in self.roles]
+        sizes = (rows, cols)
+        values = [v if r is None else sizes[r] for r, v in zip(self.roles, self.compiled.values)]
         addresses = [data_address(a) for a in arrays]
         threads = get_num_threads()
         work = rows * cols if work is None else work

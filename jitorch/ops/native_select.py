@@ -23,13 +23,11 @@ from ..codegen.ir import Buffer, Kernel, Store, load, op
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
 from ..runtime import host_cache
-from .native_eager import launch_arrays, pointwise_constants
+from .native_eager import _GENERIC_SIZE, _GRAIN, launch_arrays, pointwise_constants
 
 __all__ = ["where", "clamp_scalars"]
 
 _MIN_SIZE = 128
-_GRAIN = 1 << 15
-_GENERIC_SIZE = 1 << 20  # the size the kernels are compiled for; they take the size as an argument (`ir_params`)
 _F32 = np.dtype(np.float32)
 _BOOL = np.dtype(np.bool_)
 _kernels: dict = {}

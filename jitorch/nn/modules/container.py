@@ -12,6 +12,7 @@ import operator
 from collections import OrderedDict, abc as container_abcs
 from itertools import chain, islice
 
+from . import _registration
 from .module import Module, _addindent
 from .param_container import ParameterDict, ParameterList
 
@@ -139,6 +140,7 @@ class Sequential(Module):
         for i in range(n, index, -1):
             self._modules[str(i)] = self._modules[str(i - 1)]
         self._modules[str(index)] = module
+        _registration.STATE_VERSION[0] += 1  # (written past add_module: a captured step must see the new tree)
         return self
 
     def extend(self, sequential):
@@ -215,6 +217,7 @@ class ModuleList(Module):
         for i in range(len(self._modules), index, -1):
             self._modules[str(i)] = self._modules[str(i - 1)]
         self._modules[str(index)] = module
+        _registration.STATE_VERSION[0] += 1
 
     def append(self, module):
         """Add ``module`` at the end; returns self."""
@@ -253,6 +256,7 @@ class ModuleDict(Module):
 
     def __delitem__(self, key):
         del self._modules[key]
+        _registration.STATE_VERSION[0] += 1
 
     def __len__(self):
         return len(self._modules)
@@ -266,6 +270,7 @@ class ModuleDict(Module):
     def clear(self):
         """Remove every module."""
         self._modules.clear()
+        _registration.STATE_VERSION[0] += 1
 
     def pop(self, key):
         """Remove and return the module under ``key``."""
