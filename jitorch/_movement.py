@@ -14,6 +14,7 @@ import operator
 
 from ._dispatch import apply
 from ._grad_state import GradState
+from ._split_grad import share_grad_fn
 from ._shape import (broadcast_shapes as _broadcast_shape, infer_shape, normalize_shape,
                      raise_tensors_not_broadcastable, sizes_or_keyword, torch_broadcast_shapes, view_strides, wrap_dim,
                      wrap_dims)
@@ -177,6 +178,8 @@ def select(input, dim, index):
 
 
 def split(tensor, split_size_or_sections, dim=0):
+    if tensor._data.ndim == 0:
+        raise RuntimeError("split expects at least a 1-dimensional tensor")
     d = wrap_dim(dim, tensor._data.ndim, "split")
     size = tensor._data.shape[d]
     if isinstance(split_size_or_sections, int):
@@ -192,14 +195,16 @@ def split(tensor, split_size_or_sections, dim=0):
     out, start = [], 0
     name = "SplitBackward0" if isinstance(split_size_or_sections, int) else "SplitWithSizesBackward0"
     for s in sizes:
-        out.append(named(narrow(tensor, d, start, s), name))
+        out.append(narrow(tensor, d, start, s))
         start += s
-    return _multi_output_views(tuple(out), name)
+    return _multi_output_views(tuple(out), name, tensor, d)
 
 
-def _multi_output_views(views, grad_name):
+def _multi_output_views(views, grad_name, input, dim):
     """Mark the views of a function that returns several (torch's ``MULTI_OUTPUT_NODE``): with grad mode on, torch
-    refuses in-place writes into them, which could not be recorded on the one node they share."""
+    refuses in-place writes into them, which could not be recorded on the one node they share (`share_grad_fn`:
+    one ``cat``/``stack`` of their gradients)."""
+    share_grad_fn(views, input, dim, grad_name)
     if GradState.enabled:
         op = grad_name.removesuffix("Backward0")
         for nr, v in enumerate(views):
@@ -210,12 +215,14 @@ def _multi_output_views(views, grad_name):
 
 def chunk(input, chunks, dim=0):
     chunks = operator.index(chunks)  # a NumPy integer or a 0-d integer tensor too, as torch's argument parser
+    if input._data.ndim == 0:
+        raise RuntimeError("chunk expects at least a 1-dimensional tensor")
     if chunks <= 0:
         raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
     d = wrap_dim(dim, input._data.ndim, "chunk")
     size = input._data.shape[d]
-    if size == 0:  # PyTorch returns ``chunks`` empty pieces of an empty dim
-        return tuple(narrow(input, d, 0, 0) for _ in range(chunks))
+    if size == 0:  # PyTorch returns ``chunks`` empty pieces of an empty dim (split_with_sizes' node)
+        return split(input, [0] * chunks, d)
     step = -(-size // chunks)
     return split(input, step, d)
 
@@ -233,6 +240,8 @@ def tensor_split(input, indices_or_sections=None, dim=0, *, sections=None, indic
         indices_or_sections = indices_or_sections.tolist()
     elif not isinstance(indices_or_sections, (int, list, tuple)):
         indices_or_sections = operator.index(indices_or_sections)  # a NumPy integer
+    if input._data.ndim == 0:
+        raise RuntimeError("tensor_split expected at least a 1-dimensional tensor, but got a tensor with 0 dims")
     d = wrap_dim(dim, input._data.ndim, "tensor_split")
     size = input._data.shape[d]
     if isinstance(indices_or_sections, int):
@@ -247,8 +256,10 @@ def tensor_split(input, indices_or_sections=None, dim=0, *, sections=None, indic
 
 def unbind(input, dim=0):
     d = wrap_dim(dim, input._data.ndim, "unbind")
-    views = tuple(named(select(input, d, i), "UnbindBackward0") for i in range(input._data.shape[d]))
-    return _multi_output_views(views, "UnbindBackward0")
+    if input._data.ndim == 0:
+        raise IndexError("Dimension specified as 0 but tensor has no dimensions")
+    views = tuple(select(input, d, i) for i in range(input._data.shape[d]))
+    return _multi_output_views(views, "UnbindBackward0", input, d)
 
 
 def movedim(input, source, destination):

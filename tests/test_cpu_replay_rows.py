@@ -170,6 +170,41 @@ def test_an_out_of_range_target_stops_a_captured_training_step_before_the_update
     assert all(bool((p == q).all()) for p, q in zip(net.parameters(), before))  # nothing ran
 
 
+@pytest.mark.parametrize("n", [6, 5000])  # a small batch's check reads a memoryview, a large one NumPy
+@pytest.mark.parametrize("bad", [3, -1, -7])
+def test_one_target_check_per_replay_with_eager_errors_and_ignored_entries(n, bad):
+    """The forward and backward of cross_entropy check the same targets: a replay runs the check once. Entries equal
+    to ignore_index pass (a negative one too), any other class out of range stops the replay with eager's error."""
+    gen = np.random.default_rng(n)
+    net = jitorch.nn.Linear(4, 3)
+    x = jitorch.tensor(gen.standard_normal((n, 4)).astype(np.float32))
+    target = jitorch.tensor(gen.integers(0, 3, n))
+    target[1] = -7  # ignored below: the check passes it
+
+    def loss_fn():
+        return jitorch.nn.functional.cross_entropy(net(x), target, ignore_index=-7)
+    loss_fn().backward()
+    g = CPUGraph()
+    with graph(g):
+        loss = loss_fn()
+        loss.backward()
+    assert g.native and len(g._build().checks) == 1
+    g.replay()
+    tx = torch.tensor(x._data)
+    tw, tb = (torch.tensor(p.detach()._data) for p in net.parameters())
+    want = torch.nn.functional.cross_entropy(tx @ tw.T + tb, torch.tensor(target._data), ignore_index=-7)
+    np.testing.assert_allclose(loss._data, want.numpy(), rtol=1e-5)
+    if bad == -7:
+        target[2] = bad
+        g.replay()  # (another ignored entry)
+        return
+    target[n - 1] = bad
+    with pytest.raises(IndexError, match=f"Target {bad} is out of bounds"):
+        g.replay()
+    with pytest.raises(IndexError, match=f"Target {bad} is out of bounds"):
+        loss_fn()
+
+
 def test_targets_made_inside_the_capture_keep_the_python_step():
     """The range check runs before the replay, so it needs targets the replay does not write."""
     x = jitorch.randn(5, 4, requires_grad=True)
@@ -221,3 +256,37 @@ def test_an_in_place_op_under_no_grad_records_no_saved_value():
         w.copy_(jitorch.full((3,), 5.0))
     g.replay()
     assert y._data.tolist() == [30.0] * 3 and x._data.tolist() == [3.0] * 3
+
+
+@pytest.mark.parametrize("kind, dim", [("cat", 0), ("cat", -1), ("cat", 1), ("stack", 0), ("stack", -1),
+                                       ("stack", 2)])
+def test_cat_and_stack_replay_natively_on_new_values(kind, dim):
+    """The backward of split/unbind is a cat/stack: it lowers to one copy per input (an empty or transposed input
+    included), so a captured training step stays one native call."""
+    gen = np.random.default_rng(dim + 7)
+    shape = (3, 4, 5)
+    a = jitorch.tensor(gen.standard_normal(shape).astype(np.float32))
+    b = jitorch.tensor(gen.standard_normal(shape[::-1]).astype(np.float32)).permute(2, 1, 0)  # non-contiguous
+    empty_shape = list(shape)
+    empty_shape[dim] = 0
+    parts = [a, b] if kind == "stack" else [a, jitorch.zeros(empty_shape), b, jitorch.zeros(0)]
+    fn = getattr(jitorch, kind)
+    g = CPUGraph()
+    with graph(g):
+        out = fn([p * 2 for p in parts], dim)
+    assert g.native, g.native_report()["fallbacks"]
+    a.copy_(jitorch.tensor(gen.standard_normal(shape).astype(np.float32)))
+    b.copy_(jitorch.tensor(gen.standard_normal(shape).astype(np.float32)))
+    g.replay()
+    want = getattr(torch, kind)([torch.tensor(p._data) * 2 for p in parts], dim)
+    np.testing.assert_array_equal(out._data, want.numpy())
+
+
+def test_a_cat_that_promotes_keeps_its_python_step():
+    x, n = jitorch.ones(2, 3), jitorch.arange(6).reshape(2, 3)
+    g = CPUGraph()
+    with graph(g):
+        out = jitorch.cat([x * 2, n + 1], 0)
+    x.fill_(3.0)
+    g.replay()
+    np.testing.assert_array_equal(out._data, torch.cat([torch.full((2, 3), 6.0), torch.arange(6).reshape(2, 3) + 1]))

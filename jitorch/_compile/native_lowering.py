@@ -28,8 +28,8 @@ from ..codegen.ir import Buffer, Kernel, Store, const, load, op as ir_op
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_pool import split_threads
 from ..codegen.llvm_program import Ref, call_for, compile_program
-from ..cpu._lower import NotLowerable, batched_operands, blas_address, column_sum, copy_kernel, copy_slices, \
-    element_strides, elementwise, linear, linear_backward, matmul, product_call, reduction
+from ..cpu._lower import NotLowerable, batched_operands, blas_address, column_sum, concatenation, copy_kernel, \
+    copy_slices, element_strides, elementwise, linear, linear_backward, matmul, product_call, reduction
 from ..cpu._lower_kernels import KERNEL_ROWS
 from ..cpu._recorder import Record
 from ..cpu._steps import plan_operands
@@ -192,8 +192,10 @@ def lower_row(plan, node, t):
         pairs = copy_slices(rec)
         plan.produce(outs[0], t)
         return [_copy(plan, dst, value, inputs, t) for dst, value in pairs]
-    elif name == "cat":
-        return _cat(plan, node, datas, outs[0], t)
+    elif name in ("cat", "stack"):  # one copy loop per piece into its slab of the output
+        pairs = concatenation(rec)
+        plan.produce(outs[0], t)
+        return [_copy(plan, dst, value, inputs, t) for dst, value in pairs]
     elif name == "nll_check_targets":
         return _nll_check(plan, node, datas[0], outs[0], t)
     elif name in KERNEL_ROWS:
@@ -214,23 +216,6 @@ def lower_row(plan, node, t):
         if kind == "gemm":
             _no_overlap(payload["c"], [payload["a"], payload["b"]])
     return _parts(plan, parts, inputs, t)
-
-
-def _cat(plan, node, datas, out, t):
-    """``cat(a, b, ..., dim)`` as one copy loop per piece into its slab of ``out``."""
-    dt = IR_DTYPES.get(out.dtype)
-    if dt in (None, "bool") or out.size == 0 or out.ndim == 0 or \
-            not all(isinstance(a, np.ndarray) and a.dtype == out.dtype for a in datas):
-        raise NotLowerable("cat of other dtypes, or empty")
-    plan.produce(out, t)
-    dim, start, calls = node.kwargs["dim"] % out.ndim, 0, []
-    for a in datas:
-        stop = start + a.shape[dim]
-        if a.size:
-            region = out[(slice(None),) * dim + (slice(start, stop),)]
-            calls.append(_copy(plan, region, a, node.all_input_nodes, t))
-        start = stop
-    return calls
 
 
 def _nll_check(plan, node, target, out, t):

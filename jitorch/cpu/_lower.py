@@ -30,8 +30,8 @@ from ..runtime.host_blas import gemm_function
 from ._steps import root_of
 
 __all__ = ["NotLowerable", "Elementwise", "elementwise", "reduction", "matmul", "batched_operands", "batched_matmul",
-           "copy_slices", "copy_kernel", "linear", "linear_backward", "column_sum", "blas_address", "blas_int_bits",
-           "element_strides", "BLAS_MIN_FLOPS", "MAX_BATCH"]
+           "copy_slices", "concatenation", "copy_kernel", "linear", "linear_backward", "column_sum", "blas_address",
+           "blas_int_bits", "element_strides", "BLAS_MIN_FLOPS", "MAX_BATCH"]
 
 # Products with at least this many multiply-adds call BLAS; smaller ones run the generated loop, where a library
 # call's fixed cost (argument checks, dispatch, packing) would dominate. NumPy's OpenBLAS 0.3.31 (SkylakeX kernels,
@@ -221,6 +221,34 @@ def copy_slices(rec):
     element_strides(base, out.shape)
     element_strides(src, region.shape)
     return [(out, base), (region, src)]
+
+
+def concatenation(rec):
+    """``[(region, src)]``: a ``cat``/``stack`` record as one copy of each input into its part of the output (the
+    backward of ``split``/``unbind`` is one of these)."""
+    out, datas = rec.outs[0], rec.datas
+    dt = IR_DTYPES.get(getattr(out, "dtype", None))
+    if dt in (None, "bool") or out.size == 0 or out.ndim == 0 or \
+            not all(isinstance(a, np.ndarray) and a.dtype == out.dtype for a in datas):
+        raise NotLowerable(f"{rec.op.name} of other dtypes, or empty")
+    if any(np.may_share_memory(out, a) for a in datas):
+        raise NotLowerable(f"{rec.op.name} writing into one of its inputs")
+    d = rec.attrs["dim"] % out.ndim
+    parts, start = [], 0
+    for i, a in enumerate(datas):
+        if rec.op.name == "stack":
+            region = out[(slice(None),) * d + (i,)]
+        elif a.size == 0:
+            continue  # (an empty input, of any shape, adds nothing)
+        else:
+            region = out[(slice(None),) * d + (slice(start, start + a.shape[d]),)]
+            start += a.shape[d]
+        if region.shape != a.shape:
+            raise NotLowerable(f"{rec.op.name}: an input of shape {a.shape} for a part of shape {region.shape}")
+        if region.size:
+            element_strides(a)
+            parts.append((region, a))
+    return parts
 
 
 def copy_kernel(dst, value):

@@ -65,7 +65,7 @@ class NativeReplay:
         items = _draws_in_order(_checked([it for r in self.records for it in _classify(r)]))
         self.draws = [it.rec.fn for it in items if it.kind == "draw"]
         # Checks a step made eagerly (nll_loss's target range) run before the replay: nothing has changed yet.
-        self.checks = [it.check[0] for it in items if it.check is not None]
+        self.checks = list(dict.fromkeys(it.check[0] for it in items if it.check is not None))
         # The arrays they read: a replay must not take such an input by address (the check would read the old one).
         self.checked = {id(view_of(it.check[1])[0]) for it in items if it.check is not None}
         items = [it for it in items if it.kind != "draw"]
@@ -220,6 +220,8 @@ class NativeReplay:
                 addresses.append(address)
         self.table = np.array(addresses, dtype=np.uint64)
         self.static_table = self.table.copy()
+        self.table_words = memoryview(self.table).cast("B").cast("Q")
+        self.static_words = memoryview(self.static_table).cast("B").cast("Q")
         self.table_address = self.table.__array_interface__["data"][0]
         self.segments = []
         self.program_calls = []  # every native call in order (bench/ replays subsets of them: the BLAS floor)
