@@ -241,3 +241,21 @@ def test_a_side_effect_through_an_argument_is_not_captured():
         outs = [cf(jitorch.ones(3), state).item() for _ in range(5)]
     assert state == {"n": 5} and outs == [6.0] * 5
 
+
+
+@pytest.mark.parametrize("index", [np.s_[:, ::4], np.s_[::-1], np.s_[1:3, ::-2], np.s_[::2, 1], np.s_[2:2]])
+def test_argument_spans_cover_every_byte_a_strided_view_touches(index):
+    """Overlap checks between arguments and written buffers use these spans: a strided view reaches past
+    ``start + nbytes`` (``x[:, ::4]`` and ``x[1]`` share elements)."""
+    from jitorch._compile.reduce_overhead_replay import _span
+    from jitorch.runtime.host_pointer import data_address
+
+    base = np.zeros((4, 8), np.float32)
+    view = base[index]
+    low, high = _span(view)
+    if view.size == 0:
+        assert low == high
+        return
+    addresses = [data_address(view) + int(np.dot(i, view.strides)) for i in np.ndindex(view.shape)]
+    assert low <= min(addresses) and max(addresses) + view.itemsize <= high
+    assert high - low <= base.nbytes

@@ -293,8 +293,9 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
             # A baked-in hyperparameter moved, or the arguments differ from the captured ones (the last, smaller
             # batch; another Python number): this call captures again, as torch.compile would trace again.
             grads = None if self.cuda else grad_mismatch(self.graph._grads, True)
-            changed = grads or (None if self.cuda else self.graph.changed_value()) or self._changed_named_value() or \
-                self._mismatch(leaves) or \
+            # (`grad_mismatch(eager=True)` covers the graph's own gradient check)
+            changed = grads or (None if self.cuda else self.graph.changed_value(grads=False)) or \
+                self._changed_named_value() or self._mismatch(leaves) or \
                 ("the arguments' containers differ from the captured call's" if spec != self.captured_spec else None)
             if changed is not None:
                 self._recapture(changed)

@@ -43,8 +43,16 @@ class _Overwritten(Tensor):
 
 
 def _span(array):
-    start = array.__array_interface__["data"][0]
-    return start, start + array.nbytes
+    """The bytes ``array`` can touch, ``[low, high)``: a strided view reaches past ``start + nbytes``."""
+    low = high = data_address(array)
+    if array.flags.c_contiguous or not array.size:
+        return low, low + array.nbytes
+    for n, stride in zip(array.shape, array.strides):
+        if stride < 0:
+            low += (n - 1) * stride
+        else:
+            high += (n - 1) * stride
+    return low, high + array.itemsize
 
 
 class CapturedReplay:
@@ -55,7 +63,7 @@ class CapturedReplay:
         substituted, copied = [], []
         new_arrays = [t._data if isinstance(t, Tensor) else None for t in leaves]
         if native is not None and not self._overlaps(new_arrays):
-            table = native.table
+            table = native.table_words  # (a memoryview: after a replay NumPy's indexing code is out of cache)
             for i, a in enumerate(new_arrays):
                 # Only an input laid out as the static buffer: the graph's code reads it with the static strides
                 # (a transposed input goes through the copy below).
@@ -68,10 +76,10 @@ class CapturedReplay:
                 copied.append(i)
         self._poison()
         try:
-            self.graph.replay()
+            self.graph.replay_checked()  # (`__call__` checked the graph's values: a changed one captures again)
         finally:
-            if table is not None:
-                table[:] = native.static_table
+            if substituted:
+                table[:] = native.static_words
         for i in copied:
             if self.mutated[i]:
                 np.copyto(new_arrays[i], self.static[i]._data)  # in-place ops on an input reach the caller's tensor

@@ -18,6 +18,9 @@ parameter or buffer replaced by another tensor (``bn.running_mean = t``), and an
 """
 from __future__ import annotations
 
+import operator
+
+from .._tensor import Tensor
 from ..optim.optimizer import Optimizer
 from .._tensor_autograd import REQUIRES_GRAD_VERSION
 from ..nn.modules._registration import STATE_VERSION
@@ -34,13 +37,21 @@ class CaptureState:
         self.module = module
         self.named = NamedObjects(fn) if module is None else None
         self._stamp, self._modules = None, []
+        self._walked = None  # (the named objects, what they reach) while no small container is among them
 
     def _reached(self):
         if self.named is None:
             return [self.module], []
         objects = self.named.read()
+        walked = self._walked
+        # The same objects reach the same modules (a container's entries can change: those are walked each call).
+        if walked is not None and len(objects) == len(walked[0]) and all(map(operator.is_, objects, walked[0])):
+            return walked[1]
         modules, _ = reached_by(None, objects)
-        return modules, [o for o in objects if isinstance(o, Optimizer)]
+        reached = modules, [o for o in objects if isinstance(o, Optimizer)]
+        if not any(type(o) in (dict, list, tuple) for o in objects):
+            self._walked = (objects, reached)
+        return reached
 
     def values(self):
         """``[(label, value)]``: equal lists mean a capture still applies."""
@@ -53,9 +64,9 @@ class CaptureState:
         for o in optimizers:
             name = type(o).__name__
             # (ids: the optimizer holds these tensors, so an id is not reused while the capture compares it)
-            out.append((f"{name} parameters", tuple(id(p) for g in o.param_groups for p in g["params"])))
-            out.append((f"{name} state tensors", tuple((id(p), tuple(id(v) for v in s.values() if hasattr(v, "_data")))
-                                                       for p, s in o.state.items())))
+            out.append((f"{name} parameters", tuple([id(p) for g in o.param_groups for p in g["params"]])))
+            out.append((f"{name} state tensors", tuple([(id(p), *[id(v) for v in s.values() if isinstance(v, Tensor)])
+                                                        for p, s in o.state.items()])))
         return out
 
     def _module_values(self, modules):

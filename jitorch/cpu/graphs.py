@@ -143,6 +143,11 @@ class CPUGraph:
             raise CaptureInvalidated(f"CPUGraph.replay: {changed}; the captured steps would not follow it. Capture "
                                      "again (g.reset(), then capture), or keep it as it was at capture while "
                                      "replaying")
+        self.replay_checked()
+
+    def replay_checked(self):
+        """`replay` for a caller that has just checked `changed_value` itself (a compiled step checks it with its
+        own guards): each check touches every guarded object, which after a large replay are out of cache."""
         prepare(self._grads)
         native = self._build()
         if native is not None:
@@ -152,8 +157,9 @@ class CPUGraph:
                 step()
         rebind(self._grads)
 
-    def changed_value(self):
-        """Which baked-in Python value differs from its value at capture (a sentence), or None if none does.
+    def changed_value(self, grads=True):
+        """Which baked-in Python value differs from its value at capture (a sentence), or None if none does;
+        ``grads=False``: without the gradient bindings (a caller checking them its own way, `grad_mismatch`).
 
         >>> import jitorch
         >>> w = jitorch.nn.Parameter(jitorch.ones(2)); opt = jitorch.optim.SGD([w], lr=0.5)
@@ -173,7 +179,7 @@ class CPUGraph:
             if t is not None and t._data is not array:
                 return (f"the input tensor {what} holds other memory than at capture (resize_, or an assignment to "
                         f"its .data; fill it with copy_ instead)")
-        return grad_mismatch(self._grads)
+        return grad_mismatch(self._grads) if grads else None
 
     def _build(self):
         """The native replay, lowered and compiled once (None when disabled or when lowering failed)."""

@@ -9,6 +9,7 @@ capture of ``optimizer.step()`` records (the group options as guards) or refuses
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import partial
 
 import numpy as np
 
@@ -110,6 +111,9 @@ def _plain(value):
     return value
 
 
+_SCALARS = (bool, int, float, complex, str, type(None))
+
+
 def guard_hyperparameters(optimizer):
     """While a CPU graph captures ``optimizer.step()``: every group option becomes a guard of the capture.
 
@@ -125,8 +129,11 @@ def guard_hyperparameters(optimizer):
             # (not capturable: the captured ops keep their form whatever the flag says later, and an adopted
             # capture sets it only while capturing)
             if key not in ("params", "capturable"):
-                mode.guard_value(f"{name}.param_groups[{i}][{key!r}]",
-                                 lambda group=group, key=key: _plain(group.get(key)), _plain(group[key]))
+                value = group[key]
+                # A number read straight from the dict: every replay reads every option (a C call, not a lambda).
+                read = partial(group.get, key) if type(value) in _SCALARS else \
+                    (lambda group=group, key=key: _plain(group.get(key)))
+                mode.guard_value(f"{name}.param_groups[{i}][{key!r}]", read, _plain(value))
 
 
 def increment_step(step_t):
