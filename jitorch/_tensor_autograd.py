@@ -41,12 +41,13 @@ def requires_grad(self, flag):
     self.requires_grad_(flag)
 
 
-# Bumped by every requires_grad_ (a layer frozen or unfrozen): see nn.modules._registration.STATE_VERSION.
+# Bumped by every requires_grad_ that changes the flag (a layer frozen or unfrozen), not by one that keeps it
+# (``zero_grad(set_to_none=False)`` calls ``requires_grad_(False)`` on every gradient): see
+# nn.modules._registration.STATE_VERSION.
 REQUIRES_GRAD_VERSION = [0]
 
 
 def requires_grad_(self, requires_grad=True):
-    REQUIRES_GRAD_VERSION[0] += 1
     if self.grad_fn is not None:
         if requires_grad:
             return self
@@ -58,7 +59,10 @@ def requires_grad_(self, requires_grad=True):
         raise RuntimeError("only Tensors of floating point and complex dtype can require gradients")
     if requires_grad and self._inference and not GradState.inference:
         raise RuntimeError("Setting requires_grad=True on inference tensor outside InferenceMode is not allowed.")
-    self._requires_grad = bool(requires_grad)
+    flag = bool(requires_grad)
+    if flag != self._requires_grad:
+        REQUIRES_GRAD_VERSION[0] += 1
+        self._requires_grad = flag
     return self
 
 

@@ -229,3 +229,21 @@ def test_a_container_changed_in_place_is_captured_again(change):
         mutate(torch, parts_t)
         for _ in range(2):
             np.testing.assert_allclose(compiled().item(), eager().item(), rtol=1e-5, atol=1e-6)
+
+
+def test_requires_grad_calls_that_keep_the_flag_leave_the_module_walk_cached():
+    """zero_grad(set_to_none=False) calls requires_grad_(False) on every gradient: only a change of a flag (a layer
+    frozen) makes the next call walk the modules again."""
+    from jitorch._tensor_autograd import REQUIRES_GRAD_VERSION
+
+    model = _model()
+    w = model[0].weight
+    before = REQUIRES_GRAD_VERSION[0]
+    w.requires_grad_(True)
+    model[0].weight.grad = jitorch.zeros_like(w)
+    w.grad.requires_grad_(False)
+    assert REQUIRES_GRAD_VERSION[0] == before
+    w.requires_grad_(False)
+    assert REQUIRES_GRAD_VERSION[0] == before + 1 and not w.requires_grad
+    w.requires_grad = True
+    assert REQUIRES_GRAD_VERSION[0] == before + 2 and w.requires_grad
