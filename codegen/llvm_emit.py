@@ -24,7 +24,8 @@ volatile slot instead, so LLVM cannot fully unroll a row. Index reductions
 (``argmax``/``argmin``) keep (best, flat index) per point, unblocked.
 
 Column reductions (``x.sum(0)``: one kept and one reduced dimension, the inputs contiguous along the kept one) walk
-rows into per-column partials instead (`llvm_columns`, mixed into the emitter).
+rows into per-column partials instead (`llvm_columns`, mixed into the emitter). Pointwise kernels with a transposed
+operand (contiguous along another dim than the output's last) walk square tiles of those two dims (`llvm_tiled`).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from .ir import ARG_REDUCTIONS, collapse, identity
 from .ir_params import arguments, is_template
 from .llvm_body import BodyEmitter, fast_extremum, total_type
 from .llvm_columns import ColumnReduction, column_layout
+from .llvm_tiled import TransposedTiles, transposed_dims
 
 # Each vector lane adds BLOCK / (lanes x interleave) terms in float32 before the block sum goes into the total:
 # 512 keeps a float32 sum of 10^7 equal terms within 1e-7 on 8-lane AVX2 (4096 gave 1.3e-6 there).
@@ -74,7 +76,7 @@ def emit_kernel(kernel, name="kernel"):
     return _Emitter(kernel, name).module()
 
 
-class _Emitter(ColumnReduction, BodyEmitter):
+class _Emitter(ColumnReduction, TransposedTiles, BodyEmitter):
     def __init__(self, kernel, name):
         self.k, self.name, self.b = kernel, name, LLVMBuilder()
         self.nouter = len(kernel.outer_shape)
@@ -102,6 +104,9 @@ class _Emitter(ColumnReduction, BodyEmitter):
         # LLVM bugs here (rows that never end, a vectorizer assertion); see tests/test_fusion_row_sizes.py.
         self.row_len = None
         self.columns = column_layout(k)
+        self.tiled = transposed_dims(k)
+        if self.tiled:
+            self._tile_slots()
         if self.columns:
             self._column_slots()
         elif any(s.reduce for s in k.stores) and k.reduce_axes:
@@ -157,6 +162,11 @@ class _Emitter(ColumnReduction, BodyEmitter):
             return self._point(idx)
         if d == self.nouter and k.reduce_axes:
             return self._reduction(idx)
+        if self.tiled and d == self.tiled[0]:
+            self._tiles(idx)
+            if d == 0:
+                b.line("br label %exit")
+            return
         lo, hi = ("%start", "%stop") if d == 0 else ("0", str(k.shape[d]))
         innermost = d == len(k.shape) - 1
         if innermost and self.trig_args:

@@ -337,6 +337,10 @@ def test_new_sizes_compile_no_machine_code():
     def kernels():  # the native pool's loop and trampolines (per signature, made on first split) are no kernels
         return {name for name in llvm_compile._state["loaded"] if not name.startswith("jitorch_pool")}
 
+    # Eager runs generated kernels of its own past a size (a transposing copy of 12288+ elements, once per layout
+    # pattern, `ops/native_transpose.py`): an eager step at a larger size first, so only the compiled path counts.
+    x, y = _randn(rng, 2, 60, 128), _randn(rng, 2, 60, 128)
+    eager(jitorch.tensor(x), jitorch.tensor(y)).backward()
     before = kernels()
     for t in (26, 37, 50):
         steps(t)

@@ -16,6 +16,8 @@ from ..runtime import memory_owner, move_array, strided_view
 from ..runtime.host_pointer import data_address
 from ..runtime.meta import MetaArray
 from .inplace_views import view_backward
+from . import native_transpose
+from .native_transpose import transposed_copy
 from .._memory_format import empty_in, in_format, preserve_copy, row_major
 from .table import NOT_DIFFERENTIABLE, Opaque, Pointwise, View, defop
 
@@ -261,8 +263,14 @@ def _row_major_copy(xp, a):
     """``a`` copied row-major. NumPy copies in the result's order, its innermost loop along the last dim: where the
     trailing dims are short and strided in ``a`` and the dim before them is a long contiguous run (pixel shuffle
     factors), the copy runs one index of the short dims at a time, reading those runs (3x faster for a 32x64x32x32
-    pixel shuffle, or unshuffle of a channels-last input)."""
-    if xp is not np or a.size < 65536 or a.flags.c_contiguous or a.strides[-1] == a.itemsize:
+    pixel shuffle, or unshuffle of a channels-last input). A transpose of long dims (``x.t()``, a head merge) runs
+    as one tiled kernel (`native_transpose`: 1024x1024 float32 in 0.4 ms against NumPy's 3.3)."""
+    if xp is not np or a.size < native_transpose.MIN_SIZE or a.flags.c_contiguous:
+        return a.copy(order="C")
+    out = transposed_copy(a)
+    if out is not None:
+        return out
+    if a.size < 65536 or a.strides[-1] == a.itemsize:
         return a.copy(order="C")
     k, n = 0, 1
     while k < a.ndim - 1 and n * a.shape[-1 - k] <= 16:
@@ -297,8 +305,12 @@ CAST = defop("to_copy", _cast_kernel, _cast_backward, Pointwise("({dtype}){0}"),
 
 
 def _copy_kernel(xp, dst, src):
-    return xp.broadcast_to(src, dst.shape).astype(dst.dtype, copy=True) if src.shape != dst.shape or \
-        src.dtype != dst.dtype else src.copy()
+    if src.shape != dst.shape or src.dtype != dst.dtype:
+        return xp.broadcast_to(src, dst.shape).astype(dst.dtype, copy=True)
+    # Into a row-major ``dst``, a transposed ``src`` is copied row-major here (one tiled kernel), so the write into
+    # ``dst`` that follows is a plain copy, not NumPy's element-by-element transpose.
+    out = transposed_copy(src) if dst.flags.c_contiguous else None
+    return src.copy() if out is None else out
 
 
 def _copy_backward(ctx, g):
