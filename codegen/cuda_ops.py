@@ -91,8 +91,8 @@ def _float_op(name, args, dt):
         return f"(-{args[0]})"
     if name in _MATH:
         return f"{_MATH[name][f64]}({args[0]})"
-    if name == "pow":
-        return f"{'pow' if f64 else 'powf'}({args[0]}, {args[1]})"
+    if name in ("pow", "fmod"):
+        return f"{name if f64 else name + 'f'}({args[0]}, {args[1]})"
     if name == "sigmoid":
         one = "1.0" if f64 else "1.0f"
         return f"({one} / ({one} + {'exp' if f64 else 'expf'}(-{args[0]})))"

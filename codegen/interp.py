@@ -21,8 +21,9 @@ _UNARY = {"neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "tanh
           "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "not": np.logical_not,
           "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "rsqrt": lambda x: 1 / np.sqrt(x)}
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,
-           "min": np.minimum, "pow": np.power, "and": np.logical_and, "or": np.logical_or, "lt": np.less,
-           "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal}
+           "min": np.minimum, "pow": np.power, "fmod": np.fmod, "and": np.logical_and, "or": np.logical_or,
+           "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+           "ne": np.not_equal}
 _REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "maxnum": np.fmax.reduce}
 
 

@@ -21,9 +21,9 @@ IR_DTYPES = {np.dtype(t): name for name, t in DTYPES.items()}
 FLOAT_IR_DTYPES = {np.dtype(DTYPES[name]): name for name in FLOATS}
 
 UNARY = ("neg", "abs", "exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "sin", "cos", "not")
-BINARY = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or")
+BINARY = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "fmod")
 COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
-FLOAT_ONLY = ("exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "sin", "cos", "pow", "div")
+FLOAT_ONLY = ("exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "sin", "cos", "pow", "div", "fmod")
 REDUCTIONS = ("sum", "prod", "max", "min", "maxnum", "argmax", "argmin")
 # ``maxnum`` is a max whose value over a row holding nan is unspecified (LLVM: a vectorized ``nnan`` max; C: fmax,
 # which skips nan): cheaper than ``max``, for a row statistic whose nan poisons the result anyway (softmax's shift:
@@ -37,7 +37,8 @@ PRIMITIVES = UNARY + BINARY + COMPARE + ("where", "cast", "load", "const", "acc"
 # the expression and looks calls up here; infix operators map through INFIX_OPS).
 EXPR_FUNCTIONS = {"exp": "exp", "log": "log", "tanh": "tanh", "sigmoid": "sigmoid", "erf": "erf", "sqrt": "sqrt",
                   "rsqrt": "rsqrt", "sin": "sin", "cos": "cos", "pow": "pow", "max": "max", "min": "min",
-                  "abs": "abs", "fabs": "abs"}
+                  "abs": "abs", "fabs": "abs", "fmod": "fmod"}
+# ``fmod`` is C's (exact, the dividend's sign; `llvm_fmod`): integer fmod divides by zero, so it stays eager.
 INFIX_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "<": "lt", "<=": "le", ">": "gt", ">=": "ge",
              "==": "eq", "!=": "ne", "&&": "and", "||": "or", "!": "not", "?:": "where"}
 

@@ -17,7 +17,7 @@ owns the loops around these bodies and sets the attributes it reads (``k``, ``b`
 """
 from __future__ import annotations
 
-from . import llvm_math, llvm_trig
+from . import llvm_fmod, llvm_math, llvm_trig
 from .codeblock import LLVM_TYPES, llvm_const
 from .ir import ARG_REDUCTIONS, FLOATS
 from .ir_params import Sym
@@ -173,6 +173,8 @@ def _float_op(b, name, args, ty):
         return b.emit(f"fdiv {ty} {llvm_const(1, ty)}, {b.intrinsic('llvm.sqrt', ty, args[0])}")
     if name == "pow":
         return llvm_math.pow(b, args[0], args[1], ty)
+    if name == "fmod":
+        return llvm_fmod.fmod(b, args[0], args[1], ty)
     return llvm_math.FUNCTIONS[name](b, args[0], ty)
 
 

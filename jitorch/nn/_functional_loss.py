@@ -26,6 +26,7 @@ from ..amp._cast_mode import autocast_float32
 from ..autograd.grad_mode import GradState
 from ..ops.nn_fused import FUSED_DTYPES, NLL_CHECK_TARGETS, NLL_LOSS
 from ..ops.nn_ops import BCE_LOGITS, BINARY_CROSS_ENTROPY
+from ..ops.regression_loss_ops import huber, smooth_l1
 from ._functional_activation import log_sigmoid_like
 from ._functional_core import log_softmax, type_name
 from ..autograd.graph import named
@@ -129,11 +130,9 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     if beta < 0:
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
     x, y = _movement.broadcast_tensors(input, target)
-    d = x - y
-    z = d.abs()
     if beta == 0.0:
-        return reduce_loss(z, reduction)
-    return reduce_loss(where(z < beta, 0.5 * d * d / beta, z - 0.5 * beta), reduction)
+        return reduce_loss((x - y).abs(), reduction)
+    return reduce_loss(smooth_l1(x, y, beta), reduction)  # one row (ATen's kernel), its gradient one row too
 
 
 @autocast_float32
@@ -145,10 +144,7 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
     if delta <= 0:
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
     x, y = _movement.broadcast_tensors(input, target)
-    d = x - y
-    z = d.abs()
-    loss = where(z < delta, 0.5 * d * d, delta * (z - 0.5 * delta))
-    return _weighted(loss, weight, input, reduction, mean_by_weight=False)
+    return _weighted(huber(x, y, delta), weight, input, reduction, mean_by_weight=False)
 
 
 # -- classification -------------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from .native_eager import pointwise_constants
 from .table import Pointwise, defop
 
 __all__ = ["leaky_relu", "leaky_relu_backward", "hardtanh", "hardtanh_backward", "softshrink", "hardshrink",
-           "shrink_backward", "threshold", "threshold_backward", "hardsigmoid", "hardsigmoid_backward"]
+           "shrink_backward", "threshold", "threshold_backward", "hardsigmoid", "hardsigmoid_backward", "hardswish",
+           "hardswish_backward"]
 
 
 def _zeros_for(ctx, i):
@@ -239,3 +240,68 @@ def hardsigmoid(x):
 
 def hardsigmoid_backward(g, x):
     return apply(HARDSIGMOID_BACKWARD, g, x)
+
+
+# hardswish as ATen's: x * min(max(x + 3, 0), 6) / 6 (NaN stays NaN; x <= -3 gives x * 0, -0.0), its gradient ATen's
+# vectorized blend: 0 up to -3, g from 3 on, g * (x / 3 + 0.5) between (and for NaN). As a composite it took two
+# selects and five graph nodes forward (1e6 floats: 0.79 ms, torch 0.13), eight NumPy passes backward.
+_HARDSWISH = "{0} * min(max({0} + 3, 0), 6) / 6"
+_HARDSWISH_GRAD = "{1} <= -3 ? 0 : ({1} >= 3 ? {0} : {0} * ({1} / 3 + 0.5))"
+
+
+def _hardswish_numpy(x):
+    return x * np.minimum(np.maximum(x + 3, 0), 6) / 6
+
+
+def _hardswish_grad_numpy(g, x):
+    return np.where(x <= -3, 0, np.where(x >= 3, g, g * (x / 3 + 0.5))).astype(g.dtype, copy=False)
+
+
+def _hardswish_kernel(xp, x):
+    _float_input("hardswish", x)
+    out = pointwise_constants(HARDSWISH, [x], ())
+    if out is not None:
+        return out
+    if xp is not np:
+        return x * xp.minimum(xp.maximum(x + 3, 0), 6) / 6
+    return _widened(_hardswish_numpy, x)
+
+
+def _hardswish_grad_kernel(xp, g, x):
+    out = pointwise_constants(HARDSWISH_BACKWARD, [g, x], ())
+    if out is not None:
+        return out
+    if xp is not np:
+        return xp.where(x <= -3, 0, xp.where(x >= 3, g, g * (x / 3 + 0.5))).astype(g.dtype, copy=False)
+    return _widened(_hardswish_grad_numpy, g, x)
+
+
+def _hardswish_grad_backward(ctx, gg):
+    # ATen's: hardswish_backward(gg, x) for g; gg * g / 3 strictly inside (-3, 3) for x, 0 elsewhere.
+    from .. import where
+
+    g, x = ctx.inputs
+    first = hardswish_backward(gg, x) if ctx.needs_grad(0) else None
+    second = where((x > -3) & (x < 3), gg * g / 3, 0.0) if ctx.needs_grad(1) else None
+    return first, second
+
+
+HARDSWISH = defop("hardswish", _hardswish_kernel, lambda ctx, g: (hardswish_backward(g, ctx.inputs[0]),),
+                  Pointwise(_HARDSWISH), promotion="keep", saves="inputs", grad_name="HardswishBackward0")
+HARDSWISH_BACKWARD = defop("hardswish_backward", _hardswish_grad_kernel, _hardswish_grad_backward,
+                           Pointwise(_HARDSWISH_GRAD), promotion="keep", saves="inputs",
+                           grad_name="HardswishBackwardBackward0")
+
+
+def hardswish(x):
+    """``x * relu6(x + 3) / 6`` as a row (ATen's ``hardswish``), its gradient a row of ``x`` too.
+
+    >>> import jitorch
+    >>> hardswish(jitorch.tensor([-4.0, 0.0, 1.5]))
+    tensor([-0.0000, 0.0000, 1.1250])
+    """
+    return apply(HARDSWISH, x)
+
+
+def hardswish_backward(g, x):
+    return apply(HARDSWISH_BACKWARD, g, x)

@@ -161,10 +161,13 @@ def _kernel_with(row, expr, n, values):
             roles = argument_roles(compiled, _SENTINELS)
             found = {r for r in roles if r is not None}
             # Each sentinel must be one argument of its own (an expression folding it into another number is
-            # compiled per value instead).
+            # compiled per value instead), and no other argument may come from one: ``-{1}`` (hardshrink's bound)
+            # parses to a constant of its own, which would keep the sentinel's negation for every value.
             wanted = {i for i, lit in enumerate(literal) if lit is None}
+            derived = any(r is None and type(v) is float and abs(v) >= _SENTINELS[0] / 4
+                          for v, r in zip(compiled.values, roles))
             template = (compiled, roles) if found == wanted and roles.count(None) + len(found) == len(roles) \
-                and all(roles.count(i) == 1 for i in found) else None
+                and all(roles.count(i) == 1 for i in found) and not derived else None
         _constant_templates[tkey] = template
     if template is None:
         return _expression(row, expr, n, values)

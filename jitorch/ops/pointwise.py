@@ -18,6 +18,7 @@ import numpy as np
 from .._dispatch_fast import plain_binary
 from . import native_complex, native_select
 from . import pointwise_grad  # noqa: F401 - its fused backward rows register before these, as before the split
+from .fmod_ops import FMOD, REMAINDER, _check_int_zero, _is_integer  # noqa: F401 - re-exported
 from .pointwise_common import (_COMPLEX64, _HALVES, _holomorphic, _not_implemented,  # noqa: F401 - re-exported
                                _reject_bool, _reject_bool_complex, _times)
 from .table import NOT_DIFFERENTIABLE, Pointwise, defop
@@ -235,50 +236,12 @@ ATAN2 = defop("atan2", _atan2_kernel, _atan2_backward, Pointwise("atan2({0}, {1}
               promotion="float", saves="inputs", meta=True)
 
 
-def _remainder_backward(ctx, g):
-    a, b = ctx.inputs
-    return g, (-g * (a / b).floor() if ctx.needs_grad(1) else None)
-
-
-def _fmod_backward(ctx, g):
-    a, b = ctx.inputs
-    return g, (-g * (a / b).trunc() if ctx.needs_grad(1) else None)
-
-
-def _is_integer(x):
-    dt = getattr(x, "dtype", None)
-    return dt.kind in "iub" if dt is not None else isinstance(x, int)
-
-
-def _check_int_zero(xp, a, b, op):
-    # Either side may be a weak Python scalar (``True // int_tensor``): the division is integral when both are.
-    if _is_integer(a) and _is_integer(b):
-        if (b == 0) if not hasattr(b, "shape") else bool((b == 0).any()):
-            raise RuntimeError(f"{op}: ZeroDivisionError (integer division by zero)")
-
-
-def _remainder_kernel(xp, a, b):
-    _reject_bool_complex("remainder_cpu", a, b)
-    _check_int_zero(xp, a, b, "remainder")
-    return xp.remainder(a, b)
-
-
-def _fmod_kernel(xp, a, b):
-    _reject_bool_complex("fmod_cpu", a, b)
-    _check_int_zero(xp, a, b, "fmod")
-    return xp.fmod(a, b)
-
-
 def _floor_divide_kernel(xp, a, b):
     _reject_bool_complex("div_floor_cpu", a, b)
     _check_int_zero(xp, a, b, "floor_divide")
     return xp.floor_divide(a, b)
 
 
-REMAINDER = defop("remainder", _remainder_kernel, _remainder_backward, Pointwise("remainder({0}, {1})"),
-                  promotion="promote", saves="inputs", meta=True, ufunc="remainder")
-FMOD = defop("fmod", _fmod_kernel, _fmod_backward, Pointwise("fmod({0}, {1})"), promotion="promote",
-             saves="inputs", meta=True)
 FLOOR_DIVIDE = defop("floor_divide", _floor_divide_kernel,
                      lambda ctx, g: (g * 0, g * 0 if ctx.needs_grad(1) else None),  # torch's zeros for both
                      Pointwise("floor({0} / {1})"), promotion="promote", meta=True, ufunc="floor_divide")
