@@ -43,8 +43,11 @@ class BodyEmitter:
                 # maxnum serves only row statistics that a nan poisons anyway (softmax's shift: the nan element's
                 # exp makes the row's sum nan, whatever max it got), so its nan handling may go: ``nnan`` lets the
                 # vectorizer keep a plain vmaxps per lane (LLVM otherwise checks every vector for nan and leaves
-                # for a scalar loop; row softmax on 64-wide rows took 1.4x as long).
-                new = b.intrinsic(name, ty, old, value, flags="nnan " if store.reduce == "maxnum" else "")
+                # for a scalar loop; row softmax on 64-wide rows took 1.4x as long). LLVM 22 wants ``nsz`` too: with
+                # ``nnan`` alone it still checks each vector for nan and leaves rows under 64 floats to a scalar
+                # loop (softmax over 48-wide rows 1.5 -> 1.2 ns an element). A tie of -0.0 and 0.0 may give either,
+                # which shifts an element by the same zero.
+                new = b.intrinsic(name, ty, old, value, flags="nnan nsz " if store.reduce == "maxnum" else "")
         elif dt == "bool":
             new = b.emit(f"{'or' if store.reduce in ('sum', 'max', 'maxnum') else 'and'} i1 {old}, {value}")
         else:
