@@ -66,11 +66,12 @@ def _leaky_grad_kernel(xp, g, x, slope):
 
 
 def _hardtanh_kernel(xp, x, lo, hi):
-    # Bounds as NaN-propagating selects (clip would turn NaN into a bound on some NumPy builds).
+    # Bounds as NaN-propagating selects (clip would turn NaN into a bound on some NumPy builds); strict, so x equal
+    # to a bound is kept: relu6(-0.0) is -0.0, as ATen's clamp.
     out = pointwise_constants(HARDTANH, [x], (lo, hi))
     if out is not None:
         return out
-    return xp.where(x <= lo, lo, xp.where(x >= hi, hi, x)).astype(x.dtype, copy=False)
+    return xp.where(x < lo, lo, xp.where(x > hi, hi, x)).astype(x.dtype, copy=False)
 
 
 def _hardtanh_grad_kernel(xp, g, x, lo, hi):
@@ -91,7 +92,7 @@ LEAKY_RELU_BACKWARD = defop("leaky_relu_backward", _leaky_grad_kernel, _leaky_gr
                             Pointwise("{1} > 0 ? {0} : {0} * {2}"), promotion="keep", saves="inputs",
                             grad_name="LeakyReluBackwardBackward0")
 HARDTANH = defop("hardtanh", _hardtanh_kernel, _hardtanh_backward,
-                 Pointwise("{0} <= {1} ? {1} : ({0} >= {2} ? {2} : {0})"), promotion="keep", saves="inputs",
+                 Pointwise("{0} < {1} ? {1} : ({0} > {2} ? {2} : {0})"), promotion="keep", saves="inputs",
                  grad_name="HardtanhBackward0")
 HARDTANH_BACKWARD = defop("hardtanh_backward", _hardtanh_grad_kernel, _hardtanh_grad_backward,
                           Pointwise("({1} <= {2} || {1} >= {3}) ? 0 : {0}"), promotion="keep", saves="inputs",

@@ -76,9 +76,12 @@ def where(cond, a, b):
     return out
 
 
-_LOWER = "({0} < {1} ? {1} : {0})"
-_CLAMP_FORMS = {(True, True): f"{_LOWER} > {{2}} ? {{2}} : {_LOWER}", (True, False): _LOWER,
-                (False, True): "{0} > {1} ? {1} : {0}"}
+# ATen's clamp as selects: x kept on a tie with a bound (-0.0 against 0 stays -0.0), a nan bound or x gives nan,
+# lo > hi gives hi. The clamp row's fusion rule is the two-bound form.
+CLAMP_LOWER = "((({0} < {1}) || ({1} != {1})) ? {1} : {0})"
+CLAMP_BOTH = f"((({CLAMP_LOWER} > {{2}}) || ({{2}} != {{2}})) ? {{2}} : {CLAMP_LOWER})"
+_CLAMP_FORMS = {(True, True): CLAMP_BOTH, (True, False): CLAMP_LOWER,
+                (False, True): "((({0} > {1}) || ({1} != {1})) ? {1} : {0})"}
 
 
 def clamp_scalars(row, a, lo, hi):

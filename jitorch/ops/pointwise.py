@@ -333,10 +333,12 @@ def _clamp_kernel(xp, a, lo, hi):
     if out is not None:
         return out
     out = a
+    # The bound first: NumPy's maximum/minimum keep the second operand on a tie, so -0.0 clamped at 0 stays -0.0,
+    # as ATen's clamp (the native kernel's select does the same).
     if lo is not None:
-        out = xp.maximum(out, lo)
+        out = xp.maximum(lo, out)
     if hi is not None:
-        out = xp.minimum(out, hi)
+        out = xp.minimum(hi, out)
     return out if out is not a else a.copy()
 
 
@@ -356,5 +358,5 @@ def _clamp_backward(ctx, g):
     return gx, glo, ghi
 
 
-CLAMP = defop("clamp", _clamp_kernel, _clamp_backward, Pointwise("min(max({0}, {1}), {2})"), promotion="promote",
+CLAMP = defop("clamp", _clamp_kernel, _clamp_backward, Pointwise(native_select.CLAMP_BOTH), promotion="promote",
               saves="inputs", meta=True)

@@ -179,10 +179,12 @@ def _relu_kernel(xp, a):
     # NumPy's maximum against a scalar runs a scalar loop (3x a copy's time on 2 MB float32; torch's relu is one):
     # the row's expression as a generated kernel where it applies.
     out = native_eager.pointwise(RELU, a) if a.size >= native_eager.MIN_SIZE else None
-    return xp.maximum(a, 0).astype(a.dtype, copy=False) if out is None else out
+    # (NumPy's maximum keeps its first operand on a tie: relu(-0.0) is -0.0, as ATen's clamp_min)
+    return xp.maximum(0, a).astype(a.dtype, copy=False) if out is None else out
 
 
-RELU = _unary("relu", _relu_kernel, lambda ctx, g: pointwise_grad.threshold_backward(g, ctx.out), "max({0}, 0)",
+# ``x < 0 ? 0 : x``, not max(x, 0): ATen's relu is clamp_min, which keeps -0.0 (IEEE maximum gives +0.0) and nan.
+RELU = _unary("relu", _relu_kernel, lambda ctx, g: pointwise_grad.threshold_backward(g, ctx.out), "{0} < 0 ? 0 : {0}",
               saves="outputs", promotion="keep")
 
 
