@@ -206,8 +206,9 @@ def fast_unary(op):
 
 
 def fast_keep(op, args, attrs):
-    """`eager` for a row with ``promotion="keep"`` whose arguments are CPU tensors and Nones, or None where the
-    general path is needed (scalars, device arrays, complex refusals, views). Nothing to promote and one device, so
+    """`eager` for a row with ``promotion="keep"`` whose arguments are CPU tensors, Nones and Python floats (a
+    row's parameters), or None where the general path is needed (other scalars, device arrays, complex refusals,
+    views). Nothing to promote and one device, so
     the row's kernel gets the arrays as they are; F.layer_norm on 8x32 spent as long in the general path's checks
     as in its kernel."""
     if op.view or op.complex_error is not None:
@@ -215,8 +216,8 @@ def fast_keep(op, args, attrs):
     datas = []
     grad = seen = False
     for a in args:
-        if a is None:
-            datas.append(None)
+        if a is None or type(a) is float:  # (a row's number parameter: nothing to promote either)
+            datas.append(a)
             continue
         if type(a) not in TENSOR_TYPES or type(a._data) is not _ndarray:
             return None

@@ -17,7 +17,7 @@ from . import _dtype
 from ._dispatch import TORCH_TYPE_NAMES, apply
 from ._pointwise import _write_out, abs, clamp, eq, log, named, signbit, sin, where
 from ._tensor import Tensor
-from .ops import xlogy_ops
+from .ops import muladd_ops, xlogy_ops
 
 
 def isposinf(input):
@@ -64,28 +64,57 @@ def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
 
 
 def addcmul(input, tensor1, tensor2, *, value=1, out=None):
-    dt = _dtype.result_type(input, tensor1, tensor2)
+    if _one_float_dtype(input, tensor1, tensor2) and type(value) in (int, float):  # the row, checks skipped
+        return _write_out(muladd_ops.addcmul(input, tensor1, tensor2, value), out, "addcmul")
+    dt = _common_dtype(input, tensor1, tensor2)
     if dt is _dtype.bool:
         raise NotImplementedError('"addcmul_cpu_out" not implemented for \'Bool\'')
     # torch computes the product in the common dtype: uint8 * uint8 must not wrap before meeting an int16 input,
     # and bool * bool must not become int64 by meeting the Python ``value``.
     input, tensor1, tensor2 = (t.to(dt) if isinstance(t, Tensor) and t.dtype is not dt else t
                                for t in (input, tensor1, tensor2))
+    if _row_operands(dt, value, input, tensor1, tensor2):  # ATen's float kernel, its multiply-add fused
+        return _write_out(muladd_ops.addcmul(input, tensor1, tensor2, value), out, "addcmul")
     if dt.category == _dtype.INT and isinstance(value, float):
         value = int(value)  # torch converts value to the integer dtype (truncating) rather than promoting
     return _write_out(input + value * tensor1 * tensor2 if value != 1 else input + tensor1 * tensor2, out, "addcmul")
 
 
 def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
-    if _dtype.result_type(tensor1, tensor2).category < _dtype.FLOAT:
+    if _one_float_dtype(input, tensor1, tensor2) and type(value) in (int, float):
+        return _write_out(muladd_ops.addcdiv(input, tensor1, tensor2, value), out, "addcdiv")
+    if _common_dtype(tensor1, tensor2).category < _dtype.FLOAT:
         raise RuntimeError("Integer division with addcdiv is no longer supported, and in a future release addcdiv will "
                            "perform a true division of tensor1 and tensor2. Use (input + value * tensor1 / tensor2) "
                            "instead.")
     # torch divides in the common dtype: float32 operands of a float64 input must not round their quotient first
-    dt = _dtype.result_type(input, tensor1, tensor2)
+    dt = _common_dtype(input, tensor1, tensor2)
     input, tensor1, tensor2 = (t.to(dt) if isinstance(t, Tensor) and t.dtype is not dt else t
                                for t in (input, tensor1, tensor2))
+    if _row_operands(dt, value, input, tensor1, tensor2):
+        return _write_out(muladd_ops.addcdiv(input, tensor1, tensor2, value), out, "addcdiv")
     return _write_out(input + value * (tensor1 / tensor2), out, "addcdiv")
+
+
+def _one_float_dtype(a, b, c):
+    """Whether ``a``, ``b``, ``c`` are tensors of one real float dtype."""
+    tensor = Tensor
+    return (isinstance(a, tensor) and isinstance(b, tensor) and isinstance(c, tensor) and a.dtype is b.dtype
+            and a.dtype is c.dtype and a.dtype.category == _dtype.FLOAT)
+
+
+def _common_dtype(*tensors):
+    """``result_type`` of the operands, without its rules where they are tensors of one dtype (the common case)."""
+    dt = getattr(tensors[0], "dtype", None)
+    if all(isinstance(t, Tensor) and t.dtype is dt for t in tensors):
+        return dt
+    return _dtype.result_type(*tensors)
+
+
+def _row_operands(dt, value, *tensors):
+    """Whether addcmul/addcdiv run as their rows: real float tensors and a real number ``value``."""
+    return (dt.category == _dtype.FLOAT and not dt.is_complex and type(value) in (int, float)
+            and all(isinstance(t, Tensor) for t in tensors))
 
 
 def xlogy(input, other, *, out=None):

@@ -18,16 +18,19 @@ from . import _dtype
 from ._pointwise import (_require_float, _write_out, abs, isfinite, isinf, maximum, sqrt,
                          where)
 from ._tensor import Tensor
-from .ops import logaddexp_ops
+from .ops import logaddexp_ops, muladd_ops
 
 
 def hypot(input, other):
     """``sqrt(input**2 + other**2)`` without overflow or underflow of the squares."""
+    if isinstance(other, Tensor) and other.dtype is input.dtype and input.dtype.category == _dtype.FLOAT:
+        return muladd_ops.hypot(input, other)  # (the common case, without the checks' microseconds)
     _require_float("hypot_cpu", input, other, real=True)
     dt = _dtype.result_type(input, other)
-    input, other = input.to(dt), other.to(dt) if isinstance(other, Tensor) else other
-    # float32 squares overflow above 2e19 and vanish below 1e-23: divide by the larger magnitude first. hypot is
-    # homogeneous, so a constant (detached) scale leaves the gradient input / hypot; 0, inf and nan keep scale 1.
+    input = input.to(dt)
+    if isinstance(other, Tensor):
+        return muladd_ops.hypot(input, other.to(dt))
+    # (a Python number: the composite, its squares divided by the larger magnitude first)
     m = maximum(abs(input), abs(other)).detach()
     scale = where((m > 0) & isfinite(m), m, 1.0)
     x, y = input / scale, other / scale
@@ -37,6 +40,12 @@ def hypot(input, other):
 
 def lerp(input, end, weight, *, out=None):
     """``input + weight * (end - input)``, from the nearer end as torch computes it: exact at ``weight`` 0 and 1."""
+    dt = input.dtype
+    if isinstance(end, Tensor) and end.dtype is dt and dt.category == _dtype.FLOAT:  # the rows, checks skipped
+        if isinstance(weight, Tensor) and weight.dtype is dt:
+            return _write_out(muladd_ops.lerp(input, end, weight), out, "lerp")
+        if type(weight) in (int, float):
+            return _write_out(muladd_ops.lerp_scalar(input, end, weight), out, "lerp")
     tensor_weight = isinstance(weight, Tensor)
     # torch checks the dtypes first (a 0-d weight may differ), then the kernel's dtype: the promoted one.
     for name, t in (("end", end), ("weight", weight)):
@@ -59,6 +68,10 @@ def lerp(input, end, weight, *, out=None):
             if weight.imag != 0:  # torch converts the Scalar to the input's real dtype first
                 raise RuntimeError("value cannot be converted to type float without overflow")
             weight = weight.real
+    if not dt.is_complex and not isinstance(weight, complex):  # ATen's real kernels: the rows
+        if tensor_weight:
+            return _write_out(muladd_ops.lerp(input, end, weight.to(dt)), out, "lerp")
+        return _write_out(muladd_ops.lerp_scalar(input, end, weight), out, "lerp")
     if dt in (_dtype.float16, _dtype.bfloat16):  # torch computes halves in float32 and rounds once
         input, end = input.float(), end.float() if isinstance(end, Tensor) else end
         weight = weight.float() if tensor_weight else weight

@@ -68,8 +68,9 @@ case("piecewise_activations", lambda t, m: (lambda x: (t.nn.functional.leaky_rel
                                                          t.nn.functional.softshrink(x, 0.3),
                                                          t.nn.functional.hardshrink(x, 0.3),
                                                          t.nn.functional.threshold(x, 0.1, -1.0)))(m.f(2, 3)))
-case("composite_pointwise", lambda t, m: (lambda x, y: (t.lerp(x, y, 0.3), t.hypot(x, y), t.xlogy(x.abs(), y.abs()),
-                                                         t.logit(x.sigmoid()), t.addcmul(x, x, y, value=0.5),
+case("composite_pointwise", lambda t, m: (lambda x, y: (t.lerp(x, y, 0.3), t.lerp(x, y, y.sigmoid()), t.hypot(x, y),
+                                                         t.xlogy(x.abs(), y.abs()), t.logit(x.sigmoid()),
+                                                         t.addcmul(x, x, y, value=0.5),
                                                          t.addcdiv(x, x, y.abs() + 1), t.sinc(x), t.square(x),
                                                          t.copysign(x, y), t.float_power(x.abs(), 2),
                                                          t.logaddexp(x, y), t.logaddexp2(x, y)))(m.f(2, 3), m.f(2, 3)))

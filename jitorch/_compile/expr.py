@@ -140,7 +140,9 @@ class _Parser:
 
 def _cast(x, dtype):
     if not isinstance(x, Expr):
-        raise Unfusable("cast of a number")
+        if x is None or isinstance(x, bool) or not isinstance(x, (int, float)) or dtype == "bool":
+            raise Unfusable(f"cast of {x!r}")
+        return const(x, dtype)  # ``(float){2}``: a row's number rounded to the row's dtype, as ATen's Scalar
     if x.dtype == dtype:
         return x
     if dtype == "bool" or x.dtype == "bool":
