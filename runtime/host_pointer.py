@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["data_address", "ARRAY_DATA_OFFSET"]
+__all__ = ["data_address", "byte_span", "ARRAY_DATA_OFFSET"]
 
 _DATA_OFFSET = sys.getsizeof(object())  # the object header: reference count and type pointer (16 bytes on 64-bit)
 _from_address = ctypes.c_void_p.from_address
@@ -42,3 +42,22 @@ data_address = _fast if _layout_matches() else _slow
 # Where native code finds an array's data pointer from ``id(a)``; None where the layout is not NumPy's known one.
 ARRAY_DATA_OFFSET = _DATA_OFFSET if data_address is _fast else None
 data_address.__doc__ = "The address of NumPy array ``a``'s first element (``a.ctypes.data``, faster)."
+
+
+def byte_span(a):
+    """``[low, high)``: the addresses NumPy array ``a`` can touch (a strided view reaches past ``start + nbytes``; a
+    negative stride reaches below its first element). Empty arrays touch nothing.
+
+    >>> x = np.zeros((4, 8), np.float32)
+    >>> low, high = byte_span(x[:, ::4]); (low == data_address(x), high - low)
+    (True, 116)
+    """
+    low = high = data_address(a)
+    if a.flags.c_contiguous or not a.size:
+        return low, low + a.nbytes
+    for n, stride in zip(a.shape, a.strides):
+        if stride < 0:
+            low += (n - 1) * stride
+        else:
+            high += (n - 1) * stride
+    return low, high + a.itemsize

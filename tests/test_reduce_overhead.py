@@ -247,8 +247,7 @@ def test_a_side_effect_through_an_argument_is_not_captured():
 def test_argument_spans_cover_every_byte_a_strided_view_touches(index):
     """Overlap checks between arguments and written buffers use these spans: a strided view reaches past
     ``start + nbytes`` (``x[:, ::4]`` and ``x[1]`` share elements)."""
-    from jitorch._compile.reduce_overhead_replay import _span
-    from jitorch.runtime.host_pointer import data_address
+    from jitorch.runtime.host_pointer import byte_span as _span, data_address
 
     base = np.zeros((4, 8), np.float32)
     view = base[index]

@@ -36,7 +36,7 @@ from ..cpu._steps import plan_operands
 from ..fx.make_fx import Primitive
 from ..fx.node import Node
 from ..ops.random_ops import RANDOM_ROWS
-from ..runtime.host_pointer import data_address
+from ..runtime.host_pointer import byte_span, data_address
 from ..runtime.threads import get_num_threads
 from .lower import IR_DTYPES
 
@@ -47,18 +47,6 @@ _POINTWISE_SKIP = ("to_copy",)
 
 
 _addr = data_address
-
-
-def _bounds(a):
-    if a.size == 0:
-        return _addr(a), _addr(a)
-    lo = hi = _addr(a)
-    for n, s in zip(a.shape, a.strides):
-        if s < 0:
-            lo += (n - 1) * s
-        else:
-            hi += (n - 1) * s
-    return lo, hi + a.itemsize
 
 
 def _ref(plan, arr, nodes, t):
@@ -82,8 +70,8 @@ def _ref(plan, arr, nodes, t):
 
 
 def _within(arr, outer):
-    lo, hi = _bounds(arr)
-    olo, ohi = _bounds(outer)
+    lo, hi = byte_span(arr)
+    olo, ohi = byte_span(outer)
     return olo <= lo and hi <= ohi
 
 

@@ -36,7 +36,8 @@ from ..runtime.threads import get_num_threads
 from .fusion import FusedGroup
 from .lower import PARALLEL_MIN
 from ..runtime import memory_owner
-from .native_lowering import NotLowerable, _addr, _bounds, lower_group, lower_row, plan_arena, to_calls
+from ..runtime.host_pointer import byte_span
+from .native_lowering import NotLowerable, _addr, lower_group, lower_row, plan_arena, to_calls
 
 
 # Without the native pool (`codegen.llvm_pool`: Linux only), a kernel leaves the one-call program to be split across
@@ -306,13 +307,13 @@ class NativePlan:
 def _source(plan, node, arr):
     """The input node of ``node`` whose value ``arr`` is a view of (the first whose memory holds it)."""
     root = memory_owner(arr)
-    lo, hi = _bounds(arr)
+    lo, hi = byte_span(arr)
     best = None
     for p in node.all_input_nodes:
         pairs = _arrays(plan.env.get(p))
         if pairs is None or pairs[0][0] is not None or p not in plan.locs or memory_owner(pairs[0][1]) is not root:
             continue
-        plo, phi = _bounds(pairs[0][1])
+        plo, phi = byte_span(pairs[0][1])
         if plo <= lo and hi <= phi:
             return p
         best = best or p

@@ -50,6 +50,7 @@ from ..autograd.grad_mode import GradState
 from ..cpu import CPUGraph, graph
 from ..cpu._grad_binds import grad_mismatch
 from ..cpu._steps import root_of
+from ..runtime.host_pointer import byte_span
 from ..ops.indexing import IndexOutOfBounds
 from ..optim._step_capture import adopting_capturable, noting_optimizer_steps
 from .array_contents import pin_versions
@@ -57,7 +58,7 @@ from .guards import _constant, call_hooks, first_failure
 from .named_values import NamedValues
 from .python_output import noting_output
 from .reduce_overhead_cuda import CUDAGraphCapture
-from .reduce_overhead_replay import CapturedReplay, OverwrittenOutputError, _span
+from .reduce_overhead_replay import CapturedReplay, OverwrittenOutputError
 from .reduce_overhead_state import CaptureState
 from .side_effects import PythonState
 
@@ -118,7 +119,7 @@ def _describe(t):
 
 def _aliased(arrays):
     """Whether two of ``arrays`` (NumPy) may share memory (their byte ranges overlap)."""
-    spans = sorted(_span(a) for a in arrays)
+    spans = sorted(byte_span(a) for a in arrays)
     return any(spans[j][0] < spans[j - 1][1] for j in range(1, len(spans)))
 
 
@@ -260,8 +261,8 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
                         written[id(root)] = root
         # Memory the replay writes: static roots (intermediates the native code keeps in its arena are not used).
         internal = native.internal if native is not None else set()
-        self.written_spans = [_span(r) for rid, r in written.items() if rid not in internal]
-        self.written_spans += [_span(native.arena)] if native is not None else []
+        self.written_spans = [byte_span(r) for rid, r in written.items() if rid not in internal]
+        self.written_spans += [byte_span(native.arena)] if native is not None else []
         self.mutated = [isinstance(t, Tensor) and id(t._data) in written for t in self.static]
         if self.native is not None:
             self.slots = [self.native.slot_of(t._data) if isinstance(t, Tensor) else None for t in self.static]

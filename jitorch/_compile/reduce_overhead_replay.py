@@ -20,7 +20,7 @@ import numpy as np
 from .._tensor import Tensor
 from ..cpu._steps import root_of
 from .._storage import deepcopy_array
-from ..runtime.host_pointer import data_address
+from ..runtime.host_pointer import byte_span, data_address
 from ..utils._pytree import unflatten_from
 
 __all__ = ["CapturedReplay", "OverwrittenOutputError"]
@@ -40,19 +40,6 @@ class _Overwritten(Tensor):
 
     def __repr__(self):
         raise OverwrittenOutputError(object.__getattribute__(self, "_overwritten_message"))
-
-
-def _span(array):
-    """The bytes ``array`` can touch, ``[low, high)``: a strided view reaches past ``start + nbytes``."""
-    low = high = data_address(array)
-    if array.flags.c_contiguous or not array.size:
-        return low, low + array.nbytes
-    for n, stride in zip(array.shape, array.strides):
-        if stride < 0:
-            low += (n - 1) * stride
-        else:
-            high += (n - 1) * stride
-    return low, high + array.itemsize
 
 
 class CapturedReplay:
@@ -92,7 +79,7 @@ class CapturedReplay:
         return self._hand_out(leaves_out, leaves)
 
     def _overlaps(self, arrays):
-        spans = [_span(a) for a in arrays if a is not None]
+        spans = [byte_span(a) for a in arrays if a is not None]
         for s, e in spans:
             if any(s < we and ws < e for ws, we in self.written_spans):
                 return True
