@@ -1,4 +1,5 @@
-"""float32 ``cumsum`` as two LLVM functions (ATen's loop: a float64 running sum from 0, rounded at each output):
+"""float32 ``cumsum`` and ``cumprod`` as two LLVM functions each (ATen's loop: a float64 running sum from 0, or
+product from 1, rounded at each output):
 ``last`` scans rows along the last dim with the sum in a register, ``inner`` scans along another dim, updating a
 float64 row of sums (one per inner element) a row at a time, which vectorizes. `jitorch.ops.native_scan` calls them.
 
@@ -112,13 +113,23 @@ done:
 _functions: dict = {}
 
 
-def cumsum_function(which):
+def _product_ir(ir):
+    """The sum's IR as ATen's cumprod: the same loop with the float64 running product starting from 1."""
+    return (ir.replace("cumsum", "cumprod").replace("fadd double", "fmul double")
+            .replace("phi double [0.0,", "phi double [1.0,").replace("store double 0.0,", "store double 1.0,"))
+
+
+def cumsum_function(which, op="sum"):
     """The compiled ``"last"`` (``fn(x, out, rows, n)``) or ``"inner"`` (``fn(x, out, acc, rows, n, inner)``, ``acc``
-    a float64 scratch row of ``inner`` sums) scan, made once per process."""
-    fn = _functions.get(which)
+    a float64 scratch row of ``inner`` running values) scan, a sum or (``op="prod"``) a product, made once per
+    process."""
+    fn = _functions.get((which, op))
     if fn is None:
         ir = _LAST_IR if which == "last" else _INNER_IR
-        address = compile_function(ir, _NAMES[which != "last"], default_cache())
+        name = _NAMES[which != "last"]
+        if op == "prod":
+            ir, name = _product_ir(ir), name.replace("cumsum", "cumprod")
+        address = compile_function(ir, name, default_cache())
         args = [ctypes.c_void_p] * (2 if which == "last" else 3) + [ctypes.c_int64] * (2 if which == "last" else 3)
-        fn = _functions[which] = ctypes.CFUNCTYPE(None, *args)(address)
+        fn = _functions[(which, op)] = ctypes.CFUNCTYPE(None, *args)(address)
     return fn

@@ -6,8 +6,8 @@ transpose took 3.3 ms (torch: 0.6). The copy here is the IR kernel ``out = in`` 
 elements moved as integers of their width (float32 as i32, float64 and complex64 as i64: a copy, bit for bit), its
 sizes and strides run-time arguments (`codegen.ir_params`): one compile per layout pattern and width, disk-cached.
 Views whose contiguous runs of at least 16 elements are permuted (a head merge, ``permute(0, 2, 1, 3)``) take
-the same kernel untiled (2-3x faster than NumPy's copy); views that keep the memory order (slices) or have short
-trailing runs keep NumPy's copy.
+the same kernel untiled (2-3x faster than NumPy's copy), as do views with a reversed last dim (``flip``); views that
+keep the memory order (slices) or have short trailing runs keep NumPy's copy.
 
 >>> import numpy as np
 >>> a = np.arange(128 * 96, dtype=np.float32).reshape(128, 96)
@@ -146,7 +146,9 @@ def _plan(a):
         dims = _dims[key] = transposed_dims(_copy(dtype, shape, so, si))
     permuted_runs = si[-1] == 1 and shape[-1] >= _MIN_SIDE and any(abs(si[d]) < abs(si[d + 1])
                                                                     for d in range(len(si) - 1))
-    if dims is None and not permuted_runs:
+    # A reversed last dim (``flip``): NumPy copies it an element at a time (1000x1000: 0.29 ms, this 0.09).
+    reversed_runs = si[-1] == -1 and shape[-1] >= _MIN_SIDE
+    if dims is None and not permuted_runs and not reversed_runs:
         return None  # the memory order kept (a slice: NumPy copies it well), or short runs
     if dims is not None and min(shape[dims[0]], shape[dims[1]]) < _MIN_SIDE:
         return None

@@ -327,8 +327,9 @@ def _scan_kernel(name):
         # As PyTorch (acc_type): the running value is float32 for halves and, on the host, float64 for float32; each
         # output is rounded once. A running value in the output type drifts with the length of the scan.
         dtype = np.dtype(dtype)
-        if name == "cumsum" and dtype == np.float32:
-            out = cumsum_float32(a, dim)  # (None unless a C-contiguous float32 host array: the loop below then)
+        if dtype == np.float32:
+            # (None unless a C-contiguous float32 host array: the loop below then)
+            out = cumsum_float32(a, dim, "sum" if name == "cumsum" else "prod")
             if out is not None:
                 return out
         acc = np.float32 if dtype in _HALF else np.float64 if dtype == np.float32 and not is_cupy(xp) else None
