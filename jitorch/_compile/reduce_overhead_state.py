@@ -25,7 +25,7 @@ from ..optim.optimizer import Optimizer
 from .._tensor_autograd import REQUIRES_GRAD_VERSION
 from ..nn.modules._registration import STATE_VERSION
 from .guards import _plain_attributes, _Same, first_failure, module_tree
-from .reached import NamedObjects, reached_by
+from .reached import NamedObjects, _entries, reached_by
 
 __all__ = ["CaptureState"]
 
@@ -37,20 +37,26 @@ class CaptureState:
         self.module = module
         self.named = NamedObjects(fn) if module is None else None
         self._stamp, self._modules = None, []
-        self._walked = None  # (the named objects, what they reach) while no small container is among them
+        self._walked = None  # (the named objects and their containers' entries, what they reach)
 
     def _reached(self):
         if self.named is None:
             return [self.module], []
         objects = self.named.read()
+        # The same objects, and the same entries in the small containers among them (which `reached_by` counts as
+        # named), reach the same modules: compared by identity, not walked again.
+        flat = []
+        for o in objects:
+            flat.append(o)
+            entries = _entries(o)
+            if entries is not None:
+                flat += entries
         walked = self._walked
-        # The same objects reach the same modules (a container's entries can change: those are walked each call).
-        if walked is not None and len(objects) == len(walked[0]) and all(map(operator.is_, objects, walked[0])):
+        if walked is not None and len(flat) == len(walked[0]) and all(map(operator.is_, flat, walked[0])):
             return walked[1]
         modules, _ = reached_by(None, objects)
         reached = modules, [o for o in objects if isinstance(o, Optimizer)]
-        if not any(type(o) in (dict, list, tuple) for o in objects):
-            self._walked = (objects, reached)
+        self._walked = (flat, reached)
         return reached
 
     def values(self):

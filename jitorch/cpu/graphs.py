@@ -174,11 +174,16 @@ class CPUGraph:
             now = read()
             if now != value and not (now != now and value != value):  # nan == nan here: an unchanged nan
                 return f"{what} is {now!r} but was {value!r} at capture"
+        dead = 0
         for ref, array, what in self._inputs:
             t = ref()
-            if t is not None and t._data is not array:
+            if t is None:
+                dead += 1
+            elif t._data is not array:
                 return (f"the input tensor {what} holds other memory than at capture (resize_, or an assignment to "
                         f"its .data; fill it with copy_ instead)")
+        if dead:  # a tensor gone cannot be given other memory: not checked again (an RNN's per-step views)
+            self._inputs = [entry for entry in self._inputs if entry[0]() is not None]
         return grad_mismatch(self._grads) if grads else None
 
     def _build(self):
