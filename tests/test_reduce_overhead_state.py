@@ -247,3 +247,30 @@ def test_requires_grad_calls_that_keep_the_flag_leave_the_module_walk_cached():
     assert REQUIRES_GRAD_VERSION[0] == before + 1 and not w.requires_grad
     w.requires_grad = True
     assert REQUIRES_GRAD_VERSION[0] == before + 2 and w.requires_grad
+
+
+def test_a_module_swapped_into_a_named_list_is_the_one_whose_state_is_checked():
+    """The reached-modules walk is cached while the named objects and their list entries are the same objects: a
+    module put into the list, then given another plain attribute, is seen (the compiled step follows eager)."""
+    jitorch.manual_seed(0)
+    first, second = _model().eval(), _model().eval()
+    with jitorch.no_grad():
+        second[0].weight.mul_(2.0)
+    models = [first]
+    x = jitorch.tensor(_batches(1)[0][0])
+
+    def forward():
+        return models[0](x)
+
+    step = jitorch.compile(forward, mode="reduce-overhead")
+    with jitorch.no_grad():  # (inference: replayed; a training call would take the default compiled path)
+        for _ in range(3):
+            np.testing.assert_allclose(step().numpy(), forward().numpy(), rtol=1e-5, atol=1e-6)
+        assert step.graph is not None
+        models[0] = second
+        for _ in range(2):
+            np.testing.assert_allclose(step().numpy(), forward().numpy(), rtol=1e-5, atol=1e-6)
+        second[1].eps = 0.5
+        for _ in range(2):
+            np.testing.assert_allclose(step().numpy(), forward().numpy(), rtol=1e-5, atol=1e-6)
+        assert step.graph is not None
