@@ -26,7 +26,7 @@ from ..amp._cast_mode import autocast_float32
 from ..autograd.grad_mode import GradState
 from ..ops.nn_fused import FUSED_DTYPES, NLL_CHECK_TARGETS, NLL_LOSS
 from ..ops.nn_ops import BCE_LOGITS, BINARY_CROSS_ENTROPY
-from ..ops.regression_loss_ops import huber, smooth_l1
+from ..ops.regression_loss_ops import huber, mse, smooth_l1
 from ._functional_activation import log_sigmoid_like
 from ._functional_core import log_softmax, type_name
 from ..autograd.graph import named
@@ -108,8 +108,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", we
     if dt.category < _dtype.FLOAT:
         raise NotImplementedError(f"\"mse_cpu\" not implemented for '{type_name(dt)}'")
     x, y = _movement.broadcast_tensors(input, target)
-    diff = x - y
-    return _weighted(diff * diff, weight, input, reduction)
+    return _weighted(mse(x, y), weight, input, reduction)  # one row (ATen's kernel), its gradient one row too
 
 
 @autocast_float32

@@ -1,5 +1,5 @@
-"""``smooth_l1`` and ``huber`` elementwise losses (``reduction='none'``) as rows with their backward rows, ATen's
-formulas bit for bit: one generated pass each on CPU float32 (`native_eager`), NumPy passes otherwise.
+"""``mse``, ``smooth_l1`` and ``huber`` elementwise losses (``reduction='none'``) as rows with their backward rows,
+ATen's formulas bit for bit: one generated pass each on CPU float32 (`native_eager`), NumPy passes otherwise.
 
 As ``where`` composites the loss took seven graph nodes and as many NumPy passes forward, more backward (1e6
 floats: 1.5 ms, torch 0.16). The backward rows take the input, the target and the upstream gradient, as ATen's
@@ -16,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from .._dispatch import apply
-from .native_eager import pointwise_constants
+from .native_eager import pointwise, pointwise_constants
 from .table import Pointwise, defop
 
-__all__ = ["smooth_l1", "smooth_l1_backward", "huber", "huber_backward"]
+__all__ = ["mse", "mse_backward", "smooth_l1", "smooth_l1_backward", "huber", "huber_backward"]
 
 _D = "abs({0} - {1})"
 _SMOOTH_L1 = f"{_D} < {{2}} ? 0.5 * {_D} * {_D} / {{2}} : {_D} - 0.5 * {{2}}"
@@ -29,6 +29,11 @@ _HUBER = f"{_D} < {{2}} ? 0.5 * {_D} * {_D} : {{2}} * ({_D} - 0.5 * {{2}})"
 # comparison, as y - x is -(x - y) exactly), g * delta where d >= delta, else d * g.
 _SMOOTH_L1_GRAD = "(abs({1} - {2}) >= {3} ? ({1} - {2} > 0 ? 1 : -1) : ({1} - {2}) / {3}) * {0}"
 _HUBER_GRAD = "{2} - {1} >= {3} ? -{0} * {3} : ({1} - {2} >= {3} ? {0} * {3} : ({1} - {2}) * {0})"
+# ATen's mse kernels: diff * diff; backward norm * (x - y) * g with norm 2 (a mean's 1/n reaches the row through
+# g / n: for g = 1 the same bits, as 2 * fl(1/n) is fl(2/n)).
+_MSE = "({0} - {1}) * ({0} - {1})"
+_MSE_GRAD = "2.0 * ({1} - {2}) * {0}"
+_MSE_GRAD_OF_NUMBER = "2.0 * ({0} - {1}) * {2}"  # the same with g one number: a mean's or sum's broadcast gradient
 
 
 def _half_in_float(fn, *arrays):
@@ -78,6 +83,49 @@ def _kernel(row, array_fn):
     return kernel
 
 
+def _mse_array(x, y):
+    d = x - y  # half types per op, as ATen's Half/BFloat16 vector ops round each one
+    return d * d
+
+
+def _mse_grad_array(g, x, y):
+    d = x - y
+    return d.dtype.type(2) * d * g
+
+
+def _plain_kernel(row, array_fn):
+    """A parameterless row's kernel: its native pass (`native_eager.pointwise`), else ``array_fn(*arrays)``."""
+    def kernel(xp, *arrays):
+        out = pointwise(row(), *arrays)
+        return array_fn(*arrays) if out is None else out
+    return kernel
+
+
+def _mse_grad_kernel(xp, g, x, y):
+    """The backward row's kernel; the upstream gradient of a reduced loss arrives as one number broadcast (stride
+    0), which the native pass reads as a constant rather than leaving the whole gradient to NumPy."""
+    out = None
+    if type(g) is np.ndarray and g.size and not any(g.strides):
+        out = pointwise_constants(MSE_BACKWARD, [x, y], (float(g.flat[0]),), expr=_MSE_GRAD_OF_NUMBER)
+    if out is None:
+        out = pointwise(MSE_BACKWARD, g, x, y)
+    return _mse_grad_array(g, x, y) if out is None else out
+
+
+def _mse_backward(ctx, g):
+    x, y = ctx.inputs
+    return (mse_backward(g, x, y) if ctx.needs_grad(0) else None, mse_backward(g, y, x) if ctx.needs_grad(1) else None)
+
+
+def _mse_grad_backward(ctx, gg):
+    """ATen's ``mse_loss_double_backward``: the row itself in the upstream gradient, ``2 * gg * g`` in x, minus
+    that in y."""
+    g, x, y = ctx.inputs
+    dx = 2.0 * (gg * g) if ctx.needs_grad(1) or ctx.needs_grad(2) else None
+    return (mse_backward(gg, x, y) if ctx.needs_grad(0) else None, dx if ctx.needs_grad(1) else None,
+            -dx if ctx.needs_grad(2) else None)
+
+
 def _loss_backward(grad_fn):
     def backward(ctx, g):
         x, y, param = ctx.inputs
@@ -99,6 +147,11 @@ def _grad_backward(grad_fn, window):
     return backward
 
 
+MSE = defop("mse", _plain_kernel(lambda: MSE, _mse_array), _mse_backward, Pointwise(_MSE), promotion="promote",
+            saves="inputs", meta=True, grad_name="MseLossBackward0")
+MSE_BACKWARD = defop("mse_backward", _mse_grad_kernel, _mse_grad_backward,
+                     Pointwise(_MSE_GRAD), promotion="promote", saves="inputs", meta=True,
+                     grad_name="MseLossBackwardBackward0")
 SMOOTH_L1 = defop("smooth_l1", _kernel(lambda: SMOOTH_L1, _smooth_l1_array),
                   _loss_backward(lambda *a: smooth_l1_backward(*a)), Pointwise(_SMOOTH_L1), promotion="promote",
                   saves="inputs", meta=True, grad_name="SmoothL1LossBackward0")
@@ -112,6 +165,20 @@ HUBER_BACKWARD = defop("huber_backward", _kernel(lambda: HUBER_BACKWARD, _huber_
                        _grad_backward(lambda *a: huber_backward(*a), lambda delta: 1),
                        Pointwise(_HUBER_GRAD), promotion="promote", saves="inputs", meta=True,
                        grad_name="HuberLossBackwardBackward0")
+
+
+def mse(x, y):
+    """The elementwise squared error ``(x - y) ** 2`` of same-shape ``x`` and ``y`` as one row.
+
+    >>> import jitorch
+    >>> mse(jitorch.tensor([0.5, 3.0]), jitorch.tensor([0.0, 1.0]))
+    tensor([0.2500, 4.0000])
+    """
+    return apply(MSE, x, y)
+
+
+def mse_backward(g, x, y):
+    return apply(MSE_BACKWARD, g, x, y)
 
 
 def smooth_l1(x, y, beta):
