@@ -19,7 +19,7 @@ methods; `transposed_dims` says which kernels take this form (their dims ``(e, l
 """
 from __future__ import annotations
 
-from .codeblock import LLVM_TYPES
+from .llvm_body import _MEM_TYPES
 from .ir_params import Sym, unit_stride
 
 __all__ = ["MICRO", "TILE", "TransposedTiles", "transposed_dims", "transpose_masks"]
@@ -30,7 +30,6 @@ TILE = 64
 # float32 tiles ran a 1024x1024 transpose 1.3x as fast as 8 x 8 ones: full lines written), 16 for narrower ones.
 MICRO = {1: 16, 4: 16, 8: 8}
 _SIZES = {"i8": 1, "i32": 4, "float": 4, "i64": 8, "double": 8}
-_MEM_TYPES = dict(LLVM_TYPES, bool="i8")
 # Innermost strides that are a strided walk, not a transposed operand (`ir_params.INNER_LITERAL_STRIDES`).
 _NEAR = (0, 1, -1, 2, -2)
 

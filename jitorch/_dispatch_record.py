@@ -132,11 +132,7 @@ def record(op, args, attrs, outs):
         o.grad_fn, o._output_nr = node, 0
         o._requires_grad = True
     else:
-        metas = []
-        for o in outs:  # (shape, dtype, device), without Tensor.device's lookup for host arrays
-            d = o._data
-            metas.append((d.shape, _FROM_NP[d.dtype], _CPU if type(d) is np.ndarray else o.device))
-        node._out_meta = tuple(metas)
+        node._out_meta = out_metas(outs)
         for nr, o in enumerate(outs):
             if nr not in op.nondiff_outputs and o._data.dtype.kind not in "iub":
                 o.grad_fn = node
@@ -145,3 +141,10 @@ def record(op, args, attrs, outs):
     if saves == "outputs" or saves == "both":
         node.save_output(outs)
     return node
+
+
+def out_metas(outs):
+    """``(shape, dtype, device)`` of each output of a node (the engine makes zeros from them for outputs that get no
+    gradient), without Tensor.device's lookup for host arrays."""
+    return tuple((o._data.shape, _FROM_NP[o._data.dtype], _CPU if type(o._data) is np.ndarray else o.device)
+                 for o in outs)

@@ -17,11 +17,8 @@ machinery, the tracers and the compiler replay; only their history is replaced b
 """
 from __future__ import annotations
 
-import numpy as np
 
-from ._device import device
-from ._dispatch_record import _edge
-from ._dtype import FROM_NP
+from ._dispatch_record import _edge, out_metas
 from ._tensor import Tensor
 from .autograd.grad_mode import GradState
 from .autograd.graph import Node
@@ -54,7 +51,6 @@ class UnbindBackward0(_JoinBackward):
     stacks = True
 
 
-_CPU = device("cpu")
 _NODES = {cls.__name__: cls for cls in (SplitBackward0, SplitWithSizesBackward0, UnbindBackward0)}
 
 
@@ -68,10 +64,6 @@ def share_grad_fn(views, input, dim, grad_name):
         if type(v) is not Tensor or v.grad_fn is None:
             return
     node = _NODES[grad_name]((_edge(input),), {"dim": dim})
-    metas = []
-    for v in views:
-        d = v._data
-        metas.append((d.shape, FROM_NP[d.dtype], v.device if type(d) is not np.ndarray else _CPU))
-    node._out_meta = tuple(metas)
+    node._out_meta = out_metas(views)
     for nr, v in enumerate(views):
         v.grad_fn, v._output_nr = node, nr

@@ -28,8 +28,8 @@ from ..codegen.ir import Buffer, Kernel, Store, const, load, op as ir_op
 from ..codegen.llvm_objcache import default_cache
 from ..codegen.llvm_pool import split_threads
 from ..codegen.llvm_program import Ref, call_for, compile_program
-from ..cpu._lower import NotLowerable, batched_operands, blas_address, column_sum, concatenation, copy_kernel, \
-    copy_slices, element_strides, elementwise, linear, linear_backward, matmul, product_call, reduction
+from ..cpu._lower import COPY_ROWS, NotLowerable, batched_operands, blas_address, column_sum, copy_kernel, \
+    element_strides, elementwise, linear, linear_backward, matmul, product_call, reduction
 from ..cpu._lower_kernels import KERNEL_ROWS
 from ..cpu._recorder import Record
 from ..cpu._steps import plan_operands
@@ -176,12 +176,8 @@ def lower_row(plan, node, t):
                 plan.produce(o, t)
             return _batched_matmul(plan, node, a, b, outs[0], t)
         parts = [("gemm", matmul(rec))]
-    elif name == "copy_slices":  # ``out = base``, then ``src`` into the chain's region (`cpu._lower.copy_slices`)
-        pairs = copy_slices(rec)
-        plan.produce(outs[0], t)
-        return [_copy(plan, dst, value, inputs, t) for dst, value in pairs]
-    elif name in ("cat", "stack"):  # one copy loop per piece into its slab of the output
-        pairs = concatenation(rec)
+    elif name in COPY_ROWS:  # copy_slices (``out = base``, then ``src`` into the chain's region), cat, stack
+        pairs = COPY_ROWS[name](rec)
         plan.produce(outs[0], t)
         return [_copy(plan, dst, value, inputs, t) for dst, value in pairs]
     elif name == "nll_check_targets":

@@ -58,7 +58,7 @@ from .guards import _constant, call_hooks, first_failure
 from .named_values import NamedValues
 from .python_output import noting_output
 from .reduce_overhead_cuda import CUDAGraphCapture
-from .reduce_overhead_replay import CapturedReplay, OverwrittenOutputError
+from .reduce_overhead_replay import CapturedReplay, OverwrittenOutputError, spans_overlap
 from .reduce_overhead_state import CaptureState
 from .side_effects import PythonState
 
@@ -119,8 +119,7 @@ def _describe(t):
 
 def _aliased(arrays):
     """Whether two of ``arrays`` (NumPy) may share memory (their byte ranges overlap)."""
-    spans = sorted(byte_span(a) for a in arrays)
-    return any(spans[j][0] < spans[j - 1][1] for j in range(1, len(spans)))
+    return spans_overlap(byte_span(a) for a in arrays)
 
 
 def _self_overlapping(leaves):

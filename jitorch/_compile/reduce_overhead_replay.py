@@ -23,7 +23,7 @@ from .._storage import deepcopy_array
 from ..runtime.host_pointer import byte_span, data_address
 from ..utils._pytree import unflatten_from
 
-__all__ = ["CapturedReplay", "OverwrittenOutputError"]
+__all__ = ["CapturedReplay", "OverwrittenOutputError", "spans_overlap"]
 
 
 class OverwrittenOutputError(RuntimeError):
@@ -40,6 +40,12 @@ class _Overwritten(Tensor):
 
     def __repr__(self):
         raise OverwrittenOutputError(object.__getattribute__(self, "_overwritten_message"))
+
+
+def spans_overlap(spans):
+    """Whether two of the ``[low, high)`` byte ranges overlap (`runtime.host_pointer.byte_span`)."""
+    spans = sorted(spans)
+    return any(spans[j][0] < spans[j - 1][1] for j in range(1, len(spans)))
 
 
 class CapturedReplay:
@@ -83,8 +89,7 @@ class CapturedReplay:
         for s, e in spans:
             if any(s < we and ws < e for ws, we in self.written_spans):
                 return True
-        spans.sort()
-        return any(spans[j][0] < spans[j - 1][1] for j in range(1, len(spans)))
+        return spans_overlap(spans)
 
     @staticmethod
     def _input_view(o, new, kind):

@@ -30,8 +30,8 @@ from ..runtime.host_blas import gemm_function
 from ._steps import root_of
 
 __all__ = ["NotLowerable", "Elementwise", "elementwise", "reduction", "matmul", "batched_operands", "batched_matmul",
-           "copy_slices", "concatenation", "copy_kernel", "linear", "linear_backward", "column_sum", "blas_address",
-           "blas_int_bits", "element_strides", "BLAS_MIN_FLOPS", "MAX_BATCH"]
+           "copy_slices", "concatenation", "COPY_ROWS", "copy_kernel", "linear", "linear_backward", "column_sum",
+           "blas_address", "blas_int_bits", "element_strides", "BLAS_MIN_FLOPS", "MAX_BATCH"]
 
 # Products with at least this many multiply-adds call BLAS; smaller ones run the generated loop, where a library
 # call's fixed cost (argument checks, dispatch, packing) would dominate. NumPy's OpenBLAS 0.3.31 (SkylakeX kernels,
@@ -249,6 +249,10 @@ def concatenation(rec):
             element_strides(a)
             parts.append((region, a))
     return parts
+
+
+# The rows whose replay is copies: ``name -> rec -> [(destination view, source)]``.
+COPY_ROWS = {"copy_slices": copy_slices, "cat": concatenation, "stack": concatenation}
 
 
 def copy_kernel(dst, value):

@@ -89,10 +89,6 @@ class TargetCheck:
         _nll_targets(np, t, self.classes, self.ignore_index)
 
 
-def _check(target, classes, ignore_index):
-    return TargetCheck(target, classes, ignore_index)
-
-
 def nll_loss(rec):
     """``-sum(masked logp) / count`` (mean), ``-sum`` (sum) or per row (none), as one reduction kernel."""
     logp, out = rec.datas[0], rec.outs[0]
@@ -111,7 +107,7 @@ def nll_loss(rec):
         stores = (Store(3, op("neg", picked), "sum"),)
         kernel = Kernel((n, c), tuple(Buffer(d, s) for d, s in zip((dt, td, td), strides)) +
                         (Buffer(dt, element_strides(out) + (0,)),), stores, 1)
-        return Lowered([(kernel, inputs + [out], [out])], _check(target, c, rec.attrs["ignore_index"]), target)
+        return Lowered([(kernel, inputs + [out], [out])], TargetCheck(target, c, rec.attrs["ignore_index"]), target)
     total = Store(None, picked, "sum")
     stores = [total]
     value = op("neg", reduced(0, dt))
@@ -121,7 +117,7 @@ def nll_loss(rec):
     stores.append(Store(3, value, row=True))
     kernel = Kernel((1, n, c), tuple(Buffer(d, (0,) + s) for d, s in zip((dt, td, td), strides)) +
                     (Buffer(dt, (0, 0, 0)),), tuple(stores), 2)
-    return Lowered([(kernel, inputs + [out], [out])], _check(target, c, rec.attrs["ignore_index"]), target)
+    return Lowered([(kernel, inputs + [out], [out])], TargetCheck(target, c, rec.attrs["ignore_index"]), target)
 
 
 def nll_loss_backward(rec):
@@ -153,4 +149,4 @@ def nll_loss_backward(rec):
                Buffer(td, (0, 1))] + ([Buffer(dt, (0, 0))] if reduction == "mean" else [])
     kernel = Kernel((n, c), tuple(buffers), (Store(0, op("where", mask, scale, const(0, dt))),))
     kernels.append((kernel, [out] + reads, [out]))
-    return Lowered(kernels, _check(target, c, rec.attrs["ignore_index"]), target)
+    return Lowered(kernels, TargetCheck(target, c, rec.attrs["ignore_index"]), target)

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.random_ops import CONSTANT_DRAWS, RANDOM_ROWS
-from ._lower import NotLowerable, batched_matmul, column_sum, concatenation, copy_kernel, copy_slices, \
-    element_strides, elementwise, linear, linear_backward, matmul, reduction, view_of
+from ._lower import COPY_ROWS, NotLowerable, batched_matmul, column_sum, copy_kernel, element_strides, \
+    elementwise, linear, linear_backward, matmul, reduction, view_of
 from ._lower_nll import nll_loss, nll_loss_backward
 from ._lower_kernels import KERNEL_ROWS
 from ._lower_rows import ROW_OPS, layer_norm_backward, row_op
@@ -76,9 +76,9 @@ def _classify(rec):
         if name == "matmul" and rec.kind == "kernel" and min(getattr(d, "ndim", 0) for d in rec.datas) >= 2 and \
                 max(d.ndim for d in rec.datas) > 2:
             return [_part(rec, "gemm", spec) for spec in batched_matmul(rec)]
-        if name in ("copy_slices", "cat", "stack") and rec.kind == "kernel":
+        if name in COPY_ROWS and rec.kind == "kernel":
             return [_Item("kern", rec, (copy_kernel(dst, value), [dst, value]), [value], [dst])
-                    for dst, value in (copy_slices if name == "copy_slices" else concatenation)(rec)]
+                    for dst, value in COPY_ROWS[name](rec)]
         if name == "native_layer_norm_backward":
             return [_Item("kern", rec, (kernel, arrays), arrays[n:], arrays[:n])
                     for (kernel, arrays), n in zip(layer_norm_backward(rec), (1, 2))]

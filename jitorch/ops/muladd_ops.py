@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._dispatch import apply
-from .native_eager import memory_order, pointwise, pointwise_constants
+from .native_eager import memory_order, pointwise_constants
 from .table import Opaque, Pointwise, defop
 
 __all__ = ["LERP", "LERP_SCALAR", "ADDCMUL", "ADDCDIV", "HYPOT", "lerp", "lerp_scalar", "addcmul", "addcdiv", "hypot"]
@@ -32,34 +32,30 @@ _F32 = np.dtype(np.float32)
 _F64 = np.float64
 
 
-def _fma(base, coef, diff, to="{dtype}"):
-    """``base + coef * diff`` with the product exact (the float32 operands' product in double), rounded once to
-    ``to`` (the row's dtype in the fusion rule; ``float`` in the eager kernels, whose constants are substituted by
-    ``str.format``)."""
-    return f"({to})((double)({base}) + (double)({coef}) * (double)({diff}))"
+def _fma(base, coef, diff):
+    """``base + coef * diff`` with the product exact (the float32 operands' product in double), rounded once to the
+    row's dtype."""
+    return f"({{dtype}})((double)({base}) + (double)({coef}) * (double)({diff}))"
 
 
-def _lerp_expr(w, to="{dtype}"):
+def _lerp_expr(w):
     """ATen's vectorized lerp: the base and coefficient selected in float, then one multiply-add."""
     small = f"abs({w}) < 0.5"
-    return _fma(f"{small} ? {{0}} : {{1}}", f"{small} ? {w} : {w} - 1.0", "{1} - {0}", to)
+    return _fma(f"{small} ? {{0}} : {{1}}", f"{small} ? {w} : {w} - 1.0", "{1} - {0}")
 
 
 # A Scalar weight: the coefficient (``w`` or ``w - 1`` in float32) is a number the kernel multiplies in double; the
 # eager kernel picks the branch and rounds the coefficient itself (`_lerp_scalar_kernel`).
-def _lerp_from(base, coef, to):
-    return f"({to})((double){base} + {coef} * (double)({{1}} - {{0}}))"  # (a number is not cast: it folds)
+def _lerp_from(base, coef):
+    return f"({{dtype}})((double){base} + {coef} * (double)({{1}} - {{0}}))"  # (a number is not cast: it folds)
 
 
-_LERP_FROM = {base: _lerp_from(base, "{2}", "float") for base in ("{0}", "{1}")}
+_LERP_FROM = {base: _lerp_from(base, "{2}") for base in ("{0}", "{1}")}
 # In the fusion rule the weight is the row's number: rounded to the row's dtype and ``w - 1`` taken there, as ATen's
 # Scalar, then widened (a number alone would take the dtype of the expression beside it).
-_LERP_SCALAR = (f"abs({{2}}) < 0.5 ? {_lerp_from('{0}', '(double)(({dtype}){2})', '{dtype}')} : "
-                f"{_lerp_from('{1}', '(double)(({dtype}){2} - 1.0)', '{dtype}')}")
+_LERP_SCALAR = (f"abs({{2}}) < 0.5 ? {_lerp_from('{0}', '(double)(({dtype}){2})')} : "
+                f"{_lerp_from('{1}', '(double)(({dtype}){2} - 1.0)')}")
 _ADDCMUL = _fma("{0}", "{3} * {1}", "{2}")
-
-
-_LERP_F32 = _lerp_expr("{2}", "float")
 _FLT_MAX = "3.4028234663852886e38"
 _HYPOT = (f"abs({{0}}) > {_FLT_MAX} ? abs({{0}}) : (abs({{1}}) > {_FLT_MAX} ? abs({{1}}) : "
           "(float)sqrt((double){0} * (double){0} + (double){1} * (double){1}))")
@@ -92,10 +88,7 @@ def _native(row, arrays, constants=(), expr=None):
     dense, back = _dense(arrays)
     if not dense[0].size:
         return None
-    if constants or expr:
-        out = pointwise_constants(row, dense, constants, min_size=1, expr=expr)
-    else:
-        out = pointwise(row, *dense, min_size=1)
+    out = pointwise_constants(row, dense, constants, min_size=1, expr=expr)
     return out if out is None or back is None else out.transpose(back)
 
 
@@ -118,7 +111,7 @@ def _lerp_array(start, end, weight):
 
 
 def _lerp_kernel(xp, start, end, weight):
-    out = _native(LERP, [start, end, weight], expr=_LERP_F32)
+    out = _native(LERP, [start, end, weight])
     return out if out is not None else _in_float(_lerp_array, start, end, weight)
 
 
@@ -150,7 +143,7 @@ def _addcmul_array(a, t1, t2, value):
 
 
 def _addcmul_kernel(xp, a, t1, t2, value):
-    out = _native(ADDCMUL, [a, t1, t2], (value,), _ADDCMUL.replace("{dtype}", "float"))
+    out = _native(ADDCMUL, [a, t1, t2], (value,))
     return out if out is not None else _in_float(lambda *x: _addcmul_array(*x, value), a, t1, t2)
 
 

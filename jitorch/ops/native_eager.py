@@ -39,7 +39,7 @@ __all__ = ["pointwise", "pointwise_constants", "argument_roles", "expression_ker
 on_change(shared_pool)  # programs read their pool from a cell that set_num_threads now repoints
 
 # Below this SciPy/NumPy's loops are as fast as a kernel call (erf, GELU at 1000: 12 -> 4 us).
-_MIN_SIZE = MIN_SIZE = 256
+MIN_SIZE = 256
 PARALLEL_MIN = 1 << 16  # elements below which no kernel is split (cheap ones wait for `llvm_pool.SPLIT_WORK`)
 _GRAIN = 1 << 15
 _GENERIC_SIZE = 1 << 20  # the size kernels are compiled for (over 1: a size-1 loop would be compiled as such)
@@ -65,7 +65,7 @@ def expression_kernel(expr, nargs):
     return compile_kernel(Kernel((_GENERIC_SIZE,), buffers, (Store(nargs, value),)), cache=default_cache())
 
 
-def pointwise(row, *arrays, min_size=_MIN_SIZE):
+def pointwise(row, *arrays, min_size=MIN_SIZE):
     """Row ``row``'s ``Pointwise`` expression over same-shape C-contiguous float32 NumPy arrays, as one native
     kernel, or None when this path does not apply (the caller computes it its own way). ``min_size``: the size from
     which the kernel call (about a microsecond) beats the row's NumPy code, which for a row of several passes (the
@@ -101,7 +101,7 @@ _CONSTANT_KERNELS_MAX = 512  # kernels kept for distinct (row, constants) pairs;
 _SENTINELS = tuple(float(2 ** 57 * (9 + i)) for i in range(8))
 
 
-def pointwise_constants(row, arrays, constants, min_size=_MIN_SIZE, expr=None):
+def pointwise_constants(row, arrays, constants, min_size=MIN_SIZE, expr=None):
     """`pointwise` of a row whose expression also reads scalar parameters: ``{len(arrays)}``... are ``constants``,
     as float32 numbers (as ATen casts a Scalar to the tensor's type). The kernel is compiled once per row and
     expression, its constants run-time arguments (`ir_params`; a constant LLVM folds, such as 0 or 1, gets its
@@ -116,6 +116,8 @@ def pointwise_constants(row, arrays, constants, min_size=_MIN_SIZE, expr=None):
     >>> float(out[0]), float(out[-1])
     (-0.5, 2.0)
     """
+    if not constants and expr is None:
+        return pointwise(row, *arrays, min_size=min_size)
     first = arrays[0]
     if type(first) is not np.ndarray or first.dtype is not _F32 or first.size < min_size:
         return None
@@ -173,7 +175,7 @@ def _kernel_with(row, expr, n, values):
         return _expression(row, expr, n, values)
     compiled, roles = template
     kernel = copy.copy(compiled)
-    for cached in ("_held_call", "_pool_call", "_split_weight"):
+    for cached in ("_held_call", "_pool_call"):  # (call contexts hold the values)
         kernel.__dict__.pop(cached, None)
     kernel.values = tuple(v if r is None else values[r] for v, r in zip(compiled.values, roles))
     return kernel
@@ -192,7 +194,9 @@ def argument_roles(compiled, sentinels):
 
 
 def _expression(row, expr, n, constants):
-    text = (expr or row.fusion.expr).format(*(f"{{{i}}}" for i in range(n)), *(f"({c!r})" for c in constants))
+    # (``{dtype}``, a row's cast to its own type, stays for the parser: the kernel's type)
+    text = (expr or row.fusion.expr).format(*(f"{{{i}}}" for i in range(n)), *(f"({c!r})" for c in constants),
+                                            dtype="{dtype}")
     return expression_kernel(text, n)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._dispatch import apply
+from .activation_ops import _widened
 from .native_eager import pointwise, pointwise_constants
 from .table import Pointwise, defop
 
@@ -34,15 +35,6 @@ _HUBER_GRAD = "{2} - {1} >= {3} ? -{0} * {3} : ({1} - {2} >= {3} ? {0} * {3} : (
 _MSE = "({0} - {1}) * ({0} - {1})"
 _MSE_GRAD = "2.0 * ({1} - {2}) * {0}"
 _MSE_GRAD_OF_NUMBER = "2.0 * ({0} - {1}) * {2}"  # the same with g one number: a mean's or sum's broadcast gradient
-
-
-def _half_in_float(fn, *arrays):
-    """``fn`` of the arrays, and of float32 copies of half-precision ones, rounded once (torch computes these in
-    float for float16/bfloat16)."""
-    dtype = arrays[0].dtype
-    if dtype.itemsize < 4:
-        return fn(*(a.astype(np.float32) for a in arrays)).astype(dtype)
-    return fn(*arrays).astype(dtype, copy=False)
 
 
 def _smooth_l1_array(xp, x, y, beta):
@@ -79,7 +71,7 @@ def _kernel(row, array_fn):
         out = pointwise_constants(row(), arrays, (param,))
         if out is not None:
             return out
-        return _half_in_float(lambda *a: array_fn(xp, *a, param), *arrays)
+        return _widened(lambda *a: array_fn(xp, *a, param), *arrays)
     return kernel
 
 
