@@ -10,14 +10,14 @@ It knows nothing of Tensor or nn: it turns descriptions of kernels into compiled
 [1.0, 1.0, 1.0, 1.0]
 """
 from .interp import run as interpret
-from .ir import (BINARY, COMPARE, DTYPES, EXPR_FUNCTIONS, INFIX_OPS, PRIMITIVES, REDUCTIONS, UNARY, Buffer, Expr,
-                 Kernel, Store, collapse, const, identity, load, op)
+from .ir import (BINARY, COMPARE, DTYPES, EXPR_FUNCTIONS, INFIX_OPS, PRIMITIVES, REDUCTIONS, TERNARY, UNARY, Buffer,
+                 Expr, Kernel, Store, collapse, const, identity, load, op)
 from .llvm_compile import CompiledKernel, compile_function, compile_kernel, optimize
 from .llvm_emit import emit_kernel
 
-__all__ = ["BINARY", "COMPARE", "DTYPES", "EXPR_FUNCTIONS", "INFIX_OPS", "PRIMITIVES", "REDUCTIONS", "UNARY", "Buffer",
-           "CompiledKernel", "Expr", "Kernel", "Store", "collapse", "compile_function", "compile_kernel", "const",
-           "emit_kernel", "identity", "interpret", "load", "op", "optimize"]
+__all__ = ["BINARY", "COMPARE", "DTYPES", "EXPR_FUNCTIONS", "INFIX_OPS", "PRIMITIVES", "REDUCTIONS", "TERNARY", "UNARY",
+           "Buffer", "CompiledKernel", "Expr", "Kernel", "Store", "collapse", "compile_function", "compile_kernel",
+           "const", "emit_kernel", "identity", "interpret", "load", "op", "optimize"]
 
 # The CUDA C emitter (compiled with NVRTC; see cuda_emit for the launch contract).
 from .cuda_emit import emit_cuda  # noqa: E402

@@ -93,6 +93,8 @@ def _float_op(name, args, dt):
         return f"{_MATH[name][f64]}({args[0]})"
     if name in ("pow", "fmod"):
         return f"{name if f64 else name + 'f'}({args[0]}, {args[1]})"
+    if name == "fma":  # rounded once (CUDA's fmaf/fma are IEEE's fusedMultiplyAdd)
+        return f"{'fma' if f64 else 'fmaf'}({args[0]}, {args[1]}, {args[2]})"
     if name == "sigmoid":
         one = "1.0" if f64 else "1.0f"
         return f"({one} / ({one} + {'exp' if f64 else 'expf'}(-{args[0]})))"

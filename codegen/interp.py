@@ -4,6 +4,8 @@ Buffers are passed as flat 1-D NumPy arrays; each IR `Buffer` describes the stri
 """
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -24,6 +26,45 @@ _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divi
            "min": np.minimum, "pow": np.power, "fmod": np.fmod, "and": np.logical_and, "or": np.logical_or,
            "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
            "ne": np.not_equal}
+
+
+def _fma(a, b, c):
+    """``a * b + c`` rounded once, exactly as IEEE's fusedMultiplyAdd (the oracle of the backends' ``fma``).
+
+    float32: the product of two float32 numbers is exact in double, and the double sum rounded to odd (the nearest
+    double whose last bit is 1 where the sum is inexact: Knuth's 2Sum gives the error, which says which neighbour)
+    then rounds to float32 exactly as the real sum would (Boldo and Melquiond: rounding to odd in a format of at least
+    two more bits never double-rounds). float64: each element as a `Fraction` (exact, slow; an oracle), non-finite
+    operands and zero sums by IEEE's rules."""
+    a, b, c = np.broadcast_arrays(*(np.asarray(x) for x in (a, b, c)))
+    if a.dtype == np.float32:
+        p = a.astype(np.float64) * b.astype(np.float64)
+        s = p + c
+        bb = s - p
+        err = (p - (s - bb)) + (c - bb)
+        inexact = (err != 0) & np.isfinite(err) & (s.view(np.int64) & 1 == 0)
+        return np.where(inexact, np.nextafter(s, np.copysign(np.inf, err)), s).astype(np.float32)
+    out = np.empty(a.shape, np.float64)
+    for i, (x, y, z) in enumerate(zip(a.flat, b.flat, c.flat)):
+        out.flat[i] = _fma_exact(float(x), float(y), float(z))
+    return out
+
+
+def _fma_exact(x, y, z):
+    finite = np.isfinite([x, y, z])
+    if not finite[:2].all():
+        return x * y + z  # an infinite or nan product: the float sum is IEEE's
+    if not finite[2]:
+        return z  # a finite exact product plus an infinity or nan (x * y may overflow where the exact one does not)
+    exact = Fraction(x) * Fraction(y) + Fraction(z)
+    if exact == 0:  # the sign of a zero: IEEE's sum of the zero product and z, else +0 as round-to-nearest gives
+        return x * y + z if x == 0 or y == 0 else 0.0
+    try:
+        return float(exact)  # int true division rounds correctly
+    except OverflowError:
+        return float("inf") if exact > 0 else float("-inf")
+
+
 _REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "maxnum": np.fmax.reduce}
 
 
@@ -111,6 +152,8 @@ def _eval(e, args, kernel, arrays, shape):
         return np.asarray(args[0]).astype(dt)
     if e.op == "where":
         return np.where(*args).astype(dt)
+    if e.op == "fma":
+        return _fma(*args)
     if e.op in _UNARY:
         return np.asarray(_UNARY[e.op](args[0]), dt)
     return np.asarray(_BINARY[e.op](*args), dt)

@@ -38,11 +38,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .ir_expr import (ARG_REDUCTIONS, BINARY, COMPARE, DTYPES, EXPR_FUNCTIONS, FLOAT_IR_DTYPES, FLOAT_ONLY, FLOATS,
-                      INFIX_OPS, INTS, IR_DTYPES, PRIMITIVES, REDUCTIONS, UNARY, Expr, const, load, op, reduced)
+                      INFIX_OPS, INTS, IR_DTYPES, PRIMITIVES, REDUCTIONS, TERNARY, UNARY, Expr, const, load, op,
+                      reduced)
 
 # The expression names live in `ir_expr`; importers keep reading them from here.
 __all__ = ["ARG_REDUCTIONS", "BINARY", "COMPARE", "DTYPES", "EXPR_FUNCTIONS", "FLOAT_IR_DTYPES", "FLOAT_ONLY",
-           "FLOATS", "INFIX_OPS", "INTS", "IR_DTYPES", "PRIMITIVES", "REDUCTIONS", "UNARY", "Expr", "const",
+           "FLOATS", "INFIX_OPS", "INTS", "IR_DTYPES", "PRIMITIVES", "REDUCTIONS", "TERNARY", "UNARY", "Expr", "const",
            "load", "op", "reduced", "Buffer", "Store", "IDENTITIES", "identity", "Kernel", "collapse", "simplify"]
 
 

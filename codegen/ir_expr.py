@@ -1,8 +1,8 @@
 """The kernel IR's expressions: dtypes, the closed set of primitives, and hash-consed nodes (`ir` re-exports all).
 
 Expressions are hash-consed trees (equal trees compare and hash equal, so a DAG falls out of structural sharing).
-The primitive ops form a closed set (``UNARY``, ``BINARY``, ``COMPARE``, ``where``, ``cast``); backends implement
-exactly these. Build nodes with `load`, `const`, `reduced` and `op`, which check dtypes.
+The primitive ops form a closed set (``UNARY``, ``BINARY``, ``COMPARE``, ``where``, ``fma``, ``cast``); backends
+implement exactly these. Build nodes with `load`, `const`, `reduced` and `op`, which check dtypes.
 
 >>> op("mul", load(0, "f32"), const(2, "f32"))
 mul[f32](load[f32](0), const[f32](2.0))
@@ -23,7 +23,10 @@ FLOAT_IR_DTYPES = {np.dtype(DTYPES[name]): name for name in FLOATS}
 UNARY = ("neg", "abs", "exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "sin", "cos", "not")
 BINARY = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "fmod")
 COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
-FLOAT_ONLY = ("exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "sin", "cos", "pow", "div", "fmod")
+FLOAT_ONLY = ("exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "sin", "cos", "pow", "div", "fmod", "fma")
+# ``fma(a, b, c)`` is ``a * b + c`` rounded once (IEEE fusedMultiplyAdd, never the unfused pair): ATen's vectorized
+# ``fmadd`` (add/sub with alpha, lerp, addcmul) rounds so, and a mul then add differs in the last bit on ~10%.
+TERNARY = ("fma",)
 REDUCTIONS = ("sum", "prod", "max", "min", "maxnum", "argmax", "argmin")
 # ``maxnum`` is a max whose value over a row holding nan is unspecified (LLVM: a vectorized ``nnan`` max; C: fmax,
 # which skips nan): cheaper than ``max``, for a row statistic whose nan poisons the result anyway (softmax's shift:
@@ -31,13 +34,13 @@ REDUCTIONS = ("sum", "prod", "max", "min", "maxnum", "argmax", "argmin")
 # Index reductions: the store's value is compared; the (i64) result is the row-major flat index over the reduced
 # dimensions of the first maximum (minimum), a nan counting as larger (smaller) than any number, as NumPy and torch.
 ARG_REDUCTIONS = ("argmax", "argmin")
-PRIMITIVES = UNARY + BINARY + COMPARE + ("where", "cast", "load", "const", "acc")
+PRIMITIVES = UNARY + BINARY + COMPARE + TERNARY + ("where", "cast", "load", "const", "acc")
 
 # Function names used in the op table's Pointwise(expr) strings, mapped onto primitives (the fusion lowering parses
 # the expression and looks calls up here; infix operators map through INFIX_OPS).
 EXPR_FUNCTIONS = {"exp": "exp", "log": "log", "tanh": "tanh", "sigmoid": "sigmoid", "erf": "erf", "sqrt": "sqrt",
                   "rsqrt": "rsqrt", "sin": "sin", "cos": "cos", "pow": "pow", "max": "max", "min": "min",
-                  "abs": "abs", "fabs": "abs", "fmod": "fmod"}
+                  "abs": "abs", "fabs": "abs", "fmod": "fmod", "fma": "fma"}
 # ``fmod`` is C's (exact, the dividend's sign; `llvm_fmod`): integer fmod divides by zero, so it stays eager.
 INFIX_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "<": "lt", "<=": "le", ">": "gt", ">=": "ge",
              "==": "eq", "!=": "ne", "&&": "and", "||": "or", "!": "not", "?:": "where"}
@@ -112,7 +115,7 @@ def op(name, *args, dtype=None):
     >>> op("lt", load(0, "i64"), const(3, "i64")).dtype
     'bool'
     """
-    arity = 1 if name in UNARY or name == "cast" else 3 if name == "where" else 2
+    arity = 1 if name in UNARY or name == "cast" else 3 if name == "where" or name in TERNARY else 2
     if name not in PRIMITIVES or name in ("load", "const", "acc"):
         raise ValueError(f"op: unknown primitive {name!r}; expected one of {PRIMITIVES}")
     if len(args) != arity:

@@ -178,6 +178,8 @@ def _float_op(b, name, args, ty):
         return llvm_math.pow(b, args[0], args[1], ty)
     if name == "fmod":
         return llvm_fmod.fmod(b, args[0], args[1], ty)
+    if name == "fma":  # always fused (``llvm.fmuladd`` may split): one vfmadd per vector on x86-64 with FMA
+        return b.intrinsic("llvm.fma", ty, *args)
     return llvm_math.FUNCTIONS[name](b, args[0], ty)
 
 

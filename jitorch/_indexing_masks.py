@@ -11,6 +11,7 @@ Split from ``_indexing.py`` (which re-exports these); they share its subscript h
 from __future__ import annotations
 
 from ._dispatch import apply, apply_inplace
+from ._pointwise_select import masked_fill_float32
 from ._indexing import _as_vector, _check_index_dtype, _fill_value, _on, _put, _type_name
 from ._random_inplace import _CPP_NAMES
 from ._shape import broadcast_shapes
@@ -43,6 +44,9 @@ def _inplace_mask(self, mask, op):
 
 def masked_fill(input, mask, value):
     """``input`` with ``value`` (a scalar or 0-d tensor) where ``mask`` is True."""
+    out = masked_fill_float32(input, mask, value)  # (small calls: past the dispatcher)
+    if out is not None:
+        return out
     # ATen fills a row-major clone of the input
     return named(masked_where(input, mask, value).contiguous(), "MaskedFillBackward0")
 

@@ -14,13 +14,15 @@ from __future__ import annotations
 import numpy as np
 
 from . import _dtype
-from ._dispatch import TORCH_TYPE_NAMES, apply, fast_binary, fast_unary
+from ._dispatch import MODES, TENSOR_TYPES, TORCH_TYPE_NAMES, apply, fast_binary, fast_unary
 from ._dispatch_fast import _OPERANDS
 from ._grad_state import GradState
 from .autograd.graph import named
-from ._pointwise_checks import check_alpha, check_bounds
+from ._pointwise_checks import check_alpha, check_bounds, check_float32_numbers
 from ._tensor import Tensor
+from ._pointwise_select import clamp_float32, where_float32
 from .ops import pointwise as P
+from .ops.scaled_add_ops import ADD_ALPHA, SUB_ALPHA, scaled_add
 
 __all__ = [
     "add", "sub", "subtract", "mul", "multiply", "div", "divide", "true_divide", "floor_divide", "remainder", "fmod",
@@ -114,8 +116,12 @@ def _unary(op, same_dtype=None, complex_to_real=False):  # complex_to_real: abs 
 
 
 def add(input, other, *, alpha=1, out=None):
-    """``input + alpha * other``."""
+    """``input + alpha * other`` (on float32/float64, ATen's fused multiply-add: `ops.scaled_add_ops`)."""
     input = _numbers_as_tensor(input, other)
+    if alpha != 1:
+        result = scaled_add(ADD_ALPHA, input, other, alpha)
+        if result is not None:
+            return _write_out(result, out, "add")
     check_alpha(alpha, input, other)
     if alpha != 1:
         other = _scaled_by_alpha(input, other, alpha)
@@ -123,7 +129,8 @@ def add(input, other, *, alpha=1, out=None):
 
 
 def _scaled_by_alpha(input, other, alpha):
-    """``alpha * other`` as torch computes it inside ``add``/``sub``: in the dtype of the result. A uint8 ``other``
+    """``alpha * other`` as torch computes it inside ``add``/``sub`` of the dtypes `scaled_add` leaves (integers,
+    bool, half types, complex): in the dtype of the result. A uint8 ``other``
     of an int16 sum must not wrap at 255 before the scaling, a bfloat16 one of a float32 sum must not round to its own
     precision after it, and a bool sum stays bool (``alpha`` converts to the result dtype, never promotes it)."""
     common = _dtype.result_type(input, other)
@@ -152,7 +159,13 @@ def _times_itself(x, _two, out=None, **kw):
     return np.multiply(x, x, out=out, **kw)
 
 
+def _pow_by_number(x, exponent, out=None, **kw):
+    return P.POW.kernel(np, x, exponent)  # (torch's formulas for x ** 0.5, ** -1...: NumPy's power rounds otherwise)
+
+
 _fast_square = fast_binary(P.POW, array_fn=_times_itself)  # pow(x, 2) recorded as pow, computed as x * x
+_fast_pow = fast_binary(P.POW, array_fn=_pow_by_number)  # a float tensor ** a number past the dispatcher's promotion
+_fast_mul = fast_binary(P.MUL)
 _fast_sub, _fast_rsub = fast_binary(P.SUB, operator=True), fast_binary(P.SUB, reflected=True, operator=True)
 
 
@@ -174,6 +187,10 @@ def sub(input, other, *, alpha=1, out=None):
     """``input - alpha * other``."""
     input = _numbers_as_tensor(input, other)
     _reject_bool_sub(input, other)
+    if alpha != 1:
+        result = scaled_add(SUB_ALPHA, input, other, alpha)
+        if result is not None:
+            return _write_out(result, out, "sub")
     check_alpha(alpha, input, other)
     if alpha != 1:
         other = _scaled_by_alpha(input, other, alpha)
@@ -245,9 +262,11 @@ def pow(input, exponent, *, out=None):
         # another order, which rounds differently).
         if exponent == 2 and input.dtype is not _dtype.bool and not (input._requires_grad and GradState.enabled) and (
                 type(exponent) is int or input.dtype.is_floating_point or input.dtype.is_complex):
-            return _write_out(apply(P.MUL, input, input), out, "pow")
+            return _write_out(_fast_mul(input, input), out, "pow")
         if exponent == 2 and input.dtype is not _dtype.bool and out is None:
             return _fast_square(input, exponent)  # a float's square on the shortcut (NumPy's power squares exactly)
+        if out is None:
+            return _fast_pow(input, exponent)
     result = apply(P.POW, input, exponent)
     if not isinstance(input, Tensor) and out is None:
         result = result.contiguous()  # ATen's pow(Scalar, Tensor) writes a new row-major tensor
@@ -354,6 +373,10 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None, *, out=None):
 
 def where(condition, input=None, other=None, *, out=None):
     """``where(cond, a, b)`` picks elementwise; ``where(cond)`` is ``nonzero(cond, as_tuple=True)``."""
+    if out is None and not MODES and type(condition) in TENSOR_TYPES:
+        result = where_float32(condition, input, other)
+        if result is not None:
+            return result
     if input is None and other is None:
         return condition.nonzero(as_tuple=True)
     if isinstance(condition, Tensor) and condition.dtype.name != "bool":
@@ -362,13 +385,19 @@ def where(condition, input=None, other=None, *, out=None):
     for t, value in ((input, other), (other, input)):  # a Python value for an integer tensor's dtype: range-checked
         if isinstance(t, Tensor) and t.dtype.category == _dtype.INT and isinstance(value, (int, float)):
             check_bounds(t, value)
+        check_float32_numbers(t, value)
     return _write_out(apply(P.WHERE, condition, input, other), out, "where",
                       "Expected out type to be {result} but got {out}")
 
 
 def clamp(input, min=None, max=None, *, out=None):
     """Clamp into ``[min, max]``; bounds may be scalars or tensors."""
+    if out is None and not MODES and type(input) in TENSOR_TYPES:
+        result = clamp_float32(input, min, max)
+        if result is not None:
+            return result
     check_bounds(input, min, max)
+    check_float32_numbers(input, min, max)
     result = apply(P.CLAMP, input, min, max)
     if not (isinstance(min, Tensor) or isinstance(max, Tensor)):
         named(result, "ClampBackward1")  # ATen's Scalar overload (tensor bounds: ClampBackward0)
@@ -382,12 +411,14 @@ clip = clamp
 def clamp_min(input, min):
     # (named leaves a result without history, or a compiler's deferred one, as it is)
     check_bounds(input, min)
+    check_float32_numbers(input, min)
     return named(apply(P.CLAMP, input, min, None), "ClampMinBackward1" if isinstance(min, Tensor) else
                  "ClampMinBackward0")
 
 
 def clamp_max(input, max):
     check_bounds(input, max)
+    check_float32_numbers(input, max)
     return named(apply(P.CLAMP, input, None, max), "ClampMaxBackward1" if isinstance(max, Tensor) else
                  "ClampMaxBackward0")
 

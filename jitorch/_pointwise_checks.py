@@ -5,7 +5,7 @@ from __future__ import annotations
 from . import _dtype
 from ._tensor import Tensor
 
-__all__ = ["check_alpha", "check_bounds"]
+__all__ = ["check_alpha", "check_bounds", "check_float32_numbers"]
 
 
 def check_alpha(alpha, input, other):
@@ -34,3 +34,15 @@ def check_bounds(input, *bounds):
     for b in bounds:
         if b is not None and not isinstance(b, Tensor) and _dtype.result_type(input, b) is input.dtype:
             _dtype.checked_scalar(b, input.dtype)
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def check_float32_numbers(input, *numbers):
+    # c10's checked conversion of a double Scalar into a float32 tensor's type (clamp's bounds, where's branch):
+    # a finite number past float32's range raises; inf and nan convert.
+    if isinstance(input, Tensor) and input.dtype is _dtype.float32:
+        for b in numbers:
+            if b.__class__ is float and not -FLOAT32_MAX <= b <= FLOAT32_MAX and abs(b) != float("inf") and b == b:
+                raise RuntimeError("value cannot be converted to type float without overflow")

@@ -24,6 +24,7 @@ from ._pointwise import (_reject_bool_sub, _rsub_operator, _scaled_by_alpha, _su
 from ._pointwise_checks import check_alpha, check_bounds
 from ._tensor import Tensor
 from .ops import pointwise as P
+from .ops.scaled_add_ops import ADD_ALPHA, SUB_ALPHA, scaled_add_
 from .ops.xlogy_ops import XLOGY
 
 
@@ -35,6 +36,8 @@ def _inplace(op, **fixed):
 
 
 def _add_(self, other, *, alpha=1):
+    if alpha != 1 and (done := scaled_add_(ADD_ALPHA, self, other, alpha)) is not None:
+        return done  # float32/float64: ATen's fused multiply-add (`ops.scaled_add_ops`)
     check_alpha(alpha, self, other)
     if alpha != 1:
         other = _scaled_by_alpha(self, other, alpha)
@@ -43,6 +46,8 @@ def _add_(self, other, *, alpha=1):
 
 def _sub_(self, other, *, alpha=1):
     _reject_bool_sub(self, other)
+    if alpha != 1 and (done := scaled_add_(SUB_ALPHA, self, other, alpha)) is not None:
+        return done
     check_alpha(alpha, self, other)
     if alpha != 1:
         other = _scaled_by_alpha(self, other, alpha)

@@ -65,6 +65,7 @@ _READ_ERRORS = {"__bool__": _CONTROL_FLOW, "tolist": _NO_STORAGE, "numpy": _NO_S
 # torch's named batching rules for these say "inplace arithmetic ... in a vmap"; its boxed fallback names the op
 # ("aten::pow_") and the vmap level.
 _INPLACE_ARITHMETIC = {"sub", "mul", "div", "copy", "copy_slices", "index_put", "clamp_min", "clamp_max"}
+_ALPHA_ROWS = {"add_alpha": "add", "sub_alpha": "sub"}  # add_/sub_ with alpha: torch's rules of add_/sub_
 
 
 class SampleMode:
@@ -199,6 +200,7 @@ class SampleMode:
             self._batch(made)
 
     def _refusal(self, name, target, args):
+        name = _ALPHA_ROWS.get(name, name)
         if name == "add":  # torch's add_ rule broadcasts first: the shape check of the write refuses it
             from ._shape import broadcast_shapes
 

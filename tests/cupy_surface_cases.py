@@ -52,6 +52,8 @@ case("binary_scalars", lambda t, m: (lambda x: (x + 2, 2 - x, x * 3, 1 / x, x **
 case("binary_ints_mixed", lambda t, m: (m.i(2, 3) + m.i(3), m.i(3) * 2.5, m.i(2, 3, lo=1) // m.i(3, lo=1),
                                          m.i(3) - m.f(3, grad=False), m.i(3, dtype="int32") + m.i(3)))
 case("binary_half", lambda t, m: (m.f(4).half() * m.f(4).half(), m.f(4).half() + m.f(4)))
+case("binary_alpha", lambda t, m: (t.add(m.f(2, 3), m.f(3), alpha=0.3), t.sub(m.f(2, 3), 1.5, alpha=-2),
+                                   t.add(m.f(3).double(), m.f(3), alpha=2)))
 case("compare", lambda t, m: (lambda x, y: (x == y, x != y, x < y, x <= y, x > y, x >= y, x > 0.5))(
     m.f(2, 3).round(), m.f(3).round()))
 case("logical", lambda t, m: (lambda a, b: (t.logical_and(a, b), t.logical_or(a, b), t.logical_xor(a, b),

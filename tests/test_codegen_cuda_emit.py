@@ -15,7 +15,8 @@ from codegen_helpers import random_view, strided
 from jitorch.codegen import cuda_emit, cuda_index, cuda_ops, nvrtc
 from jitorch.codegen.cuda_emit import UnsupportedPrimitive, emit_cuda, index_plans, strategy
 from jitorch.codegen.cuda_index import IndexPlan, index64_needed
-from jitorch.codegen.ir import BINARY, COMPARE, DTYPES, UNARY, Buffer, Expr, Kernel, Store, collapse, const, load, op
+from jitorch.codegen.ir import (BINARY, COMPARE, DTYPES, TERNARY, UNARY, Buffer, Expr, Kernel, Store, collapse, const,
+                                load, op)
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 
@@ -34,8 +35,9 @@ def _all_primitives(dt):
     a, b = load(0, dt), load(1, dt)
     unary = [op(u, a) for u in UNARY if u != "not"]
     binary = [op(n, a, b) for n in BINARY if n not in ("and", "or")]
+    ternary = [op(n, a, b, op("neg", a)) for n in TERNARY]
     total = unary[0]
-    for e in unary[1:] + binary:
+    for e in unary[1:] + binary + ternary:
         total = op("add", total, e)
     flags = [op(c, a, b) for c in COMPARE]
     flag = op("or", op("and", flags[0], op("not", flags[1])), flags[2])
@@ -155,7 +157,7 @@ def test_reductions_pick_their_strategy_and_use_shuffles():
 
 def test_accurate_math_functions_are_used():
     f32, f64 = emit_cuda(KERNELS["all_primitives_f32"], "k"), emit_cuda(KERNELS["all_primitives_f64"], "k")
-    for fn in ("expf", "logf", "tanhf", "erff", "sqrtf", "rsqrtf", "sinf", "cosf", "powf", "fabsf"):
+    for fn in ("expf", "logf", "tanhf", "erff", "sqrtf", "rsqrtf", "sinf", "cosf", "powf", "fabsf", "fmodf", "fmaf"):
         assert fn + "(" in f32 and fn[:-1] + "(" in f64 and fn + "(" not in f64
     assert "__expf" not in f32 and "const bool" in f32
 

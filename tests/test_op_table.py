@@ -124,7 +124,7 @@ def test_pointwise_kernels_run_on_numpy(name):
     args = [x] * arity
     if name == "clamp":
         args = [x, 0.2, 0.8]
-    if name == "lerp_scalar":  # (the weight is a Python number)
+    if name in ("lerp_scalar", "add_alpha", "sub_alpha"):  # (the weight, alpha, is a Python number)
         args = [x, x[::-1], 0.3]
     out = op.kernel(np, *args)
     assert np.shape(out) == (2, 3), f"{name}: elementwise output shape {np.shape(out)}"

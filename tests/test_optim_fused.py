@@ -151,7 +151,7 @@ def test_fused_errors_match_torch():
 @pytest.mark.parametrize("cls,kw", [ADAM_CASES[0], ADAM_CASES[2], ADAM_CASES[5], SGD_CASES[1], SGD_CASES[2]])
 def test_default_runs_the_fused_kernel_and_matches_torch_default(cls, kw, dtype, monkeypatch):
     """fused=None on CPU float tensors takes the fused kernel (one pass per parameter): every parameter goes through
-    it, the result equals fused=True bit for bit, and matches torch's default (for-loop) update."""
+    it, the result is fused=True's within rounding, and matches torch's default (for-loop) update."""
     calls = []
     name = "fused_adam" if cls.startswith("Adam") else "fused_sgd"
     module = importlib.import_module("jitorch.optim.adam" if cls.startswith("Adam") else "jitorch.optim.sgd")
@@ -167,7 +167,9 @@ def test_default_runs_the_fused_kernel_and_matches_torch_default(cls, kw, dtype,
     fused, _ = _run(jitorch, cls, dict(kw, fused=True), dtype=dtype)
     ref, _ = _run(torch, cls, kw, dtype=dtype)
     for a, b, c in zip(default, fused, ref):
-        np.testing.assert_array_equal(a, b)
+        # (torch's fused=True rounds the last elements of a parameter otherwise than its default: each path follows
+        # its own, bit for bit in test_adam_bits.py)
+        np.testing.assert_allclose(a, b, **TOL[dtype])
         np.testing.assert_allclose(a, c, **TOL[dtype])
 
 

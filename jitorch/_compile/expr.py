@@ -132,10 +132,10 @@ class _Parser:
             raise Unfusable(f"operand {x!r} is not a number")
         return const(x, dtype)
 
-    def unify(self, a, b):
-        """Two operands of one operation: numbers take the dtype of the expression beside them."""
-        dtype = a.dtype if isinstance(a, Expr) else b.dtype if isinstance(b, Expr) else self.dtype
-        return self.as_expr(a, dtype), self.as_expr(b, dtype)
+    def unify(self, *args):
+        """The operands of one operation: numbers take the dtype of the expressions beside them."""
+        dtype = next((x.dtype for x in args if isinstance(x, Expr)), self.dtype)
+        return tuple(self.as_expr(x, dtype) for x in args)
 
 
 def _cast(x, dtype):

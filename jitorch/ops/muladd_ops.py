@@ -5,12 +5,14 @@ As composites these ran 3 to 14 dispatches (``hypot``: 48 us for 1280 floats, to
 ATen's: its vectorized ``lerp`` is ``fmadd(w < 0.5 ? w : w - 1, end - start, w < 0.5 ? start : end)`` and its
 ``addcmul`` ``fmadd(value * t1, t2, self)``, fused multiply-adds rounded once, where a composite rounds the product
 first (an ulp off on a third of the elements); ``addcdiv`` is ``self + value * t1 / t2``, the division last. On
-CPU float32 the rows run their fusion expression as one kernel (`native_eager`), the multiply-add in double (the
-float product is exact there; the sum rounds twice, which differs from one rounding only where the double lands on a
-float's rounding midpoint: never in 1e6 random samples against torch). ``hypot`` squares in double (no float32 square
-overflows or underflows there) and rounds the root once: torch's (SLEEF's 0.5-ulp) values, an infinity beating a NaN
-as ``std::hypot``. Small and broadcast float32 operands take the same arithmetic in NumPy's float64; float64 and
-half types take NumPy's formulas (halves in float32, rounded once, as ATen's opmath).
+CPU float32 the rows run their fusion expression as one kernel (`native_eager`), the multiply-add the IR's ``fma``
+(rounded once, as ATen's: equal to torch on 1e6 random elements of each row and lerp branch; the double detour it
+replaces, the float product exact in double and the sum rounded twice, ran lerp at 1e5 in 45 us, this in 26). The
+array fallbacks (device arrays, non-finite Scalars) keep the detour, which differs only where the double lands on a
+float's rounding midpoint. ``hypot`` squares in double (no float32 square overflows or underflows there) and rounds
+the root once: torch's (SLEEF's 0.5-ulp) values, an infinity beating a NaN as ``std::hypot``. Small, broadcast and
+strided float32 operands take the kernel too (made contiguous first), and so do float64 ones (but ``hypot``'s:
+NumPy's); half types take NumPy's formulas (in float32, rounded once, as ATen's opmath).
 
 >>> import jitorch
 >>> lerp_scalar(jitorch.tensor([1e8, 0.0]), jitorch.tensor([1.0, 4.0]), 1.0).tolist()
@@ -23,19 +25,25 @@ from __future__ import annotations
 import numpy as np
 
 from .._dispatch import apply
-from .native_eager import memory_order, pointwise_constants
+from ..codegen.ir import Buffer, Kernel, Store, load
+from ..codegen.llvm_compile import compile_kernel
+from ..codegen.llvm_objcache import default_cache
+from ..runtime import host_cache
+from .native_eager import _GENERIC_SIZE, launch_arrays, memory_order, pointwise_constants
 from .table import Opaque, Pointwise, defop
 
 __all__ = ["LERP", "LERP_SCALAR", "ADDCMUL", "ADDCDIV", "HYPOT", "lerp", "lerp_scalar", "addcmul", "addcdiv", "hypot"]
 
 _F32 = np.dtype(np.float32)
 _F64 = np.float64
+_F64D = np.dtype(np.float64)
+_GRAIN = 1 << 15
+_F64_KERNELS: dict = {}  # (expression, arrays, numbers) -> the float64 kernel
 
 
 def _fma(base, coef, diff):
-    """``base + coef * diff`` with the product exact (the float32 operands' product in double), rounded once to the
-    row's dtype."""
-    return f"({{dtype}})((double)({base}) + (double)({coef}) * (double)({diff}))"
+    """``base + coef * diff`` rounded once (the IR's ``fma``), as ATen's ``vec::fmadd``."""
+    return f"fma({coef}, {diff}, {base})"
 
 
 def _lerp_expr(w):
@@ -44,17 +52,13 @@ def _lerp_expr(w):
     return _fma(f"{small} ? {{0}} : {{1}}", f"{small} ? {w} : {w} - 1.0", "{1} - {0}")
 
 
-# A Scalar weight: the coefficient (``w`` or ``w - 1`` in float32) is a number the kernel multiplies in double; the
-# eager kernel picks the branch and rounds the coefficient itself (`_lerp_scalar_kernel`).
-def _lerp_from(base, coef):
-    return f"({{dtype}})((double){base} + {coef} * (double)({{1}} - {{0}}))"  # (a number is not cast: it folds)
-
-
-_LERP_FROM = {base: _lerp_from(base, "{2}") for base in ("{0}", "{1}")}
+# A Scalar weight: the coefficient (``w`` or ``w - 1`` in float32) is a number; the eager kernel picks the branch
+# and rounds the coefficient itself (`_lerp_scalar_kernel`).
+_LERP_FROM = {base: _fma(base, "{2}", "{1} - {0}") for base in ("{0}", "{1}")}
 # In the fusion rule the weight is the row's number: rounded to the row's dtype and ``w - 1`` taken there, as ATen's
-# Scalar, then widened (a number alone would take the dtype of the expression beside it).
-_LERP_SCALAR = (f"abs({{2}}) < 0.5 ? {_lerp_from('{0}', '(double)(({dtype}){2})')} : "
-                f"{_lerp_from('{1}', '(double)(({dtype}){2} - 1.0)')}")
+# Scalar.
+_LERP_SCALAR = (f"abs({{2}}) < 0.5 ? {_fma('{0}', '({dtype}){2}', '{1} - {0}')} : "
+                f"{_fma('{1}', '({dtype}){2} - 1.0', '{1} - {0}')}")
 _ADDCMUL = _fma("{0}", "{3} * {1}", "{2}")
 _FLT_MAX = "3.4028234663852886e38"
 _HYPOT = (f"abs({{0}}) > {_FLT_MAX} ? abs({{0}}) : (abs({{1}}) > {_FLT_MAX} ? abs({{1}}) : "
@@ -62,7 +66,7 @@ _HYPOT = (f"abs({{0}}) > {_FLT_MAX} ? abs({{0}}) : (abs({{1}}) > {_FLT_MAX} ? ab
 
 
 def _dense(arrays):
-    """Same-shape C-contiguous copies of float32 ``arrays`` (broadcast, transposed or sliced ones) laid out in the
+    """Same-shape C-contiguous copies of same-dtype ``arrays`` (broadcast, transposed or sliced ones) laid out in the
     memory order of the first one that has the result's shape (ATen's result keeps that layout), and the function
     putting a result back into that layout."""
     shape = arrays[0].shape
@@ -81,15 +85,44 @@ def _dense(arrays):
 
 
 def _native(row, arrays, constants=(), expr=None):
-    """The row's kernel on float32 NumPy arrays (any sizes: the NumPy fallback takes several passes), or None."""
+    """The row's kernel on float32 or float64 NumPy arrays (any sizes: the NumPy fallback takes several passes), or
+    None."""
+    dtype = arrays[0].dtype if type(arrays[0]) is np.ndarray else None
+    if dtype is not _F32 and dtype is not _F64D:
+        return None
     for a in arrays:
-        if type(a) is not np.ndarray or a.dtype is not _F32:
+        if type(a) is not np.ndarray or a.dtype is not dtype:
             return None
     dense, back = _dense(arrays)
     if not dense[0].size:
         return None
-    out = pointwise_constants(row, dense, constants, min_size=1, expr=expr)
+    if dtype is _F32:
+        out = pointwise_constants(row, dense, constants, min_size=1, expr=expr)
+    else:
+        out = _pointwise_f64(expr or row.fusion.expr, dense, constants)
     return out if out is None or back is None else out.transpose(back)
+
+
+def _pointwise_f64(expr, arrays, constants):
+    """Fusion expression ``expr`` over same-shape C-contiguous float64 arrays as one generated pass, ``{n}``... (the
+    row's numbers) read from one-element arrays: ATen's double kernels fuse the same multiply-adds (NumPy's formulas
+    rounded the products: an ulp off torch on 15-25% of lerp and addcmul elements)."""
+    for c in constants:
+        if type(c) is not float and type(c) is not int:
+            return None
+    n, k = len(arrays), len(constants)
+    kernel = _F64_KERNELS.get((expr, n, k))
+    if kernel is None:
+        from .._compile.expr import parse_expr  # the compiler package imports the op rows: load it on first use
+
+        value = parse_expr(expr, [load(i, "f64") for i in range(n + k)], "f64")
+        buffers = (Buffer("f64", (1,)),) * n + (Buffer("f64", (0,)),) * k + (Buffer("f64", (1,)),)
+        kernel = _F64_KERNELS[expr, n, k] = compile_kernel(
+            Kernel((_GENERIC_SIZE,), buffers, (Store(n + k, value),)), cache=default_cache())
+    shape, size = arrays[0].shape, arrays[0].size
+    out = np.empty(shape, _F64D) if arrays[0].nbytes < host_cache.THRESHOLD else host_cache.empty(shape, _F64D)
+    launch_arrays(kernel, [*arrays, *(np.array([c], _F64D) for c in constants), out], size, _GRAIN, size)
+    return out
 
 
 def _in_float(fn, *arrays):
@@ -101,7 +134,7 @@ def _in_float(fn, *arrays):
 
 
 def _lerp_array(start, end, weight):
-    if start.dtype == _F32:  # as the kernel: the multiply-add in double, so every float32 path gives one value
+    if start.dtype == _F32:  # the kernel's fma through double: the product exact, the sum rounded twice
         diff = (end - start).astype(_F64)
         small = np.abs(weight) < 0.5
         coef = np.where(small, weight, weight - np.float32(1)).astype(_F64)
@@ -116,9 +149,9 @@ def _lerp_kernel(xp, start, end, weight):
 
 
 def _lerp_scalar_kernel(xp, start, end, weight):
-    w = np.float32(weight)
+    w = float(weight) if getattr(start, "dtype", None) is _F64D else np.float32(weight)  # (ATen's Scalar cast)
     small = abs(w) < 0.5
-    coef = float(w if small else w - np.float32(1))
+    coef = float(w if small else w - w.__class__(1))
     out = _native(LERP_SCALAR, [start, end], (coef,), _LERP_FROM["{0}" if small else "{1}"])
     if out is not None:
         return out
@@ -165,7 +198,7 @@ def _addcdiv_backward(ctx, g):
 
 
 def _hypot_kernel(xp, a, b):
-    out = _native(HYPOT, [a, b], expr=_HYPOT)
+    out = _native(HYPOT, [a, b], expr=_HYPOT) if getattr(a, "dtype", None) is _F32 else None  # (a float32 formula)
     if out is not None:
         return out
     if a.dtype == _F32:

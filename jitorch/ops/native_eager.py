@@ -122,20 +122,31 @@ def pointwise_constants(row, arrays, constants, min_size=MIN_SIZE, expr=None):
     if type(first) is not np.ndarray or first.dtype is not _F32 or first.size < min_size:
         return None
     for c in constants:
-        if type(c) not in (float, int) or not abs(c) < float("inf"):  # bool/None/tensor params, inf, nan
+        if type(c) is not float and type(c) is not int:  # bool/None/tensor params
             return None
     shape = first.shape
     for a in arrays:
         if type(a) is not np.ndarray or a.dtype is not _F32 or a.shape != shape or not a.flags.c_contiguous:
             return None
-    # An integer constant converts to float32 directly (as ATen's cast), not through a double's rounding.
-    values = tuple(_int_as_float32(c) if type(c) is int else float(c) for c in constants)
-    key = (row.name, expr, len(arrays), *map(float.hex, values))  # -0.0 is not 0.0
-    kernel = _constant_kernels.get(key)
+    # The constants as given look up their kernel directly: equal numbers give one float32 value (an int equal to a
+    # float is exactly that double), but for a zero's sign, which its repr adds to the key. Only finite constants are
+    # stored, so inf and nan (nan equals nothing) miss and are refused below.
+    quick = (row.name, expr, len(arrays), constants) if 0.0 not in constants else \
+        (row.name, expr, len(arrays), constants, tuple(map(repr, constants)))
+    kernel = _constant_kernels.get(quick)
     if kernel is None:
+        for c in constants:
+            if not abs(c) < float("inf"):  # inf, nan
+                return None
+        # An integer constant converts to float32 directly (as ATen's cast), not through a double's rounding.
+        values = tuple(_int_as_float32(c) if type(c) is int else float(c) for c in constants)
+        key = (row.name, expr, len(arrays), *map(float.hex, values))  # -0.0 is not 0.0
+        kernel = _constant_kernels.get(key)
         if len(_constant_kernels) >= _CONSTANT_KERNELS_MAX:
             _constant_kernels.clear()
-        kernel = _constant_kernels[key] = _kernel_with(row, expr, len(arrays), values)
+        if kernel is None:
+            kernel = _constant_kernels[key] = _kernel_with(row, expr, len(arrays), values)
+        _constant_kernels[quick] = kernel
     out = np.empty(shape, _F32) if first.nbytes < host_cache.THRESHOLD else host_cache.empty(shape, _F32)
     launch_arrays(kernel, [*arrays, out], first.size, _GRAIN, first.size)
     return out

@@ -48,13 +48,18 @@ def _kernel(scalar_a, scalar_b):
 
 def _branch(v, shape):
     """(array, is_scalar) for a branch the kernel takes, else None: a C-contiguous float32 array of ``shape``, a 0-d
-    float32 array, or a Python float/int (rounded to float32)."""
+    float32 array or one of ``shape`` with zero strides (NumPy's where over it: 10 us at 1024 elements), or a Python
+    float/int (rounded to float32)."""
     t = type(v)
     if t is np.ndarray:
         if v.dtype is not _F32:
             return None
-        if v.shape == shape and v.flags.c_contiguous:
-            return v, False
+        if v.shape == shape:
+            if v.flags.c_contiguous:
+                return v, False
+            if not any(v.strides):  # one number broadcast (a sum's gradient): its element, read with stride 0
+                return v[(0,) * v.ndim + (...,)], True
+            return None
         return (v, True) if v.ndim == 0 else None
     if t is float or (t is int and -(1 << 62) < v < (1 << 62)):
         return np.array(v, _F32), True
@@ -68,8 +73,8 @@ def where(cond, a, b):
         return None
     shape = cond.shape
     left, right = _branch(a, shape), _branch(b, shape)
-    if left is None or right is None or (left[1] and right[1]):
-        return None
+    if left is None or right is None or (type(a) is not np.ndarray and type(b) is not np.ndarray):
+        return None  # (two numbers make the default dtype)
     size = cond.size
     out = np.empty(shape, _F32) if size * 4 < host_cache.THRESHOLD else host_cache.empty(shape, _F32)
     launch_arrays(_kernel(left[1], right[1]), [cond, left[0], right[0], out], size, _GRAIN, size)
@@ -80,8 +85,8 @@ def where(cond, a, b):
 # lo > hi gives hi. The clamp row's fusion rule is the two-bound form.
 CLAMP_LOWER = "((({0} < {1}) || ({1} != {1})) ? {1} : {0})"
 CLAMP_BOTH = f"((({CLAMP_LOWER} > {{2}}) || ({{2}} != {{2}})) ? {{2}} : {CLAMP_LOWER})"
-_CLAMP_FORMS = {(True, True): CLAMP_BOTH, (True, False): CLAMP_LOWER,
-                (False, True): "((({0} > {1}) || ({1} != {1})) ? {1} : {0})"}
+_CLAMP_UPPER = "((({0} > {1}) || ({1} != {1})) ? {1} : {0})"
+_SCALAR_BOUND = (float, int)
 
 
 def clamp_scalars(row, a, lo, hi):
@@ -94,9 +99,12 @@ def clamp_scalars(row, a, lo, hi):
     >>> clamp_scalars(OPS["clamp"], x, 0.0, 1.0)[:4].tolist()
     [0.0, -0.0, 0.5, nan]
     """
-    if (lo is not None and type(lo) not in (float, int)) or (hi is not None and type(hi) not in (float, int)):
-        return None
-    if lo is None and hi is None:
-        return None
-    return pointwise_constants(row, [a], tuple(c for c in (lo, hi) if c is not None),
-                               expr=_CLAMP_FORMS[lo is not None, hi is not None])
+    if hi is None:
+        if type(lo) in _SCALAR_BOUND:
+            return pointwise_constants(row, [a], (lo,), expr=CLAMP_LOWER)
+    elif lo is None:
+        if type(hi) in _SCALAR_BOUND:
+            return pointwise_constants(row, [a], (hi,), expr=_CLAMP_UPPER)
+    elif type(lo) in _SCALAR_BOUND and type(hi) in _SCALAR_BOUND:
+        return pointwise_constants(row, [a], (lo, hi), expr=CLAMP_BOTH)
+    return None

@@ -296,9 +296,13 @@ from .pointwise_unary import (  # noqa: E402,F401
 # -- ternary -------------------------------------------------------------------------------------------------------
 def _where_backward(ctx, g):
     cond = ctx.inputs[0]
-    zero = g.new_zeros(())
-    return None, (g.where(cond, zero) if ctx.needs_grad(1) else None), \
-        (zero.where(cond, g) if ctx.needs_grad(2) else None)
+    # (a number zero takes g's dtype, as a 0-d zero of it would: making that tensor took as long as the select)
+    gb = None
+    if ctx.needs_grad(2):
+        from .. import where
+
+        gb = where(cond, 0.0, g)
+    return None, (g.where(cond, 0.0) if ctx.needs_grad(1) else None), gb
 
 
 def _where_kernel(xp, cond, a, b):

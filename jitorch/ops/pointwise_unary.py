@@ -174,11 +174,11 @@ def _reciprocal_kernel(xp, a):
 RECIPROCAL = _unary("reciprocal", _reciprocal_kernel, lambda ctx, g: -g * (ctx.out * ctx.out),
                     "1 / {0}", saves="outputs", holomorphic=True)
 def _relu_kernel(xp, a):
-    if a.dtype == np.bool_:
+    if a.dtype.kind == "b":
         raise RuntimeError("Boolean inputs not supported for relu")
     # NumPy's maximum against a scalar runs a scalar loop (3x a copy's time on 2 MB float32; torch's relu is one):
     # the row's expression as a generated kernel where it applies.
-    out = native_eager.pointwise(RELU, a) if a.size >= native_eager.MIN_SIZE else None
+    out = native_eager.pointwise(RELU, a)
     # (NumPy's maximum keeps its first operand on a tie: relu(-0.0) is -0.0, as ATen's clamp_min)
     return xp.maximum(0, a).astype(a.dtype, copy=False) if out is None else out
 

@@ -16,7 +16,7 @@ jitorch's threads for large parameters: `native_eager.launch`).
 
 Float32 and float64 CPU tensors that are contiguous take the fused kernel; anything else (half precision, complex,
 CUDA, non-contiguous state) returns ``False`` from `fused_adam`/`fused_sgd` so the caller runs the unfused update,
-which computes the same result.
+which computes torch's per-op values.
 
 SGD with momentum (``_sgd_ir("f32", False, False, True, False, False, False)``) emits this IR; the scalar array
 holds ``weight_decay, momentum, 1 - dampening, lr, 1 / grad_scale``, and buffers 0 and 2 are read and written::
@@ -27,19 +27,18 @@ holds ``weight_decay, momentum, 1 - dampening, lr, 1 / grad_scale``, and buffers
       buf2 f32 strides=(1,) offset=0        momentum_buffer
       buf3 f32 strides=(0,) offset=0        scalars[0] ... buf7: scalars[4]
       ...
-      %0 = load buf2
-      %1 = load buf4
-      %2 = mul %0 %1
-      %3 = load buf5
-      %4 = load buf1
-      %5 = mul %3 %4
-      %6 = add %2 %5
-      %7 = load buf0
-      %8 = load buf6
-      %9 = mul %8 %6
-      %10 = sub %7 %9
-      store buf2 %6
-      store buf0 %10
+      %0 = load buf1
+      %1 = load buf5
+      %2 = load buf2
+      %3 = load buf4
+      %4 = mul %2 %3
+      %5 = fma %0 %1 %4
+      %6 = load buf6
+      %7 = neg %6
+      %8 = load buf0
+      %9 = fma %5 %7 %8
+      store buf2 %5
+      store buf0 %9
 
 >>> import jitorch
 >>> w = jitorch.tensor([1.0, -1.0], requires_grad=True)
@@ -51,6 +50,7 @@ tensor([ 0.9000, -0.9000], requires_grad=True)
 """
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -100,9 +100,22 @@ class _Scalars:
 
 
 # -- Adam / AdamW ---------------------------------------------------------------------------------------------------
-_ADAM_SCALARS = ("w1", "one_minus_w1", "beta2", "one_minus_beta2", "weight_decay", "decay", "step_size",
-                 "bc2_sqrt", "eps", "inv_scale")
+_ADAM_SCALARS = ("w1", "w1_minus_1", "beta2", "one_minus_beta2", "weight_decay", "decay", "step_size",
+                 "bc2_sqrt", "eps", "grad_scale")
 # Buffers: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq, 4 max_exp_avg_sq (a placeholder without AMSGrad), 5.. scalars.
+
+# torch's fused Adam (``FusedAdamKernel.cpp``) runs its AVX-512 loop over 64-byte vectors, then a scalar loop over
+# the rest that the compiler vectorizes by halves (32 bytes) and finishes one element at a time; contracted to
+# fused multiply-adds differently there, the last ``(n % lanes) % (lanes / 2)`` elements round the second moment as
+# ``fma(v, beta2, (1 - beta2) * g * g)`` where the rest (and every element of the per-op update) rounds
+# ``fma((1 - beta2) * g, g, v * beta2)``.
+_TORCH_VECTOR_BYTES = 64
+
+
+def _scalar_tail(n, itemsize):
+    """How many of a parameter's last elements torch's fused Adam updates in its scalar loop."""
+    lanes = _TORCH_VECTOR_BYTES // itemsize
+    return n % lanes % (lanes // 2)
 
 
 def _grad_terms(s, p, g, maximize, wd_mode):
@@ -112,7 +125,7 @@ def _grad_terms(s, p, g, maximize, wd_mode):
     if wd_mode == "decoupled":
         p = op("mul", p, s("decay"))
     elif wd_mode == "l2":
-        g = op("add", g, op("mul", p, s("weight_decay")))
+        g = op("fma", p, s("weight_decay"), g)  # ``g.add(p, alpha=weight_decay)``: ATen's multiply-add
     return p, g
 
 
@@ -122,16 +135,20 @@ def _wd_mode(weight_decay, decoupled):
 
 
 def _lerp(s, m, g, small_weight):
-    """``m.lerp_(g, w1)`` as ATen computes it: from the end nearer the weight."""
+    """``m.lerp_(g, w1)`` as ATen's vectorized lerp: one multiply-add from the end nearer the weight."""
     diff = op("sub", g, m)
     if small_weight:
-        return op("add", m, op("mul", s("w1"), diff))
-    return op("sub", g, op("mul", diff, s("one_minus_w1")))
+        return op("fma", s("w1"), diff, m)
+    return op("fma", s("w1_minus_1"), diff, g)
 
 
-def _second_moment(s, v, g):
-    """``v.mul_(beta2).addcmul_(g, g, value=1 - beta2)``."""
-    return op("add", op("mul", v, s("beta2")), op("mul", op("mul", s("one_minus_beta2"), g), g))
+def _second_moment(s, v, g, scalar_tail=False):
+    """``v.mul_(beta2).addcmul_(g, g, value=1 - beta2)``: ATen's ``fmadd(value * g, g, v)`` (``scalar_tail``: the
+    contraction of torch's fused scalar loop)."""
+    scaled_square = op("mul", op("mul", s("one_minus_beta2"), g), g)
+    if scalar_tail:
+        return op("fma", v, s("beta2"), scaled_square)
+    return op("fma", op("mul", s("one_minus_beta2"), g), g, op("mul", v, s("beta2")))
 
 
 def _build(dt, n_arrays, scalars, stores):
@@ -140,17 +157,17 @@ def _build(dt, n_arrays, scalars, stores):
     return Kernel((_SPAN,), tuple(buffers), tuple(stores))
 
 
-def _adam_ir(dt, amsgrad, maximize, wd_mode, small_weight, scaled):
+def _adam_ir(dt, amsgrad, maximize, wd_mode, small_weight, scaled, scalar_tail=False):
     """The Adam update over buffers param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq and the scalars."""
     s = _Scalars(_ADAM_SCALARS, 5, dt)
     p, g = load(0, dt), load(1, dt)
     stores = []
     if scaled:  # AMP: the gradient is unscaled in place, as PyTorch's fused kernel does
-        g = op("mul", g, s("inv_scale"))
+        g = op("div", g, s("grad_scale"))
         stores.append(Store(1, g))
     p, g = _grad_terms(s, p, g, maximize, wd_mode)
     m = _lerp(s, load(2, dt), g, small_weight)
-    v = _second_moment(s, load(3, dt), g)
+    v = _second_moment(s, load(3, dt), g, scalar_tail)
     second = v
     if amsgrad:
         second = op("max", load(4, dt), v)
@@ -200,11 +217,25 @@ def _amp(grad_scale, found_inf):
     return skip, inv
 
 
+def per_op_lr_terms(lr, bias_correction1, weight_decay):
+    """``(lr / bias_correction1, 1 - lr * weight_decay)`` as torch's per-op Adam computes them: with a tensor ``lr``
+    in its dtype (tensor ops; the step size then reaches ``addcdiv_`` as that rounded value), else in double."""
+    data = lr._data if isinstance(lr, Tensor) else None
+    if type(data) is np.ndarray and data.dtype.kind == "f":
+        kind = data.dtype.type
+        rate = kind(data.reshape(-1)[0])
+        return float(rate / kind(bias_correction1)), float(kind(1) - rate * kind(weight_decay))
+    lr = _scalar(lr)
+    return lr / bias_correction1, 1.0 - lr * weight_decay
+
+
 def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, amsgrad, beta1, beta2, lr,
-               weight_decay, eps, maximize, decoupled_weight_decay, grad_scale=None, found_inf=None):
+               weight_decay, eps, maximize, decoupled_weight_decay, grad_scale=None, found_inf=None, as_fused=True):
     """Adam/AdamW with one fused kernel call per parameter; ``False`` (nothing changed) when a tensor is outside
     the kernel's domain (the caller then runs the unfused update).
 
+    ``as_fused``: torch's ``fused=True`` values (its scalar loop's contraction at the end of each parameter, the
+    bias correction's root by ``std::sqrt``); else those of its per-op (default and foreach) update.
     Advances ``state_steps`` (PyTorch's fused Adam keeps them as float32 tensors) before the update, and rolls them
     back when ``found_inf`` is set, as ``torch._fused_adam_`` does.
     """
@@ -212,13 +243,15 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
     if not _usable(*lists):
         return False
     _check_shapes("adam", *lists)
+    lr_given = lr
     beta1, beta2, lr, weight_decay, eps = map(_scalar, (beta1, beta2, lr, weight_decay, eps))
-    skip, inv_scale = _amp(grad_scale, found_inf)
-    w1 = 1.0 - beta1
-    wd_mode = _wd_mode(weight_decay, decoupled_weight_decay)
+    skip = found_inf is not None and _scalar(found_inf) == 1.0
     dtype = params[0]._data.dtype if params else None
-    key = ("adam", FLOAT_IR_DTYPES.get(dtype), amsgrad, maximize, wd_mode, abs(w1) < 0.5, inv_scale is not None)
+    w1 = float(dtype.type(1.0 - beta1)) if params else 0.0  # the lerp weight as the kernel rounds it
+    wd_mode = _wd_mode(weight_decay, decoupled_weight_decay)
+    key = ("adam", FLOAT_IR_DTYPES.get(dtype), amsgrad, maximize, wd_mode, abs(w1) < 0.5, grad_scale is not None)
     ck = _kernel(key, lambda: _adam_ir(key[1], *key[2:])) if params else None
+    tail_ck = _kernel(key + (True,), lambda: _adam_ir(key[1], *key[2:], True)) if params and as_fused else None
     last_step = scalars = None
     for i, param_t in enumerate(params):
         step_t = state_steps[i]
@@ -229,20 +262,28 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
         step = float(step_t._data)
         if step != last_step:  # the parameters of a group usually share their count: one scalar array for all
             last_step = step
-            bc1 = 1.0 - beta1 ** step
-            bc2 = 1.0 - beta2 ** step
-            scalars = np.array([w1, 1.0 - w1, beta2, 1.0 - beta2, weight_decay, 1.0 - lr * weight_decay, lr / bc1,
-                                bc2 ** 0.5, eps, 1.0 if inv_scale is None else inv_scale], dtype=dtype)
-        p = param_t._data
-        launch_arrays(ck, [p, grads[i]._data, exp_avgs[i]._data, exp_avg_sqs[i]._data,
-                           (max_exp_avg_sqs[i] if amsgrad else exp_avgs[i])._data, *(scalars,) * len(_ADAM_SCALARS)],
-                      p.size, _GRAIN, extent=p.size)
+            bc1, bc2 = 1.0 - beta1 ** step, 1.0 - beta2 ** step
+            if as_fused:  # (torch's fused kernel reads a tensor lr as a double)
+                step_size, decay, bc2_sqrt = lr / bc1, 1.0 - lr * weight_decay, math.sqrt(bc2)
+            else:
+                (step_size, decay), bc2_sqrt = per_op_lr_terms(lr_given, bc1, weight_decay), bc2 ** 0.5
+            scalars = np.array([w1, w1 - 1.0, beta2, 1.0 - beta2, weight_decay, decay, step_size, bc2_sqrt, eps,
+                                1.0 if grad_scale is None else _scalar(grad_scale)], dtype=dtype)
+        arrays = [param_t._data, grads[i]._data, exp_avgs[i]._data, exp_avg_sqs[i]._data,
+                  (max_exp_avg_sqs[i] if amsgrad else exp_avgs[i])._data]
+        n = arrays[0].size
+        tail = _scalar_tail(n, dtype.itemsize) if as_fused else 0
+        if n > tail:
+            launch_arrays(ck, [*arrays, *(scalars,) * len(_ADAM_SCALARS)], n - tail, _GRAIN, extent=n - tail)
+        if tail:
+            launch_arrays(tail_ck, [*(a.reshape(-1)[n - tail:] for a in arrays), *(scalars,) * len(_ADAM_SCALARS)],
+                          tail, _GRAIN, extent=tail)
         param_t._bump_version()
         exp_avgs[i]._bump_version()
         exp_avg_sqs[i]._bump_version()
         if amsgrad:
             max_exp_avg_sqs[i]._bump_version()
-        if inv_scale is not None:
+        if grad_scale is not None:
             grads[i]._bump_version()
     return True
 
@@ -259,12 +300,17 @@ def _sgd_ir(dt, maximize, decay, momentum, first, nesterov, scaled):
     if scaled:
         g = op("mul", g, s("inv_scale"))
         stores.append(Store(1, g))
-    p, g = _grad_terms(s, p, g, maximize, "l2" if decay else None)
+    # Each ``add(x, y, alpha=a)`` of torch's SGD is ATen's ``fma(y, a, x)`` (its fused kernel's too, but for the
+    # scalar tail): weight decay, the momentum update, Nesterov's step, the parameter step.
+    if maximize:
+        g = op("neg", g)
+    if decay:
+        g = op("fma", p, s("weight_decay"), g)
     if momentum:
-        buf = g if first else op("add", op("mul", load(2, dt), s("momentum")), op("mul", s("one_minus_dampening"), g))
+        buf = g if first else op("fma", g, s("one_minus_dampening"), op("mul", load(2, dt), s("momentum")))
         stores.append(Store(2, buf))
-        g = op("add", g, op("mul", s("momentum"), buf)) if nesterov else buf
-    stores.append(Store(0, op("sub", p, op("mul", s("lr"), g))))
+        g = op("fma", buf, s("momentum"), g) if nesterov else buf
+    stores.append(Store(0, op("fma", g, op("neg", s("lr")), p)))
     return _build(dt, 3, s, stores)
 
 

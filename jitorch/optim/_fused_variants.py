@@ -48,9 +48,9 @@ def _in_domain(name, params, *aligned):
 
 
 def _lerp_scalars(beta1, dtype):
-    """``(w1, 1 - w1, small)``: lerp's weight rounded to the dtype, its complement computed in the dtype (ATen's)."""
-    w1 = dtype.type(1.0 - beta1)
-    return float(w1), float(dtype.type(1) - w1), abs(float(w1)) < 0.5
+    """``(w1, w1 - 1, small)``: lerp's weight rounded to the dtype, and ``w1 - 1`` (exact) as ATen's lerp takes it."""
+    w1 = float(dtype.type(1.0 - beta1))
+    return w1, w1 - 1.0, abs(w1) < 0.5
 
 
 def _host_scalars(*tensor_lists):
@@ -67,7 +67,7 @@ def _launch(ck, arrays, scalars, n_scalars):
 
 
 # -- NAdam ----------------------------------------------------------------------------------------------------------
-_NADAM_SCALARS = ("w1", "one_minus_w1", "beta2", "one_minus_beta2", "weight_decay", "decay", "bc2", "eps",
+_NADAM_SCALARS = ("w1", "w1_minus_1", "beta2", "one_minus_beta2", "weight_decay", "decay", "bc2", "eps",
                   "grad_coef", "avg_coef")
 # Buffers: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq, 4.. scalars.
 
@@ -95,7 +95,7 @@ def fused_nadam(params, grads, exp_avgs, exp_avg_sqs, mu_products, state_steps, 
     beta1, beta2, lr, weight_decay, momentum_decay, eps = map(_scalar, (beta1, beta2, lr, weight_decay,
                                                                         momentum_decay, eps))
     dtype = params[0]._data.dtype
-    w1, one_minus_w1, small = _lerp_scalars(beta1, dtype)
+    w1, w1_minus_1, small = _lerp_scalars(beta1, dtype)
     wd_mode = _wd_mode(weight_decay, decoupled_weight_decay)
     key = ("nadam", FLOAT_IR_DTYPES[dtype], maximize, wd_mode, small)
     ck = _kernel(key, lambda: _nadam_ir(*key[1:]))
@@ -112,7 +112,7 @@ def fused_nadam(params, grads, exp_avgs, exp_avg_sqs, mu_products, state_steps, 
         product = float(held[()])
         if (step, product) != last:  # a group's parameters usually share both: one scalar array for all
             last = (step, product)
-            scalars = np.array([w1, one_minus_w1, beta2, 1.0 - beta2, weight_decay, 1.0 - lr * weight_decay,
+            scalars = np.array([w1, w1_minus_1, beta2, 1.0 - beta2, weight_decay, 1.0 - lr * weight_decay,
                                 1.0 - beta2 ** step, eps, -lr * (1.0 - mu) / (1.0 - product),
                                 (-lr * mu_next) / (1.0 - product * mu_next)], dtype=dtype)
         _launch(ck, [param_t._data, grads[i]._data, exp_avgs[i]._data, exp_avg_sqs[i]._data], scalars,
@@ -122,7 +122,7 @@ def fused_nadam(params, grads, exp_avgs, exp_avg_sqs, mu_products, state_steps, 
 
 
 # -- Adamax ---------------------------------------------------------------------------------------------------------
-_ADAMAX_SCALARS = ("w1", "one_minus_w1", "beta2", "weight_decay", "eps", "neg_clr")
+_ADAMAX_SCALARS = ("w1", "w1_minus_1", "beta2", "weight_decay", "eps", "neg_clr")
 # Buffers: 0 param, 1 grad, 2 exp_avg, 3 exp_inf, 4.. scalars.
 
 
@@ -142,11 +142,11 @@ def fused_adamax(params, grads, exp_avgs, exp_infs, state_steps, *, beta1, beta2
         return False
     beta1, beta2, lr, weight_decay, eps = map(_scalar, (beta1, beta2, lr, weight_decay, eps))
     dtype = params[0]._data.dtype
-    w1, one_minus_w1, small = _lerp_scalars(beta1, dtype)
+    w1, w1_minus_1, small = _lerp_scalars(beta1, dtype)
     key = ("adamax", FLOAT_IR_DTYPES[dtype], maximize, weight_decay != 0, small)
     ck = _kernel(key, lambda: _adamax_ir(*key[1:]))
     for i, scalars in _each_step(state_steps, lambda step: np.array(
-            [w1, one_minus_w1, beta2, weight_decay, eps, -(lr / (1 - beta1 ** step))], dtype=dtype)):
+            [w1, w1_minus_1, beta2, weight_decay, eps, -(lr / (1 - beta1 ** step))], dtype=dtype)):
         _launch(ck, [params[i]._data, grads[i]._data, exp_avgs[i]._data, exp_infs[i]._data], scalars,
                 len(_ADAMAX_SCALARS))
         _touched(params[i], exp_avgs[i], exp_infs[i])
@@ -166,7 +166,7 @@ def _each_step(state_steps, make):
 
 
 # -- RAdam ----------------------------------------------------------------------------------------------------------
-_RADAM_SCALARS = ("w1", "one_minus_w1", "beta2", "one_minus_beta2", "weight_decay", "decay", "bc1", "lr", "eps",
+_RADAM_SCALARS = ("w1", "w1_minus_1", "beta2", "one_minus_beta2", "weight_decay", "decay", "bc1", "lr", "eps",
                   "one", "bc2_sqrt", "rect")
 # Buffers: 0 param, 1 grad, 2 exp_avg, 3 exp_avg_sq, 4.. scalars.
 
@@ -191,7 +191,7 @@ def fused_radam(params, grads, exp_avgs, exp_avg_sqs, state_steps, *, beta1, bet
         return False
     beta1, beta2, lr, weight_decay, eps = map(_scalar, (beta1, beta2, lr, weight_decay, eps))
     dtype = params[0]._data.dtype
-    w1, one_minus_w1, small = _lerp_scalars(beta1, dtype)
+    w1, w1_minus_1, small = _lerp_scalars(beta1, dtype)
     wd_mode = _wd_mode(weight_decay, decoupled_weight_decay)
     rho_inf = 2 / (1 - beta2) - 1
 
@@ -203,7 +203,7 @@ def fused_radam(params, grads, exp_avgs, exp_avg_sqs, state_steps, *, beta1, bet
             if rectified else 1.0
         key = ("radam", FLOAT_IR_DTYPES[dtype], maximize, wd_mode, small, rectified)
         return _kernel(key, lambda: _radam_ir(*key[1:])), np.array(
-            [w1, one_minus_w1, beta2, 1.0 - beta2, weight_decay, 1.0 - lr * weight_decay, 1 - beta1 ** step, lr, eps,
+            [w1, w1_minus_1, beta2, 1.0 - beta2, weight_decay, 1.0 - lr * weight_decay, 1 - beta1 ** step, lr, eps,
              1.0, bias_correction2 ** 0.5, rect], dtype=dtype)
 
     for i, (ck, scalars) in _each_step(state_steps, kernel_and_scalars):

@@ -20,6 +20,8 @@ import ml_dtypes
 import numpy as np
 
 from .._tensor import Tensor
+from ..ops.muladd_ops import ADDCMUL, LERP_SCALAR
+from ..ops.scaled_add_ops import scaled_add_arrays
 from ..runtime import array_module_for
 # The step-count and capture helpers live in `_step_capture`; the optimizers import them from here too.
 from ._step_capture import (advance_step, capturing, count_up, guard_hyperparameters, increment_step,  # noqa: F401
@@ -31,6 +33,19 @@ __all__ = ["ARRAY_OPS", "TENSOR_OPS", "ops_for", "increment_step", "advance_step
 _HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 _REAL_OF = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
 _F32 = np.float32
+_NATIVE = (np.dtype(np.float32), np.dtype(np.float64))  # what the lerp and addcmul rows' kernels take natively
+
+
+def _row_in_place(row, a, *args):
+    """``a[...] = row(a, *args)`` through the row's kernel (ATen's multiply-adds, rounded once) for NumPy float32 and
+    float64 arrays of one shape; ``None`` for the others."""
+    if type(a) is not np.ndarray or a.dtype not in _NATIVE or not a.size:
+        return None
+    for b in args:
+        if type(b) is np.ndarray and (b.dtype != a.dtype or b.shape != a.shape):
+            return None
+    a[...] = row.kernel(np, a, *args)
+    return a
 
 
 def _xp(arr):
@@ -90,6 +105,8 @@ class _ArrayOps:
     @staticmethod
     def add(a, b, alpha=1.0):
         """``a + alpha * b`` (``torch.add(a, b, alpha=alpha)``)."""
+        if alpha != 1 and type(b) is np.ndarray and (out := scaled_add_arrays(a, b, alpha)) is not None:
+            return out  # ATen's fused multiply-add, rounded once
         xp = _xp(a)
         out = xp.empty_like(a)
         if a.dtype in _HALF:
@@ -130,6 +147,9 @@ class _ArrayOps:
     def add_(a, b, alpha=1.0):
         if a.dtype in _HALF:
             a[...] = _f32(a) + _f32(b) * alpha
+            return a
+        if alpha != 1 and type(b) is np.ndarray and b.shape == a.shape and scaled_add_arrays(a, b, alpha, out=a) \
+                is not None:
             return a
         xp = _xp(a)
         xp.add(a, b if alpha == 1 else xp.multiply(b, alpha, out=xp.empty_like(a)), out=a)
@@ -185,7 +205,9 @@ class _ArrayOps:
 
     @staticmethod
     def addcmul_(a, t1, t2, value=1.0):
-        """``a += value * t1 * t2``, multiplied left to right as PyTorch's kernel does."""
+        """``a += value * t1 * t2`` as PyTorch's kernel: ``fma(value * t1, t2, a)``."""
+        if _row_in_place(ADDCMUL, a, t1, t2, float(value)) is not None:
+            return a
         return _addc_(a, t1, t2, value, "multiply")
 
     @staticmethod
@@ -196,6 +218,8 @@ class _ArrayOps:
     @staticmethod
     def lerp_(a, b, weight):
         """``a += weight * (b - a)``, with PyTorch's two formulas (exact at both ends of the weight range)."""
+        if _row_in_place(LERP_SCALAR, a, b, float(weight)) is not None:
+            return a  # ATen's vectorized lerp: one multiply-add from the nearer end
         half = a.dtype in _HALF
         xp = _xp(a)
         if half:
@@ -268,6 +292,8 @@ class _TensorOps:
 
     @staticmethod
     def add(a, b, alpha=1.0):
+        if type(alpha) is float or type(alpha) is int:
+            return _c(a).add(_c(b), alpha=alpha)  # a number alpha: ATen's fused multiply-add, as torch's step
         return _c(a) + _c(b) * _c(alpha)
 
     @staticmethod
@@ -285,7 +311,7 @@ class _TensorOps:
 
     @staticmethod
     def add_(a, b, alpha=1.0):
-        return a.copy_(_c(a) + _c(b) * _c(alpha))
+        return a.copy_(_TensorOps.add(a, b, alpha))
 
     @staticmethod
     def add_scalar_(a, s):

@@ -13,9 +13,11 @@ tensor([ 0.9000, -0.9000], requires_grad=True)
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .. import _creation
 from .._tensor import Tensor
-from ._fused import fused_adam
+from ._fused import fused_adam, per_op_lr_terms
 from ._kernels import advance_step, capturing, hyper, increment_step, ops_for
 from ._optimizer_helpers import refuse_foreach_autograd
 from ._step_capture import factor_step
@@ -42,8 +44,9 @@ class Adam(Optimizer):
             the count (default: False). Unlike PyTorch, CPU parameters may be capturable too.
         foreach (bool, optional): accepted for compatibility; the update is the same.
         fused (bool, optional): update each float32/float64 CPU parameter and its state in one pass of a generated
-            kernel (`jitorch.optim._fused`); other tensors take the unfused update. The default (None) does the
-            same unless ``differentiable`` or ``capturable``: equal to torch's per-tensor update within rounding.
+            kernel (`jitorch.optim._fused`), torch's ``fused=True`` values bit for bit; other tensors take the
+            unfused update. The default (None) takes the kernel too unless ``differentiable`` or ``capturable``,
+            rounding as torch's per-op update (which differs from its fused one in a parameter's last elements).
         differentiable (bool): record the update with autograd (default: False).
     """
 
@@ -176,7 +179,8 @@ def adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, for
     if (fused or by_default) and not capturing() and fused_adam(
             params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, amsgrad=amsgrad, beta1=beta1,
             beta2=beta2, lr=lr, weight_decay=weight_decay, eps=eps, maximize=maximize,
-            decoupled_weight_decay=decoupled_weight_decay, grad_scale=grad_scale, found_inf=found_inf):
+            decoupled_weight_decay=decoupled_weight_decay, grad_scale=grad_scale, found_inf=found_inf,
+            as_fused=bool(fused)):
         return
     if grad_scale is not None or found_inf is not None:
         raise NotImplementedError("Adam: grad_scale/found_inf (AMP gradient scaling) is not supported")
@@ -191,6 +195,7 @@ def adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, for
                                   decoupled_weight_decay=decoupled_weight_decay, differentiable=differentiable)
         return
     ops = ops_for({"differentiable": differentiable})
+    lr_given = lr
     beta1, beta2, lr, weight_decay, eps = (hyper(v, ops) for v in (beta1, beta2, lr, weight_decay, eps))
     for i, param_t in enumerate(params):
         step = increment_step(state_steps[i])
@@ -199,17 +204,18 @@ def adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, for
         exp_avg, exp_avg_sq = ops.unwrap(exp_avgs[i]), ops.unwrap(exp_avg_sqs[i])
         if maximize:
             grad = ops.neg(grad)
+        bias_correction1 = 1 - beta1 ** step
+        bias_correction2 = 1 - beta2 ** step
+        step_size, decay = per_op_lr_terms(lr_given, bias_correction1, weight_decay) if not ops.differentiable \
+            else (lr / bias_correction1, 1 - lr * weight_decay)
         if weight_decay != 0:
             if decoupled_weight_decay:
-                ops.mul_(param, 1 - lr * weight_decay)
+                ops.mul_(param, decay)
             else:
                 grad = ops.add(grad, param, weight_decay)
         ops.lerp_(exp_avg, grad, 1 - beta1)
         ops.mul_(exp_avg_sq, beta2)
         ops.addcmul_(exp_avg_sq, grad, grad, 1 - beta2)
-        bias_correction1 = 1 - beta1 ** step
-        bias_correction2 = 1 - beta2 ** step
-        step_size = lr / bias_correction1
         bias_correction2_sqrt = bias_correction2 ** 0.5
         second_moment = exp_avg_sq
         if amsgrad:
@@ -258,6 +264,16 @@ def _capturable_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step
         # Differentiable: the maximum reads a copy, the buffer it overwrites is saved by the graph (as PyTorch).
         max_exp_avg_sq.copy_(maximum(max_exp_avg_sq.clone() if differentiable else max_exp_avg_sq, exp_avg_sq))
         second_moment = max_exp_avg_sq
+    if not differentiable and type(param._data) is np.ndarray:
+        # A host capture (reduce-overhead, capturable=True on the CPU; torch has no CPU capturable formula): the
+        # factors are read at each replay but rounded into the update as torch's default step rounds them, so a
+        # captured step gives the eager step's values. ``addcdiv_`` with the rounded step size is this sum.
+        dtype = param.dtype
+        if isinstance(lr, Tensor):  # (a tensor lr: the step size in its dtype, as torch's tensor division)
+            step_size_neg = (lr / bias_correction1.to(lr.dtype)).neg()
+        denom = (second_moment.sqrt() / bias_correction2_sqrt.to(dtype)).add_(eps)
+        param.add_(step_size_neg.to(dtype) * exp_avg / denom)
+        return
     denom = (second_moment.sqrt() / (bias_correction2_sqrt * step_size_neg)).add_(eps / step_size_neg)
     param.addcdiv_(exp_avg.clone() if differentiable else exp_avg, denom)
 
