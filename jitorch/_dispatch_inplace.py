@@ -18,12 +18,25 @@ from ._tensor import Tensor
 from .autograd.grad_mode import GradState
 from .autograd.saved_hooks import _stack as _SAVED_HOOKS
 
-__all__ = ["apply_inplace"]
+__all__ = ["apply_inplace", "writable_plain"]
 
 
 # A row's ufunc (``op.ufunc``) is its kernel on float operands of one dtype or Python numbers (the table's contract,
 # which `_dispatch_fast` relies on too); half types have their own rounding rules, so float32/float64 only.
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def writable_plain(self):
+    """``self``'s NumPy array when an in-place write into it has nothing to refuse or record, whatever the op: no
+    mode active, writable memory, no inference-tensor refusal, and with grad mode on, no gradient through ``self``
+    or its base (a view that was taken without history is then written as any other). None otherwise: the general
+    path of `apply_inplace` checks. The caller still refuses operands that require grad while grad mode is on."""
+    data = self._data
+    if type(data) is not np.ndarray or MODES or (self._inference and not GradState.inference):
+        return None
+    if GradState.enabled and (self._requires_grad or (self._base is not None and self._base._requires_grad)):
+        return None
+    return data if data.flags.writeable else None
 
 
 def _ufunc_into(op, self, args, attrs):
@@ -104,6 +117,16 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
     """
     if MODES:
         return MODES[-1].dispatch_inplace(op, self, args, attrs)
+    if cast_check and op.ufunc is not None and writable_plain(self) is not None:
+        # (an optimizer's ``p.add_(u)`` under no_grad, a buffer's update): the ufunc into self's memory, nothing
+        # else to do unless an operand requires grad.
+        for a in args:
+            if GradState.enabled and type(a) in TENSOR_TYPES and a._requires_grad:
+                break
+        else:
+            if _ufunc_into(op, self, args, attrs):
+                self._bump_version()
+                return self
     if not getattr(self._data.flags, "writeable", True):
         from .ops.inplace_views import writable_expanded
 

@@ -14,10 +14,10 @@ import numpy as np
 from . import _device, _dtype
 from ._tensor import Tensor
 from .autograd.grad_mode import GradState
-from .autograd.graph import _record as _record_in_region, _recording as _RECORDING
+from .autograd.graph import _record as _record_in_region, _recording as _RECORDING, named
 from .autograd.view_creation import INFERENCE_VIEW, NO_GRAD_VIEW
 
-__all__ = ["record", "sync_view", "sync_views"]
+__all__ = ["record", "sync_view", "sync_views", "view_result"]
 
 _FROM_NP = _dtype.FROM_NP
 _new = object.__new__
@@ -69,19 +69,54 @@ def _only_saved(op, args, edges):
 
 
 def _mark_view(out, src, op, attrs):
-    out._base = src._base if src._base is not None else src
-    root = out._ver_owner = src._ver_owner if src._ver_owner is not None else src
+    if src._base is None:  # (a view of a plain tensor: its chain is this one step)
+        out._base = src
+        root = out._ver_owner = src if src._ver_owner is None else src._ver_owner
+        out._view_chain = ((op, attrs),)
+    else:
+        out._base = src._base
+        root = out._ver_owner = src._ver_owner if src._ver_owner is not None else src
+        # A view of a dtype view (no chain to replay) has none either.
+        chain = src._view_chain
+        out._view_chain = None if chain is None else chain + ((op, attrs),)
     out._view_ver = root._ver
-    step = ((op, attrs),)
-    # A view of a dtype view (no chain to replay) has none either.
-    chain = src._view_chain if src._base is not None else ()
-    out._view_chain = None if chain is None else chain + step
     if out._inference is not src._inference:  # a view is an inference tensor when its base is, whatever the mode
         out._inference = src._inference
     if not GradState.enabled:
         out._nograd_view = INFERENCE_VIEW if GradState.inference else NO_GRAD_VIEW
     elif src._nograd_view is not None:
         out._nograd_view = src._nograd_view.of_view(op.grad_name.removesuffix("Backward0"))
+
+
+def view_result(op, src, out, attrs, name=None):
+    """`eager`'s one-tensor path for the view row ``op`` whose array ``out`` (the row's kernel on ``src``'s NumPy
+    array) the caller computed, after its own argument checks and with no mode active: the Tensor, marked a view of
+    ``src``, with the row's node when ``src`` requires grad, shown as torch's ``name`` for the composite (`named`).
+    What the movement and indexing functions call on small tensors, where apply's generic path cost more than the
+    view itself."""
+    if src._base is not None and src._view_ver != src._ver_owner._ver:
+        sync_view(src)
+    t = _new(Tensor)
+    t._data = out
+    _mark_view(t, src, op, attrs)  # (which sets the inference flag: a view's is its base's)
+    if src._requires_grad and GradState.enabled and op.differentiable:
+        if op.saves is not None or out.dtype.kind in "iub":
+            record(op, (src,), attrs, (t,))
+        else:  # `record` for one input that requires grad, a view row saving nothing: the node inline
+            node = _new(op.node_cls)
+            fn = src.grad_fn
+            node.next = ((fn, src._output_nr) if fn is not None else (src, 0),)
+            node.attrs = attrs
+            if _RECORDING:
+                _record_in_region(node)
+            if op.meta:
+                data = src._data
+                node.in_meta = ((data.shape, data.dtype),)
+            t.grad_fn = node
+            t._requires_grad = True
+        if name is not None:
+            named(t, name)
+    return t
 
 
 # Reductions whose ``dtype=`` may ask for an integer result from a tensor that requires grad.

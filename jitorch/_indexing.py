@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _creation
+from . import _creation, _dispatch
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
+from ._creation_filled import fills_exactly
+from ._dispatch_inplace import writable_plain
+from ._dispatch_modes import MODES
+from ._dispatch_record import view_result
 from ._dtype import FLOAT, checked_scalar
 from ._dtype import bool as _bool
 from ._creation_watchers import WATCHERS
@@ -28,7 +32,7 @@ from .autograd.graph import named
 from .ops import indexing as I
 from .ops import movement as M
 from .amp._cast_mode import autocast_policy
-from ._indexing_parse import _ALL, _check_index_shapes, _index_tensor, _on, _parse, _quick_parse
+from ._indexing_parse import _ALL, _check_index_shapes, _index_tensor, _on, _parse, _quick_parse, quick_basic
 
 __all__ = ["index_select", "gather", "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy",
            "index_fill", "index_put", "masked_fill", "masked_select", "masked_scatter", "take_along_dim", "take",
@@ -43,10 +47,16 @@ def _type_name(t):
 
 # -- x[key] and x[key] = v (the key read by _indexing_parse.py) -------------------------------------------------------
 def _getitem(self, key):
-    if type(key) is int and self._data.ndim:  # the common ``x[i]``, without the general parse
-        size = self._data.shape[0]
-        if -size <= key < size:
-            return named(apply(M.SLICE, self, key=(key + size if key < 0 else key,)), "SelectBackward0")
+    data = self._data
+    if type(data) is np.ndarray and not MODES:  # ``x[i]``, ``x[1:5]``, ``x[:, 0]``: the slice row's view, directly
+        if type(key) is int and data.ndim and -data.shape[0] <= key < data.shape[0]:  # (the commonest)
+            basic, name = (key % data.shape[0],), "SelectBackward0"
+        else:
+            basic = quick_basic(data.shape, key)
+            name = "SelectBackward0" if type(key[-1] if type(key) is tuple and key else key) is int else \
+                "SliceBackward0"
+        if basic is not None:
+            return view_result(M.SLICE, self, M.SLICE.kernel(_dispatch.CPU_XP, data, basic), {"key": basic}, name)
     basic, template, indices = _quick_parse(self, key) or _parse(self, key)
     view = self if basic is None else apply(M.SLICE, self, key=basic)
     if indices:
@@ -80,6 +90,13 @@ def _setitem(self, key, value):
     if not isinstance(value, Tensor):  # torch converts the value, with its overflow check, before reading the key
         half = self.dtype.category == FLOAT and self.dtype.itemsize == 2
         value = checked_scalar(value, self.dtype, "double" if half else None, reduced_floats=False)
+        data = writable_plain(self)
+        if data is not None and fills_exactly(value, data.dtype):
+            basic = quick_basic(data.shape, key)
+            if basic is not None:  # (``x[1:3] = 0.0``: the fill of the view the general path would make)
+                data[basic + (Ellipsis,)].fill(value)
+                self._bump_version()
+                return
     basic, template, indices = _quick_parse(self, key) or _parse(self, key)
     view = self if basic is None else apply(M.SLICE, self, key=basic)
     if isinstance(value, Tensor):

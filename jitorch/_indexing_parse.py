@@ -157,6 +157,28 @@ def _parse(x, key):
     return tuple(basic), tuple(template), indices
 
 
+def quick_basic(shape, key):
+    """`_parse`'s view key for the commonest keys of an array of ``shape``: an int in range or a slice of int or None
+    bounds and a positive step, or a tuple of at most ``len(shape)`` of them; None for any other key (the general
+    parse then reads it, or raises)."""
+    items = key if type(key) is tuple else (key,)
+    if not items or len(items) > len(shape):
+        return None
+    basic = []
+    for k, n in zip(items, shape):
+        if type(k) is int:
+            if not -n <= k < n:
+                return None
+            basic.append(k + n if k < 0 else k)
+        elif type(k) is slice and (k.start is None or type(k.start) is int) and (
+                k.stop is None or type(k.stop) is int) and (k.step is None or type(k.step) is int and k.step > 0):
+            start, stop, step = k.indices(n)
+            basic.append(slice(start, max(start, stop), step))
+        else:
+            return None
+    return tuple(basic)
+
+
 def _quick_parse(self, key):
     """`_parse`'s answer for the common keys, ``x[idx]`` and ``x[:, ..., :, idx]`` with ``idx`` an integer tensor or
     a bool mask (of the indexed dims' shape) of the same (CPU) device; None for any other key."""

@@ -1,7 +1,7 @@
 """Public shape and view functions, and the Tensor methods of the whole movement family; all composites of
 ``ops/movement.py`` rows. The functions that make new memory (``cat``, ``flip``, ``clone``...) live in
-``_movement_copy.py``, the matrix-structure ones (``diag``, ``tril``...) in ``_movement_matrix.py``; both are
-re-exported here.
+``_movement_copy.py``, the matrix-structure ones (``diag``, ``tril``...) in ``_movement_matrix.py``, one dim's
+pieces (``narrow``, ``split``...) in ``_movement_split.py``; all are re-exported here.
 
 >>> import jitorch
 >>> x = jitorch.arange(6).reshape(2, 3)
@@ -10,18 +10,21 @@ re-exported here.
 """
 from __future__ import annotations
 
-import operator
+import numpy as np
 
+from . import _dispatch  # (``_dispatch.CPU_XP``: the CuPy-surface tests swap it)
 from ._dispatch import apply
+from ._dispatch_modes import MODES
+from ._dispatch_record import view_result
 from ._grad_state import GradState
-from ._split_grad import share_grad_fn
-from ._shape import (broadcast_shapes as _broadcast_shape, infer_shape, normalize_shape,
+from ._shape import (broadcast_shapes as _broadcast_shape, infer_shape, int_sizes, normalize_shape, quick_infer,
                      raise_tensors_not_broadcastable, sizes_or_keyword, torch_broadcast_shapes, view_strides, wrap_dim,
                      wrap_dims)
 from ._tensor import Size, Tensor
 from .autograd.graph import named
-from .autograd.view_creation import ViewCreation
 from .ops import movement as M
+# split for size; re-exported here
+from ._movement_split import chunk, narrow, select, split, tensor_split, unbind  # noqa: F401
 
 __all__ = [
     "reshape", "permute", "transpose", "swapaxes", "swapdims", "t", "adjoint", "squeeze", "unsqueeze", "flatten",
@@ -33,7 +36,20 @@ __all__ = [
 ]
 
 
+_ndarray = np.ndarray
+# The functions below first try a direct path for a CPU tensor and plain int arguments with no mode active: the view
+# made on the array and marked by `view_result`, the row's own kernel and attrs. Anything else (other argument
+# types, errors, meta or device arrays) goes through `apply`, which checks and raises as before.
+
+
 def _view(self, *shape, size=None, dtype=None):
+    data = self._data
+    if size is None and dtype is None and type(data) is _ndarray and not MODES:
+        new = int_sizes(shape)
+        if new is not None:
+            new = quick_infer(new, data.size)
+            if new is not None and (new == data.shape or data.flags.c_contiguous):
+                return view_result(M.RESHAPE, self, data.reshape(new), {"shape": new})
     if dtype is not None and not shape and size is None:
         return self._view_dtype(dtype)
     if len(shape) == 1 and not isinstance(shape[0], (int, tuple, list)) and not hasattr(shape[0], "__index__"):
@@ -52,6 +68,13 @@ def _view(self, *shape, size=None, dtype=None):
 
 def reshape(input, *sizes, shape=None):
     """A view when the memory layout allows it, else a copy (as PyTorch)."""
+    data = input._data
+    if shape is None and type(data) is _ndarray and not MODES and data.flags.c_contiguous:
+        new = int_sizes(sizes)
+        if new is not None:
+            new = quick_infer(new, data.size)
+            if new is not None:
+                return view_result(M.RESHAPE, input, data.reshape(new), {"shape": new})
     shape = infer_shape(normalize_shape(sizes_or_keyword(sizes, shape, "reshape", "shape"), "reshape"),
                         input._data.size, "reshape")
     if input._data.flags.c_contiguous:
@@ -62,7 +85,26 @@ def reshape(input, *sizes, shape=None):
     return apply(M.RESHAPE, apply(M.CONTIGUOUS, input), shape=shape)
 
 
+def _quick_order(order, nd):
+    """``order`` as a tuple when it is a permutation of ``range(nd)`` in plain ints, else None."""
+    if len(order) == 1 and type(order[0]) in (tuple, list):
+        order = order[0]
+    if len(order) != nd:
+        return None
+    seen = 0
+    for d in order:
+        if type(d) is not int or not 0 <= d < nd or seen >> d & 1:
+            return None
+        seen |= 1 << d
+    return tuple(order)
+
+
 def permute(input, *order, dims=None):
+    data = input._data
+    if dims is None and type(data) is _ndarray and not MODES:
+        quick = _quick_order(order, data.ndim)
+        if quick is not None:
+            return view_result(M.PERMUTE, input, data.transpose(quick), {"dims": quick})
     dims = normalize_shape(sizes_or_keyword(order, dims, "permute", "dims"), "permute")
     if len(dims) != input._data.ndim:
         raise RuntimeError(f"permute(sparse_coo): number of dimensions in the tensor input does not match the length "
@@ -72,11 +114,22 @@ def permute(input, *order, dims=None):
 
 
 def transpose(input, dim0, dim1):
-    nd = input._data.ndim
+    return _transposed(input, dim0, dim1, "TransposeBackward0")
+
+
+def _transposed(input, dim0, dim1, name):
+    data = input._data
+    nd = data.ndim
+    if type(dim0) is int and type(dim1) is int and -nd <= dim0 < nd and -nd <= dim1 < nd and type(
+            data) is _ndarray and not MODES:
+        dims = list(range(nd))
+        dims[dim0], dims[dim1] = dims[dim1], dims[dim0]
+        dims = tuple(dims)
+        return view_result(M.PERMUTE, input, data.transpose(dims), {"dims": dims}, name)
     d0, d1 = wrap_dim(dim0, nd, "transpose"), wrap_dim(dim1, nd, "transpose")
     dims = list(range(nd))
     dims[d0], dims[d1] = d1, d0
-    return named(apply(M.PERMUTE, input, dims=tuple(dims)), "TransposeBackward0")
+    return named(apply(M.PERMUTE, input, dims=tuple(dims)), name)
 
 
 def swapaxes(input, axis0, axis1):
@@ -87,9 +140,10 @@ swapdims = transpose
 
 
 def t(input):
-    if input._data.ndim > 2:
-        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {input._data.ndim}D")
-    return named(transpose(input, 0, 1) if input._data.ndim == 2 else input.view(input.shape), "TBackward0")
+    nd = input._data.ndim
+    if nd > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {nd}D")
+    return _transposed(input, 0, 1, "TBackward0") if nd == 2 else named(input.view(input.shape), "TBackward0")
 
 
 def adjoint(input):
@@ -97,7 +151,16 @@ def adjoint(input):
 
 
 def squeeze(input, dim=None):
-    shape = input._data.shape
+    data = input._data
+    shape = data.shape
+    if type(data) is _ndarray and not MODES:
+        if dim is None:
+            new = tuple(s for s in shape if s != 1) if 1 in shape else shape
+            return view_result(M.RESHAPE, input, data.reshape(new), {"shape": new}, "SqueezeBackward0")
+        if type(dim) is int and -len(shape) <= dim < len(shape):
+            dim %= len(shape)
+            new = shape[:dim] + shape[dim + 1:] if shape[dim] == 1 else shape
+            return view_result(M.RESHAPE, input, data.reshape(new), {"shape": new}, "SqueezeBackward1")
     dims = wrap_dims(dim, len(shape), "squeeze")
     new = tuple(s for i, s in enumerate(shape) if not (i in dims and s == 1))
     # torch's overloads: squeeze(), squeeze(int), squeeze(dims)
@@ -112,6 +175,10 @@ def unsqueeze(input, dim):
     >>> jitorch.zeros(4, 3).t().unsqueeze(2).stride()
     (1, 3, 1)
     """
+    data = input._data
+    if type(dim) is int and type(data) is _ndarray and not MODES and -data.ndim - 1 <= dim <= data.ndim:
+        dim %= data.ndim + 1
+        return view_result(M.UNSQUEEZE, input, M.UNSQUEEZE.kernel(_dispatch.CPU_XP, data, dim), {"dim": dim})
     return apply(M.UNSQUEEZE, input, dim=wrap_dim(dim, input._data.ndim + 1, "unsqueeze"))
 
 
@@ -147,121 +214,6 @@ def ravel(input):
     return reshape(input, -1)
 
 
-def _key_for(ndim, dim, item):
-    return (slice(None),) * dim + (item,)
-
-
-def narrow(input, dim, start, length):
-    d = wrap_dim(dim, input._data.ndim, "narrow")
-    size = input._data.shape[d]
-    start = operator.index(start)
-    if not -size <= start <= size:
-        raise IndexError(f"narrow(): start out of range (expected to be in range of [{-size}, {size}], but got "
-                         f"{start}) for dimension {d} of size {size}")
-    if length < 0:
-        raise RuntimeError(f"narrow(): length must be non-negative, got {length}")
-    if start < 0:
-        start += size
-    if start + length > size:
-        raise RuntimeError(f"narrow(): start ({start}) + length ({length}) exceeds dimension size ({size}).")
-    return apply(M.SLICE, input, key=_key_for(input._data.ndim, d, slice(start, start + length)))
-
-
-def select(input, dim, index):
-    d = wrap_dim(dim, input._data.ndim, "select")
-    size = input._data.shape[d]
-    index = operator.index(index)
-    if not -size <= index < size:
-        raise IndexError(f"select(): index {index} out of range for tensor of size {list(input.shape)} at dimension "
-                         f"{d}")
-    return named(apply(M.SLICE, input, key=_key_for(input._data.ndim, d, index % size)), "SelectBackward0")
-
-
-def split(tensor, split_size_or_sections, dim=0):
-    if tensor._data.ndim == 0:
-        raise RuntimeError("split expects at least a 1-dimensional tensor")
-    d = wrap_dim(dim, tensor._data.ndim, "split")
-    size = tensor._data.shape[d]
-    if isinstance(split_size_or_sections, int):
-        step = split_size_or_sections
-        if step <= 0 and size:
-            raise RuntimeError(f"split expects split_size be non-negative, but got split_size={step}")
-        sizes = [min(step, size - i) for i in range(0, size, step)] if size else [0]
-    else:
-        sizes = list(split_size_or_sections)
-        if sum(sizes) != size:
-            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {size} (input tensor's size at "
-                               f"dimension {d}), but got split_sizes={sizes}")
-    out, start = [], 0
-    name = "SplitBackward0" if isinstance(split_size_or_sections, int) else "SplitWithSizesBackward0"
-    for s in sizes:
-        out.append(narrow(tensor, d, start, s))
-        start += s
-    return _multi_output_views(tuple(out), name, tensor, d)
-
-
-def _multi_output_views(views, grad_name, input, dim):
-    """Mark the views of a function that returns several (torch's ``MULTI_OUTPUT_NODE``): with grad mode on, torch
-    refuses in-place writes into them, which could not be recorded on the one node they share (`share_grad_fn`:
-    one ``cat``/``stack`` of their gradients)."""
-    share_grad_fn(views, input, dim, grad_name)
-    if GradState.enabled:
-        op = grad_name.removesuffix("Backward0")
-        for nr, v in enumerate(views):
-            if v._nograd_view is None:
-                v._nograd_view = ViewCreation("multi", f"Output {nr} of {op}")
-    return views
-
-
-def chunk(input, chunks, dim=0):
-    chunks = operator.index(chunks)  # a NumPy integer or a 0-d integer tensor too, as torch's argument parser
-    if input._data.ndim == 0:
-        raise RuntimeError("chunk expects at least a 1-dimensional tensor")
-    if chunks <= 0:
-        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
-    d = wrap_dim(dim, input._data.ndim, "chunk")
-    size = input._data.shape[d]
-    if size == 0:  # PyTorch returns ``chunks`` empty pieces of an empty dim (split_with_sizes' node)
-        return split(input, [0] * chunks, d)
-    step = -(-size // chunks)
-    return split(input, step, d)
-
-
-def tensor_split(input, indices_or_sections=None, dim=0, *, sections=None, indices=None):
-    # NOTE: torch's overloads name the second argument ``sections``, ``indices`` or ``tensor_indices_or_sections``.
-    given = [v for v in (indices_or_sections, sections, indices) if v is not None]
-    if len(given) != 1:
-        raise TypeError("tensor_split() expects exactly one of sections, indices or tensor_indices_or_sections")
-    indices_or_sections = given[0]
-    if isinstance(indices_or_sections, Tensor):
-        if indices_or_sections.ndim > 1:
-            raise RuntimeError("tensor_split expected tensor_indices_or_sections to be a zero-dimensional or "
-                               f"one-dimensional tensor, but got a tensor with {indices_or_sections.ndim} dims")
-        indices_or_sections = indices_or_sections.tolist()
-    elif not isinstance(indices_or_sections, (int, list, tuple)):
-        indices_or_sections = operator.index(indices_or_sections)  # a NumPy integer
-    if input._data.ndim == 0:
-        raise RuntimeError("tensor_split expected at least a 1-dimensional tensor, but got a tensor with 0 dims")
-    d = wrap_dim(dim, input._data.ndim, "tensor_split")
-    size = input._data.shape[d]
-    if isinstance(indices_or_sections, int):
-        n = indices_or_sections
-        if n <= 0:
-            raise RuntimeError(f"tensor_split: number of sections must be larger than 0, got {n}")
-        bounds = [i * (size // n) + min(i, size % n) for i in range(n + 1)]
-    else:
-        bounds = [0] + [min(int(i), size) for i in indices_or_sections] + [size]
-    return tuple(narrow(input, d, a, max(0, b - a)) for a, b in zip(bounds, bounds[1:]))
-
-
-def unbind(input, dim=0):
-    d = wrap_dim(dim, input._data.ndim, "unbind")
-    if input._data.ndim == 0:
-        raise IndexError("Dimension specified as 0 but tensor has no dimensions")
-    views = tuple(select(input, d, i) for i in range(input._data.shape[d]))
-    return _multi_output_views(views, "UnbindBackward0", input, d)
-
-
 def movedim(input, source, destination):
     nd = input._data.ndim
     src = wrap_dims(source if isinstance(source, (tuple, list)) else [source], nd, "movedim")
@@ -280,6 +232,22 @@ def _flat(tensors):
 
 
 def expand(self, *sizes, size=None):
+    data = self._data
+    quick = int_sizes(sizes) if size is None and type(data) is _ndarray and not MODES else None
+    if quick is not None and len(quick) >= data.ndim:
+        shape = data.shape
+        lead = len(quick) - len(shape)
+        if -1 in quick:
+            quick = quick[:lead] + tuple(n if s == -1 else s for n, s in zip(shape, quick[lead:]))
+        if quick == shape:  # (no copy of the array, torch's node name)
+            return view_result(M.RESHAPE, self, data.reshape(shape), {"shape": shape}, "ExpandBackward0")
+        if min(quick) >= 0:
+            for n, s in zip(shape, quick[lead:]):
+                if n != s and n != 1:
+                    break
+            else:  # every size kept or broadcast from 1: nothing to refuse
+                out = M.EXPAND.kernel(_dispatch.CPU_XP, data, quick)
+                return view_result(M.EXPAND, self, out, {"shape": quick})
     sizes = normalize_shape(sizes_or_keyword(sizes, size, "expand"), "expand")
     shape = self._data.shape
     if len(sizes) < len(shape):
@@ -303,7 +271,7 @@ def expand(self, *sizes, size=None):
         out.append(s)
     out = tuple(out)
     if out == shape:
-        return apply(M.RESHAPE, self, shape=shape)
+        return named(apply(M.RESHAPE, self, shape=shape), "ExpandBackward0")
     return apply(M.EXPAND, self, shape=out)
 
 

@@ -19,6 +19,9 @@ import numpy as np
 from . import _dispatch
 from . import _memory_format as MF
 from ._dispatch import TENSOR_TYPES, TORCH_TYPE_NAMES, apply, apply_inplace, sync_view
+from ._creation_filled import fills_exactly
+from ._dispatch_inplace import writable_plain
+from ._grad_state import GradState
 from ._dispatch_fast import keep_result
 from ._dispatch_modes import MODES
 from ._dtype import checked_scalar, promote_types
@@ -26,6 +29,7 @@ from ._shape import broadcast_shapes, normalize_shape, sizes_or_keyword, wrap_di
 from ._tensor import Tensor
 from .autograd.graph import named
 from .ops import movement as M
+from .ops.native_transpose import MIN_SIZE as _TILED_MIN
 # _movement imports this module at its end, once these are defined.
 from ._movement import _flat, narrow, unsqueeze
 
@@ -104,7 +108,8 @@ def _quick_join(op, tensors, dim, stacking):
         if ndim == 1 and shape[0] == 0:  # a legacy empty: skipped, though promoted with (the general path)
             return None
         before, after = shape[:d], shape[d + 1:]
-    keep_layout = stacking and ndim in (5, 6)  # channels-last inputs take the cat of views (see stack)
+    # channels-last inputs take the cat of views (see stack); a cat's other layouts, ATen's format rule (`_cat_format`)
+    contiguous = not stacking or ndim in (5, 6)
     dtype = first._data.dtype
     arrays = []
     grad = False
@@ -114,14 +119,11 @@ def _quick_join(op, tensors, dim, stacking):
         if t._base is not None and t._view_ver != t._ver_owner._ver:
             sync_view(t)
         a = t._data
-        if type(a) is not np.ndarray or a.dtype != dtype:  # mixed dtypes: the general path promotes
+        if type(a) is not np.ndarray or a.dtype is not dtype and a.dtype != dtype:  # mixed: the general path promotes
             return None
         s = a.shape
-        if stacking:
-            if s != shape or keep_layout and not a.flags.c_contiguous:
-                return None
-        elif len(s) != ndim or s[:d] != before or s[d + 1:] != after or ndim == 1 and s[0] == 0 \
-                or not a.flags.c_contiguous:  # other layouts: ATen's format rule (`_cat_format`)
+        if s != shape and (stacking or len(s) != ndim or s[:d] != before or s[d + 1:] != after
+                           or ndim == 1 and s[0] == 0) or contiguous and not a.flags.c_contiguous:
             return None
         grad = grad or t._requires_grad
         arrays.append(a)
@@ -371,6 +373,17 @@ def _repeat(self, *sizes, repeats=None):
 
 
 def _copy_(self, src, non_blocking=False):
+    if type(src) in TENSOR_TYPES and type(src._data) is np.ndarray and not (GradState.enabled and src._requires_grad):
+        dst = writable_plain(self)
+        data = src._data
+        if dst is not None and data.shape == dst.shape and data.dtype == dst.dtype and (
+                src._base is None or src._view_ver == src._ver_owner._ver) and (
+                data.size < _TILED_MIN or data.flags.c_contiguous or not dst.flags.c_contiguous):
+            # Nothing to cast, broadcast or record: the values straight in (NumPy buffers a source that overlaps).
+            # A large transposed source into row-major memory takes the row's tiled copy.
+            dst[...] = data
+            self._bump_version()
+            return self
     if isinstance(src, (bool, int, float)):  # PyTorch copies a number like a 0-d tensor: a fill
         return _fill_(self, src)
     if not isinstance(src, Tensor):
@@ -392,8 +405,18 @@ def _fill_(self, value):
         value = value.item()
     if not isinstance(value, Tensor):
         value = checked_scalar(value, self.dtype)
+        data = writable_plain(self)
+        if data is not None and fills_exactly(value, data.dtype):
+            data.fill(value)
+            self._bump_version()
+            return self
     return apply_inplace(M.FILL, self, value, cast_check=False)
 
 
 def _zero_(self):
+    data = writable_plain(self)
+    if data is not None:
+        data.fill(0)  # zero in every dtype
+        self._bump_version()
+        return self
     return apply_inplace(M.FILL, self, 0, cast_check=False)

@@ -31,7 +31,7 @@ from ._device import device as _device, get_default_device
 from . import _dispatch
 from ._dispatch_modes import MODES
 from ._random_generator import _DEFAULT_SEED, Generator
-from ._shape import normalize_shape, sizes_or_keyword
+from ._shape import int_sizes, normalize_shape, sizes_or_keyword
 from ._tensor import Tensor
 from .runtime.meta import MetaRNG
 
@@ -228,9 +228,37 @@ def _fill_from(self, values):
     return self
 
 
+_ROWS = []  # (uniform row, normal row) of ops/random_ops.py, looked up on first use (that module imports this one)
+
+
+def _host_draw(normal, sizes, dtype, device):
+    """``rand``/``randn``'s sample (``normal``: randn's) from the default generator for plain int sizes, a float32 or
+    float64 dtype and the CPU, with no mode active: what `_float_sample`'s row draw gives, without its layers (half
+    of a small ``randn``); None for the general path."""
+    if MODES or device is not None or get_default_device().type != "cpu":
+        return None
+    shape = int_sizes(sizes)
+    if shape is None or min(shape, default=0) < 0:
+        return None
+    dt = _dtype.get_default_dtype() if dtype is None else dtype
+    if dt is not _dtype.float32 and dt is not _dtype.float64:
+        return None
+    if not _ROWS:
+        from .ops import random_ops
+
+        _ROWS.extend((random_ops.UNIFORM_SAMPLE, random_ops.NORMAL_SAMPLE))
+    ref = _HOST_REFS.get(dt)
+    if ref is None:
+        ref = _HOST_REFS[dt] = np.empty((), dt.np)
+    return Tensor._make(_ROWS[normal].kernel(_dispatch.CPU_XP, ref, shape=shape))
+
+
 def rand(*sizes, size=None, generator=None, out=None, dtype=None, layout=None, device=None,
          requires_grad=False, pin_memory=False):
     """Uniform samples in [0, 1)."""
+    t = _host_draw(False, sizes, dtype, device) if size is None and generator is None else None
+    if t is not None:
+        return t.requires_grad_() if requires_grad else t
     dt = _float_dtype(dtype)
     shape = checked_shape(normalize_shape(sizes_or_keyword(sizes, size, "rand"), "rand"), "rand")
     return _float_sample("rand", "random", generator, dt, shape, device, requires_grad)
@@ -239,6 +267,9 @@ def rand(*sizes, size=None, generator=None, out=None, dtype=None, layout=None, d
 def randn(*sizes, size=None, generator=None, out=None, dtype=None, layout=None, device=None,
           requires_grad=False, pin_memory=False):
     """Standard normal samples."""
+    t = _host_draw(True, sizes, dtype, device) if size is None and generator is None else None
+    if t is not None:
+        return t.requires_grad_() if requires_grad else t
     dt = _float_dtype(dtype)
     shape = checked_shape(normalize_shape(sizes_or_keyword(sizes, size, "randn"), "randn"), "randn")
     return _float_sample("randn", "standard_normal", generator, dt, shape, device, requires_grad)

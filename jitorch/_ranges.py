@@ -13,12 +13,15 @@ import numbers
 
 import numpy as np
 
-from . import _dtype
+from . import _device, _dtype
 from ._creation import _resolve, _xp_for
 from ._creation_watchers import WATCHERS, noted
 from ._tensor import Tensor
 
 __all__ = ["arange", "range", "linspace", "logspace"]
+
+
+_INT_SAFE = 1 << 62  # bounds whose range and products stay within int64 (the general path's arithmetic wraps there)
 
 
 def _number(x):
@@ -27,6 +30,19 @@ def _number(x):
 
 def arange(start=0, end=None, step=1, *, out=None, dtype=None, layout=None, device=None, requires_grad=False):
     """``[start, end)`` in steps; int64 when all bounds are integers, else the default float dtype."""
+    if type(start) is int and type(step) is int and (end is None or type(end) is int) and (
+            dtype is None or dtype is _dtype.int64) and device is None and not requires_grad and not WATCHERS and \
+            _device._default_device.type == "cpu":
+        # An int64 range of plain ints on the CPU (``arange(n)``): the general path's values without its checks of
+        # number types (ABC isinstance tests) or its temporaries.
+        lo, hi = (0, start) if end is None else (start, end)
+        if step and (hi - lo) / step >= 0 and -_INT_SAFE < min(lo, hi, step) and max(lo, hi, step) < _INT_SAFE:
+            data = np.arange(max(0, math.ceil((hi - lo) / step)), dtype=np.int64)
+            if step != 1:
+                data *= step
+            if lo:
+                data += lo
+            return Tensor._make(data)
     given = start, end, step
     if end is None:
         start, end = 0, start

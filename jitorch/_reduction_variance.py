@@ -16,6 +16,7 @@ from ._reduction import _HALVES, _REAL, _dims, mean, sum
 from ._stat_checks import warn_at_caller
 from .autograd.graph import named
 from .ops import reduction as R
+from .ops.std_row import STD
 
 
 def _correction(unbiased, correction):
@@ -36,8 +37,9 @@ def _var_result(input, dim, unbiased, keepdim, correction, name):
     return v.to(input.dtype) if input.dtype in _HALVES else v
 
 
-def _var(input, dim, unbiased, keepdim, correction, name):
-    """The variance, in float32 for half inputs: PyTorch computes in float32 and rounds the result once."""
+def _var(input, dim, unbiased, keepdim, correction, name, std=False):
+    """The variance (``std``: its square root), in float32 for half inputs: PyTorch computes in float32 and rounds the
+    result once."""
     if isinstance(dim, bool):  # var(x, False): the legacy positional ``unbiased``
         dim, unbiased = None, dim
     if input.dtype.category < _dtype.FLOAT:
@@ -54,10 +56,15 @@ def _var(input, dim, unbiased, keepdim, correction, name):
         warn_at_caller(f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than the reduction "
                        "factor (input numel divided by output numel).")
     if type(input._data) is np.ndarray and input._data.dtype in _REAL and not is_compiling():
-        return apply(R.VAR, input, dims=dims, keepdim=keepdim, correction=c)
+        return apply(STD if std else R.VAR, input, dims=dims, keepdim=keepdim, correction=c)
     centered = input - mean(input, dims, keepdim=True)
     sq = (centered * centered.conj()).real if input.is_complex() else centered * centered
-    return sum(sq, dims, keepdim) / (n - c if n - c > 0 else 0)
+    v = sum(sq, dims, keepdim) / (n - c if n - c > 0 else 0)
+    if not std:
+        return v
+    # PyTorch's std gradient is zero where std is zero; sqrt's derivative there would give 0 * inf = nan.
+    nonzero = v != 0
+    return v.where(nonzero, 1.0).sqrt().where(nonzero, 0.0)
 
 
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
@@ -65,11 +72,8 @@ def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 
 def _std_result(input, dim, unbiased, keepdim, correction, name):
-    v = _var(input, dim, unbiased, keepdim, correction, name)
-    # PyTorch's std gradient is zero where std is zero; sqrt's derivative there would give 0 * inf = nan.
-    nonzero = v != 0
-    s = named(v.where(nonzero, 1.0).sqrt().where(nonzero, 0.0), "StdMeanBackward0" if name == "std_mean" else
-              "StdBackward0")
+    s = named(_var(input, dim, unbiased, keepdim, correction, name, std=True),
+              "StdMeanBackward0" if name == "std_mean" else "StdBackward0")
     return s.to(input.dtype) if input.dtype in _HALVES else s
 
 

@@ -12,7 +12,8 @@ import operator
 
 from .runtime.meta import contiguous_strides as _contiguous_strides
 
-__all__ = ["wrap_dim", "wrap_dims", "infer_shape", "broadcast_shapes", "view_strides", "normalize_shape"]
+__all__ = ["wrap_dim", "wrap_dims", "infer_shape", "broadcast_shapes", "view_strides", "normalize_shape", "int_sizes",
+           "quick_infer"]
 
 
 def wrap_dim(dim, ndim, op="op"):
@@ -54,6 +55,38 @@ def normalize_shape(args, op="op"):
         return tuple(operator.index(s) for s in args)
     except TypeError:
         raise TypeError(f"{op}: size must be a sequence of ints, got {args!r}") from None
+
+
+def int_sizes(args):
+    """`normalize_shape`'s answer for the common spellings (``f(2, 3)``, ``f((2, 3))``, ``f([2, 3])``, ``f(Size)``)
+    of plain ints, without its conversions; None for anything else (the general path converts or raises)."""
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = args[0]
+    for s in args:
+        if type(s) is not int:
+            return None
+    return args if type(args) is tuple else tuple(args)
+
+
+def quick_infer(shape, numel):
+    """`infer_shape`'s answer for a tuple of ints ``shape`` with at most one ``-1`` that fits ``numel`` elements;
+    None for anything it would refuse (it then raises torch's error)."""
+    if shape == (-1,):  # (flattening: the commonest)
+        return (numel,)
+    known = 1
+    free = -1
+    for i, s in enumerate(shape):
+        if s >= 0:
+            known *= s
+        elif s == -1 and free < 0:
+            free = i
+        else:
+            return None
+    if free < 0:
+        return shape if known == numel else None
+    if not known or numel % known:
+        return None
+    return shape[:free] + (numel // known,) + shape[free + 1:]
 
 
 def sizes_or_keyword(args, keyword, op, name="size"):

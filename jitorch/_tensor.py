@@ -27,6 +27,9 @@ from .runtime.meta import MetaArray, offset_of as meta_offset
 __all__ = ["Tensor", "Size"]
 
 
+_tuple_item = tuple.__getitem__
+
+
 class Size(tuple):
     """``jitorch.Size``: a tuple of ints with PyTorch's repr."""
 
@@ -44,9 +47,10 @@ class Size(tuple):
             n *= s
         return n
 
-    def __getitem__(self, item):
-        out = tuple.__getitem__(self, item)
-        return Size(out) if isinstance(item, slice) else out
+    def __getitem__(self, item):  # (``x.shape[0]`` in every loop: a global read, not ``tuple``'s attribute)
+        if type(item) is slice:
+            return Size(_tuple_item(self, item))
+        return _tuple_item(self, item)
 
     # Concatenation and repetition stay Sizes, as torch's (``batch_shape + event_shape``, ``shape[:-1] + (n,)``).
     def __add__(self, other):

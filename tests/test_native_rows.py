@@ -101,9 +101,19 @@ def test_row_kernels_give_the_same_answer_on_one_and_two_threads():
         np.testing.assert_array_equal(one, two)
 
 
+@pytest.mark.parametrize("shape", [(4, 8), (1, 10), (2, 3), (10,), (128, 10)], ids=str)
+@pytest.mark.parametrize("fn", ["softmax", "log_softmax"])
+def test_small_softmax_rows_take_the_kernels(fn, shape):
+    # The kernels win at every size (a short one runs through the held call); forward and backward match torch.
+    x = make_array(shape, "float32", np.random.default_rng(6), -5.0, 5.0)
+    native_rows._kernels.clear()
+    check_op(lambda a: getattr(JF, fn)(a, dim=-1), lambda a: getattr(TF, fn)(a, dim=-1), [x], atol=2e-6, rtol=2e-6)
+    assert _kernels_for(fn) and _kernels_for(f"{fn}_backward")
+
+
 def test_small_and_mismatched_inputs_take_numpy():
-    x = np.ones((4, 8), np.float32)
-    assert native_rows.softmax(x) is None  # small: NumPy's three passes cost less than a kernel call
+    for x in (np.ones((4, 0), np.float32), np.ones((), np.float32), np.ones((4, 8), np.float16)):
+        assert native_rows.softmax(x) is None  # empty, 0-d and half arrays keep their NumPy code
     # layer norm's NumPy form is eight passes: the kernel takes small rows too, and agrees with NumPy's formula
     out, mean, rstd = native_rows.layer_norm(np.arange(32, dtype=np.float32).reshape(4, 8), None, None, 1, 1e-5)
     rows = np.arange(32, dtype=np.float64).reshape(4, 8)

@@ -15,6 +15,8 @@ from jitorch.ops import native_rows
 
 from helpers import check_op
 
+# Elements per test: a few thousand, so the rows split over threads with an odd remainder.
+SIZE = 4096
 LENGTHS = [1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 100, 127, 128, 129, 130]
 
 
@@ -34,7 +36,7 @@ def _special_rows(x):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("fn", ["softmax", "log_softmax"])
 def test_short_rows_match_torch_with_special_rows(fn, dtype, n):
-    rows = -(-native_rows.MIN_SIZE // n) + 3  # over the kernels' size threshold, an odd remainder of rows
+    rows = -(-SIZE // n) + 3  # an odd remainder of rows
     x = _special_rows(np.random.default_rng(n).uniform(-8, 8, (rows, n)).astype(dtype))
     native_rows._kernels.clear()
     got = getattr(JF, fn)(jitorch.tensor(x), dim=-1).numpy()
@@ -49,7 +51,7 @@ def test_short_rows_match_torch_with_special_rows(fn, dtype, n):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("fn", ["softmax", "log_softmax"])
 def test_short_rows_backward_matches_torch(fn, dtype, n):
-    rows = -(-native_rows.MIN_SIZE // n) + 1
+    rows = -(-SIZE // n) + 1
     x = np.random.default_rng(n + 1).uniform(-8, 8, (rows, n)).astype(dtype)
     tol = 2e-6 if dtype == "float32" else 1e-12
     native_rows._kernels.clear()

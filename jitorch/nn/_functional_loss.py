@@ -19,12 +19,14 @@ from __future__ import annotations
 import functools
 import warnings
 
+import numpy as np
+
 from .. import _dtype, _movement
-from .._dispatch import apply
+from .._dispatch import TENSOR_TYPES, apply
 from .._pointwise import where
 from ..amp._cast_mode import autocast_float32
 from ..autograd.grad_mode import GradState
-from ..ops.nn_fused import FUSED_DTYPES, NLL_CHECK_TARGETS, NLL_LOSS
+from ..ops.nn_fused import FUSED_DTYPES, LOG_SOFTMAX, NLL_CHECK_TARGETS, NLL_LOSS, softmax_output
 from ..ops.nn_ops import BCE_LOGITS, BINARY_CROSS_ENTROPY
 from ..ops.regression_loss_ops import huber, mse, smooth_l1
 from ._functional_activation import log_sigmoid_like
@@ -97,11 +99,23 @@ def _weighted(loss, weight, input, reduction, mean_by_weight=True):
     return reduce_loss(loss, reduction)
 
 
+def _same_float(input, target):
+    """Whether ``input`` and ``target`` are plain tensors of one shape and one NumPy float dtype (the common case of
+    the elementwise losses: their checks, promotion and broadcast are no-ops)."""
+    if type(input) not in TENSOR_TYPES or type(target) not in TENSOR_TYPES:
+        return False
+    x, y = input._data, target._data
+    return x.shape == y.shape and x.dtype == y.dtype and x.dtype.kind == "f"
+
+
 # -- regression -----------------------------------------------------------------------------------------------------
 @autocast_float32
 @_shown_as("MseLossBackward0")
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):
     """Squared error ``(input - target) ** 2``, reduced (a weighted mean divides by the weights' sum)."""
+    if _same_float(input, target):  # no size warning, promotion or broadcast to make
+        reduction = resolve_reduction(size_average, reduce, reduction)
+        return _weighted(mse(input, target), weight, input, reduction)
     _warn_size(input, target)
     reduction = resolve_reduction(size_average, reduce, reduction)
     dt = _dtype.result_type(input, target)
@@ -209,6 +223,20 @@ def _mean_by(total_loss, total_weight):
     return (total_loss / where(empty, one, total_weight)).masked_fill(empty, float("nan"))
 
 
+_CLASS_INDEX_NP = (np.dtype(np.int64), np.dtype(np.uint8))
+
+
+def _class_rows(input, target):
+    """Whether ``input`` is a plain (N, C) float32/float64 tensor and ``target`` a plain (N,) int64/uint8 one: every
+    shape and dtype check of `nll_loss` and `cross_entropy` passes, and the loss is `NLL_LOSS`'s one row (on 32 x 32
+    the checks through Tensor.shape's Sizes took as long as the row)."""
+    if type(input) not in TENSOR_TYPES or type(target) not in TENSOR_TYPES:
+        return False
+    x, t = input._data, target._data
+    return x.ndim == 2 and t.ndim == 1 and x.shape[0] == t.shape[0] and x.dtype in FUSED_DTYPES and \
+        t.dtype in _CLASS_INDEX_NP
+
+
 def _nll(logp, target, weight, ignore_index, reduction):
     if weight is None and logp.dim() == 2 and logp._data.dtype in FUSED_DTYPES and target.dim() == 1:
         # One row (PyTorch's nll_loss): a gather forward, a scatter into zeros backward.
@@ -239,6 +267,8 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     indices ``target`` (``(N, d1, ...)`` or ``()``), optionally weighted per class; ``ignore_index`` targets count
     for nothing."""
     reduction = resolve_reduction(size_average, reduce, reduction)
+    if weight is None and _class_rows(input, target):
+        return apply(NLL_LOSS, input, target, ignore_index=ignore_index, reduction=reduction)
     _check_nll_shapes(input, target)
     _check_class_weight(weight, input, input.shape[0 if input.dim() == 1 else 1])
     return _nll(input, target, weight, ignore_index, reduction)
@@ -297,6 +327,10 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     """Cross entropy between the logits ``input`` (``(N, C, d1, ...)`` or ``(C,)``) and class indices or class
     probabilities; ``label_smoothing`` mixes the target with the uniform distribution."""
     reduction = resolve_reduction(size_average, reduce, reduction)
+    if weight is None and label_smoothing == 0.0 and _class_rows(input, target):
+        logp = softmax_output(LOG_SOFTMAX, input, 1)  # (``log_softmax``'s own shortcut, one frame closer)
+        return apply(NLL_LOSS, log_softmax(input, 1) if logp is None else logp, target, ignore_index=ignore_index,
+                     reduction=reduction)
     if input.dim() < 1:
         raise ValueError(f"Expected 1 or more dimensions (got {input.dim()})")
     if not 0.0 <= label_smoothing <= 1.0:

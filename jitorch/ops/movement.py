@@ -97,18 +97,18 @@ def _expand_kernel(xp, a, shape):
     strides (stride 0 on the broadcast dims): ``np.broadcast_to`` sets up an iterator and costs several times more,
     and every backward of a sum or mean expands its gradient here."""
     lead = len(shape) - a.ndim
-    if type(a) is not np.ndarray or lead < 0 or not a.flags.c_contiguous or not a.size:
+    if type(a) is not np.ndarray or lead < 0 or not a.size or not a.flags.c_contiguous:
         return xp.broadcast_to(a, shape)
-    strides = [0] * lead
+    strides = (0,) * lead
     for n, s, st in zip(a.shape, shape[lead:], a.strides):
         if n == s:
-            strides.append(st)
+            strides += (st,)
         elif n == 1 and s >= 0:
-            strides.append(0)
+            strides += (0,)
         else:
             return xp.broadcast_to(a, shape)  # not broadcastable: NumPy's error
-    out = np.ndarray(shape, a.dtype, a, 0, tuple(strides))
-    out.flags.writeable = False  # as broadcast_to's: in-place writes to an expanded tensor are refused
+    out = np.ndarray(shape, a.dtype, a, 0, strides)
+    out.setflags(write=False)  # as broadcast_to's: in-place writes to an expanded tensor are refused
     return out
 
 
@@ -250,7 +250,14 @@ def _stack_backward(ctx, g):
 # ``torch.stack`` in one call: as a ``cat`` of unsqueezed inputs it cost a dispatch per input (100 tensors of
 # 100x100: 423 us, torch 108).
 def _stack_kernel(xp, *arrays, dim):
-    shape = arrays[0].shape[:dim] + (len(arrays),) + arrays[0].shape[dim:]
+    first = arrays[0]
+    shape = first.shape[:dim] + (len(arrays),) + first.shape[dim:]
+    if dim < first.ndim and first.flags.c_contiguous:
+        # Row-major inputs: their concatenate along ``dim`` is the stack with the new dim merged into ``dim``
+        # (no views, no ``out``: 1.7 us for two 32x32, the general form 2.5).
+        out = xp.concatenate(arrays, axis=dim).reshape(shape)
+        if out.flags.c_contiguous:
+            return out
     # Row-major whatever the inputs' strides, as torch's (NumPy's stack would follow a transposed input's); NumPy's
     # stack is this concatenate of views after checks of its own (1.5 of a small stack's 2.8 us).
     key = (slice(None),) * dim + (None,)

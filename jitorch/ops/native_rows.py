@@ -3,16 +3,16 @@
 NumPy makes each of these four to seven passes over the data with a temporary per pass; torch's native kernels make
 two or three, and so do these: the compiled path's own row lowering (`jitorch._compile.lower_rows`: the max, then
 the exp kept in the output while its sum accumulates, then the rescale), built here for a plain ``(rows, n)``
-layout. They take C-contiguous float32/float64 NumPy arrays reduced over the last dimension(s) with at least
-`MIN_SIZE` elements, and return None for anything else (the caller keeps its NumPy code). Kernels are size-generic
-and cached on disk; rows are split over jitorch's threads.
+layout. They take non-empty C-contiguous float32/float64 NumPy arrays reduced over the last dimension(s), and
+return None for anything else (the caller keeps its NumPy code). Kernels are size-generic and cached on disk; rows
+are split over jitorch's threads.
 
 >>> import numpy as np
 >>> x = np.random.default_rng(0).standard_normal((64, 100)).astype(np.float32)
 >>> y = softmax(x)
 >>> bool(np.allclose(y, np.exp(x) / np.exp(x).sum(1, keepdims=True), rtol=1e-6))
 True
->>> softmax(x[:2]) is None  # small: NumPy's passes cost less than a kernel call
+>>> softmax(x[:, :0]) is None  # empty: nothing for a kernel to do
 True
 """
 from __future__ import annotations
@@ -32,20 +32,13 @@ from .native_eager import HELD_MAX, launch_arrays
 __all__ = ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward", "layer_norm", "layer_norm_backward",
            "MIN_SIZE"]
 
-MIN_SIZE = 4096
-# Layer norm's NumPy form is eight passes: the kernel wins at any size (8 x 128: 11 us against 16, the row of a
-# decoding step), where softmax's three NumPy passes win below about 4096 elements.
+# The kernels win at any size: softmax's three NumPy passes took 8.5 us on 32 x 32 against the kernel's 4.1, 4.8
+# against 3.2 on 2 x 3 (a short kernel runs through `launch_arrays`' held call). Layer norm's NumPy form is eight
+# passes (8 x 128: 16 us against the kernel's 11, the row of a decoding step).
+MIN_SIZE = 1
 LAYER_NORM_MIN_SIZE = 1
 _MAX_KERNELS = 256
 _kernels: dict = {}
-
-
-def _usable(arrays):
-    first = arrays[0]
-    if type(first) is not np.ndarray or first.dtype not in FLOAT_IR_DTYPES or first.size < MIN_SIZE or first.ndim == 0:
-        return False
-    return all(type(a) is np.ndarray and a.dtype == first.dtype and a.shape == first.shape and a.flags.c_contiguous
-               for a in arrays)
 
 
 def _build(name, dt, nin, extras, eps, rows, n, scalars=()):
@@ -107,59 +100,74 @@ def _kernel(name, dt, nin, present, eps, rows, n):
     return kernel
 
 
-def _empty(shape, dtype, nbytes):
-    # Small results straight from NumPy: the host cache's size classes are for blocks it could reuse.
-    return np.empty(shape, dtype) if nbytes < host_cache.THRESHOLD else host_cache.empty(shape, dtype)
-
-
 def _new(shape, dtype, small):
-    """`_empty` with the size test made once per plan (``small``: the input is below the host cache's threshold)."""
+    """A result array; ``small`` (the input is below the host cache's threshold, tested once per plan): straight from
+    NumPy, as the host cache's size classes are for blocks it could reuse."""
     return np.empty(shape, dtype) if small else host_cache.empty(shape, dtype)
 
 
-def _run(name, arrays, rows, n):
-    """The one-output rows (softmax's family): a (rows, n) result."""
-    x = arrays[0]
-    kernel = _kernel(name, FLOAT_IR_DTYPES[x.dtype], len(arrays), (), None, rows, n)
-    out = _empty((rows, n), x.dtype, x.nbytes)
-    launch_arrays(kernel, [out, *arrays], rows * n, max(1, (1 << 15) // n))
+def _row_plan(name, x, dim):
+    """(kernel, small, grain, numel) of the softmax-family row ``name`` over ``x``'s last dim, or None where the kernels
+    do not take ``x``'s dtype, dim or size. Kept in `_kernels` per (name, shape, dtype, dim): a short row's kernel
+    runs in about a microsecond, and the checks and the kernel's key cost another."""
+    if x.dtype not in FLOAT_IR_DTYPES or x.ndim == 0 or x.size < MIN_SIZE or dim not in (-1, x.ndim - 1):
+        return None
+    n = x.shape[-1]
+    rows = x.size // n
+    kernel = _kernel(name, FLOAT_IR_DTYPES[x.dtype], 2 if name.endswith("_backward") else 1, (), None, rows, n)
+    plan = _kernels[(name, x.shape, x.dtype, dim)] = (kernel, x.nbytes < host_cache.THRESHOLD, max(1, (1 << 15) // n),
+                                                      rows * n)
+    return plan
+
+
+def _run(plan, x, *inputs):
+    """The plan's kernel on ``x`` (and the backward's second input): a new result of ``x``'s shape."""
+    kernel, small, grain, numel = plan
+    out = np.empty(x.shape, x.dtype) if small else host_cache.empty(x.shape, x.dtype)  # (`_new`, inline)
+    launch_arrays(kernel, [out, x, *inputs], numel, grain)
     return out
-
-
-def _last_dim(x, dim):
-    return dim in (-1, x.ndim - 1)
 
 
 def softmax(x, dim=-1):
     """Softmax of a C-contiguous float array over its last dimension, or None (see the module notes)."""
-    if not _usable((x,)) or not _last_dim(x, dim):
+    if type(x) is not np.ndarray or not x.flags.c_contiguous:
         return None
-    return _run("softmax", (x,), x.size // x.shape[-1], x.shape[-1]).reshape(x.shape)
+    plan = _kernels.get(("softmax", x.shape, x.dtype, dim)) or _row_plan("softmax", x, dim)
+    return None if plan is None else _run(plan, x)
 
 
 def log_softmax(x, dim=-1):
     """Log-softmax over the last dimension, or None; float16/bfloat16 arrays along any dim with ATen's roundings."""
-    if type(x) is np.ndarray and x.dtype in half_log_softmax.HALF_DTYPES:
-        return half_log_softmax.log_softmax(x, dim)
-    if not _usable((x,)) or not _last_dim(x, dim):
+    if type(x) is not np.ndarray:
         return None
-    return _run("log_softmax", (x,), x.size // x.shape[-1], x.shape[-1]).reshape(x.shape)
+    if x.dtype in half_log_softmax.HALF_DTYPES:
+        return half_log_softmax.log_softmax(x, dim)
+    if not x.flags.c_contiguous:
+        return None
+    plan = _kernels.get(("log_softmax", x.shape, x.dtype, dim)) or _row_plan("log_softmax", x, dim)
+    return None if plan is None else _run(plan, x)
+
+
+def _pair_plan(name, g, y, dim):
+    """`_row_plan` of a backward row, or None unless ``g`` and ``y`` are C-contiguous arrays of one dtype and shape."""
+    if type(g) is not np.ndarray or type(y) is not np.ndarray or y.dtype != g.dtype or y.shape != g.shape or \
+            not (g.flags.c_contiguous and y.flags.c_contiguous):
+        return None
+    return _kernels.get((name, g.shape, g.dtype, dim)) or _row_plan(name, g, dim)
 
 
 def softmax_backward(g, y, dim=-1):
     """``y * (g - sum(g * y))`` over the last dimension, or None."""
-    if not _usable((g, y)) or not _last_dim(g, dim):
-        return None
-    return _run("softmax_backward", (g, y), g.size // g.shape[-1], g.shape[-1]).reshape(g.shape)
+    plan = _pair_plan("softmax_backward", g, y, dim)
+    return None if plan is None else _run(plan, g, y)
 
 
 def log_softmax_backward(g, y, dim=-1):
     """``g - exp(y) * sum(g)`` over the last dimension, or None (float16/bfloat16: any dim, as ATen rounds)."""
     if type(g) is np.ndarray and g.dtype in half_log_softmax.HALF_DTYPES and type(y) is np.ndarray:
         return half_log_softmax.log_softmax_backward(g, y.astype(g.dtype), dim)
-    if not _usable((g, y)) or not _last_dim(g, dim):
-        return None
-    return _run("log_softmax_backward", (g, y), g.size // g.shape[-1], g.shape[-1]).reshape(g.shape)
+    plan = _pair_plan("log_softmax_backward", g, y, dim)
+    return None if plan is None else _run(plan, g, y)
 
 
 def _plan(name, x, k, eps, present, scalars=()):
@@ -179,7 +187,7 @@ def _plan(name, x, k, eps, present, scalars=()):
             _kernels.clear()
         kernel = _build(name, FLOAT_IR_DTYPES[x.dtype], 1 if name == "layer_norm" else 4, present,
                         None if eps is None else float(eps), rows, n, scalars)
-        small = x.nbytes < host_cache.THRESHOLD  # small results straight from NumPy (see `_empty`)
+        small = x.nbytes < host_cache.THRESHOLD  # small results straight from NumPy (see `_new`)
         stat_shape = x.shape[:x.ndim - k] + (1,) * k
         scratch = (np.empty(stat_shape, x.dtype), np.empty(stat_shape, x.dtype)) \
             if name == "layer_norm" and x.size < HELD_MAX else None

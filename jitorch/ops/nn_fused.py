@@ -1,5 +1,5 @@
 """Fused rows for the hot composites of ``nn.functional`` (PyTorch's ``_softmax``, ``_log_softmax``,
-``native_layer_norm``, ``nll_loss`` and their ``*_backward`` rows).
+``native_layer_norm``, ``nll_loss`` (in `nn_nll`) and their ``*_backward`` rows).
 
 As composites, softmax, log_softmax and layer_norm cost 5 to 12 dispatches and autograd nodes each, forward and
 backward, and allocate a temporary per step; as rows they are one kernel pass over the data and one node. Each
@@ -23,16 +23,16 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _dispatch
-from .._dispatch_fast import nothing_records, plain_tensor
+from .._dispatch_fast import nothing_records, plain_arrays, plain_tensor
 from ..autograd.grad_mode import GradState
 from . import native_rows
 from .cascade_sum import sum_rows
 from .norm_moments import shifted_moments
 from .._memory_format import row_major
-from .table import NOT_DIFFERENTIABLE, Opaque, defop
+from .table import Opaque, defop
 
 __all__ = ["SOFTMAX", "SOFTMAX_BACKWARD", "LOG_SOFTMAX", "LOG_SOFTMAX_BACKWARD", "LAYER_NORM", "LAYER_NORM_BACKWARD",
-           "NLL_LOSS", "NLL_LOSS_BACKWARD", "FUSED_DTYPES", "layer_norm_output"]
+           "NLL_LOSS", "NLL_LOSS_BACKWARD", "FUSED_DTYPES", "layer_norm_output", "softmax_output"]
 
 FUSED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -56,8 +56,18 @@ def _softmax_kernel(xp, x, dim):
     return out
 
 
+def _plain_row_backward(kernel, ctx, g):
+    """A softmax row's backward kernel on the arrays of ``g`` and the saved output, as a tensor, when nothing records
+    (`plain_arrays`: one float dtype and shape), else None: the backward row's dispatch cost as long as its kernel on
+    32 x 32."""
+    y = ctx.out
+    arrays = plain_arrays(g, y)
+    return None if arrays is None else plain_tensor(kernel(np, arrays[0], arrays[1], ctx.attrs["dim"]))
+
+
 def _softmax_backward(ctx, g):
-    return _apply(SOFTMAX_BACKWARD, g, ctx.out, dim=ctx.attrs["dim"])
+    out = _plain_row_backward(_softmax_backward_kernel, ctx, g)
+    return _apply(SOFTMAX_BACKWARD, g, ctx.out, dim=ctx.attrs["dim"]) if out is None else out
 
 
 def _softmax_backward_kernel(xp, g, y, dim):
@@ -93,7 +103,8 @@ def _log_softmax_kernel(xp, x, dim):
 
 
 def _log_softmax_backward(ctx, g):
-    return _apply(LOG_SOFTMAX_BACKWARD, g, ctx.out, dim=ctx.attrs["dim"])
+    out = _plain_row_backward(_log_softmax_backward_kernel, ctx, g)
+    return _apply(LOG_SOFTMAX_BACKWARD, g, ctx.out, dim=ctx.attrs["dim"]) if out is None else out
 
 
 def _log_softmax_backward_kernel(xp, g, y, dim):
@@ -114,6 +125,38 @@ def _log_softmax_backward_backward(ctx, gg):
     gg_g = gg - (gg * p).sum(dim, keepdim=True) if ctx.needs_grad(0) else None
     gg_y = -gg * p * g.sum(dim, keepdim=True) if ctx.needs_grad(1) else None
     return gg_g, gg_y
+
+
+def softmax_output(op, input, dim):
+    """``apply(op, input, dim=dim)`` of `SOFTMAX` or `LOG_SOFTMAX` over the last dim of a C-contiguous float32 or
+    float64 CPU tensor with no mode active (eager ``softmax``): the native kernel straight away; None where the row's
+    general path is needed (the dispatcher's checks and wrapping took as long as the kernel on 32 x 32).
+
+    >>> import jitorch
+    >>> softmax_output(SOFTMAX, jitorch.tensor([[0.0, 0.0]], requires_grad=True), -1)
+    tensor([[0.5000, 0.5000]], grad_fn=<SoftmaxBackward0>)
+    """
+    d = _dispatch
+    if d.MODES or d.CPU_XP is not np or type(input) not in d.TENSOR_TYPES:
+        return None
+    x = input._data
+    if type(x) is not np.ndarray or x.dtype not in FUSED_DTYPES or not x.flags.c_contiguous:
+        return None
+    last = x.ndim - 1
+    if dim != last and dim != -1:
+        return None
+    out_data = (native_rows.softmax if op is SOFTMAX else native_rows.log_softmax)(x, last)
+    if out_data is None:
+        return None
+    if input._base is not None and input._view_ver != input._ver_owner._ver:
+        d.sync_view(input)  # (the history only: the array stays)
+    out = d._new(d.Tensor)
+    out._data = out_data
+    if GradState.inference:
+        out._inference = True
+    if input._requires_grad and GradState.enabled:
+        d.record(op, (input,), {"dim": last}, [out])
+    return out
 
 
 SOFTMAX = defop("softmax", _softmax_kernel, _softmax_backward, Opaque("max, exp and sum passes"), saves="outputs",
@@ -325,75 +368,4 @@ def layer_norm_output(input, weight, bias, k, eps):
     return out
 
 
-# -- nll_loss with class indices, (N, C) log-probabilities, no class weights ------------------------------------------
-def _nll_targets(xp, target, classes, ignore_index):
-    """(int64 targets with ignored entries set to 0, mask of the entries not ignored, their count): the range
-    check reads one count (an unsigned comparison catches negative classes too), not a pass per condition."""
-    target = target.astype(np.int64, copy=False)
-    valid = target != ignore_index
-    count = int(xp.count_nonzero(valid))
-    bad = target.view(np.uint64) >= classes
-    if int(xp.count_nonzero(bad)):
-        bad &= valid
-        if bool(bad.any()):
-            raise IndexError(f"Target {int(target[bad].reshape(-1)[0])} is out of bounds.")
-    return (target if count == valid.size else xp.where(valid, target, 0)), valid, count
-
-
-def _nll_kernel(xp, logp, target, ignore_index, reduction):
-    safe, valid, count = _nll_targets(xp, target, logp.shape[1], ignore_index)
-    picked = logp[xp.arange(logp.shape[0]), safe]
-    loss = xp.negative(picked) if count == valid.size else \
-        xp.where(valid, -picked, 0).astype(logp.dtype, copy=False)
-    if reduction == "none":
-        return loss
-    total = loss.sum()
-    if reduction == "sum":
-        return total
-    return (total / count if count else xp.asarray(np.nan)).astype(logp.dtype)
-
-
-def _nll_backward(ctx, g):
-    target = ctx.inputs[1]
-    a = ctx.attrs
-    return _apply(NLL_LOSS_BACKWARD, g, target, shape=ctx.in_meta[0][0], **a), None
-
-
-def _nll_backward_kernel(xp, g, target, shape, ignore_index, reduction):
-    safe, valid, count = _nll_targets(xp, target, shape[1], ignore_index)
-    out = xp.zeros(shape, dtype=g.dtype)
-    rows = xp.arange(shape[0])
-    if reduction == "none":
-        scale = -g
-    else:
-        divisor = count if reduction == "mean" else 1
-        # An all-ignored batch has a NaN loss but zero gradients (PyTorch's total_weight == 0 case).
-        scale = xp.broadcast_to(-g / max(divisor, 1), (shape[0],))
-    if count == valid.size:
-        out[rows, safe] = scale
-    else:
-        out[rows[valid], safe[valid]] = scale[valid]
-    return out
-
-
-def _nll_backward_backward(ctx, gg):
-    # The backward is linear in g, and its transpose is the forward itself: gather gg at the targets.
-    a = ctx.attrs
-    gg_g = _apply(NLL_LOSS, gg, ctx.inputs[1], ignore_index=a["ignore_index"], reduction=a["reduction"]) \
-        if ctx.needs_grad(0) else None
-    return gg_g, None
-
-
-NLL_LOSS = defop("nll_loss", _nll_kernel, _nll_backward, Opaque("gather"), saves="inputs", meta=True,
-                 save_if=lambda needs: (False, True), grad_name="NllLossBackward0")
-def _nll_check_kernel(xp, target, classes, ignore_index):
-    """nll_loss's range check alone, for a compiled loss whose gather runs in fused kernels: the targets (a copy, as
-    int64) or the eager error."""
-    _nll_targets(xp, target, classes, ignore_index)
-    return target.astype(np.int64, copy=True)
-
-
-NLL_CHECK_TARGETS = defop("nll_check_targets", _nll_check_kernel, NOT_DIFFERENTIABLE,
-                          Opaque("a range check read on the host"))
-NLL_LOSS_BACKWARD = defop("nll_loss_backward", _nll_backward_kernel, _nll_backward_backward, Opaque("scatter"),
-                          saves="inputs", save_if=lambda needs: (False, True))
+from .nn_nll import NLL_CHECK_TARGETS, NLL_LOSS, NLL_LOSS_BACKWARD, _nll_targets  # noqa: E402,F401 - split for size

@@ -80,10 +80,18 @@ def _draw(ref, method, *args, **kwargs):
 def _float_draw(method):
     """A kernel drawing ``method`` ("random", "standard_normal") as ``jitorch.rand``/``randn`` do: float64 for
     float64, float32 otherwise, then cast to ``ref``'s dtype."""
+    normal = method == "standard_normal"
+
     def kernel(xp, ref, shape):
-        return _draw(ref, method, shape, dtype=np.float64 if np.dtype(ref.dtype) == np.float64 else np.float32)
+        dtype = np.float64 if ref.dtype == _F64 else np.float32
+        if normal and type(ref) is np.ndarray:  # `_draw`'s CPU path, its layers inline (a small randn's fixed cost)
+            return standard_normal(_random.default_generator._rng, shape, dtype).astype(ref.dtype, copy=False)
+        return _draw(ref, method, shape, dtype=dtype)
     kernel.__name__ = f"_{method}_kernel"
     return kernel
+
+
+_F64 = np.dtype(np.float64)
 
 
 def _integer_sample_kernel(xp, ref, shape, low, high):

@@ -22,24 +22,33 @@ from .cascade_sum import NAIVE_ROWS, cascade_sum
 from .native_sum import MIN_SIZE as SUM_MIN_SIZE, trailing_sum
 from .movement import EXPAND, RESHAPE
 from .native_scan import cumsum_float32
+from .sorting import take_along
 from .table import NOT_DIFFERENTIABLE, Opaque, Reduction, defop as _defop
 
 _HALF = {np.dtype(np.float16), np.dtype(_ml_dtypes.bfloat16)}
 _FILL_MAX = 32 << 20  # bytes: see _plain_filled
 
 
-def defop(name, kernel, *args, **kw):
+def defop(name, kernel, *args, ordered=False, **kw):
     """A reduction row whose outputs are row-major whatever the input's layout, as PyTorch's (NumPy's follow the
-    input's stride order: a channels-last input would give channels-last sums)."""
+    input's stride order: a channels-last input would give channels-last sums). ``ordered``: the kernel makes them
+    so itself (`_row_major`), sparing the hot rows this wrapper's frame (half a microsecond of a small sum)."""
+    if ordered:
+        return _defop(name, kernel, *args, row_major_out=True, **kw)
+
     def row_major(xp, a, *rest, **attrs):
-        out = kernel(xp, a, *rest, **attrs)
-        if a.flags.c_contiguous:
-            return out
-        if isinstance(out, tuple):
-            return tuple(o.copy(order="C") for o in out)
-        return xp.asarray(out).copy(order="C")
+        return _row_major(xp, a, kernel(xp, a, *rest, **attrs))
     row_major.__name__ = getattr(kernel, "__name__", name)
     return _defop(name, row_major, *args, row_major_out=True, **kw)
+
+
+def _row_major(xp, a, out):
+    """``out`` (a kernel's array or tuple of arrays for ``a``) row-major."""
+    if a.flags.c_contiguous:
+        return out
+    if isinstance(out, tuple):
+        return tuple(o.copy(order="C") for o in out)
+    return xp.asarray(out).copy(order="C")
 
 
 def _keep(g, in_shape, dims, keepdim):
@@ -129,7 +138,17 @@ def _sum_backward(ctx, g):
     return apply(EXPAND, g, shape=shape) if g._data.shape != shape else apply(RESHAPE, g, shape=shape)
 
 
-SUM = defop("sum", _sum_kernel, _sum_backward, Reduction("sum"), meta=True)
+def _sum_row(xp, a, dims, keepdim, dtype):
+    if type(a) is np.ndarray and a.size < SUM_MIN_SIZE and a.flags.c_contiguous and a.dtype not in _HALF and (
+            not dims or a.size <= NAIVE_ROWS or dims[-1] == a.ndim - 1 and dims[0] == a.ndim - len(dims)):
+        # What _sum_kernel comes to for a small row-major array that is not a cascade's (its checks and the layout's
+        # cost as much as this sum: 32x32: 1.2 us of 2.5)
+        return np.add.reduce(a, axis=dims, dtype=dtype, keepdims=keepdim)
+    out = _sum_kernel(xp, a, dims, keepdim, dtype)
+    return out if a.flags.c_contiguous else _row_major(xp, a, out)
+
+
+SUM = defop("sum", _sum_row, _sum_backward, Reduction("sum"), meta=True, ordered=True)
 
 
 def _var_kernel(xp, a, dims, keepdim, correction):
@@ -147,7 +166,11 @@ def _var_kernel(xp, a, dims, keepdim, correction):
     s2 = _sum_f64(d, dims, keepdim) if a.dtype == np.float32 else _sum_kernel(xp, d, dims, keepdim, a.dtype)
     with np.errstate(divide="ignore", invalid="ignore"):  # no degrees of freedom: inf or nan, as torch (it warns)
         out = (s2 - s1 * s1 / n) / max(n - correction, 0) if n else s2 * np.nan
-    return np.maximum(out, 0).astype(a.dtype, copy=False)  # rounding may leave a constant's variance at -1e-20
+    # Rounding may leave a constant's variance at -1e-20: clamped at 0 (NaN kept). A whole-array variance is a NumPy
+    # scalar, clamped and cast in Python: the two ufunc calls took a tenth of a small ``var()``.
+    if type(out) is np.float64:
+        return a.dtype.type(out if out > 0 or out != out else 0)
+    return np.maximum(out, 0).astype(a.dtype, copy=False)
 
 
 def _sum_f64(a, dims, keepdim, block=256):
@@ -169,9 +192,12 @@ def _sum_f64(a, dims, keepdim, block=256):
 
 
 def _var_backward(ctx, g):
-    # ATen's var_backward: 2 / (n - c) * g * (x - mean), n - c unclamped (the forward clamps it at 0)
-    (x,) = ctx.inputs
-    dims, keepdim, c = ctx.attrs["dims"], ctx.attrs["keepdim"], ctx.attrs["correction"]
+    return var_backward_of(ctx.inputs[0], g, ctx.attrs["dims"], ctx.attrs["keepdim"], ctx.attrs["correction"])
+
+
+def var_backward_of(x, g, dims, keepdim, c):
+    """ATen's var_backward: 2 / (n - c) * g * (x - mean), n - c unclamped (the forward clamps it at 0); the std row's
+    backward ends in it too (`std_row`)."""
     n = 1
     for d in dims:
         n *= x.shape[d]
@@ -240,8 +266,13 @@ def _extreme_kernel(name):
         if a.size == 0 and any(a.shape[d] == 0 for d in dims):
             raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
                              "reduction dim with the 'dim' argument.")
-        return getattr(a, method)(axis=dims, keepdims=keepdim)
+        if type(a) is np.ndarray:  # (ndarray.max is this ufunc's reduce behind a Python frame of NumPy's)
+            out = ufunc.reduce(a, axis=dims, keepdims=keepdim)
+        else:
+            out = getattr(a, method)(axis=dims, keepdims=keepdim)
+        return out if a.flags.c_contiguous else _row_major(xp, a, out)
     method = {"amax": "max", "amin": "min"}[name]
+    ufunc = {"amax": np.maximum, "amin": np.minimum}[name]
     return kernel
 
 
@@ -254,8 +285,8 @@ def _extreme_backward(ctx, g):
     return _keep(g, x.shape, dims, keepdim) * mask / count
 
 
-AMAX = defop("amax", _extreme_kernel("amax"), _extreme_backward, Reduction("max"), saves="both")
-AMIN = defop("amin", _extreme_kernel("amin"), _extreme_backward, Reduction("min"), saves="both")
+AMAX = defop("amax", _extreme_kernel("amax"), _extreme_backward, Reduction("max"), saves="both", ordered=True)
+AMIN = defop("amin", _extreme_kernel("amin"), _extreme_backward, Reduction("min"), saves="both", ordered=True)
 
 
 def _arg_kernel(name):
@@ -268,12 +299,16 @@ def _arg_kernel(name):
             return xp.zeros((), dtype=np.int64)
         if a.shape[dim] == 0:
             raise IndexError(f"{name}(): Expected reduction dim {dim} to have non-zero size.")
-        return getattr(xp, name)(a, axis=dim, keepdims=keepdim)
+        if type(a) is np.ndarray:  # (the method: np.argmax is a Python wrapper around it)
+            out = getattr(a, name)(axis=dim, keepdims=keepdim)
+        else:
+            out = getattr(xp, name)(a, axis=dim, keepdims=keepdim)
+        return out if a.flags.c_contiguous else _row_major(xp, a, out)
     return kernel
 
 
-ARGMAX = defop("argmax", _arg_kernel("argmax"), NOT_DIFFERENTIABLE, Reduction("argmax"))
-ARGMIN = defop("argmin", _arg_kernel("argmin"), NOT_DIFFERENTIABLE, Reduction("argmin"))
+ARGMAX = defop("argmax", _arg_kernel("argmax"), NOT_DIFFERENTIABLE, Reduction("argmax"), ordered=True)
+ARGMIN = defop("argmin", _arg_kernel("argmin"), NOT_DIFFERENTIABLE, Reduction("argmin"), ordered=True)
 
 
 def _dim_extreme_kernel(arg, name):
@@ -282,11 +317,12 @@ def _dim_extreme_kernel(arg, name):
             return a.copy(), xp.zeros((), dtype=np.int64)
         if a.shape[dim] == 0:
             raise IndexError(f"{name}(): Expected reduction dim {dim} to have non-zero size.")
-        idx = getattr(xp, arg)(a, axis=dim, keepdims=True)
-        values = xp.take_along_axis(a, idx, axis=dim)
+        idx = getattr(a, arg)(axis=dim, keepdims=True) if type(a) is np.ndarray else getattr(xp, arg)(
+            a, axis=dim, keepdims=True)
+        values = take_along(xp, a, idx, dim)
         if not keepdim:
             values, idx = values.squeeze(dim), idx.squeeze(dim)
-        return values, idx
+        return (values, idx) if a.flags.c_contiguous else _row_major(xp, a, (values, idx))
     return kernel
 
 
@@ -296,6 +332,9 @@ def _dim_extreme_backward(ctx, g, g_idx):
     idx = ctx.output(1)  # the values may since have been changed in place (torch saves only the indices)
     if not shape:  # a 0-d input is its own maximum; dim 0/-1 has no extent to index
         return g
+    plain = _plain_picked(g, idx, shape, dim, keepdim)
+    if plain is not None:
+        return plain
     from .. import _creation
 
     positions = _creation.arange(shape[dim], device=g.device).reshape([-1] + [1] * (len(shape) - dim - 1))
@@ -303,21 +342,46 @@ def _dim_extreme_backward(ctx, g, g_idx):
     return _keep(g, shape, (dim,), keepdim) * mask
 
 
+def _plain_picked(g, idx, shape, dim, keepdim):
+    """The formula below on the arrays (one comparison, one product: the same bits) in a first-order backward of a
+    host float32/float64 gradient, else None: its five dispatched ops cost more than a small ``max(dim)`` itself."""
+    if not nothing_records() or type(g) not in TENSOR_TYPES or type(idx) not in TENSOR_TYPES:
+        return None
+    ga, ia = g._data, idx._data
+    if (type(ga) is not np.ndarray or type(ia) is not np.ndarray or ga.dtype not in _WIDE_FLOATS
+            or not ga.flags.c_contiguous):
+        return None
+    if not keepdim:
+        ga, ia = np.expand_dims(ga, dim), np.expand_dims(ia, dim)
+    positions = np.arange(shape[dim]).reshape((-1,) + (1,) * (len(shape) - dim - 1))
+    return plain_tensor(np.multiply(ga, positions == ia))
+
+
+_WIDE_FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 MAX_DIM = defop("max_dim", _dim_extreme_kernel("argmax", "max"), _dim_extreme_backward, Reduction("max"), nout=2,
-                saves="outputs", meta=True, nondiff_outputs=(1,), grad_name="MaxBackward0")
+                saves="outputs", meta=True, nondiff_outputs=(1,), grad_name="MaxBackward0", ordered=True)
 MIN_DIM = defop("min_dim", _dim_extreme_kernel("argmin", "min"), _dim_extreme_backward, Reduction("min"), nout=2,
-                saves="outputs", meta=True, nondiff_outputs=(1,), grad_name="MinBackward0")
+                saves="outputs", meta=True, nondiff_outputs=(1,), grad_name="MinBackward0", ordered=True)
 
 def _logical_kernel(name):
     def kernel(xp, a, dims, keepdim):
-        out = getattr(xp, name)(a, axis=dims, keepdims=keepdim)
+        if type(a) is np.ndarray:  # what np.all/np.any run, less their Python frames
+            out = ufunc.reduce(a, axis=dims, dtype=np.bool_, keepdims=keepdim)
+        else:
+            out = getattr(xp, name)(a, axis=dims, keepdims=keepdim)
         # PyTorch keeps uint8 for all/any of uint8 tensors (a legacy of byte masks); every other dtype gives bool.
-        return out.astype(np.uint8) if a.dtype == np.uint8 else out
+        if a.dtype == _U8:
+            out = out.astype(np.uint8)
+        return out if a.flags.c_contiguous else _row_major(xp, a, out)
+    ufunc = {"all": np.logical_and, "any": np.logical_or}[name]
     return kernel
 
 
-ALL = defop("all", _logical_kernel("all"), NOT_DIFFERENTIABLE, Reduction("all"))
-ANY = defop("any", _logical_kernel("any"), NOT_DIFFERENTIABLE, Reduction("any"))
+_U8 = np.dtype(np.uint8)
+
+
+ALL = defop("all", _logical_kernel("all"), NOT_DIFFERENTIABLE, Reduction("all"), ordered=True)
+ANY = defop("any", _logical_kernel("any"), NOT_DIFFERENTIABLE, Reduction("any"), ordered=True)
 
 
 def _scan_kernel(name):
@@ -326,23 +390,25 @@ def _scan_kernel(name):
             return a.astype(dtype)
         # As PyTorch (acc_type): the running value is float32 for halves and, on the host, float64 for float32; each
         # output is rounded once. A running value in the output type drifts with the length of the scan.
-        dtype = np.dtype(dtype)
-        if dtype == np.float32:
+        if dtype == _F32:
             # (None unless a C-contiguous float32 host array: the loop below then)
-            out = cumsum_float32(a, dim, "sum" if name == "cumsum" else "prod")
+            out = cumsum_float32(a, dim, op)
             if out is not None:
                 return out
-        acc = np.float32 if dtype in _HALF else np.float64 if dtype == np.float32 and not is_cupy(xp) else None
+        dtype = np.dtype(dtype)
+        acc = np.float32 if dtype in _HALF else np.float64 if dtype == _F32 and not is_cupy(xp) else None
         out = getattr(xp, name)(a, axis=dim, dtype=dtype if acc is None else acc)
         if name == "cumsum" and out.dtype.kind == "f" and not is_cupy(xp):
             out += 0.0  # ATen's sums start from 0.0: a run of -0.0 gives 0.0 (NumPy's start from the first element)
-        return out if acc is None else out.astype(dtype)
+        return _row_major(xp, a, out if acc is None else out.astype(dtype))
+    op = "sum" if name == "cumsum" else "prod"
     return kernel
 
 
+_F32 = np.dtype(np.float32)
 CUMSUM = defop("cumsum", _scan_kernel("cumsum"),
                lambda ctx, g: g.flip(ctx.attrs["dim"]).cumsum(ctx.attrs["dim"]).flip(ctx.attrs["dim"]),
-               Reduction("scan_sum"))
+               Reduction("scan_sum"), ordered=True)
 
 
 def _cumprod_backward(ctx, g):
@@ -366,4 +432,5 @@ def _cumprod_backward(ctx, g):
     return grad.movedim(-1, dim)
 
 
-CUMPROD = defop("cumprod", _scan_kernel("cumprod"), _cumprod_backward, Reduction("scan_prod"), saves="both")
+CUMPROD = defop("cumprod", _scan_kernel("cumprod"), _cumprod_backward, Reduction("scan_prod"), saves="both",
+                ordered=True)

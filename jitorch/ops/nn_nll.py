@@ -1,0 +1,129 @@
+"""The ``nll_loss`` row with class indices, (N, C) log-probabilities and no class weights (PyTorch's ``nll_loss``,
+a gather forward and a scatter into zeros backward), its backward row, and the range check of the targets alone for
+compiled losses; re-exported by `nn_fused`.
+
+>>> import jitorch
+>>> from jitorch._dispatch import apply
+>>> apply(NLL_LOSS, jitorch.tensor([[-1.0, -2.0], [-3.0, -0.5]]), jitorch.tensor([0, 1]), ignore_index=-100,
+...       reduction="mean")
+tensor(0.7500)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _dispatch
+from .._dispatch_fast import nothing_records, plain_tensor
+from .table import NOT_DIFFERENTIABLE, Opaque, defop
+
+__all__ = ["NLL_LOSS", "NLL_LOSS_BACKWARD", "NLL_CHECK_TARGETS"]
+
+
+def _apply(op, *args, **attrs):
+    return _dispatch.apply(op, *args, **attrs)
+
+
+def _nll_targets(xp, target, classes, ignore_index):
+    """(int64 targets with ignored entries set to 0, mask of the entries not ignored or None when none is, their
+    count): the range check reads one count (an unsigned comparison catches negative classes too), not a pass per
+    condition; when every target is a class and ``ignore_index`` is none, nothing is ignored (no mask to make)."""
+    target = target.astype(np.int64, copy=False)
+    bad = target.view(np.uint64) >= classes
+    if int(xp.count_nonzero(bad)):
+        valid = target != ignore_index
+        bad &= valid
+        if bool(bad.any()):
+            raise IndexError(f"Target {int(target[bad].reshape(-1)[0])} is out of bounds.")
+    elif not 0 <= ignore_index < classes:
+        return target, None, target.size
+    else:
+        valid = target != ignore_index
+    count = int(xp.count_nonzero(valid))
+    if count == valid.size:
+        return target, None, count
+    return xp.where(valid, target, 0), valid, count
+
+
+_ROWS: dict = {}  # batch size -> a read-only ``arange`` of it, the gather's row indices (small NumPy batches)
+
+
+def _rows(xp, n):
+    """``xp.arange(n)``; for a small NumPy batch, one kept per batch size (its making was a tenth of a small loss)."""
+    if xp is not np or n > 4096:
+        return xp.arange(n)
+    rows = _ROWS.get(n)
+    if rows is None:
+        if len(_ROWS) >= 64:
+            _ROWS.clear()
+        rows = _ROWS[n] = np.arange(n)
+        rows.flags.writeable = False
+    return rows
+
+
+def _nll_kernel(xp, logp, target, ignore_index, reduction):
+    safe, valid, count = _nll_targets(xp, target, logp.shape[1], ignore_index)
+    loss = logp[_rows(xp, logp.shape[0]), safe]  # a new array: negated in place
+    if valid is None:
+        xp.negative(loss, out=loss)
+    else:
+        loss = xp.where(valid, -loss, 0).astype(logp.dtype, copy=False)
+    if reduction == "none":
+        return loss
+    total = loss.sum()
+    if reduction == "sum":
+        return total
+    mean = total / count if count else xp.asarray(np.nan)
+    return mean if mean.dtype == logp.dtype else mean.astype(logp.dtype)  # (a float dtype's scalar keeps it)
+
+
+def _nll_backward(ctx, g):
+    target = ctx.inputs[1]
+    a = ctx.attrs
+    shape = ctx.in_meta[0][0]
+    if nothing_records() and type(g) in _dispatch.TENSOR_TYPES and type(target) in _dispatch.TENSOR_TYPES and \
+            type(g._data) is np.ndarray and type(target._data) is np.ndarray:
+        # Nothing to record: the backward row's kernel on the arrays (`fast_keep`'s call) without the dispatch.
+        return plain_tensor(_nll_backward_kernel(np, g._data, target._data, shape, **a)), None
+    return _apply(NLL_LOSS_BACKWARD, g, target, shape=shape, **a), None
+
+
+def _nll_backward_kernel(xp, g, target, shape, ignore_index, reduction):
+    safe, valid, count = _nll_targets(xp, target, shape[1], ignore_index)
+    out = xp.zeros(shape, dtype=g.dtype)
+    rows = _rows(xp, shape[0])
+    if reduction == "none":
+        scale = -g
+    else:
+        divisor = count if reduction == "mean" else 1
+        # An all-ignored batch has a NaN loss but zero gradients (PyTorch's total_weight == 0 case).
+        scale = -g / max(divisor, 1)
+    if valid is None:
+        out[rows, safe] = scale  # (a mean's or sum's one value broadcast by the assignment)
+    else:
+        out[rows[valid], safe[valid]] = xp.broadcast_to(scale, (shape[0],))[valid]
+    return out
+
+
+def _nll_backward_backward(ctx, gg):
+    # The backward is linear in g, and its transpose is the forward itself: gather gg at the targets.
+    a = ctx.attrs
+    gg_g = _apply(NLL_LOSS, gg, ctx.inputs[1], ignore_index=a["ignore_index"], reduction=a["reduction"]) \
+        if ctx.needs_grad(0) else None
+    return gg_g, None
+
+
+NLL_LOSS = defop("nll_loss", _nll_kernel, _nll_backward, Opaque("gather"), saves="inputs", meta=True,
+                 save_if=lambda needs: (False, True), grad_name="NllLossBackward0")
+
+
+def _nll_check_kernel(xp, target, classes, ignore_index):
+    """nll_loss's range check alone, for a compiled loss whose gather runs in fused kernels: the targets (a copy, as
+    int64) or the eager error."""
+    _nll_targets(xp, target, classes, ignore_index)
+    return target.astype(np.int64, copy=True)
+
+
+NLL_CHECK_TARGETS = defop("nll_check_targets", _nll_check_kernel, NOT_DIFFERENTIABLE,
+                          Opaque("a range check read on the host"))
+NLL_LOSS_BACKWARD = defop("nll_loss_backward", _nll_backward_kernel, _nll_backward_backward, Opaque("scatter"),
+                          saves="inputs", save_if=lambda needs: (False, True))
