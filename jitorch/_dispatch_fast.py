@@ -37,6 +37,7 @@ _SCALARS = (float, int)
 _OPERANDS = (Tensor, int, float, complex, np.generic, np.ndarray)  # what an operator's other operand may be
 
 
+_F32 = np.dtype(np.float32)
 _IN_FLOAT32 = {"dtype": np.float32, "casting": "unsafe"}  # a ufunc computing in float32, rounded into out
 
 
@@ -174,10 +175,14 @@ def fast_binary(op, reflected=False, operator=False, array_fn=None):
 
 
 def fast_unary(op):
-    """A ``(a) -> Tensor`` for a pointwise row with the same float shortcut."""
+    """A ``(a) -> Tensor`` for a pointwise row with the same float shortcut; a row computed natively on float32
+    (`native_eager.native_from`) calls its kernel directly for the sizes one held call takes."""
+    from .ops.native_eager import unary_launcher  # (the op modules import this one)
+
     kernel = op.kernel if op.promotion != "integral" else None
     ufunc = getattr(np, op.ufunc) if op.ufunc else None
     differentiable = op.differentiable
+    native = unary_launcher(op)
 
     def run(a):
         if kernel is not None and not MODES and type(a) in TENSOR_TYPES:
@@ -185,7 +190,9 @@ def fast_unary(op):
             if type(x) is _ndarray and x.dtype.kind == "f":
                 if a._base is not None and a._view_ver != a._ver_owner._ver:
                     sync_view(a)
-                if ufunc is None or _d.CPU_XP is not np:
+                if native is not None and x.dtype is _F32 and (out := native(x)) is not None:
+                    pass  # what the row's kernel computes for it (`native_eager.pointwise`), one call
+                elif ufunc is None or _d.CPU_XP is not np:
                     out = kernel(_d.CPU_XP, x)
                 elif x.nbytes >= _HOST_MIN and x.flags.c_contiguous:
                     out = ufunc(x, out=_host_empty(x.shape, x.dtype))  # see fast_binary
@@ -207,11 +214,11 @@ def fast_unary(op):
 
 def fast_keep(op, args, attrs):
     """`eager` for a row with ``promotion="keep"`` whose arguments are CPU tensors, Nones and Python floats (a
-    row's parameters), or None where the general path is needed (other scalars, device arrays, complex refusals,
-    views). Nothing to promote and one device, so
-    the row's kernel gets the arrays as they are; F.layer_norm on 8x32 spent as long in the general path's checks
-    as in its kernel."""
-    if op.view or op.complex_error is not None:
+    row's parameters), or None where the general path is needed (other scalars, device arrays, views). Nothing to
+    promote and one device, so the row's kernel gets the arrays as they are; F.layer_norm on 8x32 spent as long in
+    the general path's checks as in its kernel. A row refusing complex inputs raises its error here, as
+    `_run_kernel` would (``max(dim)`` and the other ordering rows came this way)."""
+    if op.view:
         return None
     datas = []
     grad = seen = False
@@ -228,6 +235,10 @@ def fast_keep(op, args, attrs):
         datas.append(a._data)
     if not seen:  # the general path names the op in its error
         return None
+    if op.complex_error is not None:
+        for d in datas:
+            if d is not None and type(d) is not float and d.dtype.kind == "c":
+                raise op.complex_error(d.dtype.name)
     try:
         out = op.kernel(_d.CPU_XP, *datas, **attrs)
     except ValueError as e:

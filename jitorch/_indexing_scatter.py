@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _creation, _dispatch
+from . import _creation
 from ._creation_watchers import WATCHERS
 from ._dispatch import TENSOR_TYPES, apply, apply_inplace, sync_view
 from ._dispatch_fast import keep_result
@@ -86,9 +86,8 @@ def _quick_gather(input, dim, index):
             I.check_bounds(i, a.shape[d], d, negative=False)
         except I.IndexOutOfBounds as e:
             raise RuntimeError(str(e)) from None
-    attrs = {"dim": d}
-    return keep_result(S.TAKE_ALONG, (input, index), attrs, S.TAKE_ALONG.kernel(_dispatch.CPU_XP, a, i, **attrs),
-                       input._requires_grad)
+    # (the row's kernel, `take_along`, on arguments checked here)
+    return keep_result(S.TAKE_ALONG, (input, index), {"dim": d}, S.take_checked(a, i, d), input._requires_grad)
 
 
 _INT64, _UINT64 = np.dtype(np.int64), np.dtype(np.uint64)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 
-from ._overrides import public
+from . import _overrides
+from ._overrides import find_override, register_public
 
 __all__ = ["numpy_names", "install"]
 
@@ -69,6 +70,22 @@ def install(owner, names):
         fn = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
         if callable(fn) and not getattr(fn, "__numpy_names__", False):
             original = getattr(fn, "__jitorch_original__", None)
-            # A public function (_overrides.py): the renaming goes inside, the hand-over to a Proxy stays outermost,
-            # so a traced call records the function the module holds.
-            setattr(owner, name, numpy_names(fn) if original is None else public(numpy_names(original)))
+            setattr(owner, name, numpy_names(fn) if original is None else _public_numpy_names(original))
+
+
+def _public_numpy_names(fn):
+    """`numpy_names` of a public function's original ``fn``, and its hand-over to a Proxy (_overrides.py), as one
+    wrapper: two stacked wrappers cost 0.35 us more on every ``cat`` or ``sum``. The hand-over comes first, with the
+    keywords as given, so a traced call records the function the module holds; ``__jitorch_original__`` (what an
+    overriding type calls to compute) renames as the module's function does."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if _overrides._live:
+            found = find_override(args, kwargs)
+            if found is not None:
+                return type(found).__jitorch_function__(wrapper, args, kwargs)
+        if kwargs and ("axis" in kwargs or "keepdims" in kwargs):
+            kwargs = _renamed(fn.__name__, kwargs)
+        return fn(*args, **kwargs)
+    wrapper.__numpy_names__ = True
+    return register_public(wrapper, numpy_names(fn))

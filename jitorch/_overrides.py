@@ -38,7 +38,8 @@ import sys
 import threading
 import types
 
-__all__ = ["acquire", "release", "publish", "public", "find_override", "tensor_method_name", "NEVER_OVERRIDDEN"]
+__all__ = ["acquire", "release", "publish", "public", "register_public", "find_override", "tensor_method_name",
+           "NEVER_OVERRIDDEN"]
 
 # Public functions that inspect a value's type instead of computing on it: they must answer for the value itself.
 NEVER_OVERRIDDEN = frozenset({"is_tensor", "is_storage", "is_floating_point", "is_complex", "is_grad_enabled",
@@ -104,8 +105,14 @@ def public(fn):
             if found is not None:
                 return type(found).__jitorch_function__(wrapper, args, kwargs)
         return fn(*args, **kwargs)
-    wrapper.__jitorch_original__ = fn
     _wrappers[id(fn)] = wrapper
+    return register_public(wrapper, fn)
+
+
+def register_public(wrapper, original):
+    """Note ``wrapper`` as a public function computing ``original`` (`public`, or a wrapper that also renames keywords:
+    _numpy_names.py), which an overriding type calls to compute the result itself."""
+    wrapper.__jitorch_original__ = original
     _wrappers[id(wrapper)] = wrapper  # publishing a namespace twice keeps the first wrapper
     return wrapper
 

@@ -14,13 +14,14 @@ inputs are split over jitorch's threads.
 >>> x = np.linspace(-3, 3, 5000, dtype=np.float32)
 >>> bool(np.abs(pointwise(OPS["erf"], x) - __import__("scipy").special.erf(x)).max() < 1e-6)
 True
->>> pointwise(OPS["erf"], x[:10]) is None  # small: SciPy's loop is faster than a kernel call
+>>> pointwise(OPS["erf"], x[:10], min_size=256) is None  # below min_size: the caller's NumPy code
 True
 """
 from __future__ import annotations
 
 import copy
 import ctypes
+from _thread import get_ident
 
 import numpy as np
 
@@ -33,8 +34,8 @@ from ..runtime import host_cache
 from ..runtime.host_pointer import ARRAY_DATA_OFFSET, data_address
 from ..runtime.threads import get_num_threads, on_change, parallel_for
 
-__all__ = ["pointwise", "pointwise_constants", "argument_roles", "expression_kernel", "launch", "launch_arrays",
-           "memory_order", "in_memory_order"]
+__all__ = ["pointwise", "pointwise_constants", "constants_checked", "native_from", "unary_launcher", "argument_roles",
+           "expression_kernel", "launch", "launch_arrays", "memory_order", "in_memory_order"]
 
 on_change(shared_pool)  # programs read their pool from a cell that set_num_threads now repoints
 
@@ -47,6 +48,58 @@ _F32 = np.dtype(np.float32)
 _kernels: dict = {}
 # Below this many elements a kernel of `launch_arrays` runs through `_held_call`, keeping the GIL: a few microseconds.
 HELD_MAX = 1 << 14
+_HELD_THREADS_MAX = 64  # threads a kernel keeps a held call for
+# Row name -> the size from which `pointwise` runs the row's kernel (`native_from`), where it is not MIN_SIZE.
+_MIN_SIZES: dict = {}
+
+
+def native_from(row, min_size):
+    """Run ``row``'s expression natively from ``min_size`` elements, in `pointwise` and in `fast_unary`'s direct call
+    (`unary_launcher`), which then skips the row's NumPy kernel. A row whose NumPy code is several passes (sigmoid:
+    three, GELU: SciPy's erf and three more) is faster as one kernel call at every size: 1 (and one answer at every
+    size: the native kernel's)."""
+    _MIN_SIZES[row.name] = min_size
+    return row
+
+
+def _kernel_of(row, nargs):
+    key = (row.name, nargs)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        # One kernel per row for every size: the machine code takes the size as an argument (`ir_params`), and
+        # each call runs it over ``range(size)`` (the ``extent`` of `launch_arrays`).
+        kernel = _kernels[key] = expression_kernel(row.fusion.expr, nargs)
+    return kernel
+
+
+def unary_launcher(row):
+    """For `fast_unary`: a ``(x) -> out`` computing `pointwise(row, x)` for a float32 NumPy ``x`` (the caller checked)
+    with the held call inline, or None from it where that does not apply (the row's kernel then decides); None for a
+    row not given to `native_from`. The layers of the row's kernel (its checks, `pointwise`, `launch_arrays`) cost
+    twice the kernel's own call on 32x32."""
+    min_size = _MIN_SIZES.get(row.name)
+    if min_size is None or ARRAY_DATA_OFFSET is None:
+        return None
+    kernel = None
+
+    def run(x):
+        nonlocal kernel
+        size = x.size
+        if size < min_size or size >= HELD_MAX or not x.flags.c_contiguous:
+            return None
+        if kernel is None:
+            kernel = _kernel_of(row, 1)
+        calls = kernel.__dict__.get("_held_calls")
+        held = None if calls is None else calls.get(get_ident())
+        if held is None or held[3] != 2:
+            held = _held_call(kernel, 2)
+        slots, ctx_address, fn, _ = held
+        out = np.empty(x.shape, _F32)
+        slots[1] = id(x)
+        slots[2] = id(out)
+        fn(0, size, ctx_address)
+        return out
+    return run
 
 
 def expression_kernel(expr, nargs):
@@ -65,16 +118,16 @@ def expression_kernel(expr, nargs):
     return compile_kernel(Kernel((_GENERIC_SIZE,), buffers, (Store(nargs, value),)), cache=default_cache())
 
 
-def pointwise(row, *arrays, min_size=MIN_SIZE):
+def pointwise(row, *arrays, min_size=None):
     """Row ``row``'s ``Pointwise`` expression over same-shape C-contiguous float32 NumPy arrays, as one native
     kernel, or None when this path does not apply (the caller computes it its own way). ``min_size``: the size from
     which the kernel call (about a microsecond) beats the row's NumPy code, which for a row of several passes (the
-    fused backward rows) is a few elements."""
+    fused backward rows) is a few elements; by default the row's `native_from`, else MIN_SIZE."""
     first = arrays[0]
     if type(first) is not np.ndarray or first.dtype is not _F32:
         return None
     size = first.size
-    if size < min_size:
+    if size < (min_size if min_size is not None else _MIN_SIZES.get(row.name, MIN_SIZE)):
         return None
     shape = first.shape
     for a in arrays:
@@ -82,12 +135,7 @@ def pointwise(row, *arrays, min_size=MIN_SIZE):
             return None
         if not a.flags.c_contiguous:
             return None
-    key = (row.name, len(arrays))
-    kernel = _kernels.get(key)
-    if kernel is None:
-        # One kernel per row for every size: the machine code takes the size as an argument (`ir_params`), and
-        # each call runs it over ``range(size)`` (the ``extent`` of `launch_arrays`).
-        kernel = _kernels[key] = expression_kernel(row.fusion.expr, len(arrays))
+    kernel = _kernels.get((row.name, len(arrays))) or _kernel_of(row, len(arrays))
     out = np.empty(shape, _F32) if first.nbytes < host_cache.THRESHOLD else host_cache.empty(shape, _F32)
     launch_arrays(kernel, [*arrays, out], size, _GRAIN, size)
     return out
@@ -128,6 +176,19 @@ def pointwise_constants(row, arrays, constants, min_size=MIN_SIZE, expr=None):
     for a in arrays:
         if type(a) is not np.ndarray or a.dtype is not _F32 or a.shape != shape or not a.flags.c_contiguous:
             return None
+    return constants_checked(row, arrays, constants, expr)
+
+
+def constants_checked(row, arrays, constants, expr=None):
+    """`pointwise_constants` of arrays its caller checked (same-shape C-contiguous float32 NumPy arrays, not empty;
+    numbers ``constants``): a row whose own fast path checked them skips the checks (lerp on 32x32: 1 us of 3)."""
+    if not constants and expr is None:  # `pointwise`'s kernel
+        first = arrays[0]
+        out = np.empty(first.shape, _F32) if first.nbytes < host_cache.THRESHOLD else \
+            host_cache.empty(first.shape, _F32)
+        launch_arrays(_kernels.get((row.name, len(arrays))) or _kernel_of(row, len(arrays)), [*arrays, out],
+                      first.size, _GRAIN, first.size)
+        return out
     # The constants as given look up their kernel directly: equal numbers give one float32 value (an int equal to a
     # float is exactly that double), but for a zero's sign, which its repr adds to the key. Only finite constants are
     # stored, so inf and nan (nan equals nothing) miss and are refused below.
@@ -147,7 +208,8 @@ def pointwise_constants(row, arrays, constants, min_size=MIN_SIZE, expr=None):
         if kernel is None:
             kernel = _constant_kernels[key] = _kernel_with(row, expr, len(arrays), values)
         _constant_kernels[quick] = kernel
-    out = np.empty(shape, _F32) if first.nbytes < host_cache.THRESHOLD else host_cache.empty(shape, _F32)
+    first = arrays[0]
+    out = np.empty(first.shape, _F32) if first.nbytes < host_cache.THRESHOLD else host_cache.empty(first.shape, _F32)
     launch_arrays(kernel, [*arrays, out], first.size, _GRAIN, first.size)
     return out
 
@@ -186,7 +248,7 @@ def _kernel_with(row, expr, n, values):
         return _expression(row, expr, n, values)
     compiled, roles = template
     kernel = copy.copy(compiled)
-    for cached in ("_held_call", "_pool_call"):  # (call contexts hold the values)
+    for cached in ("_held_calls", "_pool_call"):  # (call contexts hold the values)
         kernel.__dict__.pop(cached, None)
     kernel.values = tuple(v if r is None else values[r] for v, r in zip(compiled.values, roles))
     return kernel
@@ -234,7 +296,8 @@ def launch_arrays(kernel, arrays, numel, grain, extent=None):
     reading the data pointers from the array objects (``id(a)``, a builtin, where `data_address` is a Python call
     each)."""
     if numel < HELD_MAX and ARRAY_DATA_OFFSET is not None:
-        call = kernel.__dict__.get("_held_call")
+        calls = kernel.__dict__.get("_held_calls")
+        call = None if calls is None else calls.get(get_ident())
         if call is None or call[3] != len(arrays):
             call = _held_call(kernel, len(arrays))
         slots, ctx_address, fn, nbuf = call
@@ -254,8 +317,10 @@ def _held_call(kernel, nbuf):
     """(ctx as int64 slots, its address, trampoline, buffer count): the kernel called through its signature's pool
     trampoline (`llvm_pool.emit_trampoline`) with every argument in one int64 array, filled once but for the arrays'
     ``id``. A ctypes call costs about 0.13 us an argument: a row kernel's 14 (range, buffers, sizes, floats) took 3 us,
-    the trampoline's 3 take 0.7. The call keeps the GIL (PYFUNCTYPE), so no other thread rewrites the shared array
-    before the trampoline has read it; only short kernels come here (`HELD_MAX`)."""
+    the trampoline's 3 take 0.7. Each thread fills its own array (``kernel._held_calls``, by thread id): a thread
+    switch between the writes of the ``id`` slots and the call let another thread's call overwrite them, and a kernel
+    ran on a dead array (a segfault with two threads). The call keeps the GIL (PYFUNCTYPE); only short kernels come
+    here (`HELD_MAX`)."""
     types = ("array",) * nbuf + tuple(arguments(kernel.kernel))
     fn = _trampolines.get(types)
     if fn is None:
@@ -264,7 +329,11 @@ def _held_call(kernel, nbuf):
     ctx = (ctypes.c_int64 * (1 + len(types)))(kernel.address, *[0] * nbuf,
                                                *[bits(v, ty) for v, ty in zip(kernel.values, types[nbuf:])])
     # ``ctx`` stays alive through the memoryview's hold on its buffer.
-    call = kernel._held_call = (memoryview(ctx).cast("B").cast("q"), ctypes.addressof(ctx), fn, nbuf)
+    call = (memoryview(ctx).cast("B").cast("q"), ctypes.addressof(ctx), fn, nbuf)
+    calls = kernel.__dict__.get("_held_calls")
+    if calls is None or len(calls) >= _HELD_THREADS_MAX:  # (a dead thread's entry goes with the others)
+        calls = kernel._held_calls = {}
+    calls[get_ident()] = call
     return call
 
 

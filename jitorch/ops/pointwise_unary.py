@@ -151,8 +151,8 @@ def _sigmoid_kernel(xp, a):
     return xp.where(a >= 0, 1 / (1 + e), e / (1 + e)).astype(a.dtype, copy=False)
 
 
-SIGMOID = _unary("sigmoid", _sigmoid_kernel, _sigmoid_backward, "sigmoid({0})",
-                 saves="outputs", holomorphic=True)
+SIGMOID = native_eager.native_from(_unary("sigmoid", _sigmoid_kernel, _sigmoid_backward, "sigmoid({0})",
+                                          saves="outputs", holomorphic=True), 1)
 _SPECIAL_ERF = _special("erf")
 
 
@@ -161,7 +161,8 @@ def _erf_kernel(xp, a):
     return _SPECIAL_ERF(xp, a) if out is None else out
 
 
-ERF = _unary("erf", _erf_kernel, lambda ctx, g: g * (2 / math.sqrt(math.pi)) * (-_x(ctx) ** 2).exp(), "erf({0})")
+ERF = native_eager.native_from(_unary("erf", _erf_kernel, lambda ctx, g: g * (2 / math.sqrt(math.pi)) * (
+    -_x(ctx) ** 2).exp(), "erf({0})"), 1)
 ERFC = _unary("erfc", _special("erfc"), lambda ctx, g: g * (-2 / math.sqrt(math.pi)) * (-_x(ctx) ** 2).exp(),
               "erfc({0})")
 ERFINV = _unary("erfinv", special_erfinv.erfinv, lambda ctx, g: g * (math.sqrt(math.pi) / 2) * (ctx.out ** 2).exp(),
@@ -184,8 +185,8 @@ def _relu_kernel(xp, a):
 
 
 # ``x < 0 ? 0 : x``, not max(x, 0): ATen's relu is clamp_min, which keeps -0.0 (IEEE maximum gives +0.0) and nan.
-RELU = _unary("relu", _relu_kernel, lambda ctx, g: pointwise_grad.threshold_backward(g, ctx.out), "{0} < 0 ? 0 : {0}",
-              saves="outputs", promotion="keep")
+RELU = native_eager.native_from(_unary("relu", _relu_kernel, lambda ctx, g: pointwise_grad.threshold_backward(
+    g, ctx.out), "{0} < 0 ? 0 : {0}", saves="outputs", promotion="keep"), 1)  # (exact: the same bits as NumPy's)
 
 
 def _zero_grad(ctx, g):

@@ -22,7 +22,7 @@ from .cascade_sum import NAIVE_ROWS, cascade_sum
 from .native_sum import MIN_SIZE as SUM_MIN_SIZE, trailing_sum
 from .movement import EXPAND, RESHAPE
 from .native_scan import cumsum_float32
-from .sorting import take_along
+from .sorting import take_along, take_checked
 from .table import NOT_DIFFERENTIABLE, Opaque, Reduction, defop as _defop
 
 _HALF = {np.dtype(np.float16), np.dtype(_ml_dtypes.bfloat16)}
@@ -319,7 +319,9 @@ def _dim_extreme_kernel(arg, name):
             raise IndexError(f"{name}(): Expected reduction dim {dim} to have non-zero size.")
         idx = getattr(a, arg)(axis=dim, keepdims=True) if type(a) is np.ndarray else getattr(xp, arg)(
             a, axis=dim, keepdims=True)
-        values = take_along(xp, a, idx, dim)
+        # (argmax's int64 positions in a's shape but along dim: `take_along`'s checks hold for a host row-major a)
+        values = take_checked(a, idx, dim % a.ndim) if type(a) is np.ndarray and a.flags.c_contiguous and \
+            a.size and idx.dtype is _INT64 else take_along(xp, a, idx, dim)
         if not keepdim:
             values, idx = values.squeeze(dim), idx.squeeze(dim)
         return (values, idx) if a.flags.c_contiguous else _row_major(xp, a, (values, idx))
@@ -357,6 +359,7 @@ def _plain_picked(g, idx, shape, dim, keepdim):
     return plain_tensor(np.multiply(ga, positions == ia))
 
 
+_INT64 = np.dtype(np.int64)
 _WIDE_FLOATS = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 MAX_DIM = defop("max_dim", _dim_extreme_kernel("argmax", "max"), _dim_extreme_backward, Reduction("max"), nout=2,
                 saves="outputs", meta=True, nondiff_outputs=(1,), grad_name="MaxBackward0", ordered=True)

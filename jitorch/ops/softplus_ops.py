@@ -55,9 +55,10 @@ _kernels: dict = {}
 
 def _native(row, arrays, constants=()):
     """The row's expression with ``constants`` written in, as one native kernel over contiguous float32 arrays of
-    one shape, or None (`native_eager.pointwise`'s cases; constants that are not finite)."""
+    one shape, or None (`native_eager.pointwise`'s cases; constants that are not finite). At every size: the NumPy
+    code is five to ten passes (softplus on 16 elements: 6 us, the kernel call 1.7), and every size gets one answer."""
     first = arrays[0]
-    if (type(first) is not np.ndarray or first.dtype != np.float32 or first.size < 256
+    if (type(first) is not np.ndarray or first.dtype != np.float32 or not first.size
             or not all(math.isfinite(c) for c in constants)):
         return None
     for a in arrays:

@@ -65,6 +65,19 @@ def _flat_positions(a, index, dim):
     shape, index_shape = a.shape, index.shape
     if len(shape) != len(index_shape) or shape[:dim] != index_shape[:dim] or shape[dim + 1:] != index_shape[dim + 1:]:
         return None
+    return flat_positions_checked(a, index, dim)
+
+
+def take_checked(a, index, dim):
+    """`take_along` for a caller that checked what `_flat_positions` does (a C-contiguous NumPy ``a`` with elements,
+    an int64 NumPy ``index`` of ``a``'s shape but along ``dim``, ``dim`` in ``[0, a.ndim)``): its checks were a
+    third of a small gather's time."""
+    return a.reshape(-1).take(flat_positions_checked(a, index, dim))
+
+
+def flat_positions_checked(a, index, dim):
+    """`_flat_positions` of arguments already checked (`take_checked`)."""
+    shape, index_shape = a.shape, index.shape
     inner = math.prod(shape[dim + 1:])
     outer = a.size // (shape[dim] * inner)
     flat = index.reshape(outer, index_shape[dim], inner)
