@@ -15,10 +15,11 @@ from . import _dispatch as _d  # ``_d.CPU_XP`` through the module: tests swap in
 from ._dispatch import _FROM_NP, _NO_ATTRS, MODES, TENSOR_TYPES, TORCH_TYPE_NAMES, Rerouted, _run_kernel, eager
 from ._dispatch_record import record, sync_view
 from ._tensor import Tensor
+from .runtime.host_pointer import byte_span
 from .autograd.grad_mode import GradState
 from .autograd.saved_hooks import _stack as _SAVED_HOOKS
 
-__all__ = ["apply_inplace", "writable_plain"]
+__all__ = ["apply_inplace", "writable_plain", "refuse_partial_overlap", "refuse_internal_overlap"]
 
 
 # A row's ufunc (``op.ufunc``) is its kernel on float operands of one dtype or Python numbers (the table's contract,
@@ -102,6 +103,42 @@ def _detach_history_inplace(self):
         rebase_view(self, stand_in)
 
 
+def refuse_partial_overlap(dst, src):
+    """torch's ``assert_no_partial_overlap`` of a copy's destination and source arrays: refused when both are
+    non-overlapping and dense and their memory overlaps, unless exactly (same first byte, extent and strides). A
+    strided or broadcast operand is torch's "too hard" case: let through."""
+    if dst is src or type(dst) is not np.ndarray or type(src) is not np.ndarray or not (dst.size and src.size):
+        return
+    low, high = byte_span(dst)
+    src_low, src_high = byte_span(src)
+    if src_high <= low or high <= src_low or not (_dense(dst) and _dense(src)):
+        return
+    if low == src_low and high == src_high and dst.strides == src.strides:
+        return
+    raise RuntimeError("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+                       "single memory location. Please clone() the tensor before performing the operation.")
+
+
+def refuse_internal_overlap(name, data):
+    """torch's ``assert_no_internal_overlap`` of a written array: a dim of stride 0 and size > 1 (an expanded
+    tensor) is refused where torch checks, e.g. ``fill_`` by a tensor (its fill by a number writes through)."""
+    if type(data) is np.ndarray and not data.flags.writeable and any(
+            st == 0 and n > 1 for n, st in zip(data.shape, data.strides)):
+        raise RuntimeError(f"{name}: unsupported operation: more than one element of the written-to tensor refers "
+                           "to a single memory location (an expanded tensor). Please clone() the tensor before "
+                           "performing the operation.")
+
+
+def _dense(a):
+    # c10's is_non_overlapping_and_dense: the dims, by stride, tile the memory exactly (size-1 dims aside)
+    expected = a.itemsize
+    for stride, n in sorted((st, n) for n, st in zip(a.shape, a.strides) if n != 1):
+        if stride != expected:
+            return False
+        expected *= n
+    return True
+
+
 def _write_answer(op, self, answer, cast_check):
     """Write a rerouted result into ``self`` as ``copy_`` does (history included), after torch's checks."""
     answer = answer.to_dense()
@@ -130,7 +167,16 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
     if not getattr(self._data.flags, "writeable", True):
         from .ops.inplace_views import writable_expanded
 
+        read_only = self._data
         writable_expanded(op, self)
+        if op.name == "fill" and self._data is not read_only:
+            # torch fills an expanded tensor (one value for every element) but keeps refusing other in-place ops
+            # on it: the write goes through a writable view, the tensor keeps its read-only array.
+            try:
+                return apply_inplace(op, self, *args, cast_check=cast_check, **attrs)
+            finally:
+                if self._data.base is read_only.base or self._data.base is read_only:
+                    self._data = read_only
     if self._inference and not GradState.inference:
         raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.You can make a "
                            "clone to get a normal tensor before doing inplace update.See "

@@ -256,40 +256,64 @@ _C_NAMES = {"uint8": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "
             "float16": "c10::Half", "bfloat16": "c10::BFloat16", "float32": "float", "float64": "double"}
 
 
+def check_parsed_int(value):
+    """torch's argument parser reads a Python int Scalar as int64 or uint64 before any dtype enters: refuses
+    others."""
+    if value.__class__ is int and not -2 ** 63 <= value < 2 ** 64:
+        raise OverflowError("can't convert negative int to unsigned" if value < 0 else "int too big to convert")
+
+
+# The largest finite value of each floating dtype that can overflow from a Python scalar (an int64 never
+# overflows float32 or bfloat16, but 70000 overflows float16).
+_FLOAT_MAX = {float16: 65504.0, bfloat16: float(ml_dtypes.finfo(ml_dtypes.bfloat16).max),
+              float32: float(np.finfo(np.float32).max)}
+
+
 def checked_scalar(value, d, op_name=None, reduced_floats=True):
     """A Python scalar written into a ``d`` tensor (fill, setitem, full, masked_fill), range-checked as c10's
     ``checked_convert``: torch refuses a value that would overflow ``d`` (complex with an imaginary part into a real
-    dtype, NaN/inf or out-of-range numbers into an integer dtype) instead of wrapping it; integers within the
-    magnitude of an unsigned type (``-1`` into uint8) wrap as C++ does. ``reduced_floats=False``: setitem does not
-    check half/bfloat16 ranges (the value goes through a double tensor). Returns the value NumPy can store."""
+    dtype, NaN/inf or out-of-range numbers into an integer dtype, a finite number past a float dtype's largest)
+    instead of wrapping it; integers within the magnitude of an unsigned type (``-1`` into uint8) wrap as C++ does.
+    ``reduced_floats=False``: setitem does not check half/bfloat16 ranges (the value goes through a double tensor).
+    Returns the value NumPy can store."""
+    if value.__class__ is float and d.category == FLOAT:  # (the common case first)
+        limit = _FLOAT_MAX.get(d)
+        # c10 refuses a finite number past the largest finite value (rounding aside); inf and nan convert
+        if limit is None or -limit <= value <= limit or value != value or abs(value) == float("inf") or not (
+                reduced_floats or d is float32):
+            return value
+        raise _overflow(d, op_name)
     if isinstance(value, np.generic):
         value = value.item()
+    if value.__class__ is int and not -2 ** 63 <= value < 2 ** 64:
+        check_parsed_int(value)
     if d.category == COMPLEX or d.category == BOOL or isinstance(value, builtins.bool):
         return value
-    name = _C_NAMES[d.name] if op_name is None else op_name
-
-    def overflow():
-        return RuntimeError(f"value cannot be converted to type {name} without overflow")
-
     if isinstance(value, complex):
         if value.imag != 0:
-            raise overflow()
+            raise _overflow(d, op_name)
         value = value.real
     if d.category == FLOAT:
-        if isinstance(value, float) and reduced_floats and d.itemsize == 2 and np.isfinite(value):
-            if abs(value) > float(ml_dtypes.finfo(d.np).max if d is bfloat16 else np.finfo(d.np).max):
-                raise overflow()
-        return value
+        if isinstance(value, float):
+            return checked_scalar(value, d, op_name, reduced_floats)
+        if (reduced_floats or d is float32) and not -_FLOAT_MAX.get(d, 2 ** 64) <= value <= _FLOAT_MAX.get(d, 2 ** 64):
+            raise _overflow(d, op_name)
+        return float(value) if value >= 2 ** 63 else value  # (a uint64 Scalar)
     info = np.iinfo(d.np)
     if isinstance(value, float):
         if not np.isfinite(value) or not info.min <= value <= info.max:
-            raise overflow()
+            raise _overflow(d, op_name)
         return int(value)
     if d.name == "uint8" and -info.max <= value < 0:
         return value % (info.max + 1)  # C++'s unsigned wrap, which c10 lets through for integers
     if not info.min <= value <= info.max:
-        raise overflow()
+        raise _overflow(d, op_name)
     return value
+
+
+def _overflow(d, op_name):
+    return RuntimeError(f"value cannot be converted to type {_C_NAMES[d.name] if op_name is None else op_name} "
+                        "without overflow")
 
 
 class finfo:

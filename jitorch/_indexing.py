@@ -88,6 +88,8 @@ def _setitem(self, key, value):
     if not isinstance(value, (Tensor, int, float, complex, np.number, np.bool_)):
         raise TypeError(f"can't assign a {type(value).__name__} to a {_type_name(self)} tensor")
     if not isinstance(value, Tensor):  # torch converts the value, with its overflow check, before reading the key
+        if value.__class__ is int and not -2 ** 63 <= value < 2 ** 63:  # (its setitem reads a Python int as int64)
+            raise ValueError("Overflow when unpacking long long")
         half = self.dtype.category == FLOAT and self.dtype.itemsize == 2
         value = checked_scalar(value, self.dtype, "double" if half else None, reduced_floats=False)
         data = writable_plain(self)

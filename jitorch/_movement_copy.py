@@ -20,7 +20,7 @@ from . import _dispatch
 from . import _memory_format as MF
 from ._dispatch import TENSOR_TYPES, TORCH_TYPE_NAMES, apply, apply_inplace, sync_view
 from ._creation_filled import fills_exactly
-from ._dispatch_inplace import writable_plain
+from ._dispatch_inplace import refuse_internal_overlap, refuse_partial_overlap, writable_plain
 from ._grad_state import GradState
 from ._dispatch_fast import keep_result
 from ._dispatch_modes import MODES
@@ -32,6 +32,8 @@ from .ops import movement as M
 from .ops.native_transpose import MIN_SIZE as _TILED_MIN
 # _movement imports this module at its end, once these are defined.
 from ._movement import _flat, narrow, unsqueeze
+
+_ndarray = np.ndarray
 
 
 def flip(input, *order, dims=None):
@@ -373,17 +375,29 @@ def _repeat(self, *sizes, repeats=None):
 
 
 def _copy_(self, src, non_blocking=False):
-    if type(src) in TENSOR_TYPES and type(src._data) is np.ndarray and not (GradState.enabled and src._requires_grad):
-        dst = writable_plain(self)
-        data = src._data
-        if dst is not None and data.shape == dst.shape and data.dtype == dst.dtype and (
-                src._base is None or src._view_ver == src._ver_owner._ver) and (
-                data.size < _TILED_MIN or data.flags.c_contiguous or not dst.flags.c_contiguous):
-            # Nothing to cast, broadcast or record: the values straight in (NumPy buffers a source that overlaps).
-            # A large transposed source into row-major memory takes the row's tiled copy.
-            dst[...] = data
-            self._bump_version()
-            return self
+    if type(src) in TENSOR_TYPES and type(src._data) is _ndarray:
+        data, dst = src._data, self._data
+        src_base, dst_base = data.base, dst.base
+        if src_base is not None or dst_base is not None:  # (arrays that own their memory share none)
+            # torch refuses a source partly overlapping the destination: measured only for views of one owner
+            # (NumPy names a view's owner as its base) or of a base that is itself a view (as_strided's buffer)
+            try:
+                if (data if src_base is None else src_base) is (dst if dst_base is None else dst_base) or (
+                        src_base is not None and src_base.base is not None) or (
+                        dst_base is not None and dst_base.base is not None):
+                    refuse_partial_overlap(dst, data)
+            except AttributeError:  # a base that is no array: memory NumPy does not own
+                refuse_partial_overlap(dst, data)
+        if not (GradState.enabled and src._requires_grad):
+            dst = writable_plain(self)
+            if dst is not None and data.shape == dst.shape and data.dtype == dst.dtype and (
+                    src._base is None or src._view_ver == src._ver_owner._ver) and (
+                    data.size < _TILED_MIN or data.flags.c_contiguous or not dst.flags.c_contiguous):
+                # Nothing to cast, broadcast or record: the values straight in (NumPy buffers a source that
+                # overlaps). A large transposed source into row-major memory takes the row's tiled copy.
+                dst[...] = data
+                self._bump_version()
+                return self
     if isinstance(src, (bool, int, float)):  # PyTorch copies a number like a 0-d tensor: a fill
         return _fill_(self, src)
     if not isinstance(src, Tensor):
@@ -401,8 +415,10 @@ def _fill_(self, value):
     if isinstance(value, Tensor) and value._data.ndim:
         raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value._data.ndim} "
                            "dimensions.")
-    if isinstance(value, Tensor) and not value._requires_grad:
-        value = value.item()
+    if isinstance(value, Tensor):
+        refuse_internal_overlap("fill_", self._data)
+        if not value._requires_grad:
+            value = value.item()
     if not isinstance(value, Tensor):
         value = checked_scalar(value, self.dtype)
         data = writable_plain(self)

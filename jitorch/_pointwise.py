@@ -386,6 +386,7 @@ def where(condition, input=None, other=None, *, out=None):
         if isinstance(t, Tensor) and t.dtype.category == _dtype.INT and isinstance(value, (int, float)):
             check_bounds(t, value)
         check_float32_numbers(t, value)
+        _dtype.check_parsed_int(value)
     return _write_out(apply(P.WHERE, condition, input, other), out, "where",
                       "Expected out type to be {result} but got {out}")
 

@@ -25,13 +25,17 @@ def check_bounds(input, *bounds):
     # torch converts Python bounds to the input's dtype (when they do not promote it) with c10's overflow check:
     # int8.clamp(max=200) raises instead of clamping to a wrapped -56.
     d = input.dtype if isinstance(input, Tensor) else None
-    if d is not None and d.category == _dtype.FLOAT:
+    if d is None or d.category > _dtype.FLOAT:
+        return
+    if d.category == _dtype.FLOAT:
         for b in bounds:  # a complex bound converts to double for a float tensor (an integer one refuses it)
             if b.__class__ is complex and b.imag:
                 raise RuntimeError("value cannot be converted to type double without overflow")
-    if d is None or d.category > _dtype.FLOAT or (d.category == _dtype.FLOAT and d.itemsize > 2):
-        return  # (the common float32 case: nothing to check)
-    for b in bounds:
+            if b.__class__ is int and not -2 ** 63 <= b < 2 ** 64:
+                _dtype.check_parsed_int(b)
+        if d.itemsize > 2:
+            return  # (the common float32 case: nothing more to check)
+    for b in bounds:  # (checked_scalar refuses an int the argument parser would)
         if b is not None and not isinstance(b, Tensor) and _dtype.result_type(input, b) is input.dtype:
             _dtype.checked_scalar(b, input.dtype)
 
@@ -41,8 +45,11 @@ FLOAT32_MAX = 3.4028234663852886e38
 
 def check_float32_numbers(input, *numbers):
     # c10's checked conversion of a double Scalar into a float32 tensor's type (clamp's bounds, where's branch):
-    # a finite number past float32's range raises; inf and nan convert.
-    if isinstance(input, Tensor) and input.dtype is _dtype.float32:
-        for b in numbers:
-            if b.__class__ is float and not -FLOAT32_MAX <= b <= FLOAT32_MAX and abs(b) != float("inf") and b == b:
+    # a finite number past float32's range raises; inf and nan convert. An integer tensor with a float number
+    # computes in the default dtype.
+    for b in numbers:
+        if b.__class__ is float and not -FLOAT32_MAX <= b <= FLOAT32_MAX and abs(b) != float("inf") and b == b:
+            d = input.dtype if isinstance(input, Tensor) else None
+            if d is _dtype.float32 or (d is not None and d.category < _dtype.FLOAT
+                                       and _dtype.get_default_dtype() is _dtype.float32):
                 raise RuntimeError("value cannot be converted to type float without overflow")

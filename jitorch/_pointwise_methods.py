@@ -21,7 +21,7 @@ from ._pointwise import (_reject_bool_sub, _rsub_operator, _scaled_by_alpha, _su
                          allclose, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or, bitwise_right_shift,
                          bitwise_xor, clamp_max, clamp_min, copysign, deg2rad, div, eq, equal, floor_divide, ge, gt,
                          hypot, isclose, le, lerp, logit, lt, ne, pow, rad2deg, reciprocal, remainder, sinc, where)
-from ._pointwise_checks import check_alpha, check_bounds
+from ._pointwise_checks import check_alpha, check_bounds, check_float32_numbers
 from ._tensor import Tensor
 from .ops import pointwise as P
 from .ops.scaled_add_ops import ADD_ALPHA, SUB_ALPHA, scaled_add_
@@ -64,6 +64,7 @@ def _div_(self, other, *, rounding_mode=None):
 
 def _clamp_(self, min=None, max=None):
     check_bounds(self, min, max)
+    check_float32_numbers(self, min, max)
     return apply_inplace(P.CLAMP, self, min, max)
 
 

@@ -97,7 +97,7 @@ def _expand_kernel(xp, a, shape):
     strides (stride 0 on the broadcast dims): ``np.broadcast_to`` sets up an iterator and costs several times more,
     and every backward of a sum or mean expands its gradient here."""
     lead = len(shape) - a.ndim
-    if type(a) is not np.ndarray or lead < 0 or not a.size or not a.flags.c_contiguous:
+    if type(a) is not np.ndarray or lead < 0 or not a.size:
         return xp.broadcast_to(a, shape)
     strides = (0,) * lead
     for n, s, st in zip(a.shape, shape[lead:], a.strides):
@@ -107,8 +107,14 @@ def _expand_kernel(xp, a, shape):
             strides += (0,)
         else:
             return xp.broadcast_to(a, shape)  # not broadcastable: NumPy's error
-    out = np.ndarray(shape, a.dtype, a, 0, strides)
-    out.setflags(write=False)  # as broadcast_to's: in-place writes to an expanded tensor are refused
+    if a.flags.c_contiguous:
+        out = np.ndarray(shape, a.dtype, a, 0, strides)
+        out.setflags(write=False)  # as broadcast_to's: in-place writes to an expanded tensor are refused
+        return out
+    out = xp.broadcast_to(a, shape)
+    if out.strides != strides:  # broadcast_to zeroes a kept size-1 dim's stride, which torch keeps
+        out = strided_view(np, a, shape, [st // a.itemsize for st in strides])
+        out.setflags(write=False)  # (a view of a's memory that fill_ can make writable again, as_strided's is not)
     return out
 
 

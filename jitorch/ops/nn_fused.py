@@ -46,6 +46,8 @@ def _apply(op, *args, **attrs):
 # The softmax rows compute on ``x.contiguous()`` into row-major results, as ATen's (a transposed input's softmax is
 # row-major in torch: ``.view`` works on it).
 def _softmax_kernel(xp, x, dim):
+    if x.ndim == 0:  # one element (the in-place steps below need an array)
+        return _softmax_kernel(xp, x.reshape(1), 0).reshape(())
     x = row_major(x)
     out = native_rows.softmax(x, dim)  # CPU, last dim: one generated kernel of three passes
     if out is not None:

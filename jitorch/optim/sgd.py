@@ -132,7 +132,8 @@ def sgd(params, d_p_list, momentum_buffer_list, has_sparse_grad=False, foreach=N
     if (fused or (fused is None and grad_scale is None and found_inf is None)) and not differentiable \
             and not capturing() and fused_sgd(
             params, d_p_list, momentum_buffer_list, weight_decay=weight_decay, momentum=momentum, lr=lr,
-            dampening=dampening, nesterov=nesterov, maximize=maximize, grad_scale=grad_scale, found_inf=found_inf):
+            dampening=dampening, nesterov=nesterov, maximize=maximize, grad_scale=grad_scale, found_inf=found_inf,
+            as_fused=fused is True):
         return
     if grad_scale is not None or found_inf is not None:
         raise NotImplementedError("SGD: grad_scale/found_inf (AMP gradient scaling) is not supported")
