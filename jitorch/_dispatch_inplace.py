@@ -27,6 +27,11 @@ __all__ = ["apply_inplace", "writable_plain", "refuse_partial_overlap", "refuse_
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
+def _shown(op):
+    # the method the user called: add_/sub_ with alpha run the add_alpha/sub_alpha rows
+    return op.name.removesuffix("_alpha")
+
+
 def writable_plain(self):
     """``self``'s NumPy array when an in-place write into it has nothing to refuse or record, whatever the op: no
     mode active, writable memory, no inference-tensor refusal, and with grad mode on, no gradient through ``self``
@@ -74,20 +79,20 @@ def _ufunc_into(op, self, args, attrs):
 
 def _check_inplace_allowed(op, self):
     if self.grad_fn is None and self._requires_grad:
-        raise RuntimeError(f"{op.name}_: a leaf Variable that requires grad is being used in an in-place operation.")
+        raise RuntimeError(f"{_shown(op)}_: a leaf Variable that requires grad is being used in an in-place operation.")
     base = self._base
     if base is not None and base.grad_fn is None and base._requires_grad:
-        raise RuntimeError(f"{op.name}_: a view of a leaf Variable that requires grad is being used in an in-place "
+        raise RuntimeError(f"{_shown(op)}_: a view of a leaf Variable that requires grad is being used in an in-place "
                            "operation.")
 
 
 def _check_cast(op, result, self):
     rd, sd = _FROM_NP[result.dtype], _FROM_NP[self._data.dtype]
     if rd.category > sd.category:
-        raise RuntimeError(f"{op.name}_: result type {TORCH_TYPE_NAMES[rd.name]} can't be cast to the desired output "
-                           f"type {TORCH_TYPE_NAMES[sd.name]}")
+        raise RuntimeError(f"{_shown(op)}_: result type {TORCH_TYPE_NAMES[rd.name]} can't be cast to the desired "
+                           f"output type {TORCH_TYPE_NAMES[sd.name]}")
     if result.shape != self._data.shape:
-        raise RuntimeError(f"{op.name}_: output with shape {list(self._data.shape)} doesn't match the broadcast "
+        raise RuntimeError(f"{_shown(op)}_: output with shape {list(self._data.shape)} doesn't match the broadcast "
                            f"shape {list(result.shape)}")
 
 

@@ -115,6 +115,8 @@ def _row_plan(name, x, dim):
     n = x.shape[-1]
     rows = x.size // n
     kernel = _kernel(name, FLOAT_IR_DTYPES[x.dtype], 2 if name.endswith("_backward") else 1, (), None, rows, n)
+    if len(_kernels) >= _MAX_KERNELS:  # (plans per shape, beside the kernels: bounded together)
+        _kernels.clear()
     plan = _kernels[(name, x.shape, x.dtype, dim)] = (kernel, x.nbytes < host_cache.THRESHOLD, max(1, (1 << 15) // n),
                                                       rows * n)
     return plan

@@ -2,7 +2,8 @@
 
 Every value-selecting op (sort, topk, kthvalue, median, mode, cummax, ...) is a composite: a row computes the
 indices, ``take_along`` gathers the values, and the gradient flows back through ``put_along_add`` (a scatter-add,
-since cummax/cummin repeat indices). The two rows are each other's backward, so double backward works.
+since cummax/cummin repeat indices). The two rows are each other's backward, so double backward works; they live in
+``sorting_gather.py``, re-exported here.
 
 >>> import jitorch
 >>> x = jitorch.tensor([3.0, 1.0, 2.0], requires_grad=True)
@@ -13,17 +14,17 @@ tensor([30., 10., 20.])
 """
 from __future__ import annotations
 
-import math
-
 import ml_dtypes
 import numpy as np
 
-from ..runtime import accumulate, scatter_add
-from ..runtime.host_scatter import _MIN_UPDATE as SMALL_UPDATE
+from ..runtime import accumulate
 from .native_topk import topk_head
 from .sort_keys import keyed, keyed_argsort, keyed_head
 from .sorting_ties import REPLAY_MAX, _Std, replay_kthvalue, replay_mode, replay_topk
 from .sorting_ties import replay_tied as _replay_tied
+from .sorting_gather import (  # noqa: F401 - split for size; re-exported here
+    PUT_ALONG_ADD, TAKE_ALONG, flat_positions_checked, take_along, take_checked,
+)
 from .._memory_format import row_major
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
@@ -32,80 +33,6 @@ _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 
 # -- helpers shared by the kernels ---------------------------------------------------------------------------------
-def _open_grid(xp, index, dim):
-    """Index tuple that addresses ``out[..., index, ...]`` along ``dim`` with every other dim ranging fully."""
-    grid = []
-    for d, n in enumerate(index.shape):
-        if d == dim:
-            grid.append(index)
-        else:
-            shape = [1] * index.ndim
-            shape[d] = n
-            grid.append(xp.arange(n).reshape(shape))
-    return tuple(grid)
-
-
-def take_along(xp, a, index, dim):
-    """``xp.take_along_axis(a, index, axis=dim)`` for an ``index`` of in-range positions shaped as ``a`` but along
-    ``dim``. For C-contiguous NumPy arrays, one flat ``take`` (NumPy's take_along_axis builds its grid of aranges in
-    Python: 32x32, 7 us; this 3)."""
-    flat = _flat_positions(a, index, dim)
-    if flat is None:
-        return xp.take_along_axis(a, index, axis=dim)
-    return a.reshape(-1).take(flat)
-
-
-def _flat_positions(a, index, dim):
-    """The positions in ``a.reshape(-1)`` that int64 ``index`` (in range, shaped as ``a`` but along ``dim``) picks
-    along ``dim``, shaped as ``index``; None unless both are NumPy arrays and ``a`` is C-contiguous."""
-    if (type(a) is not np.ndarray or type(index) is not np.ndarray or not a.flags.c_contiguous
-            or index.dtype != _INT64 or not a.ndim or not a.size):
-        return None
-    dim %= a.ndim
-    shape, index_shape = a.shape, index.shape
-    if len(shape) != len(index_shape) or shape[:dim] != index_shape[:dim] or shape[dim + 1:] != index_shape[dim + 1:]:
-        return None
-    return flat_positions_checked(a, index, dim)
-
-
-def take_checked(a, index, dim):
-    """`take_along` for a caller that checked what `_flat_positions` does (a C-contiguous NumPy ``a`` with elements,
-    an int64 NumPy ``index`` of ``a``'s shape but along ``dim``, ``dim`` in ``[0, a.ndim)``): its checks were a
-    third of a small gather's time."""
-    return a.reshape(-1).take(flat_positions_checked(a, index, dim))
-
-
-def flat_positions_checked(a, index, dim):
-    """`_flat_positions` of arguments already checked (`take_checked`)."""
-    shape, index_shape = a.shape, index.shape
-    inner = math.prod(shape[dim + 1:])
-    outer = a.size // (shape[dim] * inner)
-    flat = index.reshape(outer, index_shape[dim], inner)
-    if inner > 1:
-        flat = flat * inner + _offsets(inner, 1, last=True)
-    if outer > 1:
-        flat = flat + _offsets(outer, shape[dim] * inner)
-    return flat.reshape(index_shape)
-
-
-_INT64 = np.dtype(np.int64)
-_offset_cache: dict = {}
-
-
-def _offsets(count, step, last=False):
-    """``arange(0, count * step, step)`` shaped to broadcast along the first (``last``: the last) axis of a 3-d
-    array, cached (read-only): small gathers pay more for building it than for the gather."""
-    key = (count, step, last)
-    out = _offset_cache.get(key)
-    if out is None:
-        if len(_offset_cache) >= 64:
-            _offset_cache.clear()
-        out = np.arange(0, count * step, step).reshape(count if last else (count, 1, 1))
-        out.flags.writeable = False
-        _offset_cache[key] = out
-    return out
-
-
 def _flipped(a, axis):
     """``a`` reversed along ``axis`` as a view (``xp.flip`` normalizes its axis in Python: 1.5 us)."""
     return a[(slice(None),) * (axis % a.ndim) + (slice(None, None, -1),)]
@@ -168,45 +95,6 @@ def doubling_scan(xp, ufunc_name, a, axis):
         step[..., shift:] = fn(out[..., shift:], out[..., :-shift])
         out, shift = step, shift * 2
     return xp.moveaxis(out, -1, axis)
-
-
-# -- the differentiable gather / scatter pair ---------------------------------------------------------------------
-def _take_kernel(xp, a, index, dim):
-    return take_along(xp, a, index, dim)
-
-
-def _take_backward(ctx, g):
-    from .._dispatch import apply
-
-    index = ctx.inputs[1]
-    shape = ctx.in_meta[0][0]
-    return apply(PUT_ALONG_ADD, g, index, dim=ctx.attrs["dim"], size=shape[ctx.attrs["dim"]]), None
-
-
-def _put_add_kernel(xp, src, index, dim, size):
-    shape = list(src.shape)
-    shape[dim] = size
-    out = xp.zeros(tuple(shape), dtype=src.dtype)
-    if src.size < SMALL_UPDATE and src.shape == index.shape:
-        flat = _flat_positions(out, index, dim)
-        if flat is not None:  # what scatter_add runs for a small update, on the flat positions (no grid to build)
-            np.add.at(out.reshape(-1), flat, src)
-            return out
-    scatter_add(xp, out, _open_grid(xp, index, dim), src)
-    return out
-
-
-def _put_add_backward(ctx, g):
-    from .._dispatch import apply
-
-    index = ctx.inputs[1]
-    return apply(TAKE_ALONG, g, index, dim=ctx.attrs["dim"]), None
-
-
-TAKE_ALONG = defop("take_along", _take_kernel, _take_backward, Opaque("gather"), saves="inputs", meta=True,
-                   grad_name="GatherBackward0")
-PUT_ALONG_ADD = defop("put_along_add", _put_add_kernel, _put_add_backward, Opaque("scatter-add"), saves="inputs",
-                      grad_name="ScatterAddBackward0")
 
 
 # -- index producers (not differentiable: indices have no gradient) ------------------------------------------------

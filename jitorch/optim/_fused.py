@@ -18,8 +18,8 @@ Float32 and float64 CPU tensors that are contiguous take the fused kernel; anyth
 CUDA, non-contiguous state) returns ``False`` from `fused_adam`/`fused_sgd` so the caller runs the unfused update,
 which computes torch's per-op values.
 
-SGD with momentum (``_sgd_ir("f32", False, False, True, False, False, False)``) emits this IR; the scalar array
-holds ``weight_decay, momentum, 1 - dampening, lr, grad_scale``, and buffers 0 and 2 are read and written::
+SGD with momentum (``_fused_sgd._sgd_ir("f32", False, False, True, False, False, False)``) emits this IR; the scalar
+array holds ``weight_decay, momentum, 1 - dampening, lr, grad_scale``, and buffers 0 and 2 are read and written::
 
     kernel (1099511627776,) reduce=0
       buf0 f32 strides=(1,) offset=0        param
@@ -288,86 +288,6 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
     return True
 
 
-# -- SGD ------------------------------------------------------------------------------------------------------------
-_SGD_SCALARS = ("weight_decay", "momentum", "one_minus_dampening", "lr", "grad_scale")
-# Buffers: 0 param, 1 grad, 2 momentum_buffer (a placeholder without momentum), 3.. scalars.
-
-
-def _sgd_ir(dt, maximize, decay, momentum, first, nesterov, scaled, scalar_tail=False):
-    s = _Scalars(_SGD_SCALARS, 3, dt)
-    p, g = load(0, dt), load(1, dt)
-    stores = []
-    if scaled:
-        g = op("div", g, s("grad_scale"))
-        stores.append(Store(1, g))
-    # Each ``add(x, y, alpha=a)`` of torch's SGD is ATen's ``fma(y, a, x)`` (its fused kernel's too, but for the
-    # scalar tail): weight decay, the momentum update, Nesterov's step, the parameter step.
-    if maximize:
-        g = op("neg", g)
-    if decay:
-        g = op("fma", p, s("weight_decay"), g)
-    if momentum:
-        if first:
-            buf = g
-        elif scalar_tail:  # torch's fused scalar loop contracts ``buf * momentum + g * (1 - dampening)`` the other way
-            buf = op("fma", load(2, dt), s("momentum"), op("mul", g, s("one_minus_dampening")))
-        else:
-            buf = op("fma", g, s("one_minus_dampening"), op("mul", load(2, dt), s("momentum")))
-        stores.append(Store(2, buf))
-        g = op("fma", buf, s("momentum"), g) if nesterov else buf
-    stores.append(Store(0, op("fma", g, op("neg", s("lr")), p)))
-    return _build(dt, 3, s, stores)
-
-
-def fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening, nesterov, maximize,
-              grad_scale=None, found_inf=None, as_fused=False):
-    """SGD with one fused kernel call per parameter; ``False`` (nothing changed) outside the kernel's domain.
-    ``as_fused``: torch's ``fused=True`` values (its scalar loop's momentum update at the end of each parameter);
-    else those of its per-op update.
-
-    As ``torch._fused_sgd_``: when every momentum buffer is ``None`` this is the first step, the buffers are created
-    (``empty_like(grad)``) and filled with the gradient; ``None`` entries of ``momentum_buffer_list`` are replaced.
-    """
-    if not _usable(params, grads, [b for b in momentum_buffer_list if b is not None]):
-        return False
-    weight_decay, momentum, lr, dampening = map(_scalar, (weight_decay, momentum, lr, dampening))
-    # Without momentum torch's _init_group leaves momentum_buffer_list empty: nothing there to check.
-    _check_shapes("sgd", params, grads, *([momentum_buffer_list] if momentum != 0 else []))
-    skip, scale = _amp(grad_scale, found_inf)
-    if skip:
-        return True
-    first = momentum != 0 and all(b is None for b in momentum_buffer_list)
-    if momentum != 0 and not first and any(b is None for b in momentum_buffer_list):
-        return False  # a partly initialized list (parameters that got gradients late): the unfused rule handles it
-    dtype = params[0]._data.dtype if params else None
-    key = ("sgd", FLOAT_IR_DTYPES.get(dtype), maximize, weight_decay != 0, momentum != 0, first, nesterov,
-           scale is not None)
-    scalars = np.array([weight_decay, momentum, 1.0 - dampening, lr, 1.0 if scale is None else scale],
-                       dtype=dtype)
-    scalar_arrays = (scalars,) * len(_SGD_SCALARS)
-    ck = _kernel(key, lambda: _sgd_ir(key[1], *key[2:])) if params else None
-    tail_ck = _kernel(key + (True,), lambda: _sgd_ir(key[1], *key[2:], True)) if params and as_fused else None
-    for i, param_t in enumerate(params):
-        grad = grads[i]._data
-        if first:
-            momentum_buffer_list[i] = Tensor._make(np.empty_like(grad))
-        buf = momentum_buffer_list[i]._data if momentum != 0 else grad
-        arrays = [param_t._data, grad, buf]
-        n = grad.size
-        tail = _scalar_tail(n, dtype.itemsize) if as_fused and momentum != 0 and not first else 0
-        if n > tail:
-            launch_arrays(ck, [*arrays, *scalar_arrays], n - tail, _GRAIN, extent=n - tail)
-        if tail:
-            launch_arrays(tail_ck, [*(a.reshape(-1)[n - tail:] for a in arrays), *scalar_arrays], tail, _GRAIN,
-                          extent=tail)
-        param_t._bump_version()
-        if momentum != 0:
-            momentum_buffer_list[i]._bump_version()
-        if scale is not None:
-            grads[i]._bump_version()
-    return True
-
-
 # -- jitorch.compile(opt.step) --------------------------------------------------------------------------------------
 _FUSABLE = ("Adam", "AdamW", "SGD")
 
@@ -412,3 +332,6 @@ class CompiledOptimizerStep:
         finally:
             for group in switched:
                 group["fused"] = None
+
+
+from ._fused_sgd import fused_sgd  # noqa: E402 - split for size; re-exported here
