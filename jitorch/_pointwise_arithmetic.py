@@ -27,15 +27,19 @@ from ._pointwise import _numbers_as_tensor, _write_out, where
 
 def add(input, other, *, alpha=1, out=None):
     """``input + alpha * other`` (on float32/float64, ATen's fused multiply-add: `ops.scaled_add_ops`)."""
-    input = _numbers_as_tensor(input, other)
+    return _with_alpha(ADD_ALPHA, P.ADD, "add", _numbers_as_tensor(input, other), other, alpha, out)
+
+
+def _with_alpha(scaled_row, row, name, input, other, alpha, out):
+    """``row`` of ``input`` and ``alpha * other``: the fused row where it takes the operands, else the composite."""
     if alpha != 1:
-        result = scaled_add(ADD_ALPHA, input, other, alpha)
+        result = scaled_add(scaled_row, input, other, alpha)
         if result is not None:
-            return _write_out(result, out, "add")
+            return _write_out(result, out, name)
     check_alpha(alpha, input, other)
     if alpha != 1:
         other = _scaled_by_alpha(input, other, alpha)
-    return _write_out(apply(P.ADD, input, other), out, "add")
+    return _write_out(apply(row, input, other), out, name)
 
 
 def _scaled_by_alpha(input, other, alpha):
@@ -97,14 +101,7 @@ def sub(input, other, *, alpha=1, out=None):
     """``input - alpha * other``."""
     input = _numbers_as_tensor(input, other)
     _reject_bool_sub(input, other)
-    if alpha != 1:
-        result = scaled_add(SUB_ALPHA, input, other, alpha)
-        if result is not None:
-            return _write_out(result, out, "sub")
-    check_alpha(alpha, input, other)
-    if alpha != 1:
-        other = _scaled_by_alpha(input, other, alpha)
-    return _write_out(apply(P.SUB, input, other), out, "sub")
+    return _with_alpha(SUB_ALPHA, P.SUB, "sub", input, other, alpha, out)
 
 
 subtract = sub
