@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _device, _dtype
+from ._dtype import fills_exactly
 from . import _memory_format as MF
 from ._creation import _resolve, _xp_for, tensor
 from ._creation_checks import checked_shape
@@ -31,19 +32,6 @@ def _filled(size, value, dtype, device, requires_grad, op):
     if requires_grad:
         t.requires_grad_(True)
     return t
-
-
-def fills_exactly(value, dtype):
-    """Whether ``ndarray.fill(value)`` stores what the fill row's ``full`` does (the same conversion of a checked
-    scalar ``value``): floats into NumPy's float types, integers into integer types, and into float types while a
-    double holds them exactly."""
-    kind = dtype.kind
-    if type(value) is float:
-        return kind == "f"
-    return type(value) is int and (kind in "iu" or kind == "f" and -_EXACT_IN_DOUBLE <= value <= _EXACT_IN_DOUBLE)
-
-
-_EXACT_IN_DOUBLE = 1 << 53
 
 
 def _new_array(xp, shape, np_dtype, value):

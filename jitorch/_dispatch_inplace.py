@@ -14,6 +14,8 @@ import numpy as np
 from . import _dispatch as _d  # ``_d.CPU_XP`` through the module: tests swap in a CuPy-surface NumPy there
 from ._dispatch import _FROM_NP, _NO_ATTRS, MODES, TENSOR_TYPES, TORCH_TYPE_NAMES, Rerouted, _run_kernel, eager
 from ._dispatch_record import record, sync_view
+from ._dtype import fills_exactly
+from ._memory_format import _non_overlapping_dense
 from ._tensor import Tensor
 from .runtime.host_pointer import byte_span
 from .autograd.grad_mode import GradState
@@ -116,7 +118,7 @@ def refuse_partial_overlap(dst, src):
         return
     low, high = byte_span(dst)
     src_low, src_high = byte_span(src)
-    if src_high <= low or high <= src_low or not (_dense(dst) and _dense(src)):
+    if src_high <= low or high <= src_low or not (_non_overlapping_dense(dst) and _non_overlapping_dense(src)):
         return
     if low == src_low and high == src_high and dst.strides == src.strides:
         return
@@ -134,16 +136,6 @@ def refuse_internal_overlap(name, data):
                            "performing the operation.")
 
 
-def _dense(a):
-    # c10's is_non_overlapping_and_dense: the dims, by stride, tile the memory exactly (size-1 dims aside)
-    expected = a.itemsize
-    for stride, n in sorted((st, n) for n, st in zip(a.shape, a.strides) if n != 1):
-        if stride != expected:
-            return False
-        expected *= n
-    return True
-
-
 def _write_answer(op, self, answer, cast_check):
     """Write a rerouted result into ``self`` as ``copy_`` does (history included), after torch's checks."""
     answer = answer.to_dense()
@@ -159,16 +151,15 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
     """
     if MODES:
         return MODES[-1].dispatch_inplace(op, self, args, attrs)
-    if cast_check and op.ufunc is not None and writable_plain(self) is not None:
+    tried = False
+    if cast_check and op.ufunc is not None and writable_plain(self) is not None and not (GradState.enabled and any(
+            type(a) in TENSOR_TYPES and a._requires_grad for a in args)):
         # (an optimizer's ``p.add_(u)`` under no_grad, a buffer's update): the ufunc into self's memory, nothing
         # else to do unless an operand requires grad.
-        for a in args:
-            if GradState.enabled and type(a) in TENSOR_TYPES and a._requires_grad:
-                break
-        else:
-            if _ufunc_into(op, self, args, attrs):
-                self._bump_version()
-                return self
+        if _ufunc_into(op, self, args, attrs):
+            self._bump_version()
+            return self
+        tried = True  # (it declined: the general path below need not ask again)
     if not getattr(self._data.flags, "writeable", True):
         from .ops.inplace_views import writable_expanded
 
@@ -201,7 +192,7 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
     if not grad_needed:
         if GradState.enabled and self._base is not None and self._base._requires_grad:
             _check_inplace_allowed(op, self)
-        if cast_check and _ufunc_into(op, self, args, attrs):
+        if cast_check and not tried and _ufunc_into(op, self, args, attrs):
             self._bump_version()
             return self
         try:
@@ -248,3 +239,15 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
 
         rebase_view(self, result)
     return self
+
+
+def fill_plain(self, value, key=None):
+    """Fill ``self`` (``self[key]`` for a basic subscript tuple) with the checked number ``value`` in place, where
+    nothing refuses or records the write (`writable_plain`) and ``ndarray.fill`` stores what the fill row would;
+    False otherwise (the caller's general path). ``fill_``, ``zero_`` and ``x[1:3] = 0.0`` of small tensors."""
+    data = writable_plain(self)
+    if data is None or not fills_exactly(value, data.dtype):
+        return False
+    (data if key is None else data[key + (Ellipsis,)]).fill(value)
+    self._bump_version()
+    return True

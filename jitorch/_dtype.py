@@ -392,3 +392,16 @@ strided = layout("strided")
 sparse_coo, sparse_csr, sparse_csc = layout("sparse_coo"), layout("sparse_csr"), layout("sparse_csc")
 sparse_bsr, sparse_bsc, jagged = layout("sparse_bsr"), layout("sparse_bsc"), layout("jagged")
 _mkldnn = layout("_mkldnn")
+
+
+def fills_exactly(value, dtype):
+    """Whether ``ndarray.fill(value)`` stores what the fill row's ``full`` does (the same conversion of a checked
+    scalar ``value``): floats into NumPy's float types, integers into integer types, and into float types while a
+    double holds them exactly."""
+    kind = dtype.kind
+    if type(value) is float:
+        return kind == "f"
+    return type(value) is int and (kind in "iu" or kind == "f" and -_EXACT_IN_DOUBLE <= value <= _EXACT_IN_DOUBLE)
+
+
+_EXACT_IN_DOUBLE = 1 << 53

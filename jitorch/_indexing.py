@@ -17,9 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _creation, _dispatch
+from ._dispatch_inplace import fill_plain
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
-from ._creation_filled import fills_exactly
-from ._dispatch_inplace import writable_plain
 from ._dispatch_modes import MODES
 from ._dispatch_record import view_result
 from ._dtype import FLOAT, checked_scalar
@@ -92,13 +91,9 @@ def _setitem(self, key, value):
             raise ValueError("Overflow when unpacking long long")
         half = self.dtype.category == FLOAT and self.dtype.itemsize == 2
         value = checked_scalar(value, self.dtype, "double" if half else None, reduced_floats=False)
-        data = writable_plain(self)
-        if data is not None and fills_exactly(value, data.dtype):
-            basic = quick_basic(data.shape, key)
-            if basic is not None:  # (``x[1:3] = 0.0``: the fill of the view the general path would make)
-                data[basic + (Ellipsis,)].fill(value)
-                self._bump_version()
-                return
+        basic = quick_basic(self._data.shape, key)
+        if basic is not None and fill_plain(self, value, basic):  # (``x[1:3] = 0.0``: the view's fill)
+            return
     basic, template, indices = _quick_parse(self, key) or _parse(self, key)
     view = self if basic is None else apply(M.SLICE, self, key=basic)
     if isinstance(value, Tensor):

@@ -18,8 +18,7 @@ import numpy as np
 
 from . import _memory_format as MF
 from ._dispatch import TENSOR_TYPES, apply, apply_inplace
-from ._creation_filled import fills_exactly
-from ._dispatch_inplace import refuse_internal_overlap, refuse_partial_overlap, writable_plain
+from ._dispatch_inplace import fill_plain, refuse_internal_overlap, refuse_partial_overlap, writable_plain
 from ._grad_state import GradState
 from ._dtype import checked_scalar
 from ._shape import broadcast_shapes, normalize_shape, sizes_or_keyword, wrap_dim, wrap_dims
@@ -197,18 +196,12 @@ def _fill_(self, value):
             value = value.item()
     if not isinstance(value, Tensor):
         value = checked_scalar(value, self.dtype)
-        data = writable_plain(self)
-        if data is not None and fills_exactly(value, data.dtype):
-            data.fill(value)
-            self._bump_version()
+        if fill_plain(self, value):
             return self
     return apply_inplace(M.FILL, self, value, cast_check=False)
 
 
 def _zero_(self):
-    data = writable_plain(self)
-    if data is not None:
-        data.fill(0)  # zero in every dtype
-        self._bump_version()
+    if fill_plain(self, 0):
         return self
     return apply_inplace(M.FILL, self, 0, cast_check=False)

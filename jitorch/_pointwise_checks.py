@@ -40,7 +40,7 @@ def check_bounds(input, *bounds):
             _dtype.checked_scalar(b, input.dtype)
 
 
-FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_MAX = _dtype._FLOAT_MAX[_dtype.float32]
 
 
 def check_float32_numbers(input, *numbers):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from ._creation_watchers import WATCHERS
-from ._dispatch import MODES, TENSOR_TYPES, _new, record, sync_view
+from ._dispatch import _NO_ATTRS, MODES, TENSOR_TYPES, sync_view
+from ._dispatch_fast import keep_result
 from ._grad_state import GradState
 from ._pointwise_checks import FLOAT32_MAX
-from ._tensor import Tensor
 from .autograd.graph import named
 from .ops import native_select
 from .ops import pointwise as P
@@ -42,14 +42,6 @@ def _branch(v):
     return v if type(v) is int else None  # (ints past 62 bits: `native_select` refuses)
 
 
-def _tensor(out):
-    t = _new(Tensor)
-    t._data = out
-    if GradState.inference:
-        t._inference = True
-    return t
-
-
 def where_float32(condition, input, other):
     """`where` of a CPU bool mask and float32 branches (tensors of its shape, 0-d tensors, numbers) through
     `native_select.where`, or None for the general path."""
@@ -62,11 +54,9 @@ def where_float32(condition, input, other):
     out = native_select.where(_synced(condition), a, b)
     if out is None:
         return None
-    t = _tensor(out)
-    if GradState.enabled and ((type(input) in TENSOR_TYPES and input._requires_grad) or
-                              (type(other) in TENSOR_TYPES and other._requires_grad)):
-        record(P.WHERE, (condition, input, other), {}, (t,))
-    return t
+    return keep_result(P.WHERE, (condition, input, other), _NO_ATTRS, out,
+                       (type(input) in TENSOR_TYPES and input._requires_grad) or
+                       (type(other) in TENSOR_TYPES and other._requires_grad))
 
 
 def masked_fill_float32(input, mask, value):
@@ -83,11 +73,11 @@ def masked_fill_float32(input, mask, value):
     out = native_select.where(_synced(mask), value, _synced(input))
     if out is None:
         return None
-    t = _tensor(out)
-    if input._requires_grad and GradState.enabled:  # the general path's node: a where of a 0-d value tensor
-        record(P.WHERE, (mask, _tensor(np.full((), value, _F32)), input), {}, (t,))
-        named(t, "MaskedFillBackward0")
-    return t
+    if not (input._requires_grad and GradState.enabled):
+        return keep_result(P.WHERE, (), _NO_ATTRS, out, False)
+    # the general path's node: a where of a 0-d value tensor
+    value = keep_result(P.WHERE, (), _NO_ATTRS, np.full((), value, _F32), False)
+    return named(keep_result(P.WHERE, (mask, value, input), _NO_ATTRS, out, True), "MaskedFillBackward0")
 
 
 def clamp_float32(input, min, max):
@@ -98,11 +88,8 @@ def clamp_float32(input, min, max):
     out = native_select.clamp_scalars(P.CLAMP, _synced(input), min, max)
     if out is None:
         return None
-    t = _tensor(out)
-    if input._requires_grad and GradState.enabled:
-        record(P.CLAMP, (input, min, max), {}, (t,))
-        named(t, "ClampBackward1")  # ATen's Scalar overload
-    return t
+    t = keep_result(P.CLAMP, (input, min, max), _NO_ATTRS, out, input._requires_grad)
+    return named(t, "ClampBackward1") if t.grad_fn is not None else t  # ATen's Scalar overload
 
 
 def _plain_bound(b):

@@ -247,10 +247,7 @@ def _host_draw(normal, sizes, dtype, device):
         from .ops import random_ops
 
         _ROWS.extend((random_ops.UNIFORM_SAMPLE, random_ops.NORMAL_SAMPLE))
-    ref = _HOST_REFS.get(dt)
-    if ref is None:
-        ref = _HOST_REFS[dt] = np.empty((), dt.np)
-    return Tensor._make(_ROWS[normal].kernel(_dispatch.CPU_XP, ref, shape=shape))
+    return _row_sample(_ROWS[normal], dt, None, shape=shape)
 
 
 def rand(*sizes, size=None, generator=None, out=None, dtype=None, layout=None, device=None,

@@ -17,6 +17,7 @@ tensor([0., 0.], grad_fn=<SliceBackward0>)
 from __future__ import annotations
 
 from .._dispatch import apply, record
+from .._dispatch_inplace import refuse_internal_overlap
 from ..autograd.grad_mode import enable_grad
 from .table import Opaque, defop
 
@@ -116,6 +117,4 @@ def writable_expanded(op, t):
         else:
             t._data = data
             return
-    raise RuntimeError(f"{op.name}_: unsupported operation: more than one element of the written-to tensor refers "
-                       "to a single memory location (an expanded tensor). Please clone() the tensor before "
-                       "performing the operation.")
+    refuse_internal_overlap(f"{op.name}_", data)

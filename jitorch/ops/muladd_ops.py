@@ -25,9 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _dispatch
-from .._dispatch import MODES, _new, apply, record, sync_view
-from .._grad_state import GradState
-from .._tensor import Tensor
+from .._dispatch import _NO_ATTRS, MODES, apply, sync_view
+from .._dispatch_fast import keep_result
 from ..codegen.ir import Buffer, Kernel, Store, load
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
@@ -279,13 +278,8 @@ def _direct(row, args, form=None):
                     out = constants_checked(row, datas, constants, expr)
                     if out is None:  # (a number that is not finite: the kernel's fallback)
                         datas.append(args[-1])
-                t = _new(Tensor)
-                t._data = out if out is not None else row.kernel(_dispatch.CPU_XP, *datas)
-                if GradState.inference:
-                    t._inference = True
-                if grad and GradState.enabled:
-                    record(row, args, {}, (t,))
-                return t
+                return keep_result(row, args, _NO_ATTRS,
+                                   out if out is not None else row.kernel(_dispatch.CPU_XP, *datas), grad)
     return apply(row, *args)
 
 

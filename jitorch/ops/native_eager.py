@@ -89,11 +89,7 @@ def unary_launcher(row):
             return None
         if kernel is None:
             kernel = _kernel_of(row, 1)
-        calls = kernel.__dict__.get("_held_calls")
-        held = None if calls is None else calls.get(get_ident())
-        if held is None or held[3] != 2:
-            held = _held_call(kernel, 2)
-        slots, ctx_address, fn, _ = held
+        slots, ctx_address, fn, _ = _held_call(kernel, 2)
         out = np.empty(x.shape, _F32)
         slots[1] = id(x)
         slots[2] = id(out)
@@ -135,9 +131,15 @@ def pointwise(row, *arrays, min_size=None):
             return None
         if not a.flags.c_contiguous:
             return None
-    kernel = _kernels.get((row.name, len(arrays))) or _kernel_of(row, len(arrays))
+    return _launch_new(_kernels.get((row.name, len(arrays))) or _kernel_of(row, len(arrays)), arrays)
+
+
+def _launch_new(kernel, arrays):
+    """``kernel`` over same-shape float32 ``arrays`` (checked) into a new array of their shape."""
+    first = arrays[0]
+    shape = first.shape
     out = np.empty(shape, _F32) if first.nbytes < host_cache.THRESHOLD else host_cache.empty(shape, _F32)
-    launch_arrays(kernel, [*arrays, out], size, _GRAIN, size)
+    launch_arrays(kernel, [*arrays, out], first.size, _GRAIN, first.size)
     return out
 
 
@@ -149,7 +151,7 @@ _CONSTANT_KERNELS_MAX = 512  # kernels kept for distinct (row, constants) pairs;
 _SENTINELS = tuple(float(2 ** 57 * (9 + i)) for i in range(8))
 
 
-def pointwise_constants(row, arrays, constants, min_size=MIN_SIZE, expr=None):
+def pointwise_constants(row, arrays, constants, min_size=None, expr=None):
     """`pointwise` of a row whose expression also reads scalar parameters: ``{len(arrays)}``... are ``constants``,
     as float32 numbers (as ATen casts a Scalar to the tensor's type). The kernel is compiled once per row and
     expression, its constants run-time arguments (`ir_params`; a constant LLVM folds, such as 0 or 1, gets its
@@ -167,7 +169,8 @@ def pointwise_constants(row, arrays, constants, min_size=MIN_SIZE, expr=None):
     if not constants and expr is None:
         return pointwise(row, *arrays, min_size=min_size)
     first = arrays[0]
-    if type(first) is not np.ndarray or first.dtype is not _F32 or first.size < min_size:
+    if type(first) is not np.ndarray or first.dtype is not _F32 or \
+            first.size < (min_size if min_size is not None else _MIN_SIZES.get(row.name, MIN_SIZE)):
         return None
     for c in constants:
         if type(c) is not float and type(c) is not int:  # bool/None/tensor params
@@ -183,35 +186,23 @@ def constants_checked(row, arrays, constants, expr=None):
     """`pointwise_constants` of arrays its caller checked (same-shape C-contiguous float32 NumPy arrays, not empty;
     numbers ``constants``): a row whose own fast path checked them skips the checks (lerp on 32x32: 1 us of 3)."""
     if not constants and expr is None:  # `pointwise`'s kernel
-        first = arrays[0]
-        out = np.empty(first.shape, _F32) if first.nbytes < host_cache.THRESHOLD else \
-            host_cache.empty(first.shape, _F32)
-        launch_arrays(_kernels.get((row.name, len(arrays))) or _kernel_of(row, len(arrays)), [*arrays, out],
-                      first.size, _GRAIN, first.size)
-        return out
-    # The constants as given look up their kernel directly: equal numbers give one float32 value (an int equal to a
-    # float is exactly that double), but for a zero's sign, which its repr adds to the key. Only finite constants are
-    # stored, so inf and nan (nan equals nothing) miss and are refused below.
-    quick = (row.name, expr, len(arrays), constants) if 0.0 not in constants else \
+        return _launch_new(_kernels.get((row.name, len(arrays))) or _kernel_of(row, len(arrays)), arrays)
+    # Keyed by the constants as given: equal numbers give one float32 value (an int equal to a float is exactly that
+    # double), but for a zero's sign, which its repr adds to the key. Only finite constants are stored, so inf and
+    # nan (nan equals nothing) miss and are refused below. (A miss costs a template copy, no compile.)
+    key = (row.name, expr, len(arrays), constants) if 0.0 not in constants else \
         (row.name, expr, len(arrays), constants, tuple(map(repr, constants)))
-    kernel = _constant_kernels.get(quick)
+    kernel = _constant_kernels.get(key)
     if kernel is None:
         for c in constants:
             if not abs(c) < float("inf"):  # inf, nan
                 return None
         # An integer constant converts to float32 directly (as ATen's cast), not through a double's rounding.
         values = tuple(_int_as_float32(c) if type(c) is int else float(c) for c in constants)
-        key = (row.name, expr, len(arrays), *map(float.hex, values))  # -0.0 is not 0.0
-        kernel = _constant_kernels.get(key)
         if len(_constant_kernels) >= _CONSTANT_KERNELS_MAX:
             _constant_kernels.clear()
-        if kernel is None:
-            kernel = _constant_kernels[key] = _kernel_with(row, expr, len(arrays), values)
-        _constant_kernels[quick] = kernel
-    first = arrays[0]
-    out = np.empty(first.shape, _F32) if first.nbytes < host_cache.THRESHOLD else host_cache.empty(first.shape, _F32)
-    launch_arrays(kernel, [*arrays, out], first.size, _GRAIN, first.size)
-    return out
+        kernel = _constant_kernels[key] = _kernel_with(row, expr, len(arrays), values)
+    return _launch_new(kernel, arrays)
 
 
 def _int_as_float32(c):
@@ -296,11 +287,7 @@ def launch_arrays(kernel, arrays, numel, grain, extent=None):
     reading the data pointers from the array objects (``id(a)``, a builtin, where `data_address` is a Python call
     each)."""
     if numel < HELD_MAX and ARRAY_DATA_OFFSET is not None:
-        calls = kernel.__dict__.get("_held_calls")
-        call = None if calls is None else calls.get(get_ident())
-        if call is None or call[3] != len(arrays):
-            call = _held_call(kernel, len(arrays))
-        slots, ctx_address, fn, nbuf = call
+        slots, ctx_address, fn, nbuf = _held_call(kernel, len(arrays))
         i = 1
         for a in arrays:  # through a memoryview: a ctypes array's own item assignment costs 0.25 us each
             slots[i] = id(a)
@@ -314,13 +301,18 @@ _trampolines: dict = {}
 
 
 def _held_call(kernel, nbuf):
-    """(ctx as int64 slots, its address, trampoline, buffer count): the kernel called through its signature's pool
-    trampoline (`llvm_pool.emit_trampoline`) with every argument in one int64 array, filled once but for the arrays'
-    ``id``. A ctypes call costs about 0.13 us an argument: a row kernel's 14 (range, buffers, sizes, floats) took 3 us,
-    the trampoline's 3 take 0.7. Each thread fills its own array (``kernel._held_calls``, by thread id): a thread
-    switch between the writes of the ``id`` slots and the call let another thread's call overwrite them, and a kernel
-    ran on a dead array (a segfault with two threads). The call keeps the GIL (PYFUNCTYPE); only short kernels come
-    here (`HELD_MAX`)."""
+    """This thread's (ctx as int64 slots, its address, trampoline, buffer count), made on first use: the kernel
+    called through its signature's pool trampoline (`llvm_pool.emit_trampoline`) with every argument in one int64
+    array, filled once but for the arrays' ``id``. A ctypes call costs about 0.13 us an argument: a row kernel's 14
+    (range, buffers, sizes, floats) took 3 us, the trampoline's 3 take 0.7. Each thread fills its own array
+    (``kernel._held_calls``, by thread id): a thread switch between the writes of the ``id`` slots and the call let
+    another thread's call overwrite them, and a kernel ran on a dead array (a segfault with two threads). The call
+    keeps the GIL (PYFUNCTYPE); only short kernels come here (`HELD_MAX`)."""
+    calls = kernel.__dict__.get("_held_calls")
+    if calls is not None:
+        call = calls.get(get_ident())
+        if call is not None and call[3] == nbuf:
+            return call
     types = ("array",) * nbuf + tuple(arguments(kernel.kernel))
     fn = _trampolines.get(types)
     if fn is None:
@@ -330,7 +322,6 @@ def _held_call(kernel, nbuf):
                                                *[bits(v, ty) for v, ty in zip(kernel.values, types[nbuf:])])
     # ``ctx`` stays alive through the memoryview's hold on its buffer.
     call = (memoryview(ctx).cast("B").cast("q"), ctypes.addressof(ctx), fn, nbuf)
-    calls = kernel.__dict__.get("_held_calls")
     if calls is None or len(calls) >= _HELD_THREADS_MAX:  # (a dead thread's entry goes with the others)
         calls = kernel._held_calls = {}
     calls[get_ident()] = call

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._dispatch import MODES, TENSOR_TYPES, _new, apply, apply_inplace, record, sync_view
+from .._dispatch import _NO_ATTRS, MODES, TENSOR_TYPES, apply, apply_inplace, sync_view
+from .._dispatch_fast import keep_result
+from .._pointwise_checks import FLOAT32_MAX
 from .._dispatch_inplace import writable_plain
 from .._grad_state import GradState
-from .._tensor import Tensor
 from ..codegen.ir import FLOAT_IR_DTYPES, Buffer, Kernel, Store, load, op
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
@@ -41,7 +42,6 @@ __all__ = ["ADD_ALPHA", "SUB_ALPHA", "scaled_add", "scaled_add_", "add_into", "s
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _FLOATS = (_F32, _F64)
 _GRAIN = 1 << 15
-_FLOAT32_MAX = 3.4028234663852886e38
 _kernels: dict = {}  # (IR dtype, other is a number) -> the compiled fma pass
 _scalars: dict = {}  # (dtype, number) -> a one-element array the kernels read the number from
 _SCALARS_MAX = 256
@@ -75,7 +75,7 @@ def _scalar(value, dt):
 
 def _check_alpha_fits(dt, alpha):
     # c10's checked conversion of the Scalar to float: a finite alpha beyond float32's range is refused
-    if dt is _F32 and type(alpha) is float and _FLOAT32_MAX < abs(alpha) < float("inf"):
+    if dt is _F32 and type(alpha) is float and FLOAT32_MAX < abs(alpha) < float("inf"):
         raise RuntimeError("value cannot be converted to type float without overflow")
 
 
@@ -179,13 +179,8 @@ def scaled_add(row, input, other, alpha):
                 sync_view(other)
             out = scaled_add_arrays(x, y, alpha if row is ADD_ALPHA else -alpha)
             if out is not None:
-                t = _new(Tensor)
-                t._data = out
-                if GradState.inference:
-                    t._inference = True
-                if GradState.enabled and (input._requires_grad or other._requires_grad):
-                    record(row, (input, other, alpha), {}, (t,))
-                return t
+                return keep_result(row, (input, other, alpha), _NO_ATTRS, out,
+                                   input._requires_grad or other._requires_grad)
         kind = getattr(getattr(y, "dtype", None), "kind", None)
     elif type(other) is float or type(other) is int:
         kind = "f" if type(other) is float else "i"

@@ -217,6 +217,17 @@ def _amp(grad_scale, found_inf):
     return skip, None if grad_scale is None else _scalar(grad_scale)
 
 
+def launch_split(ck, tail_ck, arrays, scalar_arrays, tail):
+    """``ck`` over the parameters' elements but the last ``tail``, ``tail_ck`` over those (torch's fused kernels
+    round their scalar loop's elements their own way)."""
+    n = arrays[0].size
+    if n > tail:
+        launch_arrays(ck, [*arrays, *scalar_arrays], n - tail, _GRAIN, extent=n - tail)
+    if tail:
+        launch_arrays(tail_ck, [*(a.reshape(-1)[n - tail:] for a in arrays), *scalar_arrays], tail, _GRAIN,
+                      extent=tail)
+
+
 def per_op_lr_terms(lr, bias_correction1, weight_decay):
     """``(lr / bias_correction1, 1 - lr * weight_decay)`` as torch's per-op Adam computes them: with a tensor ``lr``
     in its dtype (tensor ops; the step size then reaches ``addcdiv_`` as that rounded value), else in double."""
@@ -245,7 +256,7 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
     _check_shapes("adam", *lists)
     lr_given = lr
     beta1, beta2, lr, weight_decay, eps = map(_scalar, (beta1, beta2, lr, weight_decay, eps))
-    skip = found_inf is not None and _scalar(found_inf) == 1.0
+    skip, scale = _amp(grad_scale, found_inf)
     dtype = params[0]._data.dtype if params else None
     w1 = float(dtype.type(1.0 - beta1)) if params else 0.0  # the lerp weight as the kernel rounds it
     wd_mode = _wd_mode(weight_decay, decoupled_weight_decay)
@@ -268,16 +279,11 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
             else:
                 (step_size, decay), bc2_sqrt = per_op_lr_terms(lr_given, bc1, weight_decay), bc2 ** 0.5
             scalars = np.array([w1, w1 - 1.0, beta2, 1.0 - beta2, weight_decay, decay, step_size, bc2_sqrt, eps,
-                                1.0 if grad_scale is None else _scalar(grad_scale)], dtype=dtype)
+                                1.0 if scale is None else scale], dtype=dtype)
         arrays = [param_t._data, grads[i]._data, exp_avgs[i]._data, exp_avg_sqs[i]._data,
                   (max_exp_avg_sqs[i] if amsgrad else exp_avgs[i])._data]
-        n = arrays[0].size
-        tail = _scalar_tail(n, dtype.itemsize) if as_fused else 0
-        if n > tail:
-            launch_arrays(ck, [*arrays, *(scalars,) * len(_ADAM_SCALARS)], n - tail, _GRAIN, extent=n - tail)
-        if tail:
-            launch_arrays(tail_ck, [*(a.reshape(-1)[n - tail:] for a in arrays), *(scalars,) * len(_ADAM_SCALARS)],
-                          tail, _GRAIN, extent=tail)
+        launch_split(ck, tail_ck, arrays, (scalars,) * len(_ADAM_SCALARS),
+                     _scalar_tail(arrays[0].size, dtype.itemsize) if as_fused else 0)
         param_t._bump_version()
         exp_avgs[i]._bump_version()
         exp_avg_sqs[i]._bump_version()

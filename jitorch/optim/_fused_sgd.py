@@ -8,8 +8,8 @@ import numpy as np
 
 from ..codegen.ir import FLOAT_IR_DTYPES, Store, load, op
 from .._tensor import Tensor
-from ..ops.native_eager import launch_arrays
-from ._fused import _GRAIN, _Scalars, _amp, _build, _check_shapes, _kernel, _scalar, _scalar_tail, _usable
+from ._fused import (_Scalars, _amp, _build, _check_shapes, _grad_terms, _kernel, _scalar, _scalar_tail, _usable,
+                     launch_split)
 
 
 _SGD_SCALARS = ("weight_decay", "momentum", "one_minus_dampening", "lr", "grad_scale")
@@ -25,10 +25,7 @@ def _sgd_ir(dt, maximize, decay, momentum, first, nesterov, scaled, scalar_tail=
         stores.append(Store(1, g))
     # Each ``add(x, y, alpha=a)`` of torch's SGD is ATen's ``fma(y, a, x)`` (its fused kernel's too, but for the
     # scalar tail): weight decay, the momentum update, Nesterov's step, the parameter step.
-    if maximize:
-        g = op("neg", g)
-    if decay:
-        g = op("fma", p, s("weight_decay"), g)
+    p, g = _grad_terms(s, p, g, maximize, "l2" if decay else None)
     if momentum:
         if first:
             buf = g
@@ -76,13 +73,8 @@ def fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr
             momentum_buffer_list[i] = Tensor._make(np.empty_like(grad))
         buf = momentum_buffer_list[i]._data if momentum != 0 else grad
         arrays = [param_t._data, grad, buf]
-        n = grad.size
-        tail = _scalar_tail(n, dtype.itemsize) if as_fused and momentum != 0 and not first else 0
-        if n > tail:
-            launch_arrays(ck, [*arrays, *scalar_arrays], n - tail, _GRAIN, extent=n - tail)
-        if tail:
-            launch_arrays(tail_ck, [*(a.reshape(-1)[n - tail:] for a in arrays), *scalar_arrays], tail, _GRAIN,
-                          extent=tail)
+        launch_split(ck, tail_ck, arrays, scalar_arrays,
+                     _scalar_tail(grad.size, dtype.itemsize) if as_fused and momentum != 0 and not first else 0)
         param_t._bump_version()
         if momentum != 0:
             momentum_buffer_list[i]._bump_version()
