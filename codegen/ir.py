@@ -44,7 +44,8 @@ from .ir_expr import (ARG_REDUCTIONS, BINARY, COMPARE, DTYPES, EXPR_FUNCTIONS, F
 # The expression names live in `ir_expr`; importers keep reading them from here.
 __all__ = ["ARG_REDUCTIONS", "BINARY", "COMPARE", "DTYPES", "EXPR_FUNCTIONS", "FLOAT_IR_DTYPES", "FLOAT_ONLY",
            "FLOATS", "INFIX_OPS", "INTS", "IR_DTYPES", "PRIMITIVES", "REDUCTIONS", "TERNARY", "UNARY", "Expr", "const",
-           "load", "op", "reduced", "Buffer", "Store", "IDENTITIES", "identity", "Kernel", "collapse", "simplify"]
+           "load", "op", "reduced", "Buffer", "Store", "IDENTITIES", "identity", "Kernel", "merged_dims", "collapse",
+           "simplify"]
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,28 @@ def _ints(value):
     return str(int(value)) if isinstance(value, (int, np.integer)) else repr(value)
 
 
+def merged_dims(shape, strides):
+    """``shape`` without size-1 dimensions and with neighbours that every buffer walks contiguously merged, and each
+    buffer's ``strides`` to match (plain sequences in, lists out; `collapse`'s step, for callers without a `Kernel`).
+
+    >>> merged_dims((2, 1, 3, 4), [(12, 12, 4, 1), (1, 1, 8, 2)])
+    ([2, 12], [[12, 1], [1, 2]])
+    """
+    dims, out = [], [[] for _ in strides]
+    for d, n in enumerate(shape):
+        if n == 1:
+            continue
+        if dims and all(st[-1] == s[d] * n for st, s in zip(out, strides)):
+            dims[-1] *= n
+            for st, s in zip(out, strides):
+                st[-1] = s[d]
+        else:
+            dims.append(n)
+            for st, s in zip(out, strides):
+                st.append(s[d])
+    return dims, out
+
+
 def collapse(kernel):
     """Drop size-1 dimensions and merge neighbours that every buffer walks contiguously (CuPy's ``_reduce_dims``).
 
@@ -212,30 +235,18 @@ def collapse(kernel):
     >>> collapse(k).shape
     (24,)
     """
-    ndim, red = len(kernel.shape), kernel.reduce_axes
-    groups = [[d for d in range(ndim - red) if kernel.shape[d] != 1], [d for d in range(ndim - red, ndim)
-                                                                       if kernel.shape[d] != 1]]
-    shapes, strides = [[], []], [[[] for _ in kernel.buffers] for _ in range(2)]
-    for g, dims in enumerate(groups):
-        for d in dims:
-            mergeable = shapes[g] and all(st[-1] == b.strides[d] * kernel.shape[d]
-                                          for st, b in zip(strides[g], kernel.buffers))
-            if mergeable:
-                shapes[g][-1] *= kernel.shape[d]
-                for st, b in zip(strides[g], kernel.buffers):
-                    st[-1] = b.strides[d]
-            else:
-                shapes[g].append(kernel.shape[d])
-                for st, b in zip(strides[g], kernel.buffers):
-                    st.append(b.strides[d])
-    for g in (0, 1) if red else (0,):
-        if not shapes[g]:  # keep one kept dimension for the threads and one reduced one for the reducing stores
-            shapes[g].append(1)
-            for st in strides[g]:
+    kept, red = len(kernel.shape) - kernel.reduce_axes, kernel.reduce_axes
+    groups = [merged_dims(kernel.shape[lo:hi], [b.strides[lo:hi] for b in kernel.buffers])
+              for lo, hi in ((0, kept), (kept, kept + red))]
+    for shape, strides in groups if red else groups[:1]:
+        if not shape:  # keep one kept dimension for the threads and one reduced one for the reducing stores
+            shape.append(1)
+            for st in strides:
                 st.append(0)
-    buffers = tuple(Buffer(b.dtype, tuple(strides[0][i] + strides[1][i]), b.offset)
+    (kept_shape, kept_strides), (red_shape, red_strides) = groups
+    buffers = tuple(Buffer(b.dtype, tuple(kept_strides[i] + red_strides[i]), b.offset)
                     for i, b in enumerate(kernel.buffers))
-    return Kernel(tuple(shapes[0] + shapes[1]), buffers, kernel.stores, len(shapes[1]))
+    return Kernel(tuple(kept_shape + red_shape), buffers, kernel.stores, len(red_shape))
 
 
 def simplify(stores):

@@ -13,6 +13,7 @@ from . import _memory_format as MF
 from ._device import device as _device
 from ._dispatch import TORCH_TYPE_NAMES, apply
 from ._tensor import Tensor
+from .autograd.grad_mode import no_grad
 from .ops import complex_ops as C
 from .ops import movement as M
 
@@ -47,6 +48,8 @@ def _parse_to(args, kwargs, with_format=False):
 def to(self, *args, **kwargs):
     """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``, ``memory_format=``; returns ``self``
     when nothing changes (conversions keep the layout: ``preserve_format``)."""
+    if not kwargs and len(args) == 1 and type(args[0]) is _dtype.dtype:  # ``x.to(torch.long)``: the dtype alone
+        return _cast(self, args[0])
     dtype, device, copy, fmt = _parse_to(args, dict(kwargs), with_format=True)
     out = self
     if device is not None:
@@ -55,15 +58,7 @@ def to(self, *args, **kwargs):
         if dev.type != cur.type or (dev.type == "cuda" and (dev.index or 0) != (cur.index or 0)):
             out = apply(M.TO_DEVICE, out, device_type=dev.type, index=dev.index, source=(cur.type, cur.index))
     if dtype is not None:
-        dt = _dtype.to_dtype(dtype)
-        if dt.np != out._data.dtype:
-            if dt.category < _dtype.FLOAT:  # integer and bool results never carry gradients in PyTorch
-                from .autograd.grad_mode import no_grad
-
-                with no_grad():
-                    out = apply(M.CAST, out, dtype=dt.np)
-            else:
-                out = apply(M.CAST, out, dtype=dt.np)
+        out = _cast(out, _dtype.to_dtype(dtype))
     if fmt is not None and fmt is not MF.preserve_format:
         MF.check_rank(fmt, out._data.ndim)
         # As at::to: no copy when the layout already suggests the format (a transposed matrix is "contiguous_format"
@@ -73,6 +68,16 @@ def to(self, *args, **kwargs):
     if copy and out is self:
         out = apply(M.CLONE, self)
     return out
+
+
+def _cast(self, dt):
+    """``self`` as dtype ``dt``: itself when it already is."""
+    if dt.np == self._data.dtype:
+        return self
+    if dt.category < _dtype.FLOAT and self._requires_grad:  # integer and bool results never carry gradients
+        with no_grad():
+            return apply(M.CAST, self, dtype=dt.np)
+    return apply(M.CAST, self, dtype=dt.np)
 
 
 def type_(self, dtype=None, non_blocking=False, **kwargs):
@@ -112,7 +117,7 @@ _LEGACY = {
 
 def _as(dt):
     def method(self, memory_format=None):
-        return to(self, dt)
+        return _cast(self, dt) if memory_format is None else to(self, dt, memory_format=memory_format)
     method.__name__ = dt.name
     return method
 

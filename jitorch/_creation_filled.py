@@ -8,10 +8,13 @@
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import _device, _dtype
 from ._dtype import fills_exactly
+from ._misc import FILL_EMPTY
 from . import _memory_format as MF
 from ._creation import _resolve, _xp_for, tensor
 from ._creation_checks import checked_shape
@@ -38,14 +41,28 @@ def _new_array(xp, shape, np_dtype, value):
     """An array of ``shape`` filled with ``value`` (None: uninitialized). NumPy's ``full`` is a Python function over
     ``empty`` and ``copyto``: ``fill`` stores the same values (`fills_exactly`) in a third of its time."""
     if value is None:
-        return xp.empty(shape, dtype=np_dtype)
-    if value == 0:
+        data = xp.empty(shape, dtype=np_dtype)
+        if FILL_EMPTY[0] and type(data) is not MetaArray:
+            data.fill(_uninitialized_value(np_dtype))
+        return data
+    if value == 0 and not (type(value) is float and math.copysign(1.0, value) < 0):  # (-0.0 keeps its sign)
         return xp.zeros(shape, dtype=np_dtype)
     if xp is np and fills_exactly(value, np_dtype):
         data = np.empty(shape, np_dtype)
         data.fill(value)
         return data
     return xp.full(shape, value, dtype=np_dtype)
+
+
+def _uninitialized_value(np_dtype):
+    """What torch's deterministic mode writes into uninitialized memory: NaN (a complex's real part), the largest
+    integer, True."""
+    kind = np_dtype.kind
+    if kind in "iu":
+        return np.iinfo(np_dtype).max
+    if kind == "b":
+        return True
+    return complex(np.nan, 0) if kind == "c" else np.nan  # float, and bfloat16 (kind "V")
 
 
 def zeros(*sizes, size=None, out=None, dtype=None, layout=None, device=None, requires_grad=False, pin_memory=False):

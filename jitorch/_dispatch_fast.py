@@ -21,6 +21,7 @@ from ._dispatch import _cast_array
 from ._tensor import Tensor
 from .autograd.grad_mode import GradState
 from .autograd.graph import _SAVED_HOOKS, _record as _record_in_region, _recording as _RECORDING
+from .ops import half_cast
 from .ops.native_broadcast import MIN_SIZE as _BROADCAST_MIN, ROWS as BROADCAST_ROWS, broadcast_binary
 from .runtime.host_cache import THRESHOLD as _HOST_MIN
 from .runtime.host_cache import empty as _host_empty
@@ -92,6 +93,7 @@ def fast_binary(op, reflected=False, operator=False, array_fn=None):
     saves, node_cls = op.saves, op.node_cls
     half_scalar_opmath = getattr(op.kernel, "half_scalar_opmath", False)
     broadcast_rows = op.name in BROADCAST_ROWS and array_fn is None
+    half_in_float32 = ufunc in half_cast.EXACT_IN_FLOAT32  # float16 operands: widened and narrowed natively
 
     def run(a, b):
         if reflected:
@@ -136,6 +138,9 @@ def fast_binary(op, reflected=False, operator=False, array_fn=None):
                                 x.size >= _BROADCAST_MIN or y.size >= _BROADCAST_MIN) and (
                                 native := broadcast_binary(op, x, y)) is not None:
                             out = native  # a row, column or outer broadcast: NumPy's stride-0 loops are slow
+                        elif half_in_float32 and x.itemsize == 2 and (
+                                half := half_cast.binary(ufunc, x, y, opmath)) is not None:
+                            out = half  # NumPy converts float16 in software, an element at a time
                         elif x.nbytes >= _HOST_MIN and x.flags.c_contiguous and (
                                 tb is not Tensor or y.shape == x.shape[x.ndim - y.ndim:]):
                             # A large output into a cached buffer whose pages are already mapped (host_cache).

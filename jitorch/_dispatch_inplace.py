@@ -21,12 +21,16 @@ from .runtime.host_pointer import byte_span
 from .autograd.grad_mode import GradState
 from .autograd.saved_hooks import _stack as _SAVED_HOOKS
 
-__all__ = ["apply_inplace", "writable_plain", "refuse_partial_overlap", "refuse_internal_overlap"]
+__all__ = ["apply_inplace", "writable_plain", "refuse_partial_overlap", "refuse_operand_overlap",
+           "refuse_internal_overlap"]
 
 
 # A row's ufunc (``op.ufunc``) is its kernel on float operands of one dtype or Python numbers (the table's contract,
 # which `_dispatch_fast` relies on too); half types have their own rounding rules, so float32/float64 only.
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+# NumPy's bounds-only overlap test past its ``__array_function__`` dispatcher (a third of the call's cost): every
+# in-place op with a tensor operand asks it.
+_may_share_memory = getattr(np.may_share_memory, "_implementation", np.may_share_memory)
 
 
 def _shown(op):
@@ -51,8 +55,9 @@ def _ufunc_into(op, self, args, attrs):
     """Write ``op(self, *args)`` straight into ``self`` with the row's ufunc (``out=``): one pass and no temporary
     where the kernel would return a new array to be copied in (``x.add_(1)`` on 2 MB took 3x NumPy's own time).
     Only where that is exactly the kernel: a host float32/float64 ``self``, operands of its dtype or Python
-    numbers. False otherwise, and when the operands do not broadcast into ``self`` (NumPy checks before it writes:
-    the general path then raises torch's error). NumPy buffers operands that overlap ``self``."""
+    numbers. False otherwise, for an operand that requires grad in grad mode (its history is the general path's),
+    and when the operands do not broadcast into ``self`` (NumPy checks before it writes: the general path then
+    raises torch's error). An operand that overlaps ``self`` partially is refused as torch does."""
     x = self._data
     if op.ufunc is None or attrs or type(x) is not np.ndarray or x.dtype not in _FLOATS or _d.CPU_XP is not np:
         return False
@@ -61,10 +66,12 @@ def _ufunc_into(op, self, args, attrs):
     for a in args:
         if type(a) in TENSOR_TYPES:
             y = a._data
-            if type(y) is not np.ndarray or y.dtype != x.dtype:
+            if type(y) is not np.ndarray or y.dtype != x.dtype or (a._requires_grad and GradState.enabled):
                 return False
             if a._base is not None and a._view_ver != a._ver_owner._ver:
                 sync_view(a)
+            if y is not x and _may_share_memory(x, y):  # (`refuse_operand_overlap`, inline on this hot path)
+                refuse_partial_overlap(x, y)
             operands.append(y)
         elif type(a) in (int, float):
             operands.append(a)
@@ -126,6 +133,24 @@ def refuse_partial_overlap(dst, src):
                        "single memory location. Please clone() the tensor before performing the operation.")
 
 
+# Rows whose callers check their operands themselves: an index write refuses any overlap (`_indexing`), a 0-d fill
+# value or a mask write's value is read as a number first (``x[x > 2] = x[3]`` runs in torch).
+_OWN_OVERLAP_CHECK = frozenset(("index_put", "fill"))
+
+
+def refuse_operand_overlap(self, operands, op=None):
+    """`refuse_partial_overlap` of an in-place op's ``self`` and each tensor among ``operands``, as torch checks
+    every input of an in-place kernel: ``x[1:].add_(x[:-1])`` is refused, ``x.add_(x)`` runs."""
+    data = self._data
+    if type(data) is not np.ndarray or (op is not None and op.name in _OWN_OVERLAP_CHECK):
+        return
+    for a in operands:
+        if type(a) in TENSOR_TYPES:
+            y = a._data
+            if y is not data and type(y) is np.ndarray and _may_share_memory(data, y):
+                refuse_partial_overlap(data, y)
+
+
 def refuse_internal_overlap(name, data):
     """torch's ``assert_no_internal_overlap`` of a written array: a dim of stride 0 and size > 1 (an expanded
     tensor) is refused where torch checks, e.g. ``fill_`` by a tensor (its fill by a number writes through)."""
@@ -152,10 +177,10 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
     if MODES:
         return MODES[-1].dispatch_inplace(op, self, args, attrs)
     tried = False
-    if cast_check and op.ufunc is not None and writable_plain(self) is not None and not (GradState.enabled and any(
-            type(a) in TENSOR_TYPES and a._requires_grad for a in args)):
+    if cast_check and op.ufunc is not None and writable_plain(self) is not None:
         # (an optimizer's ``p.add_(u)`` under no_grad, a buffer's update): the ufunc into self's memory, nothing
-        # else to do unless an operand requires grad.
+        # else to do unless an operand requires grad (it declines then, and refuses an operand that overlaps
+        # ``self`` partially).
         if _ufunc_into(op, self, args, attrs):
             self._bump_version()
             return self
@@ -192,6 +217,7 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
     if not grad_needed:
         if GradState.enabled and self._base is not None and self._base._requires_grad:
             _check_inplace_allowed(op, self)
+        refuse_operand_overlap(self, args, op)
         if cast_check and not tried and _ufunc_into(op, self, args, attrs):
             self._bump_version()
             return self
@@ -208,6 +234,7 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
         return self
     if self._base is not None:
         _check_inplace_allowed(op, self)
+    refuse_operand_overlap(self, args, op)
     first = self
     if _SAVED_HOOKS and (op.saves == "inputs" or op.saves == "both"):
         # The hooks pack what the row saves before the write below: they must get the old value, not ``self``.

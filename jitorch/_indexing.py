@@ -31,7 +31,9 @@ from .autograd.graph import named
 from .ops import indexing as I
 from .ops import movement as M
 from .amp._cast_mode import autocast_policy
-from ._indexing_parse import _ALL, _check_index_shapes, _index_tensor, _on, _parse, _quick_parse, quick_basic
+from ._movement_copy import named_fill
+from ._indexing_parse import (_ALL, _check_index_shapes, _index_tensor, _on, _parse, _quick_parse, basic_index_name,
+                             quick_basic, whole_key)
 
 __all__ = ["index_select", "gather", "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy",
            "index_fill", "index_put", "masked_fill", "masked_select", "masked_scatter", "take_along_dim", "take",
@@ -52,27 +54,16 @@ def _getitem(self, key):
             basic, name = (key % data.shape[0],), "SelectBackward0"
         else:
             basic = quick_basic(data.shape, key)
-            name = "SelectBackward0" if type(key[-1] if type(key) is tuple and key else key) is int else \
-                "SliceBackward0"
+            name = basic_index_name(key, data.shape) if self._requires_grad and basic is not None else None
         if basic is not None:
             return view_result(M.SLICE, self, M.SLICE.kernel(_dispatch.CPU_XP, data, basic), {"key": basic}, name)
     basic, template, indices = _quick_parse(self, key) or _parse(self, key)
     view = self if basic is None else apply(M.SLICE, self, key=basic)
     if indices:
         return apply(I.INDEX, view, *indices, key=template)
-    return named(view, _basic_index_name(key)) if view._requires_grad and type(view) is Tensor else view
-
-
-def _basic_index_name(key):
-    """torch applies a basic index item by item (select, slice, unsqueeze); its grad_fn is the last one's."""
-    for item in reversed(key if isinstance(key, tuple) else (key,)):
-        if item is None:
-            return "UnsqueezeBackward0"
-        if isinstance(item, slice):
-            return "SliceBackward0"
-        if item is not Ellipsis:
-            return "SelectBackward0"
-    return "AliasBackward0"
+    if view._requires_grad and type(view) is Tensor:
+        return named(view, basic_index_name(key, self._data.shape))
+    return view
 
 
 def _strip_leading_ones(v):
@@ -95,16 +86,35 @@ def _setitem(self, key, value):
         if basic is not None and fill_plain(self, value, basic):  # (``x[1:3] = 0.0``: the view's fill)
             return
     basic, template, indices = _quick_parse(self, key) or _parse(self, key)
-    view = self if basic is None else apply(M.SLICE, self, key=basic)
+    view = self if basic is None or whole_key(basic, self._data.shape) else apply(M.SLICE, self, key=basic)
     if isinstance(value, Tensor):
         value = _strip_leading_ones(_on(value, self))
+    if view is self and not indices:  # ``x[:] = v``, ``x[...] = v``: torch writes x itself, as fill_ or copy_
+        if isinstance(value, Tensor):
+            shape = self._data.shape
+            if not value._data.ndim:
+                self.fill_(value)
+            else:  # (expanded first, as torch: its errors are expand's)
+                self.copy_(value if value._data.shape == shape else value.expand(shape))
+        else:  # (the number is checked as setitem checks it; torch fills with it as a 0-d tensor)
+            if not getattr(self._data.flags, "writeable", True):
+                from .ops.inplace_views import writable_expanded
+
+                writable_expanded(M.COPY, self)  # as below: an expanded target is refused
+            named_fill(apply_inplace(M.FILL, self, value, cast_check=False), "FillBackward3")
+        return
     if not indices:
         # the value is already checked (fill_ would also check half ranges, which setitem does not)
         if not isinstance(value, Tensor) and not getattr(view._data.flags, "writeable", True):
             from .ops.inplace_views import writable_expanded
 
             writable_expanded(M.COPY, view)  # torch writes the scalar as copy_ does: overlapping targets refused
-        view.copy_(value) if isinstance(value, Tensor) else apply_inplace(M.FILL, view, value, cast_check=False)
+        if not isinstance(value, Tensor):
+            apply_inplace(M.FILL, view, value, cast_check=False)
+        elif not value._data.ndim:  # torch fills with a 0-d value (read first: ``x[1:4] = x[2]`` runs)
+            view.fill_(value)
+        else:  # a broadcast value is copied expanded, which torch's overlap check lets through (``x[1:4] = x[2:3]``)
+            view.copy_(value if value._data.shape == view._data.shape else value.expand(view._data.shape))
         return
     if isinstance(value, Tensor) and value.dtype is not self.dtype:
         # PyTorch casts only on its masked_fill path (one bool mask, the other dims whole, a 1-element value);

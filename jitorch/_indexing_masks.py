@@ -11,6 +11,7 @@ Split from ``_indexing.py`` (which re-exports these); they share its subscript h
 from __future__ import annotations
 
 from ._dispatch import apply, apply_inplace
+from ._dispatch_inplace import refuse_operand_overlap
 from ._pointwise_select import masked_fill_float32
 from ._indexing import _as_vector, _check_index_dtype, _fill_value, _on, _put, _type_name
 from ._random_inplace import _CPP_NAMES
@@ -59,6 +60,7 @@ def masked_where(input, mask, value):
 
 def _masked_fill_(self, mask, value):
     _check_mask(mask, "masked_fill_ only supports boolean masks, but got mask with dtype {}", _CPP_NAMES)
+    refuse_operand_overlap(self, (mask,))  # torch reads a 0-d value as a number: only the mask may not overlap
     mask = _inplace_mask(self, mask, "masked_fill_")
     target = self.reshape(1) if self._data.ndim == 0 else self
     apply_inplace(I.INDEX_PUT, target, _fill_value(self, value, "masked_fill_"), mask, key=(0,), accumulate=False)

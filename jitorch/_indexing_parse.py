@@ -106,11 +106,11 @@ def _parse(x, key):
         raise IndexError(f"too many indices for tensor of dimension {nd}")
     basic, template, indices, vshape, masks = [], [], [], [], []
     dim = 0
-    for kind, v in items:
+    for position, (kind, v) in enumerate(items):
         if kind == "int":
             size = shape[dim]
-            if not -size <= v < size:
-                raise IndexError(f"index {v} is out of bounds for dimension {dim} with size {size}")
+            if not -size <= v < size:  # torch names the item's place in the key, not the dim it indexes
+                raise IndexError(f"index {v} is out of bounds for dimension {position} with size {size}")
             basic.append(v + size if v < 0 else v)
             dim += 1
             continue
@@ -158,22 +158,41 @@ def _parse(x, key):
 
 
 def quick_basic(shape, key):
-    """`_parse`'s view key for the commonest keys of an array of ``shape``: an int in range or a slice of int or None
-    bounds and a positive step, or a tuple of at most ``len(shape)`` of them; None for any other key (the general
-    parse then reads it, or raises)."""
+    """`_parse`'s view key for the commonest keys of an array of ``shape``: an int in range (or a 0-d integer CPU
+    tensor but uint8, which torch reads as one), a slice of int or None bounds and a positive step, None, or a
+    tuple of them with at most one Ellipsis; None for any other key (the general parse then reads it, or raises)."""
     items = key if type(key) is tuple else (key,)
-    if not items or len(items) > len(shape):
+    if not items:
         return None
     basic = []
-    for k, n in zip(items, shape):
+    nd, dim = len(shape), 0
+    for at, k in enumerate(items):
+        if type(k) is Tensor and type(k._data) is np.ndarray and not k._data.ndim and (
+                k._data.dtype.kind == "i" or k._data.dtype.kind == "u" and k._data.dtype.itemsize > 1):
+            k = int(k._data)  # (uint8, like bool, is a mask to torch)
         if type(k) is int:
-            if not -n <= k < n:
+            if dim == nd or not -shape[dim] <= k < shape[dim]:
                 return None
-            basic.append(k + n if k < 0 else k)
+            basic.append(k + shape[dim] if k < 0 else k)
+            dim += 1
         elif type(k) is slice and (k.start is None or type(k.start) is int) and (
                 k.stop is None or type(k.stop) is int) and (k.step is None or type(k.step) is int and k.step > 0):
-            start, stop, step = k.indices(n)
+            if dim == nd:
+                return None
+            start, stop, step = k.indices(shape[dim])
             basic.append(slice(start, max(start, stop), step))
+            dim += 1
+        elif k is None:
+            basic.append(None)
+        elif k is Ellipsis:  # the dims the items after it do not take; a second Ellipsis is the parser's error
+            rest = items[at + 1:]
+            if any(r is Ellipsis for r in rest):
+                return None
+            spanned = nd - dim - sum(r is not None for r in rest)
+            if spanned < 0:
+                return None
+            basic.extend([_ALL] * spanned)
+            dim += spanned
         else:
             return None
     return tuple(basic)
@@ -213,3 +232,33 @@ def _check_index_shapes(indices):
     except ValueError:
         raise IndexError("shape mismatch: indexing tensors could not be broadcast together with shapes "
                          + ", ".join(str(list(s)) for s in shapes)) from None
+
+
+def basic_index_name(key, shape):
+    """torch applies a basic index item by item (select, slice, unsqueeze); its grad_fn is the last one's. Inside a
+    tuple a slice over a whole dim is no op to torch, so the name is the item before it (or AliasBackward0 if none);
+    a lone slice always slices."""
+    if type(key) is not tuple:
+        return "UnsqueezeBackward0" if key is None else "SliceBackward0" if isinstance(key, slice) else \
+            "AliasBackward0" if key is Ellipsis else "SelectBackward0"
+    named_items, dim = [], 0
+    for at, item in enumerate(key):
+        if item is Ellipsis:
+            dim = len(shape) - sum(k is not None and k is not Ellipsis for k in key[at + 1:])
+        elif item is None:
+            named_items.append("UnsqueezeBackward0")
+        elif isinstance(item, slice):
+            n = shape[dim] if dim < len(shape) else 0
+            start, stop, step = item.indices(n)
+            named_items.append(None if (start, max(start, stop), step) == (0, n, 1) else "SliceBackward0")
+            dim += 1
+        else:
+            named_items.append("SelectBackward0")
+            dim += 1
+    return next((name for name in reversed(named_items) if name is not None), "AliasBackward0")
+
+
+def whole_key(basic, shape):
+    """Whether the view key ``basic`` is every dim whole, no view at all to torch (its slices over a whole dim are
+    no ops)."""
+    return all(type(b) is slice and b.indices(n) == (0, n, 1) for b, n in zip(basic, shape))

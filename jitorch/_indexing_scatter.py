@@ -33,12 +33,15 @@ _INDEX_DTYPES = ("int64", "int32")
 
 def gather(input, dim, index, *, sparse_grad=False):
     """``out[i][j] = input[index[i][j]][j]`` (for ``dim=0``); the gradient scatters back with accumulation."""
+    out = _quick_gather(input, dim, index)  # (an int64 index: the dtype check below passes)
+    if out is not None:
+        return out
     _check_index_dtype(index, "gather", _INDEX_DTYPES, "gather(): Expected dtype int32/int64 for index, got {}")
-    return _gather(input, dim, index, negative=False)
+    return _gather(input, dim, index, negative=False, quick=False)
 
 
-def _gather(input, dim, index, negative):
-    if not negative:
+def _gather(input, dim, index, negative, quick=True):
+    if quick and not negative:
         out = _quick_gather(input, dim, index)
         if out is not None:
             return out
@@ -65,7 +68,7 @@ def _quick_gather(input, dim, index):
     the bounds check, without the INDEX row's grids and broadcast checks (10 of a 32x32 gather's 13 us). Larger
     gathers keep the INDEX row's native kernel; a smaller index (torch reads its corner of ``input``) keeps its
     grids."""
-    if MODES or WATCHERS or type(input) not in TENSOR_TYPES or type(dim) is not int:
+    if MODES or WATCHERS or type(input) not in TENSOR_TYPES or type(index) not in TENSOR_TYPES or type(dim) is not int:
         return None
     if input._base is not None and input._view_ver != input._ver_owner._ver:
         sync_view(input)

@@ -310,6 +310,21 @@ def cross(input, other, dim=None, *, out=None):
 _CDIST_MODES = ("use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist", "donot_use_mm_for_euclid_dist")
 
 
+_C_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16"}
+
+
+def _check_cdist_dtypes(x1, x2, use_mm):
+    """torch refuses mixed dtypes (no promotion), and half types on CPU outside the matrix-product path."""
+    if not use_mm and x1.dtype in (_dtype.float16, _dtype.bfloat16) and x1.device.type == "cpu":
+        raise NotImplementedError(f'"cdist" not implemented for \'{TORCH_TYPE_NAMES[x1.dtype.name]}\'')
+    if x1.dtype is not x2.dtype:
+        if use_mm:
+            raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_C_TYPE_NAMES[x1.dtype.name]} "
+                               f"!= {_C_TYPE_NAMES[x2.dtype.name]}")
+        raise RuntimeError(f"expected scalar type {TORCH_TYPE_NAMES[x1.dtype.name]} but found "
+                           f"{TORCH_TYPE_NAMES[x2.dtype.name]}")
+
+
 @autocast_policy(cpu="fp32", cuda="fp32")
 def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     """p-norm distances between the rows of ``x1`` (..., P, M) and ``x2`` (..., R, M)."""
@@ -332,6 +347,8 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     rows = max(x1._data.shape[-2], x2._data.shape[-2])
     use_mm = compute_mode == "use_mm_for_euclid_dist" or (
         compute_mode == "use_mm_for_euclid_dist_if_necessary" and rows > 25)
+    if x1.numel() and x2.numel():  # ATen's kernels check the dtypes; an empty result runs none
+        _check_cdist_dtypes(x1, x2, p == 2 and use_mm)
     if p == 2 and use_mm:
         # |a - b|^2 = |a|^2 - 2 a.b + |b|^2: one matrix product instead of a (P, R, M) difference tensor.
         from ._pointwise import where

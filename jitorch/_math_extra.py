@@ -151,32 +151,35 @@ def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
 _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 
 
-def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, name):
+def _quantile(input, q, dim, keepdim, interpolation, ignore_nan):
+    # Every message says quantile(), nanquantile's too, as ATen's shared checks do.
     from ._creation import tensor
     from ._movement import movedim
     from ._sorting import sort
 
+    if isinstance(q, (int, float)) and not 0 <= q <= 1:  # torch's float overload checks first
+        raise RuntimeError(f"quantile() q must be in the range [0, 1] but got {q}")
     if interpolation not in _INTERPOLATIONS:
-        raise RuntimeError(f"{name}() interpolation must be one of linear, lower, higher, midpoint or nearest, "
+        raise RuntimeError("quantile() interpolation must be one of linear, lower, higher, midpoint or nearest, "
                            f"but got {interpolation}")
     if input.dtype not in (_dtype.float32, _dtype.float64):  # (no half types either)
-        raise RuntimeError(f"{name}() input tensor must be either float or double dtype")
+        raise RuntimeError("quantile() input tensor must be either float or double dtype")
     if isinstance(q, Tensor) and q.dtype != input.dtype:
-        raise RuntimeError(f"{name}() q tensor must be same dtype as the input tensor")
+        raise RuntimeError("quantile() q tensor must be same dtype as the input tensor")
     if dim is not None and input.dim() == 0:  # a 0-d input is its one slice, with no dim to move or keep
         wrap_dim(dim, 0)
         dim = None
     scalar_q = not isinstance(q, Tensor) or q.dim() == 0  # a 0-d q adds no dim to the result, as a float q
     qs = q.to(input.dtype) if isinstance(q, Tensor) else tensor(q, dtype=input.dtype)
     if qs.dim() > 1:
-        raise RuntimeError(f"{name}() q must be a scalar or 1D tensor")
+        raise RuntimeError("quantile() q must be a scalar or 1D tensor")
     if bool(((qs < 0) | (qs > 1)).any()):
-        raise RuntimeError(f"{name}() q values must be in the range [0, 1]")
+        raise RuntimeError("quantile() q values must be in the range [0, 1]")
     x = input.reshape(-1) if dim is None else movedim(input, dim, -1)
     sorted_x = sort(x, dim=-1).values  # NaN sorts last
     n = sorted_x.shape[-1]
     if sorted_x.numel() == 0:
-        raise RuntimeError(f"{name}() input tensor must be non-empty")
+        raise RuntimeError("quantile() input tensor must be non-empty")
     q_col = qs.reshape((-1,) + (1,) * sorted_x.dim())  # [Q, ..., 1]
     # As torch: a NaN result gathers a NaN (the last sorted element, or the first of an all-NaN slice), so the
     # gradient reaches that element instead of vanishing.
@@ -212,13 +215,13 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan, name):
 @autocast_policy(cpu="fp32")
 def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
     """The ``q``-th quantiles along ``dim`` (all elements when ``dim`` is None); NaN if the slice has NaN."""
-    return _quantile(input, q, dim, keepdim, interpolation, False, "quantile")
+    return _quantile(input, q, dim, keepdim, interpolation, False)
 
 
 @autocast_policy(cpu="fp32")
 def nanquantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
     """``quantile`` that ignores NaN values."""
-    return _quantile(input, q, dim, keepdim, interpolation, True, "nanquantile")
+    return _quantile(input, q, dim, keepdim, interpolation, True)
 
 
 def cov(input, *, correction=1, fweights=None, aweights=None):
@@ -226,6 +229,8 @@ def cov(input, *, correction=1, fweights=None, aweights=None):
     if input.dim() > 2:
         raise RuntimeError(f"cov(): expected input to have two or fewer dimensions but got an input with {input.dim()} "
                            "dimensions")
+    if input.dtype is _dtype.bool:
+        raise RuntimeError("cov(): bool dtype is not supported for input")
     x = input.reshape(1, -1) if input.dim() < 2 else input
     if not x.dtype.is_floating_point and not x.dtype.is_complex:
         x = x.to(_dtype.get_default_dtype())

@@ -112,11 +112,21 @@ def set_num_interop_threads(n: int) -> None:
 
 _deterministic = [False]
 _deterministic_warn_only = [False]
+_fill_uninitialized = [True]  # `jitorch.utils.deterministic.fill_uninitialized_memory`
+# Whether ``empty`` and its kin fill their memory (NaN, the largest integer, True), as torch's deterministic mode does:
+# read by every uninitialized allocation, so kept as one flag.
+FILL_EMPTY = [False]
 
 
 def use_deterministic_algorithms(mode, *, warn_only=False):
     _deterministic[0] = bool(mode)
     _deterministic_warn_only[0] = bool(warn_only)
+    FILL_EMPTY[0] = _deterministic[0] and _fill_uninitialized[0]
+
+
+def set_fill_uninitialized_memory(mode):
+    _fill_uninitialized[0] = bool(mode)
+    FILL_EMPTY[0] = _deterministic[0] and _fill_uninitialized[0]
 
 
 def are_deterministic_algorithms_enabled() -> bool:

@@ -251,8 +251,10 @@ def expand(self, *sizes, size=None):
     sizes = normalize_shape(sizes_or_keyword(sizes, size, "expand"), "expand")
     shape = self._data.shape
     if len(sizes) < len(shape):
-        raise RuntimeError(f"expand: the number of sizes provided ({len(sizes)}) must be greater or equal to the "
-                           f"number of dimensions in the tensor ({len(shape)})")
+        kind = "CPUBoolType" if self._data.dtype == np.bool_ else self.type()  # (torch's own spelling for bool)
+        raise RuntimeError(f"expand({kind}{{{list(shape)}}}, size={list(sizes)}): the number of sizes provided "
+                           f"({len(sizes)}) must be greater or equal to the number of dimensions in the tensor "
+                           f"({len(shape)})")
     lead = len(sizes) - len(shape)
     out = []
     for i, s in enumerate(sizes):

@@ -190,18 +190,27 @@ def _fill_(self, value):
     if isinstance(value, Tensor) and value._data.ndim:
         raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {value._data.ndim} "
                            "dimensions.")
+    name = "FillBackward2"
     if isinstance(value, Tensor):
         refuse_internal_overlap("fill_", self._data)
+        name = "FillBackward3"
         if not value._requires_grad:
             value = value.item()
     if not isinstance(value, Tensor):
         value = checked_scalar(value, self.dtype)
         if fill_plain(self, value):
             return self
-    return apply_inplace(M.FILL, self, value, cast_check=False)
+    return named_fill(apply_inplace(M.FILL, self, value, cast_check=False), name)
+
+
+def named_fill(t, name):
+    """torch names the in-place fills' nodes by overload (fill_(Scalar), fill_(Tensor), zero_); a fill of a view
+    shows its view's node, which keeps its name."""
+    fn = t.grad_fn
+    return named(t, name) if fn is not None and type(fn).__name__ == "FillBackward0" else t
 
 
 def _zero_(self):
     if fill_plain(self, 0):
         return self
-    return apply_inplace(M.FILL, self, 0, cast_check=False)
+    return named_fill(apply_inplace(M.FILL, self, 0, cast_check=False), "ZeroBackward0")

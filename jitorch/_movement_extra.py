@@ -149,19 +149,20 @@ def view_as_real(input):
 @autocast_policy(cpu="fp32")
 def view_as_complex(input):
     """A complex view of a real tensor whose last dim has size 2 and stride 1."""
-    data = input._data
     if input.dtype.name not in ("float32", "float64"):
         raise RuntimeError(f"view_as_complex is only supported for float and double tensors, but got a tensor of "
                            f"scalar type: {input.dtype}")
     if input.dim() == 0 or input.shape[-1] != 2:
         raise RuntimeError(f"view_as_complex: Tensor must have a last dimension of size 2, got shape "
                            f"{list(input.shape)}")
-    if data.strides[-1] != data.itemsize:
+    # torch's element strides, not NumPy's byte strides: NumPy zeroes every stride of an empty array.
+    strides = input.stride()
+    if strides[-1] != 1:
         raise RuntimeError(f"view_as_complex: Tensor must have a last dimension with stride 1, got strides "
-                           f"{list(input.stride())}")
-    if any(s % (2 * data.itemsize) for s in data.strides[:-1]):
+                           f"{list(strides)}")
+    if any(s % 2 for s in strides[:-1]):
         raise RuntimeError(f"view_as_complex: Tensor must have a stride divisible by 2 for all but last dimension, "
-                           f"got strides {list(input.stride())}")
+                           f"got strides {list(strides)}")
     return apply(C.VIEW_AS_COMPLEX, input)
 
 

@@ -36,20 +36,21 @@ def _quick_join(op, tensors, dim, stacking):
     if MODES or (type(tensors) is not list and type(tensors) is not tuple) or not tensors:
         return None
     first = tensors[0]
-    if type(first) not in TENSOR_TYPES or type(first._data) is not np.ndarray:
+    if type(first) not in TENSOR_TYPES:
         return None
-    shape = first._data.shape
+    data = first._data
+    if type(data) is not np.ndarray:
+        return None
+    shape = data.shape
     ndim = len(shape) + stacking
     if type(dim) is not int or not -ndim <= dim < ndim or ndim == 0:
         return None
     d = dim + ndim if dim < 0 else dim
-    if not stacking:
-        if ndim == 1 and shape[0] == 0:  # a legacy empty: skipped, though promoted with (the general path)
-            return None
-        before, after = shape[:d], shape[d + 1:]
+    if not stacking and ndim == 1 and shape[0] == 0:  # a legacy empty: skipped, though promoted with (general path)
+        return None
     # channels-last inputs take the cat of views (see stack); a cat's other layouts, ATen's format rule (`_cat_format`)
     contiguous = not stacking or ndim in (5, 6)
-    dtype = first._data.dtype
+    dtype = data.dtype
     arrays = []
     grad = False
     for t in tensors:
@@ -60,11 +61,12 @@ def _quick_join(op, tensors, dim, stacking):
         a = t._data
         if type(a) is not np.ndarray or a.dtype is not dtype and a.dtype != dtype:  # mixed: the general path promotes
             return None
-        s = a.shape
-        if s != shape and (stacking or len(s) != ndim or s[:d] != before or s[d + 1:] != after
+        s = a.shape  # (other sizes only along d: the general path names what is wrong)
+        if s != shape and (stacking or len(s) != ndim or s[:d] != shape[:d] or s[d + 1:] != shape[d + 1:]
                            or ndim == 1 and s[0] == 0) or contiguous and not a.flags.c_contiguous:
             return None
-        grad = grad or t._requires_grad
+        if t._requires_grad:
+            grad = True
         arrays.append(a)
     attrs = {"dim": d}
     return keep_result(op, tuple(tensors), attrs, op.kernel(_dispatch.CPU_XP, *arrays, **attrs), grad)

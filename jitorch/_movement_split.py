@@ -83,16 +83,31 @@ def split(tensor, split_size_or_sections, dim=0):
         if sum(sizes) != size:
             raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {size} (input tensor's size at "
                                f"dimension {d}), but got split_sizes={sizes}")
-    out, start = [], 0
     name = "SplitBackward0" if isinstance(split_size_or_sections, int) else "SplitWithSizesBackward0"
     if isinstance(split_size_or_sections, int) or all(type(s) is int and s >= 0 for s in sizes):
-        lead = (slice(None),) * d  # (bounds known good: each piece is the slice row's view directly)
+        return _pieces(tensor, d, sizes, name)
+    out, start = [], 0
+    for s in sizes:  # (narrow's errors for a negative or non-integer size)
+        out.append(narrow(tensor, d, start, s))
+        start += s
+    return _multi_output_views(tuple(out), name, tensor, d)
+
+
+def _pieces(tensor, d, sizes, name):
+    """The slice row's views of ``tensor``'s consecutive pieces of ``sizes`` (checked: they fit) along dim ``d``
+    (wrapped), as one call's outputs (`_multi_output_views`)."""
+    out, start = [], 0
+    lead = (slice(None),) * d
+    data = tensor._data
+    if type(data) is np.ndarray and not MODES:  # (`_sliced`'s direct path, its checks once for all the pieces)
+        kernel, xp = M.SLICE.kernel, _dispatch.CPU_XP
         for s in sizes:
-            out.append(_sliced(tensor, lead + (slice(start, start + s),)))
+            key = lead + (slice(start, start + s),)
+            out.append(view_result(M.SLICE, tensor, kernel(xp, data, key), {"key": key}))
             start += s
     else:
-        for s in sizes:  # (narrow's errors for a negative or non-integer size)
-            out.append(narrow(tensor, d, start, s))
+        for s in sizes:
+            out.append(_sliced(tensor, lead + (slice(start, start + s),)))
             start += s
     return _multi_output_views(tuple(out), name, tensor, d)
 
@@ -101,13 +116,20 @@ def _multi_output_views(views, grad_name, input, dim):
     """Mark the views of a function that returns several (torch's ``MULTI_OUTPUT_NODE``): with grad mode on, torch
     refuses in-place writes into them, which could not be recorded on the one node they share (`share_grad_fn`:
     one ``cat``/``stack`` of their gradients)."""
-    share_grad_fn(views, input, dim, grad_name)
     if GradState.enabled:
-        op = grad_name.removesuffix("Backward0")
-        for nr, v in enumerate(views):
+        if input._requires_grad:
+            share_grad_fn(views, input, dim, grad_name)
+        creations = _MULTI_OUTPUT.get(grad_name)
+        if creations is None or len(creations) < len(views):
+            op = grad_name.removesuffix("Backward0")
+            creations = _MULTI_OUTPUT[grad_name] = tuple(_multi_output_creation(op, nr) for nr in range(len(views)))
+        for v, creation in zip(views, creations):
             if v._nograd_view is None:
-                v._nograd_view = _multi_output_creation(op, nr)
+                v._nograd_view = creation
     return views
+
+
+_MULTI_OUTPUT: dict = {}  # node name -> the creations of its outputs 0, 1, ... (as many as its largest call had)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -121,12 +143,13 @@ def chunk(input, chunks, dim=0):
         raise RuntimeError("chunk expects at least a 1-dimensional tensor")
     if chunks <= 0:
         raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
-    d = wrap_dim(dim, input._data.ndim, "chunk")
+    nd = input._data.ndim
+    d = dim if type(dim) is int and 0 <= dim < nd else wrap_dim(dim, nd, "chunk")
     size = input._data.shape[d]
     if size == 0:  # PyTorch returns ``chunks`` empty pieces of an empty dim (split_with_sizes' node)
         return split(input, [0] * chunks, d)
     step = -(-size // chunks)
-    return split(input, step, d)
+    return _pieces(input, d, [min(step, size - i) for i in range(0, size, step)], "SplitBackward0")  # (split's)
 
 
 def tensor_split(input, indices_or_sections=None, dim=0, *, sections=None, indices=None):

@@ -81,6 +81,8 @@ def _public_numpy_names(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if _overrides._live:
+            if _overrides.FUNCTION_MODES:
+                return _overrides.mode_call(wrapper, args, kwargs)
             found = find_override(args, kwargs)
             if found is not None:
                 return type(found).__jitorch_function__(wrapper, args, kwargs)

@@ -39,7 +39,7 @@ import threading
 import types
 
 __all__ = ["acquire", "release", "publish", "public", "register_public", "find_override", "tensor_method_name",
-           "NEVER_OVERRIDDEN"]
+           "NEVER_OVERRIDDEN", "FUNCTION_MODES", "mode_call"]
 
 # Public functions that inspect a value's type instead of computing on it: they must answer for the value itself.
 NEVER_OVERRIDDEN = frozenset({"is_tensor", "is_storage", "is_floating_point", "is_complex", "is_grad_enabled",
@@ -48,10 +48,48 @@ NEVER_OVERRIDDEN = frozenset({"is_tensor", "is_storage", "is_floating_point", "i
 _OPERATORS = frozenset(f"__{p}{n}__" for n in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul",
                                                 "and", "or", "xor", "lshift", "rshift") for p in ("", "r")) | {
     "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"}
+# The names torch's Tensor operators hand to a function mode (``x * 2`` is ``mul``, ``2 - x`` is ``__rsub__``).
+_OPERATOR_NAMES = {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__mul__": "mul", "__rmul__": "mul",
+                   "__truediv__": "div", "__rtruediv__": "__rdiv__", "__mod__": "remainder", "__pow__": "pow",
+                   "__matmul__": "matmul", "__rand__": "bitwise_and", "__ror__": "bitwise_or",
+                   "__rxor__": "bitwise_xor", "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge",
+                   "__ne__": "ne"}
 # Dunder methods that do compute with their arguments; the other dunders (repr, copy, pickling...) are left alone.
 _DUNDER_METHODS = frozenset({"__getitem__", "__setitem__"})
 
 _live = 0  # overriding values alive now
+class _ThreadModes(threading.local):
+    """This thread's entered modes, innermost last: torch's mode stack is per thread, so a mode entered in one
+    thread never sees (nor races with) another thread's calls."""
+
+    def __init__(self):
+        self.modes = []
+
+    def __bool__(self):
+        return bool(self.modes)
+
+    def __len__(self):
+        return len(self.modes)
+
+    def __iter__(self):
+        return iter(self.modes)
+
+    def __getitem__(self, i):
+        return self.modes[i]
+
+    def __delitem__(self, i):
+        del self.modes[i]
+
+    def append(self, mode):
+        self.modes.append(mode)
+
+    def pop(self):
+        return self.modes.pop()
+
+
+# Entered ``overrides.TorchFunctionMode`` instances, per thread. Each counts as a live overriding value while
+# entered; the public functions and Tensor methods hand their calls to the innermost (see `mode_call`).
+FUNCTION_MODES = _ThreadModes()
 # Those of them that take over Tensor methods too: a Tensor subclass answering for its own methods (a sparse_coo
 # tensor, jitorch/sparse) acquires with ``methods=False``, so eager code keeps its unwrapped methods meanwhile.
 _method_users = 0
@@ -101,6 +139,8 @@ def public(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if _live:
+            if FUNCTION_MODES:
+                return mode_call(wrapper, args, kwargs)
             found = find_override(args, kwargs)
             if found is not None:
                 return type(found).__jitorch_function__(wrapper, args, kwargs)
@@ -187,6 +227,7 @@ def _install_methods():
             _methods[id(wrapper)] = name
         else:
             continue
+        wrapper.__name__ = _OPERATOR_NAMES.get(name, name)  # what a function mode sees, as torch names it
         _installed.append((Tensor, name, original))
         setattr(Tensor, name, wrapper)
 
@@ -198,9 +239,21 @@ def _uninstall_methods():
     _methods.clear()
 
 
+def mode_call(func, args, kwargs):
+    """``func``'s call handed to the innermost function mode, which is off the stack while it handles it (so calling
+    ``func`` inside runs it, as torch's ``__torch_function__`` modes)."""
+    mode = FUNCTION_MODES.pop()
+    try:
+        return mode.__torch_function__(func, (), args, kwargs)
+    finally:
+        FUNCTION_MODES.append(mode)
+
+
 def _method(original):
     @functools.wraps(original)
     def method(*args, **kwargs):
+        if FUNCTION_MODES:
+            return mode_call(method, args, kwargs)
         found = find_override(args, kwargs)
         if found is not None:
             return type(found).__jitorch_function__(method, args, kwargs)
@@ -211,5 +264,7 @@ def _method(original):
 def _operator(original):
     @functools.wraps(original)
     def operator_method(self, other):
+        if FUNCTION_MODES:
+            return mode_call(operator_method, (self, other), {})
         return NotImplemented if _search(other) is not None else original(self, other)
     return operator_method

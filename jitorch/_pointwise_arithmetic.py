@@ -32,14 +32,39 @@ def add(input, other, *, alpha=1, out=None):
 
 def _with_alpha(scaled_row, row, name, input, other, alpha, out):
     """``row`` of ``input`` and ``alpha * other``: the fused row where it takes the operands, else the composite."""
+    if other.__class__ is int or (alpha != 1 and alpha.__class__ is int):
+        row, alpha = parsed_ints(row, other, alpha)
+        if row is P.ADD:
+            scaled_row = ADD_ALPHA
     if alpha != 1:
         result = scaled_add(scaled_row, input, other, alpha)
         if result is not None:
             return _write_out(result, out, name)
     check_alpha(alpha, input, other)
     if alpha != 1:
+        check_alpha_range(row, alpha, input, other)
         other = _scaled_by_alpha(input, other, alpha)
     return _write_out(apply(row, input, other), out, name)
+
+
+def parsed_ints(row, other, alpha):
+    """``(row, alpha)`` of ``add``/``sub`` (`P.ADD`/`P.SUB`) after torch's argument parser read their Python ints:
+    an int Scalar is an int64 or a uint64 (OverflowError beyond). ATen subtracts by adding ``-alpha`` negated in
+    64-bit integers, which wraps for ``-2**63`` and a uint64: such a ``sub`` is the ``add`` it computes."""
+    if other.__class__ is int:
+        _dtype.check_parsed_int(other)
+    if alpha.__class__ is int and not -2 ** 63 < alpha < 2 ** 63:
+        _dtype.check_parsed_int(alpha)
+        if row is P.SUB:
+            return P.ADD, (2 ** 63 - alpha) % 2 ** 64 - 2 ** 63
+    return row, alpha
+
+
+def check_alpha_range(row, alpha, input, other):
+    """c10's checked conversion of an int ``alpha`` (``-alpha`` for ``sub``) to the computed dtype: refused where it
+    overflows (``int8 + 200 * t``, a uint64 alpha of an int64 sum), as torch does instead of wrapping it."""
+    if alpha.__class__ is int and not -128 <= alpha <= 127:  # (every dtype takes these)
+        _dtype.checked_scalar(-alpha if row is P.SUB else alpha, _dtype.result_type(input, other))
 
 
 def _scaled_by_alpha(input, other, alpha):
@@ -50,6 +75,8 @@ def _scaled_by_alpha(input, other, alpha):
     common = _dtype.result_type(input, other)
     if not isinstance(other, Tensor):
         scaled = other * alpha
+        if common.category == _dtype.INT and scaled.__class__ is int and not -2 ** 63 <= scaled < 2 ** 63:
+            scaled = (scaled + 2 ** 63) % 2 ** 64 - 2 ** 63  # ATen's product wraps in the integer dtype
         return bool(scaled) if common is _dtype.bool else scaled
     if other.dtype is not common:
         other = other.to(common)

@@ -1,11 +1,12 @@
 """Operand checks of the pointwise functions, as torch's: ``alpha`` of ``add``/``sub`` against the computed dtype,
-Python bounds and operands range-checked into the tensor's dtype (``clamp``, ``where``, ``pow``)."""
+Python bounds and operands range-checked into the tensor's dtype (``clamp``, ``where``, ``pow``), integer division's
+zero divisor (``fmod``, ``remainder``, ``floor_divide``)."""
 from __future__ import annotations
 
 from . import _dtype
 from ._tensor import Tensor
 
-__all__ = ["check_alpha", "check_bounds", "check_float32_numbers"]
+__all__ = ["check_alpha", "check_bounds", "check_float32_numbers", "is_integer", "check_integer_divisor"]
 
 
 def check_alpha(alpha, input, other):
@@ -53,3 +54,16 @@ def check_float32_numbers(input, *numbers):
             if d is _dtype.float32 or (d is not None and d.category < _dtype.FLOAT
                                        and _dtype.get_default_dtype() is _dtype.float32):
                 raise RuntimeError("value cannot be converted to type float without overflow")
+
+
+def is_integer(x):
+    """Whether an array operand (its dtype) or a Python number is integral (bool included)."""
+    dt = getattr(x, "dtype", None)
+    return dt.kind in "iub" if dt is not None else isinstance(x, int)
+
+
+def check_integer_divisor(a, b, op):
+    # Either side may be a weak Python scalar (``True // int_tensor``): the division is integral when both are.
+    if is_integer(a) and is_integer(b):
+        if (b == 0) if not hasattr(b, "shape") else bool((b == 0).any()):
+            raise RuntimeError(f"{op}: ZeroDivisionError (integer division by zero)")

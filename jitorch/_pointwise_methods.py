@@ -16,7 +16,9 @@ import numpy as np
 from . import _dtype
 from . import _pointwise as F
 from ._dispatch import apply_inplace, fast_binary, fast_unary
+from ._dispatch_inplace import refuse_operand_overlap
 from ._dispatch_fast import _OPERANDS
+from ._pointwise_arithmetic import check_alpha_range, parsed_ints
 from ._pointwise import (_reject_bool_sub, _rsub_operator, _scaled_by_alpha, _sub_operator, addcdiv, addcmul,
                          allclose, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or, bitwise_right_shift,
                          bitwise_xor, clamp_max, clamp_min, copysign, deg2rad, div, eq, equal, floor_divide, ge, gt,
@@ -36,27 +38,34 @@ def _inplace(op, **fixed):
 
 
 def _add_(self, other, *, alpha=1):
-    if alpha != 1 and (done := scaled_add_(ADD_ALPHA, self, other, alpha)) is not None:
-        return done  # float32/float64: ATen's fused multiply-add (`ops.scaled_add_ops`)
-    check_alpha(alpha, self, other)
-    if alpha != 1:
-        other = _scaled_by_alpha(self, other, alpha)
-    return apply_inplace(P.ADD, self, other)
+    if alpha.__class__ is int and alpha == 1 and other.__class__ is not int:
+        return apply_inplace(P.ADD, self, other)  # (nothing to check: the hot call)
+    return _with_alpha_(P.ADD, self, other, alpha)
 
 
 def _sub_(self, other, *, alpha=1):
     _reject_bool_sub(self, other)
-    if alpha != 1 and (done := scaled_add_(SUB_ALPHA, self, other, alpha)) is not None:
-        return done
+    return _with_alpha_(P.SUB, self, other, alpha)
+
+
+def _with_alpha_(row, self, other, alpha):
+    """``self.add_(other, alpha=alpha)`` (``sub_``): the fused row where it takes the operands, else the composite."""
+    if other.__class__ is int or (alpha != 1 and alpha.__class__ is int):
+        row, alpha = parsed_ints(row, other, alpha)
+    if alpha != 1 and (done := scaled_add_(ADD_ALPHA if row is P.ADD else SUB_ALPHA, self, other, alpha)) is not None:
+        return done  # float32/float64: ATen's fused multiply-add (`ops.scaled_add_ops`)
     check_alpha(alpha, self, other)
     if alpha != 1:
+        check_alpha_range(row, alpha, self, other)
+        refuse_operand_overlap(self, (other,))  # (the scaled operand below is a new tensor)
         other = _scaled_by_alpha(self, other, alpha)
-    return apply_inplace(P.SUB, self, other)
+    return apply_inplace(row, self, other)
 
 
 def _div_(self, other, *, rounding_mode=None):
     if rounding_mode is None:
         return apply_inplace(P.DIV, self, other)
+    refuse_operand_overlap(self, (other,))
     result = div(self, other, rounding_mode=rounding_mode)
     _check_composite_result("div", result, self)
     return self.copy_(result)
@@ -107,6 +116,7 @@ def _invert(self):
 def _composite_inplace(fn):
     """``self.fn_(...)`` for a composite ``fn``: PyTorch's in-place dtype and shape rules, then a copy into self."""
     def method(self, *args, **kwargs):
+        refuse_operand_overlap(self, args + tuple(kwargs.values()))  # as torch's in-place kernel would
         # The composite may save ``self`` for backward; computing from a clone keeps that saved value intact.
         result = fn(self.clone() if self._requires_grad else self, *args, **kwargs)
         _check_composite_result(fn.__name__, result, self)

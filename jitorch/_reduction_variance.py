@@ -12,6 +12,7 @@ import numpy as np
 
 from . import _dtype
 from ._dispatch import apply, is_compiling
+from ._dispatch_modes import MODES
 from ._reduction import _HALVES, _REAL, _dims, mean, sum
 from ._stat_checks import warn_at_caller
 from .autograd.graph import named
@@ -42,20 +43,23 @@ def _var(input, dim, unbiased, keepdim, correction, name, std=False):
     result once."""
     if isinstance(dim, bool):  # var(x, False): the legacy positional ``unbiased``
         dim, unbiased = None, dim
-    if input.dtype.category < _dtype.FLOAT:
+    dtype = input.dtype
+    if dtype.category < _dtype.FLOAT:
         raise RuntimeError("std and var only support floating point and complex dtypes")
     c = _correction(unbiased, correction)
-    dims = _dims(input, dim, "var")
+    nd = input._data.ndim
+    # (one dim in range, the common call, wrapped here: `_dims` is a tenth of a small var)
+    dims = (dim + nd if dim < 0 else dim,) if type(dim) is int and -nd <= dim < nd else _dims(input, dim, "var")
     n = 1
     for d in dims:
         n *= input._data.shape[d]
-    if input.dtype in _HALVES:
+    if dtype in _HALVES:
         input = input.float()
     # PyTorch clamps the degrees of freedom at 0: the result is then inf or nan, not an error, but it warns.
     if n - c <= 0:
         warn_at_caller(f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than the reduction "
                        "factor (input numel divided by output numel).")
-    if type(input._data) is np.ndarray and input._data.dtype in _REAL and not is_compiling():
+    if type(input._data) is np.ndarray and input._data.dtype in _REAL and (not MODES or not is_compiling()):
         return apply(STD if std else R.VAR, input, dims=dims, keepdim=keepdim, correction=c)
     centered = input - mean(input, dims, keepdim=True)
     sq = (centered * centered.conj()).real if input.is_complex() else centered * centered

@@ -11,13 +11,18 @@ their gradient is a scatter of the upstream gradient back to the selected positi
 """
 from __future__ import annotations
 
+import numpy as np
+
 from . import _dtype, return_types
-from ._dispatch import TORCH_TYPE_NAMES, apply
+from ._dispatch import TENSOR_TYPES, TORCH_TYPE_NAMES, apply, sync_view
+from ._dispatch_fast import keep_result
+from ._dispatch_modes import MODES
 from ._shape import wrap_dim
 from ._tensor import Tensor
 from .autograd.graph import named
 from .ops import sets_and_counts as C
 from .ops import sorting as S
+from .ops.native_topk import topk_rows
 from .ops.unique_counting import UNIQUE_CONSECUTIVE_FLAT, UNIQUE_FLAT
 
 __all__ = [
@@ -96,6 +101,9 @@ def msort(input):
 def topk(input, k, dim=-1, largest=True, sorted=True):
     """The ``k`` largest (or smallest) elements along ``dim`` and their indices, in sorted order (``sorted=False``:
     in the order torch's CPU selection leaves them)."""
+    quick = _quick_topk(input, k, dim, largest, sorted)
+    if quick is not None:
+        return quick
     _check_not_complex(input, "topk")
     if input.dtype is _dtype.bool and input.device.type == "cpu":
         raise RuntimeError("topk does not support bool dtypes on CPU")
@@ -111,6 +119,26 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
     return return_types.topk(values, indices)
 
 
+def _quick_topk(input, k, dim, largest, sorted):
+    """`topk` of a small plain CPU float32 tensor along its last dim, sorted, from the native head (`topk_rows`)
+    with the two rows' results and nodes, or None (the rows then run; larger inputs take their partition)."""
+    if MODES or type(input) not in TENSOR_TYPES or not sorted or type(k) is not int or type(dim) is not int:
+        return None
+    a = input._data
+    if type(a) is not np.ndarray or not 0 < a.size < S._PARTITION_MIN or not a.ndim or dim not in (-1, a.ndim - 1) \
+            or k > a.shape[-1]:
+        return None
+    if input._base is not None and input._view_ver != input._ver_owner._ver:
+        sync_view(input)
+    found = topk_rows(a, k, largest)
+    if found is None:
+        return None
+    attrs = {"k": k, "dim": a.ndim - 1, "largest": bool(largest), "sorted": True}
+    indices = keep_result(S.TOPK_INDICES, (input,), attrs, found[1], False)
+    values = keep_result(S.TAKE_ALONG, (input, indices), {"dim": a.ndim - 1}, found[0], input._requires_grad)
+    return return_types.topk(named(values, "TopkBackward0"), indices)
+
+
 def kthvalue(input, k, dim=-1, keepdim=False):
     """The ``k``-th smallest element (1-based) along ``dim`` and its index."""
     d = wrap_dim(dim, input._data.ndim, "kthvalue")
@@ -122,7 +150,7 @@ def kthvalue(input, k, dim=-1, keepdim=False):
             raise NotImplementedError('"kthvalue_cpu" not implemented for \'Bool\'')  # torch's CPU kernel's words
         _check_not_complex(input, "kthvalue", "kthvalue_cpu")
     if not 1 <= k <= n:
-        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {dim} (k = {k}, size = {n})")
+        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d} (k = {k}, size = {n})")
     return _select(input, S.KTHVALUE_INDICES, return_types.kthvalue, dim, keepdim, "kthvalue", k=int(k))
 
 

@@ -28,6 +28,8 @@ __all__ = ["Tensor", "Size"]
 
 
 _tuple_item = tuple.__getitem__
+_CPU = _device_cls("cpu")
+_ELEMENT_STRIDES: dict = {}  # (byte strides, itemsize) -> element strides
 
 
 class Size(tuple):
@@ -101,14 +103,23 @@ class Tensor:
     __array_priority__ = 1000
 
     def __new__(cls, *args, device=None):
+        t = cls._legacy_new(*args, device=device)
+        if cls is Tensor:
+            return t
+        sub = object.__new__(cls)  # ``MyTensor(data)`` is a MyTensor (and Python then runs its __init__), as torch's
+        sub.__dict__.update(t.__dict__)
+        return sub
+
+    @staticmethod
+    def _legacy_new(*args, device=None):
         from . import _creation
 
         if not args:  # torch.Tensor() is an empty 1-D tensor, the start of ``preds = torch.cat([preds, p])`` loops
             return _creation.empty(0, dtype=_dtype.get_default_dtype(), device=device)
         if len(args) == 1 and not isinstance(args[0], (int, Size)):  # a Size is sizes, not data
             data = args[0]
-            if isinstance(data, Tensor):
-                return data.to(_dtype.get_default_dtype()) if data.dtype.category == _dtype.FLOAT else data.float()
+            if isinstance(data, Tensor):  # torch's alias: the same memory and dtype, AliasBackward0 in the graph
+                return data[...]
             return _creation.tensor(data, dtype=_dtype.get_default_dtype(), device=device)
         return _creation.empty(*args, dtype=_dtype.get_default_dtype(), device=device)
 
@@ -148,10 +159,17 @@ class Tensor:
     def size(self, dim=None):
         if dim is None:
             return Size(self._data.shape)
-        return self._data.shape[self._wrap_dim(dim, "size")]
+        return self._data.shape[self._size_dim(dim, "size")]
+
+    def _size_dim(self, dim, op):
+        if not self._data.ndim and isinstance(dim, (int, np.integer)):  # a 0-d tensor has no size or stride to give
+            raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+        return self._wrap_dim(dim, op)
 
     def _wrap_dim(self, dim, op):
         nd = self._data.ndim
+        if type(dim) is int and -nd <= dim < nd:  # the common case; 0-d tensors and the rest check below
+            return dim + nd if dim < 0 else dim
         lo, hi = (-1, 0) if nd == 0 else (-nd, nd - 1)
         if not isinstance(dim, (int, np.integer)) or not lo <= dim <= hi:
             raise IndexError(f"{op}: Dimension out of range (expected to be in range of [{lo}, {hi}], but got {dim})")
@@ -163,6 +181,8 @@ class Tensor:
 
     @property
     def device(self):
+        if type(self._data) is np.ndarray:  # ``device=x.device`` in every forward: one type check, no lookup
+            return _CPU
         kind, index = array_device(self._data)
         return _device_cls(kind, index)
 
@@ -192,12 +212,18 @@ class Tensor:
     nbytes = property(lambda self: int(self._data.nbytes))
 
     def stride(self, dim=None):
-        item = self._data.itemsize
-        strides = tuple(s // item for s in self._data.strides)
-        if self._data.size == 0 and not any(strides):
+        data = self._data
+        key = (data.strides, data.itemsize)
+        strides = _ELEMENT_STRIDES.get(key)
+        if strides is None:
+            item = data.itemsize
+            strides = tuple([s // item for s in data.strides])
+            if len(_ELEMENT_STRIDES) < 4096:  # a model has a few hundred layouts; the cap bounds odd workloads
+                _ELEMENT_STRIDES[key] = strides
+        if not data.size and not any(strides):
             # NumPy zeroes every stride of an empty array; torch keeps the contiguous ones: zeros(0, 3) is (3, 1).
-            strides = _contiguous_strides(self._data.shape)
-        return strides if dim is None else strides[self._wrap_dim(dim, "stride")]
+            strides = _contiguous_strides(data.shape)
+        return strides if dim is None else strides[self._size_dim(dim, "stride")]
 
     def data_ptr(self):
         data = self._data

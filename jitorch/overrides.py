@@ -9,6 +9,7 @@ calls :func:`handle_torch_function` itself. So the answers here are:
   neither: False for plain tensors, as torch's answer);
 - :func:`handle_torch_function`: calls each overriding argument's protocol, subclasses first, until one does not
   return ``NotImplemented`` (torch's order and TypeError);
+- :class:`TorchFunctionMode`: entered, it receives the public functions' and Tensor methods' calls (torch's modes);
 - :func:`get_overridable_functions` / :func:`get_ignored_functions`: which jitorch functions hand calls over and
   which never do.
 
@@ -36,7 +37,7 @@ from ._tensor import Tensor
 
 __all__ = ["has_torch_function", "has_torch_function_unary", "has_torch_function_variadic", "handle_torch_function",
            "is_tensor_like", "get_ignored_functions", "get_overridable_functions", "get_testing_overrides",
-           "is_tensor_method_or_property", "wrap_torch_function"]
+           "is_tensor_method_or_property", "wrap_torch_function", "TorchFunctionMode", "BaseTorchFunctionMode"]
 
 
 def _overrides_calls(value) -> bool:
@@ -102,6 +103,61 @@ def handle_torch_function(public_api, relevant_args, *args, **kwargs):
     name = f"{public_api.__module__}.{public_api.__name__}"
     raise TypeError(f"no implementation found for '{name}' on types that implement __torch_function__: "
                     f"{[type(a) for a in overloaded]}")
+
+
+class TorchFunctionMode:
+    """Entered (``with``), its ``__torch_function__(func, types, args, kwargs)`` receives every call of a public
+    function (``jitorch.*``, ``nn.functional``, ``linalg``, ``special``) and Tensor method or operator made inside,
+    the innermost mode first; it is off the stack while it handles one, so calling ``func`` there runs it.
+    (Property reads such as ``.shape`` and ``jitorch.ops`` calls are not handed over.)
+
+    >>> import jitorch
+    >>> class Logged(TorchFunctionMode):
+    ...     def __torch_function__(self, func, types, args=(), kwargs=None):
+    ...         print(func.__name__)
+    ...         return func(*args, **(kwargs or {}))
+    >>> with Logged():
+    ...     y = jitorch.relu(jitorch.ones(2)).sum()
+    ones
+    relu
+    sum
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        raise NotImplementedError
+
+    def __enter__(self):
+        _overrides.FUNCTION_MODES.append(self)
+        _overrides.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        modes = _overrides.FUNCTION_MODES
+        for i in range(len(modes) - 1, -1, -1):
+            if modes[i] is self:
+                del modes[i]
+                break
+        _overrides.release()
+        return False
+
+
+class BaseTorchFunctionMode(TorchFunctionMode):
+    """A mode that runs each call as it is (a base for modes that look at calls)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _get_current_function_mode():
+    return _overrides.FUNCTION_MODES[-1] if _overrides.FUNCTION_MODES else None
+
+
+def _get_current_function_mode_stack():
+    return list(_overrides.FUNCTION_MODES)
+
+
+def _len_torch_function_stack():
+    return len(_overrides.FUNCTION_MODES)
 
 
 def wrap_torch_function(dispatcher):

@@ -45,7 +45,18 @@ def draws_first(graph):
     """
     nodes = list(graph.nodes)
     at = next((i for i, n in enumerate(nodes) if n.op not in ("placeholder", "get_attr")), len(nodes))
-    before, first, moved = set(nodes[:at]), nodes[at] if at < len(nodes) else None, False
+    moved = False
+    if any(n.op == "placeholder" for n in nodes[at:]) and any(
+            n.op == "call_function" and isinstance(n.target, Primitive) and n.target.op in CONSTANT_DRAWS
+            for n in nodes[at:]):
+        # A replayed segment binds a tensor as a placeholder where its first op reads it: the placeholders go
+        # ahead first, in their order (the arguments' order), so a draw that reads one moves with it in place.
+        for n in nodes[at:]:
+            if n.op in ("placeholder", "get_attr"):
+                nodes[at].prepend(n)
+        nodes, moved = list(graph.nodes), True
+        at = next(i for i, n in enumerate(nodes) if n.op not in ("placeholder", "get_attr"))
+    before, first = set(nodes[:at]), nodes[at] if at < len(nodes) else None
     for node in nodes[at:]:
         if node.op != "call_function" or not isinstance(node.target, Primitive) or node.target.op not in RANDOM_ROWS:
             continue

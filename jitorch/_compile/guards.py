@@ -226,18 +226,20 @@ def _tensor_labels(name):
     return labels
 
 
-_PUBLIC_KEYS: dict = {}  # a module __dict__'s keys -> those that may hold public plain-data attributes
+_PUBLIC_KEYS: dict = {}  # a module __dict__'s keys -> those that may hold user plain-data attributes
+# Module's own bookkeeping; a user's private attributes (``self._scale`` behind a property) are baked in as others.
+_MODULE_INTERNALS = frozenset(Module().__dict__) | {"training"}
 
 
 def _plain_attributes(module):
-    """``(name, value)`` of a module's public plain-data attributes (numbers, strings, None and tuples of them)."""
+    """``(name, value)`` of a module's user plain-data attributes (numbers, strings, None and tuples of them)."""
     d = module.__dict__
     keys = tuple(d)
     public = _PUBLIC_KEYS.get(keys)
     if public is None:  # a new set of attribute names: most modules of a model share a handful
         if len(_PUBLIC_KEYS) > 4096:
             _PUBLIC_KEYS.clear()
-        public = _PUBLIC_KEYS[keys] = tuple(k for k in keys if k[0] != "_" and k != "training")
+        public = _PUBLIC_KEYS[keys] = tuple(k for k in keys if k not in _MODULE_INTERNALS)
     return tuple([(k, v) for k in public if (type(v := d[k]) in _SIMPLE_TYPES or isinstance(v, _SIMPLE) or (
         type(v) is tuple and all(isinstance(e, _SIMPLE) for e in v)))])
 

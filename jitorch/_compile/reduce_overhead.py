@@ -45,6 +45,7 @@ import warnings
 import numpy as np
 
 from .. import _dtype
+from .._random_generator import Generator
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..cpu import CPUGraph, graph
@@ -58,7 +59,7 @@ from .guards import _constant, call_hooks, first_failure
 from .named_values import NamedValues
 from .python_output import noting_output
 from .reduce_overhead_cuda import CUDAGraphCapture
-from .reduce_overhead_replay import CapturedReplay, OverwrittenOutputError, spans_overlap
+from .reduce_overhead_replay import CapturedReplay, OverwrittenOutputError, spans_overlap, static_copy
 from .reduce_overhead_state import CaptureState
 from .side_effects import PythonState
 
@@ -98,17 +99,30 @@ def _warm_up(fn, args, kwargs):
             seen.append(name)
             return method(self, *a, **k)
         return read
+    # Reseeding a generator (``manual_seed`` in the function) is Python state a replay would not set again.
+    reseeds = {name: getattr(Generator, name) for name in ("manual_seed", "seed", "set_state")}
+
+    def reseeding(name, method):
+        def reseed(self, *a, **k):
+            printed.append(_RESEEDED.format(name))
+            return method(self, *a, **k)
+        return reseed
     for name, method in originals.items():
         setattr(Tensor, name, noting(name, method))
+    for name, method in reseeds.items():
+        setattr(Generator, name, reseeding(name, method))
     try:
         with noting_optimizer_steps() as stepped, noting_output(printed.append):
             out = fn(*args, **kwargs)
     finally:
         for name, method in originals.items():
             setattr(Tensor, name, method)
+        for name, method in reseeds.items():
+            setattr(Generator, name, method)
     refusals = [r for r in (o._capture_refusal() for o in stepped) if r is not None]
     return out, bool(seen), refusals, printed[:1]
 
+_RESEEDED = "reseeds a random generator (Generator.{}())"
 # Captures redone for changed hyperparameters before the warning that the step would run better uncaptured.
 RECAPTURE_WARNING = 8
 
@@ -148,6 +162,7 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
         self.fallback_reason = None
         self._live = []  # outputs handed out by the latest call (poisoned by the next one)
         self.cuda = False  # captured as a CUDA graph
+        self.viewed_inputs = ()  # the arguments a CPU capture's outputs view
         self.recaptures = 0  # captures redone because a baked-in Python value (an optimizer's lr) changed
         self.named = NamedValues(fn, module)  # plain values the code reads by name, baked into a capture
         self.state = CaptureState(fn, module)  # the modules and optimizers it reaches
@@ -220,6 +235,13 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
                 return f"non-tensor argument {i} is {new!r}, {static!r} at capture"
         return None
 
+    def _viewed_layout_changed(self, leaves):
+        """An output views an argument laid out otherwise than at capture: the view cannot be rebuilt on it."""
+        for i in self.viewed_inputs:
+            if leaves[i]._data.strides != self.static[i]._data.strides:
+                return f"an output views argument {i}, whose strides {leaves[i].stride()} differ from the capture's"
+        return None
+
     # -- capture --------------------------------------------------------------------------------------------------
     def _capture(self, spec, leaves):
         self._named_at_capture = self._baked_values()
@@ -232,8 +254,7 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
         self.captured_spec = spec
         if any(isinstance(t, Tensor) and type(t._data) is not np.ndarray for t in leaves):
             return self._capture_cuda(spec, leaves)
-        self.static = [Tensor._make(np.array(t._data, order="C", copy=True)) if isinstance(t, Tensor) else t
-                       for t in leaves]
+        self.static = [Tensor._make(static_copy(t._data)) if isinstance(t, Tensor) else t for t in leaves]
         self.fast_layouts = [(t._data.shape, t._data.dtype, t._data.flags.c_contiguous) if isinstance(t, Tensor)
                              and t.is_contiguous() == t._data.flags.c_contiguous else None if not isinstance(t, Tensor)
                              else (None, None, None) for t in leaves]
@@ -278,6 +299,9 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
                 self.out_kinds.append(("graph",))
             else:
                 self.out_kinds.append(("value",))
+        # (an argument whose copy is row-major, not laid out as it, gets copies of its views: `_hand_out`)
+        self.viewed_inputs = sorted({k[1] for k in self.out_kinds if k[0] == "input"
+                                     and leaves[k[1]]._data.strides == self.static[k[1]]._data.strides})
         return out
 
     # -- calls ----------------------------------------------------------------------------------------------------
@@ -295,7 +319,7 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
             grads = None if self.cuda else grad_mismatch(self.graph._grads, True)
             # (`grad_mismatch(eager=True)` covers the graph's own gradient check)
             changed = grads or (None if self.cuda else self.graph.changed_value(grads=False)) or \
-                self._changed_named_value() or self._mismatch(leaves) or \
+                self._changed_named_value() or self._mismatch(leaves) or self._viewed_layout_changed(leaves) or \
                 ("the arguments' containers differ from the captured call's" if spec != self.captured_spec else None)
             if changed is not None:
                 self._recapture(changed)
@@ -318,7 +342,8 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
                 out, reads, refusals, printed = _warm_up(self.fn, args, kwargs)
                 if GradState.enabled and any(isinstance(o, Tensor) and o.requires_grad for o in tree_flatten(out)[0]):
                     self._grad_seen = True  # reached through something the name walk does not follow
-                changed = state.changes() + [f"writes output ({what})" for what in printed]
+                changed = state.changes() + [what if what.startswith(_RESEEDED[:8]) else f"writes output ({what})"
+                                             for what in printed]
                 if changed:  # torch replays these on every call; a capture would skip them
                     self._compile_instead(_SIDE_EFFECTS.format(", ".join(changed[:6])))
                 elif reads:

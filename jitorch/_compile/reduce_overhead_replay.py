@@ -23,7 +23,7 @@ from .._storage import deepcopy_array
 from ..runtime.host_pointer import byte_span, data_address
 from ..utils._pytree import unflatten_from
 
-__all__ = ["CapturedReplay", "OverwrittenOutputError", "spans_overlap"]
+__all__ = ["CapturedReplay", "OverwrittenOutputError", "spans_overlap", "static_copy"]
 
 
 class OverwrittenOutputError(RuntimeError):
@@ -46,6 +46,20 @@ def spans_overlap(spans):
     """Whether two of the ``[low, high)`` byte ranges overlap (`runtime.host_pointer.byte_span`)."""
     spans = sorted(spans)
     return any(spans[j][0] < spans[j - 1][1] for j in range(1, len(spans)))
+
+
+def static_copy(a):
+    """A private copy of an argument's array with its strides (a transposed or sliced input stays one: the capture
+    runs ``view``, ``is_contiguous`` and the outputs' layouts as eager does on the argument), over a buffer of the
+    argument's span; row-major where the strides are not plain (negative)."""
+    if a.flags.c_contiguous or a.size == 0 or any(st < 0 for st in a.strides):
+        return np.array(a, order="C", copy=True)
+    span = 1 + sum((n - 1) * st for n, st in zip(a.shape, a.strides)) // a.itemsize
+    if span > 4 * a.size + 4096:  # a column of a large matrix: not a copy of the whole matrix
+        return np.array(a, order="C", copy=True)
+    out = np.lib.stride_tricks.as_strided(np.empty(span, a.dtype), a.shape, a.strides)
+    np.copyto(out, a)
+    return out
 
 
 class CapturedReplay:
@@ -76,13 +90,7 @@ class CapturedReplay:
         for i in copied:
             if self.mutated[i]:
                 np.copyto(new_arrays[i], self.static[i]._data)  # in-place ops on an input reach the caller's tensor
-        leaves_out = []
-        for o, kind in zip(self.out_spec_leaves, self.out_kinds):
-            if kind[0] == "input" and kind[1] in substituted:
-                leaves_out.append(self._input_view(o, leaves[kind[1]], kind))
-            else:
-                leaves_out.append(o)
-        return self._hand_out(leaves_out, leaves)
+        return self._hand_out(list(self.out_spec_leaves), leaves)
 
     def _overlaps(self, arrays):
         spans = [byte_span(a) for a in arrays if a is not None]
@@ -127,7 +135,13 @@ class CapturedReplay:
         memo = {}
         fresh = []
         for i, (o, kind) in enumerate(zip(outs, self.out_kinds)):
-            if kind[0] != "graph" or id(o) in inputs:
+            if kind[0] == "input" and not self.cuda:
+                # A view of an argument, as eager's: rebuilt on the caller's tensor (`__call__` captured again
+                # if its strides changed), never the capture's private copy, which the next call rewrites.
+                new = leaves[kind[1]]
+                fresh.append(self._input_view(o, new, kind) if new._data.strides == self.static[kind[1]]._data.strides
+                             else Tensor._make(o._data.copy(order="K")))
+            elif kind[0] != "graph" or id(o) in inputs:
                 fresh.append(o)
             elif shared is not None:
                 a = o._data

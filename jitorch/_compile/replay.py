@@ -38,6 +38,7 @@ from .._dispatch import apply, apply_inplace, pop_mode, push_mode
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..fx.node import Node
+from .functionalize import is_random
 from .lazy import LazyArray, LazyTensor, lazy_tensor, realize
 from .segments import ESCAPES, RecordInfo, Recorder, Segment, _ModeBase, value_key, watching
 from .replay_flush import _Flush
@@ -294,7 +295,11 @@ class Replay(_Flush, _ModeBase):
         self.become(recorder)
 
     def random_draw(self):
-        pass  # a draw outside an op makes a new tensor, bound as a segment input: nothing is frozen
+        # A draw outside an op (``multinomial``, ``randperm``) makes a new tensor, bound as a segment input: nothing
+        # is frozen. But it takes the generator's numbers now, ahead of the segment's deferred random rows (``rand``,
+        # dropout's mask) that eager mode drew first: those draw now, and the rest of the call runs eagerly.
+        if self.live and any(is_random(n) for n, _ in self.seg.steps[:self.pos]):
+            self._bail("a random draw outside the graph's ops follows its deferred draws (eager's order of draws)")
 
     def _at_break(self, kind, name):
         end = self.seg.end

@@ -66,9 +66,10 @@ class _Flush:
         training, the compiled stages of `SegmentRun` when some of them require grad)."""
         pending, self.pending = self.pending, []
         live = [(a, t) for a, t in ((ra(), rt()) for ra, rt in pending) if a is not None and a.real is None]
-        if live:
-            seg = self.seg
-            upto = len(seg.steps) if upto is None else upto
+        seg = self.seg
+        upto = len(seg.steps) if upto is None else upto
+        # Deferred draws whose values all died still advance the generator, as eager's did.
+        if live or pending and any(is_random(n) for n, _ in seg.steps[:upto]):
             nodes = list(dict.fromkeys(a.node for a, _ in live))
             flat = [self.bound.get(p) for p in seg.placeholders]
             key = (tuple(n.name for n in nodes), upto)

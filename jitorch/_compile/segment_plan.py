@@ -45,7 +45,7 @@ from .decompose import decompose
 from .functionalize import functionalize_intermediates
 from .training import Unsupported, _annotate, _check
 from .training_function import eager_saved_outputs, own_outputs
-from .training_partition import split_joint
+from .training_partition import snapshot_for_backward, split_joint
 
 __all__ = ["SegmentPlan", "interpret"]
 
@@ -143,6 +143,11 @@ class SegmentPlan:
         except Exception as err:  # anything the joint trace cannot follow runs eagerly
             raise Unsupported(f"joint trace failed: {type(err).__name__}: {err}") from err
         functionalize_intermediates(joint)
+        # Inputs the flush writes into after this stage ran (a module buffer's update): the backward reads copies.
+        written = [i for i, p in enumerate(n for n in gm.graph.nodes if n.op == "placeholder") if p.meta.get("written")]
+        if written:
+            inputs = [n for n in joint.graph.nodes if n.op == "placeholder"]
+            snapshot_for_backward(joint, [inputs[i] for i in written])
         _check(joint)
         _annotate(joint, values)
         if decompose(joint):

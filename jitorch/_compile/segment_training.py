@@ -127,8 +127,12 @@ class _ValueStage:
 def _stage_graph(seg, outs, cuts, needed):
     """A graph over ``(*seg.placeholders, *cuts)`` computing ``outs``: earlier stages' values come in as inputs."""
     graph, env = Graph(), {}
+    # A module buffer the segment updates functionally: the flush writes its new values into this input's memory.
+    written = {n.args[0] for n in seg.graph.nodes if n.meta.get("functional")}
     for p in seg.placeholders:
         env[p] = graph.node_copy(p)
+        if p in written:
+            env[p].meta["written"] = True
     for c in cuts:
         env[c] = graph.placeholder(f"cut_{c.name}")
         env[c].meta = dict(c.meta)

@@ -26,11 +26,13 @@ import threading
 from contextlib import contextmanager
 
 from .. import _random
+from .._random_generator import Generator
 from .._dispatch import MODES, pop_mode, push_mode
 from .._tensor import Tensor
 from .python_output import noting_output
 
 
+_RESEEDS = ("manual_seed", "seed", "set_state")
 # Methods that move a tensor's value into Python, where no graph can follow it.
 WATCHED = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "__array__", "__complex__",
            "backward")
@@ -106,6 +108,18 @@ def watching(mode):
                 _session[-1].random_draw()
             return original_rng(generator)
 
+        # Reseeding (``manual_seed`` inside the function) changes what every later draw gives: as a draw outside the
+        # ops, it makes the call rerun its Python each time, in order with the graph's deferred draws.
+        reseeds = {name: getattr(Generator, name) for name in _RESEEDS}
+
+        def reseeding(name, fn):
+            def reseed(self, *args, **kwargs):
+                if _session and not _session[-1].busy:
+                    _session[-1].random_draw()
+                return fn(self, *args, **kwargs)
+            reseed.__name__ = name
+            return reseed
+
         original_bump = Tensor._bump_version
 
         def bump(self, times=1):
@@ -127,6 +141,8 @@ def watching(mode):
             setattr(Tensor, name, wrap(name, fn))
         Tensor._bump_version = bump
         _random._rng = rng
+        for name, fn in reseeds.items():
+            setattr(Generator, name, reseeding(name, fn))
         _session.append(mode)
         try:
             with noting_output(output):
@@ -135,6 +151,8 @@ def watching(mode):
             _session.pop()
             Tensor._bump_version = original_bump
             _random._rng = original_rng
+            for name, fn in reseeds.items():
+                setattr(Generator, name, fn)
             for name, fn in originals.items():
                 setattr(Tensor, name, fn)
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from .._tensor import Tensor
 from ..fx.graph import Graph
 from ..fx.graph_module import GraphModule
+from ..fx.make_fx import Primitive
+from ..ops.movement import CLONE
 from ..fx.node import Node, map_aggregate
 from ..nn.modules.module import Module
 from .backend import ArgumentSlot
@@ -74,7 +76,17 @@ def full_graph(info, flat):
     for n in seg.graph.nodes:
         if n.op != "placeholder":
             env[n] = graph.node_copy(n, env.__getitem__)
-    out = map_aggregate(info.output, lambda a: env[a] if isinstance(a, Node) else a)
+    made = {}  # a tensor the call made (``jitorch.zeros``) returned as it is: a fresh copy on every run
+
+    def result(a):
+        node = env[a]
+        if node.op == "get_attr" and id(root.__dict__[node.target]) in info.created:
+            if node not in made:
+                made[node] = graph.call_function(Primitive(CLONE), (node,))
+                made[node].meta = dict(node.meta)
+            return made[node]
+        return node
+    out = map_aggregate(info.output, lambda a: result(a) if isinstance(a, Node) else a)
     if seg.writes:
         out = (out, *(env[n] for _, n in seg.writes.values()))
     graph.output(out)

@@ -35,9 +35,9 @@ from ..utils._pytree import tree_flatten, tree_unflatten
 from .backend import CompiledGraph, _fetch
 from .decompose import decompose
 from .functionalize import functionalize, functionalize_intermediates, is_random
-from .training_function import _aliased_outputs, _CompiledTraining, _sibling_outputs, as_output_dtypes, \
+from .training_function import _aliased_outputs, _CompiledTraining, _output_nodes, _sibling_outputs, as_output_dtypes, \
     eager_saved_outputs
-from .training_partition import split_joint
+from .training_partition import snapshot_written_buffers, split_joint
 from .view_writes import functionalize_view_writes
 
 __all__ = ["JointSpec", "TrainingPlan", "Unsupported", "as_output_dtypes", "compile_training", "joint_for",
@@ -98,6 +98,10 @@ class TrainingPlan:
         self.writes = tuple(writes)
         self.random = any(is_random(n) for n in fwd_gm.graph.nodes)
         self.eager_saved = eager_saved_outputs(fwd_gm, n_outs)
+        # Outputs that are inputs as they are (``return y, self.weight``): eager returns the tensor itself.
+        places = {n: i for i, n in enumerate(n for n in fwd_gm.graph.nodes if n.op == "placeholder")}
+        self.input_outputs = tuple((i, places[o]) for i, o in enumerate(_output_nodes(fwd_gm, n_outs))
+                                   if isinstance(o, Node) and o in places)
         if _aliased_outputs(fwd_gm, n_outs):
             # The native runner hands out plain arrays: a view output would lose its view of the other output, and
             # a write into it the gradient through that one. The Python runner's outputs keep their bases.
@@ -117,6 +121,11 @@ class TrainingPlan:
 
     def __call__(self, flat):
         out = _CompiledTraining.apply(self, *flat)
+        if self.input_outputs:
+            outs = list(out) if self.tuple_out or self.n_outs > 1 else [out]
+            for i, k in self.input_outputs:
+                outs[i] = flat[k]  # its gradient reaches the input directly, as eager's
+            out = tuple(outs) if self.tuple_out or self.n_outs > 1 else outs[0]
         return out if self.structure is None else rebuild_outputs(self.structure, out)
 
 
@@ -194,6 +203,7 @@ def joint_for(fn, args, kwargs, module, traced_result):
         out_node = next(n for n in joint.graph.nodes if n.op == "output")
         results = out_node.args[0]
         out_node.args = (results[:len(outs)] + tuple(n for _, n in writes) + results[len(outs):],)
+        snapshot_written_buffers(joint, [b for b, _ in writes])
     functionalize_intermediates(joint)  # ReLU(inplace=True) and friends on the graph's own values
     functionalize_view_writes(joint)  # ``out[:, i] = h``, ``mask[:, 0] = 1`` into the graph's values and clones
     _check(joint)

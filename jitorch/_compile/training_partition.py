@@ -24,6 +24,7 @@ from ..fx.graph_module import GraphModule
 from ..fx.joint import BACKWARD, FORWARD
 from ..fx.make_fx import Primitive
 from ..fx.node import Node
+from ..ops.movement import CLONE
 from .fusion import fusible, reduction_axes, row_op_axes
 
 __all__ = ["recompute_plan", "split_joint"]
@@ -33,7 +34,7 @@ def _cheap(node):
     """A forward value the backward may recompute: one pointwise row (deterministic, no attributes to honour)."""
     target = node.target
     return node.op == "call_function" and isinstance(target, Primitive) and not target.inplace \
-        and target.op.pointwise and "val" in node.meta
+        and target.op.pointwise and "val" in node.meta and "snapshot" not in node.meta
 
 
 def _bytes(node):
@@ -85,6 +86,43 @@ def recompute_plan(saved):
     return [s for s in saved if s in keep] + [k for k in keep if k not in saved], recomputed
 
 
+def snapshot_written_buffers(gm, buffers):
+    """Make the backward read a forward copy of each buffer in ``buffers`` (those the forward updates, written back
+    after it runs) that it reads, directly or through a recomputed chain: the constant itself holds the new values by
+    then (``y = lin(x + self.cache); self.cache.add_(1)`` differentiates at the old cache). Returns whether the
+    graph changed."""
+    ids = {id(b) for b in buffers}
+
+    def written(n):
+        obj = gm
+        for part in n.target.split("."):
+            obj = getattr(obj, part)
+        return id(obj) in ids
+    return snapshot_for_backward(gm, [n for n in gm.graph.nodes if n.op == "get_attr" and written(n)])
+
+
+def snapshot_for_backward(gm, leaves):
+    """Give the backward a forward copy of each of ``leaves`` (constants or inputs whose memory is written after
+    the forward) that it reads, directly or through a recomputed chain. Returns whether the graph changed."""
+    nodes = list(gm.graph.nodes)
+    feeds_backward, stack = set(), [a for n in nodes if n.meta.get("phase") == BACKWARD for a in n.all_input_nodes]
+    while stack:
+        n = stack.pop()
+        if n not in feeds_backward and n.meta.get("phase") != BACKWARD:
+            feeds_backward.add(n)
+            stack.extend(n.all_input_nodes)
+    changed = False
+    for n in leaves:
+        if n not in feeds_backward:
+            continue
+        with gm.graph.inserting_after(n):
+            snap = gm.graph.call_function(Primitive(CLONE), (n,))
+        snap.meta = {**n.meta, "phase": FORWARD, "snapshot": True}  # saved, never recomputed from the leaf
+        n.replace_all_uses_with(snap, delete_user_cb=lambda user: user is not snap)
+        changed = True
+    return changed
+
+
 def split_joint(gm, n_outs, recompute=True):
     """``(forward_gm, backward_gm, n_saved)`` from a joint GraphModule whose first ``n_outs`` results are outputs.
 
@@ -105,9 +143,25 @@ def split_joint(gm, n_outs, recompute=True):
         saved, recomputed = recompute_plan(saved)
 
     fg, fmap = Graph(), {}
+
+    def forward_lookup(a):
+        if a not in fmap:  # a constant no forward op reads
+            fmap[a] = fg.node_copy(a)
+        return fmap[a]
+
+    def output(o):
+        if o.op != "get_attr":
+            return fmap[o]
+        # A constant returned as it is (``return y, jitorch.zeros(2)``, a buffer): a copy per run, or every call's
+        # result would be one tensor, and a write into one call's result would change the next call's.
+        copy = fg.call_function(Primitive(CLONE), (forward_lookup(o),))
+        copy.meta = {k: v for k, v in o.meta.items() if k != "phase"}
+        copy.meta["phase"] = FORWARD
+        return copy
+
     for n in fwd:
-        fmap[n] = fg.node_copy(n, fmap.__getitem__)
-    fg.output(tuple(fmap[o] for o in outs) + tuple(fmap[s] for s in saved))
+        fmap[n] = fg.node_copy(n, forward_lookup)
+    fg.output(tuple(output(o) for o in outs) + tuple(fmap[s] for s in saved))
 
     bg, bmap = Graph(), {}
     for s in saved:

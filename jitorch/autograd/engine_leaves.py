@@ -151,7 +151,8 @@ def finish_leaves(leaf_grads, wanted_leaves, captured, inputs, accumulate_into_g
             leaf._grad = accumulate_grad(grad, g, create_graph)
         if leaf._post_acc_hooks:
             for hook in leaf._post_acc_hooks:
-                hook(leaf)
+                if hook(leaf) is not None:
+                    raise RuntimeError("Tensor post accumulate grad hooks should return None.")
         if acc is not None and acc._hooks:
             for hook in list(acc._hooks):
                 hook((), (g,))

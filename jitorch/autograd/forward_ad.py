@@ -36,6 +36,8 @@ class UnpackedDualTensor(NamedTuple):
 
 def enter_dual_level():
     """Open a new forward AD level; returns its index."""
+    if _LEVELS:
+        raise RuntimeError("Nested forward mode AD is not supported at the moment")
     _LEVELS.append({})
     _SHADOW_MODES.append(push_shadow_mode())
     return len(_LEVELS) - 1
@@ -117,5 +119,5 @@ def unpack_dual(tensor, *, level=None):
     entries = list(duals.values())
     with enable_grad():
         (tangent,) = double_vjp((tensor,), [base for _, base, _ in entries], [t for _, _, t in entries],
-                                create_graph=attached)
+                                create_graph=attached, custom_jvps=True)
     return UnpackedDualTensor(primal, tangent)

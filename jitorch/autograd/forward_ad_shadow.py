@@ -29,7 +29,7 @@ from .._grad_state import GradState
 from .._tensor import Tensor
 from .grad_mode import SWITCH_HOOKS
 
-__all__ = ["ShadowMode", "shadow_of_output", "sync_shadow_modes"]
+__all__ = ["ShadowMode", "forget_shadows", "shadow_of_output", "sync_shadow_modes"]
 
 _LEVEL_MODES: list = []  # the open levels' modes, outermost first, on the stack or not
 _BUSY = [0]  # ShadowMode.dispatch calls under way: their mode is off the stack in `run_below`, leave the stack alone
@@ -203,6 +203,16 @@ def _take_off(mode):
             del MODES[i]
             break
     mode.pushed = False
+
+
+def forget_shadows(tensors):
+    """Drop the shadows of ``tensors`` (a custom Function's outputs: their tangent is the Function's ``jvp``, not
+    that of the ops its forward ran with grad mode off)."""
+    for mode in _LEVEL_MODES:
+        for t in tensors:
+            entry = mode.shadows.get(id(t))
+            if entry is not None and entry[0]() is t:
+                del mode.shadows[id(t)]
 
 
 def shadow_of_output(t):

@@ -20,7 +20,8 @@ from __future__ import annotations
 import functools
 
 from .._tensor import Tensor
-from . import saved_hooks
+from . import forward_ad, function_jvp, saved_hooks
+from .forward_ad_shadow import forget_shadows
 from .graph import Node, ViewCreation, _version_error
 from .grad_mode import GradState, no_grad
 
@@ -39,6 +40,9 @@ class FunctionCtx:
                                 f"{type(t).__name__}")
         self._to_save = tensors
 
+    _saved_for_forward = ()
+    _jvp_running = False
+
     def save_for_forward(self, *tensors):
         self._saved_for_forward = tensors
 
@@ -55,6 +59,8 @@ class FunctionCtx:
     def saved_tensors(self):
         from .._tensor import Tensor
 
+        if self._jvp_running:  # inside ``jvp``: what ``save_for_forward`` kept
+            return tuple(self._saved_for_forward)
         if self._saved is None:
             from .graph import _FREED_MSG
 
@@ -103,8 +109,11 @@ class BackwardCFunction(Node, FunctionCtx):
 
     def apply(self, grads):
         fn = self._function
-        backward = fn.backward if fn.backward is not Function.backward else fn.vjp
-        result = backward(self, *grads)
+        if function_jvp.active() and not function_jvp.native(fn):  # forward AD's trick: the jvp's transpose
+            result = function_jvp.transposed_jvp(self, fn, grads)
+        else:
+            backward = fn.backward if fn.backward is not Function.backward else fn.vjp
+            result = backward(self, *grads)
         if not isinstance(result, tuple):
             result = (result,)
         n = self._num_args
@@ -171,6 +180,10 @@ class Function(metaclass=_FunctionMeta):
 
     vjp = backward
 
+    @staticmethod
+    def jvp(ctx, *grad_inputs):
+        raise NotImplementedError(function_jvp.JVP_MISSING)
+
     # jitorch's own Functions that stand in for eager ops (compiled regions) set this: views they return are
     # rebased after an in-place write to their base as eager views are, instead of refused as a custom Function's.
     _eager_views = False
@@ -218,6 +231,9 @@ class Function(metaclass=_FunctionMeta):
                                   for o in final)
             ctx.in_meta = tuple((args[i]._data.shape, args[i]._data.dtype) if args[i]._requires_grad else None
                                 for i in ctx._positions)
+            if forward_ad._LEVELS and not function_jvp.native(cls):  # tangents from ``jvp``, not from shadows
+                ctx._arg_meta = tuple((args[i].shape, args[i].dtype, args[i].device) for i in ctx._positions)
+                forget_shadows([o for _, o in tensor_outs])
             for nr, o in tensor_outs:
                 if id(o) in nondiff or id(outs[nr]) in nondiff:
                     continue

@@ -76,14 +76,18 @@ def _grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=N
                 retain_graph=retain_graph)
 
 
-def double_vjp(outputs, inputs, tangents, create_graph=False, strict=False):
+def double_vjp(outputs, inputs, tangents, create_graph=False, strict=False, custom_jvps=False):
     """``J tangents`` (one entry per output, None where no input reaches it) by the double-vjp trick: ``J^T u`` is
     linear in a cotangent ``u`` (zeros: only its graph matters), so its vjp against ``tangents`` is ``J tangents``.
+    ``custom_jvps``: custom Functions contribute their ``jvp`` (forward AD), not their ``backward``.
     Call it with grad mode on."""
+    from .function_jvp import transposed_jvps
+
     cotangents = tuple(_creation.zeros_like(o, requires_grad=True) for o in outputs)
     for c in cotangents:  # the trick's own leaves: `func._reaches_outside` does not count them as the caller's
         c._func_input = True
-    grad_inputs = _grad(outputs, inputs, cotangents, create_graph=True)
+    with transposed_jvps(custom_jvps):
+        grad_inputs = _grad(outputs, inputs, cotangents, create_graph=True)
     for i, g in enumerate(grad_inputs if strict else ()):
         if g is None:
             raise RuntimeError(f"The output of the user-provided function is independent of input {i}. This is not "
@@ -158,6 +162,8 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
         raise AssertionError('Expected strategy to be either "forward-mode" or "reverse-mode". Hint: If your '
                              'function has more outputs than inputs, "forward-mode" tends to be more performant. '
                              'Otherwise, prefer to use "reverse-mode".')
+    if strategy == "forward-mode":
+        _check_forward_mode(create_graph, strict, vectorize)
     if strict and vectorize:
         raise RuntimeError("torch.autograd.functional.jacobian: `strict=True` and `vectorized=True` are not "
                            "supported together. Please either set `strict=False` or `vectorize=False`.")
@@ -184,6 +190,21 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
     return _unpack(_finish(tuple(blocks), create_graph), (is_outputs_tuple, is_inputs_tuple))
 
 
+def _check_forward_mode(create_graph, strict, vectorize):
+    """torch's refusals of a forward-mode Jacobian (the values would be the reverse mode's)."""
+    if create_graph:
+        raise NotImplementedError("torch.autograd.functional.jacobian: `create_graph=True` and "
+                                  '`strategy="forward-mode"` are not supported together (yet). Please either set '
+                                  '`create_graph=False` or `strategy="reverse-mode"`.')
+    if strict:
+        raise RuntimeError('torch.autograd.functional.jacobian: `strict=True` and `strategy="forward-mode"` are not '
+                           'supported together (yet). Please either set `strict=False` or '
+                           '`strategy="reverse-mode"`.')
+    if not vectorize:
+        raise NotImplementedError("Computing Jacobian using forward-AD or forward-over-reverse Hessian is"
+                                  "only implemented for `vectorize=True`.")
+
+
 def _stack(rows):
     from .._movement import stack
 
@@ -193,6 +214,8 @@ def _stack(rows):
 def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, outer_jacobian_strategy="reverse-mode"):
     """The Hessian of a function returning one element: the Jacobian of its gradient."""
     is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "hessian")
+    if outer_jacobian_strategy not in ("forward-mode", "reverse-mode"):
+        raise AssertionError('Expected strategy to be either "forward-mode" or "reverse-mode".')
 
     def single_output(*inp):
         out = func(*inp)
@@ -209,7 +232,8 @@ def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, out
             _check_jacobian_depends(jac if isinstance(jac, tuple) else (jac,))
         return jac
 
-    res = jacobian(jac_func, inputs, create_graph=create_graph, strict=strict, vectorize=vectorize)
+    res = jacobian(jac_func, inputs, create_graph=create_graph, strict=strict, vectorize=vectorize,
+                   strategy=outer_jacobian_strategy)
     return _unpack(res, (is_inputs_tuple, is_inputs_tuple))
 
 

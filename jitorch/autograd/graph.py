@@ -167,7 +167,8 @@ class Node:
     # -- PyTorch-visible surface ----------------------------------------------------------------------------
     def name(self):
         name = type(self).__name__
-        return "torch::autograd::CopySlices" if name == "CopySlices" else name  # torch's C++ node, namespaced
+        # torch's hand-written C++ nodes are namespaced
+        return "torch::autograd::" + name if name in ("CopySlices", "CopyBackwards") else name
 
     @property
     def next_functions(self):

@@ -13,6 +13,7 @@ the nodes that read it. Assigning ``node.args`` rewires ``users`` on both ends.
 """
 from __future__ import annotations
 
+from collections import OrderedDict, defaultdict
 from typing import Any, Callable, Optional, Union
 
 __all__ = ["Node", "map_arg", "map_aggregate", "has_side_effect", "OPCODES", "Argument", "Target"]
@@ -43,7 +44,11 @@ def map_aggregate(a, fn):
     if isinstance(a, list):
         return [map_aggregate(x, fn) for x in a]
     if isinstance(a, dict):
-        return {k: map_aggregate(v, fn) for k, v in a.items()}
+        mapped = {k: map_aggregate(v, fn) for k, v in a.items()}
+        kind = type(a)
+        if kind is OrderedDict:  # a compiled function returns the kind of mapping eager's returns
+            return OrderedDict(mapped)
+        return defaultdict(a.default_factory, mapped) if kind is defaultdict else mapped
     if isinstance(a, slice):
         return slice(map_aggregate(a.start, fn), map_aggregate(a.stop, fn), map_aggregate(a.step, fn))
     return fn(a)

@@ -26,7 +26,8 @@ from .._dispatch import TENSOR_TYPES, apply
 from .._pointwise import where
 from ..amp._cast_mode import autocast_float32
 from ..autograd.grad_mode import GradState
-from ..ops.nn_fused import FUSED_DTYPES, NLL_CHECK_TARGETS, NLL_LOSS
+from ..ops.nn_fused import FUSED_DTYPES, LOG_SOFTMAX, NLL_CHECK_TARGETS, NLL_LOSS, softmax_output
+from ..ops.nn_nll import nll_of_rows
 from ..ops.nn_ops import BCE_LOGITS, BINARY_CROSS_ENTROPY
 from ..ops.regression_loss_ops import huber, mse, smooth_l1
 from ._functional_activation import log_sigmoid_like
@@ -328,7 +329,13 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     probabilities; ``label_smoothing`` mixes the target with the uniform distribution."""
     reduction = resolve_reduction(size_average, reduce, reduction)
     if weight is None and label_smoothing == 0.0 and _class_rows(input, target):
-        return apply(NLL_LOSS, log_softmax(input, 1), target, ignore_index=ignore_index, reduction=reduction)
+        # Where the native row takes the logits (no mode, host arrays), both rows straight away: F.log_softmax's
+        # frames and the dispatcher's were an eighth of a 32x32 loss.
+        logp = softmax_output(LOG_SOFTMAX, input, 1)
+        if logp is not None and type(target._data) is np.ndarray:
+            return nll_of_rows(logp, target, ignore_index, reduction)
+        return apply(NLL_LOSS, log_softmax(input, 1) if logp is None else logp, target, ignore_index=ignore_index,
+                     reduction=reduction)
     if input.dim() < 1:
         raise ValueError(f"Expected 1 or more dimensions (got {input.dim()})")
     if not 0.0 <= label_smoothing <= 1.0:

@@ -156,6 +156,8 @@ def _batch_norm(input, running_mean, running_var, weight, bias, training, moment
     if not training and running_mean is None:
         raise RuntimeError("running_mean must be defined in evaluation mode")
     _check_stats_no_grad("batch_norm", running_mean, running_var)
+    _refuse_non_float("batch_norm", input)
+    _refuse_mixed(input, weight, bias, running_mean, running_var)
     if training and running_mean is not None and unmapped_in_vmap(running_mean, running_var):
         raise RuntimeError(_VMAP_STATS_ERROR)
     x = _upcast(input)
@@ -214,6 +216,8 @@ def _instance_norm(input, running_mean, running_var, weight, bias, use_input_sta
                     ("bias", bias)):
         _check_channels(name, t, channels)
     _check_stats_no_grad("instance_norm", running_mean, running_var)
+    _refuse_non_float("batch_norm", input)  # ATen's instance norm is a batch norm of the (1, N*C, *) view
+    _refuse_mixed(input, weight, bias)  # (of running statistics, torch's repeats take any float dtype)
     x = _upcast(input)
     ndim = x.dim()
     view = lambda t: _channel_view(t, ndim)  # noqa: E731
@@ -260,10 +264,28 @@ def _normalized_dims(input, normalized_shape, op):
     return shape, tuple(range(-len(shape), 0))
 
 
-def _refuse_non_float(kernel, input):
-    """ATen's norm kernels are floating only; the composites would fail inside a mean or finfo instead."""
-    if not (input.dtype.is_floating_point or input.dtype.is_complex):
+def _refuse_non_float(kernel, input, complex_ok=False):
+    """ATen's norm kernels are real floating only (``rms_norm``, a composite, takes complex too); the composites here
+    would fail inside a mean or finfo instead, or normalize a complex input torch refuses."""
+    if not (input.dtype.is_floating_point or complex_ok and input.dtype.is_complex):
         raise NotImplementedError(f'"{kernel}" not implemented for \'{TORCH_TYPE_NAMES[input.dtype.name]}\'')
+
+
+def _refuse_mixed(input, *params):
+    """ATen's CPU norm kernels take parameters (weight, bias, running statistics) of another dtype than the input only
+    when the input is a half type and they are all float32; anything else is refused, not promoted."""
+    dt = input.dtype
+    for p in params:  # (a loop, not all() over a generator: this runs on every training batch norm)
+        if p is not None and p.dtype is not dt:
+            break
+    else:
+        return
+    if input.device.type != "cpu":
+        return
+    if any(p is not None and p.dtype is not _dtype.float32 for p in params):
+        raise RuntimeError("mixed dtype (CPU): expect parameter to have scalar type of Float")
+    if dt not in (_dtype.float16, _dtype.bfloat16):
+        raise RuntimeError("mixed dtype (CPU): all inputs must share same datatype.")
 
 
 def _check_like(name, t, shape):
@@ -288,6 +310,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
         out = layer_norm_output(input, weight, bias, len(shape), eps)
         return out if out is not None else apply(LAYER_NORM, input, weight, bias, k=len(shape), eps=eps)[0]
     _refuse_non_float("LayerNormKernelImpl", input)
+    _refuse_mixed(input, weight, bias)
     out = _normalize_over(_upcast(input), tuple(range(-len(shape), 0)), eps)[0]
     return _affine(out, weight, bias, lambda t: t).to(input.dtype)
 
@@ -299,7 +322,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     """
     shape, dims = _normalized_dims(input, normalized_shape, "rms_norm")
     _check_like("weight", weight, shape)
-    _refuse_non_float("rms_norm", input)
+    _refuse_non_float("rms_norm", input, complex_ok=True)
     x = _upcast(input)
     if eps is None:  # PyTorch's default is the epsilon of the compute dtype: float32's for half inputs
         eps = _dtype.finfo(x.dtype).eps
@@ -322,6 +345,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     if input.dim() < 2:
         raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {input.dim()}")
     _refuse_non_float("GroupNormKernelImpl", input)
+    _refuse_mixed(input, weight, bias)
     n, channels = input.shape[0], input.shape[1]
     _verify_batch_size([n * channels // num_groups, num_groups] + list(input.shape[2:]))
     if channels % num_groups:

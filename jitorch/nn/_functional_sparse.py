@@ -137,6 +137,19 @@ def _bag_ids(input, offsets, include_last_offset):
     return input, ids, bags
 
 
+def _bag_frequencies(flat, num):
+    """The count ``embedding_bag``'s gradient divides each looked-up row by. ATen's CPU backward divides the i-th
+    distinct index's rows by the count of the i-th *sorted* index (``counts[indices_data[i]]``), not by their own;
+    so do these, for the gradients to agree. Elsewhere each row's own count."""
+    counts = flat.bincount(minlength=num)
+    if flat.device.type != "cpu":
+        return counts[flat]
+    from .._sorting import searchsorted
+
+    ordered = flat.sort().values
+    return counts[ordered[searchsorted(ordered.unique_consecutive(), flat)]]
+
+
 def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode="mean",
                   sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None):
     """Sums, means or maxima of bags of embeddings, without materializing the per-index embeddings' shape.
@@ -146,6 +159,8 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     """
     if mode not in ("sum", "mean", "max"):
         raise ValueError("mode has to be one of sum, mean or max")
+    if mode == "max" and scale_grad_by_freq:
+        raise ValueError("max mode does not support scaling the gradient by the frequency")
     if sparse and mode == "max":
         raise ValueError("max mode does not support sparse weights")
     if per_sample_weights is not None:
@@ -176,8 +191,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     else:
         rows = weight.index_select(0, flat)
     if scale_grad_by_freq and rows.requires_grad and not sparse:
-        counts = flat.bincount(minlength=num)
-        rows = _straight_through_scale(rows, (1.0 / counts[flat].to(weight.dtype)).unsqueeze(-1))
+        rows = _straight_through_scale(rows, (1.0 / _bag_frequencies(flat, num).to(weight.dtype)).unsqueeze(-1))
     keep = None if padding_idx is None else flat != padding_idx
     if mode == "max":
         if keep is not None:

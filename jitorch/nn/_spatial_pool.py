@@ -77,7 +77,15 @@ def _pool_args(name, nd, input, kernel_size, stride, padding, dilation, ceil_mod
     return x, kernel, stride, padding, dilation, outs
 
 
+def _refuse_unordered(kernel, input):
+    """PyTorch's max pools have no bool or complex kernels (NumPy would fail looking up the padding's lowest value)."""
+    dt = input.dtype
+    if dt is _dtype.bool or dt.is_complex:
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{TORCH_TYPE_NAMES[dt.name]}\'')
+
+
 def _max_poolnd(name, nd, input, kernel_size, stride, padding, dilation, ceil_mode):
+    _refuse_unordered("max_pool3d" if nd == 3 else "max_pool2d", input)
     x, kernel, stride, padding, dilation, outs = _pool_args(name, nd, input, kernel_size, stride, padding, dilation,
                                                             ceil_mode)
     values, indices = apply(MAX_POOL, x, kernel=kernel, stride=stride, padding=padding, dilation=dilation,
@@ -131,6 +139,7 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     """
     if not return_indices and input.dim() in (2, 3):  # (other ranks: the shared check's words)
         _check_max_pool1d(input, kernel_size, stride, padding, dilation, ceil_mode)
+        _refuse_unordered("max_pool1d_impl", input)
     out = _max_poolnd("max_pool1d", 1, input, kernel_size, stride, padding, dilation, ceil_mode)
     return out if return_indices else out[0]
 

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from .._dispatch import fast_binary, fast_unary
 from ..runtime import special_module
 from . import native_eager, pointwise
+from .pointwise_common import _widened
 from .table import Pointwise, defop
 
 _SQRT1_2 = math.sqrt(0.5)
@@ -51,13 +50,6 @@ def _float_input(name, x):
         # torch raises NotImplementedError (a RuntimeError) for these dtypes
         raise NotImplementedError(f"{name}: expected a floating-point tensor, got {x.dtype}; convert it with .float() "
                                   "first")
-
-
-def _widened(fn, *arrays):
-    """``fn`` on float32 copies of half-precision inputs, cast back (torch computes them in float too)."""
-    low = arrays[0].dtype.itemsize < 4
-    out = fn(*(a.astype(np.float32) for a in arrays)) if low else fn(*arrays)
-    return out.astype(arrays[0].dtype, copy=False)
 
 
 def _native_or(row, numpy_fn, xp, *arrays):

@@ -16,8 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from .._dispatch import apply
-from .activation_ops import _float_input, _widened
+from .activation_ops import _float_input
 from .native_eager import pointwise_constants
+from .pointwise_unary import _HALF_BLOCK
+from .pointwise_common import _widened
 from .table import Pointwise, defop
 
 __all__ = ["leaky_relu", "leaky_relu_backward", "hardtanh", "hardtanh_backward", "softshrink", "hardshrink",
@@ -74,11 +76,33 @@ def _hardtanh_kernel(xp, x, lo, hi):
     return xp.where(x < lo, lo, xp.where(x > hi, hi, x)).astype(x.dtype, copy=False)
 
 
+def _scalar_lanes(out, g, x):
+    """ATen's hardtanh and shrink backward kernels pass the gradient strictly inside the bounds (outside for the
+    shrinks) over whole vectors of contiguous operands: NaN's gradient is 0 there, as in ``out``.
+    Its scalar code, on a block's remainder and on strided operands, tests the other way round and lets NaN's
+    gradient through: ``g`` in those lanes."""
+    if type(x) is not np.ndarray or x.dtype.kind not in "fV" or not x.size:
+        return out
+    start = 0
+    if x.flags.c_contiguous and (g.flags.c_contiguous or not any(g.strides)):
+        start = x.size - x.size % (2 * _HALF_BLOCK // x.itemsize)  # (one vector: 64 or 32 bytes)
+        if start == x.size:
+            return out
+    lanes = (x if x.ndim == 1 else x.reshape(-1))[start:]
+    top = np.maximum.reduce(lanes)  # NaN where any lane is: one reduction for the common answer
+    if top == top:
+        return out
+    nan = lanes != lanes
+    out = np.ascontiguousarray(out)
+    out.reshape(-1)[start:][nan] = np.broadcast_to(g, x.shape).reshape(-1)[start:][nan]
+    return out
+
+
 def _hardtanh_grad_kernel(xp, g, x, lo, hi):
     out = pointwise_constants(HARDTANH_BACKWARD, [g, x], (lo, hi))
-    if out is not None:
-        return out
-    return xp.where((x <= lo) | (x >= hi), 0, g).astype(g.dtype, copy=False)
+    if out is None:
+        out = xp.where((x > lo) & (x < hi), g, 0).astype(g.dtype, copy=False)
+    return _scalar_lanes(out, g, x)
 
 
 _leaky_backward, _leaky_grad_backward = _backwards("leaky_relu_backward", 1)
@@ -95,7 +119,7 @@ HARDTANH = defop("hardtanh", _hardtanh_kernel, _hardtanh_backward,
                  Pointwise("{0} < {1} ? {1} : ({0} > {2} ? {2} : {0})"), promotion="keep", saves="inputs",
                  grad_name="HardtanhBackward0")
 HARDTANH_BACKWARD = defop("hardtanh_backward", _hardtanh_grad_kernel, _hardtanh_grad_backward,
-                          Pointwise("({1} <= {2} || {1} >= {3}) ? 0 : {0}"), promotion="keep", saves="inputs",
+                          Pointwise("({1} > {2} && {1} < {3}) ? {0} : 0"), promotion="keep", saves="inputs",
                           grad_name="HardtanhBackwardBackward0")
 
 
@@ -117,9 +141,9 @@ def _hardshrink_kernel(xp, x, lambd):
 
 def _shrink_grad_kernel(xp, g, x, lambd):
     out = pointwise_constants(SHRINK_BACKWARD, [g, x], (lambd,))
-    if out is not None:
-        return out
-    return xp.where((x >= -lambd) & (x <= lambd), 0, g).astype(g.dtype, copy=False)
+    if out is None:
+        out = xp.where((x < -lambd) | (x > lambd), g, 0).astype(g.dtype, copy=False)
+    return _scalar_lanes(out, g, x)
 
 
 def _threshold_kernel(xp, x, threshold, value):
@@ -143,7 +167,7 @@ HARDSHRINK = defop("hardshrink", _hardshrink_kernel, _shrink_backward,
                    Pointwise("({0} >= -{1} && {0} <= {1}) ? 0 : {0}"), promotion="keep", saves="inputs",
                    grad_name="HardshrinkBackward0")
 SHRINK_BACKWARD = defop("shrink_backward", _shrink_grad_kernel, _shrink_grad_backward,
-                        Pointwise("({1} >= -{2} && {1} <= {2}) ? 0 : {0}"), promotion="keep", saves="inputs",
+                        Pointwise("({1} < -{2} || {1} > {2}) ? {0} : 0"), promotion="keep", saves="inputs",
                         grad_name="SoftshrinkBackwardBackward0")
 THRESHOLD = defop("threshold", _threshold_kernel, _threshold_backward, Pointwise("{0} <= {1} ? {2} : {0}"),
                   promotion="keep", saves="inputs", grad_name="ThresholdBackward0")

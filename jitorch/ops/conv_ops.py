@@ -105,12 +105,21 @@ def _geometry(attrs):
     return {k: attrs[k] for k in ("stride", "padding", "dilation", "groups")}
 
 
+def _conjugated_inputs(ctx, n=2):
+    """The saved operands of a bilinear row, conjugated when complex: the conjugate Wirtinger gradient of each is the
+    transposed product of the upstream gradient with the other's conjugate."""
+    a, b = ctx.inputs[:n]
+    return (a.conj(), b.conj()) if a.is_complex() else (a, b)
+
+
 def _conv_backward(ctx, g):
-    x, w = ctx.inputs[:2]
+    x, w = _conjugated_inputs(ctx)
     geo = _geometry(ctx.attrs)
     gx = _apply(CONVOLUTION_TRANSPOSE, g, w, spatial=tuple(x.shape[2:]), **geo) if ctx.needs_grad(0) else None
     has_bias = len(ctx.next) == 3
     cols = ctx.__dict__.pop("conv_cols", None)  # the forward's window matrix, kept by conv2d and friends
+    if x.is_complex():
+        cols = None  # the window matrix of the unconjugated input
     gb = None
     if cols is not None and ctx.needs_grad(1) and not _grad_enabled() and windows_kept_under(_modes()) \
             and not g.is_meta:  # a meta forward's kept matrix is a plain array: no meta result from it
@@ -199,7 +208,7 @@ def _conv_transpose_kernel(xp, g, w, spatial, stride, padding, dilation, groups)
 
 
 def _conv_transpose_backward(ctx, gy):
-    g, w = ctx.inputs
+    g, w = _conjugated_inputs(ctx)
     geo = _geometry(ctx.attrs)
     gg = _crop_to(_apply(CONVOLUTION, gy, w, **geo), g.shape[2:]) if ctx.needs_grad(0) else None
     gw = _apply(CONVOLUTION_WEIGHT, gy, g, kernel=tuple(w.shape[2:]), **geo) if ctx.needs_grad(1) else None
@@ -226,7 +235,7 @@ def _conv_weight_kernel(xp, x, g, kernel, stride, padding, dilation, groups):
 
 
 def _conv_weight_backward(ctx, ggw):
-    x, g = ctx.inputs
+    x, g = _conjugated_inputs(ctx)
     geo = _geometry(ctx.attrs)
     gx = _apply(CONVOLUTION_TRANSPOSE, g, ggw, spatial=tuple(x.shape[2:]), **geo) if ctx.needs_grad(0) else None
     gg = _crop_to(_apply(CONVOLUTION, x, ggw, **geo), g.shape[2:]) if ctx.needs_grad(1) else None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._pointwise_checks import check_integer_divisor, is_integer
 from .native_eager import MIN_SIZE, in_memory_order, pointwise, pointwise_constants
 from .pointwise_common import _reject_bool_complex
 from .table import Pointwise, defop
@@ -35,18 +36,6 @@ def _remainder_expr(a, b):
     return _REMAINDER.format(a, b, f"fmod({a}, {b})")
 
 
-def _is_integer(x):
-    dt = getattr(x, "dtype", None)
-    return dt.kind in "iub" if dt is not None else isinstance(x, int)
-
-
-def _check_int_zero(xp, a, b, op):
-    # Either side may be a weak Python scalar (``True // int_tensor``): the division is integral when both are.
-    if _is_integer(a) and _is_integer(b):
-        if (b == 0) if not hasattr(b, "shape") else bool((b == 0).any()):
-            raise RuntimeError(f"{op}: ZeroDivisionError (integer division by zero)")
-
-
 def _number(x):
     """A Python number or 0-d float32 array as the float32 constant a kernel takes, else None."""
     if type(x) in (int, float):
@@ -54,16 +43,6 @@ def _number(x):
     if type(x) is np.ndarray and x.ndim == 0 and x.dtype == _F32:
         return float(x)
     return None
-
-
-def _dense(fn, arrays):
-    """``fn`` of C-contiguous copies of ``arrays`` (no copy for a contiguous one) laid out in the first array's memory
-    order, and the result in that layout (NumPy's ufuncs and ATen keep a transposed input's layout)."""
-    if all(a.flags.c_contiguous for a in arrays):  # the common case, without the layout's few microseconds
-        return fn(arrays)
-    if 0 in arrays[0].strides:  # an expanded tensor: a C-ordered result, as ATen's
-        return fn([np.ascontiguousarray(a) for a in arrays])
-    return in_memory_order(lambda views: fn([np.ascontiguousarray(v) for v in views]), arrays)
 
 
 def _native(row, a, b):
@@ -74,38 +53,38 @@ def _native(row, a, b):
         c = _number(b)
         if c is None or a.size < MIN_SIZE:
             return None
-        return _dense(lambda arrays: pointwise_constants(row, arrays, (c,)), [a])
+        return in_memory_order(lambda arrays: pointwise_constants(row, arrays, (c,)), [a])
     c = _number(a)
     if c is None or type(b) is not np.ndarray or b.dtype != _F32 or not b.ndim or b.size < MIN_SIZE:
         return None
     swapped = "fmod({1}, {0})" if row is FMOD else _remainder_expr("{1}", "{0}")
-    return _dense(lambda arrays: pointwise_constants(row, arrays, (c,), expr=swapped), [b])
+    return in_memory_order(lambda arrays: pointwise_constants(row, arrays, (c,), expr=swapped), [b])
 
 
 def _both_arrays(row, a, b):
     if a.shape == b.shape:
-        return _dense(lambda arrays: pointwise(row, *arrays), [a, b]) if a.size >= MIN_SIZE else None
+        return in_memory_order(lambda arrays: pointwise(row, *arrays), [a, b]) if a.size >= MIN_SIZE else None
     shape = np.broadcast_shapes(a.shape, b.shape)
     if int(np.prod(shape)) < MIN_SIZE:
         return None
     if b.shape == shape and a.shape != shape:  # b's layout decides the result's
-        return _dense(lambda arrays: pointwise(row, arrays[1], arrays[0]), [b, np.broadcast_to(a, shape)])
+        return in_memory_order(lambda arrays: pointwise(row, arrays[1], arrays[0]), [b, np.broadcast_to(a, shape)])
     if a.shape != shape:
         a = np.ascontiguousarray(np.broadcast_to(a, shape))
-    return _dense(lambda arrays: pointwise(row, *arrays), [a, np.broadcast_to(b, shape)])
+    return in_memory_order(lambda arrays: pointwise(row, *arrays), [a, np.broadcast_to(b, shape)])
 
 
 def _fmod_kernel(xp, a, b):
     _reject_bool_complex("fmod_cpu", a, b)
-    _check_int_zero(xp, a, b, "fmod")
+    check_integer_divisor(a, b, "fmod")
     out = _native(FMOD, a, b)
     return xp.fmod(a, b) if out is None else out
 
 
 def _remainder_kernel(xp, a, b):
     _reject_bool_complex("remainder_cpu", a, b)
-    _check_int_zero(xp, a, b, "remainder")
-    if _is_integer(a) and _is_integer(b):
+    check_integer_divisor(a, b, "remainder")
+    if is_integer(a) and is_integer(b):
         return xp.remainder(a, b)
     out = _native(REMAINDER, a, b)
     if out is not None:

@@ -19,10 +19,13 @@ import string
 import numpy as np
 
 from .. import _dtype
+from .half_cast import converted
 from .._memory_format import row_major
 from .einsum_matmul import einsum_as_matmul, parse_equation
 from .host_matmul import matmul
 from .table import Opaque, Reduction, defop
+
+_F32 = np.dtype(np.float32)
 
 _HALF = {"float16", "bfloat16"}
 _HALF_DTYPES = _dtype.HALF_NP
@@ -47,7 +50,7 @@ def _in_float32(xp, fn, *arrays):
     """Run ``fn`` in float32 for half-precision inputs (NumPy has no half matmul kernels) and cast back."""
     dtype = arrays[0].dtype
     if dtype.name in _HALF:
-        return fn(*(a.astype(np.float32) for a in arrays)).astype(dtype)
+        return converted(fn(*(converted(a, _F32) for a in arrays)), dtype)
     return fn(*arrays)
 
 
@@ -74,7 +77,7 @@ def _matmul_kernel(xp, a, b):
     if dtype != b.dtype:
         _same_dtype("matmul", (a, b))
     if dtype in _HALF_DTYPES:  # NumPy has no half-precision matmul kernels
-        return row_major(matmul(xp, a.astype(np.float32), b.astype(np.float32)).astype(dtype))
+        return row_major(converted(matmul(xp, converted(a, _F32), converted(b, _F32)), dtype))
     # The array modules lay a batched product out as its left operand's batch dims (a ``q`` transposed from
     # ``(B, L, H, D)`` gives permuted scores); torch's are row-major, and code views them so.
     return row_major(matmul(xp, a, b))

@@ -222,11 +222,11 @@ def _eig_backward(ctx, g_values, g_vectors):
     vh = _h(vectors)
     lconj = values.conj()
     gap = lconj.unsqueeze(-2) - lconj.unsqueeze(-1)
-    from .linalg_lapack import _eye_mask
+    from .linalg_lapack import _eye_mask, flows
 
     eye = _eye_mask(values.shape[-1], values.real)
     inner = g_values.diag_embed()
-    if bool(g_vectors.any()):
+    if flows(g_vectors):
         vhgv = _apply_mm(vh, g_vectors)
         diag = vhgv.diagonal(0, -2, -1)
         if bool((diag.imag.abs() > 1e-2).any()):

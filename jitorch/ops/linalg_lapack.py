@@ -177,10 +177,17 @@ def _eye_mask(n, like):
     return _creation.eye(n, dtype=like.dtype, device=like.device).bool()
 
 
+def flows(grad):
+    """Whether a vectors' gradient takes part: nonzero, or zero but differentiated further (the zero cotangent of
+    the double-vjp trick behind ``jvp``, ``hvp`` and forward AD). Skipping a zero one keeps repeated eigen/singular
+    values (0/0) out of value-only losses, as torch's undefined gradients do."""
+    return grad.requires_grad or bool(grad.any())
+
+
 def _eigh_backward(ctx, g_values, g_vectors):
     values, vectors = ctx.outputs
     inner = g_values.diag_embed()
-    if bool(g_vectors.any()):  # skipping a zero gV keeps repeated eigenvalues (0/0) out of eigenvalue-only losses
+    if flows(g_vectors):
         eye = _eye_mask(values.shape[-1], values)
         vhgv = _apply(MATMUL, _h(vectors), g_vectors)
         skew = 0.5 * (vhgv - _h(vhgv))
@@ -214,7 +221,7 @@ def _svd_backward(ctx, gu, gs, gvh):
     if ctx.attrs["full_matrices"]:  # the extra singular vectors are arbitrary: PyTorch ignores their gradient
         u, gu, vh, gvh = u.narrow(-1, 0, k), gu.narrow(-1, 0, k), vh.narrow(-2, 0, k), gvh.narrow(-2, 0, k)
     m, n = u.shape[-2], vh.shape[-1]
-    has_u, has_v = bool(gu.any()), bool(gvh.any())
+    has_u, has_v = flows(gu), flows(gvh)
     ga = gs.diag_embed()
     if has_u or has_v:
         eye = _eye_mask(k, s)

@@ -16,7 +16,7 @@ from ..runtime import memory_owner, move_array, strided_view
 from ..runtime.host_pointer import data_address
 from ..runtime.meta import MetaArray
 from .inplace_views import view_backward
-from . import native_transpose
+from . import half_cast, native_transpose
 from .native_transpose import transposed_copy
 from .._memory_format import empty_in, in_format, preserve_copy
 from .table import NOT_DIFFERENTIABLE, Opaque, Pointwise, View, defop
@@ -316,7 +316,10 @@ def _cast_kernel(xp, a, dtype):
     if a.dtype.kind == "c" and np.dtype(dtype).kind != "c":
         # PyTorch drops the imaginary part (NumPy would too, with a ComplexWarning), except into bool: nonzero
         a = a != 0 if np.dtype(dtype) == np.bool_ else a.real
-    return a.astype(dtype, order="K") if 0 not in a.strides else preserve_copy(xp, a, dtype)
+    if 0 in a.strides:
+        return preserve_copy(xp, a, dtype)
+    out = half_cast.astype(a, dtype) if xp is np else None
+    return a.astype(dtype, order="K") if out is None else out
 
 
 def _cast_backward(ctx, g):
@@ -330,7 +333,8 @@ CAST = defop("to_copy", _cast_kernel, _cast_backward, Pointwise("({dtype}){0}"),
 
 def _copy_kernel(xp, dst, src):
     if src.shape != dst.shape or src.dtype != dst.dtype:
-        return xp.broadcast_to(src, dst.shape).astype(dst.dtype, copy=True)
+        out = half_cast.astype(src, dst.dtype) if src.shape == dst.shape and xp is np else None
+        return xp.broadcast_to(src, dst.shape).astype(dst.dtype, copy=True) if out is None else out
     # Into a row-major ``dst``, a transposed ``src`` is copied row-major here (one tiled kernel), so the write into
     # ``dst`` that follows is a plain copy, not NumPy's element-by-element transpose.
     out = transposed_copy(src) if dst.flags.c_contiguous else None

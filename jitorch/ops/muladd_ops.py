@@ -27,11 +27,9 @@ import numpy as np
 from .. import _dispatch
 from .._dispatch import _NO_ATTRS, MODES, apply, sync_view
 from .._dispatch_fast import keep_result
-from ..codegen.ir import Buffer, Kernel, Store, load
-from ..codegen.llvm_compile import compile_kernel
-from ..codegen.llvm_objcache import default_cache
 from ..runtime import host_cache
-from .native_eager import _GENERIC_SIZE, constants_checked, launch_arrays, memory_order, pointwise_constants
+from .native_eager import constants_checked, dense_operands, expression_kernel, launch_arrays, pointwise_constants
+from .pointwise_common import _widened
 from .table import Opaque, Pointwise, defop
 
 __all__ = ["LERP", "LERP_SCALAR", "ADDCMUL", "ADDCDIV", "HYPOT", "lerp", "lerp_scalar", "addcmul", "addcdiv", "hypot"]
@@ -67,25 +65,6 @@ _HYPOT = (f"abs({{0}}) > {_FLT_MAX} ? abs({{0}}) : (abs({{1}}) > {_FLT_MAX} ? ab
           "(float)sqrt((double){0} * (double){0} + (double){1} * (double){1}))")
 
 
-def _dense(arrays):
-    """Same-shape C-contiguous copies of same-dtype ``arrays`` (broadcast, transposed or sliced ones) laid out in the
-    memory order of the first one that has the result's shape (ATen's result keeps that layout), and the function
-    putting a result back into that layout."""
-    shape = arrays[0].shape
-    for a in arrays:
-        if a.shape != shape or not a.flags.c_contiguous:
-            break
-    else:
-        return arrays, None
-    shape = np.broadcast_shapes(*(a.shape for a in arrays))
-    first = next((a for a in arrays if a.shape == shape and 0 not in a.strides), None)
-    axes = None if first is None else memory_order(first)
-    views = [np.broadcast_to(a, shape) for a in arrays]
-    if axes is None:
-        return [np.ascontiguousarray(v) for v in views], None
-    return [np.ascontiguousarray(v.transpose(axes)) for v in views], np.argsort(axes)
-
-
 def _native(row, arrays, constants=(), expr=None):
     """The row's kernel on float32 or float64 NumPy arrays (any sizes: the NumPy fallback takes several passes), or
     None."""
@@ -95,7 +74,7 @@ def _native(row, arrays, constants=(), expr=None):
     for a in arrays:
         if type(a) is not np.ndarray or a.dtype is not dtype:
             return None
-    dense, back = _dense(arrays)
+    dense, back = dense_operands(arrays)
     if not dense[0].size:
         return None
     if dtype is _F32:
@@ -115,24 +94,11 @@ def _pointwise_f64(expr, arrays, constants):
     n, k = len(arrays), len(constants)
     kernel = _F64_KERNELS.get((expr, n, k))
     if kernel is None:
-        from .._compile.expr import parse_expr  # the compiler package imports the op rows: load it on first use
-
-        value = parse_expr(expr, [load(i, "f64") for i in range(n + k)], "f64")
-        buffers = (Buffer("f64", (1,)),) * n + (Buffer("f64", (0,)),) * k + (Buffer("f64", (1,)),)
-        kernel = _F64_KERNELS[expr, n, k] = compile_kernel(
-            Kernel((_GENERIC_SIZE,), buffers, (Store(n + k, value),)), cache=default_cache())
+        kernel = _F64_KERNELS[expr, n, k] = expression_kernel(expr, n, "f64", k)
     shape, size = arrays[0].shape, arrays[0].size
     out = np.empty(shape, _F64D) if arrays[0].nbytes < host_cache.THRESHOLD else host_cache.empty(shape, _F64D)
     launch_arrays(kernel, [*arrays, *(np.array([c], _F64D) for c in constants), out], size, _GRAIN, size)
     return out
-
-
-def _in_float(fn, *arrays):
-    """``fn`` of the arrays, half types computed in float32 and rounded once (ATen's opmath)."""
-    dtype = np.result_type(*arrays)
-    if dtype.itemsize < 4:
-        return fn(*(a.astype(np.float32) for a in arrays)).astype(dtype)
-    return fn(*arrays)
 
 
 def _lerp_array(start, end, weight):
@@ -147,7 +113,7 @@ def _lerp_array(start, end, weight):
 
 def _lerp_kernel(xp, start, end, weight):
     out = _native(LERP, [start, end, weight])
-    return out if out is not None else _in_float(_lerp_array, start, end, weight)
+    return out if out is not None else _widened(_lerp_array, start, end, weight)
 
 
 def _lerp_scalar_form(w):
@@ -162,7 +128,7 @@ def _lerp_scalar_kernel(xp, start, end, weight):
         float(weight) if getattr(start, "dtype", None) is _F64D else np.float32(weight)))
     if out is not None:
         return out
-    return _in_float(lambda s, e: _lerp_array(s, e, s.dtype.type(weight)), start, end)
+    return _widened(lambda s, e: _lerp_array(s, e, s.dtype.type(weight)), start, end)
 
 
 def _lerp_backward(ctx, g):
@@ -184,12 +150,12 @@ def _addcmul_array(a, t1, t2, value):
 
 def _addcmul_kernel(xp, a, t1, t2, value):
     out = _native(ADDCMUL, [a, t1, t2], (value,))
-    return out if out is not None else _in_float(lambda *x: _addcmul_array(*x, value), a, t1, t2)
+    return out if out is not None else _widened(lambda *x: _addcmul_array(*x, value), a, t1, t2)
 
 
 def _addcdiv_kernel(xp, a, t1, t2, value):
     out = _native(ADDCDIV, [a, t1, t2], (value,))
-    return out if out is not None else _in_float(lambda x, y, z: x + x.dtype.type(value) * y / z, a, t1, t2)
+    return out if out is not None else _widened(lambda x, y, z: x + x.dtype.type(value) * y / z, a, t1, t2)
 
 
 def _addcmul_backward(ctx, g):
@@ -210,7 +176,7 @@ def _hypot_kernel(xp, a, b):
         return out
     if a.dtype == _F32:
         return _hypot_f32(a, b)
-    return _in_float(np.hypot, a, b)
+    return _widened(np.hypot, a, b)
 
 
 def _hypot_f32(a, b):

@@ -35,7 +35,8 @@ from ..runtime.host_pointer import ARRAY_DATA_OFFSET, data_address
 from ..runtime.threads import get_num_threads, on_change, parallel_for
 
 __all__ = ["pointwise", "pointwise_constants", "constants_checked", "native_from", "unary_launcher", "argument_roles",
-           "expression_kernel", "launch", "launch_arrays", "memory_order", "in_memory_order"]
+           "expression_kernel", "launch", "launch_arrays", "memory_order", "dense_operands",
+           "in_memory_order"]
 
 on_change(shared_pool)  # programs read their pool from a cell that set_num_threads now repoints
 
@@ -98,9 +99,10 @@ def unary_launcher(row):
     return run
 
 
-def expression_kernel(expr, nargs):
-    """The size-generic float32 kernel writing fusion expression ``expr`` (over inputs ``{0}``...``{nargs - 1}``)
-    into buffer ``nargs``, compiled through the disk cache; run it with `launch_arrays`.
+def expression_kernel(expr, nargs, dtype="f32", numbers=0):
+    """The size-generic kernel (IR ``dtype``) writing fusion expression ``expr`` over inputs ``{0}``... into the
+    buffer after them, compiled through the disk cache; run it with `launch_arrays`. The inputs are ``nargs``
+    arrays, then ``numbers`` numbers, each read from a one-element array (stride 0): a new value costs no compile.
 
     >>> k = expression_kernel("{0} * {1} + 1.0", 2)
     >>> a, out = np.arange(4, dtype=np.float32), np.empty(4, np.float32)
@@ -109,9 +111,10 @@ def expression_kernel(expr, nargs):
     """
     from .._compile.expr import parse_expr  # the compiler package imports the op rows: load it on first use
 
-    value = parse_expr(expr, [load(i, "f32") for i in range(nargs)], "f32")
-    buffers = tuple(Buffer("f32", (1,)) for _ in range(nargs + 1))
-    return compile_kernel(Kernel((_GENERIC_SIZE,), buffers, (Store(nargs, value),)), cache=default_cache())
+    n = nargs + numbers
+    value = parse_expr(expr, [load(i, dtype) for i in range(n)], dtype)
+    buffers = (Buffer(dtype, (1,)),) * nargs + (Buffer(dtype, (0,)),) * numbers + (Buffer(dtype, (1,)),)
+    return compile_kernel(Kernel((_GENERIC_SIZE,), buffers, (Store(n, value),)), cache=default_cache())
 
 
 def pointwise(row, *arrays, min_size=None):
@@ -341,16 +344,46 @@ def memory_order(a):
     return None if order == list(range(a.ndim)) else order
 
 
+def dense_operands(arrays):
+    """Same-shape C-contiguous copies of ``arrays`` (broadcast, transposed or sliced ones; a C-contiguous one as it
+    is) laid out in the memory order of the first one that has the result's shape and no stride 0 (the layout ATen's
+    result keeps; the C order where none has), and the axes that put a result back into that layout (None: the C
+    order).
+
+    >>> (dense,), back = dense_operands([np.ones((2, 3)).T])
+    >>> dense.flags.c_contiguous, back.tolist()
+    (True, [1, 0])
+    """
+    shape = arrays[0].shape
+    dense = True
+    for a in arrays:
+        if a.shape != shape:
+            shape = np.broadcast_shapes(*(a.shape for a in arrays))
+            dense = False
+            break
+        dense = dense and a.flags.c_contiguous
+    if dense:  # the common case, without the layout's few microseconds
+        return arrays, None
+    axes = None
+    for a in arrays:
+        if a.shape == shape and 0 not in a.strides:
+            axes = memory_order(a)
+            break
+    views = [a if a.shape == shape else np.broadcast_to(a, shape) for a in arrays]
+    if axes is None:
+        return [np.ascontiguousarray(v) for v in views], None
+    return [np.ascontiguousarray(v.transpose(axes)) for v in views], np.argsort(axes)
+
+
 def in_memory_order(fn, arrays):
-    """``fn(arrays)`` (same-shape arrays in, a new C-ordered array out) computed in the first array's memory order
-    and transposed back, so the result has that array's layout (a transposed or channels_last input gives a
-    transposed or channels_last result, as torch's; a later ``.view`` relies on it).
+    """``fn`` of `dense_operands`' copies of ``arrays`` (C-contiguous arrays in, a new C-ordered array or None out),
+    its result put back into their layout (a transposed or channels_last input gives a transposed or channels_last
+    result, as torch's; a later ``.view`` relies on it).
 
     >>> out = in_memory_order(lambda arrays: arrays[0] * 2, [np.ones((2, 3)).T])
     >>> out.strides == np.ones((2, 3)).T.strides
     True
     """
-    order = memory_order(arrays[0])
-    if order is None:
-        return fn(arrays)
-    return fn([a.transpose(order) for a in arrays]).transpose(np.argsort(order))
+    dense, back = dense_operands(arrays)
+    out = fn(dense)
+    return out if back is None or out is None else out.transpose(back)

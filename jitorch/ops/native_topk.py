@@ -19,8 +19,9 @@ import numpy as np
 
 from ..codegen.llvm_topk import topk_head_function
 from ..runtime.host_pointer import data_address
+from .sorting_gather import take_checked
 
-__all__ = ["topk_head", "MAX_HEAD"]
+__all__ = ["topk_head", "topk_rows", "MAX_HEAD"]
 
 # The insertion shifts up to ``m`` positions per element: beyond a few dozen a sort is cheaper.
 MAX_HEAD = 16
@@ -44,3 +45,15 @@ def topk_head(a, m, descending):
     if topk_head_function(bool(descending))(data_address(a), data_address(order), data_address(tied), rows, n, m):
         return order, tied
     return order, None
+
+
+def topk_rows(a, k, largest):
+    """``(values, indices)`` of a sorted top-k of ``a`` along its last dim as the top-k index row and the gather row
+    give them, from `topk_head`, where its head holds no tie (no order of torch's selection to replay: the first
+    ``k`` are the only answer); None otherwise (``a`` it does not take, a tie), for the caller's rows. One pass and
+    one gather: the two rows' dispatch cost twice the kernels on a 32x32 ``topk(3)``."""
+    head = topk_head(a, min(k + 1, a.shape[-1]), largest) if type(a) is np.ndarray and a.ndim else None
+    if head is None or head[1] is not None:
+        return None
+    order = head[0][..., :k].copy()  # (C-contiguous, as the index row's output)
+    return take_checked(a, order, a.ndim - 1), order

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..codegen.ir import Buffer, Kernel, Store, load
+from ..codegen.ir import Buffer, Kernel, Store, load, merged_dims
 from ..codegen.ir_params import INNER_LITERAL_STRIDES, arguments
 from ..codegen.llvm_compile import compile_kernel
 from ..codegen.llvm_objcache import default_cache
@@ -47,23 +47,6 @@ _dims: dict = {}  # layout key -> `llvm_tiled.transposed_dims` of its kernels
 # or None where NumPy copies it: a repeated view (every training step's) skips the layout work (5 us of Python).
 _plans: dict = {}
 _PLANS_MAX = 1024  # views kept; a full table starts over
-
-
-def _collapsed(shape, out_strides, in_strides):
-    """(shape, out strides, in strides) without size-1 dims and with neighbours both walk contiguously merged (as
-    `codegen.ir.collapse`, on plain tuples: a call costs microseconds, not the IR's tens)."""
-    shp, so, si = [], [], []
-    for n, o, i in zip(shape, out_strides, in_strides):
-        if n == 1:
-            continue
-        if shp and so[-1] == o * n and si[-1] == i * n:
-            shp[-1] *= n
-            so[-1], si[-1] = o, i
-        else:
-            shp.append(n)
-            so.append(o)
-            si.append(i)
-    return shp, so, si
 
 
 def _literal(stride, innermost):
@@ -139,7 +122,7 @@ def _plan(a):
     for size in reversed(a.shape):
         out_strides.append(n)
         n *= size
-    shape, so, si = _collapsed(a.shape, out_strides[::-1], [s // itemsize for s in a.strides])
+    shape, (so, si) = merged_dims(a.shape, [out_strides[::-1], [s // itemsize for s in a.strides]])
     key = _key(dtype, so, si)
     dims = _dims.get(key, False)
     if dims is False:  # literal strides alone decide (`transposed_dims`): one answer per key

@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from .table import NOT_DIFFERENTIABLE, Opaque, Pointwise, defop
+from .half_cast import converted
+_F32 = np.dtype(np.float32)
 
 __all__ = ["BCE_LOGITS", "BCE_LOGITS_BACKWARD", "BINARY_CROSS_ENTROPY", "CHECK_RANGE"]
 
@@ -68,7 +70,7 @@ def _bce_logits_kernel(xp, x, y):
     if out is not None:
         return out
     wide = x.dtype.itemsize < 4  # half types in float32, as ATen's CPU kernels compute them
-    a, b = (x.astype(np.float32), y.astype(np.float32)) if wide else (x, y)
+    a, b = (converted(x, _F32), converted(y, _F32)) if wide else (x, y)
     loss = (1 - b) * a - xp.minimum(a, 0) + xp.log1p(xp.exp(-xp.abs(a)))
     return loss.astype(x.dtype, copy=False)
 
@@ -80,7 +82,7 @@ def _bce_logits_grad_kernel(xp, g, x, y):
     if out is not None:
         return out
     wide = x.dtype.itemsize < 4
-    gg, a, b = (v.astype(np.float32) for v in (g, x, y)) if wide else (g, x, y)
+    gg, a, b = (converted(v, _F32) for v in (g, x, y)) if wide else (g, x, y)
     return (gg * (1 / (1 + xp.exp(-a)) - b)).astype(x.dtype, copy=False)
 
 

@@ -16,12 +16,16 @@ import math
 import numpy as np
 
 from .._dispatch_fast import plain_binary
-from . import native_complex, native_select
+from .._pointwise_checks import check_integer_divisor, is_integer
+from . import half_cast, native_complex, native_select
+from .half_cast import converted
 from . import pointwise_grad  # noqa: F401 - its fused backward rows register before these, as before the split
-from .fmod_ops import FMOD, REMAINDER, _check_int_zero, _is_integer  # noqa: F401 - re-exported
+from .fmod_ops import FMOD, REMAINDER  # noqa: F401 - re-exported
 from .pointwise_common import (_COMPLEX64, _HALVES, _holomorphic, _not_implemented,  # noqa: F401 - re-exported
                                _reject_bool, _reject_bool_complex, _times)
 from .table import NOT_DIFFERENTIABLE, Pointwise, defop
+
+_F32 = np.dtype(np.float32)
 
 
 # -- binary arithmetic ---------------------------------------------------------------------------------------------
@@ -79,12 +83,12 @@ def _mul_kernel(xp, a, b):
     if pair is None:
         return xp.multiply(a, b)
     x, s = pair
-    return xp.multiply(x.astype(np.float32), np.float32(s)).astype(x.dtype)
+    return converted(xp.multiply(converted(x, _F32), np.float32(s)), x.dtype)
 
 
 def _div_kernel(xp, a, b):
     if type(b) in (int, float) and getattr(a, "dtype", None) in _HALVES:
-        return xp.true_divide(a.astype(np.float32), np.float32(b)).astype(a.dtype)
+        return converted(xp.true_divide(converted(a, _F32), np.float32(b)), a.dtype)
     if getattr(a, "dtype", None) == _COMPLEX64 or getattr(b, "dtype", None) == _COMPLEX64:
         out = native_complex.divide(a, b)  # ATen's division (NumPy's differs in last bits and at zero and inf)
         if out is not None:
@@ -127,7 +131,7 @@ def _pow_kernel(xp, a, b):
     if getattr(a, "dtype", None) is not None and a.dtype.kind in "iu" and getattr(b, "dtype", None) is None \
             and isinstance(b, int) and b < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
-    if getattr(b, "dtype", None) is not None and b.dtype.kind == "i" and _is_integer(a) and bool((b < 0).any()):
+    if getattr(b, "dtype", None) is not None and b.dtype.kind == "i" and is_integer(a) and bool((b < 0).any()):
         return _int_pow_negative(xp, a, b)
     if isinstance(b, (int, float)) and getattr(a, "dtype", None) is not None and \
             (a.dtype.kind == "f" or a.dtype in _HALVES):
@@ -135,7 +139,7 @@ def _pow_kernel(xp, a, b):
         if special is not None:
             if a.dtype == np.float16:  # ATen runs float16's formula in float and rounds once, bfloat16's in
                 # bfloat16 steps (x ** 3: rsqrt's gradient), but bfloat16 x ** -0.5 as pow itself
-                return special(xp, a.astype(np.float32)).astype(a.dtype)
+                return converted(special(xp, converted(a, _F32)), a.dtype)
             if b != -0.5 or a.dtype.kind == "f":
                 return special(xp, a)
     return xp.power(a, b)
@@ -238,7 +242,7 @@ ATAN2 = defop("atan2", _atan2_kernel, _atan2_backward, Pointwise("atan2({0}, {1}
 
 def _floor_divide_kernel(xp, a, b):
     _reject_bool_complex("div_floor_cpu", a, b)
-    _check_int_zero(xp, a, b, "floor_divide")
+    check_integer_divisor(a, b, "floor_divide")
     return xp.floor_divide(a, b)
 
 
@@ -246,12 +250,26 @@ FLOOR_DIVIDE = defop("floor_divide", _floor_divide_kernel,
                      lambda ctx, g: (g * 0, g * 0 if ctx.needs_grad(1) else None),  # torch's zeros for both
                      Pointwise("floor({0} / {1})"), promotion="promote", meta=True, ufunc="floor_divide")
 
+_F16 = np.dtype(np.float16)
+
 # -- comparisons and logic (no gradient) --------------------------------------------------------------------------
 _COMPARISONS = {"eq": ("equal", "=="), "ne": ("not_equal", "!="), "lt": ("less", "<"), "le": ("less_equal", "<="),
                 "gt": ("greater", ">"), "ge": ("greater_equal", ">=")}
+
+
+def _comparison_kernel(ufunc_name):
+    ufunc = getattr(np, ufunc_name)
+
+    def kernel(xp, a, b):  # (NumPy widens float16 in software; a number compares as float16, as NumPy's)
+        if xp is np and getattr(a, "dtype", None) == _F16 and (out := half_cast.binary(ufunc, a, b)) is not None:
+            return out
+        return getattr(xp, ufunc_name)(a, b)
+    return kernel
+
+
 for _name, (_ufunc, _sym) in _COMPARISONS.items():
-    globals()[_name.upper()] = defop(_name, (lambda u: lambda xp, a, b: getattr(xp, u)(a, b))(_ufunc),
-                                     NOT_DIFFERENTIABLE, Pointwise(f"{{0}} {_sym} {{1}}"), promotion="compare")
+    globals()[_name.upper()] = defop(_name, _comparison_kernel(_ufunc), NOT_DIFFERENTIABLE,
+                                     Pointwise(f"{{0}} {_sym} {{1}}"), promotion="compare")
 
 for _name, _sym in (("logical_and", "&&"), ("logical_or", "||"), ("logical_xor", "!=")):
     globals()[_name.upper()] = defop(_name, (lambda u: lambda xp, a, b: getattr(xp, u)(a, b))(_name),
@@ -336,6 +354,14 @@ def _clamp_kernel(xp, a, lo, hi):
     out = native_select.clamp_scalars(CLAMP, a, lo, hi)  # float32, Scalar bounds: one pass (NumPy: a scalar loop)
     if out is not None:
         return out
+    # float16 with number bounds (rounded to float16 first, as NumPy's weak numbers) computes widened: NumPy widens in
+    # software, and float32's maximum keeps its second operand on a tie of zeros, so x's -0.0 stays, as in torch's
+    # clamp. Tensor bounds stay in float16, whose first-operand ties agree with torch's there.
+    narrow = xp is np and a.dtype == _F16 and all(b is None or type(b) in (int, float) and half_cast.holds(b)
+                                                  for b in (lo, hi))
+    if narrow:
+        a16, a = a, converted(a, _F32)
+        lo, hi = (b if b is None else np.float32(np.float16(b)) for b in (lo, hi))
     out = a
     # The bound first: NumPy's maximum/minimum keep the second operand on a tie, so -0.0 clamped at 0 stays -0.0,
     # as ATen's clamp (the native kernel's select does the same).
@@ -343,6 +369,8 @@ def _clamp_kernel(xp, a, lo, hi):
         out = xp.maximum(lo, out)
     if hi is not None:
         out = xp.minimum(hi, out)
+    if narrow:
+        return converted(out, _F16) if out is not a else a16.copy()
     return out if out is not a else a.copy()
 
 

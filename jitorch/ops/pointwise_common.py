@@ -1,6 +1,6 @@
 """What the elementwise rows share: PyTorch's dtype refusals (its ``"kernel" not implemented for 'Bool'`` errors),
-the conjugating wrapper that makes a real backward formula a complex one, and the plain-array product of the
-first-order backwards.
+the conjugating wrapper that makes a real backward formula a complex one, the plain-array product of the
+first-order backwards, and half types' formulas computed in float32 (`_widened`).
 
 Split from ``pointwise.py`` (the binary, comparison and ternary rows) and shared with ``pointwise_unary.py``.
 
@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import _dtype
 from .._dispatch_fast import plain_binary
+from .half_cast import converted
 
 _HALVES = _dtype.HALF_NP
 _COMPLEX64 = np.dtype(np.complex64)
@@ -40,6 +41,17 @@ def _reject_bool_complex(kernel_name, *arrays):
     for a in arrays:
         if getattr(a, "dtype", None) is not None and a.dtype.kind == "c":
             raise _not_implemented(kernel_name, a)
+
+
+_F32 = np.dtype(np.float32)
+
+
+def _widened(fn, *arrays):
+    """``fn`` of the arrays, half types computed on float32 copies and rounded once to their dtype (ATen's opmath)."""
+    low = arrays[0].dtype.itemsize < 4
+    out = fn(*(converted(a, _F32) for a in arrays)) if low else fn(*arrays)
+    return converted(out, arrays[0].dtype)
+
 
 def _holomorphic(backward):
     """The backward of a holomorphic op for complex values too, from its real formula ``g * f'(x)``.

@@ -18,6 +18,9 @@ from .._dispatch_fast import plain_arrays, plain_tensor
 from ..runtime import is_cupy
 from . import native_eager
 from .table import Pointwise, defop
+from .half_cast import converted
+
+_F32 = np.dtype(np.float32)
 
 
 _HALVES = _dtype.HALF_NP
@@ -27,7 +30,7 @@ def _widened(formula, g, y):
     """``formula`` of half-precision arrays computed in float32 and rounded once, as ATen's backward kernels do
     (the formula's own half-precision steps are an ulp off for about a third of the elements); None otherwise."""
     if g.dtype in _HALVES and y.dtype == g.dtype:
-        return formula(g.astype(np.float32), y.astype(np.float32)).astype(g.dtype)
+        return converted(formula(converted(g, _F32), converted(y, _F32)), g.dtype)
     return None
 
 

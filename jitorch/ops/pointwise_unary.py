@@ -24,6 +24,9 @@ from . import native_complex, native_eager
 from . import pointwise_grad, special_erfinv
 from .pointwise_common import _COMPLEX64, _HALVES, _holomorphic, _not_implemented, _reject_bool, _times
 from .table import Pointwise, defop
+from .half_cast import converted
+
+_F32, _F16 = np.dtype(np.float32), np.dtype(np.float16)
 
 
 def _unary(name, kernel, backward, expr, saves="inputs", promotion="float", ufunc=None, holomorphic=False):
@@ -143,7 +146,7 @@ def _sigmoid_kernel(xp, a):
         return np.reciprocal(e, out=e) if a.ndim else np.reciprocal(e)  # (0-d: NumPy scalars, no buffer to reuse)
     if a.dtype in _HALVES:  # ATen computes in float and rounds once (the half-precision steps below are off by
         # an ulp for about a third of bfloat16 inputs)
-        return _sigmoid_kernel(xp, a.astype(np.float32)).astype(a.dtype)
+        return converted(_sigmoid_kernel(xp, converted(a, _F32)), a.dtype)
     if a.dtype.kind == "c":  # |a| and a >= 0 mean nothing for complex numbers: the formula itself, as torch's
         return (1 / (1 + xp.exp(-a))).astype(a.dtype, copy=False)
     # exp(-|a|) never overflows (halves would overflow long before their result underflows): the stable logistic.
@@ -180,7 +183,9 @@ def _relu_kernel(xp, a):
     # NumPy's maximum against a scalar runs a scalar loop (3x a copy's time on 2 MB float32; torch's relu is one):
     # the row's expression as a generated kernel where it applies.
     out = native_eager.pointwise(RELU, a)
-    # (NumPy's maximum keeps its first operand on a tie: relu(-0.0) is -0.0, as ATen's clamp_min)
+    if out is None and a.dtype == _F16 and xp is np:  # (NumPy's float16 loop widens in software: exact in float32)
+        out = converted(np.maximum(0, converted(a, _F32)), a.dtype)
+    # (NumPy's float32/64 maximum keeps its second operand on a tie of zeros: relu(-0.0) is -0.0, as ATen's clamp_min)
     return xp.maximum(0, a).astype(a.dtype, copy=False) if out is None else out
 
 

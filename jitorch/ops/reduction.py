@@ -158,6 +158,18 @@ def _var_kernel(xp, a, dims, keepdim, correction):
     n = 1
     for d in dims:
         n *= a.shape[d]
+    if type(a) is np.ndarray and a.size < SUM_MIN_SIZE and a.dtype in _REAL_FLOATS and a.flags.c_contiguous and \
+            0 < n and n > correction and dims == tuple(range(a.ndim - len(dims), a.ndim)):
+        # A small row-major array over trailing dims: each sum below is NumPy's, called directly (the sums' layout
+        # checks and the error state were a third of a 32x32 var), and a positive divisor needs no error state.
+        m = (np.add.reduce(a, axis=dims, dtype=a.dtype, keepdims=True) / n).astype(a.dtype, copy=False)
+        d = np.subtract(a, m, out=np.empty_like(a))
+        s1 = np.add.reduce(d, axis=dims, dtype=a.dtype, keepdims=keepdim).astype(np.float64)
+        np.multiply(d, d, out=d)
+        s2 = np.add.reduce(d, axis=dims, dtype=np.float64, keepdims=keepdim)
+        out = (s2 - s1 * s1 / n) / (n - correction)
+        return np.maximum(out, 0).astype(a.dtype, copy=False) if type(out) is not np.float64 else \
+            a.dtype.type(out if out > 0 or out != out else 0)
     m = (_sum_kernel(xp, a, dims, True, a.dtype) / max(n, 1)).astype(a.dtype, copy=False)
     d = np.subtract(a, m, out=np.empty_like(a))  # (an array even for a 0-d input: squared in place below)
     s1 = _sum_kernel(xp, d, dims, keepdim, a.dtype).astype(np.float64)
@@ -170,6 +182,9 @@ def _var_kernel(xp, a, dims, keepdim, correction):
     if type(out) is np.float64:
         return a.dtype.type(out if out > 0 or out != out else 0)
     return np.maximum(out, 0).astype(a.dtype, copy=False)
+
+
+_REAL_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _sum_f64(a, dims, keepdim, block=256):
@@ -237,8 +252,11 @@ def _prod_backward(ctx, g):
     (x,) = ctx.inputs
     dims, keepdim = ctx.attrs["dims"], ctx.attrs["keepdim"]
     g = _keep(g, x.shape, dims, keepdim)
+    out = ctx.out
+    if x.is_complex():  # the conjugate Wirtinger gradient: g times the conjugate of each partial product
+        x, out = x.conj(), out.conj()
     if not bool((x == 0).any()):
-        return g * _keep(ctx.out, x.shape, dims, keepdim) / x
+        return g * _keep(out, x.shape, dims, keepdim) / x
     # With zeros, each element's gradient is the product of the others: exclusive cumulative products from both
     # sides along the flattened reduced axes.
     from .. import _movement as mv

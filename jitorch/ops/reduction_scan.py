@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._grad_state import GradState
 from ..runtime import is_cupy
 from .native_scan import cumsum_float32
 from .reduction import _HALF, _row_major, defop
@@ -47,8 +48,12 @@ def _cumprod_backward(ctx, g):
     (x,) = ctx.inputs
     dim = ctx.attrs["dim"]
     out = ctx.out
+    if x.is_complex():  # the conjugate Wirtinger gradient: g times the conjugate of each partial product
+        x, out = x.conj(), out.conj()
     if not bool((x == 0).any()):
         return (g * out).flip(dim).cumsum(dim).flip(dim) / x
+    if not GradState.enabled:  # (a gradient of this gradient needs the O(n^2) form below, as in torch)
+        return _cumprod_grad_through_zeros(g, x, out, dim)
     # Zeros: fall back to the O(n^2) sum over j >= i of g_j * prod_{k <= j, k != i} x_k, built from masks.
     n = x.shape[dim]
     xm = x.movedim(dim, -1)
@@ -62,6 +67,27 @@ def _cumprod_backward(ctx, g):
     upper = _creation.ones(n, n, dtype=x.dtype, device=x.device).triu()
     grad = (others * upper * gm.unsqueeze(-2)).sum(-1)
     return grad.movedim(-1, dim)
+
+
+def _cumprod_grad_through_zeros(g, x, out, dim):
+    """torch's O(n) gradient of ``out = cumprod(x)`` where ``x`` holds zeros, op for op: before the first zero ``z1``
+    the reversed cumulative sum of ``g * out`` over ``x``; at ``z1``, ``prod(x[:z1])`` times the sum over ``[z1,
+    z2)`` (up to the second zero) of ``g`` times the products of ``x`` past ``z1``; zero past ``z1``."""
+    n = x.shape[dim]
+    if n == 1:
+        return g
+    is_zero = x == 0
+    zeros_seen = is_zero.cumsum(dim)
+    before, between = zeros_seen == 0, zeros_seen == 1
+    first = between & is_zero
+    head = (out * g).masked_fill(~before, 0.0).flip(dim).cumsum(dim).flip(dim) / x
+    after_first = between & ~first
+    at_first = (x.masked_fill(~after_first, 1.0).cumprod(dim) * g.masked_fill(~between, 0.0)).sum(dim, keepdim=True)
+    from .._movement_join import cat
+
+    # prod(x[:z1]) is out[z1 - 1] (1 where z1 = 0): out shifted one step along dim
+    shifted = cat([out.new_ones(out.narrow(dim, 0, 1).shape), out.narrow(dim, 0, n - 1)], dim)
+    return head.where(before, (at_first * shifted).where(first, 0.0))
 
 
 CUMPROD = defop("cumprod", _scan_kernel("cumprod"), _cumprod_backward, Reduction("scan_prod"), saves="both",

@@ -17,8 +17,8 @@ import numpy as np
 
 from .._dispatch import apply
 from .._dispatch_fast import fast_binary, plain_arrays, plain_tensor
-from .activation_ops import _widened
 from .native_eager import pointwise, pointwise_constants
+from .pointwise_common import _widened
 from .table import Pointwise, defop
 
 __all__ = ["mse", "mse_backward", "smooth_l1", "smooth_l1_backward", "huber", "huber_backward"]

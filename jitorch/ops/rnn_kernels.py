@@ -24,6 +24,9 @@ import numpy as np
 from . import rnn_native
 from .cascade_sum import sum_rows
 from .host_matmul import matmul
+from .half_cast import converted
+
+_F32 = np.dtype(np.float32)
 
 __all__ = ["lstm_forward", "lstm_backward", "lstm_cell_forward", "lstm_cell_backward", "gru_forward", "gru_backward",
            "rnn_forward", "rnn_backward", "workspace_widths"]
@@ -77,7 +80,7 @@ def _low(*arrays):
     dtype = arrays[0].dtype
     if dtype.itemsize >= 4:
         return arrays, None
-    return tuple(None if a is None else a.astype(np.float32) for a in arrays), dtype
+    return tuple(None if a is None else converted(a, _F32) for a in arrays), dtype
 
 
 def _rounded(results, dtype):

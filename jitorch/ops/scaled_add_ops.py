@@ -29,12 +29,9 @@ from .._dispatch_fast import keep_result
 from .._pointwise_checks import FLOAT32_MAX
 from .._dispatch_inplace import writable_plain
 from .._grad_state import GradState
-from ..codegen.ir import FLOAT_IR_DTYPES, Buffer, Kernel, Store, load, op
-from ..codegen.llvm_compile import compile_kernel
-from ..codegen.llvm_objcache import default_cache
+from ..codegen.ir import FLOAT_IR_DTYPES
 from ..runtime import host_cache
-from .muladd_ops import _dense
-from .native_eager import _GENERIC_SIZE, _int_as_float32, launch_arrays, memory_order
+from .native_eager import _int_as_float32, dense_operands, expression_kernel, launch_arrays, memory_order
 from .table import Pointwise, defop
 
 __all__ = ["ADD_ALPHA", "SUB_ALPHA", "scaled_add", "scaled_add_", "add_into", "scaled_add_arrays"]
@@ -52,11 +49,8 @@ def _kernel(dt, number_other):
     (stride 0), out."""
     kernel = _kernels.get((dt, number_other))
     if kernel is None:
-        ir = FLOAT_IR_DTYPES[dt]
-        buffers = (Buffer(ir, (1,)), Buffer(ir, (0,) if number_other else (1,)), Buffer(ir, (0,)), Buffer(ir, (1,)))
-        value = op("fma", load(1, ir), load(2, ir), load(0, ir))
-        kernel = _kernels[dt, number_other] = compile_kernel(Kernel((_GENERIC_SIZE,), buffers, (Store(3, value),)),
-                                                             cache=default_cache())
+        kernel = _kernels[dt, number_other] = expression_kernel("fma({1}, {2}, {0})", 1 if number_other else 2,
+                                                                FLOAT_IR_DTYPES[dt], 2 if number_other else 1)
     return kernel
 
 
@@ -119,9 +113,9 @@ def _scaled_add_array(a, b, alpha):
     product in float64."""
     if type(a) is np.ndarray and a.dtype in _FLOATS and (type(b) is not np.ndarray or b.dtype == a.dtype):
         if type(b) is np.ndarray:
-            (dense, other), back = _dense([a, b])
+            (dense, other), back = dense_operands([a, b])
         else:
-            (dense,), back = _dense([a])
+            (dense,), back = dense_operands([a])
             other = b
         out = scaled_add_arrays(dense, other, alpha)
         if out is not None:
@@ -181,24 +175,22 @@ def scaled_add(row, input, other, alpha):
             if out is not None:
                 return keep_result(row, (input, other, alpha), _NO_ATTRS, out,
                                    input._requires_grad or other._requires_grad)
-        kind = getattr(getattr(y, "dtype", None), "kind", None)
-    elif type(other) is float or type(other) is int:
-        kind = "f" if type(other) is float else "i"
-    else:
-        return None
-    common = _common_float(input, other, kind)
+    common = _common_float(input, other)
     if common is None:
         return None
     _check_alpha_fits(common.np, alpha)
     return apply(row, input, other, alpha)
 
 
-def _common_float(input, other, kind):
-    """The result dtype of ``input`` and ``other`` when the rows take it (float32/float64 from real operands that
-    broadcast: the composite raises torch's errors, naming ``add``), else None."""
+def _common_float(input, other):
+    """The result dtype of ``input`` and ``other`` when the rows take it (float32/float64 from real operands, tensors
+    that broadcast or Python floats and ints: the composite raises torch's errors, naming ``add``), else None."""
     from .. import _dtype
 
-    if kind not in ("f", "i", "u"):
+    if type(other) in TENSOR_TYPES:
+        if getattr(getattr(other._data, "dtype", None), "kind", None) not in ("f", "i", "u"):
+            return None
+    elif type(other) is not float and type(other) is not int:
         return None
     common = _dtype.result_type(input, other)
     if common.np not in _FLOATS:
@@ -222,17 +214,12 @@ def scaled_add_(row, self, other, alpha):
     if writable_plain(self) is not None and add_into(row, self, other, alpha):
         return self
     if type(other) in TENSOR_TYPES:
-        kind = getattr(getattr(other._data, "dtype", None), "kind", None)
         try:
             if np.broadcast_shapes(tuple(self.shape), tuple(other.shape)) != tuple(self.shape):
                 return None
         except ValueError:
             return None
-    elif type(other) is float or type(other) is int:
-        kind = "f" if type(other) is float else "i"
-    else:
-        return None
-    common = _common_float(self, other, kind)
+    common = _common_float(self, other)
     if common is None or common.np != x.dtype:
         return None
     _check_alpha_fits(common.np, alpha)

@@ -3,8 +3,9 @@
 
 As composites (``log1p(exp(clamp(x * beta)))`` under a ``where``; ``x * tanh(softplus(x))``) each direction cost
 five to ten NumPy passes and as many graph nodes: softplus forward and backward took 2.6x torch's time on 2^20
-float32. As rows each direction is one expression, run on eager CPU float32 as one generated kernel (the constants
-``beta``/``threshold`` written into it, one kernel per pair) and as a few NumPy passes otherwise.
+float32. As rows each direction is one expression, run on eager CPU float32 as one generated kernel
+(`native_eager.pointwise_constants`: ``beta``/``threshold`` its run-time arguments, a new pair costs no compile) and
+as a few NumPy passes otherwise.
 
 >>> import jitorch
 >>> softplus(jitorch.tensor([-1.0, 0.0, 30.0]), 1.0, 20.0)
@@ -14,14 +15,13 @@ tensor([-0.3034,  0.0000,  1.9440])
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .._dispatch import apply
 from .._grad_state import GradState
 from . import native_eager
-from .activation_ops import _float_input, _widened
+from .activation_ops import _float_input
+from .pointwise_common import _widened
 from .table import Pointwise, defop
 
 __all__ = ["softplus", "softplus_backward", "mish", "mish_backward"]
@@ -50,29 +50,16 @@ _MISH_GRAD = (f"{{1}} > 20 ? {{0}} * (1 + ({{1}} - {{1}})) : "
               f"{{0}} * ({_NX} / ({_NX} + 2) + {{1}} * (exp({{1}}) / (exp({{1}}) + 1)) * "
               f"(4 * ({_NX} + 1) / (({_NX} + 2) * ({_NX} + 2))))")
 
-_kernels: dict = {}
-
-
 def _native(row, arrays, constants=()):
-    """The row's expression with ``constants`` written in, as one native kernel over contiguous float32 arrays of
-    one shape, or None (`native_eager.pointwise`'s cases; constants that are not finite). At every size: the NumPy
-    code is five to ten passes (softplus on 16 elements: 6 us, the kernel call 1.7), and every size gets one answer."""
-    first = arrays[0]
-    if (type(first) is not np.ndarray or first.dtype != np.float32 or not first.size
-            or not all(math.isfinite(c) for c in constants)):
+    """The row's expression with ``constants`` (as doubles, rounded to float32 in the kernel) as one native kernel
+    over contiguous float32 arrays of one shape, or None (`native_eager.pointwise_constants`' cases). At every size:
+    the NumPy code is five to ten passes (softplus on 16 elements: 6 us, the kernel call 1.7), and every size gets
+    one answer."""
+    if not constants:
+        return native_eager.pointwise(row, *arrays, min_size=1)
+    if getattr(arrays[0], "dtype", None) != np.float32:  # (before reading the constants: they may be arrays then)
         return None
-    for a in arrays:
-        if type(a) is not np.ndarray or a.dtype != np.float32 or a.shape != first.shape or not a.flags.c_contiguous:
-            return None
-    key = (row.name, *constants)
-    kernel = _kernels.get(key)
-    if kernel is None:
-        n = len(arrays)
-        expr = row.fusion.expr.format(*(f"{{{i}}}" for i in range(n)), *(f"({float(c)!r})" for c in constants))
-        kernel = _kernels[key] = native_eager.expression_kernel(expr, n)
-    out = np.empty(first.shape, np.float32)
-    native_eager.launch_arrays(kernel, [*arrays, out], first.size, 1 << 15, first.size)
-    return out
+    return native_eager.pointwise_constants(row, arrays, tuple(map(float, constants)), min_size=1)
 
 
 def _softplus_numpy(x, beta, threshold):

@@ -142,6 +142,13 @@ def _lerp(s, m, g, small_weight):
     return op("fma", s("w1_minus_1"), diff, g)
 
 
+def _lerp_scalars(beta1, dtype):
+    """`_lerp`'s ``(w1, w1 - 1, small weight)``: the weight ``1 - beta1`` rounded to the dtype, as ATen's lerp
+    takes it, and ``w1 - 1`` (exact)."""
+    w1 = float(dtype.type(1.0 - beta1))
+    return w1, w1 - 1.0, abs(w1) < 0.5
+
+
 def _second_moment(s, v, g, scalar_tail=False):
     """``v.mul_(beta2).addcmul_(g, g, value=1 - beta2)``: ATen's ``fmadd(value * g, g, v)`` (``scalar_tail``: the
     contraction of torch's fused scalar loop)."""
@@ -258,9 +265,9 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
     beta1, beta2, lr, weight_decay, eps = map(_scalar, (beta1, beta2, lr, weight_decay, eps))
     skip, scale = _amp(grad_scale, found_inf)
     dtype = params[0]._data.dtype if params else None
-    w1 = float(dtype.type(1.0 - beta1)) if params else 0.0  # the lerp weight as the kernel rounds it
+    w1, w1_minus_1, small = _lerp_scalars(beta1, dtype) if params else (0.0, -1.0, True)
     wd_mode = _wd_mode(weight_decay, decoupled_weight_decay)
-    key = ("adam", FLOAT_IR_DTYPES.get(dtype), amsgrad, maximize, wd_mode, abs(w1) < 0.5, grad_scale is not None)
+    key = ("adam", FLOAT_IR_DTYPES.get(dtype), amsgrad, maximize, wd_mode, small, grad_scale is not None)
     ck = _kernel(key, lambda: _adam_ir(key[1], *key[2:])) if params else None
     tail_ck = _kernel(key + (True,), lambda: _adam_ir(key[1], *key[2:], True)) if params and as_fused else None
     last_step = scalars = None
@@ -278,7 +285,7 @@ def fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_step
                 step_size, decay, bc2_sqrt = lr / bc1, 1.0 - lr * weight_decay, math.sqrt(bc2)
             else:
                 (step_size, decay), bc2_sqrt = per_op_lr_terms(lr_given, bc1, weight_decay), bc2 ** 0.5
-            scalars = np.array([w1, w1 - 1.0, beta2, 1.0 - beta2, weight_decay, decay, step_size, bc2_sqrt, eps,
+            scalars = np.array([w1, w1_minus_1, beta2, 1.0 - beta2, weight_decay, decay, step_size, bc2_sqrt, eps,
                                 1.0 if scale is None else scale], dtype=dtype)
         arrays = [param_t._data, grads[i]._data, exp_avgs[i]._data, exp_avg_sqs[i]._data,
                   (max_exp_avg_sqs[i] if amsgrad else exp_avgs[i])._data]

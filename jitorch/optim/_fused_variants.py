@@ -30,7 +30,8 @@ from .._dtype import get_default_dtype
 from ..codegen.ir import FLOAT_IR_DTYPES, Store, load, op
 from ..ops.native_eager import launch_arrays
 from ._fused import (
-    _GRAIN, _build, _check_shapes, _grad_terms, _kernel, _lerp, _scalar, _Scalars, _second_moment, _usable, _wd_mode,
+    _GRAIN, _build, _check_shapes, _grad_terms, _kernel, _lerp, _lerp_scalars, _scalar, _Scalars, _second_moment,
+    _usable, _wd_mode,
 )
 from ._kernels import ARRAY_OPS
 from ._step_capture import count_up
@@ -45,12 +46,6 @@ def _in_domain(name, params, *aligned):
         return False
     _check_shapes(name, params, *aligned)
     return True
-
-
-def _lerp_scalars(beta1, dtype):
-    """``(w1, w1 - 1, small)``: lerp's weight rounded to the dtype, and ``w1 - 1`` (exact) as ATen's lerp takes it."""
-    w1 = float(dtype.type(1.0 - beta1))
-    return w1, w1 - 1.0, abs(w1) < 0.5
 
 
 def _host_scalars(*tensor_lists):

@@ -20,6 +20,7 @@ import functools
 import gzip
 import os
 import socket
+import sys
 import threading
 import time
 import warnings
@@ -85,8 +86,9 @@ def _now_us():
 class _Recorder:
     """Collects events of the recording thread: a stack of open events gives each its parent (for self times)."""
 
-    def __init__(self, record_shapes):
+    def __init__(self, record_shapes, with_stack=False):
         self.record_shapes = record_shapes
+        self.with_stack = with_stack
         self.events = []
         self.stack = []
         self.thread = threading.get_ident()
@@ -94,6 +96,8 @@ class _Recorder:
     def open(self, name, shapes=None, user=False):
         ev = FunctionEvent(name, len(self.events), _now_us(), input_shapes=shapes, is_user_annotation=user,
                            thread=self.thread % 100000)
+        if self.with_stack:
+            ev.stack = _python_stack()
         if self.stack:
             ev.cpu_parent = self.stack[-1]
             self.stack[-1].cpu_children.append(ev)
@@ -105,6 +109,21 @@ class _Recorder:
         ev.end_us = _now_us()
         while self.stack and self.stack.pop() is not ev:
             pass
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _python_stack():
+    """The caller's Python frames outside jitorch, innermost first, as torch writes them: ``file(line): function``."""
+    out = []
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if not code.co_filename.startswith(_PACKAGE_DIR):
+            out.append(f"{code.co_filename}({frame.f_lineno}): {code.co_name}")
+        frame = frame.f_back
+    return out
 
 
 def _shapes(args):
@@ -181,6 +200,7 @@ class profile:  # noqa: N801 - torch's name
         self.schedule = schedule
         self.on_trace_ready = on_trace_ready
         self.record_shapes = record_shapes
+        self.with_stack = with_stack
         self.step_num = 0
         self.recorder = None
         self._mode = None
@@ -191,7 +211,7 @@ class profile:  # noqa: N801 - torch's name
     def _begin(self):
         if self._mode is not None:
             return
-        self.recorder = _Recorder(self.record_shapes)
+        self.recorder = _Recorder(self.record_shapes, self.with_stack)
         self._mode = _ProfilerMode(self.recorder)
         push_mode(self._mode)
         _ACTIVE.append(self)
@@ -251,6 +271,12 @@ class profile:  # noqa: N801 - torch's name
 
     def export_chrome_trace(self, path):
         self._events.export_chrome_trace(path)
+
+    def export_stacks(self, path, metric="self_cpu_time_total"):
+        """The recorded stacks in flame graph tools' collapsed format (see `EventList.export_stacks`)."""
+        if not self.with_stack:
+            raise AssertionError("export_stacks() requires with_stack=True")
+        self._events.export_stacks(path, metric)
 
     def table(self, **kwargs):
         return self.key_averages().table(**kwargs)

@@ -106,14 +106,34 @@ class EventList(list):
     """A list of events with PyTorch's summaries."""
 
     def key_averages(self, group_by_input_shape=False, group_by_stack_n=0, group_by_overload_name=False):
-        """One `FunctionEventAvg` per name (and per input shapes with ``group_by_input_shape``), in first-seen order."""
+        """One `FunctionEventAvg` per name (and per input shapes with ``group_by_input_shape``, per innermost
+        ``group_by_stack_n`` stack entries), in first-seen order."""
         groups = {}
         for ev in self:
-            key = (ev.key, str(ev.input_shapes)) if group_by_input_shape else ev.key
+            key = (ev.key, str(ev.input_shapes) if group_by_input_shape else None,
+                   tuple(ev.stack[:group_by_stack_n]) if group_by_stack_n > 0 else None)
             if key not in groups:
                 groups[key] = FunctionEventAvg(ev.key, ev.input_shapes if group_by_input_shape else None)
+                if group_by_stack_n > 0:
+                    groups[key].stack = list(ev.stack[:group_by_stack_n])
             groups[key].add(ev)
         return EventList(groups.values())
+
+    def supported_export_stacks_metrics(self):
+        return ["self_cpu_time_total", "self_cuda_time_total", "self_xpu_time_total", "self_privateuse1_time_total"]
+
+    def export_stacks(self, path, metric):
+        """Each event's stack, outermost frame first and ``;``-joined, with its ``metric`` in whole microseconds (the
+        collapsed format flame graph tools read); events without a stack or a positive value are left out."""
+        if metric not in self.supported_export_stacks_metrics():
+            raise ValueError("metric should be one of: " + str(self.supported_export_stacks_metrics()))
+        attr = metric.replace("cuda", "device").replace("xpu", "device").replace("privateuse1", "device")
+        translate = str.maketrans(" ;\t\n", "____")
+        with open(path, "w") as f:
+            for ev in self:
+                value = int(getattr(ev, attr, 0))
+                if ev.stack and value > 0:
+                    f.write(";".join(e.translate(translate) for e in reversed(ev.stack)) + f" {value}\n")
 
     def total_average(self):
         total = FunctionEventAvg("Total")

@@ -4,4 +4,4 @@
 >>> jitorch.utils.data.TensorDataset(jitorch.zeros(3, 2))[0]
 (tensor([0., 0.]),)
 """
-from . import _pytree, checkpoint, data, dlpack  # noqa: F401
+from . import _pytree, checkpoint, data, deterministic, dlpack  # noqa: F401

@@ -1,0 +1,101 @@
+"""float16 <-> float32 conversion of dense CPU arrays through the host's F16C instructions (`codegen.llvm_half_cast`):
+about 100x NumPy's element-by-element software conversion, and torch's bits (NumPy keeps the payload of a
+signalling NaN that torch's conversion quiets).
+
+>>> import numpy as np
+>>> x = np.arange(4096, dtype=np.float32).reshape(64, 64).T / 3  # a transposed (column-major) float32 array
+>>> h = astype(x, np.float16)  # None on a host without F16C
+>>> h is None or bool(h.flags.f_contiguous and (h == x.astype(np.float16)).all())
+True
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..codegen.llvm_half_cast import half_cast_function
+from ..runtime.host_cache import empty as host_empty
+from ..runtime.host_pointer import data_address
+
+__all__ = ["astype", "binary", "converted", "holds"]
+
+# Below this many elements NumPy's loop costs less than the native call (~2 us); NumPy widens faster than it narrows.
+MIN_SIZE = 512
+_MIN_WIDEN = 2048
+
+_F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+# Keyed by type characters: hashing a dtype object costs microseconds. (Byte order is checked apart.)
+_PAIRS = {("e", "f"): ("f16", "f32"), ("f", "e"): ("f32", "f16"), ("e", "d"): ("f16", "f32")}
+
+
+def astype(a, dtype):
+    """``a.astype(dtype, order="K")`` for a dense float16 NumPy array into float32 or float64, or a float32 one into
+    float16, where the host converts natively; None for anything else (the caller keeps NumPy's conversion)."""
+    if type(a) is not np.ndarray or a.size < MIN_SIZE:
+        return None
+    dtype = np.dtype(dtype)
+    pair = _PAIRS.get((a.dtype.char, dtype.char))
+    if pair is None or not (a.dtype.isnative and dtype.isnative and a.flags.aligned) or (
+            pair[0] == "f16" and a.size < _MIN_WIDEN):  # (the loop's loads are declared aligned)
+        return None
+    if a.flags.c_contiguous:
+        order = "C"
+    elif a.flags.f_contiguous:
+        order = "F"
+    else:
+        return None
+    convert = half_cast_function(*pair)
+    if convert is None:
+        return None
+    wide = _F32 if dtype == _F64 else dtype
+    # (C order from the host cache: a large buffer comes with its pages already mapped)
+    out = host_empty(a.shape, wide) if order == "C" else np.empty(a.shape, wide, order=order)
+    convert(data_address(a), data_address(out), a.size)
+    return out.astype(_F64, order="K") if dtype == _F64 else out  # (float16 -> float32 -> float64 is exact)
+
+
+def converted(a, dtype):
+    """``a.astype(dtype, order="K", copy=False)``, natively where `astype` converts."""
+    out = astype(a, dtype) if a.dtype != dtype else None
+    return a.astype(dtype, order="K", copy=False) if out is None else out
+
+
+# NumPy's float16 loops of these widen both operands to float32, compute and narrow the result once; so does torch.
+# Narrowing a float32 sum, difference, product or quotient of two halves rounds it as if computed exactly (24 bits
+# >= 2 * 11 + 2: double rounding is innocuous), so the three native passes give NumPy's and torch's bits.
+# Comparisons of the widened values are exact, and their bool results need no narrowing.
+EXACT_IN_FLOAT32 = frozenset({np.add, np.subtract, np.multiply, np.true_divide, np.maximum, np.minimum, np.greater,
+                              np.greater_equal, np.less, np.less_equal, np.equal, np.not_equal})
+
+_KEEP_FIRST_ON_TIES = frozenset({np.maximum, np.minimum})
+
+
+def binary(ufunc, x, y, number_in_float32=False):
+    """``ufunc(x, y)`` for a float16 array ``x`` (dense, at least `_MIN_WIDEN` elements) and a float16 array ``y``
+    (broadcastable) or a Python number, as NumPy computes it, through native widening and narrowing; None where that
+    does not apply. A number is rounded to float16 first (NumPy's and ATen's add and sub), or with
+    ``number_in_float32`` taken as float32 (ATen's mul and div: its "opmath")."""
+    if ufunc not in EXACT_IN_FLOAT32 or x.dtype != _F16 or x.size < _MIN_WIDEN:
+        return None
+    if type(y) in (int, float):
+        if not holds(y):  # overflow, as NumPy warns of it, stays NumPy's
+            return None
+        wide_y = np.float32(y) if number_in_float32 else np.float32(np.float16(y))
+    elif getattr(y, "dtype", None) != _F16:
+        return None
+    else:
+        wide_y = astype(y, _F32) if y.size >= _MIN_WIDEN else None
+        wide_y = y.astype(_F32) if wide_y is None else wide_y
+    wide_x = astype(x, _F32)
+    if wide_x is None:
+        return None
+    # Of two equal zeros float16's maximum/minimum keep the first operand, float32's the second: swapped, the same.
+    out = ufunc(wide_y, wide_x) if ufunc in _KEEP_FIRST_ON_TIES else ufunc(wide_x, wide_y)
+    if out.dtype != _F32:
+        return out
+    narrow = astype(out, _F16)
+    return out.astype(_F16) if narrow is None else narrow
+
+
+def holds(number):
+    """Whether a Python number is within float16's range (NaN is not)."""
+    return -65504 <= number <= 65504
