@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _creation, _dispatch
-from ._dispatch_inplace import fill_plain
+from ._dispatch_inplace import _may_share_memory, fill_plain
 from ._dispatch import TORCH_TYPE_NAMES, apply, apply_inplace
 from ._dispatch_modes import MODES
 from ._dispatch_record import view_result
@@ -33,7 +33,7 @@ from .ops import movement as M
 from .amp._cast_mode import autocast_policy
 from ._movement_copy import named_fill
 from ._indexing_parse import (_ALL, _check_index_shapes, _index_tensor, _on, _parse, _quick_parse, basic_index_name,
-                             quick_basic, whole_key)
+                             quick_basic, strip_leading_ones, whole_key)
 
 __all__ = ["index_select", "gather", "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy",
            "index_fill", "index_put", "masked_fill", "masked_select", "masked_scatter", "take_along_dim", "take",
@@ -66,14 +66,6 @@ def _getitem(self, key):
     return view
 
 
-def _strip_leading_ones(v):
-    shape = v._data.shape
-    k = 0
-    while k < len(shape) and shape[k] == 1:
-        k += 1
-    return v.reshape(shape[k:]) if k else v
-
-
 def _setitem(self, key, value):
     if not isinstance(value, (Tensor, int, float, complex, np.number, np.bool_)):
         raise TypeError(f"can't assign a {type(value).__name__} to a {_type_name(self)} tensor")
@@ -88,7 +80,7 @@ def _setitem(self, key, value):
     basic, template, indices = _quick_parse(self, key) or _parse(self, key)
     view = self if basic is None or whole_key(basic, self._data.shape) else apply(M.SLICE, self, key=basic)
     if isinstance(value, Tensor):
-        value = _strip_leading_ones(_on(value, self))
+        value = strip_leading_ones(_on(value, self))
     if view is self and not indices:  # ``x[:] = v``, ``x[...] = v``: torch writes x itself, as fill_ or copy_
         if isinstance(value, Tensor):
             shape = self._data.shape
@@ -124,6 +116,8 @@ def _setitem(self, key, value):
             raise RuntimeError(f"Index put requires the source and destination dtypes match, got {_type_name(self)} "
                                f"for the destination and {_type_name(value)} for the source.")
         value = value.reshape(()).to(self.dtype)
+    if not (len(indices) == 1 and indices[0].dtype is _bool and (not isinstance(value, Tensor) or value.numel() == 1)):
+        _check_no_overlap(view, value, *indices)  # index_put_'s (its masked_fill path reads the value as a number)
     apply_inplace(I.INDEX_PUT, view, value, *indices, key=template, accumulate=False)
 
 
@@ -142,12 +136,15 @@ def _check_no_overlap(self, *others):
     memory with ``self``: raised where both are dense and their memory ranges meet (ATen's full or partial overlap;
     strided views it cannot judge pass, as there)."""
     a = self._data
-    if type(a) is not np.ndarray or not (a.flags.c_contiguous or a.flags.f_contiguous):
+    if type(a) is not np.ndarray or not a.size:
         return
+    owns = a.base is None
     for t in others:
         b = getattr(t, "_data", None)
-        if type(b) is np.ndarray and b.size and a.size and (b.flags.c_contiguous or b.flags.f_contiguous) \
-                and np.may_share_memory(a, b):
+        # (arrays that both own their memory share none, as `_copy_` reads them; then the bounds, before the flags)
+        if type(b) is np.ndarray and b.size and not (owns and b.base is None and b is not a) and _may_share_memory(
+                a, b) and (a.flags.c_contiguous or a.flags.f_contiguous) and (
+                b.flags.c_contiguous or b.flags.f_contiguous):
             raise RuntimeError("unsupported operation: some elements of the input tensor and the written-to tensor "
                                "refer to a single memory location. Please clone() the tensor before performing the "
                                "operation.")
@@ -263,6 +260,8 @@ def _index_write(self, dim, index, source, op, accumulate, inplace, alpha=1):
         raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the specified dimension. Got "
                            f"self.shape = {list(self.shape)} source.shape = {list(source.shape)}")
     if alpha != 1:
+        if inplace:
+            _check_no_overlap(self, source)  # (before the scaled copy below hides it)
         source = source * (alpha if self.is_floating_point() or self.is_complex() else int(alpha))
     if accumulate and self._data.ndim > 1 and not self._data.size:  # ATen adds nothing, reading no index
         index, source = index[:0], source.narrow(d, 0, 0)

@@ -262,3 +262,12 @@ def whole_key(basic, shape):
     """Whether the view key ``basic`` is every dim whole, no view at all to torch (its slices over a whole dim are
     no ops)."""
     return all(type(b) is slice and b.indices(n) == (0, n, 1) for b, n in zip(basic, shape))
+
+
+def strip_leading_ones(v):
+    """A setitem value without its leading size-1 dims (torch's ``slicePrefix1sSize``: ``x[0] = ones(1, 3)``)."""
+    shape = v._data.shape
+    k = 0
+    while k < len(shape) and shape[k] == 1:
+        k += 1
+    return v.reshape(shape[k:]) if k else v

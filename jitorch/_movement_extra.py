@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _dtype
-from ._dispatch import apply
+from ._dispatch import TORCH_TYPE_NAMES, apply
+from ._dispatch_inplace import refuse_operand_overlap
 from ._shape import wrap_dim
 from .runtime import array_module_for
 from ._tensor import Tensor
@@ -265,9 +266,12 @@ def _is_nonzero(self):
 
 
 def _float_power_(self, other):
-    if self.dtype.name not in ("float64", "complex128"):
-        raise RuntimeError(f"the base given to float_power_ has dtype {self.dtype} but the operation's result "
-                           "requires dtype Double")
+    wide = "complex128" if self.is_complex() or (
+        other.is_complex() if isinstance(other, Tensor) else isinstance(other, complex)) else "float64"
+    if self.dtype.name != wide:
+        raise RuntimeError(f"the base given to float_power_ has dtype {TORCH_TYPE_NAMES[self.dtype.name]} but the "
+                           f"operation's result requires dtype {TORCH_TYPE_NAMES[wide]}")
+    refuse_operand_overlap(self, (other,))  # (torch's pow_ reads other while it writes self)
     return self.copy_(self.float_power(other))
 
 

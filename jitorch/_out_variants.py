@@ -50,6 +50,31 @@ _ANY_DTYPE = ("bernoulli",)
 _OUT_DTYPE = ("sum", "prod")
 
 
+# Ops whose torch kernels read their tensor arguments while writing out: an out that overlaps one partially is
+# refused (`refuse_operand_overlap`), for the index reads any overlap (`_indexing._check_no_overlap`).
+_PARTIAL_OVERLAP = frozenset((
+    "angle", "sinc", "deg2rad", "rad2deg", "logit", "conj_physical", "copysign", "fmax", "fmin", "hypot", "logaddexp",
+    "logaddexp2", "float_power", "heaviside", "logcumsumexp", "sort"))
+_ANY_OVERLAP = frozenset(("take", "index_select", "gather"))
+
+
+def _refuse_overlap(op, out, result, args, kwargs):
+    if op in _SAME_DTYPE and getattr(out, "dtype", None) is not result.dtype:
+        return  # (torch refuses the dtype first: `_write`)
+    if op in _PARTIAL_OVERLAP:
+        from ._dispatch_inplace import refuse_operand_overlap
+
+        inputs = tuple(_tensors((args, tuple(kwargs.values()))))
+        for o in _tensors(out):
+            refuse_operand_overlap(o, inputs)
+    elif op in _ANY_OVERLAP:
+        from ._indexing import _check_no_overlap
+
+        inputs = tuple(_tensors((args, tuple(kwargs.values()))))
+        for o in _tensors(out):
+            _check_no_overlap(o, *inputs)
+
+
 # Ops whose out must have the result's dtype, with torch's message (a template over the torch dtype names).
 _SAME_DTYPE = {"conj_physical": "Found dtype {out} but expected {result}",
                "float_power": "the output given to float_power has dtype {out} but the operation's result requires "
@@ -104,6 +129,7 @@ def with_out(fn):
         if GradState.enabled and any(t.requires_grad for t in _tensors(result)):
             raise RuntimeError(f"{op}(): functions with out=... arguments don't support automatic differentiation, "
                                f"but one of the arguments requires grad.")
+        _refuse_overlap(op, out, result, args, kwargs)
         return write_out(result, out, op)
     wrapper.__out_variant__ = True
     return wrapper

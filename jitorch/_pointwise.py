@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from . import _dtype
 from ._dispatch import MODES, TENSOR_TYPES, TORCH_TYPE_NAMES, apply, fast_binary, fast_unary
+from ._dispatch_inplace import refuse_operand_overlap
 from ._grad_state import GradState
+from .autograd.grad_mode import no_grad
 from .autograd.graph import named
 from ._pointwise_checks import check_bounds, check_float32_numbers
 from ._tensor import Tensor
@@ -40,21 +42,22 @@ __all__ = [
 SAME_DTYPE = "Found dtype {out} but expected {result}"
 
 
-def _write_out(result, out, op=None, same_dtype=None):
+def _write_out(result, out, op=None, same_dtype=None, inputs=()):
     """Write into ``out`` (resized when its shape differs) and return it; ``same_dtype``: the message (a template
-    over the torch names of ``out`` and ``result``) refusing an out of another dtype."""
+    over the torch names of ``out`` and ``result``) refusing an out of another dtype; ``inputs``: the operands an
+    elementwise kernel reads, which may not overlap ``out`` partially."""
     if out is None:
         return result
     # Writing into out under no_grad would silently cut the graph (no gradient reaches the inputs): torch refuses.
     if GradState.enabled and (result.requires_grad or out.requires_grad):
         raise RuntimeError(f"{op + '(): ' if op else ''}functions with out=... arguments don't support automatic "
                            "differentiation, but one of the arguments requires grad.")
+    if inputs:  # (torch's TensorIterator checks before it resizes out or checks its dtype)
+        refuse_operand_overlap(out, inputs)
     check_out_dtype(result, out, op)
     if same_dtype is not None and out.dtype is not result.dtype:
         raise RuntimeError(same_dtype.format(out=TORCH_TYPE_NAMES[out.dtype.name],
                                              result=TORCH_TYPE_NAMES[result.dtype.name]))
-    from .autograd.grad_mode import no_grad
-
     with no_grad():
         if out.shape == result.shape:
             out.copy_(result)
@@ -93,7 +96,9 @@ def _binary(op, numbers_as_tensors=False):
     def fn(input, other, *, out=None):
         if numbers_as_tensors and input.__class__ is not Tensor:
             input = _numbers_as_tensor(input, other)
-        return fast(input, other) if out is None else _write_out(fast(input, other), out, op.name)
+        if out is None:
+            return fast(input, other)
+        return _write_out(fast(input, other), out, op.name, inputs=(input, other))
     fn.__name__ = op.name
     fn.__doc__ = f"Elementwise ``{op.name}`` with broadcasting and PyTorch's type promotion."
     return fn
@@ -106,7 +111,7 @@ def _unary(op, same_dtype=None, complex_to_real=False):  # complex_to_real: abs 
         if out is None:
             return fast(input)
         exact = None if complex_to_real and input.is_complex() else same_dtype
-        return _write_out(fast(input), out, op.name, exact)
+        return _write_out(fast(input), out, op.name, exact, (input,))
     fn.__name__ = op.name
     fn.__doc__ = f"Elementwise ``{op.name}``."
     return fn
@@ -186,16 +191,17 @@ def sgn(input, *, out=None):
     size = input.abs()
     nonzero = size != 0
     # At 0 the value and (as torch) the gradient are 0: the division sees 1 there, and ``where`` drops its gradient.
-    return _write_out((input / size.where(nonzero, 1.0)).where(nonzero, 0.0), out, "sgn", SAME_DTYPE)
+    return _write_out((input / size.where(nonzero, 1.0)).where(nonzero, 0.0), out, "sgn", SAME_DTYPE,
+                      (input,))
 
 
 def round(input, *, decimals=0, out=None):
-    return _write_out(apply(P.ROUND, input, decimals=decimals), out, "round", SAME_DTYPE)
+    return _write_out(apply(P.ROUND, input, decimals=decimals), out, "round", SAME_DTYPE, (input,))
 
 
 def nan_to_num(input, nan=0.0, posinf=None, neginf=None, *, out=None):
     return _write_out(apply(P.NAN_TO_NUM, input, nan=nan, posinf=posinf, neginf=neginf), out, "nan_to_num",
-                      "nan_to_num: dtype of out: {out} should be same as input: {result}")
+                      "nan_to_num: dtype of out: {out} should be same as input: {result}", (input,))
 
 
 def where(condition, input=None, other=None, *, out=None):
@@ -215,7 +221,7 @@ def where(condition, input=None, other=None, *, out=None):
         check_float32_numbers(t, value)
         _dtype.check_parsed_int(value)
     return _write_out(apply(P.WHERE, condition, input, other), out, "where",
-                      "Expected out type to be {result} but got {out}")
+                      "Expected out type to be {result} but got {out}", (condition, input, other))
 
 
 def clamp(input, min=None, max=None, *, out=None):
@@ -229,8 +235,8 @@ def clamp(input, min=None, max=None, *, out=None):
     result = apply(P.CLAMP, input, min, max)
     if not (isinstance(min, Tensor) or isinstance(max, Tensor)):
         named(result, "ClampBackward1")  # ATen's Scalar overload (tensor bounds: ClampBackward0)
-        return _write_out(result, out, "clamp", SAME_DTYPE)  # its out takes no other dtype
-    return _write_out(result, out, "clamp")
+        return _write_out(result, out, "clamp", SAME_DTYPE, (input,))  # its out takes no other dtype
+    return _write_out(result, out, "clamp", inputs=(input, min, max))
 
 
 clip = clamp

@@ -39,12 +39,14 @@ def _with_alpha(scaled_row, row, name, input, other, alpha, out):
     if alpha != 1:
         result = scaled_add(scaled_row, input, other, alpha)
         if result is not None:
-            return _write_out(result, out, name)
+            return _write_out(result, out, name, inputs=(input, other))
     check_alpha(alpha, input, other)
     if alpha != 1:
         check_alpha_range(row, alpha, input, other)
-        other = _scaled_by_alpha(input, other, alpha)
-    return _write_out(apply(row, input, other), out, name)
+        scaled = _scaled_by_alpha(input, other, alpha)
+        return _write_out(apply(row, input, scaled), out, name, inputs=(input, other))
+    result = apply(row, input, other)
+    return result if out is None else _write_out(result, out, name, inputs=(input, other))
 
 
 def parsed_ints(row, other, alpha):
@@ -146,7 +148,7 @@ def div(input, other, *, rounding_mode=None, out=None):
     else:
         raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
                          f"'{rounding_mode}'")
-    return _write_out(result, out, "div")
+    return _write_out(result, out, "div", inputs=(input, other))
 
 
 def _div_trunc(input, other):
@@ -188,7 +190,7 @@ def pow(input, exponent, *, out=None):
         # another order, which rounds differently).
         if exponent == 2 and input.dtype is not _dtype.bool and not (input._requires_grad and GradState.enabled) and (
                 type(exponent) is int or input.dtype.is_floating_point or input.dtype.is_complex):
-            return _write_out(_fast_mul(input, input), out, "pow")
+            return _write_out(_fast_mul(input, input), out, "pow", inputs=(input,))
         if exponent == 2 and input.dtype is not _dtype.bool and out is None:
             return _fast_square(input, exponent)  # a float's square on the shortcut (NumPy's power squares exactly)
         if out is None:
@@ -198,7 +200,7 @@ def pow(input, exponent, *, out=None):
         result = result.contiguous()  # ATen's pow(Scalar, Tensor) writes a new row-major tensor
     if isinstance(exponent, Tensor):  # torch's overloads: Tensor_Tensor (1), Scalar_Tensor (2)
         named(result, "PowBackward1" if isinstance(input, Tensor) else "PowBackward2")
-    return _write_out(result, out, "pow")
+    return _write_out(result, out, "pow", inputs=(input, exponent))
 
 
 def float_power(input, exponent):
@@ -215,7 +217,7 @@ def float_power(input, exponent):
 
 def square(input, *, out=None):
     if input.dtype is _dtype.bool:  # PyTorch's square is pow(x, 2): a bool tensor with an int exponent is int64
-        return _write_out(apply(P.POW, input, 2), out, "square")
+        return _write_out(apply(P.POW, input, 2), out, "square", inputs=(input,))
     if out is None and input._requires_grad and GradState.enabled:
         return _fast_square(input, 2)  # one PowBackward0 edge, as torch's (see `pow`)
-    return _write_out(apply(P.MUL, input, input), out, "square")
+    return _write_out(apply(P.MUL, input, input), out, "square", inputs=(input,))

@@ -258,6 +258,15 @@ def cummin(input, dim):
     return _cumextreme(input, dim, False, return_types.cummin, "cummin")
 
 
+def _wrapped_scalar(seq, x):
+    """ATen's searchsorted_scalar_tensor: a Python number as a 0-d int64, double, bool or complex128 tensor, which
+    promotes with the boundaries as a scalar in arithmetic (its own dtype only across categories)."""
+    if not isinstance(x, (bool, int, float, complex, np.generic)):
+        return seq.new_tensor(x)
+    d = _dtype.scalar_dtype(x)
+    return seq.new_tensor(x, dtype=_dtype.float64 if d.is_floating_point else _dtype.complex128 if d.is_complex else d)
+
+
 def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None, sorter=None):
     """Insertion indices of ``input`` in the innermost dim of ``sorted_sequence`` (batched over leading dims)."""
     if side is not None:
@@ -267,8 +276,8 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
             raise RuntimeError("torch.searchsorted(): side and right can't be set to opposites, got side of left "
                                "while right was True")
         right = side == "right"
-    values = input if isinstance(input, Tensor) else sorted_sequence.new_tensor(input)
     seq = sorted_sequence
+    values = input if isinstance(input, Tensor) else _wrapped_scalar(seq, input)
     if seq._data.ndim == 0:
         raise RuntimeError("torch.searchsorted(): boundaries tensor should have positive dimension, but got 0 "
                            "dimension")
@@ -276,10 +285,11 @@ def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=N
         raise RuntimeError(f"torch.searchsorted(): boundaries tensor should be 1 dimension or the first N-1 "
                            f"dimensions of boundaries tensor and input value tensor must match, but we got "
                            f"boundaries tensor {list(seq.shape)} and input value tensor {list(values.shape)}")
-    for t in (seq, values):
-        if t.dtype is _dtype.bool or t.is_complex():
-            raise NotImplementedError(f"\"searchsorted_out_cpu\" not implemented for "
-                                      f"'{TORCH_TYPE_NAMES[t.dtype.name]}'")
+    if values.dtype is not seq.dtype:  # ATen's searchsorted_maybe_trim_input_tensors: both to their result type
+        common = _dtype.result_type(seq, input)
+        seq, values = seq.to(common), values.to(common)  # (a scalar out of range wraps, as ATen's .to)
+    if seq.dtype is _dtype.bool or seq.is_complex():
+        raise NotImplementedError(f"\"searchsorted_out_cpu\" not implemented for '{TORCH_TYPE_NAMES[seq.dtype.name]}'")
     if sorter is not None:
         if sorter.dtype is not _dtype.int64:
             raise RuntimeError(f"torch.searchsorted(): sorter must be a tensor of long dtype but got dtype "

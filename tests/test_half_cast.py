@@ -143,3 +143,22 @@ def test_float16_signed_zero_ties_keep_their_semantics():
     small = signed[:8]  # below the native threshold: the same answers
     np.testing.assert_array_equal(np.signbit(jitorch.relu(jitorch.tensor(small)).numpy()),
                                   np.signbit(torch.relu(torch.tensor(small)).numpy()))
+
+
+@pytest.mark.parametrize("shape, dim", [((1000,), None), ((64, 1000), -1), ((1000, 64), 0), ((40, 50, 30), 1),
+                                        ((3, 5000), None)])
+@pytest.mark.parametrize("reduce", ["sum", "sum_f32", "mean"])
+def test_float16_sums_widen_natively_and_match_torch(shape, dim, reduce):
+    a = (np.random.default_rng(7).standard_normal(shape) * 10).astype(np.float16)
+
+    def run(lib, values):
+        x = lib.tensor(values)
+        kwargs = {"dtype": lib.float32} if reduce == "sum_f32" else {}
+        fn = x.mean if reduce == "mean" else x.sum
+        return (fn(**kwargs) if dim is None else fn(dim, **kwargs)).numpy()
+    got, expected = run(jitorch, a), run(torch, a)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), rtol=2e-3, atol=1e-2)
+    whole = np.round(a).astype(np.float16)  # integers up to 2**11: every order sums them exactly
+    whole = np.clip(whole, -4, 4)
+    np.testing.assert_array_equal(run(jitorch, whole), run(torch, whole))

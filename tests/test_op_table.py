@@ -126,6 +126,8 @@ def test_pointwise_kernels_run_on_numpy(name):
         args = [x, 0.2, 0.8]
     if name in ("lerp_scalar", "add_alpha", "sub_alpha"):  # (the weight, alpha, is a Python number)
         args = [x, x[::-1], 0.3]
+    if name in ("elu", "elu_backward"):  # (alpha, scale and input scale are Python numbers)
+        args = [x] * (name == "elu_backward") + [x - 0.5, 1.0, 1.0, 1.0]
     out = op.kernel(np, *args)
     assert np.shape(out) == (2, 3), f"{name}: elementwise output shape {np.shape(out)}"
 

@@ -6,8 +6,9 @@ slices) and their errors, ``histc``/``histogram``, ``bucketize``/``searchsorted`
 ``out_int32``), ``cov``/``corrcoef`` with frequency and analytic weights, ``cdist`` for each ``p`` and compute mode with
 its gradients, ``kthvalue``, ``mode``, ``nanmean``/``nansum``; then ``nn.utils.parametrize`` (a custom symmetric
 parametrization, a ``right_inverse``, stacking, ``cached``, ``remove_parametrizations``) and the built-in
-``orthogonal`` / ``weight_norm`` / ``spectral_norm`` parametrizations, state-dict keys included. The sweep of
-Fourier neural operators, complex networks, word2vec and pruning is ``test_sweep_fno_sparse_prune.py``."""
+``orthogonal`` / ``weight_norm`` / ``spectral_norm`` parametrizations, state-dict keys included. Sweeps elsewhere:
+Fourier neural operators, complex networks and word2vec in ``test_sweep_fno_sparse_prune.py``, pruning in
+``test_sweep_prune.py``."""
 from __future__ import annotations
 
 import numpy as np

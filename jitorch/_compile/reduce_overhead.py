@@ -45,7 +45,6 @@ import warnings
 import numpy as np
 
 from .. import _dtype
-from .._random_generator import Generator
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..cpu import CPUGraph, graph
@@ -53,13 +52,13 @@ from ..cpu._grad_binds import grad_mismatch
 from ..cpu._steps import root_of
 from ..runtime.host_pointer import byte_span
 from ..ops.indexing import IndexOutOfBounds
-from ..optim._step_capture import adopting_capturable, noting_optimizer_steps
+from ..optim._step_capture import adopting_capturable
 from .array_contents import pin_versions
 from .guards import _constant, call_hooks, first_failure
 from .named_values import NamedValues
-from .python_output import noting_output
+from .reduce_overhead_checks import _RESEEDED, _aliased, _describe, _same_value, _self_overlapping, _warm_up
 from .reduce_overhead_cuda import CUDAGraphCapture
-from .reduce_overhead_replay import CapturedReplay, OverwrittenOutputError, spans_overlap, static_copy
+from .reduce_overhead_replay import CapturedReplay, OverwrittenOutputError, static_copy
 from .reduce_overhead_state import CaptureState
 from .side_effects import PythonState
 
@@ -82,72 +81,8 @@ _SELF_OVERLAPPING = ("a tensor argument has elements sharing memory (an expanded
                      "copy of it, on which an in-place write does not raise as eager's does, so the call runs eagerly")
 _HOST_READS = ("the function reads tensor values back into Python (item(), bool(), tolist(), printing): a capture "
                "would freeze them, so calls run through the default compiled path, which compiles around them")
-
-
-def _warm_up(fn, args, kwargs):
-    """``fn(*args, **kwargs)`` eagerly, whether it read a tensor's value back into Python (`cpu._hooks`'s list:
-    what a capture refuses), and why the optimizers it stepped could not be replayed (their
-    ``_capture_refusal``), and the first output it wrote (``print``, logging: a capture would not repeat it).
-    Knowing it before the capture means no capture starts and stops half-way."""
-    from ..cpu._hooks import FORBIDDEN
-
-    originals = {name: Tensor.__dict__[name] for name in FORBIDDEN if name in Tensor.__dict__}
-    seen, printed = [], []
-
-    def noting(name, method):
-        def read(self, *a, **k):
-            seen.append(name)
-            return method(self, *a, **k)
-        return read
-    # Reseeding a generator (``manual_seed`` in the function) is Python state a replay would not set again.
-    reseeds = {name: getattr(Generator, name) for name in ("manual_seed", "seed", "set_state")}
-
-    def reseeding(name, method):
-        def reseed(self, *a, **k):
-            printed.append(_RESEEDED.format(name))
-            return method(self, *a, **k)
-        return reseed
-    for name, method in originals.items():
-        setattr(Tensor, name, noting(name, method))
-    for name, method in reseeds.items():
-        setattr(Generator, name, reseeding(name, method))
-    try:
-        with noting_optimizer_steps() as stepped, noting_output(printed.append):
-            out = fn(*args, **kwargs)
-    finally:
-        for name, method in originals.items():
-            setattr(Tensor, name, method)
-        for name, method in reseeds.items():
-            setattr(Generator, name, method)
-    refusals = [r for r in (o._capture_refusal() for o in stepped) if r is not None]
-    return out, bool(seen), refusals, printed[:1]
-
-_RESEEDED = "reseeds a random generator (Generator.{}())"
 # Captures redone for changed hyperparameters before the warning that the step would run better uncaptured.
 RECAPTURE_WARNING = 8
-
-
-def _describe(t):
-    return f"shape {list(t.shape)}, dtype {t.dtype}, device {t.device}, contiguous={t.is_contiguous()}"
-
-
-def _aliased(arrays):
-    """Whether two of ``arrays`` (NumPy) may share memory (their byte ranges overlap)."""
-    return spans_overlap(byte_span(a) for a in arrays)
-
-
-def _self_overlapping(leaves):
-    """Whether a tensor of ``leaves`` repeats memory along a dim (a zero stride over more than one element)."""
-    return any(isinstance(t, Tensor) and t._data.size > 1 and
-               any(st == 0 and n > 1 for st, n in zip(t._data.strides, t._data.shape)) for t in leaves)
-
-
-def _same_value(new, static, key):
-    """Whether a non-tensor argument is what the capture baked in: NumPy arrays by `guards._constant` (``key``: by
-    value, large ones by identity and contents), other values by identity or ``==``."""
-    if key is not None:
-        return type(new) is np.ndarray and _constant(new) == key
-    return new is static or (type(new) is type(static) and new == static)
 
 
 class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):

@@ -19,7 +19,7 @@ from .. import _dtype
 from .. import _pointwise as pw
 from .._pointwise import where
 from ..amp._cast_mode import autocast_lower
-from ..ops import activation_ops, activation_piecewise, softplus_ops
+from ..ops import activation_elu, activation_ops, activation_piecewise, softplus_ops
 from ._functional_core import run_inplace, type_name
 
 __all__ = [
@@ -99,8 +99,7 @@ def leaky_relu_(input, negative_slope=0.01):
 
 def _elu(x, alpha, scale=1.0, input_scale=1.0):
     _floating_kernel("elu", x)
-    negative = (x.clamp(max=0) * input_scale).expm1() * (alpha * scale)
-    return where(x > 0, x * scale if scale != 1.0 else x, negative)
+    return activation_elu.elu(x, alpha, scale, input_scale)  # a row, its gradient ATen's elu_backward
 
 
 def elu(input, alpha=1.0, inplace=False):

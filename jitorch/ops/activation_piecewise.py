@@ -76,25 +76,75 @@ def _hardtanh_kernel(xp, x, lo, hi):
     return xp.where(x < lo, lo, xp.where(x > hi, hi, x)).astype(x.dtype, copy=False)
 
 
-def _scalar_lanes(out, g, x):
+def _scalar_lanes(out, g, x, vectors=1, scale=1.0):
     """ATen's hardtanh and shrink backward kernels pass the gradient strictly inside the bounds (outside for the
     shrinks) over whole vectors of contiguous operands: NaN's gradient is 0 there, as in ``out``.
     Its scalar code, on a block's remainder and on strided operands, tests the other way round and lets NaN's
-    gradient through: ``g`` in those lanes."""
+    gradient through: ``g`` (times ``scale``: elu's) in those lanes. A block is ``vectors`` vectors (hardswish's and
+    elu's backward loops take two at a time)."""
     if type(x) is not np.ndarray or x.dtype.kind not in "fV" or not x.size:
         return out
+    block = vectors * 2 * _HALF_BLOCK // x.itemsize  # (one vector: 64 or 32 bytes)
     start = 0
     if x.flags.c_contiguous and (g.flags.c_contiguous or not any(g.strides)):
-        start = x.size - x.size % (2 * _HALF_BLOCK // x.itemsize)  # (one vector: 64 or 32 bytes)
+        start = x.size - x.size % block
         if start == x.size:
             return out
+    elif x.ndim > 1:
+        return _scalar_lanes_permuted(out, np.broadcast_to(g, x.shape), x, block, scale)
     lanes = (x if x.ndim == 1 else x.reshape(-1))[start:]
     top = np.maximum.reduce(lanes)  # NaN where any lane is: one reduction for the common answer
     if top == top:
         return out
     nan = lanes != lanes
     out = np.ascontiguousarray(out)
-    out.reshape(-1)[start:][nan] = np.broadcast_to(g, x.shape).reshape(-1)[start:][nan]
+    tail = np.broadcast_to(g, x.shape).reshape(-1)[start:][nan]
+    out.reshape(-1)[start:][nan] = tail if scale == 1.0 else _scaled(tail, scale)
+    return out
+
+
+def _iteration_order(g, x):
+    """ATen's TensorIterator order of ``(g, x)``'s dims, innermost last (a dim goes inside another where the first
+    operand with unequal nonzero strides has the smaller stride there), and the length of its coalesced inner run."""
+    def inside(d0, d1):
+        for a in (g, x):
+            s0, s1 = a.strides[d0], a.strides[d1]
+            if s0 and s1 and s0 != s1:
+                return s0 < s1
+            if s0 and s1 and x.shape[d0] > x.shape[d1]:
+                return False
+        return None
+    fast = []  # fastest first, as ATen's perm_, from the reversed dims
+    for d in reversed([d for d in range(x.ndim) if x.shape[d] > 1]):
+        i = len(fast)
+        fast.append(d)
+        while i and inside(fast[i - 1], fast[i]) is False:
+            fast[i - 1], fast[i] = fast[i], fast[i - 1]
+            i -= 1
+    run = x.shape[fast[0]] if fast else 1
+    for inner, outer in zip(fast, fast[1:]):
+        if any(a.strides[inner] * x.shape[inner] != a.strides[outer] for a in (g, x)):
+            break
+        run *= x.shape[outer]
+    axes = [d for d in range(x.ndim) if x.shape[d] == 1] + fast[::-1]
+    return axes, run, bool(fast) and x.strides[fast[0]] == x.itemsize and g.strides[fast[0]] in (0, x.itemsize)
+
+
+def _scalar_lanes_permuted(out, g, x, block, scale):
+    """`_scalar_lanes` of a non-contiguous ``x``: in ATen's iteration order each coalesced inner run whose inner
+    strides are contiguous (``g``'s may be 0) is vectorized but for its remainder; other runs are all scalar code."""
+    top = np.maximum.reduce(x, axis=None)  # NaN where any element is
+    if top == top:
+        return out
+    axes, run, vectorized = _iteration_order(g, x)
+    xv, gv = x.transpose(axes), g.transpose(axes)
+    tail = np.ascontiguousarray(xv != xv).reshape(-1, run)
+    if vectorized:
+        tail[:, :run - run % block] = False
+    tail = tail.reshape(xv.shape)
+    out = np.ascontiguousarray(out)
+    picked = gv[tail]
+    out.transpose(axes)[tail] = picked if scale == 1.0 else _scaled(picked, scale)
     return out
 
 
@@ -295,10 +345,11 @@ def _hardswish_kernel(xp, x):
 def _hardswish_grad_kernel(xp, g, x):
     out = pointwise_constants(HARDSWISH_BACKWARD, [g, x], ())
     if out is not None:
-        return out
+        return _scalar_lanes(out, g, x, 2)
     if xp is not np:
         return xp.where(x <= -3, 0, xp.where(x >= 3, g, g * (x / 3 + 0.5))).astype(g.dtype, copy=False)
-    return _widened(_hardswish_grad_numpy, g, x)
+    # ATen's scalar tail (a block's remainder, strided operands) tests x <= 3 then passes g on: NaN's gradient is g
+    return _scalar_lanes(_widened(_hardswish_grad_numpy, g, x), g, x, 2)
 
 
 def _hardswish_grad_backward(ctx, gg):

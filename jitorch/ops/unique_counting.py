@@ -16,6 +16,7 @@ import numpy as np
 
 from ..runtime.key_runs import run_lengths, run_starts
 from .sets_and_counts import _unique_kernel
+from .sorting_first_tie import first_in_std_sort
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 __all__ = ["UNIQUE_FLAT", "UNIQUE_CONSECUTIVE_FLAT"]
@@ -43,7 +44,8 @@ def _unique_flat_kernel(xp, a, with_inverse):
     flat = a.reshape(-1)
     span = _counting_range(xp, flat)
     if span is None:
-        return _unique_kernel(xp, a, None)
+        values, inverse, counts = _unique_kernel(xp, a, None)
+        return _aten_zero(xp, flat, values, inverse), inverse, counts
     low, slots = span
     # Offsets from the minimum in the platform's index type (bincount's and take's own), so no copy when it is int64
     # with a zero minimum.
@@ -60,6 +62,25 @@ def _unique_flat_kernel(xp, a, with_inverse):
     rank = xp.cumsum(present) - 1  # each slot's position among the present values
     inverse = rank.take(offset).reshape(a.shape).astype(np.int64, copy=False)
     return values, inverse, counts
+
+
+def _aten_zero(xp, flat, values, inverse):
+    """``values`` (sorted, unique) with ATen's zero where ``flat`` holds both -0.0 and 0.0: the first of its
+    ``std::sort``, which is not stable beyond 16 elements (a stable sort keeps the first zero of the input)."""
+    if xp is not np or flat.size <= 16 or flat.dtype.kind not in "fV":
+        return values
+    slot = int(np.searchsorted(values, 0))  # (NaNs sort last)
+    if slot == values.size or values[slot] != 0:
+        return values
+    # -0.0 is the sign bit alone: one integer comparison a element (no gather of the zeros)
+    bits = flat.view(np.dtype(f"u{flat.itemsize}"))
+    negative = np.count_nonzero(bits == bits.dtype.type(1 << (8 * flat.itemsize - 1)))
+    if negative == 0 or negative == np.count_nonzero(flat == 0):
+        return values
+    # each element's rank among the values: the comparator's order, NaNs all equal (and last)
+    ranks = np.minimum(inverse.reshape(-1), np.count_nonzero(values == values))
+    values[slot] = flat[first_in_std_sort(ranks, slot)]
+    return values
 
 
 def _unique_consecutive_flat_kernel(xp, a, with_inverse):

@@ -1,0 +1,195 @@
+"""Batch and instance normalization: ``batch_norm`` and ``instance_norm``, the norms that keep running statistics.
+
+Split from ``_functional_norm.py`` (for size), which re-exports them. In training the batch's statistics normalize
+and the running ones, if given, are updated in place (without recording autograd) with ``running = (1 - momentum) *
+running + momentum * batch_stat``, the running variance taking the unbiased batch variance; in evaluation the running
+statistics normalize. Half inputs give PyTorch's CPU output, one fused multiply-add in float32 (`_half_transform`).
+
+>>> import jitorch
+>>> from jitorch.nn._functional_batch_norm import instance_norm
+>>> instance_norm(jitorch.tensor([[[1.0, 3.0], [2.0, 6.0]]]), eps=0.0)
+tensor([[[-1.,  1.],
+         [-1.,  1.]]])
+"""
+from __future__ import annotations
+
+import math
+
+from .. import _dtype
+from ..autograd.grad_mode import is_grad_enabled, no_grad
+from ..autograd.saved_hooks import one_op
+from .._dispatch import apply
+from .._vmap import unmapped_in_vmap
+from ..ops.nn_batch_norm import BATCH_NORM
+from ..ops.nn_fused import FUSED_DTYPES
+# (``_functional_norm`` is loaded first and imports this module at its end, once these are defined)
+from ._functional_norm import (_HALF, _affine, _channel_view, _in_suggested_layout, _normalize_over, _refuse_mixed,
+                               _refuse_non_float, _upcast, _verify_batch_size)
+
+__all__ = ["batch_norm", "instance_norm"]
+
+
+def _half_transform(input, x, mean, var, eps, weight, bias, params, view):
+    """PyTorch's CPU batch-norm output for a half ``input`` (``x`` is it in float32): ``x * alpha + beta`` with
+    ``alpha = invstd * weight`` and ``beta = bias - mean * alpha``, one fused multiply-add rounded once (emulated in
+    float64, whose product is exact). In training (``params``: weight, bias, running statistics) native_batch_norm
+    keeps the batch statistics in the parameters' dtype: the input's, unless one of them is float32. Evaluation
+    (``params=None``) uses the running statistics as they are."""
+    if params is not None and all(t is None or t.dtype == input.dtype for t in params):
+        if input.dtype == _dtype.bfloat16:  # its kernel rounds the sum of squared deviations too
+            n = input.numel() // mean.numel()
+            var = (var * n).to(input.dtype).float() / n
+        mean, invstd = mean.to(input.dtype).float(), (1 / (var + eps).sqrt()).to(input.dtype).float()
+    else:
+        invstd = 1 / (var + eps).sqrt()
+    alpha = invstd if weight is None else invstd * view(weight).float()
+    beta = -mean * alpha if bias is None else view(bias).float() - mean * alpha
+    return (x.double() * alpha.double() + beta.double()).float().to(input.dtype)
+
+
+def _check_channels(name, t, channels):
+    if t is not None and t.numel() != channels:
+        raise RuntimeError(f"{name} should contain {channels} elements not {t.numel()}")
+
+
+def _check_stats_no_grad(op, running_mean, running_var):
+    # PyTorch's kernels are not differentiable in the running statistics, and say so.
+    if is_grad_enabled():
+        for name, t in (("running_mean", running_mean), ("running_var", running_var)):
+            if t is not None and t.requires_grad:
+                raise RuntimeError(f"The function '{op}' is not differentiable with respect to argument '{name}'. "
+                                   "This input cannot have requires_grad True.")
+
+
+def _update_running(running, stat, momentum):
+    # Half running statistics are updated in float32 from the float32 batch statistic and rounded once, as PyTorch.
+    wide = _dtype.float32 if running.dtype in _HALF else running.dtype
+    with no_grad():
+        running.copy_(stat.detach().to(wide) * momentum + running.to(wide) * (1 - momentum))
+
+
+def _update_batch_stats(running_mean, running_var, mean, var, n, momentum):
+    # An empty batch has no statistics (its mean is nan): PyTorch leaves the running ones as they were.
+    if running_mean is not None and n > 0:
+        _update_running(running_mean, mean.reshape(-1), momentum)
+        _update_running(running_var, var.reshape(-1) * (n / (n - 1)), momentum)
+
+
+_VMAP_STATS_ERROR = (
+    "Batch norm got a batched tensor as input while the running_mean or running_var, which will be updated in place, "
+    "were not batched.\nIf you are using a module and do not need eval mode, please set `track_running_stats` to be "
+    "False.If you are using a prebuilt module and do not need eval mode, please see the functorch website for "
+    "resources on how to patch your module to work with vmap")
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """Normalize each channel (dim 1) over the batch and spatial dims, then scale by ``weight``, shift by ``bias``.
+
+    In training (or without running statistics) the batch's statistics are used and the running ones, if given,
+    updated in place; in evaluation the running statistics are used.
+    """
+    out = _batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+    return _in_suggested_layout(out, input)
+
+
+def _batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps):
+    if training:
+        _verify_batch_size(input.size())
+    if training and eps <= 0.0:
+        raise ValueError(f"batch_norm eps must be positive during training, but got {eps}")
+    if eps < 0.0:
+        raise ValueError(f"batch_norm eps must be non-negative, but got {eps}")
+    if (running_mean is None) != (running_var is None):
+        raise ValueError("running_mean and running_var must either both be None or neither be None")
+    channels = input.shape[1] if input.dim() > 1 else 0
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        _check_channels(name, t, channels)
+    if not training and running_mean is None:
+        raise RuntimeError("running_mean must be defined in evaluation mode")
+    _check_stats_no_grad("batch_norm", running_mean, running_var)
+    _refuse_non_float("batch_norm", input)
+    _refuse_mixed(input, weight, bias, running_mean, running_var)
+    if training and running_mean is not None and unmapped_in_vmap(running_mean, running_var):
+        raise RuntimeError(_VMAP_STATS_ERROR)
+    x = _upcast(input)
+    ndim = x.dim()
+    view = lambda t: _channel_view(t, ndim)  # noqa: E731 - a one-line closure over ndim
+    if training:
+        dims = (0,) + tuple(range(2, ndim))
+        if ndim > 1 and x is input and x._data.dtype in FUSED_DTYPES and x._data.size and \
+                all(t is None or t._data.dtype == x._data.dtype for t in (weight, bias)):
+            # One row (PyTorch's native_batch_norm) and one for its backward: a third of the composite's passes.
+            with one_op():  # torch's native op updates the statistics before it saves (checkpoint's early stop)
+                out, mean, var = apply(BATCH_NORM, x, weight, bias, eps=eps)
+                _update_batch_stats(running_mean, running_var, mean, var, x.numel() // channels, momentum)
+            return out.to(input.dtype)
+        with one_op():
+            out, mean, var = _normalize_over(x, dims, eps)
+            _update_batch_stats(running_mean, running_var, mean, var, x.numel() // max(channels, 1), momentum)
+        if x is not input:
+            params = (weight, bias, running_mean, running_var)
+            return _half_transform(input, x, mean, var, eps, weight, bias, params, view)
+    elif x is not input:
+        rm, rv = view(running_mean).float(), view(running_var).float()
+        return _half_transform(input, x, rm, rv, eps, weight, bias, None, view)
+    else:
+        out = (x - view(running_mean)) * view(running_var + eps).rsqrt()
+    return _affine(out, weight, bias, view).to(input.dtype)
+
+
+def _verify_spatial_size(size):
+    prod = 1
+    for s in size[2:]:
+        prod *= s
+    if prod == 1:
+        raise ValueError(f"Expected more than 1 spatial element when training, got input size {size}")
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5):
+    """Normalize each channel of each sample over its spatial dims (``(N, C, *)`` input).
+
+    Running statistics, if given, are updated with the batch average of the per-instance statistics.
+    """
+    out = _instance_norm(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps)
+    return out.contiguous()  # ATen's is a batch norm of a row-major (1, N*C, *) view, channels-last inputs included
+
+
+def _instance_norm(input, running_mean, running_var, weight, bias, use_input_stats, momentum, eps):
+    if use_input_stats:
+        _verify_spatial_size(input.size())
+    if input.dim() < 2:
+        raise RuntimeError(f"instance_norm: expected an input of shape (N, C, *), but got {list(input.shape)}")
+    if (running_mean is None) != (running_var is None):
+        raise ValueError("running_mean and running_var must either both be None or neither be None")
+    channels = input.shape[1]
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        _check_channels(name, t, channels)
+    _check_stats_no_grad("instance_norm", running_mean, running_var)
+    _refuse_non_float("batch_norm", input)  # ATen's instance norm is a batch norm of the (1, N*C, *) view
+    _refuse_mixed(input, weight, bias)  # (of running statistics, torch's repeats take any float dtype)
+    x = _upcast(input)
+    ndim = x.dim()
+    view = lambda t: _channel_view(t, ndim)  # noqa: E731
+    if use_input_stats:
+        dims = tuple(range(2, ndim))
+        out, mean, var = _normalize_over(x, dims, eps)
+        n = math.prod(x.shape[2:])
+        # As in PyTorch (batch norm of the (1, N*C, *) view, then a mean over N): empty instances leave the running
+        # statistics as they were; an empty batch of instances makes them nan.
+        if running_mean is not None and n > 0:
+            _update_running(running_mean, mean.reshape(x.shape[0], channels).mean(0), momentum)
+            _update_running(running_var, var.reshape(x.shape[0], channels).mean(0) * (n / (n - 1)), momentum)
+        if x is not input:  # PyTorch's is a batch norm of the (1, N*C, *) view: its half output
+            params = (weight, bias, running_mean, running_var)
+            return _half_transform(input, x, mean, var, eps, weight, bias, params, view)
+    else:
+        if running_mean is None:
+            raise RuntimeError("Expected running_mean and running_var to be defined when use_input_stats is false")
+        if x is not input:
+            rm, rv = view(running_mean).float(), view(running_var).float()
+            return _half_transform(input, x, rm, rv, eps, weight, bias, None, view)
+        out = (x - view(running_mean)) * view(running_var + eps).rsqrt()
+    return _affine(out, weight, bias, view).to(input.dtype)
