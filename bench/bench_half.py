@@ -3,7 +3,7 @@
 Loading float16 weights into a float32 model (``.float()``, ``copy_``), ``model.half()``, and float16 inference
 spend their time in conversions. NumPy converts float16 in software, one element at a time; jitorch converts dense
 arrays with the host's F16C instructions (``jitorch/ops/half_cast.py``) and computes add/sub/mul/div, comparisons,
-relu and clamp on widened copies. A row is the median microseconds per call over interleaved samples;
+relu, clamp and sums on widened copies. A row is the median microseconds per call over interleaved samples;
 jitorch/torch < 1: jitorch is faster. NumPy's row is the same conversion or ufunc on the arrays (no tensor).
 
 Run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_half.py [--name NAME] [name filters...]
@@ -36,6 +36,8 @@ CASES = [
     ("relu", "h.relu()", "np.maximum(np.float16(0), nh)"),
     ("clamp(-1, 1)", "h.clamp(-1, 1)", "np.clip(nh, np.float16(-1), np.float16(1))"),
     ("sigmoid", "h.sigmoid()", None),
+    ("sum", "h.sum()", "nh.sum(dtype=np.float32).astype(np.float16)"),
+    ("mean(-1)", "h.mean(-1)", "nh.mean(-1, dtype=np.float32).astype(np.float16)"),
     ("h @ h (256x256)", "hs @ hs", None),
 ]
 
