@@ -361,7 +361,10 @@ def _clamp_kernel(xp, a, lo, hi):
                                                   for b in (lo, hi))
     if narrow:
         a16, a = a, converted(a, _F32)
-        lo, hi = (b if b is None else np.float32(np.float16(b)) for b in (lo, hi))
+        lo, hi = (b if b is None else float(np.float16(b)) for b in (lo, hi))  # (float32 holds these exactly)
+        out = native_select.clamp_scalars(CLAMP, a, lo, hi)  # one native float32 pass, the same ties and NaNs
+        if out is not None:
+            return converted(out, _F16)
     out = a
     # The bound first: NumPy's maximum/minimum keep the second operand on a tie, so -0.0 clamped at 0 stays -0.0,
     # as ATen's clamp (the native kernel's select does the same).

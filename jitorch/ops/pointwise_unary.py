@@ -184,7 +184,9 @@ def _relu_kernel(xp, a):
     # the row's expression as a generated kernel where it applies.
     out = native_eager.pointwise(RELU, a)
     if out is None and a.dtype == _F16 and xp is np:  # (NumPy's float16 loop widens in software: exact in float32)
-        out = converted(np.maximum(0, converted(a, _F32)), a.dtype)
+        wide = converted(a, _F32)
+        out = native_eager.pointwise(RELU, wide)  # (None below its size: NumPy's maximum, the same answer)
+        out = converted(np.maximum(0, wide) if out is None else out, a.dtype)
     # (NumPy's float32/64 maximum keeps its second operand on a tie of zeros: relu(-0.0) is -0.0, as ATen's clamp_min)
     return xp.maximum(0, a).astype(a.dtype, copy=False) if out is None else out
 
