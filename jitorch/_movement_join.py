@@ -178,7 +178,7 @@ def _tensor_list(tensors, op):
 
 
 def _nonempty_list(tensors, op):
-    """`_tensor_list`, and torch's error for an empty one (the h/v/d/column stacks)."""
+    """`_tensor_list`, and torch's error for an empty one (stack and the h/v/d/column stacks)."""
     tensors = _tensor_list(tensors, op)
     if not tensors:
         raise RuntimeError(f"{op} expects a non-empty TensorList")
@@ -190,9 +190,7 @@ def stack(tensors, dim=0, *, out=None):
         result = _quick_join(M.STACK, tensors, dim, True)
         if result is not None:
             return result
-    tensors = _tensor_list(tensors, "stack")
-    if not tensors:
-        raise RuntimeError("stack expects a non-empty TensorList")
+    tensors = _nonempty_list(tensors, "stack")
     shape = tensors[0]._data.shape
     for i, x in enumerate(tensors):
         if x._data.shape != shape:

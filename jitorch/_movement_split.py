@@ -68,11 +68,16 @@ def select(input, dim, index):
     return _sliced(input, _key_for(input._data.ndim, d, index % size), "SelectBackward0")
 
 
+def _split_dim(input, dim, op, zero_dim_error):
+    """(the wrapped dim, its size) that ``op`` splits ``input`` along; a 0-d input gets the op's own error."""
+    if input._data.ndim == 0:
+        raise RuntimeError(zero_dim_error)
+    d = wrap_dim(dim, input._data.ndim, op)
+    return d, input._data.shape[d]
+
+
 def split(tensor, split_size_or_sections, dim=0):
-    if tensor._data.ndim == 0:
-        raise RuntimeError("split expects at least a 1-dimensional tensor")
-    d = wrap_dim(dim, tensor._data.ndim, "split")
-    size = tensor._data.shape[d]
+    d, size = _split_dim(tensor, dim, "split", "split expects at least a 1-dimensional tensor")
     if isinstance(split_size_or_sections, int):
         step = split_size_or_sections
         if step <= 0 and size:
@@ -165,10 +170,8 @@ def tensor_split(input, indices_or_sections=None, dim=0, *, sections=None, indic
         indices_or_sections = indices_or_sections.tolist()
     elif not isinstance(indices_or_sections, (int, list, tuple)):
         indices_or_sections = operator.index(indices_or_sections)  # a NumPy integer
-    if input._data.ndim == 0:
-        raise RuntimeError("tensor_split expected at least a 1-dimensional tensor, but got a tensor with 0 dims")
-    d = wrap_dim(dim, input._data.ndim, "tensor_split")
-    size = input._data.shape[d]
+    d, size = _split_dim(input, dim, "tensor_split",
+                         "tensor_split expected at least a 1-dimensional tensor, but got a tensor with 0 dims")
     if isinstance(indices_or_sections, int):
         n = indices_or_sections
         if n <= 0:

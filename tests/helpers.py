@@ -376,3 +376,17 @@ def outcome(fn):
         kind = "IndexError" if isinstance(e, IndexError) else type(e).__name__
         return kind, str(e).split("\n")[0]
     return str(out.dtype).split(".")[-1], out.detach()
+
+
+def optimizer_steps(opt, w, grads, capture=False):
+    """``opt.step()`` once per array of ``grads``, each exactly ``w``'s gradient (the backward of ``(w * g).sum()``),
+    eager or captured with ``jitorch.compile(mode="reduce-overhead")``; returns the step function that ran."""
+    def step(g):
+        opt.zero_grad()
+        (w * g).sum().backward()
+        opt.step()
+
+    run = jitorch.compile(step, mode="reduce-overhead") if capture else step
+    for g in grads:
+        run(g)
+    return run

@@ -14,6 +14,7 @@ import torch.optim.adam as torch_adam
 
 import jitorch
 import jitorch.optim.adam as jitorch_adam
+from helpers import optimizer_steps
 
 DTYPES = [np.float32, np.float64]
 SIZES = [1, 15, 17, 1000, 4099]
@@ -43,14 +44,8 @@ def _train(lib, n, dtype, config, capture=False, **flags):
     w = lib.nn.Parameter(lib.from_numpy(rng.standard_normal(n).astype(dtype)))
     opt = getattr(lib.optim, name)([w], **kwargs, **flags)
 
-    def step(g):
-        opt.zero_grad()
-        (w * g).sum().backward()  # the gradient is g, exactly
-        opt.step()
-
-    run = jitorch.compile(step, mode="reduce-overhead") if capture else step
-    for _ in range(STEPS):
-        run(lib.from_numpy((rng.standard_normal(n) * 0.1).astype(dtype)))
+    run = optimizer_steps(opt, w, [lib.from_numpy((rng.standard_normal(n) * 0.1).astype(dtype)) for _ in range(STEPS)],
+                          capture)
     state = opt.state[w]
     return run, [w.detach()] + [state[k] for k in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if k in state]
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import jitorch
-from helpers import assert_same, check_error, check_op
+from helpers import assert_same, check_error, check_op, optimizer_steps
 
 DTYPES = [np.float32, np.float64]
 
@@ -111,14 +111,8 @@ def _sgd(lib, steps=5, capture=False, **kw):
     w = lib.nn.Parameter(lib.from_numpy(rng.standard_normal((33, 31)).astype(np.float32)))
     opt = lib.optim.SGD([w], lr=0.05, momentum=0.9, weight_decay=1e-2, **kw)
 
-    def step(x):
-        opt.zero_grad()
-        (w * x).sum().backward()  # the gradient is x, exactly
-        opt.step()
-
-    run = jitorch.compile(step, mode="reduce-overhead") if capture else step
-    for _ in range(steps):
-        run(lib.from_numpy(rng.standard_normal((33, 31)).astype(np.float32)))
+    optimizer_steps(opt, w, [lib.from_numpy(rng.standard_normal((33, 31)).astype(np.float32)) for _ in range(steps)],
+                    capture)
     return w.detach()
 
 
