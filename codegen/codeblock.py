@@ -7,7 +7,8 @@ from __future__ import annotations
 import struct
 from contextlib import contextmanager
 
-LLVM_TYPES = {"f32": "float", "f64": "double", "i32": "i32", "i64": "i64", "bool": "i1"}
+# bfloat16 values live as their bits (i16): `llvm_body` converts them with integer operations, exactly.
+LLVM_TYPES = {"f32": "float", "f64": "double", "i32": "i32", "i64": "i64", "bool": "i1", "f16": "half", "bf16": "i16"}
 
 
 class CodeBlock:

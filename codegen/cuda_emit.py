@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 from .codeblock import CodeBlock
 from .cuda_index import IndexPlan, c_int, index64_needed
-from .cuda_ops import C_TYPES, UnsupportedPrimitive, c_const, c_op, combine
+from .cuda_ops import C_TYPES, UnsupportedPrimitive, c_const, c_op, combine, storage_prelude
 from .cuda_templates import _check_name
 from .ir import ARG_REDUCTIONS, collapse, identity
 
@@ -212,6 +212,8 @@ class _Emitter:
     def source(self):
         cb, k = self.cb, self.k
         reducing = [(s.reduce, s.value.dtype) for s in k.stores if s.reduce]
+        for line in storage_prelude(k):
+            cb.line(line)
         if self.kind == "block_reduce":
             for reduce, dtype in dict.fromkeys(reducing):  # one helper per distinct (reduction, dtype)
                 for line in block_reduce_helper(reduce, dtype).splitlines():

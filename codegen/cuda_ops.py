@@ -12,9 +12,38 @@ import struct
 
 import numpy as np
 
-from .ir import COMPARE, FLOATS
+from .ir import COMPARE, FLOATS, STORAGE
 
-C_TYPES = {"f32": "float", "f64": "double", "i32": "int", "i64": "long long", "bool": "bool"}
+# The storage-only dtypes live as their bits (no cuda_fp16.h: NVRTC would need its include path); `STORAGE_HELPERS`
+# converts them.
+C_TYPES = {"f32": "float", "f64": "double", "i32": "int", "i64": "long long", "bool": "bool",
+           "f16": "unsigned short", "bf16": "unsigned short"}
+# f16 <-> f32 by PTX's cvt (round to nearest even, sm_53+); bf16 by integer rounding, as the LLVM backend does
+# (`llvm_body.storage_cast`): a NaN keeps its sign and becomes quiet, subnormals are kept.
+STORAGE_HELPERS = r"""static __device__ __forceinline__ float jt_f16_to_f32(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+static __device__ __forceinline__ unsigned short jt_f32_to_f16(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+static __device__ __forceinline__ float jt_bf16_to_f32(unsigned short h) {
+    return __uint_as_float(((unsigned int)h) << 16);
+}
+static __device__ __forceinline__ unsigned short jt_f32_to_bf16(float f) {
+    const unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)(((u >> 16) & 0x8000u) | 0x7fc0u);
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+"""
+
+
+def storage_prelude(kernel):
+    """`STORAGE_HELPERS` as lines for a kernel with a buffer of a storage-only dtype, else no lines."""
+    return STORAGE_HELPERS.splitlines() + [""] if any(b.dtype in STORAGE for b in kernel.buffers) else []
 # Integer +, -, *, neg go through the unsigned type: signed overflow is undefined in C, while NumPy and the LLVM
 # backend wrap around.
 _UNSIGNED = {"i32": "unsigned int", "i64": "unsigned long long"}
@@ -125,6 +154,10 @@ def cast(value, src, dst):
     """
     if src == dst:
         return value
+    if src in STORAGE:
+        return f"jt_{src}_to_f32({value})"
+    if dst in STORAGE:
+        return f"jt_f32_to_{dst}({value})"
     if dst == "bool":
         zero = {"f32": "0.0f", "f64": "0.0"}.get(src, "0")
         return f"({value} != {zero})"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .cuda_emit import _braces, _Emitter, _helper_name, _size, block_reduce_helper
 from .cuda_index import c_int
-from .cuda_ops import C_TYPES, c_const, combine
+from .cuda_ops import C_TYPES, c_const, combine, storage_prelude
 from .cuda_templates import _check_name
 from .ir import collapse, identity
 
@@ -102,6 +102,8 @@ class _SplitEmitter(_Emitter):
 
     def source(self):
         cb, k = self.cb, self.k
+        for line in storage_prelude(k):
+            cb.line(line)
         for reduce, dtype in dict.fromkeys((s.reduce, s.value.dtype) for s in k.stores if s.reduce):
             for line in block_reduce_helper(reduce, dtype).splitlines():
                 cb.line(line)

@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .ir import ARG_REDUCTIONS, DTYPES, identity
+from .ir import ARG_REDUCTIONS, NP_TYPES, identity
 
 
 def _erf(x):
@@ -91,7 +91,7 @@ def run(kernel, arrays):
     [-6.0]
     """
     for a, b in zip(arrays, kernel.buffers):
-        if a.dtype != DTYPES[b.dtype] or a.ndim != 1:
+        if a.dtype != NP_TYPES[b.dtype] or a.ndim != 1:
             raise TypeError(f"interp.run: expected a flat {b.dtype} array, got {a.dtype} with shape {a.shape}")
     nred = len(kernel.shape) - kernel.reduce_axes
     axes = tuple(range(nred, len(kernel.shape)))
@@ -143,7 +143,7 @@ def _evaluate(kernel, arrays, stores, accs, shape=None):
 
 
 def _eval(e, args, kernel, arrays, shape):
-    dt = DTYPES[e.dtype]
+    dt = NP_TYPES[e.dtype]
     if e.op == "load":
         return view(arrays[e.value], kernel.buffers[e.value], shape)
     if e.op == "const":

@@ -38,14 +38,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .ir_expr import (ARG_REDUCTIONS, BINARY, COMPARE, DTYPES, EXPR_FUNCTIONS, FLOAT_IR_DTYPES, FLOAT_ONLY, FLOATS,
-                      INFIX_OPS, INTS, IR_DTYPES, PRIMITIVES, REDUCTIONS, TERNARY, UNARY, Expr, const, load, op,
-                      reduced)
+                      INFIX_OPS, INTS, IR_DTYPES, NP_TYPES, PRIMITIVES, REDUCTIONS, STORAGE, STORAGE_IR_DTYPES,
+                      TERNARY, UNARY, Expr, const, load, op, reduced)
 
 # The expression names live in `ir_expr`; importers keep reading them from here.
 __all__ = ["ARG_REDUCTIONS", "BINARY", "COMPARE", "DTYPES", "EXPR_FUNCTIONS", "FLOAT_IR_DTYPES", "FLOAT_ONLY",
-           "FLOATS", "INFIX_OPS", "INTS", "IR_DTYPES", "PRIMITIVES", "REDUCTIONS", "TERNARY", "UNARY", "Expr", "const",
-           "load", "op", "reduced", "Buffer", "Store", "IDENTITIES", "identity", "Kernel", "merged_dims", "collapse",
-           "simplify"]
+           "FLOATS", "INFIX_OPS", "INTS", "IR_DTYPES", "NP_TYPES", "PRIMITIVES", "REDUCTIONS", "STORAGE",
+           "STORAGE_IR_DTYPES", "TERNARY", "UNARY", "Expr", "const", "load", "op", "reduced", "Buffer", "Store",
+           "IDENTITIES", "identity", "Kernel", "merged_dims", "collapse", "simplify"]
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,8 @@ class Kernel:
                 raise ValueError(f"unknown reduction {s.reduce!r}; expected one of {REDUCTIONS}")
             if s.reduce is not None and s.row:
                 raise ValueError(f"store {j}: a row store does not reduce")
+            if s.reduce is not None and s.value.dtype in STORAGE:
+                raise TypeError(f"store {j}: {s.value.dtype} is a storage-only dtype; reduce its f32 cast")
             if s.buffer is None:
                 if s.reduce is None:
                     raise ValueError(f"store {j}: only a reducing store may have no buffer")

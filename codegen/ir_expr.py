@@ -11,14 +11,22 @@ mul[f32](load[f32](0), const[f32](2.0))
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 DTYPES = {"bool": np.bool_, "i32": np.int32, "i64": np.int64, "f32": np.float32, "f64": np.float64}
+# Storage-only dtypes: loaded, stored and cast to or from f32, never computed in. A kernel computes their values in
+# float32 and rounds each result once where it is stored or cast back (ATen's "opmath" for half and bfloat16).
+STORAGE = ("f16", "bf16")
+# Every IR dtype's NumPy type: the compute dtypes (`DTYPES`) and the storage-only ones.
+NP_TYPES = dict(DTYPES, f16=np.float16, bf16=ml_dtypes.bfloat16)
 FLOATS = ("f32", "f64")
 INTS = ("i32", "i64")
-# A NumPy dtype's IR name (every IR dtype), and the float ones alone (for kernels that take only floats).
+# A NumPy dtype's IR name (every dtype kernels compute in), the float ones alone (for kernels that take only
+# floats), and the storage-only ones.
 IR_DTYPES = {np.dtype(t): name for name, t in DTYPES.items()}
 FLOAT_IR_DTYPES = {np.dtype(DTYPES[name]): name for name in FLOATS}
+STORAGE_IR_DTYPES = {np.dtype(NP_TYPES[name]): name for name in STORAGE}
 
 UNARY = ("neg", "abs", "exp", "log", "tanh", "sigmoid", "erf", "sqrt", "rsqrt", "sin", "cos", "not")
 BINARY = ("add", "sub", "mul", "div", "max", "min", "pow", "and", "or", "fmod")
@@ -82,12 +90,14 @@ def load(buffer, dtype):
 
 
 def const(value, dtype):
-    """A constant, rounded to ``dtype`` now so that every backend sees the same number.
+    """A constant, rounded to ``dtype`` now so that every backend sees the same number (not of a storage dtype).
 
     >>> const(0.1, "f32").value == float(np.float32(0.1))
     True
     """
     _check_dtype(dtype)
+    if dtype in STORAGE:
+        raise TypeError(f"const: {dtype} is a storage-only dtype; make an f32 constant")
     np_type = DTYPES[dtype]
     if isinstance(value, int) and np.issubdtype(np_type, np.integer):
         # Wrapped to the type's width, as a C cast and PyTorch do (int32 + 2**40 adds 0), not refused.
@@ -122,7 +132,13 @@ def op(name, *args, dtype=None):
         raise ValueError(f"op: {name} takes {arity} arguments, got {len(args)}")
     if name == "cast":
         _check_dtype(dtype)
+        src = args[0].dtype
+        if (src in STORAGE or dtype in STORAGE) and src != dtype and "f32" not in (src, dtype):
+            raise TypeError(f"cast: {src} -> {dtype}; storage-only dtypes convert to and from f32 only")
         return Expr("cast", args, dtype)
+    storage = [a.dtype for a in args if a.dtype in STORAGE]
+    if storage:
+        raise TypeError(f"{name}: {storage[0]} is a storage-only dtype; cast it to f32 first")
     if name == "where":
         if args[0].dtype != "bool" or args[1].dtype != args[2].dtype:
             raise TypeError(f"where: needs (bool, T, T), got {[a.dtype for a in args]}")
@@ -152,5 +168,5 @@ _POW_BY_CONSTANT = {
 
 
 def _check_dtype(dtype):
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; expected one of {tuple(DTYPES)}")
+    if dtype not in NP_TYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {tuple(NP_TYPES)}")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from . import llvm_fmod, llvm_math, llvm_trig
 from .codeblock import LLVM_TYPES, llvm_const
-from .ir import ARG_REDUCTIONS, FLOATS
+from .ir import ARG_REDUCTIONS, FLOATS, STORAGE
 from .ir_params import Sym
 
 _MEM_TYPES = dict(LLVM_TYPES, bool="i8")
@@ -204,10 +204,13 @@ def _int_op(b, name, args, ty):
 
 
 def _cast(b, value, src, dst):
-    """Conversions with C semantics (float -> int truncates; anything -> bool is ``!= 0``)."""
+    """Conversions with C semantics (float -> int truncates; anything -> bool is ``!= 0``); the storage-only dtypes
+    convert to and from f32 (`storage_cast`)."""
     s, d = LLVM_TYPES[src], LLVM_TYPES[dst]
     if src == dst:
         return value
+    if src in STORAGE or dst in STORAGE:
+        return storage_cast(b, value, src, dst)
     if dst == "bool":
         return b.emit(f"fcmp une {s} {value}, 0.0" if src in FLOATS else f"icmp ne {s} {value}, 0")
     if src == "bool":
@@ -219,6 +222,40 @@ def _cast(b, value, src, dst):
     if dst in FLOATS:
         return b.emit(f"sitofp {s} {value} to {d}")
     return b.emit(f"{'sext' if src == 'i32' else 'trunc'} {s} {value} to {d}")
+
+
+def storage_cast(b, value, src, dst):
+    """f32 to or from a storage-only dtype, rounding to nearest even. f16 is LLVM's ``half`` (F16C converts it);
+    bf16 is its bits, widened by a shift and narrowed by integer rounding, with a NaN kept NaN (its sign and the
+    quiet bit, as ml_dtypes) and subnormals kept (AVX512-BF16's ``vcvtneps2bf16`` flushes them). f32 -> bf16::
+
+        %t0 = bitcast float %x to i32
+        %t1 = lshr i32 %t0, 16
+        %t2 = and i32 %t1, 1
+        %t3 = add i32 %t2, 32767
+        %t4 = add i32 %t0, %t3
+        %t5 = lshr i32 %t4, 16
+        %t6 = and i32 %t0, 2147483647
+        %t7 = icmp ugt i32 %t6, 2139095040
+        %t8 = and i32 %t1, 32768
+        %t9 = or i32 %t8, 32704
+        %t10 = select i1 %t7, i32 %t9, i32 %t5
+        %t11 = trunc i32 %t10 to i16
+    """
+    if src == "f16":
+        return b.emit(f"fpext half {value} to float")
+    if dst == "f16":
+        return b.emit(f"fptrunc float {value} to half")
+    if src == "bf16":
+        wide = b.emit(f"zext i16 {value} to i32")
+        return b.emit(f"bitcast i32 {b.emit(f'shl i32 {wide}, 16')} to float")
+    bits = b.emit(f"bitcast float {value} to i32")
+    high = b.emit(f"lshr i32 {bits}, 16")
+    bias = b.emit(f"add i32 {b.emit(f'and i32 {high}, 1')}, 32767")
+    rounded = b.emit(f"lshr i32 {b.emit(f'add i32 {bits}, {bias}')}, 16")
+    nan = b.emit(f"icmp ugt i32 {b.emit(f'and i32 {bits}, 2147483647')}, 2139095040")
+    quiet = b.emit(f"or i32 {b.emit(f'and i32 {high}, 32768')}, 32704")
+    return b.emit(f"trunc i32 {b.emit(f'select i1 {nan}, i32 {quiet}, i32 {rounded}')} to i16")
 
 
 def fast_extremum(store):

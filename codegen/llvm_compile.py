@@ -18,7 +18,7 @@ import threading
 
 import llvmlite.binding as llvm
 
-from .ir import DTYPES
+from .ir import NP_TYPES
 from .ir_params import arguments, outer_size, parametrize
 from .llvm_emit import emit_kernel
 from .llvm_host import has_avx512, target, target_info
@@ -156,7 +156,7 @@ class CompiledKernel:
         """Base addresses of flat arrays after checking their dtypes against the IR buffers."""
         out = []
         for i, (a, b) in enumerate(zip(arrays, self.source.buffers, strict=True)):
-            if a.dtype != DTYPES[b.dtype] or not a.flags.c_contiguous:
+            if a.dtype != NP_TYPES[b.dtype] or not a.flags.c_contiguous:
                 raise TypeError(f"buffer {i}: expected a contiguous {b.dtype} array, got {a.dtype}")
             out.append(a.__array_interface__["data"][0])
         return out

@@ -55,3 +55,15 @@ def has_avx512():
     """
     target()
     return _state["avx512"]
+
+
+def storage_dtypes():
+    """The storage-only IR dtypes (`ir.STORAGE`) kernels built for this host can load and store: bf16 always
+    (integer conversions), f16 where the CPU has F16C (LLVM lowers half conversions to ``vcvtph2ps``/``vcvtps2ph``
+    there; elsewhere to compiler-rt calls that the JIT cannot resolve).
+
+    >>> "bf16" in storage_dtypes()
+    True
+    """
+    target()
+    return ("bf16", "f16") if "+f16c" in _state["target"]["features"].split(",") else ("bf16",)

@@ -28,8 +28,8 @@ __all__ = ["MICRO", "TILE", "TransposedTiles", "transposed_dims", "transpose_mas
 TILE = 64
 # The side of a micro tile, transposed in registers: vectors of one cache line for 4- and 8-byte elements (16 x 16
 # float32 tiles ran a 1024x1024 transpose 1.3x as fast as 8 x 8 ones: full lines written), 16 for narrower ones.
-MICRO = {1: 16, 4: 16, 8: 8}
-_SIZES = {"i8": 1, "i32": 4, "float": 4, "i64": 8, "double": 8}
+MICRO = {1: 16, 2: 16, 4: 16, 8: 8}
+_SIZES = {"i8": 1, "i16": 2, "half": 2, "i32": 4, "float": 4, "i64": 8, "double": 8}
 # Innermost strides that are a strided walk, not a transposed operand (`ir_params.INNER_LITERAL_STRIDES`).
 _NEAR = (0, 1, -1, 2, -2)
 

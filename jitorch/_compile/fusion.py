@@ -36,7 +36,7 @@ from ..codegen.ir import load
 from ..fx.make_fx import Primitive
 from ..fx.node import Node
 from .expr import Unfusable
-from .lower import IR_DTYPES, node_expr
+from .lower import FUSED_DTYPES, node_expr
 
 __all__ = ["FusedGroup", "partition", "MAX_PHASES", "MAX_NODES", "MAX_INPUTS"]
 
@@ -94,14 +94,14 @@ def fusible(node):
     if node.kwargs and not (target.op.name == "to_copy" and set(node.kwargs) <= {"dtype"}):
         return False  # attributes (round's decimals, nan_to_num's values) change the expression
     shape, dtype = node.meta["val"]
-    if shape == () or dtype not in IR_DTYPES:
+    if shape == () or dtype not in FUSED_DTYPES:
         return False
     operands = []
     for a in node.args:
         if isinstance(a, Node):
-            if "val" not in a.meta or a.meta["val"][1] not in IR_DTYPES:
+            if "val" not in a.meta or a.meta["val"][1] not in FUSED_DTYPES:
                 return False
-            operands.append(load(len(operands), IR_DTYPES[a.meta["val"][1]]))
+            operands.append(load(len(operands), FUSED_DTYPES[a.meta["val"][1]]))
         else:
             operands.append(a)
     try:
@@ -125,7 +125,7 @@ def reduction_axes(node):
     if "val" not in x.meta or "val" not in node.meta:
         return None
     (shape, dtype), out_dtype = x.meta["val"], node.meta["val"][1]
-    if (out_dtype != np.dtype(np.int64) if arg else dtype != out_dtype) or IR_DTYPES.get(dtype) in (None, "bool") \
+    if (out_dtype != np.dtype(np.int64) if arg else dtype != out_dtype) or FUSED_DTYPES.get(dtype) in (None, "bool") \
             or not shape:
         return None
     nd, dims = len(shape), node.kwargs.get("dim" if arg else "dims")

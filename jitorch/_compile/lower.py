@@ -21,8 +21,10 @@ import time
 
 import numpy as np
 
-from ..codegen.ir import IR_DTYPES, Buffer, Expr, Kernel, Store, load, op, reduced, simplify
+from ..codegen.ir import (IR_DTYPES, NP_TYPES, STORAGE, STORAGE_IR_DTYPES, Buffer, Expr, Kernel, Store, load, op,
+                          reduced, simplify)
 from ..codegen.llvm_compile import compile_kernel
+from ..codegen.llvm_host import storage_dtypes
 from ..codegen.llvm_objcache import default_cache
 from ..fx.node import Node
 from ..ops import native_eager
@@ -32,10 +34,16 @@ from ..runtime.host_pointer import data_address
 from . import lower_rows
 from .expr import Unfusable, parse_expr
 
-__all__ = ["IR_DTYPES", "Passes", "GroupKernel", "node_expr", "node_expr_for", "clear_kernel_cache",
+__all__ = ["IR_DTYPES", "FUSED_DTYPES", "Passes", "GroupKernel", "node_expr", "node_expr_for", "clear_kernel_cache",
            "kernel_cache_stats"]
 
-_NP = {v: k for k, v in IR_DTYPES.items()}
+# What fused groups hold: the dtypes kernels compute in, and float16/bfloat16, which they load, compute in float32
+# and round once per row (`node_expr_for`).
+FUSED_DTYPES = {**IR_DTYPES, **STORAGE_IR_DTYPES}
+_NP = {v: k for k, v in FUSED_DTYPES.items()}
+# Rows that round a Python number to a half or bfloat16 tensor's dtype before computing (ATen's add and sub; its mul
+# and div take the number as float32, its "opmath").
+_NUMBER_ROUNDED = ("add", "sub", "rsub")
 # Below this many elements a kernel runs on the calling thread: waking workers costs more than it saves.
 PARALLEL_MIN = native_eager.PARALLEL_MIN  # one threshold for eager and compiled kernels
 
@@ -84,8 +92,17 @@ def node_expr_for(name, operands, out_dtype):
         if len(dtypes) != 1:
             raise Unfusable("a comparison of mixed dtypes")
         compute = dtypes.pop()
+        if compute in STORAGE:  # widening is exact: compared in float32
+            if compute not in storage_dtypes():
+                raise Unfusable(f"{compute} kernels on this CPU (no F16C)")
+            compute, operands = "f32", [_widen(x) for x in operands]
         if compute not in ("f32", "f64") and any(isinstance(x, float) for x in operands):
             raise Unfusable("an integer tensor compared with a float number promotes")
+    elif out_dtype in STORAGE:
+        if out_dtype not in storage_dtypes():
+            raise Unfusable(f"{out_dtype} kernels on this CPU (no F16C)")
+        compute = "f32"
+        operands = [_storage_operand(x, out_dtype, name, row) for x in operands]
     else:
         compute = out_dtype
         operands = [x.dtype != compute and not (row.masks and x.dtype == "bool") and _cast_to(x, compute) or x
@@ -103,12 +120,33 @@ def node_expr_for(name, operands, out_dtype):
 def _cast_to(x, dtype):
     if x.dtype == "bool" or dtype == "bool":
         raise Unfusable(f"cast {x.dtype} -> {dtype}")
+    if x.dtype in STORAGE:  # exact through float32
+        return op("cast", _widen(x), dtype=dtype)
     return op("cast", x, dtype=dtype)
+
+
+def _widen(x):
+    return op("cast", x, dtype="f32") if isinstance(x, Expr) and x.dtype in STORAGE else x
+
+
+def _storage_operand(x, out_dtype, name, row):
+    """An operand of a row whose result is float16 or bfloat16, as that row computes in float32: a tensor of the
+    result's dtype widened (exactly), a mask kept, a number rounded to the result's dtype first where ATen does.
+    Operands of other dtypes (a float32 0-d tensor, integers) convert as eager's kernels decide: kept eager."""
+    if not isinstance(x, Expr):
+        if name in _NUMBER_ROUNDED and isinstance(x, (int, float)) and not isinstance(x, bool):
+            return float(NP_TYPES[out_dtype](x))
+        return x
+    if x.dtype == out_dtype:
+        return _widen(x)
+    if row.masks and x.dtype == "bool":
+        return x
+    raise Unfusable(f"{name}: a {x.dtype} operand of a {out_dtype} result")
 
 
 def node_expr(node, operands):
     """`node_expr_for` for a traced node (its row, and its output dtype from ``meta["val"]``)."""
-    return node_expr_for(node.target.op.name, operands, IR_DTYPES[node.meta["val"][1]])
+    return node_expr_for(node.target.op.name, operands, FUSED_DTYPES[node.meta["val"][1]])
 
 
 class Passes:
@@ -174,7 +212,7 @@ class GroupKernel(Passes):
         self.numel = int(np.prod(self.shape))
         self.outer_numel = int(np.prod(self.outer_shape))
         self.out_shapes = [tuple(m.meta["val"][0]) for m in group.outputs]
-        self.out_dtypes = [IR_DTYPES[m.meta["val"][1]] for m in group.outputs]
+        self.out_dtypes = [FUSED_DTYPES[m.meta["val"][1]] for m in group.outputs]
         self.variants: dict[tuple, object] = {}
         self.slots: dict[tuple, int] = {}  # (input position, broadcast shape[, "first"]) -> buffer index
         Passes.__init__(self)
@@ -185,7 +223,7 @@ class GroupKernel(Passes):
         key = (self.group.inputs.index(node), tuple(shape))
         if key not in self.slots:
             self.slots[key] = len(self.out_dtypes) + len(self.slots)
-        return load(self.slots[key], IR_DTYPES[node.meta["val"][1]])
+        return load(self.slots[key], FUSED_DTYPES[node.meta["val"][1]])
 
     def _first_load(self, e):
         """A load slot read at its row's first element (key ``(input, shape, "first")``: zero strides along the
@@ -215,7 +253,7 @@ class GroupKernel(Passes):
             if spaces.get(m, "point") in ("point", "row", "rowsq") and name not in REDUCE_KINDS:
                 env[m] = node_expr(m, [self._operand(env, a, shape) for a in m.args])
             elif name in REDUCE_KINDS:
-                env[m] = self.reduce(REDUCE_KINDS[name], self._operand(env, m.args[0], self.shape))
+                env[m] = self._reduce(REDUCE_KINDS[name], self._operand(env, m.args[0], self.shape))
             elif name == "native_layer_norm":
                 x, w, b = (self._operand(env, a, self.shape) for a in m.args)
                 n = int(np.prod(self.shape[len(self.outer_shape):]))
@@ -233,6 +271,13 @@ class GroupKernel(Passes):
         self.stores = simplify(self.stores)
         self._stash()
 
+    def _reduce(self, kind, value):
+        """A reduction of ``value``; float16 and bfloat16 accumulate in float32 and round once, as eager's do."""
+        if value.dtype not in STORAGE:
+            return self.reduce(kind, value)
+        total = self.reduce(kind, _widen(value))
+        return total if total.dtype == "i64" else op("cast", total, dtype=value.dtype)
+
     # -- per stride pattern --------------------------------------------------------------------------------------
     def build(self, slot_strides):
         """The IR kernel for load slots with these element strides (over the group's iteration space)."""
@@ -245,7 +290,7 @@ class GroupKernel(Passes):
                 buffers.append(Buffer(dt, _contiguous(self.outer_shape) + (0,) * red))
         dtypes = {}
         for key, index in self.slots.items():
-            dtypes[index] = IR_DTYPES[self.group.inputs[key[0]].meta["val"][1]]
+            dtypes[index] = FUSED_DTYPES[self.group.inputs[key[0]].meta["val"][1]]
         for index, strides in zip(sorted(dtypes), slot_strides):
             buffers.append(Buffer(dtypes[index], strides))
         return Kernel(self.shape, tuple(buffers), tuple(self.stores), red)

@@ -36,12 +36,12 @@ from ..codegen.ir import Buffer, Kernel
 from ..codegen.llvm_objcache import default_cache, jitorch_version
 from ..fx.node import Node, map_aggregate
 from ..runtime import devices
-from .lower import IR_DTYPES, memo_build
+from .lower import FUSED_DTYPES, memo_build
 
 __all__ = ["CudaGroupKernel", "CupyDevice", "on_device", "run", "set_device_backend", "cuda_kernel_stats",
            "clear_cuda_kernel_cache"]
 
-_NP = {v: k for k, v in IR_DTYPES.items()}
+_NP = {v: k for k, v in FUSED_DTYPES.items()}
 _lock = threading.Lock()
 _PROGRAMS: dict[tuple, cuda_launch.CudaProgram] = {}
 _STATS = {"compiles": 0, "hits": 0, "launches": 0, "eager_groups": 0, "compile_s": 0.0}

@@ -73,15 +73,20 @@ def binary(ufunc, x, y, number_in_float32=False):
     """``ufunc(x, y)`` for a float16 array ``x`` (dense, at least `_MIN_WIDEN` elements) and a float16 array ``y``
     (broadcastable) or a Python number, as NumPy computes it, through native widening and narrowing; None where that
     does not apply. A number is rounded to float16 first (NumPy's and ATen's add and sub), or with
-    ``number_in_float32`` taken as float32 (ATen's mul and div: its "opmath")."""
+    ``number_in_float32`` taken as float32 (ATen's mul and div: its "opmath"). C-contiguous operands of one shape
+    (or a number) take one generated pass (`_one_pass`), the others three: widen, compute, narrow."""
     if ufunc not in EXACT_IN_FLOAT32 or x.dtype != _F16 or x.size < _MIN_WIDEN:
         return None
     if type(y) in (int, float):
         if not holds(y):  # overflow, as NumPy warns of it, stays NumPy's
             return None
         wide_y = np.float32(y) if number_in_float32 else np.float32(np.float16(y))
+        if (out := _one_pass(ufunc, x, wide_y)) is not None:
+            return out
     elif getattr(y, "dtype", None) != _F16:
         return None
+    elif y.shape == x.shape and (out := _one_pass(ufunc, x, y)) is not None:
+        return out
     else:
         wide_y = astype(y, _F32) if y.size >= _MIN_WIDEN else None
         wide_y = y.astype(_F32) if wide_y is None else wide_y
@@ -94,6 +99,52 @@ def binary(ufunc, x, y, number_in_float32=False):
         return out
     narrow = astype(out, _F16)
     return out.astype(_F16) if narrow is None else narrow
+
+
+# ufunc -> IR primitive of the one-pass kernels (not maximum/minimum: their ties of zeros are NumPy's own).
+_ONE_PASS = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "div", np.greater: "gt",
+             np.greater_equal: "ge", np.less: "lt", np.less_equal: "le", np.equal: "eq", np.not_equal: "ne"}
+_kernels: dict = {}
+
+
+def _one_pass(ufunc, x, y):
+    """``ufunc(x, y)`` for C-contiguous float16 arrays of one shape, or ``y`` a float32 number, as one generated
+    kernel (float16 loads widened, the float32 result narrowed once: `codegen.llvm_body.storage_cast`); None where
+    that does not apply."""
+    name = _ONE_PASS.get(ufunc)
+    number = type(y) is np.float32
+    if name is None or not x.flags.c_contiguous or not (number or y.flags.c_contiguous) or not (
+            x.dtype.isnative and (number or y.dtype.isnative)):
+        return None
+    key = (name, number)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        kernel = _kernels[key] = _one_pass_kernel(name, number)
+    if kernel is False:
+        return None
+    from .native_eager import _GRAIN, launch_arrays
+
+    out = host_empty(x.shape, np.bool_ if name in ("gt", "ge", "lt", "le", "eq", "ne") else _F16)
+    launch_arrays(kernel, [x, np.array([y]) if number else y, out], x.size, _GRAIN, x.size)
+    return out
+
+
+def _one_pass_kernel(name, number):
+    from ..codegen.ir import Buffer, Kernel, Store, load, op
+    from ..codegen.llvm_compile import compile_kernel
+    from ..codegen.llvm_host import storage_dtypes
+    from ..codegen.llvm_objcache import default_cache
+    from .native_eager import _GENERIC_SIZE
+
+    if "f16" not in storage_dtypes():
+        return False
+    wide = op("cast", load(0, "f16"), dtype="f32")
+    other = load(1, "f32") if number else op("cast", load(1, "f16"), dtype="f32")
+    value = op(name, wide, other)
+    value = value if value.dtype == "bool" else op("cast", value, dtype="f16")
+    buffers = (Buffer("f16", (1,)), Buffer("f32", (0,)) if number else Buffer("f16", (1,)),
+               Buffer(value.dtype, (1,)))
+    return compile_kernel(Kernel((_GENERIC_SIZE,), buffers, (Store(2, value),)), cache=default_cache())
 
 
 def holds(number):
