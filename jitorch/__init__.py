@@ -35,6 +35,7 @@ from ._random import *  # noqa: E402,F401,F403
 from ._random_params import *  # noqa: E402,F401,F403
 from . import _random_inplace  # noqa: E402,F401 - Tensor.uniform_, normal_, random_...
 from . import _indexing  # noqa: E402,F401
+from . import _C  # noqa: E402,F401 - torch._C's Python-facing names (Tensor subclasses reach for them)
 from ._indexing import *  # noqa: E402,F401,F403
 from ._misc import *  # noqa: E402,F401,F403
 from ._math_extra import *  # noqa: E402,F401,F403

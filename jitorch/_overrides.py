@@ -39,7 +39,7 @@ import threading
 import types
 
 __all__ = ["acquire", "release", "publish", "public", "register_public", "find_override", "tensor_method_name",
-           "NEVER_OVERRIDDEN", "FUNCTION_MODES", "mode_call"]
+           "NEVER_OVERRIDDEN", "FUNCTION_MODES", "mode_call", "is_subclass_kind", "forget_types"]
 
 # Public functions that inspect a value's type instead of computing on it: they must answer for the value itself.
 NEVER_OVERRIDDEN = frozenset({"is_tensor", "is_storage", "is_floating_point", "is_complex", "is_grad_enabled",
@@ -56,6 +56,16 @@ _OPERATOR_NAMES = {"__add__": "add", "__radd__": "add", "__sub__": "sub", "__mul
                    "__ne__": "ne"}
 # Dunder methods that do compute with their arguments; the other dunders (repr, copy, pickling...) are left alone.
 _DUNDER_METHODS = frozenset({"__getitem__", "__setitem__"})
+# Dunders that only a user's Tensor subclass hears (jitorch/_subclass.py), under torch's names (``x += 1`` is
+# ``add_``, ``-x`` is ``neg``); function modes and jitorch's own overriding types keep them unwrapped.
+_SUBCLASS_INPLACE = {"__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_", "__itruediv__": "div_",
+                     "__ifloordiv__": "floor_divide_", "__imod__": "remainder_", "__ipow__": "pow_"} | {
+    n: n for n in ("__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__")}
+_SUBCLASS_UNARY = {"__pos__": "positive", "__neg__": "neg", "__abs__": "abs"} | {n: n for n in (
+    "__invert__", "__len__", "__bool__", "__float__", "__int__", "__index__", "__complex__", "__contains__",
+    "__array__", "__reversed__", "__repr__", "__format__", "__deepcopy__", "__reduce_ex__")}
+# Whether a type is a user's Tensor subclass taking over (`_classify`): a third answer beside True and False.
+_SUBCLASS = "subclass"
 
 _live = 0  # overriding values alive now
 class _ThreadModes(threading.local):
@@ -126,8 +136,30 @@ def _search(a):
         return find_override(a.values() if t is dict else a)
     overriding = _overriding.get(t)
     if overriding is None:
-        overriding = _overriding[t] = hasattr(t, "__jitorch_function__")
+        overriding = _overriding[t] = _classify(t)
+    if overriding is _SUBCLASS:  # a user's Tensor subclass, heard unless a DisableTorchFunction* block is open
+        return None if _subclass.FLAGS.subclass_off else a
     return a if overriding else None
+
+
+def _classify(t):
+    if _subclass.is_user_type(t):
+        return _SUBCLASS if _subclass.takes_over(t) else False
+    return hasattr(t, "__jitorch_function__")
+
+
+def is_subclass_kind(t) -> bool:
+    """Whether ``t`` is a user's Tensor subclass whose ``__torch_function__`` hears calls (off inside
+    ``DisableTorchFunctionSubclass``)."""
+    kind = _overriding.get(t)
+    if kind is None:
+        kind = _overriding[t] = _classify(t)
+    return kind is _SUBCLASS and not _subclass.FLAGS.subclass_off
+
+
+def forget_types():
+    """Forget which types override (a new Tensor subclass, a type given ``__torch_function__`` later)."""
+    _overriding.clear()
 
 
 def public(fn):
@@ -215,19 +247,32 @@ def release(methods=True):
 
 
 def _install_methods():
+    global _Tensor
     from ._tensor import Tensor
 
+    _Tensor = Tensor
     for name, original in list(vars(Tensor).items()):
-        if not isinstance(original, types.FunctionType):
+        if isinstance(original, property):
+            if name.startswith("_") or original.fget is None:
+                continue
+            wrapper = _subclass_property(original)
+        elif not isinstance(original, types.FunctionType):
             continue
-        if name in _OPERATORS:
+        elif name in _OPERATORS:
             wrapper = _operator(original)
+            wrapper.__name__ = _OPERATOR_NAMES.get(name, name)  # what a function mode sees, as torch names it
         elif not name.startswith("_") or name in _DUNDER_METHODS:
             wrapper = _method(original)
+            wrapper.__name__ = name  # ``_view`` is published as ``view``: the name torch's functions carry
             _methods[id(wrapper)] = name
+        elif name in _SUBCLASS_INPLACE:
+            wrapper = _subclass_inplace(original)
+            wrapper.__name__ = _SUBCLASS_INPLACE[name]
+        elif name in _SUBCLASS_UNARY:
+            wrapper = _subclass_unary(original)
+            wrapper.__name__ = _SUBCLASS_UNARY[name]
         else:
             continue
-        wrapper.__name__ = _OPERATOR_NAMES.get(name, name)  # what a function mode sees, as torch names it
         _installed.append((Tensor, name, original))
         setattr(Tensor, name, wrapper)
 
@@ -266,5 +311,63 @@ def _operator(original):
     def operator_method(self, other):
         if FUNCTION_MODES:
             return mode_call(operator_method, (self, other), {})
-        return NotImplemented if _search(other) is not None else original(self, other)
+        found = _search(other)
+        if found is None:
+            if not _hears(self):
+                return original(self, other)
+            found = self
+        elif _overriding.get(type(found)) is not _SUBCLASS:
+            return NotImplemented  # a Proxy: Python asks its reflected operator
+        try:
+            return type(found).__jitorch_function__(operator_method, (self, other), {})
+        except TypeError:  # as torch's operators: every handler declined, so Python asks the other operand
+            return NotImplemented
     return operator_method
+
+
+def _hears(a) -> bool:
+    """Whether ``a`` is an instance of a user's Tensor subclass whose ``__torch_function__`` hears calls now."""
+    return type(a) is not _Tensor and _search(a) is not None and _overriding.get(type(a)) is _SUBCLASS
+
+
+def _subclass_unary(original):
+    @functools.wraps(original)
+    def dunder(self, *args, **kwargs):
+        if _hears(self):
+            return type(self).__jitorch_function__(dunder, (self, *args), kwargs)
+        return original(self, *args, **kwargs)
+    return dunder
+
+
+def _subclass_inplace(original):
+    @functools.wraps(original)
+    def inplace(self, other):
+        found = self if _hears(self) else other if _hears(other) else None
+        if found is None:
+            return original(self, other)
+        return type(found).__jitorch_function__(inplace, (self, other), {})
+    return inplace
+
+
+def _subclass_property(prop):
+    """``prop`` with its getter and setter heard by a user's Tensor subclass, as torch's (``func`` is
+    ``Tensor.<name>.__get__`` / ``__set__``)."""
+    fget, fset = prop.fget, prop.fset
+
+    def get(self):
+        if _hears(self):
+            return type(self).__jitorch_function__(wrapped.__get__, (self,), {})
+        return fget(self)
+
+    def set_(self, value):
+        if _hears(self):
+            return type(self).__jitorch_function__(wrapped.__set__, (self, value), {})
+        return fset(self, value)
+
+    wrapped = property(get, set_ if fset is not None else None, prop.fdel, prop.__doc__)
+    return wrapped
+
+
+from . import _subclass  # noqa: E402  (it imports this module: the protocol's bridge and switches)
+
+_Tensor = None  # jitorch.Tensor, once the method wrappers are first installed

@@ -165,6 +165,9 @@ def _as_subclass(t, cls):
         raise RuntimeError(f"cannot rebuild a tensor as {cls!r}: it is not a Tensor subclass")
     sub = object.__new__(cls)
     sub.__dict__.update(t.__dict__)
+    from ._subclass import note_instance
+
+    note_instance(cls)  # (a user's subclass takes calls over from its first instance on)
     return sub
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _dtype
-from . import _tensor_autograd, _tensor_pickle, _tensor_values
+from . import _subclass, _tensor_autograd, _tensor_pickle, _tensor_values
 from ._device import device as _device_cls
 from ._shape import _contiguous_strides
 from ._grad_state import GradState
@@ -101,6 +101,13 @@ class Tensor:
     # priority. A NumPy function of a tensor (``np.exp(t)``) computes on its array and hands the result to
     # ``__array_wrap__``, a tensor again, as torch's does.
     __array_priority__ = 1000
+
+    # torch's protocol for the user's subclasses (_subclass.py): run ``func``, its results made ``cls`` instances
+    __torch_function__ = classmethod(_subclass.torch_function)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _subclass.register(cls)  # a user's subclass hears calls from now on
 
     def __new__(cls, *args, device=None):
         t = cls._legacy_new(*args, device=device)
@@ -262,8 +269,8 @@ class Tensor:
     grad = _tensor_autograd.grad
     output_nr = _tensor_autograd.output_nr
     data = _tensor_autograd.data
-    _make_subclass = _tensor_autograd._make_subclass
-    as_subclass = _tensor_autograd.as_subclass
+    _make_subclass = _subclass.make_subclass
+    as_subclass = _subclass.as_subclass
     detach = _tensor_autograd.detach
     detach_ = _tensor_autograd.detach_
     retains_grad = _tensor_autograd.retains_grad

@@ -139,7 +139,7 @@ def as_subclass(self, cls):
     graph, as torch's (``__init__`` is not called)."""
     if not (isinstance(cls, type) and issubclass(cls, Tensor)):
         raise TypeError(f"as_subclass(): argument 'cls' must be a subclass of Tensor, not {cls!r}")
-    alias = self.view_as(self)
+    alias = self[...]  # torch's alias: AliasBackward0 in the graph
     if cls is Tensor:
         return alias
     sub = object.__new__(cls)

@@ -225,8 +225,12 @@ def __repr__(self, *, tensor_contents=None):
         suffixes.append(f"grad_fn=<{type(self.grad_fn).__name__}>")  # as torch: <CopySlices>, not its name()
     elif self._requires_grad:
         suffixes.append("requires_grad=True")
+    from ._subclass import is_user_type
+
+    # A user's subclass prints its own name, as torch's ``_str_intern`` does (continuation lines indented under it).
+    prefix = f"{type(self).__name__}(" if is_user_type(type(self)) else "tensor("
     return format_tensor(self._host(), dtype_name=self.dtype.name,
-                         default_float=_dtype.get_default_dtype().name, suffixes=suffixes)
+                         default_float=_dtype.get_default_dtype().name, suffixes=suffixes, prefix=prefix)
 
 
 __str__ = __repr__

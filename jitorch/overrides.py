@@ -1,12 +1,13 @@
 """``torch.overrides``: the questions library code asks before handing a call to an argument's type.
 
 jitorch's own functions hand calls over to types defining ``__jitorch_function__(cls, func, args, kwargs)``
-(:mod:`jitorch._overrides`: ``jitorch.fx.Proxy``, uninitialized parameters). A type defining PyTorch's
-``__torch_function__(cls, func, types, args, kwargs)`` is not asked by jitorch's functions, but it is by code that
-calls :func:`handle_torch_function` itself. So the answers here are:
+(:mod:`jitorch._overrides`: ``jitorch.fx.Proxy``, uninitialized parameters) and to the user's Tensor subclasses,
+whose ``__torch_function__`` hears them as torch's (:mod:`jitorch._subclass`). A type that is not a Tensor defining
+PyTorch's ``__torch_function__(cls, func, types, args, kwargs)`` is not asked by jitorch's functions, but it is by
+code that calls :func:`handle_torch_function` itself. So the answers here are:
 
-- ``has_torch_function*``: True for an argument whose type defines either protocol (Tensor and Parameter define
-  neither: False for plain tensors, as torch's answer);
+- ``has_torch_function*``: True for an argument whose type takes over (not plain tensors, nor ``Parameter``, whose
+  protocol is disabled, as torch's answer);
 - :func:`handle_torch_function`: calls each overriding argument's protocol, subclasses first, until one does not
   return ``NotImplemented`` (torch's order and TypeError);
 - :class:`TorchFunctionMode`: entered, it receives the public functions' and Tensor methods' calls (torch's modes);
@@ -32,17 +33,28 @@ from __future__ import annotations
 import functools
 import types as _types
 
-from . import _overrides
+from . import _overrides, _subclass
 from ._tensor import Tensor
 
 __all__ = ["has_torch_function", "has_torch_function_unary", "has_torch_function_variadic", "handle_torch_function",
            "is_tensor_like", "get_ignored_functions", "get_overridable_functions", "get_testing_overrides",
-           "is_tensor_method_or_property", "wrap_torch_function", "TorchFunctionMode", "BaseTorchFunctionMode"]
+           "is_tensor_method_or_property", "wrap_torch_function", "TorchFunctionMode", "BaseTorchFunctionMode",
+           "get_default_nowrap_functions"]
 
 
 def _overrides_calls(value) -> bool:
     cls = type(value)
+    if _subclass.is_user_type(cls):  # heard unless its protocol is disabled (a Parameter) or switched off now
+        return _overrides.is_subclass_kind(cls)
+    if issubclass(cls, Tensor):  # Tensor's own __torch_function__ is the default: a plain tensor does not count
+        return hasattr(cls, "__jitorch_function__")
     return hasattr(cls, "__jitorch_function__") or hasattr(cls, "__torch_function__")
+
+
+def get_default_nowrap_functions() -> set:
+    """The functions whose Tensor results the default ``Tensor.__torch_function__`` returns as they are (field
+    reads keeping their identity: ``Tensor.grad.__get__``), as torch's."""
+    return _subclass.default_nowrap_functions()
 
 
 def has_torch_function(relevant_args) -> bool:
@@ -90,7 +102,7 @@ def handle_torch_function(public_api, relevant_args, *args, **kwargs):
     types = tuple(type(a) for a in overloaded)
     for arg in overloaded:
         cls = type(arg)
-        if hasattr(cls, "__jitorch_function__"):
+        if hasattr(cls, "__jitorch_function__") and not _subclass.is_user_type(cls):
             result = cls.__jitorch_function__(public_api, args, kwargs)
         elif hasattr(cls, "__torch_function__"):
             result = cls.__torch_function__(public_api, types, args, kwargs)

@@ -15,6 +15,7 @@ tensor([1., 1.], requires_grad=True)
 from __future__ import annotations
 
 from .. import _dispatch, _overrides
+from .._subclass import disabled_torch_function_impl
 from .._tensor import Tensor
 
 __all__ = ["Parameter", "UninitializedParameter", "is_lazy", "Buffer", "UninitializedBuffer",
@@ -34,6 +35,8 @@ class Parameter(Tensor):
     ``Parameter(data=None, requires_grad=True)`` shares ``data``'s memory and is always a leaf; ``requires_grad``
     stays True even under ``no_grad`` (as in PyTorch).
     """
+
+    __torch_function__ = disabled_torch_function_impl  # ops on parameters return plain tensors, as torch's
 
     def __new__(cls, data=None, requires_grad=True):
         from .._creation import empty
