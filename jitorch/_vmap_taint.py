@@ -48,6 +48,9 @@ __all__ = ["SampleMode", "BatchedSample", "sample_mode"]
 
 RUNNING: list = []  # the SampleModes active now, innermost last
 _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# The Tensor method wrappers of `_overrides` (installed while a Proxy, a function mode or a user's Tensor subclass
+# instance lives) stand between the user's call and the method: frames of these files are seen through.
+_WRAPPERS = frozenset(os.path.join(os.path.dirname(os.path.abspath(__file__)), f) for f in ("_overrides.py",))
 
 _ITEM = ("vmap: It looks like you're calling .item() on a Tensor. We don't support vmap over calling .item() on a "
          "Tensor, please try to rewrite what you're doing with other operations. If error is occurring somewhere "
@@ -231,7 +234,8 @@ def _written_by_user():
     inplace, shared = _inplace_codes()
     frame, chain = sys._getframe(2), []
     while frame is not None and frame.f_code.co_filename.startswith(_PKG):
-        chain.append(frame.f_code)
+        if frame.f_code.co_filename not in _WRAPPERS:
+            chain.append(frame.f_code)
         frame = frame.f_back
     if frame is None:
         return None
@@ -256,7 +260,8 @@ def _inplace_codes():
         users: dict = {}
         names: dict = {}
         for name in dir(Tensor):
-            code = getattr(getattr(Tensor, name, None), "__code__", None)
+            method = getattr(Tensor, name, None)
+            code = getattr(getattr(method, "__wrapped__", method), "__code__", None)  # (under a wrapper: its own)
             if code is not None:
                 users.setdefault(code, set()).add(is_inplace(name))
                 names.setdefault(code, set()).add(name)
@@ -281,6 +286,8 @@ class BatchedSample(Tensor):
 def _refusing(name, message):
     def read(self, *args, **kwargs):
         frame = sys._getframe(1)
+        while frame.f_back is not None and frame.f_code.co_filename in _WRAPPERS:
+            frame = frame.f_back
         if not frame.f_code.co_filename.startswith(_PKG):
             if name != "__format__" or not self.dim():
                 # torch's reads through a grad transform inside the vmap meet the level that wraps the batch

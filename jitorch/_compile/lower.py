@@ -137,9 +137,9 @@ def _storage_operand(x, out_dtype, name, row):
         if name in _NUMBER_ROUNDED and isinstance(x, (int, float)) and not isinstance(x, bool):
             return float(NP_TYPES[out_dtype](x))
         return x
-    if x.dtype == out_dtype:
+    if x.dtype == out_dtype or x.dtype in STORAGE and name == "to_copy":
         return _widen(x)
-    if row.masks and x.dtype == "bool":
+    if row.masks and x.dtype == "bool" or x.dtype == "f32" and name == "to_copy":  # (narrowed once, at the end)
         return x
     raise Unfusable(f"{name}: a {x.dtype} operand of a {out_dtype} result")
 
