@@ -162,7 +162,7 @@ def _host_like(input, dtype, device, memory_format, value):
     `keep_layout` make on every call (half the time of a small ``zeros_like``)."""
     data = input._data
     if dtype is not None or device is not None or memory_format is not None or type(data) is not np.ndarray or (
-            data.ndim > 1 and not data.flags.c_contiguous):
+            data.ndim > 1 and not MF.exactly_row_major(data)):  # (a channels-last array with C=1 is c_contiguous)
         return None
     return Tensor._make(_new_array(np, data.shape, _dtype.FROM_NP[data.dtype].np, value))
 

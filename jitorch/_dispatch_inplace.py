@@ -117,17 +117,20 @@ def _detach_history_inplace(self):
         rebase_view(self, stand_in)
 
 
-def refuse_partial_overlap(dst, src):
+def refuse_partial_overlap(dst, src, full_too=False):
     """torch's ``assert_no_partial_overlap`` of a copy's destination and source arrays: refused when both are
     non-overlapping and dense and their memory overlaps, unless exactly (same first byte, extent and strides). A
-    strided or broadcast operand is torch's "too hard" case: let through."""
-    if dst is src or type(dst) is not np.ndarray or type(src) is not np.ndarray or not (dst.size and src.size):
+    strided or broadcast operand is torch's "too hard" case: let through. ``full_too``: ``assert_no_overlap``, which
+    refuses the exact overlap as well (``cat``'s out being one of its inputs)."""
+    if type(dst) is not np.ndarray or type(src) is not np.ndarray or not (dst.size and src.size):
+        return
+    if dst is src and not full_too:
         return
     low, high = byte_span(dst)
     src_low, src_high = byte_span(src)
     if src_high <= low or high <= src_low or not (_non_overlapping_dense(dst) and _non_overlapping_dense(src)):
         return
-    if low == src_low and high == src_high and dst.strides == src.strides:
+    if low == src_low and high == src_high and dst.strides == src.strides and not full_too:
         return
     raise RuntimeError("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
                        "single memory location. Please clone() the tensor before performing the operation.")
@@ -138,17 +141,18 @@ def refuse_partial_overlap(dst, src):
 _OWN_OVERLAP_CHECK = frozenset(("index_put", "fill"))
 
 
-def refuse_operand_overlap(self, operands, op=None):
+def refuse_operand_overlap(self, operands, op=None, full_too=False):
     """`refuse_partial_overlap` of an in-place op's ``self`` and each tensor among ``operands``, as torch checks
-    every input of an in-place kernel: ``x[1:].add_(x[:-1])`` is refused, ``x.add_(x)`` runs."""
+    every input of an in-place kernel: ``x[1:].add_(x[:-1])`` is refused, ``x.add_(x)`` runs (``full_too``: refused
+    too, as ``cat`` refuses an out that is one of its inputs)."""
     data = self._data
     if type(data) is not np.ndarray or (op is not None and op.name in _OWN_OVERLAP_CHECK):
         return
     for a in operands:
         if type(a) in TENSOR_TYPES:
             y = a._data
-            if y is not data and type(y) is np.ndarray and _may_share_memory(data, y):
-                refuse_partial_overlap(data, y)
+            if (y is not data or full_too) and type(y) is np.ndarray and _may_share_memory(data, y):
+                refuse_partial_overlap(data, y, full_too)
 
 
 def refuse_internal_overlap(name, data):

@@ -16,8 +16,8 @@ import numpy as np
 
 __all__ = ["memory_format", "contiguous_format", "channels_last", "channels_last_3d", "preserve_format",
            "is_contiguous_as", "in_format", "empty_in", "dim_order", "suggest_memory_format", "plainly_row_major",
-           "suggested_format", "dense_order", "dense_like", "like_layout", "row_major", "preserve_copy",
-           "to_strides_of", "written_in"]
+           "suggested_format", "dense_order", "exactly_row_major", "dense_like", "like_layout", "row_major",
+           "preserve_copy", "to_strides_of", "written_in"]
 
 
 class memory_format:  # noqa: N801 - torch.memory_format
@@ -182,6 +182,22 @@ def _non_overlapping_dense(arr):
     return True
 
 
+def exactly_row_major(arr):
+    """Whether ``arr``'s strides are a new row-major array's, size-1 dims included. NumPy's ``c_contiguous`` flag
+    ignores the strides of size-1 dims: a channels-last ``(N, 1, H, W)`` array has it, and its strides
+    ``(H*W, 1, W, 1)`` are what ``preserve_format`` keeps in PyTorch."""
+    if not arr.flags.c_contiguous:
+        return False
+    if 1 not in arr.shape or not arr.size:
+        return True
+    expected = arr.itemsize
+    for n, st in zip(reversed(arr.shape), reversed(arr.strides)):
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
 def dense_like(xp, arr, dtype=None, fmt=None):
     """An uninitialized array shaped as ``arr`` in ``fmt``: ``preserve_format`` (or None) keeps ``arr``'s strides when
     it is non-overlapping and dense, else a dense layout with its dims in the same stride order (PyTorch's
@@ -189,7 +205,7 @@ def dense_like(xp, arr, dtype=None, fmt=None):
     dtype = arr.dtype if dtype is None else np.dtype(dtype)
     if fmt is not None and fmt is not preserve_format:
         return empty_in(xp, arr.shape, dtype, fmt)
-    if arr.flags.c_contiguous or arr.ndim < 2:
+    if arr.ndim < 2 or exactly_row_major(arr):
         return xp.empty(arr.shape, dtype)
     if _non_overlapping_dense(arr) and min(arr.strides) >= 0:
         flat = xp.empty(arr.size, dtype)
@@ -204,11 +220,11 @@ def dense_like(xp, arr, dtype=None, fmt=None):
 def like_layout(xp, data, like, fmt=None):
     """``data`` (row-major, ``like``'s shape) in the layout a ``*_like(like, memory_format=fmt)`` result has, its
     values placed in memory order (as PyTorch fills a new tensor); ``data`` itself when that layout is row-major."""
-    if data.ndim < 2 or (like.flags.c_contiguous and fmt in (None, preserve_format)) or fmt is contiguous_format:
+    if data.ndim < 2 or (fmt in (None, preserve_format) and exactly_row_major(like)) or fmt is contiguous_format:
         return data
     check_rank(fmt, data.ndim)
     out = dense_like(xp, like, data.dtype, fmt)
-    if out.flags.c_contiguous:
+    if exactly_row_major(out):
         return data
     order = dense_order(out.shape, out.strides)
     out.transpose(order)[...] = data.reshape(tuple(data.shape[d] for d in order))

@@ -19,8 +19,10 @@ from . import _dispatch
 from . import _memory_format as MF
 from ._dispatch import TENSOR_TYPES, TORCH_TYPE_NAMES, apply, sync_view
 from ._dispatch_fast import keep_result
+from ._dispatch_inplace import refuse_internal_overlap, refuse_operand_overlap
 from ._dispatch_modes import MODES
 from ._dtype import promote_types
+from ._out_variants import check_out_tensor
 from ._shape import wrap_dim
 from ._tensor import Tensor
 from .autograd.graph import named
@@ -77,6 +79,8 @@ def cat(tensors, dim=0, *, out=None):
         result = _quick_join(M.CAT, tensors, dim, False)
         if result is not None:
             return result
+    else:
+        check_out_tensor(out, "cat")
     tensors = _tensor_list(tensors, "cat")
     if not tensors:
         raise ValueError("jitorch.cat(): expected a non-empty list of Tensors")
@@ -111,6 +115,10 @@ def cat(tensors, dim=0, *, out=None):
         if result.dtype.category > out.dtype.category:  # torch's cat says so with a TypeError of its own
             raise TypeError(f"cat(): input types can't be cast to the desired output type "
                             f"{TORCH_TYPE_NAMES[out.dtype.name]}; pass an out tensor of dtype {result.dtype}")
+        # ATen's cat refuses an out sharing memory with any input, even an input that is out itself (an out of
+        # another shape too: resized within its storage first).
+        refuse_internal_overlap("cat", out._data)
+        refuse_operand_overlap(out, tensors, full_too=True)
         return _write_out(result, out, "cat")
     return result
 
@@ -123,6 +131,8 @@ def concat(tensors, dim=0, *, out=None):
     [1.0, 0.0]
     """
     _check_sequence(tensors, "concat")
+    if out is not None:
+        check_out_tensor(out, "concat")
     return cat(tensors, dim, out=out)
 
 
@@ -134,6 +144,8 @@ def concatenate(tensors, dim=0, *, out=None):
     [1.0, 0.0]
     """
     _check_sequence(tensors, "concatenate")
+    if out is not None:
+        check_out_tensor(out, "concatenate")
     return cat(tensors, dim, out=out)
 
 
@@ -177,8 +189,11 @@ def _tensor_list(tensors, op):
     return tensors
 
 
-def _nonempty_list(tensors, op):
-    """`_tensor_list`, and torch's error for an empty one (stack and the h/v/d/column stacks)."""
+def _nonempty_list(tensors, op, out=None):
+    """`_tensor_list`, and torch's error for an empty one (stack and the h/v/d/column stacks); its refusal of an
+    ``out`` that is not a tensor."""
+    if out is not None:
+        check_out_tensor(out, op)
     tensors = _tensor_list(tensors, op)
     if not tensors:
         raise RuntimeError(f"{op} expects a non-empty TensorList")
@@ -190,6 +205,8 @@ def stack(tensors, dim=0, *, out=None):
         result = _quick_join(M.STACK, tensors, dim, True)
         if result is not None:
             return result
+    else:
+        check_out_tensor(out, "stack")
     tensors = _nonempty_list(tensors, "stack")
     shape = tensors[0]._data.shape
     for i, x in enumerate(tensors):
@@ -230,25 +247,25 @@ def atleast_3d(*tensors):
     return out[0] if len(out) == 1 else tuple(out)
 
 
-def hstack(tensors):
-    tensors = _nonempty_list(tensors, "hstack")
+def hstack(tensors, *, out=None):
+    tensors = _nonempty_list(tensors, "hstack", out)
     tensors = atleast_1d(*tensors)
     tensors = [tensors] if isinstance(tensors, Tensor) else tensors
-    return cat(tensors, 0 if tensors[0]._data.ndim == 1 else 1)
+    return cat(tensors, 0 if tensors[0]._data.ndim == 1 else 1, out=out)
 
 
-def vstack(tensors):
-    tensors = _nonempty_list(tensors, "vstack")
+def vstack(tensors, *, out=None):
+    tensors = _nonempty_list(tensors, "vstack", out)
     t2 = atleast_2d(*tensors)
-    return cat([t2] if isinstance(t2, Tensor) else t2, 0)
+    return cat([t2] if isinstance(t2, Tensor) else t2, 0, out=out)
 
 
-def dstack(tensors):
-    tensors = _nonempty_list(tensors, "dstack")
+def dstack(tensors, *, out=None):
+    tensors = _nonempty_list(tensors, "dstack", out)
     t3 = atleast_3d(*tensors)
-    return cat([t3] if isinstance(t3, Tensor) else t3, 2)
+    return cat([t3] if isinstance(t3, Tensor) else t3, 2, out=out)
 
 
-def column_stack(tensors):
-    tensors = _nonempty_list(tensors, "column_stack")
-    return hstack([x.reshape(-1, 1) if x._data.ndim <= 1 else x for x in tensors])
+def column_stack(tensors, *, out=None):
+    tensors = _nonempty_list(tensors, "column_stack", out)
+    return hstack([x.reshape(-1, 1) if x._data.ndim <= 1 else x for x in tensors], out=out)

@@ -18,7 +18,7 @@ import functools
 from ._grad_state import GradState
 from ._overrides import public
 
-__all__ = ["FUNCTIONS", "CREATION", "with_out", "creation_with_out", "install"]
+__all__ = ["FUNCTIONS", "CREATION", "with_out", "creation_with_out", "install", "check_out_tensor"]
 
 FUNCTIONS = (
     "sort", "msort", "topk", "kthvalue", "median", "nanmedian", "mode", "cummax", "cummin", "searchsorted",
@@ -82,13 +82,22 @@ _SAME_DTYPE = {"conj_physical": "Found dtype {out} but expected {result}",
                "heaviside": "heaviside is not yet implemented for tensors with different dtypes."}
 
 
-def _write(result, out, op, exact):
-    from ._dispatch import TORCH_TYPE_NAMES
-    from ._pointwise import _write_out
+def check_out_tensor(out, op):
+    """torch's argument parser's refusal of an ``out`` that is not a tensor (a NumPy array, a list of tensors...),
+    for the writers of ``out=`` results to call before they touch it."""
     from ._tensor import Tensor
 
     if not isinstance(out, Tensor):
-        raise TypeError(f"{op}(): argument 'out' must be Tensor, not {type(out).__name__}")
+        kind = type(out)
+        name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__.split('.')[0]}.{kind.__name__}"
+        raise TypeError(f"{op}(): argument 'out' must be Tensor, not {name}")
+
+
+def _write(result, out, op, exact):
+    from ._dispatch import TORCH_TYPE_NAMES
+    from ._pointwise import _write_out
+
+    check_out_tensor(out, op)
     if exact and out.dtype is not result.dtype:
         raise RuntimeError(f"{op}(): Expected out tensor to have dtype {TORCH_TYPE_NAMES[result.dtype.name]}, but "
                            f"got {TORCH_TYPE_NAMES[out.dtype.name]} instead")
@@ -120,6 +129,8 @@ def with_out(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, out=None, **kwargs):
+        if out is not None and not isinstance(out, (tuple, list)):
+            check_out_tensor(out, op)  # (before anything is computed, as torch's argument parser)
         if out is not None and op in _OUT_DTYPE and kwargs.get("dtype") is None and hasattr(out, "dtype"):
             kwargs["dtype"] = out.dtype
         result = fn(*args, **kwargs)
@@ -151,10 +162,8 @@ def creation_with_out(fn):
             return fn(*args, **kwargs)
         from ._dispatch import TORCH_TYPE_NAMES
         from ._dtype import to_dtype
-        from ._tensor import Tensor
 
-        if not isinstance(out, Tensor):
-            raise TypeError(f"{op}(): argument 'out' must be Tensor, not {type(out).__name__}")
+        check_out_tensor(out, op)
         if out.requires_grad and GradState.enabled:
             raise RuntimeError(f"aten::{op}(): functions with out=... arguments don't support automatic "
                                "differentiation, but one of the arguments requires grad.")

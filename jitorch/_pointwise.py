@@ -48,6 +48,7 @@ def _write_out(result, out, op=None, same_dtype=None, inputs=()):
     elementwise kernel reads, which may not overlap ``out`` partially."""
     if out is None:
         return result
+    check_out_tensor(out, op)
     # Writing into out under no_grad would silently cut the graph (no gradient reaches the inputs): torch refuses.
     if GradState.enabled and (result.requires_grad or out.requires_grad):
         raise RuntimeError(f"{op + '(): ' if op else ''}functions with out=... arguments don't support automatic "
@@ -67,8 +68,16 @@ def _write_out(result, out, op=None, same_dtype=None, inputs=()):
     return out
 
 
+def check_out_tensor(out, op):
+    """torch's refusal of an ``out`` that is not a tensor (`_out_variants.check_out_tensor`)."""
+    from ._out_variants import check_out_tensor as check
+
+    check(out, op or "function")
+
+
 def check_out_dtype(result, out, op=None):
     """torch's ``out=`` rule: the result may widen into ``out`` but not drop a category (float -> int, int -> bool)."""
+    check_out_tensor(out, op)
     if result.dtype.category > out.dtype.category:
         from ._dispatch import TORCH_TYPE_NAMES
 

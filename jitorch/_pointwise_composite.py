@@ -64,8 +64,9 @@ def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
 
 
 def addcmul(input, tensor1, tensor2, *, value=1, out=None):
+    read = (input, tensor1, tensor2) if out is not None else ()  # (an out may not overlap them partially)
     if _one_float_dtype(input, tensor1, tensor2) and type(value) in (int, float):  # the row, checks skipped
-        return _write_out(muladd_ops.addcmul(input, tensor1, tensor2, value), out, "addcmul")
+        return _write_out(muladd_ops.addcmul(input, tensor1, tensor2, value), out, "addcmul", inputs=read)
     dt = _common_dtype(input, tensor1, tensor2)
     if dt is _dtype.bool:
         raise NotImplementedError('"addcmul_cpu_out" not implemented for \'Bool\'')
@@ -74,15 +75,17 @@ def addcmul(input, tensor1, tensor2, *, value=1, out=None):
     input, tensor1, tensor2 = (t.to(dt) if isinstance(t, Tensor) and t.dtype is not dt else t
                                for t in (input, tensor1, tensor2))
     if _row_operands(dt, value, input, tensor1, tensor2):  # ATen's float kernel, its multiply-add fused
-        return _write_out(muladd_ops.addcmul(input, tensor1, tensor2, value), out, "addcmul")
+        return _write_out(muladd_ops.addcmul(input, tensor1, tensor2, value), out, "addcmul", inputs=read)
     if dt.category == _dtype.INT and isinstance(value, float):
         value = int(value)  # torch converts value to the integer dtype (truncating) rather than promoting
-    return _write_out(input + value * tensor1 * tensor2 if value != 1 else input + tensor1 * tensor2, out, "addcmul")
+    return _write_out(input + value * tensor1 * tensor2 if value != 1 else input + tensor1 * tensor2, out, "addcmul",
+                      inputs=read)
 
 
 def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
+    read = (input, tensor1, tensor2) if out is not None else ()
     if _one_float_dtype(input, tensor1, tensor2) and type(value) in (int, float):
-        return _write_out(muladd_ops.addcdiv(input, tensor1, tensor2, value), out, "addcdiv")
+        return _write_out(muladd_ops.addcdiv(input, tensor1, tensor2, value), out, "addcdiv", inputs=read)
     if _common_dtype(tensor1, tensor2).category < _dtype.FLOAT:
         raise RuntimeError("Integer division with addcdiv is no longer supported, and in a future release addcdiv will "
                            "perform a true division of tensor1 and tensor2. Use (input + value * tensor1 / tensor2) "
@@ -92,8 +95,8 @@ def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
     input, tensor1, tensor2 = (t.to(dt) if isinstance(t, Tensor) and t.dtype is not dt else t
                                for t in (input, tensor1, tensor2))
     if _row_operands(dt, value, input, tensor1, tensor2):
-        return _write_out(muladd_ops.addcdiv(input, tensor1, tensor2, value), out, "addcdiv")
-    return _write_out(input + value * (tensor1 / tensor2), out, "addcdiv")
+        return _write_out(muladd_ops.addcdiv(input, tensor1, tensor2, value), out, "addcdiv", inputs=read)
+    return _write_out(input + value * (tensor1 / tensor2), out, "addcdiv", inputs=read)
 
 
 def _one_float_dtype(a, b, c):
@@ -126,7 +129,7 @@ def xlogy(input, other, *, out=None):
     [0.0, 0.0]
     """
     return _write_out(_binary_float_row(xlogy_ops.xlogy, xlogy_ops.XLOGY, "XlogyBackward", input, other), out,
-                      "xlogy")
+                      "xlogy", inputs=(input, other) if out is not None else ())
 
 
 def _binary_float_row(fast, row, grad_name, input, other):

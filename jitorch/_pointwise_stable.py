@@ -17,6 +17,7 @@ from builtins import abs as _abs
 from . import _dtype
 from ._pointwise import (_require_float, _write_out, abs, isfinite, isinf, maximum, sqrt,
                          where)
+from ._out_variants import check_out_tensor
 from ._tensor import Tensor
 from .ops import logaddexp_ops, muladd_ops
 
@@ -40,12 +41,15 @@ def hypot(input, other):
 
 def lerp(input, end, weight, *, out=None):
     """``input + weight * (end - input)``, from the nearer end as torch computes it: exact at ``weight`` 0 and 1."""
+    operands = (input, end, weight)  # (an out overlapping one partially is refused, as by torch's TensorIterator)
+    if out is not None:
+        check_out_tensor(out, "lerp")
     dt = input.dtype
     if isinstance(end, Tensor) and end.dtype is dt and dt.category == _dtype.FLOAT:  # the rows, checks skipped
         if isinstance(weight, Tensor) and weight.dtype is dt:
-            return _write_out(muladd_ops.lerp(input, end, weight), out, "lerp")
+            return _write_out(muladd_ops.lerp(input, end, weight), out, "lerp", inputs=operands)
         if type(weight) in (int, float):
-            return _write_out(muladd_ops.lerp_scalar(input, end, weight), out, "lerp")
+            return _write_out(muladd_ops.lerp_scalar(input, end, weight), out, "lerp", inputs=operands)
     tensor_weight = isinstance(weight, Tensor)
     # torch checks the dtypes first (a 0-d weight may differ), then the kernel's dtype: the promoted one.
     for name, t in (("end", end), ("weight", weight)):
@@ -70,8 +74,8 @@ def lerp(input, end, weight, *, out=None):
             weight = weight.real
     if not dt.is_complex and not isinstance(weight, complex):  # ATen's real kernels: the rows
         if tensor_weight:
-            return _write_out(muladd_ops.lerp(input, end, weight.to(dt)), out, "lerp")
-        return _write_out(muladd_ops.lerp_scalar(input, end, weight), out, "lerp")
+            return _write_out(muladd_ops.lerp(input, end, weight.to(dt)), out, "lerp", inputs=operands)
+        return _write_out(muladd_ops.lerp_scalar(input, end, weight), out, "lerp", inputs=operands)
     if dt in (_dtype.float16, _dtype.bfloat16):  # torch computes halves in float32 and rounds once
         input, end = input.float(), end.float() if isinstance(end, Tensor) else end
         weight = weight.float() if tensor_weight else weight
@@ -83,7 +87,7 @@ def lerp(input, end, weight, *, out=None):
     else:
         small = -0.5 < weight < 0.5 if not isinstance(weight, complex) else _abs(weight) < 0.5
         base, coef = (input, weight) if small else (end, input.new_full((), weight) - 1)
-    return _write_out((base + coef * (end - input)).to(dt), out, "lerp")
+    return _write_out((base + coef * (end - input)).to(dt), out, "lerp", inputs=operands)
 
 
 def logaddexp(input, other):

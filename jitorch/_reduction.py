@@ -286,6 +286,10 @@ def cumprod(input, dim, *, dtype=None, out=None):
 
 
 def _scan(op, input, dim, dtype, out):
+    if out is not None:
+        from ._out_variants import check_out_tensor
+
+        check_out_tensor(out, op.name)
     # with out= and no dtype, torch scans in out's dtype
     dt = _sum_dtype(input, dtype if dtype is not None or out is None else out.dtype)
     if out is not None and out.dtype is not dt:
@@ -293,19 +297,20 @@ def _scan(op, input, dim, dtype, out):
                            f"an out tensor of the requested dtype")
     d = wrap_dim(dim, input._data.ndim, op.name)
     if input._data.ndim == 0:  # the rows' backward flips along dim: a 0-d input scans as one element
-        return _scan_out(_scan(op, input.reshape(1), 0, dtype, None).reshape(()), out, op.name)
+        return _scan_out(_scan(op, input.reshape(1), 0, dtype, None).reshape(()), out, op.name, (input,))
+    read = (input,) if out is not None else ()  # (an out may not overlap it partially)
     if dt is not input.dtype and input._requires_grad and dt.category >= _dtype.FLOAT:
         # (an integer dtype= keeps the row, whose recording raises torch's "Autograd not support dtype")
         input = input.to(dt)  # cast first, as torch: the cast's backward hands back a gradient of the input's dtype
-    return _scan_out(apply(op, input, dim=d, dtype=dt.np), out, op.name)
+    return _scan_out(apply(op, input, dim=d, dtype=dt.np), out, op.name, read)
 
 
-def _scan_out(result, out, op):
+def _scan_out(result, out, op, inputs=()):
     if out is None:  # (the import below costs half a microsecond a call)
         return result
     from ._pointwise import _write_out
 
-    return _write_out(result, out, op)
+    return _write_out(result, out, op, inputs=inputs)
 
 
 def count_nonzero(input, dim=None):

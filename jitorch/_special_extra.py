@@ -22,8 +22,13 @@ __all__ = ["airy_ai", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modif
            "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p"]
 
 
-def _finish(result, out):
-    return out.copy_(result) if out is not None else result
+def _finish(result, out, name):
+    if out is None:
+        return result
+    from ._out_variants import check_out_tensor
+
+    check_out_tensor(out, f"special_{name}")
+    return out.copy_(result)
 
 
 def _unary(name, doc, op=None):
@@ -32,7 +37,7 @@ def _unary(name, doc, op=None):
     def fn(input, *, out=None):
         if not isinstance(input, Tensor):
             raise TypeError(f"{name}(): argument 'input' (position 1) must be Tensor, not {type(input).__name__}")
-        return _finish(apply(op, input), out)
+        return _finish(apply(op, input), out, name)
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc
     return fn
@@ -93,13 +98,13 @@ def zeta(input, other, *, out=None):
     """The Hurwitz zeta function ``zeta(x, q) = sum_k (k + q)^-x``; differentiable in ``other`` (``q``) only, as
     torch's (a gradient for ``input`` raises)."""
     input, other = _binary_operands("zeta", input, other, ("input", "other"))
-    return _finish(apply(_bessel.ZETA, input, other), out)
+    return _finish(apply(_bessel.ZETA, input, other), out, "zeta")
 
 
 def _polynomial(name, doc):
     def fn(input, n, *, out=None):
         input, n = _binary_operands(name, input, n, ("input", "n"))
-        return _finish(apply(_poly.ROWS[name], input, n), out)
+        return _finish(apply(_poly.ROWS[name], input, n), out, name)
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc + (" ``n`` is truncated to an integer; a negative (or nan) ``n`` gives 0. Not differentiable "
                         "(as torch's).")

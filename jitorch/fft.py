@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _creation, _dtype, _movement
 from ._dispatch import TORCH_TYPE_NAMES, apply
-from ._pointwise import _write_out
+from ._pointwise import _write_out, check_out_tensor
 from ._shape import wrap_dim
 from ._tensor import Tensor
 from .amp._cast_mode import autocast_policy
@@ -128,6 +128,7 @@ def _out(result, out, fname):
     """torch's ``out=`` rules for the transforms: a complex (or real) out tensor, and no autograd through it."""
     if out is None:
         return result
+    check_out_tensor(out, f"fft_{fname}")
     if result.is_complex() and not out.is_complex():
         raise RuntimeError(f"{fname} expects a complex output tensor, but got {_type_name(out)}")
     if not result.is_complex() and not out.is_floating_point():
@@ -330,6 +331,7 @@ def ifftshift(input, dim=None):
 def _frequencies(k, n, d, dtype, device, requires_grad, out, fname):
     dtype = _dtype.get_default_dtype() if dtype is None else _dtype.to_dtype(dtype)
     if out is not None:
+        check_out_tensor(out, f"fft_{fname}")
         dtype = out.dtype
     if dtype.category < _dtype.FLOAT:
         raise RuntimeError(f"{fname} requires a floating point or complex dtype, got {dtype}")

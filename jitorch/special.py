@@ -42,6 +42,8 @@ def _check_gammainc(name, input, other):
 def gammainc(input, other, *, out=None):
     """The regularized lower incomplete gamma function P(input, other) (``torch.igamma``); differentiable in
     ``other`` only, as in PyTorch."""
+    if out is not None:
+        _p.check_out_tensor(out, "special_gammainc")
     _check_gammainc("gammainc", input, other)
     result = apply(_rows.GAMMAINC, input, other)
     return out.copy_(result) if out is not None else result
@@ -49,6 +51,8 @@ def gammainc(input, other, *, out=None):
 
 def gammaincc(input, other, *, out=None):
     """The regularized upper incomplete gamma function Q(input, other) = 1 - P (``torch.igammac``)."""
+    if out is not None:
+        _p.check_out_tensor(out, "special_gammaincc")
     _check_gammainc("gammaincc", input, other)
     result = apply(_rows.GAMMAINCC, input, other)
     return out.copy_(result) if out is not None else result
@@ -86,7 +90,7 @@ def xlog1py(input, other, *, out=None):
     from .ops.xlogy_ops import XLOG1PY, xlog1py as fast
 
     result = _binary_float_row(fast, XLOG1PY, "SpecialXlog1PyBackward", input, other)
-    return _p._write_out(result, out, "special_xlog1py")
+    return _p._write_out(result, out, "special_xlog1py", inputs=(input, other) if out is not None else ())
 
 
 def entr(input):

@@ -9,10 +9,10 @@
 - which zero ``torch.unique`` (dim=None) keeps where the input holds both -0.0 and 0.0: ATen sorts with ``std::sort``
   (not stable beyond 16 elements) and keeps the first of each run of equal values (`ops/sorting_first_tie.py`).
 
-Not matched (documented here): the same choice for ``unique(dim=d)`` (ATen's std::sort of slice indices, then
-std::unique; jitorch keeps the first slice in input order), the inverse indices of NaNs (each its own value,
-numbered in that unstable order), and NaN gradients of tensors large enough for ATen to
-split the loop over threads (its chunks then end in scalar tails that depend on the thread count).
+Not matched (documented here): the inverse indices of NaNs (each its own value, numbered in that unstable order),
+and NaN gradients of tensors large enough for ATen to split the loop over threads (its chunks then end in scalar
+tails that depend on the thread count). The same choice for ``unique(dim=d)`` is matched now
+(test_divergences_27_values.py).
 """
 from __future__ import annotations
 

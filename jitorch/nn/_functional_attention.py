@@ -24,7 +24,7 @@ import functools
 import math
 
 from .. import _creation, _dtype, _movement
-from .._dispatch import apply
+from .._dispatch import TORCH_TYPE_NAMES, apply
 from .._memory_format import dense_order
 from ..amp._cast_mode import autocast_lower
 from ..autograd.grad_mode import is_grad_enabled
@@ -41,10 +41,6 @@ __all__ = ["cosine_similarity", "pairwise_distance", "pdist", "scaled_dot_produc
 _C10_NAMES = {"float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16"}
 
 
-def _as_float(t):
-    return t if t.dtype.category >= _dtype.FLOAT else t.to(_dtype.get_default_dtype())
-
-
 def _clamp_min_value_only(t, eps):
     # PyTorch clamps the norms in place under no_grad: the value is clamped, the gradient is the unclamped norm's.
     return t + (t.clamp_min(eps) - t).detach()
@@ -52,9 +48,13 @@ def _clamp_min_value_only(t, eps):
 
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     """``sum(x1 * x2) / (max(||x1||, eps) * max(||x2||, eps))`` along ``dim`` (inputs broadcast)."""
-    x1, x2 = _movement.broadcast_tensors(x1, x2)
     common = _dtype.result_type(x1, x2)
-    x1, x2 = _as_float(x1.to(common)), _as_float(x2.to(common))
+    if not common.is_floating_point:  # (integer inputs compute in a float common dtype; complex ones not at all)
+        raise RuntimeError(f"expected common dtype to be floating point, yet common dtype is "
+                           f"{TORCH_TYPE_NAMES[common.name]} (cosine_similarity of {x1.dtype} and {x2.dtype} inputs; "
+                           "pass real floating-point tensors)")
+    x1, x2 = _movement.broadcast_tensors(x1, x2)
+    x1, x2 = x1.to(common), x2.to(common)
     n1 = _clamp_min_value_only(vector_norm(x1, 2, dim, keepdim=True), eps)
     n2 = _clamp_min_value_only(vector_norm(x2, 2, dim, keepdim=True), eps)
     return ((x1 / n1) * (x2 / n2)).sum(dim)

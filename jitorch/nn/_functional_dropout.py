@@ -19,7 +19,7 @@ import math
 import warnings
 
 from .. import _dtype
-from .._dispatch import apply
+from .._dispatch import TORCH_TYPE_NAMES, apply
 from ..ops.random_ops import BERNOULLI_MASK
 
 __all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
@@ -33,12 +33,25 @@ def _check_p(p):
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
 
 
+def _check_dtype(input, alpha):
+    """torch's refusals, from its CPU kernels: the noise is drawn in the input's dtype (``bernoulli_``, which has no
+    complex kernel), then scaled in place by a float (which an integer noise cannot hold; alpha dropout's shift has
+    made a bool one int64 first)."""
+    dt = input.dtype
+    if dt.is_complex:
+        raise NotImplementedError(f'"bernoulli_scalar_cpu_" not implemented for \'{TORCH_TYPE_NAMES[dt.name]}\'')
+    if dt.category < _dtype.FLOAT:
+        held = "Long" if alpha and dt is _dtype.bool else TORCH_TYPE_NAMES[dt.name]
+        raise RuntimeError(f"result type Float can't be cast to the desired output type {held}")
+
+
 def _dropout(input, p, training, inplace, feature=False, alpha=False):
     """PyTorch's ``_dropout_impl``: ``feature`` drops whole channels, ``alpha`` keeps SELU's mean and variance."""
     if p == 0 or not training or input.numel() == 0:
         return input
     if p == 1:
         return input.mul_(0) if inplace else input * input.new_zeros(())
+    _check_dtype(input, alpha)
     if feature:
         if input.dim() < 2:
             raise RuntimeError(f"Feature dropout requires at least 2 dimensions in the input, but got a "
@@ -48,7 +61,7 @@ def _dropout(input, p, training, inplace, feature=False, alpha=False):
         shape = tuple(input.shape)
     # The mask is one row (see ops/random_ops.py), so a compiled graph draws it afresh on each run, from the same
     # generator and in the same order as this eager code. The 0-d tensor only carries the mask's dtype and device.
-    ref = input.new_empty((), dtype=input.dtype if input.is_floating_point() else _dtype.float32)
+    ref = input.new_empty((), dtype=input.dtype)
     noise = apply(BERNOULLI_MASK, ref, p=1 - p, shape=shape)
     if alpha:
         a = 1.0 / math.sqrt((_ALPHA * _ALPHA * p + 1) * (1 - p))

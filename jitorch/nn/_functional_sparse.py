@@ -64,6 +64,16 @@ def _renorm_rows(weight, indices, max_norm, norm_type):
             weight[rows] = weight[rows] * scale
 
 
+def _masked_forward(rows, keep):
+    # ``rows`` where ``keep``, 0 elsewhere, with the gradient of ``rows`` everywhere.
+    detached = rows.detach()
+    return rows - where(keep, 0.0, detached)
+
+
+# Weight dtypes whose CPU embedding_bag runs FBGEMM's kernel where no padding index is given.
+_SHORT_END_DTYPES = (_dtype.float32, _dtype.float16, _dtype.bfloat16)
+
+
 def _straight_through_scale(out, factor):
     # The value of ``out`` exactly, the gradient of ``out * factor``.
     detached = out.detach()
@@ -208,11 +218,14 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
         rows = rows * per_sample_weights.reshape(-1, 1)
     if keep is not None:
         rows = rows * keep.unsqueeze(1).to(rows.dtype)
-    if include_last_offset and input.dim() == 1 and offsets.numel() and int(offsets[-1]) < flat.numel():
-        # An offsets end short of the input (torch's contract is the input's length): torch's sums stop there,
-        # while its means still count (and its maxima still take) the indices after it. So do these.
-        before_end = _creation.arange(flat.numel(), device=flat.device) < int(offsets[-1])
-        rows = rows * before_end.unsqueeze(1).to(rows.dtype)
+    if (include_last_offset and input.dim() == 1 and offsets.numel() and int(offsets[-1]) < flat.numel()
+            and padding_idx is None and weight.dtype in _SHORT_END_DTYPES):
+        # An offsets end short of the input (torch's contract is the input's length): torch's FBGEMM forward (float
+        # and half weights, no padding index) stops its sums there, while its means still count the indices after
+        # it and its backward hands them their gradient (which for sums it reads past its buffer); its other kernels
+        # take the last bag to the input's end. So do these, the indices after the end passing the gradient through.
+        before_end = (_creation.arange(flat.numel(), device=flat.device) < int(offsets[-1])).unsqueeze(1)
+        rows = _masked_forward(rows, before_end)
     out = weight.new_zeros((bags, dim)).index_add(0, ids, rows)
     if mode == "mean":
         weight_of = _creation.ones_like(ids) if keep is None else keep.long()

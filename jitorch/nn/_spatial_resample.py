@@ -75,17 +75,32 @@ def _output_sizes(input, size, scale_factor, mode, recompute_scale_factor):
     return [math.floor(float(s) * f) for s, f in zip(input.shape[2:], scales)], scales
 
 
+# The kernel whose dtype dispatch refuses an input ATen has no resampling kernel for (integer other than uint8's
+# modes, bool, complex), per mode, as its message names it.
+_KERNELS = {"nearest": "compute_indices_weights_nearest", "nearest-exact": "compute_indices_weights_nearest",
+            "linear": "compute_indices_weights_linear", "trilinear": "compute_indices_weights_linear",
+            "bilinear": "upsample_bilinear2d_channels_last", "bicubic": "compute_indices_weights_cubic"}
+
+
 # On no autocast list (CPU or CUDA): a float32 input stays float32, its resampling matmuls are not cast.
 @autocast_policy(cpu="unlisted", cuda="unlisted")
-def _check_nearest_dtype(input, nd):
-    """ATen's nearest kernels exist for floating types and uint8 only: label maps are resized as floats (or uint8)."""
+def _check_dtype(input, mode, nd, antialias):
+    """ATen's resampling kernels exist for real floating types, and uint8 for the nearest modes, bilinear and bicubic:
+    label maps are resized as floats (or uint8), complex signals as their real and imaginary parts."""
     dt = input.dtype
-    if dt.is_floating_point or dt.is_complex or dt == _dtype.uint8:
+    if dt.is_floating_point or dt == _dtype.uint8 and mode in ("nearest", "nearest-exact", "bilinear", "bicubic"):
         return
-    kernel = "upsample_nearest2d_channels_last" if nd == 2 else "compute_indices_weights_nearest"
+    if antialias:
+        kernel = "compute_index_ranges_weights"
+    elif mode in ("nearest", "nearest-exact") and nd == 2:
+        kernel = "upsample_nearest2d_channels_last"
+    else:
+        kernel = _KERNELS[mode]
+    hint = ("torch.view_as_real, resize, torch.view_as_complex" if dt.is_complex else
+            "F.interpolate(x.float(), ...).to(x.dtype)")
     raise NotImplementedError(f'"{kernel}" not implemented for \'{TORCH_TYPE_NAMES[dt.name]}\' (interpolate of a '
-                              f'{dt} input of shape {list(input.shape)}: resize it as float, e.g. '
-                              f'F.interpolate(x.float(), ...).to(x.dtype), or as uint8)')
+                              f'{dt} input of shape {list(input.shape)} in mode {mode!r}: resize it as a float '
+                              f'tensor, e.g. {hint})')
 
 
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None,
@@ -109,23 +124,20 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         if mode not in ("bilinear", "bicubic") or input.dim() != 4:
             raise ValueError("Anti-alias option is restricted to bilinear, bicubic, and lanczos modes and requires "
                              "a 4-D tensor as input")
-    if input.dtype.is_floating_point is False and mode in _LINEAR_DIMS and (
-            input.dtype != _dtype.uint8 or mode not in ("bilinear", "bicubic")):
-        raise NotImplementedError(f"interpolate: mode {mode!r} is not implemented for {input.dtype} input (ATen "
-                                  f"has integer kernels only for uint8 bilinear and bicubic)")
-    if antialias or input.dtype == _dtype.uint8 and mode in ("bilinear", "bicubic"):
-        out = filtered_resample(input, sizes, scales, align_corners, mode == "bicubic", antialias)
-        return layout_as(out, input)
-    if mode == "area":
+    if mode == "area":  # (an adaptive average pool, with its own refusals; an empty output is its answer)
         return (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d)[nd - 1](input, sizes)
     if any(s <= 0 for s in sizes):
         axes = "DHW"[3 - nd:]
         given = ", ".join(f"{a}: {s}" for a, s in zip(axes, input.shape[2:]))
         wanted = ", ".join(f"{a}: {s}" for a, s in zip(axes, sizes))
-        raise RuntimeError(f"Input and output sizes should be greater than 0, but got input ({given}) output "
+        joint = " and" if nd == 1 else ""  # (ATen's 1-D check words it so)
+        raise RuntimeError(f"Input and output sizes should be greater than 0, but got input ({given}){joint} output "
                            f"({wanted})")
+    _check_dtype(input, mode, nd, antialias)
+    if antialias or input.dtype == _dtype.uint8 and mode in ("bilinear", "bicubic"):
+        out = filtered_resample(input, sizes, scales, align_corners, mode == "bicubic", antialias)
+        return layout_as(out, input)
     if mode in ("nearest", "nearest-exact"):
-        _check_nearest_dtype(input, nd)
         scales = tuple(scales) if scales is not None else (None,) * nd
         out = apply(UPSAMPLE_NEAREST, input, sizes=tuple(sizes), scales=scales, exact=mode == "nearest-exact")
         return layout_as(out, input)

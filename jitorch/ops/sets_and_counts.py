@@ -12,6 +12,7 @@ import numpy as np
 from ..runtime import scatter_add
 from ..runtime.key_runs import run_lengths, run_starts
 from .sorting import stable_argsort
+from .sorting_ties import REPLAY_MAX, _Std
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 # -- set and counting ops (no gradient) ---------------------------------------------------------------------------
@@ -27,8 +28,46 @@ def _unique_kernel(xp, a, dim):
         first = xp.nonzero(starts)[0]
         counts = run_lengths(xp, first, flat.size)
         return ordered[first], inverse.reshape(a.shape), counts.astype(np.int64)
-    values, inverse, counts = xp.unique(a, return_inverse=True, return_counts=True, axis=dim)
-    return values, inverse.reshape(-1).astype(np.int64), counts.astype(np.int64)
+    if xp is not np or not a.size or a.dtype.kind == "c":
+        values, inverse, counts = xp.unique(a, return_inverse=True, return_counts=True, axis=dim)
+        return values, inverse.reshape(-1).astype(np.int64), counts.astype(np.int64)
+    return _unique_dim(a, dim)
+
+
+def _unique_dim(a, dim):
+    """ATen's CPU ``unique(dim=)``: the slices along ``dim`` ordered by ``std::sort`` under a lexicographic
+    less-than, then runs of elementwise-equal neighbours kept as their first slice. Where slices hold NaN (which
+    that less-than treats as equal to anything) or -0.0 (equal to 0.0, but which one is kept shows), the sort's own
+    order decides the answer and is replayed (`_Std`; inputs of more than ``REPLAY_MAX`` slices keep the stable
+    order, as the other replays); elsewhere a stable lexicographic sort gives the same answer."""
+    moved = np.moveaxis(a, dim, 0)
+    n = moved.shape[0]
+    rows = moved.reshape(n, -1)
+    keys = rows if rows.dtype.kind in "iubf" else rows.astype(np.float64)  # (bfloat16: exact in float64)
+    if keys.dtype.kind == "f" and n <= REPLAY_MAX and (np.isnan(keys).any() or np.signbit(keys[keys == 0]).any()):
+        std = _Std([(tuple(row), i) for i, row in enumerate(keys.tolist())], _rows_less)
+        std.sort(0, n)
+        order = np.array([i for _, i in std.a], dtype=np.int64)
+    else:
+        order = np.lexsort(keys.T[::-1]) if keys.shape[1] else np.arange(n)
+    ordered = keys[order]
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)  # (NaN != NaN: a slice with a NaN is a run of its own)
+    first = np.nonzero(starts)[0]
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[order] = np.cumsum(starts) - 1
+    counts = np.diff(np.append(first, n)).astype(np.int64)
+    return np.moveaxis(moved[order[first]], 0, dim), inverse, counts
+
+
+def _rows_less(x, y):
+    """ATen's comparator of two slices: the first element that compares less or greater decides."""
+    for u, v in zip(x, y):
+        if u < v:
+            return True
+        if u > v:
+            return False
+    return False
 
 
 def _unique_consecutive_kernel(xp, a, dim):

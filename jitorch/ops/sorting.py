@@ -20,7 +20,7 @@ import numpy as np
 from ..runtime import accumulate
 from .native_topk import topk_head
 from .sort_keys import keyed, keyed_argsort, keyed_head
-from .sorting_ties import REPLAY_MAX, _Std, replay_kthvalue, replay_mode, replay_topk
+from .sorting_ties import REPLAY_MAX, _Std, all_nan_median, replay_kthvalue, replay_mode, replay_topk
 from .sorting_ties import replay_tied as _replay_tied
 from .sorting_gather import (  # noqa: F401 - split for size; re-exported here
     PUT_ALONG_ADD, TAKE_ALONG, flat_positions_checked, take_along, take_checked,
@@ -216,9 +216,9 @@ def _median_kernel(xp, a, dim, ignore_nan):
     order = stable_argsort(xp, a, dim)
     if ignore_nan:
         valid = n - nan.sum(axis=dim, keepdims=True)
-        # An all-NaN slice picks the middle of its NaNs, as PyTorch does.
-        k = xp.where(valid == 0, (n - 1) // 2, (valid - 1) // 2)
-        return xp.take_along_axis(order, k.astype(order.dtype), axis=dim)
+        picked = xp.take_along_axis(order, ((valid - 1) // 2).clip(0).astype(order.dtype), axis=dim)
+        # An all-NaN slice reports the NaN that ATen's nth_element leaves first (`all_nan_median`).
+        return xp.where(valid == 0, all_nan_median(n), picked)
     picked = xp.take(order, xp.asarray([(n - 1) // 2]), axis=dim)
     # A slice with a NaN has a NaN median; PyTorch points at the first NaN.
     first_nan = xp.argmax(nan, axis=dim, keepdims=True)

@@ -12,10 +12,12 @@ only for the slices whose answer a tie makes ambiguous, and compute every other 
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 __all__ = ["replay_kthvalue", "replay_topk", "replay_mode", "replay_tied", "nan_greater", "nan_less",
-           "REPLAY_MAX"]
+           "all_nan_median", "REPLAY_MAX"]
 
 # The replay runs in Python (some microseconds per comparison): longer slices keep the vectorized answer, whose ties
 # resolve to the first occurrence in the input.
@@ -267,6 +269,22 @@ def replay_topk(values, k, largest, sorted=True):
         if sorted:
             std.sort(0, k - 1)
     return [i for _, i in std.a[:k]]
+
+
+@functools.lru_cache(maxsize=256)
+def all_nan_median(n):
+    """Index that ``torch.nanmedian`` reports along a dim of ``n`` NaNs on CPU. ATen asks ``std::nth_element`` for
+    position ``(n - #nan - 1) / 2``, which C++ truncates to 0, under a comparator that holds for no pair of NaNs; so
+    every pivot step moves the middle element to the front and reverses the rest of the range (`_Std.nth_element` on
+    equal values), then halves the range, until 3 elements are left for an insertion sort that moves nothing."""
+    order = np.arange(n)
+    last = n
+    while last > 3:  # (the depth limit, 2 * lg(n) steps, is never reached: each step halves the range)
+        mid = last // 2
+        order[0], order[mid] = order[mid], order[0]
+        order[1:last] = order[1:last][::-1].copy()
+        last = (last + 1) // 2
+    return int(order[0]) if n else 0
 
 
 def replay_mode(values):
