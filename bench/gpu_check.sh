@@ -84,7 +84,7 @@ echo "wrote $log"
   echo "## compiled CUDA kernels (NVRTC cubins via CuPy): tests and fusion benchmark"
   ensure_jitorch  # again: the block above ran in a pipeline subshell, so its PYTHONPATH did not reach this one
   timeout 150 "$PY" -m pytest -q -p no:cacheprovider -p no:randomly -rs tests/test_compile_cuda_gpu.py \
-    tests/test_compile_cuda.py 2>&1 | tail -30
+    tests/test_fusion_half_gpu.py tests/test_compile_cuda.py 2>&1 | tail -30
   echo "compile_cuda tests exit status: ${PIPESTATUS[0]}"
   timeout 150 "$PY" bench/bench_fusion_gpu.py 2>&1 | tail -25
   echo "bench_fusion_gpu exit status: ${PIPESTATUS[0]}"

@@ -11,8 +11,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
+from test_compile_cuda import FakeDevice, _check_launches, _run as run_on_fake_device
 
 import jitorch
+from jitorch._compile import lower_cuda
 from jitorch._compile.backend import CompiledGraph
 from jitorch._compile.trace import trace
 from jitorch.codegen import interp, nvrtc
@@ -226,3 +228,25 @@ def test_compiled_training_on_half_tensors_matches_eager_gradients(storage):
     _same(grads[1][0], grads[0][0])
     np.testing.assert_allclose(grads[1][1].float().numpy(), grads[0][1].float().numpy(),
                                rtol=2 ** -7 if storage == "bf16" else 2 ** -10, atol=1e-3)
+
+
+@pytest.fixture
+def device(request):
+    """`test_compile_cuda`'s fake device: host memory as device memory, each launch's IR run by the interpreter."""
+    fake = FakeDevice(request.param)
+    previous = lower_cuda.set_device_backend(fake)
+    lower_cuda.clear_cuda_kernel_cache()
+    yield fake
+    lower_cuda.set_device_backend(previous)
+    lower_cuda.clear_cuda_kernel_cache()
+
+
+@pytest.mark.parametrize("device", ["sm_80", "sm_90"], indirect=True)
+@pytest.mark.parametrize("storage", STORAGE)
+@pytest.mark.parametrize("case", ["chain", "numbers", "where", "casts", "sum"])
+def test_the_cuda_path_builds_cubins_for_half_groups_and_launches_them_as_planned(case, storage, device):
+    x, y = _inputs(storage, (9, 70), seed=2)
+    got, want, graph = run_on_fake_device(CASES[case], x, y)
+    assert len(graph.kernel_ops) == 1
+    _check_launches(device, graph)
+    _same(jitorch.Tensor._make(np.asarray(got._data)), want)  # (the fake device ran the IR with the interpreter)
