@@ -295,7 +295,7 @@ def checked_scalar(value, d, op_name=None, reduced_floats=True):
         value = value.real
     if d.category == FLOAT:
         if isinstance(value, float):
-            return checked_scalar(value, d, op_name, reduced_floats)
+            return checked_scalar(float(value), d, op_name, reduced_floats)  # (a float subclass: plain)
         if (reduced_floats or d is float32) and not -_FLOAT_MAX.get(d, 2 ** 64) <= value <= _FLOAT_MAX.get(d, 2 ** 64):
             raise _overflow(d, op_name)
         return float(value) if value >= 2 ** 63 else value  # (a uint64 Scalar)

@@ -26,6 +26,7 @@ from .call_site import MAX_SIZE_VARIANTS, run_site, size_variant
 from .guards import call_hooks, first_failure, guard_values, module_tree
 from .lower import clear_kernel_cache
 from .named_values import NamedValues
+from .number_inputs import has_numbers, widen_replay
 from .optimized_module import OptimizedModule
 from .reached import FreeTensors, NamedObjects, reached_by
 from .specialization import Entry, config
@@ -134,6 +135,11 @@ class CompiledFunction(EntryBuilder):
                                           or any(p._requires_grad for p in params))
         if training and self.backend != "jitorch":
             return fn(*args, **kwargs)  # a callable backend is handed inference graphs only
+        if training and not GradState.inference and any(t._inference for t in tensors):
+            # An inference tensor (made under ``inference_mode``) in a call autograd records: eager raises only where
+            # an op saves it for backward (``x * w``, not ``x + w``); a compiled Function saves all its tensor
+            # inputs, so such calls run eagerly, raising exactly where eager does.
+            return fn(*args, **kwargs)
         guards = guard_values(args, kwargs, owner, tree, by_value=training)
         if site.structure is not None:
             guards.append(site.structure)
@@ -165,6 +171,12 @@ class CompiledFunction(EntryBuilder):
                 return fn(*args, **kwargs)
             if hit is not None:
                 return hit.run(args, kwargs, params)
+        if self.dynamic is not False and has_numbers(args, kwargs):
+            # A replay reruns its Python every call and matches its segments' constants: a number argument that
+            # changed needs no new entry (number_inputs.widen_replay); ``dynamic=False`` specializes every value.
+            widened = widen_replay(entries, guards)
+            if widened is not None:
+                return widened.run(args, kwargs)
         if self._fell_back:
             return fn(*args, **kwargs)
         if config.stance != "default" and (self.entries or self.train_entries):

@@ -54,7 +54,11 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     third size), makes those dimensions symbolic: one specialization then serves every size >= 2 there (sizes 0 and
     1 stay specialized), its graph fitted over probe traces, comparisons on sizes guarded; a size's first call runs
     eagerly, its second compiles it (`dynamic_shapes`); ``dynamic=True`` tries every dimension from the first call,
-    ``dynamic=False`` specializes every size. Any other call that misses every guard retraces, up to
+    ``dynamic=False`` specializes every size. A Python float or int argument is specialized on the first call; a
+    call differing only in such values compiles once more with them as graph inputs where the graph uses them as an
+    operand of add/sub/mul/div (``x * lr``: a learning-rate schedule never recompiles again), as torch's automatic
+    dynamic numbers (`number_inputs`). Outputs that eager lays out in another order than row-major (``x.t() * 2``,
+    channels-last) keep eager's strides (`output_layout`). Any other call that misses every guard retraces, up to
     ``recompile_limit`` (``options`` or ``jitorch.compiler.config``), then runs eagerly with one warning.
     A graph break (a tensor value read into Python: ``.item()``, ``if x.sum() > 0``; an op with a data-dependent
     shape; an in-place write into a view of an input) splits the call into compiled segments: later calls rerun the

@@ -21,14 +21,18 @@ from .array_contents import mark_read_in_place
 from .backend import CompiledGraph, whole_call_runner
 from .dynamic_compile import dims_to_make_dynamic, dynamic_inference, dynamic_training
 from .functionalize import CompileState, functionalize_intermediates, shares_memory
+from .guards import argument_names
 from .lower import kernel_cache_stats
+from .output_layout import keeping_layouts
+from .permute_sinking import sink_permutes
+from .number_inputs import generalize, has_numbers, number_miss, signature, traced_numbers, widen
 from .replay import Replay, _compile_outputs
 from .segment_training import backward_kernels, compile_training_segment
 from .side_effects import PythonState, any_cuda, replay_for_side_effects, replay_guards
 from .specialization import Entry, config
 from .stride_relayout import graph_signature, refused_relayout
 from .trace import trace
-from .training import Unsupported, compile_training
+from .training import Unsupported, joint_for, plan_from_joint
 
 
 _MADE_REQUIRING_GRAD = ("the call makes tensors that require grad itself (``torch.ones(3, requires_grad=True)`` inside "
@@ -86,6 +90,13 @@ class EntryBuilder:
         """The entry list and the compile method of inference (``training`` False) or training specializations."""
         return (self.train_entries, self._compile_training) if training else (self.entries, self._compile)
 
+    def _number_miss(self, entries, guards, args, kwargs, relayout):
+        """`number_inputs.number_miss` for this call, or None: no number arguments, a relayout, ``dynamic=False``
+        (every value specialized, as torch's)."""
+        if self.dynamic is False or relayout is not None or not has_numbers(args, kwargs):
+            return None
+        return number_miss(entries, guards)
+
     def _compile_training(self, site, guards, args, kwargs, relayout=None):
         fn = site.fn
         start = time.perf_counter()
@@ -94,7 +105,17 @@ class EntryBuilder:
         before = CompileState(buffers)
         attributes = _attribute_state(self._owner())
         python_state = PythonState(self._fn, self._owner(), *(site.caller or (args, kwargs)))
-        traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
+        numbers = self._number_miss(self.train_entries, guards, args, kwargs, relayout)
+        targs, tkwargs, wrapped = traced_numbers(args, kwargs, numbers[1]) if numbers else (args, kwargs, {})
+        try:
+            traced = trace(fn, targs, tkwargs, fullgraph=self.fullgraph, buffers=buffers)
+        except Exception:
+            if not wrapped:
+                raise
+            before.restore()  # code that refuses a float subclass: the plain numbers (they stay specialized)
+            python_state.restore()
+            targs, tkwargs, wrapped, numbers = args, kwargs, {}, None
+            traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
         _note_arrays_read_in_place(guards, traced)
         refused = relayout and refused_relayout(self, site, relayout, traced, before, training=True)
         if refused:
@@ -141,7 +162,13 @@ class EntryBuilder:
         found = dims and dynamic_training(self, fn, entry, dims, guards, args, kwargs, self._owner())
         try:
             _restore_attributes(attributes)
-            plan = found[1].plan if found else compile_training(fn, args, kwargs, self._owner(), traced.result)
+            if found:
+                plan = found[1].plan
+            else:
+                spec = joint_for(fn, targs, tkwargs, self._owner(), traced.result)
+                if relayout is None and has_numbers(args, kwargs):
+                    _number_inputs(entry, spec.joint, numbers, wrapped, args, kwargs, _parameter_count(self._owner()))
+                plan = plan_from_joint(spec, spec.joint)
         except Unsupported as err:
             # The trace ran the function eagerly with autograd recording: its result is this call's answer.
             after.restore()
@@ -169,7 +196,18 @@ class EntryBuilder:
         buffers = self._buffers()
         before = CompileState(buffers)
         python_state = PythonState(self._fn, self._owner(), *(site.caller or (args, kwargs)))
-        traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers, write_inputs=True)
+        numbers = self._number_miss(self.entries, guards, args, kwargs, relayout)
+        targs, tkwargs, wrapped = traced_numbers(args, kwargs, numbers[1]) if numbers else (args, kwargs, {})
+        try:
+            traced = trace(fn, targs, tkwargs, fullgraph=self.fullgraph, buffers=buffers, write_inputs=True)
+        except Exception:
+            if not wrapped:
+                raise
+            # Code that refuses a float subclass: trace the plain numbers (they stay specialized).
+            before.restore()
+            python_state.restore()
+            targs, tkwargs, wrapped, numbers = args, kwargs, {}, None
+            traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers, write_inputs=True)
         before.add_snapshots(traced.info.input_snapshots.values())  # the trace wrote them: every rerun starts over
         why = _argument_writes_stay_eager(traced, python_state)
         if why:
@@ -177,7 +215,7 @@ class EntryBuilder:
             # call with breaks or Python side effects runs them eagerly, where they happen: trace the call again.
             before.restore()
             python_state.restore()
-            traced = trace(fn, args, kwargs, fullgraph=self.fullgraph, buffers=buffers)
+            traced = trace(fn, targs, tkwargs, fullgraph=self.fullgraph, buffers=buffers)
         _note_arrays_read_in_place(guards, traced)
         refused = relayout and refused_relayout(self, site, relayout, traced, before, training=False)
         if refused:
@@ -226,12 +264,17 @@ class EntryBuilder:
                 entry.dynamic, entry.guards, entry.kernel_ops = found[0], found[0].guards, found[1].kernel_ops
                 entry.run = lambda args, kwargs: found[1].run(args, kwargs, ())
             else:
+                if relayout is None and has_numbers(args, kwargs):
+                    _number_inputs(entry, traced.gm, numbers, wrapped, args, kwargs)
+                # eager's memory order for elementwise outputs of permuted operands (output_layout.py)
+                sunk = not traced.writes and sink_permutes(traced.gm, (*args, *kwargs.values()))
                 if functionalize_intermediates(traced.gm):  # ReLU(inplace=True) and friends fuse and go native
                     traced.gm.recompile()
                 graph = CompiledGraph(traced.gm)
                 entry.kernel_ops = graph.kernel_ops
-                entry.run = _keeping_sizes(whole_call_runner(graph, traced.writes, lambda a, k: fn(*a, **k),
-                                                             traced.write_counts), traced.result)
+                entry.run = _keeping_sizes(keeping_layouts(whole_call_runner(
+                    graph, traced.writes, lambda a, k: fn(*a, **k), traced.write_counts), traced.result, sunk),
+                    traced.result)
                 entry.writes_inputs = traced.writes_inputs
         if entry.replay is None:
             # The first run compiles the kernels for these strides. It is this call: the trace's draws and buffer
@@ -290,6 +333,24 @@ class EntryBuilder:
             for graph in seg.compiled.values():
                 ops += graph.kernel_ops
         return ops
+
+
+def _parameter_count(module):
+    """How many parameters lead a joint graph's placeholders (`training.joint_for`)."""
+    return len(list(module.parameters())) if module is not None else 0
+
+
+def _number_inputs(entry, gm, numbers, wrapped, args, kwargs, offset=0):
+    """Keep ``gm``'s `signature` and number values on ``entry``; when this call missed an earlier entry only in
+    number arguments (``numbers``: that entry and their names, traced ``wrapped``), make them graph inputs if the
+    graphs allow it (`number_inputs.generalize`), the entry's guards then accepting any value there."""
+    names = argument_names(args, kwargs)
+    sig = signature(gm)
+    if numbers and generalize(numbers[0].number_signature, numbers[0].number_values, gm, wrapped, names, offset):
+        entry.guards = widen(entry.guards, numbers[1])
+        entry.number_inputs = tuple(numbers[1])
+    entry.number_signature = sig
+    entry.number_values = {n: v for n, v in zip(names, (*args, *kwargs.values())) if type(v) in (float, int)}
 
 
 def _argument_writes_stay_eager(traced, python_state):

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..nn.modules.module import Module
 from .api import CompiledFunction
+from .explain_capture import capture_report, reduce_overhead_of
 from .guards import call_hooks
 
 __all__ = ["ExplainOutput", "explain"]
@@ -34,6 +35,8 @@ class ExplainOutput:
     dynamic: list = field(default_factory=list)  # "arg0.shape[0] -> s0" per dynamic specialization
     static_reasons: list = field(default_factory=list)  # why sizes that changed (or dynamic=True) stay specialized
     replay_reasons: list = field(default_factory=list)  # why a graph without breaks runs in replay mode
+    number_inputs: list = field(default_factory=list)  # number arguments a graph takes as inputs (number_inputs.py)
+    reduce_overhead: list = field(default_factory=list)  # mode="reduce-overhead": capture and replay (or why not)
 
     def __str__(self):
         lines = [f"Graph count: {self.graph_count}", f"Graph break count: {self.graph_break_count}"]
@@ -47,6 +50,8 @@ class ExplainOutput:
         lines += [f"Dynamic sizes: {d} (each >= 2)" for d in self.dynamic]
         lines += [f"Sizes kept static: {r}" for r in self.static_reasons]
         lines += [f"Replay mode: {r}" for r in self.replay_reasons]
+        lines += [f"Number input: {n} (any value, no recompile)" for n in self.number_inputs]
+        lines += [f"Reduce-overhead: {r}" for r in self.reduce_overhead]
         lines.append(f"Guards ({len(self.guards)}):")
         lines += [f"  {g}" for g in self.guards]
         lines.append(f"Compile time: trace {self.trace_s * 1e3:.1f} ms, LLVM {self.compile_s * 1e3:.1f} ms")
@@ -71,9 +76,17 @@ def explain(fn, **compile_kwargs):
     on that value (``file:line: Tensor.__bool__() == True``) to ``guards``. ``explain(fn, dynamic=True)`` shows
     which sizes became symbols (``dynamic``) or why they stay static (``static_reasons``). ``replay_reasons``: the
     Python state a call changes (``self.feats.append(h)``), for which its Python reruns on every call (side_effects.py).
+    A ``mode="reduce-overhead"`` function (or ``explain(fn, mode="reduce-overhead")``) reports the graphs of the
+    default mode, as torch's explain does, and in ``reduce_overhead`` whether its steps are captured and replayed.
     """
+    compile_kwargs = dict(compile_kwargs)
+    mode = compile_kwargs.pop("mode", None)
+    captured = reduce_overhead_of(fn)  # the graphs are its function's, compiled in the default mode
+    target, module = (captured.fn, captured.module) if captured is not None else \
+        (fn, fn if isinstance(fn, Module) else None)
+
     def run(*args, **kwargs):
-        cf = CompiledFunction(fn, module=fn if isinstance(fn, Module) else None, **compile_kwargs)
+        cf = CompiledFunction(target, module=module, **compile_kwargs)
         cf(*args, **kwargs)
         out = ExplainOutput()
         for e in cf.entries + cf.train_entries:
@@ -96,6 +109,7 @@ def explain(fn, **compile_kwargs):
                 out.static_reasons.append(e.dynamic_reason)
             if e.side_effects is not None:
                 out.replay_reasons.append(e.side_effects)
+            out.number_inputs += [n for n in e.number_inputs if n not in out.number_inputs]
             out.trace_s += e.trace_s
             out.compile_s += e.compile_s
         if not cf.entries and not cf.train_entries and isinstance(fn, Module):
@@ -105,6 +119,8 @@ def explain(fn, **compile_kwargs):
                 out.break_reasons.append(reason)
         out.kernel_count = len(out.kernels)
         out.ops_fused = sum(len(k) for k in out.kernels)
+        if captured is not None or mode == "reduce-overhead":
+            out.reduce_overhead = capture_report(cf, captured)
         return out
     return run
 

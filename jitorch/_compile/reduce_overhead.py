@@ -107,6 +107,7 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
         # read into Python, an optimizer a capture cannot replay, alternating gradients), or None.
         self._compiled_instead = None
         self._grad_recaptures = 0  # captures redone because a parameter's .grad changed kind (`_GRAD_STATES`)
+        self._number_recaptures = 0  # captures redone because a Python number argument changed
         # A capture carries no autograd: calls whose warm-up output required grad (`_grad_seen`) take the default
         # path in grad mode.
         self._grad_seen = False
@@ -169,6 +170,14 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
             elif not _same_value(new, static, self.array_keys[i]):
                 return f"non-tensor argument {i} is {new!r}, {static!r} at capture"
         return None
+
+    def _only_numbers_changed(self, leaves):
+        """Whether the arguments differ from the captured ones only in Python numbers (not bools)."""
+        if len(leaves) != len(self.static):
+            return False
+        differing = [(static, new) for static, new, key in zip(self.static, leaves, self.array_keys)
+                     if not isinstance(static, Tensor) and not _same_value(new, static, key)]
+        return bool(differing) and all(type(a) in (int, float) and type(b) in (int, float) for a, b in differing)
 
     def _viewed_layout_changed(self, leaves):
         """An output views an argument laid out otherwise than at capture: the view cannot be rebuilt on it."""
@@ -253,9 +262,18 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
             # batch; another Python number): this call captures again, as torch.compile would trace again.
             grads = None if self.cuda else grad_mismatch(self.graph._grads, True)
             # (`grad_mismatch(eager=True)` covers the graph's own gradient check)
+            mismatch = None
             changed = grads or (None if self.cuda else self.graph.changed_value(grads=False)) or \
-                self._changed_named_value() or self._mismatch(leaves) or self._viewed_layout_changed(leaves) or \
+                self._changed_named_value() or (mismatch := self._mismatch(leaves)) or \
+                self._viewed_layout_changed(leaves) or \
                 ("the arguments' containers differ from the captured call's" if spec != self.captured_spec else None)
+            if changed is not None and changed is mismatch and self._only_numbers_changed(leaves):
+                self._number_recaptures += 1
+                if self._number_recaptures > 1:
+                    # A learning rate or a step count that moves every call: each call would capture again. The
+                    # default compiled path takes such numbers as inputs after their first change (torch's floats).
+                    self._compile_instead(f"a number argument changes between calls ({changed})", warn=False)
+                    return self._uncaptured(self._compiled_instead, args, kwargs)
             if changed is not None:
                 self._recapture(changed)
                 self._grad_recaptures += grads is not None

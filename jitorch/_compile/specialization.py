@@ -59,6 +59,11 @@ class Entry:
     relayout_refused: str | None = None  # why a stride-only miss of this entry compiles exact strides again
     writes_inputs: bool = False  # its graph writes into arguments (a copy of one would take the write instead)
     side_effects: str | None = None  # what Python state the call changes: it runs through its replay (side_effects.py)
+    # Number arguments (number_inputs.py): the whole graph's `signature` and the numbers it was traced with, kept when
+    # the call passed any, so a later call differing only in them can make them graph inputs; those it takes so.
+    number_signature: list | None = field(default=None, repr=False)
+    number_values: dict = field(default_factory=dict, repr=False)
+    number_inputs: tuple = ()
     _key: list = field(default=None, repr=False)
     _key_of: list = field(default=None, repr=False)
 

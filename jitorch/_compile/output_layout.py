@@ -1,0 +1,92 @@
+"""Compiled outputs in eager's memory layout: ``x.t() * 2`` returns strides ``(1, 3)`` eagerly (an elementwise op
+keeps its operands' layout, as ATen's TensorIterator does) and from torch.compile too; a fused kernel writes its
+output row-major. A whole graph's outputs whose traced (eager) value is dense in another order (transposed,
+permuted, channels-last) are handed out in that order: one copy through the native transpose kernels, so strides,
+``is_contiguous()`` and ``.view`` behave as eagerly.
+
+>>> import jitorch
+>>> f = jitorch.compile(lambda x: x.t() * 2)
+>>> f(jitorch.ones(4, 3)).stride(), (jitorch.ones(4, 3).t() * 2).stride()
+((1, 3), (1, 3))
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._tensor import Tensor
+from ..fx.node import map_aggregate
+
+__all__ = ["eager_layouts", "keeping_layouts", "memory_order"]
+
+
+def _permutation(t):
+    """The order of ``t``'s dimensions from outermost to innermost when its memory is dense in an order other than
+    row-major, else None (row-major, a view, overlapping or gapped memory, a device array)."""
+    return None if t._base is not None else memory_order(t._data)
+
+
+def memory_order(a):
+    """The order of array ``a``'s dimensions from outermost to innermost when its memory is dense in an order other
+    than row-major (``x.t()``, channels-last), else None."""
+    if type(a) is not np.ndarray or a.flags.c_contiguous or a.ndim < 2:
+        return None
+    sized = [d for d in range(a.ndim) if a.shape[d] > 1]
+    perm = sorted(sized, key=lambda d: -a.strides[d]) + [d for d in range(a.ndim) if d not in sized]
+    expected = a.itemsize
+    for d in reversed(perm):
+        if a.shape[d] > 1 and a.strides[d] != expected:
+            return None
+        expected *= a.shape[d]
+    return tuple(perm)
+
+
+def eager_layouts(result, row_major=False):
+    """Per tensor of ``result`` (a traced call's eager result, in `map_aggregate` order): ``(permutation, strides)``
+    of a dense non-row-major one (with ``row_major``, of a row-major one too), else None; None for the whole when
+    no tensor has one."""
+    found = []
+
+    def note(a):
+        if isinstance(a, Tensor):
+            perm = _permutation(a)
+            if perm is None and row_major and a._base is None and type(a._data) is np.ndarray and \
+                    a._data.ndim >= 2 and a._data.flags.c_contiguous:
+                perm = tuple(range(a._data.ndim))
+            found.append(None if perm is None else (perm, a._data.strides))
+        return a
+    map_aggregate(result, note)
+    return found if any(found) else None
+
+
+def _relaid(t, perm):
+    """``t``'s values in a new tensor whose memory is row-major over ``perm``'s order of its dimensions."""
+    dense = Tensor._make(t._data).permute(*perm).contiguous()._data
+    return Tensor._make(dense.transpose(np.argsort(perm)))
+
+
+def keeping_layouts(run, result, rewritten=False):
+    """``run(args, kwargs)`` handing out its tensors in the layouts eager gave ``result``'s (see `eager_layouts`);
+    ``run`` itself when they are all row-major (no cost per call), unless the graph's outputs were ``rewritten``
+    (`permute_sinking`: a row-major eager result is then checked too)."""
+    layouts = eager_layouts(result, row_major=rewritten)
+    if layouts is None:
+        return run
+
+    def relayout(args, kwargs):
+        it, done = iter(layouts), {}
+
+        def fix(a):
+            if not isinstance(a, Tensor):
+                return a
+            want = next(it, None)
+            d = a._data
+            if want is None or type(d) is not np.ndarray or a.requires_grad or len(want[0]) != d.ndim:
+                return a
+            if d.strides == want[1]:
+                # (a permuted view of the graph's own value, `permute_sinking`: eager's result is no view)
+                return a if a._base is None else done.setdefault(id(a), Tensor._make(d))
+            if id(a) not in done:  # one tensor returned twice stays one tensor
+                done[id(a)] = _relaid(a, want[0])
+            return done[id(a)]
+        return map_aggregate(run(args, kwargs), fix)
+    return relayout
