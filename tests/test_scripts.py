@@ -25,6 +25,20 @@ DETERMINISTIC = {
     "micrograd.py": (1e-5, 1e-5),
     "poly_lbfgs.py": (1e-3, 1e-3),
     "checkpoint_resume.py": (1e-4, 1e-4),
+    "v27_unet_seg.py": (1e-4, 1e-4),
+    "v27_schedulers_accum.py": (1e-5, 1e-5),
+    "v27_ema_swa.py": (1e-4, 1e-4),
+    "v27_distill_simclr.py": (1e-4, 1e-4),
+    "v27_realnvp.py": (1e-4, 1e-4),
+    "v27_data_pipeline.py": (0, 0),
+    "v27_amp_ckpt_resume.py": (1e-3, 1e-3),  # bfloat16 autocast: one-ulp differences of GELU's tail compound
+    "v27_vqvae_gradcam.py": (1e-4, 1e-4),
+    "v27_stn_superres.py": (1e-4, 1e-4),
+    "v27_meta_adversarial.py": (1e-4, 1e-4),
+    "v27_gnn_pointcloud.py": (1e-4, 1e-4),
+    "v27_gp_ot_ode.py": (1e-4, 1e-4),
+    "v27_module_surgery.py": (1e-5, 1e-5),
+    "v27_vit_mae.py": (1e-4, 1e-4),
 }
 MIN_ACCURACY = {"resnet_blocks.py": 0.9, "transformer_cls.py": 0.9}
 ALL = sorted(p.name for p in SCRIPTS.glob("*.py"))

@@ -14,6 +14,7 @@ tensor([[[-1.,  1.],
 from __future__ import annotations
 
 import math
+import struct
 
 from .. import _dtype
 from ..autograd.grad_mode import is_grad_enabled, no_grad
@@ -36,9 +37,11 @@ def _half_transform(input, x, mean, var, eps, weight, bias, params, view):
     keeps the batch statistics in the parameters' dtype: the input's, unless one of them is float32. Evaluation
     (``params=None``) uses the running statistics as they are."""
     if params is not None and all(t is None or t.dtype == input.dtype for t in params):
-        if input.dtype == _dtype.bfloat16:  # its kernel rounds the sum of squared deviations too
+        if input.dtype == _dtype.bfloat16:
+            # Its kernel keeps the sum of squared deviations in bfloat16 and divides it by the count in bfloat16
+            # arithmetic (c10's BFloat16 / int64_t rounds the count, then the quotient).
             n = input.numel() // mean.numel()
-            var = (var * n).to(input.dtype).float() / n
+            var = _bf16(_bf16(var * n) / _bf16_number(n))
         mean, invstd = mean.to(input.dtype).float(), (1 / (var + eps).sqrt()).to(input.dtype).float()
     else:
         invstd = 1 / (var + eps).sqrt()
@@ -62,17 +65,51 @@ def _check_stats_no_grad(op, running_mean, running_var):
 
 
 def _update_running(running, stat, momentum):
-    # Half running statistics are updated in float32 from the float32 batch statistic and rounded once, as PyTorch.
+    # float16 running statistics are updated in float32 from the float32 batch statistic and rounded once, as
+    # PyTorch; bfloat16 ones take `_update_bfloat16_stats`.
     wide = _dtype.float32 if running.dtype in _HALF else running.dtype
     with no_grad():
         running.copy_(stat.detach().to(wide) * momentum + running.to(wide) * (1 - momentum))
 
 
+def _bf16(t):
+    """``t`` (float32) rounded to bfloat16 and back: one c10 ``BFloat16`` operation's result."""
+    return t.to(_dtype.bfloat16).float()
+
+
+def _bf16_number(value):
+    """A Python number as c10 converts it to ``BFloat16`` (to float32, then round to nearest even), as a float."""
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def _update_bfloat16_stats(running_mean, running_var, mean, var, n, momentum):
+    """ATen's update of bfloat16 running statistics from a bfloat16 batch, every step in c10 ``BFloat16`` arithmetic.
+
+    Its kernel rounds the momentum, the batch mean and the sum of squared deviations to bfloat16; each
+    ``BFloat16 * BFloat16`` product and sum rounds again, the unbiased variance is ``BFloat16 / int64_t`` (the count
+    rounded too), and only the variance's ``momentum * unbiased`` term stays float32. A float32 update rounded once
+    lands one bfloat16 step away on about one channel in ten.
+    """
+    m = _bf16_number(momentum)
+    keep = _bf16_number(1 - m)
+    mean_b, var_sum_b = _bf16(mean.detach()), _bf16(var.detach() * n)
+    unbiased = _bf16(var_sum_b / _bf16_number(n - 1))
+    with no_grad():
+        running_mean.copy_(_bf16(_bf16(mean_b * m) + _bf16(running_mean.float() * keep)))
+        running_var.copy_(unbiased * m + _bf16(running_var.float() * keep))
+
+
 def _update_batch_stats(running_mean, running_var, mean, var, n, momentum):
     # An empty batch has no statistics (its mean is nan): PyTorch leaves the running ones as they were.
-    if running_mean is not None and n > 0:
-        _update_running(running_mean, mean.reshape(-1), momentum)
-        _update_running(running_var, var.reshape(-1) * (n / (n - 1)), momentum)
+    if running_mean is None or n <= 0:
+        return
+    if running_mean.dtype == running_var.dtype == _dtype.bfloat16 and running_mean.device.type == "cpu":
+        _update_bfloat16_stats(running_mean, running_var, mean.reshape(-1), var.reshape(-1), n, momentum)
+        return
+    _update_running(running_mean, mean.reshape(-1), momentum)
+    _update_running(running_var, var.reshape(-1) * (n / (n - 1)), momentum)
 
 
 _VMAP_STATS_ERROR = (
