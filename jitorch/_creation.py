@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import builtins
 
-import warnings
-
 import numpy as np
 
 from . import _dtype
@@ -157,9 +155,10 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=Fal
     """A new tensor holding a copy of ``data`` (nested sequences, scalars, NumPy arrays or tensors)."""
     huge_ints = False
     if isinstance(data, Tensor):
-        warnings.warn("To copy construct from a tensor, it is recommended to use sourceTensor.detach().clone() or "
-                      "sourceTensor.detach().clone().requires_grad_(True), rather than torch.tensor(sourceTensor).",
-                      UserWarning, stacklevel=2)
+        from ._stat_checks import warn_at_caller  # (it imports the dispatcher, which imports this module)
+
+        warn_at_caller("To copy construct from a tensor, it is recommended to use sourceTensor.detach().clone() or "
+                       "sourceTensor.detach().clone().requires_grad_(True), rather than torch.tensor(sourceTensor).")
         arr = data._host().copy()
         dt = data.dtype
     elif isinstance(data, np.ndarray):

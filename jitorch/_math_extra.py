@@ -204,7 +204,7 @@ def _quantile(input, q, dim, keepdim, interpolation, ignore_nan):
         weight = (hi > lo).to(input.dtype) * 0.5
     else:
         weight = rank - lo.to(input.dtype)
-    out = (lo_v + weight * (hi_v - lo_v)).squeeze(-1)  # [Q, ...]
+    out = lo_v.lerp(hi_v, weight).squeeze(-1)  # [Q, ...] (ATen's lerp: from the upper end for weights >= 0.5)
     if dim is not None and keepdim:
         out = out.unsqueeze(wrap_dim(dim, input.dim()) + 1)
     elif dim is None and keepdim:

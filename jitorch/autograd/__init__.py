@@ -163,12 +163,6 @@ def _batched_grad(outputs, grads, inputs, retain_graph, create_graph, allow_unus
     return result
 
 
-def Variable(data, requires_grad=False):  # noqa: N802 - the legacy constructor name
-    """Legacy ``torch.autograd.Variable``: returns the tensor (optionally requiring grad). ``Variable.
-    _execution_engine.queue_callback(fn)`` runs ``fn`` at the end of the running backward."""
-    return data.requires_grad_(requires_grad) if requires_grad else data
-
-
 class _ExecutionEngine:
     """``Variable._execution_engine``: torch's handle on the backward engine (only ``queue_callback`` is offered)."""
 
@@ -179,4 +173,32 @@ class _ExecutionEngine:
         queue_callback(callback)
 
 
-Variable._execution_engine = _ExecutionEngine()
+class _VariableMeta(type):
+    def __instancecheck__(cls, other):  # as torch: every tensor is a Variable (``isinstance(h, Variable)``)
+        return isinstance(other, Tensor)
+
+
+class Variable(metaclass=_VariableMeta):
+    """Legacy ``torch.autograd.Variable(data=None, requires_grad=False, volatile=False)``: as torch, a tensor
+    sharing ``data``'s values, detached from its graph (an empty one for no ``data``), requiring grad as asked;
+    ``volatile`` only warns. ``Variable._execution_engine.queue_callback(fn)`` runs ``fn`` at the end of the
+    running backward."""
+
+    _execution_engine = _ExecutionEngine()
+
+    def __new__(cls, data=None, requires_grad=False, volatile=False, _grad_fn=None, name=None):
+        if volatile:
+            from .._stat_checks import warn_at_caller
+
+            warn_at_caller("volatile was removed and now has no effect. Use `with torch.no_grad():` instead.")
+            if requires_grad:
+                raise ValueError("Variable can't be volatile and require_grad at the same time!")
+        if _grad_fn is not None:
+            raise TypeError("jitorch's Variable does not take _grad_fn: build the tensor with an op or a Function")
+        if data is None:
+            var = _creation.empty(0)
+        elif isinstance(data, Tensor):
+            var = data.detach()
+        else:
+            raise TypeError(f"Variable data has to be a tensor, but got {type(data).__name__}")
+        return var.requires_grad_(bool(requires_grad))

@@ -1,6 +1,7 @@
 """Anomaly detection (``torch.autograd.detect_anomaly`` / ``set_detect_anomaly``): while enabled with
-``check_nan``, a backward function that returns a NaN gradient raises, naming the function, as in torch. (torch
-also prints the forward call's traceback; jitorch does not record it.)
+``check_nan``, a backward function that returns a NaN gradient raises, naming the function, as in torch. Nodes
+recorded while it is on keep their forward call's stack (``node.metadata["traceback_"]``); a backward function that
+raises first warns "Error detected in ..." with that stack, as torch does.
 
 >>> import warnings; warnings.simplefilter("ignore", UserWarning)
 >>> import jitorch
@@ -13,6 +14,8 @@ RuntimeError: Function 'SqrtBackward0' returned nan values in its 0th output.
 from __future__ import annotations
 
 import warnings
+
+from .node_recording import set_forward_stacks
 
 __all__ = ["detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled", "is_anomaly_check_nan_enabled",
            "set_anomaly_enabled"]
@@ -35,6 +38,17 @@ def is_anomaly_check_nan_enabled():
 
 def set_anomaly_enabled(enabled, check_nan=True):
     AnomalyState.enabled, AnomalyState.check_nan = bool(enabled), bool(check_nan)
+    set_forward_stacks(enabled)
+
+
+def warn_forward_stack(node):
+    """torch's warning when ``node``'s backward raises in anomaly mode: the stack of the forward call behind it."""
+    from .._stat_checks import warn_at_caller  # (imports the dispatcher, which imports autograd)
+
+    stack = (node.__dict__.get("_metadata") or {}).get("traceback_")
+    if stack:
+        warn_at_caller(f"Error detected in {node.name()}. Traceback of forward call that caused the error:\n"
+                       + "".join(stack))
 
 
 def check_gradients(node, grads):

@@ -6,7 +6,7 @@ anomaly checks. The engine's loop runs a plain row node (one output, no hooks) i
 from __future__ import annotations
 
 from .._tensor import Tensor
-from .anomaly_mode import AnomalyState, check_gradients
+from .anomaly_mode import AnomalyState, check_gradients, warn_forward_stack
 
 
 def _hook_name(fn):
@@ -80,6 +80,17 @@ def _prepare(node, grads, wanted_nodes, captured, needed):
     return grads
 
 
+def _backward(node, grads):
+    # A node reached only by "no gradient" (a row's None, as floor_divide's to its divisor) passes none on:
+    # its backward would get None where it expects a tensor.
+    if not any(g is not None for g in grads):
+        return (None,) * len(node.next)
+    if node.row_backward:  # Node.apply, inline
+        in_grads = node.op.backward(node, *grads)
+        return in_grads if type(in_grads) is tuple else (in_grads,)
+    return node.apply(grads)
+
+
 def run_node(node, grads, wanted_nodes, captured, needed, retain_graph):
     """Run one node the general way: hooks, capture, zeros for multi-output nodes, custom Functions, anomaly checks.
     ``grads``: one per output. Returns its input gradients (one per edge), or None when it must not run."""
@@ -89,19 +100,15 @@ def run_node(node, grads, wanted_nodes, captured, needed, retain_graph):
             return None
     if node._out_meta is not None:
         grads = node.materialize(grads)
-    # A node reached only by "no gradient" (a row's None, as floor_divide's to its divisor) passes none on:
-    # its backward would get None where it expects a tensor.
-    if any(g is not None for g in grads):
-        if node.row_backward:  # Node.apply, inline
-            in_grads = node.op.backward(node, *grads)
-            if type(in_grads) is not tuple:
-                in_grads = (in_grads,)
-        else:
-            in_grads = node.apply(grads)
-    else:
-        in_grads = (None,) * len(node.next)
     if AnomalyState.enabled:
-        check_gradients(node, in_grads)
+        try:
+            in_grads = _backward(node, grads)
+            check_gradients(node, in_grads)
+        except Exception:
+            warn_forward_stack(node)
+            raise
+    else:
+        in_grads = _backward(node, grads)
     if node._hooks:
         for hook in node._hooks:
             new = hook(in_grads, grads)

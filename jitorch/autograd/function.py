@@ -235,8 +235,8 @@ class Function(metaclass=_FunctionMeta):
                 ctx._arg_meta = tuple((args[i].shape, args[i].dtype, args[i].device) for i in ctx._positions)
                 forget_shadows([o for _, o in tensor_outs])
             for nr, o in tensor_outs:
-                if id(o) in nondiff or id(outs[nr]) in nondiff:
-                    continue
+                if id(o) in nondiff or id(outs[nr]) in nondiff or not (o.is_floating_point() or o.is_complex()):
+                    continue  # (as torch: integer and bool outputs are never differentiable)
                 o.grad_fn, o._output_nr, o._requires_grad = ctx, nr, True
                 if o._base is not None and not cls._eager_views and not (id(o) in dirty and id(o) in inputs):
                     # This function is the view's history: a later in-place write could not be rebased onto its
@@ -273,9 +273,32 @@ class Function(metaclass=_FunctionMeta):
 
 
 def once_differentiable(fn):
-    """Decorate a ``backward`` that is not itself differentiable: it runs without recording."""
+    """Decorate a ``backward`` that is not itself differentiable: it runs without recording, and under
+    ``create_graph`` its gradients carry a node that raises torch's error when differentiated."""
     @functools.wraps(fn)
     def wrapper(ctx, *args):
         with no_grad():
-            return fn(ctx, *args)
+            outputs = fn(ctx, *args)
+        if not GradState.enabled or not any(isinstance(a, Tensor) and a.requires_grad for a in args):
+            return outputs
+        single = not isinstance(outputs, tuple)
+        outs = (outputs,) if single else outputs
+        # Leaves requiring grad, so the error node is recorded over them (torch's ``fake_requires_grad``).
+        leaves = [o.detach().requires_grad_() if isinstance(o, Tensor) and (o.is_floating_point() or o.is_complex())
+                  else o for o in outs]
+        wrapped = _DelayedError.apply(*leaves)
+        wrapped = wrapped if isinstance(wrapped, tuple) else (wrapped,)
+        return wrapped[0] if single else wrapped
     return wrapper
+
+
+class _DelayedError(Function):
+    """Passes gradients through unchanged; differentiating them raises (torch's ``DelayedError`` node)."""
+
+    @staticmethod
+    def forward(ctx, *grads):
+        return grads if len(grads) != 1 else grads[0]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError("trying to differentiate twice a function that was marked with @once_differentiable")

@@ -28,7 +28,8 @@ from .node_recording import _record, _recording, recording_nodes
 from .saved_errors import _FREED_MSG, INFERENCE_SAVED_MSG, _version_error
 
 __all__ = ["Node", "AccumulateGrad", "node_class_for", "named", "recording_nodes", "ViewCreation",
-           "saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks", "register_multi_grad_hook"]
+           "saved_tensors_hooks", "save_on_cpu", "disable_saved_tensors_hooks", "register_multi_grad_hook",
+           "increment_version"]
 
 
 class PackedInputs(tuple):
@@ -165,6 +166,35 @@ class Node:
         return self.next[i] is not None if mask is None else mask[i]
 
     # -- PyTorch-visible surface ----------------------------------------------------------------------------
+    def _torch_saved_names(self):
+        """torch's ``_saved_<name>`` of what this row saves: its tensor inputs by ATen argument name, its result."""
+        op = self.op
+        if op is None or op.nout != 1:
+            return {}
+        names = {}
+        if op.saves in ("inputs", "both"):
+            args = _SAVED_ARG_NAMES.get(type(self).__name__, ("self", "other"))
+            count = len(args) if self._saved_in is None else min(len(args), len(self._saved_in))
+            names.update({"_saved_" + a: ("in", i) for i, a in enumerate(args[:count])})
+        if op.saves in ("outputs", "both") and type(self).__name__ not in _NO_SAVED_RESULT:
+            names["_saved_result"] = ("out", 0)
+        return names
+
+    def __getattr__(self, name):
+        # Only for names not found otherwise (``grad_fn._saved_self``, as the autograd-mechanics docs show).
+        where = self._torch_saved_names().get(name) if name.startswith("_saved_") else None
+        if where is not None:
+            if self._freed:
+                raise RuntimeError(_FREED_MSG)
+            return self.inputs[where[1]] if where[0] == "in" else self.output(where[1])
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __dir__(self):
+        # torch's saved names in, the internal ``_saved_*`` slots out (tools such as torchviz read every
+        # ``_saved_`` name of ``dir(grad_fn)``).
+        internal = {"_saved_in", "_saved_in_versions", "_saved_out"}
+        return sorted((set(super().__dir__()) - internal) | set(self._torch_saved_names()))
+
     def name(self):
         name = type(self).__name__
         # torch's hand-written C++ nodes are namespaced
@@ -322,6 +352,12 @@ class _RemovableHandle:
 
 
 _NODE_CLASSES: dict = {}
+# The ATen names of saved arguments where they are not ``(self, other)``: ``grad_fn._saved_<name>``.
+_SAVED_ARG_NAMES = {"PowBackward0": ("self", "exponent"), "PowBackward1": ("self", "exponent"),
+                    "MmBackward0": ("self", "mat2"), "BmmBackward0": ("self", "mat2"),
+                    "DotBackward0": ("self", "tensor"), "MvBackward0": ("self", "vec")}
+# Rows that save their result where torch's node does not (jitorch's backward reuses it): no ``_saved_result``.
+_NO_SAVED_RESULT = {"PowBackward0"}
 
 
 def node_class_for(op) -> type:
@@ -350,3 +386,10 @@ def named(t, name):
             sub = _RENAMED[(cls, name)] = type(name, (cls,), {})
         node.__class__ = sub
     return t
+
+
+def increment_version(tensor):
+    """Bump the version counter of ``tensor`` (or of each tensor of an iterable) as an in-place write would: a custom
+    kernel that wrote it behind autograd's back makes graphs that saved it refuse to use the stale value."""
+    for t in (tensor,) if isinstance(tensor, Tensor) else tensor:
+        t._bump_version()

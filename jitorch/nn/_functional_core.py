@@ -16,6 +16,7 @@ import warnings
 
 import numpy as np
 
+from .._stat_checks import warn_at_caller
 from .. import _dispatch, _reduction
 from ..amp._cast_mode import autocast_lower
 from .._dispatch import _NO_ATTRS, MODES, TENSOR_TYPES, TORCH_TYPE_NAMES, apply, sync_view
@@ -181,8 +182,8 @@ def bilinear(input1, input2, weight, bias=None):
 
 # -- the softmax family ---------------------------------------------------------------------------------------------
 def _softmax_dim(name, ndim, stacklevel):
-    warnings.warn(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X as an "
-                  "argument.", stacklevel=stacklevel)
+    warn_at_caller(f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X as "
+                   "an argument.")
     return 0 if ndim in (0, 1, 3) else 1
 
 

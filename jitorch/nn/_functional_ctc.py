@@ -103,9 +103,11 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     if log_probs.dim() != 3:
         raise RuntimeError(f"ctc_loss: expected log_probs of shape (T, N, C) or (T, C), got {tuple(log_probs.shape)}")
     steps, batch, classes = log_probs.shape
-    if not log_probs.is_floating_point():
+    if not log_probs.is_floating_point() or log_probs.dtype in (_dtype.float16, _dtype.bfloat16) and \
+            log_probs.device.type == "cpu":  # (torch's CPU kernel takes float32 and float64 only)
         raise NotImplementedError(f"\"ctc_loss_cpu\" not implemented for '{TORCH_TYPE_NAMES[log_probs.dtype.name]}': "
-                                  "log_probs must be floating point (the log_softmax of the logits)")
+                                  "log_probs must be float32 or float64 (the log_softmax of the logits; cast with "
+                                  ".float())")
     if log_probs.numel() == 0:
         raise RuntimeError(f"ctc_loss: log_probs tensor must not be empty, got shape {tuple(log_probs.shape)}")
     if not 0 <= blank < classes:

@@ -24,6 +24,7 @@ import numpy as np
 from .. import _dtype, _movement
 from .._dispatch import TENSOR_TYPES, apply
 from .._pointwise import where
+from .._stat_checks import warn_at_caller
 from ..amp._cast_mode import autocast_float32
 from ..autograd.grad_mode import GradState
 from ..ops.nn_fused import FUSED_DTYPES, LOG_SOFTMAX, NLL_CHECK_TARGETS, NLL_LOSS, softmax_output
@@ -83,9 +84,10 @@ def reduce_loss(loss, reduction):
 
 def _warn_size(input, target):
     if tuple(target.shape) != tuple(input.shape):
-        warnings.warn(f"Using a target size ({target.size()}) that is different to the input size ({input.size()}). "
-                      "This will likely lead to incorrect results due to broadcasting. Please ensure they have the "
-                      "same size.", stacklevel=3)
+        # At the user's line, as torch's: the wrappers between vary (``_shown_as``, modules, torch functions).
+        warn_at_caller(f"Using a target size ({target.size()}) that is different to the input size "
+                       f"({input.size()}). This will likely lead to incorrect results due to broadcasting. Please "
+                       "ensure they have the same size.")
 
 
 def _weighted(loss, weight, input, reduction, mean_by_weight=True):

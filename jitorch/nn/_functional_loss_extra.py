@@ -15,8 +15,8 @@ tensor(1.)
 from __future__ import annotations
 
 import math
-import warnings
 
+from .._stat_checks import warn_at_caller
 from .. import _creation, _dtype
 from .._pointwise import minimum, where
 from ..amp._cast_mode import autocast_float32
@@ -46,10 +46,9 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     if size_average is not None or reduce is not None:
         reduction = legacy_reduction(size_average, reduce)
     elif reduction == "mean":
-        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
-                      "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
-                      "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
-                      stacklevel=2)
+        warn_at_caller("reduction: 'mean' divides the total loss by both the batch size and the support size."
+                       "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
+                       "'mean' will be changed to behave the same as 'batchmean' in the next major release.")
     if reduction != "batchmean":
         reduction = resolve_reduction(None, None, reduction)
     if log_target:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import operator
-import warnings
+
+from .._stat_checks import warn_at_caller
 
 
 from .. import _dtype
@@ -161,21 +162,19 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
 
 def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
     """Deprecated alias of ``interpolate``."""
-    warnings.warn("nn.functional.upsample is deprecated. Use nn.functional.interpolate instead.", stacklevel=2)
+    warn_at_caller("`nn.functional.upsample` is deprecated. Use `nn.functional.interpolate` instead.")
     return interpolate(input, size, scale_factor, mode, align_corners)
 
 
 def upsample_nearest(input, size=None, scale_factor=None):
     """Deprecated: ``interpolate(..., mode='nearest')``."""
-    warnings.warn("nn.functional.upsample_nearest is deprecated. Use nn.functional.interpolate instead.",
-                  stacklevel=2)
+    warn_at_caller("`nn.functional.upsample_nearest` is deprecated. Use `nn.functional.interpolate` instead.")
     return interpolate(input, size, scale_factor, mode="nearest")
 
 
 def upsample_bilinear(input, size=None, scale_factor=None):
     """Deprecated: ``interpolate(..., mode='bilinear', align_corners=True)``."""
-    warnings.warn("nn.functional.upsample_bilinear is deprecated. Use nn.functional.interpolate instead.",
-                  stacklevel=2)
+    warn_at_caller("`nn.functional.upsample_bilinear` is deprecated. Use `nn.functional.interpolate` instead.")
     return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
 
 

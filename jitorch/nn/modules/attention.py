@@ -1,5 +1,6 @@
 """``MultiheadAttention``: PyTorch's layer (packed ``in_proj_weight`` or separate q/k/v weights for ``kdim``/``vdim``,
-``out_proj``, optional ``bias_k``/``bias_v`` and zero attention), computed by ``F.multi_head_attention_forward``.
+``out_proj``, optional ``bias_k``/``bias_v`` and zero attention), computed by ``F.multi_head_attention_forward``;
+where PyTorch would take its fused inference path, that path's NaN rows (`_attention_fast_path`).
 
 >>> import jitorch
 >>> from jitorch.nn.modules.attention import MultiheadAttention
@@ -14,6 +15,7 @@ from __future__ import annotations
 from ... import _creation
 from ..init import constant_, xavier_normal_, xavier_uniform_
 from ..parameter import Parameter
+from ._attention_fast_path import blocked_query_rows, mha_takes_fast_path, nan_rows
 from .linear import NonDynamicallyQuantizableLinear
 from .module import Module
 
@@ -93,6 +95,11 @@ class MultiheadAttention(Module):
                 average_attn_weights=True, is_causal=False):
         from .. import functional as F
 
+        blocked = None
+        if mha_takes_fast_path(self, query, key, value, key_padding_mask, attn_mask):
+            # PyTorch's fused inference kernel: NaN rows where every key is masked, ``is_causal`` unread.
+            is_causal = False
+            blocked = blocked_query_rows(attn_mask, key_padding_mask, query.shape[0], self.num_heads, query.shape[1])
         is_batched = query.dim() == 3
         if self.batch_first and is_batched:
             # Keep self-attention's ``query is key is value`` identity: it selects the single packed projection.
@@ -114,7 +121,7 @@ class MultiheadAttention(Module):
             average_attn_weights=average_attn_weights, is_causal=is_causal)
         if self.batch_first and is_batched:
             out = out.transpose(1, 0)
-        return out, weights
+        return nan_rows(out, blocked), weights
 
     def merge_masks(self, attn_mask, key_padding_mask, query):
         """One ``(N, num_heads, L, S)`` mask from ``attn_mask`` and ``key_padding_mask`` and its type (PyTorch's

@@ -25,6 +25,7 @@ from ...amp.autocast_mode import _state as _autocast_state
 from .. import init
 from ..parameter import Parameter
 from ._rnn_packed import check_packed, is_packed, packed_zeros, run_packed
+from ._rnn_weights import FlatWeights
 from ._rnn_steps import CELLS, check_cell_shapes, lstm_cell_step, run_stack
 from .module import Module
 
@@ -33,7 +34,7 @@ __all__ = ["RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell"
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 
 
-class RNNBase(Module):
+class RNNBase(FlatWeights, Module):
     """Shared parameters, checks and layer loop of ``RNN``, ``LSTM`` and ``GRU`` (PyTorch's ``RNNBase``)."""
 
     def __init__(self, mode, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
@@ -86,11 +87,8 @@ class RNNBase(Module):
                     names.append(name)
                 self._flat_weights_names.extend(names)
                 self._all_weights.append(names)
+        self._init_flat_weights()
         self.reset_parameters()
-
-    @property
-    def _flat_weights(self):
-        return [getattr(self, name, None) for name in self._flat_weights_names]
 
     @property
     def all_weights(self):
@@ -235,6 +233,7 @@ class RNN(RNNBase):
         super().__init__(mode, *args, **kwargs)
 
     def forward(self, input, hx=None):
+        self._update_flat_weights()
         return self._single_state_forward(input, hx, "RNN")
 
 
@@ -247,6 +246,7 @@ class GRU(RNNBase):
         super().__init__("GRU", *args, **kwargs)
 
     def forward(self, input, hx=None):
+        self._update_flat_weights()
         return self._single_state_forward(input, hx, "GRU")
 
 
@@ -271,6 +271,7 @@ class LSTM(RNNBase):
                                "Expected hidden[1] size {}, got {}")
 
     def forward(self, input, hx=None):
+        self._update_flat_weights()
         real_hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
         if is_packed(input):
             if hx is None:

@@ -3,9 +3,10 @@
 post-norm / pre-norm (``norm_first``) residual blocks.
 
 PyTorch's inference fast paths (fused kernels, nested tensors) compute the same function and are not reproduced,
-except for one visible effect: where PyTorch's encoder runs a padded batch as a nested tensor (eval mode, no
+except for their visible effects: where PyTorch's encoder runs a padded batch as a nested tensor (eval mode, no
 gradients, a left-aligned ``src_key_padding_mask``, no ``mask``), its output is zero at the padded positions, and
-so is jitorch's (`_nested_path_keep`).
+so is jitorch's (`_nested_path_keep`); where its fused encoder layer runs, masks are read as boolean and fully
+masked rows come out NaN (`_attention_fast_path`).
 
 >>> import jitorch
 >>> from jitorch.nn.modules.transformer import Transformer, TransformerEncoder, TransformerEncoderLayer
@@ -23,6 +24,7 @@ import warnings
 from ... import _creation
 from .. import functional as F
 from .._functional_mha import _canonical_mask
+from ._attention_fast_path import as_blocking, blocked_query_rows, encoder_layer_takes_fast_path, nan_rows
 from ..init import xavier_uniform_
 from .attention import MultiheadAttention
 from .container import ModuleList
@@ -108,6 +110,14 @@ class TransformerEncoderLayer(Module):
         src_key_padding_mask = _canonical_mask(src_key_padding_mask, "src_key_padding_mask",
                                                _none_or_dtype(src_mask), "src_mask", src.dtype)
         src_mask = _canonical_mask(src_mask, "src_mask", None, "", src.dtype, check_other=False)
+        blocked = None
+        if encoder_layer_takes_fast_path(self, src):
+            # PyTorch's fused inference layer reads the masks as boolean (nonzero = blocked) and not is_causal;
+            # rows with every key blocked come out NaN.
+            src_mask, src_key_padding_mask = as_blocking(src_mask), as_blocking(src_key_padding_mask)
+            is_causal = False
+            blocked = blocked_query_rows(src_mask, src_key_padding_mask, src.shape[0], self.self_attn.num_heads,
+                                         src.shape[1])
         x = src
         if self.norm_first:
             x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal=is_causal)
@@ -115,7 +125,7 @@ class TransformerEncoderLayer(Module):
         else:
             x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal=is_causal))
             x = self.norm2(x + self._ff_block(x))
-        return x
+        return nan_rows(x, blocked)
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
         x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False,

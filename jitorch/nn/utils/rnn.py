@@ -61,36 +61,54 @@ class PackedSequence(_PackedSequenceBase):
         return type(self)(data, self.batch_sizes, sort, unsort)
 
     def to(self, *args, **kwargs):
-        data = self.data.to(*args, **kwargs)
-        if data is self.data:
-            return self
-        return self._with(data, data.device)
+        """``data.to(...)``, the indices moved to its device; ``self`` when ``data`` is unchanged (as torch)."""
+        return self._converted(self.data.to(*args, **kwargs))
+
+    def _converted(self, data):
+        return self if data is self.data else self._with(data, data.device)
 
     def cuda(self, *args, **kwargs):
-        data = self.data.cuda(*args, **kwargs)
-        return self._with(data, data.device)
+        return self._converted(self.data.cuda(*args, **kwargs))
 
-    def cpu(self):
-        return self._with(self.data.cpu(), "cpu")
+    def cpu(self, *args, **kwargs):
+        return self._converted(self.data.cpu(*args, **kwargs))
 
-    def float(self):
-        return self._with(self.data.float())
+    def pin_memory(self):
+        data = self.data.pin_memory()
+        sort, unsort = self.sorted_indices, self.unsorted_indices
+        return type(self)(data, self.batch_sizes, None if sort is None else sort.pin_memory(),
+                          None if unsort is None else unsort.pin_memory())
 
     def double(self):
-        return self._with(self.data.double())
+        return self.to(dtype=_jt().double)
+
+    def float(self):
+        return self.to(dtype=_jt().float)
 
     def half(self):
-        return self._with(self.data.half())
+        return self.to(dtype=_jt().half)
 
     def long(self):
-        return self._with(self.data.long())
+        return self.to(dtype=_jt().long)
+
+    def int(self):
+        return self.to(dtype=_jt().int)
+
+    def short(self):
+        return self.to(dtype=_jt().short)
+
+    def char(self):
+        return self.to(dtype=_jt().int8)
+
+    def byte(self):
+        return self.to(dtype=_jt().uint8)
 
     @property
     def is_cuda(self) -> bool:
         return self.data.is_cuda
 
     def is_pinned(self) -> bool:
-        return False
+        return self.data.is_pinned()
 
 
 def invert_permutation(permutation):
