@@ -1,9 +1,12 @@
-"""float16 on the CPU: conversions and everyday ops on 1000x1000 tensors, jitorch against torch and NumPy, one thread.
+"""float16 and bfloat16 on the CPU: conversions and everyday ops on 1000x1000 tensors, jitorch against torch and
+NumPy, one thread.
 
 Loading float16 weights into a float32 model (``.float()``, ``copy_``), ``model.half()``, and float16 inference
 spend their time in conversions. NumPy converts float16 in software, one element at a time; jitorch converts dense
 arrays with the host's F16C instructions (``jitorch/ops/half_cast.py``) and computes add/sub/mul/div, comparisons,
-relu, clamp and sums on widened copies. A row is the median microseconds per call over interleaved samples;
+relu, clamp and sums on widened copies. bfloat16 (CPU autocast's dtype; ml_dtypes computes it in software) converts,
+adds, compares, sums and runs unary rows in generated passes that widen as they load (``jitorch/ops/bf16_*.py``).
+A row is the median microseconds per call over interleaved samples;
 jitorch/torch < 1: jitorch is faster. NumPy's row is the same conversion or ufunc on the arrays (no tensor).
 
 Run: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_half.py [--name NAME] [name filters...]
@@ -17,6 +20,7 @@ import common
 common.single_thread()
 
 import jitorch  # noqa: E402
+import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -39,6 +43,27 @@ CASES = [
     ("sum", "h.sum()", "nh.sum(dtype=np.float32).astype(np.float16)"),
     ("mean(-1)", "h.mean(-1)", "nh.mean(-1, dtype=np.float32).astype(np.float16)"),
     ("h @ h (256x256)", "hs @ hs", None),
+    # bfloat16 (CPU autocast's dtype): ml_dtypes converts and computes in software, an element at a time
+    ("float32 -> bfloat16 (.bfloat16())", "f.bfloat16()", "nf.astype(bf16)"),
+    ("bfloat16 -> float32 (.float())", "b.float()", "nb.astype(np.float32)"),
+    ("copy_ bfloat16 into float32", "z.copy_(b)", "np.copyto(nz, nb)"),
+    ("bf16 b + b", "b + b", "nb + nb"),
+    ("bf16 b * 2.0", "b * 2.0", None),
+    ("bf16 b + 1", "b + 1", None),
+    ("bf16 b / c", "b / c", "nb / nc"),
+    ("bf16 b > c", "b > c", "nb > nc"),
+    ("bf16 sum", "b.sum()", None),
+    ("bf16 sum(0)", "b.sum(0)", None),
+    ("bf16 mean(-1)", "b.mean(-1)", None),
+    ("bf16 b @ b", "b @ b", None),
+    ("bf16 linear(b, bs)", "lib.nn.functional.linear(b, bs)", None),
+    ("bf16 relu", "b.relu()", None),
+    ("bf16 gelu", "lib.nn.functional.gelu(b)", None),
+    ("bf16 gelu (tanh)", "lib.nn.functional.gelu(b, approximate='tanh')", None),
+    ("bf16 tanh", "b.tanh()", None),
+    ("bf16 clamp(-1, 1)", "b.clamp(-1, 1)", None),
+    ("bf16 softmax(-1)", "b.softmax(-1)", None),
+    ("bf16 layer_norm", "lib.nn.functional.layer_norm(b, (N,), b[0], b[1])", None),
 ]
 
 
@@ -47,8 +72,12 @@ def _setup(lib):
     nf = gen.standard_normal((N, N)).astype(np.float32)
     nh, nu = nf.astype(np.float16), gen.standard_normal((N, N)).astype(np.float16)
     f, h, u = lib.tensor(nf), lib.tensor(nh), lib.tensor(nu)
-    return dict(lib=lib, np=np, f=f, h=h, u=u, hs=h[:256, :256].contiguous(), z=lib.empty(N, N),
-                nf=nf, nh=nh, nu=nu, nz=np.empty((N, N), np.float32))
+    nb, nc = nf.astype(ml_dtypes.bfloat16), nu.astype(np.float32).astype(ml_dtypes.bfloat16)
+    # (bfloat16 tensors from float32 ones: torch.tensor does not take ml_dtypes arrays)
+    b, c = lib.tensor(nf).bfloat16(), lib.tensor(nu.astype(np.float32)).bfloat16()
+    return dict(lib=lib, np=np, N=N, bf16=ml_dtypes.bfloat16, f=f, h=h, u=u, hs=h[:256, :256].contiguous(),
+                b=b, c=c, bs=b[:256].contiguous(), z=lib.empty(N, N),
+                nf=nf, nh=nh, nu=nu, nb=nb, nc=nc, nz=np.empty((N, N), np.float32))
 
 
 def _timer(stmt, env):
@@ -77,7 +106,8 @@ def main():
     columns = [("case", "case", ""), ("jitorch (us)", "jitorch_us", ".1f"), ("torch (us)", "torch_us", ".1f"),
                ("NumPy (us)", "numpy_us", ".1f"), ("jitorch/torch", "ratio", ".2f")]
     notes = ("Median microseconds per call over 7 interleaved samples of ~20 ms, one thread for every library, "
-             f"{N}x{N} float16 operands unless named. jitorch/torch < 1: jitorch is faster. The machine is shared: "
+             f"{N}x{N} float16 (bf16 rows: bfloat16) operands unless named. jitorch/torch < 1: jitorch is faster. "
+             "The machine is shared: "
              "ratios, not absolute times.")
     common.report(name, rows, columns, notes, jitorch=jitorch.__version__, torch=torch.__version__,
                   numpy=np.__version__)

@@ -21,7 +21,7 @@ from ._dispatch import _cast_array
 from ._tensor import Tensor
 from .autograd.grad_mode import GradState
 from .autograd.graph import _SAVED_HOOKS, _record as _record_in_region, _recording as _RECORDING
-from .ops import half_cast
+from .ops import bf16_unary, half_cast
 from .ops.native_broadcast import MIN_SIZE as _BROADCAST_MIN, ROWS as BROADCAST_ROWS, broadcast_binary
 from .runtime.host_cache import THRESHOLD as _HOST_MIN
 from .runtime.host_cache import empty as _host_empty
@@ -188,15 +188,20 @@ def fast_unary(op):
     ufunc = getattr(np, op.ufunc) if op.ufunc else None
     differentiable = op.differentiable
     native = unary_launcher(op)
+    halves = op.name in bf16_unary.ROWS  # bfloat16/float16 inputs: one native pass (`bf16_unary`) where it applies
 
     def run(a):
         if kernel is not None and not MODES and type(a) in TENSOR_TYPES:
             x = a._data
-            if type(x) is _ndarray and x.dtype.kind == "f":
+            if type(x) is _ndarray and (x.dtype.kind == "f" or halves and x.dtype is bf16_unary.BF16):
                 if a._base is not None and a._view_ver != a._ver_owner._ver:
                     sync_view(a)
                 if native is not None and x.dtype is _F32 and (out := native(x)) is not None:
                     pass  # what the row's kernel computes for it (`native_eager.pointwise`), one call
+                elif halves and x.itemsize == 2 and (out := bf16_unary.pointwise(op, x)) is not None:
+                    pass  # widened as it loads, rounded once
+                elif x.dtype.kind != "f":
+                    out = kernel(_d.CPU_XP, x)  # (bfloat16 the native pass declined)
                 elif ufunc is None or _d.CPU_XP is not np:
                     out = kernel(_d.CPU_XP, x)
                 elif x.nbytes >= _HOST_MIN and x.flags.c_contiguous:

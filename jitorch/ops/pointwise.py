@@ -17,7 +17,7 @@ import numpy as np
 
 from .._dispatch_fast import plain_binary
 from .._pointwise_checks import check_integer_divisor, is_integer
-from . import half_cast, native_complex, native_select
+from . import bf16_unary, half_cast, native_complex, native_select
 from .half_cast import converted
 from . import pointwise_grad  # noqa: F401 - its fused backward rows register before these, as before the split
 from .fmod_ops import FMOD, REMAINDER  # noqa: F401 - re-exported
@@ -26,10 +26,14 @@ from .pointwise_common import (_COMPLEX64, _HALVES, _holomorphic, _not_implement
 from .table import NOT_DIFFERENTIABLE, Pointwise, defop
 
 _F32 = np.dtype(np.float32)
+_BF16 = half_cast.BF16  # (compared by identity: NumPy keeps one bfloat16 dtype object)
 
 
 # -- binary arithmetic ---------------------------------------------------------------------------------------------
 def _add_kernel(xp, a, b):
+    if (getattr(a, "dtype", None) is _BF16 or getattr(b, "dtype", None) is _BF16) and (
+            out := half_cast.bf16_row(xp, np.add, a, b, commutes=True)) is not None:  # bfloat16: one native pass
+        return out
     if type(b) in (int, float) or type(a) in (int, float):
         return _half_scalar_in_half(xp.add, a, b)
     return xp.add(a, b)
@@ -40,6 +44,8 @@ ADD = defop("add", _add_kernel, lambda ctx, g: (g, g), Pointwise("{0} + {1}"),
 
 
 def _sub_kernel(xp, a, b):
+    if getattr(a, "dtype", None) is _BF16 and (out := half_cast.bf16_row(xp, np.subtract, a, b)) is not None:
+        return out  # bfloat16: one native pass
     if type(b) in (int, float) or type(a) in (int, float):
         return _half_scalar_in_half(xp.subtract, a, b)
     try:
@@ -79,6 +85,9 @@ def _half_and_scalar(a, b):
 # not first rounded to the half type) and round once: x * 1.1 differs from x * half(1.1) in the last bit for about
 # half of the values. (``scalar / x`` is Tensor.__rtruediv__, reciprocal(x) * scalar: a mul.)
 def _mul_kernel(xp, a, b):
+    if (getattr(a, "dtype", None) is _BF16 or getattr(b, "dtype", None) is _BF16) and (
+            out := half_cast.bf16_row(xp, np.multiply, a, b, True, commutes=True)) is not None:  # bfloat16: one pass
+        return out
     pair = _half_and_scalar(a, b)
     if pair is None:
         return xp.multiply(a, b)
@@ -87,6 +96,8 @@ def _mul_kernel(xp, a, b):
 
 
 def _div_kernel(xp, a, b):
+    if getattr(a, "dtype", None) is _BF16 and (out := half_cast.bf16_row(xp, np.true_divide, a, b, True)) is not None:
+        return out  # bfloat16: one native pass
     if type(b) in (int, float) and getattr(a, "dtype", None) in _HALVES:
         return converted(xp.true_divide(converted(a, _F32), np.float32(b)), a.dtype)
     if getattr(a, "dtype", None) == _COMPLEX64 or getattr(b, "dtype", None) == _COMPLEX64:
@@ -263,6 +274,8 @@ def _comparison_kernel(ufunc_name):
     def kernel(xp, a, b):  # (NumPy widens float16 in software; a number compares as float16, as NumPy's)
         if xp is np and getattr(a, "dtype", None) == _F16 and (out := half_cast.binary(ufunc, a, b)) is not None:
             return out
+        if getattr(a, "dtype", None) is _BF16 and (out := half_cast.bf16_row(xp, ufunc, a, b)) is not None:
+            return out  # bfloat16: one native pass
         return getattr(xp, ufunc_name)(a, b)
     return kernel
 
@@ -357,14 +370,16 @@ def _clamp_kernel(xp, a, lo, hi):
     # float16 with number bounds (rounded to float16 first, as NumPy's weak numbers) computes widened: NumPy widens in
     # software, and float32's maximum keeps its second operand on a tie of zeros, so x's -0.0 stays, as in torch's
     # clamp. Tensor bounds stay in float16, whose first-operand ties agree with torch's there.
-    narrow = xp is np and a.dtype == _F16 and all(b is None or type(b) in (int, float) and half_cast.holds(b)
-                                                  for b in (lo, hi))
-    if narrow:
+    narrow = xp is np and a.dtype in _HALVES and all(
+        b is None or type(b) in (int, float) and half_cast.holds(b, a.dtype) for b in (lo, hi))
+    if narrow:  # (the bounds round through float32, as ATen's Scalar conversion; float32 holds them)
+        lo, hi = (b if b is None else float(a.dtype.type(np.float32(b))) for b in (lo, hi))
+        if (out := bf16_unary.clamp_numbers(a, lo, hi)) is not None:  # one pass, widened as it loads
+            return out
         a16, a = a, converted(a, _F32)
-        lo, hi = (b if b is None else float(np.float16(b)) for b in (lo, hi))  # (float32 holds these exactly)
         out = native_select.clamp_scalars(CLAMP, a, lo, hi)  # one native float32 pass, the same ties and NaNs
         if out is not None:
-            return converted(out, _F16)
+            return converted(out, a16.dtype)
     out = a
     # The bound first: NumPy's maximum/minimum keep the second operand on a tie, so -0.0 clamped at 0 stays -0.0,
     # as ATen's clamp (the native kernel's select does the same).
@@ -373,7 +388,7 @@ def _clamp_kernel(xp, a, lo, hi):
     if hi is not None:
         out = xp.minimum(hi, out)
     if narrow:
-        return converted(out, _F16) if out is not a else a16.copy()
+        return converted(out, a16.dtype) if out is not a else a16.copy()
     return out if out is not a else a.copy()
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from .._dispatch import TENSOR_TYPES, apply
 from .._dispatch_fast import nothing_records, plain_tensor
 from ..autograd.graph import Node
-from . import half_cast
+from . import bf16_sum, half_cast
 from .cascade_sum import NAIVE_ROWS, cascade_sum
 from .native_sum import MIN_SIZE as SUM_MIN_SIZE, trailing_sum
 from .movement import EXPAND, RESHAPE
@@ -79,7 +79,9 @@ def _cascaded(a, dims, keepdim, dtype):
 
 
 def _sum_kernel(xp, a, dims, keepdim, dtype):
-    if a.dtype == _F16 and (dtype == _F16 or dtype == _F32):  # widened natively once (NumPy's casting sum widens
+    if a.dtype in _HALF and (dtype == a.dtype or dtype == _F32):  # widened natively once (NumPy's casting sum widens
+        if (out := bf16_sum.trailing_sum(a, dims, keepdim)) is not None:  # bfloat16 widened as the kernel loads
+            return half_cast.converted(out, dtype)
         wide = half_cast.astype(a, _F32)  # in software; summing float32 copies gives torch's bits)
         if wide is not None:
             return half_cast.converted(_sum_kernel(xp, wide, dims, keepdim, _F32), dtype)
