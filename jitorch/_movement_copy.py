@@ -24,7 +24,7 @@ from ._dtype import checked_scalar
 from ._shape import broadcast_shapes, normalize_shape, sizes_or_keyword, wrap_dim, wrap_dims
 from ._tensor import Tensor
 from .autograd.graph import named
-from .ops import movement as M
+from .ops import half_cast, movement as M
 from .ops.native_transpose import MIN_SIZE as _TILED_MIN
 # _movement imports this module at its end, once these are defined.
 from ._movement import narrow
@@ -172,6 +172,10 @@ def _copy_(self, src, non_blocking=False):
                 # overlaps). A large transposed source into row-major memory takes the row's tiled copy.
                 dst[...] = data
                 self._bump_version()
+                return self
+            if dst is not None and data.shape == dst.shape and data.itemsize != dst.itemsize and (
+                    src._base is None or src._view_ver == src._ver_owner._ver) and half_cast.astype_into(data, dst):
+                self._bump_version()  # a float16/bfloat16 <-> float32 copy converted natively straight into dst
                 return self
     if isinstance(src, (bool, int, float)):  # PyTorch copies a number like a 0-d tensor: a fill
         return _fill_(self, src)

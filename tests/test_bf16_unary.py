@@ -87,10 +87,7 @@ def test_layouts_match_torch(name, layout):
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param("relu", marks=pytest.mark.xfail(strict=True, reason=(
-        "threshold_backward's NumPy fallback (pointwise_grad, taken for bfloat16) is g * mask: -0.0 where a negative "
-        "gradient meets x <= 0, torch's select gives +0.0"))),
-    "gelu", "sigmoid", "tanh", "silu"])
+    "relu", "gelu", "sigmoid", "tanh", "silu"])
 def test_gradients_match_torch(name):
     rng = np.random.default_rng(1)
     x, g = (rng.standard_normal((40, 60)).astype(np.float32) * 2 for _ in range(2))
