@@ -27,8 +27,8 @@ from .._pointwise import where
 from .._stat_checks import warn_at_caller
 from ..amp._cast_mode import autocast_float32
 from ..autograd.grad_mode import GradState
-from ..ops.nn_fused import FUSED_DTYPES, LOG_SOFTMAX, NLL_CHECK_TARGETS, NLL_LOSS, softmax_output
-from ..ops.nn_nll import nll_of_rows
+from ..ops.nn_fused import LOG_SOFTMAX, NLL_CHECK_TARGETS, NLL_LOSS, softmax_output
+from ..ops.nn_nll import CASCADE_DTYPES, nll_of_rows
 from ..ops.nn_ops import BCE_LOGITS, BINARY_CROSS_ENTROPY
 from ..ops.regression_loss_ops import huber, mse, smooth_l1
 from ._functional_activation import log_sigmoid_like
@@ -236,12 +236,12 @@ def _class_rows(input, target):
     if type(input) not in TENSOR_TYPES or type(target) not in TENSOR_TYPES:
         return False
     x, t = input._data, target._data
-    return x.ndim == 2 and t.ndim == 1 and x.shape[0] == t.shape[0] and x.dtype in FUSED_DTYPES and \
+    return x.ndim == 2 and t.ndim == 1 and x.shape[0] == t.shape[0] and x.dtype in CASCADE_DTYPES and \
         t.dtype in _CLASS_INDEX_NP
 
 
 def _nll(logp, target, weight, ignore_index, reduction):
-    if weight is None and logp.dim() == 2 and logp._data.dtype in FUSED_DTYPES and target.dim() == 1:
+    if weight is None and logp.dim() == 2 and logp._data.dtype in CASCADE_DTYPES and target.dim() == 1:
         # One row (PyTorch's nll_loss): a gather forward, a scatter into zeros backward.
         if target.dtype not in (_dtype.int64, _dtype.uint8):
             raise RuntimeError(f"expected target dtype to be Long or Byte, but got {type_name(target.dtype)}")

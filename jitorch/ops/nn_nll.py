@@ -10,13 +10,16 @@ tensor(0.7500)
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from .. import _dispatch
+from ..codegen.llvm_cascade import cascade_sum_function, level_power
+from ..runtime.host_pointer import data_address
 from .._dispatch_fast import keep_result, nothing_records, plain_tensor
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
-__all__ = ["NLL_LOSS", "NLL_LOSS_BACKWARD", "NLL_CHECK_TARGETS", "nll_of_rows"]
+__all__ = ["NLL_LOSS", "NLL_LOSS_BACKWARD", "NLL_CHECK_TARGETS", "CASCADE_DTYPES", "nll_of_rows"]
 
 _UINT64 = np.dtype(np.uint64)
 _MAX_REDUCE = np.maximum.reduce
@@ -77,11 +80,37 @@ def _nll_kernel(xp, logp, target, ignore_index, reduction):
         loss = xp.where(valid, -loss, 0).astype(logp.dtype, copy=False)
     if reduction == "none":
         return loss
-    total = np.add.reduce(loss) if type(loss) is np.ndarray else loss.sum()  # (ndarray.sum: this, one frame more)
+    total = _cascade_sum(loss, valid) if type(loss) is np.ndarray else None
+    if total is None:
+        total = np.add.reduce(loss) if type(loss) is np.ndarray else loss.sum()  # (ndarray.sum: one frame more)
     if reduction == "sum":
         return total
+    if total.dtype in _CASCADE:  # ATen divides by the count in the loss's dtype (a float16 count of 70000 is inf)
+        return np.divide(total, np.asarray(count, total.dtype), dtype=total.dtype)
     mean = total / count if count else xp.asarray(np.nan)
     return mean if mean.dtype == logp.dtype else mean.astype(logp.dtype)  # (a float dtype's scalar keeps it)
+
+
+_CASCADE = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.float16): "f16",
+            np.dtype(ml_dtypes.bfloat16): "bf16"}
+CASCADE_DTYPES = frozenset(_CASCADE)  # the dtypes whose (N, C) losses run this row (torch's cascade sum)
+
+
+def _cascade_sum(loss, valid):
+    """ATen's sum of a batch's losses (`codegen.llvm_cascade`: eight partial sums in the loss's dtype), so the
+    reduced loss has torch's bits; None where it does not apply (the caller sums pairwise)."""
+    name = _CASCADE.get(loss.dtype)
+    fn = cascade_sum_function(name) if name is not None and loss.ndim == 1 else None
+    if fn is None:
+        return None
+    out = np.zeros(1, loss.dtype)
+    if valid is None:
+        values = np.ascontiguousarray(loss)
+        fn(data_address(values), None, values.size, level_power(loss.size), data_address(out))
+    else:  # (an ignored entry adds nothing and flushes no partial sum)
+        values, positions = np.ascontiguousarray(loss[valid]), np.flatnonzero(valid)
+        fn(data_address(values), data_address(positions), values.size, level_power(loss.size), data_address(out))
+    return out.reshape(())
 
 
 def nll_of_rows(logp, target, ignore_index, reduction):
