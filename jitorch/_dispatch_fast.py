@@ -25,6 +25,7 @@ from .ops import bf16_unary, half_cast
 from .ops.native_broadcast import MIN_SIZE as _BROADCAST_MIN, ROWS as BROADCAST_ROWS, broadcast_binary
 from .runtime.host_cache import THRESHOLD as _HOST_MIN
 from .runtime.host_cache import empty as _host_empty
+from .ops.first_layout import in_first_layout
 
 __all__ = ["fast_binary", "fast_unary", "fast_keep", "keep_result", "nothing_records", "plain_arrays", "plain_tensor",
            "plain_binary"]
@@ -147,6 +148,9 @@ def fast_binary(op, reflected=False, operator=False, array_fn=None):
                             # Same dtype as x: one float dtype, or a weak Python scalar; y has x's shape or
                             # broadcasts along leading dims (a bias), so the result has x's shape and layout.
                             out = ufunc(x, y, out=_host_empty(x.shape, x.dtype), **(_IN_FLOAT32 if opmath else {}))
+                        elif tb is Tensor and not x.flags.c_contiguous and x.ndim > 1 and x.shape == y.shape and \
+                                x.strides != y.strides and (first := in_first_layout(ufunc, x, y)) is not None:
+                            out = first  # two layouts: the result takes the first operand's, as torch's
                         else:
                             out = kernel(_d.CPU_XP, x, y) if opmath else ufunc(x, y)
                     except ValueError as e:
@@ -337,3 +341,4 @@ def plain_binary(ufunc, g, other):
     else:
         return None
     return None if arrays is None else plain_tensor(ufunc(*arrays))
+

@@ -18,6 +18,7 @@ import numpy as np
 from .._dispatch_fast import plain_binary
 from .._pointwise_checks import check_integer_divisor, is_integer
 from . import bf16_unary, half_cast, native_complex, native_select
+from .first_layout import in_first_layout
 from .half_cast import converted
 from . import pointwise_grad  # noqa: F401 - its fused backward rows register before these, as before the split
 from .fmod_ops import FMOD, REMAINDER  # noqa: F401 - re-exported
@@ -30,13 +31,22 @@ _BF16 = half_cast.BF16  # (compared by identity: NumPy keeps one bfloat16 dtype 
 
 
 # -- binary arithmetic ---------------------------------------------------------------------------------------------
+def _laid_out(xp, ufunc, a, b):
+    """``ufunc(a, b)``, in ``a``'s memory order where ``a`` and ``b`` have one shape and two layouts (torch's
+    TensorIterator takes the first operand's; NumPy's "K" order takes row-major: `first_layout`)."""
+    if xp is np and type(a) is np.ndarray and type(b) is np.ndarray and a.ndim > 1 and not a.flags.c_contiguous \
+            and a.shape == b.shape and a.strides != b.strides and (out := in_first_layout(ufunc, a, b)) is not None:
+        return out
+    return ufunc(a, b)
+
+
 def _add_kernel(xp, a, b):
     if (getattr(a, "dtype", None) is _BF16 or getattr(b, "dtype", None) is _BF16) and (
             out := half_cast.bf16_row(xp, np.add, a, b, commutes=True)) is not None:  # bfloat16: one native pass
         return out
     if type(b) in (int, float) or type(a) in (int, float):
         return _half_scalar_in_half(xp.add, a, b)
-    return xp.add(a, b)
+    return _laid_out(xp, xp.add, a, b)
 
 
 ADD = defop("add", _add_kernel, lambda ctx, g: (g, g), Pointwise("{0} + {1}"),
@@ -49,7 +59,7 @@ def _sub_kernel(xp, a, b):
     if type(b) in (int, float) or type(a) in (int, float):
         return _half_scalar_in_half(xp.subtract, a, b)
     try:
-        return xp.subtract(a, b)
+        return _laid_out(xp, xp.subtract, a, b)
     except TypeError:  # the array modules refuse bool - bool, as PyTorch does
         raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
                            "Use the `^` or `logical_xor()` operator instead.") from None
@@ -90,7 +100,7 @@ def _mul_kernel(xp, a, b):
         return out
     pair = _half_and_scalar(a, b)
     if pair is None:
-        return xp.multiply(a, b)
+        return _laid_out(xp, xp.multiply, a, b)
     x, s = pair
     return converted(xp.multiply(converted(x, _F32), np.float32(s)), x.dtype)
 
@@ -104,7 +114,7 @@ def _div_kernel(xp, a, b):
         out = native_complex.divide(a, b)  # ATen's division (NumPy's differs in last bits and at zero and inf)
         if out is not None:
             return out
-    return xp.true_divide(a, b)
+    return _laid_out(xp, xp.true_divide, a, b)
 
 
 # The dispatcher's float16 fast path runs these ufuncs in float32 (``dtype=float32``) for a scalar operand.
@@ -276,7 +286,7 @@ def _comparison_kernel(ufunc_name):
             return out
         if getattr(a, "dtype", None) is _BF16 and (out := half_cast.bf16_row(xp, ufunc, a, b)) is not None:
             return out  # bfloat16: one native pass
-        return getattr(xp, ufunc_name)(a, b)
+        return _laid_out(xp, getattr(xp, ufunc_name), a, b)
     return kernel
 
 
