@@ -16,11 +16,16 @@ from __future__ import annotations
 import math
 import struct
 
+import numpy as np
+
 from .. import _dtype
-from ..autograd.grad_mode import is_grad_enabled, no_grad
+from .._dispatch_modes import MODES
+from ..autograd import grad as autograd_grad
+from ..autograd.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ..autograd.saved_hooks import one_op
 from .._dispatch import apply
 from .._vmap import unmapped_in_vmap
+from ..ops.half_batch_norm import HALF_BATCH_NORM
 from ..ops.nn_batch_norm import BATCH_NORM
 from ..ops.nn_fused import FUSED_DTYPES
 # (``_functional_norm`` is loaded first and imports this module at its end, once these are defined)
@@ -30,13 +35,14 @@ from ._functional_norm import (_HALF, _affine, _channel_view, _in_suggested_layo
 __all__ = ["batch_norm", "instance_norm"]
 
 
-def _half_transform(input, x, mean, var, eps, weight, bias, params, view):
+def _half_transform(input, x, mean, var, eps, weight, bias, half_params, view):
     """PyTorch's CPU batch-norm output for a half ``input`` (``x`` is it in float32): ``x * alpha + beta`` with
     ``alpha = invstd * weight`` and ``beta = bias - mean * alpha``, one fused multiply-add rounded once (emulated in
-    float64, whose product is exact). In training (``params``: weight, bias, running statistics) native_batch_norm
-    keeps the batch statistics in the parameters' dtype: the input's, unless one of them is float32. Evaluation
-    (``params=None``) uses the running statistics as they are."""
-    if params is not None and all(t is None or t.dtype == input.dtype for t in params):
+    float64, whose product is exact). In training native_batch_norm keeps the batch statistics in the parameters'
+    dtype (``half_params``: the input's, unless one of weight, bias and the running statistics is float32).
+    Evaluation (``half_params=None``) uses the running statistics as they are. Returns the output and the ``(mean,
+    invstd)`` its backward reads (float32 tensors holding the saved statistics' values)."""
+    if half_params:
         if input.dtype == _dtype.bfloat16:
             # Its kernel keeps the sum of squared deviations in bfloat16 and divides it by the count in bfloat16
             # arithmetic (c10's BFloat16 / int64_t rounds the count, then the quotient).
@@ -47,7 +53,56 @@ def _half_transform(input, x, mean, var, eps, weight, bias, params, view):
         invstd = 1 / (var + eps).sqrt()
     alpha = invstd if weight is None else invstd * view(weight).float()
     beta = -mean * alpha if bias is None else view(bias).float() - mean * alpha
-    return (x.double() * alpha.double() + beta.double()).float().to(input.dtype)
+    return (x.double() * alpha.double() + beta.double()).float().to(input.dtype), mean, invstd
+
+
+def _half_batch_norm(input, weight, bias, running_mean, running_var, training, eps, update=None):
+    """A half ``input``'s batch norm as ATen's CPU kernels round it: the float32 composite forward; where a gradient
+    is recorded, wrapped in the `HALF_BATCH_NORM` row so that the backward rounds as ATen's too (the composite's own
+    gradient, one half step off on about one element in ten, stays the create_graph and transforms' gradient).
+    ``update(mean, var)`` updates the running statistics from the batch's (training)."""
+    # ATen's parameters' type (its is_mixed_type): the input's, or float32 where one of them is
+    half_params = all(t is None or t.dtype == input.dtype for t in (weight, bias, running_mean, running_var))
+    stats = (running_mean, running_var, half_params if training else None)
+    if not (is_grad_enabled() and type(input._data) is np.ndarray and input._data.size and not MODES and
+            any(t is not None and t.requires_grad for t in (input, weight, bias))):
+        return _half_composite(input, weight, bias, stats, eps, update)[0]
+    with no_grad():
+        out, mean, invstd = _half_composite(input, weight, bias, stats, eps, update)
+    if training:
+        running_mean = running_var = None  # not read by the backward; updated in place by later steps
+    else:  # ATen's backward takes 1 / sqrt(running_var + eps) in double
+        mean, invstd = running_mean.float(), 1 / (running_var.double() + eps).sqrt()
+
+    def recompute(input, weight, bias, running_mean, running_var, g, needs):
+        # The composite forward again, from the tensors themselves: its gradients depend on them (double backward).
+        wrt = [t for t, need in zip((input, weight, bias), needs) if need]
+        if not wrt:
+            return None, None, None
+        with enable_grad():
+            out = _half_composite(input, weight, bias, (running_mean, running_var, stats[2]), eps)[0]
+            got = iter(autograd_grad(out, wrt, g, create_graph=True, allow_unused=True))
+        return tuple(next(got) if need else None for need in needs)
+
+    return apply(HALF_BATCH_NORM, input, weight, bias, running_mean, running_var, out.detach(), mean.reshape(-1),
+                 invstd.reshape(-1), train=training, half_params=half_params, recompute=recompute)
+
+
+def _half_composite(input, weight, bias, stats, eps, update=None):
+    """The float32 composite forward of a half batch norm: (output, saved mean, saved invstd). ``stats``: the
+    running mean and variance, and in training whether the parameters are half (None in evaluation)."""
+    running_mean, running_var, half_params = stats
+    x = input.float()
+    ndim = x.dim()
+    view = lambda t: _channel_view(t, ndim)  # noqa: E731 - a one-line closure over ndim
+    if half_params is not None:
+        with one_op():
+            _, mean, var = _normalize_over(x, (0,) + tuple(range(2, ndim)), eps)
+            if update is not None:
+                update(mean, var)
+        return _half_transform(input, x, mean, var, eps, weight, bias, half_params, view)
+    rm, rv = view(running_mean).float(), view(running_var).float()
+    return _half_transform(input, x, rm, rv, eps, weight, bias, None, view)
 
 
 def _check_channels(name, t, channels):
@@ -161,15 +216,16 @@ def _batch_norm(input, running_mean, running_var, weight, bias, training, moment
                 out, mean, var = apply(BATCH_NORM, x, weight, bias, eps=eps)
                 _update_batch_stats(running_mean, running_var, mean, var, x.numel() // channels, momentum)
             return out.to(input.dtype)
+        if x is not input:
+            def update(mean, var):
+                _update_batch_stats(running_mean, running_var, mean, var, x.numel() // max(channels, 1), momentum)
+
+            return _half_batch_norm(input, weight, bias, running_mean, running_var, True, eps, update)
         with one_op():
             out, mean, var = _normalize_over(x, dims, eps)
             _update_batch_stats(running_mean, running_var, mean, var, x.numel() // max(channels, 1), momentum)
-        if x is not input:
-            params = (weight, bias, running_mean, running_var)
-            return _half_transform(input, x, mean, var, eps, weight, bias, params, view)
     elif x is not input:
-        rm, rv = view(running_mean).float(), view(running_var).float()
-        return _half_transform(input, x, rm, rv, eps, weight, bias, None, view)
+        return _half_batch_norm(input, weight, bias, running_mean, running_var, False, eps)
     else:
         out = (x - view(running_mean)) * view(running_var + eps).rsqrt()
     return _affine(out, weight, bias, view).to(input.dtype)
@@ -220,13 +276,13 @@ def _instance_norm(input, running_mean, running_var, weight, bias, use_input_sta
             _update_running(running_mean, mean.reshape(x.shape[0], channels).mean(0), momentum)
             _update_running(running_var, var.reshape(x.shape[0], channels).mean(0) * (n / (n - 1)), momentum)
         if x is not input:  # PyTorch's is a batch norm of the (1, N*C, *) view: its half output
-            params = (weight, bias, running_mean, running_var)
-            return _half_transform(input, x, mean, var, eps, weight, bias, params, view)
+            half_params = all(t is None or t.dtype == input.dtype for t in (weight, bias, running_mean, running_var))
+            return _half_transform(input, x, mean, var, eps, weight, bias, half_params, view)[0]
     else:
         if running_mean is None:
             raise RuntimeError("Expected running_mean and running_var to be defined when use_input_stats is false")
         if x is not input:
             rm, rv = view(running_mean).float(), view(running_var).float()
-            return _half_transform(input, x, rm, rv, eps, weight, bias, None, view)
+            return _half_transform(input, x, rm, rv, eps, weight, bias, None, view)[0]
         out = (x - view(running_mean)) * view(running_var + eps).rsqrt()
     return _affine(out, weight, bias, view).to(input.dtype)

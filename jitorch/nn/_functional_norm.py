@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import _dtype, _movement
 from .._tensor import Tensor
 from .._memory_format import contiguous_format, suggested_format
@@ -186,11 +188,13 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
             raise RuntimeError(f"Expected {name} to be a vector of size equal to the number of channels in input, but "
                                f"got {name} of shape {list(t.shape)} and input of shape {list(input.shape)}")
     x = _upcast(input)
-    if x._data.dtype in FUSED_DTYPES and x._data.size:
+    half = x is not input and type(input._data) is np.ndarray  # the row rounds as ATen's (ops/group_norm.py)
+    if (half or x._data.dtype in FUSED_DTYPES) and x._data.size:
         # One row (ops/group_norm.py): statistics and the per-channel affine in one kernel, its backward in another
         # (layer norm's row kernel and a separate affine took 2.7x torch's time for GroupNorm(8, 64) at 16x64x32x32).
-        weight, bias = (p.to(x.dtype) if p is not None and p.dtype != x.dtype else p for p in (weight, bias))
-        out = apply(GROUP_NORM, x, weight, bias, groups=num_groups, eps=eps)[0]
+        if not half:
+            weight, bias = (p.to(x.dtype) if p is not None and p.dtype != x.dtype else p for p in (weight, bias))
+        out = apply(GROUP_NORM, input if half else x, weight, bias, groups=num_groups, eps=eps)[0]
         return _in_suggested_layout(out.to(input.dtype), input)
     # the group size is spelled out: -1 cannot be inferred when the batch is empty
     group_size = channels // num_groups * math.prod(x.shape[2:])

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .._dispatch import fast_binary, fast_unary
 from ..runtime import special_module
-from . import native_eager, pointwise
+from . import half_gelu, native_eager, pointwise
 from .pointwise_common import _widened
 from .table import Pointwise, defop
 
@@ -70,11 +72,21 @@ def _tanh_inner(xp, x):
     return xp.tanh(_BETA * (x + _KAPPA * x * x * x))
 
 
+def _aten_float16(*arrays):
+    # float16 CPU arrays in one row-major layout: ATen's vector loop runs over them in order (half_gelu)
+    return all(type(a) is np.ndarray and a.dtype == np.float16 and a.flags.c_contiguous and a.shape == arrays[0].shape
+               for a in arrays)
+
+
 def _gelu_kernel(xp, x):
+    if _aten_float16(x):  # ATen's vectorized erf, not a correctly rounded one (half_gelu)
+        return half_gelu.gelu_float16(x, lambda a: a * _cdf(xp, a))
     return _native_or(GELU, lambda a: a * _cdf(xp, a), xp, x)
 
 
 def _gelu_backward_kernel(xp, g, x):
+    if _aten_float16(g, x):
+        return half_gelu.gelu_backward_float16(g, x, lambda g, a: g * (_cdf(xp, a) + a * _pdf(xp, a)))
     return _native_or(GELU_BACKWARD, lambda g, a: g * (_cdf(xp, a) + a * _pdf(xp, a)), xp, g, x)
 
 

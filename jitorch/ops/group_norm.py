@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _dtype
 from ..autograd.grad_mode import GradState
 from ..codegen.ir import FLOAT_IR_DTYPES
 from .native_eager import launch_arrays
@@ -29,6 +30,7 @@ from .table import Opaque, defop
 __all__ = ["GROUP_NORM", "GROUP_NORM_BACKWARD"]
 
 _MAX_KERNELS = 128
+_HALF = (np.dtype(_dtype.float16.np), np.dtype(_dtype.bfloat16.np))  # computed in float32, rounded as ATen's
 _kernels: dict = {}
 
 
@@ -101,7 +103,19 @@ def _grain(x):
     return max(1, (1 << 15) // (x.size // x.shape[0]))
 
 
+def _half_params(x, weight, bias):
+    """ATen's parameter type for a half ``x``: the input's, or float32 where a weight or bias is (is_mixed_type)."""
+    return np.dtype(np.float32) if any(p is not None and p.dtype != x.dtype for p in (weight, bias)) else x.dtype
+
+
 def _forward_kernel(xp, x, weight, bias, groups, eps):
+    if x.dtype in _HALF:
+        # ATen's reduced-type kernel computes in float32 and rounds the output; it keeps the statistics in the
+        # parameters' type, which its backward reads.
+        wide = [None if p is None else p.astype(np.float32) for p in (x, weight, bias)]
+        out, mean, rstd = _forward_kernel(xp, *wide, groups, eps)
+        param = _half_params(x, weight, bias)
+        return out.astype(x.dtype), mean.astype(param), rstd.astype(param)
     n = x.shape[0]
     kernel = _kernel("forward", x, groups, (weight is not None, bias is not None), float(eps)) \
         if _native_params((weight, bias), x.dtype) else None
@@ -123,7 +137,41 @@ def _forward_kernel(xp, x, weight, bias, groups, eps):
     return out.astype(x.dtype, copy=False), mean, rstd
 
 
+def _half_backward(g, x, mean, rstd, weight, groups):
+    """ATen's reduced-type backward: per-channel sums of ``g * x`` and ``g`` in float32, the per-group algebra in
+    float32 from the statistics as the forward saved them (rounded to the parameters' type), ``gx = c1 * g + c2 * x
+    + c3`` rounded once; the parameter gradients summed over the batch in float32, rounded to the parameters' type.
+    (The float32 row's backward read unrounded statistics: one half step off on 30-60% of the gradients.)"""
+    f32 = np.float32
+    n, c = x.shape[:2]
+    cpg = c // groups
+    xf, gf = x.reshape(n, c, -1).astype(f32), g.reshape(n, c, -1).astype(f32)
+    ds = (gf * xf).sum(axis=2, dtype=np.float64).astype(f32)  # float32 sums in ATen, rounded once here
+    db = gf.sum(axis=2, dtype=np.float64).astype(f32)
+    param = mean.dtype
+    gamma = np.ones(c, f32) if weight is None else weight.astype(f32)
+    mean, rstd = mean.astype(f32), rstd.astype(f32)
+    ds_g = (ds * gamma).reshape(n, groups, cpg).sum(axis=2, dtype=np.float64).astype(f32)
+    db_g = (db * gamma).reshape(n, groups, cpg).sum(axis=2, dtype=np.float64).astype(f32)
+    s = f32(1) / f32(xf.shape[2] * cpg)
+    c2 = (db_g * mean - ds_g) * rstd * rstd * rstd * s
+    c3 = -c2 * mean - db_g * rstd * s
+    per_channel = lambda v: np.repeat(v, cpg, axis=1)[:, :, None]  # noqa: E731 - (N, G) -> (N, C, 1)
+    c1 = per_channel(rstd) * gamma[None, :, None]
+    gx = (c1 * gf + per_channel(c2) * xf + per_channel(c3)).reshape(x.shape).astype(x.dtype)
+    mean_c, rstd_c = per_channel(mean)[..., 0], per_channel(rstd)[..., 0]
+    gw = ((ds - db * mean_c) * rstd_c).sum(axis=0, dtype=np.float64).astype(f32).astype(param)
+    gb = db.sum(axis=0, dtype=np.float64).astype(f32).astype(param)
+    return gx, gw, gb
+
+
 def _backward_kernel(xp, g, x, mean, rstd, weight, groups, eps, needs):
+    if x.dtype in _HALF:
+        if type(x) is np.ndarray:
+            return _half_backward(g, x, mean, rstd, weight, groups)
+        wide = [None if a is None else a.astype(np.float32) for a in (g, x, mean, rstd, weight)]
+        grads = _backward_kernel(xp, *wide, groups, eps, needs)
+        return grads[0].astype(x.dtype), grads[1].astype(mean.dtype), grads[2].astype(mean.dtype)
     n, c = x.shape[:2]
     cpg = c // groups
     count = x.size // (n * groups)  # elements per group
@@ -161,6 +209,10 @@ def _backward_kernel(xp, g, x, mean, rstd, weight, groups, eps, needs):
 def _grads(g, x, weight, needs, groups, eps):
     """(gx, gw, gb) in jitorch ops, the statistics recomputed from ``x``: differentiable to any order."""
     n, c = x.shape[:2]
+    if x.dtype in (_dtype.float16, _dtype.bfloat16):  # in float32, as the half kernels compute
+        grads = _grads(g.float(), x.float(), None if weight is None else weight.float(), needs, groups, eps)
+        dtypes = (x.dtype,) + (x.dtype if weight is None else weight.dtype,) * 2
+        return tuple(None if t is None else t.to(dt) for t, dt in zip(grads, dtypes))
     shape = (n, groups, c // groups, -1)
     gx, gw, gb = norm_grads(g.reshape(shape), x.reshape(shape), weight, (2, 3), (0, 3), eps, needs,
                             lambda w: w.reshape(1, groups, c // groups, 1))
