@@ -425,3 +425,32 @@ def test_reduce_overhead_with_a_number_that_moves_every_call_stops_recapturing()
             lr = 0.1 * (i + 1)
             np.testing.assert_allclose(f(x, lr).numpy(), ((x * lr).tanh() + lr).numpy(), rtol=1e-6, atol=1e-6)
     assert f._number_recaptures >= 2 and f._compiled_instead is not None  # two captures, then the default path
+
+
+def _steering_branch(x, lr):
+    y = x * lr
+    return y + 1 if lr * 10 > 1.0 else y - 1
+
+
+def _steering_round(x, lr):
+    return x * lr + round(lr * 4)
+
+
+def _steering_int(x, n):
+    return x * n + (x * 0 + len(range(n // 2)))
+
+
+@pytest.mark.parametrize("fn,values", [(_steering_branch, (0.5, 0.6, 0.01)), (_steering_round, (0.5, 0.6, 1.0)),
+                                       (_steering_int, (2, 3, 8))])
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_a_number_whose_python_arithmetic_steers_the_code_stays_specialized(fn, values, mode):
+    compiled = jitorch.compile(fn, mode=mode)
+    for v in values + values[::-1]:
+        np.testing.assert_array_equal(compiled(jitorch.ones(3), v).numpy(), fn(jitorch.ones(3), v).numpy())
+
+
+def test_a_number_meeting_tensors_from_either_side_still_becomes_an_input():
+    f = jitorch.compile(lambda x, lr: x * lr + 1 + lr * x)
+    for lr in (0.5, 0.6, 0.7, 0.8):
+        np.testing.assert_array_equal(f(jitorch.ones(3), lr).numpy(), (jitorch.ones(3) * lr * 2 + 1).numpy())
+    assert len(f.entries) == 2 and f.entries[-1].number_inputs == ("arg1",)

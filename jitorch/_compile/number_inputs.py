@@ -22,6 +22,9 @@ widen (`widen_replay`: no recompile at all). ``dynamic=False`` specializes every
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 
 from .._tensor import Tensor
@@ -59,9 +62,21 @@ class AnyNumber:
         return f"any {self.kind} (a graph input)"
 
 
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _by_user():
+    """Whether the traced number's method running now was called from outside jitorch (the user's Python)."""
+    return not sys._getframe(2).f_code.co_filename.startswith(_PKG)
+
+
 class _Noting:
-    """Comparisons and truth tests of a traced number are noted: its value steered the Python (``max(lr, 1e-3)``,
-    ``if lr > 0``), so no graph input can stand for it."""
+    """Any use of a traced number by the user's Python is noted (a comparison or truth test, arithmetic such as
+    ``lr * 10`` or ``n // 2``, a conversion, rounding, formatting or hashing): its value may steer the Python
+    (``max(lr, 1e-3)``, ``if lr * 10 > 1``, ``round(lr * 4)``), so no graph input can stand for it. Meeting a
+    tensor (``lr * x``) and jitorch's own reads of it are not uses: they put the number in the graph, which
+    `generalize` compares. (C code that reads a float's value directly, such as ``math.log(lr)``, is not seen:
+    its result reaches the graph as another constant, which `generalize` refuses, unless it only steers Python.)"""
 
     def _note(self):
         self.steered = True
@@ -95,11 +110,45 @@ class _Noting:
         return bool(self._plain())
 
 
+def _noting_binary(name):
+    def method(self, other):
+        if isinstance(other, Tensor):
+            return NotImplemented  # the tensor's reflected operator takes the number: a graph operand
+        if _by_user():
+            self.steered = True
+        return getattr(self._plain(), name)(other)
+    method.__name__ = name
+    return method
+
+
+def _noting_unary(name):
+    def method(self, *args):
+        if _by_user():
+            self.steered = True
+        return getattr(self._plain(), name)(*args)
+    method.__name__ = name
+    return method
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+              "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__divmod__",
+              "__rdivmod__", "__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__", "__lshift__",
+              "__rlshift__", "__rshift__", "__rrshift__"):
+    setattr(_Noting, _name, _noting_binary(_name))
+for _name in ("__neg__", "__pos__", "__abs__", "__invert__", "__int__", "__float__", "__index__", "__round__",
+              "__floor__", "__ceil__", "__trunc__", "__format__", "__str__", "__repr__"):
+    setattr(_Noting, _name, _noting_unary(_name))
+
+
 class TracedFloat(_Noting, float):
     """A float argument while its call is traced (see the module notes)."""
 
     steered = False
-    __hash__ = float.__hash__
+
+    def __hash__(self):  # (a dict keyed by the value: a use)
+        if _by_user():
+            self.steered = True
+        return float.__hash__(self)
 
     def _plain(self):
         return float(self.real)
@@ -109,7 +158,11 @@ class TracedInt(_Noting, int):
     """An int argument while its call is traced (see the module notes)."""
 
     steered = False
-    __hash__ = int.__hash__
+
+    def __hash__(self):
+        if _by_user():
+            self.steered = True
+        return int.__hash__(self)
 
     def _plain(self):
         return int(self.real)
