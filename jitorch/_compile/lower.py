@@ -41,9 +41,9 @@ __all__ = ["IR_DTYPES", "FUSED_DTYPES", "Passes", "GroupKernel", "node_expr", "n
 # and round once per row (`node_expr_for`).
 FUSED_DTYPES = {**IR_DTYPES, **STORAGE_IR_DTYPES}
 _NP = {v: k for k, v in FUSED_DTYPES.items()}
-# Rows that round a Python number to a half or bfloat16 tensor's dtype before computing (ATen's add and sub; its mul
-# and div take the number as float32, its "opmath").
-_NUMBER_ROUNDED = ("add", "sub", "rsub")
+# Rows that take a Python number as float32 with a half or bfloat16 tensor (ATen's mul and div: its "opmath"); every
+# other row rounds the number to the tensor's dtype first (through float32, as ATen converts a Scalar).
+_NUMBER_IN_FLOAT32 = ("mul", "div")
 # Below this many elements a kernel runs on the calling thread: waking workers costs more than it saves.
 PARALLEL_MIN = native_eager.PARALLEL_MIN  # one threshold for eager and compiled kernels
 
@@ -92,10 +92,11 @@ def node_expr_for(name, operands, out_dtype):
         if len(dtypes) != 1:
             raise Unfusable("a comparison of mixed dtypes")
         compute = dtypes.pop()
-        if compute in STORAGE:  # widening is exact: compared in float32
+        if compute in STORAGE:  # widening is exact: compared in float32, with a number rounded to the dtype first
             if compute not in storage_dtypes():
                 raise Unfusable(f"{compute} kernels on this CPU (no F16C)")
-            compute, operands = "f32", [_widen(x) for x in operands]
+            operands = [_widen(x) if isinstance(x, Expr) else _rounded_number(x, compute) for x in operands]
+            compute = "f32"
         if compute not in ("f32", "f64") and any(isinstance(x, float) for x in operands):
             raise Unfusable("an integer tensor compared with a float number promotes")
     elif out_dtype in STORAGE:
@@ -129,14 +130,22 @@ def _widen(x):
     return op("cast", x, dtype="f32") if isinstance(x, Expr) and x.dtype in STORAGE else x
 
 
+def _rounded_number(x, dtype):
+    """A Python number as ATen converts a Scalar for a half or bfloat16 op: to float32, then to ``dtype``."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return x
+    try:
+        return float(NP_TYPES[dtype](np.float32(x)))
+    except OverflowError:  # (an integer past float's range: eager decides)
+        raise Unfusable(f"the number {x} as {dtype}") from None
+
+
 def _storage_operand(x, out_dtype, name, row):
     """An operand of a row whose result is float16 or bfloat16, as that row computes in float32: a tensor of the
     result's dtype widened (exactly), a mask kept, a number rounded to the result's dtype first where ATen does.
     Operands of other dtypes (a float32 0-d tensor, integers) convert as eager's kernels decide: kept eager."""
     if not isinstance(x, Expr):
-        if name in _NUMBER_ROUNDED and isinstance(x, (int, float)) and not isinstance(x, bool):
-            return float(NP_TYPES[out_dtype](x))
-        return x
+        return x if name in _NUMBER_IN_FLOAT32 else _rounded_number(x, out_dtype)
     if x.dtype == out_dtype or x.dtype in STORAGE and name == "to_copy":
         return _widen(x)
     if row.masks and x.dtype == "bool" or x.dtype == "f32" and name == "to_copy":  # (narrowed once, at the end)

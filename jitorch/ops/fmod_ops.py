@@ -22,7 +22,7 @@ import numpy as np
 
 from .._pointwise_checks import check_integer_divisor, is_integer
 from .native_eager import MIN_SIZE, in_memory_order, pointwise, pointwise_constants
-from .pointwise_common import _reject_bool_complex
+from .pointwise_common import _reject_bool_complex, half_with_number
 from .table import Pointwise, defop
 
 __all__ = ["FMOD", "REMAINDER"]
@@ -77,6 +77,9 @@ def _both_arrays(row, a, b):
 def _fmod_kernel(xp, a, b):
     _reject_bool_complex("fmod_cpu", a, b)
     check_integer_divisor(a, b, "fmod")
+    out = half_with_number(xp.fmod, a, b) if xp is np else None
+    if out is not None:
+        return out
     out = _native(FMOD, a, b)
     return xp.fmod(a, b) if out is None else out
 
@@ -86,9 +89,16 @@ def _remainder_kernel(xp, a, b):
     check_integer_divisor(a, b, "remainder")
     if is_integer(a) and is_integer(b):
         return xp.remainder(a, b)
+    out = half_with_number(lambda x, y: _float_remainder(np, x, y), a, b) if xp is np else None
+    if out is not None:
+        return out
     out = _native(REMAINDER, a, b)
     if out is not None:
         return out
+    return _float_remainder(xp, a, b)
+
+
+def _float_remainder(xp, a, b):
     mod = xp.fmod(a, b)
     return xp.where((mod != 0) & ((xp.asarray(b) < 0) != (mod < 0)), mod + b, mod)
 

@@ -108,7 +108,7 @@ def binary(ufunc, x, y, number_in_float32=False):
     if type(y) in (int, float):
         if not holds(y):  # overflow, as NumPy warns of it, stays NumPy's
             return None
-        wide_y = np.float32(y) if number_in_float32 else np.float32(np.float16(y))
+        wide_y = np.float32(y) if number_in_float32 else np.float32(np.float16(np.float32(y)))  # (ATen: via float32)
         if (out := _one_pass(ufunc, x, wide_y)) is not None:
             return out
     elif getattr(y, "dtype", None) != _F16:

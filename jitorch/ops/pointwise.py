@@ -19,6 +19,7 @@ from .._dispatch_fast import plain_binary
 from .._pointwise_checks import check_integer_divisor, is_integer
 from . import bf16_unary, half_cast, native_complex, native_select
 from .first_layout import in_first_layout
+from .pointwise_common import half_with_number
 from .half_cast import converted
 from . import pointwise_grad  # noqa: F401 - its fused backward rows register before these, as before the split
 from .fmod_ops import FMOD, REMAINDER  # noqa: F401 - re-exported
@@ -163,6 +164,8 @@ def _pow_kernel(xp, a, b):
                 return converted(special(xp, converted(a, _F32)), a.dtype)
             if b != -0.5 or a.dtype.kind == "f":
                 return special(xp, a)
+        if xp is np and (out := half_with_number(np.power, a, b)) is not None:
+            return out  # bfloat16 ** a number: NumPy would compute it in float64
     return xp.power(a, b)
 
 

@@ -53,6 +53,16 @@ def _widened(fn, *arrays):
     return converted(out, arrays[0].dtype)
 
 
+def half_with_number(fn, a, b):
+    """``fn(a, b)`` for a half-type array ``a`` and a Python number ``b`` as ATen computes it: the number converted
+    to ``a``'s dtype (through float32, as a Scalar), both in float32, the result rounded once (NumPy would take
+    ml_dtypes' bfloat16 with a Python float to float64); None for other operands."""
+    if type(b) not in (int, float) or getattr(a, "dtype", None) not in _HALVES:
+        return None
+    number = np.float32(a.dtype.type(np.float32(b)))
+    return converted(fn(converted(a, _F32), number), a.dtype)
+
+
 def _holomorphic(backward):
     """The backward of a holomorphic op for complex values too, from its real formula ``g * f'(x)``.
 
