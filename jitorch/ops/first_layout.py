@@ -19,10 +19,10 @@ __all__ = ["in_first_layout"]
 def in_first_layout(ufunc, x, y):
     """``ufunc(x, y)`` laid out in ``x``'s memory order, for operands of one shape whose orders differ (NumPy's
     "K" order then picks row-major; torch's TensorIterator gives the first operand's order: a channels-last
-    activation plus a contiguous one stays channels-last); None where ``x``'s order is ambiguous (equal strides of
-    dims longer than 1) or ``x`` is row-major already."""
+    activation plus a contiguous one stays channels-last); None where ``x``'s order is ambiguous (equal or zero
+    strides of dims longer than 1) or ``x`` is row-major already."""
     strides = [abs(st) for st, n in zip(x.strides, x.shape) if n > 1]
-    if len(set(strides)) != len(strides):
+    if len(set(strides)) != len(strides) or 0 in strides:  # (an expanded first operand orders nothing)
         return None
     order = sorted(range(x.ndim), key=lambda d: (-abs(x.strides[d]) if x.shape[d] > 1 else 0, d))
     if order == list(range(x.ndim)):
