@@ -1,9 +1,10 @@
 """Random numbers: ``Generator``, ``manual_seed`` and the sampling functions (``rand``, ``randn``, ``randint``, ...).
 
-Each device has its own generators. CPU streams come from NumPy's PCG64; CUDA streams are drawn on the device by a
+Each device has its own generators. CPU streams are PyTorch's (``jitorch._torch_rng``: mt19937 seeded and drawn as
+ATen's CPU generator, so ``manual_seed(0); rand(3)`` gives torch's numbers); CUDA streams are drawn on the device by a
 ``DeviceStream`` (``jitorch._random_device``: CuPy's Philox generator), one default generator per CUDA device, so a
 CUDA sample never passes through the host. Which one draws is chosen by the device's array module
-(``runtime.array_module_for``). ``manual_seed`` seeds the CPU generator and every CUDA one. The streams are
+(``runtime.array_module_for``). ``manual_seed`` seeds the CPU generator and every CUDA one. CUDA streams are
 reproducible under ``manual_seed`` but are not PyTorch's values.
 
 >>> import jitorch
@@ -201,18 +202,28 @@ def _float_sample(name, method, generator, dt, shape, device, requires_grad):
         def draw(real, size):
             return _row_sample(row, real, device, shape=size)
     else:
-        rng = _rng(_generator_for(generator, device))
+        gen = _generator_for(generator, device)
+        rng = _rng(gen)
 
         def draw(real, size):
-            values = random_ops.draw_from(rng, method, size, dtype=np.float64 if real is _dtype.float64 else np.float32)
+            # torch's CPU stream draws half types' normals a block at a time (`_torch_rng`): it is told the dtype
+            kind = np.float64 if real is _dtype.float64 else \
+                real.np if real.np in _HALF_DTYPES and not gen._on_device else np.float32
+            values = random_ops.draw_from(rng, method, size, dtype=kind)
             values = half_uniform(values, real.np) if method == "random" else values
             return _sample(values, real, device, False)
-    if dt.is_complex:
+    if dt.is_complex and method == "standard_normal" and generator is not None and not gen._on_device:
+        # ATen: normal_(0, 1 / sqrt(2)) of view_as_real, scaled in double before rounding (a float32 draw scaled
+        # afterwards rounds twice). The default generator's draw stays a row, as compiled graphs draw it.
+        from ._creation import empty
+
+        out = empty(tuple(shape), dtype=dt, device=device).normal_(generator=generator)
+    elif dt.is_complex:
         from ._creation import complex as _complex
 
         parts = draw(dt.to_real(), tuple(shape) + (2,))
         if method == "standard_normal":
-            parts = parts * math.sqrt(0.5)
+            parts = parts * (1 / math.sqrt(2))  # ATen: normal_(0, 1 / sqrt(2)) of view_as_real
         out = _complex(parts[..., 0], parts[..., 1])
     else:
         out = draw(dt, shape)

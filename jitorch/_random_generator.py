@@ -1,7 +1,8 @@
 """``Generator``: one random stream on one device, and its state as bytes (``get_state``/``set_state``).
 
-A CPU generator wraps NumPy's PCG64; a CUDA one a ``DeviceStream`` (``jitorch._random_device``) drawing on its device.
-The default generators and the samplers are in ``jitorch._random``, which re-exports ``Generator``.
+A CPU generator wraps a ``TorchCPUStream`` (``jitorch._torch_rng``: PyTorch's mt19937 stream, so the same seed gives
+torch's numbers); a CUDA one a ``DeviceStream`` (``jitorch._random_device``) drawing on its device. The default
+generators and the samplers are in ``jitorch._random``, which re-exports ``Generator``.
 
 >>> g = Generator().manual_seed(7); state = g.get_state(); first = g._rng.random()
 >>> _ = g.set_state(state); g._rng.random() == first
@@ -17,6 +18,7 @@ from . import _dtype
 from ._device import device as _device
 from ._random_device import DeviceStream
 from ._tensor import Tensor
+from ._torch_rng import STATE_BYTES, TorchCPUStream
 
 __all__ = ["Generator"]
 
@@ -45,7 +47,7 @@ class Generator:
             dev = _device(f"{dev.type}:{index}")
             self._rng = DeviceStream(xp, self._seed, index)
         else:
-            self._rng = np.random.Generator(np.random.PCG64(self._seed))
+            self._rng = TorchCPUStream(self._seed)
         self.device = dev
 
     @classmethod
@@ -73,8 +75,8 @@ class Generator:
         if self._on_device:
             self._rng.reseed(seed)
         else:
-            # A new NumPy Generator (CPU graph replay looks ``_rng`` up at each draw for this reason).
-            self._rng = np.random.Generator(np.random.PCG64(seed))
+            # A new stream object (CPU graph replay looks ``_rng`` up at each draw for this reason).
+            self._rng = TorchCPUStream(seed)
         return self
 
     def seed(self):
@@ -86,17 +88,18 @@ class Generator:
         return self._seed
 
     def get_state(self):
-        """The stream's state as a CPU ``uint8`` tensor (for a CUDA generator: a copy of the device state).
+        """The stream's state as a CPU ``uint8`` tensor: for the CPU, torch's 5056-byte layout (so a state from
+        ``torch.get_rng_state()`` can be set here and the other way round); for CUDA, a copy of the device state.
 
         >>> g = Generator().manual_seed(3); state = g.get_state(); a = g._rng.random()
         >>> _ = g.set_state(state); g._rng.random() == a, state.shape
-        (True, jitorch.Size([48]))
+        (True, jitorch.Size([5056]))
         """
         from . import _random  # its ``_finish``: graph captures patch it there
 
         if self._on_device:
             return _random._finish(self._rng.get_state(), device="cpu")
-        return _random._finish(_pack_pcg64(self._rng.bit_generator.state), device="cpu")
+        return _random._finish(self._rng.to_bytes(), device="cpu")
 
     def set_state(self, new_state):
         if not isinstance(new_state, Tensor):
@@ -107,7 +110,17 @@ class Generator:
             self._rng.set_state(new_state._host())
             self._seed = self._rng._seed
             return self
-        self._rng.bit_generator.state = _unpack_pcg64(np.asarray(new_state._host(), dtype=np.uint8).tobytes())
+        raw = np.asarray(new_state._host(), dtype=np.uint8).tobytes()
+        if len(raw) != STATE_BYTES:
+            raise RuntimeError(f"set_rng_state: expected a CPU generator state of {STATE_BYTES} bytes (from "
+                               f"get_rng_state, torch's layout), got {len(raw)} bytes (states saved by jitorch "
+                               f"before its streams became torch's mt19937 cannot be restored)")
+        try:
+            state = TorchCPUStream.from_bytes(raw).state
+        except ValueError as err:
+            raise RuntimeError(f"set_rng_state: not a CPU generator state: {err}") from None
+        self._rng.state = state  # in place: captures and compiled graphs hold this stream object
+        self._seed = state["seed"]
         return self
 
     def clone_state(self):
@@ -116,46 +129,3 @@ class Generator:
         g._seed = self._seed
         g.set_state(self.get_state())
         return g
-
-
-# A CPU generator's state as plain bytes: a magic word, then PCG64's 128-bit state and increment and its buffered
-# 32-bit draw. Never a pickle: a state tensor comes from checkpoints, which must not be able to run code.
-_PCG64_MAGIC = b"jtPCG64\x01"
-_PCG64_BYTES = 48
-
-
-def _pack_pcg64(state):
-    inner = state["state"]
-    raw = _PCG64_MAGIC + int(inner["state"]).to_bytes(16, "little") + int(inner["inc"]).to_bytes(16, "little") + \
-        int(state["has_uint32"]).to_bytes(4, "little") + int(state["uinteger"]).to_bytes(4, "little")
-    return np.frombuffer(raw, dtype=np.uint8).copy()
-
-
-def _unpack_pcg64(raw):
-    if len(raw) == _PCG64_BYTES and raw[:8] == _PCG64_MAGIC:
-        field = lambda a, b: int.from_bytes(raw[a:b], "little")  # noqa: E731
-        return {"bit_generator": "PCG64", "state": {"state": field(8, 24), "inc": field(24, 40)},
-                "has_uint32": field(40, 44), "uinteger": field(44, 48)}
-    legacy = _legacy_state(raw)
-    if legacy is not None:
-        return legacy
-    raise RuntimeError(f"set_rng_state: expected a jitorch CPU generator state ({_PCG64_BYTES} bytes from "
-                       f"get_rng_state), got {len(raw)} bytes (PyTorch's mt19937 states cannot be restored here)")
-
-
-def _legacy_state(raw):
-    """States saved by jitorch before 0.1.1 were pickles of PCG64's state dict: read with an unpickler that
-    refuses every global, so only plain dicts, strings and integers can come out (no code runs)."""
-    import io
-    import pickle
-
-    class _PlainOnly(pickle.Unpickler):
-        def find_class(self, module, name):
-            raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
-
-    try:
-        state = _PlainOnly(io.BytesIO(raw)).load()
-    except Exception:  # noqa: BLE001 - anything that is not such a pickle is not a state
-        return None
-    ok = isinstance(state, dict) and state.get("bit_generator") == "PCG64" and isinstance(state.get("state"), dict)
-    return state if ok else None

@@ -25,6 +25,7 @@ import math
 import operator
 import warnings
 
+import numpy as np
 
 from . import _random
 from ._dispatch import TORCH_TYPE_NAMES
@@ -84,9 +85,38 @@ def _real_draw(self, draw):
     draws of the real dtype, as ATen samples ``view_as_real(self)``."""
     shape = self._data.shape
     if not self.dtype.is_complex:
-        return draw(shape)
-    parts = draw(shape + (2,))
+        return _in_memory_order(self, draw, shape)
+    parts = _in_memory_order(self, draw, shape + (2,))
     return parts[..., 0] + 1j * parts[..., 1]
+
+
+def _through_float(self, values):
+    """A float64 CPU draw for a float16/bfloat16 tensor rounded to float32 first: c10 converts a double sample to a
+    half type through float (the value, rounded twice, can differ from a direct rounding)."""
+    if self.dtype.name in ("float16", "bfloat16") and getattr(values, "dtype", None) == np.float64:
+        return values.astype(np.float32)
+    return values
+
+
+def _in_memory_order(self, draw, shape):
+    """``draw(shape)``, its numbers laid out in ``self``'s memory order: ATen's serial kernels fill a strided tensor
+    in the order TensorIterator walks it, the largest stride outermost (a transposed view takes its draws as the
+    untransposed one)."""
+    if len(shape) < 2 or self.is_contiguous():
+        return draw(shape)
+    strides = tuple(self.stride()) + ((1,) if len(shape) > self.dim() else ())  # complex: the parts innermost
+    order = sorted(range(len(shape)), key=lambda d: -abs(strides[d]) if shape[d] != 1 else 0)
+    values = draw(tuple(shape[d] for d in order))
+    return values.transpose(np.argsort(order))
+
+
+def _cpu_draw_dtype(real, half=False):
+    """The NumPy dtype a CPU draw for a tensor of the real dtype ``real`` asks the stream for: float64 draws 53-bit
+    uniforms, the others float32 ones (torch's opmath); ``half`` keeps float16/bfloat16 (``normal_`` draws them
+    a block at a time)."""
+    if real.name == "float64":
+        return np.float64
+    return real.np if half and real.name in ("float16", "bfloat16") else np.float32
 
 
 # -- continuous distributions -----------------------------------------------------------------------------------
@@ -109,7 +139,7 @@ def _uniform_(self, from_=0.0, to=1.0, *, generator=None):
                            f"but found to={fmt_number(to)} and from={fmt_number(from_)} which result in to-from to "
                            f"exceed the limit")
     gen, rng = _gen(self, generator)
-    kw = _random._draw_kw(gen, self)
+    kw = _random._draw_kw(gen, self) if gen._on_device else {"dtype": _cpu_draw_dtype(real)}
     return _random._fill_from(self, _real_draw(self, lambda s: _random.half_uniform(
         rng.uniform(from_, to, s, **kw), real.np, from_, to)))
 
@@ -124,7 +154,11 @@ def _normal_(self, mean=0.0, std=1.0, *, generator=None):
     if self.dtype.is_complex:
         std = std / math.sqrt(2)  # each part gets half the variance
     gen, rng = _gen(self, generator)
-    kw = _random._draw_kw(gen, self)
+    if gen._on_device:
+        kw = _random._draw_kw(gen, self)
+    else:  # ATen's path depends on the dtype and on whether the tensor is contiguous
+        real = self.dtype.to_real() if self.dtype.is_complex else self.dtype
+        kw = {"dtype": _cpu_draw_dtype(real, half=True), "contiguous": self.is_contiguous()}
     return _random._fill_from(self, _real_draw(self, lambda s: rng.normal(mean, std, s, **kw)))
 
 
@@ -137,8 +171,9 @@ def _exponential_(self, lambd=1.0, *, generator=None):
         raise RuntimeError(f"exponential_: Exponential distribution is a continuous probability distribution. dtype "
                            f"must be a floating point but you specified {TORCH_TYPE_NAMES[self.dtype.name]}")
     gen, rng = _gen(self, generator)
-    draw = rng.exponential(1.0 / lambd, self._data.shape, **_random._draw_kw(gen, self))
-    return _random._fill_from(self, draw)
+    kw = _random._draw_kw(gen, self)
+    draw = _in_memory_order(self, lambda s: rng.exponential(1.0 / lambd, s, **kw), self._data.shape)
+    return _random._fill_from(self, _through_float(self, draw))
 
 
 def _log_normal_(self, mean=1.0, std=2.0, *, generator=None):
@@ -148,8 +183,9 @@ def _log_normal_(self, mean=1.0, std=2.0, *, generator=None):
         return self
     _continuous_only(self, "log_normal_cpu")
     gen, rng = _gen(self, generator)
-    draw = rng.lognormal(mean, std, self._data.shape, **_random._draw_kw(gen, self))
-    return _random._fill_from(self, draw)
+    kw = _random._draw_kw(gen, self)
+    draw = _in_memory_order(self, lambda s: rng.lognormal(mean, std, s, **kw), self._data.shape)
+    return _random._fill_from(self, _through_float(self, draw))
 
 
 def _cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
@@ -159,8 +195,11 @@ def _cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
         raise RuntimeError(f"cauchy_: Cauchy distribution is a continuous probability distribution. dtype must be a "
                            f"floating point but you specified {cpp_type_name(self.dtype)}")
     gen, rng = _gen(self, generator)
-    draw = median + sigma * rng.standard_cauchy(self._data.shape, **_random._draw_kw(gen, self))
-    return _random._fill_from(self, draw)
+    if gen._on_device:
+        draw = median + sigma * rng.standard_cauchy(self._data.shape, **_random._draw_kw(gen, self))
+    else:  # torch's stream: ATen's fused multiply-add
+        draw = _in_memory_order(self, lambda s: rng.cauchy(median, sigma, s), self._data.shape)
+    return _random._fill_from(self, _through_float(self, draw))
 
 
 # -- discrete distributions -------------------------------------------------------------------------------------
@@ -171,7 +210,9 @@ def _geometric_(self, p, *, generator=None):
         return self
     if self.dtype.is_complex or self.dtype.name == "bool":
         raise not_implemented("geometric_cpu", self.dtype)
-    return _random._fill_from(self, _gen(self, generator)[1].geometric(p, self._data.shape))
+    rng = _gen(self, generator)[1]
+    draw = _in_memory_order(self, lambda s: rng.geometric(p, s), self._data.shape)
+    return _random._fill_from(self, _through_float(self, draw))
 
 
 def _bernoulli_(self, p=0.5, *, generator=None):
@@ -196,8 +237,10 @@ def _bernoulli_(self, p=0.5, *, generator=None):
     rng = _random._rng(gen)
     if gen._on_device:
         draw = rng.bernoulli(probs, self._data.shape, _random._draw_kw(gen, self)["dtype"])
-    else:
-        draw = rng.random(self._data.shape) < probs
+    else:  # ATen: float64 uniforms against a number or float64 probabilities, float32 ones against the others
+        wide = isinstance(probs, float) or probs.dtype == np.float64
+        draw = _in_memory_order(self, lambda s: rng.random(s, dtype=np.float64 if wide else np.float32),
+                                self._data.shape) < probs
     return _random._fill_from(self, draw)
 
 
@@ -347,7 +390,8 @@ def _random_(self, *args, to=_UNSET, generator=None):
         bounds = _random_bounds(self, from_, to)
         if bounds is None:
             return self
-    draw = _gen(self, generator)[1].integers(bounds[0], bounds[1], self._data.shape, endpoint=True)
+    rng = _gen(self, generator)[1]
+    draw = _in_memory_order(self, lambda s: rng.integers(bounds[0], bounds[1], s, endpoint=True), self._data.shape)
     return _random._fill_from(self, draw)
 
 

@@ -88,9 +88,10 @@ def normal(mean, std=1.0, size=None, *, generator=None, out=None, dtype=None, la
         if not (dt.is_floating_point or dt.is_complex):
             raise not_implemented("normal_kernel_cpu", dt)
         shape = normalize_shape((size,) if isinstance(size, int) else tuple(size), "normal")
-        # A complex sample's two parts each have mean ``mean`` (ATen samples view_as_real(out)).
-        shift = complex(mean, mean) if dt.is_complex else mean
-        sample = randn(shape, generator=generator, dtype=dt, device=device) * std + shift
+        # As ATen: ``empty(size).normal_(mean, std)``, whose draws (and rounding) are torch's on the CPU.
+        from ._creation import empty
+
+        sample = empty(shape, dtype=dt, device=device).normal_(mean, std, generator=generator)
         return sample.requires_grad_() if requires_grad else sample
     if size is not None:
         raise TypeError("normal(): a size goes only with numbers for mean and std; a tensor mean or std gives the "
@@ -150,7 +151,9 @@ def _bernoulli_draw(input, p, generator):
     probs = input._host() if p is None else np.full(input._data.shape, p)
     if not np.all((probs >= 0) & (probs <= 1)):
         raise RuntimeError("bernoulli: Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
-    draws = _random._rng(gen).random(probs.shape) < probs
+    # ATen: 53-bit uniforms against a number or float64 probabilities, 24-bit float32 ones against the others
+    wide = p is not None or probs.dtype == np.float64
+    draws = _random._rng(gen).random(probs.shape, dtype=np.float64 if wide else np.float32) < probs
     return _finish(draws.astype(input._data.dtype), False, input.device)
 
 

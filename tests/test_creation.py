@@ -309,25 +309,28 @@ def test_rng_state_bytes_are_never_unpickled(tmp_path):
             return (os.system, (f"touch {marker}",))
 
     payload = jitorch.tensor(np.frombuffer(pickle.dumps(Evil()), dtype=np.uint8).copy())
-    with pytest.raises(RuntimeError, match="expected a jitorch CPU generator state"):
+    with pytest.raises(RuntimeError, match="expected a CPU generator state of 5056 bytes"):
         jitorch.set_rng_state(payload)
     assert not marker.exists()
-    with pytest.raises(RuntimeError, match="mt19937"):
-        jitorch.set_rng_state(jitorch.tensor(torch.get_rng_state().numpy()))
 
 
-def test_rng_state_round_trips_and_old_pickled_states_still_load():
+def test_rng_state_round_trips_in_torchs_layout():
+    # (was: a 48-byte PCG64 state, and pickled PCG64 states loading: CPU streams are torch's mt19937 now, and the
+    # state is torch's 5056-byte CPUGeneratorImplState, readable by either library)
+    jitorch.manual_seed(11)
+    torch.manual_seed(11)
+    jitorch.randn(3), torch.randn(3)  # an odd count of scalar normals: the cached second sample is in the state
     state = jitorch.get_rng_state()
-    assert state.dtype == jitorch.uint8 and state.shape == (48,)
-    first = jitorch.rand(5)
+    assert state.dtype == jitorch.uint8 and state.shape == (5056,)
+    np.testing.assert_array_equal(state.numpy(), torch.get_rng_state().numpy())
+    first = jitorch.randn(5)
     jitorch.set_rng_state(state)
-    assert jitorch.equal(jitorch.rand(5), first)
-    import pickle
-
-    legacy = np.frombuffer(pickle.dumps(jitorch.default_generator._rng.bit_generator.state), dtype=np.uint8).copy()
-    after = jitorch.rand(3)
-    jitorch.set_rng_state(jitorch.tensor(legacy))
-    assert jitorch.equal(jitorch.rand(3), after)
+    assert jitorch.equal(jitorch.randn(5), first)
+    torch.manual_seed(99)
+    jitorch.set_rng_state(jitorch.tensor(torch.get_rng_state().numpy()))
+    np.testing.assert_array_equal(jitorch.rand(7).numpy(), torch.rand(7).numpy())
+    with pytest.raises(RuntimeError, match="5056 bytes"):
+        jitorch.set_rng_state(jitorch.zeros(48, dtype=jitorch.uint8))
 
 
 @pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")

@@ -83,7 +83,9 @@ def _float_draw(method):
     normal = method == "standard_normal"
 
     def kernel(xp, ref, shape):
-        dtype = np.float64 if ref.dtype == _F64 else np.float32
+        # (a half-type CPU draw asks the stream for its dtype: torch's normal fill takes half types a block at a time)
+        dtype = np.float64 if ref.dtype == _F64 else ref.dtype if type(ref) is np.ndarray and \
+            ref.dtype in _random._HALF_DTYPES else np.float32
         if normal and type(ref) is np.ndarray:  # `_draw`'s CPU path, its layers inline (a small randn's fixed cost)
             return standard_normal(_random.default_generator._rng, shape, dtype).astype(ref.dtype, copy=False)
         return _draw(ref, method, shape, dtype=dtype)
@@ -115,7 +117,9 @@ def _bernoulli_sample_kernel(xp, probs):
     if type(probs) is np.ndarray:
         if probs.size and not bool(((probs >= 0) & (probs <= 1)).all()):
             raise RuntimeError("bernoulli: Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
-        return (_random.default_generator._rng.random(probs.shape) < probs).astype(probs.dtype)
+        draws = _random.default_generator._rng.random(probs.shape,
+                                                      dtype=np.float64 if probs.dtype == _F64 else np.float32)
+        return (draws < probs).astype(probs.dtype)  # (float32 draws for float32 and half probabilities, as torch's)
     gen = _random.cuda_generator(probs.device.id)  # no range check: it would read the probabilities on the host
     return _random._rng(gen).bernoulli(probs, probs.shape, probs.dtype)
 
