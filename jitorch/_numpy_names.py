@@ -68,9 +68,19 @@ def install(owner, names):
     """Wrap ``owner.<name>`` (a module or a class) for each name it has."""
     for name in names:
         fn = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
-        if callable(fn) and not getattr(fn, "__numpy_names__", False):
+        if callable(fn) and not _wraps_numpy_names(fn):
             original = getattr(fn, "__jitorch_original__", None)
             setattr(owner, name, numpy_names(fn) if original is None else _public_numpy_names(original))
+
+
+def _wraps_numpy_names(fn):
+    """Whether ``fn`` is a `numpy_names` wrapper, or wraps one (the Tensor method wrappers `_overrides` installs while
+    an overriding value lives: a second install must not wrap the method twice)."""
+    while fn is not None:
+        if getattr(fn, "__numpy_names__", False):
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+    return False
 
 
 def _public_numpy_names(fn):

@@ -300,9 +300,9 @@ def _method(original):
         if FUNCTION_MODES:
             return mode_call(method, args, kwargs)
         found = find_override(args, kwargs)
-        if found is not None:
+        if found is not None and getattr(type(found), "__jitorch_methods__", True):
             return type(found).__jitorch_function__(method, args, kwargs)
-        return original(*args, **kwargs)
+        return original(*args, **kwargs)  # (a type hearing functions only, as sparse tensors: the method's own)
     return method
 
 
@@ -312,6 +312,8 @@ def _operator(original):
         if FUNCTION_MODES:
             return mode_call(operator_method, (self, other), {})
         found = _search(other)
+        if found is not None and not getattr(type(found), "__jitorch_methods__", True):
+            found = None  # a type hearing functions only (sparse tensors): the operator's own handling
         if found is None:
             if not _hears(self):
                 return original(self, other)

@@ -90,6 +90,10 @@ case("norm_layers", lambda t, m: (_nn("layer_norm")(m.f(2, 3, 4), (4,), m.f(4), 
                                   _nn("group_norm")(m.f(2, 4, 3), 2, m.f(4), m.f(4)),
                                   _nn("instance_norm")(m.f(2, 3, 4)), _nn("normalize")(m.f(3, 4), dim=1),
                                   _nn("rms_norm")(m.f(2, 4), (4,), m.f(4))))
+# bfloat16 batch norm in training: ATen's reduced-type rows (jitorch/ops/half_batch_norm.py), forward and backward.
+case("half_batch_norm", lambda t, m: _nn("batch_norm")(m.f(4, 3, 2).to(t.bfloat16), t.zeros(3, dtype=t.bfloat16),
+                                                       t.ones(3, dtype=t.bfloat16), m.f(3).to(t.bfloat16),
+                                                       m.f(3).to(t.bfloat16), training=True))
 case("losses", lambda t, m: (
     _nn("binary_cross_entropy")(m.f(2, 3, lo=0.05, hi=0.95), m.f(2, 3, lo=0, hi=1, grad=False)),
     _nn("binary_cross_entropy")(m.values([0.0, 1.0, 0.5]), m.values([0.0, 1.0, 1.0], grad=False), reduction="none"),

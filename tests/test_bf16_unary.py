@@ -119,3 +119,17 @@ def test_clamp_with_numbers_matches_torch(bounds, dtype):
     assert bf16_unary.clamp_numbers(j._data, lo, hi) is not None  # the one native pass
     assert len(_mismatches(j.clamp(lo, hi), t.clamp(lo, hi))) == 0
     assert len(_mismatches(j[::2].clamp(lo, hi), t[::2].clamp(lo, hi))) == 0  # strided: widened, clamped, rounded
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
+def test_relu_gradient_keeps_torchs_zero_signs_at_every_rank(dtype):
+    for value, grad in ((-0.5, -2.0), (0.5, -0.0), (-0.0, 3.0)):
+        for shape in ((), (1,), (2, 3)):
+            got, want = [], []
+            for lib, out in ((jitorch, got), (torch, want)):
+                x = lib.full(shape, value, dtype=getattr(lib, dtype), requires_grad=True)
+                x.relu().backward(lib.full(shape, grad, dtype=getattr(lib, dtype)))
+                out.append(np.signbit(x.grad.float().numpy()))
+                out.append(x.grad.float().numpy())
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])

@@ -26,7 +26,9 @@ MIN_SIZE = 512  # elements below which the row's own kernel costs about a kernel
 # Rows whose ATen half-type kernels compute in float32 and round once (checked over every bfloat16 and float16 value
 # in tests/test_bf16_unary.py): their fusion expressions give torch's bits but where the float32 formulas differ
 # (torch's sigmoid overflowing to 0, GELU's cancelling tail: as far from torch as the rows' NumPy kernels, or closer).
-ROWS = frozenset({"relu", "neg", "abs", "exp", "tanh", "sigmoid", "silu", "gelu", "gelu_tanh", "sqrt", "rsqrt",
+# (Not rsqrt: ATen's vectorized loop leaves a row's tail to its scalar loop, which rounds the square root to the half
+# type first; the row's own kernel replays that.)
+ROWS = frozenset({"relu", "neg", "abs", "exp", "tanh", "sigmoid", "silu", "gelu", "gelu_tanh", "sqrt",
                   "reciprocal", "log", "sin", "cos", "hardsigmoid", "hardswish", "mish"})
 # float16 over every value: sin, GELU and mish one-pass are an input or two further from torch than the rows' NumPy
 # kernels (2, 218, 4 of 65536 against 0, 217, 3): they keep those.

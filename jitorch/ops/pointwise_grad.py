@@ -76,7 +76,7 @@ def _threshold_backward_kernel(xp, g, y):
     # gradient (torch: +0.0) and NaN for an infinite one: the gradient's bits ANDed with all-ones or zero instead.
     bits = _SAME_WIDTH_INTS.get(g.dtype.itemsize)
     if bits is not None and g.shape == mask.shape and g.dtype.kind in "fV":
-        keep = mask.astype(bits)
+        keep = xp.array(mask, dtype=bits)  # (an array also for a 0-d mask, whose astype is a NumPy scalar)
         xp.negative(keep, out=keep)  # 0 or -1: every bit set
         return xp.bitwise_and(g.view(bits), keep, out=keep).view(g.dtype)
     out = g * mask

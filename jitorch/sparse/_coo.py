@@ -322,6 +322,10 @@ class SparseCooTensor(Tensor):
         return new
 
     # -- public functions handed a sparse tensor ----------------------------------------------------------------
+    # Public functions come here; Tensor methods of a dense tensor handed one (dense.add_(s)) handle it themselves,
+    # also while a user's Tensor subclass keeps the method wrappers on.
+    __jitorch_methods__ = False
+
     @classmethod
     def __jitorch_function__(cls, func, args, kwargs):
         from ._coo_math import FUNCTIONS, PASS_THROUGH
