@@ -30,6 +30,11 @@ PAIRS = {("E", "f"): ("bf16", "f32"), ("E", "d"): ("bf16", "f32"), ("f", "E"): (
 _kernels: dict = {}
 
 
+def dense_order(a):
+    """"C" or "F" for an array dense in that memory order (the order a converted copy keeps), else None."""
+    return "C" if a.flags.c_contiguous else "F" if a.flags.f_contiguous else None
+
+
 def astype(a, dtype):
     """``a.astype(dtype, order="K")`` for a dense (C or Fortran order) bfloat16 NumPy array into float32 or float64,
     or a float32 one into bfloat16, as one native pass; None for anything else (the caller keeps NumPy's
@@ -41,11 +46,8 @@ def astype(a, dtype):
     if pair is None or a.dtype != BF16 and dtype != BF16 or not (
             a.dtype.isnative and dtype.isnative and a.flags.aligned):
         return None
-    if a.flags.c_contiguous:
-        order = "C"
-    elif a.flags.f_contiguous:
-        order = "F"
-    else:
+    order = dense_order(a)
+    if order is None:
         return None
     kernel = _kernel(pair)
     wide = _F32 if dtype == _F64 else dtype

@@ -41,11 +41,8 @@ def astype(a, dtype):
     if not (a.dtype.isnative and dtype.isnative and a.flags.aligned) or (
             pair[0] == "f16" and a.size < _MIN_WIDEN):  # (the loop's loads are declared aligned)
         return None
-    if a.flags.c_contiguous:
-        order = "C"
-    elif a.flags.f_contiguous:
-        order = "F"
-    else:
+    order = bf16_cast.dense_order(a)
+    if order is None:
         return None
     convert = half_cast_function(*pair)
     if convert is None:

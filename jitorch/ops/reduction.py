@@ -18,7 +18,7 @@ import numpy as np
 from .._dispatch import TENSOR_TYPES, apply
 from .._dispatch_fast import nothing_records, plain_tensor
 from ..autograd.graph import Node
-from . import bf16_sum, half_cast
+from . import half_cast
 from .cascade_sum import NAIVE_ROWS, cascade_sum
 from .native_sum import MIN_SIZE as SUM_MIN_SIZE, trailing_sum
 from .movement import EXPAND, RESHAPE
@@ -80,7 +80,7 @@ def _cascaded(a, dims, keepdim, dtype):
 
 def _sum_kernel(xp, a, dims, keepdim, dtype):
     if a.dtype in _HALF and (dtype == a.dtype or dtype == _F32):  # widened natively once (NumPy's casting sum widens
-        if (out := bf16_sum.trailing_sum(a, dims, keepdim)) is not None:  # bfloat16 widened as the kernel loads
+        if (out := trailing_sum(a, dims, keepdim)) is not None:  # widened as the kernel loads (no float32 copy)
             return half_cast.converted(out, dtype)
         wide = half_cast.astype(a, _F32)  # in software; summing float32 copies gives torch's bits)
         if wide is not None:
@@ -88,7 +88,7 @@ def _sum_kernel(xp, a, dims, keepdim, dtype):
     out = _cascaded(a, dims, keepdim, dtype)
     if out is not None:
         return out
-    if a.size >= SUM_MIN_SIZE and dtype == a.dtype:  # float32 over trailing axes: one generated row reduction
+    if a.size >= SUM_MIN_SIZE and dtype == a.dtype == _F32:  # float32 over trailing axes: one generated row reduction
         out = trailing_sum(a, dims, keepdim)  # (NumPy's float32 sum is 4x slower)
         if out is not None:
             return out
