@@ -22,6 +22,10 @@ CASES = {
     "div": lambda L, x: x / 0.3,
     "clamp": lambda L, x: (x * 1.0).clamp(-0.3, 0.7),
     "huge int": lambda L, x: (x + 10 ** 19) * 1.0,
+    "add alpha": lambda L, x: L.add(x, x.flip(0), alpha=0.3),
+    "sub alpha": lambda L, x: L.sub(x * 1.0, x.flip(0), alpha=1.7),
+    "add_ alpha": lambda L, x: (x * 1.0).add_(x.flip(0), alpha=-0.7),
+    "add number alpha": lambda L, x: L.add(x, 0.1, alpha=0.3),
 }
 DTYPES = [(jitorch.float16, torch.float16), (jitorch.bfloat16, torch.bfloat16)]
 

@@ -22,6 +22,7 @@ Half types, integers, bool and complex keep `_pointwise`'s composite (torch's ru
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from .._dispatch import _NO_ATTRS, MODES, TENSOR_TYPES, apply, apply_inplace, sync_view
@@ -32,12 +33,14 @@ from .._grad_state import GradState
 from ..codegen.ir import FLOAT_IR_DTYPES
 from ..runtime import host_cache
 from .native_eager import _int_as_float32, dense_operands, expression_kernel, launch_arrays, memory_order
+from .half_cast import converted
 from .table import Pointwise, defop
 
 __all__ = ["ADD_ALPHA", "SUB_ALPHA", "scaled_add", "scaled_add_", "add_into", "scaled_add_arrays"]
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _FLOATS = (_F32, _F64)
+_HALVES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 _GRAIN = 1 << 15
 _kernels: dict = {}  # (IR dtype, other is a number) -> the compiled fma pass
 _scalars: dict = {}  # (dtype, number) -> a one-element array the kernels read the number from
@@ -121,6 +124,12 @@ def _scaled_add_array(a, b, alpha):
         if out is not None:
             return out if back is None else out.transpose(back)
     dtype = a.dtype
+    if dtype in _HALVES and type(a) is np.ndarray:
+        # ATen's reduced-float add: alpha (and a number other) converted to the dtype as a Scalar is, then
+        # ``self + alpha * other`` in float32 (the product of two halves is exact there), rounded once
+        def wide(v):
+            return np.float32(dtype.type(np.float32(v))) if type(v) in (int, float) else converted(v, _F32)
+        return converted(converted(a, _F32) + wide(alpha) * wide(b), dtype)
     if dtype == _F32:
         b = b.astype(np.float64) if hasattr(b, "astype") else float(np.float32(b))
         return (a.astype(np.float64) + b * float(np.float32(alpha))).astype(dtype)
@@ -176,10 +185,17 @@ def scaled_add(row, input, other, alpha):
                 return keep_result(row, (input, other, alpha), _NO_ATTRS, out,
                                    input._requires_grad or other._requires_grad)
     common = _common_float(input, other)
-    if common is None:
+    if common is None or common.np in _HALVES and not _half_fits(common.np, alpha, other):
         return None
     _check_alpha_fits(common.np, alpha)
     return apply(row, input, other, alpha)
+
+
+def _half_fits(dtype, *numbers):
+    """Whether the Python numbers among ``numbers`` are finite and within half type ``dtype``'s range (c10's checked
+    conversion refuses what overflows: the composite raises its error)."""
+    top = float(ml_dtypes.finfo(dtype).max)
+    return all(-top <= v <= top for v in numbers if type(v) in (int, float))
 
 
 def _common_float(input, other):
@@ -188,12 +204,13 @@ def _common_float(input, other):
     from .. import _dtype
 
     if type(other) in TENSOR_TYPES:
-        if getattr(getattr(other._data, "dtype", None), "kind", None) not in ("f", "i", "u"):
+        kind_dtype = getattr(other._data, "dtype", None)
+        if getattr(kind_dtype, "kind", None) not in ("f", "i", "u") and kind_dtype not in _HALVES:
             return None
     elif type(other) is not float and type(other) is not int:
         return None
     common = _dtype.result_type(input, other)
-    if common.np not in _FLOATS:
+    if common.np not in _FLOATS and (common.np not in _HALVES or type(input._data) is not np.ndarray):
         return None
     if type(other) in TENSOR_TYPES:
         try:
@@ -220,7 +237,7 @@ def scaled_add_(row, self, other, alpha):
         except ValueError:
             return None
     common = _common_float(self, other)
-    if common is None or common.np != x.dtype:
+    if common is None or common.np != x.dtype or common.np in _HALVES and not _half_fits(common.np, alpha, other):
         return None
     _check_alpha_fits(common.np, alpha)
     return apply_inplace(row, self, other, alpha)
