@@ -41,7 +41,13 @@ def seed():
     np.random.seed(value)
     jitorch.manual_seed(value)
     if "torch" in sys.modules:
-        sys.modules["torch"].manual_seed(value)
+        torch = sys.modules["torch"]
+        torch.manual_seed(value)
+        # torch.compile's first use (dynamo's patching) turns torch's distribution argument checks off for the whole
+        # process: a later test comparing those checks with jitorch's would meet an unchecked torch. On, as default.
+        distribution = getattr(getattr(torch, "distributions", None), "Distribution", None)
+        if distribution is not None:
+            distribution.set_default_validate_args(True)
     return value
 
 
