@@ -9,13 +9,13 @@ What matches torch 2.13 bit for bit (ATen's ``DistributionTemplates.h``/``Transf
 - ``random``/``uniform`` (``rand``, ``uniform_``): float32 from a 32-bit draw's low 24 bits, float64 from a 64-bit
   draw's low 53 bits, ``x * (to - from) + from`` (half types draw float32 and round);
 - ``normal``/``standard_normal`` (``randn``, ``normal_``): contiguous draws of 16 or more fill uniforms and turn
-  blocks of 16 into normals (`_torch_rng_kernels`), the last 16 redrawn when the size is no multiple of 16 (half
+  blocks of 16 into normals (`codegen.llvm_random_blocks`), the last 16 redrawn when the size is no multiple of 16 (half
   types: blocks drawn one at a time); smaller or strided draws take the scalar Box-Muller of
   ``normal_distribution<double>``, which keeps its second sample for the next call (``manual_seed`` drops it);
 - ``integers`` (``randint``, ``random_``): ``draw % range + low``, 64-bit draws when the range is 2**32 or more;
 - ``permutation`` (``randperm``): ATen's swap loop over ``random() % (n - i)``.
 
-- ``exponential``, ``cauchy``/``standard_cauchy``, ``geometric``, ``lognormal`` (`_torch_rng_libm`): ATen's
+- ``exponential``, ``cauchy``/``standard_cauchy``, ``geometric``, ``lognormal`` (`codegen.llvm_random_libm`): ATen's
   transforms of 53-bit uniforms (``lognormal``: of the scalar normals), float64 for the caller to round.
 
 Other NumPy methods (``binomial``, ``poisson``, ``choice``...) are NumPy's, from a PCG64 seeded by one 64-bit draw of
@@ -31,9 +31,9 @@ import math
 
 import numpy as np
 
-from ._torch_rng_kernels import double_blocks, float_blocks, fused_affine, uniform_function, uniforms_from_raw
-from ._torch_rng_libm import transform
-from ._torch_rng_mt import N as _N, SCRATCH_WORDS, MT19937Engine, address_of, inside_out_shuffle, swap_shuffle
+from .codegen.llvm_random_blocks import double_blocks, float_blocks, fused_affine, uniform_function, uniforms_from_raw
+from .codegen.llvm_random_libm import transform
+from .codegen.llvm_mt19937 import N as _N, SCRATCH_WORDS, MT19937Engine, address_of, inside_out_shuffle, swap_shuffle
 
 __all__ = ["TorchCPUStream", "STATE_BYTES"]
 
@@ -208,7 +208,7 @@ class TorchCPUStream:
             fused_affine(out, std, mean)
         return out
 
-    # -- ATen's other distributions (`_torch_rng_libm`): float64 values, which the caller rounds ------------------
+    # -- ATen's other distributions (`codegen.llvm_random_libm`): float64 values, which the caller rounds ------------
     def exponential(self, scale=1.0, size=None):
         """``exponential_(1 / scale)``: ``-scale * log1p(-u)``."""
         shape = _shape(size)

@@ -105,7 +105,7 @@ def binary(ufunc, x, y, number_in_float32=False):
     if type(y) in (int, float):
         if not holds(y):  # overflow, as NumPy warns of it, stays NumPy's
             return None
-        wide_y = np.float32(y) if number_in_float32 else np.float32(np.float16(np.float32(y)))  # (ATen: via float32)
+        wide_y = np.float32(y) if number_in_float32 else scalar_as(y, _F16)
         if (out := _one_pass(ufunc, x, wide_y)) is not None:
             return out
     elif getattr(y, "dtype", None) != _F16:
@@ -141,7 +141,7 @@ def bf16_binary(ufunc, x, y, number_in_float32=False):
     if type(y) in (int, float):
         if not -_FLOAT32_MAX <= y <= _FLOAT32_MAX:  # NaN, inf and float32 overflows stay ml_dtypes'
             return None
-        y = np.float32(y) if number_in_float32 else np.float32(_BF16.type(np.float32(y)))
+        y = np.float32(y) if number_in_float32 else scalar_as(y, _BF16)
     elif getattr(y, "dtype", None) != _BF16 or y.shape != x.shape:
         return None
     return _one_pass(ufunc, x, y)
@@ -203,6 +203,12 @@ def _one_pass_kernel(name, number, storage):
     buffers = (Buffer(storage, (1,)), Buffer("f32", (0,)) if number else Buffer(storage, (1,)),
                Buffer(value.dtype, (1,)))
     return compile_kernel(Kernel((_GENERIC_SIZE,), buffers, (Store(2, value),)), cache=default_cache())
+
+
+def scalar_as(number, dtype):
+    """A Python number as ATen converts a Scalar for a float16/bfloat16 op (to float32, then to ``dtype``), widened
+    back to float32 (exactly) for the float32 arithmetic that follows."""
+    return np.float32(dtype.type(np.float32(number)))
 
 
 def holds(number, dtype=_F16):

@@ -386,7 +386,7 @@ def _clamp_kernel(xp, a, lo, hi):
     narrow = xp is np and a.dtype in _HALVES and all(
         b is None or type(b) in (int, float) and half_cast.holds(b, a.dtype) for b in (lo, hi))
     if narrow:  # (the bounds round through float32, as ATen's Scalar conversion; float32 holds them)
-        lo, hi = (b if b is None else float(a.dtype.type(np.float32(b))) for b in (lo, hi))
+        lo, hi = (b if b is None else float(half_cast.scalar_as(b, a.dtype)) for b in (lo, hi))
         if (out := bf16_unary.clamp_numbers(a, lo, hi)) is not None:  # one pass, widened as it loads
             return out
         a16, a = a, converted(a, _F32)

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import _dtype
 from .._dispatch_fast import plain_binary
-from .half_cast import converted
+from .half_cast import converted, scalar_as
 
 _HALVES = _dtype.HALF_NP
 _COMPLEX64 = np.dtype(np.complex64)
@@ -59,8 +59,7 @@ def half_with_number(fn, a, b):
     ml_dtypes' bfloat16 with a Python float to float64); None for other operands."""
     if type(b) not in (int, float) or getattr(a, "dtype", None) not in _HALVES:
         return None
-    number = np.float32(a.dtype.type(np.float32(b)))
-    return converted(fn(converted(a, _F32), number), a.dtype)
+    return converted(fn(converted(a, _F32), scalar_as(b, a.dtype)), a.dtype)
 
 
 def _holomorphic(backward):

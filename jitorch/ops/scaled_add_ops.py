@@ -33,7 +33,7 @@ from .._grad_state import GradState
 from ..codegen.ir import FLOAT_IR_DTYPES
 from ..runtime import host_cache
 from .native_eager import _int_as_float32, dense_operands, expression_kernel, launch_arrays, memory_order
-from .half_cast import converted
+from .half_cast import converted, scalar_as
 from .table import Pointwise, defop
 
 __all__ = ["ADD_ALPHA", "SUB_ALPHA", "scaled_add", "scaled_add_", "add_into", "scaled_add_arrays"]
@@ -128,7 +128,7 @@ def _scaled_add_array(a, b, alpha):
         # ATen's reduced-float add: alpha (and a number other) converted to the dtype as a Scalar is, then
         # ``self + alpha * other`` in float32 (the product of two halves is exact there), rounded once
         def wide(v):
-            return np.float32(dtype.type(np.float32(v))) if type(v) in (int, float) else converted(v, _F32)
+            return scalar_as(v, dtype) if type(v) in (int, float) else converted(v, _F32)
         return converted(converted(a, _F32) + wide(alpha) * wide(b), dtype)
     if dtype == _F32:
         b = b.astype(np.float64) if hasattr(b, "astype") else float(np.float32(b))

@@ -26,7 +26,7 @@ import struct
 
 import numpy as np
 
-from ._torch_rng_mt import address_of
+from .llvm_mt19937 import address_of
 
 __all__ = ["float_blocks", "double_blocks", "fused_affine", "uniform_function", "uniforms_from_raw"]
 
@@ -290,8 +290,8 @@ _UNIFORM = {}  # wide -> the ctypes function of `_uniform_ir`
 def _function(kind):
     fn = _functions.get(kind)
     if fn is None:
-        from .codegen.llvm_compile import compile_function
-        from .codegen.llvm_objcache import default_cache
+        from .llvm_compile import compile_function
+        from .llvm_objcache import default_cache
 
         name = f"jitorch_torch_normal_fill_{kind}_v2"
         ir = _IR[kind](name)
@@ -332,8 +332,8 @@ def uniform_function(wide):
     float32 per draw, or (``wide``) one float64 per pair of draws."""
     fn = _UNIFORM.get(wide)
     if fn is None:
-        from .codegen.llvm_compile import compile_function
-        from .codegen.llvm_objcache import default_cache
+        from .llvm_compile import compile_function
+        from .llvm_objcache import default_cache
 
         name = f"jitorch_torch_uniform_{'f64' if wide else 'f32'}_v2"
         address = compile_function(_uniform_ir(name, wide), name, default_cache())

@@ -131,8 +131,8 @@ def address_of(array):
 
 def _fill_function():
     if not _fill:
-        from .codegen.llvm_compile import compile_function
-        from .codegen.llvm_objcache import default_cache
+        from .llvm_compile import compile_function
+        from .llvm_objcache import default_cache
 
         name = "jitorch_torch_mt19937_fill_v1"
         address = compile_function(_IR.replace("NAME", name), name, default_cache())
@@ -256,8 +256,8 @@ def inside_out_shuffle(perm, draws):
             not perm.flags.c_contiguous or not draws.flags.c_contiguous:
         raise ValueError("inside_out_shuffle: expected a contiguous int64 output and 2 n contiguous uint32 draws")
     if len(_shuffle) < 2:
-        from .codegen.llvm_compile import compile_function
-        from .codegen.llvm_objcache import default_cache
+        from .llvm_compile import compile_function
+        from .llvm_objcache import default_cache
 
         swap_shuffle(np.zeros(1, np.int64), np.zeros(1, np.uint32))  # (compiles the first function)
         name = "jitorch_torch_randperm_inside_out_v1"
@@ -274,8 +274,8 @@ def swap_shuffle(perm, draws):
             not perm.flags.c_contiguous or not draws.flags.c_contiguous:
         raise ValueError("swap_shuffle: expected a contiguous int64 permutation and n - 1 contiguous uint32 draws")
     if not _shuffle:
-        from .codegen.llvm_compile import compile_function
-        from .codegen.llvm_objcache import default_cache
+        from .llvm_compile import compile_function
+        from .llvm_objcache import default_cache
 
         name = "jitorch_torch_randperm_shuffle_v1"
         address = compile_function(_SHUFFLE_IR.replace("NAME", name), name, default_cache())

@@ -21,7 +21,7 @@ import struct
 
 import numpy as np
 
-from ._torch_rng_mt import address_of
+from .llvm_mt19937 import address_of
 
 __all__ = ["transform"]
 
@@ -79,8 +79,8 @@ def transform(kind, values, a=0.0, b=0.0):
     ``a = -1 / lambda``; cauchy: ``a = median, b = sigma``; geometric: ``a = log1p(-p)``); returns it."""
     fn = _functions.get(kind)
     if fn is None:
-        from .codegen.llvm_compile import compile_function
-        from .codegen.llvm_objcache import default_cache
+        from .llvm_compile import compile_function
+        from .llvm_objcache import default_cache
 
         name = f"jitorch_torch_transform_{kind}_v1"
         address = compile_function(_ir(name, _BODIES[kind]), name, default_cache())
