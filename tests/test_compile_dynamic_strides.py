@@ -194,7 +194,7 @@ def test_explain_and_guards_name_strides_in_elements():
     f = jitorch.compile(lambda t: t * 2)
     for length in (2, 3):
         f(_column(jitorch, 3, length, np.float32))
-    assert repr(f.entries[-1].guards[3][1]) == "any strides (copied to row-major)"
+    assert repr(f.entries[-1].guards[3][1]) == "strides of memory order (0,) (copied to (1,))"
 
 
 def test_a_compiled_module_trains_on_strided_inputs_as_torch(no_limit_warning):

@@ -205,8 +205,9 @@ class CompiledFunction(EntryBuilder):
             self._warn_limit(first_failure(last.guards, guards) + static_strides_note(self, last, guards, args, kwargs))
             return fn(*args, **kwargs)
         if self.dynamic is not False:
-            # Only strides changed (a growing buffer's slice): compile once for row-major copies of those inputs,
-            # accepting any strides from then on, as torch's automatic dynamic strides (stride_relayout.py).
+            # Only strides changed (a growing buffer's slice): compile once for dense copies of those inputs in
+            # their memory order, accepting any strides of that order from then on, as torch's automatic dynamic
+            # strides (stride_relayout.py).
             miss = stride_only_miss(entries, guards, args, kwargs, self._buffers())
             if miss is not None:
                 return compile_relaid(self, site, Relayout(*miss, guards, args, kwargs), training, len(params))

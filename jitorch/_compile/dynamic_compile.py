@@ -23,6 +23,7 @@ from .._tensor import Tensor
 from .backend import CompiledGraph, whole_call_runner
 from .dynamic_shapes import MAX_SYMBOLS, NotDynamic, build_dynamic, changed_dims, every_dim
 from .guards import argument_names
+from .output_layout import LaidOutPlan, eager_layouts, relaying
 from .functionalize import CompileState, functionalize_intermediates
 from .trace import trace
 from .training import Unsupported, joint_for, plan_from_joint
@@ -80,18 +81,23 @@ def dynamic_inference(cf, fn, entry, dims, guards, args, kwargs, buffers, writes
     """An inference specialization of ``fn`` (the call's function over its flat arguments) over ``dims``: ``(spec,
     Instance for this call)`` or ``None``."""
     nargs, keys = len(args), tuple(kwargs)
+    # The memory order of the latest trace's outputs: a size is built right after its own trace (or, for the
+    # template's own call, after the probes, whose outputs are in the same order at other sizes).
+    layouts = [None]
 
     def builder(flat):
         t = trace(fn, tuple(flat[:nargs]), dict(zip(keys, flat[nargs:])), buffers=buffers)
         if t.gm is None or t.info.hidden_write is not None or t.info.unsound is not None:
             raise NotDynamic(t.break_reason or t.info.hidden_write or t.info.unsound)
+        layouts[0] = eager_layouts(t.result)
         return t.gm, tuple(id(b) for b in t.writes)
 
     def build(gm):
         if functionalize_intermediates(gm):
             gm.recompile()
         graph = CompiledGraph(gm)
-        runner = whole_call_runner(graph, writes, lambda a, k: fn(*a, **k))
+        # eager's memory order for outputs of permuted values (output_layout.py)
+        runner = relaying(whole_call_runner(graph, writes, lambda a, k: fn(*a, **k)), layouts[0])
         return Instance(lambda a, k, params: runner(a, k), graph.kernel_ops)
 
     restoring = _restoring(buffers)
@@ -99,8 +105,9 @@ def dynamic_inference(cf, fn, entry, dims, guards, args, kwargs, buffers, writes
         build_dynamic(builder, args, kwargs, dims, build, guards, restoring), args, kwargs), entry)
 
 
-def dynamic_training(cf, fn, entry, dims, guards, args, kwargs, module):
-    """A training specialization of ``fn`` over ``dims``: ``(spec, Instance for this call)`` or ``None``."""
+def dynamic_training(cf, fn, entry, dims, guards, args, kwargs, module, layouts=None):
+    """A training specialization of ``fn`` over ``dims``: ``(spec, Instance for this call)`` or ``None``; its
+    outputs are handed out in eager's ``layouts`` (`output_layout.eager_layouts` of the call's trace)."""
     nargs, keys = len(args), tuple(kwargs)
     specs = []
 
@@ -114,6 +121,8 @@ def dynamic_training(cf, fn, entry, dims, guards, args, kwargs, module):
 
     def build(joint):
         plan = plan_from_joint(specs[0], joint)  # the first trace is the call's own sizes: its output structure
+        if layouts is not None:
+            plan = LaidOutPlan(plan, layouts)
         return Instance(lambda a, k, params: plan(params + tuple(a) + tuple(k.values())), plan.forward_kernels, plan)
 
     def restoring(fn):

@@ -23,7 +23,7 @@ from .dynamic_compile import dims_to_make_dynamic, dynamic_inference, dynamic_tr
 from .functionalize import CompileState, functionalize_intermediates, shares_memory
 from .guards import argument_names
 from .lower import kernel_cache_stats
-from .output_layout import keeping_layouts
+from .output_layout import LaidOutPlan, eager_layouts, keeping_layouts
 from .permute_sinking import sink_permutes
 from .number_inputs import generalize, has_numbers, number_miss, signature, traced_numbers, widen
 from .replay import Replay, _compile_outputs
@@ -159,7 +159,8 @@ class EntryBuilder:
         # the state is the trace's: this call counted once.
         traced_attributes = _attribute_state(self._owner())
         _restore_attributes(attributes)
-        found = dims and dynamic_training(self, fn, entry, dims, guards, args, kwargs, self._owner())
+        layouts = eager_layouts(traced.result)
+        found = dims and dynamic_training(self, fn, entry, dims, guards, args, kwargs, self._owner(), layouts)
         try:
             _restore_attributes(attributes)
             if found:
@@ -177,6 +178,10 @@ class EntryBuilder:
         _restore_attributes(traced_attributes)
         before.restore()  # the compiled run below is this call
         module = self._owner()
+
+        if layouts is not None and not found:  # (a dynamic specialization's plans are laid out already)
+            # eager's memory order for outputs of permuted values, through ops so gradients flow (output_layout.py)
+            plan = LaidOutPlan(plan, layouts)
 
         def run(args, kwargs):
             params = tuple(module.parameters()) if module is not None else ()

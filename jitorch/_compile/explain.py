@@ -138,7 +138,7 @@ def _eager_module_reason(module):
 
 def _guard_text(name, value, guards):
     """``name == value``; a tensor's strides in elements, as torch's (the guards hold NumPy's byte strides), or
-    ``any strides (copied to row-major)`` for an input whose strides changed before (stride_relayout.py)."""
+    ``strides of memory order ... (copied to ...)`` for an input whose strides changed before (stride_relayout.py)."""
     if name.endswith(".stride") and type(value) is tuple:
         try:
             size = np.dtype(dict(guards).get(name[:-len(".stride")] + ".dtype")).itemsize

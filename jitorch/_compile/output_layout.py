@@ -16,7 +16,7 @@ import numpy as np
 from .._tensor import Tensor
 from ..fx.node import map_aggregate
 
-__all__ = ["eager_layouts", "keeping_layouts", "memory_order"]
+__all__ = ["eager_layouts", "keeping_layouts", "relaying", "LaidOutPlan", "laid_out", "memory_order"]
 
 
 def _permutation(t):
@@ -58,35 +58,66 @@ def eager_layouts(result, row_major=False):
     return found if any(found) else None
 
 
+def _in_order(a, perm):
+    """Whether array ``a`` is dense in the order ``perm`` (at whatever size)."""
+    return memory_order(a) == perm if not a.flags.c_contiguous else perm == tuple(range(a.ndim))
+
+
 def _relaid(t, perm):
-    """``t``'s values in a new tensor whose memory is row-major over ``perm``'s order of its dimensions."""
+    """``t``'s values in a new tensor whose memory is row-major over ``perm``'s order of its dimensions; made of ops
+    when ``t`` requires grad (a compiled training call's output), so its gradient flows back through them."""
+    back = tuple(int(d) for d in np.argsort(perm))
+    if t.requires_grad:
+        return t.permute(*perm).contiguous().permute(*back)
     dense = Tensor._make(t._data).permute(*perm).contiguous()._data
-    return Tensor._make(dense.transpose(np.argsort(perm)))
+    return Tensor._make(dense.transpose(back))
 
 
 def keeping_layouts(run, result, rewritten=False):
     """``run(args, kwargs)`` handing out its tensors in the layouts eager gave ``result``'s (see `eager_layouts`);
     ``run`` itself when they are all row-major (no cost per call), unless the graph's outputs were ``rewritten``
     (`permute_sinking`: a row-major eager result is then checked too)."""
-    layouts = eager_layouts(result, row_major=rewritten)
+    return relaying(run, eager_layouts(result, row_major=rewritten))
+
+
+def relaying(run, layouts):
+    """``run(args, kwargs)`` with its tensors handed out in ``layouts`` (`eager_layouts`: per tensor, in
+    `map_aggregate` order, ``(permutation, strides)`` or None); ``run`` itself when ``layouts`` is None."""
     if layouts is None:
         return run
+    return lambda args, kwargs: laid_out(run(args, kwargs), layouts)
 
-    def relayout(args, kwargs):
-        it, done = iter(layouts), {}
 
-        def fix(a):
-            if not isinstance(a, Tensor):
-                return a
-            want = next(it, None)
-            d = a._data
-            if want is None or type(d) is not np.ndarray or a.requires_grad or len(want[0]) != d.ndim:
-                return a
-            if d.strides == want[1]:
-                # (a permuted view of the graph's own value, `permute_sinking`: eager's result is no view)
-                return a if a._base is None else done.setdefault(id(a), Tensor._make(d))
-            if id(a) not in done:  # one tensor returned twice stays one tensor
-                done[id(a)] = _relaid(a, want[0])
-            return done[id(a)]
-        return map_aggregate(run(args, kwargs), fix)
-    return relayout
+class LaidOutPlan:
+    """A training plan (``plan(params + args + kwargs)``) whose outputs are handed out in eager's ``layouts``; its
+    other attributes (kernels, graphs) are the plan's."""
+
+    def __init__(self, plan, layouts):
+        self._plan, self._layouts = plan, layouts
+
+    def __call__(self, flat):
+        return laid_out(self._plan(flat), self._layouts)
+
+    def __getattr__(self, name):
+        return getattr(self._plan, name)
+
+
+def laid_out(result, layouts):
+    """``result`` with its tensors in ``layouts`` (see `relaying`). A tensor already dense in its permutation
+    (at strides of another size: a dynamic specialization) is handed out as it is."""
+    it, done = iter(layouts), {}
+
+    def fix(a):
+        if not isinstance(a, Tensor):
+            return a
+        want = next(it, None)
+        d = a._data
+        if want is None or type(d) is not np.ndarray or len(want[0]) != d.ndim:
+            return a
+        if d.strides == want[1] or _in_order(d, want[0]):
+            # (a permuted view of the graph's own value, `permute_sinking`: eager's result is no view)
+            return a if a._base is None or a.requires_grad else done.setdefault(id(a), Tensor._make(d))
+        if id(a) not in done:  # one tensor returned twice stays one tensor
+            done[id(a)] = _relaid(a, want[0])
+        return done[id(a)]
+    return map_aggregate(result, fix)

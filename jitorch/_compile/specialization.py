@@ -55,7 +55,7 @@ class Entry:
     dynamic_reason: str | None = None  # why the sizes that changed stay specialized
     size_variant: bool = False  # a graph-broken entry at other sizes than another (not a recompile: see _call)
     graph_signature: tuple | None = None  # a whole graph's ops (stride_relayout.graph_signature)
-    relayout: tuple = ()  # arguments copied to row-major per call: their guards accept any strides
+    relayout: tuple = ()  # arguments copied to a dense layout per call: their guards accept its memory order
     relayout_refused: str | None = None  # why a stride-only miss of this entry compiles exact strides again
     writes_inputs: bool = False  # its graph writes into arguments (a copy of one would take the write instead)
     side_effects: str | None = None  # what Python state the call changes: it runs through its replay (side_effects.py)

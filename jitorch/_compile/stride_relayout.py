@@ -1,7 +1,10 @@
 """Dynamic strides: a call that misses a compiled entry only in some inputs' strides (same shapes, dtypes, devices,
-every other guard holding) compiles once more, for row-major copies of those inputs, with guards that accept any
-strides for them; each later call copies such an input to row-major when its strides differ (a beam search's
+every other guard holding) compiles once more, for dense copies of those inputs laid out in their own memory order
+(ATen's ``infer_dense_strides``: a transposed input stays transposed), with guards that accept any strides of that
+memory order; each later call copies such an input to that dense layout when its strides differ (a beam search's
 ``seqs[:, -1]``, whose stride grows each step, would otherwise recompile every step and reach ``recompile_limit``).
+The copies keep the memory order so that the outputs get eager's layout: ``x.t() * 2`` of a column-major ``x`` is
+row-major, as torch's (a row-major copy would make it column-major). Another memory order compiles once more.
 ``torch.compile`` with ``dynamic=None`` recompiles once with symbolic strides too; ``dynamic=False`` keeps strides
 static there and here.
 
@@ -10,41 +13,65 @@ graph writing into no input, no input copied may be a module buffer, and the tra
 must give the same graph up to ``contiguous`` nodes (a value read from ``stride()`` or ``is_contiguous()`` changes
 it), with no ``as_strided`` (which reads the storage around the input) and no output sharing a copy's memory (eager
 returns a view of the input itself). Otherwise the entry is marked and strides stay exact for it. The copy is an op
-(``contiguous``), so an input that requires grad gets its gradient through it.
+(``permute``/``contiguous``), so an input that requires grad gets its gradient through it.
 
 >>> import jitorch
 >>> f = jitorch.compile(lambda t: t * 2 + 1)
 >>> outs = [f(jitorch.arange(3 * n).view(3, n).float()[:, -1]) for n in range(2, 12)]
 >>> outs[-1], f._compiles(), f.entries[-1].guards[3]
-(tensor([21., 43., 65.]), 2, ('arg0.stride', any strides (copied to row-major)))
+(tensor([21., 43., 65.]), 2, ('arg0.stride', strides of memory order (0,) (copied to (1,))))
 """
 from __future__ import annotations
 
 from .._dispatch import apply
+from .._memory_format import dense_order
 from .._tensor import Tensor
 from ..fx.node import Node, map_aggregate
 from ..ops import movement as M
 from .guards import argument_names, first_failure
 
-__all__ = ["ANY_STRIDES", "Relayout", "stride_only_miss", "compile_relaid", "refused_relayout", "static_strides_note",
-           "relaid_runner", "RelaidPlan"]
+__all__ = ["DenseLayout", "dense_strides", "Relayout", "stride_only_miss", "compile_relaid", "refused_relayout",
+           "static_strides_note", "relaid_runner", "RelaidPlan"]
 
 
-class _AnyStrides:
-    """The guard value of an input whose strides a relaid entry accepts, whatever they are."""
+class DenseLayout:
+    """The guard value of an input whose strides a relaid entry accepts: any strides whose dense layout in their
+    memory order (`dense_strides`) is ``strides``, the layout the entry was compiled for."""
 
-    __slots__ = ()
+    __slots__ = ("shape", "itemsize", "strides", "order")
+
+    def __init__(self, shape, itemsize, strides):
+        self.shape, self.itemsize, self.strides = shape, itemsize, strides
+        self.order = tuple(dense_order(shape, strides))
 
     def __eq__(self, other):
-        return True
+        return other == self.strides or (type(other) is tuple and len(other) == len(self.shape) and
+                                         dense_strides(self.shape, other, self.itemsize) == self.strides)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
 
     __hash__ = None
 
     def __repr__(self):
-        return "any strides (copied to row-major)"
+        elements = tuple(s // self.itemsize for s in self.strides)
+        return f"strides of memory order {self.order} (copied to {elements})"
 
 
-ANY_STRIDES = _AnyStrides()
+def dense_strides(shape, strides, itemsize):
+    """The byte strides of a dense array of ``shape`` laid out in the memory order of ``strides`` (ATen's
+    ``infer_dense_strides``).
+
+    >>> dense_strides((3, 4), (4, 24), 4), dense_strides((3, 4), (40, 4), 4)
+    ((4, 12), (16, 4))
+    """
+    out, step = [0] * len(shape), itemsize
+    for d in reversed(dense_order(shape, strides)):
+        out[d] = step
+        step *= max(shape[d], 1)
+    return tuple(out)
+
+
 _STRIDE = ".stride"
 
 
@@ -82,26 +109,28 @@ def _relayable(entry):
 
 
 class Relayout:
-    """One relaid compile: the call's arguments with ``names`` copied to row-major, the guards accepting any
-    strides for them, and the check of the trace made on the copies (`accepts`)."""
+    """One relaid compile: the call's arguments with ``names`` copied to dense arrays in their memory order, the
+    guards accepting any strides of that order for them, and the check of the trace made on the copies
+    (`accepts`)."""
 
     def __init__(self, entry, names, guards, args, kwargs):
         self.missed, self.names = entry, tuple(names)
         self.guards, self.args, self.kwargs = guards, args, kwargs  # the call's own, for a refused relayout
-        wanted = {f"{n}{_STRIDE}" for n in names}
-        self.relaid_guards = [(name, ANY_STRIDES if name in wanted else value) for name, value in guards]
         flat = list(args) + list(kwargs.values())
         all_names = argument_names(args, kwargs)
         self.positions = tuple(all_names.index(n) for n in names)
         copied = _relaid(flat, self.positions, None)
         self.copies = [copied[i] for i in self.positions]
         self.strides = tuple(c._data.strides for c in self.copies)
+        layouts = {f"{n}{_STRIDE}": DenseLayout(c._data.shape, c._data.itemsize, c._data.strides)
+                   for n, c in zip(names, self.copies)}
+        self.relaid_guards = [(name, layouts.get(name, value)) for name, value in guards]
         self.new_args, self.new_kwargs = tuple(copied[:len(args)]), dict(zip(kwargs, copied[len(args):]))
 
     def accepts(self, traced):
         """Why the trace on the copies cannot stand for the call's (a reason), or None when it can."""
         if traced.gm is None:
-            return "the call breaks the graph on row-major copies of its inputs"
+            return "the call breaks the graph on dense copies of its inputs"
         if traced.writes_inputs:
             return "the call writes into its inputs in place (a copy would take the write)"
         if any(_target(n) == "as_strided" for n in traced.gm.graph.nodes):
@@ -129,7 +158,7 @@ class Relayout:
 
 
 def compile_relaid(cf, site, relayout, training, params_count):
-    """Compile ``relayout``'s call on its row-major copies through the `CompiledFunction` ``cf``; the entry copies
+    """Compile ``relayout``'s call on its dense copies through the `CompiledFunction` ``cf``; the entry copies
     those inputs on each later call. A trace that shows the copies cannot stand for the inputs compiles the call's
     own strides instead (`refused_relayout`)."""
     entries, compile = cf._entries_and_compile(training)
@@ -184,7 +213,7 @@ def _target(node):
 
 
 def graph_signature(gm):
-    """The ops of ``gm`` with their arguments, ``contiguous`` nodes skipped (a row-major input has none): equal for
+    """The ops of ``gm`` with their arguments, ``contiguous`` nodes skipped (a dense input has none): equal for
     two traces that compute the same thing from the inputs."""
     index, out, forward = {}, [], {}
 
@@ -210,8 +239,8 @@ def _flat(values):
 
 
 def _relaid(flat, positions, strides):
-    """``flat`` with the tensors at ``positions`` copied to row-major when their strides are not ``strides`` (one
-    copy per tensor object, so an argument passed twice stays one tensor)."""
+    """``flat`` with the tensors at ``positions`` copied to dense arrays in their memory order when their strides
+    are not ``strides`` (one copy per tensor object, so an argument passed twice stays one tensor)."""
     flat = list(flat)
     copies = {}
     for k, i in enumerate(positions):
@@ -219,13 +248,23 @@ def _relaid(flat, positions, strides):
         if not isinstance(t, Tensor) or (strides is not None and t._data.strides == strides[k]):
             continue
         if id(t) not in copies:
-            copies[id(t)] = apply(M.CONTIGUOUS, t)  # an op: gradients reach ``t``
+            copies[id(t)] = _dense_copy(t)
         flat[i] = copies[id(t)]
     return flat
 
 
+def _dense_copy(t):
+    """A dense copy of ``t`` in its memory order (strides `dense_strides`), made of ops: gradients reach ``t``."""
+    a = t._data
+    order = dense_order(a.shape, a.strides)
+    if order == sorted(order):
+        return apply(M.CONTIGUOUS, t)
+    back = sorted(range(len(order)), key=order.__getitem__)
+    return apply(M.CONTIGUOUS, t.permute(*order)).permute(*back)
+
+
 def relaid_runner(run, positions, strides):
-    """``run(args, kwargs)`` with the tensors at the flat ``positions`` copied to the row-major ``strides``."""
+    """``run(args, kwargs)`` with the tensors at the flat ``positions`` copied to the dense ``strides``."""
     def call(args, kwargs):
         n = len(args)
         flat = _relaid((*args, *kwargs.values()), positions, strides)
