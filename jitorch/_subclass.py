@@ -214,6 +214,14 @@ def is_user_type(cls) -> bool:
     return cls in _user_types
 
 
+def hears_calls(values) -> bool:
+    """Whether one of ``values`` is an instance of a user's Tensor subclass whose ``__torch_function__`` takes
+    calls (not inside ``DisableTorchFunctionSubclass``): ``jitorch.compile`` runs such calls eagerly."""
+    tensor = _tensor()
+    return any(type(t) is not tensor and isinstance(t, tensor) and _overrides.is_subclass_kind(type(t))
+               for t in values)
+
+
 def takes_over(cls) -> bool:
     """Whether instances of the user subclass ``cls`` hand calls to its ``__torch_function__``: not where it is
     torch's disabled implementation, nor where a ``Parameter`` subclass keeps Tensor's default (torch's Parameter

@@ -13,7 +13,7 @@ from __future__ import annotations
 import warnings
 import weakref
 
-from .. import _overrides
+from .. import _overrides, _subclass
 from .._dispatch import MODES
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
@@ -117,6 +117,11 @@ class CompiledFunction(EntryBuilder):
     def _call(self, site, args, kwargs):
         fn = site.fn
         tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, Tensor)]
+        if _subclass._enabled and _subclass.hears_calls(tensors):
+            # A Tensor subclass's ``__torch_function__`` hears every op eagerly and decides its result's type (a
+            # compiled graph would hand back plain Tensors and skip the handler): such calls run eagerly. (Checked
+            # first: the reads below would reach the handler.)
+            return fn(*args, **kwargs)
         if any(t.is_meta or t.is_sparse for t in tensors):
             # meta tensors carry shapes only: eager ops propagate them, kernels cannot; a sparse tensor has no strided
             # memory for a kernel to read (its products are a library call eagerly anyway)
@@ -131,6 +136,8 @@ class CompiledFunction(EntryBuilder):
             # run in a sparse library eagerly anyway. (``_live`` counts sparse tensors: dense models skip the scan.)
             return fn(*args, **kwargs)
         params = tuple(tree[1]) if owner is not None else ()
+        if _subclass._enabled and _subclass.hears_calls(params):
+            return fn(*args, **kwargs)  # (a subclass parameter: see below)
         training = GradState.enabled and (any(t._requires_grad for t in tensors)
                                           or any(p._requires_grad for p in params))
         if training and self.backend != "jitorch":

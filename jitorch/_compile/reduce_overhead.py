@@ -44,7 +44,7 @@ import warnings
 
 import numpy as np
 
-from .. import _dtype
+from .. import _dtype, _subclass
 from .._tensor import Tensor
 from ..autograd.grad_mode import GradState
 from ..cpu import CPUGraph, graph
@@ -254,6 +254,8 @@ class ReduceOverheadFunction(CapturedReplay, CUDAGraphCapture):
             return self.fn(*args, **kwargs)  # a capture would replay the hooks' first results: see guards.call_hooks
         leaves = []
         spec = flatten_into((args, kwargs), leaves)
+        if _subclass._enabled and _subclass.hears_calls(leaves):
+            return self.fn(*args, **kwargs)  # a subclass's handler hears each op eagerly (api.py)
         if any(isinstance(t, Tensor) and t.is_meta for t in leaves):
             return self.fn(*args, **kwargs)  # shapes only: nothing to capture or replay
         self.calls += 1
