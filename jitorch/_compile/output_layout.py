@@ -25,6 +25,12 @@ def _permutation(t):
     return None if t._base is not None else memory_order(t._data)
 
 
+def _root(a):
+    while isinstance(getattr(a, "base", None), np.ndarray):
+        a = a.base
+    return a
+
+
 def memory_order(a):
     """The order of array ``a``'s dimensions from outermost to innermost when its memory is dense in an order other
     than row-major (``x.t()``, channels-last), else None."""
@@ -41,20 +47,28 @@ def memory_order(a):
 
 
 def eager_layouts(result, row_major=False):
-    """Per tensor of ``result`` (a traced call's eager result, in `map_aggregate` order): ``(permutation, strides)``
-    of a dense non-row-major one (with ``row_major``, of a row-major one too), else None; None for the whole when
-    no tensor has one."""
+    """Per tensor of ``result`` (a traced call's eager result, in `map_aggregate` order): ``(permutation, strides,
+    is a view)`` of a dense non-row-major one (with ``row_major``, of a row-major one too), and of a dense view
+    that shares no memory with another output (``x.t().exp().t()``: a fused kernel's row-major buffer would make it
+    column-major), else None; None for the whole when no tensor has one."""
+    tensors = []
+    map_aggregate(result, lambda a: tensors.append(a) if isinstance(a, Tensor) else a)
+    roots = [id(_root(t._data)) for t in tensors if t._base is not None and type(t._data) is np.ndarray]
     found = []
-
-    def note(a):
-        if isinstance(a, Tensor):
+    for a in tensors:
+        d = a._data
+        view = a._base is not None
+        if view:
+            lone = type(d) is np.ndarray and d.ndim >= 2 and roots.count(id(_root(d))) == 1 and \
+                not any(id(_root(t._data)) == id(_root(d)) for t in tensors if t._base is None)
+            perm = (memory_order(d) or (tuple(range(d.ndim)) if d.flags.c_contiguous else None)) if lone else None
+        elif type(d) is np.ndarray and id(_root(d)) in roots:
+            perm = None  # another output is a view of it: a copy would part them (their memory is one, eagerly)
+        else:
             perm = _permutation(a)
-            if perm is None and row_major and a._base is None and type(a._data) is np.ndarray and \
-                    a._data.ndim >= 2 and a._data.flags.c_contiguous:
-                perm = tuple(range(a._data.ndim))
-            found.append(None if perm is None else (perm, a._data.strides))
-        return a
-    map_aggregate(result, note)
+            if perm is None and row_major and type(d) is np.ndarray and d.ndim >= 2 and d.flags.c_contiguous:
+                perm = tuple(range(d.ndim))
+        found.append(None if perm is None else (perm, d.strides, view))
     return found if any(found) else None
 
 
@@ -115,8 +129,10 @@ def laid_out(result, layouts):
         if want is None or type(d) is not np.ndarray or len(want[0]) != d.ndim:
             return a
         if d.strides == want[1] or _in_order(d, want[0]):
+            if want[2] or a._base is None or a.requires_grad:
+                return a
             # (a permuted view of the graph's own value, `permute_sinking`: eager's result is no view)
-            return a if a._base is None or a.requires_grad else done.setdefault(id(a), Tensor._make(d))
+            return done.setdefault(id(a), Tensor._make(d))
         if id(a) not in done:  # one tensor returned twice stays one tensor
             done[id(a)] = _relaid(a, want[0])
         return done[id(a)]
