@@ -84,7 +84,7 @@ def _quick_gather(input, dim, index):
     d = dim + nd if dim < 0 else dim
     if a.shape[:d] != i.shape[:d] or a.shape[d + 1:] != i.shape[d + 1:]:
         return None
-    if int(_MAX_REDUCE(i.view(_UINT64), axis=None)) >= a.shape[d]:  # (a negative index is a huge unsigned one)
+    if I.largest_unsigned(i) >= a.shape[d]:  # (a negative index is a huge unsigned one)
         try:
             I.check_bounds(i, a.shape[d], d, negative=False)
         except I.IndexOutOfBounds as e:
@@ -93,8 +93,7 @@ def _quick_gather(input, dim, index):
     return keep_result(S.TAKE_ALONG, (input, index), {"dim": d}, S.take_checked(a, i, d), input._requires_grad)
 
 
-_INT64, _UINT64 = np.dtype(np.int64), np.dtype(np.uint64)
-_MAX_REDUCE = np.maximum.reduce
+_INT64 = np.dtype(np.int64)
 _NATIVE_MIN = native_indexed._MIN_ELEMENTS  # from here on the INDEX row's native gather is faster than a flat take
 
 

@@ -102,8 +102,10 @@ def addcdiv(input, tensor1, tensor2, *, value=1, out=None):
 def _one_float_dtype(a, b, c):
     """Whether ``a``, ``b``, ``c`` are tensors of one real float dtype."""
     tensor = Tensor
-    return (isinstance(a, tensor) and isinstance(b, tensor) and isinstance(c, tensor) and a.dtype is b.dtype
-            and a.dtype is c.dtype and a.dtype.category == _dtype.FLOAT)
+    if not (isinstance(a, tensor) and isinstance(b, tensor) and isinstance(c, tensor)):
+        return False
+    dt = a.dtype  # (read once: each read is a property's lookup, and addcmul asks on every call)
+    return b.dtype is dt and c.dtype is dt and dt.category == _dtype.FLOAT
 
 
 def _common_dtype(*tensors):

@@ -27,6 +27,10 @@ __all__ = [
 
 
 def _dims(input, dim, op):
+    if type(dim) is int:  # (the common call: one plain int in range; other dims and 0-d tensors: the checks below)
+        ndim = input._data.ndim
+        if -ndim <= dim < ndim:
+            return (dim + ndim if dim < 0 else dim,)
     if isinstance(dim, (list, tuple)) and len(dim) == 0:
         return tuple(range(input._data.ndim))
     dims = wrap_dims(dim, input._data.ndim, op)

@@ -18,6 +18,8 @@ __all__ = ["wrap_dim", "wrap_dims", "infer_shape", "broadcast_shapes", "view_str
 
 def wrap_dim(dim, ndim, op="op"):
     """``dim`` in ``[-ndim, ndim)`` mapped to ``[0, ndim)``; a 0-d tensor accepts -1 and 0."""
+    if type(dim) is int and -ndim <= dim < ndim:  # (the common call: a plain int in range)
+        return dim + ndim if dim < 0 else dim
     try:
         dim = operator.index(dim)
     except TypeError:
@@ -30,6 +32,8 @@ def wrap_dim(dim, ndim, op="op"):
 
 def wrap_dims(dims, ndim, op="op"):
     """A tuple of wrapped, distinct dims (``None`` means all)."""
+    if type(dims) is int and -ndim <= dims < ndim:  # (the common call: one plain int in range)
+        return (dims + ndim if dims < 0 else dims,)
     if dims is None:
         return tuple(range(ndim))
     if isinstance(dims, (list, tuple)):

@@ -33,7 +33,8 @@ import numpy as np
 
 from .codegen.llvm_random_blocks import double_blocks, float_blocks, fused_affine, uniform_function, uniforms_from_raw
 from .codegen.llvm_random_libm import transform
-from .codegen.llvm_mt19937 import N as _N, SCRATCH_WORDS, MT19937Engine, address_of, inside_out_shuffle, swap_shuffle
+from .codegen.llvm_mt19937 import N as _N, SCRATCH_WORDS, MT19937Engine, inside_out_shuffle, swap_shuffle
+from .runtime.host_pointer import data_address
 
 __all__ = ["TorchCPUStream", "STATE_BYTES"]
 
@@ -45,7 +46,7 @@ _LARGE_PERMUTATION = 0xFFFFFFFF // 20  # randperm's switch to 64-bit draws
 def _shape(size):
     if size is None:
         return ()
-    return (int(size),) if isinstance(size, (int, np.integer)) else tuple(int(s) for s in size)
+    return (int(size),) if isinstance(size, (int, np.integer)) else tuple(map(int, size))
 
 
 def _scalar_or(out, size):
@@ -126,7 +127,8 @@ class TorchCPUStream:
             return uniforms_from_raw(self._engine.draw(words), wide)
         out = np.empty(n, np.float64 if wide else np.float32)
         if n:
-            convert, address = uniform_function(wide), address_of(out)
+            # (`data_address`: a fresh array's address, without address_of's buffer export, a tenth of a small draw)
+            convert, address = uniform_function(wide), data_address(out)
             self._engine.draw_scratch(words, lambda raw: convert(raw, address, n))
         return out
 

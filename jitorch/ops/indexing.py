@@ -29,7 +29,7 @@ from . import native_indexed
 from .table import Opaque, defop
 
 __all__ = ["INDEX", "INDEX_PUT", "SCATTER_REDUCE", "IndexOutOfBounds", "check_bounds", "expand_key", "grid",
-           "reduce_at", "reduce_in_rounds"]
+           "largest_unsigned", "reduce_at", "reduce_in_rounds"]
 
 
 class IndexOutOfBounds(IndexError):
@@ -47,6 +47,21 @@ def check_bounds(arr, size, dim, negative=True):
     if arr.size and (int(arr.min()) < low or int(arr.max()) >= size):
         bad = arr[(arr < low) | (arr >= size)].reshape(-1)[0]
         raise IndexOutOfBounds(int(bad), dim, size)
+
+
+_UINT64 = np.dtype(np.uint64)
+
+
+def largest_unsigned(index):
+    """The largest value of a non-empty int64 NumPy array read as unsigned (a negative index is a huge one), so one
+    comparison with a size checks ``[0, size)`` (gather's, nll_loss's targets). Through ``argmax``, which NumPy runs
+    without a ufunc reduction's set-up: ``np.maximum.reduce`` took 1 us on 32 indices, this 0.3.
+
+    >>> largest_unsigned(np.array([[3, 1], [2, 0]])), largest_unsigned(np.array([3, -1])) >= 4
+    (3, True)
+    """
+    as_unsigned = index.view(_UINT64)
+    return as_unsigned.item(as_unsigned.argmax())
 
 
 def expand_key(xp, key, indices, shape, negative=True):

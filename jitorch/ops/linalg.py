@@ -176,6 +176,12 @@ EINSUM = defop("einsum", _einsum_kernel, _einsum_backward, Opaque("tensor contra
 
 # -- vector norm --------------------------------------------------------------------------------------------------
 _SQUARES_SPECS: dict = {}  # (ndim, dims) -> the einsum subscripts of `_sum_of_squares`
+# NumPy's einsum without its Python layers (the ``__array_function__`` dispatch, the ``optimize`` parsing): what
+# ``np.einsum(spec, a, a)`` calls, and half of a small norm's kernel.
+try:
+    from numpy._core.multiarray import c_einsum as _c_einsum
+except ImportError:  # (another NumPy layout: its public einsum)
+    _c_einsum = np.einsum
 
 
 def _sum_of_squares(xp, a, dims, keepdim):
@@ -188,7 +194,7 @@ def _sum_of_squares(xp, a, dims, keepdim):
         if len(_SQUARES_SPECS) >= 256:
             _SQUARES_SPECS.clear()
         spec = _SQUARES_SPECS[(a.ndim, dims)] = f"{letters},{letters}->{kept}"
-    out = xp.einsum(spec, a, a)
+    out = _c_einsum(spec, a, a) if xp is np and type(a) is np.ndarray else xp.einsum(spec, a, a)
     return out.reshape(tuple(1 if i in dims else n for i, n in enumerate(a.shape))) if keepdim else out
 
 
@@ -196,7 +202,10 @@ def _vector_norm_kernel(xp, a, ord, dims, keepdim):
     # Row-major results whatever the input's layout, as ATen's reductions (a kept dim must not make them permuted).
     if ord == 2 and a.dtype.kind == "f" and a.dtype.itemsize >= 4 and 0 < a.ndim <= 26:
         dims = tuple(range(a.ndim)) if dims is None else tuple(d % a.ndim for d in dims)
-        return row_major(xp.sqrt(_sum_of_squares(xp, a, dims, keepdim)).astype(a.dtype, copy=False))
+        out = xp.sqrt(_sum_of_squares(xp, a, dims, keepdim))
+        if isinstance(out, np.generic):  # (a whole-array norm of a NumPy array: a scalar of the input's dtype)
+            return np.asarray(out) if out.dtype == a.dtype else np.asarray(out, a.dtype)
+        return row_major(out.astype(a.dtype, copy=False))
     x = xp.abs(a.astype(np.float32) if a.dtype.name in _HALF else a)
     if ord == math.inf:
         out = xp.amax(x, axis=dims, keepdims=keepdim)

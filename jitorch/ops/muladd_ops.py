@@ -250,7 +250,16 @@ def _direct(row, args, form=None):
 
 
 def _lerp_scalar_of_float32(weight):
-    return _lerp_scalar_form(np.float32(weight))
+    """`_lerp_scalar_form` of ``weight`` cast to float32, on Python floats (NumPy's scalar arithmetic took a tenth
+    of a small lerp): ``w - 1`` taken in double and rounded to float32 is float32's difference (a double holds more
+    than twice float32's digits)."""
+    w = float(_F32_SCALAR(weight))
+    if abs(w) < 0.5:
+        return (w,), _LERP_FROM["{0}"]
+    return (float(_F32_SCALAR(w - 1.0)),), _LERP_FROM["{1}"]
+
+
+_F32_SCALAR = np.float32
 
 
 def _value_form(value):  # addcmul/addcdiv: the value as the expression's constant (`_native`'s call)

@@ -14,15 +14,13 @@ import ml_dtypes
 import numpy as np
 
 from .. import _dispatch
-from ..codegen.llvm_cascade import cascade_sum_function, level_power
+from ..codegen.llvm_cascade import cascade_sum_function, level_power, picked_cascade_function
 from ..runtime.host_pointer import data_address
 from .._dispatch_fast import keep_result, nothing_records, plain_tensor
+from .indexing import largest_unsigned
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 __all__ = ["NLL_LOSS", "NLL_LOSS_BACKWARD", "NLL_CHECK_TARGETS", "CASCADE_DTYPES", "nll_of_rows"]
-
-_UINT64 = np.dtype(np.uint64)
-_MAX_REDUCE = np.maximum.reduce
 
 
 def _apply(op, *args, **attrs):
@@ -35,8 +33,8 @@ def _nll_targets(xp, target, classes, ignore_index):
     not a pass per condition; when every target is a class and ``ignore_index`` is none, nothing is ignored (no
     mask to make)."""
     target = target.astype(np.int64, copy=False)
-    if type(target) is np.ndarray and target.size:  # (a comparison's array and its count took twice as long)
-        out_of_range = int(_MAX_REDUCE(target.view(_UINT64), axis=None)) >= classes
+    if type(target) is np.ndarray and target.size:
+        out_of_range = largest_unsigned(target) >= classes
     else:
         out_of_range = bool(xp.count_nonzero(target.view(np.uint64) >= classes))
     if out_of_range:
@@ -73,6 +71,15 @@ def _rows(xp, n):
 
 def _nll_kernel(xp, logp, target, ignore_index, reduction):
     safe, valid, count = _nll_targets(xp, target, logp.shape[1], ignore_index)
+    if valid is None and reduction != "none" and type(logp) is np.ndarray and (
+            total := _picked_total(logp, safe, count)) is not None:
+        if reduction == "sum":
+            return total.reshape(())
+        # The quotient of two float32 numbers taken in double and rounded to float32 is float32's (a double holds
+        # more than twice float32's digits, so its rounding never makes a second one differ); the count is exact
+        # in the loss's dtype, as ATen's.
+        total[0] = total.item() / count
+        return total.reshape(())
     loss = logp[_rows(xp, logp.shape[0]), safe]  # a new array: negated in place
     if valid is None:
         xp.negative(loss, out=loss)
@@ -96,6 +103,10 @@ _CASCADE = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(n
 CASCADE_DTYPES = frozenset(_CASCADE)  # the dtypes whose (N, C) losses run this row (torch's cascade sum)
 
 
+_PICKED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # the dtypes `picked_cascade_function` takes
+_EXACT_COUNT = 1 << 24  # counts below it are exact float32 numbers
+
+
 def _cascade_sum(loss, valid):
     """ATen's sum of a batch's losses (`codegen.llvm_cascade`: eight partial sums in the loss's dtype), so the
     reduced loss has torch's bits; None where it does not apply (the caller sums pairwise)."""
@@ -103,14 +114,46 @@ def _cascade_sum(loss, valid):
     fn = cascade_sum_function(name) if name is not None and loss.ndim == 1 else None
     if fn is None:
         return None
-    out = np.zeros(1, loss.dtype)
+    out = np.empty(1, loss.dtype)  # (written, not added into)
     if valid is None:
         values = np.ascontiguousarray(loss)
-        fn(data_address(values), None, values.size, level_power(loss.size), data_address(out))
+        fn(data_address(values), None, values.size, _level_power(loss.size), data_address(out))
     else:  # (an ignored entry adds nothing and flushes no partial sum)
         values, positions = np.ascontiguousarray(loss[valid]), np.flatnonzero(valid)
-        fn(data_address(values), data_address(positions), values.size, level_power(loss.size), data_address(out))
+        fn(data_address(values), data_address(positions), values.size, _level_power(loss.size),
+           data_address(out))
     return out.reshape(())
+
+
+def _picked_total(logp, safe, count):
+    """The cascade sum of every row's ``-logp[row, safe[row]]`` (no target ignored, each in range) as a
+    one-element array, in one native call (`picked_cascade_function`); None where it does not apply (a dtype other
+    than float32/float64, a layout with strided columns, a count not exact in float32, an empty batch)."""
+    if not 0 < count < _EXACT_COUNT or logp.dtype not in _PICKED_DTYPES or logp.ndim != 2:
+        return None
+    itemsize = logp.itemsize
+    row_stride, column_stride = logp.strides
+    if column_stride != itemsize or row_stride % itemsize or row_stride < 0 or type(safe) is not np.ndarray or \
+            not safe.flags.c_contiguous:
+        return None
+    fn = picked_cascade_function(_CASCADE[logp.dtype])
+    out = np.empty(1, logp.dtype)  # (written, not added into)
+    n = logp.shape[0]
+    fn(data_address(logp), data_address(safe), n, row_stride // itemsize, _level_power(n), data_address(out))
+    return out
+
+
+def _level_power(batch):
+    """`level_power`, kept per batch size (its bit arithmetic was a tenth of a small batch's sum)."""
+    power = _LEVEL_POWERS.get(batch)
+    if power is None:
+        if len(_LEVEL_POWERS) >= 64:
+            _LEVEL_POWERS.clear()
+        power = _LEVEL_POWERS[batch] = level_power(batch)
+    return power
+
+
+_LEVEL_POWERS: dict = {}
 
 
 def nll_of_rows(logp, target, ignore_index, reduction):
