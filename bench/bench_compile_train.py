@@ -19,11 +19,13 @@ import sys
 
 import common
 
-# --threads N (default 1) must reach BLAS and OpenMP before NumPy or torch load: they read it once.
+# --threads N (default 1) must reach BLAS and OpenMP before NumPy or torch load: they read it once. Only when run
+# as the script: a profiling script importing CASES keeps its own thread settings.
 THREADS = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 1
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
-             "JITORCH_NUM_THREADS"):  # compiled kernels too: as many threads as every peer here
-    os.environ.setdefault(_var, str(THREADS))
+if __name__ == "__main__":
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+                 "JITORCH_NUM_THREADS"):  # compiled kernels too: as many threads as every peer here
+        os.environ.setdefault(_var, str(THREADS))
 
 import jitorch  # noqa: E402 - before NumPy, as a user's script would: jitorch sets OpenBLAS's thread policy
 from jitorch.codegen.llvm_objcache import default_cache  # noqa: E402
@@ -32,7 +34,8 @@ from jitorch.codegen.llvm_program import Gemm, PackedGemm, compile_program  # no
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(THREADS)
+if __name__ == "__main__":
+    torch.set_num_threads(THREADS)
 
 
 def mlp(lib):

@@ -1,4 +1,7 @@
-"""`matmul`: ``xp.matmul``, with two shapes NumPy's OpenBLAS handles slowly done another way.
+"""`matmul`: ``xp.matmul``, with the shapes NumPy's OpenBLAS handles slowly done another way.
+
+float32 products the generated register tiles run faster, or that split over jitorch's threads, go through
+`threaded_matmul`.
 
 NumPy's OpenBLAS (0.3.31) is slow at ``k == 1``: a (1024, 1) by (1, 256) float32 product takes 0.71 ms, the
 broadcast multiply that gives the same bits 0.15 ms (0.9 ms against 0.05 at ``k == 2``). Real code makes such products
@@ -16,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .threaded_matmul import THREADED_MIN, threaded_matmul
+
 __all__ = ["matmul"]
 
 
@@ -27,6 +32,12 @@ def matmul(xp, a, b, out=None):
         if len(sa) >= 2 and len(sb) >= 2 and dt == b.dtype and dt.kind in "fc":
             if sa[-1] == 1 and sb[-2] == 1:
                 return np.multiply(a, b, out=out)
+            if out is None and dt.char == "f" and (len(sa) > 2 or len(sb) > 2 or sa[0] * sa[1] * sb[1] >= THREADED_MIN):
+                # float32 products the generated tiles run faster than BLAS, or split over the threads where BLAS
+                # would not (a batch of small matrices) or would badly (a busy second core): see `threaded_matmul`.
+                c = threaded_matmul(a, b)
+                if c is not None:
+                    return c
             if out is None and len(sa) == 2 and len(sb) == 2:
                 work = sa[0] * sa[1] * sb[1]
                 if (_FEW_ROWS[0] <= sa[0] <= _FEW_ROWS[1] and work >= _TRANSPOSED_MIN_WORK
