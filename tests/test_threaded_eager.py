@@ -216,3 +216,10 @@ def test_a_batch_past_the_item_limit_keeps_numpy(threads):
     assert (small is not None) == (threads == 2)
     if small is not None:
         np.testing.assert_array_equal(small, np.matmul(a[:2048], b[:2048]))  # the same BLAS call per matrix
+
+
+def test_meta_products_compute_nothing():
+    # A meta array is an ndarray subclass with no data: the items would read its zero pages and allocate c.
+    big = jitorch.empty(1 << 15, 1 << 15, device="meta")
+    out = big @ big.t()
+    assert out.is_meta and tuple(out.shape) == (1 << 15, 1 << 15)

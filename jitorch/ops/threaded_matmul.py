@@ -71,8 +71,9 @@ class _Shape(NamedTuple):
 def threaded_matmul(a, b):
     """``a @ b`` for NumPy float32 ``a`` (``(..., m, k)``) and ``b`` (``(..., k, n)``, batch dims broadcast) as items
     over jitorch's threads, row-major; None where neither tiles nor BLAS items pay (the caller runs NumPy's)."""
-    if a.dtype != _F32 or b.dtype != _F32 or a.ndim < 2 or b.ndim < 2:
-        return None
+    if type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != _F32 or b.dtype != _F32 or \
+            a.ndim < 2 or b.ndim < 2:
+        return None  # (a subclass, such as the meta device's data-less arrays, answers its own product)
     threads = get_num_threads()
     key = (a.shape, a.strides, b.shape, b.strides, threads)
     plan = _PLANS.get(key, _MISSING)
