@@ -274,6 +274,10 @@ class _Emitter(ColumnReduction, TransposedTiles, BodyEmitter):
                     total = b.emit(f"load {total_type(s)}, ptr {self.accs[j][0]}")
                     if total_type(s) != LLVM_TYPES[s.dtype]:
                         total = b.emit(f"fptrunc double {total} to float")
+                        # A fence: x86's instruction selection otherwise folds this rounding into a float16 cast
+                        # of the total (``tanh(x.sum(-1))`` of a half ``x``), a double -> half rounding that calls
+                        # ``__truncdfhf2`` (not linked in: a call to address 0) and rounds once, not twice as eager.
+                        total = b.intrinsic("llvm.arithmetic.fence", "float", total)
                 self.acc_values[j] = total
                 if s.buffer is not None:
                     self._store(s.buffer, idx, self.acc_values[j], s.dtype)

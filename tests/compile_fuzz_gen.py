@@ -1,33 +1,54 @@
 """Random small programs for differential fuzzing of ``jitorch.compile`` (used by ``test_compile_fuzz.py``).
 
 `make_program(seed)` draws 1-3 inputs (shapes with 0, 1 and odd sizes, 0-d, broadcastable pairs; float32, float64,
-int64 and bool; contiguous, transposed, strided-slice or expanded layouts) and a chain of 3-12 ops written once as
-Python source against a module ``lib``. Every line is checked while it is drawn by running it with torch (a line torch
-refuses is drawn again), so a program is always valid torch. `check_program` runs it under torch, eager jitorch and
-``jitorch.compile`` (values, dtypes, shapes; gradients with random upstream gradients for float programs) and under
-``mode="reduce-overhead"`` for a few calls with new input values.
+float16, bfloat16, int64 and bool, so half values meet wider ones and promote; contiguous, transposed,
+strided-slice or expanded layouts) and a chain of 3-12 ops (`compile_fuzz_ops`: arithmetic, transcendentals, casts
+among the float types, selects, comparisons, reductions, softmax-like rows, views, joins, in-place writes) written
+once as Python source against a module ``lib``. Every line is checked while it is drawn by running it with torch (a
+line torch refuses is drawn again), so a program is always valid torch. `compile_fuzz_check` runs it under torch,
+eager jitorch, ``jitorch.compile`` and ``mode="reduce-overhead"``.
 """
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 import torch
+from compile_fuzz_ops import is_exact
+import compile_fuzz_ops as ops
 
 SIZES = (1, 2, 3, 4, 5, 7, 1, 3, 0, 33)
 SIZE_WEIGHTS = np.array([3, 3, 3, 2, 2, 2, 1, 1, 0.4, 0.4])
-DTYPES = ("float32", "float64", "int64", "bool")
-DTYPE_WEIGHTS = (0.55, 0.15, 0.18, 0.12)
+DTYPES = ("float32", "float64", "int64", "bool", "float16", "bfloat16")
+DTYPE_WEIGHTS = (0.35, 0.1, 0.13, 0.1, 0.16, 0.16)
+EXACT_SHARE = 0.3  # programs drawn from exact ops only
+# Half types live in ``Input.base`` as float32 values they represent exactly; the arguments are converted (exactly).
+HALF = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 LAYOUTS = ("contiguous", "transposed", "sliced", "expanded")
 
 
 @dataclass
 class Input:
-    """One argument: ``base`` (contiguous array) and how the argument views it (``layout``, ``arg``)."""
+    """One argument: ``base`` (contiguous array) and how the argument views it (``layout``, ``arg``); ``dtype`` names
+    the argument's dtype (float16/bfloat16 arguments are converted from their float32 ``base``)."""
     base: np.ndarray
     layout: str
     arg: object  # transposed: the permutation; sliced: (dim, step); expanded: the shape
+    dtype: str = ""
+
+    def __post_init__(self):
+        self.dtype = self.dtype or str(self.base.dtype)
+
+    def tensor(self, lib, base=None):
+        """The argument as a ``lib`` tensor (a fresh copy of ``base``, default ``self.base``), viewed as drawn."""
+        t = lib.from_numpy(np.array(self.base if base is None else base, order="C"))
+        return self.torch_view(t.to(getattr(lib, self.dtype)) if self.dtype in HALF else t).detach()
+
+    def values(self, rng):
+        """New values for this argument (same shape and dtype)."""
+        return _values(rng, self.base.shape, self.dtype)
 
     def numpy_view(self, base=None):
         base = self.base if base is None else base
@@ -75,12 +96,25 @@ class Program:
     def is_float(self):
         return any(i.base.dtype.kind == "f" for i in self.inputs)
 
+    @property
+    def exact(self):
+        """Whether every line is exact in float32 (`compile_fuzz_ops.is_exact`): half results must be torch's bits."""
+        return all(is_exact(line.split(" = ", 1)[1]) for line in self.lines)
+
+    @property
+    def half(self):
+        """The half types among the inputs and casts (values the checks compare with half-type tolerances)."""
+        source = "".join(self.lines).replace(".half()", "float16")
+        return {i.dtype for i in self.inputs if i.dtype in HALF} | {name for name in HALF if name in source}
+
 
 def _values(rng, shape, dtype):
     if dtype == "bool":
         return np.asarray(rng.random(shape) < 0.5)
     if dtype == "int64":
         return np.asarray(rng.integers(-3, 4, shape), dtype=np.int64)
+    if dtype in HALF:  # float32 values the half type holds exactly
+        return np.asarray(rng.uniform(-2.0, 2.0, shape), dtype=HALF[dtype]).astype(np.float32)
     return np.asarray(rng.uniform(-2.0, 2.0, shape), dtype=dtype)
 
 
@@ -93,16 +127,16 @@ def _input(rng, shape, dtype):
     if layout == "transposed" and len(shape) >= 2:
         perm = tuple(int(p) for p in rng.permutation(len(shape)))
         inv = tuple(int(p) for p in np.argsort(perm))
-        return Input(_values(rng, tuple(shape[i] for i in inv), dtype), "transposed", perm)
+        return Input(_values(rng, tuple(shape[i] for i in inv), dtype), "transposed", perm, dtype)
     if layout == "sliced" and len(shape) >= 1:
         dim, step = int(rng.integers(len(shape))), int(rng.choice((2, 3)))
         big = list(shape)
         big[dim] = shape[dim] * step
-        return Input(_values(rng, tuple(big), dtype), "sliced", (dim, step))
+        return Input(_values(rng, tuple(big), dtype), "sliced", (dim, step), dtype)
     if layout == "expanded" and any(s > 1 for s in shape):
         small = tuple(1 if (s > 1 and rng.random() < 0.6) else s for s in shape)
-        return Input(_values(rng, small, dtype), "expanded", tuple(shape))
-    return Input(_values(rng, tuple(shape), dtype), "contiguous", None)
+        return Input(_values(rng, small, dtype), "expanded", tuple(shape), dtype)
+    return Input(_values(rng, tuple(shape), dtype), "contiguous", None, dtype)
 
 
 def _input_shapes(rng, count):
@@ -117,135 +151,9 @@ def _input_shapes(rng, count):
     return shapes
 
 
-# -- ops: each returns a source expression over value names, or None ----------------------------------------------
-SCALARS = (2, -1, 3, 0.5, -1.5, 2.0, True)
-
-
-def _scalar(rng):
-    return repr(SCALARS[int(rng.integers(len(SCALARS)))])
-
-
-def _dims(rng, t):
-    return int(rng.integers(-t.dim(), t.dim())) if t.dim() else None
-
-
-def _op_binary(rng, a, b, names):
-    op = ("+", "-", "*", "/")[int(rng.integers(4))]
-    r = rng.random()
-    if r < 0.35:
-        return f"{names[0]} {op} {_scalar(rng)}"
-    if r < 0.5:
-        return f"{_scalar(rng)} {op} {names[0]}"
-    return f"{names[0]} {op} {names[1]}"
-
-
-def _op_unary(rng, a, b, names):
-    x = names[0]
-    choices = (f"-{x}", f"{x}.abs()", f"lib.exp({x})", f"lib.log({x}.abs() + 1)", f"lib.sqrt({x}.abs())",
-               f"lib.tanh({x})", f"lib.sigmoid({x})", f"lib.relu({x})", f"lib.nn.functional.gelu({x})",
-               f"lib.nn.functional.gelu({x}, approximate='tanh')", f"lib.nn.functional.silu({x})",
-               f"lib.pow({x}.abs() + 0.5, {rng.choice([2, 3, 0.5, -1.5])})", f"{x} ** 2",
-               f"lib.pow({x}.abs() + 0.5, {names[1]})",
-               f"lib.clamp({x}, min={rng.choice([-1.0, 0.0, -0.5])})", f"lib.clamp({x}, max={rng.choice([1, 0.5])})",
-               f"{x}.clamp({rng.choice([-1, -0.5])}, {rng.choice([0.5, 1])})")
-    return choices[int(rng.integers(len(choices)))]
-
-
-def _op_compare(rng, a, b, names):
-    op = ("<", ">", "<=", ">=", "==", "!=")[int(rng.integers(6))]
-    other = names[1] if rng.random() < 0.5 else _scalar(rng)
-    return f"({names[0]} {op} {other})"
-
-
-def _op_select(rng, a, b, names):
-    kind = int(rng.integers(3))
-    if kind == 0:
-        cond = f"{names[0]} > {rng.choice([0, 0.5])}"
-        other = names[1] if rng.random() < 0.6 else _scalar(rng)
-        return f"lib.where({cond}, {names[0]}, {other})"
-    return f"lib.{('maximum', 'minimum')[kind - 1]}({names[0]}, {names[1]})"
-
-
-def _reduce_dims(rng, t):
-    if t.dim() == 0 or rng.random() < 0.15:
-        return ""
-    k = int(rng.integers(1, t.dim() + 1))
-    dims = sorted(int(d) for d in rng.choice(t.dim(), size=k, replace=False))
-    return f", dim={tuple(dims)!r}" if rng.random() < 0.7 else f", dim={dims[0] - t.dim()}"
-
-
-def _op_reduce(rng, a, b, names):
-    x = names[0]
-    keep = ", keepdim=True" if rng.random() < 0.4 else ""
-    name = ("sum", "mean", "amax", "amin", "prod", "var", "std")[int(rng.integers(7))]
-    dims = _reduce_dims(rng, a)
-    if name == "prod":  # one dim at a time, as torch's prod takes
-        d = _dims(rng, a)
-        return f"lib.prod({x}{'' if d is None else f', dim={d}'}{keep if d is not None else ''})"
-    if name in ("var", "std"):
-        corr = f", correction={rng.choice([0, 1])}"
-        return f"lib.{name}({x}{dims}{corr}{keep if dims else ''})"
-    if name in ("amax", "amin"):
-        return f"lib.{name}({x}{dims or ''}{keep})" if dims else f"lib.{name}({x})"
-    return f"lib.{name}({x}{dims}{keep if dims else ''})"
-
-
-def _op_rows(rng, a, b, names):
-    x, kind = names[0], int(rng.integers(4))
-    if a.dim() == 0:
-        return None
-    if kind < 2:
-        return f"lib.{('softmax', 'log_softmax')[kind]}({x}, dim={_dims(rng, a)})"
-    if kind == 2:
-        k = int(rng.integers(1, min(a.dim(), 2) + 1))
-        return f"lib.nn.functional.layer_norm({x}, {tuple(a.shape[-k:])!r})"
-    return f"lib.cumsum({x}, dim={_dims(rng, a)})"
-
-
-def _op_view(rng, a, b, names):
-    x, n = names[0], a.dim()
-    kind = int(rng.integers(7))
-    if kind == 0:
-        return f"{x}.reshape(-1)" if rng.random() < 0.5 or n < 2 else f"{x}.reshape({tuple(a.shape[:-2]) + (-1,)!r})"
-    if kind == 1 and n >= 2:
-        return f"{x}.transpose({_dims(rng, a)}, {_dims(rng, a)})"
-    if kind == 2 and n >= 2:
-        return f"{x}.permute{tuple(int(p) for p in rng.permutation(n))!r}"
-    if kind == 3:
-        return f"{x}.unsqueeze({int(rng.integers(-n - 1, n + 1))})"
-    if kind == 4 and 1 in a.shape:
-        return f"{x}.expand{tuple(3 if s == 1 else -1 for s in a.shape)!r}"
-    if kind == 5 and n >= 1:
-        d = int(rng.integers(n))
-        step = rng.choice(["1:", "::2", "1::2", ":-1", "2:5"])
-        return f"{x}[{':, ' * d}{step}]"
-    if kind == 6 and n >= 1 and a.shape[0] > 0:
-        return f"{x}[{int(rng.integers(a.shape[0]))}]"
-    return None
-
-
-def _op_join(rng, a, b, names):
-    if rng.random() < 0.5 and a.dim() >= 1:
-        other = names[1] if rng.random() < 0.6 else names[0]
-        return f"lib.cat([{names[0]}, {other}], dim={_dims(rng, a)})"
-    if a.dim() >= 2:
-        return f"lib.matmul({names[0]}, {names[0]}.transpose(-1, -2))" if rng.random() < 0.5 else \
-            f"lib.matmul({names[0]}, {names[1]})"
-    return f"lib.matmul({names[0]}, {names[1]})"
-
-
-def _op_inplace(rng, a, b, names):
-    x = names[0]
-    kind = int(rng.integers(3))
-    if kind == 0:
-        return f"{x}.add_({names[1] if rng.random() < 0.5 else _scalar(rng)})"
-    if kind == 1:
-        return f"{x}.mul_({_scalar(rng)})"
-    return f"{x}.clamp_({rng.choice([-1.0, -0.5])}, {rng.choice([0.5, 1.0])})"
-
-
-OPS = ((_op_binary, 5), (_op_unary, 5), (_op_compare, 1), (_op_select, 2), (_op_reduce, 3), (_op_rows, 2),
-       (_op_view, 3), (_op_join, 1.5), (_op_inplace, 1.5))
+OPS = ((ops.op_binary, 5), (ops.op_unary, 4), (ops.op_math, 3), (ops.op_cast, 2.5), (ops.op_compare, 1),
+       (ops.op_select, 2.5), (ops.op_reduce, 3), (ops.op_rows, 2), (ops.op_view, 3), (ops.op_join, 1.5),
+       (ops.op_inplace, 1.5))
 _OP_P = np.array([w for _, w in OPS]) / sum(w for _, w in OPS)
 
 
@@ -261,10 +169,11 @@ def _run_line(line, env):
         exec(line, env)  # noqa: S102 - generated source
 
 
-def _torch_inputs(inputs, requires_grad):
+def _torch_inputs(inputs, requires_grad, lib=torch, bases=None):
+    """The arguments as ``lib`` tensors (from ``bases``, default each input's own), float ones requiring grad."""
     out = []
-    for inp in inputs:
-        t = inp.torch_view(torch.from_numpy(inp.base.copy())).detach()
+    for k, inp in enumerate(inputs):
+        t = inp.tensor(lib, None if bases is None else bases[k])
         out.append(t.requires_grad_(True) if requires_grad and t.is_floating_point() else t)
     return out
 
@@ -281,7 +190,7 @@ def make_program(seed):
 
 def _draw(rng, seed):
     count = int(rng.choice((1, 2, 3), p=(0.3, 0.45, 0.25)))
-    inputs = [_input(rng, s, DTYPES[rng.choice(4, p=DTYPE_WEIGHTS)]) for s in _input_shapes(rng, count)]
+    inputs = [_input(rng, s, DTYPES[rng.choice(len(DTYPES), p=DTYPE_WEIGHTS)]) for s in _input_shapes(rng, count)]
     env = {"lib": torch}
     for i, t in enumerate(_torch_inputs(inputs, False)):
         env[f"v{i}"] = t
@@ -289,12 +198,14 @@ def _draw(rng, seed):
     owned = set()  # values the program made (not inputs nor views of them): in-place writes allowed
     lines = []
     target = int(rng.integers(3, 13))
+    # (from its own stream, so that the other programs stay those of the seeds without the share)
+    exact_only = np.random.default_rng([seed, 1]).random() < EXACT_SHARE  # half results held to torch's bits
     tries = 0
     while len(lines) < target and tries < 200:
         tries += 1
         fn = OPS[rng.choice(len(OPS), p=_OP_P)][0]
         ia = _pick(rng, n)
-        if fn is _op_inplace:
+        if fn is ops.op_inplace:
             cands = sorted(owned)
             if not cands:
                 continue
@@ -302,7 +213,7 @@ def _draw(rng, seed):
         ib = _pick(rng, n, recent_bias=False)
         a, b = env[f"v{ia}"], env[f"v{ib}"]
         expr = fn(rng, a, b, (f"v{ia}", f"v{ib}"))
-        if expr is None:
+        if expr is None or exact_only and not is_exact(expr):
             continue
         line = f"v{n} = {expr}"
         try:
@@ -314,7 +225,7 @@ def _draw(rng, seed):
         if out.numel() > 4096 or out.dim() > 5:
             del env[f"v{n}"]
             continue
-        if fn is _op_view:
+        if fn is ops.op_view:
             if ia in owned:
                 owned.add(n)
         else:

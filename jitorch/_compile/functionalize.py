@@ -209,6 +209,8 @@ def functionalize_intermediates(gm):
         if any(isinstance(u.target, Primitive) and u.target.op.view for u in base.users) or \
                 any(order.get(u, -1) > order[node] for u in base.users):
             continue
+        if any(isinstance(a, Node) and _dtype(a) != _dtype(base) for a in node.args[1:]):
+            continue  # (``h.add_(x32)`` of a half ``h`` computes in float32 and rounds as it writes: kept in place)
         names = functional_ops(target.op)
         with graph.inserting_before(node):
             new = graph.call_function(_primitive(names[0]), node.args, dict(node.kwargs))
@@ -220,6 +222,11 @@ def functionalize_intermediates(gm):
         graph.erase_node(node)
         done += 1
     return done
+
+
+def _dtype(node):
+    val = node.meta.get("val")
+    return val[1] if isinstance(val, tuple) and len(val) == 2 else None
 
 
 def _made_here(node):

@@ -195,9 +195,13 @@ def _placement(n, kind, info, group, member):
     return "op", base + 2
 
 
-def _merge(groups, anc, ext_anc, ids):
-    """Merge groups ``ids`` into the first; rename them in every ancestor set."""
+def _merge(groups, anc, ext_anc, ids, read, late):
+    """Merge groups ``ids`` into the first; rename them in every ancestor set. A merged group some node outside
+    already reads waits on what the others waited on: late (`_waits_on`)."""
     keep, others = ids[0], set(ids[1:])
+    if read & set(ids):
+        read.add(keep)
+        late.add(keep)
     for gid in ids[1:]:
         old = groups.pop(gid)
         groups[keep].nodes.extend(old.nodes)
@@ -234,8 +238,30 @@ def _fits(parts, n):
     return len(inputs) <= MAX_INPUTS
 
 
+def _waits_on(gids, ext_anc, late):
+    """Groups ``gids`` and every group they wait on. A node's ``anc`` holds what its group waited on when it was
+    placed, but a group runs as one unit once all its inputs are ready: a member it takes after a node outside read
+    it (a ``late`` group), reading group h, makes that reader wait on h too, which a cycle check must follow."""
+    if late.isdisjoint(gids):
+        return gids
+    out, todo = set(), list(gids)
+    while todo:
+        g = todo.pop()
+        if g not in out:
+            out.add(g)
+            todo.extend(ext_anc.get(g, ()))
+    return out
+
+
 def _group_nodes(nodes):
     groups, member, anc, ext_anc = {}, {}, {}, {}
+    read, late = set(), set()  # groups a node outside reads; those of them that waited on more afterwards
+
+    def seen(p):
+        """What reading ``p`` waits on now: its ancestors, and all its group waits on (other members' inputs)."""
+        a = anc.get(p, set())
+        return a | ext_anc[member[p]] if p in member else a
+
     segment, next_id = 0, 0
     for n in nodes:
         ins = _tensor_inputs(n)
@@ -243,7 +269,8 @@ def _group_nodes(nodes):
             segment += 1  # an in-place node is a barrier
         kind, info = _classify(n, member)
         if kind is None:
-            anc[n] = set().union(*(anc.get(p, set()) for p in ins))
+            anc[n] = set().union(*(seen(p) for p in ins))
+            read.update(member[p] for p in ins if p in member)
             continue
         if kind == "item":  # an output of a row op: lives where the op does
             gid = member[n.args[0]]
@@ -260,19 +287,21 @@ def _group_nodes(nodes):
         # A candidate that also reaches n through a node outside it would close a cycle.
         for p in ins:
             if member.get(p) not in candidates:
-                candidates -= anc.get(p, set())
+                candidates -= _waits_on(seen(p), ext_anc, late)
         chosen = sorted(candidates)
-        if len(chosen) > 1 and (any(g in ext_anc[h] for g in chosen for h in chosen if g != h)
+        if len(chosen) > 1 and (any(g in _waits_on(ext_anc[h], ext_anc, late) for g in chosen for h in chosen
+                                    if g != h)
                                 or len({groups[g].shape for g in chosen}) > 1
                                 or len({groups[g].reduce_axes for g in chosen} - {0}) > 1
                                 or not _fits([groups[g] for g in chosen], n)):
             # One group alone: it must not reach n through an input living elsewhere (e.g. a recomputed forward
             # chain at the top of a backward graph, read again after a matmul that consumed it).
-            alone = [g for g in chosen if not any(g in anc.get(p, ()) for p in ins if member.get(p) != g)]
+            alone = [g for g in chosen
+                     if not any(g in _waits_on(seen(p), ext_anc, late) for p in ins if member.get(p) != g)]
             chosen = [max(alone, key=lambda g: len(groups[g].nodes))] if alone else []
         gid = None
         if chosen:
-            gid = _merge(groups, anc, ext_anc, chosen) if len(chosen) > 1 else chosen[0]
+            gid = _merge(groups, anc, ext_anc, chosen, read, late) if len(chosen) > 1 else chosen[0]
             for m in groups[gid].nodes:
                 member[m] = gid
             place = _placement(n, kind, info, groups[gid], member)
@@ -290,10 +319,15 @@ def _group_nodes(nodes):
         g.nodes.append(n)
         g.space[n], g.phase[n] = place
         member[n] = gid
+        waited = len(ext_anc[gid])
         for p in ins:
             if member.get(p) != gid:
-                ext_anc[gid] |= anc.get(p, set())
-        anc[n] = set().union(*(anc.get(p, set()) for p in ins)) | {gid}
+                ext_anc[gid] |= seen(p)
+                if p in member:
+                    read.add(member[p])
+        if len(ext_anc[gid]) > waited and gid in read:
+            late.add(gid)
+        anc[n] = set().union(*(seen(p) for p in ins)) | {gid}
     return groups, member
 
 

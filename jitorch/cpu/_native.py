@@ -315,6 +315,10 @@ class NativeReplay:
         root, offset = view_of(array)
         if root is not array or id(root) in self.internal or id(root) in self.checked:
             return None
+        if any(other is not root and np.may_share_memory(other, root) for other in self.roots.values()):
+            # Another root over these bytes (an operand view an eager kernel rebuilt from the address, without a
+            # base chain): its slot holds the same address, which substituting this slot alone would not move.
+            return None
         return self.slots.get(id(root))
 
     def __call__(self):

@@ -197,7 +197,9 @@ RELU = native_eager.native_from(_unary("relu", _relu_kernel, lambda ctx, g: poin
 
 
 def _zero_grad(ctx, g):
-    return g * 0
+    # ATen's zeros_like(grad): not ``g * 0``, NaN where an upstream gradient is infinite or NaN (and -0.0 where
+    # it is negative).
+    return g.new_zeros(g.shape)
 
 
 def _step_kernel(name):
