@@ -17,6 +17,7 @@ from ._tensor import Tensor
 from .nn import functional as F
 from .nn._functional_loss import reduce_loss
 from .nn._spatial_sample import affine_grid_generator
+from .nn.utils.weight_norm import norm_except_dim, weight_norm_of
 
 __all__ = ["adaptive_avg_pool1d", "adaptive_max_pool1d", "alpha_dropout", "alpha_dropout_", "avg_pool1d", "bilinear",
            "binary_cross_entropy_with_logits", "celu_", "channel_shuffle", "native_channel_shuffle", "constant_pad_nd",
@@ -26,7 +27,8 @@ __all__ = ["adaptive_avg_pool1d", "adaptive_max_pool1d", "alpha_dropout", "alpha
            "max_pool2d", "max_pool3d", "native_layer_norm", "native_dropout", "poisson_nll_loss", "rms_norm",
            "rrelu_", "selu_", "threshold_", "triplet_margin_loss", "rsub", "fill", "nuclear_norm", "frobenius_norm",
            "is_neg", "grid_sampler", "grid_sampler_2d", "grid_sampler_3d", "affine_grid_generator", "gru_cell",
-           "lstm_cell", "rnn_tanh_cell", "rnn_relu_cell", "unsafe_chunk", "unsafe_split"]
+           "lstm_cell", "rnn_tanh_cell", "rnn_relu_cell", "unsafe_chunk", "unsafe_split", "norm_except_dim",
+           "_weight_norm"]
 
 _REDUCTIONS = ("none", "mean", "sum")
 
@@ -335,3 +337,8 @@ def unsafe_chunk(input, chunks, dim=0):
 def unsafe_split(tensor, split_size_or_sections, dim=0):
     return _writable_pieces(tensor.split(split_size_or_sections, dim))
 
+
+
+def _weight_norm(v, g, dim=0):
+    """``v * (g / norm_except_dim(v, 2, dim))``: the weight that ``nn.utils.weight_norm`` rebuilds before each call."""
+    return weight_norm_of(v, g, dim)

@@ -136,6 +136,11 @@ def binomial(count, prob, generator=None):
     if count.shape != prob.shape:
         raise RuntimeError(f"binomial: count and prob must have the same shape, got {list(count.shape)} and "
                            f"{list(prob.shape)}")
+    from .distributions._torch_binomial import torch_binomial_replay
+
+    replayed = torch_binomial_replay(count, prob.to(count.dtype), generator)
+    if replayed is not None:  # small CPU draws: ATen's serial sampler on torch's stream, torch's counts
+        return replayed
     draws = _random._rng(generator).binomial(count._host().astype(np.int64), prob._host())
     return _finish(np.asarray(draws).astype(count._data.dtype), False, count.device)
 

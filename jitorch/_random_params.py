@@ -21,6 +21,8 @@ from ._creation import _finish
 from ._random_inplace import fmt_number, not_implemented
 from ._shape import broadcast_shapes, normalize_shape
 from ._tensor import Tensor
+from ._torch_poisson import torch_poisson
+from ._torch_rng import TorchCPUStream
 from .autograd.function import Function
 from .autograd.grad_mode import GradState
 
@@ -230,8 +232,16 @@ def poisson(input, generator=None):
         lam = input._data if gen._on_device else input._host()
         if not gen._on_device and lam.size and not bool((lam >= 0).all()):  # NaN fails too, as in torch
             raise RuntimeError("poisson: invalid Poisson rate, expected rate to be non-negative")
-        return _finish(_random._rng(gen).poisson(lam, lam.shape).astype(input._data.dtype), False, input.device)
+        stream = _random._rng(gen)
+        if isinstance(stream, TorchCPUStream) and lam.size <= _POISSON_REPLAY_MAX and np.isfinite(lam).all():
+            counts = torch_poisson(stream, lam.astype(np.float64))  # ATen's serial sampler: torch's counts
+        else:  # large or infinite rates: NumPy's sampler on a seed drawn from the stream (reproducible)
+            counts = stream.poisson(lam, lam.shape)
+        return _finish(counts.astype(input._data.dtype), False, input.device)
     return _recorded(_POISSON, draw, input)
+
+
+_POISSON_REPLAY_MAX = 1 << 16  # the replay costs ~1 us a uniform drawn
 
 
 for _name, _fn in dict(bernoulli=bernoulli, multinomial=multinomial).items():

@@ -131,10 +131,9 @@ def test_module_initialisation_and_nn_init_are_torchs(seed):
         _same(a, b)
 
 
-@pytest.mark.xfail(strict=True, reason="jitorch's trunc_normal_ samples by inverse CDF from float64 uniforms; torch's "
-                                       "draws uniform_(2l - 1, 2u - 1) in the tensor's dtype, then erfinv_, mul_, add_")
-def test_trunc_normal_is_torchs():
-    a, b = _both(0, lambda m: m.nn.init.trunc_normal_(m.empty(5, 7), std=0.02))
+@pytest.mark.parametrize("kwargs", [dict(std=0.02), dict(mean=0.5, std=1.0, a=0.0, b=0.1)])
+def test_trunc_normal_is_torchs(kwargs):
+    a, b = _both(0, lambda m: m.nn.init.trunc_normal_(m.empty(5, 7), **kwargs))
     _same(a, b)
 
 

@@ -18,8 +18,11 @@ import numpy as np
 import jitorch as torch
 from jitorch.autograd import Function
 
+from .. import _random
 from .._tensor import Tensor
+from .._torch_rng import TorchCPUStream
 from ._math_backends import _ArrayMath, _host_float64, _TensorMath
+from ._torch_gamma import torch_dirichlet, torch_standard_gamma
 
 __all__ = ["_Dirichlet", "_StandardGamma", "_dirichlet_grad", "_gammainc", "_standard_gamma_grad"]
 
@@ -41,9 +44,25 @@ def _sample_standard_gamma(alpha):
             out = _gamma_draws(_TensorMath, a).to(alpha.dtype)
             # Underflow (tiny alpha) gives the smallest normal number, never 0: log(x) stays finite, as torch's.
             return torch.where(a == 0, out, out.clamp(min=tiny))
+        stream = _torch_stream(alpha._data)
+        if stream is not None:
+            return Tensor._make(torch_standard_gamma(stream, alpha._data))
         with np.errstate(all="ignore"):
             out = _gamma_draws(_ArrayMath, arrays[0]).astype(alpha._data.dtype)
             return Tensor._make(np.where(arrays[0] == 0, out, np.maximum(out, out.dtype.type(tiny))))  # keeps bfloat16
+
+
+_TORCH_REPLAY_MAX = 1 << 12  # larger draws take the vectorised sampler: the replay costs ~7 us a value
+
+
+def _torch_stream(alpha):
+    """The default generator's stream where ATen's serial sampler is replayed on it, so a seeded run gets torch's
+    numbers (torch's CPU stream, a float32/float64 ``alpha`` of at most ``_TORCH_REPLAY_MAX`` values: mixup's
+    Beta, Dirichlet priors); else None, and the vectorised rejection sampler draws (reproducible, not torch's)."""
+    stream = _random._rng(None)
+    if not isinstance(stream, TorchCPUStream) or alpha.dtype not in (np.float32, np.float64):
+        return None
+    return stream if alpha.size <= _TORCH_REPLAY_MAX else None
 
 
 def _gamma_draws(m, a):
@@ -286,6 +305,12 @@ class _Dirichlet(Function):
 
     @staticmethod
     def forward(ctx, alpha):
+        host = _host_float64(alpha.detach())
+        stream = None if host is None else _torch_stream(alpha.detach()._data)
+        if stream is not None:  # torch's numbers: ATen's float64 gammas, normalised and clamped
+            x = Tensor._make(torch_dirichlet(stream, alpha.detach()._data))
+            ctx.save_for_backward(alpha, x)
+            return x
         gammas = _sample_standard_gamma(alpha)
         x = gammas / gammas.sum(-1, True)
         # A sum that underflowed (every concentration tiny) leaves 0/0: the mass goes to the largest gamma.

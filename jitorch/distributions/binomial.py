@@ -1,5 +1,6 @@
 """``Binomial``: successes in ``total_count`` trials of ``probs``; its sampler (inversion for small means,
-Hormann's BTRS rejection otherwise, as torch's) draws from jitorch's generator."""
+Hormann's BTRS rejection otherwise, as torch's) draws from jitorch's generator: torch's counts on the CPU stream
+for small draws (``_torch_binomial``), vectorised rounds otherwise."""
 from __future__ import annotations
 
 import math
@@ -8,6 +9,7 @@ import jitorch as torch
 
 from . import constraints
 from ._mixins import ProbsOrLogitsParam
+from ._torch_binomial import torch_binomial_replay
 from .distribution import Distribution
 
 __all__ = ["Binomial"]
@@ -76,6 +78,9 @@ def _sample_binomial(count, prob):
     """Binomial draws of the broadcast shape of ``count`` and ``prob`` (no autograd)."""
     with torch.no_grad():
         count, prob = torch.broadcast_tensors(count.detach(), prob.detach())
+        replayed = torch_binomial_replay(count, prob)
+        if replayed is not None:
+            return replayed
         dtype, shape = prob.dtype, prob.shape
         n, p = count.to(torch.float64).reshape(-1), prob.to(torch.float64).reshape(-1)
         # Sample the rarer outcome (q <= 1/2) and flip back.

@@ -45,20 +45,20 @@ def _log_modified_bessel_fn(x, order=0):
 
 
 def _rejection_sample(loc, concentration, proposal_r, shape):
-    """Best & Fisher (1979): a wrapped Cauchy proposal; only the entries still rejected draw again."""
-    loc, concentration, proposal_r = (t.expand(shape).reshape(-1) for t in (loc, concentration, proposal_r))
-    x = torch.zeros(loc.shape, dtype=loc.dtype, device=loc.device)
-    pending = torch.arange(x.numel(), device=loc.device)
-    while pending.numel():
-        u1, u2, u3 = torch.rand((3,) + tuple(pending.shape), dtype=loc.dtype, device=loc.device).unbind()
-        r = proposal_r[pending]
+    """Best & Fisher (1979): a wrapped Cauchy proposal, as torch's loop draws it so that a seeded run gets torch's
+    samples: every round draws uniforms for the whole shape, and an entry accepted again takes the later value."""
+    x = torch.zeros(shape, dtype=loc.dtype, device=loc.device)
+    done = torch.zeros(shape, dtype=torch.bool, device=loc.device)
+    while not done.all():
+        u1, u2, u3 = torch.rand((3,) + tuple(shape), dtype=loc.dtype, device=loc.device).unbind()
         z = torch.cos(math.pi * u1)
-        f = (1 + r * z) / (r + z)
-        c = concentration[pending] * (r - f)
+        f = (1 + proposal_r * z) / (proposal_r + z)
+        c = concentration * (proposal_r - f)
         accept = ((c * (2 - c) - u2) > 0) | ((c / u2).log() + 1 - c >= 0)
-        x[pending[accept]] = ((u3 - 0.5).sign() * f.acos())[accept]
-        pending = pending[~accept]
-    return ((x + math.pi + loc) % (2 * math.pi) - math.pi).reshape(shape)
+        if accept.any():
+            x = torch.where(accept, (u3 - 0.5).sign() * f.acos(), x)
+            done = done | accept
+    return (x + math.pi + loc) % (2 * math.pi) - math.pi
 
 
 class VonMises(MeanModeAtLoc, Distribution):

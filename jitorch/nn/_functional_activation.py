@@ -19,6 +19,7 @@ from .. import _dtype
 from .. import _pointwise as pw
 from .._pointwise import where
 from ..amp._cast_mode import autocast_lower
+from ..autograd.function import Function
 from ..ops import activation_elu, activation_ops, activation_piecewise, softplus_ops
 from ._functional_core import run_inplace, type_name
 
@@ -256,9 +257,34 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
         return out if inplace else out.contiguous()  # ATen's rrelu writes a new row-major tensor
 
     def sample(x):
-        slopes = x.detach().new_empty(x.shape).uniform_(lower, upper)
-        return where(x >= 0, x, x * slopes)
+        # ATen's loop: one float64 uniform on [lower, upper) (the bounds in the op's math type) per non-positive
+        # element, in row-major order; others keep slope 1, NaN included. The product with the slopes is
+        # torch's output and its gradient (``noise``), 0 included.
+        math_dtype = _dtype.float64 if x.dtype == _dtype.float64 else _dtype.float32
+        bounds = [float(x.detach().new_tensor(b, dtype=math_dtype)) for b in (lower, upper)]
+        drawn = x.detach() <= 0
+        count = int(drawn.sum())
+        slopes = x.detach().new_ones(x.shape, dtype=math_dtype)
+        if count:
+            draws = x.detach().new_empty(count, dtype=_dtype.float64).uniform_(*bounds)
+            slopes[drawn] = draws.to(math_dtype)
+        return _NoiseProduct.apply(x, slopes)
     return _maybe_inplace(sample, input, inplace)
+
+
+class _NoiseProduct(Function):
+    """rrelu's training output ``x * noise`` in the op's math type, with ATen's gradient ``grad * noise``, the
+    noise rounded to the input's dtype (what ATen stores for half types)."""
+
+    @staticmethod
+    def forward(ctx, x, slopes):
+        ctx.save_for_backward(slopes.to(x.dtype))
+        return (x.to(slopes.dtype) * slopes).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (noise,) = ctx.saved_tensors
+        return grad * noise, None
 
 
 def rrelu_(input, lower=1.0 / 8, upper=1.0 / 3, training=False):

@@ -81,25 +81,54 @@ def normal_(tensor, mean=0.0, std=1.0, generator=None):
 
 
 def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None):
-    """Fill with samples of N(mean, std²) restricted to [a, b] (``a``, ``b`` are absolute bounds)."""
-    from scipy.special import ndtr, ndtri
+    """Fill with samples of N(mean, std²) restricted to [a, b] (``a``, ``b`` are absolute bounds).
 
+    The draws are torch's (2.13) rejection samplers, so a seeded stream gives torch's values: when [a, b] holds more
+    than 30% of the normal's mass, normal draws with the rejected ones redrawn; otherwise uniform candidates on
+    [a, b] accepted with probability pdf / peak, rejected ones redrawn.
+    """
     if mean < a - 2 * std or mean > b + 2 * std:
         warnings.warn("mean is more than 2 std from [a, b] in nn.init.trunc_normal_. The distribution of values may "
                       "be incorrect.", stacklevel=2)
     if tensor.is_meta:  # nothing to fill, and no draw from the CPU generator (torch's meta kernels draw none)
         return tensor
-    lo, hi = (a - mean) / std, (b - mean) / std
-    # Inverse-CDF sampling; an interval in the upper tail is sampled mirrored, where the CDF keeps its precision.
-    flip = lo > 0
-    if flip:
-        lo, hi = -hi, -lo
-    u = _creation.empty(tuple(tensor.shape), dtype=_dtype.float64, device="cpu")
-    u.uniform_(float(ndtr(lo)), float(ndtr(hi)), generator=generator)
-    z = np.clip(ndtri(u.numpy()), lo, hi)
-    values = mean + std * (-z if flip else z)
+
+    def norm_cdf(x):
+        return (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
+
     with no_grad():
-        return tensor.copy_(_creation.from_numpy(np.clip(values, a, b)))
+        if norm_cdf((b - mean) / std) - norm_cdf((a - mean) / std) > 0.3:
+            # the bounds rounded to the tensor's dtype, so the rejection test sees representable values
+            lo, hi = tensor.new_tensor(a, device="cpu").item(), tensor.new_tensor(b, device="cpu").item()
+            result = tensor.normal_(mean, std, generator=generator)
+            while True:
+                rejected = result.lt(lo) | result.gt(hi)
+                if not rejected.any():
+                    break
+                redrawn = _creation.empty_like(result).normal_(mean, std, generator=generator)
+                result = redrawn.where(rejected, result)
+            if tensor is not result:
+                tensor.copy_(result)
+            return tensor
+        mode = max(a, min(mean, b))
+        log_peak = -0.5 * ((mode - mean) / std) ** 2
+        candidates = _creation.empty_like(tensor)
+        accept_buf = _creation.empty_like(tensor)
+        tensor.uniform_(a, b, generator=generator)
+        candidates.copy_(tensor)
+        candidates.sub_(mean).div_(std).pow_(2).mul_(-0.5).sub_(log_peak)  # log pdf relative to the peak
+        pending = accept_buf.uniform_(generator=generator).log_().gt(candidates)
+        if not pending.any():
+            return tensor
+        result = tensor
+        while True:
+            candidates.uniform_(a, b, generator=generator)
+            result = candidates.where(pending, result)
+            candidates.sub_(mean).div_(std).pow_(2).mul_(-0.5).sub_(log_peak)
+            pending = accept_buf.uniform_(generator=generator).log_().gt(candidates).where(pending, pending)
+            if not pending.any():
+                break
+        return tensor.copy_(result)
 
 
 def constant_(tensor, val):
