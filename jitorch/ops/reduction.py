@@ -20,6 +20,7 @@ from .._dispatch_fast import nothing_records, plain_tensor
 from ..autograd.graph import Node
 from . import half_cast
 from .cascade_sum import NAIVE_ROWS, cascade_sum
+from .native_outer_sum import outer_sum
 from .native_sum import MIN_SIZE as SUM_MIN_SIZE, trailing_sum
 from .movement import EXPAND, RESHAPE
 from .sorting import take_along, take_checked
@@ -81,6 +82,8 @@ def _cascaded(a, dims, keepdim, dtype):
 def _sum_kernel(xp, a, dims, keepdim, dtype):
     if a.dtype in _HALF and (dtype == a.dtype or dtype == _F32):  # widened natively once (NumPy's casting sum widens
         if (out := trailing_sum(a, dims, keepdim)) is not None:  # widened as the kernel loads (no float32 copy)
+            return half_cast.converted(out, dtype)
+        if (out := outer_sum(a, dims, keepdim, dtype)) is not None:  # an outer axis: ATen's order, widened alike
             return half_cast.converted(out, dtype)
         wide = half_cast.astype(a, _F32)  # in software; summing float32 copies gives torch's bits)
         if wide is not None:
