@@ -202,7 +202,7 @@ def refuse_operand_overlap(self, operands, op=None, full_too=False):
 def refuse_internal_overlap(name, data):
     """torch's ``assert_no_internal_overlap`` of a written array: a dim of stride 0 and size > 1 (an expanded
     tensor) is refused where torch checks, e.g. ``fill_`` by a tensor (its fill by a number writes through)."""
-    if type(data) is np.ndarray and not data.flags.writeable and any(
+    if type(data) is np.ndarray and data.size and not data.flags.writeable and any(
             st == 0 and n > 1 for n, st in zip(data.shape, data.strides)):
         raise RuntimeError(f"{name}: unsupported operation: more than one element of the written-to tensor refers "
                            "to a single memory location (an expanded tensor). Please clone() the tensor before "
@@ -277,7 +277,8 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
             return _write_answer(op, self, answer.result, cast_check)
         if cast_check:
             _check_cast(op, result, self)
-        self._data[...] = result
+        if self._data.size:  # (an empty expanded tensor's array is read-only: nothing to write)
+            self._data[...] = result
         self._bump_version()
         if GradState.enabled and not op.differentiable and self.grad_fn is not None:
             _detach_history_inplace(self)
@@ -301,7 +302,8 @@ def apply_inplace(op, self, *args, cast_check=True, **attrs):
         old = Tensor._make(self._data.copy())
         old.grad_fn, old._output_nr, old._requires_grad = self.grad_fn, self._output_nr, self._requires_grad
         node.save_inputs((old,) + node._saved_in[1:])
-    self._data[...] = result._data
+    if self._data.size:
+        self._data[...] = result._data
     self._bump_version()
     if node is not None and node._saved_out is not None:
         node.save_output((self,))

@@ -25,6 +25,7 @@ from ._dtype import promote_types
 from ._out_variants import check_out_tensor
 from ._shape import wrap_dim
 from ._tensor import Tensor
+from .autograd.grad_mode import GradState
 from .autograd.graph import named
 from .ops import movement as M
 # _movement imports _movement_copy, and so this module, at its end, once these are defined.
@@ -103,6 +104,11 @@ def cat(tensors, dim=0, *, out=None):
                 raise RuntimeError(f"cat(): Sizes of tensors must match except in dimension {d}. Expected size {a} but "
                                    f"got size {b} for tensor number {i} in the list.")
     fmt = _cat_format(kept)
+    if len(kept) < len(tensors) and GradState.enabled and any(t._requires_grad for t in tensors):
+        # A skipped empty that requires grad still makes torch's result require grad (its gradient is empty):
+        # joined as an empty slab of the result's shape, it takes part in the graph.
+        slab = tuple(0 if ax == d else n for ax, n in enumerate(ref._data.shape))
+        kept = [t if t._data.ndim == ref._data.ndim or t._data.shape[0] else t.reshape(slab) for t in tensors]
     result = apply(M.CAT, *kept, dim=d) if fmt is None else apply(M.CAT, *kept, dim=d, fmt=fmt)
     if len(kept) < len(tensors):
         # The skipped empties still take part in the type promotion (a float accumulator started as tensor([])).

@@ -19,7 +19,10 @@ What matches torch 2.13 bit for bit (ATen's ``DistributionTemplates.h``/``Transf
   transforms of 53-bit uniforms (``lognormal``: of the scalar normals), float64 for the caller to round.
 
 Other NumPy methods (``binomial``, ``poisson``, ``choice``...) are NumPy's, from a PCG64 seeded by one 64-bit draw of
-this stream: reproducible under ``manual_seed``, not torch's numbers.
+this stream: reproducible under ``manual_seed``, not torch's numbers. ``torch.poisson``, ``torch.binomial`` and the
+gamma family (Gamma, Beta, Dirichlet, Chi2, StudentT) do not use them: up to a size limit each, they replay ATen's
+serial samplers on this stream (`jitorch._torch_poisson`, `distributions._torch_binomial`,
+`distributions._torch_gamma`, with `jitorch._uniform_tape`), so they give torch's numbers.
 
 >>> s = TorchCPUStream(0)
 >>> [round(float(v), 4) for v in s.random(3, dtype=np.float32)]  # torch.manual_seed(0); torch.rand(3)
