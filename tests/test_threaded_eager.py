@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import assert_same
 
 import jitorch
 import jitorch.ops.threaded_matmul as threaded
@@ -223,3 +224,24 @@ def test_meta_products_compute_nothing():
     big = jitorch.empty(1 << 15, 1 << 15, device="meta")
     out = big @ big.t()
     assert out.is_meta and tuple(out.shape) == (1 << 15, 1 << 15)
+
+
+@pytest.mark.parametrize("shape", [(1, 300, 96), (2, 3, 70, 96), (4, 1, 96)])
+def test_a_batch_times_one_matrix_folds_into_rows_as_torch(shape):
+    # ATen folds (..., m, k) @ (k, n) into one product: its rows split over threads, not one item per matrix.
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((96, 80)).astype(np.float32)
+    ja, ta = jitorch.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    jw, tw = jitorch.tensor(w, requires_grad=True), torch.tensor(w, requires_grad=True)
+    jy, ty = ja @ jw, ta @ tw
+    assert_same(jy, ty, atol=1e-4, rtol=1e-5)
+    up = rng.standard_normal(tuple(ty.shape)).astype(np.float32)
+    jg = jitorch.autograd.grad(jy, (ja, jw), jitorch.tensor(up))
+    tg = torch.autograd.grad(ty, (ta, tw), torch.tensor(up))
+    for j, t in zip(jg, tg):
+        assert_same(j, t, atol=1e-3, rtol=1e-4)
+    folded = threaded.threaded_matmul(a, w)
+    if folded is not None:  # the tiles take it: the same bits as the 2-D product of the rows
+        flat = threaded.threaded_matmul(a.reshape(-1, 96), w)
+        assert np.array_equal(folded, flat.reshape(folded.shape))

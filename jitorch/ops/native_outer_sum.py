@@ -114,23 +114,23 @@ def outer_sum(a, dims, keepdim, dtype=None):
 
 def _row_sums(function, itemsize, base, out, rows, row_stride, cut, batches, batch_stride):
     """ATen's ``row_sum`` of columns ``cut..`` of each batch: four interleaved streams of rows (row ``4i + k`` in
-    stream ``k``), each a cascade over ``rows // 4``; the leftover rows added to stream 0, then streams 1..3. The
-    streams of a batch are one call's four batches (``row_stride`` apart), the leftover rows one call's too."""
+    stream ``k``), each a cascade over ``rows // 4``; the leftover rows added to stream 0, then streams 1..3. One
+    call per stream and per leftover row, each over every batch (at most seven calls, whatever the batch count)."""
     width = out.shape[1] - cut
     quarter = rows // 4
-    streams = np.zeros((batches, 4, width), _F32)
-    left = np.empty((batches, rows - 4 * quarter, width), _F32)
-    for b in range(batches):
-        start = base + (b * batch_stride + cut) * itemsize
-        if quarter:
-            function(start, streams[b].ctypes.data, quarter, width, 4 * row_stride, level_power(quarter), 4,
-                     row_stride, width)
-        if left.shape[1]:  # (each leftover row a one-row sum: its widened values)
-            function(start + 4 * quarter * row_stride * itemsize, left[b].ctypes.data, 1, width, row_stride, 4,
-                     left.shape[1], row_stride, width)
-    total = streams[:, 0]
-    for r in range(left.shape[1]):
-        total += left[:, r]
+    streams = np.zeros((4, batches, width), _F32)
+    left = np.empty((rows - 4 * quarter, batches, width), _F32)
+    start = base + cut * itemsize
+    if quarter:
+        for k in range(4):
+            function(start + k * row_stride * itemsize, streams[k].ctypes.data, quarter, width, 4 * row_stride,
+                     level_power(quarter), batches, batch_stride, width)
+    for r in range(left.shape[0]):  # (each leftover row a one-row sum: its widened values)
+        function(start + (4 * quarter + r) * row_stride * itemsize, left[r].ctypes.data, 1, width, row_stride, 4,
+                 batches, batch_stride, width)
+    total = streams[0]
+    for r in range(left.shape[0]):
+        total += left[r]
     for k in range(1, 4):
-        total += streams[:, k]
+        total += streams[k]
     out[:, cut:] = total

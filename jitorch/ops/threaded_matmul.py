@@ -74,6 +74,11 @@ def threaded_matmul(a, b):
     if type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != _F32 or b.dtype != _F32 or \
             a.ndim < 2 or b.ndim < 2:
         return None  # (a subclass, such as the meta device's data-less arrays, answers its own product)
+    if b.ndim == 2 and a.ndim > 2 and a.size:
+        # A batch times one matrix is one product of the batch's rows, as ATen's matmul folds it: its rows split
+        # over the threads (one item per matrix would leave threads idle for a short batch of long matrices).
+        c = threaded_matmul(a.reshape(-1, a.shape[-1]), b)
+        return None if c is None else c.reshape(*a.shape[:-1], b.shape[-1])
     threads = get_num_threads()
     key = (a.shape, a.strides, b.shape, b.strides, threads)
     plan = _PLANS.get(key, _MISSING)
