@@ -10,10 +10,13 @@ owns the loops around these bodies and sets the attributes it reads (``k``, ``b`
 >>> from jitorch.codegen.codeblock import LLVMBuilder
 >>> b = LLVMBuilder()
 >>> _cast(b, "%x", "f32", "i64"), _float_op(b, "mul", ["%x", "%y"], "float")
-('%t0', '%t1')
+('%t3', '%t4')
 >>> print(b)
   %t0 = fptosi float %x to i64
-  %t1 = fmul float %x, %y
+  %t1 = call float @llvm.fabs.f32(float %x)
+  %t2 = fcmp olt float %t1, 0x43E0000000000000
+  %t3 = select i1 %t2, i64 %t0, i64 -9223372036854775808
+  %t4 = fmul float %x, %y
 """
 from __future__ import annotations
 
@@ -218,7 +221,12 @@ def _cast(b, value, src, dst):
     if src in FLOATS and dst in FLOATS:
         return b.emit(f"{'fpext' if src == 'f32' else 'fptrunc'} {s} {value} to {d}")
     if src in FLOATS:
-        return b.emit(f"fptosi {s} {value} to {d}")
+        # LLVM's fptosi is poison for NaN and out-of-range values (the optimizer may then fold a later sitofp into a
+        # trunc: NaN downstream); x86's cvtt* (NumPy's astype: eager) gives the type's minimum, selected here.
+        bits = 64 if dst == "i64" else 32
+        t = b.emit(f"fptosi {s} {value} to {d}")
+        ok = b.emit(f"fcmp olt {s} {b.intrinsic('llvm.fabs', s, value)}, {llvm_const(2.0 ** (bits - 1), s)}")
+        return b.emit(f"select i1 {ok}, {d} {t}, {d} {-(1 << (bits - 1))}")
     if dst in FLOATS:
         return b.emit(f"sitofp {s} {value} to {d}")
     return b.emit(f"{'sext' if src == 'i32' else 'trunc'} {s} {value} to {d}")

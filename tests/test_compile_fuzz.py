@@ -272,3 +272,11 @@ def test_compiled_variance_of_a_constant_row_is_exactly_zero_as_eagers(name):
     want = fn(torch, torch.tensor(base).expand(7, 5, 3))
     for g, w in zip(got, want):
         assert_same(g, w)
+
+
+def test_seed_8005_nan_cast_to_int64_keeps_the_minimum():
+    # var of infinities is NaN; NaN.long() is INT64_MIN eagerly (x86 cvttsd2si). LLVM's fptosi is poison there,
+    # and the optimizer folded the later `0.5 + long` into a trunc: NaN came out compiled.
+    prog = make_program(8005)
+    found = mismatches(prog)
+    assert not found, f"{prog.source}\n" + "\n".join(f"{w}: {m}" for w, m in found)
