@@ -50,17 +50,13 @@ _COS_P = (2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2)
 _FOPI = 1.27323954473516
 
 
-def _float_ir(name):
-    horner = []
-    prev = _f32(_LOG_P[0])
-    for k, p in enumerate(_LOG_P[1:]):
-        horner.append(f"  %h{k} = call float @llvm.fma.f32(float {prev}, float %x, float {_f32(p)})")
-        prev = f"%h{k}"
-    horner = "\n".join(horner)
-    return f"""declare float @llvm.fma.f32(float, float, float)
-declare float @llvm.sqrt.f32(float)
-
-define void @{name}(ptr noalias %data, i64 %pairs, float %mean, float %std) nounwind {{
+def _pairs_ir(name, ty, declarations, body, attributes=""):
+    """The loop both Box-Muller kernels share: ``pairs // 8`` blocks of 16 values, lane ``i`` of a block pairing
+    value ``i`` (``%u``) with value ``i + 8`` (``%v``); ``body`` turns them into ``%n1``/``%n2``, stored back as
+    ``n * std + mean``. ``ty`` is ``float`` or ``double``."""
+    align, suffix = (4, "f32") if ty == "float" else (8, "f64")
+    return f"""{declarations}
+define void @{name}(ptr noalias %data, i64 %pairs, {ty} %mean, {ty} %std) nounwind {{
 entry:
   %blocks = lshr i64 %pairs, 3
   %any = icmp sgt i64 %blocks, 0
@@ -73,11 +69,35 @@ loop:
   %lane = phi i64 [0, %outer], [%lane.next, %loop]
   %iu = add i64 %base, %lane
   %iv = add i64 %iu, 8
-  %pu = getelementptr float, ptr %data, i64 %iu
-  %pv = getelementptr float, ptr %data, i64 %iv
-  %u = load float, ptr %pu, align 4
-  %v = load float, ptr %pv, align 4
-  ; log256_ps(1 - u): 1 - u lies in (0, 1], never denormal, so the clamp and the invalid mask do nothing
+  %pu = getelementptr {ty}, ptr %data, i64 %iu
+  %pv = getelementptr {ty}, ptr %data, i64 %iv
+  %u = load {ty}, ptr %pu, align {align}
+  %v = load {ty}, ptr %pv, align {align}
+{body}  %o1 = call {ty} @llvm.fma.{suffix}({ty} %n1, {ty} %std, {ty} %mean)
+  %o2 = call {ty} @llvm.fma.{suffix}({ty} %n2, {ty} %std, {ty} %mean)
+  store {ty} %o1, ptr %pu, align {align}
+  store {ty} %o2, ptr %pv, align {align}
+  %lane.next = add i64 %lane, 1
+  %more = icmp slt i64 %lane.next, 8
+  br i1 %more, label %loop, label %outer.end
+outer.end:
+  %b.next = add i64 %b, 1
+  %bmore = icmp slt i64 %b.next, %blocks
+  br i1 %bmore, label %outer, label %done
+done:
+  ret void
+}}
+{attributes}"""
+
+
+def _float_ir(name):
+    horner = []
+    prev = _f32(_LOG_P[0])
+    for k, p in enumerate(_LOG_P[1:]):
+        horner.append(f"  %h{k} = call float @llvm.fma.f32(float {prev}, float %x, float {_f32(p)})")
+        prev = f"%h{k}"
+    horner = "\n".join(horner)
+    body = f"""  ; log256_ps(1 - u): 1 - u lies in (0, 1], never denormal, so the clamp and the invalid mask do nothing
   %u1 = fsub float 1.0, %u
   %bits = bitcast float %u1 to i32
   %ebits = lshr i32 %bits, 23
@@ -145,48 +165,14 @@ loop:
   %cos = bitcast i32 %cb to float
   %n1 = fmul float %radius, %cos
   %n2 = fmul float %radius, %sin
-  %o1 = call float @llvm.fma.f32(float %n1, float %std, float %mean)
-  %o2 = call float @llvm.fma.f32(float %n2, float %std, float %mean)
-  store float %o1, ptr %pu, align 4
-  store float %o2, ptr %pv, align 4
-  %lane.next = add i64 %lane, 1
-  %more = icmp slt i64 %lane.next, 8
-  br i1 %more, label %loop, label %outer.end
-outer.end:
-  %b.next = add i64 %b, 1
-  %bmore = icmp slt i64 %b.next, %blocks
-  br i1 %bmore, label %outer, label %done
-done:
-  ret void
-}}
 """
+    return _pairs_ir(name, "float", """declare float @llvm.fma.f32(float, float, float)
+declare float @llvm.sqrt.f32(float)
+""", body)
 
 
 def _double_ir(name):
-    return f"""declare double @llvm.fma.f64(double, double, double)
-declare double @llvm.sqrt.f64(double)
-declare double @log(double)
-declare double @cos(double)
-declare double @sin(double)
-
-define void @{name}(ptr noalias %data, i64 %pairs, double %mean, double %std) nounwind {{
-entry:
-  %blocks = lshr i64 %pairs, 3
-  %any = icmp sgt i64 %blocks, 0
-  br i1 %any, label %outer, label %done
-outer:
-  %b = phi i64 [0, %entry], [%b.next, %outer.end]
-  %base = shl i64 %b, 4
-  br label %loop
-loop:
-  %lane = phi i64 [0, %outer], [%lane.next, %loop]
-  %iu = add i64 %base, %lane
-  %iv = add i64 %iu, 8
-  %pu = getelementptr double, ptr %data, i64 %iu
-  %pv = getelementptr double, ptr %data, i64 %iv
-  %u = load double, ptr %pu, align 8
-  %v = load double, ptr %pv, align 8
-  %u1 = fsub double 1.0, %u
+    body = f"""  %u1 = fsub double 1.0, %u
   %lg = call double @log(double %u1) #0
   %m2 = fmul double -2.0, %lg
   %radius = call double @llvm.sqrt.f64(double %m2)
@@ -195,23 +181,13 @@ loop:
   %sin = call double @sin(double %th) #0
   %n1 = fmul double %radius, %cos
   %n2 = fmul double %radius, %sin
-  %o1 = call double @llvm.fma.f64(double %n1, double %std, double %mean)
-  %o2 = call double @llvm.fma.f64(double %n2, double %std, double %mean)
-  store double %o1, ptr %pu, align 8
-  store double %o2, ptr %pv, align 8
-  %lane.next = add i64 %lane, 1
-  %more = icmp slt i64 %lane.next, 8
-  br i1 %more, label %loop, label %outer.end
-outer.end:
-  %b.next = add i64 %b, 1
-  %bmore = icmp slt i64 %b.next, %blocks
-  br i1 %bmore, label %outer, label %done
-done:
-  ret void
-}}
-
-attributes #0 = {{ nobuiltin nounwind }}
 """
+    return _pairs_ir(name, "double", """declare double @llvm.fma.f64(double, double, double)
+declare double @llvm.sqrt.f64(double)
+declare double @log(double)
+declare double @cos(double)
+declare double @sin(double)
+""", body, "\nattributes #0 = { nobuiltin nounwind }\n")
 
 
 def _affine_ir(name, ty, suffix):

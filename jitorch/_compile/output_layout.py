@@ -16,7 +16,8 @@ import numpy as np
 from .._tensor import Tensor
 from ..fx.node import map_aggregate
 
-__all__ = ["eager_layouts", "keeping_layouts", "relaying", "LaidOutPlan", "laid_out", "memory_order"]
+__all__ = ["eager_layouts", "keeping_layouts", "relaying", "LaidOutPlan", "laid_out", "memory_order",
+           "in_order", "root_array"]
 
 
 def _permutation(t):
@@ -25,7 +26,7 @@ def _permutation(t):
     return None if t._base is not None else memory_order(t._data)
 
 
-def _root(a):
+def root_array(a):
     while isinstance(getattr(a, "base", None), np.ndarray):
         a = a.base
     return a
@@ -53,16 +54,16 @@ def eager_layouts(result, row_major=False):
     column-major), else None; None for the whole when no tensor has one."""
     tensors = []
     map_aggregate(result, lambda a: tensors.append(a) if isinstance(a, Tensor) else a)
-    roots = [id(_root(t._data)) for t in tensors if t._base is not None and type(t._data) is np.ndarray]
+    roots = [id(root_array(t._data)) for t in tensors if t._base is not None and type(t._data) is np.ndarray]
     found = []
     for a in tensors:
         d = a._data
         view = a._base is not None
         if view:
-            lone = type(d) is np.ndarray and d.ndim >= 2 and roots.count(id(_root(d))) == 1 and \
-                not any(id(_root(t._data)) == id(_root(d)) for t in tensors if t._base is None)
+            lone = type(d) is np.ndarray and d.ndim >= 2 and roots.count(id(root_array(d))) == 1 and \
+                not any(id(root_array(t._data)) == id(root_array(d)) for t in tensors if t._base is None)
             perm = (memory_order(d) or (tuple(range(d.ndim)) if d.flags.c_contiguous else None)) if lone else None
-        elif type(d) is np.ndarray and id(_root(d)) in roots:
+        elif type(d) is np.ndarray and id(root_array(d)) in roots:
             perm = None  # another output is a view of it: a copy would part them (their memory is one, eagerly)
         else:
             perm = _permutation(a)
@@ -72,14 +73,14 @@ def eager_layouts(result, row_major=False):
     return found if any(found) else None
 
 
-def _in_order(a, perm):
+def _is_dense_in(a, perm):
     """Whether array ``a`` is dense in the order ``perm`` (at whatever size)."""
     return memory_order(a) == perm if not a.flags.c_contiguous else perm == tuple(range(a.ndim))
 
 
-def _relaid(t, perm):
+def in_order(t, perm):
     """``t``'s values in a new tensor whose memory is row-major over ``perm``'s order of its dimensions; made of ops
-    when ``t`` requires grad (a compiled training call's output), so its gradient flows back through them."""
+    when ``t`` requires grad (a compiled training output, a relaid input), so its gradient flows back through them."""
     back = tuple(int(d) for d in np.argsort(perm))
     if t.requires_grad:
         return t.permute(*perm).contiguous().permute(*back)
@@ -128,12 +129,12 @@ def laid_out(result, layouts):
         d = a._data
         if want is None or type(d) is not np.ndarray or len(want[0]) != d.ndim:
             return a
-        if d.strides == want[1] or _in_order(d, want[0]):
+        if d.strides == want[1] or _is_dense_in(d, want[0]):
             if want[2] or a._base is None or a.requires_grad:
                 return a
             # (a permuted view of the graph's own value, `permute_sinking`: eager's result is no view)
             return done.setdefault(id(a), Tensor._make(d))
         if id(a) not in done:  # one tensor returned twice stays one tensor
-            done[id(a)] = _relaid(a, want[0])
+            done[id(a)] = in_order(a, want[0])
         return done[id(a)]
     return map_aggregate(result, fix)

@@ -23,12 +23,11 @@ returns a view of the input itself). Otherwise the entry is marked and strides s
 """
 from __future__ import annotations
 
-from .._dispatch import apply
 from .._memory_format import dense_order
 from .._tensor import Tensor
 from ..fx.node import Node, map_aggregate
-from ..ops import movement as M
 from .guards import argument_names, first_failure
+from .output_layout import in_order, root_array
 
 __all__ = ["DenseLayout", "dense_strides", "Relayout", "stride_only_miss", "compile_relaid", "refused_relayout",
            "static_strides_note", "relaid_runner", "RelaidPlan"]
@@ -137,10 +136,10 @@ class Relayout:
             return "as_strided reads the storage around the input"
         if graph_signature(traced.gm) != self.missed.graph_signature:
             return "the function's graph depends on its inputs' strides (stride(), is_contiguous(), a view)"
-        roots = {id(_root(c._data)) for c in self.copies}
+        roots = {id(root_array(c._data)) for c in self.copies}
         aliased = []
         map_aggregate(traced.result, lambda a: aliased.append(a) if isinstance(a, Tensor) and
-                      id(_root(a._data)) in roots else a)
+                      id(root_array(a._data)) in roots else a)
         if aliased:
             return "an output is a view of the input (eager returns the input's own memory)"
         return None
@@ -202,12 +201,6 @@ def static_strides_note(cf, last, guards, args=(), kwargs=None):
     return ""
 
 
-def _root(array):
-    while getattr(array, "base", None) is not None:
-        array = array.base
-    return array
-
-
 def _target(node):
     return getattr(node.target, "__name__", str(node.target)) if node.op == "call_function" else None
 
@@ -254,13 +247,8 @@ def _relaid(flat, positions, strides):
 
 
 def _dense_copy(t):
-    """A dense copy of ``t`` in its memory order (strides `dense_strides`), made of ops: gradients reach ``t``."""
-    a = t._data
-    order = dense_order(a.shape, a.strides)
-    if order == sorted(order):
-        return apply(M.CONTIGUOUS, t)
-    back = sorted(range(len(order)), key=order.__getitem__)
-    return apply(M.CONTIGUOUS, t.permute(*order)).permute(*back)
+    """A dense copy of ``t`` in its memory order (strides `dense_strides`); gradients reach ``t``."""
+    return in_order(t, dense_order(t._data.shape, t._data.strides))
 
 
 def relaid_runner(run, positions, strides):
