@@ -92,7 +92,7 @@ from .amp.autocast_mode import (  # noqa: E402,F401
     set_autocast_cache_enabled, set_autocast_dtype, set_autocast_enabled,
 )
 from ._compile import compile  # noqa: E402,F401,A001 - torch.compile
-from . import func, jit, multiprocessing, random  # noqa: E402,F401
+from . import func, jit, multiprocessing, quasirandom, random  # noqa: E402,F401
 from . import export  # noqa: E402,F401 - torch.export
 from . import types  # noqa: E402,F401 - torch.types
 from . import library  # noqa: E402,F401 - torch.library: custom operators, jitorch.ops.<namespace>
@@ -112,6 +112,10 @@ from .nn.functional import conv1d, conv2d, conv_transpose1d, conv_transpose2d  #
 from ._aten_aliases import *  # noqa: E402,F401,F403 - nn.functional ops under their torch.* names and signatures
 from ._aten_misc import *  # noqa: E402,F401,F403 - cond, while_loop, vmap, frombuffer, unravel_index, settings
 from ._method_extras import *  # noqa: E402,F401,F403 - igamma, igammac; Tensor's in-place and alias spellings
+from ._view_copies import *  # noqa: E402,F401,F403 - permute_copy, select_copy...: views in new memory
+from ._symbolic_shims import *  # noqa: E402,F401,F403 - sym_max, sym_int...: size arithmetic as plain Python
+from . import functional  # noqa: E402,F401 - torch.functional: einsum, split, stft... under that module's name
+OutOfMemoryError = cuda.OutOfMemoryError  # torch.OutOfMemoryError is torch.cuda's
 
 pi, e, inf, nan = _math.pi, _math.e, _math.inf, _math.nan
 newaxis = None

@@ -17,8 +17,8 @@ from ._tensor import Tensor
 from .runtime import threads
 
 __all__ = [
-    "from_dlpack", "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor",
-    "ShortTensor", "CharTensor", "ByteTensor", "BoolTensor", "get_num_threads", "set_num_threads",
+    "from_dlpack", "to_dlpack", "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor",
+    "IntTensor", "ShortTensor", "CharTensor", "ByteTensor", "BoolTensor", "get_num_threads", "set_num_threads",
     "get_num_interop_threads", "set_num_interop_threads", "set_printoptions", "use_deterministic_algorithms",
     "are_deterministic_algorithms_enabled", "set_float32_matmul_precision", "get_float32_matmul_precision",
     "is_nonzero", "is_same_size", "typename", "clear_autocast_cache",
@@ -35,6 +35,18 @@ def from_dlpack(ext_tensor):
     from .runtime import array_module_for
 
     return Tensor._make(array_module_for("cuda").from_dlpack(ext_tensor))
+
+
+def to_dlpack(tensor):
+    """A DLPack capsule sharing ``tensor``'s memory (``tensor.__dlpack__()``), for libraries that take capsules.
+
+    >>> import jitorch, numpy as np
+    >>> type(jitorch.to_dlpack(jitorch.arange(3))).__name__
+    'PyCapsule'
+    """
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f"to_dlpack: expected a Tensor, got {type(tensor).__name__}")
+    return tensor.__dlpack__()
 
 
 class _LegacyTensorType(type):
