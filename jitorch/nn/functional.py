@@ -18,6 +18,7 @@ from ._functional_activation import *  # noqa: F401,F403
 from ._functional_attention import *  # noqa: F401,F403
 from ._functional_core import *  # noqa: F401,F403
 from ._functional_ctc import *  # noqa: F401,F403
+from ._functional_grouped_mm import *  # noqa: F401,F403
 from ._functional_dropout import *  # noqa: F401,F403
 from ._functional_loss import *  # noqa: F401,F403
 from ._functional_loss_extra import *  # noqa: F401,F403
@@ -27,13 +28,13 @@ from ._functional_mha import _in_projection, _in_projection_packed, _mha_shape_c
 from ._functional_norm import *  # noqa: F401,F403
 from ._functional_sparse import *  # noqa: F401,F403
 from . import _functional_activation, _functional_attention, _functional_core, _functional_ctc  # noqa: E402
-from . import _functional_dropout  # noqa: E402
+from . import _functional_dropout, _functional_grouped_mm  # noqa: E402
 from . import _functional_loss, _functional_loss_extra, _functional_mha, _functional_norm  # noqa: E402
 from . import _functional_sparse  # noqa: E402
 
 __all__ = sorted(
     set(_functional_activation.__all__) | set(_functional_attention.__all__) | set(_functional_core.__all__)
-    | set(_functional_ctc.__all__) | set(_functional_dropout.__all__)
+    | set(_functional_ctc.__all__) | set(_functional_dropout.__all__) | set(_functional_grouped_mm.__all__)
     | set(_functional_loss.__all__) | set(_functional_loss_extra.__all__)
     | set(_functional_mha.__all__) | set(_functional_norm.__all__) | set(_functional_sparse.__all__)
 )
