@@ -93,6 +93,7 @@ from .amp.autocast_mode import (  # noqa: E402,F401
 )
 from ._compile import compile  # noqa: E402,F401,A001 - torch.compile
 from . import func, jit, multiprocessing, quasirandom, random  # noqa: E402,F401
+from . import __future__  # noqa: E402,F401 - torch.__future__: module-conversion flags
 from . import export  # noqa: E402,F401 - torch.export
 from . import types  # noqa: E402,F401 - torch.types
 from . import library  # noqa: E402,F401 - torch.library: custom operators, jitorch.ops.<namespace>

@@ -5,3 +5,4 @@
 (tensor([0., 0.]),)
 """
 from . import _pytree, checkpoint, data, deterministic, dlpack  # noqa: F401
+from ._swap_tensors import swap_tensors  # noqa: F401

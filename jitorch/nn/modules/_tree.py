@@ -73,15 +73,29 @@ def _apply(self, fn, recurse=True):
     if recurse:
         for module in self.children():
             module._apply(fn)
-    for param in self._parameters.values():
+    from ... import __future__ as future
+    from ...utils import swap_tensors
+    from ..parameter import Parameter
+
+    swap, overwrite = future.get_swap_module_params_on_conversion(), future.get_overwrite_module_params_on_conversion()
+    for key, param in self._parameters.items():
         if param is None:
             continue
         with no_grad():
-            param.data = fn(param)
-        grad = param.grad
-        if grad is not None:
-            with no_grad():
-                grad.data = fn(grad)
+            applied = fn(param)
+            grad = None if param.grad is None else fn(param.grad)
+        if swap:
+            swap_tensors(param, Parameter(applied, requires_grad=param.requires_grad))
+            if grad is not None:
+                param.grad = grad
+        elif overwrite:
+            fresh = self._parameters[key] = Parameter(applied, requires_grad=param.requires_grad)
+            if grad is not None:
+                fresh.grad = grad.requires_grad_(param.grad.requires_grad)
+        else:
+            param.data = applied
+            if grad is not None:
+                param.grad.data = grad
     for key, buf in self._buffers.items():
         if buf is not None:
             self._buffers[key] = fn(buf)
