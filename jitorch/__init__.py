@@ -115,6 +115,7 @@ from ._aten_misc import *  # noqa: E402,F401,F403 - cond, while_loop, vmap, from
 from ._method_extras import *  # noqa: E402,F401,F403 - igamma, igammac; Tensor's in-place and alias spellings
 from ._view_copies import *  # noqa: E402,F401,F403 - permute_copy, select_copy...: views in new memory
 from ._symbolic_shims import *  # noqa: E402,F401,F403 - sym_max, sym_int...: size arithmetic as plain Python
+from ._native_forms import *  # noqa: E402,F401,F403 - native_batch_norm, native_group_norm, conv_tbc
 from . import _tensor_set  # noqa: E402,F401 - Tensor.set_, Tensor.as_strided_
 from . import functional  # noqa: E402,F401 - torch.functional: einsum, split, stft... under that module's name
 OutOfMemoryError = cuda.OutOfMemoryError  # torch.OutOfMemoryError is torch.cuda's
