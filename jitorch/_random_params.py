@@ -233,15 +233,12 @@ def poisson(input, generator=None):
         if not gen._on_device and lam.size and not bool((lam >= 0).all()):  # NaN fails too, as in torch
             raise RuntimeError("poisson: invalid Poisson rate, expected rate to be non-negative")
         stream = _random._rng(gen)
-        if isinstance(stream, TorchCPUStream) and lam.size <= _POISSON_REPLAY_MAX and np.isfinite(lam).all():
+        if isinstance(stream, TorchCPUStream):
             counts = torch_poisson(stream, lam.astype(np.float64))  # ATen's serial sampler: torch's counts
-        else:  # large or infinite rates: NumPy's sampler on a seed drawn from the stream (reproducible)
+        else:  # another generator's stream: NumPy's sampler on a seed drawn from it (reproducible)
             counts = stream.poisson(lam, lam.shape)
         return _finish(counts.astype(input._data.dtype), False, input.device)
     return _recorded(_POISSON, draw, input)
-
-
-_POISSON_REPLAY_MAX = 1 << 16  # the replay costs ~1 us a uniform drawn
 
 
 for _name, _fn in dict(bernoulli=bernoulli, multinomial=multinomial).items():

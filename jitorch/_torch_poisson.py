@@ -5,7 +5,8 @@ ATen walks the rates serially in row-major order. A rate of 10 or more takes Hoe
 (PTRS, 1993), two 53-bit uniforms a round; a smaller positive rate multiplies uniforms until the product falls to
 ``exp(-rate)``; a zero rate draws nothing. The libm calls are glibc's (``lgamma`` through ctypes where libm loads;
 CPython's own ``lgamma`` otherwise, which may differ in the last bit). The loop is per draw in Python (~1 us a
-uniform, read from a ``UniformTape``), so callers replay it up to a size limit.
+uniform, read from a ``UniformTape``): ``torch_poisson`` runs the same sampler as generated code
+(`codegen.llvm_samplers`, ~30 ns a uniform), ``torch_poisson_reference`` is the Python reference the tests hold it to.
 """
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ import math
 
 import numpy as np
 
-from ._uniform_tape import UniformTape
+from .codegen.llvm_samplers import sampler
+from ._uniform_tape import UniformTape, run_sampler
 
-__all__ = ["torch_poisson"]
+__all__ = ["torch_poisson", "torch_poisson_reference"]
+
+_FLOAT64 = np.dtype(np.float64)
 
 
 def _glibc_lgamma():
@@ -63,9 +67,25 @@ def _one_poisson(lam, uniform):
             return count
 
 
-def torch_poisson(stream, rates):
-    """Counts for the float64 array ``rates`` (all finite and non-negative, checked by the caller) drawn as ATen
-    does on ``stream`` (a ``TorchCPUStream``), as float64."""
+def _expected_uniforms(flat_rates):
+    """About how many uniforms the draws take: ``rate + 1`` below 10, two a round (~1.1 rounds) above."""
+    small = flat_rates < 10
+    return float(np.where(small, flat_rates + 1, 2.2).sum()) if flat_rates.size else 0.0
+
+
+def torch_poisson(stream, rates, max_block=None):
+    """Counts for the float64 array ``rates`` (non-negative, checked by the caller) drawn as ATen does on
+    ``stream`` (a ``TorchCPUStream``), as float64: ATen's sampler as generated code. A rate past 2**63 (inf
+    included) gives ATen's ``(int64_t)`` overflow, ``-2**63``; ``max_block`` caps the uniforms drawn ahead."""
+    flat = np.ascontiguousarray(rates, np.float64).reshape(-1)
+    out = np.empty(flat.size, np.float64)
+    extra = {} if max_block is None else {"max_block": max_block}
+    run_sampler(stream, sampler("poisson", _FLOAT64), flat, flat, out, 1.02 * _expected_uniforms(flat) + 16, **extra)
+    return out.reshape(rates.shape)
+
+
+def torch_poisson_reference(stream, rates):
+    """``torch_poisson`` replayed per draw in Python (finite rates): the reference for the generated sampler."""
     flat = rates.reshape(-1).tolist()
     uniform = UniformTape(stream, expected=1.2 * sum(lam + 1 if lam < 10 else 2 for lam in flat))
     try:

@@ -20,9 +20,10 @@ What matches torch 2.13 bit for bit (ATen's ``DistributionTemplates.h``/``Transf
 
 Other NumPy methods (``binomial``, ``poisson``, ``choice``...) are NumPy's, from a PCG64 seeded by one 64-bit draw of
 this stream: reproducible under ``manual_seed``, not torch's numbers. ``torch.poisson``, ``torch.binomial`` and the
-gamma family (Gamma, Beta, Dirichlet, Chi2, StudentT) do not use them: up to a size limit each, they replay ATen's
-serial samplers on this stream (`jitorch._torch_poisson`, `distributions._torch_binomial`,
-`distributions._torch_gamma`, with `jitorch._uniform_tape`), so they give torch's numbers.
+gamma family (Gamma, Beta, Dirichlet, Chi2, StudentT) do not use them: they run ATen's serial samplers on this
+stream as generated code (`codegen.llvm_samplers`, driven by `jitorch._uniform_tape.run_sampler` from
+`jitorch._torch_poisson`, `distributions._torch_binomial`, `distributions._torch_gamma`), so they give torch's
+numbers at any size.
 
 >>> s = TorchCPUStream(0)
 >>> [round(float(v), 4) for v in s.random(3, dtype=np.float32)]  # torch.manual_seed(0); torch.rand(3)

@@ -103,14 +103,13 @@ def test_gamma_after_a_cached_normal_and_at_edge_concentrations():
     assert a[0][0] == np.finfo(np.float32).tiny
 
 
-def test_large_gamma_draws_stay_vectorised_and_valid():
-    """Above the replay limit the vectorised sampler draws: right moments, reproducible under the seed."""
+def test_large_gamma_draws_are_torchs():
+    """Large draws run ATen's serial sampler as generated code on torch's stream: torch's values at any size."""
     jitorch.manual_seed(0)
     x = jitorch.distributions.Gamma(jitorch.full((20000,), 2.0), 1.0).sample()
-    jitorch.manual_seed(0)
-    y = jitorch.distributions.Gamma(jitorch.full((20000,), 2.0), 1.0).sample()
-    np.testing.assert_array_equal(_np(x), _np(y))
-    assert abs(float(x.mean()) - 2.0) < 0.05 and abs(float(x.var()) - 2.0) < 0.15
+    torch.manual_seed(0)
+    y = torch.distributions.Gamma(torch.full((20000,), 2.0), 1.0).sample()
+    np.testing.assert_array_equal(_np(x), y.numpy())
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
@@ -186,13 +185,11 @@ def test_von_mises_samples_are_torchs():
         np.testing.assert_array_equal(x, y)
 
 
-def test_large_poisson_and_binomial_draws_stay_vectorised_and_valid():
-    """Above the replay limits NumPy's samplers draw: right means, reproducible under the seed."""
-    def draw():
-        jitorch.manual_seed(0)
-        return (jitorch.poisson(jitorch.full((70000,), 4.0)),
-                jitorch.binomial(jitorch.full((20000,), 30.0), jitorch.full((20000,), 0.2)))
-    (p1, b1), (p2, b2) = draw(), draw()
-    np.testing.assert_array_equal(_np(p1), _np(p2))
-    np.testing.assert_array_equal(_np(b1), _np(b2))
-    assert abs(float(p1.mean()) - 4.0) < 0.05 and abs(float(b1.mean()) - 6.0) < 0.1
+def test_large_poisson_and_binomial_draws_are_torchs():
+    """Large draws run ATen's serial samplers as generated code on torch's stream: torch's counts at any size."""
+    def draw(lib):
+        lib.manual_seed(0)
+        return (lib.poisson(lib.full((70000,), 4.0)),
+                lib.binomial(lib.full((20000,), 30.0), lib.full((20000,), 0.2)))
+    for ours, theirs in zip(draw(jitorch), draw(torch)):
+        np.testing.assert_array_equal(_np(ours), theirs.numpy())

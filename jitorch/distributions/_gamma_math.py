@@ -52,17 +52,14 @@ def _sample_standard_gamma(alpha):
             return Tensor._make(np.where(arrays[0] == 0, out, np.maximum(out, out.dtype.type(tiny))))  # keeps bfloat16
 
 
-_TORCH_REPLAY_MAX = 1 << 12  # larger draws take the vectorised sampler: the replay costs ~7 us a value
-
-
 def _torch_stream(alpha):
-    """The default generator's stream where ATen's serial sampler is replayed on it, so a seeded run gets torch's
-    numbers (torch's CPU stream, a float32/float64 ``alpha`` of at most ``_TORCH_REPLAY_MAX`` values: mixup's
-    Beta, Dirichlet priors); else None, and the vectorised rejection sampler draws (reproducible, not torch's)."""
+    """The default generator's stream where ATen's serial sampler runs on it (generated code), so a seeded run gets
+    torch's numbers: torch's CPU stream and a float32/float64 ``alpha``; else None, and the vectorised rejection
+    sampler draws (reproducible, not torch's)."""
     stream = _random._rng(None)
     if not isinstance(stream, TorchCPUStream) or alpha.dtype not in (np.float32, np.float64):
         return None
-    return stream if alpha.size <= _TORCH_REPLAY_MAX else None
+    return stream
 
 
 def _gamma_draws(m, a):

@@ -5,7 +5,8 @@ ATen walks ``(count, prob)`` serially in row-major order and samples the rarer o
 back ``count - k``): by inversion (geometric waiting times, one 53-bit uniform each) where ``count * prob < 10``,
 else by Hormann's BTRS rejection (two uniforms a round). The arithmetic keeps ATen's mixed types: ``count``,
 ``prob``, ``k`` and their products are ``scalar_t`` (float32 for float32 tensors), the rest double. The loop is per
-draw in Python (uniforms read from a ``UniformTape``), so callers replay it up to a size limit.
+draw in Python (uniforms read from a ``UniformTape``) in ``torch_binomial_reference``, the reference the tests hold
+``torch_binomial`` to: the same sampler as generated code (`codegen.llvm_samplers`).
 """
 from __future__ import annotations
 
@@ -13,11 +14,10 @@ import math
 
 import numpy as np
 
-from .._uniform_tape import UniformTape
+from ..codegen.llvm_samplers import sampler
+from .._uniform_tape import UniformTape, run_sampler
 
-__all__ = ["torch_binomial", "torch_binomial_replay"]
-
-_REPLAY_MAX = 1 << 14  # larger draws take the vectorised sampler: the replay costs ~7 us a value
+__all__ = ["torch_binomial", "torch_binomial_reference", "torch_binomial_replay"]
 
 _TAIL = (0.0810614667953272, 0.0413406959554092, 0.0276779256849983, 0.02079067210376509, 0.0166446911898211,
          0.0138761288230707, 0.0118967099458917, 0.0104112652619720, 0.00925546218271273, 0.00833056343336287)
@@ -48,7 +48,7 @@ def _btrs(count, prob, uniform, s):
     a = -0.0873 + 0.0248 * b + 0.01 * prob_d
     c = float(count * prob) + 0.5
     v_r = 0.92 - 4.2 / b
-    r = prob_d / (1 - prob_d)
+    r = float(prob / (s(1) - prob))  # scalar_t: `prob / (1 - prob)`
     alpha = (2.83 + 5.1 / b) * stddev
     m = math.floor(float((count + s(1)) * prob))
     while True:
@@ -92,9 +92,24 @@ def _one_binomial(count, prob, uniform, s):
     return s(math.nan)
 
 
-def torch_binomial(stream, count, prob):
+def torch_binomial(stream, count, prob, max_block=None):
     """Counts for the same-shape float32/float64 arrays ``count`` and ``prob`` (``count``'s dtype) drawn as ATen
-    does on ``stream`` (a ``TorchCPUStream``)."""
+    does on ``stream`` (a ``TorchCPUStream``), by the generated sampler; ``max_block`` caps the uniforms drawn
+    ahead."""
+    dtype = count.dtype
+    flat_count = np.ascontiguousarray(count, dtype).reshape(-1)
+    flat_prob = np.ascontiguousarray(prob, dtype).reshape(-1)
+    out = np.empty(flat_count.size, dtype)
+    with np.errstate(all="ignore"):  # inversion takes about count * min(p, 1 - p) + 1 uniforms, BTRS ~2.5
+        rarer = np.minimum(flat_prob, 1 - flat_prob) * flat_count
+        expected = float(np.where(rarer < 10, rarer + 1, 2.5).sum(dtype=np.float64))  # (NaN: 2.5)
+    extra = {} if max_block is None else {"max_block": max_block}
+    run_sampler(stream, sampler("binomial", dtype), flat_count, flat_prob, out, 1.02 * expected + 16, **extra)
+    return out.reshape(count.shape)
+
+
+def torch_binomial_reference(stream, count, prob):
+    """``torch_binomial`` replayed per draw in Python: the reference for the generated sampler."""
     s = count.dtype.type  # scalar_t: float32 arithmetic where ATen's is
     prob = prob.astype(count.dtype, copy=False)
 
@@ -108,7 +123,7 @@ def torch_binomial(stream, count, prob):
 
 def torch_binomial_replay(count, prob, generator=None):
     """``torch.binomial(count, prob)`` (same-shape tensors) as ATen draws it, where it can be replayed: plain CPU
-    float32/float64 tensors of at most ``_REPLAY_MAX`` values on torch's CPU stream; else None."""
+    float32/float64 tensors on torch's CPU stream; else None."""
     from .. import _random
     from .._tensor import Tensor
     from .._torch_rng import TorchCPUStream
@@ -116,7 +131,7 @@ def torch_binomial_replay(count, prob, generator=None):
 
     stream = _random._rng(generator)
     arrays = [plain_host_array(t) for t in (count, prob)]
-    if (not isinstance(stream, TorchCPUStream) or any(a is None for a in arrays) or count.numel() > _REPLAY_MAX
+    if (not isinstance(stream, TorchCPUStream) or any(a is None for a in arrays)
             or arrays[0].dtype not in (np.float32, np.float64)):
         return None
     return Tensor._make(torch_binomial(stream, np.ascontiguousarray(arrays[0]), np.ascontiguousarray(arrays[1])))

@@ -1,6 +1,6 @@
 """``Binomial``: successes in ``total_count`` trials of ``probs``; its sampler (inversion for small means,
-Hormann's BTRS rejection otherwise, as torch's) draws from jitorch's generator: torch's counts on the CPU stream
-for small draws (``_torch_binomial``), vectorised rounds otherwise."""
+Hormann's BTRS rejection otherwise, as torch's) draws from jitorch's generator: torch's counts on torch's CPU stream
+(float32/float64, ``_torch_binomial``), vectorised rounds otherwise."""
 from __future__ import annotations
 
 import math
