@@ -44,6 +44,10 @@ from ._functional_spatial import __all__ as _spatial_all  # noqa: E402
 
 __all__ += [name for name in _spatial_all if name not in __all__]
 
+from ._functional_linear_cross_entropy import linear_cross_entropy  # noqa: F401,E402
+
+__all__ += ["linear_cross_entropy"]
+
 from .._overrides import publish as _publish  # noqa: E402
 
 _publish(globals())  # see jitorch/_overrides.py

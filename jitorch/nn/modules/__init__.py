@@ -9,8 +9,8 @@ Sequential(
 """
 from . import (  # noqa: F401 - the family modules are PyTorch's import paths
     activation, adaptive, attention, batchnorm, container, conv, distance, dropout, flatten, fold, instancenorm,
-    lazy, linear, loss, module, normalization, padding, pixelshuffle, pooling, rnn, sparse, transformer,
-    upsampling, utils)
+    lazy, linear, linear_cross_entropy_options, loss, module, normalization, padding, pixelshuffle, pooling, rnn,
+    sparse, transformer, upsampling, utils)
 from .activation import *  # noqa: F401,F403
 from .adaptive import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
@@ -24,6 +24,7 @@ from .fold import *  # noqa: F401,F403
 from .instancenorm import *  # noqa: F401,F403
 from .lazy import *  # noqa: F401,F403
 from .linear import *  # noqa: F401,F403
+from .linear_cross_entropy_options import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
 from .module import Module  # noqa: F401
 from .normalization import *  # noqa: F401,F403
@@ -36,6 +37,7 @@ from .transformer import *  # noqa: F401,F403
 from .upsampling import *  # noqa: F401,F403
 
 _FAMILIES = (activation, adaptive, attention, batchnorm, conv, distance, dropout, flatten, fold, instancenorm, lazy,
-             linear, loss, normalization, padding, pixelshuffle, pooling, rnn, sparse, transformer, upsampling)
+             linear, linear_cross_entropy_options, loss, normalization, padding, pixelshuffle, pooling, rnn, sparse,
+             transformer, upsampling)
 __all__ = sorted({"Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict"}
                  | {name for family in _FAMILIES for name in family.__all__})

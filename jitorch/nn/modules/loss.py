@@ -315,3 +315,8 @@ class CTCLoss(_Loss):
     def forward(self, log_probs, targets, input_lengths, target_lengths):
         return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, self.blank, self.reduction,
                           self.zero_infinity)
+
+
+from ._linear_cross_entropy_loss import LinearCrossEntropyLoss  # noqa: E402,F401 - PyTorch's path
+
+__all__ += ["LinearCrossEntropyLoss"]
