@@ -4,10 +4,12 @@ Eager autograd runs ``native_layer_norm_backward`` as one NumPy row (several pas
 backward its input gradient is a two-reduction row pattern that fuses into ONE kernel together with the pointwise
 rows around it (the residual gradients), and its weight and bias gradients are sums over the leading dimensions
 of values that kernel writes anyway. ``nll_loss_backward`` (eager: a scatter into zeros) becomes a masked broadcast
-that fuses into log_softmax's backward kernel. Each decomposition is a function of jitorch ops, recorded with
-`make_fx` at the node's shapes and inlined in place of the node; outputs nobody reads are dropped. A split's
-gradient (one scatter into zeros per piece, then adds) becomes one ``cat``. A convolution's forward hands its window
-matrix to the backward's weight gradient, as eager autograd does, instead of the backward copying the windows again.
+that fuses into log_softmax's backward kernel. Training-mode batch norm and its backward become channel reductions
+and pointwise rows (`decompose_batch_norm`), so the activation after it and its gradient fuse. Each decomposition
+is a function of jitorch ops, recorded with `make_fx` at the node's shapes and inlined in place of the node;
+outputs nobody reads are dropped. A split's gradient (one scatter into zeros per piece, then adds) becomes one
+``cat``. A convolution's forward hands its window matrix to the backward's weight gradient, as eager autograd does,
+instead of the backward copying the windows again.
 
 >>> import jitorch
 >>> from jitorch.fx.joint import make_joint
@@ -35,6 +37,7 @@ from ..fx.joint import BACKWARD, FORWARD
 from ..fx.node import Node
 from ..ops.conv_layouts import STASH
 from ..ops.nn_fused import NLL_CHECK_TARGETS, norm_grads
+from . import decompose_batch_norm
 
 __all__ = ["decompose", "DECOMPOSITIONS"]
 
@@ -90,7 +93,8 @@ class _Keep(Exception):
 
 
 DECOMPOSITIONS = {"native_layer_norm_backward": _layer_norm_backward, "nll_loss_backward": _nll_loss_backward,
-                  "nll_loss": _nll_loss}
+                  "nll_loss": _nll_loss, "native_batch_norm": decompose_batch_norm.batch_norm,
+                  "native_batch_norm_backward": decompose_batch_norm.batch_norm_backward}
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _CAT = _primitive("cat")
 _CONV_COLS, _WEIGHT_COLS = _primitive("convolution_cols"), _primitive("convolution_weight_cols")
@@ -273,6 +277,8 @@ def _conv_windows(gm):
             cols = graph.call_function(operator.getitem, (both, 1))
         for n in (both, out, cols):
             n.meta = {"phase": FORWARD}
+        if "val" in conv.meta:  # the output's shape, for the decompositions that read it (a batch norm after it)
+            out.meta["val"] = conv.meta["val"]
         conv.replace_all_uses_with(out)
         graph.erase_node(conv)
         convs.remove(conv)
@@ -326,6 +332,7 @@ def decompose(gm):
     done = _cat_slice_sums(gm) + _conv_windows(gm)
     for node in [n for n in gm.graph.nodes if _decomposable(n)]:
         done += _inline(gm, node)
+    done += decompose_batch_norm.fuse_channel_reductions(gm)  # batch norm's and bias gradients' channel sums
     if done:
         gm.graph.lint()
         gm.recompile()
