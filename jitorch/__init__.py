@@ -53,6 +53,7 @@ from ._segment import _convert_indices_from_coo_to_csr, _convert_indices_from_cs
 from ._finite_diff import *  # noqa: E402,F401,F403
 from . import sparse  # noqa: E402,F401 - torch.sparse: sparse_coo tensors
 from .sparse import sparse_coo_tensor, spmm  # noqa: E402,F401
+from . import nested  # noqa: E402,F401 - torch.nested: jagged and strided nested tensors
 from .sparse._creation import (  # noqa: E402,F401 - clear refusals: jitorch has sparse_coo tensors only
     sparse_bsc_tensor, sparse_bsr_tensor, sparse_compressed_tensor, sparse_csc_tensor, sparse_csr_tensor)
 from . import _overrides  # noqa: E402
