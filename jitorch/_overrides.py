@@ -64,6 +64,10 @@ _SUBCLASS_INPLACE = {"__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_",
 _SUBCLASS_UNARY = {"__pos__": "positive", "__neg__": "neg", "__abs__": "abs"} | {n: n for n in (
     "__invert__", "__len__", "__bool__", "__float__", "__int__", "__index__", "__complex__", "__contains__",
     "__array__", "__reversed__", "__repr__", "__format__", "__deepcopy__", "__reduce_ex__")}
+# The Tensor method torch hands to an argument's ``__torch_function__`` for an operator (``x + y``: ``Tensor.add``,
+# ``x == y``: ``Tensor.eq``, ``x += y``: ``Tensor.add_``); the others hand the operator (``Tensor.__pow__``).
+_HANDED_METHODS = {n: m for n, m in (_OPERATOR_NAMES | _SUBCLASS_INPLACE).items()
+                   if not m.startswith("__") and n not in ("__pow__", "__ipow__")} | {"__eq__": "eq"}
 # Whether a type is a user's Tensor subclass taking over (`_classify`): a third answer beside True and False.
 _SUBCLASS = "subclass"
 
@@ -261,6 +265,7 @@ def _install_methods():
         elif name in _OPERATORS:
             wrapper = _operator(original)
             wrapper.__name__ = _OPERATOR_NAMES.get(name, name)  # what a function mode sees, as torch names it
+            wrapper.__jitorch_method__ = _HANDED_METHODS.get(name)
         elif not name.startswith("_") or name in _DUNDER_METHODS:
             wrapper = _method(original)
             wrapper.__name__ = name  # ``_view`` is published as ``view``: the name torch's functions carry
@@ -268,6 +273,7 @@ def _install_methods():
         elif name in _SUBCLASS_INPLACE:
             wrapper = _subclass_inplace(original)
             wrapper.__name__ = _SUBCLASS_INPLACE[name]
+            wrapper.__jitorch_method__ = _HANDED_METHODS.get(name)
         elif name in _SUBCLASS_UNARY:
             wrapper = _subclass_unary(original)
             wrapper.__name__ = _SUBCLASS_UNARY[name]
@@ -287,9 +293,11 @@ def _uninstall_methods():
 def mode_call(func, args, kwargs):
     """``func``'s call handed to the innermost function mode, which is off the stack while it handles it (so calling
     ``func`` inside runs it, as torch's ``__torch_function__`` modes)."""
+    # the types that would hear the call next (torch's ``types``); none can exist before a user's instance does
+    types = _subclass.overloaded_types(args, kwargs) if _subclass.dispatch_enabled() else ()
     mode = FUNCTION_MODES.pop()
     try:
-        return mode.__torch_function__(func, (), args, kwargs)
+        return mode.__torch_function__(func, types, args, kwargs)
     finally:
         FUNCTION_MODES.append(mode)
 
@@ -321,10 +329,18 @@ def _operator(original):
         elif _overriding.get(type(found)) is not _SUBCLASS:
             return NotImplemented  # a Proxy: Python asks its reflected operator
         try:
-            return type(found).__jitorch_function__(operator_method, (self, other), {})
+            return type(found).__jitorch_function__(_as_method(operator_method), (self, other), {})
         except TypeError:  # as torch's operators: every handler declined, so Python asks the other operand
             return NotImplemented
     return operator_method
+
+
+def _as_method(operator):
+    """What torch hands to ``__torch_function__`` for an operator (`_HANDED_METHODS`), so a handler keyed on
+    ``Tensor.add`` hears ``x + y`` too; the operator itself where torch hands that."""
+    name = operator.__jitorch_method__
+    method = vars(_Tensor).get(name) if name else None
+    return method if id(method) in _methods else operator
 
 
 def _hears(a) -> bool:
@@ -347,7 +363,10 @@ def _subclass_inplace(original):
         found = self if _hears(self) else other if _hears(other) else None
         if found is None:
             return original(self, other)
-        return type(found).__jitorch_function__(inplace, (self, other), {})
+        try:
+            return type(found).__jitorch_function__(_as_method(inplace), (self, other), {})
+        except TypeError:  # every handler declined: Python tries ``self + other`` next, as torch's
+            return NotImplemented
     return inplace
 
 

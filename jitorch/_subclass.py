@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import functools
 import threading
+import warnings
 
 from . import _overrides
 
 __all__ = ["torch_function", "DisableTorchFunctionSubclass", "DisableTorchFunction", "register", "takes_over",
            "hand_over", "convert", "default_nowrap_functions", "disabled_torch_function_impl", "as_subclass",
-           "note_instance", "make_subclass", "is_torch_function_enabled", "is_torch_function_mode_enabled"]
+           "note_instance", "make_subclass", "adopt_tensor_like", "dispatch_enabled", "overloaded_types", "handler_of",
+           "is_torch_function_enabled", "is_torch_function_mode_enabled"]
 
 
 class _Flags(threading.local):
@@ -46,7 +48,7 @@ class _Flags(threading.local):
 
 
 FLAGS = _Flags()
-_user_types: set = set()  # the user's Tensor subclasses registered so far
+_user_types: set = set()  # the user's Tensor subclasses and Tensor-like classes (_tensor_like.py) registered so far
 _Tensor = None  # jitorch.Tensor, set at the first registration (this module is imported by _tensor.py)
 
 
@@ -210,8 +212,21 @@ def note_instance(cls):
 
 
 def is_user_type(cls) -> bool:
-    """Whether ``cls`` is a registered user subclass of Tensor."""
+    """Whether ``cls`` is a registered user subclass of Tensor or Tensor-like class."""
     return cls in _user_types
+
+
+def adopt_tensor_like(cls):
+    """Register a class that is not a Tensor but defines ``__torch_function__`` (:mod:`jitorch._tensor_like`): its
+    instances reach the same multiple dispatch as subclass instances (torch's protocol does not tell them apart)."""
+    _user_types.add(cls)
+    cls.__jitorch_function__ = classmethod(_bridge)
+    _overrides.forget_types()
+
+
+def dispatch_enabled() -> bool:
+    """Whether a user's instance taking over was made: the Tensor method wrappers are on for good."""
+    return _enabled
 
 
 def hears_calls(values) -> bool:
@@ -269,21 +284,49 @@ def hand_over(func, args, kwargs):
     overloaded = _overloaded_args(args, kwargs)
     types = tuple(type(a) for a in overloaded)
     for arg in overloaded:
-        result = type(arg).__torch_function__(func, types, args, kwargs)
+        result = handler_of(arg)(func, types, args, kwargs)
         if result is not NotImplemented:
             return result
     method = _overrides.tensor_method_name(func)
     name = f"jitorch.Tensor.{method}" if method else \
         f"{getattr(func, '__module__', None) or 'jitorch'}.{getattr(func, '__name__', func)}"
-    listed = "".join(f"  - tensor subclass {t}\n" for t in types)
+    listed = "".join(f"  - tensor subclass {t}\n" for t in types)  # (torch's words, Tensor-like types too)
+    advice = f"handle '{name}' in one of them"
+    if any(issubclass(t, _tensor()) for t in types):
+        advice += ", or call super().__torch_function__ for the types it does not know"
     raise _AllDeclined(f"Multiple dispatch failed for '{name}'; all __torch_function__ handlers returned "
-                       f"NotImplemented:\n\n{listed}\nEach handler returned NotImplemented: handle '{name}' in one "
-                       f"of them, or call super().__torch_function__ for the types it does not know.")
+                       f"NotImplemented:\n\n{listed}\nEach handler returned NotImplemented: {advice}.")
+
+
+def handler_of(arg):
+    """``arg``'s ``__torch_function__`` read from the instance, as torch reads it: a classmethod, or (deprecated,
+    with torch's warning) a plain method bound to ``arg``."""
+    handler = arg.__torch_function__
+    if getattr(handler, "__self__", None) is arg:
+        warnings.warn("Defining your `__torch_function__` as a plain method is deprecated and will be an error in "
+                      "future, please define it as a classmethod.", UserWarning, stacklevel=4)
+    return handler
+
+
+# Public functions reading their argument as data (torch's parser looks for no ``__torch_function__`` there): a
+# subclass instance or Tensor-like value passed to them is converted, not asked.
+_DATA_FUNCTIONS = frozenset({"tensor", "as_tensor", "asarray", "from_numpy", "frombuffer", "scalar_tensor"})
 
 
 def _bridge(cls, func, args, kwargs):
     """The ``__jitorch_function__`` of user subclasses: jitorch's hand-over into torch's protocol."""
+    if cls not in _user_types:  # a subclass of a Tensor-like class made by ``type()`` (no class statement seen)
+        adopt_tensor_like(cls)
+    original = getattr(func, "__jitorch_original__", None)
+    if original is not None and func.__name__ in _DATA_FUNCTIONS:
+        return original(*args, **(kwargs or {}))
     return hand_over(func, args, kwargs or {})
+
+
+def overloaded_types(args, kwargs) -> tuple:
+    """The types of the arguments that take over (items of list/tuple arguments too), in the order they are asked:
+    the ``types`` torch hands a function mode."""
+    return tuple(type(a) for a in _overloaded_args(args, kwargs or {}))
 
 
 def as_subclass(self, cls):

@@ -1,10 +1,9 @@
 """``torch.overrides``: the questions library code asks before handing a call to an argument's type.
 
 jitorch's own functions hand calls over to types defining ``__jitorch_function__(cls, func, args, kwargs)``
-(:mod:`jitorch._overrides`: ``jitorch.fx.Proxy``, uninitialized parameters) and to the user's Tensor subclasses,
-whose ``__torch_function__`` hears them as torch's (:mod:`jitorch._subclass`). A type that is not a Tensor defining
-PyTorch's ``__torch_function__(cls, func, types, args, kwargs)`` is not asked by jitorch's functions, but it is by
-code that calls :func:`handle_torch_function` itself. So the answers here are:
+(:mod:`jitorch._overrides`: ``jitorch.fx.Proxy``, uninitialized parameters), to the user's Tensor subclasses, whose
+``__torch_function__`` hears them as torch's (:mod:`jitorch._subclass`), and to Tensor-like classes defining
+``__torch_function__`` without being Tensors (:mod:`jitorch._tensor_like`). So the answers here are:
 
 - ``has_torch_function*``: True for an argument whose type takes over (not plain tensors, nor ``Parameter``, whose
   protocol is disabled, as torch's answer);
@@ -30,16 +29,17 @@ code that calls :func:`handle_torch_function` itself. So the answers here are:
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import types as _types
 
-from . import _overrides, _subclass
+from . import _overrides, _subclass, _tensor_like
 from ._tensor import Tensor
 
 __all__ = ["has_torch_function", "has_torch_function_unary", "has_torch_function_variadic", "handle_torch_function",
            "is_tensor_like", "get_ignored_functions", "get_overridable_functions", "get_testing_overrides",
            "is_tensor_method_or_property", "wrap_torch_function", "TorchFunctionMode", "BaseTorchFunctionMode",
-           "get_default_nowrap_functions"]
+           "get_default_nowrap_functions", "enable_reentrant_dispatch", "resolve_name"]
 
 
 def _overrides_calls(value) -> bool:
@@ -105,7 +105,7 @@ def handle_torch_function(public_api, relevant_args, *args, **kwargs):
         if hasattr(cls, "__jitorch_function__") and not _subclass.is_user_type(cls):
             result = cls.__jitorch_function__(public_api, args, kwargs)
         elif hasattr(cls, "__torch_function__"):
-            result = cls.__torch_function__(public_api, types, args, kwargs)
+            result = _subclass.handler_of(arg)(public_api, types, args, kwargs)
         elif all(issubclass(t, Tensor) for t in types):  # Tensor's default: run the function itself
             result = public_api(*args, **kwargs)
         else:
@@ -186,8 +186,9 @@ def wrap_torch_function(dispatcher):
 
 
 def is_tensor_like(inp) -> bool:
-    """A jitorch tensor, or a value whose type takes over calls (``__torch_function__``/``__jitorch_function__``)."""
-    return isinstance(inp, Tensor) or _overrides_calls(inp)
+    """A jitorch tensor, or a value with ``__torch_function__``/``__jitorch_function__`` (as torch's question: a
+    Tensor-like class itself answers True too)."""
+    return isinstance(inp, Tensor) or hasattr(inp, "__torch_function__") or hasattr(inp, "__jitorch_function__")
 
 
 def _namespaces():
@@ -241,5 +242,53 @@ def get_testing_overrides():
 
 
 def is_tensor_method_or_property(func) -> bool:
-    """Whether ``func`` is a Tensor method (or a property getter) rather than a namespace function."""
-    return func in _overridable()[Tensor] or getattr(func, "__name__", None) == "__get__"
+    """Whether ``func`` is a Tensor method (or a property getter, ``Tensor.shape.__get__``) rather than a namespace
+    function."""
+    return getattr(func, "__name__", None) == "__get__" or _tensor_attribute_name(func) is not None
+
+
+def _tensor_attribute_name(func) -> str | None:
+    """The name under which Tensor holds ``func`` (a property's ``__get__``: the property's name), in either of its
+    forms: the methods hand calls over through wrappers installed only while a value that takes over can exist."""
+    name = _overrides.tensor_method_name(func)
+    if name is not None:
+        return name
+    target = getattr(func, "__self__", None) if getattr(func, "__name__", None) == "__get__" else func
+    for name, value in vars(Tensor).items():
+        if value is target or getattr(value, "__wrapped__", None) is target:
+            return name
+    return None
+
+
+_NAMESPACE_NAMES = {"jitorch": "torch", "jitorch.nn.functional": "torch.nn.functional", "jitorch.linalg":
+                    "torch.linalg", "jitorch.special": "torch.special"}
+
+
+@functools.lru_cache(None)
+def _names() -> dict:
+    names = {}
+    for module, namespace in _namespaces().items():
+        prefix = _NAMESPACE_NAMES[module.__name__]
+        for name, value in namespace.items():
+            if not name.startswith("_") and isinstance(value, _types.FunctionType):
+                names.setdefault(value, f"{prefix}.{name}")
+    return names
+
+
+def resolve_name(f) -> str | None:
+    """A readable name of a function handed to ``__torch_function__``, under torch's names (``"torch.add"``,
+    ``"torch.Tensor.add"``, ``"torch.nn.functional.relu"``); None for a function that is not jitorch's."""
+    name = _tensor_attribute_name(f)
+    if name is not None:
+        return f"torch.Tensor.{name}.__get__" if getattr(f, "__name__", None) == "__get__" else f"torch.Tensor.{name}"
+    return _names().get(f)
+
+
+@contextlib.contextmanager
+def enable_reentrant_dispatch():
+    """Torch's context for re-entering the dispatcher from ``__torch_dispatch__`` with the thread's dispatch state
+    restored. jitorch keeps no such state aside while a handler runs, so it runs the block as it is."""
+    yield
+
+
+_tensor_like.watch_class_statements()  # (here: the hook needs Tensor and TorchFunctionMode importable)

@@ -262,14 +262,3 @@ def test_repr_names_the_subclass_as_torch():
         reprs.append((repr(x), repr(lib.tensor([1.0, 2.0]).requires_grad_().as_subclass(Plain))))
     assert reprs[1][0] == reprs[0][0] and reprs[1][0].startswith("Plain([[")
     assert reprs[1][1] == reprs[0][1]
-
-
-@pytest.mark.xfail(strict=True, reason="a non-Tensor type with __torch_function__ (the 'Extending torch' "
-                   "ScalarTensor) is not looked for by jitorch's functions: that would cost every call a scan")
-def test_a_non_tensor_type_with_torch_function_takes_over_functions():
-    class Scalar:
-        @classmethod
-        def __torch_function__(cls, func, types, args=(), kwargs=None):
-            return "handled"
-
-    assert jitorch.mean(Scalar()) == "handled"
