@@ -6,7 +6,7 @@ types (``scalar_t`` arithmetic in float32 where ATen's is) and glibc's libm.
   uniforms a round, the count returned through ATen's int64 (x86's ``INT64_MIN`` where it does not fit);
   below, products of uniforms down to ``exp(-rate)``; a zero rate draws nothing.
 - ``binomial`` (``sample_binomial``, same-dtype count and probability): the rarer outcome by inversion (geometric
-  waiting times) where ``count * p < 10``, else Hormann's BTRS; a non-finite count gives NaN without drawing (ATen's
+  waiting times) where ``count * p < 10``, else Hormann's BTRS; a NaN count gives NaN without drawing (ATen's
   loop would not end).
 - ``gamma`` (``sample_gamma``, the ``_standard_gamma`` draws of ``alpha``'s dtype, at least its smallest normal
   number) and ``dirichlet`` (float64 gammas of any ``alpha``, at least float64's smallest normal): Marsaglia-Tsang
@@ -190,8 +190,9 @@ def _binomial(ty):
         nan, zero, check, certain, half, low, not_low, high, pick, done = (f.block(n) for n in (
             "binomial.nan", "binomial.zero", "binomial.check", "binomial.certain", "binomial.half", "binomial.low",
             "binomial.notlow", "binomial.high", "binomial.pick", "binomial.done"))
-        finite = b.fcmp_ordered("<", f.intrinsic("fabs", count), const(float("inf"), ty))
-        b.cbranch(finite, check, nan)
+        # only a NaN count never ends ATen's loops; an infinite one runs them to inf (or 0), as torch's
+        number = b.fcmp_ordered("==", count, count)
+        b.cbranch(number, check, nan)
         b.position_at_end(nan)
         b.store(const(float("nan"), ty), result)
         b.branch(done)
@@ -348,7 +349,7 @@ def sampler(kind, dtype):
         if type_name not in _TYPES:
             raise ValueError(f"sampler({kind!r}): expected float32 or float64 inputs, got {dtype}")
         out_type, draw = _build(kind, type_name)
-        name = f"jitorch_torch_sampler_{kind}_{type_name}_v1"
+        name = f"jitorch_torch_sampler_{kind}_{type_name}_v2"
         address = compile_function(SamplerFrame(name, out_type, draw).ir(), name, default_cache())
         fn = _functions[(kind, dtype)] = ctypes.CFUNCTYPE(
             ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,

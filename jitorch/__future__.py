@@ -19,22 +19,46 @@ _swap_module_params_on_conversion = False
 
 
 def set_overwrite_module_params_on_conversion(value: bool) -> None:
-    """Makes conversions assign new Parameter objects (see the module docstring)."""
+    """Makes conversions assign new Parameter objects (see the module docstring).
+
+    >>> import jitorch
+    >>> m = jitorch.nn.Linear(1, 1); w = m.weight
+    >>> set_overwrite_module_params_on_conversion(True)
+    >>> m.double().weight is w
+    False
+    >>> set_overwrite_module_params_on_conversion(False)
+    """
     global _overwrite_module_params_on_conversion
     _overwrite_module_params_on_conversion = value
 
 
 def get_overwrite_module_params_on_conversion() -> bool:
-    """Whether conversions assign new Parameter objects."""
+    """Whether conversions assign new Parameter objects.
+
+    >>> get_overwrite_module_params_on_conversion()
+    False
+    """
     return _overwrite_module_params_on_conversion
 
 
 def set_swap_module_params_on_conversion(value: bool) -> None:
-    """Makes conversions swap each parameter's contents with the converted one (see the module docstring)."""
+    """Makes conversions swap each parameter's contents with the converted one (see the module docstring).
+
+    >>> import jitorch
+    >>> m = jitorch.nn.Linear(1, 1); w = m.weight
+    >>> set_swap_module_params_on_conversion(True)
+    >>> m.double().weight is w, w.dtype
+    (True, jitorch.float64)
+    >>> set_swap_module_params_on_conversion(False)
+    """
     global _swap_module_params_on_conversion
     _swap_module_params_on_conversion = value
 
 
 def get_swap_module_params_on_conversion() -> bool:
-    """Whether conversions swap parameter contents."""
+    """Whether conversions swap parameter contents.
+
+    >>> get_swap_module_params_on_conversion()
+    False
+    """
     return _swap_module_params_on_conversion

@@ -46,7 +46,7 @@ def to_dlpack(tensor):
     """
     if not isinstance(tensor, Tensor):
         raise TypeError(f"to_dlpack: expected a Tensor, got {type(tensor).__name__}")
-    return tensor.__dlpack__()
+    return tensor.detach().__dlpack__()   # as torch's: the capsule carries values, never history
 
 
 class _LegacyTensorType(type):

@@ -9,6 +9,8 @@ time-batch-channel input, fairseq's layout). Each is a composite of jitorch's ow
 """
 from __future__ import annotations
 
+import math
+
 __all__ = ["native_batch_norm", "native_group_norm", "conv_tbc"]
 
 
@@ -43,11 +45,11 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
     import jitorch
     import jitorch.nn.functional as F
 
-    if input.shape[0] != N or input.shape[1] != C or input[0, 0].numel() != HxW:
+    if input.shape[0] != N or input.shape[1] != C or math.prod(input.shape[2:]) != HxW:
         raise RuntimeError(f"native_group_norm: input of shape {tuple(input.shape)} does not match N={N}, C={C}, "
                            f"HxW={HxW}")
     out = F.group_norm(input, group, weight, bias, eps)
-    grouped = input.reshape(N, group, -1)
+    grouped = input.reshape(N, group, (C // group) * HxW)   # (-1 cannot be inferred for an empty batch)
     var, mean = jitorch.var_mean(grouped, -1, correction=0)
     return out, mean, jitorch.rsqrt(var + eps)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import builtins
 import math
 
+import numpy as np
+
 __all__ = ["SymInt", "SymFloat", "SymBool", "sym_int", "sym_float", "sym_max", "sym_min", "sym_not", "sym_sqrt",
            "sym_sum", "sym_ite", "sym_constrain_range", "sym_constrain_range_for_size"]
 
@@ -31,7 +33,8 @@ class SymBool:
 
 def _widened(a, b, pick):
     result = pick(a, b)
-    return float(result) if isinstance(a, float) or isinstance(b, float) else result
+    floating = isinstance(a, (float, np.floating)) or isinstance(b, (float, np.floating))
+    return builtins.float(result) if floating else result
 
 
 def sym_max(a, b):

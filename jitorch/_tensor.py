@@ -246,6 +246,8 @@ class Tensor:
         root = self._base if self._base is not None else self._root()
         if root is self:
             return self._own_offset
+        if _views_other_memory(self._data, root._data):  # the base was pointed elsewhere since (set_, .data =)
+            return (self.data_ptr() - _memory_address(self._data)) // self._data.itemsize
         return root.storage_offset() + (self.data_ptr() - root.data_ptr()) // self._data.itemsize
 
     def is_contiguous(self, memory_format=None):
@@ -321,3 +323,19 @@ for _name, _value in list(vars(Tensor).items()):
             _fn.__module__, _fn.__qualname__ = __name__, f"Tensor.{_name}"
 _tensor_autograd.Tensor = _tensor_values.Tensor = _tensor_pickle.Tensor = Tensor
 del _name, _value, _fn
+
+
+
+def _views_other_memory(arr, base_arr):
+    """Whether ``arr`` lies outside the memory block ``base_arr`` views (NumPy arrays; others are assumed inside)."""
+    if not (isinstance(arr, np.ndarray) and isinstance(base_arr, np.ndarray)):
+        return False
+    from ._storage import _memory_root
+
+    return _memory_root(arr) is not _memory_root(base_arr)
+
+
+def _memory_address(arr):
+    from ._storage import _address, _memory_root
+
+    return _address(_memory_root(arr))

@@ -24,6 +24,15 @@ def _dtype_word(dtype):
     return words.get(name, name)
 
 
+def _scalar_type_name(dtype):
+    """torch's ScalarType name of a dtype ("Float", "Long", "BFloat16"...)."""
+    names = {"float32": "Float", "float64": "Double", "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char",
+             "uint8": "Byte", "float16": "Half", "bfloat16": "BFloat16", "bool": "Bool", "complex64": "ComplexFloat",
+             "complex128": "ComplexDouble"}
+    name = str(dtype).rpartition(".")[2]
+    return names.get(name, name)
+
+
 def _strided(flat, offset, size, stride, xp):
     itemsize = flat.itemsize
     needed = offset + 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
@@ -38,6 +47,9 @@ def _from_storage(self, storage, offset, size, stride):
     from ._dispatch import _xp_of
 
     if isinstance(storage, TypedStorage):
+        if storage.dtype != self.dtype:
+            raise RuntimeError(f"Expected a Storage of type {_dtype_word(self.dtype)} or an UntypedStorage, but got "
+                               f"type {_scalar_type_name(storage.dtype)} for argument 1 'storage'")
         storage = storage.untyped()
     raw = storage._array
     if str(storage.device) != str(self.device):
@@ -69,6 +81,7 @@ def _set_(self, source=None, storage_offset=0, size=None, stride=None):
             raise RuntimeError("set_: a leaf Variable that requires grad is being used in an in-place operation.")
         raise RuntimeError("set_: not supported on a tensor with autograd history; detach it or call set_ under "
                            "jitorch.no_grad()")
+    offset = 0
     if source is None:
         new = self._data[:0].reshape(0) if self._data.size else self._data.reshape(0)
         new = new.copy()
@@ -79,9 +92,9 @@ def _set_(self, source=None, storage_offset=0, size=None, stride=None):
         if source.device != self.device:
             raise RuntimeError(f"set_: the source is on {source.device} and the tensor on {self.device}; move one "
                                "of them first")
-        new = source._data
+        new, offset = source._data, source.storage_offset()
     elif isinstance(source, (UntypedStorage, TypedStorage)):
-        new = _from_storage(self, source, storage_offset, size, stride)
+        new, offset = _from_storage(self, source, storage_offset, size, stride), int(storage_offset)
     else:
         raise TypeError(f"set_(): expected a Tensor or a storage as source, got {type(source).__name__}")
     self._bump_version()
@@ -92,6 +105,7 @@ def _set_(self, source=None, storage_offset=0, size=None, stride=None):
     if self._ver_owner is not None:
         self._ver, self._vc = version, None
     self._base = self._ver_owner = self._view_chain = None
+    self._own_offset = offset
     return self
 
 
@@ -103,11 +117,15 @@ def _as_strided_(self, size, stride, storage_offset=None):
     >>> t.as_strided_((2, 2), (1, 2)).tolist()
     [[0.0, 2.0], [1.0, 3.0]]
     """
-    view = self.as_strided(size, stride, storage_offset)
     if self.requires_grad and GradState.enabled:
         raise RuntimeError("as_strided_: a leaf Variable that requires grad is being used in an in-place operation."
                            if self.is_leaf else "as_strided_: not supported on a tensor with autograd history")
+    offset = self.storage_offset() if storage_offset is None else int(storage_offset)
+    view = self.as_strided(size, stride, offset)
     self._data = view._data
+    if self._base is None and self._ver_owner is None:   # a view's offset follows from its base's memory
+        self._own_offset = offset
+    self._bump_version()   # saved copies of the old geometry must not be read as if unchanged
     return self
 
 

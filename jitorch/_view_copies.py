@@ -13,6 +13,7 @@ Also the top-level in-place spellings torch has beside the methods (``torch.arcc
 from __future__ import annotations
 
 from ._tensor import Tensor
+from ._tensor_set import _dtype_word
 
 _VIEWS = {  # name of the copy -> the Tensor method it copies (None: the function of the same name)
     "alias_copy": "view_as_self", "diagonal_copy": "diagonal", "expand_copy": "expand", "permute_copy": "permute",
@@ -34,6 +35,9 @@ def _fresh(view, out):
         return result
     if not isinstance(out, Tensor):
         raise TypeError(f"out= expects a Tensor, got {type(out).__name__}")
+    if out.dtype != result.dtype:
+        raise RuntimeError(f"Expected out tensor to have dtype {_dtype_word(result.dtype)}, but got "
+                           f"{_dtype_word(out.dtype)} instead")
     out.resize_(result.shape)
     return out.copy_(result)
 
@@ -46,6 +50,8 @@ def _view_copy(name, method):
             view = getattr(jitorch, name[:-5])(input, *args, **kwargs)
         elif method == "view_as_self":
             view = input.view_as(input)
+        elif method == "view" and not (args and isinstance(args[0], jitorch.dtype)):
+            view = input.reshape(*args, **kwargs)   # ATen's view_copy takes any input reshape takes (not view's)
         else:
             view = getattr(input, method)(*args, **kwargs)
         return _fresh(view, out)

@@ -93,3 +93,21 @@ def test_tokens_past_the_last_offset_are_zero_and_bad_inputs_are_refused():
                     block_table=jitorch.tensor([[0, 1]], dtype=jitorch.int32))
     with pytest.raises(RuntimeError, match="varlen_attn: cu_seq_k has 3 offsets, cu_seq_q has 2"):
         varlen_attn(q, q, q, cu, jitorch.tensor([0, 1, 2], dtype=jitorch.int32), 3, 3)
+
+
+def test_masked_scores_far_above_the_row_keep_gradients_finite_and_half_inputs_score_in_float32():
+    q = jitorch.tensor([[[1.0]], [[1.0]]], requires_grad=True)
+    k = jitorch.tensor([[[0.0]], [[100.0]]], requires_grad=True)
+    v = jitorch.tensor([[[1.0]], [[2.0]]], requires_grad=True)
+    cu = jitorch.tensor([0, 2], dtype=jitorch.int32)
+    varlen_attn(q, k, v, cu, cu, 2, 2, window_size=(-1, 0), scale=1.0).sum().backward()
+    for t in (q, k, v):
+        assert bool(jitorch.isfinite(t.grad).all())
+    rng = np.random.default_rng(4)
+    a = make_array((6, 2, 16), "float32", rng)
+    cu = _cu(jitorch, [6])
+    half = varlen_attn(*(jitorch.tensor(a).bfloat16() for _ in range(3)), cu, cu, 6, 6)
+    wide = torch.nn.functional.scaled_dot_product_attention(*(torch.tensor(a).bfloat16().float().transpose(0, 1)
+                                                              for _ in range(3))).transpose(0, 1)
+    assert half.dtype == jitorch.bfloat16
+    np.testing.assert_allclose(half.float().numpy(), wide.numpy(), rtol=1e-2, atol=1e-2)   # a bf16 step or two

@@ -53,3 +53,9 @@ def test_conv_tbc_matches_torch(pad):
              atol=1e-5, rtol=1e-5)
     with pytest.raises(RuntimeError, match="conv_tbc: channels disagree"):
         jitorch.conv_tbc(jitorch.ones(7, 2, 3), jitorch.ones(3, 2, 4), jitorch.ones(4))
+
+
+def test_native_group_norm_of_an_empty_batch():
+    ours = jitorch.native_group_norm(jitorch.zeros(0, 4, 3), None, None, 0, 4, 3, 2, 1e-5)
+    theirs = torch.native_group_norm(torch.zeros(0, 4, 3), None, None, 0, 4, 3, 2, 1e-5)
+    assert [tuple(t.shape) for t in ours] == [tuple(t.shape) for t in theirs]

@@ -69,3 +69,12 @@ def test_flags_read_back():
         finally:
             setter(False)
         assert getter() is False
+
+
+def test_a_graph_that_saved_a_swapped_tensor_refuses_its_backward():
+    x = jitorch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = (x * x).sum()
+    jitorch.utils.swap_tensors(x, jitorch.tensor([10.0, 20.0, 30.0], requires_grad=True))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+    assert jitorch.utils.weak.WeakTensorKeyDictionary is not None   # reachable as an attribute, as torch's

@@ -12,6 +12,7 @@ def _both(fn):
 
 def _same(ours, theirs):
     assert tuple(ours.shape) == tuple(theirs.shape) and ours.stride() == theirs.stride()
+    assert ours.storage_offset() == theirs.storage_offset()
     np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
 
 
@@ -73,3 +74,29 @@ def test_as_strided_in_place_views_its_own_memory():
         assert t.as_strided_((2, 3), (1, 2), 1) is t
         return t
     _same(*_both(run))
+
+
+def test_offsets_follow_set_and_as_strided_and_a_saved_input_sees_the_change():
+    def run(lib):
+        t = lib.arange(6.)
+        t.as_strided_((2,), (1,), 2)
+        first = t.clone(), t.storage_offset()
+        t.as_strided_((3,), (1,), 0)
+        b = lib.arange(6.)
+        x = lib.zeros(1)
+        x.set_(b[2:])
+        y = lib.zeros(1)
+        y.set_(lib.arange(10.).untyped_storage(), 2, (2, 3))
+        return first, (t, t.storage_offset()), (x.as_strided((2,), (1,), 0), x.storage_offset()), \
+            (y, y.storage_offset())
+    for (ours, ours_offset), (theirs, theirs_offset) in zip(*_both(run)):
+        _same(ours, theirs)
+        assert ours_offset == theirs_offset
+    w = jitorch.tensor([1., 2., 3.], requires_grad=True)
+    x = jitorch.arange(6.)[:3]
+    y = (w * x).sum()
+    x.as_strided_((3,), (1,), 3)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+    with pytest.raises(RuntimeError, match="Expected a Storage of type float or an UntypedStorage, but got type Long"):
+        jitorch.zeros(1).set_(jitorch.arange(4, dtype=jitorch.int64).storage())

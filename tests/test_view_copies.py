@@ -123,3 +123,16 @@ def test_torch_functional_module_and_dlpack_and_out_of_memory_error():
         jitorch.to_dlpack([1])
     assert issubclass(jitorch.OutOfMemoryError, RuntimeError)
     assert jitorch.OutOfMemoryError is jitorch.cuda.OutOfMemoryError
+
+
+def test_view_copy_takes_inputs_a_view_cannot_and_out_dtype_must_match():
+    x = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    ours = jitorch.view_copy(jitorch.tensor(x).transpose(0, 1), (20, 3))
+    theirs = torch.view_copy(torch.tensor(x).transpose(0, 1), (20, 3))
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    assert jitorch.view_copy(jitorch.ones(2), jitorch.int32).tolist() == torch.view_copy(torch.ones(2),
+                                                                                          torch.int32).tolist()
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype float, but got double instead"):
+        jitorch.permute_copy(jitorch.ones(2, 3), (1, 0), out=jitorch.empty(0, dtype=jitorch.float64))
+    assert type(jitorch.sym_max(np.float32(2), 1)) is float
+    assert type(jitorch.to_dlpack(jitorch.ones(2, requires_grad=True))).__name__ == "PyCapsule"

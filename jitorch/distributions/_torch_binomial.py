@@ -76,7 +76,7 @@ def _log(x):
 
 
 def _one_binomial(count, prob, uniform, s):
-    if not math.isfinite(count):  # ATen's loops never end there; NaN without drawing
+    if math.isnan(count):  # ATen's loops never end there; NaN without drawing (an infinite count runs them)
         return s(math.nan)
     if count <= 0 or prob <= 0:
         return s(0)

@@ -24,7 +24,14 @@ def _slot_names(cls):
 
 
 def swap_tensors(t1, t2):
-    """Swaps the contents of tensors ``t1`` and ``t2`` in place (see the module docstring)."""
+    """Swaps the contents of tensors ``t1`` and ``t2`` in place (see the module docstring).
+
+    >>> import jitorch
+    >>> p, q = jitorch.nn.Parameter(jitorch.ones(1)), jitorch.zeros(2)
+    >>> swap_tensors(p, q)
+    >>> type(p).__name__, type(q).__name__, q.tolist()
+    ('Tensor', 'Parameter', [1.0])
+    """
     from .._tensor import Tensor
 
     for name, t in (("t1", t1), ("t2", t2)):
@@ -44,6 +51,9 @@ def swap_tensors(t1, t2):
     for name, (v1, v2) in held.items():
         _set_slot(t1, name, v2)
         _set_slot(t2, name, v1)
+    # A graph that saved either object would now read the other's values: the bumps make its backward refuse.
+    t1._bump_version()
+    t2._bump_version()
 
 
 _MISSING = object()

@@ -67,7 +67,14 @@ class _ProbeRef:
 
 
 class WeakIdKeyDictionary(MutableMapping):
-    """A dict whose entries vanish when their key object is collected; keys match by identity."""
+    """A dict whose entries vanish when their key object is collected; keys match by identity.
+
+    >>> import jitorch
+    >>> a, b = jitorch.zeros(1), jitorch.zeros(1)
+    >>> d = WeakIdKeyDictionary({a: 1})
+    >>> a in d, b in d
+    (True, False)
+    """
 
     def __init__(self, dict=None, ref_type=WeakIdRef):
         self.data, self.ref_type = {}, ref_type

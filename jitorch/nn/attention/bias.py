@@ -43,7 +43,14 @@ def _plain(value):
 
 
 class CausalBias(Tensor):
-    """A causal mask of one ``variant`` over ``seq_len_q`` queries and ``seq_len_kv`` keys."""
+    """A causal mask of one ``variant`` over ``seq_len_q`` queries and ``seq_len_kv`` keys.
+
+    >>> import jitorch
+    >>> q, k = jitorch.randn(1, 1, 2, 4), jitorch.randn(1, 1, 3, 4)
+    >>> mask = CausalBias(CausalVariant.LOWER_RIGHT, 2, 3)
+    >>> type(jitorch.nn.functional.scaled_dot_product_attention(q, k, k, attn_mask=mask)).__name__
+    'Tensor'
+    """
 
     def __new__(cls, variant, seq_len_q, seq_len_kv):
         mask = _mask(CausalVariant(variant), seq_len_q, seq_len_kv)

@@ -73,7 +73,13 @@ def _warn_once(key, message, category=UserWarning):
 
 
 def or_masks(*mask_mods):
-    """The mask_mod allowing a position where any of ``mask_mods`` does."""
+    """The mask_mod allowing a position where any of ``mask_mods`` does.
+
+    >>> import jitorch
+    >>> either = or_masks(lambda b, h, q, kv: q == kv, lambda b, h, q, kv: kv == 0)
+    >>> create_mask(either, 1, 1, 2, 2)[0, 0].tolist()
+    [[True, False], [True, True]]
+    """
     if not all(callable(m) for m in mask_mods):
         raise RuntimeError(f"All inputs should be callable mask_mods: {mask_mods}")
 
@@ -87,7 +93,13 @@ def or_masks(*mask_mods):
 
 
 def and_masks(*mask_mods):
-    """The mask_mod allowing a position where all of ``mask_mods`` do."""
+    """The mask_mod allowing a position where all of ``mask_mods`` do.
+
+    >>> import jitorch
+    >>> both = and_masks(lambda b, h, q, kv: q >= kv, lambda b, h, q, kv: kv > 0)
+    >>> create_mask(both, 1, 1, 2, 2)[0, 0].tolist()
+    [[False, False], [False, True]]
+    """
     if not all(callable(m) for m in mask_mods):
         raise RuntimeError(f"All inputs should be callable mask_mods: {mask_mods}")
 
@@ -112,6 +124,9 @@ def create_mask(mod_fn, B, H, Q_LEN, KV_LEN, device=None):  # noqa: N803 - PyTor
     """The dense ``(B, H, Q_LEN, KV_LEN)`` bool mask of a mask_mod, or of a score_mod (True where it is not -inf).
 
     ``B``/``H`` of None mean 1 (a mask shared by every batch/head).
+
+    >>> create_mask(lambda b, h, q, kv: q >= kv, None, None, 2, 3)[0, 0].tolist()
+    [[True, False, False], [True, True, False]]
     """
     device = _default_device(device)
     shape = (B if B is not None else 1, H if H is not None else 1, Q_LEN, KV_LEN)
@@ -131,6 +146,10 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=None,  # noqa: N803 
 
     ``BLOCK_SIZE`` is one int or ``(Q_BLOCK, KV_BLOCK)``; ``B``/``H`` of None give a mask shared by all batches/heads.
     With ``separate_full_blocks`` (the default) wholly allowed tiles are listed apart from partial ones.
+
+    >>> mask = create_block_mask(lambda b, h, q, kv: q >= kv, None, None, 4, 4, BLOCK_SIZE=2)
+    >>> mask.kv_num_blocks.tolist(), round(mask.sparsity(), 1)
+    ([[[1, 1]]], 25.0)
     """
     device = _default_device(device)
     if _get_mod_type(mask_mod) is not _ModificationType.MASK_MOD:
@@ -170,6 +189,12 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     head serves ``Hq // Hkv`` query heads. ``scale`` defaults to ``1 / sqrt(E)``. Returns the output ``(B, Hq, L, Ev)``
     in the query's dtype; with ``return_aux=AuxRequest(lse=True, max_scores=...)`` also an `AuxOutput`, with the
     deprecated ``return_lse=True`` the log-sum-exp ``(B, Hq, L)`` itself.
+
+    >>> import jitorch
+    >>> q = jitorch.randn(1, 2, 4, 8)
+    >>> causal = create_block_mask(lambda b, h, qi, kv: qi >= kv, None, None, 4, 4, BLOCK_SIZE=2)
+    >>> flex_attention(q, q, q, score_mod=lambda s, b, h, qi, kv: s - (qi - kv).abs(), block_mask=causal).shape
+    jitorch.Size([1, 2, 4, 8])
     """
     _check_inputs(query, key, value, block_mask, enable_gqa)
     score_mod = _identity if score_mod is None else score_mod

@@ -69,14 +69,16 @@ def _attend(q, k, v, scale, window_size):
     """One sequence: q (Lq, H, D), k and v (Lk, H, D) -> output (Lq, H, D) and lse (Lq, H)."""
     import jitorch
 
-    scores = jitorch.einsum("qhd,khd->hqk", q, k) * scale
+    wide = jitorch.float64 if q.dtype == jitorch.float64 else jitorch.float32   # half inputs: float32 scores
+    scores = jitorch.einsum("qhd,khd->hqk", q.to(wide), k.to(wide)) * scale
     allowed = _window_mask(q.shape[0], k.shape[0], window_size, q.device)
     masked = scores.masked_fill(~allowed, float("-inf"))
     lse = jitorch.logsumexp(masked, -1)                                      # (H, Lq); -inf where nothing is seen
     finite = jitorch.where(jitorch.isfinite(lse), lse, jitorch.zeros_like(lse))
-    # where() keeps fully masked rows at 0 (flash's output there) without a NaN reaching the gradient
-    weights = jitorch.where(allowed, jitorch.exp(scores - finite.unsqueeze(-1)), jitorch.zeros_like(scores))
-    out = jitorch.einsum("hqk,khd->qhd", weights, v)
+    # exp of the MASKED scores: a masked score far above the row's lse would overflow to inf, and 0 * inf in a
+    # where()'s gradient is NaN; fully masked rows give exp(-inf) = 0 (flash's output there)
+    weights = jitorch.exp(masked - finite.unsqueeze(-1))
+    out = jitorch.einsum("hqk,khd->qhd", weights.to(v.dtype), v)
     return out, lse.transpose(0, 1)
 
 
