@@ -29,7 +29,7 @@ from .ops.cdist_ops import CDIST
 __all__ = [
     "matmul", "mm", "bmm", "mv", "dot", "vdot", "inner", "outer", "ger", "addmm", "addmv", "addbmm", "baddbmm",
     "addr", "einsum", "tensordot", "kron", "cross", "cdist", "chain_matmul", "inverse", "det", "logdet", "slogdet",
-    "cholesky", "cholesky_solve", "cholesky_inverse", "svd", "qr", "pinverse", "matrix_power",
+    "cholesky", "cholesky_solve", "cholesky_inverse", "svd", "qr", "pinverse", "matrix_power", "geqrf", "ormqr",
 ]
 
 
@@ -385,7 +385,8 @@ def chain_matmul(*matrices, out=None):
 
 from ._einsum import einsum  # noqa: E402 - split for size; re-exported here
 from ._linalg_legacy import (  # noqa: E402 - split for size; re-exported here
-    cholesky, cholesky_inverse, cholesky_solve, det, inverse, logdet, matrix_power, pinverse, qr, slogdet, svd,
+    cholesky, cholesky_inverse, cholesky_solve, det, geqrf, inverse, logdet, matrix_power, ormqr, pinverse, qr, slogdet,
+    svd,
 )
 
 _METHODS = {name: globals()[name] for name in __all__ if name not in ("einsum", "tensordot", "cdist", "chain_matmul",

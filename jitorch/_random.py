@@ -27,7 +27,8 @@ import numpy as np
 from . import _dtype
 from ._creation import _finish
 from ._creation_checks import check_randperm, checked_shape
-from ._creation_filled import keep_layout
+from . import _memory_format as MF
+from ._creation_filled import empty_like, keep_layout
 from ._device import device as _device, get_default_device
 from . import _dispatch
 from ._dispatch_modes import MODES
@@ -338,6 +339,13 @@ def rand_like(input, *, generator=None, dtype=None, layout=None, device=None, re
 
 def randn_like(input, *, generator=None, dtype=None, layout=None, device=None, requires_grad=False,
                memory_format=None):
+    if input.dim() > 1 and not (memory_format in (None, MF.preserve_format) and input.is_contiguous()):
+        # ATen's randn_like is ``empty_like(input).normal_()``: normals drawn into a strided layout land in memory
+        # order (and take normal_'s serial path off a contiguous float32 tensor), not as a row-major draw.
+        out = empty_like(input, dtype=dtype or input.dtype, device=device or input.device, memory_format=memory_format)
+        if not out.is_contiguous():
+            out.normal_(0, 1, generator=generator)
+            return out.requires_grad_() if requires_grad else out
     out = randn(input.shape, generator=generator, dtype=dtype or input.dtype, device=device or input.device,
                 requires_grad=requires_grad)
     return keep_layout(out, input, memory_format)

@@ -2,8 +2,9 @@
 
 As in PyTorch, the kept elements are scaled by ``1 / (1 - p)`` in training (so evaluation needs no rescaling), the
 input itself is returned when nothing is dropped (``training=False``, ``p=0`` or an empty input), and ``p=1`` zeroes
-everything. The ``*1d/2d/3d`` forms drop whole channels. The mask comes from jitorch's random generator, so the
-dropped positions differ from PyTorch's for the same seed; the distribution is the same.
+everything. The ``*1d/2d/3d`` forms drop whole channels. The mask is drawn as ATen draws it (``bernoulli_`` into
+``empty_like(input)``, so in the input's memory order) from the generator's torch-compatible stream: after
+``manual_seed`` a CPU run drops the positions torch drops.
 
 >>> import jitorch
 >>> import jitorch.nn.functional as F
@@ -20,6 +21,7 @@ import warnings
 
 from .. import _dtype
 from .._dispatch import TORCH_TYPE_NAMES, apply
+from .._memory_format import dense_order
 from ..ops.random_ops import BERNOULLI_MASK
 
 __all__ = ["dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
@@ -45,6 +47,17 @@ def _check_dtype(input, alpha):
         raise RuntimeError(f"result type Float can't be cast to the desired output type {held}")
 
 
+def _mask_order(input):
+    """``input``'s dims from outermost to innermost as ``empty_like`` lays them out, or None when row-major. torch
+    draws the mask with ``empty_like(input).bernoulli_``, which fills memory order: a transposed input's mask is the
+    transpose of a row-major draw."""
+    strides = getattr(getattr(input, "_data", None), "strides", None)
+    if strides is None or input.dim() < 2:
+        return None
+    order = tuple(dense_order(tuple(input.shape), strides))
+    return None if order == tuple(range(input.dim())) else order
+
+
 def _dropout(input, p, training, inplace, feature=False, alpha=False):
     """PyTorch's ``_dropout_impl``: ``feature`` drops whole channels, ``alpha`` keeps SELU's mean and variance."""
     if p == 0 or not training or input.numel() == 0:
@@ -57,12 +70,18 @@ def _dropout(input, p, training, inplace, feature=False, alpha=False):
             raise RuntimeError(f"Feature dropout requires at least 2 dimensions in the input, but got a "
                                f"{input.dim()}-D input")
         shape = tuple(input.shape[:2]) + (1,) * (input.dim() - 2)
+        order = None  # torch's feature noise is a new (N, C, 1, ...) tensor: row-major
     else:
         shape = tuple(input.shape)
+        order = _mask_order(input)
     # The mask is one row (see ops/random_ops.py), so a compiled graph draws it afresh on each run, from the same
     # generator and in the same order as this eager code. The 0-d tensor only carries the mask's dtype and device.
     ref = input.new_empty((), dtype=input.dtype)
-    noise = apply(BERNOULLI_MASK, ref, p=1 - p, shape=shape)
+    if order is None:
+        noise = apply(BERNOULLI_MASK, ref, p=1 - p, shape=shape)
+    else:
+        noise = apply(BERNOULLI_MASK, ref, p=1 - p, shape=tuple(shape[d] for d in order))
+        noise = noise.permute(tuple(sorted(range(len(order)), key=order.__getitem__)))
     if alpha:
         a = 1.0 / math.sqrt((_ALPHA * _ALPHA * p + 1) * (1 - p))
         shift = (noise - 1) * (_ALPHA * a) + _ALPHA * a * p

@@ -215,12 +215,15 @@ def orthogonal_(tensor, gain=1, generator=None):
     """Fill with a (semi-)orthogonal matrix (trailing dims flattened), scaled by ``gain``."""
     if tensor.dim() < 2:
         raise ValueError("Only tensors with 2 or more dimensions are supported")
-    if tensor.numel() == 0:
+    if tensor.numel() == 0 or tensor.is_meta:  # a meta tensor: nothing to fill, and torch's meta kernels draw none
         return tensor
     rows = tensor.size(0)
     cols = tensor.numel() // rows
     with no_grad():
-        flat = _creation.empty(rows, cols, dtype=_dtype.float64, device="cpu").normal_(0, 1, generator=generator)
+        # Drawn in the tensor's dtype, as torch: float32 and float64 normals advance torch's stream differently.
+        flat = tensor.new_empty((rows, cols)).normal_(0, 1, generator=generator)
+        if flat.dtype not in (_dtype.float32, _dtype.float64, _dtype.complex64, _dtype.complex128):
+            flat = flat.double()  # LAPACK has no half-precision QR; round once at the copy below
         if rows < cols:
             flat = flat.t()
         q, r = linalg.qr(flat)
@@ -231,23 +234,24 @@ def orthogonal_(tensor, gain=1, generator=None):
 
 
 def sparse_(tensor, sparsity, std=0.01, generator=None):
-    """Fill a 2-D tensor with N(0, std²) samples and zero a ``sparsity`` fraction of each column."""
+    """Fill a 2-D tensor with N(0, std²) samples and zero a ``sparsity`` fraction of each column, as torch does.
+
+    The normals are drawn in the tensor's own dtype, as torch (its stream advances differently for float32 and
+    float64 draws), so seeded inits match torch's values. The zeroed rows come from ``randperm`` on ``generator``
+    too; torch's ``sparse_`` does not pass it on (its rows always come from the default generator)."""
     if tensor.dim() != 2:
         raise ValueError("Only tensors with 2 dimensions are supported")
+    if tensor.is_meta:  # nothing to fill, and no draw from the CPU generator
+        return tensor
+    from .._random import randperm
+
     rows, cols = tensor.shape
     num_zeros = math.ceil(sparsity * rows)
     with no_grad():
-        values = _creation.empty(rows, cols, dtype=_dtype.float64, device="cpu")
-        values = values.normal_(0, std, generator=generator).numpy()
+        tensor.normal_(0, std, generator=generator)
         for col in range(cols):
-            values[_random_perm(rows, generator)[:num_zeros], col] = 0
-        return tensor.copy_(_creation.from_numpy(values))
-
-
-def _random_perm(n, generator):
-    from .._random import randperm
-
-    return randperm(n, generator=generator, device="cpu").numpy()
+            tensor[randperm(rows, generator=generator)[:num_zeros], col] = 0
+    return tensor
 
 
 def _deprecated(fn):

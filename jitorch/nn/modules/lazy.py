@@ -41,6 +41,13 @@ def _quiet(init, *args, **kwargs):
 
 
 class _LazyConvMixin(LazyModuleMixin):
+    def reset_parameters(self):
+        """Nothing until the first input gives ``in_channels`` (torch's ``_LazyConvXdMixin``): the placeholder layer
+        would otherwise draw its bias from the random stream at construction (a transposed one's fan-in is not
+        zero), and seeded weights of the layers built after it would differ from torch's."""
+        if self.in_channels != 0 and not self.has_uninitialized_params():
+            super().reset_parameters()
+
     def initialize_parameters(self, input, *args):
         """Take ``in_channels`` from ``input`` (dim 1, or dim 0 unbatched), shape and initialize the parameters."""
         if not self.has_uninitialized_params():
@@ -59,8 +66,8 @@ class _LazyConvMixin(LazyModuleMixin):
             _materialize(self.weight, (first, second) + tuple(self.kernel_size))
             if self.bias is not None:
                 _materialize(self.bias, (self.out_channels,))
+            self._lazy_pending.clear()  # shaped now, so reset_parameters draws
             self.reset_parameters()
-        self._lazy_pending.clear()
 
 
 def _lazy_conv(name, target):
