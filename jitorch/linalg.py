@@ -36,6 +36,7 @@ __all__ = [
     "det", "slogdet", "cholesky", "cholesky_ex", "qr", "eigh", "eigvalsh", "svd", "svdvals", "pinv", "lstsq",
     "matrix_rank", "matrix_power", "multi_dot", "diagonal", "cross", "matmul", "vecdot", "matrix_exp", "cond", "vander",
     "lu_factor", "lu_factor_ex", "lu", "lu_solve", "eig", "eigvals", "householder_product", "tensorinv", "tensorsolve",
+    "ldl_factor", "ldl_factor_ex", "ldl_solve",
 ]
 
 
@@ -382,6 +383,7 @@ def vecdot(x, y, *, dim=-1, out=None):
 from ._linalg_extra import cond, matrix_exp, matrix_power, multi_dot, vander  # noqa: E402,F401 - composites
 from ._linalg_lu import cholesky_ex, inv_ex, lu, lu_factor, lu_factor_ex, lu_solve, solve_ex  # noqa: E402
 from ._linalg_more import eig, eigvals, householder_product, tensorinv, tensorsolve  # noqa: E402
+from ._linalg_ldl import ldl_factor, ldl_factor_ex, ldl_solve  # noqa: E402
 
 from ._overrides import publish as _publish  # noqa: E402
 
