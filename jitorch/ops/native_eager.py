@@ -33,6 +33,7 @@ from ..codegen.llvm_pool import shared_pool, trampoline_address, worth_splitting
 from ..runtime import host_cache
 from ..runtime.host_pointer import ARRAY_DATA_OFFSET, data_address
 from ..runtime.threads import get_num_threads, on_change, parallel_for
+from .native_call import int64
 
 __all__ = ["pointwise", "pointwise_constants", "constants_checked", "native_from", "unary_launcher", "argument_roles",
            "expression_kernel", "launch", "launch_arrays", "memory_order", "dense_operands",
@@ -49,6 +50,7 @@ _F32 = np.dtype(np.float32)
 _kernels: dict = {}
 # Below this many elements a kernel of `launch_arrays` runs through `_held_call`, keeping the GIL: a few microseconds.
 HELD_MAX = 1 << 14
+_ZERO = int64(0)  # a held call's range start
 _HELD_THREADS_MAX = 64  # threads a kernel keeps a held call for
 # Row name -> the size from which `pointwise` runs the row's kernel (`native_from`), where it is not MIN_SIZE.
 _MIN_SIZES: dict = {}
@@ -90,11 +92,11 @@ def unary_launcher(row):
             return None
         if kernel is None:
             kernel = _kernel_of(row, 1)
-        slots, ctx_address, fn, _ = _held_call(kernel, 2)
+        slots, ctx, fn, _ = _held_call(kernel, 2)
         out = np.empty(x.shape, _F32)
         slots[1] = id(x)
         slots[2] = id(out)
-        fn(0, size, ctx_address)
+        fn(_ZERO, int64(size), ctx)
         return out
     return run
 
@@ -290,12 +292,12 @@ def launch_arrays(kernel, arrays, numel, grain, extent=None):
     reading the data pointers from the array objects (``id(a)``, a builtin, where `data_address` is a Python call
     each)."""
     if numel < HELD_MAX and ARRAY_DATA_OFFSET is not None:
-        slots, ctx_address, fn, nbuf = _held_call(kernel, len(arrays))
+        slots, ctx, fn, nbuf = _held_call(kernel, len(arrays))
         i = 1
         for a in arrays:  # through a memoryview: a ctypes array's own item assignment costs 0.25 us each
             slots[i] = id(a)
             i += 1
-        fn(0, kernel.outer if extent is None else extent, ctx_address)
+        fn(_ZERO, int64(kernel.outer if extent is None else extent), ctx)
     else:
         launch(kernel, [data_address(a) for a in arrays], numel, grain, extent)
 
@@ -304,13 +306,14 @@ _trampolines: dict = {}
 
 
 def _held_call(kernel, nbuf):
-    """This thread's (ctx as int64 slots, its address, trampoline, buffer count), made on first use: the kernel
+    """This thread's (ctx as int64 slots, the ctx array, trampoline, buffer count), made on first use: the kernel
     called through its signature's pool trampoline (`llvm_pool.emit_trampoline`) with every argument in one int64
     array, filled once but for the arrays' ``id``. A ctypes call costs about 0.13 us an argument: a row kernel's 14
-    (range, buffers, sizes, floats) took 3 us, the trampoline's 3 take 0.7. Each thread fills its own array
-    (``kernel._held_calls``, by thread id): a thread switch between the writes of the ``id`` slots and the call let
-    another thread's call overwrite them, and a kernel ran on a dead array (a segfault with two threads). The call
-    keeps the GIL (PYFUNCTYPE); only short kernels come here (`HELD_MAX`)."""
+    (range, buffers, sizes, floats) took 3 us, the trampoline's 3 take 0.7; declared without argument types and
+    called with ctypes objects (`native_call`: the range as `int64`, the ctx array itself), 0.5. Each thread fills
+    its own array (``kernel._held_calls``, by thread id): a thread switch between the writes of the ``id`` slots and
+    the call let another thread's call overwrite them, and a kernel ran on a dead array (a segfault with two
+    threads). The call keeps the GIL (PYFUNCTYPE); only short kernels come here (`HELD_MAX`)."""
     calls = kernel.__dict__.get("_held_calls")
     if calls is not None:
         call = calls.get(get_ident())
@@ -320,11 +323,11 @@ def _held_call(kernel, nbuf):
     fn = _trampolines.get(types)
     if fn is None:
         address = trampoline_address(types, default_cache(), ARRAY_DATA_OFFSET)
-        fn = _trampolines[types] = ctypes.PYFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)(address)
+        fn = _trampolines[types] = ctypes.PYFUNCTYPE(None)(address)  # f(int64 start, int64 stop, ctx)
     ctx = (ctypes.c_int64 * (1 + len(types)))(kernel.address, *[0] * nbuf,
                                                *[bits(v, ty) for v, ty in zip(kernel.values, types[nbuf:])])
     # ``ctx`` stays alive through the memoryview's hold on its buffer.
-    call = (memoryview(ctx).cast("B").cast("q"), ctypes.addressof(ctx), fn, nbuf)
+    call = (memoryview(ctx).cast("B").cast("q"), ctx, fn, nbuf)
     if calls is None or len(calls) >= _HELD_THREADS_MAX:  # (a dead thread's entry goes with the others)
         calls = kernel._held_calls = {}
     calls[get_ident()] = call

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..codegen.llvm_topk import topk_head_function
 from ..runtime.host_pointer import data_address
+from .native_call import DATA_OFFSET, HELD, HELD_MAX, held_function, int64, over
 from .sorting_gather import take_checked
 
 __all__ = ["topk_head", "topk_rows", "MAX_HEAD"]
@@ -35,6 +36,14 @@ def topk_head(a, m, descending):
     (other arrays, ``m`` outside ``[1, min(n, MAX_HEAD)]``): the caller sorts."""
     if type(a) is not np.ndarray or a.dtype != _F32 or not a.ndim or not a.flags.c_contiguous:
         return None
+    held = _held_heads.get((a.shape, m, descending)) if HELD else None
+    if held is not None:  # (a small head of a shape seen before: its checks passed, its call kept)
+        fn, lead, rows, n, held_m = held
+        order = np.empty(lead + (m,), np.int64)
+        tied = np.empty(lead, np.bool_)
+        any_tied = fn(over(id(a) + DATA_OFFSET), over(id(order) + DATA_OFFSET), over(id(tied) + DATA_OFFSET), rows, n,
+                      held_m)
+        return (order, tied) if any_tied else (order, None)
     n = a.shape[-1]
     if not 1 <= m <= min(n, MAX_HEAD):
         return None
@@ -42,9 +51,20 @@ def topk_head(a, m, descending):
     rows = a.size // n
     order = np.empty(lead + (m,), np.int64)
     tied = np.empty(lead, np.bool_)
-    if topk_head_function(bool(descending))(data_address(a), data_address(order), data_address(tied), rows, n, m):
-        return order, tied
-    return order, None
+    if HELD and a.size < HELD_MAX:  # (a declared call's argument conversion: 0.8 us of a 32x32 topk's 9)
+        if len(_held_heads) >= 256:
+            _held_heads.clear()
+        held = _held_heads[a.shape, m, descending] = (
+            held_function(topk_head_function(bool(descending))), lead, int64(rows), int64(n), int64(m))
+        any_tied = held[0](over(id(a) + DATA_OFFSET), over(id(order) + DATA_OFFSET), over(id(tied) + DATA_OFFSET),
+                           *held[2:])
+    else:
+        any_tied = topk_head_function(bool(descending))(data_address(a), data_address(order), data_address(tied),
+                                                        rows, n, m)
+    return (order, tied) if any_tied else (order, None)
+
+
+_held_heads: dict = {}  # (shape, m, descending) -> (held call, lead shape, rows, n, m as `int64`s)
 
 
 def topk_rows(a, k, largest):

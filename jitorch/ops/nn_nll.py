@@ -18,6 +18,7 @@ from ..codegen.llvm_cascade import cascade_sum_function, level_power, picked_cas
 from ..runtime.host_pointer import data_address
 from .._dispatch_fast import keep_result, nothing_records, plain_tensor
 from .indexing import largest_unsigned
+from .native_call import DATA_OFFSET, HELD, HELD_MAX, held_function, int64, over
 from .table import NOT_DIFFERENTIABLE, Opaque, defop
 
 __all__ = ["NLL_LOSS", "NLL_LOSS_BACKWARD", "NLL_CHECK_TARGETS", "CASCADE_DTYPES", "nll_of_rows"]
@@ -32,7 +33,8 @@ def _nll_targets(xp, target, classes, ignore_index):
     count): the range check reads one maximum of the targets as unsigned numbers (negative classes are huge ones),
     not a pass per condition; when every target is a class and ``ignore_index`` is none, nothing is ignored (no
     mask to make)."""
-    target = target.astype(np.int64, copy=False)
+    if target.dtype is not _INT64:  # (``astype(copy=False)`` of an int64 array still cost a tenth of a us)
+        target = target.astype(np.int64, copy=False)
     if type(target) is np.ndarray and target.size:
         out_of_range = largest_unsigned(target) >= classes
     else:
@@ -53,6 +55,7 @@ def _nll_targets(xp, target, classes, ignore_index):
     return xp.where(valid, target, 0), valid, count
 
 
+_INT64 = np.dtype(np.int64)
 _ROWS: dict = {}  # batch size -> a read-only ``arange`` of it, the gather's row indices (small NumPy batches)
 
 
@@ -69,6 +72,21 @@ def _rows(xp, n):
     return rows
 
 
+_ROW_STARTS: dict = {}  # (rows, columns) -> a read-only ``arange(0, rows * columns, columns)``
+
+
+def _row_starts(n, columns):
+    """The flat positions of a small C-contiguous (n, columns) array's rows, kept per shape: ``safe + starts``
+    indexes the flat array, quicker than NumPy's indexing by row numbers and targets."""
+    starts = _ROW_STARTS.get((n, columns))
+    if starts is None:
+        if len(_ROW_STARTS) >= 64:
+            _ROW_STARTS.clear()
+        starts = _ROW_STARTS[n, columns] = np.arange(0, n * columns, columns)
+        starts.flags.writeable = False
+    return starts
+
+
 def _nll_kernel(xp, logp, target, ignore_index, reduction):
     safe, valid, count = _nll_targets(xp, target, logp.shape[1], ignore_index)
     if valid is None and reduction != "none" and type(logp) is np.ndarray and (
@@ -80,6 +98,10 @@ def _nll_kernel(xp, logp, target, ignore_index, reduction):
         # in the loss's dtype, as ATen's.
         total[0] = total.item() / count
         return total.reshape(())
+    if reduction == "mean" and not logp.shape[0]:
+        # torch's mean over an empty batch is the positive quiet NaN (its 0 / 0 below would be x86's negative one;
+        # a batch whose targets are all ignored is that 0 / 0 in torch too)
+        return xp.full((), np.nan, logp.dtype)
     loss = logp[_rows(xp, logp.shape[0]), safe]  # a new array: negated in place
     if valid is None:
         xp.negative(loss, out=loss)
@@ -136,11 +158,27 @@ def _picked_total(logp, safe, count):
     if column_stride != itemsize or row_stride % itemsize or row_stride < 0 or type(safe) is not np.ndarray or \
             not safe.flags.c_contiguous:
         return None
-    fn = picked_cascade_function(_CASCADE[logp.dtype])
     out = np.empty(1, logp.dtype)  # (written, not added into)
     n = logp.shape[0]
-    fn(data_address(logp), data_address(safe), n, row_stride // itemsize, _level_power(n), data_address(out))
+    held = _HELD_PICKS.get((logp.dtype, n, row_stride)) if HELD and n < HELD_MAX else None
+    if held is None and HELD and n < HELD_MAX:
+        if len(_HELD_PICKS) >= 64:
+            _HELD_PICKS.clear()
+        held = _HELD_PICKS[logp.dtype, n, row_stride] = (
+            held_function(picked_cascade_function(_CASCADE[logp.dtype])), int64(n), int64(row_stride // itemsize),
+            int64(_level_power(n)))
+    if held is not None:  # (the declared call's argument conversion cost twice the kernel on 32 rows)
+        fn, rows, stride, power = held
+        fn(over(id(logp) + DATA_OFFSET), over(id(safe) + DATA_OFFSET), rows, stride, power,
+           over(id(out) + DATA_OFFSET))
+    else:
+        picked_cascade_function(_CASCADE[logp.dtype])(data_address(logp), data_address(safe), n,
+                                                      row_stride // itemsize, _level_power(n), data_address(out))
     return out
+
+
+# (dtype, rows, row stride) -> the held call of `picked_cascade_function` and its size arguments (`native_call`)
+_HELD_PICKS: dict = {}
 
 
 def _level_power(batch):
@@ -181,6 +219,14 @@ def _nll_backward(ctx, g):
 def _nll_backward_kernel(xp, g, target, shape, ignore_index, reduction):
     safe, valid, count = _nll_targets(xp, target, shape[1], ignore_index)
     out = xp.zeros(shape, dtype=g.dtype)
+    if valid is None and reduction != "none" and type(out) is np.ndarray and out.dtype in _PICKED_DTYPES and \
+            g.ndim == 0 and 0 < count < _EXACT_COUNT and type(safe) is np.ndarray:
+        # A mean's or sum's one gradient value, taken on Python floats: NumPy's 0-d arithmetic cost 0.7 us of a
+        # small backward. The quotient of a float32 gradient by an exact count taken in double and rounded to
+        # float32 as it is stored is float32's (see `_nll_kernel`); float64's is the double quotient itself.
+        divisor = count if reduction == "mean" else 1
+        out.reshape(-1)[safe + _row_starts(shape[0], shape[1])] = -float(g) / divisor
+        return out
     rows = _rows(xp, shape[0])
     if reduction == "none":
         scale = -g

@@ -21,6 +21,7 @@ from ..autograd.graph import Node
 from . import half_cast
 from .cascade_sum import NAIVE_ROWS, cascade_sum
 from .native_outer_sum import outer_sum
+from .native_row_extreme import row_extreme
 from .native_sum import MIN_SIZE as SUM_MIN_SIZE, trailing_sum
 from .movement import EXPAND, RESHAPE
 from .sorting import take_along, take_checked
@@ -222,11 +223,14 @@ def _extreme_kernel(name):
             raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
                              "reduction dim with the 'dim' argument.")
         if type(a) is np.ndarray:  # (ndarray.max is this ufunc's reduce behind a Python frame of NumPy's)
+            if len(dims) == 1 and dims[0] == a.ndim - 1 and (out := row_extreme(a, reduce)) is not None:
+                # a small float32 array's rows: NumPy's reduce runs a short last axis a row at a time
+                return out.reshape(out.shape + (1,)) if keepdim else out
             out = ufunc.reduce(a, axis=dims, keepdims=keepdim)
         else:
             out = getattr(a, method)(axis=dims, keepdims=keepdim)
         return out if a.flags.c_contiguous else _row_major(xp, a, out)
-    method = {"amax": "max", "amin": "min"}[name]
+    method = reduce = {"amax": "max", "amin": "min"}[name]
     ufunc = {"amax": np.maximum, "amin": np.minimum}[name]
     return kernel
 
