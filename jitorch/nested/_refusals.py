@@ -15,6 +15,7 @@ import types
 
 from .. import _overrides
 from .._dispatch import NO_STRIDED_DATA, Rerouted
+from .._no_strided_memory import NoStridedMemory
 from .._tensor import Tensor
 
 __all__ = ["nested_refusal"]
@@ -29,19 +30,9 @@ def nested_refusal(name, layout="jagged", why=None):
         "NestedTensor kernel); run it per sequence on nt.unbind(), or on nt.to_padded_tensor(padding)")
 
 
-class _NoStridedMemory:
-    """A nested tensor's ``_data``: code that would read it as one dense array gets an error, not wrong data."""
-
+class _NoStridedMemory(NoStridedMemory):
     __slots__ = ()
-
-    def __getattr__(self, name):
-        if name.startswith("__"):  # introspection (doctest, copy, inspect) asks for protocols: none here
-            raise AttributeError(name)
-        raise RuntimeError(f"a nested tensor has no single strided array (its {name!r} was read); use nt.values(), "
-                           "nt.unbind() or nt.to_padded_tensor(padding)")
-
-    def __repr__(self):
-        return "<no strided memory: nested>"
+    kind, advice = "nested tensor", "use nt.values(), nt.unbind() or nt.to_padded_tensor(padding)"
 
 
 def _answer(op, args, attrs):

@@ -16,6 +16,7 @@ import types
 
 from .. import _overrides
 from .._dispatch import NO_STRIDED_DATA, Rerouted
+from .._no_strided_memory import NoStridedMemory
 from .._tensor import Tensor
 
 __all__ = ["sparse_refusal"]
@@ -28,19 +29,9 @@ def sparse_refusal(name):
         "the 'SparseCPU' backend); convert with .to_dense() first, or use the jitorch.sparse functions")
 
 
-class _NoStridedMemory:
-    """A sparse tensor's ``_data``: code that would read it as a dense array gets an error instead of wrong data."""
-
+class _NoStridedMemory(NoStridedMemory):
     __slots__ = ()
-
-    def __getattr__(self, name):
-        if name.startswith("__"):  # introspection (doctest, copy, inspect) asks for protocols: none here
-            raise AttributeError(name)
-        raise RuntimeError(f"a sparse_coo tensor has no strided memory (its array's {name!r} was read); convert it "
-                           "with .to_dense() first")
-
-    def __repr__(self):
-        return "<no strided memory: sparse_coo>"
+    kind, advice = "sparse_coo tensor", "convert it with .to_dense() first"
 
 
 def _answer(op, args, attrs):
