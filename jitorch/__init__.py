@@ -85,6 +85,7 @@ from .cpu import amp as _cpu_amp  # noqa: E402,F401 - ``jitorch.cpu.amp``, as ``
 from . import special  # noqa: E402,F401
 from . import fft  # noqa: E402,F401 - torch.fft
 from . import signal  # noqa: E402,F401 - torch.signal (windows)
+from . import masked  # noqa: E402,F401 - torch.masked: masked reductions/normalizations and MaskedTensor
 from . import overrides  # noqa: E402,F401 - torch.overrides
 from .amp import autocast  # noqa: E402,F401
 from .amp.autocast_mode import (  # noqa: E402,F401
