@@ -299,6 +299,9 @@ def _scan(op, input, dim, dtype, out):
     if out is not None and out.dtype is not dt:
         raise RuntimeError(f"{op.name}: Expected out tensor to have dtype {dt}, but got {out.dtype} instead; pass "
                            f"an out tensor of the requested dtype")
+    if dt is _dtype.bool:  # ATen has no boolean scan kernel
+        raise NotImplementedError(f'"{op.name}_out_cpu" not implemented for \'Bool\' (scan in an integer dtype: '
+                                  f"dtype=jitorch.int64)")
     d = wrap_dim(dim, input._data.ndim, op.name)
     if input._data.ndim == 0:  # the rows' backward flips along dim: a 0-d input scans as one element
         return _scan_out(_scan(op, input.reshape(1), 0, dtype, None).reshape(()), out, op.name, (input,))
