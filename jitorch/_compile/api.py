@@ -16,6 +16,7 @@ import weakref
 from .. import _overrides, _subclass
 from .._dispatch import MODES
 from .._tensor import Tensor
+from ..autograd import saved_hooks
 from ..autograd.grad_mode import GradState
 from ..nn.modules.container import ModuleList
 from ..profiler import record_function
@@ -183,7 +184,14 @@ class CompiledFunction(EntryBuilder):
             # changed needs no new entry (number_inputs.widen_replay); ``dynamic=False`` specializes every value.
             widened = widen_replay(entries, guards)
             if widened is not None:
-                return widened.run(args, kwargs)
+                return fn(*args, **kwargs) if widened.run is None else widened.run(args, kwargs)
+        if training and saved_hooks.active():
+            # Compiling runs the call more than once (the trace records autograd nodes eagerly, then the compiled
+            # Function runs): saved-tensor hooks would see both runs' saves, and non-reentrant checkpointing, which
+            # recomputes the call and counts its saves, would find a different number. Such calls run eagerly
+            # until a call outside the hooks compiles them (torch traces without running: its saves are the
+            # compiled Function's alone).
+            return fn(*args, **kwargs)
         if self._fell_back:
             return fn(*args, **kwargs)
         if config.stance != "default" and (self.entries or self.train_entries):
@@ -233,7 +241,8 @@ class CompiledFunction(EntryBuilder):
         """The module whose parameters and buffers the compiled code reads: the compiled module, or for a function
         the modules it reaches by name (``self``, closure cells, globals it names) gathered in a `ModuleList`, so a
         ``@compile`` training step over a global ``model`` trains compiled (parameters as graph inputs, buffer
-        updates functional) and is guarded on their identities and ``training`` flags."""
+        updates functional) and is guarded on their parameters (identities; layouts in training) and ``training``
+        flags."""
         if self._module is not None:
             return self._module
         if self._named_objects is None:

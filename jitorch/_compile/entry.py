@@ -48,8 +48,9 @@ def compile(model=None, *, fullgraph=False, dynamic=None, mode=None, backend="ji
     buffer updates (BatchNorm's running statistics, ``num_batches_tracked``) of the compiled Module, or of the
     modules a compiled function names (``self``, closure cells, globals), are graph values written back into the
     buffers after each run, and so are an inference call's writes into its own (whole, host) arguments
-    (``x.add_(1)``, ``out=o``); those modules' parameters are graph inputs and their identities and ``training`` flags
-    are guarded. A callable backend only ever gets inference graphs. Shapes: with ``dynamic=None`` (the default) a
+    (``x.add_(1)``, ``out=o``); those modules' parameters are graph inputs, guarded by layout (``functional_call``
+    with new tensors reuses the graph) in training and by identity in inference, and their ``training`` flags are
+    guarded. A callable backend only ever gets inference graphs. Shapes: with ``dynamic=None`` (the default) a
     call that misses the guards of compiled graphs only in some dimensions' sizes, one of which changed twice (its
     third size), makes those dimensions symbolic: one specialization then serves every size >= 2 there (sizes 0 and
     1 stay specialized), its graph fitted over probe traces, comparisons on sizes guarded; a size's first call runs

@@ -2,9 +2,9 @@
 
 Each tensor argument contributes its shape, dtype, device and strides (the kernels are specialized on all four; a
 miss on strides alone is handled in stride_relayout.py); other arguments were baked into the graph as constants, so
-their values are guarded too. Grad mode, the default dtype and, for modules, the ``training`` flags, parameter and
-buffer identities and every public plain-data attribute (``momentum``, ``eps``, ``p``, a user's
-``self.temperature``) complete the key.
+their values are guarded too. Grad mode, the default dtype and, for modules, the ``training`` flags, parameter
+identities (layouts in training, where the graph takes them as inputs), buffer identities and every public
+plain-data attribute (``momentum``, ``eps``, ``p``, a user's ``self.temperature``) complete the key.
 
 >>> import jitorch
 >>> names = [n for n, _ in guard_values((jitorch.ones(2, 3), 4), {})]
@@ -111,8 +111,8 @@ def guard_values(args, kwargs, module=None, tree=None, by_value=False):
     """``[(name, value), ...]`` for one call; equal lists mean the same compiled entry applies.
 
     ``tree``: ``module_tree(module)`` when the caller already has it (one walk of the modules per call).
-    ``by_value``: a training call, whose graph takes the parameters as inputs: those a module marks in
-    ``_guard_by_value`` (tensors looked up by name on every call) are guarded by layout instead of identity.
+    ``by_value``: a training call, whose graph takes the parameters as inputs: they are guarded by layout instead
+    of identity.
     """
     out = []
     for name, a in zip(argument_names(args, kwargs), (*args, *kwargs.values())):
@@ -133,10 +133,12 @@ def guard_values(args, kwargs, module=None, tree=None, by_value=False):
     if module is not None:
         mods, params, buffers = module_tree(module) if tree is None else tree
         out.append(("training", tuple([m.training for m in mods])))
-        marked = {id(m._parameters[k]) for m in mods if "_guard_by_value" in m.__dict__ for k in m._guard_by_value} \
-            if by_value else ()
-        out.append(("parameters", tuple([_layout(p) if id(p) in marked else id(p) for p in params]) if marked
-                    else tuple(map(id, params))))
+        # A training graph takes the parameters as inputs (read from the module on every call), so only their
+        # layouts matter: ``functional_call`` swapping in new tensors each step (MAML's adapted weights,
+        # ``torch.func`` transforms) reuses the entry, as torch.compile's inlined nn modules do. The count
+        # tells a tying change (``parameters()`` lists a shared tensor once). Inference graphs read them as
+        # constants: by identity.
+        out.append(("parameters", tuple(map(_layout, params)) if by_value else tuple(map(id, params))))
         # The graph reads buffers as constants and writes BatchNorm's statistics back into them: a buffer
         # replaced by another tensor (``bn.running_mean = t``) must retrace, or the old one is read and written.
         out.append(("buffers", tuple([id(b) for m in mods for b in m._buffers.values()])))

@@ -218,9 +218,11 @@ def widen(guards, names):
 def widen_replay(entries, guards):
     """A replay entry (graph breaks or Python side effects) whose guards differ from ``guards`` only in number
     arguments, its guards widened to any value, or None. Its Python reruns on every call and its segments' ops are
-    matched with their recorded constants (`replay`), so a number it reads is always this call's value."""
+    matched with their recorded constants (`replay`), so a number it reads is always this call's value. So does an
+    eager entry's (``run`` None: random sampling in the call, ``gumbel_softmax`` with an annealed ``tau``): one for
+    every value, instead of a trace per value up to the recompile limit."""
     for entry in entries:
-        if entry.replay is not None:
+        if entry.replay is not None or (entry.run is None and entry.dynamic is None and entry.break_reason):
             names = _number_diff(entry, guards)
             if names:
                 entry.guards = widen(entry.guards, names)

@@ -32,13 +32,11 @@ class FreeTensors(Module):
 
     def __init__(self, tensors, by_name=0):
         super().__init__()
+        # The first ``by_name`` were found by name this call (a global ``w``, a closure cell) and are looked up again
+        # on every call; a training entry guards every parameter by shape, dtype, device and strides (guards.py),
+        # so ``w = (w - lr * w.grad).requires_grad_()`` keeps the compiled entry.
         for i, t in enumerate(tensors):
             self._parameters[f"tensor{i}"] = t
-        # The first ``by_name`` were found by name this call (a global ``w``, a closure cell) and are looked up again
-        # on every call: a training entry guards them by shape, dtype, device and strides, not identity, so
-        # ``w = (w - lr * w.grad).requires_grad_()`` keeps the compiled entry. (Tensors the trace found through
-        # other code are guarded by identity: nothing would look them up again.)
-        self._guard_by_value = frozenset(f"tensor{i}" for i in range(by_name))
 
 
 def reached_by(fn, named=None):

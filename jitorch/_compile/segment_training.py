@@ -59,6 +59,9 @@ class TrainingNotes:
                 node = self.produced.get(id(a)) or self.produced.get(id(a._data))
                 if node is not None:
                     node.meta["used"] = True
+            # The leaf itself: map_aggregate rebuilds NamedTuples through their constructors, and one that checks
+            # its fields (a PackedSequence: ``batch_sizes`` None means "unpack ``data``") must get them back.
+            return a
         map_aggregate(value, mark)
 
     def _check_identity(self, a, node):

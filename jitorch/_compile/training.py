@@ -21,6 +21,7 @@ tensor([2., 4.])
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,6 +173,12 @@ def joint_for(fn, args, kwargs, module, traced_result):
         rest = values[nparams:]
         return fn(*rest[:nargs], **dict(zip(keys, rest[nargs:])))
 
+    def rerun(values):
+        # The eager double backward reruns the call on the parameters it ran with: ``functional_call`` (a MAML
+        # inner step, ``torch.func.grad``) has put the module's own back by then, so those are swapped in again.
+        with _parameters_as(module, values[:nparams]):
+            return call(values)
+
     result = traced_result if traced_result is not None else call(flat)
     structure = output_structure(result)
     tuple_out = structure is not None or isinstance(result, tuple)
@@ -218,7 +225,28 @@ def joint_for(fn, args, kwargs, module, traced_result):
         if isinstance(a, Tensor) and a._requires_grad:
             first.setdefault(id(a), i)
     wrt = list(first.values())
-    return JointSpec(joint, len(outs), tuple_out, wrt, call, [b for b, _ in writes], diff, structure)
+    return JointSpec(joint, len(outs), tuple_out, wrt, rerun, [b for b, _ in writes], diff, structure)
+
+
+@contextmanager
+def _parameters_as(module, held):
+    """``module``'s parameters (in ``parameters()`` order) are ``held`` inside the block; restored after. Nothing
+    changes when the module holds them already, or holds another number of them."""
+    swapped = []
+    current = list(module.parameters()) if module is not None else []
+    if len(current) == len(held) and any(p is not h for p, h in zip(current, held)):
+        index = {id(p): i for i, p in enumerate(current)}
+        for m in module.modules():
+            for name, p in list(m._parameters.items()):
+                i = index.get(id(p)) if p is not None else None
+                if i is not None and held[i] is not p:
+                    swapped.append((m, name, p))
+                    m._parameters[name] = held[i]
+    try:
+        yield
+    finally:
+        for m, name, p in reversed(swapped):
+            m._parameters[name] = p
 
 
 def plan_from_joint(spec, joint, recompute=True):

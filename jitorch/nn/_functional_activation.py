@@ -262,12 +262,12 @@ def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
         # torch's output and its gradient (``noise``), 0 included.
         math_dtype = _dtype.float64 if x.dtype == _dtype.float64 else _dtype.float32
         bounds = [float(x.detach().new_tensor(b, dtype=math_dtype)) for b in (lower, upper)]
+        # The draws as many as the selected elements, without reading their count into Python: under
+        # ``jitorch.compile`` a count read is a value branched on, a new branch (a recompile) nearly every step.
         drawn = x.detach() <= 0
-        count = int(drawn.sum())
         slopes = x.detach().new_ones(x.shape, dtype=math_dtype)
-        if count:
-            draws = x.detach().new_empty(count, dtype=_dtype.float64).uniform_(*bounds)
-            slopes[drawn] = draws.to(math_dtype)
+        draws = x.detach()[drawn].to(_dtype.float64).uniform_(*bounds)
+        slopes[drawn] = draws.to(math_dtype)
         return _NoiseProduct.apply(x, slopes)
     return _maybe_inplace(sample, input, inplace)
 
