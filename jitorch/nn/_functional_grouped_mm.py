@@ -12,24 +12,20 @@ Rows (or columns) past ``offs[-1]`` are zeros here (torch leaves them uninitiali
 """
 from __future__ import annotations
 
+from .._offsets import read_offsets
+
 __all__ = ["grouped_mm"]
 
 
 def _bounds(offs, groups, length, what):
-    import jitorch
-
     if offs is None:
         raise RuntimeError(f"grouped_mm: offs is required when {what} is 2-D (it marks where each group ends)")
-    if offs.dim() != 1 or offs.dtype != jitorch.int32:
-        raise RuntimeError(f"grouped_mm: offs must be a 1-D int32 tensor, got shape {tuple(offs.shape)} and dtype "
-                           f"{offs.dtype}")
-    ends = [int(e) for e in offs.tolist()]
+    ends = read_offsets(offs, "grouped_mm", "offs")
     if groups is not None and len(ends) != groups:
         raise RuntimeError(f"grouped_mm: offs has {len(ends)} groups but the 3-D operand has {groups}")
+    if ends and ends[-1] > length:
+        raise RuntimeError(f"grouped_mm: offs must end within the jagged dimension's {length} elements, got {ends}")
     starts = [0, *ends[:-1]]
-    if any(e < s for s, e in zip(starts, ends)) or (ends and ends[-1] > length):
-        raise RuntimeError(f"grouped_mm: offs must be non-decreasing and end within the jagged dimension's "
-                           f"{length} elements, got {ends}")
     return list(zip(starts, ends))
 
 

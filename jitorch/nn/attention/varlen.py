@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from ..._offsets import read_offsets
+
 __all__ = ["AuxRequest", "varlen_attn", "varlen_attn_out"]
 
 
@@ -27,16 +29,9 @@ class AuxRequest(NamedTuple):
 
 
 def _offsets(cu, name, count=None):
-    import jitorch
-
-    if cu.dim() != 1 or cu.dtype != jitorch.int32:
-        raise RuntimeError(f"varlen_attn: {name} must be a 1-D int32 tensor, got shape {tuple(cu.shape)} and dtype "
-                           f"{cu.dtype}")
-    values = [int(v) for v in cu.tolist()]
+    values = read_offsets(cu, "varlen_attn", name)
     if count is not None and len(values) != count:
         raise RuntimeError(f"varlen_attn: {name} has {len(values)} offsets, cu_seq_q has {count}")
-    if any(b < a for a, b in zip(values, values[1:])) or (values and values[0] < 0):
-        raise RuntimeError(f"varlen_attn: {name} must be non-decreasing offsets from 0, got {values}")
     return values
 
 
